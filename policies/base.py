@@ -1,0 +1,38 @@
+"""The policy contract: decide what one step runs, as plain data. Nothing else.
+
+A policy never touches SimPy, never allocates KV and never reads a request's true output
+length (``Request.output_tokens``): only what a real scheduler knows (prompt, tokens emitted so
+far, tokens computed, KV blocks held, free blocks). The replica commits the decision.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from sim.batch import Batch
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """A read-only view of one replica for its policy (the containers are the replica's own;
+    a policy must not mutate them).
+
+    ``running``: requests holding KV, oldest admission first. ``waiting``: FCFS queue (preempted
+    requests go back to its front). ``kv``: the block allocator (read ``num_free``,
+    ``block_size``, ``extra_blocks(req, tokens)``).
+    """
+
+    running: list
+    waiting: deque
+    kv: object
+    now_s: float = 0.0
+
+
+class Policy(Protocol):
+    def next_batch(self, state: ReplicaState) -> Batch:
+        """The next step's batch; an empty batch means "nothing can run until something changes"."""
+
+    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        """Why a request with this prompt and output limit could never be scheduled, or None."""

@@ -1,0 +1,1 @@
+"""Packaged scenario files (YAML). ``default.yaml`` is what ``servesim run`` runs with no argument."""

@@ -1,0 +1,192 @@
+"""The ``servesim`` command: parse, call simulate / cost, print. Exit 0 ok, 2 bad input, 1 bug."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sim.errors import InputError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own exit 2, with our one-paragraph style
+        self.print_usage(sys.stderr)
+        raise InputError(f"{self.prog}: {message}")
+
+
+def _fmt_s(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 1e3:9.1f} ms" if v < 10 else f"{v:9.2f} s "
+
+
+def format_summary(s: dict) -> str:
+    lines = [f"scenario {s['scenario']}: {s['num_requests']} requests, {s['completed']} completed, "
+             f"{s['rejected']} rejected, {s['unfinished']} unfinished, {s['preemptions']} preemptions",
+             f"simulated {s['sim_time_s']:.1f} s in {s['wall_time_s']:.2f} s wall", "",
+             f"{'latency':<8}{'mean':>13}{'p50':>13}{'p90':>13}{'p99':>13}"]
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"), ("queue_s", "queue")):
+        d = s[key]
+        lines.append(f"{label:<8}" + "".join(f"{_fmt_s(d[k]):>13}" for k in ("mean", "p50", "p90", "p99")))
+    slo = s["slo"]
+    lines += ["",
+              f"throughput    {s['throughput_rps']:.2f} req/s, {s['output_tokens_per_s']:.0f} output tok/s",
+              f"goodput       {s['goodput_rps']:.2f} req/s; SLO attainment {s['slo_attainment'] * 100:.1f}% "
+              f"(TTFT <= {slo['ttft_s']} s, TPOT <= {slo['tpot_s']} s)"]
+    p, u = s["phases"], s["utilization"]
+    busy = p["prefill_time_s"] + p["decode_time_s"] + p["mixed_time_s"]
+    share = (lambda x: 100 * x / busy) if busy else (lambda x: 0.0)
+    lines += [f"phases        prefill {p['prefill_tokens']} tok in {p['prefill_steps']} steps "
+              f"({p['prefill_time_s']:.1f} s, {share(p['prefill_time_s']):.0f}% of busy); "
+              f"decode {p['decode_tokens']} tok in {p['decode_steps']} steps ({p['decode_time_s']:.1f} s, "
+              f"{share(p['decode_time_s']):.0f}%); mixed {p['mixed_steps']} steps ({p['mixed_time_s']:.1f} s)",
+              f"utilization   busy {u['busy_fraction'] * 100:.0f}%, mean batch {u['mean_batch_size']:.1f}, "
+              f"KV mean {u['kv_usage_mean'] * 100:.0f}% / max {u['kv_usage_max'] * 100:.0f}%, "
+              f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%"]
+    return "\n".join(lines)
+
+
+def _progress_bar(quiet: bool):
+    if quiet:
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = None
+
+    def update(done, total, now_s):
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, unit="req", desc="simulating", file=sys.stderr, mininterval=0.5,
+                       dynamic_ncols=True)
+        if done - bar.n >= max(1, total // 200) or done == total:
+            bar.update(done - bar.n)
+            bar.set_postfix_str(f"sim {now_s:.0f} s", refresh=False)
+
+    def close():
+        if bar is not None:
+            bar.close()
+
+    return update, close
+
+
+def cmd_run(args) -> int:
+    from sim.scenario import load_scenario
+    from sim.simulate import simulate
+
+    scenario = load_scenario(args.scenario, args.set or [], args.seed)
+    update, close = _progress_bar(args.quiet)
+    try:
+        results = simulate(scenario, progress=update)
+    finally:
+        close()
+    out = results.write(args.out)
+    print(format_summary(results.summary))
+    print(f"\nwrote {out}/summary.json, requests.csv, steps.csv, scenario.yaml")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from sim.scenario import load_scenario
+    from sim.simulate import prepare
+
+    scenario = load_scenario(args.scenario, args.set or [])
+    setup = prepare(scenario)
+    cap = setup.capacity
+    print(f"{args.scenario}: ok ({scenario.name}: {scenario.model} on {scenario.cluster.replicas} x "
+          f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "
+          f"KV {cap.num_blocks} blocks = {cap.num_tokens} tokens per replica)")
+    return 0
+
+
+def cmd_cost(args) -> int:
+    from sim.batch import synthetic_batch
+    from sim.cost import CostModel
+    from sim.specs import get_gpu, get_model
+
+    model = get_model(args.model, "--model")
+    gpu = get_gpu(args.gpu, "--gpu")
+    if args.tp < 1 or model.num_heads % args.tp:
+        raise InputError(f"--tp {args.tp} must be >= 1 and divide the model's {model.num_heads} heads")
+    if args.prefill is not None:
+        if args.prefill < 1 or args.context < 0:
+            raise InputError("--prefill must be >= 1 and --context >= 0")
+        batch, what = synthetic_batch(prefill=[(args.prefill, args.context)]), f"prefill of {args.prefill} tokens"
+        if args.context:
+            what += f" after {args.context} cached"
+    else:
+        if args.decode_batch < 1 or args.context < 0:
+            raise InputError("--decode-batch must be >= 1 and --context >= 0")
+        batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch)
+        what = f"decode step of {args.decode_batch} sequences at context {args.context}"
+    cm = CostModel(model, gpu, tp=args.tp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype)
+    c = cm.step_time(batch)
+    ops = cm.breakdown(batch)
+    ai = c.arithmetic_intensity
+    ridge = cm.peak_flops / gpu.mem_bw_bytes_per_s
+    if args.json:
+        print(json.dumps({
+            "step_time_s": c.time_s, "flops": c.flops, "bytes": c.bytes, "arithmetic_intensity": ai,
+            "ridge_flops_per_byte": ridge, "bound": c.bound, "mfu": cm.mfu(c), "mbu": cm.mbu(c),
+            "num_layers": model.num_layers,
+            "ops": {k: v._asdict() for k, v in ops.items()},
+        }, indent=2))
+        return 0
+    print(f"{model.name} on {args.tp} x {gpu.name}: {what}")
+    print(f"step {c.time_s * 1e3:.3f} ms, {c.flops / 1e12:.3f} TFLOP, {c.bytes / 1e9:.3f} GB, "
+          f"MFU {cm.mfu(c) * 100:.1f}%, MBU {cm.mbu(c) * 100:.1f}%")
+    print(f"arithmetic intensity {ai:.1f} FLOP/byte vs ridge point {ridge:.1f}: {c.bound}-bound "
+          f"({'above' if ai > ridge else 'below'} the ridge)\n")
+    print(f"{'operator':<12}{'time ms':>10}{'share':>8}{'GFLOP':>12}{'MB':>12}  bound")
+    for k, v in ops.items():
+        print(f"{k:<12}{v.time_s * 1e3:>10.3f}{100 * v.time_s / c.time_s:>7.1f}%{v.flops / 1e9:>12.2f}"
+              f"{v.bytes / 1e6:>12.2f}  {v.bound}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="servesim", description="Discrete-event simulator of LLM inference serving.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run a scenario (the packaged default when none is given)")
+    r.add_argument("scenario", nargs="?", help="scenario YAML file")
+    r.add_argument("--out", default="out", help="output folder (default: ./out)")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. policy.max_num_seqs=64")
+    r.add_argument("--seed", type=int, help="override the scenario's seed")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=cmd_run)
+
+    v = sub.add_parser("validate", help="check a scenario and print what is wrong")
+    v.add_argument("scenario")
+    v.add_argument("--set", action="append", metavar="KEY=VALUE")
+    v.set_defaults(func=cmd_validate)
+
+    c = sub.add_parser("cost", help="one step's cost with a per-operator breakdown")
+    c.add_argument("--model", required=True)
+    c.add_argument("--gpu", required=True)
+    c.add_argument("--tp", type=int, default=1)
+    c.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "int4"])
+    c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--prefill", type=int, metavar="TOKENS")
+    g.add_argument("--decode-batch", type=int, metavar="B")
+    c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_cost)
+    return p
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except InputError as e:
+        print(f"servesim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Per-request and per-step records, and the summary computed from them.
+
+Definitions (also in the README): TTFT = first_token_s - arrival_s (the first token exists at
+the end of the step that finishes the prompt); TPOT = (finish_s - first_token_s) /
+(output_tokens - 1), for requests with more than one output token; TBT = every gap between
+consecutive tokens of a request; E2E = finish_s - arrival_s; queue = scheduled_s - arrival_s.
+Latency distributions are over completed requests. SLO attainment is the share of ALL arrived
+requests that completed within every SLO; goodput is those requests per second of sim time.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+
+STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "prefill_tokens", "decode_tokens",
+                "context_tokens", "flops", "bytes", "bound", "kv_blocks_used")
+REQUEST_COLUMNS = ("request_id", "arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens",
+                   "output_tokens", "replica", "status", "preemptions", "reason")
+
+
+class Recorder:
+    """Collects what happens during a run. Cheap appends only; summaries come later."""
+
+    def __init__(self, progress=None):
+        self.requests: list = []
+        self.tbt = array("d")
+        self.completed = 0
+        self.rejected = 0
+        self._progress = progress
+        # step columns
+        self.s_replica = array("i")
+        self.s_start = array("d")
+        self.s_dur = array("d")
+        self.s_seqs = array("i")
+        self.s_prefill = array("q")
+        self.s_decode = array("q")
+        self.s_ctx = array("q")
+        self.s_flops = array("d")
+        self.s_bytes = array("d")
+        self.s_compute = array("b")
+        self.s_kv = array("q")
+
+    def arrive(self, req) -> None:
+        self.requests.append(req)
+
+    def reject(self, req, reason: str) -> None:
+        req.status = "rejected"
+        req.reason = reason
+        self.rejected += 1
+
+    def complete(self, req) -> None:
+        req.status = "completed"
+        self.completed += 1
+        if self._progress is not None:
+            self._progress(req)
+
+    def step(self, replica: int, start_s: float, cost, batch, kv_used: int) -> None:
+        self.s_replica.append(replica)
+        self.s_start.append(start_s)
+        self.s_dur.append(cost.time_s)
+        self.s_seqs.append(batch.num_seqs)
+        self.s_prefill.append(batch.prefill_tokens)
+        self.s_decode.append(batch.decode_tokens)
+        self.s_ctx.append(batch.context_tokens)
+        self.s_flops.append(cost.flops)
+        self.s_bytes.append(cost.bytes)
+        self.s_compute.append(1 if cost.bound == "compute" else 0)
+        self.s_kv.append(kv_used)
+
+    def step_columns(self) -> dict[str, np.ndarray]:
+        return {
+            "replica": np.frombuffer(self.s_replica, dtype=np.int32),
+            "start_s": np.frombuffer(self.s_start),
+            "duration_s": np.frombuffer(self.s_dur),
+            "num_seqs": np.frombuffer(self.s_seqs, dtype=np.int32),
+            "prefill_tokens": np.frombuffer(self.s_prefill, dtype=np.int64),
+            "decode_tokens": np.frombuffer(self.s_decode, dtype=np.int64),
+            "context_tokens": np.frombuffer(self.s_ctx, dtype=np.int64),
+            "flops": np.frombuffer(self.s_flops),
+            "bytes": np.frombuffer(self.s_bytes),
+            "compute_bound": np.frombuffer(self.s_compute, dtype=np.int8).astype(bool),
+            "kv_blocks_used": np.frombuffer(self.s_kv, dtype=np.int64),
+        }
+
+    def request_columns(self) -> dict[str, np.ndarray]:
+        reqs = self.requests
+        f = lambda name, dt=float: np.array([getattr(r, name) for r in reqs], dtype=dt)  # noqa: E731
+        return {
+            "request_id": f("request_id", np.int64),
+            "arrival_s": f("arrival_s"),
+            "scheduled_s": f("scheduled_s"),
+            "first_token_s": f("first_token_s"),
+            "finish_s": f("finish_s"),
+            "prompt_tokens": f("prompt_tokens", np.int64),
+            "output_tokens": f("output_tokens", np.int64),
+            "replica": f("replica", np.int64),
+            "status": np.array([r.status for r in reqs], dtype=object),
+            "preemptions": f("preemptions", np.int64),
+            "reason": np.array([r.reason for r in reqs], dtype=object),
+        }
+
+
+def dist_stats(x: np.ndarray) -> dict:
+    """{mean, p50, p90, p99, max} of a sample (linear-interpolated percentiles); nulls if empty."""
+    x = np.asarray(x, dtype=float)
+    x = x[~np.isnan(x)]
+    if len(x) == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    p50, p90, p99 = np.percentile(x, [50, 90, 99])
+    return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(x.max())}
+
+
+def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: float, wall_time_s: float,
+              peak_flops_per_replica: float, peak_bw_per_replica: float, num_replicas: int, kv_blocks_total: int) -> dict:
+    """The ``summary.json`` contract (see the README for each key)."""
+    status = req["status"]
+    done = status == "completed"
+    n = len(status)
+    ttft = req["first_token_s"] - req["arrival_s"]
+    e2e = req["finish_s"] - req["arrival_s"]
+    queue = req["scheduled_s"] - req["arrival_s"]
+    out = req["output_tokens"]
+    multi = done & (out > 1)
+    tpot = np.full(n, np.nan)
+    tpot[multi] = (req["finish_s"][multi] - req["first_token_s"][multi]) / (out[multi] - 1)
+
+    met = done.copy()
+    if scenario.slo.ttft_s is not None:
+        met &= ttft <= scenario.slo.ttft_s
+    if scenario.slo.tpot_s is not None:
+        met &= ~(tpot > scenario.slo.tpot_s)  # NaN (single-token outputs) has no TPOT to miss
+    completed = int(done.sum())
+    per = lambda v: v / sim_time_s if sim_time_s > 0 else 0.0  # noqa: E731
+
+    dur = steps["duration_s"]
+    busy = float(dur.sum())
+    pf, dc = steps["prefill_tokens"], steps["decode_tokens"]
+    only_p, only_d = (pf > 0) & (dc == 0), (dc > 0) & (pf == 0)
+    mixed = (pf > 0) & (dc > 0)
+    nsteps = len(dur)
+    kv_use = steps["kv_blocks_used"] / kv_blocks_total if kv_blocks_total else np.zeros(nsteps)
+    return {
+        "scenario": scenario.name,
+        "num_requests": n,
+        "completed": completed,
+        "rejected": int((status == "rejected").sum()),
+        "unfinished": int((status == "unfinished").sum()),
+        "preemptions": int(req["preemptions"].sum()),
+        "sim_time_s": sim_time_s,
+        "wall_time_s": wall_time_s,
+        "throughput_rps": per(completed),
+        "output_tokens_per_s": per(float(out[done].sum())),
+        "ttft_s": dist_stats(ttft[done]),
+        "tpot_s": dist_stats(tpot[multi]),
+        "tbt_s": dist_stats(tbt),
+        "e2e_s": dist_stats(e2e[done]),
+        "queue_s": dist_stats(queue[done]),
+        "slo": {"ttft_s": scenario.slo.ttft_s, "tpot_s": scenario.slo.tpot_s},
+        "slo_attainment": float(met.sum() / n) if n else 0.0,
+        "goodput_rps": per(int(met.sum())),
+        "phases": {
+            "prefill_tokens": int(pf.sum()),
+            "decode_tokens": int(dc.sum()),
+            "steps": nsteps,
+            "prefill_steps": int(only_p.sum()),
+            "decode_steps": int(only_d.sum()),
+            "mixed_steps": int(mixed.sum()),
+            "prefill_time_s": float(dur[only_p].sum()),
+            "decode_time_s": float(dur[only_d].sum()),
+            "mixed_time_s": float(dur[mixed].sum()),
+            "compute_bound_steps": int(steps["compute_bound"].sum()),
+        },
+        "utilization": {
+            "busy_fraction": busy / (sim_time_s * num_replicas) if sim_time_s > 0 else 0.0,
+            "mean_batch_size": float(steps["num_seqs"].mean()) if nsteps else 0.0,
+            "kv_usage_mean": float((kv_use * dur).sum() / busy) if busy > 0 else 0.0,
+            "kv_usage_max": float(kv_use.max()) if nsteps else 0.0,
+            "mfu": float(steps["flops"].sum() / (busy * peak_flops_per_replica)) if busy > 0 else 0.0,
+            "mbu": float(steps["bytes"].sum() / (busy * peak_bw_per_replica)) if busy > 0 else 0.0,
+        },
+    }

@@ -1,0 +1,50 @@
+"""The request: lengths, progress counters and timestamps (seconds of simulated time).
+
+One idea covers every policy (vLLM v1's): ``num_tokens`` is what the request's KV would hold if
+fully computed (prompt plus every output token emitted so far); ``num_computed_tokens`` is how
+much of it has KV. A step hands a request ``n`` tokens; when that brings ``num_computed_tokens``
+up to ``num_tokens`` the step samples one new output token. A whole prefill, a prefill chunk and
+a decode token are the same thing at different sizes.
+"""
+
+from __future__ import annotations
+
+import math
+
+NAN = math.nan
+
+
+class Request:
+    __slots__ = (
+        "request_id", "arrival_s", "prompt_tokens", "output_tokens", "num_computed_tokens",
+        "num_output_done", "scheduled_s", "first_token_s", "last_token_s", "finish_s", "replica",
+        "status", "reason", "preemptions", "kv_blocks",
+    )
+
+    def __init__(self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int):
+        self.request_id = request_id
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        # The true output length. Only the replica reads it (to know when the request stops, as
+        # an EOS or max_tokens would tell a real server); policies must not.
+        self.output_tokens = output_tokens
+        self.num_computed_tokens = 0
+        self.num_output_done = 0  # output tokens emitted to the user so far
+        self.scheduled_s = NAN  # start of the first step that scheduled it
+        self.first_token_s = NAN
+        self.last_token_s = NAN
+        self.finish_s = NAN
+        self.replica = -1
+        self.status = "pending"  # pending -> completed | rejected | unfinished
+        self.reason = ""
+        self.preemptions = 0
+        self.kv_blocks = 0  # KV blocks held on its replica
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens whose KV the request needs now: the prompt plus output emitted so far."""
+        return self.prompt_tokens + self.num_output_done
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id}, prompt={self.prompt_tokens}, out={self.num_output_done}/"
+                f"{self.output_tokens}, computed={self.num_computed_tokens})")

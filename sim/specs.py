@@ -1,0 +1,194 @@
+"""Model and GPU specifications, their catalogs, and a Hugging Face ``config.json`` loader.
+
+Everything here is plain, frozen data. Units are in the names: ``*_bytes``, ``*_flops``,
+``*_bytes_per_s``. Catalog figures are datasheet numbers (sources in comments); measured
+efficiencies live in ``sim/cost/efficiency.py``, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.errors import InputError, did_you_mean
+
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer's shape (what the cost model and KV sizing need)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int  # MLP hidden size (per branch when gated)
+    vocab_size: int
+    gated_mlp: bool = True  # SwiGLU (gate + up) vs plain up + GELU
+    tied_embeddings: bool = False
+    max_context_tokens: int = 4096
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def layer_weight_params(self) -> int:
+        """Parameters of one transformer layer (attention + MLP; norms are negligible)."""
+        h = self.hidden_size
+        attn = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
+        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate_size
+        return attn + mlp + 2 * h
+
+    def total_params(self) -> int:
+        emb = self.vocab_size * self.hidden_size
+        head = 0 if self.tied_embeddings else emb
+        return self.num_layers * self.layer_weight_params() + emb + head + self.hidden_size
+
+    def kv_bytes_per_token(self, kv_dtype: str) -> float:
+        """KV bytes one token occupies across all layers and all GPUs of a replica (before TP)."""
+        return self.num_layers * 2 * self.kv_dim * DTYPE_BYTES[kv_dtype]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """Datasheet figures for one GPU (dense, no sparsity)."""
+
+    name: str
+    peak_flops: float  # dense BF16/FP16 tensor FLOP/s
+    fp8_flops: float  # dense FP8 FLOP/s (0 when unsupported)
+    mem_bytes: float  # HBM capacity
+    mem_bw_bytes_per_s: float  # HBM bandwidth
+    link_bw_bytes_per_s: float  # intra-node GPU-GPU bandwidth, one direction (NVLink / IF / PCIe)
+    pcie_bw_bytes_per_s: float  # host <-> device, one direction
+    link_latency_s: float = 5e-6  # per collective / send latency
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Arithmetic intensity where the roofline turns from memory- to compute-bound."""
+        return self.peak_flops / self.mem_bw_bytes_per_s
+
+
+T = 1e12
+G = 1e9
+
+# Datasheet numbers (dense, i.e. without 2:4 sparsity). Sources:
+#  a100-*: NVIDIA A100 Tensor Core GPU datasheet (2021): 312 TF BF16, 40GB/1555 GB/s, 80GB/2039 GB/s
+#          (SXM), NVLink 600 GB/s total (300 GB/s per direction), PCIe Gen4 32 GB/s per direction.
+#  a40:    NVIDIA A40 datasheet: 149.7 TF BF16 dense, 48 GB GDDR6 at 696 GB/s, NVLink bridge
+#          112.5 GB/s total, PCIe Gen4.
+#  h100-*: NVIDIA H100 Tensor Core GPU datasheet: SXM 989 TF BF16 / 1979 TF FP8 dense,
+#          80 GB at 3.35 TB/s, NVLink 900 GB/s total; PCIe 756 TF / 1513 TF, 80 GB at 2.0 TB/s,
+#          NVLink bridge 600 GB/s, PCIe Gen5 64 GB/s per direction.
+#  h200:   NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
+#  b200:   NVIDIA HGX B200 datasheet: 2.25 PF BF16 / 4.5 PF FP8 dense per GPU, 180 GB at 7.7 TB/s
+#          (HGX figure), NVLink 5 1.8 TB/s total.
+#  l40s:   NVIDIA L40S datasheet: 362 TF BF16 / 733 TF FP8 dense, 48 GB GDDR6 at 864 GB/s,
+#          no NVLink (PCIe Gen4).
+#  mi300x: AMD Instinct MI300X datasheet: 1307 TF BF16 / 2615 TF FP8 dense, 192 GB at 5.3 TB/s,
+#          Infinity Fabric 896 GB/s aggregate (7 links x 128 GB/s; one peer ~64 GB/s per direction
+#          is the worst case, we use the aggregate ring figure / 2).
+GPUS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in [
+        GpuSpec("a100-40g", 312 * T, 0.0, 40 * G, 1555 * G, 300 * G, 32 * G),
+        GpuSpec("a100-80g", 312 * T, 0.0, 80 * G, 2039 * G, 300 * G, 32 * G),
+        GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G),
+        GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * G, 3350 * G, 450 * G, 64 * G),
+        GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * G, 2000 * G, 300 * G, 64 * G),
+        GpuSpec("h200", 989 * T, 1979 * T, 141 * G, 4800 * G, 450 * G, 64 * G),
+        GpuSpec("b200", 2250 * T, 4500 * T, 180 * G, 7700 * G, 900 * G, 64 * G),
+        GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G),
+        GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * G, 5300 * G, 448 * G, 64 * G),
+    ]
+}
+
+# Shapes from each model's Hugging Face config.json.
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        ModelSpec("meta-llama/Llama-2-7b-hf", 32, 4096, 32, 32, 128, 11008, 32000, max_context_tokens=4096),
+        ModelSpec("meta-llama/Llama-2-70b-hf", 80, 8192, 64, 8, 128, 28672, 32000, max_context_tokens=4096),
+        ModelSpec("meta-llama/Meta-Llama-3-8B", 32, 4096, 32, 8, 128, 14336, 128256, max_context_tokens=8192),
+        ModelSpec("meta-llama/Meta-Llama-3-70B", 80, 8192, 64, 8, 128, 28672, 128256, max_context_tokens=8192),
+        # Mistral uses a 4096-token sliding window; v0 attends to the full context (conservative).
+        ModelSpec("mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 128, 14336, 32000, max_context_tokens=32768),
+        ModelSpec("codellama/CodeLlama-34b-Instruct-hf", 48, 8192, 64, 8, 128, 22016, 32000, max_context_tokens=16384),
+        ModelSpec("internlm/internlm-20b", 60, 5120, 40, 40, 128, 13824, 103168, max_context_tokens=4096),
+        # Qwen-72B's config says intermediate_size 49152: two halves of 24576 (gate and up).
+        ModelSpec("Qwen/Qwen-72B", 80, 8192, 64, 64, 128, 24576, 152064, max_context_tokens=32768),
+        ModelSpec("microsoft/phi-2", 32, 2560, 32, 32, 80, 10240, 51200, gated_mlp=False, max_context_tokens=2048),
+        ModelSpec("Qwen/Qwen2.5-7B-Instruct", 28, 3584, 28, 4, 128, 18944, 152064, max_context_tokens=32768),
+    ]
+}
+
+
+def get_gpu(name: str, path: str = "hardware.gpu") -> GpuSpec:
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise InputError(f"{path}: unknown GPU {name!r};{did_you_mean(name, GPUS)}") from None
+
+
+def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
+    """A catalog model by its Hugging Face id, or a model read from a ``config.json`` path."""
+    if name_or_path in MODELS:
+        return MODELS[name_or_path]
+    p = Path(name_or_path)
+    if p.is_dir():
+        p = p / "config.json"
+    if p.suffix == ".json" or p.exists():
+        if not p.exists():
+            raise InputError(f"{path}: config file {str(p)!r} does not exist")
+        return load_hf_config(p, path)
+    raise InputError(
+        f"{path}: unknown model {name_or_path!r}; give a catalog id or a path to a Hugging Face "
+        f"config.json;{did_you_mean(name_or_path, MODELS)}"
+    )
+
+
+def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
+    """Read the fields servesim needs from a Hugging Face ``config.json`` (Llama-style names)."""
+    try:
+        cfg = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: cannot read {p}: {e}") from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"{path}: {p} must hold a JSON object")
+    if "num_local_experts" in cfg or "num_experts" in cfg:
+        raise InputError(f"{path}: {p} describes a mixture-of-experts model, which the cost model does not support yet")
+
+    def need(*keys):
+        for k in keys:
+            if k in cfg:
+                v = cfg[k]
+                if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                    raise InputError(f"{path}: {p}: field {k!r} must be a positive integer, got {v!r}")
+                return v
+        raise InputError(f"{path}: {p} lacks {' / '.join(map(repr, keys))}")
+
+    hidden = need("hidden_size", "n_embd", "d_model")
+    heads = need("num_attention_heads", "n_head")
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or hidden // heads
+    act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
+    return ModelSpec(
+        name=cfg.get("_name_or_path") or str(p),
+        num_layers=need("num_hidden_layers", "n_layer"),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=int(kv_heads),
+        head_dim=int(head_dim),
+        intermediate_size=need("intermediate_size", "n_inner", "ffn_dim"),
+        vocab_size=need("vocab_size"),
+        gated_mlp=act in ("silu", "swiglu"),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_context_tokens=int(cfg.get("max_position_embeddings", 4096)),
+    )

@@ -1,0 +1,44 @@
+import copy
+
+import numpy as np
+import pytest
+
+from sim.scenario import scenario_from_dict
+from sim.workload import RequestSpecs
+
+BASE = {
+    "name": "test",
+    "seed": 0,
+    "model": "meta-llama/Meta-Llama-3-8B",
+    "hardware": {"gpu": "h100-sxm"},
+    "policy": {"name": "continuous", "max_num_seqs": 256, "max_num_batched_tokens": 8192},
+    "workload": {
+        "num_requests": 50,
+        "arrival": {"process": "poisson", "rate_rps": 4.0},
+        "prompt_tokens": {"dist": "uniform", "min": 16, "max": 512},
+        "output_tokens": {"dist": "uniform", "min": 1, "max": 64},
+    },
+}
+
+
+def make_scenario(**overrides):
+    """The BASE scenario with dotted-key overrides, e.g. make_scenario(**{"policy.max_num_seqs": 1})."""
+    data = copy.deepcopy(BASE)
+    for key, value in overrides.items():
+        node = data
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return scenario_from_dict(data)
+
+
+def specs(rows):
+    """RequestSpecs from (arrival_s, prompt_tokens, output_tokens) rows."""
+    a, p, o = zip(*rows)
+    return RequestSpecs(np.array(a, float), np.array(p, np.int64), np.array(o, np.int64))
+
+
+@pytest.fixture
+def scenario_factory():
+    return make_scenario

@@ -1,0 +1,129 @@
+"""The servesim command: outputs on disk, summary contract, and bad input -> exit 2 naming the field."""
+
+import csv
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sim.cli import main
+from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+
+GOOD = textwrap.dedent("""\
+    name: cli-test
+    model: meta-llama/Meta-Llama-3-8B
+    hardware: {gpu: h100-sxm}
+    policy: {name: continuous, max_num_seqs: 64, max_num_batched_tokens: 4096}
+    workload:
+      num_requests: 60
+      arrival: {process: poisson, rate_rps: 5.0}
+      prompt_tokens: {dist: lognormal, mean: 400, sigma: 0.5, max: 2000}
+      output_tokens: {dist: uniform, min: 4, max: 64}
+    slo: {ttft_s: 0.5, tpot_s: 0.05}
+""")
+
+
+def write(tmp_path, text, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_run_writes_the_contract_files(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", write(tmp_path, GOOD), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "TTFT" in printed and "goodput" in printed and "MFU" in printed
+    s = json.loads((out / "summary.json").read_text())
+    for key in ("scenario", "num_requests", "completed", "rejected", "sim_time_s", "wall_time_s", "throughput_rps",
+                "output_tokens_per_s", "ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s", "slo_attainment",
+                "goodput_rps", "phases", "utilization"):
+        assert key in s, key
+    for key in ("ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s"):
+        assert set(s[key]) == {"mean", "p50", "p90", "p99", "max"}
+        assert s[key]["p50"] <= s[key]["p99"] <= s[key]["max"]
+    assert s["num_requests"] == 60 == s["completed"] + s["rejected"] + s["unfinished"]
+    assert 0 < s["utilization"]["mfu"] < 1 and 0 < s["utilization"]["mbu"] < 1
+    with open(out / "requests.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert tuple(rows[0]) == REQUEST_COLUMNS and len(rows) == 60
+    with open(out / "steps.csv") as fh:
+        steps = list(csv.DictReader(fh))
+    assert tuple(steps[0]) == STEP_COLUMNS and {r["bound"] for r in steps} <= {"compute", "memory"}
+    resolved = (out / "scenario.yaml").read_text()
+    assert "gpu_memory_utilization: 0.9" in resolved and "block_size: 16" in resolved
+
+
+def test_set_override_and_seed(tmp_path):
+    out = tmp_path / "o"
+    p = write(tmp_path, GOOD)
+    assert main(["run", p, "--out", str(out), "--quiet", "--set", "workload.num_requests=10",
+                 "--set", "cluster.replicas=2", "--seed", "3"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["num_requests"] == 10
+    assert "replicas: 2" in (out / "scenario.yaml").read_text() and "seed: 3" in (out / "scenario.yaml").read_text()
+
+
+def test_validate_ok(tmp_path, capsys):
+    assert main(["validate", write(tmp_path, GOOD)]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+BAD = [
+    ("policy: {name: continuous,", "policy: {name: nope,", "policy.name", "continuous"),
+    ("model: meta-llama/Meta-Llama-3-8B", "model: meta-llama/Llama-9-9B", "model", "meta-llama/Meta-Llama-3-8B"),
+    ("hardware: {gpu: h100-sxm}", "hardware: {gpu: h900}", "hardware.gpu", "h100-sxm"),
+    ("rate_rps: 5.0", "rate_rps: -1", "workload.arrival.rate_rps", "> 0"),
+    ("  output_tokens: {dist: uniform, min: 4, max: 64}\n", "", "workload.output_tokens", "missing"),
+    ("sigma: 0.5", "sigma: 0.5}}: [", "s.yaml", "line"),
+    ("hardware: {gpu: h100-sxm}", "hardware: {gpu: h100-sxm, tp: 3}", "hardware.tp", "32"),
+    ("name: cli-test", "name: cli-test\npolicyy: {}", "policyy", "policy"),
+    ("dist: uniform, min: 4", "dist: unifrm, min: 4", "workload.output_tokens.dist", "uniform"),
+    ("model: meta-llama/Meta-Llama-3-8B", "model: meta-llama/Meta-Llama-3-70B", "does not fit", "GiB"),
+]
+
+
+@pytest.mark.parametrize("old,new,field,hint", BAD, ids=[b[2] for b in BAD])
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_bad_input_exit_2_names_the_field(tmp_path, capsys, old, new, field, hint, command):
+    assert old in GOOD
+    p = write(tmp_path, GOOD.replace(old, new))
+    args = [command, p] + (["--out", str(tmp_path / "o"), "--quiet"] if command == "run" else [])
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert field in err and hint in err, err
+    assert "Traceback" not in err
+
+
+def test_missing_file_and_bad_set(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.yaml"), "--quiet"]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
+    assert main(["run", write(tmp_path, GOOD), "--quiet", "--set", "policy.max_num_seqs=zero"]) == 2
+    assert "policy.max_num_seqs must be an integer" in capsys.readouterr().err
+
+
+def test_console_script_exit_status_without_traceback(tmp_path):
+    p = write(tmp_path, GOOD.replace("rate_rps: 5.0", "rate_rps: -1"))
+    proc = subprocess.run([sys.executable, "-m", "sim", "validate", p], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "workload.arrival.rate_rps must be > 0, got -1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cost_json(capsys):
+    assert main(["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "h100-sxm", "--tp", "2",
+                 "--prefill", "512", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {"step_time_s", "flops", "bytes", "arithmetic_intensity", "bound", "mfu", "mbu", "num_layers", "ops"} <= set(d)
+    assert {"qkv_proj", "o_proj", "mlp_up", "mlp_down", "attention", "allreduce", "lm_head", "overhead"} <= set(d["ops"])
+    assert sum(o["time_s"] for o in d["ops"].values()) == pytest.approx(d["step_time_s"])
+
+
+def test_cost_table_and_bad_gpu(capsys):
+    assert main(["cost", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "h100-sxm", "--decode-batch", "8",
+                 "--context", "1024"]) == 0
+    assert "memory-bound" in capsys.readouterr().out
+    assert main(["cost", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "h101", "--prefill", "8"]) == 2
+    assert "--gpu" in capsys.readouterr().err

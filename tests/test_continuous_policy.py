@@ -1,0 +1,105 @@
+"""Continuous batching without SimPy: exact tokens per request for hand-worked states."""
+
+from collections import deque
+
+from policies.base import ReplicaState
+from policies.continuous import ContinuousPolicy
+from sim.kv_cache import BlockAllocator
+from sim.request import Request
+
+
+def running_req(rid, prompt, emitted, kv):
+    """A request that has prefilled its prompt and emitted ``emitted`` tokens (KV holds
+    prompt + emitted - 1 tokens), with its blocks taken from ``kv``."""
+    r = Request(rid, 0.0, prompt, 10_000)
+    r.num_output_done = emitted
+    r.num_computed_tokens = prompt + emitted - 1
+    assert kv.grow(r, r.num_computed_tokens)
+    return r
+
+
+def scheduled(batch):
+    return {r.request_id: q for r, q in batch.items}
+
+
+def test_admits_whole_prompts_fcfs_under_token_budget():
+    kv = BlockAllocator(num_blocks=1000, block_size=16)
+    waiting = deque(Request(i, 0.0, p, 10) for i, p in enumerate([300, 500, 200, 100]))
+    pol = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=1000)
+    b = pol.next_batch(ReplicaState([], waiting, kv))
+    # 300 + 500 = 800 fit; 800 + 200 = 1000 fits exactly; 100 more would be 1100 > 1000: stop (FCFS, no skipping)
+    assert scheduled(b) == {0: 300, 1: 500, 2: 200}
+    assert [r.request_id for r in b.admitted] == [0, 1, 2]
+    assert b.prefill_tokens == 1000 and b.decode_tokens == 0 and b.num_sampled == 3
+
+
+def test_decodes_first_then_admission_shares_budget():
+    kv = BlockAllocator(num_blocks=1000, block_size=16)
+    running = [running_req(0, 100, 5, kv), running_req(1, 40, 2, kv)]
+    waiting = deque([Request(2, 0.0, 97, 10), Request(3, 0.0, 10, 10)])
+    pol = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=100)
+    b = pol.next_batch(ReplicaState(running, waiting, kv))
+    # budget 100: two decodes take 2, request 2 takes 97 (total 99); request 3 (10) does not fit in 1
+    assert scheduled(b) == {0: 1, 1: 1, 2: 97}
+    assert b.decode_tokens == 2 and b.prefill_tokens == 97
+    # attention pairs: decode of r0 at c=104 -> 105, r1 at c=41 -> 42, prefill 97*98/2 = 4753
+    assert b.attn_pairs == 105 + 42 + 4753
+    assert b.context_tokens == 105 + 42 + 97
+
+
+def test_sequence_cap():
+    kv = BlockAllocator(num_blocks=1000, block_size=16)
+    running = [running_req(i, 10, 1, kv) for i in range(3)]
+    waiting = deque(Request(10 + i, 0.0, 10, 10) for i in range(5))
+    b = ContinuousPolicy(max_num_seqs=4, max_num_batched_tokens=8192).next_batch(ReplicaState(running, waiting, kv))
+    # 3 running + 1 admitted = max_num_seqs 4
+    assert scheduled(b) == {0: 1, 1: 1, 2: 1, 10: 10}
+
+
+def test_admission_stops_when_kv_blocks_run_out():
+    kv = BlockAllocator(num_blocks=10, block_size=16)
+    running = [running_req(0, 32, 1, kv)]  # holds 2 blocks (32 tokens), next token needs a 3rd
+    waiting = deque([Request(1, 0.0, 64, 10), Request(2, 0.0, 65, 10), Request(3, 0.0, 16, 10)])
+    b = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=8192).next_batch(ReplicaState(running, waiting, kv))
+    # free 8; decode takes 1 (-> 7); req 1 needs 4 (-> 3); req 2 needs ceil(65/16)=5 > 3: stop, FCFS
+    assert scheduled(b) == {0: 1, 1: 64}
+    assert kv.num_free == 8  # the policy only decides; nothing was allocated
+
+
+def test_preempts_newest_when_kv_runs_out_mid_decode():
+    kv = BlockAllocator(num_blocks=6, block_size=16)
+    # each holds 32 tokens = 2 blocks (prompt 32, 1 emitted -> computed 32); the next token needs a 3rd block
+    r0, r1, r2 = (running_req(i, 32, 1, kv) for i in range(3))
+    waiting = deque([Request(9, 0.0, 8, 4)])
+    b = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=8192).next_batch(ReplicaState([r0, r1, r2], waiting, kv))
+    # free 0: r0 needs 1 block -> preempt newest r2 (frees 2) -> r0 takes 1; r1 needs 1 -> takes the other.
+    assert scheduled(b) == {0: 1, 1: 1}
+    assert [r.request_id for r in b.preempted] == [2]
+    assert b.admitted == ()  # no admission in a step that preempted
+
+
+def test_preempts_itself_when_it_is_the_newest_left():
+    kv = BlockAllocator(num_blocks=4, block_size=16)
+    r0, r1 = running_req(0, 32, 1, kv), running_req(1, 32, 1, kv)
+    b = ContinuousPolicy().next_batch(ReplicaState([r0, r1], deque(), kv))
+    # free 0: r0 needs 1 -> preempt r1 (frees 2) -> r0 scheduled; r1 is gone
+    assert scheduled(b) == {0: 1} and [r.request_id for r in b.preempted] == [1]
+    kv2 = BlockAllocator(num_blocks=2, block_size=16)
+    lone = running_req(5, 32, 1, kv2)
+    b2 = ContinuousPolicy().next_batch(ReplicaState([lone], deque(), kv2))
+    assert scheduled(b2) == {} and [r.request_id for r in b2.preempted] == [5]
+
+
+def test_recompute_after_preemption_prefills_prompt_plus_emitted_output():
+    kv = BlockAllocator(num_blocks=100, block_size=16)
+    r = Request(0, 0.0, 50, 20)
+    r.num_output_done = 7  # preempted after emitting 7 tokens; KV freed
+    b = ContinuousPolicy().next_batch(ReplicaState([], deque([r]), kv))
+    assert scheduled(b) == {0: 57}
+    assert b.prefill_tokens == 57 and b.num_sampled == 1
+
+
+def test_admission_error_for_prompts_over_budget():
+    pol = ContinuousPolicy(max_num_batched_tokens=512)
+    assert pol.admission_error(500, 13) is None  # 500 + 13 - 1 = 512
+    assert "max_num_batched_tokens" in pol.admission_error(500, 14)

@@ -1,0 +1,97 @@
+"""Tiny scenarios whose every timestamp is worked out by hand from the cost model."""
+
+import math
+
+import pytest
+
+from sim.batch import synthetic_batch
+from sim.simulate import prepare, simulate
+from tests.conftest import make_scenario, specs
+
+
+def test_two_requests_exact_timestamps():
+    sc = make_scenario()
+    cm = prepare(sc).cost_model
+    # A arrives at 0 (prompt 100, 3 output tokens); B at 1 ms, during A's prefill (prompt 50, 2 tokens).
+    res = simulate(sc, specs=specs([(0.0, 100, 3), (0.001, 50, 2)]))
+    d1 = cm.step_time(synthetic_batch(prefill=[(100, 0)])).time_s  # A's prefill alone
+    d2 = cm.step_time(synthetic_batch(prefill=[(50, 0)], decode_contexts=[100])).time_s  # A decodes, B prefills
+    d3 = cm.step_time(synthetic_batch(decode_contexts=[101, 50])).time_s  # both decode
+    assert d1 > 0.001  # B really arrives during step 1
+    r = res.requests
+    expect = {
+        "scheduled_s": [0.0, d1],
+        "first_token_s": [d1, d1 + d2],
+        "finish_s": [d1 + d2 + d3, d1 + d2 + d3],
+    }
+    for col, values in expect.items():
+        assert r[col].tolist() == pytest.approx(values, rel=1e-12, abs=1e-15), col
+    assert list(r["status"]) == ["completed", "completed"]
+    st = res.steps
+    assert st["duration_s"].tolist() == pytest.approx([d1, d2, d3], rel=1e-12)
+    assert st["prefill_tokens"].tolist() == [100, 50, 0]
+    assert st["decode_tokens"].tolist() == [0, 1, 2]
+    assert st["num_seqs"].tolist() == [1, 2, 2]
+    assert st["context_tokens"].tolist() == [100, 101 + 50, 102 + 51]
+    # TBT gaps: A's tokens at d1, d1+d2, d1+d2+d3 -> gaps d2, d3; B's at d1+d2, d1+d2+d3 -> gap d3
+    assert sorted(res.tbt_s.tolist()) == pytest.approx(sorted([d2, d3, d3]), rel=1e-12)
+    s = res.summary
+    assert s["ttft_s"]["max"] == pytest.approx(d1 + d2 - 0.001, rel=1e-12)
+    assert s["tpot_s"]["mean"] == pytest.approx(((d2 + d3) / 2 + d3) / 2, rel=1e-12)
+    assert s["sim_time_s"] == pytest.approx(d1 + d2 + d3, rel=1e-12)
+    assert res.kv_blocks_in_use == [0]
+
+
+def test_single_token_output_finishes_at_first_token_and_has_no_tpot():
+    res = simulate(make_scenario(), specs=specs([(0.0, 64, 1)]))
+    r = res.requests
+    assert r["first_token_s"][0] == r["finish_s"][0]
+    assert res.summary["tpot_s"]["mean"] is None
+    assert len(res.tbt_s) == 0
+
+
+def test_duration_stops_the_run_and_reports_unfinished():
+    sc = make_scenario(**{"workload.num_requests": None, "workload.duration_s": 1.0,
+                          "workload.output_tokens": {"dist": "fixed", "value": 1000}})
+    res = simulate(sc)
+    status = list(res.requests["status"])
+    assert len(status) > 0 and set(status) == {"unfinished"}  # 1000 tokens take far more than 1 s
+    assert res.summary["unfinished"] == len(status)
+    assert res.summary["sim_time_s"] == 1.0
+
+
+def test_request_that_can_never_fit_is_rejected_with_reason():
+    sc = make_scenario(**{"memory.num_gpu_blocks": 10})  # 160 tokens of KV
+    res = simulate(sc, specs=specs([(0.0, 100, 10), (0.1, 150, 20), (0.2, 20, 5)]))
+    r = res.requests
+    assert list(r["status"]) == ["completed", "rejected", "completed"]
+    assert "KV blocks" in r["reason"][1] and "170" in r["reason"][1]
+    assert math.isnan(r["first_token_s"][1])
+
+
+def test_prompt_beyond_context_length_rejected():
+    res = simulate(make_scenario(), specs=specs([(0.0, 8000, 500)]))  # Llama-3-8B: 8192 context
+    assert res.requests["status"][0] == "rejected"
+    assert "context length 8192" in res.requests["reason"][0]
+
+
+def test_preemption_under_kv_pressure_recomputes_and_finishes_everything():
+    sc = make_scenario(**{"memory.num_gpu_blocks": 40})  # 640 tokens of KV for 4 x (100 + 200)
+    res = simulate(sc, specs=specs([(0.0, 100, 200)] * 4))
+    r = res.requests
+    assert list(r["status"]) == ["completed"] * 4
+    assert r["preemptions"].sum() > 0
+    # recompute repeats prefill work: more prefill tokens than the prompts alone
+    assert res.summary["phases"]["prefill_tokens"] > 400
+    assert res.kv_blocks_in_use == [0]
+    assert res.steps["kv_blocks_used"].max() <= 40
+
+
+def test_round_robin_and_least_outstanding_routing():
+    rows = [(0.0, 100, 10), (0.0, 1000, 10), (0.0, 100, 10), (0.0, 100, 10)]
+    rr = simulate(make_scenario(**{"cluster.replicas": 2}), specs=specs(rows))
+    assert rr.requests["replica"].tolist() == [0, 1, 0, 1]
+    lot = simulate(make_scenario(**{"cluster.replicas": 2, "cluster.router": "least_outstanding_tokens"}),
+                   specs=specs(rows))
+    # loads: r0 gets 100; r1 (0) gets 1000; r0 (100) gets 100; r0 (200 < 1000) gets the last
+    assert lot.requests["replica"].tolist() == [0, 1, 0, 0]

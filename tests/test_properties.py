@@ -1,0 +1,65 @@
+"""Invariants that must hold for any workload (hypothesis)."""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.simulate import simulate
+from tests.conftest import make_scenario, specs
+
+request_rows = st.lists(
+    st.tuples(st.floats(0, 5, allow_nan=False), st.integers(1, 1500), st.integers(1, 200)),
+    min_size=1, max_size=25,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=request_rows, max_num_seqs=st.integers(1, 16), budget=st.integers(256, 4096),
+       blocks=st.one_of(st.none(), st.integers(8, 400)), replicas=st.integers(1, 3),
+       duration=st.one_of(st.none(), st.floats(0.2, 5)),
+       router=st.sampled_from(["round_robin", "least_outstanding_tokens"]))
+def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router):
+    rows = sorted(rows)
+    sc = make_scenario(**{
+        "policy.max_num_seqs": max_num_seqs, "policy.max_num_batched_tokens": budget,
+        "memory.num_gpu_blocks": blocks, "cluster.replicas": replicas, "cluster.router": router,
+        "workload.duration_s": duration, "workload.num_requests": 10,
+    })
+    if duration is not None:
+        rows = [r for r in rows if r[0] < duration]
+        if not rows:
+            return
+    res = simulate(sc, specs=specs(rows))
+    r = res.requests
+    status = r["status"]
+
+    # every arrival is accounted for, exactly once
+    assert len(status) == len(rows)
+    assert set(status) <= {"completed", "rejected", "unfinished"}
+    if duration is None:
+        assert "unfinished" not in set(status)
+        assert res.kv_blocks_in_use == [0] * replicas  # all KV returned
+    assert all(reason for reason, s in zip(r["reason"], status) if s == "rejected")
+
+    # timestamps ordered: arrival <= scheduled <= first token <= finish
+    done = status == "completed"
+    assert np.all(r["arrival_s"][done] <= r["scheduled_s"][done])
+    assert np.all(r["scheduled_s"][done] < r["first_token_s"][done])
+    assert np.all(r["first_token_s"][done] <= r["finish_s"][done])
+    if duration is not None:
+        assert np.all(r["finish_s"][done] <= duration)
+
+    # output tokens conserved: completed requests decoded all their tokens
+    st_ = res.steps
+    if blocks is not None:
+        assert st_["kv_blocks_used"].max(initial=0) <= blocks
+
+    # no step beats its roofline floor
+    cm_peak = 989e12  # h100-sxm, tp=1
+    bw = 3350e9
+    floor = np.maximum(st_["flops"] / cm_peak, st_["bytes"] / bw)
+    assert np.all(st_["duration_s"] >= floor)
+
+    # batch limits respected
+    assert np.all(st_["num_seqs"] <= max_num_seqs)
+    assert np.all(st_["prefill_tokens"] + st_["decode_tokens"] <= budget)
