@@ -150,8 +150,10 @@ def batch_size_timeline(data: dict, ax):
 
 def tokens_timeline(data: dict, ax):
     """Prefill and decode tokens in each step."""
-    ax.plot(data["t"], data["prefill_tokens"], ".", markersize=2, color=KIND_COLORS["prefill"], label="prefill tokens")
-    ax.plot(data["t"], data["decode_tokens"], ".", markersize=2, color=KIND_COLORS["decode"], label="decode tokens")
+    ax.plot(data["t"], data["prefill_tokens"], ".", markersize=2, color=KIND_COLORS["prefill"], label="prefill tokens",
+            rasterized=True)
+    ax.plot(data["t"], data["decode_tokens"], ".", markersize=2, color=KIND_COLORS["decode"], label="decode tokens",
+            rasterized=True)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("tokens per step")
     ax.legend(loc="upper right", fontsize="small", markerscale=4)
@@ -226,7 +228,7 @@ def roofline(data: dict, ax):
         m = kind == k
         if m.any():
             ax.scatter(ai[m], achieved[m] / 1e12, s=6, alpha=0.5, color=KIND_COLORS[k], label=f"{k} steps ({m.sum()})",
-                       edgecolors="none")
+                       edgecolors="none", rasterized=True)
     peak, bw = data["peak_flops"], data["mem_bw"]
     ridge = peak / bw
     lo = min(ai.min() if len(ai) else 1.0, ridge) / 3
