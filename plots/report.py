@@ -31,6 +31,8 @@ _NOT_SWEPT = {"point", "status", "error", "hash", "dir", "meets"}
 def _ms(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
+    if v >= 10:
+        return f"{v:.0f} s"
     v = v * 1e3
     return f"{v:.0f} ms" if v >= 100 else f"{v:.1f} ms" if v >= 1 else f"{v:.2f} ms"
 
