@@ -312,8 +312,8 @@ def build_report(path: str | Path) -> Path:
             qmax = int(td["waiting"].max()) if len(td["waiting"]) else 0
             tq = float(td["queue_t"][td["waiting"].argmax()]) if len(td["waiting"]) else 0.0
             parts.append(f"{g}: mean batch {td['num_seqs'].mean() if len(td['num_seqs']) else 0:.1f} sequences, "
-                         f"KV peaks at {(kv.max() if len(kv) else 0) * 100:.0f}%, up to {qmax} requests waiting "
-                         f"(at {tq:.0f} s)")
+                         f"KV peaks at {(kv.max() if len(kv) else 0) * 100:.0f}%, up to {qmax} "
+                         f"request{'' if qmax == 1 else 's'} waiting (at {tq:.0f} s)")
         add("timeline", "Per-replica timeline", fig, "Replica 0" + where + ": " + "; ".join(parts) + ".")
 
         # roofline
@@ -323,7 +323,7 @@ def build_report(path: str | Path) -> Path:
             rd = r.roofline_data()
             F.roofline(rd, axes[0, j])
             axes[0, j].set_title(f"{g}: steps on the roofline")
-            parts.append(_roofline_sentence(g, rd))
+            parts.append(_roofline_sentence(g, rd, brief=j > 0))
         add("roofline", "Roofline", fig, " ".join(parts))
 
     out = path / "report.md"
@@ -340,7 +340,11 @@ def meta_slo(meta) -> dict:
         return {}
 
 
-def _roofline_sentence(g, rd) -> str:
+def _share(x: float) -> str:
+    return f"{x:.1%}" if x < 0.01 else f"{x:.0%}"
+
+
+def _roofline_sentence(g, rd, brief: bool = False) -> str:
     import numpy as np
 
     fl, by, dur, kind = rd["flops"], rd["bytes"], rd["duration_s"], np.asarray(rd["kind"])
@@ -348,11 +352,17 @@ def _roofline_sentence(g, rd) -> str:
     ok = (by > 0) & (dur > 0)
     ai = np.where(ok, fl / np.where(by > 0, by, 1), 0)
     below = float((ai[ok] < ridge).mean()) if ok.any() else 0.0
-    parts = [f"{g}: {below:.0%} of steps lie left of the ridge ({ridge:.0f} FLOP/B, memory-bound side)"]
+    if brief:
+        parts = [f"{g}: {below:.0%} left of the ridge"]
+    else:
+        parts = [f"{g}: {below:.0%} of steps lie left of the ridge ({ridge:.0f} FLOP/B, memory-bound side)"]
     for k in ("decode", "prefill", "mixed"):
         m = ok & (kind == k)
         if m.any():
             ach = fl[m].sum() / dur[m].sum()
-            parts.append(f"{k} steps reach a median {np.median(ai[m]):.0f} FLOP/B and "
-                         f"{ach / 1e12:.0f} TFLOP/s ({ach / rd['peak_flops']:.0%} of peak)")
-    return "; ".join(parts) + "."
+            if brief:
+                parts.append(f"{k} {ach / 1e12:.0f} TFLOP/s")
+            else:
+                parts.append(f"{k} steps reach a median {np.median(ai[m]):.0f} FLOP/B and "
+                             f"{ach / 1e12:.0f} TFLOP/s ({_share(ach / rd['peak_flops'])} of peak)")
+    return ("; " if not brief else ", ").join(parts) + "."

@@ -50,7 +50,10 @@ def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
             raise InputError(f"--variant {label}: give at least one KEY=VALUE after the label")
         ov = {}
         for text in sets:
-            parts, value = parse_override(text)
+            try:
+                parts, value = parse_override(text)
+            except InputError as e:
+                raise InputError(f"--variant {label}: {str(e).replace('--set ', '', 1)}") from None
             ov[".".join(parts)] = value
         name = ov.get("policy.name")
         if name is not None and name not in POLICIES:

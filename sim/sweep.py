@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,6 +301,8 @@ def execute(points: list[Point], out_dir: Path, executor: str = "local", workers
             seen[out] = [key]
             unique.append((key, data, out))
     by_index = {p.index: p for p in points}
+    out_of = {key: out for key, _, out in unique}
+    last_write = [0.0]
     bar = None
     if progress and unique:
         from tqdm import tqdm
@@ -309,10 +312,11 @@ def execute(points: list[Point], out_dir: Path, executor: str = "local", workers
         bar = tqdm(total=len(unique), unit="run", desc=desc, file=sys.stderr, dynamic_ncols=True)
 
     def on_done(key, row):
-        out = next(o for k, _, o in unique if k == key)
-        for k in seen[out]:
+        for k in seen[out_of[key]]:
             by_index[k].row = dict(row)
-        write_results(out_dir, points)
+        if time.monotonic() - last_write[0] > 1.0:  # keep results.csv current without rewriting it per point
+            write_results(out_dir, points)
+            last_write[0] = time.monotonic()
         if bar is not None:
             bar.update(1)
             if row.get("status") != "ok":
