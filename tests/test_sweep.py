@@ -176,3 +176,18 @@ def test_compare_takes_names_from_the_registry(tmp_path, monkeypatch):
     monkeypatch.setitem(POLICIES, "toy", POLICIES["continuous"])
     assert configurations("continuous,toy", None) == [("continuous", {"policy.name": "continuous"}),
                                                        ("toy", {"policy.name": "toy"})]
+
+
+def test_run_ignores_the_sweep_block(tmp_path):
+    sc = scenario_file(tmp_path, sweep={"grid": {"seed": [0, 1]}})
+    assert main(["run", sc, "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert "sweep" not in (tmp_path / "o" / "scenario.yaml").read_text()
+
+
+def test_ray_executor_without_ray_exits_2(tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    sc = scenario_file(tmp_path)
+    assert main(["sweep", sc, "--grid", "seed=0,1", "--out", str(tmp_path / "o"), "--executor", "ray", "--quiet"]) == 2
+    assert "pip install 'servesim[ray]'" in capsys.readouterr().err
