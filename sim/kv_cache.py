@@ -7,6 +7,7 @@ ids: a request holds ``ceil(tokens / block_size)`` blocks for its computed token
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from sim.errors import InputError
@@ -76,46 +77,132 @@ def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_
 
 
 class BlockAllocator:
-    """Counts of free and used KV blocks on one replica, per request.
+    """Paged KV blocks of one replica, with an optional block-hash prefix cache.
 
-    Contract: ``grow(req, tokens)`` makes ``req`` hold enough blocks for ``tokens`` tokens and
-    returns False (changing nothing) when there are not enough free blocks; ``free(req)`` returns
-    all of its blocks. ``used + free == total`` always holds.
+    A request maps ``req.kv_blocks`` logical blocks, ``ceil(tokens / block_size)`` for the tokens
+    whose KV it holds. Blocks are interchangeable except the full blocks of a shared prefix
+    (``req.prefix_group`` >= 0, first ``req.prefix_tokens // block_size`` blocks): with prefix
+    caching, block ``j`` of group ``g`` is hashed as ``(g, j)``, shared by every request mapping it
+    (reference counts), and kept after its last user frees it, as free-but-cached, until evicted
+    LRU (last-freed last; a request's later blocks are freed first so prefixes survive longest).
+
+    Contract: ``num_free`` = empty blocks + cached blocks nobody references (an allocation takes
+    an empty block first, else evicts the least recently freed cached one). ``grow(req, tokens)``
+    maps enough blocks for ``tokens`` tokens, or returns False changing nothing when fewer than
+    the new blocks are free (a cache hit may need no free block; planning counts it anyway).
+    ``free(req)`` unmaps all of its blocks. ``num_used + num_free == num_blocks`` always.
     """
 
-    __slots__ = ("block_size", "num_blocks", "num_free")
+    __slots__ = ("block_size", "num_blocks", "num_empty", "caching", "cache", "evictable")
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self.num_free = num_blocks
+        self.num_empty = num_blocks
+        self.caching = prefix_caching
+        self.cache: dict = {}  # (group, j) -> number of requests mapping it
+        self.evictable: OrderedDict = OrderedDict()  # cached keys nobody maps, least recently freed first
 
-    def blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
-
-    def extra_blocks(self, req, tokens: int) -> int:
-        """Blocks ``req`` would need on top of what it holds to hold ``tokens`` tokens."""
-        need = -(-tokens // self.block_size) - req.kv_blocks
-        return need if need > 0 else 0
-
-    def grow(self, req, tokens: int) -> bool:
-        extra = self.extra_blocks(req, tokens)
-        if extra > self.num_free:
-            return False
-        self.num_free -= extra
-        req.kv_blocks += extra
-        return True
-
-    def free(self, req) -> None:
-        self.num_free += req.kv_blocks
-        req.kv_blocks = 0
-        assert self.num_free <= self.num_blocks, "KV blocks freed twice"
+    @property
+    def num_free(self) -> int:
+        return self.num_empty + len(self.evictable)
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - self.num_free
+        return self.num_blocks - self.num_empty - len(self.evictable)
 
     @property
     def usage(self) -> float:
         return self.num_used / self.num_blocks
 
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def extra_blocks(self, req, tokens: int) -> int:
+        """Free blocks ``req`` would need (at most) on top of what it maps to hold ``tokens`` tokens."""
+        need = -(-tokens // self.block_size) - req.kv_blocks
+        return need if need > 0 else 0
+
+    def _prefix_blocks(self, req) -> int:
+        if not self.caching or req.prefix_group < 0:
+            return 0
+        return req.prefix_tokens // self.block_size
+
+    def cached_prefix_blocks(self, req) -> tuple[int, int]:
+        """(leading prefix blocks of ``req`` found in the cache, how many of those nobody maps now)."""
+        pb = self._prefix_blocks(req)
+        hits = idle = 0
+        g = req.prefix_group
+        while hits < pb:
+            rc = self.cache.get((g, hits))
+            if rc is None:
+                break
+            hits += 1
+            idle += rc == 0
+        return hits, idle
+
+    def _take(self, n: int) -> None:
+        take = min(n, self.num_empty)
+        self.num_empty -= take
+        for _ in range(n - take):
+            key, _ = self.evictable.popitem(last=False)
+            del self.cache[key]
+
+    def grow(self, req, tokens: int) -> bool:
+        target = -(-tokens // self.block_size)
+        have = req.kv_blocks
+        new = target - have
+        if new <= 0:
+            return True
+        if new > self.num_free:
+            return False
+        pb = self._prefix_blocks(req)
+        if pb <= have:  # no shared blocks among the new ones
+            self._take(new)
+        else:
+            g = req.prefix_group
+            for j in range(have, target):
+                if j < pb:
+                    key = (g, j)
+                    rc = self.cache.get(key)
+                    if rc is None:
+                        self._take(1)
+                        self.cache[key] = 1
+                    else:
+                        if rc == 0:
+                            del self.evictable[key]
+                        self.cache[key] = rc + 1
+                else:
+                    self._take(1)
+        req.kv_blocks = target
+        return True
+
+    def shrink(self, req, tokens: int) -> None:
+        """Unmap blocks past what ``tokens`` tokens need (rejected speculative tokens)."""
+        target = -(-tokens // self.block_size)
+        extra = req.kv_blocks - target
+        if extra > 0:
+            assert target >= self._prefix_blocks(req), "shrinking into a shared prefix"
+            self.num_empty += extra
+            req.kv_blocks = target
+
+    def detach(self, req) -> tuple:
+        """Take ``req``'s blocks off it but keep them allocated (KV in flight to another replica);
+        ``release`` the returned token to free them."""
+        token = (req.prefix_group, min(self._prefix_blocks(req), req.kv_blocks), req.kv_blocks)
+        req.kv_blocks = 0
+        return token
+
+    def release(self, token) -> None:
+        g, shared, n = token
+        for j in range(shared - 1, -1, -1):  # later blocks become evictable first
+            key = (g, j)
+            rc = self.cache[key] - 1
+            self.cache[key] = rc
+            if rc == 0:
+                self.evictable[key] = None
+        self.num_empty += n - shared
+        assert self.num_empty + len(self.evictable) <= self.num_blocks, "KV blocks freed twice"
+
+    def free(self, req) -> None:
+        self.release(self.detach(req))

@@ -131,7 +131,9 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             delay = arr[i] - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            req = Request(i, arr[i], pr[i], out[i])
+            # env.now, not arr[i]: now + (arr[i] - now) can differ from arr[i] in the last bit, and
+            # every other timestamp is taken from env.now
+            req = Request(i, env.now, pr[i], out[i])
             rec.arrive(req)
             replicas[route(replicas, req)].submit(req)
 
