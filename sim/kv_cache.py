@@ -51,19 +51,20 @@ def activation_reserve_bytes(model, tp: int, max_num_batched_tokens: int, max_nu
 
 
 def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_bytes: float,
-            num_blocks_override: int | None = None) -> KvCapacity:
-    """Per-GPU memory plan; a clear error when weights (and the reserve) leave no room for KV."""
+            num_blocks_override: int | None = None, extra_weight_bytes: float = 0.0, where: str = "hardware") -> KvCapacity:
+    """Per-GPU memory plan; a clear error when weights (and the reserve) leave no room for KV.
+    ``extra_weight_bytes``: other weights on the replica's GPUs (a speculative draft model)."""
     cm = cost_model
     cap = KvCapacity(
         usable_bytes=cm.gpu.mem_bytes * gpu_memory_utilization,
-        weight_bytes=cm.weight_bytes / cm.num_gpus,
+        weight_bytes=(cm.weight_bytes + extra_weight_bytes) / cm.num_gpus,
         activation_reserve_bytes=reserve_bytes,
         kv_bytes_per_token=cm.kv_bytes_per_token_per_gpu(),
         block_size=block_size,
     )
     if cap.kv_pool_bytes < cap.kv_bytes_per_token * block_size:
         raise InputError(
-            f"hardware: model {cm.model.name} does not fit on {cm.gpu.name} with tp={cm.tp}, pp={cm.pp}: "
+            f"{where}: model {cm.model.name} does not fit on {cm.gpu.name} with tp={cm.tp}, pp={cm.pp}: "
             f"per GPU, weights take {cap.weight_bytes / GIB:.1f} GiB and the activation reserve "
             f"{cap.activation_reserve_bytes / GIB:.1f} GiB of {cap.usable_bytes / GIB:.1f} GiB usable "
             f"({cm.gpu.mem_bytes / GIB:.1f} GiB x memory.gpu_memory_utilization={gpu_memory_utilization}), "
@@ -128,9 +129,12 @@ class BlockAllocator:
             return 0
         return req.prefix_tokens // self.block_size
 
-    def cached_prefix_blocks(self, req) -> tuple[int, int]:
-        """(leading prefix blocks of ``req`` found in the cache, how many of those nobody maps now)."""
+    def cached_prefix_blocks(self, req, max_blocks: int | None = None) -> tuple[int, int]:
+        """(leading prefix blocks of ``req`` found in the cache, up to ``max_blocks``; how many of
+        those nobody maps now)."""
         pb = self._prefix_blocks(req)
+        if max_blocks is not None:
+            pb = min(pb, max_blocks)
         hits = idle = 0
         g = req.prefix_group
         while hits < pb:
@@ -140,6 +144,14 @@ class BlockAllocator:
             hits += 1
             idle += rc == 0
         return hits, idle
+
+    def freeable_blocks(self, req) -> int:
+        """Blocks that would become free if ``req`` were freed now (shared blocks others map do not)."""
+        shared = min(self._prefix_blocks(req), req.kv_blocks)
+        if not shared:
+            return req.kv_blocks
+        g = req.prefix_group
+        return req.kv_blocks - sum(1 for j in range(shared) if self.cache[(g, j)] > 1)
 
     def _take(self, n: int) -> None:
         take = min(n, self.num_empty)
