@@ -20,8 +20,10 @@ class RequestSpecs:
     """Columns of the requests a workload makes, sorted by arrival."""
 
     arrival_s: np.ndarray  # float64
-    prompt_tokens: np.ndarray  # int64
+    prompt_tokens: np.ndarray  # int64 (shared prefix included)
     output_tokens: np.ndarray  # int64
+    prefix_group: np.ndarray | None = None  # int64, -1 = no shared prefix
+    prefix_tokens: np.ndarray | None = None  # int64
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -74,5 +76,13 @@ def sample_lengths(dist, n: int, rng: np.random.Generator) -> np.ndarray:
 def generate(workload: Workload, rng: np.random.Generator) -> RequestSpecs:
     arrivals = arrival_times(workload.arrival, workload.num_requests, workload.duration_s, rng)
     n = len(arrivals)
-    return RequestSpecs(arrivals, sample_lengths(workload.prompt_tokens, n, rng),
-                        sample_lengths(workload.output_tokens, n, rng))
+    prompt = sample_lengths(workload.prompt_tokens, n, rng)
+    output = sample_lengths(workload.output_tokens, n, rng)
+    sp = workload.shared_prefix
+    if sp is None:
+        return RequestSpecs(arrivals, prompt, output)
+    # drawn after everything else, so adding a shared prefix leaves the other draws unchanged
+    member = rng.random(n) < sp.fraction
+    group = np.where(member, rng.integers(0, sp.groups, n), -1).astype(np.int64)
+    prefix = np.where(member, sp.tokens, 0).astype(np.int64)
+    return RequestSpecs(arrivals, prompt + prefix, output, group, prefix)
