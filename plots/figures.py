@@ -193,20 +193,23 @@ def replica_timeline(data: dict, axes):
 
 # ---------------------------------------------------------------- TTFT breakdown
 def ttft_breakdown(data: dict, ax):
-    """Mean TTFT split into queueing, prefill compute and KV transfer, one stacked bar per label.
+    """Mean TTFT as queueing + prefill, with the P/D split's KV transfer stacked on top, per label.
 
-    ``data``: {label: {"queueing": s, "prefill": s, "transfer": s}}.
+    ``data``: {label: {"queueing": s, "prefill": s, "transfer": s}} (``RunData.ttft_breakdown``).
+    The transfer comes after the first token (it delays the second), so the bar's top is the mean
+    time until decoding can start; without a P/D split it is 0 and the bar is the mean TTFT.
     """
     labels = list(data)
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
-    for comp, name in (("queueing", "queueing"), ("prefill", "prefill compute"), ("transfer", "KV transfer")):
+    for comp, name in (("queueing", "queueing"), ("prefill", "prefill compute"),
+                       ("transfer", "KV transfer (P/D, before 2nd token)")):
         vals = np.array([data[lbl].get(comp, 0.0) for lbl in labels]) * 1e3
         ax.bar(x, vals, bottom=bottom, color=COMPONENT_COLORS[comp], label=name, width=0.6)
         bottom += vals
     ax.set_xticks(x, [str(lbl) for lbl in labels], rotation=20 if len(labels) > 3 else 0)
-    ax.set_ylabel("mean TTFT (ms)")
-    ax.set_title("TTFT breakdown")
+    ax.set_ylabel("mean time (ms)")
+    ax.set_title("TTFT breakdown (+ KV transfer)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize="small")
     return ax

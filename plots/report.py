@@ -232,7 +232,7 @@ def build_report(path: str | Path) -> Path:
     md += ["## Summary", ""]
     if data["rows"]:
         cols = ["point", *data["cols"], "status", "throughput_rps", "goodput_rps", "slo_attainment", "ttft_p50_s",
-                "ttft_p99_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s", "mean_batch_size"]
+                "ttft_p99_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
         md += [_md_table(data["rows"], cols), ""]
         errs = [r for r in data["rows"] if r["status"] != "ok"]
         for r in errs:
@@ -294,10 +294,10 @@ def build_report(path: str | Path) -> Path:
         F.ttft_breakdown(bd, ax)
         parts = []
         for g, d in bd.items():
-            tot = sum(d.values())
+            tot = d["queueing"] + d["prefill"]
             if tot > 0:
-                parts.append(f"{g} {_ms(tot)} ({d['queueing'] / tot:.0%} queueing, {d['prefill'] / tot:.0%} prefill, "
-                             f"{d['transfer'] / tot:.0%} KV transfer)")
+                x = f" then {_ms(d['transfer'])} of KV transfer to the decode pool" if d["transfer"] > 0 else ""
+                parts.append(f"{g} {_ms(tot)} ({d['queueing'] / tot:.0%} queueing, {d['prefill'] / tot:.0%} prefill){x}")
         add("ttft_breakdown", "TTFT breakdown", fig, "Mean TTFT" + where + ": " + "; ".join(parts) + ".")
 
         shown = list(runs.items())[:MAX_GROUPS_PER_PANEL]

@@ -35,9 +35,25 @@ def parse_rates(text: str | None) -> list[float]:
     return out
 
 
+def policy_names() -> list[str]:
+    """Valid ``policy.name`` values: the ``POLICIES`` registry plus the deployments the scenario
+    schema names (``pd_split`` is two pools of registered policies, not a registry entry)."""
+    import typing
+
+    from policies import POLICIES
+    from sim.scenario import Policy
+
+    names = list(POLICIES)
+    hint = typing.get_type_hints(Policy).get("name")
+    for n in typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ():
+        if n not in names:
+            names.append(n)
+    return names
+
+
 def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
     """[(label, {dotted.key: value})] from --policies and --variant, policy names checked."""
-    from policies import POLICIES
+    POLICIES = policy_names()
 
     configs = []
     for name in [x.strip() for x in (policies or "").split(",") if x.strip()]:
@@ -90,7 +106,7 @@ def cmd_compare(args) -> int:
     execute(points, out, args.executor, args.workers, args.address, not args.quiet, desc="compare")
     rows = read_results(out / RESULTS)
     cols = ["label", *([RATE_KEY] if rates else []), "status", "throughput_rps", "goodput_rps", "slo_attainment",
-            "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s", "mean_batch_size"]
+            "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
     print(format_table(rows, cols))
     print(f"\nwrote {out / RESULTS}")
     if not args.no_report:

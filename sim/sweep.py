@@ -161,13 +161,14 @@ def grid_points(base: dict, grid: dict) -> list[Point]:
 
 # ---------------------------------------------------------------- one point (runs in a worker)
 def num_gpus(data: dict) -> int:
-    """GPUs a scenario uses: replicas x tp x pp, plus any prefill/decode pools a policy declares."""
+    """GPUs a resolved scenario uses: replicas x tp x pp, or the sum over a P/D split's two pools."""
     hw = data.get("hardware", {})
-    per = int(hw.get("tp", 1)) * int(hw.get("pp", 1))
-    cl = data.get("cluster", {})
-    pools = [cl.get(k) for k in ("prefill_replicas", "decode_replicas") if cl.get(k) is not None]
-    replicas = sum(int(x) for x in pools) if pools else int(cl.get("replicas", 1))
-    return replicas * per
+    tp, pp = int(hw.get("tp", 1)), int(hw.get("pp", 1))
+    pol = data.get("policy") or {}
+    if pol.get("name") == "pd_split":
+        return sum(int((pol.get(k) or {}).get("replicas", 1)) * int((pol.get(k) or {}).get("tp") or tp) * pp
+                   for k in ("prefill", "decode"))
+    return int((data.get("cluster") or {}).get("replicas", 1)) * tp * pp
 
 
 def flatten_summary(s: dict) -> dict:

@@ -71,16 +71,19 @@ def test_report_bad_folder_exits_2(tmp_path, capsys):
     assert "neither summary.json" in capsys.readouterr().err
 
 
-def expected_events(res):
+def expected_events(res, replicas):
     r = res.requests
-    n = 3 * res.scenario.cluster.replicas + len(res.steps["start_s"])
-    for st, sch, first, fin in zip(r["status"], r["scheduled_s"], r["first_token_s"], r["finish_s"]):
+    n = 3 * replicas + len(res.steps["start_s"])
+    for st, sch, first, fin, xfer in zip(r["status"], r["scheduled_s"], r["first_token_s"], r["finish_s"],
+                                         r["kv_transfer_s"]):
         if st == "rejected":
             n += 1
             continue
         # queued from arrival (to the end of the run if never scheduled), prefill once scheduled,
-        # decode once the first token is out (unless that token was the only one)
-        phases = 1 + (not np.isnan(sch)) + (not np.isnan(first) and (np.isnan(fin) or fin > first))
+        # kv_transfer once handed off (P/D), decode once the first token is out (unless the only one)
+        landed = first + (0 if np.isnan(xfer) else xfer)
+        phases = (1 + (not np.isnan(sch)) + (not np.isnan(xfer))
+                  + (not np.isnan(first) and (np.isnan(fin) or fin > landed)))
         n += 2 * (1 + phases)
     return n
 
@@ -94,7 +97,7 @@ def test_chrome_trace_parses_with_the_expected_events(tmp_path):
     trace = json.loads(trace_file.read_text())
     ev = trace["traceEvents"]
     res = simulate(sc)
-    assert len(ev) == expected_events(res)
+    assert len(ev) == expected_events(res, 2)
     # all requests completed with > 1 output token or 1: 3 metadata x 2 replicas + steps + 2 x (1 + phases)
     steps = [e for e in ev if e["ph"] == "X"]
     assert len(steps) == len(res.steps["start_s"])
@@ -126,8 +129,45 @@ def test_trace_of_rejected_and_unfinished_requests():
     st = res.requests["status"]
     assert (st == "rejected").any() and (st == "unfinished").any()
     trace = chrome_trace(res.requests, res.steps, res.summary["sim_time_s"], 1)
-    assert len(trace["traceEvents"]) == expected_events(res)
+    assert len(trace["traceEvents"]) == expected_events(res, 1)
     inst = [e for e in trace["traceEvents"] if e["ph"] == "i"]
     assert len(inst) == (st == "rejected").sum() and all(e["args"]["reason"] for e in inst)
     ends = [e["ts"] for e in trace["traceEvents"] if e["ph"] == "e"]
     assert max(ends) <= res.summary["sim_time_s"] * 1e6 + 1e-3
+
+
+def pd_results():
+    d = copy.deepcopy(BASE)
+    d["workload"]["num_requests"] = 30
+    d["policy"] = {"name": "pd_split", "prefill": {"replicas": 1}, "decode": {"replicas": 2}}
+    return simulate(scenario_from_dict(d))
+
+
+def test_pd_split_trace_timeline_and_gpus():
+    from plots.rundata import RunData
+    from sim.sweep import num_gpus
+
+    res = pd_results()
+    r = res.requests
+    assert np.isfinite(r["kv_transfer_s"]).any()
+    trace = chrome_trace(res.requests, res.steps, res.summary["sim_time_s"])
+    ev = trace["traceEvents"]
+    assert len(ev) == expected_events(res, 3)  # 1 prefill + 2 decode replicas
+    assert sum(e["ph"] == "b" and e["name"] == "kv_transfer" for e in ev) == np.isfinite(r["kv_transfer_s"]).sum()
+    assert {e["args"]["decode_replica"] for e in ev if e["ph"] == "b" and e.get("args", {}).get("decode_replica")} <= {1, 2}
+    rd = RunData.from_results(res)
+    assert [p[:3] for p in rd.pools()] == [("prefill", 0, 1), ("decode", 1, 2)]
+    dec = rd.timeline_data(1)
+    assert dec["pool"] == "decode" and dec["running"].max() > 0 and dec["waiting"].max() == 0
+    assert np.nanmax(dec["kv_usage"]) <= 1
+    pre = rd.timeline_data(0)
+    # on the prefill replica a request runs only until its KV has left, not until it finishes
+    handed = r["decode_replica"] >= 0
+    leaves = np.where(handed, r["first_token_s"] + np.nan_to_num(r["kv_transfer_s"]), r["finish_s"])
+    t = pre["queue_t"][:, None]
+    expected = ((r["scheduled_s"] <= t) & (leaves > t)).sum(axis=1)
+    assert (pre["running"] == expected).all()
+    assert ((r["scheduled_s"] <= t) & (r["finish_s"] > t)).sum() > expected.sum()
+    bd = rd.ttft_breakdown()
+    assert bd["transfer"] > 0
+    assert num_gpus(res.scenario.to_dict()) == 3

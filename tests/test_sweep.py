@@ -173,9 +173,12 @@ def test_compare_rejects_unregistered_policy(tmp_path, capsys):
 def test_compare_takes_names_from_the_registry(tmp_path, monkeypatch):
     from sim.compare import configurations
 
+    from sim.compare import policy_names
+
     monkeypatch.setitem(POLICIES, "toy", POLICIES["continuous"])
     assert configurations("continuous,toy", None) == [("continuous", {"policy.name": "continuous"}),
                                                        ("toy", {"policy.name": "toy"})]
+    assert set(POLICIES) <= set(policy_names())
 
 
 def test_run_ignores_the_sweep_block(tmp_path):

@@ -2,11 +2,10 @@
 
     python tools/readme_figures.py [--policies a,b,...] [--rates 4,8,...] [--workers N]
 
-Runs the packaged default scenario (Llama-3-8B on one H100) through each registered policy (or
-``--policies``) at several arrival rates with ``servesim compare``'s machinery, then draws the
-figures with the same plot functions ``servesim report`` uses. With a single registered policy
-it adds a variant of it with a small batch cap (``max_num_seqs=32``) so there is something to
-compare. The work folder (``docs/_work``, git-ignored by ``runs/``) makes reruns resume.
+Runs the packaged default scenario (Llama-3-8B on H100) through continuous batching, chunked
+prefill (512-token budget) and the P/D split (or ``--policies``) at several arrival rates with
+``servesim compare``'s machinery, then draws the figures with the same plot functions
+``servesim report`` uses. The work folder (``docs/_work``, git-ignored by ``runs/``) makes reruns resume.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from plots import figures as F  # noqa: E402
 from plots.report import build_report  # noqa: E402
 from plots.rundata import RunData  # noqa: E402
-from policies import POLICIES  # noqa: E402
+from sim.compare import policy_names  # noqa: E402
 from sim.scenario import default_scenario_path, read_yaml  # noqa: E402
 from sim.sweep import RESULTS, execute, make_points, read_results, write_meta  # noqa: E402
 
@@ -40,8 +39,16 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--out", default=str(ROOT / "docs"))
     args = ap.parse_args(argv)
-    names = args.policies.split(",") if args.policies else list(POLICIES)
-    configs = [(n, {"policy.name": n}) for n in names]
+    if args.policies:
+        configs = [(n, {"policy.name": n}) for n in args.policies.split(",")]
+    else:
+        # continuous; chunked prefill with a small token budget (Sarathi-style); the P/D split
+        # (two GPUs: one prefill, one decode replica). static batching is left out by default:
+        # its minutes-long queues would flatten every other curve.
+        configs = [("continuous", {"policy.name": "continuous"}),
+                   ("chunked_prefill", {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 512}),
+                   ("pd_split", {"policy.name": "pd_split"})]
+        configs = [c for c in configs if c[0] in policy_names()]
     if len(configs) < 2:
         configs.append(("continuous-32seqs", {"policy.name": "continuous", "policy.max_num_seqs": 32}))
     rates = [float(r) for r in args.rates.split(",")]
