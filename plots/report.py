@@ -86,7 +86,8 @@ def load_folder(path: Path) -> dict:
     if has_rate:
         for g in groups.values():
             g.sort(key=lambda r: r[RATE_KEY])
-    ok = {g: [r for r in rs if r["status"] == "ok" and r.get("dir")] for g, rs in groups.items()}
+    ok = {g: [r for r in rs if r["status"] == "ok" and r.get("dir") and (path / r["dir"] / "summary.json").is_file()]
+          for g, rs in groups.items()}
     rep_rate = None
     if meta.get("kind") == "capacity":
         # The per-run figures show the probe at the capacity found (the highest that met).
@@ -94,7 +95,8 @@ def load_folder(path: Path) -> dict:
         chosen = {"probes": max(met, key=lambda r: r[RATE_KEY])} if met else {}
         rep_rate = chosen["probes"][RATE_KEY] if chosen else None
     elif has_rate:
-        common = set.intersection(*(set(r[RATE_KEY] for r in rs) for rs in ok.values())) if ok else set()
+        ran = [set(r[RATE_KEY] for r in rs) for rs in ok.values() if rs]  # groups that failed throughout: left out
+        common = set.intersection(*ran) if ran else set()
         rep_rate = max(common) if common else None
         chosen = {g: next(r for r in rs if r[RATE_KEY] == rep_rate) for g, rs in ok.items() if rep_rate is not None}
     else:

@@ -236,12 +236,16 @@ def _execute_local(tasks, workers: int, on_done):
 
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
         futs = {pool.submit(run_point, data, out): key for key, data, out in tasks}
-        for fut in as_completed(futs):
-            try:
-                row = fut.result()
-            except Exception as e:  # noqa: BLE001 - e.g. a worker killed for memory
-                row = {"status": "error", "error": f"worker failed: {type(e).__name__}: {e}"}
-            on_done(futs[fut], row)
+        try:
+            for fut in as_completed(futs):
+                try:
+                    row = fut.result()
+                except Exception as e:  # noqa: BLE001 - e.g. a worker killed for memory
+                    row = {"status": "error", "error": f"worker failed: {type(e).__name__}: {e}"}
+                on_done(futs[fut], row)
+        except BaseException:  # Ctrl-C: drop the queued points; finished ones stay for a resume
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _execute_ray(tasks, address: str | None, workers: int | None, on_done):
