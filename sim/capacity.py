@@ -121,9 +121,11 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None) -> dict:
 class Search:
     """Probes rates through the sweep executor; remembers every probe."""
 
-    def __init__(self, base: dict, out: Path, slo: dict, attainment, probe_requests: int, args):
+    def __init__(self, base: dict, out: Path, slo: dict, attainment, probe_requests: int, args,
+                 probe_duration_s: float | None = None):
         self.base, self.out, self.slo, self.attainment = base, out, slo, attainment
         self.n = probe_requests
+        self.duration = probe_duration_s
         self.args = args
         self.points = []  # every probe, in order
         self.results = {}  # rate -> evaluation
@@ -133,8 +135,8 @@ class Search:
         if not rates:
             return
         first = len(self.points)
-        variants = [({RATE_KEY: r}, {RATE_KEY: r, "workload.num_requests": self.n, "workload.duration_s": None})
-                    for r in rates]
+        variants = [({RATE_KEY: r}, {RATE_KEY: r, "workload.num_requests": self.requests_at(r),
+                                      "workload.duration_s": None}) for r in rates]
         new = make_points(self.base, variants)
         for i, p in enumerate(new):
             p.index = first + i
@@ -155,6 +157,12 @@ class Search:
                 if k != "meets" and k not in ("throughput_rps", "goodput_rps"):
                     p.values[f"probe_{k}"] = v
         write_results(self.out, self.points)
+
+    def requests_at(self, rate: float) -> int:
+        """Requests in a probe: ``--probe-requests``, or more to span ``--probe-duration`` of arrivals."""
+        if self.duration is None:
+            return self.n
+        return max(self.n, math.ceil(rate * self.duration))
 
     def bracket(self):
         """(lo, hi): the largest meeting rate below the smallest failing rate above it."""
@@ -226,10 +234,20 @@ def cmd_capacity(args) -> int:
         sc = scenario_from_dict(base)
     except InputError as e:
         raise InputError(f"{args.scenario}: {e}") from None
-    n = args.probe_requests or max(sc.workload.num_requests or 0, 1000)
+    arrival = sc.workload.arrival
+    if getattr(arrival, "rate_rps", None) is None:
+        raise InputError(f"servesim capacity searches workload.arrival.rate_rps; the {arrival.process!r} arrival "
+                         "process has none (use an open-loop process with a rate, e.g. poisson, gamma, sinusoidal)")
+    n = args.probe_requests if args.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
     if n < 1:
         raise InputError(f"--probe-requests must be >= 1, got {n}")
-    start = args.start or sc.workload.arrival.rate_rps
+    duration = args.probe_duration
+    if duration is not None and not duration > 0:
+        raise InputError(f"--probe-duration must be > 0 seconds, got {duration}")
+    period = getattr(arrival, "period_s", None)
+    if duration is None and period:
+        duration = 2 * period  # a time-varying rate: each probe spans two of its periods
+    start = args.start or arrival.rate_rps
     if start <= 0:
         raise InputError(f"--start must be > 0, got {start}")
     tmp = None
@@ -240,14 +258,16 @@ def cmd_capacity(args) -> int:
         out = Path(tmp.name)
     out.mkdir(parents=True, exist_ok=True)
     write_meta(out, {"kind": "capacity", "scenario": str(args.scenario), "slo": args.slo,
-                     "attainment": args.attainment, "probe_requests": n, "set": args.set or []})
+                     "attainment": args.attainment, "probe_requests": n, "probe_duration_s": duration,
+                     "set": args.set or []})
     workers = args.workers or (os.cpu_count() or 1)
-    s = Search(base, out, slo, args.attainment, n, args)
+    s = Search(base, out, slo, args.attainment, n, args, duration)
     cap, above = search_capacity(s, start, args.tol, args.max_probes, workers if args.executor == "local" else
                                  (args.workers or 2))
     gpus = num_gpus(sc.to_dict())
     keys = [f"{m}_{st}" for (m, st) in slo]
-    print(f"probes ({n} requests each; {'share within limits >= ' + str(args.attainment) if args.attainment else 'percentiles over all requests'}):")
+    size = f"{n} requests each" if duration is None else f"max({n} requests, {duration:g} s of arrivals) each"
+    print(f"probes ({size}; {'share within limits >= ' + str(args.attainment) if args.attainment else 'percentiles over all requests'}):")
     header = ["rate req/s", "meets", *(k + " ms" for k in keys), "attain", "tput req/s"]
     lines = [header]
     for p in s.points:
@@ -287,6 +307,9 @@ def register(sub) -> None:
     p.add_argument("--attainment", type=float, help="instead: this share of requests within every limit (e.g. 0.9)")
     p.add_argument("--per-gpu", action="store_true", help="also report capacity divided by the GPUs used")
     p.add_argument("--probe-requests", type=int, help="requests per probe (default: max(scenario's, 1000))")
+    p.add_argument("--probe-duration", type=float, metavar="S",
+                   help="make each probe at least S seconds of arrivals (default: two periods of a periodic "
+                        "arrival process, else off)")
     p.add_argument("--start", type=float, help="first rate to probe (default: the scenario's rate)")
     p.add_argument("--tol", type=float, default=0.02, help="stop when the bracket is this narrow (default 0.02)")
     p.add_argument("--max-probes", type=int, default=40, help="give up after this many probes (default 40)")

@@ -84,3 +84,17 @@ def test_bad_slo_exits_2(tmp_path, capsys, slo, needle):
     sc.write_text(yaml.safe_dump(scenario_data()))
     assert main(["capacity", str(sc), "--slo", slo]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_probe_duration_scales_requests_with_rate(tmp_path):
+    from sim.sweep import read_results
+
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=0.3", "--probe-requests", "50", "--probe-duration", "20",
+                 "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    for row in read_results(out / "results.csv"):
+        rate = row["workload.arrival.rate_rps"]
+        resolved = yaml.safe_load((out / row["dir"] / "scenario.yaml").read_text())
+        assert resolved["workload"]["num_requests"] == max(50, int(np.ceil(rate * 20)))
