@@ -119,9 +119,22 @@ def pop_sweep_block(data: dict) -> dict:
     return out
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("servesim")
+    except Exception:  # noqa: BLE001 - not installed (running from a checkout)
+        return "unknown"
+
+
 def scenario_hash(data: dict) -> str:
-    """Digest of a resolved scenario (its canonical JSON): the resume key of a sweep point."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    """Digest of a resolved scenario (canonical JSON) and the servesim version: a sweep point's resume key.
+
+    Results of another servesim version are not reused; within one version, delete ``DIR/runs``
+    to rerun after changing the code.
+    """
+    text = json.dumps({"servesim": _version(), "scenario": data}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
