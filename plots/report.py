@@ -264,8 +264,13 @@ def build_report(path: str | Path) -> Path:
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
         F.goodput_vs_load(gp, ax, colors)
         best = {g: max(zip(d["goodput"], d["rate"])) for g, d in gp.items() if d["goodput"]}
+        gpus = {g: next((r.get("num_gpus") for r in rs if r.get("num_gpus")), None) for g, rs in data["groups"].items()}
+        per_gpu = len({gpus[g] for g in best}) > 1  # unequal hardware: say it per GPU too
         add("goodput_vs_load", "Goodput vs offered load", fig,
-            "Peak goodput: " + "; ".join(f"{g} {v:.3g} req/s (at {_rate(r)})" for g, (v, r) in best.items()) + ".")
+            "Peak goodput: " + "; ".join(
+                f"{g} {v:.3g} req/s (at {_rate(r)}" + (f"; {v / gpus[g]:.3g} per GPU of {gpus[g]}" if per_gpu and gpus[g]
+                                                    else "") + ")"
+                for g, (v, r) in best.items()) + ".")
         tl = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
                   "throughput": [r["output_tokens_per_s"] for r in rs if r["status"] == "ok"],
                   "latency": [r["tpot_p99_s"] for r in rs if r["status"] == "ok"]} for g, rs in data["groups"].items()}
