@@ -194,3 +194,23 @@ def test_ray_executor_without_ray_exits_2(tmp_path, monkeypatch, capsys):
     sc = scenario_file(tmp_path)
     assert main(["sweep", sc, "--grid", "seed=0,1", "--out", str(tmp_path / "o"), "--executor", "ray", "--quiet"]) == 2
     assert "pip install 'servesim[ray]'" in capsys.readouterr().err
+
+
+def test_a_bug_in_one_point_is_recorded_with_its_traceback(tmp_path, monkeypatch):
+    import sim.simulate
+
+    real = sim.simulate.simulate
+
+    def flaky(scenario, *a, **kw):
+        if scenario.seed == 1:
+            raise RuntimeError("boom")
+        return real(scenario, *a, **kw)
+
+    monkeypatch.setattr(sim.simulate, "simulate", flaky)
+    out = tmp_path / "sw"
+    assert main(["sweep", scenario_file(tmp_path), "--grid", "seed=0,1,2", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    rows = read_results(out / "results.csv")
+    assert [r["status"] for r in rows] == ["ok", "error", "ok"]
+    assert rows[1]["error"].startswith("RuntimeError: boom") and "Traceback" in rows[1]["error"]
+    assert not any(p.name.startswith(".tmp") for p in (out / "runs").iterdir())
