@@ -284,7 +284,7 @@ def _execute_ray(tasks, address: str | None, workers: int | None, on_done):
                     row = {"status": "error", "error": f"ray task failed: {type(e).__name__}: {e}"}
                 on_done(refs[ref], row)
     finally:
-        if started and address is None:
+        if started:  # stops the local instance, or disconnects from the cluster at --address
             ray.shutdown()
 
 
