@@ -198,20 +198,34 @@ def ttft_breakdown(data: dict, ax):
     ``data``: {label: {"queueing": s, "prefill": s, "transfer": s}} (``RunData.ttft_breakdown``).
     The transfer comes after the first token (it delays the second), so the bar's top is the mean
     time until decoding can start; without a P/D split it is 0 and the bar is the mean TTFT.
+    Each bar carries its total. When totals differ more than 50-fold the bars show shares (%)
+    instead of milliseconds, so the small ones stay readable.
     """
     labels = list(data)
     x = np.arange(len(labels))
+    comps = (("queueing", "queueing"), ("prefill", "prefill compute"),
+             ("transfer", "KV transfer (P/D, before 2nd token)"))
+    ms = {c: np.array([data[lbl].get(c, 0.0) for lbl in labels]) * 1e3 for c, _ in comps}
+    totals = sum(ms.values())
+    pos = totals[totals > 0]
+    shares = len(pos) > 1 and pos.max() / pos.min() > 50
+    scale = np.where(totals > 0, 100 / np.where(totals > 0, totals, 1), 0) if shares else np.ones(len(labels))
     bottom = np.zeros(len(labels))
-    for comp, name in (("queueing", "queueing"), ("prefill", "prefill compute"),
-                       ("transfer", "KV transfer (P/D, before 2nd token)")):
-        vals = np.array([data[lbl].get(comp, 0.0) for lbl in labels]) * 1e3
+    for comp, name in comps:
+        vals = ms[comp] * scale
         ax.bar(x, vals, bottom=bottom, color=COMPONENT_COLORS[comp], label=name, width=0.6)
         bottom += vals
+    for xi, top, tot in zip(x, bottom, totals):  # the total on each bar
+        text = f"{tot / 1e3:.0f} s" if tot >= 1e4 else f"{tot:.0f} ms" if tot >= 10 else f"{tot:.1f} ms"
+        ax.annotate(text, (xi, top), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=8)
     ax.set_xticks(x, [str(lbl) for lbl in labels], rotation=20 if len(labels) > 3 else 0)
-    ax.set_ylabel("mean time (ms)")
+    if shares:
+        ax.set_ylim(0, 115)
+    ax.set_ylabel("share of mean time (%)" if shares else "mean time (ms)")
     ax.set_title("TTFT breakdown (+ KV transfer)")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(labels) <= 3 else -0.2),
+              ncol=3, frameon=False)
     return ax
 
 
