@@ -126,6 +126,9 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("Qwen/Qwen-72B", 80, 8192, 64, 64, 128, 24576, 152064, max_context_tokens=32768),
         ModelSpec("microsoft/phi-2", 32, 2560, 32, 32, 80, 10240, 51200, gated_mlp=False, max_context_tokens=2048),
         ModelSpec("Qwen/Qwen2.5-7B-Instruct", 28, 3584, 28, 4, 128, 18944, 152064, max_context_tokens=32768),
+        # a typical speculative-decoding draft for the Llama-3 family
+        ModelSpec("meta-llama/Llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, tied_embeddings=True,
+                  max_context_tokens=131072),
     ]
 }
 
