@@ -32,6 +32,7 @@ class Batch:
     context_tokens: int = 0  # sum of c + q (KV tokens touched by attention)
     num_sampled: int = 0
     padding_tokens: int = 0
+    decode_context_tokens: int = 0  # the part of context_tokens that decoding sequences touch
 
     @property
     def empty(self) -> bool:
@@ -40,7 +41,7 @@ class Batch:
 
 def make_batch(items, preempted=(), admitted=()) -> Batch:
     """Build a ``Batch`` from ``(request, tokens)`` pairs, deriving the aggregate counts."""
-    num_tokens = prefill = decode = nprefill = ctx = sampled = 0
+    num_tokens = prefill = decode = nprefill = ctx = sampled = dctx = 0
     pairs = 0
     for req, q in items:
         c = req.num_computed_tokens
@@ -51,11 +52,12 @@ def make_batch(items, preempted=(), admitted=()) -> Batch:
             sampled += 1
         if q == 1 and req.num_output_done > 0 and c == req.num_tokens - 1:
             decode += 1
+            dctx += c + 1
         else:
             prefill += q
             nprefill += 1
     return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items), num_tokens, prefill, decode,
-                 nprefill, float(pairs), ctx, sampled)
+                 nprefill, float(pairs), ctx, sampled, 0, dctx)
 
 
 def synthetic_batch(prefill=(), decode_contexts=()) -> Batch:
@@ -70,5 +72,6 @@ def synthetic_batch(prefill=(), decode_contexts=()) -> Batch:
     ctx = sum(q + c for q, c in prefill) + sum(c + 1 for c in decode_contexts)
     p_tokens = sum(q for q, _ in prefill)
     n = len(prefill) + len(decode_contexts)
+    dctx = sum(c + 1 for c in decode_contexts)
     return Batch((), (), (), n, p_tokens + len(decode_contexts), p_tokens, len(decode_contexts),
-                 len(prefill), float(pairs), ctx, n)
+                 len(prefill), float(pairs), ctx, n, 0, dctx)
