@@ -14,6 +14,7 @@ import simpy
 
 from policies import POLICIES
 from sim.cost import CostModel
+from sim.cost.calibration import efficiencies_for
 from sim.errors import InputError
 from sim.kv_cache import GIB, BlockAllocator, KvCapacity, activation_reserve_bytes, size_kv
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, summarize
@@ -46,7 +47,8 @@ def prepare(scenario: Scenario) -> Setup:
     if model.num_heads % hw.tp:
         raise InputError(f"hardware.tp={hw.tp} must divide the model's {model.num_heads} attention heads")
     cm = CostModel(model, gpu, hw.tp, hw.pp, hw.dtype, hw.kv_dtype or hw.dtype,
-                   scenario.cost.step_overhead_s, scenario.cost.per_seq_overhead_s)
+                   scenario.cost.step_overhead_s, scenario.cost.per_seq_overhead_s,
+                   efficiencies_for(gpu, scenario.cost.calibration))
     mem = scenario.memory
     if mem.activation_reserve_gib is not None:
         reserve = mem.activation_reserve_gib * GIB
