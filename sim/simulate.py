@@ -133,7 +133,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             delay = arr[i] - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            req = Request(i, arr[i], pr[i], out[i])
+            # stamp the engine's clock: now = prev + (arr - prev) can land an ulp before arr[i]
+            req = Request(i, env.now, pr[i], out[i])
             rec.arrive(req)
             replicas[route(replicas, req)].submit(req)
 
