@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from datetime import date
@@ -397,16 +398,8 @@ def calibration_yaml(eff: Efficiencies, gpu: GpuSpec, provenance: str, quality: 
 
 
 def load_calibration(path: str | Path, where: str = "cost.calibration") -> Efficiencies:
-    import yaml
-
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{where}: calibration file {str(p)!r} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise InputError(f"{where}: cannot read calibration file {p}: {e}") from None
-    return from_dict(data, f"{where}: {p}")
+    return from_dict(dict(_raw(p, where)), f"{where}: {p}")
 
 
 def shipped_calibrations() -> dict[str, Path]:
@@ -430,11 +423,22 @@ def closest_calibrated(gpu: GpuSpec, calibrated: list[str]) -> str | None:
     return best[2] if best else None
 
 
-def _raw(path: Path, where: str) -> dict:
-    import yaml
-
+def _raw(path: Path, where: str, cached: bool = False) -> dict:
     if not path.is_file():
         raise InputError(f"{where}: calibration file {str(path)!r} does not exist")
+    return _raw_packaged(str(path), where) if cached else _read_raw(str(path), where)
+
+
+@functools.lru_cache(maxsize=32)
+def _raw_packaged(path: str, where: str) -> dict:
+    """Packaged calibration files do not change while we run: parse each once (callers copy)."""
+    return _read_raw(path, where)
+
+
+def _read_raw(path: str, where: str) -> dict:
+    import yaml
+
+    path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
@@ -461,15 +465,15 @@ def efficiencies_for(gpu: GpuSpec, calibration: str = "auto", where: str = "cost
     name = gpu.name if own else closest_calibrated(gpu, sorted(shipped))
     if name is None:
         return DEFAULT_EFFICIENCIES
-    data = dict(_raw(shipped[name], f"{where} (packaged {name})"))
+    data = dict(_raw(shipped[name], f"{where} (packaged {name})", True))
     notes = [] if own else [f"transferred from {name}"]
     for fam in FAMILIES:
         if fam in data:
             continue
         donor = closest_calibrated(GPUS[name], [g for g in sorted(shipped) if g != name
-                                                and fam in _raw(shipped[g], where)])
+                                                and fam in _raw(shipped[g], where, True)])
         if donor:
-            data[fam] = _raw(shipped[donor], where)[fam]
+            data[fam] = _raw(shipped[donor], where, True)[fam]
             notes.append(f"{fam} from {donor}")
     eff = from_dict(data, f"{where} (packaged {name})")
     if notes:
