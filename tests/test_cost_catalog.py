@@ -113,3 +113,24 @@ def test_cost_json_contract_with_calibrated_model(capsys):
     assert main(["cost", "--model", "mistralai/Mixtral-8x7B-v0.1", "--gpu", "a100-80g", "--tp", "2",
                  "--decode-batch", "8", "--context", "512"]) == 0
     assert "moe_router" in capsys.readouterr().out
+
+
+def test_scenario_gpu_from_yaml(tmp_path, scenario_factory):
+    from sim.simulate import prepare
+
+    p = tmp_path / "gpu.yaml"
+    p.write_text("name: big-h100\nbase: h100-sxm\nmem_bytes: 160e9\n")
+    setup = prepare(scenario_factory(**{"hardware.gpu": str(p)}))
+    assert setup.cost_model.gpu.mem_bytes == 160e9
+    assert setup.capacity.num_blocks > prepare(scenario_factory()).capacity.num_blocks
+
+
+def test_calibrated_tp_speeds_up_prefill_but_not_perfectly():
+    from sim.specs import MODELS as M
+
+    b = synthetic_batch(prefill=[(2048, 0)])
+    eff = efficiencies_for(H100)
+    t1 = CostModel(M["meta-llama/Meta-Llama-3-8B"], H100, tp=1, eff=eff).step_time(b)
+    t2 = CostModel(M["meta-llama/Meta-Llama-3-8B"], H100, tp=2, eff=eff).step_time(b)
+    assert t1.time_s / 2 < t2.time_s < t1.time_s
+    assert t2.comm_s > 0 and t1.comm_s == 0
