@@ -77,7 +77,8 @@ def cmd_validate_cost(args) -> int:
     (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu.name, "calibration": args.calibration,
                                                   "source": eff.source, "max_tokens": args.max_tokens,
                                                   "rows": v["rows"]}, indent=1))
-    plot_predicted_vs_measured(v["points"], f"{gpu.name}: {eff.source[:90]}", out / f"{stem}.png")
+    plot_predicted_vs_measured(v["points"], f"{gpu.name}, calibration {args.calibration}, num_tokens <= "
+                               f"{args.max_tokens}", out / f"{stem}.png")
     print(f"\nwrote {out / (stem + '.json')}, {out / (stem + '.png')}")
     return 0
 
