@@ -206,6 +206,9 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
     (tmp_path / "c.yaml").write_text("gemm: {compute: 1.5, memory: 0.8}\n")
     with pytest.raises(InputError, match=r"gemm\.compute must be in \(0, 1\]"):
         load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("allreduce: {link: 0.5, smooth: 0}\n")
+    with pytest.raises(InputError, match=r"allreduce\.smooth must be >= 1"):
+        load_calibration(tmp_path / "c.yaml")
     (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n")
     with pytest.raises(InputError, match="unknown keys"):
         load_calibration(tmp_path / "c.yaml")

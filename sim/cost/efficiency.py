@@ -111,6 +111,8 @@ def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
         for k in ("compute", "memory", "link"):
             if k in value and not 0 < value[k] <= 1:
                 raise InputError(f"{where}: {name}.{k} must be in (0, 1], got {value[k]!r}")
+        if cls is CommEfficiency and value.get("smooth", 1.0) < 1:
+            raise InputError(f"{where}: {name}.smooth must be >= 1 (1: latency + transfer), got {value['smooth']!r}")
         if "tile_quant" in value and value["tile_quant"] > 1:
             raise InputError(f"{where}: {name}.tile_quant must be in [0, 1], got {value['tile_quant']!r}")
         if "tile_m" in value:
