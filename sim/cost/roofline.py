@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from sim.batch import Batch
 from sim.cost.comm import allreduce_time_s, send_time_s
-from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, CommEfficiency, Efficiencies, GemmEfficiency,
+from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, Efficiencies, GemmEfficiency,
                                  MemEfficiency, OpEfficiency)
 from sim.specs import DTYPE_BYTES, GpuSpec, ModelSpec
 
