@@ -120,7 +120,10 @@ def cmd_cost(args) -> int:
             raise InputError("--decode-batch must be >= 1 and --context >= 0")
         batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch)
         what = f"decode step of {args.decode_batch} sequences at context {args.context}"
-    cm = CostModel(model, gpu, tp=args.tp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype)
+    from sim.cost.calibration import efficiencies_for
+
+    cm = CostModel(model, gpu, tp=args.tp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype,
+                   eff=efficiencies_for(gpu, args.calibration, "--calibration"))
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
     ai = c.arithmetic_intensity
@@ -173,7 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--decode-batch", type=int, metavar="B")
     c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
     c.add_argument("--json", action="store_true")
+    c.add_argument("--calibration", default="auto", help="auto (shipped fit) | none (v0 figures) | FILE")
     c.set_defaults(func=cmd_cost)
+
+    from sim.cli_cost import register as register_cost
+
+    register_cost(sub)  # calibrate, validate-cost
     return p
 
 

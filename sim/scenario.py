@@ -212,6 +212,8 @@ class Slo:
 class Cost:
     step_overhead_s: float = _f(0.002, ge=0, doc="fixed per-step time: scheduling, launch, sampling")
     per_seq_overhead_s: float = _f(1e-5, ge=0, doc="per-step time per scheduled sequence")
+    calibration: str = _f("auto", doc="auto: shipped fit of the GPU (or the closest calibrated GPU's); "
+                                      "none: v0 round figures; or a path to a calibration YAML")
 
 
 @dataclass(frozen=True)

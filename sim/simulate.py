@@ -16,6 +16,7 @@ import simpy
 from policies import POLICIES
 from policies.pd_split import link_figures
 from sim.cost import CostModel
+from sim.cost.calibration import efficiencies_for
 from sim.errors import InputError
 from sim.kv_cache import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from sim.cluster import Cluster
@@ -76,8 +77,9 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     if model.num_heads % tp:
         raise InputError(f"{tp_path}={tp} must divide the model's {model.num_heads} attention heads")
     kv_dtype = hw.kv_dtype or hw.dtype
+    eff = efficiencies_for(gpu, scenario.cost.calibration)
     cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, scenario.cost.step_overhead_s,
-                   scenario.cost.per_seq_overhead_s)
+                   scenario.cost.per_seq_overhead_s, eff)
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:
@@ -85,7 +87,7 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
         if pol.spec.draft != "ngram":
             dm = get_model(pol.spec.draft, "policy.spec.draft")
             # draft forwards run under CUDA graphs: a launch-sized overhead, not a scheduler step's
-            draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0)
+            draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0, eff)
             draft_bytes = draft.weight_bytes
         spec = (pol.spec.num_speculative_tokens, pol.spec.acceptance_rate, draft)
     if mem.activation_reserve_gib is not None:
