@@ -16,13 +16,14 @@ from policies import POLICIES
 from sim.cost import CostModel
 from sim.errors import InputError
 from sim.kv_cache import GIB, BlockAllocator, KvCapacity, activation_reserve_bytes, size_kv
-from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, summarize
+from sim.clients import drive_closed_loop
+from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, summarize, summarize_classes
 from sim.replica import Replica
 from sim.request import Request
 from sim.router import ROUTERS
 from sim.scenario import Scenario, scenario_to_yaml
 from sim.specs import get_gpu, get_model
-from sim.workload import RequestSpecs, generate
+from sim.workload import ClosedLoop, RequestSpecs, generate
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,30 @@ def _write_csv(path: Path, header, columns) -> None:
             w.writerow([_fmt(v) for v in row])
 
 
+def _classes(scenario: Scenario, specs, req_cols: dict):
+    """Add the ``class`` column; return (class names, name -> (ttft_s, tpot_s) SLO, per-request
+    SLO limit arrays or None when every request has the scenario's SLO)."""
+    names = tuple(getattr(specs, "class_names", ("default",)))
+    index = getattr(specs, "class_index", None)
+    ids = req_cols["request_id"]
+    idx = index[ids] if index is not None and len(ids) else np.zeros(len(ids), np.int64)
+    req_cols["class"] = np.array(names, dtype=object)[idx] if len(ids) else np.zeros(0, dtype=object)
+    slo = scenario.slo
+    classes = scenario.workload.classes or ()
+    by_name = {c.name: c for c in classes}
+    slo_by_class = {}
+    for name in names:
+        c = by_name.get(name)
+        slo_by_class[name] = (c.slo.ttft_s if c is not None and c.slo.ttft_s is not None else slo.ttft_s,
+                              c.slo.tpot_s if c is not None and c.slo.tpot_s is not None else slo.tpot_s)
+    if all(v == (slo.ttft_s, slo.tpot_s) for v in slo_by_class.values()):
+        return names, slo_by_class, None
+    inf = lambda v: np.inf if v is None else v  # noqa: E731
+    ttft = np.array([inf(slo_by_class[n][0]) for n in names])[idx]
+    tpot = np.array([inf(slo_by_class[n][1]) for n in names])[idx]
+    return names, slo_by_class, (ttft, tpot)
+
+
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,
              sample_every_s: float | None = None) -> Results:
     """Run a scenario to the end (every request finished, or ``workload.duration_s``).
@@ -109,7 +134,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     setup = prepare(scenario)
     rng = np.random.default_rng(scenario.seed)
     if specs is None:
-        specs = generate(scenario.workload, rng)
+        specs = generate(scenario.workload, rng, setup.cost_model.model.max_context_tokens)
     total = len(specs)
     env = simpy.Environment()
     cb = None
@@ -125,6 +150,10 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     ]
     route = ROUTERS[scenario.cluster.router]()
 
+    def submit(req):
+        rec.arrive(req)
+        replicas[route(replicas, req)].submit(req)
+
     def arrivals():
         arr, pr, out = specs.arrival_s.tolist(), specs.prompt_tokens.tolist(), specs.output_tokens.tolist()
         for i in range(total):
@@ -135,11 +164,14 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             rec.arrive(req)
             replicas[route(replicas, req)].submit(req)
 
-    env.process(arrivals())
+    if isinstance(specs, ClosedLoop):
+        drive_closed_loop(env, specs, submit, rec)
+    else:
+        env.process(arrivals())
     samples = []
     if sample_every_s is not None:
         def observe():
-            while rec.completed + rec.rejected < total:
+            while rec.completed + rec.rejected < len(specs):
                 for r in replicas:
                     samples.append((env.now, r.index, len(r.waiting), len(r.running)))
                 yield env.timeout(sample_every_s)
@@ -152,12 +184,16 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         if r.status == "pending":
             r.status = "unfinished"
     req_cols = rec.request_columns()
+    names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns()
     tbt = np.frombuffer(rec.tbt) if len(rec.tbt) else np.zeros(0)
     summary = summarize(scenario, req_cols, steps, tbt, sim_time, 0.0, cm.peak_flops * cm.num_gpus,
-                        cm.gpu.mem_bw_bytes_per_s * cm.num_gpus, len(replicas), cap.num_blocks)
+                        cm.gpu.mem_bw_bytes_per_s * cm.num_gpus, len(replicas), cap.num_blocks, limits)
     summary["kv_capacity"] = {"blocks_per_replica": cap.num_blocks, "block_size": cap.block_size,
                               "tokens_per_replica": cap.num_tokens,
                               "kv_pool_gib_per_gpu": cap.kv_pool_bytes / GIB}
+    clipped = getattr(specs, "clipped", None)
+    summary["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0}
+    summary["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
     summary["wall_time_s"] = time.perf_counter() - wall0
     return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples)
