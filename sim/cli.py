@@ -91,8 +91,11 @@ def cmd_validate(args) -> int:
     from sim.scenario import load_scenario
     from sim.simulate import prepare
 
+    from sim.workload import check_files
+
     scenario = load_scenario(args.scenario, args.set or [])
     setup = prepare(scenario)
+    check_files(scenario.workload)
     cap = setup.capacity
     print(f"{args.scenario}: ok ({scenario.name}: {scenario.model} on {scenario.cluster.replicas} x "
           f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "

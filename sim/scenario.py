@@ -301,8 +301,9 @@ class RequestClass:
         for k in ("prompt_tokens", "output_tokens"):
             if getattr(self, k) is None:
                 raise InputError(f"{path}.{k} is missing: expected a length distribution (or a preset)")
-        if isinstance(self.arrival, ClosedLoopArrival):
-            raise InputError(f"{path}.arrival: closed_loop is a workload-wide process (workload.arrival), not per class")
+        if isinstance(self.arrival, (ClosedLoopArrival, AllAtOnceArrival)):
+            raise InputError(f"{path}.arrival: {self.arrival.process} is a workload-wide process: set it as "
+                             f"workload.arrival and give the classes a share")
 
 
 # ---------------------------------------------------------------- sections
@@ -364,14 +365,14 @@ class Workload:
             if self.trace.sample and self.arrival is None:
                 raise InputError(f"{path}.trace.sample needs {path}.arrival (sampled rows have no arrival times)")
             return
-        if self.arrival is None and not (self.classes and all(c.share is None for c in self.classes)):
+        if self.classes is not None:
+            self._check_classes(path)
+        elif self.arrival is None:
             raise InputError(f"{path}.arrival is missing: expected an arrival process (or a trace, or classes "
                              f"with their own rate_rps/arrival)")
         if isinstance(self.arrival, AllAtOnceArrival) and self.num_requests is None:
             raise InputError(f"{path}.num_requests is needed with arrival process all_at_once")
-        if self.classes is not None:
-            self._check_classes(path)
-        else:
+        if self.classes is None:
             for k in ("prompt_tokens", "output_tokens"):
                 if getattr(self, k) is None:
                     raise InputError(f"{path}.{k} is missing: expected a length distribution (or a preset)")

@@ -291,3 +291,15 @@ class ClosedLoop:
     @property
     def clipped(self) -> np.ndarray:
         return self.column("clipped").astype(bool)
+
+
+def check_files(workload: Workload) -> None:
+    """Read every file the workload names (trace, empirical lengths), so that ``servesim
+    validate`` reports a bad row with its file and line before a run."""
+    load_trace(workload)
+    dists = [workload.prompt_tokens, workload.output_tokens]
+    for c in workload.classes or ():
+        dists += [c.prompt_tokens, c.output_tokens]
+    for d in dists:
+        if isinstance(d, EmpiricalDist):
+            read_lengths(d.path, d.column)
