@@ -97,3 +97,12 @@ def test_class_fields_checked(classes, extra, message):
         data["arrival"] = {"process": "poisson", "rate_rps": 1}
     with pytest.raises(InputError, match=message):
         build(Workload, data, "workload")
+
+
+def test_mixed_classes_byte_identical(tmp_path):
+    sc = mixed([{**CHAT, "share": 2}, {**BATCH, "share": 1}],
+               **{"workload.num_requests": 60})
+    a = simulate(sc).write(tmp_path / "a")
+    b = simulate(sc).write(tmp_path / "b")
+    assert (a / "requests.csv").read_bytes() == (b / "requests.csv").read_bytes()
+    assert (a / "steps.csv").read_bytes() == (b / "steps.csv").read_bytes()
