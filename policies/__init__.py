@@ -1,13 +1,38 @@
-"""Batching policies. ``POLICIES`` is the one registry: name -> factory(policy_config) -> Policy."""
+"""Batching policies. ``POLICIES`` is the one registry: name -> factory(policy_config, model) -> Policy.
+
+``pd_split`` is not a per-replica policy but a deployment (two pools, each with an inner policy
+from this registry); ``policies/pd_split.py`` holds its decisions and ``sim/cluster.py`` its
+mechanics.
+"""
 
 from policies.base import Policy, ReplicaState
 from policies.continuous import ContinuousPolicy
+from policies.static import StaticPolicy
 
 
-def _continuous(cfg):
-    return ContinuousPolicy(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens)
+def _iteration(chunked: bool):
+    def factory(cfg, model, max_num_seqs=None, max_num_batched_tokens=None):
+        return ContinuousPolicy(
+            max_num_seqs=max_num_seqs or cfg.max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens or cfg.max_num_batched_tokens,
+            chunked=chunked,
+            preemption=cfg.preemption,
+            watermark=cfg.watermark,
+            spec_tokens=cfg.spec.num_speculative_tokens if cfg.spec is not None else 0,
+        )
+
+    return factory
 
 
-POLICIES = {"continuous": _continuous}
+def _static(cfg, model, max_num_seqs=None, max_num_batched_tokens=None):
+    return StaticPolicy(max_num_seqs or cfg.max_num_seqs, cfg.batch_timeout_s, cfg.max_output_tokens,
+                        model.max_context_tokens)
 
-__all__ = ["POLICIES", "Policy", "ReplicaState", "ContinuousPolicy"]
+
+POLICIES = {
+    "continuous": _iteration(chunked=False),
+    "chunked_prefill": _iteration(chunked=True),
+    "static": _static,
+}
+
+__all__ = ["POLICIES", "Policy", "ReplicaState", "ContinuousPolicy", "StaticPolicy"]

@@ -21,13 +21,16 @@ class ReplicaState:
 
     ``running``: requests holding KV, oldest admission first. ``waiting``: FCFS queue (preempted
     requests go back to its front). ``kv``: the block allocator (read ``num_free``,
-    ``block_size``, ``extra_blocks(req, tokens)``).
+    ``block_size``, ``num_blocks``, ``caching``, ``cached_prefix_blocks(req)``). ``swapped``:
+    requests whose KV sits in host memory (FCFS); ``host_free_blocks``: host room for more.
     """
 
     running: list
     waiting: deque
     kv: object
     now_s: float = 0.0
+    swapped: tuple | deque = ()
+    host_free_blocks: int = 0
 
 
 class Policy(Protocol):

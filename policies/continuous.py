@@ -1,10 +1,14 @@
-"""Continuous (iteration-level) batching with paged KV, as vLLM does without chunked prefill.
+"""Iteration-level batching with paged KV: vLLM-style continuous batching, and its chunked form.
 
-Each step: every running request decodes one token (oldest first); if KV runs out, the newest
-running request is preempted (recompute: its KV is freed and it re-queues at the front of the
-waiting queue). If nobody was preempted, waiting requests are admitted FCFS with their whole
-prompt (plus any output already emitted, after a preemption) while ``max_num_seqs``,
-``max_num_batched_tokens`` and free KV blocks allow.
+Each step, running requests (admission order) each get their next tokens: one decode token (or
+``k + 1`` with speculative decoding), or the rest of their prompt (chunked: as much as the
+token budget allows). If KV runs out, the newest running request is preempted: recompute frees
+its KV and re-queues it at the front of the waiting queue; swap copies its KV to host memory
+(while host space lasts, else recompute). If nobody was preempted, swapped requests come back
+first (FCFS), then waiting requests are admitted FCFS while ``max_num_seqs``, the token budget
+and free KV blocks (minus the watermark) allow: with their whole prompt (continuous) or a chunk
+(chunked prefill, Sarathi-Serve). With prefix caching, a prompt's leading blocks found in the
+cache are not recomputed.
 """
 
 from __future__ import annotations
@@ -19,15 +23,29 @@ from sim.batch import Batch, make_batch
 class ContinuousPolicy:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    chunked: bool = False
+    preemption: str = "recompute"  # recompute | swap
+    watermark: float = 0.0  # share of all KV blocks kept free when admitting (vLLM: 0.01)
+    spec_tokens: int = 0  # speculative tokens verified per decode step (k)
 
     def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        if self.chunked:
+            return None
         # After a preemption the request is recomputed in one prefill of prompt + emitted output
         # (at most max_tokens - 1), which must fit the per-step token budget.
         worst = prompt_tokens + max_tokens - 1
         if worst > self.max_num_batched_tokens:
             return (f"prompt + output - 1 = {worst} tokens exceeds policy.max_num_batched_tokens="
-                    f"{self.max_num_batched_tokens} (a whole-prompt prefill, or its recompute, could never be scheduled)")
+                    f"{self.max_num_batched_tokens} (a whole-prompt prefill, or its recompute, could never "
+                    f"be scheduled; use policy.name=chunked_prefill or a larger budget)")
         return None
+
+    def _tokens(self, r, budget: int) -> int:
+        """Tokens ``r`` would run this step: a decode (1, or k + 1) or the rest of its prompt."""
+        remaining = r.prompt_tokens + r.num_output_done - r.num_computed_tokens
+        if remaining == 1 and r.num_output_done > 0:
+            return self.spec_tokens + 1
+        return min(remaining, budget) if self.chunked else remaining
 
     def next_batch(self, state: ReplicaState) -> Batch:
         kv = state.kv
@@ -37,24 +55,26 @@ class ContinuousPolicy:
         running = state.running
         items = []
         preempted = []
+        swap_out = []
+        host_free = state.host_free_blocks
         end = len(running)  # running[end:] have been preempted this step
         i = 0
         while i < end:
             r = running[i]
-            q = r.num_tokens - r.num_computed_tokens
-            if q > budget:  # token budget spent: this one waits for the next step
+            q = self._tokens(r, budget)
+            if q > budget or q == 0:  # token budget spent: this one waits for the next step
                 i += 1
                 continue
             need = -(-(r.num_computed_tokens + q) // bs) - r.kv_blocks
             while need > free:
-                if end - 1 > i:  # preempt the newest running request and retry
-                    end -= 1
-                    victim = running[end]
-                    preempted.append(victim)
-                    free += victim.kv_blocks
-                else:  # nobody newer left: preempt this one
-                    preempted.append(r)
-                    end = i
+                victim = running[end - 1]  # the newest; may be r itself
+                end -= 1
+                preempted.append(victim)
+                free += kv.freeable_blocks(victim)
+                if self.preemption == "swap" and victim.kv_blocks <= host_free:
+                    swap_out.append(victim)
+                    host_free -= victim.kv_blocks
+                if victim is r:
                     break
             else:
                 free -= need if need > 0 else 0
@@ -62,21 +82,44 @@ class ContinuousPolicy:
                 items.append((r, q))
             i += 1
 
+        swap_in = []
         admitted = []
+        hits = []
         if not preempted:
             n_seqs = len(running)
-            for r in state.waiting:
-                if n_seqs >= self.max_num_seqs:
-                    break
-                q = r.num_tokens - r.num_computed_tokens
-                if q > budget:
-                    break
-                need = -(-q // bs)
-                if need > free:
+            for r in state.swapped:
+                q = self._tokens(r, budget)
+                need = -(-(r.num_computed_tokens + q) // bs)
+                if n_seqs >= self.max_num_seqs or q > budget or need > free:
                     break
                 free -= need
                 budget -= q
                 n_seqs += 1
                 items.append((r, q))
-                admitted.append(r)
-        return make_batch(items, preempted, admitted)
+                swap_in.append(r)
+            if len(swap_in) == len(state.swapped):
+                reserve = int(self.watermark * kv.num_blocks)
+                for r in state.waiting:
+                    if n_seqs >= self.max_num_seqs:
+                        break
+                    c = r.num_computed_tokens
+                    held, idle = r.kv_blocks, 0  # P/D decode side: requests arrive holding their KV
+                    if c == 0 and r.prefix_group >= 0 and kv.caching:
+                        # keep at least one token to compute (the step must produce logits)
+                        held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // bs)
+                        c = held * bs
+                    remaining = r.num_tokens - c
+                    q = min(remaining, budget) if self.chunked else remaining
+                    if q > budget or q == 0:
+                        break
+                    need = -(-(c + q) // bs) - held + idle
+                    if free - need < reserve:
+                        break
+                    free -= need
+                    budget -= q
+                    n_seqs += 1
+                    items.append((r, q))
+                    admitted.append(r)
+                    if c:
+                        hits.append((r, c))
+        return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, swap_in=swap_in)

@@ -9,15 +9,23 @@ from dataclasses import dataclass
 class Batch:
     """What one step runs: ``items`` maps each scheduled request to its tokens this step.
 
-    ``preempted`` are requests whose KV the replica frees before the step (recompute: they go
-    back to the front of the waiting queue). ``admitted`` are the waiting requests (from the front
-    of the queue, in order) that join the running set with this step.
+    Decisions the replica applies before the step, in this order:
+    ``preempted`` (newest first; taken from the tail of the running list): their KV is freed
+    (recompute: back to the front of the waiting queue) or, for those also in ``swap_out``, copied
+    to host memory (to the swapped queue); ``swap_in``: swapped requests copied back and running
+    again; ``admitted``: requests from the front of the waiting queue (in order) that join the
+    running set, with ``prefix_hits`` (request, cached tokens) for those whose prompt starts with
+    KV already in the prefix cache; ``reserve`` (request, tokens): KV reserved up front (static
+    batching). ``wake_at_s``: with an empty batch, when the policy wants to be asked again even if
+    nothing arrives (static batching's timeout).
 
     The counts below are fixed when the batch is built (from each request's
-    ``num_computed_tokens`` at that moment) and are all the cost model needs:
-    ``num_tokens`` tokens go through the linear layers; attention of a request with ``c`` tokens
-    of KV already computed and ``q`` new tokens does ``q*c + q*(q+1)/2`` query-key products (causal)
-    and touches ``c + q`` tokens of KV; ``num_sampled`` sequences reach the LM head.
+    ``num_computed_tokens`` at that moment, or its prefix hit) and are all the cost model needs:
+    ``num_tokens`` tokens go through the linear layers (plus ``padding_tokens``); attention of a
+    request with ``c`` tokens of KV and ``q`` new tokens does ``q*c + q*(q+1)/2`` query-key products
+    (causal) and touches ``c + q`` tokens of KV; ``num_sampled`` sequences reach the LM head.
+    A request is decoding when its KV holds everything but its last emitted token; its ``q`` is 1,
+    or ``k + 1`` when speculative tokens are verified.
     """
 
     items: tuple = ()  # ((Request, tokens), ...)
@@ -28,47 +36,69 @@ class Batch:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     num_prefill_seqs: int = 0
-    attn_pairs: float = 0.0  # sum of q*c + q*(q+1)/2
-    context_tokens: int = 0  # sum of c + q (KV tokens touched by attention)
+    attn_pairs: float = 0.0  # sum of q*c + q*(q+1)/2 (padding included)
+    context_tokens: int = 0  # sum of c + q (KV tokens touched by attention, padding included)
     num_sampled: int = 0
     padding_tokens: int = 0
+    num_decode_seqs: int = 0
+    decode_context_tokens: int = 0  # sum of c over decoding requests
+    swap_out: tuple = ()
+    swap_in: tuple = ()
+    prefix_hits: tuple = ()  # ((Request, cached_tokens), ...)
+    reserve: tuple = ()  # ((Request, tokens), ...)
+    wake_at_s: float | None = None
 
     @property
     def empty(self) -> bool:
         return not self.items
 
 
-def make_batch(items, preempted=(), admitted=()) -> Batch:
-    """Build a ``Batch`` from ``(request, tokens)`` pairs, deriving the aggregate counts."""
-    num_tokens = prefill = decode = nprefill = ctx = sampled = 0
+def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(), swap_in=(), reserve=(),
+               padding=(0, 0, 0), wake_at_s=None) -> Batch:
+    """Build a ``Batch`` from ``(request, tokens)`` pairs, deriving the aggregate counts.
+
+    ``prefix_hits``: (request, cached_tokens) for admitted requests whose first tokens are cached:
+    their attention starts at that context. ``padding``: (tokens, attention pairs, context tokens)
+    of padded slots (static batching), charged like real tokens.
+    """
+    hit = {id(r): c for r, c in prefix_hits} if prefix_hits else None
+    num_tokens = prefill = decode = nprefill = ctx = sampled = ndec = dctx = 0
     pairs = 0
     for req, q in items:
         c = req.num_computed_tokens
+        if hit is not None and id(req) in hit:
+            c = hit[id(req)]
+        n = req.prompt_tokens + req.num_output_done
         num_tokens += q
         pairs += q * c + q * (q + 1) // 2
         ctx += c + q
-        if c + q >= req.num_tokens:
+        if c + q >= n:
             sampled += 1
-        if q == 1 and req.num_output_done > 0 and c == req.num_tokens - 1:
-            decode += 1
+        if req.num_output_done > 0 and c == n - 1:
+            decode += q
+            ndec += 1
+            dctx += c
         else:
             prefill += q
             nprefill += 1
+    pad_tokens, pad_pairs, pad_ctx = padding
     return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items), num_tokens, prefill, decode,
-                 nprefill, float(pairs), ctx, sampled)
+                 nprefill, float(pairs + pad_pairs), ctx + pad_ctx, sampled, pad_tokens, ndec, dctx,
+                 tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s)
 
 
-def synthetic_batch(prefill=(), decode_contexts=()) -> Batch:
+def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0) -> Batch:
     """A batch without requests, for the cost CLI and tests.
 
     ``prefill``: (new_tokens, tokens_already_computed) per prefill sequence; ``decode_contexts``:
-    KV tokens before the step for each decoding sequence.
+    KV tokens before the step for each decoding sequence (each verifies ``spec_tokens + 1``).
     """
     prefill = list(prefill)
-    decode_contexts = list(decode_contexts)
-    pairs = sum(q * c + q * (q + 1) // 2 for q, c in prefill) + sum(c + 1 for c in decode_contexts)
-    ctx = sum(q + c for q, c in prefill) + sum(c + 1 for c in decode_contexts)
-    p_tokens = sum(q for q, _ in prefill)
-    n = len(prefill) + len(decode_contexts)
-    return Batch((), (), (), n, p_tokens + len(decode_contexts), p_tokens, len(decode_contexts),
-                 len(prefill), float(pairs), ctx, n)
+    dc = list(decode_contexts)
+    q = spec_tokens + 1
+    pairs = sum(p * c + p * (p + 1) // 2 for p, c in prefill) + sum(q * c + q * (q + 1) // 2 for c in dc)
+    ctx = sum(p + c for p, c in prefill) + sum(c + q for c in dc)
+    p_tokens = sum(p for p, _ in prefill)
+    n = len(prefill) + len(dc)
+    return Batch((), (), (), n, p_tokens + q * len(dc), p_tokens, q * len(dc), len(prefill), float(pairs), ctx, n,
+                 0, len(dc), sum(dc))

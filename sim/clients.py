@@ -30,9 +30,9 @@ def drive_closed_loop(env, source, submit, recorder) -> None:
             nxt = source.next()
             if nxt is None:
                 return
-            k, prompt, output, think = nxt
+            k, prompt, output, group, prefix, think = nxt
             ev = ends[k] = env.event()
-            submit(Request(k, env.now, prompt, output))
+            submit(Request(k, env.now, prompt, output, group, prefix))
             yield ev
 
     for c in range(source.arrival.clients):

@@ -7,6 +7,7 @@ ids: a request holds ``ceil(tokens / block_size)`` blocks for its computed token
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from sim.errors import InputError
@@ -50,19 +51,20 @@ def activation_reserve_bytes(model, tp: int, max_num_batched_tokens: int, max_nu
 
 
 def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_bytes: float,
-            num_blocks_override: int | None = None) -> KvCapacity:
-    """Per-GPU memory plan; a clear error when weights (and the reserve) leave no room for KV."""
+            num_blocks_override: int | None = None, extra_weight_bytes: float = 0.0, where: str = "hardware") -> KvCapacity:
+    """Per-GPU memory plan; a clear error when weights (and the reserve) leave no room for KV.
+    ``extra_weight_bytes``: other weights on the replica's GPUs (a speculative draft model)."""
     cm = cost_model
     cap = KvCapacity(
         usable_bytes=cm.gpu.mem_bytes * gpu_memory_utilization,
-        weight_bytes=cm.weight_bytes / cm.num_gpus,
+        weight_bytes=(cm.weight_bytes + extra_weight_bytes) / cm.num_gpus,
         activation_reserve_bytes=reserve_bytes,
         kv_bytes_per_token=cm.kv_bytes_per_token_per_gpu(),
         block_size=block_size,
     )
     if cap.kv_pool_bytes < cap.kv_bytes_per_token * block_size:
         raise InputError(
-            f"hardware: model {cm.model.name} does not fit on {cm.gpu.name} with tp={cm.tp}, pp={cm.pp}: "
+            f"{where}: model {cm.model.name} does not fit on {cm.gpu.name} with tp={cm.tp}, pp={cm.pp}: "
             f"per GPU, weights take {cap.weight_bytes / GIB:.1f} GiB and the activation reserve "
             f"{cap.activation_reserve_bytes / GIB:.1f} GiB of {cap.usable_bytes / GIB:.1f} GiB usable "
             f"({cm.gpu.mem_bytes / GIB:.1f} GiB x memory.gpu_memory_utilization={gpu_memory_utilization}), "
@@ -76,46 +78,143 @@ def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_
 
 
 class BlockAllocator:
-    """Counts of free and used KV blocks on one replica, per request.
+    """Paged KV blocks of one replica, with an optional block-hash prefix cache.
 
-    Contract: ``grow(req, tokens)`` makes ``req`` hold enough blocks for ``tokens`` tokens and
-    returns False (changing nothing) when there are not enough free blocks; ``free(req)`` returns
-    all of its blocks. ``used + free == total`` always holds.
+    A request maps ``req.kv_blocks`` logical blocks, ``ceil(tokens / block_size)`` for the tokens
+    whose KV it holds. Blocks are interchangeable except the full blocks of a shared prefix
+    (``req.prefix_group`` >= 0, first ``req.prefix_tokens // block_size`` blocks): with prefix
+    caching, block ``j`` of group ``g`` is hashed as ``(g, j)``, shared by every request mapping it
+    (reference counts), and kept after its last user frees it, as free-but-cached, until evicted
+    LRU (last-freed last; a request's later blocks are freed first so prefixes survive longest).
+
+    Contract: ``num_free`` = empty blocks + cached blocks nobody references (an allocation takes
+    an empty block first, else evicts the least recently freed cached one). ``grow(req, tokens)``
+    maps enough blocks for ``tokens`` tokens, or returns False changing nothing when fewer than
+    the new blocks are free (a cache hit may need no free block; planning counts it anyway).
+    ``free(req)`` unmaps all of its blocks. ``num_used + num_free == num_blocks`` always.
     """
 
-    __slots__ = ("block_size", "num_blocks", "num_free")
+    __slots__ = ("block_size", "num_blocks", "num_empty", "caching", "cache", "evictable")
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self.num_free = num_blocks
+        self.num_empty = num_blocks
+        self.caching = prefix_caching
+        self.cache: dict = {}  # (group, j) -> number of requests mapping it
+        self.evictable: OrderedDict = OrderedDict()  # cached keys nobody maps, least recently freed first
 
-    def blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
-
-    def extra_blocks(self, req, tokens: int) -> int:
-        """Blocks ``req`` would need on top of what it holds to hold ``tokens`` tokens."""
-        need = -(-tokens // self.block_size) - req.kv_blocks
-        return need if need > 0 else 0
-
-    def grow(self, req, tokens: int) -> bool:
-        extra = self.extra_blocks(req, tokens)
-        if extra > self.num_free:
-            return False
-        self.num_free -= extra
-        req.kv_blocks += extra
-        return True
-
-    def free(self, req) -> None:
-        self.num_free += req.kv_blocks
-        req.kv_blocks = 0
-        assert self.num_free <= self.num_blocks, "KV blocks freed twice"
+    @property
+    def num_free(self) -> int:
+        return self.num_empty + len(self.evictable)
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - self.num_free
+        return self.num_blocks - self.num_empty - len(self.evictable)
 
     @property
     def usage(self) -> float:
         return self.num_used / self.num_blocks
 
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def extra_blocks(self, req, tokens: int) -> int:
+        """Free blocks ``req`` would need (at most) on top of what it maps to hold ``tokens`` tokens."""
+        need = -(-tokens // self.block_size) - req.kv_blocks
+        return need if need > 0 else 0
+
+    def _prefix_blocks(self, req) -> int:
+        if not self.caching or req.prefix_group < 0:
+            return 0
+        return req.prefix_tokens // self.block_size
+
+    def cached_prefix_blocks(self, req, max_blocks: int | None = None) -> tuple[int, int]:
+        """(leading prefix blocks of ``req`` found in the cache, up to ``max_blocks``; how many of
+        those nobody maps now)."""
+        pb = self._prefix_blocks(req)
+        if max_blocks is not None:
+            pb = min(pb, max_blocks)
+        hits = idle = 0
+        g = req.prefix_group
+        while hits < pb:
+            rc = self.cache.get((g, hits))
+            if rc is None:
+                break
+            hits += 1
+            idle += rc == 0
+        return hits, idle
+
+    def freeable_blocks(self, req) -> int:
+        """Blocks that would become free if ``req`` were freed now (shared blocks others map do not)."""
+        shared = min(self._prefix_blocks(req), req.kv_blocks)
+        if not shared:
+            return req.kv_blocks
+        g = req.prefix_group
+        return req.kv_blocks - sum(1 for j in range(shared) if self.cache[(g, j)] > 1)
+
+    def _take(self, n: int) -> None:
+        take = min(n, self.num_empty)
+        self.num_empty -= take
+        for _ in range(n - take):
+            key, _ = self.evictable.popitem(last=False)
+            del self.cache[key]
+
+    def grow(self, req, tokens: int) -> bool:
+        target = -(-tokens // self.block_size)
+        have = req.kv_blocks
+        new = target - have
+        if new <= 0:
+            return True
+        if new > self.num_free:
+            return False
+        pb = self._prefix_blocks(req)
+        if pb <= have:  # no shared blocks among the new ones
+            self._take(new)
+        else:
+            g = req.prefix_group
+            for j in range(have, target):
+                if j < pb:
+                    key = (g, j)
+                    rc = self.cache.get(key)
+                    if rc is None:
+                        self._take(1)
+                        self.cache[key] = 1
+                    else:
+                        if rc == 0:
+                            del self.evictable[key]
+                        self.cache[key] = rc + 1
+                else:
+                    self._take(1)
+        req.kv_blocks = target
+        return True
+
+    def shrink(self, req, tokens: int) -> None:
+        """Unmap blocks past what ``tokens`` tokens need (rejected speculative tokens)."""
+        target = -(-tokens // self.block_size)
+        extra = req.kv_blocks - target
+        if extra > 0:
+            assert target >= self._prefix_blocks(req), "shrinking into a shared prefix"
+            self.num_empty += extra
+            req.kv_blocks = target
+
+    def detach(self, req) -> tuple:
+        """Take ``req``'s blocks off it but keep them allocated (KV in flight to another replica);
+        ``release`` the returned token to free them."""
+        token = (req.prefix_group, min(self._prefix_blocks(req), req.kv_blocks), req.kv_blocks)
+        req.kv_blocks = 0
+        return token
+
+    def release(self, token) -> None:
+        g, shared, n = token
+        for j in range(shared - 1, -1, -1):  # later blocks become evictable first
+            key = (g, j)
+            rc = self.cache[key] - 1
+            self.cache[key] = rc
+            if rc == 0:
+                self.evictable[key] = None
+        self.num_empty += n - shared
+        assert self.num_empty + len(self.evictable) <= self.num_blocks, "KV blocks freed twice"
+
+    def free(self, req) -> None:
+        self.release(self.detach(req))

@@ -11,13 +11,24 @@ requests that completed within every SLO; goodput is those requests per second o
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 
 import numpy as np
 
 STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "prefill_tokens", "decode_tokens",
-                "context_tokens", "flops", "bytes", "bound", "kv_blocks_used")
+                "context_tokens", "flops", "bytes", "bound", "kv_blocks_used", "padding_tokens")
 REQUEST_COLUMNS = ("request_id", "arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens",
-                   "output_tokens", "replica", "status", "preemptions", "reason", "class")
+                   "output_tokens", "replica", "status", "preemptions", "reason", "decode_replica",
+                   "kv_transfer_s", "prefix_hit_tokens", "class")
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    index: int
+    pool: str  # "colocated", or "prefill" / "decode" with P/D split
+    peak_flops: float  # all GPUs of the replica
+    peak_bw: float
+    kv_blocks: int
 
 
 class Recorder:
@@ -28,6 +39,11 @@ class Recorder:
         self.tbt = array("d")
         self.completed = 0
         self.rejected = 0
+        self.swap_out_bytes = 0.0
+        self.swap_in_bytes = 0.0
+        self.prefix_query_tokens = 0  # prompt tokens of requests at their first admission
+        self.prefix_hit_tokens = 0  # of which found in the prefix cache
+        self.kv_transfer_bytes = 0.0
         self._progress = progress
         self.end_hooks: list = []  # f(request), called when a request completes or is rejected
         # step columns
@@ -42,6 +58,7 @@ class Recorder:
         self.s_bytes = array("d")
         self.s_compute = array("b")
         self.s_kv = array("q")
+        self.s_pad = array("q")
 
     def arrive(self, req) -> None:
         self.requests.append(req)
@@ -61,10 +78,11 @@ class Recorder:
         for hook in self.end_hooks:
             hook(req)
 
-    def step(self, replica: int, start_s: float, cost, batch, kv_used: int) -> None:
+    def step(self, replica: int, start_s: float, cost, batch, kv_used: int, extra_s: float = 0.0) -> None:
+        """One step; ``extra_s`` is time outside the cost model's step (swap copies, draft model)."""
         self.s_replica.append(replica)
         self.s_start.append(start_s)
-        self.s_dur.append(cost.time_s)
+        self.s_dur.append(cost.time_s + extra_s)
         self.s_seqs.append(batch.num_seqs)
         self.s_prefill.append(batch.prefill_tokens)
         self.s_decode.append(batch.decode_tokens)
@@ -73,6 +91,7 @@ class Recorder:
         self.s_bytes.append(cost.bytes)
         self.s_compute.append(1 if cost.bound == "compute" else 0)
         self.s_kv.append(kv_used)
+        self.s_pad.append(batch.padding_tokens)
 
     def step_columns(self) -> dict[str, np.ndarray]:
         return {
@@ -87,6 +106,7 @@ class Recorder:
             "bytes": np.frombuffer(self.s_bytes),
             "compute_bound": np.frombuffer(self.s_compute, dtype=np.int8).astype(bool),
             "kv_blocks_used": np.frombuffer(self.s_kv, dtype=np.int64),
+            "padding_tokens": np.frombuffer(self.s_pad, dtype=np.int64),
         }
 
     def request_columns(self) -> dict[str, np.ndarray]:
@@ -104,6 +124,9 @@ class Recorder:
             "status": np.array([r.status for r in reqs], dtype=object),
             "preemptions": f("preemptions", np.int64),
             "reason": np.array([r.reason for r in reqs], dtype=object),
+            "decode_replica": f("decode_replica", np.int64),
+            "kv_transfer_s": f("kv_transfer_s"),
+            "prefix_hit_tokens": f("prefix_hit_tokens", np.int64),
         }
 
 
@@ -117,11 +140,33 @@ def dist_stats(x: np.ndarray) -> dict:
     return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(x.max())}
 
 
-def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: float, wall_time_s: float,
-              peak_flops_per_replica: float, peak_bw_per_replica: float, num_replicas: int, kv_blocks_total: int,
-              slo_limits: tuple | None = None) -> dict:
-    """The ``summary.json`` contract (see the README for each key). ``slo_limits``: per-request
-    (ttft_s, tpot_s) limit arrays (inf = none) replacing the scenario's SLO, for request classes."""
+def utilization(steps: dict, sel, sim_time_s: float, members: list, table: list) -> dict:
+    """Busy fraction, batch size, KV usage, MFU and MBU over the steps ``sel`` of ``members``
+    (``ReplicaInfo``s); ``table`` is every replica in index order (per-step peaks and KV size)."""
+    dur = steps["duration_s"][sel]
+    busy = float(dur.sum())
+    rep = steps["replica"][sel]
+    peak_f = np.array([r.peak_flops for r in table])[rep]
+    peak_b = np.array([r.peak_bw for r in table])[rep]
+    kv_use = steps["kv_blocks_used"][sel] / np.array([r.kv_blocks for r in table])[rep]
+    n_rep = len(members)
+    return {
+        "replicas": n_rep,
+        "busy_fraction": busy / (sim_time_s * n_rep) if sim_time_s > 0 and n_rep else 0.0,
+        "mean_batch_size": float(steps["num_seqs"][sel].mean()) if len(dur) else 0.0,
+        "kv_usage_mean": float((kv_use * dur).sum() / busy) if busy > 0 else 0.0,
+        "kv_usage_max": float(kv_use.max()) if len(dur) else 0.0,
+        "mfu": float(steps["flops"][sel].sum() / (dur * peak_f).sum()) if busy > 0 else 0.0,
+        "mbu": float(steps["bytes"][sel].sum() / (dur * peak_b).sum()) if busy > 0 else 0.0,
+    }
+
+
+def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: float, replicas: list,
+              extra: dict | None = None, slo_limits: tuple | None = None) -> dict:
+    """The ``summary.json`` contract (see the README for each key). ``replicas``: one
+    ``ReplicaInfo`` (index, pool, peak_flops, peak_bw, kv_blocks) per replica, in index order.
+    ``slo_limits``: per-request (ttft_s, tpot_s) limit arrays (inf = none) replacing the scenario's
+    SLO, for request classes with their own."""
     status = req["status"]
     done = status == "completed"
     n = len(status)
@@ -144,13 +189,17 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
     per = lambda v: v / sim_time_s if sim_time_s > 0 else 0.0  # noqa: E731
 
     dur = steps["duration_s"]
-    busy = float(dur.sum())
     pf, dc = steps["prefill_tokens"], steps["decode_tokens"]
     only_p, only_d = (pf > 0) & (dc == 0), (dc > 0) & (pf == 0)
     mixed = (pf > 0) & (dc > 0)
     nsteps = len(dur)
-    kv_use = steps["kv_blocks_used"] / kv_blocks_total if kv_blocks_total else np.zeros(nsteps)
-    return {
+    everything = np.ones(nsteps, dtype=bool)
+    pools = {}
+    for name in dict.fromkeys(r.pool for r in replicas):
+        members = [r for r in replicas if r.pool == name]
+        sel = np.isin(steps["replica"], [r.index for r in members])
+        pools[name] = utilization(steps, sel, sim_time_s, members, replicas)
+    summary = {
         "scenario": scenario.name,
         "num_requests": n,
         "completed": completed,
@@ -158,7 +207,7 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
         "unfinished": int((status == "unfinished").sum()),
         "preemptions": int(req["preemptions"].sum()),
         "sim_time_s": sim_time_s,
-        "wall_time_s": wall_time_s,
+        "wall_time_s": 0.0,
         "throughput_rps": per(completed),
         "output_tokens_per_s": per(float(out[done].sum())),
         "ttft_s": dist_stats(ttft[done]),
@@ -172,6 +221,7 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
         "phases": {
             "prefill_tokens": int(pf.sum()),
             "decode_tokens": int(dc.sum()),
+            "padding_tokens": int(steps["padding_tokens"].sum()),
             "steps": nsteps,
             "prefill_steps": int(only_p.sum()),
             "decode_steps": int(only_d.sum()),
@@ -181,15 +231,12 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
             "mixed_time_s": float(dur[mixed].sum()),
             "compute_bound_steps": int(steps["compute_bound"].sum()),
         },
-        "utilization": {
-            "busy_fraction": busy / (sim_time_s * num_replicas) if sim_time_s > 0 else 0.0,
-            "mean_batch_size": float(steps["num_seqs"].mean()) if nsteps else 0.0,
-            "kv_usage_mean": float((kv_use * dur).sum() / busy) if busy > 0 else 0.0,
-            "kv_usage_max": float(kv_use.max()) if nsteps else 0.0,
-            "mfu": float(steps["flops"].sum() / (busy * peak_flops_per_replica)) if busy > 0 else 0.0,
-            "mbu": float(steps["bytes"].sum() / (busy * peak_bw_per_replica)) if busy > 0 else 0.0,
-        },
+        "utilization": utilization(steps, everything, sim_time_s, replicas, replicas),
+        "pools": pools,
     }
+    if extra:
+        summary.update(extra)
+    return summary
 
 
 def slo_met(ttft: np.ndarray, tpot: np.ndarray, ttft_limit: np.ndarray, tpot_limit: np.ndarray) -> np.ndarray:

@@ -1,8 +1,9 @@
 """One model replica as a SimPy process: decide -> cost -> timeout -> commit.
 
 The policy decides (plain data); the replica applies the decision at the start of the step
-(preempt, admit, allocate KV), waits the step's time, then commits it at the end (advance token
-counts, stamp times, free finished requests' KV, record the step).
+(preempt or swap out, reference prefix-cache hits, swap in, admit, reserve and allocate KV),
+waits the step's time, then commits it at the end (advance token counts, stamp times, free
+finished requests' KV, hand prefilled requests to the decode pool, record the step).
 """
 
 from __future__ import annotations
@@ -11,11 +12,18 @@ from collections import deque
 from math import isnan
 
 from policies.base import ReplicaState
+from sim.batch import Batch
 from sim.kv_cache import BlockAllocator
 
 
 class Replica:
-    def __init__(self, env, index: int, policy, cost_model, kv: BlockAllocator, recorder, max_context_tokens: int):
+    """``role``: "colocated" (prefill and decode here), "prefill" (hand requests off after their
+    first token via ``handoff(req, replica)``) or "decode" (requests arrive with their prompt's KV).
+    ``spec``: (k, acceptance_rate, draft_cost_model or None, rng) for speculative decoding.
+    ``swap``: (host_blocks, bytes_per_block, bytes_per_s) for swap preemption."""
+
+    def __init__(self, env, index: int, policy, cost_model, kv: BlockAllocator, recorder, max_context_tokens: int,
+                 *, role: str = "colocated", pool: str = "", handoff=None, spec=None, swap=(0, 0.0, 1.0)):
         self.env = env
         self.index = index
         self.policy = policy
@@ -23,10 +31,17 @@ class Replica:
         self.kv = kv
         self.recorder = recorder
         self.max_context_tokens = max_context_tokens
+        self.role = role
+        self.pool = pool
+        self.handoff = handoff
+        self.spec = spec
+        self.host_blocks, self.swap_block_bytes, self.swap_bytes_per_s = swap
+        self.host_free_blocks = self.host_blocks
         self.running: list = []
         self.waiting: deque = deque()
-        self.state = ReplicaState(self.running, self.waiting, kv)
+        self.swapped: deque = deque()
         self.outstanding_tokens = 0  # prompt + output so far, over unfinished requests here
+        self.after_free = None  # called after KV blocks were freed (P/D: retry pending hand-offs)
         self._wakeup = None
         self.process = env.process(self._run())
 
@@ -35,8 +50,11 @@ class Replica:
         total = req.prompt_tokens + req.output_tokens
         if total > self.max_context_tokens:
             return f"prompt + output = {total} tokens exceeds the model's context length {self.max_context_tokens}"
-        # The last output token is sampled, not stored: the KV never holds more than total - 1.
-        blocks = self.kv.blocks_for(total - 1)
+        # The last output token is sampled, not stored: the KV never holds more than total - 1
+        # (plus k speculative tokens being verified).
+        k = self.spec[0] if self.spec else 0
+        # a prefill replica holds the prompt only; others the whole sequence
+        blocks = self.kv.blocks_for(req.prompt_tokens if self.role == "prefill" else total - 1 + k)
         if blocks > self.kv.num_blocks:
             return (f"prompt + output = {total} tokens needs {blocks} KV blocks; the replica has "
                     f"{self.kv.num_blocks} in all")
@@ -50,72 +68,180 @@ class Replica:
             return
         self.waiting.append(req)
         self.outstanding_tokens += req.prompt_tokens
-        if self._wakeup is not None and not self._wakeup.triggered:
-            self._wakeup.succeed()
+        self.wake()
+
+    def accept_prefilled(self, req) -> None:
+        """A request whose KV (already mapped on this replica's allocator) has just landed."""
+        self.waiting.append(req)
+        self.outstanding_tokens += req.num_tokens
+        self.wake()
+
+    def wake(self) -> None:
+        ev = self._wakeup
+        if ev is not None and not ev.triggered:
+            self._wakeup = None
+            ev.succeed()
 
     # ---------------------------------------------------------------- the loop
     def _run(self):
         env = self.env
         while True:
-            if not self.running and not self.waiting:
-                self._wakeup = env.event()
-                yield self._wakeup
-                self._wakeup = None
-            self.state = self.state.__class__(self.running, self.waiting, self.kv, env.now)
-            batch = self.policy.next_batch(self.state)
+            if not self.running and not self.waiting and not self.swapped:
+                yield self._sleep(None)
+                continue
+            state = ReplicaState(self.running, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks)
+            batch = self.policy.next_batch(state)
             start = env.now
-            self._apply(batch, start)
+            swap_s = self._apply(batch, start)
             if batch.empty:
-                if batch.preempted:
-                    continue
-                raise RuntimeError(f"replica {self.index}: policy scheduled nothing with "
-                                   f"{len(self.running)} running and {len(self.waiting)} waiting")
+                if swap_s > 0:
+                    yield env.timeout(swap_s)
+                elif not batch.preempted:
+                    # Nothing can run now (waiting for KV held by transfers, or for the policy's
+                    # timer): sleep until an arrival, a KV release or the timer. A colocated replica
+                    # never gets here with work it could do; if it did, the run would end with
+                    # requests in flight and simulate() reports the stall.
+                    yield self._sleep(batch.wake_at_s)
+                continue
             cost = self.cost_model.step_time(batch)
-            yield env.timeout(cost.time_s)
-            self._commit(batch, cost, start)
+            extra = swap_s + (self._draft_time_s(batch) if self.spec else 0.0)
+            yield env.timeout(cost.time_s + extra)
+            self._commit(batch, cost, start, extra)
 
-    def _apply(self, batch, now: float) -> None:
+    def _sleep(self, until_s):
+        """An event that fires on ``wake()`` (or at ``until_s``)."""
+        self._wakeup = ev = self.env.event()
+        if until_s is not None and until_s > self.env.now:
+            return ev | self.env.timeout(until_s - self.env.now)
+        return ev
+
+    def _apply(self, batch: Batch, now: float) -> float:
+        """Apply the decision; return the seconds spent copying KV to/from host memory."""
         running, waiting, kv = self.running, self.waiting, self.kv
+        swap_bytes = 0.0
         if batch.preempted:
             n = len(batch.preempted)
             assert set(map(id, running[len(running) - n:])) == set(map(id, batch.preempted)), \
                 "policy must preempt from the tail of the running list"
             del running[len(running) - n:]
+            to_host = {id(r) for r in batch.swap_out}
             for r in batch.preempted:  # newest first, so the oldest ends at the front
-                kv.free(r)
-                r.num_computed_tokens = 0
                 r.preemptions += 1
-                waiting.appendleft(r)
+                if id(r) in to_host:
+                    r.swapped_blocks = r.kv_blocks
+                    self.host_free_blocks -= r.kv_blocks
+                    assert self.host_free_blocks >= 0, "policy swapped out more than host memory holds"
+                    swap_bytes += r.kv_blocks * self.swap_block_bytes
+                    self.recorder.swap_out_bytes += r.kv_blocks * self.swap_block_bytes
+                    kv.free(r)
+                    self.swapped.appendleft(r)
+                else:
+                    kv.free(r)
+                    r.num_computed_tokens = 0
+                    waiting.appendleft(r)
+            if self.after_free is not None:
+                self.after_free()
+        # Prefix-cache hits are mapped before any allocation so no eviction can take them.
+        for r, cached in batch.prefix_hits:
+            r.num_computed_tokens = cached
+            r.prefix_hit_tokens = cached
+            ok = kv.grow(r, cached)
+            assert ok, "prefix hit on blocks that are gone"
+        for r in batch.swap_in:
+            assert self.swapped[0] is r, "policy must swap in from the front of the swapped queue"
+            self.swapped.popleft()
+            running.append(r)
+            self.host_free_blocks += r.swapped_blocks
+            swap_bytes += r.swapped_blocks * self.swap_block_bytes
+            self.recorder.swap_in_bytes += r.swapped_blocks * self.swap_block_bytes
+            r.swapped_blocks = 0
         for r in batch.admitted:
             assert waiting[0] is r, "policy must admit from the front of the waiting queue"
             waiting.popleft()
             running.append(r)
             if isnan(r.scheduled_s):
                 r.scheduled_s = now
+                self.recorder.prefix_query_tokens += r.prompt_tokens
+                self.recorder.prefix_hit_tokens += r.prefix_hit_tokens
+        for r, tokens in batch.reserve:
+            ok = kv.grow(r, tokens)
+            assert ok, "policy reserved more KV than is free"
         for r, q in batch.items:
             ok = kv.grow(r, r.num_computed_tokens + q)
             assert ok, "policy scheduled more KV than is free"
+        return swap_bytes / self.swap_bytes_per_s if swap_bytes else 0.0
 
-    def _commit(self, batch, cost, start: float) -> None:
+    def _draft_time_s(self, batch: Batch) -> float:
+        """Speculative decoding: the draft proposes k tokens per decoding sequence (k draft decode
+        steps) and also runs over this step's prefill tokens to build its KV."""
+        k, _, draft, _ = self.spec
+        if draft is None or (not batch.num_decode_seqs and not batch.prefill_tokens):
+            return 0.0
+        n, dctx = batch.num_decode_seqs, batch.decode_context_tokens
+        t = 0.0
+        if n:
+            step = Batch(num_seqs=n, num_tokens=n, decode_tokens=n, num_decode_seqs=n, num_sampled=n,
+                         attn_pairs=float(dctx + n), context_tokens=dctx + n, decode_context_tokens=dctx)
+            t += k * draft.step_time(step).time_s
+        if batch.prefill_tokens:
+            q = k + 1
+            dec_pairs = q * dctx + n * q * (q + 1) // 2
+            pre = Batch(num_seqs=batch.num_prefill_seqs, num_tokens=batch.prefill_tokens,
+                        prefill_tokens=batch.prefill_tokens, num_prefill_seqs=batch.num_prefill_seqs,
+                        attn_pairs=batch.attn_pairs - dec_pairs,
+                        context_tokens=batch.context_tokens - dctx - n * q, num_sampled=0)
+            t += draft.step_time(pre).time_s
+        return t
+
+    def _commit(self, batch: Batch, cost, start: float, extra_s: float = 0.0) -> None:
         now = self.env.now
         rec = self.recorder
-        finished = 0
+        finished = False
+        handed = []
+        tbt = rec.tbt
         for r, q in batch.items:
-            r.num_computed_tokens += q
-            if r.num_computed_tokens == r.prompt_tokens + r.num_output_done:  # a token is sampled
-                r.num_output_done += 1
+            done = r.num_output_done
+            n = r.prompt_tokens + done
+            if q > 1 and done > 0 and r.num_computed_tokens == n - 1:
+                # speculative verify of q = k + 1 tokens: the accepted draft tokens plus one more
+                k, a, _, rng = self.spec
+                accepted = min(int(rng.geometric(1.0 - a)) - 1, k) if a < 1.0 else k
+                m = min(accepted + 1, r.output_tokens - done)
+                r.num_output_done = done + m
+                r.num_computed_tokens = r.prompt_tokens + r.num_output_done - 1
+                self.kv.shrink(r, r.num_computed_tokens)
+                self.outstanding_tokens += m
+                tbt.append(now - r.last_token_s)
+                for _ in range(m - 1):
+                    tbt.append(0.0)
+                r.last_token_s = now
+            else:
+                r.num_computed_tokens += q
+                if r.num_computed_tokens != n:  # a prompt chunk: no token yet
+                    continue
+                r.num_output_done = done + 1
                 self.outstanding_tokens += 1
-                if r.num_output_done == 1:
+                if done == 0:
                     r.first_token_s = now
                 else:
-                    rec.tbt.append(now - r.last_token_s)
+                    tbt.append(now - r.last_token_s)
                 r.last_token_s = now
-                if r.num_output_done == r.output_tokens:
-                    r.finish_s = now
-                    self.kv.free(r)
-                    self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
-                    rec.complete(r)
-                    finished += 1
+            if r.num_output_done == r.output_tokens:
+                r.finish_s = now
+                self.kv.free(r)
+                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+                rec.complete(r)
+                finished = True
+            elif self.role == "prefill":
+                handed.append(r)
         if finished:
             self.running[:] = [r for r in self.running if r.status != "completed"]
-        rec.step(self.index, start, cost, batch, self.kv.num_used)
+            if self.after_free is not None:
+                self.after_free()
+        if handed:
+            gone = {id(r) for r in handed}
+            self.running[:] = [r for r in self.running if id(r) not in gone]
+            for r in handed:
+                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+                self.handoff(r, self)
+        rec.step(self.index, start, cost, batch, self.kv.num_used, extra_s)

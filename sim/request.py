@@ -18,10 +18,12 @@ class Request:
     __slots__ = (
         "request_id", "arrival_s", "prompt_tokens", "output_tokens", "num_computed_tokens",
         "num_output_done", "scheduled_s", "first_token_s", "last_token_s", "finish_s", "replica",
-        "status", "reason", "preemptions", "kv_blocks",
+        "status", "reason", "preemptions", "kv_blocks", "prefix_group", "prefix_tokens", "swapped_blocks",
+        "decode_replica", "kv_transfer_s", "prefix_hit_tokens",
     )
 
-    def __init__(self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int):
+    def __init__(self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
+                 prefix_group: int = -1, prefix_tokens: int = 0):
         self.request_id = request_id
         self.arrival_s = arrival_s
         self.prompt_tokens = prompt_tokens
@@ -38,7 +40,15 @@ class Request:
         self.status = "pending"  # pending -> completed | rejected | unfinished
         self.reason = ""
         self.preemptions = 0
-        self.kv_blocks = 0  # KV blocks held on its replica
+        self.kv_blocks = 0  # KV blocks mapped on its current replica (shared prefix blocks included)
+        # Shared-prefix group (e.g. a system prompt): the first prefix_tokens of the prompt are the
+        # same for every request of the group, so their KV blocks can be shared by prefix caching.
+        self.prefix_group = prefix_group
+        self.prefix_tokens = prefix_tokens
+        self.prefix_hit_tokens = 0  # prompt tokens found in the prefix cache at admission
+        self.swapped_blocks = 0  # blocks held in host memory while swapped out
+        self.decode_replica = -1  # P/D split: the decode replica it was handed to
+        self.kv_transfer_s = NAN  # P/D split: time from first token until its KV landed on the decode side
 
     @property
     def num_tokens(self) -> int:

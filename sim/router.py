@@ -1,7 +1,9 @@
 """Routers: callables ``router(replicas, request) -> index`` choosing the replica for a request.
 
-A router sees only what a real load balancer could: the replicas' queues and counters, and the
-request's prompt length. ``ROUTERS`` maps a name to a factory (each run gets a fresh router).
+A router sees only what a real load balancer could: the replicas' queues, counters and prefix
+caches, and the request's prompt (length, prefix group). ``ROUTERS`` maps a name to a factory
+``factory(rng) -> router`` (each run gets a fresh router; ``rng`` is the run's numpy Generator
+for routing).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import itertools
 
 
-def round_robin():
+def round_robin(rng=None):
     counter = itertools.count()
 
     def route(replicas, request) -> int:
@@ -18,19 +20,59 @@ def round_robin():
     return route
 
 
-def least_outstanding_tokens():
-    """The replica with the fewest tokens in flight (prompt + output so far of its unfinished
-    requests); ties go to the lowest index."""
-
+def random(rng):
     def route(replicas, request) -> int:
-        best, best_load = 0, None
-        for i, r in enumerate(replicas):
-            load = r.outstanding_tokens
-            if best_load is None or load < best_load:
-                best, best_load = i, load
-        return best
+        return int(rng.integers(len(replicas)))
 
     return route
 
 
-ROUTERS = {"round_robin": round_robin, "least_outstanding_tokens": least_outstanding_tokens}
+def _argmin(replicas, load) -> int:
+    """Index of the smallest load; ties go to the lowest index."""
+    best, best_load = 0, None
+    for i, r in enumerate(replicas):
+        x = load(r)
+        if best_load is None or x < best_load:
+            best, best_load = i, x
+    return best
+
+
+def least_outstanding_tokens(rng=None):
+    """The replica with the fewest tokens in flight (prompt + output so far of its unfinished
+    requests)."""
+    return lambda replicas, request: _argmin(replicas, lambda r: r.outstanding_tokens)
+
+
+def _kv_load(r) -> float:
+    # blocks in use plus what its waiting requests will need: a replica with a long queue is busy
+    return (r.kv.num_used + sum(r.kv.blocks_for(q.num_tokens) for q in r.waiting)) / r.kv.num_blocks
+
+
+def least_kv_usage(rng=None):
+    """The replica whose KV cache (in use plus queued prompts) is least full."""
+    return lambda replicas, request: _argmin(replicas, _kv_load)
+
+
+def prefix_aware(rng=None):
+    """Prefer replicas whose prefix cache holds the request's prefix (most cached blocks), then the
+    least outstanding tokens; requests without a prefix go to the least outstanding tokens."""
+
+    def route(replicas, request) -> int:
+        if request.prefix_group >= 0:
+            cached = [r.kv.cached_prefix_blocks(request)[0] for r in replicas]
+            best = max(cached)
+            if best > 0:
+                holders = [i for i, c in enumerate(cached) if c == best]
+                return min(holders, key=lambda i: (replicas[i].outstanding_tokens, i))
+        return _argmin(replicas, lambda r: r.outstanding_tokens)
+
+    return route
+
+
+ROUTERS = {
+    "round_robin": round_robin,
+    "random": random,
+    "least_outstanding_tokens": least_outstanding_tokens,
+    "least_kv_usage": least_kv_usage,
+    "prefix_aware": prefix_aware,
+}

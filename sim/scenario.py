@@ -21,9 +21,9 @@ import yaml
 from sim.errors import InputError, did_you_mean
 
 
-def _f(default=dataclasses.MISSING, *, gt=None, ge=None, le=None, doc="", **kw):
-    """A dataclass field with bounds that ``build`` checks (gt: >, ge: >=, le: <=)."""
-    meta = {"gt": gt, "ge": ge, "le": le, "doc": doc}
+def _f(default=dataclasses.MISSING, *, gt=None, ge=None, le=None, lt=None, doc="", **kw):
+    """A dataclass field with bounds that ``build`` checks (gt: >, ge: >=, le: <=, lt: <)."""
+    meta = {"gt": gt, "ge": ge, "le": le, "lt": lt, "doc": doc}
     if default is dataclasses.MISSING and "default_factory" not in kw:
         return field(metadata=meta, **kw)
     if "default_factory" in kw:
@@ -285,8 +285,7 @@ class RequestClass:
     rate_rps: Optional[float] = _f(None, gt=0, doc="shorthand for arrival: {process: poisson, rate_rps}")
     arrival: Optional[Arrival] = None
     preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/presets.py)")
-    prefix_group: Optional[str] = _f(None, doc="requests of a group share a prompt prefix (used by prefix caching)")
-    prefix_tokens: int = _f(0, ge=0, doc="length of the shared prefix, included in prompt_tokens")
+    shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else workload.shared_prefix)")
     slo: ClassSlo = field(default_factory=ClassSlo)
 
     @staticmethod
@@ -322,19 +321,75 @@ class Memory:
     block_size: int = _f(16, gt=0, doc="tokens per KV block")
     activation_reserve_gib: Optional[float] = _f(None, ge=0, doc="None: estimated from the token budget")
     num_gpu_blocks: Optional[int] = _f(None, gt=0, doc="override the computed KV block count (as vLLM's num_gpu_blocks_override)")
+    swap_space_gib: float = _f(4.0, ge=0, doc="host memory per GPU for swapped-out KV (vLLM's swap_space)")
+    swap_bandwidth_gb_per_s: Optional[float] = _f(None, gt=0, doc="host<->GPU copy bandwidth; null: the GPU's PCIe figure")
 
 
 @dataclass(frozen=True)
 class Cluster:
     replicas: int = _f(1, gt=0)
-    router: Literal["round_robin", "least_outstanding_tokens"] = "round_robin"
+    router: Literal["round_robin", "random", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"] = "round_robin"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Speculative decoding: a draft proposes k tokens, the target verifies k + 1 per step."""
+
+    draft: str = _f("ngram", doc="a draft model (catalog id or config.json path), or ngram (no draft cost)")
+    num_speculative_tokens: int = _f(4, gt=0)
+    acceptance_rate: float = _f(0.8, ge=0, le=1, doc="probability each draft token is accepted")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of a P/D split: its replicas, GPU, TP and inner policy (null: the top-level value)."""
+
+    replicas: int = _f(1, gt=0)
+    gpu: Optional[str] = None
+    tp: Optional[int] = _f(None, gt=0)
+    policy: Literal["continuous", "chunked_prefill"] = "continuous"
+    max_num_seqs: Optional[int] = _f(None, gt=0)
+    max_num_batched_tokens: Optional[int] = _f(None, gt=0)
+
+
+@dataclass(frozen=True)
+class Link:
+    """The KV hand-off link of a P/D split (per GPU; TP ranks send their shards in parallel)."""
+
+    type: Literal["inter_node", "intra_node"] = "inter_node"
+    bandwidth_gbps: Optional[float] = _f(None, gt=0, doc="Gbit/s; null: 400 across nodes, the GPU's NVLink within one")
+    latency_s: Optional[float] = _f(None, ge=0, doc="null: 20 us across nodes, the GPU's link latency within one")
 
 
 @dataclass(frozen=True)
 class Policy:
-    name: Literal["continuous"] = "continuous"
+    name: Literal["continuous", "chunked_prefill", "static", "pd_split"] = "continuous"
     max_num_seqs: int = _f(256, gt=0)
     max_num_batched_tokens: int = _f(8192, gt=0)
+    preemption: Literal["recompute", "swap"] = "recompute"
+    watermark: float = _f(0.01, ge=0, lt=1, doc="share of KV blocks kept free when admitting (vLLM's)")
+    prefix_caching: bool = False
+    batch_timeout_s: float = _f(0.1, ge=0, doc="static: start a partial batch this long after its first request waited")
+    max_output_tokens: Optional[int] = _f(None, gt=0, doc="static: output tokens reserved per slot; null: up to the context length")
+    spec: Optional[Spec] = None
+    prefill: Pool = field(default_factory=Pool)
+    decode: Pool = field(default_factory=Pool)
+    link: Link = field(default_factory=Link)
+
+    def check(self, path):
+        if self.spec is not None and self.name not in ("continuous", "chunked_prefill"):
+            raise InputError(f"{path}.spec: speculative decoding works with continuous or chunked_prefill, "
+                             f"not {self.name}")
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    """A share of requests start with one of ``groups`` common prefixes (e.g. system prompts) of
+    ``tokens`` tokens; for them the prompt length drawn is what follows the prefix."""
+
+    tokens: int = _f(gt=0)
+    fraction: float = _f(1.0, ge=0, le=1)
+    groups: int = _f(1, gt=0)
 
 
 @dataclass(frozen=True)
@@ -344,6 +399,7 @@ class Workload:
     output_tokens: Optional[LengthDist] = None
     num_requests: Optional[int] = _f(None, gt=0)
     duration_s: Optional[float] = _f(None, gt=0, doc="arrivals stop and the run ends at this time")
+    shared_prefix: Optional[SharedPrefix] = None
     preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given (sim/presets.py)")
     trace: Optional[Trace] = None
     classes: Optional[tuple[RequestClass, ...]] = None
@@ -542,6 +598,8 @@ def build(cls, data, path: str):
                 raise InputError(f"{where} must be >= {meta['ge']}, got {value!r}")
             if meta.get("le") is not None and not value <= meta["le"]:
                 raise InputError(f"{where} must be <= {meta['le']}, got {value!r}")
+            if meta.get("lt") is not None and not value < meta["lt"]:
+                raise InputError(f"{where} must be < {meta['lt']}, got {value!r}")
         kwargs[name] = value
     obj = cls(**kwargs)
     if hasattr(obj, "check"):

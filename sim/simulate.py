@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,17 +14,37 @@ import numpy as np
 import simpy
 
 from policies import POLICIES
+from policies.pd_split import link_figures
 from sim.cost import CostModel
 from sim.errors import InputError
-from sim.kv_cache import GIB, BlockAllocator, KvCapacity, activation_reserve_bytes, size_kv
+from sim.kv_cache import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from sim.clients import drive_closed_loop
-from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, summarize, summarize_classes
-from sim.replica import Replica
+from sim.cluster import Cluster
+from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, dist_stats, summarize, summarize_classes
 from sim.request import Request
-from sim.router import ROUTERS
 from sim.scenario import Scenario, scenario_to_yaml
 from sim.specs import get_gpu, get_model
 from sim.workload import ClosedLoop, RequestSpecs, generate
+
+
+@dataclass(frozen=True)
+class PoolSetup:
+    """One pool of identical replicas: "colocated", or "prefill" / "decode" with a P/D split."""
+
+    name: str
+    replicas: int
+    cost_model: CostModel
+    capacity: KvCapacity
+    policy_name: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    policy_cfg: object
+    spec: tuple | None  # (k, acceptance_rate, draft CostModel or None)
+    swap: tuple  # (host blocks, bytes per block, host copy bytes/s)
+
+    def make_policy(self):
+        return POLICIES[self.policy_name](self.policy_cfg, self.cost_model.model, self.max_num_seqs,
+                                          self.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -31,31 +52,75 @@ class Setup:
     """Everything resolved from a scenario before the run (what ``servesim validate`` checks)."""
 
     scenario: Scenario
-    cost_model: CostModel
-    capacity: KvCapacity
+    pools: tuple  # PoolSetup, ...
+    link: tuple = (1.0, 0.0)  # P/D hand-off (bytes/s, latency_s)
 
-    def make_policy(self):
-        return POLICIES[self.scenario.policy.name](self.scenario.policy)
+    @property
+    def pools_by_name(self) -> dict:
+        return {p.name: p for p in self.pools}
+
+    @property
+    def cost_model(self) -> CostModel:
+        return self.pools[0].cost_model
+
+    @property
+    def capacity(self) -> KvCapacity:
+        return self.pools[0].capacity
+
+
+def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp: int, tp_path: str,
+          policy_name: str, max_num_seqs: int, max_num_batched_tokens: int) -> PoolSetup:
+    hw, mem, pol = scenario.hardware, scenario.memory, scenario.policy
+    gpu = get_gpu(gpu_name, gpu_path)
+    if model.num_layers < hw.pp:
+        raise InputError(f"hardware.pp={hw.pp} exceeds the model's {model.num_layers} layers")
+    if model.num_heads % tp:
+        raise InputError(f"{tp_path}={tp} must divide the model's {model.num_heads} attention heads")
+    kv_dtype = hw.kv_dtype or hw.dtype
+    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, scenario.cost.step_overhead_s,
+                   scenario.cost.per_seq_overhead_s)
+    spec = None
+    draft_bytes = 0.0
+    if pol.spec is not None:
+        draft = None
+        if pol.spec.draft != "ngram":
+            dm = get_model(pol.spec.draft, "policy.spec.draft")
+            # draft forwards run under CUDA graphs: a launch-sized overhead, not a scheduler step's
+            draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0)
+            draft_bytes = draft.weight_bytes
+        spec = (pol.spec.num_speculative_tokens, pol.spec.acceptance_rate, draft)
+    if mem.activation_reserve_gib is not None:
+        reserve = mem.activation_reserve_gib * GIB
+    else:
+        reserve = activation_reserve_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
+    where = "hardware" if name == "colocated" else f"policy.{name}"
+    cap = size_kv(cm, mem.gpu_memory_utilization, mem.block_size, reserve, mem.num_gpu_blocks, draft_bytes, where)
+    block_bytes = model.kv_bytes_per_token(kv_dtype) * mem.block_size  # whole replica (all ranks)
+    host_blocks = int(mem.swap_space_gib * GIB * cm.num_gpus // block_bytes)
+    swap_bw = (mem.swap_bandwidth_gb_per_s * 1e9 if mem.swap_bandwidth_gb_per_s else gpu.pcie_bw_bytes_per_s) * cm.num_gpus
+    return PoolSetup(name, 0, cm, cap, policy_name, max_num_seqs, max_num_batched_tokens, pol, spec,
+                     (host_blocks, block_bytes, swap_bw))
 
 
 def prepare(scenario: Scenario) -> Setup:
     model = get_model(scenario.model)
-    hw = scenario.hardware
-    gpu = get_gpu(hw.gpu)
-    if model.num_layers < hw.pp:
-        raise InputError(f"hardware.pp={hw.pp} exceeds the model's {model.num_layers} layers")
-    if model.num_heads % hw.tp:
-        raise InputError(f"hardware.tp={hw.tp} must divide the model's {model.num_heads} attention heads")
-    cm = CostModel(model, gpu, hw.tp, hw.pp, hw.dtype, hw.kv_dtype or hw.dtype,
-                   scenario.cost.step_overhead_s, scenario.cost.per_seq_overhead_s)
-    mem = scenario.memory
-    if mem.activation_reserve_gib is not None:
-        reserve = mem.activation_reserve_gib * GIB
-    else:
-        reserve = activation_reserve_bytes(model, hw.tp, scenario.policy.max_num_batched_tokens,
-                                           scenario.policy.max_num_seqs)
-    cap = size_kv(cm, mem.gpu_memory_utilization, mem.block_size, reserve, mem.num_gpu_blocks)
-    return Setup(scenario, cm, cap)
+    hw, pol = scenario.hardware, scenario.policy
+    if pol.name != "pd_split":
+        pool = _pool(scenario, "colocated", model, hw.gpu, "hardware.gpu", hw.tp, "hardware.tp", pol.name,
+                     pol.max_num_seqs, pol.max_num_batched_tokens)
+        return Setup(scenario, (dataclasses.replace(pool, replicas=scenario.cluster.replicas),))
+    if scenario.cluster.replicas != 1:
+        raise InputError("cluster.replicas: with policy.name=pd_split, set policy.prefill.replicas and "
+                         "policy.decode.replicas instead")
+    pools = []
+    for name in ("prefill", "decode"):
+        p = getattr(pol, name)
+        pool = _pool(scenario, name, model, p.gpu or hw.gpu, f"policy.{name}.gpu", p.tp or hw.tp, f"policy.{name}.tp",
+                     p.policy, p.max_num_seqs or pol.max_num_seqs, p.max_num_batched_tokens or pol.max_num_batched_tokens)
+        pools.append(dataclasses.replace(pool, replicas=p.replicas))
+    pf, dc = pools
+    link = link_figures(pol.link, pf.cost_model.gpu, min(pf.cost_model.tp, dc.cost_model.tp))
+    return Setup(scenario, tuple(pools), link)
 
 
 @dataclass
@@ -106,8 +171,7 @@ def _classes(scenario: Scenario, specs, req_cols: dict):
     idx = index[ids] if index is not None and len(ids) else np.zeros(len(ids), np.int64)
     req_cols["class"] = np.array(names, dtype=object)[idx] if len(ids) else np.zeros(0, dtype=object)
     slo = scenario.slo
-    classes = scenario.workload.classes or ()
-    by_name = {c.name: c for c in classes}
+    by_name = {c.name: c for c in scenario.workload.classes or ()}
     slo_by_class = {}
     for name in names:
         c = by_name.get(name)
@@ -142,30 +206,27 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         def cb(_req):
             progress(rec.completed, total, env.now)
     rec = Recorder(cb)
-    cm, cap = setup.cost_model, setup.capacity
-    replicas = [
-        Replica(env, i, setup.make_policy(), cm, BlockAllocator(cap.num_blocks, cap.block_size), rec,
-                cm.model.max_context_tokens)
-        for i in range(scenario.cluster.replicas)
-    ]
-    route = ROUTERS[scenario.cluster.router]()
-
-    def submit(req):
-        rec.arrive(req)
-        replicas[route(replicas, req)].submit(req)
+    cluster = Cluster(env, setup, rec, scenario.seed)
+    replicas = cluster.replicas
 
     def arrivals():
         arr, pr, out = specs.arrival_s.tolist(), specs.prompt_tokens.tolist(), specs.output_tokens.tolist()
+        grp = specs.prefix_group.tolist() if specs.prefix_group is not None else None
+        pre = specs.prefix_tokens.tolist() if specs.prefix_tokens is not None else None
         for i in range(total):
             delay = arr[i] - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            req = Request(i, arr[i], pr[i], out[i])
-            rec.arrive(req)
-            replicas[route(replicas, req)].submit(req)
+            # env.now, not arr[i]: now + (arr[i] - now) can differ from arr[i] in the last bit, and
+            # every other timestamp is taken from env.now
+            if grp is None:
+                req = Request(i, env.now, pr[i], out[i])
+            else:
+                req = Request(i, env.now, pr[i], out[i], grp[i], pre[i])
+            cluster.submit(req)
 
     if isinstance(specs, ClosedLoop):
-        drive_closed_loop(env, specs, submit, rec)
+        drive_closed_loop(env, specs, cluster.submit, rec)
     else:
         env.process(arrivals())
     samples = []
@@ -180,20 +241,35 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     until = scenario.workload.duration_s
     env.run(until=until)
     sim_time = float(until) if until is not None else float(env.now)
+    stalled = 0
     for r in rec.requests:
         if r.status == "pending":
             r.status = "unfinished"
+            stalled += 1
+    if until is None and (stalled or len(rec.requests) != len(specs)):
+        raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns()
     tbt = np.frombuffer(rec.tbt) if len(rec.tbt) else np.zeros(0)
-    summary = summarize(scenario, req_cols, steps, tbt, sim_time, 0.0, cm.peak_flops * cm.num_gpus,
-                        cm.gpu.mem_bw_bytes_per_s * cm.num_gpus, len(replicas), cap.num_blocks, limits)
-    summary["kv_capacity"] = {"blocks_per_replica": cap.num_blocks, "block_size": cap.block_size,
-                              "tokens_per_replica": cap.num_tokens,
-                              "kv_pool_gib_per_gpu": cap.kv_pool_bytes / GIB}
+    extra = {
+        "kv_capacity": {p.name: {"replicas": p.replicas, "blocks_per_replica": p.capacity.num_blocks,
+                                 "block_size": p.capacity.block_size, "tokens_per_replica": p.capacity.num_tokens,
+                                 "kv_pool_gib_per_gpu": p.capacity.kv_pool_bytes / GIB} for p in setup.pools},
+        "kv": {
+            "swap_out_bytes": rec.swap_out_bytes,
+            "swap_in_bytes": rec.swap_in_bytes,
+            "prefix_cache_hit_tokens": rec.prefix_hit_tokens,
+            "prefix_cache_query_tokens": rec.prefix_query_tokens,
+            "prefix_cache_hit_rate": rec.prefix_hit_tokens / rec.prefix_query_tokens if rec.prefix_query_tokens else 0.0,
+        },
+    }
+    if cluster.decode:
+        extra["kv_transfer"] = {"count": int(np.isfinite(req_cols["kv_transfer_s"]).sum()),
+                                "bytes": rec.kv_transfer_bytes, "time_s": dist_stats(req_cols["kv_transfer_s"])}
     clipped = getattr(specs, "clipped", None)
-    summary["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0}
-    summary["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
+    extra["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0}
+    extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
+    summary = summarize(scenario, req_cols, steps, tbt, sim_time, cluster.infos, extra, limits)
     summary["wall_time_s"] = time.perf_counter() - wall0
     return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples)

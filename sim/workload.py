@@ -3,8 +3,10 @@
 Draw order is fixed, so a scenario and seed always give the same requests:
 arrivals (per class in class order, when classes have their own), then class labels (when
 classes share the arrivals), then per class in class order the prompt lengths and the output
-lengths. A plain workload is the one-class case: arrivals, prompts, outputs. Closed-loop
-workloads draw lengths (then think times) in chunks in the order requests are sent.
+lengths, then shared-prefix membership and groups (last, so adding a shared prefix leaves the
+other draws unchanged). A plain workload is the one-class case: arrivals, prompts, outputs,
+prefixes. Closed-loop workloads draw lengths, prefixes, then think times in chunks in the order
+requests are sent.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ class RequestSpecs:
     """Columns of the requests a workload makes, sorted by arrival."""
 
     arrival_s: np.ndarray  # float64
-    prompt_tokens: np.ndarray  # int64
+    prompt_tokens: np.ndarray  # int64 (shared prefix included)
     output_tokens: np.ndarray  # int64
+    prefix_group: np.ndarray | None = None  # int64, -1 = no shared prefix
+    prefix_tokens: np.ndarray | None = None  # int64
     class_index: np.ndarray | None = None  # int per request, into class_names; None: all class 0
     class_names: tuple = (DEFAULT_CLASS,)
     clipped: np.ndarray | None = None  # bool per request: lengths shortened to the context length
@@ -123,6 +127,48 @@ class Lengths:
         return labels, prompt, output
 
 
+def prefix_specs(workload: Workload) -> list:
+    """Per class, (SharedPrefix or None, first group id): a class's own ``shared_prefix``, else the
+    workload's (whose groups 0..groups-1 every such class shares)."""
+    wsp = workload.shared_prefix
+    offset = wsp.groups if wsp is not None else 0
+    out = []
+    for c in workload.classes or (None,):
+        own = getattr(c, "shared_prefix", None)
+        if own is not None:
+            out.append((own, offset))
+            offset += own.groups
+        else:
+            out.append((wsp, 0))
+    return out
+
+
+def add_prefixes(specs: list, labels: np.ndarray, prompt: np.ndarray, rng):
+    """Draw shared-prefix membership and groups per class (in class order) and put each member's
+    prefix in front of its prompt. Returns (prompt, prefix_group, prefix_tokens), the last two
+    None when no class has a shared prefix."""
+    if all(sp is None for sp, _ in specs):
+        return prompt, None, None
+    n = len(prompt)
+    group = np.full(n, -1, np.int64)
+    prefix = np.zeros(n, np.int64)
+    for c, (sp, first) in enumerate(specs):
+        if sp is None:
+            continue
+        idx = np.flatnonzero(labels == c) if len(specs) > 1 else np.arange(n)
+        member = rng.random(len(idx)) < sp.fraction
+        group[idx] = np.where(member, first + rng.integers(0, sp.groups, len(idx)), -1)
+        prefix[idx] = np.where(member, sp.tokens, 0)
+    return prompt + prefix, group, prefix
+
+
+def clip_with_prefix(prompt, output, prefix, max_context_tokens):
+    p, o, clipped = clip_to_context(prompt, output, max_context_tokens)
+    if prefix is not None:
+        prefix = np.minimum(prefix, p)
+    return p, o, prefix, clipped
+
+
 # ---------------------------------------------------------------- traces
 def load_trace(workload: Workload) -> TraceData | None:
     t = workload.trace
@@ -210,10 +256,11 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
             if workload.num_requests is not None:
                 arrivals, labels = arrivals[:workload.num_requests], labels[:workload.num_requests]
         labels, prompt, output = lengths.draw(len(arrivals), rng, labels)
+    prompt, group, prefix = add_prefixes(prefix_specs(workload), labels, prompt, rng)
     clipped = None
     if clip is not None:
-        prompt, output, clipped = clip_to_context(prompt, output, clip)
-    return RequestSpecs(arrivals, prompt, output, labels, lengths.names, clipped)
+        prompt, output, prefix, clipped = clip_with_prefix(prompt, output, prefix, clip)
+    return RequestSpecs(arrivals, prompt, output, group, prefix, labels, lengths.names, clipped)
 
 
 class ClosedLoop:
@@ -230,7 +277,13 @@ class ClosedLoop:
         self.class_names = lengths.names
         self._lengths, self._rng, self._clip = lengths, rng, max_context_tokens
         self._chunk = workload.num_requests if workload.num_requests is not None else 4096
-        self._cols = {k: [] for k in ("class_index", "prompt_tokens", "output_tokens", "think_s", "clipped")}
+        self._cols = {k: [] for k in ("class_index", "prompt_tokens", "output_tokens", "prefix_group",
+                                      "prefix_tokens", "think_s", "clipped")}
+        self._prefixes = prefix_specs(workload)
+        if (workload.trace is not None and not workload.trace.sample and not workload.trace.loop
+                and workload.num_requests is not None and workload.num_requests > lengths.rows_left):
+            raise InputError(f"workload.num_requests={workload.num_requests} exceeds the {int(lengths.rows_left)} "
+                             f"rows of {lengths.trace.path}; set workload.trace.loop: true or ask for fewer")
         self._have = 0
         self.sent = 0
         # One think time per client before its first request.
@@ -253,18 +306,22 @@ class ClosedLoop:
         if n <= 0:
             return False
         labels, prompt, output = self._lengths.draw(n, self._rng)
+        prompt, group, prefix = add_prefixes(self._prefixes, labels, prompt, self._rng)
+        if group is None:
+            group, prefix = np.full(n, -1, np.int64), np.zeros(n, np.int64)
         clipped = np.zeros(n, bool)
         if self._clip is not None:
-            prompt, output, clipped = clip_to_context(prompt, output, self._clip)
+            prompt, output, prefix, clipped = clip_with_prefix(prompt, output, prefix, self._clip)
         think = self._think(n)
         for k, v in (("class_index", labels), ("prompt_tokens", prompt), ("output_tokens", output),
-                     ("think_s", think), ("clipped", clipped)):
+                     ("prefix_group", group), ("prefix_tokens", prefix), ("think_s", think), ("clipped", clipped)):
             self._cols[k].append(v)
         self._have += n
         return True
 
     def next(self):
-        """(request index, prompt, output, think time after it ends), or None when no more."""
+        """(request index, prompt, output, prefix group, prefix tokens, think time after it ends),
+        or None when no more."""
         k = self.sent
         if (self.num_requests is not None and k >= self.num_requests) or (k >= self._have and not self._grow()):
             return None
@@ -272,7 +329,8 @@ class ClosedLoop:
         if k >= self._cached_upto():
             self._flat = {key: np.concatenate(v) for key, v in self._cols.items()}
         f = self._flat
-        return k, int(f["prompt_tokens"][k]), int(f["output_tokens"][k]), float(f["think_s"][k])
+        return (k, int(f["prompt_tokens"][k]), int(f["output_tokens"][k]), int(f["prefix_group"][k]),
+                int(f["prefix_tokens"][k]), float(f["think_s"][k]))
 
     def _cached_upto(self) -> int:
         flat = getattr(self, "_flat", None)

@@ -1,0 +1,39 @@
+"""Prefill/decode disaggregation (DistServe, Splitwise): the decisions of the hand-off.
+
+Requests are prefilled in the prefill pool (inner policy: continuous or chunked_prefill); the
+step that finishes a prompt produces the first token; the request's KV then moves to a decode
+replica over a link and it decodes there (inner policy: continuous). The KV is held on both
+sides until the transfer lands. A request whose decode replica has no room waits, holding its
+prefill-side KV, until one frees blocks.
+"""
+
+from __future__ import annotations
+
+GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+
+
+def pick_decode_replica(replicas, blocks_needed: int) -> int | None:
+    """Least loaded by KV: the decode replica with the most free blocks, if any can hold
+    ``blocks_needed`` (ties: lowest index); None when none can."""
+    best, best_free = None, -1
+    for i, r in enumerate(replicas):
+        free = r.kv.num_free
+        if free >= blocks_needed and free > best_free:
+            best, best_free = i, free
+    return best
+
+
+def link_figures(link, gpu, tp: int) -> tuple[float, float]:
+    """(bytes/s, latency_s) of the KV hand-off: per-GPU link bandwidth times the TP ranks that send
+    their shards in parallel."""
+    if link.type == "intra_node":
+        bw = link.bandwidth_gbps * GBIT if link.bandwidth_gbps else gpu.link_bw_bytes_per_s
+        lat = link.latency_s if link.latency_s is not None else gpu.link_latency_s
+    else:
+        bw = (link.bandwidth_gbps or 400.0) * GBIT
+        lat = link.latency_s if link.latency_s is not None else 20e-6
+    return bw * tp, lat
+
+
+def transfer_time_s(kv_bytes: float, bytes_per_s: float, latency_s: float) -> float:
+    return latency_s + kv_bytes / bytes_per_s

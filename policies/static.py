@@ -1,0 +1,75 @@
+"""Static (request-level) batching, as FasterTransformer or Hugging Face ``generate`` serve.
+
+A batch forms when ``max_num_seqs`` requests wait, or ``batch_timeout_s`` after the oldest
+waiting request arrived. It takes up to ``max_num_seqs`` requests FCFS while their KV fits,
+reserving for each slot the padded prompt (the batch's longest) plus ``max_output_tokens`` (or up
+to the model's context length) up front. It prefills every slot padded to the longest prompt,
+then decodes every slot each step until the last request finishes: finished slots keep running
+as padding. Nothing joins until the whole batch is done, and nothing is preempted.
+"""
+
+from __future__ import annotations
+
+from policies.base import ReplicaState
+from sim.batch import Batch, make_batch
+
+
+class StaticPolicy:
+    """Holds its current batch's shape (slots, padded prompt, decode steps so far) between steps:
+    one instance per replica."""
+
+    def __init__(self, max_num_seqs: int, batch_timeout_s: float, max_output_tokens: int | None,
+                 max_context_tokens: int):
+        self.max_num_seqs = max_num_seqs
+        self.batch_timeout_s = batch_timeout_s
+        self.max_output_tokens = max_output_tokens
+        self.max_context_tokens = max_context_tokens
+        self._slots = 0
+        self._padded_prompt = 0
+        self._steps = 0
+
+    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        if self.max_output_tokens is not None and max_tokens > self.max_output_tokens:
+            return (f"output of {max_tokens} tokens exceeds policy.max_output_tokens={self.max_output_tokens} "
+                    f"(the KV reserved per slot)")
+        return None
+
+    def _slot_tokens(self, padded_prompt: int) -> int:
+        out = self.max_output_tokens if self.max_output_tokens is not None else self.max_context_tokens - padded_prompt
+        return padded_prompt + max(out, 1)
+
+    def next_batch(self, state: ReplicaState) -> Batch:
+        running = state.running
+        if running:  # the batch in flight: every live slot decodes, finished slots are padding
+            P, k = self._padded_prompt, self._steps
+            self._steps += 1
+            idle = self._slots - len(running)
+            # attention runs over the padded length: P + k tokens of KV before this step's token
+            pad_ctx = sum(P - r.prompt_tokens for r in running) + idle * (P + k + 1)
+            return make_batch([(r, 1) for r in running], padding=(idle, pad_ctx, pad_ctx))
+
+        waiting = state.waiting
+        if not waiting:
+            return make_batch(())
+        deadline = waiting[0].arrival_s + self.batch_timeout_s
+        if len(waiting) < self.max_num_seqs and state.now_s < deadline:
+            return make_batch((), wake_at_s=deadline)
+        kv = state.kv
+        chosen, P = [], 0
+        for r in waiting:
+            if len(chosen) == self.max_num_seqs:
+                break
+            p = max(P, r.prompt_tokens)
+            if (len(chosen) + 1) * kv.blocks_for(self._slot_tokens(p)) > kv.num_free:
+                break
+            chosen.append(r)
+            P = p
+        if not chosen:  # one request alone: reserve what the replica has
+            chosen, P = [waiting[0]], waiting[0].prompt_tokens
+        slot = min(self._slot_tokens(P), kv.num_free * kv.block_size)
+        self._slots, self._padded_prompt, self._steps = len(chosen), P, 1
+        n = len(chosen)
+        pad_tokens = n * P - sum(r.prompt_tokens for r in chosen)
+        pad_pairs = n * P * (P + 1) // 2 - sum(r.prompt_tokens * (r.prompt_tokens + 1) // 2 for r in chosen)
+        return make_batch([(r, r.prompt_tokens) for r in chosen], admitted=chosen,
+                          reserve=[(r, slot) for r in chosen], padding=(pad_tokens, pad_pairs, pad_tokens))

@@ -1,0 +1,94 @@
+"""Builds a run's replicas (one colocated pool, or prefill + decode pools) and moves requests
+between them: the router for arrivals, and the P/D KV hand-off with its transfer time."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from policies.pd_split import pick_decode_replica, transfer_time_s
+from sim.kv_cache import BlockAllocator
+from sim.metrics import ReplicaInfo
+from sim.replica import Replica
+from sim.router import ROUTERS
+
+
+class Cluster:
+    def __init__(self, env, setup, recorder, seed: int):
+        self.env = env
+        self.setup = setup
+        self.rec = recorder
+        sc = setup.scenario
+        self.replicas: list[Replica] = []
+        self.infos: list[ReplicaInfo] = []
+        self.pools: dict[str, list[Replica]] = {}
+        for pool in setup.pools:
+            members = []
+            for _ in range(pool.replicas):
+                i = len(self.replicas)
+                spec = None
+                if pool.spec is not None:
+                    k, a, draft = pool.spec
+                    spec = (k, a, draft, np.random.default_rng([seed, i, 1]))  # per replica, reproducible
+                r = Replica(env, i, pool.make_policy(), pool.cost_model,
+                            BlockAllocator(pool.capacity.num_blocks, pool.capacity.block_size, sc.policy.prefix_caching),
+                            recorder, pool.cost_model.model.max_context_tokens, role=pool.name, pool=pool.name,
+                            handoff=self.handoff, spec=spec, swap=pool.swap)
+                cm = pool.cost_model
+                self.infos.append(ReplicaInfo(i, pool.name, cm.peak_flops * cm.num_gpus,
+                                              cm.gpu.mem_bw_bytes_per_s * cm.num_gpus, pool.capacity.num_blocks))
+                self.replicas.append(r)
+                members.append(r)
+            self.pools[pool.name] = members
+        self.entry = self.pools.get("prefill") or self.pools["colocated"]
+        self.decode = self.pools.get("decode", [])
+        self.route = ROUTERS[sc.cluster.router](np.random.default_rng([seed, 2]))
+        self.pending: deque = deque()  # (request, prefill replica) waiting for decode-side room
+        if self.decode:
+            self._decode_blocks = min(r.kv.num_blocks for r in self.decode)
+            for r in self.decode:
+                r.after_free = self._retry_handoffs
+
+    def submit(self, req) -> None:
+        self.rec.arrive(req)
+        if self.decode:
+            total = req.prompt_tokens + req.output_tokens
+            need = self.decode[0].kv.blocks_for(total - 1)
+            if need > self._decode_blocks:
+                req.replica = -1
+                self.rec.reject(req, f"prompt + output = {total} tokens needs {need} KV blocks; a decode replica "
+                                     f"has {self._decode_blocks} in all")
+                return
+        self.entry[self.route(self.entry, req)].submit(req)
+
+    # ---------------------------------------------------------------- P/D hand-off
+    def handoff(self, req, src: Replica) -> None:
+        """Called by a prefill replica when ``req`` has its first token and more to decode."""
+        self.pending.append((req, src))
+        self._retry_handoffs()
+
+    def _retry_handoffs(self) -> None:
+        while self.pending:
+            req, src = self.pending[0]
+            need = self.decode[0].kv.blocks_for(req.num_computed_tokens)
+            j = pick_decode_replica(self.decode, need)
+            if j is None:
+                return
+            self.pending.popleft()
+            dst = self.decode[j]
+            token = src.kv.detach(req)  # the prefill side keeps the blocks until the KV lands
+            ok = dst.kv.grow(req, req.num_computed_tokens)
+            assert ok
+            req.decode_replica = dst.index
+            self.env.process(self._transfer(req, src, dst, token))
+
+    def _transfer(self, req, src, dst, token):
+        pool = self.setup.pools_by_name["prefill"]
+        kv_bytes = pool.cost_model.model.kv_bytes_per_token(pool.cost_model.kv_dtype) * req.num_computed_tokens
+        yield self.env.timeout(transfer_time_s(kv_bytes, *self.setup.link))
+        src.kv.release(token)
+        src.wake()  # freed prefill-side blocks may let it admit more
+        req.kv_transfer_s = self.env.now - req.first_token_s
+        self.rec.kv_transfer_bytes += kv_bytes
+        dst.accept_prefilled(req)
