@@ -106,3 +106,17 @@ def test_mixed_classes_byte_identical(tmp_path):
     b = simulate(sc).write(tmp_path / "b")
     assert (a / "requests.csv").read_bytes() == (b / "requests.csv").read_bytes()
     assert (a / "steps.csv").read_bytes() == (b / "steps.csv").read_bytes()
+
+
+def test_shared_prefixes_per_class():
+    # chat: its own 2 prefix groups of 500 tokens; batch: the workload's 3 groups of 100 tokens
+    # (ids 0..2), so chat's groups are 3 and 4. The drawn prompt is what follows the prefix.
+    w = build(Workload, {"num_requests": 400, "arrival": {"process": "poisson", "rate_rps": 10.0},
+                         "shared_prefix": {"tokens": 100, "groups": 3},
+                         "classes": [{**CHAT, "share": 1, "shared_prefix": {"tokens": 500, "groups": 2}},
+                                     {**BATCH, "share": 1}]}, "workload")
+    s = generate(w, np.random.default_rng(0))
+    chat, batch = s.class_index == 0, s.class_index == 1
+    assert set(s.prefix_group[chat]) == {3, 4} and set(s.prefix_tokens[chat]) == {500}
+    assert set(s.prefix_group[batch]) == {0, 1, 2} and set(s.prompt_tokens[batch]) == {3100}
+    assert s.prompt_tokens[chat].min() >= 550 and s.prompt_tokens[chat].max() <= 800

@@ -10,7 +10,7 @@ from sim.scenario import load_scenario, scenario_from_dict, scenario_to_yaml
 from sim.simulate import prepare
 
 LIBRARY = ("default", "chat", "coding", "long-context", "bursty", "offline-batch", "multi-class", "closed-loop",
-           "diurnal")
+           "diurnal", "pd-split")
 
 
 def path(name):
@@ -34,3 +34,4 @@ def test_library_uses_the_new_workload_features():
     assert [c.name for c in w["multi-class"].classes] == ["chat", "summarize"]
     assert w["closed-loop"].arrival.process == "closed_loop"
     assert w["diurnal"].arrival.process == "sinusoidal"
+    assert load_scenario(path("pd-split")).policy.name == "pd_split"
