@@ -418,6 +418,8 @@ class Workload:
             for k in ("prompt_tokens", "output_tokens", "classes"):
                 if getattr(self, k) is not None:
                     raise InputError(f"{path}.{k}: lengths come from {path}.trace; remove one of them")
+            if self.trace.loop and self.num_requests is None and self.duration_s is None:
+                raise InputError(f"{path}.trace.loop needs {path}.num_requests or {path}.duration_s")
             if self.trace.sample and self.arrival is None:
                 raise InputError(f"{path}.trace.sample needs {path}.arrival (sampled rows have no arrival times)")
             return

@@ -115,6 +115,14 @@ def test_trace_errors_name_file_and_line(tmp_path, text, message):
         gen({"path": str(f)})
 
 
+def test_empty_window_and_too_few_rows(tmp_path):
+    p = write_azure(tmp_path / "t.csv")
+    with pytest.raises(InputError, match=r"no rows of .*t.csv in the window \[100.0, end\) s; the trace spans 13.569"):
+        gen({"path": p, "start_s": 100.0})
+    with pytest.raises(InputError, match="workload.num_requests=9 exceeds the 4 rows"):
+        gen({"path": p}, num_requests=9)
+
+
 def test_jsonl_errors(tmp_path):
     f = tmp_path / "bad.jsonl"
     f.write_text('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 3}\n{"arrival_s": 1, "prompt_tokens": 3\n')
@@ -130,6 +138,7 @@ def test_jsonl_errors(tmp_path):
     ({"trace": {"path": "x.csv"}, "prompt_tokens": {"dist": "fixed", "value": 1}},
      "workload.prompt_tokens: lengths come from workload.trace"),
     ({"trace": {"path": "x.csv", "columns": {"prompt": 3}}}, "workload.trace.columns.prompt must be a string"),
+    ({"trace": {"path": "x.csv", "loop": True}}, "workload.trace.loop needs workload.num_requests or workload.duration_s"),
 ])
 def test_trace_fields_checked(data, message):
     with pytest.raises(InputError, match=message):
