@@ -23,9 +23,15 @@ Spearman rank correlation in the traces is +0.07 (conv), -0.02 (code) and -0.04 
 Arrivals: conv is a gamma renewal process with the trace's rate and CV; code is an interrupted
 Poisson process (bursts at 10.9 req/s lasting 13.5 s on average, idle gaps of 43.8 s on average)
 fitted to the trace's mean gap (2.57 req/s), gap CV (13.2) and median gap (64 ms); see the fit
-script for why not gamma. Neither captures the conv trace's slow drift in rate over the hour
-(per-minute count CV 0.25 in the trace, 0.06 in the preset): use a piecewise or sinusoidal
-arrival process with the preset's lengths for that.
+script for why not gamma.
+
+What the arrival fits miss (count variance / mean per window, trace vs preset, printed by the fit
+script): conv drifts in rate over the hour (60 s windows: 16.1 vs 1.3; use a piecewise or
+sinusoidal process with the preset's lengths for that); code matches at 10 s and 60 s (71.6 vs
+62.2, 164 vs 137) but lacks the trace's rare surges (500 requests in its busiest 20 s vs 258 in the
+preset's first hour). Those surges drive tail latency: on CodeLlama-34B TP4 H100
+(``scenarios/coding.yaml``) replaying the code trace gives TTFT p50 / p99 0.42 s / 19.2 s, the
+preset (same request count) 0.27 s / 1.24 s. Replay the trace to study tails.
 """
 
 from __future__ import annotations

@@ -90,6 +90,18 @@ def fit_ipp(gaps: np.ndarray) -> dict:
             "off_s": round(float(1 / beta), 3), "durations": "exponential"}
 
 
+def idc(t: np.ndarray, window_s: float) -> float:
+    """Index of dispersion of counts: variance / mean of the number of arrivals per window."""
+    c = np.bincount((t // window_s).astype(int))[:-1]  # whole windows only
+    return float(c.var() / c.mean())
+
+
+def busiest(t: np.ndarray, window_s: float) -> int:
+    """Most arrivals in any window of that length starting at an arrival, over the first hour."""
+    t = t[t < t[0] + 3600]
+    return int((np.searchsorted(t, t + window_s) - np.arange(len(t))).max())
+
+
 def describe(x) -> str:
     x = np.asarray(x, float)
     p50, p90, p99 = np.percentile(x, [50, 90, 99])
@@ -113,8 +125,8 @@ def check(name: str, preset: dict, trace) -> None:
         for label, t in (("trace", trace.arrival_s), ("preset", s.arrival_s)):
             g = np.diff(t)
             print(f"  gaps {label:17} rate {1 / g.mean():6.3f} rps  CV {g.std() / g.mean():6.2f}  "
-                  f"median {np.median(g) * 1e3:7.1f} ms  per-minute count CV "
-                  f"{(lambda c: c.std() / c.mean())(np.bincount((t[t < 3600 * (t[-1] // 3600 or 1)] // 60).astype(int))):.2f}")
+                  f"median {np.median(g) * 1e3:7.1f} ms  count variance/mean in 10 s {idc(t, 10):6.1f}, "
+                  f"60 s {idc(t, 60):6.1f}; busiest 20 s of the first hour {busiest(t, 20)} requests")
 
 
 def main(argv=None) -> int:
