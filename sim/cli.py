@@ -109,7 +109,6 @@ def cmd_run(args) -> int:
 def cmd_validate(args) -> int:
     from sim.scenario import load_scenario
     from sim.simulate import prepare
-
     from sim.workload import check_files
 
     scenario = load_scenario(args.scenario, args.set or [])
