@@ -164,7 +164,11 @@ def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col) -> TraceD
             i = int(bad[0]) + 1
             raise InputError(f"{path} line {lines[i]}: {arrival_col} goes back in time (row before it is later); "
                              f"a trace must be sorted by arrival time")
-    return TraceData(str(path), arrival, np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64))
+    cols = [arrival, np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64)]
+    for c in cols:
+        if c is not None:
+            c.flags.writeable = False  # cached and shared between runs
+    return TraceData(str(path), *cols)
 
 
 def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData:
@@ -296,4 +300,6 @@ def _read_lengths_cached(path, _mtime, _size, column) -> np.ndarray:
                 out.append(_length(text, f"{path} line {line}", "length"))
     if not out:
         raise InputError(f"{path}: no lengths in the file")
-    return np.array(out, dtype=np.int64)
+    values = np.array(out, dtype=np.int64)
+    values.flags.writeable = False  # cached and shared between runs
+    return values
