@@ -41,7 +41,8 @@ class Batch:
     num_sampled: int = 0
     padding_tokens: int = 0
     num_decode_seqs: int = 0
-    decode_context_tokens: int = 0  # sum of c over decoding requests
+    decode_context_tokens: int = 0  # the part of context_tokens that decoding sequences touch: sum of c + q
+    decode_attn_pairs: float = 0.0  # the part of attn_pairs of decoding sequences
     swap_out: tuple = ()
     swap_in: tuple = ()
     prefix_hits: tuple = ()  # ((Request, cached_tokens), ...)
@@ -62,7 +63,7 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
     of padded slots (static batching), charged like real tokens.
     """
     hit = {id(r): c for r, c in prefix_hits} if prefix_hits else None
-    num_tokens = prefill = decode = nprefill = ctx = sampled = ndec = dctx = 0
+    num_tokens = prefill = decode = nprefill = ctx = sampled = ndec = dctx = dpairs = 0
     pairs = 0
     for req, q in items:
         c = req.num_computed_tokens
@@ -70,20 +71,22 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
             c = hit[id(req)]
         n = req.prompt_tokens + req.num_output_done
         num_tokens += q
-        pairs += q * c + q * (q + 1) // 2
+        p = q * c + q * (q + 1) // 2
+        pairs += p
         ctx += c + q
         if c + q >= n:
             sampled += 1
         if req.num_output_done > 0 and c == n - 1:
             decode += q
             ndec += 1
-            dctx += c
+            dctx += c + q
+            dpairs += p
         else:
             prefill += q
             nprefill += 1
     pad_tokens, pad_pairs, pad_ctx = padding
     return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items), num_tokens, prefill, decode,
-                 nprefill, float(pairs + pad_pairs), ctx + pad_ctx, sampled, pad_tokens, ndec, dctx,
+                 nprefill, float(pairs + pad_pairs), ctx + pad_ctx, sampled, pad_tokens, ndec, dctx, float(dpairs),
                  tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s)
 
 
@@ -96,9 +99,11 @@ def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0) -> Bat
     prefill = list(prefill)
     dc = list(decode_contexts)
     q = spec_tokens + 1
-    pairs = sum(p * c + p * (p + 1) // 2 for p, c in prefill) + sum(q * c + q * (q + 1) // 2 for c in dc)
-    ctx = sum(p + c for p, c in prefill) + sum(c + q for c in dc)
+    dpairs = sum(q * c + q * (q + 1) // 2 for c in dc)
+    dctx = sum(c + q for c in dc)
+    pairs = sum(p * c + p * (p + 1) // 2 for p, c in prefill) + dpairs
+    ctx = sum(p + c for p, c in prefill) + dctx
     p_tokens = sum(p for p, _ in prefill)
     n = len(prefill) + len(dc)
     return Batch((), (), (), n, p_tokens + q * len(dc), p_tokens, q * len(dc), len(prefill), float(pairs), ctx, n,
-                 0, len(dc), sum(dc))
+                 0, len(dc), dctx, float(dpairs))

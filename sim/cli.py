@@ -45,7 +45,26 @@ def format_summary(s: dict) -> str:
               f"utilization   busy {u['busy_fraction'] * 100:.0f}%, mean batch {u['mean_batch_size']:.1f}, "
               f"KV mean {u['kv_usage_mean'] * 100:.0f}% / max {u['kv_usage_max'] * 100:.0f}%, "
               f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%"]
+    lines += _format_workload(s)
     return "\n".join(lines)
+
+
+def _format_workload(s: dict) -> list:
+    """Per-class lines (when there is more than one class) and the clipped-request count."""
+    lines = []
+    clipped = s.get("workload", {}).get("clipped_requests", 0)
+    if clipped:
+        lines.append(f"workload      {clipped} requests shortened to the model's context length")
+    classes = s.get("classes", {})
+    if len(classes) > 1:
+        for name, c in classes.items():
+            t, p = c["ttft_s"], c["tpot_s"]
+            lines.append(f"class {name}: {c['num_requests']} requests ({c['completed']} completed), "
+                         f"TTFT p50/p99 {_fmt_s(t['p50']).strip()} / {_fmt_s(t['p99']).strip()}, "
+                         f"TPOT p50/p99 {_fmt_s(p['p50']).strip()} / {_fmt_s(p['p99']).strip()}, "
+                         f"SLO {c['slo_attainment'] * 100:.1f}% (TTFT <= {c['slo']['ttft_s']} s, "
+                         f"TPOT <= {c['slo']['tpot_s']} s)")
+    return lines
 
 
 def _progress_bar(quiet: bool):
@@ -94,9 +113,11 @@ def cmd_run(args) -> int:
 def cmd_validate(args) -> int:
     from sim.scenario import load_scenario
     from sim.simulate import prepare
+    from sim.workload import check_files
 
     scenario = load_scenario(args.scenario, args.set or [])
     setup = prepare(scenario)
+    check_files(scenario.workload)
     cap = setup.capacity
     print(f"{args.scenario}: ok ({scenario.name}: {scenario.model} on {scenario.cluster.replicas} x "
           f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "
@@ -124,7 +145,10 @@ def cmd_cost(args) -> int:
             raise InputError("--decode-batch must be >= 1 and --context >= 0")
         batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch)
         what = f"decode step of {args.decode_batch} sequences at context {args.context}"
-    cm = CostModel(model, gpu, tp=args.tp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype)
+    from sim.cost.calibration import efficiencies_for
+
+    cm = CostModel(model, gpu, tp=args.tp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype,
+                   eff=efficiencies_for(gpu, args.calibration, "--calibration"))
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
     ai = c.arithmetic_intensity
@@ -178,7 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--decode-batch", type=int, metavar="B")
     c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
     c.add_argument("--json", action="store_true")
+    c.add_argument("--calibration", default="auto", help="auto (shipped fit) | none (v0 figures) | FILE")
     c.set_defaults(func=cmd_cost)
+
+    from sim.cli_cost import register as register_cost
+
+    register_cost(sub)  # calibrate, validate-cost
 
     from sim import capacity, compare, report, sweep  # issue 6: sweep, capacity, compare, report
 

@@ -19,7 +19,7 @@ STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "prefill_tokens"
                 "context_tokens", "flops", "bytes", "bound", "kv_blocks_used", "padding_tokens")
 REQUEST_COLUMNS = ("request_id", "arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens",
                    "output_tokens", "replica", "status", "preemptions", "reason", "decode_replica",
-                   "kv_transfer_s", "prefix_hit_tokens")
+                   "kv_transfer_s", "prefix_hit_tokens", "class")
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class Recorder:
         self.prefix_hit_tokens = 0  # of which found in the prefix cache
         self.kv_transfer_bytes = 0.0
         self._progress = progress
+        self.end_hooks: list = []  # f(request), called when a request completes or is rejected
         # step columns
         self.s_replica = array("i")
         self.s_start = array("d")
@@ -66,12 +67,16 @@ class Recorder:
         req.status = "rejected"
         req.reason = reason
         self.rejected += 1
+        for hook in self.end_hooks:
+            hook(req)
 
     def complete(self, req) -> None:
         req.status = "completed"
         self.completed += 1
         if self._progress is not None:
             self._progress(req)
+        for hook in self.end_hooks:
+            hook(req)
 
     def step(self, replica: int, start_s: float, cost, batch, kv_used: int, extra_s: float = 0.0) -> None:
         """One step; ``extra_s`` is time outside the cost model's step (swap copies, draft model)."""
@@ -157,9 +162,11 @@ def utilization(steps: dict, sel, sim_time_s: float, members: list, table: list)
 
 
 def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: float, replicas: list,
-              extra: dict | None = None) -> dict:
+              extra: dict | None = None, slo_limits: tuple | None = None) -> dict:
     """The ``summary.json`` contract (see the README for each key). ``replicas``: one
-    ``ReplicaInfo`` (index, pool, peak_flops, peak_bw, kv_blocks) per replica, in index order."""
+    ``ReplicaInfo`` (index, pool, peak_flops, peak_bw, kv_blocks) per replica, in index order.
+    ``slo_limits``: per-request (ttft_s, tpot_s) limit arrays (inf = none) replacing the scenario's
+    SLO, for request classes with their own."""
     status = req["status"]
     done = status == "completed"
     n = len(status)
@@ -172,9 +179,11 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
     tpot[multi] = (req["finish_s"][multi] - req["first_token_s"][multi]) / (out[multi] - 1)
 
     met = done.copy()
-    if scenario.slo.ttft_s is not None:
+    if slo_limits is not None:
+        met &= slo_met(ttft, tpot, *slo_limits)
+    elif scenario.slo.ttft_s is not None:
         met &= ttft <= scenario.slo.ttft_s
-    if scenario.slo.tpot_s is not None:
+    if slo_limits is None and scenario.slo.tpot_s is not None:
         met &= ~(tpot > scenario.slo.tpot_s)  # NaN (single-token outputs) has no TPOT to miss
     completed = int(done.sum())
     per = lambda v: v / sim_time_s if sim_time_s > 0 else 0.0  # noqa: E731
@@ -228,3 +237,49 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
     if extra:
         summary.update(extra)
     return summary
+
+
+def slo_met(ttft: np.ndarray, tpot: np.ndarray, ttft_limit: np.ndarray, tpot_limit: np.ndarray) -> np.ndarray:
+    """Per request: TTFT and TPOT within their limits (NaN TPOT, a single-token output, meets any)."""
+    with np.errstate(invalid="ignore"):
+        return (ttft <= ttft_limit) & ~(tpot > tpot_limit)
+
+
+def summarize_classes(req: dict, sim_time_s: float, names, slo_by_class: dict) -> dict:
+    """``summary.json`` ``classes``: per request class (the ``class`` column), the request counts,
+    throughput, latency distributions and SLO keys of the overall summary, over that class's
+    requests. Counts add up to the overall ones. ``slo_by_class``: name -> (ttft_s, tpot_s)."""
+    status, cls = req["status"], req["class"]
+    done_all = status == "completed"
+    out = req["output_tokens"]
+    ttft = req["first_token_s"] - req["arrival_s"]
+    multi_all = done_all & (out > 1)
+    tpot = np.full(len(status), np.nan)
+    tpot[multi_all] = (req["finish_s"][multi_all] - req["first_token_s"][multi_all]) / (out[multi_all] - 1)
+    per = lambda v: v / sim_time_s if sim_time_s > 0 else 0.0  # noqa: E731
+    result = {}
+    for name in names:
+        sel = cls == name
+        done, multi = done_all & sel, multi_all & sel
+        lim_ttft, lim_tpot = slo_by_class[name]
+        met = done & slo_met(ttft, tpot, np.inf if lim_ttft is None else lim_ttft,
+                             np.inf if lim_tpot is None else lim_tpot)
+        n = int(sel.sum())
+        completed = int(done.sum())
+        result[name] = {
+            "num_requests": n,
+            "completed": completed,
+            "rejected": int((sel & (status == "rejected")).sum()),
+            "unfinished": int((sel & (status == "unfinished")).sum()),
+            "preemptions": int(req["preemptions"][sel].sum()),
+            "throughput_rps": per(completed),
+            "output_tokens_per_s": per(float(out[done].sum())),
+            "ttft_s": dist_stats(ttft[done]),
+            "tpot_s": dist_stats(tpot[multi]),
+            "e2e_s": dist_stats((req["finish_s"] - req["arrival_s"])[done]),
+            "queue_s": dist_stats((req["scheduled_s"] - req["arrival_s"])[done]),
+            "slo": {"ttft_s": lim_ttft, "tpot_s": lim_tpot},
+            "slo_attainment": float(met.sum() / n) if n else 0.0,
+            "goodput_rps": per(int(met.sum())),
+        }
+    return result

@@ -177,19 +177,20 @@ class Replica:
         k, _, draft, _ = self.spec
         if draft is None or (not batch.num_decode_seqs and not batch.prefill_tokens):
             return 0.0
-        n, dctx = batch.num_decode_seqs, batch.decode_context_tokens
+        n = batch.num_decode_seqs
         t = 0.0
         if n:
+            # one draft decode step per proposed token, at the sequences' current context
+            ctx = batch.decode_context_tokens - batch.decode_tokens + n  # sum of c + 1
             step = Batch(num_seqs=n, num_tokens=n, decode_tokens=n, num_decode_seqs=n, num_sampled=n,
-                         attn_pairs=float(dctx + n), context_tokens=dctx + n, decode_context_tokens=dctx)
+                         attn_pairs=float(ctx), context_tokens=ctx, decode_context_tokens=ctx,
+                         decode_attn_pairs=float(ctx))
             t += k * draft.step_time(step).time_s
         if batch.prefill_tokens:
-            q = k + 1
-            dec_pairs = q * dctx + n * q * (q + 1) // 2
             pre = Batch(num_seqs=batch.num_prefill_seqs, num_tokens=batch.prefill_tokens,
                         prefill_tokens=batch.prefill_tokens, num_prefill_seqs=batch.num_prefill_seqs,
-                        attn_pairs=batch.attn_pairs - dec_pairs,
-                        context_tokens=batch.context_tokens - dctx - n * q, num_sampled=0)
+                        attn_pairs=batch.attn_pairs - batch.decode_attn_pairs,
+                        context_tokens=batch.context_tokens - batch.decode_context_tokens, num_sampled=0)
             t += draft.step_time(pre).time_s
         return t
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -50,12 +51,35 @@ class UniformDist:
 
 @dataclass(frozen=True)
 class LognormalDist:
-    """Lognormal with the given mean (tokens) and sigma (of the underlying normal, log space)."""
+    """Lognormal given by two of: mean (tokens), median (tokens), sigma (of the underlying normal,
+    log space), p99 (tokens). Valid pairs: mean + sigma, median + sigma, median + p99."""
 
     dist: Literal["lognormal"]
-    mean: float = _f(gt=0)
-    sigma: float = _f(gt=0)
+    mean: Optional[float] = _f(None, gt=0)
+    sigma: Optional[float] = _f(None, gt=0)
     max: Optional[int] = _f(None, gt=0, doc="clip samples to this many tokens")
+    median: Optional[float] = _f(None, gt=0)
+    p99: Optional[float] = _f(None, gt=0)
+
+    def check(self, path):
+        given = tuple(k for k in ("mean", "median", "sigma", "p99") if getattr(self, k) is not None)
+        if given not in (("mean", "sigma"), ("median", "sigma"), ("median", "p99")):
+            raise InputError(f"{path}: give mean + sigma, median + sigma or median + p99; got "
+                             f"{' + '.join(given) or 'none of them'}")
+        if self.p99 is not None and not self.p99 > self.median:
+            raise InputError(f"{path}.p99 must be > {path}.median ({self.median}), got {self.p99}")
+
+    def log_params(self) -> tuple[float, float]:
+        """(mu, sigma) of the underlying normal."""
+        if self.p99 is not None:
+            sigma = math.log(self.p99 / self.median) / Z99
+            return math.log(self.median), sigma
+        if self.median is not None:
+            return math.log(self.median), self.sigma
+        return math.log(self.mean) - self.sigma**2 / 2, self.sigma  # so that E[X] = mean
+
+
+Z99 = 2.3263478740408408  # standard normal 99th percentile
 
 
 @dataclass(frozen=True)
@@ -71,7 +95,51 @@ class NormalDist:
             raise InputError(f"{path}.max must be >= {path}.min ({self.min}), got {self.max}")
 
 
-LengthDist = Union[FixedDist, UniformDist, LognormalDist, NormalDist]
+@dataclass(frozen=True)
+class ZipfDist:
+    """Bounded Zipf on the integers min..max: P(k) proportional to k ** -s."""
+
+    dist: Literal["zipf"]
+    s: float = _f(gt=0, doc="exponent")
+    max: int = _f(gt=0)
+    min: int = _f(1, gt=0)
+
+    def check(self, path):
+        if self.max < self.min:
+            raise InputError(f"{path}.max must be >= {path}.min ({self.min}), got {self.max}")
+        if self.max - self.min > 10_000_000:
+            raise InputError(f"{path}: max - min must be at most 10000000, got {self.max - self.min}")
+
+
+@dataclass(frozen=True)
+class EmpiricalDist:
+    """Lengths drawn uniformly, with replacement, from a file: one integer per line, or the
+    ``column`` of a CSV with a header. Relative paths are relative to the current directory."""
+
+    dist: Literal["empirical"]
+    path: str
+    column: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class QuantilesDist:
+    """A piecewise-linear inverse CDF: tokens[i] is the p[i] quantile (p from 0 to 1, rising)."""
+
+    dist: Literal["quantiles"]
+    p: tuple[float, ...]
+    tokens: tuple[float, ...]
+
+    def check(self, path):
+        if len(self.p) != len(self.tokens) or len(self.p) < 2:
+            raise InputError(f"{path}: p and tokens must have the same length, at least 2; got "
+                             f"{len(self.p)} and {len(self.tokens)}")
+        if self.p[0] != 0 or self.p[-1] != 1 or any(b <= a for a, b in zip(self.p, self.p[1:])):
+            raise InputError(f"{path}.p must rise strictly from 0 to 1, got {list(self.p)}")
+        if self.tokens[0] < 1 or any(b < a for a, b in zip(self.tokens, self.tokens[1:])):
+            raise InputError(f"{path}.tokens must be >= 1 and non-decreasing, got {list(self.tokens)}")
+
+
+LengthDist = Union[FixedDist, UniformDist, LognormalDist, NormalDist, ZipfDist, EmpiricalDist, QuantilesDist]
 
 
 # ---------------------------------------------------------------- arrival processes
@@ -98,7 +166,143 @@ class GammaArrival:
     cv: float = _f(gt=0)
 
 
-Arrival = Union[PoissonArrival, FixedArrival, GammaArrival]
+@dataclass(frozen=True)
+class OnOffArrival:
+    """Bursts: Poisson at rate_rps for on_s seconds, then off_rate_rps (default silence) for off_s,
+    repeating. ``durations: exponential`` makes on_s and off_s the means of exponential periods
+    (an interrupted / Markov-modulated Poisson process). The first period is an on period."""
+
+    process: Literal["on_off"]
+    rate_rps: float = _f(gt=0, doc="rate during on periods")
+    on_s: float = _f(gt=0)
+    off_s: float = _f(gt=0)
+    off_rate_rps: float = _f(0.0, ge=0)
+    durations: Literal["fixed", "exponential"] = "fixed"
+
+
+@dataclass(frozen=True)
+class Segment:
+    duration_s: float = _f(gt=0)
+    rate_rps: float = _f(ge=0)
+
+
+@dataclass(frozen=True)
+class PiecewiseArrival:
+    """Poisson with a piecewise-constant rate: each segment in turn, the schedule repeating."""
+
+    process: Literal["piecewise"]
+    segments: tuple[Segment, ...]
+
+    def check(self, path):
+        if not self.segments:
+            raise InputError(f"{path}.segments must list at least one segment")
+        if not any(seg.rate_rps > 0 for seg in self.segments):
+            raise InputError(f"{path}.segments: at least one segment needs rate_rps > 0")
+
+
+@dataclass(frozen=True)
+class SinusoidalArrival:
+    """Poisson with rate rate_rps * (1 + amplitude * sin(2 pi (t - phase_s) / period_s)) (a diurnal
+    cycle), drawn by thinning."""
+
+    process: Literal["sinusoidal"]
+    rate_rps: float = _f(gt=0, doc="mean rate")
+    period_s: float = _f(gt=0)
+    amplitude: float = _f(0.5, ge=0, le=1, doc="relative: the rate swings between (1 - a) and (1 + a) x rate_rps")
+    phase_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClosedLoopArrival:
+    """``clients`` users; each sends its first request at a think time after 0, and each next
+    request a think time after its previous one ends (completed or rejected): at most ``clients``
+    requests are ever outstanding (the ``max-concurrency`` of serving benchmarks)."""
+
+    process: Literal["closed_loop"]
+    clients: int = _f(gt=0)
+    think_time_s: float = _f(0.0, ge=0, doc="mean think time")
+    think: Literal["exponential", "fixed"] = "exponential"
+
+
+@dataclass(frozen=True)
+class AllAtOnceArrival:
+    """Every request arrives at time_s (an offline batch job)."""
+
+    process: Literal["all_at_once"]
+    time_s: float = _f(0.0, ge=0)
+
+
+Arrival = Union[PoissonArrival, FixedArrival, GammaArrival, OnOffArrival, PiecewiseArrival, SinusoidalArrival,
+                ClosedLoopArrival, AllAtOnceArrival]
+
+
+# ---------------------------------------------------------------- traces and request classes
+@dataclass(frozen=True)
+class TraceColumns:
+    arrival: Optional[str] = None
+    prompt: Optional[str] = None
+    output: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Replay a trace file (formats in ``sim/traces.py``): its arrival times and lengths, row by
+    row. With ``workload.arrival`` set, arrivals come from that process instead and the trace only
+    gives lengths (in order, or drawn at random with ``sample: true``, keeping each row's prompt
+    and output together)."""
+
+    path: str
+    format: Literal["auto", "azure", "splitwise", "csv", "jsonl"] = "auto"
+    columns: Optional[TraceColumns] = _f(None, doc="column names for csv/jsonl (or to override a format's)")
+    time_unit: Literal["s", "ms", "us", "ns"] = "s"
+    speedup: float = _f(1.0, gt=0, doc="divide the trace's times by this")
+    start_s: Optional[float] = _f(None, ge=0, doc="window start, seconds after the trace's first row")
+    end_s: Optional[float] = _f(None, gt=0, doc="window end (exclusive), seconds after the first row")
+    loop: bool = _f(False, doc="repeat the trace (window) when more requests or time are asked for")
+    sample: bool = _f(False, doc="draw rows at random (with replacement) instead of in order; needs workload.arrival")
+
+    def check(self, path):
+        if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
+            raise InputError(f"{path}.end_s must be > {path}.start_s ({self.start_s}), got {self.end_s}")
+
+
+@dataclass(frozen=True)
+class ClassSlo:
+    ttft_s: Optional[float] = _f(None, gt=0, doc="None: the scenario's slo.ttft_s")
+    tpot_s: Optional[float] = _f(None, gt=0, doc="None: the scenario's slo.tpot_s")
+
+
+@dataclass(frozen=True)
+class RequestClass:
+    """One kind of request in a mixed workload. Either every class has a ``share`` of the
+    workload's arrivals (relative weights, normalized), or every class has its own arrival
+    process (``arrival``, or ``rate_rps`` for Poisson) and the streams are merged."""
+
+    name: str
+    prompt_tokens: Optional[LengthDist] = None
+    output_tokens: Optional[LengthDist] = None
+    share: Optional[float] = _f(None, gt=0)
+    rate_rps: Optional[float] = _f(None, gt=0, doc="shorthand for arrival: {process: poisson, rate_rps}")
+    arrival: Optional[Arrival] = None
+    preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/presets.py)")
+    shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else workload.shared_prefix)")
+    slo: ClassSlo = field(default_factory=ClassSlo)
+
+    @staticmethod
+    def expand(data, path):
+        from sim.presets import expand_preset
+        return expand_preset(data, path, ("prompt_tokens", "output_tokens"))
+
+    def check(self, path):
+        modes = [k for k in ("share", "rate_rps", "arrival") if getattr(self, k) is not None]
+        if len(modes) != 1:
+            raise InputError(f"{path}: give exactly one of share, rate_rps, arrival; got {', '.join(modes) or 'none'}")
+        for k in ("prompt_tokens", "output_tokens"):
+            if getattr(self, k) is None:
+                raise InputError(f"{path}.{k} is missing: expected a length distribution (or a preset)")
+        if isinstance(self.arrival, (ClosedLoopArrival, AllAtOnceArrival)):
+            raise InputError(f"{path}.arrival: {self.arrival.process} is a workload-wide process: set it as "
+                             f"workload.arrival and give the classes a share")
 
 
 # ---------------------------------------------------------------- sections
@@ -190,16 +394,65 @@ class SharedPrefix:
 
 @dataclass(frozen=True)
 class Workload:
-    arrival: Arrival
-    prompt_tokens: LengthDist
-    output_tokens: LengthDist
+    arrival: Optional[Arrival] = None
+    prompt_tokens: Optional[LengthDist] = None
+    output_tokens: Optional[LengthDist] = None
     num_requests: Optional[int] = _f(None, gt=0)
     duration_s: Optional[float] = _f(None, gt=0, doc="arrivals stop and the run ends at this time")
     shared_prefix: Optional[SharedPrefix] = None
+    preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given (sim/presets.py)")
+    trace: Optional[Trace] = None
+    classes: Optional[tuple[RequestClass, ...]] = None
+    clip_to_context: bool = _f(True, doc="shorten prompts/outputs that exceed the model's context length")
+
+    @staticmethod
+    def expand(data, path):
+        from sim.presets import expand_preset
+        return expand_preset(data, path, ("arrival", "prompt_tokens", "output_tokens"))
 
     def check(self, path):
-        if self.num_requests is None and self.duration_s is None:
+        replay = self.trace is not None and self.arrival is None
+        if self.num_requests is None and self.duration_s is None and not replay:
             raise InputError(f"{path}: give num_requests or duration_s (or both)")
+        if self.trace is not None:
+            for k in ("prompt_tokens", "output_tokens", "classes"):
+                if getattr(self, k) is not None:
+                    raise InputError(f"{path}.{k}: lengths come from {path}.trace; remove one of them")
+            if self.trace.loop and self.num_requests is None and self.duration_s is None:
+                raise InputError(f"{path}.trace.loop needs {path}.num_requests or {path}.duration_s")
+            if self.trace.sample and self.arrival is None:
+                raise InputError(f"{path}.trace.sample needs {path}.arrival (sampled rows have no arrival times)")
+            return
+        if self.classes is not None:
+            self._check_classes(path)
+        elif self.arrival is None:
+            raise InputError(f"{path}.arrival is missing: expected an arrival process (or a trace, or classes "
+                             f"with their own rate_rps/arrival)")
+        if isinstance(self.arrival, AllAtOnceArrival) and self.num_requests is None:
+            raise InputError(f"{path}.num_requests is needed with arrival process all_at_once")
+        if self.classes is None:
+            for k in ("prompt_tokens", "output_tokens"):
+                if getattr(self, k) is None:
+                    raise InputError(f"{path}.{k} is missing: expected a length distribution (or a preset)")
+
+    def _check_classes(self, path):
+        if not self.classes:
+            raise InputError(f"{path}.classes must list at least one class")
+        names = [c.name for c in self.classes]
+        for i, n in enumerate(names):
+            if n in names[:i]:
+                raise InputError(f"{path}.classes[{i}].name: {n!r} is used twice")
+        shared = [c.share is not None for c in self.classes]
+        if any(shared) and not all(shared):
+            raise InputError(f"{path}.classes: either every class has a share (of {path}.arrival) or every "
+                             f"class has its own rate_rps/arrival")
+        if all(shared) and self.arrival is None:
+            raise InputError(f"{path}.arrival is missing: classes with a share split {path}.arrival")
+        if not any(shared) and self.arrival is not None:
+            raise InputError(f"{path}.arrival: classes have their own rate_rps/arrival; remove {path}.arrival")
+        for k in ("prompt_tokens", "output_tokens"):
+            if getattr(self, k) is not None:
+                raise InputError(f"{path}.{k}: with classes, lengths are given per class")
 
 
 @dataclass(frozen=True)
@@ -212,6 +465,8 @@ class Slo:
 class Cost:
     step_overhead_s: float = _f(0.002, ge=0, doc="fixed per-step time: scheduling, launch, sampling")
     per_seq_overhead_s: float = _f(1e-5, ge=0, doc="per-step time per scheduled sequence")
+    calibration: str = _f("auto", doc="auto: shipped fit of the GPU (or the closest calibrated GPU's); "
+                                      "none: v0 round figures; or a path to a calibration YAML")
 
 
 @dataclass(frozen=True)
@@ -228,7 +483,16 @@ class Scenario:
     cost: Cost = field(default_factory=Cost)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(x):
+    """Tuples (list fields of the frozen dataclasses) -> lists, so that safe YAML can write them."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
 
 
 # ---------------------------------------------------------------- building and validation
@@ -245,6 +509,8 @@ def _type_name(tp) -> str:
         return "a number"
     if tp is str:
         return "a string"
+    if origin is tuple:
+        return "a list"
     if tp is bool:
         return "true or false"
     return "a mapping"
@@ -266,6 +532,10 @@ def _convert(tp, value, path):
         return value
     if dataclasses.is_dataclass(tp):
         return build(tp, value, path)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise InputError(f"{path} must be a list, got {value!r}")
+        return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
     if tp is bool:
         if not isinstance(value, bool):
             raise InputError(f"{path} must be true or false, got {value!r}")
@@ -307,6 +577,8 @@ def build(cls, data, path: str):
         data = {}
     if not isinstance(data, dict):
         raise InputError(f"{path or 'scenario'} must be a mapping, got {data!r}")
+    if hasattr(cls, "expand"):
+        data = cls.expand(data, path)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:

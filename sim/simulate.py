@@ -16,14 +16,16 @@ import simpy
 from policies import POLICIES
 from policies.pd_split import link_figures
 from sim.cost import CostModel
+from sim.cost.calibration import efficiencies_for
 from sim.errors import InputError
 from sim.kv_cache import GIB, KvCapacity, activation_reserve_bytes, size_kv
+from sim.clients import drive_closed_loop
 from sim.cluster import Cluster
-from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, dist_stats, summarize
+from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, dist_stats, summarize, summarize_classes
 from sim.request import Request
 from sim.scenario import Scenario, scenario_to_yaml
 from sim.specs import get_gpu, get_model
-from sim.workload import RequestSpecs, generate
+from sim.workload import ClosedLoop, RequestSpecs, generate
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,9 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     if model.num_heads % tp:
         raise InputError(f"{tp_path}={tp} must divide the model's {model.num_heads} attention heads")
     kv_dtype = hw.kv_dtype or hw.dtype
+    eff = efficiencies_for(gpu, scenario.cost.calibration)
     cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, scenario.cost.step_overhead_s,
-                   scenario.cost.per_seq_overhead_s)
+                   scenario.cost.per_seq_overhead_s, eff)
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:
@@ -85,7 +88,7 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
         if pol.spec.draft != "ngram":
             dm = get_model(pol.spec.draft, "policy.spec.draft")
             # draft forwards run under CUDA graphs: a launch-sized overhead, not a scheduler step's
-            draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0)
+            draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0, eff)
             draft_bytes = draft.weight_bytes
         spec = (pol.spec.num_speculative_tokens, pol.spec.acceptance_rate, draft)
     if mem.activation_reserve_gib is not None:
@@ -161,6 +164,29 @@ def _write_csv(path: Path, header, columns) -> None:
             w.writerow([_fmt(v) for v in row])
 
 
+def _classes(scenario: Scenario, specs, req_cols: dict):
+    """Add the ``class`` column; return (class names, name -> (ttft_s, tpot_s) SLO, per-request
+    SLO limit arrays or None when every request has the scenario's SLO)."""
+    names = tuple(getattr(specs, "class_names", ("default",)))
+    index = getattr(specs, "class_index", None)
+    ids = req_cols["request_id"]
+    idx = index[ids] if index is not None and len(ids) else np.zeros(len(ids), np.int64)
+    req_cols["class"] = np.array(names, dtype=object)[idx] if len(ids) else np.zeros(0, dtype=object)
+    slo = scenario.slo
+    by_name = {c.name: c for c in scenario.workload.classes or ()}
+    slo_by_class = {}
+    for name in names:
+        c = by_name.get(name)
+        slo_by_class[name] = (c.slo.ttft_s if c is not None and c.slo.ttft_s is not None else slo.ttft_s,
+                              c.slo.tpot_s if c is not None and c.slo.tpot_s is not None else slo.tpot_s)
+    if all(v == (slo.ttft_s, slo.tpot_s) for v in slo_by_class.values()):
+        return names, slo_by_class, None
+    inf = lambda v: np.inf if v is None else v  # noqa: E731
+    ttft = np.array([inf(slo_by_class[n][0]) for n in names])[idx]
+    tpot = np.array([inf(slo_by_class[n][1]) for n in names])[idx]
+    return names, slo_by_class, (ttft, tpot)
+
+
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,
              sample_every_s: float | None = None) -> Results:
     """Run a scenario to the end (every request finished, or ``workload.duration_s``).
@@ -174,7 +200,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     setup = prepare(scenario)
     rng = np.random.default_rng(scenario.seed)
     if specs is None:
-        specs = generate(scenario.workload, rng)
+        specs = generate(scenario.workload, rng, setup.cost_model.model.max_context_tokens)
     total = len(specs)
     env = simpy.Environment()
     cb = None
@@ -201,11 +227,14 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                 req = Request(i, env.now, pr[i], out[i], grp[i], pre[i])
             cluster.submit(req)
 
-    env.process(arrivals())
+    if isinstance(specs, ClosedLoop):
+        drive_closed_loop(env, specs, cluster.submit, rec)
+    else:
+        env.process(arrivals())
     samples = []
     if sample_every_s is not None:
         def observe():
-            while rec.completed + rec.rejected < total:
+            while rec.completed + rec.rejected < len(specs):
                 for r in replicas:
                     samples.append((env.now, r.index, len(r.waiting), len(r.running)))
                 yield env.timeout(sample_every_s)
@@ -219,9 +248,10 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         if r.status == "pending":
             r.status = "unfinished"
             stalled += 1
-    if until is None and (stalled or len(rec.requests) != total):
+    if until is None and (stalled or len(rec.requests) != len(specs)):
         raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
+    names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns()
     tbt = np.frombuffer(rec.tbt) if len(rec.tbt) else np.zeros(0)
     extra = {
@@ -239,6 +269,9 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if cluster.decode:
         extra["kv_transfer"] = {"count": int(np.isfinite(req_cols["kv_transfer_s"]).sum()),
                                 "bytes": rec.kv_transfer_bytes, "time_s": dist_stats(req_cols["kv_transfer_s"])}
-    summary = summarize(scenario, req_cols, steps, tbt, sim_time, cluster.infos, extra)
+    clipped = getattr(specs, "clipped", None)
+    extra["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0}
+    extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
+    summary = summarize(scenario, req_cols, steps, tbt, sim_time, cluster.infos, extra, limits)
     summary["wall_time_s"] = time.perf_counter() - wall0
     return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples)

@@ -31,6 +31,12 @@ class ModelSpec:
     gated_mlp: bool = True  # SwiGLU (gate + up) vs plain up + GELU
     tied_embeddings: bool = False
     max_context_tokens: int = 4096
+    num_experts: int = 0  # MoE: experts per layer (0: a dense MLP)
+    experts_per_token: int = 0  # MoE: top-k experts each token is routed to
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
     @property
     def q_dim(self) -> int:
@@ -45,7 +51,17 @@ class ModelSpec:
         h = self.hidden_size
         attn = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
         mlp = (3 if self.gated_mlp else 2) * h * self.intermediate_size
+        if self.is_moe:
+            mlp = mlp * self.num_experts + h * self.num_experts  # experts + router
         return attn + mlp + 2 * h
+
+    def expected_experts_hit(self, tokens: float) -> float:
+        """Expected distinct experts a layer uses for ``tokens`` tokens routed uniformly to top-k of
+        E: ``E * (1 - (1 - k/E)^tokens)`` (each expert is missed by a token with prob. 1 - k/E)."""
+        E, k = self.num_experts, self.experts_per_token
+        if tokens <= 0:
+            return 0.0
+        return E * (1.0 - (1.0 - k / E) ** tokens)
 
     def total_params(self) -> int:
         emb = self.vocab_size * self.hidden_size
@@ -69,6 +85,7 @@ class GpuSpec:
     link_bw_bytes_per_s: float  # intra-node GPU-GPU bandwidth, one direction (NVLink / IF / PCIe)
     pcie_bw_bytes_per_s: float  # host <-> device, one direction
     link_latency_s: float = 5e-6  # per collective / send latency
+    mem_kind: str = "hbm"  # hbm | gddr: picks the closest calibrated GPU for uncalibrated ones
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -80,6 +97,7 @@ T = 1e12
 G = 1e9
 
 # Datasheet numbers (dense, i.e. without 2:4 sparsity). Sources:
+# FP8 is 0 where the GPU has no FP8 tensor cores (Ampere); fp8 weights then run at the BF16 peak.
 #  a100-*: NVIDIA A100 Tensor Core GPU datasheet (2021): 312 TF BF16, 40GB/1555 GB/s, 80GB/2039 GB/s
 #          (SXM), NVLink 600 GB/s total (300 GB/s per direction), PCIe Gen4 32 GB/s per direction.
 #  a40:    NVIDIA A40 datasheet: 149.7 TF BF16 dense, 48 GB GDDR6 at 696 GB/s, NVLink bridge
@@ -100,12 +118,12 @@ GPUS: dict[str, GpuSpec] = {
     for g in [
         GpuSpec("a100-40g", 312 * T, 0.0, 40 * G, 1555 * G, 300 * G, 32 * G),
         GpuSpec("a100-80g", 312 * T, 0.0, 80 * G, 2039 * G, 300 * G, 32 * G),
-        GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G),
+        GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G, mem_kind="gddr"),
         GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * G, 3350 * G, 450 * G, 64 * G),
         GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * G, 2000 * G, 300 * G, 64 * G),
         GpuSpec("h200", 989 * T, 1979 * T, 141 * G, 4800 * G, 450 * G, 64 * G),
         GpuSpec("b200", 2250 * T, 4500 * T, 180 * G, 7700 * G, 900 * G, 64 * G),
-        GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G),
+        GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G, mem_kind="gddr"),
         GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * G, 5300 * G, 448 * G, 64 * G),
     ]
 }
@@ -126,15 +144,89 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("Qwen/Qwen-72B", 80, 8192, 64, 64, 128, 24576, 152064, max_context_tokens=32768),
         ModelSpec("microsoft/phi-2", 32, 2560, 32, 32, 80, 10240, 51200, gated_mlp=False, max_context_tokens=2048),
         ModelSpec("Qwen/Qwen2.5-7B-Instruct", 28, 3584, 28, 4, 128, 18944, 152064, max_context_tokens=32768),
+        # a typical speculative-decoding draft for the Llama-3 family
+        ModelSpec("meta-llama/Llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, tied_embeddings=True,
+                  max_context_tokens=131072),
+        # Mixtral: 8 SwiGLU experts of 14336 per layer, top-2 routing (config.json: num_local_experts,
+        # num_experts_per_tok); sliding window off in v0.1's config.
+        ModelSpec("mistralai/Mixtral-8x7B-v0.1", 32, 4096, 32, 8, 128, 14336, 32000, max_context_tokens=32768,
+                  num_experts=8, experts_per_token=2),
     ]
 }
 
 
 def get_gpu(name: str, path: str = "hardware.gpu") -> GpuSpec:
-    try:
+    """A catalog GPU by name, or one read from a YAML file (``*.yaml`` / ``*.yml`` path)."""
+    if name in GPUS:
         return GPUS[name]
-    except KeyError:
-        raise InputError(f"{path}: unknown GPU {name!r};{did_you_mean(name, GPUS)}") from None
+    if str(name).endswith((".yaml", ".yml")) or Path(str(name)).is_file():
+        return load_gpu_yaml(Path(name), path)
+    raise InputError(f"{path}: unknown GPU {name!r}; give a catalog name or a path to a GPU YAML "
+                     f"file;{did_you_mean(name, GPUS)}")
+
+
+_GPU_YAML_FIELDS = {f: t for f, t in GpuSpec.__annotations__.items()}
+
+
+def load_gpu_yaml(p: Path, path: str = "hardware.gpu") -> GpuSpec:
+    """A GPU from a YAML file of ``GpuSpec`` fields (SI units, as named), e.g.::
+
+        name: my-gpu
+        base: h100-sxm              # optional: start from a catalog GPU, override the rest
+        peak_flops: 989e12          # dense BF16/FP16 FLOP/s
+        fp8_flops: 1979e12          # dense FP8 FLOP/s (0: none)
+        mem_bytes: 80e9
+        mem_bw_bytes_per_s: 3.35e12
+        link_bw_bytes_per_s: 450e9  # one direction
+        pcie_bw_bytes_per_s: 64e9
+        link_latency_s: 5e-6        # optional
+        mem_kind: hbm               # optional: hbm | gddr
+    """
+    import yaml
+
+    if not p.exists():
+        raise InputError(f"{path}: GPU file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise InputError(f"{path}: cannot read GPU file {p}: {e}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: GPU file {p} must hold a mapping of GpuSpec fields")
+    data = dict(data)
+    base = data.pop("base", None)
+    if base is not None:
+        if base not in GPUS:
+            raise InputError(f"{path}: {p}: base: unknown GPU {base!r};{did_you_mean(str(base), GPUS)}")
+        merged = {f: getattr(GPUS[base], f) for f in _GPU_YAML_FIELDS}
+        merged["name"] = f"{base}-custom"
+        merged.update(data)
+        data = merged
+    bad = set(data) - set(_GPU_YAML_FIELDS)
+    if bad:
+        raise InputError(f"{path}: {p}: unknown field(s) {sorted(bad)}; valid: {sorted(_GPU_YAML_FIELDS)}, base")
+    required = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise InputError(f"{path}: {p} lacks {', '.join(missing)} (and optionally fp8_flops, "
+                         f"link_bw_bytes_per_s, pcie_bw_bytes_per_s, link_latency_s, mem_kind)")
+    kw = {"name": str(data.get("name", p.stem)), "fp8_flops": 0.0, "link_bw_bytes_per_s": 32 * G,
+          "pcie_bw_bytes_per_s": 32 * G}
+    for k, v in data.items():
+        if k in ("name",):
+            continue
+        if k == "mem_kind":
+            if v not in ("hbm", "gddr"):
+                raise InputError(f"{path}: {p}: mem_kind must be 'hbm' or 'gddr', got {v!r}")
+            kw[k] = v
+            continue
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise InputError(f"{path}: {p}: {k} must be a number, got {v!r}") from None
+        if x < 0 or (x == 0 and k not in ("fp8_flops", "link_latency_s")) or x != x:
+            raise InputError(f"{path}: {p}: {k} must be > 0, got {v!r}")
+        kw[k] = x
+    return GpuSpec(**kw)
 
 
 def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
@@ -162,8 +254,6 @@ def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
         raise InputError(f"{path}: cannot read {p}: {e}") from None
     if not isinstance(cfg, dict):
         raise InputError(f"{path}: {p} must hold a JSON object")
-    if "num_local_experts" in cfg or "num_experts" in cfg:
-        raise InputError(f"{path}: {p} describes a mixture-of-experts model, which the cost model does not support yet")
 
     def need(*keys):
         for k in keys:
@@ -179,6 +269,16 @@ def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or hidden // heads
     act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    top_k = cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0
+    for k, v in (("num_local_experts", experts), ("num_experts_per_tok", top_k)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise InputError(f"{path}: {p}: field {k!r} must be a non-negative integer, got {v!r}")
+    if experts and not 0 < top_k <= experts:
+        raise InputError(f"{path}: {p}: mixture-of-experts model needs 0 < num_experts_per_tok <= "
+                         f"{experts}, got {top_k!r}")
+    inter_keys = ("moe_intermediate_size", "intermediate_size", "n_inner", "ffn_dim") if experts else \
+        ("intermediate_size", "n_inner", "ffn_dim")
     return ModelSpec(
         name=cfg.get("_name_or_path") or str(p),
         num_layers=need("num_hidden_layers", "n_layer"),
@@ -186,9 +286,11 @@ def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
         num_heads=heads,
         num_kv_heads=int(kv_heads),
         head_dim=int(head_dim),
-        intermediate_size=need("intermediate_size", "n_inner", "ffn_dim"),
+        intermediate_size=need(*inter_keys),
         vocab_size=need("vocab_size"),
         gated_mlp=act in ("silu", "swiglu"),
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_context_tokens=int(cfg.get("max_position_embeddings", 4096)),
+        num_experts=experts,
+        experts_per_token=top_k if experts else 0,
     )

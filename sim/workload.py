@@ -1,18 +1,27 @@
-"""Synthetic workloads: arrival times and prompt/output lengths, from one seeded numpy Generator.
+"""Workloads: arrival times, request classes and prompt/output lengths, from one seeded numpy Generator.
 
-Draw order is fixed (arrivals, then prompt lengths, then output lengths) so a scenario and seed
-always give the same requests.
+Draw order is fixed, so a scenario and seed always give the same requests:
+arrivals (per class in class order, when classes have their own), then class labels (when
+classes share the arrivals), then per class in class order the prompt lengths and the output
+lengths, then shared-prefix membership and groups (last, so adding a shared prefix leaves the
+other draws unchanged). A plain workload is the one-class case: arrivals, prompts, outputs,
+prefixes. Closed-loop workloads draw lengths, prefixes, then think times in chunks in the order
+requests are sent.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from sim.scenario import (FixedArrival, FixedDist, GammaArrival, LognormalDist, NormalDist, PoissonArrival,
-                          UniformDist, Workload)
+from sim.arrivals import arrival_times, inter_arrivals  # noqa: F401  (inter_arrivals: public API)
+from sim.errors import InputError
+from sim.scenario import (ClosedLoopArrival, EmpiricalDist, FixedDist, LognormalDist,
+                          NormalDist, PoissonArrival, QuantilesDist, UniformDist, Workload, ZipfDist)
+from sim.traces import TraceData, read_lengths, read_trace
+
+DEFAULT_CLASS = "default"
 
 
 @dataclass(frozen=True)
@@ -24,39 +33,15 @@ class RequestSpecs:
     output_tokens: np.ndarray  # int64
     prefix_group: np.ndarray | None = None  # int64, -1 = no shared prefix
     prefix_tokens: np.ndarray | None = None  # int64
+    class_index: np.ndarray | None = None  # int per request, into class_names; None: all class 0
+    class_names: tuple = (DEFAULT_CLASS,)
+    clipped: np.ndarray | None = None  # bool per request: lengths shortened to the context length
 
     def __len__(self) -> int:
         return len(self.arrival_s)
 
 
-def inter_arrivals(arrival, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` gaps (seconds) between consecutive arrivals; the first request arrives after one gap."""
-    mean = 1.0 / arrival.rate_rps
-    if isinstance(arrival, PoissonArrival):
-        return rng.exponential(mean, n)
-    if isinstance(arrival, FixedArrival):
-        return np.full(n, mean)
-    if isinstance(arrival, GammaArrival):
-        shape = 1.0 / arrival.cv**2  # gamma CV = 1/sqrt(shape)
-        return rng.gamma(shape, mean / shape, n)
-    raise TypeError(f"unknown arrival process {arrival!r}")
-
-
-def arrival_times(arrival, num_requests: int | None, duration_s: float | None, rng) -> np.ndarray:
-    if num_requests is not None:
-        t = np.cumsum(inter_arrivals(arrival, num_requests, rng))
-        return t[t < duration_s] if duration_s is not None else t
-    # Only a duration: draw in chunks until past it.
-    chunks, last = [], 0.0
-    expected = int(duration_s * arrival.rate_rps)
-    while last < duration_s:
-        t = last + np.cumsum(inter_arrivals(arrival, max(1024, expected // 4), rng))
-        chunks.append(t)
-        last = float(t[-1])
-    t = np.concatenate(chunks)
-    return t[t < duration_s]
-
-
+# ---------------------------------------------------------------- lengths
 def sample_lengths(dist, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` token counts (int64, each >= 1) from a length distribution."""
     if isinstance(dist, FixedDist):
@@ -64,25 +49,315 @@ def sample_lengths(dist, n: int, rng: np.random.Generator) -> np.ndarray:
     if isinstance(dist, UniformDist):
         return rng.integers(dist.min, dist.max + 1, n, dtype=np.int64)
     if isinstance(dist, LognormalDist):
-        mu = math.log(dist.mean) - dist.sigma**2 / 2  # so that E[X] = mean
-        x = np.rint(rng.lognormal(mu, dist.sigma, n))
+        mu, sigma = dist.log_params()
+        x = np.rint(rng.lognormal(mu, sigma, n))
         return np.clip(x, 1, dist.max if dist.max is not None else None).astype(np.int64)
     if isinstance(dist, NormalDist):
         x = np.rint(rng.normal(dist.mean, dist.std, n))
         return np.clip(x, dist.min, dist.max if dist.max is not None else None).astype(np.int64)
+    if isinstance(dist, ZipfDist):
+        k = np.arange(dist.min, dist.max + 1, dtype=np.float64)
+        cdf = np.cumsum(k ** -dist.s)
+        cdf /= cdf[-1]
+        idx = np.searchsorted(cdf, rng.random(n), side="right")
+        return (dist.min + np.minimum(idx, len(k) - 1)).astype(np.int64)
+    if isinstance(dist, EmpiricalDist):
+        values = read_lengths(dist.path, dist.column)
+        return values[rng.integers(0, len(values), n)]
+    if isinstance(dist, QuantilesDist):
+        x = np.rint(np.interp(rng.random(n), dist.p, dist.tokens))
+        return np.maximum(x, 1).astype(np.int64)
     raise TypeError(f"unknown length distribution {dist!r}")
 
 
-def generate(workload: Workload, rng: np.random.Generator) -> RequestSpecs:
-    arrivals = arrival_times(workload.arrival, workload.num_requests, workload.duration_s, rng)
-    n = len(arrivals)
-    prompt = sample_lengths(workload.prompt_tokens, n, rng)
-    output = sample_lengths(workload.output_tokens, n, rng)
-    sp = workload.shared_prefix
-    if sp is None:
-        return RequestSpecs(arrivals, prompt, output)
-    # drawn after everything else, so adding a shared prefix leaves the other draws unchanged
-    member = rng.random(n) < sp.fraction
-    group = np.where(member, rng.integers(0, sp.groups, n), -1).astype(np.int64)
-    prefix = np.where(member, sp.tokens, 0).astype(np.int64)
-    return RequestSpecs(arrivals, prompt + prefix, output, group, prefix)
+def clip_to_context(prompt: np.ndarray, output: np.ndarray, max_context_tokens: int):
+    """Shorten requests whose prompt + output exceeds the context: the prompt to at most
+    context - 1 tokens, then the output to what is left (as a server caps max_tokens).
+    Returns (prompt, output, clipped mask)."""
+    p = np.minimum(prompt, max_context_tokens - 1)
+    o = np.minimum(output, max_context_tokens - p)
+    return p, o, (p != prompt) | (o != output)
+
+
+class Lengths:
+    """Draws (class labels, prompt, output) for requests in arrival (or send) order."""
+
+    def __init__(self, workload: Workload, trace: TraceData | None):
+        self.w = workload
+        self.trace = trace
+        self.pos = 0  # next trace row, when replaying rows in order
+        classes = workload.classes
+        self.names = tuple(c.name for c in classes) if classes else (DEFAULT_CLASS,)
+        self.dists = ([(c.prompt_tokens, c.output_tokens) for c in classes] if classes
+                      else [(workload.prompt_tokens, workload.output_tokens)])
+        self.shares = None
+        if classes and classes[0].share is not None:
+            s = np.array([c.share for c in classes], dtype=np.float64)
+            self.shares = s / s.sum()
+
+    @property
+    def rows_left(self) -> float:
+        if self.trace is None or self.w.trace.sample or self.w.trace.loop:
+            return float("inf")
+        return len(self.trace) - self.pos
+
+    def draw(self, n: int, rng, labels: np.ndarray | None = None):
+        if self.trace is not None:
+            tr, opts = self.trace, self.w.trace
+            if opts.sample:
+                rows = rng.integers(0, len(tr), n)
+            else:
+                if not opts.loop and self.pos + n > len(tr):
+                    raise InputError(f"workload: {self.pos + n} requests need lengths but {tr.path} has "
+                                     f"{len(tr)} rows; set workload.trace.loop: true or ask for fewer")
+                rows = (self.pos + np.arange(n)) % len(tr)
+                self.pos += n
+            return np.zeros(n, np.int64), tr.prompt_tokens[rows], tr.output_tokens[rows]
+        if labels is None:
+            labels = (rng.choice(len(self.shares), n, p=self.shares).astype(np.int64) if self.shares is not None
+                      else np.zeros(n, np.int64))
+        if len(self.dists) == 1:
+            p, o = self.dists[0]
+            return labels, sample_lengths(p, n, rng), sample_lengths(o, n, rng)
+        prompt, output = np.empty(n, np.int64), np.empty(n, np.int64)
+        for c, (pd, od) in enumerate(self.dists):
+            idx = np.flatnonzero(labels == c)
+            prompt[idx] = sample_lengths(pd, len(idx), rng)
+            output[idx] = sample_lengths(od, len(idx), rng)
+        return labels, prompt, output
+
+
+def prefix_specs(workload: Workload) -> list:
+    """Per class, (SharedPrefix or None, first group id): a class's own ``shared_prefix``, else the
+    workload's (whose groups 0..groups-1 every such class shares)."""
+    wsp = workload.shared_prefix
+    offset = wsp.groups if wsp is not None else 0
+    out = []
+    for c in workload.classes or (None,):
+        own = getattr(c, "shared_prefix", None)
+        if own is not None:
+            out.append((own, offset))
+            offset += own.groups
+        else:
+            out.append((wsp, 0))
+    return out
+
+
+def add_prefixes(specs: list, labels: np.ndarray, prompt: np.ndarray, rng):
+    """Draw shared-prefix membership and groups per class (in class order) and put each member's
+    prefix in front of its prompt. Returns (prompt, prefix_group, prefix_tokens), the last two
+    None when no class has a shared prefix."""
+    if all(sp is None for sp, _ in specs):
+        return prompt, None, None
+    n = len(prompt)
+    group = np.full(n, -1, np.int64)
+    prefix = np.zeros(n, np.int64)
+    for c, (sp, first) in enumerate(specs):
+        if sp is None:
+            continue
+        idx = np.flatnonzero(labels == c) if len(specs) > 1 else np.arange(n)
+        member = rng.random(len(idx)) < sp.fraction
+        group[idx] = np.where(member, first + rng.integers(0, sp.groups, len(idx)), -1)
+        prefix[idx] = np.where(member, sp.tokens, 0)
+    return prompt + prefix, group, prefix
+
+
+def clip_with_prefix(prompt, output, prefix, max_context_tokens):
+    p, o, clipped = clip_to_context(prompt, output, max_context_tokens)
+    if prefix is not None:
+        prefix = np.minimum(prefix, p)
+    return p, o, prefix, clipped
+
+
+# ---------------------------------------------------------------- traces
+def load_trace(workload: Workload) -> TraceData | None:
+    t = workload.trace
+    if t is None:
+        return None
+    cols = None
+    if t.columns is not None:
+        cols = {k: v for k, v in (("arrival", t.columns.arrival), ("prompt", t.columns.prompt),
+                                  ("output", t.columns.output)) if v is not None}
+    return read_trace(t.path, t.format, cols, t.time_unit, need_arrival=workload.arrival is None)
+
+
+def replay_times(workload: Workload, trace: TraceData) -> tuple[np.ndarray, np.ndarray]:
+    """(arrival_s, row index) of a trace replay: window, loop, speedup, then num_requests and
+    duration_s."""
+    opts = workload.trace
+    t = trace.arrival_s
+    start = opts.start_s if opts.start_s is not None else 0.0
+    keep = t >= start
+    if opts.end_s is not None:
+        keep &= t < opts.end_s
+    rows = np.flatnonzero(keep)
+    if len(rows) == 0:
+        raise InputError(f"workload.trace: no rows of {trace.path} in the window [{start}, "
+                         f"{opts.end_s if opts.end_s is not None else 'end'}) s; the trace spans {t[-1]:.3f} s")
+    rel = t[rows] - start
+    n, dur = workload.num_requests, workload.duration_s
+    if opts.loop:
+        if opts.end_s is not None:
+            period = opts.end_s - start
+        else:  # the span plus one mean gap, so a repeat does not land on the last request
+            period = rel[-1] + (rel[-1] - rel[0]) / (len(rel) - 1) if len(rel) > 1 else rel[-1] + 1.0
+        if period <= 0:
+            period = 1.0
+        reps = []
+        if n is not None:
+            reps.append(-(-n // len(rows)))
+        if dur is not None:
+            reps.append(int(dur * opts.speedup // period) + 1)
+        if not reps:
+            raise InputError("workload.trace.loop needs workload.num_requests or workload.duration_s")
+        r = min(reps)
+        rel = (rel[None, :] + period * np.arange(r)[:, None]).ravel()
+        rows = np.tile(rows, r)
+    elif n is not None and n > len(rows):
+        raise InputError(f"workload.num_requests={n} exceeds the {len(rows)} rows of {trace.path} in the window; "
+                         f"set workload.trace.loop: true or ask for fewer")
+    times = rel / opts.speedup
+    if n is not None:
+        times, rows = times[:n], rows[:n]
+    if dur is not None:
+        keep = times < dur
+        times, rows = times[keep], rows[keep]
+    return times, rows
+
+
+# ---------------------------------------------------------------- the workload
+def _class_arrival(c):
+    return c.arrival if c.arrival is not None else PoissonArrival("poisson", c.rate_rps)
+
+
+def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: int | None = None):
+    """The requests of an open-loop workload (``RequestSpecs``), or the ``ClosedLoop`` source of a
+    closed-loop one. ``max_context_tokens`` (with ``clip_to_context``) shortens over-long requests."""
+    trace = load_trace(workload)
+    lengths = Lengths(workload, trace)
+    clip = max_context_tokens if workload.clip_to_context else None
+    if isinstance(workload.arrival, ClosedLoopArrival):
+        return ClosedLoop(workload, lengths, rng, clip)
+    labels = None
+    if trace is not None and workload.arrival is None:  # replay the trace
+        arrivals, rows = replay_times(workload, trace)
+        n = len(arrivals)
+        labels, prompt, output = np.zeros(n, np.int64), trace.prompt_tokens[rows], trace.output_tokens[rows]
+    else:
+        if workload.arrival is not None:
+            arrivals = arrival_times(workload.arrival, workload.num_requests, workload.duration_s, rng)
+        else:  # classes with their own arrival processes: merge the streams
+            streams = [arrival_times(_class_arrival(c), workload.num_requests, workload.duration_s, rng)
+                       for c in workload.classes]
+            arrivals = np.concatenate(streams)
+            labels = np.concatenate([np.full(len(s), i, np.int64) for i, s in enumerate(streams)])
+            order = np.argsort(arrivals, kind="stable")
+            arrivals, labels = arrivals[order], labels[order]
+            if workload.num_requests is not None:
+                arrivals, labels = arrivals[:workload.num_requests], labels[:workload.num_requests]
+        labels, prompt, output = lengths.draw(len(arrivals), rng, labels)
+    prompt, group, prefix = add_prefixes(prefix_specs(workload), labels, prompt, rng)
+    clipped = None
+    if clip is not None:
+        prompt, output, prefix, clipped = clip_with_prefix(prompt, output, prefix, clip)
+    return RequestSpecs(arrivals, prompt, output, group, prefix, labels, lengths.names, clipped)
+
+
+class ClosedLoop:
+    """Requests of a closed-loop workload, made as clients send them (``sim/clients.py``).
+
+    Lengths (then think times) are drawn in chunks, in send order, from the run's Generator: the
+    k-th request sent gets the k-th lengths, whichever client sends it.
+    """
+
+    def __init__(self, workload: Workload, lengths: Lengths, rng, max_context_tokens: int | None):
+        self.arrival: ClosedLoopArrival = workload.arrival
+        self.num_requests = workload.num_requests
+        self.duration_s = workload.duration_s
+        self.class_names = lengths.names
+        self._lengths, self._rng, self._clip = lengths, rng, max_context_tokens
+        self._chunk = workload.num_requests if workload.num_requests is not None else 4096
+        self._cols = {k: [] for k in ("class_index", "prompt_tokens", "output_tokens", "prefix_group",
+                                      "prefix_tokens", "think_s", "clipped")}
+        self._prefixes = prefix_specs(workload)
+        if (workload.trace is not None and not workload.trace.sample and not workload.trace.loop
+                and workload.num_requests is not None and workload.num_requests > lengths.rows_left):
+            raise InputError(f"workload.num_requests={workload.num_requests} exceeds the {int(lengths.rows_left)} "
+                             f"rows of {lengths.trace.path}; set workload.trace.loop: true or ask for fewer")
+        self._have = 0
+        self.sent = 0
+        # One think time per client before its first request.
+        self.first_think_s = self._think(self.arrival.clients)
+
+    def __len__(self) -> int:  # requests planned (sent, when the run ends early)
+        return self.num_requests if self.num_requests is not None else self.sent
+
+    def _think(self, n: int) -> np.ndarray:
+        a = self.arrival
+        if a.think == "fixed" or a.think_time_s == 0:
+            return np.full(n, a.think_time_s)
+        return self._rng.exponential(a.think_time_s, n)
+
+    def _grow(self) -> bool:
+        n = self._chunk
+        if self.num_requests is not None:
+            n = min(n, self.num_requests - self._have)
+        n = int(min(n, self._lengths.rows_left))
+        if n <= 0:
+            return False
+        labels, prompt, output = self._lengths.draw(n, self._rng)
+        prompt, group, prefix = add_prefixes(self._prefixes, labels, prompt, self._rng)
+        if group is None:
+            group, prefix = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+        clipped = np.zeros(n, bool)
+        if self._clip is not None:
+            prompt, output, prefix, clipped = clip_with_prefix(prompt, output, prefix, self._clip)
+        think = self._think(n)
+        for k, v in (("class_index", labels), ("prompt_tokens", prompt), ("output_tokens", output),
+                     ("prefix_group", group), ("prefix_tokens", prefix), ("think_s", think), ("clipped", clipped)):
+            self._cols[k].append(v)
+        self._have += n
+        return True
+
+    def next(self):
+        """(request index, prompt, output, prefix group, prefix tokens, think time after it ends),
+        or None when no more."""
+        k = self.sent
+        if (self.num_requests is not None and k >= self.num_requests) or (k >= self._have and not self._grow()):
+            return None
+        self.sent += 1
+        if k >= self._cached_upto():
+            self._flat = {key: np.concatenate(v) for key, v in self._cols.items()}
+        f = self._flat
+        return (k, int(f["prompt_tokens"][k]), int(f["output_tokens"][k]), int(f["prefix_group"][k]),
+                int(f["prefix_tokens"][k]), float(f["think_s"][k]))
+
+    def _cached_upto(self) -> int:
+        flat = getattr(self, "_flat", None)
+        return 0 if flat is None else len(flat["prompt_tokens"])
+
+    def column(self, key: str) -> np.ndarray:
+        """A column over the requests sent so far."""
+        if not self._cols[key]:
+            return np.zeros(0)
+        return np.concatenate(self._cols[key])[: self.sent]
+
+    @property
+    def class_index(self) -> np.ndarray:
+        return self.column("class_index").astype(np.int64)
+
+    @property
+    def clipped(self) -> np.ndarray:
+        return self.column("clipped").astype(bool)
+
+
+def check_files(workload: Workload) -> None:
+    """Read every file the workload names (trace, empirical lengths), so that ``servesim
+    validate`` reports a bad row with its file and line before a run."""
+    load_trace(workload)
+    dists = [workload.prompt_tokens, workload.output_tokens]
+    for c in workload.classes or ():
+        dists += [c.prompt_tokens, c.output_tokens]
+    for d in dists:
+        if isinstance(d, EmpiricalDist):
+            read_lengths(d.path, d.column)

@@ -1,4 +1,6 @@
-"""Invariants that must hold for any workload (hypothesis)."""
+"""Invariants that must hold for any workload and policy (hypothesis)."""
+
+import dataclasses
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -13,23 +15,44 @@ request_rows = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=request_rows, max_num_seqs=st.integers(1, 16), budget=st.integers(256, 4096),
        blocks=st.one_of(st.none(), st.integers(8, 400)), replicas=st.integers(1, 3),
        duration=st.one_of(st.none(), st.floats(0.2, 5)),
-       router=st.sampled_from(["round_robin", "least_outstanding_tokens"]))
-def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router):
+       router=st.sampled_from(["round_robin", "random", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"]),
+       policy=st.sampled_from(["continuous", "chunked_prefill", "static", "pd_split"]),
+       preemption=st.sampled_from(["recompute", "swap"]), prefix_caching=st.booleans(),
+       spec=st.one_of(st.none(), st.integers(1, 4)), prefix=st.sampled_from([0, 20, 100]))
+def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router, policy, preemption,
+                    prefix_caching, spec, prefix):
     rows = sorted(rows)
-    sc = make_scenario(**{
-        "policy.max_num_seqs": max_num_seqs, "policy.max_num_batched_tokens": budget,
-        "memory.num_gpu_blocks": blocks, "cluster.replicas": replicas, "cluster.router": router,
+    kw = {
+        "policy.name": policy, "policy.max_num_seqs": max_num_seqs, "policy.max_num_batched_tokens": budget,
+        "policy.preemption": preemption, "policy.prefix_caching": prefix_caching,
+        "memory.num_gpu_blocks": blocks, "memory.swap_space_gib": 0.05, "cluster.router": router,
         "workload.duration_s": duration, "workload.num_requests": 10,
-    })
+    }
+    if policy == "pd_split":
+        kw["policy.prefill"] = {"replicas": 1, "policy": "chunked_prefill" if budget < 1000 else "continuous"}
+        kw["policy.decode"] = {"replicas": replicas}
+        replicas += 1
+    else:
+        kw["cluster.replicas"] = replicas
+    if spec is not None and policy in ("continuous", "chunked_prefill"):
+        kw["policy.spec"] = {"draft": "ngram", "num_speculative_tokens": spec, "acceptance_rate": 0.7}
+    sc = make_scenario(**kw)
+    if prefix:  # a few requests share a prefix group
+        rows = [(t, p + prefix, o) for t, p, o in rows]
     if duration is not None:
         rows = [r for r in rows if r[0] < duration]
         if not rows:
             return
-    res = simulate(sc, specs=specs(rows))
+    sp = specs(rows)
+    if prefix:
+        n = len(rows)
+        sp = dataclasses.replace(sp, prefix_group=np.arange(n, dtype=np.int64) % 2,
+                                 prefix_tokens=np.full(n, prefix, dtype=np.int64))
+    res = simulate(sc, specs=sp)
     r = res.requests
     status = r["status"]
 
@@ -60,6 +83,7 @@ def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, rout
     floor = np.maximum(st_["flops"] / cm_peak, st_["bytes"] / bw)
     assert np.all(st_["duration_s"] >= floor)
 
-    # batch limits respected
+    # batch limits respected (static batching has no token budget)
     assert np.all(st_["num_seqs"] <= max_num_seqs)
-    assert np.all(st_["prefill_tokens"] + st_["decode_tokens"] <= budget)
+    if policy != "static":
+        assert np.all(st_["prefill_tokens"] + st_["decode_tokens"] <= budget)

@@ -1,14 +1,34 @@
-"""Communication time: ring all-reduce and point-to-point sends (alpha-beta model)."""
+"""Communication time: ring all-reduce and point-to-point sends (alpha-beta model, optionally a
+smooth max of latency and transfer; parameters in ``CommEfficiency``)."""
 
 from __future__ import annotations
 
+from sim.cost.efficiency import CommEfficiency
 
-def allreduce_time_s(size_bytes: float, world: int, link_bw_bytes_per_s: float, latency_s: float) -> float:
+
+def _smooth_max(x: float, y: float, p: float) -> float:
+    hi, lo = (x, y) if x >= y else (y, x)
+    if hi <= 0:
+        return hi
+    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
+
+
+def collective_time_s(latency_s: float, transfer_s: float, e: CommEfficiency) -> float:
+    if e.smooth == 1.0:
+        return latency_s + transfer_s
+    return _smooth_max(latency_s, transfer_s, e.smooth)
+
+
+def allreduce_time_s(size_bytes: float, world: int, link_bw: float, gpu_latency_s: float,
+                     e: CommEfficiency) -> float:
     """Ring all-reduce of ``size_bytes`` over ``world`` GPUs: each moves 2(n-1)/n of the data."""
     if world <= 1:
         return 0.0
-    return 2 * (world - 1) * latency_s + 2 * (world - 1) / world * size_bytes / link_bw_bytes_per_s
+    hop = 2 * gpu_latency_s if e.hop_latency_s is None else e.hop_latency_s
+    lat = e.base_latency_s + hop * (world - 1)
+    return collective_time_s(lat, 2 * (world - 1) / world * size_bytes / (link_bw * e.link), e)
 
 
-def send_time_s(size_bytes: float, link_bw_bytes_per_s: float, latency_s: float) -> float:
-    return latency_s + size_bytes / link_bw_bytes_per_s
+def send_time_s(size_bytes: float, link_bw: float, gpu_latency_s: float, e: CommEfficiency) -> float:
+    hop = gpu_latency_s if e.hop_latency_s is None else e.hop_latency_s
+    return collective_time_s(e.base_latency_s + hop, size_bytes / (link_bw * e.link), e)

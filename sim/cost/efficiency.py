@@ -1,28 +1,124 @@
-"""The one place that holds roofline efficiencies (fraction of datasheet peak an operator reaches).
+"""The one place that holds roofline efficiencies: what fraction of datasheet peak each operator
+family reaches, and the few shape terms that make small kernels slower than the plain roofline.
 
-v0 values are round, literature-typical figures, not fits: dense GEMMs on Hopper/Ampere reach
-~70-80% of tensor peak at large M and ~80-90% of HBM bandwidth when weight-read bound;
-FlashAttention-2 forward reaches ~50-70% of peak; elementwise kernels ~70% of bandwidth.
-The calibration issue replaces these with coefficients fitted to measured kernel timings.
+``DEFAULT_EFFICIENCIES`` are the v0 round, literature-typical figures (not fits): dense GEMMs
+reach ~70-80% of tensor peak at large M and ~80-90% of HBM bandwidth when weight-read bound;
+FlashAttention-2 forward ~50-70% of peak; elementwise kernels ~70% of bandwidth.
+
+Calibration (``sim/cost/calibration.py``) replaces them with coefficients fitted to measured
+kernel timings; the fits for the GPUs we have measurements of ship in
+``sim/cost/calibrations/*.yaml`` and are turned into an ``Efficiencies`` by ``from_dict``.
+
+Operator time models (M tokens, K x N weight, w / a weight / activation bytes per element):
+
+* GEMM: ``latency_s + smoothmax(C, Mem)`` with
+  ``C = (F + tile_quant * (F_padded - F)) / (peak * compute * K / (K + k_half))``,
+  ``F = 2 M N K``, ``F_padded`` the same with M rounded up to ``tile_m`` (the tile-quantization
+  steps seen in cuBLAS timings), ``Mem = (w K N + a M (K + N)) / (bw * memory)`` and
+  ``smoothmax(x, y) = (x^p + y^p)^(1/p)`` with ``p = smooth`` (``0``: a hard max). Every term only
+  ever adds time, so an operator is never faster than its plain roofline.
+* Bandwidth-bound kernels (norms, activation, rotary, residual add, embedding): ``kernels x
+  latency_s + max(flops / peak, bytes / (bw * memory))``.
+* Collectives: ``smoothmax(base_latency_s + hop_latency_s * (n - 1), transfer)`` with ring
+  all-reduce transfer ``2 (n - 1) / n * bytes / (link_bw * link)``; ``smooth = 1`` is the sum
+  (the alpha-beta model).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
 class OpEfficiency:
+    """Plain roofline efficiencies (used for attention, which our measurements do not cover)."""
+
     compute: float  # fraction of peak FLOP/s
     memory: float  # fraction of peak HBM bytes/s
+    latency_s: float = 0.0  # per kernel launch
+
+
+@dataclass(frozen=True, slots=True)
+class GemmEfficiency:
+    compute: float  # fraction of peak FLOP/s reached at large K
+    memory: float  # fraction of HBM bandwidth when weight-read bound
+    latency_s: float = 0.0  # fixed per-kernel time
+    smooth: float = 0.0  # p of the smooth max (0: hard max)
+    tile_quant: float = 0.0  # share of the FLOPs of M padded up to tile_m (0..1)
+    tile_m: int = 128
+    k_half: float = 0.0  # inner dimension at which the compute efficiency is halved (0: none)
+
+
+@dataclass(frozen=True, slots=True)
+class MemEfficiency:
+    memory: float  # fraction of HBM bandwidth
+    latency_s: float = 0.0  # fixed per-kernel time
+
+
+@dataclass(frozen=True, slots=True)
+class CommEfficiency:
+    link: float = 0.80  # fraction of the link bandwidth a collective reaches
+    base_latency_s: float = 0.0
+    hop_latency_s: float | None = None  # per (n - 1); None: 2 x the GPU's link_latency_s (v0)
+    smooth: float = 1.0  # 1: latency + transfer (alpha-beta); larger: a smooth max of the two
 
 
 @dataclass(frozen=True, slots=True)
 class Efficiencies:
-    gemm: OpEfficiency = OpEfficiency(0.75, 0.85)
+    gemm: GemmEfficiency = GemmEfficiency(0.75, 0.85)
     attention: OpEfficiency = OpEfficiency(0.60, 0.80)
-    elementwise: OpEfficiency = OpEfficiency(0.50, 0.70)
-    link: float = 0.80  # fraction of link bandwidth a collective reaches
+    norm: MemEfficiency = MemEfficiency(0.70)
+    activation: MemEfficiency = MemEfficiency(0.70)
+    rotary: MemEfficiency = MemEfficiency(0.70)
+    residual: MemEfficiency = MemEfficiency(0.70)
+    embedding: MemEfficiency = MemEfficiency(0.70)
+    allreduce: CommEfficiency = CommEfficiency()
+    send_recv: CommEfficiency = CommEfficiency()
+    source: str = "v0 literature figures (not fitted)"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_KINDS = {f.name: f.type for f in dataclasses.fields(Efficiencies)}
+_CLASSES = {"gemm": GemmEfficiency, "attention": OpEfficiency, "allreduce": CommEfficiency,
+            "send_recv": CommEfficiency}
+
+
+def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
+    """An ``Efficiencies`` from a calibration file's mapping; families it lacks keep the v0 values."""
+    from sim.errors import InputError
+
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: must be a mapping of operator families")
+    kw = {}
+    for name, value in data.items():
+        if name not in _KINDS or name == "source":
+            if name == "source":
+                kw["source"] = str(value)
+            continue  # metadata (gpu, fit quality, ...) is allowed and ignored here
+        cls = _CLASSES.get(name, MemEfficiency)
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: {name} must be a mapping, got {value!r}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        bad = set(value) - fields
+        if bad:
+            raise InputError(f"{where}: {name} has unknown keys {sorted(bad)}; valid: {sorted(fields)}")
+        for k, v in value.items():
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
+                raise InputError(f"{where}: {name}.{k} must be a number >= 0, got {v!r}")
+        for k in ("compute", "memory", "link"):
+            if k in value and not 0 < value[k] <= 1:
+                raise InputError(f"{where}: {name}.{k} must be in (0, 1], got {value[k]!r}")
+        if cls is CommEfficiency and value.get("smooth", 1.0) < 1:
+            raise InputError(f"{where}: {name}.smooth must be >= 1 (1: latency + transfer), got {value['smooth']!r}")
+        if "tile_quant" in value and value["tile_quant"] > 1:
+            raise InputError(f"{where}: {name}.tile_quant must be in [0, 1], got {value['tile_quant']!r}")
+        if "tile_m" in value:
+            value = {**value, "tile_m": max(int(value["tile_m"]), 1)}
+        kw[name] = cls(**value)
+    return Efficiencies(**kw)
 
 
 DEFAULT_EFFICIENCIES = Efficiencies()

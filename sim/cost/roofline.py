@@ -1,9 +1,17 @@
-"""Roofline cost model v0: per-operator FLOPs and HBM bytes for a decoder-only transformer.
+"""Roofline cost model: per-operator FLOPs and HBM bytes for a decoder-only transformer, with
+operator time models whose efficiencies are fitted to measured kernel timings.
 
-Each operator's time is ``max(flops / (peak * eff.compute), bytes / (bw * eff.memory))`` on one
-GPU of the replica; a step's time is the sum over operators and layers, plus communication
-(TP all-reduce, PP send/recv) and a fixed + per-sequence overhead. With PP the step traverses
-the stages one after another (no micro-batch overlap in v0), so its time is that of all layers.
+Per step and per GPU of the replica, each operator's time comes from its family's time model in
+``sim/cost/efficiency.py`` (GEMMs: smooth roofline + tile quantization + kernel latency;
+bandwidth-bound kernels: bytes / bandwidth + kernel latency; attention: plain roofline, separately
+for the prefill and the decode sequences of a mixed step). A step's time is the sum over operators
+and layers, plus communication (TP all-reduce, PP send/recv) and a fixed + per-sequence overhead.
+With PP the step traverses the stages one after another (no micro-batch overlap), so its time is
+that of all layers.
+
+MoE layers (``ModelSpec.num_experts``): a router GEMM, then each of the ``E_hit`` experts the step
+is expected to touch (``E (1 - (1 - k/E)^T)``) runs its GEMMs on ``T k / E_hit`` tokens, so expert
+weights are read once per step for the experts actually hit.
 
 All FLOPs and bytes reported are totals over the replica's GPUs; times are wall-clock.
 """
@@ -11,12 +19,13 @@ All FLOPs and bytes reported are totals over the replica's GPUs; times are wall-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from sim.batch import Batch
 from sim.cost.comm import allreduce_time_s, send_time_s
-from sim.cost.efficiency import DEFAULT_EFFICIENCIES, Efficiencies, OpEfficiency
+from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, Efficiencies, GemmEfficiency,
+                                 MemEfficiency, OpEfficiency)
 from sim.specs import DTYPE_BYTES, GpuSpec, ModelSpec
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16 whatever the weight dtype
@@ -45,6 +54,49 @@ class OpCost(NamedTuple):
     bound: str  # compute | memory | comm | overhead
 
 
+# ---------------------------------------------------------------- operator time models (scalars)
+def gemm_cost(M: float, K: float, N: float, w: float, peak: float, bw: float, g: GemmEfficiency):
+    """(time_s, flops, bytes, compute_s, memory_s) of one ``[M x K] @ [K x N]`` GEMM on one GPU.
+
+    ``w`` bytes per weight element; activations in and out are ``ACT_BYTES``. The vectorized twin
+    used for fitting is ``sim.cost.calibration.gemm_time_np`` (a test keeps them equal).
+    """
+    if M <= 0:
+        return 0.0, 0.0, 0.0, 0.0, 0.0
+    f = 2.0 * M * N * K
+    b = w * K * N + ACT_BYTES * M * (K + N)
+    fe = f
+    if g.tile_quant:
+        tm = g.tile_m
+        fe = f + g.tile_quant * (2.0 * math.ceil(M / tm) * tm * N * K - f)
+    ec = g.compute * K / (K + g.k_half) if g.k_half else g.compute
+    c = fe / (peak * ec)
+    m = b / (bw * g.memory)
+    return g.latency_s + smooth_max(c, m, g.smooth), f, b, c, m
+
+
+def smooth_max(x: float, y: float, p: float) -> float:
+    """``(x^p + y^p)^(1/p)`` (>= max(x, y)); ``p == 0`` is the hard max."""
+    hi, lo = (x, y) if x >= y else (y, x)
+    if not p or hi <= 0:
+        return hi
+    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
+
+
+def mem_cost(kernels: float, f: float, b: float, peak: float, bw: float, e: MemEfficiency):
+    """(time_s, compute_s, memory_s) of bandwidth-bound kernels moving ``b`` bytes in total."""
+    c = f / peak
+    m = b / (bw * e.memory)
+    return kernels * e.latency_s + (c if c > m else m), c, m
+
+
+def roofline_cost(kernels: float, f: float, b: float, peak: float, bw: float, e: OpEfficiency):
+    c = f / (peak * e.compute)
+    m = b / (bw * e.memory)
+    return kernels * e.latency_s + (c if c > m else m), c, m
+
+
+# ---------------------------------------------------------------- the model
 @dataclass(frozen=True)
 class CostModel:
     model: ModelSpec
@@ -56,6 +108,19 @@ class CostModel:
     step_overhead_s: float = 0.002
     per_seq_overhead_s: float = 1e-5
     eff: Efficiencies = DEFAULT_EFFICIENCIES
+    _c: tuple = field(init=False, repr=False, compare=False, default=())
+
+    def __post_init__(self):
+        m, tp = self.model, self.tp
+        h, I = m.hidden_size, m.intermediate_size
+        qd = m.q_dim / tp
+        kvd = self.kv_heads_per_gpu * m.head_dim
+        n_up = 2 if m.gated_mlp else 1
+        # per-GPU shapes, computed once: (qkv N, o K, up N, down K, vocab/tp, kv bytes/token/layer, ...)
+        object.__setattr__(self, "_c", (
+            float(h), qd, kvd, qd + 2 * kvd, n_up * I / tp, I / tp, m.vocab_size / tp,
+            2 * kvd * DTYPE_BYTES[self.kv_dtype], float(n_up), DTYPE_BYTES[self.dtype],
+        ))
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -84,41 +149,110 @@ class CostModel:
         return self.gpu.peak_flops
 
     # ------------------------------------------------------------------ operators
-    def _ops(self, T: int, pairs: float, ctx: int, S: int):
-        """Per-operator (name, flops, bytes, efficiency, count) for ONE GPU: per layer, times count."""
-        m, tp, e = self.model, self.tp, self.eff
-        w = DTYPE_BYTES[self.dtype]
+    def _ops(self, batch: Batch):
+        """Yield (name, time_s, flops, bytes, compute_s, memory_s) per operator for ONE GPU,
+        already multiplied by the number of layers (or kernels) it runs in one step."""
+        T = batch.num_tokens + batch.padding_tokens
+        S = batch.num_sampled
+        m, e = self.model, self.eff
+        h, qd, kvd, qkv_n, up_n, down_k, vocab, kv_tok, n_up, w = self._c
+        L = m.num_layers
+        peak, bw = self.peak_flops, self.gpu.mem_bw_bytes_per_s
         a = ACT_BYTES
-        h, I, L = m.hidden_size, m.intermediate_size, m.num_layers
-        qd, kvd = m.q_dim / tp, self.kv_heads_per_gpu * m.head_dim
-        n_up = 2 if m.gated_mlp else 1
-        kv_tok = 2 * kvd * DTYPE_BYTES[self.kv_dtype]  # KV bytes per token per layer on one GPU
-        return (
-            ("qkv_proj", 2 * T * h * (qd + 2 * kvd), w * h * (qd + 2 * kvd) + a * T * (h + qd + 2 * kvd), e.gemm, L),
-            ("attention", 4 * qd * pairs, kv_tok * ctx + a * T * 2 * qd, e.attention, L),
-            ("o_proj", 2 * T * qd * h, w * qd * h + a * T * (qd + h), e.gemm, L),
-            ("mlp_up", 2 * T * h * I * n_up / tp, w * h * I * n_up / tp + a * T * (h + n_up * I / tp), e.gemm, L),
-            ("mlp_act", 5 * T * I / tp, a * T * (n_up + 1) * I / tp, e.elementwise, L),
-            ("mlp_down", 2 * T * I * h / tp, w * I * h / tp + a * T * (I / tp + h), e.gemm, L),
-            # two RMSNorms and two residual adds per layer
-            ("norms", 10 * T * h, 2 * (2 * a * T * h + a * h), e.elementwise, L),
-            ("residual", 2 * T * h, 2 * 3 * a * T * h, e.elementwise, L),
-            ("embedding", 0.0, (w + a) * T * h, e.elementwise, 1),
-            ("lm_head", 2 * S * h * m.vocab_size / tp,
-             w * h * m.vocab_size / tp + S * (a * h + LOGIT_BYTES * m.vocab_size / tp), e.gemm, 1),
-        )
+        peak16 = self.gpu.peak_flops  # elementwise and attention run in 16-bit
+
+        t, f, b, c, mm = gemm_cost(T, h, qkv_n, w, peak, bw, e.gemm)
+        yield "qkv_proj", t * L, f * L, b * L, c * L, mm * L
+
+        # rotary on Q and K: read + write, ~6 FLOPs per element
+        n = T * (qd + kvd)
+        t, c, mm = mem_cost(1, 6 * n, 2 * a * n, peak16, bw, e.rotary)
+        yield "rotary", t * L, 6 * n * L, 2 * a * n * L, c * L, mm * L
+
+        # attention: prefill sequences (FlashAttention FLOPs ~ query x key pairs, causal; KV of the
+        # chunk and of earlier chunks re-read) and decode sequences (KV read per sequence) apart
+        dctx = batch.decode_context_tokens
+        dpairs = batch.decode_attn_pairs
+        nd = batch.decode_tokens
+        pf_pairs = batch.attn_pairs - dpairs
+        pf_ctx = batch.context_tokens - dctx
+        pf_tok = T - nd
+        tt = ff = bb = cc = mmm = 0.0
+        if pf_tok > 0:
+            f = 4 * qd * pf_pairs
+            b = kv_tok * pf_ctx + a * pf_tok * 2 * qd
+            t, c, mm = roofline_cost(1, f, b, peak16, bw, e.attention)
+            tt, ff, bb, cc, mmm = t, f, b, c, mm
+        if nd > 0:
+            f = 4 * qd * dpairs
+            b = kv_tok * dctx + a * nd * 2 * qd
+            t, c, mm = roofline_cost(1, f, b, peak16, bw, e.attention)
+            tt, ff, bb, cc, mmm = tt + t, ff + f, bb + b, cc + c, mmm + mm
+        yield "attention", tt * L, ff * L, bb * L, cc * L, mmm * L
+
+        t, f, b, c, mm = gemm_cost(T, qd, h, w, peak, bw, e.gemm)
+        yield "o_proj", t * L, f * L, b * L, c * L, mm * L
+
+        if m.num_experts:
+            t, f, b, c, mm = gemm_cost(T, h, m.num_experts, w, peak, bw, e.gemm)
+            yield "moe_router", t * L, f * L, b * L, c * L, mm * L
+            hit = m.expected_experts_hit(T)
+            Tk = T * m.experts_per_token
+            Mx = Tk / hit if hit else 0.0
+            t, f, b, c, mm = gemm_cost(Mx, h, up_n, w, peak, bw, e.gemm)
+            k = hit * L
+            yield "mlp_up", t * k, f * k, b * k, c * k, mm * k
+            act_tok = Tk
+        else:
+            t, f, b, c, mm = gemm_cost(T, h, up_n, w, peak, bw, e.gemm)
+            yield "mlp_up", t * L, f * L, b * L, c * L, mm * L
+            act_tok = T
+
+        n = act_tok * down_k
+        f, b = 5 * n, a * n * (n_up + 1)
+        t, c, mm = mem_cost(1, f, b, peak16, bw, e.activation)
+        yield "mlp_act", t * L, f * L, b * L, c * L, mm * L
+
+        if m.num_experts:
+            t, f, b, c, mm = gemm_cost(Mx, down_k, h, w, peak, bw, e.gemm)
+            yield "mlp_down", t * k, f * k, b * k, c * k, mm * k
+        else:
+            t, f, b, c, mm = gemm_cost(T, down_k, h, w, peak, bw, e.gemm)
+            yield "mlp_down", t * L, f * L, b * L, c * L, mm * L
+
+        # two RMSNorms per layer plus the final one: read + write activations, read the weight
+        k = 2 * L + 1
+        f, b = 5 * T * h, 2 * a * T * h + a * h
+        t, c, mm = mem_cost(1, f, b, peak16, bw, e.norm)
+        yield "norms", t * k, f * k, b * k, c * k, mm * k
+
+        # two residual adds per layer: read two, write one
+        k = 2 * L
+        f, b = T * h, 3 * a * T * h
+        t, c, mm = mem_cost(1, f, b, peak16, bw, e.residual)
+        yield "residual", t * k, f * k, b * k, c * k, mm * k
+
+        b = (w + a) * T * h
+        t, c, mm = mem_cost(1, 0.0, b, peak16, bw, e.embedding)
+        yield "embedding", t, 0.0, b, c, mm
+
+        # LM head on the last token of each sampled sequence, fp32 logits written
+        t, f, b, c, mm = gemm_cost(S, h, vocab, w, peak, bw, e.gemm)
+        b += S * LOGIT_BYTES * vocab
+        mm += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
+        t += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
+        yield "lm_head", t, f, b, c, mm
 
     def _comm(self, T: int):
         """(name, time_s) of the step's communication."""
-        g = self.gpu
+        g, e = self.gpu, self.eff
         out = []
+        size = ACT_BYTES * T * self.model.hidden_size
         if self.tp > 1:
-            per = allreduce_time_s(ACT_BYTES * T * self.model.hidden_size, self.tp,
-                                   g.link_bw_bytes_per_s * self.eff.link, g.link_latency_s)
+            per = allreduce_time_s(size, self.tp, g.link_bw_bytes_per_s, g.link_latency_s, e.allreduce)
             out.append(("allreduce", 2 * self.model.num_layers * per))
         if self.pp > 1:
-            per = send_time_s(ACT_BYTES * T * self.model.hidden_size, g.link_bw_bytes_per_s * self.eff.link,
-                              g.link_latency_s)
+            per = send_time_s(size, g.link_bw_bytes_per_s, g.link_latency_s, e.send_recv)
             out.append(("pp_send", (self.pp - 1) * per))
         return out
 
@@ -130,17 +264,17 @@ class CostModel:
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
-        peak, bw = self.peak_flops, self.gpu.mem_bw_bytes_per_s
         flops = nbytes = t = tc = tm = 0.0
-        for _, f, b, eff, count in self._ops(T, batch.attn_pairs, batch.context_tokens, batch.num_sampled):
-            c_s = f / (peak * eff.compute)
-            m_s = b / (bw * eff.memory)
-            t += (c_s if c_s > m_s else m_s) * count
-            tc += c_s * count
-            tm += m_s * count
-            flops += f * count
-            nbytes += b * count
-        comm = sum(x for _, x in self._comm(T))
+        for _, ot, f, b, c, m in self._ops(batch):
+            t += ot
+            tc += c
+            tm += m
+            flops += f
+            nbytes += b
+        comm = 0.0
+        if self.tp > 1 or self.pp > 1:
+            for _, x in self._comm(T):
+                comm += x
         over = self._overhead_s(batch.num_seqs)
         g = self.tp  # per-GPU figures -> replica totals (PP stages split the layers, not the work)
         return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
@@ -149,12 +283,10 @@ class CostModel:
     def breakdown(self, batch: Batch) -> dict[str, OpCost]:
         """Per-operator totals over all layers of one step (for ``servesim cost``)."""
         T = batch.num_tokens + batch.padding_tokens
-        peak, bw = self.peak_flops, self.gpu.mem_bw_bytes_per_s
         ops = {}
-        for name, f, b, eff, count in self._ops(T, batch.attn_pairs, batch.context_tokens, batch.num_sampled):
-            c_s, m_s = f / (peak * eff.compute), b / (bw * eff.memory)
-            ops[name] = OpCost(max(c_s, m_s) * count, f * count * self.tp, b * count * self.tp,
-                               "compute" if c_s >= m_s else "memory")
+        if T:
+            for name, t, f, b, c, m in self._ops(batch):
+                ops[name] = OpCost(t, f * self.tp, b * self.tp, "compute" if c >= m else "memory")
         for name, x in self._comm(T):
             ops[name] = OpCost(x, 0.0, 0.0, "comm")
         ops["overhead"] = OpCost(self._overhead_s(batch.num_seqs), 0.0, 0.0, "overhead")
@@ -168,4 +300,4 @@ class CostModel:
         return cost.bytes / (cost.time_s * self.gpu.mem_bw_bytes_per_s * self.num_gpus) if cost.time_s else 0.0
 
 
-__all__ = ["CostModel", "StepCost", "OpCost", "OpEfficiency"]
+__all__ = ["CostModel", "StepCost", "OpCost", "OpEfficiency", "gemm_cost", "smooth_max"]

@@ -1,0 +1,136 @@
+"""Open-loop arrival times for every arrival process (closed loop is driven in ``sim/clients.py``).
+
+Renewal processes (poisson, fixed, gamma) draw gaps; time-varying ones draw in windows of time:
+a piecewise-constant rate (piecewise, on_off) takes a Poisson count per segment and uniform times
+inside it, and sinusoidal thins a Poisson stream at the peak rate. Everything comes from the
+Generator passed in, in a fixed order, so a scenario and seed always give the same times.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sim.scenario import (AllAtOnceArrival, FixedArrival, GammaArrival, OnOffArrival, PiecewiseArrival,
+                          PoissonArrival, SinusoidalArrival)
+
+CHUNK = 4096  # arrivals aimed for per window of time
+
+
+def inter_arrivals(arrival, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` gaps (seconds) between consecutive arrivals of a renewal process; the first request
+    arrives after one gap."""
+    mean = 1.0 / arrival.rate_rps
+    if isinstance(arrival, PoissonArrival):
+        return rng.exponential(mean, n)
+    if isinstance(arrival, FixedArrival):
+        return np.full(n, mean)
+    if isinstance(arrival, GammaArrival):
+        shape = 1.0 / arrival.cv**2  # gamma CV = 1/sqrt(shape)
+        return rng.gamma(shape, mean / shape, n)
+    raise TypeError(f"not a renewal process: {arrival!r}")
+
+
+RENEWAL = (PoissonArrival, FixedArrival, GammaArrival)
+
+
+def mean_rate(arrival) -> float:
+    """Long-run mean rate (requests/second) of an open-loop process."""
+    if isinstance(arrival, (*RENEWAL, SinusoidalArrival)):
+        return arrival.rate_rps
+    if isinstance(arrival, OnOffArrival):
+        return (arrival.rate_rps * arrival.on_s + arrival.off_rate_rps * arrival.off_s) / (arrival.on_s + arrival.off_s)
+    if isinstance(arrival, PiecewiseArrival):
+        return sum(s.rate_rps * s.duration_s for s in arrival.segments) / sum(s.duration_s for s in arrival.segments)
+    raise TypeError(f"no mean rate for {arrival!r}")
+
+
+def _segment_windows(arrival, rng):
+    """Yield (start_s, duration_s, rate_rps) arrays of consecutive segments, window by window."""
+    if isinstance(arrival, PiecewiseArrival):
+        dur = np.array([s.duration_s for s in arrival.segments])
+        rate = np.array([s.rate_rps for s in arrival.segments])
+    else:  # OnOffArrival
+        dur = np.array([arrival.on_s, arrival.off_s])
+        rate = np.array([arrival.rate_rps, arrival.off_rate_rps])
+    per_cycle = float((dur * rate).sum())
+    cycles = max(1, min(100_000, math.ceil(CHUNK / per_cycle)))
+    t = 0.0
+    while True:
+        if isinstance(arrival, OnOffArrival) and arrival.durations == "exponential":
+            on = rng.exponential(arrival.on_s, cycles)
+            off = rng.exponential(arrival.off_s, cycles)
+            d = np.column_stack([on, off]).ravel()
+        else:
+            d = np.tile(dur, cycles)
+        r = np.tile(rate, cycles)
+        starts = t + np.concatenate([[0.0], np.cumsum(d)[:-1]])
+        yield starts, d, r
+        t = float(starts[-1] + d[-1])
+
+
+def _piecewise_windows(arrival, rng):
+    """Yield (times, window_end) for a piecewise-constant rate: Poisson counts per segment, then
+    uniform times within each segment."""
+    for starts, d, r in _segment_windows(arrival, rng):
+        counts = rng.poisson(r * d)
+        k = int(counts.sum())
+        u = rng.random(k)
+        times = np.repeat(starts, counts) + u * np.repeat(d, counts)
+        yield np.sort(times), float(starts[-1] + d[-1])
+
+
+def _sinusoidal_windows(arrival: SinusoidalArrival, rng):
+    peak = arrival.rate_rps * (1 + arrival.amplitude)
+    width = CHUNK / peak
+    t = 0.0
+    w = 2 * math.pi / arrival.period_s
+    while True:
+        k = int(rng.poisson(peak * width))
+        times = np.sort(t + rng.random(k) * width)
+        rate = arrival.rate_rps * (1 + arrival.amplitude * np.sin(w * (times - arrival.phase_s)))
+        keep = rng.random(k) * peak < rate
+        yield times[keep], t + width
+        t += width
+
+
+def arrival_times(arrival, num_requests: int | None, duration_s: float | None, rng) -> np.ndarray:
+    """Sorted arrival times: the first ``num_requests`` (if given) that fall before ``duration_s``
+    (if given)."""
+    if isinstance(arrival, RENEWAL):
+        return _renewal_times(arrival, num_requests, duration_s, rng)
+    if isinstance(arrival, AllAtOnceArrival):
+        t = np.full(num_requests, arrival.time_s)
+        return t[t < duration_s] if duration_s is not None else t
+    if isinstance(arrival, (PiecewiseArrival, OnOffArrival)):
+        windows = _piecewise_windows(arrival, rng)
+    elif isinstance(arrival, SinusoidalArrival):
+        windows = _sinusoidal_windows(arrival, rng)
+    else:
+        raise TypeError(f"not an open-loop arrival process: {arrival!r}")
+    chunks, have = [], 0
+    for times, end in windows:
+        chunks.append(times)
+        have += len(times)
+        if (num_requests is not None and have >= num_requests) or (duration_s is not None and end >= duration_s):
+            break
+    t = np.concatenate(chunks)
+    if num_requests is not None:
+        t = t[:num_requests]
+    return t[t < duration_s] if duration_s is not None else t
+
+
+def _renewal_times(arrival, num_requests, duration_s, rng) -> np.ndarray:
+    if num_requests is not None:
+        t = np.cumsum(inter_arrivals(arrival, num_requests, rng))
+        return t[t < duration_s] if duration_s is not None else t
+    # Only a duration: draw in chunks until past it.
+    chunks, last = [], 0.0
+    expected = int(duration_s * arrival.rate_rps)
+    while last < duration_s:
+        t = last + np.cumsum(inter_arrivals(arrival, max(1024, expected // 4), rng))
+        chunks.append(t)
+        last = float(t[-1])
+    t = np.concatenate(chunks)
+    return t[t < duration_s]

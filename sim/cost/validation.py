@@ -1,0 +1,128 @@
+"""Predicted vs measured operator times: MAPE and worst case per family, model and TP size.
+
+``validate(profiles, gpu, eff)`` predicts every measurement of the profiles with the cost model's
+time models (the vectorized twins in ``sim/cost/calibration.py``) and returns plain rows; the CLI
+prints them and ``plot_predicted_vs_measured`` draws them (matplotlib, Agg).
+
+Families: ``linear`` is the per-layer sum QKV + O + MLP up + MLP down at one token count (the
+quantity a step's time is built from); ``qkv_proj``, ``o_proj``, ``mlp_up``, ``mlp_down`` each
+GEMM alone; ``norm``, ``activation``, ``rotary``, ``residual``, ``embedding`` the bandwidth-bound
+kernels; ``allreduce`` / ``send_recv`` the intra-node collectives by number of GPUs.
+"""
+
+from __future__ import annotations
+
+from sim.cost.calibration import (PROFILE_DTYPE_BYTES, Profiles, collective_time_np, comm_points,
+                                  gemm_points, gemm_time_np, mem_points, mem_time_np)
+from sim.cost.efficiency import Efficiencies
+from sim.specs import GpuSpec
+
+MEM_FAMILIES = ("norm", "activation", "rotary", "residual", "embedding")
+
+
+def _err_rows(family, pred, meas, groups, xs):
+    """One row per group (and one ``all`` row) of |pred/meas - 1| statistics."""
+    import numpy as np
+
+    e = np.abs(pred / meas - 1.0)
+    rows = []
+    ids: dict = {}
+    gid = np.array([ids.setdefault(g, len(ids)) for g in groups])
+    for k in sorted(ids):
+        s = gid == ids[k]
+        i = int(np.argmax(e[s]))
+        rows.append({"family": family, "model": k[0], "tp": k[1], "points": int(s.sum()),
+                     "mape": float(e[s].mean()), "worst": float(e[s].max()), "worst_at": float(xs[s][i])})
+    i = int(np.argmax(e))
+    rows.append({"family": family, "model": "all", "tp": "all", "points": int(len(e)), "mape": float(e.mean()),
+                 "worst": float(e.max()), "worst_at": float(xs[i])})
+    return rows
+
+
+def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: int = 4096) -> dict:
+    """``{"rows": [...], "points": {family: (measured, predicted)}}`` over num_tokens <= max_tokens."""
+    import numpy as np
+
+    rows, points = [], {}
+    peak, bw = gpu.peak_flops, gpu.mem_bw_bytes_per_s
+    M, K, N, y, model, tp, op = gemm_points(profiles.compute)
+    keep = M <= max_tokens
+    M, K, N, y, model, tp, op = M[keep], K[keep], N[keep], y[keep], model[keep], tp[keep], op[keep]
+    pred = gemm_time_np(M, K, N, PROFILE_DTYPE_BYTES, peak, bw, eff.gemm)
+    # linear: sum of the four GEMMs per (model, tp, num_tokens) row, measured twice -> each row
+    key = list(zip(model.tolist(), tp.tolist(), M.tolist()))
+    sums: dict = {}
+    for i, k in enumerate(key):
+        s = sums.setdefault(k, [0.0, 0.0, 0])
+        s[0] += y[i]; s[1] += pred[i]; s[2] += 1
+    # repeated token counts hold two measurements of each op: average them (counts are multiples of 4)
+    lk = [k for k, v in sums.items() if v[2] % 4 == 0]
+    lm = np.array([sums[k][0] / (sums[k][2] // 4) for k in lk])
+    lp = np.array([sums[k][1] / (sums[k][2] // 4) for k in lk])
+    rows += _err_rows("linear", lp, lm, [(k[0], int(k[1])) for k in lk], np.array([k[2] for k in lk]))
+    points["linear"] = (lm, lp)
+    for name in ("qkv_proj", "o_proj", "mlp_up", "mlp_down"):
+        s = op == name
+        rows += _err_rows(name, pred[s], y[s], [(a, int(b)) for a, b in zip(model[s], tp[s])], M[s])
+        points[name] = (y[s], pred[s])
+    for fam in MEM_FAMILIES:
+        pts = mem_points(profiles.compute, fam)
+        if pts is None:
+            continue
+        b, ym, mm, tt, _, tok = pts
+        keep = tok <= max_tokens
+        b, ym, mm, tt, tok = b[keep], ym[keep], mm[keep], tt[keep], tok[keep]
+        pm = mem_time_np(b, bw, getattr(eff, fam))
+        rows += _err_rows(fam, pm, ym, [(a, int(c)) for a, c in zip(mm, tt)], tok)
+        points[fam] = (ym, pm)
+    for kind, data in (("allreduce", profiles.allreduce), ("send_recv", profiles.send_recv)):
+        if not data:
+            continue
+        n, size, yc = comm_points(data[1], kind)
+        pc = collective_time_np(n, size, gpu, getattr(eff, kind), kind)
+        rows += _err_rows(kind, pc, yc, [(data[0], int(k)) for k in n], size)
+        points[kind] = (yc, pc)
+    return {"rows": rows, "points": points}
+
+
+def format_table(rows: list, families=None) -> str:
+    """A Markdown table: family, model, TP / GPUs, points, MAPE, worst (at)."""
+    out = ["| family | model / node | TP / GPUs | points | MAPE | worst | worst at |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if families and r["family"] not in families:
+            continue
+        at = r["worst_at"]
+        unit = " B" if r["family"] in ("allreduce", "send_recv") else " tok"
+        out.append(f"| {r['family']} | {r['model']} | {r['tp']} | {r['points']} | {100 * r['mape']:.1f}% | "
+                   f"{100 * r['worst']:.1f}% | {at:.0f}{unit} |")
+    return "\n".join(out)
+
+
+def plot_predicted_vs_measured(points: dict, title: str, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fams = list(points)
+    cols = 3
+    rows = -(-len(fams) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.6 * rows), squeeze=False)
+    for ax, fam in zip(axes.flat, fams):
+        meas, pred = points[fam]
+        ax.loglog(meas * 1e6, pred * 1e6, ".", ms=2, alpha=0.5)
+        lo, hi = float(np.min([meas.min(), pred.min()])) * 1e6, float(np.max([meas.max(), pred.max()])) * 1e6
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.plot([lo, hi], [lo * 1.25, hi * 1.25], "k:", lw=0.6)
+        ax.plot([lo, hi], [lo / 1.25, hi / 1.25], "k:", lw=0.6)
+        e = np.abs(pred / meas - 1)
+        ax.set_title(f"{fam}: MAPE {100 * e.mean():.1f}%, worst {100 * e.max():.0f}%", fontsize=9)
+        ax.set_xlabel("measured (us)", fontsize=8)
+        ax.set_ylabel("predicted (us)", fontsize=8)
+    for ax in list(axes.flat)[len(fams):]:
+        ax.axis("off")
+    fig.suptitle(title + " (dotted: +-25%)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,305 @@
+"""Request traces and length files: readers that fail with the file and line of a bad row.
+
+Formats (``workload.trace.format``):
+
+- ``azure``: the Azure LLM inference trace 2023 (Azure/AzurePublicDataset; the trace of the
+  Splitwise paper, ISCA 2024): ``TIMESTAMP, ContextTokens, GeneratedTokens``, with timestamps
+  such as ``2023-11-16 18:20:00.1234567`` (7 fractional digits, kept exactly).
+- ``splitwise``: Vidur's processed traces (``data/processed_traces/*.csv``): ``arrived_at``
+  (seconds), ``num_prefill_tokens``, ``num_decode_tokens``. ``arrived_at`` may be absent (the
+  arxiv summarization file has lengths only), and then arrivals must come from
+  ``workload.arrival``.
+- ``csv`` / ``jsonl``: any table, with ``columns: {arrival, prompt, output}`` naming its columns
+  (default ``arrival_s, prompt_tokens, output_tokens``, the names of servesim's own
+  ``requests.csv``). Arrival values are numbers in ``time_unit`` or ISO timestamps.
+- ``auto`` (default): ``jsonl`` for ``*.jsonl``; otherwise the CSV header decides (azure,
+  splitwise, else csv).
+
+Arrival times are returned in seconds after the first row. Nothing here draws random numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import InputError
+
+AZURE_COLUMNS = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
+SPLITWISE_COLUMNS = {"arrival": "arrived_at", "prompt": "num_prefill_tokens", "output": "num_decode_tokens"}
+GENERIC_COLUMNS = {"arrival": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens"}
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+@dataclass(frozen=True)
+class TraceData:
+    """Rows of a trace in file order. ``arrival_s`` is None when the file has no times."""
+
+    path: str
+    arrival_s: np.ndarray | None  # float64, seconds after the first row, non-decreasing
+    prompt_tokens: np.ndarray  # int64, each >= 1
+    output_tokens: np.ndarray  # int64, each >= 1
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+
+def resolve_path(path: str) -> Path:
+    """``~`` and ``$VARS`` expanded; relative paths are relative to the current directory."""
+    return Path(os.path.expandvars(os.path.expanduser(path)))
+
+
+def _open_text(path: str):
+    p = resolve_path(path)
+    try:
+        return p.open(newline="")
+    except OSError as e:
+        raise InputError(f"cannot read {str(p)!r}: {e.strerror or e}") from None
+
+
+# ---------------------------------------------------------------- timestamps
+def _timestamp_ns(text: str) -> int:
+    """``YYYY-MM-DD[ T]HH:MM:SS[.digits]`` -> integer nanoseconds (exact to 9 digits); other ISO
+    forms (time zones) through ``datetime.fromisoformat``."""
+    s = text.strip()
+    if len(s) >= 19 and s[4] == "-" and s[7] == "-" and s[10] in " T" and s[13] == ":" and s[16] == ":":
+        frac = s[20:] if len(s) > 19 and s[19] == "." else ""
+        if (len(s) == 19 or (s[19] == "." and frac.isdigit())) and s[:4].isdigit():
+            try:
+                day = _dt.date(int(s[0:4]), int(s[5:7]), int(s[8:10])).toordinal()
+                hh, mm, ss = int(s[11:13]), int(s[14:16]), int(s[17:19])
+            except ValueError:
+                raise ValueError(s) from None
+            ns = int((frac + "000000000")[:9]) if frac else 0
+            return ((day * 86400 + hh * 3600 + mm * 60 + ss) * 1_000_000_000) + ns
+    d = _dt.datetime.fromisoformat(s)
+    if d.tzinfo is not None:
+        d = d.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+    return ((d.toordinal() * 86400 + d.hour * 3600 + d.minute * 60 + d.second) * 1_000_000_000
+            + d.microsecond * 1000)
+
+
+def _time_value(raw, unit_s: float, where: str, column: str):
+    """A number (seconds after scaling) or a timestamp (integer ns). Returns (kind, value)."""
+    if isinstance(raw, bool):
+        raise InputError(f"{where}: {column} must be a number or a timestamp, got {raw!r}")
+    if isinstance(raw, (int, float)):
+        v = float(raw)
+    else:
+        text = str(raw).strip()
+        try:
+            v = float(text)
+        except ValueError:
+            try:
+                return "ts", _timestamp_ns(text)
+            except ValueError:
+                raise InputError(f"{where}: {column} must be a number or a timestamp, got {text!r}") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise InputError(f"{where}: {column} must be finite, got {raw!r}")
+    return "num", v * unit_s
+
+
+def _length(raw, where: str, column: str) -> int:
+    if isinstance(raw, bool):
+        raise InputError(f"{where}: {column} must be a positive integer, got {raw!r}")
+    try:
+        v = float(raw) if not isinstance(raw, (int, float)) else raw
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: {column} must be a positive integer, got {raw!r}") from None
+    if v != v or v in (float("inf"), float("-inf")) or int(v) != v:
+        raise InputError(f"{where}: {column} must be a positive integer, got {raw!r}")
+    if v < 1:
+        raise InputError(f"{where}: {column} must be a positive integer (>= 1), got {int(v)}")
+    return int(v)
+
+
+# ---------------------------------------------------------------- traces
+def _sniff_header(path: str) -> list[str]:
+    with _open_text(path) as fh:
+        row = next(csv.reader(fh), None)
+    return [c.strip() for c in row] if row else []
+
+
+def _detect(path: str, fmt: str, columns: dict | None) -> tuple[str, dict]:
+    if fmt == "auto":
+        if str(path).endswith(".jsonl"):
+            fmt = "jsonl"
+        else:
+            header = set(_sniff_header(path))
+            if columns is None and {AZURE_COLUMNS["prompt"], AZURE_COLUMNS["output"]} <= header:
+                fmt = "azure"
+            elif columns is None and {SPLITWISE_COLUMNS["prompt"], SPLITWISE_COLUMNS["output"]} <= header:
+                fmt = "splitwise"
+            else:
+                fmt = "csv"
+    base = {"azure": AZURE_COLUMNS, "splitwise": SPLITWISE_COLUMNS}.get(fmt, GENERIC_COLUMNS)
+    cols = dict(base)
+    if columns:
+        cols.update({k: v for k, v in columns.items() if v is not None})
+    return fmt, cols
+
+
+def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col) -> TraceData:
+    if not prompts:
+        raise InputError(f"{path}: the trace has no data rows")
+    arrival = None
+    if rows_t is not None:
+        if len(set(kinds)) > 1:
+            raise InputError(f"{path}: column {arrival_col!r} mixes numbers and timestamps")
+        if kinds[0] == "ts":
+            t0 = rows_t[0]
+            arrival = np.array([(t - t0) / 1e9 for t in rows_t], dtype=np.float64)
+        else:
+            arrival = np.array(rows_t, dtype=np.float64)
+            arrival = arrival - arrival[0]
+        bad = np.flatnonzero(np.diff(arrival) < 0)
+        if len(bad):
+            i = int(bad[0]) + 1
+            raise InputError(f"{path} line {lines[i]}: {arrival_col} goes back in time (row before it is later); "
+                             f"a trace must be sorted by arrival time")
+    cols = [arrival, np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64)]
+    for c in cols:
+        if c is not None:
+            c.flags.writeable = False  # cached and shared between runs
+    return TraceData(str(path), *cols)
+
+
+def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData:
+    with _open_text(path) as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise InputError(f"{path}: the trace is empty (no header, no rows)")
+        header = [h.strip() for h in header]
+        idx = {}
+        for key in ("arrival", "prompt", "output"):
+            name = cols[key]
+            if name in header:
+                idx[key] = header.index(name)
+            elif key != "arrival" or need_arrival:
+                raise InputError(f"{path} line 1: no column {name!r} for the {key} "
+                                 f"(set workload.trace.columns.{key}); the header has: {', '.join(header)}")
+        has_t = "arrival" in idx
+        ts, kinds, prompts, outputs, lines = ([] if has_t else None), [], [], [], []
+        width = len(header)
+        for row in reader:
+            line = reader.line_num
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            where = f"{path} line {line}"
+            if len(row) != width:
+                raise InputError(f"{where}: expected {width} fields ({', '.join(header)}), got {len(row)}")
+            if has_t:
+                kind, v = _time_value(row[idx["arrival"]], unit_s, where, cols["arrival"])
+                kinds.append(kind)
+                ts.append(v)
+            prompts.append(_length(row[idx["prompt"]].strip(), where, cols["prompt"]))
+            outputs.append(_length(row[idx["output"]].strip(), where, cols["output"]))
+            lines.append(line)
+    return _finish(path, ts, kinds, prompts, outputs, lines, cols.get("arrival"))
+
+
+def _read_jsonl(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData:
+    ts, kinds, prompts, outputs, lines = [], [], [], [], []
+    has_t = None
+    with _open_text(path) as fh:
+        for line, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            where = f"{path} line {line}"
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{where}: malformed JSON: {e.msg}") from None
+            if not isinstance(obj, dict):
+                raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            if has_t is None:
+                has_t = cols["arrival"] in obj
+                if not has_t and need_arrival:
+                    raise InputError(f"{where}: no key {cols['arrival']!r} for the arrival "
+                                     f"(set workload.trace.columns.arrival)")
+            for key in ("prompt", "output") + (("arrival",) if has_t else ()):
+                if cols[key] not in obj:
+                    raise InputError(f"{where}: no key {cols[key]!r} for the {key} "
+                                     f"(set workload.trace.columns.{key})")
+            if has_t:
+                kind, v = _time_value(obj[cols["arrival"]], unit_s, where, cols["arrival"])
+                kinds.append(kind)
+                ts.append(v)
+            prompts.append(_length(obj[cols["prompt"]], where, cols["prompt"]))
+            outputs.append(_length(obj[cols["output"]], where, cols["output"]))
+            lines.append(line)
+    return _finish(path, ts if has_t else None, kinds, prompts, outputs, lines, cols["arrival"])
+
+
+def read_trace(path: str, fmt: str = "auto", columns: dict | None = None, time_unit: str = "s",
+               need_arrival: bool = True) -> TraceData:
+    """Read a trace file (see the module docstring for formats). Raises InputError with file and
+    line for anything malformed."""
+    p = resolve_path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise InputError(f"cannot read trace {str(p)!r}: {e.strerror or e}") from None
+    key = (str(p), st.st_mtime_ns, st.st_size, fmt, tuple(sorted((columns or {}).items())), time_unit, need_arrival)
+    return _read_trace_cached(*key)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_trace_cached(path, _mtime, _size, fmt, columns, time_unit, need_arrival) -> TraceData:
+    fmt, cols = _detect(path, fmt, dict(columns) or None)
+    unit_s = TIME_UNITS[time_unit]
+    if fmt == "jsonl":
+        return _read_jsonl(path, cols, unit_s, need_arrival)
+    return _read_csv(path, cols, unit_s, need_arrival)
+
+
+# ---------------------------------------------------------------- length files
+def read_lengths(path: str, column: str | None = None) -> np.ndarray:
+    """Token counts from a file: one integer per line (a non-numeric first line is a header), or,
+    with ``column``, that column of a CSV with a header. Each must be an integer >= 1."""
+    p = resolve_path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise InputError(f"cannot read lengths file {str(p)!r}: {e.strerror or e}") from None
+    return _read_lengths_cached(str(p), st.st_mtime_ns, st.st_size, column)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_lengths_cached(path, _mtime, _size, column) -> np.ndarray:
+    out = []
+    with _open_text(path) as fh:
+        if column is not None:
+            reader = csv.reader(fh)
+            header = [h.strip() for h in (next(reader, None) or [])]
+            if column not in header:
+                raise InputError(f"{path} line 1: no column {column!r}; the header has: {', '.join(header)}")
+            j = header.index(column)
+            for row in reader:
+                if not row:
+                    continue
+                where = f"{path} line {reader.line_num}"
+                if j >= len(row):
+                    raise InputError(f"{where}: expected {len(header)} fields, got {len(row)}")
+                out.append(_length(row[j].strip(), where, column))
+        else:
+            for line, text in enumerate(fh, start=1):
+                text = text.strip()
+                if not text:
+                    continue
+                if line == 1 and not text.lstrip("+-").replace(".", "", 1).isdigit():
+                    continue  # a header
+                out.append(_length(text, f"{path} line {line}", "length"))
+    if not out:
+        raise InputError(f"{path}: no lengths in the file")
+    values = np.array(out, dtype=np.int64)
+    values.flags.writeable = False  # cached and shared between runs
+    return values

@@ -1,0 +1,73 @@
+"""Closed-loop clients: never more than N outstanding, think time after the previous request
+ends, rejected requests end at once (no stalled client), deterministic."""
+
+import numpy as np
+import pytest
+
+from sim.simulate import simulate
+from tests.conftest import make_scenario
+
+
+def closed(clients, think=0.0, n=150, **kw):
+    arrival = {"process": "closed_loop", "clients": clients, "think_time_s": think, **kw.pop("arrival_extra", {})}
+    return make_scenario(**{"workload.arrival": arrival, "workload.num_requests": n, **kw})
+
+
+def max_outstanding(r) -> int:
+    """Most requests arrived and not yet ended at any instant (a rejected request ends on arrival;
+    at equal times ends count before arrivals, as a client sends after its request ends)."""
+    end = np.where(r["status"] == "completed", r["finish_s"], np.where(r["status"] == "rejected", r["arrival_s"], np.inf))
+    events = sorted([(t, 1) for t in r["arrival_s"]] + [(t, -1) for t in end])
+    now = peak = 0
+    for _, d in events:
+        now += d
+        peak = max(peak, now)
+    return peak
+
+
+@pytest.mark.parametrize("clients", [1, 3, 8])
+def test_never_more_than_n_outstanding(clients):
+    res = simulate(closed(clients, think=0.05))
+    r = res.requests
+    assert res.summary["completed"] == 150
+    assert max_outstanding(r) == clients  # reached (150 requests >> clients) and never exceeded
+
+
+def test_next_request_is_a_think_time_after_the_previous_ends():
+    res = simulate(closed(1, think=0.5, n=20, arrival_extra={"think": "fixed"}))
+    r = res.requests
+    assert r["arrival_s"][0] == pytest.approx(0.5)  # first think before the first request
+    assert np.allclose(r["arrival_s"][1:], r["finish_s"][:-1] + 0.5, rtol=0, atol=1e-9)
+
+
+def test_rejected_requests_do_not_stall_clients():
+    # Prompts up to 20000 tokens on an 8192-token model with clipping off: some are rejected,
+    # yet every one of the 100 requests is sent and accounted for.
+    sc = closed(2, n=100, **{"workload.prompt_tokens": {"dist": "uniform", "min": 16, "max": 20000},
+                             "workload.clip_to_context": False})
+    res = simulate(sc)
+    s = res.summary
+    assert s["rejected"] > 0 and s["num_requests"] == 100 == s["completed"] + s["rejected"]
+    assert max_outstanding(res.requests) <= 2
+
+
+def test_duration_only_and_classes():
+    sc = closed(4, think=0.2, n=None, **{"workload.duration_s": 10.0, "workload.prompt_tokens": None,
+                                         "workload.output_tokens": None, "workload.classes": [
+        {"name": "a", "share": 1, "prompt_tokens": {"dist": "fixed", "value": 100}, "output_tokens": {"dist": "fixed", "value": 20}},
+        {"name": "b", "share": 1, "prompt_tokens": {"dist": "fixed", "value": 500}, "output_tokens": {"dist": "fixed", "value": 5}}]})
+    res = simulate(sc)
+    s = res.summary
+    assert s["num_requests"] == s["completed"] + s["rejected"] + s["unfinished"] > 0
+    assert s["unfinished"] <= 4 and max_outstanding(res.requests) <= 4
+    assert sum(c["num_requests"] for c in s["classes"].values()) == s["num_requests"]
+    r = res.requests
+    assert set(r["prompt_tokens"][r["class"] == "b"]) == {500}
+
+
+def test_closed_loop_byte_identical(tmp_path):
+    files = []
+    for name in ("a", "b"):
+        out = simulate(closed(3, think=0.1, n=60)).write(tmp_path / name)
+        files.append(((out / "requests.csv").read_bytes(), (out / "steps.csv").read_bytes()))
+    assert files[0] == files[1]

@@ -1,0 +1,270 @@
+"""Calibration: synthetic profiles in Vidur's column format, generated from known efficiencies,
+are fitted back; the scalar (engine) and vectorized (fitting) time models agree; bad profiles and
+calibration files are input errors naming the file and field."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from sim.batch import synthetic_batch
+from sim.cli import main
+from sim.cost import CostModel
+from sim.cost.calibration import (collective_time_np, efficiencies_for, find_profiles, fit_profiles,
+                                  gemm_time_np, load_calibration, mem_time_np, shipped_calibrations)
+from sim.cost.comm import allreduce_time_s, send_time_s
+from sim.cost.efficiency import CommEfficiency, Efficiencies, GemmEfficiency, MemEfficiency
+from sim.cost.roofline import gemm_cost
+from sim.errors import InputError
+from sim.specs import GPUS
+
+A100 = GPUS["a100-80g"]
+TRUE = Efficiencies(
+    gemm=GemmEfficiency(0.72, 0.88, 4e-6, 3.0, 0.6, 128, 40.0),
+    norm=MemEfficiency(0.5, 3e-6), activation=MemEfficiency(0.7, 2e-6), rotary=MemEfficiency(0.6, 2.5e-6),
+    residual=MemEfficiency(0.85, 1.5e-6), embedding=MemEfficiency(0.3, 3e-6),
+    allreduce=CommEfficiency(0.6, 20e-6, 3e-6, 2.0), send_recv=CommEfficiency(0.7, 10e-6, 0.0, 1.0),
+)
+OPS = ["emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
+       "mlp_up_proj", "mlp_act", "mlp_down_proj", "add"]
+TOKENS = [1, 2, 4] + list(range(8, 1025, 40)) + list(range(1024, 4097, 256))
+
+
+def op_times(shape, T, tp, gpu, eff):
+    """Per-layer operator times (s) of ``shape`` at ``T`` tokens and TP ``tp``: the model under test."""
+    nh, nkv, h, inter, gated = shape
+    hd = h // nh
+    qd, kvd, n_up = nh // tp * hd, max(nkv // tp, 1) * hd, 2 if gated else 1
+    bw, peak = gpu.mem_bw_bytes_per_s, gpu.peak_flops
+    g = lambda K, N: float(gemm_time_np(T, K, N, 2.0, peak, bw, eff.gemm))  # noqa: E731
+    m = lambda b, e: float(mem_time_np(b, bw, e))  # noqa: E731
+    return {"emb": m(4 * T * h, eff.embedding), "input_layernorm": m(4 * T * h + 2 * h, eff.norm),
+            "attn_pre_proj": g(h, qd + 2 * kvd), "attn_rope": m(4 * T * (qd + kvd), eff.rotary),
+            "attn_post_proj": g(qd, h), "post_attention_layernorm": m(4 * T * h + 2 * h, eff.norm),
+            "mlp_up_proj": g(h, n_up * inter // tp), "mlp_act": m(2 * T * (n_up + 1) * (inter // tp), eff.activation),
+            "mlp_down_proj": g(inter // tp, h), "add": m(6 * T * h, eff.residual)}
+
+
+def write_mlp_csv(path, shape, tps, gpu=A100, eff=TRUE, noise=None):
+    nh, nkv, h, inter, gated = shape
+    header = [f"time_stats.{op}.{s}" for op in OPS for s in ("min", "max", "mean", "median", "std")]
+    header += ["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp", "num_tokens",
+               "num_tensor_parallel_workers"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for tp in tps:
+            for T in TOKENS:
+                t = op_times(shape, T, tp, gpu, eff)
+                row = []
+                for op in OPS:
+                    ms = t[op] * 1e3 * (1 + (noise.normal(0, 0.02) if noise is not None else 0))
+                    row += [ms, ms, ms, ms, 0.0]
+                w.writerow(row + [nh, nkv, h, inter, 32000, gated, T, tp])
+
+
+def write_allreduce_csv(path, gpu=A100, eff=TRUE):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["", "time_stats.all_reduce.min", "time_stats.all_reduce.max", "time_stats.all_reduce.mean",
+                    "time_stats.all_reduce.median", "time_stats.all_reduce.std", "rank", "num_workers", "size",
+                    "collective", "devices_per_node", "max_devices_per_node"])
+        i = 0
+        for n in (2, 4, 8):
+            for size in np.geomspace(2048, 64 * 2**20, 40):
+                ms = float(collective_time_np(n, size, gpu, eff.allreduce, "allreduce")) * 1e3
+                w.writerow([i, ms, ms, ms, ms, 0.0, 0, n, int(size), "all_reduce", n, 8])
+                i += 1
+
+
+@pytest.fixture
+def synthetic_profiles(tmp_path):
+    root = tmp_path / "profiling"
+    write_mlp_csv(root / "compute/a100/org/big/mlp.csv", (32, 8, 4096, 14336, True), (1, 2, 4))
+    write_mlp_csv(root / "compute/a100/org/small/mlp.csv", (32, 32, 2560, 10240, False), (1,))
+    write_allreduce_csv(root / "network/a100_dgx/all_reduce.csv")
+    return root
+
+
+def test_fit_recovers_known_efficiencies(synthetic_profiles):
+    prof = find_profiles(synthetic_profiles, "a100-80g")
+    assert len(prof.compute) == 2 and prof.allreduce[0] == "a100_dgx"
+    fit = fit_profiles(prof, A100)
+    # the fitted model reproduces the generating one within a fraction of a percent everywhere ...
+    for p in prof.compute:
+        for T in (1, 64, 136, 1000, 4096):
+            shape = (p.n_head, p.n_kv_head, p.hidden, p.inter, p.gated)
+            a, b = op_times(shape, T, 1, A100, TRUE), op_times(shape, T, 1, A100, fit)
+            for op in OPS:
+                assert b[op] == pytest.approx(a[op], rel=0.01), (op, T)
+    # ... and the physically meaningful parameters come back
+    assert fit.gemm.compute == pytest.approx(0.72, rel=0.03)
+    assert fit.gemm.memory == pytest.approx(0.88, rel=0.03)
+    assert fit.norm.memory == pytest.approx(0.5, rel=0.02) and fit.norm.latency_s == pytest.approx(3e-6, rel=0.05)
+    assert fit.allreduce.link == pytest.approx(0.6, rel=0.03)
+    for n in (2, 8):
+        for size in (4096, 2**20, 32 * 2**20):
+            assert float(collective_time_np(n, size, A100, fit.allreduce, "allreduce")) == pytest.approx(
+                float(collective_time_np(n, size, A100, TRUE.allreduce, "allreduce")), rel=0.01)
+
+
+def test_fit_tolerates_noise(synthetic_profiles, tmp_path):
+    root = tmp_path / "noisy"
+    write_mlp_csv(root / "compute/a100/org/big/mlp.csv", (32, 8, 4096, 14336, True), (1, 2, 4, 8),
+                  noise=np.random.default_rng(0))
+    fit = fit_profiles(find_profiles(root, "a100-80g"), A100)
+    assert fit.gemm.compute == pytest.approx(0.72, rel=0.05)
+    assert fit.gemm.memory == pytest.approx(0.88, rel=0.05)
+
+
+def test_calibrate_cli_writes_a_loadable_file_and_validate_cost_reports(synthetic_profiles, tmp_path, capsys):
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# servesim") and "gemm:" in text and "allreduce:" in text
+    eff = load_calibration(out)
+    assert eff.gemm.compute == pytest.approx(0.72, rel=0.03)
+    capsys.readouterr()
+    vdir = tmp_path / "v"
+    assert main(["validate-cost", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g",
+                 "--calibration", str(out), "--out", str(vdir)]) == 0
+    printed = capsys.readouterr().out
+    assert "| linear | all | all |" in printed and "MAPE" in printed
+    assert (vdir / "validate-cost-a100-80g.png").stat().st_size > 1000
+    import json
+
+    rows = json.loads((vdir / "validate-cost-a100-80g.json").read_text())["rows"]
+    linear = next(r for r in rows if r["family"] == "linear" and r["model"] == "all")
+    assert linear["mape"] < 0.01  # the synthetic data came from the same model family
+
+
+def test_scalar_and_vectorized_models_agree():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        g = GemmEfficiency(rng.uniform(0.3, 1), rng.uniform(0.3, 1), rng.uniform(0, 1e-5),
+                           float(rng.choice([0.0, 1.0, 2.5, 8.0])), rng.uniform(0, 1), int(rng.choice([64, 128])),
+                           rng.uniform(0, 200))
+        M, K, N = int(rng.integers(1, 5000)), int(rng.integers(64, 30000)), int(rng.integers(64, 60000))
+        w = float(rng.choice([0.5, 1.0, 2.0]))
+        t = gemm_cost(M, K, N, w, 312e12, 2e12, g)[0]
+        assert t == pytest.approx(float(gemm_time_np(M, K, N, w, 312e12, 2e12, g)), rel=1e-12)
+        e = CommEfficiency(rng.uniform(0.1, 1), rng.uniform(0, 5e-5), float(rng.choice([rng.uniform(0, 5e-6), 0.0])),
+                           float(rng.choice([1.0, 1.7, 4.0])))
+        n, size = int(rng.choice([2, 4, 8])), float(rng.uniform(1e3, 1e8))
+        assert allreduce_time_s(size, n, A100.link_bw_bytes_per_s, A100.link_latency_s, e) == pytest.approx(
+            float(collective_time_np(n, size, A100, e, "allreduce")), rel=1e-12)
+        assert send_time_s(size, A100.link_bw_bytes_per_s, A100.link_latency_s, e) == pytest.approx(
+            float(collective_time_np(2, size, A100, e, "send_recv")), rel=1e-12)
+    # v0 efficiencies (hop latency from the GPU) agree too
+    v0 = CommEfficiency()
+    assert allreduce_time_s(1e6, 4, 300e9, 5e-6, v0) == pytest.approx(
+        float(collective_time_np(4, 1e6, A100, v0, "allreduce")), rel=1e-12)
+
+
+def test_gemm_never_beats_plain_roofline():
+    g = efficiencies_for(A100).gemm
+    for M in (1, 7, 128, 129, 4096):
+        t, f, b, _, _ = gemm_cost(M, 4096, 11008, 2.0, A100.peak_flops, A100.mem_bw_bytes_per_s, g)
+        assert t >= max(f / A100.peak_flops, b / A100.mem_bw_bytes_per_s)
+
+
+# ---------------------------------------------------------------- choosing a calibration
+def test_shipped_fits_and_transfer_to_uncalibrated_gpus():
+    shipped = shipped_calibrations()
+    assert {"a100-80g", "a40"} <= set(shipped)
+    a100 = efficiencies_for(GPUS["a100-80g"])
+    assert a100.source.startswith("fitted") and a100 != Efficiencies()
+    assert "transferred from a100-80g" in efficiencies_for(GPUS["h100-sxm"]).source
+    assert "transferred from a40" in efficiencies_for(GPUS["l40s"]).source  # GDDR like the A40
+    a40 = efficiencies_for(GPUS["a40"])
+    assert a40.allreduce == a100.allreduce and "allreduce from a100-80g" in a40.source  # A40: no all-reduce data
+    assert efficiencies_for(GPUS["a100-80g"], "none") == Efficiencies()
+
+
+def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic_profiles):
+    with pytest.raises(InputError, match="not a folder"):
+        find_profiles(tmp_path / "nope", "a100-80g")
+    with pytest.raises(InputError, match="no measurements for GPU 'a40'.*a100"):
+        find_profiles(synthetic_profiles, "a40")
+    bad = tmp_path / "bad/compute/a100/org/m/mlp.csv"
+    write_mlp_csv(bad, (32, 8, 4096, 14336, True), (1,))
+    lines = bad.read_text().splitlines()
+    cells = lines[3].split(",")
+    cells[-2] = "many"  # num_tokens
+    lines[3] = ",".join(cells)
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"mlp\.csv: line 4: column 'num_tokens'"):
+        find_profiles(tmp_path / "bad", "a100-80g")
+    bad.write_text("num_tokens,n_head\n1,32\n")
+    with pytest.raises(InputError, match=r"mlp\.csv: missing column"):
+        find_profiles(tmp_path / "bad", "a100-80g")
+    with pytest.raises(InputError, match="does not exist"):
+        load_calibration(tmp_path / "missing.yaml")
+    (tmp_path / "c.yaml").write_text("gemm: {compute: 1.5, memory: 0.8}\n")
+    with pytest.raises(InputError, match=r"gemm\.compute must be in \(0, 1\]"):
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("allreduce: {link: 0.5, smooth: 0}\n")
+    with pytest.raises(InputError, match=r"allreduce\.smooth must be >= 1"):
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n")
+    with pytest.raises(InputError, match="unknown keys"):
+        load_calibration(tmp_path / "c.yaml")
+    # through the CLI: exit 2 and one message
+    assert main(["calibrate", "--profiles", str(tmp_path / "nope"), "--gpu", "a100-80g", "--out", "x.yaml"]) == 2
+    assert main(["validate-cost", "--profiles", str(synthetic_profiles), "--gpu", "b300"]) == 2
+    assert main(["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80g", "--prefill", "8",
+                 "--calibration", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_scenario_chooses_calibration(tmp_path, scenario_factory):
+    from sim.simulate import prepare
+
+    make_scenario = scenario_factory
+
+    auto = prepare(make_scenario(**{"hardware.gpu": "a100-80g"})).cost_model
+    none = prepare(make_scenario(**{"hardware.gpu": "a100-80g", "cost.calibration": "none"})).cost_model
+    assert auto.eff.source.startswith("fitted") and none.eff == Efficiencies()
+    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.5}\n")
+    own = prepare(make_scenario(**{"hardware.gpu": "a100-80g", "cost.calibration": str(tmp_path / "c.yaml")}))
+    assert own.cost_model.eff.gemm == GemmEfficiency(0.5, 0.5)
+    with pytest.raises(InputError, match="cost.calibration"):
+        prepare(make_scenario(**{"hardware.gpu": "a100-80g", "cost.calibration": str(tmp_path / "x.yaml")}))
+
+
+# ---------------------------------------------------------------- physics holds with the fitted efficiencies
+@pytest.mark.parametrize("gpu", ["a100-80g", "a40", "h100-sxm", "l40s"])
+def test_calibrated_physics(gpu):
+    from sim.specs import MODELS
+
+    g = GPUS[gpu]
+    for tp in (1, 2, 4):
+        cm = CostModel(MODELS["meta-llama/Llama-2-7b-hf"], g, tp=tp, eff=efficiencies_for(g))
+        dec = cm.step_time(synthetic_batch(decode_contexts=[128]))
+        if tp == 1:
+            weight_read_s = cm.weight_bytes / g.mem_bw_bytes_per_s
+            assert weight_read_s <= dec.time_s <= 2 * weight_read_s and dec.bound == "memory"
+        for b in (synthetic_batch(prefill=[(3000, 500)], decode_contexts=[100, 2000]),
+                  synthetic_batch(decode_contexts=[1000] * 32), synthetic_batch(prefill=[(4096, 0)])):
+            c = cm.step_time(b)
+            assert c.time_s >= max(c.flops / (g.peak_flops * tp), c.bytes / (g.mem_bw_bytes_per_s * tp))
+            ops = cm.breakdown(b)
+            assert sum(o.time_s for o in ops.values()) == pytest.approx(c.time_s, rel=1e-12)
+            assert ("allreduce" in ops) == (tp > 1)
+        pre = cm.step_time(synthetic_batch(prefill=[(4096, 0)]))
+        assert pre.bound == "compute"
+
+
+def test_v0_attention_family_is_used_for_mixed_steps_from_parts():
+    from sim.specs import MODELS
+
+    cm = CostModel(MODELS["meta-llama/Meta-Llama-3-8B"], GPUS["h100-sxm"], eff=efficiencies_for(GPUS["h100-sxm"]))
+    pre = cm.breakdown(synthetic_batch(prefill=[(512, 1024)]))["attention"]
+    dec = cm.breakdown(synthetic_batch(decode_contexts=[2000] * 16))["attention"]
+    mixed = cm.breakdown(synthetic_batch(prefill=[(512, 1024)], decode_contexts=[2000] * 16))["attention"]
+    assert mixed.time_s == pytest.approx(pre.time_s + dec.time_s, rel=1e-12)
+    assert mixed.flops == pytest.approx(pre.flops + dec.flops, rel=1e-12)
+    assert pre.bound == "compute" and dec.bound == "memory"
+    assert math.isclose(mixed.bytes, pre.bytes + dec.bytes, rel_tol=1e-12)

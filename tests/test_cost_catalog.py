@@ -1,0 +1,136 @@
+"""Catalog additions: MoE experts, weight and KV dtypes, GPUs from YAML, config.json MoE, and the
+``servesim cost`` JSON contract with the calibrated model."""
+
+import json
+
+import pytest
+
+from sim.batch import synthetic_batch
+from sim.cli import main
+from sim.cost import CostModel
+from sim.cost.calibration import efficiencies_for
+from sim.errors import InputError
+from sim.kv_cache import size_kv
+from sim.specs import GPUS, MODELS, get_gpu, get_model
+
+MIXTRAL = MODELS["mistralai/Mixtral-8x7B-v0.1"]
+H100 = GPUS["h100-sxm"]
+
+
+def test_catalog_has_the_issue_models_and_gpus():
+    for m in ("codellama/CodeLlama-34b-Instruct-hf", "internlm/internlm-20b", "Qwen/Qwen-72B", "microsoft/phi-2",
+              "Qwen/Qwen2.5-7B-Instruct", "mistralai/Mixtral-8x7B-v0.1"):
+        assert m in MODELS
+    for g in ("a100-40g", "a100-80g", "a40", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "mi300x"):
+        spec = GPUS[g]
+        assert spec.peak_flops > 0 and spec.mem_bw_bytes_per_s > 0 and spec.pcie_bw_bytes_per_s > 0
+    assert GPUS["h100-sxm"].fp8_flops == pytest.approx(2 * GPUS["h100-sxm"].peak_flops, rel=0.01) and GPUS["a100-80g"].fp8_flops == 0
+
+
+def test_mixtral_params_and_expected_experts_hit():
+    # Mixtral-8x7B has 46.7B parameters (12.9B active per token)
+    assert MIXTRAL.total_params() == pytest.approx(46.7e9, rel=0.01)
+    assert MIXTRAL.expected_experts_hit(1) == pytest.approx(2.0)  # one token: its top-2
+    # E (1 - (1 - k/E)^T) = 8 (1 - 0.75^4) = 5.46875 for 4 tokens
+    assert MIXTRAL.expected_experts_hit(4) == pytest.approx(8 * (1 - 0.75**4))
+    assert MIXTRAL.expected_experts_hit(512) == pytest.approx(8.0)
+
+
+def test_moe_reads_only_the_experts_hit():
+    cm = CostModel(MIXTRAL, H100, tp=2, eff=efficiencies_for(H100))
+    one = cm.breakdown(synthetic_batch(decode_contexts=[100]))
+    many = cm.breakdown(synthetic_batch(decode_contexts=[100] * 256))
+    expert_bytes = 2 * MIXTRAL.hidden_size * MIXTRAL.intermediate_size * 2.0 * MIXTRAL.num_layers  # gate+up, bf16
+    # batch 1 reads 2 of 8 experts' up/gate weights, batch 256 all 8 (plus activations)
+    assert one["mlp_up"].bytes == pytest.approx(2 * expert_bytes, rel=0.01)
+    assert many["mlp_up"].bytes == pytest.approx(8 * expert_bytes, rel=0.05)
+    assert "moe_router" in one
+    # FLOPs follow the routed tokens: T k tokens through the experts
+    assert many["mlp_up"].flops == pytest.approx(2 * 256 * 2 * MIXTRAL.hidden_size * 2 * MIXTRAL.intermediate_size
+                                                 * MIXTRAL.num_layers, rel=1e-9)
+    dense_like = CostModel(MODELS["mistralai/Mistral-7B-v0.1"], H100, tp=2, eff=efficiencies_for(H100))
+    assert cm.step_time(synthetic_batch(decode_contexts=[100])).time_s > \
+        dense_like.step_time(synthetic_batch(decode_contexts=[100])).time_s
+
+
+def test_weight_and_kv_dtypes_change_bytes_and_capacity():
+    m = MODELS["meta-llama/Llama-2-70b-hf"]
+    g = GPUS["h100-sxm"]
+    bf16 = CostModel(m, g, tp=4, eff=efficiencies_for(g))
+    fp8 = CostModel(m, g, tp=4, dtype="fp8", kv_dtype="fp8", eff=efficiencies_for(g))
+    int4 = CostModel(m, g, tp=4, dtype="int4", kv_dtype="int4", eff=efficiencies_for(g))
+    assert fp8.weight_bytes == pytest.approx(bf16.weight_bytes / 2)
+    assert int4.weight_bytes == pytest.approx(bf16.weight_bytes / 4)
+    assert int4.kv_bytes_per_token_per_gpu() == pytest.approx(bf16.kv_bytes_per_token_per_gpu() / 4)
+    b = synthetic_batch(decode_contexts=[2000] * 8)
+    assert int4.step_time(b).time_s < fp8.step_time(b).time_s < bf16.step_time(b).time_s  # decode is memory-bound
+    assert fp8.peak_flops == g.fp8_flops
+    caps = [size_kv(cm, 0.9, 16, 2**30).num_blocks for cm in (bf16, fp8, int4)]
+    assert caps[0] < caps[1] < caps[2]
+
+
+def test_gpu_from_yaml(tmp_path):
+    p = tmp_path / "gpu.yaml"
+    p.write_text("name: h100-slow\nbase: h100-sxm\nmem_bw_bytes_per_s: 2.0e12\n")
+    g = get_gpu(str(p))
+    assert g.name == "h100-slow" and g.mem_bw_bytes_per_s == 2.0e12 and g.peak_flops == H100.peak_flops
+    assert "transferred from a100-80g" in efficiencies_for(g).source
+    p.write_text("name: x\npeak_flops: 1e15\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4e12\n")
+    assert get_gpu(str(p)).link_bw_bytes_per_s > 0
+    p.write_text("name: x\npeak_flops: 1e15\n")
+    with pytest.raises(InputError, match="lacks mem_bytes"):
+        get_gpu(str(p))
+    p.write_text("name: x\npeak_flops: fast\nmem_bytes: 1\nmem_bw_bytes_per_s: 1\n")
+    with pytest.raises(InputError, match="peak_flops must be a number"):
+        get_gpu(str(p))
+    with pytest.raises(InputError, match="does not exist"):
+        get_gpu(str(tmp_path / "none.yaml"))
+
+
+def test_moe_config_json(tmp_path):
+    cfg = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+           "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2,
+           "hidden_act": "silu", "max_position_embeddings": 32768}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = get_model(str(tmp_path / "config.json"))
+    assert m.num_experts == 8 and m.experts_per_token == 2
+    assert m.total_params() == MIXTRAL.total_params()
+    cfg["num_experts_per_tok"] = 9
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="num_experts_per_tok"):
+        get_model(str(tmp_path / "config.json"))
+
+
+def test_cost_json_contract_with_calibrated_model(capsys):
+    assert main(["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "h100-sxm", "--tp", "2", "--prefill", "512",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for k in ("step_time_s", "flops", "bytes", "arithmetic_intensity", "bound", "mfu", "mbu", "num_layers", "ops"):
+        assert k in d
+    for op in ("qkv_proj", "o_proj", "mlp_up", "mlp_down", "attention", "allreduce", "lm_head", "overhead"):
+        assert set(d["ops"][op]) == {"time_s", "flops", "bytes", "bound"}
+    assert sum(o["time_s"] for o in d["ops"].values()) == pytest.approx(d["step_time_s"], rel=1e-12)
+    assert main(["cost", "--model", "mistralai/Mixtral-8x7B-v0.1", "--gpu", "a100-80g", "--tp", "2",
+                 "--decode-batch", "8", "--context", "512"]) == 0
+    assert "moe_router" in capsys.readouterr().out
+
+
+def test_scenario_gpu_from_yaml(tmp_path, scenario_factory):
+    from sim.simulate import prepare
+
+    p = tmp_path / "gpu.yaml"
+    p.write_text("name: big-h100\nbase: h100-sxm\nmem_bytes: 160e9\n")
+    setup = prepare(scenario_factory(**{"hardware.gpu": str(p)}))
+    assert setup.cost_model.gpu.mem_bytes == 160e9
+    assert setup.capacity.num_blocks > prepare(scenario_factory()).capacity.num_blocks
+
+
+def test_calibrated_tp_speeds_up_prefill_but_not_perfectly():
+    from sim.specs import MODELS as M
+
+    b = synthetic_batch(prefill=[(2048, 0)])
+    eff = efficiencies_for(H100)
+    t1 = CostModel(M["meta-llama/Meta-Llama-3-8B"], H100, tp=1, eff=eff).step_time(b)
+    t2 = CostModel(M["meta-llama/Meta-Llama-3-8B"], H100, tp=2, eff=eff).step_time(b)
+    assert t1.time_s / 2 < t2.time_s < t1.time_s
+    assert t2.comm_s > 0 and t1.comm_s == 0

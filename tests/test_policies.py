@@ -1,0 +1,186 @@
+"""Every policy without SimPy: exact tokens per request for hand-worked states."""
+
+from collections import deque
+
+import numpy as np
+
+from policies.base import ReplicaState
+from policies.continuous import ContinuousPolicy
+from policies.pd_split import link_figures, pick_decode_replica, transfer_time_s
+from policies.static import StaticPolicy
+from sim.kv_cache import BlockAllocator
+from sim.request import Request
+from sim.scenario import Link
+from sim.specs import GPUS
+
+
+def running_req(rid, prompt, emitted, kv, computed=None):
+    r = Request(rid, 0.0, prompt, 10_000)
+    r.num_output_done = emitted
+    r.num_computed_tokens = prompt + emitted - 1 if computed is None else computed
+    assert kv.grow(r, r.num_computed_tokens)
+    return r
+
+
+def scheduled(batch):
+    return {r.request_id: q for r, q in batch.items}
+
+
+# ------------------------------------------------------------------ chunked prefill
+def test_chunked_prefill_decodes_first_then_chunks_fill_the_budget():
+    kv = BlockAllocator(1000, 16)
+    running = [running_req(0, 100, 3, kv), running_req(1, 200, 1, kv)]
+    partial = running_req(2, 1000, 0, kv, computed=512)  # half-way through its prompt
+    running.append(partial)
+    waiting = deque([Request(3, 0.0, 700, 10), Request(4, 0.0, 50, 10)])
+    b = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=512, chunked=True).next_batch(
+        ReplicaState(running, waiting, kv))
+    # budget 512: decodes 1 + 1; partial prefill gets min(488 left, 510) = 488 -> 22 left;
+    # request 3 gets a 22-token chunk; request 4 gets nothing (budget spent)
+    assert scheduled(b) == {0: 1, 1: 1, 2: 488, 3: 22}
+    assert [r.request_id for r in b.admitted] == [3]
+    assert b.decode_tokens == 2 and b.prefill_tokens == 510
+    # a decode at context c attends to c + 1 keys (102 + 1, 200 + 1); the partial chunk attends
+    # to its 512 computed tokens plus itself, causally: 488*512 + 488*489/2
+    pairs = (102 + 1) + (200 + 1) + 488 * 512 + 488 * 489 // 2 + 22 * 23 // 2
+    assert b.attn_pairs == pairs
+    # only requests whose prompt completes are sampled: 0, 1 (decodes) and 2 (its last chunk)
+    assert b.num_sampled == 3
+
+
+def test_chunked_prefill_accepts_prompts_longer_than_the_budget():
+    assert ContinuousPolicy(max_num_batched_tokens=512, chunked=True).admission_error(100_000, 10) is None
+    assert ContinuousPolicy(max_num_batched_tokens=512).admission_error(600, 10) is not None
+
+
+# ------------------------------------------------------------------ watermark
+def test_watermark_keeps_blocks_free_at_admission():
+    kv = BlockAllocator(100, 16)
+    waiting = deque([Request(0, 0.0, 16 * 95, 10), Request(1, 0.0, 16, 10)])
+    # 95 blocks needed, watermark 0.1 -> 10 blocks must stay free: 100 - 95 < 10, nothing admitted
+    b = ContinuousPolicy(max_num_batched_tokens=10_000, watermark=0.1).next_batch(ReplicaState([], waiting, kv))
+    assert scheduled(b) == {}
+    b = ContinuousPolicy(max_num_batched_tokens=10_000, watermark=0.05).next_batch(ReplicaState([], waiting, kv))
+    assert scheduled(b) == {0: 1520}  # 100 - 95 = 5 >= 5; request 1 would leave 4 < 5
+
+
+# ------------------------------------------------------------------ swap preemption
+def test_swap_preemption_goes_to_host_while_room_lasts():
+    kv = BlockAllocator(6, 16)
+    r0, r1, r2 = (running_req(i, 32, 1, kv) for i in range(3))  # 2 blocks each, each needs a 3rd
+    pol = ContinuousPolicy(preemption="swap")
+    b = pol.next_batch(ReplicaState([r0, r1, r2], deque(), kv, host_free_blocks=2))
+    assert scheduled(b) == {0: 1, 1: 1}
+    assert [r.request_id for r in b.preempted] == [2] and [r.request_id for r in b.swap_out] == [2]
+    b = pol.next_batch(ReplicaState([r0, r1, r2], deque(), kv, host_free_blocks=1))
+    assert b.swap_out == ()  # no host room: recompute instead
+
+
+def test_swapped_requests_come_back_before_new_admissions():
+    kv = BlockAllocator(10, 16)
+    s = Request(7, 0.0, 40, 100)
+    s.num_output_done, s.num_computed_tokens = 5, 44  # swapped out mid-decode, KV on host
+    waiting = deque([Request(8, 0.0, 16, 10)])
+    b = ContinuousPolicy().next_batch(ReplicaState([], waiting, kv, swapped=deque([s]), host_free_blocks=0))
+    # swap-in needs ceil(45/16) = 3 blocks and decodes one token; then request 8 is admitted
+    assert scheduled(b) == {7: 1, 8: 16} and b.swap_in == (s,) and b.admitted[0].request_id == 8
+
+
+# ------------------------------------------------------------------ prefix caching
+def test_prefix_cache_hits_skip_cached_blocks():
+    kv = BlockAllocator(100, 16, prefix_caching=True)
+    first = Request(0, 0.0, 100, 10, prefix_group=3, prefix_tokens=40)  # 2 full prefix blocks
+    assert kv.grow(first, 100)  # as if prefilled: blocks (3, 0), (3, 1) now cached
+    assert kv.cached_prefix_blocks(first) == (2, 0)
+    second = Request(1, 0.0, 70, 10, prefix_group=3, prefix_tokens=40)
+    other = Request(2, 0.0, 70, 10, prefix_group=4, prefix_tokens=40)
+    b = ContinuousPolicy().next_batch(ReplicaState([], deque([second, other]), kv))
+    # request 1 reuses 32 cached tokens and computes 70 - 32 = 38; request 2 computes all 70
+    assert scheduled(b) == {1: 38, 2: 70}
+    assert b.prefix_hits == ((second, 32),)
+    assert b.prefill_tokens == 108
+    assert b.attn_pairs == 38 * 32 + 38 * 39 // 2 + 70 * 71 // 2  # the hit still attends to its prefix
+
+
+def test_prefix_blocks_are_shared_and_evicted_lru_only_when_unreferenced():
+    kv = BlockAllocator(10, 16, prefix_caching=True)
+    a = Request(0, 0.0, 64, 10, prefix_group=0, prefix_tokens=48)  # 3 shared blocks + 1 own
+    b = Request(1, 0.0, 64, 10, prefix_group=0, prefix_tokens=48)
+    assert kv.grow(a, 64) and kv.num_used == 4
+    assert kv.grow(b, 64) and kv.num_used == 5  # shares 3, adds 1
+    assert kv.freeable_blocks(a) == 1
+    kv.free(a)
+    assert kv.num_used == 4
+    kv.free(b)
+    assert kv.num_used == 0 and kv.num_free == 10 and len(kv.evictable) == 3  # cached, free, evictable
+    c = Request(2, 0.0, 16 * 9, 10)  # needs 9: takes the 7 empty blocks, then evicts the 2 LRU cached
+    assert kv.grow(c, 16 * 9)
+    assert kv.cached_prefix_blocks(a) == (1, 1)  # block 0 survives (freed last)
+
+
+# ------------------------------------------------------------------ speculative decoding
+def test_speculative_decode_verifies_k_plus_one_tokens():
+    kv = BlockAllocator(100, 16)
+    r = running_req(0, 30, 2, kv)  # computed 31
+    b = ContinuousPolicy(spec_tokens=4).next_batch(ReplicaState([r], deque(), kv))
+    assert scheduled(b) == {0: 5}
+    assert b.decode_tokens == 5 and b.num_decode_seqs == 1
+    assert b.attn_pairs == 5 * 31 + 15
+
+
+# ------------------------------------------------------------------ static batching
+def test_static_waits_for_a_full_batch_or_the_timeout():
+    kv = BlockAllocator(1000, 16)
+    pol = StaticPolicy(max_num_seqs=3, batch_timeout_s=0.5, max_output_tokens=100, max_context_tokens=4096)
+    waiting = deque([Request(0, 1.0, 50, 10), Request(1, 1.2, 80, 20)])
+    b = pol.next_batch(ReplicaState([], waiting, kv, now_s=1.3))
+    assert b.empty and b.wake_at_s == 1.5
+    b = pol.next_batch(ReplicaState([], waiting, kv, now_s=1.5))
+    # prefill padded to the longest prompt: 2 x 80 tokens through the layers, 30 of them padding
+    assert scheduled(b) == {0: 50, 1: 80}
+    assert b.padding_tokens == 30 and b.num_tokens == 130
+    assert b.attn_pairs == 2 * 80 * 81 // 2  # both slots attend over the padded prompt
+    # each slot reserves padded prompt + max output = 180 tokens = 12 blocks, up front
+    assert [(r.request_id, t) for r, t in b.reserve] == [(0, 180), (1, 180)]
+
+
+def test_static_decodes_every_slot_until_the_batch_is_done():
+    kv = BlockAllocator(1000, 16)
+    pol = StaticPolicy(max_num_seqs=2, batch_timeout_s=0.0, max_output_tokens=100, max_context_tokens=4096)
+    a, c = Request(0, 0.0, 50, 10), Request(1, 0.0, 80, 20)
+    waiting = deque([a, c, Request(2, 0.0, 10, 5)])
+    pol.next_batch(ReplicaState([], waiting, kv))
+    for r in (a, c):  # as the replica would after the prefill step
+        r.num_computed_tokens, r.num_output_done = r.prompt_tokens, 1
+    b = pol.next_batch(ReplicaState([a, c], deque(), kv))
+    assert scheduled(b) == {0: 1, 1: 1} and b.padding_tokens == 0
+    # request 0 finished: its slot idles as padding while request 1 decodes; nobody is admitted
+    b = pol.next_batch(ReplicaState([c], deque([Request(2, 0.0, 10, 5)]), kv))
+    assert scheduled(b) == {1: 1} and b.padding_tokens == 1 and b.admitted == ()
+
+
+def test_static_rejects_outputs_beyond_the_reserved_slot():
+    pol = StaticPolicy(max_num_seqs=2, batch_timeout_s=0.0, max_output_tokens=100, max_context_tokens=4096)
+    assert pol.admission_error(10, 100) is None
+    assert "max_output_tokens" in pol.admission_error(10, 101)
+
+
+# ------------------------------------------------------------------ P/D split decisions
+class _Rep:
+    def __init__(self, free):
+        self.kv = BlockAllocator(100, 16)
+        self.kv.num_empty = free
+
+
+def test_decode_replica_is_the_one_with_most_free_kv_that_fits():
+    reps = [_Rep(10), _Rep(50), _Rep(50), _Rep(5)]
+    assert pick_decode_replica(reps, 20) == 1
+    assert pick_decode_replica(reps, 60) is None
+
+
+def test_link_figures_and_transfer_time():
+    bw, lat = link_figures(Link(), GPUS["h100-sxm"], tp=2)
+    assert bw == 2 * 400e9 / 8 and lat == 20e-6  # 400 Gb/s per GPU, two ranks in parallel
+    bw, lat = link_figures(Link(type="intra_node"), GPUS["h100-sxm"], tp=1)
+    assert bw == GPUS["h100-sxm"].link_bw_bytes_per_s
+    assert transfer_time_s(1e9, 1e10, 1e-3) == np.float64(0.101)

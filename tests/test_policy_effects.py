@@ -1,0 +1,169 @@
+"""The effects the literature reports, each asserted with a direction and a margin on a small run."""
+
+import numpy as np
+import pytest
+
+from policies.pd_split import transfer_time_s
+from sim.simulate import prepare, simulate
+from tests.conftest import make_scenario, specs
+
+
+def summary(**kw):
+    return simulate(make_scenario(**kw)).summary
+
+
+def test_continuous_doubles_static_throughput_at_lower_latency():
+    wl = {"workload.num_requests": 400, "workload.arrival": {"process": "poisson", "rate_rps": 50.0},
+          "workload.prompt_tokens": {"dist": "uniform", "min": 100, "max": 1000},
+          "workload.output_tokens": {"dist": "uniform", "min": 16, "max": 512}, "policy.max_num_seqs": 64}
+    static = summary(**wl, **{"policy.name": "static"})
+    cont = summary(**wl, **{"policy.name": "continuous"})
+    assert static["completed"] == cont["completed"] == 400
+    assert cont["throughput_rps"] >= 2 * static["throughput_rps"]
+    assert cont["e2e_s"]["mean"] <= static["e2e_s"]["mean"]
+    assert static["phases"]["padding_tokens"] > 0 and cont["phases"]["padding_tokens"] == 0
+
+
+def test_chunked_prefill_cuts_p99_tbt_at_equal_throughput():
+    wl = {"workload.num_requests": 600, "workload.arrival": {"process": "poisson", "rate_rps": 3.0},
+          "workload.prompt_tokens": {"dist": "lognormal", "mean": 3000, "sigma": 0.6, "max": 7000},
+          "workload.output_tokens": {"dist": "uniform", "min": 64, "max": 256}}
+    cont = summary(**wl)
+    chunked = summary(**wl, **{"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 512})
+    assert cont["utilization"]["busy_fraction"] > 0.9  # near saturation
+    assert chunked["tbt_s"]["p99"] * 2 <= cont["tbt_s"]["p99"]
+    assert chunked["throughput_rps"] == pytest.approx(cont["throughput_rps"], rel=0.10)
+    assert chunked["phases"]["mixed_steps"] > cont["phases"]["mixed_steps"]
+
+
+PD_WL = {"workload.num_requests": 800,
+         "workload.prompt_tokens": {"dist": "lognormal", "mean": 2000, "sigma": 0.5, "max": 6000},
+         "workload.output_tokens": {"dist": "uniform", "min": 64, "max": 256},
+         "slo": {"ttft_s": 0.5, "tpot_s": 0.012}}
+
+
+def test_pd_split_removes_prefill_interference_from_tpot():
+    rows = []
+    for rate in (6.0, 14.0):
+        arr = {"workload.arrival": {"process": "poisson", "rate_rps": rate}}
+        coloc = summary(**PD_WL, **arr, **{"cluster.replicas": 2})  # same 2 GPUs either way
+        res = simulate(make_scenario(**PD_WL, **arr, **{"policy.name": "pd_split", "policy.prefill": {"replicas": 1},
+                                                         "policy.decode": {"replicas": 1}}))
+        pd = res.summary
+        # decode-pool steps carry no prefill tokens at all
+        dec = res.steps["replica"] == 1
+        assert res.steps["prefill_tokens"][dec].sum() == 0 and res.steps["decode_tokens"][~dec].sum() == 0
+        rows.append((coloc, pd))
+    (c_lo, p_lo), (c_hi, p_hi) = rows
+    # colocated P99 TPOT inflates with load (prefills stall decodes); the split's barely moves
+    assert c_hi["tpot_s"]["p99"] > 1.3 * c_lo["tpot_s"]["p99"]
+    assert p_hi["tpot_s"]["p99"] < 1.25 * p_lo["tpot_s"]["p99"]
+    assert p_hi["tpot_s"]["p99"] < 0.8 * c_hi["tpot_s"]["p99"]
+    # ... and at the higher rate the split meets the SLOs far more often
+    assert p_hi["slo_attainment"] > c_hi["slo_attainment"] + 0.2
+    assert set(p_hi["pools"]) == {"prefill", "decode"} and p_hi["kv_transfer"]["count"] == 800
+
+
+def test_pd_kv_transfer_time_is_link_time_and_grows_with_prompt():
+    sc = make_scenario(**{"policy.name": "pd_split", "policy.link": {"bandwidth_gbps": 10.0, "latency_s": 0.001}})
+    setup = prepare(sc)
+    rows = [(t, p, 4) for t, p in [(0.0, 256), (5.0, 1024), (10.0, 4096)]]  # far apart: no waiting
+    res = simulate(sc, specs=specs(rows))
+    kv_tok = setup.cost_model.model.kv_bytes_per_token("bf16")
+    want = [transfer_time_s(kv_tok * p, 10e9 / 8, 0.001) for _, p, _ in rows]
+    got = res.requests["kv_transfer_s"].tolist()
+    assert got == pytest.approx(want, rel=1e-9)
+    assert got[0] < got[1] < got[2]
+    # the second token waits for the transfer: its gap is at least the transfer time
+    r = res.requests
+    assert np.all(r["finish_s"] - r["first_token_s"] >= np.array(want))
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_preemption_modes_finish_everything(mode):
+    res = simulate(make_scenario(**{
+        "memory.num_gpu_blocks": 200, "policy.preemption": mode, "workload.num_requests": 100,
+        "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
+        "workload.prompt_tokens": {"dist": "uniform", "min": 100, "max": 600},
+        "workload.output_tokens": {"dist": "uniform", "min": 100, "max": 400}}))
+    s = res.summary
+    assert s["completed"] == 100 and s["preemptions"] > 10
+    prompts = int(res.requests["prompt_tokens"].sum())
+    if mode == "recompute":  # preempted requests prefill again (prompt + output so far)
+        assert s["phases"]["prefill_tokens"] > prompts
+        assert s["kv"]["swap_out_bytes"] == 0
+    else:  # swapped requests keep their KV: each prompt is prefilled exactly once
+        assert s["phases"]["prefill_tokens"] == prompts
+        assert s["kv"]["swap_out_bytes"] == s["kv"]["swap_in_bytes"] > 0
+    assert res.kv_blocks_in_use == [0]
+
+
+def test_swap_moves_the_expected_bytes():
+    # 10 blocks of 16 tokens; two requests of prompt 64: both admitted (4 + 4 blocks), both decode
+    # until their KV reaches 80 tokens; the next token needs a 6th block each but only 0 are free
+    # after A takes its 6th: B (the newest, holding 5 blocks) is swapped out, A finishes, B returns.
+    sc = make_scenario(**{"memory.num_gpu_blocks": 10, "policy.preemption": "swap", "policy.watermark": 0.0})
+    res = simulate(sc, specs=specs([(0.0, 64, 80), (0.0, 64, 80)]))
+    block_bytes = prepare(sc).cost_model.model.kv_bytes_per_token("bf16") * 16
+    assert res.requests["preemptions"].tolist() == [0, 1]
+    assert res.summary["kv"]["swap_out_bytes"] == 5 * block_bytes == res.summary["kv"]["swap_in_bytes"]
+    assert list(res.requests["status"]) == ["completed", "completed"]
+
+
+SHARED = {"workload.num_requests": 300, "workload.arrival": {"process": "poisson", "rate_rps": 8.0},
+          "workload.prompt_tokens": {"dist": "uniform", "min": 64, "max": 512},
+          "workload.output_tokens": {"dist": "uniform", "min": 8, "max": 64}}
+
+
+def test_prefix_caching_skips_shared_prefix_compute():
+    wl = {**SHARED, "workload.shared_prefix": {"tokens": 1024, "fraction": 0.8}}
+    off = simulate(make_scenario(**wl))
+    on = simulate(make_scenario(**wl, **{"policy.prefix_caching": True}))
+    members = int((off.requests["prompt_tokens"] > 1024).sum())  # group members carry the prefix
+    s_on, s_off = on.summary, off.summary
+    hits = s_on["kv"]["prefix_cache_hit_tokens"]
+    # every member but the first finds the 1024-token prefix (64 full blocks) cached
+    assert hits == pytest.approx(1024 * members, rel=0.02)
+    assert s_on["phases"]["prefill_tokens"] == s_off["phases"]["prefill_tokens"] - hits
+    assert s_on["kv"]["prefix_cache_hit_rate"] == pytest.approx(hits / s_off["phases"]["prefill_tokens"], rel=1e-9)
+    assert on.steps["flops"].sum() < 0.6 * off.steps["flops"].sum()
+    assert s_on["ttft_s"]["mean"] < 0.7 * s_off["ttft_s"]["mean"]
+
+
+def test_prefix_caching_without_shared_prefix_changes_nothing(tmp_path):
+    off = simulate(make_scenario(**SHARED)).write(tmp_path / "off")
+    on = simulate(make_scenario(**SHARED, **{"policy.prefix_caching": True})).write(tmp_path / "on")
+    assert (on / "requests.csv").read_bytes() == (off / "requests.csv").read_bytes()
+    assert (on / "steps.csv").read_bytes() == (off / "steps.csv").read_bytes()
+
+
+def tpot_at_batch(batch, spec=None):
+    kw = {"workload.num_requests": batch, "workload.arrival": {"process": "fixed", "rate_rps": 1e6},
+          "workload.prompt_tokens": {"dist": "fixed", "value": 256},
+          "workload.output_tokens": {"dist": "fixed", "value": 128},
+          "policy.max_num_seqs": batch, "policy.max_num_batched_tokens": 256 * batch + 1024}
+    if spec:
+        kw["policy.spec"] = spec
+    return summary(**kw)["tpot_s"]["mean"]
+
+
+def test_speculative_decoding_gain_shrinks_as_batch_grows():
+    spec = {"draft": "meta-llama/Llama-3.2-1B", "num_speculative_tokens": 4, "acceptance_rate": 0.8}
+    gain = {b: tpot_at_batch(b) / tpot_at_batch(b, spec) for b in (1, 64, 256)}
+    assert gain[1] > 1.5  # ~3.4 tokens per step for the price of one verify plus 4 draft steps
+    assert gain[1] > gain[64] > gain[256]
+    assert gain[256] < 1.2  # verifying 5 tokens per sequence turns big batches compute-bound
+
+
+def test_speculative_tokens_per_step_match_expectation():
+    a, k = 0.8, 4
+    sc = make_scenario(**{"policy.spec": {"draft": "ngram", "num_speculative_tokens": k, "acceptance_rate": a}})
+    res = simulate(sc, specs=specs([(0.0, 64, 2000)] * 20))  # all at once
+    st = res.steps
+    assert st["prefill_tokens"][0] == 20 * 64 and st["prefill_tokens"][1:].sum() == 0  # one prefill step
+    seq_steps = int(st["num_seqs"][1:].sum())  # decode steps x sequences in them
+    emitted = 20 * (2000 - 1)  # the first token of each comes from the prefill
+    # a decode step emits the accepted draft tokens plus one: (1 - a^(k+1)) / (1 - a) on average
+    # (slightly fewer at the very end, where a request needs fewer than it could get)
+    assert emitted / seq_steps == pytest.approx((1 - a ** (k + 1)) / (1 - a), rel=0.02)
+    assert st["decode_tokens"][1:].sum() == (k + 1) * seq_steps  # every step verifies k + 1 per sequence

@@ -1,0 +1,206 @@
+"""Trace replay: formats, options, errors with file and line, and the real Azure trace when present."""
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.cli import main
+from sim.errors import InputError
+from sim.scenario import Workload, build
+from sim.simulate import simulate
+from sim.traces import read_trace
+from sim.workload import clip_to_context, generate
+from tests.conftest import make_scenario
+
+# Made-up rows in the Azure format (a leap day, and two requests 100 ns apart).
+AZURE_ROWS = [("2024-02-29 23:59:56.6805900", 350, 40), ("2024-02-29 23:59:56.6805901", 410, 120),
+              ("2024-03-01 00:00:00.0000000", 1000, 7), ("2024-03-01 00:00:10.2500000", 20, 300)]
+
+
+def write_azure(path: Path, rows=AZURE_ROWS, newline_at_end=False):
+    text = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(f"{t},{p},{o}" for t, p, o in rows)
+    path.write_text(text + ("\n" if newline_at_end else ""))
+    return str(path)
+
+
+def workload(trace, **kw):
+    return build(Workload, {"trace": trace, **kw}, "workload")
+
+
+def gen(trace, seed=0, **kw):
+    return generate(workload(trace, **kw), np.random.default_rng(seed))
+
+
+def test_azure_replay_is_exact(tmp_path):
+    s = gen({"path": write_azure(tmp_path / "t.csv")})
+    # 100 ns resolution kept: 56.6805901 - 56.6805900 = 1e-7 s; across midnight into March
+    assert s.arrival_s.tolist() == pytest.approx([0.0, 1e-7, 3.31941, 13.56941], abs=1e-12)
+    assert s.prompt_tokens.tolist() == [350, 410, 1000, 20] and s.output_tokens.tolist() == [40, 120, 7, 300]
+
+
+def test_splitwise_generic_csv_and_jsonl_formats(tmp_path):
+    sw = tmp_path / "splitwise.csv"
+    sw.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,2\n0.5,20,3\n")
+    assert gen({"path": str(sw)}).arrival_s.tolist() == [0.0, 0.5]
+    g = tmp_path / "mine.csv"
+    g.write_text("id,t_ms,in,out\na,1000,5,6\nb,1250,7,8\n")
+    s = gen({"path": str(g), "format": "csv", "time_unit": "ms", "columns": {"arrival": "t_ms", "prompt": "in", "output": "out"}})
+    assert s.arrival_s.tolist() == [0.0, 0.25] and s.prompt_tokens.tolist() == [5, 7]
+    j = tmp_path / "t.jsonl"
+    j.write_text("\n".join(json.dumps(r) for r in [{"ts": "2024-01-01T00:00:00Z", "p": 3, "o": 4},
+                                                    {"ts": "2024-01-01T00:00:02.5Z", "p": 5, "o": 6}]) + "\n")
+    s = gen({"path": str(j), "columns": {"arrival": "ts", "prompt": "p", "output": "o"}})
+    assert s.arrival_s.tolist() == [0.0, 2.5] and s.output_tokens.tolist() == [4, 6]
+
+
+def test_our_own_requests_csv_replays(tmp_path):
+    res = simulate(make_scenario(**{"workload.num_requests": 20}))
+    res.write(tmp_path / "run")
+    s = gen({"path": str(tmp_path / "run" / "requests.csv")})
+    a = res.requests["arrival_s"]
+    assert np.allclose(s.arrival_s, a - a[0]) and s.prompt_tokens.tolist() == res.requests["prompt_tokens"].tolist()
+
+
+def test_speedup_window_loop(tmp_path):
+    p = write_azure(tmp_path / "t.csv")
+    assert gen({"path": p, "speedup": 2.0}).arrival_s[-1] == pytest.approx(13.56941 / 2)
+    w = gen({"path": p, "start_s": 1.0, "end_s": 14.0})
+    assert w.prompt_tokens.tolist() == [1000, 20] and w.arrival_s.tolist() == pytest.approx([2.31941, 12.56941])
+    # Loop a 20 s window three times and a bit: period = end_s - start_s = 20 s.
+    lp = gen({"path": p, "end_s": 20.0, "loop": True}, num_requests=10)
+    assert lp.prompt_tokens.tolist() == [350, 410, 1000, 20] * 2 + [350, 410]
+    assert lp.arrival_s[4] == pytest.approx(20.0) and np.all(np.diff(lp.arrival_s) >= 0)
+    # duration_s cuts a loop; without a window the period is the span plus one mean gap.
+    d = gen({"path": p, "loop": True}, duration_s=30.0)
+    period = 13.56941 * 4 / 3
+    assert d.arrival_s.tolist() == pytest.approx([0, 1e-7, 3.31941, 13.56941, period, period + 1e-7, period + 3.31941])
+
+
+def test_resample_arrivals_keeping_lengths(tmp_path):
+    p = write_azure(tmp_path / "t.csv")
+    s = gen({"path": p}, arrival={"process": "poisson", "rate_rps": 100.0}, num_requests=4)
+    assert s.prompt_tokens.tolist() == [350, 410, 1000, 20]  # in trace order
+    assert s.arrival_s[-1] < 1.0  # new times, at 100 req/s
+    with pytest.raises(InputError, match="set workload.trace.loop: true"):
+        gen({"path": p}, arrival={"process": "poisson", "rate_rps": 100.0}, num_requests=5)
+    joint = gen({"path": p, "sample": True}, arrival={"process": "poisson", "rate_rps": 1.0}, num_requests=2000)
+    pairs = set(zip(joint.prompt_tokens.tolist(), joint.output_tokens.tolist()))
+    assert pairs == {(350, 40), (410, 120), (1000, 7), (20, 300)}  # each row's lengths stay together
+
+
+@pytest.mark.parametrize("text, message", [
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "the trace has no data rows"),
+    ("", "the trace is empty"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,5\n2023-11-16 18:00:00.5,5,5\n",
+     "line 3: TIMESTAMP goes back in time"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,5\n2023-11-16 18:00:02.0,-4,5\n",
+     r"line 3: ContextTokens must be a positive integer \(>= 1\), got -4"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,5\n2023-11-16 18:00:02.0,5\n",
+     "line 3: expected 3 fields"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,5\nyesterday,5,5\n",
+     "line 3: TIMESTAMP must be a number or a timestamp, got 'yesterday'"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,1.5\n",
+     "line 2: GeneratedTokens must be a positive integer, got '1.5'"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5,5\n0.5,5,5\n", "line 4: arrived_at goes back in time"),
+    ("when,a,b\n0,1,1\n", "line 1: no column 'arrival_s' for the arrival"),
+])
+def test_trace_errors_name_file_and_line(tmp_path, text, message):
+    f = tmp_path / "bad.csv"
+    f.write_text(text)
+    with pytest.raises(InputError, match=f"bad.csv.*{message}"):
+        gen({"path": str(f)})
+
+
+def test_empty_window_and_too_few_rows(tmp_path):
+    p = write_azure(tmp_path / "t.csv")
+    with pytest.raises(InputError, match=r"no rows of .*t.csv in the window \[100.0, end\) s; the trace spans 13.569"):
+        gen({"path": p, "start_s": 100.0})
+    with pytest.raises(InputError, match="workload.num_requests=9 exceeds the 4 rows"):
+        gen({"path": p}, num_requests=9)
+
+
+def test_jsonl_errors(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 3}\n{"arrival_s": 1, "prompt_tokens": 3\n')
+    with pytest.raises(InputError, match="bad.jsonl line 2: malformed JSON"):
+        gen({"path": str(f)})
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"trace": {"path": "x.csv", "speedup": 0}}, "workload.trace.speedup must be > 0, got 0"),
+    ({"trace": {"path": "x.csv", "start_s": 5, "end_s": 5}}, "workload.trace.end_s must be > workload.trace.start_s"),
+    ({"trace": {"path": "x.csv", "format": "parquet"}}, "workload.trace.format: 'parquet' is not valid"),
+    ({"trace": {"path": "x.csv", "sample": True}, "num_requests": 5}, "workload.trace.sample needs workload.arrival"),
+    ({"trace": {"path": "x.csv"}, "prompt_tokens": {"dist": "fixed", "value": 1}},
+     "workload.prompt_tokens: lengths come from workload.trace"),
+    ({"trace": {"path": "x.csv", "columns": {"prompt": 3}}}, "workload.trace.columns.prompt must be a string"),
+    ({"trace": {"path": "x.csv", "loop": True}}, "workload.trace.loop needs workload.num_requests or workload.duration_s"),
+])
+def test_trace_fields_checked(data, message):
+    with pytest.raises(InputError, match=message):
+        build(Workload, data, "workload")
+
+
+def test_cli_exit_2_for_a_malformed_trace(tmp_path, capsys):
+    f = tmp_path / "bad.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,5\n2023-11-16 18:00:02.0,x,5\n")
+    sc = tmp_path / "s.yaml"
+    sc.write_text(f"model: meta-llama/Meta-Llama-3-8B\nhardware: {{gpu: h100-sxm}}\nworkload: {{trace: {{path: '{f}'}}}}\n")
+    for cmd in (["validate", str(sc)], ["run", str(sc), "--out", str(tmp_path / "o"), "--quiet"]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert "bad.csv line 3: ContextTokens must be a positive integer, got 'x'" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- the real Azure trace (optional)
+def shared_data() -> Path:
+    env = os.environ.get("SERVESIM_SHARED_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+AZURE_CONV = shared_data() / "traces" / "AzureLLMInferenceTrace_conv.csv"
+needs_azure = pytest.mark.skipif(not AZURE_CONV.exists(),
+                                 reason=f"Azure conversation trace not found at {AZURE_CONV} "
+                                        f"(set SERVESIM_SHARED_DATA to the folder holding traces/)")
+
+
+@needs_azure
+def test_azure_conversation_replay_reproduces_count_duration_and_tokens():
+    # Independent reading of the file with the csv module and datetime (microseconds suffice
+    # for the duration check at 1 us; the 7th digit is checked exactly in the synthetic test).
+    from datetime import datetime
+    with AZURE_CONV.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    first = datetime.fromisoformat(rows[0]["TIMESTAMP"][:26])
+    last = datetime.fromisoformat(rows[-1]["TIMESTAMP"][:26])
+    s = gen({"path": str(AZURE_CONV)})
+    assert len(s) == len(rows) == 19366
+    assert s.arrival_s[-1] == pytest.approx((last - first).total_seconds(), abs=1e-6)
+    assert int(s.prompt_tokens.sum()) == sum(int(r["ContextTokens"]) for r in rows)
+    assert int(s.output_tokens.sum()) == sum(int(r["GeneratedTokens"]) for r in rows)
+    # Vidur's processed copy of the same trace gives the same requests.
+    vidur = shared_data() / "vidur" / "processed_traces" / "splitwise_conv.csv"
+    if vidur.exists():
+        v = read_trace(str(vidur))
+        assert np.array_equal(v.prompt_tokens, s.prompt_tokens) and np.allclose(v.arrival_s, s.arrival_s, atol=1e-6)
+
+
+@needs_azure
+def test_azure_conversation_window_runs_and_accounts_for_every_request():
+    # The first 60 s of the trace through the simulator: every row arrives, at its time, with its lengths.
+    sc = make_scenario(**{"workload": {"trace": {"path": str(AZURE_CONV), "end_s": 60.0}}})
+    res = simulate(sc)
+    tr = read_trace(str(AZURE_CONV))
+    n = int(np.sum(tr.arrival_s < 60.0))
+    r = res.requests
+    assert res.summary["num_requests"] == n
+    assert res.summary["completed"] + res.summary["rejected"] + res.summary["unfinished"] == n
+    assert np.allclose(r["arrival_s"], tr.arrival_s[:n], rtol=0, atol=1e-9)  # stamped with env.now
+    # Lengths are the trace's, shortened only where prompt + output exceeds Llama-3-8B's 8192 tokens.
+    p, o, clipped = clip_to_context(tr.prompt_tokens[:n], tr.output_tokens[:n], 8192)
+    assert np.array_equal(r["prompt_tokens"], p) and np.array_equal(r["output_tokens"], o)
+    assert res.summary["workload"]["clipped_requests"] == int(clipped.sum())
