@@ -103,6 +103,10 @@ def cmd_run(args) -> int:
     out = results.write(args.out)
     print(format_summary(results.summary))
     print(f"\nwrote {out}/summary.json, requests.csv, steps.csv, scenario.yaml")
+    if args.trace_events:
+        from sim.trace_export import write_trace
+
+        print(f"wrote {write_trace(results, args.trace_events)} (Chrome/Perfetto trace: ui.perfetto.dev)")
     return 0
 
 
@@ -179,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. policy.max_num_seqs=64")
     r.add_argument("--seed", type=int, help="override the scenario's seed")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--trace-events", metavar="FILE", help="also write a Chrome/Perfetto trace (JSON) of steps and requests")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario and print what is wrong")
@@ -203,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     from sim.cli_cost import register as register_cost
 
     register_cost(sub)  # calibrate, validate-cost
+
+    from sim import capacity, compare, report, sweep  # issue 6: sweep, capacity, compare, report
+
+    for mod in (sweep, capacity, compare, report):
+        mod.register(sub)
     return p
 
 

@@ -668,6 +668,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = (), see
     """Read, override and validate a scenario file (the packaged default when ``path`` is None)."""
     path = default_scenario_path() if path is None else Path(path)
     data = apply_overrides(read_yaml(path), list(overrides))
+    data.pop("sweep", None)  # a sweep: {grid: ...} block is read by servesim sweep (sim/sweep.py)
     if seed is not None:
         data["seed"] = seed
     try:

@@ -1,0 +1,210 @@
+"""A run's data for figures, from a ``Results`` in memory or a run folder on disk (no matplotlib).
+
+Derived series (all seconds of simulated time):
+- TTFT, TPOT, E2E, queue per completed request, and every TBT gap (``tbt_s.npy`` when the folder
+  has it: sweeps and comparisons write it; a plain ``servesim run`` folder has none);
+- queue length per replica over time, derived from requests: waiting = arrived - scheduled,
+  running = scheduled - finished (a preempted request that goes back to the queue still counts
+  as running here: requests.csv keeps only its first scheduling time);
+- the TTFT breakdown: queueing (arrival -> first scheduled) and prefill (the rest of TTFT: the
+  prefill steps, and with chunked prefill the steps between its chunks), plus the P/D split's KV
+  transfer (the ``kv_transfer_s`` requests column: first token -> KV on the decode replica, so it
+  delays the second token, not the first; 0 without the column);
+- with a P/D split a request runs on its prefill replica until its KV has been handed off, then
+  on its ``decode_replica``; replicas are numbered across pools in ``summary.kv_capacity`` order;
+- step kind: prefill (prefill tokens only), decode (decode tokens only) or mixed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+_INT_COLS = {"request_id", "prompt_tokens", "output_tokens", "replica", "preemptions", "num_seqs", "prefill_tokens",
+             "decode_tokens", "context_tokens", "kv_blocks_used", "decode_replica", "padding_tokens",
+             "prefix_hit_tokens"}
+_STR_COLS = {"status", "reason", "bound"}
+
+
+def read_columns(path: Path) -> dict:
+    """A CSV as column -> numpy array (ints, floats with NaN for empty cells, or strings)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    header, body = rows[0], rows[1:]
+    cols = {}
+    for i, name in enumerate(header):
+        vals = [r[i] for r in body]
+        if name in _STR_COLS:
+            cols[name] = np.array(vals, dtype=object)
+        elif name in _INT_COLS:
+            cols[name] = np.array([int(v) if v else -1 for v in vals], dtype=np.int64)
+        else:
+            try:
+                cols[name] = np.array([float(v) if v else math.nan for v in vals], dtype=float)
+            except ValueError:
+                cols[name] = np.array(vals, dtype=object)
+    return cols
+
+
+@dataclass
+class RunData:
+    label: str
+    scenario: dict  # the resolved scenario as plain data
+    summary: dict
+    requests: dict
+    steps: dict
+    tbt_s: np.ndarray | None  # None when the run folder did not keep TBT samples
+
+    # ------------------------------------------------------------ constructors
+    @classmethod
+    def from_results(cls, res, label: str | None = None) -> "RunData":
+        st = dict(res.steps)
+        if "bound" not in st:
+            st["bound"] = np.where(st["compute_bound"], "compute", "memory").astype(object)
+        return cls(label or res.scenario.name, res.scenario.to_dict(), res.summary, dict(res.requests), st,
+                   np.asarray(res.tbt_s, dtype=float))
+
+    @classmethod
+    def from_dir(cls, path: str | Path, label: str | None = None) -> "RunData":
+        p = Path(path)
+        summary = json.loads((p / "summary.json").read_text())
+        scenario = yaml.safe_load((p / "scenario.yaml").read_text()) if (p / "scenario.yaml").is_file() else {}
+        tbt = np.load(p / "tbt_s.npy") if (p / "tbt_s.npy").is_file() else None
+        return cls(label or summary.get("scenario", p.name), scenario, summary, read_columns(p / "requests.csv"),
+                   read_columns(p / "steps.csv"), tbt)
+
+    # ------------------------------------------------------------ per-request latencies
+    @property
+    def done(self) -> np.ndarray:
+        return self.requests["status"] == "completed"
+
+    def latency(self, metric: str) -> np.ndarray:
+        """Samples (seconds) of ttft | tpot | tbt | e2e | queue over completed requests (tbt: every gap)."""
+        r, d = self.requests, self.done
+        if metric == "tbt":
+            return self.tbt_s if self.tbt_s is not None else np.zeros(0)
+        if metric == "ttft":
+            return (r["first_token_s"] - r["arrival_s"])[d]
+        if metric == "e2e":
+            return (r["finish_s"] - r["arrival_s"])[d]
+        if metric == "queue":
+            return (r["scheduled_s"] - r["arrival_s"])[d]
+        if metric == "tpot":
+            m = d & (r["output_tokens"] > 1)
+            return (r["finish_s"][m] - r["first_token_s"][m]) / (r["output_tokens"][m] - 1)
+        raise ValueError(f"unknown metric {metric!r}")
+
+    def ttft_breakdown(self) -> dict:
+        """Mean seconds of queueing, prefill compute and KV transfer in TTFT (completed requests)."""
+        r, d = self.requests, self.done
+        if not d.any():
+            return {"queueing": 0.0, "prefill": 0.0, "transfer": 0.0}
+        ttft = (r["first_token_s"] - r["arrival_s"])[d]
+        queue = (r["scheduled_s"] - r["arrival_s"])[d]
+        transfer = np.nan_to_num(r["kv_transfer_s"][d].astype(float)) if "kv_transfer_s" in r else np.zeros(d.sum())
+        return {"queueing": float(queue.mean()), "prefill": float((ttft - queue).mean()),
+                "transfer": float(transfer.mean())}
+
+    # ------------------------------------------------------------ pools and replicas
+    def pools(self) -> list:
+        """[(pool name, first replica index, replicas, blocks per replica)] in replica order."""
+        kc = self.summary.get("kv_capacity") or {}
+        if "blocks_per_replica" in kc:  # one pool (older summaries)
+            kc = {"colocated": {**kc, "replicas": self.summary.get("replicas", self.num_replicas())}}
+        out, first = [], 0
+        for name, c in kc.items():
+            n = int(c.get("replicas", 1))
+            out.append((name, first, n, c.get("blocks_per_replica")))
+            first += n
+        return out
+
+    def num_replicas(self) -> int:
+        n = int(self.steps["replica"].max()) + 1 if len(self.steps["replica"]) else 1
+        rq = self.requests
+        for col in ("replica", "decode_replica"):
+            if col in rq and len(rq[col]):
+                n = max(n, int(np.max(rq[col])) + 1)
+        return n
+
+    def pool_of(self, replica: int):
+        for name, first, n, blocks in self.pools():
+            if first <= replica < first + n:
+                return name, blocks
+        return "colocated", None
+
+    def pool_hardware(self, pool: str) -> tuple:
+        """(gpu name, tp, pp, dtype) of a pool (a P/D pool may set its own gpu and tp)."""
+        hw = self.scenario.get("hardware", {})
+        p = (self.scenario.get("policy") or {}).get(pool) if pool in ("prefill", "decode") else None
+        p = p or {}
+        return (p.get("gpu") or hw.get("gpu", "h100-sxm"), int(p.get("tp") or hw.get("tp", 1)), int(hw.get("pp", 1)),
+                hw.get("dtype", "bf16"))
+
+    # ------------------------------------------------------------ steps
+    def step_kind(self) -> np.ndarray:
+        pf, dc = self.steps["prefill_tokens"], self.steps["decode_tokens"]
+        return np.where((pf > 0) & (dc > 0), "mixed", np.where(pf > 0, "prefill", "decode")).astype(object)
+
+    def roofline_data(self) -> dict:
+        """Per-step FLOPs, bytes, duration and kind, with a replica's peak FLOP/s and bandwidth.
+
+        Every step when all pools share one hardware; otherwise the steps of the first pool only.
+        """
+        from sim.specs import get_gpu
+
+        pools = self.pools() or [("colocated", 0, self.num_replicas(), None)]
+        hws = {name: self.pool_hardware(name) for name, *_ in pools}
+        gpu_name, tp, pp, dtype = hws[pools[0][0]]
+        st = self.steps
+        sel = np.ones(len(st["flops"]), dtype=bool)
+        if len(set(hws.values())) > 1:
+            _, first, n, _ = pools[0]
+            sel = (st["replica"] >= first) & (st["replica"] < first + n)
+        gpu = get_gpu(gpu_name)
+        n = tp * pp
+        peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops > 0 else gpu.peak_flops
+        return {"flops": st["flops"][sel], "bytes": st["bytes"][sel], "duration_s": st["duration_s"][sel],
+                "kind": self.step_kind()[sel], "peak_flops": peak * n, "mem_bw": gpu.mem_bw_bytes_per_s * n,
+                "hardware": f"{n} x {gpu.name}" if n > 1 else gpu.name}
+
+    def timeline_data(self, replica: int = 0) -> dict:
+        """Per-step series of one replica and its queue length (derived from requests)."""
+        st = self.steps
+        sel = st["replica"] == replica
+        t = st["start_s"][sel]
+        pool, blocks = self.pool_of(replica)
+        kv = st["kv_blocks_used"][sel] / blocks if blocks else np.full(sel.sum(), np.nan)
+        r = self.requests
+        mine = (r["replica"] == replica) & (r["status"] != "rejected")
+        handed = np.zeros(len(mine), dtype=bool)
+        if "decode_replica" in r:
+            handed = (r["decode_replica"] >= 0) & (r["decode_replica"] != r["replica"])
+        transfer = np.nan_to_num(r["kv_transfer_s"].astype(float)) if "kv_transfer_s" in r else np.zeros(len(mine))
+        # on this replica a request runs until it finishes, or until its KV has left (P/D hand-off)
+        leaves = np.where(handed, r["first_token_s"] + transfer, r["finish_s"])
+        arr = np.sort(r["arrival_s"][mine])
+        sch = r["scheduled_s"][mine]
+        starts = [sch[~np.isnan(sch)]]
+        ends = [leaves[mine][~np.isnan(leaves[mine])]]
+        if "decode_replica" in r:  # requests handed to this replica run from hand-off to finish
+            inbound = handed & (r["decode_replica"] == replica)
+            starts.append(leaves[inbound][~np.isnan(leaves[inbound])])
+            ends.append(r["finish_s"][inbound][~np.isnan(r["finish_s"][inbound])])
+        sch = np.sort(starts[0])
+        started = np.sort(np.concatenate(starts))
+        fin = np.sort(np.concatenate(ends))
+        end = max(float(self.summary.get("sim_time_s", 0.0)), float(t[-1]) if len(t) else 0.0)
+        grid = np.linspace(0.0, end, 600) if end > 0 else np.zeros(1)
+        n_arr = np.searchsorted(arr, grid, side="right")
+        n_sch = np.searchsorted(sch, grid, side="right")
+        n_run = np.searchsorted(started, grid, side="right")
+        n_fin = np.searchsorted(fin, grid, side="right")
+        return {"replica": replica, "pool": pool, "t": t, "num_seqs": st["num_seqs"][sel], "prefill_tokens": st["prefill_tokens"][sel],
+                "decode_tokens": st["decode_tokens"][sel], "kv_usage": kv,
+                "queue_t": grid, "waiting": n_arr - n_sch, "running": n_run - n_fin}

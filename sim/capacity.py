@@ -1,0 +1,320 @@
+"""``servesim capacity``: the highest arrival rate at which the SLOs hold.
+
+Each probe is a simulation of the scenario at one ``workload.arrival.rate_rps`` with a fixed
+number of requests (``--probe-requests``, default max(scenario's, 1000)) and the scenario's seed,
+so every probe sees the same requests, only closer together or further apart. Above capacity the
+queue grows through the run and the tail latencies blow up; below it they stay flat.
+
+A probe *meets* the SLO when each ``METRIC_STAT <= limit`` holds, percentiles taken over every
+arrived request (rejected or unfinished ones count as infinitely late). With ``--attainment A``
+(DistServe's goodput), the limits on ttft, tpot, e2e and queue instead apply to each request,
+and the probe meets when a share >= A of all arrived requests is within every one of them (tbt
+limits stay percentiles: TBT is per token, not per request).
+
+Search: bracket (double or halve from the scenario's rate until one probe meets and one fails),
+then shrink the bracket, probing ``--workers`` rates per round (bisection with one worker),
+until it is narrower than ``--tol``; finally probe 10% above the answer, which must fail (if it
+meets after all, the search continues upwards from there). Probes run through the sweep machinery:
+``--out DIR`` gets results.csv (one row per probe), runs/<hash>/ and capacity.json, and a rerun
+reuses finished probes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import InputError
+from sim.sweep import (RESULTS, RUNS, add_executor_args, check_workers, execute, load_base, make_points,
+                       num_gpus, write_meta, write_results)
+
+RATE_KEY = "workload.arrival.rate_rps"
+METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")
+STATS = ("mean", "p50", "p90", "p95", "p99", "max")
+PER_REQUEST = ("ttft", "tpot", "e2e", "queue")
+_BIG = 1e18  # stands in for "never": a request that did not complete
+
+
+def parse_slo(text: str) -> dict:
+    """``ttft_p99=0.5,tpot_p99=50ms`` -> {("ttft", "p99"): 0.5, ("tpot", "p99"): 0.05} (seconds)."""
+    if not text:
+        raise InputError("--slo: give at least one METRIC_STAT=SECONDS, e.g. ttft_p99=0.5,tpot_p99=0.05")
+    out = {}
+    for item in text.split(","):
+        item = item.strip()
+        m = re.fullmatch(r"([a-z]+)_([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*(ms|s)?", item)
+        if not m:
+            raise InputError(f"--slo {item!r}: expected METRIC_STAT=SECONDS (METRIC: {', '.join(METRICS)}; "
+                             f"STAT: {', '.join(STATS)}), e.g. ttft_p99=0.5 or tpot_p99=50ms")
+        metric, stat, value, unit = m.groups()
+        if metric not in METRICS:
+            raise InputError(f"--slo {item!r}: unknown metric {metric!r}; valid: {', '.join(METRICS)}")
+        if stat not in STATS:
+            raise InputError(f"--slo {item!r}: unknown statistic {stat!r}; valid: {', '.join(STATS)}")
+        try:
+            v = float(value) * (1e-3 if unit == "ms" else 1.0)
+        except ValueError:
+            raise InputError(f"--slo {item!r}: {value!r} is not a number") from None
+        if not v > 0:
+            raise InputError(f"--slo {item!r}: the limit must be > 0")
+        out[(metric, stat)] = v
+    return out
+
+
+def request_metrics(run_dir: Path) -> dict:
+    """Per-request ttft, tpot, e2e, queue (seconds; non-completed = _BIG, tpot NaN for 1 token) and tbt."""
+    with open(run_dir / "requests.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    f = lambda k: np.array([float(r[k]) if r[k] != "" else math.nan for r in rows])  # noqa: E731
+    arr, sch, first, fin = f("arrival_s"), f("scheduled_s"), f("first_token_s"), f("finish_s")
+    out_tok = f("output_tokens")
+    done = np.array([r["status"] == "completed" for r in rows], dtype=bool)
+    big = lambda x: np.where(done & ~np.isnan(x), x, _BIG)  # noqa: E731
+    tpot = np.full(len(rows), math.nan)
+    multi = out_tok > 1
+    tpot[multi] = np.where(done[multi], (fin[multi] - first[multi]) / np.maximum(out_tok[multi] - 1, 1), _BIG)
+    tbt_file = run_dir / "tbt_s.npy"
+    tbt = np.load(tbt_file) if tbt_file.is_file() else np.zeros(0)
+    return {"ttft": big(first - arr), "tpot": tpot, "e2e": big(fin - arr), "queue": big(sch - arr), "tbt": tbt,
+            "done": done}
+
+
+def _stat(x: np.ndarray, stat: str) -> float:
+    x = x[~np.isnan(x)]
+    if len(x) == 0:
+        return 0.0
+    if stat == "mean":
+        return float(x.mean())
+    if stat == "max":
+        return float(x.max())
+    return float(np.percentile(x, float(stat[1:])))
+
+
+def evaluate(run_dir: Path, slo: dict, attainment: float | None) -> dict:
+    """{"meets": bool, "<metric>_<stat>": value, ..., "attainment": share within per-request limits}."""
+    m = request_metrics(run_dir)
+    n = len(m["done"])
+    res, ok = {}, True
+    per_request = {k: v for k, v in slo.items() if k[0] in PER_REQUEST}
+    within = m["done"].copy()
+    for (metric, _), limit in per_request.items():
+        x = m[metric]
+        within &= ~(x > limit)  # NaN (no TPOT for one output token) cannot miss
+    res["attainment"] = float(within.sum() / n) if n else 0.0
+    for (metric, stat), limit in slo.items():
+        v = _stat(m[metric], stat)
+        res[f"{metric}_{stat}"] = v if v < _BIG / 10 else math.inf
+        if attainment is None or metric not in PER_REQUEST:
+            ok &= v <= limit
+    if attainment is not None:
+        ok &= res["attainment"] >= attainment
+    res["meets"] = bool(ok)
+    return res
+
+
+class Search:
+    """Probes rates through the sweep executor; remembers every probe."""
+
+    def __init__(self, base: dict, out: Path, slo: dict, attainment, probe_requests: int, args,
+                 probe_duration_s: float | None = None):
+        self.base, self.out, self.slo, self.attainment = base, out, slo, attainment
+        self.n = probe_requests
+        self.duration = probe_duration_s
+        self.args = args
+        self.points = []  # every probe, in order
+        self.results = {}  # rate -> evaluation
+
+    def probe(self, rates) -> None:
+        rates = [float(f"{r:.6g}") for r in rates if float(f"{r:.6g}") not in self.results]
+        if not rates:
+            return
+        first = len(self.points)
+        variants = [({RATE_KEY: r}, {RATE_KEY: r, "workload.num_requests": self.requests_at(r),
+                                      "workload.duration_s": None}) for r in rates]
+        new = make_points(self.base, variants)
+        for i, p in enumerate(new):
+            p.index = first + i
+        if any(p.data is None for p in new):
+            raise InputError(next(p.error for p in new if p.data is None))
+        self.points += new
+        a = self.args
+        execute(new, self.out, a.executor, a.workers, a.address, not a.quiet, desc="capacity probes")
+        for p in new:
+            if p.row.get("status") != "ok":
+                raise InputError(f"probe at {p.values[RATE_KEY]} req/s failed: {p.row.get('error')}")
+            ev = evaluate(self.out / RUNS / p.hash, self.slo, self.attainment)
+            ev["throughput_rps"] = p.row.get("throughput_rps")
+            ev["goodput_rps"] = p.row.get("goodput_rps")
+            self.results[p.values[RATE_KEY]] = ev
+            p.values["meets"] = ev["meets"]
+            for k, v in ev.items():
+                if k != "meets" and k not in ("throughput_rps", "goodput_rps"):
+                    p.values[f"probe_{k}"] = v
+        write_results(self.out, self.points)
+
+    def requests_at(self, rate: float) -> int:
+        """Requests in a probe: ``--probe-requests``, or more to span ``--probe-duration`` of arrivals."""
+        if self.duration is None:
+            return self.n
+        return max(self.n, math.ceil(rate * self.duration))
+
+    def bracket(self):
+        """(lo, hi): the largest meeting rate below the smallest failing rate above it."""
+        live = {r: e for r, e in self.results.items() if not e.get("superseded")}
+        fails = sorted(r for r, e in live.items() if not e["meets"])
+        oks = sorted(r for r, e in live.items() if e["meets"])
+        hi = fails[0] if fails else None
+        below = [r for r in oks if hi is None or r < hi]
+        lo = below[-1] if below else None
+        if lo is not None:  # a meeting rate above a failure (noise): keep the failure just above lo
+            above = [r for r in fails if r > lo]
+            hi = above[0] if above else None
+        return lo, hi
+
+
+def search_capacity(s: Search, start: float, tol: float, max_probes: int, workers: int) -> tuple[float, float | None]:
+    """Returns (capacity rate, rate of the failing check above it, or None when none was found)."""
+    w = max(1, workers)
+    s.probe([start])
+    while len(s.results) < max_probes:
+        lo, hi = s.bracket()
+        if lo is None:  # nothing meets yet: go down
+            base = min(s.results)
+            if base < start / 2**20:
+                return 0.0, base
+            s.probe([base / 2 ** (k + 1) for k in range(w)])
+            continue
+        if hi is None:  # nothing fails above lo: go up
+            s.probe([lo * 2 ** (k + 1) for k in range(w)])
+            continue
+        if hi / lo - 1 > tol:
+            s.probe([lo + (hi - lo) * (k + 1) / (w + 1) for k in range(w)])
+            continue
+        check = float(f"{lo * 1.1:.6g}")
+        s.probe([check])
+        if not s.results[check]["meets"]:
+            return lo, check
+        # Met 10% above the answer after all: forget the failures below it and go on up.
+        for r, e in s.results.items():
+            if not e["meets"] and r <= check:
+                e["superseded"] = True
+    lo, hi = s.bracket()
+    return (lo or 0.0), hi
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    return f"{v:.4g}"
+
+
+def cmd_capacity(args) -> int:
+    import os
+
+    check_workers(args)
+    slo = parse_slo(args.slo)
+    if args.attainment is not None and not 0 < args.attainment <= 1:
+        raise InputError(f"--attainment must be in (0, 1], got {args.attainment}")
+    if args.tol <= 0 or args.tol >= 0.1:
+        raise InputError(f"--tol must be in (0, 0.1) so the 10%-above check is outside the bracket, got {args.tol}")
+    base, _ = load_base(args.scenario, args.set, args.seed)
+    from sim.scenario import scenario_from_dict
+
+    try:
+        sc = scenario_from_dict(base)
+    except InputError as e:
+        raise InputError(f"{args.scenario}: {e}") from None
+    arrival = sc.workload.arrival
+    if getattr(arrival, "rate_rps", None) is None:
+        raise InputError(f"servesim capacity searches workload.arrival.rate_rps; the {arrival.process!r} arrival "
+                         "process has none (use an open-loop process with a rate, e.g. poisson, gamma, sinusoidal)")
+    n = args.probe_requests if args.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
+    if n < 1:
+        raise InputError(f"--probe-requests must be >= 1, got {n}")
+    duration = args.probe_duration
+    if duration is not None and not duration > 0:
+        raise InputError(f"--probe-duration must be > 0 seconds, got {duration}")
+    period = getattr(arrival, "period_s", None)
+    if duration is None and period:
+        duration = 2 * period  # a time-varying rate: each probe spans two of its periods
+    start = args.start or arrival.rate_rps
+    if start <= 0:
+        raise InputError(f"--start must be > 0, got {start}")
+    tmp = None
+    if args.out:
+        out = Path(args.out)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="servesim-capacity-")
+        out = Path(tmp.name)
+    out.mkdir(parents=True, exist_ok=True)
+    write_meta(out, {"kind": "capacity", "scenario": str(args.scenario), "slo": args.slo,
+                     "attainment": args.attainment, "probe_requests": n, "probe_duration_s": duration,
+                     "set": args.set or []})
+    workers = args.workers or (os.cpu_count() or 1)
+    s = Search(base, out, slo, args.attainment, n, args, duration)
+    cap, above = search_capacity(s, start, args.tol, args.max_probes, workers if args.executor == "local" else
+                                 (args.workers or 2))
+    gpus = num_gpus(sc.to_dict())
+    keys = [f"{m}_{st}" for (m, st) in slo]
+    size = f"{n} requests each" if duration is None else f"max({n} requests, {duration:g} s of arrivals) each"
+    print(f"probes ({size}; {'share within limits >= ' + str(args.attainment) if args.attainment else 'percentiles over all requests'}):")
+    header = ["rate req/s", "meets", *(k + " ms" for k in keys), "attain", "tput req/s"]
+    lines = [header]
+    for p in s.points:
+        r = p.values[RATE_KEY]
+        e = s.results.get(r) or {}
+        lines.append([f"{r:.4g}", _fmt(p.values.get("meets")),
+                      *(_fmt(e.get(k, math.nan) * 1e3) for k in keys), _fmt(e.get("attainment")),
+                      _fmt(e.get("throughput_rps"))])
+    widths = [max(len(x[i]) for x in lines) for i in range(len(header))]
+    print("\n".join("  ".join(c.rjust(w) for c, w in zip(x, widths)) for x in lines))
+    limits = ", ".join(f"{m}_{st} <= {v * 1e3:g} ms" for (m, st), v in slo.items())
+    result = {"capacity_rps": cap, "capacity_rps_per_gpu": cap / gpus, "num_gpus": gpus, "slo": args.slo,
+              "attainment": args.attainment, "check_above_rps": above,
+              "probes": [{"rate_rps": p.values[RATE_KEY], **s.results.get(p.values[RATE_KEY], {})} for p in s.points]}
+    (out / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    if cap == 0:
+        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s")
+    else:
+        per = f" = {cap / gpus:.3g} req/s per GPU ({gpus} GPUs)" if args.per_gpu else ""
+        print(f"\ncapacity {cap:.4g} req/s{per} for {limits}"
+              f"{'' if args.attainment is None else f' for {args.attainment:.0%} of requests'}")
+        if above is not None:
+            print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")
+    if args.out:
+        print(f"wrote {out / RESULTS}, {out / 'capacity.json'}")
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("capacity", help="highest arrival rate at which the SLOs hold (bisection on rate)")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--slo", required=True, metavar="METRIC_STAT=S,...",
+                   help="limits in seconds (or with ms), e.g. ttft_p99=0.5,tpot_p99=0.05; metrics "
+                        f"{', '.join(METRICS)}; stats {', '.join(STATS)}")
+    p.add_argument("--attainment", type=float, help="instead: this share of requests within every limit (e.g. 0.9)")
+    p.add_argument("--per-gpu", action="store_true", help="also report capacity divided by the GPUs used")
+    p.add_argument("--probe-requests", type=int, help="requests per probe (default: max(scenario's, 1000))")
+    p.add_argument("--probe-duration", type=float, metavar="S",
+                   help="make each probe at least S seconds of arrivals (default: two periods of a periodic "
+                        "arrival process, else off)")
+    p.add_argument("--start", type=float, help="first rate to probe (default: the scenario's rate)")
+    p.add_argument("--tol", type=float, default=0.02, help="stop when the bracket is this narrow (default 0.02)")
+    p.add_argument("--max-probes", type=int, default=40, help="give up after this many probes (default 40)")
+    p.add_argument("--out", help="keep the probes here (results.csv, runs/, capacity.json)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    add_executor_args(p)
+    p.set_defaults(func=cmd_capacity)

@@ -1,0 +1,24 @@
+"""``servesim report DIR``: figures (PNG + SVG) and report.md from a run, sweep, capacity or compare folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.errors import InputError
+
+
+def cmd_report(args) -> int:
+    path = Path(args.dir)
+    if not path.is_dir():
+        raise InputError(f"servesim report: {args.dir!r} is not a folder")
+    from plots.report import build_report  # matplotlib only here, never in the engine
+
+    out = build_report(path)
+    print(f"wrote {out} and {path / 'figures'}/*.png, *.svg")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="figures and report.md from a run, sweep, capacity or compare folder")
+    p.add_argument("dir", help="output folder of servesim run, sweep, capacity or compare")
+    p.set_defaults(func=cmd_report)

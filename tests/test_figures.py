@@ -1,0 +1,173 @@
+"""Every design-review figure from a small run: axis labels, legend entries and data extents."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from plots import figures as F  # noqa: E402
+from plots.rundata import RunData  # noqa: E402
+from sim.simulate import simulate  # noqa: E402
+from tests.conftest import make_scenario  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def runs():
+    a = RunData.from_results(simulate(make_scenario(**{"policy.max_num_seqs": 64})), "continuous")
+    b = RunData.from_results(simulate(make_scenario(**{"policy.max_num_seqs": 2})), "small")
+    return {"continuous": a, "small": b}
+
+
+def legend(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+@pytest.fixture
+def ax():
+    fig, ax = plt.subplots()
+    yield ax
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("metric, xlabel", [("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("tbt", "TBT (ms)"),
+                                            ("e2e", "E2E (ms)")])
+def test_latency_cdfs(runs, ax, metric, xlabel):
+    samples = {g: r.latency(metric) for g, r in runs.items()}
+    F.latency_cdfs(samples, ax, metric, slo_s=0.5)
+    assert ax.get_xlabel() == xlabel and ax.get_ylabel().startswith("fraction of")
+    assert legend(ax) == ["continuous", "small", "SLO 500 ms"]
+    for line, (g, x) in zip(ax.lines, samples.items()):
+        assert line.get_xdata().max() == pytest.approx(np.nanmax(x) * 1e3)
+        assert line.get_ydata()[-1] == 1.0 and len(line.get_xdata()) == np.isfinite(x).sum()
+    assert line.get_color() != ax.lines[0].get_color()
+
+
+def test_policy_colors_are_fixed():
+    c1 = F.colors_for(["pd_split", "continuous", "x"])
+    c2 = F.colors_for(["continuous", "y", "pd_split"])
+    assert c1["continuous"] == c2["continuous"] and c1["pd_split"] == c2["pd_split"]
+    assert len(set(c1.values())) == 3
+
+
+def load_series():
+    return {"continuous": {"rate": [1, 2, 4], "p50": [0.01, 0.02, 0.05], "p99": [0.03, 0.08, 0.9]},
+            "small": {"rate": [1, 2, 4], "p50": [0.01, 0.03, 0.2], "p99": [0.04, 0.3, 2.0]}}
+
+
+def test_latency_vs_load(ax):
+    F.latency_vs_load(load_series(), ax, "ttft", slo_s=0.5)
+    assert ax.get_xlabel() == "offered load (req/s)" and ax.get_ylabel() == "TTFT (ms)"
+    assert legend(ax) == ["continuous p99", "continuous p50", "small p99", "small p50", "SLO 500 ms"]
+    assert list(ax.lines[2].get_ydata()) == [40, 300, 2000]
+    assert list(ax.lines[-1].get_ydata()) == [500, 500]  # the SLO line
+    assert ax.lines[0].get_color() == ax.lines[1].get_color()  # p50 and p99 of one policy share a colour
+
+
+def test_goodput_vs_load(ax):
+    data = {"continuous": {"rate": [1, 2, 4], "goodput": [1, 2, 3.5]}, "small": {"rate": [1, 2, 4], "goodput": [1, 1.5, 0.2]}}
+    F.goodput_vs_load(data, ax)
+    assert ax.get_xlabel() == "offered load (req/s)" and ax.get_ylabel() == "goodput (req/s within SLO)"
+    assert legend(ax) == ["continuous", "small", "offered load (ideal)"]
+    assert list(ax.lines[0].get_ydata()) == [1, 2, 3.5] and list(ax.lines[2].get_xdata()) == [0, 4]
+
+
+def test_throughput_latency(ax):
+    data = {"continuous": {"rate": [1, 2], "throughput": [100, 200], "latency": [0.01, 0.02]}}
+    F.throughput_latency(data, ax)
+    assert ax.get_xlabel() == "throughput (output tokens/s)" and ax.get_ylabel() == "p99 TPOT (ms)"
+    assert legend(ax) == ["continuous"]
+    assert list(ax.lines[0].get_xdata()) == [100, 200] and list(ax.lines[0].get_ydata()) == [10, 20]
+    assert [t.get_text() for t in ax.texts] == ["1", "2"]  # each point labelled with its load
+
+
+def test_replica_timeline(runs):
+    r = runs["small"]
+    td = r.timeline_data(0)
+    fig, axes = plt.subplots(4, 1)
+    F.replica_timeline(td, axes)
+    ylabels = [a.get_ylabel() for a in axes]
+    assert ylabels == ["batch size (sequences)", "tokens per step", "KV usage (%)", "requests"]
+    assert axes[-1].get_xlabel() == "simulated time (s)"
+    assert legend(axes[1]) == ["prefill tokens", "decode tokens"] and legend(axes[3]) == ["waiting", "running"]
+    n = len(r.steps["start_s"])
+    assert len(axes[0].lines[0].get_xdata()) == n and axes[0].lines[0].get_ydata().max() <= 2
+    assert axes[1].lines[0].get_ydata().sum() == r.summary["phases"]["prefill_tokens"]
+    assert axes[1].lines[1].get_ydata().sum() == r.summary["phases"]["decode_tokens"]
+    kv = axes[2].lines[0].get_ydata()
+    assert kv.max() == pytest.approx(r.summary["utilization"]["kv_usage_max"] * 100)
+    waiting = axes[3].lines[0].get_ydata()
+    assert waiting.min() >= 0 and waiting.max() > 0  # two slots for 50 requests: a queue forms
+    assert axes[3].lines[1].get_ydata().max() <= 2
+    plt.close(fig)
+
+
+def test_queue_length_agrees_with_the_engine_sampler():
+    """The queue series derived from requests matches simulate()'s own sampler (no preemptions here)."""
+    res = simulate(make_scenario(**{"policy.max_num_seqs": 2}), sample_every_s=0.05)
+    assert res.summary["preemptions"] == 0
+    td = RunData.from_results(res).timeline_data(0)
+    t, waiting = td["queue_t"], td["waiting"]
+    for (ts, rep, w, _running) in res.queue_samples[::7]:
+        i = np.searchsorted(t, ts, side="right") - 1
+        j = min(i + 1, len(t) - 1)
+        assert min(waiting[i], waiting[j]) - 2 <= w <= max(waiting[i], waiting[j]) + 2
+
+
+def test_ttft_breakdown(runs, ax):
+    data = {g: r.ttft_breakdown() for g, r in runs.items()}
+    F.ttft_breakdown(data, ax)
+    assert ax.get_ylabel() == "mean time (ms)"
+    assert legend(ax) == ["queueing", "prefill compute", "KV transfer (P/D, before 2nd token)"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["continuous", "small"]
+    for j, (g, r) in enumerate(runs.items()):
+        top = sum(c.patches[j].get_height() for c in ax.containers)
+        assert top == pytest.approx(r.latency("ttft").mean() * 1e3)
+        assert ax.texts[j].get_text() == (f"{top:.0f} ms" if top >= 10 else f"{top:.1f} ms")
+    assert all(p.get_height() == 0 for p in ax.containers[2].patches)  # no P/D split: no transfer
+
+
+def test_ttft_breakdown_shows_shares_when_totals_differ_by_orders_of_magnitude(ax):
+    data = {"a": {"queueing": 100.0, "prefill": 1.0, "transfer": 0.0},
+            "b": {"queueing": 0.03, "prefill": 0.05, "transfer": 0.002}}
+    F.ttft_breakdown(data, ax)
+    assert ax.get_ylabel() == "share of mean time (%)"
+    tops = [sum(c.patches[j].get_height() for c in ax.containers) for j in range(2)]
+    assert tops == [pytest.approx(100), pytest.approx(100)]
+    assert ax.containers[0].patches[1].get_height() == pytest.approx(100 * 0.03 / 0.082)
+    assert [t.get_text() for t in ax.texts] == ["101 s", "82 ms"]
+
+
+def test_ttft_breakdown_reads_an_optional_transfer_column(runs):
+    r = runs["continuous"]
+    req = dict(r.requests)
+    req["kv_transfer_s"] = np.full(len(req["arrival_s"]), 0.001)
+    r2 = RunData(r.label, r.scenario, r.summary, req, r.steps, r.tbt_s)
+    b1, b2 = r.ttft_breakdown(), r2.ttft_breakdown()
+    assert b2["transfer"] == pytest.approx(0.001) and b1["transfer"] == 0
+    assert b2["queueing"] + b2["prefill"] == pytest.approx(r.latency("ttft").mean())  # TTFT excludes the transfer
+
+
+def test_roofline(runs, ax):
+    r = runs["continuous"]
+    rd = r.roofline_data()
+    F.roofline(rd, ax)
+    assert ax.get_xlabel() == "arithmetic intensity (FLOP/byte)" and ax.get_ylabel() == "achieved TFLOP/s"
+    kinds = r.step_kind()
+    names = legend(ax)
+    assert names[-1].startswith("roofline h100-sxm")
+    expected = [f"{k} steps ({(kinds == k).sum()})" for k in ("prefill", "decode", "mixed") if (kinds == k).any()]
+    assert names[:-1] == expected
+    pts = np.concatenate([c.get_offsets() for c in ax.collections])
+    assert len(pts) == len(kinds)
+    roof = ax.lines[-1]
+    assert roof.get_ydata().max() == pytest.approx(989)  # H100 SXM dense BF16 TFLOP/s
+    # every step sits under the roof: achieved <= min(peak, AI x bandwidth)
+    bound = np.minimum(rd["peak_flops"], pts[:, 0] * rd["mem_bw"]) / 1e12
+    assert (pts[:, 1] <= bound * (1 + 1e-9)).all()
+
+
+def test_save_writes_png_and_svg(tmp_path, ax):
+    paths = F.save(ax.figure, tmp_path / "f" / "x")
+    assert [p.name for p in paths] == ["x.png", "x.svg"] and all(p.stat().st_size > 0 for p in paths)

@@ -1,0 +1,173 @@
+"""servesim report (figures + report.md with generated sentences) and the Chrome/Perfetto trace."""
+
+import copy
+import json
+import re
+
+import numpy as np
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.scenario import scenario_from_dict
+from sim.simulate import simulate
+from sim.sweep import execute, make_points
+from sim.trace_export import chrome_trace
+from tests.conftest import BASE, make_scenario
+
+FIGS = ("latency_vs_load", "goodput_vs_load", "throughput_latency", "latency_cdfs", "ttft_breakdown", "timeline",
+        "roofline")
+
+
+@pytest.fixture(scope="module")
+def compare_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cmp")
+    base = copy.deepcopy(BASE)
+    base["workload"]["num_requests"] = 40
+    base["slo"] = {"ttft_s": 0.3, "tpot_s": 0.05}
+    variants = [({"label": lbl, "workload.arrival.rate_rps": r},
+                 {"policy.max_num_seqs": seqs, "workload.arrival.rate_rps": r})
+                for lbl, seqs in (("continuous", 64), ("small", 2)) for r in (2, 8)]
+    points = make_points(base, variants)
+    execute(points, out, "local", 1, progress=False)
+    (out / "sweep.json").write_text(json.dumps({"kind": "compare", "scenario": "test"}))
+    return out, points
+
+
+def test_report_on_a_comparison(compare_dir, capsys):
+    out, points = compare_dir
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    for name in FIGS:
+        assert f"(figures/{name}.png)" in md
+        assert (out / "figures" / f"{name}.png").stat().st_size > 0
+        assert (out / "figures" / f"{name}.svg").stat().st_size > 0
+    # the table has one row per point, and the sentences carry the numbers
+    assert md.count("| ok |") == 4
+    small8 = next(p for p in points if p.values == {"label": "small", "workload.arrival.rate_rps": 8})
+    cont8 = next(p for p in points if p.values == {"label": "continuous", "workload.arrival.rate_rps": 8})
+    assert small8.row["ttft_p99_s"] > cont8.row["ttft_p99_s"]
+    assert f"from {small8.row['ttft_p99_s'] * 1e3:.0f} ms" in md or "continuous has the lowest p99 TTFT" in md
+    assert "at 8 req/s" in md  # per-run figures drawn at the highest common rate
+    assert re.search(r"p99 TTFT stays within the 300 ms SLO for continuous", md)
+    # one sentence per figure: the paragraph after each image is non-empty and has a number in it
+    paras = md.split("![")[1:]
+    assert len(paras) == len(FIGS)
+    for p in paras:
+        sentence = p.split("\n\n")[1]
+        assert re.search(r"\d", sentence), sentence
+
+
+def test_report_on_a_run_folder(tmp_path):
+    out = tmp_path / "run"
+    simulate(make_scenario()).write(out)
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "latency_cdfs.png" in md and "roofline.png" in md and "latency_vs_load" not in md
+
+
+def test_report_bad_folder_exits_2(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "neither summary.json" in capsys.readouterr().err
+
+
+def expected_events(res, replicas):
+    r = res.requests
+    n = 3 * replicas + len(res.steps["start_s"])
+    for st, sch, first, fin, xfer in zip(r["status"], r["scheduled_s"], r["first_token_s"], r["finish_s"],
+                                         r["kv_transfer_s"]):
+        if st == "rejected":
+            n += 1
+            continue
+        # queued from arrival (to the end of the run if never scheduled), prefill once scheduled,
+        # kv_transfer once handed off (P/D), decode once the first token is out (unless the only one)
+        landed = first + (0 if np.isnan(xfer) else xfer)
+        phases = (1 + (not np.isnan(sch)) + (not np.isnan(xfer))
+                  + (not np.isnan(first) and (np.isnan(fin) or fin > landed)))
+        n += 2 * (1 + phases)
+    return n
+
+
+def test_chrome_trace_parses_with_the_expected_events(tmp_path):
+    sc = make_scenario(**{"cluster.replicas": 2, "workload.num_requests": 30})
+    trace_file = tmp_path / "t.json"
+    argv_yaml = tmp_path / "s.yaml"
+    argv_yaml.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["run", str(argv_yaml), "--out", str(tmp_path / "o"), "--quiet", "--trace-events", str(trace_file)]) == 0
+    trace = json.loads(trace_file.read_text())
+    ev = trace["traceEvents"]
+    res = simulate(sc)
+    assert len(ev) == expected_events(res, 2)
+    # all requests completed with > 1 output token or 1: 3 metadata x 2 replicas + steps + 2 x (1 + phases)
+    steps = [e for e in ev if e["ph"] == "X"]
+    assert len(steps) == len(res.steps["start_s"])
+    assert {e["name"] for e in steps} <= {"prefill", "decode", "mixed"}
+    assert {e["pid"] for e in steps} == {1, 2}
+    s0 = steps[0]
+    assert s0["ts"] == pytest.approx(res.steps["start_s"][0] * 1e6) and s0["args"]["bound"] in ("compute", "memory")
+    # async begin/end pairs balance per request and phase; ends never precede begins
+    opened = {}
+    for e in ev:
+        if e["ph"] in ("b", "e"):
+            key = (e["id"], e["name"])
+            if e["ph"] == "b":
+                opened[key] = e["ts"]
+            else:
+                assert e["ts"] >= opened.pop(key)
+    assert not opened
+    names = {e["name"] for e in ev if e["ph"] == "b"}
+    assert {"queued", "prefill", "decode", "request 0"} <= names
+
+
+def test_trace_of_rejected_and_unfinished_requests():
+    d = copy.deepcopy(BASE)
+    d["workload"] = {"duration_s": 3.0, "arrival": {"process": "poisson", "rate_rps": 20.0},
+                     "prompt_tokens": {"dist": "uniform", "min": 16, "max": 512},
+                     "output_tokens": {"dist": "fixed", "value": 400}}
+    d["memory"] = {"num_gpu_blocks": 30}  # 480 tokens of KV: long requests are rejected
+    res = simulate(scenario_from_dict(d))
+    st = res.requests["status"]
+    assert (st == "rejected").any() and (st == "unfinished").any()
+    trace = chrome_trace(res.requests, res.steps, res.summary["sim_time_s"], 1)
+    assert len(trace["traceEvents"]) == expected_events(res, 1)
+    inst = [e for e in trace["traceEvents"] if e["ph"] == "i"]
+    assert len(inst) == (st == "rejected").sum() and all(e["args"]["reason"] for e in inst)
+    ends = [e["ts"] for e in trace["traceEvents"] if e["ph"] == "e"]
+    assert max(ends) <= res.summary["sim_time_s"] * 1e6 + 1e-3
+
+
+def pd_results():
+    d = copy.deepcopy(BASE)
+    d["workload"]["num_requests"] = 30
+    d["policy"] = {"name": "pd_split", "prefill": {"replicas": 1}, "decode": {"replicas": 2}}
+    return simulate(scenario_from_dict(d))
+
+
+def test_pd_split_trace_timeline_and_gpus():
+    from plots.rundata import RunData
+    from sim.sweep import num_gpus
+
+    res = pd_results()
+    r = res.requests
+    assert np.isfinite(r["kv_transfer_s"]).any()
+    trace = chrome_trace(res.requests, res.steps, res.summary["sim_time_s"])
+    ev = trace["traceEvents"]
+    assert len(ev) == expected_events(res, 3)  # 1 prefill + 2 decode replicas
+    assert sum(e["ph"] == "b" and e["name"] == "kv_transfer" for e in ev) == np.isfinite(r["kv_transfer_s"]).sum()
+    assert {e["args"]["decode_replica"] for e in ev if e["ph"] == "b" and e.get("args", {}).get("decode_replica")} <= {1, 2}
+    rd = RunData.from_results(res)
+    assert [p[:3] for p in rd.pools()] == [("prefill", 0, 1), ("decode", 1, 2)]
+    dec = rd.timeline_data(1)
+    assert dec["pool"] == "decode" and dec["running"].max() > 0 and dec["waiting"].max() == 0
+    assert np.nanmax(dec["kv_usage"]) <= 1
+    pre = rd.timeline_data(0)
+    # on the prefill replica a request runs only until its KV has left, not until it finishes
+    handed = r["decode_replica"] >= 0
+    leaves = np.where(handed, r["first_token_s"] + np.nan_to_num(r["kv_transfer_s"]), r["finish_s"])
+    t = pre["queue_t"][:, None]
+    expected = ((r["scheduled_s"] <= t) & (leaves > t)).sum(axis=1)
+    assert (pre["running"] == expected).all()
+    assert ((r["scheduled_s"] <= t) & (r["finish_s"] > t)).sum() > expected.sum()
+    bd = rd.ttft_breakdown()
+    assert bd["transfer"] > 0
+    assert num_gpus(res.scenario.to_dict()) == 3

@@ -1,0 +1,216 @@
+"""servesim sweep / compare: rows per point, resume by hash, failing points recorded, executors agree."""
+
+import copy
+import json
+
+import pytest
+import yaml
+
+import sim.sweep as sweep_mod
+from policies import POLICIES
+from sim.cli import main
+from sim.sweep import grid_points, read_results, scenario_hash
+from tests.conftest import BASE
+
+RATES = "1,2,4,8"
+
+
+def scenario_file(tmp_path, **extra):
+    data = copy.deepcopy(BASE)
+    data["workload"]["num_requests"] = 30
+    data["slo"] = {"ttft_s": 0.5, "tpot_s": 0.05}
+    data.update(extra)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(p)
+
+
+def two_configs():
+    """Two registered policies when there are two, else two settings of the one policy."""
+    names = list(POLICIES)[:2]
+    if len(names) == 2:
+        return "policy.name", names
+    return "policy.max_num_seqs", [2, 64]
+
+
+def count_runs(monkeypatch):
+    calls = []
+    real = sweep_mod.run_point
+
+    def counting(data, out):
+        calls.append(out)
+        return real(data, out)
+
+    monkeypatch.setattr(sweep_mod, "run_point", counting)
+    return calls
+
+
+def test_sweep_2x4_writes_8_rows_and_resumes_without_rerunning(tmp_path, monkeypatch, capsys):
+    key, values = two_configs()
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "sw"
+    argv = ["sweep", sc, "--grid", f"{key}={','.join(map(str, values))}", "--grid",
+            f"workload.arrival.rate_rps={RATES}", "--out", str(out), "--workers", "1", "--quiet"]
+    calls = count_runs(monkeypatch)
+    assert main(argv) == 0
+    assert len(calls) == 8
+    rows = read_results(out / "results.csv")
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    # the swept values are columns, in cross-product order
+    assert [(r[key], r["workload.arrival.rate_rps"]) for r in rows] == [
+        (v, r) for v in values for r in (1, 2, 4, 8)]
+    assert all((out / r["dir"] / "summary.json").is_file() for r in rows)
+    assert all((out / r["dir"] / "tbt_s.npy").is_file() for r in rows)
+    # each run's folder holds its resolved scenario, and the folder name is its hash
+    for r in rows:
+        resolved = yaml.safe_load((out / r["dir"] / "scenario.yaml").read_text())
+        assert scenario_hash(resolved) == r["hash"]
+        assert resolved["workload"]["arrival"]["rate_rps"] == r["workload.arrival.rate_rps"]
+    before = (out / "results.csv").read_text()
+
+    calls.clear()
+    assert main(argv) == 0
+    assert calls == []  # nothing reran
+    assert "0 ran, 8 already finished" in capsys.readouterr().out
+    after = (out / "results.csv").read_text()
+    assert after == before
+
+    # a wider grid reruns only the new points
+    argv[argv.index(f"workload.arrival.rate_rps={RATES}")] = f"workload.arrival.rate_rps={RATES},16"
+    assert main(argv) == 0
+    assert len(calls) == 2 and len(read_results(out / "results.csv")) == 10
+
+
+def test_failing_point_is_recorded_and_the_rest_go_on(tmp_path):
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "sw"
+    # tp=3 does not divide Llama-3-8B's 32 heads (fails when the run starts); max_num_seqs=0 is invalid
+    assert main(["sweep", sc, "--grid", "hardware.tp=1,3", "--grid", "policy.max_num_seqs=0,8",
+                 "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    rows = {(r["hardware.tp"], r["policy.max_num_seqs"]): r for r in read_results(out / "results.csv")}
+    assert rows[(1, 8)]["status"] == "ok" and rows[(1, 8)]["completed"] == 30
+    assert rows[(3, 8)]["status"] == "error" and "hardware.tp=3" in rows[(3, 8)]["error"]
+    assert rows[(1, 0)]["status"] == "error" and "policy.max_num_seqs must be > 0" in rows[(1, 0)]["error"]
+    assert rows[(1, 0)]["dir"] is None
+
+
+def test_sweep_block_in_the_yaml(tmp_path):
+    sc = scenario_file(tmp_path, sweep={"grid": {"workload.arrival.rate_rps": [1, 4], "seed": [0, 1]}})
+    out = tmp_path / "sw"
+    assert main(["sweep", sc, "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    rows = read_results(out / "results.csv")
+    assert [(r["workload.arrival.rate_rps"], r["seed"]) for r in rows] == [(1, 0), (1, 1), (4, 0), (4, 1)]
+
+
+@pytest.mark.parametrize("argv_tail, needle", [
+    (["--grid", "policy.max_num_sqs=1,2"], "policy.max_num_sqs: unknown field"),
+    (["--grid", "workload.arrival.rate_rps"], "expected dotted.key=v1,v2"),
+    (["--grid", "seed=1,,2"], "empty value"),
+    ([], "nothing to sweep"),
+    (["--grid", "seed=1", "--workers", "0"], "--workers must be >= 1"),
+    (["--grid", "seed=1", "--address", "x:1"], "--address needs --executor ray"),
+])
+def test_bad_sweep_input_exits_2(tmp_path, capsys, argv_tail, needle):
+    sc = scenario_file(tmp_path)
+    assert main(["sweep", sc, "--out", str(tmp_path / "o"), "--quiet", *argv_tail]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_process_pool_gives_the_same_rows_as_inline(tmp_path):
+    base = yaml.safe_load(open(scenario_file(tmp_path)))
+    grid = {"workload.arrival.rate_rps": [2, 8], "policy.max_num_seqs": [4, 64]}
+    rows = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        points = grid_points(base, grid)
+        sweep_mod.execute(points, out, "local", workers, progress=False)
+        rows[workers] = [{k: v for k, v in p.row.items() if k != "wall_time_s"} for p in points]
+    assert rows[1] == rows[2]
+
+
+@pytest.mark.slow
+def test_ray_executor_equals_local(tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'servesim[ray]'")
+    base = yaml.safe_load(open(scenario_file(tmp_path)))
+    grid = {"workload.arrival.rate_rps": [2, 8], "policy.max_num_seqs": [4, 64]}
+    rows = {}
+    for ex in ("local", "ray"):
+        points = grid_points(base, grid)
+        sweep_mod.execute(points, tmp_path / ex, ex, 2, progress=False)
+        rows[ex] = [{k: v for k, v in p.row.items() if k != "wall_time_s"} for p in points]
+        assert all(p.row["status"] == "ok" for p in points), [p.row for p in points]
+    assert not ray.is_initialized()
+    assert rows["local"] == rows["ray"]
+    for p in grid_points(base, grid):  # byte-identical per-run files too
+        for f in ("requests.csv", "steps.csv"):
+            assert (tmp_path / "local/runs" / p.hash / f).read_bytes() == (tmp_path / "ray/runs" / p.hash / f).read_bytes()
+
+
+def test_compare_runs_each_configuration_on_the_same_requests(tmp_path, capsys):
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "cmp"
+    assert main(["compare", sc, "--policies", "continuous", "--variant", "small", "policy.max_num_seqs=2",
+                 "--out", str(out), "--workers", "1", "--quiet", "--no-report"]) == 0
+    printed = capsys.readouterr().out
+    assert "continuous" in printed and "small" in printed
+    rows = read_results(out / "results.csv")
+    assert [r["label"] for r in rows] == ["continuous", "small"]
+    reqs = [(out / r["dir"] / "requests.csv").read_text().splitlines() for r in rows]
+    arrivals = [[line.split(",")[1] for line in rq] for rq in reqs]
+    assert arrivals[0] == arrivals[1]  # same workload through both
+    assert json.loads((out / "sweep.json").read_text())["kind"] == "compare"
+    assert not (out / "report.md").exists()  # --no-report; tests/test_report.py covers the report
+
+
+def test_compare_rejects_unregistered_policy(tmp_path, capsys):
+    sc = scenario_file(tmp_path)
+    assert main(["compare", sc, "--policies", "continuous,nope", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown policy 'nope'" in err and "continuous" in err
+
+
+def test_compare_takes_names_from_the_registry(tmp_path, monkeypatch):
+    from sim.compare import configurations
+
+    from sim.compare import policy_names
+
+    monkeypatch.setitem(POLICIES, "toy", POLICIES["continuous"])
+    assert configurations("continuous,toy", None) == [("continuous", {"policy.name": "continuous"}),
+                                                       ("toy", {"policy.name": "toy"})]
+    assert set(POLICIES) <= set(policy_names())
+
+
+def test_run_ignores_the_sweep_block(tmp_path):
+    sc = scenario_file(tmp_path, sweep={"grid": {"seed": [0, 1]}})
+    assert main(["run", sc, "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert "sweep" not in (tmp_path / "o" / "scenario.yaml").read_text()
+
+
+def test_ray_executor_without_ray_exits_2(tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    sc = scenario_file(tmp_path)
+    assert main(["sweep", sc, "--grid", "seed=0,1", "--out", str(tmp_path / "o"), "--executor", "ray", "--quiet"]) == 2
+    assert "pip install 'servesim[ray]'" in capsys.readouterr().err
+
+
+def test_a_bug_in_one_point_is_recorded_with_its_traceback(tmp_path, monkeypatch):
+    import sim.simulate
+
+    real = sim.simulate.simulate
+
+    def flaky(scenario, *a, **kw):
+        if scenario.seed == 1:
+            raise RuntimeError("boom")
+        return real(scenario, *a, **kw)
+
+    monkeypatch.setattr(sim.simulate, "simulate", flaky)
+    out = tmp_path / "sw"
+    assert main(["sweep", scenario_file(tmp_path), "--grid", "seed=0,1,2", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    rows = read_results(out / "results.csv")
+    assert [r["status"] for r in rows] == ["ok", "error", "ok"]
+    assert rows[1]["error"].startswith("RuntimeError: boom") and "Traceback" in rows[1]["error"]
+    assert not any(p.name.startswith(".tmp") for p in (out / "runs").iterdir())
