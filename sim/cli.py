@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -90,17 +92,45 @@ def _progress_bar(quiet: bool):
     return update, close
 
 
+@contextlib.contextmanager
+def _naming(scenario_path):
+    """Prefix input errors found after loading (model, GPU, memory fit) with the scenario file."""
+    try:
+        yield
+    except InputError as e:
+        where = str(scenario_path) if scenario_path else "the default scenario"
+        if where in str(e):
+            raise
+        raise InputError(f"{where}: {e}") from None
+
+
+def _writable_dir(path: str, flag: str) -> Path:
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{flag} {path}: cannot create the output folder: {e.strerror or e}") from None
+    if not os.access(p, os.W_OK):
+        raise InputError(f"{flag} {path}: the output folder is not writable")
+    return p
+
+
 def cmd_run(args) -> int:
     from sim.scenario import load_scenario
     from sim.simulate import simulate
 
     scenario = load_scenario(args.scenario, args.set or [], args.seed)
+    out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
     update, close = _progress_bar(args.quiet)
     try:
-        results = simulate(scenario, progress=update)
+        with _naming(args.scenario):
+            results = simulate(scenario, progress=update)
     finally:
         close()
-    out = results.write(args.out)
+    try:
+        out = results.write(out_dir)
+    except OSError as e:
+        raise InputError(f"--out {args.out}: cannot write the results: {e.strerror or e}") from None
     print(format_summary(results.summary))
     print(f"\nwrote {out}/summary.json, requests.csv, steps.csv, scenario.yaml")
     if args.trace_events:
@@ -116,8 +146,9 @@ def cmd_validate(args) -> int:
     from sim.workload import check_files
 
     scenario = load_scenario(args.scenario, args.set or [])
-    setup = prepare(scenario)
-    check_files(scenario.workload)
+    with _naming(args.scenario):
+        setup = prepare(scenario)
+        check_files(scenario.workload)
     cap = setup.capacity
     print(f"{args.scenario}: ok ({scenario.name}: {scenario.model} on {scenario.cluster.replicas} x "
           f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "

@@ -127,3 +127,17 @@ def test_cost_table_and_bad_gpu(capsys):
     assert "memory-bound" in capsys.readouterr().out
     assert main(["cost", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "h101", "--prefill", "8"]) == 2
     assert "--gpu" in capsys.readouterr().err
+
+
+def test_out_path_that_is_a_file_is_bad_input(tmp_path, capsys):
+    f = tmp_path / "taken"
+    f.write_text("x")
+    assert main(["run", write(tmp_path, GOOD), "--quiet", "--out", str(f)]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_errors_found_after_loading_name_the_scenario_file(tmp_path, capsys):
+    p = write(tmp_path, GOOD)
+    assert main(["run", p, "--quiet", "--set", "policy.name=pd_split", "--set", "cluster.replicas=2"]) == 2
+    err = capsys.readouterr().err
+    assert p in err and "cluster.replicas" in err
