@@ -47,8 +47,32 @@ def format_summary(s: dict) -> str:
               f"utilization   busy {u['busy_fraction'] * 100:.0f}%, mean batch {u['mean_batch_size']:.1f}, "
               f"KV mean {u['kv_usage_mean'] * 100:.0f}% / max {u['kv_usage_max'] * 100:.0f}%, "
               f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%"]
+    lines += _format_memory(s)
     lines += _format_workload(s)
     return "\n".join(lines)
+
+
+def _format_memory(s: dict) -> list:
+    """Per-pool utilization (P/D split), KV hand-off times, swap traffic and prefix-cache hits."""
+    lines = []
+    pools = s.get("pools", {})
+    if len(pools) > 1:
+        for name, u in pools.items():
+            lines.append(f"pool {name:<8} {u['replicas']} replica(s): busy {u['busy_fraction'] * 100:.0f}%, "
+                         f"mean batch {u['mean_batch_size']:.1f}, KV mean {u['kv_usage_mean'] * 100:.0f}%, "
+                         f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%")
+    tr = s.get("kv_transfer")
+    if tr and tr["count"]:
+        t = tr["time_s"]
+        lines.append(f"KV hand-off   {tr['count']} transfers, {tr['bytes'] / 1e9:.1f} GB, mean "
+                     f"{_fmt_s(t['mean']).strip()}, p99 {_fmt_s(t['p99']).strip()} (first token until KV landed)")
+    kv = s.get("kv", {})
+    if kv.get("swap_out_bytes"):
+        lines.append(f"swap          {kv['swap_out_bytes'] / 1e9:.2f} GB to host, {kv['swap_in_bytes'] / 1e9:.2f} GB back")
+    if kv.get("prefix_cache_hit_tokens"):
+        lines.append(f"prefix cache  {kv['prefix_cache_hit_rate'] * 100:.1f}% of prompt tokens hit "
+                     f"({kv['prefix_cache_hit_tokens']} of {kv['prefix_cache_query_tokens']})")
+    return lines
 
 
 def _format_workload(s: dict) -> list:

@@ -166,12 +166,17 @@ class BlockAllocator:
         new = target - have
         if new <= 0:
             return True
-        if new > self.num_free:
-            return False
         pb = self._prefix_blocks(req)
         if pb <= have:  # no shared blocks among the new ones
+            if new > self.num_free:
+                return False
             self._take(new)
         else:
+            # blocks another request maps already cost nothing; every other one takes a free block
+            g, cache = req.prefix_group, self.cache
+            mapped = sum(1 for j in range(have, min(pb, target)) if cache.get((g, j), 0) > 0)
+            if new - mapped > self.num_free:
+                return False
             g = req.prefix_group
             for j in range(have, target):
                 if j < pb:

@@ -184,3 +184,13 @@ def test_link_figures_and_transfer_time():
     bw, lat = link_figures(Link(type="intra_node"), GPUS["h100-sxm"], tp=1)
     assert bw == GPUS["h100-sxm"].link_bw_bytes_per_s
     assert transfer_time_s(1e9, 1e10, 1e-3) == np.float64(0.101)
+
+
+def test_mapping_blocks_others_already_map_needs_no_free_block():
+    kv = BlockAllocator(4, 16, prefix_caching=True)
+    a = Request(0, 0.0, 64, 10, prefix_group=0, prefix_tokens=32)
+    assert kv.grow(a, 64) and kv.num_free == 0  # 2 shared + 2 own: the replica is full
+    b = Request(1, 0.0, 64, 10, prefix_group=0, prefix_tokens=32)
+    assert kv.cached_prefix_blocks(b) == (2, 0)
+    assert kv.grow(b, 32)  # a prefix hit on blocks a maps: no free block needed
+    assert kv.num_used == 4 and not kv.grow(b, 33)
