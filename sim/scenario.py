@@ -626,19 +626,28 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
+def set_dotted(data: dict, key: str, value, flag: str = "--set") -> dict:
+    """Set ``a.b.c`` in a nested mapping, creating mappings on the way (``--set``, ``--grid``)."""
+    parts = key.split(".")
+    if not all(parts):
+        raise InputError(f"{flag} {key!r}: empty key segment")
+    node = data
+    for i, p in enumerate(parts[:-1]):
+        nxt = node.get(p)
+        if nxt is None:
+            nxt = node[p] = {}
+        if not isinstance(nxt, dict):
+            raise InputError(f"{flag} {key!r}: {'.'.join(parts[: i + 1])} is not a mapping")
+        node = nxt
+    node[parts[-1]] = value
+    return data
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     data = copy.deepcopy(data)
     for text in overrides:
         parts, value = parse_override(text)
-        node = data
-        for i, p in enumerate(parts[:-1]):
-            nxt = node.get(p)
-            if nxt is None:
-                nxt = node[p] = {}
-            if not isinstance(nxt, dict):
-                raise InputError(f"--set {text!r}: {'.'.join(parts[: i + 1])} is not a mapping")
-            node = nxt
-        node[parts[-1]] = value
+        set_dotted(data, ".".join(parts), value)
     return data
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from sim.errors import InputError
+from sim.scenario import set_dotted as scenario_set_dotted
 
 RUNS = "runs"
 RESULTS = "results.csv"
@@ -63,19 +64,7 @@ class Point:
 # ---------------------------------------------------------------- building points
 def set_dotted(data: dict, key: str, value) -> dict:
     """Set ``a.b.c`` in a nested mapping (creating mappings on the way), as ``--set`` does."""
-    parts = key.split(".")
-    if not all(parts):
-        raise InputError(f"--grid {key!r}: empty key segment")
-    node = data
-    for i, p in enumerate(parts[:-1]):
-        nxt = node.get(p)
-        if nxt is None:
-            nxt = node[p] = {}
-        if not isinstance(nxt, dict):
-            raise InputError(f"--grid {key!r}: {'.'.join(parts[: i + 1])} is not a mapping")
-        node = nxt
-    node[parts[-1]] = value
-    return data
+    return scenario_set_dotted(data, key, value, "--grid")
 
 
 def parse_grid(texts) -> dict:
