@@ -60,6 +60,12 @@ class Cluster:
                 self.rec.reject(req, f"prompt + output = {total} tokens needs {need} KV blocks; a decode replica "
                                      f"has {self._decode_blocks} in all")
                 return
+            # a request preempted on the decode side is recomputed there, under the decode policy
+            reason = self.decode[0].policy.admission_error(req.prompt_tokens, req.output_tokens)
+            if reason is not None:
+                req.replica = -1
+                self.rec.reject(req, f"decode pool: {reason}")
+                return
         self.entry[self.route(self.entry, req)].submit(req)
 
     # ---------------------------------------------------------------- P/D hand-off

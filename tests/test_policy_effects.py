@@ -167,3 +167,13 @@ def test_speculative_tokens_per_step_match_expectation():
     # (slightly fewer at the very end, where a request needs fewer than it could get)
     assert emitted / seq_steps == pytest.approx((1 - a ** (k + 1)) / (1 - a), rel=0.02)
     assert st["decode_tokens"][1:].sum() == (k + 1) * seq_steps  # every step verifies k + 1 per sequence
+
+
+def test_pd_rejects_what_a_decode_side_recompute_could_never_schedule():
+    # found by the property test: a decode replica (continuous, budget 256) that preempted a
+    # 1,600-token request could never recompute it, and the run stalled
+    sc = make_scenario(**{"policy.name": "pd_split", "policy.max_num_batched_tokens": 256,
+                          "policy.prefill": {"policy": "chunked_prefill"}, "memory.num_gpu_blocks": 131})
+    res = simulate(sc, specs=specs([(0.0, 1600, 110), (0.1, 100, 50)]))
+    assert list(res.requests["status"]) == ["rejected", "completed"]
+    assert res.requests["reason"][0].startswith("decode pool: prompt + output - 1")

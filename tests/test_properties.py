@@ -15,7 +15,7 @@ request_rows = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=request_rows, max_num_seqs=st.integers(1, 16), budget=st.integers(256, 4096),
        blocks=st.one_of(st.none(), st.integers(8, 400)), replicas=st.integers(1, 3),
        duration=st.one_of(st.none(), st.floats(0.2, 5)),
