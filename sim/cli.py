@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sim.errors import InputError
+from sim.profile import format_profile
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,6 +47,7 @@ def format_summary(s: dict) -> str:
               f"KV mean {u['kv_usage_mean'] * 100:.0f}% / max {u['kv_usage_max'] * 100:.0f}%, "
               f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%"]
     lines += _format_workload(s)
+    lines += format_profile(s)
     return "\n".join(lines)
 
 
