@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     from sim.cli_cost import register as register_cost
 
     register_cost(sub)  # calibrate, validate-cost
+    from sim.lessons import register as register_lessons
+
+    register_lessons(sub)  # lessons
     return p
 
 
