@@ -33,6 +33,7 @@ LLAMA3_8B = "meta-llama/Meta-Llama-3-8B"
 MISTRAL_7B = "mistralai/Mistral-7B-v0.1"
 LLAMA32_1B = "meta-llama/Llama-3.2-1B"
 GPUS3 = ("a100-80g", "h100-sxm", "h200")
+QUICK = 0.3  # share of each simulation's requests in a quick run
 
 
 @dataclass
@@ -318,7 +319,7 @@ def lesson_long_context(quick: bool) -> Lesson:
 
 # ---------------------------------------------------------------- 5. decode batches flip to compute-bound (step records)
 def lesson_decode_flip(quick: bool) -> Lesson:
-    sc = lesson_scenario("decode-flip", scale=0.5 if quick else 1.0)
+    sc = lesson_scenario("decode-flip", scale=QUICK if quick else 1.0)
     res = run(sc)
     st = res.steps
     dec = (st["decode_tokens"] > 0) & (st["prefill_tokens"] == 0)
@@ -350,7 +351,7 @@ def lesson_decode_flip(quick: bool) -> Lesson:
 
 # ---------------------------------------------------------------- 6. scheduling: static vs continuous, chunked, P/D split
 def lesson_continuous_static(quick: bool) -> Lesson:
-    scale = 0.5 if quick else 1.0
+    scale = QUICK if quick else 1.0
     out = {}
     for pol in ("static", "continuous"):
         out[pol] = run(lesson_scenario("static-vs-continuous", {"policy.name": pol}, scale)).summary
@@ -372,7 +373,7 @@ def lesson_continuous_static(quick: bool) -> Lesson:
 
 
 def lesson_chunked(quick: bool) -> Lesson:
-    scale = 0.5 if quick else 1.0
+    scale = QUICK if quick else 1.0
     sizes = (2048, 512, 256) if quick else (4096, 2048, 1024, 512, 256)
     runs = [("none", run(lesson_scenario("chunked-prefill", {"policy.name": "continuous",
                                                              "policy.max_num_batched_tokens": 8192}, scale)).summary)]
@@ -383,10 +384,11 @@ def lesson_chunked(quick: bool) -> Lesson:
     # a trend with a 5% tolerance per step (one chunk size to the next) for run-to-run noise
     steps_ok = all(b <= 1.05 * a for a, b in zip(tbt, tbt[1:])) and all(b >= 0.95 * a for a, b in zip(ttft, ttft[1:]))
     holds = steps_ok and tbt[-1] < 0.5 * tbt[0] and ttft[-1] > 1.5 * ttft[0]
-    rises = [f"TBT p99 {runs[i][0]} -> {runs[i + 1][0]}: {tbt[i + 1] / tbt[i] - 1:+.0%}"
+    rises = [f"{runs[i][0]} -> {runs[i + 1][0]}: {tbt[i + 1] / tbt[i] - 1:+.0%} (TBT max "
+             f"{_fmt(runs[i][1]['tbt_s']['max'], 'ms')} -> {_fmt(runs[i + 1][1]['tbt_s']['max'], 'ms')})"
              for i in range(len(tbt) - 1) if tbt[i + 1] > tbt[i]]
-    rows = [(k, _fmt(s["ttft_s"]["p50"], "ms"), _fmt(s["tbt_s"]["p99"], "ms"), _fmt(s["tpot_s"]["p50"], "ms"),
-             f"{s['throughput_rps']:.2f}") for k, s in runs]
+    rows = [(k, _fmt(s["ttft_s"]["p50"], "ms"), _fmt(s["tbt_s"]["p99"], "ms"), _fmt(s["tbt_s"]["max"], "ms"),
+             _fmt(s["tpot_s"]["p50"], "ms"), f"{s['throughput_rps']:.2f}") for k, s in runs]
     return Lesson(
         "chunked", "Chunked prefill trades TTFT for TBT: smaller chunks raise TTFT p50 and cut TBT p99.",
         f"Simulation ({runs[0][1]['scenario']}): {runs[0][1]['num_requests']} Poisson requests at 3 req/s, "
@@ -394,7 +396,7 @@ def lesson_chunked(quick: bool) -> Lesson:
         "(budget 8192) then chunked prefill with chunk (token budget) " + ", ".join(map(str, sizes)) + ".",
         "from unchunked down the chunk sizes, each TBT p99 <= 1.05 x the previous one and each TTFT p50 >= 0.95 x "
         "the previous one; at the smallest chunk TBT p99 < 0.5 x unchunked and TTFT p50 > 1.5 x unchunked",
-        holds, (("chunk", "TTFT p50", "TBT p99", "TPOT p50", "req/s"), rows),
+        holds, (("chunk", "TTFT p50", "TBT p99", "TBT max", "TPOT p50", "req/s"), rows),
         [f"TTFT p50 {_fmt(ttft[0], 'ms')} -> {_fmt(ttft[-1], 'ms')}, TBT p99 {_fmt(tbt[0], 'ms')} -> "
          f"{_fmt(tbt[-1], 'ms')} from unchunked to chunk {sizes[-1]}"]
         + ([f"TBT p99 rose at: {'; '.join(rises)}"] if rises else []),
@@ -402,7 +404,7 @@ def lesson_chunked(quick: bool) -> Lesson:
 
 
 def lesson_pd_split(quick: bool) -> Lesson:
-    scale = 0.5 if quick else 1.0
+    scale = QUICK if quick else 1.0
     rates = (14.0,) if quick else (6.0, 14.0)
     rows, holds, data = [], True, []
     for rate in rates:
@@ -457,7 +459,7 @@ def _variant_config(tmp: Path, kv_heads: int) -> str:
 def lesson_kv_capacity(quick: bool) -> Lesson:
     from sim.simulate import prepare
 
-    scale = 0.5 if quick else 1.0
+    scale = QUICK if quick else 1.0
     rows, data = [], []
     feasible, peak, tput = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -498,7 +500,7 @@ def lesson_kv_capacity(quick: bool) -> Lesson:
 
 # ---------------------------------------------------------------- 8. streaming
 def lesson_streaming(quick: bool) -> Lesson:
-    res = run(lesson_scenario("streaming", scale=0.5 if quick else 1.0))
+    res = run(lesson_scenario("streaming", scale=QUICK if quick else 1.0))
     r = res.requests
     done = r["status"] == "completed"
     ttft = (r["first_token_s"] - r["arrival_s"])[done]
@@ -537,7 +539,7 @@ CONFIGS = {
 
 
 def lesson_apart(quick: bool) -> Lesson:
-    scale = 0.5 if quick else 1.0
+    scale = QUICK if quick else 1.0
     rows, score_i, score_o = [], {}, {}
     for name, ov in CONFIGS.items():
         i = run(lesson_scenario("interactive", ov, scale)).summary
@@ -569,14 +571,14 @@ def lesson_profile(quick: bool) -> Lesson:
         "queue-bound": ("static-vs-continuous", {"policy.name": "continuous"}),
         "prefill-bound": ("ttft-prompt", {"workload.num_requests": 40, "workload.prompt_tokens": {"dist": "fixed", "value": 16000},
                                           "workload.arrival": {"process": "poisson", "rate_rps": 0.5}}),
-        "decode-bound": ("streaming", {"workload.arrival": {"process": "poisson", "rate_rps": 1.0},
+        "decode-bound": ("streaming", {"workload.num_requests": 100, "workload.arrival": {"process": "poisson", "rate_rps": 1.0},
                                        "workload.prompt_tokens": {"dist": "fixed", "value": 128},
                                        "workload.output_tokens": {"dist": "fixed", "value": 512}}),
     }
     want = {"queue-bound": "queueing", "prefill-bound": "prefill", "decode-bound": "decode_memory"}
     rows, holds, got = [], True, {}
     for case, (base, ov) in cases.items():
-        s = run(lesson_scenario(base, ov, 0.5 if quick else 1.0)).summary
+        s = run(lesson_scenario(base, ov, QUICK if quick else 1.0)).summary
         d = s["profile"]["diagnosis"]
         got[case] = d["bottleneck"]
         holds &= d["bottleneck"] == want[case]
