@@ -166,7 +166,8 @@ def lesson_batching(quick: bool) -> Lesson:
         ok = bx is not None and 0.75 * 16 <= fold16 <= 1.05 * 16 and flat <= 0.15 and growth >= 0.8
         holds &= ok
         rows.append((gpu, f"{cm.gpu.ridge_flops_per_byte:.0f}", f"{fold16:.1f}x", str(bx), f"{flat:.3f}",
-                     f"{growth:.2f}", f"{t[1] * 1e3:.2f}", f"{tq(bx) * 1e3:.2f}" if bx else "-"))
+                     f"{growth:.2f}", f"{t[1] * 1e3:.2f}", f"{tq(bx) * 1e3:.2f}" if bx else "-",
+                     f"{cm.step_time(synthetic_batch(decode_contexts=[ctx] * bx)).arithmetic_intensity:.0f}" if bx else "-"))
         curves.append({"gpu": gpu, "batch": list(BATCHES), "time_s": [t[b] for b in BATCHES],
                        "ai": [ai[b] for b in BATCHES], "crossover": bx, "ridge": cm.gpu.ridge_flops_per_byte})
     ridge_order = sorted(GPUS3, key=lambda g: get_gpu(g).ridge_flops_per_byte)
@@ -184,9 +185,12 @@ def lesson_batching(quick: bool) -> Lesson:
         "crossover/4 <= 0.15 (flat) and from 4x to 8x the crossover >= 0.8 (linear is 1); crossover batches "
         "ordered like the ridge points (A100 < H200 < H100)",
         holds, (("GPU", "ridge FLOP/B", "AI(16)/AI(1)", "crossover B*", "slope 1..B*/4", "slope 4B*..8B*",
-                 "t(1) ms", "t(B*) ms"), rows),
-        [f"crossover batch: " + ", ".join(f"{g} {crossovers[g]}" for g in GPUS3) +
-         f"; ordered like the ridge points: {order_ok}"],
+                 "t(1) ms", "t(B*) ms", "AI(B*) FLOP/B"), rows),
+        ["crossover batch: " + ", ".join(f"{g} {crossovers[g]}" for g in GPUS3) +
+         f"; ordered like the ridge points: {order_ok}",
+         "the step turns compute-bound at intensity " + "/".join(r[-1] for r in rows) + " FLOP/B, about the "
+         "fitted GEMM compute efficiency x the ridge, reached at a batch above that figure because KV reads and "
+         "bandwidth-bound kernels grow with B too"],
         [("decode_batching", {"curves": curves})])
 
 
