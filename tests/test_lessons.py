@@ -55,7 +55,7 @@ def test_lesson_scenarios_validate():
     names = sorted(p.name[:-5] for p in resources.files("scenarios.lessons").iterdir() if p.name.endswith(".yaml"))
     assert len(names) >= 9
     for n in names:
-        prepare(lesson_scenario(n))
+        prepare(lesson_scenario(None, n))
 
 
 @pytest.mark.slow
@@ -63,3 +63,11 @@ def test_full_lessons_run(tmp_path):
     assert main(["lessons", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "lessons.json").read_text())
     assert len(data) == len(LESSONS)
+
+
+def test_seed_replaces_scenario_seeds_deterministically():
+    a = run_lessons(["continuous_static"], quick=True, seed=5)[0]
+    b = run_lessons(["continuous_static"], quick=True, seed=5)[0]
+    c = run_lessons(["continuous_static"], quick=True)[0]
+    assert a.table == b.table and a.table != c.table
+    assert lesson_scenario(7, "streaming").seed == 7 and lesson_scenario(None, "streaming").seed == 0
