@@ -11,7 +11,6 @@ numbers with the pass criterion written next to it (``Lesson.criterion``). Nothi
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import math
 import tempfile
@@ -27,7 +26,7 @@ from sim.cost import CostModel
 from sim.cost.calibration import efficiencies_for
 from sim.errors import InputError
 from sim.scenario import read_yaml, scenario_from_dict
-from sim.specs import DTYPE_BYTES, get_gpu, get_model
+from sim.specs import get_gpu, get_model
 
 LLAMA3_8B = "meta-llama/Meta-Llama-3-8B"
 MISTRAL_7B = "mistralai/Mistral-7B-v0.1"
