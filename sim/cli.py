@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from sim.errors import InputError
+from sim.profile import format_profile
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +50,7 @@ def format_summary(s: dict) -> str:
               f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%"]
     lines += _format_memory(s)
     lines += _format_workload(s)
+    lines += format_profile(s)
     return "\n".join(lines)
 
 
@@ -268,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for mod in (sweep, capacity, compare, report):
         mod.register(sub)
+    from sim.lessons import register as register_lessons
+
+    register_lessons(sub)  # lessons
     return p
 
 

@@ -21,6 +21,7 @@ from sim.errors import InputError
 from sim.kv_cache import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from sim.clients import drive_closed_loop
 from sim.cluster import Cluster
+from sim.profile import profile_summary
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, dist_stats, summarize, summarize_classes
 from sim.request import Request
 from sim.scenario import Scenario, scenario_to_yaml
@@ -273,5 +274,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     extra["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0}
     extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
     summary = summarize(scenario, req_cols, steps, tbt, sim_time, cluster.infos, extra, limits)
+    pools = setup.pools_by_name
+    summary["profile"] = profile_summary(summary, steps, cluster.infos, [pools[i.pool].cost_model for i in cluster.infos],
+                                         pools.get("decode", setup.pools[0]).max_num_seqs)
     summary["wall_time_s"] = time.perf_counter() - wall0
     return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples)

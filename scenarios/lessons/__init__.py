@@ -1,0 +1,1 @@
+"""Scenario files of ``servesim lessons`` (each experiment starts from one and overrides a few fields)."""

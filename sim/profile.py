@@ -1,0 +1,157 @@
+"""Per-phase profiling of a run (``summary.json`` ``profile``) and a one-line diagnosis.
+
+Steps fall into three phases by what they carry: ``prefill`` (prompt tokens only), ``decode``
+(decode tokens only) and ``mixed`` (both, e.g. chunked prefill piggybacking decodes). For each
+phase: steps and their share of all steps, tokens, busy time and its share of all busy time, mean
+batch size (sequences per step), KV usage (time-weighted mean and max share of the replica's KV
+blocks), communication time (TP all-reduce and PP sends, recomputed from each step's token count
+with the replica's cost model: it depends on nothing else), share of compute-bound steps, MFU and
+MBU (FLOPs / bytes over busy time x the replica's peak FLOP/s / HBM bandwidth).
+
+Diagnosis rules, checked in this order (the first that matches names the bottleneck):
+
+1. ``none``: no request completed.
+2. ``queueing``: queueing is at least half of the mean TTFT (``queue_s.mean >= 0.5 x
+   ttft_s.mean``): "TTFT dominated by queueing". The line adds the busy fraction, the phase that
+   takes most busy time, and "KV cache full" when KV usage peaked at >= 95% (admission blocked by
+   memory rather than compute).
+3. ``communication``: communication is at least 30% of busy time.
+4. ``prefill``: prefill-only plus mixed steps take at least half of busy time: "TTFT dominated by
+   prefill compute", with the prefill phase's busy share, bound and MFU and the mean prompt.
+5. ``decode_memory`` / ``decode_compute``: otherwise (decode-only steps take most busy time),
+   by the bound most decode steps hit: "TPOT set by decode: batch small (mean B), memory-bound at
+   X% MBU" (or "compute-bound at X% MFU"); "batch capped by KV capacity" when KV usage peaked at
+   >= 95%, "batch small" when the mean decode batch is under a quarter of ``max_num_seqs``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PHASES = ("prefill", "decode", "mixed")
+QUEUE_SHARE = 0.5  # rule 2
+COMM_SHARE = 0.3  # rule 3
+PREFILL_SHARE = 0.5  # rule 4
+KV_FULL = 0.95
+SMALL_BATCH = 0.25  # of max_num_seqs
+
+
+def comm_seconds(steps: dict, cost_models: list) -> np.ndarray:
+    """Communication seconds of each step (``cost_models[replica]``): the cost model's TP all-reduce
+    and PP send time at the step's token count (prefill + decode + padding)."""
+    n = len(steps["duration_s"])
+    out = np.zeros(n)
+    if not n:
+        return out
+    tokens = steps["prefill_tokens"] + steps["decode_tokens"] + steps["padding_tokens"]
+    rep = steps["replica"]
+    for r in np.unique(rep):
+        cm = cost_models[int(r)]
+        if cm.tp == 1 and cm.pp == 1:
+            continue
+        sel = rep == r
+        uniq, inv = np.unique(tokens[sel], return_inverse=True)
+        per = np.array([sum(x for _, x in cm._comm(int(t))) for t in uniq])
+        out[sel] = per[inv]
+    return out
+
+
+def phase_profile(steps: dict, replicas: list, cost_models: list) -> dict:
+    """Per-phase figures (see the module docstring); ``replicas``: ``ReplicaInfo`` per replica."""
+    dur = steps["duration_s"]
+    pf, dc = steps["prefill_tokens"], steps["decode_tokens"]
+    masks = {"prefill": (pf > 0) & (dc == 0), "decode": (dc > 0) & (pf == 0), "mixed": (pf > 0) & (dc > 0)}
+    comm = comm_seconds(steps, cost_models)
+    rep = steps["replica"]
+    peak_f = np.array([r.peak_flops for r in replicas])[rep] if len(rep) else np.zeros(0)
+    peak_b = np.array([r.peak_bw for r in replicas])[rep] if len(rep) else np.zeros(0)
+    kv_use = steps["kv_blocks_used"] / np.array([max(r.kv_blocks, 1) for r in replicas])[rep] if len(rep) else np.zeros(0)
+    n_all, busy_all = len(dur), float(dur.sum())
+    out = {}
+    for name, sel in masks.items():
+        d = dur[sel]
+        busy = float(d.sum())
+        n = int(sel.sum())
+        out[name] = {
+            "steps": n,
+            "share_of_steps": n / n_all if n_all else 0.0,
+            "prefill_tokens": int(pf[sel].sum()),
+            "decode_tokens": int(dc[sel].sum()),
+            "busy_s": busy,
+            "share_of_busy": busy / busy_all if busy_all > 0 else 0.0,
+            "mean_batch_size": float(steps["num_seqs"][sel].mean()) if n else 0.0,
+            "kv_usage_mean": float((kv_use[sel] * d).sum() / busy) if busy > 0 else 0.0,
+            "kv_usage_max": float(kv_use[sel].max()) if n else 0.0,
+            "comm_s": float(comm[sel].sum()),
+            "comm_share": float(comm[sel].sum() / busy) if busy > 0 else 0.0,
+            "compute_bound_share": float(steps["compute_bound"][sel].mean()) if n else 0.0,
+            "mfu": float(steps["flops"][sel].sum() / (d * peak_f[sel]).sum()) if busy > 0 else 0.0,
+            "mbu": float(steps["bytes"][sel].sum() / (d * peak_b[sel]).sum()) if busy > 0 else 0.0,
+        }
+    out["comm_s"] = float(comm.sum())
+    out["comm_share"] = float(comm.sum() / busy_all) if busy_all > 0 else 0.0
+    return out
+
+
+def diagnose(summary: dict, profile: dict, max_num_seqs: int) -> dict:
+    """``{"bottleneck": ..., "line": ...}`` by the rules in the module docstring."""
+    if not summary["completed"]:
+        return {"bottleneck": "none", "line": "no request completed: nothing to diagnose"}
+    ttft, queue = summary["ttft_s"]["mean"] or 0.0, summary["queue_s"]["mean"] or 0.0
+    u = summary["utilization"]
+    p, d, m = profile["prefill"], profile["decode"], profile["mixed"]
+    kv_max = max(p["kv_usage_max"], d["kv_usage_max"], m["kv_usage_max"])
+    top = max(PHASES, key=lambda k: profile[k]["share_of_busy"])
+    if ttft > 0 and queue >= QUEUE_SHARE * ttft:
+        why = f"; KV cache full (max {kv_max * 100:.0f}%)" if kv_max >= KV_FULL else ""
+        return {"bottleneck": "queueing",
+                "line": f"TTFT dominated by queueing: {queue / ttft * 100:.0f}% of TTFT waiting, busy "
+                        f"{u['busy_fraction'] * 100:.0f}% ({top} {profile[top]['share_of_busy'] * 100:.0f}% of busy){why}"}
+    if profile["comm_share"] >= COMM_SHARE:
+        return {"bottleneck": "communication",
+                "line": f"communication-bound: TP/PP communication {profile['comm_share'] * 100:.0f}% of busy time"}
+    pre_share = p["share_of_busy"] + m["share_of_busy"]
+    if pre_share >= PREFILL_SHARE:
+        pre = p if p["busy_s"] >= m["busy_s"] else m
+        bound = "compute-bound" if pre["compute_bound_share"] >= 0.5 else "memory-bound"
+        n = summary["num_requests"]
+        mean_prompt = (p["prefill_tokens"] + m["prefill_tokens"]) / n if n else 0.0
+        return {"bottleneck": "prefill",
+                "line": f"TTFT dominated by prefill compute: prefill {pre_share * 100:.0f}% of busy, {bound} at "
+                        f"{pre['mfu'] * 100:.0f}% MFU, {mean_prompt:.0f} prompt tokens per request"}
+    if kv_max >= KV_FULL:
+        size = f"batch capped by KV capacity (mean {d['mean_batch_size']:.1f}, KV max {kv_max * 100:.0f}%)"
+    elif d["mean_batch_size"] < SMALL_BATCH * max_num_seqs:
+        size = f"batch small (mean {d['mean_batch_size']:.1f})"
+    else:
+        size = f"batch {d['mean_batch_size']:.1f}"
+    if d["compute_bound_share"] >= 0.5:
+        return {"bottleneck": "decode_compute",
+                "line": f"TPOT set by decode: {size}, compute-bound at {d['mfu'] * 100:.0f}% MFU"}
+    return {"bottleneck": "decode_memory",
+            "line": f"TPOT set by decode: {size}, memory-bound at {d['mbu'] * 100:.0f}% MBU"}
+
+
+def profile_summary(summary: dict, steps: dict, replicas: list, cost_models: list, max_num_seqs: int) -> dict:
+    """The ``profile`` entry of ``summary.json``: per-phase figures plus ``diagnosis``."""
+    prof = phase_profile(steps, replicas, cost_models)
+    prof["diagnosis"] = diagnose(summary, prof, max_num_seqs)
+    return prof
+
+
+def format_profile(s: dict) -> list:
+    """Lines for the printed summary (nothing when the summary has no ``profile``)."""
+    prof = s.get("profile")
+    if not prof:
+        return []
+    lines = []
+    for i, name in enumerate(PHASES):
+        x = prof[name]
+        if not x["steps"]:
+            continue
+        lines.append(f"{'profile' if not lines else '':<14}{name:<8}{x['steps']:>7} steps ({x['share_of_steps'] * 100:.0f}%), "
+                     f"{x['busy_s']:.1f} s ({x['share_of_busy'] * 100:.0f}% of busy), batch {x['mean_batch_size']:.1f}, "
+                     f"KV {x['kv_usage_mean'] * 100:.0f}%, comm {x['comm_s']:.2f} s, "
+                     f"MFU {x['mfu'] * 100:.1f}%, MBU {x['mbu'] * 100:.1f}%")
+    lines.append(f"diagnosis     {prof['diagnosis']['line']}")
+    return lines

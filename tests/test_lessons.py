@@ -1,0 +1,73 @@
+"""``servesim lessons``: every claim gets a verdict computed from simulated numbers (quick subset)."""
+
+import json
+
+import pytest
+
+from sim.cli import main
+from sim.lessons import LESSONS, lesson_scenario, run_lessons
+
+
+def test_quick_lessons_compute_every_verdict(tmp_path, capsys):
+    out = tmp_path / "lessons"
+    assert main(["lessons", "--quick", "--no-figures", "--out", str(out)]) == 0
+    data = json.loads((out / "lessons.json").read_text())
+    assert [x["name"] for x in data] == list(LESSONS)
+    md = (out / "lessons.md").read_text()
+    for x in data:
+        assert x["verdict"] == ("holds" if x["holds"] else "does not hold")
+        assert x["criterion"] and x["findings"] and x["rows"]  # a stated criterion and measured numbers
+        assert any(ch.isdigit() for row in x["rows"] for cell in row for ch in cell)
+        assert f"## `{x['name']}`: {x['verdict']}" in md
+    printed = capsys.readouterr().out
+    assert f"of {len(LESSONS)} claims hold" in printed
+
+
+def test_figures_are_written_and_linked(tmp_path):
+    out = tmp_path / "l"
+    assert main(["lessons", "--quick", "--only", "bound,batching", "--only", "decode_flip", "--out", str(out)]) == 0
+    md = (out / "lessons.md").read_text()
+    for name in ("bound", "batching", "decode_flip"):
+        assert (out / f"{name}.png").stat().st_size > 1000
+        assert f"]({name}.png)" in md
+    assert "`chunked`" not in md
+
+
+def test_unknown_lesson_is_an_input_error(tmp_path, capsys):
+    assert main(["lessons", "--only", "prefil", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown lesson 'prefil'" in err and "bound" in err and "Traceback" not in err
+    assert not (tmp_path / "lessons.md").exists()
+
+
+def test_physics_lessons_hold_and_are_deterministic():
+    a = run_lessons(["bound", "batching", "long_context"])
+    b = run_lessons(["bound", "batching", "long_context"])
+    assert all(x.holds for x in a)
+    assert [x.table for x in a] == [x.table for x in b]
+
+
+def test_lesson_scenarios_validate():
+    from importlib import resources
+
+    from sim.simulate import prepare
+
+    names = sorted(p.name[:-5] for p in resources.files("scenarios.lessons").iterdir() if p.name.endswith(".yaml"))
+    assert len(names) >= 9
+    for n in names:
+        prepare(lesson_scenario(None, n))
+
+
+@pytest.mark.slow
+def test_full_lessons_run(tmp_path):
+    assert main(["lessons", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "lessons.json").read_text())
+    assert len(data) == len(LESSONS)
+
+
+def test_seed_replaces_scenario_seeds_deterministically():
+    a = run_lessons(["continuous_static"], quick=True, seed=5)[0]
+    b = run_lessons(["continuous_static"], quick=True, seed=5)[0]
+    c = run_lessons(["continuous_static"], quick=True)[0]
+    assert a.table == b.table and a.table != c.table
+    assert lesson_scenario(7, "streaming").seed == 7 and lesson_scenario(None, "streaming").seed == 0
