@@ -10,6 +10,7 @@ import numpy as np
 from policies.pd_split import pick_decode_replica, transfer_time_s
 from sim.kv_cache import BlockAllocator
 from sim.metrics import ReplicaInfo
+from sim.fast_replica import make_replica
 from sim.replica import Replica
 from sim.router import ROUTERS
 
@@ -31,7 +32,7 @@ class Cluster:
                 if pool.spec is not None:
                     k, a, draft = pool.spec
                     spec = (k, a, draft, np.random.default_rng([seed, i, 1]))  # per replica, reproducible
-                r = Replica(env, i, pool.make_policy(), pool.cost_model,
+                r = make_replica(sc.engine, env, i, pool.make_policy(), pool.cost_model,
                             BlockAllocator(pool.capacity.num_blocks, pool.capacity.block_size, sc.policy.prefix_caching),
                             recorder, pool.cost_model.model.max_context_tokens, role=pool.name, pool=pool.name,
                             handoff=self.handoff, spec=spec, swap=pool.swap)

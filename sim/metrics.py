@@ -36,7 +36,11 @@ class Recorder:
 
     def __init__(self, progress=None):
         self.requests: list = []
-        self.tbt = array("d")
+        self.tbt = array("d")  # one gap per entry
+        # (gap, count): ``count`` requests had this same gap (the fast engine's decode set: every
+        # member's gap is the step's duration); together with ``tbt`` the exact TBT sample
+        self.tbt_gap = array("d")
+        self.tbt_count = array("q")
         self.completed = 0
         self.rejected = 0
         self.swap_out_bytes = 0.0
@@ -59,6 +63,18 @@ class Recorder:
         self.s_compute = array("b")
         self.s_kv = array("q")
         self.s_pad = array("q")
+
+    def tbt_steps(self, gap_s: float, count: int) -> None:
+        self.tbt_gap.append(gap_s)
+        self.tbt_count.append(count)
+
+    def tbt_sample(self) -> "WeightedSample":
+        single = np.frombuffer(self.tbt) if len(self.tbt) else np.zeros(0)
+        if not len(self.tbt_gap):
+            return WeightedSample(single.copy(), None)
+        values = np.concatenate([single, np.frombuffer(self.tbt_gap)])
+        counts = np.concatenate([np.ones(len(single), np.int64), np.frombuffer(self.tbt_count, dtype=np.int64)])
+        return WeightedSample(values, counts)
 
     def arrive(self, req) -> None:
         self.requests.append(req)
@@ -130,8 +146,53 @@ class Recorder:
         }
 
 
-def dist_stats(x: np.ndarray) -> dict:
-    """{mean, p50, p90, p99, max} of a sample (linear-interpolated percentiles); nulls if empty."""
+class WeightedSample:
+    """A sample stored as distinct-ish ``values`` with integer ``counts`` (None: each once): the
+    sample is ``np.repeat(values, counts)``, without building it. ``percentile`` is exactly
+    ``np.percentile``'s default (linear) method on that sample."""
+
+    __slots__ = ("values", "counts")
+
+    def __init__(self, values: np.ndarray, counts: np.ndarray | None):
+        self.values = np.asarray(values, dtype=float)
+        self.counts = None if counts is None else np.asarray(counts, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.values) if self.counts is None else int(self.counts.sum())
+
+    def expand(self) -> np.ndarray:
+        return self.values if self.counts is None else np.repeat(self.values, self.counts)
+
+    def stats(self) -> dict:
+        if self.counts is None:
+            return dist_stats(self.values)
+        keep = ~np.isnan(self.values) & (self.counts > 0)
+        v, c = self.values[keep], self.counts[keep]
+        if len(v) == 0:
+            return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+        order = np.argsort(v, kind="stable")
+        v, c = v[order], c[order]
+        cum = np.cumsum(c)  # cum[i] - 1: the last position of v[i] in the sorted sample
+        n = int(cum[-1])
+        out = []
+        for q in (0.5, 0.9, 0.99):
+            # numpy's linear method: virtual index (n - 1) q, lerp between its neighbours
+            h = (n - 1) * q
+            lo = int(np.floor(h))
+            g = h - lo
+            a = v[np.searchsorted(cum, lo, side="right")]
+            b = v[np.searchsorted(cum, min(lo + 1, n - 1), side="right")]
+            d = b - a
+            out.append(float(b - d * (1 - g)) if g >= 0.5 else float(a + d * g))
+        mean = float(np.dot(v, c.astype(float)) / n)
+        return {"mean": mean, "p50": out[0], "p90": out[1], "p99": out[2], "max": float(v[-1])}
+
+
+def dist_stats(x) -> dict:
+    """{mean, p50, p90, p99, max} of a sample (linear-interpolated percentiles); nulls if empty.
+    ``x``: an array, or a ``WeightedSample``."""
+    if isinstance(x, WeightedSample):
+        return x.stats()
     x = np.asarray(x, dtype=float)
     x = x[~np.isnan(x)]
     if len(x) == 0:

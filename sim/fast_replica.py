@@ -1,0 +1,301 @@
+"""The fast engine's replica: the same decisions and results as ``Replica``, with the decoding
+requests kept as one aggregate so that a step costs O(1) in the number of running requests.
+
+Iteration-level scheduling (``ContinuousPolicy``: continuous and chunked prefill, colocated or
+either side of a P/D split) gives every decoding request one token per step, in admission order,
+ahead of any request still prefilling. So the running list is (decode set) + (tail):
+
+* the *decode set*: requests that decode, in admission order, each stored as (seq, s0, c0, d0):
+  the replica's decode-step counter ``S`` when it joined and its computed tokens and emitted
+  output then. At counter ``S`` it has ``c0 + S - s0`` computed tokens. The replica keeps the sum
+  of their contexts, a heap of the counter at which each completes (``s0 + output - d0``) and,
+  per residue mod ``block_size``, how many need a new KV block at a step (a request with ``c``
+  computed tokens needs one exactly when ``c % block_size == 0``). Their ``Request`` counters are
+  brought up to date (settled) only when they leave the set.
+* the *tail*: requests still prefilling (chunked) or just admitted, handled one by one exactly as
+  ``Replica`` does.
+
+A step in which every member decodes and nothing needs preempting is decided, applied and
+committed here: the set's blocks, tokens and TBT gaps (one (gap, count) pair per step: each
+member's gap is the step's duration) in O(1) plus O(1) per joining or completing request. Any
+other step (KV would run out -> preemption; requests in the swapped queue) dissolves the set into
+the running list and runs the reference step (``Replica``'s ``policy.next_batch`` -> ``_apply``
+-> ``_commit``); the set re-forms after it. Speculative decoding and prefix caching, and the
+static policy, use ``Replica`` itself (see ``make_replica``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from math import isnan
+
+from policies.base import ReplicaState
+from policies.continuous import ContinuousPolicy
+from sim.batch import make_batch
+from sim.replica import Replica
+
+
+def fast_eligible(policy, kv, spec) -> bool:
+    """Whether the fast replica covers this policy and feature set (else ``Replica`` runs)."""
+    return type(policy) is ContinuousPolicy and not policy.spec_tokens and spec is None and not kv.caching
+
+
+def make_replica(engine: str, env, index, policy, cost_model, kv, recorder, max_context_tokens, **kw):
+    if engine == "fast" and fast_eligible(policy, kv, kw.get("spec")):
+        return FastReplica(env, index, policy, cost_model, kv, recorder, max_context_tokens, **kw)
+    return Replica(env, index, policy, cost_model, kv, recorder, max_context_tokens, **kw)
+
+
+class FastReplica(Replica):
+    def __init__(self, *args, **kw):
+        self._tail: list = []
+        self._members: dict = {}  # request -> (seq, s0, c0, d0), in admission order
+        self._S = 0  # decode-set steps so far
+        self._sum_c = 0  # sum over members of computed tokens at counter _S
+        self._heap: list = []  # (counter at which it completes, seq, request)
+        self._seq = itertools.count()
+        self._new: list = []  # members that joined since the last step (their first gap is their own)
+        self._t_last = 0.0  # end of the last step that advanced the set
+        super().__init__(*args, **kw)
+        self._cnt = [0] * self.kv.block_size
+        self._state = ReplicaState([], self.waiting, self.kv, 0.0, self.swapped, 0)
+
+    # ------------------------------------------------------------- the running list, materialized
+    @property
+    def running(self) -> list:
+        """The running list (reference order). Reading it dissolves the decode set (same state,
+        slower steps until it re-forms), so the reference code can work on it in place."""
+        if self._members:
+            self._dissolve()
+        return self._tail
+
+    @running.setter
+    def running(self, value) -> None:
+        self._tail = value
+
+    @property
+    def num_running(self) -> int:
+        return len(self._members) + len(self._tail)
+
+    def _settle(self, r, info, S) -> int:
+        """Bring ``r``'s counters to decode-step counter ``S``; return its computed tokens."""
+        _, s0, c0, d0 = info
+        k = S - s0
+        c = c0 + k
+        r.num_computed_tokens = c
+        r.num_output_done = d0 + k
+        r.kv_blocks = -(-c // self.kv.block_size)
+        if k:
+            r.last_token_s = self._t_last
+        return c
+
+    def _dissolve(self) -> None:
+        S = self._S
+        members = list(self._members.items())
+        for r, info in members:
+            self._settle(r, info, S)
+        self._tail[:0] = [r for r, _ in members]
+        self._members.clear()
+        self._heap.clear()
+        self._new.clear()
+        self._cnt = [0] * self.kv.block_size
+        self._sum_c = 0
+
+    def _absorb(self) -> None:
+        """Move the decoding requests at the front of the tail into the decode set."""
+        tail = self._tail
+        bs = self.kv.block_size
+        S = self._S
+        i = 0
+        for r in tail:
+            d = r.num_output_done
+            c = r.num_computed_tokens
+            if not (d > 0 and c == r.prompt_tokens + d - 1 and r.kv_blocks == -(-c // bs) and d < r.output_tokens):
+                break
+            seq = next(self._seq)
+            self._members[r] = (seq, S, c, d)
+            self._cnt[(S - c) % bs] += 1
+            self._sum_c += c
+            heapq.heappush(self._heap, (S + r.output_tokens - d, seq, r))
+            self._new.append(r)
+            i += 1
+        if i:
+            del tail[:i]
+
+    # ---------------------------------------------------------------- the loop
+    def _run(self):
+        env = self.env
+        kv = self.kv
+        bs = kv.block_size
+        pol = self.policy
+        B = pol.max_num_batched_tokens
+        tokens = pol._tokens
+        state = self._state
+        while True:
+            members, tail = self._members, self._tail
+            if not members and not tail and not self.waiting and not self.swapped:
+                yield self._sleep(None)
+                continue
+            n = len(members)
+            need_d = self._cnt[self._S % bs] if n else 0
+            free = kv.num_free
+            fast = not self.swapped and n <= B and need_d <= free
+            items = []
+            if fast:
+                free -= need_d
+                budget = B - n
+                for r in tail:
+                    q = tokens(r, budget)
+                    if q > budget or q == 0:
+                        continue
+                    need = -(-(r.num_computed_tokens + q) // bs) - r.kv_blocks
+                    if need > free:
+                        fast = False  # the reference preempts here
+                        break
+                    if need > 0:
+                        free -= need
+                    budget -= q
+                    items.append((r, q))
+            if not fast:
+                yield from self._reference_step()
+                self._absorb()
+                continue
+            _, admitted, hits = pol.admit(state, n + len(tail), free, budget, items)
+            if not items and not n:
+                yield self._sleep(None)
+                continue
+            # apply
+            start = env.now
+            if need_d:
+                kv._take(need_d)
+            waiting = self.waiting
+            rec = self.recorder
+            for r, cached in hits:  # P/D decode side: admitted holding their KV (as Replica._apply)
+                r.num_computed_tokens = cached
+                r.prefix_hit_tokens = cached
+                ok = kv.grow(r, cached)
+                assert ok, "prefix hit on blocks that are gone"
+            for r in admitted:
+                waiting.popleft()
+                tail.append(r)
+                if isnan(r.scheduled_s):
+                    r.scheduled_s = start
+                    rec.prefix_query_tokens += r.prompt_tokens
+                    rec.prefix_hit_tokens += r.prefix_hit_tokens
+            for r, q in items:
+                ok = kv.grow(r, r.num_computed_tokens + q)
+                assert ok, "scheduled more KV than is free"
+            batch = make_batch(items, (), admitted, prefix_hits=hits, decode_set=(n, self._sum_c))
+            cost = self.cost_model.step_time(batch)
+            yield env.timeout(cost.time_s)
+            self._commit_fast(batch, cost, start, n, items)
+            self._absorb()
+
+    def _reference_step(self):
+        """One step of ``Replica._run`` on the materialized running list."""
+        env = self.env
+        self._dissolve()
+        state = ReplicaState(self._tail, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks)
+        batch = self.policy.next_batch(state)
+        start = env.now
+        swap_s = self._apply(batch, start)
+        if batch.empty:
+            if swap_s > 0:
+                yield env.timeout(swap_s)
+            elif not batch.preempted:
+                yield self._sleep(batch.wake_at_s)
+            return
+        cost = self.cost_model.step_time(batch)
+        yield env.timeout(cost.time_s + swap_s)
+        self._commit(batch, cost, start, swap_s)
+
+    def _commit_fast(self, batch, cost, start: float, n: int, items) -> None:
+        now = self.env.now
+        rec = self.recorder
+        finished = False
+        if n:
+            S1 = self._S + 1
+            self._S = S1
+            new = self._new
+            old = n - len(new)
+            if old:
+                rec.tbt_steps(now - self._t_last, old)  # every older member's gap: this step
+            tbt = rec.tbt
+            for r in new:
+                tbt.append(now - r.last_token_s)
+            new.clear()
+            self._sum_c += n
+            self._t_last = now
+            heap = self._heap
+            if heap[0][0] == S1:
+                done = []
+                while heap and heap[0][0] == S1:
+                    done.append(heapq.heappop(heap)[2])
+                members = self._members
+                if rec.end_hooks:
+                    # a hook may route a new request now: show the counters exactly as the
+                    # reference has them at this member's turn (members before it emitted a token)
+                    want = set(done)
+                    pos = {}
+                    for i, r in enumerate(members):
+                        if r in want:
+                            pos[r] = i
+                            if len(pos) == len(want):
+                                break
+                else:
+                    pos = None
+                applied = 0  # of the n tokens emitted, how many are in outstanding_tokens yet
+                bs = self.kv.block_size
+                for r in done:
+                    info = members.pop(r)
+                    c = self._settle(r, info, S1)
+                    self._cnt[(info[1] - info[2]) % bs] -= 1
+                    self._sum_c -= c
+                    r.last_token_s = now
+                    r.finish_s = now
+                    self.kv.free(r)
+                    upto = pos[r] + 1 if pos is not None else n
+                    self.outstanding_tokens += upto - applied - (r.prompt_tokens + r.num_output_done)
+                    applied = upto
+                    rec.complete(r)
+                finished = True
+                self.outstanding_tokens += n - applied
+            else:
+                self.outstanding_tokens += n
+        handed = []
+        tbt = rec.tbt
+        for r, q in items:
+            done = r.num_output_done
+            ntok = r.prompt_tokens + done
+            r.num_computed_tokens += q
+            if r.num_computed_tokens != ntok:  # a prompt chunk: no token yet
+                continue
+            r.num_output_done = done + 1
+            self.outstanding_tokens += 1
+            if done == 0:
+                r.first_token_s = now
+            else:
+                tbt.append(now - r.last_token_s)
+            r.last_token_s = now
+            if r.num_output_done == r.output_tokens:
+                r.finish_s = now
+                self.kv.free(r)
+                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+                rec.complete(r)
+                finished = True
+            elif self.role == "prefill":
+                handed.append(r)
+        tail = self._tail
+        if finished:
+            if items:
+                tail[:] = [r for r in tail if r.status != "completed"]
+            if self.after_free is not None:
+                self.after_free()
+        if handed:
+            gone = {id(r) for r in handed}
+            tail[:] = [r for r in tail if id(r) not in gone]
+            for r in handed:
+                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+                self.handoff(r, self)
+        rec.step(self.index, start, cost, batch, self.kv.num_used, 0.0)
