@@ -42,6 +42,8 @@ class Cluster:
                 self.replicas.append(r)
                 members.append(r)
             self.pools[pool.name] = members
+        self._fast = [r for r in self.replicas if hasattr(r, "settle")]
+        recorder.order_steps = bool(self._fast)
         self.entry = self.pools.get("prefill") or self.pools["colocated"]
         self.decode = self.pools.get("decode", [])
         self.route = ROUTERS[sc.cluster.router](np.random.default_rng([seed, 2]))
@@ -51,7 +53,17 @@ class Cluster:
             for r in self.decode:
                 r.after_free = self._retry_handoffs
 
+    def settle(self, strict: bool = False) -> None:
+        """Bring fast replicas in the middle of a run of decode steps up to now (what a router,
+        the P/D hand-off or the end of the run must see)."""
+        now = self.env.now
+        for r in self._fast:
+            if r._mac is not None:
+                r.settle(now, strict)
+
     def submit(self, req) -> None:
+        if self._fast:
+            self.settle()
         self.rec.arrive(req)
         if self.decode:
             total = req.prompt_tokens + req.output_tokens
@@ -70,6 +82,8 @@ class Cluster:
         self._retry_handoffs()
 
     def _retry_handoffs(self) -> None:
+        if self.pending and self._fast:
+            self.settle()
         while self.pending:
             req, src = self.pending[0]
             need = self.decode[0].kv.blocks_for(req.num_computed_tokens)

@@ -30,6 +30,9 @@ import heapq
 import itertools
 from math import isnan
 
+import numpy as np
+from simpy.events import NORMAL
+
 from policies.base import ReplicaState
 from policies.continuous import ContinuousPolicy
 from sim.batch import make_batch
@@ -57,6 +60,7 @@ class FastReplica(Replica):
         self._seq = itertools.count()
         self._new: list = []  # members that joined since the last step (their first gap is their own)
         self._t_last = 0.0  # end of the last step that advanced the set
+        self._mac = None  # a run of decode-only steps in flight (see _macro)
         super().__init__(*args, **kw)
         self._cnt = [0] * self.kv.block_size
         self._state = ReplicaState([], self.waiting, self.kv, 0.0, self.swapped, 0)
@@ -67,6 +71,7 @@ class FastReplica(Replica):
         """The running list (reference order). Reading it dissolves the decode set (same state,
         slower steps until it re-forms), so the reference code can work on it in place."""
         if self._members:
+            assert self._mac is None, "the running list is not materialized during a run of decode steps"
             self._dissolve()
         return self._tail
 
@@ -161,6 +166,11 @@ class FastReplica(Replica):
                 yield from self._reference_step()
                 self._absorb()
                 continue
+            if n and not items and not tail and not self.waiting and not self._new:
+                K = self._macro_len(n, free + need_d)
+                if K >= 2:
+                    yield from self._macro(n, K)
+                    continue
             _, admitted, hits = pol.admit(state, n + len(tail), free, budget, items)
             if not items and not n:
                 yield self._sleep(None)
@@ -191,6 +201,104 @@ class FastReplica(Replica):
             yield env.timeout(cost.time_s)
             self._commit_fast(batch, cost, start, n, items)
             self._absorb()
+
+    # ---------------------------------------------------------------- runs of decode-only steps
+    MAX_RUN = 4096  # steps per run (bounds the arrays)
+
+    def _macro_len(self, n: int, free: int) -> int:
+        """How many decode-only steps can run from here with nothing changing: before the first
+        completion (that step goes the ordinary way) and while the KV blocks they grow fit."""
+        S = self._S
+        K = min(self._heap[0][0] - S - 1, self.MAX_RUN)
+        if K < 2:
+            return K
+        bs = self.kv.block_size
+        cnt = self._cnt
+        if K < bs:
+            used = 0
+            for i in range(K):
+                used += cnt[(S + i) % bs]
+                if used > free:
+                    return i
+            return K
+        per_cycle = sum(cnt)
+        if per_cycle * (K // bs + 1) <= free:
+            return K
+        needs = np.asarray(cnt, dtype=np.int64)[(S + np.arange(K)) % bs]
+        return int(np.searchsorted(np.cumsum(needs), free, side="right"))
+
+    def _event_at(self, t: float):
+        """An event that fires at exactly ``t`` (``env.timeout(t - now)`` could land an ulp
+        away from the sum of the step times that the reference engine accumulates)."""
+        env = self.env
+        t = float(t)
+        ev = env.event()
+        ev._ok = True
+        ev._value = None
+        heapq.heappush(env._queue, (t, NORMAL, next(env._eid), ev))
+        return ev
+
+    def _macro(self, n: int, K: int):
+        """Run K decode-only steps of the decode set as one timeout. An arrival (or a P/D
+        hand-off) at time x wakes the replica: the steps ended by x are settled, the step in
+        flight runs to its end, and the replica decides again. Observers (router, P/D hand-off)
+        call ``settle(now)`` first, so that counters, KV and records are those of time x."""
+        env = self.env
+        S = self._S
+        bs = self.kv.block_size
+        ar = np.arange(K, dtype=np.int64)
+        dctx = self._sum_c + n * ar + n  # sum of (c + 1) at each step
+        dur, flops, nbytes, comp = self.cost_model.decode_steps(n, dctx)
+        start = env.now
+        ends = np.add.accumulate(np.concatenate(([start], dur)))  # the reference's now + d, step by step
+        starts, ends = ends[:-1], ends[1:]
+        needs = np.asarray(self._cnt, dtype=np.int64)[(S + ar) % bs]
+        self._mac = [K, 0, 0, starts, ends, dur, flops, nbytes, comp, dctx, np.cumsum(needs), self.kv.num_used, n]
+        self.settle(start)  # the first step's KV
+        self._wakeup = wake = env.event()
+        yield self._event_at(ends[-1]) | wake
+        if env.now < ends[-1]:  # woken: settle what has happened, finish the step in flight
+            self.settle(env.now)
+            m = self._mac
+            j = m[1]  # the step in flight
+            m[0] = j + 1
+            yield self._event_at(ends[j])
+        self._wakeup = None
+        self.settle(env.now)
+        self._mac = None
+
+    def settle(self, now: float, strict: bool = False) -> None:
+        """Bring a run of decode steps up to time ``now``: KV of the steps started by then, and
+        the steps ended by then committed (``strict``: started / ended strictly before ``now``,
+        for the end of a run cut off at ``workload.duration_s``)."""
+        m = self._mac
+        if m is None:
+            return
+        K, done, grown, starts, ends, dur, flops, nbytes, comp, dctx, cum, used0, n = m
+        side = "left" if strict else "right"
+        g = min(int(np.searchsorted(starts, now, side=side)), K)
+        if g > grown:
+            k = int(cum[g - 1]) - (int(cum[grown - 1]) if grown else 0)
+            if k:
+                self.kv._take(k)
+            m[2] = g
+        e = min(int(np.searchsorted(ends, now, side=side)), K)
+        if e > done:
+            rec = self.recorder
+            # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
+            # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth
+            g = m[2]
+            used = self.kv.num_used - (int(cum[g - 1]) - cum[done:e])
+            rec.steps_block(self.index, starts[done:e], dur[done:e], n, n, dctx[done:e], flops[done:e],
+                            nbytes[done:e], comp[done:e], used)
+            prev = np.concatenate(([self._t_last], ends[done:e - 1]))
+            rec.tbt_block(ends[done:e] - prev, n)  # the reference's now - last_token_s
+            k = e - done
+            self.outstanding_tokens += n * k
+            self._sum_c += n * k
+            self._S += k
+            self._t_last = float(ends[e - 1])
+            m[1] = e
 
     def _reference_step(self):
         """One step of ``Replica._run`` on the materialized running list."""

@@ -49,6 +49,7 @@ class Recorder:
         self.prefix_hit_tokens = 0  # of which found in the prefix cache
         self.kv_transfer_bytes = 0.0
         self._progress = progress
+        self.order_steps = False  # set by the fast engine (see step_columns)
         self.end_hooks: list = []  # f(request), called when a request completes or is rejected
         # step columns
         self.s_replica = array("i")
@@ -109,7 +110,41 @@ class Recorder:
         self.s_kv.append(kv_used)
         self.s_pad.append(batch.padding_tokens)
 
+    def steps_block(self, replica: int, start_s, dur_s, num_seqs: int, decode_tokens: int, context_tokens,
+                    flops, nbytes, compute, kv_used) -> None:
+        """Several decode-only steps of one replica at once (numpy arrays, one element a step):
+        the rows ``step`` would append one by one."""
+        k = len(start_s)
+        self.s_replica.extend([replica] * k)
+        self.s_start.frombytes(np.ascontiguousarray(start_s, dtype=np.float64).tobytes())
+        self.s_dur.frombytes(np.ascontiguousarray(dur_s, dtype=np.float64).tobytes())
+        self.s_seqs.extend([num_seqs] * k)
+        self.s_prefill.extend([0] * k)
+        self.s_decode.extend([decode_tokens] * k)
+        self.s_ctx.frombytes(np.ascontiguousarray(context_tokens, dtype=np.int64).tobytes())
+        self.s_flops.frombytes(np.ascontiguousarray(flops, dtype=np.float64).tobytes())
+        self.s_bytes.frombytes(np.ascontiguousarray(nbytes, dtype=np.float64).tobytes())
+        self.s_compute.frombytes(np.ascontiguousarray(compute, dtype=np.int8).tobytes())
+        self.s_kv.frombytes(np.ascontiguousarray(kv_used, dtype=np.int64).tobytes())
+        self.s_pad.extend([0] * k)
+
+    def tbt_block(self, gaps, count: int) -> None:
+        self.tbt_gap.frombytes(np.ascontiguousarray(gaps, dtype=np.float64).tobytes())
+        self.tbt_count.extend([count] * len(gaps))
+
     def step_columns(self) -> dict[str, np.ndarray]:
+        cols = self._step_columns()
+        if self.order_steps and len(cols["start_s"]) > 1:
+            # the fast engine records a run of decode steps when it is settled, possibly after
+            # other replicas' later steps: put rows back in the order steps ended (as the
+            # reference engine commits them); ties keep the recording order
+            end = cols["start_s"] + cols["duration_s"]
+            if not (np.diff(end) >= 0).all():
+                order = np.argsort(end, kind="stable")
+                cols = {k: v[order] for k, v in cols.items()}
+        return cols
+
+    def _step_columns(self) -> dict[str, np.ndarray]:
         return {
             "replica": np.frombuffer(self.s_replica, dtype=np.int32),
             "start_s": np.frombuffer(self.s_start),

@@ -20,3 +20,19 @@ def test_memoized_step_time_is_exact(m, prefill, decode, spec):
     b = synthetic_batch(prefill, decode, spec)
     for _ in range(2):  # cold, then from the memo
         assert cm.step_time(b) == cm.step_time_reference(b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, len(MODELS) - 1), st.lists(st.integers(1, 4000), min_size=1, max_size=60),
+       st.integers(1, 20))
+def test_vectorized_decode_steps_are_exact(m, contexts, k):
+    """Step i of a decode run: every sequence has grown by i tokens."""
+    import numpy as np
+
+    cm = MODELS[m]
+    n = len(contexts)
+    dctx = np.array([sum(contexts) + i * n + n for i in range(k)])
+    t, f, b, comp = cm.decode_steps(n, dctx)
+    for i in range(k):
+        ref = cm.step_time_reference(synthetic_batch((), [c + i for c in contexts]))
+        assert (t[i], f[i], b[i], bool(comp[i])) == (ref.time_s, ref.flops, ref.bytes, ref.bound == "compute")

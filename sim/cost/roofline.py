@@ -334,6 +334,46 @@ class CostModel:
         return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
                         tc, tm, comm, over)
 
+    def decode_steps(self, n: int, dctx):
+        """A run of decode-only steps of ``n`` sequences (one token each), step ``i`` touching
+        ``dctx[i]`` KV tokens in all (sum of c + 1): numpy arrays (time_s, flops, bytes,
+        compute_bound), each element bit for bit ``step_time`` of that step (same operations in
+        the same order, elementwise)."""
+        import numpy as np
+
+        head, tail, comm = self._fixed(n, n)
+        t = tc = tm = flops = nbytes = 0.0
+        for ot, f, b, c, m in head:
+            t += ot
+            tc += c
+            tm += m
+            flops += f
+            nbytes += b
+        # attention of decode sequences (``_attention`` with no prefill part)
+        qd, kv_tok = self._c[1], self._c[7]
+        L = self.model.num_layers
+        e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
+        dctx = np.asarray(dctx, dtype=np.int64)
+        f = 4 * qd * dctx.astype(np.float64)  # decode_attn_pairs == decode_context_tokens when q = 1
+        b = kv_tok * dctx + a * n * 2 * qd
+        c = f / (peak16 * e.compute)
+        m = b / (bw * e.memory)
+        at = 1 * e.latency_s + np.where(c > m, c, m)
+        T = t + at * L
+        TC = tc + c * L
+        TM = tm + m * L
+        F = flops + f * L
+        B = nbytes + b * L
+        for ot, f, b, c, m in tail:
+            T += ot
+            TC += c
+            TM += m
+            F += f
+            B += b
+        over = self._overhead_s(n)
+        g = self.tp
+        return T + comm + over, F * g, B * g, TC >= TM
+
     def step_time_reference(self, batch: Batch) -> StepCost:
         """``step_time`` without memoization: the plain sum over ``_ops`` (tests compare them)."""
         T = batch.num_tokens + batch.padding_tokens
