@@ -50,6 +50,9 @@ class Recorder:
         self.kv_transfer_bytes = 0.0
         self._progress = progress
         self.order_steps = False  # set by the fast engine (see step_columns)
+        self._ended = None  # column -> array of the rows of ended requests
+        self._reasons: dict = {}  # row -> reason, for rejected requests
+        self._steps_np = None
         self.end_hooks: list = []  # f(request), called when a request completes or is rejected
         # step columns
         self.s_replica = array("i")
@@ -78,6 +81,7 @@ class Recorder:
         return WeightedSample(values, counts)
 
     def arrive(self, req) -> None:
+        req.row = len(self.requests)
         self.requests.append(req)
 
     def reject(self, req, reason: str) -> None:
@@ -86,6 +90,7 @@ class Recorder:
         self.rejected += 1
         for hook in self.end_hooks:
             hook(req)
+        self._retire(req)
 
     def complete(self, req) -> None:
         req.status = "completed"
@@ -94,6 +99,29 @@ class Recorder:
             self._progress(req)
         for hook in self.end_hooks:
             hook(req)
+        self._retire(req)
+
+    # A request that has ended is kept as one compact row (numbers in typed arrays), not as an
+    # object: ``requests[row]`` becomes None. ``request_columns`` merges rows and live objects.
+    _F = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "kv_transfer_s")
+    _I = ("request_id", "prompt_tokens", "output_tokens", "replica", "preemptions", "decode_replica",
+          "prefix_hit_tokens", "row")
+
+    def _retire(self, req) -> None:
+        if req.row < 0 or self.requests[req.row] is not req:
+            return
+        cols = self._ended
+        if cols is None:
+            cols = self._ended = {**{k: array("d") for k in self._F}, **{k: array("q") for k in self._I},
+                                  "status": array("b")}
+        for k in self._F:
+            cols[k].append(getattr(req, k))
+        for k in self._I:
+            cols[k].append(getattr(req, k))
+        cols["status"].append(0 if req.status == "completed" else 1)
+        if req.reason:
+            self._reasons[req.row] = req.reason
+        self.requests[req.row] = None
 
     def step(self, replica: int, start_s: float, cost, batch, kv_used: int, extra_s: float = 0.0) -> None:
         """One step; ``extra_s`` is time outside the cost model's step (swap copies, draft model)."""
@@ -132,53 +160,75 @@ class Recorder:
         self.tbt_gap.frombytes(np.ascontiguousarray(gaps, dtype=np.float64).tobytes())
         self.tbt_count.extend([count] * len(gaps))
 
+    _STEP_ARRAYS = (("replica", "s_replica", np.int32), ("start_s", "s_start", np.float64),
+                    ("duration_s", "s_dur", np.float64), ("num_seqs", "s_seqs", np.int32),
+                    ("prefill_tokens", "s_prefill", np.int64), ("decode_tokens", "s_decode", np.int64),
+                    ("context_tokens", "s_ctx", np.int64), ("flops", "s_flops", np.float64),
+                    ("bytes", "s_bytes", np.float64), ("compute_bound", "s_compute", np.int8),
+                    ("kv_blocks_used", "s_kv", np.int64), ("padding_tokens", "s_pad", np.int64))
+
     def step_columns(self) -> dict[str, np.ndarray]:
-        cols = self._step_columns()
-        if self.order_steps and len(cols["start_s"]) > 1:
+        """Step columns as numpy arrays. Called once the run is over: each column moves out of its
+        growable buffer one at a time (the buffers are emptied), so the peak stays near one copy."""
+        if self._steps_np is not None:
+            return self._steps_np
+        order = None
+        if self.order_steps and len(self.s_start) > 1:
             # the fast engine records a run of decode steps when it is settled, possibly after
             # other replicas' later steps: put rows back in the order steps ended (as the
             # reference engine commits them); ties keep the recording order
-            end = cols["start_s"] + cols["duration_s"]
+            end = np.frombuffer(self.s_start) + np.frombuffer(self.s_dur)
             if not (np.diff(end) >= 0).all():
                 order = np.argsort(end, kind="stable")
-                cols = {k: v[order] for k, v in cols.items()}
+            del end
+        cols = {}
+        for name, attr, dt in self._STEP_ARRAYS:
+            buf = getattr(self, attr)
+            col = np.frombuffer(buf, dtype=dt) if len(buf) else np.zeros(0, dt)
+            col = col[order] if order is not None else col.copy()
+            if name == "compute_bound":
+                col = col.astype(bool)
+            cols[name] = col
+            setattr(self, attr, array(buf.typecode))  # free the buffer
+        self._steps_np = cols
         return cols
 
-    def _step_columns(self) -> dict[str, np.ndarray]:
-        return {
-            "replica": np.frombuffer(self.s_replica, dtype=np.int32),
-            "start_s": np.frombuffer(self.s_start),
-            "duration_s": np.frombuffer(self.s_dur),
-            "num_seqs": np.frombuffer(self.s_seqs, dtype=np.int32),
-            "prefill_tokens": np.frombuffer(self.s_prefill, dtype=np.int64),
-            "decode_tokens": np.frombuffer(self.s_decode, dtype=np.int64),
-            "context_tokens": np.frombuffer(self.s_ctx, dtype=np.int64),
-            "flops": np.frombuffer(self.s_flops),
-            "bytes": np.frombuffer(self.s_bytes),
-            "compute_bound": np.frombuffer(self.s_compute, dtype=np.int8).astype(bool),
-            "kv_blocks_used": np.frombuffer(self.s_kv, dtype=np.int64),
-            "padding_tokens": np.frombuffer(self.s_pad, dtype=np.int64),
-        }
-
     def request_columns(self) -> dict[str, np.ndarray]:
+        """One row per arrived request, in arrival order (ended ones from their compact rows)."""
         reqs = self.requests
-        f = lambda name, dt=float: np.array([getattr(r, name) for r in reqs], dtype=dt)  # noqa: E731
-        return {
-            "request_id": f("request_id", np.int64),
-            "arrival_s": f("arrival_s"),
-            "scheduled_s": f("scheduled_s"),
-            "first_token_s": f("first_token_s"),
-            "finish_s": f("finish_s"),
-            "prompt_tokens": f("prompt_tokens", np.int64),
-            "output_tokens": f("output_tokens", np.int64),
-            "replica": f("replica", np.int64),
-            "status": np.array([r.status for r in reqs], dtype=object),
-            "preemptions": f("preemptions", np.int64),
-            "reason": np.array([r.reason for r in reqs], dtype=object),
-            "decode_replica": f("decode_replica", np.int64),
-            "kv_transfer_s": f("kv_transfer_s"),
-            "prefix_hit_tokens": f("prefix_hit_tokens", np.int64),
-        }
+        n = len(reqs)
+        live = [r for r in reqs if r is not None]
+        live_rows = np.array([r.row for r in live], dtype=np.int64)
+        ended = self._ended
+        rows = np.frombuffer(ended["row"], dtype=np.int64) if ended is not None and len(ended["row"]) else None
+        out = {}
+        for name, dt in (("request_id", np.int64), ("arrival_s", float), ("scheduled_s", float),
+                         ("first_token_s", float), ("finish_s", float), ("prompt_tokens", np.int64),
+                         ("output_tokens", np.int64), ("replica", np.int64), ("preemptions", np.int64),
+                         ("decode_replica", np.int64), ("kv_transfer_s", float), ("prefix_hit_tokens", np.int64)):
+            col = np.empty(n, dtype=dt)
+            if rows is not None:
+                col[rows] = np.frombuffer(ended[name], dtype=np.float64 if dt is float else np.int64)
+            if live:
+                col[live_rows] = np.array([getattr(r, name) for r in live], dtype=dt)
+            out[name] = col
+        status = np.empty(n, dtype=object)
+        reason = np.full(n, "", dtype=object)
+        if rows is not None:
+            status[rows] = np.array(["completed", "rejected"], dtype=object)[np.frombuffer(ended["status"], dtype=np.int8)]
+        for row, why in self._reasons.items():
+            reason[row] = why
+        for r in live:
+            status[r.row] = r.status
+            reason[r.row] = r.reason
+        cols = {k: out[k] for k in ("request_id", "arrival_s", "scheduled_s", "first_token_s", "finish_s",
+                                    "prompt_tokens", "output_tokens", "replica")}
+        cols["status"] = status
+        cols["preemptions"] = out["preemptions"]
+        cols["reason"] = reason
+        for k in ("decode_replica", "kv_transfer_s", "prefix_hit_tokens"):
+            cols[k] = out[k]
+        return cols
 
 
 class WeightedSample:

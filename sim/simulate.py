@@ -256,7 +256,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     sim_time = float(until) if until is not None else float(env.now)
     stalled = 0
     for r in rec.requests:
-        if r.status == "pending":
+        if r is not None and r.status == "pending":
             r.status = "unfinished"
             stalled += 1
     if until is None and (stalled or len(rec.requests) != len(specs)):
