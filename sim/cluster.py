@@ -44,6 +44,8 @@ class Cluster:
             self.pools[pool.name] = members
         self._fast = [r for r in self.replicas if hasattr(r, "settle")]
         recorder.order_steps = bool(self._fast)
+        # routers that read replicas' counters or KV need them brought up to date at each arrival
+        self._settle_on_submit = bool(self._fast) and sc.cluster.router not in ("round_robin", "random")
         self.entry = self.pools.get("prefill") or self.pools["colocated"]
         self.decode = self.pools.get("decode", [])
         self.route = ROUTERS[sc.cluster.router](np.random.default_rng([seed, 2]))
@@ -62,7 +64,7 @@ class Cluster:
                 r.settle(now, strict)
 
     def submit(self, req) -> None:
-        if self._fast:
+        if self._settle_on_submit:
             self.settle()
         self.rec.arrive(req)
         if self.decode:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from bisect import bisect_left, bisect_right
 from math import isnan
 
 import numpy as np
@@ -246,14 +247,18 @@ class FastReplica(Replica):
         env = self.env
         S = self._S
         bs = self.kv.block_size
-        ar = np.arange(K, dtype=np.int64)
-        dctx = self._sum_c + n * ar + n  # sum of (c + 1) at each step
+        base = self._sum_c + n
+        dctx = [base + n * i for i in range(K)]  # sum of (c + 1) at each step
         dur, flops, nbytes, comp = self.cost_model.decode_steps(n, dctx)
+        if not isinstance(dur, list):
+            dur, flops, nbytes, comp = dur.tolist(), flops.tolist(), nbytes.tolist(), comp.tolist()
         start = env.now
-        ends = np.add.accumulate(np.concatenate(([start], dur)))  # the reference's now + d, step by step
-        starts, ends = ends[:-1], ends[1:]
-        needs = np.asarray(self._cnt, dtype=np.int64)[(S + ar) % bs]
-        self._mac = [K, 0, 0, starts, ends, dur, flops, nbytes, comp, dctx, np.cumsum(needs), self.kv.num_used, n]
+        ends = list(itertools.accumulate(dur, initial=start))  # the reference's now + d, step by step
+        starts = ends[:-1]
+        del ends[0]
+        cnt = self._cnt
+        cum = list(itertools.accumulate(cnt[(S + i) % bs] for i in range(K)))
+        self._mac = [K, 0, 0, starts, ends, dur, flops, nbytes, comp, dctx, cum, n]
         self.settle(start)  # the first step's KV
         self._wakeup = wake = env.event()
         yield self._event_at(ends[-1]) | wake
@@ -274,30 +279,34 @@ class FastReplica(Replica):
         m = self._mac
         if m is None:
             return
-        K, done, grown, starts, ends, dur, flops, nbytes, comp, dctx, cum, used0, n = m
-        side = "left" if strict else "right"
-        g = min(int(np.searchsorted(starts, now, side=side)), K)
+        K, done, grown, starts, ends, dur, flops, nbytes, comp, dctx, cum, n = m
+        find = bisect_left if strict else bisect_right
+        g = min(find(starts, now), K)
         if g > grown:
-            k = int(cum[g - 1]) - (int(cum[grown - 1]) if grown else 0)
+            k = cum[g - 1] - (cum[grown - 1] if grown else 0)
             if k:
                 self.kv._take(k)
-            m[2] = g
-        e = min(int(np.searchsorted(ends, now, side=side)), K)
+            m[2] = grown = g
+        e = min(find(ends, now), K)
         if e > done:
             rec = self.recorder
             # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
             # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth
-            g = m[2]
-            used = self.kv.num_used - (int(cum[g - 1]) - cum[done:e])
+            top = self.kv.num_used - cum[grown - 1]
+            used = [top + x for x in cum[done:e]]
             rec.steps_block(self.index, starts[done:e], dur[done:e], n, n, dctx[done:e], flops[done:e],
                             nbytes[done:e], comp[done:e], used)
-            prev = np.concatenate(([self._t_last], ends[done:e - 1]))
-            rec.tbt_block(ends[done:e] - prev, n)  # the reference's now - last_token_s
+            last = self._t_last
+            gaps = []
+            for t in ends[done:e]:
+                gaps.append(t - last)  # the reference's now - last_token_s
+                last = t
+            rec.tbt_block(gaps, n)
             k = e - done
             self.outstanding_tokens += n * k
             self._sum_c += n * k
             self._S += k
-            self._t_last = float(ends[e - 1])
+            self._t_last = last
             m[1] = e
 
     def _reference_step(self):

@@ -140,24 +140,24 @@ class Recorder:
 
     def steps_block(self, replica: int, start_s, dur_s, num_seqs: int, decode_tokens: int, context_tokens,
                     flops, nbytes, compute, kv_used) -> None:
-        """Several decode-only steps of one replica at once (numpy arrays, one element a step):
-        the rows ``step`` would append one by one."""
+        """Several decode-only steps of one replica at once (lists, one element a step): the
+        rows ``step`` would append one by one."""
         k = len(start_s)
         self.s_replica.extend([replica] * k)
-        self.s_start.frombytes(np.ascontiguousarray(start_s, dtype=np.float64).tobytes())
-        self.s_dur.frombytes(np.ascontiguousarray(dur_s, dtype=np.float64).tobytes())
+        self.s_start.extend(start_s)
+        self.s_dur.extend(dur_s)
         self.s_seqs.extend([num_seqs] * k)
         self.s_prefill.extend([0] * k)
         self.s_decode.extend([decode_tokens] * k)
-        self.s_ctx.frombytes(np.ascontiguousarray(context_tokens, dtype=np.int64).tobytes())
-        self.s_flops.frombytes(np.ascontiguousarray(flops, dtype=np.float64).tobytes())
-        self.s_bytes.frombytes(np.ascontiguousarray(nbytes, dtype=np.float64).tobytes())
-        self.s_compute.frombytes(np.ascontiguousarray(compute, dtype=np.int8).tobytes())
-        self.s_kv.frombytes(np.ascontiguousarray(kv_used, dtype=np.int64).tobytes())
+        self.s_ctx.extend(context_tokens)
+        self.s_flops.extend(flops)
+        self.s_bytes.extend(nbytes)
+        self.s_compute.extend(compute)
+        self.s_kv.extend(kv_used)
         self.s_pad.extend([0] * k)
 
     def tbt_block(self, gaps, count: int) -> None:
-        self.tbt_gap.frombytes(np.ascontiguousarray(gaps, dtype=np.float64).tobytes())
+        self.tbt_gap.extend(gaps)
         self.tbt_count.extend([count] * len(gaps))
 
     _STEP_ARRAYS = (("replica", "s_replica", np.int32), ("start_s", "s_start", np.float64),

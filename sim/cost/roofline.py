@@ -341,6 +341,8 @@ class CostModel:
         the same order, elementwise)."""
         import numpy as np
 
+        if len(dctx) <= 16:  # short runs: plain floats beat numpy's per-call overhead
+            return self._decode_steps_scalar(n, dctx)
         head, tail, comm = self._fixed(n, n)
         t = tc = tm = flops = nbytes = 0.0
         for ot, f, b, c, m in head:
@@ -373,6 +375,51 @@ class CostModel:
         over = self._overhead_s(n)
         g = self.tp
         return T + comm + over, F * g, B * g, TC >= TM
+
+    def _decode_steps_scalar(self, n: int, dctx):
+        """``decode_steps`` as lists, one step at a time (the same arithmetic)."""
+        head, tail, comm = self._fixed(n, n)
+        t0 = tc0 = tm0 = f0 = b0 = 0.0
+        for ot, f, b, c, m in head:
+            t0 += ot
+            tc0 += c
+            tm0 += m
+            f0 += f
+            b0 += b
+        qd, kv_tok = self._c[1], self._c[7]
+        L = self.model.num_layers
+        e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
+        fq = 4 * qd
+        bq = a * n * 2 * qd
+        pc = peak16 * e.compute
+        bm = bw * e.memory
+        lat = 1 * e.latency_s
+        over = self._overhead_s(n)
+        g = self.tp
+        times, flops, nbytes, comp = [], [], [], []
+        for x in dctx:
+            x = int(x)
+            f = fq * float(x)
+            b = kv_tok * x + bq
+            c = f / pc
+            m = b / bm
+            at = lat + (c if c > m else m)
+            T = t0 + at * L
+            TC = tc0 + c * L
+            TM = tm0 + m * L
+            F = f0 + f * L
+            B = b0 + b * L
+            for ot, f, b, c, m in tail:
+                T += ot
+                TC += c
+                TM += m
+                F += f
+                B += b
+            times.append(T + comm + over)
+            flops.append(F * g)
+            nbytes.append(B * g)
+            comp.append(TC >= TM)
+        return times, flops, nbytes, comp
 
     def step_time_reference(self, batch: Batch) -> StepCost:
         """``step_time`` without memoization: the plain sum over ``_ops`` (tests compare them)."""
