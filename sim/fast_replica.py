@@ -30,6 +30,7 @@ import heapq
 import itertools
 from bisect import bisect_left, bisect_right
 from math import isnan
+from typing import NamedTuple
 
 import numpy as np
 from simpy.events import NORMAL
@@ -38,6 +39,21 @@ from policies.base import ReplicaState
 from policies.continuous import ContinuousPolicy
 from sim.batch import make_batch
 from sim.replica import Replica
+
+
+class _Row(NamedTuple):  # what Recorder.step reads of a batch
+    num_seqs: int
+    prefill_tokens: int
+    decode_tokens: int
+    context_tokens: int
+    padding_tokens: int
+
+
+class _Cost(NamedTuple):  # what Recorder.step reads of a StepCost
+    time_s: float
+    flops: float
+    bytes: float
+    bound: str
 
 
 def fast_eligible(policy, kv, spec) -> bool:
@@ -167,7 +183,7 @@ class FastReplica(Replica):
                 yield from self._reference_step()
                 self._absorb()
                 continue
-            if n and not items and not tail and not self.waiting and not self._new:
+            if n and not items and not tail and not self.waiting:
                 K = self._macro_len(n, free + need_d)
                 if K >= 2:
                     yield from self._macro(n, K)
@@ -207,10 +223,10 @@ class FastReplica(Replica):
     MAX_RUN = 4096  # steps per run (bounds the arrays)
 
     def _macro_len(self, n: int, free: int) -> int:
-        """How many decode-only steps can run from here with nothing changing: before the first
-        completion (that step goes the ordinary way) and while the KV blocks they grow fit."""
+        """How many decode-only steps can run from here with nothing changing: up to the first
+        completion (included) and while the KV blocks they grow fit."""
         S = self._S
-        K = min(self._heap[0][0] - S - 1, self.MAX_RUN)
+        K = min(self._heap[0][0] - S, self.MAX_RUN)
         if K < 2:
             return K
         bs = self.kv.block_size
@@ -258,19 +274,29 @@ class FastReplica(Replica):
         del ends[0]
         cnt = self._cnt
         cum = list(itertools.accumulate(cnt[(S + i) % bs] for i in range(K)))
-        self._mac = [K, 0, 0, starts, ends, dur, flops, nbytes, comp, dctx, cum, n]
+        # the last step completes a member: it is committed the ordinary way (_commit_fast), at
+        # its end, not in bulk; members that joined since the last step have their own first gap
+        fin = S + K == self._heap[0][0]
+        new = self._new[:]
+        self._new.clear()
+        self._mac = m = [K, 0, 0, starts, ends, dur, flops, nbytes, comp, dctx, cum, n, fin, new]
         self.settle(start)  # the first step's KV
         self._wakeup = wake = env.event()
         yield self._event_at(ends[-1]) | wake
         if env.now < ends[-1]:  # woken: settle what has happened, finish the step in flight
             self.settle(env.now)
-            m = self._mac
             j = m[1]  # the step in flight
-            m[0] = j + 1
+            if j + 1 < K:
+                m[0] = j + 1
+                m[12] = fin = False
             yield self._event_at(ends[j])
         self._wakeup = None
         self.settle(env.now)
         self._mac = None
+        if fin:
+            i = K - 1
+            self._commit_fast(_Row(n, 0, n, dctx[i], 0), _Cost(dur[i], flops[i], nbytes[i], "compute" if comp[i] else "memory"),
+                              starts[i], n, ())
 
     def settle(self, now: float, strict: bool = False) -> None:
         """Bring a run of decode steps up to time ``now``: KV of the steps started by then, and
@@ -279,7 +305,7 @@ class FastReplica(Replica):
         m = self._mac
         if m is None:
             return
-        K, done, grown, starts, ends, dur, flops, nbytes, comp, dctx, cum, n = m
+        K, done, grown, starts, ends, dur, flops, nbytes, comp, dctx, cum, n, fin, new = m
         find = bisect_left if strict else bisect_right
         g = min(find(starts, now), K)
         if g > grown:
@@ -287,7 +313,7 @@ class FastReplica(Replica):
             if k:
                 self.kv._take(k)
             m[2] = grown = g
-        e = min(find(ends, now), K)
+        e = min(find(ends, now), K - 1 if fin else K)
         if e > done:
             rec = self.recorder
             # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
@@ -298,7 +324,16 @@ class FastReplica(Replica):
                             nbytes[done:e], comp[done:e], used)
             last = self._t_last
             gaps = []
-            for t in ends[done:e]:
+            first = done
+            if done == 0 and new:  # their first gap is their own; older members' is the step's
+                t = ends[0]
+                if n > len(new):
+                    rec.tbt_steps(t - last, n - len(new))
+                for r in new:
+                    rec.tbt.append(t - r.last_token_s)
+                last = t
+                first = 1
+            for t in ends[first:e]:
                 gaps.append(t - last)  # the reference's now - last_token_s
                 last = t
             rec.tbt_block(gaps, n)
