@@ -97,7 +97,7 @@ def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario, args.set or [], args.seed)
     update, close = _progress_bar(args.quiet)
     try:
-        results = simulate(scenario, progress=update)
+        results = simulate(scenario, progress=update, engine=getattr(args, "engine", None))
     finally:
         close()
     out = results.write(args.out)
@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. policy.max_num_seqs=64")
     r.add_argument("--seed", type=int, help="override the scenario's seed")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--engine", choices=["fast", "reference"],
+                   help="simulation engine (default: the scenario's engine, fast); same results either way")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario and print what is wrong")

@@ -171,3 +171,16 @@ def test_weighted_percentiles_are_numpys(pairs):
     for k in ("p50", "p90", "p99", "max"):
         assert w[k] == pytest.approx(plain[k], rel=1e-12, abs=1e-300), k
     assert w["mean"] == pytest.approx(plain["mean"], rel=1e-12)
+
+
+def test_cli_engine_flag_writes_identical_files(tmp_path):
+    from sim.cli import main
+
+    outs = {}
+    for engine in ("fast", "reference"):
+        out = tmp_path / engine
+        assert main(["run", "--out", str(out), "--quiet", "--engine", engine,
+                     "--set", "workload.num_requests=200"]) == 0
+        outs[engine] = out
+    for name in ("requests.csv", "steps.csv"):
+        assert (outs["fast"] / name).read_text() == (outs["reference"] / name).read_text(), name
