@@ -73,11 +73,17 @@ class Recorder:
         self.tbt_count.append(count)
 
     def tbt_sample(self) -> "WeightedSample":
+        """Every TBT gap, as a ``WeightedSample``. Called once the run is over: the buffers are
+        handed over (or emptied), not copied twice."""
         single = np.frombuffer(self.tbt) if len(self.tbt) else np.zeros(0)
         if not len(self.tbt_gap):
-            return WeightedSample(single.copy(), None)
+            return WeightedSample(single, None)  # a view: keeps the buffer alive, no copy
         values = np.concatenate([single, np.frombuffer(self.tbt_gap)])
-        counts = np.concatenate([np.ones(len(single), np.int64), np.frombuffer(self.tbt_count, dtype=np.int64)])
+        del single
+        self.tbt, self.tbt_gap = array("d"), array("d")
+        counts = np.concatenate([np.ones(len(values) - len(self.tbt_count), np.int64),
+                                 np.frombuffer(self.tbt_count, dtype=np.int64)])
+        self.tbt_count = array("q")
         return WeightedSample(values, counts)
 
     def arrive(self, req) -> None:
@@ -230,6 +236,10 @@ class Recorder:
             cols[k] = out[k]
         return cols
 
+    def release_request_rows(self) -> None:
+        """Drop the compact rows once ``request_columns`` has been taken (memory)."""
+        self._ended = None
+
 
 class WeightedSample:
     """A sample stored as distinct-ish ``values`` with integer ``counts`` (None: each once): the
@@ -252,7 +262,8 @@ class WeightedSample:
         if self.counts is None:
             return dist_stats(self.values)
         keep = ~np.isnan(self.values) & (self.counts > 0)
-        v, c = self.values[keep], self.counts[keep]
+        v, c = (self.values, self.counts) if keep.all() else (self.values[keep], self.counts[keep])
+        del keep
         if len(v) == 0:
             return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
         order = np.argsort(v, kind="stable")

@@ -262,6 +262,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if until is None and (stalled or len(rec.requests) != len(specs)):
         raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
+    rec.release_request_rows()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns()
     tbt = rec.tbt_sample()
