@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 from simpy.events import NORMAL
+from simpy.exceptions import Interrupt
 
 from policies.base import ReplicaState
 from policies.continuous import ContinuousPolicy
@@ -78,6 +79,8 @@ class FastReplica(Replica):
         self._new: list = []  # members that joined since the last step (their first gap is their own)
         self._t_last = 0.0  # end of the last step that advanced the set
         self._mac = None  # a run of decode-only steps in flight (see _macro)
+        self._interruptible = False
+        self._kcap = 64  # steps planned per run; adapts to how often runs get cut by arrivals
         super().__init__(*args, **kw)
         self._cnt = [0] * self.kv.block_size
         self._state = ReplicaState([], self.waiting, self.kv, 0.0, self.swapped, 0)
@@ -226,7 +229,7 @@ class FastReplica(Replica):
         """How many decode-only steps can run from here with nothing changing: up to the first
         completion (included) and while the KV blocks they grow fit."""
         S = self._S
-        K = min(self._heap[0][0] - S, self.MAX_RUN)
+        K = min(self._heap[0][0] - S, self._kcap)
         if K < 2:
             return K
         bs = self.kv.block_size
@@ -243,6 +246,13 @@ class FastReplica(Replica):
             return K
         needs = np.asarray(cnt, dtype=np.int64)[(S + np.arange(K)) % bs]
         return int(np.searchsorted(np.cumsum(needs), free, side="right"))
+
+    def wake(self) -> None:
+        if self._interruptible:
+            self._interruptible = False
+            self.process.interrupt()
+        else:
+            super().wake()
 
     def _event_at(self, t: float):
         """An event that fires at exactly ``t`` (``env.timeout(t - now)`` could land an ulp
@@ -281,16 +291,23 @@ class FastReplica(Replica):
         self._new.clear()
         self._mac = m = [K, 0, 0, starts, ends, dur, flops, nbytes, comp, dctx, cum, n, fin, new]
         self.settle(start)  # the first step's KV
-        self._wakeup = wake = env.event()
-        yield self._event_at(ends[-1]) | wake
-        if env.now < ends[-1]:  # woken: settle what has happened, finish the step in flight
+        self._interruptible = True  # wake() interrupts the wait below (cheaper than ev | wake)
+        try:
+            yield self._event_at(ends[-1])
+            woken = False
+        except Interrupt:
+            woken = True
+        self._interruptible = False
+        if woken and env.now < ends[-1]:  # settle what has happened, finish the step in flight
             self.settle(env.now)
             j = m[1]  # the step in flight
             if j + 1 < K:
                 m[0] = j + 1
                 m[12] = fin = False
+            self._kcap = max(8, 2 * (j + 1))  # runs get cut here: plan shorter ones
             yield self._event_at(ends[j])
-        self._wakeup = None
+        elif not fin:
+            self._kcap = min(2 * self._kcap, self.MAX_RUN)
         self.settle(env.now)
         self._mac = None
         if fin:
