@@ -97,6 +97,8 @@ class Cluster:
             token = src.kv.detach(req)  # the prefill side keeps the blocks until the KV lands
             ok = dst.kv.grow(req, req.num_computed_tokens)
             assert ok
+            if hasattr(dst, "kv_changed"):
+                dst.kv_changed()  # fast engine: a run of decode steps planned on the old free count stops
             req.decode_replica = dst.index
             self.env.process(self._transfer(req, src, dst, token))
 

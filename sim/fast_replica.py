@@ -80,7 +80,6 @@ class FastReplica(Replica):
         self._t_last = 0.0  # end of the last step that advanced the set
         self._mac = None  # a run of decode-only steps in flight (see _macro)
         self._interruptible = False
-        self._kcap = 64  # steps planned per run; adapts to how often runs get cut by arrivals
         super().__init__(*args, **kw)
         self._cnt = [0] * self.kv.block_size
         self._state = ReplicaState([], self.waiting, self.kv, 0.0, self.swapped, 0)
@@ -229,7 +228,7 @@ class FastReplica(Replica):
         """How many decode-only steps can run from here with nothing changing: up to the first
         completion (included) and while the KV blocks they grow fit."""
         S = self._S
-        K = min(self._heap[0][0] - S, self._kcap)
+        K = min(self._heap[0][0] - S, self.MAX_RUN)
         if K < 2:
             return K
         bs = self.kv.block_size
@@ -266,54 +265,85 @@ class FastReplica(Replica):
         return ev
 
     def _macro(self, n: int, K: int):
-        """Run K decode-only steps of the decode set as one timeout. An arrival (or a P/D
-        hand-off) at time x wakes the replica: the steps ended by x are settled, the step in
-        flight runs to its end, and the replica decides again. Observers (router, P/D hand-off)
-        call ``settle(now)`` first, so that counters, KV and records are those of time x."""
+        """Run up to K decode-only steps of the decode set, as few timeouts (step times are
+        computed a chunk at a time, so a run cut short wastes little). An arrival, a P/D
+        hand-off, or KV mapped from outside wakes the replica at time x: the steps ended by x
+        are settled, the step in flight runs to its end, and the replica decides again.
+        Observers (router, P/D hand-off) call ``settle(now)`` first, so that counters, KV and
+        records are those of time x."""
         env = self.env
         S = self._S
+        # the last step completes a member: it is committed the ordinary way (_commit_fast), at
+        # its end, not in bulk; members that joined since the last step have their own first gap
+        fin_at = K if S + K == self._heap[0][0] else -1
+        new = self._new[:]
+        self._new.clear()
+        start = env.now
+        self._mac = m = [0, 0, 0, [], [], [], [], [], [], [], [], n, False, new]
+        self._plan(m, S, n, min(K, 8), start)
+        self.settle(start)  # the first step's KV
+        chunk = 8
+        while True:
+            m[12] = m[0] == fin_at
+            ends = m[4]
+            last = ends[-1]
+            self._interruptible = True  # wake() interrupts the wait (cheaper than ev | wake)
+            try:
+                yield self._event_at(last)
+                woken = False
+            except Interrupt:
+                woken = True
+            self._interruptible = False
+            if woken and env.now < last:  # settle what has happened, finish the step in flight
+                self.settle(env.now)
+                j = m[1]  # the step in flight
+                if j + 1 < m[0]:
+                    m[0] = j + 1
+                    m[12] = False
+                yield self._event_at(ends[j])
+                break
+            if m[0] >= K:
+                break
+            chunk = min(2 * chunk, 1024)
+            self._plan(m, S, n, min(K - m[0], chunk), last)
+        self.settle(env.now)
+        self._mac = None
+        if m[12]:
+            i = m[0] - 1
+            self._commit_fast(_Row(n, 0, n, m[9][i], 0),
+                              _Cost(m[5][i], m[6][i], m[7][i], "compute" if m[8][i] else "memory"), m[3][i], n, ())
+
+    def _plan(self, m, S: int, n: int, k: int, t0: float) -> None:
+        """Append ``k`` more steps to the run ``m`` (their times, FLOPs, bytes, bound, context,
+        KV growth), starting at ``t0`` (the end of the last planned step)."""
+        K0 = m[0]
         bs = self.kv.block_size
-        base = self._sum_c + n
-        dctx = [base + n * i for i in range(K)]  # sum of (c + 1) at each step
+        base = self._sum_c + n + n * (K0 - m[1])  # _sum_c is at step m[1] (settled so far)
+        dctx = [base + n * i for i in range(k)]  # sum of (c + 1) at each step
         dur, flops, nbytes, comp = self.cost_model.decode_steps(n, dctx)
         if not isinstance(dur, list):
             dur, flops, nbytes, comp = dur.tolist(), flops.tolist(), nbytes.tolist(), comp.tolist()
-        start = env.now
-        ends = list(itertools.accumulate(dur, initial=start))  # the reference's now + d, step by step
-        starts = ends[:-1]
+        ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
+        m[3].extend(ends[:-1])
         del ends[0]
+        m[4].extend(ends)
+        m[5].extend(dur)
+        m[6].extend(flops)
+        m[7].extend(nbytes)
+        m[8].extend(comp)
+        m[9].extend(dctx)
         cnt = self._cnt
-        cum = list(itertools.accumulate(cnt[(S + i) % bs] for i in range(K)))
-        # the last step completes a member: it is committed the ordinary way (_commit_fast), at
-        # its end, not in bulk; members that joined since the last step have their own first gap
-        fin = S + K == self._heap[0][0]
-        new = self._new[:]
-        self._new.clear()
-        self._mac = m = [K, 0, 0, starts, ends, dur, flops, nbytes, comp, dctx, cum, n, fin, new]
-        self.settle(start)  # the first step's KV
-        self._interruptible = True  # wake() interrupts the wait below (cheaper than ev | wake)
-        try:
-            yield self._event_at(ends[-1])
-            woken = False
-        except Interrupt:
-            woken = True
-        self._interruptible = False
-        if woken and env.now < ends[-1]:  # settle what has happened, finish the step in flight
-            self.settle(env.now)
-            j = m[1]  # the step in flight
-            if j + 1 < K:
-                m[0] = j + 1
-                m[12] = fin = False
-            self._kcap = max(8, 2 * (j + 1))  # runs get cut here: plan shorter ones
-            yield self._event_at(ends[j])
-        elif not fin:
-            self._kcap = min(2 * self._kcap, self.MAX_RUN)
-        self.settle(env.now)
-        self._mac = None
-        if fin:
-            i = K - 1
-            self._commit_fast(_Row(n, 0, n, dctx[i], 0), _Cost(dur[i], flops[i], nbytes[i], "compute" if comp[i] else "memory"),
-                              starts[i], n, ())
+        c0 = m[10][-1] if K0 else 0
+        m[10].extend(itertools.accumulate((cnt[(S + K0 + i) % bs] for i in range(k)), initial=c0))
+        del m[10][K0]  # accumulate's initial value
+        m[0] = K0 + k
+
+    def kv_changed(self) -> None:
+        """Blocks were mapped on this replica from outside (a P/D hand-off): a run of decode
+        steps planned on the old free count must stop after the step in flight."""
+        if self._interruptible:
+            self._interruptible = False
+            self.process.interrupt()
 
     def settle(self, now: float, strict: bool = False) -> None:
         """Bring a run of decode steps up to time ``now``: KV of the steps started by then, and
