@@ -84,6 +84,13 @@ CASES = {
     "pd_chunked": {"policy.name": "pd_split", "memory.num_gpu_blocks": 600,
                          "policy.prefill": {"replicas": 2, "policy": "chunked_prefill", "max_num_batched_tokens": 512},
                          "policy.decode": {"replicas": 2}},
+    "duration_routers": {"workload.duration_s": 6.0, "workload.num_requests": None, "cluster.replicas": 3,
+                         "cluster.router": "least_kv_usage", "policy.name": "chunked_prefill",
+                         "policy.max_num_batched_tokens": 512, "workload.arrival": {"process": "poisson", "rate_rps": 40.0}},
+    "bench_shape": {"model": "meta-llama/Llama-2-7b-hf", "workload.num_requests": 1500,
+                    "workload.arrival": {"process": "poisson", "rate_rps": 9.0},
+                    "workload.prompt_tokens": {"dist": "lognormal", "mean": 1155, "sigma": 0.636},
+                    "workload.output_tokens": {"dist": "lognormal", "mean": 211, "sigma": 0.505}},
     "closed_loop": {"workload.arrival": {"process": "closed_loop", "clients": 24, "think_time_s": 0.2},
                     "cluster.replicas": 2, "cluster.router": "least_outstanding_tokens"},
 }
@@ -93,7 +100,7 @@ CASES = {
 def test_fast_engine_matches_reference(case):
     kw = {**SMALL, **CASES[case]}
     kw = {k: v for k, v in kw.items() if v is not None}
-    if case == "duration":
+    if case.startswith("duration"):
         kw.pop("workload.num_requests", None)
     sc = make_scenario(**kw)
     fast, ref = run_both(sc)
