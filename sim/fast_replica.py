@@ -22,6 +22,14 @@ other step (KV would run out -> preemption; requests in the swapped queue) disso
 the running list and runs the reference step (``Replica``'s ``policy.next_batch`` -> ``_apply``
 -> ``_commit``); the set re-forms after it. Speculative decoding and prefix caching, and the
 static policy, use ``Replica`` itself (see ``make_replica``).
+
+When only the decode set runs (nothing waiting, nothing prefilling), the steps up to the next
+completion are identical but for contexts growing by one token each: they run as one SimPy
+timeout per planned chunk (``_macro``), their times from ``CostModel.decode_steps`` (bit for bit
+``step_time``). Whatever may change the next decision interrupts the run after the step in
+flight: an arrival or hand-off (``wake``), KV mapped from outside (``kv_changed``). Observers
+that read a replica's counters or KV mid-run (routers, the P/D hand-off, the end of a run cut by
+``workload.duration_s``) call ``settle(now)`` first (``Cluster.settle``).
 """
 
 from __future__ import annotations
