@@ -313,7 +313,11 @@ class FastReplica(Replica):
             if m[0] >= K:
                 break
             chunk = min(2 * chunk, 1024)
-            self._plan(m, S, n, min(K - m[0], chunk), last)
+            # every planned step has started (its KV is mapped): the next ones must fit what is
+            # free now (blocks mapped from outside since the run began count)
+            self.settle(env.now)
+            if not self._plan(m, S, n, min(K - m[0], chunk), last, self.kv.num_free):
+                break
         self.settle(env.now)
         self._mac = None
         if m[12]:
@@ -321,11 +325,22 @@ class FastReplica(Replica):
             self._commit_fast(_Row(n, 0, n, m[9][i], 0),
                               _Cost(m[5][i], m[6][i], m[7][i], "compute" if m[8][i] else "memory"), m[3][i], n, ())
 
-    def _plan(self, m, S: int, n: int, k: int, t0: float) -> None:
-        """Append ``k`` more steps to the run ``m`` (their times, FLOPs, bytes, bound, context,
-        KV growth), starting at ``t0`` (the end of the last planned step)."""
+    def _plan(self, m, S: int, n: int, k: int, t0: float, free: int | None = None) -> int:
+        """Append up to ``k`` more steps to the run ``m`` (their times, FLOPs, bytes, bound,
+        context, KV growth), starting at ``t0`` (the end of the last planned step); with
+        ``free``, only as many as the blocks they grow fit. Returns how many."""
         K0 = m[0]
         bs = self.kv.block_size
+        cnt = self._cnt
+        if free is not None:
+            need = 0
+            for i in range(k):
+                need += cnt[(S + K0 + i) % bs]
+                if need > free:
+                    k = i
+                    break
+            if not k:
+                return 0
         base = self._sum_c + n + n * (K0 - m[1])  # _sum_c is at step m[1] (settled so far)
         dctx = [base + n * i for i in range(k)]  # sum of (c + 1) at each step
         dur, flops, nbytes, comp = self.cost_model.decode_steps(n, dctx)
@@ -340,16 +355,22 @@ class FastReplica(Replica):
         m[7].extend(nbytes)
         m[8].extend(comp)
         m[9].extend(dctx)
-        cnt = self._cnt
         c0 = m[10][-1] if K0 else 0
         m[10].extend(itertools.accumulate((cnt[(S + K0 + i) % bs] for i in range(k)), initial=c0))
         del m[10][K0]  # accumulate's initial value
         m[0] = K0 + k
+        return k
 
     def kv_changed(self) -> None:
         """Blocks were mapped on this replica from outside (a P/D hand-off): a run of decode
-        steps planned on the old free count must stop after the step in flight."""
+        steps planned on the old free count must stop after the step in flight, unless the blocks
+        its remaining steps grow still fit (then every decision in it is unchanged)."""
+        m = self._mac
         if self._interruptible:
+            cum, grown = m[10], m[2]
+            rest = cum[m[0] - 1] - (cum[grown - 1] if grown else 0)
+            if rest <= self.kv.num_free:
+                return
             self._interruptible = False
             self.process.interrupt()
 
