@@ -275,7 +275,7 @@ class CostModel:
         if self.tp > 1 or self.pp > 1:
             for _, x in self._comm(T):
                 comm += x
-        if len(self._memo) >= 200_000:
+        if len(self._memo) >= 16_384:  # prefill steps bring new token counts: bound the memory
             self._memo.clear()
         hit = self._memo[key] = (rows[:2], rows[3:], comm)
         return hit
