@@ -82,44 +82,54 @@ class ContinuousPolicy:
                 items.append((r, q))
             i += 1
 
+        swap_in = admitted = hits = ()
+        if not preempted:
+            swap_in, admitted, hits = self.admit(state, len(running), free, budget, items)
+        return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, swap_in=swap_in)
+
+    def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list):
+        """After the running requests got their tokens (``n_seqs`` sequences scheduled or
+        running, ``free`` blocks and ``budget`` tokens left, nobody preempted): swapped requests
+        come back, then waiting ones are admitted. Appends their (request, tokens) to ``items``;
+        returns (swap_in, admitted, prefix_hits)."""
+        kv = state.kv
+        bs = kv.block_size
         swap_in = []
         admitted = []
         hits = []
-        if not preempted:
-            n_seqs = len(running)
-            for r in state.swapped:
-                q = self._tokens(r, budget)
-                need = -(-(r.num_computed_tokens + q) // bs)
-                if n_seqs >= self.max_num_seqs or q > budget or need > free:
+        for r in state.swapped:
+            q = self._tokens(r, budget)
+            need = -(-(r.num_computed_tokens + q) // bs)
+            if n_seqs >= self.max_num_seqs or q > budget or need > free:
+                break
+            free -= need
+            budget -= q
+            n_seqs += 1
+            items.append((r, q))
+            swap_in.append(r)
+        if len(swap_in) == len(state.swapped):
+            reserve = int(self.watermark * kv.num_blocks)
+            for r in state.waiting:
+                if n_seqs >= self.max_num_seqs:
+                    break
+                c = r.num_computed_tokens
+                held, idle = r.kv_blocks, 0  # P/D decode side: requests arrive holding their KV
+                if c == 0 and r.prefix_group >= 0 and kv.caching:
+                    # keep at least one token to compute (the step must produce logits)
+                    held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // bs)
+                    c = held * bs
+                remaining = r.num_tokens - c
+                q = min(remaining, budget) if self.chunked else remaining
+                if q > budget or q == 0:
+                    break
+                need = -(-(c + q) // bs) - held + idle
+                if free - need < reserve:
                     break
                 free -= need
                 budget -= q
                 n_seqs += 1
                 items.append((r, q))
-                swap_in.append(r)
-            if len(swap_in) == len(state.swapped):
-                reserve = int(self.watermark * kv.num_blocks)
-                for r in state.waiting:
-                    if n_seqs >= self.max_num_seqs:
-                        break
-                    c = r.num_computed_tokens
-                    held, idle = r.kv_blocks, 0  # P/D decode side: requests arrive holding their KV
-                    if c == 0 and r.prefix_group >= 0 and kv.caching:
-                        # keep at least one token to compute (the step must produce logits)
-                        held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // bs)
-                        c = held * bs
-                    remaining = r.num_tokens - c
-                    q = min(remaining, budget) if self.chunked else remaining
-                    if q > budget or q == 0:
-                        break
-                    need = -(-(c + q) // bs) - held + idle
-                    if free - need < reserve:
-                        break
-                    free -= need
-                    budget -= q
-                    n_seqs += 1
-                    items.append((r, q))
-                    admitted.append(r)
-                    if c:
-                        hits.append((r, c))
-        return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, swap_in=swap_in)
+                admitted.append(r)
+                if c:
+                    hits.append((r, c))
+        return swap_in, admitted, hits

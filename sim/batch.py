@@ -55,16 +55,21 @@ class Batch:
 
 
 def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(), swap_in=(), reserve=(),
-               padding=(0, 0, 0), wake_at_s=None) -> Batch:
+               padding=(0, 0, 0), wake_at_s=None, decode_set=(0, 0)) -> Batch:
     """Build a ``Batch`` from ``(request, tokens)`` pairs, deriving the aggregate counts.
 
     ``prefix_hits``: (request, cached_tokens) for admitted requests whose first tokens are cached:
     their attention starts at that context. ``padding``: (tokens, attention pairs, context tokens)
-    of padded slots (static batching), charged like real tokens.
+    of padded slots (static batching), charged like real tokens. ``decode_set``: (n, sum of c)
+    of ``n`` more decoding sequences (one token each, ``c`` KV tokens before the step) that are
+    not listed in ``items`` (the fast engine's aggregate decode set); they count in every total.
     """
     hit = {id(r): c for r, c in prefix_hits} if prefix_hits else None
-    num_tokens = prefill = decode = nprefill = ctx = sampled = ndec = dctx = dpairs = 0
-    pairs = 0
+    n_set, c_set = decode_set
+    # each set member: q = 1, pairs = c + 1, KV touched = c + 1, sampled
+    num_tokens = decode = ndec = sampled = n_set
+    ctx = dctx = dpairs = pairs = c_set + n_set
+    prefill = nprefill = 0
     for req, q in items:
         c = req.num_computed_tokens
         if hit is not None and id(req) in hit:
@@ -85,7 +90,7 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
             prefill += q
             nprefill += 1
     pad_tokens, pad_pairs, pad_ctx = padding
-    return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items), num_tokens, prefill, decode,
+    return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items) + n_set, num_tokens, prefill, decode,
                  nprefill, float(pairs + pad_pairs), ctx + pad_ctx, sampled, pad_tokens, ndec, dctx, float(dpairs),
                  tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s)
 

@@ -150,7 +150,7 @@ def cmd_run(args) -> int:
     update, close = _progress_bar(args.quiet)
     try:
         with _naming(args.scenario):
-            results = simulate(scenario, progress=update)
+            results = simulate(scenario, progress=update, engine=getattr(args, "engine", None))
     finally:
         close()
     try:
@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="override the scenario's seed")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--trace-events", metavar="FILE", help="also write a Chrome/Perfetto trace (JSON) of steps and requests")
+    r.add_argument("--engine", choices=["fast", "reference"],
+                   help="simulation engine (default: the scenario's engine, fast); same results either way")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario and print what is wrong")

@@ -10,6 +10,7 @@ import numpy as np
 from policies.pd_split import pick_decode_replica, transfer_time_s
 from sim.kv_cache import BlockAllocator
 from sim.metrics import ReplicaInfo
+from sim.fast_replica import make_replica
 from sim.replica import Replica
 from sim.router import ROUTERS
 
@@ -31,7 +32,7 @@ class Cluster:
                 if pool.spec is not None:
                     k, a, draft = pool.spec
                     spec = (k, a, draft, np.random.default_rng([seed, i, 1]))  # per replica, reproducible
-                r = Replica(env, i, pool.make_policy(), pool.cost_model,
+                r = make_replica(sc.engine, env, i, pool.make_policy(), pool.cost_model,
                             BlockAllocator(pool.capacity.num_blocks, pool.capacity.block_size, sc.policy.prefix_caching),
                             recorder, pool.cost_model.model.max_context_tokens, role=pool.name, pool=pool.name,
                             handoff=self.handoff, spec=spec, swap=pool.swap)
@@ -41,6 +42,10 @@ class Cluster:
                 self.replicas.append(r)
                 members.append(r)
             self.pools[pool.name] = members
+        self._fast = [r for r in self.replicas if hasattr(r, "settle")]
+        recorder.order_steps = bool(self._fast)
+        # routers that read replicas' counters or KV need them brought up to date at each arrival
+        self._settle_on_submit = bool(self._fast) and sc.cluster.router not in ("round_robin", "random")
         self.entry = self.pools.get("prefill") or self.pools["colocated"]
         self.decode = self.pools.get("decode", [])
         self.route = ROUTERS[sc.cluster.router](np.random.default_rng([seed, 2]))
@@ -50,7 +55,17 @@ class Cluster:
             for r in self.decode:
                 r.after_free = self._retry_handoffs
 
+    def settle(self, strict: bool = False) -> None:
+        """Bring fast replicas in the middle of a run of decode steps up to now (what a router,
+        the P/D hand-off or the end of the run must see)."""
+        now = self.env.now
+        for r in self._fast:
+            if r._mac is not None:
+                r.settle(now, strict)
+
     def submit(self, req) -> None:
+        if self._settle_on_submit:
+            self.settle()
         self.rec.arrive(req)
         if self.decode:
             total = req.prompt_tokens + req.output_tokens
@@ -75,6 +90,8 @@ class Cluster:
         self._retry_handoffs()
 
     def _retry_handoffs(self) -> None:
+        if self.pending and self._fast:
+            self.settle()
         while self.pending:
             req, src = self.pending[0]
             need = self.decode[0].kv.blocks_for(req.num_computed_tokens)
@@ -86,6 +103,8 @@ class Cluster:
             token = src.kv.detach(req)  # the prefill side keeps the blocks until the KV lands
             ok = dst.kv.grow(req, req.num_computed_tokens)
             assert ok
+            if hasattr(dst, "kv_changed"):
+                dst.kv_changed()  # fast engine: a run of decode steps planned on the old free count stops
             req.decode_replica = dst.index
             self.env.process(self._transfer(req, src, dst, token))
 

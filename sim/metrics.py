@@ -36,7 +36,11 @@ class Recorder:
 
     def __init__(self, progress=None):
         self.requests: list = []
-        self.tbt = array("d")
+        self.tbt = array("d")  # one gap per entry
+        # (gap, count): ``count`` requests had this same gap (the fast engine's decode set: every
+        # member's gap is the step's duration); together with ``tbt`` the exact TBT sample
+        self.tbt_gap = array("d")
+        self.tbt_count = array("q")
         self.completed = 0
         self.rejected = 0
         self.swap_out_bytes = 0.0
@@ -45,6 +49,10 @@ class Recorder:
         self.prefix_hit_tokens = 0  # of which found in the prefix cache
         self.kv_transfer_bytes = 0.0
         self._progress = progress
+        self.order_steps = False  # set by the fast engine (see step_columns)
+        self._ended = None  # column -> array of the rows of ended requests
+        self._reasons: dict = {}  # row -> reason, for rejected requests
+        self._steps_np = None
         self.end_hooks: list = []  # f(request), called when a request completes or is rejected
         # step columns
         self.s_replica = array("i")
@@ -60,7 +68,26 @@ class Recorder:
         self.s_kv = array("q")
         self.s_pad = array("q")
 
+    def tbt_steps(self, gap_s: float, count: int) -> None:
+        self.tbt_gap.append(gap_s)
+        self.tbt_count.append(count)
+
+    def tbt_sample(self) -> "WeightedSample":
+        """Every TBT gap, as a ``WeightedSample``. Called once the run is over: the buffers are
+        handed over (or emptied), not copied twice."""
+        single = np.frombuffer(self.tbt) if len(self.tbt) else np.zeros(0)
+        if not len(self.tbt_gap):
+            return WeightedSample(single, None)  # a view: keeps the buffer alive, no copy
+        values = np.concatenate([single, np.frombuffer(self.tbt_gap)])
+        del single
+        self.tbt, self.tbt_gap = array("d"), array("d")
+        counts = np.concatenate([np.ones(len(values) - len(self.tbt_count), np.int64),
+                                 np.frombuffer(self.tbt_count, dtype=np.int64)])
+        self.tbt_count = array("q")
+        return WeightedSample(values, counts)
+
     def arrive(self, req) -> None:
+        req.row = len(self.requests)
         self.requests.append(req)
 
     def reject(self, req, reason: str) -> None:
@@ -69,6 +96,7 @@ class Recorder:
         self.rejected += 1
         for hook in self.end_hooks:
             hook(req)
+        self._retire(req)
 
     def complete(self, req) -> None:
         req.status = "completed"
@@ -77,6 +105,29 @@ class Recorder:
             self._progress(req)
         for hook in self.end_hooks:
             hook(req)
+        self._retire(req)
+
+    # A request that has ended is kept as one compact row (numbers in typed arrays), not as an
+    # object: ``requests[row]`` becomes None. ``request_columns`` merges rows and live objects.
+    _F = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "kv_transfer_s")
+    _I = ("request_id", "prompt_tokens", "output_tokens", "replica", "preemptions", "decode_replica",
+          "prefix_hit_tokens", "row")
+
+    def _retire(self, req) -> None:
+        if req.row < 0 or self.requests[req.row] is not req:
+            return
+        cols = self._ended
+        if cols is None:
+            cols = self._ended = {**{k: array("d") for k in self._F}, **{k: array("q") for k in self._I},
+                                  "status": array("b")}
+        for k in self._F:
+            cols[k].append(getattr(req, k))
+        for k in self._I:
+            cols[k].append(getattr(req, k))
+        cols["status"].append(0 if req.status == "completed" else 1)
+        if req.reason:
+            self._reasons[req.row] = req.reason
+        self.requests[req.row] = None
 
     def step(self, replica: int, start_s: float, cost, batch, kv_used: int, extra_s: float = 0.0) -> None:
         """One step; ``extra_s`` is time outside the cost model's step (swap copies, draft model)."""
@@ -93,45 +144,151 @@ class Recorder:
         self.s_kv.append(kv_used)
         self.s_pad.append(batch.padding_tokens)
 
+    def steps_block(self, replica: int, start_s, dur_s, num_seqs: int, decode_tokens: int, context_tokens,
+                    flops, nbytes, compute, kv_used) -> None:
+        """Several decode-only steps of one replica at once (lists, one element a step): the
+        rows ``step`` would append one by one."""
+        k = len(start_s)
+        self.s_replica.extend([replica] * k)
+        self.s_start.extend(start_s)
+        self.s_dur.extend(dur_s)
+        self.s_seqs.extend([num_seqs] * k)
+        self.s_prefill.extend([0] * k)
+        self.s_decode.extend([decode_tokens] * k)
+        self.s_ctx.extend(context_tokens)
+        self.s_flops.extend(flops)
+        self.s_bytes.extend(nbytes)
+        self.s_compute.extend(compute)
+        self.s_kv.extend(kv_used)
+        self.s_pad.extend([0] * k)
+
+    def tbt_block(self, gaps, count: int) -> None:
+        self.tbt_gap.extend(gaps)
+        self.tbt_count.extend([count] * len(gaps))
+
+    _STEP_ARRAYS = (("replica", "s_replica", np.int32), ("start_s", "s_start", np.float64),
+                    ("duration_s", "s_dur", np.float64), ("num_seqs", "s_seqs", np.int32),
+                    ("prefill_tokens", "s_prefill", np.int64), ("decode_tokens", "s_decode", np.int64),
+                    ("context_tokens", "s_ctx", np.int64), ("flops", "s_flops", np.float64),
+                    ("bytes", "s_bytes", np.float64), ("compute_bound", "s_compute", np.int8),
+                    ("kv_blocks_used", "s_kv", np.int64), ("padding_tokens", "s_pad", np.int64))
+
     def step_columns(self) -> dict[str, np.ndarray]:
-        return {
-            "replica": np.frombuffer(self.s_replica, dtype=np.int32),
-            "start_s": np.frombuffer(self.s_start),
-            "duration_s": np.frombuffer(self.s_dur),
-            "num_seqs": np.frombuffer(self.s_seqs, dtype=np.int32),
-            "prefill_tokens": np.frombuffer(self.s_prefill, dtype=np.int64),
-            "decode_tokens": np.frombuffer(self.s_decode, dtype=np.int64),
-            "context_tokens": np.frombuffer(self.s_ctx, dtype=np.int64),
-            "flops": np.frombuffer(self.s_flops),
-            "bytes": np.frombuffer(self.s_bytes),
-            "compute_bound": np.frombuffer(self.s_compute, dtype=np.int8).astype(bool),
-            "kv_blocks_used": np.frombuffer(self.s_kv, dtype=np.int64),
-            "padding_tokens": np.frombuffer(self.s_pad, dtype=np.int64),
-        }
+        """Step columns as numpy arrays. Called once the run is over: each column moves out of its
+        growable buffer one at a time (the buffers are emptied), so the peak stays near one copy."""
+        if self._steps_np is not None:
+            return self._steps_np
+        order = None
+        if self.order_steps and len(self.s_start) > 1:
+            # the fast engine records a run of decode steps when it is settled, possibly after
+            # other replicas' later steps: put rows back in the order steps ended (as the
+            # reference engine commits them); ties keep the recording order
+            end = np.frombuffer(self.s_start) + np.frombuffer(self.s_dur)
+            if not (np.diff(end) >= 0).all():
+                order = np.argsort(end, kind="stable")
+            del end
+        cols = {}
+        for name, attr, dt in self._STEP_ARRAYS:
+            buf = getattr(self, attr)
+            col = np.frombuffer(buf, dtype=dt) if len(buf) else np.zeros(0, dt)
+            col = col[order] if order is not None else col.copy()
+            if name == "compute_bound":
+                col = col.astype(bool)
+            cols[name] = col
+            setattr(self, attr, array(buf.typecode))  # free the buffer
+        self._steps_np = cols
+        return cols
 
     def request_columns(self) -> dict[str, np.ndarray]:
+        """One row per arrived request, in arrival order (ended ones from their compact rows)."""
         reqs = self.requests
-        f = lambda name, dt=float: np.array([getattr(r, name) for r in reqs], dtype=dt)  # noqa: E731
-        return {
-            "request_id": f("request_id", np.int64),
-            "arrival_s": f("arrival_s"),
-            "scheduled_s": f("scheduled_s"),
-            "first_token_s": f("first_token_s"),
-            "finish_s": f("finish_s"),
-            "prompt_tokens": f("prompt_tokens", np.int64),
-            "output_tokens": f("output_tokens", np.int64),
-            "replica": f("replica", np.int64),
-            "status": np.array([r.status for r in reqs], dtype=object),
-            "preemptions": f("preemptions", np.int64),
-            "reason": np.array([r.reason for r in reqs], dtype=object),
-            "decode_replica": f("decode_replica", np.int64),
-            "kv_transfer_s": f("kv_transfer_s"),
-            "prefix_hit_tokens": f("prefix_hit_tokens", np.int64),
-        }
+        n = len(reqs)
+        live = [r for r in reqs if r is not None]
+        live_rows = np.array([r.row for r in live], dtype=np.int64)
+        ended = self._ended
+        rows = np.frombuffer(ended["row"], dtype=np.int64) if ended is not None and len(ended["row"]) else None
+        out = {}
+        for name, dt in (("request_id", np.int64), ("arrival_s", float), ("scheduled_s", float),
+                         ("first_token_s", float), ("finish_s", float), ("prompt_tokens", np.int64),
+                         ("output_tokens", np.int64), ("replica", np.int64), ("preemptions", np.int64),
+                         ("decode_replica", np.int64), ("kv_transfer_s", float), ("prefix_hit_tokens", np.int64)):
+            col = np.empty(n, dtype=dt)
+            if rows is not None:
+                col[rows] = np.frombuffer(ended[name], dtype=np.float64 if dt is float else np.int64)
+            if live:
+                col[live_rows] = np.array([getattr(r, name) for r in live], dtype=dt)
+            out[name] = col
+        status = np.empty(n, dtype=object)
+        reason = np.full(n, "", dtype=object)
+        if rows is not None:
+            status[rows] = np.array(["completed", "rejected"], dtype=object)[np.frombuffer(ended["status"], dtype=np.int8)]
+        for row, why in self._reasons.items():
+            reason[row] = why
+        for r in live:
+            status[r.row] = r.status
+            reason[r.row] = r.reason
+        cols = {k: out[k] for k in ("request_id", "arrival_s", "scheduled_s", "first_token_s", "finish_s",
+                                    "prompt_tokens", "output_tokens", "replica")}
+        cols["status"] = status
+        cols["preemptions"] = out["preemptions"]
+        cols["reason"] = reason
+        for k in ("decode_replica", "kv_transfer_s", "prefix_hit_tokens"):
+            cols[k] = out[k]
+        return cols
+
+    def release_request_rows(self) -> None:
+        """Drop the compact rows once ``request_columns`` has been taken (memory)."""
+        self._ended = None
 
 
-def dist_stats(x: np.ndarray) -> dict:
-    """{mean, p50, p90, p99, max} of a sample (linear-interpolated percentiles); nulls if empty."""
+class WeightedSample:
+    """A sample stored as distinct-ish ``values`` with integer ``counts`` (None: each once): the
+    sample is ``np.repeat(values, counts)``, without building it. ``percentile`` is exactly
+    ``np.percentile``'s default (linear) method on that sample."""
+
+    __slots__ = ("values", "counts")
+
+    def __init__(self, values: np.ndarray, counts: np.ndarray | None):
+        self.values = np.asarray(values, dtype=float)
+        self.counts = None if counts is None else np.asarray(counts, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.values) if self.counts is None else int(self.counts.sum())
+
+    def expand(self) -> np.ndarray:
+        return self.values if self.counts is None else np.repeat(self.values, self.counts)
+
+    def stats(self) -> dict:
+        if self.counts is None:
+            return dist_stats(self.values)
+        keep = ~np.isnan(self.values) & (self.counts > 0)
+        v, c = (self.values, self.counts) if keep.all() else (self.values[keep], self.counts[keep])
+        del keep
+        if len(v) == 0:
+            return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+        order = np.argsort(v, kind="stable")
+        v, c = v[order], c[order]
+        cum = np.cumsum(c)  # cum[i] - 1: the last position of v[i] in the sorted sample
+        n = int(cum[-1])
+        out = []
+        for q in (0.5, 0.9, 0.99):
+            # numpy's linear method: virtual index (n - 1) q, lerp between its neighbours
+            h = (n - 1) * q
+            lo = int(np.floor(h))
+            g = h - lo
+            a = v[np.searchsorted(cum, lo, side="right")]
+            b = v[np.searchsorted(cum, min(lo + 1, n - 1), side="right")]
+            d = b - a
+            out.append(float(b - d * (1 - g)) if g >= 0.5 else float(a + d * g))
+        mean = float(np.dot(v, c.astype(float)) / n)
+        return {"mean": mean, "p50": out[0], "p90": out[1], "p99": out[2], "max": float(v[-1])}
+
+
+def dist_stats(x) -> dict:
+    """{mean, p50, p90, p99, max} of a sample (linear-interpolated percentiles); nulls if empty.
+    ``x``: an array, or a ``WeightedSample``."""
+    if isinstance(x, WeightedSample):
+        return x.stats()
     x = np.asarray(x, dtype=float)
     x = x[~np.isnan(x)]
     if len(x) == 0:

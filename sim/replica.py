@@ -45,6 +45,10 @@ class Replica:
         self._wakeup = None
         self.process = env.process(self._run())
 
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
     # ---------------------------------------------------------------- arrivals
     def rejection_reason(self, req) -> str | None:
         total = req.prompt_tokens + req.output_tokens

@@ -19,7 +19,7 @@ class Request:
         "request_id", "arrival_s", "prompt_tokens", "output_tokens", "num_computed_tokens",
         "num_output_done", "scheduled_s", "first_token_s", "last_token_s", "finish_s", "replica",
         "status", "reason", "preemptions", "kv_blocks", "prefix_group", "prefix_tokens", "swapped_blocks",
-        "decode_replica", "kv_transfer_s", "prefix_hit_tokens",
+        "decode_replica", "kv_transfer_s", "prefix_hit_tokens", "row",
     )
 
     def __init__(self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -49,6 +49,7 @@ class Request:
         self.swapped_blocks = 0  # blocks held in host memory while swapped out
         self.decode_replica = -1  # P/D split: the decode replica it was handed to
         self.kv_transfer_s = NAN  # P/D split: time from first token until its KV landed on the decode side
+        self.row = -1  # its row in the recorder (arrival order)
 
     @property
     def num_tokens(self) -> int:

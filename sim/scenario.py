@@ -481,6 +481,8 @@ class Scenario:
     policy: Policy = field(default_factory=Policy)
     slo: Slo = field(default_factory=Slo)
     cost: Cost = field(default_factory=Cost)
+    # fast: the event-skipping engine (same results); reference: the plain step-by-step loop
+    engine: Literal["fast", "reference"] = "fast"
 
     def to_dict(self) -> dict:
         return _plain(dataclasses.asdict(self))

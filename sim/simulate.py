@@ -21,8 +21,9 @@ from sim.errors import InputError
 from sim.kv_cache import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from sim.clients import drive_closed_loop
 from sim.cluster import Cluster
+from sim.metrics import (REQUEST_COLUMNS, STEP_COLUMNS, Recorder, WeightedSample, dist_stats, summarize,
+                         summarize_classes)
 from sim.profile import profile_summary
-from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Recorder, dist_stats, summarize, summarize_classes
 from sim.request import Request
 from sim.scenario import Scenario, scenario_to_yaml
 from sim.specs import get_gpu, get_model
@@ -132,9 +133,14 @@ class Results:
     summary: dict
     requests: dict  # column -> numpy array (REQUEST_COLUMNS)
     steps: dict  # column -> numpy array
-    tbt_s: np.ndarray
+    tbt: WeightedSample  # every gap between consecutive tokens (``tbt_s`` spells them out)
     kv_blocks_in_use: list  # per replica, at the end of the run (0 when every request ended)
     queue_samples: list  # (time_s, replica, waiting, running) when sampling was asked for
+
+    @property
+    def tbt_s(self) -> np.ndarray:
+        """Every TBT gap (order unspecified); large runs: prefer ``tbt`` (values with counts)."""
+        return self.tbt.expand()
 
     def write(self, out_dir: str | Path) -> Path:
         """Write summary.json, requests.csv, steps.csv and scenario.yaml (the output contract)."""
@@ -189,15 +195,19 @@ def _classes(scenario: Scenario, specs, req_cols: dict):
 
 
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,
-             sample_every_s: float | None = None) -> Results:
+             sample_every_s: float | None = None, engine: str | None = None) -> Results:
     """Run a scenario to the end (every request finished, or ``workload.duration_s``).
 
     ``progress(done, total, now_s)`` is called as requests complete (for a progress bar);
     ``specs`` replaces the generated workload (tests use it for hand-made requests);
     ``sample_every_s`` records (time, replica, waiting, running) every so often in
-    ``Results.queue_samples`` (an independent observer of the queues, used to check Little's law).
+    ``Results.queue_samples`` (an independent observer of the queues, used to check Little's law);
+    ``engine`` ("fast" | "reference") overrides ``scenario.engine``: the same results either way,
+    the reference is the plain step-by-step loop.
     """
     wall0 = time.perf_counter()
+    if engine is not None and engine != scenario.engine:
+        scenario = dataclasses.replace(scenario, engine=engine)
     setup = prepare(scenario)
     rng = np.random.default_rng(scenario.seed)
     if specs is None:
@@ -237,24 +247,26 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         def observe():
             while rec.completed + rec.rejected < len(specs):
                 for r in replicas:
-                    samples.append((env.now, r.index, len(r.waiting), len(r.running)))
+                    samples.append((env.now, r.index, len(r.waiting), r.num_running))
                 yield env.timeout(sample_every_s)
 
         env.process(observe())
     until = scenario.workload.duration_s
     env.run(until=until)
+    cluster.settle(strict=True)  # fast engine: decode steps that ended before the cut-off
     sim_time = float(until) if until is not None else float(env.now)
     stalled = 0
     for r in rec.requests:
-        if r.status == "pending":
+        if r is not None and r.status == "pending":
             r.status = "unfinished"
             stalled += 1
     if until is None and (stalled or len(rec.requests) != len(specs)):
         raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
+    rec.release_request_rows()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns()
-    tbt = np.frombuffer(rec.tbt) if len(rec.tbt) else np.zeros(0)
+    tbt = rec.tbt_sample()
     extra = {
         "kv_capacity": {p.name: {"replicas": p.replicas, "blocks_per_replica": p.capacity.num_blocks,
                                  "block_size": p.capacity.block_size, "tokens_per_replica": p.capacity.num_tokens,

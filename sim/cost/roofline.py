@@ -109,6 +109,7 @@ class CostModel:
     per_seq_overhead_s: float = 1e-5
     eff: Efficiencies = DEFAULT_EFFICIENCIES
     _c: tuple = field(init=False, repr=False, compare=False, default=())
+    _memo: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
 
     def __post_init__(self):
         m, tp = self.model, self.tp
@@ -121,6 +122,7 @@ class CostModel:
             float(h), qd, kvd, qd + 2 * kvd, n_up * I / tp, I / tp, m.vocab_size / tp,
             2 * kvd * DTYPE_BYTES[self.kv_dtype], float(n_up), DTYPE_BYTES[self.dtype],
         ))
+        object.__setattr__(self, "_memo", {})
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -259,8 +261,168 @@ class CostModel:
     def _overhead_s(self, num_seqs: int) -> float:
         return self.step_overhead_s + self.per_seq_overhead_s * num_seqs
 
+    def _fixed(self, T: int, S: int):
+        """The operators of a step that depend only on its tokens ``T`` and sampled sequences
+        ``S`` (all but attention), as ``_ops`` yields them, plus the step's communication time;
+        memoized (the engine meets the same (T, S) over and over)."""
+        key = (T, S)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        probe = Batch(num_tokens=T, num_sampled=S)  # its attention row (index 2) is not used
+        rows = [tuple(op[1:]) for op in self._ops(probe)]
+        comm = 0.0
+        if self.tp > 1 or self.pp > 1:
+            for _, x in self._comm(T):
+                comm += x
+        if len(self._memo) >= 16_384:  # prefill steps bring new token counts: bound the memory
+            self._memo.clear()
+        hit = self._memo[key] = (rows[:2], rows[3:], comm)
+        return hit
+
+    def _attention(self, batch: Batch, T: int):
+        """The attention row of ``_ops`` (same arithmetic, same order)."""
+        qd, kv_tok = self._c[1], self._c[7]
+        L = self.model.num_layers
+        e, bw, peak16, a = self.eff, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
+        dctx = batch.decode_context_tokens
+        dpairs = batch.decode_attn_pairs
+        nd = batch.decode_tokens
+        pf_tok = T - nd
+        tt = ff = bb = cc = mmm = 0.0
+        if pf_tok > 0:
+            f = 4 * qd * (batch.attn_pairs - dpairs)
+            b = kv_tok * (batch.context_tokens - dctx) + a * pf_tok * 2 * qd
+            t, c, mm = roofline_cost(1, f, b, peak16, bw, e.attention)
+            tt, ff, bb, cc, mmm = t, f, b, c, mm
+        if nd > 0:
+            f = 4 * qd * dpairs
+            b = kv_tok * dctx + a * nd * 2 * qd
+            t, c, mm = roofline_cost(1, f, b, peak16, bw, e.attention)
+            tt, ff, bb, cc, mmm = tt + t, ff + f, bb + b, cc + c, mmm + mm
+        return tt * L, ff * L, bb * L, cc * L, mmm * L
+
     def step_time(self, batch: Batch) -> StepCost:
-        """Time, FLOPs, bytes and bound of one step (the engine's hot path)."""
+        """Time, FLOPs, bytes and bound of one step (the engine's hot path). Bit for bit the sum
+        over ``_ops`` in its order (``step_time_reference``); the operators other than attention
+        are memoized by (tokens, sampled sequences)."""
+        T = batch.num_tokens + batch.padding_tokens
+        if T == 0:
+            return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
+        head, tail, comm = self._fixed(T, batch.num_sampled)
+        flops = nbytes = t = tc = tm = 0.0
+        for ot, f, b, c, m in head:
+            t += ot
+            tc += c
+            tm += m
+            flops += f
+            nbytes += b
+        ot, f, b, c, m = self._attention(batch, T)
+        t += ot
+        tc += c
+        tm += m
+        flops += f
+        nbytes += b
+        for ot, f, b, c, m in tail:
+            t += ot
+            tc += c
+            tm += m
+            flops += f
+            nbytes += b
+        over = self._overhead_s(batch.num_seqs)
+        g = self.tp  # per-GPU figures -> replica totals (PP stages split the layers, not the work)
+        return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
+                        tc, tm, comm, over)
+
+    def decode_steps(self, n: int, dctx):
+        """A run of decode-only steps of ``n`` sequences (one token each), step ``i`` touching
+        ``dctx[i]`` KV tokens in all (sum of c + 1): numpy arrays (time_s, flops, bytes,
+        compute_bound), each element bit for bit ``step_time`` of that step (same operations in
+        the same order, elementwise)."""
+        import numpy as np
+
+        if len(dctx) <= 16:  # short runs: plain floats beat numpy's per-call overhead
+            return self._decode_steps_scalar(n, dctx)
+        head, tail, comm = self._fixed(n, n)
+        t = tc = tm = flops = nbytes = 0.0
+        for ot, f, b, c, m in head:
+            t += ot
+            tc += c
+            tm += m
+            flops += f
+            nbytes += b
+        # attention of decode sequences (``_attention`` with no prefill part)
+        qd, kv_tok = self._c[1], self._c[7]
+        L = self.model.num_layers
+        e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
+        dctx = np.asarray(dctx, dtype=np.int64)
+        f = 4 * qd * dctx.astype(np.float64)  # decode_attn_pairs == decode_context_tokens when q = 1
+        b = kv_tok * dctx + a * n * 2 * qd
+        c = f / (peak16 * e.compute)
+        m = b / (bw * e.memory)
+        at = 1 * e.latency_s + np.where(c > m, c, m)
+        T = t + at * L
+        TC = tc + c * L
+        TM = tm + m * L
+        F = flops + f * L
+        B = nbytes + b * L
+        for ot, f, b, c, m in tail:
+            T += ot
+            TC += c
+            TM += m
+            F += f
+            B += b
+        over = self._overhead_s(n)
+        g = self.tp
+        return T + comm + over, F * g, B * g, TC >= TM
+
+    def _decode_steps_scalar(self, n: int, dctx):
+        """``decode_steps`` as lists, one step at a time (the same arithmetic)."""
+        head, tail, comm = self._fixed(n, n)
+        t0 = tc0 = tm0 = f0 = b0 = 0.0
+        for ot, f, b, c, m in head:
+            t0 += ot
+            tc0 += c
+            tm0 += m
+            f0 += f
+            b0 += b
+        qd, kv_tok = self._c[1], self._c[7]
+        L = self.model.num_layers
+        e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
+        fq = 4 * qd
+        bq = a * n * 2 * qd
+        pc = peak16 * e.compute
+        bm = bw * e.memory
+        lat = 1 * e.latency_s
+        over = self._overhead_s(n)
+        g = self.tp
+        times, flops, nbytes, comp = [], [], [], []
+        for x in dctx:
+            x = int(x)
+            f = fq * float(x)
+            b = kv_tok * x + bq
+            c = f / pc
+            m = b / bm
+            at = lat + (c if c > m else m)
+            T = t0 + at * L
+            TC = tc0 + c * L
+            TM = tm0 + m * L
+            F = f0 + f * L
+            B = b0 + b * L
+            for ot, f, b, c, m in tail:
+                T += ot
+                TC += c
+                TM += m
+                F += f
+                B += b
+            times.append(T + comm + over)
+            flops.append(F * g)
+            nbytes.append(B * g)
+            comp.append(TC >= TM)
+        return times, flops, nbytes, comp
+
+    def step_time_reference(self, batch: Batch) -> StepCost:
+        """``step_time`` without memoization: the plain sum over ``_ops`` (tests compare them)."""
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)

@@ -1,0 +1,38 @@
+"""The memoized ``step_time`` is bit for bit the plain sum over ``_ops``."""
+
+from hypothesis import given, settings, strategies as st
+
+from sim.batch import synthetic_batch
+from sim.cost import CostModel
+from sim.specs import get_gpu, get_model
+
+MODELS = [CostModel(get_model("meta-llama/Llama-2-7b-hf"), get_gpu("h100-sxm")),
+          CostModel(get_model("meta-llama/Meta-Llama-3-8B"), get_gpu("h100-sxm"), tp=2, pp=2),
+          CostModel(get_model("mistralai/Mixtral-8x7B-v0.1"), get_gpu("h100-sxm"), tp=4)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, len(MODELS) - 1),
+       st.lists(st.tuples(st.integers(1, 3000), st.integers(0, 3000)), max_size=3),
+       st.lists(st.integers(1, 4000), max_size=40), st.integers(0, 3))
+def test_memoized_step_time_is_exact(m, prefill, decode, spec):
+    cm = MODELS[m]
+    b = synthetic_batch(prefill, decode, spec)
+    for _ in range(2):  # cold, then from the memo
+        assert cm.step_time(b) == cm.step_time_reference(b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, len(MODELS) - 1), st.lists(st.integers(1, 4000), min_size=1, max_size=60),
+       st.integers(1, 40))
+def test_vectorized_decode_steps_are_exact(m, contexts, k):
+    """Step i of a decode run: every sequence has grown by i tokens."""
+    import numpy as np
+
+    cm = MODELS[m]
+    n = len(contexts)
+    dctx = np.array([sum(contexts) + i * n + n for i in range(k)])
+    t, f, b, comp = cm.decode_steps(n, dctx)
+    for i in range(k):
+        ref = cm.step_time_reference(synthetic_batch((), [c + i for c in contexts]))
+        assert (t[i], f[i], b[i], bool(comp[i])) == (ref.time_s, ref.flops, ref.bytes, ref.bound == "compute")

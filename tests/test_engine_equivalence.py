@@ -1,0 +1,193 @@
+"""The fast engine computes what the reference (plain step-by-step) engine computes: the same
+requests.csv, steps and summary, on every policy and feature (issue 8).
+
+Times are compared to 1e-9 relative (the fast engine keeps them bit for bit today, but the
+contract allows the last bits to differ); counts and statuses exactly.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.metrics import WeightedSample, dist_stats
+from sim.simulate import simulate
+from tests.conftest import make_scenario, specs
+
+REL = 1e-9
+
+
+def assert_same(a, b, path="summary"):
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), path
+        for k in a:
+            if k != "wall_time_s":
+                assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=REL, abs=1e-15), path
+    else:
+        assert a == b, path
+
+
+def assert_columns_equal(x: dict, y: dict, what: str):
+    assert x.keys() == y.keys()
+    for k in x:
+        a, b = x[k], y[k]
+        assert len(a) == len(b), f"{what}.{k}: {len(a)} vs {len(b)} rows"
+        if a.dtype.kind == "f":
+            np.testing.assert_allclose(a, b, rtol=REL, atol=0, equal_nan=True, err_msg=f"{what}.{k}")
+        else:
+            assert (a == b).all(), f"{what}.{k}"
+
+
+def run_both(sc, sp=None):
+    fast = simulate(sc, specs=sp, engine="fast")
+    ref = simulate(sc, specs=sp, engine="reference")
+    assert_columns_equal(fast.requests, ref.requests, "requests")
+    # steps: the same rows; rows of different replicas ending at the very same time may be listed
+    # in another order
+    key = lambda st: np.lexsort((st["start_s"], st["replica"]))  # noqa: E731
+    fs, rs = fast.steps, ref.steps
+    assert_columns_equal({k: v[key(fs)] for k, v in fs.items()}, {k: v[key(rs)] for k, v in rs.items()}, "steps")
+    assert_same(fast.summary, ref.summary)
+    assert sorted(fast.tbt_s.tolist()) == pytest.approx(sorted(ref.tbt_s.tolist()), rel=REL)
+    assert fast.kv_blocks_in_use == ref.kv_blocks_in_use
+    return fast, ref
+
+
+SMALL = {"workload.num_requests": 300, "workload.arrival": {"process": "poisson", "rate_rps": 12.0},
+         "workload.prompt_tokens": {"dist": "lognormal", "mean": 600, "sigma": 0.8, "max": 3000},
+         "workload.output_tokens": {"dist": "lognormal", "mean": 120, "sigma": 0.7, "max": 600}}
+TIGHT = {"memory.num_gpu_blocks": 400}  # 6,400 tokens of KV: preemptions
+CASES = {
+    "continuous": {},
+    "chunked": {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 512},
+    "static": {"policy.name": "static", "policy.max_num_seqs": 16},
+    "recompute": {**TIGHT, "policy.preemption": "recompute"},
+    "swap": {**TIGHT, "policy.preemption": "swap", "memory.swap_space_gib": 0.2},
+    "chunked_tight": {**TIGHT, "policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 256},
+    "small_budget": {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 64, "policy.max_num_seqs": 100},
+    "max_seqs": {"policy.max_num_seqs": 8},
+    "watermark": {**TIGHT, "policy.watermark": 0.05},
+    "spec": {"policy.spec": {"draft": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.7}},
+    "prefix": {"policy.prefix_caching": True},
+    "replicas_rr": {"cluster.replicas": 3, "workload.arrival": {"process": "poisson", "rate_rps": 30.0}},
+    "replicas_lot": {"cluster.replicas": 3, "cluster.router": "least_outstanding_tokens",
+                     "workload.arrival": {"process": "poisson", "rate_rps": 30.0}},
+    "replicas_kv": {**TIGHT, "cluster.replicas": 2, "cluster.router": "least_kv_usage"},
+    "replicas_random": {"cluster.replicas": 2, "cluster.router": "random"},
+    "duration": {"workload.duration_s": 8.0, "workload.num_requests": None},
+    "pd": {"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 2}},
+    "pd_chunked": {"policy.name": "pd_split", "memory.num_gpu_blocks": 600,
+                         "policy.prefill": {"replicas": 2, "policy": "chunked_prefill", "max_num_batched_tokens": 512},
+                         "policy.decode": {"replicas": 2}},
+    "duration_routers": {"workload.duration_s": 6.0, "workload.num_requests": None, "cluster.replicas": 3,
+                         "cluster.router": "least_kv_usage", "policy.name": "chunked_prefill",
+                         "policy.max_num_batched_tokens": 512, "workload.arrival": {"process": "poisson", "rate_rps": 40.0}},
+    "bench_shape": {"model": "meta-llama/Llama-2-7b-hf", "workload.num_requests": 1500,
+                    "workload.arrival": {"process": "poisson", "rate_rps": 9.0},
+                    "workload.prompt_tokens": {"dist": "lognormal", "mean": 1155, "sigma": 0.636},
+                    "workload.output_tokens": {"dist": "lognormal", "mean": 211, "sigma": 0.505}},
+    "closed_loop": {"workload.arrival": {"process": "closed_loop", "clients": 24, "think_time_s": 0.2},
+                    "cluster.replicas": 2, "cluster.router": "least_outstanding_tokens"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fast_engine_matches_reference(case):
+    kw = {**SMALL, **CASES[case]}
+    kw = {k: v for k, v in kw.items() if v is not None}
+    if case.startswith("duration"):
+        kw.pop("workload.num_requests", None)
+    sc = make_scenario(**kw)
+    fast, ref = run_both(sc)
+    assert fast.summary["completed"] + fast.summary["unfinished"] + fast.summary["rejected"] > 0
+    if case in ("recompute", "swap", "chunked_tight"):
+        assert ref.summary["preemptions"] > 0  # the case exercises what it says
+
+
+def test_prefix_groups_match():
+    sc = make_scenario(**{**SMALL, "policy.prefix_caching": True, "cluster.replicas": 2, "cluster.router": "prefix_aware"})
+    rng = np.random.default_rng(1)
+    n = 200
+    rows = sorted(zip(np.cumsum(rng.exponential(0.08, n)).tolist(), rng.integers(100, 900, n).tolist(),
+                      rng.integers(1, 200, n).tolist()))
+    sp = dataclasses.replace(specs(rows), prefix_group=np.arange(n, dtype=np.int64) % 3,
+                             prefix_tokens=np.full(n, 64, dtype=np.int64))
+    run_both(sc, sp)
+
+
+request_rows = st.lists(
+    st.tuples(st.floats(0, 5, allow_nan=False), st.integers(1, 1500), st.integers(1, 200)),
+    min_size=1, max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=request_rows, max_num_seqs=st.integers(1, 16), budget=st.integers(64, 4096),
+       blocks=st.one_of(st.none(), st.integers(8, 400)), replicas=st.integers(1, 3),
+       duration=st.one_of(st.none(), st.floats(0.2, 5)),
+       router=st.sampled_from(["round_robin", "random", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"]),
+       policy=st.sampled_from(["continuous", "chunked_prefill", "static", "pd_split"]),
+       preemption=st.sampled_from(["recompute", "swap"]), prefix_caching=st.booleans(),
+       spec=st.one_of(st.none(), st.integers(1, 4)))
+def test_fast_engine_matches_reference_anywhere(rows, max_num_seqs, budget, blocks, replicas, duration, router,
+                                                policy, preemption, prefix_caching, spec):
+    rows = sorted(rows)
+    kw = {
+        "policy.name": policy, "policy.max_num_seqs": max_num_seqs, "policy.max_num_batched_tokens": budget,
+        "policy.preemption": preemption, "policy.prefix_caching": prefix_caching,
+        "memory.num_gpu_blocks": blocks, "memory.swap_space_gib": 0.05, "cluster.router": router,
+        "workload.duration_s": duration, "workload.num_requests": 10,
+    }
+    if policy == "pd_split":
+        kw["policy.prefill"] = {"replicas": 1, "policy": "chunked_prefill" if budget < 1000 else "continuous"}
+        kw["policy.decode"] = {"replicas": replicas}
+    else:
+        kw["cluster.replicas"] = replicas
+    if spec is not None and policy in ("continuous", "chunked_prefill"):
+        kw["policy.spec"] = {"draft": "ngram", "num_speculative_tokens": spec, "acceptance_rate": 0.7}
+    if duration is not None:
+        rows = [r for r in rows if r[0] < duration]
+        if not rows:
+            return
+    sc, sp = make_scenario(**kw), specs(rows)
+    try:
+        simulate(sc, specs=sp, engine="reference")
+    except RuntimeError as e:  # the reference stalls (tiny P/D KV pools can deadlock): so must the fast one
+        with pytest.raises(RuntimeError, match=str(e)):
+            simulate(sc, specs=sp, engine="fast")
+        return
+    run_both(sc, sp)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1, allow_nan=False, allow_subnormal=False), st.integers(0, 50)),
+                min_size=1, max_size=40))
+def test_weighted_percentiles_are_numpys(pairs):
+    v = np.array([p[0] for p in pairs])
+    c = np.array([p[1] for p in pairs], dtype=np.int64)
+    w = dist_stats(WeightedSample(v, c))
+    plain = dist_stats(np.repeat(v, c))
+    if c.sum() == 0:
+        assert w == plain
+        return
+    for k in ("p50", "p90", "p99", "max"):
+        assert w[k] == pytest.approx(plain[k], rel=1e-12, abs=1e-300), k
+    assert w["mean"] == pytest.approx(plain["mean"], rel=1e-12)
+
+
+def test_cli_engine_flag_writes_identical_files(tmp_path):
+    from sim.cli import main
+
+    outs = {}
+    for engine in ("fast", "reference"):
+        out = tmp_path / engine
+        assert main(["run", "--out", str(out), "--quiet", "--engine", engine,
+                     "--set", "workload.num_requests=200"]) == 0
+        outs[engine] = out
+    for name in ("requests.csv", "steps.csv"):
+        assert (outs["fast"] / name).read_text() == (outs["reference"] / name).read_text(), name
