@@ -22,7 +22,8 @@ class ReplicaState:
     ``running``: requests holding KV, oldest admission first. ``waiting``: FCFS queue (preempted
     requests go back to its front). ``kv``: the block allocator (read ``num_free``,
     ``block_size``, ``num_blocks``, ``caching``, ``cached_prefix_blocks(req)``). ``swapped``:
-    requests whose KV sits in host memory (FCFS); ``host_free_blocks``: host room for more.
+    requests whose KV sits in host memory (FCFS); ``host_free_blocks``: host room for more;
+    ``landed``: (P/D decode side) requests whose prompt KV arrived and is mapped here, FCFS.
     """
 
     running: list
@@ -31,6 +32,7 @@ class ReplicaState:
     now_s: float = 0.0
     swapped: tuple | deque = ()
     host_free_blocks: int = 0
+    landed: tuple | deque = ()  # P/D decode side: requests whose KV just landed here (they hold it)
 
 
 class Policy(Protocol):

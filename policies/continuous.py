@@ -107,7 +107,21 @@ class ContinuousPolicy:
             n_seqs += 1
             items.append((r, q))
             swap_in.append(r)
-        if len(swap_in) == len(state.swapped):
+        # P/D decode side: requests whose KV landed here hold it already; they go before the
+        # waiting queue (there, only requests preempted on this replica, to be recomputed)
+        landed_all = True
+        for r in state.landed:
+            q = self._tokens(r, budget)
+            need = -(-(r.num_computed_tokens + q) // bs) - r.kv_blocks
+            if n_seqs >= self.max_num_seqs or q > budget or need > free:
+                landed_all = False
+                break
+            free -= need if need > 0 else 0
+            budget -= q
+            n_seqs += 1
+            items.append((r, q))
+            admitted.append(r)
+        if landed_all and len(swap_in) == len(state.swapped):
             reserve = int(self.watermark * kv.num_blocks)
             for r in state.waiting:
                 if n_seqs >= self.max_num_seqs:
@@ -130,6 +144,6 @@ class ContinuousPolicy:
                 n_seqs += 1
                 items.append((r, q))
                 admitted.append(r)
-                if c:
+                if c and not r.num_computed_tokens:  # a prefix-cache hit (not KV it arrived with)
                     hits.append((r, c))
         return swap_in, admitted, hits

@@ -12,14 +12,23 @@ from __future__ import annotations
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 
 
+def decode_room(replica) -> int:
+    """Free KV blocks a hand-off may take on a decode replica: its free blocks, less what the
+    requests preempted there (waiting, holding no KV) need to come back, less one spare block so
+    that requests holding their KV can always take their next token's block. Without this,
+    hand-offs could fill the replica with requests queued behind one that can never fit again."""
+    kv = replica.kv
+    return kv.num_free - sum(kv.blocks_for(r.num_tokens) for r in replica.waiting) - 1
+
+
 def pick_decode_replica(replicas, blocks_needed: int) -> int | None:
-    """Least loaded by KV: the decode replica with the most free blocks, if any can hold
-    ``blocks_needed`` (ties: lowest index); None when none can."""
-    best, best_free = None, -1
+    """Least loaded by KV: the decode replica with the most room (``decode_room``), if any can
+    take ``blocks_needed`` (ties: lowest index); None when none can."""
+    best, best_room = None, -1
     for i, r in enumerate(replicas):
-        free = r.kv.num_free
-        if free >= blocks_needed and free > best_free:
-            best, best_free = i, free
+        room = decode_room(r)
+        if room >= blocks_needed and room > best_room:
+            best, best_room = i, room
     return best
 
 

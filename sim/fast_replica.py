@@ -47,7 +47,7 @@ from simpy.exceptions import Interrupt
 from policies.base import ReplicaState
 from policies.continuous import ContinuousPolicy
 from sim.batch import make_batch
-from sim.replica import Replica
+from sim.replica import Replica, take_from
 
 
 class _Row(NamedTuple):  # what Recorder.step reads of a batch
@@ -90,7 +90,7 @@ class FastReplica(Replica):
         self._interruptible = False
         super().__init__(*args, **kw)
         self._cnt = [0] * self.kv.block_size
-        self._state = ReplicaState([], self.waiting, self.kv, 0.0, self.swapped, 0)
+        self._state = ReplicaState([], self.waiting, self.kv, 0.0, self.swapped, 0, self.landed)
 
     # ------------------------------------------------------------- the running list, materialized
     @property
@@ -166,7 +166,7 @@ class FastReplica(Replica):
         state = self._state
         while True:
             members, tail = self._members, self._tail
-            if not members and not tail and not self.waiting and not self.swapped:
+            if not members and not tail and not self.waiting and not self.swapped and not self.landed:
                 yield self._sleep(None)
                 continue
             n = len(members)
@@ -193,7 +193,7 @@ class FastReplica(Replica):
                 yield from self._reference_step()
                 self._absorb()
                 continue
-            if n and not items and not tail and not self.waiting:
+            if n and not items and not tail and not self.waiting and not self.landed:
                 K = self._macro_len(n, free + need_d)
                 if K >= 2:
                     yield from self._macro(n, K)
@@ -214,7 +214,7 @@ class FastReplica(Replica):
                 ok = kv.grow(r, cached)
                 assert ok, "prefix hit on blocks that are gone"
             for r in admitted:
-                waiting.popleft()
+                take_from(self.landed, waiting, r)
                 tail.append(r)
                 if isnan(r.scheduled_s):
                     r.scheduled_s = start
@@ -424,7 +424,8 @@ class FastReplica(Replica):
         """One step of ``Replica._run`` on the materialized running list."""
         env = self.env
         self._dissolve()
-        state = ReplicaState(self._tail, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks)
+        state = ReplicaState(self._tail, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks,
+                             self.landed)
         batch = self.policy.next_batch(state)
         start = env.now
         swap_s = self._apply(batch, start)

@@ -16,6 +16,16 @@ from sim.batch import Batch
 from sim.kv_cache import BlockAllocator
 
 
+def take_from(landed: deque, waiting: deque, r) -> None:
+    """Remove an admitted request from the front of the landed queue (P/D decode side) or, else,
+    of the waiting queue: policies admit each queue in order."""
+    if landed and landed[0] is r:
+        landed.popleft()
+    else:
+        assert waiting[0] is r, "policy must admit from the front of the landed or waiting queue"
+        waiting.popleft()
+
+
 class Replica:
     """``role``: "colocated" (prefill and decode here), "prefill" (hand requests off after their
     first token via ``handoff(req, replica)``) or "decode" (requests arrive with their prompt's KV).
@@ -40,6 +50,7 @@ class Replica:
         self.running: list = []
         self.waiting: deque = deque()
         self.swapped: deque = deque()
+        self.landed: deque = deque()  # P/D decode side: requests holding KV that just arrived
         self.outstanding_tokens = 0  # prompt + output so far, over unfinished requests here
         self.after_free = None  # called after KV blocks were freed (P/D: retry pending hand-offs)
         self._wakeup = None
@@ -76,7 +87,7 @@ class Replica:
 
     def accept_prefilled(self, req) -> None:
         """A request whose KV (already mapped on this replica's allocator) has just landed."""
-        self.waiting.append(req)
+        self.landed.append(req)
         self.outstanding_tokens += req.num_tokens
         self.wake()
 
@@ -90,10 +101,11 @@ class Replica:
     def _run(self):
         env = self.env
         while True:
-            if not self.running and not self.waiting and not self.swapped:
+            if not self.running and not self.waiting and not self.swapped and not self.landed:
                 yield self._sleep(None)
                 continue
-            state = ReplicaState(self.running, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks)
+            state = ReplicaState(self.running, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks,
+                                 self.landed)
             batch = self.policy.next_batch(state)
             start = env.now
             swap_s = self._apply(batch, start)
@@ -160,8 +172,7 @@ class Replica:
             self.recorder.swap_in_bytes += r.swapped_blocks * self.swap_block_bytes
             r.swapped_blocks = 0
         for r in batch.admitted:
-            assert waiting[0] is r, "policy must admit from the front of the waiting queue"
-            waiting.popleft()
+            take_from(self.landed, waiting, r)
             running.append(r)
             if isnan(r.scheduled_s):
                 r.scheduled_s = now

@@ -167,15 +167,26 @@ def test_static_rejects_outputs_beyond_the_reserved_slot():
 
 # ------------------------------------------------------------------ P/D split decisions
 class _Rep:
-    def __init__(self, free):
+    def __init__(self, free, waiting=()):
         self.kv = BlockAllocator(100, 16)
         self.kv.num_empty = free
+        self.waiting = deque(waiting)
 
 
 def test_decode_replica_is_the_one_with_most_free_kv_that_fits():
     reps = [_Rep(10), _Rep(50), _Rep(50), _Rep(5)]
     assert pick_decode_replica(reps, 20) == 1
-    assert pick_decode_replica(reps, 60) is None
+    assert pick_decode_replica(reps, 49) == 1  # one block stays spare
+    assert pick_decode_replica(reps, 50) is None
+
+
+def test_hand_offs_leave_room_for_requests_preempted_on_the_decode_side():
+    preempted = Request(0, 0.0, 300, 50)
+    preempted.num_output_done = 20  # must recompute 320 tokens = 20 blocks
+    reps = [_Rep(50, [preempted]), _Rep(40)]
+    # replica 0 has room 50 - 20 - 1 = 29, replica 1 has 39
+    assert pick_decode_replica(reps, 30) == 1
+    assert pick_decode_replica(reps, 39) == 1 and pick_decode_replica(reps, 40) is None
 
 
 def test_link_figures_and_transfer_time():

@@ -177,3 +177,23 @@ def test_pd_rejects_what_a_decode_side_recompute_could_never_schedule():
     res = simulate(sc, specs=specs([(0.0, 1600, 110), (0.1, 100, 50)]))
     assert list(res.requests["status"]) == ["rejected", "completed"]
     assert res.requests["reason"][0].startswith("decode pool: prompt + output - 1")
+
+
+def test_pd_decode_side_admission_is_not_a_prefix_hit():
+    sc = make_scenario(**{"policy.name": "pd_split"})
+    res = simulate(sc, specs=specs([(0.0, 300, 20), (0.1, 500, 20)]))
+    assert res.requests["prefix_hit_tokens"].tolist() == [0, 0]
+    assert res.summary["kv"]["prefix_cache_hit_tokens"] == 0
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_pd_under_decode_kv_pressure_finishes_everything(engine):
+    # hand-offs used to fill decode replicas with landed requests queued behind one preempted
+    # there that could never fit again: the run stalled
+    sc = make_scenario(**{"policy.name": "pd_split", "memory.num_gpu_blocks": 300, "workload.num_requests": 200,
+                          "workload.arrival": {"process": "poisson", "rate_rps": 30.0},
+                          "workload.prompt_tokens": {"dist": "lognormal", "mean": 1024, "sigma": 0.8, "max": 3000},
+                          "workload.output_tokens": {"dist": "lognormal", "mean": 192, "sigma": 0.7, "max": 1024}})
+    res = simulate(sc, engine=engine)
+    assert res.summary["completed"] == 200 and res.summary["preemptions"] > 0
+    assert res.kv_blocks_in_use == [0, 0]
