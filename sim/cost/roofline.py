@@ -96,6 +96,23 @@ def roofline_cost(kernels: float, f: float, b: float, peak: float, bw: float, e:
     return kernels * e.latency_s + (c if c > m else m), c, m
 
 
+def _add_ops(acc, ops):
+    """Add operators' (time, flops, bytes, compute_s, memory_s) to the running sums
+    (time, compute_s, memory_s, flops, bytes), in order: every path that prices a step adds the
+    same numbers in the same order, so they agree bit for bit (floats or numpy arrays alike)."""
+    t, tc, tm, fl, nb = acc
+    for ot, f, b, c, m in ops:
+        t += ot
+        tc += c
+        tm += m
+        fl += f
+        nb += b
+    return t, tc, tm, fl, nb
+
+
+_ZERO = (0.0, 0.0, 0.0, 0.0, 0.0)
+
+
 # ---------------------------------------------------------------- the model
 @dataclass(frozen=True)
 class CostModel:
@@ -310,25 +327,9 @@ class CostModel:
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
         head, tail, comm = self._fixed(T, batch.num_sampled)
-        flops = nbytes = t = tc = tm = 0.0
-        for ot, f, b, c, m in head:
-            t += ot
-            tc += c
-            tm += m
-            flops += f
-            nbytes += b
-        ot, f, b, c, m = self._attention(batch, T)
-        t += ot
-        tc += c
-        tm += m
-        flops += f
-        nbytes += b
-        for ot, f, b, c, m in tail:
-            t += ot
-            tc += c
-            tm += m
-            flops += f
-            nbytes += b
+        acc = _add_ops(_ZERO, head)
+        acc = _add_ops(acc, (self._attention(batch, T),))
+        t, tc, tm, flops, nbytes = _add_ops(acc, tail)
         over = self._overhead_s(batch.num_seqs)
         g = self.tp  # per-GPU figures -> replica totals (PP stages split the layers, not the work)
         return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
@@ -344,13 +345,7 @@ class CostModel:
         if len(dctx) <= 16:  # short runs: plain floats beat numpy's per-call overhead
             return self._decode_steps_scalar(n, dctx)
         head, tail, comm = self._fixed(n, n)
-        t = tc = tm = flops = nbytes = 0.0
-        for ot, f, b, c, m in head:
-            t += ot
-            tc += c
-            tm += m
-            flops += f
-            nbytes += b
+        t, tc, tm, flops, nbytes = _add_ops(_ZERO, head)
         # attention of decode sequences (``_attention`` with no prefill part)
         qd, kv_tok = self._c[1], self._c[7]
         L = self.model.num_layers
@@ -361,17 +356,7 @@ class CostModel:
         c = f / (peak16 * e.compute)
         m = b / (bw * e.memory)
         at = 1 * e.latency_s + np.where(c > m, c, m)
-        T = t + at * L
-        TC = tc + c * L
-        TM = tm + m * L
-        F = flops + f * L
-        B = nbytes + b * L
-        for ot, f, b, c, m in tail:
-            T += ot
-            TC += c
-            TM += m
-            F += f
-            B += b
+        T, TC, TM, F, B = _add_ops((t + at * L, tc + c * L, tm + m * L, flops + f * L, nbytes + b * L), tail)
         over = self._overhead_s(n)
         g = self.tp
         return T + comm + over, F * g, B * g, TC >= TM
@@ -379,13 +364,7 @@ class CostModel:
     def _decode_steps_scalar(self, n: int, dctx):
         """``decode_steps`` as lists, one step at a time (the same arithmetic)."""
         head, tail, comm = self._fixed(n, n)
-        t0 = tc0 = tm0 = f0 = b0 = 0.0
-        for ot, f, b, c, m in head:
-            t0 += ot
-            tc0 += c
-            tm0 += m
-            f0 += f
-            b0 += b
+        t0, tc0, tm0, f0, b0 = _add_ops(_ZERO, head)
         qd, kv_tok = self._c[1], self._c[7]
         L = self.model.num_layers
         e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
@@ -404,17 +383,7 @@ class CostModel:
             c = f / pc
             m = b / bm
             at = lat + (c if c > m else m)
-            T = t0 + at * L
-            TC = tc0 + c * L
-            TM = tm0 + m * L
-            F = f0 + f * L
-            B = b0 + b * L
-            for ot, f, b, c, m in tail:
-                T += ot
-                TC += c
-                TM += m
-                F += f
-                B += b
+            T, TC, TM, F, B = _add_ops((t0 + at * L, tc0 + c * L, tm0 + m * L, f0 + f * L, b0 + b * L), tail)
             times.append(T + comm + over)
             flops.append(F * g)
             nbytes.append(B * g)
@@ -426,13 +395,7 @@ class CostModel:
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
-        flops = nbytes = t = tc = tm = 0.0
-        for _, ot, f, b, c, m in self._ops(batch):
-            t += ot
-            tc += c
-            tm += m
-            flops += f
-            nbytes += b
+        t, tc, tm, flops, nbytes = _add_ops(_ZERO, (op[1:] for op in self._ops(batch)))
         comm = 0.0
         if self.tp > 1 or self.pp > 1:
             for _, x in self._comm(T):
