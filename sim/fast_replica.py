@@ -500,21 +500,8 @@ class FastReplica(Replica):
             r.num_computed_tokens += q
             if r.num_computed_tokens != ntok:  # a prompt chunk: no token yet
                 continue
-            r.num_output_done = done + 1
-            self.outstanding_tokens += 1
-            if done == 0:
-                r.first_token_s = now
-            else:
-                tbt.append(now - r.last_token_s)
-            r.last_token_s = now
-            if r.num_output_done == r.output_tokens:
-                r.finish_s = now
-                self.kv.free(r)
-                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
-                rec.complete(r)
-                finished = True
-            elif self.role == "prefill":
-                handed.append(r)
+            self._sample_one(r, done, now, tbt)
+            finished |= self._finish_or_hand_off(r, now, handed)
         tail = self._tail
         if finished:
             if items:

@@ -209,6 +209,30 @@ class Replica:
             t += draft.step_time(pre).time_s
         return t
 
+    def _sample_one(self, r, done: int, now: float, tbt) -> None:
+        """``r``'s step computed its whole sequence: it emits its next token (its first when
+        ``done`` is 0) at ``now``."""
+        r.num_output_done = done + 1
+        self.outstanding_tokens += 1
+        if done == 0:
+            r.first_token_s = now
+        else:
+            tbt.append(now - r.last_token_s)
+        r.last_token_s = now
+
+    def _finish_or_hand_off(self, r, now: float, handed: list) -> bool:
+        """After ``r`` emitted tokens: complete it (True) when it has all of them; on a prefill
+        replica, queue it in ``handed`` for the decode pool instead."""
+        if r.num_output_done == r.output_tokens:
+            r.finish_s = now
+            self.kv.free(r)
+            self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+            self.recorder.complete(r)
+            return True
+        if self.role == "prefill":
+            handed.append(r)
+        return False
+
     def _commit(self, batch: Batch, cost, start: float, extra_s: float = 0.0) -> None:
         now = self.env.now
         rec = self.recorder
@@ -235,21 +259,8 @@ class Replica:
                 r.num_computed_tokens += q
                 if r.num_computed_tokens != n:  # a prompt chunk: no token yet
                     continue
-                r.num_output_done = done + 1
-                self.outstanding_tokens += 1
-                if done == 0:
-                    r.first_token_s = now
-                else:
-                    tbt.append(now - r.last_token_s)
-                r.last_token_s = now
-            if r.num_output_done == r.output_tokens:
-                r.finish_s = now
-                self.kv.free(r)
-                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
-                rec.complete(r)
-                finished = True
-            elif self.role == "prefill":
-                handed.append(r)
+                self._sample_one(r, done, now, tbt)
+            finished |= self._finish_or_hand_off(r, now, handed)
         if finished:
             self.running[:] = [r for r in self.running if r.status != "completed"]
             if self.after_free is not None:

@@ -47,7 +47,6 @@ def chrome_trace(requests: dict, steps: dict, sim_time_s: float, num_replicas: i
         ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"replica {r}"}})
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "steps"}})
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "requests"}})
-    pf, dc = steps["prefill_tokens"], steps["decode_tokens"]
     if "bound" in steps:
         bound = steps["bound"]
     else:
