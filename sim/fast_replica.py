@@ -422,22 +422,8 @@ class FastReplica(Replica):
 
     def _reference_step(self):
         """One step of ``Replica._run`` on the materialized running list."""
-        env = self.env
         self._dissolve()
-        state = ReplicaState(self._tail, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks,
-                             self.landed)
-        batch = self.policy.next_batch(state)
-        start = env.now
-        swap_s = self._apply(batch, start)
-        if batch.empty:
-            if swap_s > 0:
-                yield env.timeout(swap_s)
-            elif not batch.preempted:
-                yield self._sleep(batch.wake_at_s)
-            return
-        cost = self.cost_model.step_time(batch)
-        yield env.timeout(cost.time_s + swap_s)
-        self._commit(batch, cost, start, swap_s)
+        yield from self._step(self._tail)
 
     def _commit_fast(self, batch, cost, start: float, n: int, items) -> None:
         now = self.env.now

@@ -99,30 +99,34 @@ class Replica:
 
     # ---------------------------------------------------------------- the loop
     def _run(self):
-        env = self.env
         while True:
             if not self.running and not self.waiting and not self.swapped and not self.landed:
                 yield self._sleep(None)
                 continue
-            state = ReplicaState(self.running, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks,
-                                 self.landed)
-            batch = self.policy.next_batch(state)
-            start = env.now
-            swap_s = self._apply(batch, start)
-            if batch.empty:
-                if swap_s > 0:
-                    yield env.timeout(swap_s)
-                elif not batch.preempted:
-                    # Nothing can run now (waiting for KV held by transfers, or for the policy's
-                    # timer): sleep until an arrival, a KV release or the timer. A colocated replica
-                    # never gets here with work it could do; if it did, the run would end with
-                    # requests in flight and simulate() reports the stall.
-                    yield self._sleep(batch.wake_at_s)
-                continue
-            cost = self.cost_model.step_time(batch)
-            extra = swap_s + (self._draft_time_s(batch) if self.spec else 0.0)
-            yield env.timeout(cost.time_s + extra)
-            self._commit(batch, cost, start, extra)
+            yield from self._step(self.running)
+
+    def _step(self, running: list):
+        """One step on ``running``: decide, apply, wait the step's time, commit."""
+        env = self.env
+        state = ReplicaState(running, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks,
+                             self.landed)
+        batch = self.policy.next_batch(state)
+        start = env.now
+        swap_s = self._apply(batch, start)
+        if batch.empty:
+            if swap_s > 0:
+                yield env.timeout(swap_s)
+            elif not batch.preempted:
+                # Nothing can run now (waiting for KV held by transfers, or for the policy's
+                # timer): sleep until an arrival, a KV release or the timer. A colocated replica
+                # never gets here with work it could do; if it did, the run would end with
+                # requests in flight and simulate() reports the stall.
+                yield self._sleep(batch.wake_at_s)
+            return
+        cost = self.cost_model.step_time(batch)
+        extra = swap_s + (self._draft_time_s(batch) if self.spec else 0.0)
+        yield env.timeout(cost.time_s + extra)
+        self._commit(batch, cost, start, extra)
 
     def _sleep(self, until_s):
         """An event that fires on ``wake()`` (or at ``until_s``)."""
