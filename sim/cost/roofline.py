@@ -190,24 +190,7 @@ class CostModel:
 
         # attention: prefill sequences (FlashAttention FLOPs ~ query x key pairs, causal; KV of the
         # chunk and of earlier chunks re-read) and decode sequences (KV read per sequence) apart
-        dctx = batch.decode_context_tokens
-        dpairs = batch.decode_attn_pairs
-        nd = batch.decode_tokens
-        pf_pairs = batch.attn_pairs - dpairs
-        pf_ctx = batch.context_tokens - dctx
-        pf_tok = T - nd
-        tt = ff = bb = cc = mmm = 0.0
-        if pf_tok > 0:
-            f = 4 * qd * pf_pairs
-            b = kv_tok * pf_ctx + a * pf_tok * 2 * qd
-            t, c, mm = roofline_cost(1, f, b, peak16, bw, e.attention)
-            tt, ff, bb, cc, mmm = t, f, b, c, mm
-        if nd > 0:
-            f = 4 * qd * dpairs
-            b = kv_tok * dctx + a * nd * 2 * qd
-            t, c, mm = roofline_cost(1, f, b, peak16, bw, e.attention)
-            tt, ff, bb, cc, mmm = tt + t, ff + f, bb + b, cc + c, mmm + mm
-        yield "attention", tt * L, ff * L, bb * L, cc * L, mmm * L
+        yield ("attention",) + self._attention(batch, T)
 
         t, f, b, c, mm = gemm_cost(T, qd, h, w, peak, bw, e.gemm)
         yield "o_proj", t * L, f * L, b * L, c * L, mm * L
@@ -298,7 +281,7 @@ class CostModel:
         return hit
 
     def _attention(self, batch: Batch, T: int):
-        """The attention row of ``_ops`` (same arithmetic, same order)."""
+        """The attention row of ``_ops``: (time_s, flops, bytes, compute_s, memory_s) over all layers."""
         qd, kv_tok = self._c[1], self._c[7]
         L = self.model.num_layers
         e, bw, peak16, a = self.eff, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
