@@ -33,6 +33,27 @@ def make_scenario(**overrides):
     return scenario_from_dict(data)
 
 
+def policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, blocks, router, duration,
+                  replicas, spec):
+    """Scenario overrides for the property tests' random draws: any policy (P/D: one prefill
+    replica plus ``replicas`` decode ones), router, preemption mode, KV size, cut-off and
+    speculative decoding (on the policies that take it)."""
+    kw = {
+        "policy.name": policy, "policy.max_num_seqs": max_num_seqs, "policy.max_num_batched_tokens": budget,
+        "policy.preemption": preemption, "policy.prefix_caching": prefix_caching,
+        "memory.num_gpu_blocks": blocks, "memory.swap_space_gib": 0.05, "cluster.router": router,
+        "workload.duration_s": duration, "workload.num_requests": 10,
+    }
+    if policy == "pd_split":
+        kw["policy.prefill"] = {"replicas": 1, "policy": "chunked_prefill" if budget < 1000 else "continuous"}
+        kw["policy.decode"] = {"replicas": replicas}
+    else:
+        kw["cluster.replicas"] = replicas
+    if spec is not None and policy in ("continuous", "chunked_prefill"):
+        kw["policy.spec"] = {"draft": "ngram", "num_speculative_tokens": spec, "acceptance_rate": 0.7}
+    return kw
+
+
 def specs(rows):
     """RequestSpecs from (arrival_s, prompt_tokens, output_tokens) rows."""
     a, p, o = zip(*rows)

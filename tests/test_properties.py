@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.simulate import simulate
-from tests.conftest import make_scenario, specs
+from tests.conftest import make_scenario, policy_mix_kw, specs
 
 request_rows = st.lists(
     st.tuples(st.floats(0, 5, allow_nan=False), st.integers(1, 1500), st.integers(1, 200)),
@@ -26,20 +26,10 @@ request_rows = st.lists(
 def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router, policy, preemption,
                     prefix_caching, spec, prefix):
     rows = sorted(rows)
-    kw = {
-        "policy.name": policy, "policy.max_num_seqs": max_num_seqs, "policy.max_num_batched_tokens": budget,
-        "policy.preemption": preemption, "policy.prefix_caching": prefix_caching,
-        "memory.num_gpu_blocks": blocks, "memory.swap_space_gib": 0.05, "cluster.router": router,
-        "workload.duration_s": duration, "workload.num_requests": 10,
-    }
+    kw = policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, blocks, router, duration,
+                       replicas, spec)
     if policy == "pd_split":
-        kw["policy.prefill"] = {"replicas": 1, "policy": "chunked_prefill" if budget < 1000 else "continuous"}
-        kw["policy.decode"] = {"replicas": replicas}
-        replicas += 1
-    else:
-        kw["cluster.replicas"] = replicas
-    if spec is not None and policy in ("continuous", "chunked_prefill"):
-        kw["policy.spec"] = {"draft": "ngram", "num_speculative_tokens": spec, "acceptance_rate": 0.7}
+        replicas += 1  # the prefill replica
     sc = make_scenario(**kw)
     if prefix:  # a few requests share a prefix group
         rows = [(t, p + prefix, o) for t, p, o in rows]
