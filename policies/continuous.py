@@ -97,37 +97,36 @@ class ContinuousPolicy:
         swap_in = []
         admitted = []
         hits = []
-        for r in state.swapped:
-            q = self._tokens(r, budget)
-            need = -(-(r.num_computed_tokens + q) // bs)
-            if n_seqs >= self.max_num_seqs or q > budget or need > free:
-                break
-            free -= need
-            budget -= q
-            n_seqs += 1
-            items.append((r, q))
-            swap_in.append(r)
-        # P/D decode side: requests whose KV landed here hold it already; they go before the
-        # waiting queue (there, only requests preempted on this replica, to be recomputed)
-        landed_all = True
-        for r in state.landed:
-            q = self._tokens(r, budget)
-            need = -(-(r.num_computed_tokens + q) // bs) - r.kv_blocks
-            if n_seqs >= self.max_num_seqs or q > budget or need > free:
-                landed_all = False
-                break
-            free -= need if need > 0 else 0
-            budget -= q
-            n_seqs += 1
-            items.append((r, q))
-            admitted.append(r)
-        if landed_all and len(swap_in) == len(state.swapped):
+
+        def take_holders(queue, taken) -> bool:
+            """Take requests whose KV is kept (swapped out to host, or landed here from a P/D
+            prefill replica) from the front of ``queue``; True when all of them fit."""
+            nonlocal n_seqs, free, budget
+            for r in queue:
+                q = self._tokens(r, budget)
+                need = -(-(r.num_computed_tokens + q) // bs) - r.kv_blocks  # swapped: kv_blocks is 0
+                if n_seqs >= self.max_num_seqs or q > budget or need > free:
+                    return False
+                free -= need if need > 0 else 0
+                budget -= q
+                n_seqs += 1
+                items.append((r, q))
+                taken.append(r)
+            return True
+
+        # swapped requests come back first; then (P/D decode side) requests whose KV landed here;
+        # only then the waiting queue (on a decode replica: requests preempted there, to recompute)
+        # (landed ones are tried even when a swapped one does not fit: they hold their KV, and
+        # only running them frees any)
+        swapped_back = take_holders(state.swapped, swap_in)
+        all_back = take_holders(state.landed, admitted) and swapped_back
+        if all_back:
             reserve = int(self.watermark * kv.num_blocks)
             for r in state.waiting:
                 if n_seqs >= self.max_num_seqs:
                     break
-                c = r.num_computed_tokens
-                held, idle = r.kv_blocks, 0  # P/D decode side: requests arrive holding their KV
+                c = r.num_computed_tokens  # 0: waiting requests hold no KV
+                held = idle = 0
                 if c == 0 and r.prefix_group >= 0 and kv.caching:
                     # keep at least one token to compute (the step must produce logits)
                     held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // bs)
@@ -144,6 +143,6 @@ class ContinuousPolicy:
                 n_seqs += 1
                 items.append((r, q))
                 admitted.append(r)
-                if c and not r.num_computed_tokens:  # a prefix-cache hit (not KV it arrived with)
+                if c:  # a prefix-cache hit
                     hits.append((r, c))
         return swap_in, admitted, hits
