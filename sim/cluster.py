@@ -3,6 +3,8 @@ between them: the router for arrivals, and the P/D KV hand-off with its transfer
 
 from __future__ import annotations
 
+import functools
+import math
 from collections import deque
 
 import numpy as np
@@ -50,10 +52,28 @@ class Cluster:
         self.decode = self.pools.get("decode", [])
         self.route = ROUTERS[sc.cluster.router](np.random.default_rng([seed, 2]))
         self.pending: deque = deque()  # (request, prefill replica) waiting for decode-side room
+        # upcoming arrival times (open-loop workloads; set by simulate) and the index of the next
+        # one: with a router that decides ahead of time, a fast replica knows when its next
+        # request comes (a hint to plan runs of decode steps; an arrival off the hint still
+        # interrupts the run as any other)
+        self.arrival_times: list | None = None
+        self.next_arrival = 0
+        if hasattr(self.route, "routings_until"):
+            for i, r in enumerate(self.entry):
+                if r in self._fast:
+                    r.next_arrival_s = functools.partial(self._next_arrival_s, i)
         if self.decode:
             self._decode_blocks = min(r.kv.num_blocks for r in self.decode)
             for r in self.decode:
                 r.after_free = self._retry_handoffs
+
+    def _next_arrival_s(self, i: int) -> float:
+        """When the next request routed to ``self.entry[i]`` arrives (inf if none is known)."""
+        times = self.arrival_times
+        if times is None:
+            return math.inf
+        j = self.next_arrival + self.route.routings_until(i, len(self.entry))
+        return times[j] if j < len(times) else math.inf
 
     def settle(self, strict: bool = False) -> None:
         """Bring fast replicas in the middle of a run of decode steps up to now (what a router,

@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from bisect import bisect_left, bisect_right
 from math import isnan
+from operator import sub
 from typing import NamedTuple
 
 import numpy as np
@@ -56,6 +58,29 @@ class _Row(NamedTuple):  # what Recorder.step reads of a batch
     decode_tokens: int
     context_tokens: int
     padding_tokens: int
+
+
+class _Run:
+    """A run of decode-only steps in flight (``FastReplica._macro``). Per planned step i: its
+    start and end, duration, FLOPs, bytes, compute-bound flag, KV tokens touched (``dctx``),
+    sequences (``nseq``) and the KV blocks grown by steps 0..i (``cum``). ``K`` steps planned,
+    ``done`` settled (ended and committed), ``grown`` started (KV taken). ``pn``, ``psum``,
+    ``pcnt``: members, their sum of computed tokens and block-growth counts after the planned
+    steps; ``dep``: (step, request) of members completing at the end of that step (bulk mode),
+    ``dp`` how many of them are settled; ``new``: members whose first gap is their own;
+    ``stop``: the run ends after its last planned step (a request arrives during it)."""
+
+    __slots__ = ("S0", "K", "done", "grown", "starts", "ends", "dur", "flops", "nbytes", "comp", "dctx",
+                 "nseq", "cum", "pn", "psum", "pcnt", "dep", "dp", "new", "fin", "fin_at", "stop")
+
+    def __init__(self, S0, n, sum_c, cnt, new):
+        self.S0, self.pn, self.psum, self.pcnt, self.new = S0, n, sum_c, cnt, new
+        self.K = self.done = self.grown = self.dp = 0
+        self.starts, self.ends, self.dur, self.flops, self.nbytes, self.comp = [], [], [], [], [], []
+        self.dctx, self.nseq, self.cum, self.dep = [], [], [], []
+        self.fin = False
+        self.fin_at = -1
+        self.stop = False  # plan no further: the run ends after its last planned step
 
 
 class _Cost(NamedTuple):  # what Recorder.step reads of a StepCost
@@ -88,6 +113,8 @@ class FastReplica(Replica):
         self._t_last = 0.0  # end of the last step that advanced the set
         self._mac = None  # a run of decode-only steps in flight (see _macro)
         self._interruptible = False
+        self._decode_step_s = 0.0  # the last decode-only step's duration (to size plans)
+        self.next_arrival_s = None  # () -> when the next request routed here arrives, if known (Cluster)
         super().__init__(*args, **kw)
         self._cnt = [0] * self.kv.block_size
         self._state = ReplicaState([], self.waiting, self.kv, 0.0, self.swapped, 0, self.landed)
@@ -232,10 +259,22 @@ class FastReplica(Replica):
     # ---------------------------------------------------------------- runs of decode-only steps
     MAX_RUN = 4096  # steps per run (bounds the arrays)
 
+    @property
+    def _bulk(self) -> bool:
+        """Whether a run of decode steps may go past completions (settled in bulk, late): only
+        when nothing reacts to a completion at its time (a closed-loop client's next request,
+        P/D hand-offs retried when KV frees). Otherwise a run ends at the first completion,
+        which is committed at its time (``_commit_fast``)."""
+        return not self.recorder.end_hooks and self.after_free is None
+
     def _macro_len(self, n: int, free: int) -> int:
-        """How many decode-only steps can run from here with nothing changing: up to the first
-        completion (included) and while the KV blocks they grow fit."""
+        """How many decode-only steps can run from here with nothing changing: while the KV
+        blocks they grow fit and, unless completions are settled in bulk, up to the first
+        completion (included)."""
         S = self._S
+        if self._bulk:  # _plan stops where the KV runs out (not counting blocks freed on the way)
+            bs = self.kv.block_size
+            return self.MAX_RUN if self._cnt[S % bs] + self._cnt[(S + 1) % bs] <= free else 1
         K = min(self._heap[0][0] - S, self.MAX_RUN)
         if K < 2:
             return K
@@ -256,6 +295,10 @@ class FastReplica(Replica):
 
     def wake(self) -> None:
         if self._interruptible:
+            run = self._mac
+            if bisect_right(run.ends, self.env.now, 0, run.K) + 1 >= run.K:
+                run.stop = True  # the step in flight is the run's last: it ends there anyway
+                return
             self._interruptible = False
             self.process.interrupt()
         else:
@@ -277,24 +320,30 @@ class FastReplica(Replica):
         computed a chunk at a time, so a run cut short wastes little). An arrival, a P/D
         hand-off, or KV mapped from outside wakes the replica at time x: the steps ended by x
         are settled, the step in flight runs to its end, and the replica decides again.
-        Observers (router, P/D hand-off) call ``settle(now)`` first, so that counters, KV and
-        records are those of time x."""
+        Observers (router, P/D hand-off, queue sampler) call ``settle(now)`` first, so that
+        counters, KV and records are those of time x."""
         env = self.env
         S = self._S
-        # the last step completes a member: it is committed the ordinary way (_commit_fast), at
-        # its end, not in bulk; members that joined since the last step have their own first gap
-        fin_at = K if S + K == self._heap[0][0] else -1
-        new = self._new[:]
-        self._new.clear()
         start = env.now
-        self._mac = m = [0, 0, 0, [], [], [], [], [], [], [], [], n, False, new]
-        self._plan(m, S, n, min(K, 8), start)
-        self.settle(start)  # the first step's KV
+        run = _Run(S, n, self._sum_c, self._cnt[:], self._new[:])
+        self._new.clear()
+        if not self._bulk and S + K == self._heap[0][0]:
+            # the last step completes a member: committed the ordinary way (_commit_fast), at its
+            # end, not in bulk
+            run.fin_at = K
+        self._mac = run
+        # plan up to the step in flight when the next request is known to arrive (else in
+        # doubling chunks): a run cut short by an arrival wastes the steps planned past it
+        t_stop = self.next_arrival_s() if self.next_arrival_s is not None and run.fin_at < 0 else math.inf
         chunk = 8
+        if t_stop < math.inf and self._decode_step_s > 0:
+            chunk = max(2, min(int((t_stop - start) / self._decode_step_s) + 2, 1024))
+        self._plan(run, min(K, chunk), start, self.kv.num_free, t_stop)
+        self.settle(start)  # the first step's KV
         while True:
-            m[12] = m[0] == fin_at
-            ends = m[4]
-            last = ends[-1]
+            run.fin = run.K == run.fin_at
+            ends = run.ends
+            last = ends[run.K - 1]
             self._interruptible = True  # wake() interrupts the wait (cheaper than ev | wake)
             try:
                 yield self._event_at(last)
@@ -304,71 +353,131 @@ class FastReplica(Replica):
             self._interruptible = False
             if woken and env.now < last:  # settle what has happened, finish the step in flight
                 self.settle(env.now)
-                j = m[1]  # the step in flight
-                if j + 1 < m[0]:
-                    m[0] = j + 1
-                    m[12] = False
+                j = run.done  # the step in flight
+                if j + 1 < run.K:
+                    self._truncate(run, j + 1)
                 yield self._event_at(ends[j])
                 break
-            if m[0] >= K:
+            if run.K >= K or not run.pn or run.stop:
                 break
-            chunk = min(2 * chunk, 1024)
+            if t_stop < math.inf:
+                chunk = max(2, min(int((t_stop - last) / run.dur[run.K - 1]) + 2, 1024))
+            else:
+                chunk = min(2 * chunk, 1024)
             # every planned step has started (its KV is mapped): the next ones must fit what is
             # free now (blocks mapped from outside since the run began count)
             self.settle(env.now)
-            if not self._plan(m, S, n, min(K - m[0], chunk), last, self.kv.num_free):
+            if not self._plan(run, min(K - run.K, chunk), last, self.kv.num_free, t_stop):
                 break
         self.settle(env.now)
         self._mac = None
-        if m[12]:
-            i = m[0] - 1
-            self._commit_fast(_Row(n, 0, n, m[9][i], 0),
-                              _Cost(m[5][i], m[6][i], m[7][i], "compute" if m[8][i] else "memory"), m[3][i], n, ())
+        self._decode_step_s = run.dur[run.K - 1]
+        if run.fin:
+            i = run.K - 1
+            self._commit_fast(_Row(n, 0, n, run.dctx[i], 0),
+                              _Cost(run.dur[i], run.flops[i], run.nbytes[i], "compute" if run.comp[i] else "memory"),
+                              run.starts[i], n, ())
 
-    def _plan(self, m, S: int, n: int, k: int, t0: float, free: int | None = None) -> int:
-        """Append up to ``k`` more steps to the run ``m`` (their times, FLOPs, bytes, bound,
-        context, KV growth), starting at ``t0`` (the end of the last planned step); with
-        ``free``, only as many as the blocks they grow fit. Returns how many."""
-        K0 = m[0]
+    def _truncate(self, run, K: int) -> None:
+        """Cut the run to its first ``K`` steps: completions planned later go back to the heap."""
+        run.K = K
+        run.fin = False
+        dep = run.dep
+        if dep and dep[-1][0] >= K:
+            members, heap, S0 = self._members, self._heap, run.S0
+            while dep and dep[-1][0] >= K:
+                i, r = dep.pop()
+                heapq.heappush(heap, (S0 + i + 1, members[r][0], r))
+
+    def _plan(self, run, k: int, t0: float, free: int, t_stop: float = math.inf) -> int:
+        """Append up to ``k`` more steps to ``run`` (their times, FLOPs, bytes, bound, KV tokens,
+        sequences, KV growth), starting at ``t0`` (the end of the last planned step), as many as
+        the blocks they grow fit in ``free`` (blocks that completions free on the way are not
+        counted: the run stops early and the replica plans again), and up to the step in flight
+        at ``t_stop`` (then ``run.stop``). In bulk mode the members that complete on the way
+        leave the planned steps after their last one (``run.dep``). Returns how many steps were
+        added."""
         bs = self.kv.block_size
-        cnt = self._cnt
-        if free is not None:
-            need = 0
-            for i in range(k):
-                need += cnt[(S + K0 + i) % bs]
-                if need > free:
-                    k = i
+        S0 = run.S0
+        P = i = run.K
+        end = P + k
+        cnt = run.pcnt
+        n, sumc = run.pn, run.psum
+        bulk = run.fin_at < 0 and self._bulk
+        heap = self._heap
+        cum = run.cum
+        c_last = cum[-1] if P else 0
+        need = 0
+        decode_steps = self.cost_model.decode_steps
+        while i < end and n:
+            seg = end
+            x = heap[0][0] - S0 if bulk and heap else -1  # members leave after step x - 1
+            if 0 <= x < seg:
+                seg = x
+            grow = [cnt[(S0 + j) % bs] for j in range(i, seg)]
+            m = len(grow)
+            g = sum(grow)
+            if need + g <= free:
+                need += g
+            else:
+                for j, g in enumerate(grow):
+                    need += g
+                    if need > free:
+                        m = j
+                        break
+                if not m:
                     break
-            if not k:
-                return 0
-        base = self._sum_c + n + n * (K0 - m[1])  # _sum_c is at step m[1] (settled so far)
-        dctx = [base + n * i for i in range(k)]  # sum of (c + 1) at each step
-        dur, flops, nbytes, comp = self.cost_model.decode_steps(n, dctx)
-        if not isinstance(dur, list):
-            dur, flops, nbytes, comp = dur.tolist(), flops.tolist(), nbytes.tolist(), comp.tolist()
-        ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
-        m[3].extend(ends[:-1])
-        del ends[0]
-        m[4].extend(ends)
-        m[5].extend(dur)
-        m[6].extend(flops)
-        m[7].extend(nbytes)
-        m[8].extend(comp)
-        m[9].extend(dctx)
-        c0 = m[10][-1] if K0 else 0
-        m[10].extend(itertools.accumulate((cnt[(S + K0 + i) % bs] for i in range(k)), initial=c0))
-        del m[10][K0]  # accumulate's initial value
-        m[0] = K0 + k
-        return k
+            dctx = [sumc + n + n * j for j in range(m)]  # sum of (c + 1) at each step
+            dur, flops, nbytes, comp = decode_steps(n, dctx)
+            if not isinstance(dur, list):
+                dur, flops, nbytes, comp = dur.tolist(), flops.tolist(), nbytes.tolist(), comp.tolist()
+            ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
+            if ends[-1] > t_stop:  # keep the steps up to the one in flight at t_stop
+                run.stop = True
+                cut = bisect_right(ends, t_stop, 1)
+                if cut < m:
+                    m = cut
+                    del ends[m + 1:], dur[m:], flops[m:], nbytes[m:], comp[m:], dctx[m:]
+            t0 = ends[-1]
+            run.starts.extend(ends[:-1])
+            del ends[0]
+            run.ends.extend(ends)
+            run.dur.extend(dur)
+            run.flops.extend(flops)
+            run.nbytes.extend(nbytes)
+            run.comp.extend(comp)
+            run.dctx.extend(dctx)
+            run.nseq.extend([n] * m)
+            acc = itertools.accumulate(grow[:m] if m < len(grow) else grow, initial=c_last)
+            next(acc)
+            cum.extend(acc)
+            c_last = cum[-1]
+            sumc += n * m
+            i += m
+            if m < len(grow) and not run.stop:
+                break
+            if i == x:  # members complete at the end of step x - 1
+                members = self._members
+                while heap and heap[0][0] == S0 + x:
+                    r = heapq.heappop(heap)[2]
+                    _, s0, c0, _ = members[r]
+                    sumc -= c0 + S0 + x - s0
+                    n -= 1
+                    cnt[(s0 - c0) % bs] -= 1
+                    run.dep.append((x - 1, r))
+            if run.stop:
+                break
+        run.K, run.pn, run.psum = i, n, sumc
+        return i - P
 
     def kv_changed(self) -> None:
         """Blocks were mapped on this replica from outside (a P/D hand-off): a run of decode
         steps planned on the old free count must stop after the step in flight, unless the blocks
         its remaining steps grow still fit (then every decision in it is unchanged)."""
-        m = self._mac
+        run = self._mac
         if self._interruptible:
-            cum, grown = m[10], m[2]
-            rest = cum[m[0] - 1] - (cum[grown - 1] if grown else 0)
+            cum, grown = run.cum, run.grown
+            rest = cum[run.K - 1] - (cum[grown - 1] if grown else 0)
             if rest <= self.kv.num_free:
                 return
             self._interruptible = False
@@ -376,49 +485,88 @@ class FastReplica(Replica):
 
     def settle(self, now: float, strict: bool = False) -> None:
         """Bring a run of decode steps up to time ``now``: KV of the steps started by then, and
-        the steps ended by then committed (``strict``: started / ended strictly before ``now``,
-        for the end of a run cut off at ``workload.duration_s``)."""
-        m = self._mac
-        if m is None:
+        the steps ended by then committed, with the completions among them (``strict``:
+        started / ended strictly before ``now``, for the end of a run cut off at
+        ``workload.duration_s``)."""
+        run = self._mac
+        if run is None:
             return
-        K, done, grown, starts, ends, dur, flops, nbytes, comp, dctx, cum, n, fin, new = m
+        K, done, grown = run.K, run.done, run.grown
         find = bisect_left if strict else bisect_right
-        g = min(find(starts, now), K)
+        cum = run.cum
+        g = find(run.starts, now)
+        if g > K:
+            g = K
         if g > grown:
             k = cum[g - 1] - (cum[grown - 1] if grown else 0)
             if k:
                 self.kv._take(k)
-            m[2] = grown = g
-        e = min(find(ends, now), K - 1 if fin else K)
-        if e > done:
-            rec = self.recorder
-            # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
-            # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth
-            top = self.kv.num_used - cum[grown - 1]
-            used = [top + x for x in cum[done:e]]
-            rec.steps_block(self.index, starts[done:e], dur[done:e], n, n, dctx[done:e], flops[done:e],
-                            nbytes[done:e], comp[done:e], used)
-            last = self._t_last
-            gaps = []
-            first = done
-            if done == 0 and new:  # their first gap is their own; older members' is the step's
-                t = ends[0]
-                if n > len(new):
-                    rec.tbt_steps(t - last, n - len(new))
-                for r in new:
-                    rec.tbt.append(t - r.last_token_s)
-                last = t
-                first = 1
-            for t in ends[first:e]:
-                gaps.append(t - last)  # the reference's now - last_token_s
-                last = t
-            rec.tbt_block(gaps, n)
-            k = e - done
-            self.outstanding_tokens += n * k
-            self._sum_c += n * k
-            self._S += k
-            self._t_last = last
-            m[1] = e
+            run.grown = grown = g
+        e = find(run.ends, now)
+        top = K - 1 if run.fin else K
+        if e > top:
+            e = top
+        if e <= done:
+            return
+        rec = self.recorder
+        ends = run.ends
+        nseq = run.nseq[done:e]
+        last = self._t_last
+        gaps = []
+        first = done
+        new = run.new
+        if done == 0 and new:  # their first gap is their own; older members' is the step's
+            t = ends[0]
+            if nseq[0] > len(new):
+                rec.tbt_steps(t - last, nseq[0] - len(new))
+            tbt = rec.tbt
+            for r in new:
+                tbt.append(t - r.last_token_s)
+            last = t
+            first = 1
+        if first < e:  # each step's end less the one before: the reference's now - last_token_s
+            ahead = ends[first:e]
+            gaps = list(map(sub, ahead, [last] + ahead[:-1]))
+            last = ahead[-1]
+        # (before completions below stamp their last token)
+        rec.tbt_block(gaps, nseq[first - done:])
+        # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
+        # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth, less
+        # what completions freed by then
+        base = self.kv.num_used - cum[grown - 1]
+        dep = run.dep
+        dp = run.dp
+        if dp < len(dep) and dep[dp][0] < e:
+            used = []
+            freed = 0
+            members, kv, cnt, bs, S0 = self._members, self.kv, self._cnt, self.kv.block_size, run.S0
+            sum_c = 0
+            for i in range(done, e):
+                while dp < len(dep) and dep[dp][0] == i:
+                    r = dep[dp][1]
+                    dp += 1
+                    info = members.pop(r)
+                    c = self._settle(r, info, S0 + i + 1)
+                    cnt[(info[1] - info[2]) % bs] -= 1
+                    sum_c += c
+                    r.last_token_s = r.finish_s = ends[i]
+                    freed += r.kv_blocks
+                    kv.free(r)
+                    self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+                    rec.complete(r)
+                used.append(base + cum[i] - freed)
+            run.dp = dp
+            self._sum_c -= sum_c
+        else:
+            used = [base + x for x in cum[done:e]]
+        rec.steps_block(self.index, run.starts[done:e], run.dur[done:e], nseq, run.dctx[done:e],
+                        run.flops[done:e], run.nbytes[done:e], run.comp[done:e], used)
+        tokens = sum(nseq)
+        self.outstanding_tokens += tokens
+        self._sum_c += tokens
+        self._S += e - done
+        self._t_last = last
+        run.done = e
 
     def _reference_step(self):
         """One step of ``Replica._run`` on the materialized running list."""

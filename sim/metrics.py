@@ -144,17 +144,17 @@ class Recorder:
         self.s_kv.append(kv_used)
         self.s_pad.append(batch.padding_tokens)
 
-    def steps_block(self, replica: int, start_s, dur_s, num_seqs: int, decode_tokens: int, context_tokens,
-                    flops, nbytes, compute, kv_used) -> None:
-        """Several decode-only steps of one replica at once (lists, one element a step): the
-        rows ``step`` would append one by one."""
+    def steps_block(self, replica: int, start_s, dur_s, num_seqs, context_tokens, flops, nbytes, compute,
+                    kv_used) -> None:
+        """Several decode-only steps of one replica at once (lists, one element a step; each
+        step's sequences decode one token each): the rows ``step`` would append one by one."""
         k = len(start_s)
         self.s_replica.extend([replica] * k)
         self.s_start.extend(start_s)
         self.s_dur.extend(dur_s)
-        self.s_seqs.extend([num_seqs] * k)
+        self.s_seqs.extend(num_seqs)
         self.s_prefill.extend([0] * k)
-        self.s_decode.extend([decode_tokens] * k)
+        self.s_decode.extend(num_seqs)
         self.s_ctx.extend(context_tokens)
         self.s_flops.extend(flops)
         self.s_bytes.extend(nbytes)
@@ -162,9 +162,10 @@ class Recorder:
         self.s_kv.extend(kv_used)
         self.s_pad.extend([0] * k)
 
-    def tbt_block(self, gaps, count: int) -> None:
+    def tbt_block(self, gaps, counts) -> None:
+        """One gap per step, ``counts[i]`` requests had gap ``gaps[i]``."""
         self.tbt_gap.extend(gaps)
-        self.tbt_count.extend([count] * len(gaps))
+        self.tbt_count.extend(counts)
 
     _STEP_ARRAYS = (("replica", "s_replica", np.int32), ("start_s", "s_start", np.float64),
                     ("duration_s", "s_dur", np.float64), ("num_seqs", "s_seqs", np.int32),

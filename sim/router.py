@@ -8,16 +8,26 @@ for routing).
 
 from __future__ import annotations
 
-import itertools
+class _RoundRobin:
+    """Replica ``k mod n`` for the k-th request routed. Its choices do not depend on the replicas'
+    state, so it can say ahead of time which request a replica gets next (``routings_until``:
+    the fast engine plans its runs of decode steps up to that request's arrival)."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, replicas, request) -> int:
+        i = self.count % len(replicas)
+        self.count += 1
+        return i
+
+    def routings_until(self, index: int, n: int) -> int:
+        """How many requests are routed before replica ``index`` (of ``n``) gets the next one."""
+        return (index - self.count) % n
 
 
 def round_robin(rng=None):
-    counter = itertools.count()
-
-    def route(replicas, request) -> int:
-        return next(counter) % len(replicas)
-
-    return route
+    return _RoundRobin()
 
 
 def random(rng):

@@ -224,6 +224,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
 
     def arrivals():
         arr, pr, out = specs.arrival_s.tolist(), specs.prompt_tokens.tolist(), specs.output_tokens.tolist()
+        cluster.arrival_times = arr
         grp = specs.prefix_group.tolist() if specs.prefix_group is not None else None
         pre = specs.prefix_tokens.tolist() if specs.prefix_tokens is not None else None
         for i in range(total):
@@ -236,6 +237,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                 req = Request(i, env.now, pr[i], out[i])
             else:
                 req = Request(i, env.now, pr[i], out[i], grp[i], pre[i])
+            cluster.next_arrival = i + 1
             cluster.submit(req)
 
     if isinstance(specs, ClosedLoop):
@@ -246,6 +248,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if sample_every_s is not None:
         def observe():
             while rec.completed + rec.rejected < len(specs):
+                cluster.settle()  # fast engine: runs of decode steps up to now (completions included)
                 for r in replicas:
                     samples.append((env.now, r.index, len(r.waiting), r.num_running))
                 yield env.timeout(sample_every_s)

@@ -91,6 +91,9 @@ CASES = {
                     "workload.arrival": {"process": "poisson", "rate_rps": 9.0},
                     "workload.prompt_tokens": {"dist": "lognormal", "mean": 1155, "sigma": 0.636},
                     "workload.output_tokens": {"dist": "lognormal", "mean": 211, "sigma": 0.505}},
+    # short outputs: members complete within runs of decode steps, some in a run's first step
+    "short_outputs": {"workload.output_tokens": {"dist": "lognormal", "mean": 4, "sigma": 0.8, "max": 40},
+                      "cluster.replicas": 2, "workload.arrival": {"process": "poisson", "rate_rps": 40.0}},
     "closed_loop": {"workload.arrival": {"process": "closed_loop", "clients": 24, "think_time_s": 0.2},
                     "cluster.replicas": 2, "cluster.router": "least_outstanding_tokens"},
 }

@@ -126,7 +126,8 @@ class CostModel:
     per_seq_overhead_s: float = 1e-5
     eff: Efficiencies = DEFAULT_EFFICIENCIES
     _c: tuple = field(init=False, repr=False, compare=False, default=())
-    _memo: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
+    _memo_T: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
+    _memo_S: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
 
     def __post_init__(self):
         m, tp = self.model, self.tp
@@ -139,7 +140,8 @@ class CostModel:
             float(h), qd, kvd, qd + 2 * kvd, n_up * I / tp, I / tp, m.vocab_size / tp,
             2 * kvd * DTYPE_BYTES[self.kv_dtype], float(n_up), DTYPE_BYTES[self.dtype],
         ))
-        object.__setattr__(self, "_memo", {})
+        object.__setattr__(self, "_memo_T", {})
+        object.__setattr__(self, "_memo_S", {})
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -261,24 +263,41 @@ class CostModel:
     def _overhead_s(self, num_seqs: int) -> float:
         return self.step_overhead_s + self.per_seq_overhead_s * num_seqs
 
+    def _by_tokens(self, T: int):
+        """Every operator of a ``T``-token step but attention and the LM head, summed in
+        ``_ops`` order: (time, compute_s, memory_s, flops, bytes), and the step's communication
+        time; memoized (the engine meets the same token counts over and over)."""
+        memo = self._memo_T
+        hit = memo.get(T)
+        if hit is None:
+            acc = _add_ops(_ZERO, (op[1:] for op in self._ops(Batch(num_tokens=T))
+                                   if op[0] not in ("attention", "lm_head")))
+            comm = 0.0
+            if self.tp > 1 or self.pp > 1:
+                for _, x in self._comm(T):
+                    comm += x
+            if len(memo) >= 65_536:  # prefill steps bring new token counts: bound the memory
+                memo.clear()
+            hit = memo[T] = acc + (comm,)
+        return hit
+
+    def _lm_head(self, S: int):
+        """The LM head's row of ``_ops`` for ``S`` sampled sequences (memoized)."""
+        hit = self._memo_S.get(S)
+        if hit is None:
+            hit = self._memo_S[S] = next(op[1:] for op in self._ops(Batch(num_tokens=S, num_sampled=S))
+                                         if op[0] == "lm_head")
+        return hit
+
     def _fixed(self, T: int, S: int):
         """The operators of a step that depend only on its tokens ``T`` and sampled sequences
-        ``S`` (all but attention), as ``_ops`` yields them, plus the step's communication time;
-        memoized (the engine meets the same (T, S) over and over)."""
-        key = (T, S)
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        probe = Batch(num_tokens=T, num_sampled=S)  # its attention row (index 2) is not used
-        rows = [tuple(op[1:]) for op in self._ops(probe)]
-        comm = 0.0
-        if self.tp > 1 or self.pp > 1:
-            for _, x in self._comm(T):
-                comm += x
-        if len(self._memo) >= 16_384:  # prefill steps bring new token counts: bound the memory
-            self._memo.clear()
-        hit = self._memo[key] = (rows[:2], rows[3:], comm)
-        return hit
+        ``S`` (all but attention), summed in ``_ops`` order, and the step's communication time:
+        (time, compute_s, memory_s, flops, bytes, comm_s). A step's total is this sum, then
+        attention, then communication and overhead: every path that prices a step adds in that
+        order. (The LM head, the last operator, depends on S alone, the rest on T alone.)"""
+        t, tc, tm, f, b, comm = self._by_tokens(T)
+        ht, hf, hb, hc, hm = self._lm_head(S)
+        return t + ht, tc + hc, tm + hm, f + hf, b + hb, comm
 
     def _attention(self, batch: Batch, T: int):
         """The attention row of ``_ops``: (time_s, flops, bytes, compute_s, memory_s) over all layers."""
@@ -309,10 +328,13 @@ class CostModel:
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
-        head, tail, comm = self._fixed(T, batch.num_sampled)
-        acc = _add_ops(_ZERO, head)
-        acc = _add_ops(acc, (self._attention(batch, T),))
-        t, tc, tm, flops, nbytes = _add_ops(acc, tail)
+        t, tc, tm, flops, nbytes, comm = self._fixed(T, batch.num_sampled)
+        at, af, ab, ac, am = self._attention(batch, T)
+        t += at  # as _add_ops adds one more operator
+        tc += ac
+        tm += am
+        flops += af
+        nbytes += ab
         over = self._overhead_s(batch.num_seqs)
         g = self.tp  # per-GPU figures -> replica totals (PP stages split the layers, not the work)
         return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
@@ -327,8 +349,7 @@ class CostModel:
 
         if len(dctx) <= 16:  # short runs: plain floats beat numpy's per-call overhead
             return self._decode_steps_scalar(n, dctx)
-        head, tail, comm = self._fixed(n, n)
-        t, tc, tm, flops, nbytes = _add_ops(_ZERO, head)
+        t, tc, tm, flops, nbytes, comm = self._fixed(n, n)
         # attention of decode sequences (``_attention`` with no prefill part)
         qd, kv_tok = self._c[1], self._c[7]
         L = self.model.num_layers
@@ -339,15 +360,14 @@ class CostModel:
         c = f / (peak16 * e.compute)
         m = b / (bw * e.memory)
         at = 1 * e.latency_s + np.where(c > m, c, m)
-        T, TC, TM, F, B = _add_ops((t + at * L, tc + c * L, tm + m * L, flops + f * L, nbytes + b * L), tail)
+        T, TC, TM, F, B = t + at * L, tc + c * L, tm + m * L, flops + f * L, nbytes + b * L
         over = self._overhead_s(n)
         g = self.tp
         return T + comm + over, F * g, B * g, TC >= TM
 
     def _decode_steps_scalar(self, n: int, dctx):
         """``decode_steps`` as lists, one step at a time (the same arithmetic)."""
-        head, tail, comm = self._fixed(n, n)
-        t0, tc0, tm0, f0, b0 = _add_ops(_ZERO, head)
+        t0, tc0, tm0, f0, b0, comm = self._fixed(n, n)
         qd, kv_tok = self._c[1], self._c[7]
         L = self.model.num_layers
         e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
@@ -366,19 +386,21 @@ class CostModel:
             c = f / pc
             m = b / bm
             at = lat + (c if c > m else m)
-            T, TC, TM, F, B = _add_ops((t0 + at * L, tc0 + c * L, tm0 + m * L, f0 + f * L, b0 + b * L), tail)
-            times.append(T + comm + over)
-            flops.append(F * g)
-            nbytes.append(B * g)
-            comp.append(TC >= TM)
+            times.append(t0 + at * L + comm + over)
+            flops.append((f0 + f * L) * g)
+            nbytes.append((b0 + b * L) * g)
+            comp.append(tc0 + c * L >= tm0 + m * L)
         return times, flops, nbytes, comp
 
     def step_time_reference(self, batch: Batch) -> StepCost:
-        """``step_time`` without memoization: the plain sum over ``_ops`` (tests compare them)."""
+        """``step_time`` without memoization: the plain sum over ``_ops`` (tests compare them), in
+        the canonical order (every operator but attention, then attention)."""
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
-        t, tc, tm, flops, nbytes = _add_ops(_ZERO, (op[1:] for op in self._ops(batch)))
+        ops = list(self._ops(batch))
+        acc = _add_ops(_ZERO, (op[1:] for op in ops if op[0] != "attention"))
+        t, tc, tm, flops, nbytes = _add_ops(acc, (op[1:] for op in ops if op[0] == "attention"))
         comm = 0.0
         if self.tp > 1 or self.pp > 1:
             for _, x in self._comm(T):
