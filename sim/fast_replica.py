@@ -62,7 +62,7 @@ class _Row(NamedTuple):  # what Recorder.step reads of a batch
 
 class _Run:
     """A run of decode-only steps in flight (``FastReplica._macro``). Per planned step i: its
-    start and end, duration, FLOPs, bytes, compute-bound flag, KV tokens touched (``dctx``),
+    start and end, duration, KV tokens touched (``dctx``),
     sequences (``nseq``) and the KV blocks grown by steps 0..i (``cum``). ``K`` steps planned,
     ``done`` settled (ended and committed), ``grown`` started (KV taken). ``pn``, ``psum``,
     ``pcnt``: members, their sum of computed tokens and block-growth counts after the planned
@@ -70,13 +70,13 @@ class _Run:
     ``dp`` how many of them are settled; ``new``: members whose first gap is their own;
     ``stop``: the run ends after its last planned step (a request arrives during it)."""
 
-    __slots__ = ("S0", "K", "done", "grown", "starts", "ends", "dur", "flops", "nbytes", "comp", "dctx",
+    __slots__ = ("S0", "K", "done", "grown", "starts", "ends", "dur", "dctx",
                  "nseq", "cum", "pn", "psum", "pcnt", "dep", "dp", "new", "fin", "fin_at", "stop")
 
     def __init__(self, S0, n, sum_c, cnt, new):
         self.S0, self.pn, self.psum, self.pcnt, self.new = S0, n, sum_c, cnt, new
         self.K = self.done = self.grown = self.dp = 0
-        self.starts, self.ends, self.dur, self.flops, self.nbytes, self.comp = [], [], [], [], [], []
+        self.starts, self.ends, self.dur = [], [], []
         self.dctx, self.nseq, self.cum, self.dep = [], [], [], []
         self.fin = False
         self.fin_at = -1
@@ -375,8 +375,13 @@ class FastReplica(Replica):
         if run.fin:
             i = run.K - 1
             self._commit_fast(_Row(n, 0, n, run.dctx[i], 0),
-                              _Cost(run.dur[i], run.flops[i], run.nbytes[i], "compute" if run.comp[i] else "memory"),
+                              self._decode_cost(n, run.dctx[i]),
                               run.starts[i], n, ())
+
+    def _decode_cost(self, n: int, dctx: int) -> _Cost:
+        """One decode-only step of the set (as ``step_time`` prices it)."""
+        t, f, b, comp = self.cost_model.decode_steps(n, [dctx])
+        return _Cost(t[0], f[0], b[0], "compute" if comp[0] else "memory")
 
     def _truncate(self, run, K: int) -> None:
         """Cut the run to its first ``K`` steps: completions planned later go back to the heap."""
@@ -408,7 +413,7 @@ class FastReplica(Replica):
         cum = run.cum
         c_last = cum[-1] if P else 0
         need = 0
-        decode_steps = self.cost_model.decode_steps
+        step_times = self.cost_model.decode_step_times
         while i < end and n:
             seg = end
             x = heap[0][0] - S0 if bulk and heap else -1  # members leave after step x - 1
@@ -428,24 +433,19 @@ class FastReplica(Replica):
                 if not m:
                     break
             dctx = [sumc + n + n * j for j in range(m)]  # sum of (c + 1) at each step
-            dur, flops, nbytes, comp = decode_steps(n, dctx)
-            if not isinstance(dur, list):
-                dur, flops, nbytes, comp = dur.tolist(), flops.tolist(), nbytes.tolist(), comp.tolist()
+            dur = step_times(n, dctx)
             ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
             if ends[-1] > t_stop:  # keep the steps up to the one in flight at t_stop
                 run.stop = True
                 cut = bisect_right(ends, t_stop, 1)
                 if cut < m:
                     m = cut
-                    del ends[m + 1:], dur[m:], flops[m:], nbytes[m:], comp[m:], dctx[m:]
+                    del ends[m + 1:], dur[m:], dctx[m:]
             t0 = ends[-1]
             run.starts.extend(ends[:-1])
             del ends[0]
             run.ends.extend(ends)
             run.dur.extend(dur)
-            run.flops.extend(flops)
-            run.nbytes.extend(nbytes)
-            run.comp.extend(comp)
             run.dctx.extend(dctx)
             run.nseq.extend([n] * m)
             acc = itertools.accumulate(grow[:m] if m < len(grow) else grow, initial=c_last)
@@ -559,8 +559,7 @@ class FastReplica(Replica):
             self._sum_c -= sum_c
         else:
             used = [base + x for x in cum[done:e]]
-        rec.steps_block(self.index, run.starts[done:e], run.dur[done:e], nseq, run.dctx[done:e],
-                        run.flops[done:e], run.nbytes[done:e], run.comp[done:e], used)
+        rec.steps_block(self.index, run.starts[done:e], run.dur[done:e], nseq, run.dctx[done:e], used)
         tokens = sum(nseq)
         self.outstanding_tokens += tokens
         self._sum_c += tokens

@@ -10,6 +10,7 @@ requests that completed within every SLO; goodput is those requests per second o
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass
 
@@ -54,6 +55,7 @@ class Recorder:
         self._reasons: dict = {}  # row -> reason, for rejected requests
         self._steps_np = None
         self.end_hooks: list = []  # f(request), called when a request completes or is rejected
+        self.decode_cost_models: dict = {}  # replica -> CostModel, for the rows of steps_block
         # step columns
         self.s_replica = array("i")
         self.s_start = array("d")
@@ -144,23 +146,27 @@ class Recorder:
         self.s_kv.append(kv_used)
         self.s_pad.append(batch.padding_tokens)
 
-    def steps_block(self, replica: int, start_s, dur_s, num_seqs, context_tokens, flops, nbytes, compute,
-                    kv_used) -> None:
+    def steps_block(self, replica: int, start_s, dur_s, num_seqs, context_tokens, kv_used) -> None:
         """Several decode-only steps of one replica at once (lists, one element a step; each
-        step's sequences decode one token each): the rows ``step`` would append one by one."""
+        step's sequences decode one token each, ``context_tokens`` is the sum of their c + 1):
+        the rows ``step`` would append one by one. Their FLOPs, bytes and bound are worked out
+        from the sequences and context by ``step_columns`` (``decode_cost_models[replica]``),
+        vectorized: they are marked NaN until then."""
         k = len(start_s)
+        zeros = [0] * k
         self.s_replica.extend([replica] * k)
         self.s_start.extend(start_s)
         self.s_dur.extend(dur_s)
         self.s_seqs.extend(num_seqs)
-        self.s_prefill.extend([0] * k)
+        self.s_prefill.extend(zeros)
         self.s_decode.extend(num_seqs)
         self.s_ctx.extend(context_tokens)
-        self.s_flops.extend(flops)
-        self.s_bytes.extend(nbytes)
-        self.s_compute.extend(compute)
+        nan = [math.nan] * k
+        self.s_flops.extend(nan)
+        self.s_bytes.extend(nan)
+        self.s_compute.extend(zeros)
         self.s_kv.extend(kv_used)
-        self.s_pad.extend([0] * k)
+        self.s_pad.extend(zeros)
 
     def tbt_block(self, gaps, counts) -> None:
         """One gap per step, ``counts[i]`` requests had gap ``gaps[i]``."""
@@ -173,6 +179,40 @@ class Recorder:
                     ("context_tokens", "s_ctx", np.int64), ("flops", "s_flops", np.float64),
                     ("bytes", "s_bytes", np.float64), ("compute_bound", "s_compute", np.int8),
                     ("kv_blocks_used", "s_kv", np.int64), ("padding_tokens", "s_pad", np.int64))
+
+    def _fill_decode_rows(self) -> None:
+        """FLOPs, bytes and bound of the rows ``steps_block`` recorded (NaN FLOPs), from their
+        replica's cost model: ``decode_steps`` over the rows of each (cost model, sequences),
+        element for element what ``step_time`` gives that step."""
+        if not len(self.s_flops):
+            return
+        flops = np.frombuffer(self.s_flops)
+        todo = np.flatnonzero(np.isnan(flops))
+        if not len(todo):
+            return
+        nbytes = np.frombuffer(self.s_bytes)
+        comp = np.frombuffer(self.s_compute, dtype=np.int8)
+        rep = np.frombuffer(self.s_replica, dtype=np.int32)[todo]
+        seqs = np.frombuffer(self.s_seqs, dtype=np.int32)[todo]
+        ctx = np.frombuffer(self.s_ctx, dtype=np.int64)[todo]
+        by_model: dict = {}
+        for i, cm in self.decode_cost_models.items():
+            by_model.setdefault(id(cm), (cm, []))[1].append(i)
+        for cm, reps in by_model.values():
+            mine = np.isin(rep, reps)
+            order = np.flatnonzero(mine)
+            if not len(order):
+                continue
+            order = order[np.argsort(seqs[order], kind="stable")]
+            ns = seqs[order]
+            cuts = np.flatnonzero(np.diff(ns)) + 1
+            for part in np.split(order, cuts):
+                _, f, b, c = cm.decode_steps(int(seqs[part[0]]), ctx[part])
+                rows = todo[part]
+                flops[rows] = f
+                nbytes[rows] = b
+                comp[rows] = np.asarray(c, dtype=np.int8)
+        assert not np.isnan(flops).any(), "decode rows of a replica without a cost model"
 
     def step_columns(self) -> dict[str, np.ndarray]:
         """Step columns as numpy arrays. Called once the run is over: each column moves out of its
@@ -188,6 +228,7 @@ class Recorder:
             if not (np.diff(end) >= 0).all():
                 order = np.argsort(end, kind="stable")
             del end
+        self._fill_decode_rows()
         cols = {}
         for name, attr, dt in self._STEP_ARRAYS:
             buf = getattr(self, attr)

@@ -36,3 +36,31 @@ def test_vectorized_decode_steps_are_exact(m, contexts, k):
     for i in range(k):
         ref = cm.step_time_reference(synthetic_batch((), [c + i for c in contexts]))
         assert (t[i], f[i], b[i], bool(comp[i])) == (ref.time_s, ref.flops, ref.bytes, ref.bound == "compute")
+
+
+# attention compute efficiency so low that decode attention turns compute-bound past some context:
+# a run of steps can cross from one branch of max(compute, memory) to the other
+import dataclasses  # noqa: E402
+
+from sim.cost.efficiency import DEFAULT_EFFICIENCIES, OpEfficiency  # noqa: E402
+
+_SLOW_ATTN = dataclasses.replace(DEFAULT_EFFICIENCIES, attention=OpEfficiency(0.0026, 0.8, 1e-6))
+TIMES_MODELS = MODELS + [CostModel(get_model("meta-llama/Llama-2-7b-hf"), get_gpu("h100-sxm"), eff=_SLOW_ATTN)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, len(TIMES_MODELS) - 1), st.integers(1, 300), st.integers(1, 400_000), st.integers(1, 40))
+def test_decode_step_times_are_decode_steps_times(m, n, start, k):
+    """The engine's hot path (times only, one branch of the roofline max taken for the whole run
+    when its ends agree) gives exactly ``decode_steps``' times, across the branch crossing too."""
+    cm = TIMES_MODELS[m]
+    dctx = [start + n * i for i in range(k)]
+    assert cm.decode_step_times(n, dctx) == list(cm.decode_steps(n, dctx)[0])
+
+
+def test_slow_attention_model_crosses_branches():
+    """The model above does cross (so the test covers the fallback and the compute branch)."""
+    cm = TIMES_MODELS[-1]
+    comp = [bool(cm._attention(synthetic_batch((), [x]), 1)[3] > cm._attention(synthetic_batch((), [x]), 1)[4])
+            for x in (10, 400_000)]
+    assert comp == [False, True]

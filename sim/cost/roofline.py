@@ -365,6 +365,32 @@ class CostModel:
         g = self.tp
         return T + comm + over, F * g, B * g, TC >= TM
 
+    def decode_step_times(self, n: int, dctx) -> list:
+        """The times alone of ``decode_steps`` (a list; the engine's hot path: the FLOPs, bytes
+        and bound of a run's steps are filled in afterwards, ``Recorder.step_columns``)."""
+        t0, tc0, tm0, f0, b0, comm = self._fixed(n, n)
+        qd, kv_tok = self._c[1], self._c[7]
+        L = self.model.num_layers
+        e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
+        fq = 4 * qd
+        bq = a * n * 2 * qd
+        pc = peak16 * e.compute
+        bm = bw * e.memory
+        lat = 1 * e.latency_s
+        over = self._overhead_s(n)
+        # attention is max(compute, memory) per step; both are affine in x, so when the ends of
+        # the run agree with a margin far above rounding, every step between takes that branch
+        # (the same operations as the per-step max)
+        lo, hi = dctx[0], dctx[-1]
+        c_lo, c_hi = fq * float(lo) / pc, fq * float(hi) / pc
+        m_lo, m_hi = (kv_tok * lo + bq) / bm, (kv_tok * hi + bq) / bm
+        tol = 1e-9 * max(c_lo, c_hi, m_lo, m_hi)
+        if m_lo - c_lo > tol and m_hi - c_hi > tol:
+            return [t0 + (lat + (kv_tok * x + bq) / bm) * L + comm + over for x in dctx]
+        if c_lo - m_lo > tol and c_hi - m_hi > tol:
+            return [t0 + (lat + fq * float(x) / pc) * L + comm + over for x in dctx]
+        return self._decode_steps_scalar(n, dctx)[0]
+
     def _decode_steps_scalar(self, n: int, dctx):
         """``decode_steps`` as lists, one step at a time (the same arithmetic)."""
         t0, tc0, tm0, f0, b0, comm = self._fixed(n, n)
