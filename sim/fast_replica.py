@@ -339,7 +339,9 @@ class FastReplica(Replica):
         if t_stop < math.inf and self._decode_step_s > 0:
             chunk = max(2, min(int((t_stop - start) / self._decode_step_s) + 2, 1024))
         self._plan(run, min(K, chunk), start, self.kv.num_free, t_stop)
-        self.settle(start)  # the first step's KV
+        if run.cum[0]:  # the first step's KV (as settle(start) takes it)
+            self.kv._take(run.cum[0])
+        run.grown = 1
         while True:
             run.fin = run.K == run.fin_at
             ends = run.ends
@@ -536,29 +538,26 @@ class FastReplica(Replica):
         base = self.kv.num_used - cum[grown - 1]
         dep = run.dep
         dp = run.dp
+        used = [base + x for x in cum[done:e]]
         if dp < len(dep) and dep[dp][0] < e:
-            used = []
-            freed = 0
             members, kv, cnt, bs, S0 = self._members, self.kv, self._cnt, self.kv.block_size, run.S0
             sum_c = 0
-            for i in range(done, e):
-                while dp < len(dep) and dep[dp][0] == i:
-                    r = dep[dp][1]
-                    dp += 1
-                    info = members.pop(r)
-                    c = self._settle(r, info, S0 + i + 1)
-                    cnt[(info[1] - info[2]) % bs] -= 1
-                    sum_c += c
-                    r.last_token_s = r.finish_s = ends[i]
-                    freed += r.kv_blocks
-                    kv.free(r)
-                    self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
-                    rec.complete(r)
-                used.append(base + cum[i] - freed)
+            freed = [0] * (e - done)  # blocks freed at each step's end
+            while dp < len(dep) and dep[dp][0] < e:
+                i, r = dep[dp]
+                dp += 1
+                info = members.pop(r)
+                c = self._settle(r, info, S0 + i + 1)
+                cnt[(info[1] - info[2]) % bs] -= 1
+                sum_c += c
+                r.last_token_s = r.finish_s = ends[i]
+                freed[i - done] += r.kv_blocks
+                kv.free(r)
+                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+                rec.complete(r)
+            used = list(map(sub, used, itertools.accumulate(freed)))
             run.dp = dp
             self._sum_c -= sum_c
-        else:
-            used = [base + x for x in cum[done:e]]
         rec.steps_block(self.index, run.starts[done:e], run.dur[done:e], nseq, run.dctx[done:e], used)
         tokens = sum(nseq)
         self.outstanding_tokens += tokens

@@ -10,7 +10,7 @@ requests that completed within every SLO; goodput is those requests per second o
 
 from __future__ import annotations
 
-import math
+import operator
 from array import array
 from dataclasses import dataclass
 
@@ -52,6 +52,7 @@ class Recorder:
         self._progress = progress
         self.order_steps = False  # set by the fast engine (see step_columns)
         self._ended = None  # column -> array of the rows of ended requests
+        self._ended_buf: list = []  # rows not yet moved there (tuples, see _retire)
         self._reasons: dict = {}  # row -> reason, for rejected requests
         self._steps_np = None
         self.end_hooks: list = []  # f(request), called when a request completes or is rejected
@@ -69,6 +70,13 @@ class Recorder:
         self.s_compute = array("b")
         self.s_kv = array("q")
         self.s_pad = array("q")
+        # decode-only steps recorded by steps_block (the fast engine's runs of decode steps)
+        self.d_replica = array("i")
+        self.d_start = array("d")
+        self.d_dur = array("d")
+        self.d_seqs = array("i")
+        self.d_ctx = array("q")
+        self.d_kv = array("q")
 
     def tbt_steps(self, gap_s: float, count: int) -> None:
         self.tbt_gap.append(gap_s)
@@ -115,21 +123,31 @@ class Recorder:
     _I = ("request_id", "prompt_tokens", "output_tokens", "replica", "preemptions", "decode_replica",
           "prefix_hit_tokens", "row")
 
+    _row_of = operator.attrgetter(*_F, *_I, "status")
+
     def _retire(self, req) -> None:
         if req.row < 0 or self.requests[req.row] is not req:
+            return
+        self._ended_buf.append(self._row_of(req))
+        if len(self._ended_buf) >= 4096:
+            self._flush_ended()
+        if req.reason:
+            self._reasons[req.row] = req.reason
+        self.requests[req.row] = None
+
+    def _flush_ended(self) -> None:
+        """Move the buffered rows of ended requests into their typed columns."""
+        buf = self._ended_buf
+        if not buf:
             return
         cols = self._ended
         if cols is None:
             cols = self._ended = {**{k: array("d") for k in self._F}, **{k: array("q") for k in self._I},
                                   "status": array("b")}
-        for k in self._F:
-            cols[k].append(getattr(req, k))
-        for k in self._I:
-            cols[k].append(getattr(req, k))
-        cols["status"].append(0 if req.status == "completed" else 1)
-        if req.reason:
-            self._reasons[req.row] = req.reason
-        self.requests[req.row] = None
+        for k, values in zip(self._F + self._I, zip(*buf)):
+            cols[k].extend(values)
+        cols["status"].extend([0 if row[-1] == "completed" else 1 for row in buf])
+        buf.clear()
 
     def step(self, replica: int, start_s: float, cost, batch, kv_used: int, extra_s: float = 0.0) -> None:
         """One step; ``extra_s`` is time outside the cost model's step (swap copies, draft model)."""
@@ -148,25 +166,16 @@ class Recorder:
 
     def steps_block(self, replica: int, start_s, dur_s, num_seqs, context_tokens, kv_used) -> None:
         """Several decode-only steps of one replica at once (lists, one element a step; each
-        step's sequences decode one token each, ``context_tokens`` is the sum of their c + 1):
-        the rows ``step`` would append one by one. Their FLOPs, bytes and bound are worked out
-        from the sequences and context by ``step_columns`` (``decode_cost_models[replica]``),
-        vectorized: they are marked NaN until then."""
-        k = len(start_s)
-        zeros = [0] * k
-        self.s_replica.extend([replica] * k)
-        self.s_start.extend(start_s)
-        self.s_dur.extend(dur_s)
-        self.s_seqs.extend(num_seqs)
-        self.s_prefill.extend(zeros)
-        self.s_decode.extend(num_seqs)
-        self.s_ctx.extend(context_tokens)
-        nan = [math.nan] * k
-        self.s_flops.extend(nan)
-        self.s_bytes.extend(nan)
-        self.s_compute.extend(zeros)
-        self.s_kv.extend(kv_used)
-        self.s_pad.extend(zeros)
+        step's sequences decode one token each, ``context_tokens`` is the sum of their c + 1).
+        They are kept apart, in fewer columns (no prefill, padding, FLOPs, bytes or bound), and
+        join the other rows in ``step_columns``, which works out their FLOPs, bytes and bound
+        from the sequences and context (``decode_cost_models[replica]``), vectorized."""
+        self.d_replica.extend([replica] * len(start_s))
+        self.d_start.extend(start_s)
+        self.d_dur.extend(dur_s)
+        self.d_seqs.extend(num_seqs)
+        self.d_ctx.extend(context_tokens)
+        self.d_kv.extend(kv_used)
 
     def tbt_block(self, gaps, counts) -> None:
         """One gap per step, ``counts[i]`` requests had gap ``gaps[i]``."""
@@ -180,69 +189,79 @@ class Recorder:
                     ("bytes", "s_bytes", np.float64), ("compute_bound", "s_compute", np.int8),
                     ("kv_blocks_used", "s_kv", np.int64), ("padding_tokens", "s_pad", np.int64))
 
-    def _fill_decode_rows(self) -> None:
-        """FLOPs, bytes and bound of the rows ``steps_block`` recorded (NaN FLOPs), from their
-        replica's cost model: ``decode_steps`` over the rows of each (cost model, sequences),
-        element for element what ``step_time`` gives that step."""
-        if not len(self.s_flops):
-            return
-        flops = np.frombuffer(self.s_flops)
-        todo = np.flatnonzero(np.isnan(flops))
-        if not len(todo):
-            return
-        nbytes = np.frombuffer(self.s_bytes)
-        comp = np.frombuffer(self.s_compute, dtype=np.int8)
-        rep = np.frombuffer(self.s_replica, dtype=np.int32)[todo]
-        seqs = np.frombuffer(self.s_seqs, dtype=np.int32)[todo]
-        ctx = np.frombuffer(self.s_ctx, dtype=np.int64)[todo]
-        by_model: dict = {}
+    def _decode_figures(self, chunk: int = 1 << 20):
+        """FLOPs, bytes and bound of the rows of ``steps_block``, from their replica's cost model
+        (``CostModel.decode_rows``: element for element what ``step_time`` gives that step),
+        ``chunk`` rows at a time (bounded temporaries)."""
+        n = len(self.d_start)
+        flops, nbytes, comp = np.empty(n), np.empty(n), np.empty(n, dtype=np.int8)
+        if not n:
+            return flops, nbytes, comp
+        replica = np.frombuffer(self.d_replica, dtype=np.int32)
+        seqs = np.frombuffer(self.d_seqs, dtype=np.int32)
+        ctx = np.frombuffer(self.d_ctx, dtype=np.int64)
+        models: dict = {}  # id -> (index, cost model)
+        model_of = np.full(max(self.decode_cost_models, default=0) + 1, -1)
         for i, cm in self.decode_cost_models.items():
-            by_model.setdefault(id(cm), (cm, []))[1].append(i)
-        for cm, reps in by_model.values():
-            mine = np.isin(rep, reps)
-            order = np.flatnonzero(mine)
-            if not len(order):
-                continue
-            order = order[np.argsort(seqs[order], kind="stable")]
-            ns = seqs[order]
-            cuts = np.flatnonzero(np.diff(ns)) + 1
-            for part in np.split(order, cuts):
-                _, f, b, c = cm.decode_steps(int(seqs[part[0]]), ctx[part])
-                rows = todo[part]
-                flops[rows] = f
-                nbytes[rows] = b
-                comp[rows] = np.asarray(c, dtype=np.int8)
-        assert not np.isnan(flops).any(), "decode rows of a replica without a cost model"
+            model_of[i] = models.setdefault(id(cm), (len(models), cm))[0]
+        assert (model_of[np.unique(replica)] >= 0).all(), "decode rows of a replica without a cost model"
+        for lo in range(0, n, chunk):
+            hi = min(lo + chunk, n)
+            for k, cm in models.values():
+                rows = slice(lo, hi) if len(models) == 1 else lo + np.flatnonzero(model_of[replica[lo:hi]] == k)
+                flops[rows], nbytes[rows], comp[rows] = cm.decode_rows(seqs[rows], ctx[rows])
+        return flops, nbytes, comp
 
     def step_columns(self) -> dict[str, np.ndarray]:
-        """Step columns as numpy arrays. Called once the run is over: each column moves out of its
-        growable buffer one at a time (the buffers are emptied), so the peak stays near one copy."""
+        """Step columns as numpy arrays, one row per step in the order steps ended. Called once
+        the run is over: each column moves out of its growable buffers one at a time (the
+        buffers are emptied), so the peak stays near one copy."""
         if self._steps_np is not None:
             return self._steps_np
+        n_dec = len(self.d_start)
         order = None
-        if self.order_steps and len(self.s_start) > 1:
+        if n_dec or (self.order_steps and len(self.s_start) > 1):
             # the fast engine records a run of decode steps when it is settled, possibly after
             # other replicas' later steps: put rows back in the order steps ended (as the
-            # reference engine commits them); ties keep the recording order
-            end = np.frombuffer(self.s_start) + np.frombuffer(self.s_dur)
+            # reference engine commits them); ties: the rows of ``step`` first, then those of
+            # ``steps_block``, each in recording order
+            end = np.concatenate([np.frombuffer(self.s_start) if len(self.s_start) else np.zeros(0),
+                                  np.frombuffer(self.d_start) if n_dec else np.zeros(0)])
+            end += np.concatenate([np.frombuffer(self.s_dur) if len(self.s_dur) else np.zeros(0),
+                                   np.frombuffer(self.d_dur) if n_dec else np.zeros(0)])
             if not (np.diff(end) >= 0).all():
                 order = np.argsort(end, kind="stable")
             del end
-        self._fill_decode_rows()
+        dec = dict(zip(("flops", "bytes", "compute_bound"), self._decode_figures()))
+        dec_src = {"replica": "d_replica", "start_s": "d_start", "duration_s": "d_dur", "num_seqs": "d_seqs",
+                   "decode_tokens": "d_seqs", "context_tokens": "d_ctx", "kv_blocks_used": "d_kv"}
         cols = {}
         for name, attr, dt in self._STEP_ARRAYS:
             buf = getattr(self, attr)
             col = np.frombuffer(buf, dtype=dt) if len(buf) else np.zeros(0, dt)
+            if n_dec:
+                if name in dec:
+                    extra = dec.pop(name)
+                elif name in dec_src:
+                    d = getattr(self, dec_src[name])
+                    extra = np.frombuffer(d, dtype=dt) if d.typecode != "i" or dt == np.int32 else \
+                        np.frombuffer(d, dtype=np.int32).astype(dt)
+                else:  # prefill and padding tokens
+                    extra = np.zeros(n_dec, dt)
+                col = np.concatenate([col, extra.astype(dt, copy=False)])
             col = col[order] if order is not None else col.copy()
             if name == "compute_bound":
                 col = col.astype(bool)
             cols[name] = col
             setattr(self, attr, array(buf.typecode))  # free the buffer
+        for attr in set(dec_src.values()):
+            setattr(self, attr, array(getattr(self, attr).typecode))
         self._steps_np = cols
         return cols
 
     def request_columns(self) -> dict[str, np.ndarray]:
         """One row per arrived request, in arrival order (ended ones from their compact rows)."""
+        self._flush_ended()
         reqs = self.requests
         n = len(reqs)
         live = [r for r in reqs if r is not None]
@@ -281,6 +300,7 @@ class Recorder:
     def release_request_rows(self) -> None:
         """Drop the compact rows once ``request_columns`` has been taken (memory)."""
         self._ended = None
+        self._ended_buf = []
 
 
 class WeightedSample:
@@ -308,7 +328,9 @@ class WeightedSample:
         del keep
         if len(v) == 0:
             return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
-        order = np.argsort(v, kind="stable")
+        # equal values may land in any order: the percentiles are the same, and so is the mean
+        # up to the last bit (a faster sort than the stable one, on millions of gaps)
+        order = np.argsort(v)
         v, c = v[order], c[order]
         cum = np.cumsum(c)  # cum[i] - 1: the last position of v[i] in the sorted sample
         n = int(cum[-1])
@@ -342,6 +364,8 @@ def dist_stats(x) -> dict:
 def utilization(steps: dict, sel, sim_time_s: float, members: list, table: list) -> dict:
     """Busy fraction, batch size, KV usage, MFU and MBU over the steps ``sel`` of ``members``
     (``ReplicaInfo``s); ``table`` is every replica in index order (per-step peaks and KV size)."""
+    if sel is None:  # every step (no copies)
+        sel = slice(None)
     dur = steps["duration_s"][sel]
     busy = float(dur.sum())
     rep = steps["replica"][sel]
@@ -392,10 +416,14 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
     only_p, only_d = (pf > 0) & (dc == 0), (dc > 0) & (pf == 0)
     mixed = (pf > 0) & (dc > 0)
     nsteps = len(dur)
-    everything = np.ones(nsteps, dtype=bool)
+    overall = utilization(steps, None, sim_time_s, replicas, replicas)
     pools = {}
-    for name in dict.fromkeys(r.pool for r in replicas):
+    names = list(dict.fromkeys(r.pool for r in replicas))
+    for name in names:
         members = [r for r in replicas if r.pool == name]
+        if len(names) == 1:  # the pool is everything
+            pools[name] = dict(overall)
+            continue
         sel = np.isin(steps["replica"], [r.index for r in members])
         pools[name] = utilization(steps, sel, sim_time_s, members, replicas)
     summary = {
@@ -430,7 +458,7 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
             "mixed_time_s": float(dur[mixed].sum()),
             "compute_bound_steps": int(steps["compute_bound"].sum()),
         },
-        "utilization": utilization(steps, everything, sim_time_s, replicas, replicas),
+        "utilization": overall,
         "pools": pools,
     }
     if extra:

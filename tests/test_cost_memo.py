@@ -64,3 +64,16 @@ def test_slow_attention_model_crosses_branches():
     comp = [bool(cm._attention(synthetic_batch((), [x]), 1)[3] > cm._attention(synthetic_batch((), [x]), 1)[4])
             for x in (10, 400_000)]
     assert comp == [False, True]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, len(TIMES_MODELS) - 1),
+       st.lists(st.tuples(st.integers(1, 300), st.integers(1, 400_000)), min_size=1, max_size=50))
+def test_decode_rows_are_decode_steps(m, rows):
+    """Row by row (mixed batch sizes), the figures filled into the step columns afterwards are
+    those ``decode_steps`` gives each step."""
+    cm = TIMES_MODELS[m]
+    f, b, c = cm.decode_rows([n for n, _ in rows], [x for _, x in rows])
+    for i, (n, x) in enumerate(rows):
+        _, f1, b1, c1 = cm.decode_steps(n, [x])
+        assert (f[i], b[i], bool(c[i])) == (f1[0], b1[0], bool(c1[0]))
