@@ -421,7 +421,9 @@ class FastReplica(Replica):
             x = heap[0][0] - S0 if bulk and heap else -1  # members leave after step x - 1
             if 0 <= x < seg:
                 seg = x
-            grow = [cnt[(S0 + j) % bs] for j in range(i, seg)]
+            r0 = (S0 + i) % bs
+            grow = (cnt[r0:] + cnt[:r0]) * (-(-(seg - i) // bs))  # cnt from residue r0 on, cycled
+            del grow[seg - i:]
             m = len(grow)
             g = sum(grow)
             if need + g <= free:
@@ -434,7 +436,7 @@ class FastReplica(Replica):
                         break
                 if not m:
                     break
-            dctx = [sumc + n + n * j for j in range(m)]  # sum of (c + 1) at each step
+            dctx = list(range(sumc + n, sumc + n + n * m, n))  # sum of (c + 1) at each step
             dur = step_times(n, dctx)
             ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
             if ends[-1] > t_stop:  # keep the steps up to the one in flight at t_stop

@@ -126,8 +126,10 @@ class CostModel:
     per_seq_overhead_s: float = 1e-5
     eff: Efficiencies = DEFAULT_EFFICIENCIES
     _c: tuple = field(init=False, repr=False, compare=False, default=())
+    _att: tuple = field(init=False, repr=False, compare=False, default=())
     _memo_T: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_S: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
+    _memo_dec: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
 
     def __post_init__(self):
         m, tp = self.model, self.tp
@@ -140,8 +142,12 @@ class CostModel:
             float(h), qd, kvd, qd + 2 * kvd, n_up * I / tp, I / tp, m.vocab_size / tp,
             2 * kvd * DTYPE_BYTES[self.kv_dtype], float(n_up), DTYPE_BYTES[self.dtype],
         ))
+        e = self.eff.attention
+        object.__setattr__(self, "_att", (4 * qd, qd, self._c[7], self.gpu.peak_flops * e.compute,
+                                          self.gpu.mem_bw_bytes_per_s * e.memory, 1 * e.latency_s, m.num_layers))
         object.__setattr__(self, "_memo_T", {})
         object.__setattr__(self, "_memo_S", {})
+        object.__setattr__(self, "_memo_dec", {})
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -300,31 +306,30 @@ class CostModel:
         return t + ht, tc + hc, tm + hm, f + hf, b + hb, comm
 
     def _attention(self, batch: Batch, T: int):
-        """The attention row of ``_ops``: (time_s, flops, bytes, compute_s, memory_s) over all layers."""
-        qd, kv_tok = self._c[1], self._c[7]
-        L = self.model.num_layers
-        e, bw, peak16, a = self.eff, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
+        """The attention row of ``_ops``: (time_s, flops, bytes, compute_s, memory_s) over all layers
+        (``roofline_cost`` with the attention efficiencies, its constants computed once)."""
+        fq, qd2a, kv_tok, pc, bm, lat, L = self._att
         dctx = batch.decode_context_tokens
         dpairs = batch.decode_attn_pairs
         nd = batch.decode_tokens
         pf_tok = T - nd
         tt = ff = bb = cc = mmm = 0.0
         if pf_tok > 0:
-            f = 4 * qd * (batch.attn_pairs - dpairs)
-            b = kv_tok * (batch.context_tokens - dctx) + a * pf_tok * 2 * qd
-            t, c, mm = roofline_cost(1, f, b, peak16, bw, e.attention)
-            tt, ff, bb, cc, mmm = t, f, b, c, mm
+            ff = fq * (batch.attn_pairs - dpairs)
+            bb = kv_tok * (batch.context_tokens - dctx) + ACT_BYTES * pf_tok * 2 * qd2a
+            cc, mmm = ff / pc, bb / bm
+            tt = lat + (cc if cc > mmm else mmm)
         if nd > 0:
-            f = 4 * qd * dpairs
-            b = kv_tok * dctx + a * nd * 2 * qd
-            t, c, mm = roofline_cost(1, f, b, peak16, bw, e.attention)
-            tt, ff, bb, cc, mmm = tt + t, ff + f, bb + b, cc + c, mmm + mm
+            f = fq * dpairs
+            b = kv_tok * dctx + ACT_BYTES * nd * 2 * qd2a
+            c, mm = f / pc, b / bm
+            tt, ff, bb, cc, mmm = tt + (lat + (c if c > mm else mm)), ff + f, bb + b, cc + c, mmm + mm
         return tt * L, ff * L, bb * L, cc * L, mmm * L
 
     def step_time(self, batch: Batch) -> StepCost:
-        """Time, FLOPs, bytes and bound of one step (the engine's hot path). Bit for bit the sum
-        over ``_ops`` in its order (``step_time_reference``); the operators other than attention
-        are memoized by (tokens, sampled sequences)."""
+        """Time, FLOPs, bytes and bound of one step (the engine's hot path). Bit for bit
+        ``step_time_reference``: every operator but attention (memoized by tokens and sampled
+        sequences), then attention, then communication and overhead."""
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
@@ -368,16 +373,14 @@ class CostModel:
     def decode_step_times(self, n: int, dctx) -> list:
         """The times alone of ``decode_steps`` (a list; the engine's hot path: the FLOPs, bytes
         and bound of a run's steps are filled in afterwards, ``Recorder.step_columns``)."""
-        t0, tc0, tm0, f0, b0, comm = self._fixed(n, n)
-        qd, kv_tok = self._c[1], self._c[7]
-        L = self.model.num_layers
-        e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
-        fq = 4 * qd
-        bq = a * n * 2 * qd
-        pc = peak16 * e.compute
-        bm = bw * e.memory
-        lat = 1 * e.latency_s
-        over = self._overhead_s(n)
+        k = self._memo_dec.get(n)
+        if k is None:
+            t0, _, _, _, _, comm = self._fixed(n, n)
+            e = self.eff.attention
+            k = self._memo_dec[n] = (t0, comm, self._overhead_s(n), 4 * self._c[1], ACT_BYTES * n * 2 * self._c[1],
+                                     self._c[7], self.gpu.peak_flops * e.compute,
+                                     self.gpu.mem_bw_bytes_per_s * e.memory, 1 * e.latency_s, self.model.num_layers)
+        t0, comm, over, fq, bq, kv_tok, pc, bm, lat, L = k
         # attention is max(compute, memory) per step; both are affine in x, so when the ends of
         # the run agree with a margin far above rounding, every step between takes that branch
         # (the same operations as the per-step max)
