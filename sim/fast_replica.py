@@ -198,7 +198,7 @@ class FastReplica(Replica):
                 continue
             n = len(members)
             need_d = self._cnt[self._S % bs] if n else 0
-            free = kv.num_free
+            free = kv.num_empty  # no prefix caching here (fast_eligible): no evictable blocks
             fast = not self.swapped and n <= B and need_d <= free
             items = []
             if fast:
@@ -232,7 +232,7 @@ class FastReplica(Replica):
             # apply
             start = env.now
             if need_d:
-                kv._take(need_d)
+                kv.num_empty -= need_d
             waiting = self.waiting
             rec = self.recorder
             for r, cached in hits:  # P/D decode side: admitted holding their KV (as Replica._apply)
@@ -338,9 +338,8 @@ class FastReplica(Replica):
         chunk = 8
         if t_stop < math.inf and self._decode_step_s > 0:
             chunk = max(2, min(int((t_stop - start) / self._decode_step_s) + 2, 1024))
-        self._plan(run, min(K, chunk), start, self.kv.num_free, t_stop)
-        if run.cum[0]:  # the first step's KV (as settle(start) takes it)
-            self.kv._take(run.cum[0])
+        self._plan(run, min(K, chunk), start, self.kv.num_empty, t_stop)
+        self.kv.num_empty -= run.cum[0]  # the first step's KV (as settle(start) takes it)
         run.grown = 1
         while True:
             run.fin = run.K == run.fin_at
@@ -369,7 +368,7 @@ class FastReplica(Replica):
             # every planned step has started (its KV is mapped): the next ones must fit what is
             # free now (blocks mapped from outside since the run began count)
             self.settle(env.now)
-            if not self._plan(run, min(K - run.K, chunk), last, self.kv.num_free, t_stop):
+            if not self._plan(run, min(K - run.K, chunk), last, self.kv.num_empty, t_stop):
                 break
         self.settle(env.now)
         self._mac = None
@@ -503,8 +502,8 @@ class FastReplica(Replica):
             g = K
         if g > grown:
             k = cum[g - 1] - (cum[grown - 1] if grown else 0)
-            if k:
-                self.kv._take(k)
+            self.kv.num_empty -= k
+            assert self.kv.num_empty >= 0, "a run of decode steps grew more KV than is free"
             run.grown = grown = g
         e = find(run.ends, now)
         top = K - 1 if run.fin else K
@@ -537,12 +536,13 @@ class FastReplica(Replica):
         # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
         # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth, less
         # what completions freed by then
-        base = self.kv.num_used - cum[grown - 1]
+        kv = self.kv
+        base = kv.num_blocks - kv.num_empty - cum[grown - 1]
         dep = run.dep
         dp = run.dp
         used = [base + x for x in cum[done:e]]
         if dp < len(dep) and dep[dp][0] < e:
-            members, kv, cnt, bs, S0 = self._members, self.kv, self._cnt, self.kv.block_size, run.S0
+            members, cnt, bs, S0 = self._members, self._cnt, kv.block_size, run.S0
             sum_c = 0
             freed = [0] * (e - done)  # blocks freed at each step's end
             while dp < len(dep) and dep[dp][0] < e:
@@ -554,7 +554,8 @@ class FastReplica(Replica):
                 sum_c += c
                 r.last_token_s = r.finish_s = ends[i]
                 freed[i - done] += r.kv_blocks
-                kv.free(r)
+                kv.num_empty += r.kv_blocks  # kv.free without prefix caching
+                r.kv_blocks = 0
                 self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
                 rec.complete(r)
             used = list(map(sub, used, itertools.accumulate(freed)))

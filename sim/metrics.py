@@ -361,6 +361,14 @@ def dist_stats(x) -> dict:
     return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(x.max())}
 
 
+def per_step(values: list, rep: np.ndarray):
+    """``values[rep]`` (one per step, from its replica's index), or the one value when all
+    replicas share it (the same numbers, without a gather over millions of steps)."""
+    if all(v == values[0] for v in values):
+        return values[0]
+    return np.array(values)[rep]
+
+
 def utilization(steps: dict, sel, sim_time_s: float, members: list, table: list) -> dict:
     """Busy fraction, batch size, KV usage, MFU and MBU over the steps ``sel`` of ``members``
     (``ReplicaInfo``s); ``table`` is every replica in index order (per-step peaks and KV size)."""
@@ -369,9 +377,9 @@ def utilization(steps: dict, sel, sim_time_s: float, members: list, table: list)
     dur = steps["duration_s"][sel]
     busy = float(dur.sum())
     rep = steps["replica"][sel]
-    peak_f = np.array([r.peak_flops for r in table])[rep]
-    peak_b = np.array([r.peak_bw for r in table])[rep]
-    kv_use = steps["kv_blocks_used"][sel] / np.array([r.kv_blocks for r in table])[rep]
+    peak_f = per_step([r.peak_flops for r in table], rep)
+    peak_b = per_step([r.peak_bw for r in table], rep)
+    kv_use = steps["kv_blocks_used"][sel] / per_step([r.kv_blocks for r in table], rep)
     n_rep = len(members)
     return {
         "replicas": n_rep,

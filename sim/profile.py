@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.metrics import per_step
+
 PHASES = ("prefill", "decode", "mixed")
 QUEUE_SHARE = 0.5  # rule 2
 COMM_SHARE = 0.3  # rule 3
@@ -63,9 +65,10 @@ def phase_profile(steps: dict, replicas: list, cost_models: list) -> dict:
     masks = {"prefill": (pf > 0) & (dc == 0), "decode": (dc > 0) & (pf == 0), "mixed": (pf > 0) & (dc > 0)}
     comm = comm_seconds(steps, cost_models)
     rep = steps["replica"]
-    peak_f = np.array([r.peak_flops for r in replicas])[rep] if len(rep) else np.zeros(0)
-    peak_b = np.array([r.peak_bw for r in replicas])[rep] if len(rep) else np.zeros(0)
-    kv_use = steps["kv_blocks_used"] / np.array([max(r.kv_blocks, 1) for r in replicas])[rep] if len(rep) else np.zeros(0)
+    peak_f = per_step([r.peak_flops for r in replicas], rep)
+    peak_b = per_step([r.peak_bw for r in replicas], rep)
+    pick = lambda x, sel: x if np.isscalar(x) else x[sel]  # noqa: E731
+    kv_use = steps["kv_blocks_used"] / per_step([max(r.kv_blocks, 1) for r in replicas], rep)
     n_all, busy_all = len(dur), float(dur.sum())
     out = {}
     for name, sel in masks.items():
@@ -85,8 +88,8 @@ def phase_profile(steps: dict, replicas: list, cost_models: list) -> dict:
             "comm_s": float(comm[sel].sum()),
             "comm_share": float(comm[sel].sum() / busy) if busy > 0 else 0.0,
             "compute_bound_share": float(steps["compute_bound"][sel].mean()) if n else 0.0,
-            "mfu": float(steps["flops"][sel].sum() / (d * peak_f[sel]).sum()) if busy > 0 else 0.0,
-            "mbu": float(steps["bytes"][sel].sum() / (d * peak_b[sel]).sum()) if busy > 0 else 0.0,
+            "mfu": float(steps["flops"][sel].sum() / (d * pick(peak_f, sel)).sum()) if busy > 0 else 0.0,
+            "mbu": float(steps["bytes"][sel].sum() / (d * pick(peak_b, sel)).sum()) if busy > 0 else 0.0,
         }
     out["comm_s"] = float(comm.sum())
     out["comm_share"] = float(comm.sum() / busy_all) if busy_all > 0 else 0.0

@@ -333,13 +333,16 @@ class CostModel:
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
-        t, tc, tm, flops, nbytes, comm = self._fixed(T, batch.num_sampled)
+        S = batch.num_sampled
+        t, tc, tm, flops, nbytes, comm = self._memo_T.get(T) or self._by_tokens(T)
+        ht, hf, hb, hc, hm = self._memo_S.get(S) or self._lm_head(S)
         at, af, ab, ac, am = self._attention(batch, T)
-        t += at  # as _add_ops adds one more operator
-        tc += ac
-        tm += am
-        flops += af
-        nbytes += ab
+        # (as _fixed, then _add_ops with the attention row)
+        t = t + ht + at
+        tc = tc + hc + ac
+        tm = tm + hm + am
+        flops = flops + hf + af
+        nbytes = nbytes + hb + ab
         over = self._overhead_s(batch.num_seqs)
         g = self.tp  # per-GPU figures -> replica totals (PP stages split the layers, not the work)
         return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
