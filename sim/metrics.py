@@ -232,30 +232,37 @@ class Recorder:
             if not (np.diff(end) >= 0).all():
                 order = np.argsort(end, kind="stable")
             del end
-        dec = dict(zip(("flops", "bytes", "compute_bound"), self._decode_figures()))
+        dec = dict(zip(("flops", "bytes", "compute_bound"), self._decode_figures())) if n_dec else {}
         dec_src = {"replica": "d_replica", "start_s": "d_start", "duration_s": "d_dur", "num_seqs": "d_seqs",
                    "decode_tokens": "d_seqs", "context_tokens": "d_ctx", "kv_blocks_used": "d_kv"}
+        uses = {attr: list(dec_src.values()).count(attr) for attr in dec_src.values()}
         cols = {}
-        for name, attr, dt in self._STEP_ARRAYS:
+        # the figures first (they are held until used), each buffer freed after its last use
+        for name, attr, dt in sorted(self._STEP_ARRAYS, key=lambda x: x[0] not in dec):
             buf = getattr(self, attr)
             col = np.frombuffer(buf, dtype=dt) if len(buf) else np.zeros(0, dt)
             if n_dec:
                 if name in dec:
                     extra = dec.pop(name)
                 elif name in dec_src:
-                    d = getattr(self, dec_src[name])
+                    src = dec_src[name]
+                    d = getattr(self, src)
                     extra = np.frombuffer(d, dtype=dt) if d.typecode != "i" or dt == np.int32 else \
                         np.frombuffer(d, dtype=np.int32).astype(dt)
+                    uses[src] -= 1
                 else:  # prefill and padding tokens
                     extra = np.zeros(n_dec, dt)
                 col = np.concatenate([col, extra.astype(dt, copy=False)])
+                del extra
+                if name in dec_src and not uses[dec_src[name]]:
+                    setattr(self, dec_src[name], array(getattr(self, dec_src[name]).typecode))
+            setattr(self, attr, array(buf.typecode))  # free the buffer
+            del buf
             col = col[order] if order is not None else col.copy()
             if name == "compute_bound":
                 col = col.astype(bool)
             cols[name] = col
-            setattr(self, attr, array(buf.typecode))  # free the buffer
-        for attr in set(dec_src.values()):
-            setattr(self, attr, array(getattr(self, attr).typecode))
+        cols = {name: cols[name] for name, _, _ in self._STEP_ARRAYS}
         self._steps_np = cols
         return cols
 
