@@ -23,13 +23,18 @@ the running list and runs the reference step (``Replica``'s ``policy.next_batch`
 -> ``_commit``); the set re-forms after it. Speculative decoding and prefix caching, and the
 static policy, use ``Replica`` itself (see ``make_replica``).
 
-When only the decode set runs (nothing waiting, nothing prefilling), the steps up to the next
-completion are identical but for contexts growing by one token each: they run as one SimPy
-timeout per planned chunk (``_macro``), their times from ``CostModel.decode_steps`` (bit for bit
-``step_time``). Whatever may change the next decision interrupts the run after the step in
-flight: an arrival or hand-off (``wake``), KV mapped from outside (``kv_changed``). Observers
-that read a replica's counters or KV mid-run (routers, the P/D hand-off, the end of a run cut by
-``workload.duration_s``) call ``settle(now)`` first (``Cluster.settle``).
+When only the decode set runs (nothing waiting, nothing prefilling), the next steps are
+identical but for contexts growing by one token each and members leaving as they complete: they
+run as one SimPy timeout per planned chunk (``_macro``, ``_Run``), their times from
+``CostModel.decode_step_times`` (bit for bit ``step_time``; their FLOPs, bytes and bound are
+filled into the step columns afterwards). Completions inside a run are settled in bulk, unless
+something reacts to a completion at its time (closed-loop clients, the P/D decode side's retried
+hand-offs): then a run stops at the first one. A run is planned up to the step in flight when
+the replica's next request arrives, if the router knows it ahead of time (``next_arrival_s``);
+whatever else may change the next decision interrupts the run after the step in flight: an
+arrival or hand-off off the plan (``wake``), KV mapped from outside (``kv_changed``). Observers
+that read a replica's counters or KV mid-run (routers, the P/D hand-off, the queue sampler, the
+end of a run cut by ``workload.duration_s``) call ``settle(now)`` first (``Cluster.settle``).
 """
 
 from __future__ import annotations
