@@ -236,29 +236,38 @@ class Recorder:
         dec_src = {"replica": "d_replica", "start_s": "d_start", "duration_s": "d_dur", "num_seqs": "d_seqs",
                    "decode_tokens": "d_seqs", "context_tokens": "d_ctx", "kv_blocks_used": "d_kv"}
         uses = {attr: list(dec_src.values()).count(attr) for attr in dec_src.values()}
+        n_all = len(self.s_start) + n_dec
+        where = None
+        if order is not None:
+            # where each recorded row goes: rows are scattered into place, column by column
+            where = np.empty(n_all, dtype=np.int64)
+            where[order] = np.arange(n_all)
+            del order
         cols = {}
         # the figures first (they are held until used), each buffer freed after its last use
         for name, attr, dt in sorted(self._STEP_ARRAYS, key=lambda x: x[0] not in dec):
             buf = getattr(self, attr)
-            col = np.frombuffer(buf, dtype=dt) if len(buf) else np.zeros(0, dt)
+            parts = [np.frombuffer(buf, dtype=dt) if len(buf) else np.zeros(0, dt)]
             if n_dec:
                 if name in dec:
-                    extra = dec.pop(name)
+                    parts.append(dec.pop(name))
                 elif name in dec_src:
                     src = dec_src[name]
                     d = getattr(self, src)
-                    extra = np.frombuffer(d, dtype=dt) if d.typecode != "i" or dt == np.int32 else \
-                        np.frombuffer(d, dtype=np.int32).astype(dt)
+                    parts.append(np.frombuffer(d, dtype=np.int32 if d.typecode == "i" else dt))
                     uses[src] -= 1
                 else:  # prefill and padding tokens
-                    extra = np.zeros(n_dec, dt)
-                col = np.concatenate([col, extra.astype(dt, copy=False)])
-                del extra
-                if name in dec_src and not uses[dec_src[name]]:
-                    setattr(self, dec_src[name], array(getattr(self, dec_src[name]).typecode))
+                    parts.append(np.zeros(1, dt))
+            col = np.empty(n_all, dtype=dt)
+            n_s = len(buf)
+            col[slice(0, n_s) if where is None else where[:n_s]] = parts[0]
+            if n_dec:  # (a one-element part is a constant)
+                col[slice(n_s, None) if where is None else where[n_s:]] = parts[1]
+            del parts
+            if n_dec and name in dec_src and not uses[dec_src[name]]:
+                setattr(self, dec_src[name], array(getattr(self, dec_src[name]).typecode))
             setattr(self, attr, array(buf.typecode))  # free the buffer
             del buf
-            col = col[order] if order is not None else col.copy()
             if name == "compute_bound":
                 col = col.astype(bool)
             cols[name] = col

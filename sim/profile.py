@@ -62,34 +62,43 @@ def phase_profile(steps: dict, replicas: list, cost_models: list) -> dict:
     """Per-phase figures (see the module docstring); ``replicas``: ``ReplicaInfo`` per replica."""
     dur = steps["duration_s"]
     pf, dc = steps["prefill_tokens"], steps["decode_tokens"]
-    masks = {"prefill": (pf > 0) & (dc == 0), "decode": (dc > 0) & (pf == 0), "mixed": (pf > 0) & (dc > 0)}
+    # phase of each step: 0 prefill only, 1 decode only, 2 mixed, 3 neither (padding-only steps);
+    # per-phase sums in one pass each (np.bincount), not a copy of every column per phase
+    code = np.where(pf > 0, np.where(dc > 0, 2, 0), np.where(dc > 0, 1, 3))
     comm = comm_seconds(steps, cost_models)
     rep = steps["replica"]
     peak_f = per_step([r.peak_flops for r in replicas], rep)
     peak_b = per_step([r.peak_bw for r in replicas], rep)
-    pick = lambda x, sel: x if np.isscalar(x) else x[sel]  # noqa: E731
     kv_use = steps["kv_blocks_used"] / per_step([max(r.kv_blocks, 1) for r in replicas], rep)
+
+    def by_phase(x):
+        return np.bincount(code, weights=x, minlength=4) if len(code) else np.zeros(4)
+
     n_all, busy_all = len(dur), float(dur.sum())
+    counts = np.bincount(code, minlength=4) if len(code) else np.zeros(4, dtype=np.int64)
+    busy_p, pf_p, dc_p = by_phase(dur), by_phase(pf), by_phase(dc)
+    seqs_p, kv_p, comm_p = by_phase(steps["num_seqs"]), by_phase(kv_use * dur), by_phase(comm)
+    comp_p, flops_p, bytes_p = by_phase(steps["compute_bound"]), by_phase(steps["flops"]), by_phase(steps["bytes"])
+    peakf_p, peakb_p = by_phase(dur * peak_f), by_phase(dur * peak_b)
     out = {}
-    for name, sel in masks.items():
-        d = dur[sel]
-        busy = float(d.sum())
-        n = int(sel.sum())
+    for k, name in enumerate(("prefill", "decode", "mixed")):
+        busy = float(busy_p[k])
+        n = int(counts[k])
         out[name] = {
             "steps": n,
             "share_of_steps": n / n_all if n_all else 0.0,
-            "prefill_tokens": int(pf[sel].sum()),
-            "decode_tokens": int(dc[sel].sum()),
+            "prefill_tokens": int(pf_p[k]),
+            "decode_tokens": int(dc_p[k]),
             "busy_s": busy,
             "share_of_busy": busy / busy_all if busy_all > 0 else 0.0,
-            "mean_batch_size": float(steps["num_seqs"][sel].mean()) if n else 0.0,
-            "kv_usage_mean": float((kv_use[sel] * d).sum() / busy) if busy > 0 else 0.0,
-            "kv_usage_max": float(kv_use[sel].max()) if n else 0.0,
-            "comm_s": float(comm[sel].sum()),
-            "comm_share": float(comm[sel].sum() / busy) if busy > 0 else 0.0,
-            "compute_bound_share": float(steps["compute_bound"][sel].mean()) if n else 0.0,
-            "mfu": float(steps["flops"][sel].sum() / (d * pick(peak_f, sel)).sum()) if busy > 0 else 0.0,
-            "mbu": float(steps["bytes"][sel].sum() / (d * pick(peak_b, sel)).sum()) if busy > 0 else 0.0,
+            "mean_batch_size": float(seqs_p[k] / n) if n else 0.0,
+            "kv_usage_mean": float(kv_p[k] / busy) if busy > 0 else 0.0,
+            "kv_usage_max": float(np.max(kv_use, where=code == k, initial=0.0)) if n else 0.0,
+            "comm_s": float(comm_p[k]),
+            "comm_share": float(comm_p[k] / busy) if busy > 0 else 0.0,
+            "compute_bound_share": float(comp_p[k] / n) if n else 0.0,
+            "mfu": float(flops_p[k] / peakf_p[k]) if busy > 0 else 0.0,
+            "mbu": float(bytes_p[k] / peakb_p[k]) if busy > 0 else 0.0,
         }
     out["comm_s"] = float(comm.sum())
     out["comm_share"] = float(comm.sum() / busy_all) if busy_all > 0 else 0.0
