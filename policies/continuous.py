@@ -118,8 +118,8 @@ class ContinuousPolicy:
         # only then the waiting queue (on a decode replica: requests preempted there, to recompute)
         # (landed ones are tried even when a swapped one does not fit: they hold their KV, and
         # only running them frees any)
-        swapped_back = take_holders(state.swapped, swap_in)
-        all_back = take_holders(state.landed, admitted) and swapped_back
+        swapped_back = take_holders(state.swapped, swap_in) if state.swapped else True
+        all_back = (take_holders(state.landed, admitted) if state.landed else True) and swapped_back
         if all_back:
             reserve = int(self.watermark * kv.num_blocks)
             for r in state.waiting:
