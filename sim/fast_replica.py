@@ -73,10 +73,11 @@ class _Run:
     ``pcnt``: members, their sum of computed tokens and block-growth counts after the planned
     steps; ``dep``: (step, request) of members completing at the end of that step (bulk mode),
     ``dp`` how many of them are settled; ``new``: members whose first gap is their own;
-    ``stop``: the run ends after its last planned step (a request arrives during it)."""
+    ``stop``: the run ends after its last planned step (a request arrives during it); ``fold``:
+    step 0 is an admission step, (batch, cost, items) (see ``FastReplica._macro``)."""
 
     __slots__ = ("S0", "K", "done", "grown", "starts", "ends", "dur", "dctx",
-                 "nseq", "cum", "pn", "psum", "pcnt", "dep", "dp", "new", "fin", "fin_at", "stop")
+                 "nseq", "cum", "pn", "psum", "pcnt", "dep", "dp", "new", "fin", "fin_at", "stop", "fold")
 
     def __init__(self, S0, n, sum_c, cnt, new):
         self.S0, self.pn, self.psum, self.pcnt, self.new = S0, n, sum_c, cnt, new
@@ -86,6 +87,7 @@ class _Run:
         self.fin = False
         self.fin_at = -1
         self.stop = False  # plan no further: the run ends after its last planned step
+        self.fold = None  # (batch, cost, items): step 0 is this admission step (see _macro)
 
 
 class _Cost(NamedTuple):  # what Recorder.step reads of a StepCost
@@ -257,6 +259,9 @@ class FastReplica(Replica):
                 assert ok, "scheduled more KV than is free"
             batch = make_batch(items, (), admitted, prefix_hits=hits, decode_set=(n, self._sum_c))
             cost = self.cost_model.step_time(batch)
+            if not hits and self._foldable(items):
+                yield from self._macro(n, self.MAX_RUN, (batch, cost, items))
+                continue
             yield env.timeout(cost.time_s)
             self._commit_fast(batch, cost, start, n, items)
             self._absorb()
@@ -271,6 +276,35 @@ class FastReplica(Replica):
         P/D hand-offs retried when KV frees). Otherwise a run ends at the first completion,
         which is committed at its time (``_commit_fast``)."""
         return not self.recorder.end_hooks and self.after_free is None
+
+    def _foldable(self, items) -> bool:
+        """Whether this step (the decode set plus ``items``) can be step 0 of a run of decode
+        steps: completions are settled in bulk, nothing else waits, every request of the tail is
+        in it and finishes its prompt (emits a token) without finishing, so that after it the
+        tail has joined the decode set and nothing is left to decide."""
+        if not items or self.waiting or self.role == "prefill" or not self._bulk:
+            return False
+        tail = self._tail
+        if len(tail) != len(items):
+            return False
+        for (r, q), t in zip(items, tail):
+            if r is not t or r.num_computed_tokens + q != r.prompt_tokens + r.num_output_done \
+                    or r.num_output_done + 1 >= r.output_tokens:
+                return False
+        return True
+
+    def _leave(self, run, x: int, n: int, sumc: int):
+        """Members completing at decode-step counter ``run.S0 + x`` leave the planned steps after
+        step x - 1 (``run.dep``); returns the members and their sum of computed tokens after."""
+        heap, members, cnt, bs, S0 = self._heap, self._members, run.pcnt, self.kv.block_size, run.S0
+        while heap and heap[0][0] == S0 + x:
+            r = heapq.heappop(heap)[2]
+            _, s0, c0, _ = members[r]
+            sumc -= c0 + S0 + x - s0
+            n -= 1
+            cnt[(s0 - c0) % bs] -= 1
+            run.dep.append((x - 1, r))
+        return n, sumc
 
     def _macro_len(self, n: int, free: int) -> int:
         """How many decode-only steps can run from here with nothing changing: while the KV
@@ -320,17 +354,22 @@ class FastReplica(Replica):
         heapq.heappush(env._queue, (t, NORMAL, next(env._eid), ev))
         return ev
 
-    def _macro(self, n: int, K: int):
+    def _macro(self, n: int, K: int, fold=None):
         """Run up to K decode-only steps of the decode set, as few timeouts (step times are
         computed a chunk at a time, so a run cut short wastes little). An arrival, a P/D
         hand-off, or KV mapped from outside wakes the replica at time x: the steps ended by x
         are settled, the step in flight runs to its end, and the replica decides again.
         Observers (router, P/D hand-off, queue sampler) call ``settle(now)`` first, so that
-        counters, KV and records are those of time x."""
+        counters, KV and records are those of time x.
+
+        ``fold`` = (batch, cost, items): step 0 is that admission step, already applied (its KV
+        taken, ``_foldable``); its requests join the decode set now, as of step 1, and get their
+        token when step 0 is settled. One timeout then covers the admission step and the decode
+        steps after it."""
         env = self.env
         S = self._S
         start = env.now
-        run = _Run(S, n, self._sum_c, self._cnt[:], self._new[:])
+        run = _Run(S, n, self._sum_c, self._cnt, self._new[:])
         self._new.clear()
         if not self._bulk and S + K == self._heap[0][0]:
             # the last step completes a member: committed the ordinary way (_commit_fast), at its
@@ -340,12 +379,46 @@ class FastReplica(Replica):
         # plan up to the step in flight when the next request is known to arrive (else in
         # doubling chunks): a run cut short by an arrival wastes the steps planned past it
         t_stop = self.next_arrival_s() if self.next_arrival_s is not None and run.fin_at < 0 else math.inf
+        if fold is None:
+            run.pcnt = self._cnt[:]
+            t0 = start
+        else:
+            batch, cost, items = fold
+            run.fold = fold
+            t0 = start + cost.time_s  # the end of step 0, as env.timeout(cost.time_s) has it
+            run.K = run.grown = 1  # its KV is taken
+            run.starts.append(start)
+            run.ends.append(t0)
+            run.dur.append(cost.time_s)
+            run.dctx.append(0)  # (step 0 is recorded from its batch)
+            run.nseq.append(n)
+            run.cum.append(0)
+            S1 = S + 1
+            bs = self.kv.block_size
+            members, heap, cnt = self._members, self._heap, self._cnt
+            psum = self._sum_c + n
+            for r, q in items:  # members as of step 1 (as _absorb after step 0 would take them)
+                c = r.num_computed_tokens + q
+                d = r.num_output_done + 1
+                seq = next(self._seq)
+                members[r] = (seq, S1, c, d)
+                cnt[(S1 - c) % bs] += 1
+                heapq.heappush(heap, (S1 + r.output_tokens - d, seq, r))
+                psum += c
+            self._tail.clear()
+            run.pcnt = cnt[:]
+            run.pn, run.psum = self._leave(run, 1, n + len(items), psum)
         chunk = 8
         if t_stop < math.inf and self._decode_step_s > 0:
-            chunk = max(2, min(int((t_stop - start) / self._decode_step_s) + 2, 1024))
-        self._plan(run, min(K, chunk), start, self.kv.num_empty, t_stop)
-        self.kv.num_empty -= run.cum[0]  # the first step's KV (as settle(start) takes it)
-        run.grown = 1
+            chunk = max(2, min(int((t_stop - t0) / self._decode_step_s) + 2, 1024))
+        if fold is None:
+            self._plan(run, min(K, chunk), start, self.kv.num_empty, t_stop)
+            self.kv.num_empty -= run.cum[0]  # the first step's KV (as settle(start) takes it)
+            run.grown = 1
+        elif t0 > t_stop:
+            run.stop = True
+        elif run.pn:
+            self._plan(run, min(K - 1, chunk), t0, self.kv.num_empty, t_stop)
         while True:
             run.fin = run.K == run.fin_at
             ends = run.ends
@@ -367,7 +440,8 @@ class FastReplica(Replica):
             if run.K >= K or not run.pn or run.stop:
                 break
             if t_stop < math.inf:
-                chunk = max(2, min(int((t_stop - last) / run.dur[run.K - 1]) + 2, 1024))
+                d = run.dur[run.K - 1] if run.K > 1 or fold is None else self._decode_step_s
+                chunk = max(2, min(int((t_stop - last) / d) + 2, 1024)) if d > 0 else 8
             else:
                 chunk = min(2 * chunk, 1024)
             # every planned step has started (its KV is mapped): the next ones must fit what is
@@ -377,7 +451,8 @@ class FastReplica(Replica):
                 break
         self.settle(env.now)
         self._mac = None
-        self._decode_step_s = run.dur[run.K - 1]
+        if run.K > 1 or fold is None:
+            self._decode_step_s = run.dur[run.K - 1]
         if run.fin:
             i = run.K - 1
             self._commit_fast(_Row(n, 0, n, run.dctx[i], 0),
@@ -465,14 +540,7 @@ class FastReplica(Replica):
             if m < len(grow) and not run.stop:
                 break
             if i == x:  # members complete at the end of step x - 1
-                members = self._members
-                while heap and heap[0][0] == S0 + x:
-                    r = heapq.heappop(heap)[2]
-                    _, s0, c0, _ = members[r]
-                    sumc -= c0 + S0 + x - s0
-                    n -= 1
-                    cnt[(s0 - c0) % bs] -= 1
-                    run.dep.append((x - 1, r))
+                n, sumc = self._leave(run, x, n, sumc)
             if run.stop:
                 break
         run.K, run.pn, run.psum = i, n, sumc
@@ -538,6 +606,16 @@ class FastReplica(Replica):
             last = ahead[-1]
         # (before completions below stamp their last token)
         rec.tbt_block(gaps, nseq[first - done:])
+        if run.fold is not None and done == 0:
+            # step 0 finished the prompts of the requests it admitted: their token (as
+            # _commit_fast), before any of them completes below
+            t = ends[0]
+            tbt = rec.tbt
+            for r, q in run.fold[2]:
+                d = r.num_output_done
+                r.num_computed_tokens += q
+                self._sample_one(r, d, t, tbt)
+                self._sum_c += r.num_computed_tokens
         # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
         # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth, less
         # what completions freed by then
@@ -566,7 +644,13 @@ class FastReplica(Replica):
             used = list(map(sub, used, itertools.accumulate(freed)))
             run.dp = dp
             self._sum_c -= sum_c
-        rec.steps_block(self.index, run.starts[done:e], run.dur[done:e], nseq, run.dctx[done:e], used)
+        if run.fold is not None and done == 0:  # step 0 is an admission step
+            batch, cost, items = run.fold
+            rec.step(self.index, run.starts[0], cost, batch, used[0], 0.0)
+            if e > 1:
+                rec.steps_block(self.index, run.starts[1:e], run.dur[1:e], nseq[1:], run.dctx[1:e], used[1:])
+        else:
+            rec.steps_block(self.index, run.starts[done:e], run.dur[done:e], nseq, run.dctx[done:e], used)
         tokens = sum(nseq)
         self.outstanding_tokens += tokens
         self._sum_c += tokens
