@@ -66,28 +66,41 @@ class _Row(NamedTuple):  # what Recorder.step reads of a batch
 
 
 class _Run:
-    """A run of decode-only steps in flight (``FastReplica._macro``). Per planned step i: its
-    start and end, duration, KV tokens touched (``dctx``),
-    sequences (``nseq``) and the KV blocks grown by steps 0..i (``cum``). ``K`` steps planned,
-    ``done`` settled (ended and committed), ``grown`` started (KV taken). ``pn``, ``psum``,
-    ``pcnt``: members, their sum of computed tokens and block-growth counts after the planned
-    steps; ``dep``: (step, request) of members completing at the end of that step (bulk mode),
-    ``dp`` how many of them are settled; ``new``: members whose first gap is their own;
-    ``stop``: the run ends after its last planned step (a request arrives during it); ``fold``:
-    step 0 is an admission step, (batch, cost, items) (see ``FastReplica._macro``)."""
+    """A run of decode-only steps in flight (``FastReplica._macro``), from ``t0``. Per planned
+    step i: its end (step i starts when step i - 1 ends) and the KV blocks grown by steps 0..i
+    (``cum``); per segment of steps with the same members, ``segs``: (first step, steps,
+    sequences, KV tokens the first step touches: sum of c + 1; each later step touches n more).
+    ``K`` steps planned, ``done`` settled (ended and committed), ``grown`` started (KV taken),
+    ``sp`` segments wholly settled. ``pn``, ``psum``, ``pcnt``: members, their sum of computed
+    tokens and block-growth counts after the planned steps; ``dep``: (step, request) of members
+    completing at the end of that step (bulk mode), ``dp`` how many of them are settled;
+    ``new``: members whose first gap is their own; ``stop``: the run ends after its last
+    planned step (a request arrives during it); ``fold``: step 0 is an admission step, (batch,
+    cost, items, members before it) (see ``FastReplica._macro``)."""
 
-    __slots__ = ("S0", "K", "done", "grown", "starts", "ends", "dur", "dctx",
-                 "nseq", "cum", "pn", "psum", "pcnt", "dep", "dp", "new", "fin", "fin_at", "stop", "fold")
+    __slots__ = ("S0", "t0", "K", "done", "grown", "ends", "cum", "segs", "sp", "pn", "psum", "pcnt", "dep",
+                 "dp", "new", "fin", "fin_at", "stop", "fold")
 
-    def __init__(self, S0, n, sum_c, cnt, new):
-        self.S0, self.pn, self.psum, self.pcnt, self.new = S0, n, sum_c, cnt, new
-        self.K = self.done = self.grown = self.dp = 0
-        self.starts, self.ends, self.dur = [], [], []
-        self.dctx, self.nseq, self.cum, self.dep = [], [], [], []
+    def __init__(self, S0, t0, n, sum_c, cnt, new):
+        self.S0, self.t0, self.pn, self.psum, self.pcnt, self.new = S0, t0, n, sum_c, cnt, new
+        self.K = self.done = self.grown = self.dp = self.sp = 0
+        self.ends, self.cum, self.segs, self.dep = [], [], [], []
         self.fin = False
         self.fin_at = -1
         self.stop = False  # plan no further: the run ends after its last planned step
-        self.fold = None  # (batch, cost, items): step 0 is this admission step (see _macro)
+        self.fold = None
+
+    def dctx(self, i: int) -> int:
+        """KV tokens step ``i`` touches (sum of c + 1)."""
+        for i0, m, n, d0 in self.segs:
+            if i0 <= i < i0 + m:
+                return d0 + n * (i - i0)
+        raise IndexError(i)
+
+    def last_step_s(self) -> float:
+        """The duration of the last planned step (near enough: an estimate for sizing plans)."""
+        K = self.K
+        return self.ends[K - 1] - (self.ends[K - 2] if K > 1 else self.t0)
 
 
 class _Cost(NamedTuple):  # what Recorder.step reads of a StepCost
@@ -369,7 +382,7 @@ class FastReplica(Replica):
         env = self.env
         S = self._S
         start = env.now
-        run = _Run(S, n, self._sum_c, self._cnt, self._new[:])
+        run = _Run(S, start, n, self._sum_c, self._cnt, self._new[:])
         self._new.clear()
         if not self._bulk and S + K == self._heap[0][0]:
             # the last step completes a member: committed the ordinary way (_commit_fast), at its
@@ -384,14 +397,10 @@ class FastReplica(Replica):
             t0 = start
         else:
             batch, cost, items = fold
-            run.fold = fold
+            run.fold = (batch, cost, items, n)
             t0 = start + cost.time_s  # the end of step 0, as env.timeout(cost.time_s) has it
             run.K = run.grown = 1  # its KV is taken
-            run.starts.append(start)
             run.ends.append(t0)
-            run.dur.append(cost.time_s)
-            run.dctx.append(0)  # (step 0 is recorded from its batch)
-            run.nseq.append(n)
             run.cum.append(0)
             S1 = S + 1
             bs = self.kv.block_size
@@ -440,7 +449,7 @@ class FastReplica(Replica):
             if run.K >= K or not run.pn or run.stop:
                 break
             if t_stop < math.inf:
-                d = run.dur[run.K - 1] if run.K > 1 or fold is None else self._decode_step_s
+                d = run.last_step_s() if run.K > 1 or fold is None else self._decode_step_s
                 chunk = max(2, min(int((t_stop - last) / d) + 2, 1024)) if d > 0 else 8
             else:
                 chunk = min(2 * chunk, 1024)
@@ -452,12 +461,11 @@ class FastReplica(Replica):
         self.settle(env.now)
         self._mac = None
         if run.K > 1 or fold is None:
-            self._decode_step_s = run.dur[run.K - 1]
+            self._decode_step_s = run.last_step_s()
         if run.fin:
             i = run.K - 1
-            self._commit_fast(_Row(n, 0, n, run.dctx[i], 0),
-                              self._decode_cost(n, run.dctx[i]),
-                              run.starts[i], n, ())
+            d = run.dctx(i)
+            self._commit_fast(_Row(n, 0, n, d, 0), self._decode_cost(n, d), run.ends[i - 1] if i else run.t0, n, ())
 
     def _decode_cost(self, n: int, dctx: int) -> _Cost:
         """One decode-only step of the set (as ``step_time`` prices it)."""
@@ -515,22 +523,19 @@ class FastReplica(Replica):
                         break
                 if not m:
                     break
-            dctx = list(range(sumc + n, sumc + n + n * m, n))  # sum of (c + 1) at each step
-            dur = step_times(n, dctx)
+            d0 = sumc + n  # sum of (c + 1) at the first step; n more at each next one
+            dur = step_times(n, range(d0, d0 + n * m, n))
             ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
             if ends[-1] > t_stop:  # keep the steps up to the one in flight at t_stop
                 run.stop = True
                 cut = bisect_right(ends, t_stop, 1)
                 if cut < m:
                     m = cut
-                    del ends[m + 1:], dur[m:], dctx[m:]
+                    del ends[m + 1:]
             t0 = ends[-1]
-            run.starts.extend(ends[:-1])
             del ends[0]
             run.ends.extend(ends)
-            run.dur.extend(dur)
-            run.dctx.extend(dctx)
-            run.nseq.extend([n] * m)
+            run.segs.append((i, m, n, d0))
             acc = itertools.accumulate(grow[:m] if m < len(grow) else grow, initial=c_last)
             next(acc)
             cum.extend(acc)
@@ -569,53 +574,62 @@ class FastReplica(Replica):
             return
         K, done, grown = run.K, run.done, run.grown
         find = bisect_left if strict else bisect_right
-        cum = run.cum
-        g = find(run.starts, now)
-        if g > K:
-            g = K
+        ends, cum = run.ends, run.cum
+        # steps started by now: step 0 at t0, step i when step i - 1 ends
+        g = ((run.t0 < now) if strict else (run.t0 <= now)) + find(ends, now, 0, K - 1) if K else 0
         if g > grown:
-            k = cum[g - 1] - (cum[grown - 1] if grown else 0)
-            self.kv.num_empty -= k
+            self.kv.num_empty -= cum[g - 1] - (cum[grown - 1] if grown else 0)
             assert self.kv.num_empty >= 0, "a run of decode steps grew more KV than is free"
             run.grown = grown = g
-        e = find(run.ends, now)
-        top = K - 1 if run.fin else K
-        if e > top:
-            e = top
+        e = find(ends, now, 0, K)
+        if run.fin and e > K - 1:
+            e = K - 1
         if e <= done:
             return
         rec = self.recorder
-        ends = run.ends
-        nseq = run.nseq[done:e]
-        last = self._t_last
-        gaps = []
-        first = done
-        new = run.new
-        if done == 0 and new:  # their first gap is their own; older members' is the step's
+        last = self._t_last  # the end of the step before ``done``: the gap's other end
+        tokens = 0
+        lo = done  # the steps [lo, e) are recorded as a block (``Recorder.run_block``)
+        adj = 0  # members of step ``lo`` whose gap is recorded on its own
+        fold = run.fold if done == 0 else None
+        if done == 0 and run.new:  # their first gap is their own; older members' is the step's
             t = ends[0]
-            if nseq[0] > len(new):
-                rec.tbt_steps(t - last, nseq[0] - len(new))
             tbt = rec.tbt
-            for r in new:
+            for r in run.new:
                 tbt.append(t - r.last_token_s)
-            last = t
-            first = 1
-        if first < e:  # each step's end less the one before: the reference's now - last_token_s
-            ahead = ends[first:e]
-            gaps = list(map(sub, ahead, [last] + ahead[:-1]))
-            last = ahead[-1]
-        # (before completions below stamp their last token)
-        rec.tbt_block(gaps, nseq[first - done:])
-        if run.fold is not None and done == 0:
-            # step 0 finished the prompts of the requests it admitted: their token (as
-            # _commit_fast), before any of them completes below
+            adj = len(run.new)
+        if fold is not None:
+            # step 0 is an admission step: the members' gap, then the admitted requests' token
+            # (as _commit_fast), before any of them completes below
+            n0 = fold[3]
             t = ends[0]
+            if n0 > adj:
+                rec.tbt_steps(t - last, n0 - adj)
+            adj = 0
+            tokens = n0
+            last = t
+            lo = 1
             tbt = rec.tbt
-            for r, q in run.fold[2]:
+            for r, q in fold[2]:
                 d = r.num_output_done
                 r.num_computed_tokens += q
                 self._sample_one(r, d, t, tbt)
                 self._sum_c += r.num_computed_tokens
+        pieces = []  # (sequences, KV tokens of the first step, steps) over [lo, e)
+        segs, sp = run.segs, run.sp
+        while sp < len(segs):
+            i0, m, n, d0 = segs[sp]
+            if i0 >= e:
+                break
+            a = lo if lo > i0 else i0
+            b = i0 + m if i0 + m < e else e
+            if b > a:
+                pieces.append((n, d0 + n * (a - i0), b - a))
+                tokens += n * (b - a)
+            if i0 + m > e:
+                break
+            sp += 1
+        run.sp = sp
         # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
         # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth, less
         # what completions freed by then
@@ -644,18 +658,15 @@ class FastReplica(Replica):
             used = list(map(sub, used, itertools.accumulate(freed)))
             run.dp = dp
             self._sum_c -= sum_c
-        if run.fold is not None and done == 0:  # step 0 is an admission step
-            batch, cost, items = run.fold
-            rec.step(self.index, run.starts[0], cost, batch, used[0], 0.0)
-            if e > 1:
-                rec.steps_block(self.index, run.starts[1:e], run.dur[1:e], nseq[1:], run.dctx[1:e], used[1:])
-        else:
-            rec.steps_block(self.index, run.starts[done:e], run.dur[done:e], nseq, run.dctx[done:e], used)
-        tokens = sum(nseq)
+        if fold is not None:
+            rec.step(self.index, run.t0, fold[1], fold[0], used[0], 0.0)
+        if lo < e:
+            rec.run_block(self.index, ends[lo - 1] if lo else run.t0, last, ends[lo:e], pieces, adj,
+                          used[lo - done:] if lo > done else used)
         self.outstanding_tokens += tokens
         self._sum_c += tokens
         self._S += e - done
-        self._t_last = last
+        self._t_last = ends[e - 1]
         run.done = e
 
     def _reference_step(self):

@@ -56,7 +56,7 @@ class Recorder:
         self._reasons: dict = {}  # row -> reason, for rejected requests
         self._steps_np = None
         self.end_hooks: list = []  # f(request), called when a request completes or is rejected
-        self.decode_cost_models: dict = {}  # replica -> CostModel, for the rows of steps_block
+        self.decode_cost_models: dict = {}  # replica -> CostModel, for the rows of run_block
         # step columns
         self.s_replica = array("i")
         self.s_start = array("d")
@@ -70,30 +70,45 @@ class Recorder:
         self.s_compute = array("b")
         self.s_kv = array("q")
         self.s_pad = array("q")
-        # decode-only steps recorded by steps_block (the fast engine's runs of decode steps)
-        self.d_replica = array("i")
-        self.d_start = array("d")
-        self.d_dur = array("d")
-        self.d_seqs = array("i")
-        self.d_ctx = array("q")
-        self.d_kv = array("q")
+        # decode-only steps recorded by run_block (the fast engine's runs of decode steps):
+        # per step its end and KV in use; per block (one call) its replica, first start, the
+        # end of the step before it (its first gap's other end), steps, and how many of its
+        # first step's sequences had their gap recorded on their own; per piece of constant
+        # sequences: sequences, KV tokens of its first step, steps
+        self.r_end = array("d")
+        self.r_kv = array("q")
+        self.b_replica = array("i")
+        self.b_start = array("d")
+        self.b_last = array("d")
+        self.b_len = array("q")
+        self.b_adj = array("q")
+        self.p_n = array("q")
+        self.p_ctx0 = array("q")
+        self.p_len = array("q")
+        self._run_tbt = None  # (gaps, counts) of those steps, once expanded
 
     def tbt_steps(self, gap_s: float, count: int) -> None:
         self.tbt_gap.append(gap_s)
         self.tbt_count.append(count)
 
     def tbt_sample(self) -> "WeightedSample":
-        """Every TBT gap, as a ``WeightedSample``. Called once the run is over: the buffers are
+        """Every TBT gap, as a ``WeightedSample``. Called once the run is over (after
+        ``step_columns``, which works out the gaps of runs of decode steps): the buffers are
         handed over (or emptied), not copied twice."""
+        self.step_columns()
         single = np.frombuffer(self.tbt) if len(self.tbt) else np.zeros(0)
-        if not len(self.tbt_gap):
+        runs = self._run_tbt
+        if not len(self.tbt_gap) and runs is None:
             return WeightedSample(single, None)  # a view: keeps the buffer alive, no copy
-        values = np.concatenate([single, np.frombuffer(self.tbt_gap)])
-        del single
+        r_gaps, r_counts = runs if runs is not None else (np.zeros(0), np.zeros(0, np.int64))
+        steps_gaps = np.frombuffer(self.tbt_gap) if len(self.tbt_gap) else np.zeros(0)
+        steps_counts = np.frombuffer(self.tbt_count, dtype=np.int64) if len(self.tbt_count) else np.zeros(0, np.int64)
+        counts = np.concatenate([np.ones(len(single), np.int64), steps_counts, r_counts])
+        values = np.concatenate([single, steps_gaps, r_gaps])
+        del single, steps_gaps, steps_counts
         self.tbt, self.tbt_gap = array("d"), array("d")
-        counts = np.concatenate([np.ones(len(values) - len(self.tbt_count), np.int64),
-                                 np.frombuffer(self.tbt_count, dtype=np.int64)])
         self.tbt_count = array("q")
+        self._run_tbt = None
         return WeightedSample(values, counts)
 
     def arrive(self, req) -> None:
@@ -164,23 +179,27 @@ class Recorder:
         self.s_kv.append(kv_used)
         self.s_pad.append(batch.padding_tokens)
 
-    def steps_block(self, replica: int, start_s, dur_s, num_seqs, context_tokens, kv_used) -> None:
-        """Several decode-only steps of one replica at once (lists, one element a step; each
-        step's sequences decode one token each, ``context_tokens`` is the sum of their c + 1).
-        They are kept apart, in fewer columns (no prefill, padding, FLOPs, bytes or bound), and
-        join the other rows in ``step_columns``, which works out their FLOPs, bytes and bound
-        from the sequences and context (``decode_cost_models[replica]``), vectorized."""
-        self.d_replica.extend([replica] * len(start_s))
-        self.d_start.extend(start_s)
-        self.d_dur.extend(dur_s)
-        self.d_seqs.extend(num_seqs)
-        self.d_ctx.extend(context_tokens)
-        self.d_kv.extend(kv_used)
-
-    def tbt_block(self, gaps, counts) -> None:
-        """One gap per step, ``counts[i]`` requests had gap ``gaps[i]``."""
-        self.tbt_gap.extend(gaps)
-        self.tbt_count.extend(counts)
+    def run_block(self, replica: int, start_s: float, last_s: float, ends, pieces, adj: int, kv_used) -> None:
+        """Consecutive decode-only steps of one replica (the fast engine's runs of decode steps):
+        the first starts at ``start_s``, step i ends at ``ends[i]`` (the next starts there),
+        with ``kv_used[i]`` blocks in use; ``pieces``: (sequences, KV tokens the first step of
+        the piece touches, steps) in order, each later step of a piece touching ``sequences``
+        more tokens. Every sequence decodes one token a step; its gap is the step's end less
+        the previous step's end (``last_s`` for the first), except for ``adj`` sequences of the
+        first step whose gaps were recorded on their own. The rows (their duration, FLOPs,
+        bytes and bound from ``decode_cost_models[replica]``) and the gaps are worked out,
+        vectorized, when the run is over (``step_columns``)."""
+        self.r_end.extend(ends)
+        self.r_kv.extend(kv_used)
+        self.b_replica.append(replica)
+        self.b_start.append(start_s)
+        self.b_last.append(last_s)
+        self.b_len.append(len(ends))
+        self.b_adj.append(adj)
+        for n, c0, k in pieces:
+            self.p_n.append(n)
+            self.p_ctx0.append(c0)
+            self.p_len.append(k)
 
     _STEP_ARRAYS = (("replica", "s_replica", np.int32), ("start_s", "s_start", np.float64),
                     ("duration_s", "s_dur", np.float64), ("num_seqs", "s_seqs", np.int32),
@@ -189,17 +208,33 @@ class Recorder:
                     ("bytes", "s_bytes", np.float64), ("compute_bound", "s_compute", np.int8),
                     ("kv_blocks_used", "s_kv", np.int64), ("padding_tokens", "s_pad", np.int64))
 
-    def _decode_figures(self, chunk: int = 1 << 20):
-        """FLOPs, bytes and bound of the rows of ``steps_block``, from their replica's cost model
-        (``CostModel.decode_rows``: element for element what ``step_time`` gives that step),
-        ``chunk`` rows at a time (bounded temporaries)."""
-        n = len(self.d_start)
-        flops, nbytes, comp = np.empty(n), np.empty(n), np.empty(n, dtype=np.int8)
+    def _expand_runs(self, chunk: int = 1 << 20) -> dict:
+        """The rows of ``run_block`` as step columns (replica, start, duration, sequences, KV
+        tokens, FLOPs, bytes, bound, KV in use; durations and the rest from each replica's cost
+        model, ``CostModel.decode_rows``, element for element what ``step_time`` gave that step,
+        ``chunk`` rows at a time), and their TBT gaps and counts (kept for ``tbt_sample``)."""
+        n = len(self.r_end)
         if not n:
-            return flops, nbytes, comp
-        replica = np.frombuffer(self.d_replica, dtype=np.int32)
-        seqs = np.frombuffer(self.d_seqs, dtype=np.int32)
-        ctx = np.frombuffer(self.d_ctx, dtype=np.int64)
+            return {}
+        ends = np.frombuffer(self.r_end)
+        blen = np.frombuffer(self.b_len, dtype=np.int64)
+        first = np.cumsum(blen) - blen
+        start = np.empty(n)
+        start[1:] = ends[:-1]
+        start[first] = np.frombuffer(self.b_start)
+        prev = start.copy()  # the end of the step before: the other end of each gap
+        prev[first] = np.frombuffer(self.b_last)
+        gaps = ends - prev
+        del prev
+        plen = np.frombuffer(self.p_len, dtype=np.int64)
+        seqs = np.repeat(np.frombuffer(self.p_n, dtype=np.int64), plen)
+        counts = seqs.copy()
+        counts[first] -= np.frombuffer(self.b_adj, dtype=np.int64)
+        self._run_tbt = (gaps, counts)
+        ctx = np.repeat(np.frombuffer(self.p_ctx0, dtype=np.int64), plen)
+        ctx += seqs * (np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(plen) - plen, plen))
+        replica = np.repeat(np.frombuffer(self.b_replica, dtype=np.int32), blen)
+        dur, flops, nbytes, comp = np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.int8)
         models: dict = {}  # id -> (index, cost model)
         model_of = np.full(max(self.decode_cost_models, default=0) + 1, -1)
         for i, cm in self.decode_cost_models.items():
@@ -209,8 +244,15 @@ class Recorder:
             hi = min(lo + chunk, n)
             for k, cm in models.values():
                 rows = slice(lo, hi) if len(models) == 1 else lo + np.flatnonzero(model_of[replica[lo:hi]] == k)
-                flops[rows], nbytes[rows], comp[rows] = cm.decode_rows(seqs[rows], ctx[rows])
-        return flops, nbytes, comp
+                dur[rows], flops[rows], nbytes[rows], comp[rows] = cm.decode_rows(seqs[rows], ctx[rows])
+        # the durations the engine used: its step ends are their running sums
+        assert np.array_equal(start + dur, ends), "a run's step times differ from the cost model's"
+        cols = {"replica": replica, "start_s": start, "duration_s": dur, "num_seqs": seqs, "decode_tokens": seqs,
+                "context_tokens": ctx, "flops": flops, "bytes": nbytes, "compute_bound": comp,
+                "kv_blocks_used": np.frombuffer(self.r_kv, dtype=np.int64).copy()}
+        for attr in ("r_end", "r_kv", "b_replica", "b_start", "b_last", "b_len", "b_adj", "p_n", "p_ctx0", "p_len"):
+            setattr(self, attr, array(getattr(self, attr).typecode))  # free the buffers
+        return cols
 
     def step_columns(self) -> dict[str, np.ndarray]:
         """Step columns as numpy arrays, one row per step in the order steps ended. Called once
@@ -218,60 +260,38 @@ class Recorder:
         buffers are emptied), so the peak stays near one copy."""
         if self._steps_np is not None:
             return self._steps_np
-        n_dec = len(self.d_start)
-        order = None
-        if n_dec or (self.order_steps and len(self.s_start) > 1):
+        runs = self._expand_runs()
+        n_dec = len(runs["start_s"]) if runs else 0
+        n_s = len(self.s_start)
+        where = None
+        if n_dec or (self.order_steps and n_s > 1):
             # the fast engine records a run of decode steps when it is settled, possibly after
             # other replicas' later steps: put rows back in the order steps ended (as the
             # reference engine commits them); ties: the rows of ``step`` first, then those of
-            # ``steps_block``, each in recording order
-            end = np.concatenate([np.frombuffer(self.s_start) if len(self.s_start) else np.zeros(0),
-                                  np.frombuffer(self.d_start) if n_dec else np.zeros(0)])
-            end += np.concatenate([np.frombuffer(self.s_dur) if len(self.s_dur) else np.zeros(0),
-                                   np.frombuffer(self.d_dur) if n_dec else np.zeros(0)])
+            # ``run_block``, each in recording order
+            end = np.concatenate([np.frombuffer(self.s_start) if n_s else np.zeros(0),
+                                  runs["start_s"] if n_dec else np.zeros(0)])
+            end += np.concatenate([np.frombuffer(self.s_dur) if n_s else np.zeros(0),
+                                   runs["duration_s"] if n_dec else np.zeros(0)])
             if not (np.diff(end) >= 0).all():
                 order = np.argsort(end, kind="stable")
-            del end
-        dec = dict(zip(("flops", "bytes", "compute_bound"), self._decode_figures())) if n_dec else {}
-        dec_src = {"replica": "d_replica", "start_s": "d_start", "duration_s": "d_dur", "num_seqs": "d_seqs",
-                   "decode_tokens": "d_seqs", "context_tokens": "d_ctx", "kv_blocks_used": "d_kv"}
-        uses = {attr: list(dec_src.values()).count(attr) for attr in dec_src.values()}
-        n_all = len(self.s_start) + n_dec
-        where = None
-        if order is not None:
-            # where each recorded row goes: rows are scattered into place, column by column
-            where = np.empty(n_all, dtype=np.int64)
-            where[order] = np.arange(n_all)
-            del order
+                del end
+                # where each recorded row goes: rows are scattered into place, column by column
+                where = np.empty(n_s + n_dec, dtype=np.int64)
+                where[order] = np.arange(n_s + n_dec)
+                del order
         cols = {}
-        # the figures first (they are held until used), each buffer freed after its last use
-        for name, attr, dt in sorted(self._STEP_ARRAYS, key=lambda x: x[0] not in dec):
+        for name, attr, dt in self._STEP_ARRAYS:
             buf = getattr(self, attr)
-            parts = [np.frombuffer(buf, dtype=dt) if len(buf) else np.zeros(0, dt)]
-            if n_dec:
-                if name in dec:
-                    parts.append(dec.pop(name))
-                elif name in dec_src:
-                    src = dec_src[name]
-                    d = getattr(self, src)
-                    parts.append(np.frombuffer(d, dtype=np.int32 if d.typecode == "i" else dt))
-                    uses[src] -= 1
-                else:  # prefill and padding tokens
-                    parts.append(np.zeros(1, dt))
-            col = np.empty(n_all, dtype=dt)
-            n_s = len(buf)
-            col[slice(0, n_s) if where is None else where[:n_s]] = parts[0]
-            if n_dec:  # (a one-element part is a constant)
-                col[slice(n_s, None) if where is None else where[n_s:]] = parts[1]
-            del parts
-            if n_dec and name in dec_src and not uses[dec_src[name]]:
-                setattr(self, dec_src[name], array(getattr(self, dec_src[name]).typecode))
+            col = np.empty(n_s + n_dec, dtype=dt)
+            col[slice(0, n_s) if where is None else where[:n_s]] = np.frombuffer(buf, dtype=dt) if n_s else 0
             setattr(self, attr, array(buf.typecode))  # free the buffer
             del buf
+            if n_dec:  # prefill and padding tokens: none
+                col[slice(n_s, None) if where is None else where[n_s:]] = runs.pop(name, 0)
             if name == "compute_bound":
                 col = col.astype(bool)
             cols[name] = col
-        cols = {name: cols[name] for name, _, _ in self._STEP_ARRAYS}
         self._steps_np = cols
         return cols
 

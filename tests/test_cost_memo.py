@@ -73,7 +73,8 @@ def test_decode_rows_are_decode_steps(m, rows):
     """Row by row (mixed batch sizes), the figures filled into the step columns afterwards are
     those ``decode_steps`` gives each step."""
     cm = TIMES_MODELS[m]
-    f, b, c = cm.decode_rows([n for n, _ in rows], [x for _, x in rows])
+    t, f, b, c = cm.decode_rows([n for n, _ in rows], [x for _, x in rows])
     for i, (n, x) in enumerate(rows):
-        _, f1, b1, c1 = cm.decode_steps(n, [x])
-        assert (f[i], b[i], bool(c[i])) == (f1[0], b1[0], bool(c1[0]))
+        t1, f1, b1, c1 = cm.decode_steps(n, [x])
+        assert (t[i], f[i], b[i], bool(c[i])) == (t1[0], f1[0], b1[0], bool(c1[0]))
+        assert t[i] == cm.decode_step_times(n, [x])[0]

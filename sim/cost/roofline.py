@@ -398,29 +398,32 @@ class CostModel:
         return self._decode_steps_scalar(n, dctx)[0]
 
     def decode_rows(self, n, dctx):
-        """FLOPs, bytes and compute-bound flag (numpy arrays) of decode-only steps given row by
-        row: step i runs ``n[i]`` sequences touching ``dctx[i]`` KV tokens in all; each element
-        bit for bit what ``decode_steps`` gives that step (the same operations elementwise, the
-        per-``n`` terms looked up in tables)."""
+        """Time, FLOPs, bytes and compute-bound flag (numpy arrays) of decode-only steps given
+        row by row: step i runs ``n[i]`` sequences touching ``dctx[i]`` KV tokens in all; each
+        element bit for bit what ``decode_steps`` gives that step (the same operations
+        elementwise, the per-``n`` terms looked up in tables)."""
         import numpy as np
 
         n = np.asarray(n, dtype=np.int64)
         dctx = np.asarray(dctx, dtype=np.int64)
         size = int(n.max()) + 1 if len(n) else 1
-        f0, b0, tc0, tm0, bq = (np.zeros(size) for _ in range(5))
+        t0, f0, b0, tc0, tm0, bq, comm, over = (np.zeros(size) for _ in range(8))
         qd, kv_tok = self._c[1], self._c[7]
         a = ACT_BYTES
         for k in np.flatnonzero(np.bincount(n, minlength=size)).tolist():
-            t, tc, tm, fl, nb, _ = self._fixed(k, k)
-            f0[k], b0[k], tc0[k], tm0[k], bq[k] = fl, nb, tc, tm, a * k * 2 * qd
+            t, tc, tm, fl, nb, cm = self._fixed(k, k)
+            t0[k], f0[k], b0[k], tc0[k], tm0[k], bq[k] = t, fl, nb, tc, tm, a * k * 2 * qd
+            comm[k], over[k] = cm, self._overhead_s(k)
         L = self.model.num_layers
         e, bw, peak16 = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops
         f = 4 * qd * dctx.astype(np.float64)
         b = kv_tok * dctx + bq[n]
         c = f / (peak16 * e.compute)
         m = b / (bw * e.memory)
+        at = 1 * e.latency_s + np.where(c > m, c, m)
         g = self.tp
-        return (f0[n] + f * L) * g, (b0[n] + b * L) * g, tc0[n] + c * L >= tm0[n] + m * L
+        return (t0[n] + at * L + comm[n] + over[n], (f0[n] + f * L) * g, (b0[n] + b * L) * g,
+                tc0[n] + c * L >= tm0[n] + m * L)
 
     def _decode_steps_scalar(self, n: int, dctx):
         """``decode_steps`` as lists, one step at a time (the same arithmetic)."""
