@@ -222,17 +222,17 @@ class Recorder:
         start = np.empty(n)
         start[1:] = ends[:-1]
         start[first] = np.frombuffer(self.b_start)
-        prev = start.copy()  # the end of the step before: the other end of each gap
-        prev[first] = np.frombuffer(self.b_last)
-        gaps = ends - prev
-        del prev
+        gaps = ends - start  # each gap: the step's end less the previous step's end ...
+        gaps[first] = ends[first] - np.frombuffer(self.b_last)  # (the one before the block's)
         plen = np.frombuffer(self.p_len, dtype=np.int64)
-        seqs = np.repeat(np.frombuffer(self.p_n, dtype=np.int64), plen)
+        seqs = np.repeat(np.frombuffer(self.p_n, dtype=np.int64), plen)  # (int64: ctx below)
         counts = seqs.copy()
         counts[first] -= np.frombuffer(self.b_adj, dtype=np.int64)
         self._run_tbt = (gaps, counts)
-        ctx = np.repeat(np.frombuffer(self.p_ctx0, dtype=np.int64), plen)
-        ctx += seqs * (np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(plen) - plen, plen))
+        p_n = np.frombuffer(self.p_n, dtype=np.int64)
+        # step j of a piece starting at row f: ctx0 + n (j - f) = (ctx0 - n f) + n j
+        ctx = np.repeat(np.frombuffer(self.p_ctx0, dtype=np.int64) - p_n * (np.cumsum(plen) - plen), plen)
+        ctx += seqs * np.arange(n, dtype=np.int64)
         replica = np.repeat(np.frombuffer(self.b_replica, dtype=np.int32), blen)
         dur, flops, nbytes, comp = np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.int8)
         models: dict = {}  # id -> (index, cost model)
