@@ -339,6 +339,33 @@ class Recorder:
         self._ended_buf = []
 
 
+def _kth_smallest(v: np.ndarray, c: np.ndarray):
+    """``kth(k)``: the k-th smallest (from 0) of the sample where ``v[i]`` appears ``c[i]`` times,
+    without sorting it all: the values are bucketed by the leading bits of an order-preserving
+    integer image of their floats, the bucket holding rank k found from the buckets' running
+    counts, and only that bucket sorted."""
+    bits = np.ascontiguousarray(v, dtype=np.float64).view(np.int64)
+    key = np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)  # ordered as the floats
+    lo, hi = int(key.min()), int(key.max())
+    shift = max(0, (hi - lo).bit_length() - 20)  # at most ~1M buckets
+    bucket = (key >> shift) - (lo >> shift)
+    del key, bits
+    cum = np.cumsum(np.bincount(bucket, weights=c, minlength=int(bucket.max()) + 1))  # exact: integers
+    cache: dict = {}
+
+    def kth(k: int) -> float:
+        j = int(np.searchsorted(cum, k, side="right"))
+        if j not in cache:
+            sel = bucket == j
+            vv, cc = v[sel], c[sel]
+            o = np.argsort(vv)
+            cache[j] = (vv[o], np.cumsum(cc[o]), int(cum[j - 1]) if j else 0)
+        vv, cs, base = cache[j]
+        return vv[int(np.searchsorted(cs, k - base, side="right"))]
+
+    return kth
+
+
 class WeightedSample:
     """A sample stored as distinct-ish ``values`` with integer ``counts`` (None: each once): the
     sample is ``np.repeat(values, counts)``, without building it. ``percentile`` is exactly
@@ -364,24 +391,20 @@ class WeightedSample:
         del keep
         if len(v) == 0:
             return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
-        # equal values may land in any order: the percentiles are the same, and so is the mean
-        # up to the last bit (a faster sort than the stable one, on millions of gaps)
-        order = np.argsort(v)
-        v, c = v[order], c[order]
-        cum = np.cumsum(c)  # cum[i] - 1: the last position of v[i] in the sorted sample
-        n = int(cum[-1])
+        n = int(c.sum())
+        kth = _kth_smallest(v, c)
         out = []
         for q in (0.5, 0.9, 0.99):
             # numpy's linear method: virtual index (n - 1) q, lerp between its neighbours
             h = (n - 1) * q
             lo = int(np.floor(h))
             g = h - lo
-            a = v[np.searchsorted(cum, lo, side="right")]
-            b = v[np.searchsorted(cum, min(lo + 1, n - 1), side="right")]
+            a = kth(lo)
+            b = kth(min(lo + 1, n - 1))
             d = b - a
             out.append(float(b - d * (1 - g)) if g >= 0.5 else float(a + d * g))
         mean = float(np.dot(v, c.astype(float)) / n)
-        return {"mean": mean, "p50": out[0], "p90": out[1], "p99": out[2], "max": float(v[-1])}
+        return {"mean": mean, "p50": out[0], "p90": out[1], "p99": out[2], "max": float(v.max())}
 
 
 def dist_stats(x) -> dict:
