@@ -249,7 +249,7 @@ class Recorder:
         assert np.array_equal(start + dur, ends), "a run's step times differ from the cost model's"
         cols = {"replica": replica, "start_s": start, "duration_s": dur, "num_seqs": seqs, "decode_tokens": seqs,
                 "context_tokens": ctx, "flops": flops, "bytes": nbytes, "compute_bound": comp,
-                "kv_blocks_used": np.frombuffer(self.r_kv, dtype=np.int64).copy()}
+                "kv_blocks_used": np.frombuffer(self.r_kv, dtype=np.int64)}  # (keeps its buffer alive)
         for attr in ("r_end", "r_kv", "b_replica", "b_start", "b_last", "b_len", "b_adj", "p_n", "p_ctx0", "p_len"):
             setattr(self, attr, array(getattr(self, attr).typecode))  # free the buffers
         return cols
