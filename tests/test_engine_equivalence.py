@@ -176,3 +176,30 @@ def test_cli_engine_flag_writes_identical_files(tmp_path):
         outs[engine] = out
     for name in ("requests.csv", "steps.csv"):
         assert (outs["fast"] / name).read_text() == (outs["reference"] / name).read_text(), name
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=False), st.integers(0, 50)),
+                min_size=1, max_size=60))
+def test_weighted_percentiles_any_sign_and_range(pairs):
+    """The bucketed k-th smallest (``sim.metrics._kth_smallest``) over values of both signs,
+    zeros and many orders of magnitude: still numpy's percentiles of the expanded sample."""
+    v = np.array([p[0] for p in pairs])
+    c = np.array([p[1] for p in pairs], dtype=np.int64)
+    if c.sum() == 0:
+        return
+    w = dist_stats(WeightedSample(v, c))
+    plain = dist_stats(np.repeat(v, c))
+    for k in ("p50", "p90", "p99", "max"):
+        assert w[k] == pytest.approx(plain[k], rel=1e-12, abs=1e-9), k
+
+
+def test_round_robin_says_who_gets_the_next_request():
+    from sim.router import round_robin
+
+    rr = round_robin()
+    reps = [None] * 3
+    assert [rr.routings_until(i, 3) for i in range(3)] == [0, 1, 2]
+    assert rr(reps, None) == 0
+    assert [rr.routings_until(i, 3) for i in range(3)] == [2, 0, 1]
+    assert [rr(reps, None) for _ in range(4)] == [1, 2, 0, 1]
