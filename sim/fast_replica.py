@@ -181,6 +181,14 @@ class FastReplica(Replica):
         self._cnt = [0] * self.kv.block_size
         self._sum_c = 0
 
+    def _join(self, r, S: int, c: int, d: int) -> None:
+        """``r`` joins the decode set at counter ``S`` with ``c`` computed tokens and ``d``
+        emitted (``_sum_c`` is the caller's)."""
+        seq = next(self._seq)
+        self._members[r] = (seq, S, c, d)
+        self._cnt[(S - c) % self.kv.block_size] += 1
+        heapq.heappush(self._heap, (S + r.output_tokens - d, seq, r))
+
     def _absorb(self) -> None:
         """Move the decoding requests at the front of the tail into the decode set."""
         tail = self._tail
@@ -192,11 +200,8 @@ class FastReplica(Replica):
             c = r.num_computed_tokens
             if not (d > 0 and c == r.prompt_tokens + d - 1 and r.kv_blocks == -(-c // bs) and d < r.output_tokens):
                 break
-            seq = next(self._seq)
-            self._members[r] = (seq, S, c, d)
-            self._cnt[(S - c) % bs] += 1
+            self._join(r, S, c, d)
             self._sum_c += c
-            heapq.heappush(self._heap, (S + r.output_tokens - d, seq, r))
             self._new.append(r)
             i += 1
         if i:
@@ -402,20 +407,13 @@ class FastReplica(Replica):
             run.K = run.grown = 1  # its KV is taken
             run.ends.append(t0)
             run.cum.append(0)
-            S1 = S + 1
-            bs = self.kv.block_size
-            members, heap, cnt = self._members, self._heap, self._cnt
             psum = self._sum_c + n
             for r, q in items:  # members as of step 1 (as _absorb after step 0 would take them)
                 c = r.num_computed_tokens + q
-                d = r.num_output_done + 1
-                seq = next(self._seq)
-                members[r] = (seq, S1, c, d)
-                cnt[(S1 - c) % bs] += 1
-                heapq.heappush(heap, (S1 + r.output_tokens - d, seq, r))
+                self._join(r, S + 1, c, r.num_output_done + 1)
                 psum += c
             self._tail.clear()
-            run.pcnt = cnt[:]
+            run.pcnt = self._cnt[:]
             run.pn, run.psum = self._leave(run, 1, n + len(items), psum)
         chunk = 8
         if t_stop < math.inf and self._decode_step_s > 0:

@@ -357,21 +357,7 @@ class CostModel:
 
         if len(dctx) <= 16:  # short runs: plain floats beat numpy's per-call overhead
             return self._decode_steps_scalar(n, dctx)
-        t, tc, tm, flops, nbytes, comm = self._fixed(n, n)
-        # attention of decode sequences (``_attention`` with no prefill part)
-        qd, kv_tok = self._c[1], self._c[7]
-        L = self.model.num_layers
-        e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
-        dctx = np.asarray(dctx, dtype=np.int64)
-        f = 4 * qd * dctx.astype(np.float64)  # decode_attn_pairs == decode_context_tokens when q = 1
-        b = kv_tok * dctx + a * n * 2 * qd
-        c = f / (peak16 * e.compute)
-        m = b / (bw * e.memory)
-        at = 1 * e.latency_s + np.where(c > m, c, m)
-        T, TC, TM, F, B = t + at * L, tc + c * L, tm + m * L, flops + f * L, nbytes + b * L
-        over = self._overhead_s(n)
-        g = self.tp
-        return T + comm + over, F * g, B * g, TC >= TM
+        return self.decode_rows(np.full(len(dctx), n, dtype=np.int64), dctx)
 
     def decode_step_times(self, n: int, dctx) -> list:
         """The times alone of ``decode_steps`` (a list; the engine's hot path: the FLOPs, bytes
