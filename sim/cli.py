@@ -204,8 +204,13 @@ def cmd_cost(args) -> int:
         what = f"decode step of {args.decode_batch} sequences at context {args.context}"
     from sim.cost.calibration import efficiencies_for
 
+    measured = None
+    if args.profiles:
+        from sim.cost.measured import load_measured
+
+        measured = load_measured(args.profiles, model, args.tp, gpu, args.dtype, args.device, "--profiles")
     cm = CostModel(model, gpu, tp=args.tp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype,
-                   eff=efficiencies_for(gpu, args.calibration, "--calibration"))
+                   eff=efficiencies_for(gpu, args.calibration, "--calibration"), measured=measured)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
     ai = c.arithmetic_intensity
@@ -216,13 +221,18 @@ def cmd_cost(args) -> int:
             "ridge_flops_per_byte": ridge, "bound": c.bound, "mfu": cm.mfu(c), "mbu": cm.mbu(c),
             "num_layers": model.num_layers,
             "ops": {k: v._asdict() for k, v in ops.items()},
+            "measured_ops": None if measured is None else {"source": measured.source, "ops": list(measured.ops)},
         }, indent=2))
         return 0
     print(f"{model.name} on {args.tp} x {gpu.name}: {what}")
     print(f"step {c.time_s * 1e3:.3f} ms, {c.flops / 1e12:.3f} TFLOP, {c.bytes / 1e9:.3f} GB, "
           f"MFU {cm.mfu(c) * 100:.1f}%, MBU {cm.mbu(c) * 100:.1f}%")
     print(f"arithmetic intensity {ai:.1f} FLOP/byte vs ridge point {ridge:.1f}: {c.bound}-bound "
-          f"({'above' if ai > ridge else 'below'} the ridge)\n")
+          f"({'above' if ai > ridge else 'below'} the ridge)")
+    if measured is not None:
+        print(f"priced from measurements ({measured.source}): {', '.join(measured.ops)}; "
+              "FLOPs, bytes and bounds from the model")
+    print()
     print(f"{'operator':<12}{'time ms':>10}{'share':>8}{'GFLOP':>12}{'MB':>12}  bound")
     for k, v in ops.items():
         print(f"{k:<12}{v.time_s * 1e3:>10.3f}{100 * v.time_s / c.time_s:>7.1f}%{v.flops / 1e9:>12.2f}"
@@ -262,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
     c.add_argument("--json", action="store_true")
     c.add_argument("--calibration", default="auto", help="auto (shipped fit) | none (v0 figures) | FILE")
+    c.add_argument("--profiles", metavar="DIR", help="price the per-layer kernels from measured timings of this "
+                   "model shape and TP (Vidur-format profiling folder; as the scenario's cost.profiles)")
+    c.add_argument("--device", help="with --profiles: device folder under compute/ (default: from the GPU name)")
     c.set_defaults(func=cmd_cost)
 
     from sim.cli_cost import register as register_cost
@@ -287,6 +300,11 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (`servesim cost ... | head`): not an error of ours; keep Python's
+        # exit-time flush from raising again on the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

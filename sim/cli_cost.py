@@ -64,21 +64,26 @@ def cmd_calibrate(args) -> int:
 
 def cmd_validate_cost(args) -> int:
     from sim.cost.calibration import efficiencies_for
-    from sim.cost.validation import format_table, plot_predicted_vs_measured, validate
+    from sim.cost.validation import format_table, plot_predicted_vs_measured, validate, validate_measured
 
     gpu, prof = _profiles(args)
     eff = efficiencies_for(gpu, args.calibration, "--calibration")
-    v = validate(prof, gpu, eff, args.max_tokens)
-    print(f"{gpu.name}: predicted vs measured, num_tokens <= {args.max_tokens}; efficiencies: {eff.source}\n")
+    if args.measured:
+        v = validate_measured(prof, gpu, eff, args.max_tokens)
+        what = "priced from the other measurements (cost.profiles, leave one out)"
+    else:
+        v = validate(prof, gpu, eff, args.max_tokens)
+        what = f"efficiencies: {eff.source}"
+    print(f"{gpu.name}: predicted vs measured, num_tokens <= {args.max_tokens}; {what}\n")
     print(format_table(_summary_rows(v["rows"], args.detail)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"validate-cost-{gpu.name}"
+    stem = f"validate-cost-{gpu.name}" + ("-measured" if args.measured else "")
     (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu.name, "calibration": args.calibration,
-                                                  "source": eff.source, "max_tokens": args.max_tokens,
-                                                  "rows": v["rows"]}, indent=1))
-    plot_predicted_vs_measured(v["points"], f"{gpu.name}, calibration {args.calibration}, num_tokens <= "
-                               f"{args.max_tokens}", out / f"{stem}.png")
+                                                  "measured": args.measured, "source": eff.source,
+                                                  "max_tokens": args.max_tokens, "rows": v["rows"]}, indent=1))
+    title = "priced from measurements, leave one out" if args.measured else f"calibration {args.calibration}"
+    plot_predicted_vs_measured(v["points"], f"{gpu.name}, {title}, num_tokens <= {args.max_tokens}", out / f"{stem}.png")
     print(f"\nwrote {out / (stem + '.json')}, {out / (stem + '.png')}")
     return 0
 
@@ -106,5 +111,8 @@ def register(sub) -> None:
                    help="auto (shipped fit, or the closest calibrated GPU's) | none (v0 figures) | FILE")
     v.add_argument("--out", default="out", help="folder for the table (JSON) and plot (PNG); default ./out")
     v.add_argument("--detail", action="store_true", help="every family per model and TP, not only totals")
+    v.add_argument("--measured", action="store_true",
+                   help="validate pricing from the measurements themselves (cost.profiles): each GEMM point "
+                        "predicted from the others (leave one out), the error at token counts not profiled")
     v.set_defaults(func=cmd_validate_cost)
 

@@ -467,6 +467,10 @@ class Cost:
     per_seq_overhead_s: float = _f(1e-5, ge=0, doc="per-step time per scheduled sequence")
     calibration: str = _f("auto", doc="auto: shipped fit of the GPU (or the closest calibrated GPU's); "
                                       "none: v0 round figures; or a path to a calibration YAML")
+    profiles: Optional[str] = _f(None, doc="a Vidur-format profiling folder (compute/<device>/<org>/<model>/mlp.csv, "
+                                           "or a folder of mlp.csv files): price the per-layer kernels of this "
+                                           "model and TP from its measured times (sim/cost/measured.py); "
+                                           "None: the calibrated roofline")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from policies import POLICIES
 from policies.pd_split import link_figures
 from sim.cost import CostModel
 from sim.cost.calibration import efficiencies_for
+from sim.cost.measured import load_measured
 from sim.errors import InputError
 from sim.kv_cache import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from sim.clients import drive_closed_loop
@@ -81,8 +82,11 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
         raise InputError(f"{tp_path}={tp} must divide the model's {model.num_heads} attention heads")
     kv_dtype = hw.kv_dtype or hw.dtype
     eff = efficiencies_for(gpu, scenario.cost.calibration)
+    measured = None
+    if scenario.cost.profiles is not None:
+        measured = load_measured(scenario.cost.profiles, model, tp, gpu, hw.dtype)
     cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, scenario.cost.step_overhead_s,
-                   scenario.cost.per_seq_overhead_s, eff)
+                   scenario.cost.per_seq_overhead_s, eff, measured)
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:
@@ -300,6 +304,12 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if cluster.decode:
         extra["kv_transfer"] = {"count": int(np.isfinite(req_cols["kv_transfer_s"]).sum()),
                                 "bytes": rec.kv_transfer_bytes, "time_s": dist_stats(req_cols["kv_transfer_s"])}
+    # how each pool's steps were priced: the efficiencies' provenance, and the profile that priced
+    # its per-layer kernels (cost.profiles), if any
+    extra["cost"] = {p.name: {"efficiencies": p.cost_model.eff.source,
+                              "measured_ops": (None if p.cost_model.measured is None else
+                                               {"source": p.cost_model.measured.source, "tp": p.cost_model.measured.tp,
+                                                "ops": list(p.cost_model.measured.ops)})} for p in setup.pools}
     clipped = getattr(specs, "clipped", None)
     extra["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0}
     extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)

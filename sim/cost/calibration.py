@@ -150,21 +150,24 @@ class Profiles:
     where: str  # a description for provenance
 
 
-def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: str | None = None) -> Profiles:
+def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: str | None = None,
+                  where: str = "--profiles") -> Profiles:
     """Profiles of ``gpu`` under ``root``: a Vidur ``profiling`` folder (``compute/<device>/...``,
-    ``network/<node>/...``) or a folder of ``<org>/<model>/mlp.csv`` directly."""
+    ``network/<node>/...``) or a folder of ``<org>/<model>/mlp.csv`` directly. ``where`` names the
+    option or field in errors."""
     root = Path(root)
     if not root.is_dir():
-        raise InputError(f"--profiles: {str(root)!r} is not a folder")
+        raise InputError(f"{where}: {str(root)!r} is not a folder")
     dev = device or DEVICE_DIRS.get(gpu, gpu)
     cdir = root / "compute" / dev if (root / "compute").is_dir() else root
     if not cdir.is_dir():
         have = sorted(p.name for p in (root / "compute").iterdir() if p.is_dir())
-        raise InputError(f"--profiles: no measurements for GPU {gpu!r} (looked for {cdir}); "
-                         f"device folders there: {', '.join(have) or 'none'}; name one with --device")
+        raise InputError(f"{where}: no measurements for GPU {gpu!r} (looked for {cdir}); "
+                         f"device folders there: {', '.join(have) or 'none'}; "
+                         + ("name one with --device" if where == "--profiles" else f"point {where} at one of them"))
     files = sorted(cdir.glob("**/mlp.csv"))
     if not files:
-        raise InputError(f"--profiles: no mlp.csv files under {cdir}")
+        raise InputError(f"{where}: no mlp.csv files under {cdir}")
     compute = [read_compute_profile(f, str(f.parent.relative_to(cdir)) if f.parent != cdir else f.parent.name)
                for f in files]
     ar = sr = None

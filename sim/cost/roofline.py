@@ -13,6 +13,9 @@ MoE layers (``ModelSpec.num_experts``): a router GEMM, then each of the ``E_hit`
 is expected to touch (``E (1 - (1 - k/E)^T)``) runs its GEMMs on ``T k / E_hit`` tokens, so expert
 weights are read once per step for the experts actually hit.
 
+With ``measured`` (``cost.profiles``, ``sim/cost/measured.py``) the per-layer kernels the profile
+covers take their time from the measurements instead; FLOPs, bytes and bounds stay the model's.
+
 All FLOPs and bytes reported are totals over the replica's GPUs; times are wall-clock.
 """
 
@@ -20,13 +23,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sim.batch import Batch
 from sim.cost.comm import allreduce_time_s, send_time_s
 from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, Efficiencies, GemmEfficiency,
                                  MemEfficiency, OpEfficiency)
 from sim.specs import DTYPE_BYTES, GpuSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from sim.cost.measured import MeasuredOps
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16 whatever the weight dtype
 LOGIT_BYTES = 4.0
@@ -125,6 +131,9 @@ class CostModel:
     step_overhead_s: float = 0.002
     per_seq_overhead_s: float = 1e-5
     eff: Efficiencies = DEFAULT_EFFICIENCIES
+    # measured per-kernel times of this model shape and TP (``sim/cost/measured.py``): when set,
+    # the operators it covers take their time from it; FLOPs, bytes and bounds stay the model's
+    measured: "MeasuredOps | None" = None
     _c: tuple = field(init=False, repr=False, compare=False, default=())
     _att: tuple = field(init=False, repr=False, compare=False, default=())
     _memo_T: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
@@ -187,13 +196,21 @@ class CostModel:
         peak, bw = self.peak_flops, self.gpu.mem_bw_bytes_per_s
         a = ACT_BYTES
         peak16 = self.gpu.peak_flops  # elementwise and attention run in 16-bit
+        ms = self.measured
+        if ms is not None and m.num_experts:
+            ms = None  # (refused when loaded; a MoE layer's GEMMs are not the profile's shapes)
 
         t, f, b, c, mm = gemm_cost(T, h, qkv_n, w, peak, bw, e.gemm)
+        if ms is not None:
+            t = ms.time_s("qkv_proj", T, t, lambda x: gemm_cost(x, h, qkv_n, w, peak, bw, e.gemm)[0])
         yield "qkv_proj", t * L, f * L, b * L, c * L, mm * L
 
         # rotary on Q and K: read + write, ~6 FLOPs per element
         n = T * (qd + kvd)
         t, c, mm = mem_cost(1, 6 * n, 2 * a * n, peak16, bw, e.rotary)
+        if ms is not None:
+            t = ms.time_s("rotary", T, t, lambda x: mem_cost(1, 6 * x * (qd + kvd), 2 * a * x * (qd + kvd), peak16, bw,
+                                                             e.rotary)[0])
         yield "rotary", t * L, 6 * n * L, 2 * a * n * L, c * L, mm * L
 
         # attention: prefill sequences (FlashAttention FLOPs ~ query x key pairs, causal; KV of the
@@ -201,6 +218,8 @@ class CostModel:
         yield ("attention",) + self._attention(batch, T)
 
         t, f, b, c, mm = gemm_cost(T, qd, h, w, peak, bw, e.gemm)
+        if ms is not None:
+            t = ms.time_s("o_proj", T, t, lambda x: gemm_cost(x, qd, h, w, peak, bw, e.gemm)[0])
         yield "o_proj", t * L, f * L, b * L, c * L, mm * L
 
         if m.num_experts:
@@ -215,12 +234,17 @@ class CostModel:
             act_tok = Tk
         else:
             t, f, b, c, mm = gemm_cost(T, h, up_n, w, peak, bw, e.gemm)
+            if ms is not None:
+                t = ms.time_s("mlp_up", T, t, lambda x: gemm_cost(x, h, up_n, w, peak, bw, e.gemm)[0])
             yield "mlp_up", t * L, f * L, b * L, c * L, mm * L
             act_tok = T
 
         n = act_tok * down_k
         f, b = 5 * n, a * n * (n_up + 1)
         t, c, mm = mem_cost(1, f, b, peak16, bw, e.activation)
+        if ms is not None:
+            t = ms.time_s("mlp_act", T, t, lambda x: mem_cost(1, 5 * x * down_k, a * x * down_k * (n_up + 1), peak16,
+                                                              bw, e.activation)[0])
         yield "mlp_act", t * L, f * L, b * L, c * L, mm * L
 
         if m.num_experts:
@@ -228,22 +252,30 @@ class CostModel:
             yield "mlp_down", t * k, f * k, b * k, c * k, mm * k
         else:
             t, f, b, c, mm = gemm_cost(T, down_k, h, w, peak, bw, e.gemm)
+            if ms is not None:
+                t = ms.time_s("mlp_down", T, t, lambda x: gemm_cost(x, down_k, h, w, peak, bw, e.gemm)[0])
             yield "mlp_down", t * L, f * L, b * L, c * L, mm * L
 
         # two RMSNorms per layer plus the final one: read + write activations, read the weight
         k = 2 * L + 1
         f, b = 5 * T * h, 2 * a * T * h + a * h
         t, c, mm = mem_cost(1, f, b, peak16, bw, e.norm)
+        if ms is not None:
+            t = ms.time_s("norms", T, t, lambda x: mem_cost(1, 5 * x * h, 2 * a * x * h + a * h, peak16, bw, e.norm)[0])
         yield "norms", t * k, f * k, b * k, c * k, mm * k
 
         # two residual adds per layer: read two, write one
         k = 2 * L
         f, b = T * h, 3 * a * T * h
         t, c, mm = mem_cost(1, f, b, peak16, bw, e.residual)
+        if ms is not None:
+            t = ms.time_s("residual", T, t, lambda x: mem_cost(1, x * h, 3 * a * x * h, peak16, bw, e.residual)[0])
         yield "residual", t * k, f * k, b * k, c * k, mm * k
 
         b = (w + a) * T * h
         t, c, mm = mem_cost(1, 0.0, b, peak16, bw, e.embedding)
+        if ms is not None:
+            t = ms.time_s("embedding", T, t, lambda x: mem_cost(1, 0.0, (w + a) * x * h, peak16, bw, e.embedding)[0])
         yield "embedding", t, 0.0, b, c, mm
 
         # LM head on the last token of each sampled sequence, fp32 logits written

@@ -85,6 +85,57 @@ def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: in
     return {"rows": rows, "points": points}
 
 
+def validate_measured(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: int = 4096) -> dict:
+    """``validate``'s rows and points for pricing from measurements (``cost.profiles``), held out:
+    each GEMM measurement at a token count <= ``max_tokens`` is predicted by ``interp_time`` from
+    the same operator's other measurements (leave one out: its neighbours, twice the grid spacing
+    apart, or the roofline-scaled edge), i.e. the price of a token count the profile lacks.
+    Families: ``linear`` (per-layer sum, as in ``validate``) and the four GEMMs."""
+    import numpy as np
+
+    from sim.cost.measured import interp_time, tables_of
+
+    peak, bw = gpu.peak_flops, gpu.mem_bw_bytes_per_s
+    rows, points = [], {}
+    per_op: dict = {name: ([], [], [], []) for name in ("qkv_proj", "o_proj", "mlp_up", "mlp_down")}
+    lin: dict = {}
+    for p in profiles.compute:
+        hd = p.hidden // p.n_head
+        for tp in sorted({int(t) for t in p.tp.tolist()}):
+            qd = p.n_head // tp * hd
+            kvd = max(p.n_kv_head // tp, 1) * hd
+            n_up = 2 if p.gated else 1
+            dims = {"qkv_proj": (p.hidden, qd + 2 * kvd), "o_proj": (qd, p.hidden),
+                    "mlp_up": (p.hidden, n_up * p.inter // tp), "mlp_down": (p.inter // tp, p.hidden)}
+            for op, xs, ys in tables_of(p, tp):
+                if op not in dims or len(xs) < 3:
+                    continue
+                K, N = dims[op]
+
+                def roof(x, K=K, N=N):
+                    return float(gemm_time_np(x, K, N, PROFILE_DTYPE_BYTES, peak, bw, eff.gemm))
+
+                for i, x in enumerate(xs):
+                    if x > max_tokens:
+                        break
+                    pred = interp_time(xs[:i] + xs[i + 1:], ys[:i] + ys[i + 1:], x, roof)
+                    for lst, v in zip(per_op[op], (pred, ys[i], (p.model, tp), x)):
+                        lst.append(v)
+                    acc = lin.setdefault((p.model, tp, x), [0.0, 0.0, 0])
+                    acc[0] += ys[i]; acc[1] += pred; acc[2] += 1
+    keys = [k for k, v in lin.items() if v[2] == 4]
+    if keys:
+        lm = np.array([lin[k][0] for k in keys])
+        lp = np.array([lin[k][1] for k in keys])
+        rows += _err_rows("linear", lp, lm, [(k[0], k[1]) for k in keys], np.array([k[2] for k in keys]))
+        points["linear"] = (lm, lp)
+    for op, (pred, meas, groups, xs) in per_op.items():
+        if pred:
+            rows += _err_rows(op, np.array(pred), np.array(meas), groups, np.array(xs))
+            points[op] = (np.array(meas), np.array(pred))
+    return {"rows": rows, "points": points}
+
+
 def format_table(rows: list, families=None) -> str:
     """A Markdown table: family, model, TP / GPUs, points, MAPE, worst (at)."""
     out = ["| family | model / node | TP / GPUs | points | MAPE | worst | worst at |", "|---|---|---|---|---|---|---|"]
