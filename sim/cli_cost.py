@@ -45,6 +45,7 @@ def cmd_calibrate(args) -> int:
             f"from {len(files)} compute profile(s) under {args.profiles}: {', '.join(files)}\n"
             + (f"all-reduce: network/{prof.allreduce[0]}/all_reduce.csv (intra-node rows)\n" if prof.allreduce else "")
             + (f"send/recv: network/{prof.send_recv[0]}/send_recv.csv (intra-node rows)\n" if prof.send_recv else "")
+            + (f"attention: {len(prof.attention)} attention.csv file(s)\n" if prof.attention else "")
             + "Fit: scipy least_squares on log(predicted) - log(measured); models in sim/cost/efficiency.py.\n"
             + "fit_quality: |predicted/measured - 1| over num_tokens <= "
             + f"{args.max_tokens} (linear = per-layer QKV+O+up+down).")
@@ -55,7 +56,7 @@ def cmd_calibrate(args) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(calibration_yaml(eff, gpu, prov, quality))
     print(f"calibrated {gpu.name} from {len(prof.compute)} compute profile(s); wrote {out}")
-    for fam in ("gemm", "norm", "activation", "rotary", "residual", "embedding", "allreduce", "send_recv"):
+    for fam in ("gemm", "attention", "norm", "activation", "rotary", "residual", "embedding", "allreduce", "send_recv"):
         print(f"  {fam:<11}{getattr(eff, fam)}")
     print()
     print(format_table([r for r in v["rows"] if r["model"] == "all"]))

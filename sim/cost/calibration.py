@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, CommEfficiency, Efficiencies, GemmEfficiency,
-                                 MemEfficiency, from_dict)
+                                 MemEfficiency, OpEfficiency, from_dict)
 from sim.errors import InputError
 from sim.specs import GPUS, GpuSpec
 
@@ -142,12 +142,75 @@ def read_network_profile(path: Path, op: str):
     return n, size, dpn, y
 
 
+ATTN_COLUMNS = ("n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers", "batch_size",
+                "prefill_chunk_size", "kv_cache_size")
+
+
+@dataclass
+class AttentionProfile:
+    """One attention.csv as columns: each row one attention kernel call of one layer, either a
+    prefill chunk of ``chunk`` tokens after ``kv`` cached ones (batch 1), or a decode step of
+    ``batch`` sequences each holding ``kv`` cached tokens. ``y`` is its median in seconds, the
+    attention kernel plus, when measured, the KV-cache write (``attn_kv_cache_save``): the cost
+    model's ``attention`` operator covers both."""
+
+    path: Path
+    model: str
+    tp: "object"
+    batch: "object"
+    chunk: "object"
+    kv: "object"
+    is_prefill: "object"
+    n_q_head: int
+    n_kv_head: int
+    hidden: int
+    y: "object"
+
+
+def read_attention_profile(path: Path, model: str | None = None) -> AttentionProfile:
+    """Vidur's ``attention.csv`` (``vidur/profiling/attention``): rows whose own kernel's median
+    is empty (a prefill row's decode column and vice versa) use the other; rows with neither are
+    skipped."""
+    import numpy as np
+
+    header, rows = _read_csv(path)
+    if not rows:
+        raise InputError(f"{path}: no measurement rows")
+    cols = {c: _column(path, header, rows, c, int) for c in ATTN_COLUMNS}
+    pre = _column(path, header, rows, "is_prefill", _bool)
+    for c in ("n_embd", "n_q_head", "n_kv_head"):
+        if len(set(cols[c].tolist())) != 1:
+            raise InputError(f"{path}: column {c!r} must hold one value (one model per file)")
+    if (cols["num_tensor_parallel_workers"] <= 0).any() or (cols["batch_size"] <= 0).any():
+        raise InputError(f"{path}: num_tensor_parallel_workers and batch_size must be positive")
+    if (cols["kv_cache_size"] < 0).any() or (cols["prefill_chunk_size"] < 0).any():
+        raise InputError(f"{path}: kv_cache_size and prefill_chunk_size must be >= 0")
+    if (pre & (cols["prefill_chunk_size"] < 1)).any():
+        raise InputError(f"{path}: a prefill row (is_prefill True) needs prefill_chunk_size >= 1")
+    kern = np.where(pre, _column(path, header, rows, "time_stats.attn_prefill.median", float),
+                    _column(path, header, rows, "time_stats.attn_decode.median", float))
+    save = _column(path, header, rows, "time_stats.attn_kv_cache_save.median", float, required=False)
+    y = kern + (np.nan_to_num(save) if save is not None else 0.0)
+    ok = ~np.isnan(y)
+    if not ok.any():
+        raise InputError(f"{path}: no row has its attention median (time_stats.attn_prefill.median for "
+                         "prefill rows, time_stats.attn_decode.median for decode rows)")
+    if (y[ok] <= 0).any():
+        raise InputError(f"{path}: attention medians must be positive")
+    return AttentionProfile(path, model or f"{path.parent.parent.name}/{path.parent.name}",
+                            cols["num_tensor_parallel_workers"][ok], cols["batch_size"][ok],
+                            cols["prefill_chunk_size"][ok], cols["kv_cache_size"][ok], pre[ok],
+                            int(cols["n_q_head"][0]), int(cols["n_kv_head"][0]), int(cols["n_embd"][0]),
+                            y[ok] * 1e-3)
+
+
 @dataclass
 class Profiles:
     compute: list  # ComputeProfile
     allreduce: tuple | None  # (n, size, dpn, y) from the network node
     send_recv: tuple | None
     where: str  # a description for provenance
+    attention: list = dataclasses.field(default_factory=list)  # AttentionProfile
 
 
 def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: str | None = None,
@@ -168,8 +231,11 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
     files = sorted(cdir.glob("**/mlp.csv"))
     if not files:
         raise InputError(f"{where}: no mlp.csv files under {cdir}")
-    compute = [read_compute_profile(f, str(f.parent.relative_to(cdir)) if f.parent != cdir else f.parent.name)
-               for f in files]
+    def label(f):
+        return str(f.parent.relative_to(cdir)) if f.parent != cdir else f.parent.name
+
+    compute = [read_compute_profile(f, label(f)) for f in files]
+    attention = [read_attention_profile(f, label(f)) for f in sorted(cdir.glob("**/attention.csv"))]
     ar = sr = None
     ndir = root / "network"
     if ndir.is_dir():
@@ -183,7 +249,7 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
                 ar = (p.name, read_network_profile(p / "all_reduce.csv", "all_reduce"))
             if sr is None and (p / "send_recv.csv").exists():
                 sr = (p.name, read_network_profile(p / "send_recv.csv", "send_recv"))
-    return Profiles(compute, ar, sr, str(root))
+    return Profiles(compute, ar, sr, str(root), attention)
 
 
 # ---------------------------------------------------------------- vectorized time models
@@ -232,7 +298,41 @@ def collective_time_np(n, size, gpu: GpuSpec, e: CommEfficiency, kind: str):
     return lat + tr if e.smooth == 1.0 else _smooth_max_np(lat, tr, e.smooth)
 
 
+def attention_time_np(qd, kv_tok, tok, pairs, ctx, peak16, bw, e: OpEfficiency):
+    """Vectorized ``CostModel._attention`` for steps that are all prefill or all decode (one part):
+    ``tok`` query tokens doing ``pairs`` query-key products over ``ctx`` KV tokens, ``qd`` the
+    per-GPU query width, ``kv_tok`` KV bytes per token per layer; time of one layer."""
+    import numpy as np
+
+    f = 4.0 * qd * pairs
+    b = kv_tok * ctx + ACT * tok * 2.0 * qd
+    return e.latency_s + np.maximum(f / (peak16 * e.compute), b / (bw * e.memory))
+
+
 # ---------------------------------------------------------------- per-operator shapes of the profiles
+def attention_points(profiles: list):
+    """Per attention measurement: (qd, kv_tok, tok, pairs, ctx) as ``attention_time_np`` takes them
+    (fp16 KV), measured seconds, labels (model, tp) and the KV tokens touched."""
+    import numpy as np
+
+    out = {k: [] for k in ("qd", "kv_tok", "tok", "pairs", "ctx", "y", "tp", "model")}
+    for p in profiles:
+        hd = p.hidden // p.n_q_head
+        t = p.tp
+        qd = p.n_q_head // t * hd
+        kvd = np.maximum(p.n_kv_head // t, 1) * hd
+        c, k, B = p.chunk.astype(float), p.kv.astype(float), p.batch.astype(float)
+        pre = p.is_prefill
+        # prefill: one sequence, c new tokens after k cached; decode: B sequences, k cached each
+        out["tok"].append(np.where(pre, c, B))
+        out["pairs"].append(np.where(pre, c * k + c * (c + 1) / 2, B * (k + 1)))
+        out["ctx"].append(np.where(pre, k + c, B * (k + 1)))
+        out["qd"].append(qd.astype(float)); out["kv_tok"].append(2.0 * kvd * PROFILE_DTYPE_BYTES)
+        out["y"].append(p.y); out["tp"].append(t); out["model"] += [p.model] * len(p.y)
+    if not out["y"]:
+        return None
+    cat = np.concatenate
+    return ({k: cat(v) for k, v in out.items() if k != "model"}, np.array(out["model"]))
 def gemm_points(profiles: list):
     """Arrays M, K, N, measured seconds, and labels (model, tp, op) of every GEMM measurement."""
     import numpy as np
@@ -325,6 +425,26 @@ def fit_mem(profiles: list, gpu: GpuSpec, family: str) -> MemEfficiency | None:
     return _rounded(MemEfficiency(float(x[0]), float(x[1])))
 
 
+def fit_attention(profiles: list, gpu: GpuSpec) -> OpEfficiency | None:
+    """Attention's roofline efficiencies (compute, memory, per-kernel latency) from attention.csv
+    measurements: prefill rows pin the compute side, decode rows the memory side."""
+    import numpy as np
+
+    pts = attention_points(profiles)
+    if pts is None or len(pts[0]["y"]) < 3:
+        return None
+    a = pts[0]
+    ly = np.log(a["y"])
+
+    def res(x):
+        e = OpEfficiency(x[0], x[1], x[2])
+        return np.log(attention_time_np(a["qd"], a["kv_tok"], a["tok"], a["pairs"], a["ctx"], gpu.peak_flops,
+                                        gpu.mem_bw_bytes_per_s, e)) - ly
+
+    x = _lsq(res, [0.5, 0.7, 5e-6], [0.01, 0.01, 0], [1, 1, 1e-3], [0.1, 0.1, 1e-6])
+    return _rounded(OpEfficiency(float(x[0]), float(x[1]), float(x[2])))
+
+
 def comm_points(data, kind: str):
     """Intra-node measurements only (every participant in one node, as TP / PP within a server)."""
     n, size, dpn, y = data
@@ -374,10 +494,15 @@ def fit_profiles(profiles: Profiles, gpu: GpuSpec) -> Efficiencies:
         e = fit_comm(profiles.send_recv[1], gpu, "send_recv")
         if e is not None:
             kw["send_recv"] = e
+    att = fit_attention(profiles.attention, gpu) if profiles.attention else None
+    if att is not None:
+        kw["attention"] = att
     nodes = ", ".join(f"{k} from network/{v[0]}" for k, v in (("all-reduce", profiles.allreduce),
                                                               ("send/recv", profiles.send_recv)) if v)
     kw["source"] = (f"fitted to {len(profiles.compute)} compute profiles for {gpu.name}"
-                    + (f"; {nodes}" if nodes else "") + "; attention not measured (v0 values)")
+                    + (f"; {nodes}" if nodes else "")
+                    + (f"; attention from {len(profiles.attention)} attention profiles" if att is not None
+                       else "; attention not measured (v0 values)"))
     return Efficiencies(**kw)
 
 

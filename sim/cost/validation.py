@@ -7,13 +7,16 @@ prints them and ``plot_predicted_vs_measured`` draws them (matplotlib, Agg).
 Families: ``linear`` is the per-layer sum QKV + O + MLP up + MLP down at one token count (the
 quantity a step's time is built from); ``qkv_proj``, ``o_proj``, ``mlp_up``, ``mlp_down`` each
 GEMM alone; ``norm``, ``activation``, ``rotary``, ``residual``, ``embedding`` the bandwidth-bound
-kernels; ``allreduce`` / ``send_recv`` the intra-node collectives by number of GPUs.
+kernels; ``attention`` the attention kernel (+ KV-cache write) per layer, from ``attention.csv``
+when the profiles have it (worst at: KV tokens touched); ``allreduce`` / ``send_recv`` the
+intra-node collectives by number of GPUs.
 """
 
 from __future__ import annotations
 
-from sim.cost.calibration import (PROFILE_DTYPE_BYTES, Profiles, collective_time_np, comm_points,
-                                  gemm_points, gemm_time_np, mem_points, mem_time_np)
+from sim.cost.calibration import (PROFILE_DTYPE_BYTES, Profiles, attention_points, attention_time_np,
+                                  collective_time_np, comm_points, gemm_points, gemm_time_np, mem_points,
+                                  mem_time_np)
 from sim.cost.efficiency import Efficiencies
 from sim.specs import GpuSpec
 
@@ -75,6 +78,12 @@ def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: in
         pm = mem_time_np(b, bw, getattr(eff, fam))
         rows += _err_rows(fam, pm, ym, [(a, int(c)) for a, c in zip(mm, tt)], tok)
         points[fam] = (ym, pm)
+    att = attention_points(profiles.attention) if profiles.attention else None
+    if att is not None:
+        a, labels = att
+        pa = attention_time_np(a["qd"], a["kv_tok"], a["tok"], a["pairs"], a["ctx"], peak, bw, eff.attention)
+        rows += _err_rows("attention", pa, a["y"], [(m, int(t)) for m, t in zip(labels, a["tp"])], a["ctx"])
+        points["attention"] = (a["y"], pa)
     for kind, data in (("allreduce", profiles.allreduce), ("send_recv", profiles.send_recv)):
         if not data:
             continue
