@@ -65,13 +65,19 @@ def cmd_calibrate(args) -> int:
 
 def cmd_validate_cost(args) -> int:
     from sim.cost.calibration import efficiencies_for
-    from sim.cost.validation import format_table, plot_predicted_vs_measured, validate, validate_measured
+    from sim.cost.validation import (format_table, plot_predicted_vs_measured, validate, validate_held_out_models,
+                                     validate_measured)
 
     gpu, prof = _profiles(args)
     eff = efficiencies_for(gpu, args.calibration, "--calibration")
+    if args.measured and args.held_out_models:
+        raise InputError("--measured and --held-out-models are two different checks: give one")
     if args.measured:
         v = validate_measured(prof, gpu, eff, args.max_tokens)
         what = "priced from the other measurements (cost.profiles, leave one out)"
+    elif args.held_out_models:
+        v = validate_held_out_models(prof, gpu, args.max_tokens)
+        what = "each model predicted by a fit to the other models' profiles (leave one model out)"
     else:
         v = validate(prof, gpu, eff, args.max_tokens)
         what = f"efficiencies: {eff.source}"
@@ -79,11 +85,13 @@ def cmd_validate_cost(args) -> int:
     print(format_table(_summary_rows(v["rows"], args.detail)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"validate-cost-{gpu.name}" + ("-measured" if args.measured else "")
-    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu.name, "calibration": args.calibration,
-                                                  "measured": args.measured, "source": eff.source,
+    mode = "measured" if args.measured else "held-out-models" if args.held_out_models else "calibration"
+    stem = f"validate-cost-{gpu.name}" + ("" if mode == "calibration" else f"-{mode}")
+    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu.name, "mode": mode, "calibration": args.calibration,
+                                                  "source": eff.source if mode == "calibration" else what,
                                                   "max_tokens": args.max_tokens, "rows": v["rows"]}, indent=1))
-    title = "priced from measurements, leave one out" if args.measured else f"calibration {args.calibration}"
+    title = {"measured": "priced from measurements, leave one out",
+             "held-out-models": "fit without the model, leave one model out"}.get(mode, f"calibration {args.calibration}")
     plot_predicted_vs_measured(v["points"], f"{gpu.name}, {title}, num_tokens <= {args.max_tokens}", out / f"{stem}.png")
     print(f"\nwrote {out / (stem + '.json')}, {out / (stem + '.png')}")
     return 0
@@ -112,6 +120,9 @@ def register(sub) -> None:
                    help="auto (shipped fit, or the closest calibrated GPU's) | none (v0 figures) | FILE")
     v.add_argument("--out", default="out", help="folder for the table (JSON) and plot (PNG); default ./out")
     v.add_argument("--detail", action="store_true", help="every family per model and TP, not only totals")
+    v.add_argument("--held-out-models", action="store_true",
+                   help="validate the fit on models it never saw: each model predicted by a fit to the others "
+                        "(leave one model out; --calibration is not used)")
     v.add_argument("--measured", action="store_true",
                    help="validate pricing from the measurements themselves (cost.profiles): each GEMM point "
                         "predicted from the others (leave one out), the error at token counts not profiled")

@@ -198,6 +198,40 @@ def test_attention_is_calibrated_from_attention_profiles(synthetic_profiles, tmp
     assert "| attention | all | all | 72 |" in capsys.readouterr().out
 
 
+def test_held_out_models_are_predicted_by_a_fit_to_the_others(synthetic_profiles, tmp_path, capsys):
+    from sim.cost.validation import validate_held_out_models
+
+    prof = find_profiles(synthetic_profiles, "a100-80g")
+    v = validate_held_out_models(prof, A100)
+    lin = [r for r in v["rows"] if r["family"] == "linear"]
+    assert sorted((r["model"], r["tp"]) for r in lin if r["model"] != "all") == [
+        ("org/big", 1), ("org/big", 2), ("org/big", 4), ("org/small", 1)]
+    every = lin[-1]
+    assert every["model"] == "all" and every["points"] == sum(r["points"] for r in lin[:-1])
+    # both profiles come from one set of efficiencies: a fit to either predicts the other
+    assert every["mape"] < 0.01
+    assert not any(r["family"] == "allreduce" for r in v["rows"])
+    # a profile from other efficiencies is predicted worse when held out than when fitted with the rest
+    other = dataclasses.replace(TRUE, gemm=GemmEfficiency(0.45, 0.6, 9e-6, 3.0, 0.6, 128, 40.0))
+    write_mlp_csv(synthetic_profiles / "compute/a100/org/odd/mlp.csv", (40, 8, 5120, 13824, True), (1,), eff=other)
+    prof = find_profiles(synthetic_profiles, "a100-80g")
+    held = next(r for r in validate_held_out_models(prof, A100)["rows"]
+                if r["family"] == "linear" and r["model"] == "org/odd")
+    seen = next(r for r in validate(prof, A100, fit_profiles(prof, A100))["rows"]
+                if r["family"] == "linear" and r["model"] == "org/odd")
+    assert held["mape"] > seen["mape"] > 0.01
+    assert main(["validate-cost", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--held-out-models",
+                 "--out", str(tmp_path / "v")]) == 0
+    assert "leave one model out" in capsys.readouterr().out
+    assert (tmp_path / "v/validate-cost-a100-80g-held-out-models.json").exists()
+    assert main(["validate-cost", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--held-out-models",
+                 "--measured"]) == 2
+    one = tmp_path / "one"
+    write_mlp_csv(one / "compute/a100/org/big/mlp.csv", (32, 8, 4096, 14336, True), (1,))
+    with pytest.raises(InputError, match="needs profiles of at least two models; found org/big"):
+        validate_held_out_models(find_profiles(one, "a100-80g"), A100)
+
+
 def test_bad_attention_profiles_are_input_errors(synthetic_profiles):
     path = synthetic_profiles / "compute/a100/org/big/attention.csv"
     write_attention_csv(path, MODELS["meta-llama/Meta-Llama-3-8B"], (1,))

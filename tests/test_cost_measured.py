@@ -13,7 +13,7 @@ import pytest
 from sim.batch import synthetic_batch
 from sim.cost import CostModel
 from sim.cost.calibration import efficiencies_for, find_profiles, fit_profiles, load_calibration, shipped_calibrations
-from sim.cost.validation import validate, validate_measured
+from sim.cost.validation import validate, validate_held_out_models, validate_measured
 from sim.specs import GPUS, MODELS
 
 
@@ -72,6 +72,18 @@ def test_pricing_from_measurements_held_out(gpu):
     assert held_out["points"] == fitted["points"]
     assert held_out["mape"] <= 0.02 and held_out["mape"] < fitted["mape"] / 2
     assert 0.15 < held_out["worst"] <= 0.30
+
+
+@pytest.mark.parametrize("gpu", ["a100-80g", "a40"])
+def test_models_the_fit_never_saw_meet_the_mape_target(gpu):
+    """Leave one model out: each model predicted by a fit to the other models' profiles, as a
+    model from a config.json without measurements would be, stays within the 8% MAPE target."""
+    rows = validate_held_out_models(find_profiles(PROFILING, gpu), GPUS[gpu])["rows"]
+    lin = [r for r in rows if r["family"] == "linear" and r["model"] != "all"]
+    assert len(lin) >= 20
+    for r in lin:
+        assert r["mape"] <= 0.08, r
+    assert _row(rows, "linear")["mape"] <= _row(_validation(gpu), "linear")["mape"] * 1.25
 
 
 def test_cross_gpu_transfer_a100_fit_predicts_a40():

@@ -145,6 +145,45 @@ def validate_measured(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_t
     return {"rows": rows, "points": points}
 
 
+def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int = 4096) -> dict:
+    """``validate``'s rows and points for models the fit never saw: each model's profiles (compute
+    and attention) predicted by ``fit_profiles`` on the other models' profiles alone (leave one
+    model out), i.e. the accuracy to expect for a model priced from its ``config.json`` without
+    measurements. Collectives are left out (they do not depend on the model)."""
+    import dataclasses
+
+    import numpy as np
+
+    from sim.cost.calibration import fit_profiles
+    from sim.errors import InputError
+
+    models = list(dict.fromkeys(p.model for p in profiles.compute))
+    if len(models) < 2:
+        raise InputError(f"--held-out-models needs profiles of at least two models; found {', '.join(models)}")
+    rows, pts, worst = [], {}, {}
+    for m in models:
+        rest = dataclasses.replace(profiles, compute=[p for p in profiles.compute if p.model != m],
+                                   attention=[a for a in profiles.attention if a.model != m])
+        own = dataclasses.replace(profiles, compute=[p for p in profiles.compute if p.model == m],
+                                  attention=[a for a in profiles.attention if a.model == m],
+                                  allreduce=None, send_recv=None)
+        v = validate(own, gpu, fit_profiles(rest, gpu), max_tokens)
+        for r in v["rows"]:
+            if r["model"] != "all":
+                rows.append(r)
+            elif r["family"] not in worst or r["worst"] > worst[r["family"]]["worst"]:
+                worst[r["family"]] = r
+        for fam, (meas, pred) in v["points"].items():
+            acc = pts.setdefault(fam, ([], []))
+            acc[0].append(meas); acc[1].append(pred)
+    points = {fam: (np.concatenate(a), np.concatenate(b)) for fam, (a, b) in pts.items()}
+    for fam, (meas, pred) in points.items():
+        e = np.abs(pred / meas - 1.0)
+        rows.append({"family": fam, "model": "all", "tp": "all", "points": int(len(e)), "mape": float(e.mean()),
+                     "worst": float(e.max()), "worst_at": worst[fam]["worst_at"]})
+    return {"rows": rows, "points": points}
+
+
 def format_table(rows: list, families=None) -> str:
     """A Markdown table: family, model, TP / GPUs, points, MAPE, worst (at)."""
     out = ["| family | model / node | TP / GPUs | points | MAPE | worst | worst at |", "|---|---|---|---|---|---|---|"]
