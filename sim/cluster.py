@@ -11,8 +11,9 @@ import numpy as np
 
 from policies.pd_split import pick_decode_replica, transfer_time_s
 from sim.kv_cache import BlockAllocator
-from sim.metrics import ReplicaInfo
 from sim.fast_replica import make_replica
+from sim.metrics import ReplicaInfo
+from sim.pipeline import Pipeline, VirtualEngines
 from sim.replica import Replica
 from sim.router import ROUTERS
 
@@ -25,31 +26,43 @@ class Cluster:
         sc = setup.scenario
         self.replicas: list[Replica] = []
         self.infos: list[ReplicaInfo] = []
+        # every scheduler (with pp > 1 and overlap: each virtual engine), numbered in order
         self.pools: dict[str, list[Replica]] = {}
+        # what the router and the hand-off see: a replica, or its virtual engines as one
+        self.groups: dict[str, list] = {}
         for pool in setup.pools:
-            members = []
+            members, groups = [], []
+            cm = pool.cost_model
+            ve = cm.pp if cm.pp > 1 and sc.hardware.pp_overlap else 1
+            blocks = pool.capacity.num_blocks // ve  # vLLM V0: each virtual engine has 1/pp of the KV
             for _ in range(pool.replicas):
-                i = len(self.replicas)
-                spec = None
-                if pool.spec is not None:
-                    k, a, draft = pool.spec
-                    spec = (k, a, draft, np.random.default_rng([seed, i, 1]))  # per replica, reproducible
-                r = make_replica(sc.engine, env, i, pool.make_policy(), pool.cost_model,
-                            BlockAllocator(pool.capacity.num_blocks, pool.capacity.block_size, sc.policy.prefix_caching),
-                            recorder, pool.cost_model.model.max_context_tokens, role=pool.name, pool=pool.name,
-                            handoff=self.handoff, spec=spec, swap=pool.swap)
-                cm = pool.cost_model
-                self.infos.append(ReplicaInfo(i, pool.name, cm.peak_flops * cm.num_gpus,
-                                              cm.gpu.mem_bw_bytes_per_s * cm.num_gpus, pool.capacity.num_blocks))
-                self.replicas.append(r)
-                members.append(r)
+                pipe = Pipeline(env, ve) if ve > 1 else None
+                engines = []
+                for _ in range(ve):
+                    i = len(self.replicas)
+                    spec = None
+                    if pool.spec is not None:
+                        k, a, draft = pool.spec
+                        spec = (k, a, draft, np.random.default_rng([seed, i, 1]))  # per replica, reproducible
+                    r = make_replica(sc.engine, env, i, pool.make_policy(), cm,
+                                     BlockAllocator(blocks, pool.capacity.block_size, sc.policy.prefix_caching),
+                                     recorder, cm.model.max_context_tokens, role=pool.name, pool=pool.name,
+                                     handoff=self.handoff, spec=spec, swap=pool.swap, pipeline=pipe)
+                    # a virtual engine's share of the replica's GPUs (its steps use each stage in turn)
+                    self.infos.append(ReplicaInfo(i, pool.name, cm.peak_flops * cm.num_gpus / ve,
+                                                  cm.gpu.mem_bw_bytes_per_s * cm.num_gpus / ve, blocks))
+                    self.replicas.append(r)
+                    engines.append(r)
+                members += engines
+                groups.append(VirtualEngines(engines) if ve > 1 else engines[0])
             self.pools[pool.name] = members
+            self.groups[pool.name] = groups
         self._fast = [r for r in self.replicas if hasattr(r, "settle")]
         recorder.order_steps = bool(self._fast)
         recorder.decode_cost_models = {r.index: r.cost_model for r in self._fast}
         # routers that read replicas' counters or KV need them brought up to date at each arrival
         self._settle_on_submit = bool(self._fast) and sc.cluster.router not in ("round_robin", "random")
-        self.entry = self.pools.get("prefill") or self.pools["colocated"]
+        self.entry = self.groups.get("prefill") or self.groups["colocated"]
         self.decode = self.pools.get("decode", [])
         self.route = ROUTERS[sc.cluster.router](np.random.default_rng([seed, 2]))
         self.pending: deque = deque()  # (request, prefill replica) waiting for decode-side room

@@ -116,7 +116,8 @@ def fast_eligible(policy, kv, spec) -> bool:
 
 
 def make_replica(engine: str, env, index, policy, cost_model, kv, recorder, max_context_tokens, **kw):
-    if engine == "fast" and fast_eligible(policy, kv, kw.get("spec")):
+    # (virtual engines of a pipelined replica wait for each other's stages: step by step only)
+    if engine == "fast" and kw.get("pipeline") is None and fast_eligible(policy, kv, kw.get("spec")):
         return FastReplica(env, index, policy, cost_model, kv, recorder, max_context_tokens, **kw)
     return Replica(env, index, policy, cost_model, kv, recorder, max_context_tokens, **kw)
 

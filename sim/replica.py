@@ -30,10 +30,14 @@ class Replica:
     """``role``: "colocated" (prefill and decode here), "prefill" (hand requests off after their
     first token via ``handoff(req, replica)``) or "decode" (requests arrive with their prompt's KV).
     ``spec``: (k, acceptance_rate, draft_cost_model or None, rng) for speculative decoding.
-    ``swap``: (host_blocks, bytes_per_block, bytes_per_s) for swap preemption."""
+    ``swap``: (host_blocks, bytes_per_block, bytes_per_s) for swap preemption.
+    ``pipeline``: the replica's ``sim.pipeline.Pipeline`` when this is one of its virtual engines
+    (PP with overlapping micro-batches): a step's GPU work then holds the stages in turn, waiting
+    for each to be free; None: the step takes its time alone."""
 
     def __init__(self, env, index: int, policy, cost_model, kv: BlockAllocator, recorder, max_context_tokens: int,
-                 *, role: str = "colocated", pool: str = "", handoff=None, spec=None, swap=(0, 0.0, 1.0)):
+                 *, role: str = "colocated", pool: str = "", handoff=None, spec=None, swap=(0, 0.0, 1.0),
+                 pipeline=None):
         self.env = env
         self.index = index
         self.policy = policy
@@ -52,6 +56,7 @@ class Replica:
         self.swapped: deque = deque()
         self.landed: deque = deque()  # P/D decode side: requests holding KV that just arrived
         self.outstanding_tokens = 0  # prompt + output so far, over unfinished requests here
+        self.pipeline = pipeline
         self.after_free = None  # called after KV blocks were freed (P/D: retry pending hand-offs)
         self._wakeup = None
         self.process = env.process(self._run())
@@ -125,7 +130,15 @@ class Replica:
             return
         cost = self.cost_model.step_time(batch)
         extra = swap_s + (self._draft_time_s(batch) if self.spec else 0.0)
-        yield env.timeout(cost.time_s + extra)
+        if self.pipeline is None:
+            yield env.timeout(cost.time_s + extra)
+        else:
+            # the scheduler's overhead, KV copies and the draft before the stages; then each
+            # stage in turn; the step's extra time is all but its cost (waits for busy stages)
+            yield env.timeout(cost.overhead_s + extra)
+            yield from self.pipeline.traverse(
+                self.cost_model.stage_times(cost, batch.num_tokens + batch.padding_tokens))
+            extra = env.now - start - cost.time_s
         self._commit(batch, cost, start, extra)
 
     def _sleep(self, until_s):

@@ -311,6 +311,9 @@ class Hardware:
     gpu: str
     tp: int = _f(1, gt=0, doc="tensor-parallel GPUs per replica")
     pp: int = _f(1, gt=0, doc="pipeline-parallel stages per replica")
+    pp_overlap: bool = _f(True, doc="with pp > 1: true: vLLM's virtual engines, pp schedulers per replica "
+                                    "(each 1/pp of the KV) whose steps overlap in the stages "
+                                    "(sim/pipeline.py); false: one step at a time crosses every stage")
     dtype: Literal["bf16", "fp16", "fp8", "int4"] = "bf16"
     kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(None, doc="defaults to dtype")
 

@@ -22,14 +22,17 @@ request_rows = st.lists(
        router=st.sampled_from(["round_robin", "random", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"]),
        policy=st.sampled_from(["continuous", "chunked_prefill", "static", "pd_split"]),
        preemption=st.sampled_from(["recompute", "swap"]), prefix_caching=st.booleans(),
-       spec=st.one_of(st.none(), st.integers(1, 4)), prefix=st.sampled_from([0, 20, 100]))
+       spec=st.one_of(st.none(), st.integers(1, 4)), prefix=st.sampled_from([0, 20, 100]),
+       pp=st.sampled_from([1, 1, 2]))
 def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router, policy, preemption,
-                    prefix_caching, spec, prefix):
+                    prefix_caching, spec, prefix, pp):
     rows = sorted(rows)
     kw = policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, blocks, router, duration,
                        replicas, spec)
+    kw["hardware.pp"] = pp  # pp 2: each replica runs two virtual engines (pipelined micro-batches)
     if policy == "pd_split":
         replicas += 1  # the prefill replica
+    replicas *= pp
     sc = make_scenario(**kw)
     if prefix:  # a few requests share a prefix group
         rows = [(t, p + prefix, o) for t, p, o in rows]

@@ -6,8 +6,9 @@ Per step and per GPU of the replica, each operator's time comes from its family'
 bandwidth-bound kernels: bytes / bandwidth + kernel latency; attention: plain roofline, separately
 for the prefill and the decode sequences of a mixed step). A step's time is the sum over operators
 and layers, plus communication (TP all-reduce, PP send/recv) and a fixed + per-sequence overhead.
-With PP the step traverses the stages one after another (no micro-batch overlap), so its time is
-that of all layers.
+With PP a step traverses the stages one after another, so its time is that of all layers;
+``stage_times`` splits it per stage, for the engine's overlapping micro-batches
+(``sim/pipeline.py``).
 
 MoE layers (``ModelSpec.num_experts``): a router GEMM, then each of the ``E_hit`` experts the step
 is expected to touch (``E (1 - (1 - k/E)^T)``) runs its GEMMs on ``T k / E_hit`` tokens, so expert
@@ -487,6 +488,20 @@ class CostModel:
         g = self.tp  # per-GPU figures -> replica totals (PP stages split the layers, not the work)
         return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
                         tc, tm, comm, over)
+
+    def stage_times(self, cost: StepCost, tokens: int) -> list:
+        """How long a step of ``tokens`` tokens (``cost``, from ``step_time``) holds each of the
+        ``pp`` pipeline stages, in order: its GPU work (all but the scheduler overhead and the
+        stage-to-stage sends) split evenly over the stages, each stage but the last then sending
+        its activations to the next. The times add up to ``cost.time_s - cost.overhead_s``."""
+        p = self.pp
+        if p == 1:
+            return [cost.time_s - cost.overhead_s]
+        g = self.gpu
+        send = send_time_s(ACT_BYTES * tokens * self.model.hidden_size, g.link_bw_bytes_per_s, g.link_latency_s,
+                           self.eff.send_recv)
+        body = (cost.time_s - cost.overhead_s - (p - 1) * send) / p
+        return [body + send] * (p - 1) + [body]
 
     def breakdown(self, batch: Batch) -> dict[str, OpCost]:
         """Per-operator totals over all layers of one step (for ``servesim cost``)."""

@@ -1,0 +1,83 @@
+"""Pipeline parallelism with overlapping micro-batches (vLLM's virtual engines).
+
+A replica with ``pp`` stages runs ``pp`` virtual engines: independent schedulers, each with its
+own queues and ``1/pp`` of the replica's KV blocks (vLLM V0 splits ``num_gpu_blocks`` so), whose
+steps go through the stages one after another. Each stage (its ``tp`` GPUs) works on one
+micro-batch at a time, first come first served, so while one engine's step is on stage 2 another's
+can be on stage 1: with ``pp`` engines busy the stages overlap and the replica's throughput
+approaches ``pp`` times one step at a time; unequal steps leave bubbles (a stage waits for the
+one before it). A new request goes to the replica's engine with the fewest unfinished requests,
+as vLLM does.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+
+class Pipeline:
+    """The ``stages`` stages of one replica, shared by its virtual engines."""
+
+    def __init__(self, env, stages: int):
+        self.env = env
+        self.stages = [simpy.Resource(env, capacity=1) for _ in range(stages)]
+
+    def traverse(self, times):
+        """A SimPy generator: hold stage ``k`` for ``times[k]`` seconds, in order, each after
+        waiting for the stage to be free."""
+        env = self.env
+        for stage, t in zip(self.stages, times):
+            with stage.request() as req:
+                yield req
+                yield env.timeout(t)
+
+
+class VirtualEngines:
+    """One replica's virtual engines seen as one replica by the router: ``submit`` hands a request
+    to the engine with the fewest unfinished requests (ties: the lowest index); the counters and
+    the KV view a router reads are the engines' totals."""
+
+    def __init__(self, engines: list):
+        self.engines = engines
+        self.kv = _KvView([e.kv for e in engines])
+
+    @staticmethod
+    def _unfinished(e) -> int:
+        return len(e.running) + len(e.waiting) + len(e.swapped) + len(e.landed)
+
+    def submit(self, req) -> None:
+        min(self.engines, key=self._unfinished).submit(req)
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return sum(e.outstanding_tokens for e in self.engines)
+
+    @property
+    def waiting(self) -> list:
+        return [r for e in self.engines for r in e.waiting]
+
+    @property
+    def num_running(self) -> int:
+        return sum(e.num_running for e in self.engines)
+
+
+class _KvView:
+    """The engines' KV allocators added up (what ``least_kv_usage`` and ``prefix_aware`` read)."""
+
+    def __init__(self, kvs: list):
+        self.kvs = kvs
+        self.block_size = kvs[0].block_size
+
+    @property
+    def num_used(self) -> int:
+        return sum(k.num_used for k in self.kvs)
+
+    @property
+    def num_blocks(self) -> int:
+        return sum(k.num_blocks for k in self.kvs)
+
+    def blocks_for(self, tokens: int) -> int:
+        return self.kvs[0].blocks_for(tokens)
+
+    def cached_prefix_blocks(self, request):
+        return max((k.cached_prefix_blocks(request) for k in self.kvs), key=lambda c: c[0])
