@@ -191,6 +191,8 @@ def cmd_cost(args) -> int:
     gpu = get_gpu(args.gpu, "--gpu")
     if args.tp < 1 or model.num_heads % args.tp:
         raise InputError(f"--tp {args.tp} must be >= 1 and divide the model's {model.num_heads} heads")
+    if args.pp < 1 or args.pp > model.num_layers:
+        raise InputError(f"--pp {args.pp} must be between 1 and the model's {model.num_layers} layers")
     if args.prefill is not None:
         if args.prefill < 1 or args.context < 0:
             raise InputError("--prefill must be >= 1 and --context >= 0")
@@ -209,10 +211,11 @@ def cmd_cost(args) -> int:
         from sim.cost.measured import load_measured
 
         measured = load_measured(args.profiles, model, args.tp, gpu, args.dtype, args.device, "--profiles")
-    cm = CostModel(model, gpu, tp=args.tp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype,
+    cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype,
                    eff=efficiencies_for(gpu, args.calibration, "--calibration"), measured=measured)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
+    stages = cm.stage_times(c, batch.num_tokens)
     ai = c.arithmetic_intensity
     ridge = cm.peak_flops / gpu.mem_bw_bytes_per_s
     if args.json:
@@ -222,13 +225,19 @@ def cmd_cost(args) -> int:
             "num_layers": model.num_layers,
             "ops": {k: v._asdict() for k, v in ops.items()},
             "measured_ops": None if measured is None else {"source": measured.source, "ops": list(measured.ops)},
+            "pp_stage_times_s": stages,
         }, indent=2))
         return 0
-    print(f"{model.name} on {args.tp} x {gpu.name}: {what}")
+    print(f"{model.name} on {args.tp} x {args.pp} x {gpu.name} (TP x PP): {what}" if args.pp > 1 else
+          f"{model.name} on {args.tp} x {gpu.name}: {what}")
     print(f"step {c.time_s * 1e3:.3f} ms, {c.flops / 1e12:.3f} TFLOP, {c.bytes / 1e9:.3f} GB, "
           f"MFU {cm.mfu(c) * 100:.1f}%, MBU {cm.mbu(c) * 100:.1f}%")
     print(f"arithmetic intensity {ai:.1f} FLOP/byte vs ridge point {ridge:.1f}: {c.bound}-bound "
           f"({'above' if ai > ridge else 'below'} the ridge)")
+    if args.pp > 1:
+        print(f"pipeline: stages 1-{args.pp - 1} hold the step {stages[0] * 1e3:.3f} ms each (their layers and "
+              f"the send to the next), stage {args.pp} {stages[-1] * 1e3:.3f} ms; with overlapping micro-batches "
+              "(hardware.pp_overlap) a stage takes the next engine's step after that")
     if measured is not None:
         print(f"priced from measurements ({measured.source}): {', '.join(measured.ops)}; "
               "FLOPs, bytes and bounds from the model")
@@ -264,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", required=True)
     c.add_argument("--gpu", required=True)
     c.add_argument("--tp", type=int, default=1)
+    c.add_argument("--pp", type=int, default=1, help="pipeline stages (the step crosses all of them)")
     c.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "int4"])
     c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
     g = c.add_mutually_exclusive_group(required=True)

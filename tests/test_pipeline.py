@@ -5,6 +5,7 @@ time, routing inside a replica, KV split, and the throughput the overlap buys.""
 import pytest
 
 from sim.batch import synthetic_batch
+from sim.cli import main
 from sim.simulate import prepare, simulate
 from tests.conftest import specs
 
@@ -96,3 +97,21 @@ def test_overlap_buys_throughput_where_stages_would_idle(scenario_factory):
     decode256 = speedup([(0.0, 200, 300)] * 256)
     assert 2.5 < prefill <= 4.0
     assert 1.0 < decode64 < decode256 < prefill
+
+
+def test_cost_cli_shows_the_stage_split(capsys):
+    import json
+
+    args = ["cost", "--model", "meta-llama/Llama-2-70b-hf", "--gpu", "a100-80g", "--tp", "4", "--decode-batch", "8",
+            "--context", "500", "--json"]
+    assert main(args + ["--pp", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    st = out["pp_stage_times_s"]
+    assert len(st) == 2 and st[0] > st[1]
+    assert sum(st) == pytest.approx(out["step_time_s"] - out["ops"]["overhead"]["time_s"], rel=1e-12)
+    assert "pp_send" in out["ops"]
+    assert main(args) == 0
+    one = json.loads(capsys.readouterr().out)["pp_stage_times_s"]  # PP 1: the same layers, no send
+    assert one == [pytest.approx(st[0] + st[1] - out["ops"]["pp_send"]["time_s"], rel=1e-9)]
+    assert main(args + ["--pp", "81"]) == 2
+    assert "--pp 81 must be between 1 and the model's 80 layers" in capsys.readouterr().err
