@@ -115,3 +115,15 @@ def test_cost_cli_shows_the_stage_split(capsys):
     assert one == [pytest.approx(st[0] + st[1] - out["ops"]["pp_send"]["time_s"], rel=1e-9)]
     assert main(args + ["--pp", "81"]) == 2
     assert "--pp 81 must be between 1 and the model's 80 layers" in capsys.readouterr().err
+
+
+def test_one_request_at_a_time_sees_no_difference(scenario_factory):
+    """With a single request in the system the stages never contend: the virtual engines give
+    exactly the one-step-at-a-time times."""
+    rows = [(0.0, 500, 30), (5.0, 300, 20), (10.0, 50, 60)]
+    a = simulate(_pp(scenario_factory, pp=4, overlap=True), specs=specs(rows))
+    b = simulate(_pp(scenario_factory, pp=4, overlap=False), specs=specs(rows))
+    assert a.requests["finish_s"][0] < 5.0 and a.requests["finish_s"][1] < 10.0
+    for col in ("first_token_s", "finish_s"):
+        assert list(a.requests[col]) == pytest.approx(list(b.requests[col]), rel=1e-12)
+    assert list(a.steps["duration_s"]) == pytest.approx(list(b.steps["duration_s"]), rel=1e-9)
