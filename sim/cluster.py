@@ -35,6 +35,8 @@ class Cluster:
             cm = pool.cost_model
             ve = cm.pp if cm.pp > 1 and sc.hardware.pp_overlap else 1
             blocks = pool.capacity.num_blocks // ve  # vLLM V0: each virtual engine has 1/pp of the KV
+            host_blocks, block_bytes, swap_bw = pool.swap
+            swap = (host_blocks // ve, block_bytes, swap_bw)  # ... and of the host swap space
             for _ in range(pool.replicas):
                 pipe = Pipeline(env, ve) if ve > 1 else None
                 engines = []
@@ -47,7 +49,7 @@ class Cluster:
                     r = make_replica(sc.engine, env, i, pool.make_policy(), cm,
                                      BlockAllocator(blocks, pool.capacity.block_size, sc.policy.prefix_caching),
                                      recorder, cm.model.max_context_tokens, role=pool.name, pool=pool.name,
-                                     handoff=self.handoff, spec=spec, swap=pool.swap, pipeline=pipe)
+                                     handoff=self.handoff, spec=spec, swap=swap, pipeline=pipe)
                     # a virtual engine's share of the replica's GPUs (its steps use each stage in turn)
                     self.infos.append(ReplicaInfo(i, pool.name, cm.peak_flops * cm.num_gpus / ve,
                                                   cm.gpu.mem_bw_bytes_per_s * cm.num_gpus / ve, blocks))

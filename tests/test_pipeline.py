@@ -127,3 +127,19 @@ def test_one_request_at_a_time_sees_no_difference(scenario_factory):
     for col in ("first_token_s", "finish_s"):
         assert list(a.requests[col]) == pytest.approx(list(b.requests[col]), rel=1e-12)
     assert list(a.steps["duration_s"]) == pytest.approx(list(b.steps["duration_s"]), rel=1e-9)
+
+
+def test_each_virtual_engine_gets_its_share_of_kv_and_host_swap(scenario_factory):
+    import simpy
+
+    from sim.cluster import Cluster
+    from sim.metrics import Recorder
+
+    for overlap, engines in ((True, 3), (False, 1)):
+        setup = prepare(_pp(scenario_factory, pp=3, overlap=overlap, **{"memory.num_gpu_blocks": 100}))
+        cl = Cluster(simpy.Environment(), setup, Recorder(), 0)
+        host = setup.pools[0].swap[0]
+        assert len(cl.replicas) == engines and len(cl.entry) == 1
+        assert [r.kv.num_blocks for r in cl.replicas] == [100 // engines] * engines
+        assert [r.host_blocks for r in cl.replicas] == [host // engines] * engines
+        assert sum(i.peak_flops for i in cl.infos) == pytest.approx(setup.cost_model.peak_flops * 3)
