@@ -201,26 +201,36 @@ class CostModel:
         if ms is not None and m.num_experts:
             ms = None  # (refused when loaded; a MoE layer's GEMMs are not the profile's shapes)
 
-        t, f, b, c, mm = gemm_cost(T, h, qkv_n, w, peak, bw, e.gemm)
-        if ms is not None:
-            t = ms.time_s("qkv_proj", T, t, lambda x: gemm_cost(x, h, qkv_n, w, peak, bw, e.gemm)[0])
+        def priced(name, op, x=T):
+            """``op(x)``: (time, flops, bytes, compute_s, memory_s) of one kernel at ``x`` tokens;
+            with measurements, its time is the measured one (the model's shape between them)."""
+            t, f, b, c, mm = op(x)
+            if ms is not None:
+                t = ms.time_s(name, x, t, lambda y: op(y)[0])
+            return t, f, b, c, mm
+
+        def gemm(K, N):
+            return lambda x: gemm_cost(x, K, N, w, peak, bw, e.gemm)
+
+        def mem(per_tok_flops, per_tok_bytes, fixed_bytes, eff):
+            def op(x):
+                f, b = per_tok_flops * x, per_tok_bytes * x + fixed_bytes
+                t, c, mm = mem_cost(1, f, b, peak16, bw, eff)
+                return t, f, b, c, mm
+            return op
+
+        t, f, b, c, mm = priced("qkv_proj", gemm(h, qkv_n))
         yield "qkv_proj", t * L, f * L, b * L, c * L, mm * L
 
         # rotary on Q and K: read + write, ~6 FLOPs per element
-        n = T * (qd + kvd)
-        t, c, mm = mem_cost(1, 6 * n, 2 * a * n, peak16, bw, e.rotary)
-        if ms is not None:
-            t = ms.time_s("rotary", T, t, lambda x: mem_cost(1, 6 * x * (qd + kvd), 2 * a * x * (qd + kvd), peak16, bw,
-                                                             e.rotary)[0])
-        yield "rotary", t * L, 6 * n * L, 2 * a * n * L, c * L, mm * L
+        t, f, b, c, mm = priced("rotary", mem(6 * (qd + kvd), 2 * a * (qd + kvd), 0.0, e.rotary))
+        yield "rotary", t * L, f * L, b * L, c * L, mm * L
 
         # attention: prefill sequences (FlashAttention FLOPs ~ query x key pairs, causal; KV of the
         # chunk and of earlier chunks re-read) and decode sequences (KV read per sequence) apart
         yield ("attention",) + self._attention(batch, T)
 
-        t, f, b, c, mm = gemm_cost(T, qd, h, w, peak, bw, e.gemm)
-        if ms is not None:
-            t = ms.time_s("o_proj", T, t, lambda x: gemm_cost(x, qd, h, w, peak, bw, e.gemm)[0])
+        t, f, b, c, mm = priced("o_proj", gemm(qd, h))
         yield "o_proj", t * L, f * L, b * L, c * L, mm * L
 
         if m.num_experts:
@@ -234,57 +244,45 @@ class CostModel:
             yield "mlp_up", t * k, f * k, b * k, c * k, mm * k
             act_tok = Tk
         else:
-            t, f, b, c, mm = gemm_cost(T, h, up_n, w, peak, bw, e.gemm)
-            if ms is not None:
-                t = ms.time_s("mlp_up", T, t, lambda x: gemm_cost(x, h, up_n, w, peak, bw, e.gemm)[0])
+            t, f, b, c, mm = priced("mlp_up", gemm(h, up_n))
             yield "mlp_up", t * L, f * L, b * L, c * L, mm * L
             act_tok = T
 
-        n = act_tok * down_k
-        f, b = 5 * n, a * n * (n_up + 1)
-        t, c, mm = mem_cost(1, f, b, peak16, bw, e.activation)
-        if ms is not None:
-            t = ms.time_s("mlp_act", T, t, lambda x: mem_cost(1, 5 * x * down_k, a * x * down_k * (n_up + 1), peak16,
-                                                              bw, e.activation)[0])
+        t, f, b, c, mm = priced("mlp_act", mem(5 * down_k, a * down_k * (n_up + 1), 0.0, e.activation), act_tok)
         yield "mlp_act", t * L, f * L, b * L, c * L, mm * L
 
         if m.num_experts:
             t, f, b, c, mm = gemm_cost(Mx, down_k, h, w, peak, bw, e.gemm)
             yield "mlp_down", t * k, f * k, b * k, c * k, mm * k
         else:
-            t, f, b, c, mm = gemm_cost(T, down_k, h, w, peak, bw, e.gemm)
-            if ms is not None:
-                t = ms.time_s("mlp_down", T, t, lambda x: gemm_cost(x, down_k, h, w, peak, bw, e.gemm)[0])
+            t, f, b, c, mm = priced("mlp_down", gemm(down_k, h))
             yield "mlp_down", t * L, f * L, b * L, c * L, mm * L
 
         # two RMSNorms per layer plus the final one: read + write activations, read the weight
         k = 2 * L + 1
-        f, b = 5 * T * h, 2 * a * T * h + a * h
-        t, c, mm = mem_cost(1, f, b, peak16, bw, e.norm)
-        if ms is not None:
-            t = ms.time_s("norms", T, t, lambda x: mem_cost(1, 5 * x * h, 2 * a * x * h + a * h, peak16, bw, e.norm)[0])
+        t, f, b, c, mm = priced("norms", mem(5 * h, 2 * a * h, a * h, e.norm))
         yield "norms", t * k, f * k, b * k, c * k, mm * k
 
         # two residual adds per layer: read two, write one
         k = 2 * L
-        f, b = T * h, 3 * a * T * h
-        t, c, mm = mem_cost(1, f, b, peak16, bw, e.residual)
-        if ms is not None:
-            t = ms.time_s("residual", T, t, lambda x: mem_cost(1, x * h, 3 * a * x * h, peak16, bw, e.residual)[0])
+        t, f, b, c, mm = priced("residual", mem(h, 3 * a * h, 0.0, e.residual))
         yield "residual", t * k, f * k, b * k, c * k, mm * k
 
-        b = (w + a) * T * h
-        t, c, mm = mem_cost(1, 0.0, b, peak16, bw, e.embedding)
-        if ms is not None:
-            t = ms.time_s("embedding", T, t, lambda x: mem_cost(1, 0.0, (w + a) * x * h, peak16, bw, e.embedding)[0])
-        yield "embedding", t, 0.0, b, c, mm
+        t, f, b, c, mm = priced("embedding", mem(0.0, (w + a) * h, 0.0, e.embedding))
+        yield "embedding", t, f, b, c, mm
 
-        # LM head on the last token of each sampled sequence, fp32 logits written
-        t, f, b, c, mm = gemm_cost(S, h, vocab, w, peak, bw, e.gemm)
+        yield ("lm_head",) + self._lm_head_row(S)
+
+    def _lm_head_row(self, S: int):
+        """The LM head on the last token of each of ``S`` sampled sequences, fp32 logits written:
+        (time_s, flops, bytes, compute_s, memory_s)."""
+        h, vocab, w = self._c[0], self._c[6], self._c[9]
+        bw, e = self.gpu.mem_bw_bytes_per_s, self.eff
+        t, f, b, c, mm = gemm_cost(S, h, vocab, w, self.peak_flops, bw, e.gemm)
         b += S * LOGIT_BYTES * vocab
         mm += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
         t += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
-        yield "lm_head", t, f, b, c, mm
+        return t, f, b, c, mm
 
     def _comm(self, T: int):
         """(name, time_s) of the step's communication."""
@@ -324,8 +322,7 @@ class CostModel:
         """The LM head's row of ``_ops`` for ``S`` sampled sequences (memoized)."""
         hit = self._memo_S.get(S)
         if hit is None:
-            hit = self._memo_S[S] = next(op[1:] for op in self._ops(Batch(num_tokens=S, num_sampled=S))
-                                         if op[0] == "lm_head")
+            hit = self._memo_S[S] = self._lm_head_row(S)
         return hit
 
     def _fixed(self, T: int, S: int):
