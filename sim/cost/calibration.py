@@ -333,6 +333,18 @@ def attention_points(profiles: list):
         return None
     cat = np.concatenate
     return ({k: cat(v) for k, v in out.items() if k != "model"}, np.array(out["model"]))
+def gemm_dims(p, t) -> dict:
+    """(K, N) per GEMM kernel of profile ``p`` at TP ``t`` (an int, or an array of one per row)."""
+    import numpy as np
+
+    hd = p.hidden // p.n_head
+    qd = p.n_head // t * hd
+    kvd = np.maximum(p.n_kv_head // t, 1) * hd
+    n_up = 2 if p.gated else 1
+    return {"attn_pre_proj": (p.hidden + 0 * t, qd + 2 * kvd), "attn_post_proj": (qd, p.hidden + 0 * t),
+            "mlp_up_proj": (p.hidden + 0 * t, n_up * p.inter // t), "mlp_down_proj": (p.inter // t, p.hidden + 0 * t)}
+
+
 def gemm_points(profiles: list):
     """Arrays M, K, N, measured seconds, and labels (model, tp, op) of every GEMM measurement."""
     import numpy as np
@@ -340,13 +352,7 @@ def gemm_points(profiles: list):
     M, K, N, y, model, tp, op = [], [], [], [], [], [], []
     for p in profiles:
         t = p.tp
-        hd = p.hidden // p.n_head
-        qd = p.n_head // t * hd
-        kvd = np.maximum(p.n_kv_head // t, 1) * hd
-        n_up = 2 if p.gated else 1
-        dims = {"attn_pre_proj": (p.hidden + 0 * t, qd + 2 * kvd), "attn_post_proj": (qd, p.hidden + 0 * t),
-                "mlp_up_proj": (p.hidden + 0 * t, n_up * p.inter // t), "mlp_down_proj": (p.inter // t, p.hidden + 0 * t)}
-        for name, (k, n) in dims.items():
+        for name, (k, n) in gemm_dims(p, t).items():
             ok = ~np.isnan(p.ops[name])
             M.append(p.tokens[ok]); K.append(k[ok]); N.append(n[ok]); y.append(p.ops[name][ok])
             model += [p.model] * int(ok.sum()); tp.append(t[ok]); op += [GEMM_OPS[name]] * int(ok.sum())

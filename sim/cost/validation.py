@@ -14,8 +14,8 @@ intra-node collectives by number of GPUs.
 
 from __future__ import annotations
 
-from sim.cost.calibration import (PROFILE_DTYPE_BYTES, Profiles, attention_points, attention_time_np,
-                                  collective_time_np, comm_points, gemm_points, gemm_time_np, mem_points,
+from sim.cost.calibration import (GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles, attention_points, attention_time_np,
+                                  collective_time_np, comm_points, gemm_dims, gemm_points, gemm_time_np, mem_points,
                                   mem_time_np)
 from sim.cost.efficiency import Efficiencies
 from sim.specs import GpuSpec
@@ -109,13 +109,8 @@ def validate_measured(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_t
     per_op: dict = {name: ([], [], [], []) for name in ("qkv_proj", "o_proj", "mlp_up", "mlp_down")}
     lin: dict = {}
     for p in profiles.compute:
-        hd = p.hidden // p.n_head
         for tp in sorted({int(t) for t in p.tp.tolist()}):
-            qd = p.n_head // tp * hd
-            kvd = max(p.n_kv_head // tp, 1) * hd
-            n_up = 2 if p.gated else 1
-            dims = {"qkv_proj": (p.hidden, qd + 2 * kvd), "o_proj": (qd, p.hidden),
-                    "mlp_up": (p.hidden, n_up * p.inter // tp), "mlp_down": (p.inter // tp, p.hidden)}
+            dims = {GEMM_OPS[k]: v for k, v in gemm_dims(p, tp).items()}
             for op, xs, ys in tables_of(p, tp):
                 if op not in dims or len(xs) < 3:
                     continue
