@@ -136,12 +136,15 @@ request_rows = st.lists(
        router=st.sampled_from(["round_robin", "random", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"]),
        policy=st.sampled_from(["continuous", "chunked_prefill", "static", "pd_split"]),
        preemption=st.sampled_from(["recompute", "swap"]), prefix_caching=st.booleans(),
-       spec=st.one_of(st.none(), st.integers(1, 4)))
+       spec=st.one_of(st.none(), st.integers(1, 4)),
+       pp=st.sampled_from([(1, True), (1, True), (2, False), (2, True)]))
 def test_fast_engine_matches_reference_anywhere(rows, max_num_seqs, budget, blocks, replicas, duration, router,
-                                                policy, preemption, prefix_caching, spec):
+                                                policy, preemption, prefix_caching, spec, pp):
     rows = sorted(rows)
     kw = policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, blocks, router, duration,
                        replicas, spec)
+    # PP 2 without overlap runs on the fast path; with overlap (virtual engines) both run step by step
+    kw["hardware.pp"], kw["hardware.pp_overlap"] = pp
     if duration is not None:
         rows = [r for r in rows if r[0] < duration]
         if not rows:
