@@ -178,7 +178,9 @@ def cmd_validate(args) -> int:
     cap = setup.capacity
     print(f"{args.scenario}: ok ({scenario.name}: {scenario.model} on {scenario.cluster.replicas} x "
           f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "
-          f"KV {cap.num_blocks} blocks = {cap.num_tokens} tokens per replica)")
+          f"KV {cap.num_blocks} blocks = {cap.num_tokens} tokens per replica"
+          + (f", split over {scenario.hardware.pp} virtual engines" if scenario.hardware.pp > 1
+             and scenario.hardware.pp_overlap else "") + ")")
     return 0
 
 
