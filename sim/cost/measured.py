@@ -13,9 +13,9 @@ repeated rows averaged). Between two measured counts it is the roofline's time t
 measured / roofline, interpolated linearly between the two: the roofline carries the shape (its
 tile-quantization steps, e.g. at 128 tokens) and the measurements the level. Outside the measured
 range it is the nearest measurement scaled by ``roof(T) / roof(edge)``. (Held out, pricing each
-point from its neighbours, this halves the linear layers' worst error at the tile steps compared
-with interpolating the times themselves: ``servesim validate-cost --measured``.) Only time comes from the measurements: an
-operator's FLOPs and bytes (and so MFU, MBU and its bound) stay the model's. Operators the profile
+point from its neighbours, this beats interpolating the times themselves at the tile steps:
+``servesim validate-cost --measured``.) Only time comes from the measurements: an operator's
+FLOPs and bytes (and so MFU, MBU and its bound) stay the model's. Operators the profile
 lacks (attention, the LM head, collectives) keep the calibrated roofline. The measurements are fp16,
 so they are refused for other weight dtypes; MoE layers are not covered.
 """
@@ -40,7 +40,8 @@ MEASURED_DTYPES = ("bf16", "fp16")  # the profiles are fp16; bf16 kernels run at
 
 def interp_time(xs, ys, x: float, roof) -> float:
     """The price at ``x`` tokens from measurements ``ys`` at ascending token counts ``xs`` (the
-    module's contract); ``roof(tokens)`` is the roofline time, used only outside ``xs``."""
+    module's contract); ``roof(tokens)`` is the roofline time, which shapes the price between and
+    beyond the measured counts (never used at one)."""
     if x <= xs[0]:
         return ys[0] if x == xs[0] else ys[0] * roof(x) / roof(xs[0])
     if x >= xs[-1]:
@@ -79,9 +80,9 @@ class MeasuredOps:
         return interp_time(tab[0], tab[1], tokens, roof)
 
 
-def tables_of(profile, tp: int, max_tokens: float = float("inf")) -> tuple:
+def tables_of(profile, tp: int) -> tuple:
     """``MeasuredOps.tables`` of one ``ComputeProfile`` at one TP size: per operator, the token
-    counts measured (<= ``max_tokens``) and their mean median time."""
+    counts measured and their mean median time."""
     import numpy as np
 
     rows = profile.tp == tp
@@ -92,7 +93,7 @@ def tables_of(profile, tp: int, max_tokens: float = float("inf")) -> tuple:
             continue
         y = np.mean(cols, axis=0)
         x = profile.tokens[rows].astype(float)
-        ok = ~np.isnan(y) & (x <= max_tokens)
+        ok = ~np.isnan(y)
         if not ok.any():
             continue
         xs, inv = np.unique(x[ok], return_inverse=True)
@@ -101,9 +102,8 @@ def tables_of(profile, tp: int, max_tokens: float = float("inf")) -> tuple:
     return tuple(out)
 
 
-def _shape(p) -> str:
-    return (f"{p.n_head} heads, {p.n_kv_head} KV heads, hidden {p.hidden}, MLP {p.inter}"
-            f"{' gated' if p.gated else ''}")
+def _shape(n_head, n_kv, hidden, inter, gated) -> str:
+    return f"{n_head} heads, {n_kv} KV heads, hidden {hidden}, MLP {inter}{' gated' if gated else ''}"
 
 
 @functools.lru_cache(maxsize=64)
@@ -111,13 +111,14 @@ def _load(root: str, gpu: str, device: str | None, shape: tuple, tp: int, model_
     from sim.cost.calibration import find_profiles
 
     prof = find_profiles(root, gpu, device, where=where)
-    n_head, n_kv, hidden, inter, gated = shape
-    match = [p for p in prof.compute
-             if (p.n_head, p.n_kv_head, p.hidden, p.inter, p.gated) == (n_head, n_kv, hidden, inter, gated)]
+    def shape_of(p):
+        return p.n_head, p.n_kv_head, p.hidden, p.inter, p.gated
+
+    match = [p for p in prof.compute if shape_of(p) == shape]
     if not match:
-        have = "; ".join(f"{p.model} ({_shape(p)})" for p in prof.compute)
-        raise InputError(f"{where}: no profile under {root} matches {model_name} ({n_head} heads, {n_kv} KV heads, "
-                         f"hidden {hidden}, MLP {inter}{' gated' if gated else ''}); profiles there: {have}")
+        have = "; ".join(f"{p.model} ({_shape(*shape_of(p))})" for p in prof.compute)
+        raise InputError(f"{where}: no profile under {root} matches {model_name} ({_shape(*shape)}); "
+                         f"profiles there: {have}")
     for p in match:
         if (p.tp == tp).any():
             return MeasuredOps(str(p.path), tp, tables_of(p, tp))
