@@ -56,10 +56,6 @@ class VirtualEngines:
     def waiting(self) -> list:
         return [r for e in self.engines for r in e.waiting]
 
-    @property
-    def num_running(self) -> int:
-        return sum(e.num_running for e in self.engines)
-
 
 class _KvView:
     """The engines' KV allocators added up (what ``least_kv_usage`` and ``prefix_aware`` read)."""
