@@ -217,7 +217,7 @@ def cmd_cost(args) -> int:
                    eff=efficiencies_for(gpu, args.calibration, "--calibration"), measured=measured)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
-    stages = cm.stage_times(c, batch.num_tokens)
+    stages = cm.stage_times(c, batch)
     ai = c.arithmetic_intensity
     ridge = cm.peak_flops / gpu.mem_bw_bytes_per_s
     if args.json:
@@ -237,9 +237,11 @@ def cmd_cost(args) -> int:
     print(f"arithmetic intensity {ai:.1f} FLOP/byte vs ridge point {ridge:.1f}: {c.bound}-bound "
           f"({'above' if ai > ridge else 'below'} the ridge)")
     if args.pp > 1:
-        print(f"pipeline: stages 1-{args.pp - 1} hold the step {stages[0] * 1e3:.3f} ms each (their layers and "
-              f"the send to the next), stage {args.pp} {stages[-1] * 1e3:.3f} ms; with overlapping micro-batches "
-              "(hardware.pp_overlap) a stage takes the next engine's step after that")
+        held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers)" for i, (t, n) in enumerate(zip(stages, cm.stage_layers())))
+        slow = max(range(args.pp), key=lambda i: stages[i])
+        print(f"pipeline: the step holds stage {held}; stage 1 also embeds, the last runs the LM head, each but "
+              f"the last sends to the next. Stage {slow + 1} is the slowest: with overlapping micro-batches "
+              "(hardware.pp_overlap) it bounds the replica's step rate")
     if measured is not None:
         print(f"priced from measurements ({measured.source}): {', '.join(measured.ops)}; "
               "FLOPs, bytes and bounds from the model")

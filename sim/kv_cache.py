@@ -55,17 +55,22 @@ def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_
     """Per-GPU memory plan; a clear error when weights (and the reserve) leave no room for KV.
     ``extra_weight_bytes``: other weights on the replica's GPUs (a speculative draft model)."""
     cm = cost_model
-    cap = KvCapacity(
+    # With PP every stage keeps the KV of the same tokens for its own layers, so the stage that
+    # fits the fewest blocks (its weights: layers, embedding or LM head) sets the pool for all.
+    caps = [KvCapacity(
         usable_bytes=cm.gpu.mem_bytes * gpu_memory_utilization,
-        weight_bytes=(cm.weight_bytes + extra_weight_bytes) / cm.num_gpus,
+        weight_bytes=(w + extra_weight_bytes / cm.pp) / cm.tp,
         activation_reserve_bytes=reserve_bytes,
-        kv_bytes_per_token=cm.kv_bytes_per_token_per_gpu(),
+        kv_bytes_per_token=cm.kv_bytes_per_token_per_gpu(n),
         block_size=block_size,
-    )
+    ) for w, n in zip(cm.stage_weight_bytes(), cm.stage_layers())]
+    stage = min(range(len(caps)), key=lambda i: caps[i].kv_pool_bytes / (caps[i].kv_bytes_per_token * block_size))
+    cap = caps[stage]
+    on = f" on pipeline stage {stage + 1} of {cm.pp}" if cm.pp > 1 else ""
     if cap.kv_pool_bytes < cap.kv_bytes_per_token * block_size:
         raise InputError(
             f"{where}: model {cm.model.name} does not fit on {cm.gpu.name} with tp={cm.tp}, pp={cm.pp}: "
-            f"per GPU, weights take {cap.weight_bytes / GIB:.1f} GiB and the activation reserve "
+            f"per GPU{on}, weights take {cap.weight_bytes / GIB:.1f} GiB and the activation reserve "
             f"{cap.activation_reserve_bytes / GIB:.1f} GiB of {cap.usable_bytes / GIB:.1f} GiB usable "
             f"({cm.gpu.mem_bytes / GIB:.1f} GiB x memory.gpu_memory_utilization={gpu_memory_utilization}), "
             f"leaving {cap.kv_pool_bytes / GIB:.2f} GiB for KV; one {block_size}-token block needs "

@@ -137,7 +137,7 @@ class Replica:
             # stage in turn; the step's extra time is all but its cost (waits for busy stages)
             yield env.timeout(cost.overhead_s + extra)
             yield from self.pipeline.traverse(
-                self.cost_model.stage_times(cost, batch.num_tokens + batch.padding_tokens))
+                self.cost_model.stage_times(cost, batch))
             extra = env.now - start - cost.time_s
         self._commit(batch, cost, start, extra)
 

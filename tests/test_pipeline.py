@@ -14,36 +14,93 @@ def _pp(scenario_factory, pp=2, overlap=True, **kw):
     return scenario_factory(**{"hardware.pp": pp, "hardware.pp_overlap": overlap, **kw})
 
 
-def test_stage_times_split_the_gpu_work_and_add_the_sends(scenario_factory):
+def test_stage_times_split_the_layers_and_place_embedding_and_lm_head(scenario_factory):
+    """Llama-3-8B (32 layers, a 128k-token vocabulary) on PP 4: each stage its 8 layers' share,
+    stage 1 also the embedding lookup, stage 4 the LM head, stages 1-3 the send to the next."""
     cm = prepare(_pp(scenario_factory, pp=4)).cost_model
     b = synthetic_batch(prefill=[(700, 0)], decode_contexts=[300] * 9)
     cost = cm.step_time(b)
-    st = cm.stage_times(cost, b.num_tokens)
+    st = cm.stage_times(cost, b)
+    assert cm.stage_layers() == [8, 8, 8, 8]
     assert len(st) == 4 and sum(st) == pytest.approx(cost.time_s - cost.overhead_s, rel=1e-12)
-    assert st[0] == st[1] == st[2] > st[3]  # every stage but the last sends to the next
+    ops = cm.breakdown(b)
+    send = ops["pp_send"].time_s / 3
+    assert st[1] == st[2]
+    assert st[0] - st[1] == pytest.approx(ops["embedding"].time_s, rel=1e-9)
+    assert st[3] - st[1] == pytest.approx(ops["lm_head"].time_s - send, rel=1e-9)
+    layers = cost.time_s - cost.overhead_s - ops["pp_send"].time_s - ops["embedding"].time_s - ops["lm_head"].time_s
+    assert st[1] == pytest.approx(layers / 4 + send, rel=1e-12)
+    # a decode step reads weights: the LM head (128k x 4096, 2.4 layers' worth) makes the last
+    # stage (8 layers + head) the slowest, by about its share of the weights
+    d = synthetic_batch(decode_contexts=[300] * 64)
+    sd = cm.stage_times(cm.step_time(d), d)
+    w = cm.stage_weight_bytes()
+    assert max(sd) == sd[3] and sd[3] / sd[1] == pytest.approx(w[3] / w[1], rel=0.1)
     one = prepare(_pp(scenario_factory, pp=1)).cost_model
     c1 = one.step_time(b)
-    assert one.stage_times(c1, b.num_tokens) == [c1.time_s - c1.overhead_s]
+    assert one.stage_times(c1, b) == [c1.time_s - c1.overhead_s]
+
+
+@pytest.mark.parametrize("model,pp,layers", [
+    ("meta-llama/Llama-2-70b-hf", 3, [27, 27, 26]),  # the remainder on the stages before the last
+    ("meta-llama/Llama-2-70b-hf", 6, [13, 13, 13, 14, 14, 13]),
+    ("microsoft/phi-2", 2, [16, 16]),
+    ("meta-llama/Llama-3.2-1B", 2, [8, 8]),  # tied embeddings
+])
+def test_stage_layers_and_weights(model, pp, layers):
+    from sim.cost.roofline import CostModel
+    from sim.specs import DTYPE_BYTES, get_gpu, get_model
+
+    m = get_model(model)
+    cm = CostModel(m, get_gpu("a100-80g"), tp=2, pp=pp)
+    assert cm.stage_layers() == layers and sum(layers) == m.num_layers
+    w = cm.stage_weight_bytes()
+    emb = m.vocab_size * m.hidden_size * DTYPE_BYTES["bf16"]
+    layer = m.layer_weight_params() * DTYPE_BYTES["bf16"]
+    assert w[0] == pytest.approx(layers[0] * layer + emb)
+    assert w[-1] == pytest.approx(layers[-1] * layer + emb + m.hidden_size * DTYPE_BYTES["bf16"])
+    # untied: the stages hold the model once; tied: the last stage keeps its own copy of the embedding
+    extra = emb if m.tied_embeddings else 0
+    assert sum(w) == pytest.approx(cm.weight_bytes + extra)
+    assert CostModel(m, get_gpu("a100-80g"), tp=2).stage_weight_bytes() == [pytest.approx(cm.weight_bytes)]
+
+
+def test_the_stage_that_fits_the_fewest_blocks_sizes_the_kv():
+    """PP 2 of Llama-3-8B: both stages have 16 layers; the last also holds the 1 GiB LM head, so it
+    fits fewer blocks, and every stage's pool is cut to its size."""
+    from sim.cost.roofline import CostModel
+    from sim.kv_cache import GIB, size_kv
+    from sim.specs import get_gpu, get_model
+
+    cm = CostModel(get_model("meta-llama/Meta-Llama-3-8B"), get_gpu("l40s"), tp=1, pp=2)
+    cap = size_kv(cm, 0.9, 16, 1 * GIB)
+    w = cm.stage_weight_bytes()
+    assert w[1] > w[0] and cap.weight_bytes == w[1]
+    assert cap.num_blocks == int((0.9 * cm.gpu.mem_bytes - w[1] - GIB) // (cm.kv_bytes_per_token_per_gpu(16) * 16))
 
 
 def test_two_virtual_engines_overlap_exactly_as_the_stages_allow(scenario_factory):
     """Two one-token requests at t=0 on one PP=2 replica: engine 0 takes the first, engine 1 (fewer
     unfinished) the second. Both schedule at 0; after its overhead each wants stage 0: engine 0
-    holds it for tau0 while engine 1 waits, then moves to stage 1 as engine 1 enters stage 0."""
+    holds it for tau0 while engine 1 waits, then moves to stage 1 as engine 1 enters stage 0.
+    Stage 1 (its layers and the LM head) takes longer than stage 0 (its layers, the embedding and
+    the send), so engine 1 then waits for stage 1 too: it enters at tau0 + tau1, not 2 tau0."""
     sc = _pp(scenario_factory)
     P = 400
     res = simulate(sc, specs=specs([(0.0, P, 1), (0.0, P, 1)]))
     cm = prepare(sc).cost_model
     cost = cm.step_time(synthetic_batch(prefill=[(P, 0)]))
-    tau0, tau1 = cm.stage_times(cost, P)
+    tau0, tau1 = cm.stage_times(cost, synthetic_batch(prefill=[(P, 0)]))
+    assert tau1 > tau0
     r = res.requests
     assert list(r["replica"]) == [0, 1]
     assert r["first_token_s"][0] == pytest.approx(cost.overhead_s + tau0 + tau1, rel=1e-12)
-    assert r["first_token_s"][1] == pytest.approx(cost.overhead_s + 2 * tau0 + tau1, rel=1e-12)
+    assert r["first_token_s"][1] == pytest.approx(cost.overhead_s + tau0 + 2 * tau1, rel=1e-12)
     st = res.steps
     assert list(st["replica"]) == [0, 1]
     assert st["duration_s"][0] == pytest.approx(cost.time_s, rel=1e-12)  # no wait
-    assert st["duration_s"][1] == pytest.approx(cost.time_s + tau0, rel=1e-12)  # waited tau0 for stage 0
+    # waited tau0 for stage 0, then tau1 - tau0 for stage 1
+    assert st["duration_s"][1] == pytest.approx(cost.time_s + tau1, rel=1e-12)
     # without overlap: one scheduler, both prompts in one step that crosses both stages
     seq = simulate(_pp(scenario_factory, overlap=False), specs=specs([(0.0, P, 1), (0.0, P, 1)]))
     assert list(seq.requests["replica"]) == [0, 0]
@@ -107,7 +164,7 @@ def test_cost_cli_shows_the_stage_split(capsys):
     assert main(args + ["--pp", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
     st = out["pp_stage_times_s"]
-    assert len(st) == 2 and st[0] > st[1]
+    assert len(st) == 2 and st[1] > st[0]  # decode: the last stage's LM head outweighs the send
     assert sum(st) == pytest.approx(out["step_time_s"] - out["ops"]["overhead"]["time_s"], rel=1e-12)
     assert "pp_send" in out["ops"]
     assert main(args) == 0

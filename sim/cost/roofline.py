@@ -7,8 +7,8 @@ bandwidth-bound kernels: bytes / bandwidth + kernel latency; attention: plain ro
 for the prefill and the decode sequences of a mixed step). A step's time is the sum over operators
 and layers, plus communication (TP all-reduce, PP send/recv) and a fixed + per-sequence overhead.
 With PP a step traverses the stages one after another, so its time is that of all layers;
-``stage_times`` splits it per stage, for the engine's overlapping micro-batches
-(``sim/pipeline.py``).
+``stage_times`` splits it per stage (each stage its layers; the embedding on the first, the LM
+head on the last), for the engine's overlapping micro-batches (``sim/pipeline.py``).
 
 MoE layers (``ModelSpec.num_experts``): a router GEMM, then each of the ``E_hit`` experts the step
 is expected to touch (``E (1 - (1 - k/E)^T)``) runs its GEMMs on ``T k / E_hit`` tokens, so expert
@@ -140,6 +140,7 @@ class CostModel:
     _memo_T: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_S: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_dec: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
+    _memo_emb: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
 
     def __post_init__(self):
         m, tp = self.model, self.tp
@@ -158,6 +159,7 @@ class CostModel:
         object.__setattr__(self, "_memo_T", {})
         object.__setattr__(self, "_memo_S", {})
         object.__setattr__(self, "_memo_dec", {})
+        object.__setattr__(self, "_memo_emb", {})
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -174,9 +176,12 @@ class CostModel:
         # With fewer KV heads than TP ranks each rank keeps a replica of one head.
         return max(self.model.num_kv_heads / self.tp, 1.0)
 
-    def kv_bytes_per_token_per_gpu(self) -> float:
+    def kv_bytes_per_token_per_gpu(self, layers: int | None = None) -> float:
+        """KV bytes a token takes on one GPU of the stage with ``layers`` layers (default: the
+        most any stage has, ``ceil(L / pp)``)."""
         m = self.model
-        layers = math.ceil(m.num_layers / self.pp)
+        if layers is None:
+            layers = math.ceil(m.num_layers / self.pp)
         return layers * 2 * self.kv_heads_per_gpu * m.head_dim * DTYPE_BYTES[self.kv_dtype]
 
     @property
@@ -486,19 +491,61 @@ class CostModel:
         return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
                         tc, tm, comm, over)
 
-    def stage_times(self, cost: StepCost, tokens: int) -> list:
-        """How long a step of ``tokens`` tokens (``cost``, from ``step_time``) holds each of the
-        ``pp`` pipeline stages, in order: its GPU work (all but the scheduler overhead and the
-        stage-to-stage sends) split evenly over the stages, each stage but the last then sending
-        its activations to the next. The times add up to ``cost.time_s - cost.overhead_s``."""
+    def stage_layers(self) -> list:
+        """Transformer layers on each of the ``pp`` stages, in order: ``L // pp`` each, the
+        remainder one more each on the stages just before the last (vLLM's split: the last stage
+        already carries the final norm and the LM head)."""
+        p, L = self.pp, self.model.num_layers
+        out = [L // p] * p
+        for i in range(L % p):
+            out[-2 - i] += 1
+        return out
+
+    def stage_weight_bytes(self) -> list:
+        """Weights each stage holds (all of its ``tp`` GPUs together): its layers, the embedding
+        on the first, the final norm and the LM head on the last (a tied LM head keeps its own
+        copy of the embedding there, as vLLM does). Sums to ``weight_bytes`` when ``pp`` is 1."""
+        m = self.model
+        w = DTYPE_BYTES[self.dtype]
+        emb = m.vocab_size * m.hidden_size
+        out = [n * m.layer_weight_params() * w for n in self.stage_layers()]
+        out[0] += emb * w
+        head = 0 if m.tied_embeddings and self.pp == 1 else emb
+        out[-1] += (head + m.hidden_size) * w
+        return out
+
+    def _embedding_s(self, T: int) -> float:
+        """The embedding lookup's time for ``T`` tokens (its row of ``_ops``; memoized)."""
+        memo = self._memo_emb
+        hit = memo.get(T)
+        if hit is None:
+            if len(memo) >= 65_536:
+                memo.clear()
+            hit = memo[T] = next(op[1] for op in self._ops(Batch(num_tokens=T)) if op[0] == "embedding")
+        return hit
+
+    def stage_times(self, cost: StepCost, batch: Batch) -> list:
+        """How long ``batch``'s step (``cost``, from ``step_time``) holds each of the ``pp``
+        pipeline stages, in order. The layers' work (every operator but the embedding and the LM
+        head, with the TP all-reduces) is shared by the stages' layer counts (``stage_layers``);
+        the first stage also does the embedding lookup, the last the LM head; each stage but the
+        last then sends its activations to the next. The times add up to ``cost.time_s -
+        cost.overhead_s`` (the scheduler's overhead is paid before the stages)."""
         p = self.pp
         if p == 1:
             return [cost.time_s - cost.overhead_s]
+        T = batch.num_tokens + batch.padding_tokens
         g = self.gpu
-        send = send_time_s(ACT_BYTES * tokens * self.model.hidden_size, g.link_bw_bytes_per_s, g.link_latency_s,
+        send = send_time_s(ACT_BYTES * T * self.model.hidden_size, g.link_bw_bytes_per_s, g.link_latency_s,
                            self.eff.send_recv)
-        body = (cost.time_s - cost.overhead_s - (p - 1) * send) / p
-        return [body + send] * (p - 1) + [body]
+        emb = self._embedding_s(T)
+        head = self._lm_head(batch.num_sampled)[0]
+        layers = cost.time_s - cost.overhead_s - (p - 1) * send - emb - head
+        L = self.model.num_layers
+        out = [layers * n / L + send for n in self.stage_layers()]
+        out[0] += emb
+        out[-1] += head - send
+        return out
 
     def breakdown(self, batch: Batch) -> dict[str, OpCost]:
         """Per-operator totals over all layers of one step (for ``servesim cost``)."""
