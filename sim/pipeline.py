@@ -7,7 +7,7 @@ micro-batch at a time, first come first served, so while one engine's step is on
 can be on stage 1: with ``pp`` engines busy the stages overlap and the replica's throughput
 approaches ``pp`` times one step at a time; unequal steps leave bubbles (a stage waits for the
 one before it). A new request goes to the replica's engine with the fewest unfinished requests,
-as vLLM does.
+as vLLM does. The engines' KV swaps to and from the host share the replica's PCIe links.
 """
 
 from __future__ import annotations
@@ -21,6 +21,15 @@ class Pipeline:
     def __init__(self, env, stages: int):
         self.env = env
         self.stages = [simpy.Resource(env, capacity=1) for _ in range(stages)]
+        # the replica's host links (PCIe): the engines' KV swaps share them, one copy at a time
+        self.host_link = simpy.Resource(env, capacity=1)
+
+    def swap(self, seconds: float):
+        """A SimPy generator: copy KV blocks to or from the host for ``seconds`` (the copy's time
+        at the replica's whole swap bandwidth), after waiting for other engines' copies."""
+        with self.host_link.request() as req:
+            yield req
+            yield self.env.timeout(seconds)
 
     def traverse(self, times):
         """A SimPy generator: hold stage ``k`` for ``times[k]`` seconds, in order, each after

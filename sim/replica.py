@@ -32,8 +32,9 @@ class Replica:
     ``spec``: (k, acceptance_rate, draft_cost_model or None, rng) for speculative decoding.
     ``swap``: (host_blocks, bytes_per_block, bytes_per_s) for swap preemption.
     ``pipeline``: the replica's ``sim.pipeline.Pipeline`` when this is one of its virtual engines
-    (PP with overlapping micro-batches): a step's GPU work then holds the stages in turn, waiting
-    for each to be free; None: the step takes its time alone."""
+    (PP with overlapping micro-batches): a step's GPU work then holds the stages in turn, and its KV
+    copies the host links the engines share, waiting for each to be free; None: the step takes its
+    time alone."""
 
     def __init__(self, env, index: int, policy, cost_model, kv: BlockAllocator, recorder, max_context_tokens: int,
                  *, role: str = "colocated", pool: str = "", handoff=None, spec=None, swap=(0, 0.0, 1.0),
@@ -120,7 +121,10 @@ class Replica:
         swap_s = self._apply(batch, start)
         if batch.empty:
             if swap_s > 0:
-                yield env.timeout(swap_s)
+                if self.pipeline is None:
+                    yield env.timeout(swap_s)
+                else:
+                    yield from self.pipeline.swap(swap_s)
             elif not batch.preempted:
                 # Nothing can run now (waiting for KV held by transfers, or for the policy's
                 # timer): sleep until an arrival, a KV release or the timer. A colocated replica
@@ -129,13 +133,17 @@ class Replica:
                 yield self._sleep(batch.wake_at_s)
             return
         cost = self.cost_model.step_time(batch)
-        extra = swap_s + (self._draft_time_s(batch) if self.spec else 0.0)
+        draft_s = self._draft_time_s(batch) if self.spec else 0.0
+        extra = swap_s + draft_s
         if self.pipeline is None:
             yield env.timeout(cost.time_s + extra)
         else:
-            # the scheduler's overhead, KV copies and the draft before the stages; then each
-            # stage in turn; the step's extra time is all but its cost (waits for busy stages)
-            yield env.timeout(cost.overhead_s + extra)
+            # the scheduler's overhead and the draft, then the KV copies (on the host links the
+            # engines share), before the stages; then each stage in turn; the step's extra time is
+            # all but its cost (its own copies and draft, and waits for busy links and stages)
+            yield env.timeout(cost.overhead_s + draft_s)
+            if swap_s > 0:
+                yield from self.pipeline.swap(swap_s)
             yield from self.pipeline.traverse(
                 self.cost_model.stage_times(cost, batch))
             extra = env.now - start - cost.time_s

@@ -200,3 +200,35 @@ def test_each_virtual_engine_gets_its_share_of_kv_and_host_swap(scenario_factory
         assert [r.kv.num_blocks for r in cl.replicas] == [100 // engines] * engines
         assert [r.host_blocks for r in cl.replicas] == [host // engines] * engines
         assert sum(i.peak_flops for i in cl.infos) == pytest.approx(setup.cost_model.peak_flops * 3)
+
+
+def test_virtual_engines_share_the_host_links():
+    """Two engines that swap KV at the same time: the second copy waits for the first (they share
+    the replica's PCIe links), while the stages are free to overlap."""
+    import simpy
+
+    from sim.pipeline import Pipeline
+
+    env = simpy.Environment()
+    pipe = Pipeline(env, 2)
+    done = []
+
+    def engine(i):
+        yield from pipe.swap(1.0)
+        done.append(("copied", i, env.now))
+        yield from pipe.traverse([0.5, 0.5])
+        done.append(("stepped", i, env.now))
+
+    env.process(engine(0))
+    env.process(engine(1))
+    env.run()
+    assert sorted(done) == [("copied", 0, 1.0), ("copied", 1, 2.0), ("stepped", 0, 2.0), ("stepped", 1, 3.0)]
+
+
+def test_swapping_virtual_engines_account_for_every_request(scenario_factory):
+    sc = _pp(scenario_factory, pp=2, **{"memory.num_gpu_blocks": 24, "memory.swap_space_gib": 1.0,
+                                        "policy.preemption": "swap", "workload.num_requests": 40})
+    res = simulate(sc, specs=specs([(0.002 * i, 64, 120) for i in range(40)]))
+    s = res.summary
+    assert s["completed"] == 40 and s["preemptions"] > 0
+    assert s["kv"]["swap_in_bytes"] > 0
