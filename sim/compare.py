@@ -84,11 +84,36 @@ def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
     return configs
 
 
+CHUNK_NOTE_ABOVE = 2048  # vLLM's default token budget with chunked prefill; Sarathi-Serve uses 512-2048
+
+
+def chunk_budget_note(configs, base: dict) -> str | None:
+    """A note when a configuration runs ``chunked_prefill`` with the scenario's token budget and
+    that budget is large (``--policies chunked_prefill`` changes only the policy's name): prompts
+    shorter than the budget are never chunked, so the run is continuous batching by another name."""
+    pol = base.get("policy") if isinstance(base.get("policy"), dict) else {}
+    budget = pol.get("max_num_batched_tokens", 8192)
+    if not isinstance(budget, int) or budget <= CHUNK_NOTE_ABOVE:
+        return None
+    for label, ov in configs:
+        if ov.get("policy.name") == "chunked_prefill" and "policy.max_num_batched_tokens" not in ov:
+            return (f"note: {label} runs chunked_prefill with the scenario's token budget "
+                    f"(policy.max_num_batched_tokens={budget}): prompts shorter than that are never chunked. "
+                    f"For Sarathi-Serve-sized chunks add e.g. --variant chunked-512 policy.name=chunked_prefill "
+                    f"policy.max_num_batched_tokens=512")
+    return None
+
+
 def cmd_compare(args) -> int:
+    import sys
+
     check_workers(args)
     configs = configurations(args.policies, args.variant)
     rates = parse_rates(args.rates)
     base, _ = load_base(args.scenario, args.set, args.seed)
+    note = chunk_budget_note(configs, base)
+    if note:
+        print(note, file=sys.stderr)
     variants = []
     for label, ov in configs:
         for r in rates or [None]:

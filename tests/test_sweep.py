@@ -170,6 +170,21 @@ def test_compare_rejects_unregistered_policy(tmp_path, capsys):
     assert "unknown policy 'nope'" in err and "continuous" in err
 
 
+def test_compare_notes_when_chunked_prefill_keeps_a_large_budget():
+    from sim.compare import chunk_budget_note, configurations
+
+    big = {"policy": {"name": "continuous", "max_num_batched_tokens": 8192}}
+    note = chunk_budget_note(configurations("continuous,chunked_prefill", None), big)
+    assert "policy.max_num_batched_tokens=8192" in note and "--variant chunked-512" in note
+    assert chunk_budget_note(configurations("continuous,chunked_prefill", None), {"policy": {}})  # default 8192
+    # a variant that sets the budget, a small scenario budget, or no chunked_prefill: nothing to say
+    assert chunk_budget_note(configurations(None, [["c", "policy.name=chunked_prefill",
+                                                    "policy.max_num_batched_tokens=512"]]), big) is None
+    small = {"policy": {"name": "continuous", "max_num_batched_tokens": 1024}}
+    assert chunk_budget_note(configurations("chunked_prefill", None), small) is None
+    assert chunk_budget_note(configurations("continuous,static", None), big) is None
+
+
 def test_compare_takes_names_from_the_registry(tmp_path, monkeypatch):
     from sim.compare import configurations
 
