@@ -213,8 +213,12 @@ def cmd_cost(args) -> int:
         from sim.cost.measured import load_measured
 
         measured = load_measured(args.profiles, model, args.tp, gpu, args.dtype, args.device, "--profiles")
+    from sim.cost.efficiency import step_overheads
+
+    eff = efficiencies_for(gpu, args.calibration, "--calibration")
+    step_s, per_seq_s, _ = step_overheads(eff, args.tp)
     cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype,
-                   eff=efficiencies_for(gpu, args.calibration, "--calibration"), measured=measured)
+                   step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
     stages = cm.stage_times(c, batch)

@@ -22,14 +22,14 @@ def _profiles(args):
 def _summary_rows(rows, detail: bool):
     keep = []
     for r in rows:
-        if r["model"] == "all" or r["family"] == "linear" or detail or r["family"] in ("allreduce", "send_recv"):
+        if r["model"] == "all" or r["family"] in ("linear", "allreduce", "send_recv", "overhead") or detail:
             keep.append(r)
     return keep
 
 
 def cmd_calibrate(args) -> int:
     from sim import __version__
-    from sim.cost.calibration import calibration_yaml, fit_profiles, today
+    from sim.cost.calibration import FAMILIES, calibration_yaml, fit_profiles, today
     from sim.cost.validation import format_table, validate
 
     gpu, prof = _profiles(args)
@@ -46,6 +46,7 @@ def cmd_calibrate(args) -> int:
             + (f"all-reduce: network/{prof.allreduce[0]}/all_reduce.csv (intra-node rows)\n" if prof.allreduce else "")
             + (f"send/recv: network/{prof.send_recv[0]}/send_recv.csv (intra-node rows)\n" if prof.send_recv else "")
             + (f"attention: {len(prof.attention)} attention.csv file(s)\n" if prof.attention else "")
+            + (f"per-step CPU overhead: {', '.join(str(c.path) for c in prof.cpu)}\n" if prof.cpu else "")
             + "Fit: scipy least_squares on log(predicted) - log(measured); models in sim/cost/efficiency.py.\n"
             + "fit_quality: |predicted/measured - 1| over num_tokens <= "
             + f"{args.max_tokens} (linear = per-layer QKV+O+up+down).")
@@ -56,8 +57,9 @@ def cmd_calibrate(args) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(calibration_yaml(eff, gpu, prov, quality))
     print(f"calibrated {gpu.name} from {len(prof.compute)} compute profile(s); wrote {out}")
-    for fam in ("gemm", "attention", "norm", "activation", "rotary", "residual", "embedding", "allreduce", "send_recv"):
-        print(f"  {fam:<11}{getattr(eff, fam)}")
+    for fam in FAMILIES:
+        if getattr(eff, fam) is not None:
+            print(f"  {fam:<11}{getattr(eff, fam)}")
     print()
     print(format_table([r for r in v["rows"] if r["model"] == "all"]))
     return 0

@@ -24,6 +24,7 @@ import numpy as np
 from sim.batch import synthetic_batch
 from sim.cost import CostModel
 from sim.cost.calibration import efficiencies_for
+from sim.cost.efficiency import step_overheads
 from sim.errors import InputError
 from sim.scenario import read_yaml, scenario_from_dict
 from sim.specs import get_gpu, get_model
@@ -56,7 +57,9 @@ class Lesson:
 def cost_model(model, gpu: str, kv_dtype: str = "bf16", tp: int = 1) -> CostModel:
     m = get_model(model) if isinstance(model, str) else model
     g = get_gpu(gpu)
-    return CostModel(m, g, tp=tp, kv_dtype=kv_dtype, eff=efficiencies_for(g, "auto"))
+    eff = efficiencies_for(g, "auto")
+    step_s, per_seq_s, _ = step_overheads(eff, tp)
+    return CostModel(m, g, tp=tp, kv_dtype=kv_dtype, step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff)
 
 
 def lesson_scenario(seed: int | None, name: str, overrides: dict | None = None, scale: float = 1.0):

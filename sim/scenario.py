@@ -466,8 +466,11 @@ class Slo:
 
 @dataclass(frozen=True)
 class Cost:
-    step_overhead_s: float = _f(0.002, ge=0, doc="fixed per-step time: scheduling, launch, sampling")
-    per_seq_overhead_s: float = _f(1e-5, ge=0, doc="per-step time per scheduled sequence")
+    step_overhead_s: Optional[float] = _f(None, ge=0, doc="fixed per-step CPU time: scheduling, launch, "
+                                                         "sampling; None: the calibration's fit if it has "
+                                                         "one, else 0.002")
+    per_seq_overhead_s: Optional[float] = _f(None, ge=0, doc="per-step CPU time per scheduled sequence; None: "
+                                                            "the calibration's fit if it has one, else 1e-5")
     calibration: str = _f("auto", doc="auto: shipped fit of the GPU (or the closest calibrated GPU's); "
                                       "none: v0 round figures; or a path to a calibration YAML")
     profiles: Optional[str] = _f(None, doc="a Vidur-format profiling folder (compute/<device>/<org>/<model>/mlp.csv, "

@@ -17,6 +17,7 @@ from policies import POLICIES
 from policies.pd_split import link_figures
 from sim.cost import CostModel
 from sim.cost.calibration import efficiencies_for
+from sim.cost.efficiency import step_overheads
 from sim.cost.measured import load_measured
 from sim.errors import InputError
 from sim.kv_cache import GIB, KvCapacity, activation_reserve_bytes, size_kv
@@ -85,8 +86,8 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     measured = None
     if scenario.cost.profiles is not None:
         measured = load_measured(scenario.cost.profiles, model, tp, gpu, hw.dtype)
-    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, scenario.cost.step_overhead_s,
-                   scenario.cost.per_seq_overhead_s, eff, measured)
+    step_s, per_seq_s, _ = step_overheads(eff, tp, scenario.cost.step_overhead_s, scenario.cost.per_seq_overhead_s)
+    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, step_s, per_seq_s, eff, measured)
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:
@@ -307,6 +308,11 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     # how each pool's steps were priced: the efficiencies' provenance, and the profile that priced
     # its per-layer kernels (cost.profiles), if any
     extra["cost"] = {p.name: {"efficiencies": p.cost_model.eff.source,
+                              "overhead": {"step_s": p.cost_model.step_overhead_s,
+                                           "per_seq_s": p.cost_model.per_seq_overhead_s,
+                                           "source": step_overheads(p.cost_model.eff, p.cost_model.tp,
+                                                                    scenario.cost.step_overhead_s,
+                                                                    scenario.cost.per_seq_overhead_s)[2]},
                               "measured_ops": (None if p.cost_model.measured is None else
                                                {"source": p.cost_model.measured.source, "tp": p.cost_model.measured.tp,
                                                 "ops": list(p.cost_model.measured.ops)})} for p in setup.pools}

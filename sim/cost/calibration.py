@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, CommEfficiency, Efficiencies, GemmEfficiency,
-                                 MemEfficiency, OpEfficiency, from_dict)
+                                 MemEfficiency, OpEfficiency, OverheadFit, from_dict)
 from sim.errors import InputError
 from sim.specs import GPUS, GpuSpec
 
@@ -204,6 +204,65 @@ def read_attention_profile(path: Path, model: str | None = None) -> AttentionPro
                             y[ok] * 1e-3)
 
 
+# the parts of a step's CPU time Vidur measures (ms); their sum is the cost model's ``overhead``
+CPU_PARTS = ("schedule", "prepare_inputs_e2e", "sampler_e2e", "process_model_outputs")
+CPU_RPC = "ray_comm_time"  # with TP > 1: the driver's RPC to the workers (absent or 0: none)
+
+
+@dataclass
+class CpuOverheadProfile:
+    """One ``cpu_overheads.csv`` as columns: per row a model, batch size (sequences per step) and
+    TP size, and ``y`` the step's CPU time in seconds: the medians of ``CPU_PARTS`` plus the RPC."""
+
+    path: Path
+    model: "object"
+    batch: "object"
+    tp: "object"
+    y: "object"
+
+
+def read_cpu_overheads(path: Path) -> CpuOverheadProfile:
+    """Vidur's ``cpu_overheads.csv`` (``vidur/profiling/cpu_overhead``): columns ``model_name``,
+    ``batch_size``, ``tensor_parallel_degree`` and, in ms, ``<part>_median`` (or ``_mean``) for each
+    of ``CPU_PARTS`` and optionally ``ray_comm_time_median`` (or ``_mean``); any letter case."""
+    import numpy as np
+
+    header, rows = _read_csv(path)
+    if not rows:
+        raise InputError(f"{path}: no measurement rows")
+    low = [h.strip().lower() for h in header]
+
+    def col(name, conv, required=True):
+        return _column(path, low, rows, name, conv, required)
+
+    def part(name, required=True):
+        for stat in ("median", "mean"):
+            if f"{name}_{stat}" in low:
+                return col(f"{name}_{stat}", float)
+        if required:
+            raise InputError(f"{path}: missing column {name + '_median'!r} (or {name + '_mean'!r}); a "
+                             f"cpu_overheads.csv needs {', '.join(p + '_median' for p in CPU_PARTS)}")
+        return None
+
+    if "model_name" not in low:
+        raise InputError(f"{path}: missing column 'model_name'")
+    i = low.index("model_name")
+    model = np.array([r[i] if i < len(r) else "" for r in rows])
+    batch, tp = col("batch_size", int), col("tensor_parallel_degree", int)
+    if (batch <= 0).any() or (tp <= 0).any():
+        raise InputError(f"{path}: batch_size and tensor_parallel_degree must be positive")
+    y = sum(part(n) for n in CPU_PARTS)
+    rpc = part(CPU_RPC, required=False)
+    if rpc is not None:
+        y = y + np.nan_to_num(rpc)
+    ok = ~np.isnan(y)
+    if not ok.any():
+        raise InputError(f"{path}: no row has all of {', '.join(p + '_median' for p in CPU_PARTS)}")
+    if (y[ok] <= 0).any():
+        raise InputError(f"{path}: CPU overhead times must be positive")
+    return CpuOverheadProfile(path, model[ok], batch[ok], tp[ok], y[ok] * 1e-3)
+
+
 @dataclass
 class Profiles:
     compute: list  # ComputeProfile
@@ -211,6 +270,7 @@ class Profiles:
     send_recv: tuple | None
     where: str  # a description for provenance
     attention: list = dataclasses.field(default_factory=list)  # AttentionProfile
+    cpu: list = dataclasses.field(default_factory=list)  # CpuOverheadProfile
 
 
 def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: str | None = None,
@@ -236,6 +296,14 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
 
     compute = [read_compute_profile(f, label(f)) for f in files]
     attention = [read_attention_profile(f, label(f)) for f in sorted(cdir.glob("**/attention.csv"))]
+    # CPU overheads: next to the compute profiles, under cpu_overhead/<device>/, or (Vidur's first
+    # layout) <device>/cpu_overheads.csv
+    cpu_files = set(cdir.glob("**/cpu_overheads.csv"))
+    for d in (root / "cpu_overhead" / dev, root / dev):
+        if d.is_dir() and d != cdir:
+            cpu_files |= set(d.glob("**/cpu_overheads.csv") if d.parent.name == "cpu_overhead"
+                             else d.glob("cpu_overheads.csv"))
+    cpu = [read_cpu_overheads(f) for f in sorted(cpu_files)]
     ar = sr = None
     ndir = root / "network"
     if ndir.is_dir():
@@ -249,7 +317,7 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
                 ar = (p.name, read_network_profile(p / "all_reduce.csv", "all_reduce"))
             if sr is None and (p / "send_recv.csv").exists():
                 sr = (p.name, read_network_profile(p / "send_recv.csv", "send_recv"))
-    return Profiles(compute, ar, sr, str(root), attention)
+    return Profiles(compute, ar, sr, str(root), attention, cpu)
 
 
 # ---------------------------------------------------------------- vectorized time models
@@ -451,6 +519,47 @@ def fit_attention(profiles: list, gpu: GpuSpec) -> OpEfficiency | None:
     return _rounded(OpEfficiency(float(x[0]), float(x[1]), float(x[2])))
 
 
+def cpu_points(profiles: list):
+    """(batch, tp, measured seconds, model) over every CPU overhead profile."""
+    import numpy as np
+
+    cat = np.concatenate
+    return (cat([p.batch for p in profiles]).astype(float), cat([p.tp for p in profiles]),
+            cat([p.y for p in profiles]), cat([p.model for p in profiles]))
+
+
+def overhead_time_np(batch, tp, fit: OverheadFit):
+    """Vectorized ``OverheadFit``: each row's ``step_s + per_seq_s x batch`` at its TP size."""
+    import numpy as np
+
+    pairs = {int(t): fit.at(int(t)) for t in set(np.asarray(tp).tolist())}
+    step = np.array([pairs[int(t)][0] for t in tp])
+    per = np.array([pairs[int(t)][1] for t in tp])
+    return step + per * np.asarray(batch, float)
+
+
+def fit_overhead(profiles: list) -> OverheadFit | None:
+    """``step_s`` and ``per_seq_s`` per measured TP size (over every model measured at it), least
+    squares in log space; a TP size measured at one batch size gets ``per_seq_s = 0``."""
+    import numpy as np
+
+    if not profiles:
+        return None
+    B, T, y, _ = cpu_points(profiles)
+    tps, steps, pers = [], [], []
+    for t in sorted(set(T.tolist())):
+        s = T == t
+        b, ly = B[s], np.log(y[s])
+        if len(set(b.tolist())) < 2:
+            x = [float(np.exp(ly.mean())), 0.0]
+        else:
+            slope, icpt = np.polyfit(b, y[s], 1)
+            x0 = [max(icpt, 1e-5), max(slope, 1e-8)]
+            x = _lsq(lambda v: np.log(v[0] + v[1] * b) - ly, x0, [1e-7, 0.0], [1.0, 0.1], [1e-3, 1e-5])
+        tps.append(int(t)); steps.append(float(f"{x[0]:.4g}")); pers.append(float(f"{x[1]:.4g}"))
+    return OverheadFit(tuple(tps), tuple(steps), tuple(pers))
+
+
 def comm_points(data, kind: str):
     """Intra-node measurements only (every participant in one node, as TP / PP within a server)."""
     n, size, dpn, y = data
@@ -503,17 +612,23 @@ def fit_profiles(profiles: Profiles, gpu: GpuSpec) -> Efficiencies:
     att = fit_attention(profiles.attention, gpu) if profiles.attention else None
     if att is not None:
         kw["attention"] = att
+    over = fit_overhead(profiles.cpu)
+    if over is not None:
+        kw["overhead"] = over
     nodes = ", ".join(f"{k} from network/{v[0]}" for k, v in (("all-reduce", profiles.allreduce),
                                                               ("send/recv", profiles.send_recv)) if v)
     kw["source"] = (f"fitted to {len(profiles.compute)} compute profiles for {gpu.name}"
                     + (f"; {nodes}" if nodes else "")
                     + (f"; attention from {len(profiles.attention)} attention profiles" if att is not None
-                       else "; attention not measured (v0 values)"))
+                       else "; attention not measured (v0 values)")
+                    + (f"; per-step CPU overhead from {len(profiles.cpu)} cpu_overheads profile(s)"
+                       if over is not None else ""))
     return Efficiencies(**kw)
 
 
 # ---------------------------------------------------------------- files
-FAMILIES = ("gemm", "attention", "norm", "activation", "rotary", "residual", "embedding", "allreduce", "send_recv")
+FAMILIES = ("gemm", "attention", "norm", "activation", "rotary", "residual", "embedding", "allreduce", "send_recv",
+            "overhead")
 
 
 def calibration_yaml(eff: Efficiencies, gpu: GpuSpec, provenance: str, quality: dict | None = None) -> str:
@@ -524,7 +639,7 @@ def calibration_yaml(eff: Efficiencies, gpu: GpuSpec, provenance: str, quality: 
     v0 = DEFAULT_EFFICIENCIES.to_dict()
     for fam in FAMILIES:
         if d[fam] != v0[fam]:  # families left at the v0 figures are omitted (filled in on load)
-            body[fam] = d[fam]
+            body[fam] = d[fam] if fam != "overhead" else {k: list(v) for k, v in d[fam].items()}
     if quality:
         body["fit_quality"] = quality
     head = "".join(f"# {line}\n" for line in provenance.splitlines())

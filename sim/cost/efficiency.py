@@ -22,6 +22,8 @@ Operator time models (M tokens, K x N weight, w / a weight / activation bytes pe
 * Collectives: ``smoothmax(base_latency_s + hop_latency_s * (n - 1), transfer)`` with ring
   all-reduce transfer ``2 (n - 1) / n * bytes / (link_bw * link)``; ``smooth = 1`` is the sum
   (the alpha-beta model).
+* Per-step CPU overhead (``overhead``, when measured): ``step_s + per_seq_s * sequences`` per TP
+  size; without a fit the scenario's ``cost.step_overhead_s`` / ``cost.per_seq_overhead_s`` apply.
 """
 
 from __future__ import annotations
@@ -65,6 +67,24 @@ class CommEfficiency:
 
 
 @dataclass(frozen=True, slots=True)
+class OverheadFit:
+    """Per-step CPU overhead (scheduling, input preparation, sampling, output processing and, with
+    TP > 1, the workers' RPC) fitted per measured TP size: ``step_s + per_seq_s x sequences``."""
+
+    tp: tuple = ()
+    step_s: tuple = ()
+    per_seq_s: tuple = ()
+
+    def at(self, tp: int) -> tuple:
+        """(step_s, per_seq_s) of the measured TP size closest to ``tp`` (log distance; a tie
+        takes the larger, which pays the workers' RPC as ``tp`` does)."""
+        import math
+
+        i = min(range(len(self.tp)), key=lambda k: (abs(math.log(self.tp[k] / tp)), -self.tp[k]))
+        return self.step_s[i], self.per_seq_s[i]
+
+
+@dataclass(frozen=True, slots=True)
 class Efficiencies:
     gemm: GemmEfficiency = GemmEfficiency(0.75, 0.85)
     attention: OpEfficiency = OpEfficiency(0.60, 0.80)
@@ -75,6 +95,7 @@ class Efficiencies:
     embedding: MemEfficiency = MemEfficiency(0.70)
     allreduce: CommEfficiency = CommEfficiency()
     send_recv: CommEfficiency = CommEfficiency()
+    overhead: OverheadFit | None = None  # None: the scenario's (or the v0) per-step overhead
     source: str = "v0 literature figures (not fitted)"
 
     def to_dict(self) -> dict:
@@ -83,7 +104,7 @@ class Efficiencies:
 
 _KINDS = {f.name: f.type for f in dataclasses.fields(Efficiencies)}
 _CLASSES = {"gemm": GemmEfficiency, "attention": OpEfficiency, "allreduce": CommEfficiency,
-            "send_recv": CommEfficiency}
+            "send_recv": CommEfficiency, "overhead": OverheadFit}
 
 
 def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
@@ -101,6 +122,9 @@ def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
         cls = _CLASSES.get(name, MemEfficiency)
         if not isinstance(value, dict):
             raise InputError(f"{where}: {name} must be a mapping, got {value!r}")
+        if name == "overhead":
+            kw[name] = _overhead(value, where)
+            continue
         fields = {f.name for f in dataclasses.fields(cls)}
         bad = set(value) - fields
         if bad:
@@ -121,4 +145,42 @@ def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
     return Efficiencies(**kw)
 
 
+def _overhead(value: dict, where: str) -> OverheadFit:
+    """``overhead: {tp: [...], step_s: [...], per_seq_s: [...]}``, one entry per measured TP size."""
+    from sim.errors import InputError
+
+    keys = ("tp", "step_s", "per_seq_s")
+    if set(value) != set(keys):
+        raise InputError(f"{where}: overhead needs exactly the keys {list(keys)} (lists, one entry per TP "
+                         f"size), got {sorted(value)}")
+    cols = [value[k] for k in keys]
+    if not all(isinstance(c, list) and c for c in cols) or len({len(c) for c in cols}) != 1:
+        raise InputError(f"{where}: overhead.tp, .step_s and .per_seq_s must be non-empty lists of one length")
+    tp, step, per = cols
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tp) or len(set(tp)) != len(tp):
+        raise InputError(f"{where}: overhead.tp must hold distinct integers >= 1, got {tp!r}")
+    for k, c in (("step_s", step), ("per_seq_s", per)):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in c):
+            raise InputError(f"{where}: overhead.{k} must hold numbers >= 0 (seconds), got {c!r}")
+    return OverheadFit(tuple(tp), tuple(float(v) for v in step), tuple(float(v) for v in per))
+
+
 DEFAULT_EFFICIENCIES = Efficiencies()
+V0_STEP_OVERHEAD_S = 0.002  # v0 round figures: ~2 ms of scheduling, launch and sampling per step
+V0_PER_SEQ_OVERHEAD_S = 1e-5
+
+
+def step_overheads(eff: Efficiencies, tp: int, step_s: float | None = None,
+                   per_seq_s: float | None = None) -> tuple:
+    """(step_s, per_seq_s, source) of a replica's per-step overhead: each figure the scenario's
+    where it sets one, else the calibration's fit at ``tp`` (``overhead``), else the v0 figure."""
+    fit = eff.overhead.at(tp) if eff.overhead is not None else None
+    out, src = [], []
+    for given, k, v0 in ((step_s, 0, V0_STEP_OVERHEAD_S), (per_seq_s, 1, V0_PER_SEQ_OVERHEAD_S)):
+        if given is not None:
+            out.append(float(given)); src.append("scenario")
+        elif fit is not None:
+            out.append(fit[k]); src.append("calibration")
+        else:
+            out.append(v0); src.append("v0")
+    return out[0], out[1], src[0] if src[0] == src[1] else f"{src[0]} (step), {src[1]} (per sequence)"

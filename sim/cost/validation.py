@@ -9,15 +9,16 @@ quantity a step's time is built from); ``qkv_proj``, ``o_proj``, ``mlp_up``, ``m
 GEMM alone; ``norm``, ``activation``, ``rotary``, ``residual``, ``embedding`` the bandwidth-bound
 kernels; ``attention`` the attention kernel (+ KV-cache write) per layer, from ``attention.csv``
 when the profiles have it (worst at: KV tokens touched); ``allreduce`` / ``send_recv`` the
-intra-node collectives by number of GPUs.
+intra-node collectives by number of GPUs; ``overhead`` the per-step CPU time, from
+``cpu_overheads.csv`` when the profiles have it (per model and TP; worst at: batch size).
 """
 
 from __future__ import annotations
 
 from sim.cost.calibration import (GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles, attention_points, attention_time_np,
-                                  collective_time_np, comm_points, gemm_dims, gemm_points, gemm_time_np, mem_points,
-                                  mem_time_np)
-from sim.cost.efficiency import Efficiencies
+                                  collective_time_np, comm_points, cpu_points, gemm_dims, gemm_points, gemm_time_np,
+                                  mem_points, mem_time_np, overhead_time_np)
+from sim.cost.efficiency import V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies, OverheadFit
 from sim.specs import GpuSpec
 
 MEM_FAMILIES = ("norm", "activation", "rotary", "residual", "embedding")
@@ -91,6 +92,13 @@ def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: in
         pc = collective_time_np(n, size, gpu, getattr(eff, kind), kind)
         rows += _err_rows(kind, pc, yc, [(data[0], int(k)) for k in n], size)
         points[kind] = (yc, pc)
+    if profiles.cpu:
+        # per-step CPU overhead by batch size; without a fit, the v0 figures the engine would use
+        B, T, yo, mo = cpu_points(profiles.cpu)
+        fit = eff.overhead or OverheadFit((1,), (V0_STEP_OVERHEAD_S,), (V0_PER_SEQ_OVERHEAD_S,))
+        po = overhead_time_np(B, T, fit)
+        rows += _err_rows("overhead", po, yo, [(m, int(t)) for m, t in zip(mo, T)], B)
+        points["overhead"] = (yo, po)
     return {"rows": rows, "points": points}
 
 
@@ -186,7 +194,7 @@ def format_table(rows: list, families=None) -> str:
         if families and r["family"] not in families:
             continue
         at = r["worst_at"]
-        unit = " B" if r["family"] in ("allreduce", "send_recv") else " tok"
+        unit = {"allreduce": " B", "send_recv": " B", "overhead": " seqs"}.get(r["family"], " tok")
         out.append(f"| {r['family']} | {r['model']} | {r['tp']} | {r['points']} | {100 * r['mape']:.1f}% | "
                    f"{100 * r['worst']:.1f}% | {at:.0f}{unit} |")
     return "\n".join(out)

@@ -1,0 +1,168 @@
+"""Per-step CPU overhead calibrated from Vidur's ``cpu_overheads.csv``: synthetic profiles in its
+column format, generated from known per-TP figures, are fitted back; the fit reaches the scenario's
+steps unless the scenario sets its own figures; bad files are input errors naming file and column.
+(The shared data has no ``cpu_overheads.csv``, so only synthetic profiles exercise this.)"""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.cost.calibration import find_profiles, fit_overhead, load_calibration, read_cpu_overheads
+from sim.cost.efficiency import OverheadFit, step_overheads
+from sim.cost.validation import validate
+from sim.errors import InputError
+from sim.specs import GPUS
+
+# the truth: (step_s, per_seq_s) per TP size; TP > 1 pays the workers' RPC on every step
+TRUTH = {1: (2.0e-3, 9.0e-5), 2: (5.0e-3, 1.1e-4), 4: (5.5e-3, 1.3e-4)}
+# how a step's time splits over the parts Vidur measures (the fit sees only their sum)
+SHARES = {"SCHEDULE": 0.1, "PREPARE_INPUTS_E2E": 0.2, "SAMPLER_E2E": 0.25, "PROCESS_MODEL_OUTPUTS": 0.35,
+          "RAY_COMM_TIME": 0.1}
+
+
+def write_cpu_csv(path, truth=TRUTH, models=("meta-llama/Llama-2-7b-hf", "codellama/CodeLlama-34b-Instruct-hf"),
+                  batches=(8, 16, 24, 32, 40, 48, 56, 64), noise=None):
+    """Vidur's cpu_overheads.csv (upper-case columns, an unnamed index, means and medians in ms)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    parts = list(SHARES)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([""] + [f"{p}_MEAN" for p in parts] + [f"{p}_MEDIAN" for p in parts]
+                   + ["model_name", "batch_size", "tensor_parallel_degree", "total_time", "num_steps"])
+        i = 0
+        for m in models:
+            for tp, (step, per) in truth.items():
+                for b in batches:
+                    ms = (step + per * b) * 1e3 * (1 + (noise.normal(0, 0.03) if noise is not None else 0))
+                    med = [ms * SHARES[p] for p in parts]
+                    w.writerow([i] + [v * 1.3 for v in med] + med + [m, b, tp, 1.0, 255])
+                    i += 1
+
+
+@pytest.fixture
+def profiles_with_cpu(tmp_path):
+    from tests.test_cost_calibration import write_mlp_csv
+
+    root = tmp_path / "profiling"
+    write_mlp_csv(root / "compute/a100/org/small/mlp.csv", (32, 32, 2560, 10240, False), (1,))
+    write_cpu_csv(root / "a100/cpu_overheads.csv")  # Vidur's first layout: <device>/cpu_overheads.csv
+    return root
+
+
+def test_reader_sums_the_parts_and_the_fit_recovers_each_tp(profiles_with_cpu):
+    prof = find_profiles(profiles_with_cpu, "a100-80g")
+    assert len(prof.cpu) == 1
+    c = prof.cpu[0]
+    assert len(c.y) == 2 * 3 * 8
+    i = int(np.flatnonzero((c.tp == 2) & (c.batch == 16))[0])
+    assert c.y[i] == pytest.approx(5.0e-3 + 1.1e-4 * 16, rel=1e-9)  # medians (not means), seconds
+    fit = fit_overhead(prof.cpu)
+    assert fit.tp == (1, 2, 4)
+    for tp, (step, per) in TRUTH.items():
+        s, p = fit.at(tp)
+        assert s == pytest.approx(step, rel=1e-3) and p == pytest.approx(per, rel=1e-3)
+
+
+def test_noisy_measurements_still_fit_within_a_few_percent(tmp_path):
+    path = tmp_path / "cpu_overheads.csv"
+    write_cpu_csv(path, noise=np.random.default_rng(1))
+    fit = fit_overhead([read_cpu_overheads(path)])
+    for tp, (step, per) in TRUTH.items():
+        s, p = fit.at(tp)
+        assert s == pytest.approx(step, rel=0.1) and p == pytest.approx(per, rel=0.1)
+
+
+def test_nearest_measured_tp_size():
+    fit = OverheadFit((1, 2, 4), (1.0, 2.0, 4.0), (0.1, 0.2, 0.4))
+    assert fit.at(1) == (1.0, 0.1) and fit.at(8) == (4.0, 0.4) and fit.at(3) == (4.0, 0.4)
+    assert OverheadFit((1,), (1.0,), (0.0,)).at(8) == (1.0, 0.0)
+
+
+def test_calibrate_writes_the_fit_and_validate_cost_reports_it(profiles_with_cpu, tmp_path, capsys):
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--profiles", str(profiles_with_cpu), "--gpu", "a100-80g", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "per-step CPU overhead: " in text and "cpu_overheads.csv" in text
+    body = yaml.safe_load(text)
+    assert body["overhead"]["tp"] == [1, 2, 4]
+    eff = load_calibration(out)
+    assert eff.overhead.at(2)[0] == pytest.approx(5.0e-3, rel=1e-3)
+    assert "per-step CPU overhead from 1 cpu_overheads profile(s)" in eff.source
+    capsys.readouterr()
+    assert main(["validate-cost", "--profiles", str(profiles_with_cpu), "--gpu", "a100-80g", "--calibration",
+                 str(out), "--out", str(tmp_path / "v")]) == 0
+    printed = capsys.readouterr().out
+    assert "| overhead | meta-llama/Llama-2-7b-hf | 2 | 8 |" in printed
+    rows = json.loads((tmp_path / "v/validate-cost-a100-80g.json").read_text())["rows"]
+    over = next(r for r in rows if r["family"] == "overhead" and r["model"] == "all")
+    assert over["points"] == 48 and over["worst"] < 1e-3
+    # the v0 figures (2 ms + 10 us per sequence) miss these measurements by far
+    v0 = validate(find_profiles(profiles_with_cpu, "a100-80g"), GPUS["a100-80g"], load_calibration(out).__class__())
+    assert next(r for r in v0["rows"] if r["family"] == "overhead" and r["model"] == "all")["mape"] > 0.3
+
+
+def test_the_fit_reaches_the_scenario_unless_it_sets_its_own(profiles_with_cpu, tmp_path, scenario_factory):
+    from sim.simulate import prepare, simulate
+
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--profiles", str(profiles_with_cpu), "--gpu", "a100-80g", "--out", str(cal)]) == 0
+    kw = {"hardware.gpu": "a100-80g", "hardware.tp": 2, "cost.calibration": str(cal), "workload.num_requests": 5}
+    cm = prepare(scenario_factory(**kw)).cost_model
+    assert cm.step_overhead_s == pytest.approx(5.0e-3, rel=1e-3)
+    assert cm.per_seq_overhead_s == pytest.approx(1.1e-4, rel=1e-3)
+    res = simulate(scenario_factory(**kw))
+    assert res.summary["cost"]["colocated"]["overhead"]["source"] == "calibration"
+    assert res.summary["cost"]["colocated"]["overhead"]["step_s"] == cm.step_overhead_s
+    # each step pays it: the recorded durations are the cost model's step times
+    st = res.steps
+    assert (np.asarray(st["duration_s"]) > cm.step_overhead_s).all()
+    mixed = prepare(scenario_factory(**kw, **{"cost.step_overhead_s": 0.001})).cost_model
+    assert mixed.step_overhead_s == 0.001 and mixed.per_seq_overhead_s == cm.per_seq_overhead_s
+    res = simulate(scenario_factory(**kw, **{"cost.step_overhead_s": 0.001}))
+    assert res.summary["cost"]["colocated"]["overhead"]["source"] == "scenario (step), calibration (per sequence)"
+    # without a fit: the v0 figures
+    v0 = prepare(scenario_factory(**{"hardware.gpu": "a100-80g"})).cost_model
+    assert (v0.step_overhead_s, v0.per_seq_overhead_s) == (0.002, 1e-5)
+    assert step_overheads(v0.eff, 1)[2] == "v0"
+
+
+def test_cost_cli_uses_the_calibrated_overhead(profiles_with_cpu, tmp_path, capsys):
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--profiles", str(profiles_with_cpu), "--gpu", "a100-80g", "--out", str(cal)]) == 0
+    capsys.readouterr()
+    args = ["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80g", "--tp", "2", "--decode-batch", "10",
+            "--context", "100", "--json", "--calibration", str(cal)]
+    assert main(args) == 0
+    ops = json.loads(capsys.readouterr().out)["ops"]
+    assert ops["overhead"]["time_s"] == pytest.approx(5.0e-3 + 10 * 1.1e-4, rel=1e-3)
+
+
+def test_bad_cpu_overheads_and_overhead_entries_are_input_errors(tmp_path):
+    path = tmp_path / "compute/a100/cpu_overheads.csv"
+    write_cpu_csv(path)
+    text = path.read_text().replace("SAMPLER_E2E_MEDIAN", "SAMPLER_MEDIAN").replace("SAMPLER_E2E_MEAN", "SAMPLER_MEAN")
+    path.write_text(text)
+    with pytest.raises(InputError, match=r"cpu_overheads\.csv: missing column 'sampler_e2e_median'"):
+        read_cpu_overheads(path)
+    write_cpu_csv(path)
+    lines = path.read_text().splitlines()
+    cells = lines[2].split(",")
+    cells[-4] = "eight"  # batch_size
+    lines[2] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"cpu_overheads\.csv: line 3: column 'batch_size'"):
+        read_cpu_overheads(path)
+    cal = tmp_path / "c.yaml"
+    for body, msg in (("overhead: {tp: [1], step_s: [0.002]}\n", "needs exactly the keys"),
+                      ("overhead: {tp: [1, 2], step_s: [0.002], per_seq_s: [0.0]}\n", "one length"),
+                      ("overhead: {tp: [0], step_s: [0.002], per_seq_s: [0.0]}\n", r"overhead\.tp must hold"),
+                      ("overhead: {tp: [1], step_s: [-1], per_seq_s: [0.0]}\n", r"overhead\.step_s must hold")):
+        cal.write_text(body)
+        with pytest.raises(InputError, match=msg):
+            load_calibration(cal)
+    assert main(["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80g", "--prefill", "8",
+                 "--calibration", str(cal)]) == 2
