@@ -17,7 +17,9 @@ ahead of any request still prefilling. So the running list is (decode set) + (ta
 
 A step in which every member decodes and nothing needs preempting is decided, applied and
 committed here: the set's blocks, tokens and TBT gaps (one (gap, count) pair per step: each
-member's gap is the step's duration) in O(1) plus O(1) per joining or completing request. Any
+member's gap is the step's duration) in O(1) plus O(1) per joining or completing request. (A
+virtual engine of a pipelined replica takes its steps one at a time through the shared stages,
+as ``Replica`` does, and never plans runs.) Any
 other step (KV would run out -> preemption; requests in the swapped queue) dissolves the set into
 the running list and runs the reference step (``Replica``'s ``policy.next_batch`` -> ``_apply``
 -> ``_commit``); the set re-forms after it. Speculative decoding and prefix caching, and the
@@ -116,8 +118,7 @@ def fast_eligible(policy, kv, spec) -> bool:
 
 
 def make_replica(engine: str, env, index, policy, cost_model, kv, recorder, max_context_tokens, **kw):
-    # (virtual engines of a pipelined replica wait for each other's stages: step by step only)
-    if engine == "fast" and kw.get("pipeline") is None and fast_eligible(policy, kv, kw.get("spec")):
+    if engine == "fast" and fast_eligible(policy, kv, kw.get("spec")):
         return FastReplica(env, index, policy, cost_model, kv, recorder, max_context_tokens, **kw)
     return Replica(env, index, policy, cost_model, kv, recorder, max_context_tokens, **kw)
 
@@ -246,7 +247,8 @@ class FastReplica(Replica):
                 yield from self._reference_step()
                 self._absorb()
                 continue
-            if n and not items and not tail and not self.waiting and not self.landed:
+            # virtual engines of a pipelined replica wait for each other's stages: no runs
+            if n and not items and not tail and not self.waiting and not self.landed and self.pipeline is None:
                 K = self._macro_len(n, free + need_d)
                 if K >= 2:
                     yield from self._macro(n, K)
@@ -278,11 +280,17 @@ class FastReplica(Replica):
                 assert ok, "scheduled more KV than is free"
             batch = make_batch(items, (), admitted, prefix_hits=hits, decode_set=(n, self._sum_c))
             cost = self.cost_model.step_time(batch)
-            if not hits and self._foldable(items):
+            if not hits and self.pipeline is None and self._foldable(items):
                 yield from self._macro(n, self.MAX_RUN, (batch, cost, items))
                 continue
-            yield env.timeout(cost.time_s)
-            self._commit_fast(batch, cost, start, n, items)
+            if self.pipeline is None:
+                yield env.timeout(cost.time_s)
+                extra = 0.0
+            else:  # as Replica._step: the overhead, then each stage in turn (waiting for it)
+                yield env.timeout(cost.overhead_s)
+                yield from self.pipeline.traverse(self.cost_model.stage_times(cost, batch))
+                extra = env.now - start - cost.time_s
+            self._commit_fast(batch, cost, start, n, items, extra)
             self._absorb()
 
     # ---------------------------------------------------------------- runs of decode-only steps
@@ -673,7 +681,7 @@ class FastReplica(Replica):
         self._dissolve()
         yield from self._step(self._tail)
 
-    def _commit_fast(self, batch, cost, start: float, n: int, items) -> None:
+    def _commit_fast(self, batch, cost, start: float, n: int, items, extra_s: float = 0.0) -> None:
         now = self.env.now
         rec = self.recorder
         finished = False
@@ -748,4 +756,4 @@ class FastReplica(Replica):
             for r in handed:
                 self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
                 self.handoff(r, self)
-        rec.step(self.index, start, cost, batch, self.kv.num_used, 0.0)
+        rec.step(self.index, start, cost, batch, self.kv.num_used, extra_s)

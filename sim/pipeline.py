@@ -52,7 +52,8 @@ class VirtualEngines:
 
     @staticmethod
     def _unfinished(e) -> int:
-        return len(e.running) + len(e.waiting) + len(e.swapped) + len(e.landed)
+        # num_running: a fast engine counts its decode set without materializing it
+        return e.num_running + len(e.waiting) + len(e.swapped) + len(e.landed)
 
     def submit(self, req) -> None:
         min(self.engines, key=self._unfinished).submit(req)

@@ -96,6 +96,14 @@ CASES = {
                       "cluster.replicas": 2, "workload.arrival": {"process": "poisson", "rate_rps": 40.0}},
     "closed_loop": {"workload.arrival": {"process": "closed_loop", "clients": 24, "think_time_s": 0.2},
                     "cluster.replicas": 2, "cluster.router": "least_outstanding_tokens"},
+    # virtual engines of pipelined replicas: fast engines stepping one at a time through shared stages
+    "pp_engines": {"hardware.pp": 2, "cluster.replicas": 2, "cluster.router": "least_outstanding_tokens",
+                   "workload.arrival": {"process": "poisson", "rate_rps": 30.0}},
+    "pp4_chunked_swap": {**TIGHT, "hardware.pp": 4, "policy.name": "chunked_prefill",
+                         "policy.max_num_batched_tokens": 512, "policy.preemption": "swap",
+                         "memory.swap_space_gib": 0.2},
+    "pp_pd": {"policy.name": "pd_split", "hardware.pp": 2, "policy.prefill": {"replicas": 1},
+              "policy.decode": {"replicas": 1}},
 }
 
 
@@ -143,7 +151,7 @@ def test_fast_engine_matches_reference_anywhere(rows, max_num_seqs, budget, bloc
     rows = sorted(rows)
     kw = policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, blocks, router, duration,
                        replicas, spec)
-    # PP 2 without overlap runs on the fast path; with overlap (virtual engines) both run step by step
+    # PP 2 with overlap: virtual engines (fast ones step one at a time through the shared stages)
     kw["hardware.pp"], kw["hardware.pp_overlap"] = pp
     if duration is not None:
         rows = [r for r in rows if r[0] < duration]
