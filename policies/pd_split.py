@@ -33,8 +33,8 @@ def pick_decode_replica(replicas, blocks_needed: int) -> int | None:
 
 
 def link_figures(link, gpu, tp: int) -> tuple[float, float]:
-    """(bytes/s, latency_s) of the KV hand-off: per-GPU link bandwidth times the TP ranks that send
-    their shards in parallel."""
+    """(bytes/s, latency_s) of the KV hand-off: per-GPU link bandwidth times the ``tp`` GPUs that
+    send their shards in parallel (the smaller pool's TP ranks, on every PP stage)."""
     if link.type == "intra_node":
         bw = link.bandwidth_gbps * GBIT if link.bandwidth_gbps else gpu.link_bw_bytes_per_s
         lat = link.latency_s if link.latency_s is not None else gpu.link_latency_s

@@ -8,6 +8,7 @@ import math
 from collections import deque
 
 import numpy as np
+import simpy
 
 from policies.pd_split import pick_decode_replica, transfer_time_s
 from sim.kv_cache import BlockAllocator
@@ -30,6 +31,8 @@ class Cluster:
         self.pools: dict[str, list[Replica]] = {}
         # what the router and the hand-off see: a replica, or its virtual engines as one
         self.groups: dict[str, list] = {}
+        # P/D: each prefill replica's links send one request's KV at a time (its engines share them)
+        self._send_link: dict[int, simpy.Resource] = {}
         for pool in setup.pools:
             members, groups = [], []
             cm = pool.cost_model
@@ -57,6 +60,10 @@ class Cluster:
                     engines.append(r)
                 members += engines
                 groups.append(VirtualEngines(engines) if ve > 1 else engines[0])
+                if pool.name == "prefill":
+                    link = simpy.Resource(env, capacity=1)
+                    for e in engines:
+                        self._send_link[e.index] = link
             self.pools[pool.name] = members
             self.groups[pool.name] = groups
         self._fast = [r for r in self.replicas if hasattr(r, "settle")]
@@ -145,9 +152,13 @@ class Cluster:
             self.env.process(self._transfer(req, src, dst, token))
 
     def _transfer(self, req, src, dst, token):
+        """Send ``req``'s KV from ``src`` to ``dst``: after the prefill replica's earlier hand-offs
+        (its links carry one at a time, first come first served), latency + bytes / bandwidth."""
         pool = self.setup.pools_by_name["prefill"]
         kv_bytes = pool.cost_model.model.kv_bytes_per_token(pool.cost_model.kv_dtype) * req.num_computed_tokens
-        yield self.env.timeout(transfer_time_s(kv_bytes, *self.setup.link))
+        with self._send_link[src.index].request() as slot:
+            yield slot
+            yield self.env.timeout(transfer_time_s(kv_bytes, *self.setup.link))
         src.kv.release(token)
         src.wake()  # freed prefill-side blocks may let it admit more
         req.kv_transfer_s = self.env.now - req.first_token_s

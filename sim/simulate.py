@@ -128,7 +128,8 @@ def prepare(scenario: Scenario) -> Setup:
                      p.policy, p.max_num_seqs or pol.max_num_seqs, p.max_num_batched_tokens or pol.max_num_batched_tokens)
         pools.append(dataclasses.replace(pool, replicas=p.replicas))
     pf, dc = pools
-    link = link_figures(pol.link, pf.cost_model.gpu, min(pf.cost_model.tp, dc.cost_model.tp))
+    # every GPU of the smaller side sends (or receives) its shard: min(TP) ranks on each of the PP stages
+    link = link_figures(pol.link, pf.cost_model.gpu, min(pf.cost_model.tp, dc.cost_model.tp) * pf.cost_model.pp)
     return Setup(scenario, tuple(pools), link)
 
 

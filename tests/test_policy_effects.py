@@ -79,6 +79,28 @@ def test_pd_kv_transfer_time_is_link_time_and_grows_with_prompt():
     assert np.all(r["finish_s"] - r["first_token_s"] >= np.array(want))
 
 
+def test_pd_hand_offs_from_one_prefill_replica_share_its_links():
+    """Two prompts prefilled in one step: their first tokens come together, the second KV leaves
+    when the first has landed (one prefill replica's links, first come first served). With two
+    prefill replicas the prompts go one to each and their transfers overlap."""
+    link = {"bandwidth_gbps": 10.0, "latency_s": 0.001}
+    rows = [(0.0, 1024, 4), (0.0, 1024, 4)]
+    sc = make_scenario(**{"policy.name": "pd_split", "policy.link": link})
+    one = transfer_time_s(prepare(sc).cost_model.model.kv_bytes_per_token("bf16") * 1024, 10e9 / 8, 0.001)
+    r = simulate(sc, specs=specs(rows)).requests
+    assert r["first_token_s"][0] == r["first_token_s"][1]
+    assert sorted(r["kv_transfer_s"].tolist()) == pytest.approx([one, 2 * one], rel=1e-9)
+    two = make_scenario(**{"policy.name": "pd_split", "policy.link": link, "policy.prefill": {"replicas": 2},
+                           "policy.decode": {"replicas": 2}})
+    r = simulate(two, specs=specs(rows)).requests
+    assert sorted(r["replica"].tolist()) == [0, 1]
+    assert r["kv_transfer_s"].tolist() == pytest.approx([one, one], rel=1e-9)
+    # with PP every stage's GPUs send their layers' KV at once: twice the bandwidth at PP 2
+    bw1 = prepare(sc).link[0]
+    bw2 = prepare(make_scenario(**{"policy.name": "pd_split", "policy.link": link, "hardware.pp": 2})).link[0]
+    assert bw2 == 2 * bw1
+
+
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_preemption_modes_finish_everything(mode):
     res = simulate(make_scenario(**{
