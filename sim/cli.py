@@ -318,6 +318,13 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except MemoryError:
+        # a valid scenario can still be too big for this machine (a huge workload.num_requests or
+        # cluster.replicas): say which knobs size it rather than print numpy's traceback
+        print("servesim: error: out of memory building or running the simulation; the run is too large for "
+              "this machine: lower workload.num_requests (or workload.duration_s x the arrival rate), "
+              "cluster.replicas or the pools' replicas", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # the reader went away (`servesim cost ... | head`): not an error of ours; keep Python's
         # exit-time flush from raising again on the closed pipe

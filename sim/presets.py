@@ -71,7 +71,7 @@ def expand_preset(data: dict, path: str, keys: tuple[str, ...]) -> dict:
     name = data.get("preset")
     if name is None:
         return data
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise InputError(f"{path}.preset: {name!r} is not a preset;{did_you_mean(str(name), PRESETS)}")
     out = dict(data)
     for k in keys:

@@ -328,9 +328,12 @@ class Memory:
     swap_bandwidth_gb_per_s: Optional[float] = _f(None, gt=0, doc="host<->GPU copy bandwidth; null: the GPU's PCIe figure")
 
 
+MAX_REPLICAS = 100_000  # each replica is a scheduler with its own KV pool: far beyond any real fleet
+
+
 @dataclass(frozen=True)
 class Cluster:
-    replicas: int = _f(1, gt=0)
+    replicas: int = _f(1, gt=0, le=MAX_REPLICAS)
     router: Literal["round_robin", "random", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"] = "round_robin"
 
 
@@ -347,7 +350,7 @@ class Spec:
 class Pool:
     """One pool of a P/D split: its replicas, GPU, TP and inner policy (null: the top-level value)."""
 
-    replicas: int = _f(1, gt=0)
+    replicas: int = _f(1, gt=0, le=MAX_REPLICAS)
     gpu: Optional[str] = None
     tp: Optional[int] = _f(None, gt=0)
     policy: Literal["continuous", "chunked_prefill"] = "continuous"
@@ -578,7 +581,7 @@ def _build_tagged(options, value, path):
     if tag_field not in value:
         raise InputError(f"{path}.{tag_field} is missing; valid: {', '.join(by_tag)}")
     tag = value[tag_field]
-    if tag not in by_tag:
+    if not isinstance(tag, str) or tag not in by_tag:
         raise InputError(f"{path}.{tag_field}: {tag!r} is not valid;{did_you_mean(str(tag), by_tag)}")
     return build(by_tag[tag], value, path)
 

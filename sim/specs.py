@@ -7,6 +7,8 @@ efficiencies live in ``sim/cost/efficiency.py``, not here.
 
 from __future__ import annotations
 
+import math
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,7 +197,7 @@ def load_gpu_yaml(p: Path, path: str = "hardware.gpu") -> GpuSpec:
     data = dict(data)
     base = data.pop("base", None)
     if base is not None:
-        if base not in GPUS:
+        if not isinstance(base, str) or base not in GPUS:
             raise InputError(f"{path}: {p}: base: unknown GPU {base!r};{did_you_mean(str(base), GPUS)}")
         merged = {f: getattr(GPUS[base], f) for f in _GPU_YAML_FIELDS}
         merged["name"] = f"{base}-custom"
@@ -220,11 +222,13 @@ def load_gpu_yaml(p: Path, path: str = "hardware.gpu") -> GpuSpec:
             kw[k] = v
             continue
         try:
+            if isinstance(v, bool):
+                raise TypeError
             x = float(v)
         except (TypeError, ValueError):
             raise InputError(f"{path}: {p}: {k} must be a number, got {v!r}") from None
-        if x < 0 or (x == 0 and k not in ("fp8_flops", "link_latency_s")) or x != x:
-            raise InputError(f"{path}: {p}: {k} must be > 0, got {v!r}")
+        if x < 0 or (x == 0 and k not in ("fp8_flops", "link_latency_s")) or not math.isfinite(x):
+            raise InputError(f"{path}: {p}: {k} must be a finite number > 0, got {v!r}")
         kw[k] = x
     return GpuSpec(**kw)
 
@@ -255,24 +259,45 @@ def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
     if not isinstance(cfg, dict):
         raise InputError(f"{path}: {p} must hold a JSON object")
 
+    limit = 2**31 - 1  # sizes beyond int32 are not a real model (and overflow the arithmetic)
+
+    def positive(k, v):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= limit:
+            raise InputError(f"{path}: {p}: field {k!r} must be a positive integer (at most {limit}), got {v!r}")
+        return v
+
     def need(*keys):
         for k in keys:
             if k in cfg:
-                v = cfg[k]
-                if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                    raise InputError(f"{path}: {p}: field {k!r} must be a positive integer, got {v!r}")
-                return v
+                return positive(k, cfg[k])
         raise InputError(f"{path}: {p} lacks {' / '.join(map(repr, keys))}")
+
+    def optional(k, default):
+        """A positive integer when present; absent or null: ``default``."""
+        return default if cfg.get(k) is None else positive(k, cfg[k])
 
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or hidden // heads
-    act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
+    kv_heads = optional("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise InputError(f"{path}: {p}: num_attention_heads ({heads}) must be a multiple of "
+                         f"num_key_value_heads ({kv_heads})")
+    head_dim = optional("head_dim", hidden // heads)
+    if head_dim < 1:
+        raise InputError(f"{path}: {p}: hidden_size ({hidden}) is smaller than num_attention_heads ({heads}); "
+                         "give head_dim")
+    max_context = optional("max_position_embeddings", 4096)
+    for k in ("tie_word_embeddings",):
+        if k in cfg and cfg[k] is not None and not isinstance(cfg[k], bool):
+            raise InputError(f"{path}: {p}: field {k!r} must be true or false, got {cfg[k]!r}")
+    for k in ("hidden_act", "activation_function", "_name_or_path"):
+        if k in cfg and cfg[k] is not None and not isinstance(cfg[k], str):
+            raise InputError(f"{path}: {p}: field {k!r} must be a string, got {cfg[k]!r}")
+    act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "silu")
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
     top_k = cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0
     for k, v in (("num_local_experts", experts), ("num_experts_per_tok", top_k)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= limit:
             raise InputError(f"{path}: {p}: field {k!r} must be a non-negative integer, got {v!r}")
     if experts and not 0 < top_k <= experts:
         raise InputError(f"{path}: {p}: mixture-of-experts model needs 0 < num_experts_per_tok <= "
@@ -284,13 +309,13 @@ def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
         num_layers=need("num_hidden_layers", "n_layer"),
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=int(kv_heads),
-        head_dim=int(head_dim),
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
         intermediate_size=need(*inter_keys),
         vocab_size=need("vocab_size"),
         gated_mlp=act in ("silu", "swiglu"),
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_context_tokens=int(cfg.get("max_position_embeddings", 4096)),
+        max_context_tokens=max_context,
         num_experts=experts,
         experts_per_token=top_k if experts else 0,
     )

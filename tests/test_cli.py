@@ -82,6 +82,12 @@ BAD = [
     ("name: cli-test", "name: cli-test\npolicyy: {}", "policyy", "policy"),
     ("dist: uniform, min: 4", "dist: unifrm, min: 4", "workload.output_tokens.dist", "uniform"),
     ("model: meta-llama/Meta-Llama-3-8B", "model: meta-llama/Meta-Llama-3-70B", "does not fit", "GiB"),
+    # a list or mapping where a name goes (found by fuzzing every field with odd values)
+    ("dist: uniform, min: 4", "dist: [uniform], min: 4", "workload.output_tokens.dist", "uniform"),
+    ("arrival: {process: poisson,", "arrival: {process: {a: 1},", "workload.arrival.process", "poisson"),
+    ("  num_requests: 60\n", "  num_requests: 60\n  preset: []\n", "workload.preset", "not a preset"),
+    ("hardware: {gpu: h100-sxm}", "hardware: {gpu: h100-sxm}\ncluster: {replicas: 99999999999}",
+     "cluster.replicas", "<= 100000"),
 ]
 
 
@@ -102,6 +108,19 @@ def test_missing_file_and_bad_set(tmp_path, capsys):
     assert "nope.yaml" in capsys.readouterr().err
     assert main(["run", write(tmp_path, GOOD), "--quiet", "--set", "policy.max_num_seqs=zero"]) == 2
     assert "policy.max_num_seqs must be an integer" in capsys.readouterr().err
+
+
+def test_a_run_too_big_for_memory_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    import sim.cli
+
+    def too_big(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr("sim.simulate.simulate", too_big)
+    monkeypatch.setattr(sim.cli, "simulate", too_big, raising=False)
+    assert main(["run", write(tmp_path, GOOD), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "out of memory" in err and "workload.num_requests" in err and "Traceback" not in err
 
 
 def test_console_script_exit_status_without_traceback(tmp_path):

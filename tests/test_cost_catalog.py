@@ -85,6 +85,12 @@ def test_gpu_from_yaml(tmp_path):
         get_gpu(str(p))
     with pytest.raises(InputError, match="does not exist"):
         get_gpu(str(tmp_path / "none.yaml"))
+    for body, msg in (("base: [h100-sxm]\n", "base: unknown GPU"),
+                      ("name: x\npeak_flops: .inf\nmem_bytes: 1\nmem_bw_bytes_per_s: 1\n", "finite number > 0"),
+                      ("name: x\npeak_flops: true\nmem_bytes: 1\nmem_bw_bytes_per_s: 1\n", "must be a number")):
+        p.write_text(body)
+        with pytest.raises(InputError, match=msg):
+            get_gpu(str(p))
 
 
 def test_moe_config_json(tmp_path):
@@ -99,6 +105,30 @@ def test_moe_config_json(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(InputError, match="num_experts_per_tok"):
         get_model(str(tmp_path / "config.json"))
+
+
+@pytest.mark.parametrize("key,value,msg", [
+    ("num_key_value_heads", "eight", "'num_key_value_heads' must be a positive integer"),
+    ("num_key_value_heads", 5, "must be a multiple of num_key_value_heads"),
+    ("head_dim", 0.5, "'head_dim' must be a positive integer"),
+    ("max_position_embeddings", float("inf"), "'max_position_embeddings' must be a positive integer"),
+    ("vocab_size", 10**15, "at most 2147483647"),
+    ("hidden_size", 16, "give head_dim"),
+    ("tie_word_embeddings", "yes", "must be true or false"),
+    ("hidden_act", ["silu"], "'hidden_act' must be a string"),
+])
+def test_bad_config_json_fields_name_the_field(tmp_path, capsys, key, value, msg):
+    """Found by fuzzing each config.json field with odd values: each is an input error naming the
+    field, through the CLI too (exit 2, no traceback)."""
+    cfg = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+           "intermediate_size": 14336, "vocab_size": 32000, "hidden_act": "silu", "max_position_embeddings": 8192}
+    cfg[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match=msg):
+        get_model(str(path))
+    assert main(["cost", "--model", str(path), "--gpu", "h100-sxm", "--prefill", "8"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_cost_json_contract_with_calibrated_model(capsys):
