@@ -11,7 +11,6 @@ sentence generated from the numbers it shows. Kinds of folder:
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -21,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from plots import figures as F  # noqa: E402
-from plots.rundata import RunData  # noqa: E402
+from plots.rundata import RunData, read_json_dict  # noqa: E402
 
 RATE_KEY = "workload.arrival.rate_rps"
 MAX_GROUPS_PER_PANEL = 4
@@ -74,7 +73,7 @@ def load_folder(path: Path) -> dict:
                          "(a sweep, capacity or compare folder)")
     from sim.sweep import read_results
 
-    meta = json.loads((path / "sweep.json").read_text()) if (path / "sweep.json").is_file() else {}
+    meta = read_json_dict(path / "sweep.json", "sweep.json") if (path / "sweep.json").is_file() else {}
     rows = read_results(path / "results.csv")
     cols = _value_columns(rows)
     has_rate = RATE_KEY in cols
@@ -225,7 +224,12 @@ def build_report(path: str | Path) -> Path:
         md += [f"A {data['kind']} of `{meta.get('scenario', '?')}`: {len(data['rows'])} points, "
                f"{sum(1 for r in data['rows'] if r['status'] == 'ok')} ok.", ""]
         if data["kind"] == "capacity" and (path / "capacity.json").is_file():
-            cap = json.loads((path / "capacity.json").read_text())
+            cap = read_json_dict(path / "capacity.json", "capacity.json")
+            lacks = [k for k in ("capacity_rps", "capacity_rps_per_gpu", "num_gpus", "slo") if k not in cap]
+            if lacks:
+                from sim.errors import InputError
+
+                raise InputError(f"{path / 'capacity.json'}: no {', '.join(lacks)}: not a file servesim wrote")
             md += [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per GPU, "
                    f"{cap['num_gpus']} GPUs) for `{cap['slo']}`"
                    + (f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else "")

@@ -30,20 +30,57 @@ _INT_COLS = {"request_id", "prompt_tokens", "output_tokens", "replica", "preempt
              "decode_tokens", "context_tokens", "kv_blocks_used", "decode_replica", "padding_tokens",
              "prefix_hit_tokens"}
 _STR_COLS = {"status", "reason", "bound"}
+# top-level keys of every run's summary.json (what figures and report.md read)
+SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
+                "throughput_rps", "output_tokens_per_s", "ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s",
+                "slo_attainment", "goodput_rps", "phases", "utilization", "pools", "kv_capacity")
 
 
-def read_columns(path: Path) -> dict:
-    """A CSV as column -> numpy array (ints, floats with NaN for empty cells, or strings)."""
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
+def read_json_dict(path: Path, what: str) -> dict:
+    """A JSON object servesim wrote (``what`` names it in errors); a clear input error if the file
+    is unreadable, malformed or not an object."""
+    from sim.errors import InputError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: cannot read {what}: {e}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: {what} must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_columns(path: Path, required=()) -> dict:
+    """A CSV as column -> numpy array (ints, floats with NaN for empty cells, or strings); a clear
+    input error if it is missing, lacks a ``required`` column or has a malformed row."""
+    from sim.errors import InputError
+
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.reader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise InputError(f"cannot read {path}: {e}") from None
+    if not rows:
+        raise InputError(f"{path}: empty file, expected servesim's header row")
     header, body = rows[0], rows[1:]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a file servesim wrote")
+    for line, r in enumerate(body, start=2):
+        if len(r) != len(header):
+            raise InputError(f"{path}: line {line} has {len(r)} cells, the header {len(header)}")
     cols = {}
     for i, name in enumerate(header):
         vals = [r[i] for r in body]
         if name in _STR_COLS:
             cols[name] = np.array(vals, dtype=object)
         elif name in _INT_COLS:
-            cols[name] = np.array([int(v) if v else -1 for v in vals], dtype=np.int64)
+            try:
+                cols[name] = np.array([int(v) if v else -1 for v in vals], dtype=np.int64)
+            except ValueError:
+                line = next(j for j, v in enumerate(vals, start=2) if v and not v.lstrip("-").isdigit())
+                raise InputError(f"{path}: line {line}: column {name!r} must be an integer, "
+                                 f"got {vals[line - 2]!r}") from None
         else:
             try:
                 cols[name] = np.array([float(v) if v else math.nan for v in vals], dtype=float)
@@ -72,12 +109,30 @@ class RunData:
 
     @classmethod
     def from_dir(cls, path: str | Path, label: str | None = None) -> "RunData":
+        from sim.errors import InputError
+        from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+
         p = Path(path)
-        summary = json.loads((p / "summary.json").read_text())
-        scenario = yaml.safe_load((p / "scenario.yaml").read_text()) if (p / "scenario.yaml").is_file() else {}
-        tbt = np.load(p / "tbt_s.npy") if (p / "tbt_s.npy").is_file() else None
-        return cls(label or summary.get("scenario", p.name), scenario, summary, read_columns(p / "requests.csv"),
-                   read_columns(p / "steps.csv"), tbt)
+        summary = read_json_dict(p / "summary.json", "a run's summary.json")
+        lacks = [k for k in SUMMARY_KEYS if k not in summary]
+        if lacks:
+            raise InputError(f"{p / 'summary.json'}: no {', '.join(lacks)}: not a summary servesim wrote")
+        scenario = {}
+        if (p / "scenario.yaml").is_file():
+            try:
+                scenario = yaml.safe_load((p / "scenario.yaml").read_text()) or {}
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+                raise InputError(f"{p / 'scenario.yaml'}: cannot read: {e}") from None
+            if not isinstance(scenario, dict):
+                raise InputError(f"{p / 'scenario.yaml'}: must hold a mapping (the resolved scenario)")
+        tbt = None
+        if (p / "tbt_s.npy").is_file():
+            try:
+                tbt = np.load(p / "tbt_s.npy")
+            except (OSError, ValueError) as e:
+                raise InputError(f"{p / 'tbt_s.npy'}: cannot read: {e}") from None
+        return cls(label or str(summary["scenario"]), scenario, summary,
+                   read_columns(p / "requests.csv", REQUEST_COLUMNS), read_columns(p / "steps.csv", STEP_COLUMNS), tbt)
 
     # ------------------------------------------------------------ per-request latencies
     @property

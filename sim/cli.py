@@ -202,8 +202,8 @@ def cmd_cost(args) -> int:
         if args.context:
             what += f" after {args.context} cached"
     else:
-        if args.decode_batch < 1 or args.context < 0:
-            raise InputError("--decode-batch must be >= 1 and --context >= 0")
+        if not 1 <= args.decode_batch <= MAX_DECODE_BATCH or args.context < 0:
+            raise InputError(f"--decode-batch must be between 1 and {MAX_DECODE_BATCH} and --context >= 0")
         batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch)
         what = f"decode step of {args.decode_batch} sequences at context {args.context}"
     from sim.cost.calibration import efficiencies_for
@@ -307,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_lessons(sub)  # lessons
     return p
+
+
+MAX_DECODE_BATCH = 1 << 20  # sequences in one step: far beyond any max_num_seqs (each is priced one by one)
 
 
 def main(argv=None) -> int:

@@ -375,9 +375,18 @@ def write_results(out_dir: Path, points: list[Point]) -> Path:
 
 
 def read_results(path: str | Path) -> list[dict]:
-    """results.csv rows as dicts, numbers parsed (empty cells -> None)."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    """results.csv rows as dicts, numbers parsed (empty cells -> None); a clear input error if the
+    file is unreadable or lacks the columns every results.csv has."""
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            header = reader.fieldnames or []
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise InputError(f"cannot read {path}: {e}") from None
+    missing = [c for c in ("point", "status", "hash", "dir") if c not in header]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a results.csv servesim wrote")
     out = []
     for r in rows:
         d = {}

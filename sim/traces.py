@@ -86,6 +86,10 @@ def _timestamp_ns(text: str) -> int:
             + d.microsecond * 1000)
 
 
+MAX_TIME_S = 1e12  # ~30,000 years: anything beyond is a unit mix-up, and overflows the clock
+MAX_TOKENS = 2**31 - 1  # no prompt or output is longer (and int64 sums stay exact)
+
+
 def _time_value(raw, unit_s: float, where: str, column: str):
     """A number (seconds after scaling) or a timestamp (integer ns). Returns (kind, value)."""
     if isinstance(raw, bool):
@@ -103,6 +107,9 @@ def _time_value(raw, unit_s: float, where: str, column: str):
                 raise InputError(f"{where}: {column} must be a number or a timestamp, got {text!r}") from None
     if v != v or v in (float("inf"), float("-inf")):
         raise InputError(f"{where}: {column} must be finite, got {raw!r}")
+    if abs(v * unit_s) > MAX_TIME_S:
+        raise InputError(f"{where}: {column} must be at most {MAX_TIME_S:g} s after time_unit (a unit mix-up?), "
+                         f"got {raw!r}")
     return "num", v * unit_s
 
 
@@ -117,6 +124,8 @@ def _length(raw, where: str, column: str) -> int:
         raise InputError(f"{where}: {column} must be a positive integer, got {raw!r}")
     if v < 1:
         raise InputError(f"{where}: {column} must be a positive integer (>= 1), got {int(v)}")
+    if v > MAX_TOKENS:
+        raise InputError(f"{where}: {column} must be at most {MAX_TOKENS} tokens, got {raw!r}")
     return int(v)
 
 

@@ -140,6 +140,13 @@ def test_cost_json(capsys):
     assert sum(o["time_s"] for o in d["ops"].values()) == pytest.approx(d["step_time_s"])
 
 
+def test_cost_decode_batch_is_bounded(capsys):
+    # found by fuzzing: --decode-batch 2147483647 built a list of two billion sequences
+    assert main(["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "h100-sxm", "--decode-batch",
+                 "2147483647", "--context", "10"]) == 2
+    assert "--decode-batch must be between 1 and 1048576" in capsys.readouterr().err
+
+
 def test_cost_table_and_bad_gpu(capsys):
     assert main(["cost", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "h100-sxm", "--decode-batch", "8",
                  "--context", "1024"]) == 0

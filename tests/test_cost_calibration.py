@@ -322,6 +322,10 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
     (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n")
     with pytest.raises(InputError, match="unknown keys"):
         load_calibration(tmp_path / "c.yaml")
+    for body in ("gemm: {compute: 0.5, memory: 0.5, tile_m: .inf}\n", "gemm: {compute: .nan, memory: 0.5}\n"):
+        (tmp_path / "c.yaml").write_text(body)  # found by fuzzing: inf / nan were taken as numbers
+        with pytest.raises(InputError, match="must be a finite number >= 0"):
+            load_calibration(tmp_path / "c.yaml")
     # through the CLI: exit 2 and one message
     assert main(["calibrate", "--profiles", str(tmp_path / "nope"), "--gpu", "a100-80g", "--out", "x.yaml"]) == 2
     assert main(["validate-cost", "--profiles", str(synthetic_profiles), "--gpu", "b300"]) == 2

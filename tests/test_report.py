@@ -71,6 +71,39 @@ def test_report_bad_folder_exits_2(tmp_path, capsys):
     assert "neither summary.json" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name,body,message", [
+    ("summary.json", "{bad", "cannot read a run's summary.json"),
+    ("summary.json", "[]", "must be a JSON object"),
+    ("summary.json", '{"scenario": "x", "num_requests": 3}', "no completed"),
+    ("requests.csv", "", "empty file"),
+    ("requests.csv", "a,b\n1,2\n", "missing column"),
+    ("steps.csv", None, "cannot read"),
+    ("scenario.yaml", "{", "cannot read"),
+])
+def test_report_on_a_damaged_run_folder_names_the_file(tmp_path, capsys, name, body, message):
+    """Found by fuzzing: a run folder whose files are damaged or not servesim's is an input error
+    naming the file (exit 2), not a traceback."""
+    out = tmp_path / "run"
+    simulate(make_scenario(**{"workload.num_requests": 10})).write(out)
+    if body is None:
+        (out / name).unlink()
+    else:
+        (out / name).write_text(body)
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert name in err and message in err and "Traceback" not in err
+
+
+def test_report_on_a_damaged_sweep_folder_names_the_file(tmp_path, capsys):
+    out = tmp_path / "sw"
+    base = copy.deepcopy(BASE)
+    base["workload"]["num_requests"] = 10
+    execute(make_points(base, [({"label": "a"}, {}), ({"label": "b"}, {"seed": 1})]), out, "local", 1, progress=False)
+    (out / "results.csv").write_text("a\n1\n")
+    assert main(["report", str(out)]) == 2
+    assert "results.csv: missing column(s) point, status, hash, dir" in capsys.readouterr().err
+
+
 def expected_events(res, replicas):
     r = res.requests
     n = 3 * replicas + len(res.steps["start_s"])

@@ -107,6 +107,9 @@ def test_resample_arrivals_keeping_lengths(tmp_path):
      "line 2: GeneratedTokens must be a positive integer, got '1.5'"),
     ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5,5\n0.5,5,5\n", "line 4: arrived_at goes back in time"),
     ("when,a,b\n0,1,1\n", "line 1: no column 'arrival_s' for the arrival"),
+    # found by fuzzing: numbers too large for a length or a clock
+    ("arrival_s,prompt_tokens,output_tokens\n0,1e308,5\n", "line 2: prompt_tokens must be at most 2147483647"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5,5\n1e308,5,5\n", r"line 3: arrival_s must be at most 1e\+12 s after time_unit"),
 ])
 def test_trace_errors_name_file_and_line(tmp_path, text, message):
     f = tmp_path / "bad.csv"

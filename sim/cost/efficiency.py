@@ -29,6 +29,7 @@ Operator time models (M tokens, K x N weight, w / a weight / activation bytes pe
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 
@@ -78,8 +79,6 @@ class OverheadFit:
     def at(self, tp: int) -> tuple:
         """(step_s, per_seq_s) of the measured TP size closest to ``tp`` (log distance; a tie
         takes the larger, which pays the workers' RPC as ``tp`` does)."""
-        import math
-
         i = min(range(len(self.tp)), key=lambda k: (abs(math.log(self.tp[k] / tp)), -self.tp[k]))
         return self.step_s[i], self.per_seq_s[i]
 
@@ -130,8 +129,8 @@ def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
         if bad:
             raise InputError(f"{where}: {name} has unknown keys {sorted(bad)}; valid: {sorted(fields)}")
         for k, v in value.items():
-            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
-                raise InputError(f"{where}: {name}.{k} must be a number >= 0, got {v!r}")
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < math.inf):
+                raise InputError(f"{where}: {name}.{k} must be a finite number >= 0, got {v!r}")
         for k in ("compute", "memory", "link"):
             if k in value and not 0 < value[k] <= 1:
                 raise InputError(f"{where}: {name}.{k} must be in (0, 1], got {value[k]!r}")
@@ -160,7 +159,7 @@ def _overhead(value: dict, where: str) -> OverheadFit:
     if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tp) or len(set(tp)) != len(tp):
         raise InputError(f"{where}: overhead.tp must hold distinct integers >= 1, got {tp!r}")
     for k, c in (("step_s", step), ("per_seq_s", per)):
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in c):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf for v in c):
             raise InputError(f"{where}: overhead.{k} must hold numbers >= 0 (seconds), got {c!r}")
     return OverheadFit(tuple(tp), tuple(float(v) for v in step), tuple(float(v) for v in per))
 
