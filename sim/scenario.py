@@ -556,7 +556,8 @@ def _convert(tp, value, path):
             raise InputError(f"{path} must be true or false, got {value!r}")
         return value
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value:
             raise InputError(f"{path} must be an integer, got {value!r}")
         return int(value)
     if tp is float:

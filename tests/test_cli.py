@@ -88,6 +88,8 @@ BAD = [
     ("  num_requests: 60\n", "  num_requests: 60\n  preset: []\n", "workload.preset", "not a preset"),
     ("hardware: {gpu: h100-sxm}", "hardware: {gpu: h100-sxm}\ncluster: {replicas: 99999999999}",
      "cluster.replicas", "<= 100000"),
+    ("max_num_seqs: 64", "max_num_seqs: .inf", "policy.max_num_seqs", "must be an integer"),
+    ("num_requests: 60", "num_requests: .nan", "workload.num_requests", "must be an integer"),
 ]
 
 
