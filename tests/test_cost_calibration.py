@@ -311,6 +311,27 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
     bad.write_text("num_tokens,n_head\n1,32\n")
     with pytest.raises(InputError, match=r"mlp\.csv: missing column"):
         find_profiles(tmp_path / "bad", "a100-80g")
+    # found by fuzzing: inf, a TP size that does not divide the heads, a missing collective time
+    for col, v, msg in ((-10, "inf", "is not a finite number"),  # time_stats.add.median
+                        (-1, "7", "num_tensor_parallel_workers 7 does not divide the 32 heads")):
+        write_mlp_csv(bad, (32, 8, 4096, 14336, True), (1,))
+        lines = bad.read_text().splitlines()
+        cells = lines[3].split(",")
+        cells[col] = v
+        lines[3] = ",".join(cells)
+        bad.write_text("\n".join(lines) + "\n")
+        with pytest.raises(InputError, match=msg):
+            find_profiles(tmp_path / "bad", "a100-80g")
+    write_mlp_csv(bad, (32, 8, 4096, 14336, True), (1,))
+    ar = tmp_path / "bad/network/a100_dgx/all_reduce.csv"
+    write_allreduce_csv(ar)
+    lines = ar.read_text().splitlines()
+    cells = lines[2].split(",")
+    cells[4] = ""  # time_stats.all_reduce.median
+    lines[2] = ",".join(cells)
+    ar.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"all_reduce\.csv: line 3: time_stats\.all_reduce\.median must be a positive"):
+        find_profiles(tmp_path / "bad", "a100-80g")
     with pytest.raises(InputError, match="does not exist"):
         load_calibration(tmp_path / "missing.yaml")
     (tmp_path / "c.yaml").write_text("gemm: {compute: 1.5, memory: 0.8}\n")

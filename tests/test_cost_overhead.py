@@ -76,6 +76,20 @@ def test_noisy_measurements_still_fit_within_a_few_percent(tmp_path):
         assert s == pytest.approx(step, rel=0.1) and p == pytest.approx(per, rel=0.1)
 
 
+def test_huge_measurements_still_fit_inside_the_bounds(tmp_path):
+    """Found by fuzzing: one step measured at 1e11 ms put the fit's starting point outside its
+    bounds (a scipy traceback); the bounds now come from the data."""
+    path = tmp_path / "cpu_overheads.csv"
+    write_cpu_csv(path)
+    lines = path.read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[7] = "99999999999"  # SCHEDULE_MEDIAN of the first row
+    lines[1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    fit = fit_overhead([read_cpu_overheads(path)])
+    assert all(np.isfinite(fit.step_s)) and all(np.isfinite(fit.per_seq_s))
+
+
 def test_nearest_measured_tp_size():
     fit = OverheadFit((1, 2, 4), (1.0, 2.0, 4.0), (0.1, 0.2, 0.4))
     assert fit.at(1) == (1.0, 0.1) and fit.at(8) == (4.0, 0.4) and fit.at(3) == (4.0, 0.4)

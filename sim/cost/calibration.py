@@ -86,12 +86,18 @@ def _column(path, header, rows, name, conv, required=True):
     for line, r in enumerate(rows, start=2):
         v = r[i] if i < len(r) else ""
         if v == "" and conv is float:
-            out.append(math.nan)
+            out.append(math.nan)  # an empty cell: not measured
             continue
         try:
-            out.append(conv(v))
+            x = conv(v)
         except ValueError:
             raise InputError(f"{path}: line {line}: column {name!r}: cannot read {v!r} as a number") from None
+        if conv is float and not math.isfinite(x):
+            raise InputError(f"{path}: line {line}: column {name!r}: {v!r} is not a finite number "
+                             "(leave the cell empty when not measured)")
+        if conv is int and not -(2**31) < x < 2**31:
+            raise InputError(f"{path}: line {line}: column {name!r}: {v!r} is out of range")
+        out.append(x)
     return np.array(out)
 
 
@@ -101,6 +107,19 @@ def _bool(v: str) -> bool:
     if v in ("False", "false", "0"):
         return False
     raise ValueError(v)
+
+
+def _check_shape(path, n_head: int, n_kv_head: int, hidden: int, tp, inter: int = 1) -> None:
+    """A profile's model shape and TP sizes make sense: positive sizes, and every TP size divides
+    the attention heads (as it must to shard them)."""
+    import numpy as np
+
+    if min(n_head, n_kv_head, hidden, inter) < 1 or hidden < n_head:
+        raise InputError(f"{path}: n_head, n_kv_head, n_embd (>= n_head) and the MLP width must be positive, got "
+                         f"{n_head}, {n_kv_head}, {hidden}, {inter}")
+    bad = np.asarray(tp)[n_head % np.asarray(tp) != 0]
+    if bad.size:
+        raise InputError(f"{path}: num_tensor_parallel_workers {int(bad[0])} does not divide the {n_head} heads")
 
 
 def read_compute_profile(path: Path, model: str | None = None) -> ComputeProfile:
@@ -115,6 +134,8 @@ def read_compute_profile(path: Path, model: str | None = None) -> ComputeProfile
             raise InputError(f"{path}: column {c!r} must hold one value (one model per file)")
     if (cols["num_tokens"] <= 0).any() or (cols["num_tensor_parallel_workers"] <= 0).any():
         raise InputError(f"{path}: num_tokens and num_tensor_parallel_workers must be positive")
+    _check_shape(path, int(cols["n_head"][0]), int(cols["n_kv_head"][0]), int(cols["n_embd"][0]),
+                 cols["num_tensor_parallel_workers"], int(cols["n_expanded_embd"][0]))
     ops = {}
     for op in (*GEMM_OPS, *MEM_OPS):
         col = _column(path, header, rows, f"time_stats.{op}.median", float, required=op in GEMM_OPS)
@@ -137,8 +158,11 @@ def read_network_profile(path: Path, op: str):
     size = _column(path, header, rows, "size", float)
     dpn = _column(path, header, rows, "devices_per_node", int)
     y = _column(path, header, rows, f"time_stats.{op}.median", float) * 1e-3
-    if (size <= 0).any() or (n <= 0).any():
-        raise InputError(f"{path}: size and num_workers must be positive")
+    if not ((size > 0).all() and (n > 0).all()):
+        raise InputError(f"{path}: size and num_workers must be positive (and present on every row)")
+    if not (y > 0).all():
+        line = 2 + next(i for i, v in enumerate(y.tolist()) if not v > 0)
+        raise InputError(f"{path}: line {line}: time_stats.{op}.median must be a positive time (ms)")
     return n, size, dpn, y
 
 
@@ -183,6 +207,8 @@ def read_attention_profile(path: Path, model: str | None = None) -> AttentionPro
             raise InputError(f"{path}: column {c!r} must hold one value (one model per file)")
     if (cols["num_tensor_parallel_workers"] <= 0).any() or (cols["batch_size"] <= 0).any():
         raise InputError(f"{path}: num_tensor_parallel_workers and batch_size must be positive")
+    _check_shape(path, int(cols["n_q_head"][0]), int(cols["n_kv_head"][0]), int(cols["n_embd"][0]),
+                 cols["num_tensor_parallel_workers"])
     if (cols["kv_cache_size"] < 0).any() or (cols["prefill_chunk_size"] < 0).any():
         raise InputError(f"{path}: kv_cache_size and prefill_chunk_size must be >= 0")
     if (pre & (cols["prefill_chunk_size"] < 1)).any():
@@ -554,8 +580,10 @@ def fit_overhead(profiles: list) -> OverheadFit | None:
             x = [float(np.exp(ly.mean())), 0.0]
         else:
             slope, icpt = np.polyfit(b, y[s], 1)
-            x0 = [max(icpt, 1e-5), max(slope, 1e-8)]
-            x = _lsq(lambda v: np.log(v[0] + v[1] * b) - ly, x0, [1e-7, 0.0], [1.0, 0.1], [1e-3, 1e-5])
+            top = float(y[s].max())  # neither the fixed part nor one sequence costs more than a whole step
+            x0 = [min(max(icpt, 1e-3 * top), top), min(max(slope, 0.0), top)]
+            x = _lsq(lambda v: np.log(v[0] + v[1] * b) - ly, x0, [1e-9, 0.0], [top, top],
+                     [max(top / 10, 1e-9), max(top / 1000, 1e-12)])
         tps.append(int(t)); steps.append(float(f"{x[0]:.4g}")); pers.append(float(f"{x[1]:.4g}"))
     return OverheadFit(tuple(tps), tuple(steps), tuple(pers))
 
