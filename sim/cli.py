@@ -141,12 +141,29 @@ def _writable_dir(path: str, flag: str) -> Path:
     return p
 
 
+def _writable_file(path: str, flag: str) -> None:
+    """Fail now, not after a long run, if ``path`` cannot be written (its folder is created; a
+    file created by the check is removed again)."""
+    p = Path(path)
+    _writable_dir(str(p.parent), flag)
+    existed = p.exists()
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as e:
+        raise InputError(f"{flag} {path}: cannot write the file: {e.strerror or e}") from None
+    if not existed:
+        p.unlink()
+
+
 def cmd_run(args) -> int:
     from sim.scenario import load_scenario
     from sim.simulate import simulate
 
     scenario = load_scenario(args.scenario, args.set or [], args.seed)
     out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
+    if args.trace_events:
+        _writable_file(args.trace_events, "--trace-events")
     update, close = _progress_bar(args.quiet)
     try:
         with _naming(args.scenario):
@@ -333,6 +350,12 @@ def main(argv=None) -> int:
         # exit-time flush from raising again on the closed pipe
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:
+        # a file or folder we were told to read or write (--out, --trace-events, ...) that the
+        # file system refuses: name it, no traceback
+        where = f" {e.filename!r}" if e.filename else ""
+        print(f"servesim: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -125,6 +125,23 @@ def test_a_run_too_big_for_memory_is_a_clear_error(tmp_path, capsys, monkeypatch
     assert "out of memory" in err and "workload.num_requests" in err and "Traceback" not in err
 
 
+def test_unwritable_outputs_are_clear_errors(tmp_path, capsys):
+    """Found by fuzzing: an output path the file system refuses gave a traceback from every command
+    that writes (--trace-events only after the whole run)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")  # a file where a folder is needed
+    s = write(tmp_path, GOOD)
+    assert main(["run", s, "--out", str(tmp_path / "o"), "--trace-events", str(blocker / "t.json"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--trace-events" in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "summary.json").exists()  # refused before running
+    for args in (["lessons", "--only", "bound", "--no-figures", "--out", str(blocker / "l")],
+                 ["sweep", s, "--grid", "seed=0", "--out", str(blocker / "s"), "--quiet"]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert str(blocker) in err and "Traceback" not in err
+
+
 def test_console_script_exit_status_without_traceback(tmp_path):
     p = write(tmp_path, GOOD.replace("rate_rps: 5.0", "rate_rps: -1"))
     proc = subprocess.run([sys.executable, "-m", "sim", "validate", p], capture_output=True, text=True)
