@@ -31,8 +31,10 @@ class Cluster:
         self.pools: dict[str, list[Replica]] = {}
         # what the router and the hand-off see: a replica, or its virtual engines as one
         self.groups: dict[str, list] = {}
-        # P/D: each prefill replica's links send one request's KV at a time (its engines share them)
+        # P/D: each prefill replica's links send one request's KV at a time, and each decode
+        # replica's receive one at a time (a replica's virtual engines share its links)
         self._send_link: dict[int, simpy.Resource] = {}
+        self._recv_link: dict[int, simpy.Resource] = {}
         for pool in setup.pools:
             members, groups = [], []
             cm = pool.cost_model
@@ -60,10 +62,11 @@ class Cluster:
                     engines.append(r)
                 members += engines
                 groups.append(VirtualEngines(engines) if ve > 1 else engines[0])
-                if pool.name == "prefill":
+                if pool.name in ("prefill", "decode"):
                     link = simpy.Resource(env, capacity=1)
+                    links = self._send_link if pool.name == "prefill" else self._recv_link
                     for e in engines:
-                        self._send_link[e.index] = link
+                        links[e.index] = link
             self.pools[pool.name] = members
             self.groups[pool.name] = groups
         self._fast = [r for r in self.replicas if hasattr(r, "settle")]
@@ -152,13 +155,17 @@ class Cluster:
             self.env.process(self._transfer(req, src, dst, token))
 
     def _transfer(self, req, src, dst, token):
-        """Send ``req``'s KV from ``src`` to ``dst``: after the prefill replica's earlier hand-offs
-        (its links carry one at a time, first come first served), latency + bytes / bandwidth."""
+        """Send ``req``'s KV from ``src`` to ``dst``: once the prefill replica's links are free of
+        its earlier hand-offs and then the decode replica's of the ones it is receiving (each
+        carries one at a time, first come first served), latency + bytes / bandwidth. Senders
+        always take their own link before the receiver's, so the waits cannot deadlock."""
         pool = self.setup.pools_by_name["prefill"]
         kv_bytes = pool.cost_model.model.kv_bytes_per_token(pool.cost_model.kv_dtype) * req.num_computed_tokens
-        with self._send_link[src.index].request() as slot:
-            yield slot
-            yield self.env.timeout(transfer_time_s(kv_bytes, *self.setup.link))
+        with self._send_link[src.index].request() as out:
+            yield out
+            with self._recv_link[dst.index].request() as into:  # asked for only once the sender's is held
+                yield into
+                yield self.env.timeout(transfer_time_s(kv_bytes, *self.setup.link))
         src.kv.release(token)
         src.wake()  # freed prefill-side blocks may let it admit more
         req.kv_transfer_s = self.env.now - req.first_token_s

@@ -455,7 +455,7 @@ def lesson_pd_split(quick: bool, seed: int | None = None) -> Lesson:
                  "SLO (0.5 s, 12 ms)"), rows),
         [f"at {rates[-1]:g} req/s TPOT p99 {_fmt(co['tpot_s']['p99'], 'ms')} colocated vs "
          f"{_fmt(pd['tpot_s']['p99'], 'ms')} split; the cost: each hand-off {_fmt(kt['time_s']['mean'], 'ms')} on "
-         f"average, waits for the prefill replica's link included ({kt['bytes'] / 1e9:.0f} GB moved) and TTFT p50 {_fmt(co['ttft_s']['p50'], 'ms')} -> "
+         f"average, waits for the links included ({kt['bytes'] / 1e9:.0f} GB moved) and TTFT p50 {_fmt(co['ttft_s']['p50'], 'ms')} -> "
          f"{_fmt(pd['ttft_s']['p50'], 'ms')} (one prefill replica instead of two)"],
         [("pd_split", {"rows": data})])
 

@@ -82,7 +82,8 @@ def test_pd_kv_transfer_time_is_link_time_and_grows_with_prompt():
 def test_pd_hand_offs_from_one_prefill_replica_share_its_links():
     """Two prompts prefilled in one step: their first tokens come together, the second KV leaves
     when the first has landed (one prefill replica's links, first come first served). With two
-    prefill replicas the prompts go one to each and their transfers overlap."""
+    prefill and two decode replicas their transfers overlap; into one decode replica they queue
+    at its links."""
     link = {"bandwidth_gbps": 10.0, "latency_s": 0.001}
     rows = [(0.0, 1024, 4), (0.0, 1024, 4)]
     sc = make_scenario(**{"policy.name": "pd_split", "policy.link": link})
@@ -94,7 +95,14 @@ def test_pd_hand_offs_from_one_prefill_replica_share_its_links():
                            "policy.decode": {"replicas": 2}})
     r = simulate(two, specs=specs(rows)).requests
     assert sorted(r["replica"].tolist()) == [0, 1]
+    assert sorted(r["decode_replica"].tolist()) == [2, 3]  # each decode replica receives one
     assert r["kv_transfer_s"].tolist() == pytest.approx([one, one], rel=1e-9)
+    # two prefill replicas, one decode replica: its links receive one KV at a time
+    into_one = make_scenario(**{"policy.name": "pd_split", "policy.link": link, "policy.prefill": {"replicas": 2},
+                                "policy.decode": {"replicas": 1}})
+    r = simulate(into_one, specs=specs(rows)).requests
+    assert sorted(r["replica"].tolist()) == [0, 1] and r["decode_replica"].tolist() == [2, 2]
+    assert sorted(r["kv_transfer_s"].tolist()) == pytest.approx([one, 2 * one], rel=1e-9)
     # with PP every stage's GPUs send their layers' KV at once: twice the bandwidth at PP 2
     bw1 = prepare(sc).link[0]
     bw2 = prepare(make_scenario(**{"policy.name": "pd_split", "policy.link": link, "hardware.pp": 2})).link[0]
