@@ -82,6 +82,16 @@ def write_allreduce_csv(path, gpu=A100, eff=TRUE):
                 i += 1
 
 
+def set_cell(path, line: int, col: int, value: str) -> None:
+    """Overwrite one cell of a CSV file: ``line`` counts from 1 (the header), ``col`` from 0 (or
+    from the end when negative)."""
+    lines = path.read_text().splitlines()
+    cells = lines[line - 1].split(",")
+    cells[col] = value
+    lines[line - 1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+
+
 ATT_TRUE = OpEfficiency(0.55, 0.75, 8e-6)
 ATT_HEADER = ["n_embd", "n_q_head", "n_kv_head", "block_size", "num_tensor_parallel_workers", "max_model_len",
               "batch_size", "prefill_chunk_size", "kv_cache_size", "is_prefill", "attention_backend",
@@ -236,9 +246,7 @@ def test_bad_attention_profiles_are_input_errors(synthetic_profiles):
     path = synthetic_profiles / "compute/a100/org/big/attention.csv"
     write_attention_csv(path, MODELS["meta-llama/Meta-Llama-3-8B"], (1,))
     lines = path.read_text().splitlines()
-    cells = lines[1].split(",")
-    cells[7] = "0"  # a prefill row with no chunk
-    path.write_text("\n".join([lines[0], ",".join(cells)] + lines[2:]) + "\n")
+    set_cell(path, 2, 7, "0")  # a prefill row with no chunk
     with pytest.raises(InputError, match=r"attention\.csv: a prefill row \(is_prefill True\) needs prefill_chunk_size"):
         find_profiles(synthetic_profiles, "a100-80g")
     path.write_text(",".join(h for h in ATT_HEADER if h != "kv_cache_size") + "\n" + "\n".join(lines[1:]) + "\n")
@@ -301,11 +309,7 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
         find_profiles(synthetic_profiles, "a40")
     bad = tmp_path / "bad/compute/a100/org/m/mlp.csv"
     write_mlp_csv(bad, (32, 8, 4096, 14336, True), (1,))
-    lines = bad.read_text().splitlines()
-    cells = lines[3].split(",")
-    cells[-2] = "many"  # num_tokens
-    lines[3] = ",".join(cells)
-    bad.write_text("\n".join(lines) + "\n")
+    set_cell(bad, 4, -2, "many")  # num_tokens
     with pytest.raises(InputError, match=r"mlp\.csv: line 4: column 'num_tokens'"):
         find_profiles(tmp_path / "bad", "a100-80g")
     bad.write_text("num_tokens,n_head\n1,32\n")
@@ -315,21 +319,13 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
     for col, v, msg in ((-10, "inf", "is not a finite number"),  # time_stats.add.median
                         (-1, "7", "num_tensor_parallel_workers 7 does not divide the 32 heads")):
         write_mlp_csv(bad, (32, 8, 4096, 14336, True), (1,))
-        lines = bad.read_text().splitlines()
-        cells = lines[3].split(",")
-        cells[col] = v
-        lines[3] = ",".join(cells)
-        bad.write_text("\n".join(lines) + "\n")
+        set_cell(bad, 4, col, v)
         with pytest.raises(InputError, match=msg):
             find_profiles(tmp_path / "bad", "a100-80g")
     write_mlp_csv(bad, (32, 8, 4096, 14336, True), (1,))
     ar = tmp_path / "bad/network/a100_dgx/all_reduce.csv"
     write_allreduce_csv(ar)
-    lines = ar.read_text().splitlines()
-    cells = lines[2].split(",")
-    cells[4] = ""  # time_stats.all_reduce.median
-    lines[2] = ",".join(cells)
-    ar.write_text("\n".join(lines) + "\n")
+    set_cell(ar, 3, 4, "")  # time_stats.all_reduce.median
     with pytest.raises(InputError, match=r"all_reduce\.csv: line 3: time_stats\.all_reduce\.median must be a positive"):
         find_profiles(tmp_path / "bad", "a100-80g")
     with pytest.raises(InputError, match="does not exist"):

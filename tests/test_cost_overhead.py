@@ -16,6 +16,7 @@ from sim.cost.efficiency import OverheadFit, step_overheads
 from sim.cost.validation import validate
 from sim.errors import InputError
 from sim.specs import GPUS
+from tests.test_cost_calibration import set_cell
 
 # the truth: (step_s, per_seq_s) per TP size; TP > 1 pays the workers' RPC on every step
 TRUTH = {1: (2.0e-3, 9.0e-5), 2: (5.0e-3, 1.1e-4), 4: (5.5e-3, 1.3e-4)}
@@ -81,11 +82,7 @@ def test_huge_measurements_still_fit_inside_the_bounds(tmp_path):
     bounds (a scipy traceback); the bounds now come from the data."""
     path = tmp_path / "cpu_overheads.csv"
     write_cpu_csv(path)
-    lines = path.read_text().splitlines()
-    cells = lines[1].split(",")
-    cells[7] = "99999999999"  # SCHEDULE_MEDIAN of the first row
-    lines[1] = ",".join(cells)
-    path.write_text("\n".join(lines) + "\n")
+    set_cell(path, 2, 7, "99999999999")  # SCHEDULE_MEDIAN of the first row
     fit = fit_overhead([read_cpu_overheads(path)])
     assert all(np.isfinite(fit.step_s)) and all(np.isfinite(fit.per_seq_s))
 
@@ -163,11 +160,7 @@ def test_bad_cpu_overheads_and_overhead_entries_are_input_errors(tmp_path):
     with pytest.raises(InputError, match=r"cpu_overheads\.csv: missing column 'sampler_e2e_median'"):
         read_cpu_overheads(path)
     write_cpu_csv(path)
-    lines = path.read_text().splitlines()
-    cells = lines[2].split(",")
-    cells[-4] = "eight"  # batch_size
-    lines[2] = ",".join(cells)
-    path.write_text("\n".join(lines) + "\n")
+    set_cell(path, 3, -4, "eight")  # batch_size
     with pytest.raises(InputError, match=r"cpu_overheads\.csv: line 3: column 'batch_size'"):
         read_cpu_overheads(path)
     cal = tmp_path / "c.yaml"
