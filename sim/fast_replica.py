@@ -286,9 +286,8 @@ class FastReplica(Replica):
             if self.pipeline is None:
                 yield env.timeout(cost.time_s)
                 extra = 0.0
-            else:  # as Replica._step: the overhead, then each stage in turn (waiting for it)
-                yield env.timeout(cost.overhead_s)
-                yield from self.pipeline.traverse(self.cost_model.stage_times(cost, batch))
+            else:
+                yield from self._through_stages(batch, cost)
                 extra = env.now - start - cost.time_s
             self._commit_fast(batch, cost, start, n, items, extra)
             self._absorb()

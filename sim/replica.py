@@ -138,16 +138,20 @@ class Replica:
         if self.pipeline is None:
             yield env.timeout(cost.time_s + extra)
         else:
-            # the scheduler's overhead and the draft, then the KV copies (on the host links the
-            # engines share), before the stages; then each stage in turn; the step's extra time is
-            # all but its cost (its own copies and draft, and waits for busy links and stages)
-            yield env.timeout(cost.overhead_s + draft_s)
-            if swap_s > 0:
-                yield from self.pipeline.swap(swap_s)
-            yield from self.pipeline.traverse(
-                self.cost_model.stage_times(cost, batch))
+            # the step's extra time is all but its cost: its own copies and draft, and its waits
+            # for busy links and stages
+            yield from self._through_stages(batch, cost, draft_s, swap_s)
             extra = env.now - start - cost.time_s
         self._commit(batch, cost, start, extra)
+
+    def _through_stages(self, batch: Batch, cost, draft_s: float = 0.0, swap_s: float = 0.0):
+        """A virtual engine's step (SimPy generator): the scheduler's overhead and the draft, then
+        the KV copies on the host links the engines share, then each pipeline stage in turn, each
+        once it is free."""
+        yield self.env.timeout(cost.overhead_s + draft_s)
+        if swap_s > 0:
+            yield from self.pipeline.swap(swap_s)
+        yield from self.pipeline.traverse(self.cost_model.stage_times(cost, batch))
 
     def _sleep(self, until_s):
         """An event that fires on ``wake()`` (or at ``until_s``)."""
