@@ -103,7 +103,7 @@ class Efficiencies:
 
 _KINDS = {f.name: f.type for f in dataclasses.fields(Efficiencies)}
 _CLASSES = {"gemm": GemmEfficiency, "attention": OpEfficiency, "allreduce": CommEfficiency,
-            "send_recv": CommEfficiency, "overhead": OverheadFit}
+            "send_recv": CommEfficiency}  # (overhead: read by _overhead)
 
 
 def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
