@@ -46,6 +46,7 @@ class PoolSetup:
     policy_cfg: object
     spec: tuple | None  # (k, acceptance_rate, draft CostModel or None)
     swap: tuple  # (host blocks, bytes per block, host copy bytes/s)
+    overhead_source: str = "v0"  # where the per-step overhead came from (``step_overheads``)
 
     def make_policy(self):
         return POLICIES[self.policy_name](self.policy_cfg, self.cost_model.model, self.max_num_seqs,
@@ -86,7 +87,8 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     measured = None
     if scenario.cost.profiles is not None:
         measured = load_measured(scenario.cost.profiles, model, tp, gpu, hw.dtype)
-    step_s, per_seq_s, _ = step_overheads(eff, tp, scenario.cost.step_overhead_s, scenario.cost.per_seq_overhead_s)
+    step_s, per_seq_s, over_src = step_overheads(eff, tp, scenario.cost.step_overhead_s,
+                                                 scenario.cost.per_seq_overhead_s)
     cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, step_s, per_seq_s, eff, measured)
     spec = None
     draft_bytes = 0.0
@@ -108,7 +110,7 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     host_blocks = int(mem.swap_space_gib * GIB * cm.num_gpus // block_bytes)
     swap_bw = (mem.swap_bandwidth_gb_per_s * 1e9 if mem.swap_bandwidth_gb_per_s else gpu.pcie_bw_bytes_per_s) * cm.num_gpus
     return PoolSetup(name, 0, cm, cap, policy_name, max_num_seqs, max_num_batched_tokens, pol, spec,
-                     (host_blocks, block_bytes, swap_bw))
+                     (host_blocks, block_bytes, swap_bw), over_src)
 
 
 def prepare(scenario: Scenario) -> Setup:
@@ -311,9 +313,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     extra["cost"] = {p.name: {"efficiencies": p.cost_model.eff.source,
                               "overhead": {"step_s": p.cost_model.step_overhead_s,
                                            "per_seq_s": p.cost_model.per_seq_overhead_s,
-                                           "source": step_overheads(p.cost_model.eff, p.cost_model.tp,
-                                                                    scenario.cost.step_overhead_s,
-                                                                    scenario.cost.per_seq_overhead_s)[2]},
+                                           "source": p.overhead_source},
                               "measured_ops": (None if p.cost_model.measured is None else
                                                {"source": p.cost_model.measured.source, "tp": p.cost_model.measured.tp,
                                                 "ops": list(p.cost_model.measured.ops)})} for p in setup.pools}

@@ -7,9 +7,8 @@ efficiencies live in ``sim/cost/efficiency.py``, not here.
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
