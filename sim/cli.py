@@ -68,6 +68,10 @@ def _format_memory(s: dict) -> list:
         t = tr["time_s"]
         lines.append(f"KV hand-off   {tr['count']} transfers, {tr['bytes'] / 1e9:.1f} GB, mean "
                      f"{_fmt_s(t['mean']).strip()}, p99 {_fmt_s(t['p99']).strip()} (first token until KV landed)")
+    for name, pl in s.get("pipeline", {}).items():
+        busy = " / ".join(f"{b * 100:.0f}%" for b in pl["stage_busy_fraction"])
+        lines.append(f"pipeline      {name}: stages busy {busy} of the run (mean of {pl['replicas']} replica(s); "
+                     "idle: no work, or a bubble while the engines' steps are on other stages)")
     kv = s.get("kv", {})
     if kv.get("swap_out_bytes"):
         lines.append(f"swap          {kv['swap_out_bytes'] / 1e9:.2f} GB to host, {kv['swap_in_bytes'] / 1e9:.2f} GB back")

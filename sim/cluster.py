@@ -35,6 +35,7 @@ class Cluster:
         # replica's receive one at a time (a replica's virtual engines share its links)
         self._send_link: dict[int, simpy.Resource] = {}
         self._recv_link: dict[int, simpy.Resource] = {}
+        self.pipelines: dict[str, list[Pipeline]] = {}  # per pool, its replicas' stages (pp > 1, overlap)
         for pool in setup.pools:
             members, groups = [], []
             cm = pool.cost_model
@@ -44,6 +45,8 @@ class Cluster:
             swap = (host_blocks // ve, block_bytes, swap_bw)  # ... and of the host swap space
             for _ in range(pool.replicas):
                 pipe = Pipeline(env, ve) if ve > 1 else None
+                if pipe is not None:
+                    self.pipelines.setdefault(pool.name, []).append(pipe)
                 engines = []
                 for _ in range(ve):
                     i = len(self.replicas)

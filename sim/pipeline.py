@@ -21,6 +21,7 @@ class Pipeline:
     def __init__(self, env, stages: int):
         self.env = env
         self.stages = [simpy.Resource(env, capacity=1) for _ in range(stages)]
+        self.busy_s = [0.0] * stages  # work each stage finished (for its busy fraction: the bubbles)
         # the replica's host links (PCIe): the engines' KV swaps share them, one copy at a time
         self.host_link = simpy.Resource(env, capacity=1)
 
@@ -35,10 +36,12 @@ class Pipeline:
         """A SimPy generator: hold stage ``k`` for ``times[k]`` seconds, in order, each after
         waiting for the stage to be free."""
         env = self.env
-        for stage, t in zip(self.stages, times):
+        busy = self.busy_s
+        for k, (stage, t) in enumerate(zip(self.stages, times)):
             with stage.request() as req:
                 yield req
                 yield env.timeout(t)
+                busy[k] += t
 
 
 class VirtualEngines:

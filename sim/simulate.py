@@ -305,6 +305,14 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             "prefix_cache_hit_rate": rec.prefix_hit_tokens / rec.prefix_query_tokens if rec.prefix_query_tokens else 0.0,
         },
     }
+    if cluster.pipelines:
+        # per stage, the share of the run it worked, averaged over the pool's replicas; with the
+        # engines never out of work, the rest is pipeline bubble (micro-batches on other stages)
+        extra["pipeline"] = {name: {"replicas": len(pipes), "stages": len(pipes[0].busy_s),
+                                    "stage_busy_fraction": [float(np.mean([q.busy_s[k] for q in pipes])) / sim_time
+                                                            if sim_time > 0 else 0.0
+                                                            for k in range(len(pipes[0].busy_s))]}
+                             for name, pipes in cluster.pipelines.items()}
     if cluster.decode:
         extra["kv_transfer"] = {"count": int(np.isfinite(req_cols["kv_transfer_s"]).sum()),
                                 "bytes": rec.kv_transfer_bytes, "time_s": dist_stats(req_cols["kv_transfer_s"])}

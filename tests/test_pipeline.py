@@ -101,6 +101,11 @@ def test_two_virtual_engines_overlap_exactly_as_the_stages_allow(scenario_factor
     assert st["duration_s"][0] == pytest.approx(cost.time_s, rel=1e-12)  # no wait
     # waited tau0 for stage 0, then tau1 - tau0 for stage 1
     assert st["duration_s"][1] == pytest.approx(cost.time_s + tau1, rel=1e-12)
+    # each stage worked both steps; the run ends with engine 1's token: the rest is idle
+    end = cost.overhead_s + tau0 + 2 * tau1
+    pl = res.summary["pipeline"]["colocated"]
+    assert pl["replicas"] == 1 and pl["stages"] == 2
+    assert pl["stage_busy_fraction"] == pytest.approx([2 * tau0 / end, 2 * tau1 / end], rel=1e-9)
     # without overlap: one scheduler, both prompts in one step that crosses both stages
     seq = simulate(_pp(scenario_factory, overlap=False), specs=specs([(0.0, P, 1), (0.0, P, 1)]))
     assert list(seq.requests["replica"]) == [0, 0]
