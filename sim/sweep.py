@@ -212,6 +212,9 @@ def run_point(data: dict, out_dir: str) -> dict:
         return {"status": "ok", "error": "", **row}
     except Exception as e:  # noqa: BLE001 - a failing point is recorded, the sweep goes on
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, MemoryError):  # a point too large for this machine: not a bug
+            return {"status": "error", "error": "out of memory: the point is too large for this machine (lower "
+                                                "workload.num_requests or the replicas)"}
         msg = str(e) if isinstance(e, InputError) else f"{type(e).__name__}: {e}"
         if not isinstance(e, InputError):
             msg += " | " + traceback.format_exc(limit=3).replace("\n", " ")[-400:]

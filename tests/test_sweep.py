@@ -229,3 +229,22 @@ def test_a_bug_in_one_point_is_recorded_with_its_traceback(tmp_path, monkeypatch
     assert [r["status"] for r in rows] == ["ok", "error", "ok"]
     assert rows[1]["error"].startswith("RuntimeError: boom") and "Traceback" in rows[1]["error"]
     assert not any(p.name.startswith(".tmp") for p in (out / "runs").iterdir())
+
+
+def test_a_point_too_large_for_memory_is_recorded_without_a_traceback(tmp_path, monkeypatch):
+    import sim.simulate
+
+    real = sim.simulate.simulate
+
+    def huge(scenario, *a, **kw):
+        if scenario.seed == 1:
+            raise MemoryError
+        return real(scenario, *a, **kw)
+
+    monkeypatch.setattr(sim.simulate, "simulate", huge)
+    out = tmp_path / "sw"
+    assert main(["sweep", scenario_file(tmp_path), "--grid", "seed=0,1", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    rows = read_results(out / "results.csv")
+    assert [r["status"] for r in rows] == ["ok", "error"]
+    assert rows[1]["error"].startswith("out of memory") and "Traceback" not in rows[1]["error"]
