@@ -202,6 +202,10 @@ def cmd_validate(args) -> int:
           f"KV {cap.num_blocks} blocks = {cap.num_tokens} tokens per replica"
           + (f", split over {scenario.hardware.pp} virtual engines" if scenario.hardware.pp > 1
              and scenario.hardware.pp_overlap else "") + ")")
+    for pool in setup.pools:  # what will price the steps
+        cm = pool.cost_model
+        print(f"  {pool.name}: efficiencies {cm.eff.source}; per-step overhead {cm.step_overhead_s * 1e3:.2f} ms "
+              f"+ {cm.per_seq_overhead_s * 1e6:.1f} us per sequence ({pool.overhead_source})")
     return 0
 
 

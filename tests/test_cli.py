@@ -68,7 +68,12 @@ def test_set_override_and_seed(tmp_path):
 
 def test_validate_ok(tmp_path, capsys):
     assert main(["validate", write(tmp_path, GOOD)]) == 0
-    assert "ok" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ok" in out
+    assert "colocated: efficiencies fitted" in out and "per-step overhead 2.00 ms + 10.0 us per sequence (v0)" in out
+    own = GOOD.replace("slo:", "cost: {step_overhead_s: 0.001}\nslo:")
+    assert main(["validate", write(tmp_path, own)]) == 0
+    assert "per-step overhead 1.00 ms + 10.0 us per sequence (scenario (step), v0 (per sequence))" in capsys.readouterr().out
 
 
 BAD = [
