@@ -2,7 +2,9 @@
 
 Requests are prefilled in the prefill pool (inner policy: continuous or chunked_prefill); the
 step that finishes a prompt produces the first token; the request's KV then moves to a decode
-replica over a link and it decodes there (inner policy: continuous). The KV is held on both
+replica over a link and it decodes there (inner policy: continuous). With ``policy.link.overlap``
+(Splitwise) the KV streams layer by layer during that step, so only what the step could not
+hide is left to send after it. The KV is held on both
 sides until the transfer lands. A request whose decode replica has no room waits, holding its
 prefill-side KV, until one frees blocks.
 """
@@ -44,5 +46,11 @@ def link_figures(link, gpu, tp: int) -> tuple[float, float]:
     return bw * tp, lat
 
 
-def transfer_time_s(kv_bytes: float, bytes_per_s: float, latency_s: float) -> float:
-    return latency_s + kv_bytes / bytes_per_s
+def transfer_time_s(kv_bytes: float, bytes_per_s: float, latency_s: float, streamed_s: float = 0.0,
+                    layers: int = 1) -> float:
+    """Seconds from the first token until the KV has landed: ``latency + bytes / bandwidth``. With
+    layer-wise streaming (``policy.link.overlap``, Splitwise) each layer's KV leaves as the prefill
+    step computes it, so ``streamed_s`` of the step hides that much of the transfer; the last
+    layer's share (``1 / layers``) is always sent after the step."""
+    full = kv_bytes / bytes_per_s
+    return latency_s + max(full - streamed_s, full / layers)

@@ -80,7 +80,8 @@ class Cluster:
         self.entry = self.groups.get("prefill") or self.groups["colocated"]
         self.decode = self.pools.get("decode", [])
         self.route = ROUTERS[sc.cluster.router](np.random.default_rng([seed, 2]))
-        self.pending: deque = deque()  # (request, prefill replica) waiting for decode-side room
+        self.pending: deque = deque()  # (request, prefill replica, streamed_s) waiting for decode-side room
+        self._stream = sc.policy.link.overlap  # layer-wise KV streaming during the last prefill step
         # upcoming arrival times (open-loop workloads; set by simulate) and the index of the next
         # one: with a router that decides ahead of time, a fast replica knows when its next
         # request comes (a hint to plan runs of decode steps; an arrival off the hint still
@@ -133,16 +134,17 @@ class Cluster:
         self.entry[self.route(self.entry, req)].submit(req)
 
     # ---------------------------------------------------------------- P/D hand-off
-    def handoff(self, req, src: Replica) -> None:
-        """Called by a prefill replica when ``req`` has its first token and more to decode."""
-        self.pending.append((req, src))
+    def handoff(self, req, src: Replica, streamed_s: float = 0.0) -> None:
+        """Called by a prefill replica when ``req`` has its first token and more to decode;
+        ``streamed_s``: how long its KV could stream during the step that finished its prompt."""
+        self.pending.append((req, src, streamed_s if self._stream else 0.0))
         self._retry_handoffs()
 
     def _retry_handoffs(self) -> None:
         if self.pending and self._fast:
             self.settle()
         while self.pending:
-            req, src = self.pending[0]
+            req, src, streamed_s = self.pending[0]
             need = self.decode[0].kv.blocks_for(req.num_computed_tokens)
             j = pick_decode_replica(self.decode, need)
             if j is None:
@@ -155,20 +157,26 @@ class Cluster:
             if hasattr(dst, "kv_changed"):
                 dst.kv_changed()  # fast engine: a run of decode steps planned on the old free count stops
             req.decode_replica = dst.index
-            self.env.process(self._transfer(req, src, dst, token))
+            if self.env.now > req.first_token_s:
+                streamed_s = 0.0  # it waited for room: no decode replica to stream to during the step
+            self.env.process(self._transfer(req, src, dst, token, streamed_s))
 
-    def _transfer(self, req, src, dst, token):
+    def _transfer(self, req, src, dst, token, streamed_s: float = 0.0):
         """Send ``req``'s KV from ``src`` to ``dst``: once the prefill replica's links are free of
         its earlier hand-offs and then the decode replica's of the ones it is receiving (each
         carries one at a time, first come first served), latency + bytes / bandwidth. Senders
         always take their own link before the receiver's, so the waits cannot deadlock."""
         pool = self.setup.pools_by_name["prefill"]
         kv_bytes = pool.cost_model.model.kv_bytes_per_token(pool.cost_model.kv_dtype) * req.num_computed_tokens
+        t0 = self.env.now
         with self._send_link[src.index].request() as out:
             yield out
             with self._recv_link[dst.index].request() as into:  # asked for only once the sender's is held
                 yield into
-                yield self.env.timeout(transfer_time_s(kv_bytes, *self.setup.link))
+                if self.env.now > t0:
+                    streamed_s = 0.0  # the links were carrying other KV while the step ran
+                yield self.env.timeout(transfer_time_s(kv_bytes, *self.setup.link, streamed_s,
+                                                       pool.cost_model.model.num_layers))
         src.kv.release(token)
         src.wake()  # freed prefill-side blocks may let it admit more
         req.kv_transfer_s = self.env.now - req.first_token_s

@@ -752,7 +752,5 @@ class FastReplica(Replica):
         if handed:
             gone = {id(r) for r in handed}
             tail[:] = [r for r in tail if id(r) not in gone]
-            for r in handed:
-                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
-                self.handoff(r, self)
+            self._hand_off(handed, start)
         rec.step(self.index, start, cost, batch, self.kv.num_used, extra_s)

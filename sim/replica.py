@@ -297,7 +297,15 @@ class Replica:
         if handed:
             gone = {id(r) for r in handed}
             self.running[:] = [r for r in self.running if id(r) not in gone]
-            for r in handed:
-                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
-                self.handoff(r, self)
+            self._hand_off(handed, start)
         rec.step(self.index, start, cost, batch, self.kv.num_used, extra_s)
+
+    def _hand_off(self, handed: list, start: float) -> None:
+        """Pass the requests whose prompt the step that began at ``start`` finished to the decode
+        pool, each with its share (by KV tokens) of the step's time: how long its KV could stream
+        while the step ran (``policy.link.overlap``)."""
+        window = self.env.now - start
+        total = sum(r.num_computed_tokens for r in handed)
+        for r in handed:
+            self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+            self.handoff(r, self, window * r.num_computed_tokens / total)

@@ -365,6 +365,8 @@ class Link:
     type: Literal["inter_node", "intra_node"] = "inter_node"
     bandwidth_gbps: Optional[float] = _f(None, gt=0, doc="Gbit/s; null: 400 across nodes, the GPU's NVLink within one")
     latency_s: Optional[float] = _f(None, ge=0, doc="null: 20 us across nodes, the GPU's link latency within one")
+    overlap: bool = _f(False, doc="true: stream each layer's KV while the prompt's last prefill step computes it "
+                                  "(Splitwise); false: send it all after the step (DistServe)")
 
 
 @dataclass(frozen=True)

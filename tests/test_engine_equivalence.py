@@ -104,6 +104,9 @@ CASES = {
                          "memory.swap_space_gib": 0.2},
     "pp_pd": {"policy.name": "pd_split", "hardware.pp": 2, "policy.prefill": {"replicas": 1},
               "policy.decode": {"replicas": 1}},
+    "pd_stream": {"policy.name": "pd_split", "policy.prefill": {"replicas": 2}, "policy.decode": {"replicas": 1},
+                  "policy.link": {"bandwidth_gbps": 25.0, "overlap": True},
+                  "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
 }
 
 

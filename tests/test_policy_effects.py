@@ -109,6 +109,33 @@ def test_pd_hand_offs_from_one_prefill_replica_share_its_links():
     assert bw2 == 2 * bw1
 
 
+def test_pd_layerwise_streaming_hides_the_transfer_behind_the_prefill_step():
+    """policy.link.overlap (Splitwise): the KV streams while the prompt's prefill step runs, so a
+    slow link leaves only what the step could not hide, and a fast one only the last layer's share."""
+    rows = [(0.0, 1024, 4)]
+    kv = None
+    for bw, want in ((10.0, "partly hidden"), (400.0, "last layer")):
+        link = {"bandwidth_gbps": bw, "latency_s": 0.001}
+        off = simulate(make_scenario(**{"policy.name": "pd_split", "policy.link": link}), specs=specs(rows))
+        sc = make_scenario(**{"policy.name": "pd_split", "policy.link": {**link, "overlap": True}})
+        on = simulate(sc, specs=specs(rows))
+        model = prepare(sc).cost_model.model
+        kv = model.kv_bytes_per_token("bf16") * 1024
+        full = kv / (bw * 1e9 / 8)
+        st = on.steps
+        step = float(st["duration_s"][(st["replica"] == 0) & (st["prefill_tokens"] == 1024)][0])
+        assert off.requests["kv_transfer_s"][0] == pytest.approx(0.001 + full, rel=1e-9)
+        got = on.requests["kv_transfer_s"][0]
+        if want == "partly hidden":
+            assert full > step  # the 10 Gbit/s link needs longer than the step
+            assert got == pytest.approx(0.001 + full - step, rel=1e-9)
+        else:
+            assert full < step
+            assert got == pytest.approx(0.001 + full / model.num_layers, rel=1e-9)
+        # the decode side starts earlier by what the streaming hid
+        assert on.requests["finish_s"][0] < off.requests["finish_s"][0]
+
+
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_preemption_modes_finish_everything(mode):
     res = simulate(make_scenario(**{
