@@ -211,40 +211,32 @@ def test_ray_executor_without_ray_exits_2(tmp_path, monkeypatch, capsys):
     assert "pip install 'servesim[ray]'" in capsys.readouterr().err
 
 
-def test_a_bug_in_one_point_is_recorded_with_its_traceback(tmp_path, monkeypatch):
+def _sweep_failing_at_seed_1(tmp_path, monkeypatch, error: BaseException, seeds: str) -> tuple:
+    """A sweep over ``seeds`` in which the point with seed 1 raises ``error``: (rows, out folder)."""
     import sim.simulate
 
     real = sim.simulate.simulate
 
-    def flaky(scenario, *a, **kw):
+    def failing(scenario, *a, **kw):
         if scenario.seed == 1:
-            raise RuntimeError("boom")
+            raise error
         return real(scenario, *a, **kw)
 
-    monkeypatch.setattr(sim.simulate, "simulate", flaky)
+    monkeypatch.setattr(sim.simulate, "simulate", failing)
     out = tmp_path / "sw"
-    assert main(["sweep", scenario_file(tmp_path), "--grid", "seed=0,1,2", "--out", str(out), "--workers", "1",
+    assert main(["sweep", scenario_file(tmp_path), "--grid", f"seed={seeds}", "--out", str(out), "--workers", "1",
                  "--quiet"]) == 0
-    rows = read_results(out / "results.csv")
+    return read_results(out / "results.csv"), out
+
+
+def test_a_bug_in_one_point_is_recorded_with_its_traceback(tmp_path, monkeypatch):
+    rows, out = _sweep_failing_at_seed_1(tmp_path, monkeypatch, RuntimeError("boom"), "0,1,2")
     assert [r["status"] for r in rows] == ["ok", "error", "ok"]
     assert rows[1]["error"].startswith("RuntimeError: boom") and "Traceback" in rows[1]["error"]
     assert not any(p.name.startswith(".tmp") for p in (out / "runs").iterdir())
 
 
 def test_a_point_too_large_for_memory_is_recorded_without_a_traceback(tmp_path, monkeypatch):
-    import sim.simulate
-
-    real = sim.simulate.simulate
-
-    def huge(scenario, *a, **kw):
-        if scenario.seed == 1:
-            raise MemoryError
-        return real(scenario, *a, **kw)
-
-    monkeypatch.setattr(sim.simulate, "simulate", huge)
-    out = tmp_path / "sw"
-    assert main(["sweep", scenario_file(tmp_path), "--grid", "seed=0,1", "--out", str(out), "--workers", "1",
-                 "--quiet"]) == 0
-    rows = read_results(out / "results.csv")
+    rows, _ = _sweep_failing_at_seed_1(tmp_path, monkeypatch, MemoryError(), "0,1")
     assert [r["status"] for r in rows] == ["ok", "error"]
     assert rows[1]["error"].startswith("out of memory") and "Traceback" not in rows[1]["error"]

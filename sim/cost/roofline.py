@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sim.batch import Batch
 from sim.cost.comm import allreduce_time_s, send_time_s
-from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, Efficiencies, GemmEfficiency,
-                                 MemEfficiency, OpEfficiency)
+from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies,
+                                 GemmEfficiency, MemEfficiency, OpEfficiency)
 from sim.specs import DTYPE_BYTES, GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -129,8 +129,8 @@ class CostModel:
     pp: int = 1
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
-    step_overhead_s: float = 0.002
-    per_seq_overhead_s: float = 1e-5
+    step_overhead_s: float = V0_STEP_OVERHEAD_S
+    per_seq_overhead_s: float = V0_PER_SEQ_OVERHEAD_S
     eff: Efficiencies = DEFAULT_EFFICIENCIES
     # measured per-kernel times of this model shape and TP (``sim/cost/measured.py``): when set,
     # the operators it covers take their time from it; FLOPs, bytes and bounds stay the model's
