@@ -230,11 +230,19 @@ def build_report(path: str | Path) -> Path:
                 from sim.errors import InputError
 
                 raise InputError(f"{path / 'capacity.json'}: no {', '.join(lacks)}: not a file servesim wrote")
-            md += [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per GPU, "
-                   f"{cap['num_gpus']} GPUs) for `{cap['slo']}`"
-                   + (f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else "")
-                   + (f"; the check at {cap['check_above_rps']:.4g} req/s fails." if cap.get("check_above_rps")
-                      else "."), ""]
+            keep = f", keeping up (>= {cap['keep_up']:g} left per arrival)" if cap.get("keep_up") else ""
+            if cap["capacity_rps"] is None:  # the search ran out of probes without an answer
+                br = cap.get("bracket_rps") if isinstance(cap.get("bracket_rps"), list) else []
+                lo, hi = [v if isinstance(v, (int, float)) else None for v in (br + [None, None])[:2]]
+                md += [f"**No capacity found** for `{cap['slo']}`{keep}: the probes ran out "
+                       + (f"between {lo:.4g} (meets) and {hi:.4g} req/s (fails)." if lo and hi else
+                          f"with every rate up to {lo:.4g} req/s meeting." if lo else "."), ""]
+            else:
+                md += [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per "
+                       f"GPU, {cap['num_gpus']} GPUs) for `{cap['slo']}`{keep}"
+                       + (f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else "")
+                       + (f"; the check at {cap['check_above_rps']:.4g} req/s fails."
+                          if cap.get("check_above_rps") else "."), ""]
     md += ["## Summary", ""]
     if data["rows"]:
         cols = ["point", *data["cols"], "status", "throughput_rps", "goodput_rps", "slo_attainment", "ttft_p50_s",

@@ -11,10 +11,21 @@ arrived request (rejected or unfinished ones count as infinitely late). With ``-
 and the probe meets when a share >= A of all arrived requests is within every one of them (tbt
 limits stay percentiles: TBT is per token, not per request).
 
+A probe must also keep up with its rate (``keep_up``): over the second half of its arrivals (from
+the middle request's arrival to the last one's), at least ``--keep-up`` (default 0.9) as many
+requests must leave (finish, or be rejected) as arrive. A replica that keeps up serves what
+arrives; above its throughput the backlog grows by the difference. Without this, limits that
+queueing does not move (a TPOT limit: a full batch decodes at the same speed however long the queue
+behind it) or that a probe drains within (an E2E limit longer than the whole probe takes at any
+rate) would be met at every rate, and the search would climb without end. The first half is left
+out as warm-up; a probe needs requests that finish within it, so keep probes longer than twice
+the E2E latency (``--probe-duration``).
+
 Search: bracket (double or halve from the scenario's rate until one probe meets and one fails),
 then shrink the bracket, probing ``--workers`` rates per round (bisection with one worker),
 until it is narrower than ``--tol``; finally probe 10% above the answer, which must fail (if it
-meets after all, the search continues upwards from there). Probes run through the sweep machinery:
+meets after all, the search continues upwards from there). If ``--max-probes`` run out before that,
+there is no answer: the command says what it bracketed and exits 2. Probes run through the sweep machinery:
 ``--out DIR`` gets results.csv (one row per probe), runs/<hash>/ and capacity.json, and a rerun
 reuses finished probes.
 """
@@ -48,7 +59,7 @@ def parse_slo(text: str) -> dict:
     out = {}
     for item in text.split(","):
         item = item.strip()
-        m = re.fullmatch(r"([a-z]+)_([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*(ms|s)?", item)
+        m = re.fullmatch(r"([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*(ms|s)?", item)
         if not m:
             raise InputError(f"--slo {item!r}: expected METRIC_STAT=SECONDS (METRIC: {', '.join(METRICS)}; "
                              f"STAT: {', '.join(STATS)}), e.g. ttft_p99=0.5 or tpot_p99=50ms")
@@ -81,8 +92,10 @@ def request_metrics(run_dir: Path) -> dict:
     tpot[multi] = np.where(done[multi], (fin[multi] - first[multi]) / np.maximum(out_tok[multi] - 1, 1), _BIG)
     tbt_file = run_dir / "tbt_s.npy"
     tbt = np.load(tbt_file) if tbt_file.is_file() else np.zeros(0)
+    rejected = np.array([r["status"] == "rejected" for r in rows], dtype=bool)
+    leave = np.where(done & ~np.isnan(fin), fin, np.where(rejected, arr, math.inf))
     return {"ttft": big(first - arr), "tpot": tpot, "e2e": big(fin - arr), "queue": big(sch - arr), "tbt": tbt,
-            "done": done}
+            "done": done, "arrival": arr, "leave": leave}
 
 
 def _stat(x: np.ndarray, stat: str) -> float:
@@ -96,8 +109,26 @@ def _stat(x: np.ndarray, stat: str) -> float:
     return float(np.percentile(x, float(stat[1:])))
 
 
-def evaluate(run_dir: Path, slo: dict, attainment: float | None) -> dict:
-    """{"meets": bool, "<metric>_<stat>": value, ..., "attainment": share within per-request limits}."""
+def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
+    """Requests that leave per request that arrives, over the second half of the arrivals: from
+    the arrival of the middle request (by arrival time) to the last arrival. ``leave_s``: finish
+    time, arrival time for a rejected request, inf for one that never left. NaN with fewer than
+    two arrivals in that window (too short to tell)."""
+    a = np.sort(arrival_s)
+    if len(a) < 4:
+        return math.nan
+    t0, t1 = a[len(a) // 2], a[-1]
+    arrived = int(np.count_nonzero((a > t0) & (a <= t1)))
+    if arrived < 2 or not t1 > t0:
+        return math.nan
+    left = int(np.count_nonzero((leave_s > t0) & (leave_s <= t1)))
+    return left / arrived
+
+
+def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float = 0.0) -> dict:
+    """{"meets": bool, "<metric>_<stat>": value, ..., "attainment": share within per-request limits,
+    "keep_up": ``keep_up_ratio`` of the probe, "keeps_up": keep_up >= the given share (0: not
+    checked, always true)}; a probe meets only if it keeps up."""
     m = request_metrics(run_dir)
     n = len(m["done"])
     res, ok = {}, True
@@ -114,6 +145,11 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None) -> dict:
             ok &= v <= limit
     if attainment is not None:
         ok &= res["attainment"] >= attainment
+    if keep_up > 0:
+        ratio = keep_up_ratio(m["arrival"], m["leave"])
+        res["keep_up"] = ratio
+        res["keeps_up"] = bool(math.isnan(ratio) or ratio >= keep_up)
+        ok &= res["keeps_up"]
     res["meets"] = bool(ok)
     return res
 
@@ -122,8 +158,9 @@ class Search:
     """Probes rates through the sweep executor; remembers every probe."""
 
     def __init__(self, base: dict, out: Path, slo: dict, attainment, probe_requests: int, args,
-                 probe_duration_s: float | None = None):
+                 probe_duration_s: float | None = None, keep_up: float = 0.0):
         self.base, self.out, self.slo, self.attainment = base, out, slo, attainment
+        self.keep_up = keep_up
         self.n = probe_requests
         self.duration = probe_duration_s
         self.args = args
@@ -148,7 +185,7 @@ class Search:
         for p in new:
             if p.row.get("status") != "ok":
                 raise InputError(f"probe at {p.values[RATE_KEY]} req/s failed: {p.row.get('error')}")
-            ev = evaluate(self.out / RUNS / p.hash, self.slo, self.attainment)
+            ev = evaluate(self.out / RUNS / p.hash, self.slo, self.attainment, self.keep_up)
             ev["throughput_rps"] = p.row.get("throughput_rps")
             ev["goodput_rps"] = p.row.get("goodput_rps")
             self.results[p.values[RATE_KEY]] = ev
@@ -178,8 +215,9 @@ class Search:
         return lo, hi
 
 
-def search_capacity(s: Search, start: float, tol: float, max_probes: int, workers: int) -> tuple[float, float | None]:
-    """Returns (capacity rate, rate of the failing check above it, or None when none was found)."""
+def search_capacity(s: Search, start: float, tol: float, max_probes: int, workers: int) -> tuple[float, float | None, bool]:
+    """Returns (capacity rate, rate of the failing check above it or None, done): ``done`` is
+    false when ``max_probes`` ran out first, and the pair is then only the bracket so far."""
     w = max(1, workers)
     s.probe([start])
     while len(s.results) < max_probes:
@@ -187,7 +225,7 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int, worker
         if lo is None:  # nothing meets yet: go down
             base = min(s.results)
             if base < start / 2**20:
-                return 0.0, base
+                return 0.0, base, True
             s.probe([base / 2 ** (k + 1) for k in range(w)])
             continue
         if hi is None:  # nothing fails above lo: go up
@@ -199,13 +237,13 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int, worker
         check = float(f"{lo * 1.1:.6g}")
         s.probe([check])
         if not s.results[check]["meets"]:
-            return lo, check
+            return lo, check, True
         # Met 10% above the answer after all: forget the failures below it and go on up.
         for r, e in s.results.items():
             if not e["meets"] and r <= check:
                 e["superseded"] = True
     lo, hi = s.bracket()
-    return (lo or 0.0), hi
+    return (lo or 0.0), hi, False
 
 
 def _fmt(v) -> str:
@@ -241,6 +279,10 @@ def cmd_capacity(args) -> int:
     n = args.probe_requests if args.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
     if n < 1:
         raise InputError(f"--probe-requests must be >= 1, got {n}")
+    if not 0 <= args.keep_up <= 1:
+        raise InputError(f"--keep-up must be a share in [0, 1] (0: off), got {args.keep_up}")
+    if args.max_probes < 2:
+        raise InputError(f"--max-probes must be >= 2 (a rate that meets and one that fails), got {args.max_probes}")
     duration = args.probe_duration
     if duration is not None and not duration > 0:
         raise InputError(f"--probe-duration must be > 0 seconds, got {duration}")
@@ -259,30 +301,50 @@ def cmd_capacity(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_meta(out, {"kind": "capacity", "scenario": str(args.scenario), "slo": args.slo,
                      "attainment": args.attainment, "probe_requests": n, "probe_duration_s": duration,
-                     "set": args.set or []})
+                     "keep_up": args.keep_up, "set": args.set or []})
     workers = args.workers or (os.cpu_count() or 1)
-    s = Search(base, out, slo, args.attainment, n, args, duration)
-    cap, above = search_capacity(s, start, args.tol, args.max_probes, workers if args.executor == "local" else
+    s = Search(base, out, slo, args.attainment, n, args, duration, args.keep_up)
+    cap, above, done = search_capacity(s, start, args.tol, args.max_probes, workers if args.executor == "local" else
                                  (args.workers or 2))
     gpus = num_gpus(sc.to_dict())
     keys = [f"{m}_{st}" for (m, st) in slo]
     size = f"{n} requests each" if duration is None else f"max({n} requests, {duration:g} s of arrivals) each"
     print(f"probes ({size}; {'share within limits >= ' + str(args.attainment) if args.attainment else 'percentiles over all requests'}):")
-    header = ["rate req/s", "meets", *(k + " ms" for k in keys), "attain", "tput req/s"]
+    keep_up = args.keep_up > 0
+    header = ["rate req/s", "meets", *(k + " ms" for k in keys), "attain",
+              *(["keep up"] if keep_up else []), "tput req/s"]
     lines = [header]
     for p in s.points:
         r = p.values[RATE_KEY]
         e = s.results.get(r) or {}
         lines.append([f"{r:.4g}", _fmt(p.values.get("meets")),
                       *(_fmt(e.get(k, math.nan) * 1e3) for k in keys), _fmt(e.get("attainment")),
+                      *([_fmt(e.get("keep_up", math.nan))] if keep_up else []),
                       _fmt(e.get("throughput_rps"))])
     widths = [max(len(x[i]) for x in lines) for i in range(len(header))]
     print("\n".join("  ".join(c.rjust(w) for c, w in zip(x, widths)) for x in lines))
     limits = ", ".join(f"{m}_{st} <= {v * 1e3:g} ms" for (m, st), v in slo.items())
-    result = {"capacity_rps": cap, "capacity_rps_per_gpu": cap / gpus, "num_gpus": gpus, "slo": args.slo,
-              "attainment": args.attainment, "check_above_rps": above,
+    if keep_up:
+        limits += f", keeping up (>= {args.keep_up:g} left per arrival)"
+    found = done or cap == 0
+    result = {"capacity_rps": cap if found else None, "capacity_rps_per_gpu": cap / gpus if found else None,
+              "num_gpus": gpus, "slo": args.slo, "attainment": args.attainment,
+              "keep_up": args.keep_up, "check_above_rps": above if found else None,
+              "bracket_rps": None if found else [cap or None, above],
               "probes": [{"rate_rps": p.values[RATE_KEY], **s.results.get(p.values[RATE_KEY], {})} for p in s.points]}
     (out / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    if not found:
+        if args.out:
+            print(f"wrote {out / RESULTS}, {out / 'capacity.json'}")
+        if tmp is not None:
+            tmp.cleanup()
+        got = (f"the last rate that met was {cap:.4g} req/s" if cap else "no rate met") + (
+            f", the first that failed above it {above:.4g} req/s" if above is not None else
+            ", and no rate above it failed")
+        raise InputError(f"no capacity found within --max-probes {args.max_probes}: {got}. "
+                         + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
+                            "queue) or keep --keep-up on" if above is None else
+                            "Raise --max-probes or --tol"))
     if cap == 0:
         print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s")
     else:
@@ -312,7 +374,11 @@ def register(sub) -> None:
                         "arrival process, else off)")
     p.add_argument("--start", type=float, help="first rate to probe (default: the scenario's rate)")
     p.add_argument("--tol", type=float, default=0.02, help="stop when the bracket is this narrow (default 0.02)")
-    p.add_argument("--max-probes", type=int, default=40, help="give up after this many probes (default 40)")
+    p.add_argument("--max-probes", type=int, default=40,
+                   help="give up after this many probes, with exit 2 and no answer (default 40)")
+    p.add_argument("--keep-up", type=float, default=0.9, metavar="SHARE",
+                   help="a probe must also keep up: over the second half of its arrivals, requests that "
+                        "leave >= SHARE x requests that arrive (default 0.9; 0: off)")
     p.add_argument("--out", help="keep the probes here (results.csv, runs/, capacity.json)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
     p.add_argument("--seed", type=int, help="override the scenario's seed")

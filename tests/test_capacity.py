@@ -73,6 +73,15 @@ def test_parse_slo():
     assert parse_slo("ttft_p99=0.5, tpot_p50=20ms") == {("ttft", "p99"): 0.5, ("tpot", "p50"): 0.02}
 
 
+def test_parse_slo_takes_every_metric_and_statistic_it_lists():
+    # "e2e" holds a digit: a letters-only metric pattern refused it although the help lists it
+    from sim.capacity import METRICS, STATS
+
+    for metric in METRICS:
+        for stat in STATS:
+            assert parse_slo(f"{metric}_{stat}=250ms") == {(metric, stat): 0.25}
+
+
 @pytest.mark.parametrize("slo, needle", [
     ("ttft_p99", "expected METRIC_STAT=SECONDS"),
     ("lat_p99=1", "unknown metric 'lat'"),
@@ -98,3 +107,50 @@ def test_probe_duration_scales_requests_with_rate(tmp_path):
         rate = row["workload.arrival.rate_rps"]
         resolved = yaml.safe_load((out / row["dir"] / "scenario.yaml").read_text())
         assert resolved["workload"]["num_requests"] == max(50, int(np.ceil(rate * 20)))
+
+
+def test_keep_up_ratio_counts_leavers_per_arrival_over_the_second_half():
+    from sim.capacity import keep_up_ratio
+
+    arrival = np.arange(8.0)  # the middle request arrives at 4 s, the last at 7 s: 3 arrive in (4, 7]
+    leave = np.array([0.5, 4.5, 6.0, 9.0, 9.5, np.inf, 10.0, 11.0])  # 4.5 and 6.0 leave in (4, 7]
+    assert keep_up_ratio(arrival, leave) == pytest.approx(2 / 3)
+    assert np.isnan(keep_up_ratio(np.arange(3.0), np.arange(3.0)))  # too few to tell
+
+
+def test_a_limit_queueing_does_not_move_is_bounded_by_keeping_up(tmp_path):
+    # With at most 4 sequences a batch decodes at the same speed however long the queue behind
+    # it: a TPOT limit alone holds at every rate. The keep-up rule (>= 0.9 leave per arrival) must
+    # stop the search near what the replica can serve: below 1 / 0.9 of its saturated throughput.
+    data = scenario_data()
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "cap"
+    # (1000 requests a probe, the default: with 200 the Poisson noise in the ~100 arrivals of the
+    # second half is ~10%, as large as the rule's slack)
+    assert main(["capacity", str(sc), "--slo", "tpot_p99=1", "--probe-requests", "1000", "--out", str(out),
+                 "--workers", "1", "--quiet"]) == 0
+    cap = json.loads((out / "capacity.json").read_text())
+    above = next(p for p in cap["probes"] if p["rate_rps"] == cap["check_above_rps"])
+    assert above["tpot_p99"] <= 1 and not above["keeps_up"]  # it fails only by falling behind
+    sat = copy.deepcopy(data)
+    sat["workload"]["arrival"]["rate_rps"] = 1e6  # every request at once: the replica's throughput
+    sat["workload"]["num_requests"] = 1000
+    res = simulate(scenario_from_dict(sat))
+    served_rps = 1000 / float(np.max(res.requests["finish_s"]))
+    assert 0.7 * served_rps <= cap["capacity_rps"] <= served_rps / 0.9
+
+
+def test_no_answer_within_max_probes_is_exit_2_and_reported(tmp_path, capsys):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    out = tmp_path / "cap"
+    # without the keep-up rule the TPOT limit holds at every rate: the search only climbs
+    assert main(["capacity", str(sc), "--slo", "tpot_p99=1", "--keep-up", "0", "--max-probes", "4",
+                 "--probe-requests", "50", "--out", str(out), "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "no capacity found within --max-probes 4" in err and "no rate above it failed" in err
+    cap = json.loads((out / "capacity.json").read_text())
+    assert cap["capacity_rps"] is None and cap["bracket_rps"][1] is None
+    assert main(["report", str(out)]) == 0
+    assert "No capacity found" in (out / "report.md").read_text()
