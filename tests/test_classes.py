@@ -120,3 +120,16 @@ def test_shared_prefixes_per_class():
     assert set(s.prefix_group[chat]) == {3, 4} and set(s.prefix_tokens[chat]) == {500}
     assert set(s.prefix_group[batch]) == {0, 1, 2} and set(s.prompt_tokens[batch]) == {3100}
     assert s.prompt_tokens[chat].min() >= 550 and s.prompt_tokens[chat].max() <= 800
+
+
+def test_summary_text_states_the_limits_that_apply():
+    from sim.cli import format_summary
+
+    chat = {**CHAT, "share": 1, "slo": {"ttft_s": 1.0}}  # a class that sets no TPOT limit
+    res = simulate(mixed([chat, {**BATCH, "share": 1}], **{"workload.num_requests": 20}))
+    text = format_summary(res.summary)
+    assert "None" not in text
+    assert "SLO attainment" in text and "(each request against its class's SLO)" in text
+    assert "% (TTFT <= 1.0 s)" in text  # the chat class's line: its one limit, no "TPOT <= None"
+    plain = format_summary(simulate(make_scenario(**{"workload.num_requests": 5})).summary)
+    assert "(no limits set: every completed request counts)" in plain
