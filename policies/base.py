@@ -39,5 +39,9 @@ class Policy(Protocol):
     def next_batch(self, state: ReplicaState) -> Batch:
         """The next step's batch; an empty batch means "nothing can run until something changes"."""
 
-    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
-        """Why a request with this prompt and output limit could never be scheduled, or None."""
+    def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
+        """Why a request with this prompt and output limit could never be scheduled, or None.
+        ``kv`` (the replica's allocator: ``block_size``, ``num_blocks``, ``blocks_for``), when
+        given, lets the policy also refuse a request whose admission could never find its blocks
+        free (e.g. under a watermark); the replica has already checked that the whole sequence
+        fits its blocks."""

@@ -28,16 +28,27 @@ class ContinuousPolicy:
     watermark: float = 0.0  # share of all KV blocks kept free when admitting (vLLM: 0.01)
     spec_tokens: int = 0  # speculative tokens verified per decode step (k)
 
-    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
-        if self.chunked:
-            return None
+    def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
         # After a preemption the request is recomputed in one prefill of prompt + emitted output
-        # (at most max_tokens - 1), which must fit the per-step token budget.
+        # (at most max_tokens - 1), which must fit the per-step token budget (chunked: its first
+        # chunk is admitted alone).
         worst = prompt_tokens + max_tokens - 1
-        if worst > self.max_num_batched_tokens:
+        if not self.chunked and worst > self.max_num_batched_tokens:
             return (f"prompt + output - 1 = {worst} tokens exceeds policy.max_num_batched_tokens="
                     f"{self.max_num_batched_tokens} (a whole-prompt prefill, or its recompute, could never "
                     f"be scheduled; use policy.name=chunked_prefill or a larger budget)")
+        if kv is not None:
+            # Admission keeps the watermark's blocks free (next_batch's reserve), even on an
+            # otherwise empty replica: a larger admission would wait forever, and every request
+            # queued behind it (FCFS) with it.
+            first = min(worst, self.max_num_batched_tokens) if self.chunked else worst
+            need = kv.blocks_for(first)
+            room = kv.num_blocks - int(self.watermark * kv.num_blocks)
+            if need > room:
+                what = "its first chunk" if self.chunked else "prompt + output - 1"
+                return (f"{what} = {first} tokens needs {need} free KV blocks to be admitted, but admission "
+                        f"keeps policy.watermark={self.watermark:g} of the {kv.num_blocks} blocks free, leaving "
+                        f"{room} (lower policy.watermark or give the replica more KV memory)")
         return None
 
     def _tokens(self, r, budget: int) -> int:

@@ -28,7 +28,7 @@ class StaticPolicy:
         self._padded_prompt = 0
         self._steps = 0
 
-    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+    def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
         if self.max_output_tokens is not None and max_tokens > self.max_output_tokens:
             return (f"output of {max_tokens} tokens exceeds policy.max_output_tokens={self.max_output_tokens} "
                     f"(the KV reserved per slot)")

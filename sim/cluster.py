@@ -126,7 +126,7 @@ class Cluster:
                                      f"has {self._decode_blocks} in all")
                 return
             # a request preempted on the decode side is recomputed there, under the decode policy
-            reason = self.decode[0].policy.admission_error(req.prompt_tokens, req.output_tokens)
+            reason = self.decode[0].policy.admission_error(req.prompt_tokens, req.output_tokens, self.decode[0].kv)
             if reason is not None:
                 req.replica = -1
                 self.rec.reject(req, f"decode pool: {reason}")

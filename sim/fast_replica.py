@@ -265,7 +265,8 @@ class FastReplica(Replica):
             rec = self.recorder
             for r, cached in hits:  # P/D decode side: admitted holding their KV (as Replica._apply)
                 r.num_computed_tokens = cached
-                r.prefix_hit_tokens = cached
+                if isnan(r.scheduled_s):  # first admission only (as Replica._apply)
+                    r.prefix_hit_tokens = cached
                 ok = kv.grow(r, cached)
                 assert ok, "prefix hit on blocks that are gone"
             for r in admitted:

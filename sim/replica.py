@@ -79,7 +79,9 @@ class Replica:
         if blocks > self.kv.num_blocks:
             return (f"prompt + output = {total} tokens needs {blocks} KV blocks; the replica has "
                     f"{self.kv.num_blocks} in all")
-        return self.policy.admission_error(req.prompt_tokens, req.output_tokens)
+        # a prefill replica only ever computes the prompt (and, preempted, recomputes just that)
+        max_tokens = 1 if self.role == "prefill" else req.output_tokens
+        return self.policy.admission_error(req.prompt_tokens, max_tokens, self.kv)
 
     def submit(self, req) -> None:
         req.replica = self.index
@@ -189,7 +191,8 @@ class Replica:
         # Prefix-cache hits are mapped before any allocation so no eviction can take them.
         for r, cached in batch.prefix_hits:
             r.num_computed_tokens = cached
-            r.prefix_hit_tokens = cached
+            if isnan(r.scheduled_s):  # a request's hits count at its first admission (as the summary's)
+                r.prefix_hit_tokens = cached
             ok = kv.grow(r, cached)
             assert ok, "prefix hit on blocks that are gone"
         for r in batch.swap_in:

@@ -103,3 +103,20 @@ def test_admission_error_for_prompts_over_budget():
     pol = ContinuousPolicy(max_num_batched_tokens=512)
     assert pol.admission_error(500, 13) is None  # 500 + 13 - 1 = 512
     assert "max_num_batched_tokens" in pol.admission_error(500, 14)
+
+
+def test_admission_error_when_the_watermark_leaves_too_few_blocks():
+    # 200 blocks of 16 tokens; watermark 0.01 keeps int(2.0) = 2 free when admitting: 198 usable.
+    kv = BlockAllocator(num_blocks=200, block_size=16)
+    pol = ContinuousPolicy(watermark=0.01)
+    # 3180 + 2 - 1 = 3181 tokens = 199 blocks > 198: it could never be admitted, even alone
+    assert "policy.watermark=0.01" in pol.admission_error(3180, 2, kv)
+    # 3167 + 2 - 1 = 3168 tokens = 198 blocks: admissible on an empty replica
+    assert pol.admission_error(3167, 2, kv) is None
+    b = pol.next_batch(ReplicaState([], deque([Request(0, 0.0, 3167, 2)]), kv))
+    assert scheduled(b) == {0: 3167}
+    # chunked: only the first chunk is admitted alone: 512 tokens = 32 blocks, of 40 - 20 usable
+    half = BlockAllocator(num_blocks=40, block_size=16)
+    assert "first chunk = 512 tokens" in ContinuousPolicy(chunked=True, max_num_batched_tokens=512,
+                                                         watermark=0.5).admission_error(5000, 10, half)
+    assert ContinuousPolicy(chunked=True, max_num_batched_tokens=256, watermark=0.5).admission_error(5000, 10, half) is None

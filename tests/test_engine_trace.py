@@ -69,6 +69,22 @@ def test_request_that_can_never_fit_is_rejected_with_reason():
     assert math.isnan(r["first_token_s"][1])
 
 
+@pytest.mark.parametrize("policy", ["continuous", "chunked_prefill", "pd_split"])
+def test_request_the_watermark_keeps_out_is_rejected_not_stalled(policy):
+    # 200 blocks of 16 tokens, watermark 0.01: admission keeps 2 free, so 198 are usable. A
+    # 3180-token prompt (+ 2 - 1 = 3181 tokens, 199 blocks) fits the KV but could never be admitted;
+    # it used to wait forever, and the request behind it (FCFS) with it: the run stalled.
+    sc = make_scenario(**{"memory.num_gpu_blocks": 200, "policy.name": policy})
+    res = simulate(sc, specs=specs([(0.0, 3180, 2), (0.1, 100, 10)]))
+    r = res.requests
+    assert list(r["status"]) == ["rejected", "completed"]
+    assert "policy.watermark=0.01" in r["reason"][0] and "leaving 198" in r["reason"][0]
+    # without the watermark it fits: 199 <= 200
+    res = simulate(make_scenario(**{"memory.num_gpu_blocks": 200, "policy.name": policy, "policy.watermark": 0.0}),
+                   specs=specs([(0.0, 3180, 2), (0.1, 100, 10)]))
+    assert list(res.requests["status"]) == ["completed", "completed"]
+
+
 def test_prompt_beyond_context_length_rejected():
     res = simulate(make_scenario(), specs=specs([(0.0, 8000, 500)]))  # Llama-3-8B: 8192 context
     assert res.requests["status"][0] == "rejected"

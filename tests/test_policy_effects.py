@@ -187,6 +187,22 @@ def test_prefix_caching_skips_shared_prefix_compute():
     assert s_on["ttft_s"]["mean"] < 0.7 * s_off["ttft_s"]["mean"]
 
 
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_prefix_hits_per_request_add_up_after_preemptions(engine):
+    # Tight KV: requests are preempted (recompute) and hit the cache again when readmitted. Both
+    # the column and the summary count a request's hits at its first admission only.
+    sc = make_scenario(**{"engine": engine, "workload.num_requests": 60, "policy.prefix_caching": True,
+                          "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
+                          "workload.prompt_tokens": {"dist": "uniform", "min": 200, "max": 1500},
+                          "workload.output_tokens": {"dist": "uniform", "min": 50, "max": 400},
+                          "workload.shared_prefix": {"tokens": 1000, "fraction": 0.5, "groups": 3},
+                          "memory.num_gpu_blocks": 300})
+    res = simulate(sc)
+    r = res.requests
+    assert r["preemptions"].sum() > 0
+    assert int(r["prefix_hit_tokens"].sum()) == res.summary["kv"]["prefix_cache_hit_tokens"] > 0
+
+
 def test_prefix_caching_without_shared_prefix_changes_nothing(tmp_path):
     off = simulate(make_scenario(**SHARED)).write(tmp_path / "off")
     on = simulate(make_scenario(**SHARED, **{"policy.prefix_caching": True})).write(tmp_path / "on")

@@ -23,13 +23,14 @@ request_rows = st.lists(
        policy=st.sampled_from(["continuous", "chunked_prefill", "static", "pd_split"]),
        preemption=st.sampled_from(["recompute", "swap"]), prefix_caching=st.booleans(),
        spec=st.one_of(st.none(), st.integers(1, 4)), prefix=st.sampled_from([0, 20, 100]),
-       pp=st.sampled_from([1, 1, 2]))
+       pp=st.sampled_from([1, 1, 2]), watermark=st.sampled_from([0.01, 0.0, 0.1]))
 def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router, policy, preemption,
-                    prefix_caching, spec, prefix, pp):
+                    prefix_caching, spec, prefix, pp, watermark):
     rows = sorted(rows)
     kw = policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, blocks, router, duration,
                        replicas, spec)
     kw["hardware.pp"] = pp  # pp 2: each replica runs two virtual engines (pipelined micro-batches)
+    kw["policy.watermark"] = watermark  # admission keeps this share free: what it keeps out is rejected
     if policy == "pd_split":
         replicas += 1  # the prefill replica
     replicas *= pp
@@ -56,6 +57,8 @@ def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, rout
         assert "unfinished" not in set(status)
         assert res.kv_blocks_in_use == [0] * replicas  # all KV returned
     assert all(reason for reason, s in zip(r["reason"], status) if s == "rejected")
+    # the per-request prefix hits add up to the summary's (first admissions only, in both)
+    assert int(r["prefix_hit_tokens"].sum()) == res.summary["kv"]["prefix_cache_hit_tokens"]
 
     # timestamps ordered: arrival <= scheduled <= first token <= finish
     done = status == "completed"
