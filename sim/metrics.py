@@ -4,7 +4,8 @@ Definitions (also in the README): TTFT = first_token_s - arrival_s (the first to
 the end of the step that finishes the prompt); TPOT = (finish_s - first_token_s) /
 (output_tokens - 1), for requests with more than one output token; TBT = every gap between
 consecutive tokens of a request; E2E = finish_s - arrival_s; queue = scheduled_s - arrival_s.
-Latency distributions are over completed requests. SLO attainment is the share of ALL arrived
+Latency distributions are over completed requests, except TBT: every gap the run produced,
+unfinished requests' included (gaps are recorded per step, not per request). SLO attainment is the share of ALL arrived
 requests that completed within every SLO; goodput is those requests per second of sim time.
 """
 

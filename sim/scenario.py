@@ -388,6 +388,10 @@ class Policy:
         if self.spec is not None and self.name not in ("continuous", "chunked_prefill"):
             raise InputError(f"{path}.spec: speculative decoding works with continuous or chunked_prefill, "
                              f"not {self.name}")
+        if self.prefix_caching and self.name == "static":
+            raise InputError(f"{path}.prefix_caching: static batching pads every prompt of a batch and reserves "
+                             "its slots whole, so it never reuses cached blocks; use continuous, chunked_prefill or "
+                             "pd_split, or set it to false")
 
 
 @dataclass(frozen=True)

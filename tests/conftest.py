@@ -40,7 +40,7 @@ def policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, bloc
     speculative decoding (on the policies that take it)."""
     kw = {
         "policy.name": policy, "policy.max_num_seqs": max_num_seqs, "policy.max_num_batched_tokens": budget,
-        "policy.preemption": preemption, "policy.prefix_caching": prefix_caching,
+        "policy.preemption": preemption, "policy.prefix_caching": prefix_caching and policy != "static",
         "memory.num_gpu_blocks": blocks, "memory.swap_space_gib": 0.05, "cluster.router": router,
         "workload.duration_s": duration, "workload.num_requests": 10,
     }

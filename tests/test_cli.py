@@ -95,6 +95,11 @@ BAD = [
      "cluster.replicas", "<= 100000"),
     ("max_num_seqs: 64", "max_num_seqs: .inf", "policy.max_num_seqs", "must be an integer"),
     ("num_requests: 60", "num_requests: .nan", "workload.num_requests", "must be an integer"),
+    # options a policy would silently ignore
+    ("policy: {name: continuous,", "policy: {name: static, prefix_caching: true,", "policy.prefix_caching",
+     "never reuses cached blocks"),
+    ("policy: {name: continuous,", "policy: {name: static, spec: {draft: ngram},", "policy.spec",
+     "continuous or chunked_prefill"),
 ]
 
 
