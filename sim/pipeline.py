@@ -12,6 +12,8 @@ as vLLM does. The engines' KV swaps to and from the host share the replica's PCI
 
 from __future__ import annotations
 
+from collections import deque
+
 import simpy
 
 
@@ -20,8 +22,9 @@ class Pipeline:
 
     def __init__(self, env, stages: int):
         self.env = env
-        self.stages = [simpy.Resource(env, capacity=1) for _ in range(stages)]
-        self.busy_s = [0.0] * stages  # work each stage finished (for its busy fraction: the bubbles)
+        self.free_at = [0.0] * stages  # when each stage is through with the work reserved on it
+        self._done_s = [0.0] * stages  # work each stage has finished (for its busy fraction)
+        self._reserved = [deque() for _ in range(stages)]  # (start, end) of work not over yet
         # the replica's host links (PCIe): the engines' KV swaps share them, one copy at a time
         self.host_link = simpy.Resource(env, capacity=1)
 
@@ -34,14 +37,32 @@ class Pipeline:
 
     def traverse(self, times):
         """A SimPy generator: hold stage ``k`` for ``times[k]`` seconds, in order, each after
-        waiting for the stage to be free."""
-        env = self.env
-        busy = self.busy_s
-        for k, (stage, t) in enumerate(zip(self.stages, times)):
-            with stage.request() as req:
-                yield req
-                yield env.timeout(t)
-                busy[k] += t
+        waiting for the stage to be free (first come, first served).
+
+        Every step goes through the stages in the same order and each stage serves in arrival
+        order, so a step behind another at stage 1 stays behind it at every stage (a tandem FIFO
+        queue): the whole traversal is known when the step enters, and is reserved then and
+        waited out with one timeout (the same times as holding each stage in turn, at a third of
+        the events)."""
+        now = t = self.env.now
+        free_at = self.free_at
+        for k, d in enumerate(times):
+            start = t if t > free_at[k] else free_at[k]
+            t = start + d
+            free_at[k] = t
+            held = self._reserved[k]
+            while held and held[0][1] <= now:  # work over by now counts as done
+                a, b = held.popleft()
+                self._done_s[k] += b - a
+            held.append((start, t))
+        yield self.env.timeout(t - now)
+
+    @property
+    def busy_s(self) -> list:
+        """Seconds each stage has worked so far (reserved work counts up to now only)."""
+        now = self.env.now
+        return [done + sum(min(b, now) - a for a, b in held if a < now)
+                for done, held in zip(self._done_s, self._reserved)]
 
 
 class VirtualEngines:

@@ -237,3 +237,28 @@ def test_swapping_virtual_engines_account_for_every_request(scenario_factory):
     s = res.summary
     assert s["completed"] == 40 and s["preemptions"] > 0
     assert s["kv"]["swap_in_bytes"] > 0
+
+
+def test_stages_serve_steps_first_come_first_served_and_count_busy_time_up_to_now():
+    import simpy
+
+    from sim.pipeline import Pipeline
+
+    env = simpy.Environment()
+    pipe = Pipeline(env, 2)
+    ends = {}
+
+    def step(name, at, times):
+        yield env.timeout(at)
+        yield from pipe.traverse(times)
+        ends[name] = env.now
+
+    # A: stage 1 0-1, stage 2 1-3. B enters at 0.5: stage 1 once A leaves it (1-2), stage 2 once
+    # A leaves that (3-3.5), although B reached it at 2.
+    env.process(step("A", 0.0, [1.0, 2.0]))
+    env.process(step("B", 0.5, [1.0, 0.5]))
+    env.run(until=2.5)
+    assert pipe.busy_s == pytest.approx([2.0, 1.5])  # stage 2 has worked 1-2.5 so far
+    env.run(until=10)
+    assert ends == {"A": 3.0, "B": 3.5}
+    assert pipe.busy_s == pytest.approx([2.0, 2.5])
