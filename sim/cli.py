@@ -219,7 +219,7 @@ def cmd_validate(args) -> int:
 def cmd_cost(args) -> int:
     from sim.batch import synthetic_batch
     from sim.cost import CostModel
-    from sim.specs import get_gpu, get_model
+    from sim.specs import activation_dtype, get_gpu, get_model
 
     model = get_model(args.model, "--model")
     gpu = get_gpu(args.gpu, "--gpu")
@@ -249,7 +249,7 @@ def cmd_cost(args) -> int:
 
     eff = efficiencies_for(gpu, args.calibration, "--calibration")
     step_s, per_seq_s, _ = step_overheads(eff, args.tp)
-    cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype,
+    cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype, kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
                    step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)

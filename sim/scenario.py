@@ -315,7 +315,7 @@ class Hardware:
                                     "(each 1/pp of the KV) whose steps overlap in the stages "
                                     "(sim/pipeline.py); false: one step at a time crosses every stage")
     dtype: Literal["bf16", "fp16", "fp8", "int4"] = "bf16"
-    kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(None, doc="defaults to dtype")
+    kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,14 @@ from sim.errors import InputError, did_you_mean
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 
+def activation_dtype(dtype: str) -> str:
+    """The 16-bit dtype a model whose linear weights are ``dtype`` computes in: fp16 for fp16, else
+    bf16. Its embedding and LM head stay in it (FP8, AWQ and GPTQ checkpoints leave them
+    unquantized), and so does its KV cache unless ``kv_dtype`` says otherwise (vLLM's
+    ``kv_cache_dtype: auto``)."""
+    return "fp16" if dtype == "fp16" else "bf16"
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer's shape (what the cost model and KV sizing need)."""

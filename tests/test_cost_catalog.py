@@ -59,14 +59,35 @@ def test_weight_and_kv_dtypes_change_bytes_and_capacity():
     bf16 = CostModel(m, g, tp=4, eff=efficiencies_for(g))
     fp8 = CostModel(m, g, tp=4, dtype="fp8", kv_dtype="fp8", eff=efficiencies_for(g))
     int4 = CostModel(m, g, tp=4, dtype="int4", kv_dtype="int4", eff=efficiencies_for(g))
-    assert fp8.weight_bytes == pytest.approx(bf16.weight_bytes / 2)
-    assert int4.weight_bytes == pytest.approx(bf16.weight_bytes / 4)
+    # the layers' weights scale with the dtype; embedding, LM head and final norm stay 16-bit
+    layers = m.num_layers * m.layer_weight_params()
+    outer = (m.total_params() - layers) * 2.0  # (Llama-2-70B: 2 x 32000 x 8192 + 8192 parameters)
+    assert outer == 2.0 * (2 * 32000 * 8192 + 8192)
+    assert bf16.weight_bytes == pytest.approx(layers * 2.0 + outer)
+    assert fp8.weight_bytes == pytest.approx(layers * 1.0 + outer)
+    assert int4.weight_bytes == pytest.approx(layers * 0.5 + outer)
+    assert sum(int4.stage_weight_bytes()) == pytest.approx(int4.weight_bytes)
     assert int4.kv_bytes_per_token_per_gpu() == pytest.approx(bf16.kv_bytes_per_token_per_gpu() / 4)
     b = synthetic_batch(decode_contexts=[2000] * 8)
     assert int4.step_time(b).time_s < fp8.step_time(b).time_s < bf16.step_time(b).time_s  # decode is memory-bound
     assert fp8.peak_flops == g.fp8_flops
     caps = [size_kv(cm, 0.9, 16, 2**30).num_blocks for cm in (bf16, fp8, int4)]
     assert caps[0] < caps[1] < caps[2]
+
+
+def test_low_bit_decode_at_batch_1_stays_weight_read_bound():
+    # The fitted 128-row tile padding is cuBLAS's 16-bit tiling; low-bit kernels tile M by 16. At
+    # batch 1 every linear layer is weight-read bound, so the time of the layers' GEMMs scales
+    # with their weight bytes: fp8 about 1/2 of bf16, int4 about 1/4 (kernel latency aside).
+    m, g = MODELS["meta-llama/Llama-2-7b-hf"], GPUS["a100-80g"]
+    b = synthetic_batch(decode_contexts=[512])
+    t = {}
+    for d in ("bf16", "fp8", "int4"):
+        ops = CostModel(m, g, dtype=d, kv_dtype="bf16", eff=efficiencies_for(g)).breakdown(b)
+        for op in ("qkv_proj", "o_proj", "mlp_up", "mlp_down"):
+            assert ops[op].bound == "memory", (d, op)
+        t[d] = sum(ops[op].time_s for op in ("qkv_proj", "o_proj", "mlp_up", "mlp_down"))
+    assert 0.45 < t["fp8"] / t["bf16"] < 0.6 and 0.2 < t["int4"] / t["bf16"] < 0.35
 
 
 def test_gpu_from_yaml(tmp_path):

@@ -23,7 +23,7 @@ from datetime import date
 from importlib import resources
 from pathlib import Path
 
-from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, CommEfficiency, Efficiencies, GemmEfficiency,
+from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, CommEfficiency, Efficiencies, GemmEfficiency,
                                  MemEfficiency, OpEfficiency, OverheadFit, from_dict)
 from sim.errors import InputError
 from sim.specs import GPUS, GpuSpec
@@ -353,7 +353,8 @@ def gemm_time_np(M, K, N, w, peak, bw, g: GemmEfficiency):
     M, K, N = (np.asarray(x, float) for x in (M, K, N))
     f = 2.0 * M * N * K
     b = w * K * N + ACT * M * (K + N)
-    fe = f + g.tile_quant * (2.0 * np.ceil(M / g.tile_m) * g.tile_m * N * K - f) if g.tile_quant else f
+    tm = g.tile_m if w >= 2 else min(g.tile_m, LOWBIT_TILE_M)  # as roofline.gemm_cost
+    fe = f + g.tile_quant * (2.0 * np.ceil(M / tm) * tm * N * K - f) if g.tile_quant else f
     ec = g.compute * K / (K + g.k_half) if g.k_half else g.compute
     c = fe / (peak * ec)
     m = b / (bw * g.memory)

@@ -14,7 +14,8 @@ Operator time models (M tokens, K x N weight, w / a weight / activation bytes pe
 * GEMM: ``latency_s + smoothmax(C, Mem)`` with
   ``C = (F + tile_quant * (F_padded - F)) / (peak * compute * K / (K + k_half))``,
   ``F = 2 M N K``, ``F_padded`` the same with M rounded up to ``tile_m`` (the tile-quantization
-  steps seen in cuBLAS timings), ``Mem = (w K N + a M (K + N)) / (bw * memory)`` and
+  steps seen in cuBLAS timings; with fp8 or int4 weights at most ``LOWBIT_TILE_M`` rows),
+  ``Mem = (w K N + a M (K + N)) / (bw * memory)`` and
   ``smoothmax(x, y) = (x^p + y^p)^(1/p)`` with ``p = smooth`` (``0``: a hard max). Every term only
   ever adds time, so an operator is never faster than its plain roofline.
 * Bandwidth-bound kernels (norms, activation, rotary, residual add, embedding): ``kernels x
@@ -31,6 +32,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+
+
+# Rows a low-bit (fp8, int4) weight GEMM pads M to. The fitted ``tile_m`` is cuBLAS's 16-bit
+# tiling (the profiles are fp16); at small M, weight-only int4 kernels (Marlin) and vLLM's FP8
+# CUTLASS configurations use 16-row tiles, so a decode GEMM stays weight-read bound, as in 16-bit.
+LOWBIT_TILE_M = 16
 
 
 @dataclass(frozen=True, slots=True)

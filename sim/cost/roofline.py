@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sim.batch import Batch
 from sim.cost.comm import allreduce_time_s, send_time_s
-from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies,
+from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies,
                                  GemmEfficiency, MemEfficiency, OpEfficiency)
-from sim.specs import DTYPE_BYTES, GpuSpec, ModelSpec
+from sim.specs import DTYPE_BYTES, GpuSpec, ModelSpec, activation_dtype
 
 if TYPE_CHECKING:
     from sim.cost.measured import MeasuredOps
@@ -74,7 +74,7 @@ def gemm_cost(M: float, K: float, N: float, w: float, peak: float, bw: float, g:
     b = w * K * N + ACT_BYTES * M * (K + N)
     fe = f
     if g.tile_quant:
-        tm = g.tile_m
+        tm = g.tile_m if w >= 2 else min(g.tile_m, LOWBIT_TILE_M)
         fe = f + g.tile_quant * (2.0 * math.ceil(M / tm) * tm * N * K - f)
     ec = g.compute * K / (K + g.k_half) if g.k_half else g.compute
     c = fe / (peak * ec)
@@ -152,6 +152,7 @@ class CostModel:
         object.__setattr__(self, "_c", (
             float(h), qd, kvd, qd + 2 * kvd, n_up * I / tp, I / tp, m.vocab_size / tp,
             2 * kvd * DTYPE_BYTES[self.kv_dtype], float(n_up), DTYPE_BYTES[self.dtype],
+            DTYPE_BYTES[activation_dtype(self.dtype)],  # embedding and LM head weights: 16-bit
         ))
         e = self.eff.attention
         object.__setattr__(self, "_att", (4 * qd, qd, self._c[7], self.gpu.peak_flops * e.compute,
@@ -168,8 +169,12 @@ class CostModel:
 
     @property
     def weight_bytes(self) -> float:
-        """Weights of the whole model (all GPUs of a replica together)."""
-        return self.model.total_params() * DTYPE_BYTES[self.dtype]
+        """Weights of the whole model (all GPUs of a replica together): the layers in ``dtype``,
+        the embedding and LM head (and the final norm) in 16-bit."""
+        m = self.model
+        w16 = DTYPE_BYTES[activation_dtype(self.dtype)]
+        outer = m.total_params() - m.num_layers * m.layer_weight_params()
+        return m.num_layers * m.layer_weight_params() * DTYPE_BYTES[self.dtype] + outer * w16
 
     @property
     def kv_heads_per_gpu(self) -> float:
@@ -197,7 +202,7 @@ class CostModel:
         T = batch.num_tokens + batch.padding_tokens
         S = batch.num_sampled
         m, e = self.model, self.eff
-        h, qd, kvd, qkv_n, up_n, down_k, vocab, kv_tok, n_up, w = self._c
+        h, qd, kvd, qkv_n, up_n, down_k, vocab, kv_tok, n_up, w, w16 = self._c
         L = m.num_layers
         peak, bw = self.peak_flops, self.gpu.mem_bw_bytes_per_s
         a = ACT_BYTES
@@ -273,7 +278,7 @@ class CostModel:
         t, f, b, c, mm = priced("residual", mem(h, 3 * a * h, 0.0, e.residual))
         yield "residual", t * k, f * k, b * k, c * k, mm * k
 
-        t, f, b, c, mm = priced("embedding", mem(0.0, (w + a) * h, 0.0, e.embedding))
+        t, f, b, c, mm = priced("embedding", mem(0.0, (w16 + a) * h, 0.0, e.embedding))
         yield "embedding", t, f, b, c, mm
 
         yield ("lm_head",) + self._lm_head_row(S)
@@ -281,9 +286,9 @@ class CostModel:
     def _lm_head_row(self, S: int):
         """The LM head on the last token of each of ``S`` sampled sequences, fp32 logits written:
         (time_s, flops, bytes, compute_s, memory_s)."""
-        h, vocab, w = self._c[0], self._c[6], self._c[9]
+        h, vocab, w16 = self._c[0], self._c[6], self._c[10]
         bw, e = self.gpu.mem_bw_bytes_per_s, self.eff
-        t, f, b, c, mm = gemm_cost(S, h, vocab, w, self.peak_flops, bw, e.gemm)
+        t, f, b, c, mm = gemm_cost(S, h, vocab, w16, self.gpu.peak_flops, bw, e.gemm)  # kept 16-bit
         b += S * LOGIT_BYTES * vocab
         mm += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
         t += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
@@ -506,12 +511,12 @@ class CostModel:
         on the first, the final norm and the LM head on the last (a tied LM head keeps its own
         copy of the embedding there, as vLLM does). Sums to ``weight_bytes`` when ``pp`` is 1."""
         m = self.model
-        w = DTYPE_BYTES[self.dtype]
+        w, w16 = DTYPE_BYTES[self.dtype], DTYPE_BYTES[activation_dtype(self.dtype)]
         emb = m.vocab_size * m.hidden_size
         out = [n * m.layer_weight_params() * w for n in self.stage_layers()]
-        out[0] += emb * w
+        out[0] += emb * w16
         head = 0 if m.tied_embeddings and self.pp == 1 else emb
-        out[-1] += (head + m.hidden_size) * w
+        out[-1] += (head + m.hidden_size) * w16
         return out
 
     def _embedding_s(self, T: int) -> float:
