@@ -300,6 +300,14 @@ def test_shipped_fits_and_transfer_to_uncalibrated_gpus():
     a40 = efficiencies_for(GPUS["a40"])
     assert a40.allreduce == a100.allreduce and "allreduce from a100-80g" in a40.source  # A40: no all-reduce data
     assert efficiencies_for(GPUS["a100-80g"], "none") == Efficiencies()
+    # collectives transfer only between links of one kind: the A40's (NVLink-bridge) send/recv
+    # efficiency of 0.07 would put the L40S's PCIe sends at 2.3 GB/s, below what the A40 measured
+    l40s = efficiencies_for(GPUS["l40s"])
+    assert l40s.gemm == a40.gemm  # compute families still come from the A40
+    assert l40s.send_recv == Efficiencies().send_recv and l40s.allreduce == Efficiencies().allreduce
+    assert "send_recv: v0 (no calibrated GPU with a pcie link)" in l40s.source
+    h100 = efficiencies_for(GPUS["h100-sxm"])
+    assert h100.allreduce == a100.allreduce and h100.send_recv == a100.send_recv  # NVLink to NVLink
 
 
 def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic_profiles):

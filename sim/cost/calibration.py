@@ -656,6 +656,15 @@ def fit_profiles(profiles: Profiles, gpu: GpuSpec) -> Efficiencies:
 
 
 # ---------------------------------------------------------------- files
+COMM_FAMILIES = ("allreduce", "send_recv")
+
+
+def link_kind(gpu: GpuSpec) -> str:
+    """``pcie`` when the GPUs of a node talk only over PCIe (no faster peer link), else ``peer``
+    (NVLink, Infinity Fabric)."""
+    return "pcie" if gpu.link_bw_bytes_per_s <= gpu.pcie_bw_bytes_per_s else "peer"
+
+
 FAMILIES = ("gemm", "attention", "norm", "activation", "rotary", "residual", "embedding", "allreduce", "send_recv",
             "overhead")
 
@@ -745,14 +754,24 @@ def efficiencies_for(gpu: GpuSpec, calibration: str = "auto", where: str = "cost
         return DEFAULT_EFFICIENCIES
     data = dict(_raw(shipped[name], f"{where} (packaged {name})", True))
     notes = [] if own else [f"transferred from {name}"]
+    if not own:
+        for fam in COMM_FAMILIES:
+            # a collective's efficiency is a share of the GPU's link: it means nothing on a link
+            # of another kind (an NVLink fit on a PCIe-only GPU)
+            if fam in data and link_kind(GPUS[name]) != link_kind(gpu):
+                del data[fam]
     for fam in FAMILIES:
         if fam in data:
             continue
-        donor = closest_calibrated(GPUS[name], [g for g in sorted(shipped) if g != name
-                                                and fam in _raw(shipped[g], where, True)])
+        same_link = fam not in COMM_FAMILIES
+        donor = closest_calibrated(GPUS[name], [g for g in sorted(shipped) if g != name and g in GPUS
+                                                and fam in _raw(shipped[g], where, True)
+                                                and (same_link or link_kind(GPUS[g]) == link_kind(gpu))])
         if donor:
             data[fam] = _raw(shipped[donor], where, True)[fam]
             notes.append(f"{fam} from {donor}")
+        elif not same_link:
+            notes.append(f"{fam}: v0 (no calibrated GPU with a {link_kind(gpu)} link)")
     eff = from_dict(data, f"{where} (packaged {name})")
     if notes:
         eff = dataclasses.replace(eff, source=f"{eff.source} [{'; '.join(notes)}]")
