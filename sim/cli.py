@@ -219,23 +219,30 @@ def cmd_validate(args) -> int:
 def cmd_cost(args) -> int:
     from sim.batch import synthetic_batch
     from sim.cost import CostModel
-    from sim.specs import activation_dtype, get_gpu, get_model
+    from sim.specs import activation_dtype, get_gpu, get_model, tp_error
 
     model = get_model(args.model, "--model")
     gpu = get_gpu(args.gpu, "--gpu")
-    if args.tp < 1 or model.num_heads % args.tp:
-        raise InputError(f"--tp {args.tp} must be >= 1 and divide the model's {model.num_heads} heads")
+    bad_tp = tp_error(model, args.tp)
+    if bad_tp:
+        raise InputError(f"--tp {args.tp} {bad_tp}")
     if args.pp < 1 or args.pp > model.num_layers:
         raise InputError(f"--pp {args.pp} must be between 1 and the model's {model.num_layers} layers")
     if args.prefill is not None:
         if args.prefill < 1 or args.context < 0:
             raise InputError("--prefill must be >= 1 and --context >= 0")
+        if args.prefill + args.context > model.max_context_tokens:
+            raise InputError(f"--prefill + --context = {args.prefill + args.context} tokens exceeds {model.name}'s "
+                             f"context length {model.max_context_tokens}")
         batch, what = synthetic_batch(prefill=[(args.prefill, args.context)]), f"prefill of {args.prefill} tokens"
         if args.context:
             what += f" after {args.context} cached"
     else:
         if not 1 <= args.decode_batch <= MAX_DECODE_BATCH or args.context < 0:
             raise InputError(f"--decode-batch must be between 1 and {MAX_DECODE_BATCH} and --context >= 0")
+        if args.context + 1 > model.max_context_tokens:
+            raise InputError(f"--context {args.context} + the decoded token exceeds {model.name}'s context length "
+                             f"{model.max_context_tokens}")
         batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch)
         what = f"decode step of {args.decode_batch} sequences at context {args.context}"
     from sim.cost.calibration import efficiencies_for
@@ -256,10 +263,14 @@ def cmd_cost(args) -> int:
     stages = cm.stage_times(c, batch)
     ai = c.arithmetic_intensity
     ridge = cm.peak_flops / gpu.mem_bw_bytes_per_s
+    stage_gib = max(cm.stage_weight_bytes()) / args.tp / 2**30
+    fits = stage_gib < gpu.mem_bytes / 2**30
     if args.json:
         print(json.dumps({
             "step_time_s": c.time_s, "flops": c.flops, "bytes": c.bytes, "arithmetic_intensity": ai,
-            "ridge_flops_per_byte": ridge, "bound": c.bound, "mfu": cm.mfu(c), "mbu": cm.mbu(c),
+            "ridge_flops_per_byte": ridge, "compute_s": c.compute_s, "memory_s": c.memory_s,
+            "bound": c.bound, "mfu": cm.mfu(c), "mbu": cm.mbu(c), "weights_gib_per_gpu": stage_gib,
+            "weights_fit": fits,
             "num_layers": model.num_layers,
             "ops": {k: v._asdict() for k, v in ops.items()},
             "measured_ops": None if measured is None else {"source": measured.source, "ops": list(measured.ops)},
@@ -270,8 +281,14 @@ def cmd_cost(args) -> int:
           f"{model.name} on {args.tp} x {gpu.name}: {what}")
     print(f"step {c.time_s * 1e3:.3f} ms, {c.flops / 1e12:.3f} TFLOP, {c.bytes / 1e9:.3f} GB, "
           f"MFU {cm.mfu(c) * 100:.1f}%, MBU {cm.mbu(c) * 100:.1f}%")
-    print(f"arithmetic intensity {ai:.1f} FLOP/byte vs ridge point {ridge:.1f}: {c.bound}-bound "
-          f"({'above' if ai > ridge else 'below'} the ridge)")
+    # the bound compares the operators' compute and memory times at the fitted efficiencies (tile
+    # padding and kernels' share of peak included), so near the datasheet ridge it can be either
+    print(f"arithmetic intensity {ai:.1f} FLOP/byte ({'above' if ai > ridge else 'below'} the datasheet ridge "
+          f"{ridge:.1f}); at the fitted efficiencies the operators' compute time is {c.compute_s * 1e3:.3f} ms and "
+          f"memory time {c.memory_s * 1e3:.3f} ms: {c.bound}-bound")
+    if not fits:
+        print(f"note: {stage_gib:.1f} GiB of weights per GPU exceed the {gpu.name}'s {gpu.mem_bytes / 2**30:.0f} GiB: "
+              "this step could not run there (raise --tp or --pp)")
     if args.pp > 1:
         held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers)" for i, (t, n) in enumerate(zip(stages, cm.stage_layers())))
         slow = max(range(args.pp), key=lambda i: stages[i])

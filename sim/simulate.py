@@ -28,7 +28,7 @@ from sim.metrics import (REQUEST_COLUMNS, STEP_COLUMNS, Recorder, WeightedSample
 from sim.profile import profile_summary
 from sim.request import Request
 from sim.scenario import Scenario, scenario_to_yaml
-from sim.specs import activation_dtype, get_gpu, get_model
+from sim.specs import activation_dtype, get_gpu, get_model, tp_error
 from sim.workload import ClosedLoop, RequestSpecs, generate
 
 
@@ -80,8 +80,9 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     gpu = get_gpu(gpu_name, gpu_path)
     if model.num_layers < hw.pp:
         raise InputError(f"hardware.pp={hw.pp} exceeds the model's {model.num_layers} layers")
-    if model.num_heads % tp:
-        raise InputError(f"{tp_path}={tp} must divide the model's {model.num_heads} attention heads")
+    bad_tp = tp_error(model, tp)
+    if bad_tp:
+        raise InputError(f"{tp_path}={tp} {bad_tp}")
     kv_dtype = hw.kv_dtype or activation_dtype(hw.dtype)  # vLLM's kv_cache_dtype "auto"
     eff = efficiencies_for(gpu, scenario.cost.calibration)
     measured = None

@@ -17,6 +17,22 @@ from sim.errors import InputError, did_you_mean
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 
+def tp_error(model: "ModelSpec", tp: int) -> str | None:
+    """Why ``model`` cannot be split over ``tp`` GPUs (vLLM's checks), or None: the attention heads
+    and the MLP width must divide by it, and the KV heads must divide by it or it by them (fewer
+    KV heads than GPUs are replicated)."""
+    if tp < 1:
+        return f"must be >= 1, got {tp}"
+    if model.num_heads % tp:
+        return f"must divide the model's {model.num_heads} attention heads"
+    kv = model.num_kv_heads
+    if kv % tp and tp % kv:
+        return f"must divide the model's {kv} KV heads, or be a multiple of them"
+    if model.intermediate_size % tp:
+        return f"must divide the model's MLP width {model.intermediate_size}"
+    return None
+
+
 def activation_dtype(dtype: str) -> str:
     """The 16-bit dtype a model whose linear weights are ``dtype`` computes in: fp16 for fp16, else
     bf16. Its embedding and LM head stay in it (FP8, AWQ and GPTQ checkpoints leave them

@@ -184,6 +184,28 @@ def test_cost_table_and_bad_gpu(capsys):
     assert "--gpu" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args, message", [
+    # found by a cost-model review: these priced a step no server could run, with exit 0
+    (["--model", "meta-llama/Llama-2-7b-hf", "--decode-batch", "1", "--context", "100000"], "context length 4096"),
+    (["--model", "meta-llama/Llama-2-7b-hf", "--prefill", "4000", "--context", "100"], "4100 tokens exceeds"),
+    (["--model", "Qwen/Qwen2.5-7B-Instruct", "--tp", "7", "--prefill", "8"], "4 KV heads"),  # 28 heads, 4 KV
+    (["--model", "internlm/internlm-20b", "--tp", "5", "--prefill", "8"], "MLP width 13824"),
+])
+def test_cost_refuses_what_the_model_cannot_run(capsys, args, message):
+    assert main(["cost", "--gpu", "h100-sxm", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cost_says_why_a_step_is_bound_and_whether_the_weights_fit(capsys):
+    assert main(["cost", "--model", "Qwen/Qwen-72B", "--gpu", "l40s", "--decode-batch", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["weights_fit"] is False and d["weights_gib_per_gpu"] > 130  # 72B in bf16 on one 48 GB GPU
+    assert (d["bound"] == "memory") == (d["memory_s"] > d["compute_s"])
+    assert main(["cost", "--model", "Qwen/Qwen-72B", "--gpu", "l40s", "--tp", "8", "--decode-batch", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "could not run" not in out and "memory-bound" in out and "compute time" in out
+
+
 def test_out_path_that_is_a_file_is_bad_input(tmp_path, capsys):
     f = tmp_path / "taken"
     f.write_text("x")
