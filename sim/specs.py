@@ -260,6 +260,9 @@ def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
     """A catalog model by its Hugging Face id, or a model read from a ``config.json`` path."""
     if name_or_path in MODELS:
         return MODELS[name_or_path]
+    if not str(name_or_path).strip():
+        raise InputError(f"{path}: empty; give a catalog id (e.g. meta-llama/Meta-Llama-3-8B) or a path to a "
+                         "Hugging Face config.json")
     p = Path(name_or_path)
     if p.is_dir():
         p = p / "config.json"
