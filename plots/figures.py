@@ -98,17 +98,27 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
 
 
 def goodput_vs_load(data: dict, ax, colors: dict | None = None):
-    """Goodput (completed within every SLO, req/s) against offered load, with the ideal y = x.
+    """Goodput (completed within every SLO, req/s) against the scenario's rate, with the ideal: all
+    that arrived, from the runs' ``offered`` (req/s that arrived) where given, else y = x.
 
-    ``data``: {label: {"rate": [req/s], "goodput": [req/s]}}.
+    ``data``: {label: {"rate": [req/s], "goodput": [req/s], "offered": [req/s] (optional)}}.
     """
     colors = colors or colors_for(data)
     top = 0.0
+    offered = {}
     for label, d in data.items():
         ax.plot(d["rate"], d["goodput"], "-o", markersize=4, color=colors[label], label=str(label))
         top = max(top, max(d["rate"], default=0.0))
-    ax.plot([0, top], [0, top], ":", color="k", linewidth=1, label="offered load (ideal)")
-    ax.set_xlabel("offered load (req/s)")
+        for r, o in zip(d["rate"], d.get("offered") or ()):
+            if o is not None and o == o:  # (NaN: a results file from before the column)
+                offered.setdefault(r, o)
+    if offered:
+        xs = sorted(offered)
+        ax.plot([0, *xs], [0, *(offered[x] for x in xs)], ":", color="k", linewidth=1,
+                label="arrived (ideal goodput)")
+    else:
+        ax.plot([0, top], [0, top], ":", color="k", linewidth=1, label="offered load (ideal)")
+    ax.set_xlabel("offered load: workload.arrival.rate_rps (req/s)")
     ax.set_ylabel("goodput (req/s within SLO)")
     ax.set_title("goodput vs load")
     ax.set_xlim(left=0)

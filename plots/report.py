@@ -272,7 +272,9 @@ def build_report(path: str | Path) -> Path:
         add("latency_vs_load", "Latency vs offered load", fig,
             _load_sentence("ttft", s_ttft, ttft_slo) + " " + _load_sentence("tpot", s_tpot, tpot_slo))
         gp = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
-                  "goodput": [r["goodput_rps"] for r in rs if r["status"] == "ok"]} for g, rs in data["groups"].items()}
+                  "goodput": [r["goodput_rps"] for r in rs if r["status"] == "ok"],
+                  "offered": [r.get("offered_rps") for r in rs if r["status"] == "ok"]}
+              for g, rs in data["groups"].items()}
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
         F.goodput_vs_load(gp, ax, colors)
         best = {g: max(zip(d["goodput"], d["rate"])) for g, d in gp.items() if d["goodput"]}

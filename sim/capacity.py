@@ -307,6 +307,8 @@ def cmd_capacity(args) -> int:
     cap, above, done = search_capacity(s, start, args.tol, args.max_probes, workers if args.executor == "local" else
                                  (args.workers or 2))
     gpus = num_gpus(sc.to_dict())
+    # on_off's rate_rps is its burst rate: the search scales it, and the mean scales with it
+    mean_share = getattr(arrival, "mean_rate_rps", arrival.rate_rps) / arrival.rate_rps
     keys = [f"{m}_{st}" for (m, st) in slo]
     size = f"{n} requests each" if duration is None else f"max({n} requests, {duration:g} s of arrivals) each"
     print(f"probes ({size}; {'share within limits >= ' + str(args.attainment) if args.attainment else 'percentiles over all requests'}):")
@@ -329,6 +331,7 @@ def cmd_capacity(args) -> int:
     found = done or cap == 0
     result = {"capacity_rps": cap if found else None, "capacity_rps_per_gpu": cap / gpus if found else None,
               "num_gpus": gpus, "slo": args.slo, "attainment": args.attainment,
+              "capacity_mean_rps": cap * mean_share if found else None,
               "keep_up": args.keep_up, "check_above_rps": above if found else None,
               "bracket_rps": None if found else [cap or None, above],
               "probes": [{"rate_rps": p.values[RATE_KEY], **s.results.get(p.values[RATE_KEY], {})} for p in s.points]}
@@ -353,6 +356,9 @@ def cmd_capacity(args) -> int:
               f"{'' if args.attainment is None else f' for {args.attainment:.0%} of requests'}")
         if above is not None:
             print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")
+        if mean_share != 1:
+            print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the mean "
+                  f"offered rate is {cap * mean_share:.4g} req/s ({cap * mean_share / gpus:.3g} per GPU)")
     if args.out:
         print(f"wrote {out / RESULTS}, {out / 'capacity.json'}")
     if tmp is not None:

@@ -67,7 +67,10 @@ PRESETS: dict[str, dict] = {
 
 
 def expand_preset(data: dict, path: str, keys: tuple[str, ...]) -> dict:
-    """``data`` with the keys of its ``preset`` filled in where absent (or null)."""
+    """``data`` with the keys of its ``preset`` filled in where absent (or null). A mapping given
+    without its kind (``process`` for the arrival, ``dist`` for a length), or with the preset's,
+    is laid over the preset's: ``arrival: {rate_rps: 20}`` keeps the preset's process and its
+    other fields and changes the rate. A mapping of another kind replaces the preset's."""
     name = data.get("preset")
     if name is None:
         return data
@@ -75,6 +78,13 @@ def expand_preset(data: dict, path: str, keys: tuple[str, ...]) -> dict:
         raise InputError(f"{path}.preset: {name!r} is not a preset;{did_you_mean(str(name), PRESETS)}")
     out = dict(data)
     for k in keys:
-        if out.get(k) is None and k in PRESETS[name]:
-            out[k] = copy.deepcopy(PRESETS[name][k])
+        if k not in PRESETS[name]:
+            continue
+        given, preset = out.get(k), PRESETS[name][k]
+        if given is None:
+            out[k] = copy.deepcopy(preset)
+        elif isinstance(given, dict):
+            kind = "process" if k == "arrival" else "dist"
+            if given.get(kind, preset.get(kind)) == preset.get(kind):
+                out[k] = {**copy.deepcopy(preset), **given}
     return out

@@ -179,6 +179,11 @@ class OnOffArrival:
     off_rate_rps: float = _f(0.0, ge=0)
     durations: Literal["fixed", "exponential"] = "fixed"
 
+    @property
+    def mean_rate_rps(self) -> float:
+        """The long-run mean rate: on and off periods weighted by their (mean) lengths."""
+        return (self.rate_rps * self.on_s + self.off_rate_rps * self.off_s) / (self.on_s + self.off_s)
+
 
 @dataclass(frozen=True)
 class Segment:

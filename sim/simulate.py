@@ -327,7 +327,11 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                                                {"source": p.cost_model.measured.source, "tp": p.cost_model.measured.tp,
                                                 "ops": list(p.cost_model.measured.ops)})} for p in setup.pools}
     clipped = getattr(specs, "clipped", None)
-    extra["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0}
+    arrivals = req_cols["arrival_s"]
+    last = float(arrivals.max()) if len(arrivals) else 0.0
+    extra["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0,
+                         # what arrived, per second until the last arrival (on_off's rate_rps is its burst rate)
+                         "offered_rps": len(arrivals) / last if last > 0 else 0.0}
     extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
     summary = summarize(scenario, req_cols, steps, tbt, sim_time, cluster.infos, extra, limits)
     pools = setup.pools_by_name

@@ -43,7 +43,7 @@ _DISTS = ("ttft", "tpot", "tbt", "e2e", "queue")
 _STATS = ("mean", "p50", "p90", "p99", "max")
 METRIC_COLUMNS = (
     ("num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s", "throughput_rps",
-     "output_tokens_per_s", "goodput_rps", "slo_attainment")
+     "output_tokens_per_s", "goodput_rps", "slo_attainment", "offered_rps")
     + tuple(f"{d}_{s}_s" for d in _DISTS for s in _STATS)
     + ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu", "num_gpus", "wall_time_s")
 )
@@ -180,6 +180,7 @@ def flatten_summary(s: dict) -> dict:
     for d in _DISTS:
         for st in _STATS:
             row[f"{d}_{st}_s"] = s[f"{d}_s"][st]
+    row["offered_rps"] = s.get("workload", {}).get("offered_rps")
     u = s.get("utilization", {})
     for k in ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu"):
         row[k] = u.get(k)

@@ -154,3 +154,25 @@ def test_no_answer_within_max_probes_is_exit_2_and_reported(tmp_path, capsys):
     assert cap["capacity_rps"] is None and cap["bracket_rps"][1] is None
     assert main(["report", str(out)]) == 0
     assert "No capacity found" in (out / "report.md").read_text()
+
+
+def test_on_off_capacity_also_gives_the_mean_offered_rate(tmp_path, capsys):
+    data = scenario_data()
+    data["workload"]["arrival"] = {"process": "on_off", "rate_rps": 8.0, "on_s": 5.0, "off_s": 15.0}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=300ms", "--probe-requests", str(N), "--out", str(out),
+                 "--workers", "1", "--quiet"]) == 0
+    cap = json.loads((out / "capacity.json").read_text())
+    # rate_rps is the burst rate; on 5 s of every 20 the mean is a quarter of it
+    assert cap["capacity_mean_rps"] == pytest.approx(cap["capacity_rps"] / 4)
+    assert f"the mean offered rate is {cap['capacity_rps'] / 4:.4g} req/s" in capsys.readouterr().out
+
+
+def test_summary_says_what_arrived_per_second():
+    from tests.conftest import make_scenario
+
+    res = simulate(make_scenario(**{"workload.arrival": {"process": "fixed", "rate_rps": 10.0},
+                                    "workload.num_requests": 50}))
+    assert res.summary["workload"]["offered_rps"] == pytest.approx(10.0, rel=0.03)

@@ -68,9 +68,18 @@ def test_latency_vs_load(ax):
 def test_goodput_vs_load(ax):
     data = {"continuous": {"rate": [1, 2, 4], "goodput": [1, 2, 3.5]}, "small": {"rate": [1, 2, 4], "goodput": [1, 1.5, 0.2]}}
     F.goodput_vs_load(data, ax)
-    assert ax.get_xlabel() == "offered load (req/s)" and ax.get_ylabel() == "goodput (req/s within SLO)"
+    assert ax.get_xlabel() == "offered load: workload.arrival.rate_rps (req/s)"
+    assert ax.get_ylabel() == "goodput (req/s within SLO)"
     assert legend(ax) == ["continuous", "small", "offered load (ideal)"]
     assert list(ax.lines[0].get_ydata()) == [1, 2, 3.5] and list(ax.lines[2].get_xdata()) == [0, 4]
+
+
+def test_goodput_ideal_is_what_arrived_when_the_runs_say(ax):
+    # on_off arrivals: rate_rps is the burst rate; a quarter of it arrives on average
+    data = {"continuous": {"rate": [4, 8], "goodput": [0.9, 1.5], "offered": [1.0, 2.0]}}
+    F.goodput_vs_load(data, ax)
+    assert legend(ax) == ["continuous", "arrived (ideal goodput)"]
+    assert list(ax.lines[1].get_xdata()) == [0, 4, 8] and list(ax.lines[1].get_ydata()) == [0, 1.0, 2.0]
 
 
 def test_throughput_latency(ax):

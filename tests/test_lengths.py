@@ -122,6 +122,17 @@ def test_preset_errors_and_overrides():
     w = build(Workload, {"preset": "azure_conv", "num_requests": 1,
                          "output_tokens": {"dist": "fixed", "value": 3}}, "workload")
     assert w.output_tokens.value == 3 and w.arrival.process == "gamma"
+    # a field of the preset's arrival changes just that (found by a user trial: --set
+    # workload.arrival.rate_rps=5 on a preset scenario said "workload.arrival.process is missing")
+    w = build(Workload, {"preset": "azure_code", "num_requests": 1, "arrival": {"rate_rps": 5.0}}, "workload")
+    code = PRESETS["azure_code"]["arrival"]
+    assert (w.arrival.process, w.arrival.rate_rps, w.arrival.on_s) == ("on_off", 5.0, code["on_s"])
+    assert w.arrival.mean_rate_rps == pytest.approx(5.0 * code["on_s"] / (code["on_s"] + code["off_s"]))
+    # another process (or length distribution) replaces the preset's
+    w = build(Workload, {"preset": "azure_code", "num_requests": 1, "arrival": {"process": "poisson", "rate_rps": 3.0},
+                         "prompt_tokens": {"dist": "fixed", "value": 100}}, "workload")
+    assert w.arrival.process == "poisson" and not hasattr(w.arrival, "on_s")
+    assert w.prompt_tokens.dist == "fixed" and w.output_tokens.dist == "quantiles"
 
 
 def test_clip_to_context():
