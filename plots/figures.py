@@ -7,6 +7,8 @@ Latencies come in seconds and are drawn in milliseconds.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # One colour per policy wherever it appears; other labels take the remaining colours in order.
@@ -33,11 +35,19 @@ def colors_for(labels) -> dict:
 
 
 def _plain_log_ticks(axis):
-    """Log-scale ticks written as plain numbers (10, 100, 1000), without minor tick labels."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    """Log-scale ticks written as plain numbers (10, 100, 1000). Minor ticks are labelled (at 2, 3
+    and 5 x 10^k) only when the view spans less than a decade, which may hold no major tick."""
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(v, _):
+        lo, hi = axis.get_view_interval()
+        if v <= 0 or lo <= 0 or hi / lo >= 10:
+            return ""
+        m = v / 10 ** math.floor(math.log10(v))
+        return f"{v:g}" if any(abs(m - k) < 1e-6 for k in (2, 3, 5)) else ""
 
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
+    axis.set_minor_formatter(FuncFormatter(minor))
 
 
 def _ms(x):
@@ -225,12 +235,18 @@ def ttft_breakdown(data: dict, ax):
         vals = ms[comp] * scale
         ax.bar(x, vals, bottom=bottom, color=COMPONENT_COLORS[comp], label=name, width=0.6)
         bottom += vals
-    for xi, top, tot in zip(x, bottom, totals):  # the total on each bar
-        text = f"{tot / 1e3:.0f} s" if tot >= 1e4 else f"{tot:.0f} ms" if tot >= 10 else f"{tot:.1f} ms"
+    def fmt(v):
+        return f"{v / 1e3:.0f} s" if v >= 1e4 else f"{v:.0f} ms" if v >= 10 else f"{v:.1f} ms"
+
+    for i, (xi, top) in enumerate(zip(x, bottom)):  # on each bar: the TTFT, and the transfer after it
+        ttft, kv = ms["queueing"][i] + ms["prefill"][i], ms["transfer"][i]
+        text = f"TTFT {fmt(ttft)}" + (f"\n+ {fmt(kv)} KV" if kv > 0 else "")
         ax.annotate(text, (xi, top), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=8)
     ax.set_xticks(x, [str(lbl) for lbl in labels], rotation=20 if len(labels) > 3 else 0)
     if shares:
-        ax.set_ylim(0, 115)
+        ax.set_ylim(0, 125)
+    else:
+        ax.set_ylim(0, max(bottom.max(initial=0.0), 1e-9) * 1.2)  # room for the labels under the title
     ax.set_ylabel("share of mean time (%)" if shares else "mean time (ms)")
     ax.set_title("TTFT breakdown (+ KV transfer)")
     ax.grid(True, axis="y", alpha=0.3)

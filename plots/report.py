@@ -146,11 +146,11 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
             else:
                 parts.append(f"{g} up to {_rate(max(under))}")
         else:
-            parts.append(f"{g} from {_ms(d['p99'][0])} at {_rate(d['rate'][0])} to {_ms(d['p99'][-1])} at "
+            parts.append(f"{g}: {_ms(d['p99'][0])} at {_rate(d['rate'][0])}, {_ms(d['p99'][-1])} at "
                          f"{_rate(d['rate'][-1])}")
     if slo_s is not None:
         return f"p99 {name} stays within the {_ms(slo_s)} SLO for " + "; ".join(parts) + "."
-    return f"p99 {name} rises " + "; ".join(parts) + "."
+    return f"p99 {name} at the lowest and highest load: " + "; ".join(parts) + "."
 
 
 # ---------------------------------------------------------------- the report
@@ -239,7 +239,7 @@ def build_report(path: str | Path) -> Path:
                           f"with every rate up to {lo:.4g} req/s meeting." if lo else "."), ""]
             else:
                 md += [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per "
-                       f"GPU, {cap['num_gpus']} GPUs) for `{cap['slo']}`{keep}"
+                       f"GPU, {cap['num_gpus']} GPU{'s' if cap['num_gpus'] != 1 else ''}) for `{cap['slo']}`{keep}"
                        + (f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else "")
                        + (f"; the check at {cap['check_above_rps']:.4g} req/s fails."
                           if cap.get("check_above_rps") else "."), ""]
@@ -307,6 +307,12 @@ def build_report(path: str | Path) -> Path:
             sentences.append(_cdf_sentence(m, samples, where))
         if "tbt" not in metrics:
             sentences.append("(TBT samples are not kept in a plain run folder; sweeps and comparisons keep them.)")
+        used = {g: next((r.get("num_gpus") for r in data["groups"].get(g, []) if r.get("num_gpus")), None)
+                for g in runs}
+        if len({v for v in used.values() if v}) > 1:
+            sentences.append("These runs do not use the same number of GPUs (" + ", ".join(
+                f"{g} {v}" for g, v in used.items() if v) + "): at one arrival rate the larger deployment has "
+                "more capacity; compare them per GPU (`servesim capacity --per-gpu`).")
         add("latency_cdfs", "Latency CDFs", fig, " ".join(sentences))
 
         # TTFT breakdown
@@ -322,20 +328,25 @@ def build_report(path: str | Path) -> Path:
         add("ttft_breakdown", "TTFT breakdown", fig, "Mean TTFT" + where + ": " + "; ".join(parts) + ".")
 
         shown = list(runs.items())[:MAX_GROUPS_PER_PANEL]
-        # per-replica timeline
-        fig, axes = plt.subplots(4, len(shown), figsize=(5.5 * len(shown), 9), sharex="col", squeeze=False)
+        # per-replica timeline: the first replica of each pool (a P/D split's decode pool, where
+        # TPOT is made, as well as its prefill pool)
+        panels = [(g, r, first, pool) for g, r in shown
+                  for pool, first, _, _ in (r.pools() or [("colocated", 0, 1, None)])]
+        fig, axes = plt.subplots(4, len(panels), figsize=(5.5 * len(panels), 9), sharex="col", squeeze=False)
         parts = []
-        for j, (g, r) in enumerate(shown):
-            td = r.timeline_data(0)
+        for j, (g, r, first, pool) in enumerate(panels):
+            td = r.timeline_data(first)
             F.replica_timeline(td, axes[:, j])
-            axes[0, j].set_title(f"{g}: replica 0")
+            name = f"replica {first}" + ("" if pool == "colocated" else f" ({pool} pool)")
+            axes[0, j].set_title(f"{g}: {name}")
             kv = td["kv_usage"]
             qmax = int(td["waiting"].max()) if len(td["waiting"]) else 0
             tq = float(td["queue_t"][td["waiting"].argmax()]) if len(td["waiting"]) else 0.0
-            parts.append(f"{g}: mean batch {td['num_seqs'].mean() if len(td['num_seqs']) else 0:.1f} sequences, "
-                         f"KV peaks at {(kv.max() if len(kv) else 0) * 100:.0f}%, up to {qmax} "
+            parts.append(f"{g} {name}: mean batch {td['num_seqs'].mean() if len(td['num_seqs']) else 0:.1f} "
+                         f"sequences, KV peaks at {(kv.max() if len(kv) else 0) * 100:.0f}%, up to {qmax} "
                          f"request{'' if qmax == 1 else 's'} waiting (at {tq:.0f} s)")
-        add("timeline", "Per-replica timeline", fig, "Replica 0" + where + ": " + "; ".join(parts) + ".")
+        add("timeline", "Per-replica timeline", fig,
+            "The first replica of each pool" + where + ": " + "; ".join(parts) + ".")
 
         # roofline
         fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.8), squeeze=False)

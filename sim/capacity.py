@@ -351,7 +351,7 @@ def cmd_capacity(args) -> int:
     if cap == 0:
         print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s")
     else:
-        per = f" = {cap / gpus:.3g} req/s per GPU ({gpus} GPUs)" if args.per_gpu else ""
+        per = f" = {cap / gpus:.3g} req/s per GPU ({gpus} GPU{'s' if gpus != 1 else ''})" if args.per_gpu else ""
         print(f"\ncapacity {cap:.4g} req/s{per} for {limits}"
               f"{'' if args.attainment is None else f' for {args.attainment:.0%} of requests'}")
         if above is not None:

@@ -232,3 +232,13 @@ def test_summary_prints_pools_transfer_swap_and_prefix_lines(tmp_path, capsys):
                  "--set", "policy.preemption=swap"]) == 0
     out = capsys.readouterr().out
     assert "prefix cache" in out and "swap " in out
+
+
+def test_hints_lead_with_the_name_meant():
+    from sim.errors import did_you_mean
+    from sim.specs import GPUS
+
+    assert "did you mean 'h100-pcie' or 'h100-sxm'?" in did_you_mean("h100", GPUS)  # not 'h200'
+    assert "did you mean 'chunked_prefill'?" in did_you_mean("sarathi", ["chunked_prefill", "continuous", "static"])
+    assert "did you mean 'pd_split'?" in did_you_mean("DistServe", ["continuous", "pd_split"])
+    assert "did you mean 'poisson'?" in did_you_mean("poison", ["fixed", "gamma", "poisson"])

@@ -133,7 +133,7 @@ def test_ttft_breakdown(runs, ax):
     for j, (g, r) in enumerate(runs.items()):
         top = sum(c.patches[j].get_height() for c in ax.containers)
         assert top == pytest.approx(r.latency("ttft").mean() * 1e3)
-        assert ax.texts[j].get_text() == (f"{top:.0f} ms" if top >= 10 else f"{top:.1f} ms")
+        assert ax.texts[j].get_text() == "TTFT " + (f"{top:.0f} ms" if top >= 10 else f"{top:.1f} ms")
     assert all(p.get_height() == 0 for p in ax.containers[2].patches)  # no P/D split: no transfer
 
 
@@ -145,7 +145,8 @@ def test_ttft_breakdown_shows_shares_when_totals_differ_by_orders_of_magnitude(a
     tops = [sum(c.patches[j].get_height() for c in ax.containers) for j in range(2)]
     assert tops == [pytest.approx(100), pytest.approx(100)]
     assert ax.containers[0].patches[1].get_height() == pytest.approx(100 * 0.03 / 0.082)
-    assert [t.get_text() for t in ax.texts] == ["101 s", "82 ms"]
+    # labels give the TTFT in time, and the transfer after it apart (it is not part of the TTFT)
+    assert [t.get_text() for t in ax.texts] == ["TTFT 101 s", "TTFT 80 ms\n+ 2.0 ms KV"]
 
 
 def test_ttft_breakdown_reads_an_optional_transfer_column(runs):
