@@ -49,10 +49,11 @@ def format_summary(s: dict) -> str:
     p, u = s["phases"], s["utilization"]
     busy = p["prefill_time_s"] + p["decode_time_s"] + p["mixed_time_s"]
     share = (lambda x: 100 * x / busy) if busy else (lambda x: 0.0)
-    lines += [f"phases        prefill {p['prefill_tokens']} tok in {p['prefill_steps']} steps "
-              f"({p['prefill_time_s']:.1f} s, {share(p['prefill_time_s']):.0f}% of busy); "
-              f"decode {p['decode_tokens']} tok in {p['decode_steps']} steps ({p['decode_time_s']:.1f} s, "
-              f"{share(p['decode_time_s']):.0f}%); mixed {p['mixed_steps']} steps ({p['mixed_time_s']:.1f} s)",
+    # tokens count every step; steps are split by kind (mixed steps hold both kinds of tokens)
+    lines += [f"phases        tokens: prefill {p['prefill_tokens']}, decode {p['decode_tokens']}; steps: prefill-only "
+              f"{p['prefill_steps']} ({p['prefill_time_s']:.1f} s, {share(p['prefill_time_s']):.0f}% of busy), "
+              f"decode-only {p['decode_steps']} ({p['decode_time_s']:.1f} s, {share(p['decode_time_s']):.0f}%), "
+              f"mixed {p['mixed_steps']} ({p['mixed_time_s']:.1f} s, {share(p['mixed_time_s']):.0f}%)",
               f"utilization   busy {u['busy_fraction'] * 100:.0f}%, mean batch {u['mean_batch_size']:.1f}, "
               f"KV mean {u['kv_usage_mean'] * 100:.0f}% / max {u['kv_usage_max'] * 100:.0f}%, "
               f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%"]
