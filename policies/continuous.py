@@ -94,20 +94,25 @@ class ContinuousPolicy:
             i += 1
 
         swap_in = admitted = hits = ()
+        blocked = None
         if not preempted:
-            swap_in, admitted, hits = self.admit(state, len(running), free, budget, items)
-        return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, swap_in=swap_in)
+            swap_in, admitted, hits, blocked = self.admit(state, len(running), free, budget, items)
+        return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, swap_in=swap_in,
+                          budget_blocked=blocked)
 
     def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list):
         """After the running requests got their tokens (``n_seqs`` sequences scheduled or
         running, ``free`` blocks and ``budget`` tokens left, nobody preempted): swapped requests
         come back, then waiting ones are admitted. Appends their (request, tokens) to ``items``;
-        returns (swap_in, admitted, prefix_hits)."""
+        returns (swap_in, admitted, prefix_hits, budget_blocked): the last is the waiting request
+        at the head whose whole prompt fits the budget alone but not next to the step's other
+        tokens (it waits, and FCFS everything behind it), or None."""
         kv = state.kv
         bs = kv.block_size
         swap_in = []
         admitted = []
         hits = []
+        blocked = None
 
         def take_holders(queue, taken) -> bool:
             """Take requests whose KV is kept (swapped out to host, or landed here from a P/D
@@ -145,6 +150,8 @@ class ContinuousPolicy:
                 remaining = r.num_tokens - c
                 q = min(remaining, budget) if self.chunked else remaining
                 if q > budget or q == 0:
+                    if not self.chunked and q <= self.max_num_batched_tokens:
+                        blocked = r  # fits the budget alone, not next to this step's tokens
                     break
                 need = -(-(c + q) // bs) - held + idle
                 if free - need < reserve:
@@ -156,4 +163,4 @@ class ContinuousPolicy:
                 admitted.append(r)
                 if c:  # a prefix-cache hit
                     hits.append((r, c))
-        return swap_in, admitted, hits
+        return swap_in, admitted, hits, blocked

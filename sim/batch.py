@@ -49,6 +49,9 @@ class Batch(NamedTuple):
     prefix_hits: tuple = ()  # ((Request, cached_tokens), ...)
     reserve: tuple = ()  # ((Request, tokens), ...)
     wake_at_s: float | None = None
+    # the waiting request at the head of the queue whose whole prompt fits the token budget on its
+    # own but not next to this step's other tokens (non-chunked continuous batching), if any
+    budget_blocked: object = None
 
     @property
     def empty(self) -> bool:
@@ -56,7 +59,7 @@ class Batch(NamedTuple):
 
 
 def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(), swap_in=(), reserve=(),
-               padding=(0, 0, 0), wake_at_s=None, decode_set=(0, 0)) -> Batch:
+               padding=(0, 0, 0), wake_at_s=None, decode_set=(0, 0), budget_blocked=None) -> Batch:
     """Build a ``Batch`` from ``(request, tokens)`` pairs, deriving the aggregate counts.
 
     ``prefix_hits``: (request, cached_tokens) for admitted requests whose first tokens are cached:
@@ -93,7 +96,7 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
     pad_tokens, pad_pairs, pad_ctx = padding
     return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items) + n_set, num_tokens, prefill, decode,
                  nprefill, float(pairs + pad_pairs), ctx + pad_ctx, sampled, pad_tokens, ndec, dctx, float(dpairs),
-                 tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s)
+                 tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s, budget_blocked)
 
 
 def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0) -> Batch:

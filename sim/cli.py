@@ -57,6 +57,12 @@ def format_summary(s: dict) -> str:
               f"utilization   busy {u['busy_fraction'] * 100:.0f}%, mean batch {u['mean_batch_size']:.1f}, "
               f"KV mean {u['kv_usage_mean'] * 100:.0f}% / max {u['kv_usage_max'] * 100:.0f}%, "
               f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%"]
+    hol = s.get("head_of_line") or {}
+    if hol.get("budget_blocked_requests"):
+        lines.append(f"head-of-line  {hol['budget_blocked_requests']} prompts waited at the head of the queue, "
+                     f"{hol['budget_blocked_s']:.1f} s in all, for room in the token budget next to running decodes "
+                     "(their whole prompt fits policy.max_num_batched_tokens only alone; everything queued behind "
+                     "waited too): chunked_prefill or a larger budget avoids it")
     lines += _format_memory(s)
     lines += _format_workload(s)
     lines += format_profile(s)

@@ -253,7 +253,8 @@ class FastReplica(Replica):
                 if K >= 2:
                     yield from self._macro(n, K)
                     continue
-            _, admitted, hits = pol.admit(state, n + len(tail), free, budget, items)
+            _, admitted, hits, blocked = pol.admit(state, n + len(tail), free, budget, items)
+            self._note_blocked(blocked, env.now)
             if not items and not n:
                 yield self._sleep(None)
                 continue

@@ -49,6 +49,9 @@ class Recorder:
         self.swap_in_bytes = 0.0
         self.prefix_query_tokens = 0  # prompt tokens of requests at their first admission
         self.prefix_hit_tokens = 0  # of which found in the prefix cache
+        # head-of-line waits for the token budget (``Replica._note_blocked``), over all replicas
+        self.budget_blocked_s = 0.0
+        self.budget_blocked_requests = 0
         self.kv_transfer_bytes = 0.0
         self._progress = progress
         self.order_steps = False  # set by the fast engine (see step_columns)

@@ -57,6 +57,8 @@ class Replica:
         self.swapped: deque = deque()
         self.landed: deque = deque()  # P/D decode side: requests holding KV that just arrived
         self.outstanding_tokens = 0  # prompt + output so far, over unfinished requests here
+        self._blocked_since = None  # when a decision last left the head of the queue out for budget
+        self._blocked_ids: set = set()
         self.pipeline = pipeline
         self.after_free = None  # called after KV blocks were freed (P/D: retry pending hand-offs)
         self._wakeup = None
@@ -119,6 +121,7 @@ class Replica:
         state = ReplicaState(running, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks,
                              self.landed)
         batch = self.policy.next_batch(state)
+        self._note_blocked(batch.budget_blocked, env.now)
         start = env.now
         swap_s = self._apply(batch, start)
         if batch.empty:
@@ -154,6 +157,17 @@ class Replica:
         if swap_s > 0:
             yield from self.pipeline.swap(swap_s)
         yield from self.pipeline.traverse(self.cost_model.stage_times(cost, batch))
+
+    def _note_blocked(self, req, now: float) -> None:
+        """Head-of-line accounting: the time from a decision that left the head of the queue out
+        only for the token budget (its prompt fits it alone, not next to the running decodes) to
+        the next decision, and the requests that waited so (``Recorder.budget_blocked_*``)."""
+        if self._blocked_since is not None:
+            self.recorder.budget_blocked_s += now - self._blocked_since
+        self._blocked_since = now if req is not None else None
+        if req is not None and req.request_id not in self._blocked_ids:
+            self._blocked_ids.add(req.request_id)
+            self.recorder.budget_blocked_requests += 1
 
     def _sleep(self, until_s):
         """An event that fires on ``wake()`` (or at ``until_s``)."""

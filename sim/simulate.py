@@ -305,6 +305,10 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             "prefix_cache_query_tokens": rec.prefix_query_tokens,
             "prefix_cache_hit_rate": rec.prefix_hit_tokens / rec.prefix_query_tokens if rec.prefix_query_tokens else 0.0,
         },
+        # whole-prompt admission: waits of the queue's head for room in the token budget next to
+        # the running decodes (its prompt fits the budget alone); everything behind it waits too
+        "head_of_line": {"budget_blocked_requests": rec.budget_blocked_requests,
+                         "budget_blocked_s": rec.budget_blocked_s},
     }
     if cluster.pipelines:
         # per stage, the share of the run it worked, averaged over the pool's replicas; with the

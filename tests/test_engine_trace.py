@@ -111,3 +111,21 @@ def test_round_robin_and_least_outstanding_routing():
                    specs=specs(rows))
     # loads: r0 gets 100; r1 (0) gets 1000; r0 (100) gets 100; r0 (200 < 1000) gets the last
     assert lot.requests["replica"].tolist() == [0, 1, 0, 0]
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_head_of_line_wait_for_the_token_budget_is_measured(engine):
+    # budget 512: A (100 + 40 tokens) decodes one token a step; B's 512-token prompt (1 output
+    # token) fits the budget alone but not next to A's decode token: it waits until A finishes.
+    sc = make_scenario(**{"engine": engine, "policy.max_num_batched_tokens": 512})
+    res = simulate(sc, specs=specs([(0.0, 100, 40), (0.05, 512, 1)]))
+    r, st = res.requests, res.steps
+    blocked_from = float(st["start_s"][st["start_s"] >= 0.05].min())  # the first decision after B arrived
+    assert r["scheduled_s"][1] == pytest.approx(r["finish_s"][0])  # admitted at A's last step's end
+    hol = res.summary["head_of_line"]
+    assert hol["budget_blocked_requests"] == 1
+    assert hol["budget_blocked_s"] == pytest.approx(r["scheduled_s"][1] - blocked_from)
+    # a 511-token prompt fits next to the decode token: no wait
+    res = simulate(make_scenario(**{"engine": engine, "policy.max_num_batched_tokens": 512}),
+                   specs=specs([(0.0, 100, 40), (0.05, 511, 1)]))
+    assert res.summary["head_of_line"] == {"budget_blocked_requests": 0, "budget_blocked_s": 0.0}
