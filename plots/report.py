@@ -236,7 +236,8 @@ def build_report(path: str | Path) -> Path:
                 lo, hi = [v if isinstance(v, (int, float)) else None for v in (br + [None, None])[:2]]
                 md += [f"**No capacity found** for `{cap['slo']}`{keep}: the probes ran out "
                        + (f"between {lo:.4g} (meets) and {hi:.4g} req/s (fails)." if lo and hi else
-                          f"with every rate up to {lo:.4g} req/s meeting." if lo else "."), ""]
+                          f"with every rate up to {lo:.4g} req/s meeting." if lo else
+                          f"with no rate meeting, down to {hi:.4g} req/s." if hi else "before any probe."), ""]
             else:
                 md += [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per "
                        f"GPU, {cap['num_gpus']} GPU{'s' if cap['num_gpus'] != 1 else ''}) for `{cap['slo']}`{keep}"

@@ -38,14 +38,15 @@ class ContinuousPolicy:
                     f"{self.max_num_batched_tokens} (a whole-prompt prefill, or its recompute, could never "
                     f"be scheduled; use policy.name=chunked_prefill or a larger budget)")
         if kv is not None:
-            # Admission keeps the watermark's blocks free (next_batch's reserve), even on an
-            # otherwise empty replica: a larger admission would wait forever, and every request
-            # queued behind it (FCFS) with it.
-            first = min(worst, self.max_num_batched_tokens) if self.chunked else worst
+            # A first admission keeps the watermark's blocks free (``admit``'s reserve), even on an
+            # otherwise empty replica: a larger prompt (chunked: first chunk) would wait forever,
+            # and every request queued behind it (FCFS) with it. (A re-admission after a
+            # preemption may use the reserve, so a recompute can always come back.)
+            first = min(prompt_tokens, self.max_num_batched_tokens) if self.chunked else prompt_tokens
             need = kv.blocks_for(first)
             room = kv.num_blocks - int(self.watermark * kv.num_blocks)
             if need > room:
-                what = "its first chunk" if self.chunked else "prompt + output - 1"
+                what = "its first chunk" if self.chunked else "its prompt"
                 return (f"{what} = {first} tokens needs {need} free KV blocks to be admitted, but admission "
                         f"keeps policy.watermark={self.watermark:g} of the {kv.num_blocks} blocks free, leaving "
                         f"{room} (lower policy.watermark or give the replica more KV memory)")
@@ -150,11 +151,13 @@ class ContinuousPolicy:
                 remaining = r.num_tokens - c
                 q = min(remaining, budget) if self.chunked else remaining
                 if q > budget or q == 0:
-                    if not self.chunked and q <= self.max_num_batched_tokens:
-                        blocked = r  # fits the budget alone, not next to this step's tokens
+                    if not self.chunked and q <= self.max_num_batched_tokens and not admitted and not swap_in:
+                        blocked = r  # fits the budget alone, not next to the running requests' tokens
                     break
                 need = -(-(c + q) // bs) - held + idle
-                if free - need < reserve:
+                # the watermark holds back new requests; one coming back from a preemption may
+                # use it (else a recompute larger than what the watermark leaves would never return)
+                if free - need < (0 if r.preemptions else reserve):
                     break
                 free -= need
                 budget -= q

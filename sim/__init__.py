@@ -1,3 +1,3 @@
 """servesim: a discrete-event simulator of LLM inference serving clusters."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

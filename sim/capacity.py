@@ -33,6 +33,7 @@ reuses finished probes.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -49,6 +50,7 @@ RATE_KEY = "workload.arrival.rate_rps"
 METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")
 STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 PER_REQUEST = ("ttft", "tpot", "e2e", "queue")
+MIN_KEEP_UP_REQUESTS = 20
 _BIG = 1e18  # stands in for "never": a request that did not complete
 
 
@@ -145,10 +147,13 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
             ok &= v <= limit
     if attainment is not None:
         ok &= res["attainment"] >= attainment
+    ok &= bool(m["done"].any())  # a probe that completes nothing meets no SLO (its TBT sample is empty)
     if keep_up > 0:
         ratio = keep_up_ratio(m["arrival"], m["leave"])
-        res["keep_up"] = ratio
-        res["keeps_up"] = bool(math.isnan(ratio) or ratio >= keep_up)
+        # too few arrivals, or all at one instant, to tell: not kept up with (a probe that could
+        # show it is longer, --probe-duration)
+        res["keep_up"] = None if math.isnan(ratio) else ratio
+        res["keeps_up"] = bool(not math.isnan(ratio) and ratio >= keep_up)
         ok &= res["keeps_up"]
     res["meets"] = bool(ok)
     return res
@@ -279,6 +284,9 @@ def cmd_capacity(args) -> int:
     n = args.probe_requests if args.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
     if n < 1:
         raise InputError(f"--probe-requests must be >= 1, got {n}")
+    if args.keep_up and n < MIN_KEEP_UP_REQUESTS:
+        raise InputError(f"--probe-requests {n}: a probe needs at least {MIN_KEEP_UP_REQUESTS} requests to tell "
+                         "whether it keeps up with its rate (or turn the rule off with --keep-up 0)")
     if not 0 <= args.keep_up <= 1:
         raise InputError(f"--keep-up must be a share in [0, 1] (0: off), got {args.keep_up}")
     if args.max_probes < 2:
@@ -308,7 +316,10 @@ def cmd_capacity(args) -> int:
                                  (args.workers or 2))
     gpus = num_gpus(sc.to_dict())
     # on_off's rate_rps is its burst rate: the search scales it, and the mean scales with it
-    mean_share = getattr(arrival, "mean_rate_rps", arrival.rate_rps) / arrival.rate_rps
+    def mean_rps(rate: float) -> float:
+        """The mean offered rate when the search sets ``rate_rps`` to ``rate`` (on_off: the burst rate)."""
+        scaled = dataclasses.replace(arrival, rate_rps=rate)
+        return getattr(scaled, "mean_rate_rps", rate)
     keys = [f"{m}_{st}" for (m, st) in slo]
     size = f"{n} requests each" if duration is None else f"max({n} requests, {duration:g} s of arrivals) each"
     print(f"probes ({size}; {'share within limits >= ' + str(args.attainment) if args.attainment else 'percentiles over all requests'}):")
@@ -328,10 +339,10 @@ def cmd_capacity(args) -> int:
     limits = ", ".join(f"{m}_{st} <= {v * 1e3:g} ms" for (m, st), v in slo.items())
     if keep_up:
         limits += f", keeping up (>= {args.keep_up:g} left per arrival)"
-    found = done or cap == 0
+    found = done
     result = {"capacity_rps": cap if found else None, "capacity_rps_per_gpu": cap / gpus if found else None,
               "num_gpus": gpus, "slo": args.slo, "attainment": args.attainment,
-              "capacity_mean_rps": cap * mean_share if found else None,
+              "capacity_mean_rps": mean_rps(cap) if found and cap else (0.0 if found else None),
               "keep_up": args.keep_up, "check_above_rps": above if found else None,
               "bracket_rps": None if found else [cap or None, above],
               "probes": [{"rate_rps": p.values[RATE_KEY], **s.results.get(p.values[RATE_KEY], {})} for p in s.points]}
@@ -342,23 +353,28 @@ def cmd_capacity(args) -> int:
         if tmp is not None:
             tmp.cleanup()
         got = (f"the last rate that met was {cap:.4g} req/s" if cap else "no rate met") + (
-            f", the first that failed above it {above:.4g} req/s" if above is not None else
-            ", and no rate above it failed")
+            f", the first that failed above it {above:.4g} req/s" if above is not None and cap else
+            f", down to {min(s.results):.4g} req/s" if not cap else ", and no rate above it failed")
+        unbounded = cap and above is None and not args.keep_up
+        if not any(e.get("throughput_rps") for e in s.results.values()):
+            got += "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"
         raise InputError(f"no capacity found within --max-probes {args.max_probes}: {got}. "
                          + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
-                            "queue) or keep --keep-up on" if above is None else
-                            "Raise --max-probes or --tol"))
+                            "queue) or keep --keep-up on" if unbounded else "Raise --max-probes"
+                            + (" or --tol" if cap and above is not None else "")))
     if cap == 0:
-        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s")
+        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s"
+              + ("" if any(e.get("throughput_rps") for e in s.results.values()) else
+                 "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"))
     else:
         per = f" = {cap / gpus:.3g} req/s per GPU ({gpus} GPU{'s' if gpus != 1 else ''})" if args.per_gpu else ""
         print(f"\ncapacity {cap:.4g} req/s{per} for {limits}"
               f"{'' if args.attainment is None else f' for {args.attainment:.0%} of requests'}")
         if above is not None:
             print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")
-        if mean_share != 1:
+        if mean_rps(cap) != cap:
             print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the mean "
-                  f"offered rate is {cap * mean_share:.4g} req/s ({cap * mean_share / gpus:.3g} per GPU)")
+                  f"offered rate is {mean_rps(cap):.4g} req/s ({mean_rps(cap) / gpus:.3g} per GPU)")
     if args.out:
         print(f"wrote {out / RESULTS}, {out / 'capacity.json'}")
     if tmp is not None:

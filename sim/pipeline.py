@@ -24,7 +24,7 @@ class Pipeline:
         self.env = env
         self.free_at = [0.0] * stages  # when each stage is through with the work reserved on it
         self._done_s = [0.0] * stages  # work each stage has finished (for its busy fraction)
-        self._reserved = [deque() for _ in range(stages)]  # (start, end) of work not over yet
+        self._reserved = [deque() for _ in range(stages)]  # (start, end, seconds) of work not over yet
         # the replica's host links (PCIe): the engines' KV swaps share them, one copy at a time
         self.host_link = simpy.Resource(env, capacity=1)
 
@@ -51,17 +51,16 @@ class Pipeline:
             t = start + d
             free_at[k] = t
             held = self._reserved[k]
-            while held and held[0][1] <= now:  # work over by now counts as done
-                a, b = held.popleft()
-                self._done_s[k] += b - a
-            held.append((start, t))
+            while held and held[0][1] <= now:  # work over by now counts as done (its own seconds,
+                self._done_s[k] += held.popleft()[2]  # as summed before: end - start rounds)
+            held.append((start, t, d))
         yield self.env.timeout(t - now)
 
     @property
     def busy_s(self) -> list:
         """Seconds each stage has worked so far (reserved work counts up to now only)."""
         now = self.env.now
-        return [done + sum(min(b, now) - a for a, b in held if a < now)
+        return [done + sum(d if b <= now else now - a for a, b, d in held if a < now)
                 for done, held in zip(self._done_s, self._reserved)]
 
 

@@ -68,9 +68,9 @@ PRESETS: dict[str, dict] = {
 
 def expand_preset(data: dict, path: str, keys: tuple[str, ...]) -> dict:
     """``data`` with the keys of its ``preset`` filled in where absent (or null). A mapping given
-    without its kind (``process`` for the arrival, ``dist`` for a length), or with the preset's,
-    is laid over the preset's: ``arrival: {rate_rps: 20}`` keeps the preset's process and its
-    other fields and changes the rate. A mapping of another kind replaces the preset's."""
+    without its kind (``process`` for the arrival, ``dist`` for a length) is laid over the
+    preset's: ``arrival: {rate_rps: 20}`` keeps the preset's process and its other fields and
+    changes the rate. A mapping that names its kind replaces the preset's whole."""
     name = data.get("preset")
     if name is None:
         return data
@@ -84,7 +84,6 @@ def expand_preset(data: dict, path: str, keys: tuple[str, ...]) -> dict:
         if given is None:
             out[k] = copy.deepcopy(preset)
         elif isinstance(given, dict):
-            kind = "process" if k == "arrival" else "dist"
-            if given.get(kind, preset.get(kind)) == preset.get(kind):
+            if ("process" if k == "arrival" else "dist") not in given:
                 out[k] = {**copy.deepcopy(preset), **given}
     return out

@@ -158,16 +158,19 @@ def test_no_answer_within_max_probes_is_exit_2_and_reported(tmp_path, capsys):
 
 def test_on_off_capacity_also_gives_the_mean_offered_rate(tmp_path, capsys):
     data = scenario_data()
-    data["workload"]["arrival"] = {"process": "on_off", "rate_rps": 8.0, "on_s": 5.0, "off_s": 15.0}
+    data["workload"]["arrival"] = {"process": "on_off", "rate_rps": 8.0, "on_s": 5.0, "off_s": 15.0,
+                                   "off_rate_rps": 0.4}
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(data))
     out = tmp_path / "cap"
     assert main(["capacity", str(sc), "--slo", "ttft_p99=300ms", "--probe-requests", str(N), "--out", str(out),
                  "--workers", "1", "--quiet"]) == 0
     cap = json.loads((out / "capacity.json").read_text())
-    # rate_rps is the burst rate; on 5 s of every 20 the mean is a quarter of it
-    assert cap["capacity_mean_rps"] == pytest.approx(cap["capacity_rps"] / 4)
-    assert f"the mean offered rate is {cap['capacity_rps'] / 4:.4g} req/s" in capsys.readouterr().out
+    # rate_rps is the burst rate (the search scales it, not the 0.4 req/s between bursts): on 5 s
+    # of every 20 at the burst rate, 15 s at 0.4 req/s
+    mean = (cap["capacity_rps"] * 5 + 0.4 * 15) / 20
+    assert cap["capacity_mean_rps"] == pytest.approx(mean)
+    assert f"the mean offered rate is {mean:.4g} req/s" in capsys.readouterr().out
 
 
 def test_summary_says_what_arrived_per_second():
@@ -176,3 +179,33 @@ def test_summary_says_what_arrived_per_second():
     res = simulate(make_scenario(**{"workload.arrival": {"process": "fixed", "rate_rps": 10.0},
                                     "workload.num_requests": 50}))
     assert res.summary["workload"]["offered_rps"] == pytest.approx(10.0, rel=0.03)
+
+
+def test_running_out_of_probes_below_every_meeting_rate_is_no_answer(tmp_path, capsys):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=1ms", "--max-probes", "3", "--probe-requests", "50",
+                 "--out", str(out), "--workers", "1", "--quiet"]) == 2
+    assert "no rate met, down to" in capsys.readouterr().err
+    cap = json.loads((out / "capacity.json").read_text())
+    assert cap["capacity_rps"] is None and cap["bracket_rps"][0] is None and cap["bracket_rps"][1] > 0
+
+
+def test_probes_too_small_to_judge_keeping_up_are_refused(tmp_path, capsys):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=1", "--probe-requests", "3"]) == 2
+    assert "at least 20 requests" in capsys.readouterr().err
+
+
+def test_a_probe_that_completes_nothing_meets_nothing(tmp_path):
+    from sim.capacity import evaluate
+
+    d = tmp_path / "run"
+    d.mkdir()
+    head = "request_id,arrival_s,scheduled_s,first_token_s,finish_s,prompt_tokens,output_tokens,status\n"
+    rows = "".join(f"{i},{i * 0.1},,,,10,5,rejected\n" for i in range(30))
+    (d / "requests.csv").write_text(head + rows)
+    ev = evaluate(d, {("tbt", "p99"): 0.05}, None, keep_up=0.9)  # no TBT sample, and every request "left"
+    assert ev["keeps_up"] and not ev["meets"]

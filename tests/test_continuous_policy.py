@@ -120,3 +120,16 @@ def test_admission_error_when_the_watermark_leaves_too_few_blocks():
     assert "first chunk = 512 tokens" in ContinuousPolicy(chunked=True, max_num_batched_tokens=512,
                                                          watermark=0.5).admission_error(5000, 10, half)
     assert ContinuousPolicy(chunked=True, max_num_batched_tokens=256, watermark=0.5).admission_error(5000, 10, half) is None
+
+
+def test_budget_blocked_names_a_head_held_back_by_the_running_requests_only():
+    kv = BlockAllocator(num_blocks=1000, block_size=16)
+    pol = ContinuousPolicy(max_num_batched_tokens=2048)
+    # two 1500-token prompts, nothing running: the second waits for the first, not for decodes
+    b = pol.next_batch(ReplicaState([], deque([Request(0, 0.0, 1500, 5), Request(1, 0.0, 1500, 5)]), kv))
+    assert scheduled(b) == {0: 1500} and b.budget_blocked is None
+    # one decode running (1 token): a 2048-token prompt fits the budget alone, not next to it
+    run = running_req(7, 100, 3, kv)
+    head = Request(2, 0.0, 2048, 1)
+    b = pol.next_batch(ReplicaState([run], deque([head]), kv))
+    assert scheduled(b) == {7: 1} and b.budget_blocked is head

@@ -129,3 +129,21 @@ def test_head_of_line_wait_for_the_token_budget_is_measured(engine):
     res = simulate(make_scenario(**{"engine": engine, "policy.max_num_batched_tokens": 512}),
                    specs=specs([(0.0, 100, 40), (0.05, 511, 1)]))
     assert res.summary["head_of_line"] == {"budget_blocked_requests": 0, "budget_blocked_s": 0.0}
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_preempted_request_may_come_back_into_the_watermark(engine):
+    # 200 blocks of 16 tokens, watermark 0.05: new requests leave 10 free (190 usable). B (16
+    # tokens, 1 block) runs; A (2960-token prompt, 185 blocks) is admitted next to it (199 - 185
+    # >= 10). Both grow until the KV runs out and A, the newest, is preempted after ~100 tokens:
+    # its recompute (over 3040 tokens, more than 190 blocks) could never come back if the
+    # watermark held it back too, and the run stalled (as it did before re-admissions were exempt).
+    kw = {"engine": engine, "memory.num_gpu_blocks": 200, "policy.watermark": 0.05,
+          "policy.max_num_batched_tokens": 4096}
+    res = simulate(make_scenario(**kw), specs=specs([(0.0, 16, 400), (0.01, 2960, 200)]))
+    r = res.requests
+    assert list(r["status"]) == ["completed", "completed"]
+    assert r["preemptions"][1] >= 1
+    # only a first admission must fit what the watermark leaves: a 3100-token prompt (194 blocks) cannot
+    res = simulate(make_scenario(**kw), specs=specs([(0.0, 3100, 2)]))
+    assert res.requests["status"][0] == "rejected" and "its prompt = 3100 tokens" in res.requests["reason"][0]
