@@ -129,8 +129,9 @@ def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
 
 def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float = 0.0) -> dict:
     """{"meets": bool, "<metric>_<stat>": value, ..., "attainment": share within per-request limits,
-    "keep_up": ``keep_up_ratio`` of the probe, "keeps_up": keep_up >= the given share (0: not
-    checked, always true)}; a probe meets only if it keeps up."""
+    "keep_up": ``keep_up_ratio`` of the probe (None: too few arrivals to tell), "keeps_up": it is
+    >= the given share (given 0: not checked)}; a probe meets only if it keeps up and completes
+    at least one request."""
     m = request_metrics(run_dir)
     n = len(m["done"])
     res, ok = {}, True
