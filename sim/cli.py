@@ -59,7 +59,8 @@ def format_summary(s: dict) -> str:
               f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%"]
     hol = s.get("head_of_line") or {}
     if hol.get("budget_blocked_requests"):
-        lines.append(f"head-of-line  {hol['budget_blocked_requests']} prompts waited at the head of the queue, "
+        n = hol["budget_blocked_requests"]
+        lines.append(f"head-of-line  {n} prompt{'s' if n != 1 else ''} waited at the head of the queue, "
                      f"{hol['budget_blocked_s']:.1f} s in all, for room in the token budget next to running decodes "
                      "(their whole prompt fits policy.max_num_batched_tokens only alone; everything queued behind "
                      "waited too): chunked_prefill or a larger budget avoids it")
