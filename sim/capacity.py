@@ -340,46 +340,43 @@ def cmd_capacity(args) -> int:
     limits = ", ".join(f"{m}_{st} <= {v * 1e3:g} ms" for (m, st), v in slo.items())
     if keep_up:
         limits += f", keeping up (>= {args.keep_up:g} left per arrival)"
-    found = done
-    result = {"capacity_rps": cap if found else None, "capacity_rps_per_gpu": cap / gpus if found else None,
+    mean_cap = mean_rps(cap) if cap else 0.0
+    result = {"capacity_rps": cap if done else None, "capacity_rps_per_gpu": cap / gpus if done else None,
               "num_gpus": gpus, "slo": args.slo, "attainment": args.attainment,
-              "capacity_mean_rps": mean_rps(cap) if found and cap else (0.0 if found else None),
-              "keep_up": args.keep_up, "check_above_rps": above if found else None,
-              "bracket_rps": None if found else [cap or None, above],
+              "capacity_mean_rps": mean_cap if done else None,
+              "keep_up": args.keep_up, "check_above_rps": above if done else None,
+              "bracket_rps": None if done else [cap or None, above],
               "probes": [{"rate_rps": p.values[RATE_KEY], **s.results.get(p.values[RATE_KEY], {})} for p in s.points]}
     (out / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    if not found:
-        if args.out:
-            print(f"wrote {out / RESULTS}, {out / 'capacity.json'}")
-        if tmp is not None:
-            tmp.cleanup()
+    none_served = "" if any(e.get("throughput_rps") for e in s.results.values()) else \
+        "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"
+    error = None
+    if not done:
         got = (f"the last rate that met was {cap:.4g} req/s" if cap else "no rate met") + (
             f", the first that failed above it {above:.4g} req/s" if above is not None and cap else
             f", down to {min(s.results):.4g} req/s" if not cap else ", and no rate above it failed")
         unbounded = cap and above is None and not args.keep_up
-        if not any(e.get("throughput_rps") for e in s.results.values()):
-            got += "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"
-        raise InputError(f"no capacity found within --max-probes {args.max_probes}: {got}. "
-                         + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
-                            "queue) or keep --keep-up on" if unbounded else "Raise --max-probes"
-                            + (" or --tol" if cap and above is not None else "")))
-    if cap == 0:
-        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s"
-              + ("" if any(e.get("throughput_rps") for e in s.results.values()) else
-                 "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"))
+        error = (f"no capacity found within --max-probes {args.max_probes}: {got}{none_served}. "
+                 + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
+                    "queue) or keep --keep-up on" if unbounded else "Raise --max-probes"
+                    + (" or --tol" if cap and above is not None else "")))
+    elif cap == 0:
+        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s{none_served}")
     else:
         per = f" = {cap / gpus:.3g} req/s per GPU ({gpus} GPU{'s' if gpus != 1 else ''})" if args.per_gpu else ""
         print(f"\ncapacity {cap:.4g} req/s{per} for {limits}"
               f"{'' if args.attainment is None else f' for {args.attainment:.0%} of requests'}")
         if above is not None:
             print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")
-        if mean_rps(cap) != cap:
+        if mean_cap != cap:
             print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the mean "
-                  f"offered rate is {mean_rps(cap):.4g} req/s ({mean_rps(cap) / gpus:.3g} per GPU)")
+                  f"offered rate is {mean_cap:.4g} req/s ({mean_cap / gpus:.3g} per GPU)")
     if args.out:
         print(f"wrote {out / RESULTS}, {out / 'capacity.json'}")
     if tmp is not None:
         tmp.cleanup()
+    if error:
+        raise InputError(error)
     return 0
 
 
