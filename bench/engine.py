@@ -38,7 +38,7 @@ BASE = {
 def scenario(num_requests: int, replicas: int, rate_rps: float):
     import copy
 
-    from sim.scenario import scenario_from_dict
+    from servesim.inputs.scenario import scenario_from_dict
 
     d = copy.deepcopy(BASE)
     d["workload"]["num_requests"] = num_requests
@@ -49,7 +49,7 @@ def scenario(num_requests: int, replicas: int, rate_rps: float):
 
 def _child(args, queue):
     num_requests, replicas, rate = args
-    from sim.simulate import simulate
+    from servesim.simulation import simulate
 
     t0 = time.perf_counter()
     res = simulate(scenario(num_requests, replicas, rate))
@@ -74,7 +74,7 @@ def run_isolated(num_requests, replicas, rate):
 
 
 def capacity_rps() -> float:
-    from sim.simulate import simulate
+    from servesim.simulation import simulate
 
     res = simulate(scenario(2000, 1, 1000.0))  # everything arrives in ~2 s: the replica saturates
     return res.summary["throughput_rps"]

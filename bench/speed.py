@@ -75,8 +75,8 @@ def scenario_dict(case: str, num_requests: int, rate_rps: float, engine: str) ->
 
 def _child(args, queue):
     case, n, rate, engine = args
-    from sim.scenario import scenario_from_dict
-    from sim.simulate import simulate
+    from servesim.inputs.scenario import scenario_from_dict
+    from servesim.simulation import simulate
 
     sc = scenario_from_dict(scenario_dict(case, n, rate, engine))
     t0 = time.perf_counter()
@@ -104,8 +104,8 @@ def run_isolated(case, n, rate, engine):
 
 
 def capacity_rps(engine: str) -> float:
-    from sim.scenario import scenario_from_dict
-    from sim.simulate import simulate
+    from servesim.inputs.scenario import scenario_from_dict
+    from servesim.simulation import simulate
 
     res = simulate(scenario_from_dict(scenario_dict("probe", 2000, 1000.0, engine)))
     return res.summary["throughput_rps"]

@@ -1,6 +1,1 @@
-"""Figures from results. Functions take results (or their columns) and a matplotlib Axes and
-return the Axes; none of them runs a simulation."""
-
-from plots.latency import latency_cdf, step_timeline
-
-__all__ = ["latency_cdf", "step_timeline"]
+"""Figures: functions ``(data, ax) -> ax`` (``figures``, ``lessons``) and the report builder; no simulation inside."""

@@ -19,8 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from plots import figures as F  # noqa: E402
-from plots.rundata import RunData, read_json_dict  # noqa: E402
+from servesim.plots import figures as F  # noqa: E402
+from servesim.outputs.rundir import RunData, read_json_dict  # noqa: E402
 
 RATE_KEY = "workload.arrival.rate_rps"
 MAX_GROUPS_PER_PANEL = 4
@@ -67,11 +67,11 @@ def load_folder(path: Path) -> dict:
         return {"kind": "run", "rows": [], "groups": {}, "rate": False, "runs": {run.label: run}, "meta": {},
                 "rep_rate": None}
     if not (path / "results.csv").is_file():
-        from sim.errors import InputError
+        from servesim.errors import InputError
 
         raise InputError(f"servesim report: {path} has neither summary.json (a run) nor results.csv "
                          "(a sweep, capacity or compare folder)")
-    from sim.sweep import read_results
+    from servesim.studies.sweep import read_results
 
     meta = read_json_dict(path / "sweep.json", "sweep.json") if (path / "sweep.json").is_file() else {}
     rows = read_results(path / "results.csv")
@@ -227,7 +227,7 @@ def build_report(path: str | Path) -> Path:
             cap = read_json_dict(path / "capacity.json", "capacity.json")
             lacks = [k for k in ("capacity_rps", "capacity_rps_per_gpu", "num_gpus", "slo") if k not in cap]
             if lacks:
-                from sim.errors import InputError
+                from servesim.errors import InputError
 
                 raise InputError(f"{path / 'capacity.json'}: no {', '.join(lacks)}: not a file servesim wrote")
             keep = f", keeping up (>= {cap['keep_up']:g} left per arrival)" if cap.get("keep_up") else ""
@@ -365,7 +365,7 @@ def build_report(path: str | Path) -> Path:
 
 
 def meta_slo(meta) -> dict:
-    from sim.capacity import parse_slo
+    from servesim.studies.capacity import parse_slo
 
     try:
         return parse_slo(meta.get("slo") or "")

@@ -5,9 +5,9 @@ from this registry); ``policies/pd_split.py`` holds its decisions and ``sim/clus
 mechanics.
 """
 
-from policies.base import Policy, ReplicaState
-from policies.continuous import ContinuousPolicy
-from policies.static import StaticPolicy
+from servesim.policies.base import Policy, ReplicaState
+from servesim.policies.continuous import ContinuousPolicy
+from servesim.policies.static import StaticPolicy
 
 
 def _iteration(chunked: bool):

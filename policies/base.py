@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from sim.batch import Batch
+from servesim.core.batch import Batch
 
 
 @dataclass(frozen=True, slots=True)

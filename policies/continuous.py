@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.base import ReplicaState
-from sim.batch import Batch, make_batch
+from servesim.policies.base import ReplicaState
+from servesim.core.batch import Batch, make_batch
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ as padding. Nothing joins until the whole batch is done, and nothing is preempte
 
 from __future__ import annotations
 
-from policies.base import ReplicaState
-from sim.batch import Batch, make_batch
+from servesim.policies.base import ReplicaState
+from servesim.core.batch import Batch, make_batch
 
 
 class StaticPolicy:

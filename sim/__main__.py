@@ -1,5 +1,5 @@
 import sys
 
-from sim.cli import main
+from servesim.cli.main import main
 
 sys.exit(main())

@@ -3,8 +3,8 @@ import copy
 import numpy as np
 import pytest
 
-from sim.scenario import scenario_from_dict
-from sim.workload import RequestSpecs
+from servesim.inputs.scenario import scenario_from_dict
+from servesim.inputs.workload import RequestSpecs
 
 BASE = {
     "name": "test",

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from sim.errors import InputError
-from sim.scenario import Workload, build
-from sim.workload import generate
+from servesim.errors import InputError
+from servesim.inputs.scenario import Workload, build
+from servesim.inputs.workload import generate
 
 FIXED = {"prompt_tokens": {"dist": "fixed", "value": 10}, "output_tokens": {"dist": "fixed", "value": 5}}
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import yaml
 
-from sim.capacity import parse_slo
-from sim.cli import main
-from sim.scenario import scenario_from_dict
-from sim.simulate import simulate
+from servesim.studies.capacity import parse_slo
+from servesim.cli.main import main
+from servesim.inputs.scenario import scenario_from_dict
+from servesim.simulation import simulate
 from tests.conftest import BASE
 
 N = 200
@@ -75,7 +75,7 @@ def test_parse_slo():
 
 def test_parse_slo_takes_every_metric_and_statistic_it_lists():
     # "e2e" holds a digit: a letters-only metric pattern refused it although the help lists it
-    from sim.capacity import METRICS, STATS
+    from servesim.studies.capacity import METRICS, STATS
 
     for metric in METRICS:
         for stat in STATS:
@@ -96,7 +96,7 @@ def test_bad_slo_exits_2(tmp_path, capsys, slo, needle):
 
 
 def test_probe_duration_scales_requests_with_rate(tmp_path):
-    from sim.sweep import read_results
+    from servesim.studies.sweep import read_results
 
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(scenario_data()))
@@ -110,7 +110,7 @@ def test_probe_duration_scales_requests_with_rate(tmp_path):
 
 
 def test_keep_up_ratio_counts_leavers_per_arrival_over_the_second_half():
-    from sim.capacity import keep_up_ratio
+    from servesim.studies.capacity import keep_up_ratio
 
     arrival = np.arange(8.0)  # the middle request arrives at 4 s, the last at 7 s: 3 arrive in (4, 7]
     leave = np.array([0.5, 4.5, 6.0, 9.0, 9.5, np.inf, 10.0, 11.0])  # 4.5 and 6.0 leave in (4, 7]
@@ -200,7 +200,7 @@ def test_probes_too_small_to_judge_keeping_up_are_refused(tmp_path, capsys):
 
 
 def test_a_probe_that_completes_nothing_meets_nothing(tmp_path):
-    from sim.capacity import evaluate
+    from servesim.studies.capacity import evaluate
 
     d = tmp_path / "run"
     d.mkdir()

@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from sim.errors import InputError
-from sim.scenario import Workload, build
-from sim.simulate import simulate
-from sim.workload import generate
+from servesim.errors import InputError
+from servesim.inputs.scenario import Workload, build
+from servesim.simulation import simulate
+from servesim.inputs.workload import generate
 from tests.conftest import make_scenario
 
 CHAT = {"name": "chat", "prompt_tokens": {"dist": "uniform", "min": 50, "max": 300},
@@ -123,7 +123,7 @@ def test_shared_prefixes_per_class():
 
 
 def test_summary_text_states_the_limits_that_apply():
-    from sim.cli import format_summary
+    from servesim.cli.main import format_summary
 
     chat = {**CHAT, "share": 1, "slo": {"ttft_s": 1.0}}  # a class that sets no TPOT limit
     res = simulate(mixed([chat, {**BATCH, "share": 1}], **{"workload.num_requests": 20}))

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from sim.cli import main
-from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from servesim.cli.main import main
+from servesim.outputs.recorder import REQUEST_COLUMNS, STEP_COLUMNS
 
 GOOD = textwrap.dedent("""\
     name: cli-test
@@ -123,13 +123,13 @@ def test_missing_file_and_bad_set(tmp_path, capsys):
 
 
 def test_a_run_too_big_for_memory_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    import sim.cli
+    import servesim.cli.main
 
     def too_big(*a, **k):
         raise MemoryError
 
-    monkeypatch.setattr("sim.simulate.simulate", too_big)
-    monkeypatch.setattr(sim.cli, "simulate", too_big, raising=False)
+    monkeypatch.setattr("servesim.simulation.simulate", too_big)
+    monkeypatch.setattr(servesim.cli.main, "simulate", too_big, raising=False)
     assert main(["run", write(tmp_path, GOOD), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "out of memory" in err and "workload.num_requests" in err and "Traceback" not in err
@@ -235,8 +235,8 @@ def test_summary_prints_pools_transfer_swap_and_prefix_lines(tmp_path, capsys):
 
 
 def test_hints_lead_with_the_name_meant():
-    from sim.errors import did_you_mean
-    from sim.specs import GPUS
+    from servesim.errors import did_you_mean
+    from servesim.inputs.specs import GPUS
 
     assert "did you mean 'h100-pcie' or 'h100-sxm'?" in did_you_mean("h100", GPUS)  # not 'h200'
     assert "did you mean 'chunked_prefill'?" in did_you_mean("sarathi", ["chunked_prefill", "continuous", "static"])

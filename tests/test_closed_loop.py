@@ -4,7 +4,7 @@ ends, rejected requests end at once (no stalled client), deterministic."""
 import numpy as np
 import pytest
 
-from sim.simulate import simulate
+from servesim.simulation import simulate
 from tests.conftest import make_scenario
 
 

@@ -2,10 +2,10 @@
 
 from collections import deque
 
-from policies.base import ReplicaState
-from policies.continuous import ContinuousPolicy
-from sim.kv_cache import BlockAllocator
-from sim.request import Request
+from servesim.policies.base import ReplicaState
+from servesim.policies.continuous import ContinuousPolicy
+from servesim.core.kv import BlockAllocator
+from servesim.core.request import Request
 
 
 def running_req(rid, prompt, emitted, kv):

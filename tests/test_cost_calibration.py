@@ -9,17 +9,17 @@ import math
 import numpy as np
 import pytest
 
-from sim.batch import synthetic_batch
-from sim.cli import main
-from sim.cost import CostModel
-from sim.cost.calibration import (collective_time_np, efficiencies_for, find_profiles, fit_profiles,
+from servesim.core.batch import synthetic_batch
+from servesim.cli.main import main
+from servesim.cost import CostModel
+from servesim.cost.calibration import (collective_time_np, efficiencies_for, find_profiles, fit_profiles,
                                   gemm_time_np, load_calibration, mem_time_np, shipped_calibrations)
-from sim.cost.validation import validate
-from sim.cost.comm import allreduce_time_s, send_time_s
-from sim.cost.efficiency import CommEfficiency, Efficiencies, GemmEfficiency, MemEfficiency, OpEfficiency
-from sim.cost.roofline import gemm_cost
-from sim.errors import InputError
-from sim.specs import GPUS, MODELS
+from servesim.cost.validation import validate
+from servesim.cost.comm import allreduce_time_s, send_time_s
+from servesim.cost.efficiency import CommEfficiency, Efficiencies, GemmEfficiency, MemEfficiency, OpEfficiency
+from servesim.cost.roofline import gemm_cost
+from servesim.errors import InputError
+from servesim.inputs.specs import GPUS, MODELS
 
 A100 = GPUS["a100-80g"]
 TRUE = Efficiencies(
@@ -209,7 +209,7 @@ def test_attention_is_calibrated_from_attention_profiles(synthetic_profiles, tmp
 
 
 def test_held_out_models_are_predicted_by_a_fit_to_the_others(synthetic_profiles, tmp_path, capsys):
-    from sim.cost.validation import validate_held_out_models
+    from servesim.cost.validation import validate_held_out_models
 
     prof = find_profiles(synthetic_profiles, "a100-80g")
     v = validate_held_out_models(prof, A100)
@@ -359,7 +359,7 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
 
 
 def test_scenario_chooses_calibration(tmp_path, scenario_factory):
-    from sim.simulate import prepare
+    from servesim.simulation import prepare
 
     make_scenario = scenario_factory
 
@@ -376,7 +376,7 @@ def test_scenario_chooses_calibration(tmp_path, scenario_factory):
 # ---------------------------------------------------------------- physics holds with the fitted efficiencies
 @pytest.mark.parametrize("gpu", ["a100-80g", "a40", "h100-sxm", "l40s"])
 def test_calibrated_physics(gpu):
-    from sim.specs import MODELS
+    from servesim.inputs.specs import MODELS
 
     g = GPUS[gpu]
     for tp in (1, 2, 4):
@@ -397,7 +397,7 @@ def test_calibrated_physics(gpu):
 
 
 def test_v0_attention_family_is_used_for_mixed_steps_from_parts():
-    from sim.specs import MODELS
+    from servesim.inputs.specs import MODELS
 
     cm = CostModel(MODELS["meta-llama/Meta-Llama-3-8B"], GPUS["h100-sxm"], eff=efficiencies_for(GPUS["h100-sxm"]))
     pre = cm.breakdown(synthetic_batch(prefill=[(512, 1024)]))["attention"]

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from sim.batch import synthetic_batch
-from sim.cli import main
-from sim.cost import CostModel
-from sim.cost.calibration import efficiencies_for
-from sim.errors import InputError
-from sim.kv_cache import size_kv
-from sim.specs import GPUS, MODELS, get_gpu, get_model
+from servesim.core.batch import synthetic_batch
+from servesim.cli.main import main
+from servesim.cost import CostModel
+from servesim.cost.calibration import efficiencies_for
+from servesim.errors import InputError
+from servesim.core.kv import size_kv
+from servesim.inputs.specs import GPUS, MODELS, get_gpu, get_model
 
 MIXTRAL = MODELS["mistralai/Mixtral-8x7B-v0.1"]
 H100 = GPUS["h100-sxm"]
@@ -167,7 +167,7 @@ def test_cost_json_contract_with_calibrated_model(capsys):
 
 
 def test_scenario_gpu_from_yaml(tmp_path, scenario_factory):
-    from sim.simulate import prepare
+    from servesim.simulation import prepare
 
     p = tmp_path / "gpu.yaml"
     p.write_text("name: big-h100\nbase: h100-sxm\nmem_bytes: 160e9\n")
@@ -177,7 +177,7 @@ def test_scenario_gpu_from_yaml(tmp_path, scenario_factory):
 
 
 def test_calibrated_tp_speeds_up_prefill_but_not_perfectly():
-    from sim.specs import MODELS as M
+    from servesim.inputs.specs import MODELS as M
 
     b = synthetic_batch(prefill=[(2048, 0)])
     eff = efficiencies_for(H100)

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.batch import synthetic_batch
-from sim.cost import CostModel
-from sim.cost.calibration import efficiencies_for, find_profiles, fit_profiles, load_calibration, shipped_calibrations
-from sim.cost.validation import validate, validate_held_out_models, validate_measured
-from sim.specs import GPUS, MODELS
+from servesim.core.batch import synthetic_batch
+from servesim.cost import CostModel
+from servesim.cost.calibration import efficiencies_for, find_profiles, fit_profiles, load_calibration, shipped_calibrations
+from servesim.cost.validation import validate, validate_held_out_models, validate_measured
+from servesim.inputs.specs import GPUS, MODELS
 
 
 def _profiling_dir():

@@ -2,9 +2,9 @@
 
 from hypothesis import given, settings, strategies as st
 
-from sim.batch import synthetic_batch
-from sim.cost import CostModel
-from sim.specs import get_gpu, get_model
+from servesim.core.batch import synthetic_batch
+from servesim.cost import CostModel
+from servesim.inputs.specs import get_gpu, get_model
 
 MODELS = [CostModel(get_model("meta-llama/Llama-2-7b-hf"), get_gpu("h100-sxm")),
           CostModel(get_model("meta-llama/Meta-Llama-3-8B"), get_gpu("h100-sxm"), tp=2, pp=2),
@@ -42,7 +42,7 @@ def test_vectorized_decode_steps_are_exact(m, contexts, k):
 # a run of steps can cross from one branch of max(compute, memory) to the other
 import dataclasses  # noqa: E402
 
-from sim.cost.efficiency import DEFAULT_EFFICIENCIES, OpEfficiency  # noqa: E402
+from servesim.cost.efficiency import DEFAULT_EFFICIENCIES, OpEfficiency  # noqa: E402
 
 _SLOW_ATTN = dataclasses.replace(DEFAULT_EFFICIENCIES, attention=OpEfficiency(0.0026, 0.8, 1e-6))
 TIMES_MODELS = MODELS + [CostModel(get_model("meta-llama/Llama-2-7b-hf"), get_gpu("h100-sxm"), eff=_SLOW_ATTN)]

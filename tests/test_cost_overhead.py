@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.cost.calibration import find_profiles, fit_overhead, load_calibration, read_cpu_overheads
-from sim.cost.efficiency import OverheadFit, step_overheads
-from sim.cost.validation import validate
-from sim.errors import InputError
-from sim.specs import GPUS
+from servesim.cli.main import main
+from servesim.cost.calibration import find_profiles, fit_overhead, load_calibration, read_cpu_overheads
+from servesim.cost.efficiency import OverheadFit, step_overheads
+from servesim.cost.validation import validate
+from servesim.errors import InputError
+from servesim.inputs.specs import GPUS
 from tests.test_cost_calibration import set_cell
 
 # the truth: (step_s, per_seq_s) per TP size; TP > 1 pays the workers' RPC on every step
@@ -117,7 +117,7 @@ def test_calibrate_writes_the_fit_and_validate_cost_reports_it(profiles_with_cpu
 
 
 def test_the_fit_reaches_the_scenario_unless_it_sets_its_own(profiles_with_cpu, tmp_path, scenario_factory):
-    from sim.simulate import prepare, simulate
+    from servesim.simulation import prepare, simulate
 
     cal = tmp_path / "cal.yaml"
     assert main(["calibrate", "--profiles", str(profiles_with_cpu), "--gpu", "a100-80g", "--out", str(cal)]) == 0

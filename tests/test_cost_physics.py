@@ -2,9 +2,9 @@
 
 import pytest
 
-from sim.batch import synthetic_batch
-from sim.cost import CostModel
-from sim.specs import GPUS, MODELS
+from servesim.core.batch import synthetic_batch
+from servesim.cost import CostModel
+from servesim.inputs.specs import GPUS, MODELS
 
 L3_8B = MODELS["meta-llama/Meta-Llama-3-8B"]
 H100 = GPUS["h100-sxm"]

@@ -9,15 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from sim.batch import synthetic_batch
-from sim.cli import main
-from sim.cost import CostModel
-from sim.cost.calibration import find_profiles
-from sim.cost.measured import interp_time, load_measured
-from sim.cost.validation import validate_measured
-from sim.errors import InputError
-from sim.simulate import simulate
-from sim.specs import GPUS, MODELS
+from servesim.core.batch import synthetic_batch
+from servesim.cli.main import main
+from servesim.cost import CostModel
+from servesim.cost.calibration import find_profiles
+from servesim.cost.measured import interp_time, load_measured
+from servesim.cost.validation import validate_measured
+from servesim.errors import InputError
+from servesim.simulation import simulate
+from servesim.inputs.specs import GPUS, MODELS
 from test_cost_calibration import TOKENS, TRUE, write_mlp_csv
 
 A100, H100 = GPUS["a100-80g"], GPUS["h100-sxm"]

@@ -1,6 +1,6 @@
 """Same scenario and seed -> byte-identical requests.csv and steps.csv; another seed differs."""
 
-from sim.simulate import simulate
+from servesim.simulation import simulate
 from tests.conftest import make_scenario
 
 

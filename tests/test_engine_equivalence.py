@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.metrics import WeightedSample, dist_stats
-from sim.simulate import simulate
+from servesim.outputs.recorder import WeightedSample, dist_stats
+from servesim.simulation import simulate
 from tests.conftest import make_scenario, policy_mix_kw, specs
 
 REL = 1e-9
@@ -180,7 +180,7 @@ def test_weighted_percentiles_are_numpys(pairs):
 
 
 def test_cli_engine_flag_writes_identical_files(tmp_path):
-    from sim.cli import main
+    from servesim.cli.main import main
 
     outs = {}
     for engine in ("fast", "reference"):
@@ -209,7 +209,7 @@ def test_weighted_percentiles_any_sign_and_range(pairs):
 
 
 def test_round_robin_says_who_gets_the_next_request():
-    from sim.router import round_robin
+    from servesim.core.router import round_robin
 
     rr = round_robin()
     reps = [None] * 3

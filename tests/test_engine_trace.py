@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from sim.batch import synthetic_batch
-from sim.simulate import prepare, simulate
+from servesim.core.batch import synthetic_batch
+from servesim.simulation import prepare, simulate
 from tests.conftest import make_scenario, specs
 
 

@@ -7,9 +7,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from plots import figures as F  # noqa: E402
-from plots.rundata import RunData  # noqa: E402
-from sim.simulate import simulate  # noqa: E402
+from servesim.plots import figures as F  # noqa: E402
+from servesim.outputs.rundir import RunData  # noqa: E402
+from servesim.simulation import simulate  # noqa: E402
 from tests.conftest import make_scenario  # noqa: E402
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from sim.errors import InputError
-from sim.presets import PRESETS
-from sim.scenario import LognormalDist, Workload, build
-from sim.simulate import simulate
-from sim.workload import clip_to_context, generate, sample_lengths
+from servesim.errors import InputError
+from servesim.inputs.presets import PRESETS
+from servesim.inputs.scenario import LognormalDist, Workload, build
+from servesim.simulation import simulate
+from servesim.inputs.workload import clip_to_context, generate, sample_lengths
 from tests.conftest import make_scenario
 
 

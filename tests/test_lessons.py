@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from sim.cli import main
-from sim.lessons import LESSONS, lesson_scenario, run_lessons
+from servesim.cli.main import main
+from servesim.studies.lessons import LESSONS, lesson_scenario, run_lessons
 
 
 def test_quick_lessons_compute_every_verdict(tmp_path, capsys):
@@ -50,9 +50,9 @@ def test_physics_lessons_hold_and_are_deterministic():
 def test_lesson_scenarios_validate():
     from importlib import resources
 
-    from sim.simulate import prepare
+    from servesim.simulation import prepare
 
-    names = sorted(p.name[:-5] for p in resources.files("scenarios.lessons").iterdir() if p.name.endswith(".yaml"))
+    names = sorted(p.name[:-5] for p in resources.files("servesim.scenarios.lessons").iterdir() if p.name.endswith(".yaml"))
     assert len(names) >= 9
     for n in names:
         prepare(lesson_scenario(None, n))

@@ -4,9 +4,9 @@ time, routing inside a replica, KV split, and the throughput the overlap buys.""
 
 import pytest
 
-from sim.batch import synthetic_batch
-from sim.cli import main
-from sim.simulate import prepare, simulate
+from servesim.core.batch import synthetic_batch
+from servesim.cli.main import main
+from servesim.simulation import prepare, simulate
 from tests.conftest import specs
 
 
@@ -48,8 +48,8 @@ def test_stage_times_split_the_layers_and_place_embedding_and_lm_head(scenario_f
     ("meta-llama/Llama-3.2-1B", 2, [8, 8]),  # tied embeddings
 ])
 def test_stage_layers_and_weights(model, pp, layers):
-    from sim.cost.roofline import CostModel
-    from sim.specs import DTYPE_BYTES, get_gpu, get_model
+    from servesim.cost.roofline import CostModel
+    from servesim.inputs.specs import DTYPE_BYTES, get_gpu, get_model
 
     m = get_model(model)
     cm = CostModel(m, get_gpu("a100-80g"), tp=2, pp=pp)
@@ -68,9 +68,9 @@ def test_stage_layers_and_weights(model, pp, layers):
 def test_the_stage_that_fits_the_fewest_blocks_sizes_the_kv():
     """PP 2 of Llama-3-8B: both stages have 16 layers; the last also holds the 1 GiB LM head, so it
     fits fewer blocks, and every stage's pool is cut to its size."""
-    from sim.cost.roofline import CostModel
-    from sim.kv_cache import GIB, size_kv
-    from sim.specs import get_gpu, get_model
+    from servesim.cost.roofline import CostModel
+    from servesim.core.kv import GIB, size_kv
+    from servesim.inputs.specs import get_gpu, get_model
 
     cm = CostModel(get_model("meta-llama/Meta-Llama-3-8B"), get_gpu("l40s"), tp=1, pp=2)
     cap = size_kv(cm, 0.9, 16, 1 * GIB)
@@ -194,8 +194,8 @@ def test_one_request_at_a_time_sees_no_difference(scenario_factory):
 def test_each_virtual_engine_gets_its_share_of_kv_and_host_swap(scenario_factory):
     import simpy
 
-    from sim.cluster import Cluster
-    from sim.metrics import Recorder
+    from servesim.core.cluster import Cluster
+    from servesim.outputs.recorder import Recorder
 
     for overlap, engines in ((True, 3), (False, 1)):
         setup = prepare(_pp(scenario_factory, pp=3, overlap=overlap, **{"memory.num_gpu_blocks": 100}))
@@ -212,7 +212,7 @@ def test_virtual_engines_share_the_host_links():
     the replica's PCIe links), while the stages are free to overlap."""
     import simpy
 
-    from sim.pipeline import Pipeline
+    from servesim.core.pipeline import Pipeline
 
     env = simpy.Environment()
     pipe = Pipeline(env, 2)
@@ -242,7 +242,7 @@ def test_swapping_virtual_engines_account_for_every_request(scenario_factory):
 def test_stages_serve_steps_first_come_first_served_and_count_busy_time_up_to_now():
     import simpy
 
-    from sim.pipeline import Pipeline
+    from servesim.core.pipeline import Pipeline
 
     env = simpy.Environment()
     pipe = Pipeline(env, 2)

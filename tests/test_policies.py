@@ -4,14 +4,14 @@ from collections import deque
 
 import numpy as np
 
-from policies.base import ReplicaState
-from policies.continuous import ContinuousPolicy
-from policies.pd_split import link_figures, pick_decode_replica, transfer_time_s
-from policies.static import StaticPolicy
-from sim.kv_cache import BlockAllocator
-from sim.request import Request
-from sim.scenario import Link
-from sim.specs import GPUS
+from servesim.policies.base import ReplicaState
+from servesim.policies.continuous import ContinuousPolicy
+from servesim.policies.pd_split import link_figures, pick_decode_replica, transfer_time_s
+from servesim.policies.static import StaticPolicy
+from servesim.core.kv import BlockAllocator
+from servesim.core.request import Request
+from servesim.inputs.scenario import Link
+from servesim.inputs.specs import GPUS
 
 
 def running_req(rid, prompt, emitted, kv, computed=None):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from policies.pd_split import transfer_time_s
-from sim.simulate import prepare, simulate
+from servesim.policies.pd_split import transfer_time_s
+from servesim.simulation import prepare, simulate
 from tests.conftest import make_scenario, specs
 
 

@@ -4,10 +4,10 @@ scenarios: queue-bound, prefill-bound and decode memory-bound."""
 import numpy as np
 import pytest
 
-from sim.batch import synthetic_batch
-from sim.cli import format_summary
-from sim.profile import PHASES, comm_seconds, diagnose
-from sim.simulate import prepare, simulate
+from servesim.core.batch import synthetic_batch
+from servesim.cli.main import format_summary
+from servesim.outputs.profile import PHASES, comm_seconds, diagnose
+from servesim.simulation import prepare, simulate
 from tests.conftest import make_scenario
 
 QUEUE_BOUND = {  # 10x more work arriving than one replica with 8 slots can serve

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.simulate import simulate
+from servesim.simulation import simulate
 from tests.conftest import make_scenario, policy_mix_kw, specs
 
 request_rows = st.lists(

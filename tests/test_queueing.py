@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from sim.batch import synthetic_batch
-from sim.simulate import prepare, simulate
+from servesim.core.batch import synthetic_batch
+from servesim.simulation import prepare, simulate
 from tests.conftest import make_scenario
 
 PROMPT, OUTPUT = 100, 4

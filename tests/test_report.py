@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.scenario import scenario_from_dict
-from sim.simulate import simulate
-from sim.sweep import execute, make_points
-from sim.trace_export import chrome_trace
+from servesim.cli.main import main
+from servesim.inputs.scenario import scenario_from_dict
+from servesim.simulation import simulate
+from servesim.studies.sweep import execute, make_points
+from servesim.outputs.trace_export import chrome_trace
 from tests.conftest import BASE, make_scenario
 
 FIGS = ("latency_vs_load", "goodput_vs_load", "throughput_latency", "latency_cdfs", "ttft_breakdown", "timeline",
@@ -177,8 +177,8 @@ def pd_results():
 
 
 def test_pd_split_trace_timeline_and_gpus():
-    from plots.rundata import RunData
-    from sim.sweep import num_gpus
+    from servesim.outputs.rundir import RunData
+    from servesim.studies.sweep import num_gpus
 
     res = pd_results()
     r = res.requests

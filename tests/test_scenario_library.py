@@ -5,16 +5,16 @@ from importlib import resources
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.scenario import load_scenario, scenario_from_dict, scenario_to_yaml
-from sim.simulate import prepare
+from servesim.cli.main import main
+from servesim.inputs.scenario import load_scenario, scenario_from_dict, scenario_to_yaml
+from servesim.simulation import prepare
 
 LIBRARY = ("default", "chat", "coding", "long-context", "bursty", "offline-batch", "multi-class", "closed-loop",
            "diurnal", "pd-split")
 
 
 def path(name):
-    return str(resources.files("scenarios") / f"{name}.yaml")
+    return str(resources.files("servesim.scenarios") / f"{name}.yaml")
 
 
 @pytest.mark.parametrize("name", LIBRARY)

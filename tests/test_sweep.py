@@ -6,10 +6,10 @@ import json
 import pytest
 import yaml
 
-import sim.sweep as sweep_mod
-from policies import POLICIES
-from sim.cli import main
-from sim.sweep import grid_points, read_results, scenario_hash
+import servesim.studies.sweep as sweep_mod
+from servesim.policies import POLICIES
+from servesim.cli.main import main
+from servesim.studies.sweep import grid_points, read_results, scenario_hash
 from tests.conftest import BASE
 
 RATES = "1,2,4,8"
@@ -171,7 +171,7 @@ def test_compare_rejects_unregistered_policy(tmp_path, capsys):
 
 
 def test_compare_notes_when_chunked_prefill_keeps_a_large_budget():
-    from sim.compare import chunk_budget_note, configurations
+    from servesim.studies.compare import chunk_budget_note, configurations
 
     big = {"policy": {"name": "continuous", "max_num_batched_tokens": 8192}}
     note = chunk_budget_note(configurations("continuous,chunked_prefill", None), big)
@@ -186,9 +186,9 @@ def test_compare_notes_when_chunked_prefill_keeps_a_large_budget():
 
 
 def test_compare_takes_names_from_the_registry(tmp_path, monkeypatch):
-    from sim.compare import configurations
+    from servesim.studies.compare import configurations
 
-    from sim.compare import policy_names
+    from servesim.studies.compare import policy_names
 
     monkeypatch.setitem(POLICIES, "toy", POLICIES["continuous"])
     assert configurations("continuous,toy", None) == [("continuous", {"policy.name": "continuous"}),
@@ -213,16 +213,16 @@ def test_ray_executor_without_ray_exits_2(tmp_path, monkeypatch, capsys):
 
 def _sweep_failing_at_seed_1(tmp_path, monkeypatch, error: BaseException, seeds: str) -> tuple:
     """A sweep over ``seeds`` in which the point with seed 1 raises ``error``: (rows, out folder)."""
-    import sim.simulate
+    import servesim.simulation
 
-    real = sim.simulate.simulate
+    real = servesim.simulation.simulate
 
     def failing(scenario, *a, **kw):
         if scenario.seed == 1:
             raise error
         return real(scenario, *a, **kw)
 
-    monkeypatch.setattr(sim.simulate, "simulate", failing)
+    monkeypatch.setattr(servesim.simulation, "simulate", failing)
     out = tmp_path / "sw"
     assert main(["sweep", scenario_file(tmp_path), "--grid", f"seed={seeds}", "--out", str(out), "--workers", "1",
                  "--quiet"]) == 0

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.errors import InputError
-from sim.scenario import Workload, build
-from sim.simulate import simulate
-from sim.traces import read_trace
-from sim.workload import clip_to_context, generate
+from servesim.cli.main import main
+from servesim.errors import InputError
+from servesim.inputs.scenario import Workload, build
+from servesim.simulation import simulate
+from servesim.inputs.traces import read_trace
+from servesim.inputs.workload import clip_to_context, generate
 from tests.conftest import make_scenario
 
 # Made-up rows in the Azure format (a leap day, and two requests 100 ns apart).

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from sim.scenario import build, Workload
-from sim.workload import generate
+from servesim.inputs.scenario import build, Workload
+from servesim.inputs.workload import generate
 
 
 def wl(**kw):
@@ -58,16 +58,16 @@ def test_same_seed_same_requests():
 
 
 def test_uniform_max_below_min_is_an_error():
-    from sim.errors import InputError
+    from servesim.errors import InputError
     with pytest.raises(InputError, match="workload.prompt_tokens.max must be >= workload.prompt_tokens.min"):
         wl(prompt_tokens={"dist": "uniform", "min": 10, "max": 5})
 
 
 def test_packaged_scenarios_validate():
     from importlib import resources
-    from sim.scenario import load_scenario
-    from sim.simulate import prepare
-    files = sorted(p for p in resources.files("scenarios").iterdir() if p.name.endswith(".yaml"))
+    from servesim.inputs.scenario import load_scenario
+    from servesim.simulation import prepare
+    files = sorted(p for p in resources.files("servesim.scenarios").iterdir() if p.name.endswith(".yaml"))
     assert any(p.name == "default.yaml" for p in files)
     for p in files:
         prepare(load_scenario(str(p)))

@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.simulate import simulate
+from servesim.simulation import simulate
 from tests.conftest import make_scenario
 
 LEN = {"dist": "uniform", "min": 1, "max": 3000}

@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.traces import read_trace  # noqa: E402
+from servesim.inputs.traces import read_trace  # noqa: E402
 
 P = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.925, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 1.0)
 
@@ -110,8 +110,8 @@ def describe(x) -> str:
 
 def check(name: str, preset: dict, trace) -> None:
     """Draw from the preset with servesim's own generator and compare with the trace."""
-    from sim.scenario import build, Workload
-    from sim.workload import generate
+    from servesim.inputs.scenario import build, Workload
+    from servesim.inputs.workload import generate
     n = 200_000
     data = {"num_requests": n, **preset}
     if "arrival" not in data:

@@ -24,8 +24,8 @@ CASES = [("meta-llama/Llama-2-7b-hf", "a100-80g", 1, 5.0), ("meta-llama/Meta-Lla
 
 
 def main() -> int:
-    from sim.scenario import scenario_from_dict
-    from sim.simulate import simulate
+    from servesim.inputs.scenario import scenario_from_dict
+    from servesim.simulation import simulate
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=os.environ.get("SERVESIM_SHARED_DATA", str(ROOT.parent / "shared" / "data")))

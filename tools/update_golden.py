@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.scenario import load_scenario  # noqa: E402
-from sim.simulate import simulate  # noqa: E402
+from servesim.inputs.scenario import load_scenario  # noqa: E402
+from servesim.simulation import simulate  # noqa: E402
 
 OVERRIDES = ["workload.num_requests=200"]
 KEYS = ("num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s", "throughput_rps",
@@ -28,7 +28,7 @@ PHASE_KEYS = ("prefill_tokens", "decode_tokens", "padding_tokens", "steps", "pre
 
 
 def scenario_files() -> list[Path]:
-    return sorted(Path(str(p)) for p in resources.files("scenarios").iterdir() if p.name.endswith(".yaml"))
+    return sorted(Path(str(p)) for p in resources.files("servesim.scenarios").iterdir() if p.name.endswith(".yaml"))
 
 
 def key_figures(path: Path) -> dict:

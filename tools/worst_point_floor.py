@@ -33,10 +33,10 @@ def main() -> int:
     import numpy as np
     from scipy.optimize import minimize
 
-    from sim.cost.calibration import (PROFILE_DTYPE_BYTES, find_profiles, gemm_points, gemm_time_np,
+    from servesim.cost.calibration import (PROFILE_DTYPE_BYTES, find_profiles, gemm_points, gemm_time_np,
                                       shipped_calibrations, load_calibration)
-    from sim.cost.efficiency import GemmEfficiency
-    from sim.specs import get_gpu
+    from servesim.cost.efficiency import GemmEfficiency
+    from servesim.inputs.specs import get_gpu
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", default="a40")

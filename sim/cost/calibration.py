@@ -23,10 +23,10 @@ from datetime import date
 from importlib import resources
 from pathlib import Path
 
-from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, CommEfficiency, Efficiencies, GemmEfficiency,
+from servesim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, CommEfficiency, Efficiencies, GemmEfficiency,
                                  MemEfficiency, OpEfficiency, OverheadFit, from_dict)
-from sim.errors import InputError
-from sim.specs import GPUS, GpuSpec
+from servesim.errors import InputError
+from servesim.inputs.specs import GPUS, GpuSpec
 
 PROFILE_DTYPE_BYTES = 2.0  # the profiles were measured in fp16
 ACT = 2.0
@@ -691,7 +691,7 @@ def load_calibration(path: str | Path, where: str = "cost.calibration") -> Effic
 
 def shipped_calibrations() -> dict[str, Path]:
     """GPU name -> packaged calibration file."""
-    d = resources.files("sim.cost") / "calibrations"
+    d = resources.files("servesim.cost") / "calibrations"
     return {Path(str(f)).stem: Path(str(f)) for f in d.iterdir() if str(f).endswith(".yaml")}
 
 

@@ -3,7 +3,7 @@ smooth max of latency and transfer; parameters in ``CommEfficiency``)."""
 
 from __future__ import annotations
 
-from sim.cost.efficiency import CommEfficiency
+from servesim.cost.efficiency import CommEfficiency
 
 
 def _smooth_max(x: float, y: float, p: float) -> float:

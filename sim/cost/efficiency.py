@@ -115,7 +115,7 @@ _CLASSES = {"gemm": GemmEfficiency, "attention": OpEfficiency, "allreduce": Comm
 
 def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
     """An ``Efficiencies`` from a calibration file's mapping; families it lacks keep the v0 values."""
-    from sim.errors import InputError
+    from servesim.errors import InputError
 
     if not isinstance(data, dict):
         raise InputError(f"{where}: must be a mapping of operator families")
@@ -153,7 +153,7 @@ def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
 
 def _overhead(value: dict, where: str) -> OverheadFit:
     """``overhead: {tp: [...], step_s: [...], per_seq_s: [...]}``, one entry per measured TP size."""
-    from sim.errors import InputError
+    from servesim.errors import InputError
 
     keys = ("tp", "step_s", "per_seq_s")
     if set(value) != set(keys):

@@ -27,7 +27,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.errors import InputError
+from servesim.errors import InputError
 
 # CostModel operator -> the mlp.csv kernels whose per-kernel times price it (norms: the two
 # RMSNorms of a layer are the same kernel on the same shape; their mean prices each of the step's)
@@ -108,7 +108,7 @@ def _shape(n_head, n_kv, hidden, inter, gated) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _load(root: str, gpu: str, device: str | None, shape: tuple, tp: int, model_name: str, where: str) -> MeasuredOps:
-    from sim.cost.calibration import find_profiles
+    from servesim.cost.calibration import find_profiles
 
     prof = find_profiles(root, gpu, device, where=where)
     def shape_of(p):

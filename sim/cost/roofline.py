@@ -26,14 +26,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from sim.batch import Batch
-from sim.cost.comm import allreduce_time_s, send_time_s
-from sim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies,
+from servesim.core.batch import Batch
+from servesim.cost.comm import allreduce_time_s, send_time_s
+from servesim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies,
                                  GemmEfficiency, MemEfficiency, OpEfficiency)
-from sim.specs import DTYPE_BYTES, GpuSpec, ModelSpec, activation_dtype
+from servesim.inputs.specs import DTYPE_BYTES, GpuSpec, ModelSpec, activation_dtype
 
 if TYPE_CHECKING:
-    from sim.cost.measured import MeasuredOps
+    from servesim.cost.measured import MeasuredOps
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16 whatever the weight dtype
 LOGIT_BYTES = 4.0

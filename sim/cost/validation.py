@@ -15,11 +15,11 @@ intra-node collectives by number of GPUs; ``overhead`` the per-step CPU time, fr
 
 from __future__ import annotations
 
-from sim.cost.calibration import (GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles, attention_points, attention_time_np,
+from servesim.cost.calibration import (GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles, attention_points, attention_time_np,
                                   collective_time_np, comm_points, cpu_points, gemm_dims, gemm_points, gemm_time_np,
                                   mem_points, mem_time_np, overhead_time_np)
-from sim.cost.efficiency import V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies, OverheadFit
-from sim.specs import GpuSpec
+from servesim.cost.efficiency import V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies, OverheadFit
+from servesim.inputs.specs import GpuSpec
 
 MEM_FAMILIES = ("norm", "activation", "rotary", "residual", "embedding")
 
@@ -110,7 +110,7 @@ def validate_measured(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_t
     Families: ``linear`` (per-layer sum, as in ``validate``) and the four GEMMs."""
     import numpy as np
 
-    from sim.cost.measured import interp_time, tables_of
+    from servesim.cost.measured import interp_time, tables_of
 
     peak, bw = gpu.peak_flops, gpu.mem_bw_bytes_per_s
     rows, points = [], {}
@@ -157,8 +157,8 @@ def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int =
 
     import numpy as np
 
-    from sim.cost.calibration import fit_profiles
-    from sim.errors import InputError
+    from servesim.cost.calibration import fit_profiles
+    from servesim.errors import InputError
 
     models = list(dict.fromkeys(p.model for p in profiles.compute))
     if len(models) < 2:

@@ -42,8 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import InputError
-from sim.sweep import (RESULTS, RUNS, add_executor_args, check_workers, execute, load_base, make_points,
+from servesim.errors import InputError
+from servesim.studies.sweep import (RESULTS, RUNS, add_executor_args, check_workers, execute, load_base, make_points,
                        num_gpus, write_meta, write_results)
 
 RATE_KEY = "workload.arrival.rate_rps"
@@ -272,7 +272,7 @@ def cmd_capacity(args) -> int:
     if args.tol <= 0 or args.tol >= 0.1:
         raise InputError(f"--tol must be in (0, 0.1) so the 10%-above check is outside the bracket, got {args.tol}")
     base, _ = load_base(args.scenario, args.set, args.seed)
-    from sim.scenario import scenario_from_dict
+    from servesim.inputs.scenario import scenario_from_dict
 
     try:
         sc = scenario_from_dict(base)

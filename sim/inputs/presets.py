@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import copy
 
-from sim.errors import InputError, did_you_mean
+from servesim.errors import InputError, did_you_mean
 
 P = [0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.925, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 1.0]  # the quantile levels of every table below
 

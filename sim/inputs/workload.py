@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.arrivals import arrival_times, inter_arrivals  # noqa: F401  (inter_arrivals: public API)
-from sim.errors import InputError
-from sim.scenario import (ClosedLoopArrival, EmpiricalDist, FixedDist, LognormalDist,
+from servesim.inputs.arrivals import arrival_times, inter_arrivals  # noqa: F401  (inter_arrivals: public API)
+from servesim.errors import InputError
+from servesim.inputs.scenario import (ClosedLoopArrival, EmpiricalDist, FixedDist, LognormalDist,
                           NormalDist, PoissonArrival, QuantilesDist, UniformDist, Workload, ZipfDist)
-from sim.traces import TraceData, read_lengths, read_trace
+from servesim.inputs.traces import TraceData, read_lengths, read_trace
 
 DEFAULT_CLASS = "default"
 

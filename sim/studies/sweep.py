@@ -31,8 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from sim.errors import InputError
-from sim.scenario import set_dotted as scenario_set_dotted
+from servesim.errors import InputError
+from servesim.inputs.scenario import set_dotted as scenario_set_dotted
 
 RUNS = "runs"
 RESULTS = "results.csv"
@@ -129,7 +129,7 @@ def scenario_hash(data: dict) -> str:
 
 def resolve(data: dict) -> tuple[dict | None, str]:
     """Validate scenario data; return (fully resolved plain data, "") or (None, error message)."""
-    from sim.scenario import scenario_from_dict
+    from servesim.inputs.scenario import scenario_from_dict
 
     try:
         return scenario_from_dict(data).to_dict(), ""
@@ -194,8 +194,8 @@ def run_point(data: dict, out_dir: str) -> dict:
     """
     import numpy as np
 
-    from sim.scenario import scenario_from_dict
-    from sim.simulate import simulate
+    from servesim.inputs.scenario import scenario_from_dict
+    from servesim.simulation import simulate
 
     out = Path(out_dir)
     tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
@@ -416,7 +416,7 @@ def write_meta(out_dir: Path, meta: dict) -> None:
 # ---------------------------------------------------------------- CLI
 def load_base(path, overrides, seed) -> tuple[dict, dict]:
     """(scenario data with --set/--seed applied and the sweep block removed, the sweep grid)."""
-    from sim.scenario import apply_overrides, default_scenario_path, read_yaml
+    from servesim.inputs.scenario import apply_overrides, default_scenario_path, read_yaml
 
     data = read_yaml(path or default_scenario_path())
     grid = pop_sweep_block(data)

@@ -10,7 +10,7 @@ import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from sim.errors import InputError
+from servesim.errors import InputError
 
 GIB = 1024**3
 

@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from sim.errors import InputError
-from sim.profile import format_profile
+from servesim.errors import InputError
+from servesim.outputs.profile import format_profile
 
 
 class _Parser(argparse.ArgumentParser):
@@ -176,8 +176,8 @@ def _writable_file(path: str, flag: str) -> None:
 
 
 def cmd_run(args) -> int:
-    from sim.scenario import load_scenario
-    from sim.simulate import simulate
+    from servesim.inputs.scenario import load_scenario
+    from servesim.simulation import simulate
 
     scenario = load_scenario(args.scenario, args.set or [], args.seed)
     out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
@@ -196,16 +196,16 @@ def cmd_run(args) -> int:
     print(format_summary(results.summary))
     print(f"\nwrote {out}/summary.json, requests.csv, steps.csv, scenario.yaml")
     if args.trace_events:
-        from sim.trace_export import write_trace
+        from servesim.outputs.trace_export import write_trace
 
         print(f"wrote {write_trace(results, args.trace_events)} (Chrome/Perfetto trace: ui.perfetto.dev)")
     return 0
 
 
 def cmd_validate(args) -> int:
-    from sim.scenario import load_scenario
-    from sim.simulate import prepare
-    from sim.workload import check_files
+    from servesim.inputs.scenario import load_scenario
+    from servesim.simulation import prepare
+    from servesim.inputs.workload import check_files
 
     scenario = load_scenario(args.scenario, args.set or [])
     with _naming(args.scenario):
@@ -225,9 +225,9 @@ def cmd_validate(args) -> int:
 
 
 def cmd_cost(args) -> int:
-    from sim.batch import synthetic_batch
-    from sim.cost import CostModel
-    from sim.specs import activation_dtype, get_gpu, get_model, tp_error
+    from servesim.core.batch import synthetic_batch
+    from servesim.cost import CostModel
+    from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
 
     model = get_model(args.model, "--model")
     gpu = get_gpu(args.gpu, "--gpu")
@@ -253,14 +253,14 @@ def cmd_cost(args) -> int:
                              f"{model.max_context_tokens}")
         batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch)
         what = f"decode step of {args.decode_batch} sequences at context {args.context}"
-    from sim.cost.calibration import efficiencies_for
+    from servesim.cost.calibration import efficiencies_for
 
     measured = None
     if args.profiles:
-        from sim.cost.measured import load_measured
+        from servesim.cost.measured import load_measured
 
         measured = load_measured(args.profiles, model, args.tp, gpu, args.dtype, args.device, "--profiles")
-    from sim.cost.efficiency import step_overheads
+    from servesim.cost.efficiency import step_overheads
 
     eff = efficiencies_for(gpu, args.calibration, "--calibration")
     step_s, per_seq_s, _ = step_overheads(eff, args.tp)
@@ -352,15 +352,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", help="with --profiles: device folder under compute/ (default: from the GPU name)")
     c.set_defaults(func=cmd_cost)
 
-    from sim.cli_cost import register as register_cost
+    from servesim.cli.cost import register as register_cost
 
     register_cost(sub)  # calibrate, validate-cost
 
-    from sim import capacity, compare, report, sweep  # issue 6: sweep, capacity, compare, report
+    from servesim.cli import report
+    from servesim.studies import capacity, compare, sweep
 
     for mod in (sweep, capacity, compare, report):
         mod.register(sub)
-    from sim.lessons import register as register_lessons
+    from servesim.studies.lessons import register as register_lessons
 
     register_lessons(sub)  # lessons
     return p

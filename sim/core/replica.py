@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import deque
 from math import isnan
 
-from policies.base import ReplicaState
-from sim.batch import Batch
-from sim.kv_cache import BlockAllocator
+from servesim.policies.base import ReplicaState
+from servesim.core.batch import Batch
+from servesim.core.kv import BlockAllocator
 
 
 def take_from(landed: deque, waiting: deque, r) -> None:

@@ -10,13 +10,13 @@ from collections import deque
 import numpy as np
 import simpy
 
-from policies.pd_split import pick_decode_replica, transfer_time_s
-from sim.kv_cache import BlockAllocator
-from sim.fast_replica import make_replica
-from sim.metrics import ReplicaInfo
-from sim.pipeline import Pipeline, VirtualEngines
-from sim.replica import Replica
-from sim.router import ROUTERS
+from servesim.policies.pd_split import pick_decode_replica, transfer_time_s
+from servesim.core.kv import BlockAllocator
+from servesim.core.fast_replica import make_replica
+from servesim.outputs.recorder import ReplicaInfo
+from servesim.core.pipeline import Pipeline, VirtualEngines
+from servesim.core.replica import Replica
+from servesim.core.router import ROUTERS
 
 
 class Cluster:

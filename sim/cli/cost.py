@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.errors import InputError
+from servesim.errors import InputError
 
 
 def _profiles(args):
-    from sim.cost.calibration import find_profiles
-    from sim.specs import get_gpu
+    from servesim.cost.calibration import find_profiles
+    from servesim.inputs.specs import get_gpu
 
     gpu = get_gpu(args.gpu, "--gpu")
     if args.max_tokens < 1:
@@ -28,9 +28,9 @@ def _summary_rows(rows, detail: bool):
 
 
 def cmd_calibrate(args) -> int:
-    from sim import __version__
-    from sim.cost.calibration import FAMILIES, calibration_yaml, fit_profiles, today
-    from sim.cost.validation import format_table, validate
+    from servesim import __version__
+    from servesim.cost.calibration import FAMILIES, calibration_yaml, fit_profiles, today
+    from servesim.cost.validation import format_table, validate
 
     gpu, prof = _profiles(args)
     eff = fit_profiles(prof, gpu)
@@ -66,8 +66,8 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_validate_cost(args) -> int:
-    from sim.cost.calibration import efficiencies_for
-    from sim.cost.validation import (format_table, plot_predicted_vs_measured, validate, validate_held_out_models,
+    from servesim.cost.calibration import efficiencies_for
+    from servesim.cost.validation import (format_table, plot_predicted_vs_measured, validate, validate_held_out_models,
                                      validate_measured)
 
     gpu, prof = _profiles(args)

@@ -53,10 +53,10 @@ import numpy as np
 from simpy.events import NORMAL
 from simpy.exceptions import Interrupt
 
-from policies.base import ReplicaState
-from policies.continuous import ContinuousPolicy
-from sim.batch import make_batch
-from sim.replica import Replica, take_from
+from servesim.policies.base import ReplicaState
+from servesim.policies.continuous import ContinuousPolicy
+from servesim.core.batch import make_batch
+from servesim.core.replica import Replica, take_from
 
 
 class _Row(NamedTuple):  # what Recorder.step reads of a batch

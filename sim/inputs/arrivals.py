@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from sim.scenario import (AllAtOnceArrival, FixedArrival, GammaArrival, OnOffArrival, PiecewiseArrival,
+from servesim.inputs.scenario import (AllAtOnceArrival, FixedArrival, GammaArrival, OnOffArrival, PiecewiseArrival,
                           PoissonArrival, SinusoidalArrival)
 
 CHUNK = 4096  # arrivals aimed for per window of time

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.errors import InputError
+from servesim.errors import InputError
 
 
 def cmd_report(args) -> int:
     path = Path(args.dir)
     if not path.is_dir():
         raise InputError(f"servesim report: {args.dir!r} is not a folder")
-    from plots.report import build_report  # matplotlib only here, never in the engine
+    from servesim.plots.report import build_report  # matplotlib only here, never in the engine
 
     out = build_report(path)
     print(f"wrote {out} and {path / 'figures'}/*.png, *.svg")

@@ -39,7 +39,7 @@ SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished
 def read_json_dict(path: Path, what: str) -> dict:
     """A JSON object servesim wrote (``what`` names it in errors); a clear input error if the file
     is unreadable, malformed or not an object."""
-    from sim.errors import InputError
+    from servesim.errors import InputError
 
     try:
         data = json.loads(Path(path).read_text())
@@ -53,7 +53,7 @@ def read_json_dict(path: Path, what: str) -> dict:
 def read_columns(path: Path, required=()) -> dict:
     """A CSV as column -> numpy array (ints, floats with NaN for empty cells, or strings); a clear
     input error if it is missing, lacks a ``required`` column or has a malformed row."""
-    from sim.errors import InputError
+    from servesim.errors import InputError
 
     try:
         with open(path, newline="") as fh:
@@ -109,8 +109,8 @@ class RunData:
 
     @classmethod
     def from_dir(cls, path: str | Path, label: str | None = None) -> "RunData":
-        from sim.errors import InputError
-        from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+        from servesim.errors import InputError
+        from servesim.outputs.recorder import REQUEST_COLUMNS, STEP_COLUMNS
 
         p = Path(path)
         summary = read_json_dict(p / "summary.json", "a run's summary.json")
@@ -211,7 +211,7 @@ class RunData:
 
         Every step when all pools share one hardware; otherwise the steps of the first pool only.
         """
-        from sim.specs import get_gpu
+        from servesim.inputs.specs import get_gpu
 
         pools = self.pools() or [("colocated", 0, self.num_replicas(), None)]
         hws = {name: self.pool_hardware(name) for name, *_ in pools}

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.batch import synthetic_batch
-from sim.cost import CostModel
-from sim.cost.calibration import efficiencies_for
-from sim.cost.efficiency import step_overheads
-from sim.errors import InputError
-from sim.scenario import read_yaml, scenario_from_dict
-from sim.specs import get_gpu, get_model
+from servesim.core.batch import synthetic_batch
+from servesim.cost import CostModel
+from servesim.cost.calibration import efficiencies_for
+from servesim.cost.efficiency import step_overheads
+from servesim.errors import InputError
+from servesim.inputs.scenario import read_yaml, scenario_from_dict
+from servesim.inputs.specs import get_gpu, get_model
 
 LLAMA3_8B = "meta-llama/Meta-Llama-3-8B"
 MISTRAL_7B = "mistralai/Mistral-7B-v0.1"
@@ -65,7 +65,7 @@ def cost_model(model, gpu: str, kv_dtype: str = "bf16", tp: int = 1) -> CostMode
 def lesson_scenario(seed: int | None, name: str, overrides: dict | None = None, scale: float = 1.0):
     """``scenarios/lessons/<name>.yaml`` with ``{"dotted.key": value}`` overrides; ``seed`` replaces
     the file's seed (None: keep it); ``scale`` multiplies ``workload.num_requests`` (quick runs)."""
-    path = resources.files("scenarios.lessons") / f"{name}.yaml"
+    path = resources.files("servesim.scenarios.lessons") / f"{name}.yaml"
     data = read_yaml(Path(str(path)))
     data = copy.deepcopy(data)
     for key, value in (overrides or {}).items():
@@ -82,7 +82,7 @@ def lesson_scenario(seed: int | None, name: str, overrides: dict | None = None, 
 
 
 def run(scenario, specs=None):
-    from sim.simulate import simulate
+    from servesim.simulation import simulate
 
     return simulate(scenario, specs=specs)
 
@@ -203,7 +203,7 @@ PROMPTS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131070)
 
 
 def lesson_ttft_prompt(quick: bool, seed: int | None = None) -> Lesson:
-    from sim.workload import RequestSpecs
+    from servesim.inputs.workload import RequestSpecs
 
     prompts = PROMPTS[:-1] if quick else PROMPTS
     sc = lesson_scenario(seed, "ttft-prompt")
@@ -248,7 +248,7 @@ def lesson_tpot(quick: bool, seed: int | None = None) -> Lesson:
     mono_b = all(grid[i][j] < grid[i + 1][j] for i in range(len(batches) - 1) for j in range(len(contexts)))
     # cross-check one cell against a simulation: B requests at once, decode-only steps' durations
     b_sim, c_sim = 8, 2048
-    from sim.workload import RequestSpecs
+    from servesim.inputs.workload import RequestSpecs
 
     sc = lesson_scenario(seed, "ttft-prompt", {"model": MISTRAL_7B, "policy.max_num_batched_tokens": 32768})
     res = run(sc, RequestSpecs(np.zeros(b_sim), np.full(b_sim, c_sim, np.int64), np.full(b_sim, 65, np.int64)))
@@ -474,7 +474,7 @@ def _variant_config(tmp: Path, kv_heads: int) -> str:
 
 
 def lesson_kv_capacity(quick: bool, seed: int | None = None) -> Lesson:
-    from sim.simulate import prepare
+    from servesim.simulation import prepare
 
     scale = QUICK if quick else 1.0
     rows, data = [], []
@@ -685,7 +685,7 @@ def draw_figures(lessons, out: Path) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    import plots.lessons as pl
+    import servesim.plots.lessons as pl
 
     files = {}
     for x in lessons:

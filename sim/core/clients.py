@@ -7,7 +7,7 @@ at once, so a client never stalls on it); the recorder's end hooks tell the wait
 
 from __future__ import annotations
 
-from sim.request import Request
+from servesim.core.request import Request
 
 
 def drive_closed_loop(env, source, submit, recorder) -> None:

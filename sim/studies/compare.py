@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.errors import InputError, did_you_mean
-from sim.scenario import parse_override
-from sim.sweep import (RESULTS, add_executor_args, check_workers, execute, format_table, load_base, make_points,
+from servesim.errors import InputError, did_you_mean
+from servesim.inputs.scenario import parse_override
+from servesim.studies.sweep import (RESULTS, add_executor_args, check_workers, execute, format_table, load_base, make_points,
                        read_results, write_meta)
 
 RATE_KEY = "workload.arrival.rate_rps"
@@ -40,8 +40,8 @@ def policy_names() -> list[str]:
     schema names (``pd_split`` is two pools of registered policies, not a registry entry)."""
     import typing
 
-    from policies import POLICIES
-    from sim.scenario import Policy
+    from servesim.policies import POLICIES
+    from servesim.inputs.scenario import Policy
 
     names = list(POLICIES)
     hint = typing.get_type_hints(Policy).get("name")
@@ -135,7 +135,7 @@ def cmd_compare(args) -> int:
     print(format_table(rows, cols))
     print(f"\nwrote {out / RESULTS}")
     if not args.no_report:
-        from plots.report import build_report
+        from servesim.plots.report import build_report
 
         path = build_report(out)
         print(f"wrote {path} and its figures")

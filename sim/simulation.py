@@ -13,23 +13,23 @@ from pathlib import Path
 import numpy as np
 import simpy
 
-from policies import POLICIES
-from policies.pd_split import link_figures
-from sim.cost import CostModel
-from sim.cost.calibration import efficiencies_for
-from sim.cost.efficiency import step_overheads
-from sim.cost.measured import load_measured
-from sim.errors import InputError
-from sim.kv_cache import GIB, KvCapacity, activation_reserve_bytes, size_kv
-from sim.clients import drive_closed_loop
-from sim.cluster import Cluster
-from sim.metrics import (REQUEST_COLUMNS, STEP_COLUMNS, Recorder, WeightedSample, dist_stats, summarize,
+from servesim.policies import POLICIES
+from servesim.policies.pd_split import link_figures
+from servesim.cost import CostModel
+from servesim.cost.calibration import efficiencies_for
+from servesim.cost.efficiency import step_overheads
+from servesim.cost.measured import load_measured
+from servesim.errors import InputError
+from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
+from servesim.core.clients import drive_closed_loop
+from servesim.core.cluster import Cluster
+from servesim.outputs.recorder import (REQUEST_COLUMNS, STEP_COLUMNS, Recorder, WeightedSample, dist_stats, summarize,
                          summarize_classes)
-from sim.profile import profile_summary
-from sim.request import Request
-from sim.scenario import Scenario, scenario_to_yaml
-from sim.specs import activation_dtype, get_gpu, get_model, tp_error
-from sim.workload import ClosedLoop, RequestSpecs, generate
+from servesim.outputs.profile import profile_summary
+from servesim.core.request import Request
+from servesim.inputs.scenario import Scenario, scenario_to_yaml
+from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
+from servesim.inputs.workload import ClosedLoop, RequestSpecs, generate
 
 
 @dataclass(frozen=True)

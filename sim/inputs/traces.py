@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import InputError
+from servesim.errors import InputError
 
 AZURE_COLUMNS = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
 SPLITWISE_COLUMNS = {"arrival": "arrived_at", "prompt": "num_prefill_tokens", "output": "num_decode_tokens"}

@@ -18,7 +18,7 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
-from sim.errors import InputError, did_you_mean
+from servesim.errors import InputError, did_you_mean
 
 
 def _f(default=dataclasses.MISSING, *, gt=None, ge=None, le=None, lt=None, doc="", **kw):
@@ -295,7 +295,7 @@ class RequestClass:
 
     @staticmethod
     def expand(data, path):
-        from sim.presets import expand_preset
+        from servesim.inputs.presets import expand_preset
         return expand_preset(data, path, ("prompt_tokens", "output_tokens"))
 
     def check(self, path):
@@ -424,7 +424,7 @@ class Workload:
 
     @staticmethod
     def expand(data, path):
-        from sim.presets import expand_preset
+        from servesim.inputs.presets import expand_preset
         return expand_preset(data, path, ("arrival", "prompt_tokens", "output_tokens"))
 
     def check(self, path):
@@ -697,7 +697,7 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def default_scenario_path() -> Path:
-    return Path(str(resources.files("scenarios") / "default.yaml"))
+    return Path(str(resources.files("servesim.scenarios") / "default.yaml"))
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] = (), seed: int | None = None) -> Scenario:
