@@ -3,39 +3,91 @@
 A policy never touches SimPy, never allocates KV and never reads a request's true output
 length (``Request.output_tokens``): only what a real scheduler knows (prompt, tokens emitted so
 far, tokens computed, KV blocks held, free blocks). The replica commits the decision.
+
+Two optional declarations let the engine go fast without knowing which policy it runs:
+
+* ``Policy.aggregates_decodes`` (attribute, default False): the policy reads
+  ``state.decoding`` (the decoding requests as one aggregate) and schedules them with
+  ``make_batch(..., decode_set=state.decoding)``. The engine then keeps decoding requests
+  aggregated between steps, so a step costs O(1) in their number. A policy that reads
+  ``state.running`` instead always sees every running request (the aggregate is dissolved
+  first): correct, one step at a time.
+* ``Batch.steady`` (per decision): "after this step, until a new request arrives, I would
+  schedule exactly one decode token for every running request and nothing else". The engine may
+  then fast-forward runs of such steps in one event (their prices are the cost model's, step by
+  step), stopping early when a request arrives, when the KV cache would run short or when a
+  completion matters to someone (closed-loop clients, P/D hand-offs).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from servesim.core.batch import Batch
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaState:
-    """A read-only view of one replica for its policy (the containers are the replica's own;
-    a policy must not mutate them).
+class DecodeSet(NamedTuple):
+    """The replica's decoding requests kept as one aggregate (oldest admission first, ahead of
+    every other running request): ``num_seqs`` of them, ``context_tokens`` KV tokens computed in
+    all (sum of c), ``blocks_needed`` new KV blocks their next decode token takes."""
 
-    ``running``: requests holding KV, oldest admission first. ``waiting``: FCFS queue (preempted
-    requests go back to its front). ``kv``: the block allocator (read ``num_free``,
-    ``block_size``, ``num_blocks``, ``caching``, ``cached_prefix_blocks(req)``). ``swapped``:
-    requests whose KV sits in host memory (FCFS); ``host_free_blocks``: host room for more;
-    ``landed``: (P/D decode side) requests whose prompt KV arrived and is mapped here, FCFS.
+    num_seqs: int = 0
+    context_tokens: int = 0
+    blocks_needed: int = 0
+
+
+NO_DECODE_SET = DecodeSet()
+
+
+class ReplicaState:
+    """A read-only view of one replica for its policy (the containers are the replica's own; a
+    policy must not mutate them).
+
+    ``running``: every request holding KV, oldest admission first (reading it dissolves the
+    engine's decode set: see ``decoding``). ``tail``: the running requests outside the decode set
+    (all of them when there is none). ``decoding``: the decode set (``DecodeSet``), ahead of the
+    tail in admission order. ``waiting``: the queue of requests to admit, in the policy's order
+    (``Policy.queue_key``; FCFS by default; preempted requests go back ahead of their equals).
+    ``kv``: the block allocator (read ``num_free``, ``block_size``, ``num_blocks``, ``caching``,
+    ``cached_prefix_blocks(req)``). ``swapped``: requests whose KV sits in host memory (FCFS);
+    ``host_free_blocks``: host room for more; ``landed``: (P/D decode side) requests whose prompt
+    KV arrived and is mapped here, FCFS.
     """
 
-    running: list
-    waiting: deque
-    kv: object
-    now_s: float = 0.0
-    swapped: tuple | deque = ()
-    host_free_blocks: int = 0
-    landed: tuple | deque = ()  # P/D decode side: requests whose KV just landed here (they hold it)
+    __slots__ = ("_running", "waiting", "kv", "now_s", "swapped", "host_free_blocks", "landed", "decoding",
+                 "_materialize")
+
+    def __init__(self, running: list, waiting=None, kv=None, now_s: float = 0.0, swapped=(),
+                 host_free_blocks: int = 0, landed=(), decoding: DecodeSet = NO_DECODE_SET, materialize=None):
+        self._running = running
+        self.waiting = deque() if waiting is None else waiting
+        self.kv = kv
+        self.now_s = now_s
+        self.swapped = swapped
+        self.host_free_blocks = host_free_blocks
+        self.landed = landed
+        self.decoding = decoding
+        self._materialize = materialize
+
+    @property
+    def running(self) -> list:
+        if self.decoding.num_seqs:
+            self._running = self._materialize()
+            self.decoding = NO_DECODE_SET
+        return self._running
+
+    @property
+    def tail(self) -> list:
+        return self._running
 
 
 class Policy(Protocol):
+    """What the engine asks of a policy (``servesim.policies.POLICIES`` lists the packaged ones;
+    ``module:Class`` in ``policy.name`` loads another). Optional attributes: ``aggregates_decodes``
+    (see the module docstring) and ``queue_key`` (a function ``request -> sort key`` ordering the
+    waiting queue, e.g. prompt length for shortest-job-first; absent or None: FCFS)."""
+
     def next_batch(self, state: ReplicaState) -> Batch:
         """The next step's batch; an empty batch means "nothing can run until something changes"."""
 

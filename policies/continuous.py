@@ -28,6 +28,14 @@ class ContinuousPolicy:
     watermark: float = 0.0  # share of all KV blocks kept free when admitting (vLLM: 0.01)
     spec_tokens: int = 0  # speculative tokens verified per decode step (k)
 
+    @classmethod
+    def from_config(cls, cfg, model, **kw):
+        """From the scenario's ``policy`` section (``servesim.inputs.scenario.Policy``, budgets
+        resolved for the pool); ``kw`` overrides fields (``chunked``)."""
+        return cls(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                   preemption=cfg.preemption, watermark=cfg.watermark,
+                   spec_tokens=cfg.spec.num_speculative_tokens if cfg.spec is not None else 0, **kw)
+
     def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
         # After a preemption the request is recomputed in one prefill of prompt + emitted output
         # (at most max_tokens - 1), which must fit the per-step token budget (chunked: its first
@@ -59,12 +67,62 @@ class ContinuousPolicy:
             return self.spec_tokens + 1
         return min(remaining, budget) if self.chunked else remaining
 
+    @property
+    def aggregates_decodes(self) -> bool:
+        """Decoding requests can be scheduled as one aggregate: each takes exactly one token a
+        step (speculative decoding's accepted tokens vary per sequence)."""
+        return self.spec_tokens == 0
+
     def next_batch(self, state: ReplicaState) -> Batch:
+        dec = state.decoding
+        if dec.num_seqs:
+            batch = self._with_decode_set(state, dec)
+            if batch is not None:
+                return batch
+        return self._one_by_one(state, state.running)  # (reading running dissolves the decode set)
+
+    def _with_decode_set(self, state: ReplicaState, dec) -> Batch | None:
+        """The decision when the decode set (ahead of every other running request) takes its
+        tokens as a whole: what ``_one_by_one`` decides on the whole running list, as long as
+        nobody needs preempting; None when someone would (then the running list is needed)."""
+        kv = state.kv
+        free = kv.num_free
+        budget = self.max_num_batched_tokens
+        n = dec.num_seqs
+        if n > budget or dec.blocks_needed > free:
+            return None
+        free -= dec.blocks_needed
+        budget -= n
+        bs = kv.block_size
+        items = []
+        tail = state.tail
+        for r in tail:
+            q = self._tokens(r, budget)
+            if q > budget or q == 0:
+                continue
+            need = -(-(r.num_computed_tokens + q) // bs) - r.kv_blocks
+            if need > free:
+                return None  # a preemption: decided on the running list
+            if need > 0:
+                free -= need
+            budget -= q
+            items.append((r, q))
+        swap_in, admitted, hits, blocked = self.admit(state, n + len(tail), free, budget, items)
+        return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
+                          decode_set=dec, steady=self._steady(state, admitted, swap_in, blocked))
+
+    def _steady(self, state: ReplicaState, admitted, swap_in, blocked) -> bool:
+        """Whether, after this step, only arrivals can change the decision: nothing waits to be
+        admitted or swapped in (so every later step decodes whatever runs, one token each), and
+        nothing is held back."""
+        return (not self.spec_tokens and blocked is None and len(admitted) == len(state.waiting) + len(state.landed)
+                and len(swap_in) == len(state.swapped))
+
+    def _one_by_one(self, state: ReplicaState, running: list) -> Batch:
         kv = state.kv
         bs = kv.block_size
         free = kv.num_free
         budget = self.max_num_batched_tokens
-        running = state.running
         items = []
         preempted = []
         swap_out = []
@@ -96,10 +154,12 @@ class ContinuousPolicy:
 
         swap_in = admitted = hits = ()
         blocked = None
+        steady = False
         if not preempted:
             swap_in, admitted, hits, blocked = self.admit(state, len(running), free, budget, items)
+            steady = self._steady(state, admitted, swap_in, blocked)
         return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, swap_in=swap_in,
-                          budget_blocked=blocked)
+                          budget_blocked=blocked, steady=steady)
 
     def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list):
         """After the running requests got their tokens (``n_seqs`` sequences scheduled or

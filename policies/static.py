@@ -28,6 +28,10 @@ class StaticPolicy:
         self._padded_prompt = 0
         self._steps = 0
 
+    @classmethod
+    def from_config(cls, cfg, model):
+        return cls(cfg.max_num_seqs, cfg.batch_timeout_s, cfg.max_output_tokens, model.max_context_tokens)
+
     def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
         if self.max_output_tokens is not None and max_tokens > self.max_output_tokens:
             return (f"output of {max_tokens} tokens exceeds policy.max_output_tokens={self.max_output_tokens} "

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import simpy
 
-from servesim.policies import POLICIES
 from servesim.policies.pd_split import link_figures
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
 from servesim.cost.efficiency import step_overheads
 from servesim.cost.measured import load_measured
 from servesim.errors import InputError
+from servesim.plugins import resolve
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop
 from servesim.core.cluster import Cluster
@@ -49,8 +49,9 @@ class PoolSetup:
     overhead_source: str = "v0"  # where the per-step overhead came from (``step_overheads``)
 
     def make_policy(self):
-        return POLICIES[self.policy_name](self.policy_cfg, self.cost_model.model, self.max_num_seqs,
-                                          self.max_num_batched_tokens)
+        cfg = dataclasses.replace(self.policy_cfg, max_num_seqs=self.max_num_seqs,
+                                  max_num_batched_tokens=self.max_num_batched_tokens)
+        return resolve("policy", self.policy_name)(cfg, self.cost_model.model)
 
 
 @dataclass(frozen=True)

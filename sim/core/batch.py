@@ -52,24 +52,29 @@ class Batch(NamedTuple):
     # the waiting request at the head of the queue whose whole prompt fits the token budget on its
     # own but not next to this step's other tokens (non-chunked continuous batching), if any
     budget_blocked: object = None
+    set_seqs: int = 0  # members of the engine's decode set scheduled as one aggregate (not in items)
+    # the policy's word: after this step, until a request arrives, every step decodes one token of
+    # every running request and nothing else (``servesim.policies.base``)
+    steady: bool = False
 
     @property
     def empty(self) -> bool:
-        return not self.items
+        return not self.items and not self.set_seqs
 
 
 def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(), swap_in=(), reserve=(),
-               padding=(0, 0, 0), wake_at_s=None, decode_set=(0, 0), budget_blocked=None) -> Batch:
+               padding=(0, 0, 0), wake_at_s=None, decode_set=(0, 0), budget_blocked=None, steady=False) -> Batch:
     """Build a ``Batch`` from ``(request, tokens)`` pairs, deriving the aggregate counts.
 
     ``prefix_hits``: (request, cached_tokens) for admitted requests whose first tokens are cached:
     their attention starts at that context. ``padding``: (tokens, attention pairs, context tokens)
     of padded slots (static batching), charged like real tokens. ``decode_set``: (n, sum of c)
     of ``n`` more decoding sequences (one token each, ``c`` KV tokens before the step) that are
-    not listed in ``items`` (the fast engine's aggregate decode set); they count in every total.
+    not listed in ``items`` (the engine's decode set, ``ReplicaState.decoding``, whose first two
+    fields are these); they count in every total. ``steady``: see ``Batch.steady``.
     """
     hit = {id(r): c for r, c in prefix_hits} if prefix_hits else None
-    n_set, c_set = decode_set
+    n_set, c_set = decode_set[0], decode_set[1]
     # each set member: q = 1, pairs = c + 1, KV touched = c + 1, sampled
     num_tokens = decode = ndec = sampled = n_set
     ctx = dctx = dpairs = pairs = c_set + n_set
@@ -96,7 +101,8 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
     pad_tokens, pad_pairs, pad_ctx = padding
     return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items) + n_set, num_tokens, prefill, decode,
                  nprefill, float(pairs + pad_pairs), ctx + pad_ctx, sampled, pad_tokens, ndec, dctx, float(dpairs),
-                 tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s, budget_blocked)
+                 tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s, budget_blocked,
+                 n_set, steady)
 
 
 def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0) -> Batch:

@@ -12,11 +12,10 @@ import simpy
 
 from servesim.policies.pd_split import pick_decode_replica, transfer_time_s
 from servesim.core.kv import BlockAllocator
-from servesim.core.fast_replica import make_replica
 from servesim.outputs.recorder import ReplicaInfo
 from servesim.core.pipeline import Pipeline, VirtualEngines
 from servesim.core.replica import Replica
-from servesim.core.router import ROUTERS
+from servesim.core.router import make_router
 
 
 class Cluster:
@@ -36,6 +35,8 @@ class Cluster:
         self._send_link: dict[int, simpy.Resource] = {}
         self._recv_link: dict[int, simpy.Resource] = {}
         self.pipelines: dict[str, list[Pipeline]] = {}  # per pool, its replicas' stages (pp > 1, overlap)
+        fast = sc.engine == "fast"
+        self._in_run: dict = {}  # replicas with a run of decode steps in flight (an ordered set)
         for pool in setup.pools:
             members, groups = [], []
             cm = pool.cost_model
@@ -54,10 +55,11 @@ class Cluster:
                     if pool.spec is not None:
                         k, a, draft = pool.spec
                         spec = (k, a, draft, np.random.default_rng([seed, i, 1]))  # per replica, reproducible
-                    r = make_replica(sc.engine, env, i, pool.make_policy(), cm,
-                                     BlockAllocator(blocks, pool.capacity.block_size, sc.policy.prefix_caching),
-                                     recorder, cm.model.max_context_tokens, role=pool.name, pool=pool.name,
-                                     handoff=self.handoff, spec=spec, swap=swap, pipeline=pipe)
+                    r = Replica(env, i, pool.make_policy(), cm,
+                                BlockAllocator(blocks, pool.capacity.block_size, sc.policy.prefix_caching),
+                                recorder, cm.model.max_context_tokens, fast=fast, role=pool.name, pool=pool.name,
+                                handoff=self.handoff, spec=spec, swap=swap, pipeline=pipe)
+                    r.on_run = self._on_run
                     # a virtual engine's share of the replica's GPUs (its steps use each stage in turn)
                     self.infos.append(ReplicaInfo(i, pool.name, cm.peak_flops * cm.num_gpus / ve,
                                                   cm.gpu.mem_bw_bytes_per_s * cm.num_gpus / ve, blocks))
@@ -72,14 +74,15 @@ class Cluster:
                         links[e.index] = link
             self.pools[pool.name] = members
             self.groups[pool.name] = groups
-        self._fast = [r for r in self.replicas if hasattr(r, "settle")]
-        recorder.order_steps = bool(self._fast)
-        recorder.decode_cost_models = {r.index: r.cost_model for r in self._fast}
-        # routers that read replicas' counters or KV need them brought up to date at each arrival
-        self._settle_on_submit = bool(self._fast) and sc.cluster.router not in ("round_robin", "random")
+        self._fast = fast
+        recorder.order_steps = fast
+        if fast:
+            recorder.decode_cost_models = {r.index: r.cost_model for r in self.replicas}
         self.entry = self.groups.get("prefill") or self.groups["colocated"]
         self.decode = self.pools.get("decode", [])
-        self.route = ROUTERS[sc.cluster.router](np.random.default_rng([seed, 2]))
+        self.route = make_router(sc.cluster.router, np.random.default_rng([seed, 2]))
+        # a router that reads replicas' counters or KV needs them brought up to date at each arrival
+        self._settle_on_submit = fast and getattr(self.route, "reads_state", True)
         self.pending: deque = deque()  # (request, prefill replica, streamed_s) waiting for decode-side room
         self._stream = sc.policy.link.overlap  # layer-wise KV streaming during the last prefill step
         # upcoming arrival times (open-loop workloads; set by simulate) and the index of the next
@@ -88,9 +91,9 @@ class Cluster:
         # interrupts the run as any other)
         self.arrival_times: list | None = None
         self.next_arrival = 0
-        if hasattr(self.route, "routings_until"):
+        if fast and hasattr(self.route, "routings_until"):
             for i, r in enumerate(self.entry):
-                if r in self._fast:
+                if isinstance(r, Replica):
                     r.next_arrival_s = functools.partial(self._next_arrival_s, i)
         if self.decode:
             self._decode_blocks = min(r.kv.num_blocks for r in self.decode)
@@ -105,13 +108,18 @@ class Cluster:
         j = self.next_arrival + self.route.routings_until(i, len(self.entry))
         return times[j] if j < len(times) else math.inf
 
+    def _on_run(self, replica, started: bool) -> None:
+        if started:
+            self._in_run[replica] = None
+        else:
+            del self._in_run[replica]
+
     def settle(self, strict: bool = False) -> None:
-        """Bring fast replicas in the middle of a run of decode steps up to now (what a router,
-        the P/D hand-off or the end of the run must see)."""
+        """Bring replicas in the middle of a run of decode steps up to now (what a router, the
+        P/D hand-off or the end of the run must see)."""
         now = self.env.now
-        for r in self._fast:
-            if r._mac is not None:
-                r.settle(now, strict)
+        for r in self._in_run:
+            r.settle(now, strict)
 
     def submit(self, req) -> None:
         if self._settle_on_submit:

@@ -117,17 +117,8 @@ class BlockAllocator:
     def num_used(self) -> int:
         return self.num_blocks - self.num_empty - len(self.evictable)
 
-    @property
-    def usage(self) -> float:
-        return self.num_used / self.num_blocks
-
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
-
-    def extra_blocks(self, req, tokens: int) -> int:
-        """Free blocks ``req`` would need (at most) on top of what it maps to hold ``tokens`` tokens."""
-        need = -(-tokens // self.block_size) - req.kv_blocks
-        return need if need > 0 else 0
 
     def _prefix_blocks(self, req) -> int:
         if not self.caching or req.prefix_group < 0:
@@ -158,7 +149,9 @@ class BlockAllocator:
         g = req.prefix_group
         return req.kv_blocks - sum(1 for j in range(shared) if self.cache[(g, j)] > 1)
 
-    def _take(self, n: int) -> None:
+    def take(self, n: int) -> None:
+        """Allocate ``n`` unshared blocks (empty ones first, then the least recently freed cached
+        ones): growth the engine books in bulk for its decode set (``num_free >= n``)."""
         take = min(n, self.num_empty)
         self.num_empty -= take
         for _ in range(n - take):
@@ -175,7 +168,7 @@ class BlockAllocator:
         if pb <= have:  # no shared blocks among the new ones
             if new > self.num_free:
                 return False
-            self._take(new)
+            self.take(new)
         else:
             # blocks another request maps already cost nothing; every other one takes a free block
             g, cache = req.prefix_group, self.cache
@@ -188,14 +181,14 @@ class BlockAllocator:
                     key = (g, j)
                     rc = self.cache.get(key)
                     if rc is None:
-                        self._take(1)
+                        self.take(1)
                         self.cache[key] = 1
                     else:
                         if rc == 0:
                             del self.evictable[key]
                         self.cache[key] = rc + 1
                 else:
-                    self._take(1)
+                    self.take(1)
         req.kv_blocks = target
         return True
 

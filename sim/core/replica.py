@@ -1,29 +1,118 @@
-"""One model replica as a SimPy process: decide -> cost -> timeout -> commit.
+"""One model replica as a SimPy process: decide -> apply -> wait the step's time -> commit.
 
-The policy decides (plain data); the replica applies the decision at the start of the step
-(preempt or swap out, reference prefix-cache hits, swap in, admit, reserve and allocate KV),
-waits the step's time, then commits it at the end (advance token counts, stamp times, free
-finished requests' KV, hand prefilled requests to the decode pool, record the step).
+The policy decides every step (plain data, ``servesim.policies.base``); the replica applies the
+decision at the start of the step (preempt or swap out, map prefix-cache hits, swap in, admit,
+reserve and allocate KV), waits the step's time, then commits it at the end (advance token
+counts, stamp times, free finished requests' KV, hand prefilled requests to the decode pool,
+record the step).
+
+Two mechanisms make it fast without changing any result; ``fast=False`` (the reference engine,
+a test oracle) turns both off:
+
+* The **decode set**. With a policy that ``aggregates_decodes``, requests that decode (one token
+  a step) are kept as one aggregate at the front of the running list, in admission order, each
+  stored as (seq, s0, c0, d0): the replica's decode-step counter ``S`` when it joined and its
+  computed tokens and emitted output then (at counter ``S`` it has ``c0 + S - s0`` computed
+  tokens). The replica keeps the sum of their contexts, a heap of the counter at which each
+  completes (``s0 + output - d0``) and, per residue mod ``block_size``, how many need a new KV
+  block at a step (a request with ``c`` computed tokens needs one exactly when ``c % block_size
+  == 0``). Their ``Request`` counters are brought up to date (settled) only when they leave the
+  set. The policy sees the set as ``ReplicaState.decoding`` and schedules it whole; reading
+  ``state.running`` dissolves it (same state, that step priced one request at a time), and it
+  re-forms after the step.
+* **Runs** of decode-only steps. When the policy says a decision is ``steady`` (until a request
+  arrives, every step decodes what runs and nothing else), the next steps differ only by
+  contexts growing one token each and members leaving as they complete: they run as one SimPy
+  timeout per planned chunk (``_macro``), their times from ``CostModel.decode_step_times`` (bit
+  for bit ``step_time``; their FLOPs, bytes and bound are filled into the step columns
+  afterwards). Completions inside a run are settled in bulk, unless something reacts to a
+  completion at its time (closed-loop clients, the P/D decode side's retried hand-offs): then a
+  run stops at the first one. A run is planned up to the step in flight when the replica's next
+  request arrives, if the router knows it ahead of time (``next_arrival_s``); whatever else may
+  change the next decision interrupts the run after the step in flight: an arrival or hand-off
+  off the plan (``wake``), KV mapped from outside (``kv_changed``). Observers that read a
+  replica's counters or KV mid-run (routers, the P/D hand-off, the queue sampler, the end of a
+  run cut by ``workload.duration_s``) call ``settle(now)`` first (``Cluster.settle``). Virtual
+  engines of a pipelined replica take their steps one at a time through the shared stages and
+  never plan runs.
+
+``stats`` counts what took the fast path (for the equivalence tests): steps whose decode set was
+scheduled as one aggregate, runs, and the steps inside runs.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import itertools
+import math
 from collections import deque
 from math import isnan
 
-from servesim.policies.base import ReplicaState
-from servesim.core.batch import Batch
+import numpy as np
+from simpy import Interrupt
+
+from servesim.core.batch import Batch, make_batch
 from servesim.core.kv import BlockAllocator
+from servesim.core.runs import Cost, Run, delay_to
+from servesim.policies.base import NO_DECODE_SET, DecodeSet, ReplicaState
 
 
-def take_from(landed: deque, waiting: deque, r) -> None:
-    """Remove an admitted request from the front of the landed queue (P/D decode side) or, else,
-    of the waiting queue: policies admit each queue in order."""
+class KeyedQueue:
+    """A waiting queue ordered by ``key(request)`` (ties: first in, first out), for policies that
+    set ``queue_key`` (shortest job first, priorities). The deque operations the engine uses:
+    ``append`` (an arrival), ``appendleft`` (a preempted request: ahead of its equals),
+    ``popleft``, ``remove``, iteration in order, ``[0]``, ``len``."""
+
+    __slots__ = ("key", "_items", "_seq")
+
+    def __init__(self, key):
+        self.key = key
+        self._items: list = []  # (key, seq, request), sorted
+        self._seq = 0
+
+    def append(self, r) -> None:
+        self._seq += 1
+        bisect.insort(self._items, (self.key(r), self._seq, r.request_id, r))
+
+    def appendleft(self, r) -> None:
+        self._seq += 1
+        bisect.insort(self._items, (self.key(r), -self._seq, r.request_id, r))
+
+    def popleft(self):
+        return self._items.pop(0)[3]
+
+    def remove(self, r) -> None:
+        for i, item in enumerate(self._items):
+            if item[3] is r:
+                del self._items[i]
+                return
+        raise ValueError("request not in the queue")
+
+    def __getitem__(self, i):
+        return self._items[i][3]
+
+    def __iter__(self):
+        return (item[3] for item in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def waiting_queue(policy):
+    """The waiting queue a policy orders: FCFS unless it sets ``queue_key``."""
+    key = getattr(policy, "queue_key", None)
+    return deque() if key is None else KeyedQueue(key)
+
+
+def take_from(landed: deque, waiting, r) -> None:
+    """Remove an admitted request from the landed queue (P/D decode side) or the waiting queue."""
     if landed and landed[0] is r:
         landed.popleft()
-    else:
-        assert waiting[0] is r, "policy must admit from the front of the landed or waiting queue"
+    elif waiting[0] is r:
         waiting.popleft()
+    else:
+        waiting.remove(r)  # a policy admitting out of queue order
 
 
 class Replica:
@@ -31,14 +120,17 @@ class Replica:
     first token via ``handoff(req, replica)``) or "decode" (requests arrive with their prompt's KV).
     ``spec``: (k, acceptance_rate, draft_cost_model or None, rng) for speculative decoding.
     ``swap``: (host_blocks, bytes_per_block, bytes_per_s) for swap preemption.
-    ``pipeline``: the replica's ``sim.pipeline.Pipeline`` when this is one of its virtual engines
-    (PP with overlapping micro-batches): a step's GPU work then holds the stages in turn, and its KV
-    copies the host links the engines share, waiting for each to be free; None: the step takes its
-    time alone."""
+    ``pipeline``: the replica's ``servesim.core.pipeline.Pipeline`` when this is one of its
+    virtual engines (PP with overlapping micro-batches): a step's GPU work then holds the stages
+    in turn, and its KV copies the host links the engines share, waiting for each to be free;
+    None: the step takes its time alone. ``fast``: keep the decode set and plan runs (False: the
+    reference engine, every step decided, applied and committed one at a time)."""
+
+    MAX_RUN = 4096  # steps per run (bounds the arrays)
 
     def __init__(self, env, index: int, policy, cost_model, kv: BlockAllocator, recorder, max_context_tokens: int,
-                 *, role: str = "colocated", pool: str = "", handoff=None, spec=None, swap=(0, 0.0, 1.0),
-                 pipeline=None):
+                 *, fast: bool = True, role: str = "colocated", pool: str = "", handoff=None, spec=None,
+                 swap=(0, 0.0, 1.0), pipeline=None):
         self.env = env
         self.index = index
         self.policy = policy
@@ -52,8 +144,10 @@ class Replica:
         self.spec = spec
         self.host_blocks, self.swap_block_bytes, self.swap_bytes_per_s = swap
         self.host_free_blocks = self.host_blocks
-        self.running: list = []
-        self.waiting: deque = deque()
+        self.fast = fast
+        self.aggregate = fast and bool(getattr(policy, "aggregates_decodes", False))
+        self.running: list = []  # running requests outside the decode set, in admission order
+        self.waiting = waiting_queue(policy)
         self.swapped: deque = deque()
         self.landed: deque = deque()  # P/D decode side: requests holding KV that just arrived
         self.outstanding_tokens = 0  # prompt + output so far, over unfinished requests here
@@ -61,12 +155,37 @@ class Replica:
         self._blocked_ids: set = set()
         self.pipeline = pipeline
         self.after_free = None  # called after KV blocks were freed (P/D: retry pending hand-offs)
+        self.on_run = None  # called (replica, True/False) when a run of decode steps starts / ends
+        self.next_arrival_s = None  # () -> when the next request routed here arrives, if known (Cluster)
+        self.stats = {"steps": 0, "set_steps": 0, "runs": 0, "run_steps": 0}
+        # the decode set
+        self._members: dict = {}  # request -> (seq, s0, c0, d0), in admission order
+        self._S = 0  # decode-set steps so far
+        self._sum_c = 0  # sum over members of computed tokens at counter _S
+        self._heap: list = []  # (counter at which it completes, seq, request)
+        self._seq = itertools.count()
+        self._new: list = []  # members that joined since the last step (their first gap is their own)
+        self._t_last = 0.0  # end of the last step that advanced the set
+        self._cnt = [0] * kv.block_size
+        self._mac = None  # a run of decode-only steps in flight (see _macro)
+        self._interruptible = False
+        self._decode_step_s = 0.0  # the last decode-only step's duration (to size plans)
         self._wakeup = None
+        self._state = ReplicaState(self.running, self.waiting, kv, 0.0, self.swapped, 0, self.landed,
+                                   materialize=self.materialize)
         self.process = env.process(self._run())
 
     @property
     def num_running(self) -> int:
-        return len(self.running)
+        return len(self._members) + len(self.running)
+
+    def materialize(self) -> list:
+        """Every running request in one list (reference order): the decode set dissolves into
+        the front of ``running`` (same state; it re-forms after the step)."""
+        if self._members:
+            assert self._mac is None, "the running list is not materialized during a run of decode steps"
+            self._dissolve()
+        return self.running
 
     # ---------------------------------------------------------------- arrivals
     def rejection_reason(self, req) -> str | None:
@@ -102,52 +221,86 @@ class Replica:
         self.wake()
 
     def wake(self) -> None:
+        if self._interruptible:
+            run = self._mac
+            if bisect.bisect_right(run.ends, self.env.now, 0, run.K) + 1 >= run.K:
+                run.stop = True  # the step in flight is the run's last: it ends there anyway
+                return
+            self._interruptible = False
+            self.process.interrupt()
+            return
         ev = self._wakeup
         if ev is not None and not ev.triggered:
             self._wakeup = None
             ev.succeed()
 
+    def _sleep(self, until_s):
+        """An event that fires on ``wake()`` (or at ``until_s``)."""
+        self._wakeup = ev = self.env.event()
+        if until_s is not None and until_s > self.env.now:
+            return ev | self.env.timeout(until_s - self.env.now)
+        return ev
+
     # ---------------------------------------------------------------- the loop
     def _run(self):
+        env = self.env
+        kv = self.kv
+        bs = kv.block_size
+        state = self._state
+        policy = self.policy
         while True:
-            if not self.running and not self.waiting and not self.swapped and not self.landed:
+            if not self._members and not self.running and not self.waiting and not self.swapped and not self.landed:
                 yield self._sleep(None)
                 continue
-            yield from self._step(self.running)
-
-    def _step(self, running: list):
-        """One step on ``running``: decide, apply, wait the step's time, commit."""
-        env = self.env
-        state = ReplicaState(running, self.waiting, self.kv, env.now, self.swapped, self.host_free_blocks,
-                             self.landed)
-        batch = self.policy.next_batch(state)
-        self._note_blocked(batch.budget_blocked, env.now)
-        start = env.now
-        swap_s = self._apply(batch, start)
-        if batch.empty:
-            if swap_s > 0:
-                if self.pipeline is None:
-                    yield env.timeout(swap_s)
-                else:
-                    yield from self.pipeline.swap(swap_s)
-            elif not batch.preempted:
-                # Nothing can run now (waiting for KV held by transfers, or for the policy's
-                # timer): sleep until an arrival, a KV release or the timer. A colocated replica
-                # never gets here with work it could do; if it did, the run would end with
-                # requests in flight and simulate() reports the stall.
-                yield self._sleep(batch.wake_at_s)
-            return
-        cost = self.cost_model.step_time(batch)
-        draft_s = self._draft_time_s(batch) if self.spec else 0.0
-        extra = swap_s + draft_s
-        if self.pipeline is None:
-            yield env.timeout(cost.time_s + extra)
-        else:
-            # the step's extra time is all but its cost: its own copies and draft, and its waits
-            # for busy links and stages
-            yield from self._through_stages(batch, cost, draft_s, swap_s)
-            extra = env.now - start - cost.time_s
-        self._commit(batch, cost, start, extra)
+            n = len(self._members)
+            state._running = self.running
+            state.now_s = start = env.now
+            state.host_free_blocks = self.host_free_blocks
+            state.decoding = DecodeSet(n, self._sum_c, self._cnt[self._S % bs]) if n else NO_DECODE_SET
+            batch = policy.next_batch(state)
+            self._note_blocked(batch.budget_blocked, start)
+            n = len(self._members)  # reading state.running dissolved the set
+            if batch.set_seqs != n:
+                raise RuntimeError(f"policy {type(policy).__name__} scheduled {batch.set_seqs} of the decode set's "
+                                   f"{n} requests: schedule it whole (decode_set=state.decoding) or read "
+                                   "state.running")
+            if (batch.steady and n and self.fast and self.pipeline is None and not batch.items
+                    and not self.running and not self.waiting and not self.landed and not self.swapped):
+                K = self._macro_len(n, kv.num_empty)
+                if K >= 2:
+                    yield from self._macro(n, K)
+                    continue
+            swap_s = self._apply(batch, start)
+            if batch.empty:
+                if swap_s > 0:
+                    if self.pipeline is None:
+                        yield env.timeout(swap_s)
+                    else:
+                        yield from self.pipeline.swap(swap_s)
+                elif not batch.preempted:
+                    # Nothing can run now (waiting for KV held by transfers, or for the policy's
+                    # timer): sleep until an arrival, a KV release or the timer. A colocated replica
+                    # never gets here with work it could do; if it did, the run would end with
+                    # requests in flight and simulate() reports the stall.
+                    yield self._sleep(batch.wake_at_s)
+                continue
+            cost = self.cost_model.step_time(batch)
+            if (batch.steady and self.fast and self.pipeline is None and not swap_s and not batch.prefix_hits
+                    and self._foldable(batch.items)):
+                yield from self._macro(n, self.MAX_RUN, (batch, cost, batch.items))
+                continue
+            draft_s = self._draft_time_s(batch) if self.spec else 0.0
+            extra = swap_s + draft_s
+            if self.pipeline is None:
+                yield env.timeout(cost.time_s + extra)
+            else:
+                # the step's extra time is all but its cost: its own copies and draft, and its waits
+                # for busy links and stages
+                yield from self._through_stages(batch, cost, draft_s, swap_s)
+                extra = env.now - start - cost.time_s
+            self._commit(batch, cost, start, extra)
+            if self.aggregate:
+                self._absorb()
 
     def _through_stages(self, batch: Batch, cost, draft_s: float = 0.0, swap_s: float = 0.0):
         """A virtual engine's step (SimPy generator): the scheduler's overhead and the draft, then
@@ -169,13 +322,7 @@ class Replica:
             self._blocked_ids.add(req.request_id)
             self.recorder.budget_blocked_requests += 1
 
-    def _sleep(self, until_s):
-        """An event that fires on ``wake()`` (or at ``until_s``)."""
-        self._wakeup = ev = self.env.event()
-        if until_s is not None and until_s > self.env.now:
-            return ev | self.env.timeout(until_s - self.env.now)
-        return ev
-
+    # ---------------------------------------------------------------- apply and commit
     def _apply(self, batch: Batch, now: float) -> float:
         """Apply the decision; return the seconds spent copying KV to/from host memory."""
         running, waiting, kv = self.running, self.waiting, self.kv
@@ -227,6 +374,10 @@ class Replica:
         for r, tokens in batch.reserve:
             ok = kv.grow(r, tokens)
             assert ok, "policy reserved more KV than is free"
+        if batch.set_seqs:  # the decode set's next tokens (ahead of every item, as in the running list)
+            need = self._cnt[self._S % kv.block_size]
+            if need:
+                kv.take(need)
         for r, q in batch.items:
             ok = kv.grow(r, r.num_computed_tokens + q)
             assert ok, "policy scheduled more KV than is free"
@@ -279,10 +430,15 @@ class Replica:
             handed.append(r)
         return False
 
-    def _commit(self, batch: Batch, cost, start: float, extra_s: float = 0.0) -> None:
+    def _commit(self, batch, cost, start: float, extra_s: float = 0.0) -> None:
         now = self.env.now
         rec = self.recorder
+        self.stats["steps"] += 1
         finished = False
+        if batch.set_seqs:
+            self.stats["set_steps"] += 1
+            finished = self._commit_set(batch.set_seqs, now)
+        items_finished = False
         handed = []
         tbt = rec.tbt
         for r, q in batch.items:
@@ -306,16 +462,69 @@ class Replica:
                 if r.num_computed_tokens != n:  # a prompt chunk: no token yet
                     continue
                 self._sample_one(r, done, now, tbt)
-            finished |= self._finish_or_hand_off(r, now, handed)
-        if finished:
+            items_finished |= self._finish_or_hand_off(r, now, handed)
+        if items_finished:
             self.running[:] = [r for r in self.running if r.status != "completed"]
-            if self.after_free is not None:
-                self.after_free()
+        if (finished or items_finished) and self.after_free is not None:
+            self.after_free()
         if handed:
             gone = {id(r) for r in handed}
             self.running[:] = [r for r in self.running if id(r) not in gone]
             self._hand_off(handed, start)
         rec.step(self.index, start, cost, batch, self.kv.num_used, extra_s)
+
+    def _commit_set(self, n: int, now: float) -> bool:
+        """The decode set's ``n`` members each emitted a token at ``now``: their gaps, the ones
+        that complete (in admission order) and the counters; True when one completed."""
+        rec = self.recorder
+        S1 = self._S + 1
+        self._S = S1
+        new = self._new
+        old = n - len(new)
+        if old:
+            rec.tbt_steps(now - self._t_last, old)  # every older member's gap: this step
+        tbt = rec.tbt
+        for r in new:
+            tbt.append(now - r.last_token_s)
+        new.clear()
+        self._sum_c += n
+        self._t_last = now
+        heap = self._heap
+        if heap[0][0] != S1:
+            self.outstanding_tokens += n
+            return False
+        done = []
+        while heap and heap[0][0] == S1:
+            done.append(heapq.heappop(heap)[2])
+        members = self._members
+        if rec.end_hooks:
+            # a hook may route a new request now: show the counters exactly as the reference has
+            # them at this member's turn (members before it emitted a token)
+            want = set(done)
+            pos = {}
+            for i, r in enumerate(members):
+                if r in want:
+                    pos[r] = i
+                    if len(pos) == len(want):
+                        break
+        else:
+            pos = None
+        applied = 0  # of the n tokens emitted, how many are in outstanding_tokens yet
+        bs = self.kv.block_size
+        for r in done:
+            info = members.pop(r)
+            c = self._settle(r, info, S1)
+            self._cnt[(info[1] - info[2]) % bs] -= 1
+            self._sum_c -= c
+            r.last_token_s = now
+            r.finish_s = now
+            self.kv.free(r)
+            upto = pos[r] + 1 if pos is not None else n
+            self.outstanding_tokens += upto - applied - (r.prompt_tokens + r.num_output_done)
+            applied = upto
+            rec.complete(r)
+        self.outstanding_tokens += n - applied
+        return True
 
     def _hand_off(self, handed: list, start: float) -> None:
         """Pass the requests whose prompt the step that began at ``start`` finished to the decode
@@ -326,3 +535,445 @@ class Replica:
         for r in handed:
             self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
             self.handoff(r, self, window * r.num_computed_tokens / total)
+
+    # ---------------------------------------------------------------- the decode set
+    def _settle(self, r, info, S) -> int:
+        """Bring ``r``'s counters to decode-step counter ``S``; return its computed tokens."""
+        _, s0, c0, d0 = info
+        k = S - s0
+        c = c0 + k
+        r.num_computed_tokens = c
+        r.num_output_done = d0 + k
+        r.kv_blocks = -(-c // self.kv.block_size)
+        if k:
+            r.last_token_s = self._t_last
+        return c
+
+    def _dissolve(self) -> None:
+        S = self._S
+        members = list(self._members.items())
+        for r, info in members:
+            self._settle(r, info, S)
+        self.running[:0] = [r for r, _ in members]
+        self._members.clear()
+        self._heap.clear()
+        self._new.clear()
+        self._cnt = [0] * self.kv.block_size
+        self._sum_c = 0
+
+    def _join(self, r, S: int, c: int, d: int) -> None:
+        """``r`` joins the decode set at counter ``S`` with ``c`` computed tokens and ``d``
+        emitted (``_sum_c`` is the caller's)."""
+        seq = next(self._seq)
+        self._members[r] = (seq, S, c, d)
+        self._cnt[(S - c) % self.kv.block_size] += 1
+        heapq.heappush(self._heap, (S + r.output_tokens - d, seq, r))
+
+    def _absorb(self) -> None:
+        """Move the decoding requests at the front of ``running`` into the decode set."""
+        tail = self.running
+        bs = self.kv.block_size
+        S = self._S
+        i = 0
+        for r in tail:
+            d = r.num_output_done
+            c = r.num_computed_tokens
+            if not (d > 0 and c == r.prompt_tokens + d - 1 and r.kv_blocks == -(-c // bs) and d < r.output_tokens):
+                break
+            self._join(r, S, c, d)
+            self._sum_c += c
+            self._new.append(r)
+            i += 1
+        if i:
+            del tail[:i]
+
+    # ---------------------------------------------------------------- runs of decode-only steps
+    @property
+    def _bulk(self) -> bool:
+        """Whether a run of decode steps may go past completions (settled in bulk, late): only
+        when nothing reacts to a completion at its time (a closed-loop client's next request,
+        P/D hand-offs retried when KV frees). Otherwise a run ends at the first completion,
+        which is committed at its time (``_commit_set``)."""
+        return not self.recorder.end_hooks and self.after_free is None
+
+    def _foldable(self, items) -> bool:
+        """Whether this step (the decode set plus ``items``) can be step 0 of a run of decode
+        steps: completions are settled in bulk, nothing else waits, every other running request
+        is in it and finishes its prompt (emits a token) without finishing, so that after it
+        they have joined the decode set and nothing is left to decide."""
+        if not items or not self.aggregate or self.waiting or self.landed or self.swapped or self.role == "prefill" \
+                or not self._bulk:
+            return False
+        tail = self.running
+        if len(tail) != len(items):
+            return False
+        for (r, q), t in zip(items, tail):
+            if r is not t or r.num_computed_tokens + q != r.prompt_tokens + r.num_output_done \
+                    or r.num_output_done + 1 >= r.output_tokens:
+                return False
+        return True
+
+    def _leave(self, run, x: int, n: int, sumc: int):
+        """Members completing at decode-step counter ``run.S0 + x`` leave the planned steps after
+        step x - 1 (``run.dep``); returns the members and their sum of computed tokens after."""
+        heap, members, cnt, bs, S0 = self._heap, self._members, run.pcnt, self.kv.block_size, run.S0
+        while heap and heap[0][0] == S0 + x:
+            r = heapq.heappop(heap)[2]
+            _, s0, c0, _ = members[r]
+            sumc -= c0 + S0 + x - s0
+            n -= 1
+            cnt[(s0 - c0) % bs] -= 1
+            run.dep.append((x - 1, r))
+        return n, sumc
+
+    def _macro_len(self, n: int, free: int) -> int:
+        """How many decode-only steps can run from here with nothing changing: while the KV
+        blocks they grow fit in ``free`` empty blocks (cached prefix blocks are never evicted
+        inside a run) and, unless completions are settled in bulk, up to the first completion
+        (included)."""
+        S = self._S
+        bs = self.kv.block_size
+        if self._bulk:  # _plan stops where the KV runs out (not counting blocks freed on the way)
+            return self.MAX_RUN if self._cnt[S % bs] + self._cnt[(S + 1) % bs] <= free else 1
+        K = min(self._heap[0][0] - S, self.MAX_RUN)
+        if K < 2:
+            return K
+        cnt = self._cnt
+        if K < bs:
+            used = 0
+            for i in range(K):
+                used += cnt[(S + i) % bs]
+                if used > free:
+                    return i
+            return K
+        per_cycle = sum(cnt)
+        if per_cycle * (K // bs + 1) <= free:
+            return K
+        needs = np.asarray(cnt, dtype=np.int64)[(S + np.arange(K)) % bs]
+        return int(np.searchsorted(np.cumsum(needs), free, side="right"))
+
+    def _at(self, t: float):
+        """A timeout that fires at exactly ``t``."""
+        return self.env.timeout(delay_to(self.env.now, t))
+
+    def _macro(self, n: int, K: int, fold=None):
+        """Run up to K decode-only steps of the decode set, as few timeouts (step times are
+        computed a chunk at a time, so a run cut short wastes little). An arrival, a P/D
+        hand-off, or KV mapped from outside wakes the replica at time x: the steps ended by x
+        are settled, the step in flight runs to its end, and the replica decides again.
+        Observers (router, P/D hand-off, queue sampler) call ``settle(now)`` first, so that
+        counters, KV and records are those of time x.
+
+        ``fold`` = (batch, cost, items): step 0 is that admission step, already applied (its KV
+        taken, ``_foldable``); its requests join the decode set now, as of step 1, and get their
+        token when step 0 is settled. One timeout then covers the admission step and the decode
+        steps after it."""
+        env = self.env
+        S = self._S
+        start = env.now
+        run = Run(S, start, n, self._sum_c, self._cnt, self._new[:])
+        self._new.clear()
+        self.stats["runs"] += 1
+        if not self._bulk and S + K == self._heap[0][0]:
+            # the last step completes a member: committed the ordinary way (_commit_set), at its
+            # end, not in bulk
+            run.fin_at = K
+        self._mac = run
+        if self.on_run is not None:
+            self.on_run(self, True)
+        # plan up to the step in flight when the next request is known to arrive (else in
+        # doubling chunks): a run cut short by an arrival wastes the steps planned past it
+        t_stop = self.next_arrival_s() if self.next_arrival_s is not None and run.fin_at < 0 else math.inf
+        if fold is None:
+            run.pcnt = self._cnt[:]
+            t0 = start
+        else:
+            batch, cost, items = fold
+            run.fold = (batch, cost, items, n)
+            t0 = start + cost.time_s  # the end of step 0, as env.timeout(cost.time_s) has it
+            run.K = run.grown = 1  # its KV is taken
+            run.ends.append(t0)
+            run.cum.append(0)
+            psum = self._sum_c + n
+            for r, q in items:  # members as of step 1 (as _absorb after step 0 would take them)
+                c = r.num_computed_tokens + q
+                self._join(r, S + 1, c, r.num_output_done + 1)
+                psum += c
+            self.running.clear()
+            run.pcnt = self._cnt[:]
+            run.pn, run.psum = self._leave(run, 1, n + len(items), psum)
+        chunk = 8
+        if t_stop < math.inf and self._decode_step_s > 0:
+            chunk = max(2, min(int((t_stop - t0) / self._decode_step_s) + 2, 1024))
+        if fold is None:
+            self._plan(run, min(K, chunk), start, self.kv.num_empty, t_stop)
+            self.kv.num_empty -= run.cum[0]  # the first step's KV (as settle(start) takes it)
+            run.grown = 1
+        elif t0 > t_stop:
+            run.stop = True
+        elif run.pn:
+            self._plan(run, min(K - 1, chunk), t0, self.kv.num_empty, t_stop)
+        while True:
+            run.fin = run.K == run.fin_at
+            ends = run.ends
+            last = ends[run.K - 1]
+            self._interruptible = True  # wake() interrupts the wait (cheaper than ev | wake)
+            try:
+                yield self._at(last)
+                woken = False
+            except Interrupt:
+                woken = True
+            self._interruptible = False
+            if woken and env.now < last:  # settle what has happened, finish the step in flight
+                self.settle(env.now)
+                j = run.done  # the step in flight
+                if j + 1 < run.K:
+                    self._truncate(run, j + 1)
+                yield self._at(ends[j])
+                break
+            if run.K >= K or not run.pn or run.stop:
+                break
+            if t_stop < math.inf:
+                d = run.last_step_s() if run.K > 1 or fold is None else self._decode_step_s
+                chunk = max(2, min(int((t_stop - last) / d) + 2, 1024)) if d > 0 else 8
+            else:
+                chunk = min(2 * chunk, 1024)
+            # every planned step has started (its KV is mapped): the next ones must fit what is
+            # empty now (blocks mapped from outside since the run began count)
+            self.settle(env.now)
+            if not self._plan(run, min(K - run.K, chunk), last, self.kv.num_empty, t_stop):
+                break
+        self.settle(env.now)
+        self._mac = None
+        if self.on_run is not None:
+            self.on_run(self, False)
+        if run.K > 1 or fold is None:
+            self._decode_step_s = run.last_step_s()
+        if run.fin:
+            i = run.K - 1
+            d = run.dctx(i)
+            self._commit(_SetBatch(n, d), self._decode_cost(n, d), run.ends[i - 1] if i else run.t0)
+
+    def _decode_cost(self, n: int, dctx: int) -> Cost:
+        """One decode-only step of the set (as ``step_time`` prices it)."""
+        t, f, b, comp = self.cost_model.decode_steps(n, [dctx])
+        return Cost(t[0], f[0], b[0], "compute" if comp[0] else "memory")
+
+    def _truncate(self, run, K: int) -> None:
+        """Cut the run to its first ``K`` steps: completions planned later go back to the heap."""
+        run.K = K
+        run.fin = False
+        dep = run.dep
+        if dep and dep[-1][0] >= K:
+            members, heap, S0 = self._members, self._heap, run.S0
+            while dep and dep[-1][0] >= K:
+                i, r = dep.pop()
+                heapq.heappush(heap, (S0 + i + 1, members[r][0], r))
+
+    def _plan(self, run, k: int, t0: float, free: int, t_stop: float = math.inf) -> int:
+        """Append up to ``k`` more steps to ``run`` (their times, FLOPs, bytes, bound, KV tokens,
+        sequences, KV growth), starting at ``t0`` (the end of the last planned step), as many as
+        the blocks they grow fit in ``free`` (blocks that completions free on the way are not
+        counted: the run stops early and the replica plans again), and up to the step in flight
+        at ``t_stop`` (then ``run.stop``). In bulk mode the members that complete on the way
+        leave the planned steps after their last one (``run.dep``). Returns how many steps were
+        added."""
+        bs = self.kv.block_size
+        S0 = run.S0
+        P = i = run.K
+        end = P + k
+        cnt = run.pcnt
+        n, sumc = run.pn, run.psum
+        bulk = run.fin_at < 0 and self._bulk
+        heap = self._heap
+        cum = run.cum
+        c_last = cum[-1] if P else 0
+        need = 0
+        step_times = self.cost_model.decode_step_times
+        while i < end and n:
+            seg = end
+            x = heap[0][0] - S0 if bulk and heap else -1  # members leave after step x - 1
+            if 0 <= x < seg:
+                seg = x
+            r0 = (S0 + i) % bs
+            grow = (cnt[r0:] + cnt[:r0]) * (-(-(seg - i) // bs))  # cnt from residue r0 on, cycled
+            del grow[seg - i:]
+            m = len(grow)
+            g = sum(grow)
+            if need + g <= free:
+                need += g
+            else:
+                for j, g in enumerate(grow):
+                    need += g
+                    if need > free:
+                        m = j
+                        break
+                if not m:
+                    break
+            d0 = sumc + n  # sum of (c + 1) at the first step; n more at each next one
+            dur = step_times(n, range(d0, d0 + n * m, n))
+            ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
+            if ends[-1] > t_stop:  # keep the steps up to the one in flight at t_stop
+                run.stop = True
+                cut = bisect.bisect_right(ends, t_stop, 1)
+                if cut < m:
+                    m = cut
+                    del ends[m + 1:]
+            t0 = ends[-1]
+            del ends[0]
+            run.ends.extend(ends)
+            run.segs.append((i, m, n, d0))
+            acc = itertools.accumulate(grow[:m] if m < len(grow) else grow, initial=c_last)
+            next(acc)
+            cum.extend(acc)
+            c_last = cum[-1]
+            sumc += n * m
+            i += m
+            if m < len(grow) and not run.stop:
+                break
+            if i == x:  # members complete at the end of step x - 1
+                n, sumc = self._leave(run, x, n, sumc)
+            if run.stop:
+                break
+        run.K, run.pn, run.psum = i, n, sumc
+        return i - P
+
+    def kv_changed(self) -> None:
+        """Blocks were mapped on this replica from outside (a P/D hand-off): a run of decode
+        steps planned on the old count of empty blocks must stop after the step in flight,
+        unless the blocks its remaining steps grow still fit (then every decision in it is
+        unchanged)."""
+        run = self._mac
+        if self._interruptible:
+            cum, grown = run.cum, run.grown
+            rest = cum[run.K - 1] - (cum[grown - 1] if grown else 0)
+            if rest <= self.kv.num_empty:
+                return
+            self._interruptible = False
+            self.process.interrupt()
+
+    def settle(self, now: float, strict: bool = False) -> None:
+        """Bring a run of decode steps up to time ``now``: KV of the steps started by then, and
+        the steps ended by then committed, with the completions among them (``strict``:
+        started / ended strictly before ``now``, for the end of a run cut off at
+        ``workload.duration_s``)."""
+        run = self._mac
+        if run is None:
+            return
+        K, done, grown = run.K, run.done, run.grown
+        find = bisect.bisect_left if strict else bisect.bisect_right
+        ends, cum = run.ends, run.cum
+        kv = self.kv
+        # steps started by now: step 0 at t0, step i when step i - 1 ends
+        g = ((run.t0 < now) if strict else (run.t0 <= now)) + find(ends, now, 0, K - 1) if K else 0
+        if g > grown:
+            kv.num_empty -= cum[g - 1] - (cum[grown - 1] if grown else 0)
+            assert kv.num_empty >= 0, "a run of decode steps grew more KV than is free"
+            run.grown = grown = g
+        e = find(ends, now, 0, K)
+        if run.fin and e > K - 1:
+            e = K - 1
+        if e <= done:
+            return
+        rec = self.recorder
+        last = self._t_last  # the end of the step before ``done``: the gap's other end
+        tokens = 0
+        lo = done  # the steps [lo, e) are recorded as a block (``Recorder.run_block``)
+        adj = 0  # members of step ``lo`` whose gap is recorded on its own
+        fold = run.fold if done == 0 else None
+        if done == 0 and run.new:  # their first gap is their own; older members' is the step's
+            t = ends[0]
+            tbt = rec.tbt
+            for r in run.new:
+                tbt.append(t - r.last_token_s)
+            adj = len(run.new)
+        if fold is not None:
+            # step 0 is an admission step: the members' gap, then the admitted requests' token
+            # (as _commit), before any of them completes below
+            n0 = fold[3]
+            t = ends[0]
+            if n0 > adj:
+                rec.tbt_steps(t - last, n0 - adj)
+            adj = 0
+            tokens = n0
+            last = t
+            lo = 1
+            tbt = rec.tbt
+            for r, q in fold[2]:
+                d = r.num_output_done
+                r.num_computed_tokens += q
+                self._sample_one(r, d, t, tbt)
+                self._sum_c += r.num_computed_tokens
+        pieces = []  # (sequences, KV tokens of the first step, steps) over [lo, e)
+        segs, sp = run.segs, run.sp
+        while sp < len(segs):
+            i0, m, n, d0 = segs[sp]
+            if i0 >= e:
+                break
+            a = lo if lo > i0 else i0
+            b = i0 + m if i0 + m < e else e
+            if b > a:
+                pieces.append((n, d0 + n * (a - i0), b - a))
+                tokens += n * (b - a)
+            if i0 + m > e:
+                break
+            sp += 1
+        run.sp = sp
+        # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
+        # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth, less
+        # what completions freed by then
+        base = kv.num_used - cum[grown - 1]
+        dep = run.dep
+        dp = run.dp
+        used = [base + x for x in cum[done:e]]
+        if dp < len(dep) and dep[dp][0] < e:
+            members, cnt, bs, S0 = self._members, self._cnt, kv.block_size, run.S0
+            sum_c = 0
+            freed = [0] * (e - done)  # blocks freed at each step's end
+            while dp < len(dep) and dep[dp][0] < e:
+                i, r = dep[dp]
+                dp += 1
+                info = members.pop(r)
+                c = self._settle(r, info, S0 + i + 1)
+                cnt[(info[1] - info[2]) % bs] -= 1
+                sum_c += c
+                r.last_token_s = r.finish_s = ends[i]
+                in_use = kv.num_used
+                kv.free(r)
+                freed[i - done] += in_use - kv.num_used
+                self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+                rec.complete(r)
+            used = list(map(int.__sub__, used, itertools.accumulate(freed)))
+            run.dp = dp
+            self._sum_c -= sum_c
+        if fold is not None:
+            self.stats["steps"] += 1
+            self.stats["set_steps"] += 1
+            rec.step(self.index, run.t0, fold[1], fold[0], used[0], 0.0)
+        if lo < e:
+            self.stats["run_steps"] += e - lo
+            rec.run_block(self.index, ends[lo - 1] if lo else run.t0, last, ends[lo:e], pieces, adj,
+                          used[lo - done:] if lo > done else used)
+        self.outstanding_tokens += tokens
+        self._sum_c += tokens
+        self._S += e - done
+        self._t_last = ends[e - 1]
+        run.done = e
+
+
+class _SetBatch:
+    """What ``_commit`` reads of the last step of a run (committed at its end): the decode set
+    alone, and its row for the recorder."""
+
+    __slots__ = ("set_seqs", "items", "num_seqs", "prefill_tokens", "decode_tokens", "context_tokens",
+                 "padding_tokens")
+
+    def __init__(self, n: int, dctx: int):
+        self.set_seqs = n
+        self.items = ()
+        self.num_seqs = self.decode_tokens = n
+        self.prefill_tokens = self.padding_tokens = 0
+        self.context_tokens = dctx
+
+
+__all__ = ["Replica", "KeyedQueue", "take_from", "waiting_queue"]

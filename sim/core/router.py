@@ -13,6 +13,8 @@ class _RoundRobin:
     state, so it can say ahead of time which request a replica gets next (``routings_until``:
     the fast engine plans its runs of decode steps up to that request's arrival)."""
 
+    reads_state = False
+
     def __init__(self):
         self.count = 0
 
@@ -30,11 +32,20 @@ def round_robin(rng=None):
     return _RoundRobin()
 
 
-def random(rng):
-    def route(replicas, request) -> int:
-        return int(rng.integers(len(replicas)))
+class _Random:
+    """A replica drawn uniformly at random."""
 
-    return route
+    reads_state = False
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def __call__(self, replicas, request) -> int:
+        return int(self.rng.integers(len(replicas)))
+
+
+def random(rng):
+    return _Random(rng)
 
 
 def _argmin(replicas, load) -> int:
@@ -86,3 +97,10 @@ ROUTERS = {
     "least_kv_usage": least_kv_usage,
     "prefix_aware": prefix_aware,
 }
+
+
+def make_router(name: str, rng):
+    """A fresh router for one run: ``name`` from ``ROUTERS`` (or a plug-in, ``servesim.plugins``)."""
+    from servesim.plugins import resolve
+
+    return resolve("router", name)(rng)

@@ -1,0 +1,65 @@
+"""Plain data of the engine's fast path: a run of decode-only steps in flight, the cost row it hands
+the recorder, and exact event times."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+
+class Cost(NamedTuple):  # what Recorder.step reads of a StepCost
+    time_s: float
+    flops: float
+    bytes: float
+    bound: str
+
+
+class Run:
+    """A run of decode-only steps in flight (``Replica._macro``), from ``t0``. Per planned step i:
+    its end (step i starts when step i - 1 ends) and the KV blocks grown by steps 0..i (``cum``);
+    per segment of steps with the same members, ``segs``: (first step, steps, sequences, KV
+    tokens the first step touches: sum of c + 1; each later step touches n more). ``K`` steps
+    planned, ``done`` settled (ended and committed), ``grown`` started (KV taken), ``sp``
+    segments wholly settled. ``pn``, ``psum``, ``pcnt``: members, their sum of computed tokens
+    and block-growth counts after the planned steps; ``dep``: (step, request) of members
+    completing at the end of that step (bulk mode), ``dp`` how many of them are settled; ``new``:
+    members whose first gap is their own; ``stop``: the run ends after its last planned step (a
+    request arrives during it); ``fold``: step 0 is an admission step, (batch, cost, items,
+    members before it)."""
+
+    __slots__ = ("S0", "t0", "K", "done", "grown", "ends", "cum", "segs", "sp", "pn", "psum", "pcnt", "dep",
+                 "dp", "new", "fin", "fin_at", "stop", "fold")
+
+    def __init__(self, S0, t0, n, sum_c, cnt, new):
+        self.S0, self.t0, self.pn, self.psum, self.pcnt, self.new = S0, t0, n, sum_c, cnt, new
+        self.K = self.done = self.grown = self.dp = self.sp = 0
+        self.ends, self.cum, self.segs, self.dep = [], [], [], []
+        self.fin = False
+        self.fin_at = -1
+        self.stop = False  # plan no further: the run ends after its last planned step
+        self.fold = None
+
+    def dctx(self, i: int) -> int:
+        """KV tokens step ``i`` touches (sum of c + 1)."""
+        for i0, m, n, d0 in self.segs:
+            if i0 <= i < i0 + m:
+                return d0 + n * (i - i0)
+        raise IndexError(i)
+
+    def last_step_s(self) -> float:
+        """The duration of the last planned step (near enough: an estimate for sizing plans)."""
+        K = self.K
+        return self.ends[K - 1] - (self.ends[K - 2] if K > 1 else self.t0)
+
+
+def delay_to(now: float, t: float) -> float:
+    """A delay ``d`` with ``now + d == t`` in floating point, so that a SimPy timeout (scheduled at
+    ``now + delay``) fires at exactly ``t``: the end of a run is a running sum of step times, as the
+    step-by-step engine accumulates them, and ``t - now`` alone can land an ulp away."""
+    d = t - now
+    for _ in range(8):
+        x = now + d
+        if x == t:
+            break
+        d = math.nextafter(d, math.inf if x < t else -math.inf)
+    return d if d > 0.0 else 0.0

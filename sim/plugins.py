@@ -1,0 +1,87 @@
+"""Where policy and router names come from: the one list the schema, the CLI's "did you mean" and
+the tests read.
+
+A name is, in order: a packaged entry of ``servesim.policies.POLICIES`` / ``servesim.core.router.
+ROUTERS``; a name another installed package registers under the entry-point group
+``servesim.policies`` / ``servesim.routers`` (``[project.entry-points."servesim.policies"]
+sjf = "mypkg.sjf:ShortestJobFirst"``); or ``module:attribute``, imported from the Python path
+(the working directory included), e.g. ``policy.name: my_policies:ShortestJobFirst``.
+
+What a name resolves to is a factory: for a policy, ``factory(config, model) -> Policy`` (a class
+with a ``from_config`` classmethod is called through it: ``ContinuousPolicy`` subclasses inherit
+one), for a router ``factory(rng) -> router``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from importlib import metadata
+
+from servesim.errors import InputError, did_you_mean
+
+KINDS = {"policy": "servesim.policies", "router": "servesim.routers"}
+
+
+def _packaged(kind: str) -> dict:
+    if kind == "policy":
+        from servesim.policies import POLICIES
+
+        return POLICIES
+    from servesim.core.router import ROUTERS
+
+    return ROUTERS
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_points(kind: str) -> dict:
+    try:
+        return {ep.name: ep for ep in metadata.entry_points(group=KINDS[kind])}
+    except Exception:  # a broken third-party distribution must not stop every run
+        return {}
+
+
+def names(kind: str) -> list[str]:
+    """Every registered name of ``kind`` ("policy" | "router"): packaged, then installed plug-ins."""
+    return list(_packaged(kind)) + [n for n in _entry_points(kind) if n not in _packaged(kind)]
+
+
+def _load(spec: str, what: str):
+    module, _, attr = spec.partition(":")
+    try:
+        obj = importlib.import_module(module)
+    except ImportError as e:
+        raise InputError(f"{what}: cannot import module {module!r} ({e})") from None
+    except Exception as e:  # the user's module raised while importing: say so, no traceback
+        raise InputError(f"{what}: importing {module!r} failed: {type(e).__name__}: {e}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise InputError(f"{what}: module {module!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise InputError(f"{what}: {spec!r} is not a class or a function")
+    return obj
+
+
+def resolve(kind: str, name: str, where: str | None = None):
+    """The factory ``name`` stands for (see the module docstring); ``where`` names the field for
+    errors (default ``policy.name`` / ``cluster.router``)."""
+    where = where or ("policy.name" if kind == "policy" else "cluster.router")
+    packaged = _packaged(kind)
+    if name in packaged:
+        return packaged[name]
+    eps = _entry_points(kind)
+    if name in eps:
+        try:
+            obj = eps[name].load()
+        except Exception as e:
+            raise InputError(f"{where}: the plug-in {name!r} ({eps[name].value}) failed to load: "
+                             f"{type(e).__name__}: {e}") from None
+    elif ":" in name:
+        obj = _load(name, where)
+    else:
+        raise InputError(f"{where}: {name!r} is not valid;{did_you_mean(name, names(kind))} "
+                         "(or module:Class)")
+    if kind == "policy" and hasattr(obj, "from_config"):
+        return obj.from_config
+    return obj
