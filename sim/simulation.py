@@ -146,6 +146,10 @@ class Results:
     tbt: WeightedSample  # every gap between consecutive tokens (``tbt_s`` spells them out)
     kv_blocks_in_use: list  # per replica, at the end of the run (0 when every request ended)
     queue_samples: list  # (time_s, replica, waiting, running) when sampling was asked for
+    # what took the engine's fast path, per pool, summed over its replicas (``Replica.stats``):
+    # steps committed one by one, those with the decode set scheduled as one aggregate, runs of
+    # decode steps and the steps inside them
+    engine_stats: dict = dataclasses.field(default_factory=dict)
 
     @property
     def tbt_s(self) -> np.ndarray:
@@ -343,4 +347,9 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     summary["profile"] = profile_summary(summary, steps, cluster.infos, [pools[i.pool].cost_model for i in cluster.infos],
                                          pools.get("decode", setup.pools[0]).max_num_seqs)
     summary["wall_time_s"] = time.perf_counter() - wall0
-    return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples)
+    engine_stats = {}
+    for r in replicas:
+        pool = engine_stats.setdefault(r.pool, dict.fromkeys(r.stats, 0))
+        for k, v in r.stats.items():
+            pool[k] += v
+    return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples, engine_stats)

@@ -1,5 +1,10 @@
 """The fast engine computes what the reference (plain step-by-step) engine computes: the same
-requests.csv, steps and summary, on every policy and feature (issue 8).
+requests.csv, steps and summary, on every policy and feature.
+
+Both are one engine (``servesim.core.replica``); the fast one keeps decoding requests as one
+aggregate and fast-forwards runs of steady decode steps. Each comparison also checks that the
+fast path was taken where it applies (``Results.engine_stats``): otherwise it would compare the
+reference with itself.
 
 Times are compared to 1e-9 relative (the fast engine keeps them bit for bit today, but the
 contract allows the last bits to differ); counts and statuses exactly.
@@ -43,9 +48,47 @@ def assert_columns_equal(x: dict, y: dict, what: str):
             assert (a == b).all(), f"{what}.{k}"
 
 
+def fast_path_expected(sc, ref) -> dict:
+    """What the fast engine must have done, from the scenario and the reference run: per pool,
+    whether the decode set must have been scheduled as one aggregate and whether runs of decode
+    steps must have happened (None: not asserted)."""
+    pol = sc.policy
+    aggregating = pol.spec is None  # (speculative decoding: each sequence's accepted tokens vary)
+    inner = {"prefill": pol.prefill.policy, "decode": pol.decode.policy} if pol.name == "pd_split" else \
+        {"colocated": pol.name}
+    st = ref.steps
+    decode_only = (st["decode_tokens"] > 0) & (st["prefill_tokens"] == 0)
+    out = {}
+    for pool, name in inner.items():
+        agg = aggregating and name in ("continuous", "chunked_prefill") and pool != "prefill"
+        # a decode-only step in the reference: every running request decoded, so they were all in
+        # the decode set (it forms after every step)
+        out[pool] = {"set_steps": agg and bool(decode_only.any()),
+                     # steady decode-only stretches run as runs, except on pipelined virtual engines
+                     "runs": (agg and sc.hardware.pp == 1 and int(decode_only.sum()) >= 50) or None}
+    return out
+
+
+def assert_fast_path(sc, fast, ref) -> bool:
+    """The fast path was taken wherever it applies; returns whether it was taken at all."""
+    want = fast_path_expected(sc, ref)
+    assert set(ref.engine_stats) <= set(want)
+    for pool, got in ref.engine_stats.items():
+        assert got["set_steps"] == got["runs"] == got["run_steps"] == 0, f"the reference took a fast path in {pool}"
+    used = False
+    for pool, stats in fast.engine_stats.items():
+        if want[pool]["set_steps"]:
+            assert stats["set_steps"] + stats["run_steps"] > 0, f"{pool}: the decode set was never aggregated"
+        if want[pool]["runs"]:
+            assert stats["runs"] > 0 and stats["run_steps"] > 0, f"{pool}: no run of decode steps"
+        used |= stats["set_steps"] + stats["run_steps"] > 0
+    return used
+
+
 def run_both(sc, sp=None):
     fast = simulate(sc, specs=sp, engine="fast")
     ref = simulate(sc, specs=sp, engine="reference")
+    fast.fast_path_used = assert_fast_path(sc, fast, ref)
     assert_columns_equal(fast.requests, ref.requests, "requests")
     # steps: the same rows; rows of different replicas ending at the very same time may be listed
     # in another order
@@ -110,6 +153,12 @@ CASES = {
 }
 
 
+# cases whose fast engine runs step by step, like the reference: speculative decoding (accepted
+# tokens differ per sequence, so decoding requests are never one aggregate) and static batching
+# (no decode set: its padded slots are priced per step)
+STEP_BY_STEP = {"spec", "static"}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fast_engine_matches_reference(case):
     kw = {**SMALL, **CASES[case]}
@@ -119,6 +168,7 @@ def test_fast_engine_matches_reference(case):
     sc = make_scenario(**kw)
     fast, ref = run_both(sc)
     assert fast.summary["completed"] + fast.summary["unfinished"] + fast.summary["rejected"] > 0
+    assert fast.fast_path_used == (case not in STEP_BY_STEP), case
     if case in ("recompute", "swap", "chunked_tight"):
         assert ref.summary["preemptions"] > 0  # the case exercises what it says
 
@@ -131,13 +181,17 @@ def test_prefix_groups_match():
                       rng.integers(1, 200, n).tolist()))
     sp = dataclasses.replace(specs(rows), prefix_group=np.arange(n, dtype=np.int64) % 3,
                              prefix_tokens=np.full(n, 64, dtype=np.int64))
-    run_both(sc, sp)
+    fast, ref = run_both(sc, sp)
+    assert fast.fast_path_used and fast.summary["kv"]["prefix_cache_hit_tokens"] > 0
 
 
 request_rows = st.lists(
     st.tuples(st.floats(0, 5, allow_nan=False), st.integers(1, 1500), st.integers(1, 200)),
     min_size=1, max_size=30,
 )
+
+
+FAST_PATH_EXAMPLES = []  # per example of the property test below: whether the fast path was taken
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -160,7 +214,18 @@ def test_fast_engine_matches_reference_anywhere(rows, max_num_seqs, budget, bloc
         rows = [r for r in rows if r[0] < duration]
         if not rows:
             return
-    run_both(make_scenario(**kw), specs(rows))
+    fast, _ = run_both(make_scenario(**kw), specs(rows))
+    FAST_PATH_EXAMPLES.append(fast.fast_path_used)
+
+
+def test_the_property_test_exercised_the_fast_path():
+    """Every example where the fast path applies took it (asserted in each, above), and they are
+    a good share of the examples: the property test compares two code paths, not the reference
+    with itself. (The others: static batching and speculative decoding, which run step by step
+    in both engines, and examples too small to decode.)"""
+    if not FAST_PATH_EXAMPLES:
+        pytest.skip("runs after test_fast_engine_matches_reference_anywhere (not selected)")
+    assert sum(FAST_PATH_EXAMPLES) >= 0.3 * len(FAST_PATH_EXAMPLES), FAST_PATH_EXAMPLES
 
 
 @settings(max_examples=200, deadline=None)
