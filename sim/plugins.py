@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+import sys
 from importlib import metadata
 
 from servesim.errors import InputError, did_you_mean
@@ -48,6 +50,11 @@ def names(kind: str) -> list[str]:
 
 def _load(spec: str, what: str):
     module, _, attr = spec.partition(":")
+    # the working directory is where a user keeps their own policies (the ``servesim`` script's
+    # sys.path starts at its own folder, not there)
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)
     try:
         obj = importlib.import_module(module)
     except ImportError as e:

@@ -339,7 +339,13 @@ MAX_REPLICAS = 100_000  # each replica is a scheduler with its own KV pool: far 
 @dataclass(frozen=True)
 class Cluster:
     replicas: int = _f(1, gt=0, le=MAX_REPLICAS)
-    router: Literal["round_robin", "random", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"] = "round_robin"
+    router: str = _f("round_robin", doc="a router of servesim.core.router.ROUTERS, an installed plug-in, or "
+                                        "module:Class (servesim.plugins)")
+
+    def check(self, path):
+        from servesim.plugins import resolve
+
+        resolve("router", self.router, f"{path}.router")
 
 
 @dataclass(frozen=True)
@@ -358,7 +364,7 @@ class Pool:
     replicas: int = _f(1, gt=0, le=MAX_REPLICAS)
     gpu: Optional[str] = None
     tp: Optional[int] = _f(None, gt=0)
-    policy: Literal["continuous", "chunked_prefill"] = "continuous"
+    policy: str = _f("continuous", doc="the pool's per-replica policy: a registered name or module:Class")
     max_num_seqs: Optional[int] = _f(None, gt=0)
     max_num_batched_tokens: Optional[int] = _f(None, gt=0)
 
@@ -376,7 +382,8 @@ class Link:
 
 @dataclass(frozen=True)
 class Policy:
-    name: Literal["continuous", "chunked_prefill", "static", "pd_split"] = "continuous"
+    name: str = _f("continuous", doc="continuous | chunked_prefill | static | pd_split (a deployment: two pools), "
+                                     "an installed plug-in, or module:Class (servesim.plugins)")
     max_num_seqs: int = _f(256, gt=0)
     max_num_batched_tokens: int = _f(8192, gt=0)
     preemption: Literal["recompute", "swap"] = "recompute"
@@ -390,6 +397,19 @@ class Policy:
     link: Link = field(default_factory=Link)
 
     def check(self, path):
+        from servesim.plugins import resolve
+        from servesim.policies import DEPLOYMENTS
+
+        if self.name not in DEPLOYMENTS:
+            resolve("policy", self.name, f"{path}.name")
+        else:
+            for side in ("prefill", "decode"):
+                inner = getattr(self, side).policy
+                where = f"{path}.{side}.policy"
+                if inner in DEPLOYMENTS or inner == "static":
+                    raise InputError(f"{where}: {inner!r} cannot run inside a P/D pool (a pool's replicas take "
+                                     "requests one step at a time: continuous, chunked_prefill or a plug-in)")
+                resolve("policy", inner, where)
         if self.spec is not None and self.name not in ("continuous", "chunked_prefill"):
             raise InputError(f"{path}.spec: speculative decoding works with continuous or chunked_prefill, "
                              f"not {self.name}")

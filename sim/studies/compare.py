@@ -36,19 +36,17 @@ def parse_rates(text: str | None) -> list[float]:
 
 
 def policy_names() -> list[str]:
-    """Valid ``policy.name`` values: the ``POLICIES`` registry plus the deployments the scenario
-    schema names (``pd_split`` is two pools of registered policies, not a registry entry)."""
-    import typing
+    """Registered ``policy.name`` values: the policies (``servesim.plugins.names``) plus the
+    deployments (``pd_split`` is two pools of registered policies, not a registry entry).
+    ``module:Class`` names are valid too."""
+    from servesim.plugins import names
+    from servesim.policies import DEPLOYMENTS
 
-    from servesim.policies import POLICIES
-    from servesim.inputs.scenario import Policy
+    return names("policy") + list(DEPLOYMENTS)
 
-    names = list(POLICIES)
-    hint = typing.get_type_hints(Policy).get("name")
-    for n in typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ():
-        if n not in names:
-            names.append(n)
-    return names
+
+def _known(name: str, names: list) -> bool:
+    return name in names or ":" in name
 
 
 def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
@@ -57,8 +55,8 @@ def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
 
     configs = []
     for name in [x.strip() for x in (policies or "").split(",") if x.strip()]:
-        if name not in POLICIES:
-            raise InputError(f"--policies: unknown policy {name!r};{did_you_mean(name, POLICIES)}")
+        if not _known(name, POLICIES):
+            raise InputError(f"--policies: unknown policy {name!r};{did_you_mean(name, POLICIES)} (or module:Class)")
         configs.append((name, {"policy.name": name}))
     for v in variants or []:
         label, *sets = v
@@ -72,8 +70,9 @@ def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
                 raise InputError(f"--variant {label}: {str(e).replace('--set ', '', 1)}") from None
             ov[".".join(parts)] = value
         name = ov.get("policy.name")
-        if name is not None and name not in POLICIES:
-            raise InputError(f"--variant {label}: unknown policy {name!r};{did_you_mean(str(name), POLICIES)}")
+        if name is not None and not _known(str(name), POLICIES):
+            raise InputError(f"--variant {label}: unknown policy {name!r};{did_you_mean(str(name), POLICIES)} "
+                             "(or module:Class)")
         configs.append((label, ov))
     labels = [c[0] for c in configs]
     if not configs:

@@ -1,0 +1,152 @@
+"""Extension points: policies and routers loaded by name, the README's own policy on the fast
+path, and the ``servesim`` namespace that a user's own files cannot shadow."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from servesim.errors import InputError
+from servesim.plugins import names, resolve
+from servesim.simulation import simulate
+from tests.conftest import make_scenario, specs
+from tests.test_engine_equivalence import run_both
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "shortest_prompt_first.py"
+
+
+@pytest.fixture
+def examples_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE.parent))
+
+
+def test_readme_shows_the_example_policy_as_it_is():
+    readme = (ROOT / "README.md").read_text()
+    code = EXAMPLE.read_text()
+    body = code[code.index("from dataclasses"):].strip()
+    assert body in readme, "README's 'Write your own policy' must show examples/shortest_prompt_first.py"
+
+
+def test_shortest_prompt_first_admits_short_prompts_first_on_the_fast_path(examples_on_path):
+    # everything arrives at once, one sequence at a time: service order is prompt order
+    rows = [(0.0, p, 5) for p in (900, 100, 500, 300, 700)]
+    sc = make_scenario(**{"policy.name": "shortest_prompt_first:ShortestPromptFirst", "policy.max_num_seqs": 1})
+    res = simulate(sc, specs=specs(rows))
+    order = np.argsort(res.requests["scheduled_s"], kind="stable")
+    assert res.requests["prompt_tokens"][order].tolist() == [100, 300, 500, 700, 900]
+    stats = res.engine_stats["colocated"]
+    assert stats["set_steps"] + stats["run_steps"] > 0
+
+
+def test_shortest_prompt_first_matches_the_reference_engine(examples_on_path):
+    rng = np.random.default_rng(3)
+    n = 300
+    rows = sorted(zip(np.cumsum(rng.exponential(0.05, n)).tolist(), rng.integers(50, 2000, n).tolist(),
+                      rng.integers(2, 300, n).tolist()))
+    sc = make_scenario(**{"policy.name": "shortest_prompt_first:ShortestPromptFirst",
+                          "memory.num_gpu_blocks": 500, "policy.max_num_seqs": 32})
+    fast, ref = run_both(sc, specs(rows))
+    assert fast.fast_path_used and ref.summary["preemptions"] > 0
+    # a request can overtake an earlier, longer one in the queue
+    fcfs = simulate(make_scenario(**{"memory.num_gpu_blocks": 500, "policy.max_num_seqs": 32}), specs=specs(rows))
+    assert not np.array_equal(np.argsort(fast.requests["scheduled_s"], kind="stable"),
+                              np.argsort(fcfs.requests["scheduled_s"], kind="stable"))
+
+
+class OneAtATime:
+    """A policy written from scratch without the aggregate: it reads ``state.running`` (every
+    running request) and runs one request at a time to its end. The engine dissolves its decode
+    set for it; results equal the reference engine's."""
+
+    @classmethod
+    def from_config(cls, cfg, model):
+        return cls()
+
+    def admission_error(self, prompt_tokens, max_tokens, kv=None):
+        return None
+
+    def next_batch(self, state):
+        from servesim.core.batch import make_batch
+
+        if state.running:
+            r = state.running[0]
+            return make_batch([(r, r.num_tokens - r.num_computed_tokens)])
+        if state.waiting:
+            r = state.waiting[0]
+            return make_batch([(r, r.prompt_tokens)], admitted=[r])
+        return make_batch(())
+
+
+class FirstReplica:
+    reads_state = False
+
+    def __init__(self, rng):
+        pass
+
+    def __call__(self, replicas, request):
+        return 0
+
+
+def test_a_policy_and_a_router_from_any_module():
+    sc = make_scenario(**{"policy.name": f"{__name__}:OneAtATime", "cluster.replicas": 2,
+                          "cluster.router": f"{__name__}:FirstReplica"})
+    fast, ref = run_both(sc)
+    assert fast.summary["completed"] == 50
+    assert set(fast.requests["replica"].tolist()) == {0}
+    assert fast.summary["utilization"]["mean_batch_size"] == 1.0
+
+
+def test_names_come_from_one_registry_and_bad_ones_say_what_is_valid():
+    assert {"continuous", "chunked_prefill", "static"} <= set(names("policy"))
+    assert {"round_robin", "least_kv_usage"} <= set(names("router"))
+    with pytest.raises(InputError, match="did you mean 'chunked_prefill'"):
+        make_scenario(**{"policy.name": "chunked"})
+    with pytest.raises(InputError, match="cluster.router.*least_kv_usage"):
+        make_scenario(**{"cluster.router": "least_kv"})
+    with pytest.raises(InputError, match="cannot import module 'no_such_module_xyz'"):
+        make_scenario(**{"policy.name": "no_such_module_xyz:Policy"})
+    with pytest.raises(InputError, match="has no attribute 'Nope'"):
+        resolve("policy", f"{__name__}:Nope")
+    # P/D pools take any per-replica policy, plug-ins included, but not static or a deployment
+    sc = make_scenario(**{"policy.name": "pd_split", "policy.decode": {"policy": f"{__name__}:OneAtATime"}})
+    assert sc.policy.decode.policy.endswith("OneAtATime")
+    with pytest.raises(InputError, match="policy.prefill.policy: 'static' cannot run inside a P/D pool"):
+        make_scenario(**{"policy.name": "pd_split", "policy.prefill": {"policy": "static"}})
+
+
+def test_a_users_own_policies_plots_and_scenarios_shadow_nothing(tmp_path):
+    """A working directory with its own ``policies.py``, ``plots.py``, ``sim.py`` and
+    ``scenarios/`` (which once broke ``from sim.simulate import simulate`` and replaced the
+    packaged scenarios): the API and the command still use servesim's own."""
+    for name in ("policies.py", "plots.py", "sim.py"):
+        (tmp_path / name).write_text("raise ImportError('a user module, not servesim')\n")
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "default.yaml").write_text("this: is not a servesim scenario\n")
+    code = textwrap.dedent("""
+        import servesim
+        res = servesim.simulate(servesim.load_scenario(None, ["workload.num_requests=20"]))
+        print(res.summary["scenario"], res.summary["completed"])
+    """)
+    env = {**os.environ, "PYTHONPATH": ""}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["default-llama3-8b-h100", "20"]
+    cli = subprocess.run([sys.executable, "-m", "servesim", "run", "--quiet", "--out", "o",
+                          "--set", "workload.num_requests=20"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert cli.returncode == 0, cli.stderr
+    assert "scenario default-llama3-8b-h100: 20 requests" in cli.stdout
+
+
+def test_version_and_public_api():
+    import servesim
+
+    assert servesim.__version__.count(".") == 2
+    for name in ("load_scenario", "simulate", "Results", "Policy", "ReplicaState", "make_batch", "ContinuousPolicy"):
+        assert getattr(servesim, name) is not None
+    with pytest.raises(AttributeError):
+        servesim.no_such_thing  # noqa: B018
