@@ -19,8 +19,7 @@ def decode_room(replica) -> int:
     requests preempted there (waiting, holding no KV) need to come back, less one spare block so
     that requests holding their KV can always take their next token's block. Without this,
     hand-offs could fill the replica with requests queued behind one that can never fit again."""
-    kv = replica.kv
-    return kv.num_free - sum(kv.blocks_for(r.num_tokens) for r in replica.waiting) - 1
+    return replica.kv.num_free - replica.waiting_blocks - 1
 
 
 def pick_decode_replica(replicas, blocks_needed: int) -> int | None:

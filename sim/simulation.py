@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import time
@@ -49,9 +50,15 @@ class PoolSetup:
     overhead_source: str = "v0"  # where the per-step overhead came from (``step_overheads``)
 
     def make_policy(self):
+        """A fresh policy for one replica (a policy may keep state between its steps)."""
+        factory, cfg = self._policy_factory
+        return factory(cfg, self.cost_model.model)
+
+    @functools.cached_property
+    def _policy_factory(self):
         cfg = dataclasses.replace(self.policy_cfg, max_num_seqs=self.max_num_seqs,
                                   max_num_batched_tokens=self.max_num_batched_tokens)
-        return resolve("policy", self.policy_name)(cfg, self.cost_model.model)
+        return resolve("policy", self.policy_name), cfg
 
 
 @dataclass(frozen=True)

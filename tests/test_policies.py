@@ -171,6 +171,7 @@ class _Rep:
         self.kv = BlockAllocator(100, 16)
         self.kv.num_empty = free
         self.waiting = deque(waiting)
+        self.waiting_blocks = sum(self.kv.blocks_for(r.num_tokens) for r in waiting)
 
 
 def test_decode_replica_is_the_one_with_most_free_kv_that_fits():

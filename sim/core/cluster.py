@@ -83,6 +83,8 @@ class Cluster:
         self.route = make_router(sc.cluster.router, np.random.default_rng([seed, 2]))
         # a router that reads replicas' counters or KV needs them brought up to date at each arrival
         self._settle_on_submit = fast and getattr(self.route, "reads_state", True)
+        if hasattr(self.route, "watch"):
+            self._watch_loads()
         self.pending: deque = deque()  # (request, prefill replica, streamed_s) waiting for decode-side room
         self._stream = sc.policy.link.overlap  # layer-wise KV streaming during the last prefill step
         # upcoming arrival times (open-loop workloads; set by simulate) and the index of the next
@@ -99,6 +101,29 @@ class Cluster:
             self._decode_blocks = min(r.kv.num_blocks for r in self.decode)
             for r in self.decode:
                 r.after_free = self._retry_handoffs
+
+    def _watch_loads(self) -> None:
+        """Replicas tell the router when they change (``Replica.watch``), so it re-reads only
+        those; with ``holders``, which replicas cache each prefix group's first block."""
+        changed: set = set()
+        holders: dict = {}  # group -> {position: engines of it caching the block}
+        for pos, grp in enumerate(self.entry):
+            for e in grp.engines if isinstance(grp, VirtualEngines) else [grp]:
+                e.watch, e.watch_key = changed, pos
+                if hasattr(self.route, "holders"):
+                    e.kv.on_prefix = functools.partial(self._prefix_moved, holders, pos)
+        self.route.watch(self.entry, changed)
+        if hasattr(self.route, "holders"):
+            self.route.holders = holders
+
+    @staticmethod
+    def _prefix_moved(holders: dict, pos: int, group: int, delta: int) -> None:
+        at = holders.setdefault(group, {})
+        n = at.get(pos, 0) + delta
+        if n:
+            at[pos] = n
+        else:
+            del at[pos]
 
     def _next_arrival_s(self, i: int) -> float:
         """When the next request routed to ``self.entry[i]`` arrives (inf if none is known)."""
@@ -186,6 +211,8 @@ class Cluster:
                 yield self.env.timeout(transfer_time_s(kv_bytes, *self.setup.link, streamed_s,
                                                        pool.cost_model.model.num_layers))
         src.kv.release(token)
+        if src.watch is not None:
+            src.watch.add(src.watch_key)
         src.wake()  # freed prefill-side blocks may let it admit more
         req.kv_transfer_s = self.env.now - req.first_token_s
         self.rec.kv_transfer_bytes += kv_bytes

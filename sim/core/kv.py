@@ -99,7 +99,7 @@ class BlockAllocator:
     ``free(req)`` unmaps all of its blocks. ``num_used + num_free == num_blocks`` always.
     """
 
-    __slots__ = ("block_size", "num_blocks", "num_empty", "caching", "cache", "evictable")
+    __slots__ = ("block_size", "num_blocks", "num_empty", "caching", "cache", "evictable", "on_prefix")
 
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
         self.block_size = block_size
@@ -108,6 +108,9 @@ class BlockAllocator:
         self.caching = prefix_caching
         self.cache: dict = {}  # (group, j) -> number of requests mapping it
         self.evictable: OrderedDict = OrderedDict()  # cached keys nobody maps, least recently freed first
+        # on_prefix(group, +1 / -1): the first block of a prefix group entered / left the cache
+        # (the cluster keeps which replicas can hold a prefix, for prefix-aware routing)
+        self.on_prefix = None
 
     @property
     def num_free(self) -> int:
@@ -157,6 +160,8 @@ class BlockAllocator:
         for _ in range(n - take):
             key, _ = self.evictable.popitem(last=False)
             del self.cache[key]
+            if key[1] == 0 and self.on_prefix is not None:
+                self.on_prefix(key[0], -1)
 
     def grow(self, req, tokens: int) -> bool:
         target = -(-tokens // self.block_size)
@@ -183,6 +188,8 @@ class BlockAllocator:
                     if rc is None:
                         self.take(1)
                         self.cache[key] = 1
+                        if j == 0 and self.on_prefix is not None:
+                            self.on_prefix(g, 1)
                     else:
                         if rc == 0:
                             del self.evictable[key]

@@ -89,6 +89,10 @@ class VirtualEngines:
     def waiting(self) -> list:
         return [r for e in self.engines for r in e.waiting]
 
+    @property
+    def waiting_blocks(self) -> int:
+        return sum(e.waiting_blocks for e in self.engines)
+
 
 class _KvView:
     """The engines' KV allocators added up (what ``least_kv_usage`` and ``prefix_aware`` read)."""

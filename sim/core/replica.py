@@ -105,16 +105,6 @@ def waiting_queue(policy):
     return deque() if key is None else KeyedQueue(key)
 
 
-def take_from(landed: deque, waiting, r) -> None:
-    """Remove an admitted request from the landed queue (P/D decode side) or the waiting queue."""
-    if landed and landed[0] is r:
-        landed.popleft()
-    elif waiting[0] is r:
-        waiting.popleft()
-    else:
-        waiting.remove(r)  # a policy admitting out of queue order
-
-
 class Replica:
     """``role``: "colocated" (prefill and decode here), "prefill" (hand requests off after their
     first token via ``handoff(req, replica)``) or "decode" (requests arrive with their prompt's KV).
@@ -151,6 +141,11 @@ class Replica:
         self.swapped: deque = deque()
         self.landed: deque = deque()  # P/D decode side: requests holding KV that just arrived
         self.outstanding_tokens = 0  # prompt + output so far, over unfinished requests here
+        self.waiting_blocks = 0  # KV blocks the waiting requests' tokens will need (routers read it)
+        # routers that read state re-read a replica only when it changed: ``watch`` (the cluster's
+        # set of changed positions) gets ``watch_key`` whenever counters, queues or KV move
+        self.watch: set | None = None
+        self.watch_key = index
         self._blocked_since = None  # when a decision last left the head of the queue out for budget
         self._blocked_ids: set = set()
         self.pipeline = pipeline
@@ -211,14 +206,31 @@ class Replica:
             self.recorder.reject(req, reason)
             return
         self.waiting.append(req)
+        self.waiting_blocks += self.kv.blocks_for(req.num_tokens)
         self.outstanding_tokens += req.prompt_tokens
+        if self.watch is not None:
+            self.watch.add(self.watch_key)
         self.wake()
 
     def accept_prefilled(self, req) -> None:
         """A request whose KV (already mapped on this replica's allocator) has just landed."""
         self.landed.append(req)
         self.outstanding_tokens += req.num_tokens
+        if self.watch is not None:
+            self.watch.add(self.watch_key)
         self.wake()
+
+    def _take_from_queue(self, r) -> None:
+        """Remove an admitted request from the landed queue (P/D decode side) or the waiting queue."""
+        landed, waiting = self.landed, self.waiting
+        if landed and landed[0] is r:
+            landed.popleft()
+            return
+        if waiting[0] is r:
+            waiting.popleft()
+        else:
+            waiting.remove(r)  # a policy admitting out of queue order
+        self.waiting_blocks -= self.kv.blocks_for(r.num_tokens)
 
     def wake(self) -> None:
         if self._interruptible:
@@ -326,6 +338,8 @@ class Replica:
     def _apply(self, batch: Batch, now: float) -> float:
         """Apply the decision; return the seconds spent copying KV to/from host memory."""
         running, waiting, kv = self.running, self.waiting, self.kv
+        if self.watch is not None:
+            self.watch.add(self.watch_key)
         swap_bytes = 0.0
         if batch.preempted:
             n = len(batch.preempted)
@@ -347,6 +361,7 @@ class Replica:
                     kv.free(r)
                     r.num_computed_tokens = 0
                     waiting.appendleft(r)
+                    self.waiting_blocks += kv.blocks_for(r.num_tokens)
             if self.after_free is not None:
                 self.after_free()
         # Prefix-cache hits are mapped before any allocation so no eviction can take them.
@@ -365,7 +380,7 @@ class Replica:
             self.recorder.swap_in_bytes += r.swapped_blocks * self.swap_block_bytes
             r.swapped_blocks = 0
         for r in batch.admitted:
-            take_from(self.landed, waiting, r)
+            self._take_from_queue(r)
             running.append(r)
             if isnan(r.scheduled_s):
                 r.scheduled_s = now
@@ -433,6 +448,8 @@ class Replica:
     def _commit(self, batch, cost, start: float, extra_s: float = 0.0) -> None:
         now = self.env.now
         rec = self.recorder
+        if self.watch is not None:
+            self.watch.add(self.watch_key)  # (again below: a completion's hook may route mid-commit)
         self.stats["steps"] += 1
         finished = False
         if batch.set_seqs:
@@ -471,6 +488,8 @@ class Replica:
             gone = {id(r) for r in handed}
             self.running[:] = [r for r in self.running if id(r) not in gone]
             self._hand_off(handed, start)
+        if self.watch is not None:
+            self.watch.add(self.watch_key)
         rec.step(self.index, start, cost, batch, self.kv.num_used, extra_s)
 
     def _commit_set(self, n: int, now: float) -> bool:
@@ -652,9 +671,12 @@ class Replica:
         needs = np.asarray(cnt, dtype=np.int64)[(S + np.arange(K)) % bs]
         return int(np.searchsorted(np.cumsum(needs), free, side="right"))
 
-    def _at(self, t: float):
-        """A timeout that fires at exactly ``t``."""
-        return self.env.timeout(delay_to(self.env.now, t))
+    def _until(self, t: float):
+        """Wait until exactly ``t`` (SimPy generator; one timeout, rarely two: ``delay_to``)."""
+        env = self.env
+        yield env.timeout(delay_to(env.now, t))
+        if env.now < t:
+            yield env.timeout(t - env.now)
 
     def _macro(self, n: int, K: int, fold=None):
         """Run up to K decode-only steps of the decode set, as few timeouts (step times are
@@ -709,6 +731,8 @@ class Replica:
             self._plan(run, min(K, chunk), start, self.kv.num_empty, t_stop)
             self.kv.num_empty -= run.cum[0]  # the first step's KV (as settle(start) takes it)
             run.grown = 1
+            if self.watch is not None:
+                self.watch.add(self.watch_key)
         elif t0 > t_stop:
             run.stop = True
         elif run.pn:
@@ -719,7 +743,7 @@ class Replica:
             last = ends[run.K - 1]
             self._interruptible = True  # wake() interrupts the wait (cheaper than ev | wake)
             try:
-                yield self._at(last)
+                yield from self._until(last)
                 woken = False
             except Interrupt:
                 woken = True
@@ -729,7 +753,7 @@ class Replica:
                 j = run.done  # the step in flight
                 if j + 1 < run.K:
                     self._truncate(run, j + 1)
-                yield self._at(ends[j])
+                yield from self._until(ends[j])
                 break
             if run.K >= K or not run.pn or run.stop:
                 break
@@ -870,11 +894,15 @@ class Replica:
             kv.num_empty -= cum[g - 1] - (cum[grown - 1] if grown else 0)
             assert kv.num_empty >= 0, "a run of decode steps grew more KV than is free"
             run.grown = grown = g
+            if self.watch is not None:
+                self.watch.add(self.watch_key)
         e = find(ends, now, 0, K)
         if run.fin and e > K - 1:
             e = K - 1
         if e <= done:
             return
+        if self.watch is not None:
+            self.watch.add(self.watch_key)
         rec = self.recorder
         last = self._t_last  # the end of the step before ``done``: the gap's other end
         tokens = 0
@@ -976,4 +1004,4 @@ class _SetBatch:
         self.context_tokens = dctx
 
 
-__all__ = ["Replica", "KeyedQueue", "take_from", "waiting_queue"]
+__all__ = ["Replica", "KeyedQueue", "waiting_queue"]

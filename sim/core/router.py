@@ -3,10 +3,19 @@
 A router sees only what a real load balancer could: the replicas' queues, counters and prefix
 caches, and the request's prompt (length, prefix group). ``ROUTERS`` maps a name to a factory
 ``factory(rng) -> router`` (each run gets a fresh router; ``rng`` is the run's numpy Generator
-for routing).
+for routing); ``servesim.plugins`` adds installed plug-ins and ``module:Class`` names.
+
+A router says what it reads with ``reads_state`` (False: its choice depends on nothing of the
+replicas, so the engine need not bring replicas in a run of decode steps up to date before
+asking it). One that picks the least loaded replica keeps the loads in a heap (``LeastLoaded``):
+the cluster marks a replica *changed* whenever its counters, queue or KV move, and a routing
+re-reads only the changed replicas, so it costs O(changed x log replicas), not O(replicas).
 """
 
 from __future__ import annotations
+
+import heapq
+
 
 class _RoundRobin:
     """Replica ``k mod n`` for the k-th request routed. Its choices do not depend on the replicas'
@@ -48,46 +57,101 @@ def random(rng):
     return _Random(rng)
 
 
-def _argmin(replicas, load) -> int:
-    """Index of the smallest load; ties go to the lowest index."""
-    best, best_load = 0, None
-    for i, r in enumerate(replicas):
-        x = load(r)
-        if best_load is None or x < best_load:
-            best, best_load = i, x
-    return best
+class LeastLoaded:
+    """The replica with the smallest ``load(replica)`` (ties: the lowest index).
+
+    ``changed``: the set of replica positions whose load may have moved since the last routing,
+    filled by the cluster (``Cluster`` hands it over with ``watch``); ``None`` until then, when
+    every call scans all replicas. Loads sit in a heap of (load, index, version); a routing
+    pushes the changed replicas' current loads and drops stale entries from the top."""
+
+    reads_state = True
+
+    def __init__(self, load):
+        self.load = load
+        self.changed: set | None = None
+        self._heap: list = []
+        self._version: list = []
+
+    def watch(self, replicas, changed: set) -> None:
+        """Start keeping the heap for ``replicas`` (positions in ``changed`` move)."""
+        self.changed = changed
+        self._version = [0] * len(replicas)
+        self._heap = [(self.load(r), i, 0) for i, r in enumerate(replicas)]
+        heapq.heapify(self._heap)
+        changed.clear()
+
+    def _refresh(self, replicas) -> None:
+        heap, version, load = self._heap, self._version, self.load
+        for i in self.changed:
+            v = version[i] + 1
+            version[i] = v
+            heapq.heappush(heap, (load(replicas[i]), i, v))
+        self.changed.clear()
+        while heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)
+        if len(heap) > 4 * len(version) + 64:  # mostly stale entries: rebuild
+            self._heap = [e for e in heap if e[2] == version[e[1]]]
+            heapq.heapify(self._heap)
+
+    def argmin(self, replicas) -> int:
+        if self.changed is None:
+            load = self.load
+            return min(range(len(replicas)), key=lambda i: (load(replicas[i]), i))
+        self._refresh(replicas)
+        return self._heap[0][1]
+
+    def __call__(self, replicas, request) -> int:
+        return self.argmin(replicas)
+
+
+def _outstanding(r) -> int:
+    return r.outstanding_tokens
 
 
 def least_outstanding_tokens(rng=None):
     """The replica with the fewest tokens in flight (prompt + output so far of its unfinished
     requests)."""
-    return lambda replicas, request: _argmin(replicas, lambda r: r.outstanding_tokens)
+    return LeastLoaded(_outstanding)
 
 
 def _kv_load(r) -> float:
     # blocks in use plus what its waiting requests will need: a replica with a long queue is busy
-    return (r.kv.num_used + sum(r.kv.blocks_for(q.num_tokens) for q in r.waiting)) / r.kv.num_blocks
+    return (r.kv.num_used + r.waiting_blocks) / r.kv.num_blocks
 
 
 def least_kv_usage(rng=None):
     """The replica whose KV cache (in use plus queued prompts) is least full."""
-    return lambda replicas, request: _argmin(replicas, _kv_load)
+    return LeastLoaded(_kv_load)
+
+
+class PrefixAware(LeastLoaded):
+    """Prefer replicas whose prefix cache holds the request's prefix (most cached blocks), then the
+    least outstanding tokens; requests without a prefix go to the least outstanding tokens.
+    ``holders`` (group -> positions of replicas caching its first block, kept by the cluster from
+    the allocators) limits the search to replicas that can hold the prefix; None: all of them."""
+
+    def __init__(self):
+        super().__init__(_outstanding)
+        self.holders: dict | None = None
+
+    def __call__(self, replicas, request) -> int:
+        if request.prefix_group >= 0:
+            cands = range(len(replicas)) if self.holders is None else sorted(self.holders.get(request.prefix_group, ()))
+            best, best_at = 0, []
+            for i in cands:
+                c = replicas[i].kv.cached_prefix_blocks(request)[0]
+                if c > best:
+                    best, best_at = c, [i]
+                elif c == best and c:
+                    best_at.append(i)
+            if best > 0:
+                return min(best_at, key=lambda i: (replicas[i].outstanding_tokens, i))
+        return self.argmin(replicas)
 
 
 def prefix_aware(rng=None):
-    """Prefer replicas whose prefix cache holds the request's prefix (most cached blocks), then the
-    least outstanding tokens; requests without a prefix go to the least outstanding tokens."""
-
-    def route(replicas, request) -> int:
-        if request.prefix_group >= 0:
-            cached = [r.kv.cached_prefix_blocks(request)[0] for r in replicas]
-            best = max(cached)
-            if best > 0:
-                holders = [i for i, c in enumerate(cached) if c == best]
-                return min(holders, key=lambda i: (replicas[i].outstanding_tokens, i))
-        return _argmin(replicas, lambda r: r.outstanding_tokens)
-
-    return route
+    return PrefixAware()
 
 
 ROUTERS = {

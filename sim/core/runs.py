@@ -53,13 +53,19 @@ class Run:
 
 
 def delay_to(now: float, t: float) -> float:
-    """A delay ``d`` with ``now + d == t`` in floating point, so that a SimPy timeout (scheduled at
-    ``now + delay``) fires at exactly ``t``: the end of a run is a running sum of step times, as the
-    step-by-step engine accumulates them, and ``t - now`` alone can land an ulp away."""
+    """The largest delay ``d`` with ``now + d <= t`` in floating point (SimPy schedules a timeout at
+    ``now + delay``): usually ``now + d == t`` exactly. Not always: with ``now`` of a finer binade
+    than ``t``, ties-to-even can skip ``t``; a second timeout from the landing point (within a
+    factor 2 of ``t``, where ``t - now`` is exact) then reaches it (``Replica._until``). The end of
+    a run is a running sum of step times, as the step-by-step engine accumulates them."""
     d = t - now
-    for _ in range(8):
-        x = now + d
-        if x == t:
+    for _ in range(4):
+        if now + d <= t:
             break
-        d = math.nextafter(d, math.inf if x < t else -math.inf)
+        d = math.nextafter(d, -math.inf)
+    for _ in range(4):
+        up = math.nextafter(d, math.inf)
+        if now + up > t or now + d == t:
+            break
+        d = up
     return d if d > 0.0 else 0.0

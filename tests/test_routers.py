@@ -1,0 +1,74 @@
+"""Routers that pick the least loaded replica keep the loads in a heap refreshed from the replicas
+that changed: at every routing the heap's choice must be what a scan of every replica picks."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from servesim.core import router as R
+from servesim.simulation import simulate
+from tests.conftest import make_scenario, specs
+from tests.test_engine_equivalence import CASES, SMALL, run_both
+
+CHECKED = []
+
+
+@pytest.fixture
+def checked_routing(monkeypatch):
+    """Every LeastLoaded routing also scans all replicas and must agree (and PrefixAware's
+    holders must name every replica caching the prefix)."""
+    heap_argmin = R.LeastLoaded.argmin
+
+    def argmin(self, replicas):
+        got = heap_argmin(self, replicas)
+        want = min(range(len(replicas)), key=lambda i: (self.load(replicas[i]), i))
+        assert got == want, (got, want)
+        CHECKED.append(got)
+        return got
+
+    monkeypatch.setattr(R.LeastLoaded, "argmin", argmin)
+    call = R.PrefixAware.__call__
+
+    def prefix_call(self, replicas, request):
+        if self.holders is not None and request.prefix_group >= 0:
+            have = {i for i, r in enumerate(replicas) if r.kv.cached_prefix_blocks(request)[0] > 0}
+            assert have <= set(self.holders.get(request.prefix_group, ())), have
+        return call(self, replicas, request)
+
+    monkeypatch.setattr(R.PrefixAware, "__call__", prefix_call)
+    CHECKED.clear()
+    yield CHECKED
+
+
+@pytest.mark.parametrize("case", ["replicas_lot", "replicas_kv", "duration_routers", "closed_loop", "pp_engines"])
+def test_heap_routing_picks_what_a_scan_picks(case, checked_routing):
+    kw = {k: v for k, v in {**SMALL, **CASES[case]}.items() if v is not None}
+    if case.startswith("duration"):
+        kw.pop("workload.num_requests", None)
+    run_both(make_scenario(**kw))
+    assert len(checked_routing) > 50
+
+
+def test_prefix_aware_routing_with_evictions(checked_routing):
+    sc = make_scenario(**{**SMALL, "policy.prefix_caching": True, "cluster.replicas": 3,
+                          "cluster.router": "prefix_aware", "memory.num_gpu_blocks": 300})
+    rng = np.random.default_rng(7)
+    n = 300
+    rows = sorted(zip(np.cumsum(rng.exponential(0.03, n)).tolist(), rng.integers(100, 900, n).tolist(),
+                      rng.integers(1, 100, n).tolist()))
+    sp = dataclasses.replace(specs(rows), prefix_group=rng.integers(0, 12, n).astype(np.int64),
+                             prefix_tokens=np.full(n, 96, dtype=np.int64))
+    fast, ref = run_both(sc, sp)
+    assert fast.summary["kv"]["prefix_cache_hit_tokens"] > 0
+    assert len(set(fast.requests["replica"].tolist())) == 3
+
+
+def test_least_kv_usage_counts_queued_prompts():
+    # all at once, nothing runs yet: each queued 160-token prompt adds 10 blocks to its replica's
+    # load, so the requests alternate (ties go to the lowest index)
+    sc = make_scenario(**{"cluster.replicas": 2, "cluster.router": "least_kv_usage",
+                          "workload.arrival": {"process": "all_at_once"}, "workload.num_requests": 20,
+                          "workload.prompt_tokens": {"dist": "fixed", "value": 160}})
+    res = simulate(sc)
+    assert res.requests["replica"].tolist() == [0, 1] * 10
