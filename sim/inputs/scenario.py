@@ -7,28 +7,19 @@ that reads files; the dataclasses themselves do no I/O.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
-import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 import yaml
 
-from servesim.errors import InputError, did_you_mean
-
-
-def _f(default=dataclasses.MISSING, *, gt=None, ge=None, le=None, lt=None, doc="", **kw):
-    """A dataclass field with bounds that ``build`` checks (gt: >, ge: >=, le: <=, lt: <)."""
-    meta = {"gt": gt, "ge": ge, "le": le, "lt": lt, "doc": doc}
-    if default is dataclasses.MISSING and "default_factory" not in kw:
-        return field(metadata=meta, **kw)
-    if "default_factory" in kw:
-        return field(metadata=meta, **kw)
-    return field(default=default, metadata=meta, **kw)
+from servesim.errors import InputError
+from servesim.inputs.overrides import apply_overrides
+from servesim.inputs.schema import build, read_mapping
+from servesim.inputs.schema import field_ as _f
 
 
 # ---------------------------------------------------------------- length distributions (tokens)
@@ -521,179 +512,8 @@ def _plain(x):
     return x
 
 
-# ---------------------------------------------------------------- building and validation
-_TAGS = {"dist": "dist", "process": "process"}
-
-
-def _type_name(tp) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(map(str, typing.get_args(tp)))
-    if tp is int:
-        return "an integer"
-    if tp is float:
-        return "a number"
-    if tp is str:
-        return "a string"
-    if origin is tuple:
-        return "a list"
-    if tp is bool:
-        return "true or false"
-    return "a mapping"
-
-
-def _convert(tp, value, path):
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is Union:
-        non_none = [a for a in args if a is not type(None)]
-        if value is None and type(None) in args:
-            return None
-        if len(non_none) == 1:
-            return _convert(non_none[0], value, path)
-        return _build_tagged(non_none, value, path)
-    if origin is Literal:
-        if value not in args:
-            raise InputError(f"{path}: {value!r} is not valid;{did_you_mean(value, [str(a) for a in args])}")
-        return value
-    if dataclasses.is_dataclass(tp):
-        return build(tp, value, path)
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise InputError(f"{path} must be a list, got {value!r}")
-        return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise InputError(f"{path} must be true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value:
-            raise InputError(f"{path} must be an integer, got {value!r}")
-        return int(value)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"{path} must be a number, got {value!r}")
-        if value != value or value in (float("inf"), float("-inf")):
-            raise InputError(f"{path} must be a finite number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise InputError(f"{path} must be a string, got {value!r}")
-        return value
-    raise TypeError(f"unsupported field type {tp} at {path}")  # a bug in the schema, not input
-
-
-def _build_tagged(options, value, path):
-    """A union of dataclasses told apart by a tag field (``dist`` or ``process``)."""
-    tag_field = next(f.name for f in dataclasses.fields(options[0]) if f.name in _TAGS)
-    by_tag = {typing.get_args(typing.get_type_hints(o)[tag_field])[0]: o for o in options}
-    if not isinstance(value, dict):
-        raise InputError(f"{path} must be a mapping with a {tag_field!r} key, got {value!r}")
-    if tag_field not in value:
-        raise InputError(f"{path}.{tag_field} is missing; valid: {', '.join(by_tag)}")
-    tag = value[tag_field]
-    if not isinstance(tag, str) or tag not in by_tag:
-        raise InputError(f"{path}.{tag_field}: {tag!r} is not valid;{did_you_mean(str(tag), by_tag)}")
-    return build(by_tag[tag], value, path)
-
-
-def build(cls, data, path: str):
-    """Build dataclass ``cls`` from plain data, checking types, bounds and unknown keys."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise InputError(f"{path or 'scenario'} must be a mapping, got {data!r}")
-    if hasattr(cls, "expand"):
-        data = cls.expand(data, path)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in fields:
-            where = f"{path}.{key}" if path else str(key)
-            raise InputError(f"{where}: unknown field;{did_you_mean(str(key), fields)}")
-    kwargs = {}
-    for name, f in fields.items():
-        where = f"{path}.{name}" if path else name
-        if name in data:
-            value = _convert(hints[name], data[name], where)
-        elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-            continue
-        else:
-            raise InputError(f"{where} is missing: expected {_type_name(hints[name])}")
-        meta = f.metadata
-        if value is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            if meta.get("gt") is not None and not value > meta["gt"]:
-                raise InputError(f"{where} must be > {meta['gt']}, got {value!r}")
-            if meta.get("ge") is not None and not value >= meta["ge"]:
-                raise InputError(f"{where} must be >= {meta['ge']}, got {value!r}")
-            if meta.get("le") is not None and not value <= meta["le"]:
-                raise InputError(f"{where} must be <= {meta['le']}, got {value!r}")
-            if meta.get("lt") is not None and not value < meta["lt"]:
-                raise InputError(f"{where} must be < {meta['lt']}, got {value!r}")
-        kwargs[name] = value
-    obj = cls(**kwargs)
-    if hasattr(obj, "check"):
-        obj.check(path or "scenario")
-    return obj
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``a.b.c=value`` -> (["a", "b", "c"], value parsed as a YAML scalar)."""
-    if "=" not in text:
-        raise InputError(f"--set {text!r}: expected dotted.key=value")
-    key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if not all(parts):
-        raise InputError(f"--set {text!r}: empty key segment")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        value = raw
-    return parts, value
-
-
-def set_dotted(data: dict, key: str, value, flag: str = "--set") -> dict:
-    """Set ``a.b.c`` in a nested mapping, creating mappings on the way (``--set``, ``--grid``)."""
-    parts = key.split(".")
-    if not all(parts):
-        raise InputError(f"{flag} {key!r}: empty key segment")
-    node = data
-    for i, p in enumerate(parts[:-1]):
-        nxt = node.get(p)
-        if nxt is None:
-            nxt = node[p] = {}
-        if not isinstance(nxt, dict):
-            raise InputError(f"{flag} {key!r}: {'.'.join(parts[: i + 1])} is not a mapping")
-        node = nxt
-    node[parts[-1]] = value
-    return data
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    data = copy.deepcopy(data)
-    for text in overrides:
-        parts, value = parse_override(text)
-        set_dotted(data, ".".join(parts), value)
-    return data
-
-
 def read_yaml(path: str | Path) -> dict:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise InputError(f"cannot read scenario {str(p)!r}: {e.strerror or e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"{p}:{where}: malformed YAML: {problem}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{p}: a scenario must be a YAML mapping, got {type(data).__name__}")
-    return data
+    return read_mapping(path, "scenario")
 
 
 def default_scenario_path() -> Path:

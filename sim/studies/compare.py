@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servesim.errors import InputError, did_you_mean
-from servesim.inputs.scenario import parse_override
+from servesim.inputs.overrides import parse_override
 from servesim.studies.sweep import (RESULTS, add_executor_args, check_workers, execute, format_table, load_base, make_points,
                        read_results, write_meta)
 

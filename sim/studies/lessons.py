@@ -10,7 +10,6 @@ numbers with the pass criterion written next to it (``Lesson.criterion``). Nothi
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import tempfile
@@ -26,6 +25,7 @@ from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
 from servesim.cost.efficiency import step_overheads
 from servesim.errors import InputError
+from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import read_yaml, scenario_from_dict
 from servesim.inputs.specs import get_gpu, get_model
 
@@ -66,14 +66,7 @@ def lesson_scenario(seed: int | None, name: str, overrides: dict | None = None, 
     """``scenarios/lessons/<name>.yaml`` with ``{"dotted.key": value}`` overrides; ``seed`` replaces
     the file's seed (None: keep it); ``scale`` multiplies ``workload.num_requests`` (quick runs)."""
     path = resources.files("servesim.scenarios.lessons") / f"{name}.yaml"
-    data = read_yaml(Path(str(path)))
-    data = copy.deepcopy(data)
-    for key, value in (overrides or {}).items():
-        node = data
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
+    data = with_values(read_yaml(Path(str(path))), overrides or {})
     if seed is not None:
         data["seed"] = seed
     if scale != 1.0:

@@ -15,7 +15,6 @@ Points of one sweep share the scenario's seed, so e.g. every policy sees the sam
 
 from __future__ import annotations
 
-import copy
 import csv
 import hashlib
 import itertools
@@ -29,10 +28,9 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from servesim.errors import InputError
-from servesim.inputs.scenario import set_dotted as scenario_set_dotted
+from servesim.inputs.overrides import parse_value, with_values
 
 RUNS = "runs"
 RESULTS = "results.csv"
@@ -62,11 +60,6 @@ class Point:
 
 
 # ---------------------------------------------------------------- building points
-def set_dotted(data: dict, key: str, value) -> dict:
-    """Set ``a.b.c`` in a nested mapping (creating mappings on the way), as ``--set`` does."""
-    return scenario_set_dotted(data, key, value, "--grid")
-
-
 def parse_grid(texts) -> dict:
     """``["key=v1,v2", ...]`` -> {key: [v1, v2]} (values parsed as YAML scalars)."""
     grid = {}
@@ -82,10 +75,7 @@ def parse_grid(texts) -> dict:
             item = item.strip()
             if not item:
                 raise InputError(f"--grid {text!r}: empty value in the list")
-            try:
-                values.append(yaml.safe_load(item))
-            except yaml.YAMLError:
-                values.append(item)
+            values.append(parse_value(item))
         grid[key] = values
     return grid
 
@@ -141,10 +131,7 @@ def make_points(base: dict, variants: list[tuple[dict, dict]]) -> list[Point]:
     """Points from (values naming it, {dotted.key: value} overrides) pairs on top of ``base``."""
     points = []
     for i, (values, overrides) in enumerate(variants):
-        d = copy.deepcopy(base)
-        for k, v in overrides.items():
-            set_dotted(d, k, v)
-        resolved, err = resolve(d)
+        resolved, err = resolve(with_values(base, overrides, "--grid"))
         p = Point(i, dict(values), resolved, err)
         if resolved is not None:
             p.hash = scenario_hash(resolved)
@@ -416,7 +403,8 @@ def write_meta(out_dir: Path, meta: dict) -> None:
 # ---------------------------------------------------------------- CLI
 def load_base(path, overrides, seed) -> tuple[dict, dict]:
     """(scenario data with --set/--seed applied and the sweep block removed, the sweep grid)."""
-    from servesim.inputs.scenario import apply_overrides, default_scenario_path, read_yaml
+    from servesim.inputs.overrides import apply_overrides
+    from servesim.inputs.scenario import default_scenario_path, read_yaml
 
     data = read_yaml(path or default_scenario_path())
     grid = pop_sweep_block(data)
