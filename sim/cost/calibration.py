@@ -25,6 +25,7 @@ from pathlib import Path
 
 from servesim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, CommEfficiency, Efficiencies, GemmEfficiency,
                                  MemEfficiency, OpEfficiency, OverheadFit, from_dict)
+from servesim.cost.smoothmax import smooth_max_np
 from servesim.errors import InputError
 from servesim.inputs.specs import GPUS, GpuSpec
 
@@ -358,16 +359,7 @@ def gemm_time_np(M, K, N, w, peak, bw, g: GemmEfficiency):
     ec = g.compute * K / (K + g.k_half) if g.k_half else g.compute
     c = fe / (peak * ec)
     m = b / (bw * g.memory)
-    return g.latency_s + _smooth_max_np(c, m, g.smooth)
-
-
-def _smooth_max_np(x, y, p):
-    import numpy as np
-
-    hi, lo = np.maximum(x, y), np.minimum(x, y)
-    if not p:
-        return hi
-    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
+    return g.latency_s + smooth_max_np(c, m, g.smooth)
 
 
 def mem_time_np(b, bw, e: MemEfficiency):
@@ -390,7 +382,7 @@ def collective_time_np(n, size, gpu: GpuSpec, e: CommEfficiency, kind: str):
     else:
         lat = e.base_latency_s + hop + 0 * n
         tr = size / (link_bw * e.link)
-    return lat + tr if e.smooth == 1.0 else _smooth_max_np(lat, tr, e.smooth)
+    return lat + tr if e.smooth == 1.0 else smooth_max_np(lat, tr, e.smooth)
 
 
 def attention_time_np(qd, kv_tok, tok, pairs, ctx, peak16, bw, e: OpEfficiency):

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from servesim.core.batch import Batch
 from servesim.cost.comm import allreduce_time_s, send_time_s
-from servesim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies,
-                                 GemmEfficiency, MemEfficiency, OpEfficiency)
+from servesim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, V0_PER_SEQ_OVERHEAD_S,
+                                      V0_STEP_OVERHEAD_S, Efficiencies, GemmEfficiency, MemEfficiency)
+from servesim.cost.smoothmax import smooth_max
 from servesim.inputs.specs import DTYPE_BYTES, GpuSpec, ModelSpec, activation_dtype
 
 if TYPE_CHECKING:
@@ -82,23 +83,9 @@ def gemm_cost(M: float, K: float, N: float, w: float, peak: float, bw: float, g:
     return g.latency_s + smooth_max(c, m, g.smooth), f, b, c, m
 
 
-def smooth_max(x: float, y: float, p: float) -> float:
-    """``(x^p + y^p)^(1/p)`` (>= max(x, y)); ``p == 0`` is the hard max."""
-    hi, lo = (x, y) if x >= y else (y, x)
-    if not p or hi <= 0:
-        return hi
-    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
-
-
 def mem_cost(kernels: float, f: float, b: float, peak: float, bw: float, e: MemEfficiency):
     """(time_s, compute_s, memory_s) of bandwidth-bound kernels moving ``b`` bytes in total."""
     c = f / peak
-    m = b / (bw * e.memory)
-    return kernels * e.latency_s + (c if c > m else m), c, m
-
-
-def roofline_cost(kernels: float, f: float, b: float, peak: float, bw: float, e: OpEfficiency):
-    c = f / (peak * e.compute)
     m = b / (bw * e.memory)
     return kernels * e.latency_s + (c if c > m else m), c, m
 
@@ -347,7 +334,8 @@ class CostModel:
 
     def _attention(self, batch: Batch, T: int):
         """The attention row of ``_ops``: (time_s, flops, bytes, compute_s, memory_s) over all layers
-        (``roofline_cost`` with the attention efficiencies, its constants computed once)."""
+        (the plain roofline ``max(flops / (peak x compute), bytes / (bw x memory))`` plus kernel
+        latency, with the attention efficiencies; its constants computed once)."""
         fq, qd2a, kv_tok, pc, bm, lat, L = self._att
         dctx = batch.decode_context_tokens
         dpairs = batch.decode_attn_pairs
@@ -572,4 +560,4 @@ class CostModel:
         return cost.bytes / (cost.time_s * self.gpu.mem_bw_bytes_per_s * self.num_gpus) if cost.time_s else 0.0
 
 
-__all__ = ["CostModel", "StepCost", "OpCost", "OpEfficiency", "gemm_cost", "smooth_max"]
+__all__ = ["CostModel", "StepCost", "OpCost", "gemm_cost"]
