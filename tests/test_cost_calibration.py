@@ -12,8 +12,9 @@ import pytest
 from servesim.core.batch import synthetic_batch
 from servesim.cli.main import main
 from servesim.cost import CostModel
-from servesim.cost.calibration import (collective_time_np, efficiencies_for, find_profiles, fit_profiles,
-                                  gemm_time_np, load_calibration, mem_time_np, shipped_calibrations)
+from servesim.cost.calibration import efficiencies_for, load_calibration, shipped_calibrations
+from servesim.cost.fitting import collective_time_np, fit_profiles, gemm_time_np, mem_time_np
+from servesim.cost.profiles import find_profiles
 from servesim.cost.validation import validate
 from servesim.cost.comm import allreduce_time_s, send_time_s
 from servesim.cost.efficiency import CommEfficiency, Efficiencies, GemmEfficiency, MemEfficiency, OpEfficiency

@@ -10,7 +10,7 @@ from servesim.errors import InputError
 
 
 def _profiles(args):
-    from servesim.cost.calibration import find_profiles
+    from servesim.cost.profiles import find_profiles
     from servesim.inputs.specs import get_gpu
 
     gpu = get_gpu(args.gpu, "--gpu")
@@ -29,7 +29,8 @@ def _summary_rows(rows, detail: bool):
 
 def cmd_calibrate(args) -> int:
     from servesim import __version__
-    from servesim.cost.calibration import FAMILIES, calibration_yaml, fit_profiles, today
+    from servesim.cost.calibration import FAMILIES, calibration_yaml, today
+    from servesim.cost.fitting import fit_profiles
     from servesim.cost.validation import format_table, validate
 
     gpu, prof = _profiles(args)

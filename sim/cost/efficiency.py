@@ -5,9 +5,10 @@ family reaches, and the few shape terms that make small kernels slower than the 
 reach ~70-80% of tensor peak at large M and ~80-90% of HBM bandwidth when weight-read bound;
 FlashAttention-2 forward ~50-70% of peak; elementwise kernels ~70% of bandwidth.
 
-Calibration (``sim/cost/calibration.py``) replaces them with coefficients fitted to measured
-kernel timings; the fits for the GPUs we have measurements of ship in
-``sim/cost/calibrations/*.yaml`` and are turned into an ``Efficiencies`` by ``from_dict``.
+Calibration replaces them with coefficients fitted to measured kernel timings
+(``sim/cost/fitting.py``); the fits for the GPUs we have measurements of ship in
+``sim/cost/calibrations/*.yaml`` (``sim/cost/calibration.py``) and are turned into an
+``Efficiencies`` by ``from_dict``.
 
 Operator time models (M tokens, K x N weight, w / a weight / activation bytes per element):
 

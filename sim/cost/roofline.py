@@ -67,7 +67,7 @@ def gemm_cost(M: float, K: float, N: float, w: float, peak: float, bw: float, g:
     """(time_s, flops, bytes, compute_s, memory_s) of one ``[M x K] @ [K x N]`` GEMM on one GPU.
 
     ``w`` bytes per weight element; activations in and out are ``ACT_BYTES``. The vectorized twin
-    used for fitting is ``sim.cost.calibration.gemm_time_np`` (a test keeps them equal).
+    used for fitting is ``sim.cost.fitting.gemm_time_np`` (a test keeps them equal).
     """
     if M <= 0:
         return 0.0, 0.0, 0.0, 0.0, 0.0

@@ -1,7 +1,7 @@
 """Predicted vs measured operator times: MAPE and worst case per family, model and TP size.
 
 ``validate(profiles, gpu, eff)`` predicts every measurement of the profiles with the cost model's
-time models (the vectorized twins in ``sim/cost/calibration.py``) and returns plain rows; the CLI
+time models (the vectorized twins in ``sim/cost/fitting.py``) and returns plain rows; the CLI
 prints them and ``plot_predicted_vs_measured`` draws them (matplotlib, Agg).
 
 Families: ``linear`` is the per-layer sum QKV + O + MLP up + MLP down at one token count (the
@@ -15,10 +15,10 @@ intra-node collectives by number of GPUs; ``overhead`` the per-step CPU time, fr
 
 from __future__ import annotations
 
-from servesim.cost.calibration import (GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles, attention_points, attention_time_np,
-                                  collective_time_np, comm_points, cpu_points, gemm_dims, gemm_points, gemm_time_np,
-                                  mem_points, mem_time_np, overhead_time_np)
 from servesim.cost.efficiency import V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies, OverheadFit
+from servesim.cost.fitting import (attention_points, attention_time_np, collective_time_np, comm_points, cpu_points,
+                                   gemm_dims, gemm_points, gemm_time_np, mem_points, mem_time_np, overhead_time_np)
+from servesim.cost.profiles import GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles
 from servesim.inputs.specs import GpuSpec
 
 MEM_FAMILIES = ("norm", "activation", "rotary", "residual", "embedding")
@@ -157,7 +157,7 @@ def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int =
 
     import numpy as np
 
-    from servesim.cost.calibration import fit_profiles
+    from servesim.cost.fitting import fit_profiles
     from servesim.errors import InputError
 
     models = list(dict.fromkeys(p.model for p in profiles.compute))
