@@ -11,7 +11,8 @@ import yaml
 from servesim.cli.main import main
 from servesim.inputs.scenario import scenario_from_dict
 from servesim.simulation import simulate
-from servesim.studies.sweep import execute, make_points
+from servesim.studies.points import make_points
+from servesim.studies.sweep import execute
 from servesim.outputs.trace_export import chrome_trace
 from tests.conftest import BASE, make_scenario
 
@@ -178,7 +179,7 @@ def pd_results():
 
 def test_pd_split_trace_timeline_and_gpus():
     from servesim.outputs.rundir import RunData
-    from servesim.studies.sweep import num_gpus
+    from servesim.studies.points import num_gpus
 
     res = pd_results()
     r = res.requests

@@ -6,10 +6,12 @@ import json
 import pytest
 import yaml
 
+import servesim.studies.executors as executors_mod
 import servesim.studies.sweep as sweep_mod
 from servesim.policies import POLICIES
 from servesim.cli.main import main
-from servesim.studies.sweep import grid_points, read_results, scenario_hash
+from servesim.studies.points import grid_points, scenario_hash
+from servesim.studies.sweep import read_results
 from tests.conftest import BASE
 
 RATES = "1,2,4,8"
@@ -35,13 +37,13 @@ def two_configs():
 
 def count_runs(monkeypatch):
     calls = []
-    real = sweep_mod.run_point
+    real = executors_mod.run_point
 
     def counting(data, out):
         calls.append(out)
         return real(data, out)
 
-    monkeypatch.setattr(sweep_mod, "run_point", counting)
+    monkeypatch.setattr(executors_mod, "run_point", counting)
     return calls
 
 

@@ -43,8 +43,9 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
-from servesim.studies.sweep import (RESULTS, RUNS, add_executor_args, check_workers, execute, load_base, make_points,
-                       num_gpus, write_meta, write_results)
+from servesim.studies.points import load_base, make_points, num_gpus
+from servesim.studies.sweep import (RESULTS, RUNS, add_executor_args, check_workers, execute, write_meta,
+                                    write_results)
 
 RATE_KEY = "workload.arrival.rate_rps"
 METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import parse_override
-from servesim.studies.sweep import (RESULTS, add_executor_args, check_workers, execute, format_table, load_base, make_points,
-                       read_results, write_meta)
+from servesim.studies.points import load_base, make_points
+from servesim.studies.sweep import (RESULTS, add_executor_args, check_workers, execute, format_table, read_results,
+                                    write_meta)
 
 RATE_KEY = "workload.arrival.rate_rps"
 
