@@ -242,3 +242,14 @@ def test_hints_lead_with_the_name_meant():
     assert "did you mean 'chunked_prefill'?" in did_you_mean("sarathi", ["chunked_prefill", "continuous", "static"])
     assert "did you mean 'pd_split'?" in did_you_mean("DistServe", ["continuous", "pd_split"])
     assert "did you mean 'poisson'?" in did_you_mean("poison", ["fixed", "gamma", "poisson"])
+
+
+def test_version_is_the_package_version(capsys):
+    from importlib.metadata import version
+
+    import servesim
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"servesim {servesim.__version__}" == f"servesim {version('servesim')}"

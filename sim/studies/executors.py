@@ -30,7 +30,7 @@ class ExecutorOptions:
     address: str | None = None  # a Ray cluster to join; None: start a local Ray instance
     progress: bool = True  # a progress bar on stderr
 
-    def check(self) -> None:
+    def __post_init__(self):  # options that cannot work are refused before anything runs
         if self.workers is not None and self.workers < 1:
             raise InputError(f"--workers must be >= 1, got {self.workers}")
         if self.address and self.executor != "ray":

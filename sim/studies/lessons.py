@@ -670,7 +670,7 @@ def lessons_markdown(lessons, figures: dict, quick: bool, seed: int | None = Non
     return "\n".join(parts)
 
 
-# ---------------------------------------------------------------- the command
+# ---------------------------------------------------------------- files
 def draw_figures(lessons, out: Path) -> dict:
     """Render each lesson's figure panels side by side into ``out/<name>.png``; name -> [file]."""
     import matplotlib
@@ -695,39 +695,14 @@ def draw_figures(lessons, out: Path) -> dict:
     return files
 
 
-def cmd_lessons(args) -> int:
-    names = []
-    for item in args.only or []:
-        names += [n.strip() for n in item.split(",") if n.strip()]
-    bad = [n for n in names if n not in LESSONS]
-    if bad:
-        raise InputError(f"--only: unknown lesson {bad[0]!r}; valid: {', '.join(LESSONS)}")
-    out = Path(args.out)
+def write_lessons(lessons, out: Path, quick: bool, seed: int | None = None, figures: bool = True) -> dict:
+    """``out/lessons.md``, ``out/lessons.json`` and (with ``figures``) a PNG per lesson that draws
+    one; returns {lesson name: [figure file]}."""
     out.mkdir(parents=True, exist_ok=True)
-
-    def show(x):
-        print(f"{x.name:<18} {x.verdict:<14} {'; '.join(x.findings)}  ({x.wall_s:.1f} s)", flush=True)
-
-    lessons = run_lessons(names or None, args.quick, show, args.seed)
-    figures = {} if args.no_figures else draw_figures(lessons, out)
-    (out / "lessons.md").write_text(lessons_markdown(lessons, figures, args.quick, args.seed))
+    drawn = draw_figures(lessons, out) if figures else {}
+    (out / "lessons.md").write_text(lessons_markdown(lessons, drawn, quick, seed))
     (out / "lessons.json").write_text(json.dumps(
         [{"name": x.name, "claim": x.claim, "criterion": x.criterion, "holds": bool(x.holds), "verdict": x.verdict,
           "findings": x.findings, "header": list(x.table[0]), "rows": [list(map(str, r)) for r in x.table[1]]}
          for x in lessons], indent=1) + "\n")
-    held = sum(x.holds for x in lessons)
-    print(f"\n{held} of {len(lessons)} claims hold; wrote {out / 'lessons.md'}, lessons.json"
-          + (f" and {sum(len(v) for v in figures.values())} figures" if figures else ""))
-    return 0
-
-
-def register(sub) -> None:
-    """Add ``lessons`` to the ``servesim`` subparsers."""
-    p = sub.add_parser("lessons", help="reproduce the prefill/decode lessons: claims, numbers, verdicts, figures")
-    p.add_argument("--out", default="out/lessons", help="output folder (default: ./out/lessons)")
-    p.add_argument("--only", action="append", metavar="NAME",
-                   help=f"run only these lessons (repeat or comma-separate): {', '.join(LESSONS)}")
-    p.add_argument("--quick", action="store_true", help="smaller simulations (the test suite's subset)")
-    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
-    p.add_argument("--seed", type=int, help="replace every lesson scenario's seed (robustness checks)")
-    p.set_defaults(func=cmd_lessons)
+    return drawn

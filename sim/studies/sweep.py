@@ -192,7 +192,6 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
     """Sweep the cross product of the scenario file's ``sweep: {grid}`` block and ``grid_texts``
     (``key=v1,v2,...``) with ``overrides`` (``key=value``) and ``seed`` applied to every point;
     results in ``out`` (results.csv, runs/<hash>/, sweep.json)."""
-    ex.check()
     base, grid = load_base(scenario, overrides, seed)
     grid.update(parse_grid(grid_texts))
     if not grid:
@@ -206,69 +205,3 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
     ran, skipped = execute(points, out, ex.executor, ex.workers, ex.address, ex.progress)
     return SweepResult(grid, read_results(out / RESULTS), ran, skipped)
 
-
-# ---------------------------------------------------------------- CLI
-def add_executor_args(p) -> None:
-    p.add_argument("--workers", type=int, help="parallel worker processes (default: all cores)")
-    p.add_argument("--executor", default="local", choices=["local", "ray"],
-                   help="local processes (default) or Ray (pip install 'servesim[ray]')")
-    p.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def check_workers(args) -> None:
-    if args.workers is not None and args.workers < 1:
-        raise InputError(f"--workers must be >= 1, got {args.workers}")
-    if args.address and args.executor != "ray":
-        raise InputError("--address needs --executor ray")
-
-
-def format_table(rows: list[dict], cols: list[str]) -> str:
-    """A plain-text table of chosen results columns (latencies in ms)."""
-    shown = []
-    for c in cols:
-        label = c[:-2] + " ms" if c.endswith("_s") and c.split("_")[0] in _DISTS else c
-        shown.append((c, label))
-    cells = [[label for _, label in shown]]
-    for r in rows:
-        line = []
-        for c, label in shown:
-            v = r.get(c)
-            if v is None:
-                line.append("-")
-            elif isinstance(v, float) and label.endswith(" ms"):
-                line.append(f"{v * 1e3:.1f}")
-            elif isinstance(v, float):
-                line.append(f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}")
-            else:
-                line.append(str(v)[:40])
-        cells.append(line)
-    widths = [max(len(row[i]) for row in cells) for i in range(len(shown))]
-    return "\n".join("  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in cells)
-
-
-SUMMARY_COLS = ["status", "throughput_rps", "goodput_rps", "slo_attainment", "ttft_p50_s", "ttft_p99_s",
-                "tpot_p99_s", "tbt_p99_s", "e2e_p99_s"]
-
-
-def cmd_sweep(args) -> int:
-    ex = ExecutorOptions(args.executor, args.workers, args.address, not args.quiet)
-    res = run_sweep(args.scenario, args.grid, args.out, args.set or [], args.seed, ex)
-    rows = res.rows
-    print(format_table(rows, ["point", *res.grid, *SUMMARY_COLS]))
-    failed = sum(1 for r in rows if r["status"] != "ok")
-    print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished, {failed} failed; "
-          f"wrote {Path(args.out) / RESULTS}")
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("sweep", help="run the cross product of scenario fields (parallel, resumable)")
-    p.add_argument("scenario", help="scenario YAML file (may hold a sweep: {grid: {...}} block)")
-    p.add_argument("--grid", action="append", metavar="KEY=V1,V2,...",
-                   help="a field and its values, e.g. workload.arrival.rate_rps=2,4,8 (repeatable)")
-    p.add_argument("--out", required=True, help="output folder (results.csv, runs/<hash>/...)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field for every point")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
-    add_executor_args(p)
-    p.set_defaults(func=cmd_sweep)
