@@ -76,6 +76,14 @@ def test_validate_ok(tmp_path, capsys):
     assert "per-step overhead 1.00 ms + 10.0 us per sequence (scenario (step), v0 (per sequence))" in capsys.readouterr().out
 
 
+def test_numbers_in_e_notation_are_numbers(tmp_path, capsys):
+    """YAML 1.1 reads 5e0 (no dot) as a string; scenario files and --set read it as the number."""
+    p = write(tmp_path, GOOD.replace("rate_rps: 5.0", "rate_rps: 5e0"))
+    assert main(["validate", p, "--set", "workload.num_requests=6e1"]) == 0
+    assert main(["validate", write(tmp_path, GOOD.replace("rate_rps: 5.0", "rate_rps: 5x0"))]) == 2
+    assert "workload.arrival.rate_rps must be a number, got '5x0'" in capsys.readouterr().err
+
+
 BAD = [
     ("policy: {name: continuous,", "policy: {name: nope,", "policy.name", "continuous"),
     ("model: meta-llama/Meta-Llama-3-8B", "model: meta-llama/Llama-9-9B", "model", "meta-llama/Meta-Llama-3-8B"),

@@ -346,7 +346,19 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
     with pytest.raises(InputError, match=r"allreduce\.smooth must be >= 1"):
         load_calibration(tmp_path / "c.yaml")
     (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n")
-    with pytest.raises(InputError, match="unknown keys"):
+    with pytest.raises(InputError, match="gemm.speed: unknown field"):  # the scenario's wording
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, tile_q: 0.5}\n")
+    with pytest.raises(InputError, match=r"c\.yaml: gemm\.tile_q: unknown field; \(did you mean 'tile_quant'\?\)"):
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("gem: {compute: 0.5, memory: 0.8}\n")  # was silently ignored
+    with pytest.raises(InputError, match=r"gem: unknown field; \(did you mean 'gemm'\?\)"):
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, tile_m: 64.5}\n")  # a wrong type
+    with pytest.raises(InputError, match=r"gemm\.tile_m must be an integer, got 64\.5"):
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("source: [fitted]\n")
+    with pytest.raises(InputError, match=r"c\.yaml: source must be a string, got \['fitted'\]"):
         load_calibration(tmp_path / "c.yaml")
     for body in ("gemm: {compute: 0.5, memory: 0.5, tile_m: .inf}\n", "gemm: {compute: .nan, memory: 0.5}\n"):
         (tmp_path / "c.yaml").write_text(body)  # found by fuzzing: inf / nan were taken as numbers

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from servesim.cost.efficiency import DEFAULT_EFFICIENCIES, Efficiencies, from_dict
-from servesim.errors import InputError
+from servesim.inputs.schema import read_mapping
 from servesim.inputs.specs import GPUS, GpuSpec
 
 
@@ -74,28 +74,13 @@ def closest_calibrated(gpu: GpuSpec, calibrated: list[str]) -> str | None:
 
 
 def _raw(path: Path, where: str, cached: bool = False) -> dict:
-    if not path.is_file():
-        raise InputError(f"{where}: calibration file {str(path)!r} does not exist")
-    return _raw_packaged(str(path), where) if cached else _read_raw(str(path), where)
+    return _raw_packaged(str(path), where) if cached else read_mapping(path, "calibration file", where)
 
 
 @functools.lru_cache(maxsize=32)
 def _raw_packaged(path: str, where: str) -> dict:
     """Packaged calibration files do not change while we run: parse each once (callers copy)."""
-    return _read_raw(path, where)
-
-
-def _read_raw(path: str, where: str) -> dict:
-    import yaml
-
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise InputError(f"{where}: cannot read calibration file {path}: {e}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{where}: {path} must hold a mapping of operator families")
-    return data
+    return read_mapping(path, "calibration file", where)
 
 
 def efficiencies_for(gpu: GpuSpec, calibration: str = "auto", where: str = "cost.calibration") -> Efficiencies:

@@ -69,10 +69,11 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=_Loader)
 
 
-def read_mapping(path: str | Path, what: str, where: str = "") -> dict:
-    """The mapping a YAML file (or a ``.json`` file: JSON) holds. Errors name the file (``what``
-    says which kind, e.g. ``GPU file``), and line and column for a syntax error; ``where`` (an
-    option or field, e.g. ``hardware.gpu``) leads them when given."""
+def read_mapping(path: str | Path, what: str, where: str = "", fmt: str | None = None) -> dict:
+    """The mapping a YAML or JSON file holds (``fmt``: ``yaml`` | ``json``; None: JSON for a
+    ``.json`` file). Errors name the file (``what`` says which kind, e.g. ``GPU file``), and line
+    and column for a syntax error; ``where`` (an option or field, e.g. ``hardware.gpu``) leads them
+    when given."""
     p = Path(path)
     lead = f"{where}: " if where else ""
     if not p.exists():
@@ -81,7 +82,7 @@ def read_mapping(path: str | Path, what: str, where: str = "") -> dict:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{lead}cannot read {what} {str(p)!r}: {getattr(e, 'strerror', None) or e}") from None
-    if p.suffix == ".json":
+    if (fmt or ("json" if p.suffix == ".json" else "yaml")) == "json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
