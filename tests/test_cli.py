@@ -73,7 +73,8 @@ def test_validate_ok(tmp_path, capsys):
     assert "colocated: efficiencies fitted" in out and "per-step overhead 2.00 ms + 10.0 us per sequence (v0)" in out
     own = GOOD.replace("slo:", "cost: {step_overhead_s: 0.001}\nslo:")
     assert main(["validate", write(tmp_path, own)]) == 0
-    assert "per-step overhead 1.00 ms + 10.0 us per sequence (scenario (step), v0 (per sequence))" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "per-step overhead 1.00 ms + 10.0 us per sequence (scenario (step), v0 (per sequence))" in out
 
 
 def test_numbers_in_e_notation_are_numbers(tmp_path, capsys):
@@ -172,8 +173,10 @@ def test_cost_json(capsys):
     assert main(["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "h100-sxm", "--tp", "2",
                  "--prefill", "512", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert {"step_time_s", "flops", "bytes", "arithmetic_intensity", "bound", "mfu", "mbu", "num_layers", "ops"} <= set(d)
-    assert {"qkv_proj", "o_proj", "mlp_up", "mlp_down", "attention", "allreduce", "lm_head", "overhead"} <= set(d["ops"])
+    assert {"step_time_s", "flops", "bytes", "arithmetic_intensity", "bound", "mfu", "mbu", "num_layers",
+            "ops"} <= set(d)
+    assert {"qkv_proj", "o_proj", "mlp_up", "mlp_down", "attention", "allreduce", "lm_head",
+            "overhead"} <= set(d["ops"])
     assert sum(o["time_s"] for o in d["ops"].values()) == pytest.approx(d["step_time_s"])
 
 

@@ -24,7 +24,8 @@ def test_catalog_has_the_issue_models_and_gpus():
     for g in ("a100-40g", "a100-80g", "a40", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "mi300x"):
         spec = GPUS[g]
         assert spec.peak_flops > 0 and spec.mem_bw_bytes_per_s > 0 and spec.pcie_bw_bytes_per_s > 0
-    assert GPUS["h100-sxm"].fp8_flops == pytest.approx(2 * GPUS["h100-sxm"].peak_flops, rel=0.01) and GPUS["a100-80g"].fp8_flops == 0
+    assert GPUS["h100-sxm"].fp8_flops == pytest.approx(2 * GPUS["h100-sxm"].peak_flops, rel=0.01)
+    assert GPUS["a100-80g"].fp8_flops == 0
 
 
 def test_mixtral_params_and_expected_experts_hit():
@@ -139,7 +140,8 @@ def test_gpu_yaml_errors_name_the_field_and_say_what_is_valid(tmp_path, capsys):
 def test_config_json_file_errors_name_the_file(tmp_path):
     path = tmp_path / "config.json"
     for text, msg in (("[1, 2]", r"config\.json: a config file must be a JSON object, got list"),
-                      ('{"hidden_size": 4096,\n "n_head" 32}', r"config\.json: line 2, column 11: malformed JSON: Expecting"),
+                      ('{"hidden_size": 4096,\n "n_head" 32}',
+                       r"config\.json: line 2, column 11: malformed JSON: Expecting"),
                       ('{"hidden_size": 4096}', r"config\.json lacks 'num_attention_heads' / 'n_head'"),
                       ('{"hidden_size": true}', r"field 'hidden_size' must be a positive integer")):
         path.write_text(text)

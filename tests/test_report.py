@@ -127,7 +127,8 @@ def test_chrome_trace_parses_with_the_expected_events(tmp_path):
     trace_file = tmp_path / "t.json"
     argv_yaml = tmp_path / "s.yaml"
     argv_yaml.write_text(yaml.safe_dump(sc.to_dict()))
-    assert main(["run", str(argv_yaml), "--out", str(tmp_path / "o"), "--quiet", "--trace-events", str(trace_file)]) == 0
+    assert main(["run", str(argv_yaml), "--out", str(tmp_path / "o"), "--quiet",
+                 "--trace-events", str(trace_file)]) == 0
     trace = json.loads(trace_file.read_text())
     ev = trace["traceEvents"]
     res = simulate(sc)
@@ -188,7 +189,8 @@ def test_pd_split_trace_timeline_and_gpus():
     ev = trace["traceEvents"]
     assert len(ev) == expected_events(res, 3)  # 1 prefill + 2 decode replicas
     assert sum(e["ph"] == "b" and e["name"] == "kv_transfer" for e in ev) == np.isfinite(r["kv_transfer_s"]).sum()
-    assert {e["args"]["decode_replica"] for e in ev if e["ph"] == "b" and e.get("args", {}).get("decode_replica")} <= {1, 2}
+    assert {e["args"]["decode_replica"] for e in ev
+            if e["ph"] == "b" and e.get("args", {}).get("decode_replica")} <= {1, 2}
     rd = RunData.from_results(res)
     assert [p[:3] for p in rd.pools()] == [("prefill", 0, 1), ("decode", 1, 2)]
     dec = rd.timeline_data(1)

@@ -146,7 +146,8 @@ def test_ray_executor_equals_local(tmp_path):
     assert rows["local"] == rows["ray"]
     for p in grid_points(base, grid):  # byte-identical per-run files too
         for f in ("requests.csv", "steps.csv"):
-            assert (tmp_path / "local/runs" / p.hash / f).read_bytes() == (tmp_path / "ray/runs" / p.hash / f).read_bytes()
+            local, ray_run = (tmp_path / ex / "runs" / p.hash / f for ex in ("local", "ray"))
+            assert local.read_bytes() == ray_run.read_bytes()
 
 
 def test_compare_runs_each_configuration_on_the_same_requests(tmp_path, capsys):

@@ -53,7 +53,8 @@ def cmd_cost(args) -> int:
 
     eff = efficiencies_for(gpu, args.calibration, "--calibration")
     step_s, per_seq_s, _ = step_overheads(eff, args.tp)
-    cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype, kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
+    cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype,
+                   kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
                    step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
@@ -87,7 +88,8 @@ def cmd_cost(args) -> int:
         print(f"note: {stage_gib:.1f} GiB of weights per GPU exceed the {gpu.name}'s {gpu.mem_bytes / 2**30:.0f} GiB: "
               "this step could not run there (raise --tp or --pp)")
     if args.pp > 1:
-        held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers)" for i, (t, n) in enumerate(zip(stages, cm.stage_layers())))
+        held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers)"
+                         for i, (t, n) in enumerate(zip(stages, cm.stage_layers())))
         slow = max(range(args.pp), key=lambda i: stages[i])
         print(f"pipeline: the step holds stage {held}; stage 1 also embeds, the last runs the LM head, each but "
               f"the last sends to the next. Stage {slow + 1} is the slowest: with overlapping micro-batches "
@@ -188,8 +190,10 @@ def cmd_validate_cost(args) -> int:
                                                   "source": eff.source if mode == "calibration" else what,
                                                   "max_tokens": args.max_tokens, "rows": v["rows"]}, indent=1))
     title = {"measured": "priced from measurements, leave one out",
-             "held-out-models": "fit without the model, leave one model out"}.get(mode, f"calibration {args.calibration}")
-    plot_predicted_vs_measured(v["points"], f"{gpu.name}, {title}, num_tokens <= {args.max_tokens}", out / f"{stem}.png")
+             "held-out-models": "fit without the model, leave one model out"}.get(mode,
+                                                                                  f"calibration {args.calibration}")
+    plot_predicted_vs_measured(v["points"], f"{gpu.name}, {title}, num_tokens <= {args.max_tokens}",
+                               out / f"{stem}.png")
     print(f"\nwrote {out / (stem + '.json')}, {out / (stem + '.png')}")
     return 0
 

@@ -31,7 +31,8 @@ def format_summary(s: dict) -> str:
              f"{s['rejected']} rejected, {s['unfinished']} unfinished, {s['preemptions']} preemptions",
              f"simulated {s['sim_time_s']:.1f} s in {s['wall_time_s']:.2f} s wall", "",
              f"{'latency':<8}{'mean':>13}{'p50':>13}{'p90':>13}{'p99':>13}"]
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"), ("queue_s", "queue")):
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"),
+                       ("queue_s", "queue")):
         d = s[key]
         lines.append(f"{label:<8}" + "".join(f"{_fmt_s(d[k]):>13}" for k in ("mean", "p50", "p90", "p99")))
     multi = len(s.get("classes") or {}) > 1
@@ -84,7 +85,8 @@ def _format_memory(s: dict) -> list:
                      "idle: no work, or a bubble while the engines' steps are on other stages)")
     kv = s.get("kv", {})
     if kv.get("swap_out_bytes"):
-        lines.append(f"swap          {kv['swap_out_bytes'] / 1e9:.2f} GB to host, {kv['swap_in_bytes'] / 1e9:.2f} GB back")
+        lines.append(f"swap          {kv['swap_out_bytes'] / 1e9:.2f} GB to host, "
+                     f"{kv['swap_in_bytes'] / 1e9:.2f} GB back")
     if kv.get("prefix_cache_hit_tokens"):
         lines.append(f"prefix cache  {kv['prefix_cache_hit_rate'] * 100:.1f}% of prompt tokens hit "
                      f"({kv['prefix_cache_hit_tokens']} of {kv['prefix_cache_query_tokens']})")

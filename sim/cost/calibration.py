@@ -67,7 +67,8 @@ def closest_calibrated(gpu: GpuSpec, calibrated: list[str]) -> str | None:
             continue
         c = GPUS[name]
         d = (c.mem_kind != gpu.mem_kind,
-             abs(math.log(c.peak_flops / gpu.peak_flops)) + abs(math.log(c.mem_bw_bytes_per_s / gpu.mem_bw_bytes_per_s)),
+             abs(math.log(c.peak_flops / gpu.peak_flops))
+             + abs(math.log(c.mem_bw_bytes_per_s / gpu.mem_bw_bytes_per_s)),
              name)
         best = d if best is None or d < best else best
     return best[2] if best else None

@@ -175,9 +175,12 @@ def step_overheads(eff: Efficiencies, tp: int, step_s: float | None = None,
     out, src = [], []
     for given, k, v0 in ((step_s, 0, V0_STEP_OVERHEAD_S), (per_seq_s, 1, V0_PER_SEQ_OVERHEAD_S)):
         if given is not None:
-            out.append(float(given)); src.append("scenario")
+            out.append(float(given))
+            src.append("scenario")
         elif fit is not None:
-            out.append(fit[k]); src.append("calibration")
+            out.append(fit[k])
+            src.append("calibration")
         else:
-            out.append(v0); src.append("v0")
+            out.append(v0)
+            src.append("v0")
     return out[0], out[1], src[0] if src[0] == src[1] else f"{src[0]} (step), {src[1]} (per sequence)"

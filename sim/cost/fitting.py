@@ -90,8 +90,11 @@ def attention_points(profiles: list):
         out["tok"].append(np.where(pre, c, B))
         out["pairs"].append(np.where(pre, c * k + c * (c + 1) / 2, B * (k + 1)))
         out["ctx"].append(np.where(pre, k + c, B * (k + 1)))
-        out["qd"].append(qd.astype(float)); out["kv_tok"].append(2.0 * kvd * PROFILE_DTYPE_BYTES)
-        out["y"].append(p.y); out["tp"].append(t); out["model"] += [p.model] * len(p.y)
+        out["qd"].append(qd.astype(float))
+        out["kv_tok"].append(2.0 * kvd * PROFILE_DTYPE_BYTES)
+        out["y"].append(p.y)
+        out["tp"].append(t)
+        out["model"] += [p.model] * len(p.y)
     if not out["y"]:
         return None
     cat = np.concatenate
@@ -117,10 +120,16 @@ def gemm_points(profiles: list):
         t = p.tp
         for name, (k, n) in gemm_dims(p, t).items():
             ok = ~np.isnan(p.ops[name])
-            M.append(p.tokens[ok]); K.append(k[ok]); N.append(n[ok]); y.append(p.ops[name][ok])
-            model += [p.model] * int(ok.sum()); tp.append(t[ok]); op += [GEMM_OPS[name]] * int(ok.sum())
+            M.append(p.tokens[ok])
+            K.append(k[ok])
+            N.append(n[ok])
+            y.append(p.ops[name][ok])
+            model += [p.model] * int(ok.sum())
+            tp.append(t[ok])
+            op += [GEMM_OPS[name]] * int(ok.sum())
     cat = np.concatenate
-    return cat(M).astype(float), cat(K).astype(float), cat(N).astype(float), cat(y), np.array(model), cat(tp), np.array(op)
+    return (cat(M).astype(float), cat(K).astype(float), cat(N).astype(float), cat(y), np.array(model), cat(tp),
+            np.array(op))
 
 
 def mem_points(profiles: list, family: str):
@@ -145,8 +154,12 @@ def mem_points(profiles: list, family: str):
             if fam != family or name not in p.ops:
                 continue
             ok = ~np.isnan(p.ops[name])
-            b.append((by[name] + 0 * T)[ok]); y.append(p.ops[name][ok])
-            model += [p.model] * int(ok.sum()); tp.append(t[ok]); op += [name] * int(ok.sum()); tok.append(T[ok])
+            b.append((by[name] + 0 * T)[ok])
+            y.append(p.ops[name][ok])
+            model += [p.model] * int(ok.sum())
+            tp.append(t[ok])
+            op += [name] * int(ok.sum())
+            tok.append(T[ok])
     if not b:
         return None
     cat = np.concatenate
@@ -253,7 +266,9 @@ def fit_overhead(profiles: list) -> OverheadFit | None:
             x0 = [min(max(icpt, 1e-3 * top), top), min(max(slope, 0.0), top)]
             x = _lsq(lambda v: np.log(v[0] + v[1] * b) - ly, x0, [1e-9, 0.0], [top, top],
                      [max(top / 10, 1e-9), max(top / 1000, 1e-12)])
-        tps.append(int(t)); steps.append(float(f"{x[0]:.4g}")); pers.append(float(f"{x[1]:.4g}"))
+        tps.append(int(t))
+        steps.append(float(f"{x[0]:.4g}"))
+        pers.append(float(f"{x[1]:.4g}"))
     return OverheadFit(tuple(tps), tuple(steps), tuple(pers))
 
 

@@ -323,7 +323,8 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
     ar = sr = None
     ndir = root / "network"
     if ndir.is_dir():
-        nodes = sorted(p for p in ndir.iterdir() if p.is_dir() and (p.name == node if node else p.name.startswith(dev + "_")))
+        nodes = sorted(p for p in ndir.iterdir()
+                       if p.is_dir() and (p.name == node if node else p.name.startswith(dev + "_")))
         if node and not nodes:
             raise InputError(f"--node: no folder {node!r} under {ndir}")
         # prefer a switched node (DGX: every pair on NVSwitch) for TP collectives

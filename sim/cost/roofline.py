@@ -131,13 +131,13 @@ class CostModel:
 
     def __post_init__(self):
         m, tp = self.model, self.tp
-        h, I = m.hidden_size, m.intermediate_size
+        h, inter = m.hidden_size, m.intermediate_size
         qd = m.q_dim / tp
         kvd = self.kv_heads_per_gpu * m.head_dim
         n_up = 2 if m.gated_mlp else 1
         # per-GPU shapes, computed once: (qkv N, o K, up N, down K, vocab/tp, kv bytes/token/layer, ...)
         object.__setattr__(self, "_c", (
-            float(h), qd, kvd, qd + 2 * kvd, n_up * I / tp, I / tp, m.vocab_size / tp,
+            float(h), qd, kvd, qd + 2 * kvd, n_up * inter / tp, inter / tp, m.vocab_size / tp,
             2 * kvd * DTYPE_BYTES[self.kv_dtype], float(n_up), DTYPE_BYTES[self.dtype],
             DTYPE_BYTES[activation_dtype(self.dtype)],  # embedding and LM head weights: 16-bit
         ))

@@ -58,7 +58,9 @@ def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: in
     sums: dict = {}
     for i, k in enumerate(key):
         s = sums.setdefault(k, [0.0, 0.0, 0])
-        s[0] += y[i]; s[1] += pred[i]; s[2] += 1
+        s[0] += y[i]
+        s[1] += pred[i]
+        s[2] += 1
     # repeated token counts hold two measurements of each op: average them (counts are multiples of 4)
     lk = [k for k, v in sums.items() if v[2] % 4 == 0]
     lm = np.array([sums[k][0] / (sums[k][2] // 4) for k in lk])
@@ -134,7 +136,9 @@ def validate_measured(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_t
                     for lst, v in zip(per_op[op], (pred, ys[i], (p.model, tp), x)):
                         lst.append(v)
                     acc = lin.setdefault((p.model, tp, x), [0.0, 0.0, 0])
-                    acc[0] += ys[i]; acc[1] += pred; acc[2] += 1
+                    acc[0] += ys[i]
+                    acc[1] += pred
+                    acc[2] += 1
     keys = [k for k, v in lin.items() if v[2] == 4]
     if keys:
         lm = np.array([lin[k][0] for k in keys])
@@ -178,7 +182,8 @@ def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int =
                 worst[r["family"]] = r
         for fam, (meas, pred) in v["points"].items():
             acc = pts.setdefault(fam, ([], []))
-            acc[0].append(meas); acc[1].append(pred)
+            acc[0].append(meas)
+            acc[1].append(pred)
     points = {fam: (np.concatenate(a), np.concatenate(b)) for fam, (a, b) in pts.items()}
     for fam, (meas, pred) in points.items():
         e = np.abs(pred / meas - 1.0)

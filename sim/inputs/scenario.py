@@ -281,7 +281,8 @@ class RequestClass:
     rate_rps: Optional[float] = _f(None, gt=0, doc="shorthand for arrival: {process: poisson, rate_rps}")
     arrival: Optional[Arrival] = None
     preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/presets.py)")
-    shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else workload.shared_prefix)")
+    shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else "
+                                                         "workload.shared_prefix)")
     slo: ClassSlo = field(default_factory=ClassSlo)
 
     @staticmethod
@@ -311,7 +312,8 @@ class Hardware:
                                     "(each 1/pp of the KV) whose steps overlap in the stages "
                                     "(sim/pipeline.py); false: one step at a time crosses every stage")
     dtype: Literal["bf16", "fp16", "fp8", "int4"] = "bf16"
-    kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
+    kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(
+        None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
 
 
 @dataclass(frozen=True)
@@ -319,9 +321,11 @@ class Memory:
     gpu_memory_utilization: float = _f(0.9, gt=0, le=1)
     block_size: int = _f(16, gt=0, doc="tokens per KV block")
     activation_reserve_gib: Optional[float] = _f(None, ge=0, doc="None: estimated from the token budget")
-    num_gpu_blocks: Optional[int] = _f(None, gt=0, doc="override the computed KV block count (as vLLM's num_gpu_blocks_override)")
+    num_gpu_blocks: Optional[int] = _f(None, gt=0, doc="override the computed KV block count (as vLLM's "
+                                                       "num_gpu_blocks_override)")
     swap_space_gib: float = _f(4.0, ge=0, doc="host memory per GPU for swapped-out KV (vLLM's swap_space)")
-    swap_bandwidth_gb_per_s: Optional[float] = _f(None, gt=0, doc="host<->GPU copy bandwidth; null: the GPU's PCIe figure")
+    swap_bandwidth_gb_per_s: Optional[float] = _f(None, gt=0,
+                                                  doc="host<->GPU copy bandwidth; null: the GPU's PCIe figure")
 
 
 MAX_REPLICAS = 100_000  # each replica is a scheduler with its own KV pool: far beyond any real fleet
@@ -330,7 +334,8 @@ MAX_REPLICAS = 100_000  # each replica is a scheduler with its own KV pool: far 
 @dataclass(frozen=True)
 class Cluster:
     replicas: int = _f(1, gt=0, le=MAX_REPLICAS)
-    router: Literal["round_robin", "random", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"] = "round_robin"
+    router: Literal["round_robin", "random", "least_outstanding_tokens", "least_kv_usage",
+                    "prefix_aware"] = "round_robin"
 
 
 @dataclass(frozen=True)
@@ -374,7 +379,8 @@ class Policy:
     watermark: float = _f(0.01, ge=0, lt=1, doc="share of KV blocks kept free when admitting (vLLM's)")
     prefix_caching: bool = False
     batch_timeout_s: float = _f(0.1, ge=0, doc="static: start a partial batch this long after its first request waited")
-    max_output_tokens: Optional[int] = _f(None, gt=0, doc="static: output tokens reserved per slot; null: up to the context length")
+    max_output_tokens: Optional[int] = _f(None, gt=0, doc="static: output tokens reserved per slot; null: up to "
+                                                          "the context length")
     spec: Optional[Spec] = None
     prefill: Pool = field(default_factory=Pool)
     decode: Pool = field(default_factory=Pool)

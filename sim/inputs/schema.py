@@ -122,7 +122,8 @@ def _type_name(tp) -> str:
 
 def _range_text(meta: dict) -> str:
     """`` > 0 and <= 1``: the bounds of a field, for a message."""
-    parts = [f"{op} {meta[k]}" for k, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")) if meta.get(k) is not None]
+    parts = [f"{op} {meta[k]}" for k, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+             if meta.get(k) is not None]
     return (" " + " and ".join(parts)) if parts else ""
 
 

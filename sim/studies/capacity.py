@@ -224,7 +224,8 @@ class Search:
         return lo, hi
 
 
-def search_capacity(s: Search, start: float, tol: float, max_probes: int, workers: int) -> tuple[float, float | None, bool]:
+def search_capacity(s: Search, start: float, tol: float, max_probes: int,
+                    workers: int) -> tuple[float, float | None, bool]:
     """Returns (capacity rate, rate of the failing check above it or None, done): ``done`` is
     false when ``max_probes`` ran out first, and the pair is then only the bracket so far."""
     w = max(1, workers)

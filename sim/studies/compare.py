@@ -82,7 +82,8 @@ def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
         raise InputError("servesim compare: give --policies a,b,... and/or --variant LABEL KEY=VALUE ...")
     dup = {x for x in labels if labels.count(x) > 1}
     if dup:
-        raise InputError(f"servesim compare: each configuration needs its own label; repeated: {', '.join(sorted(dup))}")
+        raise InputError(f"servesim compare: each configuration needs its own label; repeated: "
+                         f"{', '.join(sorted(dup))}")
     return configs
 
 
