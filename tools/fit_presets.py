@@ -1,9 +1,9 @@
-"""Fit the built-in workload presets (``sim/presets.py``) to the shared traces, and check them.
+"""Fit the built-in workload presets (``sim/inputs/presets.py``) to the shared traces, and check them.
 
     python tools/fit_presets.py [--data DIR]     # DIR defaults to $SERVESIM_SHARED_DATA or ../shared/data
 
 Reads the trace files at run time (they are never copied into the repository) and prints, for
-each preset, the fitted parameters as a Python literal (paste into ``sim/presets.py``) and a
+each preset, the fitted parameters as a Python literal (paste into ``sim/inputs/presets.py``) and a
 table comparing the trace with samples drawn from the fitted preset.
 
 Fits:

@@ -8,7 +8,7 @@ for the prefill and the decode sequences of a mixed step). A step's time is the 
 and layers, plus communication (TP all-reduce, PP send/recv) and a fixed + per-sequence overhead.
 With PP a step traverses the stages one after another, so its time is that of all layers;
 ``stage_times`` splits it per stage (each stage its layers; the embedding on the first, the LM
-head on the last), for the engine's overlapping micro-batches (``sim/pipeline.py``).
+head on the last), for the engine's overlapping micro-batches (``sim/core/pipeline.py``).
 
 MoE layers (``ModelSpec.num_experts``): a router GEMM, then each of the ``E_hit`` experts the step
 is expected to touch (``E (1 - (1 - k/E)^T)``) runs its GEMMs on ``T k / E_hit`` tokens, so expert

@@ -1,4 +1,4 @@
-"""Open-loop arrival times for every arrival process (closed loop is driven in ``sim/clients.py``).
+"""Open-loop arrival times for every arrival process (closed loop is driven in ``sim/core/clients.py``).
 
 Renewal processes (poisson, fixed, gamma) draw gaps; time-varying ones draw in windows of time:
 a piecewise-constant rate (piecewise, on_off) takes a Poisson count per segment and uniform times

@@ -242,7 +242,7 @@ class TraceColumns:
 
 @dataclass(frozen=True)
 class Trace:
-    """Replay a trace file (formats in ``sim/traces.py``): its arrival times and lengths, row by
+    """Replay a trace file (formats in ``sim/inputs/traces.py``): its arrival times and lengths, row by
     row. With ``workload.arrival`` set, arrivals come from that process instead and the trace only
     gives lengths (in order, or drawn at random with ``sample: true``, keeping each row's prompt
     and output together)."""
@@ -280,7 +280,7 @@ class RequestClass:
     share: Optional[float] = _f(None, gt=0)
     rate_rps: Optional[float] = _f(None, gt=0, doc="shorthand for arrival: {process: poisson, rate_rps}")
     arrival: Optional[Arrival] = None
-    preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/presets.py)")
+    preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/inputs/presets.py)")
     shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else "
                                                          "workload.shared_prefix)")
     slo: ClassSlo = field(default_factory=ClassSlo)
@@ -310,7 +310,7 @@ class Hardware:
     pp: int = _f(1, gt=0, doc="pipeline-parallel stages per replica")
     pp_overlap: bool = _f(True, doc="with pp > 1: true: vLLM's virtual engines, pp schedulers per replica "
                                     "(each 1/pp of the KV) whose steps overlap in the stages "
-                                    "(sim/pipeline.py); false: one step at a time crosses every stage")
+                                    "(sim/core/pipeline.py); false: one step at a time crosses every stage")
     dtype: Literal["bf16", "fp16", "fp8", "int4"] = "bf16"
     kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(
         None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
@@ -414,7 +414,8 @@ class Workload:
     num_requests: Optional[int] = _f(None, gt=0)
     duration_s: Optional[float] = _f(None, gt=0, doc="arrivals stop and the run ends at this time")
     shared_prefix: Optional[SharedPrefix] = None
-    preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given (sim/presets.py)")
+    preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given "
+                                         "(sim/inputs/presets.py)")
     trace: Optional[Trace] = None
     classes: Optional[tuple[RequestClass, ...]] = None
     clip_to_context: bool = _f(True, doc="shorten prompts/outputs that exceed the model's context length")
@@ -530,7 +531,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = (), see
     """Read, override and validate a scenario file (the packaged default when ``path`` is None)."""
     path = default_scenario_path() if path is None else Path(path)
     data = apply_overrides(read_yaml(path), list(overrides))
-    data.pop("sweep", None)  # a sweep: {grid: ...} block is read by servesim sweep (sim/sweep.py)
+    data.pop("sweep", None)  # a sweep: {grid: ...} block is read by servesim sweep (sim/studies/sweep.py)
     if seed is not None:
         data["seed"] = seed
     try:
