@@ -35,8 +35,7 @@ def _run_and_validate(sub) -> None:
     r = sub.add_parser("run", help="run a scenario (the packaged default when none is given)")
     r.add_argument("scenario", nargs="?", help="scenario YAML file")
     r.add_argument("--out", default="out", help="output folder (default: ./out)")
-    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. policy.max_num_seqs=64")
-    r.add_argument("--seed", type=int, help="override the scenario's seed")
+    _overrides(r, "override a field, e.g. policy.max_num_seqs=64")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--trace-events", metavar="FILE",
                    help="also write a Chrome/Perfetto trace (JSON) of steps and requests")
@@ -103,6 +102,12 @@ def _profile_args(p) -> None:
     p.add_argument("--max-tokens", type=int, default=4096, help="validate over num_tokens <= this (default 4096)")
 
 
+def _overrides(p, set_help: str) -> None:
+    """``--set KEY=VALUE`` (repeatable) and ``--seed N``: changes to the scenario file."""
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+
+
 def _executor_args(p) -> None:
     """Shared by ``sweep``, ``capacity`` and ``compare``: where the points run."""
     p.add_argument("--workers", type=int, help="parallel worker processes (default: all cores)")
@@ -122,8 +127,7 @@ def _studies(sub) -> None:
     p.add_argument("--grid", action="append", metavar="KEY=V1,V2,...",
                    help="a field and its values, e.g. workload.arrival.rate_rps=2,4,8 (repeatable)")
     p.add_argument("--out", required=True, help="output folder (results.csv, runs/<hash>/...)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field for every point")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    _overrides(p, "override a field for every point")
     _executor_args(p)
     p.set_defaults(func=cmd_sweep)
 
@@ -146,8 +150,7 @@ def _studies(sub) -> None:
                    help="a probe must also keep up: over the second half of its arrivals, requests that "
                         "leave >= SHARE x requests that arrive (default 0.9; 0: off)")
     p.add_argument("--out", help="keep the probes here (results.csv, runs/, capacity.json)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    _overrides(p, "override a field")
     _executor_args(p)
     p.set_defaults(func=cmd_capacity)
 
@@ -158,8 +161,7 @@ def _studies(sub) -> None:
                    help="a labelled configuration: LABEL KEY=VALUE [KEY=VALUE ...] (repeatable)")
     p.add_argument("--rates", metavar="R1,R2,...", help="also sweep workload.arrival.rate_rps (req/s)")
     p.add_argument("--out", default="compare-out", help="output folder (default: ./compare-out)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field for every run")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    _overrides(p, "override a field for every run")
     p.add_argument("--no-report", action="store_true", help="skip figures and report.md")
     _executor_args(p)
     p.set_defaults(func=cmd_compare)
