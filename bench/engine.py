@@ -86,7 +86,8 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     cap = capacity_rps()
-    print(f"capacity of one replica (saturation probe): {cap:.2f} req/s; runs at 70%: {0.7 * cap:.2f} req/s per replica")
+    print(f"capacity of one replica (saturation probe): {cap:.2f} req/s; "
+          f"runs at 70%: {0.7 * cap:.2f} req/s per replica")
     cases = {"a": (10_000, 1), "b": (100_000, 8)}
     results = {"capacity_rps_per_replica": cap}
     for name in args.cases.split(","):

@@ -187,7 +187,8 @@ def _run_table(runs: dict) -> str:
         s = run.summary
         rows.append({"run": g, "completed": s["completed"], "throughput_rps": s["throughput_rps"],
                      "goodput_rps": s["goodput_rps"], "slo_attainment": s["slo_attainment"],
-                     **{f"{m}_{st}_s": s[f"{m}_s"][st] for m in ("ttft", "tpot", "tbt", "e2e") for st in ("p50", "p99")},
+                     **{f"{m}_{st}_s": s[f"{m}_s"][st]
+                        for m in ("ttft", "tpot", "tbt", "e2e") for st in ("p50", "p99")},
                      "mean_batch_size": s["utilization"]["mean_batch_size"], "mfu": s["utilization"]["mfu"],
                      "mbu": s["utilization"]["mbu"]})
     return _md_table(rows, list(rows[0]))
@@ -283,8 +284,8 @@ def build_report(path: str | Path) -> Path:
         per_gpu = len({gpus[g] for g in best}) > 1  # unequal hardware: say it per GPU too
         add("goodput_vs_load", "Goodput vs offered load", fig,
             "Peak goodput: " + "; ".join(
-                f"{g} {v:.3g} req/s (at {_rate(r)}" + (f"; {v / gpus[g]:.3g} per GPU of {gpus[g]}" if per_gpu and gpus[g]
-                                                    else "") + ")"
+                f"{g} {v:.3g} req/s (at {_rate(r)}"
+                + (f"; {v / gpus[g]:.3g} per GPU of {gpus[g]}" if per_gpu and gpus[g] else "") + ")"
                 for g, (v, r) in best.items()) + ".")
         tl = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
                   "throughput": [r["output_tokens_per_s"] for r in rs if r["status"] == "ok"],
@@ -325,7 +326,8 @@ def build_report(path: str | Path) -> Path:
             tot = d["queueing"] + d["prefill"]
             if tot > 0:
                 x = f" then {_ms(d['transfer'])} of KV transfer to the decode pool" if d["transfer"] > 0 else ""
-                parts.append(f"{g} {_ms(tot)} ({d['queueing'] / tot:.0%} queueing, {d['prefill'] / tot:.0%} prefill){x}")
+                parts.append(f"{g} {_ms(tot)} ({d['queueing'] / tot:.0%} queueing, "
+                             f"{d['prefill'] / tot:.0%} prefill){x}")
         add("ttft_breakdown", "TTFT breakdown", fig, "Mean TTFT" + where + ": " + "; ".join(parts) + ".")
 
         shown = list(runs.items())[:MAX_GROUPS_PER_PANEL]

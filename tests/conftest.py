@@ -1,8 +1,7 @@
-import copy
-
 import numpy as np
 import pytest
 
+from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import scenario_from_dict
 from servesim.inputs.workload import RequestSpecs
 
@@ -23,14 +22,7 @@ BASE = {
 
 def make_scenario(**overrides):
     """The BASE scenario with dotted-key overrides, e.g. make_scenario(**{"policy.max_num_seqs": 1})."""
-    data = copy.deepcopy(BASE)
-    for key, value in overrides.items():
-        node = data
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return scenario_from_dict(data)
+    return scenario_from_dict(with_values(BASE, overrides))
 
 
 def policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, blocks, router, duration,

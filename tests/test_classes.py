@@ -35,9 +35,8 @@ def test_shares_split_the_arrivals():
 
 
 def test_own_rates_merge_into_one_stream():
-    w = build(Workload, {"duration_s": 2000.0, "classes": [{**CHAT, "rate_rps": 4.0},
-                                                            {**BATCH, "arrival": {"process": "fixed", "rate_rps": 0.5}}]},
-              "workload")
+    classes = [{**CHAT, "rate_rps": 4.0}, {**BATCH, "arrival": {"process": "fixed", "rate_rps": 0.5}}]
+    w = build(Workload, {"duration_s": 2000.0, "classes": classes}, "workload")
     s = generate(w, np.random.default_rng(0))
     assert np.all(np.diff(s.arrival_s) >= 0) and s.arrival_s.max() < 2000.0
     counts = np.bincount(s.class_index)

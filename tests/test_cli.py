@@ -73,7 +73,16 @@ def test_validate_ok(tmp_path, capsys):
     assert "colocated: efficiencies fitted" in out and "per-step overhead 2.00 ms + 10.0 us per sequence (v0)" in out
     own = GOOD.replace("slo:", "cost: {step_overhead_s: 0.001}\nslo:")
     assert main(["validate", write(tmp_path, own)]) == 0
-    assert "per-step overhead 1.00 ms + 10.0 us per sequence (scenario (step), v0 (per sequence))" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "per-step overhead 1.00 ms + 10.0 us per sequence (scenario (step), v0 (per sequence))" in out
+
+
+def test_numbers_in_e_notation_are_numbers(tmp_path, capsys):
+    """YAML 1.1 reads 5e0 (no dot) as a string; scenario files and --set read it as the number."""
+    p = write(tmp_path, GOOD.replace("rate_rps: 5.0", "rate_rps: 5e0"))
+    assert main(["validate", p, "--set", "workload.num_requests=6e1"]) == 0
+    assert main(["validate", write(tmp_path, GOOD.replace("rate_rps: 5.0", "rate_rps: 5x0"))]) == 2
+    assert "workload.arrival.rate_rps must be a number, got '5x0'" in capsys.readouterr().err
 
 
 BAD = [
@@ -164,8 +173,10 @@ def test_cost_json(capsys):
     assert main(["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "h100-sxm", "--tp", "2",
                  "--prefill", "512", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert {"step_time_s", "flops", "bytes", "arithmetic_intensity", "bound", "mfu", "mbu", "num_layers", "ops"} <= set(d)
-    assert {"qkv_proj", "o_proj", "mlp_up", "mlp_down", "attention", "allreduce", "lm_head", "overhead"} <= set(d["ops"])
+    assert {"step_time_s", "flops", "bytes", "arithmetic_intensity", "bound", "mfu", "mbu", "num_layers",
+            "ops"} <= set(d)
+    assert {"qkv_proj", "o_proj", "mlp_up", "mlp_down", "attention", "allreduce", "lm_head",
+            "overhead"} <= set(d["ops"])
     assert sum(o["time_s"] for o in d["ops"].values()) == pytest.approx(d["step_time_s"])
 
 
@@ -242,3 +253,14 @@ def test_hints_lead_with_the_name_meant():
     assert "did you mean 'chunked_prefill'?" in did_you_mean("sarathi", ["chunked_prefill", "continuous", "static"])
     assert "did you mean 'pd_split'?" in did_you_mean("DistServe", ["continuous", "pd_split"])
     assert "did you mean 'poisson'?" in did_you_mean("poison", ["fixed", "gamma", "poisson"])
+
+
+def test_version_is_the_package_version(capsys):
+    from importlib.metadata import version
+
+    import servesim
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"servesim {servesim.__version__}" == f"servesim {version('servesim')}"

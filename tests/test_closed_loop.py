@@ -16,7 +16,8 @@ def closed(clients, think=0.0, n=150, **kw):
 def max_outstanding(r) -> int:
     """Most requests arrived and not yet ended at any instant (a rejected request ends on arrival;
     at equal times ends count before arrivals, as a client sends after its request ends)."""
-    end = np.where(r["status"] == "completed", r["finish_s"], np.where(r["status"] == "rejected", r["arrival_s"], np.inf))
+    end = np.where(r["status"] == "completed", r["finish_s"],
+                   np.where(r["status"] == "rejected", r["arrival_s"], np.inf))
     events = sorted([(t, 1) for t in r["arrival_s"]] + [(t, -1) for t in end])
     now = peak = 0
     for _, d in events:
@@ -54,8 +55,10 @@ def test_rejected_requests_do_not_stall_clients():
 def test_duration_only_and_classes():
     sc = closed(4, think=0.2, n=None, **{"workload.duration_s": 10.0, "workload.prompt_tokens": None,
                                          "workload.output_tokens": None, "workload.classes": [
-        {"name": "a", "share": 1, "prompt_tokens": {"dist": "fixed", "value": 100}, "output_tokens": {"dist": "fixed", "value": 20}},
-        {"name": "b", "share": 1, "prompt_tokens": {"dist": "fixed", "value": 500}, "output_tokens": {"dist": "fixed", "value": 5}}]})
+        {"name": "a", "share": 1, "prompt_tokens": {"dist": "fixed", "value": 100},
+         "output_tokens": {"dist": "fixed", "value": 20}},
+        {"name": "b", "share": 1, "prompt_tokens": {"dist": "fixed", "value": 500},
+         "output_tokens": {"dist": "fixed", "value": 5}}]})
     res = simulate(sc)
     s = res.summary
     assert s["num_requests"] == s["completed"] + s["rejected"] + s["unfinished"] > 0

@@ -71,7 +71,8 @@ def test_preempts_newest_when_kv_runs_out_mid_decode():
     # each holds 32 tokens = 2 blocks (prompt 32, 1 emitted -> computed 32); the next token needs a 3rd block
     r0, r1, r2 = (running_req(i, 32, 1, kv) for i in range(3))
     waiting = deque([Request(9, 0.0, 8, 4)])
-    b = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=8192).next_batch(ReplicaState([r0, r1, r2], waiting, kv))
+    policy = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=8192)
+    b = policy.next_batch(ReplicaState([r0, r1, r2], waiting, kv))
     # free 0: r0 needs 1 block -> preempt newest r2 (frees 2) -> r0 takes 1; r1 needs 1 -> takes the other.
     assert scheduled(b) == {0: 1, 1: 1}
     assert [r.request_id for r in b.preempted] == [2]
@@ -119,7 +120,8 @@ def test_admission_error_when_the_watermark_leaves_too_few_blocks():
     half = BlockAllocator(num_blocks=40, block_size=16)
     assert "first chunk = 512 tokens" in ContinuousPolicy(chunked=True, max_num_batched_tokens=512,
                                                          watermark=0.5).admission_error(5000, 10, half)
-    assert ContinuousPolicy(chunked=True, max_num_batched_tokens=256, watermark=0.5).admission_error(5000, 10, half) is None
+    chunked = ContinuousPolicy(chunked=True, max_num_batched_tokens=256, watermark=0.5)
+    assert chunked.admission_error(5000, 10, half) is None
 
 
 def test_budget_blocked_names_a_head_held_back_by_the_running_requests_only():

@@ -12,8 +12,9 @@ import pytest
 from servesim.core.batch import synthetic_batch
 from servesim.cli.main import main
 from servesim.cost import CostModel
-from servesim.cost.calibration import (collective_time_np, efficiencies_for, find_profiles, fit_profiles,
-                                  gemm_time_np, load_calibration, mem_time_np, shipped_calibrations)
+from servesim.cost.calibration import efficiencies_for, load_calibration, shipped_calibrations
+from servesim.cost.fitting import collective_time_np, fit_profiles, gemm_time_np, mem_time_np
+from servesim.cost.profiles import find_profiles
 from servesim.cost.validation import validate
 from servesim.cost.comm import allreduce_time_s, send_time_s
 from servesim.cost.efficiency import CommEfficiency, Efficiencies, GemmEfficiency, MemEfficiency, OpEfficiency
@@ -345,7 +346,19 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
     with pytest.raises(InputError, match=r"allreduce\.smooth must be >= 1"):
         load_calibration(tmp_path / "c.yaml")
     (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n")
-    with pytest.raises(InputError, match="unknown keys"):
+    with pytest.raises(InputError, match="gemm.speed: unknown field"):  # the scenario's wording
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, tile_q: 0.5}\n")
+    with pytest.raises(InputError, match=r"c\.yaml: gemm\.tile_q: unknown field; \(did you mean 'tile_quant'\?\)"):
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("gem: {compute: 0.5, memory: 0.8}\n")  # was silently ignored
+    with pytest.raises(InputError, match=r"gem: unknown field; \(did you mean 'gemm'\?\)"):
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, tile_m: 64.5}\n")  # a wrong type
+    with pytest.raises(InputError, match=r"gemm\.tile_m must be an integer, got 64\.5"):
+        load_calibration(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("source: [fitted]\n")
+    with pytest.raises(InputError, match=r"c\.yaml: source must be a string, got \['fitted'\]"):
         load_calibration(tmp_path / "c.yaml")
     for body in ("gemm: {compute: 0.5, memory: 0.5, tile_m: .inf}\n", "gemm: {compute: .nan, memory: 0.5}\n"):
         (tmp_path / "c.yaml").write_text(body)  # found by fuzzing: inf / nan were taken as numbers

@@ -24,7 +24,8 @@ def test_catalog_has_the_issue_models_and_gpus():
     for g in ("a100-40g", "a100-80g", "a40", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "mi300x"):
         spec = GPUS[g]
         assert spec.peak_flops > 0 and spec.mem_bw_bytes_per_s > 0 and spec.pcie_bw_bytes_per_s > 0
-    assert GPUS["h100-sxm"].fp8_flops == pytest.approx(2 * GPUS["h100-sxm"].peak_flops, rel=0.01) and GPUS["a100-80g"].fp8_flops == 0
+    assert GPUS["h100-sxm"].fp8_flops == pytest.approx(2 * GPUS["h100-sxm"].peak_flops, rel=0.01)
+    assert GPUS["a100-80g"].fp8_flops == 0
 
 
 def test_mixtral_params_and_expected_experts_hit():
@@ -112,6 +113,40 @@ def test_gpu_from_yaml(tmp_path):
         p.write_text(body)
         with pytest.raises(InputError, match=msg):
             get_gpu(str(p))
+
+
+def test_gpu_yaml_errors_name_the_field_and_say_what_is_valid(tmp_path, capsys):
+    """The GPU YAML goes through the scenario's schema builder: field path, what is valid, and the
+    closest field or choice for a misspelling."""
+    p = tmp_path / "gpu.yaml"
+    for body, msg in (
+        ("name: x\npeak_flop: 1e15\nmem_bytes: 1\nmem_bw_bytes_per_s: 1\n",
+         r"gpu\.yaml: peak_flop: unknown field; \(did you mean 'peak_flops'\?\) valid: base, fp8_flops"),
+        ("base: h100-sxm\nmem_kind: hmb\n", r"gpu\.yaml: mem_kind: 'hmb' is not valid; \(did you mean 'hbm'\?\)"),
+        ("base: h100-sxm\nname: [a]\n", r"gpu\.yaml: name must be a string, got \['a'\]"),
+        ("base: h100-sxm\nfp8_flops: -1\n", r"gpu\.yaml: fp8_flops must be >= 0, got -1"),
+        ("base: h100-sm\n", r"base: unknown GPU 'h100-sm'; \(did you mean 'h100-sxm'\?\)"),
+        ("- h100-sxm\n", r"gpu\.yaml: a GPU file must be a YAML mapping, got list"),
+    ):
+        p.write_text(body)
+        with pytest.raises(InputError, match=msg):
+            get_gpu(str(p))
+    p.write_text("name: x\npeak_flop: 1e15\nmem_bytes: 1\nmem_bw_bytes_per_s: 1\n")
+    assert main(["cost", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", str(p), "--prefill", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "--gpu: " in err and "did you mean 'peak_flops'" in err and "Traceback" not in err
+
+
+def test_config_json_file_errors_name_the_file(tmp_path):
+    path = tmp_path / "config.json"
+    for text, msg in (("[1, 2]", r"config\.json: a config file must be a JSON object, got list"),
+                      ('{"hidden_size": 4096,\n "n_head" 32}',
+                       r"config\.json: line 2, column 11: malformed JSON: Expecting"),
+                      ('{"hidden_size": 4096}', r"config\.json lacks 'num_attention_heads' / 'n_head'"),
+                      ('{"hidden_size": true}', r"field 'hidden_size' must be a positive integer")):
+        path.write_text(text)
+        with pytest.raises(InputError, match=msg):
+            get_model(str(path))
 
 
 def test_moe_config_json(tmp_path):

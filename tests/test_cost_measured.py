@@ -12,7 +12,9 @@ import pytest
 
 from servesim.core.batch import synthetic_batch
 from servesim.cost import CostModel
-from servesim.cost.calibration import efficiencies_for, find_profiles, fit_profiles, load_calibration, shipped_calibrations
+from servesim.cost.calibration import efficiencies_for, load_calibration, shipped_calibrations
+from servesim.cost.fitting import fit_profiles
+from servesim.cost.profiles import find_profiles
 from servesim.cost.validation import validate, validate_held_out_models, validate_measured
 from servesim.inputs.specs import GPUS, MODELS
 

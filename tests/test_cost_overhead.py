@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from servesim.cli.main import main
-from servesim.cost.calibration import find_profiles, fit_overhead, load_calibration, read_cpu_overheads
+from servesim.cost.calibration import load_calibration
+from servesim.cost.fitting import fit_overhead
+from servesim.cost.profiles import find_profiles, read_cpu_overheads
 from servesim.cost.efficiency import OverheadFit, step_overheads
 from servesim.cost.validation import validate
 from servesim.errors import InputError

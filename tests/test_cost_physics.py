@@ -10,7 +10,8 @@ L3_8B = MODELS["meta-llama/Meta-Llama-3-8B"]
 H100 = GPUS["h100-sxm"]
 
 
-@pytest.mark.parametrize("model", ["meta-llama/Meta-Llama-3-8B", "meta-llama/Llama-2-7b-hf", "mistralai/Mistral-7B-v0.1"])
+@pytest.mark.parametrize("model", ["meta-llama/Meta-Llama-3-8B", "meta-llama/Llama-2-7b-hf",
+                                   "mistralai/Mistral-7B-v0.1"])
 @pytest.mark.parametrize("gpu", ["h100-sxm", "a100-80g", "h200"])
 def test_batch1_decode_within_2x_of_weight_read_time(model, gpu):
     cm = CostModel(MODELS[model], GPUS[gpu])

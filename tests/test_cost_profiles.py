@@ -12,7 +12,7 @@ import pytest
 from servesim.core.batch import synthetic_batch
 from servesim.cli.main import main
 from servesim.cost import CostModel
-from servesim.cost.calibration import find_profiles
+from servesim.cost.profiles import find_profiles
 from servesim.cost.measured import interp_time, load_measured
 from servesim.cost.validation import validate_measured
 from servesim.errors import InputError

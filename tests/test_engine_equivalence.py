@@ -129,7 +129,8 @@ CASES = {
                          "policy.decode": {"replicas": 2}},
     "duration_routers": {"workload.duration_s": 6.0, "workload.num_requests": None, "cluster.replicas": 3,
                          "cluster.router": "least_kv_usage", "policy.name": "chunked_prefill",
-                         "policy.max_num_batched_tokens": 512, "workload.arrival": {"process": "poisson", "rate_rps": 40.0}},
+                         "policy.max_num_batched_tokens": 512,
+                         "workload.arrival": {"process": "poisson", "rate_rps": 40.0}},
     "bench_shape": {"model": "meta-llama/Llama-2-7b-hf", "workload.num_requests": 1500,
                     "workload.arrival": {"process": "poisson", "rate_rps": 9.0},
                     "workload.prompt_tokens": {"dist": "lognormal", "mean": 1155, "sigma": 0.636},
@@ -174,7 +175,8 @@ def test_fast_engine_matches_reference(case):
 
 
 def test_prefix_groups_match():
-    sc = make_scenario(**{**SMALL, "policy.prefix_caching": True, "cluster.replicas": 2, "cluster.router": "prefix_aware"})
+    sc = make_scenario(**{**SMALL, "policy.prefix_caching": True, "cluster.replicas": 2,
+                          "cluster.router": "prefix_aware"})
     rng = np.random.default_rng(1)
     n = 200
     rows = sorted(zip(np.cumsum(rng.exponential(0.08, n)).tolist(), rng.integers(100, 900, n).tolist(),

@@ -66,7 +66,8 @@ def test_latency_vs_load(ax):
 
 
 def test_goodput_vs_load(ax):
-    data = {"continuous": {"rate": [1, 2, 4], "goodput": [1, 2, 3.5]}, "small": {"rate": [1, 2, 4], "goodput": [1, 1.5, 0.2]}}
+    data = {"continuous": {"rate": [1, 2, 4], "goodput": [1, 2, 3.5]},
+            "small": {"rate": [1, 2, 4], "goodput": [1, 1.5, 0.2]}}
     F.goodput_vs_load(data, ax)
     assert ax.get_xlabel() == "offered load: workload.arrival.rate_rps (req/s)"
     assert ax.get_ylabel() == "goodput (req/s within SLO)"

@@ -45,10 +45,13 @@ def test_lognormal_parameterizations_agree():
 
 
 @pytest.mark.parametrize("d, message", [
-    ({"dist": "lognormal", "mean": 100}, "workload.prompt_tokens: give mean \\+ sigma, median \\+ sigma or median \\+ p99; got mean"),
-    ({"dist": "lognormal", "median": 100, "p99": 50}, "workload.prompt_tokens.p99 must be > workload.prompt_tokens.median"),
+    ({"dist": "lognormal", "mean": 100},
+     "workload.prompt_tokens: give mean \\+ sigma, median \\+ sigma or median \\+ p99; got mean"),
+    ({"dist": "lognormal", "median": 100, "p99": 50},
+     "workload.prompt_tokens.p99 must be > workload.prompt_tokens.median"),
     ({"dist": "lognormal", "mean": 100, "sigma": 1, "p99": 500}, "got mean \\+ sigma \\+ p99"),
-    ({"dist": "zipf", "s": 1.2, "min": 10, "max": 5}, "workload.prompt_tokens.max must be >= workload.prompt_tokens.min"),
+    ({"dist": "zipf", "s": 1.2, "min": 10, "max": 5},
+     "workload.prompt_tokens.max must be >= workload.prompt_tokens.min"),
     ({"dist": "zipf", "s": 0, "max": 5}, "workload.prompt_tokens.s must be > 0, got 0"),
     ({"dist": "quantiles", "p": [0, 0.5], "tokens": [1, 2]}, "p must rise strictly from 0 to 1"),
     ({"dist": "quantiles", "p": [0, 1], "tokens": [5, 2]}, "tokens must be >= 1 and non-decreasing"),

@@ -52,7 +52,8 @@ def test_lesson_scenarios_validate():
 
     from servesim.simulation import prepare
 
-    names = sorted(p.name[:-5] for p in resources.files("servesim.scenarios.lessons").iterdir() if p.name.endswith(".yaml"))
+    names = sorted(p.name[:-5] for p in resources.files("servesim.scenarios.lessons").iterdir()
+                   if p.name.endswith(".yaml"))
     assert len(names) >= 9
     for n in names:
         prepare(lesson_scenario(None, n))

@@ -11,7 +11,8 @@ import yaml
 from servesim.cli.main import main
 from servesim.inputs.scenario import scenario_from_dict
 from servesim.simulation import simulate
-from servesim.studies.sweep import execute, make_points
+from servesim.studies.points import make_points
+from servesim.studies.sweep import execute
 from servesim.outputs.trace_export import chrome_trace
 from tests.conftest import BASE, make_scenario
 
@@ -126,7 +127,8 @@ def test_chrome_trace_parses_with_the_expected_events(tmp_path):
     trace_file = tmp_path / "t.json"
     argv_yaml = tmp_path / "s.yaml"
     argv_yaml.write_text(yaml.safe_dump(sc.to_dict()))
-    assert main(["run", str(argv_yaml), "--out", str(tmp_path / "o"), "--quiet", "--trace-events", str(trace_file)]) == 0
+    assert main(["run", str(argv_yaml), "--out", str(tmp_path / "o"), "--quiet",
+                 "--trace-events", str(trace_file)]) == 0
     trace = json.loads(trace_file.read_text())
     ev = trace["traceEvents"]
     res = simulate(sc)
@@ -178,7 +180,7 @@ def pd_results():
 
 def test_pd_split_trace_timeline_and_gpus():
     from servesim.outputs.rundir import RunData
-    from servesim.studies.sweep import num_gpus
+    from servesim.studies.points import num_gpus
 
     res = pd_results()
     r = res.requests
@@ -187,7 +189,8 @@ def test_pd_split_trace_timeline_and_gpus():
     ev = trace["traceEvents"]
     assert len(ev) == expected_events(res, 3)  # 1 prefill + 2 decode replicas
     assert sum(e["ph"] == "b" and e["name"] == "kv_transfer" for e in ev) == np.isfinite(r["kv_transfer_s"]).sum()
-    assert {e["args"]["decode_replica"] for e in ev if e["ph"] == "b" and e.get("args", {}).get("decode_replica")} <= {1, 2}
+    assert {e["args"]["decode_replica"] for e in ev
+            if e["ph"] == "b" and e.get("args", {}).get("decode_replica")} <= {1, 2}
     rd = RunData.from_results(res)
     assert [p[:3] for p in rd.pools()] == [("prefill", 0, 1), ("decode", 1, 2)]
     dec = rd.timeline_data(1)

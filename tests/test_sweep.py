@@ -6,10 +6,12 @@ import json
 import pytest
 import yaml
 
+import servesim.studies.executors as executors_mod
 import servesim.studies.sweep as sweep_mod
 from servesim.policies import POLICIES
 from servesim.cli.main import main
-from servesim.studies.sweep import grid_points, read_results, scenario_hash
+from servesim.studies.points import grid_points, scenario_hash
+from servesim.studies.sweep import read_results
 from tests.conftest import BASE
 
 RATES = "1,2,4,8"
@@ -35,13 +37,13 @@ def two_configs():
 
 def count_runs(monkeypatch):
     calls = []
-    real = sweep_mod.run_point
+    real = executors_mod.run_point
 
     def counting(data, out):
         calls.append(out)
         return real(data, out)
 
-    monkeypatch.setattr(sweep_mod, "run_point", counting)
+    monkeypatch.setattr(executors_mod, "run_point", counting)
     return calls
 
 
@@ -144,7 +146,8 @@ def test_ray_executor_equals_local(tmp_path):
     assert rows["local"] == rows["ray"]
     for p in grid_points(base, grid):  # byte-identical per-run files too
         for f in ("requests.csv", "steps.csv"):
-            assert (tmp_path / "local/runs" / p.hash / f).read_bytes() == (tmp_path / "ray/runs" / p.hash / f).read_bytes()
+            local, ray_run = (tmp_path / ex / "runs" / p.hash / f for ex in ("local", "ray"))
+            assert local.read_bytes() == ray_run.read_bytes()
 
 
 def test_compare_runs_each_configuration_on_the_same_requests(tmp_path, capsys):

@@ -48,7 +48,8 @@ def test_splitwise_generic_csv_and_jsonl_formats(tmp_path):
     assert gen({"path": str(sw)}).arrival_s.tolist() == [0.0, 0.5]
     g = tmp_path / "mine.csv"
     g.write_text("id,t_ms,in,out\na,1000,5,6\nb,1250,7,8\n")
-    s = gen({"path": str(g), "format": "csv", "time_unit": "ms", "columns": {"arrival": "t_ms", "prompt": "in", "output": "out"}})
+    s = gen({"path": str(g), "format": "csv", "time_unit": "ms",
+             "columns": {"arrival": "t_ms", "prompt": "in", "output": "out"}})
     assert s.arrival_s.tolist() == [0.0, 0.25] and s.prompt_tokens.tolist() == [5, 7]
     j = tmp_path / "t.jsonl"
     j.write_text("\n".join(json.dumps(r) for r in [{"ts": "2024-01-01T00:00:00Z", "p": 3, "o": 4},
@@ -105,11 +106,13 @@ def test_resample_arrivals_keeping_lengths(tmp_path):
      "line 3: TIMESTAMP must be a number or a timestamp, got 'yesterday'"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,1.5\n",
      "line 2: GeneratedTokens must be a positive integer, got '1.5'"),
-    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5,5\n0.5,5,5\n", "line 4: arrived_at goes back in time"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5,5\n0.5,5,5\n",
+     "line 4: arrived_at goes back in time"),
     ("when,a,b\n0,1,1\n", "line 1: no column 'arrival_s' for the arrival"),
     # found by fuzzing: numbers too large for a length or a clock
     ("arrival_s,prompt_tokens,output_tokens\n0,1e308,5\n", "line 2: prompt_tokens must be at most 2147483647"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,5,5\n1e308,5,5\n", r"line 3: arrival_s must be at most 1e\+12 s after time_unit"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5,5\n1e308,5,5\n",
+     r"line 3: arrival_s must be at most 1e\+12 s after time_unit"),
 ])
 def test_trace_errors_name_file_and_line(tmp_path, text, message):
     f = tmp_path / "bad.csv"
@@ -141,7 +144,8 @@ def test_jsonl_errors(tmp_path):
     ({"trace": {"path": "x.csv"}, "prompt_tokens": {"dist": "fixed", "value": 1}},
      "workload.prompt_tokens: lengths come from workload.trace"),
     ({"trace": {"path": "x.csv", "columns": {"prompt": 3}}}, "workload.trace.columns.prompt must be a string"),
-    ({"trace": {"path": "x.csv", "loop": True}}, "workload.trace.loop needs workload.num_requests or workload.duration_s"),
+    ({"trace": {"path": "x.csv", "loop": True}},
+     "workload.trace.loop needs workload.num_requests or workload.duration_s"),
 ])
 def test_trace_fields_checked(data, message):
     with pytest.raises(InputError, match=message):
@@ -152,7 +156,8 @@ def test_cli_exit_2_for_a_malformed_trace(tmp_path, capsys):
     f = tmp_path / "bad.csv"
     f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,5\n2023-11-16 18:00:02.0,x,5\n")
     sc = tmp_path / "s.yaml"
-    sc.write_text(f"model: meta-llama/Meta-Llama-3-8B\nhardware: {{gpu: h100-sxm}}\nworkload: {{trace: {{path: '{f}'}}}}\n")
+    sc.write_text(f"model: meta-llama/Meta-Llama-3-8B\nhardware: {{gpu: h100-sxm}}\n"
+                  f"workload: {{trace: {{path: '{f}'}}}}\n")
     for cmd in (["validate", str(sc)], ["run", str(sc), "--out", str(tmp_path / "o"), "--quiet"]):
         assert main(cmd) == 2
         err = capsys.readouterr().err

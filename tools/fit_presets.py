@@ -1,9 +1,9 @@
-"""Fit the built-in workload presets (``sim/presets.py``) to the shared traces, and check them.
+"""Fit the built-in workload presets (``sim/inputs/presets.py``) to the shared traces, and check them.
 
     python tools/fit_presets.py [--data DIR]     # DIR defaults to $SERVESIM_SHARED_DATA or ../shared/data
 
 Reads the trace files at run time (they are never copied into the repository) and prints, for
-each preset, the fitted parameters as a Python literal (paste into ``sim/presets.py``) and a
+each preset, the fitted parameters as a Python literal (paste into ``sim/inputs/presets.py``) and a
 table comparing the trace with samples drawn from the fitted preset.
 
 Fits:
@@ -118,7 +118,8 @@ def check(name: str, preset: dict, trace) -> None:
         data["arrival"] = {"process": "poisson", "rate_rps": 1.0}
     s = generate(build(Workload, data, "workload"), np.random.default_rng(0))
     print(f"  {'':22}{'mean':>8} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
-    for label, a, b in (("prompt", trace.prompt_tokens, s.prompt_tokens), ("output", trace.output_tokens, s.output_tokens)):
+    for label, a, b in (("prompt", trace.prompt_tokens, s.prompt_tokens),
+                        ("output", trace.output_tokens, s.output_tokens)):
         print(f"  {label + ' trace':22}{describe(a)}")
         print(f"  {label + ' preset':22}{describe(b)}")
     if trace.arrival_s is not None and "arrival" in preset:
@@ -137,7 +138,8 @@ def main(argv=None) -> int:
     files = {
         "azure_conv": root / "traces" / "AzureLLMInferenceTrace_conv.csv",
         "azure_code": root / "traces" / "AzureLLMInferenceTrace_code.csv",
-        "arxiv_summarization": root / "vidur" / "processed_traces" / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+        "arxiv_summarization":
+            root / "vidur" / "processed_traces" / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
     }
     missing = [str(p) for p in files.values() if not p.exists()]
     if missing:

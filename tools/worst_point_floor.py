@@ -33,8 +33,9 @@ def main() -> int:
     import numpy as np
     from scipy.optimize import minimize
 
-    from servesim.cost.calibration import (PROFILE_DTYPE_BYTES, find_profiles, gemm_points, gemm_time_np,
-                                      shipped_calibrations, load_calibration)
+    from servesim.cost.calibration import load_calibration, shipped_calibrations
+    from servesim.cost.fitting import gemm_points, gemm_time_np
+    from servesim.cost.profiles import PROFILE_DTYPE_BYTES, find_profiles
     from servesim.cost.efficiency import GemmEfficiency
     from servesim.inputs.specs import get_gpu
 

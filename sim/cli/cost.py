@@ -1,5 +1,6 @@
-"""``servesim calibrate`` and ``servesim validate-cost``: fit the cost model's efficiencies to
-measured kernel timings, and report how well a calibration predicts them."""
+"""``servesim cost``: one step's cost; ``servesim calibrate`` and ``servesim validate-cost``: fit
+the cost model's efficiencies to measured kernel timings, and report how well a calibration
+predicts them."""
 
 from __future__ import annotations
 
@@ -8,9 +9,104 @@ from pathlib import Path
 
 from servesim.errors import InputError
 
+# sequences in one step: far beyond any max_num_seqs (each is priced one by one)
+MAX_DECODE_BATCH = 1 << 20
+
+
+def cmd_cost(args) -> int:
+    from servesim.core.batch import synthetic_batch
+    from servesim.cost import CostModel
+    from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
+
+    model = get_model(args.model, "--model")
+    gpu = get_gpu(args.gpu, "--gpu")
+    bad_tp = tp_error(model, args.tp)
+    if bad_tp:
+        raise InputError(f"--tp {args.tp} {bad_tp}")
+    if args.pp < 1 or args.pp > model.num_layers:
+        raise InputError(f"--pp {args.pp} must be between 1 and the model's {model.num_layers} layers")
+    if args.prefill is not None:
+        if args.prefill < 1 or args.context < 0:
+            raise InputError("--prefill must be >= 1 and --context >= 0")
+        if args.prefill + args.context > model.max_context_tokens:
+            raise InputError(f"--prefill + --context = {args.prefill + args.context} tokens exceeds {model.name}'s "
+                             f"context length {model.max_context_tokens}")
+        batch, what = synthetic_batch(prefill=[(args.prefill, args.context)]), f"prefill of {args.prefill} tokens"
+        if args.context:
+            what += f" after {args.context} cached"
+    else:
+        if not 1 <= args.decode_batch <= MAX_DECODE_BATCH or args.context < 0:
+            raise InputError(f"--decode-batch must be between 1 and {MAX_DECODE_BATCH} and --context >= 0")
+        if args.context + 1 > model.max_context_tokens:
+            raise InputError(f"--context {args.context} + the decoded token exceeds {model.name}'s context length "
+                             f"{model.max_context_tokens}")
+        batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch)
+        what = f"decode step of {args.decode_batch} sequences at context {args.context}"
+    from servesim.cost.calibration import efficiencies_for
+
+    measured = None
+    if args.profiles:
+        from servesim.cost.measured import load_measured
+
+        measured = load_measured(args.profiles, model, args.tp, gpu, args.dtype, args.device, "--profiles")
+    from servesim.cost.efficiency import step_overheads
+
+    eff = efficiencies_for(gpu, args.calibration, "--calibration")
+    step_s, per_seq_s, _ = step_overheads(eff, args.tp)
+    cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype,
+                   kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
+                   step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured)
+    c = cm.step_time(batch)
+    ops = cm.breakdown(batch)
+    stages = cm.stage_times(c, batch)
+    ai = c.arithmetic_intensity
+    ridge = cm.peak_flops / gpu.mem_bw_bytes_per_s
+    stage_gib = max(cm.stage_weight_bytes()) / args.tp / 2**30
+    fits = stage_gib < gpu.mem_bytes / 2**30
+    if args.json:
+        print(json.dumps({
+            "step_time_s": c.time_s, "flops": c.flops, "bytes": c.bytes, "arithmetic_intensity": ai,
+            "ridge_flops_per_byte": ridge, "compute_s": c.compute_s, "memory_s": c.memory_s,
+            "bound": c.bound, "mfu": cm.mfu(c), "mbu": cm.mbu(c), "weights_gib_per_gpu": stage_gib,
+            "weights_fit": fits,
+            "num_layers": model.num_layers,
+            "ops": {k: v._asdict() for k, v in ops.items()},
+            "measured_ops": None if measured is None else {"source": measured.source, "ops": list(measured.ops)},
+            "pp_stage_times_s": stages,
+        }, indent=2))
+        return 0
+    print(f"{model.name} on {args.tp} x {args.pp} x {gpu.name} (TP x PP): {what}" if args.pp > 1 else
+          f"{model.name} on {args.tp} x {gpu.name}: {what}")
+    print(f"step {c.time_s * 1e3:.3f} ms, {c.flops / 1e12:.3f} TFLOP, {c.bytes / 1e9:.3f} GB, "
+          f"MFU {cm.mfu(c) * 100:.1f}%, MBU {cm.mbu(c) * 100:.1f}%")
+    # the bound compares the operators' compute and memory times at the fitted efficiencies (tile
+    # padding and kernels' share of peak included), so near the datasheet ridge it can be either
+    print(f"arithmetic intensity {ai:.1f} FLOP/byte ({'above' if ai > ridge else 'below'} the datasheet ridge "
+          f"{ridge:.1f}); at the fitted efficiencies the operators' compute time is {c.compute_s * 1e3:.3f} ms and "
+          f"memory time {c.memory_s * 1e3:.3f} ms: {c.bound}-bound")
+    if not fits:
+        print(f"note: {stage_gib:.1f} GiB of weights per GPU exceed the {gpu.name}'s {gpu.mem_bytes / 2**30:.0f} GiB: "
+              "this step could not run there (raise --tp or --pp)")
+    if args.pp > 1:
+        held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers)"
+                         for i, (t, n) in enumerate(zip(stages, cm.stage_layers())))
+        slow = max(range(args.pp), key=lambda i: stages[i])
+        print(f"pipeline: the step holds stage {held}; stage 1 also embeds, the last runs the LM head, each but "
+              f"the last sends to the next. Stage {slow + 1} is the slowest: with overlapping micro-batches "
+              "(hardware.pp_overlap) it bounds the replica's step rate")
+    if measured is not None:
+        print(f"priced from measurements ({measured.source}): {', '.join(measured.ops)}; "
+              "FLOPs, bytes and bounds from the model")
+    print()
+    print(f"{'operator':<12}{'time ms':>10}{'share':>8}{'GFLOP':>12}{'MB':>12}  bound")
+    for k, v in ops.items():
+        print(f"{k:<12}{v.time_s * 1e3:>10.3f}{100 * v.time_s / c.time_s:>7.1f}%{v.flops / 1e9:>12.2f}"
+              f"{v.bytes / 1e6:>12.2f}  {v.bound}")
+    return 0
+
 
 def _profiles(args):
-    from servesim.cost.calibration import find_profiles
+    from servesim.cost.profiles import find_profiles
     from servesim.inputs.specs import get_gpu
 
     gpu = get_gpu(args.gpu, "--gpu")
@@ -29,7 +125,8 @@ def _summary_rows(rows, detail: bool):
 
 def cmd_calibrate(args) -> int:
     from servesim import __version__
-    from servesim.cost.calibration import FAMILIES, calibration_yaml, fit_profiles, today
+    from servesim.cost.calibration import FAMILIES, calibration_yaml, today
+    from servesim.cost.fitting import fit_profiles
     from servesim.cost.validation import format_table, validate
 
     gpu, prof = _profiles(args)
@@ -93,40 +190,10 @@ def cmd_validate_cost(args) -> int:
                                                   "source": eff.source if mode == "calibration" else what,
                                                   "max_tokens": args.max_tokens, "rows": v["rows"]}, indent=1))
     title = {"measured": "priced from measurements, leave one out",
-             "held-out-models": "fit without the model, leave one model out"}.get(mode, f"calibration {args.calibration}")
-    plot_predicted_vs_measured(v["points"], f"{gpu.name}, {title}, num_tokens <= {args.max_tokens}", out / f"{stem}.png")
+             "held-out-models": "fit without the model, leave one model out"}.get(mode,
+                                                                                  f"calibration {args.calibration}")
+    plot_predicted_vs_measured(v["points"], f"{gpu.name}, {title}, num_tokens <= {args.max_tokens}",
+                               out / f"{stem}.png")
     print(f"\nwrote {out / (stem + '.json')}, {out / (stem + '.png')}")
     return 0
-
-
-def _common(p):
-    p.add_argument("--profiles", required=True, metavar="DIR",
-                   help="Vidur-format profiling folder (compute/<device>/<org>/<model>/mlp.csv, network/<node>/)")
-    p.add_argument("--gpu", required=True, help="catalog GPU (or GPU YAML) the measurements were taken on")
-    p.add_argument("--device", help="device folder under compute/ (default: from the GPU name, e.g. a100)")
-    p.add_argument("--node", help="network folder for collectives (default: <device>_*, a DGX one first)")
-    p.add_argument("--max-tokens", type=int, default=4096, help="validate over num_tokens <= this (default 4096)")
-
-
-def register(sub) -> None:
-    """Add ``calibrate`` and ``validate-cost`` to the ``servesim`` subparsers."""
-    c = sub.add_parser("calibrate", help="fit the cost model's efficiencies to measured kernel timings")
-    _common(c)
-    c.add_argument("--out", required=True, metavar="FILE", help="calibration YAML to write")
-    c.add_argument("--note", help="a line of provenance to add to the file's header comment")
-    c.set_defaults(func=cmd_calibrate)
-
-    v = sub.add_parser("validate-cost", help="predicted vs measured operator times: MAPE and worst case")
-    _common(v)
-    v.add_argument("--calibration", default="auto",
-                   help="auto (shipped fit, or the closest calibrated GPU's) | none (v0 figures) | FILE")
-    v.add_argument("--out", default="out", help="folder for the table (JSON) and plot (PNG); default ./out")
-    v.add_argument("--detail", action="store_true", help="every family per model and TP, not only totals")
-    v.add_argument("--held-out-models", action="store_true",
-                   help="validate the fit on models it never saw: each model predicted by a fit to the others "
-                        "(leave one model out; --calibration is not used)")
-    v.add_argument("--measured", action="store_true",
-                   help="validate pricing from the measurements themselves (cost.profiles): each GEMM point "
-                        "predicted from the others (leave one out), the error at token counts not profiled")
-    v.set_defaults(func=cmd_validate_cost)
 

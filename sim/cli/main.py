@@ -1,22 +1,16 @@
-"""The ``servesim`` command: parse, call simulate / cost, print. Exit 0 ok, 2 bad input, 1 bug."""
+"""The ``servesim`` command: parse (``sim/cli/parser.py``), run the subcommand's handler, map
+errors to exit codes: 0 ok, 2 bad input, 1 bug. ``run`` and ``validate`` are handled here."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import sys
 from pathlib import Path
 
+from servesim.cli.parser import build_parser
 from servesim.errors import InputError
 from servesim.outputs.profile import format_profile
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's own exit 2, with our one-paragraph style
-        self.print_usage(sys.stderr)
-        raise InputError(f"{self.prog}: {message}")
 
 
 def _slo_text(slo: dict) -> str:
@@ -37,7 +31,8 @@ def format_summary(s: dict) -> str:
              f"{s['rejected']} rejected, {s['unfinished']} unfinished, {s['preemptions']} preemptions",
              f"simulated {s['sim_time_s']:.1f} s in {s['wall_time_s']:.2f} s wall", "",
              f"{'latency':<8}{'mean':>13}{'p50':>13}{'p90':>13}{'p99':>13}"]
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"), ("queue_s", "queue")):
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"),
+                       ("queue_s", "queue")):
         d = s[key]
         lines.append(f"{label:<8}" + "".join(f"{_fmt_s(d[k]):>13}" for k in ("mean", "p50", "p90", "p99")))
     multi = len(s.get("classes") or {}) > 1
@@ -90,7 +85,8 @@ def _format_memory(s: dict) -> list:
                      "idle: no work, or a bubble while the engines' steps are on other stages)")
     kv = s.get("kv", {})
     if kv.get("swap_out_bytes"):
-        lines.append(f"swap          {kv['swap_out_bytes'] / 1e9:.2f} GB to host, {kv['swap_in_bytes'] / 1e9:.2f} GB back")
+        lines.append(f"swap          {kv['swap_out_bytes'] / 1e9:.2f} GB to host, "
+                     f"{kv['swap_in_bytes'] / 1e9:.2f} GB back")
     if kv.get("prefix_cache_hit_tokens"):
         lines.append(f"prefix cache  {kv['prefix_cache_hit_rate'] * 100:.1f}% of prompt tokens hit "
                      f"({kv['prefix_cache_hit_tokens']} of {kv['prefix_cache_query_tokens']})")
@@ -222,152 +218,6 @@ def cmd_validate(args) -> int:
         print(f"  {pool.name}: efficiencies {cm.eff.source}; per-step overhead {cm.step_overhead_s * 1e3:.2f} ms "
               f"+ {cm.per_seq_overhead_s * 1e6:.1f} us per sequence ({pool.overhead_source})")
     return 0
-
-
-def cmd_cost(args) -> int:
-    from servesim.core.batch import synthetic_batch
-    from servesim.cost import CostModel
-    from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
-
-    model = get_model(args.model, "--model")
-    gpu = get_gpu(args.gpu, "--gpu")
-    bad_tp = tp_error(model, args.tp)
-    if bad_tp:
-        raise InputError(f"--tp {args.tp} {bad_tp}")
-    if args.pp < 1 or args.pp > model.num_layers:
-        raise InputError(f"--pp {args.pp} must be between 1 and the model's {model.num_layers} layers")
-    if args.prefill is not None:
-        if args.prefill < 1 or args.context < 0:
-            raise InputError("--prefill must be >= 1 and --context >= 0")
-        if args.prefill + args.context > model.max_context_tokens:
-            raise InputError(f"--prefill + --context = {args.prefill + args.context} tokens exceeds {model.name}'s "
-                             f"context length {model.max_context_tokens}")
-        batch, what = synthetic_batch(prefill=[(args.prefill, args.context)]), f"prefill of {args.prefill} tokens"
-        if args.context:
-            what += f" after {args.context} cached"
-    else:
-        if not 1 <= args.decode_batch <= MAX_DECODE_BATCH or args.context < 0:
-            raise InputError(f"--decode-batch must be between 1 and {MAX_DECODE_BATCH} and --context >= 0")
-        if args.context + 1 > model.max_context_tokens:
-            raise InputError(f"--context {args.context} + the decoded token exceeds {model.name}'s context length "
-                             f"{model.max_context_tokens}")
-        batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch)
-        what = f"decode step of {args.decode_batch} sequences at context {args.context}"
-    from servesim.cost.calibration import efficiencies_for
-
-    measured = None
-    if args.profiles:
-        from servesim.cost.measured import load_measured
-
-        measured = load_measured(args.profiles, model, args.tp, gpu, args.dtype, args.device, "--profiles")
-    from servesim.cost.efficiency import step_overheads
-
-    eff = efficiencies_for(gpu, args.calibration, "--calibration")
-    step_s, per_seq_s, _ = step_overheads(eff, args.tp)
-    cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype, kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
-                   step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured)
-    c = cm.step_time(batch)
-    ops = cm.breakdown(batch)
-    stages = cm.stage_times(c, batch)
-    ai = c.arithmetic_intensity
-    ridge = cm.peak_flops / gpu.mem_bw_bytes_per_s
-    stage_gib = max(cm.stage_weight_bytes()) / args.tp / 2**30
-    fits = stage_gib < gpu.mem_bytes / 2**30
-    if args.json:
-        print(json.dumps({
-            "step_time_s": c.time_s, "flops": c.flops, "bytes": c.bytes, "arithmetic_intensity": ai,
-            "ridge_flops_per_byte": ridge, "compute_s": c.compute_s, "memory_s": c.memory_s,
-            "bound": c.bound, "mfu": cm.mfu(c), "mbu": cm.mbu(c), "weights_gib_per_gpu": stage_gib,
-            "weights_fit": fits,
-            "num_layers": model.num_layers,
-            "ops": {k: v._asdict() for k, v in ops.items()},
-            "measured_ops": None if measured is None else {"source": measured.source, "ops": list(measured.ops)},
-            "pp_stage_times_s": stages,
-        }, indent=2))
-        return 0
-    print(f"{model.name} on {args.tp} x {args.pp} x {gpu.name} (TP x PP): {what}" if args.pp > 1 else
-          f"{model.name} on {args.tp} x {gpu.name}: {what}")
-    print(f"step {c.time_s * 1e3:.3f} ms, {c.flops / 1e12:.3f} TFLOP, {c.bytes / 1e9:.3f} GB, "
-          f"MFU {cm.mfu(c) * 100:.1f}%, MBU {cm.mbu(c) * 100:.1f}%")
-    # the bound compares the operators' compute and memory times at the fitted efficiencies (tile
-    # padding and kernels' share of peak included), so near the datasheet ridge it can be either
-    print(f"arithmetic intensity {ai:.1f} FLOP/byte ({'above' if ai > ridge else 'below'} the datasheet ridge "
-          f"{ridge:.1f}); at the fitted efficiencies the operators' compute time is {c.compute_s * 1e3:.3f} ms and "
-          f"memory time {c.memory_s * 1e3:.3f} ms: {c.bound}-bound")
-    if not fits:
-        print(f"note: {stage_gib:.1f} GiB of weights per GPU exceed the {gpu.name}'s {gpu.mem_bytes / 2**30:.0f} GiB: "
-              "this step could not run there (raise --tp or --pp)")
-    if args.pp > 1:
-        held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers)" for i, (t, n) in enumerate(zip(stages, cm.stage_layers())))
-        slow = max(range(args.pp), key=lambda i: stages[i])
-        print(f"pipeline: the step holds stage {held}; stage 1 also embeds, the last runs the LM head, each but "
-              f"the last sends to the next. Stage {slow + 1} is the slowest: with overlapping micro-batches "
-              "(hardware.pp_overlap) it bounds the replica's step rate")
-    if measured is not None:
-        print(f"priced from measurements ({measured.source}): {', '.join(measured.ops)}; "
-              "FLOPs, bytes and bounds from the model")
-    print()
-    print(f"{'operator':<12}{'time ms':>10}{'share':>8}{'GFLOP':>12}{'MB':>12}  bound")
-    for k, v in ops.items():
-        print(f"{k:<12}{v.time_s * 1e3:>10.3f}{100 * v.time_s / c.time_s:>7.1f}%{v.flops / 1e9:>12.2f}"
-              f"{v.bytes / 1e6:>12.2f}  {v.bound}")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="servesim", description="Discrete-event simulator of LLM inference serving.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    r = sub.add_parser("run", help="run a scenario (the packaged default when none is given)")
-    r.add_argument("scenario", nargs="?", help="scenario YAML file")
-    r.add_argument("--out", default="out", help="output folder (default: ./out)")
-    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. policy.max_num_seqs=64")
-    r.add_argument("--seed", type=int, help="override the scenario's seed")
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.add_argument("--trace-events", metavar="FILE", help="also write a Chrome/Perfetto trace (JSON) of steps and requests")
-    r.add_argument("--engine", choices=["fast", "reference"],
-                   help="simulation engine (default: the scenario's engine, fast); same results either way")
-    r.set_defaults(func=cmd_run)
-
-    v = sub.add_parser("validate", help="check a scenario and print what is wrong")
-    v.add_argument("scenario")
-    v.add_argument("--set", action="append", metavar="KEY=VALUE")
-    v.set_defaults(func=cmd_validate)
-
-    c = sub.add_parser("cost", help="one step's cost with a per-operator breakdown")
-    c.add_argument("--model", required=True)
-    c.add_argument("--gpu", required=True)
-    c.add_argument("--tp", type=int, default=1)
-    c.add_argument("--pp", type=int, default=1, help="pipeline stages (the step crosses all of them)")
-    c.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "int4"])
-    c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
-    g = c.add_mutually_exclusive_group(required=True)
-    g.add_argument("--prefill", type=int, metavar="TOKENS")
-    g.add_argument("--decode-batch", type=int, metavar="B")
-    c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
-    c.add_argument("--json", action="store_true")
-    c.add_argument("--calibration", default="auto", help="auto (shipped fit) | none (v0 figures) | FILE")
-    c.add_argument("--profiles", metavar="DIR", help="price the per-layer kernels from measured timings of this "
-                   "model shape and TP (Vidur-format profiling folder; as the scenario's cost.profiles)")
-    c.add_argument("--device", help="with --profiles: device folder under compute/ (default: from the GPU name)")
-    c.set_defaults(func=cmd_cost)
-
-    from servesim.cli.cost import register as register_cost
-
-    register_cost(sub)  # calibrate, validate-cost
-
-    from servesim.cli import report
-    from servesim.studies import capacity, compare, sweep
-
-    for mod in (sweep, capacity, compare, report):
-        mod.register(sub)
-    from servesim.studies.lessons import register as register_lessons
-
-    register_lessons(sub)  # lessons
-    return p
-
-
-MAX_DECODE_BATCH = 1 << 20  # sequences in one step: far beyond any max_num_seqs (each is priced one by one)
 
 
 def main(argv=None) -> int:

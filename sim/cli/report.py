@@ -17,8 +17,3 @@ def cmd_report(args) -> int:
     print(f"wrote {out} and {path / 'figures'}/*.png, *.svg")
     return 0
 
-
-def register(sub) -> None:
-    p = sub.add_parser("report", help="figures and report.md from a run, sweep, capacity or compare folder")
-    p.add_argument("dir", help="output folder of servesim run, sweep, capacity or compare")
-    p.set_defaults(func=cmd_report)

@@ -51,7 +51,8 @@ def activation_reserve_bytes(model, tp: int, max_num_batched_tokens: int, max_nu
 
 
 def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_bytes: float,
-            num_blocks_override: int | None = None, extra_weight_bytes: float = 0.0, where: str = "hardware") -> KvCapacity:
+            num_blocks_override: int | None = None, extra_weight_bytes: float = 0.0,
+            where: str = "hardware") -> KvCapacity:
     """Per-GPU memory plan; a clear error when weights (and the reserve) leave no room for KV.
     ``extra_weight_bytes``: other weights on the replica's GPUs (a speculative draft model)."""
     cm = cost_model

@@ -52,7 +52,7 @@ from math import isnan
 import numpy as np
 from simpy import Interrupt
 
-from servesim.core.batch import Batch, make_batch
+from servesim.core.batch import Batch
 from servesim.core.kv import BlockAllocator
 from servesim.core.runs import Cost, Run, delay_to
 from servesim.policies.base import NO_DECODE_SET, DecodeSet, ReplicaState

@@ -4,19 +4,13 @@ smooth max of latency and transfer; parameters in ``CommEfficiency``)."""
 from __future__ import annotations
 
 from servesim.cost.efficiency import CommEfficiency
-
-
-def _smooth_max(x: float, y: float, p: float) -> float:
-    hi, lo = (x, y) if x >= y else (y, x)
-    if hi <= 0:
-        return hi
-    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
+from servesim.cost.smoothmax import smooth_max
 
 
 def collective_time_s(latency_s: float, transfer_s: float, e: CommEfficiency) -> float:
     if e.smooth == 1.0:
         return latency_s + transfer_s
-    return _smooth_max(latency_s, transfer_s, e.smooth)
+    return smooth_max(latency_s, transfer_s, e.smooth)
 
 
 def allreduce_time_s(size_bytes: float, world: int, link_bw: float, gpu_latency_s: float,

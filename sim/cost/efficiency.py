@@ -5,9 +5,10 @@ family reaches, and the few shape terms that make small kernels slower than the 
 reach ~70-80% of tensor peak at large M and ~80-90% of HBM bandwidth when weight-read bound;
 FlashAttention-2 forward ~50-70% of peak; elementwise kernels ~70% of bandwidth.
 
-Calibration (``sim/cost/calibration.py``) replaces them with coefficients fitted to measured
-kernel timings; the fits for the GPUs we have measurements of ship in
-``sim/cost/calibrations/*.yaml`` and are turned into an ``Efficiencies`` by ``from_dict``.
+Calibration replaces them with coefficients fitted to measured kernel timings
+(``sim/cost/fitting.py``); the fits for the GPUs we have measurements of ship in
+``sim/cost/calibrations/*.yaml`` (``sim/cost/calibration.py``) and are turned into an
+``Efficiencies`` by ``from_dict``.
 
 Operator time models (M tokens, K x N weight, w / a weight / activation bytes per element):
 
@@ -33,6 +34,10 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from servesim.errors import InputError
+from servesim.inputs.schema import build_file
+from servesim.inputs.schema import field_ as _f
+
 
 # Rows a low-bit (fp8, int4) weight GEMM pads M to. The fitted ``tile_m`` is cuBLAS's 16-bit
 # tiling (the profiles are fp16); at small M, weight-only int4 kernels (Marlin) and vLLM's FP8
@@ -40,38 +45,56 @@ from dataclasses import dataclass
 LOWBIT_TILE_M = 16
 
 
+# The families below are also the schema of a calibration file (``from_dict``): the bounds are
+# what a file may say; the fits and the v0 figures are built directly.
+_SHARE = {"gt": 0, "le": 1, "valid": "in (0, 1]"}  # a fraction of a datasheet peak
+
+
+def _coefficients(data: dict, path: str) -> dict:
+    """Every coefficient of a family is a finite number >= 0 (or null where the field allows it);
+    checked before the fields' own bounds, as the one rule they all share."""
+    for k, v in data.items():
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < math.inf):
+            raise InputError(f"{path}.{k} must be a finite number >= 0, got {v!r}")
+    return data
+
+
 @dataclass(frozen=True, slots=True)
 class OpEfficiency:
     """Plain roofline efficiencies (used for attention, which our measurements do not cover)."""
 
-    compute: float  # fraction of peak FLOP/s
-    memory: float  # fraction of peak HBM bytes/s
-    latency_s: float = 0.0  # per kernel launch
+    compute: float = _f(**_SHARE, doc="fraction of peak FLOP/s")
+    memory: float = _f(**_SHARE, doc="fraction of peak HBM bytes/s")
+    latency_s: float = _f(0.0, doc="per kernel launch")
+    expand = staticmethod(_coefficients)
 
 
 @dataclass(frozen=True, slots=True)
 class GemmEfficiency:
-    compute: float  # fraction of peak FLOP/s reached at large K
-    memory: float  # fraction of HBM bandwidth when weight-read bound
-    latency_s: float = 0.0  # fixed per-kernel time
-    smooth: float = 0.0  # p of the smooth max (0: hard max)
-    tile_quant: float = 0.0  # share of the FLOPs of M padded up to tile_m (0..1)
-    tile_m: int = 128
-    k_half: float = 0.0  # inner dimension at which the compute efficiency is halved (0: none)
+    compute: float = _f(**_SHARE, doc="fraction of peak FLOP/s reached at large K")
+    memory: float = _f(**_SHARE, doc="fraction of HBM bandwidth when weight-read bound")
+    latency_s: float = _f(0.0, doc="fixed per-kernel time")
+    smooth: float = _f(0.0, doc="p of the smooth max (0: hard max)")
+    tile_quant: float = _f(0.0, le=1, valid="in [0, 1]", doc="share of the FLOPs of M padded up to tile_m")
+    tile_m: int = _f(128, ge=1)
+    k_half: float = _f(0.0, doc="inner dimension at which the compute efficiency is halved (0: none)")
+    expand = staticmethod(_coefficients)
 
 
 @dataclass(frozen=True, slots=True)
 class MemEfficiency:
-    memory: float  # fraction of HBM bandwidth
-    latency_s: float = 0.0  # fixed per-kernel time
+    memory: float = _f(**_SHARE, doc="fraction of HBM bandwidth")
+    latency_s: float = _f(0.0, doc="fixed per-kernel time")
+    expand = staticmethod(_coefficients)
 
 
 @dataclass(frozen=True, slots=True)
 class CommEfficiency:
-    link: float = 0.80  # fraction of the link bandwidth a collective reaches
+    link: float = _f(0.80, **_SHARE, doc="fraction of the link bandwidth a collective reaches")
     base_latency_s: float = 0.0
-    hop_latency_s: float | None = None  # per (n - 1); None: 2 x the GPU's link_latency_s (v0)
-    smooth: float = 1.0  # 1: latency + transfer (alpha-beta); larger: a smooth max of the two
+    hop_latency_s: float | None = _f(None, doc="per (n - 1); None: 2 x the GPU's link_latency_s (v0)")
+    smooth: float = _f(1.0, ge=1, doc="1: latency + transfer (alpha-beta); larger: a smooth max of the two")
+    expand = staticmethod(_coefficients)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +102,27 @@ class OverheadFit:
     """Per-step CPU overhead (scheduling, input preparation, sampling, output processing and, with
     TP > 1, the workers' RPC) fitted per measured TP size: ``step_s + per_seq_s x sequences``."""
 
-    tp: tuple = ()
-    step_s: tuple = ()
-    per_seq_s: tuple = ()
+    tp: tuple[int, ...] = ()
+    step_s: tuple[float, ...] = ()
+    per_seq_s: tuple[float, ...] = ()
+
+    @staticmethod
+    def expand(data: dict, path: str) -> dict:
+        keys = ("tp", "step_s", "per_seq_s")
+        if not set(keys) <= set(data):
+            raise InputError(f"{path} needs exactly the keys {list(keys)} (lists, one entry per TP size), got "
+                             f"{sorted(data)}")
+        return data
+
+    def check(self, path: str) -> None:
+        cols = (self.tp, self.step_s, self.per_seq_s)
+        if not all(cols) or len({len(c) for c in cols}) != 1:
+            raise InputError(f"{path}.tp, .step_s and .per_seq_s must be non-empty lists of one length")
+        if not all(t >= 1 for t in self.tp) or len(set(self.tp)) != len(self.tp):
+            raise InputError(f"{path}.tp must hold distinct integers >= 1, got {list(self.tp)!r}")
+        for k in ("step_s", "per_seq_s"):
+            if not all(v >= 0 for v in getattr(self, k)):
+                raise InputError(f"{path}.{k} must hold numbers >= 0 (seconds), got {list(getattr(self, k))!r}")
 
     def at(self, tp: int) -> tuple:
         """(step_s, per_seq_s) of the measured TP size closest to ``tp`` (log distance; a tie
@@ -108,67 +149,17 @@ class Efficiencies:
         return dataclasses.asdict(self)
 
 
-_KINDS = {f.name: f.type for f in dataclasses.fields(Efficiencies)}
-_CLASSES = {"gemm": GemmEfficiency, "attention": OpEfficiency, "allreduce": CommEfficiency,
-            "send_recv": CommEfficiency}  # (overhead: read by _overhead)
+# written by ``servesim calibrate`` next to the families; not efficiencies, so not read here
+FILE_METADATA = ("gpu", "fit_quality")
 
 
 def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
-    """An ``Efficiencies`` from a calibration file's mapping; families it lacks keep the v0 values."""
-    from servesim.errors import InputError
-
+    """An ``Efficiencies`` from a calibration file's mapping; families it lacks keep the v0 values.
+    Errors name ``where`` (the option or field and the file) and the family's field."""
     if not isinstance(data, dict):
         raise InputError(f"{where}: must be a mapping of operator families")
-    kw = {}
-    for name, value in data.items():
-        if name not in _KINDS or name == "source":
-            if name == "source":
-                kw["source"] = str(value)
-            continue  # metadata (gpu, fit quality, ...) is allowed and ignored here
-        cls = _CLASSES.get(name, MemEfficiency)
-        if not isinstance(value, dict):
-            raise InputError(f"{where}: {name} must be a mapping, got {value!r}")
-        if name == "overhead":
-            kw[name] = _overhead(value, where)
-            continue
-        fields = {f.name for f in dataclasses.fields(cls)}
-        bad = set(value) - fields
-        if bad:
-            raise InputError(f"{where}: {name} has unknown keys {sorted(bad)}; valid: {sorted(fields)}")
-        for k, v in value.items():
-            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < math.inf):
-                raise InputError(f"{where}: {name}.{k} must be a finite number >= 0, got {v!r}")
-        for k in ("compute", "memory", "link"):
-            if k in value and not 0 < value[k] <= 1:
-                raise InputError(f"{where}: {name}.{k} must be in (0, 1], got {value[k]!r}")
-        if cls is CommEfficiency and value.get("smooth", 1.0) < 1:
-            raise InputError(f"{where}: {name}.smooth must be >= 1 (1: latency + transfer), got {value['smooth']!r}")
-        if "tile_quant" in value and value["tile_quant"] > 1:
-            raise InputError(f"{where}: {name}.tile_quant must be in [0, 1], got {value['tile_quant']!r}")
-        if "tile_m" in value:
-            value = {**value, "tile_m": max(int(value["tile_m"]), 1)}
-        kw[name] = cls(**value)
-    return Efficiencies(**kw)
-
-
-def _overhead(value: dict, where: str) -> OverheadFit:
-    """``overhead: {tp: [...], step_s: [...], per_seq_s: [...]}``, one entry per measured TP size."""
-    from servesim.errors import InputError
-
-    keys = ("tp", "step_s", "per_seq_s")
-    if set(value) != set(keys):
-        raise InputError(f"{where}: overhead needs exactly the keys {list(keys)} (lists, one entry per TP "
-                         f"size), got {sorted(value)}")
-    cols = [value[k] for k in keys]
-    if not all(isinstance(c, list) and c for c in cols) or len({len(c) for c in cols}) != 1:
-        raise InputError(f"{where}: overhead.tp, .step_s and .per_seq_s must be non-empty lists of one length")
-    tp, step, per = cols
-    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tp) or len(set(tp)) != len(tp):
-        raise InputError(f"{where}: overhead.tp must hold distinct integers >= 1, got {tp!r}")
-    for k, c in (("step_s", step), ("per_seq_s", per)):
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf for v in c):
-            raise InputError(f"{where}: overhead.{k} must hold numbers >= 0 (seconds), got {c!r}")
-    return OverheadFit(tuple(tp), tuple(float(v) for v in step), tuple(float(v) for v in per))
+    return build_file(Efficiencies, {k: v for k, v in data.items() if k not in FILE_METADATA}, where,
+                      "a calibration file")
 
 
 DEFAULT_EFFICIENCIES = Efficiencies()
@@ -184,9 +175,12 @@ def step_overheads(eff: Efficiencies, tp: int, step_s: float | None = None,
     out, src = [], []
     for given, k, v0 in ((step_s, 0, V0_STEP_OVERHEAD_S), (per_seq_s, 1, V0_PER_SEQ_OVERHEAD_S)):
         if given is not None:
-            out.append(float(given)); src.append("scenario")
+            out.append(float(given))
+            src.append("scenario")
         elif fit is not None:
-            out.append(fit[k]); src.append("calibration")
+            out.append(fit[k])
+            src.append("calibration")
         else:
-            out.append(v0); src.append("v0")
+            out.append(v0)
+            src.append("v0")
     return out[0], out[1], src[0] if src[0] == src[1] else f"{src[0]} (step), {src[1]} (per sequence)"

@@ -4,7 +4,7 @@ model shape and TP size (Vidur's way), instead of the fitted roofline.
 Why: the fitted roofline is smooth in the token count and cuBLAS is not. At some token counts the
 library switches GEMM kernels and the measured time jumps by 30-70% over a range of tokens (A40,
 Llama-2-7B at TP 8: MLP up 0.143 ms at 632 tokens, 0.242 ms at 640). A user who has profiled their
-model on their GPU (Vidur's ``mlp.csv`` format, ``sim/cost/calibration.py`` reads it) can have
+model on their GPU (Vidur's ``mlp.csv`` format, ``sim/cost/profiles.py`` reads it) can have
 those kernels priced from the measurements: ``cost.profiles`` in a scenario, ``--profiles`` for
 ``servesim cost``.
 
@@ -108,7 +108,7 @@ def _shape(n_head, n_kv, hidden, inter, gated) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _load(root: str, gpu: str, device: str | None, shape: tuple, tp: int, model_name: str, where: str) -> MeasuredOps:
-    from servesim.cost.calibration import find_profiles
+    from servesim.cost.profiles import find_profiles
 
     prof = find_profiles(root, gpu, device, where=where)
     def shape_of(p):

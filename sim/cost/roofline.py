@@ -8,7 +8,7 @@ for the prefill and the decode sequences of a mixed step). A step's time is the 
 and layers, plus communication (TP all-reduce, PP send/recv) and a fixed + per-sequence overhead.
 With PP a step traverses the stages one after another, so its time is that of all layers;
 ``stage_times`` splits it per stage (each stage its layers; the embedding on the first, the LM
-head on the last), for the engine's overlapping micro-batches (``sim/pipeline.py``).
+head on the last), for the engine's overlapping micro-batches (``sim/core/pipeline.py``).
 
 MoE layers (``ModelSpec.num_experts``): a router GEMM, then each of the ``E_hit`` experts the step
 is expected to touch (``E (1 - (1 - k/E)^T)``) runs its GEMMs on ``T k / E_hit`` tokens, so expert
@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from servesim.core.batch import Batch
 from servesim.cost.comm import allreduce_time_s, send_time_s
-from servesim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies,
-                                 GemmEfficiency, MemEfficiency, OpEfficiency)
+from servesim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, V0_PER_SEQ_OVERHEAD_S,
+                                      V0_STEP_OVERHEAD_S, Efficiencies, GemmEfficiency, MemEfficiency)
+from servesim.cost.smoothmax import smooth_max
 from servesim.inputs.specs import DTYPE_BYTES, GpuSpec, ModelSpec, activation_dtype
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def gemm_cost(M: float, K: float, N: float, w: float, peak: float, bw: float, g:
     """(time_s, flops, bytes, compute_s, memory_s) of one ``[M x K] @ [K x N]`` GEMM on one GPU.
 
     ``w`` bytes per weight element; activations in and out are ``ACT_BYTES``. The vectorized twin
-    used for fitting is ``sim.cost.calibration.gemm_time_np`` (a test keeps them equal).
+    used for fitting is ``sim.cost.fitting.gemm_time_np`` (a test keeps them equal).
     """
     if M <= 0:
         return 0.0, 0.0, 0.0, 0.0, 0.0
@@ -82,23 +83,9 @@ def gemm_cost(M: float, K: float, N: float, w: float, peak: float, bw: float, g:
     return g.latency_s + smooth_max(c, m, g.smooth), f, b, c, m
 
 
-def smooth_max(x: float, y: float, p: float) -> float:
-    """``(x^p + y^p)^(1/p)`` (>= max(x, y)); ``p == 0`` is the hard max."""
-    hi, lo = (x, y) if x >= y else (y, x)
-    if not p or hi <= 0:
-        return hi
-    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
-
-
 def mem_cost(kernels: float, f: float, b: float, peak: float, bw: float, e: MemEfficiency):
     """(time_s, compute_s, memory_s) of bandwidth-bound kernels moving ``b`` bytes in total."""
     c = f / peak
-    m = b / (bw * e.memory)
-    return kernels * e.latency_s + (c if c > m else m), c, m
-
-
-def roofline_cost(kernels: float, f: float, b: float, peak: float, bw: float, e: OpEfficiency):
-    c = f / (peak * e.compute)
     m = b / (bw * e.memory)
     return kernels * e.latency_s + (c if c > m else m), c, m
 
@@ -144,13 +131,13 @@ class CostModel:
 
     def __post_init__(self):
         m, tp = self.model, self.tp
-        h, I = m.hidden_size, m.intermediate_size
+        h, inter = m.hidden_size, m.intermediate_size
         qd = m.q_dim / tp
         kvd = self.kv_heads_per_gpu * m.head_dim
         n_up = 2 if m.gated_mlp else 1
         # per-GPU shapes, computed once: (qkv N, o K, up N, down K, vocab/tp, kv bytes/token/layer, ...)
         object.__setattr__(self, "_c", (
-            float(h), qd, kvd, qd + 2 * kvd, n_up * I / tp, I / tp, m.vocab_size / tp,
+            float(h), qd, kvd, qd + 2 * kvd, n_up * inter / tp, inter / tp, m.vocab_size / tp,
             2 * kvd * DTYPE_BYTES[self.kv_dtype], float(n_up), DTYPE_BYTES[self.dtype],
             DTYPE_BYTES[activation_dtype(self.dtype)],  # embedding and LM head weights: 16-bit
         ))
@@ -347,7 +334,8 @@ class CostModel:
 
     def _attention(self, batch: Batch, T: int):
         """The attention row of ``_ops``: (time_s, flops, bytes, compute_s, memory_s) over all layers
-        (``roofline_cost`` with the attention efficiencies, its constants computed once)."""
+        (the plain roofline ``max(flops / (peak x compute), bytes / (bw x memory))`` plus kernel
+        latency, with the attention efficiencies; its constants computed once)."""
         fq, qd2a, kv_tok, pc, bm, lat, L = self._att
         dctx = batch.decode_context_tokens
         dpairs = batch.decode_attn_pairs
@@ -572,4 +560,4 @@ class CostModel:
         return cost.bytes / (cost.time_s * self.gpu.mem_bw_bytes_per_s * self.num_gpus) if cost.time_s else 0.0
 
 
-__all__ = ["CostModel", "StepCost", "OpCost", "OpEfficiency", "gemm_cost", "smooth_max"]
+__all__ = ["CostModel", "StepCost", "OpCost", "gemm_cost"]

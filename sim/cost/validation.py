@@ -1,7 +1,7 @@
 """Predicted vs measured operator times: MAPE and worst case per family, model and TP size.
 
 ``validate(profiles, gpu, eff)`` predicts every measurement of the profiles with the cost model's
-time models (the vectorized twins in ``sim/cost/calibration.py``) and returns plain rows; the CLI
+time models (the vectorized twins in ``sim/cost/fitting.py``) and returns plain rows; the CLI
 prints them and ``plot_predicted_vs_measured`` draws them (matplotlib, Agg).
 
 Families: ``linear`` is the per-layer sum QKV + O + MLP up + MLP down at one token count (the
@@ -15,10 +15,10 @@ intra-node collectives by number of GPUs; ``overhead`` the per-step CPU time, fr
 
 from __future__ import annotations
 
-from servesim.cost.calibration import (GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles, attention_points, attention_time_np,
-                                  collective_time_np, comm_points, cpu_points, gemm_dims, gemm_points, gemm_time_np,
-                                  mem_points, mem_time_np, overhead_time_np)
 from servesim.cost.efficiency import V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies, OverheadFit
+from servesim.cost.fitting import (attention_points, attention_time_np, collective_time_np, comm_points, cpu_points,
+                                   gemm_dims, gemm_points, gemm_time_np, mem_points, mem_time_np, overhead_time_np)
+from servesim.cost.profiles import GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles
 from servesim.inputs.specs import GpuSpec
 
 MEM_FAMILIES = ("norm", "activation", "rotary", "residual", "embedding")
@@ -58,7 +58,9 @@ def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: in
     sums: dict = {}
     for i, k in enumerate(key):
         s = sums.setdefault(k, [0.0, 0.0, 0])
-        s[0] += y[i]; s[1] += pred[i]; s[2] += 1
+        s[0] += y[i]
+        s[1] += pred[i]
+        s[2] += 1
     # repeated token counts hold two measurements of each op: average them (counts are multiples of 4)
     lk = [k for k, v in sums.items() if v[2] % 4 == 0]
     lm = np.array([sums[k][0] / (sums[k][2] // 4) for k in lk])
@@ -134,7 +136,9 @@ def validate_measured(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_t
                     for lst, v in zip(per_op[op], (pred, ys[i], (p.model, tp), x)):
                         lst.append(v)
                     acc = lin.setdefault((p.model, tp, x), [0.0, 0.0, 0])
-                    acc[0] += ys[i]; acc[1] += pred; acc[2] += 1
+                    acc[0] += ys[i]
+                    acc[1] += pred
+                    acc[2] += 1
     keys = [k for k, v in lin.items() if v[2] == 4]
     if keys:
         lm = np.array([lin[k][0] for k in keys])
@@ -157,7 +161,7 @@ def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int =
 
     import numpy as np
 
-    from servesim.cost.calibration import fit_profiles
+    from servesim.cost.fitting import fit_profiles
     from servesim.errors import InputError
 
     models = list(dict.fromkeys(p.model for p in profiles.compute))
@@ -178,7 +182,8 @@ def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int =
                 worst[r["family"]] = r
         for fam, (meas, pred) in v["points"].items():
             acc = pts.setdefault(fam, ([], []))
-            acc[0].append(meas); acc[1].append(pred)
+            acc[0].append(meas)
+            acc[1].append(pred)
     points = {fam: (np.concatenate(a), np.concatenate(b)) for fam, (a, b) in pts.items()}
     for fam, (meas, pred) in points.items():
         e = np.abs(pred / meas - 1.0)

@@ -1,4 +1,4 @@
-"""Open-loop arrival times for every arrival process (closed loop is driven in ``sim/clients.py``).
+"""Open-loop arrival times for every arrival process (closed loop is driven in ``sim/core/clients.py``).
 
 Renewal processes (poisson, fixed, gamma) draw gaps; time-varying ones draw in windows of time:
 a piecewise-constant rate (piecewise, on_off) takes a Poisson count per segment and uniform times
@@ -33,17 +33,6 @@ def inter_arrivals(arrival, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 RENEWAL = (PoissonArrival, FixedArrival, GammaArrival)
-
-
-def mean_rate(arrival) -> float:
-    """Long-run mean rate (requests/second) of an open-loop process."""
-    if isinstance(arrival, (*RENEWAL, SinusoidalArrival)):
-        return arrival.rate_rps
-    if isinstance(arrival, OnOffArrival):
-        return (arrival.rate_rps * arrival.on_s + arrival.off_rate_rps * arrival.off_s) / (arrival.on_s + arrival.off_s)
-    if isinstance(arrival, PiecewiseArrival):
-        return sum(s.rate_rps * s.duration_s for s in arrival.segments) / sum(s.duration_s for s in arrival.segments)
-    raise TypeError(f"no mean rate for {arrival!r}")
 
 
 def _segment_windows(arrival, rng):

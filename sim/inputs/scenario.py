@@ -7,28 +7,19 @@ that reads files; the dataclasses themselves do no I/O.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
-import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 import yaml
 
-from servesim.errors import InputError, did_you_mean
-
-
-def _f(default=dataclasses.MISSING, *, gt=None, ge=None, le=None, lt=None, doc="", **kw):
-    """A dataclass field with bounds that ``build`` checks (gt: >, ge: >=, le: <=, lt: <)."""
-    meta = {"gt": gt, "ge": ge, "le": le, "lt": lt, "doc": doc}
-    if default is dataclasses.MISSING and "default_factory" not in kw:
-        return field(metadata=meta, **kw)
-    if "default_factory" in kw:
-        return field(metadata=meta, **kw)
-    return field(default=default, metadata=meta, **kw)
+from servesim.errors import InputError
+from servesim.inputs.overrides import apply_overrides
+from servesim.inputs.schema import build, read_mapping
+from servesim.inputs.schema import field_ as _f
 
 
 # ---------------------------------------------------------------- length distributions (tokens)
@@ -251,7 +242,7 @@ class TraceColumns:
 
 @dataclass(frozen=True)
 class Trace:
-    """Replay a trace file (formats in ``sim/traces.py``): its arrival times and lengths, row by
+    """Replay a trace file (formats in ``sim/inputs/traces.py``): its arrival times and lengths, row by
     row. With ``workload.arrival`` set, arrivals come from that process instead and the trace only
     gives lengths (in order, or drawn at random with ``sample: true``, keeping each row's prompt
     and output together)."""
@@ -289,8 +280,9 @@ class RequestClass:
     share: Optional[float] = _f(None, gt=0)
     rate_rps: Optional[float] = _f(None, gt=0, doc="shorthand for arrival: {process: poisson, rate_rps}")
     arrival: Optional[Arrival] = None
-    preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/presets.py)")
-    shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else workload.shared_prefix)")
+    preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/inputs/presets.py)")
+    shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else "
+                                                         "workload.shared_prefix)")
     slo: ClassSlo = field(default_factory=ClassSlo)
 
     @staticmethod
@@ -318,9 +310,10 @@ class Hardware:
     pp: int = _f(1, gt=0, doc="pipeline-parallel stages per replica")
     pp_overlap: bool = _f(True, doc="with pp > 1: true: vLLM's virtual engines, pp schedulers per replica "
                                     "(each 1/pp of the KV) whose steps overlap in the stages "
-                                    "(sim/pipeline.py); false: one step at a time crosses every stage")
+                                    "(sim/core/pipeline.py); false: one step at a time crosses every stage")
     dtype: Literal["bf16", "fp16", "fp8", "int4"] = "bf16"
-    kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
+    kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(
+        None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
 
 
 @dataclass(frozen=True)
@@ -328,9 +321,11 @@ class Memory:
     gpu_memory_utilization: float = _f(0.9, gt=0, le=1)
     block_size: int = _f(16, gt=0, doc="tokens per KV block")
     activation_reserve_gib: Optional[float] = _f(None, ge=0, doc="None: estimated from the token budget")
-    num_gpu_blocks: Optional[int] = _f(None, gt=0, doc="override the computed KV block count (as vLLM's num_gpu_blocks_override)")
+    num_gpu_blocks: Optional[int] = _f(None, gt=0, doc="override the computed KV block count (as vLLM's "
+                                                       "num_gpu_blocks_override)")
     swap_space_gib: float = _f(4.0, ge=0, doc="host memory per GPU for swapped-out KV (vLLM's swap_space)")
-    swap_bandwidth_gb_per_s: Optional[float] = _f(None, gt=0, doc="host<->GPU copy bandwidth; null: the GPU's PCIe figure")
+    swap_bandwidth_gb_per_s: Optional[float] = _f(None, gt=0,
+                                                  doc="host<->GPU copy bandwidth; null: the GPU's PCIe figure")
 
 
 MAX_REPLICAS = 100_000  # each replica is a scheduler with its own KV pool: far beyond any real fleet
@@ -390,7 +385,8 @@ class Policy:
     watermark: float = _f(0.01, ge=0, lt=1, doc="share of KV blocks kept free when admitting (vLLM's)")
     prefix_caching: bool = False
     batch_timeout_s: float = _f(0.1, ge=0, doc="static: start a partial batch this long after its first request waited")
-    max_output_tokens: Optional[int] = _f(None, gt=0, doc="static: output tokens reserved per slot; null: up to the context length")
+    max_output_tokens: Optional[int] = _f(None, gt=0, doc="static: output tokens reserved per slot; null: up to "
+                                                          "the context length")
     spec: Optional[Spec] = None
     prefill: Pool = field(default_factory=Pool)
     decode: Pool = field(default_factory=Pool)
@@ -437,7 +433,8 @@ class Workload:
     num_requests: Optional[int] = _f(None, gt=0)
     duration_s: Optional[float] = _f(None, gt=0, doc="arrivals stop and the run ends at this time")
     shared_prefix: Optional[SharedPrefix] = None
-    preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given (sim/presets.py)")
+    preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given "
+                                         "(sim/inputs/presets.py)")
     trace: Optional[Trace] = None
     classes: Optional[tuple[RequestClass, ...]] = None
     clip_to_context: bool = _f(True, doc="shorten prompts/outputs that exceed the model's context length")
@@ -541,179 +538,8 @@ def _plain(x):
     return x
 
 
-# ---------------------------------------------------------------- building and validation
-_TAGS = {"dist": "dist", "process": "process"}
-
-
-def _type_name(tp) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(map(str, typing.get_args(tp)))
-    if tp is int:
-        return "an integer"
-    if tp is float:
-        return "a number"
-    if tp is str:
-        return "a string"
-    if origin is tuple:
-        return "a list"
-    if tp is bool:
-        return "true or false"
-    return "a mapping"
-
-
-def _convert(tp, value, path):
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is Union:
-        non_none = [a for a in args if a is not type(None)]
-        if value is None and type(None) in args:
-            return None
-        if len(non_none) == 1:
-            return _convert(non_none[0], value, path)
-        return _build_tagged(non_none, value, path)
-    if origin is Literal:
-        if value not in args:
-            raise InputError(f"{path}: {value!r} is not valid;{did_you_mean(value, [str(a) for a in args])}")
-        return value
-    if dataclasses.is_dataclass(tp):
-        return build(tp, value, path)
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise InputError(f"{path} must be a list, got {value!r}")
-        return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise InputError(f"{path} must be true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value:
-            raise InputError(f"{path} must be an integer, got {value!r}")
-        return int(value)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"{path} must be a number, got {value!r}")
-        if value != value or value in (float("inf"), float("-inf")):
-            raise InputError(f"{path} must be a finite number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise InputError(f"{path} must be a string, got {value!r}")
-        return value
-    raise TypeError(f"unsupported field type {tp} at {path}")  # a bug in the schema, not input
-
-
-def _build_tagged(options, value, path):
-    """A union of dataclasses told apart by a tag field (``dist`` or ``process``)."""
-    tag_field = next(f.name for f in dataclasses.fields(options[0]) if f.name in _TAGS)
-    by_tag = {typing.get_args(typing.get_type_hints(o)[tag_field])[0]: o for o in options}
-    if not isinstance(value, dict):
-        raise InputError(f"{path} must be a mapping with a {tag_field!r} key, got {value!r}")
-    if tag_field not in value:
-        raise InputError(f"{path}.{tag_field} is missing; valid: {', '.join(by_tag)}")
-    tag = value[tag_field]
-    if not isinstance(tag, str) or tag not in by_tag:
-        raise InputError(f"{path}.{tag_field}: {tag!r} is not valid;{did_you_mean(str(tag), by_tag)}")
-    return build(by_tag[tag], value, path)
-
-
-def build(cls, data, path: str):
-    """Build dataclass ``cls`` from plain data, checking types, bounds and unknown keys."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise InputError(f"{path or 'scenario'} must be a mapping, got {data!r}")
-    if hasattr(cls, "expand"):
-        data = cls.expand(data, path)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in fields:
-            where = f"{path}.{key}" if path else str(key)
-            raise InputError(f"{where}: unknown field;{did_you_mean(str(key), fields)}")
-    kwargs = {}
-    for name, f in fields.items():
-        where = f"{path}.{name}" if path else name
-        if name in data:
-            value = _convert(hints[name], data[name], where)
-        elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-            continue
-        else:
-            raise InputError(f"{where} is missing: expected {_type_name(hints[name])}")
-        meta = f.metadata
-        if value is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            if meta.get("gt") is not None and not value > meta["gt"]:
-                raise InputError(f"{where} must be > {meta['gt']}, got {value!r}")
-            if meta.get("ge") is not None and not value >= meta["ge"]:
-                raise InputError(f"{where} must be >= {meta['ge']}, got {value!r}")
-            if meta.get("le") is not None and not value <= meta["le"]:
-                raise InputError(f"{where} must be <= {meta['le']}, got {value!r}")
-            if meta.get("lt") is not None and not value < meta["lt"]:
-                raise InputError(f"{where} must be < {meta['lt']}, got {value!r}")
-        kwargs[name] = value
-    obj = cls(**kwargs)
-    if hasattr(obj, "check"):
-        obj.check(path or "scenario")
-    return obj
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``a.b.c=value`` -> (["a", "b", "c"], value parsed as a YAML scalar)."""
-    if "=" not in text:
-        raise InputError(f"--set {text!r}: expected dotted.key=value")
-    key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if not all(parts):
-        raise InputError(f"--set {text!r}: empty key segment")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        value = raw
-    return parts, value
-
-
-def set_dotted(data: dict, key: str, value, flag: str = "--set") -> dict:
-    """Set ``a.b.c`` in a nested mapping, creating mappings on the way (``--set``, ``--grid``)."""
-    parts = key.split(".")
-    if not all(parts):
-        raise InputError(f"{flag} {key!r}: empty key segment")
-    node = data
-    for i, p in enumerate(parts[:-1]):
-        nxt = node.get(p)
-        if nxt is None:
-            nxt = node[p] = {}
-        if not isinstance(nxt, dict):
-            raise InputError(f"{flag} {key!r}: {'.'.join(parts[: i + 1])} is not a mapping")
-        node = nxt
-    node[parts[-1]] = value
-    return data
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    data = copy.deepcopy(data)
-    for text in overrides:
-        parts, value = parse_override(text)
-        set_dotted(data, ".".join(parts), value)
-    return data
-
-
 def read_yaml(path: str | Path) -> dict:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise InputError(f"cannot read scenario {str(p)!r}: {e.strerror or e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"{p}:{where}: malformed YAML: {problem}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{p}: a scenario must be a YAML mapping, got {type(data).__name__}")
-    return data
+    return read_mapping(path, "scenario")
 
 
 def default_scenario_path() -> Path:
@@ -724,7 +550,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = (), see
     """Read, override and validate a scenario file (the packaged default when ``path`` is None)."""
     path = default_scenario_path() if path is None else Path(path)
     data = apply_overrides(read_yaml(path), list(overrides))
-    data.pop("sweep", None)  # a sweep: {grid: ...} block is read by servesim sweep (sim/sweep.py)
+    data.pop("sweep", None)  # a sweep: {grid: ...} block is read by servesim sweep (sim/studies/sweep.py)
     if seed is not None:
         data["seed"] = seed
     try:

@@ -7,12 +7,12 @@ efficiencies live in ``sim/cost/efficiency.py``, not here.
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any, Literal, Optional
 
 from servesim.errors import InputError, did_you_mean
+from servesim.inputs.schema import bounds, build_file, check_value, field_, read_mapping
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
@@ -190,11 +190,9 @@ def get_gpu(name: str, path: str = "hardware.gpu") -> GpuSpec:
                      f"file;{did_you_mean(name, GPUS)}")
 
 
-_GPU_YAML_FIELDS = {f: t for f, t in GpuSpec.__annotations__.items()}
-
-
-def load_gpu_yaml(p: Path, path: str = "hardware.gpu") -> GpuSpec:
-    """A GPU from a YAML file of ``GpuSpec`` fields (SI units, as named), e.g.::
+@dataclass(frozen=True)
+class GpuFile:
+    """A GPU YAML file (``hardware.gpu: my-gpu.yaml``): ``GpuSpec`` fields, SI units as named, e.g.::
 
         name: my-gpu
         base: h100-sxm              # optional: start from a catalog GPU, override the rest
@@ -206,54 +204,47 @@ def load_gpu_yaml(p: Path, path: str = "hardware.gpu") -> GpuSpec:
         pcie_bw_bytes_per_s: 64e9
         link_latency_s: 5e-6        # optional
         mem_kind: hbm               # optional: hbm | gddr
-    """
-    import yaml
 
-    if not p.exists():
-        raise InputError(f"{path}: GPU file {str(p)!r} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise InputError(f"{path}: cannot read GPU file {p}: {e}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: GPU file {p} must hold a mapping of GpuSpec fields")
-    data = dict(data)
-    base = data.pop("base", None)
-    if base is not None:
-        if not isinstance(base, str) or base not in GPUS:
-            raise InputError(f"{path}: {p}: base: unknown GPU {base!r};{did_you_mean(str(base), GPUS)}")
-        merged = {f: getattr(GPUS[base], f) for f in _GPU_YAML_FIELDS}
-        merged["name"] = f"{base}-custom"
-        merged.update(data)
-        data = merged
-    bad = set(data) - set(_GPU_YAML_FIELDS)
-    if bad:
-        raise InputError(f"{path}: {p}: unknown field(s) {sorted(bad)}; valid: {sorted(_GPU_YAML_FIELDS)}, base")
-    required = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
-    missing = [k for k in required if k not in data]
-    if missing:
-        raise InputError(f"{path}: {p} lacks {', '.join(missing)} (and optionally fp8_flops, "
-                         f"link_bw_bytes_per_s, pcie_bw_bytes_per_s, link_latency_s, mem_kind)")
-    kw = {"name": str(data.get("name", p.stem)), "fp8_flops": 0.0, "link_bw_bytes_per_s": 32 * G,
-          "pcie_bw_bytes_per_s": 32 * G}
-    for k, v in data.items():
-        if k in ("name",):
-            continue
-        if k == "mem_kind":
-            if v not in ("hbm", "gddr"):
-                raise InputError(f"{path}: {p}: mem_kind must be 'hbm' or 'gddr', got {v!r}")
-            kw[k] = v
-            continue
-        try:
-            if isinstance(v, bool):
-                raise TypeError
-            x = float(v)
-        except (TypeError, ValueError):
-            raise InputError(f"{path}: {p}: {k} must be a number, got {v!r}") from None
-        if x < 0 or (x == 0 and k not in ("fp8_flops", "link_latency_s")) or not math.isfinite(x):
-            raise InputError(f"{path}: {p}: {k} must be a finite number > 0, got {v!r}")
-        kw[k] = x
-    return GpuSpec(**kw)
+    Without ``base``, ``REQUIRED`` must be given; the rest default as in ``spec``.
+    """
+
+    name: Optional[str] = field_(None, doc="default: <base>-custom, or the file's name")
+    base: Any = field_(None, doc="a catalog GPU whose figures the other fields override")
+    peak_flops: Optional[float] = field_(None, gt=0)
+    fp8_flops: Optional[float] = field_(None, ge=0)
+    mem_bytes: Optional[float] = field_(None, gt=0)
+    mem_bw_bytes_per_s: Optional[float] = field_(None, gt=0)
+    link_bw_bytes_per_s: Optional[float] = field_(None, gt=0)
+    pcie_bw_bytes_per_s: Optional[float] = field_(None, gt=0)
+    link_latency_s: Optional[float] = field_(None, ge=0)
+    mem_kind: Optional[Literal["hbm", "gddr"]] = None
+
+    REQUIRED = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
+
+    def check(self, path):
+        if self.base is not None and (not isinstance(self.base, str) or self.base not in GPUS):
+            raise InputError(f"base: unknown GPU {self.base!r};{did_you_mean(str(self.base), GPUS)}")
+        missing = [k for k in self.REQUIRED if getattr(self, k) is None] if self.base is None else []
+        if missing:
+            raise InputError(f"lacks {', '.join(missing)} (give them, or base: a catalog GPU to start from; "
+                             "optionally fp8_flops, link_bw_bytes_per_s, pcie_bw_bytes_per_s, link_latency_s, "
+                             "mem_kind)")
+
+    def spec(self, default_name: str) -> GpuSpec:
+        """The GPU: the base's figures (or the defaults: no FP8, 32 GB/s links) with the file's over them."""
+        if self.base is not None:
+            kw = {f.name: getattr(GPUS[self.base], f.name) for f in fields(GpuSpec)}
+            kw["name"] = f"{self.base}-custom"
+        else:
+            kw = {"name": default_name, "fp8_flops": 0.0, "link_bw_bytes_per_s": 32 * G, "pcie_bw_bytes_per_s": 32 * G}
+        kw.update({f.name: getattr(self, f.name) for f in fields(GpuSpec) if getattr(self, f.name) is not None})
+        return GpuSpec(**kw)
+
+
+def load_gpu_yaml(p: Path, path: str = "hardware.gpu") -> GpuSpec:
+    """A GPU from a YAML file (``GpuFile``); errors name ``path``, the file and the field."""
+    data = read_mapping(p, "GPU file", path)
+    return build_file(GpuFile, data, f"{path}: {p}", "a GPU file").spec(p.stem)
 
 
 def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
@@ -276,31 +267,34 @@ def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
     )
 
 
+_INT32 = 2**31 - 1  # sizes beyond int32 are not a real model (and overflow the arithmetic)
+_SIZE = bounds(gt=0, le=_INT32, valid=f"a positive integer (at most {_INT32})")
+_COUNT = bounds(ge=0, le=_INT32, valid="a non-negative integer")
+
+
 def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
-    """Read the fields servesim needs from a Hugging Face ``config.json`` (Llama-style names)."""
-    try:
-        cfg = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: cannot read {p}: {e}") from None
-    if not isinstance(cfg, dict):
-        raise InputError(f"{path}: {p} must hold a JSON object")
+    """Read the fields servesim needs from a Hugging Face ``config.json`` (Llama-style names; the
+    others are ignored). Errors name ``path``, the file and the key."""
+    cfg = read_mapping(p, "config file", path, fmt="json")
 
-    limit = 2**31 - 1  # sizes beyond int32 are not a real model (and overflow the arithmetic)
-
-    def positive(k, v):
-        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= limit:
-            raise InputError(f"{path}: {p}: field {k!r} must be a positive integer (at most {limit}), got {v!r}")
-        return v
+    def key(k):
+        return f"{path}: {p}: field {k!r}"
 
     def need(*keys):
+        """The first of ``keys`` the file has (they are one field's names in different families)."""
         for k in keys:
             if k in cfg:
-                return positive(k, cfg[k])
+                return check_value(int, cfg[k], key(k), _SIZE)
         raise InputError(f"{path}: {p} lacks {' / '.join(map(repr, keys))}")
 
     def optional(k, default):
         """A positive integer when present; absent or null: ``default``."""
-        return default if cfg.get(k) is None else positive(k, cfg[k])
+        return default if cfg.get(k) is None else check_value(int, cfg[k], key(k), _SIZE)
+
+    def count(*keys):
+        """The first of ``keys`` set to something other than 0 / null, as a count; none: 0."""
+        k = next((k for k in keys if cfg.get(k)), keys[0])
+        return check_value(int, cfg.get(k) or 0, key(k), _COUNT)
 
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
@@ -313,18 +307,12 @@ def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
         raise InputError(f"{path}: {p}: hidden_size ({hidden}) is smaller than num_attention_heads ({heads}); "
                          "give head_dim")
     max_context = optional("max_position_embeddings", 4096)
-    for k in ("tie_word_embeddings",):
-        if k in cfg and cfg[k] is not None and not isinstance(cfg[k], bool):
-            raise InputError(f"{path}: {p}: field {k!r} must be true or false, got {cfg[k]!r}")
+    check_value(Optional[bool], cfg.get("tie_word_embeddings"), key("tie_word_embeddings"))
     for k in ("hidden_act", "activation_function", "_name_or_path"):
-        if k in cfg and cfg[k] is not None and not isinstance(cfg[k], str):
-            raise InputError(f"{path}: {p}: field {k!r} must be a string, got {cfg[k]!r}")
+        check_value(Optional[str], cfg.get(k), key(k))
     act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "silu")
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    top_k = cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0
-    for k, v in (("num_local_experts", experts), ("num_experts_per_tok", top_k)):
-        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= limit:
-            raise InputError(f"{path}: {p}: field {k!r} must be a non-negative integer, got {v!r}")
+    experts = count("num_local_experts", "num_experts")
+    top_k = count("num_experts_per_tok", "num_experts_per_token")
     if experts and not 0 < top_k <= experts:
         raise InputError(f"{path}: {p}: mixture-of-experts model needs 0 < num_experts_per_tok <= "
                          f"{experts}, got {top_k!r}")

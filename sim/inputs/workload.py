@@ -264,7 +264,7 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
 
 
 class ClosedLoop:
-    """Requests of a closed-loop workload, made as clients send them (``sim/clients.py``).
+    """Requests of a closed-loop workload, made as clients send them (``sim/core/clients.py``).
 
     Lengths (then think times) are drawn in chunks, in send order, from the run's Generator: the
     k-th request sent gets the k-th lengths, whichever client sends it.

@@ -36,15 +36,18 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from servesim.errors import InputError
-from servesim.studies.sweep import (RESULTS, RUNS, add_executor_args, check_workers, execute, load_base, make_points,
-                       num_gpus, write_meta, write_results)
+from servesim.studies.executors import ExecutorOptions
+from servesim.studies.points import load_base, make_points, num_gpus
+from servesim.studies.sweep import RUNS, execute, write_meta, write_results
 
 RATE_KEY = "workload.arrival.rate_rps"
 METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")
@@ -163,13 +166,13 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
 class Search:
     """Probes rates through the sweep executor; remembers every probe."""
 
-    def __init__(self, base: dict, out: Path, slo: dict, attainment, probe_requests: int, args,
+    def __init__(self, base: dict, out: Path, slo: dict, attainment, probe_requests: int, ex: ExecutorOptions,
                  probe_duration_s: float | None = None, keep_up: float = 0.0):
         self.base, self.out, self.slo, self.attainment = base, out, slo, attainment
         self.keep_up = keep_up
         self.n = probe_requests
         self.duration = probe_duration_s
-        self.args = args
+        self.ex = ex
         self.points = []  # every probe, in order
         self.results = {}  # rate -> evaluation
 
@@ -186,8 +189,8 @@ class Search:
         if any(p.data is None for p in new):
             raise InputError(next(p.error for p in new if p.data is None))
         self.points += new
-        a = self.args
-        execute(new, self.out, a.executor, a.workers, a.address, not a.quiet, desc="capacity probes")
+        ex = self.ex
+        execute(new, self.out, ex.executor, ex.workers, ex.address, ex.progress, desc="capacity probes")
         for p in new:
             if p.row.get("status") != "ok":
                 raise InputError(f"probe at {p.values[RATE_KEY]} req/s failed: {p.row.get('error')}")
@@ -221,7 +224,8 @@ class Search:
         return lo, hi
 
 
-def search_capacity(s: Search, start: float, tol: float, max_probes: int, workers: int) -> tuple[float, float | None, bool]:
+def search_capacity(s: Search, start: float, tol: float, max_probes: int,
+                    workers: int) -> tuple[float, float | None, bool]:
     """Returns (capacity rate, rate of the failing check above it or None, done): ``done`` is
     false when ``max_probes`` ran out first, and the pair is then only the bracket so far."""
     w = max(1, workers)
@@ -252,99 +256,105 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int, worker
     return (lo or 0.0), hi, False
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    return f"{v:.4g}"
+@dataclass(frozen=True)
+class CapacityOptions:
+    """The search's knobs (the ``servesim capacity`` flags of the same names)."""
+
+    attainment: float | None = None  # None: percentile limits; else the share of requests within them all
+    probe_requests: int | None = None  # None: max(the scenario's num_requests, 1000)
+    probe_duration_s: float | None = None  # None: two periods of a periodic arrival process, else off
+    start_rps: float | None = None  # None: the scenario's rate
+    tol: float = 0.02
+    max_probes: int = 40
+    keep_up: float = 0.9  # 0: off
 
 
-def cmd_capacity(args) -> int:
-    import os
+@dataclass
+class CapacityResult:
+    """A search's outcome; ``result`` is what capacity.json holds."""
 
-    check_workers(args)
-    slo = parse_slo(args.slo)
-    if args.attainment is not None and not 0 < args.attainment <= 1:
-        raise InputError(f"--attainment must be in (0, 1], got {args.attainment}")
-    if args.tol <= 0 or args.tol >= 0.1:
-        raise InputError(f"--tol must be in (0, 0.1) so the 10%-above check is outside the bracket, got {args.tol}")
-    base, _ = load_base(args.scenario, args.set, args.seed)
+    search: Search  # every probe, in order, and its evaluation
+    slo: dict  # {(metric, stat): seconds}
+    capacity_rps: float  # the highest rate that met (0.0: none did); only the bracket's floor when not done
+    above_rps: float | None  # the failing check above it (the bracket's ceiling when not done)
+    done: bool  # False: --max-probes ran out before an answer was confirmed
+    num_gpus: int
+    probe_requests: int
+    probe_duration_s: float | None
+    arrival: object  # the scenario's arrival process
+    mean_capacity_rps: float  # the mean offered rate at capacity (on_off: rate_rps is the burst rate)
+    result: dict
+    none_served: str  # a note when no probe completed a request ("" otherwise)
+    error: str | None  # why there is no answer (the command says it and exits 2), else None
+
+
+def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(), out: str | Path | None = None,
+                  overrides=(), seed: int | None = None, ex: ExecutorOptions = ExecutorOptions()) -> CapacityResult:
+    """The highest ``workload.arrival.rate_rps`` of the scenario file at which ``slo_text``
+    (``METRIC_STAT=SECONDS,...``) holds. Probes and capacity.json go to ``out`` (a temporary folder,
+    removed again, when None). Bad options are ``InputError``s naming the flag."""
+    slo = parse_slo(slo_text)
+    if opts.attainment is not None and not 0 < opts.attainment <= 1:
+        raise InputError(f"--attainment must be in (0, 1], got {opts.attainment}")
+    if opts.tol <= 0 or opts.tol >= 0.1:
+        raise InputError(f"--tol must be in (0, 0.1) so the 10%-above check is outside the bracket, got {opts.tol}")
+    base, _ = load_base(scenario, overrides, seed)
     from servesim.inputs.scenario import scenario_from_dict
 
     try:
         sc = scenario_from_dict(base)
     except InputError as e:
-        raise InputError(f"{args.scenario}: {e}") from None
+        raise InputError(f"{scenario}: {e}") from None
     arrival = sc.workload.arrival
     if getattr(arrival, "rate_rps", None) is None:
         raise InputError(f"servesim capacity searches workload.arrival.rate_rps; the {arrival.process!r} arrival "
                          "process has none (use an open-loop process with a rate, e.g. poisson, gamma, sinusoidal)")
-    n = args.probe_requests if args.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
+    n = opts.probe_requests if opts.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
     if n < 1:
         raise InputError(f"--probe-requests must be >= 1, got {n}")
-    if args.keep_up and n < MIN_KEEP_UP_REQUESTS:
+    if opts.keep_up and n < MIN_KEEP_UP_REQUESTS:
         raise InputError(f"--probe-requests {n}: a probe needs at least {MIN_KEEP_UP_REQUESTS} requests to tell "
                          "whether it keeps up with its rate (or turn the rule off with --keep-up 0)")
-    if not 0 <= args.keep_up <= 1:
-        raise InputError(f"--keep-up must be a share in [0, 1] (0: off), got {args.keep_up}")
-    if args.max_probes < 2:
-        raise InputError(f"--max-probes must be >= 2 (a rate that meets and one that fails), got {args.max_probes}")
-    duration = args.probe_duration
+    if not 0 <= opts.keep_up <= 1:
+        raise InputError(f"--keep-up must be a share in [0, 1] (0: off), got {opts.keep_up}")
+    if opts.max_probes < 2:
+        raise InputError(f"--max-probes must be >= 2 (a rate that meets and one that fails), got {opts.max_probes}")
+    duration = opts.probe_duration_s
     if duration is not None and not duration > 0:
         raise InputError(f"--probe-duration must be > 0 seconds, got {duration}")
     period = getattr(arrival, "period_s", None)
     if duration is None and period:
         duration = 2 * period  # a time-varying rate: each probe spans two of its periods
-    start = args.start or arrival.rate_rps
+    start = opts.start_rps or arrival.rate_rps
     if start <= 0:
         raise InputError(f"--start must be > 0, got {start}")
     tmp = None
-    if args.out:
-        out = Path(args.out)
+    if out is not None:
+        out = Path(out)
     else:
         tmp = tempfile.TemporaryDirectory(prefix="servesim-capacity-")
         out = Path(tmp.name)
     out.mkdir(parents=True, exist_ok=True)
-    write_meta(out, {"kind": "capacity", "scenario": str(args.scenario), "slo": args.slo,
-                     "attainment": args.attainment, "probe_requests": n, "probe_duration_s": duration,
-                     "keep_up": args.keep_up, "set": args.set or []})
-    workers = args.workers or (os.cpu_count() or 1)
-    s = Search(base, out, slo, args.attainment, n, args, duration, args.keep_up)
-    cap, above, done = search_capacity(s, start, args.tol, args.max_probes, workers if args.executor == "local" else
-                                 (args.workers or 2))
+    write_meta(out, {"kind": "capacity", "scenario": str(scenario), "slo": slo_text,
+                     "attainment": opts.attainment, "probe_requests": n, "probe_duration_s": duration,
+                     "keep_up": opts.keep_up, "set": list(overrides or [])})
+    workers = ex.workers or (os.cpu_count() or 1)
+    s = Search(base, out, slo, opts.attainment, n, ex, duration, opts.keep_up)
+    cap, above, done = search_capacity(s, start, opts.tol, opts.max_probes, workers if ex.executor == "local" else
+                                       (ex.workers or 2))
     gpus = num_gpus(sc.to_dict())
+
     # on_off's rate_rps is its burst rate: the search scales it, and the mean scales with it
     def mean_rps(rate: float) -> float:
         """The mean offered rate when the search sets ``rate_rps`` to ``rate`` (on_off: the burst rate)."""
         scaled = dataclasses.replace(arrival, rate_rps=rate)
         return getattr(scaled, "mean_rate_rps", rate)
-    keys = [f"{m}_{st}" for (m, st) in slo]
-    size = f"{n} requests each" if duration is None else f"max({n} requests, {duration:g} s of arrivals) each"
-    print(f"probes ({size}; {'share within limits >= ' + str(args.attainment) if args.attainment else 'percentiles over all requests'}):")
-    keep_up = args.keep_up > 0
-    header = ["rate req/s", "meets", *(k + " ms" for k in keys), "attain",
-              *(["keep up"] if keep_up else []), "tput req/s"]
-    lines = [header]
-    for p in s.points:
-        r = p.values[RATE_KEY]
-        e = s.results.get(r) or {}
-        lines.append([f"{r:.4g}", _fmt(p.values.get("meets")),
-                      *(_fmt(e.get(k, math.nan) * 1e3) for k in keys), _fmt(e.get("attainment")),
-                      *([_fmt(e.get("keep_up", math.nan))] if keep_up else []),
-                      _fmt(e.get("throughput_rps"))])
-    widths = [max(len(x[i]) for x in lines) for i in range(len(header))]
-    print("\n".join("  ".join(c.rjust(w) for c, w in zip(x, widths)) for x in lines))
-    limits = ", ".join(f"{m}_{st} <= {v * 1e3:g} ms" for (m, st), v in slo.items())
-    if keep_up:
-        limits += f", keeping up (>= {args.keep_up:g} left per arrival)"
+
     mean_cap = mean_rps(cap) if cap else 0.0
     result = {"capacity_rps": cap if done else None, "capacity_rps_per_gpu": cap / gpus if done else None,
-              "num_gpus": gpus, "slo": args.slo, "attainment": args.attainment,
+              "num_gpus": gpus, "slo": slo_text, "attainment": opts.attainment,
               "capacity_mean_rps": mean_cap if done else None,
-              "keep_up": args.keep_up, "check_above_rps": above if done else None,
+              "keep_up": opts.keep_up, "check_above_rps": above if done else None,
               "bracket_rps": None if done else [cap or None, above],
               "probes": [{"rate_rps": p.values[RATE_KEY], **s.results.get(p.values[RATE_KEY], {})} for p in s.points]}
     (out / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
@@ -355,52 +365,11 @@ def cmd_capacity(args) -> int:
         got = (f"the last rate that met was {cap:.4g} req/s" if cap else "no rate met") + (
             f", the first that failed above it {above:.4g} req/s" if above is not None and cap else
             f", down to {min(s.results):.4g} req/s" if not cap else ", and no rate above it failed")
-        unbounded = cap and above is None and not args.keep_up
-        error = (f"no capacity found within --max-probes {args.max_probes}: {got}{none_served}. "
+        unbounded = cap and above is None and not opts.keep_up
+        error = (f"no capacity found within --max-probes {opts.max_probes}: {got}{none_served}. "
                  + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
                     "queue) or keep --keep-up on" if unbounded else "Raise --max-probes"
                     + (" or --tol" if cap and above is not None else "")))
-    elif cap == 0:
-        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s{none_served}")
-    else:
-        per = f" = {cap / gpus:.3g} req/s per GPU ({gpus} GPU{'s' if gpus != 1 else ''})" if args.per_gpu else ""
-        print(f"\ncapacity {cap:.4g} req/s{per} for {limits}"
-              f"{'' if args.attainment is None else f' for {args.attainment:.0%} of requests'}")
-        if above is not None:
-            print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")
-        if mean_cap != cap:
-            print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the mean "
-                  f"offered rate is {mean_cap:.4g} req/s ({mean_cap / gpus:.3g} per GPU)")
-    if args.out:
-        print(f"wrote {out / RESULTS}, {out / 'capacity.json'}")
     if tmp is not None:
         tmp.cleanup()
-    if error:
-        raise InputError(error)
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("capacity", help="highest arrival rate at which the SLOs hold (bisection on rate)")
-    p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--slo", required=True, metavar="METRIC_STAT=S,...",
-                   help="limits in seconds (or with ms), e.g. ttft_p99=0.5,tpot_p99=0.05; metrics "
-                        f"{', '.join(METRICS)}; stats {', '.join(STATS)}")
-    p.add_argument("--attainment", type=float, help="instead: this share of requests within every limit (e.g. 0.9)")
-    p.add_argument("--per-gpu", action="store_true", help="also report capacity divided by the GPUs used")
-    p.add_argument("--probe-requests", type=int, help="requests per probe (default: max(scenario's, 1000))")
-    p.add_argument("--probe-duration", type=float, metavar="S",
-                   help="make each probe at least S seconds of arrivals (default: two periods of a periodic "
-                        "arrival process, else off)")
-    p.add_argument("--start", type=float, help="first rate to probe (default: the scenario's rate)")
-    p.add_argument("--tol", type=float, default=0.02, help="stop when the bracket is this narrow (default 0.02)")
-    p.add_argument("--max-probes", type=int, default=40,
-                   help="give up after this many probes, with exit 2 and no answer (default 40)")
-    p.add_argument("--keep-up", type=float, default=0.9, metavar="SHARE",
-                   help="a probe must also keep up: over the second half of its arrivals, requests that "
-                        "leave >= SHARE x requests that arrive (default 0.9; 0: off)")
-    p.add_argument("--out", help="keep the probes here (results.csv, runs/, capacity.json)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
-    add_executor_args(p)
-    p.set_defaults(func=cmd_capacity)
+    return CapacityResult(s, slo, cap, above, done, gpus, n, duration, arrival, mean_cap, result, none_served, error)

@@ -10,12 +10,14 @@ then ``servesim report DIR`` is built unless ``--no-report``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from servesim.errors import InputError, did_you_mean
-from servesim.inputs.scenario import parse_override
-from servesim.studies.sweep import (RESULTS, add_executor_args, check_workers, execute, format_table, load_base, make_points,
-                       read_results, write_meta)
+from servesim.inputs.overrides import parse_override
+from servesim.studies.executors import ExecutorOptions
+from servesim.studies.points import load_base, make_points
+from servesim.studies.sweep import RESULTS, execute, read_results, write_meta
 
 RATE_KEY = "workload.arrival.rate_rps"
 
@@ -79,7 +81,8 @@ def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
         raise InputError("servesim compare: give --policies a,b,... and/or --variant LABEL KEY=VALUE ...")
     dup = {x for x in labels if labels.count(x) > 1}
     if dup:
-        raise InputError(f"servesim compare: each configuration needs its own label; repeated: {', '.join(sorted(dup))}")
+        raise InputError(f"servesim compare: each configuration needs its own label; repeated: "
+                         f"{', '.join(sorted(dup))}")
     return configs
 
 
@@ -103,54 +106,45 @@ def chunk_budget_note(configs, base: dict) -> str | None:
     return None
 
 
-def cmd_compare(args) -> int:
-    import sys
+@dataclass
+class ComparePlan:
+    """What a comparison will run: each configuration (at each rate), as sweep points."""
 
-    check_workers(args)
-    configs = configurations(args.policies, args.variant)
-    rates = parse_rates(args.rates)
-    base, _ = load_base(args.scenario, args.set, args.seed)
+    scenario: str
+    overrides: list  # --set texts applied to every run
+    configs: list  # [(label, {dotted.key: value})]
+    rates: list  # req/s; empty: the scenario's own rate
+    points: list  # Point, one per configuration and rate
+    note: str | None  # a warning worth showing before the runs (chunk_budget_note)
+
+
+def plan_compare(scenario, policies: str | None, variants, rates: str | None, overrides=(),
+                 seed: int | None = None) -> ComparePlan:
+    """The points of comparing ``policies`` (``a,b,...``) and ``variants`` ([label, key=value,
+    ...] lists) on the scenario file, at each of ``rates`` (``r1,r2,...``) when given."""
+    configs = configurations(policies, variants)
+    rate_list = parse_rates(rates)
+    base, _ = load_base(scenario, overrides, seed)
     note = chunk_budget_note(configs, base)
-    if note:
-        print(note, file=sys.stderr)
-    variants = []
+    runs = []
     for label, ov in configs:
-        for r in rates or [None]:
+        for r in rate_list or [None]:
             values = {"label": label}
             o = dict(ov)
             if r is not None:
                 values[RATE_KEY] = r
                 o[RATE_KEY] = r
-            variants.append((values, o))
-    points = make_points(base, variants)
-    out = Path(args.out)
+            runs.append((values, o))
+    return ComparePlan(str(scenario), list(overrides or []), configs, rate_list, make_points(base, runs), note)
+
+
+def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = ExecutorOptions()) -> list[dict]:
+    """Run the plan's points into ``out`` (results.csv with a ``label`` column, runs/<hash>/,
+    sweep.json); returns results.csv's rows."""
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_meta(out, {"kind": "compare", "scenario": str(args.scenario), "labels": [c[0] for c in configs],
-                     "configurations": {lbl: ov for lbl, ov in configs}, "rates": rates, "set": args.set or []})
-    execute(points, out, args.executor, args.workers, args.address, not args.quiet, desc="compare")
-    rows = read_results(out / RESULTS)
-    cols = ["label", *([RATE_KEY] if rates else []), "status", "throughput_rps", "goodput_rps", "slo_attainment",
-            "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
-    print(format_table(rows, cols))
-    print(f"\nwrote {out / RESULTS}")
-    if not args.no_report:
-        from servesim.plots.report import build_report
-
-        path = build_report(out)
-        print(f"wrote {path} and its figures")
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("compare", help="the same workload through each policy: a table and figures")
-    p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--policies", metavar="A,B,...", help="registered policy names to compare")
-    p.add_argument("--variant", nargs="+", action="append", metavar=("LABEL", "KEY=VALUE"),
-                   help="a labelled configuration: LABEL KEY=VALUE [KEY=VALUE ...] (repeatable)")
-    p.add_argument("--rates", metavar="R1,R2,...", help="also sweep workload.arrival.rate_rps (req/s)")
-    p.add_argument("--out", default="compare-out", help="output folder (default: ./compare-out)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field for every run")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
-    p.add_argument("--no-report", action="store_true", help="skip figures and report.md")
-    add_executor_args(p)
-    p.set_defaults(func=cmd_compare)
+    write_meta(out, {"kind": "compare", "scenario": plan.scenario, "labels": [c[0] for c in plan.configs],
+                     "configurations": {lbl: ov for lbl, ov in plan.configs}, "rates": plan.rates,
+                     "set": plan.overrides})
+    execute(plan.points, out, ex.executor, ex.workers, ex.address, ex.progress, desc="compare")
+    return read_results(out / RESULTS)

@@ -1,7 +1,7 @@
 """``servesim lessons``: the prefill/decode lessons, each reproduced by a small experiment.
 
-Every lesson is a function ``(quick: bool, seed: int | None = None) -> Lesson`` that runs its experiment (direct cost-model
-calls where the claim is about one step's physics, short simulations from
+Every lesson is a function ``(quick: bool, seed: int | None = None) -> Lesson`` that runs its
+experiment (direct cost-model calls where the claim is about one step's physics, short simulations from
 ``scenarios/lessons/*.yaml`` where it is about scheduling), and computes its verdict from the
 numbers with the pass criterion written next to it (``Lesson.criterion``). Nothing here draws:
 ``Lesson.figures`` holds ``(function name in plots.lessons, data)`` pairs that the command renders.
@@ -10,7 +10,6 @@ numbers with the pass criterion written next to it (``Lesson.criterion``). Nothi
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import tempfile
@@ -26,6 +25,7 @@ from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
 from servesim.cost.efficiency import step_overheads
 from servesim.errors import InputError
+from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import read_yaml, scenario_from_dict
 from servesim.inputs.specs import get_gpu, get_model
 
@@ -66,14 +66,7 @@ def lesson_scenario(seed: int | None, name: str, overrides: dict | None = None, 
     """``scenarios/lessons/<name>.yaml`` with ``{"dotted.key": value}`` overrides; ``seed`` replaces
     the file's seed (None: keep it); ``scale`` multiplies ``workload.num_requests`` (quick runs)."""
     path = resources.files("servesim.scenarios.lessons") / f"{name}.yaml"
-    data = read_yaml(Path(str(path)))
-    data = copy.deepcopy(data)
-    for key, value in (overrides or {}).items():
-        node = data
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
+    data = with_values(read_yaml(Path(str(path))), overrides or {})
     if seed is not None:
         data["seed"] = seed
     if scale != 1.0:
@@ -112,7 +105,8 @@ def lesson_bound(quick: bool, seed: int | None = None) -> Lesson:
             and pre.bound == "compute" and dec.bound == "memory"
         holds &= ok
         rows.append((gpu, f"{ridge:.0f}", f"{pre.arithmetic_intensity:.0f} ({pre.bound})",
-                     f"{dec.arithmetic_intensity:.2f} ({dec.bound})", f"{cm.mfu(pre) * 100:.0f}% / {cm.mbu(pre) * 100:.0f}%",
+                     f"{dec.arithmetic_intensity:.2f} ({dec.bound})",
+                     f"{cm.mfu(pre) * 100:.0f}% / {cm.mbu(pre) * 100:.0f}%",
                      f"{cm.mfu(dec) * 100:.1f}% / {cm.mbu(dec) * 100:.0f}%"))
         pts.append({"gpu": gpu, "peak_flops": cm.peak_flops, "bw": cm.gpu.mem_bw_bytes_per_s,
                     "prefill": (pre.arithmetic_intensity, pre.flops / pre.time_s),
@@ -171,7 +165,8 @@ def lesson_batching(quick: bool, seed: int | None = None) -> Lesson:
         holds &= ok
         rows.append((gpu, f"{cm.gpu.ridge_flops_per_byte:.0f}", f"{fold16:.1f}x", str(bx), f"{flat:.3f}",
                      f"{growth:.2f}", f"{t[1] * 1e3:.2f}", f"{tq(bx) * 1e3:.2f}" if bx else "-",
-                     f"{cm.step_time(synthetic_batch(decode_contexts=[ctx] * bx)).arithmetic_intensity:.0f}" if bx else "-"))
+                     f"{cm.step_time(synthetic_batch(decode_contexts=[ctx] * bx)).arithmetic_intensity:.0f}"
+                     if bx else "-"))
         curves.append({"gpu": gpu, "batch": list(BATCHES), "time_s": [t[b] for b in BATCHES],
                        "ai": [ai[b] for b in BATCHES], "crossover": bx, "ridge": cm.gpu.ridge_flops_per_byte})
     ridge_order = sorted(GPUS3, key=lambda g: get_gpu(g).ridge_flops_per_byte)
@@ -269,7 +264,7 @@ def lesson_tpot(quick: bool, seed: int | None = None) -> Lesson:
         [("tpot_grid", {"batches": list(batches), "contexts": list(contexts), "tpot_s": grid})])
 
 
-# ---------------------------------------------------------------- 4. long context: attention-heavy prefill, chunk re-reads
+# ------------------------------------------------------------- 4. long context: attention-heavy prefill, chunk re-reads
 def lesson_long_context(quick: bool, seed: int | None = None) -> Lesson:
     lens = (1024, 4096, 16384, 32768, 131070)
     share = {}
@@ -312,8 +307,8 @@ def lesson_long_context(quick: bool, seed: int | None = None) -> Lesson:
         f"Cost model on one H100: attention's share of one prefill step at 1k-128k tokens for {LLAMA32_1B} "
         f"(128k context) and 1k-32k for {MISTRAL_7B} (32k context); a {L}-token prompt of {MISTRAL_7B} prefilled "
         "in 1 to 64 chunks (each chunk attends to the KV of all earlier ones).",
-        f"{LLAMA32_1B}: attention's share of prefill time rises with every length and is >= 50% at 128k; attention bytes "
-        "summed over the chunks strictly increase with the number of chunks",
+        f"{LLAMA32_1B}: attention's share of prefill time rises with every length and is >= 50% at 128k; "
+        "attention bytes summed over the chunks strictly increase with the number of chunks",
         holds, (("case", "measured"), rows),
         [f"attention {one_b[0] * 100:.0f}% of a 1k prefill, {one_b[-1] * 100:.0f}% of a 128k one (Llama-3.2-1B); "
          f"Mistral-7B at its 32k limit: {share[MISTRAL_7B, 32768][0] * 100:.0f}%; "
@@ -325,7 +320,7 @@ def lesson_long_context(quick: bool, seed: int | None = None) -> Lesson:
          ("chunk_rereads", {"chunks": [L // c for c in chunks], "attention_bytes": att_bytes, "bytes": tot_bytes})])
 
 
-# ---------------------------------------------------------------- 5. decode batches flip to compute-bound (step records)
+# --------------------------------------------------------------- 5. decode batches flip to compute-bound (step records)
 def lesson_decode_flip(quick: bool, seed: int | None = None) -> Lesson:
     sc = lesson_scenario(seed, "decode-flip", scale=QUICK if quick else 1.0)
     res = run(sc)
@@ -342,7 +337,8 @@ def lesson_decode_flip(quick: bool, seed: int | None = None) -> Lesson:
         share = float(cb[sel].mean()) if sel.any() else float("nan")
         bins.append((lo, hi - 1, int(sel.sum()), share))
         rows.append((f"{lo}-{hi - 1}", int(sel.sum()), "-" if math.isnan(share) else f"{share * 100:.0f}%"))
-    holds = len(comp) > 0 and len(mem) > 0 and comp.min() > np.median(mem) and float(comp.mean()) > 2 * float(mem.mean())
+    holds = (len(comp) > 0 and len(mem) > 0 and comp.min() > np.median(mem)
+             and float(comp.mean()) > 2 * float(mem.mean()))
     return Lesson(
         "decode_flip", "Large decode batches turn compute-bound: the bound flips in the step records.",
         f"Simulation ({sc.name}): {sc.workload.num_requests} requests of 32 prompt tokens and 16-384 output "
@@ -357,7 +353,7 @@ def lesson_decode_flip(quick: bool, seed: int | None = None) -> Lesson:
         [("bound_flip", {"batch": nb.tolist(), "compute_bound": cb.tolist(), "start_s": st["start_s"][dec].tolist()})])
 
 
-# ---------------------------------------------------------------- 6. scheduling: static vs continuous, chunked, P/D split
+# -------------------------------------------------------------- 6. scheduling: static vs continuous, chunked, P/D split
 def lesson_continuous_static(quick: bool, seed: int | None = None) -> Lesson:
     scale = QUICK if quick else 1.0
     out = {}
@@ -386,7 +382,8 @@ def lesson_chunked(quick: bool, seed: int | None = None) -> Lesson:
     runs = [("none", run(lesson_scenario(seed, "chunked-prefill", {"policy.name": "continuous",
                                                              "policy.max_num_batched_tokens": 8192}, scale)).summary)]
     for c in sizes:
-        runs.append((str(c), run(lesson_scenario(seed, "chunked-prefill", {"policy.max_num_batched_tokens": c}, scale)).summary))
+        sc = lesson_scenario(seed, "chunked-prefill", {"policy.max_num_batched_tokens": c}, scale)
+        runs.append((str(c), run(sc).summary))
     ttft = [s["ttft_s"]["p50"] for _, s in runs]
     tbt = [s["tbt_s"]["p99"] for _, s in runs]
     # a trend with a 2% tolerance per step (one chunk size to the next): chunked prefill with a chunk as
@@ -426,7 +423,8 @@ def lesson_pd_split(quick: bool, seed: int | None = None) -> Lesson:
     rows, holds, data = [], True, []
     for rate in rates:
         arr = {"workload.arrival": {"process": "poisson", "rate_rps": rate}}
-        co = run(lesson_scenario(seed, "pd-split", {**arr, "policy.name": "continuous", "cluster.replicas": 2}, scale)).summary
+        co = run(lesson_scenario(seed, "pd-split", {**arr, "policy.name": "continuous", "cluster.replicas": 2},
+                                 scale)).summary
         res = run(lesson_scenario(seed, "pd-split", arr, scale))
         pd = res.summary
         st = res.steps
@@ -455,7 +453,8 @@ def lesson_pd_split(quick: bool, seed: int | None = None) -> Lesson:
                  "SLO (0.5 s, 12 ms)"), rows),
         [f"at {rates[-1]:g} req/s TPOT p99 {_fmt(co['tpot_s']['p99'], 'ms')} colocated vs "
          f"{_fmt(pd['tpot_s']['p99'], 'ms')} split; the cost: each hand-off {_fmt(kt['time_s']['mean'], 'ms')} on "
-         f"average, waits for the links included ({kt['bytes'] / 1e9:.0f} GB moved) and TTFT p50 {_fmt(co['ttft_s']['p50'], 'ms')} -> "
+         f"average, waits for the links included ({kt['bytes'] / 1e9:.0f} GB moved) and TTFT p50 "
+         f"{_fmt(co['ttft_s']['p50'], 'ms')} -> "
          f"{_fmt(pd['ttft_s']['p50'], 'ms')} (one prefill replica instead of two)"],
         [("pd_split", {"rows": data})])
 
@@ -493,7 +492,8 @@ def lesson_kv_capacity(quick: bool, seed: int | None = None) -> Lesson:
                 kvb = get_model(cfg).kv_bytes_per_token(kv)
                 rows.append((heads, kv, f"{kvb / 1024:.0f}", cap.num_tokens, feasible[heads, kv], peak[heads, kv],
                              f"{tput[heads, kv]:.0f}"))
-                data.append({"label": f"{heads} KV heads, {kv}", "feasible": feasible[heads, kv], "peak": peak[heads, kv]})
+                data.append({"label": f"{heads} KV heads, {kv}", "feasible": feasible[heads, kv],
+                             "peak": peak[heads, kv]})
     n = sc.workload.num_requests
     order = all(feasible[32, k] < feasible[8, k] < feasible[1, k] for k in ("bf16", "fp8"))
     quant = all(feasible[h, "fp8"] >= 1.9 * feasible[h, "bf16"] for h in (32, 8)) and \
@@ -511,7 +511,8 @@ def lesson_kv_capacity(quick: bool, seed: int | None = None) -> Lesson:
         holds, (("KV heads", "KV dtype", "KV KiB/token", "KV tokens", "feasible batch", "peak batch (sim)",
                  "output tok/s"), rows),
         [f"feasible batch MHA bf16 {feasible[32, 'bf16']} -> GQA {feasible[8, 'bf16']} -> MQA {feasible[1, 'bf16']}; "
-         f"fp8 doubles it ({feasible[8, 'fp8']} for GQA); throughput {tput[32, 'bf16']:.0f} -> {tput[1, 'fp8']:.0f} tok/s"],
+         f"fp8 doubles it ({feasible[8, 'fp8']} for GQA); throughput {tput[32, 'bf16']:.0f} -> "
+         f"{tput[1, 'fp8']:.0f} tok/s"],
         [("kv_feasible", {"rows": data, "requests": n})])
 
 
@@ -529,9 +530,10 @@ def lesson_streaming(quick: bool, seed: int | None = None) -> Lesson:
     tpot_w = float(((r["finish_s"] - r["first_token_s"])[done]).sum() / (out - 1).sum())
     p50s, p50n = float(np.median(ttft)), float(np.median(e2e))
     holds = p50s <= 0.2 * p50n and abs(float(tbt.mean()) / tpot_w - 1) <= 0.01
-    rows = [("streaming", _fmt(p50s, "ms"), _fmt(float(np.percentile(ttft, 99)), "ms"), _fmt(float(np.median(tpot)), "ms"),
+    tpot_p50 = _fmt(float(np.median(tpot)), "ms")
+    rows = [("streaming", _fmt(p50s, "ms"), _fmt(float(np.percentile(ttft, 99)), "ms"), tpot_p50,
              _fmt(float(tbt.mean()), "ms")),
-            ("whole response", _fmt(p50n, "ms"), _fmt(float(np.percentile(e2e, 99)), "ms"), _fmt(float(np.median(tpot)), "ms"),
+            ("whole response", _fmt(p50n, "ms"), _fmt(float(np.percentile(e2e, 99)), "ms"), tpot_p50,
              _fmt(tpot_w, "ms"))]
     return Lesson(
         "streaming", "Streaming does not change decode speed: delivering tokens as they are made changes the "
@@ -544,14 +546,18 @@ def lesson_streaming(quick: bool, seed: int | None = None) -> Lesson:
         holds, (("delivery", "first text p50", "first text p99", "TPOT p50", "time per token"), rows),
         [f"first text p50 {_fmt(p50s, 'ms')} streamed vs {_fmt(p50n, 'ms')} whole; time per token "
          f"{_fmt(float(tbt.mean()), 'ms')} vs {_fmt(tpot_w, 'ms')}"],
-        [("latency_cdfs", {"series": {"first text, streaming": ttft.tolist(), "first text, whole response": e2e.tolist()}})])
+        [("latency_cdfs", {"series": {"first text, streaming": ttft.tolist(),
+                                      "first text, whole response": e2e.tolist()}})])
 
 
 # ---------------------------------------------------------------- 9. TTFT and TPOT optimized apart
 CONFIGS = {
-    "continuous 256 x 8192": {"policy.name": "continuous", "policy.max_num_seqs": 256, "policy.max_num_batched_tokens": 8192},
-    "chunked 256 x 2048": {"policy.name": "chunked_prefill", "policy.max_num_seqs": 256, "policy.max_num_batched_tokens": 2048},
-    "chunked 64 x 512": {"policy.name": "chunked_prefill", "policy.max_num_seqs": 64, "policy.max_num_batched_tokens": 512},
+    "continuous 256 x 8192": {"policy.name": "continuous", "policy.max_num_seqs": 256,
+                              "policy.max_num_batched_tokens": 8192},
+    "chunked 256 x 2048": {"policy.name": "chunked_prefill", "policy.max_num_seqs": 256,
+                           "policy.max_num_batched_tokens": 2048},
+    "chunked 64 x 512": {"policy.name": "chunked_prefill", "policy.max_num_seqs": 64,
+                         "policy.max_num_batched_tokens": 512},
 }
 
 
@@ -562,7 +568,8 @@ def lesson_apart(quick: bool, seed: int | None = None) -> Lesson:
         i = run(lesson_scenario(seed, "interactive", ov, scale)).summary
         o = run(lesson_scenario(seed, "offline", ov, scale)).summary
         score_i[name], score_o[name] = i["slo_attainment"], o["output_tokens_per_s"]
-        rows.append((name, f"{i['slo_attainment'] * 100:.1f}%", _fmt(i["ttft_s"]["p50"], "ms"), _fmt(i["tpot_s"]["p99"], "ms"),
+        rows.append((name, f"{i['slo_attainment'] * 100:.1f}%", _fmt(i["ttft_s"]["p50"], "ms"),
+                     _fmt(i["tpot_s"]["p99"], "ms"),
                      f"{o['output_tokens_per_s']:.0f}", _fmt(o["sim_time_s"], "ms")))
     best_i, best_o = max(score_i, key=score_i.get), max(score_o, key=score_o.get)
     holds = best_i != best_o
@@ -578,17 +585,21 @@ def lesson_apart(quick: bool, seed: int | None = None) -> Lesson:
         holds, (("config", "interactive SLO", "TTFT p50", "TPOT p99", "offline tok/s", "offline makespan"), rows),
         [f"interactive picks {best_i} ({score_i[best_i] * 100:.1f}% SLO), offline picks {best_o} "
          f"({score_o[best_o]:.0f} tok/s)"],
-        [("bars", {"labels": list(CONFIGS), "values": [score_i[k] * 100 for k in CONFIGS], "ylabel": "interactive SLO attainment (%)"}),
-         ("bars", {"labels": list(CONFIGS), "values": [score_o[k] for k in CONFIGS], "ylabel": "offline output tokens / s"})])
+        [("bars", {"labels": list(CONFIGS), "values": [score_i[k] * 100 for k in CONFIGS],
+                   "ylabel": "interactive SLO attainment (%)"}),
+         ("bars", {"labels": list(CONFIGS), "values": [score_o[k] for k in CONFIGS],
+                   "ylabel": "offline output tokens / s"})])
 
 
 # ---------------------------------------------------------------- 10. per-phase profiling
 def lesson_profile(quick: bool, seed: int | None = None) -> Lesson:
     cases = {
         "queue-bound": ("static-vs-continuous", {"policy.name": "continuous"}),
-        "prefill-bound": ("ttft-prompt", {"workload.num_requests": 40, "workload.prompt_tokens": {"dist": "fixed", "value": 16000},
+        "prefill-bound": ("ttft-prompt", {"workload.num_requests": 40,
+                                          "workload.prompt_tokens": {"dist": "fixed", "value": 16000},
                                           "workload.arrival": {"process": "poisson", "rate_rps": 0.5}}),
-        "decode-bound": ("streaming", {"workload.num_requests": 100, "workload.arrival": {"process": "poisson", "rate_rps": 1.0},
+        "decode-bound": ("streaming", {"workload.num_requests": 100,
+                                       "workload.arrival": {"process": "poisson", "rate_rps": 1.0},
                                        "workload.prompt_tokens": {"dist": "fixed", "value": 128},
                                        "workload.output_tokens": {"dist": "fixed", "value": 512}}),
     }
@@ -677,7 +688,7 @@ def lessons_markdown(lessons, figures: dict, quick: bool, seed: int | None = Non
     return "\n".join(parts)
 
 
-# ---------------------------------------------------------------- the command
+# ---------------------------------------------------------------- files
 def draw_figures(lessons, out: Path) -> dict:
     """Render each lesson's figure panels side by side into ``out/<name>.png``; name -> [file]."""
     import matplotlib
@@ -702,39 +713,14 @@ def draw_figures(lessons, out: Path) -> dict:
     return files
 
 
-def cmd_lessons(args) -> int:
-    names = []
-    for item in args.only or []:
-        names += [n.strip() for n in item.split(",") if n.strip()]
-    bad = [n for n in names if n not in LESSONS]
-    if bad:
-        raise InputError(f"--only: unknown lesson {bad[0]!r}; valid: {', '.join(LESSONS)}")
-    out = Path(args.out)
+def write_lessons(lessons, out: Path, quick: bool, seed: int | None = None, figures: bool = True) -> dict:
+    """``out/lessons.md``, ``out/lessons.json`` and (with ``figures``) a PNG per lesson that draws
+    one; returns {lesson name: [figure file]}."""
     out.mkdir(parents=True, exist_ok=True)
-
-    def show(x):
-        print(f"{x.name:<18} {x.verdict:<14} {'; '.join(x.findings)}  ({x.wall_s:.1f} s)", flush=True)
-
-    lessons = run_lessons(names or None, args.quick, show, args.seed)
-    figures = {} if args.no_figures else draw_figures(lessons, out)
-    (out / "lessons.md").write_text(lessons_markdown(lessons, figures, args.quick, args.seed))
+    drawn = draw_figures(lessons, out) if figures else {}
+    (out / "lessons.md").write_text(lessons_markdown(lessons, drawn, quick, seed))
     (out / "lessons.json").write_text(json.dumps(
         [{"name": x.name, "claim": x.claim, "criterion": x.criterion, "holds": bool(x.holds), "verdict": x.verdict,
           "findings": x.findings, "header": list(x.table[0]), "rows": [list(map(str, r)) for r in x.table[1]]}
          for x in lessons], indent=1) + "\n")
-    held = sum(x.holds for x in lessons)
-    print(f"\n{held} of {len(lessons)} claims hold; wrote {out / 'lessons.md'}, lessons.json"
-          + (f" and {sum(len(v) for v in figures.values())} figures" if figures else ""))
-    return 0
-
-
-def register(sub) -> None:
-    """Add ``lessons`` to the ``servesim`` subparsers."""
-    p = sub.add_parser("lessons", help="reproduce the prefill/decode lessons: claims, numbers, verdicts, figures")
-    p.add_argument("--out", default="out/lessons", help="output folder (default: ./out/lessons)")
-    p.add_argument("--only", action="append", metavar="NAME",
-                   help=f"run only these lessons (repeat or comma-separate): {', '.join(LESSONS)}")
-    p.add_argument("--quick", action="store_true", help="smaller simulations (the test suite's subset)")
-    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
-    p.add_argument("--seed", type=int, help="replace every lesson scenario's seed (robustness checks)")
-    p.set_defaults(func=cmd_lessons)
+    return drawn

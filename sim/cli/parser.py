@@ -1,0 +1,189 @@
+"""Every ``servesim`` subcommand's arguments, in one place. Each subcommand's ``func`` is its
+handler (``sim/cli/*.py``), which turns the parsed arguments into calls of the library
+(``servesim.simulation``, ``servesim.cost``, ``servesim.studies``) and prints the outcome."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from servesim import __version__
+from servesim.errors import InputError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own exit 2, with our one-paragraph style
+        self.print_usage(sys.stderr)
+        raise InputError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="servesim", description="Discrete-event simulator of LLM inference serving.")
+    p.add_argument("--version", action="version", version=f"servesim {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _run_and_validate(sub)
+    _cost(sub)
+    _studies(sub)
+    _report(sub)
+    _lessons(sub)
+    return p
+
+
+def _run_and_validate(sub) -> None:
+    from servesim.cli.main import cmd_run, cmd_validate
+
+    r = sub.add_parser("run", help="run a scenario (the packaged default when none is given)")
+    r.add_argument("scenario", nargs="?", help="scenario YAML file")
+    r.add_argument("--out", default="out", help="output folder (default: ./out)")
+    _overrides(r, "override a field, e.g. policy.max_num_seqs=64")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--trace-events", metavar="FILE",
+                   help="also write a Chrome/Perfetto trace (JSON) of steps and requests")
+    r.add_argument("--engine", choices=["fast", "reference"],
+                   help="simulation engine (default: the scenario's engine, fast); same results either way")
+    r.set_defaults(func=cmd_run)
+
+    v = sub.add_parser("validate", help="check a scenario and print what is wrong")
+    v.add_argument("scenario")
+    v.add_argument("--set", action="append", metavar="KEY=VALUE")
+    v.set_defaults(func=cmd_validate)
+
+
+def _cost(sub) -> None:
+    """``cost``, ``calibrate`` and ``validate-cost``."""
+    from servesim.cli.cost import cmd_calibrate, cmd_cost, cmd_validate_cost
+
+    c = sub.add_parser("cost", help="one step's cost with a per-operator breakdown")
+    c.add_argument("--model", required=True)
+    c.add_argument("--gpu", required=True)
+    c.add_argument("--tp", type=int, default=1)
+    c.add_argument("--pp", type=int, default=1, help="pipeline stages (the step crosses all of them)")
+    c.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "int4"])
+    c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--prefill", type=int, metavar="TOKENS")
+    g.add_argument("--decode-batch", type=int, metavar="B")
+    c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
+    c.add_argument("--json", action="store_true")
+    c.add_argument("--calibration", default="auto", help="auto (shipped fit) | none (v0 figures) | FILE")
+    c.add_argument("--profiles", metavar="DIR", help="price the per-layer kernels from measured timings of this "
+                   "model shape and TP (Vidur-format profiling folder; as the scenario's cost.profiles)")
+    c.add_argument("--device", help="with --profiles: device folder under compute/ (default: from the GPU name)")
+    c.set_defaults(func=cmd_cost)
+
+    c = sub.add_parser("calibrate", help="fit the cost model's efficiencies to measured kernel timings")
+    _profile_args(c)
+    c.add_argument("--out", required=True, metavar="FILE", help="calibration YAML to write")
+    c.add_argument("--note", help="a line of provenance to add to the file's header comment")
+    c.set_defaults(func=cmd_calibrate)
+
+    v = sub.add_parser("validate-cost", help="predicted vs measured operator times: MAPE and worst case")
+    _profile_args(v)
+    v.add_argument("--calibration", default="auto",
+                   help="auto (shipped fit, or the closest calibrated GPU's) | none (v0 figures) | FILE")
+    v.add_argument("--out", default="out", help="folder for the table (JSON) and plot (PNG); default ./out")
+    v.add_argument("--detail", action="store_true", help="every family per model and TP, not only totals")
+    v.add_argument("--held-out-models", action="store_true",
+                   help="validate the fit on models it never saw: each model predicted by a fit to the others "
+                        "(leave one model out; --calibration is not used)")
+    v.add_argument("--measured", action="store_true",
+                   help="validate pricing from the measurements themselves (cost.profiles): each GEMM point "
+                        "predicted from the others (leave one out), the error at token counts not profiled")
+    v.set_defaults(func=cmd_validate_cost)
+
+
+def _profile_args(p) -> None:
+    """The measurements ``calibrate`` and ``validate-cost`` read."""
+    p.add_argument("--profiles", required=True, metavar="DIR",
+                   help="Vidur-format profiling folder (compute/<device>/<org>/<model>/mlp.csv, network/<node>/)")
+    p.add_argument("--gpu", required=True, help="catalog GPU (or GPU YAML) the measurements were taken on")
+    p.add_argument("--device", help="device folder under compute/ (default: from the GPU name, e.g. a100)")
+    p.add_argument("--node", help="network folder for collectives (default: <device>_*, a DGX one first)")
+    p.add_argument("--max-tokens", type=int, default=4096, help="validate over num_tokens <= this (default 4096)")
+
+
+def _overrides(p, set_help: str) -> None:
+    """``--set KEY=VALUE`` (repeatable) and ``--seed N``: changes to the scenario file."""
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+
+
+def _executor_args(p) -> None:
+    """Shared by ``sweep``, ``capacity`` and ``compare``: where the points run."""
+    p.add_argument("--workers", type=int, help="parallel worker processes (default: all cores)")
+    p.add_argument("--executor", default="local", choices=["local", "ray"],
+                   help="local processes (default) or Ray (pip install 'servesim[ray]')")
+    p.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _studies(sub) -> None:
+    """``sweep``, ``capacity`` and ``compare``."""
+    from servesim.cli.studies import cmd_capacity, cmd_compare, cmd_sweep
+    from servesim.studies.capacity import METRICS, STATS
+
+    p = sub.add_parser("sweep", help="run the cross product of scenario fields (parallel, resumable)")
+    p.add_argument("scenario", help="scenario YAML file (may hold a sweep: {grid: {...}} block)")
+    p.add_argument("--grid", action="append", metavar="KEY=V1,V2,...",
+                   help="a field and its values, e.g. workload.arrival.rate_rps=2,4,8 (repeatable)")
+    p.add_argument("--out", required=True, help="output folder (results.csv, runs/<hash>/...)")
+    _overrides(p, "override a field for every point")
+    _executor_args(p)
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("capacity", help="highest arrival rate at which the SLOs hold (bisection on rate)")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--slo", required=True, metavar="METRIC_STAT=S,...",
+                   help="limits in seconds (or with ms), e.g. ttft_p99=0.5,tpot_p99=0.05; metrics "
+                        f"{', '.join(METRICS)}; stats {', '.join(STATS)}")
+    p.add_argument("--attainment", type=float, help="instead: this share of requests within every limit (e.g. 0.9)")
+    p.add_argument("--per-gpu", action="store_true", help="also report capacity divided by the GPUs used")
+    p.add_argument("--probe-requests", type=int, help="requests per probe (default: max(scenario's, 1000))")
+    p.add_argument("--probe-duration", type=float, metavar="S",
+                   help="make each probe at least S seconds of arrivals (default: two periods of a periodic "
+                        "arrival process, else off)")
+    p.add_argument("--start", type=float, help="first rate to probe (default: the scenario's rate)")
+    p.add_argument("--tol", type=float, default=0.02, help="stop when the bracket is this narrow (default 0.02)")
+    p.add_argument("--max-probes", type=int, default=40,
+                   help="give up after this many probes, with exit 2 and no answer (default 40)")
+    p.add_argument("--keep-up", type=float, default=0.9, metavar="SHARE",
+                   help="a probe must also keep up: over the second half of its arrivals, requests that "
+                        "leave >= SHARE x requests that arrive (default 0.9; 0: off)")
+    p.add_argument("--out", help="keep the probes here (results.csv, runs/, capacity.json)")
+    _overrides(p, "override a field")
+    _executor_args(p)
+    p.set_defaults(func=cmd_capacity)
+
+    p = sub.add_parser("compare", help="the same workload through each policy: a table and figures")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--policies", metavar="A,B,...", help="registered policy names to compare")
+    p.add_argument("--variant", nargs="+", action="append", metavar=("LABEL", "KEY=VALUE"),
+                   help="a labelled configuration: LABEL KEY=VALUE [KEY=VALUE ...] (repeatable)")
+    p.add_argument("--rates", metavar="R1,R2,...", help="also sweep workload.arrival.rate_rps (req/s)")
+    p.add_argument("--out", default="compare-out", help="output folder (default: ./compare-out)")
+    _overrides(p, "override a field for every run")
+    p.add_argument("--no-report", action="store_true", help="skip figures and report.md")
+    _executor_args(p)
+    p.set_defaults(func=cmd_compare)
+
+
+def _report(sub) -> None:
+    from servesim.cli.report import cmd_report
+
+    p = sub.add_parser("report", help="figures and report.md from a run, sweep, capacity or compare folder")
+    p.add_argument("dir", help="output folder of servesim run, sweep, capacity or compare")
+    p.set_defaults(func=cmd_report)
+
+
+def _lessons(sub) -> None:
+    from servesim.cli.studies import cmd_lessons
+    from servesim.studies.lessons import LESSONS
+
+    p = sub.add_parser("lessons", help="reproduce the prefill/decode lessons: claims, numbers, verdicts, figures")
+    p.add_argument("--out", default="out/lessons", help="output folder (default: ./out/lessons)")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help=f"run only these lessons (repeat or comma-separate): {', '.join(LESSONS)}")
+    p.add_argument("--quick", action="store_true", help="smaller simulations (the test suite's subset)")
+    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument("--seed", type=int, help="replace every lesson scenario's seed (robustness checks)")
+    p.set_defaults(func=cmd_lessons)

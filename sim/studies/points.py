@@ -1,0 +1,158 @@
+"""Sweep points: a grid of scenario fields (or labelled variants) -> resolved scenarios.
+
+A sweep is a list of *points*; each point is a fully resolved scenario (plain data) plus the
+values that name it (the swept fields, or a comparison label). Workers receive the resolved
+scenario, never the grid, so every executor (local processes, Ray) computes the same thing:
+same scenario + seed => same results. ``scenario_hash`` keys a point's run folder, so a rerun
+finds the points already finished. A point that fails validation keeps its error; the others go on.
+
+Points of one sweep share the scenario's seed, so e.g. every policy sees the same requests
+(common random numbers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+
+from servesim.errors import InputError
+from servesim.inputs.overrides import apply_overrides, parse_value, with_values
+
+# the latency distributions and statistics a point's row flattens (results.csv columns)
+DISTS = ("ttft", "tpot", "tbt", "e2e", "queue")
+STATS = ("mean", "p50", "p90", "p99", "max")
+
+
+@dataclass
+class Point:
+    """One run of a sweep: ``values`` name it (column -> value), ``data`` is the resolved scenario."""
+
+    index: int
+    values: dict
+    data: dict | None  # the resolved scenario as plain data (None when it failed validation)
+    error: str = ""
+    hash: str = ""
+    row: dict = field(default_factory=dict)
+
+
+def parse_grid(texts) -> dict:
+    """``["key=v1,v2", ...]`` -> {key: [v1, v2]} (values parsed as YAML scalars)."""
+    grid = {}
+    for text in texts or []:
+        if "=" not in text:
+            raise InputError(f"--grid {text!r}: expected dotted.key=v1,v2,...")
+        key, raw = text.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise InputError(f"--grid {text!r}: missing key before '='")
+        values = []
+        for item in raw.split(","):
+            item = item.strip()
+            if not item:
+                raise InputError(f"--grid {text!r}: empty value in the list")
+            values.append(parse_value(item))
+        grid[key] = values
+    return grid
+
+
+def pop_sweep_block(data: dict) -> dict:
+    """Remove and return the scenario's optional ``sweep: {grid: {key: [values]}}`` block."""
+    block = data.pop("sweep", None)
+    if block is None:
+        return {}
+    if not isinstance(block, dict) or set(block) - {"grid"}:
+        raise InputError("sweep: expected a mapping with one key, grid: {dotted.key: [values, ...]}")
+    grid = block.get("grid") or {}
+    if not isinstance(grid, dict):
+        raise InputError("sweep.grid: expected a mapping of dotted.key: [values, ...]")
+    out = {}
+    for k, v in grid.items():
+        if not isinstance(v, list) or not v:
+            raise InputError(f"sweep.grid.{k}: expected a non-empty list of values, got {v!r}")
+        out[str(k)] = v
+    return out
+
+
+def load_base(path, overrides, seed) -> tuple[dict, dict]:
+    """(scenario data with --set/--seed applied and the sweep block removed, the sweep grid)."""
+    from servesim.inputs.scenario import default_scenario_path, read_yaml
+
+    data = read_yaml(path or default_scenario_path())
+    grid = pop_sweep_block(data)
+    data = apply_overrides(data, list(overrides or []))
+    if seed is not None:
+        data["seed"] = seed
+    return data, grid
+
+
+def scenario_hash(data: dict) -> str:
+    """Digest of a resolved scenario (canonical JSON) and the servesim version: a sweep point's resume key.
+
+    Results of another servesim version are not reused; within one version, delete ``DIR/runs``
+    to rerun after changing the code.
+    """
+    from servesim import __version__
+
+    text = json.dumps({"servesim": __version__, "scenario": data}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def resolve(data: dict) -> tuple[dict | None, str]:
+    """Validate scenario data; return (fully resolved plain data, "") or (None, error message)."""
+    from servesim.inputs.scenario import scenario_from_dict
+
+    try:
+        return scenario_from_dict(data).to_dict(), ""
+    except InputError as e:
+        return None, str(e)
+
+
+def make_points(base: dict, variants: list[tuple[dict, dict]]) -> list[Point]:
+    """Points from (values naming it, {dotted.key: value} overrides) pairs on top of ``base``."""
+    points = []
+    for i, (values, overrides) in enumerate(variants):
+        resolved, err = resolve(with_values(base, overrides, "--grid"))
+        p = Point(i, dict(values), resolved, err)
+        if resolved is not None:
+            p.hash = scenario_hash(resolved)
+        points.append(p)
+    if points and all(p.data is None for p in points):
+        raise InputError(f"every sweep point is invalid; the first: {points[0].error}")
+    return points
+
+
+def grid_points(base: dict, grid: dict) -> list[Point]:
+    """The points of the cross product of ``grid`` ({dotted.key: [values]}), in row-major order."""
+    keys = list(grid)
+    combos = itertools.product(*(grid[k] for k in keys)) if keys else [()]
+    variants = [(dict(zip(keys, c)), dict(zip(keys, c))) for c in combos]
+    return make_points(base, variants)
+
+
+def num_gpus(data: dict) -> int:
+    """GPUs a resolved scenario uses: replicas x tp x pp, or the sum over a P/D split's two pools."""
+    hw = data.get("hardware", {})
+    tp, pp = int(hw.get("tp", 1)), int(hw.get("pp", 1))
+    pol = data.get("policy") or {}
+    if pol.get("name") == "pd_split":
+        return sum(int((pol.get(k) or {}).get("replicas", 1)) * int((pol.get(k) or {}).get("tp") or tp) * pp
+                   for k in ("prefill", "decode"))
+    return int((data.get("cluster") or {}).get("replicas", 1)) * tp * pp
+
+
+def flatten_summary(s: dict) -> dict:
+    """A run's summary (summary.json) as one flat results.csv row: counts, rates, each latency
+    distribution's statistics and the utilization figures."""
+    row = {k: s.get(k) for k in ("num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
+                                 "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment",
+                                 "wall_time_s")}
+    for d in DISTS:
+        for st in STATS:
+            row[f"{d}_{st}_s"] = s[f"{d}_s"][st]
+    row["offered_rps"] = s.get("workload", {}).get("offered_rps")
+    u = s.get("utilization", {})
+    for k in ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu"):
+        row[k] = u.get(k)
+    return row
