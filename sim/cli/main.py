@@ -96,9 +96,20 @@ def _format_memory(s: dict) -> list:
 def _format_workload(s: dict) -> list:
     """Per-class lines (when there is more than one class) and the clipped-request count."""
     lines = []
-    clipped = s.get("workload", {}).get("clipped_requests", 0)
+    w = s.get("workload", {})
+    clipped = w.get("clipped_requests", 0)
     if clipped:
         lines.append(f"workload      {clipped} requests shortened to the model's context length")
+    if "sessions" in w:
+        ss = w["sessions"]
+        lines.append(f"sessions      {ss['started']} sessions sent {ss['turns_sent']} turns"
+                     + (f"; {ss['abandoned']} ended at a rejected turn" if ss["abandoned"] else ""))
+    ds = w.get("dataset")
+    if ds:
+        lines.append(f"dataset       {ds['path']}: {ds['conversations']} conversations ({ds['turns']} turns, "
+                     f"{ds['skipped_conversations']} skipped); tokens: {ds['token_counts']}"
+                     if not ds["token_counts_estimated"] else
+                     f"warning       dataset {ds['path']}: token counts {ds['token_counts']}")
     classes = s.get("classes", {})
     if len(classes) > 1:
         for name, c in classes.items():
