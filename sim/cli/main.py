@@ -31,14 +31,15 @@ def format_summary(s: dict) -> str:
              f"{s['rejected']} rejected, {s['unfinished']} unfinished, {s['preemptions']} preemptions",
              f"simulated {s['sim_time_s']:.1f} s in {s['wall_time_s']:.2f} s wall", "",
              f"{'latency':<8}{'mean':>13}{'p50':>13}{'p90':>13}{'p99':>13}"]
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"),
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "ITL"), ("e2e_s", "E2E"),
                        ("queue_s", "queue")):
         d = s[key]
         lines.append(f"{label:<8}" + "".join(f"{_fmt_s(d[k]):>13}" for k in ("mean", "p50", "p90", "p99")))
     multi = len(s.get("classes") or {}) > 1
     slo_note = "each request against its class's SLO" if multi else _slo_text(s["slo"])
     lines += ["",
-              f"throughput    {s['throughput_rps']:.2f} req/s, {s['output_tokens_per_s']:.0f} output tok/s",
+              f"throughput    {s['throughput_rps']:.2f} req/s, {s['output_tokens_per_s']:.0f} output tok/s, "
+              f"{s['total_tokens_per_s']:.0f} total tok/s (input + output)",
               f"goodput       {s['goodput_rps']:.2f} req/s; SLO attainment {s['slo_attainment'] * 100:.1f}% "
               f"({slo_note})"]
     p, u = s["phases"], s["utilization"]
