@@ -419,6 +419,8 @@ class Policy:
     max_output_tokens: Optional[int] = _f(None, gt=0, doc="static: output tokens reserved per slot; null: up to "
                                                           "the context length")
     spec: Optional[Spec] = None
+    preset: Optional[str] = _f(None, doc="vllm_v1_serve | vllm_v1_offline: vLLM V1's scheduler defaults for the "
+                                         "GPU and entry point (sim/inputs/presets.py), filling fields not given")
     prefill: Pool = field(default_factory=Pool)
     decode: Pool = field(default_factory=Pool)
     link: Link = field(default_factory=Link)
@@ -587,6 +589,11 @@ class Scenario:
     cost: Cost = field(default_factory=Cost)
     # fast: the event-skipping engine (same results); reference: the plain step-by-step loop
     engine: Literal["fast", "reference"] = "fast"
+
+    @staticmethod
+    def expand(data, path):
+        from servesim.inputs.presets import expand_policy_preset
+        return expand_policy_preset(data)
 
     def to_dict(self) -> dict:
         return _plain(dataclasses.asdict(self))
