@@ -18,8 +18,7 @@ def qq(data: dict, ax):
     m, s = np.asarray(data["measured"], float), np.asarray(data["simulated"], float)
     ax.set_title(data["metric"])
     if len(m) == 0 or len(s) == 0:
-        ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
-        return ax
+        return _empty(ax, m, s)
     qm, qs = np.percentile(m, QQ_LEVELS) * 1e3, np.percentile(s, QQ_LEVELS) * 1e3
     lo = max(min(qm.min(), qs.min()), 1e-3)
     hi = max(qm.max(), qs.max(), lo * 1.01)
@@ -44,9 +43,19 @@ def qq(data: dict, ax):
     return ax
 
 
+def _empty(ax, m, s):
+    side = "the benchmark file" if len(m) == 0 else "the simulation"
+    ax.text(0.5, 0.5, f"no samples in {side}", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    return ax
+
+
 def cdf(data: dict, ax):
     """Measured and simulated empirical CDFs of one metric; ``data`` as for ``qq``."""
     ax.set_title(data["metric"])
+    if len(data["measured"]) == 0 or len(data["simulated"]) == 0:
+        return _empty(ax, data["measured"], data["simulated"])
     for label, key, color in (("measured", "measured", MEASURED), ("simulated", "simulated", SIMULATED)):
         x = np.sort(np.asarray(data[key], float)) * 1e3
         if len(x):

@@ -176,8 +176,8 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
         "prefix_cache_hit_rate": s["kv"]["prefix_cache_hit_rate"],
     }
     (out / "validation.json").write_text(json.dumps(report, indent=2) + "\n")
-    title = (f"vLLM benchmark vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}, {policy}, "
-             f"{rate} ({report['requests']['replayed']} requests)")
+    title = (f"vLLM benchmark vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
+             f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests")
     data = {k: {"metric": METRICS[k], "measured": meas[k], "simulated": sim[k] if k in ("tpot", "itl")
                 else sim[k][done]} for k in METRICS}
     figures = _figures(data, title, out)
@@ -199,7 +199,7 @@ def _figures(data: dict, title: str, out: Path) -> list:
         fig, axes = plt.subplots(2, 2, figsize=(11, 9.5))
         for ax, k in zip(axes.ravel(), METRICS):
             draw(data[k], ax)
-        fig.suptitle(f"{title}\n{what}: measured (x) vs simulated" if stem == "qq" else f"{title}\n{what}",
+        fig.suptitle(f"{title}\n{what}: measured (x) vs simulated (y)" if stem == "qq" else f"{title}\n{what}",
                      fontsize="medium")
         written.append(save(fig, out / stem)[0].name)
         plt.close(fig)
