@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesim.errors import InputError
-from servesim.inputs.traces import MAX_TOKENS, TraceData, not_utf8, resolve_path
+from servesim.inputs.traces import MAX_TOKENS, TraceData, jsonl_objects, read_utf8, resolve_path
 
 REPLY_ROLES = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing", "model"})
 _WS = re.compile(r"\s*")
@@ -109,18 +109,6 @@ class _Counter:
 
 
 # ---------------------------------------------------------------- readers
-def _text(path: str) -> str:
-    p = resolve_path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read dataset {str(p)!r}: {e.strerror or e}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise not_utf8(path, data) from None
-
-
 def _json_error(path: str, e: json.JSONDecodeError) -> InputError:
     return InputError(f"{path} line {e.lineno} column {e.colno}: malformed JSON: {e.msg}")
 
@@ -194,7 +182,7 @@ def _turns(msgs: list[tuple[bool, str]], counts: list[int]) -> list[tuple[int, i
 
 
 def _read_sharegpt(path: str, count: _Counter):
-    text = _text(path)
+    text = read_utf8(path, "dataset")
     new, out, start, skipped = [], [], [0], 0
     batch: list = []  # conversations waiting for their texts to be counted
 
@@ -241,18 +229,8 @@ def _jsonl_value(raw, key: str, where: str, required: bool):
 
 
 def _read_jsonl(path: str, count: _Counter, prompt_key: str, output_key: str):
-    text = _text(path)
     rows = []
-    for line, row in enumerate(text.splitlines(), start=1):
-        if not row.strip():
-            continue
-        where = f"{path} line {line}"
-        try:
-            obj = json.loads(row)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{where} column {e.colno}: malformed JSON: {e.msg}") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for _, where, obj in jsonl_objects(path, read_utf8(path, "dataset").splitlines()):
         rows.append((where, _jsonl_value(obj.get(prompt_key), prompt_key, where, True),
                      _jsonl_value(obj.get(output_key), output_key, where, False)))
     if not rows:

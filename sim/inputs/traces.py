@@ -75,6 +75,35 @@ def _open_text(path: str):
         raise InputError(f"cannot read {str(p)!r}: {e.strerror or e}") from None
 
 
+def read_utf8(path: str, what: str = "file") -> str:
+    """The text of a UTF-8 file; InputError for a file that cannot be read or is not UTF-8."""
+    p = resolve_path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8(path, data) from None
+
+
+def jsonl_objects(path: str, lines):
+    """(line number, ``"PATH line N"``, object) of each non-blank line of a JSONL text; InputError naming the
+    line (and column) of malformed JSON or of a line that is not an object."""
+    for line, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        where = f"{path} line {line}"
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{where} column {e.colno}: malformed JSON: {e.msg}") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        yield line, where, obj
+
+
 def not_utf8(path, data: bytes | None = None) -> InputError:
     """The error for a file that is not UTF-8: the first bad byte's offset and line."""
     if data is None:
@@ -267,16 +296,7 @@ def _read_jsonl(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Tra
     hashes = []
     has_t = has_h = None
     with _open_text(path) as fh:
-        for line, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            where = f"{path} line {line}"
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: malformed JSON: {e.msg}") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        for line, where, obj in jsonl_objects(path, fh):
             if has_t is None:
                 has_h = HASH_IDS_KEY in obj
                 has_t = cols["arrival"] in obj

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesim.errors import InputError
-from servesim.inputs.traces import not_utf8, resolve_path
+from servesim.inputs.traces import read_utf8
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts")
 
@@ -66,15 +66,8 @@ def _rate(raw, path: str) -> float:
 
 
 def read_vllm_result(path: str) -> BenchResult:
-    p = resolve_path(path)
     try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read {str(p)!r}: {e.strerror or e}") from None
-    try:
-        obj = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise not_utf8(path, data) from None
+        obj = json.loads(read_utf8(path, "benchmark result"))
     except json.JSONDecodeError as e:
         raise InputError(f"{path} line {e.lineno} column {e.colno}: malformed JSON: {e.msg}") from None
     if not isinstance(obj, dict):
