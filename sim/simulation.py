@@ -22,7 +22,7 @@ from servesim.cost.measured import load_measured
 from servesim.errors import InputError
 from servesim.plugins import resolve
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
-from servesim.core.clients import drive_closed_loop
+from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
 from servesim.outputs.recorder import (REQUEST_COLUMNS, STEP_COLUMNS, Recorder, WeightedSample, dist_stats, summarize,
                          summarize_classes)
@@ -30,6 +30,7 @@ from servesim.outputs.profile import profile_summary
 from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
+from servesim.inputs.sessions import Sessions
 from servesim.inputs.workload import ClosedLoop, RequestSpecs, generate
 
 
@@ -232,8 +233,9 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     setup = prepare(scenario)
     rng = np.random.default_rng(scenario.seed)
     if specs is None:
-        specs = generate(scenario.workload, rng, setup.cost_model.model.max_context_tokens)
-    total = len(specs)
+        specs = generate(scenario.workload, rng, setup.cost_model.model.max_context_tokens,
+                         min(p.capacity.block_size for p in setup.pools))
+    total = len(specs) if not isinstance(specs, Sessions) else (specs.num_requests or 0)
     env = simpy.Environment()
     cb = None
     if progress is not None:
@@ -250,6 +252,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         cluster.arrival_times = arr
         grp = specs.prefix_group.tolist() if specs.prefix_group is not None else None
         pre = specs.prefix_tokens.tolist() if specs.prefix_tokens is not None else None
+        tags, per = specs.block_tags, specs.tag_tokens
         nxt = 0
 
         def arrive(_event) -> None:
@@ -260,8 +263,10 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                 # and every other timestamp is taken from env.now
                 if grp is None:
                     req = Request(i, env.now, pr[i], out[i])
-                else:
+                elif tags is None:
                     req = Request(i, env.now, pr[i], out[i], grp[i], pre[i])
+                else:  # a trace's block hash ids name its cacheable blocks
+                    req = Request(i, env.now, pr[i], out[i], grp[i], pre[i], (per, tags[i]) if tags[i] else None)
                 cluster.next_arrival = i + 1
                 cluster.submit(req)
                 i += 1
@@ -278,6 +283,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
 
     if isinstance(specs, ClosedLoop):
         drive_closed_loop(env, specs, cluster.submit, rec)
+    elif isinstance(specs, Sessions):
+        drive_sessions(env, specs, cluster.submit, rec)
     else:
         arrivals()
     samples = []
@@ -348,6 +355,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     extra["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0,
                          # what arrived, per second until the last arrival (on_off's rate_rps is its burst rate)
                          "offered_rps": len(arrivals) / last if last > 0 else 0.0}
+    extra["workload"].update(getattr(specs, "info", None) or {})  # the dataset, the sessions
     extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
     summary = summarize(scenario, req_cols, steps, tbt, sim_time, cluster.infos, extra, limits)
     pools = setup.pools_by_name

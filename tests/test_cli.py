@@ -39,8 +39,14 @@ def test_run_writes_the_contract_files(tmp_path, capsys):
     s = json.loads((out / "summary.json").read_text())
     for key in ("scenario", "num_requests", "completed", "rejected", "sim_time_s", "wall_time_s", "throughput_rps",
                 "output_tokens_per_s", "ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s", "slo_attainment",
-                "goodput_rps", "phases", "utilization"):
+                "goodput_rps", "phases", "utilization", "total_tokens_per_s", "itl_s"):
         assert key in s, key
+    # vLLM's names: ITL is the TBT distribution; total throughput counts prompt and output tokens
+    assert s["itl_s"] == s["tbt_s"] and "ITL" in printed and "total tok/s" in printed
+    with open(out / "requests.csv") as fh:
+        done = [r for r in csv.DictReader(fh) if r["status"] == "completed"]
+    tokens = sum(int(r["prompt_tokens"]) + int(r["output_tokens"]) for r in done)
+    assert s["total_tokens_per_s"] == pytest.approx(tokens / s["sim_time_s"])
     for key in ("ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s"):
         assert set(s[key]) == {"mean", "p50", "p90", "p99", "max"}
         assert s[key]["p50"] <= s[key]["p99"] <= s[key]["max"]

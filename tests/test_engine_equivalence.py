@@ -151,6 +151,22 @@ CASES = {
     "pd_stream": {"policy.name": "pd_split", "policy.prefill": {"replicas": 2}, "policy.decode": {"replicas": 1},
                   "policy.link": {"bandwidth_gbps": 25.0, "overlap": True},
                   "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+    # multi-turn sessions: each turn's prompt is the conversation so far; the prefix cache keeps
+    # every full block of the conversation (replies too) for the next turn
+    "sessions": {"policy.prefix_caching": True, "cluster.replicas": 2, "cluster.router": "prefix_aware",
+                 "workload.arrival": {"process": "poisson", "rate_rps": 3.0},
+                 "workload.sessions": {"turns": {"dist": "uniform", "min": 1, "max": 6}, "think_time_s": 0.5}},
+    "sessions_tight": {**TIGHT, "policy.prefix_caching": True, "policy.name": "chunked_prefill",
+                       "policy.max_num_batched_tokens": 512,
+                       "workload.arrival": {"process": "poisson", "rate_rps": 3.0},
+                       "workload.sessions": {"turns": {"dist": "uniform", "min": 1, "max": 6}, "think_time_s": 0.3}},
+    "sessions_closed": {"policy.prefix_caching": True, "cluster.replicas": 2, "cluster.router": "least_kv_usage",
+                        "workload.arrival": {"process": "closed_loop", "clients": 12, "think_time_s": 0.2},
+                        "workload.sessions": {"turns": {"dist": "fixed", "value": 3}, "think_time_s": 1.0,
+                                              "think": "fixed"}},
+    "sessions_pd": {"policy.name": "pd_split", "policy.prefix_caching": True, "policy.prefill": {"replicas": 1},
+                    "policy.decode": {"replicas": 2}, "workload.arrival": {"process": "poisson", "rate_rps": 3.0},
+                    "workload.sessions": {"turns": {"dist": "uniform", "min": 1, "max": 4}}},
 }
 
 
@@ -183,6 +199,32 @@ def test_prefix_groups_match():
                       rng.integers(1, 200, n).tolist()))
     sp = dataclasses.replace(specs(rows), prefix_group=np.arange(n, dtype=np.int64) % 3,
                              prefix_tokens=np.full(n, 64, dtype=np.int64))
+    fast, ref = run_both(sc, sp)
+    assert fast.fast_path_used and fast.summary["kv"]["prefix_cache_hit_tokens"] > 0
+
+
+def test_block_hash_ids_match():
+    """Requests naming their prompt blocks by hash ids (a Mooncake trace): shared chains of ids
+    hit in the prefix cache, on both engines alike, under KV pressure and prefix-aware routing."""
+    sc = make_scenario(**{**SMALL, **TIGHT, "policy.prefix_caching": True, "cluster.replicas": 2,
+                          "cluster.router": "prefix_aware"})
+    rng = np.random.default_rng(3)
+    n = 250
+    rows = sorted(zip(np.cumsum(rng.exponential(0.05, n)).tolist(), rng.integers(100, 1200, n).tolist(),
+                      rng.integers(1, 150, n).tolist()))
+    per = 64
+    # a few shared system prompts (ids 0..3) then either a shared document (ids 10..) or private ids
+    tags = []
+    for i, (_, p, _) in enumerate(rows):
+        k = -(-p // per)
+        head = [i % 4]
+        body = list(range(10 + (i % 4) * 100, 10 + (i % 4) * 100 + k - 1)) if i % 3 else \
+            list(range(1000 + i * 50, 1000 + i * 50 + k - 1))
+        tags.append(tuple(head + body))
+    sp = specs(rows)
+    group = np.array([t[0] for t in tags], np.int64)
+    sp = dataclasses.replace(sp, prefix_group=group, prefix_tokens=np.minimum(sp.prompt_tokens, per * np.array(
+        [len(t) for t in tags])), block_tags=tuple(tags), tag_tokens=per)
     fast, ref = run_both(sc, sp)
     assert fast.fast_path_used and fast.summary["kv"]["prefix_cache_hit_tokens"] > 0
 

@@ -132,7 +132,7 @@ def test_empty_window_and_too_few_rows(tmp_path):
 def test_jsonl_errors(tmp_path):
     f = tmp_path / "bad.jsonl"
     f.write_text('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 3}\n{"arrival_s": 1, "prompt_tokens": 3\n')
-    with pytest.raises(InputError, match="bad.jsonl line 2: malformed JSON"):
+    with pytest.raises(InputError, match=r"bad.jsonl line 2 column \d+: malformed JSON"):
         gen({"path": str(f)})
 
 

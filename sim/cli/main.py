@@ -31,14 +31,15 @@ def format_summary(s: dict) -> str:
              f"{s['rejected']} rejected, {s['unfinished']} unfinished, {s['preemptions']} preemptions",
              f"simulated {s['sim_time_s']:.1f} s in {s['wall_time_s']:.2f} s wall", "",
              f"{'latency':<8}{'mean':>13}{'p50':>13}{'p90':>13}{'p99':>13}"]
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"),
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "ITL"), ("e2e_s", "E2E"),
                        ("queue_s", "queue")):
         d = s[key]
         lines.append(f"{label:<8}" + "".join(f"{_fmt_s(d[k]):>13}" for k in ("mean", "p50", "p90", "p99")))
     multi = len(s.get("classes") or {}) > 1
     slo_note = "each request against its class's SLO" if multi else _slo_text(s["slo"])
     lines += ["",
-              f"throughput    {s['throughput_rps']:.2f} req/s, {s['output_tokens_per_s']:.0f} output tok/s",
+              f"throughput    {s['throughput_rps']:.2f} req/s, {s['output_tokens_per_s']:.0f} output tok/s, "
+              f"{s['total_tokens_per_s']:.0f} total tok/s (input + output)",
               f"goodput       {s['goodput_rps']:.2f} req/s; SLO attainment {s['slo_attainment'] * 100:.1f}% "
               f"({slo_note})"]
     p, u = s["phases"], s["utilization"]
@@ -96,9 +97,20 @@ def _format_memory(s: dict) -> list:
 def _format_workload(s: dict) -> list:
     """Per-class lines (when there is more than one class) and the clipped-request count."""
     lines = []
-    clipped = s.get("workload", {}).get("clipped_requests", 0)
+    w = s.get("workload", {})
+    clipped = w.get("clipped_requests", 0)
     if clipped:
         lines.append(f"workload      {clipped} requests shortened to the model's context length")
+    if "sessions" in w:
+        ss = w["sessions"]
+        lines.append(f"sessions      {ss['started']} sessions sent {ss['turns_sent']} turns"
+                     + (f"; {ss['abandoned']} ended at a rejected turn" if ss["abandoned"] else ""))
+    ds = w.get("dataset")
+    if ds:
+        lines.append(f"dataset       {ds['path']}: {ds['conversations']} conversations ({ds['turns']} turns, "
+                     f"{ds['skipped_conversations']} skipped); tokens: {ds['token_counts']}"
+                     if not ds["token_counts_estimated"] else
+                     f"warning       dataset {ds['path']}: token counts {ds['token_counts']}")
     classes = s.get("classes", {})
     if len(classes) > 1:
         for name, c in classes.items():

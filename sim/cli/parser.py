@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     _studies(sub)
     _report(sub)
     _lessons(sub)
+    _validate_run(sub)
     return p
 
 
@@ -187,3 +188,18 @@ def _lessons(sub) -> None:
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--seed", type=int, help="replace every lesson scenario's seed (robustness checks)")
     p.set_defaults(func=cmd_lessons)
+
+
+def _validate_run(sub) -> None:
+    from servesim.cli.validate_run import cmd_validate_run
+
+    p = sub.add_parser("validate-run", help="replay a vLLM serving benchmark's requests through a scenario: "
+                       "measured vs simulated TTFT, TPOT, ITL, E2E")
+    p.add_argument("result", help="the result JSON of `vllm bench serve --save-result --save-detailed` "
+                   "(or benchmark_serving.py --save-result)")
+    p.add_argument("scenario", nargs="?", help="scenario YAML of the deployment (its workload is replaced by the "
+                   "benchmark's requests; default: the packaged default)")
+    p.add_argument("--out", default="validate-run-out", help="output folder (default: ./validate-run-out)")
+    _overrides(p, "override a field of the scenario, e.g. policy.max_num_seqs=128")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_validate_run)

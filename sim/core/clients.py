@@ -30,10 +30,69 @@ def drive_closed_loop(env, source, submit, recorder) -> None:
             nxt = source.next()
             if nxt is None:
                 return
-            k, prompt, output, group, prefix, think = nxt
+            k, prompt, output, group, prefix, think, tags = nxt
             ev = ends[k] = env.event()
-            submit(Request(k, env.now, prompt, output, group, prefix))
+            submit(Request(k, env.now, prompt, output, group, prefix, tags))
             yield ev
 
     for c in range(source.arrival.clients):
         env.process(client(c))
+
+
+def drive_sessions(env, source, submit, recorder) -> None:
+    """Run multi-turn sessions (``servesim.inputs.sessions.Sessions``): each session sends a
+    turn, waits for it to end, thinks, and sends the next (a rejected turn ends the session).
+    Open loop: sessions begin at ``source.start_s``; closed loop: each client begins a session,
+    runs it to its end and begins the next, thinking ``Session.lead_s`` before each."""
+    ends = {}
+
+    def on_end(req):
+        ev = ends.pop(req.request_id, None)
+        if ev is not None:
+            ev.succeed()
+
+    recorder.end_hooks.append(on_end)
+
+    def run(i: int):
+        s = source.session(i)
+        for k, prompt in enumerate(s.prompts):
+            if k and s.think_s[k] > 0:
+                yield env.timeout(s.think_s[k])
+            rid = source.send(s.clipped[k], k == 0)
+            if rid is None:
+                return
+            # the whole prompt is the session's (prefix group i); its reply's blocks stay cached
+            req = Request(rid, env.now, prompt, s.outputs[k], i, prompt, cache_output=not s.clipped[k])
+            ev = ends[rid] = env.event()
+            submit(req)
+            yield ev
+            if req.status == "rejected":
+                source.abandoned += 1
+                return
+
+    if source.closed:
+        def client():
+            while True:
+                i = source.next_session()
+                if i is None:
+                    return
+                lead = source.session(i).lead_s
+                if lead > 0:
+                    yield env.timeout(lead)
+                yield from run(i)
+
+        for _ in range(source.arrival.clients):
+            env.process(client())
+        return
+
+    def launcher():
+        while True:
+            i = source.next_session()
+            if i is None:
+                return
+            t = float(source.start_s[i])
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            env.process(run(i))
+
+    env.process(launcher())

@@ -1,7 +1,8 @@
 """Paged KV memory: capacity sizing and a block allocator that checks its own books.
 
-Blocks are interchangeable in v0 (no prefix sharing), so the allocator keeps counts, not block
-ids: a request holds ``ceil(tokens / block_size)`` blocks for its computed tokens.
+Blocks are interchangeable except cached (prefix) blocks, so the allocator keeps counts and the
+keys of cached blocks, not block ids: a request holds ``ceil(tokens / block_size)`` blocks for its
+computed tokens.
 """
 
 from __future__ import annotations
@@ -89,9 +90,12 @@ class BlockAllocator:
     A request maps ``req.kv_blocks`` logical blocks, ``ceil(tokens / block_size)`` for the tokens
     whose KV it holds. Blocks are interchangeable except the full blocks of a shared prefix
     (``req.prefix_group`` >= 0, first ``req.prefix_tokens // block_size`` blocks): with prefix
-    caching, block ``j`` of group ``g`` is hashed as ``(g, j)``, shared by every request mapping it
-    (reference counts), and kept after its last user frees it, as free-but-cached, until evicted
-    LRU (last-freed last; a request's later blocks are freed first so prefixes survive longest).
+    caching, block ``j`` is hashed by its key (``key``: ``(g, j)`` for group ``g``, or from the
+    request's block hash ids), shared by every request mapping it (reference counts), and kept
+    after its last user frees it, as free-but-cached, until evicted LRU (last-freed last; a
+    request's later blocks are freed first so prefixes survive longest). A request with
+    ``cache_output`` (a session turn: its group is its conversation) also leaves its other full
+    blocks (its output) in the cache when freed, keyed the same way, for the next turn to hit.
 
     Contract: ``num_free`` = empty blocks + cached blocks nobody references (an allocation takes
     an empty block first, else evicts the least recently freed cached one). ``grow(req, tokens)``
@@ -107,9 +111,9 @@ class BlockAllocator:
         self.num_blocks = num_blocks
         self.num_empty = num_blocks
         self.caching = prefix_caching
-        self.cache: dict = {}  # (group, j) -> number of requests mapping it
+        self.cache: dict = {}  # block key (tag, j) -> number of requests mapping it
         self.evictable: OrderedDict = OrderedDict()  # cached keys nobody maps, least recently freed first
-        # on_prefix(group, +1 / -1): the first block of a prefix group entered / left the cache
+        # on_prefix(tag, +1 / -1): the first block of a prefix (key (tag, 0)) entered / left the cache
         # (the cluster keeps which replicas can hold a prefix, for prefix-aware routing)
         self.on_prefix = None
 
@@ -129,6 +133,15 @@ class BlockAllocator:
             return 0
         return req.prefix_tokens // self.block_size
 
+    def key(self, group: int, tags, j: int) -> tuple:
+        """The cache key of block ``j`` of a request with ``prefix_group`` ``group`` and
+        ``block_tags`` ``tags``: ``(group, j)``; with hash ids (each naming ``per`` tokens and,
+        being a chain hash, everything before them) the id of the last one the block reaches."""
+        if tags is None:
+            return (group, j)
+        per, ids = tags
+        return (ids[((j + 1) * self.block_size - 1) // per], j)
+
     def cached_prefix_blocks(self, req, max_blocks: int | None = None) -> tuple[int, int]:
         """(leading prefix blocks of ``req`` found in the cache, up to ``max_blocks``; how many of
         those nobody maps now)."""
@@ -136,9 +149,9 @@ class BlockAllocator:
         if max_blocks is not None:
             pb = min(pb, max_blocks)
         hits = idle = 0
-        g = req.prefix_group
+        g, tags, key = req.prefix_group, req.block_tags, self.key
         while hits < pb:
-            rc = self.cache.get((g, hits))
+            rc = self.cache.get((g, hits) if tags is None else key(g, tags, hits))
             if rc is None:
                 break
             hits += 1
@@ -150,8 +163,8 @@ class BlockAllocator:
         shared = min(self._prefix_blocks(req), req.kv_blocks)
         if not shared:
             return req.kv_blocks
-        g = req.prefix_group
-        return req.kv_blocks - sum(1 for j in range(shared) if self.cache[(g, j)] > 1)
+        g, tags = req.prefix_group, req.block_tags
+        return req.kv_blocks - sum(1 for j in range(shared) if self.cache[self.key(g, tags, j)] > 1)
 
     def take(self, n: int) -> None:
         """Allocate ``n`` unshared blocks (empty ones first, then the least recently freed cached
@@ -177,20 +190,20 @@ class BlockAllocator:
             self.take(new)
         else:
             # blocks another request maps already cost nothing; every other one takes a free block
-            g, cache = req.prefix_group, self.cache
-            mapped = sum(1 for j in range(have, min(pb, target)) if cache.get((g, j), 0) > 0)
+            g, tags, cache = req.prefix_group, req.block_tags, self.cache
+            keys = [self.key(g, tags, j) for j in range(have, min(pb, target))]
+            mapped = sum(1 for k in keys if cache.get(k, 0) > 0)
             if new - mapped > self.num_free:
                 return False
-            g = req.prefix_group
             for j in range(have, target):
                 if j < pb:
-                    key = (g, j)
+                    key = keys[j - have]
                     rc = self.cache.get(key)
                     if rc is None:
                         self.take(1)
                         self.cache[key] = 1
                         if j == 0 and self.on_prefix is not None:
-                            self.on_prefix(g, 1)
+                            self.on_prefix(key[0], 1)
                     else:
                         if rc == 0:
                             del self.evictable[key]
@@ -212,19 +225,35 @@ class BlockAllocator:
     def detach(self, req) -> tuple:
         """Take ``req``'s blocks off it but keep them allocated (KV in flight to another replica);
         ``release`` the returned token to free them."""
-        token = (req.prefix_group, min(self._prefix_blocks(req), req.kv_blocks), req.kv_blocks)
+        shared = min(self._prefix_blocks(req), req.kv_blocks)
+        full = shared
+        if req.cache_output and self.caching and req.prefix_group >= 0:
+            full = max(shared, min(req.num_computed_tokens // self.block_size, req.kv_blocks))
+        token = (req.prefix_group, req.block_tags, shared, full, req.kv_blocks)
         req.kv_blocks = 0
         return token
 
     def release(self, token) -> None:
-        g, shared, n = token
-        for j in range(shared - 1, -1, -1):  # later blocks become evictable first
-            key = (g, j)
-            rc = self.cache[key] - 1
-            self.cache[key] = rc
+        g, tags, shared, full, n = token
+        cache, evictable = self.cache, self.evictable
+        kept = 0
+        # a session turn's own full blocks past the shared ones stay cached (nobody maps them);
+        # a block whose key is cached already is a duplicate and simply frees
+        for j in range(full - 1, shared - 1, -1):  # later blocks become evictable first
+            key = self.key(g, tags, j)
+            if key not in cache:
+                cache[key] = 0
+                evictable[key] = None
+                kept += 1
+                if j == 0 and self.on_prefix is not None:
+                    self.on_prefix(key[0], 1)
+        for j in range(shared - 1, -1, -1):
+            key = self.key(g, tags, j)
+            rc = cache[key] - 1
+            cache[key] = rc
             if rc == 0:
-                self.evictable[key] = None
-        self.num_empty += n - shared
+                evictable[key] = None
+        self.num_empty += n - shared - kept
         assert self.num_empty + len(self.evictable) <= self.num_blocks, "KV blocks freed twice"
 
     def free(self, req) -> None:

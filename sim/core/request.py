@@ -19,11 +19,12 @@ class Request:
         "request_id", "arrival_s", "prompt_tokens", "output_tokens", "num_computed_tokens",
         "num_output_done", "scheduled_s", "first_token_s", "last_token_s", "finish_s", "replica",
         "status", "reason", "preemptions", "kv_blocks", "prefix_group", "prefix_tokens", "swapped_blocks",
-        "decode_replica", "kv_transfer_s", "prefix_hit_tokens", "row",
+        "decode_replica", "kv_transfer_s", "prefix_hit_tokens", "row", "block_tags", "cache_output",
     )
 
     def __init__(self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
-                 prefix_group: int = -1, prefix_tokens: int = 0):
+                 prefix_group: int = -1, prefix_tokens: int = 0, block_tags: tuple | None = None,
+                 cache_output: bool = False):
         self.request_id = request_id
         self.arrival_s = arrival_s
         self.prompt_tokens = prompt_tokens
@@ -45,6 +46,13 @@ class Request:
         # same for every request of the group, so their KV blocks can be shared by prefix caching.
         self.prefix_group = prefix_group
         self.prefix_tokens = prefix_tokens
+        # How the allocator names its cacheable blocks (sim/core/kv.py): block j of the group is
+        # (prefix_group, j), or, with block_tags = (tokens_per_tag, tags) (a trace's block hash
+        # ids), (tags[last tag covering block j], j). cache_output: the request's whole token
+        # sequence belongs to its group (a session turn), so its full blocks past the prompt
+        # (its output) are cached too when it frees them, for the session's next turn.
+        self.block_tags = block_tags
+        self.cache_output = cache_output
         self.prefix_hit_tokens = 0  # prompt tokens found in the prefix cache at admission
         self.swapped_blocks = 0  # blocks held in host memory while swapped out
         self.decode_replica = -1  # P/D split: the decode replica it was handed to

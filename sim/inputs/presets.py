@@ -95,3 +95,45 @@ def expand_preset(data: dict, path: str, keys: tuple[str, ...]) -> dict:
             if ("process" if k == "arrival" else "dist") not in given:
                 out[k] = {**copy.deepcopy(preset), **given}
     return out
+
+
+# ---------------------------------------------------------------- policy presets
+# vLLM V1's scheduler defaults (EngineArgs.get_batch_defaults and _set_default_args_v1, vLLM
+# >= 0.8; /work/notes/engine_profiles.md V1-5 to V1-7): chunked prefill always, prefix caching on,
+# recompute preemption; the token budget and max_num_seqs depend on the GPU (>= 70 GiB and not
+# an A100: the large defaults; A100s are excluded because large budgets lowered their throughput,
+# vLLM PR #17885) and on the entry point: the OpenAI API server (`vllm serve`) or the offline
+# `LLM` class.
+GIB = 2**30
+POLICY_PRESETS = {
+    "vllm_v1_serve": {"large": (8192, 1024), "small": (2048, 256)},  # (max_num_batched_tokens, max_num_seqs)
+    "vllm_v1_offline": {"large": (16384, 1024), "small": (8192, 256)},
+}
+
+
+def vllm_v1_policy(preset: str, gpu) -> dict:
+    """The ``policy`` fields of a vLLM V1 preset on ``gpu`` (a ``GpuSpec``)."""
+    size = "large" if gpu.mem_bytes >= 70 * GIB and "a100" not in gpu.name.lower() else "small"
+    tokens, seqs = POLICY_PRESETS[preset][size]
+    return {"name": "chunked_prefill", "max_num_batched_tokens": tokens, "max_num_seqs": seqs,
+            "prefix_caching": True, "preemption": "recompute"}
+
+
+def expand_policy_preset(data: dict) -> dict:
+    """A scenario mapping with ``policy.preset``'s fields filled where the policy does not give
+    them, resolved for ``hardware.gpu`` (so the written scenario.yaml shows what ran)."""
+    pol = data.get("policy") if isinstance(data, dict) else None
+    if not isinstance(pol, dict) or pol.get("preset") is None:
+        return data
+    name = pol["preset"]
+    if not isinstance(name, str) or name not in POLICY_PRESETS:
+        raise InputError(f"policy.preset: {name!r} is not a policy preset ({', '.join(POLICY_PRESETS)});"
+                         f"{did_you_mean(str(name), POLICY_PRESETS)}")
+    hw = data.get("hardware")
+    gpu_name = hw.get("gpu") if isinstance(hw, dict) else None
+    if not isinstance(gpu_name, str):
+        return data  # the missing GPU is reported by the schema
+    from servesim.inputs.specs import get_gpu
+
+    filled = {k: v for k, v in vllm_v1_policy(name, get_gpu(gpu_name, "hardware.gpu")).items() if pol.get(k) is None}
+    return {**data, "policy": {**pol, **filled}}

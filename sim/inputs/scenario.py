@@ -248,9 +248,10 @@ class Trace:
     and output together)."""
 
     path: str
-    format: Literal["auto", "azure", "splitwise", "csv", "jsonl"] = "auto"
+    format: Literal["auto", "azure", "splitwise", "csv", "jsonl", "mooncake"] = "auto"
     columns: Optional[TraceColumns] = _f(None, doc="column names for csv/jsonl (or to override a format's)")
-    time_unit: Literal["s", "ms", "us", "ns"] = "s"
+    time_unit: Optional[Literal["s", "ms", "us", "ns"]] = _f(None, doc="null: the format's (ms for mooncake, else s)")
+    hash_block_tokens: int = _f(512, gt=0, doc="tokens per block hash id (mooncake: 512)")
     speedup: float = _f(1.0, gt=0, doc="divide the trace's times by this")
     start_s: Optional[float] = _f(None, ge=0, doc="window start, seconds after the trace's first row")
     end_s: Optional[float] = _f(None, gt=0, doc="window end (exclusive), seconds after the first row")
@@ -260,6 +261,36 @@ class Trace:
     def check(self, path):
         if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
             raise InputError(f"{path}.end_s must be > {path}.start_s ({self.start_s}), got {self.end_s}")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Prompts (and replies) from a dataset file, replayed in order (or drawn at random with
+    ``sample``): ShareGPT JSON (conversations) or JSONL prompt files (sim/inputs/datasets.py).
+    Token counts come from ``tokenizer`` (a Hugging Face ``tokenizer.json``, read with the
+    ``tokenizers`` package), else from an estimate of ``chars_per_token`` characters a token."""
+
+    path: str
+    format: Literal["auto", "sharegpt", "jsonl"] = _f("auto", doc="auto: jsonl for *.jsonl, else sharegpt")
+    tokenizer: Optional[str] = _f(None, doc="path to a tokenizer.json; null: estimate from characters (warned)")
+    chars_per_token: float = _f(4.0, gt=0, doc="the estimate without a tokenizer")
+    prompt_key: str = _f("prompt", doc="jsonl: the key of the prompt (text, or an integer token count)")
+    output_key: str = _f("output", doc="jsonl: the key of the reply (text or a token count); rows without it "
+                                       "take workload.output_tokens")
+    sample: bool = _f(False, doc="draw rows (conversations) at random, with replacement, instead of in order")
+    loop: bool = _f(False, doc="start again from the first row when more requests are asked for")
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Multi-turn conversations: ``workload.arrival`` starts sessions (or, closed_loop, each
+    client runs one session after another); a session sends its next turn ``think_time_s`` after
+    the previous reply ended, with the whole conversation so far as its prompt."""
+
+    turns: Optional[LengthDist] = _f(None, doc="turns per session; null: a dataset's conversations")
+    think_time_s: float = _f(0.0, ge=0, doc="mean time from a reply to the next turn")
+    think: Literal["exponential", "fixed"] = "exponential"
+    max_turns: Optional[int] = _f(None, gt=0, doc="use at most this many turns of a conversation")
 
 
 @dataclass(frozen=True)
@@ -388,6 +419,8 @@ class Policy:
     max_output_tokens: Optional[int] = _f(None, gt=0, doc="static: output tokens reserved per slot; null: up to "
                                                           "the context length")
     spec: Optional[Spec] = None
+    preset: Optional[str] = _f(None, doc="vllm_v1_serve | vllm_v1_offline: vLLM V1's scheduler defaults for the "
+                                         "GPU and entry point (sim/inputs/presets.py), filling fields not given")
     prefill: Pool = field(default_factory=Pool)
     decode: Pool = field(default_factory=Pool)
     link: Link = field(default_factory=Link)
@@ -438,6 +471,8 @@ class Workload:
     trace: Optional[Trace] = None
     classes: Optional[tuple[RequestClass, ...]] = None
     clip_to_context: bool = _f(True, doc="shorten prompts/outputs that exceed the model's context length")
+    dataset: Optional[Dataset] = _f(None, doc="prompt (and reply) lengths from a dataset file")
+    sessions: Optional[Sessions] = _f(None, doc="multi-turn sessions (the prefix cache serves earlier turns)")
 
     @staticmethod
     def expand(data, path):
@@ -445,6 +480,11 @@ class Workload:
         return expand_preset(data, path, ("arrival", "prompt_tokens", "output_tokens"))
 
     def check(self, path):
+        if self.dataset is not None or self.sessions is not None:
+            self._check_dataset_sessions(path)
+            if isinstance(self.arrival, AllAtOnceArrival) and self.num_requests is None:
+                raise InputError(f"{path}.num_requests is needed with arrival process all_at_once")
+            return
         replay = self.trace is not None and self.arrival is None
         if self.num_requests is None and self.duration_s is None and not replay:
             raise InputError(f"{path}: give num_requests or duration_s (or both)")
@@ -468,6 +508,31 @@ class Workload:
             for k in ("prompt_tokens", "output_tokens"):
                 if getattr(self, k) is None:
                     raise InputError(f"{path}.{k} is missing: expected a length distribution (or a preset)")
+
+    def _check_dataset_sessions(self, path):
+        what = f"{path}.dataset" if self.dataset is not None else f"{path}.sessions"
+        for k in ("trace", "classes"):
+            if getattr(self, k) is not None:
+                raise InputError(f"{path}.{k}: cannot be combined with {what}; remove one of them")
+        if self.arrival is None:
+            raise InputError(f"{path}.arrival is missing: {what} needs an arrival process "
+                             f"({'of sessions' if self.sessions is not None else 'the dataset has no times'})")
+        if self.num_requests is None and self.duration_s is None:
+            raise InputError(f"{path}: give num_requests or duration_s (or both)")
+        if self.dataset is not None and self.prompt_tokens is not None:
+            raise InputError(f"{path}.prompt_tokens: prompt lengths come from {path}.dataset; remove one of them")
+        if self.sessions is not None:
+            if self.shared_prefix is not None:
+                raise InputError(f"{path}.shared_prefix: sessions already share their history through the prefix "
+                                 f"cache; remove {path}.shared_prefix")
+            if self.dataset is None:
+                for k in ("prompt_tokens", "output_tokens"):
+                    if getattr(self, k) is None:
+                        raise InputError(f"{path}.{k} is missing: synthetic sessions draw each turn's new message "
+                                         f"(prompt_tokens) and reply (output_tokens); or give {path}.dataset")
+                if self.sessions.turns is None:
+                    raise InputError(f"{path}.sessions.turns is missing: a length distribution of turns per session "
+                                     f"(e.g. {{dist: uniform, min: 2, max: 8}}), or give {path}.dataset")
 
     def _check_classes(self, path):
         if not self.classes:
@@ -524,6 +589,11 @@ class Scenario:
     cost: Cost = field(default_factory=Cost)
     # fast: the event-skipping engine (same results); reference: the plain step-by-step loop
     engine: Literal["fast", "reference"] = "fast"
+
+    @staticmethod
+    def expand(data, path):
+        from servesim.inputs.presets import expand_policy_preset
+        return expand_policy_preset(data)
 
     def to_dict(self) -> dict:
         return _plain(dataclasses.asdict(self))

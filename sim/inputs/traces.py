@@ -12,8 +12,15 @@ Formats (``workload.trace.format``):
 - ``csv`` / ``jsonl``: any table, with ``columns: {arrival, prompt, output}`` naming its columns
   (default ``arrival_s, prompt_tokens, output_tokens``, the names of servesim's own
   ``requests.csv``). Arrival values are numbers in ``time_unit`` or ISO timestamps.
-- ``auto`` (default): ``jsonl`` for ``*.jsonl``; otherwise the CSV header decides (azure,
-  splitwise, else csv).
+- ``mooncake``: Mooncake's traces (kvcache-ai/Mooncake, FAST'25): JSONL with ``timestamp``
+  (ms after the first request), ``input_length``, ``output_length`` and ``hash_ids``, the ids of
+  the prompt's successive blocks of ``hash_block_tokens`` (512) tokens: equal ids mean equal
+  tokens up to and including that block (a chain hash), so they drive the prefix cache.
+  A ``jsonl`` file with a ``hash_ids`` key reads them too.
+- ``auto`` (default): ``mooncake`` for ``*.jsonl`` whose first row has ``hash_ids`` and
+  ``input_length``, else ``jsonl``; otherwise the CSV header decides (azure, splitwise, else csv).
+
+Files must be UTF-8; a byte that is not fails with its byte offset and line.
 
 Arrival times are returned in seconds after the first row. Nothing here draws random numbers.
 """
@@ -35,6 +42,8 @@ from servesim.errors import InputError
 AZURE_COLUMNS = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
 SPLITWISE_COLUMNS = {"arrival": "arrived_at", "prompt": "num_prefill_tokens", "output": "num_decode_tokens"}
 GENERIC_COLUMNS = {"arrival": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens"}
+MOONCAKE_COLUMNS = {"arrival": "timestamp", "prompt": "input_length", "output": "output_length"}
+HASH_IDS_KEY = "hash_ids"
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
@@ -46,6 +55,8 @@ class TraceData:
     arrival_s: np.ndarray | None  # float64, seconds after the first row, non-decreasing
     prompt_tokens: np.ndarray  # int64, each >= 1
     output_tokens: np.ndarray  # int64, each >= 1
+    # per row, the prompt's block hash ids (a tuple of ints, maybe empty); None: the file has none
+    hash_ids: tuple | None = None
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -59,9 +70,53 @@ def resolve_path(path: str) -> Path:
 def _open_text(path: str):
     p = resolve_path(path)
     try:
-        return p.open(newline="")
+        return p.open(newline="", encoding="utf-8")
     except OSError as e:
         raise InputError(f"cannot read {str(p)!r}: {e.strerror or e}") from None
+
+
+def read_utf8(path: str, what: str = "file") -> str:
+    """The text of a UTF-8 file; InputError for a file that cannot be read or is not UTF-8."""
+    p = resolve_path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8(path, data) from None
+
+
+def jsonl_objects(path: str, lines):
+    """(line number, ``"PATH line N"``, object) of each non-blank line of a JSONL text; InputError naming the
+    line (and column) of malformed JSON or of a line that is not an object."""
+    for line, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        where = f"{path} line {line}"
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{where} column {e.colno}: malformed JSON: {e.msg}") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        yield line, where, obj
+
+
+def not_utf8(path, data: bytes | None = None) -> InputError:
+    """The error for a file that is not UTF-8: the first bad byte's offset and line."""
+    if data is None:
+        data = resolve_path(str(path)).read_bytes()
+    try:
+        data.decode("utf-8")
+        at = len(data)
+    except UnicodeDecodeError as e:
+        at = e.start
+    line = data.count(b"\n", 0, at) + 1
+    byte = f" (0x{data[at]:02x})" if at < len(data) else ""
+    return InputError(f"{path} line {line}: not UTF-8 text: byte offset {at}{byte} is not valid UTF-8; "
+                      f"save the file as UTF-8")
 
 
 # ---------------------------------------------------------------- timestamps
@@ -136,10 +191,24 @@ def _sniff_header(path: str) -> list[str]:
     return [c.strip() for c in row] if row else []
 
 
+def _sniff_jsonl(path: str) -> dict:
+    """The first row of a JSONL file ({} when it is not an object)."""
+    with _open_text(path) as fh:
+        for text in fh:
+            if text.strip():
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError:
+                    return {}
+                return obj if isinstance(obj, dict) else {}
+    return {}
+
+
 def _detect(path: str, fmt: str, columns: dict | None) -> tuple[str, dict]:
     if fmt == "auto":
         if str(path).endswith(".jsonl"):
-            fmt = "jsonl"
+            first = _sniff_jsonl(path)
+            fmt = "mooncake" if columns is None and {HASH_IDS_KEY, "input_length"} <= set(first) else "jsonl"
         else:
             header = set(_sniff_header(path))
             if columns is None and {AZURE_COLUMNS["prompt"], AZURE_COLUMNS["output"]} <= header:
@@ -148,14 +217,15 @@ def _detect(path: str, fmt: str, columns: dict | None) -> tuple[str, dict]:
                 fmt = "splitwise"
             else:
                 fmt = "csv"
-    base = {"azure": AZURE_COLUMNS, "splitwise": SPLITWISE_COLUMNS}.get(fmt, GENERIC_COLUMNS)
+    base = {"azure": AZURE_COLUMNS, "splitwise": SPLITWISE_COLUMNS,
+            "mooncake": MOONCAKE_COLUMNS}.get(fmt, GENERIC_COLUMNS)
     cols = dict(base)
     if columns:
         cols.update({k: v for k, v in columns.items() if v is not None})
     return fmt, cols
 
 
-def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col) -> TraceData:
+def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col, hash_ids=None) -> TraceData:
     if not prompts:
         raise InputError(f"{path}: the trace has no data rows")
     arrival = None
@@ -177,7 +247,7 @@ def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col) -> TraceD
     for c in cols:
         if c is not None:
             c.flags.writeable = False  # cached and shared between runs
-    return TraceData(str(path), *cols)
+    return TraceData(str(path), *cols, tuple(hash_ids) if hash_ids is not None else None)
 
 
 def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData:
@@ -215,21 +285,20 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
     return _finish(path, ts, kinds, prompts, outputs, lines, cols.get("arrival"))
 
 
+def _hash_ids(raw, where: str) -> tuple:
+    if not isinstance(raw, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in raw):
+        raise InputError(f"{where}: {HASH_IDS_KEY} must be a list of non-negative integers, got {raw!r:.80}")
+    return tuple(raw)
+
+
 def _read_jsonl(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData:
     ts, kinds, prompts, outputs, lines = [], [], [], [], []
-    has_t = None
+    hashes = []
+    has_t = has_h = None
     with _open_text(path) as fh:
-        for line, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            where = f"{path} line {line}"
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: malformed JSON: {e.msg}") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        for line, where, obj in jsonl_objects(path, fh):
             if has_t is None:
+                has_h = HASH_IDS_KEY in obj
                 has_t = cols["arrival"] in obj
                 if not has_t and need_arrival:
                     raise InputError(f"{where}: no key {cols['arrival']!r} for the arrival "
@@ -244,14 +313,20 @@ def _read_jsonl(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Tra
                 ts.append(v)
             prompts.append(_length(obj[cols["prompt"]], where, cols["prompt"]))
             outputs.append(_length(obj[cols["output"]], where, cols["output"]))
+            if has_h:
+                if HASH_IDS_KEY not in obj:
+                    raise InputError(f"{where}: no key {HASH_IDS_KEY!r} (the first row has one, so every row needs it)")
+                hashes.append(_hash_ids(obj[HASH_IDS_KEY], where))
             lines.append(line)
-    return _finish(path, ts if has_t else None, kinds, prompts, outputs, lines, cols["arrival"])
+    return _finish(path, ts if has_t else None, kinds, prompts, outputs, lines, cols["arrival"],
+                   hashes if has_h else None)
 
 
-def read_trace(path: str, fmt: str = "auto", columns: dict | None = None, time_unit: str = "s",
+def read_trace(path: str, fmt: str = "auto", columns: dict | None = None, time_unit: str | None = None,
                need_arrival: bool = True) -> TraceData:
-    """Read a trace file (see the module docstring for formats). Raises InputError with file and
-    line for anything malformed."""
+    """Read a trace file (see the module docstring for formats). ``time_unit`` None: the
+    format's (ms for mooncake, else s). Raises InputError with file and line for anything
+    malformed."""
     p = resolve_path(path)
     try:
         st = p.stat()
@@ -263,11 +338,14 @@ def read_trace(path: str, fmt: str = "auto", columns: dict | None = None, time_u
 
 @functools.lru_cache(maxsize=16)
 def _read_trace_cached(path, _mtime, _size, fmt, columns, time_unit, need_arrival) -> TraceData:
-    fmt, cols = _detect(path, fmt, dict(columns) or None)
-    unit_s = TIME_UNITS[time_unit]
-    if fmt == "jsonl":
-        return _read_jsonl(path, cols, unit_s, need_arrival)
-    return _read_csv(path, cols, unit_s, need_arrival)
+    try:
+        fmt, cols = _detect(path, fmt, dict(columns) or None)
+        unit_s = TIME_UNITS[time_unit or ("ms" if fmt == "mooncake" else "s")]
+        if fmt in ("jsonl", "mooncake"):
+            return _read_jsonl(path, cols, unit_s, need_arrival)
+        return _read_csv(path, cols, unit_s, need_arrival)
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
 
 
 # ---------------------------------------------------------------- length files
@@ -284,6 +362,13 @@ def read_lengths(path: str, column: str | None = None) -> np.ndarray:
 
 @functools.lru_cache(maxsize=16)
 def _read_lengths_cached(path, _mtime, _size, column) -> np.ndarray:
+    try:
+        return _read_lengths(path, column)
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+
+
+def _read_lengths(path, column) -> np.ndarray:
     out = []
     with _open_text(path) as fh:
         if column is not None:

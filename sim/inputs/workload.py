@@ -19,6 +19,7 @@ from servesim.inputs.arrivals import arrival_times, inter_arrivals  # noqa: F401
 from servesim.errors import InputError
 from servesim.inputs.scenario import (ClosedLoopArrival, EmpiricalDist, FixedDist, LognormalDist,
                           NormalDist, PoissonArrival, QuantilesDist, UniformDist, Workload, ZipfDist)
+from servesim.inputs.datasets import load_dataset
 from servesim.inputs.traces import TraceData, read_lengths, read_trace
 
 DEFAULT_CLASS = "default"
@@ -36,6 +37,10 @@ class RequestSpecs:
     class_index: np.ndarray | None = None  # int per request, into class_names; None: all class 0
     class_names: tuple = (DEFAULT_CLASS,)
     clipped: np.ndarray | None = None  # bool per request: lengths shortened to the context length
+    # per request, its prompt's block hash ids (a trace's; empty: none), each naming tag_tokens tokens
+    block_tags: tuple | None = None
+    tag_tokens: int = 0
+    info: dict | None = None  # what summary.json's workload section reports of the source (dataset)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -84,8 +89,10 @@ class Lengths:
 
     def __init__(self, workload: Workload, trace: TraceData | None):
         self.w = workload
-        self.trace = trace
+        self.trace = trace  # a trace's rows, or a dataset's first turns
+        self.opts = workload.trace if workload.trace is not None else workload.dataset  # sample, loop
         self.pos = 0  # next trace row, when replaying rows in order
+        self.rows = None  # the rows of the last draw (trace rows: their hash ids go with them)
         classes = workload.classes
         self.names = tuple(c.name for c in classes) if classes else (DEFAULT_CLASS,)
         self.dists = ([(c.prompt_tokens, c.output_tokens) for c in classes] if classes
@@ -97,22 +104,27 @@ class Lengths:
 
     @property
     def rows_left(self) -> float:
-        if self.trace is None or self.w.trace.sample or self.w.trace.loop:
+        if self.trace is None or self.opts.sample or self.opts.loop:
             return float("inf")
         return len(self.trace) - self.pos
 
     def draw(self, n: int, rng, labels: np.ndarray | None = None):
         if self.trace is not None:
-            tr, opts = self.trace, self.w.trace
+            tr, opts = self.trace, self.opts
             if opts.sample:
                 rows = rng.integers(0, len(tr), n)
             else:
                 if not opts.loop and self.pos + n > len(tr):
+                    which = "trace" if self.w.trace is not None else "dataset"
                     raise InputError(f"workload: {self.pos + n} requests need lengths but {tr.path} has "
-                                     f"{len(tr)} rows; set workload.trace.loop: true or ask for fewer")
+                                     f"{len(tr)} rows; set workload.{which}.loop: true or ask for fewer")
                 rows = (self.pos + np.arange(n)) % len(tr)
                 self.pos += n
-            return np.zeros(n, np.int64), tr.prompt_tokens[rows], tr.output_tokens[rows]
+            self.rows = rows
+            output = tr.output_tokens[rows]
+            if self.w.dataset is not None and self.w.output_tokens is not None:
+                output = sample_lengths(self.w.output_tokens, n, rng)  # replaces the dataset's replies
+            return np.zeros(n, np.int64), tr.prompt_tokens[rows], output
         if labels is None:
             labels = (rng.choice(len(self.shares), n, p=self.shares).astype(np.int64) if self.shares is not None
                       else np.zeros(n, np.int64))
@@ -169,8 +181,16 @@ def clip_with_prefix(prompt, output, prefix, max_context_tokens):
     return p, o, prefix, clipped
 
 
-# ---------------------------------------------------------------- traces
+# ---------------------------------------------------------------- traces and datasets
 def load_trace(workload: Workload) -> TraceData | None:
+    """The rows requests take their lengths from: the trace's, or the dataset's first turns."""
+    if workload.dataset is not None:
+        rows = load_dataset(workload.dataset).first_turns()
+        if workload.output_tokens is None and (rows.output_tokens < 1).any():
+            raise InputError(f"workload.output_tokens is missing: {int((rows.output_tokens < 1).sum())} rows of "
+                             f"{rows.path} have no {workload.dataset.output_key!r}; give a length distribution "
+                             "for their replies")
+        return rows
     t = workload.trace
     if t is None:
         return None
@@ -230,17 +250,48 @@ def _class_arrival(c):
     return c.arrival if c.arrival is not None else PoissonArrival("poisson", c.rate_rps)
 
 
-def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: int | None = None):
-    """The requests of an open-loop workload (``RequestSpecs``), or the ``ClosedLoop`` source of a
-    closed-loop one. ``max_context_tokens`` (with ``clip_to_context``) shortens over-long requests."""
-    trace = load_trace(workload)
-    lengths = Lengths(workload, trace)
+def _check_tags(workload: Workload, trace: TraceData | None, block_size: int | None) -> bool:
+    """Whether requests carry the trace's block hash ids (and that they can)."""
+    if trace is None or trace.hash_ids is None:
+        return False
+    if workload.shared_prefix is not None:
+        raise InputError(f"workload.shared_prefix: {trace.path} has hash_ids, which already say which prompt blocks "
+                         "requests share; remove workload.shared_prefix")
+    per = workload.trace.hash_block_tokens
+    if block_size is not None and block_size > per:
+        raise InputError(f"memory.block_size={block_size} exceeds workload.trace.hash_block_tokens={per}: a KV "
+                         f"block must not span more than one hash id of {trace.path}")
+    return True
+
+
+def tag_prefixes(tags: list, per: int, prompt: np.ndarray):
+    """(prefix_group, prefix_tokens) of requests with block hash ids: the first id names the
+    prefix (for routing), and the tokens the ids cover are the prompt's cacheable part."""
+    group = np.array([t[0] if t else -1 for t in tags], dtype=np.int64)
+    prefix = np.minimum(np.array([len(t) * per for t in tags], dtype=np.int64), prompt)
+    return group, prefix
+
+
+def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: int | None = None,
+             block_size: int | None = None):
+    """The requests of an open-loop workload (``RequestSpecs``), or the ``ClosedLoop`` /
+    ``Sessions`` source of a closed-loop or multi-turn one. ``max_context_tokens`` (with
+    ``clip_to_context``) shortens over-long requests; ``block_size`` (the KV block) is checked
+    against a trace's hash-id block."""
     clip = max_context_tokens if workload.clip_to_context else None
+    if workload.sessions is not None:
+        from servesim.inputs.sessions import Sessions
+
+        return Sessions(workload, rng, clip)
+    trace = load_trace(workload)
+    tagged = _check_tags(workload, trace, block_size)
+    lengths = Lengths(workload, trace)
     if isinstance(workload.arrival, ClosedLoopArrival):
-        return ClosedLoop(workload, lengths, rng, clip)
+        return ClosedLoop(workload, lengths, rng, clip, tagged)
     labels = None
     if trace is not None and workload.arrival is None:  # replay the trace
         arrivals, rows = replay_times(workload, trace)
+        lengths.rows = rows
         n = len(arrivals)
         labels, prompt, output = np.zeros(n, np.int64), trace.prompt_tokens[rows], trace.output_tokens[rows]
     else:
@@ -256,11 +307,27 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
             if workload.num_requests is not None:
                 arrivals, labels = arrivals[:workload.num_requests], labels[:workload.num_requests]
         labels, prompt, output = lengths.draw(len(arrivals), rng, labels)
-    prompt, group, prefix = add_prefixes(prefix_specs(workload), labels, prompt, rng)
+    tags = None
+    if tagged:
+        tags = tuple(trace.hash_ids[r] for r in lengths.rows.tolist())
+        group, prefix = tag_prefixes(tags, workload.trace.hash_block_tokens, prompt)
+    else:
+        prompt, group, prefix = add_prefixes(prefix_specs(workload), labels, prompt, rng)
     clipped = None
     if clip is not None:
         prompt, output, prefix, clipped = clip_with_prefix(prompt, output, prefix, clip)
-    return RequestSpecs(arrivals, prompt, output, group, prefix, labels, lengths.names, clipped)
+    return RequestSpecs(arrivals, prompt, output, group, prefix, labels, lengths.names, clipped, tags,
+                        workload.trace.hash_block_tokens if tagged else 0, dataset_info(workload))
+
+
+def dataset_info(workload: Workload) -> dict | None:
+    """summary.json ``workload.dataset``: the file, its conversations and how tokens were counted."""
+    if workload.dataset is None:
+        return None
+    d = load_dataset(workload.dataset)
+    return {"dataset": {"path": d.path, "conversations": d.num_conversations, "turns": len(d.new_tokens),
+                        "skipped_conversations": d.skipped, "token_counts": d.token_counts,
+                        "token_counts_estimated": d.estimated}}
 
 
 class ClosedLoop:
@@ -270,7 +337,8 @@ class ClosedLoop:
     k-th request sent gets the k-th lengths, whichever client sends it.
     """
 
-    def __init__(self, workload: Workload, lengths: Lengths, rng, max_context_tokens: int | None):
+    def __init__(self, workload: Workload, lengths: Lengths, rng, max_context_tokens: int | None,
+                 tagged: bool = False):
         self.arrival: ClosedLoopArrival = workload.arrival
         self.num_requests = workload.num_requests
         self.duration_s = workload.duration_s
@@ -280,10 +348,14 @@ class ClosedLoop:
         self._cols = {k: [] for k in ("class_index", "prompt_tokens", "output_tokens", "prefix_group",
                                       "prefix_tokens", "think_s", "clipped")}
         self._prefixes = prefix_specs(workload)
-        if (workload.trace is not None and not workload.trace.sample and not workload.trace.loop
+        self._tag_tokens = workload.trace.hash_block_tokens if tagged else 0
+        self._tags: list = []  # per request sent or drawn: its block hash ids (tagged traces)
+        self.info = dataset_info(workload)
+        if (lengths.opts is not None and not lengths.opts.sample and not lengths.opts.loop
                 and workload.num_requests is not None and workload.num_requests > lengths.rows_left):
+            which = "trace" if workload.trace is not None else "dataset"
             raise InputError(f"workload.num_requests={workload.num_requests} exceeds the {int(lengths.rows_left)} "
-                             f"rows of {lengths.trace.path}; set workload.trace.loop: true or ask for fewer")
+                             f"rows of {lengths.trace.path}; set workload.{which}.loop: true or ask for fewer")
         self._have = 0
         self.sent = 0
         # One think time per client before its first request.
@@ -306,7 +378,12 @@ class ClosedLoop:
         if n <= 0:
             return False
         labels, prompt, output = self._lengths.draw(n, self._rng)
-        prompt, group, prefix = add_prefixes(self._prefixes, labels, prompt, self._rng)
+        if self._tag_tokens:
+            tags = [self._lengths.trace.hash_ids[r] for r in self._lengths.rows.tolist()]
+            self._tags += tags
+            group, prefix = tag_prefixes(tags, self._tag_tokens, prompt)
+        else:
+            prompt, group, prefix = add_prefixes(self._prefixes, labels, prompt, self._rng)
         if group is None:
             group, prefix = np.full(n, -1, np.int64), np.zeros(n, np.int64)
         clipped = np.zeros(n, bool)
@@ -320,8 +397,8 @@ class ClosedLoop:
         return True
 
     def next(self):
-        """(request index, prompt, output, prefix group, prefix tokens, think time after it ends),
-        or None when no more."""
+        """(request index, prompt, output, prefix group, prefix tokens, think time after it ends,
+        block tags for ``Request.block_tags`` or None), or None when no more."""
         k = self.sent
         if (self.num_requests is not None and k >= self.num_requests) or (k >= self._have and not self._grow()):
             return None
@@ -329,8 +406,9 @@ class ClosedLoop:
         if k >= self._cached_upto():
             self._flat = {key: np.concatenate(v) for key, v in self._cols.items()}
         f = self._flat
+        tags = (self._tag_tokens, self._tags[k]) if self._tag_tokens and self._tags[k] else None
         return (k, int(f["prompt_tokens"][k]), int(f["output_tokens"][k]), int(f["prefix_group"][k]),
-                int(f["prefix_tokens"][k]), float(f["think_s"][k]))
+                int(f["prefix_tokens"][k]), float(f["think_s"][k]), tags)
 
     def _cached_upto(self) -> int:
         flat = getattr(self, "_flat", None)
@@ -356,6 +434,8 @@ def check_files(workload: Workload) -> None:
     validate`` reports a bad row with its file and line before a run."""
     load_trace(workload)
     dists = [workload.prompt_tokens, workload.output_tokens]
+    if workload.sessions is not None and workload.sessions.turns is not None:
+        dists.append(workload.sessions.turns)
     for c in workload.classes or ():
         dists += [c.prompt_tokens, c.output_tokens]
     for d in dists:

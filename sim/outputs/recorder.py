@@ -508,9 +508,12 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
         "wall_time_s": 0.0,
         "throughput_rps": per(completed),
         "output_tokens_per_s": per(float(out[done].sum())),
+        # vLLM's "total token throughput": prompt + output tokens of completed requests
+        "total_tokens_per_s": per(float(out[done].sum() + req["prompt_tokens"][done].sum())),
         "ttft_s": dist_stats(ttft[done]),
         "tpot_s": dist_stats(tpot[multi]),
         "tbt_s": dist_stats(tbt),
+        "itl_s": None,  # = tbt_s under vLLM's name (inter-token latency), set below
         "e2e_s": dist_stats(e2e[done]),
         "queue_s": dist_stats(queue[done]),
         "slo": {"ttft_s": scenario.slo.ttft_s, "tpot_s": scenario.slo.tpot_s},
@@ -532,6 +535,7 @@ def summarize(scenario, req: dict, steps: dict, tbt: np.ndarray, sim_time_s: flo
         "utilization": overall,
         "pools": pools,
     }
+    summary["itl_s"] = summary["tbt_s"]
     if extra:
         summary.update(extra)
     return summary
@@ -572,6 +576,7 @@ def summarize_classes(req: dict, sim_time_s: float, names, slo_by_class: dict) -
             "preemptions": int(req["preemptions"][sel].sum()),
             "throughput_rps": per(completed),
             "output_tokens_per_s": per(float(out[done].sum())),
+            "total_tokens_per_s": per(float(out[done].sum() + req["prompt_tokens"][done].sum())),
             "ttft_s": dist_stats(ttft[done]),
             "tpot_s": dist_stats(tpot[multi]),
             "e2e_s": dist_stats((req["finish_s"] - req["arrival_s"])[done]),

@@ -1,0 +1,37 @@
+"""``servesim validate-run``: a vLLM serving benchmark's result replayed through a scenario."""
+
+from __future__ import annotations
+
+from servesim.cli.main import _naming, _progress_bar, _writable_dir
+
+
+def cmd_validate_run(args) -> int:
+    from servesim.studies.validate_run import METRICS, validate_run
+
+    out = _writable_dir(args.out, "--out")
+    update, close = _progress_bar(args.quiet)
+    try:
+        with _naming(args.scenario):
+            r = validate_run(args.result, args.scenario, out, args.set or [], args.seed, progress=update)
+    finally:
+        close()
+    q = r["requests"]
+    print(f"{r['model']} on {r['gpu']} x {r['gpus']}, {r['policy']}: replayed {q['replayed']} requests of "
+          f"{args.result} ({q['failed']} failed there); arrivals: {r['arrivals']}")
+    print(f"\n{'metric':<8}{'':>10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms; error = sim / measured - 1)")
+    for k, name in METRICS.items():
+        m = r["metrics"][k]
+        if "mean" not in m:
+            print(f"{name:<8}no samples")
+            continue
+        for side, key in (("measured", "measured_s"), ("simulated", "simulated_s")):
+            print(f"{name if side == 'measured' else '':<8}{side:>10}"
+                  + "".join(f"{m[s][key] * 1e3:10.1f}" for s in ("mean", "p50", "p90", "p99")))
+        print(f"{'':<8}{'error':>10}" + "".join(f"{m[s]['error'] * 100:+9.1f}%" if m[s]["error"] is not None
+                                               else f"{'-':>10}" for s in ("mean", "p50", "p90", "p99")))
+    t = r["throughput"]
+    mt = t["measured"]["output_tokens_per_s"]
+    print(f"\noutput tok/s: measured {'-' if mt is None else f'{mt:.0f}'}, simulated "
+          f"{t['simulated']['output_tokens_per_s']:.0f}")
+    print(f"\nwrote {out}/report.md, validation.json, qq.png, cdf.png, scenario.yaml, replay.csv, run/")
+    return 0

@@ -1,0 +1,123 @@
+"""The result JSON of vLLM's serving benchmark (``vllm bench serve --save-result --save-detailed``,
+or the older ``benchmarks/benchmark_serving.py --save-result``), read for ``servesim validate-run``.
+
+Keys read (times in seconds, as the benchmark stores them): per request, ``input_lens``,
+``output_lens``, ``ttfts``, ``itls`` (a list of gaps per request), and when present
+``latencies`` (else E2E = TTFT + the gaps), ``start_times`` (when each request was sent,
+``time.perf_counter()`` values; newer versions), ``errors`` (empty for a success); and the run's
+``model_id``, ``request_rate`` (a number or ``"inf"``), ``burstiness``, ``max_concurrency``,
+``duration``, ``request_throughput``, ``output_throughput``, ``total_token_throughput``. Newer
+versions drop the per-request lists unless run with ``--save-detailed``: then this fails and
+says so. Failed requests (an error, or no output) are left out of the comparison and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from servesim.errors import InputError
+from servesim.inputs.traces import read_utf8
+
+PER_REQUEST = ("input_lens", "output_lens", "ttfts")
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    path: str
+    model_id: str | None
+    request_rate: float  # requests/s; inf: all sent at once (or as fast as max_concurrency allows)
+    burstiness: float  # gamma shape of the inter-arrival times (1: Poisson)
+    max_concurrency: int | None
+    duration_s: float | None
+    ok: np.ndarray  # bool per request: succeeded
+    input_tokens: np.ndarray  # int64 per request
+    output_tokens: np.ndarray  # int64 per request (0 for a failure)
+    ttft_s: np.ndarray  # float per request
+    e2e_s: np.ndarray  # float per request
+    itl_s: list  # per request, its gaps between streamed chunks (np.ndarray)
+    sent_s: np.ndarray | None  # per request, when it was sent, seconds after the first; None: not recorded
+    throughput: dict  # what the file states: request_throughput, output_throughput, total_token_throughput
+
+    def __len__(self) -> int:
+        return len(self.input_tokens)
+
+
+def _numbers(raw, key: str, path: str, n: int | None) -> np.ndarray:
+    if not isinstance(raw, list):
+        raise InputError(f"{path}: {key} must be a list with one value per request, got {type(raw).__name__}")
+    if n is not None and len(raw) != n:
+        raise InputError(f"{path}: {key} has {len(raw)} values but input_lens has {n}: one per request")
+    for i, v in enumerate(raw):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InputError(f"{path}: {key}[{i}] must be a finite number >= 0, got {v!r:.40}")
+    return np.array(raw, dtype=np.float64)
+
+
+def _rate(raw, path: str) -> float:
+    if raw in (None, "inf", "Infinity") or (isinstance(raw, float) and math.isinf(raw)):
+        return math.inf
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw > 0:
+        raise InputError(f"{path}: request_rate must be a positive number or \"inf\", got {raw!r:.40}")
+    return float(raw)
+
+
+def read_vllm_result(path: str) -> BenchResult:
+    try:
+        obj = json.loads(read_utf8(path, "benchmark result"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path} line {e.lineno} column {e.colno}: malformed JSON: {e.msg}") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}: expected the JSON object vLLM's serving benchmark writes, got {type(obj).__name__}")
+    missing = [k for k in PER_REQUEST if k not in obj]
+    if missing:
+        raise InputError(f"{path}: no per-request {', '.join(missing)}: this is not a vLLM serving benchmark result "
+                         "with request details; run `vllm bench serve` with --save-result --save-detailed")
+    ins = _numbers(obj["input_lens"], "input_lens", path, None)
+    n = len(ins)
+    if n == 0:
+        raise InputError(f"{path}: input_lens is empty: the benchmark recorded no requests")
+    outs = _numbers(obj["output_lens"], "output_lens", path, n)
+    ttft = _numbers(obj["ttfts"], "ttfts", path, n)
+    for key, arr in (("input_lens", ins), ("output_lens", outs)):
+        bad = np.flatnonzero(arr != np.rint(arr))
+        if len(bad):
+            raise InputError(f"{path}: {key}[{bad[0]}] must be a whole number of tokens, got {arr[bad[0]]}")
+    raw_itls = obj.get("itls")
+    if raw_itls is None:
+        itls = [np.zeros(0) for _ in range(n)]
+    else:
+        if not isinstance(raw_itls, list) or len(raw_itls) != n:
+            raise InputError(f"{path}: itls must be a list with one list of gaps per request ({n})")
+        itls = [_numbers(g, f"itls[{i}]", path, None) for i, g in enumerate(raw_itls)]
+    if "latencies" in obj:
+        e2e = _numbers(obj["latencies"], "latencies", path, n)
+    elif raw_itls is not None:
+        e2e = ttft + np.array([g.sum() for g in itls])
+    else:
+        raise InputError(f"{path}: neither latencies nor itls: no end-to-end latency to compare")
+    errors = obj.get("errors")
+    ok = (outs > 0) & (ttft > 0)
+    if isinstance(errors, list) and len(errors) == n:
+        ok &= np.array([not e for e in errors])
+    sent = None
+    if isinstance(obj.get("start_times"), list):
+        st = _numbers(obj["start_times"], "start_times", path, n)
+        sent = st - st[ok].min() if ok.any() else st - st.min()
+    mc = obj.get("max_concurrency")
+    if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
+        raise InputError(f"{path}: max_concurrency must be a positive integer or null, got {mc!r:.40}")
+    burst = obj.get("burstiness", 1.0)
+    if burst in ("inf", "Infinity"):
+        burst = math.inf
+    if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not burst > 0:
+        raise InputError(f"{path}: burstiness must be a positive number, got {burst!r:.40}")
+    dur = obj.get("duration")
+    thr = {k: float(obj[k]) for k in ("request_throughput", "output_throughput", "total_token_throughput")
+           if isinstance(obj.get(k), (int, float)) and not isinstance(obj.get(k), bool)}
+    return BenchResult(str(path), obj.get("model_id"), _rate(obj.get("request_rate"), path), float(burst), mc,
+                       float(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) else None,
+                       ok, ins.astype(np.int64), outs.astype(np.int64), ttft, e2e, itls, sent, thr)

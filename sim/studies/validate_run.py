@@ -1,0 +1,250 @@
+"""``servesim validate-run``: replay a vLLM serving benchmark's requests through a scenario and
+compare the measured latency distributions with the simulated ones.
+
+The replay takes the benchmark's per-request prompt and output lengths (its successful
+requests) and its arrivals: the recorded send times when the file has ``start_times``; else the
+process the file states (``request_rate`` with ``burstiness``: Poisson at 1, gamma with CV
+1/sqrt(burstiness) otherwise, evenly spaced at inf; ``max_concurrency`` with an infinite rate: that
+many closed-loop clients; an infinite rate alone: all at once). The scenario gives everything
+else (model, GPU, parallelism, policy). The run is a normal scenario run (``DIR/scenario.yaml``
+replays ``DIR/replay.csv``; its output files are in ``DIR/run``).
+
+Compared: TTFT, TPOT ((E2E - TTFT) / (output - 1), output > 1), ITL (every gap between streamed
+tokens) and E2E, at the mean and percentiles ``PERCENTILES``, with the error
+(simulated - measured) / measured; per request (request i of the replay is request i of the
+benchmark) the median absolute error of TTFT and E2E; and the throughputs. The benchmark measures
+at the client (HTTP, the API server's tokenization and streaming included); servesim prices engine
+steps only, so a constant gap in TTFT at low load is that front-end time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from servesim.errors import InputError
+from servesim.inputs.scenario import Scenario, load_scenario, scenario_from_dict, scenario_to_yaml
+from servesim.inputs.vllm_result import BenchResult, read_vllm_result
+
+PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
+METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+
+
+# ---------------------------------------------------------------- the replay
+def replay_workload(res: BenchResult, csv_path: Path) -> tuple[dict, str, np.ndarray]:
+    """(workload mapping, how arrivals were replayed, benchmark index of each replayed request in
+    order); writes the requests' lengths (and send times) to ``csv_path``."""
+    idx = np.flatnonzero(res.ok)
+    if len(idx) == 0:
+        raise InputError(f"{res.path}: no request succeeded; nothing to replay")
+    n = len(idx)
+    prompt, output = res.input_tokens[idx], res.output_tokens[idx]
+    trace = {"path": str(csv_path.resolve()), "format": "csv"}
+    if res.sent_s is not None:
+        order = idx[np.argsort(res.sent_s[idx], kind="stable")]
+        t = res.sent_s[order]
+        rows = zip(t.tolist(), res.input_tokens[order].tolist(), res.output_tokens[order].tolist())
+        header = ("arrival_s", "prompt_tokens", "output_tokens")
+        span = t[-1] - t[0]
+        how = "the recorded send times" + (f" ({(n - 1) / span:.3g} req/s)" if span > 0 else "")
+        work = {"trace": trace}
+    else:
+        order = idx
+        rows = zip(prompt.tolist(), output.tolist())
+        header = ("prompt_tokens", "output_tokens")
+        rate, b, mc = res.request_rate, res.burstiness, res.max_concurrency
+        if math.isinf(rate) and mc is not None:
+            arrival = {"process": "closed_loop", "clients": mc, "think_time_s": 0.0}
+            how = f"{mc} closed-loop clients (max concurrency {mc}, request rate inf)"
+        elif math.isinf(rate):
+            arrival = {"process": "all_at_once"}
+            how = "all at once (request rate inf)"
+        elif math.isinf(b):
+            arrival = {"process": "fixed", "rate_rps": rate}
+            how = f"evenly spaced at {rate:g} req/s (burstiness inf)"
+        elif b == 1.0:
+            arrival = {"process": "poisson", "rate_rps": rate}
+            how = f"Poisson at {rate:g} req/s"
+        else:
+            arrival = {"process": "gamma", "rate_rps": rate, "cv": 1 / math.sqrt(b)}
+            how = f"gamma at {rate:g} req/s, burstiness {b:g} (CV {1 / math.sqrt(b):.3g})"
+        if not math.isinf(rate) and mc is not None:
+            how += f"; the benchmark's max concurrency {mc} is not replayed (no start_times in the file)"
+        work = {"trace": trace, "arrival": arrival, "num_requests": n}
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    with csv_path.open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+    return work, how, order
+
+
+def replay_scenario(sc: Scenario, workload: dict) -> Scenario:
+    data = sc.to_dict()
+    data["workload"] = {**workload, "clip_to_context": sc.workload.clip_to_context}
+    return scenario_from_dict(data)
+
+
+# ---------------------------------------------------------------- samples and statistics
+def measured_samples(res: BenchResult, order: np.ndarray) -> dict:
+    """Per metric, the benchmark's samples (per-request metrics in replay order)."""
+    out = res.output_tokens[order]
+    multi = out > 1
+    tpot = (res.e2e_s[order] - res.ttft_s[order])[multi] / (out[multi] - 1)
+    itl = np.concatenate([res.itl_s[i] for i in order]) if len(order) else np.zeros(0)
+    return {"ttft": res.ttft_s[order], "tpot": tpot, "itl": itl, "e2e": res.e2e_s[order]}
+
+
+def simulated_samples(results) -> tuple[dict, np.ndarray]:
+    """Per metric, the run's samples, and which requests completed (request id order)."""
+    r = results.requests
+    ids = np.argsort(r["request_id"])
+    done = (r["status"] == "completed")[ids]
+    ttft = (r["first_token_s"] - r["arrival_s"])[ids]
+    e2e = (r["finish_s"] - r["arrival_s"])[ids]
+    out = r["output_tokens"][ids]
+    multi = done & (out > 1)
+    tpot = (e2e - ttft)[multi] / (out[multi] - 1)
+    return {"ttft": ttft, "tpot": tpot, "itl": np.asarray(results.tbt_s, float), "e2e": e2e, "done": done}, done
+
+
+def compare(meas: np.ndarray, sim: np.ndarray) -> dict:
+    """Mean and percentiles of both samples, with the relative error of the simulated one."""
+    row = {"n_measured": int(len(meas)), "n_simulated": int(len(sim))}
+    if not len(meas) or not len(sim):
+        return row
+    stats = [("mean", float(np.mean(meas)), float(np.mean(sim)))]
+    stats += [(f"p{p}", float(np.percentile(meas, p)), float(np.percentile(sim, p))) for p in PERCENTILES]
+    for name, m, s in stats:
+        row[name] = {"measured_s": m, "simulated_s": s, "error": (s - m) / m if m > 0 else None}
+    return row
+
+
+def paired_error(meas: np.ndarray, sim: np.ndarray, done: np.ndarray) -> float | None:
+    """Median over requests completed in both of |simulated / measured - 1|."""
+    ok = done & (meas > 0)
+    return float(np.median(np.abs(sim[ok] / meas[ok] - 1))) if ok.any() else None
+
+
+def gpus(sc: Scenario) -> int:
+    pol, hw = sc.policy, sc.hardware
+    if pol.name == "pd_split":
+        return hw.pp * sum(p.replicas * (p.tp or hw.tp) for p in (pol.prefill, pol.decode))
+    return sc.cluster.replicas * hw.tp * hw.pp
+
+
+# ---------------------------------------------------------------- the study
+def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Path, overrides=(),
+                 seed: int | None = None, progress=None) -> dict:
+    """Replay, simulate, compare and write ``out_dir``: replay.csv, scenario.yaml, run/,
+    validation.json, report.md, qq.png and cdf.png (+ .svg). Returns validation.json's content."""
+    from servesim.simulation import simulate
+
+    out = Path(out_dir)
+    res = read_vllm_result(result_path)
+    sc = load_scenario(scenario_path, list(overrides), seed)
+    work, how, order = replay_workload(res, out / "replay.csv")
+    replay = replay_scenario(sc, work)
+    (out / "scenario.yaml").write_text(scenario_to_yaml(replay))
+    results = simulate(replay, progress=progress)
+    results.write(out / "run")
+    meas = measured_samples(res, order)
+    sim, done = simulated_samples(results)
+    s = results.summary
+    rate = (how if res.sent_s is not None else
+            f"{res.request_rate:g} req/s" if not math.isinf(res.request_rate) else
+            f"max concurrency {res.max_concurrency}" if res.max_concurrency else "all at once")
+    policy = sc.policy.name + (f" ({sc.policy.preset})" if sc.policy.preset else "")
+    report = {
+        "result": str(result_path), "scenario": str(scenario_path) if scenario_path else "default",
+        "model": sc.model, "result_model_id": res.model_id, "gpu": sc.hardware.gpu, "gpus": gpus(sc),
+        "policy": policy, "rate": rate, "arrivals": how,
+        "requests": {"in_file": len(res), "failed": int((~res.ok).sum()), "replayed": int(len(order)),
+                     "simulated_completed": int(s["completed"]), "simulated_rejected": int(s["rejected"])},
+        "metrics": {k: compare(meas[k], sim[k] if k in ("tpot", "itl") else sim[k][done]) for k in METRICS},
+        "paired_median_abs_error": {k: paired_error(meas[k], sim[k], done) for k in ("ttft", "e2e")},
+        "throughput": {
+            "measured": {"requests_per_s": res.throughput.get("request_throughput"),
+                         "output_tokens_per_s": res.throughput.get("output_throughput"),
+                         "total_tokens_per_s": res.throughput.get("total_token_throughput")},
+            "simulated": {"requests_per_s": s["throughput_rps"], "output_tokens_per_s": s["output_tokens_per_s"],
+                          "total_tokens_per_s": s["total_tokens_per_s"]}},
+        "prefix_cache_hit_rate": s["kv"]["prefix_cache_hit_rate"],
+    }
+    (out / "validation.json").write_text(json.dumps(report, indent=2) + "\n")
+    title = (f"vLLM benchmark vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
+             f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests")
+    data = {k: {"metric": METRICS[k], "measured": meas[k], "simulated": sim[k] if k in ("tpot", "itl")
+                else sim[k][done]} for k in METRICS}
+    figures = _figures(data, title, out)
+    (out / "report.md").write_text(report_md(report, figures))
+    return report
+
+
+def _figures(data: dict, title: str, out: Path) -> list:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from servesim.plots import validation
+    from servesim.plots.figures import save
+
+    written = []
+    for stem, draw, what in (("qq", validation.qq, "Q-Q"), ("cdf", validation.cdf, "CDFs")):
+        fig, axes = plt.subplots(2, 2, figsize=(11, 9.5))
+        for ax, k in zip(axes.ravel(), METRICS):
+            draw(data[k], ax)
+        fig.suptitle(f"{title}\n{what}: measured (x) vs simulated (y)" if stem == "qq" else f"{title}\n{what}",
+                     fontsize="medium")
+        written.append(save(fig, out / stem)[0].name)
+        plt.close(fig)
+    return written
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v * 1e3:.1f}"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v * 100:+.1f}%"
+
+
+def report_md(r: dict, figures: list) -> str:
+    q = r["requests"]
+    lines = [f"# vLLM benchmark vs servesim: {r['model']} on {r['gpu']} x {r['gpus']}, {r['policy']}, {r['rate']}", "",
+             f"- benchmark result: `{r['result']}` (model_id {r['result_model_id']!s}); scenario: `{r['scenario']}`",
+             f"- requests: {q['in_file']} in the file, {q['failed']} failed there (left out), {q['replayed']} "
+             f"replayed; simulated: {q['simulated_completed']} completed, {q['simulated_rejected']} rejected",
+             f"- arrivals: {r['arrivals']}",
+             f"- prefix-cache hit rate in the simulation: {r['prefix_cache_hit_rate'] * 100:.1f}%",
+             "- error = (simulated - measured) / measured. The benchmark measures at the client (HTTP, the API "
+             "server's tokenization and streaming included); servesim prices the engine's steps only.", ""]
+    if r["result_model_id"] and str(r["result_model_id"]).split("/")[-1].lower() not in r["model"].lower():
+        lines += [f"**Note:** the benchmark ran `{r['result_model_id']}`, the scenario simulates `{r['model']}`.", ""]
+    for k, name in METRICS.items():
+        m = r["metrics"][k]
+        lines += [f"## {name} ({m['n_measured']} measured, {m['n_simulated']} simulated samples)", ""]
+        if "mean" not in m:
+            lines += ["no samples on one side", ""]
+            continue
+        lines += ["| stat | measured (ms) | simulated (ms) | error |", "|---|---:|---:|---:|"]
+        for stat in ["mean"] + [f"p{p}" for p in PERCENTILES]:
+            v = m[stat]
+            lines.append(f"| {stat} | {_ms(v['measured_s'])} | {_ms(v['simulated_s'])} | {_pct(v['error'])} |")
+        pe = r["paired_median_abs_error"].get(k)
+        if pe is not None:
+            lines.append(f"\nper request (the same request in both): median |error| {pe * 100:.1f}%")
+        lines.append("")
+    t = r["throughput"]
+    lines += ["## Throughput", "", "| | measured | simulated |", "|---|---:|---:|"]
+    for key, label in (("requests_per_s", "requests/s"), ("output_tokens_per_s", "output tokens/s"),
+                       ("total_tokens_per_s", "total tokens/s (input + output)")):
+        mv = t["measured"][key]
+        lines.append(f"| {label} | {'-' if mv is None else f'{mv:.2f}'} | {t['simulated'][key]:.2f} |")
+    lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
+    return "\n".join(lines)

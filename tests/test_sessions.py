@@ -1,0 +1,195 @@
+"""Multi-turn sessions and block-hash traces: the prefix cache is driven by real reuse."""
+
+import json
+
+import numpy as np
+import pytest
+
+from servesim.core.kv import BlockAllocator
+from servesim.core.request import Request
+from servesim.errors import InputError
+from servesim.inputs.sessions import Sessions
+from servesim.inputs.traces import read_trace
+from servesim.inputs.workload import generate
+from servesim.simulation import simulate
+from tests.conftest import make_scenario
+
+SESSION = {"workload.num_requests": 60, "workload.arrival": {"process": "poisson", "rate_rps": 0.5},
+           "workload.prompt_tokens": {"dist": "uniform", "min": 50, "max": 400},
+           "workload.output_tokens": {"dist": "uniform", "min": 20, "max": 300},
+           "workload.sessions": {"turns": {"dist": "uniform", "min": 2, "max": 6}, "think_time_s": 2.0},
+           "policy.prefix_caching": True}
+
+
+def sessions_of(sc, seed=0):
+    return generate(sc.workload, np.random.default_rng(seed), 8192)
+
+
+def test_a_turns_prompt_is_the_conversation_so_far():
+    src = sessions_of(make_scenario(**SESSION))
+    assert isinstance(src, Sessions)
+    i = src.next_session()
+    s = src.session(i)
+    assert len(s.prompts) >= 2
+    for k in range(1, len(s.prompts)):
+        # the previous prompt and reply, plus a new message of 50..400 tokens
+        new = s.prompts[k] - s.prompts[k - 1] - s.outputs[k - 1]
+        assert 50 <= new <= 400
+
+
+def test_sessions_are_reproducible_and_count_turns():
+    sc = make_scenario(**SESSION)
+    a, b = simulate(sc), simulate(sc)
+    assert a.summary == {**b.summary, "wall_time_s": a.summary["wall_time_s"]}
+    assert a.summary["num_requests"] == 60  # num_requests counts turns
+    info = a.summary["workload"]["sessions"]
+    assert info["turns_sent"] == 60 and info["abandoned"] == 0 and 10 <= info["started"] <= 30
+
+
+def test_every_later_turn_hits_its_history_in_the_cache():
+    """One session at a time with room to spare: turn k finds every full block of turn k - 1's
+    prompt and reply (all but the reply's last token, whose KV is never computed)."""
+    sc = make_scenario(**{**SESSION, "workload.arrival": {"process": "closed_loop", "clients": 1}})
+    r = simulate(sc)
+    req = r.requests
+    order = np.argsort(req["arrival_s"])
+    bs = 16
+    hits = req["prefix_hit_tokens"][order]
+    prompt, out = req["prompt_tokens"][order], req["output_tokens"][order]
+    src = sessions_of(sc)
+    k = 0
+    checked = 0
+    while k < len(order):
+        s = src.session(src.next_session())
+        for t in range(len(s.prompts)):
+            if k >= len(order):
+                break
+            assert prompt[k] == s.prompts[t]
+            if t == 0:
+                assert hits[k] == 0
+            else:
+                known = (prompt[k - 1] + out[k - 1] - 1) // bs * bs
+                assert hits[k] == min(known, (prompt[k] - 1) // bs * bs)
+                checked += 1
+            k += 1
+    assert checked >= 20
+    assert r.summary["kv"]["prefix_cache_hit_rate"] > 0.5
+
+
+def test_the_cache_lowers_ttft_of_later_turns():
+    on = simulate(make_scenario(**SESSION)).summary
+    off = simulate(make_scenario(**{**SESSION, "policy.prefix_caching": False})).summary
+    assert off["kv"]["prefix_cache_hit_tokens"] == 0
+    assert on["kv"]["prefix_cache_hit_rate"] > 0.5
+    assert on["ttft_s"]["mean"] < off["ttft_s"]["mean"]
+
+
+def test_a_rejected_turn_ends_its_session():
+    # prompts soon exceed what the replica may hold: the session gives up at the rejected turn
+    sc = make_scenario(**{**SESSION, "memory.num_gpu_blocks": 60, "workload.num_requests": 40})
+    r = simulate(sc)
+    info = r.summary["workload"]["sessions"]
+    assert r.summary["rejected"] > 0
+    assert info["abandoned"] == r.summary["rejected"]
+    assert r.summary["num_requests"] == info["turns_sent"] <= 40
+
+
+def test_closed_loop_clients_run_sessions_back_to_back():
+    sc = make_scenario(**{**SESSION, "workload.arrival": {"process": "closed_loop", "clients": 4}})
+    r = simulate(sc)
+    assert r.summary["completed"] == 60
+    # at most 4 turns in flight at any time
+    a, f = r.requests["arrival_s"], r.requests["finish_s"]
+    events = sorted([(t, 1) for t in a] + [(t, -1) for t in f])
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    assert peak <= 4
+
+
+def test_session_fields_are_checked():
+    with pytest.raises(InputError, match="sessions.turns is missing"):
+        make_scenario(**{**SESSION, "workload.sessions": {"think_time_s": 1.0}})
+    with pytest.raises(InputError, match="shared_prefix"):
+        make_scenario(**{**SESSION, "workload.shared_prefix": {"tokens": 100}})
+    with pytest.raises(InputError, match="think_time_s"):
+        make_scenario(**{**SESSION, "workload.sessions": {"turns": {"dist": "fixed", "value": 2},
+                                                          "think_time_s": -1}})
+
+
+# ---------------------------------------------------------------- allocator: block keys
+def test_cache_output_keeps_the_reply_blocks():
+    kv = BlockAllocator(100, 16, prefix_caching=True)
+    first = Request(0, 0.0, 40, 30, prefix_group=7, prefix_tokens=40, cache_output=True)
+    assert kv.grow(first, 69)
+    first.num_computed_tokens = 69  # 4 full blocks (64 tokens) and a partial one
+    kv.free(first)
+    assert kv.num_free == 100 and len(kv.evictable) == 4
+    nxt = Request(1, 0.0, 150, 10, prefix_group=7, prefix_tokens=150, cache_output=True)
+    assert kv.cached_prefix_blocks(nxt) == (4, 4)
+    other = Request(2, 0.0, 150, 10, prefix_group=8, prefix_tokens=150)
+    assert kv.cached_prefix_blocks(other) == (0, 0)
+
+
+def test_hash_id_keys_follow_the_last_id_a_block_reaches():
+    kv = BlockAllocator(100, 16, prefix_caching=True)
+    a = Request(0, 0.0, 100, 5, prefix_group=1, prefix_tokens=96, block_tags=(32, (1, 2, 3)))
+    assert kv.grow(a, 100)
+    same_start = Request(1, 0.0, 100, 5, prefix_group=1, prefix_tokens=96, block_tags=(32, (1, 2, 9)))
+    # blocks 0-3 lie in ids 1 and 2; blocks 4-5 in id 9 (not cached)
+    assert kv.cached_prefix_blocks(same_start) == (4, 0)
+    moved = Request(2, 0.0, 100, 5, prefix_group=5, prefix_tokens=96, block_tags=(32, (5, 2, 3)))
+    assert kv.cached_prefix_blocks(moved) == (0, 0)  # a chain hash: a different first id, nothing shared
+
+
+# ---------------------------------------------------------------- Mooncake traces
+def write_mooncake(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+MOONCAKE_ROWS = [
+    {"timestamp": 0, "input_length": 1100, "output_length": 20, "hash_ids": [0, 1, 2]},
+    {"timestamp": 500, "input_length": 1200, "output_length": 30, "hash_ids": [0, 1, 3]},
+    {"timestamp": 1500, "input_length": 700, "output_length": 10, "hash_ids": [4, 5]},
+    {"timestamp": 2500, "input_length": 1050, "output_length": 25, "hash_ids": [0, 1, 2]},
+]
+
+
+def test_mooncake_trace_is_read_in_ms_with_its_hash_ids(tmp_path):
+    t = read_trace(str(write_mooncake(tmp_path / "mc.jsonl", MOONCAKE_ROWS)))
+    assert t.arrival_s.tolist() == [0.0, 0.5, 1.5, 2.5]
+    assert t.prompt_tokens.tolist() == [1100, 1200, 700, 1050]
+    assert t.hash_ids == ((0, 1, 2), (0, 1, 3), (4, 5), (0, 1, 2))
+
+
+def test_mooncake_hash_ids_drive_prefix_hits(tmp_path):
+    path = write_mooncake(tmp_path / "mc.jsonl", MOONCAKE_ROWS)
+    sc = make_scenario(**{"workload.trace": {"path": str(path)}, "workload.arrival": None,
+                          "workload.prompt_tokens": None, "workload.output_tokens": None,
+                          "workload.num_requests": None, "policy.prefix_caching": True})
+    r = simulate(sc)
+    hits = r.requests["prefix_hit_tokens"].tolist()
+    # the second request shares ids 0, 1 (1024 tokens); the third nothing; the fourth all three
+    # ids, capped at its prompt less a token: 1040 = 65 blocks of 16
+    assert hits == [0, 1024, 0, 1040]
+
+
+def test_mooncake_rows_are_checked(tmp_path):
+    bad = write_mooncake(tmp_path / "bad.jsonl", [MOONCAKE_ROWS[0], {**MOONCAKE_ROWS[1], "hash_ids": [0, "x"]}])
+    with pytest.raises(InputError, match=r"bad.jsonl line 2: hash_ids must be a list of non-negative integers"):
+        read_trace(str(bad))
+    sc = make_scenario(**{"workload.trace": {"path": str(write_mooncake(tmp_path / "mc.jsonl", MOONCAKE_ROWS)),
+                                             "hash_block_tokens": 8},
+                          "workload.arrival": None, "workload.prompt_tokens": None,
+                          "workload.output_tokens": None, "workload.num_requests": None})
+    with pytest.raises(InputError, match="memory.block_size=16 exceeds workload.trace.hash_block_tokens=8"):
+        simulate(sc)
+
+
+def test_a_trace_that_is_not_utf8_names_the_byte(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,1\xff0,5\n")
+    with pytest.raises(InputError, match=r"line 3: not UTF-8 text: byte offset 48 \(0xff\)"):
+        read_trace(str(p))

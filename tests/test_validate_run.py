@@ -1,0 +1,159 @@
+"""servesim validate-run: vLLM serving benchmark results (files in the format the benchmark
+writes, tests/data) replayed through a scenario and compared."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from servesim.cli.main import main
+from servesim.errors import InputError
+from servesim.inputs.scenario import load_scenario
+from servesim.inputs.vllm_result import read_vllm_result
+from servesim.simulation import simulate
+
+DATA = Path(__file__).parent / "data"
+DETAILED = DATA / "vllm_bench_serve_detailed.json"  # vllm bench serve --save-result --save-detailed
+CONCURRENCY = DATA / "benchmark_serving_concurrency4.json"  # benchmark_serving.py, rate inf, max concurrency 4
+
+
+def test_a_detailed_result_is_replayed_at_its_send_times(tmp_path, capsys):
+    out = tmp_path / "v"
+    assert main(["validate-run", str(DETAILED), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "replayed 23 requests" in printed and "(1 failed there)" in printed
+    for f in ("report.md", "validation.json", "qq.png", "cdf.png", "scenario.yaml", "replay.csv", "run/summary.json"):
+        assert (out / f).exists(), f
+    v = json.loads((out / "validation.json").read_text())
+    assert v["requests"] == {"in_file": 24, "failed": 1, "replayed": 23, "simulated_completed": 23,
+                             "simulated_rejected": 0}
+    assert (v["model"], v["gpu"], v["gpus"], v["policy"]) == ("meta-llama/Meta-Llama-3-8B", "h100-sxm", 1,
+                                                              "chunked_prefill (vllm_v1_serve)")
+    assert v["rate"].startswith("the recorded send times")
+    raw = json.loads(DETAILED.read_text())
+    ok = [i for i, e in enumerate(raw["errors"]) if not e]
+    with open(out / "replay.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    t0 = min(raw["start_times"][i] for i in ok)
+    assert [float(r["arrival_s"]) for r in rows] == pytest.approx([raw["start_times"][i] - t0 for i in ok])
+    assert [int(r["prompt_tokens"]) for r in rows] == [raw["input_lens"][i] for i in ok]
+    ttft = v["metrics"]["ttft"]
+    assert ttft["n_measured"] == ttft["n_simulated"] == 23
+    meas = [raw["ttfts"][i] for i in ok]
+    assert ttft["p50"]["measured_s"] == pytest.approx(float(np.percentile(meas, 50)))
+    assert ttft["p50"]["error"] == pytest.approx(ttft["p50"]["simulated_s"] / ttft["p50"]["measured_s"] - 1)
+    assert v["metrics"]["itl"]["n_measured"] == sum(len(raw["itls"][i]) for i in ok)
+    report = (out / "report.md").read_text()
+    assert "| p99 |" in report and "![qq.png](qq.png)" in report and "## Throughput" in report
+    # the replay is a plain scenario: running it again gives the same requests
+    again = simulate(load_scenario(out / "scenario.yaml"))
+    assert again.summary["completed"] == 23
+
+
+def test_an_old_result_with_max_concurrency_replays_as_closed_loop_clients(tmp_path):
+    out = tmp_path / "v"
+    assert main(["validate-run", str(CONCURRENCY), "--out", str(out), "--quiet"]) == 0
+    sc = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert sc["workload"]["arrival"]["process"] == "closed_loop" and sc["workload"]["arrival"]["clients"] == 4
+    with open(out / "run" / "requests.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    events = sorted([(float(r["arrival_s"]), 1) for r in rows] + [(float(r["finish_s"]), -1) for r in rows])
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    assert peak == 4
+    # E2E comes from TTFT + the gaps when the file has no latencies
+    v = json.loads((out / "validation.json").read_text())
+    raw = json.loads(CONCURRENCY.read_text())
+    e2e = [t + sum(g) for t, g in zip(raw["ttfts"], raw["itls"])]
+    assert v["metrics"]["e2e"]["mean"]["measured_s"] == pytest.approx(float(np.mean(e2e)))
+
+
+def result_from_run(results, rate="inf", with_start=True) -> dict:
+    """A servesim run written as vLLM's benchmark would have recorded it."""
+    r = results.requests
+    order = np.argsort(r["request_id"])
+    ttft = (r["first_token_s"] - r["arrival_s"])[order]
+    e2e = (r["finish_s"] - r["arrival_s"])[order]
+    out = r["output_tokens"][order]
+    itls = [[float((e - t) / (o - 1))] * int(o - 1) if o > 1 else [] for t, e, o in zip(ttft, e2e, out)]
+    d = {"backend": "vllm", "model_id": results.scenario.model, "request_rate": rate, "burstiness": 1.0,
+         "max_concurrency": None, "duration": results.summary["sim_time_s"],
+         "input_lens": r["prompt_tokens"][order].tolist(), "output_lens": out.tolist(),
+         "ttfts": ttft.tolist(), "itls": itls, "latencies": e2e.tolist(), "errors": [""] * len(order),
+         "output_throughput": results.summary["output_tokens_per_s"]}
+    if with_start:
+        d["start_times"] = (r["arrival_s"][order] + 5000.0).tolist()
+    return d
+
+
+def test_replaying_a_servesim_run_reproduces_it(tmp_path):
+    sc_path = tmp_path / "s.yaml"
+    sc_path.write_text("""
+model: meta-llama/Meta-Llama-3-8B
+hardware: {gpu: h100-sxm}
+policy: {preset: vllm_v1_serve}
+workload:
+  num_requests: 80
+  arrival: {process: poisson, rate_rps: 6.0}
+  prompt_tokens: {dist: uniform, min: 100, max: 2000}
+  output_tokens: {dist: uniform, min: 2, max: 300}
+""")
+    base = simulate(load_scenario(sc_path))
+    res = tmp_path / "r.json"
+    res.write_text(json.dumps(result_from_run(base)))
+    assert main(["validate-run", str(res), str(sc_path), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    for k in ("ttft", "tpot", "e2e"):
+        for stat in ("mean", "p10", "p50", "p99"):
+            assert abs(v["metrics"][k][stat]["error"]) < 1e-6, (k, stat)
+    assert v["paired_median_abs_error"]["ttft"] < 1e-6 and v["paired_median_abs_error"]["e2e"] < 1e-6
+
+
+@pytest.mark.parametrize("rate, burst, mc, want", [
+    (4.0, 1.0, None, {"process": "poisson", "rate_rps": 4.0}),
+    (4.0, 0.5, None, {"process": "gamma", "rate_rps": 4.0, "cv": math.sqrt(2)}),
+    (4.0, "inf", None, {"process": "fixed", "rate_rps": 4.0}),
+    ("inf", 1.0, None, {"process": "all_at_once"}),
+])
+def test_without_send_times_the_stated_rate_is_replayed(tmp_path, rate, burst, mc, want):
+    raw = json.loads(DETAILED.read_text())
+    for k in ("start_times", "latencies", "queue_times"):
+        raw.pop(k)
+    raw.update(request_rate=rate, burstiness=burst, max_concurrency=mc)
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(raw))
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    arrival = yaml.safe_load((tmp_path / "v" / "scenario.yaml").read_text())["workload"]["arrival"]
+    assert arrival["process"] == want["process"]
+    for k, v in want.items():
+        if k != "process":
+            assert arrival[k] == pytest.approx(v), k
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.pop("input_lens"), "no per-request input_lens.*--save-detailed"),
+    (lambda d: d["ttfts"].pop(), "ttfts has 23 values but input_lens has 24"),
+    (lambda d: d["output_lens"].__setitem__(2, 1.5), r"output_lens\[2\] must be a whole number"),
+    (lambda d: d["ttfts"].__setitem__(0, "fast"), r"ttfts\[0\] must be a finite number"),
+    (lambda d: d.update(request_rate=-1), "request_rate must be a positive number"),
+])
+def test_malformed_results_are_input_errors(tmp_path, edit, match):
+    raw = json.loads(DETAILED.read_text())
+    edit(raw)
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(raw))
+    with pytest.raises(InputError, match=match):
+        read_vllm_result(str(p))
+
+
+def test_a_broken_file_exits_2_naming_the_line(tmp_path, capsys):
+    p = tmp_path / "r.json"
+    p.write_text('{\n "input_lens": [1, 2,\n}')
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v")]) == 2
+    assert "r.json line 3 column 1: malformed JSON" in capsys.readouterr().err
