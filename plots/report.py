@@ -19,8 +19,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from servesim.plots import figures as F  # noqa: E402
+from servesim.outputs.metrics import LATENCY_METRICS, parse_slo  # noqa: E402
 from servesim.outputs.rundir import RunData, read_json_dict  # noqa: E402
+from servesim.plots import figures as F  # noqa: E402
 
 RATE_KEY = "workload.arrival.rate_rps"
 MAX_GROUPS_PER_PANEL = 4
@@ -168,13 +169,13 @@ def _md_table(rows, cols) -> str:
     def cell(c, v):
         if v is None:
             return "-"
-        if c.endswith("_s") and c.split("_")[0] in ("ttft", "tpot", "tbt", "e2e", "queue") and isinstance(v, float):
+        if c.endswith("_s") and c.split("_")[0] in LATENCY_METRICS and isinstance(v, float):
             return f"{v * 1e3:.1f}"
         if isinstance(v, float):
             return f"{v:.3g}"
         return str(v).replace("|", "/")[:60]
 
-    head = [c[:-2] + " (ms)" if c.endswith("_s") and c.split("_")[0] in ("ttft", "tpot", "tbt", "e2e", "queue")
+    head = [c[:-2] + " (ms)" if c.endswith("_s") and c.split("_")[0] in LATENCY_METRICS
             else c for c in cols]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(cell(c, r.get(c)) for c in cols) + " |" for r in rows]
@@ -365,8 +366,6 @@ def build_report(path: str | Path) -> Path:
 
 
 def meta_slo(meta) -> dict:
-    from servesim.studies.capacity import parse_slo
-
     try:
         return parse_slo(meta.get("slo") or "")
     except Exception:  # noqa: BLE001 - an old or hand-edited sweep.json: fall back to the scenario's

@@ -23,9 +23,11 @@ from servesim.errors import InputError
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop
 from servesim.core.cluster import Cluster
-from servesim.outputs.recorder import (REQUEST_COLUMNS, STEP_COLUMNS, Recorder, WeightedSample, dist_stats, summarize,
-                         summarize_classes)
+from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
 from servesim.outputs.profile import profile_summary
+from servesim.outputs.recorder import Recorder
+from servesim.outputs.stats import WeightedSample, dist_stats
+from servesim.outputs.summary import summarize, summarize_classes
 from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
@@ -180,6 +182,26 @@ def _write_csv(path: Path, header, columns) -> None:
             w.writerow([_fmt(v) for v in row])
 
 
+def _price_runs(replicas):
+    """``Recorder.step_columns``' ``price_runs``: each decode-only step of a run of them priced
+    by its replica's cost model (``CostModel.decode_rows``: element for element what
+    ``step_time`` gave the engine), the rows grouped by model."""
+    models: dict = {}  # id -> (index, cost model)
+    model_of = np.full(max((r.index for r in replicas), default=0) + 1, -1)
+    for r in replicas:
+        model_of[r.index] = models.setdefault(id(r.cost_model), (len(models), r.cost_model))[0]
+
+    def price(replica, seqs, ctx):
+        n = len(replica)
+        dur, flops, nbytes, comp = np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.int8)
+        for k, cm in models.values():
+            rows = slice(None) if len(models) == 1 else np.flatnonzero(model_of[replica] == k)
+            dur[rows], flops[rows], nbytes[rows], comp[rows] = cm.decode_rows(seqs[rows], ctx[rows])
+        return dur, flops, nbytes, comp
+
+    return price
+
+
 def _classes(scenario: Scenario, specs, req_cols: dict):
     """Add the ``class`` column; return (class names, name -> (ttft_s, tpot_s) SLO, per-request
     SLO limit arrays or None when every request has the scenario's SLO)."""
@@ -292,7 +314,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     req_cols = rec.request_columns()
     rec.release_request_rows()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
-    steps = rec.step_columns()
+    steps = rec.step_columns(price_runs=_price_runs(replicas))
     tbt = rec.tbt_sample()
     extra = {
         "kv_capacity": {p.name: {"replicas": p.replicas, "blocks_per_replica": p.capacity.num_blocks,

@@ -74,7 +74,6 @@ class Cluster:
             self.groups[pool.name] = groups
         self._fast = [r for r in self.replicas if hasattr(r, "settle")]
         recorder.order_steps = bool(self._fast)
-        recorder.decode_cost_models = {r.index: r.cost_model for r in self._fast}
         # routers that read replicas' counters or KV need them brought up to date at each arrival
         self._settle_on_submit = bool(self._fast) and sc.cluster.router not in ("round_robin", "random")
         self.entry = self.groups.get("prefill") or self.groups["colocated"]

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from servesim.outputs import metrics
+
 _INT_COLS = {"request_id", "prompt_tokens", "output_tokens", "replica", "preemptions", "num_seqs", "prefill_tokens",
              "decode_tokens", "context_tokens", "kv_blocks_used", "decode_replica", "padding_tokens",
              "prefix_hit_tokens"}
@@ -110,7 +112,7 @@ class RunData:
     @classmethod
     def from_dir(cls, path: str | Path, label: str | None = None) -> "RunData":
         from servesim.errors import InputError
-        from servesim.outputs.recorder import REQUEST_COLUMNS, STEP_COLUMNS
+        from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
 
         p = Path(path)
         summary = read_json_dict(p / "summary.json", "a run's summary.json")
@@ -137,31 +139,21 @@ class RunData:
     # ------------------------------------------------------------ per-request latencies
     @property
     def done(self) -> np.ndarray:
-        return self.requests["status"] == "completed"
+        return metrics.is_completed(self.requests)
 
     def latency(self, metric: str) -> np.ndarray:
         """Samples (seconds) of ttft | tpot | tbt | e2e | queue over completed requests (tbt: every gap)."""
-        r, d = self.requests, self.done
         if metric == "tbt":
             return self.tbt_s if self.tbt_s is not None else np.zeros(0)
-        if metric == "ttft":
-            return (r["first_token_s"] - r["arrival_s"])[d]
-        if metric == "e2e":
-            return (r["finish_s"] - r["arrival_s"])[d]
-        if metric == "queue":
-            return (r["scheduled_s"] - r["arrival_s"])[d]
-        if metric == "tpot":
-            m = d & (r["output_tokens"] > 1)
-            return (r["finish_s"][m] - r["first_token_s"][m]) / (r["output_tokens"][m] - 1)
-        raise ValueError(f"unknown metric {metric!r}")
+        return metrics.latency_samples(self.requests, metric)
 
     def ttft_breakdown(self) -> dict:
         """Mean seconds of queueing, prefill compute and KV transfer in TTFT (completed requests)."""
         r, d = self.requests, self.done
         if not d.any():
             return {"queueing": 0.0, "prefill": 0.0, "transfer": 0.0}
-        ttft = (r["first_token_s"] - r["arrival_s"])[d]
-        queue = (r["scheduled_s"] - r["arrival_s"])[d]
+        ttft = metrics.ttft_s(r)[d]
+        queue = metrics.queue_s(r)[d]
         transfer = np.nan_to_num(r["kv_transfer_s"][d].astype(float)) if "kv_transfer_s" in r else np.zeros(d.sum())
         return {"queueing": float(queue.mean()), "prefill": float((ttft - queue).mean()),
                 "transfer": float(transfer.mean())}

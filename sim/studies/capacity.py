@@ -36,48 +36,19 @@ import csv
 import dataclasses
 import json
 import math
-import re
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from servesim.errors import InputError
+from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
 from servesim.studies.sweep import (RESULTS, RUNS, add_executor_args, check_workers, execute, load_base, make_points,
                        num_gpus, write_meta, write_results)
 
 RATE_KEY = "workload.arrival.rate_rps"
-METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")
-STATS = ("mean", "p50", "p90", "p95", "p99", "max")
-PER_REQUEST = ("ttft", "tpot", "e2e", "queue")
 MIN_KEEP_UP_REQUESTS = 20
 _BIG = 1e18  # stands in for "never": a request that did not complete
-
-
-def parse_slo(text: str) -> dict:
-    """``ttft_p99=0.5,tpot_p99=50ms`` -> {("ttft", "p99"): 0.5, ("tpot", "p99"): 0.05} (seconds)."""
-    if not text:
-        raise InputError("--slo: give at least one METRIC_STAT=SECONDS, e.g. ttft_p99=0.5,tpot_p99=0.05")
-    out = {}
-    for item in text.split(","):
-        item = item.strip()
-        m = re.fullmatch(r"([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*(ms|s)?", item)
-        if not m:
-            raise InputError(f"--slo {item!r}: expected METRIC_STAT=SECONDS (METRIC: {', '.join(METRICS)}; "
-                             f"STAT: {', '.join(STATS)}), e.g. ttft_p99=0.5 or tpot_p99=50ms")
-        metric, stat, value, unit = m.groups()
-        if metric not in METRICS:
-            raise InputError(f"--slo {item!r}: unknown metric {metric!r}; valid: {', '.join(METRICS)}")
-        if stat not in STATS:
-            raise InputError(f"--slo {item!r}: unknown statistic {stat!r}; valid: {', '.join(STATS)}")
-        try:
-            v = float(value) * (1e-3 if unit == "ms" else 1.0)
-        except ValueError:
-            raise InputError(f"--slo {item!r}: {value!r} is not a number") from None
-        if not v > 0:
-            raise InputError(f"--slo {item!r}: the limit must be > 0")
-        out[(metric, stat)] = v
-    return out
 
 
 def request_metrics(run_dir: Path) -> dict:

@@ -33,14 +33,16 @@ import yaml
 
 from servesim.errors import InputError
 from servesim.inputs.scenario import set_dotted as scenario_set_dotted
+from servesim.outputs.metrics import LATENCY_METRICS
+from servesim.outputs.stats import DIST_STATS
 
 RUNS = "runs"
 RESULTS = "results.csv"
 SWEEP_META = "sweep.json"
 
 # Summary fields flattened into results.csv, in this order (after the point's own columns).
-_DISTS = ("ttft", "tpot", "tbt", "e2e", "queue")
-_STATS = ("mean", "p50", "p90", "p99", "max")
+_DISTS = LATENCY_METRICS
+_STATS = DIST_STATS
 METRIC_COLUMNS = (
     ("num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s", "throughput_rps",
      "output_tokens_per_s", "goodput_rps", "slo_attainment", "offered_rps")
