@@ -32,7 +32,6 @@ reuses finished probes.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -42,7 +41,9 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
+from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
+from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.sweep import (RESULTS, RUNS, add_executor_args, check_workers, execute, load_base, make_points,
                        num_gpus, write_meta, write_results)
 
@@ -53,21 +54,18 @@ _BIG = 1e18  # stands in for "never": a request that did not complete
 
 def request_metrics(run_dir: Path) -> dict:
     """Per-request ttft, tpot, e2e, queue (seconds; non-completed = _BIG, tpot NaN for 1 token) and tbt."""
-    with open(run_dir / "requests.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    f = lambda k: np.array([float(r[k]) if r[k] != "" else math.nan for r in rows])  # noqa: E731
-    arr, sch, first, fin = f("arrival_s"), f("scheduled_s"), f("first_token_s"), f("finish_s")
-    out_tok = f("output_tokens")
-    done = np.array([r["status"] == "completed" for r in rows], dtype=bool)
+    req = read_table(run_dir, "requests", ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "output_tokens",
+                                           "status"))
+    done = metrics.is_completed(req)
     big = lambda x: np.where(done & ~np.isnan(x), x, _BIG)  # noqa: E731
-    tpot = np.full(len(rows), math.nan)
-    multi = out_tok > 1
-    tpot[multi] = np.where(done[multi], (fin[multi] - first[multi]) / np.maximum(out_tok[multi] - 1, 1), _BIG)
-    tbt_file = run_dir / "tbt_s.npy"
-    tbt = np.load(tbt_file) if tbt_file.is_file() else np.zeros(0)
-    rejected = np.array([r["status"] == "rejected" for r in rows], dtype=bool)
+    tpot = metrics.tpot_s(req)
+    tpot[(req["output_tokens"] > 1) & ~done] = _BIG  # a multi-token request that did not complete: late
+    tbt = read_tbt(run_dir)
+    arr, fin = req["arrival_s"], req["finish_s"]
+    rejected = req["status"] == "rejected"
     leave = np.where(done & ~np.isnan(fin), fin, np.where(rejected, arr, math.inf))
-    return {"ttft": big(first - arr), "tpot": tpot, "e2e": big(fin - arr), "queue": big(sch - arr), "tbt": tbt,
+    return {"ttft": big(metrics.ttft_s(req)), "tpot": tpot, "e2e": big(metrics.e2e_s(req)),
+            "queue": big(metrics.queue_s(req)), "tbt": tbt if tbt is not None else np.zeros(0),
             "done": done, "arrival": arr, "leave": leave}
 
 
