@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import json
-import math
 import time
 import dataclasses
 from dataclasses import dataclass
@@ -28,6 +25,7 @@ from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats
 from servesim.outputs.summary import summarize, summarize_classes
+from servesim.outputs.writer import OUTPUTS, Labels, write_run
 from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
@@ -153,33 +151,15 @@ class Results:
         """Every TBT gap (order unspecified); large runs: prefer ``tbt`` (values with counts)."""
         return self.tbt.expand()
 
-    def write(self, out_dir: str | Path) -> Path:
-        """Write summary.json, requests.csv, steps.csv and scenario.yaml (the output contract)."""
+    def write(self, out_dir: str | Path, outputs=OUTPUTS) -> Path:
+        """Write the output contract into ``out_dir``: of summary.json, requests.csv, steps.csv
+        and scenario.yaml, those named in ``outputs``. Returns the folder."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
-        (out / "scenario.yaml").write_text(scenario_to_yaml(self.scenario))
-        _write_csv(out / "requests.csv", REQUEST_COLUMNS, [self.requests[c] for c in REQUEST_COLUMNS])
-        st = self.steps
-        bound = np.where(st["compute_bound"], "compute", "memory")
-        cols = [st[c] if c != "bound" else bound for c in STEP_COLUMNS]
-        _write_csv(out / "steps.csv", STEP_COLUMNS, cols)
+        bound = Labels(self.steps["compute_bound"].view(np.int8), ("memory", "compute"))
+        steps = {c: bound if c == "bound" else self.steps[c] for c in STEP_COLUMNS}
+        write_run(out, self.summary, {c: self.requests[c] for c in REQUEST_COLUMNS}, steps,
+                  scenario_to_yaml(self.scenario), outputs)
         return out
-
-
-def _fmt(v) -> str:
-    if isinstance(v, (float, np.floating)):
-        return "" if math.isnan(v) else repr(float(v))
-    return str(v)
-
-
-def _write_csv(path: Path, header, columns) -> None:
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(header)
-        lists = [c.tolist() for c in columns]
-        for row in zip(*lists):
-            w.writerow([_fmt(v) for v in row])
 
 
 def _price_runs(replicas):

@@ -1,0 +1,121 @@
+"""Writing a run folder: ``summary.json``, ``requests.csv``, ``steps.csv`` and ``scenario.yaml``
+(see the README, "Output files").
+
+CSV is written a block of rows at a time (``CHUNK_ROWS``) and a column at a time within it: each
+column becomes a matrix of characters at once (``numfmt``), the block's matrices are laid side
+by side with the commas and newlines, and the NUL padding is dropped; no Python code runs per
+cell. The text is what ``csv.writer`` (``lineterminator="\\n"``) writes for ``repr`` of each
+float (NaN: an empty cell) and ``str`` of each integer and string, byte for byte, except that a
+string holding a carriage return is quoted too (csv.writer leaves it bare, and its reader then
+splits the row). Memory beyond the columns: one block's text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from servesim.outputs.numfmt import float_cells, int_cells
+
+OUTPUTS = ("summary", "requests", "steps", "scenario")  # what a run folder can hold
+CHUNK_ROWS = 1 << 16  # rows per block: ~10 MB of text at a time
+
+
+@dataclass(frozen=True)
+class Labels:
+    """A text column stored as small integer ``codes`` into ``labels`` (e.g. a step's bound)."""
+
+    codes: np.ndarray
+    labels: tuple
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
+def labels_of(col) -> Labels:
+    """A text column (object array of str) as ``Labels``: each distinct value once."""
+    if isinstance(col, Labels):
+        return col
+    values = col.tolist()
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+    return Labels(codes, tuple(index))
+
+
+def csv_text(value) -> str:
+    """One CSV cell: quoted when it holds a comma, a quote or a line break (quotes doubled)."""
+    s = "" if value is None else str(value)
+    if any(c in s for c in ',"\r\n'):
+        s = '"' + s.replace('"', '""') + '"'
+    return s
+
+
+def _text_matrix(texts) -> np.ndarray:
+    """(len(texts), width) uint8: each string's UTF-8 bytes, NUL-padded."""
+    encoded = [t.encode() for t in texts]
+    width = max(1, max(map(len, encoded), default=1))
+    return np.array(encoded, dtype=f"S{width}").view(np.uint8).reshape(len(encoded), width)
+
+
+def _cells(col, lo: int, hi: int, lut) -> np.ndarray:
+    if isinstance(col, Labels):
+        table, lengths = lut
+        codes = col.codes[lo:hi]
+        width = int(lengths[codes].max()) if hi > lo else 1
+        return table[codes, :width]
+    part = col[lo:hi]
+    if part.dtype.kind == "f":
+        return float_cells(part)
+    if part.dtype.kind in "iub":
+        return int_cells(part.astype(np.int64))
+    raise TypeError(f"cannot write a column of dtype {part.dtype}")
+
+
+def write_csv(path: Path, columns: dict, chunk_rows: int = CHUNK_ROWS) -> None:
+    """``columns``: name -> numpy array (float, int) or ``Labels`` / object array of str, all of
+    one length, written in the given order with a header row."""
+    names = list(columns)
+    cols = [labels_of(c) if isinstance(c, Labels) or c.dtype == object else c for c in columns.values()]
+    luts = [None] * len(cols)
+    for i, c in enumerate(cols):
+        if isinstance(c, Labels):
+            table = _text_matrix([csv_text(v) for v in c.labels])
+            luts[i] = (table, (table != 0).sum(axis=1))
+    n = len(cols[0]) if cols else 0
+    with open(path, "wb") as fh:
+        fh.write((",".join(csv_text(x) for x in names) + "\n").encode())
+        for lo in range(0, n, chunk_rows):
+            hi = min(lo + chunk_rows, n)
+            comma = np.full((hi - lo, 1), ord(","), dtype=np.uint8)
+            parts = []
+            for c, lut in zip(cols, luts):
+                parts += [_cells(c, lo, hi, lut), comma]
+            parts[-1] = np.full((hi - lo, 1), ord("\n"), dtype=np.uint8)
+            block = np.concatenate(parts, axis=1)
+            del parts
+            fh.write(block[block != 0].tobytes())  # NULs are padding: the cells' text remains
+
+
+def file_names(outputs=OUTPUTS) -> list:
+    """The files ``write_run`` writes for these outputs, in order."""
+    return [{"summary": "summary.json", "scenario": "scenario.yaml"}.get(o, f"{o}.csv") for o in outputs]
+
+
+def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_yaml: str, outputs=OUTPUTS) -> list:
+    """Write the named outputs into ``out`` (created); returns the paths written. ``requests`` /
+    ``steps``: column -> array in ``columns.REQUEST_COLUMNS`` / ``STEP_COLUMNS`` order."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, file in zip(outputs, file_names(outputs)):
+        path = out / file
+        if name == "summary":
+            path.write_text(json.dumps(summary, indent=2) + "\n")
+        elif name == "scenario":
+            path.write_text(scenario_yaml)
+        else:
+            write_csv(path, requests if name == "requests" else steps)
+        written.append(path)
+    return written
