@@ -151,14 +151,15 @@ class Results:
         """Every TBT gap (order unspecified); large runs: prefer ``tbt`` (values with counts)."""
         return self.tbt.expand()
 
-    def write(self, out_dir: str | Path, outputs=OUTPUTS) -> Path:
+    def write(self, out_dir: str | Path, outputs=OUTPUTS, fmt: str = "csv") -> Path:
         """Write the output contract into ``out_dir``: of summary.json, requests.csv, steps.csv
-        and scenario.yaml, those named in ``outputs``. Returns the folder."""
+        and scenario.yaml, those named in ``outputs``; ``fmt="parquet"``: requests.parquet and
+        steps.parquet instead of the CSV files (needs pyarrow). Returns the folder."""
         out = Path(out_dir)
         bound = Labels(self.steps["compute_bound"].view(np.int8), ("memory", "compute"))
         steps = {c: bound if c == "bound" else self.steps[c] for c in STEP_COLUMNS}
         write_run(out, self.summary, {c: self.requests[c] for c in REQUEST_COLUMNS}, steps,
-                  scenario_to_yaml(self.scenario), outputs)
+                  scenario_to_yaml(self.scenario), outputs, fmt)
         return out
 
 

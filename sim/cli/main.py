@@ -177,8 +177,11 @@ def _writable_file(path: str, flag: str) -> None:
 
 def cmd_run(args) -> int:
     from servesim.inputs.scenario import load_scenario
+    from servesim.outputs.writer import check_format, file_names, parse_outputs
     from servesim.simulation import simulate
 
+    outputs = parse_outputs(args.outputs)
+    check_format(args.format)
     scenario = load_scenario(args.scenario, args.set or [], args.seed)
     out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
     if args.trace_events:
@@ -190,11 +193,12 @@ def cmd_run(args) -> int:
     finally:
         close()
     try:
-        out = results.write(out_dir)
+        out = results.write(out_dir, outputs, args.format)
     except OSError as e:
         raise InputError(f"--out {args.out}: cannot write the results: {e.strerror or e}") from None
     print(format_summary(results.summary))
-    print(f"\nwrote {out}/summary.json, requests.csv, steps.csv, scenario.yaml")
+    files = file_names(outputs, args.format)
+    print(f"\nwrote {out}/{files[0]}" + "".join(f", {f}" for f in files[1:]))
     if args.trace_events:
         from servesim.outputs.trace_export import write_trace
 
@@ -324,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. policy.max_num_seqs=64")
     r.add_argument("--seed", type=int, help="override the scenario's seed")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--outputs", metavar="NAME[,NAME]",
+                   help="which files to write: summary, requests, steps, scenario (default: all)")
+    r.add_argument("--format", default="csv", help="requests and steps as csv (default) or parquet (needs pyarrow)")
     r.add_argument("--trace-events", metavar="FILE", help="also write a Chrome/Perfetto trace (JSON) of steps and requests")
     r.add_argument("--engine", choices=["fast", "reference"],
                    help="simulation engine (default: the scenario's engine, fast); same results either way")

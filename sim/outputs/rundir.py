@@ -109,6 +109,8 @@ def read_parquet_columns(path: Path, required=()) -> dict:
         cols[name] = col.to_numpy(zero_copy_only=False)
         if name in STR_COLUMNS:
             cols[name] = cols[name].astype(object)
+        elif name in INT_COLUMNS:
+            cols[name] = cols[name].astype(np.int64)  # as from a CSV (the file may hold int32)
     return cols
 
 

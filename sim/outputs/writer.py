@@ -1,5 +1,5 @@
-"""Writing a run folder: ``summary.json``, ``requests.csv``, ``steps.csv`` and ``scenario.yaml``
-(see the README, "Output files").
+"""Writing a run folder: ``summary.json``, ``requests`` and ``steps`` as CSV or Parquet, and
+``scenario.yaml`` (see the README, "Output files").
 
 CSV is written a block of rows at a time (``CHUNK_ROWS``) and a column at a time within it: each
 column becomes a matrix of characters at once (``numfmt``), the block's matrices are laid side
@@ -8,6 +8,9 @@ cell. The text is what ``csv.writer`` (``lineterminator="\\n"``) writes for ``re
 float (NaN: an empty cell) and ``str`` of each integer and string, byte for byte, except that a
 string holding a carriage return is quoted too (csv.writer leaves it bare, and its reader then
 splits the row). Memory beyond the columns: one block's text.
+
+Parquet (``pip install pyarrow``) holds the same columns, typed, one row group per block; NaN
+times are nulls.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from servesim.errors import InputError, did_you_mean
 from servesim.outputs.numfmt import float_cells, int_cells
 
 OUTPUTS = ("summary", "requests", "steps", "scenario")  # what a run folder can hold
-CHUNK_ROWS = 1 << 16  # rows per block: ~10 MB of text at a time
+FORMATS = ("csv", "parquet")
+CHUNK_ROWS = 1 << 16  # rows per CSV block: ~10 MB of text at a time
+ROW_GROUP = 1 << 18  # rows per Parquet row group (readers like them large; ~25 MB of columns)
 
 
 @dataclass(frozen=True)
@@ -99,23 +105,76 @@ def write_csv(path: Path, columns: dict, chunk_rows: int = CHUNK_ROWS) -> None:
             fh.write(block[block != 0].tobytes())  # NULs are padding: the cells' text remains
 
 
-def file_names(outputs=OUTPUTS) -> list:
+def parquet_available() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_format(fmt: str, flag: str = "--format") -> None:
+    """An input error unless ``fmt`` is a format this installation can write."""
+    if fmt not in FORMATS:
+        raise InputError(f"{flag} {fmt!r}: unknown format;{did_you_mean(fmt, FORMATS)}")
+    if fmt == "parquet" and not parquet_available():
+        raise InputError(f"{flag} parquet needs pyarrow: pip install pyarrow (or pip install 'servesim[parquet]')")
+
+
+def write_parquet(path: Path, columns: dict, chunk_rows: int = ROW_GROUP) -> None:
+    """The same columns as ``write_csv``, typed (NaN: null), one row group per ``chunk_rows`` rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {k: (c if isinstance(c, Labels) or c.dtype != object else labels_of(c)) for k, c in columns.items()}
+    types = {k: pa.string() if isinstance(c, Labels) else pa.from_numpy_dtype(c.dtype) for k, c in cols.items()}
+    schema = pa.schema(list(types.items()))
+    n = len(next(iter(cols.values()))) if cols else 0
+    with pq.ParquetWriter(path, schema) as w:
+        for lo in range(0, max(n, 1), chunk_rows):
+            hi = min(lo + chunk_rows, n)
+            arrays = []
+            for k, c in cols.items():
+                if isinstance(c, Labels):
+                    arrays.append(pa.array(c.labels, type=pa.string()).take(pa.array(c.codes[lo:hi])))
+                else:
+                    arrays.append(pa.array(c[lo:hi], type=types[k], from_pandas=c.dtype.kind == "f"))
+            w.write_table(pa.Table.from_arrays(arrays, schema=schema))
+
+
+def parse_outputs(text: str | None, flag: str = "--outputs") -> tuple:
+    """``summary,requests,...`` -> the names in ``OUTPUTS`` order (None: all of them)."""
+    if text is None:
+        return OUTPUTS
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise InputError(f"{flag}: give at least one of {', '.join(OUTPUTS)}")
+    for name in names:
+        if name not in OUTPUTS:
+            raise InputError(f"{flag} {name!r}: unknown output;{did_you_mean(name, OUTPUTS)}")
+    return tuple(o for o in OUTPUTS if o in names)
+
+
+def file_names(outputs=OUTPUTS, fmt: str = "csv") -> list:
     """The files ``write_run`` writes for these outputs, in order."""
-    return [{"summary": "summary.json", "scenario": "scenario.yaml"}.get(o, f"{o}.csv") for o in outputs]
+    return [{"summary": "summary.json", "scenario": "scenario.yaml"}.get(o, f"{o}.{fmt}") for o in outputs]
 
 
-def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_yaml: str, outputs=OUTPUTS) -> list:
+def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_yaml: str,
+              outputs=OUTPUTS, fmt: str = "csv") -> list:
     """Write the named outputs into ``out`` (created); returns the paths written. ``requests`` /
     ``steps``: column -> array in ``columns.REQUEST_COLUMNS`` / ``STEP_COLUMNS`` order."""
     out.mkdir(parents=True, exist_ok=True)
+    table = write_parquet if fmt == "parquet" else write_csv
     written = []
-    for name, file in zip(outputs, file_names(outputs)):
+    for name, file in zip(outputs, file_names(outputs, fmt)):
         path = out / file
         if name == "summary":
             path.write_text(json.dumps(summary, indent=2) + "\n")
         elif name == "scenario":
             path.write_text(scenario_yaml)
         else:
-            write_csv(path, requests if name == "requests" else steps)
+            table(path, requests if name == "requests" else steps)
         written.append(path)
     return written
