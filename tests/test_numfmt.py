@@ -52,9 +52,13 @@ def test_float_cells_are_repr_on_a_million_values(seed):
 
 
 def test_float_cells_of_one_kind_of_value_per_call():
-    """A block of rows can be all NaN, all zero or all out of range (the width logic's corners)."""
+    """A block of rows can be all NaN, all zero, all out of range (the width logic's corners) or
+    all whole numbers (written as integers with ".0")."""
+    rng = np.random.default_rng(2)
+    whole = np.round(rng.random(1000) * 10.0 ** rng.integers(0, 16, 1000))  # FLOP counts: whole numbers
     for x in (np.full(5, np.nan), np.zeros(4), np.array([-0.0]), np.array([1e300, -1e-300]), np.array([np.inf]),
-              np.zeros(0)):
+              np.zeros(0), whole, -whole, np.array([2.0 ** 53 - 1, 1e15, 1.0]), np.array([2.0 ** 53, 1e16]),
+              np.array([0.0, -0.0, 3.0]), np.array([1.0, np.nan])):
         assert texts(float_cells(x)) == expected_floats(x)
 
 

@@ -42,6 +42,7 @@ _MINUS = np.frombuffer(b"-\0\0\0", dtype=np.uint32)[0]
 _ZERO = np.frombuffer(b"0\0\0\0", dtype=np.uint32)[0]
 _ZERO_AT1 = np.frombuffer(b"\x000\0\0", dtype=np.uint32)[0]  # '0' as a word's second character
 _POINT_ZEROS = np.frombuffer(b".000", dtype=np.uint32)[0]
+_POINT_ZERO = np.frombuffer(b".0", dtype=np.uint8)
 _EXPONENT = np.frombuffer(b"".join(b"e%+03d" % e for e in range(_LO_E, _HI_E + 2)), dtype=np.uint32)
 
 
@@ -54,12 +55,12 @@ def _split(v):
 _P10_SPLIT = _split(_P10)
 
 
-def _times_pow10(a, k):
+def _times_pow10(a, k, a_split=None):
     """(hi, lo) with hi + lo == a x 10^k exactly, for 0 <= k <= 22 (Dekker's product; no
-    overflow in the range used here)."""
+    overflow in the range used here); ``a_split``: ``_split(a)``, when already made."""
     p10 = _P10[k]
     p = a * p10
-    ah, al = _split(a)
+    ah, al = _split(a) if a_split is None else a_split
     bh, bl = _P10_SPLIT[0][k], _P10_SPLIT[1][k]
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
@@ -116,12 +117,13 @@ def _digits17(a, e):
     if not ok.all():  # 16 or 17 digits, from the exact products a x 10^k
         long = _rows(~ok)
         al, el = a[long], e[long]
-        m16, d16 = _nearest_int(*_times_pow10(al, 15 - el))  # d16: a x 10^k - m16 (units)
+        parts = _split(al)
+        m16, d16 = _nearest_int(*_times_pow10(al, 15 - el, parts))  # d16: a x 10^k - m16 (units)
         half_ulp = _P10[15 - el] * (np.spacing(al) / 2)  # exact: 10^k times a power of two
         pow2 = np.frexp(al)[0] == 0.5  # the double below a is nearer: half as far
         bound = np.where(pow2 & (d16 > 0), half_ulp / 2, half_ulp)
         fits = np.abs(d16) < bound
-        m, d17 = _nearest_int(*_times_pow10(al, 16 - el))
+        m, d17 = _nearest_int(*_times_pow10(al, 16 - el, parts))
         unsure[long] = ((np.abs(np.abs(d16) - bound) <= bound * 1e-9) | (np.abs(np.abs(d16) - 0.5) <= 1e-9)
                         | (np.abs(np.abs(d17) - 0.5) <= 1e-9))
         m17[long] = np.where(fits, m16 * 10, m)
@@ -165,7 +167,7 @@ def _trailing_zeros(v):
 
 def _compose(neg, m17, p, e, nan):
     """repr's text from the sign, the p digits that the 17-digit integer m17 begins with, and
-    the decimal exponent e; ``nan``: rows left empty. (n, width) uint8 with NULs, from 4-byte
+    the decimal exponent e; ``nan``: rows left empty. A list of (n, k) uint8 with NULs, from 4-byte
     words: [sign, the 0 of 0.ddd][integer part, 20][point, the zeros of 0.000ddd][fraction,
     20][the zero of x.0, or the exponent]. The digits are written twice: the integer part keeps
     those before the point, the fraction those after. m17 = 0 writes 0.0."""
@@ -184,16 +186,20 @@ def _compose(neg, m17, p, e, nan):
         word0[nan] = point[nan] = tail[nan] = 0
         whole, last = np.where(nan, 0, whole), np.where(nan, 0, last)
     # only the characters some row uses (fewer bytes for the writer to go through)
-    def chars(words, lo: int, hi: int):
-        return words.view(np.uint8).reshape(n, -1)[:, lo:hi]
+    def chars(words, lo: int, hi: int, masks=None, which=None):
+        """Characters lo .. hi - 1 of each row of ``words``, each word ANDed with row
+        ``which`` of the mask table ``masks``."""
+        w = slice(lo // 4, (hi + 3) // 4)  # the words holding them
+        kept = words[:, w] if masks is None else words[:, w] & np.take(masks[:, w], which, axis=0)
+        return kept.view(np.uint8).reshape(n, -1)[:, lo - 4 * w.start:hi - 4 * w.start]
 
-    parts = [chars(word0, 0 if neg.any() else 1, 2 if small.any() else 1),
-             chars(digits & np.take(_RANGE20[3], 3 + whole, axis=0), 3, 3 + int(whole.max())),
-             chars(point, 0, 1 + int(np.where(small, -e - 1, 0).max())),
-             chars(digits & np.take(_RANGE20.reshape(-1, 5), (3 + whole) * 21 + 3 + last, axis=0),
-                   3 + int(whole.min()), 3 + int(last.max())),
-             chars(tail, 0, 4 if sci.any() else 1)]
-    return np.concatenate(parts, axis=1)
+    parts = [chars(word0[:, None], 0 if neg.any() else 1, 2 if small.any() else 1),
+             chars(digits, 3, 3 + int(whole.max()), _RANGE20[3], 3 + whole),
+             chars(point[:, None], 0, 1 + int(np.where(small, -e - 1, 0).max())),
+             chars(digits, 3 + int(whole.min()), 3 + int(last.max()), _RANGE20.reshape(-1, 5),
+                   (3 + whole) * 21 + 3 + last),
+             chars(tail[:, None], 0, 4 if sci.any() else (1 if tail.any() else 0))]
+    return [c for c in parts if c.shape[1]]
 
 
 def _repr_rows(values, width: int) -> np.ndarray:
@@ -201,18 +207,24 @@ def _repr_rows(values, width: int) -> np.ndarray:
     return text.view(np.uint8).reshape(len(values), width)
 
 
-def float_cells(x: np.ndarray) -> np.ndarray:
-    """``(len(x), width)`` uint8 with NULs: ``repr(float(v))`` of each value, NaN empty."""
+def float_parts(x: np.ndarray) -> list:
+    """``float_cells`` as pieces: (len(x), k) uint8 matrices whose rows, laid side by side, are
+    the cells (the CSV writer lays them out with the other columns' at once)."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     if len(x) == 0:
-        return np.zeros((0, 1), dtype=np.uint8)
+        return [np.zeros((0, 1), dtype=np.uint8)]
     a = np.abs(x)
+    if a.max() < 2.0 ** 53 and (x == np.rint(x)).all() and not np.signbit(x[x == 0]).any():
+        # whole numbers (FLOP and byte counts): repr is the integer's text and ".0"
+        return [int_cells(x.astype(np.int64)), np.broadcast_to(_POINT_ZERO, (len(x), 2))]
     here = np.isfinite(x) & (a > 0)
     a = np.where(here, a, 1.0)  # (every row is computed; the others are overwritten below)
     e = _exponent(a)
-    here &= (e >= _LO_E) & (e <= _HI_E)
-    e = np.where(here, e, 0)
-    m17, p, unsure = _digits17(np.where(here, a, 1.0), e)
+    inside = (e >= _LO_E) & (e <= _HI_E)
+    if not inside.all():
+        here &= inside
+        a, e = np.where(here, a, 1.0), np.where(here, e, 0)
+    m17, p, unsure = _digits17(a, e)
     carry = m17 >= _P10_INT[17]  # 9.99.. rounded up to 10: the next exponent
     if carry.any():
         m17 = np.where(carry, _P10_INT[16], m17)
@@ -223,14 +235,18 @@ def float_cells(x: np.ndarray) -> np.ndarray:
         m17[zero], p[zero] = 0, 1
     nan = np.isnan(x)
     by_repr = (~here & ~zero & ~nan) | (here & unsure)
+    parts = _compose(np.signbit(x), m17, p, e, nan | by_repr)  # (those rows left empty)
     other = np.flatnonzero(by_repr)
-    out = _compose(np.signbit(x), m17, p, e, nan | by_repr)
-    if len(other):  # infinities, values outside the range, the undecided few
-        if out.shape[1] < 24:
-            out = np.concatenate([out, np.zeros((len(x), 24 - out.shape[1]), np.uint8)], axis=1)
-        out[other] = 0
-        out[other, :24] = _repr_rows(x[other], 24)
-    return out
+    if len(other):  # infinities, values outside the range, the undecided few: after the empty ones
+        text = np.zeros((len(x), 24), dtype=np.uint8)
+        text[other] = _repr_rows(x[other], 24)
+        parts.append(text)
+    return parts
+
+
+def float_cells(x: np.ndarray) -> np.ndarray:
+    """``(len(x), width)`` uint8 with NULs: ``repr(float(v))`` of each value, NaN empty."""
+    return np.concatenate(float_parts(x), axis=1)
 
 
 def int_cells(x: np.ndarray) -> np.ndarray:
@@ -250,7 +266,8 @@ def int_cells(x: np.ndarray) -> np.ndarray:
     most = len(str(max(hi, -lo)))
     for t in range(1, most):
         digits += a >= _P10_INT[t]
-    words = _words(a, 4)[:, 4 - (most + 3) // 4:] & np.take(_RANGE16[:, 16], 16 - digits, axis=0)[:, 4 - (most + 3) // 4:]
+    groups = (most + 3) // 4
+    words = _words(a, groups) & np.take(_RANGE16[:, 16, 4 - groups:], 16 - digits, axis=0)  # NUL leading zeros
     if lo < 0:
         words = np.concatenate([np.where(x < 0, _MINUS, 0)[:, None].astype(np.uint32), words], axis=1)
     return words.view(np.uint8)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError, did_you_mean
-from servesim.outputs.numfmt import float_cells, int_cells
+from servesim.outputs.numfmt import float_parts, int_cells
 
 OUTPUTS = ("summary", "requests", "steps", "scenario")  # what a run folder can hold
 FORMATS = ("csv", "parquet")
@@ -66,17 +66,18 @@ def _text_matrix(texts) -> np.ndarray:
     return np.array(encoded, dtype=f"S{width}").view(np.uint8).reshape(len(encoded), width)
 
 
-def _cells(col, lo: int, hi: int, lut) -> np.ndarray:
+def _cells(col, lo: int, hi: int, lut) -> list:
+    """Rows lo .. hi - 1 of a column as text: (rows, k) uint8 pieces to lay side by side."""
     if isinstance(col, Labels):
         table, lengths = lut
         codes = col.codes[lo:hi]
         width = int(lengths[codes].max()) if hi > lo else 1
-        return table[codes, :width]
+        return [table[codes, :width]]
     part = col[lo:hi]
     if part.dtype.kind == "f":
-        return float_cells(part)
+        return float_parts(part)
     if part.dtype.kind in "iub":
-        return int_cells(part.astype(np.int64))
+        return [int_cells(part.astype(np.int64))]
     raise TypeError(f"cannot write a column of dtype {part.dtype}")
 
 
@@ -95,14 +96,25 @@ def write_csv(path: Path, columns: dict, chunk_rows: int = CHUNK_ROWS) -> None:
         fh.write((",".join(csv_text(x) for x in names) + "\n").encode())
         for lo in range(0, n, chunk_rows):
             hi = min(lo + chunk_rows, n)
-            comma = np.full((hi - lo, 1), ord(","), dtype=np.uint8)
-            parts = []
-            for c, lut in zip(cols, luts):
-                parts += [_cells(c, lo, hi, lut), comma]
-            parts[-1] = np.full((hi - lo, 1), ord("\n"), dtype=np.uint8)
-            block = np.concatenate(parts, axis=1)
-            del parts
-            fh.write(block[block != 0].tobytes())  # NULs are padding: the cells' text remains
+            pieces = [_cells(c, lo, hi, lut) for c, lut in zip(cols, luts)]
+            # one row of the block: each column's pieces, then its separator; every row starts
+            # as that pattern (separators in place), then the pieces are copied in
+            pattern, at = [], 0
+            for col in pieces:
+                at += sum(p.shape[1] for p in col)
+                pattern += [0] * (at - len(pattern)) + [ord(",")]
+                at += 1
+            pattern[-1] = ord("\n")
+            block = np.empty((hi - lo, len(pattern)), dtype=np.uint8)
+            block[:] = np.array(pattern, dtype=np.uint8)
+            at = 0
+            for col in pieces:
+                for p in col:
+                    block[:, at:at + p.shape[1]] = p
+                    at += p.shape[1]
+                at += 1
+            del pieces
+            fh.write(block[block != 0])  # NULs are padding: the cells' text remains
 
 
 def parquet_available() -> bool:
