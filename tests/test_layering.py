@@ -29,11 +29,8 @@ def source_modules() -> dict:
             parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            name = ".".join([package, *parts])
-            # a sub-folder mapped on its own (servesim.policies = policies/) is not also servesim.x
-            if name not in modules or path.parent == ROOT / folder:
-                modules[name] = path
-    return {m: p for m, p in modules.items() if not m.startswith("servesim.tests")}
+            modules[".".join([package, *parts])] = path
+    return modules
 
 
 def imports_of(path: Path, name: str, known) -> list:

@@ -5,15 +5,16 @@ A column comes back as a ``(rows, width)`` uint8 matrix: each row holds one valu
 in order, with NUL bytes anywhere in between (NUL never occurs in a number, so the CSV writer
 drops every NUL). Contracts:
 
-- ``float_cells(x)``: ``repr(float(v))`` for every value but NaN, whose cell is empty;
+- ``float_cells(x)``: ``repr(float(v))`` for every value but NaN, whose cell is empty
+  (``float_parts``: the same as pieces to lay side by side);
 - ``int_cells(x)``: ``str(int(v))``.
 
 Floats need the shortest digits that read back to the same double (Python's choice among them:
 the nearest). Done exactly in float64 arithmetic, for values from 1e-6 to 1e16 (every
 simulated time, token count, FLOP and byte count we write); ``repr`` does the rest:
 - a decimal ``m x 10^-k`` reads back to ``a`` iff it lies within half a binary ulp of ``a``;
-  such an interval holds at most one decimal of 15 significant digits (their spacing is over 40
-  ulps). ``m = rint(a x 10^k)`` finds it (the product's rounding error, under 0.07 units, is far
+  such an interval holds at most one decimal of 15 significant digits (their spacing is at least
+  4.5 ulps). ``m = rint(a x 10^k)`` finds it (the product's rounding error, under 0.07 units, is far
   below the 0.12 units a candidate may lie from ``a x 10^k`` and still read back) and ``m / 10^k
   == a`` checks it exactly (``m`` and ``10^k`` are exact doubles and IEEE division rounds
   correctly: Clinger's fast path). With fewer digits reading back, the 15-digit one is that
@@ -35,7 +36,8 @@ _P10_INT = 10 ** np.arange(19, dtype=np.int64)
 _SPLIT = 134217729.0  # 2^27 + 1: Veltkamp's splitter for float64
 _LO_E, _HI_E = -6, 15  # decimal exponents done here: 10^k stays an exact double for every k used
 # characters in memory order, read as uint32 words: four ASCII digits ("0042" for 42); the
-# masks keeping a word's first b characters (the others become NUL); single characters
+# masks keeping a word's first b characters (the others become NUL); single characters placed
+# in a word
 _DIGITS4 = np.frombuffer(b"".join(b"%04d" % i for i in range(10000)), dtype=np.uint32)
 _KEEP_FIRST = np.frombuffer(b"".join(b"\xff" * b + b"\0" * (4 - b) for b in range(5)), dtype=np.uint32)
 _MINUS = np.frombuffer(b"-\0\0\0", dtype=np.uint32)[0]

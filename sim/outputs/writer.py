@@ -3,14 +3,14 @@
 
 CSV is written a block of rows at a time (``CHUNK_ROWS``) and a column at a time within it: each
 column becomes a matrix of characters at once (``numfmt``), the block's matrices are laid side
-by side with the commas and newlines, and the NUL padding is dropped; no Python code runs per
+by side between the commas and newlines, and the NUL padding is dropped; no Python code runs per
 cell. The text is what ``csv.writer`` (``lineterminator="\\n"``) writes for ``repr`` of each
 float (NaN: an empty cell) and ``str`` of each integer and string, byte for byte, except that a
 string holding a carriage return is quoted too (csv.writer leaves it bare, and its reader then
 splits the row). Memory beyond the columns: one block's text.
 
-Parquet (``pip install pyarrow``) holds the same columns, typed, one row group per block; NaN
-times are nulls.
+Parquet (``pip install pyarrow``) holds the same columns, typed, in row groups of ``ROW_GROUP``
+rows; NaN times are nulls.
 """
 
 from __future__ import annotations
@@ -97,22 +97,19 @@ def write_csv(path: Path, columns: dict, chunk_rows: int = CHUNK_ROWS) -> None:
         for lo in range(0, n, chunk_rows):
             hi = min(lo + chunk_rows, n)
             pieces = [_cells(c, lo, hi, lut) for c, lut in zip(cols, luts)]
-            # one row of the block: each column's pieces, then its separator; every row starts
-            # as that pattern (separators in place), then the pieces are copied in
-            pattern, at = [], 0
-            for col in pieces:
-                at += sum(p.shape[1] for p in col)
-                pattern += [0] * (at - len(pattern)) + [ord(",")]
-                at += 1
+            # a row of the block: each column's pieces, then its separator. Every row starts as
+            # the separators alone (one broadcast copy), then the pieces are copied in
+            seps = np.cumsum([sum(p.shape[1] for p in col) + 1 for col in pieces]) - 1
+            pattern = np.zeros(seps[-1] + 1, dtype=np.uint8)
+            pattern[seps] = ord(",")
             pattern[-1] = ord("\n")
             block = np.empty((hi - lo, len(pattern)), dtype=np.uint8)
-            block[:] = np.array(pattern, dtype=np.uint8)
-            at = 0
-            for col in pieces:
+            block[:] = pattern
+            for col, end in zip(pieces, seps):
+                at = end - sum(p.shape[1] for p in col)
                 for p in col:
                     block[:, at:at + p.shape[1]] = p
                     at += p.shape[1]
-                at += 1
             del pieces
             fh.write(block[block != 0])  # NULs are padding: the cells' text remains
 
