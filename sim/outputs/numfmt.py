@@ -215,6 +215,9 @@ def float_parts(x: np.ndarray) -> list:
     x = np.ascontiguousarray(x, dtype=np.float64)
     if len(x) == 0:
         return [np.zeros((0, 1), dtype=np.uint8)]
+    nan = np.isnan(x)
+    if nan.all():  # (kv_transfer_s without a P/D split)
+        return [np.zeros((len(x), 0), dtype=np.uint8)]
     a = np.abs(x)
     if a.max() < 2.0 ** 53 and (x == np.rint(x)).all() and not np.signbit(x[x == 0]).any():
         # whole numbers (FLOP and byte counts): repr is the integer's text and ".0"
@@ -235,7 +238,6 @@ def float_parts(x: np.ndarray) -> list:
     zero = x == 0
     if zero.any():
         m17[zero], p[zero] = 0, 1
-    nan = np.isnan(x)
     by_repr = (~here & ~zero & ~nan) | (here & unsure)
     parts = _compose(np.signbit(x), m17, p, e, nan | by_repr)  # (those rows left empty)
     other = np.flatnonzero(by_repr)
