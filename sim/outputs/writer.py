@@ -132,21 +132,27 @@ def check_format(fmt: str, flag: str = "--format") -> None:
 
 
 def write_parquet(path: Path, columns: dict, chunk_rows: int = ROW_GROUP) -> None:
-    """The same columns as ``write_csv``, typed (NaN: null), one row group per ``chunk_rows`` rows."""
+    """The same columns as ``write_csv``, typed (NaN: null; text dictionary-encoded), one row
+    group per ``chunk_rows`` rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     cols = {k: (c if isinstance(c, Labels) or c.dtype != object else labels_of(c)) for k, c in columns.items()}
-    types = {k: pa.string() if isinstance(c, Labels) else pa.from_numpy_dtype(c.dtype) for k, c in cols.items()}
+    # text columns as Parquet dictionaries: each distinct string once, as Labels hold them
+    types = {k: pa.dictionary(pa.from_numpy_dtype(c.codes.dtype), pa.string()) if isinstance(c, Labels)
+             else pa.from_numpy_dtype(c.dtype) for k, c in cols.items()}
     schema = pa.schema(list(types.items()))
     n = len(next(iter(cols.values()))) if cols else 0
-    with pq.ParquetWriter(path, schema) as w:
+    # (Parquet would try a dictionary on every column: numbers almost never repeat, and trying
+    # took 3/4 of the time)
+    text = [k for k, c in cols.items() if isinstance(c, Labels)]
+    with pq.ParquetWriter(path, schema, use_dictionary=text) as w:
         for lo in range(0, max(n, 1), chunk_rows):
             hi = min(lo + chunk_rows, n)
             arrays = []
             for k, c in cols.items():
                 if isinstance(c, Labels):
-                    arrays.append(pa.array(c.labels, type=pa.string()).take(pa.array(c.codes[lo:hi])))
+                    arrays.append(pa.DictionaryArray.from_arrays(c.codes[lo:hi], pa.array(c.labels, pa.string())))
                 else:
                     arrays.append(pa.array(c[lo:hi], type=types[k], from_pandas=c.dtype.kind == "f"))
             w.write_table(pa.Table.from_arrays(arrays, schema=schema))
