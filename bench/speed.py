@@ -1,5 +1,8 @@
-"""Simulator speed (issue 8): simulated requests per wall-second, wall time, peak RSS and
-simulated steps per wall-second, each case in a fresh process.
+"""Simulator speed (issue 8): process wall time of ``servesim run`` through the CLI, writing the
+output files included, split into simulating and writing; peak RSS; simulated requests and steps
+per wall-second. Each case is a fresh ``servesim run`` process (``bench/timed_cli.py``: the
+console script's ``main`` with the write timed), on a scenario file in a temporary folder, the
+outputs written there and removed after.
 
 Workload: conversation-trace-shaped lengths, lognormal fitted to prompt mean 1,155 / p99 4,142
 and output mean 211 / p99 601 tokens (sigma solved from mean and p99 below), clipped to the
@@ -16,7 +19,14 @@ Capacity (for c, d, scale) is measured by a saturation probe, as in ``bench/engi
 requests offered far above what one replica serves; completed requests per second is the capacity.
 
 Run it on one core:  taskset -c 0 python bench/speed.py [--cases a,b,c,d,scale]
-                     [--engine fast|reference] [--write-readme] [--json bench/results.json]
+                     [--engine fast|reference] [--outputs NAME,...] [--format csv|parquet]
+                     [--write-readme] [--json bench/results.json]
+
+Figures per case: ``wall_s`` the whole process (interpreter start, imports, simulating, printing
+the summary, writing the files); ``simulate_s`` the summary's ``wall_time_s`` (``simulate()``:
+the run, its columns and the summary); ``write_s`` ``Results.write``; ``other_s`` the rest. Rows
+without ``simulate_s`` in results.json were measured before this, as ``simulate()`` alone in a
+child process (no CLI, no files written).
 """
 
 from __future__ import annotations
@@ -25,14 +35,17 @@ import argparse
 import copy
 import json
 import math
-import multiprocessing as mp
-import resource
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 Z99 = 2.3263478740408408  # standard normal 99th percentile
 
@@ -73,34 +86,36 @@ def scenario_dict(case: str, num_requests: int, rate_rps: float, engine: str) ->
     return d
 
 
-def _child(args, queue):
-    case, n, rate, engine = args
-    from servesim.inputs.scenario import scenario_from_dict
-    from servesim.simulation import simulate
-
-    sc = scenario_from_dict(scenario_dict(case, n, rate, engine))
-    t0 = time.perf_counter()
-    res = simulate(sc)
-    wall = time.perf_counter() - t0
-    steps = res.summary["phases"]["steps"]
-    queue.put({
-        "case": case, "requests": n, "rate_rps": rate, "engine": engine, "wall_s": wall,
-        "sim_requests_per_wall_s": n / wall, "steps": steps, "steps_per_wall_s": steps / wall,
-        "completed": res.summary["completed"], "rejected": res.summary["rejected"],
-        "busy_fraction": res.summary["utilization"]["busy_fraction"],
-        "mean_batch_size": res.summary["utilization"]["mean_batch_size"],
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    })
-
-
-def run_isolated(case, n, rate, engine):
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child, args=((case, n, rate, engine), q))
-    p.start()
-    out = q.get()
-    p.join()
-    return out
+def run_cli(case, n, rate, engine, outputs=None, fmt="csv", tmp_root=None) -> dict:
+    """One ``servesim run`` process on the case's scenario: its wall time, peak RSS (its own, from
+    wait4) and the split reported by ``timed_cli``."""
+    tmp = Path(tempfile.mkdtemp(prefix="servesim-bench-", dir=tmp_root))
+    try:
+        scenario = tmp / "scenario.yaml"
+        scenario.write_text(yaml.safe_dump(scenario_dict(case, n, rate, engine)))
+        cmd = [sys.executable, str(ROOT / "bench" / "timed_cli.py"), "run", str(scenario), "--out", str(tmp / "out"),
+               "--quiet", "--format", fmt] + (["--outputs", outputs] if outputs else [])
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        err = proc.stderr.read().decode()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise SystemExit(f"case {case}: servesim run exited {proc.returncode}:\n{err[-2000:]}")
+        seen = json.loads(err.strip().splitlines()[-1])
+        written = sum(f.stat().st_size for f in (tmp / "out").iterdir())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "case": case, "requests": n, "rate_rps": rate, "engine": engine, "outputs": outputs or "all", "format": fmt,
+        "wall_s": wall, "simulate_s": seen["simulate_s"], "write_s": seen["write_s"],
+        "other_s": wall - seen["simulate_s"] - seen["write_s"], "output_mib": written / 2**20,
+        "sim_requests_per_wall_s": n / wall, "steps": seen["steps"], "steps_per_wall_s": seen["steps"] / wall,
+        "completed": seen["completed"], "rejected": seen["rejected"], "busy_fraction": seen["busy_fraction"],
+        "mean_batch_size": seen["mean_batch_size"],
+        "peak_rss_mib": usage.ru_maxrss / 1024,  # (KiB on Linux)
+    }
 
 
 def capacity_rps(engine: str) -> float:
@@ -112,13 +127,15 @@ def capacity_rps(engine: str) -> float:
 
 
 def readme_table(results: dict) -> str:
-    rows = ["| case | requests | engine | wall (s) | sim req / wall s | sim steps / wall s | peak RSS (MiB) |",
-            "|---|---:|---|---:|---:|---:|---:|"]
+    rows = ["| case | requests | engine | wall (s) | simulate (s) | write (s) | sim req / wall s | sim steps / wall s "
+            "| peak RSS (MiB) |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    opt = lambda r, k: f"{r[k]:.1f}" if k in r else "-"  # noqa: E731 (older rows: simulate() alone)
     for key, r in results.items():
         if not isinstance(r, dict) or "wall_s" not in r:
             continue
-        rows.append(f"| {key} | {r['requests']:,} | {r['engine']} | {r['wall_s']:.1f} | "
-                    f"{r['sim_requests_per_wall_s']:,.0f} | {r['steps_per_wall_s']:,.0f} | {r['peak_rss_mib']:.0f} |")
+        rows.append(f"| {key} | {r['requests']:,} | {r['engine']} | {r['wall_s']:.1f} | {opt(r, 'simulate_s')} | "
+                    f"{opt(r, 'write_s')} | {r['sim_requests_per_wall_s']:,.0f} | {r['steps_per_wall_s']:,.0f} | "
+                    f"{r['peak_rss_mib']:.0f} |")
     return "\n".join(rows)
 
 
@@ -141,6 +158,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="a,b,c,d,scale")
     ap.add_argument("--engine", default="fast", choices=["fast", "reference"])
+    ap.add_argument("--outputs", help="servesim run --outputs (default: every file)")
+    ap.add_argument("--format", default="csv", choices=["csv", "parquet"], help="servesim run --format")
+    ap.add_argument("--tmp", help="folder for the scenario and outputs of each run (default: the system's)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results.json"), help="merge figures into this file")
     ap.add_argument("--write-readme", action="store_true", help="update the README performance table")
     args = ap.parse_args()
@@ -167,12 +187,16 @@ def main() -> None:
         else:
             raise SystemExit(f"unknown case {c!r}")
     for key, case, n, rate in plan:
-        r = run_isolated(case, n, rate, args.engine)
-        results[f"{key}_{args.engine}" if args.engine != "fast" else key] = r
-        print(f"({key}) {n:>9,} requests [{args.engine}]: wall {r['wall_s']:.2f} s, "
-              f"{r['sim_requests_per_wall_s']:,.0f} sim req/s, {r['steps_per_wall_s']:,.0f} steps/s, "
-              f"peak RSS {r['peak_rss_mib']:.0f} MiB, busy {r['busy_fraction'] * 100:.0f}%, "
-              f"mean batch {r['mean_batch_size']:.1f}", flush=True)
+        r = run_cli(case, n, rate, args.engine, args.outputs, args.format, args.tmp)
+        suffix = "".join(f"_{x}" for x in (args.engine if args.engine != "fast" else None,
+                                           args.format if args.format != "csv" else None,
+                                           args.outputs.replace(",", "+") if args.outputs else None) if x)
+        results[key + suffix] = r
+        print(f"({key}{suffix}) {n:>9,} requests [{args.engine}]: wall {r['wall_s']:.2f} s (simulate "
+              f"{r['simulate_s']:.2f} s, write {r['write_s']:.2f} s of {r['output_mib']:.0f} MiB, other "
+              f"{r['other_s']:.2f} s), {r['sim_requests_per_wall_s']:,.0f} sim req/s, "
+              f"{r['steps_per_wall_s']:,.0f} steps/s, peak RSS {r['peak_rss_mib']:.0f} MiB, busy "
+              f"{r['busy_fraction'] * 100:.0f}%, mean batch {r['mean_batch_size']:.1f}", flush=True)
         path.write_text(json.dumps(results, indent=2) + "\n")
     if args.write_readme:
         write_readme(results)

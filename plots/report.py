@@ -19,8 +19,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from servesim.errors import InputError  # noqa: E402
+from servesim.outputs.metrics import LATENCY_METRICS, parse_slo  # noqa: E402
+from servesim.outputs.rundir import RunData, read_json_dict, read_results, read_scenario  # noqa: E402
 from servesim.plots import figures as F  # noqa: E402
-from servesim.outputs.rundir import RunData, read_json_dict  # noqa: E402
 
 RATE_KEY = "workload.arrival.rate_rps"
 MAX_GROUPS_PER_PANEL = 4
@@ -67,12 +69,8 @@ def load_folder(path: Path) -> dict:
         return {"kind": "run", "rows": [], "groups": {}, "rate": False, "runs": {run.label: run}, "meta": {},
                 "rep_rate": None}
     if not (path / "results.csv").is_file():
-        from servesim.errors import InputError
-
         raise InputError(f"servesim report: {path} has neither summary.json (a run) nor results.csv "
                          "(a sweep, capacity or compare folder)")
-    from servesim.studies.sweep import read_results
-
     meta = read_json_dict(path / "sweep.json", "sweep.json") if (path / "sweep.json").is_file() else {}
     rows = read_results(path / "results.csv")
     cols = _value_columns(rows)
@@ -168,13 +166,13 @@ def _md_table(rows, cols) -> str:
     def cell(c, v):
         if v is None:
             return "-"
-        if c.endswith("_s") and c.split("_")[0] in ("ttft", "tpot", "tbt", "e2e", "queue") and isinstance(v, float):
+        if c.endswith("_s") and c.split("_")[0] in LATENCY_METRICS and isinstance(v, float):
             return f"{v * 1e3:.1f}"
         if isinstance(v, float):
             return f"{v:.3g}"
         return str(v).replace("|", "/")[:60]
 
-    head = [c[:-2] + " (ms)" if c.endswith("_s") and c.split("_")[0] in ("ttft", "tpot", "tbt", "e2e", "queue")
+    head = [c[:-2] + " (ms)" if c.endswith("_s") and c.split("_")[0] in LATENCY_METRICS
             else c for c in cols]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(cell(c, r.get(c)) for c in cols) + " |" for r in rows]
@@ -204,12 +202,8 @@ def build_report(path: str | Path) -> Path:
     colors = F.colors_for(labels)
     first = next(iter(runs.values()), None)
     slo = (first.scenario.get("slo") if first else None) or {}
-    if not slo and data["rows"]:
-        scen = path / data["rows"][0].get("dir", "") / "scenario.yaml" if data["rows"][0].get("dir") else None
-        if scen and scen.is_file():
-            import yaml
-
-            slo = yaml.safe_load(scen.read_text()).get("slo") or {}
+    if not slo and data["rows"] and data["rows"][0].get("dir"):
+        slo = read_scenario(path / data["rows"][0]["dir"]).get("slo") or {}
     ttft_slo, tpot_slo = slo.get("ttft_s"), slo.get("tpot_s")
     if data["kind"] == "capacity" and meta_slo(data["meta"]):
         lim = meta_slo(data["meta"])  # draw the limits the search used, not the scenario's slo
@@ -228,8 +222,6 @@ def build_report(path: str | Path) -> Path:
             cap = read_json_dict(path / "capacity.json", "capacity.json")
             lacks = [k for k in ("capacity_rps", "capacity_rps_per_gpu", "num_gpus", "slo") if k not in cap]
             if lacks:
-                from servesim.errors import InputError
-
                 raise InputError(f"{path / 'capacity.json'}: no {', '.join(lacks)}: not a file servesim wrote")
             keep = f", keeping up (>= {cap['keep_up']:g} left per arrival)" if cap.get("keep_up") else ""
             if cap["capacity_rps"] is None:  # the search ran out of probes without an answer
@@ -367,8 +359,6 @@ def build_report(path: str | Path) -> Path:
 
 
 def meta_slo(meta) -> dict:
-    from servesim.studies.capacity import parse_slo
-
     try:
         return parse_slo(meta.get("slo") or "")
     except Exception:  # noqa: BLE001 - an old or hand-edited sweep.json: fall back to the scenario's

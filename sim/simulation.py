@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import functools
-import json
-import math
 import time
 import dataclasses
 from dataclasses import dataclass
@@ -24,9 +21,12 @@ from servesim.plugins import resolve
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
-from servesim.outputs.recorder import (REQUEST_COLUMNS, STEP_COLUMNS, Recorder, WeightedSample, dist_stats, summarize,
-                         summarize_classes)
+from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
 from servesim.outputs.profile import profile_summary
+from servesim.outputs.recorder import Recorder
+from servesim.outputs.stats import WeightedSample, dist_stats
+from servesim.outputs.summary import summarize, summarize_classes
+from servesim.outputs.writer import OUTPUTS, Labels, write_run
 from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
@@ -164,33 +164,36 @@ class Results:
         """Every TBT gap (order unspecified); large runs: prefer ``tbt`` (values with counts)."""
         return self.tbt.expand()
 
-    def write(self, out_dir: str | Path) -> Path:
-        """Write summary.json, requests.csv, steps.csv and scenario.yaml (the output contract)."""
+    def write(self, out_dir: str | Path, outputs=OUTPUTS, fmt: str = "csv") -> Path:
+        """Write the output contract into ``out_dir``: of summary.json, requests.csv, steps.csv
+        and scenario.yaml, those named in ``outputs``; ``fmt="parquet"``: requests.parquet and
+        steps.parquet instead of the CSV files (needs pyarrow). Returns the folder."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
-        (out / "scenario.yaml").write_text(scenario_to_yaml(self.scenario))
-        _write_csv(out / "requests.csv", REQUEST_COLUMNS, [self.requests[c] for c in REQUEST_COLUMNS])
-        st = self.steps
-        bound = np.where(st["compute_bound"], "compute", "memory")
-        cols = [st[c] if c != "bound" else bound for c in STEP_COLUMNS]
-        _write_csv(out / "steps.csv", STEP_COLUMNS, cols)
+        bound = Labels(self.steps["compute_bound"].view(np.int8), ("memory", "compute"))
+        steps = {c: bound if c == "bound" else self.steps[c] for c in STEP_COLUMNS}
+        write_run(out, self.summary, {c: self.requests[c] for c in REQUEST_COLUMNS}, steps,
+                  scenario_to_yaml(self.scenario), outputs, fmt)
         return out
 
 
-def _fmt(v) -> str:
-    if isinstance(v, (float, np.floating)):
-        return "" if math.isnan(v) else repr(float(v))
-    return str(v)
+def _price_runs(replicas):
+    """``Recorder.step_columns``' ``price_runs``: each decode-only step of a run of them priced
+    by its replica's cost model (``CostModel.decode_rows``: element for element what
+    ``step_time`` gave the engine), the rows grouped by model."""
+    models: dict = {}  # id -> (index, cost model)
+    model_of = np.full(max((r.index for r in replicas), default=0) + 1, -1)
+    for r in replicas:
+        model_of[r.index] = models.setdefault(id(r.cost_model), (len(models), r.cost_model))[0]
 
+    def price(replica, seqs, ctx):
+        n = len(replica)
+        dur, flops, nbytes, comp = np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.int8)
+        for k, cm in models.values():
+            rows = slice(None) if len(models) == 1 else np.flatnonzero(model_of[replica] == k)
+            dur[rows], flops[rows], nbytes[rows], comp[rows] = cm.decode_rows(seqs[rows], ctx[rows])
+        return dur, flops, nbytes, comp
 
-def _write_csv(path: Path, header, columns) -> None:
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(header)
-        lists = [c.tolist() for c in columns]
-        for row in zip(*lists):
-            w.writerow([_fmt(v) for v in row])
+    return price
 
 
 def _classes(scenario: Scenario, specs, req_cols: dict):
@@ -311,7 +314,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     req_cols = rec.request_columns()
     rec.release_request_rows()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
-    steps = rec.step_columns()
+    steps = rec.step_columns(price_runs=_price_runs(replicas))
     tbt = rec.tbt_sample()
     extra = {
         "kv_capacity": {p.name: {"replicas": p.replicas, "blocks_per_replica": p.capacity.num_blocks,

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from servesim.cli.main import main
-from servesim.outputs.recorder import REQUEST_COLUMNS, STEP_COLUMNS
+from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
 
 GOOD = textwrap.dedent("""\
     name: cli-test

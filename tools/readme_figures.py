@@ -24,11 +24,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from servesim.plots import figures as F  # noqa: E402
 from servesim.plots.report import build_report  # noqa: E402
-from servesim.outputs.rundir import RunData  # noqa: E402
+from servesim.outputs.rundir import RunData, read_results  # noqa: E402
 from servesim.studies.compare import policy_names  # noqa: E402
 from servesim.inputs.scenario import default_scenario_path, read_yaml  # noqa: E402
 from servesim.studies.points import make_points  # noqa: E402
-from servesim.studies.sweep import RESULTS, execute, read_results, write_meta  # noqa: E402
+from servesim.studies.sweep import RESULTS, execute, write_meta  # noqa: E402
 
 RATE = "workload.arrival.rate_rps"
 

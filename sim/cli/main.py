@@ -185,8 +185,11 @@ def _writable_file(path: str, flag: str) -> None:
 
 def cmd_run(args) -> int:
     from servesim.inputs.scenario import load_scenario
+    from servesim.outputs.writer import check_format, file_names, parse_outputs
     from servesim.simulation import simulate
 
+    outputs = parse_outputs(args.outputs)
+    check_format(args.format)
     scenario = load_scenario(args.scenario, args.set or [], args.seed)
     out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
     if args.trace_events:
@@ -198,11 +201,12 @@ def cmd_run(args) -> int:
     finally:
         close()
     try:
-        out = results.write(out_dir)
+        out = results.write(out_dir, outputs, args.format)
     except OSError as e:
         raise InputError(f"--out {args.out}: cannot write the results: {e.strerror or e}") from None
     print(format_summary(results.summary))
-    print(f"\nwrote {out}/summary.json, requests.csv, steps.csv, scenario.yaml")
+    files = file_names(outputs, args.format)
+    print(f"\nwrote {out}/{files[0]}" + "".join(f", {f}" for f in files[1:]))
     if args.trace_events:
         from servesim.outputs.trace_export import write_trace
 

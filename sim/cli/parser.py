@@ -38,6 +38,9 @@ def _run_and_validate(sub) -> None:
     r.add_argument("--out", default="out", help="output folder (default: ./out)")
     _overrides(r, "override a field, e.g. policy.max_num_seqs=64")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--outputs", metavar="NAME[,NAME]",
+                   help="which files to write: summary, requests, steps, scenario (default: all)")
+    r.add_argument("--format", default="csv", help="requests and steps as csv (default) or parquet (needs pyarrow)")
     r.add_argument("--trace-events", metavar="FILE",
                    help="also write a Chrome/Perfetto trace (JSON) of steps and requests")
     r.add_argument("--engine", choices=["fast", "reference"],

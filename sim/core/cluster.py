@@ -76,8 +76,6 @@ class Cluster:
             self.groups[pool.name] = groups
         self._fast = fast
         recorder.order_steps = fast
-        if fast:
-            recorder.decode_cost_models = {r.index: r.cost_model for r in self.replicas}
         self.entry = self.groups.get("prefill") or self.groups["colocated"]
         self.decode = self.pools.get("decode", [])
         self.route = make_router(sc.cluster.router, np.random.default_rng([seed, 2]))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.outputs.recorder import per_step
+from servesim.outputs.summary import per_step
 
 PHASES = ("prefill", "decode", "mixed")
 QUEUE_SHARE = 0.5  # rule 2

@@ -1,4 +1,7 @@
-"""A run's data for figures, from a ``Results`` in memory or a run folder on disk (no matplotlib).
+"""Reading what servesim wrote: a run folder (summary.json, requests and steps as CSV or Parquet,
+scenario.yaml, tbt_s.npy) and a study's results.csv; and ``RunData``, a run's data for figures,
+from a ``Results`` in memory or a run folder on disk (no matplotlib). Plots, studies and the CLI
+read through here; every damaged or foreign file is an ``InputError`` naming it.
 
 Derived series (all seconds of simulated time):
 - TTFT, TPOT, E2E, queue per completed request, and every TBT gap (``tbt_s.npy`` when the folder
@@ -26,10 +29,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-_INT_COLS = {"request_id", "prompt_tokens", "output_tokens", "replica", "preemptions", "num_seqs", "prefill_tokens",
-             "decode_tokens", "context_tokens", "kv_blocks_used", "decode_replica", "padding_tokens",
-             "prefix_hit_tokens"}
-_STR_COLS = {"status", "reason", "bound"}
+from servesim.errors import InputError
+from servesim.outputs import metrics
+from servesim.outputs.columns import INT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, STR_COLUMNS
 # top-level keys of every run's summary.json (what figures and report.md read)
 SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
                 "throughput_rps", "output_tokens_per_s", "ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s",
@@ -39,8 +41,6 @@ SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished
 def read_json_dict(path: Path, what: str) -> dict:
     """A JSON object servesim wrote (``what`` names it in errors); a clear input error if the file
     is unreadable, malformed or not an object."""
-    from servesim.errors import InputError
-
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -51,12 +51,11 @@ def read_json_dict(path: Path, what: str) -> dict:
 
 
 def read_columns(path: Path, required=()) -> dict:
-    """A CSV as column -> numpy array (ints, floats with NaN for empty cells, or strings); a clear
-    input error if it is missing, lacks a ``required`` column or has a malformed row."""
-    from servesim.errors import InputError
-
+    """A CSV as column -> numpy array (ints with -1 for empty cells, floats with NaN, or strings:
+    by ``columns``' kinds; other columns: floats, else strings); a clear input error if it is
+    missing, lacks a ``required`` column or has a malformed row."""
     try:
-        with open(path, newline="") as fh:
+        with open(path, newline="", encoding="utf-8") as fh:
             rows = list(csv.reader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise InputError(f"cannot read {path}: {e}") from None
@@ -72,9 +71,9 @@ def read_columns(path: Path, required=()) -> dict:
     cols = {}
     for i, name in enumerate(header):
         vals = [r[i] for r in body]
-        if name in _STR_COLS:
+        if name in STR_COLUMNS:
             cols[name] = np.array(vals, dtype=object)
-        elif name in _INT_COLS:
+        elif name in INT_COLUMNS:
             try:
                 cols[name] = np.array([int(v) if v else -1 for v in vals], dtype=np.int64)
             except ValueError:
@@ -87,6 +86,112 @@ def read_columns(path: Path, required=()) -> dict:
             except ValueError:
                 cols[name] = np.array(vals, dtype=object)
     return cols
+
+
+def read_parquet_columns(path: Path, required=()) -> dict:
+    """A Parquet table as ``read_columns`` gives a CSV (nulls: NaN, or -1 in integer columns)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError(f"{path}: reading Parquet needs pyarrow: pip install pyarrow") from None
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as e:  # (pyarrow's errors derive from these)
+        raise InputError(f"cannot read {path}: {e}") from None
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a file servesim wrote")
+    cols = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if name in INT_COLUMNS and col.null_count:
+            col = col.fill_null(-1)
+        cols[name] = col.to_numpy(zero_copy_only=False)
+        if name in STR_COLUMNS:
+            cols[name] = cols[name].astype(object)
+        elif name in INT_COLUMNS:
+            cols[name] = cols[name].astype(np.int64)  # as from a CSV (the file may hold int32)
+    return cols
+
+
+TABLES = {"requests": REQUEST_COLUMNS, "steps": STEP_COLUMNS}
+
+
+def read_table(run_dir: str | Path, name: str, required=None) -> dict:
+    """A run folder's ``requests`` or ``steps`` table, from ``<name>.csv`` or ``<name>.parquet``;
+    ``required``: the columns it must have (default: all of the table's)."""
+    p = Path(run_dir)
+    required = TABLES[name] if required is None else required
+    if not (p / f"{name}.csv").is_file() and (p / f"{name}.parquet").is_file():
+        return read_parquet_columns(p / f"{name}.parquet", required)
+    return read_columns(p / f"{name}.csv", required)
+
+
+def read_summary(run_dir: str | Path) -> dict:
+    """A run folder's summary.json, checked for the keys every summary has."""
+    p = Path(run_dir) / "summary.json"
+    summary = read_json_dict(p, "a run's summary.json")
+    lacks = [k for k in SUMMARY_KEYS if k not in summary]
+    if lacks:
+        raise InputError(f"{p}: no {', '.join(lacks)}: not a summary servesim wrote")
+    return summary
+
+
+def read_scenario(run_dir: str | Path) -> dict:
+    """A run folder's resolved scenario.yaml as plain data ({} when the folder has none)."""
+    p = Path(run_dir) / "scenario.yaml"
+    if not p.is_file():
+        return {}
+    try:
+        scenario = yaml.safe_load(p.read_text()) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"{p}: cannot read: {e}") from None
+    if not isinstance(scenario, dict):
+        raise InputError(f"{p}: must hold a mapping (the resolved scenario)")
+    return scenario
+
+
+def read_tbt(run_dir: str | Path) -> np.ndarray | None:
+    """Every TBT gap of the run (tbt_s.npy, which sweeps and comparisons keep), or None."""
+    p = Path(run_dir) / "tbt_s.npy"
+    if not p.is_file():
+        return None
+    try:
+        return np.load(p)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{p}: cannot read: {e}") from None
+
+
+def read_results(path: str | Path) -> list[dict]:
+    """A study's results.csv (sweep, compare, capacity) as row dicts, numbers parsed (empty cells
+    -> None); a clear input error if the file is unreadable or lacks the columns every
+    results.csv has."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            header = reader.fieldnames or []
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise InputError(f"cannot read {path}: {e}") from None
+    missing = [c for c in ("point", "status", "hash", "dir") if c not in header]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a results.csv servesim wrote")
+    out = []
+    for r in rows:
+        d = {}
+        for k, v in r.items():
+            if v == "":
+                d[k] = None
+                continue
+            try:
+                d[k] = int(v)
+            except ValueError:
+                try:
+                    d[k] = float(v)
+                except ValueError:
+                    d[k] = v
+        out.append(d)
+    return out
 
 
 @dataclass
@@ -109,59 +214,28 @@ class RunData:
 
     @classmethod
     def from_dir(cls, path: str | Path, label: str | None = None) -> "RunData":
-        from servesim.errors import InputError
-        from servesim.outputs.recorder import REQUEST_COLUMNS, STEP_COLUMNS
-
-        p = Path(path)
-        summary = read_json_dict(p / "summary.json", "a run's summary.json")
-        lacks = [k for k in SUMMARY_KEYS if k not in summary]
-        if lacks:
-            raise InputError(f"{p / 'summary.json'}: no {', '.join(lacks)}: not a summary servesim wrote")
-        scenario = {}
-        if (p / "scenario.yaml").is_file():
-            try:
-                scenario = yaml.safe_load((p / "scenario.yaml").read_text()) or {}
-            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-                raise InputError(f"{p / 'scenario.yaml'}: cannot read: {e}") from None
-            if not isinstance(scenario, dict):
-                raise InputError(f"{p / 'scenario.yaml'}: must hold a mapping (the resolved scenario)")
-        tbt = None
-        if (p / "tbt_s.npy").is_file():
-            try:
-                tbt = np.load(p / "tbt_s.npy")
-            except (OSError, ValueError) as e:
-                raise InputError(f"{p / 'tbt_s.npy'}: cannot read: {e}") from None
-        return cls(label or str(summary["scenario"]), scenario, summary,
-                   read_columns(p / "requests.csv", REQUEST_COLUMNS), read_columns(p / "steps.csv", STEP_COLUMNS), tbt)
+        summary = read_summary(path)
+        return cls(label or str(summary["scenario"]), read_scenario(path), summary, read_table(path, "requests"),
+                   read_table(path, "steps"), read_tbt(path))
 
     # ------------------------------------------------------------ per-request latencies
     @property
     def done(self) -> np.ndarray:
-        return self.requests["status"] == "completed"
+        return metrics.is_completed(self.requests)
 
     def latency(self, metric: str) -> np.ndarray:
         """Samples (seconds) of ttft | tpot | tbt | e2e | queue over completed requests (tbt: every gap)."""
-        r, d = self.requests, self.done
         if metric == "tbt":
             return self.tbt_s if self.tbt_s is not None else np.zeros(0)
-        if metric == "ttft":
-            return (r["first_token_s"] - r["arrival_s"])[d]
-        if metric == "e2e":
-            return (r["finish_s"] - r["arrival_s"])[d]
-        if metric == "queue":
-            return (r["scheduled_s"] - r["arrival_s"])[d]
-        if metric == "tpot":
-            m = d & (r["output_tokens"] > 1)
-            return (r["finish_s"][m] - r["first_token_s"][m]) / (r["output_tokens"][m] - 1)
-        raise ValueError(f"unknown metric {metric!r}")
+        return metrics.latency_samples(self.requests, metric)
 
     def ttft_breakdown(self) -> dict:
         """Mean seconds of queueing, prefill compute and KV transfer in TTFT (completed requests)."""
         r, d = self.requests, self.done
         if not d.any():
             return {"queueing": 0.0, "prefill": 0.0, "transfer": 0.0}
-        ttft = (r["first_token_s"] - r["arrival_s"])[d]
-        queue = (r["scheduled_s"] - r["arrival_s"])[d]
+        ttft = metrics.ttft_s(r)[d]
+        queue = metrics.queue_s(r)[d]
         transfer = np.nan_to_num(r["kv_transfer_s"][d].astype(float)) if "kv_transfer_s" in r else np.zeros(d.sum())
         return {"queueing": float(queue.mean()), "prefill": float((ttft - queue).mean()),
                 "transfer": float(transfer.mean())}

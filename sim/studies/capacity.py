@@ -32,12 +32,10 @@ reuses finished probes.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,61 +43,32 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
+from servesim.outputs import metrics
+from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
+from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, num_gpus
 from servesim.studies.sweep import RUNS, execute, write_meta, write_results
 
 RATE_KEY = "workload.arrival.rate_rps"
-METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")
-STATS = ("mean", "p50", "p90", "p95", "p99", "max")
-PER_REQUEST = ("ttft", "tpot", "e2e", "queue")
 MIN_KEEP_UP_REQUESTS = 20
 _BIG = 1e18  # stands in for "never": a request that did not complete
 
 
-def parse_slo(text: str) -> dict:
-    """``ttft_p99=0.5,tpot_p99=50ms`` -> {("ttft", "p99"): 0.5, ("tpot", "p99"): 0.05} (seconds)."""
-    if not text:
-        raise InputError("--slo: give at least one METRIC_STAT=SECONDS, e.g. ttft_p99=0.5,tpot_p99=0.05")
-    out = {}
-    for item in text.split(","):
-        item = item.strip()
-        m = re.fullmatch(r"([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*(ms|s)?", item)
-        if not m:
-            raise InputError(f"--slo {item!r}: expected METRIC_STAT=SECONDS (METRIC: {', '.join(METRICS)}; "
-                             f"STAT: {', '.join(STATS)}), e.g. ttft_p99=0.5 or tpot_p99=50ms")
-        metric, stat, value, unit = m.groups()
-        if metric not in METRICS:
-            raise InputError(f"--slo {item!r}: unknown metric {metric!r}; valid: {', '.join(METRICS)}")
-        if stat not in STATS:
-            raise InputError(f"--slo {item!r}: unknown statistic {stat!r}; valid: {', '.join(STATS)}")
-        try:
-            v = float(value) * (1e-3 if unit == "ms" else 1.0)
-        except ValueError:
-            raise InputError(f"--slo {item!r}: {value!r} is not a number") from None
-        if not v > 0:
-            raise InputError(f"--slo {item!r}: the limit must be > 0")
-        out[(metric, stat)] = v
-    return out
-
-
 def request_metrics(run_dir: Path) -> dict:
     """Per-request ttft, tpot, e2e, queue (seconds; non-completed = _BIG, tpot NaN for 1 token) and tbt."""
-    with open(run_dir / "requests.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    f = lambda k: np.array([float(r[k]) if r[k] != "" else math.nan for r in rows])  # noqa: E731
-    arr, sch, first, fin = f("arrival_s"), f("scheduled_s"), f("first_token_s"), f("finish_s")
-    out_tok = f("output_tokens")
-    done = np.array([r["status"] == "completed" for r in rows], dtype=bool)
+    req = read_table(run_dir, "requests", ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "output_tokens",
+                                           "status"))
+    done = metrics.is_completed(req)
     big = lambda x: np.where(done & ~np.isnan(x), x, _BIG)  # noqa: E731
-    tpot = np.full(len(rows), math.nan)
-    multi = out_tok > 1
-    tpot[multi] = np.where(done[multi], (fin[multi] - first[multi]) / np.maximum(out_tok[multi] - 1, 1), _BIG)
-    tbt_file = run_dir / "tbt_s.npy"
-    tbt = np.load(tbt_file) if tbt_file.is_file() else np.zeros(0)
-    rejected = np.array([r["status"] == "rejected" for r in rows], dtype=bool)
+    tpot = metrics.tpot_s(req)
+    tpot[(req["output_tokens"] > 1) & ~done] = _BIG  # a multi-token request that did not complete: late
+    tbt = read_tbt(run_dir)
+    arr, fin = req["arrival_s"], req["finish_s"]
+    rejected = req["status"] == "rejected"
     leave = np.where(done & ~np.isnan(fin), fin, np.where(rejected, arr, math.inf))
-    return {"ttft": big(first - arr), "tpot": tpot, "e2e": big(fin - arr), "queue": big(sch - arr), "tbt": tbt,
+    return {"ttft": big(metrics.ttft_s(req)), "tpot": tpot, "e2e": big(metrics.e2e_s(req)),
+            "queue": big(metrics.queue_s(req)), "tbt": tbt if tbt is not None else np.zeros(0),
             "done": done, "arrival": arr, "leave": leave}
 
 

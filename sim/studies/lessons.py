@@ -28,6 +28,7 @@ from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import read_yaml, scenario_from_dict
 from servesim.inputs.specs import get_gpu, get_model
+from servesim.outputs import metrics
 
 LLAMA3_8B = "meta-llama/Meta-Llama-3-8B"
 MISTRAL_7B = "mistralai/Mistral-7B-v0.1"
@@ -206,7 +207,7 @@ def lesson_ttft_prompt(quick: bool, seed: int | None = None) -> Lesson:
     specs = RequestSpecs(np.arange(n) * 100.0, np.array(prompts, np.int64), np.full(n, 2, np.int64))
     res = run(sc, specs)
     r = res.requests
-    ttft = (r["first_token_s"] - r["arrival_s"]).tolist()
+    ttft = metrics.ttft_s(r).tolist()
     cm = cost_model(LLAMA32_1B, "h100-sxm")
     att = []
     for p in prompts:
@@ -248,7 +249,7 @@ def lesson_tpot(quick: bool, seed: int | None = None) -> Lesson:
     sc = lesson_scenario(seed, "ttft-prompt", {"model": MISTRAL_7B, "policy.max_num_batched_tokens": 32768})
     res = run(sc, RequestSpecs(np.zeros(b_sim), np.full(b_sim, c_sim, np.int64), np.full(b_sim, 65, np.int64)))
     r = res.requests
-    tpot_sim = float(np.mean((r["finish_s"] - r["first_token_s"]) / 64))
+    tpot_sim = float(np.mean(metrics.tpot_s(r)))  # (every request: 65 output tokens)
     holds = mono_c and mono_b
     rows = [(b, *[_fmt(t, "ms") for t in row]) for b, row in zip(batches, grid)]
     return Lesson(
@@ -520,14 +521,14 @@ def lesson_kv_capacity(quick: bool, seed: int | None = None) -> Lesson:
 def lesson_streaming(quick: bool, seed: int | None = None) -> Lesson:
     res = run(lesson_scenario(seed, "streaming", scale=QUICK if quick else 1.0))
     r = res.requests
-    done = r["status"] == "completed"
-    ttft = (r["first_token_s"] - r["arrival_s"])[done]
-    e2e = (r["finish_s"] - r["arrival_s"])[done]
+    done = metrics.is_completed(r)
+    ttft = metrics.latency_samples(r, "ttft")
+    e2e = metrics.latency_samples(r, "e2e")
     out = r["output_tokens"][done]
-    tpot = (r["finish_s"] - r["first_token_s"])[done][out > 1] / (out[out > 1] - 1)
+    tpot = metrics.latency_samples(r, "tpot")
     # the streamed gaps: every TBT sample of the run; per token, their mean must be the tokens-weighted TPOT
     tbt = res.tbt_s
-    tpot_w = float(((r["finish_s"] - r["first_token_s"])[done]).sum() / (out - 1).sum())
+    tpot_w = float(metrics.decode_s(r)[done].sum() / (out - 1).sum())
     p50s, p50n = float(np.median(ttft)), float(np.median(e2e))
     holds = p50s <= 0.2 * p50n and abs(float(tbt.mean()) / tpot_w - 1) <= 0.01
     tpot_p50 = _fmt(float(np.median(tpot)), "ms")

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 
 from servesim.errors import InputError
 from servesim.inputs.overrides import apply_overrides, parse_value, with_values
+from servesim.outputs.metrics import LATENCY_METRICS
+from servesim.outputs.stats import DIST_STATS
 
 # the latency distributions and statistics a point's row flattens (results.csv columns)
-DISTS = ("ttft", "tpot", "tbt", "e2e", "queue")
-STATS = ("mean", "p50", "p90", "p99", "max")
+DISTS = LATENCY_METRICS
+STATS = DIST_STATS
 
 
 @dataclass

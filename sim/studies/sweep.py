@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servesim.errors import InputError
+from servesim.outputs.rundir import read_results, read_summary
 from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
 from servesim.studies.points import DISTS as _DISTS
 from servesim.studies.points import STATS as _STATS
@@ -44,7 +45,7 @@ def finished_row(out_dir: Path, data: dict) -> dict | None:
     f = out_dir / "summary.json"
     if not f.is_file():
         return None
-    row = flatten_summary(json.loads(f.read_text()))
+    row = flatten_summary(read_summary(out_dir))
     row["num_gpus"] = num_gpus(data)
     return {"status": "ok", "error": "", **row}
 
@@ -141,37 +142,6 @@ def write_results(out_dir: Path, points: list[Point]) -> Path:
                         row.get("error", ""), *(_cell(row.get(c)) for c in METRIC_COLUMNS), p.hash, d])
     os.replace(tmp, path)
     return path
-
-
-def read_results(path: str | Path) -> list[dict]:
-    """results.csv rows as dicts, numbers parsed (empty cells -> None); a clear input error if the
-    file is unreadable or lacks the columns every results.csv has."""
-    try:
-        with open(path, newline="") as fh:
-            reader = csv.DictReader(fh)
-            rows = list(reader)
-            header = reader.fieldnames or []
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise InputError(f"cannot read {path}: {e}") from None
-    missing = [c for c in ("point", "status", "hash", "dir") if c not in header]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a results.csv servesim wrote")
-    out = []
-    for r in rows:
-        d = {}
-        for k, v in r.items():
-            if v == "":
-                d[k] = None
-                continue
-            try:
-                d[k] = int(v)
-            except ValueError:
-                try:
-                    d[k] = float(v)
-                except ValueError:
-                    d[k] = v
-        out.append(d)
-    return out
 
 
 def write_meta(out_dir: Path, meta: dict) -> None:

@@ -1,0 +1,107 @@
+"""Each per-request latency metric, defined once, from the request columns (``requests.csv``'s,
+or ``Results.requests``), and the names of metrics and statistics the commands accept.
+
+Definitions (also in the README, "Metric definitions"), per request, in seconds:
+- TTFT = first_token_s - arrival_s: the first token exists at the end of the step that
+  finishes the prompt;
+- TPOT = (finish_s - first_token_s) / (output_tokens - 1), for completed requests with more
+  than one output token (NaN otherwise: a single token has no time per output token);
+- E2E = finish_s - arrival_s; queue = scheduled_s - arrival_s (the start of the first step that
+  scheduled it).
+A time that never happened is NaN, and so is a metric made from it. TBT (every gap between
+consecutive tokens) is recorded per step, not per request: ``Results.tbt``.
+
+Distributions are over completed requests (``latency_samples``); SLO attainment counts every
+arrived request, those not completed as misses (``slo_met``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from servesim.errors import InputError
+from servesim.outputs.stats import DIST_STATS
+
+LATENCY_METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")  # summary.json: <metric>_s
+PER_REQUEST = ("ttft", "tpot", "e2e", "queue")  # one value per request (TBT: per token gap)
+SLO_STATS = ("mean", "p50", "p90", "p95", "p99", "max")  # what ``servesim capacity --slo`` may limit
+assert set(DIST_STATS) <= set(SLO_STATS)
+
+
+def is_completed(req: dict) -> np.ndarray:
+    return req["status"] == "completed"
+
+
+def ttft_s(req: dict) -> np.ndarray:
+    return req["first_token_s"] - req["arrival_s"]
+
+
+def e2e_s(req: dict) -> np.ndarray:
+    return req["finish_s"] - req["arrival_s"]
+
+
+def queue_s(req: dict) -> np.ndarray:
+    return req["scheduled_s"] - req["arrival_s"]
+
+
+def decode_s(req: dict) -> np.ndarray:
+    """From the first token to the last: the time its output_tokens - 1 later tokens took."""
+    return req["finish_s"] - req["first_token_s"]
+
+
+def multi_token(req: dict) -> np.ndarray:
+    """Completed with more than one output token: the requests that have a TPOT."""
+    return is_completed(req) & (req["output_tokens"] > 1)
+
+
+def tpot_s(req: dict) -> np.ndarray:
+    out = req["output_tokens"]
+    multi = multi_token(req)
+    tpot = np.full(len(out), np.nan)
+    tpot[multi] = (req["finish_s"][multi] - req["first_token_s"][multi]) / (out[multi] - 1)
+    return tpot
+
+
+PER_REQUEST_METRIC = {"ttft": ttft_s, "tpot": tpot_s, "e2e": e2e_s, "queue": queue_s}
+
+
+def latency_samples(req: dict, metric: str) -> np.ndarray:
+    """The values of ttft | tpot | e2e | queue over completed requests (tpot: those that have one)."""
+    if metric not in PER_REQUEST_METRIC:
+        raise ValueError(f"unknown per-request metric {metric!r}; valid: {', '.join(PER_REQUEST)}")
+    sel = multi_token(req) if metric == "tpot" else is_completed(req)
+    return PER_REQUEST_METRIC[metric](req)[sel]
+
+
+def slo_met(ttft: np.ndarray, tpot: np.ndarray, ttft_limit, tpot_limit) -> np.ndarray:
+    """Per request: TTFT and TPOT within their limits (NaN TPOT, a single-token output, meets any)."""
+    with np.errstate(invalid="ignore"):
+        return (ttft <= ttft_limit) & ~(tpot > tpot_limit)
+
+
+def parse_slo(text: str) -> dict:
+    """``ttft_p99=0.5,tpot_p99=50ms`` -> {("ttft", "p99"): 0.5, ("tpot", "p99"): 0.05} (seconds)."""
+    if not text:
+        raise InputError("--slo: give at least one METRIC_STAT=SECONDS, e.g. ttft_p99=0.5,tpot_p99=0.05")
+    out = {}
+    for item in text.split(","):
+        item = item.strip()
+        m = re.fullmatch(r"([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*(ms|s)?", item)
+        if not m:
+            raise InputError(f"--slo {item!r}: expected METRIC_STAT=SECONDS (METRIC: {', '.join(LATENCY_METRICS)}; "
+                             f"STAT: {', '.join(SLO_STATS)}), e.g. ttft_p99=0.5 or tpot_p99=50ms")
+        metric, stat, value, unit = m.groups()
+        if metric not in LATENCY_METRICS:
+            raise InputError(f"--slo {item!r}: unknown metric {metric!r}; valid: {', '.join(LATENCY_METRICS)}")
+        if stat not in SLO_STATS:
+            raise InputError(f"--slo {item!r}: unknown statistic {stat!r}; valid: {', '.join(SLO_STATS)}")
+        try:
+            v = float(value) * (1e-3 if unit == "ms" else 1.0)
+        except ValueError:
+            raise InputError(f"--slo {item!r}: {value!r} is not a number") from None
+        if not v > 0:
+            raise InputError(f"--slo {item!r}: the limit must be > 0")
+        out[(metric, stat)] = v
+    return out

@@ -1,0 +1,91 @@
+"""Distributions of a sample: ``dist_stats`` ({mean, p50, p90, p99, max}, linear-interpolated
+percentiles, numpy's default) of an array, or of a ``WeightedSample``: values with integer
+counts (the TBT gaps of a run: one value per step shared by every sequence in it), exact
+without expanding it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+DIST_STATS = ("mean", "p50", "p90", "p99", "max")  # the keys of ``dist_stats``
+
+
+def _kth_smallest(v: np.ndarray, c: np.ndarray):
+    """``kth(k)``: the k-th smallest (from 0) of the sample where ``v[i]`` appears ``c[i]`` times,
+    without sorting it all: the values are bucketed by the leading bits of an order-preserving
+    integer image of their floats, the bucket holding rank k found from the buckets' running
+    counts, and only that bucket sorted."""
+    bits = np.ascontiguousarray(v, dtype=np.float64).view(np.int64)
+    key = np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)  # ordered as the floats
+    lo, hi = int(key.min()), int(key.max())
+    shift = max(0, (hi - lo).bit_length() - 20)  # at most ~1M buckets
+    bucket = (key >> shift) - (lo >> shift)
+    del key, bits
+    cum = np.cumsum(np.bincount(bucket, weights=c, minlength=int(bucket.max()) + 1))  # exact: integers
+    cache: dict = {}
+
+    def kth(k: int) -> float:
+        j = int(np.searchsorted(cum, k, side="right"))
+        if j not in cache:
+            sel = bucket == j
+            vv, cc = v[sel], c[sel]
+            o = np.argsort(vv)
+            cache[j] = (vv[o], np.cumsum(cc[o]), int(cum[j - 1]) if j else 0)
+        vv, cs, base = cache[j]
+        return vv[int(np.searchsorted(cs, k - base, side="right"))]
+
+    return kth
+
+
+class WeightedSample:
+    """A sample stored as distinct-ish ``values`` with integer ``counts`` (None: each once): the
+    sample is ``np.repeat(values, counts)``, without building it. ``percentile`` is exactly
+    ``np.percentile``'s default (linear) method on that sample."""
+
+    __slots__ = ("values", "counts")
+
+    def __init__(self, values: np.ndarray, counts: np.ndarray | None):
+        self.values = np.asarray(values, dtype=float)
+        self.counts = None if counts is None else np.asarray(counts, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.values) if self.counts is None else int(self.counts.sum())
+
+    def expand(self) -> np.ndarray:
+        return self.values if self.counts is None else np.repeat(self.values, self.counts)
+
+    def stats(self) -> dict:
+        if self.counts is None:
+            return dist_stats(self.values)
+        keep = ~np.isnan(self.values) & (self.counts > 0)
+        v, c = (self.values, self.counts) if keep.all() else (self.values[keep], self.counts[keep])
+        del keep
+        if len(v) == 0:
+            return dict.fromkeys(DIST_STATS)
+        n = int(c.sum())
+        kth = _kth_smallest(v, c)
+        out = []
+        for q in (0.5, 0.9, 0.99):
+            # numpy's linear method: virtual index (n - 1) q, lerp between its neighbours
+            h = (n - 1) * q
+            lo = int(np.floor(h))
+            g = h - lo
+            a = kth(lo)
+            b = kth(min(lo + 1, n - 1))
+            d = b - a
+            out.append(float(b - d * (1 - g)) if g >= 0.5 else float(a + d * g))
+        mean = float(np.dot(v, c.astype(float)) / n)
+        return {"mean": mean, "p50": out[0], "p90": out[1], "p99": out[2], "max": float(v.max())}
+
+
+def dist_stats(x) -> dict:
+    """{mean, p50, p90, p99, max} of a sample (linear-interpolated percentiles); nulls if empty.
+    ``x``: an array, or a ``WeightedSample``."""
+    if isinstance(x, WeightedSample):
+        return x.stats()
+    x = np.asarray(x, dtype=float)
+    x = x[~np.isnan(x)]
+    if len(x) == 0:
+        return dict.fromkeys(DIST_STATS)
+    p50, p90, p99 = np.percentile(x, [50, 90, 99])
+    return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(x.max())}

@@ -1,0 +1,195 @@
+"""Writing a run folder: ``summary.json``, ``requests`` and ``steps`` as CSV or Parquet, and
+``scenario.yaml`` (see the README, "Output files").
+
+CSV is written a block of rows at a time (``CHUNK_ROWS``) and a column at a time within it: each
+column becomes a matrix of characters at once (``numfmt``), the block's matrices are laid side
+by side between the commas and newlines, and the NUL padding is dropped; no Python code runs per
+cell. The text is what ``csv.writer`` (``lineterminator="\\n"``) writes for ``repr`` of each
+float (NaN: an empty cell) and ``str`` of each integer and string, byte for byte, except that a
+string holding a carriage return is quoted too (csv.writer leaves it bare, and its reader then
+splits the row). Memory beyond the columns: one block's text.
+
+Parquet (``pip install pyarrow``) holds the same columns, typed, in row groups of ``ROW_GROUP``
+rows; NaN times are nulls.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from servesim.errors import InputError, did_you_mean
+from servesim.outputs.numfmt import float_parts, int_cells
+
+OUTPUTS = ("summary", "requests", "steps", "scenario")  # what a run folder can hold
+FORMATS = ("csv", "parquet")
+CHUNK_ROWS = 1 << 16  # rows per CSV block: ~10 MB of text at a time
+ROW_GROUP = 1 << 18  # rows per Parquet row group (readers like them large; ~25 MB of columns)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """A text column stored as small integer ``codes`` into ``labels`` (e.g. a step's bound)."""
+
+    codes: np.ndarray
+    labels: tuple
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
+def labels_of(col) -> Labels:
+    """A text column (object array of str) as ``Labels``: each distinct value once."""
+    if isinstance(col, Labels):
+        return col
+    values = col.tolist()
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+    return Labels(codes, tuple(index))
+
+
+def csv_text(value) -> str:
+    """One CSV cell: quoted when it holds a comma, a quote or a line break (quotes doubled)."""
+    s = "" if value is None else str(value)
+    if any(c in s for c in ',"\r\n'):
+        s = '"' + s.replace('"', '""') + '"'
+    return s
+
+
+def _text_matrix(texts) -> np.ndarray:
+    """(len(texts), width) uint8: each string's UTF-8 bytes, NUL-padded."""
+    encoded = [t.encode() for t in texts]
+    width = max(1, max(map(len, encoded), default=1))
+    return np.array(encoded, dtype=f"S{width}").view(np.uint8).reshape(len(encoded), width)
+
+
+def _cells(col, lo: int, hi: int, lut) -> list:
+    """Rows lo .. hi - 1 of a column as text: (rows, k) uint8 pieces to lay side by side."""
+    if isinstance(col, Labels):
+        table, lengths = lut
+        codes = col.codes[lo:hi]
+        width = int(lengths[codes].max()) if hi > lo else 1
+        return [table[codes, :width]]
+    part = col[lo:hi]
+    if part.dtype.kind == "f":
+        return float_parts(part)
+    if part.dtype.kind in "iub":
+        return [int_cells(part.astype(np.int64))]
+    raise TypeError(f"cannot write a column of dtype {part.dtype}")
+
+
+def write_csv(path: Path, columns: dict, chunk_rows: int = CHUNK_ROWS) -> None:
+    """``columns``: name -> numpy array (float, int) or ``Labels`` / object array of str, all of
+    one length, written in the given order with a header row."""
+    names = list(columns)
+    cols = [labels_of(c) if isinstance(c, Labels) or c.dtype == object else c for c in columns.values()]
+    luts = [None] * len(cols)
+    for i, c in enumerate(cols):
+        if isinstance(c, Labels):
+            table = _text_matrix([csv_text(v) for v in c.labels])
+            luts[i] = (table, (table != 0).sum(axis=1))
+    n = len(cols[0]) if cols else 0
+    with open(path, "wb") as fh:
+        fh.write((",".join(csv_text(x) for x in names) + "\n").encode())
+        for lo in range(0, n, chunk_rows):
+            hi = min(lo + chunk_rows, n)
+            pieces = [_cells(c, lo, hi, lut) for c, lut in zip(cols, luts)]
+            # a row of the block: each column's pieces, then its separator. Every row starts as
+            # the separators alone (one broadcast copy), then the pieces are copied in
+            seps = np.cumsum([sum(p.shape[1] for p in col) + 1 for col in pieces]) - 1
+            pattern = np.zeros(seps[-1] + 1, dtype=np.uint8)
+            pattern[seps] = ord(",")
+            pattern[-1] = ord("\n")
+            block = np.empty((hi - lo, len(pattern)), dtype=np.uint8)
+            block[:] = pattern
+            for col, end in zip(pieces, seps):
+                at = end - sum(p.shape[1] for p in col)
+                for p in col:
+                    block[:, at:at + p.shape[1]] = p
+                    at += p.shape[1]
+            del pieces
+            fh.write(block[block != 0])  # NULs are padding: the cells' text remains
+
+
+def parquet_available() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_format(fmt: str, flag: str = "--format") -> None:
+    """An input error unless ``fmt`` is a format this installation can write."""
+    if fmt not in FORMATS:
+        raise InputError(f"{flag} {fmt!r}: unknown format;{did_you_mean(fmt, FORMATS)}")
+    if fmt == "parquet" and not parquet_available():
+        raise InputError(f"{flag} parquet needs pyarrow: pip install pyarrow (or pip install 'servesim[parquet]')")
+
+
+def write_parquet(path: Path, columns: dict, chunk_rows: int = ROW_GROUP) -> None:
+    """The same columns as ``write_csv``, typed (NaN: null; text dictionary-encoded), one row
+    group per ``chunk_rows`` rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {k: (c if isinstance(c, Labels) or c.dtype != object else labels_of(c)) for k, c in columns.items()}
+    # text columns as Parquet dictionaries: each distinct string once, as Labels hold them
+    types = {k: pa.dictionary(pa.from_numpy_dtype(c.codes.dtype), pa.string()) if isinstance(c, Labels)
+             else pa.from_numpy_dtype(c.dtype) for k, c in cols.items()}
+    schema = pa.schema(list(types.items()))
+    n = len(next(iter(cols.values()))) if cols else 0
+    # (Parquet would try a dictionary on every column: numbers almost never repeat, and trying
+    # took 3/4 of the time)
+    text = [k for k, c in cols.items() if isinstance(c, Labels)]
+    with pq.ParquetWriter(path, schema, use_dictionary=text) as w:
+        for lo in range(0, max(n, 1), chunk_rows):
+            hi = min(lo + chunk_rows, n)
+            arrays = []
+            for k, c in cols.items():
+                if isinstance(c, Labels):
+                    arrays.append(pa.DictionaryArray.from_arrays(c.codes[lo:hi], pa.array(c.labels, pa.string())))
+                else:
+                    arrays.append(pa.array(c[lo:hi], type=types[k], from_pandas=c.dtype.kind == "f"))
+            w.write_table(pa.Table.from_arrays(arrays, schema=schema))
+
+
+def parse_outputs(text: str | None, flag: str = "--outputs") -> tuple:
+    """``summary,requests,...`` -> the names in ``OUTPUTS`` order (None: all of them)."""
+    if text is None:
+        return OUTPUTS
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise InputError(f"{flag}: give at least one of {', '.join(OUTPUTS)}")
+    for name in names:
+        if name not in OUTPUTS:
+            raise InputError(f"{flag} {name!r}: unknown output;{did_you_mean(name, OUTPUTS)}")
+    return tuple(o for o in OUTPUTS if o in names)
+
+
+def file_names(outputs=OUTPUTS, fmt: str = "csv") -> list:
+    """The files ``write_run`` writes for these outputs, in order."""
+    return [{"summary": "summary.json", "scenario": "scenario.yaml"}.get(o, f"{o}.{fmt}") for o in outputs]
+
+
+def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_yaml: str,
+              outputs=OUTPUTS, fmt: str = "csv") -> list:
+    """Write the named outputs into ``out`` (created); returns the paths written. ``requests`` /
+    ``steps``: column -> array in ``columns.REQUEST_COLUMNS`` / ``STEP_COLUMNS`` order."""
+    out.mkdir(parents=True, exist_ok=True)
+    table = write_parquet if fmt == "parquet" else write_csv
+    written = []
+    for name, file in zip(outputs, file_names(outputs, fmt)):
+        path = out / file
+        if name == "summary":
+            path.write_text(json.dumps(summary, indent=2) + "\n")
+        elif name == "scenario":
+            path.write_text(scenario_yaml)
+        else:
+            table(path, requests if name == "requests" else steps)
+        written.append(path)
+    return written

@@ -1,0 +1,146 @@
+"""The run-folder writer (CSV and Parquet) against the reader, csv.writer, and `servesim run
+--outputs / --format`."""
+
+import csv
+import io
+
+import numpy as np
+import pytest
+
+from servesim.cli.main import main
+from servesim.outputs import writer
+from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
+from servesim.outputs.rundir import RunData, read_columns, read_parquet_columns, read_table
+from servesim.outputs.writer import Labels, write_csv
+from servesim.simulation import simulate
+from tests.conftest import make_scenario
+
+REASONS = ["", "prompt + output (9000 tokens) exceed the KV cache, 512 blocks", 'the "watermark" keeps 1% free',
+           "two\nlines", "naïve, ünïcode", "a\rcarriage return", ",", '"', ""]
+
+
+def table(n: int, seed: int = 0) -> dict:
+    """Columns shaped like requests.csv: ids, times with NaN, small ints with -1, free-text reasons."""
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(0.1, n))
+    first = arrival + rng.random(n)
+    first[rng.random(n) < 0.2] = np.nan
+    return {"request_id": np.arange(n), "arrival_s": arrival, "first_token_s": first,
+            "prompt_tokens": rng.integers(1, 9000, n), "replica": rng.integers(-1, 4, n),
+            "status": np.array(["completed", "rejected", "unfinished"], dtype=object)[rng.integers(0, 3, n)],
+            "reason": np.array(REASONS, dtype=object)[rng.integers(0, len(REASONS), n)],
+            "flops": np.round(rng.random(n) * 1e13), "bytes": rng.random(n) * 1e9}
+
+
+def csv_writer_text(columns: dict) -> str:
+    """What the writer replaced wrote: csv.writer rows of repr(float) ("" for NaN) and str."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(list(columns))
+    for row in zip(*(c.tolist() for c in columns.values())):
+        w.writerow(["" if isinstance(v, float) and v != v else repr(v) if isinstance(v, float) else v for v in row])
+    return buf.getvalue()
+
+
+def test_csv_is_what_csv_writer_wrote(tmp_path):
+    cols = table(3000)
+    cols["reason"] = np.array([r.replace("\r", "") for r in cols["reason"]], dtype=object)  # see below
+    write_csv(tmp_path / "t.csv", cols, chunk_rows=1000)
+    assert (tmp_path / "t.csv").read_bytes() == csv_writer_text(cols).encode()
+
+
+def test_csv_reads_back_exactly(tmp_path):
+    """Every float equal (bit for bit: repr reads back), NaN an empty cell, free text quoted,
+    including a carriage return (which csv.writer left bare and its reader then split on)."""
+    cols = table(5000, seed=1)
+    write_csv(tmp_path / "t.csv", cols, chunk_rows=777)  # blocks end mid-table
+    back = read_columns(tmp_path / "t.csv")
+    assert list(back) == list(cols)
+    for k, v in cols.items():
+        if v.dtype.kind == "f":
+            assert np.array_equal(back[k], v, equal_nan=True), k
+            assert np.isnan(back[k]).sum() == np.isnan(v).sum()
+        else:
+            assert back[k].tolist() == v.tolist(), k
+    text = (tmp_path / "t.csv").read_bytes().decode()
+    assert ',,' in text  # NaN: empty cells
+    assert '"the ""watermark"" keeps 1% free"' in text and '"a\rcarriage return"' in text
+
+
+def test_labels_write_their_label(tmp_path):
+    write_csv(tmp_path / "t.csv", {"bound": Labels(np.array([1, 0, 1], np.int8), ("memory", "compute")),
+                                   "x": np.array([1.5, 2.0, np.nan])})
+    assert (tmp_path / "t.csv").read_text() == "bound,x\ncompute,1.5\nmemory,2.0\ncompute,\n"
+
+
+def test_a_run_folder_is_byte_identical_to_csv_writer(tmp_path):
+    res = simulate(make_scenario(**{"workload.num_requests": 300, "cluster.replicas": 2}))
+    res.write(tmp_path)
+    assert (tmp_path / "requests.csv").read_text() == csv_writer_text({c: res.requests[c] for c in REQUEST_COLUMNS})
+    steps = {c: res.steps[c] for c in STEP_COLUMNS if c != "bound"}
+    steps["bound"] = np.where(res.steps["compute_bound"], "compute", "memory").astype(object)
+    assert (tmp_path / "steps.csv").read_text() == csv_writer_text({c: steps[c] for c in STEP_COLUMNS})
+
+
+def test_outputs_subset_writes_only_those(tmp_path, capsys):
+    sc = tmp_path / "s.yaml"
+    import yaml
+
+    sc.write_text(yaml.safe_dump(make_scenario(**{"workload.num_requests": 20}).to_dict()))
+    out = tmp_path / "o"
+    assert main(["run", str(sc), "--out", str(out), "--quiet", "--outputs", "steps,summary"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["steps.csv", "summary.json"]
+    assert f"wrote {out}/summary.json, steps.csv" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--outputs", "sumary"], "--outputs 'sumary': unknown output; (did you mean 'summary'?) valid: requests, "
+                              "scenario, steps, summary"),
+    (["--outputs", ","], "--outputs: give at least one of summary, requests, steps, scenario"),
+    (["--format", "feather"], "--format 'feather': unknown format;"),
+])
+def test_bad_outputs_or_format_exit_2_before_running(tmp_path, capsys, argv, needle):
+    out = tmp_path / "o"
+    assert main(["run", "--out", str(out), "--quiet", *argv]) == 2
+    assert needle in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_parquet_without_pyarrow_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(writer, "parquet_available", lambda: False)
+    assert main(["run", "--out", str(tmp_path / "o"), "--quiet", "--format", "parquet"]) == 2
+    assert "pip install pyarrow" in capsys.readouterr().err
+
+
+def test_parquet_round_trip(tmp_path):
+    pytest.importorskip("pyarrow", reason="Parquet output needs pyarrow (pip install pyarrow)")
+    res = simulate(make_scenario(**{"workload.num_requests": 200, "policy.name": "pd_split",
+                                    "policy.prefill.replicas": 1, "policy.decode.replicas": 1}))
+    res.write(tmp_path / "pq", fmt="parquet")
+    res.write(tmp_path / "csv")
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == ["requests.parquet", "scenario.yaml", "steps.parquet",
+                                                                   "summary.json"]
+    for name in ("requests", "steps"):
+        pq_cols, csv_cols = read_table(tmp_path / "pq", name), read_table(tmp_path / "csv", name)
+        assert list(pq_cols) == list(csv_cols)
+        for k in pq_cols:
+            assert pq_cols[k].dtype == csv_cols[k].dtype, (name, k)
+            if pq_cols[k].dtype.kind == "f":
+                assert np.array_equal(pq_cols[k], csv_cols[k], equal_nan=True), (name, k)
+            else:
+                assert pq_cols[k].tolist() == csv_cols[k].tolist(), (name, k)
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "pq" / "requests.parquet").column("finish_s").null_count == \
+        int(np.isnan(res.requests["finish_s"]).sum())  # NaN times are nulls
+    run = RunData.from_dir(tmp_path / "pq")  # what servesim report reads
+    assert run.latency("ttft").tolist() == RunData.from_results(res).latency("ttft").tolist()
+
+
+def test_parquet_reader_names_a_damaged_file(tmp_path):
+    pytest.importorskip("pyarrow", reason="Parquet output needs pyarrow (pip install pyarrow)")
+    from servesim.errors import InputError
+
+    (tmp_path / "steps.parquet").write_bytes(b"not parquet")
+    with pytest.raises(InputError, match="steps.parquet"):
+        read_parquet_columns(tmp_path / "steps.parquet")
