@@ -118,7 +118,8 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     cap = size_kv(cm, mem.gpu_memory_utilization, mem.block_size, reserve, mem.num_gpu_blocks, draft_bytes, where)
     block_bytes = model.kv_bytes_per_token(kv_dtype) * mem.block_size  # whole replica (all ranks)
     host_blocks = int(mem.swap_space_gib * GIB * cm.num_gpus // block_bytes)
-    swap_bw = (mem.swap_bandwidth_gb_per_s * 1e9 if mem.swap_bandwidth_gb_per_s else gpu.pcie_bw_bytes_per_s) * cm.num_gpus
+    host_bw = mem.swap_bandwidth_gb_per_s * 1e9 if mem.swap_bandwidth_gb_per_s else gpu.pcie_bw_bytes_per_s
+    swap_bw = host_bw * cm.num_gpus
     return PoolSetup(name, 0, cm, cap, policy_name, max_num_seqs, max_num_batched_tokens, pol, spec,
                      (host_blocks, block_bytes, swap_bw), over_src)
 
@@ -137,7 +138,8 @@ def prepare(scenario: Scenario) -> Setup:
     for name in ("prefill", "decode"):
         p = getattr(pol, name)
         pool = _pool(scenario, name, model, p.gpu or hw.gpu, f"policy.{name}.gpu", p.tp or hw.tp, f"policy.{name}.tp",
-                     p.policy, p.max_num_seqs or pol.max_num_seqs, p.max_num_batched_tokens or pol.max_num_batched_tokens)
+                     p.policy, p.max_num_seqs or pol.max_num_seqs,
+                     p.max_num_batched_tokens or pol.max_num_batched_tokens)
         pools.append(dataclasses.replace(pool, replicas=p.replicas))
     pf, dc = pools
     # every GPU of the smaller side sends (or receives) its shard: min(TP) ranks on each of the PP stages
@@ -325,7 +327,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             "swap_in_bytes": rec.swap_in_bytes,
             "prefix_cache_hit_tokens": rec.prefix_hit_tokens,
             "prefix_cache_query_tokens": rec.prefix_query_tokens,
-            "prefix_cache_hit_rate": rec.prefix_hit_tokens / rec.prefix_query_tokens if rec.prefix_query_tokens else 0.0,
+            "prefix_cache_hit_rate": (rec.prefix_hit_tokens / rec.prefix_query_tokens
+                                      if rec.prefix_query_tokens else 0.0),
         },
         # whole-prompt admission: waits of the queue's head for room in the token budget next to
         # the running decodes (its prompt fits the budget alone); everything behind it waits too
@@ -362,7 +365,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
     summary = summarize(scenario, req_cols, steps, tbt, sim_time, cluster.infos, extra, limits)
     pools = setup.pools_by_name
-    summary["profile"] = profile_summary(summary, steps, cluster.infos, [pools[i.pool].cost_model for i in cluster.infos],
+    summary["profile"] = profile_summary(summary, steps, cluster.infos,
+                                         [pools[i.pool].cost_model for i in cluster.infos],
                                          pools.get("decode", setup.pools[0]).max_num_seqs)
     summary["wall_time_s"] = time.perf_counter() - wall0
     engine_stats = {}

@@ -118,7 +118,8 @@ def diagnose(summary: dict, profile: dict, max_num_seqs: int) -> dict:
         why = f"; KV cache full (max {kv_max * 100:.0f}%)" if kv_max >= KV_FULL else ""
         return {"bottleneck": "queueing",
                 "line": f"TTFT dominated by queueing: {queue / ttft * 100:.0f}% of TTFT waiting, busy "
-                        f"{u['busy_fraction'] * 100:.0f}% ({top} {profile[top]['share_of_busy'] * 100:.0f}% of busy){why}"}
+                        f"{u['busy_fraction'] * 100:.0f}% "
+                        f"({top} {profile[top]['share_of_busy'] * 100:.0f}% of busy){why}"}
     if profile["comm_share"] >= COMM_SHARE:
         return {"bottleneck": "communication",
                 "line": f"communication-bound: TP/PP communication {profile['comm_share'] * 100:.0f}% of busy time"}
@@ -161,8 +162,10 @@ def format_profile(s: dict) -> list:
         x = prof[name]
         if not x["steps"]:
             continue
-        lines.append(f"{'profile' if not lines else '':<14}{name:<8}{x['steps']:>7} steps ({x['share_of_steps'] * 100:.0f}%), "
-                     f"{x['busy_s']:.1f} s ({x['share_of_busy'] * 100:.0f}% of busy), batch {x['mean_batch_size']:.1f}, "
+        lines.append(f"{'profile' if not lines else '':<14}{name:<8}{x['steps']:>7} steps "
+                     f"({x['share_of_steps'] * 100:.0f}%), "
+                     f"{x['busy_s']:.1f} s ({x['share_of_busy'] * 100:.0f}% of busy), "
+                     f"batch {x['mean_batch_size']:.1f}, "
                      f"KV {x['kv_usage_mean'] * 100:.0f}%, comm {x['comm_s']:.2f} s, "
                      f"MFU {x['mfu'] * 100:.1f}%, MBU {x['mbu'] * 100:.1f}%")
     lines.append(f"diagnosis     {prof['diagnosis']['line']}")

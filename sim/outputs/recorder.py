@@ -93,7 +93,8 @@ class Recorder:
         ``step_columns`` (which works out the gaps of runs of decode steps): the buffers are
         handed over (or emptied), not copied twice."""
         if len(self.r_end):
-            raise RuntimeError("tbt_sample: call step_columns first (it works out the gaps of the runs of decode steps)")
+            raise RuntimeError("tbt_sample: call step_columns first "
+                               "(it works out the gaps of the runs of decode steps)")
         single = np.frombuffer(self.tbt) if len(self.tbt) else np.zeros(0)
         runs = self._run_tbt
         if not len(self.tbt_gap) and runs is None:
@@ -315,7 +316,8 @@ class Recorder:
         status = np.empty(n, dtype=object)
         reason = np.full(n, "", dtype=object)
         if rows is not None:
-            status[rows] = np.array(["completed", "rejected"], dtype=object)[np.frombuffer(ended["status"], dtype=np.int8)]
+            codes = np.frombuffer(ended["status"], dtype=np.int8)
+            status[rows] = np.array(["completed", "rejected"], dtype=object)[codes]
         for row, why in self._reasons.items():
             reason[row] = why
         for r in live:
