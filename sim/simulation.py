@@ -98,7 +98,8 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
         measured = load_measured(scenario.cost.profiles, model, tp, gpu, hw.dtype)
     step_s, per_seq_s, over_src = step_overheads(eff, tp, scenario.cost.step_overhead_s,
                                                  scenario.cost.per_seq_overhead_s)
-    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, step_s, per_seq_s, eff, measured)
+    allreduce = scenario.cost.allreduce or "custom"  # the vLLM-like engines' choice on NVLink
+    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, step_s, per_seq_s, eff, measured, allreduce)
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:
@@ -106,7 +107,7 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
         if pol.spec.draft != "ngram":
             dm = get_model(pol.spec.draft, "policy.spec.draft")
             # draft forwards run under CUDA graphs: a launch-sized overhead, not a scheduler step's
-            draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0, eff)
+            draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0, eff, allreduce=allreduce)
             draft_bytes = draft.weight_bytes
         spec = (pol.spec.num_speculative_tokens, pol.spec.acceptance_rate, draft)
     if mem.activation_reserve_gib is not None:
@@ -339,6 +340,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                               "overhead": {"step_s": p.cost_model.step_overhead_s,
                                            "per_seq_s": p.cost_model.per_seq_overhead_s,
                                            "source": p.overhead_source},
+                              "allreduce": p.cost_model.collectives(),
                               "measured_ops": (None if p.cost_model.measured is None else
                                                {"source": p.cost_model.measured.source, "tp": p.cost_model.measured.tp,
                                                 "ops": list(p.cost_model.measured.ops)})} for p in setup.pools}

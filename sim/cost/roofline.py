@@ -23,11 +23,11 @@ All FLOPs and bytes reported are totals over the replica's GPUs; times are wall-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from servesim.core.batch import Batch
-from servesim.cost.comm import allreduce_time_s, send_time_s
+from servesim.cost.comm import allgather_time_s, allreduce_time_s, send_time_s
 from servesim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, V0_PER_SEQ_OVERHEAD_S,
                                       V0_STEP_OVERHEAD_S, Efficiencies, GemmEfficiency, MemEfficiency)
 from servesim.cost.smoothmax import smooth_max
@@ -122,7 +122,11 @@ class CostModel:
     # measured per-kernel times of this model shape and TP (``sim/cost/measured.py``): when set,
     # the operators it covers take their time from it; FLOPs, bytes and bounds stay the model's
     measured: "MeasuredOps | None" = None
+    # TP all-reduce inside the NVLink domain: ``custom`` (the engine's one-/two-shot kernels below
+    # their size limit, as vLLM, SGLang and TensorRT-LLM run them) or ``nccl`` (NCCL alone)
+    allreduce: str = "custom"
     _c: tuple = field(init=False, repr=False, compare=False, default=())
+    _g: GemmEfficiency = field(init=False, repr=False, compare=False, default=None)
     _att: tuple = field(init=False, repr=False, compare=False, default=())
     _memo_T: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_S: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
@@ -141,6 +145,12 @@ class CostModel:
             2 * kvd * DTYPE_BYTES[self.kv_dtype], float(n_up), DTYPE_BYTES[self.dtype],
             DTYPE_BYTES[activation_dtype(self.dtype)],  # embedding and LM head weights: 16-bit
         ))
+        if self.allreduce not in ("custom", "nccl"):
+            raise ValueError(f"allreduce must be custom or nccl, got {self.allreduce!r}")
+        g = self.eff.gemm
+        if self.dtype == "fp8" and self.gpu.fp8_flops > 0:  # FP8 tensor cores: their own share of their peak
+            g = replace(g, compute=min(1.0, g.compute * self.eff.gemm_fp8.compute_scale))
+        object.__setattr__(self, "_g", g)
         e = self.eff.attention
         object.__setattr__(self, "_att", (4 * qd, qd, self._c[7], self.gpu.peak_flops * e.compute,
                                           self.gpu.mem_bw_bytes_per_s * e.memory, 1 * e.latency_s, m.num_layers))
@@ -206,8 +216,10 @@ class CostModel:
                 t = ms.time_s(name, x, t, lambda y: op(y)[0])
             return t, f, b, c, mm
 
+        g = self._g
+
         def gemm(K, N):
-            return lambda x: gemm_cost(x, K, N, w, peak, bw, e.gemm)
+            return lambda x: gemm_cost(x, K, N, w, peak, bw, g)
 
         def mem(per_tok_flops, per_tok_bytes, fixed_bytes, eff):
             def op(x):
@@ -231,12 +243,12 @@ class CostModel:
         yield "o_proj", t * L, f * L, b * L, c * L, mm * L
 
         if m.num_experts:
-            t, f, b, c, mm = gemm_cost(T, h, m.num_experts, w, peak, bw, e.gemm)
+            t, f, b, c, mm = gemm_cost(T, h, m.num_experts, w, peak, bw, g)
             yield "moe_router", t * L, f * L, b * L, c * L, mm * L
             hit = m.expected_experts_hit(T)
             Tk = T * m.experts_per_token
             Mx = Tk / hit if hit else 0.0
-            t, f, b, c, mm = gemm_cost(Mx, h, up_n, w, peak, bw, e.gemm)
+            t, f, b, c, mm = gemm_cost(Mx, h, up_n, w, peak, bw, g)
             k = hit * L
             yield "mlp_up", t * k, f * k, b * k, c * k, mm * k
             act_tok = Tk
@@ -249,7 +261,7 @@ class CostModel:
         yield "mlp_act", t * L, f * L, b * L, c * L, mm * L
 
         if m.num_experts:
-            t, f, b, c, mm = gemm_cost(Mx, down_k, h, w, peak, bw, e.gemm)
+            t, f, b, c, mm = gemm_cost(Mx, down_k, h, w, peak, bw, g)
             yield "mlp_down", t * k, f * k, b * k, c * k, mm * k
         else:
             t, f, b, c, mm = priced("mlp_down", gemm(down_k, h))
@@ -272,14 +284,38 @@ class CostModel:
 
     def _lm_head_row(self, S: int):
         """The LM head on the last token of each of ``S`` sampled sequences, fp32 logits written:
-        (time_s, flops, bytes, compute_s, memory_s)."""
+        (time_s, flops, bytes, compute_s, memory_s). With TP the head is split by vocabulary and
+        its time includes gathering the 16-bit logits of every rank (vLLM's logits gather)."""
         h, vocab, w16 = self._c[0], self._c[6], self._c[10]
         bw, e = self.gpu.mem_bw_bytes_per_s, self.eff
         t, f, b, c, mm = gemm_cost(S, h, vocab, w16, self.gpu.peak_flops, bw, e.gemm)  # kept 16-bit
         b += S * LOGIT_BYTES * vocab
         mm += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
         t += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
+        if self.tp > 1 and S:
+            link_bw, lat, ce, _ = self.tp_link()
+            t += allgather_time_s(ACT_BYTES * S * self.model.vocab_size, self.tp, link_bw, lat, ce)
         return t, f, b, c, mm
+
+    def tp_link(self):
+        """(bandwidth, per-step latency, NCCL efficiencies, custom all-reduce or None) of the TP
+        group's collectives: the peer link (NVLink) when the TP group fits in the GPU's NVLink
+        domain, else PCIe. The engine's custom all-reduce needs the NVLink domain and 2, 4, 6 or 8
+        GPUs (vLLM's ``custom_all_reduce`` conditions)."""
+        g, e = self.gpu, self.eff
+        if g.peer_link and self.tp <= g.nvlink_domain:
+            custom = e.allreduce_custom if self.allreduce == "custom" and self.tp in (2, 4, 6, 8) else None
+            return g.link_bw_bytes_per_s, g.link_latency_s, e.allreduce, custom
+        return g.pcie_bw_bytes_per_s, g.link_latency_s, e.allreduce_pcie, None
+
+    def collectives(self) -> str:
+        """How the TP group's all-reduces run, in words (for summaries): ``none`` without TP."""
+        if self.tp == 1:
+            return "none"
+        _, _, _, custom = self.tp_link()
+        if custom is not None:
+            return f"custom one-/two-shot up to {custom.max_bytes / 2**20:g} MiB, else NCCL, over NVLink"
+        return "NCCL over NVLink" if self.gpu.peer_link and self.tp <= self.gpu.nvlink_domain else "NCCL over PCIe"
 
     def _comm(self, T: int):
         """(name, time_s) of the step's communication."""
@@ -287,7 +323,7 @@ class CostModel:
         out = []
         size = ACT_BYTES * T * self.model.hidden_size
         if self.tp > 1:
-            per = allreduce_time_s(size, self.tp, g.link_bw_bytes_per_s, g.link_latency_s, e.allreduce)
+            per = allreduce_time_s(size, self.tp, *self.tp_link())
             out.append(("allreduce", 2 * self.model.num_layers * per))
         if self.pp > 1:
             per = send_time_s(size, g.link_bw_bytes_per_s, g.link_latency_s, e.send_recv)

@@ -111,6 +111,14 @@ class GpuSpec:
     pcie_bw_bytes_per_s: float  # host <-> device, one direction
     link_latency_s: float = 5e-6  # per collective / send latency
     mem_kind: str = "hbm"  # hbm | gddr: picks the closest calibrated GPU for uncalibrated ones
+    # GPUs of a node all connected by the peer link (NVLink through NVSwitch: 8; NVLink-bridged
+    # pairs: 2; none: 1): tensor parallelism beyond it communicates over PCIe
+    nvlink_domain: int = 8
+
+    @property
+    def peer_link(self) -> bool:
+        """Whether the GPUs of a node have a link faster than PCIe (NVLink, Infinity Fabric)."""
+        return self.link_bw_bytes_per_s > self.pcie_bw_bytes_per_s
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -138,17 +146,19 @@ G = 1e9
 #  mi300x: AMD Instinct MI300X datasheet: 1307 TF BF16 / 2615 TF FP8 dense, 192 GB at 5.3 TB/s,
 #          Infinity Fabric 896 GB/s aggregate (7 links x 128 GB/s; one peer ~64 GB/s per direction
 #          is the worst case, we use the aggregate ring figure / 2).
+# nvlink_domain: SXM / OAM boards connect all 8 GPUs (NVSwitch; MI300X: Infinity Fabric mesh); the
+# A40 and H100 PCIe connect pairs with an NVLink bridge; the L40S has no NVLink.
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
         GpuSpec("a100-40g", 312 * T, 0.0, 40 * G, 1555 * G, 300 * G, 32 * G),
         GpuSpec("a100-80g", 312 * T, 0.0, 80 * G, 2039 * G, 300 * G, 32 * G),
-        GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G, mem_kind="gddr"),
+        GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G, mem_kind="gddr", nvlink_domain=2),
         GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * G, 3350 * G, 450 * G, 64 * G),
-        GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * G, 2000 * G, 300 * G, 64 * G),
+        GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * G, 2000 * G, 300 * G, 64 * G, nvlink_domain=2),
         GpuSpec("h200", 989 * T, 1979 * T, 141 * G, 4800 * G, 450 * G, 64 * G),
         GpuSpec("b200", 2250 * T, 4500 * T, 180 * G, 7700 * G, 900 * G, 64 * G),
-        GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G, mem_kind="gddr"),
+        GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G, mem_kind="gddr", nvlink_domain=1),
         GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * G, 5300 * G, 448 * G, 64 * G),
     ]
 }
@@ -204,6 +214,7 @@ class GpuFile:
         pcie_bw_bytes_per_s: 64e9
         link_latency_s: 5e-6        # optional
         mem_kind: hbm               # optional: hbm | gddr
+        nvlink_domain: 8            # optional: GPUs all on the peer link (default 8; 1 without base)
 
     Without ``base``, ``REQUIRED`` must be given; the rest default as in ``spec``.
     """
@@ -218,6 +229,7 @@ class GpuFile:
     pcie_bw_bytes_per_s: Optional[float] = field_(None, gt=0)
     link_latency_s: Optional[float] = field_(None, ge=0)
     mem_kind: Optional[Literal["hbm", "gddr"]] = None
+    nvlink_domain: Optional[int] = field_(None, ge=1, doc="GPUs all connected by the peer link (TP beyond: PCIe)")
 
     REQUIRED = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
 
@@ -228,7 +240,7 @@ class GpuFile:
         if missing:
             raise InputError(f"lacks {', '.join(missing)} (give them, or base: a catalog GPU to start from; "
                              "optionally fp8_flops, link_bw_bytes_per_s, pcie_bw_bytes_per_s, link_latency_s, "
-                             "mem_kind)")
+                             "mem_kind, nvlink_domain)")
 
     def spec(self, default_name: str) -> GpuSpec:
         """The GPU: the base's figures (or the defaults: no FP8, 32 GB/s links) with the file's over them."""
@@ -236,7 +248,8 @@ class GpuFile:
             kw = {f.name: getattr(GPUS[self.base], f.name) for f in fields(GpuSpec)}
             kw["name"] = f"{self.base}-custom"
         else:
-            kw = {"name": default_name, "fp8_flops": 0.0, "link_bw_bytes_per_s": 32 * G, "pcie_bw_bytes_per_s": 32 * G}
+            kw = {"name": default_name, "fp8_flops": 0.0, "link_bw_bytes_per_s": 32 * G, "pcie_bw_bytes_per_s": 32 * G,
+                  "nvlink_domain": 1}
         kw.update({f.name: getattr(self, f.name) for f in fields(GpuSpec) if getattr(self, f.name) is not None})
         return GpuSpec(**kw)
 
