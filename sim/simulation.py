@@ -88,9 +88,12 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     gpu = get_gpu(gpu_name, gpu_path)
     if model.num_layers < hw.pp:
         raise InputError(f"hardware.pp={hw.pp} exceeds the model's {model.num_layers} layers")
-    bad_tp = tp_error(model, tp)
+    bad_tp = tp_error(model, tp, hw.expert_parallel)
     if bad_tp:
         raise InputError(f"{tp_path}={tp} {bad_tp}")
+    if hw.expert_parallel and not model.is_moe:
+        raise InputError(f"hardware.expert_parallel: {model.name} is a dense model; expert parallelism needs a "
+                         "mixture-of-experts model (set it to false)")
     kv_dtype = hw.kv_dtype or activation_dtype(hw.dtype)  # vLLM's kv_cache_dtype "auto"
     eff = efficiencies_for(gpu, scenario.cost.calibration)
     measured = None
@@ -99,7 +102,8 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     step_s, per_seq_s, over_src = step_overheads(eff, tp, scenario.cost.step_overhead_s,
                                                  scenario.cost.per_seq_overhead_s)
     allreduce = scenario.cost.allreduce or "custom"  # the vLLM-like engines' choice on NVLink
-    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, step_s, per_seq_s, eff, measured, allreduce)
+    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, step_s, per_seq_s, eff, measured, allreduce,
+                   hw.expert_parallel)
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:

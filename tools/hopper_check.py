@@ -29,14 +29,14 @@ sys.path.insert(0, str(ROOT))
 
 # (source, model, GPU, TP, input, output, max_num_seqs, published output tok/s)
 ROWS = [
-    ("T-7", "meta-llama/Meta-Llama-3-8B", "h100-sxm", 1, 128, 128, 2048, 28312),
-    ("T-7", "meta-llama/Meta-Llama-3-8B", "h100-sxm", 1, 2048, 2048, 2048, 9305),
-    ("T-7", "meta-llama/Meta-Llama-3-8B", "h200", 1, 128, 128, 2048, 27911),
-    ("T-7", "meta-llama/Meta-Llama-3-8B", "h200", 1, 2048, 2048, 2048, 12194),
-    ("T-7", "meta-llama/Meta-Llama-3-70B", "h200", 1, 128, 128, 2048, 3803),
-    ("T-7", "meta-llama/Meta-Llama-3-70B", "h200", 1, 2048, 2048, 2048, 2003),
-    ("T-7", "meta-llama/Meta-Llama-3-70B", "h100-sxm", 2, 128, 128, 2048, 6378),
-    ("T-7", "meta-llama/Meta-Llama-3-70B", "h100-sxm", 2, 2048, 2048, 2048, 3082),
+    ("T-7", "meta-llama/Llama-3.1-8B", "h100-sxm", 1, 128, 128, 2048, 28312),
+    ("T-7", "meta-llama/Llama-3.1-8B", "h100-sxm", 1, 2048, 2048, 2048, 9305),
+    ("T-7", "meta-llama/Llama-3.1-8B", "h200", 1, 128, 128, 2048, 27911),
+    ("T-7", "meta-llama/Llama-3.1-8B", "h200", 1, 2048, 2048, 2048, 12194),
+    ("T-7", "meta-llama/Llama-3.3-70B-Instruct", "h200", 1, 128, 128, 2048, 3803),
+    ("T-7", "meta-llama/Llama-3.3-70B-Instruct", "h200", 1, 2048, 2048, 2048, 2003),
+    ("T-7", "meta-llama/Llama-3.3-70B-Instruct", "h100-sxm", 2, 128, 128, 2048, 6378),
+    ("T-7", "meta-llama/Llama-3.3-70B-Instruct", "h100-sxm", 2, 2048, 2048, 2048, 3082),
     ("T-8", "meta-llama/Llama-2-70b-hf", "h200", 1, 128, 128, 512, 3014),
 ]
 

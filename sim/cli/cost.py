@@ -20,9 +20,12 @@ def cmd_cost(args) -> int:
 
     model = get_model(args.model, "--model")
     gpu = get_gpu(args.gpu, "--gpu")
-    bad_tp = tp_error(model, args.tp)
+    bad_tp = tp_error(model, args.tp, args.expert_parallel)
     if bad_tp:
         raise InputError(f"--tp {args.tp} {bad_tp}")
+    if args.expert_parallel and not model.is_moe:
+        raise InputError(f"--expert-parallel: {model.name} is a dense model (expert parallelism needs a "
+                         "mixture-of-experts model)")
     if args.pp < 1 or args.pp > model.num_layers:
         raise InputError(f"--pp {args.pp} must be between 1 and the model's {model.num_layers} layers")
     if args.prefill is not None:
@@ -55,7 +58,8 @@ def cmd_cost(args) -> int:
     step_s, per_seq_s, _ = step_overheads(eff, args.tp)
     cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype,
                    kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
-                   step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured)
+                   step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured,
+                   allreduce=args.allreduce, expert_parallel=args.expert_parallel)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
     stages = cm.stage_times(c, batch)

@@ -311,6 +311,9 @@ class Hardware:
     pp_overlap: bool = _f(True, doc="with pp > 1: true: vLLM's virtual engines, pp schedulers per replica "
                                     "(each 1/pp of the KV) whose steps overlap in the stages "
                                     "(sim/core/pipeline.py); false: one step at a time crosses every stage")
+    expert_parallel: bool = _f(False, doc="MoE models: spread the experts over the TP ranks (EP = TP, each rank "
+                                          "holds experts / TP whole experts; vLLM's --enable-expert-parallel) "
+                                          "instead of splitting each expert TP ways")
     dtype: Literal["bf16", "fp16", "fp8", "int4"] = "bf16"
     kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(
         None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
