@@ -387,33 +387,22 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
         find_profiles(tmp_path / "bad", "a100-80g")
     with pytest.raises(InputError, match="does not exist"):
         load_calibration(tmp_path / "missing.yaml")
-    (tmp_path / "c.yaml").write_text("gemm: {compute: 1.5, memory: 0.8}\n")
-    with pytest.raises(InputError, match=r"gemm\.compute must be in \(0, 1\]"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("allreduce: {link: 0.5, smooth: 0}\n")
-    with pytest.raises(InputError, match=r"allreduce\.smooth must be >= 0\.5"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("allreduce: {link: 0.5, small_latency_s: 1.0e-5}\n")
-    with pytest.raises(InputError, match=r"allreduce\.small_latency_s and \.small_link go together"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("allreduce_custom: {oneshot_link: 1.5}\n")
-    with pytest.raises(InputError, match=r"allreduce_custom\.oneshot_link must be in \(0, 1\]"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n")
-    with pytest.raises(InputError, match="gemm.speed: unknown field"):  # the scenario's wording
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, tile_q: 0.5}\n")
-    with pytest.raises(InputError, match=r"c\.yaml: gemm\.tile_q: unknown field; \(did you mean 'tile_quant'\?\)"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("gem: {compute: 0.5, memory: 0.8}\n")  # was silently ignored
-    with pytest.raises(InputError, match=r"gem: unknown field; \(did you mean 'gemm'"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, tile_m: 64.5}\n")  # a wrong type
-    with pytest.raises(InputError, match=r"gemm\.tile_m must be an integer, got 64\.5"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("source: [fitted]\n")
-    with pytest.raises(InputError, match=r"c\.yaml: source must be a string, got \['fitted'\]"):
-        load_calibration(tmp_path / "c.yaml")
+    for body, msg in (
+        ("gemm: {compute: 1.5, memory: 0.8}\n", r"gemm\.compute must be in \(0, 1\]"),
+        ("allreduce: {link: 0.5, smooth: 0}\n", r"allreduce\.smooth must be >= 0\.5"),
+        ("allreduce: {link: 0.5, small_latency_s: 1.0e-5}\n",
+         r"allreduce\.small_latency_s and \.small_link go together"),
+        ("allreduce_custom: {oneshot_link: 1.5}\n", r"allreduce_custom\.oneshot_link must be in \(0, 1\]"),
+        ("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n", "gemm.speed: unknown field"),  # the scenario's wording
+        ("gemm: {compute: 0.5, memory: 0.8, tile_q: 0.5}\n",
+         r"c\.yaml: gemm\.tile_q: unknown field; \(did you mean 'tile_quant'\?\)"),
+        ("gem: {compute: 0.5, memory: 0.8}\n", r"gem: unknown field; \(did you mean 'gemm'"),  # was silently ignored
+        ("gemm: {compute: 0.5, memory: 0.8, tile_m: 64.5}\n", r"gemm\.tile_m must be an integer, got 64\.5"),
+        ("source: [fitted]\n", r"c\.yaml: source must be a string, got \['fitted'\]"),
+    ):
+        (tmp_path / "c.yaml").write_text(body)
+        with pytest.raises(InputError, match=msg):
+            load_calibration(tmp_path / "c.yaml")
     for body in ("gemm: {compute: 0.5, memory: 0.5, tile_m: .inf}\n", "gemm: {compute: .nan, memory: 0.5}\n"):
         (tmp_path / "c.yaml").write_text(body)  # found by fuzzing: inf / nan were taken as numbers
         with pytest.raises(InputError, match="must be a finite number >= 0"):
