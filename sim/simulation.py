@@ -89,9 +89,12 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     gpu = get_gpu(gpu_name, gpu_path)
     if model.num_layers < hw.pp:
         raise InputError(f"hardware.pp={hw.pp} exceeds the model's {model.num_layers} layers")
-    bad_tp = tp_error(model, tp)
+    bad_tp = tp_error(model, tp, hw.expert_parallel)
     if bad_tp:
         raise InputError(f"{tp_path}={tp} {bad_tp}")
+    if hw.expert_parallel and not model.is_moe:
+        raise InputError(f"hardware.expert_parallel: {model.name} is a dense model; expert parallelism needs a "
+                         "mixture-of-experts model (set it to false)")
     kv_dtype = hw.kv_dtype or activation_dtype(hw.dtype)  # vLLM's kv_cache_dtype "auto"
     eff = efficiencies_for(gpu, scenario.cost.calibration)
     measured = None
@@ -99,7 +102,9 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
         measured = load_measured(scenario.cost.profiles, model, tp, gpu, hw.dtype)
     step_s, per_seq_s, over_src = step_overheads(eff, tp, scenario.cost.step_overhead_s,
                                                  scenario.cost.per_seq_overhead_s)
-    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, step_s, per_seq_s, eff, measured)
+    allreduce = scenario.cost.allreduce or "custom"  # the vLLM-like engines' choice on NVLink
+    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, step_s, per_seq_s, eff, measured, allreduce,
+                   hw.expert_parallel)
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:
@@ -107,7 +112,7 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
         if pol.spec.draft != "ngram":
             dm = get_model(pol.spec.draft, "policy.spec.draft")
             # draft forwards run under CUDA graphs: a launch-sized overhead, not a scheduler step's
-            draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0, eff)
+            draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0, eff, allreduce=allreduce)
             draft_bytes = draft.weight_bytes
         spec = (pol.spec.num_speculative_tokens, pol.spec.acceptance_rate, draft)
     if mem.activation_reserve_gib is not None:
@@ -352,6 +357,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                               "overhead": {"step_s": p.cost_model.step_overhead_s,
                                            "per_seq_s": p.cost_model.per_seq_overhead_s,
                                            "source": p.overhead_source},
+                              "allreduce": p.cost_model.collectives(),
                               "measured_ops": (None if p.cost_model.measured is None else
                                                {"source": p.cost_model.measured.source, "tp": p.cost_model.measured.tp,
                                                 "ops": list(p.cost_model.measured.ops)})} for p in setup.pools}

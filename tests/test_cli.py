@@ -76,7 +76,7 @@ def test_validate_ok(tmp_path, capsys):
     assert main(["validate", write(tmp_path, GOOD)]) == 0
     out = capsys.readouterr().out
     assert "ok" in out
-    assert "colocated: efficiencies fitted" in out and "per-step overhead 2.00 ms + 10.0 us per sequence (v0)" in out
+    assert "colocated: efficiencies Hopper" in out and "per-step overhead 2.00 ms + 10.0 us per sequence (v0)" in out
     own = GOOD.replace("slo:", "cost: {step_overhead_s: 0.001}\nslo:")
     assert main(["validate", write(tmp_path, own)]) == 0
     out = capsys.readouterr().out

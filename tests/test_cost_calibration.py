@@ -13,11 +13,13 @@ from servesim.core.batch import synthetic_batch
 from servesim.cli.main import main
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for, load_calibration, shipped_calibrations
-from servesim.cost.fitting import collective_time_np, fit_profiles, gemm_time_np, mem_time_np
+from servesim.cost.comm import collective_time_np
+from servesim.cost.fitting import fit_profiles, gemm_time_np, mem_time_np
 from servesim.cost.profiles import find_profiles
 from servesim.cost.validation import validate
-from servesim.cost.comm import allreduce_time_s, send_time_s
-from servesim.cost.efficiency import CommEfficiency, Efficiencies, GemmEfficiency, MemEfficiency, OpEfficiency
+from servesim.cost.comm import allgather_time_s, allreduce_time_s, send_time_s
+from servesim.cost.efficiency import (CommEfficiency, CustomAllReduce, Efficiencies, GemmEfficiency, MemEfficiency,
+                                      OpEfficiency)
 from servesim.cost.roofline import gemm_cost
 from servesim.errors import InputError
 from servesim.inputs.specs import GPUS, MODELS
@@ -27,7 +29,7 @@ TRUE = Efficiencies(
     gemm=GemmEfficiency(0.72, 0.88, 4e-6, 3.0, 0.6, 128, 40.0),
     norm=MemEfficiency(0.5, 3e-6), activation=MemEfficiency(0.7, 2e-6), rotary=MemEfficiency(0.6, 2.5e-6),
     residual=MemEfficiency(0.85, 1.5e-6), embedding=MemEfficiency(0.3, 3e-6),
-    allreduce=CommEfficiency(0.6, 20e-6, 3e-6, 2.0), send_recv=CommEfficiency(0.7, 10e-6, 0.0, 1.0),
+    allreduce=CommEfficiency(0.6, 20e-6, 1.5e-6, 2.0, 8e-6, 0.05), send_recv=CommEfficiency(0.7, 10e-6, 0.0, 1.0),
 )
 OPS = ["emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
        "mlp_up_proj", "mlp_act", "mlp_down_proj", "add"]
@@ -68,6 +70,11 @@ def write_mlp_csv(path, shape, tps, gpu=A100, eff=TRUE, noise=None):
                 w.writerow(row + [nh, nkv, h, inter, 32000, gated, T, tp])
 
 
+def ar_np(n, size, gpu, e, custom=None):
+    """NCCL all-reduce times on ``gpu``'s peer link (numpy)."""
+    return collective_time_np("allreduce", size, n, gpu.link_bw_bytes_per_s, gpu.link_latency_s, e, custom)
+
+
 def write_allreduce_csv(path, gpu=A100, eff=TRUE):
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
@@ -78,7 +85,7 @@ def write_allreduce_csv(path, gpu=A100, eff=TRUE):
         i = 0
         for n in (2, 4, 8):
             for size in np.geomspace(2048, 64 * 2**20, 40):
-                ms = float(collective_time_np(n, size, gpu, eff.allreduce, "allreduce")) * 1e3
+                ms = float(ar_np(n, size, gpu, eff.allreduce)) * 1e3
                 w.writerow([i, ms, ms, ms, ms, 0.0, 0, n, int(size), "all_reduce", n, 8])
                 i += 1
 
@@ -147,10 +154,11 @@ def test_fit_recovers_known_efficiencies(synthetic_profiles):
     assert fit.gemm.memory == pytest.approx(0.88, rel=0.03)
     assert fit.norm.memory == pytest.approx(0.5, rel=0.02) and fit.norm.latency_s == pytest.approx(3e-6, rel=0.05)
     assert fit.allreduce.link == pytest.approx(0.6, rel=0.03)
+    assert fit.allreduce.small_latency_s < fit.allreduce.base_latency_s  # both NCCL protocols come back
     for n in (2, 8):
         for size in (4096, 2**20, 32 * 2**20):
-            assert float(collective_time_np(n, size, A100, fit.allreduce, "allreduce")) == pytest.approx(
-                float(collective_time_np(n, size, A100, TRUE.allreduce, "allreduce")), rel=0.01)
+            assert float(ar_np(n, size, A100, fit.allreduce)) == pytest.approx(
+                float(ar_np(n, size, A100, TRUE.allreduce)), rel=0.01)
 
 
 def test_fit_tolerates_noise(synthetic_profiles, tmp_path):
@@ -270,17 +278,50 @@ def test_scalar_and_vectorized_models_agree():
         w = float(rng.choice([0.5, 1.0, 2.0]))
         t = gemm_cost(M, K, N, w, 312e12, 2e12, g)[0]
         assert t == pytest.approx(float(gemm_time_np(M, K, N, w, 312e12, 2e12, g)), rel=1e-12)
+        small = rng.uniform() < 0.5
         e = CommEfficiency(rng.uniform(0.1, 1), rng.uniform(0, 5e-5), float(rng.choice([rng.uniform(0, 5e-6), 0.0])),
-                           float(rng.choice([1.0, 1.7, 4.0])))
+                           float(rng.choice([0.8, 1.0, 1.7, 4.0])), rng.uniform(0, 2e-5) if small else None,
+                           rng.uniform(0.01, 0.3) if small else None)
+        custom = CustomAllReduce(rng.uniform(3e-6, 1e-5), rng.uniform(0.3, 0.9), rng.uniform(5e-6, 2e-5),
+                                 rng.uniform(0.3, 0.9), int(rng.choice([2**20, 8 * 2**20])))
         n, size = int(rng.choice([2, 4, 8])), float(rng.uniform(1e3, 1e8))
-        assert allreduce_time_s(size, n, A100.link_bw_bytes_per_s, A100.link_latency_s, e) == pytest.approx(
-            float(collective_time_np(n, size, A100, e, "allreduce")), rel=1e-12)
-        assert send_time_s(size, A100.link_bw_bytes_per_s, A100.link_latency_s, e) == pytest.approx(
-            float(collective_time_np(2, size, A100, e, "send_recv")), rel=1e-12)
+        bw, lat = A100.link_bw_bytes_per_s, A100.link_latency_s
+        for c in (None, custom):
+            assert allreduce_time_s(size, n, bw, lat, e, c) == pytest.approx(
+                float(collective_time_np("allreduce", size, n, bw, lat, e, c)), rel=1e-12)
+        assert allgather_time_s(size, n, bw, lat, e) == pytest.approx(
+            float(collective_time_np("allgather", size, n, bw, lat, e)), rel=1e-12)
+        assert send_time_s(size, bw, lat, e) == pytest.approx(float(collective_time_np("send", size, 2, bw, lat, e)),
+                                                             rel=1e-12)
     # v0 efficiencies (hop latency from the GPU) agree too
     v0 = CommEfficiency()
     assert allreduce_time_s(1e6, 4, 300e9, 5e-6, v0) == pytest.approx(
-        float(collective_time_np(4, 1e6, A100, v0, "allreduce")), rel=1e-12)
+        float(collective_time_np("allreduce", 1e6, 4, 300e9, 5e-6, v0)), rel=1e-12)
+
+
+def test_collective_algorithms():
+    """The fastest algorithm wins: a collective is never slower than NCCL's bandwidth protocol alone,
+    the custom all-reduce only helps below its size limit, an all-gather costs less than an
+    all-reduce of the same output, one GPU costs nothing, and the bandwidth enters only the
+    transfer term."""
+    e = CommEfficiency(0.6, 36e-6, 0.0, 0.8, 30e-6, 0.16)
+    bulk = dataclasses.replace(e, small_latency_s=None, small_link=None)
+    custom = CustomAllReduce()
+    for n in (2, 4, 8):
+        for size in np.geomspace(2048, 2**30, 30):
+            t = allreduce_time_s(size, n, 300e9, 5e-6, e)
+            assert t <= allreduce_time_s(size, n, 300e9, 5e-6, bulk) * (1 + 1e-12)
+            tc = allreduce_time_s(size, n, 300e9, 5e-6, e, custom)
+            assert tc <= t * (1 + 1e-12)
+            if size > custom.max_bytes:
+                assert tc == t
+            assert allgather_time_s(size, n, 300e9, 5e-6, e) < t
+    assert allreduce_time_s(16 * 1024, 8, 300e9, 5e-6, e, custom) < 0.5 * allreduce_time_s(16 * 1024, 8, 300e9, 5e-6, e)
+    assert allreduce_time_s(1e6, 1, 300e9, 5e-6, e, custom) == 0.0 == allgather_time_s(1e6, 1, 300e9, 5e-6, e)
+    alpha = CommEfficiency(0.5, 10e-6, 1e-6, 1.0)
+    t1, t2 = (allreduce_time_s(1e8, 4, bw, 5e-6, alpha) for bw in (100e9, 200e9))
+    lat = 10e-6 + 6 * 1e-6
+    assert t2 - lat == pytest.approx((t1 - lat) / 2, rel=1e-12)
 
 
 def test_gemm_never_beats_plain_roofline():
@@ -293,10 +334,12 @@ def test_gemm_never_beats_plain_roofline():
 # ---------------------------------------------------------------- choosing a calibration
 def test_shipped_fits_and_transfer_to_uncalibrated_gpus():
     shipped = shipped_calibrations()
-    assert {"a100-80g", "a40"} <= set(shipped)
+    assert {"a100-80g", "a40", "h100-sxm", "h200"} <= set(shipped)
     a100 = efficiencies_for(GPUS["a100-80g"])
     assert a100.source.startswith("fitted") and a100 != Efficiencies()
-    assert "transferred from a100-80g" in efficiencies_for(GPUS["h100-sxm"]).source
+    assert "transferred from a100-80g" in efficiencies_for(GPUS["a100-40g"]).source
+    assert "transferred from h100-sxm" in efficiencies_for(GPUS["h100-pcie"]).source
+    assert "transferred from h200" in efficiencies_for(GPUS["b200"]).source  # the nearest HBM GPU
     assert "transferred from a40" in efficiencies_for(GPUS["l40s"]).source  # GDDR like the A40
     a40 = efficiencies_for(GPUS["a40"])
     assert a40.allreduce == a100.allreduce and "allreduce from a100-80g" in a40.source  # A40: no all-reduce data
@@ -307,8 +350,13 @@ def test_shipped_fits_and_transfer_to_uncalibrated_gpus():
     assert l40s.gemm == a40.gemm  # compute families still come from the A40
     assert l40s.send_recv == Efficiencies().send_recv and l40s.allreduce == Efficiencies().allreduce
     assert "send_recv: v0 (no calibrated GPU with a pcie link)" in l40s.source
-    h100 = efficiencies_for(GPUS["h100-sxm"])
-    assert h100.allreduce == a100.allreduce and h100.send_recv == a100.send_recv  # NVLink to NVLink
+    assert l40s.allreduce_pcie == a100.allreduce_pcie  # PCIe is PCIe: its fit transfers to any GPU
+    # Hopper: its own collectives; the families it lacks from the nearest GPU that has them
+    h100, h200 = efficiencies_for(GPUS["h100-sxm"]), efficiencies_for(GPUS["h200"])
+    assert h100.allreduce != a100.allreduce and h100.allreduce_custom != a100.allreduce_custom
+    assert h200.allreduce == h100.allreduce and h200.allreduce_custom == h100.allreduce_custom
+    assert h100.norm == a100.norm and "norm from a100-80g" in h100.source
+    assert h100.gemm.compute < a100.gemm.compute  # MAMF: 80% of peak on H100, 86% on A100
 
 
 def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic_profiles):
@@ -339,27 +387,22 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
         find_profiles(tmp_path / "bad", "a100-80g")
     with pytest.raises(InputError, match="does not exist"):
         load_calibration(tmp_path / "missing.yaml")
-    (tmp_path / "c.yaml").write_text("gemm: {compute: 1.5, memory: 0.8}\n")
-    with pytest.raises(InputError, match=r"gemm\.compute must be in \(0, 1\]"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("allreduce: {link: 0.5, smooth: 0}\n")
-    with pytest.raises(InputError, match=r"allreduce\.smooth must be >= 1"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n")
-    with pytest.raises(InputError, match="gemm.speed: unknown field"):  # the scenario's wording
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, tile_q: 0.5}\n")
-    with pytest.raises(InputError, match=r"c\.yaml: gemm\.tile_q: unknown field; \(did you mean 'tile_quant'\?\)"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("gem: {compute: 0.5, memory: 0.8}\n")  # was silently ignored
-    with pytest.raises(InputError, match=r"gem: unknown field; \(did you mean 'gemm'\?\)"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("gemm: {compute: 0.5, memory: 0.8, tile_m: 64.5}\n")  # a wrong type
-    with pytest.raises(InputError, match=r"gemm\.tile_m must be an integer, got 64\.5"):
-        load_calibration(tmp_path / "c.yaml")
-    (tmp_path / "c.yaml").write_text("source: [fitted]\n")
-    with pytest.raises(InputError, match=r"c\.yaml: source must be a string, got \['fitted'\]"):
-        load_calibration(tmp_path / "c.yaml")
+    for body, msg in (
+        ("gemm: {compute: 1.5, memory: 0.8}\n", r"gemm\.compute must be in \(0, 1\]"),
+        ("allreduce: {link: 0.5, smooth: 0}\n", r"allreduce\.smooth must be >= 0\.5"),
+        ("allreduce: {link: 0.5, small_latency_s: 1.0e-5}\n",
+         r"allreduce\.small_latency_s and \.small_link go together"),
+        ("allreduce_custom: {oneshot_link: 1.5}\n", r"allreduce_custom\.oneshot_link must be in \(0, 1\]"),
+        ("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n", "gemm.speed: unknown field"),  # the scenario's wording
+        ("gemm: {compute: 0.5, memory: 0.8, tile_q: 0.5}\n",
+         r"c\.yaml: gemm\.tile_q: unknown field; \(did you mean 'tile_quant'\?\)"),
+        ("gem: {compute: 0.5, memory: 0.8}\n", r"gem: unknown field; \(did you mean 'gemm'"),  # was silently ignored
+        ("gemm: {compute: 0.5, memory: 0.8, tile_m: 64.5}\n", r"gemm\.tile_m must be an integer, got 64\.5"),
+        ("source: [fitted]\n", r"c\.yaml: source must be a string, got \['fitted'\]"),
+    ):
+        (tmp_path / "c.yaml").write_text(body)
+        with pytest.raises(InputError, match=msg):
+            load_calibration(tmp_path / "c.yaml")
     for body in ("gemm: {compute: 0.5, memory: 0.5, tile_m: .inf}\n", "gemm: {compute: .nan, memory: 0.5}\n"):
         (tmp_path / "c.yaml").write_text(body)  # found by fuzzing: inf / nan were taken as numbers
         with pytest.raises(InputError, match="must be a finite number >= 0"):

@@ -96,7 +96,7 @@ def test_gpu_from_yaml(tmp_path):
     p.write_text("name: h100-slow\nbase: h100-sxm\nmem_bw_bytes_per_s: 2.0e12\n")
     g = get_gpu(str(p))
     assert g.name == "h100-slow" and g.mem_bw_bytes_per_s == 2.0e12 and g.peak_flops == H100.peak_flops
-    assert "transferred from a100-80g" in efficiencies_for(g).source
+    assert "transferred from h100-sxm" in efficiencies_for(g).source
     p.write_text("name: x\npeak_flops: 1e15\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4e12\n")
     assert get_gpu(str(p)).link_bw_bytes_per_s > 0
     p.write_text("name: x\npeak_flops: 1e15\n")

@@ -8,7 +8,10 @@ from servesim.inputs.specs import get_gpu, get_model
 
 MODELS = [CostModel(get_model("meta-llama/Llama-2-7b-hf"), get_gpu("h100-sxm")),
           CostModel(get_model("meta-llama/Meta-Llama-3-8B"), get_gpu("h100-sxm"), tp=2, pp=2),
-          CostModel(get_model("mistralai/Mixtral-8x7B-v0.1"), get_gpu("h100-sxm"), tp=4)]
+          CostModel(get_model("mistralai/Mixtral-8x7B-v0.1"), get_gpu("h100-sxm"), tp=4),
+          # latent attention, shared experts, dense layers, expert parallelism, FP8
+          CostModel(get_model("deepseek-ai/DeepSeek-V3"), get_gpu("h200"), tp=8, dtype="fp8", expert_parallel=True),
+          CostModel(get_model("Qwen/Qwen3-30B-A3B"), get_gpu("a100-80g"), tp=2, allreduce="nccl")]
 
 
 @settings(max_examples=300, deadline=None)

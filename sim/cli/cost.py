@@ -20,9 +20,12 @@ def cmd_cost(args) -> int:
 
     model = get_model(args.model, "--model")
     gpu = get_gpu(args.gpu, "--gpu")
-    bad_tp = tp_error(model, args.tp)
+    bad_tp = tp_error(model, args.tp, args.expert_parallel)
     if bad_tp:
         raise InputError(f"--tp {args.tp} {bad_tp}")
+    if args.expert_parallel and not model.is_moe:
+        raise InputError(f"--expert-parallel: {model.name} is a dense model (expert parallelism needs a "
+                         "mixture-of-experts model)")
     if args.pp < 1 or args.pp > model.num_layers:
         raise InputError(f"--pp {args.pp} must be between 1 and the model's {model.num_layers} layers")
     if args.prefill is not None:
@@ -55,7 +58,8 @@ def cmd_cost(args) -> int:
     step_s, per_seq_s, _ = step_overheads(eff, args.tp)
     cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype,
                    kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
-                   step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured)
+                   step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured,
+                   allreduce=args.allreduce, expert_parallel=args.expert_parallel)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
     stages = cm.stage_times(c, batch)
@@ -118,32 +122,52 @@ def _profiles(args):
 def _summary_rows(rows, detail: bool):
     keep = []
     for r in rows:
-        if r["model"] == "all" or r["family"] in ("linear", "allreduce", "send_recv", "overhead") or detail:
+        if r["model"] == "all" or r["family"] in ("linear", "allreduce", "allreduce_pcie", "send_recv", "overhead") \
+                or detail:
             keep.append(r)
     return keep
 
 
 def cmd_calibrate(args) -> int:
     from servesim import __version__
-    from servesim.cost.calibration import FAMILIES, calibration_yaml, today
+    import dataclasses
+
+    from servesim.cost.calibration import FAMILIES, calibration_yaml, carried_families, efficiencies_for, today
+    from servesim.cost.efficiency import Efficiencies
+    from servesim.cost.fitting import COMM_FIT_FAMILIES
     from servesim.cost.fitting import fit_profiles
     from servesim.cost.validation import format_table, validate
 
     gpu, prof = _profiles(args)
     eff = fit_profiles(prof, gpu)
+    carried = efficiencies_for(gpu, "auto")
+    keep = carried_families(gpu)
+    eff = dataclasses.replace(eff, **{f: getattr(carried, f) for f in keep})
     v = validate(prof, gpu, eff, args.max_tokens)
     quality = {}
     for r in v["rows"]:
+        # every family's overall error; collectives' also per message-size range (model "<node> <range>")
         if r["model"] == "all":
-            quality[r["family"]] = {"mape": round(r["mape"], 4), "worst": round(r["worst"], 4), "points": r["points"]}
+            key = r["family"]
+        elif r["tp"] == "all" and r["family"] in COMM_FIT_FAMILIES:
+            key = f"{r['family']} {r['model'].split(' ', 1)[1]}"
+        else:
+            continue
+        quality[key] = {"mape": round(r["mape"], 4), "worst": round(r["worst"], 4), "points": r["points"]}
     files = [str(p.path.relative_to(Path(args.profiles))) if Path(args.profiles) in p.path.parents else str(p.path)
              for p in prof.compute]
     prov = (f"servesim {__version__} calibration for {gpu.name}, fitted by `servesim calibrate` on {today()}\n"
-            f"from {len(files)} compute profile(s) under {args.profiles}: {', '.join(files)}\n"
-            + (f"all-reduce: network/{prof.allreduce[0]}/all_reduce.csv (intra-node rows)\n" if prof.allreduce else "")
+            + (f"from {len(files)} compute profile(s) under {args.profiles}: {', '.join(files)}\n" if files
+               else f"from the network timings under {args.profiles} (no compute profiles for this GPU)\n")
+            + (f"all-reduce: network/{prof.allreduce[0]}/all_reduce.csv (intra-node rows on the peer link)\n"
+               if prof.allreduce else "")
+            + (f"all-reduce over PCIe: network/{prof.allreduce_pcie[0]}/all_reduce.csv (rows beyond its NVLink pairs)\n"
+               if prof.allreduce_pcie else "")
             + (f"send/recv: network/{prof.send_recv[0]}/send_recv.csv (intra-node rows)\n" if prof.send_recv else "")
             + (f"attention: {len(prof.attention)} attention.csv file(s)\n" if prof.attention else "")
             + (f"per-step CPU overhead: {', '.join(str(c.path) for c in prof.cpu)}\n" if prof.cpu else "")
+            + (f"{', '.join(keep)}: not measured by these profiles; carried over from this GPU's current "
+               f"efficiencies ({carried.source})\n" if keep else "")
             + "Fit: scipy least_squares on log(predicted) - log(measured); models in sim/cost/efficiency.py.\n"
             + "fit_quality: |predicted/measured - 1| over num_tokens <= "
             + f"{args.max_tokens} (linear = per-layer QKV+O+up+down).")
@@ -155,10 +179,10 @@ def cmd_calibrate(args) -> int:
     out.write_text(calibration_yaml(eff, gpu, prov, quality))
     print(f"calibrated {gpu.name} from {len(prof.compute)} compute profile(s); wrote {out}")
     for fam in FAMILIES:
-        if getattr(eff, fam) is not None:
-            print(f"  {fam:<11}{getattr(eff, fam)}")
+        if getattr(eff, fam) is not None and getattr(eff, fam) != getattr(Efficiencies(), fam):  # the fitted ones
+            print(f"  {fam:<17}{getattr(eff, fam)}")
     print()
-    print(format_table([r for r in v["rows"] if r["model"] == "all"]))
+    print(format_table(_summary_rows(v["rows"], False)))
     return 0
 
 

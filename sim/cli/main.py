@@ -232,7 +232,8 @@ def cmd_validate(args) -> int:
     for pool in setup.pools:  # what will price the steps
         cm = pool.cost_model
         print(f"  {pool.name}: efficiencies {cm.eff.source}; per-step overhead {cm.step_overhead_s * 1e3:.2f} ms "
-              f"+ {cm.per_seq_overhead_s * 1e6:.1f} us per sequence ({pool.overhead_source})")
+              f"+ {cm.per_seq_overhead_s * 1e6:.1f} us per sequence ({pool.overhead_source})"
+              + (f"; TP all-reduce: {cm.collectives()}" if cm.tp > 1 else ""))
     return 0
 
 

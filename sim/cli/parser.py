@@ -64,6 +64,10 @@ def _cost(sub) -> None:
     c.add_argument("--pp", type=int, default=1, help="pipeline stages (the step crosses all of them)")
     c.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "int4"])
     c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
+    c.add_argument("--allreduce", default="custom", choices=["custom", "nccl"],
+                   help="TP all-reduce inside the NVLink domain (as the scenario's cost.allreduce)")
+    c.add_argument("--expert-parallel", action="store_true",
+                   help="MoE: experts spread over the TP ranks (as hardware.expert_parallel)")
     g = c.add_mutually_exclusive_group(required=True)
     g.add_argument("--prefill", type=int, metavar="TOKENS")
     g.add_argument("--decode-batch", type=int, metavar="B")

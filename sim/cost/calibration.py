@@ -19,17 +19,31 @@ from servesim.inputs.schema import read_mapping
 from servesim.inputs.specs import GPUS, GpuSpec
 
 
-COMM_FAMILIES = ("allreduce", "send_recv")
+# shares of the GPU's peer link: they transfer only between GPUs whose links are of one kind
+# (``allreduce_pcie`` is a share of PCIe, which every GPU has)
+COMM_FAMILIES = ("allreduce", "allreduce_custom", "send_recv")
 
 
 def link_kind(gpu: GpuSpec) -> str:
     """``pcie`` when the GPUs of a node talk only over PCIe (no faster peer link), else ``peer``
     (NVLink, Infinity Fabric)."""
-    return "pcie" if gpu.link_bw_bytes_per_s <= gpu.pcie_bw_bytes_per_s else "peer"
+    return "peer" if gpu.peer_link else "pcie"
 
 
-FAMILIES = ("gemm", "attention", "norm", "activation", "rotary", "residual", "embedding", "allreduce", "send_recv",
-            "overhead")
+FAMILIES = ("gemm", "gemm_fp8", "attention", "norm", "activation", "rotary", "residual", "embedding", "allreduce",
+            "allreduce_pcie", "allreduce_custom", "send_recv", "overhead")
+
+
+# families no kernel profile measures (Vidur's are fp16 and NCCL only): ``servesim calibrate``
+# carries them over from the GPU's current efficiencies and writes them even at the v0 figures, so
+# that a GPU's own file, not the closest GPU's, says what it uses
+CARRIED = ("allreduce_custom", "gemm_fp8")
+
+
+def carried_families(gpu: GpuSpec) -> tuple:
+    """The ``CARRIED`` families that mean something on ``gpu``: the custom all-reduce needs a peer
+    link, FP8 GEMMs FP8 tensor cores."""
+    return tuple(f for f in CARRIED if (gpu.peer_link if f == "allreduce_custom" else gpu.fp8_flops > 0))
 
 
 def calibration_yaml(eff: Efficiencies, gpu: GpuSpec, provenance: str, quality: dict | None = None) -> str:
@@ -38,8 +52,9 @@ def calibration_yaml(eff: Efficiencies, gpu: GpuSpec, provenance: str, quality: 
     body = {"gpu": gpu.name, "source": eff.source}
     d = eff.to_dict()
     v0 = DEFAULT_EFFICIENCIES.to_dict()
+    keep = carried_families(gpu)
     for fam in FAMILIES:
-        if d[fam] != v0[fam]:  # families left at the v0 figures are omitted (filled in on load)
+        if d[fam] != v0[fam] or fam in keep:  # other families at the v0 figures are omitted (filled in on load)
             body[fam] = d[fam] if fam != "overhead" else {k: list(v) for k, v in d[fam].items()}
     if quality:
         body["fit_quality"] = quality

@@ -21,9 +21,13 @@ Operator time models (M tokens, K x N weight, w / a weight / activation bytes pe
   ever adds time, so an operator is never faster than its plain roofline.
 * Bandwidth-bound kernels (norms, activation, rotary, residual add, embedding): ``kernels x
   latency_s + max(flops / peak, bytes / (bw * memory))``.
-* Collectives: ``smoothmax(base_latency_s + hop_latency_s * (n - 1), transfer)`` with ring
-  all-reduce transfer ``2 (n - 1) / n * bytes / (link_bw * link)``; ``smooth = 1`` is the sum
-  (the alpha-beta model).
+* Collectives (``sim/cost/comm.py``): each algorithm ``a`` costs
+  ``smoothmax_p(latency_a + steps_a(n) * hop_latency_s, volume_a(n) * bytes / (link_bw * eta_a))``
+  and a collective takes the fastest algorithm available at its size: NCCL's ring in two
+  protocols (``CommEfficiency``: Simple/LL128, ``base_latency_s`` / ``link``, and LL,
+  ``small_latency_s`` / ``small_link``) and, where the engine uses it, a custom all-reduce through
+  peer memory (``CustomAllReduce``: one-shot and two-shot, up to ``max_bytes``). ``smooth = 1`` is
+  the sum of latency and transfer (the alpha-beta model).
 * Per-step CPU overhead (``overhead``, when measured): ``step_s + per_seq_s * sequences`` per TP
   size; without a fit the scenario's ``cost.step_overhead_s`` / ``cost.per_seq_overhead_s`` apply.
 """
@@ -82,6 +86,18 @@ class GemmEfficiency:
 
 
 @dataclass(frozen=True, slots=True)
+class Fp8GemmEfficiency:
+    """GEMMs with FP8 weights and activations on a GPU with FP8 tensor cores run at the FP8 peak with
+    the 16-bit GEMM family's time model, their compute efficiency scaled by ``compute_scale``: the
+    share of the FP8 peak the best FP8 GEMMs reach over the share of the 16-bit peak the best 16-bit
+    ones reach on the same GPU (the memory side, latency and tiles stay the 16-bit fit's)."""
+
+    compute_scale: float = _f(1.0, gt=0, le=1.5, doc="FP8 GEMM share of the FP8 peak / 16-bit share of the "
+                                                    "16-bit peak (1: the same share)")
+    expand = staticmethod(_coefficients)
+
+
+@dataclass(frozen=True, slots=True)
 class MemEfficiency:
     memory: float = _f(**_SHARE, doc="fraction of HBM bandwidth")
     latency_s: float = _f(0.0, doc="fixed per-kernel time")
@@ -90,10 +106,43 @@ class MemEfficiency:
 
 @dataclass(frozen=True, slots=True)
 class CommEfficiency:
-    link: float = _f(0.80, **_SHARE, doc="fraction of the link bandwidth a collective reaches")
-    base_latency_s: float = 0.0
-    hop_latency_s: float | None = _f(None, doc="per (n - 1); None: 2 x the GPU's link_latency_s (v0)")
-    smooth: float = _f(1.0, ge=1, doc="1: latency + transfer (alpha-beta); larger: a smooth max of the two")
+    """NCCL-style collectives on one kind of link (fitted to measured NCCL timings): a ring whose
+    ``2 (n - 1)`` steps (all-reduce; all-gather ``n - 1``, a send 1) each pay ``hop_latency_s``, in
+    a bandwidth protocol (Simple/LL128: ``base_latency_s``, ``link``) and, when fitted, a latency
+    protocol (LL: ``small_latency_s``, ``small_link``) that wins below some size."""
+
+    link: float = _f(0.80, **_SHARE, doc="fraction of the link bandwidth the bandwidth protocol reaches")
+    base_latency_s: float = _f(0.0, doc="fixed time of one call of the bandwidth protocol")
+    hop_latency_s: float | None = _f(None, doc="per ring step; None: the GPU's link_latency_s (v0)")
+    smooth: float = _f(1.0, ge=0.5, le=8, doc="p of the smooth max of latency and transfer: 1 = their sum "
+                                              "(alpha-beta); > 1 the latency hides behind the transfer; < 1 "
+                                              "slower than the sum near the crossover (fewer NCCL channels)")
+    small_latency_s: float | None = _f(None, doc="fixed time of the latency protocol (NCCL LL); None: none")
+    small_link: float | None = _f(None, **_SHARE, doc="fraction of the link bandwidth the latency protocol reaches")
+    expand = staticmethod(_coefficients)
+
+    def check(self, path: str) -> None:
+        if (self.small_latency_s is None) != (self.small_link is None):
+            raise InputError(f"{path}.small_latency_s and .small_link go together (both or neither)")
+
+
+@dataclass(frozen=True, slots=True)
+class CustomAllReduce:
+    """An engine's custom all-reduce through peer memory (vLLM ``custom_all_reduce``, TensorRT-LLM's
+    one-/two-shot kernels), used inside one NVLink domain for messages up to ``max_bytes``: one-shot
+    (one step, every GPU reads all peers' buffers: ``(n - 1) x bytes`` each) and two-shot
+    (reduce-scatter + all-gather through peer memory: two steps, ``2 (n - 1) / n x bytes``).
+
+    The defaults are an A100 estimate (sglang PR #2688: vLLM's custom all-reduce on A100 without
+    CUDA graphs, 11-14 us at 16 KiB for TP 2-8 and ~184 GB/s one-shot ingress at TP 2; latency
+    scaled by H100's graph / no-graph ratio, vLLM PR #24111 vs sglang PR #2904); the H100 fit is in
+    ``calibrations/h100-sxm.yaml``."""
+
+    oneshot_latency_s: float = _f(7e-6)
+    oneshot_link: float = _f(0.6, **_SHARE)
+    twoshot_latency_s: float = _f(15e-6)
+    twoshot_link: float = _f(0.45, **_SHARE)
+    max_bytes: int = _f(8 * 2**20, gt=0, doc="largest message it takes (vLLM: 8 MiB)")
     expand = staticmethod(_coefficients)
 
 
@@ -134,13 +183,16 @@ class OverheadFit:
 @dataclass(frozen=True, slots=True)
 class Efficiencies:
     gemm: GemmEfficiency = GemmEfficiency(0.75, 0.85)
+    gemm_fp8: Fp8GemmEfficiency = Fp8GemmEfficiency()
     attention: OpEfficiency = OpEfficiency(0.60, 0.80)
     norm: MemEfficiency = MemEfficiency(0.70)
     activation: MemEfficiency = MemEfficiency(0.70)
     rotary: MemEfficiency = MemEfficiency(0.70)
     residual: MemEfficiency = MemEfficiency(0.70)
     embedding: MemEfficiency = MemEfficiency(0.70)
-    allreduce: CommEfficiency = CommEfficiency()
+    allreduce: CommEfficiency = CommEfficiency()  # over the GPU's peer link (NVLink / NVSwitch)
+    allreduce_pcie: CommEfficiency = CommEfficiency()  # TP beyond the NVLink domain: over PCIe
+    allreduce_custom: CustomAllReduce = CustomAllReduce()
     send_recv: CommEfficiency = CommEfficiency()
     overhead: OverheadFit | None = None  # None: the scenario's (or the v0) per-step overhead
     source: str = "v0 literature figures (not fitted)"

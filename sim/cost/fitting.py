@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from servesim.cost.comm import SIZE_RANGES, collective_time_np
 from servesim.cost.efficiency import (LOWBIT_TILE_M, CommEfficiency, Efficiencies, GemmEfficiency, MemEfficiency,
                                       OpEfficiency, OverheadFit)
 from servesim.cost.profiles import GEMM_OPS, MEM_OPS, PROFILE_DTYPE_BYTES, Profiles
@@ -40,25 +41,6 @@ def gemm_time_np(M, K, N, w, peak, bw, g: GemmEfficiency):
 
 def mem_time_np(b, bw, e: MemEfficiency):
     return e.latency_s + b / (bw * e.memory)
-
-
-def collective_time_np(n, size, gpu: GpuSpec, e: CommEfficiency, kind: str):
-    """Vectorized ``sim.cost.comm.allreduce_time_s`` / ``send_time_s``."""
-    import numpy as np
-
-    n = np.asarray(n, float)
-    link_bw = gpu.link_bw_bytes_per_s
-    if e.hop_latency_s is not None:
-        hop = e.hop_latency_s
-    else:
-        hop = (2 if kind == "allreduce" else 1) * gpu.link_latency_s
-    if kind == "allreduce":
-        lat = e.base_latency_s + hop * (n - 1)
-        tr = 2 * (n - 1) / n * size / (link_bw * e.link)
-    else:
-        lat = e.base_latency_s + hop + 0 * n
-        tr = size / (link_bw * e.link)
-    return lat + tr if e.smooth == 1.0 else smooth_max_np(lat, tr, e.smooth)
 
 
 def attention_time_np(qd, kv_tok, tok, pairs, ctx, peak16, bw, e: OpEfficiency):
@@ -173,6 +155,16 @@ def _lsq(residual, x0, lo, hi, scale):
     return least_squares(residual, x0, bounds=(lo, hi), x_scale=scale).x
 
 
+def _lsq_result(residual, x0, lo, hi):
+    """``least_squares`` from ``x0`` (clipped inside the bounds), scaled by its Jacobian."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    x0 = np.clip(np.asarray(x0, float), lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
+    return least_squares(residual, x0, bounds=(lo, hi), x_scale="jac", max_nfev=4000)
+
+
 def fit_gemm(profiles: list, gpu: GpuSpec, tile_m: int = 128) -> GemmEfficiency:
     import numpy as np
 
@@ -272,31 +264,104 @@ def fit_overhead(profiles: list) -> OverheadFit | None:
     return OverheadFit(tuple(tps), tuple(steps), tuple(pers))
 
 
-def comm_points(data, kind: str):
-    """Intra-node measurements only (every participant in one node, as TP / PP within a server)."""
+# NCCL's per-step latency of its Ring/LL protocol (NVIDIA/nccl src/graph/tuning.cc, hwLat: NVLink
+# 0.6 us, PCI 1.0 us): the hop latency where one GPU count cannot tell it from the fixed latency
+NCCL_HOP_S = {"peer": 0.6e-6, "pcie": 1.0e-6}
+
+
+def node_nvlink_domain(node: str) -> int:
+    """GPUs of a Vidur network node that share the peer link: its ``*_pairwise_nvlink`` nodes
+    connect pairs with an NVLink bridge (more GPUs cross PCIe); the ``*_dgx`` nodes all 8."""
+    return 2 if "pairwise" in node else 8
+
+
+def comm_points(data, kind: str, link: str = "peer", node: str = ""):
+    """Intra-node measurements (every participant in one node, as TP / PP within a server) of one
+    link: ``peer`` (all-reduces inside the node's NVLink domain, sends between two GPUs of a node)
+    or ``pcie`` (all-reduces over more GPUs than the domain)."""
     n, size, dpn, y = data
-    ok = (dpn == n) if kind == "allreduce" else (dpn >= 2)
+    if kind != "allreduce":
+        ok = dpn >= 2
+    else:
+        dom = node_nvlink_domain(node)
+        ok = (dpn == n) & ((n <= dom) if link == "peer" else (n > dom))
     return n[ok], size[ok], y[ok]
 
 
-def fit_comm(data, gpu: GpuSpec, kind: str) -> CommEfficiency | None:
+def balanced_weights(size, n):
+    """Least-squares weights giving every (GPU count, message-size range) cell the same total
+    weight: the measured sizes are spaced linearly, so unweighted ~90% of them are above 1 MiB, where
+    the latency terms do not show."""
     import numpy as np
 
-    n, size, y = comm_points(data, kind)
-    if len(y) < 4:
+    cells = list(zip(np.asarray(n).tolist(), size_range_index(size).tolist()))
+    counts: dict = {}
+    for c in cells:
+        counts[c] = counts.get(c, 0) + 1
+    return np.array([1.0 / math.sqrt(counts[c]) for c in cells])
+
+
+def size_range_index(size):
+    """Index into ``SIZE_RANGES`` of each message size."""
+    import numpy as np
+
+    return np.searchsorted([hi for _, hi, _ in SIZE_RANGES[:-1]], np.asarray(size, float), side="right")
+
+
+def fit_comm(data, gpu: GpuSpec, kind: str, link: str = "peer", node: str = "") -> CommEfficiency | None:
+    """NCCL's collective parameters on one link from measured all-reduce or send/recv medians:
+    the bandwidth protocol's latency and efficiency, the latency protocol's (at most the bandwidth
+    protocol's latency, 1-100% of its efficiency, so it can win only at small sizes), the smooth
+    max's p, and the hop latency (fitted when the rows have several GPU counts, else NCCL's own
+    figure). Least squares on log(predicted / measured), each (GPU count, size range) cell weighted
+    equally; the best of a few starts (the minimum over protocols makes the problem piecewise)."""
+    import numpy as np
+
+    n, size, y = comm_points(data, kind, link, node)
+    if len(y) < 6:
         return None
+    op = "allreduce" if kind == "allreduce" else "send"
+    bw = gpu.link_bw_bytes_per_s if link == "peer" else gpu.pcie_bw_bytes_per_s
+    w = balanced_weights(size, n)
     ly = np.log(y)
+    free_hop = op == "allreduce" and len(set(n.tolist())) > 1
+    hop0 = NCCL_HOP_S[link] if op == "allreduce" else 0.0
+    small = size <= 64 * 1024
+    floor = float(np.median(y[small])) if small.any() else float(y.min())
+    big = size >= np.percentile(size, 90)
+    vol = 2 * (n[big] - 1) / n[big] if op == "allreduce" else 1.0
+    eta0 = float(np.clip(np.median(vol * size[big] / y[big]) / bw, 1e-3, 0.9))
+    # x = [log latency, eta, LL latency / latency, LL eta / eta, log p, (hop)]
+    x0 = [math.log(floor), eta0, 0.5, 0.3, math.log(1.5)] + ([1e-6] if free_hop else [])
+    lo = [math.log(1e-7), 1e-4, 0.05, 0.01, math.log(0.5)] + ([0.0] if free_hop else [])
+    hi = [math.log(5e-2), 1.0, 1.0, 1.0, math.log(8.0)] + ([2e-5] if free_hop else [])
 
     def make(x):
-        return CommEfficiency(float(x[0]), float(x[1]), float(x[2]) if kind == "allreduce" else 0.0,
-                              float(math.exp(x[3])))
+        lat, eta = math.exp(x[0]), float(x[1])
+        return CommEfficiency(eta, lat, float(x[5]) if free_hop else hop0, float(math.exp(x[4])),
+                              lat * float(x[2]), eta * float(x[3]))
 
     def res(x):
-        return np.log(collective_time_np(n, size, gpu, make(x), kind)) - ly
+        return w * (np.log(collective_time_np(op, size, n, bw, 0.0, make(x))) - ly)
 
-    x = _lsq(res, [0.5, 10e-6, 2e-6, math.log(2.0)], [0.01, 0, 0, 0], [1, 1e-3, 1e-3, 5],
-             [0.1, 1e-5, 1e-6, 1])
-    return _rounded(make(x))
+    starts = [x0, [x0[0] + math.log(0.5)] + x0[1:], [x0[0] + math.log(2.0)] + x0[1:], x0[:2] + [0.2, 0.15] + x0[4:]]
+    best = None
+    for x in starts:
+        r = _lsq_result(res, x, lo, hi)
+        if best is None or r.cost < best.cost:
+            best = r
+    return _rounded(make(best.x))
+
+
+COMM_FIT_FAMILIES = ("allreduce", "allreduce_pcie", "send_recv")
+
+
+def comm_data(profiles: Profiles):
+    """(family, kind, link, (node, data)) of each collective family the profiles measure."""
+    return [(fam, kind, link, data) for fam, kind, link, data in (
+        ("allreduce", "allreduce", "peer", profiles.allreduce),
+        ("allreduce_pcie", "allreduce", "pcie", profiles.allreduce_pcie),
+        ("send_recv", "send_recv", "peer", profiles.send_recv)) if data]
 
 
 def _rounded(obj):
@@ -308,31 +373,29 @@ def _rounded(obj):
 def fit_profiles(profiles: Profiles, gpu: GpuSpec) -> Efficiencies:
     """Fitted ``Efficiencies``: GEMM and bandwidth-bound families from the compute profiles,
     collectives from the network ones; families without measurements keep the v0 values."""
-    kw = {"gemm": fit_gemm(profiles.compute, gpu)}
+    kw = {}
+    if profiles.compute:
+        kw["gemm"] = fit_gemm(profiles.compute, gpu)
     for fam in ("norm", "activation", "rotary", "residual", "embedding"):
         e = fit_mem(profiles.compute, gpu, fam)
         if e is not None:
             kw[fam] = e
-    if profiles.allreduce:
-        e = fit_comm(profiles.allreduce[1], gpu, "allreduce")
+    for fam, kind, link, data in comm_data(profiles):
+        e = fit_comm(data[1], gpu, kind, link, data[0])
         if e is not None:
-            kw["allreduce"] = e
-    if profiles.send_recv:
-        e = fit_comm(profiles.send_recv[1], gpu, "send_recv")
-        if e is not None:
-            kw["send_recv"] = e
+            kw[fam] = e
     att = fit_attention(profiles.attention, gpu) if profiles.attention else None
     if att is not None:
         kw["attention"] = att
     over = fit_overhead(profiles.cpu)
     if over is not None:
         kw["overhead"] = over
-    nodes = ", ".join(f"{k} from network/{v[0]}" for k, v in (("all-reduce", profiles.allreduce),
-                                                              ("send/recv", profiles.send_recv)) if v)
-    kw["source"] = (f"fitted to {len(profiles.compute)} compute profiles for {gpu.name}"
+    nodes = ", ".join(f"{fam} from network/{data[0]}" for fam, _, _, data in comm_data(profiles) if fam in kw)
+    kw["source"] = ((f"fitted to {len(profiles.compute)} compute profiles for {gpu.name}" if profiles.compute
+                     else f"fitted to network timings for {gpu.name}")
                     + (f"; {nodes}" if nodes else "")
                     + (f"; attention from {len(profiles.attention)} attention profiles" if att is not None
-                       else "; attention not measured (v0 values)")
+                       else "; attention not measured (v0 values)" if profiles.compute else "")
                     + (f"; per-step CPU overhead from {len(profiles.cpu)} cpu_overheads profile(s)"
                        if over is not None else ""))
     return Efficiencies(**kw)

@@ -139,5 +139,8 @@ def load_measured(root: str | Path, model, tp: int, gpu, dtype: str = "bf16", de
     if model.is_moe:
         raise InputError(f"{where}: {model.name} is a mixture-of-experts model; measured profiles cover "
                          "dense MLPs only (leave it unset to use the calibrated roofline)")
+    if model.is_mla:
+        raise InputError(f"{where}: {model.name} uses multi-head latent attention; measured profiles cover "
+                         "standard attention projections only (leave it unset to use the calibrated roofline)")
     shape = (model.num_heads, model.num_kv_heads, model.hidden_size, model.intermediate_size, bool(model.gated_mlp))
     return _load(str(root), gpu.name, device, shape, int(tp), model.name, where)

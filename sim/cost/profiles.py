@@ -282,11 +282,12 @@ def read_cpu_overheads(path: Path) -> CpuOverheadProfile:
 @dataclass
 class Profiles:
     compute: list  # ComputeProfile
-    allreduce: tuple | None  # (n, size, dpn, y) from the network node
+    allreduce: tuple | None  # (node, (n, size, dpn, y)): all-reduces on the node's peer link
     send_recv: tuple | None
     where: str  # a description for provenance
     attention: list = dataclasses.field(default_factory=list)  # AttentionProfile
     cpu: list = dataclasses.field(default_factory=list)  # CpuOverheadProfile
+    allreduce_pcie: tuple | None = None  # (node, data): a node whose larger all-reduces cross PCIe
 
 
 def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: str | None = None,
@@ -299,6 +300,9 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
         raise InputError(f"{where}: {str(root)!r} is not a folder")
     dev = device or DEVICE_DIRS.get(gpu, gpu)
     cdir = root / "compute" / dev if (root / "compute").is_dir() else root
+    network_only = not cdir.is_dir() and not device and _network_nodes(root, dev, node)
+    if network_only:  # collectives alone (H100: Vidur's network timings, no compute ones here)
+        return dataclasses.replace(_network(root, dev, node), where=str(root))
     if not cdir.is_dir():
         have = sorted(p.name for p in (root / "compute").iterdir() if p.is_dir())
         raise InputError(f"{where}: no measurements for GPU {gpu!r} (looked for {cdir}); "
@@ -320,18 +324,35 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
             cpu_files |= set(d.glob("**/cpu_overheads.csv") if d.parent.name == "cpu_overhead"
                              else d.glob("cpu_overheads.csv"))
     cpu = [read_cpu_overheads(f) for f in sorted(cpu_files)]
-    ar = sr = None
+    net = _network(root, dev, node)
+    return Profiles(compute, net.allreduce, net.send_recv, str(root), attention, cpu, net.allreduce_pcie)
+
+
+def _network_nodes(root: Path, dev: str, node: str | None) -> list:
+    """The network folders of ``dev`` (``<dev>_*``, or the one named ``node``), a switched one (DGX:
+    every pair on NVSwitch) first."""
     ndir = root / "network"
-    if ndir.is_dir():
-        nodes = sorted(p for p in ndir.iterdir()
-                       if p.is_dir() and (p.name == node if node else p.name.startswith(dev + "_")))
-        if node and not nodes:
-            raise InputError(f"--node: no folder {node!r} under {ndir}")
-        # prefer a switched node (DGX: every pair on NVSwitch) for TP collectives
-        nodes.sort(key=lambda p: ("dgx" not in p.name, p.name))
-        for p in nodes:
-            if ar is None and (p / "all_reduce.csv").exists():
-                ar = (p.name, read_network_profile(p / "all_reduce.csv", "all_reduce"))
-            if sr is None and (p / "send_recv.csv").exists():
-                sr = (p.name, read_network_profile(p / "send_recv.csv", "send_recv"))
-    return Profiles(compute, ar, sr, str(root), attention, cpu)
+    if not ndir.is_dir():
+        return []
+    nodes = sorted(p for p in ndir.iterdir()
+                   if p.is_dir() and (p.name == node if node else p.name.startswith(dev + "_")))
+    if node and not nodes:
+        raise InputError(f"--node: no folder {node!r} under {ndir}")
+    return sorted(nodes, key=lambda p: ("dgx" not in p.name, p.name))
+
+
+def _network(root: Path, dev: str, node: str | None) -> Profiles:
+    """Collectives of ``dev``: all-reduce and send/recv on the peer link from the first node that has
+    them (a DGX first), all-reduce over PCIe from a node of NVLink-bridged pairs (``*_pairwise*``:
+    its all-reduces over more than two GPUs cross PCIe)."""
+    ar = sr = pcie = None
+    for p in _network_nodes(root, dev, node):
+        if ar is None and (p / "all_reduce.csv").exists():
+            ar = (p.name, read_network_profile(p / "all_reduce.csv", "all_reduce"))
+        if sr is None and (p / "send_recv.csv").exists():
+            sr = (p.name, read_network_profile(p / "send_recv.csv", "send_recv"))
+        if pcie is None and "pairwise" in p.name and (p / "all_reduce.csv").exists():
+            data = read_network_profile(p / "all_reduce.csv", "all_reduce")
+            if ((data[0] > 2) & (data[2] == data[0])).any():
+                pcie = (p.name, data)
+    return Profiles([], ar, sr, "", allreduce_pcie=pcie)

@@ -23,11 +23,11 @@ All FLOPs and bytes reported are totals over the replica's GPUs; times are wall-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from servesim.core.batch import Batch
-from servesim.cost.comm import allreduce_time_s, send_time_s
+from servesim.cost.comm import allgather_time_s, allreduce_time_s, send_time_s
 from servesim.cost.efficiency import (DEFAULT_EFFICIENCIES, LOWBIT_TILE_M, V0_PER_SEQ_OVERHEAD_S,
                                       V0_STEP_OVERHEAD_S, Efficiencies, GemmEfficiency, MemEfficiency)
 from servesim.cost.smoothmax import smooth_max
@@ -107,6 +107,26 @@ def _add_ops(acc, ops):
 _ZERO = (0.0, 0.0, 0.0, 0.0, 0.0)
 
 
+def _times(op, n):
+    """An operator's (time, flops, bytes, compute_s, memory_s) run ``n`` times."""
+    return tuple(x * n for x in op)
+
+
+def _grouped(op, n, latency_s):
+    """``n`` equal GEMMs ``op`` run as one grouped kernel: one kernel latency, ``n`` times the work
+    (the smooth max is homogeneous: n GEMMs' compute and memory times scale it by n)."""
+    t, f, b, c, m = op
+    return latency_s + (t - latency_s) * n, f * n, b * n, c * n, m * n
+
+
+def _sum(ops):
+    """The sum of operators' (time, flops, bytes, compute_s, memory_s), in order."""
+    t = f = b = c = m = 0.0
+    for ot, of, ob, oc, om in ops:
+        t, f, b, c, m = t + ot, f + of, b + ob, c + oc, m + om
+    return t, f, b, c, m
+
+
 # ---------------------------------------------------------------- the model
 @dataclass(frozen=True)
 class CostModel:
@@ -122,7 +142,16 @@ class CostModel:
     # measured per-kernel times of this model shape and TP (``sim/cost/measured.py``): when set,
     # the operators it covers take their time from it; FLOPs, bytes and bounds stay the model's
     measured: "MeasuredOps | None" = None
+    # TP all-reduce inside the NVLink domain: ``custom`` (the engine's one-/two-shot kernels below
+    # their size limit, as vLLM, SGLang and TensorRT-LLM run them) or ``nccl`` (NCCL alone)
+    allreduce: str = "custom"
+    # MoE: experts spread over the TP ranks (EP = TP, each rank holds E / TP whole experts; vLLM's
+    # --enable-expert-parallel) instead of each expert split TP ways
+    expert_parallel: bool = False
     _c: tuple = field(init=False, repr=False, compare=False, default=())
+    _moe: tuple = field(init=False, repr=False, compare=False, default=())
+    _mla: tuple = field(init=False, repr=False, compare=False, default=())
+    _g: GemmEfficiency = field(init=False, repr=False, compare=False, default=None)
     _att: tuple = field(init=False, repr=False, compare=False, default=())
     _memo_T: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_S: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
@@ -136,14 +165,50 @@ class CostModel:
         kvd = self.kv_heads_per_gpu * m.head_dim
         n_up = 2 if m.gated_mlp else 1
         # per-GPU shapes, computed once: (qkv N, o K, up N, down K, vocab/tp, kv bytes/token/layer, ...)
+        kv_tok = (m.kv_elements_per_token_layer * DTYPE_BYTES[self.kv_dtype] if m.is_mla
+                  else 2 * kvd * DTYPE_BYTES[self.kv_dtype])
         object.__setattr__(self, "_c", (
             float(h), qd, kvd, qd + 2 * kvd, n_up * inter / tp, inter / tp, m.vocab_size / tp,
-            2 * kvd * DTYPE_BYTES[self.kv_dtype], float(n_up), DTYPE_BYTES[self.dtype],
+            kv_tok, float(n_up), DTYPE_BYTES[self.dtype],
             DTYPE_BYTES[activation_dtype(self.dtype)],  # embedding and LM head weights: 16-bit
         ))
+        if m.is_moe:
+            # (ranks the experts are spread over, expert up N, expert down K, shared up N, shared
+            # down K, dense-layer up N, dense-layer down K, MoE layers, dense layers), per GPU
+            ep = tp if self.expert_parallel else 1
+            etp = tp // ep  # TP ranks one expert is split over
+            sh, dn = m.num_shared_experts * inter, m.dense_intermediate_size
+            object.__setattr__(self, "_moe", (ep, n_up * inter / etp, inter / etp, n_up * sh / tp, sh / tp,
+                                              n_up * dn / tp, dn / tp, m.num_moe_layers, m.first_dense_layers))
+        elif self.expert_parallel:
+            raise ValueError(f"expert_parallel needs a mixture-of-experts model; {m.name} is dense")
+        vd = m.value_head_dim
+        if m.is_mla:
+            heads = m.num_heads / tp
+            nope, rope, lora = m.head_dim - m.qk_rope_head_dim, m.qk_rope_head_dim, m.kv_lora_rank
+            # the GEMMs of the attention projections ((K, N) per GPU; the down projections of q and
+            # of the latent are replicated on every rank), the rotary width (query, key), the
+            # attention FLOPs per query-key pair in prefill (up-projected K and V: multi-head) and
+            # decode (absorbed weights: multi-query over the latent), its activations in and out
+            # per query token, and the FLOPs of up-projecting one cached latent in a later chunk
+            proj = ([(h, m.q_lora_rank), (m.q_lora_rank, heads * m.head_dim)] if m.q_lora_rank
+                    else [(h, heads * m.head_dim)]) + [(h, lora + rope), (lora, heads * (nope + vd))]
+            object.__setattr__(self, "_mla", (tuple(proj), heads * rope, float(rope), 2 * heads * (m.head_dim + vd),
+                                              2 * heads * (lora + rope + lora), heads * (lora + rope + lora),
+                                              2 * lora * heads * (nope + vd)))
+        if self.allreduce not in ("custom", "nccl"):
+            raise ValueError(f"allreduce must be custom or nccl, got {self.allreduce!r}")
+        g = self.eff.gemm
+        if self.dtype == "fp8" and self.gpu.fp8_flops > 0:  # FP8 tensor cores: their own share of their peak
+            g = replace(g, compute=min(1.0, g.compute * self.eff.gemm_fp8.compute_scale))
+        object.__setattr__(self, "_g", g)
         e = self.eff.attention
-        object.__setattr__(self, "_att", (4 * qd, qd, self._c[7], self.gpu.peak_flops * e.compute,
-                                          self.gpu.mem_bw_bytes_per_s * e.memory, 1 * e.latency_s, m.num_layers))
+        # attention: FLOPs per query-key pair in prefill and decode, activation elements in and out
+        # per query token, KV bytes per token, FLOPs per cached latent up-projected (MLA), rates
+        fq_p, fq_d, qio, up = (self._mla[3], self._mla[4], self._mla[5], self._mla[6]) if m.is_mla else \
+            (4 * qd, 4 * qd, 2 * qd, 0.0)
+        object.__setattr__(self, "_att", (fq_p, fq_d, qio, self._c[7], self.gpu.peak_flops * e.compute,
+                                          self.gpu.mem_bw_bytes_per_s * e.memory, 1 * e.latency_s, m.num_layers, up))
         object.__setattr__(self, "_memo_T", {})
         object.__setattr__(self, "_memo_S", {})
         object.__setattr__(self, "_memo_dec", {})
@@ -160,8 +225,9 @@ class CostModel:
         the embedding and LM head (and the final norm) in 16-bit."""
         m = self.model
         w16 = DTYPE_BYTES[activation_dtype(self.dtype)]
-        outer = m.total_params() - m.num_layers * m.layer_weight_params()
-        return m.num_layers * m.layer_weight_params() * DTYPE_BYTES[self.dtype] + outer * w16
+        layers = m.layers_params()
+        outer = m.total_params() - layers
+        return layers * DTYPE_BYTES[self.dtype] + outer * w16
 
     @property
     def kv_heads_per_gpu(self) -> float:
@@ -170,10 +236,13 @@ class CostModel:
 
     def kv_bytes_per_token_per_gpu(self, layers: int | None = None) -> float:
         """KV bytes a token takes on one GPU of the stage with ``layers`` layers (default: the
-        most any stage has, ``ceil(L / pp)``)."""
+        most any stage has, ``ceil(L / pp)``). An MLA latent is not split by TP: every rank keeps
+        all of it (vLLM caches it as one KV head)."""
         m = self.model
         if layers is None:
             layers = math.ceil(m.num_layers / self.pp)
+        if m.is_mla:
+            return layers * m.kv_elements_per_token_layer * DTYPE_BYTES[self.kv_dtype]
         return layers * 2 * self.kv_heads_per_gpu * m.head_dim * DTYPE_BYTES[self.kv_dtype]
 
     @property
@@ -206,8 +275,10 @@ class CostModel:
                 t = ms.time_s(name, x, t, lambda y: op(y)[0])
             return t, f, b, c, mm
 
+        g = self._g
+
         def gemm(K, N):
-            return lambda x: gemm_cost(x, K, N, w, peak, bw, e.gemm)
+            return lambda x: gemm_cost(x, K, N, w, peak, bw, g)
 
         def mem(per_tok_flops, per_tok_bytes, fixed_bytes, eff):
             def op(x):
@@ -216,42 +287,54 @@ class CostModel:
                 return t, f, b, c, mm
             return op
 
-        t, f, b, c, mm = priced("qkv_proj", gemm(h, qkv_n))
+        if m.is_mla:  # the q and latent projections and the latent's up projection to K and V
+            t, f, b, c, mm = _sum(gemm(K, N)(T) for K, N in self._mla[0])
+        else:
+            t, f, b, c, mm = priced("qkv_proj", gemm(h, qkv_n))
         yield "qkv_proj", t * L, f * L, b * L, c * L, mm * L
 
-        # rotary on Q and K: read + write, ~6 FLOPs per element
-        t, f, b, c, mm = priced("rotary", mem(6 * (qd + kvd), 2 * a * (qd + kvd), 0.0, e.rotary))
+        # rotary on Q and K: read + write, ~6 FLOPs per element (MLA: the rotary part of each
+        # query head and the one shared rotary key); none with learned positions or ALiBi
+        rq, rk = (self._mla[1], self._mla[2]) if m.is_mla else (qd, kvd)
+        t, f, b, c, mm = priced("rotary", mem(6 * (rq + rk), 2 * a * (rq + rk), 0.0, e.rotary)) if m.rotary else _ZERO
         yield "rotary", t * L, f * L, b * L, c * L, mm * L
 
         # attention: prefill sequences (FlashAttention FLOPs ~ query x key pairs, causal; KV of the
         # chunk and of earlier chunks re-read) and decode sequences (KV read per sequence) apart
         yield ("attention",) + self._attention(batch, T)
 
-        t, f, b, c, mm = priced("o_proj", gemm(qd, h))
+        t, f, b, c, mm = priced("o_proj", gemm(qd if not m.is_mla else m.num_heads / self.tp * m.value_head_dim, h))
         yield "o_proj", t * L, f * L, b * L, c * L, mm * L
 
+        def act(width):
+            return mem(5 * width, a * width * (n_up + 1), 0.0, e.activation)
+
         if m.num_experts:
-            t, f, b, c, mm = gemm_cost(T, h, m.num_experts, w, peak, bw, e.gemm)
-            yield "moe_router", t * L, f * L, b * L, c * L, mm * L
+            # each MoE layer: the router, the E_hit experts the step's tokens reach (with EP, the
+            # 1/ep of them on this rank, whole), each on T k / E_hit tokens, and the shared experts on
+            # every token; the leading dense layers: a dense MLP
+            ep, ex_up, ex_down, sh_up, sh_down, d_up, d_down, Lm, Ld = self._moe
+            t, f, b, c, mm = gemm_cost(T, h, m.num_experts, w, peak, bw, g)
+            yield "moe_router", t * Lm, f * Lm, b * Lm, c * Lm, mm * Lm
             hit = m.expected_experts_hit(T)
             Tk = T * m.experts_per_token
             Mx = Tk / hit if hit else 0.0
-            t, f, b, c, mm = gemm_cost(Mx, h, up_n, w, peak, bw, e.gemm)
-            k = hit * L
-            yield "mlp_up", t * k, f * k, b * k, c * k, mm * k
-            act_tok = Tk
+            shared = (sh_up, sh_down, T, 1.0) if sh_up else None
+            dense = (d_up, d_down, T, 1.0) if Ld else None
+            # (up N, down K, tokens per expert, experts, layers); the experts of a layer run as one
+            # grouped GEMM (vLLM's fused MoE kernel): one kernel latency for all of them
+            parts = [(ex_up, ex_down, Mx, hit / ep, Lm)] + [x + (n,) for x, n in ((shared, Lm), (dense, Ld)) if x]
+            yield ("mlp_up",) + _sum(_times(_grouped(gemm_cost(x, h, up, w, peak, bw, g), ne, g.latency_s), n)
+                                     for up, _, x, ne, n in parts)
+            acts = [(ex_down, Tk / ep, Lm)] + [(d, x, n) for _, d, x, _, n in parts[1:]]
+            yield ("mlp_act",) + _sum(_times(act(d)(x), n) for d, x, n in acts)
+            yield ("mlp_down",) + _sum(_times(_grouped(gemm_cost(x, d, h, w, peak, bw, g), ne, g.latency_s), n)
+                                       for _, d, x, ne, n in parts)
         else:
             t, f, b, c, mm = priced("mlp_up", gemm(h, up_n))
             yield "mlp_up", t * L, f * L, b * L, c * L, mm * L
-            act_tok = T
-
-        t, f, b, c, mm = priced("mlp_act", mem(5 * down_k, a * down_k * (n_up + 1), 0.0, e.activation), act_tok)
-        yield "mlp_act", t * L, f * L, b * L, c * L, mm * L
-
-        if m.num_experts:
-            t, f, b, c, mm = gemm_cost(Mx, down_k, h, w, peak, bw, e.gemm)
-            yield "mlp_down", t * k, f * k, b * k, c * k, mm * k
-        else:
+            t, f, b, c, mm = priced("mlp_act", act(down_k))
+            yield "mlp_act", t * L, f * L, b * L, c * L, mm * L
             t, f, b, c, mm = priced("mlp_down", gemm(down_k, h))
             yield "mlp_down", t * L, f * L, b * L, c * L, mm * L
 
@@ -272,14 +355,38 @@ class CostModel:
 
     def _lm_head_row(self, S: int):
         """The LM head on the last token of each of ``S`` sampled sequences, fp32 logits written:
-        (time_s, flops, bytes, compute_s, memory_s)."""
+        (time_s, flops, bytes, compute_s, memory_s). With TP the head is split by vocabulary and
+        its time includes gathering the 16-bit logits of every rank (vLLM's logits gather)."""
         h, vocab, w16 = self._c[0], self._c[6], self._c[10]
         bw, e = self.gpu.mem_bw_bytes_per_s, self.eff
         t, f, b, c, mm = gemm_cost(S, h, vocab, w16, self.gpu.peak_flops, bw, e.gemm)  # kept 16-bit
         b += S * LOGIT_BYTES * vocab
         mm += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
         t += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
+        if self.tp > 1 and S:
+            link_bw, lat, ce, _ = self.tp_link()
+            t += allgather_time_s(ACT_BYTES * S * self.model.vocab_size, self.tp, link_bw, lat, ce)
         return t, f, b, c, mm
+
+    def tp_link(self):
+        """(bandwidth, per-step latency, NCCL efficiencies, custom all-reduce or None) of the TP
+        group's collectives: the peer link (NVLink) when the TP group fits in the GPU's NVLink
+        domain, else PCIe. The engine's custom all-reduce needs the NVLink domain and 2, 4, 6 or 8
+        GPUs (vLLM's ``custom_all_reduce`` conditions)."""
+        g, e = self.gpu, self.eff
+        if g.peer_link and self.tp <= g.nvlink_domain:
+            custom = e.allreduce_custom if self.allreduce == "custom" and self.tp in (2, 4, 6, 8) else None
+            return g.link_bw_bytes_per_s, g.link_latency_s, e.allreduce, custom
+        return g.pcie_bw_bytes_per_s, g.link_latency_s, e.allreduce_pcie, None
+
+    def collectives(self) -> str:
+        """How the TP group's all-reduces run, in words (for summaries): ``none`` without TP."""
+        if self.tp == 1:
+            return "none"
+        _, _, _, custom = self.tp_link()
+        if custom is not None:
+            return f"custom one-/two-shot up to {custom.max_bytes / 2**20:g} MiB, else NCCL, over NVLink"
+        return "NCCL over NVLink" if self.gpu.peer_link and self.tp <= self.gpu.nvlink_domain else "NCCL over PCIe"
 
     def _comm(self, T: int):
         """(name, time_s) of the step's communication."""
@@ -287,7 +394,7 @@ class CostModel:
         out = []
         size = ACT_BYTES * T * self.model.hidden_size
         if self.tp > 1:
-            per = allreduce_time_s(size, self.tp, g.link_bw_bytes_per_s, g.link_latency_s, e.allreduce)
+            per = allreduce_time_s(size, self.tp, *self.tp_link())
             out.append(("allreduce", 2 * self.model.num_layers * per))
         if self.pp > 1:
             per = send_time_s(size, g.link_bw_bytes_per_s, g.link_latency_s, e.send_recv)
@@ -336,20 +443,22 @@ class CostModel:
         """The attention row of ``_ops``: (time_s, flops, bytes, compute_s, memory_s) over all layers
         (the plain roofline ``max(flops / (peak x compute), bytes / (bw x memory))`` plus kernel
         latency, with the attention efficiencies; its constants computed once)."""
-        fq, qd2a, kv_tok, pc, bm, lat, L = self._att
+        fq_p, fq_d, qio, kv_tok, pc, bm, lat, L, up = self._att
         dctx = batch.decode_context_tokens
         dpairs = batch.decode_attn_pairs
         nd = batch.decode_tokens
         pf_tok = T - nd
         tt = ff = bb = cc = mmm = 0.0
         if pf_tok > 0:
-            ff = fq * (batch.attn_pairs - dpairs)
-            bb = kv_tok * (batch.context_tokens - dctx) + ACT_BYTES * pf_tok * 2 * qd2a
+            ff = fq_p * (batch.attn_pairs - dpairs)
+            if up:  # MLA: the cached latents of earlier chunks are up-projected to K and V again
+                ff += up * (batch.context_tokens - dctx - pf_tok)
+            bb = kv_tok * (batch.context_tokens - dctx) + ACT_BYTES * pf_tok * qio
             cc, mmm = ff / pc, bb / bm
             tt = lat + (cc if cc > mmm else mmm)
         if nd > 0:
-            f = fq * dpairs
-            b = kv_tok * dctx + ACT_BYTES * nd * 2 * qd2a
+            f = fq_d * dpairs
+            b = kv_tok * dctx + ACT_BYTES * nd * qio
             c, mm = f / pc, b / bm
             tt, ff, bb, cc, mmm = tt + (lat + (c if c > mm else mm)), ff + f, bb + b, cc + c, mmm + mm
         return tt * L, ff * L, bb * L, cc * L, mmm * L
@@ -393,10 +502,8 @@ class CostModel:
         k = self._memo_dec.get(n)
         if k is None:
             t0, _, _, _, _, comm = self._fixed(n, n)
-            e = self.eff.attention
-            k = self._memo_dec[n] = (t0, comm, self._overhead_s(n), 4 * self._c[1], ACT_BYTES * n * 2 * self._c[1],
-                                     self._c[7], self.gpu.peak_flops * e.compute,
-                                     self.gpu.mem_bw_bytes_per_s * e.memory, 1 * e.latency_s, self.model.num_layers)
+            _, fq_d, qio, kv_tok, pc, bm, lat, L, _ = self._att
+            k = self._memo_dec[n] = (t0, comm, self._overhead_s(n), fq_d, ACT_BYTES * n * qio, kv_tok, pc, bm, lat, L)
         t0, comm, over, fq, bq, kv_tok, pc, bm, lat, L = k
         # attention is max(compute, memory) per step; both are affine in x, so when the ends of
         # the run agree with a margin far above rounding, every step between takes that branch
@@ -422,19 +529,17 @@ class CostModel:
         dctx = np.asarray(dctx, dtype=np.int64)
         size = int(n.max()) + 1 if len(n) else 1
         t0, f0, b0, tc0, tm0, bq, comm, over = (np.zeros(size) for _ in range(8))
-        qd, kv_tok = self._c[1], self._c[7]
+        _, fq_d, qio, kv_tok, pc, bm, lat, L, _ = self._att
         a = ACT_BYTES
         for k in np.flatnonzero(np.bincount(n, minlength=size)).tolist():
             t, tc, tm, fl, nb, cm = self._fixed(k, k)
-            t0[k], f0[k], b0[k], tc0[k], tm0[k], bq[k] = t, fl, nb, tc, tm, a * k * 2 * qd
+            t0[k], f0[k], b0[k], tc0[k], tm0[k], bq[k] = t, fl, nb, tc, tm, a * k * qio
             comm[k], over[k] = cm, self._overhead_s(k)
-        L = self.model.num_layers
-        e, bw, peak16 = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops
-        f = 4 * qd * dctx.astype(np.float64)
+        f = fq_d * dctx.astype(np.float64)
         b = kv_tok * dctx + bq[n]
-        c = f / (peak16 * e.compute)
-        m = b / (bw * e.memory)
-        at = 1 * e.latency_s + np.where(c > m, c, m)
+        c = f / pc
+        m = b / bm
+        at = lat + np.where(c > m, c, m)
         g = self.tp
         return (t0[n] + at * L + comm[n] + over[n], (f0[n] + f * L) * g, (b0[n] + b * L) * g,
                 tc0[n] + c * L >= tm0[n] + m * L)
@@ -442,14 +547,8 @@ class CostModel:
     def _decode_steps_scalar(self, n: int, dctx):
         """``decode_steps`` as lists, one step at a time (the same arithmetic)."""
         t0, tc0, tm0, f0, b0, comm = self._fixed(n, n)
-        qd, kv_tok = self._c[1], self._c[7]
-        L = self.model.num_layers
-        e, bw, peak16, a = self.eff.attention, self.gpu.mem_bw_bytes_per_s, self.gpu.peak_flops, ACT_BYTES
-        fq = 4 * qd
-        bq = a * n * 2 * qd
-        pc = peak16 * e.compute
-        bm = bw * e.memory
-        lat = 1 * e.latency_s
+        _, fq, qio, kv_tok, pc, bm, lat, L, _ = self._att
+        bq = ACT_BYTES * n * qio
         over = self._overhead_s(n)
         g = self.tp
         times, flops, nbytes, comp = [], [], [], []
@@ -501,7 +600,8 @@ class CostModel:
         m = self.model
         w, w16 = DTYPE_BYTES[self.dtype], DTYPE_BYTES[activation_dtype(self.dtype)]
         emb = m.vocab_size * m.hidden_size
-        out = [n * m.layer_weight_params() * w for n in self.stage_layers()]
+        first = [sum(self.stage_layers()[:i]) for i in range(self.pp)]
+        out = [m.layers_params(a, a + n) * w for a, n in zip(first, self.stage_layers())]
         out[0] += emb * w16
         head = 0 if m.tied_embeddings and self.pp == 1 else emb
         out[-1] += (head + m.hidden_size) * w16

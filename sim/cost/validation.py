@@ -8,16 +8,19 @@ Families: ``linear`` is the per-layer sum QKV + O + MLP up + MLP down at one tok
 quantity a step's time is built from); ``qkv_proj``, ``o_proj``, ``mlp_up``, ``mlp_down`` each
 GEMM alone; ``norm``, ``activation``, ``rotary``, ``residual``, ``embedding`` the bandwidth-bound
 kernels; ``attention`` the attention kernel (+ KV-cache write) per layer, from ``attention.csv``
-when the profiles have it (worst at: KV tokens touched); ``allreduce`` / ``send_recv`` the
-intra-node collectives by number of GPUs; ``overhead`` the per-step CPU time, from
+when the profiles have it (worst at: KV tokens touched); ``allreduce`` (peer link),
+``allreduce_pcie`` and ``send_recv`` the intra-node NCCL collectives by number of GPUs and by
+message-size range; ``overhead`` the per-step CPU time, from
 ``cpu_overheads.csv`` when the profiles have it (per model and TP; worst at: batch size).
 """
 
 from __future__ import annotations
 
 from servesim.cost.efficiency import V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies, OverheadFit
-from servesim.cost.fitting import (attention_points, attention_time_np, collective_time_np, comm_points, cpu_points,
-                                   gemm_dims, gemm_points, gemm_time_np, mem_points, mem_time_np, overhead_time_np)
+from servesim.cost.comm import SIZE_RANGES, collective_time_np
+from servesim.cost.fitting import (COMM_FIT_FAMILIES, attention_points, attention_time_np, comm_data, comm_points,
+                                   cpu_points, gemm_dims, gemm_points, gemm_time_np, mem_points, mem_time_np,
+                                   overhead_time_np, size_range_index)
 from servesim.cost.profiles import GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles
 from servesim.inputs.specs import GpuSpec
 
@@ -43,11 +46,35 @@ def _err_rows(family, pred, meas, groups, xs):
     return rows
 
 
-def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: int = 4096) -> dict:
-    """``{"rows": [...], "points": {family: (measured, predicted)}}`` over num_tokens <= max_tokens."""
+def comm_predicted(gpu: GpuSpec, eff: Efficiencies, family: str, n, size):
+    """Predicted times of measured NCCL collectives (``family``: ``allreduce``, ``allreduce_pcie``
+    or ``send_recv``) on the link the family prices: the measurements are NCCL's alone, so the
+    engine's custom all-reduce takes no part."""
+    if family == "send_recv":
+        return collective_time_np("send", size, n, gpu.link_bw_bytes_per_s, gpu.link_latency_s, eff.send_recv)
+    bw = gpu.link_bw_bytes_per_s if family == "allreduce" else gpu.pcie_bw_bytes_per_s
+    return collective_time_np("allreduce", size, n, bw, gpu.link_latency_s, getattr(eff, family))
+
+
+def comm_rows(family, pred, meas, node, n, size):
+    """``_err_rows`` of a collective: one row per GPU count, one per message-size range
+    (``SIZE_RANGES``; model ``<node> <range>``, GPUs ``all``), then the ``all`` row."""
+    rows = _err_rows(family, pred, meas, [(node, int(k)) for k in n], size)
+    idx = size_range_index(size)
+    for i, (_, _, label) in enumerate(SIZE_RANGES):
+        s = idx == i
+        if s.any():
+            rows.insert(len(rows) - 1, _err_rows(family, pred[s], meas[s], [(f"{node} {label}", "all")] * int(s.sum()),
+                                                 size[s])[0])
+    return rows
+
+
+def _validate_compute(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: int, rows: list,
+                      points: dict) -> None:
+    """``validate``'s rows and points of the compute families (the GEMMs, their per-layer sum and the
+    bandwidth-bound kernels), added to ``rows`` and ``points``."""
     import numpy as np
 
-    rows, points = [], {}
     peak, bw = gpu.peak_flops, gpu.mem_bw_bytes_per_s
     M, K, N, y, model, tp, op = gemm_points(profiles.compute)
     keep = M <= max_tokens
@@ -81,19 +108,27 @@ def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: in
         pm = mem_time_np(b, bw, getattr(eff, fam))
         rows += _err_rows(fam, pm, ym, [(a, int(c)) for a, c in zip(mm, tt)], tok)
         points[fam] = (ym, pm)
+
+
+def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: int = 4096) -> dict:
+    """``{"rows": [...], "points": {family: (measured, predicted)}}`` over num_tokens <= max_tokens."""
+    rows, points = [], {}
+    if profiles.compute:
+        _validate_compute(profiles, gpu, eff, max_tokens, rows, points)
     att = attention_points(profiles.attention) if profiles.attention else None
     if att is not None:
         a, labels = att
-        pa = attention_time_np(a["qd"], a["kv_tok"], a["tok"], a["pairs"], a["ctx"], peak, bw, eff.attention)
+        pa = attention_time_np(a["qd"], a["kv_tok"], a["tok"], a["pairs"], a["ctx"], gpu.peak_flops,
+                               gpu.mem_bw_bytes_per_s, eff.attention)
         rows += _err_rows("attention", pa, a["y"], [(m, int(t)) for m, t in zip(labels, a["tp"])], a["ctx"])
         points["attention"] = (a["y"], pa)
-    for kind, data in (("allreduce", profiles.allreduce), ("send_recv", profiles.send_recv)):
-        if not data:
+    for fam, kind, link, data in comm_data(profiles):
+        n, size, yc = comm_points(data[1], kind, link, data[0])
+        if not len(yc):
             continue
-        n, size, yc = comm_points(data[1], kind)
-        pc = collective_time_np(n, size, gpu, getattr(eff, kind), kind)
-        rows += _err_rows(kind, pc, yc, [(data[0], int(k)) for k in n], size)
-        points[kind] = (yc, pc)
+        pc = comm_predicted(gpu, eff, fam, n, size)
+        rows += comm_rows(fam, pc, yc, data[0], n, size)
+        points[fam] = (yc, pc)
     if profiles.cpu:
         # per-step CPU overhead by batch size; without a fit, the v0 figures the engine would use
         B, T, yo, mo = cpu_points(profiles.cpu)
@@ -173,7 +208,7 @@ def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int =
                                    attention=[a for a in profiles.attention if a.model != m])
         own = dataclasses.replace(profiles, compute=[p for p in profiles.compute if p.model == m],
                                   attention=[a for a in profiles.attention if a.model == m],
-                                  allreduce=None, send_recv=None)
+                                  allreduce=None, send_recv=None, allreduce_pcie=None)
         v = validate(own, gpu, fit_profiles(rest, gpu), max_tokens)
         for r in v["rows"]:
             if r["model"] != "all":
@@ -199,7 +234,7 @@ def format_table(rows: list, families=None) -> str:
         if families and r["family"] not in families:
             continue
         at = r["worst_at"]
-        unit = {"allreduce": " B", "send_recv": " B", "overhead": " seqs"}.get(r["family"], " tok")
+        unit = " seqs" if r["family"] == "overhead" else " B" if r["family"] in COMM_FIT_FAMILIES else " tok"
         out.append(f"| {r['family']} | {r['model']} | {r['tp']} | {r['points']} | {100 * r['mape']:.1f}% | "
                    f"{100 * r['worst']:.1f}% | {at:.0f}{unit} |")
     return "\n".join(out)

@@ -342,6 +342,9 @@ class Hardware:
     pp_overlap: bool = _f(True, doc="with pp > 1: true: vLLM's virtual engines, pp schedulers per replica "
                                     "(each 1/pp of the KV) whose steps overlap in the stages "
                                     "(sim/core/pipeline.py); false: one step at a time crosses every stage")
+    expert_parallel: bool = _f(False, doc="MoE models: spread the experts over the TP ranks (EP = TP, each rank "
+                                          "holds experts / TP whole experts; vLLM's --enable-expert-parallel) "
+                                          "instead of splitting each expert TP ways")
     dtype: Literal["bf16", "fp16", "fp8", "int4"] = "bf16"
     kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(
         None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
@@ -567,6 +570,10 @@ class Cost:
                                                          "one, else 0.002")
     per_seq_overhead_s: Optional[float] = _f(None, ge=0, doc="per-step CPU time per scheduled sequence; None: "
                                                             "the calibration's fit if it has one, else 1e-5")
+    allreduce: Optional[Literal["custom", "nccl"]] = _f(
+        None, doc="TP all-reduce inside the GPU's NVLink domain: custom (the engine's one-/two-shot kernels up to "
+                  "8 MiB where faster, as vLLM, SGLang and TensorRT-LLM run them) or nccl (NCCL alone, e.g. HF eager); "
+                  "null: custom")
     calibration: str = _f("auto", doc="auto: shipped fit of the GPU (or the closest calibrated GPU's); "
                                       "none: v0 round figures; or a path to a calibration YAML")
     profiles: Optional[str] = _f(None, doc="a Vidur-format profiling folder (compute/<device>/<org>/<model>/mlp.csv, "

@@ -7,20 +7,23 @@ efficiencies live in ``sim/cost/efficiency.py``, not here.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Optional
 
 from servesim.errors import InputError, did_you_mean
-from servesim.inputs.schema import bounds, build_file, check_value, field_, read_mapping
+from servesim.inputs.schema import build_file, field_, read_mapping
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 
-def tp_error(model: "ModelSpec", tp: int) -> str | None:
+def tp_error(model: "ModelSpec", tp: int, expert_parallel: bool = False) -> str | None:
     """Why ``model`` cannot be split over ``tp`` GPUs (vLLM's checks), or None: the attention heads
-    and the MLP width must divide by it, and the KV heads must divide by it or it by them (fewer
-    KV heads than GPUs are replicated)."""
+    and the MLP widths must divide by it, and the KV heads must divide by it or it by them (fewer
+    KV heads than GPUs are replicated); with expert parallelism the experts must divide by it
+    instead of their width."""
     if tp < 1:
         return f"must be >= 1, got {tp}"
     if model.num_heads % tp:
@@ -28,8 +31,14 @@ def tp_error(model: "ModelSpec", tp: int) -> str | None:
     kv = model.num_kv_heads
     if kv % tp and tp % kv:
         return f"must divide the model's {kv} KV heads, or be a multiple of them"
-    if model.intermediate_size % tp:
+    if expert_parallel and model.is_moe:
+        if model.num_experts % tp:
+            return f"must divide the model's {model.num_experts} experts (hardware.expert_parallel)"
+    elif model.intermediate_size % tp:
         return f"must divide the model's MLP width {model.intermediate_size}"
+    for width in (model.dense_intermediate_size, model.num_shared_experts * model.intermediate_size):
+        if width % tp:
+            return f"must divide the model's MLP width {width}"
     return None
 
 
@@ -43,7 +52,15 @@ def activation_dtype(dtype: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """A decoder-only transformer's shape (what the cost model and KV sizing need)."""
+    """A decoder-only transformer's shape (what the cost model and KV sizing need).
+
+    Mixture of experts (``num_experts > 0``): every layer but the first ``first_dense_layers``
+    (which have a dense MLP of ``dense_intermediate_size``) routes each token to
+    ``experts_per_token`` of ``num_experts`` experts of width ``intermediate_size`` and runs
+    ``num_shared_experts`` more of that width on every token (DeepSeek). Multi-head latent
+    attention (``kv_lora_rank > 0``, DeepSeek-V2/V3): queries of ``head_dim`` (nope + rope) per
+    head, values of ``v_head_dim``; the KV cache holds one ``kv_lora_rank + qk_rope_head_dim``
+    latent per token and layer, shared by all heads."""
 
     name: str
     num_layers: int
@@ -51,17 +68,32 @@ class ModelSpec:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    intermediate_size: int  # MLP hidden size (per branch when gated)
+    intermediate_size: int  # MLP hidden size (per branch when gated; MoE: per expert)
     vocab_size: int
     gated_mlp: bool = True  # SwiGLU (gate + up) vs plain up + GELU
     tied_embeddings: bool = False
     max_context_tokens: int = 4096
     num_experts: int = 0  # MoE: experts per layer (0: a dense MLP)
     experts_per_token: int = 0  # MoE: top-k experts each token is routed to
+    # attention window of every layer (Mistral-7B-v0.1: 4096): a token attends to the last
+    # ``sliding_window_tokens`` tokens only; None: the whole context
+    sliding_window_tokens: int | None = None
+    rotary: bool = True  # rotary position embeddings (False: learned positions or ALiBi, no rotary kernel)
+    num_shared_experts: int = 0  # MoE: experts every token runs besides its routed ones
+    first_dense_layers: int = 0  # MoE: leading layers with a dense MLP
+    dense_intermediate_size: int = 0  # MoE: those layers' MLP width
+    kv_lora_rank: int = 0  # MLA: the compressed KV latent (0: no MLA)
+    q_lora_rank: int = 0  # MLA: the compressed query (0: queries projected directly)
+    qk_rope_head_dim: int = 0  # MLA: the rotary key part shared by all heads (cached with the latent)
+    v_head_dim: int = 0  # value head size where it differs from head_dim (MLA); 0: head_dim
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     @property
     def q_dim(self) -> int:
@@ -71,14 +103,48 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
-    def layer_weight_params(self) -> int:
-        """Parameters of one transformer layer (attention + MLP; norms are negligible)."""
+    @property
+    def value_head_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def kv_elements_per_token_layer(self) -> int:
+        """What the KV cache holds per token and layer (before TP): K and V of every KV head, or
+        with MLA the latent and the rotary key, shared by all heads."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.is_mla else 2 * self.kv_dim
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    def attention_params(self) -> int:
+        """Parameters of one layer's attention projections (MLA: q down/up, the latent's down
+        projection with the rotary key, its up projection to K and V, and the output)."""
+        h, H = self.hidden_size, self.num_heads
+        if not self.is_mla:
+            return h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
+        q = h * self.q_lora_rank + self.q_lora_rank * self.q_dim if self.q_lora_rank else h * self.q_dim
+        nope = self.head_dim - self.qk_rope_head_dim
+        kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * H * (nope + self.value_head_dim)
+        return q + kv + H * self.value_head_dim * h
+
+    def layer_weight_params(self, i: int = -1) -> int:
+        """Parameters of layer ``i`` (default: the last, an MoE layer in an MoE model): attention +
+        MLP (experts, shared experts and router) + its two norms."""
         h = self.hidden_size
-        attn = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
-        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate_size
-        if self.is_moe:
-            mlp = mlp * self.num_experts + h * self.num_experts  # experts + router
-        return attn + mlp + 2 * h
+        per = (3 if self.gated_mlp else 2) * h
+        if not self.is_moe or i % self.num_layers < self.first_dense_layers:
+            mlp = per * (self.dense_intermediate_size if self.is_moe else self.intermediate_size)
+        else:
+            mlp = per * self.intermediate_size * (self.num_experts + self.num_shared_experts) + h * self.num_experts
+        return self.attention_params() + mlp + 2 * h
+
+    def layers_params(self, start: int = 0, stop: int | None = None) -> int:
+        """Parameters of layers ``start .. stop - 1`` (default: all)."""
+        stop = self.num_layers if stop is None else stop
+        dense = max(0, min(stop, self.first_dense_layers) - start) if self.is_moe else 0
+        rest = stop - start - dense
+        return (dense * self.layer_weight_params(0) if dense else 0) + rest * self.layer_weight_params()
 
     def expected_experts_hit(self, tokens: float) -> float:
         """Expected distinct experts a layer uses for ``tokens`` tokens routed uniformly to top-k of
@@ -91,11 +157,20 @@ class ModelSpec:
     def total_params(self) -> int:
         emb = self.vocab_size * self.hidden_size
         head = 0 if self.tied_embeddings else emb
-        return self.num_layers * self.layer_weight_params() + emb + head + self.hidden_size
+        return self.layers_params() + emb + head + self.hidden_size
+
+    def active_params(self) -> int:
+        """Parameters one token uses: the routed experts it goes to, not all of them."""
+        if not self.is_moe:
+            return self.total_params()
+        idle = (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size * (
+            self.num_experts - self.experts_per_token)
+        return self.total_params() - self.num_moe_layers * idle
 
     def kv_bytes_per_token(self, kv_dtype: str) -> float:
-        """KV bytes one token occupies across all layers and all GPUs of a replica (before TP)."""
-        return self.num_layers * 2 * self.kv_dim * DTYPE_BYTES[kv_dtype]
+        """KV bytes one token occupies across all layers of a replica (before TP; an MLA latent
+        once, though every TP rank keeps a copy of it)."""
+        return self.num_layers * self.kv_elements_per_token_layer * DTYPE_BYTES[kv_dtype]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +186,14 @@ class GpuSpec:
     pcie_bw_bytes_per_s: float  # host <-> device, one direction
     link_latency_s: float = 5e-6  # per collective / send latency
     mem_kind: str = "hbm"  # hbm | gddr: picks the closest calibrated GPU for uncalibrated ones
+    # GPUs of a node all connected by the peer link (NVLink through NVSwitch: 8; NVLink-bridged
+    # pairs: 2; none: 1): tensor parallelism beyond it communicates over PCIe
+    nvlink_domain: int = 8
+
+    @property
+    def peer_link(self) -> bool:
+        """Whether the GPUs of a node have a link faster than PCIe (NVLink, Infinity Fabric)."""
+        return self.link_bw_bytes_per_s > self.pcie_bw_bytes_per_s
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -138,22 +221,27 @@ G = 1e9
 #  mi300x: AMD Instinct MI300X datasheet: 1307 TF BF16 / 2615 TF FP8 dense, 192 GB at 5.3 TB/s,
 #          Infinity Fabric 896 GB/s aggregate (7 links x 128 GB/s; one peer ~64 GB/s per direction
 #          is the worst case, we use the aggregate ring figure / 2).
+# nvlink_domain: SXM / OAM boards connect all 8 GPUs (NVSwitch; MI300X: Infinity Fabric mesh); the
+# A40 and H100 PCIe connect pairs with an NVLink bridge; the L40S has no NVLink.
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
         GpuSpec("a100-40g", 312 * T, 0.0, 40 * G, 1555 * G, 300 * G, 32 * G),
         GpuSpec("a100-80g", 312 * T, 0.0, 80 * G, 2039 * G, 300 * G, 32 * G),
-        GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G, mem_kind="gddr"),
+        GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G, mem_kind="gddr", nvlink_domain=2),
         GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * G, 3350 * G, 450 * G, 64 * G),
-        GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * G, 2000 * G, 300 * G, 64 * G),
+        GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * G, 2000 * G, 300 * G, 64 * G, nvlink_domain=2),
         GpuSpec("h200", 989 * T, 1979 * T, 141 * G, 4800 * G, 450 * G, 64 * G),
         GpuSpec("b200", 2250 * T, 4500 * T, 180 * G, 7700 * G, 900 * G, 64 * G),
-        GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G, mem_kind="gddr"),
+        GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G, mem_kind="gddr", nvlink_domain=1),
         GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * G, 5300 * G, 448 * G, 64 * G),
     ]
 }
 
-# Shapes from each model's Hugging Face config.json.
+# Shapes from each model's Hugging Face config.json. More catalog models ship as their config.json
+# (``packaged_configs``): Llama-3.1 8B/70B/405B, Llama-3.3-70B, Qwen2.5-72B, Qwen3-30B-A3B and
+# 235B-A22B, DeepSeek-V3, Mistral-7B-Instruct-v0.2, OPT-13B/66B/175B, Yi-34B, Llama-2-13B,
+# LLaMA-13B, BLOOM, Falcon-7B/40B, Gemma-7B, Gemma-2-9B, Phi-3-mini.
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in [
@@ -161,8 +249,9 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("meta-llama/Llama-2-70b-hf", 80, 8192, 64, 8, 128, 28672, 32000, max_context_tokens=4096),
         ModelSpec("meta-llama/Meta-Llama-3-8B", 32, 4096, 32, 8, 128, 14336, 128256, max_context_tokens=8192),
         ModelSpec("meta-llama/Meta-Llama-3-70B", 80, 8192, 64, 8, 128, 28672, 128256, max_context_tokens=8192),
-        # Mistral uses a 4096-token sliding window; v0 attends to the full context (conservative).
-        ModelSpec("mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 128, 14336, 32000, max_context_tokens=32768),
+        # Mistral-7B-v0.1: every layer attends to the last 4096 tokens (config.json sliding_window 4096)
+        ModelSpec("mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 128, 14336, 32000, max_context_tokens=32768,
+                  sliding_window_tokens=4096),
         ModelSpec("codellama/CodeLlama-34b-Instruct-hf", 48, 8192, 64, 8, 128, 22016, 32000, max_context_tokens=16384),
         ModelSpec("internlm/internlm-20b", 60, 5120, 40, 40, 128, 13824, 103168, max_context_tokens=4096),
         # Qwen-72B's config says intermediate_size 49152: two halves of 24576 (gate and up).
@@ -204,6 +293,7 @@ class GpuFile:
         pcie_bw_bytes_per_s: 64e9
         link_latency_s: 5e-6        # optional
         mem_kind: hbm               # optional: hbm | gddr
+        nvlink_domain: 8            # optional: GPUs all on the peer link (default 8; 1 without base)
 
     Without ``base``, ``REQUIRED`` must be given; the rest default as in ``spec``.
     """
@@ -218,6 +308,7 @@ class GpuFile:
     pcie_bw_bytes_per_s: Optional[float] = field_(None, gt=0)
     link_latency_s: Optional[float] = field_(None, ge=0)
     mem_kind: Optional[Literal["hbm", "gddr"]] = None
+    nvlink_domain: Optional[int] = field_(None, ge=1, doc="GPUs all connected by the peer link (TP beyond: PCIe)")
 
     REQUIRED = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
 
@@ -228,7 +319,7 @@ class GpuFile:
         if missing:
             raise InputError(f"lacks {', '.join(missing)} (give them, or base: a catalog GPU to start from; "
                              "optionally fp8_flops, link_bw_bytes_per_s, pcie_bw_bytes_per_s, link_latency_s, "
-                             "mem_kind)")
+                             "mem_kind, nvlink_domain)")
 
     def spec(self, default_name: str) -> GpuSpec:
         """The GPU: the base's figures (or the defaults: no FP8, 32 GB/s links) with the file's over them."""
@@ -236,7 +327,8 @@ class GpuFile:
             kw = {f.name: getattr(GPUS[self.base], f.name) for f in fields(GpuSpec)}
             kw["name"] = f"{self.base}-custom"
         else:
-            kw = {"name": default_name, "fp8_flops": 0.0, "link_bw_bytes_per_s": 32 * G, "pcie_bw_bytes_per_s": 32 * G}
+            kw = {"name": default_name, "fp8_flops": 0.0, "link_bw_bytes_per_s": 32 * G, "pcie_bw_bytes_per_s": 32 * G,
+                  "nvlink_domain": 1}
         kw.update({f.name: getattr(self, f.name) for f in fields(GpuSpec) if getattr(self, f.name) is not None})
         return GpuSpec(**kw)
 
@@ -247,10 +339,35 @@ def load_gpu_yaml(p: Path, path: str = "hardware.gpu") -> GpuSpec:
     return build_file(GpuFile, data, f"{path}: {p}", "a GPU file").spec(p.stem)
 
 
+@functools.lru_cache(maxsize=1)
+def packaged_configs() -> dict:
+    """Hugging Face id -> the packaged ``config.json`` of a catalog model that ships as one
+    (``sim/inputs/configs/<org>__<name>.json``; where each comes from: ``configs/sources.json``)."""
+    d = resources.files("servesim.inputs") / "configs"
+    return {Path(str(f)).stem.replace("__", "/", 1): Path(str(f)) for f in d.iterdir()
+            if str(f).endswith(".json") and Path(str(f)).stem != "sources"}
+
+
+@functools.lru_cache(maxsize=64)
+def _packaged_model(name: str) -> ModelSpec:
+    from servesim.inputs.hf_config import model_from_hf_config
+
+    p = packaged_configs()[name]
+    return model_from_hf_config(read_mapping(p, "config file", fmt="json"), f"packaged {name}", name)
+
+
+def catalog_names() -> list:
+    """Every catalog model's Hugging Face id: the Python entries and the packaged config.json files."""
+    return sorted(set(MODELS) | set(packaged_configs()))
+
+
 def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
-    """A catalog model by its Hugging Face id, or a model read from a ``config.json`` path."""
+    """A catalog model by its Hugging Face id (a ``MODELS`` entry or a packaged config.json), or a
+    model read from a ``config.json`` path."""
     if name_or_path in MODELS:
         return MODELS[name_or_path]
+    if name_or_path in packaged_configs():
+        return _packaged_model(name_or_path)
     if not str(name_or_path).strip():
         raise InputError(f"{path}: empty; give a catalog id (e.g. meta-llama/Meta-Llama-3-8B) or a path to a "
                          "Hugging Face config.json")
@@ -263,73 +380,12 @@ def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
         return load_hf_config(p, path)
     raise InputError(
         f"{path}: unknown model {name_or_path!r}; give a catalog id or a path to a Hugging Face "
-        f"config.json;{did_you_mean(name_or_path, MODELS)}"
+        f"config.json;{did_you_mean(name_or_path, catalog_names())}"
     )
-
-
-_INT32 = 2**31 - 1  # sizes beyond int32 are not a real model (and overflow the arithmetic)
-_SIZE = bounds(gt=0, le=_INT32, valid=f"a positive integer (at most {_INT32})")
-_COUNT = bounds(ge=0, le=_INT32, valid="a non-negative integer")
 
 
 def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
-    """Read the fields servesim needs from a Hugging Face ``config.json`` (Llama-style names; the
-    others are ignored). Errors name ``path``, the file and the key."""
-    cfg = read_mapping(p, "config file", path, fmt="json")
+    """A model from a Hugging Face ``config.json`` (``sim/inputs/hf_config.py``)."""
+    from servesim.inputs.hf_config import load_hf_config as load
 
-    def key(k):
-        return f"{path}: {p}: field {k!r}"
-
-    def need(*keys):
-        """The first of ``keys`` the file has (they are one field's names in different families)."""
-        for k in keys:
-            if k in cfg:
-                return check_value(int, cfg[k], key(k), _SIZE)
-        raise InputError(f"{path}: {p} lacks {' / '.join(map(repr, keys))}")
-
-    def optional(k, default):
-        """A positive integer when present; absent or null: ``default``."""
-        return default if cfg.get(k) is None else check_value(int, cfg[k], key(k), _SIZE)
-
-    def count(*keys):
-        """The first of ``keys`` set to something other than 0 / null, as a count; none: 0."""
-        k = next((k for k in keys if cfg.get(k)), keys[0])
-        return check_value(int, cfg.get(k) or 0, key(k), _COUNT)
-
-    hidden = need("hidden_size", "n_embd", "d_model")
-    heads = need("num_attention_heads", "n_head")
-    kv_heads = optional("num_key_value_heads", heads)
-    if heads % kv_heads:
-        raise InputError(f"{path}: {p}: num_attention_heads ({heads}) must be a multiple of "
-                         f"num_key_value_heads ({kv_heads})")
-    head_dim = optional("head_dim", hidden // heads)
-    if head_dim < 1:
-        raise InputError(f"{path}: {p}: hidden_size ({hidden}) is smaller than num_attention_heads ({heads}); "
-                         "give head_dim")
-    max_context = optional("max_position_embeddings", 4096)
-    check_value(Optional[bool], cfg.get("tie_word_embeddings"), key("tie_word_embeddings"))
-    for k in ("hidden_act", "activation_function", "_name_or_path"):
-        check_value(Optional[str], cfg.get(k), key(k))
-    act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "silu")
-    experts = count("num_local_experts", "num_experts")
-    top_k = count("num_experts_per_tok", "num_experts_per_token")
-    if experts and not 0 < top_k <= experts:
-        raise InputError(f"{path}: {p}: mixture-of-experts model needs 0 < num_experts_per_tok <= "
-                         f"{experts}, got {top_k!r}")
-    inter_keys = ("moe_intermediate_size", "intermediate_size", "n_inner", "ffn_dim") if experts else \
-        ("intermediate_size", "n_inner", "ffn_dim")
-    return ModelSpec(
-        name=cfg.get("_name_or_path") or str(p),
-        num_layers=need("num_hidden_layers", "n_layer"),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=need(*inter_keys),
-        vocab_size=need("vocab_size"),
-        gated_mlp=act in ("silu", "swiglu"),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_context_tokens=max_context,
-        num_experts=experts,
-        experts_per_token=top_k if experts else 0,
-    )
+    return load(p, path)

@@ -1,0 +1,54 @@
+"""Hopper and FP8: the shipped H100 / H200 calibrations keep FP8 GEMMs within the published
+FP8-to-BF16 bounds, and keep their provenance (calibrations/h100-sxm.yaml)."""
+
+import pytest
+
+from servesim.core.batch import synthetic_batch
+from servesim.cost import CostModel
+from servesim.cost.calibration import efficiencies_for
+from servesim.inputs.specs import GPUS, MODELS
+
+# Published bounds (sources in calibrations/h100-sxm.yaml):
+PEAK_RATIO = 989 / 1979  # datasheet BF16 / FP8 dense peaks: no FP8 GEMM can beat it
+MAMF_RATIO = 794.5 / 1453.4  # best achievable BF16 (H100/H200) / FP8 (H200) matmul, ml-engineering MAMF
+DEEPGEMM_RATIO = 794.5 / 1550  # DeepGEMM FP8 on H800, the best FP8 GEMM claimed
+
+L70 = MODELS["meta-llama/Meta-Llama-3-70B"]
+
+
+def _gemm_times(gpu, dtype, batch):
+    cm = CostModel(L70, GPUS[gpu], tp=1, dtype=dtype, eff=efficiencies_for(GPUS[gpu]))
+    ops = cm.breakdown(batch)
+    return sum(ops[k].time_s for k in ("qkv_proj", "o_proj", "mlp_up", "mlp_down"))
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "h200"])
+def test_fp8_gemm_speedup_within_published_bounds(gpu):
+    # compute-bound: an 8192-token prefill's linear layers; FP8 is at most 2x BF16 (the peaks) and
+    # about the best-achievable ratio MAMF measured, not the 2x an FP8 peak at BF16's share gives
+    big = synthetic_batch(prefill=[(8192, 0)])
+    r = _gemm_times(gpu, "fp8", big) / _gemm_times(gpu, "bf16", big)
+    assert PEAK_RATIO < DEEPGEMM_RATIO <= r <= 0.62
+    assert r == pytest.approx(MAMF_RATIO, rel=0.05)
+    # weight-read bound: one decode token reads half the bytes
+    one = synthetic_batch(decode_contexts=[128])
+    r1 = _gemm_times(gpu, "fp8", one) / _gemm_times(gpu, "bf16", one)
+    assert 0.45 <= r1 <= 0.6
+
+
+def test_no_fp8_tensor_cores_no_fp8_compute_speedup():
+    """A100 has no FP8 tensor cores: FP8 weights halve the bytes, the math runs at the BF16 peak."""
+    big = synthetic_batch(prefill=[(8192, 0)])
+    assert _gemm_times("a100-80g", "fp8", big) / _gemm_times("a100-80g", "bf16", big) > 0.95
+
+
+def test_hopper_efficiencies_and_provenance():
+    a100, h100, h200 = (efficiencies_for(GPUS[g]) for g in ("a100-80g", "h100-sxm", "h200"))
+    # MAMF: the best BF16 matmul reaches 80.3% of H100's peak and 85.9% of A100's
+    assert h100.gemm.compute == pytest.approx(a100.gemm.compute * 0.803 / 0.859, rel=2e-3)
+    assert h100.gemm_fp8.compute_scale == pytest.approx((1453.4 / 1979) / (794.5 / 989), rel=2e-3)
+    assert h200.gemm == h100.gemm and h200.gemm_fp8 == h100.gemm_fp8  # one die (GH100)
+    assert "MAMF" in h100.source and "MAMF" in h200.source
+    # uncalibrated Hopper-like and newer GPUs take these, with their own datasheet peaks
+    b200 = efficiencies_for(GPUS["b200"])
+    assert b200.gemm_fp8 == h200.gemm_fp8 and "transferred from h200" in b200.source

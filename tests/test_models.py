@@ -1,0 +1,281 @@
+"""Model families: the Hugging Face config.json loader applies transformers' defaults for absent
+keys and each family's aliases (one small config per family), the packaged catalog configs load
+to their published sizes, and latent attention (MLA), shared experts and expert parallelism are
+priced as their kernels run."""
+
+import json
+
+import pytest
+
+from servesim.core.batch import synthetic_batch
+from servesim.cost import CostModel
+from servesim.errors import InputError
+from servesim.inputs.hf_config import family_of, model_from_hf_config
+from servesim.inputs.specs import GPUS, catalog_names, get_model, packaged_configs, tp_error
+
+GIB = 2**30
+
+
+def load(**cfg):
+    return model_from_hf_config(cfg, "test config.json", "test")
+
+
+# ---------------------------------------------------------------- one small config per family
+def test_llama_defaults_and_aliases():
+    m = load(model_type="llama", hidden_size=4096, num_attention_heads=32, num_hidden_layers=32,
+             intermediate_size=11008)
+    # LlamaConfig: no num_key_value_heads -> MHA; untied; vocab 32000; max_position_embeddings 2048
+    assert (m.num_kv_heads, m.head_dim, m.tied_embeddings, m.vocab_size, m.max_context_tokens) == (32, 128, False,
+                                                                                                 32000, 2048)
+    assert m.gated_mlp and m.rotary and m.sliding_window_tokens is None
+    # LLaMA-1 files give the context as max_sequence_length (vLLM reads it; the smallest key wins)
+    assert load(model_type="llama", hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128,
+                max_sequence_length=2048, max_position_embeddings=4096).max_context_tokens == 2048
+    # num_key_value_heads: null means MHA too
+    assert load(model_type="llama", hidden_size=64, num_attention_heads=4, num_key_value_heads=None,
+                num_hidden_layers=2, intermediate_size=128).num_kv_heads == 4
+
+
+def test_mistral_window_default_and_null():
+    base = dict(model_type="mistral", hidden_size=4096, num_attention_heads=32, num_hidden_layers=32,
+                intermediate_size=14336, vocab_size=32000)
+    # MistralConfig: absent sliding_window is 4096; an explicit null (Instruct-v0.2) switches it off
+    assert load(**base).sliding_window_tokens == 4096
+    assert load(**base, sliding_window=None).sliding_window_tokens is None
+    assert load(**base, sliding_window=2048).sliding_window_tokens == 2048
+    assert load(**base).num_kv_heads == 8  # MistralConfig's num_key_value_heads default
+    assert get_model("mistralai/Mistral-7B-v0.1").sliding_window_tokens == 4096
+    assert get_model("mistralai/Mistral-7B-Instruct-v0.2").sliding_window_tokens is None
+
+
+def test_qwen_window_only_with_use_sliding_window_and_qwen1_mlp():
+    base = dict(model_type="qwen2", hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
+                num_hidden_layers=28, intermediate_size=18944, vocab_size=152064, sliding_window=131072,
+                max_window_layers=28)
+    assert load(**base).sliding_window_tokens is None  # use_sliding_window absent: Qwen2Config drops the window
+    assert load(**base, use_sliding_window=True).sliding_window_tokens is None  # only layers >= 28: none
+    assert load(**{**base, "max_window_layers": 0}, use_sliding_window=True).sliding_window_tokens == 131072
+    # Qwen-1 (QWenMLP): intermediate_size counts gate and up together
+    q1 = load(model_type="qwen", hidden_size=8192, num_attention_heads=64, num_hidden_layers=80,
+              intermediate_size=49152, vocab_size=152064, seq_length=32768)
+    assert q1.intermediate_size == 24576 and q1.max_context_tokens == 32768
+    assert q1.total_params() == get_model("Qwen/Qwen-72B").total_params()
+
+
+def test_qwen3_moe_head_dim_and_kv_default():
+    m = load(model_type="qwen3_moe", hidden_size=2048, num_attention_heads=32, num_hidden_layers=48, head_dim=128,
+             intermediate_size=6144, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+             vocab_size=151936, mlp_only_layers=[], decoder_sparse_step=1)
+    # head_dim 128, not 2048 / 32; Qwen3MoeConfig's num_key_value_heads default is 4 (no MHA fallback)
+    assert (m.head_dim, m.num_kv_heads, m.intermediate_size, m.first_dense_layers) == (128, 4, 768, 0)
+    with pytest.raises(InputError, match="decoder_sparse_step"):
+        load(model_type="qwen3_moe", hidden_size=64, num_attention_heads=4, num_hidden_layers=4,
+             moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=2)
+
+
+def test_opt_is_tied_and_reads_ffn_dim():
+    """OPT files carry no tie_word_embeddings: PretrainedConfig's default (True) applies, so OPT-13B's
+    weights are 23.92 GiB in fp16, not the 24.40 GiB of an untied head."""
+    m = get_model("facebook/opt-13b")
+    assert m.tied_embeddings and not m.gated_mlp and not m.rotary and m.intermediate_size == 20480
+    assert CostModel(m, GPUS["a100-80g"], dtype="fp16").weight_bytes / GIB == pytest.approx(23.92, abs=0.01)
+    assert load(model_type="opt", hidden_size=768, num_attention_heads=12, num_hidden_layers=12).intermediate_size \
+        == 3072  # OPTConfig's ffn_dim default
+
+
+@pytest.mark.parametrize("cfg,kv", [
+    # in-library falcon-7b: multi_query, no num_kv_heads -> 1
+    ({"multi_query": True, "new_decoder_architecture": False}, 1),
+    # re-saved by FalconConfig: num_kv_heads 71 written, still multi_query -> 1 (a reader of
+    # num_kv_heads alone gets 71)
+    ({"multi_query": True, "num_kv_heads": 71}, 1),
+    ({}, 1),  # multi_query defaults to True
+    ({"multi_query": False}, 71),
+    # falcon-40b: new_decoder_architecture -> num_kv_heads
+    ({"new_decoder_architecture": True, "num_kv_heads": 8, "num_attention_heads": 128, "hidden_size": 8192}, 8),
+])
+def test_falcon_kv_heads(cfg, kv):
+    base = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
+            "vocab_size": 65024}
+    m = load(**{**base, **cfg})
+    assert m.num_kv_heads == kv and m.tied_embeddings and m.intermediate_size == 4 * m.hidden_size
+    assert not m.gated_mlp and m.head_dim == 64
+
+
+def test_legacy_refinedweb_falcon():
+    """RefinedWeb remote-code files: n_head / n_layer / n_head_kv (40B: 8 KV heads without
+    new_decoder_architecture), RefinedWebModel (7B): multi_query."""
+    m40 = load(model_type="RefinedWeb", hidden_size=8192, n_head=128, n_head_kv=8, n_layer=60, vocab_size=65024)
+    assert m40.num_kv_heads == 8 and m40.num_layers == 60
+    m7 = load(model_type="RefinedWebModel", hidden_size=4544, n_head=71, n_layer=32, multi_query=True,
+              vocab_size=65024)
+    assert m7.num_kv_heads == 1
+    assert m40.total_params() == get_model("tiiuae/falcon-40b").total_params()
+
+
+def test_phi_and_phi3():
+    phi2 = load(model_type="phi", hidden_size=2560, num_attention_heads=32, num_hidden_layers=32,
+                intermediate_size=10240, vocab_size=51200, partial_rotary_factor=0.4)
+    assert not phi2.gated_mlp and not phi2.tied_embeddings and phi2.head_dim == 80
+    assert phi2.total_params() == get_model("microsoft/phi-2").total_params()
+    phi3 = get_model("microsoft/Phi-3-mini-4k-instruct")
+    assert phi3.gated_mlp and phi3.sliding_window_tokens == 2047 and phi3.head_dim == 96
+
+
+def test_gemma_head_dim_and_tie():
+    m = load(model_type="gemma", hidden_size=3072, num_attention_heads=16, num_hidden_layers=28,
+             intermediate_size=24576, hidden_act="gelu")
+    # GemmaConfig: head_dim 256 (not 3072 / 16 = 192), 16 KV heads, tied, 256k vocabulary; GeGLU is gated
+    assert (m.head_dim, m.num_kv_heads, m.tied_embeddings, m.vocab_size, m.gated_mlp) == (256, 16, True, 256000, True)
+    # Gemma-2 alternates windowed and global layers: read with full attention (more KV, never less)
+    assert get_model("google/gemma-2-9b").sliding_window_tokens is None
+
+
+def test_mixtral_and_deepseek_moe():
+    mix = load(model_type="mixtral", hidden_size=4096, num_attention_heads=32, num_hidden_layers=32,
+               intermediate_size=14336, vocab_size=32000)
+    assert (mix.num_experts, mix.experts_per_token, mix.num_kv_heads) == (8, 2, 8)  # MixtralConfig defaults
+    assert mix.total_params() == get_model("mistralai/Mixtral-8x7B-v0.1").total_params()
+    ds = get_model("deepseek-ai/DeepSeek-V3")
+    assert (ds.num_experts, ds.experts_per_token, ds.num_shared_experts, ds.first_dense_layers) == (256, 8, 1, 3)
+    assert (ds.intermediate_size, ds.dense_intermediate_size) == (2048, 18432)
+    # MLA: q/k heads of 128 + 64, values of 128; head_dim is never the config's head_dim (64)
+    assert (ds.kv_lora_rank, ds.q_lora_rank, ds.qk_rope_head_dim, ds.head_dim, ds.value_head_dim) == (
+        512, 1536, 64, 192, 128)
+    assert ds.active_params() / 1e9 == pytest.approx(37.6, rel=0.01)  # 37B activated (DeepSeek-V3 report)
+
+
+def test_bloom_and_families_by_architecture():
+    b = get_model("bigscience/bloom")
+    assert (b.num_layers, b.hidden_size, b.num_heads, b.vocab_size, b.intermediate_size) == (70, 14336, 112, 250880,
+                                                                                            4 * 14336)
+    assert not b.rotary and not b.gated_mlp and b.tied_embeddings  # ALiBi, GELU MLP, tied head
+    assert family_of({"architectures": ["OPTForCausalLM"]}) == "opt"
+    assert family_of({"architectures": ["Qwen3MoeForCausalLM"]}) == "qwen3_moe"
+    assert family_of({"architectures": ["RWForCausalLM"]}) == "refinedweb"
+    # an unknown model_type: PretrainedConfig's tie_word_embeddings default (True); none at all:
+    # Llama-style, untied
+    kw = dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128, vocab_size=100)
+    assert load(model_type="newfamily", **kw).tied_embeddings and not load(**kw).tied_embeddings
+
+
+@pytest.mark.parametrize("cfg,msg", [
+    ({"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+      "intermediate_size": 128, "moe_layer_freq": 2}, "moe_layer_freq"),
+    ({"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+      "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [1]},
+     "mlp_only_layers"),
+    ({"model_type": "qwen", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+      "intermediate_size": 129, "vocab_size": 10}, "must be even"),
+    ({"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "multi_query": "yes"}, "'multi_query' must be true or false"),
+    ({"model_type": "newfamily", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "intermediate_size": 128}, "lacks 'vocab_size'"),
+])
+def test_unsupported_layouts_and_bad_keys_name_the_key(cfg, msg):
+    with pytest.raises(InputError, match=msg):
+        load(**cfg)
+
+
+# ---------------------------------------------------------------- the packaged catalog
+# published sizes (parameters): the model cards / papers (Falcon-40B, Gemma-7B, Gemma-2-9B,
+# Phi-3-mini: the checkpoints' parameter counts as Hugging Face lists them)
+PUBLISHED = {"meta-llama/Llama-3.1-8B": 8.03e9, "meta-llama/Llama-3.1-70B": 70.6e9,
+             "meta-llama/Llama-3.1-405B": 405e9, "meta-llama/Llama-3.3-70B-Instruct": 70.6e9,
+             "Qwen/Qwen2.5-72B-Instruct": 72.7e9, "Qwen/Qwen3-30B-A3B": 30.5e9, "Qwen/Qwen3-235B-A22B": 235e9,
+             "deepseek-ai/DeepSeek-V3": 671e9, "mistralai/Mistral-7B-Instruct-v0.2": 7.24e9,
+             "facebook/opt-13b": 13e9, "facebook/opt-66b": 66e9, "facebook/opt-175b": 175e9, "01-ai/Yi-34B": 34.4e9,
+             "meta-llama/Llama-2-13b-hf": 13e9, "huggyllama/llama-13b": 13e9, "bigscience/bloom": 176e9,
+             "tiiuae/falcon-7b": 7e9, "tiiuae/falcon-40b": 41.8e9, "google/gemma-7b": 8.54e9,
+             "google/gemma-2-9b": 9.24e9, "microsoft/Phi-3-mini-4k-instruct": 3.82e9}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_packaged_model_matches_its_published_size(name):
+    m = get_model(name)
+    assert m.name == name and name in catalog_names()
+    assert m.total_params() == pytest.approx(PUBLISHED[name], rel=0.02)
+
+
+def test_every_packaged_config_says_where_it_comes_from():
+    from importlib import resources
+
+    sources = json.loads((resources.files("servesim.inputs") / "configs" / "sources.json").read_text())
+    assert set(packaged_configs()) == set(PUBLISHED) <= set(sources)
+    for name in packaged_configs():
+        assert sources[name]["source"] and sources[name]["status"] in ("copy", "reconstructed", "synthesized")
+
+
+def test_unknown_model_suggests_packaged_ones():
+    with pytest.raises(InputError, match="did you mean 'facebook/opt-13b'"):
+        get_model("facebook/opt-13")
+
+
+# ---------------------------------------------------------------- latent attention, experts
+DS = get_model("deepseek-ai/DeepSeek-V3")
+H200 = GPUS["h200"]
+
+
+def test_mla_kv_cache_is_the_latent_not_split_by_tp():
+    assert DS.kv_bytes_per_token("bf16") == 61 * (512 + 64) * 2  # 70,272 B: one latent + rotary key per layer
+    for tp in (1, 8):
+        cm = CostModel(DS, H200, tp=tp, dtype="fp8")
+        assert cm.kv_bytes_per_token_per_gpu() == DS.kv_bytes_per_token("bf16")  # every rank keeps all of it
+
+
+def test_mla_attention_costs():
+    """Decode runs multi-query attention over the latent with the absorbed weights: 2 x heads x
+    (576 + 512) FLOPs per cached token; prefill runs multi-head attention on up-projected K and V
+    (2 x heads x (192 + 128) per query-key pair) and up-projects earlier chunks' latents again."""
+    cm = CostModel(DS, H200, tp=8, dtype="fp8")
+    heads = 128 / 8
+    dec = cm.breakdown(synthetic_batch(decode_contexts=[999]))["attention"]
+    assert dec.flops == pytest.approx(8 * 61 * 2 * heads * (576 + 512) * 1000)
+    assert dec.bytes == pytest.approx(8 * 61 * (1000 * 576 * 2 + 2 * heads * (576 + 512)))
+    first = cm.breakdown(synthetic_batch(prefill=[(512, 0)]))["attention"].flops
+    later = cm.breakdown(synthetic_batch(prefill=[(512, 1024)]))["attention"].flops
+    pairs = 512 * 1024
+    assert later - first == pytest.approx(8 * 61 * (2 * heads * 320 * pairs + 2 * 512 * heads * 256 * 1024))
+    # the projections read every MLA weight once: q down/up, latent down (replicated per rank), K/V up
+    one = cm.breakdown(synthetic_batch(decode_contexts=[10]))["qkv_proj"]
+    proj = 7168 * 1536 + 1536 * heads * 192 + 7168 * 576 + 512 * heads * 256
+    assert one.bytes == pytest.approx(8 * 61 * (proj + 2 * (7168 + 1536 + 1536 + heads * 192 + 7168 + 576 + 512
+                                                            + heads * 256)), rel=1e-9)
+
+
+def test_shared_experts_dense_layers_and_expert_parallel():
+    tok = 256
+    b = synthetic_batch(decode_contexts=[100] * tok)
+    tp_ops = CostModel(DS, H200, tp=8, dtype="fp8").breakdown(b)
+    ep_ops = CostModel(DS, H200, tp=8, dtype="fp8", expert_parallel=True).breakdown(b)
+    hit = DS.expected_experts_hit(tok)
+    per_tok = 2 * 7168 * 2 * 2048  # gate + up of one expert-width MLP, per token
+    routed = 58 * tok * 8 * per_tok
+    shared = 58 * tok * per_tok
+    dense = 3 * tok * 2 * 7168 * 2 * 18432
+    assert tp_ops["mlp_up"].flops == pytest.approx(routed + shared + dense, rel=1e-9)
+    # EP moves work between ranks, not its amount; each rank reads whole experts, E_hit / 8 of them
+    assert ep_ops["mlp_up"].flops == pytest.approx(tp_ops["mlp_up"].flops, rel=1e-9)
+    expert_bytes = 58 * hit * 2 * 7168 * 2048  # fp8 gate + up weights of the experts hit, all ranks
+    # the same weights; fewer activation bytes (a rank reads its tokens once, not once per TP shard)
+    assert expert_bytes < ep_ops["mlp_up"].bytes < tp_ops["mlp_up"].bytes < 1.05 * ep_ops["mlp_up"].bytes
+    assert tp_error(DS, 8, expert_parallel=True) is None
+    six = load(model_type="mixtral", hidden_size=64, num_attention_heads=4, num_key_value_heads=4, num_hidden_layers=2,
+               intermediate_size=128, vocab_size=100, num_local_experts=6)
+    assert "6 experts" in tp_error(six, 4, expert_parallel=True) and tp_error(six, 4) is None
+    with pytest.raises(ValueError, match="dense"):
+        CostModel(get_model("meta-llama/Llama-3.1-8B"), H200, tp=2, expert_parallel=True)
+
+
+def test_expert_parallel_scenario_field(tmp_path, capsys):
+    from servesim.cli.main import main
+
+    p = tmp_path / "s.yaml"
+    base = ("hardware: {gpu: h200, tp: 8, dtype: fp8, expert_parallel: true}\n"
+            "workload: {num_requests: 5, preset: azure_conv}\n")
+    p.write_text("model: deepseek-ai/DeepSeek-V3\n" + base)
+    assert main(["validate", str(p)]) == 0
+    capsys.readouterr()
+    p.write_text("model: meta-llama/Llama-3.1-70B\n" + base)
+    assert main(["validate", str(p)]) == 2
+    assert "hardware.expert_parallel" in capsys.readouterr().err
