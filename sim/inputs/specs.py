@@ -58,6 +58,9 @@ class ModelSpec:
     max_context_tokens: int = 4096
     num_experts: int = 0  # MoE: experts per layer (0: a dense MLP)
     experts_per_token: int = 0  # MoE: top-k experts each token is routed to
+    # sliding-window attention (Mistral-7B-v0.1: 4096): each token attends to the last this-many
+    # tokens only, and KV blocks wholly out of the window are freed (sim/core/kv.py); None: full
+    sliding_window_tokens: int | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -161,8 +164,9 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("meta-llama/Llama-2-70b-hf", 80, 8192, 64, 8, 128, 28672, 32000, max_context_tokens=4096),
         ModelSpec("meta-llama/Meta-Llama-3-8B", 32, 4096, 32, 8, 128, 14336, 128256, max_context_tokens=8192),
         ModelSpec("meta-llama/Meta-Llama-3-70B", 80, 8192, 64, 8, 128, 28672, 128256, max_context_tokens=8192),
-        # Mistral uses a 4096-token sliding window; v0 attends to the full context (conservative).
-        ModelSpec("mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 128, 14336, 32000, max_context_tokens=32768),
+        # Mistral-7B-v0.1 attends within a 4096-token sliding window (config.json sliding_window)
+        ModelSpec("mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 128, 14336, 32000, max_context_tokens=32768,
+                  sliding_window_tokens=4096),
         ModelSpec("codellama/CodeLlama-34b-Instruct-hf", 48, 8192, 64, 8, 128, 22016, 32000, max_context_tokens=16384),
         ModelSpec("internlm/internlm-20b", 60, 5120, 40, 40, 128, 13824, 103168, max_context_tokens=4096),
         # Qwen-72B's config says intermediate_size 49152: two halves of 24576 (gate and up).
@@ -176,6 +180,13 @@ MODELS: dict[str, ModelSpec] = {
         # num_experts_per_tok); sliding window off in v0.1's config.
         ModelSpec("mistralai/Mixtral-8x7B-v0.1", 32, 4096, 32, 8, 128, 14336, 32000, max_context_tokens=32768,
                   num_experts=8, experts_per_token=2),
+        # ---- added for servesim reproduce (issue 18), shapes from the published config.json files
+        # (OPT: ReLU MLP, tied embeddings, 2048 positions; Mistral-7B-Instruct-v0.2: sliding_window
+        # null; Yi-34B: 4096 positions). The catalog branch of issue 18 adds the same ids: keep one.
+        ModelSpec("facebook/opt-13b", 40, 5120, 40, 40, 128, 20480, 50272, gated_mlp=False, tied_embeddings=True,
+                  max_context_tokens=2048),
+        ModelSpec("mistralai/Mistral-7B-Instruct-v0.2", 32, 4096, 32, 8, 128, 14336, 32000, max_context_tokens=32768),
+        ModelSpec("01-ai/Yi-34B", 60, 7168, 56, 8, 128, 20480, 64000, max_context_tokens=4096),
     ]
 }
 
