@@ -123,6 +123,7 @@ class GpuSpec:
 
 T = 1e12
 G = 1e9
+GIB = 2**30
 
 # Datasheet numbers (dense, i.e. without 2:4 sparsity). Sources:
 # FP8 is 0 where the GPU has no FP8 tensor cores (Ampere); fp8 weights then run at the BF16 peak.
@@ -141,18 +142,22 @@ G = 1e9
 #  mi300x: AMD Instinct MI300X datasheet: 1307 TF BF16 / 2615 TF FP8 dense, 192 GB at 5.3 TB/s,
 #          Infinity Fabric 896 GB/s aggregate (7 links x 128 GB/s; one peer ~64 GB/s per direction
 #          is the worst case, we use the aggregate ring figure / 2).
+# HBM capacities are binary: an "80GB" A100 or H100 holds 80 GiB (nvidia-smi: 81920 / 81559 MiB),
+# a "40GB" A100 40 GiB, and vLLM's gpu_memory_utilization is a share of that (the vLLM paper's
+# OPT-13B on an A100-40GB: 26 GB of weights leave 12 GiB = 15.7K tokens of KV). GDDR boards with
+# ECC on show about their decimal figure (A40, L40S: 46068 MiB = 48.3e9 bytes), kept as 48e9.
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
-        GpuSpec("a100-40g", 312 * T, 0.0, 40 * G, 1555 * G, 300 * G, 32 * G),
-        GpuSpec("a100-80g", 312 * T, 0.0, 80 * G, 2039 * G, 300 * G, 32 * G),
+        GpuSpec("a100-40g", 312 * T, 0.0, 40 * GIB, 1555 * G, 300 * G, 32 * G),
+        GpuSpec("a100-80g", 312 * T, 0.0, 80 * GIB, 2039 * G, 300 * G, 32 * G),
         GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G, mem_kind="gddr"),
-        GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * G, 3350 * G, 450 * G, 64 * G),
-        GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * G, 2000 * G, 300 * G, 64 * G),
-        GpuSpec("h200", 989 * T, 1979 * T, 141 * G, 4800 * G, 450 * G, 64 * G),
-        GpuSpec("b200", 2250 * T, 4500 * T, 180 * G, 7700 * G, 900 * G, 64 * G),
+        GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * GIB, 3350 * G, 450 * G, 64 * G),
+        GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * GIB, 2000 * G, 300 * G, 64 * G),
+        GpuSpec("h200", 989 * T, 1979 * T, 141 * GIB, 4800 * G, 450 * G, 64 * G),
+        GpuSpec("b200", 2250 * T, 4500 * T, 180 * GIB, 7700 * G, 900 * G, 64 * G),
         GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G, mem_kind="gddr"),
-        GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * G, 5300 * G, 448 * G, 64 * G),
+        GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * GIB, 5300 * G, 448 * G, 64 * G),
     ]
 }
 
