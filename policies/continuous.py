@@ -16,7 +16,9 @@ length (or prompt + ``max_output_tokens``), ``pow2`` prompt + its true output ro
 of two, ``oracle`` prompt + its true output (the last token is never stored: prompt + output - 1).
 Reserved requests never grow their KV, so they are never preempted. ``pow2`` and ``oracle`` read
 the request's true output length: they are the vLLM paper's oracles (the one exception to the
-policy contract), upper bounds no real scheduler reaches.
+policy contract), upper bounds no real scheduler reaches. With ``buddy`` the reservation is
+rounded up to a power of two tokens: the vLLM paper's Orca stores KV contiguously with a buddy
+allocator, whose rounding is most of the external fragmentation its Fig. 2 shows.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class ContinuousPolicy:
     reserve: str = "none"  # none | max | pow2 | oracle: KV reserved at admission (Orca)
     max_output_tokens: int | None = None  # reserve max: output tokens reserved (None: up to the context)
     max_context_tokens: int = 0  # the model's context length (reserve max)
+    buddy: bool = False  # reservations rounded up to a power of two tokens (a buddy allocator)
     # a preempted request comes back only when the KV of its whole sequence so far is free, and
     # takes it at once, even if chunked (the P/D decode side: its recompute fits any budget in
     # chunks, and cannot be preempted half-way by the decodes' growth, over and over)
@@ -51,7 +54,8 @@ class ContinuousPolicy:
                    preemption=cfg.preemption, watermark=cfg.watermark,
                    spec_tokens=cfg.spec.num_speculative_tokens if cfg.spec is not None else 0,
                    reserve=getattr(cfg, "reserve", "none"), max_output_tokens=cfg.max_output_tokens,
-                   max_context_tokens=model.max_context_tokens, **kw)
+                   max_context_tokens=model.max_context_tokens,
+                   buddy=getattr(cfg, "reserve_allocator", "paged") == "buddy", **kw)
 
     def reserved_tokens(self, prompt_tokens: int, output_tokens: int) -> int:
         """KV tokens reserved at admission for a request (``reserve``; 0 when none).
@@ -60,14 +64,14 @@ class ContinuousPolicy:
         if res == "none":
             return 0
         if res == "oracle":
-            return prompt_tokens + output_tokens - 1  # the last token is sampled, never stored
-        if res == "pow2":
-            out = 1 << max(output_tokens - 1, 0).bit_length()  # the next power of two >= output
+            tokens = prompt_tokens + output_tokens - 1  # the last token is sampled, never stored
+        elif res == "pow2":
+            tokens = min(prompt_tokens + _pow2(output_tokens), self.max_context_tokens)
         elif self.max_output_tokens is not None:
-            out = self.max_output_tokens
+            tokens = min(prompt_tokens + self.max_output_tokens, self.max_context_tokens)
         else:
-            return self.max_context_tokens
-        return min(prompt_tokens + out, self.max_context_tokens)
+            tokens = self.max_context_tokens
+        return _pow2(tokens) if self.buddy else tokens
 
     def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
         # After a preemption the request is recomputed in one prefill of prompt + emitted output
@@ -273,3 +277,8 @@ class ContinuousPolicy:
                 if c:  # a prefix-cache hit
                     hits.append((r, c))
         return swap_in, admitted, hits, blocked
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()

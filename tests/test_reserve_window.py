@@ -36,6 +36,15 @@ def test_reserved_tokens(reserve, prompt, output, tokens):
     assert orca(reserve).reserved_tokens(prompt, output) == tokens
 
 
+def test_buddy_allocator_rounds_reservations_to_powers_of_two():
+    assert orca("oracle", buddy=True).reserved_tokens(100, 25) == 128
+    assert orca("pow2", buddy=True).reserved_tokens(100, 40) == 256  # 100 + 64 -> 256
+    assert orca("max", buddy=True).reserved_tokens(100, 40) == 2048
+    with pytest.raises(InputError, match="reserve_allocator"):
+        make_scenario(**{"policy.reserve_allocator": "buddy"})
+    assert make_scenario(**{"policy.reserve_allocator": "buddy", "policy.reserve": "oracle"}).policy.reserve == "oracle"
+
+
 def test_reserve_max_with_max_output_tokens():
     pol = orca("max", max_output_tokens=300)
     assert pol.reserved_tokens(100, 25) == 400

@@ -392,6 +392,9 @@ class Policy:
                     "max (up to the context length, or prompt + max_output_tokens), pow2 (prompt + the true output "
                     "rounded up to a power of two) or oracle (prompt + the true output); reserved requests never "
                     "grow their KV")
+    reserve_allocator: Literal["paged", "buddy"] = _f(
+        "paged", doc="with a reserve: paged (the reservation in block_size blocks) or buddy (rounded up to a "
+                     "power of two tokens: the contiguous buddy allocator of the vLLM paper's Orca)")
     spec: Optional[Spec] = None
     prefill: Pool = field(default_factory=Pool)
     decode: Pool = field(default_factory=Pool)
@@ -416,6 +419,9 @@ class Policy:
                              f"chunked_prefill without speculative decoding, not {self.name}"
                              f"{' with policy.spec' if self.spec is not None else ''} (static batching always "
                              "reserves; set it to none)")
+        if self.reserve_allocator != "paged" and self.reserve == "none":
+            raise InputError(f"{path}.reserve_allocator: {self.reserve_allocator} allocates reservations; set "
+                             f"{path}.reserve (max, pow2 or oracle) too, or leave it paged")
         if self.spec is not None and self.name not in ("continuous", "chunked_prefill"):
             raise InputError(f"{path}.spec: speculative decoding works with continuous or chunked_prefill, "
                              f"not {self.name}")
