@@ -9,6 +9,16 @@ first (FCFS), then waiting requests are admitted FCFS while ``max_num_seqs``, th
 and free KV blocks (minus the watermark) allow: with their whole prompt (continuous) or a chunk
 (chunked prefill, Sarathi-Serve). With prefix caching, a prompt's leading blocks found in the
 cache are not recomputed.
+
+With ``reserve`` (Orca's KV reservation, ``policy.reserve``) a request is admitted only when the
+KV for its whole reservation is free, and takes it at once: ``max`` up to the model's context
+length (or prompt + ``max_output_tokens``), ``pow2`` prompt + its true output rounded up to a power
+of two, ``oracle`` prompt + its true output (the last token is never stored: prompt + output - 1).
+Reserved requests never grow their KV, so they are never preempted. ``pow2`` and ``oracle`` read
+the request's true output length: they are the vLLM paper's oracles (the one exception to the
+policy contract), upper bounds no real scheduler reaches. With ``buddy`` the reservation is
+rounded up to a power of two tokens: the vLLM paper's Orca stores KV contiguously with a buddy
+allocator, whose rounding is most of the external fragmentation its Fig. 2 shows.
 """
 
 from __future__ import annotations
@@ -27,6 +37,14 @@ class ContinuousPolicy:
     preemption: str = "recompute"  # recompute | swap
     watermark: float = 0.0  # share of all KV blocks kept free when admitting (vLLM: 0.01)
     spec_tokens: int = 0  # speculative tokens verified per decode step (k)
+    reserve: str = "none"  # none | max | pow2 | oracle: KV reserved at admission (Orca)
+    max_output_tokens: int | None = None  # reserve max: output tokens reserved (None: up to the context)
+    max_context_tokens: int = 0  # the model's context length (reserve max)
+    buddy: bool = False  # reservations rounded up to a power of two tokens (a buddy allocator)
+    # a preempted request comes back only when the KV of its whole sequence so far is free, and
+    # takes it at once, even if chunked (the P/D decode side: its recompute fits any budget in
+    # chunks, and cannot be preempted half-way by the decodes' growth, over and over)
+    recompute_whole: bool = False
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -34,7 +52,26 @@ class ContinuousPolicy:
         resolved for the pool); ``kw`` overrides fields (``chunked``)."""
         return cls(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
                    preemption=cfg.preemption, watermark=cfg.watermark,
-                   spec_tokens=cfg.spec.num_speculative_tokens if cfg.spec is not None else 0, **kw)
+                   spec_tokens=cfg.spec.num_speculative_tokens if cfg.spec is not None else 0,
+                   reserve=getattr(cfg, "reserve", "none"), max_output_tokens=cfg.max_output_tokens,
+                   max_context_tokens=model.max_context_tokens,
+                   buddy=getattr(cfg, "reserve_allocator", "paged") == "buddy", **kw)
+
+    def reserved_tokens(self, prompt_tokens: int, output_tokens: int) -> int:
+        """KV tokens reserved at admission for a request (``reserve``; 0 when none).
+        ``output_tokens`` is its true output length (read by the pow2 and oracle reservations only)."""
+        res = self.reserve
+        if res == "none":
+            return 0
+        if res == "oracle":
+            tokens = prompt_tokens + output_tokens - 1  # the last token is sampled, never stored
+        elif res == "pow2":
+            tokens = min(prompt_tokens + _pow2(output_tokens), self.max_context_tokens)
+        elif self.max_output_tokens is not None:
+            tokens = min(prompt_tokens + self.max_output_tokens, self.max_context_tokens)
+        else:
+            tokens = self.max_context_tokens
+        return _pow2(tokens) if self.buddy else tokens
 
     def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
         # After a preemption the request is recomputed in one prefill of prompt + emitted output
@@ -45,16 +82,20 @@ class ContinuousPolicy:
             return (f"prompt + output - 1 = {worst} tokens exceeds policy.max_num_batched_tokens="
                     f"{self.max_num_batched_tokens} (a whole-prompt prefill, or its recompute, could never "
                     f"be scheduled; use policy.name=chunked_prefill or a larger budget)")
+        if self.reserve == "max" and self.max_output_tokens is not None and max_tokens > self.max_output_tokens:
+            return (f"output of {max_tokens} tokens exceeds policy.max_output_tokens={self.max_output_tokens} "
+                    f"(what policy.reserve=max reserves per request)")
         if kv is not None:
             # A first admission keeps the watermark's blocks free (``admit``'s reserve), even on an
             # otherwise empty replica: a larger prompt (chunked: first chunk) would wait forever,
             # and every request queued behind it (FCFS) with it. (A re-admission after a
             # preemption may use the reserve, so a recompute can always come back.)
             first = min(prompt_tokens, self.max_num_batched_tokens) if self.chunked else prompt_tokens
-            need = kv.blocks_for(first)
+            need = kv.blocks_for(max(first, self.reserved_tokens(prompt_tokens, max_tokens)))
             room = kv.num_blocks - int(self.watermark * kv.num_blocks)
             if need > room:
-                what = "its first chunk" if self.chunked else "its prompt"
+                what = f"its reservation (policy.reserve={self.reserve})" if self.reserve != "none" else \
+                    "its first chunk" if self.chunked else "its prompt"
                 return (f"{what} = {first} tokens needs {need} free KV blocks to be admitted, but admission "
                         f"keeps policy.watermark={self.watermark:g} of the {kv.num_blocks} blocks free, leaving "
                         f"{room} (lower policy.watermark or give the replica more KV memory)")
@@ -70,8 +111,9 @@ class ContinuousPolicy:
     @property
     def aggregates_decodes(self) -> bool:
         """Decoding requests can be scheduled as one aggregate: each takes exactly one token a
-        step (speculative decoding's accepted tokens vary per sequence)."""
-        return self.spec_tokens == 0
+        step (speculative decoding's accepted tokens vary per sequence) and grows one KV block
+        every ``block_size`` tokens (reserved requests grow none: they run one by one)."""
+        return self.spec_tokens == 0 and self.reserve == "none"
 
     def next_batch(self, state: ReplicaState) -> Batch:
         dec = state.decoding
@@ -93,23 +135,23 @@ class ContinuousPolicy:
             return None
         free -= dec.blocks_needed
         budget -= n
-        bs = kv.block_size
         items = []
         tail = state.tail
         for r in tail:
             q = self._tokens(r, budget)
             if q > budget or q == 0:
                 continue
-            need = -(-(r.num_computed_tokens + q) // bs) - r.kv_blocks
+            need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks
             if need > free:
                 return None  # a preemption: decided on the running list
             if need > 0:
                 free -= need
             budget -= q
             items.append((r, q))
-        swap_in, admitted, hits, blocked = self.admit(state, n + len(tail), free, budget, items)
+        reserved = []
+        swap_in, admitted, hits, blocked = self.admit(state, n + len(tail), free, budget, items, reserved)
         return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
-                          decode_set=dec, steady=self._steady(state, admitted, swap_in, blocked))
+                          decode_set=dec, steady=self._steady(state, admitted, swap_in, blocked), reserve=reserved)
 
     def _steady(self, state: ReplicaState, admitted, swap_in, blocked) -> bool:
         """Whether, after this step, only arrivals can change the decision: nothing waits to be
@@ -120,7 +162,6 @@ class ContinuousPolicy:
 
     def _one_by_one(self, state: ReplicaState, running: list) -> Batch:
         kv = state.kv
-        bs = kv.block_size
         free = kv.num_free
         budget = self.max_num_batched_tokens
         items = []
@@ -135,7 +176,7 @@ class ContinuousPolicy:
             if q > budget or q == 0:  # token budget spent: this one waits for the next step
                 i += 1
                 continue
-            need = -(-(r.num_computed_tokens + q) // bs) - r.kv_blocks
+            need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks
             while need > free:
                 victim = running[end - 1]  # the newest; may be r itself
                 end -= 1
@@ -155,16 +196,18 @@ class ContinuousPolicy:
         swap_in = admitted = hits = ()
         blocked = None
         steady = False
+        reserved = []
         if not preempted:
-            swap_in, admitted, hits, blocked = self.admit(state, len(running), free, budget, items)
+            swap_in, admitted, hits, blocked = self.admit(state, len(running), free, budget, items, reserved)
             steady = self._steady(state, admitted, swap_in, blocked)
         return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, swap_in=swap_in,
-                          budget_blocked=blocked, steady=steady)
+                          budget_blocked=blocked, steady=steady, reserve=reserved)
 
-    def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list):
+    def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list, reserved=None):
         """After the running requests got their tokens (``n_seqs`` sequences scheduled or
         running, ``free`` blocks and ``budget`` tokens left, nobody preempted): swapped requests
-        come back, then waiting ones are admitted. Appends their (request, tokens) to ``items``;
+        come back, then waiting ones are admitted. Appends their (request, tokens) to ``items``
+        (and, with ``reserve``, (request, reserved tokens) to ``reserved``, for ``Batch.reserve``);
         returns (swap_in, admitted, prefix_hits, budget_blocked): the last is the waiting request
         at the head whose whole prompt fits the budget alone but not next to the step's other
         tokens (it waits, and FCFS everything behind it), or None."""
@@ -181,7 +224,7 @@ class ContinuousPolicy:
             nonlocal n_seqs, free, budget
             for r in queue:
                 q = self._tokens(r, budget)
-                need = -(-(r.num_computed_tokens + q) // bs) - r.kv_blocks  # swapped: kv_blocks is 0
+                need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks  # swapped: kv_blocks is 0
                 if n_seqs >= self.max_num_seqs or q > budget or need > free:
                     return False
                 free -= need if need > 0 else 0
@@ -198,7 +241,7 @@ class ContinuousPolicy:
         swapped_back = take_holders(state.swapped, swap_in) if state.swapped else True
         all_back = (take_holders(state.landed, admitted) if state.landed else True) and swapped_back
         if all_back:
-            reserve = int(self.watermark * kv.num_blocks)
+            kept = int(self.watermark * kv.num_blocks)
             for r in state.waiting:
                 if n_seqs >= self.max_num_seqs:
                     break
@@ -214,11 +257,18 @@ class ContinuousPolicy:
                     if not self.chunked and q <= self.max_num_batched_tokens and not admitted and not swap_in:
                         blocked = r  # fits the budget alone, not next to the running requests' tokens
                     break
-                need = -(-(c + q) // bs) - held + idle
+                tokens = c + q
+                if self.reserve != "none":  # the whole reservation, now (never preempted: c is 0 or a hit)
+                    tokens = max(tokens, self.reserved_tokens(r.prompt_tokens, r.output_tokens))
+                elif self.recompute_whole and r.preemptions:
+                    tokens = r.num_tokens
+                need = kv.blocks_for(tokens) - held + idle
                 # the watermark holds back new requests; one coming back from a preemption may
                 # use it (else a recompute larger than what the watermark leaves would never return)
-                if free - need < (0 if r.preemptions else reserve):
+                if free - need < (0 if r.preemptions else kept):
                     break
+                if tokens > c + q:
+                    reserved.append((r, tokens))
                 free -= need
                 budget -= q
                 n_seqs += 1
@@ -227,3 +277,8 @@ class ContinuousPolicy:
                 if c:  # a prefix-cache hit
                     hits.append((r, c))
         return swap_in, admitted, hits, blocked
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import simpy
 
+from servesim.policies.continuous import ContinuousPolicy
 from servesim.policies.pd_split import link_figures
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
@@ -59,7 +60,14 @@ class PoolSetup:
     def _policy_factory(self):
         cfg = dataclasses.replace(self.policy_cfg, max_num_seqs=self.max_num_seqs,
                                   max_num_batched_tokens=self.max_num_batched_tokens)
-        return resolve("policy", self.policy_name), cfg
+        factory = resolve("policy", self.policy_name)
+        if self.name == "decode" and self.policy_name == "continuous":
+            # a request preempted on the decode side is recomputed there in chunks of the step's
+            # budget (a whole-sequence recompute would need a budget of prompt + output tokens),
+            # once the KV of its whole sequence is free (its decodes and hand-offs are scheduled
+            # alike either way)
+            factory = functools.partial(ContinuousPolicy.from_config, chunked=True, recompute_whole=True)
+        return factory, cfg
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,10 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
 def prepare(scenario: Scenario) -> Setup:
     model = get_model(scenario.model)
     hw, pol = scenario.hardware, scenario.policy
+    if pol.prefix_caching and model.sliding_window_tokens is not None:
+        raise InputError(f"policy.prefix_caching: not modelled with sliding-window attention (model {model.name} "
+                         f"attends within {model.sliding_window_tokens} tokens; vLLM V0 disables it too); set it "
+                         "to false")
     if pol.name != "pd_split":
         pool = _pool(scenario, "colocated", model, hw.gpu, "hardware.gpu", hw.tp, "hardware.tp", pol.name,
                      pol.max_num_seqs, pol.max_num_batched_tokens)
@@ -142,9 +154,15 @@ def prepare(scenario: Scenario) -> Setup:
     pools = []
     for name in ("prefill", "decode"):
         p = getattr(pol, name)
+        seqs = p.max_num_seqs or pol.max_num_seqs
+        budget = p.max_num_batched_tokens or pol.max_num_batched_tokens
+        if name == "decode":
+            # a decode step carries one token per running sequence (and a preempted request's
+            # recompute, chunked within the same budget): the pool's steps, and its activation
+            # reserve, are sized by max_num_seqs, whatever prefill-sized budget was copied here
+            budget = min(budget, seqs)
         pool = _pool(scenario, name, model, p.gpu or hw.gpu, f"policy.{name}.gpu", p.tp or hw.tp, f"policy.{name}.tp",
-                     p.policy, p.max_num_seqs or pol.max_num_seqs,
-                     p.max_num_batched_tokens or pol.max_num_batched_tokens)
+                     p.policy, seqs, budget)
         pools.append(dataclasses.replace(pool, replicas=p.replicas))
     pf, dc = pools
     # every GPU of the smaller side sends (or receives) its shard: min(TP) ranks on each of the PP stages

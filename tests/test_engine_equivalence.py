@@ -53,7 +53,8 @@ def fast_path_expected(sc, ref) -> dict:
     whether the decode set must have been scheduled as one aggregate and whether runs of decode
     steps must have happened (None: not asserted)."""
     pol = sc.policy
-    aggregating = pol.spec is None  # (speculative decoding: each sequence's accepted tokens vary)
+    # (speculative decoding: each sequence's accepted tokens vary; reserved KV does not grow)
+    aggregating = pol.spec is None and pol.reserve == "none"
     inner = {"prefill": pol.prefill.policy, "decode": pol.decode.policy} if pol.name == "pd_split" else \
         {"colocated": pol.name}
     st = ref.steps
@@ -148,6 +149,22 @@ CASES = {
                          "memory.swap_space_gib": 0.2},
     "pp_pd": {"policy.name": "pd_split", "hardware.pp": 2, "policy.prefill": {"replicas": 1},
               "policy.decode": {"replicas": 1}},
+    # Orca's reservation at admission: reserved requests never grow KV, so they run one by one
+    "reserve_max": {"policy.reserve": "max", "policy.max_output_tokens": 600},
+    "reserve_pow2_chunked": {"policy.reserve": "pow2", "policy.name": "chunked_prefill",
+                             "policy.max_num_batched_tokens": 512},
+    "reserve_oracle_tight": {**TIGHT, "policy.reserve": "oracle"},
+    # sliding-window attention (Mistral-7B-v0.1, 4096 tokens): requests that outgrow the window stay
+    # out of the decode set; its blocks are capped (freed as the window slides)
+    "window": {"model": "mistralai/Mistral-7B-v0.1", "memory.num_gpu_blocks": 1200,
+               "workload.prompt_tokens": {"dist": "lognormal", "mean": 2500, "sigma": 0.8, "max": 9000},
+               "workload.arrival": {"process": "poisson", "rate_rps": 6.0}},
+    "window_chunked_pd": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "pd_split", "memory.num_gpu_blocks": 900,
+                          "policy.max_num_batched_tokens": 1024,
+                          "policy.prefill": {"replicas": 1, "policy": "chunked_prefill"},
+                          "policy.decode": {"replicas": 1},
+                          "workload.prompt_tokens": {"dist": "lognormal", "mean": 2500, "sigma": 0.8, "max": 9000},
+                          "workload.arrival": {"process": "poisson", "rate_rps": 4.0}},
     "pd_stream": {"policy.name": "pd_split", "policy.prefill": {"replicas": 2}, "policy.decode": {"replicas": 1},
                   "policy.link": {"bandwidth_gbps": 25.0, "overlap": True},
                   "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
@@ -173,7 +190,7 @@ CASES = {
 # cases whose fast engine runs step by step, like the reference: speculative decoding (accepted
 # tokens differ per sequence, so decoding requests are never one aggregate) and static batching
 # (no decode set: its padded slots are priced per step)
-STEP_BY_STEP = {"spec", "static"}
+STEP_BY_STEP = {"spec", "static", "reserve_max", "reserve_pow2_chunked", "reserve_oracle_tight"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -34,7 +34,8 @@ def cmd_cost(args) -> int:
         if args.prefill + args.context > model.max_context_tokens:
             raise InputError(f"--prefill + --context = {args.prefill + args.context} tokens exceeds {model.name}'s "
                              f"context length {model.max_context_tokens}")
-        batch, what = synthetic_batch(prefill=[(args.prefill, args.context)]), f"prefill of {args.prefill} tokens"
+        batch = synthetic_batch(prefill=[(args.prefill, args.context)], window=model.sliding_window_tokens)
+        what = f"prefill of {args.prefill} tokens"
         if args.context:
             what += f" after {args.context} cached"
     else:
@@ -43,7 +44,7 @@ def cmd_cost(args) -> int:
         if args.context + 1 > model.max_context_tokens:
             raise InputError(f"--context {args.context} + the decoded token exceeds {model.name}'s context length "
                              f"{model.max_context_tokens}")
-        batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch)
+        batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch, window=model.sliding_window_tokens)
         what = f"decode step of {args.decode_batch} sequences at context {args.context}"
     from servesim.cost.calibration import efficiencies_for
 

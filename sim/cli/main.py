@@ -232,7 +232,9 @@ def cmd_validate(args) -> int:
     for pool in setup.pools:  # what will price the steps
         cm = pool.cost_model
         print(f"  {pool.name}: efficiencies {cm.eff.source}; per-step overhead {cm.step_overhead_s * 1e3:.2f} ms "
-              f"+ {cm.per_seq_overhead_s * 1e6:.1f} us per sequence ({pool.overhead_source})"
+              f"+ {cm.per_seq_overhead_s * 1e6:.1f} us per sequence ({pool.overhead_source}); steps of at most "
+              f"{pool.max_num_batched_tokens} tokens and {pool.max_num_seqs} sequences, activation reserve "
+              f"{pool.capacity.activation_reserve_bytes / 2**30:.2f} GiB per GPU, KV {pool.capacity.num_blocks} blocks"
               + (f"; TP all-reduce: {cm.collectives()}" if cm.tp > 1 else ""))
     return 0
 

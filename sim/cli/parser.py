@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     _report(sub)
     _lessons(sub)
     _validate_run(sub)
+    _reproduce(sub)
     return p
 
 
@@ -210,3 +211,21 @@ def _validate_run(sub) -> None:
     _overrides(p, "override a field of the scenario, e.g. policy.max_num_seqs=128")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_validate_run)
+
+
+def _reproduce(sub) -> None:
+    from servesim.cli.studies import cmd_reproduce
+    from servesim.studies.reproduce import EXPERIMENTS
+
+    p = sub.add_parser("reproduce", help="rebuild published results (DistServe, Sarathi-Serve, vLLM, Splitwise) from "
+                                         "each paper's configuration: published vs simulated figures and verdicts")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}")
+    p.add_argument("--quick", action="store_true", help="short probes and coarse searches (seconds per experiment)")
+    p.add_argument("--out", default="out/reproduce", help="output folder (default: ./out/reproduce)")
+    p.add_argument("--seed", type=int, help="replace every scenario's seed (robustness checks)")
+    p.add_argument("--workers", type=int, default=None, help="capacity probes in parallel (default: all cores)")
+    p.add_argument("--write-readme", metavar="README", nargs="?", const="README.md",
+                   help="also write the fidelity table into README (default ./README.md) between its "
+                        "<!-- reproduce-table:begin/end --> markers")
+    p.set_defaults(func=cmd_reproduce)

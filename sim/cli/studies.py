@@ -1,4 +1,4 @@
-"""``servesim sweep``, ``capacity``, ``compare`` and ``lessons``: call the studies
+"""``servesim sweep``, ``capacity``, ``compare``, ``lessons`` and ``reproduce``: call the studies
 (``servesim.studies``) with the parsed arguments and print tables and verdicts."""
 
 from __future__ import annotations
@@ -163,4 +163,38 @@ def cmd_lessons(args) -> int:
     held = sum(x.holds for x in lessons)
     print(f"\n{held} of {len(lessons)} claims hold; wrote {out / 'lessons.md'}, lessons.json"
           + (f" and {sum(len(v) for v in figures.values())} figures" if figures else ""))
+    return 0
+
+
+def cmd_reproduce(args) -> int:
+    from servesim.studies.reproduce import EXPERIMENTS, Options, run_reproduce, summary_line, write_readme, \
+        write_reproduce
+
+    bad = [n for n in args.names if n not in EXPERIMENTS]
+    if bad:
+        raise InputError(f"unknown experiment {bad[0]!r}; valid: {', '.join(EXPERIMENTS)}")
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers must be >= 1, got {args.workers}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # a folder we cannot write fails now, not after the runs
+    readme = Path(args.write_readme) if args.write_readme else None
+    if readme is not None and not readme.is_file():
+        raise InputError(f"--write-readme {readme}: no such file")
+    opts = Options(args.quick, args.seed, args.workers)
+
+    def show(e):
+        print(f"{e.name}: {e.matched} of {len(e.figures)} figures matched ({e.wall_s:.1f} s)", flush=True)
+        for f in e.figures:
+            pub = "-" if f.published is None else (f"{f.published[0]:g}-{f.published[1]:g}"
+                                                   if isinstance(f.published, tuple) else f"{f.published:.4g}")
+            sim = "-" if f.simulated is None else f"{f.simulated:.4g}"
+            ratio = "" if f.ratio is None else f" ({f.ratio:.2f}x)"
+            print(f"  {f.label}: published {pub}, simulated {sim}{ratio}: {f.verdict}", flush=True)
+
+    experiments = run_reproduce(args.names or None, opts, show)
+    write_reproduce(experiments, out, opts)
+    print(f"\n{summary_line(experiments, args.quick)}; wrote {out / 'reproduce.md'}, reproduce.json")
+    if readme is not None:
+        write_readme(readme, experiments, opts)
+        print(f"wrote the fidelity table into {readme}")
     return 0

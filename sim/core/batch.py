@@ -105,19 +105,65 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
                  n_set, steady)
 
 
-def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0) -> Batch:
+def attention_span(c: int, q: int, window: int | None = None) -> tuple[int, int]:
+    """(query-key pairs, KV tokens touched) of ``q`` new tokens attending after ``c`` computed
+    ones, causal: the token at position p attends to the keys at p - window + 1 .. p (all of them
+    without a ``window``), so pairs = sum over j = c+1 .. c+q of min(j, window), and the keys
+    touched run from max(0, c - window + 1) to c + q - 1."""
+    end = c + q
+    if window is None or end <= window:
+        return q * c + q * (q + 1) // 2, end
+    if c >= window:
+        pairs = q * window
+    else:
+        pairs = (window * (window + 1) - c * (c + 1)) // 2 + (end - window) * window
+    return pairs, min(end, window + q - 1)
+
+
+def windowed(batch: Batch, window: int) -> Batch:
+    """``batch`` with its requests' attention limited to a sliding ``window`` of tokens
+    (``ModelSpec.sliding_window_tokens``): the pairs and KV tokens of every item whose context
+    reaches past the window are replaced by ``attention_span``'s. Decode-set members (not in
+    ``items``) are left as they are: the engine keeps only requests that never outgrow the window
+    in the set. Static batching's padding is charged without the window."""
+    dpairs = dctx = pairs = ctx = 0
+    hit = {id(r): c for r, c in batch.prefix_hits} if batch.prefix_hits else None
+    for req, q in batch.items:
+        c = req.num_computed_tokens
+        if hit is not None and id(req) in hit:
+            c = hit[id(req)]
+        if c + q <= window:
+            continue
+        p, k = attention_span(c, q, window)
+        p, k = q * c + q * (q + 1) // 2 - p, c + q - k  # what the window saves
+        pairs += p
+        ctx += k
+        if req.num_output_done > 0 and c == req.prompt_tokens + req.num_output_done - 1:
+            dpairs += p
+            dctx += k
+    if not pairs and not ctx:
+        return batch
+    return batch._replace(attn_pairs=float(int(batch.attn_pairs) - pairs), context_tokens=batch.context_tokens - ctx,
+                          decode_attn_pairs=float(int(batch.decode_attn_pairs) - dpairs),
+                          decode_context_tokens=batch.decode_context_tokens - dctx)
+
+
+def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0, window: int | None = None) -> Batch:
     """A batch without requests, for the cost CLI and tests.
 
     ``prefill``: (new_tokens, tokens_already_computed) per prefill sequence; ``decode_contexts``:
-    KV tokens before the step for each decoding sequence (each verifies ``spec_tokens + 1``).
+    KV tokens before the step for each decoding sequence (each verifies ``spec_tokens + 1``);
+    ``window``: the model's sliding attention window, if any (``attention_span``).
     """
     prefill = list(prefill)
     dc = list(decode_contexts)
     q = spec_tokens + 1
-    dpairs = sum(q * c + q * (q + 1) // 2 for c in dc)
-    dctx = sum(c + q for c in dc)
-    pairs = sum(p * c + p * (p + 1) // 2 for p, c in prefill) + dpairs
-    ctx = sum(p + c for p, c in prefill) + dctx
+    dec = [attention_span(c, q, window) for c in dc]
+    pre = [attention_span(c, p, window) for p, c in prefill]
+    dpairs = sum(x for x, _ in dec)
+    dctx = sum(k for _, k in dec)
+    pairs = sum(x for x, _ in pre) + dpairs
+    ctx = sum(k for _, k in pre) + dctx
     p_tokens = sum(p for p, _ in prefill)
     n = len(prefill) + len(dc)
     return Batch((), (), (), n, p_tokens + q * len(dc), p_tokens, q * len(dc), len(prefill), float(pairs), ctx, n,

@@ -56,7 +56,8 @@ class Cluster:
                         k, a, draft = pool.spec
                         spec = (k, a, draft, np.random.default_rng([seed, i, 1]))  # per replica, reproducible
                     r = Replica(env, i, pool.make_policy(), cm,
-                                BlockAllocator(blocks, pool.capacity.block_size, sc.policy.prefix_caching),
+                                BlockAllocator(blocks, pool.capacity.block_size, sc.policy.prefix_caching,
+                                               cm.model.sliding_window_tokens),
                                 recorder, cm.model.max_context_tokens, fast=fast, role=pool.name, pool=pool.name,
                                 handoff=self.handoff, spec=spec, swap=swap, pipeline=pipe)
                     r.on_run = self._on_run
@@ -157,6 +158,7 @@ class Cluster:
                                      f"has {self._decode_blocks} in all")
                 return
             # a request preempted on the decode side is recomputed there, under the decode policy
+            # (continuous recomputes in chunks there: no budget limit on prompt + output)
             reason = self.decode[0].policy.admission_error(req.prompt_tokens, req.output_tokens, self.decode[0].kv)
             if reason is not None:
                 req.replica = -1
@@ -198,7 +200,11 @@ class Cluster:
         carries one at a time, first come first served), latency + bytes / bandwidth. Senders
         always take their own link before the receiver's, so the waits cannot deadlock."""
         pool = self.setup.pools_by_name["prefill"]
-        kv_bytes = pool.cost_model.model.kv_bytes_per_token(pool.cost_model.kv_dtype) * req.num_computed_tokens
+        model = pool.cost_model.model
+        tokens = req.num_computed_tokens
+        if model.sliding_window_tokens is not None:  # only the window's KV is kept, and sent
+            tokens = min(tokens, model.sliding_window_tokens)
+        kv_bytes = model.kv_bytes_per_token(pool.cost_model.kv_dtype) * tokens
         t0 = self.env.now
         with self._send_link[src.index].request() as out:
             yield out

@@ -8,6 +8,7 @@ computed tokens.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -40,6 +41,12 @@ class KvCapacity:
     @property
     def num_tokens(self) -> int:
         return self.num_blocks * self.block_size
+
+
+def window_blocks(window_tokens: int, block_size: int) -> int:
+    """The most KV blocks a sequence holds under a sliding attention window of ``window_tokens``:
+    the window's tokens straddle at most ceil(window / block_size) + 1 blocks."""
+    return -(-window_tokens // block_size) + 1
 
 
 def activation_reserve_bytes(model, tp: int, max_num_batched_tokens: int, max_num_seqs: int) -> float:
@@ -97,6 +104,13 @@ class BlockAllocator:
     ``cache_output`` (a session turn: its group is its conversation) also leaves its other full
     blocks (its output) in the cache when freed, keyed the same way, for the next turn to hit.
 
+    With a sliding attention window (``window_tokens``) a request never holds more than
+    ``window_blocks`` blocks: blocks wholly out of the window are freed as the sequence grows (vLLM
+    V1's sliding-window manager; V0 reused them in a ring, which holds the same count), so
+    ``blocks_for`` and ``grow`` cap at that many. ``window_blocks`` = ceil(window / block_size) + 1,
+    the most blocks the window's tokens can straddle (V1 holds this many or one fewer, depending
+    on the alignment; the cap is the upper bound).
+
     Contract: ``num_free`` = empty blocks + cached blocks nobody references (an allocation takes
     an empty block first, else evicts the least recently freed cached one). ``grow(req, tokens)``
     maps enough blocks for ``tokens`` tokens, or returns False changing nothing when fewer than
@@ -104,10 +118,15 @@ class BlockAllocator:
     ``free(req)`` unmaps all of its blocks. ``num_used + num_free == num_blocks`` always.
     """
 
-    __slots__ = ("block_size", "num_blocks", "num_empty", "caching", "cache", "evictable", "on_prefix")
+    __slots__ = ("block_size", "num_blocks", "num_empty", "caching", "cache", "evictable", "on_prefix",
+                 "window_blocks")
 
-    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
+                 window_tokens: int | None = None):
+        assert window_tokens is None or not prefix_caching, "prefix caching with a sliding window is not modelled"
         self.block_size = block_size
+        # the most blocks a request ever holds (sys.maxsize: no sliding window)
+        self.window_blocks = sys.maxsize if window_tokens is None else window_blocks(window_tokens, block_size)
         self.num_blocks = num_blocks
         self.num_empty = num_blocks
         self.caching = prefix_caching
@@ -126,7 +145,9 @@ class BlockAllocator:
         return self.num_blocks - self.num_empty - len(self.evictable)
 
     def blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
+        """Blocks a request with ``tokens`` tokens of KV holds."""
+        n = -(-tokens // self.block_size)
+        return n if n < self.window_blocks else self.window_blocks
 
     def _prefix_blocks(self, req) -> int:
         if not self.caching or req.prefix_group < 0:
@@ -178,7 +199,7 @@ class BlockAllocator:
                 self.on_prefix(key[0], -1)
 
     def grow(self, req, tokens: int) -> bool:
-        target = -(-tokens // self.block_size)
+        target = self.blocks_for(tokens)
         have = req.kv_blocks
         new = target - have
         if new <= 0:
@@ -215,7 +236,7 @@ class BlockAllocator:
 
     def shrink(self, req, tokens: int) -> None:
         """Unmap blocks past what ``tokens`` tokens need (rejected speculative tokens)."""
-        target = -(-tokens // self.block_size)
+        target = self.blocks_for(tokens)
         extra = req.kv_blocks - target
         if extra > 0:
             assert target >= self._prefix_blocks(req), "shrinking into a shared prefix"

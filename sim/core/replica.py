@@ -52,7 +52,7 @@ from math import isnan
 import numpy as np
 from simpy import Interrupt
 
-from servesim.core.batch import Batch
+from servesim.core.batch import Batch, windowed
 from servesim.core.kv import BlockAllocator
 from servesim.core.runs import Cost, Run, delay_to
 from servesim.policies.base import NO_DECODE_SET, DecodeSet, ReplicaState
@@ -136,6 +136,10 @@ class Replica:
         self.host_free_blocks = self.host_blocks
         self.fast = fast
         self.aggregate = fast and bool(getattr(policy, "aggregates_decodes", False))
+        # sliding-window attention: items' attention is limited to the window (``windowed``); the
+        # decode set keeps only requests whose whole sequence fits the window, so its aggregate
+        # (contexts growing one token a step, a block every block_size tokens) stays exact
+        self.window = cost_model.model.sliding_window_tokens
         self.running: list = []  # running requests outside the decode set, in admission order
         self.waiting = waiting_queue(policy)
         self.swapped: deque = deque()
@@ -270,6 +274,8 @@ class Replica:
             state.host_free_blocks = self.host_free_blocks
             state.decoding = DecodeSet(n, self._sum_c, self._cnt[self._S % bs]) if n else NO_DECODE_SET
             batch = policy.next_batch(state)
+            if self.window is not None and batch.items:
+                batch = windowed(batch, self.window)
             if batch.budget_blocked is not None or self._blocked_since is not None:
                 self._note_blocked(batch.budget_blocked, start)
             n = len(self._members)  # reading state.running dissolved the set
@@ -598,7 +604,8 @@ class Replica:
         for r in tail:
             d = r.num_output_done
             c = r.num_computed_tokens
-            if not (d > 0 and c == r.prompt_tokens + d - 1 and r.kv_blocks == -(-c // bs) and d < r.output_tokens):
+            if not (d > 0 and c == r.prompt_tokens + d - 1 and r.kv_blocks == -(-c // bs) and d < r.output_tokens
+                    and self._in_window(r)):
                 break
             self._join(r, S, c, d)
             self._sum_c += c
@@ -629,9 +636,14 @@ class Replica:
             return False
         for (r, q), t in zip(items, tail):
             if r is not t or r.num_computed_tokens + q != r.prompt_tokens + r.num_output_done \
-                    or r.num_output_done + 1 >= r.output_tokens:
+                    or r.num_output_done + 1 >= r.output_tokens or not self._in_window(r):
                 return False
         return True
+
+    def _in_window(self, r) -> bool:
+        """Whether every decode step left to ``r`` attends within the sliding window (always,
+        without one): its last step touches prompt + output - 1 tokens."""
+        return self.window is None or r.prompt_tokens + r.output_tokens - 1 <= self.window
 
     def _leave(self, run, x: int, n: int, sumc: int):
         """Members completing at decode-step counter ``run.S0 + x`` leave the planned steps after

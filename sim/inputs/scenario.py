@@ -419,8 +419,16 @@ class Policy:
     watermark: float = _f(0.01, ge=0, lt=1, doc="share of KV blocks kept free when admitting (vLLM's)")
     prefix_caching: bool = False
     batch_timeout_s: float = _f(0.1, ge=0, doc="static: start a partial batch this long after its first request waited")
-    max_output_tokens: Optional[int] = _f(None, gt=0, doc="static: output tokens reserved per slot; null: up to "
-                                                          "the context length")
+    max_output_tokens: Optional[int] = _f(None, gt=0, doc="static, and reserve: max: output tokens reserved per "
+                                                          "request; null: up to the context length")
+    reserve: Literal["none", "max", "pow2", "oracle"] = _f(
+        "none", doc="continuous / chunked_prefill: KV reserved at admission (Orca): none (paged, grows as it goes), "
+                    "max (up to the context length, or prompt + max_output_tokens), pow2 (prompt + the true output "
+                    "rounded up to a power of two) or oracle (prompt + the true output); reserved requests never "
+                    "grow their KV")
+    reserve_allocator: Literal["paged", "buddy"] = _f(
+        "paged", doc="with a reserve: paged (the reservation in block_size blocks) or buddy (rounded up to a "
+                     "power of two tokens: the contiguous buddy allocator of the vLLM paper's Orca)")
     spec: Optional[Spec] = None
     preset: Optional[str] = _f(None, doc="vllm_v1_serve | vllm_v1_offline: vLLM V1's scheduler defaults for the "
                                          "GPU and entry point (sim/inputs/presets.py), filling fields not given")
@@ -442,6 +450,14 @@ class Policy:
                     raise InputError(f"{where}: {inner!r} cannot run inside a P/D pool (a pool's replicas take "
                                      "requests one step at a time: continuous, chunked_prefill or a plug-in)")
                 resolve("policy", inner, where)
+        if self.reserve != "none" and (self.name not in ("continuous", "chunked_prefill") or self.spec is not None):
+            raise InputError(f"{path}.reserve: KV reservation at admission (Orca) works with continuous or "
+                             f"chunked_prefill without speculative decoding, not {self.name}"
+                             f"{' with policy.spec' if self.spec is not None else ''} (static batching always "
+                             "reserves; set it to none)")
+        if self.reserve_allocator != "paged" and self.reserve == "none":
+            raise InputError(f"{path}.reserve_allocator: {self.reserve_allocator} allocates reservations; set "
+                             f"{path}.reserve (max, pow2 or oracle) too, or leave it paged")
         if self.spec is not None and self.name not in ("continuous", "chunked_prefill"):
             raise InputError(f"{path}.spec: speculative decoding works with continuous or chunked_prefill, "
                              f"not {self.name}")

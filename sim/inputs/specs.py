@@ -75,8 +75,8 @@ class ModelSpec:
     max_context_tokens: int = 4096
     num_experts: int = 0  # MoE: experts per layer (0: a dense MLP)
     experts_per_token: int = 0  # MoE: top-k experts each token is routed to
-    # attention window of every layer (Mistral-7B-v0.1: 4096): a token attends to the last
-    # ``sliding_window_tokens`` tokens only; None: the whole context
+    # sliding-window attention (Mistral-7B-v0.1: 4096): each token attends to the last this-many
+    # tokens only, and KV blocks wholly out of the window are freed (sim/core/kv.py); None: full
     sliding_window_tokens: int | None = None
     rotary: bool = True  # rotary position embeddings (False: learned positions or ALiBi, no rotary kernel)
     num_shared_experts: int = 0  # MoE: experts every token runs besides its routed ones
@@ -203,6 +203,8 @@ class GpuSpec:
 
 T = 1e12
 G = 1e9
+GIB = 2**30
+MIB = 2**20
 
 # Datasheet numbers (dense, i.e. without 2:4 sparsity). Sources:
 # FP8 is 0 where the GPU has no FP8 tensor cores (Ampere); fp8 weights then run at the BF16 peak.
@@ -221,20 +223,25 @@ G = 1e9
 #  mi300x: AMD Instinct MI300X datasheet: 1307 TF BF16 / 2615 TF FP8 dense, 192 GB at 5.3 TB/s,
 #          Infinity Fabric 896 GB/s aggregate (7 links x 128 GB/s; one peer ~64 GB/s per direction
 #          is the worst case, we use the aggregate ring figure / 2).
+# HBM capacities are binary: an "80GB" A100 or H100 holds 80 GiB (nvidia-smi: 81920 / 81559 MiB),
+# a "40GB" A100 40 GiB, and vLLM's gpu_memory_utilization is a share of that (the vLLM paper's
+# OPT-13B on an A100-40GB: 26 GB of weights leave 12 GiB = 15.7K tokens of KV). GDDR boards with
+# ECC on show about their decimal figure (A40, L40S: 46068 MiB = 48.3e9 bytes), kept as 48e9.
+# H200 and B200 as nvidia-smi reports them (143771 MiB = "141 GB"; 183359 MiB = "180 GB").
 # nvlink_domain: SXM / OAM boards connect all 8 GPUs (NVSwitch; MI300X: Infinity Fabric mesh); the
 # A40 and H100 PCIe connect pairs with an NVLink bridge; the L40S has no NVLink.
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
-        GpuSpec("a100-40g", 312 * T, 0.0, 40 * G, 1555 * G, 300 * G, 32 * G),
-        GpuSpec("a100-80g", 312 * T, 0.0, 80 * G, 2039 * G, 300 * G, 32 * G),
+        GpuSpec("a100-40g", 312 * T, 0.0, 40 * GIB, 1555 * G, 300 * G, 32 * G),
+        GpuSpec("a100-80g", 312 * T, 0.0, 80 * GIB, 2039 * G, 300 * G, 32 * G),
         GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G, mem_kind="gddr", nvlink_domain=2),
-        GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * G, 3350 * G, 450 * G, 64 * G),
-        GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * G, 2000 * G, 300 * G, 64 * G, nvlink_domain=2),
-        GpuSpec("h200", 989 * T, 1979 * T, 141 * G, 4800 * G, 450 * G, 64 * G),
-        GpuSpec("b200", 2250 * T, 4500 * T, 180 * G, 7700 * G, 900 * G, 64 * G),
+        GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * GIB, 3350 * G, 450 * G, 64 * G),
+        GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * GIB, 2000 * G, 300 * G, 64 * G, nvlink_domain=2),
+        GpuSpec("h200", 989 * T, 1979 * T, 143771 * MIB, 4800 * G, 450 * G, 64 * G),
+        GpuSpec("b200", 2250 * T, 4500 * T, 183359 * MIB, 7700 * G, 900 * G, 64 * G),
         GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G, mem_kind="gddr", nvlink_domain=1),
-        GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * G, 5300 * G, 448 * G, 64 * G),
+        GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * GIB, 5300 * G, 448 * G, 64 * G),
     ]
 }
 

@@ -1,0 +1,99 @@
+"""``servesim reproduce``: published figures next to simulated ones, with computed verdicts."""
+
+import json
+
+import pytest
+
+from servesim.cli.main import main
+from servesim.inputs.scenario import scenario_from_dict
+from servesim.simulation import prepare
+from servesim.studies import reproduce as R
+
+
+def test_verdict_rules():
+    f = R.Figure("gain", 2.0, 2.4, "paper", "text", "x", True)
+    assert f.ratio == pytest.approx(1.2) and f.within and f.matches and f.verdict == "matches"
+    f = R.Figure("gain", 2.0, 1.4, "paper", "text", "x", True, "a mechanism")
+    assert not f.matches and f.verdict == "direction right, -30% off"
+    assert f.to_dict()["missing"] == "a mechanism"
+    f = R.Figure("gain", 2.0, 0.9, "paper", "text", "x", False, "m")
+    assert f.verdict == "wrong direction" and not f.matches
+    f = R.Figure("range", (1.7, 2.7), 2.0, "paper", "text", "x", True)
+    assert f.ratio == 1.0 and f.matches
+    assert R.Figure("range", (1.7, 2.7), 3.5, "p", "text", "x", True).ratio == pytest.approx(3.5 / 2.7)
+    assert R.Figure("range", (1.7, 2.7), 1.3, "p", "text", "x", True).within  # 1.3 / 1.7 = 0.76
+    assert R.Figure("range", (1.7, 2.7), 1.2, "p", "text", "x", True).within is False  # 0.71
+    f = R.Figure("absolute", 100.0, 120.0, "paper", "text", "ms")
+    assert f.direction is None and f.matches  # no direction to get wrong
+    f = R.Figure("not yet", 2.15, None, "paper", "text", "x", None, "a cost model")
+    assert f.verdict == "not simulated" and f.ratio is None and not f.matches
+    f = R.Figure("direction only", None, 1.3, "paper", "figure", "x", True)
+    assert f.matches and f.verdict.startswith("direction right")
+
+
+def test_engine_profile_is_named_and_applied_once_the_field_exists():
+    from dataclasses import fields
+
+    from servesim.inputs.scenario import Cost
+
+    has = any(f.name == R.ENGINE_FIELD for f in fields(Cost))
+    assert R.engine_overrides("vllm-v0") == ({"cost.engine": "vllm-v0"} if has else {})
+    assert "vllm-v0" in R.engine_note("vllm-v0")
+
+
+def test_scenarios_load_and_use_the_papers_settings():
+    for name in ("distserve-opt13b", "sarathi-mistral7b", "sarathi-yi34b", "vllm-opt13b", "splitwise-llama70b"):
+        prepare(scenario_from_dict(R.scenario_data(name)))
+    # the vLLM paper's Table 1: OPT-13B on an A100-40GB keeps 15.7K KV slots
+    cap = prepare(scenario_from_dict(R.scenario_data("vllm-opt13b"))).capacity
+    assert 15_000 < cap.num_tokens < 16_000
+    # DistServe's placement: 3 GPUs, the decode pool's budget follows its role (not 65,536)
+    pd = prepare(scenario_from_dict(R.scenario_data("distserve-opt13b", R.PD_DISTSERVE))).pools_by_name
+    assert pd["prefill"].cost_model.tp == 2 and pd["decode"].cost_model.tp == 1
+    assert pd["decode"].max_num_batched_tokens == 1024
+
+
+def test_quick_splitwise_writes_report_json_and_readme(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{R.BEGIN}\nold table\n{R.END}\nafter\n")
+    out = tmp_path / "rep"
+    assert main(["reproduce", "splitwise", "--quick", "--out", str(out), "--write-readme", str(readme)]) == 0
+    data = json.loads((out / "reproduce.json").read_text())
+    assert [e["name"] for e in data["experiments"]] == ["splitwise"]
+    figs = data["experiments"][0]["figures"]
+    simulated = [f for f in figs if f["simulated"] is not None]
+    assert len(simulated) == 12 and all(f["direction"] for f in simulated)  # H100 faster than A100 everywhere
+    assert all(f["verdict"] == "not simulated" and f["missing"] for f in figs if f["simulated"] is None)
+    for f in simulated:
+        assert f["ratio"] == pytest.approx(f["simulated"] / f["published"])
+        assert f["citation"].startswith("Splitwise") and f["verdict"]
+    md = (out / "reproduce.md").read_text()
+    assert "| `splitwise` | coding, DGX-A100: P50 TTFT | 185 ms (text) |" in md
+    text = readme.read_text()
+    assert "old table" not in text and text.startswith("intro\n") and text.endswith("after\n")
+    assert "| `splitwise` |" in text and "published figures matched" in text
+    assert "published figures matched" in capsys.readouterr().out
+
+
+def test_unknown_experiment_and_missing_markers_are_input_errors(tmp_path, capsys):
+    assert main(["reproduce", "distserv", "--out", str(tmp_path)]) == 2
+    assert "unknown experiment 'distserv'" in capsys.readouterr().err
+    bare = tmp_path / "README.md"
+    bare.write_text("no markers\n")
+    with pytest.raises(Exception, match="reproduce-table"):
+        R.write_readme(bare, [], R.Options())
+
+
+@pytest.mark.slow
+def test_quick_reproduce_runs_every_experiment(tmp_path):
+    """Every experiment end to end in its quick form (about a minute): each figure gets a
+    verdict, and the mechanisms of the vLLM paper's batch-size check land where the paper's do."""
+    assert main(["reproduce", "--quick", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "reproduce.json").read_text())
+    assert [e["name"] for e in data["experiments"]] == list(R.EXPERIMENTS)
+    for e in data["experiments"]:
+        for f in e["figures"]:
+            assert f["verdict"] and f["citation"]
+    vllm = {f["label"]: f for f in data["experiments"][2]["figures"]}
+    assert vllm["mean batched requests at 2 req/s: Orca (Max)"]["matches"]  # floor(15.4K / 2048) = 7
+    assert vllm["mean batched requests at 2 req/s: Orca (Oracle)"]["matches"]
