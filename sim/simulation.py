@@ -250,6 +250,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         cluster.arrival_times = arr
         grp = specs.prefix_group.tolist() if specs.prefix_group is not None else None
         pre = specs.prefix_tokens.tolist() if specs.prefix_tokens is not None else None
+        cls = specs.class_index.tolist() if getattr(specs, "class_index", None) is not None else None
         nxt = 0
 
         def arrive(_event) -> None:
@@ -262,6 +263,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                     req = Request(i, env.now, pr[i], out[i])
                 else:
                     req = Request(i, env.now, pr[i], out[i], grp[i], pre[i])
+                if cls is not None:
+                    req.cls = cls[i]
                 cluster.next_arrival = i + 1
                 cluster.submit(req)
                 i += 1
