@@ -93,6 +93,8 @@ class Cluster:
         # the door: class attributes, predicted lengths and admission control (None: nothing to do)
         self.gateway = Gateway(sc, seed) if Gateway.needed(sc) else None
         self.admission = self.gateway.admission if self.gateway is not None else None
+        if self.gateway is not None:
+            self.gateway.watch(self.replicas)
         self.tracer = None  # the decision trace, when asked for (``servesim.core.decisions``)
         classes = sc.workload.classes or ()
         if len({c.priority for c in classes}) > 1:

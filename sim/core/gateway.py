@@ -9,20 +9,28 @@ scheduler would give it).
 ``Admission`` sheds load before a request is queued (``policy.admission``), for the classes it
 applies to: a token bucket at the door (before routing), then, on the replica the router chose,
 a cap on the requests or prompt tokens waiting there, and the TTFT rule: reject when the
-predicted TTFT exceeds the class's TTFT SLO. The TTFT prediction (``predicted_ttft_s``) is the
-time the replica needs, at its current load, to compute the prompt tokens ahead of the request
-(the waiting requests ranked before it in the queue's order, and what the running requests
-still have to prefill) plus its own prompt: in steps of at most ``max_num_batched_tokens``
-tokens, each carrying one decode token for every running request and priced by the replica's
-cost model at their mean context. It does not foresee later arrivals that outrank the request,
-preemptions or KV shortage, nor the rest of the step in flight: it is a lower bound of what
-queueing adds, computed from state a real scheduler has.
+predicted TTFT exceeds the class's TTFT SLO. The TTFT prediction (``predicted_ttft_s``) takes
+the larger of two estimates, each what one bottleneck alone would impose, from state a real
+scheduler has:
+
+* compute: the time the replica needs, at its current load, to compute the prompt tokens ahead
+  of the request (those of the waiting requests ranked before it in the queue's order, and what
+  the running requests still have to prefill) plus its own prompt, in steps of at most
+  ``max_num_batched_tokens`` tokens, each carrying one decode token for every running request,
+  priced by the replica's cost model at their mean context;
+* admission: the waiting requests ranked before it (plus itself when ``max_num_seqs`` requests
+  run) divided by the rate at which the replica admitted requests recently (its last 32
+  admissions, up to now), plus its own prefill step: what a replica bound by ``max_num_seqs`` or
+  KV capacity, which admits only as running requests finish, imposes.
+
+It does not foresee later arrivals that outrank the request, nor preemptions.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 
 import numpy as np
 
@@ -85,6 +93,12 @@ class Gateway:
         adm = scenario.policy.admission
         self.admission = Admission(adm, self.names, self.ttft_s) if adm.active else None
 
+    def watch(self, replicas) -> None:
+        """Let the replicas remember their recent admissions (the TTFT rule reads them)."""
+        if self.admission is not None and self.admission.reads_state:
+            for r in replicas:
+                r.admissions = deque(maxlen=ADMISSIONS_KEPT)
+
     @staticmethod
     def needed(scenario) -> bool:
         """Whether requests need anything set at the door (else the cluster skips it)."""
@@ -144,9 +158,10 @@ class Admission:
                         f"more exceed policy.admission.max_queued_tokens={cfg.max_queued_tokens}")
         limit = self.ttft_s[req.cls] if cfg.ttft_slo else None
         if limit is not None:
-            t = predicted_ttft_s(req, replica)
-            if t > limit:
-                return f"admission: predicted TTFT {t:.3g} s exceeds the TTFT SLO {limit:g} s"
+            t = predicted_ttft_s(req, replica, req.arrival_s)
+            if t > limit * cfg.ttft_slo_share:
+                share = f" x policy.admission.ttft_slo_share={cfg.ttft_slo_share:g}" if cfg.ttft_slo_share < 1 else ""
+                return f"admission: predicted TTFT {t:.3g} s exceeds the TTFT SLO {limit:g} s{share}"
         return None
 
 
@@ -159,12 +174,18 @@ def _engine(replica):
     return min(engines, key=type(replica)._unfinished)
 
 
-def prefill_tokens_ahead(req, engine) -> int:
-    """Prompt tokens ``engine`` computes before ``req``'s: those of the waiting requests ranked
-    before it (all of them, FCFS) and the rest of the prompts its running requests prefill."""
+def requests_ahead(req, engine) -> list:
+    """The waiting requests ``engine`` admits before ``req`` (all of them, FCFS)."""
     waiting = engine.waiting
     key = getattr(waiting, "key", None)
-    ahead = waiting.ranked_before(key(req)) if key is not None else waiting
+    return waiting.ranked_before(key(req)) if key is not None else list(waiting)
+
+
+def prefill_tokens_ahead(req, engine, ahead=None) -> int:
+    """Prompt tokens ``engine`` computes before ``req``'s: those of the waiting requests ranked
+    before it and the rest of the prompts its running requests prefill."""
+    if ahead is None:
+        ahead = requests_ahead(req, engine)
     tokens = sum(r.num_tokens - r.num_computed_tokens for r in ahead)
     for r in engine.running:  # the decode set's members have no prompt left
         left = r.num_tokens - r.num_computed_tokens
@@ -173,17 +194,29 @@ def prefill_tokens_ahead(req, engine) -> int:
     return tokens
 
 
-def predicted_ttft_s(req, replica) -> float:
-    """The TTFT ``req`` would get on ``replica`` (see the module docstring)."""
+ADMISSIONS_KEPT = 32  # admissions a replica remembers to measure its recent admission rate
+
+
+def predicted_ttft_s(req, replica, now: float = 0.0) -> float:
+    """The TTFT ``req`` would get on ``replica`` at time ``now`` (see the module docstring)."""
     e = _engine(replica)
-    tokens = prefill_tokens_ahead(req, e) + req.prompt_tokens
+    ahead = requests_ahead(req, e)
     n, ctx = e.decode_load()
     budget = getattr(e.policy, "max_num_batched_tokens", 8192)
     chunk = max(budget - n, 1)
     mean_ctx = ctx // n if n else 0
-    full, rest = divmod(tokens, chunk)
 
     def step_s(c: int) -> float:
         return e.cost_model.step_time(synthetic_batch([(c, 0)], [mean_ctx] * n)).time_s
 
-    return (full * step_s(chunk) if full else 0.0) + (step_s(rest) if rest else 0.0)
+    def prefill_s(tokens: int) -> float:
+        full, rest = divmod(tokens, chunk)
+        return (full * step_s(chunk) if full else 0.0) + (step_s(rest) if rest else 0.0)
+
+    compute = prefill_s(prefill_tokens_ahead(req, e, ahead) + req.prompt_tokens)
+    waits = len(ahead) + (n >= getattr(e.policy, "max_num_seqs", math.inf))
+    times = e.admissions
+    if not waits or not times or now <= times[0]:
+        return compute
+    rate = len(times) / (now - times[0])  # admissions per second, the dry spell up to now included
+    return max(compute, waits / rate + prefill_s(req.prompt_tokens))

@@ -147,6 +147,7 @@ class Replica:
         self.landed = waiting_queue(policy)  # P/D decode side: requests holding KV that just arrived
         self.prio = None  # PriorityCount of the running requests (``track_priorities``)
         self.tracer = None  # the decision trace (``servesim.core.decisions``), when asked for
+        self.admissions = None  # a bounded deque of recent admission times, when admission control reads them
         self.outstanding_tokens = 0  # prompt + output so far, over unfinished requests here
         self.waiting_blocks = 0  # KV blocks the waiting requests' tokens will need (routers read it)
         # routers that read state re-read a replica only when it changed: ``watch`` (the cluster's
@@ -415,6 +416,8 @@ class Replica:
             running.append(r)
             if self.prio is not None:
                 self.prio.add(r.priority)
+            if self.admissions is not None:
+                self.admissions.append(now)
             if isnan(r.scheduled_s):
                 r.scheduled_s = now
                 self.recorder.prefix_query_tokens += r.prompt_tokens

@@ -456,6 +456,8 @@ class Admission:
     max_queued_tokens: Optional[int] = _f(None, gt=0, doc="reject when the prompts waiting on the replica plus "
                                                           "this one would exceed this many tokens")
     ttft_slo: bool = _f(False, doc="reject when the predicted TTFT exceeds the request's class TTFT SLO")
+    ttft_slo_share: float = _f(1.0, gt=0, le=1, doc="ttft_slo: reject above this share of the SLO (headroom for "
+                                                    "the prediction's error)")
     classes: Optional[tuple[str, ...]] = _f(None, doc="the classes the rules apply to; null: every request")
 
     @property
