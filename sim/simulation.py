@@ -27,6 +27,7 @@ from servesim.core.cluster import Cluster
 from servesim.outputs.recorder import (REQUEST_COLUMNS, STEP_COLUMNS, Recorder, WeightedSample, dist_stats, summarize,
                          summarize_classes)
 from servesim.outputs.profile import profile_summary
+from servesim.outputs.fairness import fairness_summary
 from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
@@ -352,6 +353,9 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                          # what arrived, per second until the last arrival (on_off's rate_rps is its burst rate)
                          "offered_rps": len(arrivals) / last if last > 0 else 0.0}
     extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
+    extra["fairness"] = fairness_summary(req_cols, sim_time, names,
+                                         {c.name: c.tenant for c in scenario.workload.classes or ()}, slo_by_class,
+                                         extra["classes"])
     summary = summarize(scenario, req_cols, steps, tbt, sim_time, cluster.infos, extra, limits)
     pools = setup.pools_by_name
     summary["profile"] = profile_summary(summary, steps, cluster.infos, [pools[i.pool].cost_model for i in cluster.infos],

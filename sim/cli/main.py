@@ -107,6 +107,25 @@ def _format_workload(s: dict) -> list:
                          f"TTFT p50/p99 {_fmt_s(t['p50']).strip()} / {_fmt_s(t['p99']).strip()}, "
                          f"TPOT p50/p99 {_fmt_s(p['p50']).strip()} / {_fmt_s(p['p99']).strip()}, "
                          f"SLO {c['slo_attainment'] * 100:.1f}% ({_slo_text(c['slo'])})")
+    lines += _format_fairness(s)
+    return lines
+
+
+def _format_fairness(s: dict) -> list:
+    """Per tenant (when classes share tenants) and Jain's index, with more than one class."""
+    f = s.get("fairness") or {}
+    if len(s.get("classes") or {}) < 2 or not f:
+        return []
+    lines = []
+    tenants = f.get("tenants", {})
+    if len(tenants) > 1 and len(tenants) < len(s["classes"]):
+        for name, t in tenants.items():
+            lines.append(f"tenant {name}: {t['num_requests']} requests ({t['completed']} completed), "
+                         f"{t['throughput_rps']:.2f} req/s, SLO {t['slo_attainment'] * 100:.1f}%")
+    j = f["jain"]["tenants" if len(tenants) > 1 else "classes"]
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    lines.append(f"fairness      Jain index over {'tenants' if len(tenants) > 1 else 'classes'}: service share "
+                 f"{fmt(j['service_share'])}, SLO attainment {fmt(j['slo_attainment'])} (1 = equal)")
     return lines
 
 
