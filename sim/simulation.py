@@ -24,6 +24,7 @@ from servesim.plugins import resolve
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop
 from servesim.core.cluster import Cluster
+from servesim.core.decisions import DecisionTracer, summarize_decisions
 from servesim.outputs.recorder import (REQUEST_COLUMNS, STEP_COLUMNS, Recorder, WeightedSample, dist_stats, summarize,
                          summarize_classes)
 from servesim.outputs.profile import profile_summary
@@ -158,6 +159,8 @@ class Results:
     # steps committed one by one, those with the decode set scheduled as one aggregate, runs of
     # decode steps and the steps inside them
     engine_stats: dict = dataclasses.field(default_factory=dict)
+    # the decision trace's spans (``servesim.core.decisions.COLUMNS``), when asked for
+    decisions: dict | None = None
 
     @property
     def tbt_s(self) -> np.ndarray:
@@ -217,7 +220,7 @@ def _classes(scenario: Scenario, specs, req_cols: dict):
 
 
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,
-             sample_every_s: float | None = None, engine: str | None = None) -> Results:
+             sample_every_s: float | None = None, engine: str | None = None, decision_trace: bool = False) -> Results:
     """Run a scenario to the end (every request finished, or ``workload.duration_s``).
 
     ``progress(done, total, now_s)`` is called as requests complete (for a progress bar);
@@ -225,7 +228,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     ``sample_every_s`` records (time, replica, waiting, running) every so often in
     ``Results.queue_samples`` (an independent observer of the queues, used to check Little's law);
     ``engine`` ("fast" | "reference") overrides ``scenario.engine``: the same results either way,
-    the reference is the plain step-by-step loop.
+    the reference is the plain step-by-step loop. ``decision_trace``: also record why each
+    request waited (``Results.decisions``, ``summary["decisions"]``; ``servesim.core.decisions``).
     """
     wall0 = time.perf_counter()
     if engine is not None and engine != scenario.engine:
@@ -242,6 +246,11 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             progress(rec.completed, total, env.now)
     rec = Recorder(cb)
     cluster = Cluster(env, setup, rec, scenario.seed)
+    tracer = None
+    if decision_trace:
+        tracer = cluster.tracer = DecisionTracer(getattr(specs, "class_names", ("default",)))
+        for r in cluster.replicas:
+            r.tracer = tracer
     replicas = cluster.replicas
 
     def arrivals():
@@ -360,10 +369,16 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     pools = setup.pools_by_name
     summary["profile"] = profile_summary(summary, steps, cluster.infos, [pools[i.pool].cost_model for i in cluster.infos],
                                          pools.get("decode", setup.pools[0]).max_num_seqs)
+    decisions = None
+    if tracer is not None:
+        tracer.finish(sim_time)
+        decisions = tracer.columns()
+        summary["decisions"] = summarize_decisions(decisions)
     summary["wall_time_s"] = time.perf_counter() - wall0
     engine_stats = {}
     for r in replicas:
         pool = engine_stats.setdefault(r.pool, dict.fromkeys(r.stats, 0))
         for k, v in r.stats.items():
             pool[k] += v
-    return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples, engine_stats)
+    return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples, engine_stats,
+                   decisions)

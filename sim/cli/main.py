@@ -10,6 +10,7 @@ from pathlib import Path
 
 from servesim.cli.parser import build_parser
 from servesim.errors import InputError
+from servesim.core.decisions import format_decisions
 from servesim.outputs.profile import format_profile
 
 
@@ -60,6 +61,7 @@ def format_summary(s: dict) -> str:
                      "(their whole prompt fits policy.max_num_batched_tokens only alone; everything queued behind "
                      "waited too): chunked_prefill or a larger budget avoids it")
     lines += _format_memory(s)
+    lines += format_decisions(s.get("decisions"))
     lines += _format_workload(s)
     lines += format_profile(s)
     return "\n".join(lines)
@@ -198,10 +200,14 @@ def cmd_run(args) -> int:
     out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
     if args.trace_events:
         _writable_file(args.trace_events, "--trace-events")
+    tracing = getattr(args, "decision_trace", None)
+    if tracing:
+        _writable_file(tracing, "--decision-trace")
     update, close = _progress_bar(args.quiet)
     try:
         with _naming(args.scenario):
-            results = simulate(scenario, progress=update, engine=getattr(args, "engine", None))
+            results = simulate(scenario, progress=update, engine=getattr(args, "engine", None),
+                               decision_trace=bool(tracing))
     finally:
         close()
     try:
@@ -210,6 +216,10 @@ def cmd_run(args) -> int:
         raise InputError(f"--out {args.out}: cannot write the results: {e.strerror or e}") from None
     print(format_summary(results.summary))
     print(f"\nwrote {out}/summary.json, requests.csv, steps.csv, scenario.yaml")
+    if tracing:
+        from servesim.outputs.decision_trace import write_decision_csv
+
+        print(f"wrote {write_decision_csv(results.decisions, tracing)} (why each request waited)")
     if args.trace_events:
         from servesim.outputs.trace_export import write_trace
 
