@@ -36,11 +36,14 @@ def _met(req: dict, class_names, slo_by_class: dict) -> np.ndarray:
     multi = done & (out > 1)
     tpot = np.full(len(done), np.nan)
     tpot[multi] = (req["finish_s"][multi] - req["first_token_s"][multi]) / (out[multi] - 1)
-    idx = {n: i for i, n in enumerate(class_names)}
-    which = np.array([idx[c] for c in req["class"]], dtype=np.int64) if len(done) else np.zeros(0, np.int64)
-    inf = lambda v: np.inf if v is None else v  # noqa: E731
-    lim_ttft = np.array([inf(slo_by_class[n][0]) for n in class_names])[which]
-    lim_tpot = np.array([inf(slo_by_class[n][1]) for n in class_names])[which]
+    lim_ttft, lim_tpot = np.full(len(done), np.inf), np.full(len(done), np.inf)
+    for n in class_names:
+        sel = req["class"] == n
+        t, p = slo_by_class[n]
+        if t is not None:
+            lim_ttft[sel] = t
+        if p is not None:
+            lim_tpot[sel] = p
     return done & slo_met(ttft, tpot, lim_ttft, lim_tpot)
 
 
@@ -64,17 +67,24 @@ def fairness_summary(req: dict, sim_time_s: float, class_names, tenant_of: dict,
     tenant_of = {n: tenant_of.get(n) or n for n in class_names}
     tenants = list(dict.fromkeys(tenant_of[n] for n in class_names))
     cls = req["class"]
-    tenant_col = np.array([tenant_of[c] for c in cls], dtype=object) if len(cls) else np.zeros(0, dtype=object)
-    per_tenant = summarize_classes({**req, "class": tenant_col}, sim_time_s, tenants,
-                                   {t: (None, None) for t in tenants})
-    met = _met(req, class_names, slo_by_class)
-    per = (lambda v: v / sim_time_s) if sim_time_s > 0 else (lambda v: 0.0)
+    tenant_col = cls
+    if any(tenant_of[n] != n for n in class_names):
+        tenant_col = np.empty(len(cls), dtype=object)
+        for n in class_names:
+            tenant_col[cls == n] = tenant_of[n]
+    if tenant_col is cls:  # a tenant per class: its figures are the class's
+        per_tenant = {tenant_of[n]: {k: v for k, v in classes[n].items() if k != "slo"} for n in class_names}
+    else:
+        per_tenant = summarize_classes({**req, "class": tenant_col}, sim_time_s, tenants,
+                                       {t: (None, None) for t in tenants})
+        met = _met(req, class_names, slo_by_class)
+        per = (lambda v: v / sim_time_s) if sim_time_s > 0 else (lambda v: 0.0)
+        for t, s in per_tenant.items():
+            n_met = int((met & (tenant_col == t)).sum())
+            s["slo_attainment"] = n_met / s["num_requests"] if s["num_requests"] else 0.0
+            s["goodput_rps"] = per(n_met)
+            del s["slo"]
     for t, s in per_tenant.items():
-        sel = tenant_col == t
-        n_met = int((met & sel).sum())
-        s["slo_attainment"] = n_met / s["num_requests"] if s["num_requests"] else 0.0
-        s["goodput_rps"] = per(n_met)
-        del s["slo"]
         s["classes"] = [n for n in class_names if tenant_of[n] == t]
     share_c = _shares(req, cls, class_names)
     share_t = _shares(req, tenant_col, tenants)
