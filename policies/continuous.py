@@ -134,8 +134,9 @@ class ContinuousPolicy:
             budget -= q
             items.append((r, q))
         swap_in, admitted, hits, blocked, stop = self.admit(state, n + len(tail), free, budget, items)
-        if stop is not None and self._may_preempt_for(stop):
-            low = state.lowest_running_priority
+        if stop is not None and self._may_preempt_for(stop) and state.running_priorities is not None:
+            # (no count: the replica's requests share one priority, so none is lower)
+            low = state.running_priorities.lowest()
             if low is not None and stop[1].priority < low:
                 return None  # a waiting request preempts lower-priority ones: decided on the running list
         return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
