@@ -21,7 +21,8 @@ from servesim import ContinuousPolicy
 @dataclass(frozen=True)
 class ShortestPromptFirst(ContinuousPolicy):
     """FCFS replaced by shortest prompt first (ties: arrival order). Long prompts can starve
-    while short ones keep arriving: a real deployment would age them."""
+    while short ones keep arriving: a real deployment would age them (the packaged
+    policy.queue: {order: sjf, aging_s: ...} does)."""
 
     @staticmethod
     def queue_key(request) -> int:

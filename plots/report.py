@@ -23,6 +23,7 @@ from servesim.errors import InputError  # noqa: E402
 from servesim.outputs.metrics import LATENCY_METRICS, parse_slo  # noqa: E402
 from servesim.outputs.rundir import RunData, read_json_dict, read_results, read_scenario  # noqa: E402
 from servesim.plots import figures as F  # noqa: E402
+from servesim.plots.service import service_section  # noqa: E402
 
 RATE_KEY = "workload.arrival.rate_rps"
 MAX_GROUPS_PER_PANEL = 4
@@ -288,6 +289,8 @@ def build_report(path: str | Path) -> Path:
             "At the highest load each ran, " + "; ".join(
                 f"{g} delivers {d['throughput'][-1]:.0f} output tok/s at p99 TPOT {_ms(d['latency'][-1])}"
                 for g, d in tl.items() if d["rate"]) + ".")
+
+    service_section(path, data, runs, colors, add, plt)  # per request class, when there are several
 
     if runs:
         # CDFs

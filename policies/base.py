@@ -52,14 +52,17 @@ class ReplicaState:
     ``kv``: the block allocator (read ``num_free``, ``block_size``, ``num_blocks``, ``caching``,
     ``cached_prefix_blocks(req)``). ``swapped``: requests whose KV sits in host memory (FCFS);
     ``host_free_blocks``: host room for more; ``landed``: (P/D decode side) requests whose prompt
-    KV arrived and is mapped here, FCFS.
+    KV arrived and is mapped here, in the waiting queue's order. ``running_priorities``: the
+    replica's count of running requests per priority (``PriorityCount``), or None; read it
+    through ``lowest_running_priority``.
     """
 
     __slots__ = ("_running", "waiting", "kv", "now_s", "swapped", "host_free_blocks", "landed", "decoding",
-                 "_materialize")
+                 "_materialize", "running_priorities")
 
     def __init__(self, running: list, waiting=None, kv=None, now_s: float = 0.0, swapped=(),
-                 host_free_blocks: int = 0, landed=(), decoding: DecodeSet = NO_DECODE_SET, materialize=None):
+                 host_free_blocks: int = 0, landed=(), decoding: DecodeSet = NO_DECODE_SET, materialize=None,
+                 running_priorities=None):
         self._running = running
         self.waiting = deque() if waiting is None else waiting
         self.kv = kv
@@ -69,6 +72,7 @@ class ReplicaState:
         self.landed = landed
         self.decoding = decoding
         self._materialize = materialize
+        self.running_priorities = running_priorities
 
     @property
     def running(self) -> list:
@@ -80,6 +84,41 @@ class ReplicaState:
     @property
     def tail(self) -> list:
         return self._running
+
+    @property
+    def lowest_running_priority(self):
+        """The largest ``priority`` value among the running requests (decode set included), read
+        without dissolving it; None when none runs. Without a ``running_priorities`` count
+        (workloads whose classes share one priority) it is read from the running list."""
+        if self.running_priorities is not None:
+            return self.running_priorities.lowest()
+        running = self.running
+        return max(r.priority for r in running) if running else None
+
+
+class PriorityCount:
+    """How many running requests hold each ``priority`` value (kept by the replica when its
+    workload's classes have more than one), so that a policy can tell whether a lower-priority
+    request runs without reading the running list."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self):
+        self.counts: dict = {}
+
+    def add(self, p) -> None:
+        self.counts[p] = self.counts.get(p, 0) + 1
+
+    def remove(self, p) -> None:
+        n = self.counts[p] - 1
+        if n:
+            self.counts[p] = n
+        else:
+            del self.counts[p]
+
+    def lowest(self):
+        """The largest priority value running (the lowest priority), or None."""
+        return max(self.counts) if self.counts else None
 
 
 class Policy(Protocol):

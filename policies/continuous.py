@@ -2,13 +2,20 @@
 
 Each step, running requests (admission order) each get their next tokens: one decode token (or
 ``k + 1`` with speculative decoding), or the rest of their prompt (chunked: as much as the
-token budget allows). If KV runs out, the newest running request is preempted: recompute frees
-its KV and re-queues it at the front of the waiting queue; swap copies its KV to host memory
-(while host space lasts, else recompute). If nobody was preempted, swapped requests come back
-first (FCFS), then waiting requests are admitted FCFS while ``max_num_seqs``, the token budget
-and free KV blocks (minus the watermark) allow: with their whole prompt (continuous) or a chunk
-(chunked prefill, Sarathi-Serve). With prefix caching, a prompt's leading blocks found in the
-cache are not recomputed.
+token budget allows). If KV runs out, a running request is preempted (``victim``: the newest by
+default; ``servesim.policies.queues``): recompute frees its KV and re-queues it (at the front of
+an FCFS queue; in its place in a keyed one); swap copies its KV to host memory (while host space
+lasts, else recompute). If nobody was preempted, swapped requests come back first (FCFS), then
+waiting requests are admitted in the queue's order (``queue_order``: FCFS by default) while
+``max_num_seqs``, the token budget and free KV blocks (minus the watermark) allow: with their
+whole prompt (continuous) or a chunk (chunked prefill, Sarathi-Serve). With prefix caching, a
+prompt's leading blocks found in the cache are not recomputed.
+
+Under the ``priority`` order with ``preempt_running``, a waiting request stopped by
+``max_num_seqs`` or the KV cache preempts (recompute) running requests of strictly lower
+priority, lowest (then latest arrival) first, as many as make room, and is admitted in the same
+step; when no such set makes room, nobody is preempted. (vLLM V0's priority preemption; vLLM V1
+preempts by priority only under KV pressure, ``preempt_running: false``.)
 
 With ``reserve`` (Orca's KV reservation, ``policy.reserve``) a request is admitted only when the
 KV for its whole reservation is free, and takes it at once: ``max`` up to the model's context
@@ -26,7 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servesim.policies.base import ReplicaState
+from servesim.policies.queues import queue_key, victim_picker
 from servesim.core.batch import Batch, make_batch
+
+_ROOM = ("max_num_seqs", "kv", "watermark")  # admission stops that preempting running requests can lift
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,10 @@ class ContinuousPolicy:
     preemption: str = "recompute"  # recompute | swap
     watermark: float = 0.0  # share of all KV blocks kept free when admitting (vLLM: 0.01)
     spec_tokens: int = 0  # speculative tokens verified per decode step (k)
+    queue_order: str = "fcfs"  # servesim.policies.queues.ORDERS
+    aging_s: float | None = None
+    victim: str = "auto"  # servesim.policies.queues.VICTIMS
+    preempt_running: bool = True  # priority order: waiting requests preempt lower-priority running ones
     reserve: str = "none"  # none | max | pow2 | oracle: KV reserved at admission (Orca)
     max_output_tokens: int | None = None  # reserve max: output tokens reserved (None: up to the context)
     max_context_tokens: int = 0  # the model's context length (reserve max)
@@ -50,9 +64,12 @@ class ContinuousPolicy:
     def from_config(cls, cfg, model, **kw):
         """From the scenario's ``policy`` section (``servesim.inputs.scenario.Policy``, budgets
         resolved for the pool); ``kw`` overrides fields (``chunked``)."""
+        q = cfg.queue
         return cls(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
                    preemption=cfg.preemption, watermark=cfg.watermark,
                    spec_tokens=cfg.spec.num_speculative_tokens if cfg.spec is not None else 0,
+                   queue_order=q.order, aging_s=q.aging_s, victim=cfg.preemption_victim,
+                   preempt_running=q.preempt_running,
                    reserve=getattr(cfg, "reserve", "none"), max_output_tokens=cfg.max_output_tokens,
                    max_context_tokens=model.max_context_tokens,
                    buddy=getattr(cfg, "reserve_allocator", "paged") == "buddy", **kw)
@@ -72,6 +89,15 @@ class ContinuousPolicy:
         else:
             tokens = self.max_context_tokens
         return _pow2(tokens) if self.buddy else tokens
+
+    @property
+    def queue_key(self):
+        """The waiting queue's order (``servesim.policies.queues``; None: FCFS)."""
+        return queue_key(self.queue_order, self.aging_s)
+
+    @property
+    def _pick_victim(self):
+        return victim_picker(self.victim, self.queue_order)
 
     def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
         # After a preemption the request is recomputed in one prefill of prompt + emitted output
@@ -149,9 +175,19 @@ class ContinuousPolicy:
             budget -= q
             items.append((r, q))
         reserved = []
-        swap_in, admitted, hits, blocked = self.admit(state, n + len(tail), free, budget, items, reserved)
+        swap_in, admitted, hits, blocked, stop = self.admit(state, n + len(tail), free, budget, items, reserved)
+        if stop is not None and self._may_preempt_for(stop) and state.running_priorities is not None:
+            # (no count: the replica's requests share one priority, so none is lower)
+            low = state.running_priorities.lowest()
+            if low is not None and stop[1].priority < low:
+                return None  # a waiting request preempts lower-priority ones: decided on the running list
         return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
-                          decode_set=dec, steady=self._steady(state, admitted, swap_in, blocked), reserve=reserved)
+                          decode_set=dec, steady=self._steady(state, admitted, swap_in, blocked), stop=stop,
+                          reserve=reserved)
+
+    def _may_preempt_for(self, stop) -> bool:
+        """Whether admission stopped where preempting lower-priority running requests may help."""
+        return self.preempt_running and self.queue_order == "priority" and stop[0] in _ROOM
 
     def _steady(self, state: ReplicaState, admitted, swap_in, blocked) -> bool:
         """Whether, after this step, only arrivals can change the decision: nothing waits to be
@@ -168,18 +204,34 @@ class ContinuousPolicy:
         preempted = []
         swap_out = []
         host_free = state.host_free_blocks
-        end = len(running)  # running[end:] have been preempted this step
+        pick = self._pick_victim  # None: the newest
+        gone = set()  # ids of the requests preempted this step (any victim but the newest)
+        mine = {}  # id -> (position in items, tokens, new blocks) of the running requests scheduled
+        end = len(running)  # running[end:] have been preempted this step (newest victims)
         i = 0
         while i < end:
             r = running[i]
+            if gone and id(r) in gone:
+                i += 1
+                continue
             q = self._tokens(r, budget)
             if q > budget or q == 0:  # token budget spent: this one waits for the next step
                 i += 1
                 continue
             need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks
             while need > free:
-                victim = running[end - 1]  # the newest; may be r itself
-                end -= 1
+                if pick is None:
+                    victim = running[end - 1]  # the newest; may be r itself
+                    end -= 1
+                else:
+                    victim = pick([x for x in running[:end] if id(x) not in gone])
+                    gone.add(id(victim))
+                    taken = mine.pop(id(victim), None)
+                    if taken is not None:  # scheduled earlier this step: its tokens and blocks come back
+                        k, qv, nv = taken
+                        items[k] = None
+                        budget += qv
+                        free += nv
                 preempted.append(victim)
                 free += kv.freeable_blocks(victim)
                 if self.preemption == "swap" and victim.kv_blocks <= host_free:
@@ -190,42 +242,129 @@ class ContinuousPolicy:
             else:
                 free -= need if need > 0 else 0
                 budget -= q
+                if pick is not None:
+                    mine[id(r)] = (len(items), q, need if need > 0 else 0)
                 items.append((r, q))
-            i += 1
+                i += 1
+                continue
+            if pick is None:
+                i += 1
+            else:
+                break  # it preempted itself: nothing after it is scheduled (vLLM)
+        if gone:
+            items = [x for x in items if x is not None]
 
         swap_in = admitted = hits = ()
         blocked = None
         steady = False
         reserved = []
-        if not preempted:
-            swap_in, admitted, hits, blocked = self.admit(state, len(running), free, budget, items, reserved)
+        if preempted:
+            stop = ("preemption_step", None, budget, free, self.max_num_seqs - len(running) + len(preempted))
+        else:
+            n_run = len(running)
+            swap_in, admitted, hits, blocked, stop = self.admit(state, n_run, free, budget, items, reserved)
+            if stop is not None and self._may_preempt_for(stop):
+                return self._preempt_for_waiting(state, running, items, free, budget, swap_in, admitted, hits,
+                                                 blocked, stop)
             steady = self._steady(state, admitted, swap_in, blocked)
         return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, swap_in=swap_in,
-                          budget_blocked=blocked, steady=steady, reserve=reserved)
+                          budget_blocked=blocked, steady=steady, stop=stop, reserve=reserved)
+
+    def _preempt_for_waiting(self, state, running, items, free, budget, swap_in, admitted, hits, blocked, stop):
+        """Admission stopped at a waiting request for ``max_num_seqs`` or KV: preempt (recompute)
+        running requests of strictly lower priority, lowest (then latest arrival) first, as many
+        as let it in, and admit again; repeat for the next one stopped so. ``items`` are the
+        running requests' tokens followed by what ``admit`` added."""
+        kv = state.kv
+        n_run = len(running)
+        base = items[:len(items) - len(admitted) - len(swap_in)]  # the running requests' tokens
+        victims = []
+        reserved = []
+        while True:
+            room = self._make_room(kv, stop[1], running, victims, base, n_run, free, budget)
+            if room is None:
+                break
+            chosen, n_run, free, budget = room
+            victims += chosen
+            gone = {id(v) for v in chosen}
+            base = [(r, q) for r, q in base if id(r) not in gone]
+            items = base[:]
+            reserved = []
+            swap_in, admitted, hits, blocked, stop = self.admit(state, n_run, free, budget, items, reserved)
+            if stop is None or not self._may_preempt_for(stop):
+                break
+        return make_batch(items, victims, admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
+                          stop=stop, reserve=reserved)
+
+    def _make_room(self, kv, head, running, victims, base, n_run, free, budget):
+        """The running requests of strictly lower priority than ``head`` (not yet ``victims``)
+        whose preemption lets ``head`` in, lowest priority and latest arrival first: (them, and
+        the sequences, free blocks and tokens after), or None when preempting all of them would
+        not."""
+        taken = {id(v) for v in victims}
+        cands = sorted((r for r in running if r.priority > head.priority and id(r) not in taken),
+                       key=lambda r: (r.priority, r.arrival_s), reverse=True)
+        if not cands:
+            return None
+        sched = {id(r): q for r, q in base}
+        kept = 0 if head.preemptions else int(self.watermark * kv.num_blocks)
+        chosen = []
+        for v in cands + [None]:
+            c, held, idle, q = self._waiting_tokens(kv, head, budget)
+            tokens = max(c + q, self.reserved_tokens(head.prompt_tokens, head.output_tokens))
+            need = kv.blocks_for(tokens) - held + idle
+            if n_run < self.max_num_seqs and 0 < q <= budget and free - need >= kept:
+                return (chosen, n_run, free, budget) if chosen else None
+            if v is None:
+                return None
+            chosen.append(v)
+            n_run -= 1
+            free += kv.freeable_blocks(v)
+            qv = sched.get(id(v))
+            if qv is not None:  # scheduled this step: its tokens and the blocks they grew come back
+                budget += qv
+                grown = kv.blocks_for(v.num_computed_tokens + qv) - v.kv_blocks
+                free += grown if grown > 0 else 0
+        return None
+
+    def _waiting_tokens(self, kv, r, budget: int):
+        """(computed tokens after prefix-cache hits, cached blocks held, of which idle, tokens to
+        schedule) for waiting request ``r`` with ``budget`` tokens left."""
+        c = r.num_computed_tokens  # 0: waiting requests hold no KV
+        held = idle = 0
+        if c == 0 and r.prefix_group >= 0 and kv.caching:
+            # keep at least one token to compute (the step must produce logits)
+            held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // kv.block_size)
+            c = held * kv.block_size
+        remaining = r.num_tokens - c
+        return c, held, idle, (min(remaining, budget) if self.chunked else remaining)
 
     def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list, reserved=None):
         """After the running requests got their tokens (``n_seqs`` sequences scheduled or
         running, ``free`` blocks and ``budget`` tokens left, nobody preempted): swapped requests
         come back, then waiting ones are admitted. Appends their (request, tokens) to ``items``
         (and, with ``reserve``, (request, reserved tokens) to ``reserved``, for ``Batch.reserve``);
-        returns (swap_in, admitted, prefix_hits, budget_blocked): the last is the waiting request
-        at the head whose whole prompt fits the budget alone but not next to the step's other
-        tokens (it waits, and FCFS everything behind it), or None."""
+        returns (swap_in, admitted, prefix_hits, budget_blocked, stop): ``budget_blocked`` is the
+        waiting request at the head whose whole prompt fits the budget alone but not next to the
+        step's other tokens (it waits, and FCFS everything behind it), or None; ``stop`` why
+        admission stopped with requests left (``Batch.stop``), or None."""
         kv = state.kv
-        bs = kv.block_size
         swap_in = []
         admitted = []
         hits = []
         blocked = None
+        stop = None
 
         def take_holders(queue, taken) -> bool:
             """Take requests whose KV is kept (swapped out to host, or landed here from a P/D
             prefill replica) from the front of ``queue``; True when all of them fit."""
-            nonlocal n_seqs, free, budget
+            nonlocal n_seqs, free, budget, stop
             for r in queue:
                 q = self._tokens(r, budget)
                 need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks  # swapped: kv_blocks is 0
                 if n_seqs >= self.max_num_seqs or q > budget or need > free:
+                    if stop is None:
+                        stop = ("swapped_first", r, budget, free, self.max_num_seqs - n_seqs)
                     return False
                 free -= need if need > 0 else 0
                 budget -= q
@@ -244,18 +383,13 @@ class ContinuousPolicy:
             kept = int(self.watermark * kv.num_blocks)
             for r in state.waiting:
                 if n_seqs >= self.max_num_seqs:
+                    stop = ("max_num_seqs", r, budget, free, 0)
                     break
-                c = r.num_computed_tokens  # 0: waiting requests hold no KV
-                held = idle = 0
-                if c == 0 and r.prefix_group >= 0 and kv.caching:
-                    # keep at least one token to compute (the step must produce logits)
-                    held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // bs)
-                    c = held * bs
-                remaining = r.num_tokens - c
-                q = min(remaining, budget) if self.chunked else remaining
+                c, held, idle, q = self._waiting_tokens(kv, r, budget)
                 if q > budget or q == 0:
                     if not self.chunked and q <= self.max_num_batched_tokens and not admitted and not swap_in:
                         blocked = r  # fits the budget alone, not next to the running requests' tokens
+                    stop = ("budget", r, budget, free, self.max_num_seqs - n_seqs)
                     break
                 tokens = c + q
                 if self.reserve != "none":  # the whole reservation, now (never preempted: c is 0 or a hit)
@@ -266,6 +400,7 @@ class ContinuousPolicy:
                 # the watermark holds back new requests; one coming back from a preemption may
                 # use it (else a recompute larger than what the watermark leaves would never return)
                 if free - need < (0 if r.preemptions else kept):
+                    stop = ("kv" if need > free else "watermark", r, budget, free, self.max_num_seqs - n_seqs)
                     break
                 if tokens > c + q:
                     reserved.append((r, tokens))
@@ -276,7 +411,7 @@ class ContinuousPolicy:
                 admitted.append(r)
                 if c:  # a prefix-cache hit
                     hits.append((r, c))
-        return swap_in, admitted, hits, blocked
+        return swap_in, admitted, hits, blocked, stop
 
 
 def _pow2(n: int) -> int:

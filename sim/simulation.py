@@ -28,6 +28,8 @@ from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats
 from servesim.outputs.summary import summarize, summarize_classes
 from servesim.outputs.writer import OUTPUTS, Labels, write_run
+from servesim.core.decisions import DecisionTracer, summarize_decisions
+from servesim.outputs.fairness import fairness_summary
 from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
@@ -183,6 +185,8 @@ class Results:
     # steps committed one by one, those with the decode set scheduled as one aggregate, runs of
     # decode steps and the steps inside them
     engine_stats: dict = dataclasses.field(default_factory=dict)
+    # the decision trace's spans (``servesim.core.decisions.COLUMNS``), when asked for
+    decisions: dict | None = None
 
     @property
     def tbt_s(self) -> np.ndarray:
@@ -245,7 +249,7 @@ def _classes(scenario: Scenario, specs, req_cols: dict):
 
 
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,
-             sample_every_s: float | None = None, engine: str | None = None) -> Results:
+             sample_every_s: float | None = None, engine: str | None = None, decision_trace: bool = False) -> Results:
     """Run a scenario to the end (every request finished, or ``workload.duration_s``).
 
     ``progress(done, total, now_s)`` is called as requests complete (for a progress bar);
@@ -253,7 +257,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     ``sample_every_s`` records (time, replica, waiting, running) every so often in
     ``Results.queue_samples`` (an independent observer of the queues, used to check Little's law);
     ``engine`` ("fast" | "reference") overrides ``scenario.engine``: the same results either way,
-    the reference is the plain step-by-step loop.
+    the reference is the plain step-by-step loop. ``decision_trace``: also record why each
+    request waited (``Results.decisions``, ``summary["decisions"]``; ``servesim.core.decisions``).
     """
     wall0 = time.perf_counter()
     if engine is not None and engine != scenario.engine:
@@ -271,6 +276,11 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             progress(rec.completed, total, env.now)
     rec = Recorder(cb)
     cluster = Cluster(env, setup, rec, scenario.seed)
+    tracer = None
+    if decision_trace:
+        tracer = cluster.tracer = DecisionTracer(getattr(specs, "class_names", ("default",)))
+        for r in cluster.replicas:
+            r.tracer = tracer
     replicas = cluster.replicas
 
     def arrivals():
@@ -281,6 +291,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         grp = specs.prefix_group.tolist() if specs.prefix_group is not None else None
         pre = specs.prefix_tokens.tolist() if specs.prefix_tokens is not None else None
         tags, per = specs.block_tags, specs.tag_tokens
+        cls = specs.class_index.tolist() if getattr(specs, "class_index", None) is not None else None
         nxt = 0
 
         def arrive(_event) -> None:
@@ -295,6 +306,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                     req = Request(i, env.now, pr[i], out[i], grp[i], pre[i])
                 else:  # a trace's block hash ids name its cacheable blocks
                     req = Request(i, env.now, pr[i], out[i], grp[i], pre[i], (per, tags[i]) if tags[i] else None)
+                if cls is not None:
+                    req.cls = cls[i]
                 cluster.next_arrival = i + 1
                 cluster.submit(req)
                 i += 1
@@ -387,15 +400,24 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                          "offered_rps": len(arrivals) / last if last > 0 else 0.0}
     extra["workload"].update(getattr(specs, "info", None) or {})  # the dataset, the sessions
     extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
+    extra["fairness"] = fairness_summary(req_cols, sim_time, names,
+                                         {c.name: c.tenant for c in scenario.workload.classes or ()}, slo_by_class,
+                                         extra["classes"])
     summary = summarize(scenario, req_cols, steps, tbt, sim_time, cluster.infos, extra, limits)
     pools = setup.pools_by_name
     summary["profile"] = profile_summary(summary, steps, cluster.infos,
                                          [pools[i.pool].cost_model for i in cluster.infos],
                                          pools.get("decode", setup.pools[0]).max_num_seqs)
+    decisions = None
+    if tracer is not None:
+        tracer.finish(sim_time)
+        decisions = tracer.columns()
+        summary["decisions"] = summarize_decisions(decisions)
     summary["wall_time_s"] = time.perf_counter() - wall0
     engine_stats = {}
     for r in replicas:
         pool = engine_stats.setdefault(r.pool, dict.fromkeys(r.stats, 0))
         for k, v in r.stats.items():
             pool[k] += v
-    return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples, engine_stats)
+    return Results(scenario, summary, req_cols, steps, tbt, [r.kv.num_used for r in replicas], samples, engine_stats,
+                   decisions)

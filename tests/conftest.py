@@ -46,6 +46,18 @@ def policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, bloc
     return kw
 
 
+def two_classes(chat_share: float = 0.7) -> dict:
+    """Scenario overrides for an interactive + batch mix: ``chat`` (priority 0, TTFT SLO 0.5 s,
+    tenant a) and ``batch`` (priority 1, long prompts, TTFT SLO 10 s, tenant b)."""
+    return {"workload.prompt_tokens": None, "workload.output_tokens": None, "workload.classes": [
+        {"name": "chat", "share": chat_share, "priority": 0, "tenant": "a", "slo": {"ttft_s": 0.5},
+         "prompt_tokens": {"dist": "lognormal", "mean": 400, "sigma": 0.6, "max": 2000},
+         "output_tokens": {"dist": "lognormal", "mean": 100, "sigma": 0.6, "max": 400}},
+        {"name": "batch", "share": 1 - chat_share, "priority": 1, "tenant": "b", "slo": {"ttft_s": 10.0},
+         "prompt_tokens": {"dist": "lognormal", "mean": 2000, "sigma": 0.5, "max": 5000},
+         "output_tokens": {"dist": "lognormal", "mean": 250, "sigma": 0.5, "max": 800}}]}
+
+
 def specs(rows):
     """RequestSpecs from (arrival_s, prompt_tokens, output_tokens) rows."""
     a, p, o = zip(*rows)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from servesim.outputs.recorder import WeightedSample, dist_stats
 from servesim.simulation import simulate
-from tests.conftest import make_scenario, policy_mix_kw, specs
+from tests.conftest import make_scenario, policy_mix_kw, specs, two_classes
 
 REL = 1e-9
 
@@ -185,6 +185,45 @@ CASES = {
                     "policy.decode": {"replicas": 2}, "workload.arrival": {"process": "poisson", "rate_rps": 3.0},
                     "workload.sessions": {"turns": {"dist": "uniform", "min": 1, "max": 4}}},
 }
+# scheduling (policies/queues.py, sim/core/gateway.py): each queue order, aging, victims, routers and
+# admission control, on an interactive + batch mix at a load that queues and preempts
+MIX = {**two_classes(), **TIGHT, "workload.arrival": {"process": "poisson", "rate_rps": 5.0}}
+CASES.update({
+    "order_priority": {**MIX, "policy.queue": {"order": "priority"}},
+    "order_priority_v1": {**MIX, "policy.queue": {"order": "priority", "preempt_running": False}},
+    "order_priority_aging": {**MIX, "policy.queue": {"order": "priority", "aging_s": 2.0}},
+    "order_priority_chunked": {**MIX, "policy.queue": {"order": "priority"}, "policy.name": "chunked_prefill",
+                               "policy.max_num_batched_tokens": 512},
+    "order_priority_seqs": {**MIX, "memory.num_gpu_blocks": None, "policy.max_num_seqs": 6,
+                            "policy.queue": {"order": "priority"}},
+    "order_priority_pd": {**MIX, "policy.queue": {"order": "priority"}, "policy.name": "pd_split",
+                          "policy.prefill": {"replicas": 1, "policy": "chunked_prefill",
+                                             "max_num_batched_tokens": 1024},
+                          "policy.decode": {"replicas": 2}},
+    "order_sjf": {**MIX, "policy.queue": {"order": "sjf"}},
+    "order_sjf_aging": {**MIX, "policy.queue": {"order": "sjf", "aging_s": 1.0}},
+    "order_sjf_predicted": {**MIX, "policy.queue": {"order": "sjf_predicted", "predictor": {"sigma": 0.8}}},
+    "order_sjf_buckets": {**MIX, "policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 1024,
+                          "policy.queue": {"order": "sjf_predicted", "aging_s": 3.0,
+                                           "predictor": {"kind": "buckets", "edges": [64, 256], "accuracy": 0.6}}},
+    "order_edf": {**MIX, "policy.queue": {"order": "edf"}, "slo.ttft_s": 2.0},
+    "victim_largest_kv": {**MIX, "policy.preemption_victim": "largest_kv"},
+    "victim_lowest_priority_swap": {**MIX, "policy.preemption_victim": "lowest_priority",
+                                    "policy.preemption": "swap", "memory.swap_space_gib": 0.2},
+    "router_p2c": {**MIX, "memory.num_gpu_blocks": None, "cluster.replicas": 3, "cluster.router": "power_of_two",
+                   "workload.arrival": {"process": "poisson", "rate_rps": 12.0}},
+    "router_class_aware": {**MIX, "memory.num_gpu_blocks": None, "cluster.replicas": 3,
+                           "cluster.router": "class_aware",
+                           "cluster.class_replicas": [{"name": "batch", "replicas": [2]}],
+                           "workload.arrival": {"process": "poisson", "rate_rps": 12.0}},
+    "admission_bucket_queue": {**MIX, "policy.admission": {"token_bucket": {"rate_rps": 3.0, "burst": 4},
+                                                           "max_queue": 6, "classes": ["batch"]}},
+    "admission_ttft": {**MIX, "memory.num_gpu_blocks": None, "cluster.replicas": 2,
+                       "cluster.router": "least_outstanding_tokens",
+                       "workload.arrival": {"process": "poisson", "rate_rps": 40.0}, "policy.max_num_seqs": 16,
+                       "policy.queue": {"order": "priority"}, "policy.admission": {"ttft_slo": True,
+                                                                                   "max_queued_tokens": 20000}},
+})
 
 
 # cases whose fast engine runs step by step, like the reference: speculative decoding (accepted
@@ -196,15 +235,17 @@ STEP_BY_STEP = {"spec", "static", "reserve_max", "reserve_pow2_chunked", "reserv
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fast_engine_matches_reference(case):
     kw = {**SMALL, **CASES[case]}
-    kw = {k: v for k, v in kw.items() if v is not None}
+    kw = {k: v for k, v in kw.items() if v is not None or k.startswith(("workload.prompt", "workload.output"))}
     if case.startswith("duration"):
         kw.pop("workload.num_requests", None)
     sc = make_scenario(**kw)
     fast, ref = run_both(sc)
     assert fast.summary["completed"] + fast.summary["unfinished"] + fast.summary["rejected"] > 0
     assert fast.fast_path_used == (case not in STEP_BY_STEP), case
-    if case in ("recompute", "swap", "chunked_tight"):
+    if case in ("recompute", "swap", "chunked_tight") or case.startswith(("victim", "order_priority")):
         assert ref.summary["preemptions"] > 0  # the case exercises what it says
+    if case.startswith("admission"):
+        assert ref.summary["rejected"] > 0
 
 
 def test_prefix_groups_match():
@@ -279,6 +320,43 @@ def test_fast_engine_matches_reference_anywhere(rows, max_num_seqs, budget, bloc
     FAST_PATH_EXAMPLES.append(fast.fast_path_used)
 
 
+SCHEDULING_EXAMPLES = []  # as FAST_PATH_EXAMPLES, for the scheduling property test
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.tuples(st.floats(0, 3, allow_nan=False), st.integers(1, 1500), st.integers(1, 200)),
+                     min_size=4, max_size=30),
+       max_num_seqs=st.integers(2, 16), budget=st.integers(256, 4096),
+       blocks=st.one_of(st.none(), st.integers(60, 400)),
+       replicas=st.integers(1, 3), policy=st.sampled_from(["continuous", "chunked_prefill", "pd_split"]),
+       router=st.sampled_from(["round_robin", "least_outstanding_tokens", "power_of_two", "class_aware"]),
+       preemption=st.sampled_from(["recompute", "swap"]), prefix_caching=st.booleans(),
+       order=st.sampled_from(["fcfs", "priority", "priority", "sjf", "sjf_predicted", "edf"]),
+       aging_s=st.one_of(st.none(), st.sampled_from([0.5, 3.0])), preempt_running=st.booleans(),
+       victim=st.sampled_from(["auto", "newest", "lowest_priority", "largest_kv"]),
+       admission=st.sampled_from([None, None, {"max_queue": 3}, {"ttft_slo": True, "classes": ["batch"]},
+                                  {"token_bucket": {"rate_rps": 4.0, "burst": 2}}]))
+def test_fast_engine_matches_reference_scheduling(rows, max_num_seqs, budget, blocks, replicas, policy, router,
+                                                  preemption, prefix_caching, order, aging_s, preempt_running,
+                                                  victim, admission):
+    """Queue orders, aging, waiting requests preempting lower-priority ones, preemption victims,
+    the new routers and admission control, on two classes of alternating requests."""
+    rows = sorted(rows)
+    kw = policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, blocks, router, None, replicas,
+                       None)
+    kw.update(two_classes())
+    kw["policy.queue"] = {"order": order, "aging_s": aging_s if order not in ("fcfs", "edf") else None,
+                          "preempt_running": preempt_running}
+    kw["policy.preemption_victim"] = victim
+    if admission is not None:
+        kw["policy.admission"] = admission
+    if router == "class_aware":
+        kw["cluster.class_replicas"] = [{"name": "batch", "replicas": [0]}]
+    sp = dataclasses.replace(specs(rows), class_index=np.arange(len(rows)) % 2, class_names=("chat", "batch"))
+    fast, _ = run_both(make_scenario(**kw), sp)
+    SCHEDULING_EXAMPLES.append(fast.fast_path_used)
+
+
 def test_the_property_test_exercised_the_fast_path():
     """Every example where the fast path applies took it (asserted in each, above), and they are
     a good share of the examples: the property test compares two code paths, not the reference
@@ -287,6 +365,8 @@ def test_the_property_test_exercised_the_fast_path():
     if not FAST_PATH_EXAMPLES:
         pytest.skip("runs after test_fast_engine_matches_reference_anywhere (not selected)")
     assert sum(FAST_PATH_EXAMPLES) >= 0.3 * len(FAST_PATH_EXAMPLES), FAST_PATH_EXAMPLES
+    if SCHEDULING_EXAMPLES:
+        assert sum(SCHEDULING_EXAMPLES) >= 0.5 * len(SCHEDULING_EXAMPLES), SCHEDULING_EXAMPLES
 
 
 @settings(max_examples=200, deadline=None)

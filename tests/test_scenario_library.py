@@ -10,7 +10,7 @@ from servesim.inputs.scenario import load_scenario, scenario_from_dict, scenario
 from servesim.simulation import prepare
 
 LIBRARY = ("default", "chat", "coding", "long-context", "bursty", "offline-batch", "multi-class", "closed-loop",
-           "diurnal", "pd-split")
+           "diurnal", "pd-split", "interactive-batch")
 
 
 def path(name):
@@ -35,3 +35,5 @@ def test_library_uses_the_new_workload_features():
     assert w["closed-loop"].arrival.process == "closed_loop"
     assert w["diurnal"].arrival.process == "sinusoidal"
     assert load_scenario(path("pd-split")).policy.name == "pd_split"
+    ib = w["interactive-batch"].classes
+    assert [(c.name, c.priority) for c in ib] == [("chat", 0), ("batch", 1)] and ib[0].tenant != ib[1].tenant

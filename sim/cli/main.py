@@ -10,6 +10,7 @@ from pathlib import Path
 
 from servesim.cli.parser import build_parser
 from servesim.errors import InputError
+from servesim.core.decisions import format_decisions
 from servesim.outputs.profile import format_profile
 
 
@@ -61,6 +62,7 @@ def format_summary(s: dict) -> str:
                      "(their whole prompt fits policy.max_num_batched_tokens only alone; everything queued behind "
                      "waited too): chunked_prefill or a larger budget avoids it")
     lines += _format_memory(s)
+    lines += format_decisions(s.get("decisions"))
     lines += _format_workload(s)
     lines += format_profile(s)
     return "\n".join(lines)
@@ -119,6 +121,25 @@ def _format_workload(s: dict) -> list:
                          f"TTFT p50/p99 {_fmt_s(t['p50']).strip()} / {_fmt_s(t['p99']).strip()}, "
                          f"TPOT p50/p99 {_fmt_s(p['p50']).strip()} / {_fmt_s(p['p99']).strip()}, "
                          f"SLO {c['slo_attainment'] * 100:.1f}% ({_slo_text(c['slo'])})")
+    lines += _format_fairness(s)
+    return lines
+
+
+def _format_fairness(s: dict) -> list:
+    """Per tenant (when classes share tenants) and Jain's index, with more than one class."""
+    f = s.get("fairness") or {}
+    if len(s.get("classes") or {}) < 2 or not f:
+        return []
+    lines = []
+    tenants = f.get("tenants", {})
+    if len(tenants) > 1 and len(tenants) < len(s["classes"]):
+        for name, t in tenants.items():
+            lines.append(f"tenant {name}: {t['num_requests']} requests ({t['completed']} completed), "
+                         f"{t['throughput_rps']:.2f} req/s, SLO {t['slo_attainment'] * 100:.1f}%")
+    j = f["jain"]["tenants" if len(tenants) > 1 else "classes"]
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    lines.append(f"fairness      Jain index over {'tenants' if len(tenants) > 1 else 'classes'}: service share "
+                 f"{fmt(j['service_share'])}, SLO attainment {fmt(j['slo_attainment'])} (1 = equal)")
     return lines
 
 
@@ -194,10 +215,14 @@ def cmd_run(args) -> int:
     out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
     if args.trace_events:
         _writable_file(args.trace_events, "--trace-events")
+    tracing = getattr(args, "decision_trace", None)
+    if tracing:
+        _writable_file(tracing, "--decision-trace")
     update, close = _progress_bar(args.quiet)
     try:
         with _naming(args.scenario):
-            results = simulate(scenario, progress=update, engine=getattr(args, "engine", None))
+            results = simulate(scenario, progress=update, engine=getattr(args, "engine", None),
+                               decision_trace=bool(tracing))
     finally:
         close()
     try:
@@ -207,6 +232,10 @@ def cmd_run(args) -> int:
     print(format_summary(results.summary))
     files = file_names(outputs, args.format)
     print(f"\nwrote {out}/{files[0]}" + "".join(f", {f}" for f in files[1:]))
+    if tracing:
+        from servesim.outputs.decision_trace import write_decision_csv
+
+        print(f"wrote {write_decision_csv(results.decisions, tracing)} (why each request waited)")
     if args.trace_events:
         from servesim.outputs.trace_export import write_trace
 

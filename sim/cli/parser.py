@@ -44,6 +44,9 @@ def _run_and_validate(sub) -> None:
     r.add_argument("--format", default="csv", help="requests and steps as csv (default) or parquet (needs pyarrow)")
     r.add_argument("--trace-events", metavar="FILE",
                    help="also write a Chrome/Perfetto trace (JSON) of steps and requests")
+    r.add_argument("--decision-trace", metavar="FILE",
+                   help="also write why each request waited, decision by decision (CSV; its spans go into "
+                        "--trace-events too, and a summary into summary.json)")
     r.add_argument("--engine", choices=["fast", "reference"],
                    help="simulation engine (default: the scenario's engine, fast); same results either way")
     r.set_defaults(func=cmd_run)

@@ -56,6 +56,10 @@ class Batch(NamedTuple):
     # the policy's word: after this step, until a request arrives, every step decodes one token of
     # every running request and nothing else (``servesim.policies.base``)
     steady: bool = False
+    # why admission stopped, if something was left waiting: (reason, request or None, tokens,
+    # free KV blocks and sequence slots left then); reasons in ``servesim.policies.queues.WAIT_REASONS``.
+    # Read by the decision trace (``servesim.core.decisions``) only.
+    stop: tuple | None = None
 
     @property
     def empty(self) -> bool:
@@ -63,7 +67,8 @@ class Batch(NamedTuple):
 
 
 def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(), swap_in=(), reserve=(),
-               padding=(0, 0, 0), wake_at_s=None, decode_set=(0, 0), budget_blocked=None, steady=False) -> Batch:
+               padding=(0, 0, 0), wake_at_s=None, decode_set=(0, 0), budget_blocked=None, steady=False,
+               stop=None) -> Batch:
     """Build a ``Batch`` from ``(request, tokens)`` pairs, deriving the aggregate counts.
 
     ``prefix_hits``: (request, cached_tokens) for admitted requests whose first tokens are cached:
@@ -102,7 +107,7 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
     return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items) + n_set, num_tokens, prefill, decode,
                  nprefill, float(pairs + pad_pairs), ctx + pad_ctx, sampled, pad_tokens, ndec, dctx, float(dpairs),
                  tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s, budget_blocked,
-                 n_set, steady)
+                 n_set, steady, stop)
 
 
 def attention_span(c: int, q: int, window: int | None = None) -> tuple[int, int]:

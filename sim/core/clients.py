@@ -32,7 +32,9 @@ def drive_closed_loop(env, source, submit, recorder) -> None:
                 return
             k, prompt, output, group, prefix, think, tags = nxt
             ev = ends[k] = env.event()
-            submit(Request(k, env.now, prompt, output, group, prefix, tags))
+            req = Request(k, env.now, prompt, output, group, prefix, tags)
+            req.cls = source.class_of(k)
+            submit(req)
             yield ev
 
     for c in range(source.arrival.clients):

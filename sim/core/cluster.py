@@ -16,6 +16,7 @@ from servesim.outputs.recorder import ReplicaInfo
 from servesim.core.pipeline import Pipeline, VirtualEngines
 from servesim.core.replica import Replica
 from servesim.core.router import make_router
+from servesim.core.gateway import Gateway
 
 
 class Cluster:
@@ -80,8 +81,24 @@ class Cluster:
         self.entry = self.groups.get("prefill") or self.groups["colocated"]
         self.decode = self.pools.get("decode", [])
         self.route = make_router(sc.cluster.router, np.random.default_rng([seed, 2]))
-        # a router that reads replicas' counters or KV needs them brought up to date at each arrival
-        self._settle_on_submit = fast and getattr(self.route, "reads_state", True)
+        if hasattr(self.route, "configure"):
+            self.route.configure(sc)
+        # a router that reads replicas' counters or KV needs them brought up to date at each
+        # arrival: all of them, unless it settles the ones it reads itself
+        own_settle = hasattr(self.route, "settle")
+        self._settle_on_submit = fast and getattr(self.route, "reads_state", True) and not own_settle
+        if own_settle and fast:
+            self.route.settle = self._settle_entry
+        # the door: class attributes, predicted lengths and admission control (None: nothing to do)
+        self.gateway = Gateway(sc, seed) if Gateway.needed(sc) else None
+        self.admission = self.gateway.admission if self.gateway is not None else None
+        if self.gateway is not None:
+            self.gateway.watch(self.replicas)
+        self.tracer = None  # the decision trace, when asked for (``servesim.core.decisions``)
+        classes = sc.workload.classes or ()
+        if len({c.priority for c in classes}) > 1:
+            for r in self.replicas:
+                r.track_priorities()
         if hasattr(self.route, "watch"):
             self._watch_loads()
         self.pending: deque = deque()  # (request, prefill replica, streamed_s) waiting for decode-side room
@@ -145,7 +162,24 @@ class Cluster:
         for r in self._in_run:
             r.settle(now, strict)
 
+    def _settle_entry(self, pos: int) -> None:
+        """Bring the routed replica at ``pos`` (all its virtual engines) up to date, if it is in
+        the middle of a run of decode steps."""
+        grp = self.entry[pos]
+        now = self.env.now
+        for e in grp.engines if isinstance(grp, VirtualEngines) else (grp,):
+            if e in self._in_run:
+                e.settle(now)
+
+    def _reject(self, req, reason: str) -> None:
+        if self.tracer is not None:
+            self.tracer.rejected(req, reason)
+        self.rec.reject(req, reason)
+
     def submit(self, req) -> None:
+        gw = self.gateway
+        if gw is not None:
+            gw.annotate(req)
         if self._settle_on_submit:
             self.settle()
         self.rec.arrive(req)
@@ -164,6 +198,24 @@ class Cluster:
                 req.replica = -1
                 self.rec.reject(req, f"decode pool: {reason}")
                 return
+        adm = self.admission
+        if adm is not None and adm.applies_to(req):
+            reason = adm.at_door(req, self.env.now)
+            if reason is not None:
+                req.replica = -1
+                self._reject(req, reason)
+                return
+            pos = self.route(self.entry, req)
+            if adm.reads_state and self._fast:
+                self._settle_entry(pos)
+            reason = adm.at_replica(req, self.entry[pos], pos)
+            if reason is not None:
+                grp = self.entry[pos]
+                req.replica = grp.index if isinstance(grp, Replica) else grp.engines[0].index
+                self._reject(req, reason)
+                return
+            self.entry[pos].submit(req)
+            return
         self.entry[self.route(self.entry, req)].submit(req)
 
     # ---------------------------------------------------------------- P/D hand-off

@@ -55,7 +55,7 @@ from simpy import Interrupt
 from servesim.core.batch import Batch, windowed
 from servesim.core.kv import BlockAllocator
 from servesim.core.runs import Cost, Run, delay_to
-from servesim.policies.base import NO_DECODE_SET, DecodeSet, ReplicaState
+from servesim.policies.base import NO_DECODE_SET, DecodeSet, PriorityCount, ReplicaState
 
 
 class KeyedQueue:
@@ -91,6 +91,11 @@ class KeyedQueue:
 
     def __getitem__(self, i):
         return self._items[i][3]
+
+    def ranked_before(self, key) -> list:
+        """The requests ranked before one with sort key ``key`` would be (its equals too)."""
+        items = self._items
+        return [item[3] for item in items[:bisect.bisect_right(items, (key, math.inf))]]
 
     def __iter__(self):
         return (item[3] for item in self._items)
@@ -143,7 +148,10 @@ class Replica:
         self.running: list = []  # running requests outside the decode set, in admission order
         self.waiting = waiting_queue(policy)
         self.swapped: deque = deque()
-        self.landed: deque = deque()  # P/D decode side: requests holding KV that just arrived
+        self.landed = waiting_queue(policy)  # P/D decode side: requests holding KV that just arrived
+        self.prio = None  # PriorityCount of the running requests (``track_priorities``)
+        self.tracer = None  # the decision trace (``servesim.core.decisions``), when asked for
+        self.admissions = None  # a bounded deque of recent admission times, when admission control reads them
         self.outstanding_tokens = 0  # prompt + output so far, over unfinished requests here
         self.waiting_blocks = 0  # KV blocks the waiting requests' tokens will need (routers read it)
         # routers that read state re-read a replica only when it changed: ``watch`` (the cluster's
@@ -174,9 +182,19 @@ class Replica:
                                    materialize=self.materialize)
         self.process = env.process(self._run())
 
+    def track_priorities(self) -> None:
+        """Keep a count of the running requests' priorities (``ReplicaState.running_priorities``):
+        for workloads whose classes have more than one."""
+        self.prio = self._state.running_priorities = PriorityCount()
+
     @property
     def num_running(self) -> int:
         return len(self._members) + len(self.running)
+
+    def decode_load(self) -> tuple[int, int]:
+        """(running requests, their computed tokens): the decode work every step carries now
+        (admission's TTFT prediction reads it, after ``settle``)."""
+        return self.num_running, self._sum_c + sum(r.num_computed_tokens for r in self.running)
 
     def materialize(self) -> list:
         """Every running request in one list (reference order): the decode set dissolves into
@@ -212,6 +230,8 @@ class Replica:
         self.waiting.append(req)
         self.waiting_blocks += self.kv.blocks_for(req.num_tokens)
         self.outstanding_tokens += req.prompt_tokens
+        if self.tracer is not None:
+            self.tracer.arrive(self, req)
         if self.watch is not None:
             self.watch.add(self.watch_key)
         self.wake()
@@ -278,6 +298,8 @@ class Replica:
                 batch = windowed(batch, self.window)
             if batch.budget_blocked is not None or self._blocked_since is not None:
                 self._note_blocked(batch.budget_blocked, start)
+            if self.tracer is not None:
+                self.tracer.decide(self, start, batch)
             n = len(self._members)  # reading state.running dissolved the set
             if batch.set_seqs != n:
                 raise RuntimeError(f"policy {type(policy).__name__} scheduled {batch.set_seqs} of the decode set's "
@@ -349,13 +371,21 @@ class Replica:
             self.watch.add(self.watch_key)
         swap_bytes = 0.0
         if batch.preempted:
-            n = len(batch.preempted)
-            assert set(map(id, running[len(running) - n:])) == set(map(id, batch.preempted)), \
-                "policy must preempt from the tail of the running list"
-            del running[len(running) - n:]
+            assert not self._members, "a policy that preempts reads state.running (the decode set dissolved)"
+            n = len(running)
+            gone = set(map(id, batch.preempted))
+            if set(map(id, running[n - len(gone):])) == gone:  # the tail (the newest): the usual victims
+                del running[n - len(gone):]
+            else:
+                running[:] = [r for r in running if id(r) not in gone]
+            assert len(running) == n - len(gone) == n - len(batch.preempted), \
+                "policy preempted a request that is not running (or one twice)"
             to_host = {id(r) for r in batch.swap_out}
-            for r in batch.preempted:  # newest first, so the oldest ends at the front
+            prio = self.prio
+            for r in batch.preempted:  # in the order preempted: the last ends at the front of an FCFS queue
                 r.preemptions += 1
+                if prio is not None:
+                    prio.remove(r.priority)
                 if id(r) in to_host:
                     r.swapped_blocks = r.kv_blocks
                     self.host_free_blocks -= r.kv_blocks
@@ -382,6 +412,8 @@ class Replica:
             assert self.swapped[0] is r, "policy must swap in from the front of the swapped queue"
             self.swapped.popleft()
             running.append(r)
+            if self.prio is not None:
+                self.prio.add(r.priority)
             self.host_free_blocks += r.swapped_blocks
             swap_bytes += r.swapped_blocks * self.swap_block_bytes
             self.recorder.swap_in_bytes += r.swapped_blocks * self.swap_block_bytes
@@ -389,6 +421,10 @@ class Replica:
         for r in batch.admitted:
             self._take_from_queue(r)
             running.append(r)
+            if self.prio is not None:
+                self.prio.add(r.priority)
+            if self.admissions is not None:
+                self.admissions.append(now)
             if isnan(r.scheduled_s):
                 r.scheduled_s = now
                 self.recorder.prefix_query_tokens += r.prompt_tokens
@@ -446,10 +482,14 @@ class Replica:
             r.finish_s = now
             self.kv.free(r)
             self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+            if self.prio is not None:
+                self.prio.remove(r.priority)
             self.recorder.complete(r)
             return True
         if self.role == "prefill":
             handed.append(r)
+            if self.prio is not None:
+                self.prio.remove(r.priority)
         return False
 
     def _commit(self, batch, cost, start: float, extra_s: float = 0.0) -> None:
@@ -545,6 +585,8 @@ class Replica:
             r.last_token_s = now
             r.finish_s = now
             self.kv.free(r)
+            if self.prio is not None:
+                self.prio.remove(r.priority)
             upto = pos[r] + 1 if pos is not None else n
             self.outstanding_tokens += upto - applied - (r.prompt_tokens + r.num_output_done)
             applied = upto
@@ -984,6 +1026,8 @@ class Replica:
                 in_use = kv.num_used
                 kv.free(r)
                 freed[i - done] += in_use - kv.num_used
+                if self.prio is not None:
+                    self.prio.remove(r.priority)
                 self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
                 rec.complete(r)
             used = list(map(int.__sub__, used, itertools.accumulate(freed)))

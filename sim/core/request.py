@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 NAN = math.nan
+INF = math.inf
 
 
 class Request:
@@ -19,7 +20,8 @@ class Request:
         "request_id", "arrival_s", "prompt_tokens", "output_tokens", "num_computed_tokens",
         "num_output_done", "scheduled_s", "first_token_s", "last_token_s", "finish_s", "replica",
         "status", "reason", "preemptions", "kv_blocks", "prefix_group", "prefix_tokens", "swapped_blocks",
-        "decode_replica", "kv_transfer_s", "prefix_hit_tokens", "row", "block_tags", "cache_output",
+        "decode_replica", "kv_transfer_s", "prefix_hit_tokens", "row", "block_tags", "cache_output", "cls",
+        "priority", "deadline_s", "predicted_output_tokens",
     )
 
     def __init__(self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -58,6 +60,13 @@ class Request:
         self.decode_replica = -1  # P/D split: the decode replica it was handed to
         self.kv_transfer_s = NAN  # P/D split: time from first token until its KV landed on the decode side
         self.row = -1  # its row in the recorder (arrival order)
+        # what the scheduler may know of it besides its prompt (set at the cluster's door,
+        # ``servesim.core.gateway``): its class (index), the class's priority (lower first), its
+        # deadline (arrival + the class's TTFT SLO; inf: none) and a predicted output length
+        self.cls = 0
+        self.priority = 0
+        self.deadline_s = INF
+        self.predicted_output_tokens = 0
 
     @property
     def num_tokens(self) -> int:

@@ -7,9 +7,14 @@ for routing); ``servesim.plugins`` adds installed plug-ins and ``module:Class`` 
 
 A router says what it reads with ``reads_state`` (False: its choice depends on nothing of the
 replicas, so the engine need not bring replicas in a run of decode steps up to date before
-asking it). One that picks the least loaded replica keeps the loads in a heap (``LeastLoaded``):
-the cluster marks a replica *changed* whenever its counters, queue or KV move, and a routing
-re-reads only the changed replicas, so it costs O(changed x log replicas), not O(replicas).
+asking it). A router with a ``settle`` attribute brings up to date only the replicas it reads
+(the cluster sets it to ``settle(position)``), instead of the cluster settling every replica
+before each routing; one with ``configure(scenario)`` reads its settings from the scenario
+(``class_aware``: ``cluster.class_replicas``).
+
+One that picks the least loaded replica keeps the loads in a heap (``LeastLoaded``): the cluster
+marks a replica *changed* whenever its counters, queue or KV move, and a routing re-reads only the
+changed replicas, so it costs O(changed x log replicas), not O(replicas).
 """
 
 from __future__ import annotations
@@ -154,12 +159,78 @@ def prefix_aware(rng=None):
     return PrefixAware()
 
 
+class PowerOfTwo:
+    """Power of two choices (Mitzenmacher): two distinct replicas drawn at random, the one with
+    fewer outstanding tokens taken (ties: the first drawn). O(1) a routing: it reads, and brings
+    up to date (``settle``, set by the cluster), only the two replicas it drew."""
+
+    reads_state = True
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.settle = None  # settle(position): bring that replica up to date before reading it
+
+    def __call__(self, replicas, request) -> int:
+        n = len(replicas)
+        if n == 1:
+            return 0
+        i = int(self.rng.integers(n))
+        j = int(self.rng.integers(n - 1))
+        j += j >= i
+        if self.settle is not None:
+            self.settle(i)
+            self.settle(j)
+        return j if replicas[j].outstanding_tokens < replicas[i].outstanding_tokens else i
+
+
+def power_of_two(rng):
+    return PowerOfTwo(rng)
+
+
+class ClassAware:
+    """Routes each request class to its own replicas (``cluster.class_replicas``, e.g. batch
+    traffic kept off the replicas serving tight-SLO chat); among them (every replica for a class
+    not listed), the one with the fewest outstanding tokens (ties: the lowest position). Reads,
+    and brings up to date, only those replicas: O(its replicas) a routing."""
+
+    reads_state = True
+
+    def __init__(self):
+        self.allowed: list | None = None  # per class index: positions, or None for all
+        self.settle = None
+
+    def configure(self, scenario) -> None:
+        names = [c.name for c in scenario.workload.classes or ()] or ["default"]
+        table = {c.name: sorted(set(c.replicas)) for c in scenario.cluster.class_replicas or ()}
+        self.allowed = [table.get(n) for n in names]
+
+    def __call__(self, replicas, request) -> int:
+        cands = self.allowed[request.cls] if self.allowed is not None else None
+        if cands is None:
+            cands = range(len(replicas))
+        best, best_load = -1, None
+        settle = self.settle
+        for i in cands:
+            if settle is not None:
+                settle(i)
+            load = replicas[i].outstanding_tokens
+            if best_load is None or load < best_load:
+                best, best_load = i, load
+        return best
+
+
+def class_aware(rng=None):
+    return ClassAware()
+
+
 ROUTERS = {
     "round_robin": round_robin,
     "random": random,
     "least_outstanding_tokens": least_outstanding_tokens,
     "least_kv_usage": least_kv_usage,
     "prefix_aware": prefix_aware,
+    "power_of_two": power_of_two,
+    "class_aware": class_aware,
 }
 
 

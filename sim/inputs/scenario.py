@@ -16,7 +16,7 @@ from typing import Literal, Optional, Union
 
 import yaml
 
-from servesim.errors import InputError
+from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import apply_overrides
 from servesim.inputs.schema import build, read_mapping
 from servesim.inputs.schema import field_ as _f
@@ -315,6 +315,9 @@ class RequestClass:
     shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else "
                                                          "workload.shared_prefix)")
     slo: ClassSlo = field(default_factory=ClassSlo)
+    priority: int = _f(0, doc="scheduling priority (policy.queue.order: priority): lower is served first, as vLLM's")
+    tenant: Optional[str] = _f(None, doc="who the requests are served for (fairness in summary.json); null: the "
+                                         "class's name")
 
     @staticmethod
     def expand(data, path):
@@ -366,15 +369,31 @@ MAX_REPLICAS = 100_000  # each replica is a scheduler with its own KV pool: far 
 
 
 @dataclass(frozen=True)
+class ClassReplicas:
+    """The replicas (positions in the routed pool, from 0) that requests of class ``name`` may
+    be routed to by the ``class_aware`` router."""
+
+    name: str
+    replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Cluster:
     replicas: int = _f(1, gt=0, le=MAX_REPLICAS)
     router: str = _f("round_robin", doc="a router of servesim.core.router.ROUTERS, an installed plug-in, or "
                                         "module:Class (servesim.plugins)")
+    class_replicas: Optional[tuple[ClassReplicas, ...]] = _f(None, doc="class_aware router: per class, the "
+                                                                       "replicas it may use (unlisted: all)")
 
     def check(self, path):
         from servesim.plugins import resolve
 
         resolve("router", self.router, f"{path}.router")
+        for i, c in enumerate(self.class_replicas or ()):
+            if not c.replicas:
+                raise InputError(f"{path}.class_replicas[{i}].replicas must list at least one replica")
+            if any(x < 0 for x in c.replicas):
+                raise InputError(f"{path}.class_replicas[{i}].replicas must be >= 0, got {list(c.replicas)}")
 
 
 @dataclass(frozen=True)
@@ -410,6 +429,78 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Predictor:
+    """What ``sjf_predicted`` believes a request's output length is (the scheduler never sees the
+    true one): ``lognormal``: the true length times exp(sigma Z), Z standard normal (median
+    unbiased; sigma 0: exact); ``buckets``: a classifier into the length ranges split at
+    ``edges`` that names the true range with probability ``accuracy``, else another range drawn
+    uniformly, the prediction being the range's middle (the last range, from the last edge up: 1.5
+    times that edge).
+    Seeded by the scenario's seed and the request's id: the same requests get the same
+    predictions in every run and engine."""
+
+    kind: Literal["lognormal", "buckets"] = "lognormal"
+    sigma: float = _f(0.5, ge=0, doc="lognormal: spread of the multiplicative error (log space)")
+    edges: tuple[int, ...] = (64, 256, 1024)
+    accuracy: float = _f(0.8, ge=0, le=1, doc="buckets: probability the true range is named")
+
+    def check(self, path):
+        if self.kind == "buckets" and (not self.edges or any(b <= a for a, b in zip(self.edges, self.edges[1:]))
+                                       or self.edges[0] < 1):
+            raise InputError(f"{path}.edges must be >= 1 and rise strictly, got {list(self.edges)}")
+
+
+QUEUE_ORDERS = ("fcfs", "priority", "sjf", "sjf_predicted", "edf")
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The waiting queue's order (``policies/queues.py``): ``fcfs`` (arrival order); ``priority``
+    (the class's ``priority``, lower first, then arrival: vLLM's priority policy); ``sjf`` (shortest
+    prompt first); ``sjf_predicted`` (shortest predicted output first, ``predictor``); ``edf``
+    (earliest deadline first: arrival + the class's TTFT SLO; no SLO: last, in arrival order)."""
+
+    order: Literal["fcfs", "priority", "sjf", "sjf_predicted", "edf"] = "fcfs"
+    aging_s: Optional[float] = _f(None, gt=0, doc="priority: the wait worth one priority level; sjf, "
+                                                  "sjf_predicted: the wait worth halving the job's length; "
+                                                  "null: no aging")
+    predictor: Predictor = field(default_factory=Predictor)
+    preempt_running: bool = _f(True, doc="priority: a waiting request that finds max_num_seqs or the KV full "
+                                         "preempts running requests of strictly lower priority")
+
+    def check(self, path):
+        if self.aging_s is not None and self.order in ("fcfs", "edf"):
+            raise InputError(f"{path}.aging_s: {self.order} cannot starve a request (its keys already grow with "
+                             f"arrival time); aging applies to priority, sjf and sjf_predicted")
+
+
+@dataclass(frozen=True)
+class TokenBucket:
+    rate_rps: float = _f(gt=0, doc="requests admitted per second, on average")
+    burst: float = _f(1.0, ge=1, doc="requests the bucket holds (admitted at once after a quiet spell)")
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Load shedding before a request is queued (``sim/core/gateway.py``): a rejected request is
+    in requests.csv with status rejected and the rule in ``reason``."""
+
+    token_bucket: Optional[TokenBucket] = None
+    max_queue: Optional[int] = _f(None, ge=0, doc="reject when this many requests already wait on the replica")
+    max_queued_tokens: Optional[int] = _f(None, gt=0, doc="reject when the prompts waiting on the replica plus "
+                                                          "this one would exceed this many tokens")
+    ttft_slo: bool = _f(False, doc="reject when the predicted TTFT exceeds the request's class TTFT SLO")
+    ttft_slo_share: float = _f(1.0, gt=0, le=1, doc="ttft_slo: reject above this share of the SLO (headroom for "
+                                                    "the prediction's error)")
+    classes: Optional[tuple[str, ...]] = _f(None, doc="the classes the rules apply to; null: every request")
+
+    @property
+    def active(self) -> bool:
+        return (self.token_bucket is not None or self.max_queue is not None or self.max_queued_tokens is not None
+                or self.ttft_slo)
+
+
+@dataclass(frozen=True)
 class Policy:
     name: str = _f("continuous", doc="continuous | chunked_prefill | static | pd_split (a deployment: two pools), "
                                      "an installed plug-in, or module:Class (servesim.plugins)")
@@ -435,6 +526,11 @@ class Policy:
     prefill: Pool = field(default_factory=Pool)
     decode: Pool = field(default_factory=Pool)
     link: Link = field(default_factory=Link)
+    queue: Queue = field(default_factory=Queue)
+    preemption_victim: Literal["auto", "newest", "lowest_priority", "largest_kv"] = _f(
+        "auto", doc="which running request KV pressure preempts; auto: lowest_priority with queue.order "
+                    "priority (vLLM), else newest")
+    admission: Admission = field(default_factory=Admission)
 
     def check(self, path):
         from servesim.plugins import resolve
@@ -461,6 +557,9 @@ class Policy:
         if self.spec is not None and self.name not in ("continuous", "chunked_prefill"):
             raise InputError(f"{path}.spec: speculative decoding works with continuous or chunked_prefill, "
                              f"not {self.name}")
+        if self.name == "static" and (self.queue.order != "fcfs" or self.preemption_victim != "auto"):
+            raise InputError(f"{path}.queue.order: static batching takes its batch FCFS and never preempts; "
+                             "queue orders and preemption victims apply to continuous, chunked_prefill and pd_split")
         if self.prefix_caching and self.name == "static":
             raise InputError(f"{path}.prefix_caching: static batching pads every prompt of a batch and reserves "
                              "its slots whole, so it never reuses cached blocks; use continuous, chunked_prefill or "
@@ -620,6 +719,23 @@ class Scenario:
 
     def to_dict(self) -> dict:
         return _plain(dataclasses.asdict(self))
+
+    def check(self, path):
+        """Rules across sections: class names the policy and cluster refer to exist."""
+        names = [c.name for c in self.workload.classes] if self.workload.classes else ["default"]
+        refs = [(f"policy.admission.classes[{i}]", n) for i, n in enumerate(self.policy.admission.classes or ())]
+        refs += [(f"cluster.class_replicas[{i}].name", c.name) for i, c in enumerate(self.cluster.class_replicas or ())]
+        for where, n in refs:
+            if n not in names:
+                raise InputError(f"{where}: no request class {n!r};{did_you_mean(n, names)}")
+        routed = self.policy.prefill.replicas if self.policy.name == "pd_split" else self.cluster.replicas
+        for i, c in enumerate(self.cluster.class_replicas or ()):
+            if max(c.replicas) >= routed:
+                raise InputError(f"cluster.class_replicas[{i}].replicas: {max(c.replicas)} is not a replica; the "
+                                 f"router chooses among {routed} (0 to {routed - 1})")
+        if self.policy.admission.ttft_slo and self.slo.ttft_s is None and not any(
+                c.slo.ttft_s is not None for c in self.workload.classes or ()):
+            raise InputError("policy.admission.ttft_slo: no TTFT SLO to hold (set slo.ttft_s or a class's slo.ttft_s)")
 
 
 def _plain(x):

@@ -410,6 +410,10 @@ class ClosedLoop:
         return (k, int(f["prompt_tokens"][k]), int(f["output_tokens"][k]), int(f["prefix_group"][k]),
                 int(f["prefix_tokens"][k]), float(f["think_s"][k]), tags)
 
+    def class_of(self, k: int) -> int:
+        """The class index of the ``k``-th request sent (once ``next`` has returned it)."""
+        return int(self._flat["class_index"][k])
+
     def _cached_upto(self) -> int:
         flat = getattr(self, "_flat", None)
         return 0 if flat is None else len(flat["prompt_tokens"])

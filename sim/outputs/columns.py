@@ -18,3 +18,8 @@ INT_COLUMNS = frozenset({"request_id", "prompt_tokens", "output_tokens", "replic
                          "prefix_hit_tokens", "num_seqs", "prefill_tokens", "decode_tokens", "context_tokens",
                          "kv_blocks_used", "padding_tokens"})
 STR_COLUMNS = frozenset({"status", "reason", "class", "bound"})
+
+# the decision trace (``servesim run --decision-trace``, servesim.core.decisions): one row per span
+# of decisions a request waited for the same reason
+DECISION_COLUMNS = ("request_id", "replica", "class", "start_s", "end_s", "reason", "decisions", "blocker",
+                    "inversion", "detail")

@@ -10,7 +10,8 @@ The JSON Trace Event Format, times in microseconds of simulated time:
   kv_transfer (-> KV landed on the decode replica, named in the args), and decode (-> finish,
   when it has more than one output token). A request still running when the run stopped ends
   at the end of the run; a rejected request is one instant event (``ph: i``) named "rejected N"
-  with the reason.
+  with the reason;
+- with the decision trace, each request's wait spans (``servesim.outputs.decision_trace``).
 
 Event count: 3 metadata events per replica (process name, two thread names) + one per step +
 for each request 2 x (1 + phases it reached), or 1 when rejected.
@@ -37,8 +38,10 @@ def count_replicas(requests: dict, steps: dict) -> int:
     return n
 
 
-def chrome_trace(requests: dict, steps: dict, sim_time_s: float, num_replicas: int | None = None) -> dict:
-    """The trace as a dict ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` from result columns."""
+def chrome_trace(requests: dict, steps: dict, sim_time_s: float, num_replicas: int | None = None,
+                 decisions: dict | None = None) -> dict:
+    """The trace as a dict ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` from result columns
+    (``decisions``: the decision trace's spans, ``servesim.outputs.decision_trace``)."""
     if num_replicas is None:
         num_replicas = count_replicas(requests, steps)
     ev = []
@@ -58,6 +61,12 @@ def chrome_trace(requests: dict, steps: dict, sim_time_s: float, num_replicas: i
         ev.append({"ph": "X", "name": name, "cat": "step", "pid": rep + 1, "tid": 1, "ts": _us(start),
                    "dur": _us(dur), "args": {"num_seqs": seqs, "prefill_tokens": p, "decode_tokens": d,
                                              "context_tokens": ctx, "flops": fl, "bytes": by, "bound": b}})
+    waits = {}
+    if decisions is not None:
+        from servesim.outputs.decision_trace import wait_events
+
+        more, waits = wait_events(decisions, lambda rep: max(int(rep), 0) + 1)
+        ev += more
     rq = requests
     rows = zip(rq["request_id"].tolist(), rq["arrival_s"].tolist(), rq["scheduled_s"].tolist(),
                rq["first_token_s"].tolist(), rq["finish_s"].tolist(), rq["prompt_tokens"].tolist(),
@@ -75,6 +84,8 @@ def chrome_trace(requests: dict, steps: dict, sim_time_s: float, num_replicas: i
         args = {"prompt_tokens": prompt, "output_tokens": out, "status": status}
         if drep is not None and drep >= 0:
             args["decode_replica"] = int(drep)
+        if rid in waits:
+            args["waits"] = waits[rid]
         ev.append({**base, "ph": "b", "name": f"request {rid}", "ts": _us(arr), "args": args})
         if math.isnan(xfer) or math.isnan(first):
             marks = [("queued", arr, sch), ("prefill", sch, first), ("decode", first, fin)]
@@ -101,7 +112,8 @@ def write_trace(results, path: str | Path) -> Path:
     p = Path(path)
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
-    trace = chrome_trace(results.requests, results.steps, results.summary["sim_time_s"])
+    trace = chrome_trace(results.requests, results.steps, results.summary["sim_time_s"],
+                         decisions=getattr(results, "decisions", None))
     with p.open("w") as fh:
         json.dump(trace, fh, separators=(",", ":"))
     return p

@@ -1,0 +1,185 @@
+"""Service per request class: figures and the report's section for runs with more than one class.
+
+Figures take plain data and an Axes (as ``plots.figures``). SLO attainment is drawn with a 95%
+Wilson interval over the class's requests; requests of one run are not independent draws
+(they queue behind each other), so the interval understates run-to-run spread: rerun with other
+``--seed`` values to see that.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from servesim.plots.figures import _ms, _plain_log_ticks, colors_for
+
+ATTAINMENT_TARGET = 0.9  # the share the report's sentence counts loads against
+
+
+def wilson(share: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion ``share`` of ``n``."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    d = 1 + z * z / n
+    mid = (share + z * z / (2 * n)) / d
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, mid - half), min(1.0, mid + half))
+
+
+def class_series(summaries: dict) -> dict:
+    """{class: {label: {"rate", "attainment", "lo", "hi", "ttft_p99"}}} from {label: [(rate, summary)]}."""
+    out: dict = {}
+    for label, points in summaries.items():
+        for rate, s in points:
+            for name, c in (s.get("classes") or {}).items():
+                d = out.setdefault(name, {}).setdefault(label, {"rate": [], "attainment": [], "lo": [], "hi": [],
+                                                                "ttft_p99": []})
+                lo, hi = wilson(c["slo_attainment"], c["num_requests"])
+                d["rate"].append(rate)
+                d["attainment"].append(c["slo_attainment"])
+                d["lo"].append(lo)
+                d["hi"].append(hi)
+                d["ttft_p99"].append(c["ttft_s"]["p99"])
+    return out
+
+
+def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None):
+    """One class's SLO attainment against offered load, one line per label, with 95% intervals.
+    ``data``: {label: {"rate", "attainment", "lo", "hi"}}."""
+    colors = colors or colors_for(data)
+    for label, d in data.items():
+        y = np.asarray(d["attainment"], dtype=float)
+        err = np.clip(np.array([y - np.asarray(d["lo"]), np.asarray(d["hi"]) - y]), 0, None)  # (rounding at 0 and 1)
+        ax.errorbar(d["rate"], y * 100, yerr=err * 100, fmt="-o", markersize=4, capsize=3, color=colors[label],
+                    label=str(label))
+    ax.axhline(ATTAINMENT_TARGET * 100, color="k", linestyle=":", linewidth=1)
+    ax.set_xlabel("offered load (req/s)")
+    ax.set_ylabel("SLO attainment (%)")
+    ax.set_ylim(0, 102)
+    ax.set_title(f"class {name}: SLO attainment vs load")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, colors: dict | None = None):
+    """One class's p99 TTFT against offered load. ``data``: {label: {"rate", "ttft_p99"}}."""
+    colors = colors or colors_for(data)
+    for label, d in data.items():
+        ax.plot(d["rate"], _ms([v if v is not None else math.nan for v in d["ttft_p99"]]), "-o", markersize=4,
+                color=colors[label], label=str(label))
+    if slo_s is not None:
+        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
+    ax.set_xlabel("offered load (req/s)")
+    ax.set_ylabel("p99 TTFT (ms)")
+    ax.set_title(f"class {name}: p99 TTFT vs load")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def attainment_bars(data: dict, ax, colors: dict | None = None):
+    """SLO attainment per class (groups of bars), one bar per label, with 95% intervals.
+    ``data``: {class: {label: {"attainment", "lo", "hi"}}} (one value each)."""
+    classes = list(data)
+    labels = list(dict.fromkeys(lbl for d in data.values() for lbl in d))
+    colors = colors or colors_for(labels)
+    width = 0.8 / max(len(labels), 1)
+    for j, label in enumerate(labels):
+        xs, ys, errs = [], [], [[], []]
+        for i, c in enumerate(classes):
+            d = data[c].get(label)
+            if d is None:
+                continue
+            y = d["attainment"][-1]
+            xs.append(i + (j - (len(labels) - 1) / 2) * width)
+            ys.append(y * 100)
+            errs[0].append(max(y - d["lo"][-1], 0.0) * 100)
+            errs[1].append(max(d["hi"][-1] - y, 0.0) * 100)
+        ax.bar(xs, ys, width=width, yerr=errs, capsize=3, color=colors[label], label=str(label))
+    ax.set_xticks(range(len(classes)))
+    ax.set_xticklabels(classes)
+    ax.set_ylabel("SLO attainment (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("SLO attainment per class")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def class_sentence(series: dict, with_rate: bool) -> str:
+    """One sentence per class: how far each label keeps it within its SLO."""
+    parts = []
+    for name, by_label in series.items():
+        bits = []
+        for label, d in by_label.items():
+            if with_rate:
+                ok = [r for r, a in zip(d["rate"], d["attainment"]) if a >= ATTAINMENT_TARGET]
+                at = (f"up to {max(ok):.4g} req/s" if ok else "at none of the loads") if len(ok) < len(d["rate"]) \
+                    else f"at every load tried (up to {max(d['rate']):.4g} req/s)"
+                bits.append(f"{label} {at} ({_pct(d['attainment'][-1])} at {d['rate'][-1]:.4g} req/s)")
+            else:
+                bits.append(f"{label} {_pct(d['attainment'][-1])} "
+                            f"(95% interval {_pct(d['lo'][-1])}-{_pct(d['hi'][-1])})")
+        if with_rate:
+            parts.append(f"class {name} meets its SLO for >= {ATTAINMENT_TARGET:.0%} of requests: " + "; ".join(bits))
+        else:
+            parts.append(f"class {name}: " + "; ".join(bits))
+    return ". ".join(parts) + "."
+
+
+def jain_sentence(summaries: dict) -> str:
+    """Jain's index over tenants (else classes) at each label's highest load."""
+    bits = []
+    for label, points in summaries.items():
+        if not points:
+            continue
+        f = (points[-1][1].get("fairness") or {}).get("jain") or {}
+        j = f.get("tenants", {}) if (f.get("tenants") or {}).get("service_share") is not None else f.get("classes", {})
+        if j.get("slo_attainment") is not None:
+            bits.append(f"{label} {j['slo_attainment']:.2f} (service share {j['service_share']:.2f})")
+    return ("Jain's fairness index of SLO attainment across tenants: " + "; ".join(bits) + ".") if bits else ""
+
+
+def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt) -> None:
+    """The report's "service per class" figures, for folders whose runs have more than one class.
+    ``add(name, title, fig, sentence)`` saves a figure into the report."""
+    import json
+
+    summaries: dict = {}
+    if data["rows"]:
+        rate_key = "workload.arrival.rate_rps"
+        for label, rows in data["groups"].items():
+            pts = []
+            for r in rows:
+                f = path / str(r.get("dir") or "") / "summary.json"
+                if r["status"] == "ok" and r.get("dir") and f.is_file():
+                    pts.append((r.get(rate_key) if data["rate"] else None, json.loads(f.read_text())))
+            summaries[label] = pts
+    else:
+        summaries = {label: [(None, run.summary)] for label, run in runs.items()}
+    firsts = [p[0][1] for p in summaries.values() if p]
+    if not firsts or len(firsts[0].get("classes") or {}) < 2:
+        return
+    series = class_series(summaries)
+    if data["rate"]:
+        names = list(series)
+        fig, axes = plt.subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)
+        for j, name in enumerate(names):
+            attainment_vs_load(series[name], axes[0, j], name, colors)
+            slo = firsts[0]["classes"][name]["slo"]["ttft_s"]
+            class_ttft_vs_load(series[name], axes[1, j], name, slo, colors)
+        add("classes_vs_load", "Service per class vs load", fig,
+            class_sentence(series, True) + " " + jain_sentence(summaries))
+    else:
+        fig, ax = plt.subplots(figsize=(max(5.0, 2.2 * len(series) + 2), 4.2))
+        attainment_bars(series, ax, colors)
+        add("classes", "Service per class", fig, class_sentence(series, False) + " " + jain_sentence(summaries))

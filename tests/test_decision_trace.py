@@ -1,0 +1,110 @@
+"""The decision trace: why each request waited, the same in both engines, nothing when off."""
+
+import json
+
+import numpy as np
+import pytest
+
+from servesim.cli.main import main
+from servesim.simulation import simulate
+from tests.conftest import make_scenario, specs, two_classes
+from tests.test_engine_equivalence import assert_columns_equal, assert_same
+
+MIX = {**two_classes(0.6), "workload.num_requests": 200, "policy.max_num_seqs": 24, "memory.num_gpu_blocks": 800,
+       "workload.arrival": {"process": "poisson", "rate_rps": 12.0}}
+
+
+def spans(res, rid):
+    d = res.decisions
+    sel = d["request_id"] == rid
+    return list(zip(d["reason"][sel].tolist(), d["start_s"][sel].tolist(), d["end_s"][sel].tolist(),
+                    d["blocker"][sel].tolist()))
+
+
+def test_a_short_prompt_behind_a_budget_blocked_head_waits_head_of_line():
+    # requests 0-7 decode; request 8's 1995-token prompt fits the 2000-token budget alone, not
+    # next to the 8 decode tokens; request 9 (50 tokens) would fit, but FCFS it waits behind 8
+    rows = [(0.0, 100, 300)] * 8 + [(0.5, 1995, 5), (0.51, 50, 5)]
+    sc = make_scenario(**{"policy.max_num_batched_tokens": 2000})
+    res = simulate(sc, specs=specs(rows), decision_trace=True)
+    assert [s[0] for s in spans(res, 8)][-1] == "budget"
+    reasons = [s for s in spans(res, 9) if s[0] == "head_of_line"]
+    assert reasons and all(s[3] == 8 for s in reasons)
+    assert reasons[-1][2] - reasons[0][1] > 1.0  # it waited for the decodes to end
+    assert res.summary["decisions"]["head_of_line"]["requests"] == 1
+
+
+def test_spans_tile_each_wait_from_arrival_to_admission():
+    res = simulate(make_scenario(**MIX), decision_trace=True)
+    rq, d = res.requests, res.decisions
+    checked = 0
+    for i in np.flatnonzero((rq["status"] == "completed") & (rq["preemptions"] == 0)):
+        rid = rq["request_id"][i]
+        sel = (d["request_id"] == rid) & (d["start_s"] < rq["scheduled_s"][i])
+        waited = rq["scheduled_s"][i] - rq["arrival_s"][i]
+        assert (d["end_s"][sel] - d["start_s"][sel]).sum() == pytest.approx(waited, abs=1e-9)
+        checked += waited > 0
+    assert checked > 50
+
+
+@pytest.mark.parametrize("extra", [
+    {"policy.queue": {"order": "priority"}},
+    {"policy.queue": {"order": "sjf", "aging_s": 1.0}, "policy.name": "chunked_prefill",
+     "policy.max_num_batched_tokens": 512},
+    {"policy.preemption": "swap", "memory.swap_space_gib": 0.2, "memory.num_gpu_blocks": 400},
+    {"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
+     "policy.admission": {"max_queue": 8, "classes": ["batch"]}},
+])
+def test_the_trace_is_the_same_in_both_engines(extra):
+    sc = make_scenario(**{**MIX, **extra})
+    fast = simulate(sc, decision_trace=True, engine="fast")
+    ref = simulate(sc, decision_trace=True, engine="reference")
+    assert fast.engine_stats and sum(p["set_steps"] + p["run_steps"] for p in fast.engine_stats.values()) > 0
+    assert len(fast.decisions["request_id"]) > 100
+    assert_columns_equal(fast.decisions, ref.decisions, "decisions")
+    assert_same(fast.summary["decisions"], ref.summary["decisions"])
+
+
+def test_fcfs_shows_priority_inversions_and_admission_rejections():
+    sc = make_scenario(**{**MIX, "policy.admission": {"max_queue": 6, "classes": ["batch"]}})
+    res = simulate(sc, decision_trace=True)
+    d, s = res.decisions, res.summary["decisions"]
+    assert s["priority_inversions"]["requests"] > 0  # chat waited while batch requests ran
+    inv = d["inversion"] == 1
+    assert set(d["class"][inv]) == {"chat"}
+    adm = d["reason"] == "admission"
+    assert adm.sum() == res.summary["rejected"] > 0
+    assert all(x.startswith("admission: ") for x in d["detail"][adm])
+    assert (d["start_s"][adm] == d["end_s"][adm]).all()
+    # under the priority order (which preempts batch requests for chat ones) inversions mostly vanish
+    prio = simulate(make_scenario(**{**MIX, "policy.queue": {"order": "priority"}}), decision_trace=True)
+    assert prio.summary["decisions"]["priority_inversions"]["request_s"] < 0.1 * s["priority_inversions"]["request_s"]
+
+
+def test_off_costs_nothing_and_changes_nothing():
+    sc = make_scenario(**MIX)
+    off, on = simulate(sc), simulate(sc, decision_trace=True)
+    assert off.decisions is None and "decisions" not in off.summary
+    assert_columns_equal(off.requests, on.requests, "requests")
+    assert_columns_equal(off.steps, on.steps, "steps")
+
+
+def test_cli_writes_the_csv_and_the_perfetto_spans(tmp_path):
+    scen = tmp_path / "s.yaml"
+    scen.write_text(json.dumps({"model": "meta-llama/Meta-Llama-3-8B", "hardware": {"gpu": "h100-sxm"},
+                                "policy": {"max_num_seqs": 4},
+                                "workload": {"num_requests": 40, "arrival": {"process": "poisson", "rate_rps": 20},
+                                             "prompt_tokens": {"dist": "fixed", "value": 500},
+                                             "output_tokens": {"dist": "fixed", "value": 50}}}))
+    csv_path, trace = tmp_path / "d.csv", tmp_path / "t.json"
+    assert main(["run", str(scen), "--quiet", "--out", str(tmp_path / "o"), "--decision-trace", str(csv_path),
+                 "--trace-events", str(trace)]) == 0
+    head = csv_path.read_text().splitlines()[0]
+    assert head == "request_id,replica,class,start_s,end_s,reason,decisions,blocker,inversion,detail"
+    assert "max_num_seqs" in csv_path.read_text()
+    ev = json.loads(trace.read_text())["traceEvents"]
+    waits = [e for e in ev if e.get("cat") == "wait"]
+    assert waits and {e["name"] for e in waits} >= {"wait: max_num_seqs"}
+    assert any("waits" in e.get("args", {}) for e in ev if e.get("cat") == "request")
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["decisions"]["requests"]["max_num_seqs"] > 0

@@ -1,0 +1,43 @@
+"""Fairness: per-tenant service, service shares and Jain's index in summary.json."""
+
+import pytest
+
+from servesim.outputs.fairness import jain
+from servesim.simulation import simulate
+from tests.conftest import make_scenario, two_classes
+
+
+def test_jain_index():
+    assert jain([1, 1, 1]) == 1.0
+    assert jain([1, 0, 0, 0]) == pytest.approx(0.25)
+    assert jain([0.5, 1.0]) == pytest.approx(0.9)
+    assert jain([3]) is None and jain([0, 0]) is None
+
+
+def test_tenants_gather_their_classes_and_add_up():
+    kw = {**two_classes(0.5), "workload.num_requests": 200, "workload.arrival": {"process": "poisson", "rate_rps": 8.0}}
+    kw["workload.classes"][1]["tenant"] = "a"  # both classes served for tenant a
+    s = simulate(make_scenario(**kw)).summary
+    f = s["fairness"]
+    assert list(f["tenants"]) == ["a"] and f["tenants"]["a"]["classes"] == ["chat", "batch"]
+    for key in ("num_requests", "completed", "rejected", "unfinished", "preemptions"):
+        assert f["tenants"]["a"][key] == s[key]
+    assert f["tenants"]["a"]["slo_attainment"] == pytest.approx(s["slo_attainment"])  # each against its class's SLO
+    assert f["jain"]["tenants"] == {"service_share": None, "slo_attainment": None}  # one tenant
+    assert f["jain"]["classes"]["service_share"] == 1.0  # everything served
+
+
+def test_shedding_one_tenant_shows_in_its_share_and_the_index():
+    kw = {**two_classes(0.5), "workload.num_requests": 200, "workload.arrival": {"process": "all_at_once"},
+          "policy.admission": {"max_queue": 5, "classes": ["batch"]}}
+    f = simulate(make_scenario(**kw)).summary["fairness"]
+    share = f["service_share"]["tenants"]
+    assert share["a"]["service_share"] == 1.0 and share["b"]["service_share"] < 0.5
+    assert share["b"]["served_tokens"] < share["b"]["demand_tokens"]
+    assert f["jain"]["tenants"]["service_share"] < 0.9
+    assert f["tenants"]["b"]["rejected"] > 0 and f["tenants"]["a"]["rejected"] == 0
+
+
+def test_plain_workloads_have_one_default_tenant():
+    f = simulate(make_scenario()).summary["fairness"]
+    assert list(f["tenants"]) == ["default"] and f["jain"]["classes"]["service_share"] is None

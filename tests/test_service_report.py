@@ -1,0 +1,47 @@
+"""The report's service-per-class section (plots/service.py): figures and sentences for runs and
+comparisons with more than one request class."""
+
+import math
+import re
+
+from servesim.cli.main import main
+from servesim.plots.service import wilson
+from servesim.simulation import simulate
+from servesim.studies.compare import plan_compare, run_compare
+from servesim.studies.executors import ExecutorOptions
+from tests.conftest import make_scenario, two_classes
+
+
+def test_wilson_interval():
+    lo, hi = wilson(0.5, 100)
+    assert 0.40 < lo < 0.41 and 0.59 < hi < 0.60
+    assert wilson(1.0, 50)[1] == 1.0 and wilson(0.0, 50)[0] == 0.0
+    assert all(math.isnan(x) for x in wilson(0.5, 0))
+
+
+def test_run_folder_with_classes_gets_bars_per_class(tmp_path):
+    out = tmp_path / "run"
+    simulate(make_scenario(**two_classes(), **{"workload.num_requests": 60})).write(out)
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "(figures/classes.png)" in md and (out / "figures" / "classes.png").stat().st_size > 0
+    assert re.search(r"class chat: test \d+\.\d% \(95% interval", md)
+
+
+def test_comparison_with_classes_gets_attainment_vs_load(tmp_path):
+    import yaml
+
+    scen = tmp_path / "s.yaml"
+    from tests.conftest import BASE
+    from servesim.inputs.overrides import with_values
+
+    data = with_values(BASE, {**two_classes(0.6), "workload.num_requests": 150, "policy.max_num_seqs": 24})
+    scen.write_text(yaml.safe_dump(data))
+    plan = plan_compare(scen, None, [["fcfs", "policy.queue.order=fcfs"], ["priority", "policy.queue.order=priority"]],
+                        "4,14")
+    run_compare(plan, tmp_path / "cmp", ExecutorOptions(workers=1, progress=False))
+    assert main(["report", str(tmp_path / "cmp")]) == 0
+    md = (tmp_path / "cmp" / "report.md").read_text()
+    assert "(figures/classes_vs_load.png)" in md
+    assert "class chat meets its SLO for >= 90% of requests: fcfs" in md
+    assert "Jain's fairness index of SLO attainment across tenants: fcfs" in md
