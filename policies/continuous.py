@@ -59,6 +59,11 @@ class ContinuousPolicy:
     # takes it at once, even if chunked (the P/D decode side: its recompute fits any budget in
     # chunks, and cannot be preempted half-way by the decodes' growth, over and over)
     recompute_whole: bool = False
+    # vLLM V0 without chunked prefill (``_schedule_default``): a step that admits prompts carries
+    # no decodes (prefills first; running requests stall for it, the "generation stalls" of
+    # Sarathi-Serve), decodes run only in steps that admit nothing. False: prompts join the
+    # running decodes' step (Orca's iteration-level batching, vLLM V1).
+    prefill_first: bool = False
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -72,7 +77,8 @@ class ContinuousPolicy:
                    preempt_running=q.preempt_running,
                    reserve=getattr(cfg, "reserve", "none"), max_output_tokens=cfg.max_output_tokens,
                    max_context_tokens=model.max_context_tokens,
-                   buddy=getattr(cfg, "reserve_allocator", "paged") == "buddy", **kw)
+                   buddy=getattr(cfg, "reserve_allocator", "paged") == "buddy",
+                   prefill_first=getattr(cfg, "prefill_first", False), **kw)
 
     def reserved_tokens(self, prompt_tokens: int, output_tokens: int) -> int:
         """KV tokens reserved at admission for a request (``reserve``; 0 when none).
@@ -143,6 +149,10 @@ class ContinuousPolicy:
 
     def next_batch(self, state: ReplicaState) -> Batch:
         dec = state.decoding
+        if self.prefill_first and not self.chunked and state.waiting and not state.swapped and not state.landed:
+            batch = self._prefills_only(state, dec)
+            if batch is not None:
+                return batch
         if dec.num_seqs:
             batch = self._with_decode_set(state, dec)
             if batch is not None:
@@ -184,6 +194,18 @@ class ContinuousPolicy:
         return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
                           decode_set=dec, steady=self._steady(state, admitted, swap_in, blocked), stop=stop,
                           reserve=reserved)
+
+    def _prefills_only(self, state: ReplicaState, dec) -> Batch | None:
+        """``prefill_first``: the waiting requests admitted with the whole budget and the free KV
+        blocks, none of the running requests scheduled (the decode set included: it waits out the
+        step); None when none can be admitted (then the running requests decode)."""
+        items, reserved = [], []
+        _, admitted, hits, blocked, stop = self.admit(state, dec.num_seqs + len(state.tail), state.kv.num_free,
+                                                      self.max_num_batched_tokens, items, reserved)
+        if not admitted:
+            return None
+        return make_batch(items, (), admitted, prefix_hits=hits, budget_blocked=blocked, stop=stop,
+                          reserve=reserved, steady=self._steady(state, admitted, (), blocked))
 
     def _may_preempt_for(self, stop) -> bool:
         """Whether admission stopped where preempting lower-priority running requests may help."""

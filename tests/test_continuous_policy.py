@@ -135,3 +135,21 @@ def test_budget_blocked_names_a_head_held_back_by_the_running_requests_only():
     head = Request(2, 0.0, 2048, 1)
     b = pol.next_batch(ReplicaState([run], deque([head]), kv))
     assert scheduled(b) == {7: 1} and b.budget_blocked is head
+
+
+def test_prefill_first_admits_prompts_in_a_step_of_their_own():
+    """vLLM V0 without chunked prefill: while prompts can be admitted, the step carries only them
+    (the running decodes stall); when none can, the running requests decode."""
+    kv = BlockAllocator(num_blocks=1000, block_size=16)
+    running = [running_req(0, 100, 5, kv), running_req(1, 40, 2, kv)]
+    waiting = deque([Request(2, 0.0, 300, 10), Request(3, 0.0, 500, 10)])
+    pol = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=600, prefill_first=True)
+    b = pol.next_batch(ReplicaState(running, waiting, kv))
+    # 300 fits the 600-token budget alone (no decode took a token); 300 + 500 does not
+    assert scheduled(b) == {2: 300} and b.decode_tokens == 0 and b.num_seqs == 1
+    b = pol.next_batch(ReplicaState(running, deque(), kv))
+    assert scheduled(b) == {0: 1, 1: 1}
+    # without prefill_first the prompt shares the step with the decodes (budget 600 - 2 = 598)
+    b = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=600).next_batch(
+        ReplicaState(running, deque([Request(2, 0.0, 300, 10)]), kv))
+    assert scheduled(b) == {0: 1, 1: 1, 2: 300}

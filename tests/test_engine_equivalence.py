@@ -115,6 +115,8 @@ CASES = {
     "chunked_tight": {**TIGHT, "policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 256},
     "small_budget": {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 64, "policy.max_num_seqs": 100},
     "max_seqs": {"policy.max_num_seqs": 8},
+    "prefill_first": {"policy.prefill_first": True},
+    "prefill_first_tight": {**TIGHT, "policy.prefill_first": True, "policy.max_num_seqs": 32},
     "watermark": {**TIGHT, "policy.watermark": 0.05},
     "spec": {"policy.spec": {"draft": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.7}},
     "prefix": {"policy.prefix_caching": True},

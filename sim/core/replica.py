@@ -301,10 +301,10 @@ class Replica:
             if self.tracer is not None:
                 self.tracer.decide(self, start, batch)
             n = len(self._members)  # reading state.running dissolved the set
-            if batch.set_seqs != n:
+            if batch.set_seqs and batch.set_seqs != n:
                 raise RuntimeError(f"policy {type(policy).__name__} scheduled {batch.set_seqs} of the decode set's "
-                                   f"{n} requests: schedule it whole (decode_set=state.decoding) or read "
-                                   "state.running")
+                                   f"{n} requests: schedule it whole (decode_set=state.decoding), leave it out "
+                                   "of the step, or read state.running")
             if (batch.steady and n and self.fast and self.pipeline is None and not batch.items
                     and not self.running and not self.waiting and not self.landed and not self.swapped):
                 K = self._macro_len(n, kv.num_empty)
@@ -327,7 +327,7 @@ class Replica:
                 continue
             cost = self.cost_model.step_time(batch)
             if (batch.steady and self.fast and self.pipeline is None and not swap_s and not batch.prefix_hits
-                    and self._foldable(batch.items)):
+                    and batch.set_seqs == n and self._foldable(batch.items)):
                 yield from self._macro(n, self.MAX_RUN, (batch, cost, batch.items))
                 continue
             draft_s = self._draft_time_s(batch) if self.spec else 0.0

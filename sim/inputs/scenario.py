@@ -520,6 +520,9 @@ class Policy:
     reserve_allocator: Literal["paged", "buddy"] = _f(
         "paged", doc="with a reserve: paged (the reservation in block_size blocks) or buddy (rounded up to a "
                      "power of two tokens: the contiguous buddy allocator of the vLLM paper's Orca)")
+    prefill_first: bool = _f(False, doc="continuous: vLLM V0's scheduler without chunked prefill: a step that "
+                                        "admits prompts carries no decodes (running requests stall for it); "
+                                        "false: prompts join the running decodes' step (Orca, vLLM V1)")
     spec: Optional[Spec] = None
     preset: Optional[str] = _f(None, doc="vllm_v1_serve | vllm_v1_offline: vLLM V1's scheduler defaults for the "
                                          "GPU and entry point (sim/inputs/presets.py), filling fields not given")

@@ -135,6 +135,11 @@ ENGINES = {"vllm-2023": "vllm-v0", "vllm-2024": "vllm-v0", "fastertransformer": 
            "distserve": "vllm-v0", "sarathi": "vllm-v0"}
 ENGINE_FIELD = "engine"  # the Cost field the profiles branch adds (cost.engine)
 
+# vLLM's scheduler before chunked prefill (V0, and vLLM 0.1 in the vLLM paper): a step that admits
+# prompts carries no decodes; the running requests stall for it ("generation stalls", Sarathi-Serve
+# §3; DistServe §2.2's prefill-decode interference). Orca batches prompts with the decodes.
+VLLM_V0_SCHEDULER = {"policy.prefill_first": True}
+
 
 def engine_overrides(profile: str) -> dict:
     """``{"cost.engine": profile}`` once the scenario schema has the field; until then nothing
@@ -231,7 +236,8 @@ DISTSERVE_VLLM_DECODE_FIXED_S = 23.48e-3
 def exp_distserve(opts: Options) -> Experiment:
     slo = "ttft_p90=0.25,tpot_p90=0.1"  # per request with --attainment: both met by >= 90%
     eng = ENGINES["vllm-2024"]
-    colo, colo_gpu = capacity("distserve-opt13b", slo, engine_overrides(eng), opts, attainment=0.9)
+    colo, colo_gpu = capacity("distserve-opt13b", slo, {**VLLM_V0_SCHEDULER, **engine_overrides(eng)}, opts,
+                              attainment=0.9)
     pd, pd_gpu = capacity("distserve-opt13b", slo, {**PD_DISTSERVE, **engine_overrides(ENGINES["distserve"])}, opts,
                           attainment=0.9)
     gain = pd_gpu / colo_gpu
@@ -327,7 +333,7 @@ def exp_sarathi(opts: Options) -> Experiment:
         mov = {k: packaged(v) for k, v in mov.items()}
         for slo_name, tbt, budget in (("strict", strict, 512), ("relaxed", relaxed, 2048)):
             slo = f"tbt_p99={tbt},queue_p50=2"
-            base, _ = capacity(name, slo, {**mov, **engine_overrides(eng)}, opts)
+            base, _ = capacity(name, slo, {**mov, **VLLM_V0_SCHEDULER, **engine_overrides(eng)}, opts)
             ss, _ = capacity(name, slo, {**mov, **sarathi_variant(budget), **engine_overrides(eng)}, opts)
             gain = ss / base if base else math.inf
             pub, cite, conf = SARATHI_PUBLISHED[model, slo_name]
@@ -368,7 +374,7 @@ def exp_vllm(opts: Options) -> Experiment:
     kv_tokens = prepare(scenario_from_dict(scenario_data("vllm-opt13b", ov, opts))).capacity.num_tokens
     n = 400 if opts.quick else 2000
     batch = {}
-    for label, var in {**ORCA, "vLLM": {}}.items():
+    for label, var in {**ORCA, "vLLM": VLLM_V0_SCHEDULER}.items():
         res = run("vllm-opt13b", {**var, **ov}, opts, n)
         batch[label] = res.summary["utilization"]["mean_batch_size"]
     order = list(BATCH_PUBLISHED)
@@ -388,7 +394,8 @@ def exp_vllm(opts: Options) -> Experiment:
     # would fail static batching at any rate: a request waits for the batch in flight)
     slo = NO_LIMIT
     rate = {}
-    for label, var in {"vLLM": {}, "Orca (Oracle)": ORCA["Orca (Oracle)"], "Orca (Max)": ORCA["Orca (Max)"],
+    for label, var in {"vLLM": VLLM_V0_SCHEDULER, "Orca (Oracle)": ORCA["Orca (Oracle)"],
+                       "Orca (Max)": ORCA["Orca (Max)"],
                        "FasterTransformer": FT}.items():
         e = engine_overrides(ENGINES["fastertransformer"]) if label == "FasterTransformer" else ov
         rate[label], _ = capacity("vllm-opt13b", slo, {**var, **e}, opts, requests=1000)
