@@ -8,7 +8,8 @@ Two optional declarations let the engine go fast without knowing which policy it
 
 * ``Policy.aggregates_decodes`` (attribute, default False): the policy reads
   ``state.decoding`` (the decoding requests as one aggregate) and schedules them with
-  ``make_batch(..., decode_set=state.decoding)``. The engine then keeps decoding requests
+  ``make_batch(..., decode_set=state.decoding)``, or leaves the whole set out of a step (they
+  wait it out, as vLLM V0's prompt-only steps make them). The engine then keeps decoding requests
   aggregated between steps, so a step costs O(1) in their number. A policy that reads
   ``state.running`` instead always sees every running request (the aggregate is dissolved
   first): correct, one step at a time.
