@@ -66,6 +66,8 @@ def _cost(sub) -> None:
     c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
     c.add_argument("--json", action="store_true")
     c.add_argument("--calibration", default="auto", help="auto (shipped fit) | none (v0 figures) | FILE")
+    c.add_argument("--engine", default="vllm-v1", help="engine profile (as the scenario's cost.engine): per-step "
+                   "overhead and its overlap, CUDA graphs (capture sizes for max_num_seqs 256)")
     c.add_argument("--profiles", metavar="DIR", help="price the per-layer kernels from measured timings of this "
                    "model shape and TP (Vidur-format profiling folder; as the scenario's cost.profiles)")
     c.add_argument("--device", help="with --profiles: device folder under compute/ (default: from the GPU name)")

@@ -1,7 +1,9 @@
 """Per-request and per-step records, and the summary computed from them.
 
 Definitions (also in the README): TTFT = first_token_s - arrival_s (the first token exists at
-the end of the step that finishes the prompt); TPOT = (finish_s - first_token_s) /
+the end of the step that finishes the prompt; with an engine profile's API server, the client
+receives it ``api_request_s`` later, and ``first_token_s`` / ``finish_s`` are made client-side
+after the run, ``servesim.simulation.add_api_server``); TPOT = (finish_s - first_token_s) /
 (output_tokens - 1), for requests with more than one output token; TBT = every gap between
 consecutive tokens of a request; E2E = finish_s - arrival_s; queue = scheduled_s - arrival_s.
 Latency distributions are over completed requests, except TBT: every gap the run produced,
@@ -21,7 +23,7 @@ STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "prefill_tokens"
                 "context_tokens", "flops", "bytes", "bound", "kv_blocks_used", "padding_tokens")
 REQUEST_COLUMNS = ("request_id", "arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens",
                    "output_tokens", "replica", "status", "preemptions", "reason", "decode_replica",
-                   "kv_transfer_s", "prefix_hit_tokens", "class")
+                   "kv_transfer_s", "prefix_hit_tokens", "api_s", "class")
 
 
 @dataclass(frozen=True)
