@@ -135,6 +135,15 @@ _V1_API_REQUEST_S = 6.8e-3
 _V1_API_PER_TOKEN_S = 0.0
 
 
+# What engines without a published figure of their own borrow from vLLM V1's fit: the API server's
+# time (V1-17: no engine publishes it) and, for the overlap schedulers (no published per-step CPU
+# time: TensorRT-LLM T-5, SGLang), the CPU work, fully overlapped (the next step scheduled while
+# this one runs: one step of lag, as vLLM V1's async scheduling)
+_V1_API = {"api_request_s": _V1_API_REQUEST_S, "api_per_token_s": _V1_API_PER_TOKEN_S}
+_OVERLAP_SCHEDULER = {"step_s": _V1_STEP_S, "per_seq_s": _V1_PER_SEQ_S, "per_token_s": 0.0, "overlap": 1.0,
+                      "graphs": "decode", "async_scheduling": True, **_V1_API}
+
+
 PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
     EngineProfile(
         name="vllm-v1",
@@ -161,27 +170,19 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         graphs="decode", capture_sizes=_vllm_v0_sizes, eager_layer_s=_VLLM_EAGER_LAYER_S,
         # the same OpenAI-compatible FastAPI front end; its per-step share sits in step_s (in the
         # engine's process before v0.6, V0-1); per request: vLLM V1's fit (no V0 figure)
-        api_request_s=_V1_API_REQUEST_S, api_per_token_s=_V1_API_PER_TOKEN_S),
+        **_V1_API),
     EngineProfile(
         name="trt-llm",
         summary="TensorRT-LLM (PyTorch backend): overlap scheduler, CUDA graphs for generation batches up to 128, "
                 "padded",
-        # overlap scheduler on by default (T-1); no published per-step CPU time (T-5): vLLM V1's
-        # fitted figures
-        step_s=_V1_STEP_S, per_seq_s=_V1_PER_SEQ_S, per_token_s=0.0, overlap=1.0,
-        graphs="decode", capture_sizes=_trt_llm_sizes, eager_layer_s=_VLLM_V1_COMPILED_LAYER_S,
-        # no published front-end figure (V1-17): vLLM V1's fit
-        api_request_s=_V1_API_REQUEST_S, api_per_token_s=_V1_API_PER_TOKEN_S,
-        async_scheduling=True),  # step n + 1 launched before step n's CPU work is done (T-1)
+        # overlap scheduler on by default: step n + 1 launched before step n's CPU work is done (T-1)
+        capture_sizes=_trt_llm_sizes, eager_layer_s=_VLLM_V1_COMPILED_LAYER_S, **_OVERLAP_SCHEDULER),
     EngineProfile(
         name="sglang",
         summary="SGLang: overlap (zero-overhead) scheduler, CUDA graphs for decode batches up to 256 (512 at TP 4+), "
                 "padded; eager prefill",
-        # overlap scheduler (S-1); no published per-step CPU time: vLLM V1's fitted figures
-        step_s=_V1_STEP_S, per_seq_s=_V1_PER_SEQ_S, per_token_s=0.0, overlap=1.0,
-        graphs="decode", capture_sizes=_sglang_sizes, eager_layer_s=_VLLM_EAGER_LAYER_S,
-        api_request_s=_V1_API_REQUEST_S, api_per_token_s=_V1_API_PER_TOKEN_S,
-        async_scheduling=True),  # "the scheduler runs one batch ahead" (S-1)
+        # overlap scheduler: "the scheduler runs one batch ahead" (S-1)
+        capture_sizes=_sglang_sizes, eager_layer_s=_VLLM_EAGER_LAYER_S, **_OVERLAP_SCHEDULER),
     EngineProfile(
         name="hf-eager",
         summary="Hugging Face transformers generate(), eager PyTorch: no CUDA graphs, a growing (torch.cat) KV "
