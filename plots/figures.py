@@ -15,7 +15,7 @@ import numpy as np
 POLICY_COLORS = {"static": "#7f7f7f", "continuous": "#1f77b4", "chunked_prefill": "#2ca02c", "pd_split": "#d62728"}
 _OTHER = ["#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#637939"]
 KIND_COLORS = {"prefill": "#d62728", "decode": "#1f77b4", "mixed": "#9467bd"}
-COMPONENT_COLORS = {"queueing": "#bdbdbd", "prefill": "#ff7f0e", "transfer": "#17becf"}
+COMPONENT_COLORS = {"queueing": "#bdbdbd", "prefill": "#ff7f0e", "api": "#9467bd", "transfer": "#17becf"}
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "tbt": "TBT", "e2e": "E2E", "queue": "queueing delay"}
 
 
@@ -213,9 +213,11 @@ def replica_timeline(data: dict, axes):
 
 # ---------------------------------------------------------------- TTFT breakdown
 def ttft_breakdown(data: dict, ax):
-    """Mean TTFT as queueing + prefill, with the P/D split's KV transfer stacked on top, per label.
+    """Mean TTFT as queueing + prefill + API server (client-side TTFT), with the P/D split's KV
+    transfer stacked on top, per label.
 
-    ``data``: {label: {"queueing": s, "prefill": s, "transfer": s}} (``RunData.ttft_breakdown``).
+    ``data``: {label: {"queueing": s, "prefill": s, "api": s, "transfer": s}} (``RunData.ttft_breakdown``;
+    a missing component is 0).
     The transfer comes after the first token (it delays the second), so the bar's top is the mean
     time until decoding can start; without a P/D split it is 0 and the bar is the mean TTFT.
     Each bar carries its total. When totals differ more than 50-fold the bars show shares (%)
@@ -223,7 +225,7 @@ def ttft_breakdown(data: dict, ax):
     """
     labels = list(data)
     x = np.arange(len(labels))
-    comps = (("queueing", "queueing"), ("prefill", "prefill compute"),
+    comps = (("queueing", "queueing"), ("prefill", "prefill compute"), ("api", "API server"),
              ("transfer", "KV transfer (P/D, before 2nd token)"))
     ms = {c: np.array([data[lbl].get(c, 0.0) for lbl in labels]) * 1e3 for c, _ in comps}
     totals = sum(ms.values())
@@ -239,7 +241,7 @@ def ttft_breakdown(data: dict, ax):
         return f"{v / 1e3:.0f} s" if v >= 1e4 else f"{v:.0f} ms" if v >= 10 else f"{v:.1f} ms"
 
     for i, (xi, top) in enumerate(zip(x, bottom)):  # on each bar: the TTFT, and the transfer after it
-        ttft, kv = ms["queueing"][i] + ms["prefill"][i], ms["transfer"][i]
+        ttft, kv = ms["queueing"][i] + ms["prefill"][i] + ms["api"][i], ms["transfer"][i]
         text = f"TTFT {fmt(ttft)}" + (f"\n+ {fmt(kv)} KV" if kv > 0 else "")
         ax.annotate(text, (xi, top), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=8)
     ax.set_xticks(x, [str(lbl) for lbl in labels], rotation=20 if len(labels) > 3 else 0)
@@ -251,7 +253,7 @@ def ttft_breakdown(data: dict, ax):
     ax.set_title("TTFT breakdown (+ KV transfer)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(labels) <= 3 else -0.2),
-              ncol=3, frameon=False)
+              ncol=4, frameon=False)
     return ax
 
 

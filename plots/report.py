@@ -318,11 +318,12 @@ def build_report(path: str | Path) -> Path:
         F.ttft_breakdown(bd, ax)
         parts = []
         for g, d in bd.items():
-            tot = d["queueing"] + d["prefill"]
+            tot = d["queueing"] + d["prefill"] + d.get("api", 0.0)
             if tot > 0:
                 x = f" then {_ms(d['transfer'])} of KV transfer to the decode pool" if d["transfer"] > 0 else ""
+                a = f", {d['api'] / tot:.0%} API server" if d.get("api", 0.0) > 0 else ""
                 parts.append(f"{g} {_ms(tot)} ({d['queueing'] / tot:.0%} queueing, "
-                             f"{d['prefill'] / tot:.0%} prefill){x}")
+                             f"{d['prefill'] / tot:.0%} prefill{a}){x}")
         add("ttft_breakdown", "TTFT breakdown", fig, "Mean TTFT" + where + ": " + "; ".join(parts) + ".")
 
         shown = list(runs.items())[:MAX_GROUPS_PER_PANEL]

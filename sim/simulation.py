@@ -15,7 +15,7 @@ from servesim.policies.continuous import ContinuousPolicy
 from servesim.policies.pd_split import link_figures
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
-from servesim.cost.efficiency import step_overheads
+from servesim.cost.engines import EngineSetup, cost_model_for
 from servesim.cost.measured import load_measured
 from servesim.errors import InputError
 from servesim.plugins import resolve
@@ -51,7 +51,7 @@ class PoolSetup:
     policy_cfg: object
     spec: tuple | None  # (k, acceptance_rate, draft CostModel or None)
     swap: tuple  # (host blocks, bytes per block, host copy bytes/s)
-    overhead_source: str = "v0"  # where the per-step overhead came from (``step_overheads``)
+    engine: EngineSetup | None = None  # the engine profile's figures the steps are priced with
 
     def make_policy(self):
         """A fresh policy for one replica (a policy may keep state between its steps)."""
@@ -110,11 +110,12 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     measured = None
     if scenario.cost.profiles is not None:
         measured = load_measured(scenario.cost.profiles, model, tp, gpu, hw.dtype)
-    step_s, per_seq_s, over_src = step_overheads(eff, tp, scenario.cost.step_overhead_s,
-                                                 scenario.cost.per_seq_overhead_s)
-    allreduce = scenario.cost.allreduce or "custom"  # the vLLM-like engines' choice on NVLink
-    cm = CostModel(model, gpu, tp, hw.pp, hw.dtype, kv_dtype, step_s, per_seq_s, eff, measured, allreduce,
-                   hw.expert_parallel)
+    # TP all-reduce inside the NVLink domain: the engines' custom kernels (vLLM, SGLang, TensorRT-LLM),
+    # NCCL alone for Hugging Face's eager PyTorch (torch.distributed)
+    allreduce = scenario.cost.allreduce or ("nccl" if scenario.cost.engine == "hf-eager" else "custom")
+    cm, engine = cost_model_for(model, gpu, eff, tp, scenario.cost.engine, max_num_seqs, scenario.cost, pp=hw.pp,
+                                dtype=hw.dtype, kv_dtype=kv_dtype, measured=measured, allreduce=allreduce,
+                                expert_parallel=hw.expert_parallel)
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:
@@ -136,7 +137,7 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     host_bw = mem.swap_bandwidth_gb_per_s * 1e9 if mem.swap_bandwidth_gb_per_s else gpu.pcie_bw_bytes_per_s
     swap_bw = host_bw * cm.num_gpus
     return PoolSetup(name, 0, cm, cap, policy_name, max_num_seqs, max_num_batched_tokens, pol, spec,
-                     (host_blocks, block_bytes, swap_bw), over_src)
+                     (host_blocks, block_bytes, swap_bw), engine)
 
 
 def prepare(scenario: Scenario) -> Setup:
@@ -223,6 +224,34 @@ def _price_runs(replicas):
         return dur, flops, nbytes, comp
 
     return price
+
+
+def api_delay_s(engine: EngineSetup):
+    """``f(request)``: how long after the engine ends a request its client hears of it (a closed-loop
+    client thinks from then): the API server's time (``EngineSetup.api_s``); a rejection passes
+    through the server too (``api_request_s``). None without an API server."""
+    if not (engine.api_request_s or engine.api_per_token_s):
+        return None
+    return lambda req: engine.api_s(req.output_tokens) if req.status == "completed" else engine.api_request_s
+
+
+def add_api_server(req_cols: dict, engine: EngineSetup) -> None:
+    """Make the request columns client-side: the API server (the entry pool's engine profile)
+    delays a request's first token by ``api_request_s`` and its last by ``api_s`` (``api_request_s``
+    + ``api_per_token_s`` x each later token), as the client measures TTFT and E2E. Adds the
+    ``api_s`` column: the time added to ``finish_s`` (completed), to ``first_token_s`` (unfinished
+    after their first token), else empty."""
+    status = req_cols["status"]
+    first, fin = req_cols["first_token_s"], req_cols["finish_s"]
+    api = np.full(len(status), np.nan)
+    done = status == "completed"
+    started = ~done & ~np.isnan(first)
+    api[done] = engine.api_s(req_cols["output_tokens"][done].astype(float))
+    api[started] = engine.api_request_s
+    if engine.api_request_s or engine.api_per_token_s:
+        req_cols["first_token_s"] = first + engine.api_request_s  # NaN stays NaN
+        req_cols["finish_s"] = np.where(done, fin + api, fin)
+    req_cols["api_s"] = api
 
 
 def _classes(scenario: Scenario, specs, req_cols: dict):
@@ -323,9 +352,9 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             env.timeout(max(arr[0], 0.0)).callbacks.append(arrive)
 
     if isinstance(specs, ClosedLoop):
-        drive_closed_loop(env, specs, cluster.submit, rec)
+        drive_closed_loop(env, specs, cluster.submit, rec, api_delay_s(setup.pools[0].engine))
     elif isinstance(specs, Sessions):
-        drive_sessions(env, specs, cluster.submit, rec)
+        drive_sessions(env, specs, cluster.submit, rec, api_delay_s(setup.pools[0].engine))
     else:
         arrivals()
     samples = []
@@ -334,7 +363,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
             while rec.completed + rec.rejected < len(specs):
                 cluster.settle()  # fast engine: runs of decode steps up to now (completions included)
                 for r in replicas:
-                    samples.append((env.now, r.index, len(r.waiting), r.num_running))
+                    samples.append((env.now, r.index, len(r.waiting) + len(r.incoming), r.num_running))
                 yield env.timeout(sample_every_s)
 
         env.process(observe())
@@ -350,6 +379,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if until is None and (stalled or len(rec.requests) != len(specs)):
         raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
+    add_api_server(req_cols, setup.pools[0].engine)
     rec.release_request_rows()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns(price_runs=_price_runs(replicas))
@@ -385,9 +415,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     # how each pool's steps were priced: the efficiencies' provenance, and the profile that priced
     # its per-layer kernels (cost.profiles), if any
     extra["cost"] = {p.name: {"efficiencies": p.cost_model.eff.source,
-                              "overhead": {"step_s": p.cost_model.step_overhead_s,
-                                           "per_seq_s": p.cost_model.per_seq_overhead_s,
-                                           "source": p.overhead_source},
+                              **p.engine.describe(),
                               "allreduce": p.cost_model.collectives(),
                               "measured_ops": (None if p.cost_model.measured is None else
                                                {"source": p.cost_model.measured.source, "tp": p.cost_model.measured.tp,
@@ -399,6 +427,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
                          # what arrived, per second until the last arrival (on_off's rate_rps is its burst rate)
                          "offered_rps": len(arrivals) / last if last > 0 else 0.0}
     extra["workload"].update(getattr(specs, "info", None) or {})  # the dataset, the sessions
+    extra["api_server_s"] = dist_stats(req_cols["api_s"][req_cols["status"] == "completed"])
     extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)
     extra["fairness"] = fairness_summary(req_cols, sim_time, names,
                                          {c.name: c.tenant for c in scenario.workload.classes or ()}, slo_by_class,

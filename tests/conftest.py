@@ -20,6 +20,11 @@ BASE = {
 }
 
 
+# a synchronous engine without an API server (vLLM V0's loop, the engine's own timestamps): for
+# tests that work the core loop's times out by hand or against queueing theory
+SYNC = {"cost.engine": "vllm-v0", "cost.api_server": False}
+
+
 def make_scenario(**overrides):
     """The BASE scenario with dotted-key overrides, e.g. make_scenario(**{"policy.max_num_seqs": 1})."""
     return scenario_from_dict(with_values(BASE, overrides))

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from servesim.cli.main import main
+from servesim.cost.engines import PROFILES
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
 
 GOOD = textwrap.dedent("""\
@@ -76,11 +77,16 @@ def test_validate_ok(tmp_path, capsys):
     assert main(["validate", write(tmp_path, GOOD)]) == 0
     out = capsys.readouterr().out
     assert "ok" in out
-    assert "colocated: efficiencies Hopper" in out and "per-step overhead 2.00 ms + 10.0 us per sequence (v0)" in out
-    own = GOOD.replace("slo:", "cost: {step_overhead_s: 0.001}\nslo:")
+    v1 = PROFILES["vllm-v1"]
+    assert "colocated: engine vllm-v1; efficiencies Hopper" in out
+    assert (f"per-step CPU {v1.step_s * 1e3:.2f} ms + {v1.per_seq_s * 1e6:.1f} us per sequence (engine vllm-v1), "
+            f"overlap {v1.overlap:g} with the GPU step (async scheduling: arrivals join the step after next); "
+            "CUDA graphs up to 128 tokens (all steps, padded)") in out
+    own = GOOD.replace("slo:", "cost: {step_overhead_s: 0.001, engine: vllm-v0}\nslo:")
     assert main(["validate", write(tmp_path, own)]) == 0
     out = capsys.readouterr().out
-    assert "per-step overhead 1.00 ms + 10.0 us per sequence (scenario (step), v0 (per sequence))" in out
+    assert ("per-step CPU 1.00 ms + 171.0 us per sequence (scenario (step), engine vllm-v0 (per sequence)), "
+            "overlap 0 with the GPU step; CUDA graphs up to 64 tokens (decode-only steps, padded)") in out
 
 
 def test_numbers_in_e_notation_are_numbers(tmp_path, capsys):

@@ -6,12 +6,26 @@ from servesim.core.batch import synthetic_batch
 from servesim.cost import CostModel
 from servesim.inputs.specs import get_gpu, get_model
 
-MODELS = [CostModel(get_model("meta-llama/Llama-2-7b-hf"), get_gpu("h100-sxm")),
+from servesim.cost.engines import _vllm_v0_sizes, _vllm_v1_sizes  # noqa: E402
+
+_L7, _H100 = get_model("meta-llama/Llama-2-7b-hf"), get_gpu("h100-sxm")
+MODELS = [CostModel(_L7, _H100),
           CostModel(get_model("meta-llama/Meta-Llama-3-8B"), get_gpu("h100-sxm"), tp=2, pp=2),
           CostModel(get_model("mistralai/Mixtral-8x7B-v0.1"), get_gpu("h100-sxm"), tp=4),
           # latent attention, shared experts, dense layers, expert parallelism, FP8
           CostModel(get_model("deepseek-ai/DeepSeek-V3"), get_gpu("h200"), tp=8, dtype="fp8", expert_parallel=True),
-          CostModel(get_model("Qwen/Qwen3-30B-A3B"), get_gpu("a100-80g"), tp=2, allreduce="nccl")]
+          CostModel(get_model("Qwen/Qwen3-30B-A3B"), get_gpu("a100-80g"), tp=2, allreduce="nccl"),
+          # engine terms (sim/cost/engines.py): CPU work mostly overlapped, its overlapped share
+          # outlasting the GPU's step at small batches only; every step up to 128 tokens graphed and
+          # padded, larger ones paced by the CPU's launches (decode runs above 128 sequences too)
+          CostModel(_L7, _H100, step_overhead_s=8e-3, per_seq_overhead_s=2e-5, per_token_overhead_s=1e-6,
+                    overlap=0.9, graph_sizes=_vllm_v1_sizes(64, 1), eager_layer_s=3e-4),
+          # decode-only graphs (vLLM V0), synchronous CPU, eager prefill paced by launches
+          CostModel(get_model("meta-llama/Meta-Llama-3-8B"), _H100, tp=2, step_overhead_s=2e-3,
+                    per_seq_overhead_s=1.7e-4, graph_sizes=_vllm_v0_sizes(100, 2), graph_mixed=False,
+                    eager_layer_s=2.6e-4),
+          # no graphs, launch-bound (HF eager)
+          CostModel(_L7, _H100, step_overhead_s=0.0, per_seq_overhead_s=0.0, eager_layer_s=1.2e-3)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -59,6 +73,16 @@ def test_decode_step_times_are_decode_steps_times(m, n, start, k):
     cm = TIMES_MODELS[m]
     dctx = [start + n * i for i in range(k)]
     assert cm.decode_step_times(n, dctx) == list(cm.decode_steps(n, dctx)[0])
+
+
+def test_engine_model_crosses_the_overlap_branch():
+    """The overlapped CPU share outlasts the GPU's step at batch 1 and hides under it at batch 200
+    (so the tests above cover both sides of ``_finish``'s max)."""
+    cm = next(m for m in MODELS if m.overlap == 0.9)  # the engine-terms model above
+    small, big = synthetic_batch((), [100]), synthetic_batch((), [2000] * 200)
+    hidden = [cm.overlap * cm._overhead_s(b.num_seqs, b.num_tokens) for b in (small, big)]
+    gpu = [cm.step_time(b).time_s - cm.step_time(b).overhead_s for b in (small, big)]
+    assert hidden[0] > gpu[0] and hidden[1] < gpu[1]
 
 
 def test_slow_attention_model_crosses_branches():

@@ -14,7 +14,7 @@ from servesim.cli.main import main
 from servesim.cost.calibration import load_calibration
 from servesim.cost.fitting import fit_overhead
 from servesim.cost.profiles import find_profiles, read_cpu_overheads
-from servesim.cost.efficiency import OverheadFit, step_overheads
+from servesim.cost.efficiency import OverheadFit
 from servesim.cost.validation import validate
 from servesim.errors import InputError
 from servesim.inputs.specs import GPUS
@@ -137,18 +137,22 @@ def test_the_fit_reaches_the_scenario_unless_it_sets_its_own(profiles_with_cpu, 
     assert mixed.step_overhead_s == 0.001 and mixed.per_seq_overhead_s == cm.per_seq_overhead_s
     res = simulate(scenario_factory(**kw, **{"cost.step_overhead_s": 0.001}))
     assert res.summary["cost"]["colocated"]["overhead"]["source"] == "scenario (step), calibration (per sequence)"
-    # without a fit: the v0 figures
-    v0 = prepare(scenario_factory(**{"hardware.gpu": "a100-80g"})).cost_model
-    assert (v0.step_overhead_s, v0.per_seq_overhead_s) == (0.002, 1e-5)
-    assert step_overheads(v0.eff, 1)[2] == "v0"
+    # without a fit: the engine profile's figures
+    from servesim.cost.engines import PROFILES
+
+    pool = prepare(scenario_factory(**{"hardware.gpu": "a100-80g"})).pools[0]
+    v1 = PROFILES["vllm-v1"]
+    assert (pool.cost_model.step_overhead_s, pool.cost_model.per_seq_overhead_s) == (v1.step_s, v1.per_seq_s)
+    assert pool.engine.overhead_source == "engine vllm-v1"
 
 
 def test_cost_cli_uses_the_calibrated_overhead(profiles_with_cpu, tmp_path, capsys):
     cal = tmp_path / "cal.yaml"
     assert main(["calibrate", "--profiles", str(profiles_with_cpu), "--gpu", "a100-80g", "--out", str(cal)]) == 0
     capsys.readouterr()
+    # vLLM V0's synchronous loop shows all of it (vLLM V1 hides it under the GPU step)
     args = ["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80g", "--tp", "2", "--decode-batch", "10",
-            "--context", "100", "--json", "--calibration", str(cal)]
+            "--context", "100", "--json", "--calibration", str(cal), "--engine", "vllm-v0"]
     assert main(args) == 0
     ops = json.loads(capsys.readouterr().out)["ops"]
     assert ops["overhead"]["time_s"] == pytest.approx(5.0e-3 + 10 * 1.1e-4, rel=1e-3)

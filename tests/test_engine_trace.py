@@ -6,11 +6,11 @@ import pytest
 
 from servesim.core.batch import synthetic_batch
 from servesim.simulation import prepare, simulate
-from tests.conftest import make_scenario, specs
+from tests.conftest import SYNC, make_scenario, specs
 
 
 def test_two_requests_exact_timestamps():
-    sc = make_scenario()
+    sc = make_scenario(**SYNC)
     cm = prepare(sc).cost_model
     # A arrives at 0 (prompt 100, 3 output tokens); B at 1 ms, during A's prefill (prompt 50, 2 tokens).
     res = simulate(sc, specs=specs([(0.0, 100, 3), (0.001, 50, 2)]))
@@ -117,7 +117,7 @@ def test_round_robin_and_least_outstanding_routing():
 def test_head_of_line_wait_for_the_token_budget_is_measured(engine):
     # budget 512: A (100 + 40 tokens) decodes one token a step; B's 512-token prompt (1 output
     # token) fits the budget alone but not next to A's decode token: it waits until A finishes.
-    sc = make_scenario(**{"engine": engine, "policy.max_num_batched_tokens": 512})
+    sc = make_scenario(**{"engine": engine, "policy.max_num_batched_tokens": 512, **SYNC})
     res = simulate(sc, specs=specs([(0.0, 100, 40), (0.05, 512, 1)]))
     r, st = res.requests, res.steps
     blocked_from = float(st["start_s"][st["start_s"] >= 0.05].min())  # the first decision after B arrived
@@ -126,7 +126,7 @@ def test_head_of_line_wait_for_the_token_budget_is_measured(engine):
     assert hol["budget_blocked_requests"] == 1
     assert hol["budget_blocked_s"] == pytest.approx(r["scheduled_s"][1] - blocked_from)
     # a 511-token prompt fits next to the decode token: no wait
-    res = simulate(make_scenario(**{"engine": engine, "policy.max_num_batched_tokens": 512}),
+    res = simulate(make_scenario(**{"engine": engine, "policy.max_num_batched_tokens": 512, **SYNC}),
                    specs=specs([(0.0, 100, 40), (0.05, 511, 1)]))
     assert res.summary["head_of_line"] == {"budget_blocked_requests": 0, "budget_blocked_s": 0.0}
 

@@ -129,13 +129,13 @@ def test_ttft_breakdown(runs, ax):
     data = {g: r.ttft_breakdown() for g, r in runs.items()}
     F.ttft_breakdown(data, ax)
     assert ax.get_ylabel() == "mean time (ms)"
-    assert legend(ax) == ["queueing", "prefill compute", "KV transfer (P/D, before 2nd token)"]
+    assert legend(ax) == ["queueing", "prefill compute", "API server", "KV transfer (P/D, before 2nd token)"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["continuous", "small"]
     for j, (g, r) in enumerate(runs.items()):
         top = sum(c.patches[j].get_height() for c in ax.containers)
         assert top == pytest.approx(r.latency("ttft").mean() * 1e3)
         assert ax.texts[j].get_text() == "TTFT " + (f"{top:.0f} ms" if top >= 10 else f"{top:.1f} ms")
-    assert all(p.get_height() == 0 for p in ax.containers[2].patches)  # no P/D split: no transfer
+    assert all(p.get_height() == 0 for p in ax.containers[3].patches)  # no P/D split: no transfer
 
 
 def test_ttft_breakdown_shows_shares_when_totals_differ_by_orders_of_magnitude(ax):
@@ -157,7 +157,9 @@ def test_ttft_breakdown_reads_an_optional_transfer_column(runs):
     r2 = RunData(r.label, r.scenario, r.summary, req, r.steps, r.tbt_s)
     b1, b2 = r.ttft_breakdown(), r2.ttft_breakdown()
     assert b2["transfer"] == pytest.approx(0.001) and b1["transfer"] == 0
-    assert b2["queueing"] + b2["prefill"] == pytest.approx(r.latency("ttft").mean())  # TTFT excludes the transfer
+    # TTFT excludes the transfer; the API server's part is its own (client-side TTFT)
+    assert b2["queueing"] + b2["prefill"] + b2["api"] == pytest.approx(r.latency("ttft").mean())
+    assert b2["api"] == r.summary["cost"]["colocated"]["api_server"]["request_s"] > 0
 
 
 def test_roofline(runs, ax):

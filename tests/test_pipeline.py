@@ -85,7 +85,7 @@ def test_two_virtual_engines_overlap_exactly_as_the_stages_allow(scenario_factor
     holds it for tau0 while engine 1 waits, then moves to stage 1 as engine 1 enters stage 0.
     Stage 1 (its layers and the LM head) takes longer than stage 0 (its layers, the embedding and
     the send), so engine 1 then waits for stage 1 too: it enters at tau0 + tau1, not 2 tau0."""
-    sc = _pp(scenario_factory)
+    sc = _pp(scenario_factory, **{"cost.api_server": False})  # the engine's own times
     P = 400
     res = simulate(sc, specs=specs([(0.0, P, 1), (0.0, P, 1)]))
     cm = prepare(sc).cost_model
@@ -107,7 +107,8 @@ def test_two_virtual_engines_overlap_exactly_as_the_stages_allow(scenario_factor
     assert pl["replicas"] == 1 and pl["stages"] == 2
     assert pl["stage_busy_fraction"] == pytest.approx([2 * tau0 / end, 2 * tau1 / end], rel=1e-9)
     # without overlap: one scheduler, both prompts in one step that crosses both stages
-    seq = simulate(_pp(scenario_factory, overlap=False), specs=specs([(0.0, P, 1), (0.0, P, 1)]))
+    seq = simulate(_pp(scenario_factory, overlap=False, **{"cost.api_server": False}),
+                   specs=specs([(0.0, P, 1), (0.0, P, 1)]))
     assert list(seq.requests["replica"]) == [0, 0]
     both = cm.step_time(synthetic_batch(prefill=[(P, 0), (P, 0)])).time_s
     assert list(seq.requests["first_token_s"]) == pytest.approx([both, both], rel=1e-12)

@@ -5,13 +5,14 @@ import pytest
 
 from servesim.core.batch import synthetic_batch
 from servesim.simulation import prepare, simulate
-from tests.conftest import make_scenario
+from tests.conftest import SYNC, make_scenario
 
 PROMPT, OUTPUT = 100, 4
 
 
 def md1_scenario(rate_rps, n, seed=0):
-    return make_scenario(**{
+    """A synchronous server (no async scheduling's lag, no API server): M/D/1 exactly."""
+    return make_scenario(**SYNC, **{
         "seed": seed,
         "policy.max_num_seqs": 1,
         "workload.num_requests": n,

@@ -199,11 +199,14 @@ def test_pd_split_trace_timeline_and_gpus():
     pre = rd.timeline_data(0)
     # on the prefill replica a request runs only until its KV has left, not until it finishes
     handed = r["decode_replica"] >= 0
-    leaves = np.where(handed, r["first_token_s"] + np.nan_to_num(r["kv_transfer_s"]), r["finish_s"])
+    # the engine's times: the client-side ones less the API server's
+    first, finish = r["first_token_s"] - rd.api_request_s(), r["finish_s"] - r["api_s"]
+    assert rd.api_request_s() > 0
+    leaves = np.where(handed, first + np.nan_to_num(r["kv_transfer_s"]), finish)
     t = pre["queue_t"][:, None]
     expected = ((r["scheduled_s"] <= t) & (leaves > t)).sum(axis=1)
     assert (pre["running"] == expected).all()
-    assert ((r["scheduled_s"] <= t) & (r["finish_s"] > t)).sum() > expected.sum()
+    assert ((r["scheduled_s"] <= t) & (finish > t)).sum() > expected.sum()
     bd = rd.ttft_breakdown()
     assert bd["transfer"] > 0
     assert num_gpus(res.scenario.to_dict()) == 3

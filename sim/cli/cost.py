@@ -15,7 +15,6 @@ MAX_DECODE_BATCH = 1 << 20
 
 def cmd_cost(args) -> int:
     from servesim.core.batch import synthetic_batch
-    from servesim.cost import CostModel
     from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
 
     model = get_model(args.model, "--model")
@@ -53,16 +52,18 @@ def cmd_cost(args) -> int:
         from servesim.cost.measured import load_measured
 
         measured = load_measured(args.profiles, model, args.tp, gpu, args.dtype, args.device, "--profiles")
-    from servesim.cost.efficiency import step_overheads
+    from servesim.cost.engines import cost_model_for
+    from servesim.cost.engines import padded_tokens as engines_padded
 
     eff = efficiencies_for(gpu, args.calibration, "--calibration")
-    step_s, per_seq_s, _ = step_overheads(eff, args.tp)
-    cm = CostModel(model, gpu, tp=args.tp, pp=args.pp, dtype=args.dtype,
-                   kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
-                   step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff, measured=measured,
-                   allreduce=args.allreduce, expert_parallel=args.expert_parallel)
+    allreduce = args.allreduce or ("nccl" if args.engine == "hf-eager" else "custom")
+    cm, engine = cost_model_for(model, gpu, eff, args.tp, args.engine, 256, where="--engine", pp=args.pp,
+                                dtype=args.dtype, kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
+                                measured=measured, allreduce=allreduce, expert_parallel=args.expert_parallel)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
+    tokens = batch.num_tokens + batch.padding_tokens
+    graph = engines_padded(cm.graph_sizes, tokens) if cm.graph_mixed or not batch.prefill_tokens else None
     stages = cm.stage_times(c, batch)
     ai = c.arithmetic_intensity
     ridge = cm.peak_flops / gpu.mem_bw_bytes_per_s
@@ -78,6 +79,7 @@ def cmd_cost(args) -> int:
             "ops": {k: v._asdict() for k, v in ops.items()},
             "measured_ops": None if measured is None else {"source": measured.source, "ops": list(measured.ops)},
             "pp_stage_times_s": stages,
+            "engine": engine.profile.name, "cuda_graph_tokens": graph,
         }, indent=2))
         return 0
     print(f"{model.name} on {args.tp} x {args.pp} x {gpu.name} (TP x PP): {what}" if args.pp > 1 else
@@ -99,6 +101,11 @@ def cmd_cost(args) -> int:
         print(f"pipeline: the step holds stage {held}; stage 1 also embeds, the last runs the LM head, each but "
               f"the last sends to the next. Stage {slow + 1} is the slowest: with overlapping micro-batches "
               "(hardware.pp_overlap) it bounds the replica's step rate")
+    print(f"engine {engine.profile.name} (max_num_seqs 256): " + (
+        f"a CUDA graph of {graph} tokens" + (f" (padded from {tokens})" if graph != tokens else "") if graph else
+        "no CUDA graph (the CPU's kernel launches can pace the GPU)")
+        + f"; CPU {cm._overhead_s(batch.num_seqs, batch.num_tokens) * 1e3:.3f} ms per step, "
+        f"{c.overhead_s * 1e3:.3f} ms of it not hidden under the GPU (overlap {cm.overlap:g})")
     if measured is not None:
         print(f"priced from measurements ({measured.source}): {', '.join(measured.ops)}; "
               "FLOPs, bytes and bounds from the model")

@@ -36,6 +36,12 @@ def format_summary(s: dict) -> str:
                        ("queue_s", "queue")):
         d = s[key]
         lines.append(f"{label:<8}" + "".join(f"{_fmt_s(d[k]):>13}" for k in ("mean", "p50", "p90", "p99")))
+    api = s.get("api_server_s") or {}
+    if api.get("mean"):  # the engine profile's API server: TTFT and E2E are client-side
+        lines.append(f"{'API':<8}" + "".join(f"{_fmt_s(api[k]):>13}" for k in ("mean", "p50", "p90", "p99")))
+        engines = sorted({c.get("engine", "?") for c in (s.get("cost") or {}).values()})
+        lines.append(f"(TTFT and E2E as a client measures them: they include the API server's time, row API; "
+                     f"engine {', '.join(engines)})")
     multi = len(s.get("classes") or {}) > 1
     slo_note = "each request against its class's SLO" if multi else _slo_text(s["slo"])
     lines += ["",
@@ -259,12 +265,18 @@ def cmd_validate(args) -> int:
           + (f", split over {scenario.hardware.pp} virtual engines" if scenario.hardware.pp > 1
              and scenario.hardware.pp_overlap else "") + ")")
     for pool in setup.pools:  # what will price the steps
-        cm = pool.cost_model
-        print(f"  {pool.name}: efficiencies {cm.eff.source}; per-step overhead {cm.step_overhead_s * 1e3:.2f} ms "
-              f"+ {cm.per_seq_overhead_s * 1e6:.1f} us per sequence ({pool.overhead_source}); steps of at most "
-              f"{pool.max_num_batched_tokens} tokens and {pool.max_num_seqs} sequences, activation reserve "
-              f"{pool.capacity.activation_reserve_bytes / 2**30:.2f} GiB per GPU, KV {pool.capacity.num_blocks} blocks"
-              + (f"; TP all-reduce: {cm.collectives()}" if cm.tp > 1 else ""))
+        cm, eng = pool.cost_model, pool.engine
+        graphs = (f"CUDA graphs up to {eng.graph_sizes[-1]} tokens ({'all' if eng.graph_mixed else 'decode-only'}"
+                  " steps, padded)" if eng.graph_sizes else "no CUDA graphs")
+        api = (f"API server {eng.api_request_s * 1e3:.1f} ms per request + {eng.api_per_token_s * 1e6:.0f} us per "
+               "output token (TTFT and E2E are client-side)" if eng.api_request_s or eng.api_per_token_s
+               else "no API-server time (TTFT and E2E are the engine's)")
+        print(f"  {pool.name}: engine {eng.profile.name}; efficiencies {cm.eff.source}; per-step CPU "
+              f"{cm.step_overhead_s * 1e3:.2f} ms + {cm.per_seq_overhead_s * 1e6:.1f} us per sequence"
+              + (f" + {cm.per_token_overhead_s * 1e6:.2f} us per token" if cm.per_token_overhead_s else "")
+              + f" ({eng.overhead_source}), overlap {cm.overlap:g} with the GPU step"
+              + (" (async scheduling: arrivals join the step after next)" if eng.async_scheduling else "")
+              + f"; {graphs}; {api}")
     return 0
 
 

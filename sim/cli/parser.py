@@ -68,8 +68,9 @@ def _cost(sub) -> None:
     c.add_argument("--pp", type=int, default=1, help="pipeline stages (the step crosses all of them)")
     c.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "int4"])
     c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
-    c.add_argument("--allreduce", default="custom", choices=["custom", "nccl"],
-                   help="TP all-reduce inside the NVLink domain (as the scenario's cost.allreduce)")
+    c.add_argument("--allreduce", choices=["custom", "nccl"],
+                   help="TP all-reduce inside the NVLink domain (as the scenario's cost.allreduce; default: custom, "
+                        "nccl with --engine hf-eager)")
     c.add_argument("--expert-parallel", action="store_true",
                    help="MoE: experts spread over the TP ranks (as hardware.expert_parallel)")
     g = c.add_mutually_exclusive_group(required=True)
@@ -78,6 +79,8 @@ def _cost(sub) -> None:
     c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
     c.add_argument("--json", action="store_true")
     c.add_argument("--calibration", default="auto", help="auto (shipped fit) | none (v0 figures) | FILE")
+    c.add_argument("--engine", default="vllm-v1", help="engine profile (as the scenario's cost.engine): per-step "
+                   "overhead and its overlap, CUDA graphs (capture sizes for max_num_seqs 256)")
     c.add_argument("--profiles", metavar="DIR", help="price the per-layer kernels from measured timings of this "
                    "model shape and TP (Vidur-format profiling folder; as the scenario's cost.profiles)")
     c.add_argument("--device", help="with --profiles: device folder under compute/ (default: from the GPU name)")

@@ -10,17 +10,26 @@ from __future__ import annotations
 from servesim.core.request import Request
 
 
-def drive_closed_loop(env, source, submit, recorder) -> None:
-    """Start one SimPy process per client. ``source`` is a ``sim.workload.ClosedLoop``;
-    ``submit(request)`` records and routes a new request."""
-    ends = {}  # request_id -> event the client waits on
+def _end_events(recorder, api_delay_s) -> dict:
+    """request_id -> the event its client waits on (set by the caller); the recorder's end hook
+    fires it with how long after the engine ended the request the client hears of it
+    (``api_delay_s(request)``: the API server; None: at once)."""
+    ends = {}
 
     def on_end(req):
         ev = ends.pop(req.request_id, None)
         if ev is not None:
-            ev.succeed()
+            ev.succeed(api_delay_s(req) if api_delay_s is not None else 0.0)
 
     recorder.end_hooks.append(on_end)
+    return ends
+
+
+def drive_closed_loop(env, source, submit, recorder, api_delay_s=None) -> None:
+    """Start one SimPy process per client. ``source`` is a ``sim.workload.ClosedLoop``;
+    ``submit(request)`` records and routes a new request; ``api_delay_s(request)``: how long after
+    the engine ends a request the client hears of it (the API server; None: at once)."""
+    ends = _end_events(recorder, api_delay_s)
 
     def client(c: int):
         think = float(source.first_think_s[c])
@@ -35,25 +44,21 @@ def drive_closed_loop(env, source, submit, recorder) -> None:
             req = Request(k, env.now, prompt, output, group, prefix, tags)
             req.cls = source.class_of(k)
             submit(req)
-            yield ev
+            delay = yield ev
+            if delay > 0:
+                yield env.timeout(delay)
 
     for c in range(source.arrival.clients):
         env.process(client(c))
 
 
-def drive_sessions(env, source, submit, recorder) -> None:
+def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
     """Run multi-turn sessions (``servesim.inputs.sessions.Sessions``): each session sends a
     turn, waits for it to end, thinks, and sends the next (a rejected turn ends the session).
     Open loop: sessions begin at ``source.start_s``; closed loop: each client begins a session,
-    runs it to its end and begins the next, thinking ``Session.lead_s`` before each."""
-    ends = {}
-
-    def on_end(req):
-        ev = ends.pop(req.request_id, None)
-        if ev is not None:
-            ev.succeed()
-
-    recorder.end_hooks.append(on_end)
+    runs it to its end and begins the next, thinking ``Session.lead_s`` before each.
+    ``api_delay_s`` as for ``drive_closed_loop``."""
+    ends = _end_events(recorder, api_delay_s)
 
     def run(i: int):
         s = source.session(i)
@@ -67,7 +72,9 @@ def drive_sessions(env, source, submit, recorder) -> None:
             req = Request(rid, env.now, prompt, s.outputs[k], i, prompt, cache_output=not s.clipped[k])
             ev = ends[rid] = env.event()
             submit(req)
-            yield ev
+            delay = yield ev
+            if delay > 0:
+                yield env.timeout(delay)
             if req.status == "rejected":
                 source.abandoned += 1
                 return

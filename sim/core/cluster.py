@@ -60,7 +60,8 @@ class Cluster:
                                 BlockAllocator(blocks, pool.capacity.block_size, sc.policy.prefix_caching,
                                                cm.model.sliding_window_tokens),
                                 recorder, cm.model.max_context_tokens, fast=fast, role=pool.name, pool=pool.name,
-                                handoff=self.handoff, spec=spec, swap=swap, pipeline=pipe)
+                                handoff=self.handoff, spec=spec, swap=swap, pipeline=pipe,
+                                async_scheduling=pool.engine is not None and pool.engine.async_scheduling)
                     r.on_run = self._on_run
                     # a virtual engine's share of the replica's GPUs (its steps use each stage in turn)
                     self.infos.append(ReplicaInfo(i, pool.name, cm.peak_flops * cm.num_gpus / ve,

@@ -147,12 +147,13 @@ class Admission:
     def at_replica(self, req, replica, index: int) -> str | None:
         cfg = self.cfg
         if cfg.max_queue is not None:
-            n = len(replica.waiting)
+            n = len(replica.waiting) + len(getattr(replica, "incoming", ()))  # (async scheduling's too)
             if n >= cfg.max_queue:
                 return (f"admission: {n} requests already wait on replica {index} "
                         f"(policy.admission.max_queue={cfg.max_queue})")
         if cfg.max_queued_tokens is not None:
-            queued = sum(r.num_tokens for r in replica.waiting)
+            queued = sum(r.num_tokens for r in replica.waiting) + sum(r.num_tokens
+                                                                        for r in getattr(replica, "incoming", ()))
             if queued + req.prompt_tokens > cfg.max_queued_tokens:
                 return (f"admission: {queued} prompt tokens already wait on replica {index}, {req.prompt_tokens} "
                         f"more exceed policy.admission.max_queued_tokens={cfg.max_queued_tokens}")
@@ -175,10 +176,15 @@ def _engine(replica):
 
 
 def requests_ahead(req, engine) -> list:
-    """The waiting requests ``engine`` admits before ``req`` (all of them, FCFS)."""
+    """The waiting requests ``engine`` admits before ``req`` (all of them, FCFS), those that
+    arrived during its step in flight (async scheduling) included."""
     waiting = engine.waiting
     key = getattr(waiting, "key", None)
-    return waiting.ranked_before(key(req)) if key is not None else list(waiting)
+    incoming = getattr(engine, "incoming", ())
+    if key is None:
+        return [*waiting, *incoming]
+    k = key(req)
+    return waiting.ranked_before(k) + [r for r in incoming if key(r) < k]
 
 
 def prefill_tokens_ahead(req, engine, ahead=None) -> int:

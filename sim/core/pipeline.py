@@ -76,7 +76,7 @@ class VirtualEngines:
     @staticmethod
     def _unfinished(e) -> int:
         # num_running: a fast engine counts its decode set without materializing it
-        return e.num_running + len(e.waiting) + len(e.swapped) + len(e.landed)
+        return e.num_running + len(e.waiting) + len(e.incoming) + len(e.swapped) + len(e.landed)
 
     def submit(self, req) -> None:
         min(self.engines, key=self._unfinished).submit(req)
@@ -87,7 +87,7 @@ class VirtualEngines:
 
     @property
     def waiting(self) -> list:
-        return [r for e in self.engines for r in e.waiting]
+        return [r for e in self.engines for r in (*e.waiting, *e.incoming)]
 
     @property
     def waiting_blocks(self) -> int:

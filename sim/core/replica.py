@@ -4,7 +4,9 @@ The policy decides every step (plain data, ``servesim.policies.base``); the repl
 decision at the start of the step (preempt or swap out, map prefix-cache hits, swap in, admit,
 reserve and allocate KV), waits the step's time, then commits it at the end (advance token
 counts, stamp times, free finished requests' KV, hand prefilled requests to the decode pool,
-record the step).
+record the step). With async scheduling (the engine profile's), the decision at a step's end
+was made when that step started: requests that arrived during the step wait in ``incoming``
+until the next decision.
 
 Two mechanisms make it fast without changing any result; ``fast=False`` (the reference engine,
 a test oracle) turns both off:
@@ -119,13 +121,18 @@ class Replica:
     virtual engines (PP with overlapping micro-batches): a step's GPU work then holds the stages
     in turn, and its KV copies the host links the engines share, waiting for each to be free;
     None: the step takes its time alone. ``fast``: keep the decode set and plan runs (False: the
-    reference engine, every step decided, applied and committed one at a time)."""
+    reference engine, every step decided, applied and committed one at a time).
+    ``async_scheduling``: the engine schedules each step while the one before it runs (vLLM V1's
+    async scheduling, the overlap schedulers of TensorRT-LLM and SGLang): a request that arrives
+    while a step runs is not seen by the decision at that step's end (it was made when the step
+    started), only by the next one; an engine with nothing scheduled ahead (no work it can see, or
+    an empty decision) sees every arrival at once."""
 
     MAX_RUN = 4096  # steps per run (bounds the arrays)
 
     def __init__(self, env, index: int, policy, cost_model, kv: BlockAllocator, recorder, max_context_tokens: int,
                  *, fast: bool = True, role: str = "colocated", pool: str = "", handoff=None, spec=None,
-                 swap=(0, 0.0, 1.0), pipeline=None):
+                 swap=(0, 0.0, 1.0), pipeline=None, async_scheduling=False):
         self.env = env
         self.index = index
         self.policy = policy
@@ -140,6 +147,9 @@ class Replica:
         self.host_blocks, self.swap_block_bytes, self.swap_bytes_per_s = swap
         self.host_free_blocks = self.host_blocks
         self.fast = fast
+        self.async_scheduling = async_scheduling
+        self.incoming: deque = deque()  # async scheduling: arrived requests the next decision cannot see yet
+        self._prev_step = (-math.inf, -math.inf)  # (start, end) of the last step
         self.aggregate = fast and bool(getattr(policy, "aggregates_decodes", False))
         # sliding-window attention: items' attention is limited to the window (``windowed``); the
         # decode set keeps only requests whose whole sequence fits the window, so its aggregate
@@ -227,7 +237,7 @@ class Replica:
         if reason is not None:
             self.recorder.reject(req, reason)
             return
-        self.waiting.append(req)
+        (self.incoming if self.async_scheduling else self.waiting).append(req)
         self.waiting_blocks += self.kv.blocks_for(req.num_tokens)
         self.outstanding_tokens += req.prompt_tokens
         if self.tracer is not None:
@@ -255,6 +265,20 @@ class Replica:
         else:
             waiting.remove(r)  # a policy admitting out of queue order
         self.waiting_blocks -= self.kv.blocks_for(r.num_tokens)
+
+    def _release(self, now: float, everything: bool = False) -> None:
+        """Async scheduling: move the arrivals the decision at ``now`` sees into the waiting queue:
+        those that came by the start of the last step when it ended now (the engine decided then),
+        every one when the engine was idle, has nothing it can see to do, or ``everything``."""
+        inc = self.incoming
+        start, end = self._prev_step
+        if everything or end != now or not (self._members or self.running or self.waiting or self.swapped
+                                            or self.landed):
+            cutoff = math.inf
+        else:
+            cutoff = start
+        while inc and inc[0].arrival_s <= cutoff:
+            self.waiting.append(inc.popleft())
 
     def wake(self) -> None:
         if self._interruptible:
@@ -285,6 +309,8 @@ class Replica:
         state = self._state
         policy = self.policy
         while True:
+            if self.incoming:
+                self._release(env.now)
             if not self._members and not self.running and not self.waiting and not self.swapped and not self.landed:
                 yield self._sleep(None)
                 continue
@@ -305,8 +331,12 @@ class Replica:
                 raise RuntimeError(f"policy {type(policy).__name__} scheduled {batch.set_seqs} of the decode set's "
                                    f"{n} requests: schedule it whole (decode_set=state.decoding), leave it out "
                                    "of the step, or read state.running")
+            if batch.empty and not batch.preempted and self.incoming:  # nothing scheduled ahead: seen now
+                self._release(start, everything=True)
+                continue
             if (batch.steady and n and self.fast and self.pipeline is None and not batch.items
-                    and not self.running and not self.waiting and not self.landed and not self.swapped):
+                    and not self.running and not self.waiting and not self.landed and not self.swapped
+                    and not self.incoming):
                 K = self._macro_len(n, kv.num_empty)
                 if K >= 2:
                     yield from self._macro(n, K)
@@ -327,7 +357,7 @@ class Replica:
                 continue
             cost = self.cost_model.step_time(batch)
             if (batch.steady and self.fast and self.pipeline is None and not swap_s and not batch.prefix_hits
-                    and batch.set_seqs == n and self._foldable(batch.items)):
+                    and batch.set_seqs == n and not self.incoming and self._foldable(batch.items)):
                 yield from self._macro(n, self.MAX_RUN, (batch, cost, batch.items))
                 continue
             draft_s = self._draft_time_s(batch) if self.spec else 0.0
@@ -339,6 +369,7 @@ class Replica:
                 # for busy links and stages
                 yield from self._through_stages(batch, cost, draft_s, swap_s)
                 extra = env.now - start - cost.time_s
+            self._prev_step = (start, env.now)
             self._commit(batch, cost, start, extra)
             if self.aggregate:
                 self._absorb()
@@ -826,6 +857,7 @@ class Replica:
                 break
         self.settle(env.now)
         self._mac = None
+        self._prev_step = (run.ends[run.K - 2] if run.K > 1 else run.t0, env.now)
         if self.on_run is not None:
             self.on_run(self, False)
         if run.K > 1 or fold is None:

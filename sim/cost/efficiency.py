@@ -29,7 +29,8 @@ Operator time models (M tokens, K x N weight, w / a weight / activation bytes pe
   peer memory (``CustomAllReduce``: one-shot and two-shot, up to ``max_bytes``). ``smooth = 1`` is
   the sum of latency and transfer (the alpha-beta model).
 * Per-step CPU overhead (``overhead``, when measured): ``step_s + per_seq_s * sequences`` per TP
-  size; without a fit the scenario's ``cost.step_overhead_s`` / ``cost.per_seq_overhead_s`` apply.
+  size; it replaces the engine profile's figures (``sim/cost/engines.py``) unless the scenario
+  sets ``cost.step_overhead_s`` / ``cost.per_seq_overhead_s``.
 """
 
 from __future__ import annotations
@@ -194,7 +195,7 @@ class Efficiencies:
     allreduce_pcie: CommEfficiency = CommEfficiency()  # TP beyond the NVLink domain: over PCIe
     allreduce_custom: CustomAllReduce = CustomAllReduce()
     send_recv: CommEfficiency = CommEfficiency()
-    overhead: OverheadFit | None = None  # None: the scenario's (or the v0) per-step overhead
+    overhead: OverheadFit | None = None  # None: the scenario's (or the engine profile's) per-step overhead
     source: str = "v0 literature figures (not fitted)"
 
     def to_dict(self) -> dict:
@@ -215,24 +216,7 @@ def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
 
 
 DEFAULT_EFFICIENCIES = Efficiencies()
-V0_STEP_OVERHEAD_S = 0.002  # v0 round figures: ~2 ms of scheduling, launch and sampling per step
+# a bare ``CostModel``'s per-step overhead (v0 round figures: ~2 ms of scheduling, launch and
+# sampling per step); runs take theirs from the engine profile (``sim/cost/engines.py``)
+V0_STEP_OVERHEAD_S = 0.002
 V0_PER_SEQ_OVERHEAD_S = 1e-5
-
-
-def step_overheads(eff: Efficiencies, tp: int, step_s: float | None = None,
-                   per_seq_s: float | None = None) -> tuple:
-    """(step_s, per_seq_s, source) of a replica's per-step overhead: each figure the scenario's
-    where it sets one, else the calibration's fit at ``tp`` (``overhead``), else the v0 figure."""
-    fit = eff.overhead.at(tp) if eff.overhead is not None else None
-    out, src = [], []
-    for given, k, v0 in ((step_s, 0, V0_STEP_OVERHEAD_S), (per_seq_s, 1, V0_PER_SEQ_OVERHEAD_S)):
-        if given is not None:
-            out.append(float(given))
-            src.append("scenario")
-        elif fit is not None:
-            out.append(fit[k])
-            src.append("calibration")
-        else:
-            out.append(v0)
-            src.append("v0")
-    return out[0], out[1], src[0] if src[0] == src[1] else f"{src[0]} (step), {src[1]} (per sequence)"

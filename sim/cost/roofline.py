@@ -22,6 +22,7 @@ All FLOPs and bytes reported are totals over the replica's GPUs; times are wall-
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
@@ -148,6 +149,16 @@ class CostModel:
     # MoE: experts spread over the TP ranks (EP = TP, each rank holds E / TP whole experts; vLLM's
     # --enable-expert-parallel) instead of each expert split TP ways
     expert_parallel: bool = False
+    # the engine's step-time terms (``sim/cost/engines.py``; the defaults: none of them): CPU time
+    # per scheduled token; the share of the CPU work that runs while the GPU works; CUDA-graph capture
+    # sizes (a graphed step's tokens padded up to the next; () = no graphs), whether steps with
+    # prefill tokens are graphed too (else decode-only steps); a step without a graph takes at
+    # least ``layers x eager_layer_s`` (the CPU launching its kernels)
+    per_token_overhead_s: float = 0.0
+    overlap: float = 0.0
+    graph_sizes: tuple = ()
+    graph_mixed: bool = True
+    eager_layer_s: float = 0.0
     _c: tuple = field(init=False, repr=False, compare=False, default=())
     _moe: tuple = field(init=False, repr=False, compare=False, default=())
     _mla: tuple = field(init=False, repr=False, compare=False, default=())
@@ -157,6 +168,7 @@ class CostModel:
     _memo_S: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_dec: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_emb: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
+    _launch_s: float = field(init=False, repr=False, compare=False, default=0.0)
 
     def __post_init__(self):
         m, tp = self.model, self.tp
@@ -213,6 +225,7 @@ class CostModel:
         object.__setattr__(self, "_memo_S", {})
         object.__setattr__(self, "_memo_dec", {})
         object.__setattr__(self, "_memo_emb", {})
+        object.__setattr__(self, "_launch_s", m.num_layers * self.eager_layer_s)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -252,10 +265,13 @@ class CostModel:
         return self.gpu.peak_flops
 
     # ------------------------------------------------------------------ operators
-    def _ops(self, batch: Batch):
+    def _ops(self, batch: Batch, tokens: int | None = None):
         """Yield (name, time_s, flops, bytes, compute_s, memory_s) per operator for ONE GPU,
-        already multiplied by the number of layers (or kernels) it runs in one step."""
-        T = batch.num_tokens + batch.padding_tokens
+        already multiplied by the number of layers (or kernels) it runs in one step. ``tokens``:
+        what the layers run when a CUDA graph pads the step (attention and the LM head see the
+        batch's own)."""
+        T_real = batch.num_tokens + batch.padding_tokens
+        T = T_real if tokens is None else tokens
         S = batch.num_sampled
         m, e = self.model, self.eff
         h, qd, kvd, qkv_n, up_n, down_k, vocab, kv_tok, n_up, w, w16 = self._c
@@ -301,7 +317,7 @@ class CostModel:
 
         # attention: prefill sequences (FlashAttention FLOPs ~ query x key pairs, causal; KV of the
         # chunk and of earlier chunks re-read) and decode sequences (KV read per sequence) apart
-        yield ("attention",) + self._attention(batch, T)
+        yield ("attention",) + self._attention(batch, T_real)
 
         t, f, b, c, mm = priced("o_proj", gemm(qd if not m.is_mla else m.num_heads / self.tp * m.value_head_dim, h))
         yield "o_proj", t * L, f * L, b * L, c * L, mm * L
@@ -401,8 +417,31 @@ class CostModel:
             out.append(("pp_send", (self.pp - 1) * per))
         return out
 
-    def _overhead_s(self, num_seqs: int) -> float:
-        return self.step_overhead_s + self.per_seq_overhead_s * num_seqs
+    def _overhead_s(self, num_seqs: int, num_tokens: int = 0) -> float:
+        """The step's CPU work (before any overlap with the GPU)."""
+        return self.step_overhead_s + self.per_seq_overhead_s * num_seqs + self.per_token_overhead_s * num_tokens
+
+    def _graphed(self, T: int, decode_only: bool):
+        """(tokens the linear layers run, graphed): a step replaying a CUDA graph runs its tokens
+        padded up to the next capture size."""
+        gs = self.graph_sizes
+        if gs and T <= gs[-1] and (decode_only or self.graph_mixed):
+            return gs[bisect.bisect_left(gs, T)], True
+        return T, False
+
+    def _finish(self, gpu: float, cpu: float, graphed: bool):
+        """(step time, visible overhead) from the GPU's time and the CPU's work: without a graph
+        the GPU waits for the CPU's launches (``max(gpu, layers x eager_layer_s)``); then the CPU
+        work on the step's critical path: the share ``1 - overlap`` always, and the overlapped
+        share ``overlap x cpu`` where it outlasts the GPU's step:
+        ``visible = (1 - f) cpu + max(0, f cpu - gpu)`` (f = 0: gpu + cpu; f = 1: max(gpu, cpu)).
+        The one formula of every path that prices a step (``decode_rows`` spells it elementwise)."""
+        if not graphed:
+            launch = self._launch_s
+            gpu = gpu if gpu > launch else launch
+        hidden = self.overlap * cpu
+        vis = (cpu - hidden) + (hidden - gpu if hidden > gpu else 0.0)
+        return gpu + vis, vis
 
     def _by_tokens(self, T: int):
         """Every operator of a ``T``-token step but attention and the LM head, summed in
@@ -466,12 +505,13 @@ class CostModel:
     def step_time(self, batch: Batch) -> StepCost:
         """Time, FLOPs, bytes and bound of one step (the engine's hot path). Bit for bit
         ``step_time_reference``: every operator but attention (memoized by tokens and sampled
-        sequences), then attention, then communication and overhead."""
+        sequences), then attention, then communication, then the engine's terms (``_finish``)."""
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
         S = batch.num_sampled
-        t, tc, tm, flops, nbytes, comm = self._memo_T.get(T) or self._by_tokens(T)
+        Tg, graphed = self._graphed(T, batch.prefill_tokens == 0) if self.graph_sizes else (T, False)
+        t, tc, tm, flops, nbytes, comm = self._memo_T.get(Tg) or self._by_tokens(Tg)
         ht, hf, hb, hc, hm = self._memo_S.get(S) or self._lm_head(S)
         at, af, ab, ac, am = self._attention(batch, T)
         # (as _fixed, then _add_ops with the attention row)
@@ -480,9 +520,9 @@ class CostModel:
         tm = tm + hm + am
         flops = flops + hf + af
         nbytes = nbytes + hb + ab
-        over = self._overhead_s(batch.num_seqs)
+        time_s, over = self._finish(t + comm, self._overhead_s(batch.num_seqs, batch.num_tokens), graphed)
         g = self.tp  # per-GPU figures -> replica totals (PP stages split the layers, not the work)
-        return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
+        return StepCost(time_s, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
                         tc, tm, comm, over)
 
     def decode_steps(self, n: int, dctx):
@@ -501,10 +541,12 @@ class CostModel:
         and bound of a run's steps are filled in afterwards, ``Recorder.step_columns``)."""
         k = self._memo_dec.get(n)
         if k is None:
-            t0, _, _, _, _, comm = self._fixed(n, n)
+            Tg, graphed = self._graphed(n, True)
+            t0, _, _, _, _, comm = self._fixed(Tg, n)
             _, fq_d, qio, kv_tok, pc, bm, lat, L, _ = self._att
-            k = self._memo_dec[n] = (t0, comm, self._overhead_s(n), fq_d, ACT_BYTES * n * qio, kv_tok, pc, bm, lat, L)
-        t0, comm, over, fq, bq, kv_tok, pc, bm, lat, L = k
+            k = self._memo_dec[n] = (t0, comm, self._overhead_s(n, n), fq_d, ACT_BYTES * n * qio, kv_tok, pc, bm, lat,
+                                     L, graphed or not self._launch_s, self.overlap)
+        t0, comm, cpu, fq, bq, kv_tok, pc, bm, lat, L, no_launch, f = k
         # attention is max(compute, memory) per step; both are affine in x, so when the ends of
         # the run agree with a margin far above rounding, every step between takes that branch
         # (the same operations as the per-step max)
@@ -512,10 +554,15 @@ class CostModel:
         c_lo, c_hi = fq * float(lo) / pc, fq * float(hi) / pc
         m_lo, m_hi = (kv_tok * lo + bq) / bm, (kv_tok * hi + bq) / bm
         tol = 1e-9 * max(c_lo, c_hi, m_lo, m_hi)
-        if m_lo - c_lo > tol and m_hi - c_hi > tol:
-            return [t0 + (lat + (kv_tok * x + bq) / bm) * L + comm + over for x in dctx]
-        if c_lo - m_lo > tol and c_hi - m_hi > tol:
-            return [t0 + (lat + fq * float(x) / pc) * L + comm + over for x in dctx]
+        # (_finish, with the CPU's shares computed once: the same operations per step)
+        hid = f * cpu
+        ex = cpu - hid
+        if no_launch and m_lo - c_lo > tol and m_hi - c_hi > tol:
+            return [g + (ex + (hid - g if hid > g else 0.0))
+                    for g in [t0 + (lat + (kv_tok * x + bq) / bm) * L + comm for x in dctx]]
+        if no_launch and c_lo - m_lo > tol and c_hi - m_hi > tol:
+            return [g + (ex + (hid - g if hid > g else 0.0))
+                    for g in [t0 + (lat + fq * float(x) / pc) * L + comm for x in dctx]]
         return self._decode_steps_scalar(n, dctx)[0]
 
     def decode_rows(self, n, dctx):
@@ -528,28 +575,37 @@ class CostModel:
         n = np.asarray(n, dtype=np.int64)
         dctx = np.asarray(dctx, dtype=np.int64)
         size = int(n.max()) + 1 if len(n) else 1
-        t0, f0, b0, tc0, tm0, bq, comm, over = (np.zeros(size) for _ in range(8))
+        t0, f0, b0, tc0, tm0, bq, comm, cpu, launch = (np.zeros(size) for _ in range(9))
         _, fq_d, qio, kv_tok, pc, bm, lat, L, _ = self._att
         a = ACT_BYTES
         for k in np.flatnonzero(np.bincount(n, minlength=size)).tolist():
-            t, tc, tm, fl, nb, cm = self._fixed(k, k)
+            Tg, graphed = self._graphed(k, True)
+            t, tc, tm, fl, nb, cm = self._fixed(Tg, k)
             t0[k], f0[k], b0[k], tc0[k], tm0[k], bq[k] = t, fl, nb, tc, tm, a * k * qio
-            comm[k], over[k] = cm, self._overhead_s(k)
+            comm[k], cpu[k] = cm, self._overhead_s(k, k)
+            launch[k] = 0.0 if graphed else self._launch_s
         f = fq_d * dctx.astype(np.float64)
         b = kv_tok * dctx + bq[n]
         c = f / pc
         m = b / bm
         at = lat + np.where(c > m, c, m)
         g = self.tp
-        return (t0[n] + at * L + comm[n] + over[n], (f0[n] + f * L) * g, (b0[n] + b * L) * g,
-                tc0[n] + c * L >= tm0[n] + m * L)
+        # _finish, elementwise (a graphed step's launch is 0, which no GPU time is below)
+        gpu = t0[n] + at * L + comm[n]
+        ln = launch[n]
+        gpu = np.where(gpu > ln, gpu, ln)
+        hid = self.overlap * cpu[n]
+        vis = (cpu[n] - hid) + np.where(hid > gpu, hid - gpu, 0.0)
+        return (gpu + vis, (f0[n] + f * L) * g, (b0[n] + b * L) * g, tc0[n] + c * L >= tm0[n] + m * L)
 
     def _decode_steps_scalar(self, n: int, dctx):
         """``decode_steps`` as lists, one step at a time (the same arithmetic)."""
-        t0, tc0, tm0, f0, b0, comm = self._fixed(n, n)
+        Tg, graphed = self._graphed(n, True)
+        t0, tc0, tm0, f0, b0, comm = self._fixed(Tg, n)
         _, fq, qio, kv_tok, pc, bm, lat, L, _ = self._att
         bq = ACT_BYTES * n * qio
-        over = self._overhead_s(n)
+        cpu = self._overhead_s(n, n)
+        finish = self._finish
         g = self.tp
         times, flops, nbytes, comp = [], [], [], []
         for x in dctx:
@@ -559,7 +615,7 @@ class CostModel:
             c = f / pc
             m = b / bm
             at = lat + (c if c > m else m)
-            times.append(t0 + at * L + comm + over)
+            times.append(finish(t0 + at * L + comm, cpu, graphed)[0])
             flops.append((f0 + f * L) * g)
             nbytes.append((b0 + b * L) * g)
             comp.append(tc0 + c * L >= tm0 + m * L)
@@ -567,20 +623,22 @@ class CostModel:
 
     def step_time_reference(self, batch: Batch) -> StepCost:
         """``step_time`` without memoization: the plain sum over ``_ops`` (tests compare them), in
-        the canonical order (every operator but attention, then attention)."""
+        the canonical order (every operator but attention, then attention), of the step's tokens
+        padded as its CUDA graph runs them."""
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
-        ops = list(self._ops(batch))
+        Tg, graphed = self._graphed(T, batch.prefill_tokens == 0)
+        ops = list(self._ops(batch, Tg))
         acc = _add_ops(_ZERO, (op[1:] for op in ops if op[0] != "attention"))
         t, tc, tm, flops, nbytes = _add_ops(acc, (op[1:] for op in ops if op[0] == "attention"))
         comm = 0.0
         if self.tp > 1 or self.pp > 1:
-            for _, x in self._comm(T):
+            for _, x in self._comm(Tg):
                 comm += x
-        over = self._overhead_s(batch.num_seqs)
+        time_s, over = self._finish(t + comm, self._overhead_s(batch.num_seqs, batch.num_tokens), graphed)
         g = self.tp  # per-GPU figures -> replica totals (PP stages split the layers, not the work)
-        return StepCost(t + comm + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
+        return StepCost(time_s, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
                         tc, tm, comm, over)
 
     def stage_layers(self) -> list:
@@ -627,7 +685,7 @@ class CostModel:
         p = self.pp
         if p == 1:
             return [cost.time_s - cost.overhead_s]
-        T = batch.num_tokens + batch.padding_tokens
+        T = self._graphed(batch.num_tokens + batch.padding_tokens, batch.prefill_tokens == 0)[0]
         g = self.gpu
         send = send_time_s(ACT_BYTES * T * self.model.hidden_size, g.link_bw_bytes_per_s, g.link_latency_s,
                            self.eff.send_recv)
@@ -641,15 +699,25 @@ class CostModel:
         return out
 
     def breakdown(self, batch: Batch) -> dict[str, OpCost]:
-        """Per-operator totals over all layers of one step (for ``servesim cost``)."""
+        """Per-operator totals over all layers of one step (for ``servesim cost``): the operators
+        and communication at the tokens the step's CUDA graph runs, ``launch`` (the time a step
+        without a graph waits for the CPU's kernel launches beyond its kernels) when there is any,
+        and ``overhead``, the CPU work not hidden under the GPU."""
         T = batch.num_tokens + batch.padding_tokens
+        Tg, graphed = self._graphed(T, batch.prefill_tokens == 0)
         ops = {}
+        gpu = 0.0
         if T:
-            for name, t, f, b, c, m in self._ops(batch):
+            for name, t, f, b, c, m in self._ops(batch, Tg):
                 ops[name] = OpCost(t, f * self.tp, b * self.tp, "compute" if c >= m else "memory")
-        for name, x in self._comm(T):
+                gpu += t
+        for name, x in self._comm(Tg):
             ops[name] = OpCost(x, 0.0, 0.0, "comm")
-        ops["overhead"] = OpCost(self._overhead_s(batch.num_seqs), 0.0, 0.0, "overhead")
+            gpu += x
+        _, vis = self._finish(gpu, self._overhead_s(batch.num_seqs, batch.num_tokens), graphed)
+        if not graphed and self._launch_s > gpu:  # (as _finish: the GPU waits for the launches)
+            ops["launch"] = OpCost(self._launch_s - gpu, 0.0, 0.0, "overhead")
+        ops["overhead"] = OpCost(vis, 0.0, 0.0, "overhead")
         return ops
 
     # ------------------------------------------------------------------ derived rates

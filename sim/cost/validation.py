@@ -16,7 +16,7 @@ message-size range; ``overhead`` the per-step CPU time, from
 
 from __future__ import annotations
 
-from servesim.cost.efficiency import V0_PER_SEQ_OVERHEAD_S, V0_STEP_OVERHEAD_S, Efficiencies, OverheadFit
+from servesim.cost.efficiency import Efficiencies, OverheadFit
 from servesim.cost.comm import SIZE_RANGES, collective_time_np
 from servesim.cost.fitting import (COMM_FIT_FAMILIES, attention_points, attention_time_np, comm_data, comm_points,
                                    cpu_points, gemm_dims, gemm_points, gemm_time_np, mem_points, mem_time_np,
@@ -130,9 +130,13 @@ def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: in
         rows += comm_rows(fam, pc, yc, data[0], n, size)
         points[fam] = (yc, pc)
     if profiles.cpu:
-        # per-step CPU overhead by batch size; without a fit, the v0 figures the engine would use
+        # per-step CPU overhead by batch size; without a fit, the default engine profile's figures
+        # (the CPU work before any overlap with the GPU), which a run would use
+        from servesim.cost.engines import DEFAULT_ENGINE, PROFILES
+
         B, T, yo, mo = cpu_points(profiles.cpu)
-        fit = eff.overhead or OverheadFit((1,), (V0_STEP_OVERHEAD_S,), (V0_PER_SEQ_OVERHEAD_S,))
+        p = PROFILES[DEFAULT_ENGINE]
+        fit = eff.overhead or OverheadFit((1,), (p.step_s,), (p.per_seq_s,))
         po = overhead_time_np(B, T, fit)
         rows += _err_rows("overhead", po, yo, [(m, int(t)) for m, t in zip(mo, T)], B)
         points["overhead"] = (yo, po)

@@ -683,11 +683,20 @@ class Slo:
 
 @dataclass(frozen=True)
 class Cost:
-    step_overhead_s: Optional[float] = _f(None, ge=0, doc="fixed per-step CPU time: scheduling, launch, "
-                                                         "sampling; None: the calibration's fit if it has "
-                                                         "one, else 0.002")
+    engine: str = _f("vllm-v1", doc="engine profile (sim/cost/engines.py): per-step CPU overhead and its overlap "
+                                    "with the GPU, CUDA graphs, the API server's time per request")
+    step_overhead_s: Optional[float] = _f(None, ge=0, doc="fixed per-step CPU time: scheduling, input preparation, "
+                                                         "sampling; None: the calibration's fit if it has one, "
+                                                         "else the engine profile's")
     per_seq_overhead_s: Optional[float] = _f(None, ge=0, doc="per-step CPU time per scheduled sequence; None: "
-                                                            "the calibration's fit if it has one, else 1e-5")
+                                                            "the calibration's fit if it has one, else the profile's")
+    per_token_overhead_s: Optional[float] = _f(None, ge=0, doc="per-step CPU time per scheduled token; None: the "
+                                                              "engine profile's")
+    overhead_overlap: Optional[float] = _f(None, ge=0, le=1, doc="share f of the CPU work that runs while the GPU "
+                                                                "works: step = gpu + (1 - f) cpu + max(0, f cpu - "
+                                                                "gpu); None: the engine profile's")
+    api_server: bool = _f(True, doc="add the profile's API-server time to TTFT and E2E (client-side latencies); "
+                                    "false: the engine's own")
     allreduce: Optional[Literal["custom", "nccl"]] = _f(
         None, doc="TP all-reduce inside the GPU's NVLink domain: custom (the engine's one-/two-shot kernels up to "
                   "8 MiB where faster, as vLLM, SGLang and TensorRT-LLM run them) or nccl (NCCL alone, e.g. HF eager); "
@@ -698,6 +707,11 @@ class Cost:
                                            "or a folder of mlp.csv files): price the per-layer kernels of this "
                                            "model and TP from its measured times (sim/cost/measured.py); "
                                            "None: the calibrated roofline")
+
+    def check(self, path):
+        from servesim.cost.engines import get_profile
+
+        get_profile(self.engine, f"{path}.engine")
 
 
 @dataclass(frozen=True)

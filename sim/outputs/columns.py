@@ -11,7 +11,7 @@ from __future__ import annotations
 
 REQUEST_COLUMNS = ("request_id", "arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens",
                    "output_tokens", "replica", "status", "preemptions", "reason", "decode_replica",
-                   "kv_transfer_s", "prefix_hit_tokens", "class")
+                   "kv_transfer_s", "prefix_hit_tokens", "api_s", "class")
 STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "prefill_tokens", "decode_tokens",
                 "context_tokens", "flops", "bytes", "bound", "kv_blocks_used", "padding_tokens")
 INT_COLUMNS = frozenset({"request_id", "prompt_tokens", "output_tokens", "replica", "preemptions", "decode_replica",

@@ -40,20 +40,22 @@ SMALL_BATCH = 0.25  # of max_num_seqs
 
 def comm_seconds(steps: dict, cost_models: list) -> np.ndarray:
     """Communication seconds of each step (``cost_models[replica]``): the cost model's TP all-reduce
-    and PP send time at the step's token count (prefill + decode + padding)."""
+    and PP send time at the step's token count (prefill + decode + padding), as its CUDA graph
+    runs it (padded up to a capture size; decode-only steps told apart by a negative key)."""
     n = len(steps["duration_s"])
     out = np.zeros(n)
     if not n:
         return out
     tokens = steps["prefill_tokens"] + steps["decode_tokens"] + steps["padding_tokens"]
+    key = np.where(steps["prefill_tokens"] == 0, -tokens, tokens)
     rep = steps["replica"]
     for r in np.unique(rep):
         cm = cost_models[int(r)]
         if cm.tp == 1 and cm.pp == 1:
             continue
         sel = rep == r
-        uniq, inv = np.unique(tokens[sel], return_inverse=True)
-        per = np.array([sum(x for _, x in cm._comm(int(t))) for t in uniq])
+        uniq, inv = np.unique(key[sel], return_inverse=True)
+        per = np.array([sum(x for _, x in cm._comm(cm._graphed(abs(int(k)), k <= 0)[0])) for k in uniq])
         out[sel] = per[inv]
     return out
 

@@ -4,7 +4,8 @@ is over (``request_columns``, ``step_columns``, ``tbt_sample``). The recorder kn
 cost models: the fast engine's runs of decode steps are recorded by their step ends and batch
 sizes, and their durations, FLOPs, bytes and bounds are priced by the caller's ``price_runs``
 when the step columns are built. Metrics and the summary are made from the columns elsewhere
-(``metrics``, ``summary``).
+(``metrics``, ``summary``). With an engine profile's API server, ``first_token_s`` and
+``finish_s`` are made client-side after the run (``servesim.simulation.add_api_server``).
 """
 
 from __future__ import annotations

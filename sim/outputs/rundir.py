@@ -9,8 +9,9 @@ Derived series (all seconds of simulated time):
 - queue length per replica over time, derived from requests: waiting = arrived - scheduled,
   running = scheduled - finished (a preempted request that goes back to the queue still counts
   as running here: requests.csv keeps only its first scheduling time);
-- the TTFT breakdown: queueing (arrival -> first scheduled) and prefill (the rest of TTFT: the
-  prefill steps, and with chunked prefill the steps between its chunks), plus the P/D split's KV
+- the TTFT breakdown: queueing (arrival -> first scheduled), prefill (the rest of the engine's TTFT:
+  the prefill steps, and with chunked prefill the steps between its chunks) and the API server's
+  delay of the first token (client-side TTFT; ``summary.json`` ``cost``), plus the P/D split's KV
   transfer (the ``kv_transfer_s`` requests column: first token -> KV on the decode replica, so it
   delays the second token, not the first; 0 without the column);
 - with a P/D split a request runs on its prefill replica until its KV has been handed off, then
@@ -229,15 +230,24 @@ class RunData:
             return self.tbt_s if self.tbt_s is not None else np.zeros(0)
         return metrics.latency_samples(self.requests, metric)
 
+    def api_request_s(self) -> float:
+        """The API server's delay of each first token (the engine profile's ``api_request_s``, in
+        ``summary.json`` ``cost``; 0 without one): the client-side TTFT less the engine's."""
+        cost = self.summary.get("cost") or {}
+        entry = next(iter(cost.values()), {}) if cost else {}
+        return float((entry.get("api_server") or {}).get("request_s", 0.0))
+
     def ttft_breakdown(self) -> dict:
-        """Mean seconds of queueing, prefill compute and KV transfer in TTFT (completed requests)."""
+        """Mean seconds of queueing, prefill compute, the API server (client-side TTFT) and KV
+        transfer in TTFT (completed requests)."""
         r, d = self.requests, self.done
         if not d.any():
-            return {"queueing": 0.0, "prefill": 0.0, "transfer": 0.0}
+            return {"queueing": 0.0, "prefill": 0.0, "api": 0.0, "transfer": 0.0}
         ttft = metrics.ttft_s(r)[d]
         queue = metrics.queue_s(r)[d]
+        api = self.api_request_s()
         transfer = np.nan_to_num(r["kv_transfer_s"][d].astype(float)) if "kv_transfer_s" in r else np.zeros(d.sum())
-        return {"queueing": float(queue.mean()), "prefill": float((ttft - queue).mean()),
+        return {"queueing": float(queue.mean()), "prefill": float((ttft - queue).mean()) - api, "api": api,
                 "transfer": float(transfer.mean())}
 
     # ------------------------------------------------------------ pools and replicas
@@ -315,8 +325,11 @@ class RunData:
         if "decode_replica" in r:
             handed = (r["decode_replica"] >= 0) & (r["decode_replica"] != r["replica"])
         transfer = np.nan_to_num(r["kv_transfer_s"].astype(float)) if "kv_transfer_s" in r else np.zeros(len(mine))
-        # on this replica a request runs until it finishes, or until its KV has left (P/D hand-off)
-        leaves = np.where(handed, r["first_token_s"] + transfer, r["finish_s"])
+        # on this replica a request runs until it finishes, or until its KV has left (P/D hand-off);
+        # the engine's times (the API server's delay of the client-side ones taken off)
+        api = np.nan_to_num(r["api_s"].astype(float)) if "api_s" in r else 0.0
+        fin = r["finish_s"] - api
+        leaves = np.where(handed, r["first_token_s"] - self.api_request_s() + transfer, fin)
         arr = np.sort(r["arrival_s"][mine])
         sch = r["scheduled_s"][mine]
         starts = [sch[~np.isnan(sch)]]
@@ -324,7 +337,7 @@ class RunData:
         if "decode_replica" in r:  # requests handed to this replica run from hand-off to finish
             inbound = handed & (r["decode_replica"] == replica)
             starts.append(leaves[inbound][~np.isnan(leaves[inbound])])
-            ends.append(r["finish_s"][inbound][~np.isnan(r["finish_s"][inbound])])
+            ends.append(fin[inbound][~np.isnan(fin[inbound])])
         sch = np.sort(starts[0])
         started = np.sort(np.concatenate(starts))
         fin = np.sort(np.concatenate(ends))

@@ -23,7 +23,7 @@ import numpy as np
 from servesim.core.batch import synthetic_batch
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
-from servesim.cost.efficiency import step_overheads
+from servesim.cost.engines import cost_model_for
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import read_yaml, scenario_from_dict
@@ -58,9 +58,7 @@ class Lesson:
 def cost_model(model, gpu: str, kv_dtype: str = "bf16", tp: int = 1) -> CostModel:
     m = get_model(model) if isinstance(model, str) else model
     g = get_gpu(gpu)
-    eff = efficiencies_for(g, "auto")
-    step_s, per_seq_s, _ = step_overheads(eff, tp)
-    return CostModel(m, g, tp=tp, kv_dtype=kv_dtype, step_overhead_s=step_s, per_seq_overhead_s=per_seq_s, eff=eff)
+    return cost_model_for(m, g, efficiencies_for(g, "auto"), tp, kv_dtype=kv_dtype)[0]
 
 
 def lesson_scenario(seed: int | None, name: str, overrides: dict | None = None, scale: float = 1.0):

@@ -1,0 +1,314 @@
+"""Engine profiles (``cost.engine``): what a serving engine adds to its kernels' time, and what its
+API server adds to the latencies a client measures.
+
+A profile bundles, for one engine:
+
+* **Per-step CPU work** (scheduling, input preparation, sampling, output processing):
+  ``cpu = step_s + per_seq_s x sequences + per_token_s x tokens``, of which the share ``overlap``
+  runs while the GPU works (the next step scheduled during this one: vLLM V1's async scheduling,
+  TensorRT-LLM's and SGLang's overlap schedulers) and shows only where it outlasts the GPU's step;
+  the rest is on the critical path:
+  ``step = gpu + (1 - overlap) x cpu + max(0, overlap x cpu - gpu)`` (0: a synchronous loop,
+  ``gpu + cpu``; 1: ``max(gpu, cpu)``). A step's reported ``overhead_s`` is that visible part.
+* **CUDA graphs**: which steps replay a captured graph (``graphs``: ``all`` steps up to the
+  largest capture size, as vLLM V1's piecewise graphs; ``decode``-only steps; ``none``), the
+  capture sizes (a graphed step's token count is padded up to the next size: the linear layers,
+  norms and activations run the padded tokens; attention and the LM head only the real ones),
+  and a step without a graph paying the CPU's kernel launches: ``gpu = max(kernels, layers x
+  eager_layer_s)`` (the CPU launching a layer's kernels one by one paces the GPU when the kernels
+  are shorter than the launches).
+* **Async scheduling**: the next step is scheduled while this one runs, so a request that arrives
+  during a step joins the step after the next (``Replica``'s ``async_scheduling``).
+* **Kernel efficiency** where the engine's kernels differ from the calibrated ones
+  (``attention_scale``: multiplies the attention compute and memory efficiencies).
+* **The API server** (HTTP, tokenization, detokenization, streaming): ``api_request_s`` delays a
+  request's first token and everything after it, ``api_per_token_s`` each later token; the run's
+  TTFT and E2E are then client-side (``requests.csv`` ``api_s``, ``summary.json``
+  ``api_server_s``).
+
+Every number has its source next to it. Rows of ``/work/notes/engine_profiles.md`` (a research
+memo of the sources, with the arithmetic of the derived rows) are cited by their IDs (V0-6a,
+V1-8, ...). The vLLM V1 figures that no publication gives are fitted to measured runs
+(``tools/calibrate_vllm_h100.py``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from servesim.errors import InputError, did_you_mean
+
+DEFAULT_ENGINE = "vllm-v1"
+
+
+# ---------------------------------------------------------------- CUDA-graph capture sizes
+def _vllm_v1_sizes(max_num_seqs: int, tp: int) -> tuple:
+    """vLLM V1 (``vllm/config/compilation.py``, V1-8): ``[1, 2, 4] + range(8, 256, 8) +
+    range(256, max + 1, 16)`` with ``max_cudagraph_capture_size = min(2 x max_num_seqs, 512)``
+    (sizes above it dropped); the batch's scheduled tokens are padded to the next size."""
+    top = min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
+    return tuple(s for s in sizes if s <= top)
+
+
+def _vllm_v0_sizes(max_num_seqs: int, tp: int) -> tuple:
+    """vLLM V0 (``model_runner.py``, V0-9): ``_BATCH_SIZES_TO_CAPTURE = [1, 2, 4] + [8 i]``,
+    captured up to the size ``max_num_seqs`` pads to (``_get_graph_batch_size``); decode-only."""
+    sizes = [1, 2, 4]
+    while sizes[-1] < max_num_seqs:
+        sizes.append(8 * (len(sizes) - 2))
+    return tuple(sizes)
+
+
+def _trt_llm_sizes(max_num_seqs: int, tp: int) -> tuple:
+    """TensorRT-LLM LLM API with ``enable_padding`` (T-2: ``[1, 2, 4] + 8..128 step 8``; 128 is the
+    default largest graph batch); generation (decode) steps only."""
+    return tuple([1, 2, 4] + list(range(8, 129, 8)))
+
+
+def _sglang_sizes(max_num_seqs: int, tp: int) -> tuple:
+    """SGLang (``server_args.py``, S-3/S-4): ``[1, 2, 4, 8, 12] + 16..256 step 8 + 272..<512 step 16 +
+    512..max step 32``, ``cuda_graph_max_bs`` 256 below TP 4 and 512 from TP 4 (H100 defaults of
+    recent versions); decode steps only, padded."""
+    top = 256 if tp < 4 else 512
+    sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, top + 1, 32))
+    return tuple(s for s in sizes if s <= top)
+
+
+# ---------------------------------------------------------------- profiles
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine's step-time and API-server figures (see the module docstring)."""
+
+    name: str
+    summary: str  # one line for ``servesim validate`` and the README
+    step_s: float
+    per_seq_s: float
+    per_token_s: float
+    overlap: float
+    graphs: str  # "all" | "decode" | "none"
+    capture_sizes: Callable[[int, int], tuple] | None  # (max_num_seqs, tp) -> sizes, ascending
+    eager_layer_s: float
+    api_request_s: float
+    api_per_token_s: float
+    # the next step is scheduled while this one runs: an arrival during a step waits for the
+    # decision after the next (``Replica``'s ``async_scheduling``)
+    async_scheduling: bool = False
+    attention_scale: tuple = (1.0, 1.0)  # (compute, memory) multipliers of the attention efficiencies
+
+
+# Launch-bound time per layer of a step run without a CUDA graph (vLLM's PyTorch model code,
+# eager): Llama-3.1-8B decode at batch 1 on H100 takes 8.4 ms eager against 5.1 ms with graphs
+# (H-5); the eager step is the CPU's launch time, 8.4 ms / 32 layers = 0.26 ms per layer. (An early
+# vLLM prototype, V0-13, gives 12 ms per token eager for Llama-2-7B at batch 1, 0.38 ms a layer
+# with its scheduler included.)
+_VLLM_EAGER_LAYER_S = 0.26e-3
+
+# vLLM V1 above the largest capture size runs its torch.compile'd layers without a graph: fewer,
+# fused kernels. Per launched kernel ~17 us: full graphs cut 7% (0.53 ms over 32 layers) of Llama-8B's
+# 7.63 ms TPOT against piecewise graphs, whose attention (1 kernel per layer) launches eagerly
+# (V1-10, V1-10a); x 10 kernels per compiled Llama layer (fused add+RMSNorm, QKV GEMM, rotary, KV
+# write, attention, O GEMM, fused add+RMSNorm, gate/up GEMM, SiLU-and-mul, down GEMM).
+_VLLM_V1_COMPILED_LAYER_S = 10 * 17e-6
+
+# --- vLLM V1. Its per-step CPU work has no published figure (V1-16); it does the phases Vidur
+# measured in a vLLM V0-era runtime (schedule, prepare inputs, sample, process outputs: 2.0 ms per
+# step + 171 us per sequence, V0-6a) and moved the per-sequence part out of the engine's loop
+# (persistent batch; detokenization in the API server's process: V1-1, V1-4). So: the fixed
+# 2.0 ms, no per-sequence term, and the share of it that overlaps the GPU fitted, with the API
+# server's time, by tools/calibrate_vllm_h100.py to measured vLLM v0.15.1 serving Llama-2-7B on
+# one H100-SXM (inference-perf runs general / codegen / roleplay: 33,000 requests replayed with
+# their arrivals and lengths, 5 load stages from 5 to 20 req/s; data from inference-sim/training
+# c4f0340, ../shared/data/vllm-h100). Fitted in two stages, jointly over the three runs: overlap
+# from mean TPOT (0.75: 0.5 ms of each step on the critical path; 0.7-0.8 when one run is left
+# out), then the API server from mean TTFT and E2E (6.8 ms per request, 6.8-6.9 leaving one run
+# out; per output token 0, 0-8 us). Mean TTFT / TPOT / E2E within 8% / 2% / 2% on every run and
+# stage (README, "Engine profiles"). These runs cannot tell the CPU work from its overlap: only
+# (1 - overlap) x 2 ms shows while the GPU's step is longer than the overlapped part (6.5 ms and
+# more here); a visible per-sequence term above ~3 us is excluded (it breaks the 20 req/s stage).
+_V1_STEP_S = 2.0e-3
+_V1_PER_SEQ_S = 0.0
+_V1_OVERLAP = 0.75
+_V1_API_REQUEST_S = 6.8e-3
+_V1_API_PER_TOKEN_S = 0.0
+
+
+# What engines without a published figure of their own borrow from vLLM V1's fit: the API server's
+# time (V1-17: no engine publishes it) and, for the overlap schedulers (no published per-step CPU
+# time: TensorRT-LLM T-5, SGLang), the CPU work, fully overlapped (the next step scheduled while
+# this one runs: one step of lag, as vLLM V1's async scheduling)
+_V1_API = {"api_request_s": _V1_API_REQUEST_S, "api_per_token_s": _V1_API_PER_TOKEN_S}
+_OVERLAP_SCHEDULER = {"step_s": _V1_STEP_S, "per_seq_s": _V1_PER_SEQ_S, "per_token_s": 0.0, "overlap": 1.0,
+                      "graphs": "decode", "async_scheduling": True, **_V1_API}
+
+
+PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
+    EngineProfile(
+        name="vllm-v1",
+        summary="vLLM V1 (v0.8+): async scheduling overlapped with the GPU, CUDA graphs for every step up to "
+                "min(2 x max_num_seqs, 512) tokens, API server in its own process",
+        # per-step CPU and its overlap: fitted (no published per-step figure for V1, V1-16); async
+        # scheduling runs the scheduler one step ahead (V1-11, default-on since PR #27614)
+        step_s=_V1_STEP_S, per_seq_s=_V1_PER_SEQ_S, per_token_s=0.0, overlap=_V1_OVERLAP,
+        graphs="all", capture_sizes=_vllm_v1_sizes, eager_layer_s=_VLLM_V1_COMPILED_LAYER_S,
+        # the API server's time per request and per output token: fitted (not published, V1-17)
+        api_request_s=_V1_API_REQUEST_S, api_per_token_s=_V1_API_PER_TOKEN_S,
+        # PR #19970: the scheduler runs one step ahead; default-on since PR #27614 (V1-11)
+        async_scheduling=True),
+    EngineProfile(
+        name="vllm-v0",
+        summary="vLLM V0 (v0.2-v0.5): synchronous Python scheduler and output processing, CUDA graphs for "
+                "decode-only batches, eager prefill",
+        # Vidur's profile of its vLLM-based runtime (Llama-2-7B, A100, batch 8-64: schedule,
+        # prepare inputs, sampler, process outputs; means), fitted 2.0 ms + 171 us per sequence
+        # (V0-6, V0-6a). It reproduces the v0.6 blog's split for v0.5.3 (V0-1: GPU 38% of the time,
+        # so CPU ~1.6 x GPU): Llama-3-8B at batch 64 on H100, ~8 ms of GPU against 2 + 0.171 x 64 =
+        # 12.9 ms of CPU. Synchronous (V0-1, V0-3): overlap 0.
+        step_s=2.0e-3, per_seq_s=171e-6, per_token_s=0.0, overlap=0.0,
+        graphs="decode", capture_sizes=_vllm_v0_sizes, eager_layer_s=_VLLM_EAGER_LAYER_S,
+        # the same OpenAI-compatible FastAPI front end; its per-step share sits in step_s (in the
+        # engine's process before v0.6, V0-1); per request: vLLM V1's fit (no V0 figure)
+        **_V1_API),
+    EngineProfile(
+        name="trt-llm",
+        summary="TensorRT-LLM (PyTorch backend): overlap scheduler, CUDA graphs for generation batches up to 128, "
+                "padded",
+        # overlap scheduler on by default: step n + 1 launched before step n's CPU work is done (T-1)
+        capture_sizes=_trt_llm_sizes, eager_layer_s=_VLLM_V1_COMPILED_LAYER_S, **_OVERLAP_SCHEDULER),
+    EngineProfile(
+        name="sglang",
+        summary="SGLang: overlap (zero-overhead) scheduler, CUDA graphs for decode batches up to 256 (512 at TP 4+), "
+                "padded; eager prefill",
+        # overlap scheduler: "the scheduler runs one batch ahead" (S-1)
+        capture_sizes=_sglang_sizes, eager_layer_s=_VLLM_EAGER_LAYER_S, **_OVERLAP_SCHEDULER),
+    EngineProfile(
+        name="hf-eager",
+        summary="Hugging Face transformers generate(), eager PyTorch: no CUDA graphs, a growing (torch.cat) KV "
+                "cache, no API server",
+        # the Python loop's own per-step work is inside the launch-bound layer time (H-1 measures
+        # whole tokens)
+        step_s=0.0, per_seq_s=0.0, per_token_s=0.0, overlap=0.0,
+        # plain eager PyTorch Llama-2-7B decodes 25.5 tok/s at batch 1 on A100 ("heavily CPU
+        # overhead bound", H-1); with CUDA graphs 104.9 tok/s (H-2): the eager token is the
+        # CPU's launches, 39.2 ms / 32 layers = 1.2 ms per layer
+        graphs="none", capture_sizes=None, eager_layer_s=39.2e-3 / 32,
+        api_request_s=0.0, api_per_token_s=0.0,  # offline generate(): no server
+        # DynamicCache (the default) appends each step's K and V with torch.cat
+        # (transformers src/transformers/cache_utils.py, DynamicLayer.update): every step reads the
+        # whole cache and writes it again besides attention's read, 3x the KV bytes; the prefill
+        # runs PyTorch SDPA (flash kernels), so the compute efficiency stays
+        attention_scale=(1.0, 1.0 / 3.0)),
+)}
+
+
+def get_profile(name: str, where: str = "cost.engine") -> EngineProfile:
+    """The profile called ``name``; an ``InputError`` naming ``where``, the valid names and the
+    closest one otherwise."""
+    if name not in PROFILES:
+        raise InputError(f"{where}: {name!r} is not an engine profile;{did_you_mean(name, PROFILES)}")
+    return PROFILES[name]
+
+
+# ---------------------------------------------------------------- a pool's resolved figures
+@dataclass(frozen=True)
+class EngineSetup:
+    """What one pool's steps are priced with: the profile's figures after the scenario's overrides
+    and a calibration's measured overhead, with where the overhead came from."""
+
+    profile: EngineProfile
+    step_s: float
+    per_seq_s: float
+    per_token_s: float
+    overlap: float
+    overhead_source: str
+    graph_sizes: tuple  # capture sizes, ascending; () = no CUDA graphs
+    graph_mixed: bool  # graphs also for steps with prefill tokens (vLLM V1's piecewise graphs)
+    eager_layer_s: float
+    api_request_s: float  # 0 when the scenario turns the API server off
+    api_per_token_s: float
+    async_scheduling: bool
+
+    def cost_model_kwargs(self) -> dict:
+        """The ``CostModel`` fields this setup fixes."""
+        return {"step_overhead_s": self.step_s, "per_seq_overhead_s": self.per_seq_s,
+                "per_token_overhead_s": self.per_token_s, "overlap": self.overlap, "graph_sizes": self.graph_sizes,
+                "graph_mixed": self.graph_mixed, "eager_layer_s": self.eager_layer_s}
+
+    def scale_efficiencies(self, eff):
+        """``eff`` with the profile's attention scale applied (the same object when it has none)."""
+        sc, sm = self.profile.attention_scale
+        if (sc, sm) == (1.0, 1.0):
+            return eff
+        a = eff.attention
+        return replace(eff, attention=replace(a, compute=a.compute * sc, memory=a.memory * sm),
+                       source=f"{eff.source}; attention x ({sc:.3g}, {sm:.3g}) for {self.profile.name}")
+
+    def api_s(self, output_tokens):
+        """The API server's time added to a request's finish (a number, or numpy arrays
+        elementwise): ``api_request_s`` + ``api_per_token_s`` x (output tokens - 1)."""
+        return self.api_request_s + self.api_per_token_s * (output_tokens - 1)
+
+    def describe(self) -> dict:
+        """``summary.json`` ``cost.<pool>``: the engine and the figures its steps used."""
+        return {"engine": self.profile.name,
+                "overhead": {"step_s": self.step_s, "per_seq_s": self.per_seq_s, "per_token_s": self.per_token_s,
+                             "overlap": self.overlap, "source": self.overhead_source},
+                "cuda_graphs": {"steps": "none" if not self.graph_sizes else ("all" if self.graph_mixed else "decode"),
+                                "max_tokens": self.graph_sizes[-1] if self.graph_sizes else 0,
+                                "sizes": len(self.graph_sizes), "eager_layer_s": self.eager_layer_s},
+                "async_scheduling": self.async_scheduling,
+                "api_server": {"request_s": self.api_request_s, "per_output_token_s": self.api_per_token_s}}
+
+
+def resolve(name: str, eff, tp: int, max_num_seqs: int, cost=None, where: str = "cost.engine") -> EngineSetup:
+    """A pool's ``EngineSetup``: the profile ``name`` at ``tp`` and ``max_num_seqs``. Each
+    per-step figure is ``cost``'s (the scenario's ``cost`` section) where it sets one, else the
+    calibration's measured overhead (``eff.overhead`` at ``tp``) for the fixed and per-sequence
+    figures, else the profile's."""
+    p = get_profile(name, where)
+    fit = eff.overhead.at(tp) if eff.overhead is not None else None
+    given = {} if cost is None else {"step": cost.step_overhead_s, "seq": cost.per_seq_overhead_s,
+                                     "tok": cost.per_token_overhead_s}
+    figures, src = [], []
+    for key, k, own in (("step", 0, p.step_s), ("seq", 1, p.per_seq_s), ("tok", None, p.per_token_s)):
+        if given.get(key) is not None:
+            figures.append(float(given[key]))
+            src.append("scenario")
+        elif fit is not None and k is not None:
+            figures.append(fit[k])
+            src.append("calibration")
+        else:
+            figures.append(own)
+            src.append(f"engine {p.name}")
+    # the per-token figure is named only when the scenario sets it (no profile has one)
+    named = list(zip(src, ("step", "per sequence", "per token")))[:3 if src[2] == "scenario" else 2]
+    source = named[0][0] if len({s for s, _ in named}) == 1 else ", ".join(f"{s} ({what})" for s, what in named)
+    overlap = p.overlap if cost is None or cost.overhead_overlap is None else float(cost.overhead_overlap)
+    sizes = tuple(p.capture_sizes(max_num_seqs, tp)) if p.graphs != "none" else ()
+    api_on = cost is None or cost.api_server
+    return EngineSetup(p, figures[0], figures[1], figures[2], overlap, source, sizes, p.graphs == "all",
+                       p.eager_layer_s, p.api_request_s if api_on else 0.0, p.api_per_token_s if api_on else 0.0,
+                       p.async_scheduling)
+
+
+def cost_model_for(model, gpu, eff, tp: int = 1, engine: str = DEFAULT_ENGINE, max_num_seqs: int = 256, cost=None,
+                   where: str = "cost.engine", **kw):
+    """(``CostModel``, ``EngineSetup``) of ``model`` on ``gpu`` priced as engine ``engine`` runs it
+    (``kw``: the other ``CostModel`` fields: pp, dtype, kv_dtype, measured)."""
+    from servesim.cost.roofline import CostModel
+
+    eng = resolve(engine, eff, tp, max_num_seqs, cost, where)
+    return CostModel(model, gpu, tp=tp, eff=eng.scale_efficiencies(eff), **eng.cost_model_kwargs(), **kw), eng
+
+
+def padded_tokens(sizes: tuple, tokens: int) -> int | None:
+    """The capture size ``tokens`` pads to, or None above the largest."""
+    if not sizes or tokens > sizes[-1]:
+        return None
+    return sizes[bisect.bisect_left(sizes, tokens)]
+
+
+__all__ = ["DEFAULT_ENGINE", "EngineProfile", "EngineSetup", "PROFILES", "cost_model_for", "get_profile",
+           "padded_tokens", "resolve"]
