@@ -122,6 +122,47 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
     return ax
 
 
+def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = None,
+                    capacity: tuple | None = None):
+    """A capacity search over seeds: each seed's probes (p99 ``metric`` against the probed rate;
+    filled: met every limit, hollow: did not) as one thin line per seed, the SLO, and the capacity
+    (mean, 95% interval as a band).
+
+    ``data``: {seed: {"rate": [req/s], "p99": [s], "meets": [bool]}}; ``capacity``: (mean, half-width)
+    in req/s or None.
+    """
+    name = METRIC_NAMES.get(metric, metric)
+    color = "#1f77b4"
+    for i, (seed, d) in enumerate(data.items()):
+        order = np.argsort(d["rate"])
+        x = np.asarray(d["rate"], dtype=float)[order]
+        y = _ms(np.asarray(d["p99"], dtype=float)[order])
+        met = np.asarray(d["meets"], dtype=bool)[order]
+        ax.plot(x, y, "-", color=color, alpha=0.35, linewidth=1, label="each seed's probes (p99)" if i == 0 else None)
+        ax.plot(x[met], y[met], "o", color=color, markersize=4, label="met every limit" if i == 0 else None)
+        ax.plot(x[~met], y[~met], "o", markerfacecolor="none", color=color, markersize=4,
+                label="did not" if i == 0 else None)
+    if slo_s is not None:
+        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
+    if capacity is not None:
+        mean, half = capacity
+        if half and half == half:
+            ax.axvspan(mean - half, mean + half, color="#2ca02c", alpha=0.2, linewidth=0)
+        from servesim.outputs.intervals import Interval, format_interval
+
+        ax.axvline(mean, color="#2ca02c", linewidth=1.5,
+                   label=f"capacity {format_interval(Interval(mean, half if half else math.nan, 2), unit='req/s')}"
+                   + (" (band: 95% interval)" if half else ""))
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
+    ax.set_xlabel("probed rate: workload.arrival.rate_rps (req/s)")
+    ax.set_ylabel(f"p99 {name} (ms)")
+    ax.set_title(f"capacity probes: p99 {name}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left")
+    return ax
+
+
 def goodput_vs_load(data: dict, ax, colors: dict | None = None):
     """Goodput (completed within every SLO, req/s) against the scenario's rate, with the ideal: all
     that arrived, from the runs' ``offered`` (req/s that arrived) where given, else y = x.

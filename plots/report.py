@@ -161,6 +161,12 @@ class Context:
         if rate is None and first is not None:
             rate = ((first.scenario.get("workload") or {}).get("arrival") or {}).get("rate_rps")
         self.rate = rate
+        # the mean arrival rate when it is far from rate_rps (on_off: rate_rps is the burst rate)
+        offered = (first.summary.get("workload") or {}).get("offered_rps") if first is not None else None
+        self.offered = offered if offered and rate and abs(offered / rate - 1) > 0.2 else None
+        # one run: its policy in the title (several: their labels name them)
+        self.policy = ((first.scenario.get("policy") or {}).get("name") if first is not None and data["kind"] == "run"
+                       else None)
         self.gpus = gpu_counts(rows) if "label" in data["cols"] else {}
         for g, r in runs.items():
             self.gpus.setdefault(g, r.num_gpus())
@@ -175,7 +181,8 @@ class Context:
             for g, r in runs.items():
                 if g not in self.status:
                     self.status[g] = meets_slo(r.summary)
-        self.notes = caveats(rows, data["meta"]) if rows else []
+        self.notes = caveats(rows, data["meta"]) if rows else \
+            [w["message"] for r in runs.values() for w in r.summary.get("warnings") or ()]
         self.seeds = int(data["meta"].get("seeds") or 1)
 
     def label(self, g) -> str:
@@ -190,9 +197,13 @@ class Context:
         return [g for g in groups if g not in self.identical]
 
     def title(self, what: str, rate: bool = True) -> str:
-        parts = [what, f"{self.model} on {self.gpu}"]
+        counts = {n for n in self.gpus.values() if n}
+        each = f"{next(iter(counts))} x " if len(counts) == 1 else ""
+        parts = [what, f"{self.model} on {each}{self.gpu}" + (" each" if each and len(self.gpus) > 1 else "")]
+        if self.policy:
+            parts.append(f"policy {self.policy}")
         if rate and self.rate is not None:
-            parts.append(f"{self.rate:g} req/s")
+            parts.append(f"{self.rate:.3g} req/s" + (f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
         slo = _slo_text(self.ttft_slo, self.tpot_slo)
         if slo:
             parts.append(f"SLO {slo}")
@@ -420,7 +431,8 @@ def _build(path: Path, bar: Phases) -> Path:
         md += [f"One run of scenario `{s['scenario']}`: {_model_name(first.scenario)} on {first.num_gpus()} x "
                f"{_gpu_name(first.scenario)}, policy `{first.scenario.get('policy', {}).get('name')}`, "
                f"{s['num_requests']} requests"
-               + (f" at {ctx.rate:g} req/s" if ctx.rate is not None else "") + ".", ""]
+               + (f" at {ctx.rate:.3g} req/s" if ctx.rate is not None else "")
+               + (f" ({ctx.offered:.3g} arrived per second)" if ctx.offered else "") + ".", ""]
         md += _run_verdict(s)
     else:
         ran = sum(1 for r in data["rows"] if r["status"] == "ok")
@@ -460,7 +472,9 @@ def _build(path: Path, bar: Phases) -> Path:
         md.extend([f"### {title.split(' | ')[0]}", "", f"![{title}](figures/{name}.png)", "", sentence, ""])
         bar.step(name)
 
-    if data["rate"]:
+    if data["kind"] == "capacity" and len(data["groups"]) > 1:
+        _capacity_figure(path, data, ctx, add)
+    elif data["rate"]:
         _load_figures(data, ctx, dcolors, add)
     if runs:
         _run_figures(runs, ctx, dcolors, where, add, data["chosen"])
@@ -501,9 +515,7 @@ def _capacity_lines(path: Path) -> list:
     att = f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else ""
     iv = cap.get("interval")
     if isinstance(iv, dict) and cap.get("capacity_ci95_rps") is not None:
-        from servesim.outputs.intervals import Interval
-
-        ci = Interval(cap["capacity_rps"], cap["capacity_ci95_rps"], int(iv.get("seeds") or 0))
+        ci = _cap_interval(cap)
         text = (f"**Capacity: {format_interval(ci, unit='req/s')}** ({format_interval(ci.scaled(1 / cap['num_gpus']))}"
                 f" req/s per GPU, {gpus}) for `{cap['slo']}`{keep}{att}: the mean of {iv.get('seeds')} seeds' searches "
                 f"with its 95% Student-t interval (per seed: "
@@ -516,6 +528,33 @@ def _capacity_lines(path: Path) -> list:
             f"GPU, {gpus}) for `{cap['slo']}`{keep}{att}"
             + (f"; the check at {cap['check_above_rps']:.4g} req/s fails." if cap.get("check_above_rps") else ".")
             + " One seed: no interval.", ""]
+
+
+def _capacity_figure(path: Path, data: dict, ctx: Context, add) -> None:
+    """A capacity search over several seeds: every seed's probes, the SLO and the interval."""
+    cap = read_json_dict(path / "capacity.json", "capacity.json") if (path / "capacity.json").is_file() else {}
+    band = (cap["capacity_rps"], cap.get("capacity_ci95_rps")) if cap.get("capacity_rps") else None
+    metrics = [m for m, lim in (("ttft", ctx.ttft_slo), ("tpot", ctx.tpot_slo)) if lim is not None] or ["ttft"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.8), squeeze=False, sharex=True)
+    for m, ax in zip(metrics, axes[0]):
+        series = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
+                      "p99": [r[f"{m}_p99_s"] for r in rs if r["status"] == "ok"],
+                      "meets": [r.get("meets") in (True, "True") for r in rs if r["status"] == "ok"]}
+                  for g, rs in data["groups"].items()}
+        F.capacity_probes(series, ax, m, {"ttft": ctx.ttft_slo, "tpot": ctx.tpot_slo}[m], band)
+    n = len(data["groups"])
+    add("capacity_probes", ctx.title(f"Capacity search over {n} seeds", rate=False), fig,
+        f"Every probe of the {n} seeds' searches (a probe meets when every limit of `{cap.get('slo', '?')}` holds "
+        "and it keeps up); the capacity is the mean of the seeds' answers"
+        + (f", {format_interval(_cap_interval(cap), unit='req/s')} (95% interval)." if band else "."))
+
+
+def _cap_interval(cap: dict):
+    from servesim.outputs.intervals import Interval
+
+    half = cap.get("capacity_ci95_rps")
+    return Interval(cap["capacity_rps"], math.nan if half is None else half,
+                    int((cap.get("interval") or {}).get("seeds") or 1))
 
 
 def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
