@@ -340,9 +340,9 @@ def _verdict(data: dict, ctx: Context) -> list:
         by_rate.setdefault(r.get(RATE_KEY), []).append(r)
     per_gpu = len({v for v in ctx.gpus.values() if v}) > 1
     out = ["## Verdict", "",
-           "Ranked by goodput" + (" per GPU (the configurations use different numbers of GPUs)" if per_gpu else "")
-           + " (requests per second completed within the SLO"
+           "Ranked by goodput" + (" per GPU" if per_gpu else "") + " (requests per second completed within the SLO"
            + (f": {_slo_text(ctx.ttft_slo, ctx.tpot_slo)}" if _slo_text(ctx.ttft_slo, ctx.tpot_slo) else "")
+           + (", divided by the GPUs each configuration uses: they differ" if per_gpu else "")
            + "); a configuration meets the SLO when at least 90% of its requests are within it."
            + (" Ranks within overlapping intervals are not differences: see the paired differences below."
               if ctx.seeds > 1 else ""), ""]

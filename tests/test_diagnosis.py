@@ -158,3 +158,11 @@ def test_reasons_group_by_rule():
     a = "prompt + output - 1 = 300 tokens exceeds policy.max_num_batched_tokens=256 (x)"
     b = "prompt + output - 1 = 912 tokens exceeds policy.max_num_batched_tokens=256 (x)"
     assert reason_key(a) == reason_key(b) and "=256" in reason_key(a)
+
+
+def test_capacity_limits_in_the_wrong_unit_are_named():
+    from servesim.outputs.checks import limit_unit_warnings
+    from servesim.outputs.metrics import parse_slo
+
+    w = limit_unit_warnings(parse_slo("ttft_p99=500,tpot_p99=50ms,tbt_p99=20"))
+    assert [x["message"].split(" is ")[0] for x in w] == ["--slo ttft_p99=500", "--slo tbt_p99=20"]

@@ -107,9 +107,14 @@ def _limits_text(slo: dict, args) -> str:
 def cmd_capacity(args) -> int:
     from servesim.studies.capacity import CapacityOptions, SeedOptions, capacity_interval, find_capacity
 
+    from servesim.outputs.checks import limit_unit_warnings
+    from servesim.outputs.metrics import parse_slo
+
     ex = _executor(args)
     opts = CapacityOptions(args.attainment, args.probe_requests, args.probe_duration, args.start, args.tol,
                            args.max_probes, args.keep_up)
+    for w in limit_unit_warnings(parse_slo(args.slo)):  # before a search that could take minutes
+        print(f"warning: {w['message']}", file=sys.stderr)
     if args.seeds == 1:  # one search, no interval: the output of servesim before --seeds
         return _capacity_one_seed(find_capacity(args.scenario, args.slo, opts, args.out, args.set or [], args.seed,
                                                 ex), args)

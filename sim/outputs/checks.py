@@ -31,6 +31,19 @@ def slo_unit_warnings(slos) -> list:
     return out
 
 
+def limit_unit_warnings(slo: dict) -> list:
+    """The same check for ``servesim capacity --slo`` limits ({(metric, stat): seconds}): per-token
+    metrics (tpot, tbt) over ``TPOT_S_MAX``, the others over ``TTFT_S_MAX``."""
+    out = []
+    for (metric, stat), v in slo.items():
+        top = TPOT_S_MAX if metric in ("tpot", "tbt") else TTFT_S_MAX
+        if v > top:
+            out.append({"code": "slo_units",
+                        "message": f"--slo {metric}_{stat}={v:g} is {v:g} s: it looks like milliseconds typed as "
+                                   f"seconds (write {metric}_{stat}={v:g}ms, or {v / 1000:g})"})
+    return out
+
+
 def scenario_slos(scenario) -> list:
     """(field path, ttft_s, tpot_s) of the scenario's SLO and each request class's."""
     out = [("slo", scenario.slo.ttft_s, scenario.slo.tpot_s)]
