@@ -82,9 +82,10 @@ def _group_label(row, cols, kind: str = "sweep") -> str:
     return ", ".join(f"{c.split('.')[-1]}={row[c]}" for c in others)
 
 
-def load_folder(path: Path) -> dict:
+def load_folder(path: Path, bar: Phases | None = None) -> dict:
     """{"kind", "rows", "groups": {label: [rows sorted by rate]}, "rate": bool, "runs": {label: RunData},
-    "meta", "cols", "rep_rate", "chosen": {label: row}, "seed_rows": seeds.csv rows ([] without)}."""
+    "meta", "cols", "rep_rate", "chosen": {label: row}, "seed_rows": seeds.csv rows ([] without)};
+    ``bar``: a step per run folder read."""
     if (path / "summary.json").is_file():
         run = RunData.from_dir(path)
         return {"kind": "run", "rows": [], "groups": {}, "rate": False, "runs": {run.label: run}, "meta": {},
@@ -121,7 +122,13 @@ def load_folder(path: Path) -> dict:
         chosen = {g: next(r for r in rs if r[RATE_KEY] == rep_rate) for g, rs in ok.items() if rep_rate is not None}
     else:
         chosen = {g: rs[0] for g, rs in ok.items() if rs}
-    runs = {g: RunData.from_dir(path / r["dir"], label=g) for g, r in chosen.items()}
+    runs = {}
+    if bar is not None:
+        bar.add(len(chosen) - 1)
+    for g, r in chosen.items():
+        runs[g] = RunData.from_dir(path / r["dir"], label=g)
+        if bar is not None:
+            bar.step(f"read {g}")
     return {"kind": kind, "rows": rows, "groups": groups, "rate": has_rate, "runs": runs, "meta": meta,
             "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows}
 
@@ -403,9 +410,10 @@ def build_report(path: str | Path, progress: bool = False) -> Path:
 
 
 def _build(path: Path, bar: Phases) -> Path:
-    data = load_folder(path)
+    data = load_folder(path, bar)
+    if data["kind"] == "run":
+        bar.step("read the run")
     bar.add((3 if data["rate"] else 0) + (4 if data["runs"] else 0) + 1)
-    bar.step("read the runs")
     figdir = path / "figures"
     runs: dict = data["runs"]
     first = next(iter(runs.values()), None)

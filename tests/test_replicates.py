@@ -74,6 +74,8 @@ def test_compare_with_seeds_pairs_differences_and_flags_identical_variants(tmp_p
                  "--workers", "1", "--quiet", "--no-report"]) == 0
     printed = capsys.readouterr().out
     assert "same gave exactly the same results as continuous" in printed
+    warns = json.loads((out / "sweep.json").read_text())["warnings"]
+    assert [w["code"] for w in warns] == ["identical_variants"] and "same gave" in warns[0]["message"]
     seeds = read_results(out / "seeds.csv")
     small = [r for r in seeds if r["label"] == "small"]
     cont = [r for r in seeds if r["label"] == "continuous"]

@@ -153,14 +153,21 @@ def cmd_capacity(args) -> int:
                   + (f" (target {ci.target:.0%})" if ci.target is not None and not ci.stopped_short else ""))
             if ci.stopped_short:
                 print(f"stopped short: {ci.stopped_short}")
-            mean_cap = ci.result["capacity_mean_rps"]
-            if mean_cap is not None and abs(mean_cap - iv.mean) > 1e-9 * iv.mean:
-                print(f"workload.arrival.rate_rps is the {plan.arrival.process} process's burst rate: at capacity the "
-                      f"mean offered rate is {mean_cap:.4g} req/s ({mean_cap / gpus:.3g} per GPU)")
+            _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus)
+    return _capacity_end(args, ci.error)
+
+
+def _burst_note(mean_cap, cap, arrival, gpus: int) -> None:
+    if mean_cap is not None and abs(mean_cap - cap) > 1e-9 * cap:
+        print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the "
+              f"mean offered rate is {mean_cap:.4g} req/s ({mean_cap / gpus:.3g} per GPU)")
+
+
+def _capacity_end(args, error) -> int:
     if args.out:
         print(f"wrote {Path(args.out) / RESULTS}, {Path(args.out) / 'capacity.json'}")
-    if ci.error:
-        raise InputError(ci.error)
+    if error:
+        raise InputError(error)
     return 0
 
 
@@ -183,15 +190,8 @@ def _capacity_one_seed(res, args) -> int:
         if above is not None:
             print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")
         print("one seed: no interval (without --seeds 1, capacity searches several seeds and gives a 95% interval)")
-        mean_cap = res.mean_capacity_rps
-        if mean_cap != cap:
-            print(f"workload.arrival.rate_rps is the {res.arrival.process} process's burst rate: at capacity the "
-                  f"mean offered rate is {mean_cap:.4g} req/s ({mean_cap / gpus:.3g} per GPU)")
-    if args.out:
-        print(f"wrote {Path(args.out) / RESULTS}, {Path(args.out) / 'capacity.json'}")
-    if res.error:
-        raise InputError(res.error)
-    return 0
+        _burst_note(res.mean_capacity_rps, cap, res.arrival, gpus)
+    return _capacity_end(args, res.error)
 
 
 def cmd_compare(args) -> int:

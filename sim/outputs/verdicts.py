@@ -108,28 +108,37 @@ def with_per_gpu(rows: list) -> list:
     return out
 
 
-def caveats(rows: list, meta: dict | None = None, key: str = "label") -> list:
-    """Sentences a reader must see next to the table: the study's own notes (``sweep.json``
-    ``notes``), identical configurations, unequal GPU counts, errors, a single seed."""
-    meta = meta or {}
-    out = [str(n) for n in meta.get("notes") or []]
+def study_warnings(rows: list, key: str = "label") -> list:
+    """``{code, message}`` for what the rows themselves show: ``identical_variants``,
+    ``unequal_gpus``, ``failed`` (a configuration that did not run), ``one_seed``."""
+    out = []
     for lbl, same in identical_labels(rows, key).items():
-        out.append(f"{lbl} gave exactly the same results as {same} (every figure equal at every rate): the two "
-                   f"configurations scheduled these requests identically, so they are one curve in the figures")
+        out.append({"code": "identical_variants",
+                    "message": f"{lbl} gave exactly the same results as {same} (every figure equal at every rate): "
+                               f"the two configurations scheduled these requests identically, so they are one curve "
+                               f"in the figures"})
     gpus = gpu_counts(rows, key)
     if len(set(gpus.values())) > 1:
-        out.append("the configurations use different numbers of GPUs (" + ", ".join(
-            f"{lbl} {n}" for lbl, n in gpus.items()) + "): at one arrival rate the larger deployment has more "
-            "capacity; goodput and throughput are also given per GPU")
+        out.append({"code": "unequal_gpus",
+                    "message": "the configurations use different numbers of GPUs (" + ", ".join(
+                        f"{lbl} {n}" for lbl, n in gpus.items()) + "): at one arrival rate the larger deployment "
+                        "has more capacity; goodput and throughput are also given per GPU"})
     for r in rows:
         if r.get("status") != "ok":
             name = r.get(key) if r.get(key) is not None else f"point {r.get('point')}"
             at = f" at {r[RATE_KEY]:g} req/s" if r.get(RATE_KEY) is not None else ""
-            out.append(f"{name}{at} did not run: {r.get('error')}")
+            out.append({"code": "failed", "message": f"{name}{at} did not run: {r.get('error')}"})
     if rows and not any(r.get("seeds") for r in rows) and len({r.get(key) for r in rows}) > 1:
-        out.append("one seed per configuration: the figures carry no interval and small differences may be "
-                   "noise (--seeds 5 gives 95% intervals and paired differences)")
+        out.append({"code": "one_seed",
+                    "message": "one seed per configuration: the figures carry no interval and small differences may "
+                               "be noise (--seeds 5 gives 95% intervals and paired differences)"})
     return out
+
+
+def caveats(rows: list, meta: dict | None = None, key: str = "label") -> list:
+    """Sentences a reader must see next to the table: the study's own notes (``sweep.json``
+    ``notes``) and ``study_warnings``."""
+    return [str(n) for n in (meta or {}).get("notes") or []] + [w["message"] for w in study_warnings(rows, key)]
 
 
 def differences(seed_rows: list, baseline: str, key: str = "label") -> list:

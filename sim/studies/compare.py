@@ -15,6 +15,7 @@ from pathlib import Path
 
 from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import parse_override
+from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points
 from servesim.studies.sweep import RESULTS, execute_seeds, read_results, write_meta
@@ -172,11 +173,15 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
 
 def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = ExecutorOptions()) -> list[dict]:
     """Run the plan's points into ``out`` (results.csv with a ``label`` column, runs/<hash>/,
-    sweep.json); returns results.csv's rows."""
+    sweep.json with the plan's ``notes`` and the results' ``warnings``: ``verdicts.study_warnings``);
+    returns results.csv's rows."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_meta(out, {"kind": "compare", "scenario": plan.scenario, "labels": [c[0] for c in plan.configs],
-                     "configurations": {lbl: ov for lbl, ov in plan.configs}, "rates": plan.rates,
-                     "set": plan.overrides, "notes": plan.notes, **({"seeds": plan.seeds} if plan.seeds > 1 else {})})
+    meta = {"kind": "compare", "scenario": plan.scenario, "labels": [c[0] for c in plan.configs],
+            "configurations": {lbl: ov for lbl, ov in plan.configs}, "rates": plan.rates,
+            "set": plan.overrides, "notes": plan.notes, **({"seeds": plan.seeds} if plan.seeds > 1 else {})}
+    write_meta(out, meta)
     execute_seeds(plan.points, out, ex, plan.seeds, desc="compare")
-    return read_results(out / RESULTS)
+    rows = read_results(out / RESULTS)
+    write_meta(out, {**meta, "warnings": study_warnings(rows)})  # what the results show: identical, failed, ...
+    return rows
