@@ -351,8 +351,8 @@ def _verdict(data: dict, ctx: Context) -> list:
            + (f": {_slo_text(ctx.ttft_slo, ctx.tpot_slo)}" if _slo_text(ctx.ttft_slo, ctx.tpot_slo) else "")
            + (", divided by the GPUs each configuration uses: they differ" if per_gpu else "")
            + "); a configuration meets the SLO when at least 90% of its requests are within it."
-           + (" Ranks within overlapping intervals are not differences: see the paired differences below."
-              if ctx.seeds > 1 else ""), ""]
+           + (" Ranks within overlapping intervals are not differences"
+              + (": see the paired differences below." if key else ".") if ctx.seeds > 1 else ""), ""]
     for rate, rs in sorted(by_rate.items(), key=lambda x: x[0] or 0.0):
         if rate is not None:
             out += [f"At {_rate(rate)}:", ""]
@@ -584,15 +584,18 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
           for g, rs in groups.items()}
     fig, ax = plt.subplots(figsize=(6.5, 4.8))
     F.goodput_vs_load({ctx.label(g): d for g, d in gp.items()}, ax, dcolors)
-    best = {g: max(zip(d["goodput"], d["rate"])) for g, d in gp.items() if d["goodput"]}
+    peak = {g: max((r for r in rs if r["status"] == "ok"), key=lambda r: r["goodput_rps"], default=None)
+            for g, rs in groups.items()}
+    peak = {g: r for g, r in peak.items() if r is not None}
     gpus = ctx.gpus
-    per_gpu = len({gpus.get(g) for g in best}) > 1  # unequal hardware: say it per GPU too
-    ranked = sorted(best, key=lambda g: -best[g][0])
+    per_gpu = len({gpus.get(g) for g in peak}) > 1  # unequal hardware: say it per GPU too
+    order = sorted(peak, key=lambda g: -peak[g]["goodput_rps"])
     add("goodput_vs_load", ctx.title("Goodput vs offered load", rate=False), fig,
         "Peak goodput (requests per second within the SLO), highest first: " + "; ".join(
-            f"{g} {best[g][0]:.3g} req/s (at {_rate(best[g][1])}"
-            + (f"; {best[g][0] / gpus[g]:.3g} per GPU of {gpus[g]}" if per_gpu and gpus.get(g) else "") + ")"
-            for g in ranked) + ".")
+            f"{g} {value_text(peak[g], 'goodput_rps', unit='req/s')} (at {_rate(peak[g][RATE_KEY])}"
+            + (f"; {value_text(with_per_gpu([peak[g]])[0], 'goodput_per_gpu')} per GPU of {gpus[g]}"
+               if per_gpu and gpus.get(g) else "") + ")"
+            for g in order) + ".")
     tl = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
               "throughput": [r["output_tokens_per_s"] for r in rs if r["status"] == "ok"],
               "latency": [r["tpot_p99_s"] for r in rs if r["status"] == "ok"],
