@@ -84,10 +84,24 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
 
 
 # ---------------------------------------------------------------- versus load
+def _error_bars(ax, x, y, half, color, scale=1.0):
+    """Vertical 95% interval bars where ``half`` (half-widths) has values."""
+    if not half or all(h is None for h in half):
+        return
+    y = np.asarray([np.nan if v is None else v for v in y], dtype=float) * scale
+    h = np.asarray([0.0 if v is None else v for v in half], dtype=float) * scale
+    first = not getattr(ax, "_servesim_bars", False)
+    ax._servesim_bars = True
+    ax.errorbar(x, y, yerr=np.vstack([np.minimum(h, y * 0.999), h]),  # never below 0 (log axes)
+                fmt="none", ecolor=color, elinewidth=1, capsize=3, alpha=0.8,
+                label="bars: 95% interval over seeds" if first else None)
+
+
 def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = None, colors: dict | None = None):
     """p99 (solid) and p50 (dashed) latency against offered load.
 
-    ``data``: {label: {"rate": [req/s], "p50": [s], "p99": [s]}}.
+    ``data``: {label: {"rate": [req/s], "p50": [s], "p99": [s], "p99_ci": [s] (optional: the 95%
+    interval's half-width over seeds, drawn as error bars)}}.
     """
     colors = colors or colors_for(data)
     name = METRIC_NAMES.get(metric, metric)
@@ -95,6 +109,7 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
         c = colors[label]
         ax.plot(d["rate"], _ms(d["p99"]), "-o", color=c, markersize=4, label=f"{label} p99")
         ax.plot(d["rate"], _ms(d["p50"]), "--", color=c, alpha=0.8, label=f"{label} p50")
+        _error_bars(ax, d["rate"], d["p99"], d.get("p99_ci"), c, 1e3)
     if slo_s is not None:
         ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
     ax.set_yscale("log")
@@ -107,17 +122,60 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
     return ax
 
 
+def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = None,
+                    capacity: tuple | None = None):
+    """A capacity search over seeds: each seed's probes (p99 ``metric`` against the probed rate;
+    filled: met every limit, hollow: did not) as one thin line per seed, the SLO, and the capacity
+    (mean, 95% interval as a band).
+
+    ``data``: {seed: {"rate": [req/s], "p99": [s], "meets": [bool]}}; ``capacity``: (mean, half-width)
+    in req/s or None.
+    """
+    name = METRIC_NAMES.get(metric, metric)
+    color = "#1f77b4"
+    for i, (seed, d) in enumerate(data.items()):
+        order = np.argsort(d["rate"])
+        x = np.asarray(d["rate"], dtype=float)[order]
+        y = _ms(np.asarray(d["p99"], dtype=float)[order])
+        met = np.asarray(d["meets"], dtype=bool)[order]
+        ax.plot(x, y, "-", color=color, alpha=0.35, linewidth=1, label="each seed's probes (p99)" if i == 0 else None)
+        ax.plot(x[met], y[met], "o", color=color, markersize=4, label="met every limit" if i == 0 else None)
+        ax.plot(x[~met], y[~met], "o", markerfacecolor="none", color=color, markersize=4,
+                label="did not" if i == 0 else None)
+    if slo_s is not None:
+        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
+    if capacity is not None:
+        mean, half = capacity
+        if half and half == half:
+            ax.axvspan(mean - half, mean + half, color="#2ca02c", alpha=0.2, linewidth=0)
+        from servesim.outputs.intervals import Interval, format_interval
+
+        ax.axvline(mean, color="#2ca02c", linewidth=1.5,
+                   label=f"capacity {format_interval(Interval(mean, half if half else math.nan, 2), unit='req/s')}"
+                   + (" (band: 95% interval)" if half else ""))
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
+    ax.set_xlabel("probed rate: workload.arrival.rate_rps (req/s)")
+    ax.set_ylabel(f"p99 {name} (ms)")
+    ax.set_title(f"capacity probes: p99 {name}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left")
+    return ax
+
+
 def goodput_vs_load(data: dict, ax, colors: dict | None = None):
     """Goodput (completed within every SLO, req/s) against the scenario's rate, with the ideal: all
     that arrived, from the runs' ``offered`` (req/s that arrived) where given, else y = x.
 
-    ``data``: {label: {"rate": [req/s], "goodput": [req/s], "offered": [req/s] (optional)}}.
+    ``data``: {label: {"rate": [req/s], "goodput": [req/s], "offered": [req/s] (optional),
+    "goodput_ci": [req/s] (optional: 95% half-widths, error bars)}}.
     """
     colors = colors or colors_for(data)
     top = 0.0
     offered = {}
     for label, d in data.items():
         ax.plot(d["rate"], d["goodput"], "-o", markersize=4, color=colors[label], label=str(label))
+        _error_bars(ax, d["rate"], d["goodput"], d.get("goodput_ci"), colors[label])
         top = max(top, max(d["rate"], default=0.0))
         for r, o in zip(d["rate"], d.get("offered") or ()):
             if o is not None and o == o:  # (NaN: a results file from before the column)
@@ -158,31 +216,90 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
 
 
 # ---------------------------------------------------------------- per-replica timeline
-def batch_size_timeline(data: dict, ax):
-    """Sequences in each step over simulated time (``RunData.timeline_data``)."""
-    ax.plot(data["t"], data["num_seqs"], drawstyle="steps-post", linewidth=0.8, color="#1f77b4",
-            label="sequences per step")
+MAX_STEP_POINTS = 3000  # more steps than this are drawn as time bins (mean line, min-max band)
+_BIN_WIDTHS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+MAX_BINS = 300
+
+
+def bin_width_s(span_s: float, max_bins: int = MAX_BINS) -> float:
+    """The smallest round bin width (0.01 s ... 1 h) that cuts ``span_s`` into at most ``max_bins``."""
+    for w in _BIN_WIDTHS_S:
+        if span_s / w <= max_bins:
+            return float(w)
+    return float(math.ceil(span_s / max_bins))
+
+
+def binned(t, y, width_s: float) -> dict:
+    """Per time bin of ``width_s`` (from 0): centres, the mean, min, max and sum of ``y`` over the
+    steps that started in it (NaN for empty bins: gaps in the line)."""
+    t = np.asarray(t, dtype=float)
+    y = np.asarray(y, dtype=float)
+    n = int(math.floor(t.max() / width_s)) + 1 if len(t) else 1
+    idx = np.minimum((t / width_s).astype(np.int64), n - 1) if len(t) else np.zeros(0, np.int64)
+    count = np.bincount(idx, minlength=n)
+    total = np.bincount(idx, weights=y, minlength=n)
+    lo = np.full(n, np.inf)
+    hi = np.full(n, -np.inf)
+    np.minimum.at(lo, idx, y)
+    np.maximum.at(hi, idx, y)
+    empty = count == 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(empty, np.nan, total / np.maximum(count, 1))
+    lo[empty], hi[empty] = np.nan, np.nan
+    return {"t": (np.arange(n) + 0.5) * width_s, "mean": mean, "min": lo, "max": hi, "sum": total}
+
+
+def _bin_label(width_s: float) -> str:
+    return f"{width_s:g} s"
+
+
+def _band(ax, b, color, label, scale=1.0):
+    ax.fill_between(b["t"], b["min"] * scale, b["max"] * scale, color=color, alpha=0.25, linewidth=0)
+    ax.plot(b["t"], b["mean"] * scale, color=color, linewidth=1.0, label=label)
+
+
+def batch_size_timeline(data: dict, ax, width_s: float | None = None):
+    """Sequences in each step over simulated time (``RunData.timeline_data``); with ``width_s``,
+    per time bin: the mean and the min-max band."""
+    if width_s:
+        _band(ax, binned(data["t"], data["num_seqs"], width_s), "#1f77b4",
+              f"sequences per step: mean per {_bin_label(width_s)}, band min-max")
+    else:
+        ax.plot(data["t"], data["num_seqs"], drawstyle="steps-post", linewidth=0.8, color="#1f77b4",
+                label="sequences per step")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("batch size (sequences)")
     ax.legend(loc="upper right", fontsize="small")
     return ax
 
 
-def tokens_timeline(data: dict, ax):
-    """Prefill and decode tokens in each step."""
-    ax.plot(data["t"], data["prefill_tokens"], ".", markersize=2, color=KIND_COLORS["prefill"], label="prefill tokens",
-            rasterized=True)
-    ax.plot(data["t"], data["decode_tokens"], ".", markersize=2, color=KIND_COLORS["decode"], label="decode tokens",
-            rasterized=True)
+def tokens_timeline(data: dict, ax, width_s: float | None = None):
+    """Prefill and decode tokens in each step; with ``width_s``, tokens per second in each bin."""
+    if width_s:
+        for kind in ("prefill", "decode"):
+            b = binned(data["t"], data[f"{kind}_tokens"], width_s)
+            ax.plot(b["t"], b["sum"] / width_s, color=KIND_COLORS[kind], linewidth=1.0,
+                    label=f"{kind} tokens/s (per {_bin_label(width_s)})")
+        ax.set_ylabel("tokens per second")
+    else:
+        ax.plot(data["t"], data["prefill_tokens"], ".", markersize=2, color=KIND_COLORS["prefill"],
+                label="prefill tokens", rasterized=True)
+        ax.plot(data["t"], data["decode_tokens"], ".", markersize=2, color=KIND_COLORS["decode"],
+                label="decode tokens", rasterized=True)
+        ax.set_ylabel("tokens per step")
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("tokens per step")
     ax.legend(loc="upper right", fontsize="small", markerscale=4)
     return ax
 
 
-def kv_timeline(data: dict, ax):
-    """KV cache blocks in use, as a percentage of the replica's blocks."""
-    ax.plot(data["t"], np.asarray(data["kv_usage"]) * 100, linewidth=0.8, color="#9467bd", label="KV blocks in use")
+def kv_timeline(data: dict, ax, width_s: float | None = None):
+    """KV cache blocks in use, as a percentage of the replica's blocks (binned: mean, min-max)."""
+    if width_s:
+        _band(ax, binned(data["t"], data["kv_usage"], width_s), "#9467bd",
+              f"KV in use: mean per {_bin_label(width_s)}, band min-max", 100.0)
+    else:
+        ax.plot(data["t"], np.asarray(data["kv_usage"]) * 100, linewidth=0.8, color="#9467bd",
+                label="KV blocks in use")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("KV usage (%)")
     ax.set_ylim(0, 105)
@@ -200,11 +317,18 @@ def queue_timeline(data: dict, ax):
     return ax
 
 
-def replica_timeline(data: dict, axes):
-    """The four timeline panels on a column of four Axes; returns the Axes."""
+def replica_timeline(data: dict, axes, max_points: int = MAX_STEP_POINTS, width_s: float | None = None):
+    """The four timeline panels on a column of four Axes; returns the Axes. A replica with more than
+    ``max_points`` steps is drawn in time bins (``width_s``, default ``bin_width_s`` of its span):
+    a line of the bin's mean and a min-max band, tokens as tokens per second, instead of every step."""
     axes = list(axes)
-    for fn, ax in zip((batch_size_timeline, tokens_timeline, kv_timeline, queue_timeline), axes):
-        fn(data, ax)
+    t = np.asarray(data["t"], dtype=float)
+    if width_s is None and len(t) > max_points:
+        width_s = bin_width_s(float(t.max()) if len(t) else 0.0)
+    for fn, ax in zip((batch_size_timeline, tokens_timeline, kv_timeline), axes):
+        fn(data, ax, width_s)
+    queue_timeline(data, axes[3])
+    for ax in axes:
         ax.grid(True, alpha=0.3)
         if ax is not axes[-1]:
             ax.set_xlabel("")
@@ -299,6 +423,7 @@ def save(fig, stem) -> list:
     stem.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    fig.savefig(paths[0], dpi=110)
-    fig.savefig(paths[1])
+    # "tight": legends and captions placed outside the axes are kept, not clipped
+    fig.savefig(paths[0], dpi=110, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
     return paths

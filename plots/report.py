@@ -4,14 +4,27 @@ Each figure is written as PNG and SVG under ``DIR/figures/`` and followed in the
 sentence generated from the numbers it shows. Kinds of folder:
 - a run (``summary.json``): CDFs, timeline, TTFT breakdown, roofline;
 - a sweep / compare / capacity folder (``results.csv``): a table of every point; groups are the
-  ``label`` column (compare) or the swept fields other than the arrival rate; when the rate is
-  swept, latency-vs-load, goodput-vs-load and throughput-latency figures; the per-run figures
-  are drawn for each group at the highest rate that every group ran.
+  ``label`` column (compare), the seeds (capacity) or the swept fields other than the arrival
+  rate; when the rate is swept, latency-vs-load, goodput-vs-load and throughput-latency figures;
+  the per-run figures are drawn for each group at the highest rate that every group ran.
+
+Judged by the SLO first (``servesim.outputs.verdicts``): the report opens with a verdict that ranks
+the configurations by goodput and says which meet the SLO; no sentence credits a lower latency to
+a configuration that fails the SLO without saying so; the caveats (identical configurations,
+unequal GPU counts, configurations that did not run, one seed, groups left out of a figure) are in
+report.md and in each figure's caption. With ``--seeds`` the figures carry 95% intervals and the
+verdict the differences from the first configuration, paired by seed (per-run figures show the
+first seed).
+
+Figures stand alone: a title with the model, GPU, arrival rate and SLO; legend entries with each
+configuration's GPU count; identical configurations drawn once, labelled with both names;
+side-by-side panels on shared axes; timelines of long runs in time bins.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -20,14 +33,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from servesim.errors import InputError  # noqa: E402
+from servesim.outputs.intervals import CI_SUFFIX, SEED_KEY, format_interval, row_interval  # noqa: E402
 from servesim.outputs.metrics import LATENCY_METRICS, parse_slo  # noqa: E402
+from servesim.outputs.progress import Phases  # noqa: E402
 from servesim.outputs.rundir import RunData, read_json_dict, read_results, read_scenario  # noqa: E402
+from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts,  # noqa: E402
+                                       identical_labels, meets_slo, rank_key, ranked, slo_phrase, value_text,
+                                       with_per_gpu)
 from servesim.plots import figures as F  # noqa: E402
 from servesim.plots.service import service_section  # noqa: E402
 
 RATE_KEY = "workload.arrival.rate_rps"
-MAX_GROUPS_PER_PANEL = 4
-_NOT_SWEPT = {"point", "status", "error", "hash", "dir", "meets"}
+MAX_GROUPS_PER_PANEL = 8  # per-run figures side by side: more are left out, and the caption says so
+_NOT_SWEPT = {"point", "status", "error", "hash", "dir", "meets", "seeds"}
 
 
 def _ms(v) -> str:
@@ -52,9 +70,11 @@ def _value_columns(rows) -> list:
     return [k for k in keys[1:end] if k not in _NOT_SWEPT and not k.startswith("probe_")]
 
 
-def _group_label(row, cols) -> str:
+def _group_label(row, cols, kind: str = "sweep") -> str:
     if "label" in cols:
         return str(row["label"])
+    if kind == "capacity":
+        return f"seed {row[SEED_KEY]}" if SEED_KEY in cols else "probes"
     others = [c for c in cols if c != RATE_KEY]
     if not others:
         return "all"
@@ -63,35 +83,39 @@ def _group_label(row, cols) -> str:
     return ", ".join(f"{c.split('.')[-1]}={row[c]}" for c in others)
 
 
-def load_folder(path: Path) -> dict:
-    """{"kind", "rows", "groups": {label: [rows sorted by rate]}, "rate": bool, "runs": {label: RunData}, "meta"}."""
+def load_folder(path: Path, bar: Phases | None = None) -> dict:
+    """{"kind", "rows", "groups": {label: [rows sorted by rate]}, "rate": bool, "runs": {label: RunData},
+    "meta", "cols", "rep_rate", "chosen": {label: row}, "seed_rows": seeds.csv rows ([] without)};
+    ``bar``: a step per run folder read."""
     if (path / "summary.json").is_file():
         run = RunData.from_dir(path)
         return {"kind": "run", "rows": [], "groups": {}, "rate": False, "runs": {run.label: run}, "meta": {},
-                "rep_rate": None}
+                "rep_rate": None, "chosen": {}, "cols": [], "seed_rows": []}
     if not (path / "results.csv").is_file():
         raise InputError(f"servesim report: {path} has neither summary.json (a run) nor results.csv "
                          "(a sweep, capacity or compare folder)")
     meta = read_json_dict(path / "sweep.json", "sweep.json") if (path / "sweep.json").is_file() else {}
+    kind = meta.get("kind", "sweep")
     rows = read_results(path / "results.csv")
+    seed_rows = read_results(path / "seeds.csv") if (path / "seeds.csv").is_file() else []
     cols = _value_columns(rows)
     has_rate = RATE_KEY in cols
     groups: dict = {}
     for r in rows:
-        groups.setdefault(_group_label(r, cols), []).append(r)
-    if meta.get("kind") == "capacity" and "all" in groups:
-        groups = {"probes": groups["all"]}
+        groups.setdefault(_group_label(r, cols, kind), []).append(r)
     if has_rate:
         for g in groups.values():
             g.sort(key=lambda r: r[RATE_KEY])
     ok = {g: [r for r in rs if r["status"] == "ok" and r.get("dir") and (path / r["dir"] / "summary.json").is_file()]
           for g, rs in groups.items()}
     rep_rate = None
-    if meta.get("kind") == "capacity":
-        # The per-run figures show the probe at the capacity found (the highest that met).
-        met = [r for r in ok.get("probes", []) if r.get("meets") in (True, "True")]
-        chosen = {"probes": max(met, key=lambda r: r[RATE_KEY])} if met else {}
-        rep_rate = chosen["probes"][RATE_KEY] if chosen else None
+    if kind == "capacity":
+        # The per-run figures show the probe at the capacity found (the highest that met) of the
+        # first seed searched.
+        first = next(iter(ok), None)
+        met = [r for r in ok.get(first, []) if r.get("meets") in (True, "True")]
+        chosen = {first: max(met, key=lambda r: r[RATE_KEY])} if met else {}
+        rep_rate = chosen[first][RATE_KEY] if chosen else None
     elif has_rate:
         ran = [set(r[RATE_KEY] for r in rs) for rs in ok.values() if rs]  # groups that failed throughout: left out
         common = set.intersection(*ran) if ran else set()
@@ -99,13 +123,123 @@ def load_folder(path: Path) -> dict:
         chosen = {g: next(r for r in rs if r[RATE_KEY] == rep_rate) for g, rs in ok.items() if rep_rate is not None}
     else:
         chosen = {g: rs[0] for g, rs in ok.items() if rs}
-    runs = {g: RunData.from_dir(path / r["dir"], label=g) for g, r in chosen.items()}
-    return {"kind": meta.get("kind", "sweep"), "rows": rows, "groups": groups, "rate": has_rate, "runs": runs,
-            "meta": meta, "cols": cols, "rep_rate": rep_rate}
+    runs = {}
+    if bar is not None:
+        bar.add(len(chosen) - 1)
+    for g, r in chosen.items():
+        runs[g] = RunData.from_dir(path / r["dir"], label=g)
+        if bar is not None:
+            bar.step(f"read {g}")
+    return {"kind": kind, "rows": rows, "groups": groups, "rate": has_rate, "runs": runs, "meta": meta,
+            "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows}
+
+
+# ---------------------------------------------------------------- what each figure is about
+def _model_name(scenario: dict) -> str:
+    return str(scenario.get("model", "?")).rstrip("/").split("/")[-1]
+
+
+def _gpu_name(scenario: dict) -> str:
+    hw = scenario.get("hardware") or {}
+    return str(hw.get("gpu", "?")).split("/")[-1].replace(".yaml", "")
+
+
+def _seconds(v: float) -> str:
+    return f"{v:g} s" if v >= 1 else f"{v * 1e3:g} ms"
+
+
+def _slo_text(ttft, tpot) -> str:
+    parts = [f"{n} <= {_seconds(v)}" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v is not None]
+    return ", ".join(parts)
+
+
+class Context:
+    """What the figures and sentences of one report need to say what they show: model, GPU, rate,
+    SLO, each group's GPU count and SLO verdict, identical groups, caveats."""
+
+    def __init__(self, data: dict, scenario: dict, ttft_slo, tpot_slo):
+        runs, rows = data["runs"], data["rows"]
+        first = next(iter(runs.values()), None)
+        sc = scenario
+        self.model = _model_name(sc) if sc else "?"
+        self.gpu = _gpu_name(sc) if sc else "?"
+        self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
+        self.kind = data["kind"]
+        rate = data.get("rep_rate")
+        if rate is None and first is not None:
+            rate = ((first.scenario.get("workload") or {}).get("arrival") or {}).get("rate_rps")
+        self.rate = rate
+        # the mean arrival rate when it is far from rate_rps (on_off: rate_rps is the burst rate)
+        offered = (first.summary.get("workload") or {}).get("offered_rps") if first is not None else None
+        self.offered = offered if offered and rate and abs(offered / rate - 1) > 0.2 else None
+        # one run: its policy in the title (several: their labels name them)
+        self.policy = ((first.scenario.get("policy") or {}).get("name") if first is not None and data["kind"] == "run"
+                       else None)
+        self.gpus = gpu_counts(rows) if "label" in data["cols"] else {}
+        for g, r in runs.items():
+            self.gpus.setdefault(g, r.num_gpus())
+        if not self.gpus and data["groups"]:
+            self.gpus = {g: next((r.get("num_gpus") for r in rs if r.get("num_gpus")), None)
+                         for g, rs in data["groups"].items()}
+        self.identical = identical_labels(rows) if "label" in data["cols"] else {}
+        self.status = {}  # group -> meets the SLO at the figures' rate (None: unknown, or not the scenario's SLO)
+        if self.kind != "capacity":
+            for g, r in data["chosen"].items():
+                self.status[g] = meets_slo(r)
+            for g, r in runs.items():
+                if g not in self.status:
+                    self.status[g] = meets_slo(r.summary)
+        self.notes = caveats(rows, data["meta"]) if rows else \
+            [w["message"] for r in runs.values() for w in r.summary.get("warnings") or ()]
+        self.seeds = int(data["meta"].get("seeds") or 1)
+
+    def label(self, g) -> str:
+        """A legend entry: the group, the groups identical to it, and its GPU count."""
+        same = [d for d, s in self.identical.items() if s == g]
+        n = self.gpus.get(g)
+        gpu = f" ({n} GPU{'s' if n != 1 else ''})" if n else ""
+        return " = ".join([str(g), *same]) + gpu
+
+    def keep(self, groups) -> list:
+        """Groups to draw: identical ones once (their legend entry names both)."""
+        return [g for g in groups if g not in self.identical]
+
+    def title(self, what: str, rate: bool = True) -> str:
+        counts = {n for n in self.gpus.values() if n}
+        each = f"{next(iter(counts))} x " if len(counts) == 1 else ""
+        parts = [what, f"{self.model} on {each}{self.gpu}" + (" each" if each and len(self.gpus) > 1 else "")]
+        if self.policy:
+            parts.append(f"policy {self.policy}")
+        if rate and self.rate is not None:
+            parts.append(f"{self.rate:.3g} req/s" + (f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
+        slo = _slo_text(self.ttft_slo, self.tpot_slo)
+        if slo:
+            parts.append(f"SLO {slo}")
+        if self.seeds > 1:
+            parts.append(f"first of {self.seeds} seeds" if rate else f"mean of {self.seeds} seeds")
+        return " | ".join(parts)
+
+
+def _decorate(fig, title: str, notes: list) -> None:
+    """A figure's title and, under it, a caption with the caveats (wrapped to the figure's width)."""
+    fig.suptitle(title, fontsize=11)
+    if notes:
+        width = max(60, int(fig.get_figwidth() * 15))
+        text = "\n".join(textwrap.fill("Note: " + n, width) for n in notes)
+        fig.text(0.01, -0.01, text, ha="left", va="top", fontsize=8, color="#444444")
 
 
 # ---------------------------------------------------------------- sentences
-def _cdf_sentence(metric: str, samples: dict, where: str) -> str:
+def _slo_note(g, ctx: Context, row=None) -> str:
+    ok = ctx.status.get(g)
+    if ok is False and row is not None:
+        return f" ({g} {slo_phrase(row)})"
+    return " (fails the SLO)" if ok is False else ""
+
+
+def _cdf_sentence(metric: str, samples: dict, where: str, ctx: Context, rows: dict) -> str:
+    """Lowest and highest p99, judged by the SLO: a configuration that fails it is never credited
+    with a lower latency without the sentence saying that it fails."""
     name = F.METRIC_NAMES[metric]
     p99 = {g: (float(_pct(x, 99)) if len(x) else None) for g, x in samples.items()}
     p99 = {g: v for g, v in p99.items() if v is not None}
@@ -114,14 +248,26 @@ def _cdf_sentence(metric: str, samples: dict, where: str) -> str:
     if len(p99) == 1:
         g, v = next(iter(p99.items()))
         p50 = _pct(samples[g], 50)
-        return f"{name}: p50 {_ms(p50)} and p99 {_ms(v)}{where}."
+        return f"{name}: p50 {_ms(p50)} and p99 {_ms(v)}{where}{_slo_note(g, ctx, rows.get(g))}."
     base = next(iter(p99))
-    best = min(p99, key=p99.get)
-    worst = max(p99, key=p99.get)
+    order = sorted(p99, key=p99.get)
+    best, worst = order[0], order[-1]
+    fails = {g for g in p99 if ctx.status.get(g) is False}
+    meeting = [g for g in order if g not in fails]
+    if best in fails:
+        phrase = slo_phrase(rows[best]) if best in rows else "fails the SLO"
+        text = (f"{best} has the lowest p99 {name}{where} ({_ms(p99[best])}"
+                + (f", against {_ms(p99[base])} for {base}" if base != best else "") + f") but {phrase}")
+        if meeting:
+            text += f"; of the configurations that meet the SLO, {meeting[0]} has the lowest ({_ms(p99[meeting[0]])})"
+        return text + "."
     if best != base:
-        tail = f"; the worst is {worst} at {_ms(p99[worst])}" if worst != base else ""
-        return f"{best} cuts p99 {name} from {_ms(p99[base])} ({base}) to {_ms(p99[best])}{where}{tail}."
-    return f"{base} has the lowest p99 {name} ({_ms(p99[base])}){where}; the highest is {worst} at {_ms(p99[worst])}."
+        text = f"{best} cuts p99 {name} from {_ms(p99[base])} ({base}) to {_ms(p99[best])}{where}"
+    else:
+        text = f"{base} has the lowest p99 {name} ({_ms(p99[base])}){where}"
+    if worst != best:
+        text += f"; the highest is {worst} at {_ms(p99[worst])}{_slo_note(worst, ctx)}"
+    return text + "."
 
 
 def _pct(x, q):
@@ -152,35 +298,31 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
     return f"p99 {name} at the lowest and highest load: " + "; ".join(parts) + "."
 
 
-# ---------------------------------------------------------------- the report
-def _series(groups, key_p50, key_p99):
-    out = {}
-    for g, rs in groups.items():
-        rs = [r for r in rs if r["status"] == "ok"]
-        if rs:
-            out[g] = {"rate": [r[RATE_KEY] for r in rs], "p50": [r[key_p50] for r in rs],
-                      "p99": [r[key_p99] for r in rs]}
-    return out
+# ---------------------------------------------------------------- tables
+def _is_latency(c: str) -> bool:
+    return c.endswith("_s") and c.split("_")[0] in LATENCY_METRICS
 
 
 def _md_table(rows, cols) -> str:
-    def cell(c, v):
+    def cell(c, r):
+        v = r.get(c)
         if v is None:
             return "-"
-        if c.endswith("_s") and c.split("_")[0] in LATENCY_METRICS and isinstance(v, float):
+        if r.get(c + CI_SUFFIX) is not None:
+            return format_interval(row_interval(r, c), 1e3 if _is_latency(c) else 1.0)
+        if _is_latency(c) and isinstance(v, float):
             return f"{v * 1e3:.1f}"
         if isinstance(v, float):
             return f"{v:.3g}"
         return str(v).replace("|", "/")[:60]
 
-    head = [c[:-2] + " (ms)" if c.endswith("_s") and c.split("_")[0] in LATENCY_METRICS
-            else c for c in cols]
+    head = [c[:-2] + " (ms)" if _is_latency(c) else c for c in cols]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(cell(c, r.get(c)) for c in cols) + " |" for r in rows]
+    lines += ["| " + " | ".join(cell(c, r) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
 
 
-def _run_table(runs: dict) -> str:
+def _run_table(runs: dict, chosen: dict) -> str:
     rows = []
     for g, run in runs.items():
         s = run.summary
@@ -190,176 +332,362 @@ def _run_table(runs: dict) -> str:
                         for m in ("ttft", "tpot", "tbt", "e2e") for st in ("p50", "p99")},
                      "mean_batch_size": s["utilization"]["mean_batch_size"], "mfu": s["utilization"]["mfu"],
                      "mbu": s["utilization"]["mbu"]})
+    rows.sort(key=lambda r: rank_key({"status": "ok", **r}))
     return _md_table(rows, list(rows[0]))
 
 
-def build_report(path: str | Path) -> Path:
-    """Write ``DIR/figures/*.png|svg`` and ``DIR/report.md``; returns the report's path."""
+# ---------------------------------------------------------------- verdict
+def _verdict(data: dict, ctx: Context) -> list:
+    """Markdown lines: the groups ranked by goodput at each rate, each with its SLO verdict, and
+    the paired differences from the first configuration (seeds > 1)."""
+    rows = data["rows"]
+    cols = data["cols"]
+    key = "label" if "label" in cols else None
+    by_rate: dict = {}
+    for r in rows:
+        by_rate.setdefault(r.get(RATE_KEY), []).append(r)
+    per_gpu = len({v for v in ctx.gpus.values() if v}) > 1
+    out = ["## Verdict", "",
+           "Ranked by goodput" + (" per GPU" if per_gpu else "") + " (requests per second completed within the SLO"
+           + (f": {_slo_text(ctx.ttft_slo, ctx.tpot_slo)}" if _slo_text(ctx.ttft_slo, ctx.tpot_slo) else "")
+           + (", divided by the GPUs each configuration uses: they differ" if per_gpu else "")
+           + "); a configuration meets the SLO when at least 90% of its requests are within it."
+           + (" Ranks within overlapping intervals are not differences"
+              + (": see the paired differences below." if key else ".") if ctx.seeds > 1 else ""), ""]
+    for rate, rs in sorted(by_rate.items(), key=lambda x: x[0] or 0.0):
+        if rate is not None:
+            out += [f"At {_rate(rate)}:", ""]
+        k = 0
+        for r in sorted(rs, key=lambda x: rank_key(x, per_gpu)):
+            g = _group_label(r, cols, data["kind"])
+            if r["status"] != "ok":
+                out.append(f"- {g}: did not run ({str(r.get('error'))[:300]})")
+                continue
+            if key and g in ctx.identical:
+                out.append(f"- {g}: identical to {ctx.identical[g]}")
+                continue
+            k += 1
+            n = r.get("num_gpus")
+            gp = value_text(r, "goodput_rps", unit="req/s")
+            if per_gpu and n:
+                gp += f", {value_text(with_per_gpu([r])[0], 'goodput_per_gpu', unit='req/s')} per GPU"
+            verdict = slo_phrase(r)
+            if meets_slo(r) is False:
+                verdict = f"**{verdict}**"
+            name = f"**{g}**" if k == 1 and meets_slo(r) else g
+            out.append(f"{k}. {name}" + (f" ({n} GPU{'s' if n != 1 else ''})" if n else "")
+                       + f": goodput {gp}, {verdict}")
+        out.append("")
+    seed_rows = data["seed_rows"]
+    if seed_rows and key:
+        labels = list(dict.fromkeys(str(r["label"]) for r in rows))
+        sents = difference_sentences(differences(seed_rows, labels[0]), labels[0], ctx.gpus)
+        if sents:
+            out += ["Differences from the first configuration, paired by seed (called better or worse only when the "
+                    "95% interval of the difference excludes zero):", ""] + [f"- {s}" for s in sents] + [""]
+    return out
+
+
+# ---------------------------------------------------------------- the report
+def _series(groups, key_p50, key_p99):
+    out = {}
+    for g, rs in groups.items():
+        rs = [r for r in rs if r["status"] == "ok"]
+        if rs:
+            out[g] = {"rate": [r[RATE_KEY] for r in rs], "p50": [r[key_p50] for r in rs],
+                      "p99": [r[key_p99] for r in rs], "p99_ci": [r.get(key_p99 + CI_SUFFIX) for r in rs]}
+    return out
+
+
+def build_report(path: str | Path, progress: bool = False) -> Path:
+    """Write ``DIR/figures/*.png|svg`` and ``DIR/report.md``; returns the report's path.
+    ``progress``: a progress bar on stderr."""
     path = Path(path)
-    data = load_folder(path)
+    bar = Phases(progress, "report", 1)
+    try:
+        return _build(path, bar)
+    finally:
+        bar.close()
+
+
+def _build(path: Path, bar: Phases) -> Path:
+    data = load_folder(path, bar)
+    if data["kind"] == "run":
+        bar.step("read the run")
+    bar.add((3 if data["rate"] else 0) + (4 if data["runs"] else 0) + 1)
     figdir = path / "figures"
     runs: dict = data["runs"]
-    labels = list(data["groups"]) or list(runs)
-    colors = F.colors_for(labels)
     first = next(iter(runs.values()), None)
-    slo = (first.scenario.get("slo") if first else None) or {}
-    if not slo and data["rows"] and data["rows"][0].get("dir"):
-        slo = read_scenario(path / data["rows"][0]["dir"]).get("slo") or {}
+    scenario = first.scenario if first else {}
+    if not scenario:
+        d = next((r["dir"] for r in data["rows"] if r.get("dir")), None)
+        scenario = read_scenario(path / d) if d else {}
+    slo = scenario.get("slo") or {}
     ttft_slo, tpot_slo = slo.get("ttft_s"), slo.get("tpot_s")
     if data["kind"] == "capacity" and meta_slo(data["meta"]):
         lim = meta_slo(data["meta"])  # draw the limits the search used, not the scenario's slo
         ttft_slo = next((v for (m, _), v in lim.items() if m == "ttft"), None)
         tpot_slo = next((v for (m, _), v in lim.items() if m == "tpot"), None)
+    ctx = Context(data, scenario, ttft_slo, tpot_slo)
+    labels = list(data["groups"]) or list(runs)
+    colors = F.colors_for(labels)
+    dcolors = {ctx.label(g): colors[g] for g in labels}
     where = f" at {_rate(data['rep_rate'])}" if data.get("rep_rate") is not None else ""
     md = [f"# servesim report: {path.name}", ""]
     meta = data["meta"]
     if data["kind"] == "run":
-        md += [f"One run of scenario `{first.summary['scenario']}` ({first.summary['num_requests']} requests, "
-               f"policy `{first.scenario.get('policy', {}).get('name')}`).", ""]
+        s = first.summary
+        md += [f"One run of scenario `{s['scenario']}`: {_model_name(first.scenario)} on {first.num_gpus()} x "
+               f"{_gpu_name(first.scenario)}, policy `{first.scenario.get('policy', {}).get('name')}`, "
+               f"{s['num_requests']} requests"
+               + (f" at {ctx.rate:.3g} req/s" if ctx.rate is not None else "")
+               + (f" ({ctx.offered:.3g} arrived per second)" if ctx.offered else "") + ".", ""]
+        md += _run_verdict(s)
     else:
-        md += [f"A {data['kind']} of `{meta.get('scenario', '?')}`: {len(data['rows'])} points, "
-               f"{sum(1 for r in data['rows'] if r['status'] == 'ok')} ok.", ""]
-        if data["kind"] == "capacity" and (path / "capacity.json").is_file():
-            cap = read_json_dict(path / "capacity.json", "capacity.json")
-            lacks = [k for k in ("capacity_rps", "capacity_rps_per_gpu", "num_gpus", "slo") if k not in cap]
-            if lacks:
-                raise InputError(f"{path / 'capacity.json'}: no {', '.join(lacks)}: not a file servesim wrote")
-            keep = f", keeping up (>= {cap['keep_up']:g} left per arrival)" if cap.get("keep_up") else ""
-            if cap["capacity_rps"] is None:  # the search ran out of probes without an answer
-                br = cap.get("bracket_rps") if isinstance(cap.get("bracket_rps"), list) else []
-                lo, hi = [v if isinstance(v, (int, float)) else None for v in (br + [None, None])[:2]]
-                md += [f"**No capacity found** for `{cap['slo']}`{keep}: the probes ran out "
-                       + (f"between {lo:.4g} (meets) and {hi:.4g} req/s (fails)." if lo and hi else
-                          f"with every rate up to {lo:.4g} req/s meeting." if lo else
-                          f"with no rate meeting, down to {hi:.4g} req/s." if hi else "before any probe."), ""]
-            else:
-                md += [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per "
-                       f"GPU, {cap['num_gpus']} GPU{'s' if cap['num_gpus'] != 1 else ''}) for `{cap['slo']}`{keep}"
-                       + (f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else "")
-                       + (f"; the check at {cap['check_above_rps']:.4g} req/s fails."
-                          if cap.get("check_above_rps") else "."), ""]
+        ran = sum(1 for r in data["rows"] if r["status"] == "ok")
+        md += [f"A {data['kind']} of `{meta.get('scenario', '?')}` ({ctx.model} on {ctx.gpu}"
+               + (f", {ctx.seeds} seeds per point" if ctx.seeds > 1 else "") + f"): {len(data['rows'])} points, "
+               f"{ran} ran.", ""]
+        if data["kind"] == "capacity":
+            md += _capacity_lines(path)
+        else:
+            md += _verdict(data, ctx)
+        if ctx.notes:
+            md += ["## Caveats", ""] + [f"- {n}" for n in ctx.notes] + [""]
     md += ["## Summary", ""]
     if data["rows"]:
-        cols = ["point", *data["cols"], "status", "throughput_rps", "goodput_rps", "slo_attainment", "ttft_p50_s",
+        rows = data["rows"]
+        per_gpu = len({v for v in ctx.gpus.values() if v}) > 1
+        if data["kind"] in ("compare", "sweep"):
+            rows = ranked(rows)
+        if per_gpu:
+            rows = with_per_gpu(rows)
+        cols = ["point", *data["cols"], "status", "goodput_rps", *(["goodput_per_gpu"] if per_gpu else []),
+                "slo_attainment", "throughput_rps", *(["throughput_per_gpu"] if per_gpu else []), "ttft_p50_s",
                 "ttft_p99_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
-        md += [_md_table(data["rows"], cols), ""]
-        errs = [r for r in data["rows"] if r["status"] != "ok"]
-        for r in errs:
-            md += [f"- point {r['point']} failed: {r.get('error')}"]
-        if errs:
-            md += [""]
+        md += [_md_table(rows, cols), ""]
+        if ctx.seeds > 1:
+            md += [f"Each figure is the mean over {ctx.seeds} seeds {chr(177)} the half-width of its 95% Student-t "
+                   "interval; every run is in seeds.csv.", ""]
     if runs:
-        md += [f"Per-run figures below{where}:" if where else "", "", _run_table(runs), ""]
+        md += [f"Per-run figures below{where}" + (" (each configuration's first seed)" if ctx.seeds > 1 else "")
+               + ":", "", _run_table(runs, data["chosen"]), ""]
     md += ["## Figures", ""]
 
-    def add(name, title, fig, sentence):
+    def add(name, title, fig, sentence, notes=()):
+        _decorate(fig, title, [*ctx.notes, *notes])
         F.save(fig, figdir / name)
         plt.close(fig)
-        md.extend([f"### {title}", "", f"![{title}](figures/{name}.png)", "", sentence, ""])
+        md.extend([f"### {title.split(' | ')[0]}", "", f"![{title}](figures/{name}.png)", "", sentence, ""])
+        bar.step(name)
 
-    # latency vs load, goodput, throughput-latency
-    if data["rate"]:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-        s_ttft = _series(data["groups"], "ttft_p50_s", "ttft_p99_s")
-        s_tpot = _series(data["groups"], "tpot_p50_s", "tpot_p99_s")
-        F.latency_vs_load(s_ttft, axes[0], "ttft", ttft_slo, colors)
-        F.latency_vs_load(s_tpot, axes[1], "tpot", tpot_slo, colors)
-        add("latency_vs_load", "Latency vs offered load", fig,
-            _load_sentence("ttft", s_ttft, ttft_slo) + " " + _load_sentence("tpot", s_tpot, tpot_slo))
-        gp = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
-                  "goodput": [r["goodput_rps"] for r in rs if r["status"] == "ok"],
-                  "offered": [r.get("offered_rps") for r in rs if r["status"] == "ok"]}
-              for g, rs in data["groups"].items()}
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        F.goodput_vs_load(gp, ax, colors)
-        best = {g: max(zip(d["goodput"], d["rate"])) for g, d in gp.items() if d["goodput"]}
-        gpus = {g: next((r.get("num_gpus") for r in rs if r.get("num_gpus")), None) for g, rs in data["groups"].items()}
-        per_gpu = len({gpus[g] for g in best}) > 1  # unequal hardware: say it per GPU too
-        add("goodput_vs_load", "Goodput vs offered load", fig,
-            "Peak goodput: " + "; ".join(
-                f"{g} {v:.3g} req/s (at {_rate(r)}"
-                + (f"; {v / gpus[g]:.3g} per GPU of {gpus[g]}" if per_gpu and gpus[g] else "") + ")"
-                for g, (v, r) in best.items()) + ".")
-        tl = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
-                  "throughput": [r["output_tokens_per_s"] for r in rs if r["status"] == "ok"],
-                  "latency": [r["tpot_p99_s"] for r in rs if r["status"] == "ok"]} for g, rs in data["groups"].items()}
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        F.throughput_latency(tl, ax, "tpot", "p99", colors)
-        add("throughput_latency", "Throughput vs latency", fig,
-            "At the highest load each ran, " + "; ".join(
-                f"{g} delivers {d['throughput'][-1]:.0f} output tok/s at p99 TPOT {_ms(d['latency'][-1])}"
-                for g, d in tl.items() if d["rate"]) + ".")
-
+    if data["kind"] == "capacity" and len(data["groups"]) > 1:
+        _capacity_figure(path, data, ctx, add)
+    elif data["rate"]:
+        _load_figures(data, ctx, dcolors, add)
     service_section(path, data, runs, colors, add, plt)  # per request class, when there are several
-
     if runs:
-        # CDFs
-        metrics = ["ttft", "tpot", "e2e"] + (["tbt"] if all(r.tbt_s is not None for r in runs.values()) else [])
-        fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.2))
-        sentences = []
-        for m, ax in zip(metrics, axes):
-            samples = {g: r.latency(m) for g, r in runs.items()}
-            slo_m = {"ttft": ttft_slo, "tpot": tpot_slo}.get(m)
-            F.latency_cdfs(samples, ax, m, slo_m, colors)
-            sentences.append(_cdf_sentence(m, samples, where))
-        if "tbt" not in metrics:
-            sentences.append("(TBT samples are not kept in a plain run folder; sweeps and comparisons keep them.)")
-        used = {g: next((r.get("num_gpus") for r in data["groups"].get(g, []) if r.get("num_gpus")), None)
-                for g in runs}
-        if len({v for v in used.values() if v}) > 1:
-            sentences.append("These runs do not use the same number of GPUs (" + ", ".join(
-                f"{g} {v}" for g, v in used.items() if v) + "): at one arrival rate the larger deployment has "
-                "more capacity; compare them per GPU (`servesim capacity --per-gpu`).")
-        add("latency_cdfs", "Latency CDFs", fig, " ".join(sentences))
-
-        # TTFT breakdown
-        bd = {g: r.ttft_breakdown() for g, r in runs.items()}
-        fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(bd) + 2), 4.2))
-        F.ttft_breakdown(bd, ax)
-        parts = []
-        for g, d in bd.items():
-            tot = d["queueing"] + d["prefill"] + d.get("api", 0.0)
-            if tot > 0:
-                x = f" then {_ms(d['transfer'])} of KV transfer to the decode pool" if d["transfer"] > 0 else ""
-                a = f", {d['api'] / tot:.0%} API server" if d.get("api", 0.0) > 0 else ""
-                parts.append(f"{g} {_ms(tot)} ({d['queueing'] / tot:.0%} queueing, "
-                             f"{d['prefill'] / tot:.0%} prefill{a}){x}")
-        add("ttft_breakdown", "TTFT breakdown", fig, "Mean TTFT" + where + ": " + "; ".join(parts) + ".")
-
-        shown = list(runs.items())[:MAX_GROUPS_PER_PANEL]
-        # per-replica timeline: the first replica of each pool (a P/D split's decode pool, where
-        # TPOT is made, as well as its prefill pool)
-        panels = [(g, r, first, pool) for g, r in shown
-                  for pool, first, _, _ in (r.pools() or [("colocated", 0, 1, None)])]
-        fig, axes = plt.subplots(4, len(panels), figsize=(5.5 * len(panels), 9), sharex="col", squeeze=False)
-        parts = []
-        for j, (g, r, first, pool) in enumerate(panels):
-            td = r.timeline_data(first)
-            F.replica_timeline(td, axes[:, j])
-            name = f"replica {first}" + ("" if pool == "colocated" else f" ({pool} pool)")
-            axes[0, j].set_title(f"{g}: {name}")
-            kv = td["kv_usage"]
-            qmax = int(td["waiting"].max()) if len(td["waiting"]) else 0
-            tq = float(td["queue_t"][td["waiting"].argmax()]) if len(td["waiting"]) else 0.0
-            parts.append(f"{g} {name}: mean batch {td['num_seqs'].mean() if len(td['num_seqs']) else 0:.1f} "
-                         f"sequences, KV peaks at {(kv.max() if len(kv) else 0) * 100:.0f}%, up to {qmax} "
-                         f"request{'' if qmax == 1 else 's'} waiting (at {tq:.0f} s)")
-        add("timeline", "Per-replica timeline", fig,
-            "The first replica of each pool" + where + ": " + "; ".join(parts) + ".")
-
-        # roofline
-        fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.8), squeeze=False)
-        parts = []
-        for j, (g, r) in enumerate(shown):
-            rd = r.roofline_data()
-            F.roofline(rd, axes[0, j])
-            axes[0, j].set_title(f"{g}: steps on the roofline")
-            parts.append(_roofline_sentence(g, rd, brief=j > 0))
-        add("roofline", "Roofline", fig, " ".join(parts))
-
+        _run_figures(runs, ctx, dcolors, where, add, data["chosen"])
     out = path / "report.md"
     out.write_text("\n".join(md).rstrip() + "\n")
+    bar.step("report.md")
     return out
+
+
+def _run_verdict(s: dict) -> list:
+    """A run folder's verdict: SLO attainment, the diagnosis and the warnings."""
+    out = ["## Verdict", "", f"Goodput {s['goodput_rps']:.3g} req/s; {slo_phrase(s)}."]
+    d = ((s.get("profile") or {}).get("diagnosis") or {}).get("line")
+    if d:
+        out += ["", f"Diagnosis: {d}."]
+    warns = s.get("warnings") or []
+    if warns:
+        out += ["", "## Caveats", ""] + [f"- {w['message']}" for w in warns]
+    return out + [""]
+
+
+def _capacity_lines(path: Path) -> list:
+    if not (path / "capacity.json").is_file():
+        return []
+    cap = read_json_dict(path / "capacity.json", "capacity.json")
+    lacks = [k for k in ("capacity_rps", "capacity_rps_per_gpu", "num_gpus", "slo") if k not in cap]
+    if lacks:
+        raise InputError(f"{path / 'capacity.json'}: no {', '.join(lacks)}: not a file servesim wrote")
+    keep = f", keeping up (>= {cap['keep_up']:g} left per arrival)" if cap.get("keep_up") else ""
+    if cap["capacity_rps"] is None:  # the search ran out of probes without an answer
+        br = cap.get("bracket_rps") if isinstance(cap.get("bracket_rps"), list) else []
+        lo, hi = [v if isinstance(v, (int, float)) else None for v in (br + [None, None])[:2]]
+        return [f"**No capacity found** for `{cap['slo']}`{keep}: the probes ran out "
+                + (f"between {lo:.4g} (meets) and {hi:.4g} req/s (fails)." if lo and hi else
+                   f"with every rate up to {lo:.4g} req/s meeting." if lo else
+                   f"with no rate meeting, down to {hi:.4g} req/s." if hi else "before any probe."), ""]
+    gpus = f"{cap['num_gpus']} GPU{'s' if cap['num_gpus'] != 1 else ''}"
+    att = f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else ""
+    iv = cap.get("interval")
+    if isinstance(iv, dict) and cap.get("capacity_ci95_rps") is not None:
+        ci = _cap_interval(cap)
+        text = (f"**Capacity: {format_interval(ci, unit='req/s')}** ({format_interval(ci.scaled(1 / cap['num_gpus']))}"
+                f" req/s per GPU, {gpus}) for `{cap['slo']}`{keep}{att}: the mean of {iv.get('seeds')} seeds' searches "
+                f"with its 95% Student-t interval (per seed: "
+                + ", ".join(f"{x['capacity_rps']:.4g}" for x in cap.get("seeds") or [] if x.get("capacity_rps"))
+                + " req/s).")
+        if iv.get("stopped_short"):
+            text += f" Stopped short: {iv['stopped_short']}."
+        return [text, ""]
+    return [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per "
+            f"GPU, {gpus}) for `{cap['slo']}`{keep}{att}"
+            + (f"; the check at {cap['check_above_rps']:.4g} req/s fails." if cap.get("check_above_rps") else ".")
+            + " One seed: no interval.", ""]
+
+
+def _capacity_figure(path: Path, data: dict, ctx: Context, add) -> None:
+    """A capacity search over several seeds: every seed's probes, the SLO and the interval."""
+    cap = read_json_dict(path / "capacity.json", "capacity.json") if (path / "capacity.json").is_file() else {}
+    band = (cap["capacity_rps"], cap.get("capacity_ci95_rps")) if cap.get("capacity_rps") else None
+    metrics = [m for m, lim in (("ttft", ctx.ttft_slo), ("tpot", ctx.tpot_slo)) if lim is not None] or ["ttft"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.8), squeeze=False, sharex=True)
+    for m, ax in zip(metrics, axes[0]):
+        series = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
+                      "p99": [r[f"{m}_p99_s"] for r in rs if r["status"] == "ok"],
+                      "meets": [r.get("meets") in (True, "True") for r in rs if r["status"] == "ok"]}
+                  for g, rs in data["groups"].items()}
+        F.capacity_probes(series, ax, m, {"ttft": ctx.ttft_slo, "tpot": ctx.tpot_slo}[m], band)
+    n = len(data["groups"])
+    add("capacity_probes", ctx.title(f"Capacity search over {n} seeds", rate=False), fig,
+        f"Every probe of the {n} seeds' searches (a probe meets when every limit of `{cap.get('slo', '?')}` holds "
+        "and it keeps up); the capacity is the mean of the seeds' answers"
+        + (f", {format_interval(_cap_interval(cap), unit='req/s')} (95% interval)." if band else "."))
+
+
+def _cap_interval(cap: dict):
+    from servesim.outputs.intervals import Interval
+
+    half = cap.get("capacity_ci95_rps")
+    return Interval(cap["capacity_rps"], math.nan if half is None else half,
+                    int((cap.get("interval") or {}).get("seeds") or 1))
+
+
+def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
+    """Latency, goodput and throughput against the offered load, one curve per group."""
+    groups = {g: rs for g, rs in data["groups"].items() if g in ctx.keep(data["groups"])}
+    shown = {ctx.label(g): rs for g, rs in groups.items()}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    s_ttft = _series(shown, "ttft_p50_s", "ttft_p99_s")
+    s_tpot = _series(shown, "tpot_p50_s", "tpot_p99_s")
+    F.latency_vs_load(s_ttft, axes[0], "ttft", ctx.ttft_slo, dcolors)
+    F.latency_vs_load(s_tpot, axes[1], "tpot", ctx.tpot_slo, dcolors)
+    add("latency_vs_load", ctx.title("Latency vs offered load", rate=False), fig,
+        _load_sentence("ttft", _series(groups, "ttft_p50_s", "ttft_p99_s"), ctx.ttft_slo) + " "
+        + _load_sentence("tpot", _series(groups, "tpot_p50_s", "tpot_p99_s"), ctx.tpot_slo))
+    gp = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
+              "goodput": [r["goodput_rps"] for r in rs if r["status"] == "ok"],
+              "offered": [r.get("offered_rps") for r in rs if r["status"] == "ok"],
+              "goodput_ci": [r.get("goodput_rps" + CI_SUFFIX) for r in rs if r["status"] == "ok"]}
+          for g, rs in groups.items()}
+    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    F.goodput_vs_load({ctx.label(g): d for g, d in gp.items()}, ax, dcolors)
+    peak = {g: max((r for r in rs if r["status"] == "ok"), key=lambda r: r["goodput_rps"], default=None)
+            for g, rs in groups.items()}
+    peak = {g: r for g, r in peak.items() if r is not None}
+    gpus = ctx.gpus
+    per_gpu = len({gpus.get(g) for g in peak}) > 1  # unequal hardware: say it per GPU too
+    order = sorted(peak, key=lambda g: -peak[g]["goodput_rps"])
+    add("goodput_vs_load", ctx.title("Goodput vs offered load", rate=False), fig,
+        "Peak goodput (requests per second within the SLO), highest first: " + "; ".join(
+            f"{g} {value_text(peak[g], 'goodput_rps', unit='req/s')} (at {_rate(peak[g][RATE_KEY])}"
+            + (f"; {value_text(with_per_gpu([peak[g]])[0], 'goodput_per_gpu')} per GPU of {gpus[g]}"
+               if per_gpu and gpus.get(g) else "") + ")"
+            for g in order) + ".")
+    tl = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
+              "throughput": [r["output_tokens_per_s"] for r in rs if r["status"] == "ok"],
+              "latency": [r["tpot_p99_s"] for r in rs if r["status"] == "ok"],
+              "ok": [meets_slo(r) for r in rs if r["status"] == "ok"]} for g, rs in groups.items()}
+    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    F.throughput_latency({ctx.label(g): d for g, d in tl.items()}, ax, "tpot", "p99", dcolors)
+    add("throughput_latency", ctx.title("Throughput vs latency", rate=False), fig,
+        "At the highest load each ran, " + "; ".join(
+            f"{g} delivers {d['throughput'][-1]:.0f} output tok/s at p99 TPOT {_ms(d['latency'][-1])}"
+            + (" but fails the SLO there" if d["ok"][-1] is False else "")
+            for g, d in tl.items() if d["rate"]) + ".")
+
+
+def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chosen: dict) -> None:
+    """CDFs, TTFT breakdown, timeline and roofline of each group's representative run."""
+    rows = {g: r for g, r in chosen.items()}
+    for g, r in runs.items():
+        rows.setdefault(g, r.summary)
+    kept = [g for g in ctx.keep(runs)]
+    left_out = kept[MAX_GROUPS_PER_PANEL:]
+    shown_groups = kept[:MAX_GROUPS_PER_PANEL]
+    omit = ([f"{len(left_out)} of {len(kept)} configurations are not drawn in the side-by-side figures "
+             f"(timeline, roofline): {', '.join(left_out)}"] if left_out else [])
+    runs_kept = {g: runs[g] for g in kept}
+    # CDFs
+    metrics = ["ttft", "tpot", "e2e"] + (["tbt"] if all(r.tbt_s is not None for r in runs.values()) else [])
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.4))
+    sentences = []
+    for m, ax in zip(metrics, axes):
+        slo_m = {"ttft": ctx.ttft_slo, "tpot": ctx.tpot_slo}.get(m)
+        F.latency_cdfs({ctx.label(g): r.latency(m) for g, r in runs_kept.items()}, ax, m, slo_m, dcolors)
+        sentences.append(_cdf_sentence(m, {g: r.latency(m) for g, r in runs_kept.items()}, where, ctx, rows))
+    if "tbt" not in metrics:
+        sentences.append("(TBT samples are not kept in a plain run folder; sweeps and comparisons keep them.)")
+    add("latency_cdfs", ctx.title("Latency CDFs"), fig, " ".join(sentences))
+
+    # TTFT breakdown
+    bd = {g: r.ttft_breakdown() for g, r in runs_kept.items()}
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.8 * len(bd) + 2), 4.6))
+    F.ttft_breakdown({ctx.label(g): d for g, d in bd.items()}, ax)
+    parts = []
+    for g, d in bd.items():
+        tot = d["queueing"] + d["prefill"] + d.get("api", 0.0)
+        if tot > 0:
+            x = f" then {_ms(d['transfer'])} of KV transfer to the decode pool" if d["transfer"] > 0 else ""
+            a = f", {d['api'] / tot:.0%} API server" if d.get("api", 0.0) > 0 else ""
+            parts.append(f"{g} {_ms(tot)} ({d['queueing'] / tot:.0%} queueing, "
+                         f"{d['prefill'] / tot:.0%} prefill{a}){x}{_slo_note(g, ctx)}")
+    add("ttft_breakdown", ctx.title("TTFT breakdown"), fig, "Mean TTFT" + where + ": " + "; ".join(parts) + ".")
+
+    shown = [(g, runs[g]) for g in shown_groups]
+    # per-replica timeline: the first replica of each pool (a P/D split's decode pool, where
+    # TPOT is made, as well as its prefill pool); rows share their y axis, so panels compare
+    panels = [(g, r, first, pool) for g, r in shown
+              for pool, first, _, _ in (r.pools() or [("colocated", 0, 1, None)])]
+    fig, axes = plt.subplots(4, len(panels), figsize=(5.5 * len(panels), 9.5), sharex=True, sharey="row",
+                             squeeze=False)
+    parts = []
+    tds = [r.timeline_data(first) for _, r, first, _ in panels]
+    # one drawing for every panel (shared axes must mean the same units): time bins as soon as
+    # one panel has too many steps to draw one by one
+    width = None
+    if any(len(td["t"]) > F.MAX_STEP_POINTS for td in tds):
+        width = F.bin_width_s(max(float(td["t"].max()) for td in tds if len(td["t"])))
+    for j, ((g, r, first, pool), td) in enumerate(zip(panels, tds)):
+        F.replica_timeline(td, axes[:, j], width_s=width)
+        name = f"replica {first}" + ("" if pool == "colocated" else f" ({pool} pool)")
+        axes[0, j].set_title(f"{ctx.label(g)}: {name}", fontsize=10)
+        kv = td["kv_usage"]
+        qmax = int(td["waiting"].max()) if len(td["waiting"]) else 0
+        tq = float(td["queue_t"][td["waiting"].argmax()]) if len(td["waiting"]) else 0.0
+        parts.append(f"{g} {name}: mean batch {td['num_seqs'].mean() if len(td['num_seqs']) else 0:.1f} "
+                     f"sequences, KV peaks at {(kv.max() if len(kv) else 0) * 100:.0f}%, up to {qmax} "
+                     f"request{'' if qmax == 1 else 's'} waiting (at {tq:.0f} s)")
+    for ax in axes[:, 0]:
+        ax.yaxis.set_tick_params(labelleft=True)
+    bins = (f" Steps are drawn in {width:g} s time bins (a panel has more than {F.MAX_STEP_POINTS} steps): the "
+            "mean per bin as a line, its min-max as a band, tokens as tokens per second." if width else "")
+    add("timeline", ctx.title("Per-replica timeline"), fig,
+        "The first replica of each pool" + where + ": " + "; ".join(parts) + "." + bins, omit)
+
+    # roofline
+    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 5.0), squeeze=False, sharex=True, sharey=True)
+    parts = []
+    for j, (g, r) in enumerate(shown):
+        rd = r.roofline_data()
+        F.roofline(rd, axes[0, j])
+        axes[0, j].set_title(f"{ctx.label(g)}: steps on the roofline", fontsize=10)
+        parts.append(_roofline_sentence(g, rd, brief=j > 0))
+    add("roofline", ctx.title("Roofline"), fig, " ".join(parts), omit)
 
 
 def meta_slo(meta) -> dict:

@@ -23,6 +23,7 @@ from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
+from servesim.outputs.checks import run_warnings
 from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats
@@ -140,6 +141,13 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
                      (host_blocks, block_bytes, swap_bw), engine)
 
 
+def pd_split_replicas(replicas: int) -> tuple[int, int]:
+    """(prefill, decode) replicas of a P/D split with the GPUs of ``replicas`` colocated ones: half
+    each, the odd one to decode (where the KV of every running request lives)."""
+    p = max(1, replicas // 2)
+    return p, max(1, replicas - p)
+
+
 def prepare(scenario: Scenario) -> Setup:
     model = get_model(scenario.model)
     hw, pol = scenario.hardware, scenario.policy
@@ -152,8 +160,11 @@ def prepare(scenario: Scenario) -> Setup:
                      pol.max_num_seqs, pol.max_num_batched_tokens)
         return Setup(scenario, (dataclasses.replace(pool, replicas=scenario.cluster.replicas),))
     if scenario.cluster.replicas != 1:
-        raise InputError("cluster.replicas: with policy.name=pd_split, set policy.prefill.replicas and "
-                         "policy.decode.replicas instead")
+        n = scenario.cluster.replicas
+        p, d = pd_split_replicas(n)
+        raise InputError(f"cluster.replicas: with policy.name=pd_split, set policy.prefill.replicas and "
+                         f"policy.decode.replicas instead; the same {n} replicas' GPUs as a split: "
+                         f"cluster.replicas=1 policy.prefill.replicas={p} policy.decode.replicas={d}")
     pools = []
     for name in ("prefill", "decode"):
         p = getattr(pol, name)
@@ -275,6 +286,29 @@ def _classes(scenario: Scenario, specs, req_cols: dict):
     ttft = np.array([inf(slo_by_class[n][0]) for n in names])[idx]
     tpot = np.array([inf(slo_by_class[n][1]) for n in names])[idx]
     return names, slo_by_class, (ttft, tpot)
+
+
+def predict_rejections(scenario: Scenario) -> dict | None:
+    """The rejections a run of ``scenario`` will have, without running it: every rejection rule
+    depends only on a request's lengths and the deployment, never on the load, so the workload's
+    own requests (drawn with the scenario's seed) checked against the replicas' rules give the
+    run's count exactly. {"requests", "rejected", "reasons": [[reason, count], ...]}; None for
+    closed-loop and multi-turn workloads (their lengths are drawn as the run goes)."""
+    from servesim.outputs.diagnosis import top_reasons
+
+    setup = prepare(scenario)
+    specs = generate(scenario.workload, np.random.default_rng(scenario.seed),
+                     setup.cost_model.model.max_context_tokens, min(p.capacity.block_size for p in setup.pools))
+    if not isinstance(specs, RequestSpecs):
+        return None
+    cluster = Cluster(simpy.Environment(), setup, Recorder(None), scenario.seed)
+    pairs, count = np.unique(np.stack([specs.prompt_tokens, specs.output_tokens]), axis=1, return_counts=True)
+    reasons = []
+    for (p, o), k in zip(pairs.T.tolist(), count.tolist()):
+        why = cluster.rejection_reason(Request(0, 0.0, p, o))
+        if why is not None:
+            reasons += [why] * k
+    return {"requests": len(specs), "rejected": len(reasons), "reasons": top_reasons(reasons)}
 
 
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,
@@ -436,7 +470,9 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     pools = setup.pools_by_name
     summary["profile"] = profile_summary(summary, steps, cluster.infos,
                                          [pools[i.pool].cost_model for i in cluster.infos],
-                                         pools.get("decode", setup.pools[0]).max_num_seqs)
+                                         pools.get("decode", setup.pools[0]).max_num_seqs, req_cols,
+                                         limits or (scenario.slo.ttft_s, scenario.slo.tpot_s))
+    summary["warnings"] = run_warnings(summary, scenario)
     decisions = None
     if tracer is not None:
         tracer.finish(sim_time)

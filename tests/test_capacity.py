@@ -39,7 +39,8 @@ def test_capacity_meets_at_the_answer_and_fails_10_percent_above(tmp_path, capsy
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(data))
     out = tmp_path / "cap"
-    assert main(["capacity", str(sc), "--slo", "ttft_p99=300ms", "--probe-requests", str(N), "--out", str(out),
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", "ttft_p99=300ms", "--probe-requests", str(N), "--out", str(out),
                  "--workers", "1", "--quiet", "--per-gpu"]) == 0
     printed = capsys.readouterr().out
     cap = json.loads((out / "capacity.json").read_text())
@@ -52,7 +53,8 @@ def test_capacity_meets_at_the_answer_and_fails_10_percent_above(tmp_path, capsy
     assert p99_ttft_over_all(data, cap["check_above_rps"]) > 0.3
     # a rerun reuses every probe
     rows_before = (out / "results.csv").read_text()
-    assert main(["capacity", str(sc), "--slo", "ttft_p99=300ms", "--probe-requests", str(N), "--out", str(out),
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", "ttft_p99=300ms", "--probe-requests", str(N), "--out", str(out),
                  "--workers", "1", "--quiet"]) == 0
     assert (out / "results.csv").read_text() == rows_before
 
@@ -62,7 +64,8 @@ def test_attainment_mode_counts_requests_within_limits(tmp_path):
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(data))
     out = tmp_path / "cap"
-    assert main(["capacity", str(sc), "--slo", "ttft_p99=0.3,tpot_p99=0.05", "--attainment", "0.9",
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", "ttft_p99=0.3,tpot_p99=0.05", "--attainment", "0.9",
                  "--probe-requests", str(N), "--out", str(out), "--workers", "2", "--quiet"]) == 0
     cap = json.loads((out / "capacity.json").read_text())
     at = {p["rate_rps"]: p for p in cap["probes"]}
@@ -91,7 +94,8 @@ def test_parse_slo_takes_every_metric_and_statistic_it_lists():
 def test_bad_slo_exits_2(tmp_path, capsys, slo, needle):
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(scenario_data()))
-    assert main(["capacity", str(sc), "--slo", slo]) == 2
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", slo]) == 2
     assert needle in capsys.readouterr().err
 
 
@@ -101,7 +105,8 @@ def test_probe_duration_scales_requests_with_rate(tmp_path):
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(scenario_data()))
     out = tmp_path / "cap"
-    assert main(["capacity", str(sc), "--slo", "ttft_p99=0.3", "--probe-requests", "50", "--probe-duration", "20",
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", "ttft_p99=0.3", "--probe-requests", "50", "--probe-duration", "20",
                  "--out", str(out), "--workers", "1", "--quiet"]) == 0
     for row in read_results(out / "results.csv"):
         rate = row["workload.arrival.rate_rps"]
@@ -128,7 +133,8 @@ def test_a_limit_queueing_does_not_move_is_bounded_by_keeping_up(tmp_path):
     out = tmp_path / "cap"
     # (1000 requests a probe, the default: with 200 the Poisson noise in the ~100 arrivals of the
     # second half is ~10%, as large as the rule's slack)
-    assert main(["capacity", str(sc), "--slo", "tpot_p99=1", "--probe-requests", "1000", "--out", str(out),
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", "tpot_p99=1", "--probe-requests", "1000", "--out", str(out),
                  "--workers", "1", "--quiet"]) == 0
     cap = json.loads((out / "capacity.json").read_text())
     above = next(p for p in cap["probes"] if p["rate_rps"] == cap["check_above_rps"])
@@ -146,7 +152,8 @@ def test_no_answer_within_max_probes_is_exit_2_and_reported(tmp_path, capsys):
     sc.write_text(yaml.safe_dump(scenario_data()))
     out = tmp_path / "cap"
     # without the keep-up rule the TPOT limit holds at every rate: the search only climbs
-    assert main(["capacity", str(sc), "--slo", "tpot_p99=1", "--keep-up", "0", "--max-probes", "4",
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", "tpot_p99=1", "--keep-up", "0", "--max-probes", "4",
                  "--probe-requests", "50", "--out", str(out), "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "no capacity found within --max-probes 4" in err and "no rate above it failed" in err
@@ -163,7 +170,8 @@ def test_on_off_capacity_also_gives_the_mean_offered_rate(tmp_path, capsys):
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(data))
     out = tmp_path / "cap"
-    assert main(["capacity", str(sc), "--slo", "ttft_p99=300ms", "--probe-requests", str(N), "--out", str(out),
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", "ttft_p99=300ms", "--probe-requests", str(N), "--out", str(out),
                  "--workers", "1", "--quiet"]) == 0
     cap = json.loads((out / "capacity.json").read_text())
     # rate_rps is the burst rate (the search scales it, not the 0.4 req/s between bursts): on 5 s
@@ -185,7 +193,8 @@ def test_running_out_of_probes_below_every_meeting_rate_is_no_answer(tmp_path, c
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(scenario_data()))
     out = tmp_path / "cap"
-    assert main(["capacity", str(sc), "--slo", "ttft_p99=1ms", "--max-probes", "3", "--probe-requests", "50",
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", "ttft_p99=1ms", "--max-probes", "3", "--probe-requests", "50",
                  "--out", str(out), "--workers", "1", "--quiet"]) == 2
     assert "no rate met, down to" in capsys.readouterr().err
     cap = json.loads((out / "capacity.json").read_text())
@@ -195,7 +204,8 @@ def test_running_out_of_probes_below_every_meeting_rate_is_no_answer(tmp_path, c
 def test_probes_too_small_to_judge_keeping_up_are_refused(tmp_path, capsys):
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(scenario_data()))
-    assert main(["capacity", str(sc), "--slo", "ttft_p99=1", "--probe-requests", "3"]) == 2
+    assert main(["capacity", str(sc), "--seeds", "1",
+                 "--slo", "ttft_p99=1", "--probe-requests", "3"]) == 2
     assert "at least 20 requests" in capsys.readouterr().err
 
 

@@ -184,3 +184,27 @@ def test_roofline(runs, ax):
 def test_save_writes_png_and_svg(tmp_path, ax):
     paths = F.save(ax.figure, tmp_path / "f" / "x")
     assert [p.name for p in paths] == ["x.png", "x.svg"] and all(p.stat().st_size > 0 for p in paths)
+
+
+def test_long_timelines_are_drawn_in_time_bins(runs):
+    r = runs["small"]
+    td = r.timeline_data(0)
+    fig, axes = plt.subplots(4, 1)
+    F.replica_timeline(td, axes, max_points=10)  # more steps than 10: time bins
+    width = F.bin_width_s(float(td["t"].max()))
+    assert float(td["t"].max()) / width <= F.MAX_BINS
+    assert axes[1].get_ylabel() == "tokens per second"
+    prefill, decode = axes[1].lines[0].get_ydata(), axes[1].lines[1].get_ydata()
+    assert np.nansum(prefill) * width == pytest.approx(r.summary["phases"]["prefill_tokens"])
+    assert np.nansum(decode) * width == pytest.approx(r.summary["phases"]["decode_tokens"])
+    mean = axes[0].lines[0].get_ydata()
+    assert len(mean) == int(np.floor(td["t"].max() / width)) + 1
+    assert np.nanmax(mean) <= td["num_seqs"].max() and np.nanmin(mean) >= td["num_seqs"].min()
+    assert "mean per" in legend(axes[0])[0]
+    plt.close(fig)
+
+
+def test_binned_empty_bins_are_gaps():
+    b = F.binned([0.1, 0.2, 2.5], [1.0, 3.0, 5.0], 1.0)
+    assert list(b["sum"]) == [4.0, 0.0, 5.0] and b["mean"][0] == 2.0 and np.isnan(b["mean"][1])
+    assert b["min"][0] == 1.0 and b["max"][0] == 3.0

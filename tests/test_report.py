@@ -13,6 +13,7 @@ from servesim.inputs.scenario import scenario_from_dict
 from servesim.simulation import simulate
 from servesim.studies.points import make_points
 from servesim.studies.sweep import execute
+from servesim.outputs.rundir import read_results
 from servesim.outputs.trace_export import chrome_trace
 from tests.conftest import BASE, make_scenario
 
@@ -210,3 +211,87 @@ def test_pd_split_trace_timeline_and_gpus():
     bd = rd.ttft_breakdown()
     assert bd["transfer"] > 0
     assert num_gpus(res.scenario.to_dict()) == 3
+
+
+def _captured_figures(monkeypatch):
+    """Record each saved figure's title, caption, legend entries and panel count."""
+    import servesim.plots.figures as F
+
+    seen = {}
+    real = F.save
+
+    def save(fig, stem):
+        texts = [t.get_text() for t in fig.texts]
+        legends = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+        seen[str(stem).rsplit("/", 1)[-1]] = {"title": fig._suptitle.get_text() if fig._suptitle else "",
+                                               "texts": texts, "legends": legends, "axes": len(fig.axes)}
+        return real(fig, stem)
+
+    monkeypatch.setattr(F, "save", save)
+    return seen
+
+
+def test_compare_report_judges_by_the_slo_and_shows_every_caveat(tmp_path, monkeypatch, capsys):
+    """The issue's case, smaller: static fails the SLO, chunked_prefill with the scenario's 8192-token
+    budget equals continuous, pd_split on a 2-replica scenario runs as a split of the same GPUs."""
+    data = copy.deepcopy(BASE)
+    data.update(cluster={"replicas": 2}, slo={"ttft_s": 1.0, "tpot_s": 0.05})
+    data["workload"].update(num_requests=300, arrival={"process": "poisson", "rate_rps": 16.0},
+                            prompt_tokens={"dist": "lognormal", "mean": 1024, "sigma": 0.8, "max": 6144},
+                            output_tokens={"dist": "uniform", "min": 32, "max": 512})
+    sc = tmp_path / "chat.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    seen = _captured_figures(monkeypatch)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(sc), "--policies", "continuous,chunked_prefill,static,pd_split", "--out", str(out),
+                 "--workers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "report" in err  # progress on stderr
+    md = (out / "report.md").read_text()
+    rows = {r["label"]: r for r in read_results(out / "results.csv")}
+    assert all(r["status"] == "ok" for r in rows.values())
+    assert rows["static"]["slo_attainment"] < 0.9 <= rows["continuous"]["slo_attainment"]
+    verdict = md.split("## Verdict")[1].split("## Caveats")[0]
+    assert "static (2 GPUs): goodput" in verdict and "**fails the SLO" in verdict
+    assert verdict.index("continuous") < verdict.index("static")  # ranked by goodput
+    assert "chunked_prefill: identical to continuous" in verdict
+    caveats = md.split("## Caveats")[1].split("## Summary")[0]
+    assert "chunked_prefill gave exactly the same results as continuous" in caveats
+    assert "policy.max_num_batched_tokens=8192" in caveats and "runs as a P/D split of the same GPUs" in caveats
+    # no sentence credits static with a lower latency without saying it fails the SLO
+    for sentence in re.split(r"(?<=\.) ", md.split("## Figures")[1]):
+        if re.search(r"static (cuts|has the lowest)", sentence):
+            assert "fails the SLO" in sentence, sentence
+    # every figure stands alone: model, GPU and rate in the title, GPU counts in the legends,
+    # the caveats in the caption, identical configurations drawn once
+    for name in ("latency_cdfs", "ttft_breakdown", "timeline", "roofline"):
+        f = seen[name]
+        assert "Meta-Llama-3-8B" in f["title"] and "h100-sxm" in f["title"] and "16 req/s" in f["title"]
+        assert any("chunked_prefill gave exactly the same results" in t for t in f["texts"]), name
+    assert "continuous = chunked_prefill (2 GPUs)" in seen["latency_cdfs"]["legends"]
+    assert "static (2 GPUs)" in seen["latency_cdfs"]["legends"]
+    assert seen["timeline"]["axes"] == 4 * 4  # continuous, static, pd_split's prefill and decode pools
+
+
+def test_a_five_point_sweep_draws_all_five(tmp_path, monkeypatch):
+    seen = _captured_figures(monkeypatch)
+    base = copy.deepcopy(BASE)
+    base["workload"]["num_requests"] = 15
+    points = make_points(base, [({"policy.max_num_seqs": n}, {"policy.max_num_seqs": n}) for n in (1, 2, 4, 8, 16)])
+    execute(points, tmp_path, "local", 1, progress=False)
+    (tmp_path / "sweep.json").write_text(json.dumps({"kind": "sweep", "scenario": "test"}))
+    assert main(["report", str(tmp_path), "--quiet"]) == 0
+    assert seen["timeline"]["axes"] == 4 * 5 and seen["roofline"]["axes"] == 5
+    md = (tmp_path / "report.md").read_text()
+    assert md.count("max_num_seqs=") >= 5 and "not drawn" not in md
+
+
+def test_run_report_has_the_diagnosis_and_warnings(tmp_path, monkeypatch):
+    seen = _captured_figures(monkeypatch)
+    out = tmp_path / "run"
+    simulate(make_scenario(**{"policy.max_num_batched_tokens": 256, "slo": {"ttft_s": 1.0}})).write(out)
+    assert main(["report", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    assert "Diagnosis: SLO missed by" in md and "## Caveats" in md and "were rejected" in md
+    assert "policy continuous" in seen["latency_cdfs"]["title"]
+    assert any("were rejected" in t for t in seen["ttft_breakdown"]["texts"])

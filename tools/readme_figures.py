@@ -33,6 +33,12 @@ from servesim.studies.sweep import RESULTS, execute, write_meta  # noqa: E402
 RATE = "workload.arrival.rate_rps"
 
 
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=80, bbox_inches="tight")  # legends outside the axes are kept
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", help="comma-separated registered policies (default: all)")
@@ -60,47 +66,44 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     write_meta(work, {"kind": "compare", "scenario": "scenarios/default.yaml"})
     execute(points, work, "local", args.workers, progress=True, desc="readme figures")
-    build_report(work)  # the full report, for a look (docs/_work/report.md)
+    build_report(work, progress=True)  # the full report, for a look (docs/_work/report.md)
 
     rows = read_results(work / RESULTS)
     labels = [c[0] for c in configs]
-    colors = F.colors_for(labels)
+    gpus = {lbl: next(r["num_gpus"] for r in rows if r["label"] == lbl) for lbl in labels}
+    shown = {lbl: f"{lbl} ({gpus[lbl]} GPU{'s' if gpus[lbl] != 1 else ''})" for lbl in labels}  # legend entries
+    colors = {shown[lbl]: c for lbl, c in F.colors_for(labels).items()}
     slo = base.get("slo", {})
     out = Path(args.out)
+    setup = f"Llama-3-8B on H100, vLLM V1 defaults; SLO TTFT <= {slo.get('ttft_s'):g} s, TPOT <= " \
+            f"{slo.get('tpot_s') * 1e3:g} ms"
 
-    series = {lbl: {"rate": [r[RATE] for r in rows if r["label"] == lbl],
-                    "p50": [r["ttft_p50_s"] for r in rows if r["label"] == lbl],
-                    "p99": [r["ttft_p99_s"] for r in rows if r["label"] == lbl]} for lbl in labels}
-    fig, ax = plt.subplots(figsize=(6, 4))
+    series = {shown[lbl]: {"rate": [r[RATE] for r in rows if r["label"] == lbl],
+                           "p50": [r["ttft_p50_s"] for r in rows if r["label"] == lbl],
+                           "p99": [r["ttft_p99_s"] for r in rows if r["label"] == lbl]} for lbl in labels}
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
     F.latency_vs_load(series, ax, "ttft", slo.get("ttft_s"), colors)
-    fig.tight_layout()
-    fig.savefig(out / "ttft_vs_load.png", dpi=80)
-    plt.close(fig)
+    ax.set_title(f"TTFT vs load\n{setup}", fontsize=9)
+    _save(fig, out / "ttft_vs_load.png")
 
     mid = rates[len(rates) // 2]
     runs = {lbl: RunData.from_dir(work / next(r["dir"] for r in rows if r["label"] == lbl and r[RATE] == mid), lbl)
             for lbl in labels}
-    fig, ax = plt.subplots(figsize=(6, 4))
-    F.latency_cdfs({lbl: r.latency("tbt") for lbl, r in runs.items()}, ax, "tbt", None, colors)
-    ax.set_title(f"TBT CDF at {mid:g} req/s")
-    fig.tight_layout()
-    fig.savefig(out / "tbt_cdf.png", dpi=80)
-    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    F.latency_cdfs({shown[lbl]: r.latency("tbt") for lbl, r in runs.items()}, ax, "tbt", None, colors)
+    ax.set_title(f"TBT CDF at {mid:g} req/s\n{setup}", fontsize=9)
+    _save(fig, out / "tbt_cdf.png")
 
     first = runs[labels[0]]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
     F.roofline(first.roofline_data(), ax)
-    ax.set_title(f"{labels[0]} at {mid:g} req/s: steps on the H100 roofline")
-    fig.tight_layout()
-    fig.savefig(out / "roofline.png", dpi=80)
-    plt.close(fig)
+    ax.set_title(f"{shown[labels[0]]} at {mid:g} req/s: steps on the H100 roofline\n{setup}", fontsize=9)
+    _save(fig, out / "roofline.png")
 
-    fig, axes = plt.subplots(4, 1, figsize=(7, 7), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(7, 7.5), sharex=True)
     F.replica_timeline(first.timeline_data(0), axes)
-    axes[0].set_title(f"{labels[0]} at {mid:g} req/s: replica 0")
-    fig.tight_layout()
-    fig.savefig(out / "timeline.png", dpi=80)
-    plt.close(fig)
+    axes[0].set_title(f"{shown[labels[0]]} at {mid:g} req/s: replica 0\n{setup}", fontsize=9)
+    _save(fig, out / "timeline.png")
     print(f"wrote {out}/ttft_vs_load.png, tbt_cdf.png, roofline.png, timeline.png (and {work}/report.md)")
     return 0
 

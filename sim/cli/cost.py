@@ -5,6 +5,7 @@ predicts them."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from servesim.errors import InputError
@@ -199,19 +200,29 @@ def cmd_validate_cost(args) -> int:
     from servesim.cost.validation import (format_table, plot_predicted_vs_measured, validate, validate_held_out_models,
                                      validate_measured)
 
-    gpu, prof = _profiles(args)
-    eff = efficiencies_for(gpu, args.calibration, "--calibration")
+    from servesim.outputs.progress import Phases
+
     if args.measured and args.held_out_models:
         raise InputError("--measured and --held-out-models are two different checks: give one")
-    if args.measured:
-        v = validate_measured(prof, gpu, eff, args.max_tokens)
-        what = "priced from the other measurements (cost.profiles, leave one out)"
-    elif args.held_out_models:
-        v = validate_held_out_models(prof, gpu, args.max_tokens)
-        what = "each model predicted by a fit to the other models' profiles (leave one model out)"
-    else:
-        v = validate(prof, gpu, eff, args.max_tokens)
-        what = f"efficiencies: {eff.source}"
+    bar = Phases(not args.quiet, "validate-cost", 2)  # progress on stderr, closed before the table
+    try:
+        gpu, prof = _profiles(args)
+        eff = efficiencies_for(gpu, args.calibration, "--calibration")
+        bar.step("profiles read")
+        if args.measured:
+            v = validate_measured(prof, gpu, eff, args.max_tokens)
+            what = "priced from the other measurements (cost.profiles, leave one out)"
+        elif args.held_out_models:
+            bar.add(len({p.model for p in prof.compute}) - 1)
+            v = validate_held_out_models(prof, gpu, args.max_tokens, lambda m: bar.step(f"{m} held out"))
+            what = "each model predicted by a fit to the other models' profiles (leave one model out)"
+        else:
+            v = validate(prof, gpu, eff, args.max_tokens)
+            what = f"efficiencies: {eff.source}"
+        if not args.held_out_models:
+            bar.step("validated")
+    finally:
+        bar.close()
     print(f"{gpu.name}: predicted vs measured, num_tokens <= {args.max_tokens}; {what}\n")
     print(format_table(_summary_rows(v["rows"], args.detail)))
     out = Path(args.out)
@@ -224,6 +235,8 @@ def cmd_validate_cost(args) -> int:
     title = {"measured": "priced from measurements, leave one out",
              "held-out-models": "fit without the model, leave one model out"}.get(mode,
                                                                                   f"calibration {args.calibration}")
+    if not args.quiet:  # the plot takes seconds (matplotlib)
+        print(f"validate-cost: drawing {out / (stem + '.png')} ...", file=sys.stderr, flush=True)
     plot_predicted_vs_measured(v["points"], f"{gpu.name}, {title}, num_tokens <= {args.max_tokens}",
                                out / f"{stem}.png")
     print(f"\nwrote {out / (stem + '.json')}, {out / (stem + '.png')}")

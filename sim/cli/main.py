@@ -4,6 +4,7 @@ errors to exit codes: 0 ok, 2 bad input, 1 bug. ``run`` and ``validate`` are han
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 from servesim.cli.parser import build_parser
 from servesim.errors import InputError
 from servesim.core.decisions import format_decisions
+from servesim.outputs.checks import format_warnings
+from servesim.outputs.intervals import PM, Interval, format_interval
 from servesim.outputs.profile import format_profile
 
 
@@ -71,7 +74,35 @@ def format_summary(s: dict) -> str:
     lines += format_decisions(s.get("decisions"))
     lines += _format_workload(s)
     lines += format_profile(s)
+    lines += format_seeds(s.get("seeds"))
+    lines += format_warnings(s.get("warnings"))
     return "\n".join(lines)
+
+
+def format_seeds(sec: dict | None) -> list:
+    """The headline figures over ``run --seeds N``: mean +- the 95% interval's half-width."""
+    if not sec:
+        return []
+    f = sec["figures"]
+
+    def iv(name, scale=1.0, unit=""):
+        x = f[name]
+        return format_interval(Interval(x["mean"], math.nan if x["ci95"] is None else x["ci95"], len(x["values"])),
+                               scale, unit)
+
+    seeds = sec["seeds"]
+    lines = ["", f"over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}; mean {PM} half-width of the 95% Student-t "
+                 "interval over the seeds; the figures above are seed " + f"{seeds[0]}'s):"]
+    lines.append(f"  throughput  {iv('throughput_rps', unit='req/s')}, "
+                 f"{iv('output_tokens_per_s', unit='output tok/s')}")
+    lines.append(f"  goodput     {iv('goodput_rps', unit='req/s')}; SLO attainment {iv('slo_attainment', 100)}%")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
+        if f[f"{key}.p50"]["mean"] is None or math.isnan(f[f"{key}.p50"]["mean"]):
+            continue
+        lines.append(f"  {label:<11} p50 {iv(key + '.p50', 1e3, 'ms')}, p99 {iv(key + '.p99', 1e3, 'ms')}")
+    lines.append(f"  requests    completed {iv('completed')}, rejected {iv('rejected')}, "
+                 f"unfinished {iv('unfinished')}")
+    return lines
 
 
 def _format_memory(s: dict) -> list:
@@ -224,6 +255,8 @@ def cmd_run(args) -> int:
     tracing = getattr(args, "decision_trace", None)
     if tracing:
         _writable_file(tracing, "--decision-trace")
+    if args.seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {args.seeds}")
     update, close = _progress_bar(args.quiet)
     try:
         with _naming(args.scenario):
@@ -231,6 +264,8 @@ def cmd_run(args) -> int:
                                decision_trace=bool(tracing))
     finally:
         close()
+    if args.seeds > 1:
+        results.summary["seeds"] = _other_seeds(scenario, results.summary, args)
     try:
         out = results.write(out_dir, outputs, args.format)
     except OSError as e:
@@ -247,6 +282,24 @@ def cmd_run(args) -> int:
 
         print(f"wrote {write_trace(results, args.trace_events)} (Chrome/Perfetto trace: ui.perfetto.dev)")
     return 0
+
+
+def _other_seeds(scenario, summary: dict, args) -> dict:
+    """summary.json ``seeds``: the scenario on its seed (``summary``) and the next ``--seeds`` - 1."""
+    from servesim.studies.replicates import seed_summaries, seeds_for, seeds_section
+
+    seeds = seeds_for(scenario.seed, args.seeds)
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(seeds) - 1, unit="seed", desc="other seeds", file=sys.stderr, dynamic_ncols=True)
+    try:
+        others = seed_summaries(scenario, seeds[1:], args.workers, bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    return seeds_section(seeds, [summary, *others])
 
 
 def cmd_validate(args) -> int:
@@ -277,7 +330,29 @@ def cmd_validate(args) -> int:
               + f" ({eng.overhead_source}), overlap {cm.overlap:g} with the GPU step"
               + (" (async scheduling: arrivals join the step after next)" if eng.async_scheduling else "")
               + f"; {graphs}; {api}")
+    for line in validate_warnings(scenario):
+        print(line)
     return 0
+
+
+def validate_warnings(scenario) -> list:
+    """Warnings ``validate`` can give before a run: the requests it will reject (predicted from the
+    workload's own lengths and the deployment's limits) and SLO limits in the wrong unit."""
+    from servesim.outputs.checks import scenario_slos, slo_unit_warnings
+    from servesim.simulation import predict_rejections
+
+    lines = []
+    pred = predict_rejections(scenario)
+    if pred and pred["rejected"]:
+        n, k = pred["requests"], pred["rejected"]
+        top = "; ".join(f"{c} x {r}" for r, c in pred["reasons"])
+        lines.append(f"warning: a run will reject {k:,} of {n:,} requests ({k / n:.1%}) before they are served "
+                     f"(checked on the workload's own requests): {top}")
+    elif pred is None:
+        lines.append("  rejections: not predicted (closed-loop and multi-turn workloads draw their lengths as they "
+                     "run)")
+    lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
+    return lines
 
 
 def main(argv=None) -> int:

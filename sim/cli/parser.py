@@ -49,6 +49,8 @@ def _run_and_validate(sub) -> None:
                         "--trace-events too, and a summary into summary.json)")
     r.add_argument("--engine", choices=["fast", "reference"],
                    help="simulation engine (default: the scenario's engine, fast); same results either way")
+    _seeds(r, "also run the N - 1 seeds after the scenario's and add their 95%% intervals (summary.json seeds)")
+    r.add_argument("--workers", type=int, help="with --seeds: parallel worker processes (default: all cores)")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario and print what is wrong")
@@ -104,6 +106,7 @@ def _cost(sub) -> None:
     v.add_argument("--measured", action="store_true",
                    help="validate pricing from the measurements themselves (cost.profiles): each GEMM point "
                         "predicted from the others (leave one out), the error at token counts not profiled")
+    v.add_argument("--quiet", action="store_true", help="no progress on stderr")
     v.set_defaults(func=cmd_validate_cost)
 
 
@@ -121,6 +124,10 @@ def _overrides(p, set_help: str) -> None:
     """``--set KEY=VALUE`` (repeatable) and ``--seed N``: changes to the scenario file."""
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
     p.add_argument("--seed", type=int, help="override the scenario's seed")
+
+
+def _seeds(p, help_text: str, default=1) -> None:
+    p.add_argument("--seeds", type=int, default=default, metavar="N", help=help_text)
 
 
 def _executor_args(p) -> None:
@@ -143,6 +150,8 @@ def _studies(sub) -> None:
                    help="a field and its values, e.g. workload.arrival.rate_rps=2,4,8 (repeatable)")
     p.add_argument("--out", required=True, help="output folder (results.csv, runs/<hash>/...)")
     _overrides(p, "override a field for every point")
+    _seeds(p, "run each point on N seeds: results.csv has means and 95%% intervals (<figure>_ci95), seeds.csv "
+              "every run (default 1)")
     _executor_args(p)
     p.set_defaults(func=cmd_sweep)
 
@@ -166,6 +175,11 @@ def _studies(sub) -> None:
                         "leave >= SHARE x requests that arrive (default 0.9; 0: off)")
     p.add_argument("--out", help="keep the probes here (results.csv, runs/, capacity.json)")
     _overrides(p, "override a field")
+    _seeds(p, "search on exactly N seeds (1: one search, no interval); default: 3 seeds, then more until the "
+              "95%% interval's half-width is <= --ci-target of the capacity or --max-seeds ran", default=None)
+    p.add_argument("--max-seeds", type=int, default=10, help="without --seeds: stop adding seeds here (default 10)")
+    p.add_argument("--ci-target", type=float, default=0.05, metavar="SHARE",
+                   help="without --seeds: the half-width to reach, as a share of the capacity (default 0.05)")
     _executor_args(p)
     p.set_defaults(func=cmd_capacity)
 
@@ -177,6 +191,8 @@ def _studies(sub) -> None:
     p.add_argument("--rates", metavar="R1,R2,...", help="also sweep workload.arrival.rate_rps (req/s)")
     p.add_argument("--out", default="compare-out", help="output folder (default: ./compare-out)")
     _overrides(p, "override a field for every run")
+    _seeds(p, "run each configuration on N seeds (the same N for all): 95%% intervals, and differences paired "
+              "by seed (default 1)")
     p.add_argument("--no-report", action="store_true", help="skip figures and report.md")
     _executor_args(p)
     p.set_defaults(func=cmd_compare)
@@ -187,6 +203,7 @@ def _report(sub) -> None:
 
     p = sub.add_parser("report", help="figures and report.md from a run, sweep, capacity or compare folder")
     p.add_argument("dir", help="output folder of servesim run, sweep, capacity or compare")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_report)
 
 

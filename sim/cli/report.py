@@ -13,7 +13,7 @@ def cmd_report(args) -> int:
         raise InputError(f"servesim report: {args.dir!r} is not a folder")
     from servesim.plots.report import build_report  # matplotlib only here, never in the engine
 
-    out = build_report(path)
+    out = build_report(path, progress=not args.quiet)
     print(f"wrote {out} and {path / 'figures'}/*.png, *.svg")
     return 0
 

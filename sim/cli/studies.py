@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from servesim.errors import InputError
+from servesim.outputs.intervals import CI_SUFFIX, format_interval, row_interval
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import DISTS
 from servesim.studies.sweep import RESULTS
@@ -18,7 +19,8 @@ def _executor(args) -> ExecutorOptions:
 
 
 def format_table(rows: list[dict], cols: list[str]) -> str:
-    """A plain-text table of chosen results columns (latencies in ms)."""
+    """A plain-text table of chosen results columns (latencies in ms); a figure with an interval
+    (``<column>_ci95``, runs on several seeds) prints as mean +- half-width, to its precision."""
     shown = []
     for c in cols:
         label = c[:-2] + " ms" if c.endswith("_s") and c.split("_")[0] in DISTS else c
@@ -30,6 +32,8 @@ def format_table(rows: list[dict], cols: list[str]) -> str:
             v = r.get(c)
             if v is None:
                 line.append("-")
+            elif r.get(c + CI_SUFFIX) is not None:
+                line.append(format_interval(row_interval(r, c), 1e3 if label.endswith(" ms") else 1.0))
             elif isinstance(v, float) and label.endswith(" ms"):
                 line.append(f"{v * 1e3:.1f}")
             elif isinstance(v, float):
@@ -54,12 +58,14 @@ def cmd_sweep(args) -> int:
     from servesim.studies.sweep import run_sweep
 
     ex = _executor(args)
-    res = run_sweep(args.scenario, args.grid, args.out, args.set or [], args.seed, ex)
+    res = run_sweep(args.scenario, args.grid, args.out, args.set or [], args.seed, ex, args.seeds)
     rows = res.rows
     print(format_table(rows, ["point", *res.grid, *SUMMARY_COLS]))
     failed = sum(1 for r in rows if r["status"] != "ok")
-    print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished, {failed} failed; "
-          f"wrote {Path(args.out) / RESULTS}")
+    runs = f" (runs: {args.seeds} seeds per point)" if args.seeds > 1 else ""
+    print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
+          f"wrote {Path(args.out) / RESULTS}" + (f" (means and 95% intervals over {args.seeds} seeds; every run in "
+                                                f"{Path(args.out) / 'seeds.csv'})" if args.seeds > 1 else ""))
     return 0
 
 
@@ -73,72 +79,157 @@ def _fmt(v) -> str:
     return f"{v:.4g}"
 
 
+RATE_KEY_CAP = "workload.arrival.rate_rps"
+
+
+def _probe_table(s, keys, keep_up: bool) -> str:
+    lines = [["rate req/s", "meets", *(k + " ms" for k in keys), "attain", *(["keep up"] if keep_up else []),
+              "tput req/s"]]
+    for p in s.points:
+        r = p.values[RATE_KEY_CAP]
+        e = s.results.get(r) or {}
+        lines.append([f"{r:.4g}", _fmt(p.values.get("meets")),
+                      *(_fmt(e.get(k, math.nan) * 1e3) for k in keys), _fmt(e.get("attainment")),
+                      *([_fmt(e.get("keep_up", math.nan))] if keep_up else []),
+                      _fmt(e.get("throughput_rps"))])
+    return _aligned(lines)
+
+
+def _limits_text(slo: dict, args) -> str:
+    limits = ", ".join(f"{m}_{st} <= {v * 1e3:g} ms" for (m, st), v in slo.items())
+    if args.keep_up > 0:
+        limits += f", keeping up (>= {args.keep_up:g} left per arrival)"
+    if args.attainment is not None:
+        limits += f" for {args.attainment:.0%} of requests"
+    return limits
+
+
 def cmd_capacity(args) -> int:
-    from servesim.studies.capacity import RATE_KEY, CapacityOptions, find_capacity
+    from servesim.studies.capacity import CapacityOptions, SeedOptions, capacity_interval, find_capacity
+
+    from servesim.outputs.checks import limit_unit_warnings
+    from servesim.outputs.metrics import parse_slo
 
     ex = _executor(args)
     opts = CapacityOptions(args.attainment, args.probe_requests, args.probe_duration, args.start, args.tol,
                            args.max_probes, args.keep_up)
-    res = find_capacity(args.scenario, args.slo, opts, args.out, args.set or [], args.seed, ex)
+    for w in limit_unit_warnings(parse_slo(args.slo)):  # before a search that could take minutes
+        print(f"warning: {w['message']}", file=sys.stderr)
+    if args.seeds == 1:  # one search, no interval: the output of servesim before --seeds
+        return _capacity_one_seed(find_capacity(args.scenario, args.slo, opts, args.out, args.set or [], args.seed,
+                                                ex), args)
+    seeds = SeedOptions(args.seeds, max_seeds=args.max_seeds, target=args.ci_target)
+
+    def on_seed(k, res, iv):
+        if not args.quiet:
+            print(f"seed {k}: capacity {res.capacity_rps:.4g} req/s ({len(res.search.points)} probes); so far "
+                  f"{format_interval(iv, unit='req/s')} over {iv.n} seed{'s' if iv.n != 1 else ''}",
+                  file=sys.stderr, flush=True)
+
+    ci = capacity_interval(args.scenario, args.slo, opts, seeds, args.out, args.set or [], args.seed, ex, on_seed)
+    plan, iv = ci.plan, ci.interval
+    n = plan.probe_requests
+    size = f"{n} requests each" if plan.probe_duration_s is None else \
+        f"max({n} requests, {plan.probe_duration_s:g} s of arrivals) each"
+    how = f"share within limits >= {args.attainment}" if args.attainment else "percentiles over all requests"
+    print(f"one search per seed (probes of {size}; {how}; every probe in results.csv):")
+    lines = [["seed", "capacity req/s", "fails at req/s", "probes"]]
+    for k, res in zip(ci.seeds, ci.per_seed):
+        lines.append([str(k), _fmt(res.result["capacity_rps"]), _fmt(res.result["check_above_rps"]),
+                      str(len(res.search.points))])
+    print(_aligned(lines))
+    limits = _limits_text(plan.slo, args)
+    gpus = plan.num_gpus
+    if ci.error is None:
+        if iv.mean == 0:
+            print(f"\nthe SLO ({limits}) is not met on any seed")
+        else:
+            per = (f" = {format_interval(ci.per_gpu, unit='req/s')} per GPU ({gpus} GPU{'s' if gpus != 1 else ''})"
+                   if args.per_gpu else "")
+            print(f"\ncapacity {format_interval(iv, unit='req/s')}{per} for {limits}")
+            rel = f"; half-width {iv.rel:.1%} of the mean" if not math.isnan(iv.rel) else ""
+            print(f"95% Student-t interval over {iv.n} seed{'s' if iv.n != 1 else ''} (each seed's capacity "
+                  f"confirmed by a failing probe 10% above it){rel}"
+                  + (f" (target {ci.target:.0%})" if ci.target is not None and not ci.stopped_short else ""))
+            if ci.stopped_short:
+                print(f"stopped short: {ci.stopped_short}")
+            _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus)
+    return _capacity_end(args, ci.error)
+
+
+def _burst_note(mean_cap, cap, arrival, gpus: int) -> None:
+    if mean_cap is not None and abs(mean_cap - cap) > 1e-9 * cap:
+        print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the "
+              f"mean offered rate is {mean_cap:.4g} req/s ({mean_cap / gpus:.3g} per GPU)")
+
+
+def _capacity_end(args, error) -> int:
+    if args.out:
+        print(f"wrote {Path(args.out) / RESULTS}, {Path(args.out) / 'capacity.json'}")
+    if error:
+        raise InputError(error)
+    return 0
+
+
+def _capacity_one_seed(res, args) -> int:
     s, n, duration = res.search, res.probe_requests, res.probe_duration_s
     cap, above, gpus = res.capacity_rps, res.above_rps, res.num_gpus
     keys = [f"{m}_{st}" for (m, st) in res.slo]
     size = f"{n} requests each" if duration is None else f"max({n} requests, {duration:g} s of arrivals) each"
     how = f"share within limits >= {args.attainment}" if args.attainment else "percentiles over all requests"
     print(f"probes ({size}; {how}):")
-    keep_up = args.keep_up > 0
-    lines = [["rate req/s", "meets", *(k + " ms" for k in keys), "attain", *(["keep up"] if keep_up else []),
-              "tput req/s"]]
-    for p in s.points:
-        r = p.values[RATE_KEY]
-        e = s.results.get(r) or {}
-        lines.append([f"{r:.4g}", _fmt(p.values.get("meets")),
-                      *(_fmt(e.get(k, math.nan) * 1e3) for k in keys), _fmt(e.get("attainment")),
-                      *([_fmt(e.get("keep_up", math.nan))] if keep_up else []),
-                      _fmt(e.get("throughput_rps"))])
-    print(_aligned(lines))
-    limits = ", ".join(f"{m}_{st} <= {v * 1e3:g} ms" for (m, st), v in res.slo.items())
-    if keep_up:
-        limits += f", keeping up (>= {args.keep_up:g} left per arrival)"
+    print(_probe_table(s, keys, args.keep_up > 0))
+    limits = _limits_text(res.slo, args)
     if not res.done:
         pass  # the error below says what was bracketed
     elif cap == 0:
         print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s{res.none_served}")
     else:
         per = f" = {cap / gpus:.3g} req/s per GPU ({gpus} GPU{'s' if gpus != 1 else ''})" if args.per_gpu else ""
-        print(f"\ncapacity {cap:.4g} req/s{per} for {limits}"
-              f"{'' if args.attainment is None else f' for {args.attainment:.0%} of requests'}")
+        print(f"\ncapacity {cap:.4g} req/s{per} for {limits}")
         if above is not None:
             print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")
-        mean_cap = res.mean_capacity_rps
-        if mean_cap != cap:
-            print(f"workload.arrival.rate_rps is the {res.arrival.process} process's burst rate: at capacity the "
-                  f"mean offered rate is {mean_cap:.4g} req/s ({mean_cap / gpus:.3g} per GPU)")
-    if args.out:
-        print(f"wrote {Path(args.out) / RESULTS}, {Path(args.out) / 'capacity.json'}")
-    if res.error:
-        raise InputError(res.error)
-    return 0
+        print("one seed: no interval (without --seeds 1, capacity searches several seeds and gives a 95% interval)")
+        _burst_note(res.mean_capacity_rps, cap, res.arrival, gpus)
+    return _capacity_end(args, res.error)
 
 
 def cmd_compare(args) -> int:
+    from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts, meets_slo,
+                                           ranked, with_per_gpu)
     from servesim.studies.compare import RATE_KEY, plan_compare, run_compare
+    from servesim.studies.replicates import SEEDS
+    from servesim.outputs.rundir import read_json_dict, read_results
 
     ex = _executor(args)
-    plan = plan_compare(args.scenario, args.policies, args.variant, args.rates, args.set or [], args.seed)
-    if plan.note:
-        print(plan.note, file=sys.stderr)
+    plan = plan_compare(args.scenario, args.policies, args.variant, args.rates, args.set or [], args.seed,
+                        args.seeds)
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr)
     rows = run_compare(plan, args.out, ex)
-    cols = ["label", *([RATE_KEY] if plan.rates else []), "status", "throughput_rps", "goodput_rps",
-            "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s",
-            "mean_batch_size", "num_gpus"]
-    print(format_table(rows, cols))
     out = Path(args.out)
-    print(f"\nwrote {out / RESULTS}")
+    per_gpu = len(set(gpu_counts(rows).values())) > 1
+    shown = ranked(with_per_gpu(rows) if per_gpu else rows)
+    for r in shown:
+        r["slo"] = "-" if r.get("status") != "ok" else "meets" if meets_slo(r) else "FAILS"
+    cols = ["label", *([RATE_KEY] if plan.rates else []), "status", "goodput_rps",
+            *(["goodput_per_gpu"] if per_gpu else []), "slo_attainment", "slo", "throughput_rps", "ttft_p50_s",
+            "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
+    print(f"ranked by goodput{' per GPU' if per_gpu else ''} (requests/s within the SLO); slo: meets when >= 90% of "
+          "requests are within it")
+    print(format_table(shown, cols))
+    meta = read_json_dict(out / "sweep.json", "sweep.json")
+    for note in caveats(rows, meta):
+        print(f"note: {note}")
+    if plan.seeds > 1:
+        base = plan.configs[0][0]
+        for line in difference_sentences(differences(read_results(out / SEEDS), base), base, gpu_counts(rows)):
+            print(line)
+    print(f"\nwrote {out / RESULTS}" + (f", {out / SEEDS}" if plan.seeds > 1 else ""))
     if not args.no_report:
         from servesim.plots.report import build_report
 
-        path = build_report(out)
+        path = build_report(out, progress=not args.quiet)
         print(f"wrote {path} and its figures")
     return 0
 

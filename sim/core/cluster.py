@@ -185,19 +185,10 @@ class Cluster:
             self.settle()
         self.rec.arrive(req)
         if self.decode:
-            total = req.prompt_tokens + req.output_tokens
-            need = self.decode[0].kv.blocks_for(total - 1)
-            if need > self._decode_blocks:
-                req.replica = -1
-                self.rec.reject(req, f"prompt + output = {total} tokens needs {need} KV blocks; a decode replica "
-                                     f"has {self._decode_blocks} in all")
-                return
-            # a request preempted on the decode side is recomputed there, under the decode policy
-            # (continuous recomputes in chunks there: no budget limit on prompt + output)
-            reason = self.decode[0].policy.admission_error(req.prompt_tokens, req.output_tokens, self.decode[0].kv)
+            reason = self._decode_rejection(req)
             if reason is not None:
                 req.replica = -1
-                self.rec.reject(req, f"decode pool: {reason}")
+                self.rec.reject(req, reason)
                 return
         adm = self.admission
         if adm is not None and adm.applies_to(req):
@@ -218,6 +209,26 @@ class Cluster:
             self.entry[pos].submit(req)
             return
         self.entry[self.route(self.entry, req)].submit(req)
+
+    def _decode_rejection(self, req) -> str | None:
+        total = req.prompt_tokens + req.output_tokens
+        need = self.decode[0].kv.blocks_for(total - 1)
+        if need > self._decode_blocks:
+            return f"prompt + output = {total} tokens needs {need} KV blocks; a decode replica has " \
+                   f"{self._decode_blocks} in all"
+        # a request preempted on the decode side is recomputed there, under the decode policy
+        # (continuous recomputes in chunks there: no budget limit on prompt + output)
+        reason = self.decode[0].policy.admission_error(req.prompt_tokens, req.output_tokens, self.decode[0].kv)
+        return None if reason is None else f"decode pool: {reason}"
+
+    def rejection_reason(self, req) -> str | None:
+        """Why ``req`` would be rejected on arrival (None: it would not): rejection depends only on
+        its lengths and the deployment, never on the load (``simulation.predict_rejections``)."""
+        if self.decode:
+            reason = self._decode_rejection(req)
+            if reason is not None:
+                return reason
+        return self.entry[0].rejection_reason(req)
 
     # ---------------------------------------------------------------- P/D hand-off
     def handoff(self, req, src: Replica, streamed_s: float = 0.0) -> None:

@@ -191,11 +191,12 @@ def validate_measured(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_t
     return {"rows": rows, "points": points}
 
 
-def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int = 4096) -> dict:
+def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int = 4096, progress=None) -> dict:
     """``validate``'s rows and points for models the fit never saw: each model's profiles (compute
     and attention) predicted by ``fit_profiles`` on the other models' profiles alone (leave one
     model out), i.e. the accuracy to expect for a model priced from its ``config.json`` without
-    measurements. Collectives are left out (they do not depend on the model)."""
+    measurements. Collectives are left out (they do not depend on the model). ``progress(model)``:
+    called after each model."""
     import dataclasses
 
     import numpy as np
@@ -223,6 +224,8 @@ def validate_held_out_models(profiles: Profiles, gpu: GpuSpec, max_tokens: int =
             acc = pts.setdefault(fam, ([], []))
             acc[0].append(meas)
             acc[1].append(pred)
+        if progress is not None:
+            progress(m)
     points = {fam: (np.concatenate(a), np.concatenate(b)) for fam, (a, b) in pts.items()}
     for fam, (meas, pred) in points.items():
         e = np.abs(pred / meas - 1.0)

@@ -8,7 +8,14 @@ blocks), communication time (TP all-reduce and PP sends, recomputed from each st
 with the replica's cost model: it depends on nothing else), share of compute-bound steps, MFU and
 MBU (FLOPs / bytes over busy time x the replica's peak FLOP/s / HBM bandwidth).
 
-Diagnosis rules, checked in this order (the first that matches names the bottleneck):
+Diagnosis: when requests missed the SLO (rejected, unfinished, or TTFT / TPOT over its limit),
+the diagnosis is about those misses (``servesim.outputs.diagnosis``: which SLO, how many
+requests, and the cause, from the request and step columns); the bottleneck is then the cause of
+the largest group: ``rejections``, ``unfinished``, ``queueing``, ``kv_capacity``, ``prefill``,
+``prefill_interference``, ``kv_transfer``, ``decode_memory`` or ``decode_compute``, and
+``profile.diagnosis.slo_misses`` has the counts. When every request met it (or no SLO is set), the
+utilization rules below say what limits the run, checked in this order (the first that matches
+names the bottleneck):
 
 1. ``none``: no request completed.
 2. ``queueing``: queueing is at least half of the mean TTFT (``queue_s.mean >= 0.5 x
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from servesim.outputs.diagnosis import miss_line, slo_misses
 from servesim.outputs.summary import per_step
 
 PHASES = ("prefill", "decode", "mixed")
@@ -107,8 +115,21 @@ def phase_profile(steps: dict, replicas: list, cost_models: list) -> dict:
     return out
 
 
-def diagnose(summary: dict, profile: dict, max_num_seqs: int) -> dict:
-    """``{"bottleneck": ..., "line": ...}`` by the rules in the module docstring."""
+def diagnose(summary: dict, profile: dict, max_num_seqs: int, misses: dict | None = None) -> dict:
+    """``{"bottleneck": ..., "line": ...}`` (plus ``slo_misses`` when ``misses``, the result of
+    ``diagnosis.slo_misses``, is given) by the rules in the module docstring."""
+    if misses is not None and misses["missed"]:
+        bottleneck, line = miss_line(misses, profile.get("decode"))
+        return {"bottleneck": bottleneck, "line": line, "slo_misses": misses}
+    d = _utilization_rules(summary, profile, max_num_seqs)
+    if misses is not None:
+        if misses.get("has_limits"):
+            d["line"] = f"all {misses['requests']:,} requests within the SLO; {d['line']}"
+        d["slo_misses"] = misses
+    return d
+
+
+def _utilization_rules(summary: dict, profile: dict, max_num_seqs: int) -> dict:
     if not summary["completed"]:
         return {"bottleneck": "none", "line": "no request completed: nothing to diagnose"}
     ttft, queue = summary["ttft_s"]["mean"] or 0.0, summary["queue_s"]["mean"] or 0.0
@@ -147,10 +168,17 @@ def diagnose(summary: dict, profile: dict, max_num_seqs: int) -> dict:
             "line": f"TPOT set by decode: {size}, memory-bound at {d['mbu'] * 100:.0f}% MBU"}
 
 
-def profile_summary(summary: dict, steps: dict, replicas: list, cost_models: list, max_num_seqs: int) -> dict:
-    """The ``profile`` entry of ``summary.json``: per-phase figures plus ``diagnosis``."""
+def profile_summary(summary: dict, steps: dict, replicas: list, cost_models: list, max_num_seqs: int,
+                    requests: dict | None = None, limits: tuple | None = None) -> dict:
+    """The ``profile`` entry of ``summary.json``: per-phase figures plus ``diagnosis`` (of the SLO
+    misses when ``requests`` are given: ``limits`` = (ttft, tpot) limits, numbers, per-request
+    arrays or None)."""
     prof = phase_profile(steps, replicas, cost_models)
-    prof["diagnosis"] = diagnose(summary, prof, max_num_seqs)
+    misses = None
+    if requests is not None:
+        lt, lp = limits or (None, None)
+        misses = slo_misses(requests, steps, [r.kv_blocks for r in replicas], lt, lp)
+    prof["diagnosis"] = diagnose(summary, prof, max_num_seqs, misses)
     return prof
 
 

@@ -195,6 +195,17 @@ def read_results(path: str | Path) -> list[dict]:
     return out
 
 
+def num_gpus(data: dict) -> int:
+    """GPUs a resolved scenario uses: replicas x tp x pp, or the sum over a P/D split's two pools."""
+    hw = data.get("hardware", {})
+    tp, pp = int(hw.get("tp", 1)), int(hw.get("pp", 1))
+    pol = data.get("policy") or {}
+    if pol.get("name") == "pd_split":
+        return sum(int((pol.get(k) or {}).get("replicas", 1)) * int((pol.get(k) or {}).get("tp") or tp) * pp
+                   for k in ("prefill", "decode"))
+    return int((data.get("cluster") or {}).get("replicas", 1)) * tp * pp
+
+
 @dataclass
 class RunData:
     label: str
@@ -251,6 +262,9 @@ class RunData:
                 "transfer": float(transfer.mean())}
 
     # ------------------------------------------------------------ pools and replicas
+    def num_gpus(self) -> int:
+        return num_gpus(self.scenario)
+
     def pools(self) -> list:
         """[(pool name, first replica index, replicas, blocks per replica)] in replica order."""
         kc = self.summary.get("kv_capacity") or {}

@@ -28,6 +28,22 @@ meets after all, the search continues upwards from there). If ``--max-probes`` r
 there is no answer: the command says what it bracketed and exits 2. Probes run through the sweep machinery:
 ``--out DIR`` gets results.csv (one row per probe), runs/<hash>/ and capacity.json, and a rerun
 reuses finished probes.
+
+Interval over seeds (``capacity_interval``, what ``servesim capacity`` runs unless ``--seeds 1``):
+one search per seed, each with its own requests (the scenario's seed, then the next ones); the
+capacity is the mean of the per-seed answers with a 95% Student-t interval over them
+(``servesim.outputs.intervals``). By default it takes 3 seeds, then adds one at a time until the
+half-width is at most 5% of the mean or 10 seeds ran (``SeedOptions``); it then says it stopped
+short. Later seeds bracket from the mean so far, 15% apart, so each needs a handful of probes.
+The per-seed answers are bracket floors (each within ``--tol`` below its seed's knee); their
+spread is the workload's sampling noise, which longer probes shrink too.
+
+Library use (the deployment planner's entry point):
+
+    ci = capacity_interval("scenarios/default.yaml", "ttft_p99=1,tpot_p99=0.05", CapacityOptions(),
+                           SeedOptions(), out=None, overrides=["cluster.replicas=2"])
+    ci.interval.mean, ci.interval.half, ci.per_gpu    # req/s; Interval objects (low, high, rel)
+    ci.stopped_short, ci.error, ci.result             # why not narrower; no answer; capacity.json
 """
 
 from __future__ import annotations
@@ -45,10 +61,11 @@ import numpy as np
 from servesim.errors import InputError
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
+from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, num_gpus
-from servesim.studies.sweep import RUNS, execute, write_meta, write_results
+from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_results
 
 RATE_KEY = "workload.arrival.rate_rps"
 MIN_KEEP_UP_REQUESTS = 20
@@ -136,8 +153,10 @@ class Search:
     """Probes rates through the sweep executor; remembers every probe."""
 
     def __init__(self, base: dict, out: Path, slo: dict, attainment, probe_requests: int, ex: ExecutorOptions,
-                 probe_duration_s: float | None = None, keep_up: float = 0.0):
+                 probe_duration_s: float | None = None, keep_up: float = 0.0, results: str = RESULTS,
+                 desc: str = "capacity probes"):
         self.base, self.out, self.slo, self.attainment = base, out, slo, attainment
+        self.results_name, self.desc = results, desc
         self.keep_up = keep_up
         self.n = probe_requests
         self.duration = probe_duration_s
@@ -159,7 +178,8 @@ class Search:
             raise InputError(next(p.error for p in new if p.data is None))
         self.points += new
         ex = self.ex
-        execute(new, self.out, ex.executor, ex.workers, ex.address, ex.progress, desc="capacity probes")
+        execute(new, self.out, ex.executor, ex.workers, ex.address, ex.progress, desc=self.desc,
+                results=self.results_name)
         for p in new:
             if p.row.get("status") != "ok":
                 raise InputError(f"probe at {p.values[RATE_KEY]} req/s failed: {p.row.get('error')}")
@@ -171,7 +191,7 @@ class Search:
             for k, v in ev.items():
                 if k != "meets" and k not in ("throughput_rps", "goodput_rps"):
                     p.values[f"probe_{k}"] = v
-        write_results(self.out, self.points)
+        write_results(self.out, self.points, self.results_name)
 
     def requests_at(self, rate: float) -> int:
         """Requests in a probe: ``--probe-requests``, or more to span ``--probe-duration`` of arrivals."""
@@ -194,9 +214,11 @@ class Search:
 
 
 def search_capacity(s: Search, start: float, tol: float, max_probes: int,
-                    workers: int) -> tuple[float, float | None, bool]:
+                    workers: int, step: float = 2.0) -> tuple[float, float | None, bool]:
     """Returns (capacity rate, rate of the failing check above it or None, done): ``done`` is
-    false when ``max_probes`` ran out first, and the pair is then only the bracket so far."""
+    false when ``max_probes`` ran out first, and the pair is then only the bracket so far.
+    ``step``: the bracketing factor (2: double or halve); a smaller one (a start near the answer,
+    e.g. another seed's) is squared after each bracketing round, so a far answer is still reached."""
     w = max(1, workers)
     s.probe([start])
     while len(s.results) < max_probes:
@@ -205,10 +227,12 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int,
             base = min(s.results)
             if base < start / 2**20:
                 return 0.0, base, True
-            s.probe([base / 2 ** (k + 1) for k in range(w)])
+            s.probe([base / step ** (k + 1) for k in range(w)])
+            step = step if step >= 2 else step * step
             continue
         if hi is None:  # nothing fails above lo: go up
-            s.probe([lo * 2 ** (k + 1) for k in range(w)])
+            s.probe([lo * step ** (k + 1) for k in range(w)])
+            step = step if step >= 2 else step * step
             continue
         if hi / lo - 1 > tol:
             s.probe([lo + (hi - lo) * (k + 1) / (w + 1) for k in range(w)])
@@ -257,11 +281,32 @@ class CapacityResult:
     error: str | None  # why there is no answer (the command says it and exits 2), else None
 
 
-def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(), out: str | Path | None = None,
-                  overrides=(), seed: int | None = None, ex: ExecutorOptions = ExecutorOptions()) -> CapacityResult:
-    """The highest ``workload.arrival.rate_rps`` of the scenario file at which ``slo_text``
-    (``METRIC_STAT=SECONDS,...``) holds. Probes and capacity.json go to ``out`` (a temporary folder,
-    removed again, when None). Bad options are ``InputError``s naming the flag."""
+@dataclass
+class SearchPlan:
+    """A checked capacity search, ready to run on any seed: what ``prepare_search`` derives from
+    the scenario file and the options."""
+
+    scenario: str
+    slo_text: str
+    slo: dict  # {(metric, stat): seconds}
+    opts: CapacityOptions
+    base: dict  # scenario data with --set applied (the seed is set per search)
+    arrival: object  # the scenario's arrival process
+    probe_requests: int
+    probe_duration_s: float | None
+    start_rps: float
+    num_gpus: int
+    overrides: list
+
+    def mean_rps(self, rate: float) -> float:
+        """The mean offered rate when the search sets ``rate_rps`` to ``rate`` (on_off: the burst rate)."""
+        scaled = dataclasses.replace(self.arrival, rate_rps=rate)
+        return getattr(scaled, "mean_rate_rps", rate)
+
+
+def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(), overrides=(),
+                   seed: int | None = None) -> SearchPlan:
+    """Check the options against the scenario file; bad ones are ``InputError``s naming the flag."""
     slo = parse_slo(slo_text)
     if opts.attainment is not None and not 0 < opts.attainment <= 1:
         raise InputError(f"--attainment must be in (0, 1], got {opts.attainment}")
@@ -274,6 +319,7 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
         sc = scenario_from_dict(base)
     except InputError as e:
         raise InputError(f"{scenario}: {e}") from None
+    base["seed"] = sc.seed
     arrival = sc.workload.arrival
     if getattr(arrival, "rate_rps", None) is None:
         raise InputError(f"servesim capacity searches workload.arrival.rate_rps; the {arrival.process!r} arrival "
@@ -297,36 +343,40 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
     start = opts.start_rps or arrival.rate_rps
     if start <= 0:
         raise InputError(f"--start must be > 0, got {start}")
-    tmp = None
-    if out is not None:
-        out = Path(out)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="servesim-capacity-")
-        out = Path(tmp.name)
-    out.mkdir(parents=True, exist_ok=True)
-    write_meta(out, {"kind": "capacity", "scenario": str(scenario), "slo": slo_text,
-                     "attainment": opts.attainment, "probe_requests": n, "probe_duration_s": duration,
-                     "keep_up": opts.keep_up, "set": list(overrides or [])})
+    return SearchPlan(str(scenario), slo_text, slo, opts, base, arrival, n, duration, start,
+                      num_gpus(sc.to_dict()), list(overrides or []))
+
+
+def _meta(plan: SearchPlan, **extra) -> dict:
+    o = plan.opts
+    return {"kind": "capacity", "scenario": plan.scenario, "slo": plan.slo_text, "attainment": o.attainment,
+            "probe_requests": plan.probe_requests, "probe_duration_s": plan.probe_duration_s,
+            "keep_up": o.keep_up, "set": plan.overrides, **extra}
+
+
+def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOptions(), seed: int | None = None,
+               start_rps: float | None = None, step: float = 2.0, results: str = RESULTS,
+               desc: str = "capacity probes") -> CapacityResult:
+    """One search on one seed (default: the scenario's), its probes in ``out`` (``results``: one row
+    per probe; runs/<hash>/); capacity.json is the caller's. ``start_rps`` and ``step``: where and
+    how wide to bracket (default: the plan's start, doubling or halving)."""
+    base = dict(plan.base)
+    if seed is not None:
+        base["seed"] = seed
+    opts = plan.opts
     workers = ex.workers or (os.cpu_count() or 1)
-    s = Search(base, out, slo, opts.attainment, n, ex, duration, opts.keep_up)
-    cap, above, done = search_capacity(s, start, opts.tol, opts.max_probes, workers if ex.executor == "local" else
-                                       (ex.workers or 2))
-    gpus = num_gpus(sc.to_dict())
-
-    # on_off's rate_rps is its burst rate: the search scales it, and the mean scales with it
-    def mean_rps(rate: float) -> float:
-        """The mean offered rate when the search sets ``rate_rps`` to ``rate`` (on_off: the burst rate)."""
-        scaled = dataclasses.replace(arrival, rate_rps=rate)
-        return getattr(scaled, "mean_rate_rps", rate)
-
-    mean_cap = mean_rps(cap) if cap else 0.0
+    s = Search(base, out, plan.slo, opts.attainment, plan.probe_requests, ex, plan.probe_duration_s, opts.keep_up,
+               results, desc)
+    cap, above, done = search_capacity(s, start_rps or plan.start_rps, opts.tol, opts.max_probes,
+                                       workers if ex.executor == "local" else (ex.workers or 2), step)
+    gpus = plan.num_gpus
+    mean_cap = plan.mean_rps(cap) if cap else 0.0
     result = {"capacity_rps": cap if done else None, "capacity_rps_per_gpu": cap / gpus if done else None,
-              "num_gpus": gpus, "slo": slo_text, "attainment": opts.attainment,
+              "num_gpus": gpus, "slo": plan.slo_text, "attainment": opts.attainment,
               "capacity_mean_rps": mean_cap if done else None,
               "keep_up": opts.keep_up, "check_above_rps": above if done else None,
               "bracket_rps": None if done else [cap or None, above],
               "probes": [{"rate_rps": p.values[RATE_KEY], **s.results.get(p.values[RATE_KEY], {})} for p in s.points]}
-    (out / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     none_served = "" if any(e.get("throughput_rps") for e in s.results.values()) else \
         "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"
     error = None
@@ -335,10 +385,168 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
             f", the first that failed above it {above:.4g} req/s" if above is not None and cap else
             f", down to {min(s.results):.4g} req/s" if not cap else ", and no rate above it failed")
         unbounded = cap and above is None and not opts.keep_up
-        error = (f"no capacity found within --max-probes {opts.max_probes}: {got}{none_served}. "
+        error = (f"no capacity found within --max-probes {opts.max_probes}"
+                 + (f" (seed {seed})" if seed is not None and seed != plan.base.get("seed") else "")
+                 + f": {got}{none_served}. "
                  + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
                     "queue) or keep --keep-up on" if unbounded else "Raise --max-probes"
                     + (" or --tol" if cap and above is not None else "")))
-    if tmp is not None:
-        tmp.cleanup()
-    return CapacityResult(s, slo, cap, above, done, gpus, n, duration, arrival, mean_cap, result, none_served, error)
+    return CapacityResult(s, plan.slo, cap, above, done, gpus, plan.probe_requests, plan.probe_duration_s,
+                          plan.arrival, mean_cap, result, none_served, error)
+
+
+class _Folder:
+    """``out``, or a temporary folder removed by ``close`` when ``out`` is None."""
+
+    def __init__(self, out):
+        self.tmp = None if out is not None else tempfile.TemporaryDirectory(prefix="servesim-capacity-")
+        self.path = Path(out) if out is not None else Path(self.tmp.name)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def close(self):
+        if self.tmp is not None:
+            self.tmp.cleanup()
+
+
+def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(), out: str | Path | None = None,
+                  overrides=(), seed: int | None = None, ex: ExecutorOptions = ExecutorOptions()) -> CapacityResult:
+    """The highest ``workload.arrival.rate_rps`` of the scenario file at which ``slo_text``
+    (``METRIC_STAT=SECONDS,...``) holds, on one seed. Probes and capacity.json go to ``out`` (a
+    temporary folder, removed again, when None). Bad options are ``InputError``s naming the flag."""
+    plan = prepare_search(scenario, slo_text, opts, overrides, seed)
+    folder = _Folder(out)
+    write_meta(folder.path, _meta(plan))
+    res = run_search(plan, folder.path, ex)
+    (folder.path / "capacity.json").write_text(json.dumps(res.result, indent=2, default=str) + "\n")
+    folder.close()
+    return res
+
+
+# ---------------------------------------------------------------- capacity with an interval over seeds
+@dataclass(frozen=True)
+class SeedOptions:
+    """How many seeds a capacity interval takes (``--seeds``, ``--max-seeds``, ``--ci-target``).
+
+    ``seeds`` given: exactly that many. None (the default): ``min_seeds`` first, then one more at a
+    time until the interval's half-width is at most ``target`` x its mean or ``max_seeds`` ran."""
+
+    seeds: int | None = None
+    min_seeds: int = 3
+    max_seeds: int = 10
+    target: float = 0.05
+
+    def __post_init__(self):
+        if self.seeds is not None and self.seeds < 1:
+            raise InputError(f"--seeds must be >= 1, got {self.seeds}")
+        if self.max_seeds < 2:
+            raise InputError(f"--max-seeds must be >= 2 (an interval needs two seeds), got {self.max_seeds}")
+        if not 0 < self.target < 1:
+            raise InputError(f"--ci-target must be a share in (0, 1), got {self.target}")
+
+
+@dataclass
+class CapacityInterval:
+    """A capacity over seeds: ``interval`` (req/s; Student's t over the per-seed capacities, see
+    ``servesim.outputs.intervals``), each seed's search in ``per_seed``, and whether the target
+    half-width was reached (``stopped_short``: why not, else None). ``result`` is capacity.json."""
+
+    plan: SearchPlan
+    interval: Interval
+    per_seed: list  # CapacityResult, one per seed, in seed order
+    seeds: list  # the seeds searched
+    target: float | None  # the relative half-width aimed at (None: a fixed number of seeds)
+    stopped_short: str | None
+    result: dict
+    error: str | None  # a seed's search found no answer (the command says it and exits 2)
+
+    @property
+    def per_gpu(self) -> Interval:
+        return self.interval.scaled(1 / self.plan.num_gpus)
+
+
+NARROW_STEP = 1.15  # later seeds bracket around the mean so far, 15% apart
+
+
+def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(),
+                      seeds: SeedOptions = SeedOptions(), out: str | Path | None = None, overrides=(),
+                      seed: int | None = None, ex: ExecutorOptions = ExecutorOptions(),
+                      on_seed=None) -> CapacityInterval:
+    """The capacity of the scenario file for ``slo_text`` with a 95% interval over seeds: one search
+    per seed (the scenario's seed, then the ones after it); the first brackets from the start rate,
+    the others from the mean so far (``NARROW_STEP``). All probes share ``out`` (runs/<hash>/;
+    results.csv lists every probe with its ``seed``); capacity.json has the interval, each seed's
+    answer and every probe. ``on_seed(k, result, interval so far)`` is called after each seed
+    (progress). Re-running reuses finished probes."""
+    plan = prepare_search(scenario, slo_text, opts, overrides, seed)
+    folder = _Folder(out)
+    first = int(plan.base["seed"])
+    fixed = seeds.seeds
+    want = fixed if fixed is not None else seeds.min_seeds
+    limit = fixed if fixed is not None else max(seeds.max_seeds, seeds.min_seeds)
+    write_meta(folder.path, _meta(plan, seeds=want if fixed is not None else None,
+                                  ci_target=None if fixed is not None else seeds.target))
+    done, error = [], None
+    iv = Interval(math.nan, math.nan, 0)
+    while len(done) < limit:
+        k = first + len(done)
+        start, step = (None, 2.0) if not done or iv.mean <= 0 else (iv.mean, NARROW_STEP)
+        res = run_search(plan, folder.path, ex, seed=k, start_rps=start, step=step, results=f"results-seed{k}.csv",
+                         desc=f"capacity probes, seed {k}")
+        done.append(res)
+        if res.error:
+            error = res.error
+            break
+        iv = t_interval([r.capacity_rps for r in done])
+        if on_seed is not None:
+            on_seed(k, res, iv)
+        if len(done) >= want and (fixed is not None or iv.rel <= seeds.target):
+            break
+    stopped = None
+    if error is None and fixed is None and not iv.rel <= seeds.target:
+        stopped = (f"half-width {iv.rel:.1%} of the mean is above the {seeds.target:.0%} target after {len(done)} "
+                   f"seeds (--max-seeds {limit}); more seeds (--max-seeds) or longer probes (--probe-requests, "
+                   "--probe-duration) narrow it")
+    result = _interval_json(plan, iv, done, seeds, fixed, stopped)
+    _write_seed_rows(folder.path, done)
+    (folder.path / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    folder.close()
+    return CapacityInterval(plan, iv, done, [first + i for i in range(len(done))],
+                            None if fixed is not None else seeds.target, stopped, result, error)
+
+
+def _interval_json(plan: SearchPlan, iv: Interval, done: list, seeds: SeedOptions, fixed, stopped) -> dict:
+    gpus = plan.num_gpus
+    ok = all(r.done for r in done) and done
+    half = None if math.isnan(iv.half) else iv.half
+    first = int(plan.base["seed"])
+    return {
+        "capacity_rps": iv.mean if ok else None,
+        "capacity_ci95_rps": half if ok else None,
+        "capacity_low_rps": iv.low if ok and half is not None else None,
+        "capacity_high_rps": iv.high if ok and half is not None else None,
+        "capacity_rps_per_gpu": iv.mean / gpus if ok else None,
+        "capacity_ci95_rps_per_gpu": half / gpus if ok and half is not None else None,
+        "num_gpus": gpus, "slo": plan.slo_text, "attainment": plan.opts.attainment,
+        "capacity_mean_rps": (sum(r.mean_capacity_rps for r in done) / len(done)) if ok else None,
+        "keep_up": plan.opts.keep_up,
+        "interval": {"method": "student-t over seeds", "confidence": iv.confidence, "seeds": len(done),
+                     "rel_half_width": None if math.isnan(iv.rel) else iv.rel,
+                     "target": None if fixed is not None else seeds.target, "stopped_short": stopped},
+        "seeds": [{"seed": first + i, "capacity_rps": r.result["capacity_rps"],
+                   "check_above_rps": r.result["check_above_rps"], "bracket_rps": r.result["bracket_rps"],
+                   "probes": len(r.search.points)} for i, r in enumerate(done)],
+        "probes": [{"seed": first + i, **p} for i, r in enumerate(done) for p in r.result["probes"]],
+    }
+
+
+def _write_seed_rows(out: Path, done: list) -> None:
+    """results.csv: every probe of every seed, its ``seed`` first among its values; the searches'
+    own files (results-seed<k>.csv, kept current while they ran) are removed."""
+    pts = []
+    for r in done:
+        for p in r.search.points:
+            q = dataclasses.replace(p, values={SEED_KEY: r.search.base["seed"], **p.values})
+            q.index = len(pts)
+            pts.append(q)
+        (out / r.search.results_name).unlink(missing_ok=True)
+    write_results(out, pts)

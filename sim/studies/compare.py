@@ -15,9 +15,10 @@ from pathlib import Path
 
 from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import parse_override
+from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points
-from servesim.studies.sweep import RESULTS, execute, read_results, write_meta
+from servesim.studies.sweep import RESULTS, execute_seeds, read_results, write_meta
 
 RATE_KEY = "workload.arrival.rate_rps"
 
@@ -99,11 +100,36 @@ def chunk_budget_note(configs, base: dict) -> str | None:
         return None
     for label, ov in configs:
         if ov.get("policy.name") == "chunked_prefill" and "policy.max_num_batched_tokens" not in ov:
-            return (f"note: {label} runs chunked_prefill with the scenario's token budget "
+            return (f"{label} runs chunked_prefill with the scenario's token budget "
                     f"(policy.max_num_batched_tokens={budget}): prompts shorter than that are never chunked. "
                     f"For Sarathi-Serve-sized chunks add e.g. --variant chunked-512 policy.name=chunked_prefill "
                     f"policy.max_num_batched_tokens=512")
     return None
+
+
+def split_colocated_replicas(configs, base: dict) -> tuple[list, list]:
+    """A ``pd_split`` configuration on a scenario with ``cluster.replicas`` R > 1 (which pd_split
+    refuses: its pools are sized by ``policy.prefill/decode.replicas``) runs as a split of the same
+    GPUs (``simulation.pd_split_replicas``), unless it sizes the pools itself. Returns (configs,
+    notes saying what was translated)."""
+    from servesim.simulation import pd_split_replicas
+
+    replicas = (base.get("cluster") or {}).get("replicas", 1)
+    if not isinstance(replicas, int) or replicas <= 1:
+        return configs, []
+    out, notes = [], []
+    sizing = ("cluster.replicas", "policy.prefill.replicas", "policy.decode.replicas", "policy.prefill",
+              "policy.decode")
+    for label, ov in configs:
+        if ov.get("policy.name") == "pd_split" and not any(k in ov for k in sizing):
+            p, d = pd_split_replicas(replicas)
+            ov = {**ov, "cluster.replicas": 1, "policy.prefill.replicas": p, "policy.decode.replicas": d}
+            notes.append(f"{label}: the scenario's cluster.replicas={replicas} runs as a P/D split of the same "
+                         f"GPUs: policy.prefill.replicas={p}, policy.decode.replicas={d} (another split: --variant "
+                         f"LABEL policy.name=pd_split cluster.replicas=1 policy.prefill.replicas=P "
+                         f"policy.decode.replicas=D)")
+        out.append((label, ov))
+    return out, notes
 
 
 @dataclass
@@ -115,17 +141,23 @@ class ComparePlan:
     configs: list  # [(label, {dotted.key: value})]
     rates: list  # req/s; empty: the scenario's own rate
     points: list  # Point, one per configuration and rate
-    note: str | None  # a warning worth showing before the runs (chunk_budget_note)
+    notes: list  # what the reader must know before trusting the table (chunk_budget_note, translations)
+    seeds: int = 1  # independent seeds per point (replicates.py); > 1 adds intervals
 
 
 def plan_compare(scenario, policies: str | None, variants, rates: str | None, overrides=(),
-                 seed: int | None = None) -> ComparePlan:
+                 seed: int | None = None, seeds: int = 1) -> ComparePlan:
     """The points of comparing ``policies`` (``a,b,...``) and ``variants`` ([label, key=value,
-    ...] lists) on the scenario file, at each of ``rates`` (``r1,r2,...``) when given."""
+    ...] lists) on the scenario file, at each of ``rates`` (``r1,r2,...``) when given, each on
+    ``seeds`` seeds."""
+    if seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {seeds}")
     configs = configurations(policies, variants)
     rate_list = parse_rates(rates)
     base, _ = load_base(scenario, overrides, seed)
     note = chunk_budget_note(configs, base)
+    configs, notes = split_colocated_replicas(configs, base)
+    notes = ([note] if note else []) + notes
     runs = []
     for label, ov in configs:
         for r in rate_list or [None]:
@@ -135,16 +167,21 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
                 values[RATE_KEY] = r
                 o[RATE_KEY] = r
             runs.append((values, o))
-    return ComparePlan(str(scenario), list(overrides or []), configs, rate_list, make_points(base, runs), note)
+    return ComparePlan(str(scenario), list(overrides or []), configs, rate_list, make_points(base, runs), notes,
+                       seeds)
 
 
 def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = ExecutorOptions()) -> list[dict]:
     """Run the plan's points into ``out`` (results.csv with a ``label`` column, runs/<hash>/,
-    sweep.json); returns results.csv's rows."""
+    sweep.json with the plan's ``notes`` and the results' ``warnings``: ``verdicts.study_warnings``);
+    returns results.csv's rows."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_meta(out, {"kind": "compare", "scenario": plan.scenario, "labels": [c[0] for c in plan.configs],
-                     "configurations": {lbl: ov for lbl, ov in plan.configs}, "rates": plan.rates,
-                     "set": plan.overrides})
-    execute(plan.points, out, ex.executor, ex.workers, ex.address, ex.progress, desc="compare")
-    return read_results(out / RESULTS)
+    meta = {"kind": "compare", "scenario": plan.scenario, "labels": [c[0] for c in plan.configs],
+            "configurations": {lbl: ov for lbl, ov in plan.configs}, "rates": plan.rates,
+            "set": plan.overrides, "notes": plan.notes, **({"seeds": plan.seeds} if plan.seeds > 1 else {})}
+    write_meta(out, meta)
+    execute_seeds(plan.points, out, ex, plan.seeds, desc="compare")
+    rows = read_results(out / RESULTS)
+    write_meta(out, {**meta, "warnings": study_warnings(rows)})  # what the results show: identical, failed, ...
+    return rows

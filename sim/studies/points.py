@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from servesim.errors import InputError
 from servesim.inputs.overrides import apply_overrides, parse_value, with_values
 from servesim.outputs.metrics import LATENCY_METRICS
+from servesim.outputs.rundir import num_gpus  # noqa: F401 - the studies' name for it
 from servesim.outputs.stats import DIST_STATS
 
 # the latency distributions and statistics a point's row flattens (results.csv columns)
@@ -131,17 +132,6 @@ def grid_points(base: dict, grid: dict) -> list[Point]:
     combos = itertools.product(*(grid[k] for k in keys)) if keys else [()]
     variants = [(dict(zip(keys, c)), dict(zip(keys, c))) for c in combos]
     return make_points(base, variants)
-
-
-def num_gpus(data: dict) -> int:
-    """GPUs a resolved scenario uses: replicas x tp x pp, or the sum over a P/D split's two pools."""
-    hw = data.get("hardware", {})
-    tp, pp = int(hw.get("tp", 1)), int(hw.get("pp", 1))
-    pol = data.get("policy") or {}
-    if pol.get("name") == "pd_split":
-        return sum(int((pol.get(k) or {}).get("replicas", 1)) * int((pol.get(k) or {}).get("tp") or tp) * pp
-                   for k in ("prefill", "decode"))
-    return int((data.get("cluster") or {}).get("replicas", 1)) * tp * pp
 
 
 def flatten_summary(s: dict) -> dict:

@@ -26,6 +26,7 @@ from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
 from servesim.studies.points import DISTS as _DISTS
 from servesim.studies.points import STATS as _STATS
 from servesim.studies.points import Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid
+from servesim.studies.replicates import SEEDS, aggregate_row, interval_columns, replicate
 
 RUNS = "runs"
 RESULTS = "results.csv"
@@ -51,8 +52,10 @@ def finished_row(out_dir: Path, data: dict) -> dict | None:
 
 
 def execute(points: list[Point], out_dir: Path, executor: str = "local", workers: int | None = None,
-            address: str | None = None, progress: bool = True, desc: str = "sweep") -> tuple[int, int]:
-    """Run every point not finished yet; fill ``point.row``. Returns (ran, skipped).
+            address: str | None = None, progress: bool = True, desc: str = "sweep",
+            results: str = RESULTS) -> tuple[int, int]:
+    """Run every point not finished yet; fill ``point.row``; keep ``out_dir/results`` (one row per
+    point) current. Returns (ran, skipped).
 
     With the Ray executor, ``out_dir`` must be visible to the workers (one machine, or a shared
     file system); rows come back to the driver either way.
@@ -95,7 +98,7 @@ def execute(points: list[Point], out_dir: Path, executor: str = "local", workers
         for k in seen[out_of[key]]:
             by_index[k].row = dict(row)
         if time.monotonic() - last_write[0] > 1.0:  # keep results.csv current without rewriting it per point
-            write_results(out_dir, points)
+            write_results(out_dir, points, results)
             last_write[0] = time.monotonic()
         if bar is not None:
             bar.update(1)
@@ -107,8 +110,26 @@ def execute(points: list[Point], out_dir: Path, executor: str = "local", workers
     finally:
         if bar is not None:
             bar.close()
-    write_results(out_dir, points)
+    write_results(out_dir, points, results)
     return len(unique), skipped
+
+
+def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds: int = 1,
+                  desc: str = "sweep") -> tuple[int, int]:
+    """``execute`` with each point run on ``seeds`` seeds (``replicates``): seeds.csv gets a row
+    per run, results.csv a row per point with the mean and ``_ci95`` of each figure. One seed:
+    exactly ``execute``. Returns (ran, skipped) counted in runs."""
+    if seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {seeds}")
+    if seeds == 1:
+        return execute(points, out_dir, ex.executor, ex.workers, ex.address, ex.progress, desc)
+    groups = replicate(points, seeds)
+    ran, skipped = execute([q for g in groups for q in g], out_dir, ex.executor, ex.workers, ex.address,
+                           ex.progress, f"{desc} x {seeds} seeds", results=SEEDS)
+    for p, g in zip(points, groups):
+        p.row = aggregate_row([q.row for q in g], METRIC_COLUMNS)
+    write_results(out_dir, points)
+    return ran, skipped
 
 
 # ---------------------------------------------------------------- results.csv
@@ -122,16 +143,19 @@ def _cell(v) -> str:
     return str(v)
 
 
-def write_results(out_dir: Path, points: list[Point]) -> Path:
-    """One row per point: its values, status, error, the flattened summary, hash and folder."""
+def write_results(out_dir: Path, points: list[Point], name: str = RESULTS) -> Path:
+    """One row per point: its values, status, error, the flattened summary, hash and folder; rows
+    averaged over seeds (``replicates.aggregate_row``) add ``seeds`` and ``<figure>_ci95``."""
     value_cols = []
     for p in points:
         for k in p.values:
             if k not in value_cols:
                 value_cols.append(k)
-    header = ["point", *value_cols, "status", "error", *METRIC_COLUMNS, "hash", "dir"]
-    path = out_dir / RESULTS
-    tmp = out_dir / (RESULTS + ".tmp")
+    seeded = any("seeds" in (p.row or {}) for p in points)
+    extra = ["seeds", *interval_columns(METRIC_COLUMNS)] if seeded else []
+    header = ["point", *value_cols, "status", "error", *METRIC_COLUMNS, *extra, "hash", "dir"]
+    path = out_dir / name
+    tmp = out_dir / (name + ".tmp")
     with tmp.open("w", newline="") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(header)
@@ -139,7 +163,7 @@ def write_results(out_dir: Path, points: list[Point]) -> Path:
             row = p.row or {"status": "pending", "error": ""}
             d = f"{RUNS}/{p.hash}" if p.hash and row.get("status") == "ok" else ""
             w.writerow([p.index, *(_cell(p.values.get(k)) for k in value_cols), row.get("status", ""),
-                        row.get("error", ""), *(_cell(row.get(c)) for c in METRIC_COLUMNS), p.hash, d])
+                        row.get("error", ""), *(_cell(row.get(c)) for c in (*METRIC_COLUMNS, *extra)), p.hash, d])
     os.replace(tmp, path)
     return path
 
@@ -158,10 +182,11 @@ class SweepResult:
 
 
 def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | None = None,
-              ex: ExecutorOptions = ExecutorOptions()) -> SweepResult:
+              ex: ExecutorOptions = ExecutorOptions(), seeds: int = 1) -> SweepResult:
     """Sweep the cross product of the scenario file's ``sweep: {grid}`` block and ``grid_texts``
     (``key=v1,v2,...``) with ``overrides`` (``key=value``) and ``seed`` applied to every point;
-    results in ``out`` (results.csv, runs/<hash>/, sweep.json)."""
+    results in ``out`` (results.csv, runs/<hash>/, sweep.json; with ``seeds`` > 1 also seeds.csv,
+    see ``execute_seeds``)."""
     base, grid = load_base(scenario, overrides, seed)
     grid.update(parse_grid(grid_texts))
     if not grid:
@@ -171,7 +196,7 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_meta(out, {"kind": "sweep", "scenario": str(scenario), "grid": grid, "set": list(overrides or []),
-                     "points": len(points)})
-    ran, skipped = execute(points, out, ex.executor, ex.workers, ex.address, ex.progress)
+                     "points": len(points), **({"seeds": seeds} if seeds > 1 else {})})
+    ran, skipped = execute_seeds(points, out, ex, seeds)
     return SweepResult(grid, read_results(out / RESULTS), ran, skipped)
 

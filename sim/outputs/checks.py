@@ -1,0 +1,83 @@
+"""Loud failure modes: the ``warnings`` list of summary.json (printed after the summary), for runs
+whose numbers look fine but answer another question than the one asked.
+
+Each warning is ``{"code": ..., "message": ...}``:
+- ``rejections``: at least ``REJECTED_SHARE`` of the requests were rejected (with the top reasons):
+  the latencies describe the few that were served;
+- ``unfinished``: at least ``UNFINISHED_SHARE`` were still queued or running at
+  ``workload.duration_s``: the latencies leave out the backlog the cut-off hides;
+- ``nothing_completed``: no request completed;
+- ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
+  ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's.
+"""
+
+from __future__ import annotations
+
+REJECTED_SHARE = 0.1
+UNFINISHED_SHARE = 0.1
+TTFT_S_MAX = 60.0  # a first token after more than a minute is no interactive SLO: likely ms
+TPOT_S_MAX = 1.0  # a second per output token: likely ms
+
+
+def slo_unit_warnings(slos) -> list:
+    """``slos``: (field path, ttft_s, tpot_s) triples."""
+    out = []
+    for path, ttft, tpot in slos:
+        for name, v, top in (("ttft_s", ttft, TTFT_S_MAX), ("tpot_s", tpot, TPOT_S_MAX)):
+            if v is not None and v > top:
+                out.append({"code": "slo_units",
+                            "message": f"{path}.{name}: {v:g} s looks like milliseconds typed as seconds (SLO limits "
+                                       f"are in seconds: {v:g} ms is {path}.{name}: {v / 1000:g})"})
+    return out
+
+
+def limit_unit_warnings(slo: dict) -> list:
+    """The same check for ``servesim capacity --slo`` limits ({(metric, stat): seconds}): per-token
+    metrics (tpot, tbt) over ``TPOT_S_MAX``, the others over ``TTFT_S_MAX``."""
+    out = []
+    for (metric, stat), v in slo.items():
+        top = TPOT_S_MAX if metric in ("tpot", "tbt") else TTFT_S_MAX
+        if v > top:
+            out.append({"code": "slo_units",
+                        "message": f"--slo {metric}_{stat}={v:g} is {v:g} s: it looks like milliseconds typed as "
+                                   f"seconds (write {metric}_{stat}={v:g}ms, or {v / 1000:g})"})
+    return out
+
+
+def scenario_slos(scenario) -> list:
+    """(field path, ttft_s, tpot_s) of the scenario's SLO and each request class's."""
+    out = [("slo", scenario.slo.ttft_s, scenario.slo.tpot_s)]
+    for i, c in enumerate(scenario.workload.classes or ()):
+        out.append((f"workload.classes[{i}].slo", c.slo.ttft_s, c.slo.tpot_s))
+    return out
+
+
+def run_warnings(summary: dict, scenario) -> list:
+    """The run's warnings (module docstring); ``scenario``: the ``Scenario`` that ran."""
+    out = []
+    n = summary["num_requests"]
+    rej, unf, done = summary["rejected"], summary["unfinished"], summary["completed"]
+    if n and rej >= REJECTED_SHARE * n:
+        misses = ((summary.get("profile") or {}).get("diagnosis") or {}).get("slo_misses") or {}
+        reasons = misses.get("rejection_reasons") or []
+        top = "; ".join(f"{k} x {r}" for r, k in reasons)
+        out.append({"code": "rejections",
+                    "message": f"{rej} of {n} requests ({rej / n:.0%}) were rejected"
+                               + (f"; top reasons: {top}" if top else "")
+                               + ": the latencies describe only the requests that were served"})
+    if n and unf >= UNFINISHED_SHARE * n:
+        cut = scenario.workload.duration_s
+        out.append({"code": "unfinished",
+                    "message": f"{unf} of {n} requests ({unf / n:.0%}) were still queued or running at "
+                               f"workload.duration_s={cut if cut is None else f'{cut:g}'} s: the latency figures cover "
+                               f"the {done} completed ones and hide that backlog (a longer duration_s, or "
+                               f"num_requests without a cut-off, shows it)"})
+    if n and not done:
+        out.append({"code": "nothing_completed", "message": f"none of the {n} requests completed"})
+    out += slo_unit_warnings(scenario_slos(scenario))
+    return out
+
+
+def format_warnings(warnings: list) -> list:
+    """Lines for the printed summary, one per warning."""
+    return [f"warning       {w['message']}" for w in warnings or ()]

@@ -1,0 +1,185 @@
+"""Confidence intervals over independent seeds, and numbers printed to the precision they support.
+
+Method (every ``--seeds N`` figure): each seed is one independent replication of the whole run
+(its own arrivals and lengths, everything else equal); a headline figure is computed per seed (a
+run's p99 TTFT, its goodput, a capacity search's answer) and the interval is Student's t over
+those N values: mean +- t(0.975, N - 1) x s / sqrt(N), s the sample standard deviation.
+
+Why t over seeds and not a bootstrap: the per-seed figures are the independent units; requests
+inside one run are not (a burst delays every request behind it), so resampling requests would
+understate the spread. With the few seeds a study can afford (3-10), a bootstrap over the seeds
+themselves is too narrow (it has no small-sample correction and only N^N distinct resamples),
+while the t-interval is exact for normal per-seed figures and close for the smooth, unimodal ones
+a run's means, percentiles and capacities are. Differences between two configurations are paired
+by seed (the same requests go through both: ``paired_difference``), which removes the workload's
+share of the noise.
+
+Printed precision follows the interval: the half-width keeps the Particle Data Group's number of
+significant digits (two when its leading three digits are 100-354, one for 355-949; 950-999 is
+rounded up to two digits of the next power), and the mean is rounded to the same decimal place
+(``format_interval``: "19.8 +- 0.9", written with a real plus-minus sign).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+CONFIDENCE = 0.95
+CI_SUFFIX = "_ci95"  # results.csv: <figure>_ci95 is the half-width of <figure>'s interval
+SEED_KEY = "seed"  # seeds.csv: the column naming a row's seed
+PM = "\u00b1"  # the plus-minus sign
+# Student's t quantile at 0.975 (two-sided 95%) for 1..30 degrees of freedom (standard tables)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile: exact for df 1 and 2, the table at p = 0.975 up to df 30, otherwise the
+    Cornish-Fisher expansion to 1/df^4 (relative error under 1e-3 from df 3, 1e-5 from df 8)."""
+    if df < 1:
+        raise ValueError("t_quantile needs df >= 1")
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    if abs(p - 0.975) < 1e-12 and df <= len(_T975):
+        return _T975[df - 1]
+    z = NormalDist().inv_cdf(p)
+    g = ((z ** 3 + z) / 4, (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
+         (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384,
+         (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160)
+    return z + sum(gi / df ** (i + 1) for i, gi in enumerate(g))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over ``n`` seeds and its half-width (NaN when n < 2: no spread to estimate)."""
+
+    mean: float
+    half: float
+    n: int
+    confidence: float = CONFIDENCE
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half
+
+    @property
+    def rel(self) -> float:
+        """Half-width relative to |mean| (inf for a zero mean with a spread, NaN when unknown)."""
+        if math.isnan(self.half):
+            return math.nan
+        if self.mean == 0:
+            return 0.0 if self.half == 0 else math.inf
+        return self.half / abs(self.mean)
+
+    def excludes(self, value: float = 0.0) -> bool:
+        """The interval lies wholly on one side of ``value`` (False when its width is unknown)."""
+        return not math.isnan(self.half) and (self.low > value or self.high < value)
+
+    def scaled(self, k: float) -> "Interval":
+        return Interval(self.mean * k, self.half * abs(k), self.n, self.confidence)
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean, "ci95": None if math.isnan(self.half) else self.half, "n": self.n}
+
+
+def t_interval(values, confidence: float = CONFIDENCE) -> Interval:
+    """Student's t interval of the mean of ``values`` (None and NaN left out). An infinite value
+    gives an infinite mean and half-width (a seed that never met: no finite interval)."""
+    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    n = len(xs)
+    if n == 0:
+        return Interval(math.nan, math.nan, 0, confidence)
+    if any(math.isinf(x) for x in xs):
+        return Interval(math.fsum(xs) / n, math.inf if n > 1 else math.nan, n, confidence)
+    mean = math.fsum(xs) / n
+    if n < 2:
+        return Interval(mean, math.nan, n, confidence)
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    return Interval(mean, t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n), n, confidence)
+
+
+def paired_difference(a, b, confidence: float = CONFIDENCE) -> Interval:
+    """Interval of the mean of ``b[i] - a[i]`` (the same seed through both configurations)."""
+    if len(a) != len(b):
+        raise ValueError("paired_difference needs one value per seed on each side")
+    return t_interval([None if x is None or y is None else y - x for x, y in zip(a, b)], confidence)
+
+
+def row_interval(row: dict, column: str) -> Interval:
+    """A results.csv row's figure as an ``Interval`` (half-width NaN when the row has none: one seed)."""
+    half = row.get(column + CI_SUFFIX)
+    v = row.get(column)
+    return Interval(math.nan if v is None else float(v), math.nan if half is None else float(half),
+                    int(row.get("seeds") or 1))
+
+
+def paired_rows(rows_a: list, rows_b: list, column: str) -> Interval:
+    """Interval of B - A in ``column``, paired by seed: seeds.csv rows of two configurations (each
+    with a ``seed``); seeds that did not run on both sides are left out."""
+    a = {r[SEED_KEY]: r.get(column) for r in rows_a if r.get("status") == "ok"}
+    b = {r[SEED_KEY]: r.get(column) for r in rows_b if r.get("status") == "ok"}
+    common = sorted(set(a) & set(b))
+    return paired_difference([a[s] for s in common], [b[s] for s in common])
+
+
+# ---------------------------------------------------------------- printing
+def _decimals_for(half: float) -> int:
+    """Decimal places to print a value with this half-width (negative: round to tens, hundreds)."""
+    e = math.floor(math.log10(half))
+    lead = half / 10 ** (e - 2)  # its leading three digits, 100 <= lead < 1000
+    if lead >= 949.5:  # rounds up to 1.0 x 10^(e+1): two digits of that
+        return -(e + 1) + 1
+    digits = 2 if lead < 354.5 else 1
+    return -e + digits - 1
+
+
+def _round(x: float, decimals: int) -> str:
+    if decimals > 0:
+        return f"{x:.{decimals}f}"
+    q = 10 ** (-decimals)
+    return f"{round(x / q) * q:.0f}"
+
+
+def format_value(x: float | None, sig: int = 3) -> str:
+    """A number with no interval: ``sig`` significant digits (integers above that as integers)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    if abs(x) >= 10 ** sig:
+        return f"{x:.0f}"
+    return f"{x:.{sig}g}"
+
+
+def format_interval(iv: Interval, scale: float = 1.0, unit: str = "", sig: int = 3) -> str:
+    """"19.8 +- 0.9 req/s": the mean rounded to the half-width's precision (module docstring).
+    ``scale`` multiplies both (1e3: seconds shown in ms). Without a half-width (one seed) the
+    value alone with ``sig`` significant digits; a zero half-width (every seed equal) prints the
+    value and "+- 0"."""
+    mean, half = iv.mean * scale, iv.half * abs(scale)
+    tail = f" {unit}" if unit else ""
+    if math.isnan(half) or math.isinf(mean) or math.isnan(mean):
+        return format_value(mean, sig) + tail
+    if math.isinf(half):
+        return f"{format_value(mean, sig)} {PM} inf{tail}"
+    if half == 0:
+        return f"{format_value(mean, sig)} {PM} 0{tail}"
+    d = _decimals_for(half)
+    return f"{_round(mean, d)} {PM} {_round(half, d)}{tail}"
+
+
+def format_difference(iv: Interval, scale: float = 1.0, unit: str = "") -> str:
+    """A paired difference with an explicit sign: "+3.1 +- 1.2 ms"."""
+    text = format_interval(iv, scale, unit)
+    return text if text.startswith("-") or text.startswith("n/a") else "+" + text

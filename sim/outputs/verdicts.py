@@ -1,0 +1,199 @@
+"""Judging a study's rows (results.csv of a compare or sweep) by the SLO first, and the caveats a
+reader must see before trusting a comparison. Used by the printed tables (``servesim compare``)
+and by report.md, so both say the same.
+
+- A configuration *meets the SLO* when its SLO attainment (the share of all arrived requests
+  completed within every SLO limit) is at least ``SLO_TARGET`` (90%, the usual goodput target,
+  e.g. DistServe's). Rows are ranked by goodput (requests per second within the SLO), then SLO
+  attainment; rows that failed to run come last.
+- Caveats: configurations that gave exactly the same results (every figure equal at every rate:
+  e.g. chunked prefill whose token budget never chunks these prompts), unequal GPU counts (the
+  rows then also carry per-GPU goodput and throughput), configurations that errored, one seed only.
+- Differences between configurations (``differences``) are paired by seed (seeds.csv rows) and
+  called significant only when their 95% interval excludes zero.
+"""
+
+from __future__ import annotations
+
+import math
+
+from servesim.outputs.intervals import (CI_SUFFIX, format_difference, format_interval, format_value, paired_rows,
+                                        row_interval)
+
+SLO_TARGET = 0.9
+RATE_KEY = "workload.arrival.rate_rps"
+# columns that name a row or describe its run, not results
+_NOT_RESULTS = {"point", "label", "status", "error", "hash", "dir", "seed", "seeds", "wall_time_s",
+                "wall_time_s" + CI_SUFFIX, "meets"}
+# (column, name, scale to print, unit, better when larger) of the differences worth reporting
+HEADLINE = (("goodput_rps", "goodput", 1.0, "req/s", True),
+            ("slo_attainment", "SLO attainment", 100.0, "percentage points", True),
+            ("ttft_p99_s", "p99 TTFT", 1e3, "ms", False), ("tpot_p99_s", "p99 TPOT", 1e3, "ms", False),
+            ("tbt_p99_s", "p99 TBT", 1e3, "ms", False))
+
+
+def meets_slo(row: dict) -> bool | None:
+    """The row's SLO attainment is at least ``SLO_TARGET`` (None: the row has none)."""
+    a = row.get("slo_attainment")
+    return None if a is None else a >= SLO_TARGET
+
+
+def slo_phrase(row: dict) -> str:
+    """"meets the SLO (98.0% of requests within it)" or "fails the SLO (0.5% ...)"."""
+    a = row.get("slo_attainment")
+    if a is None:
+        return "has no SLO attainment"
+    share = f"{a * 100:.1f}%" if a < 0.995 or a == 1 else f"{a * 100:.2f}%"
+    return f"{'meets' if a >= SLO_TARGET else 'fails'} the SLO ({share} of requests within it)"
+
+
+def rank_key(row: dict, per_gpu: bool = False):
+    """Sort key: rows that ran first, then by goodput (per GPU with ``per_gpu``; higher first),
+    then SLO attainment."""
+    ok = row.get("status") == "ok"
+    g = row.get("goodput_rps") or 0.0
+    if per_gpu and row.get("num_gpus"):
+        g /= row["num_gpus"]
+    a = row.get("slo_attainment") or 0.0
+    return (not ok, -g, -a)
+
+
+def ranked(rows: list) -> list:
+    """Rows grouped by arrival rate (when swept, in rising order) and ranked within each rate, by
+    goodput per GPU when the rows use different numbers of GPUs."""
+    per_gpu = len({r.get("num_gpus") for r in rows if r.get("num_gpus")}) > 1
+    return sorted(rows, key=lambda r: (r.get(RATE_KEY) or 0.0, rank_key(r, per_gpu)))
+
+
+def _signature(row: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in row.items() if k not in _NOT_RESULTS and k != RATE_KEY
+                        and not k.startswith("probe_")))
+
+
+def identical_labels(rows: list, key: str = "label") -> dict:
+    """{label: the earlier label whose results it repeats exactly, at every rate it ran}."""
+    by: dict = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get(key) is not None:
+            by.setdefault(str(r[key]), {})[r.get(RATE_KEY)] = _signature(r)
+    out, labels = {}, list(by)
+    for i, lbl in enumerate(labels):
+        for prev in labels[:i]:
+            if prev not in out and by[prev] == by[lbl]:
+                out[lbl] = prev
+                break
+    return out
+
+
+def gpu_counts(rows: list, key: str = "label") -> dict:
+    """{label: GPUs} over rows that say (num_gpus)."""
+    out = {}
+    for r in rows:
+        if r.get("num_gpus") and r.get(key) is not None:
+            out.setdefault(str(r[key]), int(r["num_gpus"]))
+    return out
+
+
+def with_per_gpu(rows: list) -> list:
+    """Rows with ``goodput_per_gpu`` and ``throughput_per_gpu`` (req/s per GPU) added."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        n = r.get("num_gpus")
+        for col, new in (("goodput_rps", "goodput_per_gpu"), ("throughput_rps", "throughput_per_gpu")):
+            r[new] = r[col] / n if n and r.get(col) is not None else None
+            if n and r.get(col + CI_SUFFIX) is not None:
+                r[new + CI_SUFFIX] = r[col + CI_SUFFIX] / n
+        out.append(r)
+    return out
+
+
+def study_warnings(rows: list, key: str = "label") -> list:
+    """``{code, message}`` for what the rows themselves show: ``identical_variants``,
+    ``unequal_gpus``, ``failed`` (a configuration that did not run), ``one_seed``."""
+    out = []
+    for lbl, same in identical_labels(rows, key).items():
+        out.append({"code": "identical_variants",
+                    "message": f"{lbl} gave exactly the same results as {same} (every figure equal at every rate): "
+                               f"the two configurations scheduled these requests identically, so they are one curve "
+                               f"in the figures"})
+    gpus = gpu_counts(rows, key)
+    if len(set(gpus.values())) > 1:
+        out.append({"code": "unequal_gpus",
+                    "message": "the configurations use different numbers of GPUs (" + ", ".join(
+                        f"{lbl} {n}" for lbl, n in gpus.items()) + "): at one arrival rate the larger deployment "
+                        "has more capacity; goodput and throughput are also given per GPU"})
+    for r in rows:
+        if r.get("status") != "ok":
+            name = r.get(key) if r.get(key) is not None else f"point {r.get('point')}"
+            at = f" at {r[RATE_KEY]:g} req/s" if r.get(RATE_KEY) is not None else ""
+            out.append({"code": "failed", "message": f"{name}{at} did not run: {r.get('error')}"})
+    if rows and not any(r.get("seeds") for r in rows) and len({r.get(key) for r in rows}) > 1:
+        out.append({"code": "one_seed",
+                    "message": "one seed per configuration: the figures carry no interval and small differences may "
+                               "be noise (--seeds 5 gives 95% intervals and paired differences)"})
+    return out
+
+
+def caveats(rows: list, meta: dict | None = None, key: str = "label") -> list:
+    """Sentences a reader must see next to the table: the study's own notes (``sweep.json``
+    ``notes``) and ``study_warnings``."""
+    return [str(n) for n in (meta or {}).get("notes") or []] + [w["message"] for w in study_warnings(rows, key)]
+
+
+def differences(seed_rows: list, baseline: str, key: str = "label") -> list:
+    """Paired differences of each configuration from ``baseline`` at each rate: [{label, rate,
+    column, name, interval (of label - baseline), significant, better}] for ``HEADLINE``
+    columns; ``seed_rows``: seeds.csv (rows with ``seed``)."""
+    by: dict = {}
+    for r in seed_rows:
+        by.setdefault((str(r.get(key)), r.get(RATE_KEY)), []).append(r)
+    out = []
+    for (lbl, rate), rs in by.items():
+        base = by.get((baseline, rate))
+        if lbl == baseline or not base:
+            continue
+        for col, name, scale, unit, larger in HEADLINE:
+            iv = paired_rows(base, rs, col)
+            if iv.n < 2 or math.isnan(iv.mean):
+                continue
+            sig = iv.excludes(0.0)
+            out.append({"label": lbl, "rate": rate, "column": col, "name": name, "interval": iv, "scale": scale,
+                        "unit": unit, "significant": sig, "better": sig and ((iv.mean > 0) == larger)})
+    return out
+
+
+def difference_sentences(diffs: list, baseline: str, gpus: dict | None = None) -> list:
+    """One sentence per configuration and rate: the significant differences from the baseline with
+    their intervals, and the figures where none was found; ``gpus`` ({label: GPUs}): a note when
+    the two use different numbers of GPUs."""
+    gpus = gpus or {}
+    by: dict = {}
+    for d in diffs:
+        by.setdefault((d["label"], d["rate"]), []).append(d)
+    out = []
+    for (lbl, rate), ds in by.items():
+        at = f" at {rate:g} req/s" if rate is not None else ""
+        sig = [d for d in ds if d["significant"]]
+        none = [d["name"] for d in ds if not d["significant"]]
+        parts = [f"{d['name']} {format_difference(d['interval'], d['scale'], d['unit'])} "
+                 f"({'better' if d['better'] else 'worse'})" for d in sig]
+        hw = (f"; {lbl} uses {gpus[lbl]} GPUs, {baseline} {gpus[baseline]}" if gpus.get(lbl) and gpus.get(baseline)
+              and gpus[lbl] != gpus[baseline] else "")
+        text = f"{lbl} vs {baseline}{at} (paired by seed, 95% interval of the difference over {ds[0]['interval'].n} " \
+               f"seeds{hw}): " + ("; ".join(parts) if parts else "no significant difference")
+        if parts and none:
+            text += "; no significant difference in " + ", ".join(none)
+        out.append(text + ".")
+    return out
+
+
+def value_text(row: dict, column: str, scale: float = 1.0, unit: str = "") -> str:
+    """A row's figure, with its interval when the row has one (printed to that precision)."""
+    v = row.get(column)
+    if v is None:
+        return "n/a"
+    if row.get(column + CI_SUFFIX) is None:
+        return format_value(v * scale) + (f" {unit}" if unit else "")
+    return format_interval(row_interval(row, column), scale, unit)
+

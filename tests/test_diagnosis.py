@@ -1,0 +1,169 @@
+"""Diagnosis from SLO misses (summary.json profile.diagnosis): on every packaged scenario it agrees
+with requests.csv and steps.csv; crafted runs get each cause; run warnings and validate's
+predicted rejections."""
+
+import numpy as np
+import pytest
+import yaml
+
+from servesim.cli.main import format_summary, main
+from servesim.inputs.scenario import load_scenario
+from servesim.outputs import metrics
+from servesim.outputs.diagnosis import reason_key, slo_misses
+from servesim.outputs.rundir import read_scenario, read_summary, read_table
+from servesim.simulation import predict_rejections, simulate
+from tests.conftest import make_scenario
+from tools.update_golden import scenario_files
+
+
+def limits_from_files(out):
+    """Per-request (ttft, tpot) limits from scenario.yaml: a class's own, else the top-level SLO."""
+    sc, req = read_scenario(out), read_table(out, "requests")
+    top = sc.get("slo") or {}
+    by = {c["name"]: c.get("slo") or {} for c in (sc["workload"].get("classes") or [])}
+
+    def lim(cls, key):
+        v = (by.get(cls) or {}).get(key)
+        v = top.get(key) if v is None else v
+        return np.inf if v is None else v
+
+    return (np.array([lim(c, "ttft_s") for c in req["class"]], dtype=float),
+            np.array([lim(c, "tpot_s") for c in req["class"]], dtype=float))
+
+
+@pytest.fixture(scope="module", params=scenario_files(), ids=lambda p: p.stem)
+def packaged(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param.stem)
+    simulate(load_scenario(request.param)).write(out)
+    return out
+
+
+def test_diagnosis_agrees_with_the_run_files(packaged):
+    out = packaged
+    s, req, steps = read_summary(out), read_table(out, "requests"), read_table(out, "steps")
+    lt, lp = limits_from_files(out)
+    d = s["profile"]["diagnosis"]
+    m = d["slo_misses"]
+    # counted independently from requests.csv
+    done = req["status"] == "completed"
+    with np.errstate(invalid="ignore"):
+        ttft_miss = done & (metrics.ttft_s(req) > lt)
+        tpot_miss = done & (metrics.tpot_s(req) > lp)
+    missed = (req["status"] != "completed") | ttft_miss | tpot_miss
+    assert m["requests"] == len(req["status"]) and m["missed"] == int(missed.sum())
+    assert m["ttft"]["missed"] == int(ttft_miss.sum()) and m["tpot"]["missed"] == int(tpot_miss.sum())
+    assert m["rejected"] == s["rejected"] and m["unfinished"] == s["unfinished"]
+    assert 1 - m["missed"] / m["requests"] == pytest.approx(s["slo_attainment"])
+    # recomputed from the files alone, the same analysis
+    blocks = [c["blocks_per_replica"] for c in s["kv_capacity"].values() for _ in range(c["replicas"])]
+    again = slo_misses(req, steps, blocks, lt, lp)
+    for group in ("ttft", "tpot"):
+        for k, v in m[group].items():
+            assert again[group][k] == (pytest.approx(v, rel=1e-9, abs=1e-12) if isinstance(v, float) else v), k
+    # the line leads with the largest group, names the cause, and counts as the files do
+    if m["missed"]:
+        groups = {"rejected": m["rejected"], "unfinished": m["unfinished"], "TTFT by": m["ttft"]["missed"],
+                  "TPOT by": m["tpot"]["missed"]}
+        biggest = max(groups, key=groups.get)
+        head = d["line"].split(": ", 1)[1]
+        assert biggest in head.split(";")[0] and f"{groups[biggest]:,}" in head.split(";")[0]
+        assert d["line"].startswith(f"SLO missed by {m['missed']:,} of {m['requests']:,} requests")
+    else:
+        assert "slo_misses" in d and "TTFT by" not in d["line"] and "TPOT by" not in d["line"]
+
+
+def test_coding_scenario_blames_prefill_interference_for_tpot():
+    """The issue's case: most requests miss TPOT (long prompts prefilled whole between the decode
+    steps), fewer miss TTFT; the diagnosis leads with TPOT and its cause."""
+    s = simulate(load_scenario(next(p for p in scenario_files() if p.stem == "coding"))).summary
+    d = s["profile"]["diagnosis"]
+    m = d["slo_misses"]
+    assert m["tpot"]["missed"] > m["ttft"]["missed"] > 0
+    assert d["bottleneck"] == "prefill_interference" == m["tpot"]["cause"]
+    assert d["line"].index("TPOT by") < d["line"].index("TTFT by")
+
+
+CASES = {  # overrides of the test scenario -> the bottleneck its SLO misses must get
+    "decode_memory": {"workload.num_requests": 20, "workload.arrival": {"process": "poisson", "rate_rps": 0.5},
+                      "workload.prompt_tokens": {"dist": "fixed", "value": 64},
+                      "workload.output_tokens": {"dist": "fixed", "value": 100}, "slo": {"tpot_s": 0.005}},
+    "kv_capacity": {"workload.num_requests": 120, "workload.arrival": {"process": "poisson", "rate_rps": 100.0},
+                    "workload.prompt_tokens": {"dist": "uniform", "min": 256, "max": 1024},
+                    "workload.output_tokens": {"dist": "uniform", "min": 32, "max": 128},
+                    # (a TPOT limit a little above an unpreempted request's, ~7 ms at the default engine)
+                    "memory.num_gpu_blocks": 100, "slo": {"tpot_s": 0.01}},
+    "queueing": {"workload.num_requests": 120, "workload.arrival": {"process": "poisson", "rate_rps": 100.0},
+                 "workload.prompt_tokens": {"dist": "uniform", "min": 256, "max": 1024},
+                 "workload.output_tokens": {"dist": "uniform", "min": 32, "max": 128}, "policy.max_num_seqs": 8,
+                 "slo": {"ttft_s": 0.5}},
+    "prefill": {"workload.num_requests": 20, "workload.arrival": {"process": "poisson", "rate_rps": 0.5},
+                "workload.prompt_tokens": {"dist": "fixed", "value": 7000},
+                "workload.output_tokens": {"dist": "fixed", "value": 2}, "slo": {"ttft_s": 0.2}},
+    "prefill_interference": {"workload.num_requests": 150, "workload.arrival": {"process": "poisson", "rate_rps": 6},
+                             "workload.prompt_tokens": {"dist": "fixed", "value": 6000},
+                             "workload.output_tokens": {"dist": "fixed", "value": 64}, "slo": {"tpot_s": 0.03}},
+    "rejections": {"policy.max_num_batched_tokens": 256, "slo": {"ttft_s": 1.0}},
+    "unfinished": {"workload.num_requests": None, "workload.duration_s": 5, "policy.max_num_seqs": 4,
+                   "workload.arrival": {"process": "poisson", "rate_rps": 100.0}},
+}
+
+
+@pytest.mark.parametrize("bottleneck", list(CASES))
+def test_each_cause(bottleneck):
+    s = simulate(make_scenario(**CASES[bottleneck])).summary
+    d = s["profile"]["diagnosis"]
+    assert d["bottleneck"] == bottleneck, d["line"]
+    assert d["line"] in format_summary(s)
+
+
+def test_without_misses_the_utilization_rules_speak_and_say_the_slo_holds():
+    s = simulate(make_scenario(**{"slo": {"ttft_s": 10.0, "tpot_s": 1.0}})).summary
+    d = s["profile"]["diagnosis"]
+    assert d["line"].startswith("all 50 requests within the SLO; ")
+    assert d["bottleneck"] in ("queueing", "prefill", "decode_memory", "decode_compute", "communication")
+
+
+def test_rejections_warn_and_validate_predicts_them_exactly(tmp_path, capsys):
+    sc = make_scenario(**CASES["rejections"])
+    s = simulate(sc).summary
+    w = {x["code"]: x["message"] for x in s["warnings"]}
+    assert "rejections" in w and f"{s['rejected']} of 50 requests" in w["rejections"]
+    assert "policy.max_num_batched_tokens=256" in w["rejections"]  # the top reason
+    pred = predict_rejections(sc)
+    assert pred["rejected"] == s["rejected"] > 0 and pred["requests"] == 50
+    assert format_summary(s).rstrip().splitlines()[-1].startswith("warning ")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"a run will reject {s['rejected']:,} of 50 requests" in out
+
+
+def test_pd_split_rejections_are_predicted_too():
+    sc = make_scenario(**{"policy.name": "pd_split", "policy.decode": {"replicas": 1, "max_num_batched_tokens": 64},
+                          "policy.max_num_batched_tokens": 64})
+    assert predict_rejections(sc)["rejected"] == simulate(sc).summary["rejected"] > 0
+
+
+def test_warnings_for_a_cut_off_and_for_slo_units(tmp_path, capsys):
+    s = simulate(make_scenario(**CASES["unfinished"])).summary
+    assert [w["code"] for w in s["warnings"]] == ["unfinished"]
+    assert "workload.duration_s=5 s" in s["warnings"][0]["message"]
+    s = simulate(make_scenario(**{"slo": {"ttft_s": 500, "tpot_s": 50}})).summary
+    msgs = [w["message"] for w in s["warnings"] if w["code"] == "slo_units"]
+    assert len(msgs) == 2 and "slo.ttft_s: 0.5" in msgs[0] and "slo.tpot_s: 0.05" in msgs[1]
+    assert simulate(make_scenario()).summary["warnings"] == []
+
+
+def test_reasons_group_by_rule():
+    a = "prompt + output - 1 = 300 tokens exceeds policy.max_num_batched_tokens=256 (x)"
+    b = "prompt + output - 1 = 912 tokens exceeds policy.max_num_batched_tokens=256 (x)"
+    assert reason_key(a) == reason_key(b) and "=256" in reason_key(a)
+
+
+def test_capacity_limits_in_the_wrong_unit_are_named():
+    from servesim.outputs.checks import limit_unit_warnings
+    from servesim.outputs.metrics import parse_slo
+
+    w = limit_unit_warnings(parse_slo("ttft_p99=500,tpot_p99=50ms,tbt_p99=20"))
+    assert [x["message"].split(" is ")[0] for x in w] == ["--slo ttft_p99=500", "--slo tbt_p99=20"]

@@ -1,0 +1,81 @@
+"""Confidence intervals over seeds (servesim.outputs.intervals): the t quantile, the interval's
+coverage, paired differences, and printing to the interval's precision."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from servesim.outputs.intervals import (PM, Interval, format_difference, format_interval, format_value,
+                                        paired_difference, row_interval, t_interval, t_quantile)
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 9, 20, 30, 31, 60, 500])
+def test_t_quantile_matches_scipy(df):
+    assert t_quantile(0.975, df) == pytest.approx(stats.t.ppf(0.975, df), rel=2e-4)
+    assert t_quantile(0.95, df) == pytest.approx(stats.t.ppf(0.95, df), rel=2e-3)
+
+
+def test_interval_is_the_student_t_one():
+    x = [20.94, 20.15, 19.95, 18.37]
+    iv = t_interval(x)
+    lo, hi = stats.t.interval(0.95, len(x) - 1, loc=np.mean(x), scale=stats.sem(x))
+    assert iv.mean == pytest.approx(np.mean(x)) and iv.low == pytest.approx(lo, rel=1e-3)
+    assert iv.high == pytest.approx(hi, rel=1e-3) and iv.n == 4
+    assert iv.rel == pytest.approx(iv.half / iv.mean)
+
+
+def test_interval_covers_the_mean_95_percent_of_the_time():
+    rng = np.random.default_rng(1)
+    hits = sum(t_interval(rng.normal(10.0, 2.0, 5)).excludes(10.0) is False for _ in range(4000))
+    assert 0.93 <= hits / 4000 <= 0.97
+
+
+def test_degenerate_samples():
+    one = t_interval([3.0])
+    assert one.mean == 3.0 and math.isnan(one.half) and not one.excludes(0.0)
+    assert t_interval([None, float("nan"), 2.0, 4.0]).n == 2  # missing values are left out
+    same = t_interval([5.0, 5.0, 5.0])
+    assert same.half == 0.0 and same.excludes(4.0) and not same.excludes(5.0)
+    assert math.isinf(t_interval([1.0, math.inf]).half)
+    assert t_interval([]).n == 0
+
+
+def test_paired_difference_removes_the_shared_noise():
+    rng = np.random.default_rng(2)
+    workload = rng.normal(0, 5.0, 6)  # the seed's own noise, shared by both configurations
+    a = 100 + workload
+    b = 98 + workload + rng.normal(0, 0.2, 6)
+    diff = paired_difference(list(a), list(b))
+    assert diff.excludes(0.0) and diff.mean < 0
+    assert not t_interval(b).scaled(1.0).excludes(t_interval(a).mean)  # unpaired, the intervals overlap
+    with pytest.raises(ValueError):
+        paired_difference([1.0], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("mean, half, text", [
+    (19.8412, 0.8312, f"19.8 {PM} 0.8"),      # 831 -> one significant digit
+    (19.8412, 0.1234, f"19.84 {PM} 0.12"),    # 123 -> two
+    (19.8412, 0.0351, f"19.841 {PM} 0.035"),  # 351 -> two
+    (19.8412, 0.0972, f"19.84 {PM} 0.10"),    # 972 rounds up to 0.10, two digits
+    (12345.0, 370.0, f"12300 {PM} 400"),      # hundreds
+    (0.001234, 0.000012, f"0.001234 {PM} 0.000012"),
+])
+def test_printed_precision_follows_the_interval(mean, half, text):
+    assert format_interval(Interval(mean, half, 5)) == text
+
+
+def test_printing_without_an_interval_and_with_units():
+    assert format_interval(Interval(20.9382, math.nan, 1)) == "20.9"
+    assert format_interval(Interval(0.0213, 0.0011, 4), 1e3, "ms") == f"21.3 {PM} 1.1 ms"
+    assert format_interval(Interval(7.0, 0.0, 3)) == f"7 {PM} 0"
+    assert format_difference(Interval(3.1, 1.2, 3), unit="ms") == f"+3.1 {PM} 1.2 ms"
+    assert format_difference(Interval(-3.1, 1.2, 3)) == f"-3.1 {PM} 1.2"
+    assert format_value(1234.5) == "1234" and format_value(None) == "n/a"
+
+
+def test_row_interval_reads_results_columns():
+    iv = row_interval({"goodput_rps": 7.7, "goodput_rps_ci95": 0.4, "seeds": 5}, "goodput_rps")
+    assert (iv.mean, iv.half, iv.n) == (7.7, 0.4, 5)
+    assert math.isnan(row_interval({"goodput_rps": 7.7}, "goodput_rps").half)

@@ -1,0 +1,182 @@
+"""--seeds N: runs on N seeds, means with 95% intervals that agree with the per-seed rows, paired
+differences, capacity with an interval over seeds, and single-seed outputs left as they were."""
+
+import copy
+import csv
+import json
+
+import pytest
+import yaml
+
+from servesim.cli.main import main
+from servesim.outputs.intervals import t_interval
+from servesim.studies.capacity import CapacityOptions, SeedOptions, capacity_interval, find_capacity
+from servesim.studies.executors import ExecutorOptions
+from servesim.studies.sweep import METRIC_COLUMNS, read_results
+from tests.conftest import BASE
+
+QUIET = ExecutorOptions(workers=1, progress=False)
+
+
+def scenario_file(tmp_path, n=40, **extra):
+    data = copy.deepcopy(BASE)
+    data["workload"]["num_requests"] = n
+    data["slo"] = {"ttft_s": 0.5, "tpot_s": 0.05}
+    data.update(extra)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(p)
+
+
+def header(path):
+    with open(path) as fh:
+        return next(csv.reader(fh))
+
+
+def test_sweep_with_seeds_averages_the_per_seed_rows(tmp_path, capsys):
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "sw"
+    assert main(["sweep", sc, "--grid", "policy.max_num_seqs=2,64", "--seeds", "3", "--out", str(out),
+                 "--workers", "1", "--quiet"]) == 0
+    rows, seeds = read_results(out / "results.csv"), read_results(out / "seeds.csv")
+    assert len(rows) == 2 and len(seeds) == 6 and {r["seed"] for r in seeds} == {0, 1, 2}
+    for r in rows:
+        mine = [s for s in seeds if s["policy.max_num_seqs"] == r["policy.max_num_seqs"]]
+        assert r["seeds"] == 3
+        for col in ("goodput_rps", "ttft_p99_s", "tpot_p50_s", "completed"):
+            iv = t_interval([s[col] for s in mine])
+            assert r[col] == pytest.approx(iv.mean) and r[col + "_ci95"] == pytest.approx(iv.half)
+        assert (out / r["dir"] / "summary.json").is_file()  # the first seed's run
+    printed = capsys.readouterr().out
+    assert "\u00b1" in printed and "means and 95% intervals over 3 seeds" in printed
+
+
+def test_single_seed_results_keep_their_columns(tmp_path):
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "one"
+    assert main(["sweep", sc, "--grid", "policy.max_num_seqs=2,64", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    head = header(out / "results.csv")
+    assert not [c for c in head if c.endswith("_ci95")] and "seeds" not in head
+    assert head[head.index("error") + 1:head.index("hash")] == list(METRIC_COLUMNS)
+    assert not (out / "seeds.csv").exists()
+    # a second run with seeds reuses the first seed's folders
+    assert main(["sweep", sc, "--grid", "policy.max_num_seqs=2,64", "--out", str(out), "--workers", "1",
+                 "--quiet", "--seeds", "2"]) == 0
+    assert read_results(out / "results.csv")[0]["dir"] == read_results(out / "seeds.csv")[0]["dir"]
+
+
+def test_compare_with_seeds_pairs_differences_and_flags_identical_variants(tmp_path, capsys):
+    sc = scenario_file(tmp_path, n=60)
+    out = tmp_path / "cmp"
+    assert main(["compare", sc, "--policies", "continuous", "--variant", "same", "policy.name=continuous",
+                 "--variant", "small", "policy.max_num_seqs=2", "--seeds", "3", "--out", str(out),
+                 "--workers", "1", "--quiet", "--no-report"]) == 0
+    printed = capsys.readouterr().out
+    assert "same gave exactly the same results as continuous" in printed
+    warns = json.loads((out / "sweep.json").read_text())["warnings"]
+    assert [w["code"] for w in warns] == ["identical_variants"] and "same gave" in warns[0]["message"]
+    seeds = read_results(out / "seeds.csv")
+    small = [r for r in seeds if r["label"] == "small"]
+    cont = [r for r in seeds if r["label"] == "continuous"]
+    # the difference printed is the paired one (same seed through both)
+    d = t_interval([s["ttft_p99_s"] - c["ttft_p99_s"] for s, c in zip(small, cont)])
+    line = next(x for x in printed.splitlines() if x.startswith("small vs continuous"))
+    assert "over 3 seeds" in line
+    if d.excludes(0.0):
+        assert "p99 TTFT +" in line and "(worse)" in line
+    else:
+        assert "p99 TTFT" in line.split("no significant difference in")[-1]
+    # identical configurations have no significant difference at all
+    same = next(x for x in printed.splitlines() if x.startswith("same vs continuous"))
+    assert same.endswith("): no significant difference.")
+
+
+def test_compare_runs_pd_split_on_a_colocated_scenario_with_the_same_gpus(tmp_path, capsys):
+    sc = scenario_file(tmp_path, cluster={"replicas": 2})
+    out = tmp_path / "pd"
+    assert main(["compare", sc, "--policies", "continuous,pd_split", "--out", str(out), "--workers", "1",
+                 "--quiet", "--no-report"]) == 0
+    rows = {r["label"]: r for r in read_results(out / "results.csv")}
+    assert rows["pd_split"]["status"] == "ok" and rows["pd_split"]["num_gpus"] == rows["continuous"]["num_gpus"] == 2
+    resolved = yaml.safe_load((out / rows["pd_split"]["dir"] / "scenario.yaml").read_text())
+    assert resolved["policy"]["prefill"]["replicas"] == 1 and resolved["policy"]["decode"]["replicas"] == 1
+    assert "runs as a P/D split of the same GPUs" in capsys.readouterr().out
+    notes = json.loads((out / "sweep.json").read_text())["notes"]
+    assert any("policy.prefill.replicas=1" in n for n in notes)
+
+
+def test_pd_split_with_replicas_says_what_to_set(tmp_path, capsys):
+    sc = scenario_file(tmp_path, cluster={"replicas": 3})
+    assert main(["run", sc, "--set", "policy.name=pd_split", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "cluster.replicas=1 policy.prefill.replicas=1 policy.decode.replicas=2" in err
+
+
+def test_run_with_seeds_adds_a_seeds_section(tmp_path, capsys):
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "run"
+    assert main(["run", sc, "--seeds", "3", "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    sec = s["seeds"]
+    assert sec["seeds"] == [0, 1, 2] and sec["method"] == "student-t over seeds"
+    g = sec["figures"]["goodput_rps"]
+    assert g["values"][0] == s["goodput_rps"] and len(g["values"]) == 3  # seed 0 is the run written
+    assert g["mean"] == pytest.approx(sum(g["values"]) / 3) and g["ci95"] == pytest.approx(t_interval(g["values"]).half)
+    assert sec["figures"]["ttft_s.p99"]["values"][0] == s["ttft_s"]["p99"]
+    assert "over 3 seeds (0..2" in capsys.readouterr().out
+    # one seed: no section, the summary as before
+    assert main(["run", sc, "--out", str(tmp_path / "one"), "--quiet"]) == 0
+    assert "seeds" not in json.loads((tmp_path / "one" / "summary.json").read_text())
+
+
+def cap_scenario(tmp_path):
+    data = copy.deepcopy(BASE)
+    data["policy"]["max_num_seqs"] = 4  # a sharp knee: above capacity the queue grows through the run
+    data["workload"]["num_requests"] = 200
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def test_capacity_interval_is_the_t_interval_of_the_seeds_searches(tmp_path):
+    sc = cap_scenario(tmp_path)
+    opts = CapacityOptions(probe_requests=200)
+    ci = capacity_interval(sc, "ttft_p99=300ms", opts, SeedOptions(seeds=3), tmp_path / "cap", ex=QUIET)
+    assert ci.error is None and ci.seeds == [0, 1, 2] and ci.stopped_short is None
+    caps = [r.capacity_rps for r in ci.per_seed]
+    assert ci.interval.mean == pytest.approx(sum(caps) / 3)
+    assert ci.interval.half == pytest.approx(t_interval(caps).half)
+    cap = json.loads((tmp_path / "cap" / "capacity.json").read_text())
+    assert cap["capacity_rps"] == pytest.approx(ci.interval.mean)
+    assert cap["capacity_ci95_rps"] == pytest.approx(ci.interval.half)
+    assert [x["seed"] for x in cap["seeds"]] == [0, 1, 2] and cap["interval"]["seeds"] == 3
+    # each seed's answer is the one a single-seed search on that seed finds (bracket floor within --tol)
+    one = find_capacity(sc, "ttft_p99=300ms", opts, tmp_path / "one", seed=1, ex=QUIET)
+    assert abs(one.capacity_rps / caps[1] - 1) <= 2 * opts.tol
+    rows = read_results(tmp_path / "cap" / "results.csv")
+    assert {r["seed"] for r in rows} == {0, 1, 2} and not list((tmp_path / "cap").glob("results-seed*"))
+
+
+def test_capacity_keeps_adding_seeds_until_the_target_or_says_it_stopped_short(tmp_path, capsys):
+    sc = cap_scenario(tmp_path)
+    opts = CapacityOptions(probe_requests=200)
+    short = capacity_interval(sc, "ttft_p99=300ms", opts, SeedOptions(max_seeds=4, target=1e-6), ex=QUIET)
+    assert len(short.seeds) == 4 and "--max-seeds 4" in short.stopped_short
+    wide = capacity_interval(sc, "ttft_p99=300ms", opts, SeedOptions(target=0.9), ex=QUIET)
+    assert len(wide.seeds) == 3 and wide.stopped_short is None and wide.interval.rel <= 0.9
+    # the command prints the interval to its precision and the per-seed answers
+    assert main(["capacity", sc, "--slo", "ttft_p99=300ms", "--probe-requests", "200", "--max-seeds", "3",
+                 "--ci-target", "0.001", "--per-gpu", "--workers", "1", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "\u00b1" in printed and "per GPU" in printed and "stopped short" in printed
+    assert printed.count("\n   ") >= 3  # a row per seed
+
+
+def test_bad_seed_options_exit_2(tmp_path, capsys):
+    sc = scenario_file(tmp_path)
+    assert main(["run", sc, "--seeds", "0", "--out", str(tmp_path / "o")]) == 2
+    assert main(["capacity", sc, "--slo", "ttft_p99=1", "--max-seeds", "1"]) == 2
+    assert main(["capacity", sc, "--slo", "ttft_p99=1", "--ci-target", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--seeds must be >= 1" in err and "--max-seeds" in err and "--ci-target" in err
