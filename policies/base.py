@@ -14,7 +14,9 @@ Two optional declarations let the engine go fast without knowing which policy it
   ``state.running`` instead always sees every running request (the aggregate is dissolved
   first): correct, one step at a time.
 * ``Batch.steady`` (per decision): "after this step, until a new request arrives, I would
-  schedule exactly one decode token for every running request and nothing else". The engine may
+  schedule exactly one decode token for every running request and nothing else" (with
+  ``Batch.steady_arrivals``, arrivals do not change that either: static batching runs its batch
+  to the end whatever arrives). The engine may
   then fast-forward runs of such steps in one event (their prices are the cost model's, step by
   step), stopping early when a request arrives, when the KV cache would run short or when a
   completion matters to someone (closed-loop clients, P/D hand-offs).
@@ -31,11 +33,13 @@ from servesim.core.batch import Batch
 class DecodeSet(NamedTuple):
     """The replica's decoding requests kept as one aggregate (oldest admission first, ahead of
     every other running request): ``num_seqs`` of them, ``context_tokens`` KV tokens computed in
-    all (sum of c), ``blocks_needed`` new KV blocks their next decode token takes."""
+    all (sum of c), ``blocks_needed`` new KV blocks their next decode token takes,
+    ``prompt_tokens`` their prompts' tokens in all."""
 
     num_seqs: int = 0
     context_tokens: int = 0
     blocks_needed: int = 0
+    prompt_tokens: int = 0
 
 
 NO_DECODE_SET = DecodeSet()

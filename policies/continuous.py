@@ -143,9 +143,9 @@ class ContinuousPolicy:
     @property
     def aggregates_decodes(self) -> bool:
         """Decoding requests can be scheduled as one aggregate: each takes exactly one token a
-        step (speculative decoding's accepted tokens vary per sequence) and grows one KV block
-        every ``block_size`` tokens (reserved requests grow none: they run one by one)."""
-        return self.spec_tokens == 0 and self.reserve == "none"
+        step (speculative decoding's accepted tokens vary per sequence); a request whose KV was
+        reserved whole at admission joins the set holding it (it grows none)."""
+        return self.spec_tokens == 0
 
     def next_batch(self, state: ReplicaState) -> Batch:
         dec = state.decoding

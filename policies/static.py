@@ -38,11 +38,35 @@ class StaticPolicy:
                     f"(the KV reserved per slot)")
         return None
 
+    def _padded_decode(self, dec) -> Batch:
+        """A decode step of the batch in flight from the decode set alone: the same counts as
+        the running list gives below (every live slot attends over the padded prompt and the
+        tokens since, P + k; an idle slot over P + k + 1), and how the next steps will look."""
+        slots, P = self._slots, self._padded_prompt
+        k0 = (dec.context_tokens - dec.prompt_tokens) // dec.num_seqs + 1  # decode steps so far, this one included
+
+        def step(n: int, dctx: int, i: int) -> Batch:
+            k, idle = k0 + i, slots - n
+            pad = n * (P + k) - dctx + idle * (P + k + 1)
+            return Batch(num_seqs=n, num_tokens=n, decode_tokens=n, num_decode_seqs=n, num_sampled=n,
+                         attn_pairs=float(dctx + pad), context_tokens=dctx + pad, decode_context_tokens=dctx,
+                         decode_attn_pairs=float(dctx), padding_tokens=idle, set_seqs=n)
+
+        return step(dec.num_seqs, dec.context_tokens + dec.num_seqs, 0)._replace(
+            steady=True, steady_arrivals=True, next_steps=step)
+
     def _slot_tokens(self, padded_prompt: int) -> int:
         out = self.max_output_tokens if self.max_output_tokens is not None else self.max_context_tokens - padded_prompt
         return padded_prompt + max(out, 1)
 
+    # the batch in flight decodes as the engine's decode set (one aggregate: O(1) a step), and
+    # its steps repeat, whatever arrives, until its last request finishes (``Batch.steady_arrivals``)
+    aggregates_decodes = True
+
     def next_batch(self, state: ReplicaState) -> Batch:
+        dec = state.decoding
+        if dec.num_seqs and not state.tail:
+            return self._padded_decode(dec)
         running = state.running
         if running:  # the batch in flight: every live slot decodes, finished slots are padding
             P, k = self._padded_prompt, self._steps

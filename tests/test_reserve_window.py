@@ -80,9 +80,14 @@ def test_reserved_requests_never_grow_nor_get_preempted():
         r.num_output_done += 1
 
 
-def test_reserve_does_not_aggregate_decodes():
-    assert ContinuousPolicy().aggregates_decodes
-    assert not orca("max").aggregates_decodes
+def test_reserved_requests_join_the_decode_set_holding_their_reservation():
+    """A reserving policy aggregates decodes too: its requests join the decode set holding their
+    whole reservation (they grow no KV), and the fast engine still equals the reference."""
+    assert ContinuousPolicy().aggregates_decodes and orca("max").aggregates_decodes
+    from tests.test_engine_equivalence import SMALL, run_both
+
+    fast, _ = run_both(make_scenario(**{**SMALL, "policy.reserve": "max", "policy.max_output_tokens": 600}))
+    assert fast.engine_stats["colocated"]["run_steps"] > 0
 
 
 def test_reserve_field_is_checked():

@@ -60,6 +60,12 @@ class Batch(NamedTuple):
     # free KV blocks and sequence slots left then); reasons in ``servesim.policies.queues.WAIT_REASONS``.
     # Read by the decision trace (``servesim.core.decisions``) only.
     stop: tuple | None = None
+    steady_arrivals: bool = False  # with ``steady``: arrivals do not change it either (static batching)
+    # with ``steady``, when the later steps are not plain decode steps (static batching's padded
+    # slots): ``next_steps(n, dctx, i)`` is step ``i`` from this one (0: this one) as a batch
+    # without requests, for ``n`` sequences touching ``dctx`` KV tokens in all (sum of c + 1);
+    # None: plain decode steps of the running requests
+    next_steps: object = None
 
     @property
     def empty(self) -> bool:
@@ -68,6 +74,7 @@ class Batch(NamedTuple):
 
 def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(), swap_in=(), reserve=(),
                padding=(0, 0, 0), wake_at_s=None, decode_set=(0, 0), budget_blocked=None, steady=False,
+               steady_arrivals=False,
                stop=None) -> Batch:
     """Build a ``Batch`` from ``(request, tokens)`` pairs, deriving the aggregate counts.
 
@@ -107,7 +114,7 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
     return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items) + n_set, num_tokens, prefill, decode,
                  nprefill, float(pairs + pad_pairs), ctx + pad_ctx, sampled, pad_tokens, ndec, dctx, float(dpairs),
                  tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s, budget_blocked,
-                 n_set, steady, stop)
+                 n_set, steady, stop, steady_arrivals)
 
 
 def attention_span(c: int, q: int, window: int | None = None) -> tuple[int, int]:

@@ -179,6 +179,7 @@ class Replica:
         self._members: dict = {}  # request -> (seq, s0, c0, d0), in admission order
         self._S = 0  # decode-set steps so far
         self._sum_c = 0  # sum over members of computed tokens at counter _S
+        self._sum_p = 0  # sum over members of prompt tokens (a padded static batch's attention needs it)
         self._heap: list = []  # (counter at which it completes, seq, request)
         self._seq = itertools.count()
         self._new: list = []  # members that joined since the last step (their first gap is their own)
@@ -283,6 +284,8 @@ class Replica:
     def wake(self) -> None:
         if self._interruptible:
             run = self._mac
+            if run.deaf:  # what arrives waits for the run (the policy said it changes nothing)
+                return
             if bisect.bisect_right(run.ends, self.env.now, 0, run.K) + 1 >= run.K:
                 run.stop = True  # the step in flight is the run's last: it ends there anyway
                 return
@@ -318,7 +321,7 @@ class Replica:
             state._running = self.running
             state.now_s = start = env.now
             state.host_free_blocks = self.host_free_blocks
-            state.decoding = DecodeSet(n, self._sum_c, self._cnt[self._S % bs]) if n else NO_DECODE_SET
+            state.decoding = DecodeSet(n, self._sum_c, self._cnt[self._S % bs], self._sum_p) if n else NO_DECODE_SET
             batch = policy.next_batch(state)
             if self.window is not None and batch.items:
                 batch = windowed(batch, self.window)
@@ -335,11 +338,11 @@ class Replica:
                 self._release(start, everything=True)
                 continue
             if (batch.steady and n and self.fast and self.pipeline is None and not batch.items
-                    and not self.running and not self.waiting and not self.landed and not self.swapped
-                    and not self.incoming):
+                    and not self.running and (batch.steady_arrivals or not (
+                        self.waiting or self.landed or self.swapped or self.incoming))):
                 K = self._macro_len(n, kv.num_empty)
                 if K >= 2:
-                    yield from self._macro(n, K)
+                    yield from self._macro(n, K, shape=batch)
                     continue
             swap_s = self._apply(batch, start)
             if batch.empty:
@@ -611,8 +614,10 @@ class Replica:
         for r in done:
             info = members.pop(r)
             c = self._settle(r, info, S1)
-            self._cnt[(info[1] - info[2]) % bs] -= 1
+            if not info[4]:
+                self._cnt[(info[1] - info[2]) % bs] -= 1
             self._sum_c -= c
+            self._sum_p -= r.prompt_tokens
             r.last_token_s = now
             r.finish_s = now
             self.kv.free(r)
@@ -638,12 +643,12 @@ class Replica:
     # ---------------------------------------------------------------- the decode set
     def _settle(self, r, info, S) -> int:
         """Bring ``r``'s counters to decode-step counter ``S``; return its computed tokens."""
-        _, s0, c0, d0 = info
+        _, s0, c0, d0, held = info
         k = S - s0
         c = c0 + k
         r.num_computed_tokens = c
         r.num_output_done = d0 + k
-        r.kv_blocks = -(-c // self.kv.block_size)
+        r.kv_blocks = held or -(-c // self.kv.block_size)
         if k:
             r.last_token_s = self._t_last
         return c
@@ -659,28 +664,45 @@ class Replica:
         self._new.clear()
         self._cnt = [0] * self.kv.block_size
         self._sum_c = 0
+        self._sum_p = 0
 
-    def _join(self, r, S: int, c: int, d: int) -> None:
+    def _join(self, r, S: int, c: int, d: int, held: int = 0) -> None:
         """``r`` joins the decode set at counter ``S`` with ``c`` computed tokens and ``d``
-        emitted (``_sum_c`` is the caller's)."""
+        emitted (``_sum_c`` is the caller's); ``held``: KV blocks reserved up front that cover
+        its whole sequence (it grows none; 0: it grows a block every ``block_size`` tokens)."""
         seq = next(self._seq)
-        self._members[r] = (seq, S, c, d)
-        self._cnt[(S - c) % self.kv.block_size] += 1
+        self._members[r] = (seq, S, c, d, held)
+        if not held:
+            self._cnt[(S - c) % self.kv.block_size] += 1
+        self._sum_p += r.prompt_tokens
         heapq.heappush(self._heap, (S + r.output_tokens - d, seq, r))
+
+    def _held(self, r, c: int) -> int | None:
+        """How ``r`` (``c`` tokens computed) keeps its KV in the decode set: 0 when it maps just
+        what they need (it grows a block every ``block_size`` tokens), its blocks when they were
+        reserved up front for its whole sequence (static batching, ``policy.reserve``: it grows
+        none), None when neither (it stays out)."""
+        blocks = -(-c // self.kv.block_size)
+        if r.kv_blocks == blocks:
+            return 0
+        if r.kv_blocks > blocks and r.kv_blocks >= self.kv.blocks_for(r.prompt_tokens + r.output_tokens - 1):
+            return r.kv_blocks
+        return None
 
     def _absorb(self) -> None:
         """Move the decoding requests at the front of ``running`` into the decode set."""
         tail = self.running
-        bs = self.kv.block_size
         S = self._S
         i = 0
         for r in tail:
             d = r.num_output_done
             c = r.num_computed_tokens
-            if not (d > 0 and c == r.prompt_tokens + d - 1 and r.kv_blocks == -(-c // bs) and d < r.output_tokens
-                    and self._in_window(r)):
+            if not (d > 0 and c == r.prompt_tokens + d - 1 and d < r.output_tokens and self._in_window(r)):
                 break
-            self._join(r, S, c, d)
+            held = self._held(r, c)
+            if held is None:
+                break
+            self._join(r, S, c, d, held)
             self._sum_c += c
             self._new.append(r)
             i += 1
@@ -708,8 +730,9 @@ class Replica:
         if len(tail) != len(items):
             return False
         for (r, q), t in zip(items, tail):
-            if r is not t or r.num_computed_tokens + q != r.prompt_tokens + r.num_output_done \
-                    or r.num_output_done + 1 >= r.output_tokens or not self._in_window(r):
+            c = r.num_computed_tokens + q
+            if r is not t or c != r.prompt_tokens + r.num_output_done or r.num_output_done + 1 >= r.output_tokens \
+                    or not self._in_window(r) or self._held(r, c) is None:
                 return False
         return True
 
@@ -724,10 +747,11 @@ class Replica:
         heap, members, cnt, bs, S0 = self._heap, self._members, run.pcnt, self.kv.block_size, run.S0
         while heap and heap[0][0] == S0 + x:
             r = heapq.heappop(heap)[2]
-            _, s0, c0, _ = members[r]
+            _, s0, c0, _, held = members[r]
             sumc -= c0 + S0 + x - s0
             n -= 1
-            cnt[(s0 - c0) % bs] -= 1
+            if not held:
+                cnt[(s0 - c0) % bs] -= 1
             run.dep.append((x - 1, r))
         return n, sumc
 
@@ -764,7 +788,7 @@ class Replica:
         if env.now < t:
             yield env.timeout(t - env.now)
 
-    def _macro(self, n: int, K: int, fold=None):
+    def _macro(self, n: int, K: int, fold=None, shape=None):
         """Run up to K decode-only steps of the decode set, as few timeouts (step times are
         computed a chunk at a time, so a run cut short wastes little). An arrival, a P/D
         hand-off, or KV mapped from outside wakes the replica at time x: the steps ended by x
@@ -775,12 +799,20 @@ class Replica:
         ``fold`` = (batch, cost, items): step 0 is that admission step, already applied (its KV
         taken, ``_foldable``); its requests join the decode set now, as of step 1, and get their
         token when step 0 is settled. One timeout then covers the admission step and the decode
-        steps after it."""
+        steps after it.
+
+        ``shape``: the decision this run starts from, when its steps are not plain decode steps
+        (``Batch.next_steps``: each priced by ``step_time`` and recorded one by one) or arrivals
+        change nothing (``Batch.steady_arrivals``: they do not cut the run)."""
         env = self.env
         S = self._S
         start = env.now
         run = Run(S, start, n, self._sum_c, self._cnt, self._new[:])
         self._new.clear()
+        if shape is not None:
+            run.deaf = shape.steady_arrivals
+            if shape.next_steps is not None:
+                run.next_steps, run.priced = shape.next_steps, []
         self.stats["runs"] += 1
         if not self._bulk and S + K == self._heap[0][0]:
             # the last step completes a member: committed the ordinary way (_commit_set), at its
@@ -791,7 +823,8 @@ class Replica:
             self.on_run(self, True)
         # plan up to the step in flight when the next request is known to arrive (else in
         # doubling chunks): a run cut short by an arrival wastes the steps planned past it
-        t_stop = self.next_arrival_s() if self.next_arrival_s is not None and run.fin_at < 0 else math.inf
+        t_stop = (self.next_arrival_s() if self.next_arrival_s is not None and run.fin_at < 0 and not run.deaf
+                  else math.inf)
         if fold is None:
             run.pcnt = self._cnt[:]
             t0 = start
@@ -805,7 +838,7 @@ class Replica:
             psum = self._sum_c + n
             for r, q in items:  # members as of step 1 (as _absorb after step 0 would take them)
                 c = r.num_computed_tokens + q
-                self._join(r, S + 1, c, r.num_output_done + 1)
+                self._join(r, S + 1, c, r.num_output_done + 1, self._held(r, c))
                 psum += c
             self.running.clear()
             run.pcnt = self._cnt[:]
@@ -865,7 +898,11 @@ class Replica:
         if run.fin:
             i = run.K - 1
             d = run.dctx(i)
-            self._commit(_SetBatch(n, d), self._decode_cost(n, d), run.ends[i - 1] if i else run.t0)
+            if run.priced is None:
+                self._commit(_SetBatch(n, d), self._decode_cost(n, d), run.ends[i - 1] if i else run.t0)
+            else:
+                cost, shaped = run.priced[i]
+                self._commit(shaped, cost, run.ends[i - 1] if i else run.t0)
 
     def _decode_cost(self, n: int, dctx: int) -> Cost:
         """One decode-only step of the set (as ``step_time`` prices it)."""
@@ -876,6 +913,8 @@ class Replica:
         """Cut the run to its first ``K`` steps: completions planned later go back to the heap."""
         run.K = K
         run.fin = False
+        if run.priced is not None:
+            del run.priced[K:]
         dep = run.dep
         if dep and dep[-1][0] >= K:
             members, heap, S0 = self._members, self._heap, run.S0
@@ -924,7 +963,12 @@ class Replica:
                 if not m:
                     break
             d0 = sumc + n  # sum of (c + 1) at the first step; n more at each next one
-            dur = step_times(n, range(d0, d0 + n * m, n))
+            if run.next_steps is None:
+                dur = step_times(n, range(d0, d0 + n * m, n))
+            else:  # each step as the policy said it looks (Batch.next_steps), priced as the reference does
+                shaped = [run.next_steps(n, d0 + n * j, i + j) for j in range(m)]
+                priced = [(self.cost_model.step_time(b), b) for b in shaped]
+                dur = [c.time_s for c, _ in priced]
             ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
             if ends[-1] > t_stop:  # keep the steps up to the one in flight at t_stop
                 run.stop = True
@@ -932,6 +976,8 @@ class Replica:
                 if cut < m:
                     m = cut
                     del ends[m + 1:]
+            if run.priced is not None:
+                run.priced.extend(priced[:m])
             t0 = ends[-1]
             del ends[0]
             run.ends.extend(ends)
@@ -1052,8 +1098,10 @@ class Replica:
                 dp += 1
                 info = members.pop(r)
                 c = self._settle(r, info, S0 + i + 1)
-                cnt[(info[1] - info[2]) % bs] -= 1
+                if not info[4]:
+                    cnt[(info[1] - info[2]) % bs] -= 1
                 sum_c += c
+                self._sum_p -= r.prompt_tokens
                 r.last_token_s = r.finish_s = ends[i]
                 in_use = kv.num_used
                 kv.free(r)
@@ -1071,8 +1119,17 @@ class Replica:
             rec.step(self.index, run.t0, fold[1], fold[0], used[0], 0.0)
         if lo < e:
             self.stats["run_steps"] += e - lo
-            rec.run_block(self.index, ends[lo - 1] if lo else run.t0, last, ends[lo:e], pieces, adj,
-                          used[lo - done:] if lo > done else used)
+            if run.priced is None:
+                rec.run_block(self.index, ends[lo - 1] if lo else run.t0, last, ends[lo:e], pieces, adj,
+                              used[lo - done:] if lo > done else used)
+            else:  # steps of their own shape: recorded one by one, as the reference commits them
+                for i in range(lo, e):
+                    cost, shaped = run.priced[i]
+                    prev = ends[i - 1] if i else run.t0
+                    rec.step(self.index, prev, cost, shaped, used[i - done], 0.0)
+                    gaps = shaped.set_seqs - (adj if i == lo else 0)
+                    if gaps:
+                        rec.tbt_steps(ends[i] - (last if i == lo else prev), gaps)
         self.outstanding_tokens += tokens
         self._sum_c += tokens
         self._S += e - done

@@ -28,7 +28,7 @@ class Run:
     members before it)."""
 
     __slots__ = ("S0", "t0", "K", "done", "grown", "ends", "cum", "segs", "sp", "pn", "psum", "pcnt", "dep",
-                 "dp", "new", "fin", "fin_at", "stop", "fold")
+                 "dp", "new", "fin", "fin_at", "stop", "fold", "next_steps", "priced", "deaf")
 
     def __init__(self, S0, t0, n, sum_c, cnt, new):
         self.S0, self.t0, self.pn, self.psum, self.pcnt, self.new = S0, t0, n, sum_c, cnt, new
@@ -38,6 +38,11 @@ class Run:
         self.fin_at = -1
         self.stop = False  # plan no further: the run ends after its last planned step
         self.fold = None
+        # steps that are not plain decode steps (``Batch.next_steps``): how to build each, and the
+        # (cost, batch) of every planned one, recorded one by one (None: plain decode steps)
+        self.next_steps = None
+        self.priced = None
+        self.deaf = False  # arrivals change nothing (``Batch.steady_arrivals``): they never cut the run
 
     def dctx(self, i: int) -> int:
         """KV tokens step ``i`` touches (sum of c + 1)."""
