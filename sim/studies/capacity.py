@@ -159,7 +159,8 @@ class Search:
             raise InputError(next(p.error for p in new if p.data is None))
         self.points += new
         ex = self.ex
-        execute(new, self.out, ex.executor, ex.workers, ex.address, ex.progress, desc="capacity probes")
+        execute(new, self.out, ex.executor, ex.workers, ex.address, ex.progress, desc="capacity probes",
+                outputs=ex.outputs)
         for p in new:
             if p.row.get("status") != "ok":
                 raise InputError(f"probe at {p.values[RATE_KEY]} req/s failed: {p.row.get('error')}")
@@ -259,9 +260,9 @@ class CapacityResult:
 
 def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(), out: str | Path | None = None,
                   overrides=(), seed: int | None = None, ex: ExecutorOptions = ExecutorOptions()) -> CapacityResult:
-    """The highest ``workload.arrival.rate_rps`` of the scenario file at which ``slo_text``
-    (``METRIC_STAT=SECONDS,...``) holds. Probes and capacity.json go to ``out`` (a temporary folder,
-    removed again, when None). Bad options are ``InputError``s naming the flag."""
+    """The highest ``workload.arrival.rate_rps`` of the scenario (a file, or scenario data) at which
+    ``slo_text`` (``METRIC_STAT=SECONDS,...``) holds. Probes and capacity.json go to ``out`` (a
+    temporary folder, removed again, when None). Bad options are ``InputError``s naming the flag."""
     slo = parse_slo(slo_text)
     if opts.attainment is not None and not 0 < opts.attainment <= 1:
         raise InputError(f"--attainment must be in (0, 1], got {opts.attainment}")
@@ -273,7 +274,7 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
     try:
         sc = scenario_from_dict(base)
     except InputError as e:
-        raise InputError(f"{scenario}: {e}") from None
+        raise InputError(f"{base.get('name', 'scenario') if isinstance(scenario, dict) else scenario}: {e}") from None
     arrival = sc.workload.arrival
     if getattr(arrival, "rate_rps", None) is None:
         raise InputError(f"servesim capacity searches workload.arrival.rate_rps; the {arrival.process!r} arrival "
@@ -304,7 +305,8 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
         tmp = tempfile.TemporaryDirectory(prefix="servesim-capacity-")
         out = Path(tmp.name)
     out.mkdir(parents=True, exist_ok=True)
-    write_meta(out, {"kind": "capacity", "scenario": str(scenario), "slo": slo_text,
+    write_meta(out, {"kind": "capacity", "scenario": base.get("name") if isinstance(scenario, dict) else str(scenario),
+                     "slo": slo_text,
                      "attainment": opts.attainment, "probe_requests": n, "probe_duration_s": duration,
                      "keep_up": opts.keep_up, "set": list(overrides or [])})
     workers = ex.workers or (os.cpu_count() or 1)

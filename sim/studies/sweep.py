@@ -51,8 +51,10 @@ def finished_row(out_dir: Path, data: dict) -> dict | None:
 
 
 def execute(points: list[Point], out_dir: Path, executor: str = "local", workers: int | None = None,
-            address: str | None = None, progress: bool = True, desc: str = "sweep") -> tuple[int, int]:
-    """Run every point not finished yet; fill ``point.row``. Returns (ran, skipped).
+            address: str | None = None, progress: bool = True, desc: str = "sweep",
+            outputs: tuple | None = None) -> tuple[int, int]:
+    """Run every point not finished yet; fill ``point.row``. Returns (ran, skipped). ``outputs``:
+    the files of each run folder (``ExecutorOptions.outputs``; None: all).
 
     With the Ray executor, ``out_dir`` must be visible to the workers (one machine, or a shared
     file system); rows come back to the driver either way.
@@ -103,7 +105,7 @@ def execute(points: list[Point], out_dir: Path, executor: str = "local", workers
                 bar.write(f"point {key} failed: {row.get('error', '')[:200]}", file=sys.stderr)
 
     try:
-        run_tasks(unique, on_done, executor, workers, address)
+        run_tasks(unique, on_done, executor, workers, address, outputs)
     finally:
         if bar is not None:
             bar.close()
