@@ -248,8 +248,8 @@ GPUS: dict[str, GpuSpec] = {
 # often; override them per run (scenario cost.gpu_hour_usd / cost.gpu_power_w, servesim plan
 # --price) rather than trusting them for a purchase.
 # Prices: RunPod on-demand Pods, Secure Cloud (runpod.io/pricing), one provider for as many GPUs as
-# it lists. RunPod's page is not readable from here; the figures are third-party transcriptions of
-# it: a100-80g 1.59, a40 0.44, h100-sxm 3.29, h100-pcie 2.89, b200 6.79 (Secure Cloud, read
+# it lists. The figures were taken from third-party transcriptions of that page (the page itself
+# was not read): a100-80g 1.59, a40 0.44, h100-sxm 3.29, h100-pcie 2.89, b200 6.79 (Secure Cloud, read
 # 2026-08-19, Hugging Face dataset privum/ai-compute-prices); a100-40g 1.00 (Community Cloud, the
 # only tier listing it, same read); h200 4.59 (Pods, read 2026-10-07, api-evangelist/runpod
 # plans/runpod-plans-pricing.yml); l40s 0.86 (RunPod on-demand as listed in Modal's "How much does
