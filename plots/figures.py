@@ -110,13 +110,18 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
         ax.plot(d["rate"], _ms(d["p99"]), "-o", color=c, markersize=4, label=f"{label} p99")
         ax.plot(d["rate"], _ms(d["p50"]), "--", color=c, alpha=0.8, label=f"{label} p50")
         _error_bars(ax, d["rate"], d["p99"], d.get("p99_ci"), c, 1e3)
+    return _log_latency_axes(ax, slo_s, "offered load (req/s)", f"{name} (ms)", f"{name} vs load")
+
+
+def _log_latency_axes(ax, slo_s, xlabel: str, ylabel: str, title: str):
+    """A latency (ms) axis on a log scale, with the SLO limit dotted, labels, grid and legend."""
     if slo_s is not None:
         ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
     ax.set_yscale("log")
     _plain_log_ticks(ax.yaxis)
-    ax.set_xlabel("offered load (req/s)")
-    ax.set_ylabel(f"{name} (ms)")
-    ax.set_title(f"{name} vs load")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
     return ax
@@ -413,6 +418,79 @@ def roofline(data: dict, ax):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small", loc="lower right", markerscale=2)
     return ax
+
+
+# ---------------------------------------------------------------- deployment plans
+_KIND_MARKERS = {"colocated": "o", "pd": "s"}
+
+
+def pareto_front(points) -> list:
+    """The points no other point beats on both cost (lower) and capacity (higher): ``points`` are
+    (cost, capacity, ...) tuples; returned in order of cost."""
+    front, best = [], -math.inf
+    for p in sorted(points, key=lambda p: (p[0], -p[1])):
+        if p[1] > best:
+            front.append(p)
+            best = p[1]
+    return front
+
+
+def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
+    """Deployments by $/hour (x) and capacity (y, req/s, with its interval as an error bar), the
+    Pareto front (cheapest for its capacity) as a step line, the target rate as a dotted line.
+
+    ``data``: [{"fleet": "8 x h100-sxm", "gpu": colour key, "kind": "colocated" | "pd",
+    "usd_per_hour", "capacity", "low", "high", "chosen": bool}]; each point is labelled with its fleet
+    (GPU type x count) when on the front."""
+    colors = colors or colors_for([d["gpu"] for d in data])
+    seen = set()
+    for d in data:
+        c = colors[d["gpu"]]
+        lab = f"{d['gpu']} ({'P/D' if d['kind'] == 'pd' else 'colocated'})"
+        err = [[max(d["capacity"] - d["low"], 0.0)], [max(d["high"] - d["capacity"], 0.0)]]
+        ax.errorbar([d["usd_per_hour"]], [d["capacity"]], yerr=err,
+                    fmt=_KIND_MARKERS.get(d["kind"], "o"), color=c, markersize=6, capsize=2, alpha=0.85,
+                    label=None if lab in seen else lab)
+        seen.add(lab)
+    front = pareto_front([(d["usd_per_hour"], d["capacity"], d) for d in data])
+    if front:
+        xs = [p[0] for p in front]
+        ys = [p[1] for p in front]
+        ax.step(xs, ys, where="post", color="k", linewidth=1, alpha=0.6, label="Pareto front")
+        for x, y, d in front:
+            ax.annotate(d["fleet"], (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    for d in data:
+        if d.get("chosen"):
+            ax.plot([d["usd_per_hour"]], [d["capacity"]], "*", color="gold", markeredgecolor="k", markersize=16,
+                    label=f"chosen: {d['fleet']}")
+    ax.axhline(rate_rps, color="k", linestyle=":", linewidth=1.2, label=f"target {rate_rps:g} req/s")
+    ax.set_xlabel("cost ($/hour, on-demand list prices)")
+    ax.set_ylabel("capacity within the SLO (req/s; bars: interval over seeds)")
+    # intervals from a few seeds can be very wide: keep the estimates readable (bars run off the top)
+    ax.set_ylim(0, max([1.6 * d["capacity"] for d in data] + [1.3 * rate_rps]))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left")
+    return ax
+
+
+def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors: dict | None = None):
+    """p99 latency at the target rate (worst seed) against $/hour: filled markers met the whole
+    SLO with every seed, hollow ones did not (by this limit or another); the SLO limit dotted.
+
+    ``data``: [{"fleet", "gpu", "kind", "usd_per_hour", "p99": seconds, "meets": bool}]."""
+    colors = colors or colors_for([d["gpu"] for d in data])
+    name = METRIC_NAMES.get(metric, metric)
+    seen = set()
+    for d in data:
+        if d["p99"] is None or not math.isfinite(d["p99"]) or d["p99"] >= 1e17:  # 1e17+: never served
+            continue
+        c = colors[d["gpu"]]
+        lab = f"{d['gpu']}{' P/D' if d['kind'] == 'pd' else ''}, {'meets' if d['meets'] else 'fails'}"
+        ax.plot([d["usd_per_hour"]], [d["p99"] * 1e3], _KIND_MARKERS.get(d["kind"], "o"), color=c, markersize=6,
+                markerfacecolor=c if d["meets"] else "none", label=None if lab in seen else lab)
+        seen.add(lab)
+    return _log_latency_axes(ax, slo_s, "cost ($/hour)", f"p99 {name} at the target rate (ms, worst seed)",
+                             f"cost vs p99 {name}")
 
 
 def save(fig, stem) -> list:

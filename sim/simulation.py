@@ -16,8 +16,9 @@ from servesim.policies.pd_split import link_figures
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
 from servesim.cost.engines import EngineSetup, cost_model_for
+from servesim.cost.economics import PoolUse, economics, gpu_price, gpu_tdp, phase_cost_shares
 from servesim.cost.measured import load_measured
-from servesim.errors import InputError
+from servesim.errors import InputError, did_you_mean
 from servesim.plugins import resolve
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
@@ -148,6 +149,20 @@ def pd_split_replicas(replicas: int) -> tuple[int, int]:
     return p, max(1, replicas - p)
 
 
+def _check_cost_keys(scenario: Scenario, gpus) -> None:
+    """``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` mappings name catalog GPUs or this deployment's."""
+    from servesim.inputs.specs import GPUS
+
+    for key in ("gpu_hour_usd", "gpu_power_w"):
+        value = getattr(scenario.cost, key)
+        if isinstance(value, dict):
+            known = set(GPUS) | set(gpus)
+            for name in value:
+                if name not in known:
+                    raise InputError(f"cost.{key}.{name}: not a GPU of the catalog or of this deployment "
+                                     f"({', '.join(sorted(set(gpus)))});{did_you_mean(name, known)}")
+
+
 def prepare(scenario: Scenario) -> Setup:
     model = get_model(scenario.model)
     hw, pol = scenario.hardware, scenario.policy
@@ -155,6 +170,12 @@ def prepare(scenario: Scenario) -> Setup:
         raise InputError(f"policy.prefix_caching: not modelled with sliding-window attention (model {model.name} "
                          f"attends within {model.sliding_window_tokens} tokens; vLLM V0 disables it too); set it "
                          "to false")
+    setup = _prepare(scenario, model, hw, pol)
+    _check_cost_keys(scenario, [p.cost_model.gpu.name for p in setup.pools])
+    return setup
+
+
+def _prepare(scenario: Scenario, model, hw, pol) -> Setup:
     if pol.name != "pd_split":
         pool = _pool(scenario, "colocated", model, hw.gpu, "hardware.gpu", hw.tp, "hardware.tp", pol.name,
                      pol.max_num_seqs, pol.max_num_batched_tokens)
@@ -263,6 +284,20 @@ def add_api_server(req_cols: dict, engine: EngineSetup) -> None:
         req_cols["first_token_s"] = first + engine.api_request_s  # NaN stays NaN
         req_cols["finish_s"] = np.where(done, fin + api, fin)
     req_cols["api_s"] = api
+
+
+def _economics(setup: Setup, summary: dict, steps: dict, infos: list, req: dict) -> dict:
+    """``summary.json`` ``economics`` (``servesim.cost.economics``): each pool's GPUs at their
+    price and power, its busy share, and the part of its GPU time that went to input tokens."""
+    pool_of = np.array([i.pool for i in sorted(infos, key=lambda i: i.index)], dtype=object)
+    shares = phase_cost_shares(steps, pool_of, [p.name for p in setup.pools])
+    cost = setup.scenario.cost
+    uses = [PoolUse(p.name, p.cost_model.gpu.name, p.replicas * p.cost_model.num_gpus,
+                    gpu_price(p.cost_model.gpu, cost), gpu_tdp(p.cost_model.gpu, cost),
+                    summary["pools"][p.name]["busy_fraction"], shares[p.name]) for p in setup.pools]
+    done = req["status"] == "completed"
+    return economics(uses, summary["sim_time_s"], float(req["prompt_tokens"][done].sum()),
+                     float(req["output_tokens"][done].sum()))
 
 
 def _classes(scenario: Scenario, specs, req_cols: dict):
@@ -478,6 +513,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         tracer.finish(sim_time)
         decisions = tracer.columns()
         summary["decisions"] = summarize_decisions(decisions)
+    summary["economics"] = _economics(setup, summary, steps, cluster.infos, req_cols)
     summary["wall_time_s"] = time.perf_counter() - wall0
     engine_stats = {}
     for r in replicas:

@@ -72,6 +72,7 @@ def format_summary(s: dict) -> str:
                      "waited too): chunked_prefill or a larger budget avoids it")
     lines += _format_memory(s)
     lines += format_decisions(s.get("decisions"))
+    lines += _format_economics(s)
     lines += _format_workload(s)
     lines += format_profile(s)
     lines += format_seeds(s.get("seeds"))
@@ -131,6 +132,26 @@ def _format_memory(s: dict) -> list:
         lines.append(f"prefix cache  {kv['prefix_cache_hit_rate'] * 100:.1f}% of prompt tokens hit "
                      f"({kv['prefix_cache_hit_tokens']} of {kv['prefix_cache_query_tokens']})")
     return lines
+
+
+def _format_economics(s: dict) -> list:
+    """What the run's GPUs cost and drew, and the tokens per dollar and per joule."""
+    e = s.get("economics")
+    if not e:
+        return []
+    gpus = " + ".join(f"{p['gpus']} x {p['gpu']}" + (f" at ${p['usd_per_gpu_hour']:.2f}/GPU-h"
+                                                      if p["usd_per_gpu_hour"] is not None else "")
+                      for p in e["pools"].values())
+    parts = [gpus + (f" = ${e['usd_per_hour']:.2f}/h" if e["usd_per_hour"] is not None else "")]
+    if e["tokens_per_usd"] is not None:
+        parts.append(f"{e['tokens_per_usd'] / 1e6:.3g}M tokens per $ (${e['usd_per_million_input_tokens'] or 0:.3g}"
+                     f" per M input, ${e['usd_per_million_output_tokens'] or 0:.3g} per M output tokens)")
+    if e["tokens_per_joule"] is not None:
+        parts.append(f"{e['tokens_per_joule']:.3g} tokens per J at a mean {e['mean_power_w'] / 1e3:.3g} kW "
+                     f"(TDP {e['provisioned_power_w'] / 1e3:.3g} kW)")
+    if e["missing"]:
+        parts.append(f"no catalog price or power for {', '.join(e['missing'])} (cost.gpu_hour_usd, cost.gpu_power_w)")
+    return ["economics     " + "; ".join(parts)]
 
 
 def _format_workload(s: dict) -> list:

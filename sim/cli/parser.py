@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     _run_and_validate(sub)
     _cost(sub)
     _studies(sub)
+    _plan(sub)
     _report(sub)
     _lessons(sub)
     _validate_run(sub)
@@ -198,11 +199,62 @@ def _studies(sub) -> None:
     p.set_defaults(func=cmd_compare)
 
 
+def _plan(sub) -> None:
+    from servesim.cli.plan import cmd_plan
+    from servesim.studies.capacity import METRICS, STATS
+    from servesim.studies.plan import OBJECTIVES
+    from servesim.studies.plan_space import POLICIES
+
+    p = sub.add_parser("plan", help="the cheapest deployment (GPU, TP/PP, replicas, policy or P/D split) that "
+                       "serves a rate within the SLO, verified by simulation")
+    p.add_argument("scenario", help="scenario YAML file (model, workload; its hardware and policy are searched)")
+    p.add_argument("--rate", type=float, required=True, metavar="R", help="the arrival rate to serve (req/s)")
+    p.add_argument("--slo", required=True, metavar="METRIC_STAT=S,...",
+                   help="limits as servesim capacity takes them, e.g. ttft_p99=2,tpot_p99=100ms; metrics "
+                        f"{', '.join(METRICS)}; stats {', '.join(STATS)}")
+    p.add_argument("--attainment", type=float, help="instead: this share of requests within every limit")
+    p.add_argument("--gpus", metavar="LIST", help="GPU types to try, e.g. h100-sxm,a100-80g (default: the scenario's)")
+    p.add_argument("--tp", default="1,2,4,8", metavar="LIST", help="tensor-parallel sizes (default 1,2,4,8)")
+    p.add_argument("--pp", default="1", metavar="LIST", help="pipeline stages, colocated shapes (default 1)")
+    p.add_argument("--policies", default=",".join(POLICIES), metavar="LIST",
+                   help=f"deployment kinds to try (default {','.join(POLICIES)})")
+    p.add_argument("--chunks", default="512,2048", metavar="LIST",
+                   help="chunked prefill token budgets to try (default 512,2048)")
+    p.add_argument("--pd-ratios", default="1:1,1:2,2:1,1:3", metavar="P:D,...",
+                   help="P/D split: prefill:decode replicas per unit (default 1:1,1:2,2:1,1:3)")
+    p.add_argument("--mixed-pd", action="store_true",
+                   help="also P/D splits whose prefill and decode pools use different GPU types of --gpus")
+    p.add_argument("--max-gpus", type=int, default=64, help="the largest deployment to consider (default 64)")
+    p.add_argument("--objective", default="cost", choices=OBJECTIVES,
+                   help="minimize $/hour (default), GPUs, or modeled mean power at the rate")
+    p.add_argument("--seeds", type=int, default=3, help="workload seeds every answer is verified with (default 3)")
+    p.add_argument("--price", action="append", metavar="GPU=USD",
+                   help="USD per GPU-hour, over the catalog's list price (repeatable)")
+    p.add_argument("--probe-requests", type=int, help="requests per unit in a capacity probe (default: max(the "
+                   "scenario's, 1000))")
+    p.add_argument("--requests", type=int, help="requests in every run at the rate (default: max(probe requests, "
+                   "300 s of arrivals))")
+    p.add_argument("--tol", type=float, default=0.05, help="capacity search bracket (default 0.05)")
+    p.add_argument("--keep-up", type=float, default=0.9, metavar="SHARE",
+                   help="every run must keep up, as servesim capacity (default 0.9; 0: off)")
+    p.add_argument("--max-probes", type=int, default=30, help="capacity probes per search (default 30)")
+    p.add_argument("--verify-top", type=int, default=3,
+                   help="configurations whose whole deployment gets a capacity search (default 3)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="simulate every shape, also those whose bound cannot beat the best verified")
+    p.add_argument("--top", type=int, default=10, help="rows of the ranked table printed (default 10)")
+    p.add_argument("--out", default="plan-out", help="output folder (default: ./plan-out)")
+    p.add_argument("--no-report", action="store_true", help="skip figures and report.md")
+    _overrides(p, "override a field of the scenario")
+    _executor_args(p)
+    p.set_defaults(func=cmd_plan)
+
+
 def _report(sub) -> None:
     from servesim.cli.report import cmd_report
 
-    p = sub.add_parser("report", help="figures and report.md from a run, sweep, capacity or compare folder")
-    p.add_argument("dir", help="output folder of servesim run, sweep, capacity or compare")
+    p = sub.add_parser("report", help="figures and report.md from a run, sweep, capacity, compare or plan folder")
+    p.add_argument("dir", help="output folder of servesim run, sweep, capacity, compare or plan")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_report)
 

@@ -1,4 +1,5 @@
-"""``servesim report DIR``: figures (PNG + SVG) and report.md from a run, sweep, capacity or compare folder."""
+"""``servesim report DIR``: figures (PNG + SVG) and report.md from a run, sweep, capacity, compare or
+plan folder."""
 
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ def cmd_report(args) -> int:
     path = Path(args.dir)
     if not path.is_dir():
         raise InputError(f"servesim report: {args.dir!r} is not a folder")
-    from servesim.plots.report import build_report  # matplotlib only here, never in the engine
+    from servesim.outputs.plandoc import PLAN_JSON
 
-    out = build_report(path, progress=not args.quiet)
+    if (path / PLAN_JSON).is_file():
+        from servesim.plots.plan_report import build_plan_report
+
+        out = build_plan_report(path)
+    else:
+        from servesim.plots.report import build_report  # matplotlib only here, never in the engine
+
+        out = build_report(path, progress=not args.quiet)
     print(f"wrote {out} and {path / 'figures'}/*.png, *.svg")
     return 0
 

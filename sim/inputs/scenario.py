@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import yaml
 
@@ -707,11 +707,19 @@ class Cost:
                                            "or a folder of mlp.csv files): price the per-layer kernels of this "
                                            "model and TP from its measured times (sim/cost/measured.py); "
                                            "None: the calibrated roofline")
+    gpu_hour_usd: Any = _f(None, doc="USD per GPU-hour: a number for every GPU of the deployment, or a mapping "
+                                     "{gpu name: number}; null: the catalog's on-demand list price "
+                                     "(sim/cost/economics.py)")
+    gpu_power_w: Any = _f(None, doc="board power (TDP) in watts: a number, or {gpu name: number}; null: the "
+                                    "catalog's datasheet figure")
 
     def check(self, path):
+        from servesim.cost.economics import check_override
         from servesim.cost.engines import get_profile
 
         get_profile(self.engine, f"{path}.engine")
+        check_override(self.gpu_hour_usd, f"{path}.gpu_hour_usd", positive=False)
+        check_override(self.gpu_power_w, f"{path}.gpu_power_w", positive=True)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ efficiencies live in ``sim/cost/efficiency.py``, not here.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, fields
 from importlib import resources
@@ -189,6 +190,11 @@ class GpuSpec:
     # GPUs of a node all connected by the peer link (NVLink through NVSwitch: 8; NVLink-bridged
     # pairs: 2; none: 1): tensor parallelism beyond it communicates over PCIe
     nvlink_domain: int = 8
+    # what a GPU costs and draws (``GPU_ECONOMICS`` below; sim/cost/economics.py prices a run with
+    # them): an on-demand list price per GPU-hour in USD and the board power (TDP) in watts;
+    # None: not known (a scenario's cost.gpu_hour_usd / cost.gpu_power_w, or a GPU YAML, gives it)
+    price_per_gpu_hour_usd: float | None = None
+    power_w: float | None = None
 
     @property
     def peer_link(self) -> bool:
@@ -244,6 +250,35 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * GIB, 5300 * G, 448 * G, 64 * G),
     ]
 }
+
+# Price and power of each catalog GPU: (USD per GPU-hour on demand, board power W). These change
+# often; override them per run (scenario cost.gpu_hour_usd / cost.gpu_power_w, servesim plan
+# --price) rather than trusting them for a purchase.
+# Prices: RunPod on-demand Pods, Secure Cloud (runpod.io/pricing), one provider for as many GPUs as
+# it lists. The figures were taken from third-party transcriptions of that page (the page itself
+# was not read): a100-80g 1.59, a40 0.44, h100-sxm 3.29, h100-pcie 2.89, b200 6.79 (Secure Cloud, read
+# 2026-08-19, Hugging Face dataset privum/ai-compute-prices); a100-40g 1.00 (Community Cloud, the
+# only tier listing it, same read); h200 4.59 (Pods, read 2026-10-07, api-evangelist/runpod
+# plans/runpod-plans-pricing.yml); l40s 0.86 (RunPod on-demand as listed in Modal's "How much does
+# it cost to run NVIDIA L40S GPUs" table, 2025-08-12). RunPod lists no MI300X price: mi300x 1.85 is
+# Vultr's on-demand price (gpu.blog MI300X listing, 2025). For scale, hyperscalers charge about
+# twice as much (AWS p5.48xlarge, 8 x H100 SXM, us-east-1: $55.04/h = $6.88 per GPU-hour).
+# Board power (TDP, datasheets): A100 SXM 400 W (A100 datasheet), A40 300 W, H100 SXM 700 W and
+# PCIe 350 W (H100 datasheet), H200 SXM 700 W, B200 1000 W (HGX B200), L40S 350 W, MI300X 750 W
+# (AMD Instinct MI300X datasheet).
+GPU_ECONOMICS: dict[str, tuple[float, float]] = {
+    "a100-40g": (1.00, 400.0),
+    "a100-80g": (1.59, 400.0),
+    "a40": (0.44, 300.0),
+    "h100-sxm": (3.29, 700.0),
+    "h100-pcie": (2.89, 350.0),
+    "h200": (4.59, 700.0),
+    "b200": (6.79, 1000.0),
+    "l40s": (0.86, 350.0),
+    "mi300x": (1.85, 750.0),
+}
+GPUS = {name: dataclasses.replace(g, price_per_gpu_hour_usd=GPU_ECONOMICS[name][0], power_w=GPU_ECONOMICS[name][1])
+        if name in GPU_ECONOMICS else g for name, g in GPUS.items()}
 
 # Shapes from each model's Hugging Face config.json. More catalog models ship as their config.json
 # (``packaged_configs``): Llama-3.1 8B/70B/405B, Llama-3.3-70B, Qwen2.5-72B, Qwen3-30B-A3B and
@@ -301,6 +336,8 @@ class GpuFile:
         link_latency_s: 5e-6        # optional
         mem_kind: hbm               # optional: hbm | gddr
         nvlink_domain: 8            # optional: GPUs all on the peer link (default 8; 1 without base)
+        price_per_gpu_hour_usd: 2.5 # optional: on-demand USD per GPU-hour (cost per token in summaries)
+        power_w: 700                # optional: board power (TDP), watts (energy per token)
 
     Without ``base``, ``REQUIRED`` must be given; the rest default as in ``spec``.
     """
@@ -316,6 +353,8 @@ class GpuFile:
     link_latency_s: Optional[float] = field_(None, ge=0)
     mem_kind: Optional[Literal["hbm", "gddr"]] = None
     nvlink_domain: Optional[int] = field_(None, ge=1, doc="GPUs all connected by the peer link (TP beyond: PCIe)")
+    price_per_gpu_hour_usd: Optional[float] = field_(None, ge=0, doc="on-demand USD per GPU-hour")
+    power_w: Optional[float] = field_(None, gt=0, doc="board power (TDP), watts")
 
     REQUIRED = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
 

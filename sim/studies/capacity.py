@@ -179,7 +179,7 @@ class Search:
         self.points += new
         ex = self.ex
         execute(new, self.out, ex.executor, ex.workers, ex.address, ex.progress, desc=self.desc,
-                results=self.results_name)
+                results=self.results_name, outputs=ex.outputs)
         for p in new:
             if p.row.get("status") != "ok":
                 raise InputError(f"probe at {p.values[RATE_KEY]} req/s failed: {p.row.get('error')}")
@@ -304,6 +304,11 @@ class SearchPlan:
         return getattr(scaled, "mean_rate_rps", rate)
 
 
+def _name(scenario, base: dict) -> str:
+    """What errors and capacity.json call the scenario: its file, or for scenario data its name."""
+    return base.get("name", "scenario") if isinstance(scenario, dict) else str(scenario)
+
+
 def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(), overrides=(),
                    seed: int | None = None) -> SearchPlan:
     """Check the options against the scenario file; bad ones are ``InputError``s naming the flag."""
@@ -318,7 +323,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     try:
         sc = scenario_from_dict(base)
     except InputError as e:
-        raise InputError(f"{scenario}: {e}") from None
+        raise InputError(f"{_name(scenario, base)}: {e}") from None
     base["seed"] = sc.seed
     arrival = sc.workload.arrival
     if getattr(arrival, "rate_rps", None) is None:
@@ -343,7 +348,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     start = opts.start_rps or arrival.rate_rps
     if start <= 0:
         raise InputError(f"--start must be > 0, got {start}")
-    return SearchPlan(str(scenario), slo_text, slo, opts, base, arrival, n, duration, start,
+    return SearchPlan(_name(scenario, base), slo_text, slo, opts, base, arrival, n, duration, start,
                       num_gpus(sc.to_dict()), list(overrides or []))
 
 

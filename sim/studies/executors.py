@@ -8,6 +8,7 @@ the study's business (``sim/studies/sweep.py``), not the executor's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import traceback
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servesim.errors import InputError
+from servesim.outputs.writer import OUTPUTS
 from servesim.studies.points import flatten_summary, num_gpus
 
 EXECUTORS = ("local", "ray")
@@ -29,6 +31,9 @@ class ExecutorOptions:
     workers: int | None = None  # None: all cores (local), or Ray's own sizing
     address: str | None = None  # a Ray cluster to join; None: start a local Ray instance
     progress: bool = True  # a progress bar on stderr
+    # the files each run folder gets: of summary, requests, steps, scenario and tbt (tbt_s.npy);
+    # None: all. A study that reads only some of them (servesim plan) saves the time and disk.
+    outputs: tuple | None = None
 
     def __post_init__(self):  # options that cannot work are refused before anything runs
         if self.workers is not None and self.workers < 1:
@@ -37,8 +42,9 @@ class ExecutorOptions:
             raise InputError("--address needs --executor ray")
 
 
-def run_point(data: dict, out_dir: str) -> dict:
+def run_point(data: dict, out_dir: str, outputs: tuple | None = None) -> dict:
     """Simulate one resolved scenario, write its folder atomically, return its flattened row.
+    ``outputs``: the files to write (``ExecutorOptions.outputs``; None: all; summary.json always).
 
     Never raises for a failing scenario: the row then has ``status=error`` and the message.
     """
@@ -53,8 +59,9 @@ def run_point(data: dict, out_dir: str) -> dict:
         res = simulate(scenario_from_dict(data))
         if tmp.exists():
             shutil.rmtree(tmp)
-        res.write(tmp)
-        np.save(tmp / "tbt_s.npy", np.asarray(res.tbt_s, dtype=float))
+        res.write(tmp, OUTPUTS if outputs is None else tuple(f for f in OUTPUTS if f == "summary" or f in outputs))
+        if outputs is None or "tbt" in outputs:
+            np.save(tmp / "tbt_s.npy", np.asarray(res.tbt_s, dtype=float))
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -72,23 +79,47 @@ def run_point(data: dict, out_dir: str) -> dict:
         return {"status": "error", "error": msg}
 
 
-def run_tasks(tasks, on_done, executor: str = "local", workers: int | None = None, address: str | None = None):
-    """Run every ``(key, data, out_dir)`` task with ``run_point``; ``on_done(key, row)`` for each."""
+@contextlib.contextmanager
+def study_session(ex: ExecutorOptions):
+    """Around a study that runs many small batches of points (``servesim plan``): with Ray, one
+    connection for all of them (each ``run_tasks`` would otherwise start and stop its own)."""
+    if ex.executor != "ray":
+        yield
+        return
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--executor ray needs Ray: pip install 'servesim[ray]'") from None
+    if ray.is_initialized():
+        yield
+        return
+    kw = {"num_cpus": ex.workers} if ex.address is None and ex.workers else {}
+    ray.init(address=ex.address, include_dashboard=False, log_to_driver=False, **kw)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def run_tasks(tasks, on_done, executor: str = "local", workers: int | None = None, address: str | None = None,
+              outputs: tuple | None = None):
+    """Run every ``(key, data, out_dir)`` task with ``run_point`` (writing ``outputs``);
+    ``on_done(key, row)`` for each."""
     if executor == "ray":
-        _execute_ray(tasks, address, workers, on_done)
+        _execute_ray(tasks, address, workers, on_done, outputs)
     else:
-        _execute_local(tasks, workers or os.cpu_count() or 1, on_done)
+        _execute_local(tasks, workers or os.cpu_count() or 1, on_done, outputs)
 
 
-def _execute_local(tasks, workers: int, on_done):
+def _execute_local(tasks, workers: int, on_done, outputs=None):
     if workers <= 1 or len(tasks) <= 1:
         for key, data, out in tasks:
-            on_done(key, run_point(data, out))
+            on_done(key, run_point(data, out, outputs))
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-        futs = {pool.submit(run_point, data, out): key for key, data, out in tasks}
+        futs = {pool.submit(run_point, data, out, outputs): key for key, data, out in tasks}
         try:
             for fut in as_completed(futs):
                 try:
@@ -101,7 +132,7 @@ def _execute_local(tasks, workers: int, on_done):
             raise
 
 
-def _execute_ray(tasks, address: str | None, workers: int | None, on_done):
+def _execute_ray(tasks, address: str | None, workers: int | None, on_done, outputs=None):
     try:
         import ray
     except ImportError:
@@ -113,7 +144,7 @@ def _execute_ray(tasks, address: str | None, workers: int | None, on_done):
         started = True
     try:
         remote = ray.remote(run_point)
-        refs = {remote.remote(data, out): key for key, data, out in tasks}
+        refs = {remote.remote(data, out, outputs): key for key, data, out in tasks}
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)

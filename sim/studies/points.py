@@ -12,6 +12,7 @@ Points of one sweep share the scenario's seed, so e.g. every policy sees the sam
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
@@ -79,10 +80,12 @@ def pop_sweep_block(data: dict) -> dict:
 
 
 def load_base(path, overrides, seed) -> tuple[dict, dict]:
-    """(scenario data with --set/--seed applied and the sweep block removed, the sweep grid)."""
+    """(scenario data with --set/--seed applied and the sweep block removed, the sweep grid).
+    ``path``: a scenario file (None: the packaged default), or scenario data already read (a
+    mapping, left unchanged: a copy is taken)."""
     from servesim.inputs.scenario import default_scenario_path, read_yaml
 
-    data = read_yaml(path or default_scenario_path())
+    data = copy.deepcopy(path) if isinstance(path, dict) else read_yaml(path or default_scenario_path())
     grid = pop_sweep_block(data)
     data = apply_overrides(data, list(overrides or []))
     if seed is not None:

@@ -53,9 +53,10 @@ def finished_row(out_dir: Path, data: dict) -> dict | None:
 
 def execute(points: list[Point], out_dir: Path, executor: str = "local", workers: int | None = None,
             address: str | None = None, progress: bool = True, desc: str = "sweep",
-            results: str = RESULTS) -> tuple[int, int]:
+            results: str = RESULTS, outputs: tuple | None = None) -> tuple[int, int]:
     """Run every point not finished yet; fill ``point.row``; keep ``out_dir/results`` (one row per
-    point) current. Returns (ran, skipped).
+    point) current. Returns (ran, skipped). ``outputs``: the files of each run folder
+    (``ExecutorOptions.outputs``; None: all).
 
     With the Ray executor, ``out_dir`` must be visible to the workers (one machine, or a shared
     file system); rows come back to the driver either way.
@@ -106,7 +107,7 @@ def execute(points: list[Point], out_dir: Path, executor: str = "local", workers
                 bar.write(f"point {key} failed: {row.get('error', '')[:200]}", file=sys.stderr)
 
     try:
-        run_tasks(unique, on_done, executor, workers, address)
+        run_tasks(unique, on_done, executor, workers, address, outputs)
     finally:
         if bar is not None:
             bar.close()
@@ -122,10 +123,11 @@ def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds
     if seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {seeds}")
     if seeds == 1:
-        return execute(points, out_dir, ex.executor, ex.workers, ex.address, ex.progress, desc)
+        return execute(points, out_dir, ex.executor, ex.workers, ex.address, ex.progress, desc,
+                       outputs=ex.outputs)
     groups = replicate(points, seeds)
     ran, skipped = execute([q for g in groups for q in g], out_dir, ex.executor, ex.workers, ex.address,
-                           ex.progress, f"{desc} x {seeds} seeds", results=SEEDS)
+                           ex.progress, f"{desc} x {seeds} seeds", results=SEEDS, outputs=ex.outputs)
     for p, g in zip(points, groups):
         p.row = aggregate_row([q.row for q in g], METRIC_COLUMNS)
     write_results(out_dir, points)

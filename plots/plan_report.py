@@ -1,0 +1,141 @@
+"""Figures and report.md of a deployment plan folder (``servesim plan``, or ``servesim report`` on
+its folder). Every figure stands alone: its title names the model, the rate and the SLO, and
+its legend the GPU types and counts.
+
+- ``cost_vs_capacity``: each feasible configuration's $/hour against its capacity within the SLO
+  (with its interval over seeds), the Pareto front and the target rate;
+- ``cost_vs_latency``: p99 TTFT and TPOT at the target rate (worst seed) against $/hour, for
+  every configuration run at that rate, those that met and those that did not;
+- ``latency_cdfs``: TTFT, TPOT and E2E distributions of the chosen configuration and the
+  runner-up at the target rate (first seed), with the SLO limits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from servesim.outputs import metrics  # noqa: E402
+from servesim.outputs.metrics import parse_slo  # noqa: E402
+from servesim.outputs import plandoc as D  # noqa: E402
+from servesim.outputs.rundir import read_table  # noqa: E402
+from servesim.plots import figures as F  # noqa: E402
+
+
+def _gpu_key(c: dict) -> str:
+    s = c["shape"]
+    return s["gpu"] if s["kind"] != "pd" or s["decode_gpu"] == s["gpu"] else f"{s['gpu']} + {s['decode_gpu']}"
+
+
+def _limits(doc: dict) -> dict:
+    """{metric: seconds} of the plan's limits (the dotted SLO lines; the first limit of a metric)."""
+    out = {}
+    for (metric, _), v in parse_slo(str(doc["slo"])).items():
+        out.setdefault(metric, v)
+    return out
+
+
+def _title(doc: dict, what: str) -> str:
+    model = str(doc.get("model") or doc.get("scenario")).split("/")[-1]
+    return f"{model} at {doc['rate_rps']:g} req/s: {what}\nSLO {D.slo_text(doc)}"
+
+
+def build_plan_report(folder: str | Path) -> Path:
+    """Write ``folder/figures/*.png|svg`` and ``folder/report.md`` for the plan in ``folder``."""
+    folder = Path(folder)
+    doc = D.read_plan(folder)
+    figdir = folder / "figures"
+    best = D.ranked(doc)
+    lim = _limits(doc)
+    colors = F.colors_for(sorted({_gpu_key(c) for c in doc["candidates"] if c["status"] in ("feasible",
+                                                                                              "infeasible")}))
+    md = [f"# servesim plan: {doc.get('scenario')}", "", f"**{D.answer_sentence(doc)}**", ""]
+    md += [f"Searched {len(doc['candidates'])} shapes ({', '.join(f'{v} {k}' for k, v in D.counts(doc).items())}) "
+           f"with {len(doc['seeds'])} seeds (workload seeds {', '.join(map(str, doc['seeds']))}); every run at "
+           f"{doc['rate_rps']:g} req/s has {doc.get('requests_at_rate')} requests; objective: {doc.get('objective')}; "
+           f"the plan took {doc.get('wall_s', 0):.0f} s.", ""]
+    md += ["## Ranked configurations", "",
+           "Capacity: the highest rate meeting the SLO, mean and 95% t-interval over the seeds; measured for the "
+           "top configurations, otherwise units x one unit's capacity (marked ~). Power: the modeled mean board "
+           "power at the target rate (idle + (TDP - idle) x busy share). $/M tokens: the GPU time of prefill and "
+           "decode work attributed to input and output tokens.", "", D.markdown(D.table_rows(doc)), ""]
+    md += ["## Verification", ""] + [f"- {x}" for x in D.verification_lines(doc)] + [""]
+    md += [f"- {x}" for x in D.failure_lines(doc)] + [""]
+    md += ["## Pruned before simulating", ""] + [f"- {x}" for x in D.pruned_lines(doc)] + [""]
+    md += ["## Figures", ""]
+
+    def add(name, title, fig, sentence):
+        F.save(fig, figdir / name)
+        plt.close(fig)
+        md.extend([f"### {title}", "", f"![{title}](figures/{name}.png)", "", sentence, ""])
+
+    pts = []
+    for c in best:
+        cap = c.get("capacity")
+        if cap and c.get("usd_per_hour") is not None:
+            pts.append({"fleet": c["fleet"], "gpu": _gpu_key(c), "kind": c["shape"]["kind"],
+                        "usd_per_hour": c["usd_per_hour"], "capacity": cap["estimate"], "low": max(cap["low"], 0.0),
+                        "high": cap["high"], "chosen": c is best[0]})
+    if pts:
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        F.cost_capacity(pts, ax, doc["rate_rps"], colors)
+        ax.set_title(_title(doc, "cost vs capacity (Pareto front)"), fontsize=10)
+        front = F.pareto_front([(p["usd_per_hour"], p["capacity"], p) for p in pts])
+        add("cost_vs_capacity", "Cost vs capacity", fig,
+            f"{len(pts)} feasible configurations; the Pareto front (no other is both cheaper and higher in capacity): "
+            + "; ".join(f"{p[2]['fleet']} ${p[0]:.2f}/h, {p[1]:.3g} req/s" for p in front) + ".")
+
+    runs = []
+    for c in doc["candidates"]:
+        for r in c.get("runs", []):
+            usd = (c["unit_usd_per_hour"] or 0.0) * r["units"] if c.get("unit_usd_per_hour") is not None else None
+            if usd is None:
+                continue
+            for m in ("ttft", "tpot"):
+                runs.append({"metric": m, "fleet": r["fleet"], "gpu": _gpu_key(c), "kind": c["shape"]["kind"],
+                             "usd_per_hour": usd, "p99": D.worst(r, f"{m}_p99_s"), "meets": r["meets"]})
+    if runs:
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+        for ax, m in zip(axes, ("ttft", "tpot")):
+            F.cost_latency([x for x in runs if x["metric"] == m], ax, m, lim.get(m), colors)
+        fig.suptitle(_title(doc, "cost vs p99 latency of every configuration run at the target rate"), fontsize=10)
+        met = [x for x in runs if x["meets"] and x["metric"] == "ttft"]
+        failed = [x for x in runs if not x["meets"] and x["metric"] == "ttft"]
+        cheapest_fail = max(failed, key=lambda x: x["usd_per_hour"]) if failed else None
+        add("cost_vs_latency", "Cost vs p99 latency at the target rate", fig,
+            f"{len(met)} runs met the SLO with every seed (filled), {len(failed)} did not (hollow: they broke this "
+            f"limit or another one)"
+            + (f"; the most expensive that failed is {cheapest_fail['fleet']} at ${cheapest_fail['usd_per_hour']:.2f}/h"
+               if cheapest_fail else "") + ".")
+
+    if best:
+        chosen = [("chosen", best[0])] + ([("runner-up", best[1])] if len(best) > 1 else [])
+        samples = {}
+        for role, c in chosen:
+            run = D.final_run(c)
+            if run and run["seeds"] and run["seeds"][0].get("dir"):
+                req = read_table(folder / run["seeds"][0]["dir"], "requests")
+                samples[f"{role}: {c['label']} ({c['fleet']})"] = req
+        if samples:
+            ms = ("ttft", "tpot", "e2e")
+            fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+            cdf_colors = F.colors_for(list(samples))
+            sentences = []
+            for ax, m in zip(axes, ms):
+                data = {k: metrics.latency_samples(req, m) for k, req in samples.items()}
+                F.latency_cdfs(data, ax, m, lim.get(m), cdf_colors)
+                ax.legend(fontsize="x-small", loc="best")
+                p99 = {k.split(":")[0]: (float(np.percentile(v, 99)) if len(v) else None)
+                       for k, v in data.items()}
+                sentences.append(f"p99 {F.METRIC_NAMES[m]} " + ", ".join(f"{k} {D.fmt_s(v)}" for k, v in p99.items()))
+            fig.suptitle(_title(doc, f"latency CDFs at the target rate (seed {doc['seeds'][0]})"), fontsize=10)
+            add("latency_cdfs", "Chosen vs runner-up: latency CDFs", fig, "; ".join(sentences) + ".")
+
+    out = folder / "report.md"
+    out.write_text("\n".join(md).rstrip() + "\n")
+    return out

@@ -1,0 +1,112 @@
+"""``servesim plan``: call ``servesim.studies.plan.run_plan`` with the parsed arguments, show a
+progress bar with an ETA, print the ranked table, the answer and the failures that support it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from servesim.cli.studies import _executor
+from servesim.errors import InputError
+
+
+def _ints(text: str, flag: str) -> tuple:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected comma-separated integers") from None
+    if not vals:
+        raise InputError(f"{flag}: give at least one value")
+    return vals
+
+
+def _ratios(text: str) -> tuple:
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        try:
+            p, d = (int(x) for x in parts)
+        except ValueError:
+            raise InputError(f"--pd-ratios {item!r}: expected P:D, e.g. 1:2") from None
+        out.append((p, d))
+    return tuple(out)
+
+
+def _prices(items) -> tuple:
+    out = []
+    for text in items or []:
+        for item in text.split(","):
+            if "=" not in item:
+                raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h100-sxm=2.5")
+            g, v = item.split("=", 1)
+            try:
+                usd = float(v)
+            except ValueError:
+                raise InputError(f"--price {item!r}: {v!r} is not a number") from None
+            if not usd >= 0:
+                raise InputError(f"--price {item!r}: the price must be >= 0")
+            out.append((g.strip(), usd))
+    return tuple(out)
+
+
+def cmd_plan(args) -> int:
+    from servesim.outputs import plandoc as D
+    from servesim.studies.plan import PlanOptions, run_plan
+
+    opts = PlanOptions(
+        rate_rps=args.rate, slo=args.slo, attainment=args.attainment,
+        gpus=tuple(g.strip() for g in (args.gpus or "").split(",") if g.strip()),
+        tps=_ints(args.tp, "--tp"), pps=_ints(args.pp, "--pp"),
+        policies=tuple(x.strip() for x in args.policies.split(",") if x.strip()),
+        chunks=_ints(args.chunks, "--chunks"), pd_ratios=_ratios(args.pd_ratios), mixed_pd=args.mixed_pd,
+        max_gpus=args.max_gpus, objective=args.objective, seeds=args.seeds, prices=_prices(args.price),
+        probe_requests=args.probe_requests, requests=args.requests, tol=args.tol, keep_up=args.keep_up,
+        max_probes=args.max_probes, verify_top=args.verify_top, exhaustive=args.exhaustive)
+    ex = _executor(args)
+    out = Path(args.out)
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=1, unit="step", desc="plan", file=sys.stderr, dynamic_ncols=True)
+
+    def progress(done, total, best):
+        bar.total = total
+        bar.n = done
+        if best:
+            bar.set_postfix_str(f"best {best}", refresh=False)
+        bar.refresh()
+
+    try:
+        res = run_plan(args.scenario, opts, out, args.set or [], args.seed, ex, progress if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    doc = res.doc
+    c = D.counts(doc)
+    print(f"plan: {doc.get('model')} at {doc['rate_rps']:g} req/s, {D.slo_text(doc)}, {len(doc['seeds'])} seed(s); "
+          f"{len(doc['candidates'])} shapes: " + ", ".join(f"{v} {k}" for k, v in c.items())
+          + f"; {doc['wall_s']:.0f} s")
+    for line in D.pruned_lines(doc, examples=1):
+        print("  " + line[:240])
+    rows = D.table_rows(doc, args.top)
+    if rows:
+        print()
+        print(D.aligned(rows))
+        more = len(doc["ranking"]) - len(rows)
+        if more > 0:
+            print(f"... and {more} more in {out / D.PLAN_JSON}")
+    print()
+    print(D.answer_sentence(doc))
+    for line in D.verification_lines(doc):
+        print("  " + line)
+    for line in D.failure_lines(doc):
+        print(line)
+    wrote = [str(out / D.PLAN_JSON), str(out / "results.csv")]
+    if not args.no_report:
+        from servesim.plots.plan_report import build_plan_report
+
+        wrote.append(str(build_plan_report(out)))
+        wrote.append(str(out / "figures") + "/*.png")
+    print("\nwrote " + ", ".join(wrote))
+    return 0

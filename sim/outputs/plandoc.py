@@ -1,0 +1,227 @@
+"""Reading and wording a deployment plan (``plan.json``, written by ``servesim plan``): the
+ranked table, the answer in one sentence, the failures that show it is the cheapest, and what
+was pruned. The CLI prints these and ``plots/plan_report.py`` puts them in report.md.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from servesim.errors import InputError
+from servesim.outputs.metrics import PER_REQUEST, parse_slo
+from servesim.outputs.rundir import read_json_dict
+
+PLAN_JSON = "plan.json"
+PRUNED = ("pruned-memory", "pruned-latency", "pruned-bound", "dominated")
+PRUNE_WHY = {"pruned-memory": "does not fit (weights leave no KV room, or TP does not divide the heads)",
+             "pruned-latency": "the SLO fails even unloaded (latency floors, or requests too long for the KV cache)",
+             "pruned-bound": "needs more than --max-gpus by the cost-model throughput bound",
+             "dominated": "its bound alone costs more than the best verified configuration"}
+
+
+def read_plan(folder: str | Path) -> dict:
+    """plan.json of a plan folder, checked for what every plan has."""
+    p = Path(folder) / PLAN_JSON
+    if not p.is_file():
+        raise InputError(f"{folder}: no {PLAN_JSON} (not a servesim plan folder)")
+    doc = read_json_dict(p, PLAN_JSON)
+    lacks = [k for k in ("kind", "candidates", "rate_rps", "slo", "ranking") if k not in doc]
+    if lacks or doc.get("kind") != "plan":
+        raise InputError(f"{p}: no {', '.join(lacks) or 'kind: plan'}: not a plan servesim wrote")
+    return doc
+
+
+def fmt_s(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if math.isinf(v) or v >= 1e17:
+        return "never"
+    return f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.2f} s" if v < 100 else f"{v:.0f} s"
+
+
+def limit_text(v: float) -> str:
+    """A limit as given: 2 s, 100 ms."""
+    return f"{v * 1e3:g} ms" if v < 1 else f"{v:g} s"
+
+
+def slo_text(doc: dict) -> str:
+    """The SLO as a phrase: "ttft_p99 <= 2 s, tpot_p99 <= 100 ms" (with the attainment share)."""
+    limits = parse_slo(str(doc["slo"]))
+    if doc.get("attainment") is None:
+        return ", ".join(f"{m}_{st} <= {limit_text(v)}" for (m, st), v in limits.items())
+    # with an attainment share the per-request limits hold per request (tbt stays a percentile)
+    per = ", ".join(f"{m} <= {limit_text(v)}" for (m, st), v in limits.items() if m in PER_REQUEST)
+    rest = [f"{m}_{st} <= {limit_text(v)}" for (m, st), v in limits.items() if m not in PER_REQUEST]
+    return ", ".join([f"{doc['attainment']:.0%} of requests within {per}"] + rest)
+
+
+def by_key(doc: dict) -> dict:
+    return {c["key"]: c for c in doc["candidates"]}
+
+
+def ranked(doc: dict) -> list:
+    """The feasible candidates, best first."""
+    cands = by_key(doc)
+    return [cands[k] for k in doc["ranking"] if k in cands]
+
+
+def final_run(c: dict) -> dict | None:
+    """A feasible candidate's runs at R with its final unit count."""
+    return next((r for r in c.get("runs", []) if r["units"] == c.get("units")), None)
+
+
+def worst(run: dict | None, key: str):
+    """The worst (largest) value of ``key`` over a run's seeds."""
+    if not run:
+        return None
+    vals = [s.get(key) for s in run["seeds"] if s.get(key) is not None]
+    return max(vals) if vals else None
+
+
+def capacity_text(cap: dict | None) -> str:
+    if not cap:
+        return "-"
+    est = cap["estimate"]
+    lo, hi = max(cap["low"], 0.0), cap["high"]
+    pre = "" if cap.get("measured") else "~"
+    if hi - lo < 1e-9:
+        return f"{pre}{est:.3g}"
+    return f"{pre}{est:.3g} ({lo:.3g}-{hi:.3g})"
+
+
+def _money(v, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def table_rows(doc: dict, top: int | None = None) -> list[dict]:
+    """The ranked table: one dict of formatted cells per feasible candidate."""
+    rows = []
+    for i, c in enumerate(ranked(doc)[:top], 1):
+        run = final_run(c)
+        cap = c.get("capacity")
+        head = (("" if cap.get("measured") else "~") + f"{(cap['estimate'] / doc['rate_rps'] - 1) * 100:+.0f}%"
+                if cap else "-")
+        power = run.get("mean_power_w") if run else None
+        rows.append({
+            "rank": str(i), "configuration": c["label"], "GPUs": str(c["gpus"]),
+            "$/h": _money(c.get("usd_per_hour")),
+            "$/M in": _money(run.get("usd_per_million_input_tokens") if run else None, 3),
+            "$/M out": _money(run.get("usd_per_million_output_tokens") if run else None, 3),
+            "power kW": "-" if power is None else f"{power / 1e3:.2f}",
+            "capacity req/s (95% CI)": capacity_text(cap), "headroom": head,
+            "p99 TTFT": fmt_s(worst(run, "ttft_p99_s")), "p99 TPOT": fmt_s(worst(run, "tpot_p99_s")),
+            "seeds met": f"{sum(s['meets'] for s in run['seeds'])}/{len(run['seeds'])}" if run else "-",
+        })
+    return rows
+
+
+def aligned(rows: list[dict]) -> str:
+    """Rows of equal keys as a plain-text table (first column left-aligned, the rest right)."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    cells = [cols] + [[r[c] for c in cols] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+    return "\n".join("  ".join(x.ljust(w) if i == 1 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))
+                     for row in cells)
+
+
+def markdown(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                     + ["| " + " | ".join(r[c].replace("|", "/") for c in cols) + " |" for r in rows])
+
+
+def objective_text(objective: str, v) -> str:
+    """An objective's value in its unit: $26.32/h, 8 GPUs, 5.57 kW."""
+    if v is None:
+        return "-"
+    if objective == "gpus":
+        return f"{v:.0f} GPU{'' if v == 1 else 's'}"
+    return f"${v:.2f}/h" if objective == "cost" else f"{v / 1e3:.2f} kW"
+
+
+def answer_sentence(doc: dict) -> str:
+    """The answer in one sentence, with its capacity interval."""
+    model = doc.get("model") or doc.get("scenario")
+    R = doc["rate_rps"]
+    best = ranked(doc)
+    if not best:
+        return (f"No configuration in the space serves {model} at {R:g} req/s within {slo_text(doc)} with every "
+                f"seed (within --max-gpus {doc.get('max_gpus')}).")
+    c = best[0]
+    run = final_run(c)
+    n = len(run["seeds"]) if run else 0
+    cap = c.get("capacity") or {}
+    conf = cap.get("confidence", 0.95)
+    cap_txt = ""
+    if cap:
+        lo = max(cap["low"], 0.0)
+        kind = "" if cap.get("measured") else " (estimated from one unit's)"
+        cap_txt = (f"; its capacity is {cap['estimate']:.3g} req/s{kind} ({conf:.0%} interval "
+                   f"{lo:.3g}-{cap['high']:.3g} over {len(cap.get('samples') or [])} seeds), "
+                   f"{cap['estimate'] / R - 1:+.0%} headroom")
+    cost = f"${c['usd_per_hour']:.2f}/h" if c.get("usd_per_hour") is not None else "price unknown"
+    objective = doc.get("objective", "cost")
+    obj = "" if objective == "cost" else f", {objective_text(objective, c.get('objective'))}"
+    return (f"Serve {model} at {R:g} req/s on {c['label']} ({c['fleet']}, {cost}{obj}): it meets {slo_text(doc)} "
+            f"with all {n} seeds{cap_txt}.")
+
+
+def verification_lines(doc: dict) -> list[str]:
+    """Per seed, what the answer's runs at R measured."""
+    best = ranked(doc)
+    run = final_run(best[0]) if best else None
+    if not run:
+        return []
+    out = []
+    for s in run["seeds"]:
+        bits = [f"p99 TTFT {fmt_s(s.get('ttft_p99_s'))}", f"p99 TPOT {fmt_s(s.get('tpot_p99_s'))}",
+                f"within every limit {s.get('attainment', 0):.1%}"]
+        if s.get("keep_up") is not None:
+            bits.append(f"keeps up {s['keep_up']:.2f}")
+        out.append(f"seed {s['seed']}: {'meets' if s['meets'] else 'FAILS'}: " + ", ".join(bits))
+    return out
+
+
+def failure_lines(doc: dict) -> list[str]:
+    """The next-cheaper configuration failing, and the answer with one unit fewer failing."""
+    out = []
+    nc = doc.get("next_cheaper")
+    if nc:
+        cost = f"${nc['usd_per_hour']:.2f}/h" if nc.get("usd_per_hour") is not None else objective_text(
+            doc.get("objective", "cost"), nc.get("objective"))
+        how = f"fails at {doc['rate_rps']:g} req/s" if not nc.get("meets") else "MEETS the SLO"
+        out.append(f"next cheaper: {nc['label']} ({nc['fleet']}, {cost}) {how}: " + "; ".join(nc["why"]))
+    elif ranked(doc):
+        out.append("next cheaper: none: no configuration in the space costs less")
+    of = doc.get("one_fewer")
+    if of and (not nc or (of["key"], of["units"]) != (nc["key"], nc["units"])):
+        state = "also meets" if of["meets"] else f"fails at {doc['rate_rps']:g} req/s"
+        out.append(f"one unit fewer: {of['label']} ({of['fleet']}) {state}: " + ("; ".join(of["why"]) or "-"))
+    return out
+
+
+def pruned_lines(doc: dict, examples: int = 2) -> list[str]:
+    """What was pruned before simulating, by reason, with examples."""
+    out = []
+    for status in PRUNED:
+        cs = [c for c in doc["candidates"] if c["status"] == status]
+        if not cs:
+            continue
+        ex = "; ".join(f"{c['label']}: {c['reason']}" for c in cs[:examples])
+        out.append(f"{status}: {len(cs)} shape(s), {PRUNE_WHY[status]}. E.g. {ex}")
+    bad = [c for c in doc["candidates"] if c["status"] in ("infeasible", "error")]
+    for c in bad:
+        out.append(f"{c['status']}: {c['label']}: {c['reason']}")
+    return out
+
+
+def counts(doc: dict) -> dict:
+    out: dict = {}
+    for c in doc["candidates"]:
+        out[c["status"]] = out.get(c["status"], 0) + 1
+    return out

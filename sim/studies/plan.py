@@ -1,0 +1,505 @@
+"""``servesim plan``: the cheapest deployment that serves rate R within the SLO, verified by simulation.
+
+The search (``run_plan``):
+
+1. Every shape of the space (``plan_space.enumerate_shapes``: GPU type x TP x PP x {continuous,
+   chunked prefill per chunk size} and P/D splits by per-pool GPU and TP and prefill:decode ratio)
+   is assessed without simulating (``plan_space.assess``): memory fit, latency floors, and the
+   cost-model bound on a unit's throughput, which gives the fewest units R can need
+   (``min_units``). Shapes that cannot work are pruned with the reason.
+2. The rest are taken in order of their lower bound on the objective (``min_units`` x one
+   unit's cost, GPUs or idle power). Unless ``exhaustive``, a shape whose lower bound is above
+   the best verified objective so far is not simulated (``dominated``): it cannot win.
+3. A shape is evaluated by a capacity search of one unit per seed (``intervals.capacity_interval``:
+   the mean and a t-interval across seeds), which estimates the units R needs
+   (``ceil(R / capacity)``, at least ``min_units``); that many units are then run at R with every
+   seed, and units are added until every seed meets the SLO or removed while every seed still
+   does, so the answer is the fewest units that met with every seed, and the run with one unit
+   fewer (when simulated) is the failure that shows it.
+4. The best ``verify_top`` configurations get a capacity search of the whole deployment with
+   every seed (their capacity interval and headroom at R); the others' capacity is units x the
+   unit's capacity (marked as an estimate).
+5. The next-cheaper configuration than the answer (any fitting shape at any unit count) is shown
+   failing: its runs at R and the limits they broke; one that was only ruled out by the bound is
+   simulated now to show it.
+
+Every simulation goes through the sweep machinery (content-hashed run folders), so a rerun of
+the same plan reuses every finished run and resumes where it stopped; ``plan.json`` holds every
+candidate with its status and is rewritten after each one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from servesim.errors import InputError
+from servesim.inputs.overrides import with_values
+from servesim.outputs.metrics import PER_REQUEST, parse_slo
+from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_text
+from servesim.outputs.rundir import read_summary
+from servesim.studies.capacity import RATE_KEY, CapacityOptions, evaluate
+from servesim.studies.executors import ExecutorOptions, study_session
+from servesim.studies.intervals import Interval, capacity_interval
+from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
+from servesim.studies.points import load_base, make_points
+from servesim.studies.sweep import RUNS, execute, write_meta, write_results
+
+RUN_S = 300.0  # seconds of arrivals at R in every run at R (unless --requests): tails need many requests
+OBJECTIVES = ("cost", "gpus", "power")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The search's knobs (the ``servesim plan`` flags of the same names)."""
+
+    rate_rps: float
+    slo: str  # METRIC_STAT=SECONDS,... as servesim capacity
+    attainment: float | None = None
+    gpus: tuple = ()  # GPU types to try; empty: the scenario's
+    tps: tuple = (1, 2, 4, 8)
+    pps: tuple = (1,)
+    policies: tuple = POLICIES
+    chunks: tuple = (512, 2048)  # chunked prefill's token budgets
+    pd_ratios: tuple = ((1, 1), (1, 2), (2, 1), (1, 3))  # P/D: prefill:decode replicas per unit
+    mixed_pd: bool = False  # P/D splits whose pools use different GPU types
+    max_gpus: int = 64
+    objective: str = "cost"
+    seeds: int = 3
+    prices: tuple = ()  # ((gpu, USD per GPU-hour), ...): over the catalog's and the scenario's
+    probe_requests: int | None = None  # requests per unit in a capacity probe; None: max(scenario's, 1000)
+    requests: int | None = None  # requests in every run at R; None: max(probe requests, RUN_S of arrivals)
+    tol: float = 0.05  # capacity bracket (the seeds' spread is usually wider)
+    keep_up: float = 0.9
+    max_probes: int = 30
+    verify_top: int = 3
+    exhaustive: bool = False  # simulate shapes whose lower bound cannot beat the best verified
+
+
+@dataclass
+class Candidate:
+    """One shape's record in plan.json."""
+
+    key: str
+    shape: Shape
+    status: str  # pruned-memory | pruned-latency | pruned-bound | dominated | feasible | infeasible | error
+    reason: str = ""
+    unit_rate_bound: float = 0.0
+    min_units: int = 0
+    bound: dict | None = None
+    unit_usd_per_hour: float | None = None
+    unit_power_w: float | None = None
+    lower_bound: float | None = None  # on the objective
+    unit_capacity: dict | None = None  # one unit's capacity across seeds: estimate, low, high, samples
+    units: int | None = None  # the fewest units that met at R with every seed
+    runs: list = field(default_factory=list)  # every verification at R: {units, meets, seeds: [...]}
+    capacity: dict | None = None  # the deployment's capacity: estimate, low, high, measured (or units x unit)
+    objective: float | None = None
+
+    def verified(self, units: int) -> dict | None:
+        return next((r for r in self.runs if r["units"] == units), None)
+
+
+def _interval_dict(iv: Interval, measured: bool) -> dict:
+    return {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "samples": list(iv.samples),
+            "confidence": iv.confidence, "measured": measured}
+
+
+class Planner:
+    """State of one plan: the base scenario, its options, every candidate and run so far."""
+
+    def __init__(self, base: dict, opts: PlanOptions, out: Path, ex: ExecutorOptions, stats: WorkloadStats,
+                 seeds: list, prices: dict, powers: dict, probe_requests: int, requests_at_rate: int):
+        self.base, self.opts, self.out, self.ex = base, opts, out, ex
+        self.stats, self.seeds, self.prices, self.powers = stats, seeds, prices, powers
+        self.n = probe_requests
+        self.n_rate = requests_at_rate  # every configuration sees the same requests at R (per seed)
+        self.slo = parse_slo(opts.slo)
+        self.candidates: list[Candidate] = []
+        self.points: list = []  # every verification run (results.csv)
+        # runs keep what the plan reads: requests (latencies) and summary (economics); TBT only for a tbt limit
+        files = ("summary", "requests", "scenario") + (("tbt",) if any(m == "tbt" for m, _ in self.slo) else ())
+        self.quiet_ex = replace(ex, progress=False, outputs=files)
+        self.t0 = time.monotonic()
+
+    # ------------------------------------------------------------ objective
+    def unit_objective(self, c: Candidate) -> float | None:
+        o = self.opts.objective
+        if o == "cost":
+            return c.unit_usd_per_hour
+        if o == "gpus":
+            return float(c.shape.gpus(1))
+        from servesim.cost.economics import IDLE_POWER_SHARE
+
+        return None if c.unit_power_w is None else c.unit_power_w * IDLE_POWER_SHARE  # power: idle floor
+
+    def objective_of(self, c: Candidate, units: int, run: dict | None = None) -> float | None:
+        o = self.opts.objective
+        if o == "power":
+            return None if run is None else run.get("mean_power_w")
+        per = self.unit_objective(c)
+        return None if per is None else per * units
+
+    # ------------------------------------------------------------ simulation
+    def scenario_at(self, shape: Shape, units: int, seed: int, rate: float, requests: int) -> dict:
+        return {**shape.overrides(units, self.base.get("policy") or {}), "seed": seed, RATE_KEY: rate,
+                "workload.num_requests": requests, "workload.duration_s": None}
+
+    def verify(self, c: Candidate, units: int) -> dict:
+        """Run ``units`` units of ``c`` at R with every seed (reusing finished runs); the verdict."""
+        done = c.verified(units)
+        if done is not None:
+            return done
+        R = self.opts.rate_rps
+        variants = [({"candidate": c.key, "units": units, "seed": s},
+                     self.scenario_at(c.shape, units, s, R, self.n_rate)) for s in self.seeds]
+        pts = make_points(self.base, variants)
+        for i, p in enumerate(pts):
+            p.index = len(self.points) + i
+        self.points += pts
+        q = self.quiet_ex
+        execute(pts, self.out, q.executor, q.workers, q.address, False, desc="plan", outputs=q.outputs)
+        seeds = []
+        for s, p in zip(self.seeds, pts):
+            if p.row.get("status") != "ok":
+                err = {"limit": "error", "text": f"the run failed: {p.row.get('error')}", "excess": math.inf}
+                seeds.append({"seed": s, "meets": False, "error": p.row.get("error", ""), "why": [err]})
+                continue
+            run_dir = self.out / RUNS / p.hash
+            ev = evaluate(run_dir, self.slo, self.opts.attainment, self.opts.keep_up)
+            econ = read_summary(run_dir).get("economics") or {}
+            seeds.append({"seed": s, "meets": ev["meets"], "dir": f"{RUNS}/{p.hash}",
+                          "why": self.why_not(ev) if not ev["meets"] else [],
+                          **{k: v for k, v in ev.items() if k != "meets"},
+                          "ttft_p99_s": p.row.get("ttft_p99_s"), "tpot_p99_s": p.row.get("tpot_p99_s"),
+                          "mean_power_w": econ.get("mean_power_w"),
+                          "usd_per_million_input_tokens": econ.get("usd_per_million_input_tokens"),
+                          "usd_per_million_output_tokens": econ.get("usd_per_million_output_tokens"),
+                          "tokens_per_usd": econ.get("tokens_per_usd"),
+                          "tokens_per_joule": econ.get("tokens_per_joule")})
+            p.values["meets"] = ev["meets"]
+        run = {"units": units, "gpus": c.shape.gpus(units), "fleet": c.shape.fleet(units),
+               "meets": all(x["meets"] for x in seeds), "seeds": seeds}
+        for k in ("mean_power_w", "usd_per_million_input_tokens", "usd_per_million_output_tokens", "tokens_per_usd",
+                  "tokens_per_joule"):
+            vals = [x[k] for x in seeds if x.get(k) is not None]
+            run[k] = sum(vals) / len(vals) if vals else None
+        c.runs.append(run)
+        c.runs.sort(key=lambda r: r["units"])
+        write_results(self.out, self.points)
+        return run
+
+    def why_not(self, ev: dict) -> list:
+        """The limits a run broke: [{"limit", "text", "excess"}], ``excess`` how many times over
+        (or under, for a share that must be reached) the limit it was."""
+        out = []
+        att = self.opts.attainment
+        for (metric, stat), limit in self.slo.items():
+            if att is not None and metric in PER_REQUEST:
+                continue
+            v = ev.get(f"{metric}_{stat}")
+            if v is not None and v > limit:
+                name = f"{metric}_{stat}"
+                if math.isinf(v) or v >= 1e17:
+                    text = f"{name} > {limit_text(limit)}: too many requests never completed (rejected or unfinished)"
+                else:
+                    text = f"{name} {fmt_s(v)} > {limit_text(limit)} (+{v / limit - 1:.0%})"
+                out.append({"limit": name, "text": text, "excess": v / limit})
+        if att is not None and ev.get("attainment", 0.0) < att:
+            a = ev["attainment"]
+            out.append({"limit": "attainment", "text": f"only {a:.1%} of requests within every limit < {att:.0%}",
+                        "excess": att / a if a > 0 else math.inf})
+        if ev.get("keeps_up") is False:
+            k = ev.get("keep_up")
+            out.append({"limit": "keep_up", "excess": self.opts.keep_up / k if k else math.inf,
+                        "text": "falls behind: " + (f"{k:.2f} requests leave per arrival < {self.opts.keep_up:g}"
+                                                    if k is not None else "too few arrivals to tell")})
+        return out or [{"limit": "completed", "text": "no request completed", "excess": math.inf}]
+
+    def capacity_opts(self, start: float) -> CapacityOptions:
+        o = self.opts
+        return CapacityOptions(o.attainment, self.n, None, start, o.tol, o.max_probes, o.keep_up)
+
+    def capacity(self, shape: Shape, units: int, start: float, folder: Path, requests: int):
+        """Capacity of ``units`` units across the seeds (``intervals.capacity_interval``), each
+        probe ``requests`` requests."""
+        base = with_values(self.base, shape.overrides(units, self.base.get("policy") or {}), "plan")
+        opts = replace(self.capacity_opts(start), probe_requests=requests)
+        return capacity_interval(base, self.opts.slo, self.seeds, opts, folder, (), self.quiet_ex)
+
+    # ------------------------------------------------------------ one shape
+    def evaluate_shape(self, c: Candidate) -> None:
+        """Capacity of one unit, then the fewest units that meet at R with every seed."""
+        R, max_units = self.opts.rate_rps, self.opts.max_gpus // c.shape.gpus(1)
+        ci = self.capacity(c.shape, 1, max(c.unit_rate_bound * 0.5, 1e-3), self.out / "capacity" / c.key, self.n)
+        c.unit_capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done}
+        cap = min(ci.interval.samples)  # every seed must meet: size for the seed with the least capacity
+        k = max(c.min_units, math.ceil(R / cap * (1 - 1e-9)) if cap > 0 else c.min_units)
+        k = min(k, max_units)
+        run = self.verify(c, k)
+        if run["meets"]:
+            # below the bound's minimum no count can meet: the next-cheaper check simulates one anyway
+            while k - 1 >= max(1, c.min_units) and self.verify(c, k - 1)["meets"]:
+                k -= 1
+        else:
+            while not run["meets"]:
+                if k + 1 > max_units:
+                    c.status = "infeasible"
+                    c.reason = f"fails at R with every unit count up to {k} ({c.shape.gpus(k)} GPUs, --max-gpus)"
+                    return
+                k += 1
+                run = self.verify(c, k)
+        c.status, c.units = "feasible", k
+        c.objective = self.objective_of(c, k, c.verified(k))
+        c.capacity = {**_interval_dict(ci.interval.scaled(k), False)}
+
+    # ------------------------------------------------------------ plan.json
+    def candidate_dict(self, c: Candidate) -> dict:
+        d = {k: v for k, v in asdict(c).items() if k != "shape"}
+        d["shape"] = asdict(c.shape)
+        d["label"] = c.shape.describe(c.units)
+        d["gpus"] = c.shape.gpus(c.units) if c.units else None
+        d["fleet"] = c.shape.fleet(c.units) if c.units else None
+        d["usd_per_hour"] = c.unit_usd_per_hour * c.units if c.units and c.unit_usd_per_hour is not None else None
+        if c.units and c.capacity:
+            d["headroom"] = c.capacity["estimate"] / self.opts.rate_rps - 1
+        return d
+
+    def write(self, extra: dict | None = None) -> dict:
+        feasible = self.ranked()
+        doc = {
+            "kind": "plan", "scenario": self.base.get("name"), "model": self.base.get("model"),
+            "rate_rps": self.opts.rate_rps, "slo": self.opts.slo, "attainment": self.opts.attainment,
+            "keep_up": self.opts.keep_up, "objective": self.opts.objective, "seeds": self.seeds,
+            "probe_requests_per_unit": self.n, "requests_at_rate": self.n_rate, "max_gpus": self.opts.max_gpus,
+            "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.opts).items()},
+            "prices_usd_per_gpu_hour": self.prices, "power_w": self.powers,
+            "workload": {"mean_prompt_tokens": self.stats.mean_prompt, "mean_output_tokens": self.stats.mean_output,
+                         "requests": len(self.stats.prompt)},
+            "ranking": [c.key for c in feasible],
+            "candidates": [self.candidate_dict(c) for c in self.candidates],
+            "wall_s": time.monotonic() - self.t0,
+        }
+        doc.update(extra or {})
+        tmp = self.out / (PLAN_JSON + ".tmp")
+        tmp.write_text(json.dumps(_finite(doc), indent=1, default=_json_default) + "\n")
+        os.replace(tmp, self.out / PLAN_JSON)
+        return doc
+
+    def ranked(self) -> list:
+        feas = [c for c in self.candidates if c.status == "feasible" and c.objective is not None]
+        # ties (same cost): the larger capacity first, then the fewer GPUs
+        return sorted(feas, key=lambda c: (c.objective, -(c.capacity or {}).get("estimate", 0.0),
+                                           c.shape.gpus(c.units), c.key))
+
+    # ------------------------------------------------------------ the answer's neighbours
+    def next_cheaper(self, best: Candidate) -> dict | None:
+        """The configuration just below the answer's objective, and why it does not do: its runs
+        at R (simulated now if a bound or a latency floor ruled it out before) and the limits they
+        broke."""
+        target = best.objective
+        pool = []  # (objective, candidate, units)
+        for c in self.candidates:
+            if c.status == "pruned-memory" or c.status == "error":
+                continue
+            if self.opts.objective == "power":
+                pool += [(r["mean_power_w"], c, r["units"]) for r in c.runs
+                         if not r["meets"] and r["mean_power_w"] is not None and r["mean_power_w"] < target]
+                continue
+            per = self.unit_objective(c)
+            if per is None:
+                continue
+            u = math.ceil(target / per) - 1  # the most units strictly below the target
+            if u >= 1:
+                pool.append((per * u, c, u))
+        if not pool:
+            return None
+        obj, c, u = max(pool, key=lambda t: (t[0], -t[1].shape.gpus(t[2])))
+        out = {"key": c.key, "units": u, "label": c.shape.describe(u), "fleet": c.shape.fleet(u),
+               "gpus": c.shape.gpus(u), "objective": obj,
+               "usd_per_hour": c.unit_usd_per_hour * u if c.unit_usd_per_hour is not None else None}
+        run = self.verify(c, u)  # shown failing by simulation, also when a floor already rules it out
+        why = ([f"{c.reason} (latency floor)"] if c.status == "pruned-latency" else []) + _reasons(run)
+        if run["meets"]:  # cannot happen when the search is right: say so plainly
+            why = ["MEETS the SLO with every seed: the plan missed it"]
+        return {**out, "simulated": True, "meets": run["meets"], "run": run, "why": why,
+                "bound_units": c.min_units, "status": c.status}
+
+
+def _reasons(run: dict) -> list:
+    """Each limit a run broke: the worst seed's figure and the seeds that broke it, in the order first seen."""
+    worst: dict = {}
+    seeds: dict = {}
+    for s in run["seeds"]:
+        for w in s["why"]:
+            k = w["limit"]
+            seeds.setdefault(k, []).append(s["seed"])
+            if k not in worst or w["excess"] > worst[k]["excess"]:
+                worst[k] = w
+    n = len(run["seeds"])
+    return [f"{worst[k]['text']} ({'every seed' if len(ss) == n and n > 1 else 'seed ' + ', '.join(map(str, ss))}"
+            + (f" of {n}" if len(ss) < n else "") + ")" for k, ss in seeds.items()]
+
+
+def _finite(o):
+    """``o`` with every non-finite float as None (plan.json is plain JSON)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
+def _json_default(o):
+    return str(o)
+
+
+def _gpu_tables(base: dict, names, extra_prices: dict) -> tuple[dict, dict]:
+    """({gpu: USD per GPU-hour or None}, {gpu: board power W or None}) under the scenario's cost
+    section, with ``--price`` over both."""
+    from servesim.cost.economics import gpu_price, gpu_tdp
+    from servesim.inputs.scenario import Cost
+    from servesim.inputs.schema import build
+    from servesim.inputs.specs import get_gpu
+
+    cost = build(Cost, base.get("cost") or {}, "cost")
+    prices, powers = {}, {}
+    for g in names:
+        spec = get_gpu(g, "--gpus")
+        prices[g] = extra_prices.get(g, gpu_price(spec, cost))
+        powers[g] = gpu_tdp(spec, cost)
+    return prices, powers
+
+
+@dataclass
+class PlanResult:
+    doc: dict  # plan.json
+    out: Path
+
+
+def check_options(opts: PlanOptions) -> None:
+    if not opts.rate_rps > 0:
+        raise InputError(f"--rate must be > 0 req/s, got {opts.rate_rps}")
+    if opts.objective not in OBJECTIVES:
+        raise InputError(f"--objective {opts.objective!r}: valid: {', '.join(OBJECTIVES)}")
+    if opts.seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {opts.seeds}")
+    if opts.max_gpus < 1:
+        raise InputError(f"--max-gpus must be >= 1, got {opts.max_gpus}")
+    if opts.attainment is not None and not 0 < opts.attainment <= 1:
+        raise InputError(f"--attainment must be in (0, 1], got {opts.attainment}")
+    for name, vals in (("--tp", opts.tps), ("--pp", opts.pps), ("--chunks", opts.chunks)):
+        if not vals or any(int(v) != v or v < 1 for v in vals):
+            raise InputError(f"{name}: expected positive integers, got {list(vals)}")
+    bad = [p for p in opts.policies if p not in POLICIES]
+    if bad or not opts.policies:
+        raise InputError(f"--policies: valid: {', '.join(POLICIES)}; got {', '.join(bad) or 'none'}")
+    for r in opts.pd_ratios:
+        if len(r) != 2 or any(int(x) != x or x < 1 for x in r):
+            raise InputError(f"--pd-ratios: expected P:D pairs of positive integers, got {r}")
+    if opts.verify_top < 0:
+        raise InputError(f"--verify-top must be >= 0, got {opts.verify_top}")
+
+
+def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: int | None = None,
+             ex: ExecutorOptions = ExecutorOptions(), on_progress=None) -> PlanResult:
+    """Plan the deployment of ``scenario`` (a file or scenario data) for ``opts`` (see the module
+    docstring); everything goes to ``out``. ``on_progress(done, total, best)`` after each step
+    (the CLI's progress bar)."""
+    from servesim.inputs.scenario import scenario_from_dict
+
+    check_options(opts)
+    parse_slo(opts.slo)  # a bad --slo fails before anything runs
+    base, _ = load_base(scenario, overrides, seed)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    gpus = list(dict.fromkeys(opts.gpus or [str((base.get("hardware") or {}).get("gpu"))]))
+    unknown = [g for g, _ in opts.prices if g not in gpus]
+    if unknown:
+        raise InputError(f"--price {unknown[0]}: not one of the GPUs searched ({', '.join(gpus)})")
+    prices, powers = _gpu_tables(base, gpus, dict(opts.prices))
+    if opts.objective == "cost" and any(v is None for v in prices.values()):
+        lacking = [g for g, v in prices.items() if v is None]
+        raise InputError(f"no price per GPU-hour for {', '.join(lacking)}: give --price {lacking[0]}=USD "
+                         "(or cost.gpu_hour_usd in the scenario)")
+    cost = dict(base.get("cost") or {})
+    cost["gpu_hour_usd"] = {g: v for g, v in prices.items() if v is not None} or None
+    base["cost"] = cost  # every run prices its GPUs as the plan does
+    try:
+        sc = scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps}, "plan"))
+    except InputError as e:
+        raise InputError(f"{scenario if not isinstance(scenario, dict) else base.get('name')}: {e}") from None
+    if getattr(sc.workload.arrival, "rate_rps", None) is None:
+        raise InputError("servesim plan sets workload.arrival.rate_rps; the scenario's arrival process has none "
+                         "(use an open-loop process with a rate, e.g. poisson or gamma)")
+    n = opts.probe_requests if opts.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
+    stats = workload_stats(scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps, "workload.num_requests": n,
+                                                                 "workload.duration_s": None}, "plan")))
+    seeds = [sc.seed + i for i in range(opts.seeds)]
+    n_rate = opts.requests if opts.requests is not None else max(n, math.ceil(opts.rate_rps * RUN_S))
+    write_meta(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
+                     "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
+    pl = Planner(base, opts, out, ex, stats, seeds, prices, powers, n, n_rate)
+    shapes = enumerate_shapes(gpus, opts.tps, opts.pps, opts.policies, opts.chunks, opts.pd_ratios, opts.mixed_pd)
+    for s in shapes:
+        a = assess(s, base, opts.rate_rps, pl.slo, opts.attainment, stats, opts.max_gpus, prices, powers)
+        c = Candidate(s.key, s, a.status, a.reason, a.unit_rate_bound, a.min_units, a.bound, a.unit_usd_per_hour,
+                      a.unit_power_w)
+        per = pl.unit_objective(c)
+        c.lower_bound = per * c.min_units if per is not None and c.status == "ok" else None
+        pl.candidates.append(c)
+    todo = sorted((c for c in pl.candidates if c.status == "ok"), key=lambda c: (c.lower_bound, c.key))
+    total = len(todo) + opts.verify_top + 1
+    step = 0
+
+    def tick(note=""):
+        nonlocal step
+        step += 1
+        if on_progress is not None:
+            on_progress(step, total, note)
+
+    best = None
+    with study_session(ex):
+        for c in todo:
+            if best is not None and not opts.exhaustive and c.lower_bound > best.objective:
+                c.status = "dominated"
+                lb, top = objective_text(opts.objective, c.lower_bound), objective_text(opts.objective, best.objective)
+                c.reason = f"needs >= {c.min_units} unit(s) by the bound: {lb} > {top}, the best verified ({best.key})"
+            else:
+                try:
+                    pl.evaluate_shape(c)
+                except InputError as e:
+                    c.status, c.reason = "error", str(e)
+                if c.status == "feasible" and (best is None or (c.objective, c.key) < (best.objective, best.key)):
+                    best = c
+            pl.write()
+            tick(objective_text(opts.objective, best.objective) if best else "")
+        ranked = pl.ranked()
+        extra = {}
+        for c in ranked[:opts.verify_top]:
+            # probes of the runs' size: the probe at R is the verified run, so the capacity is >= R
+            ci = pl.capacity(c.shape, c.units, opts.rate_rps, out / "deploy" / f"{c.key}-x{c.units}", n_rate)
+            c.capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done}
+            pl.write()
+            tick()
+        if ranked:
+            win = ranked[0]
+            extra["answer"] = {"key": win.key, "units": win.units, "label": win.shape.describe(win.units),
+                               "fleet": win.shape.fleet(win.units), "objective": win.objective}
+            extra["runner_up"] = ranked[1].key if len(ranked) > 1 else None
+            extra["next_cheaper"] = pl.next_cheaper(win)
+            if win.units > 1:  # the answer's own shape one unit smaller: simulated, shown failing
+                run = pl.verify(win, win.units - 1)
+                extra["one_fewer"] = {"key": win.key, "units": win.units - 1,
+                                      "label": win.shape.describe(win.units - 1),
+                                      "fleet": win.shape.fleet(win.units - 1), "meets": run["meets"],
+                                      "why": _reasons(run), "run": run}
+        tick()
+    doc = pl.write(extra)
+    return PlanResult(doc, out)

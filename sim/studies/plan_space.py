@@ -1,0 +1,353 @@
+"""``servesim plan``'s search space: deployment shapes, and what the cost model says about each
+before anything is simulated.
+
+A *shape* is a deployment without its size: GPU type, TP, PP and a colocated policy
+(continuous batching, or chunked prefill at a chunk size), or a P/D split (prefill GPU and TP,
+decode GPU and TP, and a prefill:decode replica ratio). A *unit* is one replica of a colocated
+shape, or ``p`` prefill + ``d`` decode replicas of a P/D shape; a deployment is ``k`` units.
+
+Before simulating, each shape is checked three ways (``assess``):
+
+1. **Memory fit**: ``prepare`` sizes the KV cache of every pool (``sim/core/kv.py`` ``size_kv``,
+   the checks ``servesim validate`` runs): a shape whose weights leave no room for KV, or whose
+   TP does not divide the model's heads, is pruned with that message.
+2. **Latency floors**: each request's TTFT is at least its prompt's prefill alone on an idle
+   replica (chunk by chunk at the token budget), its TPOT at least one decode step of a batch of
+   one, its E2E their sum over its output. If the SLO cannot hold even then (a percentile of the
+   floors above its limit, or under ``--attainment`` too few requests within every limit), no
+   replica count helps: pruned.
+3. **Throughput bound**: an upper bound on the requests per second one unit can serve, from the
+   cost model's step times: a step of the full token budget is the most tokens per second any
+   step reaches (``token_tps``); a decode step of the largest batch the KV cache holds at the
+   mean prompt length (or ``max_num_seqs``) the most output tokens per second (``decode_tps``).
+   A colocated replica spends at least ``max((P + O) / token_tps, O / decode_tps)`` seconds per
+   request (P, O: mean prompt and output tokens); a P/D unit serves at most
+   ``min(p token_tps_prefill / P, d decode_tps_decode / O)``. So ``R`` needs at least
+   ``ceil(R / bound)`` units; a shape needing more GPUs than ``--max-gpus`` is pruned.
+
+The bounds assume the step costs grow with their tokens and sequences (they do in the roofline
+model) and that a sequence's decode context is at least its prompt; with prefix caching the
+prompt tokens of shared prefixes are taken as free, and with speculative decoding the decode
+bound is dropped (a step then emits several tokens per sequence).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from servesim.core.batch import synthetic_batch
+from servesim.errors import InputError
+from servesim.inputs.overrides import with_values
+from servesim.outputs.plandoc import limit_text
+
+POLICIES = ("continuous", "chunked_prefill", "pd_split")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A deployment shape (see the module docstring); ``units`` sizes it."""
+
+    kind: str  # "colocated" | "pd"
+    gpu: str  # colocated: the GPU; P/D: the prefill pool's
+    tp: int
+    pp: int = 1
+    policy: str = "continuous"  # colocated: continuous | chunked_prefill
+    chunk: int | None = None  # chunked_prefill: the token budget per step
+    decode_gpu: str | None = None  # P/D
+    decode_tp: int | None = None
+    ratio: tuple = (1, 1)  # P/D: prefill and decode replicas per unit
+
+    @property
+    def key(self) -> str:
+        """A stable name for folders and plan.json."""
+        if self.kind == "pd":
+            p, d = self.ratio
+            return f"pd-{self.gpu}-tp{self.tp}-x{p}-{self.decode_gpu}-tp{self.decode_tp}-x{d}"
+        pol = "cont" if self.policy == "continuous" else f"chunk{self.chunk}"
+        return f"{self.gpu}-tp{self.tp}" + (f"-pp{self.pp}" if self.pp > 1 else "") + f"-{pol}"
+
+    def describe(self, units: int | None = None) -> str:
+        """E.g. ``2 x h100-sxm TP4, continuous`` or ``P/D 1 x h100-sxm TP4 : 2 x a100-80g TP8``."""
+        if self.kind == "pd":
+            p, d = self.ratio
+            k = units or 1
+            return (f"P/D {p * k} x {self.gpu} TP{self.tp} : {d * k} x {self.decode_gpu} TP{self.decode_tp}"
+                    + ("" if units else " per unit"))
+        pol = "continuous" if self.policy == "continuous" else f"chunked prefill {self.chunk}"
+        par = f"TP{self.tp}" + (f" PP{self.pp}" if self.pp > 1 else "")
+        return (f"{units} x " if units else "") + f"{self.gpu} {par}, {pol}"
+
+    def gpu_counts(self, units: int = 1) -> dict:
+        """{GPU name: GPUs} of ``units`` units."""
+        if self.kind == "pd":
+            p, d = self.ratio
+            out = {self.gpu: p * units * self.tp}
+            out[self.decode_gpu] = out.get(self.decode_gpu, 0) + d * units * self.decode_tp
+            return out
+        return {self.gpu: units * self.tp * self.pp}
+
+    def gpus(self, units: int = 1) -> int:
+        return sum(self.gpu_counts(units).values())
+
+    def fleet(self, units: int) -> str:
+        """GPU type x count, e.g. ``8 x h100-sxm`` or ``4 x h100-sxm + 8 x a100-80g``."""
+        return " + ".join(f"{n} x {g}" for g, n in self.gpu_counts(units).items())
+
+    def overrides(self, units: int, base_policy: dict) -> dict:
+        """The scenario fields (dotted keys) that make ``units`` units of this shape. ``base_policy``:
+        the scenario's policy block (continuous keeps its token budget unless it was a chunk size)."""
+        if self.kind == "pd":
+            p, d = self.ratio
+            return {"policy.name": "pd_split", "hardware.gpu": self.gpu, "hardware.tp": self.tp, "hardware.pp": 1,
+                    "cluster.replicas": 1, "policy.prefill.replicas": p * units, "policy.prefill.gpu": self.gpu,
+                    "policy.prefill.tp": self.tp, "policy.decode.replicas": d * units,
+                    "policy.decode.gpu": self.decode_gpu, "policy.decode.tp": self.decode_tp}
+        out = {"policy.name": self.policy, "hardware.gpu": self.gpu, "hardware.tp": self.tp, "hardware.pp": self.pp,
+               "cluster.replicas": units}
+        if self.policy == "chunked_prefill":
+            out["policy.max_num_batched_tokens"] = self.chunk
+        elif base_policy.get("name") == "chunked_prefill" or base_policy.get("preset"):
+            # the scenario's budget was a chunk size: whole-prompt admission gets the schema's default
+            out["policy.max_num_batched_tokens"] = CONTINUOUS_BUDGET
+        return out
+
+
+CONTINUOUS_BUDGET = 8192  # Policy.max_num_batched_tokens' default
+
+
+def enumerate_shapes(gpus, tps, pps, policies, chunks, ratios, mixed_pd: bool) -> list[Shape]:
+    """Every shape of the search space, in a fixed order."""
+    out = []
+    for g in gpus:
+        for tp in tps:
+            for pp in pps:
+                if "continuous" in policies:
+                    out.append(Shape("colocated", g, tp, pp, "continuous"))
+                if "chunked_prefill" in policies:
+                    out += [Shape("colocated", g, tp, pp, "chunked_prefill", c) for c in chunks]
+    if "pd_split" in policies:
+        for gp in gpus:
+            for gd in (gpus if mixed_pd else [gp]):
+                for tpp in tps:
+                    for tpd in tps:
+                        out += [Shape("pd", gp, tpp, 1, decode_gpu=gd, decode_tp=tpd, ratio=tuple(r)) for r in ratios]
+    return out
+
+
+# ---------------------------------------------------------------- the workload as the bounds see it
+@dataclass(frozen=True)
+class WorkloadStats:
+    """Per-request token counts of the scenario's workload draw."""
+
+    prompt: np.ndarray  # prompt tokens the prefill computes (shared prefixes left out with prefix caching)
+    output: np.ndarray
+    prompt_total: np.ndarray  # whole prompts (what the KV cache must hold)
+
+    @property
+    def mean_prompt(self) -> float:
+        return float(self.prompt.mean())
+
+    @property
+    def mean_output(self) -> float:
+        return float(self.output.mean())
+
+
+def workload_stats(scenario) -> WorkloadStats:
+    """The requests the scenario (a resolved ``Scenario``) generates with its seed."""
+    from servesim.inputs.specs import get_model
+    from servesim.inputs.workload import RequestSpecs, generate
+
+    ctx = get_model(scenario.model).max_context_tokens
+    specs = generate(scenario.workload, np.random.default_rng(scenario.seed), ctx, scenario.memory.block_size)
+    if not isinstance(specs, RequestSpecs) or not len(specs):
+        raise InputError("servesim plan needs an open-loop workload with requests (an arrival process with a rate; "
+                         "not closed_loop or sessions)")
+    total = specs.prompt_tokens.astype(float)
+    prompt = total
+    if scenario.policy.prefix_caching and specs.prefix_tokens is not None:
+        prompt = np.maximum(total - specs.prefix_tokens, 1.0)  # a cached shared prefix costs no prefill
+    return WorkloadStats(prompt, specs.output_tokens.astype(float), total)
+
+
+# ---------------------------------------------------------------- bounds from the cost model
+def _step_s(cm, batch) -> float:
+    """Time a step holds its replica's busiest resource: the step, or with overlapping pipeline
+    stages its longest stage (the stages then work on other micro-batches meanwhile)."""
+    cost = cm.step_time(batch)
+    return max(cm.stage_times(cost, batch)) if cm.pp > 1 else cost.time_s
+
+
+@dataclass(frozen=True)
+class PoolBound:
+    token_tps: float  # tokens per second of a full-budget step (any step's best)
+    decode_tps: float  # output tokens per second of the largest decode batch (inf: not bounded)
+    decode_batch: int  # that batch
+
+
+def pool_bound(pool, mean_prompt: float, spec: bool, overlap: bool) -> PoolBound:
+    """Upper bounds on one replica's token rates (see the module docstring). ``pool``: a
+    ``PoolSetup``; ``overlap``: pipeline stages overlap (``hardware.pp_overlap``)."""
+    cm = pool.cost_model
+    step = _step_s if overlap else (lambda m, b: m.step_time(b).time_s)
+    budget = pool.max_num_batched_tokens
+    q = max(1, min(budget, int(round(mean_prompt))))  # sequences of the mean prompt, no context yet
+    seqs = [(q, 0)] * (budget // q) + ([(budget % q, 0)] if budget % q else [])
+    token_tps = budget / step(cm, synthetic_batch(prefill=seqs))
+    if spec:
+        return PoolBound(token_tps, math.inf, 0)
+    ctx = max(0, int(mean_prompt))
+    engines = cm.pp if overlap else 1  # PP virtual engines each schedule up to max_num_seqs
+    b = int(max(1, min(pool.max_num_seqs * engines, pool.capacity.num_tokens // (ctx + 1))))
+    return PoolBound(token_tps, b / step(cm, synthetic_batch(decode_contexts=[ctx] * b)), b)
+
+
+def unit_rate_bound(shape: Shape, setup, stats: WorkloadStats) -> tuple[float, dict]:
+    """(upper bound on the requests per second one unit serves, the figures behind it)."""
+    sc = setup.scenario
+    spec = sc.policy.spec is not None
+    overlap = sc.hardware.pp_overlap
+    prompt, output = stats.mean_prompt, stats.mean_output
+    pools = setup.pools_by_name
+    if shape.kind == "pd":
+        bp = pool_bound(pools["prefill"], prompt, spec, overlap)
+        bd = pool_bound(pools["decode"], prompt, spec, overlap)
+        p, d = shape.ratio
+        rate = min(p * bp.token_tps / prompt, d * bd.decode_tps / output)
+        return rate, {"prefill_token_tps": bp.token_tps, "decode_tps": bd.decode_tps, "decode_batch": bd.decode_batch}
+    b = pool_bound(pools["colocated"], prompt, spec, overlap)
+    per_request_s = max((prompt + output) / b.token_tps, output / b.decode_tps)
+    return 1.0 / per_request_s, {"token_tps": b.token_tps, "decode_tps": b.decode_tps, "decode_batch": b.decode_batch}
+
+
+def _prefill_floor_s(cm, budget: int, prompt: int, cache: dict) -> float:
+    """A prompt's prefill alone on an idle replica: chunks of ``budget`` tokens, one step each."""
+    hit = cache.get(prompt)
+    if hit is None:
+        t, done = 0.0, 0
+        while done < prompt:
+            q = min(budget, prompt - done)
+            b = synthetic_batch(prefill=[(q, done)])
+            if done + q < prompt:
+                b = b._replace(num_sampled=0)  # a chunk that does not end the prompt samples no token
+            t += cm.step_time(b).time_s
+            done += q
+        hit = cache[prompt] = t
+    return hit
+
+
+def _blocks(tokens: np.ndarray, block_size: int) -> np.ndarray:
+    return np.ceil(tokens / block_size)
+
+
+def latency_floors(shape: Shape, setup, stats: WorkloadStats) -> dict:
+    """Per-request floors (seconds): {"ttft", "tpot", "e2e"} arrays over the workload draw, inf
+    for a request no replica can take (its KV needs more blocks than a replica has: it is
+    rejected, ``Replica.rejection_reason``), and the share of such requests."""
+    pools = setup.pools_by_name
+    pf = pools["prefill" if shape.kind == "pd" else "colocated"]
+    dc = pools["decode" if shape.kind == "pd" else "colocated"]
+    cache: dict = {}
+    ttft = np.array([_prefill_floor_s(pf.cost_model, pf.max_num_batched_tokens, int(p), cache) for p in stats.prompt])
+    # a request's decode steps are each at least one step of it alone, at its shortest context (its prompt)
+    n = len(stats.prompt_total)
+    tpot = dc.cost_model.decode_rows(np.ones(n, dtype=np.int64), stats.prompt_total.astype(np.int64) + 1)[0]
+    step = float(tpot.min()) if n else 0.0
+    if setup.scenario.policy.spec is not None:
+        tpot, step = np.zeros(n), 0.0  # several tokens a step: no floor from one step
+    k = setup.scenario.policy.spec.num_speculative_tokens if setup.scenario.policy.spec is not None else 0
+    whole = stats.prompt_total + stats.output - 1 + k
+    rejected = _blocks(whole, dc.capacity.block_size) > dc.capacity.num_blocks
+    if shape.kind == "pd":
+        rejected |= _blocks(stats.prompt_total, pf.capacity.block_size) > pf.capacity.num_blocks
+    tpot_arr = np.where(stats.output > 1, tpot, np.nan)
+    e2e = ttft + np.maximum(stats.output - 1, 0) * tpot
+    inf = NEVER  # a large number, not inf: percentiles interpolate between neighbours
+    return {"ttft": np.where(rejected, inf, ttft), "tpot": np.where(rejected & (stats.output > 1), inf, tpot_arr),
+            "e2e": np.where(rejected, inf, e2e), "rejected_share": float(rejected.mean()) if len(rejected) else 0.0,
+            "decode_step_s": step}
+
+
+def floor_violation(floors: dict, slo: dict, attainment: float | None) -> str | None:
+    """Why the SLO cannot hold at any load (the floors alone break it), or None."""
+    from servesim.studies.capacity import _stat
+
+    per = {m: floors[m] for m in ("ttft", "tpot", "e2e")}
+    rej = floors.get("rejected_share", 0.0)
+    note = (f" ({rej:.1%} of requests need more KV than a replica has and are rejected)" if rej else "")
+    if attainment is not None:
+        within = np.ones(len(per["ttft"]), dtype=bool)
+        for (metric, _), limit in slo.items():
+            if metric in per:
+                within &= ~(per[metric] > limit)
+        share = float(within.mean()) if len(within) else 0.0
+        if share < attainment:
+            return (f"even unloaded only {share:.1%} of requests are within the limits (prefill alone and one decode "
+                    f"step per token), below --attainment {attainment:g}{note}")
+        return None
+    for (metric, stat), limit in slo.items():
+        if metric in per:
+            v = _stat(per[metric], stat)
+            if v >= NEVER / 10:
+                return (f"{rej:.1%} of requests need more KV than a replica has and are rejected, so "
+                        f"{metric}_{stat} <= {limit_text(limit)} cannot hold")
+            if v > limit:
+                return (f"{metric}_{stat} is at least {_s(v)} unloaded (prefill alone, one decode step per token) "
+                        f"> {limit_text(limit)}{note}")
+        elif metric == "tbt" and stat != "mean" and floors["decode_step_s"] > limit:
+            return (f"every token gap is at least one decode step, {_s(floors['decode_step_s'])} > tbt_{stat} "
+                    f"limit {limit_text(limit)}")
+    return None
+
+
+NEVER = 1e18  # seconds: a request that is never served (as servesim capacity counts it)
+
+
+def _s(v: float) -> str:
+    if v >= NEVER / 10:
+        return "never"
+    return f"{v * 1e3:.0f} ms" if v < 10 else f"{v:.1f} s"
+
+
+@dataclass
+class Assessment:
+    """What ``assess`` found for one shape."""
+
+    status: str  # "ok" | "pruned-memory" | "pruned-latency" | "pruned-bound"
+    reason: str = ""
+    unit_rate_bound: float = 0.0  # req/s one unit can serve at most
+    min_units: int = 0  # units R needs at least (the bound)
+    bound: dict | None = None
+    unit_usd_per_hour: float | None = None
+    unit_power_w: float | None = None  # provisioned (TDP) power of one unit
+
+
+def assess(shape: Shape, base: dict, rate: float, slo: dict, attainment, stats: WorkloadStats, max_gpus: int,
+           prices: dict, powers: dict) -> Assessment:
+    """Memory fit, latency floors and the throughput bound of ``shape`` for rate ``rate``."""
+    from servesim.inputs.scenario import scenario_from_dict
+    from servesim.simulation import prepare
+
+    counts = shape.gpu_counts(1)
+    usd = sum(n * prices[g] for g, n in counts.items()) if all(prices.get(g) is not None for g in counts) else None
+    watts = sum(n * powers[g] for g, n in counts.items()) if all(powers.get(g) is not None for g in counts) else None
+    a = Assessment("ok", unit_usd_per_hour=usd, unit_power_w=watts)
+    try:
+        setup = prepare(scenario_from_dict(with_values(base, shape.overrides(1, base.get("policy") or {}), "plan")))
+    except InputError as e:
+        a.status, a.reason = "pruned-memory", str(e)
+        return a
+    why = floor_violation(latency_floors(shape, setup, stats), slo, attainment)
+    if why:
+        a.status, a.reason = "pruned-latency", why
+        return a
+    a.unit_rate_bound, a.bound = unit_rate_bound(shape, setup, stats)
+    a.min_units = max(1, math.ceil(rate / a.unit_rate_bound * (1 - 1e-9)))
+    need = a.min_units * shape.gpus(1)
+    if need > max_gpus:
+        a.status = "pruned-bound"
+        a.reason = (f"one unit serves at most {a.unit_rate_bound:.3g} req/s (cost-model bound), so {rate:g} req/s "
+                    f"needs >= {a.min_units} units = {need} GPUs > --max-gpus {max_gpus}")
+    return a

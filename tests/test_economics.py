@@ -1,0 +1,107 @@
+"""Prices and power in the GPU catalog, the scenario's overrides, and summary.json's economics."""
+
+import numpy as np
+import pytest
+
+from servesim.cost.economics import IDLE_POWER_SHARE, PoolUse, economics, gpu_power_w, phase_cost_shares
+from servesim.errors import InputError
+from servesim.inputs.specs import GPUS, get_gpu
+from servesim.simulation import simulate
+
+from conftest import make_scenario
+
+
+def test_every_catalog_gpu_has_a_price_and_a_board_power():
+    for name, g in GPUS.items():
+        assert g.price_per_gpu_hour_usd is not None and g.price_per_gpu_hour_usd > 0, name
+        assert g.power_w is not None and g.power_w >= 250, name
+    # datasheet TDPs
+    assert GPUS["h100-sxm"].power_w == 700 and GPUS["a100-80g"].power_w == 400
+    # a list price, not a cost: an H100 SXM rents for more than an A100 and less than a B200
+    assert GPUS["a100-80g"].price_per_gpu_hour_usd < GPUS["h100-sxm"].price_per_gpu_hour_usd \
+        < GPUS["b200"].price_per_gpu_hour_usd
+
+
+def test_power_model_runs_from_idle_to_board_power():
+    assert gpu_power_w(700, 0.0) == pytest.approx(700 * IDLE_POWER_SHARE)
+    assert gpu_power_w(700, 1.0) == pytest.approx(700)
+    assert gpu_power_w(700, 0.5) == pytest.approx(700 * (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) / 2))
+    assert gpu_power_w(700, 1.7) == gpu_power_w(700, 1.0)  # a share, clipped
+
+
+def test_gpu_yaml_carries_price_and_power(tmp_path):
+    f = tmp_path / "h20.yaml"
+    f.write_text("name: h20\npeak_flops: 148e12\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4.0e12\n"
+                 "price_per_gpu_hour_usd: 1.2\npower_w: 400\n")
+    g = get_gpu(str(f))
+    assert (g.price_per_gpu_hour_usd, g.power_w) == (1.2, 400)
+    f.write_text("base: h100-sxm\nmem_bytes: 96e9\n")
+    assert get_gpu(str(f)).price_per_gpu_hour_usd == GPUS["h100-sxm"].price_per_gpu_hour_usd
+    f.write_text("base: h100-sxm\npower_w: -3\n")
+    with pytest.raises(InputError, match="power_w"):
+        get_gpu(str(f))
+
+
+def test_phase_cost_shares_split_mixed_steps_by_prefill_tokens():
+    steps = {"duration_s": np.array([1.0, 1.0, 2.0, 3.0]), "prefill_tokens": np.array([100, 0, 50, 0]),
+             "decode_tokens": np.array([0, 8, 50, 4]), "replica": np.array([0, 0, 0, 1])}
+    pools = np.array(["prefill", "decode"], dtype=object)
+    shares = phase_cost_shares(steps, pools, ["prefill", "decode"])
+    assert shares["prefill"] == pytest.approx((1.0 + 0.0 + 2.0 * 0.5) / 4.0)
+    assert shares["decode"] == 0.0
+
+
+def test_economics_adds_up():
+    pools = [PoolUse("prefill", "h100-sxm", 2, 3.0, 700.0, 0.5, 1.0),
+             PoolUse("decode", "a100-80g", 4, 1.5, 400.0, 1.0, 0.0)]
+    e = economics(pools, 3600.0, 2e6, 1e6)
+    assert e["usd_per_hour"] == pytest.approx(2 * 3.0 + 4 * 1.5)
+    assert e["usd"] == pytest.approx(12.0)
+    assert e["tokens_per_usd"] == pytest.approx(3e6 / 12.0)
+    # the prefill pool's cost is the input tokens', the decode pool's the output tokens'
+    assert e["usd_per_million_input_tokens"] == pytest.approx(6.0 / 2)
+    assert e["usd_per_million_output_tokens"] == pytest.approx(6.0 / 1)
+    power = 2 * gpu_power_w(700, 0.5) + 4 * 400
+    assert e["mean_power_w"] == pytest.approx(power)
+    assert e["provisioned_power_w"] == 2 * 700 + 4 * 400
+    assert e["tokens_per_joule"] == pytest.approx(3e6 / (power * 3600))
+    unknown = economics([PoolUse("colocated", "x", 1, None, None, 1.0, 0.5)], 10.0, 1.0, 1.0)
+    assert unknown["usd_per_hour"] is None and unknown["tokens_per_usd"] is None and unknown["missing"] == ["x"]
+
+
+def test_summary_economics_of_a_run_and_its_overrides():
+    s = simulate(make_scenario(**{"cluster.replicas": 2})).summary
+    e = s["economics"]
+    h100 = GPUS["h100-sxm"]
+    assert e["gpus"] == 2 and e["usd_per_hour"] == pytest.approx(2 * h100.price_per_gpu_hour_usd)
+    tokens = s["total_tokens_per_s"] * s["sim_time_s"]
+    assert e["tokens_per_usd"] == pytest.approx(tokens / (e["usd_per_hour"] * s["sim_time_s"] / 3600))
+    busy = s["utilization"]["busy_fraction"]
+    assert e["mean_power_w"] == pytest.approx(2 * gpu_power_w(h100.power_w, busy))
+    over = simulate(make_scenario(**{"cost.gpu_hour_usd": 2.0, "cost.gpu_power_w": {"h100-sxm": 500}})).summary
+    assert over["economics"]["usd_per_hour"] == 2.0 and over["economics"]["provisioned_power_w"] == 500
+
+
+def test_pd_split_attributes_each_pool_to_its_phase():
+    s = simulate(make_scenario(**{"policy.name": "pd_split", "policy.decode.gpu": "a100-80g",
+                                  "workload.num_requests": 30})).summary
+    e = s["economics"]
+    assert e["pools"]["prefill"]["input_cost_share"] == 1.0 and e["pools"]["decode"]["input_cost_share"] == 0.0
+    assert e["usd_per_hour"] == pytest.approx(GPUS["h100-sxm"].price_per_gpu_hour_usd
+                                             + GPUS["a100-80g"].price_per_gpu_hour_usd)
+
+
+@pytest.mark.parametrize("value, match", [("cheap", "cost.gpu_hour_usd must be a number"),
+                                          ({"h100-sxm": -1}, r"cost.gpu_hour_usd.h100-sxm must be a number >= 0"),
+                                          ({"h100": 2.0}, r"cost.gpu_hour_usd.h100: not a GPU.*did you mean")])
+def test_bad_price_overrides_name_the_field(value, match):
+    with pytest.raises(InputError, match=match):
+        simulate(make_scenario(**{"cost.gpu_hour_usd": value}))
+
+
+def test_printed_summary_has_an_economics_line():
+    from servesim.cli.main import format_summary
+
+    text = format_summary(simulate(make_scenario()).summary)
+    line = next(x for x in text.splitlines() if x.startswith("economics"))
+    assert "1 x h100-sxm at $" in line and "tokens per $" in line and "tokens per J" in line

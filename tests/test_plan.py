@@ -1,0 +1,271 @@
+"""``servesim plan``: the search space, the bounds it prunes with, the search, and a brute-force check
+that no cheaper configuration of the space meets the SLO."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from servesim.errors import InputError
+from servesim.inputs.overrides import with_values
+from servesim.inputs.scenario import scenario_from_dict
+from servesim.outputs.metrics import parse_slo
+from servesim.simulation import prepare, simulate
+from servesim.studies.capacity import RATE_KEY, evaluate
+from servesim.studies.executors import ExecutorOptions
+from servesim.studies.intervals import t_interval
+from servesim.studies.plan import PlanOptions, run_plan
+from servesim.studies.plan_space import (Shape, assess, enumerate_shapes, latency_floors, unit_rate_bound,
+                                         workload_stats)
+from servesim.studies.points import make_points
+from servesim.studies.sweep import RUNS, execute
+
+SMALL = {
+    "name": "plan-small",
+    "seed": 0,
+    "model": "meta-llama/Meta-Llama-3-8B",
+    "hardware": {"gpu": "h100-sxm"},
+    "policy": {"name": "continuous", "max_num_seqs": 128},
+    "workload": {
+        "num_requests": 200,
+        "arrival": {"process": "poisson", "rate_rps": 4.0},
+        "prompt_tokens": {"dist": "uniform", "min": 64, "max": 1024},
+        "output_tokens": {"dist": "uniform", "min": 16, "max": 128},
+    },
+}
+SLO = "ttft_p99=0.5,tpot_p99=40ms"
+QUIET = ExecutorOptions(workers=1, progress=False)
+SHAPES = [Shape("colocated", "h100-sxm", 1), Shape("colocated", "a100-80g", 1, policy="chunked_prefill", chunk=512),
+          Shape("colocated", "h100-sxm", 2),
+          Shape("pd", "h100-sxm", 1, decode_gpu="a100-80g", decode_tp=1, ratio=(1, 2))]
+
+
+def _setup(shape: Shape, units: int = 1, **extra):
+    data = with_values(SMALL, {**shape.overrides(units, SMALL["policy"]), **extra}, "test")
+    sc = scenario_from_dict(data)
+    return sc, prepare(sc)
+
+
+def test_the_space_holds_every_combination_once():
+    shapes = enumerate_shapes(["h100-sxm", "a100-80g"], (1, 2, 4), (1, 2),
+                              ("continuous", "chunked_prefill", "pd_split"), (512, 2048), ((1, 1), (1, 2)),
+                              mixed_pd=False)
+    colocated = 2 * 3 * 2 * (1 + 2)
+    pd = 2 * 3 * 3 * 2
+    assert len(shapes) == colocated + pd
+    assert len({s.key for s in shapes}) == len(shapes)
+    mixed = enumerate_shapes(["h100-sxm", "a100-80g"], (1,), (1,), ("pd_split",), (), ((1, 1),), mixed_pd=True)
+    assert {(s.gpu, s.decode_gpu) for s in mixed} == {("h100-sxm", "h100-sxm"), ("h100-sxm", "a100-80g"),
+                                                      ("a100-80g", "h100-sxm"), ("a100-80g", "a100-80g")}
+
+
+def test_a_shape_makes_the_deployment_it_names():
+    pd = SHAPES[3]
+    sc, setup = _setup(pd, units=2)
+    pools = setup.pools_by_name
+    assert (pools["prefill"].replicas, pools["decode"].replicas) == (2, 4)
+    assert pools["decode"].cost_model.gpu.name == "a100-80g"
+    assert pd.gpu_counts(2) == {"h100-sxm": 2, "a100-80g": 4} and pd.fleet(2) == "2 x h100-sxm + 4 x a100-80g"
+    sc, setup = _setup(SHAPES[1], units=3)
+    assert sc.policy.name == "chunked_prefill" and sc.policy.max_num_batched_tokens == 512
+    assert sc.cluster.replicas == 3 and SHAPES[1].describe(3) == "3 x a100-80g TP1, chunked prefill 512"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.key)
+def test_no_unit_serves_more_than_its_bound(shape):
+    """The throughput bound is an upper bound: one unit offered three times its bound serves less."""
+    sc, setup = _setup(shape, **{"workload.num_requests": 300})
+    bound, _ = unit_rate_bound(shape, setup, workload_stats(sc))
+    res = simulate(scenario_from_dict(with_values(SMALL, {**shape.overrides(1, SMALL["policy"]),
+                                                          RATE_KEY: 3 * bound, "workload.num_requests": 300})))
+    s = res.summary
+    assert s["completed"] == 300
+    # the rate it served while arrivals lasted and after: completions over the busy span
+    assert s["throughput_rps"] < bound
+
+
+@pytest.mark.parametrize("shape", SHAPES[:2] + SHAPES[3:], ids=lambda s: s.key)
+def test_latency_floors_hold_for_every_request(shape):
+    """No request's TTFT or TPOT beats its floor (prefill alone, one decode step of one)."""
+    sc, setup = _setup(shape, **{RATE_KEY: 1.0, "workload.num_requests": 100})
+    floors = latency_floors(shape, setup, workload_stats(sc))
+    res = simulate(sc)
+    r = res.requests
+    order = np.argsort(r["request_id"])
+    ttft = (r["first_token_s"] - r["arrival_s"])[order]
+    assert np.all(ttft >= floors["ttft"] * (1 - 1e-9))
+    multi = (r["output_tokens"][order] > 1)
+    tpot = ((r["finish_s"] - r["first_token_s"]) / np.maximum(r["output_tokens"] - 1, 1))[order]
+    assert np.all(tpot[multi] >= floors["tpot"][multi] * 0.999)
+
+
+def test_assess_prunes_with_the_reason():
+    base = dict(SMALL, model="meta-llama/Meta-Llama-3-70B")
+    sc = scenario_from_dict(base)
+    stats = workload_stats(sc)
+    prices, powers = {"h100-sxm": 3.0}, {"h100-sxm": 700.0}
+    slo = parse_slo(SLO)
+    a = assess(Shape("colocated", "h100-sxm", 1), base, 10, slo, None, stats, 64, prices, powers)
+    assert a.status == "pruned-memory" and "does not fit" in a.reason
+    a = assess(Shape("colocated", "h100-sxm", 1), SMALL, 10, parse_slo("ttft_p99=1ms"), None, stats, 64, prices,
+               powers)
+    assert a.status == "pruned-latency" and "ttft_p99 is at least" in a.reason
+    a = assess(Shape("colocated", "h100-sxm", 1), SMALL, 1000, slo, None, stats, 4, prices, powers)
+    assert a.status == "pruned-bound" and "--max-gpus 4" in a.reason and a.min_units > 4
+    a = assess(Shape("colocated", "h100-sxm", 1), SMALL, 10, slo, 0.9, stats, 64, prices, powers)
+    assert a.status == "ok" and a.unit_usd_per_hour == 3.0 and a.min_units == math.ceil(10 / a.unit_rate_bound)
+
+
+def test_t_interval():
+    iv = t_interval([1.0, 2.0, 3.0])
+    assert iv.estimate == 2.0
+    assert iv.high - 2.0 == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
+    one = t_interval([5.0])
+    assert (one.low, one.estimate, one.high) == (5.0, 5.0, 5.0)
+
+
+# ---------------------------------------------------------------- the search, checked by brute force
+def _plan(tmp_path, **kw) -> dict:
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    opts = PlanOptions(**{"rate_rps": 45.0, "slo": SLO, "gpus": ("h100-sxm", "a100-80g"), "tps": (1,),
+                          "chunks": (512,), "pd_ratios": ((1, 1),), "max_gpus": 4, "seeds": 2, "probe_requests": 200,
+                          "requests": 300, "verify_top": 1, **kw})
+    return run_plan(f, opts, tmp_path / "plan", ex=QUIET).doc
+
+
+def brute_force(doc: dict, out: Path) -> list:
+    """Every configuration of the plan's space (each shape at each unit count within --max-gpus)
+    that costs less than the answer, run at the rate with the plan's seeds and requests, in a
+    folder of its own; returns those that met the SLO with every seed (none, if the plan is right)."""
+    o = doc["options"]
+    answer_cost = doc["answer"]["objective"]
+    base = with_values(SMALL, {"cost.gpu_hour_usd": doc["prices_usd_per_gpu_hour"]}, "test")
+    slo = parse_slo(doc["slo"])
+    cheaper = []
+    for c in doc["candidates"]:
+        shape = Shape(**{**c["shape"], "ratio": tuple(c["shape"]["ratio"])})
+        for units in range(1, o["max_gpus"] // shape.gpus(1) + 1):
+            cost = sum(n * doc["prices_usd_per_gpu_hour"][g] for g, n in shape.gpu_counts(units).items())
+            if cost < answer_cost - 1e-9:
+                cheaper.append((shape, units))
+    variants = [({"shape": s.key, "units": u, "seed": seed},
+                 {**s.overrides(u, SMALL["policy"]), "seed": seed, RATE_KEY: doc["rate_rps"],
+                  "workload.num_requests": doc["requests_at_rate"], "workload.duration_s": None})
+                for s, u in cheaper for seed in doc["seeds"]]
+    points = make_points(base, variants)
+    execute(points, out, "local", 1, None, False)
+    met = {}
+    for p in points:
+        ok = (p.row.get("status") == "ok"
+              and evaluate(out / RUNS / p.hash, slo, doc["attainment"], doc["keep_up"])["meets"])
+        key = (p.values["shape"], p.values["units"])
+        met[key] = met.get(key, True) and ok
+    assert len(met) == len(cheaper) and cheaper, "the answer is the cheapest configuration of the space"
+    return [k for k, ok in met.items() if ok]
+
+
+def test_plan_finds_the_cheapest_configuration_that_meets(tmp_path):
+    doc = _plan(tmp_path)
+    ans = doc["answer"]
+    assert ans is not None
+    cands = {c["key"]: c for c in doc["candidates"]}
+    win = cands[ans["key"]]
+    final = next(r for r in win["runs"] if r["units"] == win["units"])
+    assert final["meets"] and all(s["meets"] for s in final["seeds"]) and len(final["seeds"]) == 2
+    assert win["capacity"]["measured"] and win["capacity"]["estimate"] >= doc["rate_rps"]
+    # the next-cheaper configuration is shown failing, with the limits it broke
+    nc = doc["next_cheaper"]
+    assert nc["objective"] < ans["objective"] and nc["why"]
+    assert not nc.get("meets", False)
+    assert brute_force(doc, tmp_path / "brute") == []
+
+
+def test_a_rerun_resumes_from_the_finished_runs(tmp_path):
+    doc = _plan(tmp_path, seeds=1, pd_ratios=(), policies=("continuous",))
+    runs = tmp_path / "plan" / RUNS
+    before = sorted(p.name for p in runs.iterdir())
+    again = _plan(tmp_path, seeds=1, pd_ratios=(), policies=("continuous",))
+    assert sorted(p.name for p in runs.iterdir()) == before
+    assert again["answer"] == doc["answer"] and again["ranking"] == doc["ranking"]
+    statuses = {c["status"] for c in doc["candidates"]}
+    assert statuses <= {"feasible", "dominated", "pruned-memory", "pruned-latency", "pruned-bound", "infeasible"}
+
+
+@pytest.mark.slow
+def test_plan_is_the_cheapest_over_a_wider_space(tmp_path):
+    doc = _plan(tmp_path, tps=(1, 2), chunks=(512, 2048), pd_ratios=((1, 1), (1, 2)), mixed_pd=True, max_gpus=6,
+                rate_rps=60.0)
+    assert brute_force(doc, tmp_path / "brute") == []
+
+
+def test_plan_report_figures_and_answer(tmp_path):
+    from servesim.plots.plan_report import build_plan_report
+
+    doc = _plan(tmp_path, seeds=1, pd_ratios=(), policies=("continuous", "chunked_prefill"))
+    md = build_plan_report(tmp_path / "plan").read_text()
+    assert doc["answer"]["label"] in md and "meets ttft_p99 <= 500 ms, tpot_p99 <= 40 ms" in md
+    for name in ("cost_vs_capacity", "cost_vs_latency", "latency_cdfs"):
+        assert (tmp_path / "plan" / "figures" / f"{name}.png").stat().st_size > 10_000
+
+
+def test_plan_options_are_checked(tmp_path):
+    with pytest.raises(InputError, match="--objective"):
+        _plan(tmp_path, objective="speed")
+    with pytest.raises(InputError, match="--price h100: not one of the GPUs searched"):
+        _plan(tmp_path, prices=(("h100", 2.0),))
+    with pytest.raises(InputError, match="--pd-ratios"):
+        _plan(tmp_path, pd_ratios=((0, 1),))
+
+
+# ---------------------------------------------------------------- the command
+def test_plan_command_prints_the_table_answer_and_failure(tmp_path, capsys):
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    out = tmp_path / "p"
+    code = main(["plan", str(f), "--rate", "20", "--slo", SLO, "--gpus", "h100-sxm,a100-80g", "--tp", "1",
+                 "--policies", "continuous,chunked_prefill", "--chunks", "512", "--seeds", "1", "--max-gpus", "3",
+                 "--requests", "300", "--probe-requests", "200", "--workers", "1", "--quiet", "--no-report",
+                 "--verify-top", "1", "--price", "a100-80g=1.0", "--out", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["prices_usd_per_gpu_hour"]["a100-80g"] == 1.0
+    assert "rank  configuration" in text and "Serve meta-llama/Meta-Llama-3-8B at 20 req/s on" in text
+    assert doc["answer"]["label"] in text and "next cheaper:" in text and "seed 0: meets" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--objective", "speed"], "invalid choice"),
+    (["--pd-ratios", "1-2"], "--pd-ratios '1-2': expected P:D"),
+    (["--price", "h100-sxm"], "expected GPU=USD"),
+    (["--tp", "one"], "--tp 'one': expected comma-separated integers"),
+    (["--slo", "ttft=1"], "ttft"),
+    (["--gpus", "h100"], "unknown GPU 'h100'"),
+])
+def test_plan_bad_input_is_exit_2(tmp_path, capsys, args, message):
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    base = ["plan", str(f), "--rate", "10", "--slo", SLO, "--out", str(tmp_path / "p"), "--quiet"]
+    flags = dict(zip(base[4::2], base[5::2]))
+    for k, v in zip(args[::2], args[1::2]):
+        flags[k] = v
+    argv = base[:4] + [x for kv in flags.items() for x in kv]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_plan_runs_keep_only_what_the_plan_reads(tmp_path):
+    from servesim.studies.executors import run_point
+
+    data = scenario_from_dict(SMALL).to_dict()
+    run_point(data, str(tmp_path / "r"), ("summary", "requests", "scenario"))
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["requests.csv", "scenario.yaml", "summary.json"]
+    run_point(data, str(tmp_path / "all"))
+    assert {"steps.csv", "tbt_s.npy"} <= {p.name for p in (tmp_path / "all").iterdir()}
