@@ -187,6 +187,8 @@ class Replica:
         self._cnt = [0] * kv.block_size
         self._mac = None  # a run of decode-only steps in flight (see _macro)
         self._interruptible = False
+        self._wake_lag = 0  # the lag of the wake that interrupted the run in flight
+        self._lagged = False  # the run was cut to the step after the one in flight (a lagged wake)
         self._decode_step_s = 0.0  # the last decode-only step's duration (to size plans)
         self._wakeup = None
         self._state = ReplicaState(self.running, self.waiting, kv, 0.0, self.swapped, 0, self.landed,
@@ -245,7 +247,8 @@ class Replica:
             self.tracer.arrive(self, req)
         if self.watch is not None:
             self.watch.add(self.watch_key)
-        self.wake()
+        # async scheduling: the decision at the end of the step in flight was made without it
+        self.wake(1 if self.async_scheduling else 0)
 
     def accept_prefilled(self, req) -> None:
         """A request whose KV (already mapped on this replica's allocator) has just landed."""
@@ -281,15 +284,21 @@ class Replica:
         while inc and inc[0].arrival_s <= cutoff:
             self.waiting.append(inc.popleft())
 
-    def wake(self) -> None:
+    def wake(self, lag: int = 0) -> None:
+        """Something the next decisions must see happened now: during a run of decode steps, the
+        run ends after the step in flight and ``lag`` more (an arrival under async scheduling
+        is seen one decision later: the step after the one in flight is decided without it)."""
         if self._interruptible:
             run = self._mac
             if run.deaf:  # what arrives waits for the run (the policy said it changes nothing)
                 return
-            if bisect.bisect_right(run.ends, self.env.now, 0, run.K) + 1 >= run.K:
-                run.stop = True  # the step in flight is the run's last: it ends there anyway
+            if bisect.bisect_right(run.ends, self.env.now, 0, run.K) + 1 + lag >= run.K:
+                run.stop = True  # the run ends there anyway
                 return
+            if self._lagged and lag:
+                return  # (cut already to the step after the one in flight)
             self._interruptible = False
+            self._wake_lag = lag
             self.process.interrupt()
             return
         ev = self._wakeup
@@ -872,9 +881,22 @@ class Replica:
             if woken and env.now < last:  # settle what has happened, finish the step in flight
                 self.settle(env.now)
                 j = run.done  # the step in flight
-                if j + 1 < run.K:
-                    self._truncate(run, j + 1)
-                yield from self._until(ends[j])
+                lag = self._wake_lag
+                if j + 1 + lag < run.K:
+                    self._truncate(run, j + 1 + lag)
+                if lag:
+                    # the step after the one in flight is decided without what arrived; anything
+                    # seen at once (wake with no lag) before the one in flight ends still cuts there
+                    self._lagged = self._interruptible = True
+                    try:
+                        yield from self._until(ends[j])
+                    except Interrupt:
+                        self.settle(env.now)
+                        if j + 1 < run.K:
+                            self._truncate(run, j + 1)
+                        yield from self._until(ends[j])
+                    self._lagged = self._interruptible = False
+                yield from self._until(ends[run.K - 1])
                 break
             if run.K >= K or not run.pn or run.stop:
                 break
@@ -970,9 +992,9 @@ class Replica:
                 priced = [(self.cost_model.step_time(b), b) for b in shaped]
                 dur = [c.time_s for c, _ in priced]
             ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
-            if ends[-1] > t_stop:  # keep the steps up to the one in flight at t_stop
+            if ends[-1] > t_stop:  # keep the steps up to the one in flight at t_stop (async: one more)
                 run.stop = True
-                cut = bisect.bisect_right(ends, t_stop, 1)
+                cut = bisect.bisect_right(ends, t_stop, 1) + (1 if self.async_scheduling else 0)
                 if cut < m:
                     m = cut
                     del ends[m + 1:]
