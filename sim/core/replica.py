@@ -884,9 +884,10 @@ class Replica:
                 lag = self._wake_lag
                 if j + 1 + lag < run.K:
                     self._truncate(run, j + 1 + lag)
-                if lag:
+                if lag and self.role != "colocated":
                     # the step after the one in flight is decided without what arrived; anything
-                    # seen at once (wake with no lag) before the one in flight ends still cuts there
+                    # seen at once (wake with no lag: a P/D hand-off landing, KV freed on the
+                    # prefill side) before the one in flight ends still cuts there
                     self._lagged = self._interruptible = True
                     try:
                         yield from self._until(ends[j])
