@@ -232,7 +232,8 @@ def _reproduce(sub) -> None:
     p.add_argument("--out", default="out/reproduce", help="output folder (default: ./out/reproduce)")
     p.add_argument("--seed", type=int, help="replace every scenario's seed (robustness checks)")
     p.add_argument("--workers", type=int, default=None, help="capacity probes in parallel (default: all cores)")
-    p.add_argument("--write-readme", metavar="README", nargs="?", const="README.md",
-                   help="also write the fidelity table into README (default ./README.md) between its "
-                        "<!-- reproduce-table:begin/end --> markers")
+    p.add_argument("--write-docs", "--write-readme", dest="write_readme", metavar="FILE", nargs="?",
+                   const="docs/fidelity.md",
+                   help="also write the fidelity table into FILE (default ./docs/fidelity.md, the fidelity guide) "
+                        "between its <!-- reproduce-table:begin/end --> markers")
     p.set_defaults(func=cmd_reproduce)
