@@ -1,4 +1,4 @@
-"""The scheduling evidence in the README: three ``servesim compare`` studies of
+"""The scheduling evidence in docs/scheduling.md: three ``servesim compare`` studies of
 ``scenarios/interactive-batch.yaml`` (chat + batch summarization on one Llama-3-8B / H100), each
 over several seeds, printed as Markdown tables (the seed-0 value, and the min-max over seeds).
 
@@ -105,7 +105,7 @@ def table(name: str, runs: list) -> str:
 
 
 def readme_figures(out: Path, docs: Path) -> list:
-    """The README's figures from the seed-0 folders: chat vs batch service under FCFS and
+    """The scheduling guide's figures from the seed-0 folders: chat vs batch service under FCFS and
     priority, the TTFT CDF of the SJF study, goodput vs load with and without shedding."""
     import shutil
 
@@ -134,7 +134,7 @@ def readme_figures(out: Path, docs: Path) -> list:
         ax.set_title("TTFT CDF at 13 req/s (interactive-batch)")
         F.save(fig, docs / "sched_sjf")
         plt.close(fig)
-        (docs / "sched_sjf.svg").unlink()  # the README embeds PNGs
+        (docs / "sched_sjf.svg").unlink()  # the guide embeds PNGs
         written.append(docs / "sched_sjf.png")
     return written
 
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--only", help="comma-separated studies (default: all)")
-    ap.add_argument("--docs", help="also write the README's figures (PNG) into this folder, e.g. docs")
+    ap.add_argument("--docs", help="also write the guide's figures (PNG) into this folder, e.g. docs")
     a = ap.parse_args(argv)
     ex = ExecutorOptions(workers=a.workers, progress=False)
     seeds = [int(s) for s in a.seeds.split(",")]
