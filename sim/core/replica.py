@@ -863,6 +863,10 @@ class Replica:
                 self.watch.add(self.watch_key)
         elif t0 > t_stop:
             run.stop = True
+            if self.async_scheduling and run.pn and K > 1:
+                # the next request arrives during step 0, and the step after it is decided without
+                # it: that step is the decode set's, so it is part of the run
+                self._plan(run, 1, t0, self.kv.num_empty)
         elif run.pn:
             self._plan(run, min(K - 1, chunk), t0, self.kv.num_empty, t_stop)
         while True:
