@@ -172,6 +172,8 @@ CASES = {
     "pd_swap_tight": {**TIGHT, "policy.name": "pd_split", "policy.preemption": "swap", "memory.swap_space_gib": 0.2,
                       "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
                       "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+    # vLLM of 2023: no CUDA graphs, NCCL all-reduce, launch-bound eager steps at TP 2 (and the host's speed)
+    "eager_v02_tp2": {"cost.engine": "vllm-v0.2", "hardware.tp": 2, "policy.prefill_first": True},
     "pd_stream": {"policy.name": "pd_split", "policy.prefill": {"replicas": 2}, "policy.decode": {"replicas": 1},
                   "policy.link": {"bandwidth_gbps": 25.0, "overlap": True},
                   "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
