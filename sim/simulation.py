@@ -112,12 +112,11 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     measured = None
     if scenario.cost.profiles is not None:
         measured = load_measured(scenario.cost.profiles, model, tp, gpu, hw.dtype)
-    # TP all-reduce inside the NVLink domain: the engines' custom kernels (vLLM, SGLang, TensorRT-LLM),
-    # NCCL alone for Hugging Face's eager PyTorch (torch.distributed)
-    allreduce = scenario.cost.allreduce or ("nccl" if scenario.cost.engine == "hf-eager" else "custom")
+    # TP all-reduce inside the NVLink domain: cost.allreduce, else the engine profile's
     cm, engine = cost_model_for(model, gpu, eff, tp, scenario.cost.engine, max_num_seqs, scenario.cost, pp=hw.pp,
-                                dtype=hw.dtype, kv_dtype=kv_dtype, measured=measured, allreduce=allreduce,
+                                dtype=hw.dtype, kv_dtype=kv_dtype, measured=measured,
                                 expert_parallel=hw.expert_parallel)
+    allreduce = cm.allreduce
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:
