@@ -560,10 +560,16 @@ class CostModel:
         # (_finish, with the CPU's shares computed once: the same operations per step)
         hid = f * cpu
         ex = cpu - hid
+        # (the GPU time grows with x; when the CPU's hidden share is under it at the run's first
+        # step, hid - g is never taken and each step is g + (ex + 0.0) = g + ex)
         if no_launch and m_lo - c_lo > tol and m_hi - c_hi > tol:
+            if hid <= t0 + (lat + (kv_tok * lo + bq) / bm) * L + comm:
+                return [t0 + (lat + (kv_tok * x + bq) / bm) * L + comm + ex for x in dctx]
             return [g + (ex + (hid - g if hid > g else 0.0))
                     for g in [t0 + (lat + (kv_tok * x + bq) / bm) * L + comm for x in dctx]]
         if no_launch and c_lo - m_lo > tol and c_hi - m_hi > tol:
+            if hid <= t0 + (lat + fq * float(lo) / pc) * L + comm:
+                return [t0 + (lat + fq * float(x) / pc) * L + comm + ex for x in dctx]
             return [g + (ex + (hid - g if hid > g else 0.0))
                     for g in [t0 + (lat + fq * float(x) / pc) * L + comm for x in dctx]]
         return self._decode_steps_scalar(n, dctx)[0]
