@@ -115,6 +115,9 @@ def run_cli(case, n, rate, engine, outputs=None, fmt="csv", tmp_root=None) -> di
         "completed": seen["completed"], "rejected": seen["rejected"], "busy_fraction": seen["busy_fraction"],
         "mean_batch_size": seen["mean_batch_size"],
         "peak_rss_mib": usage.ru_maxrss / 1024,  # (KiB on Linux)
+        # the process's CPU time (user + system): on a shared machine the figure wall time would
+        # be on an idle core
+        "cpu_s": usage.ru_utime + usage.ru_stime,
     }
 
 
@@ -194,8 +197,8 @@ def main() -> None:
                                            args.format if args.format != "csv" else None,
                                            args.outputs.replace(",", "+") if args.outputs else None) if x)
         results[key + suffix] = r
-        print(f"({key}{suffix}) {n:>9,} requests [{args.engine}]: wall {r['wall_s']:.2f} s (simulate "
-              f"{r['simulate_s']:.2f} s, write {r['write_s']:.2f} s of {r['output_mib']:.0f} MiB, other "
+        print(f"({key}{suffix}) {n:>9,} requests [{args.engine}]: wall {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s "
+              f"(simulate {r['simulate_s']:.2f} s, write {r['write_s']:.2f} s of {r['output_mib']:.0f} MiB, other "
               f"{r['other_s']:.2f} s), {r['sim_requests_per_wall_s']:,.0f} sim req/s, "
               f"{r['steps_per_wall_s']:,.0f} steps/s, peak RSS {r['peak_rss_mib']:.0f} MiB, busy "
               f"{r['busy_fraction'] * 100:.0f}%, mean batch {r['mean_batch_size']:.1f}", flush=True)

@@ -112,12 +112,11 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     measured = None
     if scenario.cost.profiles is not None:
         measured = load_measured(scenario.cost.profiles, model, tp, gpu, hw.dtype)
-    # TP all-reduce inside the NVLink domain: the engines' custom kernels (vLLM, SGLang, TensorRT-LLM),
-    # NCCL alone for Hugging Face's eager PyTorch (torch.distributed)
-    allreduce = scenario.cost.allreduce or ("nccl" if scenario.cost.engine == "hf-eager" else "custom")
+    # TP all-reduce inside the NVLink domain: cost.allreduce, else the engine profile's
     cm, engine = cost_model_for(model, gpu, eff, tp, scenario.cost.engine, max_num_seqs, scenario.cost, pp=hw.pp,
-                                dtype=hw.dtype, kv_dtype=kv_dtype, measured=measured, allreduce=allreduce,
+                                dtype=hw.dtype, kv_dtype=kv_dtype, measured=measured,
                                 expert_parallel=hw.expert_parallel)
+    allreduce = cm.allreduce
     spec = None
     draft_bytes = 0.0
     if pol.spec is not None:
@@ -267,16 +266,24 @@ def api_delay_s(engine: EngineSetup):
     return lambda req: engine.api_s(req.output_tokens) if req.status == "completed" else engine.api_request_s
 
 
-def add_api_server(req_cols: dict, engine: EngineSetup) -> None:
+def add_api_server(req_cols: dict, engine: EngineSetup, until_s: float | None = None) -> None:
     """Make the request columns client-side: the API server (the entry pool's engine profile)
     delays a request's first token by ``api_request_s`` and its last by ``api_s`` (``api_request_s``
     + ``api_per_token_s`` x each later token), as the client measures TTFT and E2E. Adds the
     ``api_s`` column: the time added to ``finish_s`` (completed), to ``first_token_s`` (unfinished
-    after their first token), else empty."""
+    after their first token), else empty. With a cut-off ``until_s`` (``workload.duration_s``), a
+    request the engine finished whose response reaches the client after it is unfinished (the
+    client has not heard of its end by then)."""
     status = req_cols["status"]
     first, fin = req_cols["first_token_s"], req_cols["finish_s"]
     api = np.full(len(status), np.nan)
     done = status == "completed"
+    if until_s is not None and (engine.api_request_s or engine.api_per_token_s):
+        late = done & (fin + engine.api_s(req_cols["output_tokens"].astype(float)) > until_s)
+        if late.any():
+            status[late] = "unfinished"
+            fin[late] = np.nan
+            done &= ~late
     started = ~done & ~np.isnan(first)
     api[done] = engine.api_s(req_cols["output_tokens"][done].astype(float))
     api[started] = engine.api_request_s
@@ -448,7 +455,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if until is None and (stalled or len(rec.requests) != len(specs)):
         raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
-    add_api_server(req_cols, setup.pools[0].engine)
+    add_api_server(req_cols, setup.pools[0].engine, until)
     rec.release_request_rows()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns(price_runs=_price_runs(replicas))

@@ -167,6 +167,13 @@ CASES = {
                           "policy.decode": {"replicas": 1},
                           "workload.prompt_tokens": {"dist": "lognormal", "mean": 2500, "sigma": 0.8, "max": 9000},
                           "workload.arrival": {"process": "poisson", "rate_rps": 4.0}},
+    # the decode side swaps out under KV pressure (DistServe's decoding scheduler) while hand-offs wait
+    # for its blocks: the blocks a preemption frees go to the step's growth first
+    "pd_swap_tight": {**TIGHT, "policy.name": "pd_split", "policy.preemption": "swap", "memory.swap_space_gib": 0.2,
+                      "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
+                      "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+    # vLLM of 2023: no CUDA graphs, NCCL all-reduce, launch-bound eager steps at TP 2 (and the host's speed)
+    "eager_v02_tp2": {"cost.engine": "vllm-v0.2", "hardware.tp": 2, "policy.prefill_first": True},
     "pd_stream": {"policy.name": "pd_split", "policy.prefill": {"replicas": 2}, "policy.decode": {"replicas": 1},
                   "policy.link": {"bandwidth_gbps": 25.0, "overlap": True},
                   "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},

@@ -97,3 +97,29 @@ def test_quick_reproduce_runs_every_experiment(tmp_path):
     vllm = {f["label"]: f for f in data["experiments"][2]["figures"]}
     assert vllm["mean batched requests at 2 req/s: Orca (Max)"]["matches"]  # floor(15.4K / 2048) = 7
     assert vllm["mean batched requests at 2 req/s: Orca (Oracle)"]["matches"]
+
+
+def test_distserve_requests_are_built_as_its_preparation_script_builds_them():
+    """tools/reproduce_lengths.py: conversations cut at 2048 tokens, a prompt = the first k messages,
+    the output = the next one (a reply when k is odd), prompt + output < 2048."""
+    import numpy as np
+
+    from tools.reproduce_lengths import distserve_requests
+
+    rounds = np.array([[100, 300]] * 10)  # every user message 100 tokens, every reply 300
+    req = distserve_requests(rounds, n_conversations=3000, seed=1)
+    p, o = req["reply"]
+    assert set(o.tolist()) == {300} and set(((p - 100) % 400).tolist()) == {0}  # u, u+a+u, ...
+    p, o = req["user_turn"]
+    assert set(o.tolist()) == {100} and set((p % 400).tolist()) == {0}  # u+a, 2(u+a), ...
+    for p, o in req.values():
+        assert (p + o < 2048).all() and p.max() <= 2048 - 300
+    # a sample holds at most 5 rounds of 400 tokens (2000 <= 2048): at most 9 messages in a prompt
+    assert req["reply"][0].max() <= 4 * 400 + 100
+
+
+def test_distserve_decode_side_swaps_as_its_scheduler_does():
+    pd = prepare(scenario_from_dict(R.scenario_data("distserve-opt13b", R.PD_DISTSERVE)))
+    assert pd.scenario.policy.preemption == "swap" and pd.scenario.memory.swap_space_gib == 16
+    cls = {c.name: c.share for c in pd.scenario.workload.classes}
+    assert cls == {"reply": 0.62, "user_turn": 0.38}

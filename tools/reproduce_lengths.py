@@ -62,23 +62,64 @@ def main(sharegpt_8k: str, vllm_pkl: str) -> None:
     show("vllm-opt13b output (ShareGPT first replies)", first[:, 1])
     show("sarathi prompt (openchat_sharegpt4)", p)
     show("sarathi output (openchat_sharegpt4)", d)
-    # DistServe: prompt = a conversation's first k turns, k uniform, output = turn k + 1: a reply
-    # (k odd: a round of the 8k trace) or a user turn (k even: that round's prompt and reply as the
-    # prompt, a user message of the vLLM trace as the output), half each; kept when < 2048 tokens
-    rng = np.random.default_rng(SEED)
-    n = 400_000
-    i = rng.integers(len(p), size=n)
-    user = x[rng.integers(len(x), size=n), 0]
-    reply = rng.random(n) < 0.5
-    prompt = np.where(reply, p[i], p[i] + d[i])
-    out = np.where(reply, d[i], user)
-    keep = (prompt + out < DISTSERVE_MAX) & ~((prompt < 4) & (out < 4))
-    print(f"distserve reply share after the filter: {(reply & keep).sum() / keep.sum():.2f}; means "
-          f"{prompt[keep].mean():.0f} / {out[keep].mean():.0f}")
-    for cls, m in (("reply", reply & keep), ("user_turn", ~reply & keep)):
-        show(f"distserve {cls} prompt", prompt[m])
-        show(f"distserve {cls} output", out[m])
+    show_distserve(x)
 
+
+# ShareGPT_V3_unfiltered_cleaned_split.json, the file DistServe's AE reads: 94,145 samples holding
+# 330,239 rounds, 3.51 rounds a sample (LMSYS-Chat-1M, Zheng et al., ICLR'24, Table 1); FastChat's
+# split_long_conversation.py cut its conversations at round boundaries into samples of at most 2048
+# tokens (--max-length 2048)
+SHAREGPT_ROUNDS_PER_SAMPLE = 3.51
+SHAREGPT_SPLIT_TOKENS = 2048
+
+
+def distserve_requests(first_rounds, n_conversations: int = 100_000, seed: int = SEED):
+    """DistServe's ShareGPT requests rebuilt from ShareGPT's first rounds (``first_rounds``: (user
+    message, reply) token lengths, OPT tokenizer): conversations of R rounds, R geometric with
+    ShareGPT's mean rounds per sample, every message drawn from the first rounds' user messages and
+    replies (no figure says how later turns differ), cut at FastChat's 2048-token split; then, as
+    DistServe's AE 0-prepare-dataset.py, of each sample of at least 3 messages: k uniform in
+    1 .. messages - 1, prompt = the first k messages joined (a message's BOS token stands for its
+    joining newline), output = message k + 1 (a reply when k is odd, a user message when k is
+    even), dropped when prompt + output >= 2048 or both < 4 tokens. Returns {class: (prompts,
+    outputs)} for the classes ``reply`` and ``user_turn``."""
+    rng = np.random.default_rng(seed)
+    h, g = first_rounds[:, 0], first_rounds[:, 1]
+    out = {"reply": ([], []), "user_turn": ([], [])}
+    for r in rng.geometric(1 / SHAREGPT_ROUNDS_PER_SAMPLE, size=n_conversations):
+        msgs = np.column_stack([h[rng.integers(len(h), size=r)], g[rng.integers(len(g), size=r)]])
+        samples, cur, length = [], [], 0
+        for u, a in msgs.tolist():
+            if cur and length + u + a > SHAREGPT_SPLIT_TOKENS:
+                samples.append(cur)
+                cur, length = [], 0
+            cur += [u, a]
+            length += u + a
+        samples.append(cur)
+        for sm in samples:
+            if len(sm) < 3:
+                continue
+            k = int(rng.integers(1, len(sm)))
+            prompt, output = sum(sm[:k]), sm[k]
+            if prompt + output >= DISTSERVE_MAX or (prompt < 4 and output < 4):
+                continue
+            cls = out["reply" if k % 2 else "user_turn"]
+            cls[0].append(prompt)
+            cls[1].append(output)
+    return {c: (np.array(p), np.array(o)) for c, (p, o) in out.items()}
+
+
+def show_distserve(first_rounds) -> None:
+    req = distserve_requests(first_rounds)
+    n = sum(len(p) for p, _ in req.values())
+    allp = np.concatenate([p for p, _ in req.values()])
+    allo = np.concatenate([o for _, o in req.values()])
+    print(f"distserve: {n} requests; means {allp.mean():.0f} / {allo.mean():.0f}; prompts above 1440 tokens "
+          f"{np.mean(allp > 1440):.1%}")
+    for cls, (p, o) in req.items():
+        print(f"distserve {cls}: share {len(p) / n:.2f}")
+        show(f"distserve {cls} prompt", p)
+        show(f"distserve {cls} output", o)
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

@@ -57,10 +57,9 @@ def cmd_cost(args) -> int:
     from servesim.cost.engines import padded_tokens as engines_padded
 
     eff = efficiencies_for(gpu, args.calibration, "--calibration")
-    allreduce = args.allreduce or ("nccl" if args.engine == "hf-eager" else "custom")
     cm, engine = cost_model_for(model, gpu, eff, args.tp, args.engine, 256, where="--engine", pp=args.pp,
                                 dtype=args.dtype, kv_dtype=args.kv_dtype or activation_dtype(args.dtype),
-                                measured=measured, allreduce=allreduce, expert_parallel=args.expert_parallel)
+                                measured=measured, allreduce=args.allreduce, expert_parallel=args.expert_parallel)
     c = cm.step_time(batch)
     ops = cm.breakdown(batch)
     tokens = batch.num_tokens + batch.padding_tokens

@@ -73,8 +73,8 @@ def _cost(sub) -> None:
     c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"],
                    help="KV cache dtype (default: the 16-bit dtype the model computes in)")
     c.add_argument("--allreduce", choices=["custom", "nccl"],
-                   help="TP all-reduce inside the NVLink domain (as the scenario's cost.allreduce; default: custom, "
-                        "nccl with --engine hf-eager)")
+                   help="TP all-reduce inside the NVLink domain (as the scenario's cost.allreduce; default: the engine "
+                        "profile's: nccl for hf-eager and vllm-v0.2, else custom)")
     c.add_argument("--expert-parallel", action="store_true",
                    help="MoE: experts spread over the TP ranks (as hardware.expert_parallel)")
     g = c.add_mutually_exclusive_group(required=True)

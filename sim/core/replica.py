@@ -442,8 +442,6 @@ class Replica:
                     r.num_computed_tokens = 0
                     waiting.appendleft(r)
                     self.waiting_blocks += kv.blocks_for(r.num_tokens)
-            if self.after_free is not None:
-                self.after_free()
         # Prefix-cache hits are mapped before any allocation so no eviction can take them.
         for r, cached in batch.prefix_hits:
             r.num_computed_tokens = cached
@@ -482,6 +480,10 @@ class Replica:
         for r, q in batch.items:
             ok = kv.grow(r, r.num_computed_tokens + q)
             assert ok, "policy scheduled more KV than is free"
+        if batch.preempted and self.after_free is not None:
+            # blocks the preemptions freed and the step did not take (P/D: pending hand-offs land),
+            # only now: the policy planned the step's growth on them
+            self.after_free()
         return swap_bytes / self.swap_bytes_per_s if swap_bytes else 0.0
 
     def _draft_time_s(self, batch: Batch) -> float:
@@ -863,6 +865,10 @@ class Replica:
                 self.watch.add(self.watch_key)
         elif t0 > t_stop:
             run.stop = True
+            if self.async_scheduling and run.pn and K > 1:
+                # the next request arrives during step 0, and the step after it is decided without
+                # it: that step is the decode set's, so it is part of the run
+                self._plan(run, 1, t0, self.kv.num_empty)
         elif run.pn:
             self._plan(run, min(K - 1, chunk), t0, self.kv.num_empty, t_stop)
         while True:

@@ -16,7 +16,13 @@ A profile bundles, for one engine:
   norms and activations run the padded tokens; attention and the LM head only the real ones),
   and a step without a graph paying the CPU's kernel launches: ``gpu = max(kernels, layers x
   eager_layer_s)`` (the CPU launching a layer's kernels one by one paces the GPU when the kernels
-  are shorter than the launches).
+  are shorter than the launches); with TP, each of a layer's two all-reduces launched from Python
+  adds ``eager_collective_s`` to it.
+* **Collectives**: the engine's TP all-reduce inside the NVLink domain (``allreduce``: ``custom``
+  one-/two-shot kernels, or ``nccl`` alone), unless the scenario's ``cost.allreduce`` says.
+* **The host**: CPU figures measured on a known host (``cpu_host_speed``, the host's single-thread
+  speed on ``GpuSpec.host_cpu_speed``'s scale) are scaled to the GPU's host: a faster CPU does the
+  same per-step and launch work in proportionally less time.
 * **Async scheduling**: the next step is scheduled while this one runs, so a request that arrives
   during a step joins the step after the next (``Replica``'s ``async_scheduling``).
 * **Kernel efficiency** where the engine's kernels differ from the calibrated ones
@@ -97,6 +103,12 @@ class EngineProfile:
     # decision after the next (``Replica``'s ``async_scheduling``)
     async_scheduling: bool = False
     attention_scale: tuple = (1.0, 1.0)  # (compute, memory) multipliers of the attention efficiencies
+    eager_collective_s: float = 0.0  # CPU time to launch one TP all-reduce eagerly (two a layer)
+    allreduce: str = "custom"  # the TP all-reduce inside the NVLink domain: custom | nccl
+    # single-thread speed of the host the CPU figures (step_s, per_seq_s, per_token_s, eager_layer_s,
+    # eager_collective_s) were measured on, on GpuSpec.host_cpu_speed's scale; None: used as they
+    # are on every host
+    cpu_host_speed: float | None = None
 
 
 # Launch-bound time per layer of a step run without a CUDA graph (vLLM's PyTorch model code,
@@ -133,6 +145,24 @@ _V1_PER_SEQ_S = 0.0
 _V1_OVERLAP = 0.75
 _V1_API_REQUEST_S = 6.8e-3
 _V1_API_PER_TOKEN_S = 0.0
+
+
+# --- vLLM v0.2 (late 2023): the engine the 2023 papers measured (DistServe's baseline is v0.2.3,
+# its AE scripts: --engine-use-ray --worker-use-ray; Splitwise ran vLLM in Nov 2023). Against
+# vllm-v0 (2024) it had no CUDA graphs (PR #1926 "Optimize model execution with CUDA graph",
+# merged 2023-12-17: every step launches its kernels from Python), NCCL all-reduce (the custom
+# all-reduce, PR #2192, was merged in late Dec 2023 and off by default from PR #2808, Feb 2024,
+# to #4040, Apr 2024) and a Ray call to every worker each step. Its CPU figures are fitted by
+# tools/fit_vllm_v02.py to DistServe's latency model of this vLLM (simdistserve
+# profiler-a100-80g.vllm.json, LLMServe/DistServe@82831f1: decode steps of OPT-13B at TP 1/2/4 and
+# OPT-66B at TP 2/4/8, batch 1-128, A100-80GB SXM; mean error 8%) on servesim's kernels: 9.4 ms a
+# step + 0.12 ms a sequence (scheduling, the Ray calls, input preparation, sampling, output
+# processing), 0.28 ms to launch a layer + 47 us per all-reduce. From TP 2 a decode step is then
+# bound by the launches (OPT-13B: 24.5 ms at TP 2 and 4; measured 24.7 / 26.0). Held out,
+# Splitwise's profiling of its vLLM (splitwise-sim data/perf_model.csv: Llama-2-70B at TP 2/4/8
+# and BLOOM-176B at TP 8, batch 1-16, DGX-A100) comes out within 9% on average (-18% worst); its
+# DGX-H100 rows fix that host's speed (GpuSpec.host_cpu_speed 1.3: within 7% on average).
+_V02 = {"step_s": 9.4e-3, "per_seq_s": 1.2e-4, "eager_layer_s": 2.8e-4, "eager_collective_s": 4.7e-5}
 
 
 # What engines without a published figure of their own borrow from vLLM V1's fit: the API server's
@@ -172,6 +202,17 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # engine's process before v0.6, V0-1); per request: vLLM V1's fit (no V0 figure)
         **_V1_API),
     EngineProfile(
+        name="vllm-v0.2",
+        summary="vLLM v0.2 (late 2023): Ray workers, eager PyTorch (no CUDA graphs), NCCL all-reduce, synchronous "
+                "Python scheduler",
+        # CPU figures fitted to DistServe's profile of vLLM v0.2.3 on A100 hosts (tools/fit_vllm_v02.py)
+        step_s=_V02["step_s"], per_seq_s=_V02["per_seq_s"], per_token_s=0.0, overlap=0.0,
+        graphs="none", capture_sizes=None, eager_layer_s=_V02["eager_layer_s"],
+        eager_collective_s=_V02["eager_collective_s"], allreduce="nccl",
+        cpu_host_speed=1.0,  # measured on A100 hosts (DistServe's A100-80GB SXM servers)
+        # the same FastAPI front end (no 2023 figure): vLLM V1's fit
+        **_V1_API),
+    EngineProfile(
         name="trt-llm",
         summary="TensorRT-LLM (PyTorch backend): overlap scheduler, CUDA graphs for generation batches up to 128, "
                 "padded",
@@ -195,6 +236,7 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # CPU's launches, 39.2 ms / 32 layers = 1.2 ms per layer
         graphs="none", capture_sizes=None, eager_layer_s=39.2e-3 / 32,
         api_request_s=0.0, api_per_token_s=0.0,  # offline generate(): no server
+        allreduce="nccl",  # torch.distributed: NCCL alone
         # DynamicCache (the default) appends each step's K and V with torch.cat
         # (transformers src/transformers/cache_utils.py, DynamicLayer.update): every step reads the
         # whole cache and writes it again besides attention's read, 3x the KV bytes; the prefill
@@ -229,12 +271,16 @@ class EngineSetup:
     api_request_s: float  # 0 when the scenario turns the API server off
     api_per_token_s: float
     async_scheduling: bool
+    eager_collective_s: float = 0.0
+    allreduce: str = "custom"  # the TP all-reduce inside the NVLink domain (the scenario's, else the profile's)
+    cpu_scale: float = 1.0  # the profile's CPU figures x this: its measuring host's speed / the GPU's host's
 
     def cost_model_kwargs(self) -> dict:
         """The ``CostModel`` fields this setup fixes."""
         return {"step_overhead_s": self.step_s, "per_seq_overhead_s": self.per_seq_s,
                 "per_token_overhead_s": self.per_token_s, "overlap": self.overlap, "graph_sizes": self.graph_sizes,
-                "graph_mixed": self.graph_mixed, "eager_layer_s": self.eager_layer_s}
+                "graph_mixed": self.graph_mixed, "eager_layer_s": self.eager_layer_s,
+                "eager_collective_s": self.eager_collective_s, "allreduce": self.allreduce}
 
     def scale_efficiencies(self, eff):
         """``eff`` with the profile's attention scale applied (the same object when it has none)."""
@@ -257,22 +303,36 @@ class EngineSetup:
                              "overlap": self.overlap, "source": self.overhead_source},
                 "cuda_graphs": {"steps": "none" if not self.graph_sizes else ("all" if self.graph_mixed else "decode"),
                                 "max_tokens": self.graph_sizes[-1] if self.graph_sizes else 0,
-                                "sizes": len(self.graph_sizes), "eager_layer_s": self.eager_layer_s},
+                                "sizes": len(self.graph_sizes), "eager_layer_s": self.eager_layer_s,
+                                "eager_collective_s": self.eager_collective_s},
+                "host_cpu_scale": self.cpu_scale,
                 "async_scheduling": self.async_scheduling,
                 "api_server": {"request_s": self.api_request_s, "per_output_token_s": self.api_per_token_s}}
 
 
-def resolve(name: str, eff, tp: int, max_num_seqs: int, cost=None, where: str = "cost.engine") -> EngineSetup:
-    """A pool's ``EngineSetup``: the profile ``name`` at ``tp`` and ``max_num_seqs``. Each
-    per-step figure is ``cost``'s (the scenario's ``cost`` section) where it sets one, else the
+def host_cpu_scale(profile: EngineProfile, gpu=None) -> float:
+    """What the profile's CPU figures are multiplied by on ``gpu``'s host: the speed of the host
+    they were measured on over that host's (``GpuSpec.host_cpu_speed``); 1 when either is unknown."""
+    if profile.cpu_host_speed is None or gpu is None:
+        return 1.0
+    return profile.cpu_host_speed / gpu.host_cpu_speed
+
+
+def resolve(name: str, eff, tp: int, max_num_seqs: int, cost=None, where: str = "cost.engine",
+            gpu=None) -> EngineSetup:
+    """A pool's ``EngineSetup``: the profile ``name`` at ``tp`` and ``max_num_seqs`` on ``gpu``.
+    Each per-step figure is ``cost``'s (the scenario's ``cost`` section) where it sets one, else the
     calibration's measured overhead (``eff.overhead`` at ``tp``) for the fixed and per-sequence
-    figures, else the profile's."""
+    figures, else the profile's, scaled to the GPU's host (``host_cpu_scale``; the launch figures
+    too). The all-reduce is ``cost.allreduce`` when set, else the profile's."""
     p = get_profile(name, where)
+    scale = host_cpu_scale(p, gpu)
     fit = eff.overhead.at(tp) if eff.overhead is not None else None
     given = {} if cost is None else {"step": cost.step_overhead_s, "seq": cost.per_seq_overhead_s,
                                      "tok": cost.per_token_overhead_s}
     figures, src = [], []
-    for key, k, own in (("step", 0, p.step_s), ("seq", 1, p.per_seq_s), ("tok", None, p.per_token_s)):
+    for key, k, own in (("step", 0, p.step_s * scale), ("seq", 1, p.per_seq_s * scale),
+                        ("tok", None, p.per_token_s * scale)):
         if given.get(key) is not None:
             figures.append(float(given[key]))
             src.append("scenario")
@@ -288,18 +348,24 @@ def resolve(name: str, eff, tp: int, max_num_seqs: int, cost=None, where: str = 
     overlap = p.overlap if cost is None or cost.overhead_overlap is None else float(cost.overhead_overlap)
     sizes = tuple(p.capture_sizes(max_num_seqs, tp)) if p.graphs != "none" else ()
     api_on = cost is None or cost.api_server
+    allreduce = (cost.allreduce if cost is not None else None) or p.allreduce
     return EngineSetup(p, figures[0], figures[1], figures[2], overlap, source, sizes, p.graphs == "all",
-                       p.eager_layer_s, p.api_request_s if api_on else 0.0, p.api_per_token_s if api_on else 0.0,
-                       p.async_scheduling)
+                       p.eager_layer_s * scale, p.api_request_s if api_on else 0.0,
+                       p.api_per_token_s if api_on else 0.0, p.async_scheduling, p.eager_collective_s * scale,
+                       allreduce, scale)
 
 
 def cost_model_for(model, gpu, eff, tp: int = 1, engine: str = DEFAULT_ENGINE, max_num_seqs: int = 256, cost=None,
                    where: str = "cost.engine", **kw):
     """(``CostModel``, ``EngineSetup``) of ``model`` on ``gpu`` priced as engine ``engine`` runs it
-    (``kw``: the other ``CostModel`` fields: pp, dtype, kv_dtype, measured)."""
+    (``kw``: the other ``CostModel`` fields: pp, dtype, kv_dtype, measured; ``allreduce`` None or
+    absent: the engine's)."""
     from servesim.cost.roofline import CostModel
 
-    eng = resolve(engine, eff, tp, max_num_seqs, cost, where)
+    eng = resolve(engine, eff, tp, max_num_seqs, cost, where, gpu)
+    if kw.get("allreduce") is not None and kw["allreduce"] != eng.allreduce:
+        eng = replace(eng, allreduce=kw["allreduce"])
+    kw.pop("allreduce", None)
     return CostModel(model, gpu, tp=tp, eff=eng.scale_efficiencies(eff), **eng.cost_model_kwargs(), **kw), eng
 
 
@@ -311,4 +377,4 @@ def padded_tokens(sizes: tuple, tokens: int) -> int | None:
 
 
 __all__ = ["DEFAULT_ENGINE", "EngineProfile", "EngineSetup", "PROFILES", "cost_model_for", "get_profile",
-           "padded_tokens", "resolve"]
+           "host_cpu_scale", "padded_tokens", "resolve"]

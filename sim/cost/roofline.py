@@ -153,12 +153,14 @@ class CostModel:
     # per scheduled token; the share of the CPU work that runs while the GPU works; CUDA-graph capture
     # sizes (a graphed step's tokens padded up to the next; () = no graphs), whether steps with
     # prefill tokens are graphed too (else decode-only steps); a step without a graph takes at
-    # least ``layers x eager_layer_s`` (the CPU launching its kernels)
+    # least ``layers x eager_layer_s`` (the CPU launching its kernels), plus ``eager_collective_s`` for
+    # each of a layer's two TP all-reduces launched from Python (torch.distributed) when tp > 1
     per_token_overhead_s: float = 0.0
     overlap: float = 0.0
     graph_sizes: tuple = ()
     graph_mixed: bool = True
     eager_layer_s: float = 0.0
+    eager_collective_s: float = 0.0
     _c: tuple = field(init=False, repr=False, compare=False, default=())
     _moe: tuple = field(init=False, repr=False, compare=False, default=())
     _mla: tuple = field(init=False, repr=False, compare=False, default=())
@@ -225,7 +227,8 @@ class CostModel:
         object.__setattr__(self, "_memo_S", {})
         object.__setattr__(self, "_memo_dec", {})
         object.__setattr__(self, "_memo_emb", {})
-        object.__setattr__(self, "_launch_s", m.num_layers * self.eager_layer_s)
+        coll = 2 * self.eager_collective_s if self.tp > 1 else 0.0  # a layer's two all-reduces
+        object.__setattr__(self, "_launch_s", m.num_layers * (self.eager_layer_s + coll))
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -557,10 +560,16 @@ class CostModel:
         # (_finish, with the CPU's shares computed once: the same operations per step)
         hid = f * cpu
         ex = cpu - hid
+        # (the GPU time grows with x; when the CPU's hidden share is under it at the run's first
+        # step, hid - g is never taken and each step is g + (ex + 0.0) = g + ex)
         if no_launch and m_lo - c_lo > tol and m_hi - c_hi > tol:
+            if hid <= t0 + (lat + (kv_tok * lo + bq) / bm) * L + comm:
+                return [t0 + (lat + (kv_tok * x + bq) / bm) * L + comm + ex for x in dctx]
             return [g + (ex + (hid - g if hid > g else 0.0))
                     for g in [t0 + (lat + (kv_tok * x + bq) / bm) * L + comm for x in dctx]]
         if no_launch and c_lo - m_lo > tol and c_hi - m_hi > tol:
+            if hid <= t0 + (lat + fq * float(lo) / pc) * L + comm:
+                return [t0 + (lat + fq * float(x) / pc) * L + comm + ex for x in dctx]
             return [g + (ex + (hid - g if hid > g else 0.0))
                     for g in [t0 + (lat + fq * float(x) / pc) * L + comm for x in dctx]]
         return self._decode_steps_scalar(n, dctx)[0]

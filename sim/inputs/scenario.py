@@ -717,7 +717,7 @@ class Cost:
     allreduce: Optional[Literal["custom", "nccl"]] = _f(
         None, doc="TP all-reduce inside the GPU's NVLink domain: custom (the engine's one-/two-shot kernels up to "
                   "8 MiB where faster, as vLLM, SGLang and TensorRT-LLM run them) or nccl (NCCL alone, e.g. HF eager); "
-                  "null: custom")
+                  "null: the engine profile's (nccl for hf-eager and vllm-v0.2, else custom)")
     calibration: str = _f("auto", doc="auto: shipped fit of the GPU (or the closest calibrated GPU's); "
                                       "none: v0 round figures; or a path to a calibration YAML")
     profiles: Optional[str] = _f(None, doc="a Vidur-format profiling folder (compute/<device>/<org>/<model>/mlp.csv, "

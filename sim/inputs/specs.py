@@ -195,6 +195,10 @@ class GpuSpec:
     # None: not known (a scenario's cost.gpu_hour_usd / cost.gpu_power_w, or a GPU YAML, gives it)
     price_per_gpu_hour_usd: float | None = None
     power_w: float | None = None
+    # single-thread speed of the host CPU the GPU is deployed with (its DGX / HGX server), relative to
+    # the DGX-A100's AMD EPYC 7742: scales the CPU-side figures of engine profiles measured on a
+    # known host (``EngineProfile.cpu_host_speed``, sim/cost/engines.py)
+    host_cpu_speed: float = 1.0
 
     @property
     def peer_link(self) -> bool:
@@ -236,15 +240,20 @@ MIB = 2**20
 # H200 and B200 as nvidia-smi reports them (143771 MiB = "141 GB"; 183359 MiB = "180 GB").
 # nvlink_domain: SXM / OAM boards connect all 8 GPUs (NVSwitch; MI300X: Infinity Fabric mesh); the
 # A40 and H100 PCIe connect pairs with an NVLink bridge; the L40S has no NVLink.
+# host_cpu_speed: DGX H100 and DGX H200 ship the same host (2 x Intel Xeon Platinum 8480C; DGX A100:
+# 2 x AMD EPYC 7742, NVIDIA's datasheets): 1.3, the speed-up of the same vLLM v0.2 build's
+# CPU-bound decode steps on a DGX-H100 over a DGX-A100 (Splitwise's profiling data, Llama-2-70B
+# and BLOOM-176B at TP 2-8, batch 1-8; fitted by tools/fit_vllm_v02.py). Other GPUs: 1.0 (no
+# measurement of their hosts; the A100's host is the reference).
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
         GpuSpec("a100-40g", 312 * T, 0.0, 40 * GIB, 1555 * G, 300 * G, 32 * G),
         GpuSpec("a100-80g", 312 * T, 0.0, 80 * GIB, 2039 * G, 300 * G, 32 * G),
         GpuSpec("a40", 149.7 * T, 0.0, 48 * G, 696 * G, 56.25 * G, 32 * G, mem_kind="gddr", nvlink_domain=2),
-        GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * GIB, 3350 * G, 450 * G, 64 * G),
+        GpuSpec("h100-sxm", 989 * T, 1979 * T, 80 * GIB, 3350 * G, 450 * G, 64 * G, host_cpu_speed=1.3),
         GpuSpec("h100-pcie", 756 * T, 1513 * T, 80 * GIB, 2000 * G, 300 * G, 64 * G, nvlink_domain=2),
-        GpuSpec("h200", 989 * T, 1979 * T, 143771 * MIB, 4800 * G, 450 * G, 64 * G),
+        GpuSpec("h200", 989 * T, 1979 * T, 143771 * MIB, 4800 * G, 450 * G, 64 * G, host_cpu_speed=1.3),
         GpuSpec("b200", 2250 * T, 4500 * T, 183359 * MIB, 7700 * G, 900 * G, 64 * G),
         GpuSpec("l40s", 362 * T, 733 * T, 48 * G, 864 * G, 32 * G, 32 * G, mem_kind="gddr", nvlink_domain=1),
         GpuSpec("mi300x", 1307 * T, 2615 * T, 192 * GIB, 5300 * G, 448 * G, 64 * G),
@@ -338,6 +347,7 @@ class GpuFile:
         nvlink_domain: 8            # optional: GPUs all on the peer link (default 8; 1 without base)
         price_per_gpu_hour_usd: 2.5 # optional: on-demand USD per GPU-hour (cost per token in summaries)
         power_w: 700                # optional: board power (TDP), watts (energy per token)
+        host_cpu_speed: 1.3         # optional: host CPU single-thread speed, DGX-A100's = 1 (default 1)
 
     Without ``base``, ``REQUIRED`` must be given; the rest default as in ``spec``.
     """
@@ -355,6 +365,7 @@ class GpuFile:
     nvlink_domain: Optional[int] = field_(None, ge=1, doc="GPUs all connected by the peer link (TP beyond: PCIe)")
     price_per_gpu_hour_usd: Optional[float] = field_(None, ge=0, doc="on-demand USD per GPU-hour")
     power_w: Optional[float] = field_(None, gt=0, doc="board power (TDP), watts")
+    host_cpu_speed: Optional[float] = field_(None, gt=0, doc="single-thread speed of the host CPU, DGX-A100's = 1")
 
     REQUIRED = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
 
@@ -365,7 +376,7 @@ class GpuFile:
         if missing:
             raise InputError(f"lacks {', '.join(missing)} (give them, or base: a catalog GPU to start from; "
                              "optionally fp8_flops, link_bw_bytes_per_s, pcie_bw_bytes_per_s, link_latency_s, "
-                             "mem_kind, nvlink_domain)")
+                             "mem_kind, nvlink_domain, host_cpu_speed)")
 
     def spec(self, default_name: str) -> GpuSpec:
         """The GPU: the base's figures (or the defaults: no FP8, 32 GB/s links) with the file's over them."""
