@@ -31,7 +31,9 @@ from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
 from servesim.inputs.sessions import Sessions
-from servesim.inputs.workload import ClosedLoop, RequestSpecs, generate
+from servesim.inputs.workload import (ClosedLoop, RequestSpecs, check_files, expected_requests, generate,
+                                     mean_output_tokens)
+from servesim import resources
 
 
 @dataclass(frozen=True)
@@ -166,15 +168,20 @@ class Results:
         """Every TBT gap (order unspecified); large runs: prefer ``tbt`` (values with counts)."""
         return self.tbt.expand()
 
-    def write(self, out_dir: str | Path, outputs=OUTPUTS, fmt: str = "csv") -> Path:
-        """Write the output contract into ``out_dir``: of summary.json, requests.csv, steps.csv
-        and scenario.yaml, those named in ``outputs``; ``fmt="parquet"``: requests.parquet and
-        steps.parquet instead of the CSV files (needs pyarrow). Returns the folder."""
+    def write(self, out_dir: str | Path, outputs=OUTPUTS, fmt: str = "csv", tbt: bool = False) -> Path:
+        """Write the output contract into ``out_dir``, whole or not at all (``write_run``): of
+        summary.json, requests.csv, steps.csv and scenario.yaml, those named in ``outputs``;
+        ``fmt="parquet"``: requests.parquet and steps.parquet instead of the CSV files (needs
+        pyarrow); ``tbt``: also tbt_s.npy, every TBT gap (sweeps keep it). Returns the folder."""
         out = Path(out_dir)
         bound = Labels(self.steps["compute_bound"].view(np.int8), ("memory", "compute"))
         steps = {c: bound if c == "bound" else self.steps[c] for c in STEP_COLUMNS}
+        extra = {}
+        if tbt:
+            gaps = np.asarray(self.tbt_s, dtype=float)
+            extra["tbt_s.npy"] = (len(gaps), lambda path: np.save(path, gaps))
         write_run(out, self.summary, {c: self.requests[c] for c in REQUEST_COLUMNS}, steps,
-                  scenario_to_yaml(self.scenario), outputs, fmt)
+                  scenario_to_yaml(self.scenario), outputs, fmt, extra)
         return out
 
 
@@ -235,11 +242,32 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     wall0 = time.perf_counter()
     if engine is not None and engine != scenario.engine:
         scenario = dataclasses.replace(scenario, engine=engine)
+    setup, specs, fit = plan(scenario, specs)
+    with resources.guard(fit.available):
+        return _simulate(scenario, setup, specs, progress, sample_every_s, wall0)
+
+
+def plan(scenario: Scenario, specs=None):
+    """Everything before the event loop, and what ``servesim validate`` checks: the setup
+    (``prepare``), the memory the run needs against what is available (``servesim.resources``:
+    refused before anything is drawn when the scenario alone says it cannot fit), and the
+    workload (``generate``, unless ``specs`` are given), its request count checked again.
+    Returns (setup, specs, resources.Fit)."""
     setup = prepare(scenario)
-    rng = np.random.default_rng(scenario.seed)
+    w = scenario.workload
+    ctx = setup.cost_model.model.max_context_tokens
+    n = expected_requests(w) if specs is None else float(len(specs))
+    fit = resources.check(setup, n, mean_output_tokens(w, ctx))
     if specs is None:
-        specs = generate(scenario.workload, rng, setup.cost_model.model.max_context_tokens,
-                         min(p.capacity.block_size for p in setup.pools))
+        check_files(w)  # every file the workload names, also those read lazily (sessions' lengths)
+        rng = np.random.default_rng(scenario.seed)
+        specs = generate(w, rng, ctx, min(p.capacity.block_size for p in setup.pools), fit.max_requests)
+        if isinstance(specs, RequestSpecs):
+            resources.refuse_requests(setup, fit, float(len(specs)), "workload")
+    return setup, specs, fit
+
+
+def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s, wall0) -> Results:
     total = len(specs) if not isinstance(specs, Sessions) else (specs.num_requests or 0)
     env = simpy.Environment()
     cb = None

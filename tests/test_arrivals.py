@@ -96,7 +96,7 @@ def test_new_processes_are_deterministic():
 
 
 @pytest.mark.parametrize("arrival, message", [
-    ({"process": "gamma", "rate_rps": 1.0, "cv": -1}, "workload.arrival.cv must be > 0, got -1"),
+    ({"process": "gamma", "rate_rps": 1.0, "cv": -1}, "workload.arrival.cv must be >= 0.001, got -1"),
     ({"process": "sinusoidal", "rate_rps": 1.0, "period_s": 10, "amplitude": 2},
      "workload.arrival.amplitude must be <= 1, got 2"),
     ({"process": "on_off", "rate_rps": 1.0, "on_s": 0, "off_s": 1}, "workload.arrival.on_s must be > 0"),

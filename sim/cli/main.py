@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from servesim.cli.parser import build_parser
-from servesim.errors import InputError
+from servesim.errors import InputError, one_line, shown
 from servesim.outputs.profile import format_profile
 
 
@@ -216,13 +216,13 @@ def cmd_run(args) -> int:
 
 def cmd_validate(args) -> int:
     from servesim.inputs.scenario import load_scenario
-    from servesim.simulation import prepare
-    from servesim.inputs.workload import check_files
+    from servesim.simulation import plan
 
     scenario = load_scenario(args.scenario, args.set or [])
     with _naming(args.scenario):
-        setup = prepare(scenario)
-        check_files(scenario.workload)
+        # what run does before its event loop: the setup, the memory check, the workload drawn
+        # (every file it names read), so that validate accepts exactly what run can run
+        setup, _, _ = plan(scenario)
     cap = setup.capacity
     print(f"{args.scenario}: ok ({scenario.name}: {scenario.model} on {scenario.cluster.replicas} x "
           f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "
@@ -241,7 +241,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except InputError as e:
-        print(f"servesim: error: {e}", file=sys.stderr)
+        print(f"servesim: error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -260,8 +260,8 @@ def main(argv=None) -> int:
     except OSError as e:
         # a file or folder we were told to read or write (--out, --trace-events, ...) that the
         # file system refuses: name it, no traceback
-        where = f" {e.filename!r}" if e.filename else ""
-        print(f"servesim: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)
+        where = f" {shown(str(e.filename))}" if e.filename else ""
+        print(f"servesim: error: {one_line(f'cannot use{where}: {e.strerror or e}')}", file=sys.stderr)
         return 2
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from servesim.errors import InputError
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import DISTS
-from servesim.studies.sweep import RESULTS
+from servesim.studies.sweep import RESULTS, failed_while_running
 
 
 def _executor(args) -> ExecutorOptions:
@@ -60,7 +60,19 @@ def cmd_sweep(args) -> int:
     failed = sum(1 for r in rows if r["status"] != "ok")
     print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished, {failed} failed; "
           f"wrote {Path(args.out) / RESULTS}")
-    return 0
+    return _status(res.failed_run)
+
+
+EXIT_POINTS_FAILED = 3  # a study finished, but some points failed while running (see results.csv)
+
+
+def _status(failed_run: int) -> int:
+    """0, or ``EXIT_POINTS_FAILED`` (said on stderr) when points failed while running."""
+    if not failed_run:
+        return 0
+    print(f"servesim: error: {failed_run} point(s) failed while running (their error is in {RESULTS}); exit "
+          f"status {EXIT_POINTS_FAILED}", file=sys.stderr)
+    return EXIT_POINTS_FAILED
 
 
 def _fmt(v) -> str:
@@ -140,7 +152,7 @@ def cmd_compare(args) -> int:
 
         path = build_report(out)
         print(f"wrote {path} and its figures")
-    return 0
+    return _status(failed_while_running(plan.points))
 
 
 def cmd_lessons(args) -> int:

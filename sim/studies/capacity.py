@@ -48,6 +48,7 @@ from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SL
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, num_gpus
+from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RUNS, execute, write_meta, write_results
 
 RATE_KEY = "workload.arrival.rate_rps"
@@ -257,6 +258,17 @@ class CapacityResult:
     error: str | None  # why there is no answer (the command says it and exits 2), else None
 
 
+def _search(base, out, scenario, slo, slo_text, opts, n, duration, overrides, start, ex):
+    write_meta(out, {"kind": "capacity", "scenario": str(scenario), "slo": slo_text,
+                     "attainment": opts.attainment, "probe_requests": n, "probe_duration_s": duration,
+                     "keep_up": opts.keep_up, "set": list(overrides or [])})
+    workers = ex.workers or (os.cpu_count() or 1)
+    s = Search(base, out, slo, opts.attainment, n, ex, duration, opts.keep_up)
+    cap, above, done = search_capacity(s, start, opts.tol, opts.max_probes, workers if ex.executor == "local" else
+                                       (ex.workers or 2))
+    return s, cap, above, done
+
+
 def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(), out: str | Path | None = None,
                   overrides=(), seed: int | None = None, ex: ExecutorOptions = ExecutorOptions()) -> CapacityResult:
     """The highest ``workload.arrival.rate_rps`` of the scenario file at which ``slo_text``
@@ -304,13 +316,8 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
         tmp = tempfile.TemporaryDirectory(prefix="servesim-capacity-")
         out = Path(tmp.name)
     out.mkdir(parents=True, exist_ok=True)
-    write_meta(out, {"kind": "capacity", "scenario": str(scenario), "slo": slo_text,
-                     "attainment": opts.attainment, "probe_requests": n, "probe_duration_s": duration,
-                     "keep_up": opts.keep_up, "set": list(overrides or [])})
-    workers = ex.workers or (os.cpu_count() or 1)
-    s = Search(base, out, slo, opts.attainment, n, ex, duration, opts.keep_up)
-    cap, above, done = search_capacity(s, start, opts.tol, opts.max_probes, workers if ex.executor == "local" else
-                                       (ex.workers or 2))
+    with folder_lock(out, "capacity"):  # held through every round of probes
+        s, cap, above, done = _search(base, out, scenario, slo, slo_text, opts, n, duration, overrides, start, ex)
     gpus = num_gpus(sc.to_dict())
 
     # on_off's rate_rps is its burst rate: the search scales it, and the mean scales with it
