@@ -171,7 +171,7 @@ def test_console_script_exit_status_without_traceback(tmp_path):
     p = write(tmp_path, GOOD.replace("rate_rps: 5.0", "rate_rps: -1"))
     proc = subprocess.run([sys.executable, "-m", "sim", "validate", p], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "workload.arrival.rate_rps must be >= 1e-06, got -1" in proc.stderr
+    assert "workload.arrival.rate_rps must be >= 1e-06 and <= 1e+09, got -1" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

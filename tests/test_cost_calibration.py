@@ -340,7 +340,7 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
     with pytest.raises(InputError, match="does not exist"):
         load_calibration(tmp_path / "missing.yaml")
     (tmp_path / "c.yaml").write_text("gemm: {compute: 1.5, memory: 0.8}\n")
-    with pytest.raises(InputError, match=r"gemm\.compute must be in \(0, 1\]"):
+    with pytest.raises(InputError, match=r"gemm\.compute must be in \[1e-4, 1\]"):
         load_calibration(tmp_path / "c.yaml")
     (tmp_path / "c.yaml").write_text("allreduce: {link: 0.5, smooth: 0}\n")
     with pytest.raises(InputError, match=r"allreduce\.smooth must be >= 1"):

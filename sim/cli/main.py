@@ -202,8 +202,9 @@ def cmd_run(args) -> int:
         close()
     try:
         out = results.write(out_dir, outputs, args.format)
-    except OSError as e:
-        raise InputError(f"--out {args.out}: cannot write the results: {e.strerror or e}") from None
+    except OSError as e:  # e.g. a full disk: the folder is left as it was (writer.write_run)
+        raise InputError(f"--out {args.out}: cannot write {e.filename or 'the results'}: {e.strerror or e}; "
+                         "the folder was left as it was") from None
     print(format_summary(results.summary))
     files = file_names(outputs, args.format)
     print(f"\nwrote {out}/{files[0]}" + "".join(f", {f}" for f in files[1:]))

@@ -47,7 +47,8 @@ LOWBIT_TILE_M = 16
 
 # The families below are also the schema of a calibration file (``from_dict``): the bounds are
 # what a file may say; the fits and the v0 figures are built directly.
-_SHARE = {"gt": 0, "le": 1, "valid": "in (0, 1]"}  # a fraction of a datasheet peak
+_SHARE = {"ge": 1e-4, "le": 1, "valid": "in [1e-4, 1]"}  # a fraction of a datasheet peak (fits: >= 0.07)
+_LATENCY = {"ge": 0, "le": 1}  # seconds per kernel or hop
 
 
 def _coefficients(data: dict, path: str) -> dict:
@@ -65,7 +66,7 @@ class OpEfficiency:
 
     compute: float = _f(**_SHARE, doc="fraction of peak FLOP/s")
     memory: float = _f(**_SHARE, doc="fraction of peak HBM bytes/s")
-    latency_s: float = _f(0.0, doc="per kernel launch")
+    latency_s: float = _f(0.0, **_LATENCY, doc="per kernel launch")
     expand = staticmethod(_coefficients)
 
 
@@ -73,27 +74,27 @@ class OpEfficiency:
 class GemmEfficiency:
     compute: float = _f(**_SHARE, doc="fraction of peak FLOP/s reached at large K")
     memory: float = _f(**_SHARE, doc="fraction of HBM bandwidth when weight-read bound")
-    latency_s: float = _f(0.0, doc="fixed per-kernel time")
-    smooth: float = _f(0.0, doc="p of the smooth max (0: hard max)")
+    latency_s: float = _f(0.0, **_LATENCY, doc="fixed per-kernel time")
+    smooth: float = _f(0.0, ge=0, le=100, doc="p of the smooth max (0: hard max)")
     tile_quant: float = _f(0.0, le=1, valid="in [0, 1]", doc="share of the FLOPs of M padded up to tile_m")
-    tile_m: int = _f(128, ge=1)
-    k_half: float = _f(0.0, doc="inner dimension at which the compute efficiency is halved (0: none)")
+    tile_m: int = _f(128, ge=1, le=65536)
+    k_half: float = _f(0.0, ge=0, le=1e9, doc="inner dimension at which the compute efficiency is halved (0: none)")
     expand = staticmethod(_coefficients)
 
 
 @dataclass(frozen=True, slots=True)
 class MemEfficiency:
     memory: float = _f(**_SHARE, doc="fraction of HBM bandwidth")
-    latency_s: float = _f(0.0, doc="fixed per-kernel time")
+    latency_s: float = _f(0.0, **_LATENCY, doc="fixed per-kernel time")
     expand = staticmethod(_coefficients)
 
 
 @dataclass(frozen=True, slots=True)
 class CommEfficiency:
     link: float = _f(0.80, **_SHARE, doc="fraction of the link bandwidth a collective reaches")
-    base_latency_s: float = 0.0
-    hop_latency_s: float | None = _f(None, doc="per (n - 1); None: 2 x the GPU's link_latency_s (v0)")
-    smooth: float = _f(1.0, ge=1, doc="1: latency + transfer (alpha-beta); larger: a smooth max of the two")
+    base_latency_s: float = _f(0.0, **_LATENCY)
+    hop_latency_s: float | None = _f(None, **_LATENCY, doc="per (n - 1); None: 2 x the GPU's link_latency_s (v0)")
+    smooth: float = _f(1.0, ge=1, le=100, doc="1: latency + transfer (alpha-beta); larger: a smooth max of the two")
     expand = staticmethod(_coefficients)
 
 
@@ -102,9 +103,9 @@ class OverheadFit:
     """Per-step CPU overhead (scheduling, input preparation, sampling, output processing and, with
     TP > 1, the workers' RPC) fitted per measured TP size: ``step_s + per_seq_s x sequences``."""
 
-    tp: tuple[int, ...] = ()
-    step_s: tuple[float, ...] = ()
-    per_seq_s: tuple[float, ...] = ()
+    tp: tuple[int, ...] = _f((), ge=1, le=4096)
+    step_s: tuple[float, ...] = _f((), ge=0, le=60)
+    per_seq_s: tuple[float, ...] = _f((), ge=0, le=1)
 
     @staticmethod
     def expand(data: dict, path: str) -> dict:

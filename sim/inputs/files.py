@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from servesim.errors import InputError, shown
@@ -30,9 +31,22 @@ def resolve_path(path: str) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(text)))
 
 
-def read_bytes(path, what: str = "file") -> bytes:
-    """The bytes of a file; an ``InputError`` naming it (as written) when it cannot be read."""
+def regular_file(path, what: str = "file") -> Path:
+    """``path`` resolved, checked to be a regular file (a device or a pipe may never end); an
+    ``InputError`` naming it (as written) otherwise."""
     p = resolve_path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise InputError(f"cannot read {what} {shown(str(path))}: {e.strerror or type(e).__name__}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"cannot read {what} {shown(str(path))}: not a regular file")
+    return p
+
+
+def read_bytes(path, what: str = "file") -> bytes:
+    """The bytes of a regular file; an ``InputError`` naming it (as written) when it cannot be read."""
+    p = regular_file(path, what)
     try:
         return p.read_bytes()
     except OSError as e:

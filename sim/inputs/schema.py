@@ -237,9 +237,16 @@ def _type_name(tp) -> str:
     return "a mapping"
 
 
+def _num(b) -> str:
+    """A bound as people write it (1e+09, not 1000000000.0; ints whole)."""
+    if isinstance(b, float) and float(f"{b:g}") == b:
+        return f"{b:g}"
+    return str(b)
+
+
 def _range_text(meta: dict) -> str:
     """`` > 0 and <= 1``: the bounds of a field, for a message."""
-    parts = [f"{op} {meta[k]}" for k, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+    parts = [f"{op} {_num(meta[k])}" for k, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
              if meta.get(k) is not None]
     return (" " + " and ".join(parts)) if parts else ""
 
@@ -263,7 +270,7 @@ def check_value(tp, value, path: str, meta: dict = _NO_BOUNDS):
                             ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
             b = meta.get(key)
             if b is not None and not ok(value, b):
-                raise _bad(path, meta, f"{op} {b}", value)
+                raise _bad(path, meta, _range_text(meta).strip(), value)  # the whole range, lower bound first
     return value
 
 

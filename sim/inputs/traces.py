@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesim.errors import InputError, shown
-from servesim.inputs.files import not_utf8, read_bytes, read_utf8, resolve_path  # noqa: F401 (re-exported)
+from servesim.inputs.files import (not_utf8, read_bytes, read_utf8, regular_file,  # noqa: F401 (re-exported)
+                                   resolve_path)
 
 AZURE_COLUMNS = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
 SPLITWISE_COLUMNS = {"arrival": "arrived_at", "prompt": "num_prefill_tokens", "output": "num_decode_tokens"}
@@ -65,7 +66,7 @@ class TraceData:
 def _open_text(path: str):
     """``path`` (as written: messages show it so) opened as UTF-8 text."""
     try:
-        return resolve_path(path).open(newline="", encoding="utf-8")
+        return regular_file(path).open(newline="", encoding="utf-8")
     except OSError as e:
         raise InputError(f"cannot read {shown(str(path))}: {e.strerror or e}") from None
 
