@@ -73,6 +73,10 @@ class Sessions:
         # open loop: when each session starts (num_requests bounds the sessions: each has a turn)
         self.start_s = (None if self.closed else
                         arrival_times(workload.arrival, workload.num_requests, workload.duration_s, rng))
+        if self.start_s is not None:
+            from servesim.inputs.workload import check_horizon
+
+            check_horizon(self.start_s, "sessions")
         self._sessions: list[Session] = []
         self._pos = 0  # next conversation, when taking a dataset's in order
         self.sent = 0  # turns sent (request ids are given in send order)

@@ -18,8 +18,9 @@ import numpy as np
 
 from servesim.inputs.arrivals import arrival_times, inter_arrivals  # noqa: F401  (inter_arrivals: public API)
 from servesim.errors import InputError
-from servesim.inputs.scenario import (MAX_TOKENS, ClosedLoopArrival, EmpiricalDist, FixedDist, LognormalDist,
-                                     NormalDist, PoissonArrival, QuantilesDist, UniformDist, Workload, ZipfDist)
+from servesim.inputs.scenario import (MAX_SECONDS, MAX_TOKENS, ClosedLoopArrival, EmpiricalDist, FixedDist,
+                                     LognormalDist, NormalDist, PoissonArrival, QuantilesDist, UniformDist, Workload,
+                                     ZipfDist)
 from servesim.inputs.datasets import load_dataset
 from servesim.inputs.traces import TraceData, read_lengths, read_trace
 
@@ -382,6 +383,7 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
             if workload.num_requests is not None:
                 arrivals, labels = arrivals[:workload.num_requests], labels[:workload.num_requests]
         labels, prompt, output = lengths.draw(len(arrivals), rng, labels)
+    check_horizon(arrivals)
     tags = None
     if tagged:
         tags = tuple(trace.hash_ids[r] for r in lengths.rows.tolist())
@@ -393,6 +395,16 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
         prompt, output, prefix, clipped = clip_with_prefix(prompt, output, prefix, clip)
     return RequestSpecs(arrivals, prompt, output, group, prefix, labels, lengths.names, clipped, tags,
                         workload.trace.hash_block_tokens if tagged else 0, dataset_info(workload))
+
+
+def check_horizon(arrivals: np.ndarray, what: str = "requests") -> None:
+    """An ``InputError`` when arrivals reach past ``MAX_SECONDS`` of simulated time: there a
+    double no longer resolves a step's milliseconds (at 1e18 s every step takes no time), so the
+    results would be wrong, not just far away."""
+    if len(arrivals) and arrivals[-1] > MAX_SECONDS:
+        raise InputError(f"workload: the last of the {what} arrives at {arrivals[-1]:.3g} s of simulated time; at most "
+                         f"{MAX_SECONDS:.0e} s (beyond it times no longer resolve a step): raise the arrival rate "
+                         "(or a trace's speedup) or lower workload.num_requests")
 
 
 def dataset_info(workload: Workload) -> dict | None:
