@@ -228,6 +228,26 @@ def _classes(scenario: Scenario, specs, req_cols: dict):
     return names, slo_by_class, (ttft, tpot)
 
 
+def observed_time(workload, req: dict, steps: dict, cut: bool) -> float:
+    """``sim_time_s``, the time every rate is per: the run's window. ``workload.duration_s`` when
+    the run was cut off there (a request still in flight, ``cut``) or when arrivals went on until
+    it (no ``num_requests``, or fewer arrived than it asked for); otherwise the end of the last
+    thing that happened: the last step, completion or rejection. So a run whose requests all
+    finished at 30 s reports 30 s, not its duration_s, and a closed loop ends with its last
+    request, not after its clients' final think time (nor at a policy's idle timer)."""
+    until = workload.duration_s
+    if until is not None and (cut or workload.num_requests is None or len(req["status"]) < workload.num_requests):
+        return float(until)
+    end = 0.0
+    if len(steps["start_s"]):
+        end = float((steps["start_s"] + steps["duration_s"]).max())
+    for col in ("finish_s", "arrival_s"):
+        x = req[col]
+        if len(x) and not np.isnan(x).all():
+            end = max(end, float(np.nanmax(x)))
+    return end
+
+
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,
              sample_every_s: float | None = None, engine: str | None = None) -> Results:
     """Run a scenario to the end (every request finished, or ``workload.duration_s``).
@@ -333,7 +353,6 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
     until = scenario.workload.duration_s
     env.run(until=until)
     cluster.settle(strict=True)  # fast engine: decode steps that ended before the cut-off
-    sim_time = float(until) if until is not None else float(env.now)
     stalled = 0
     for r in rec.requests:
         if r is not None and r.status == "pending":
@@ -345,6 +364,7 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
     rec.release_request_rows()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns(price_runs=_price_runs(replicas))
+    sim_time = observed_time(scenario.workload, req_cols, steps, stalled > 0)
     tbt = rec.tbt_sample()
     extra = {
         "kv_capacity": {p.name: {"replicas": p.replicas, "blocks_per_replica": p.capacity.num_blocks,
