@@ -76,7 +76,7 @@ class GemmEfficiency:
     memory: float = _f(**_SHARE, doc="fraction of HBM bandwidth when weight-read bound")
     latency_s: float = _f(0.0, **_LATENCY, doc="fixed per-kernel time")
     smooth: float = _f(0.0, ge=0, le=100, doc="p of the smooth max (0: hard max)")
-    tile_quant: float = _f(0.0, le=1, valid="in [0, 1]", doc="share of the FLOPs of M padded up to tile_m")
+    tile_quant: float = _f(0.0, ge=0, le=1, valid="in [0, 1]", doc="share of the FLOPs of M padded up to tile_m")
     tile_m: int = _f(128, ge=1, le=65536)
     k_half: float = _f(0.0, ge=0, le=1e9, doc="inner dimension at which the compute efficiency is halved (0: none)")
     expand = staticmethod(_coefficients)
