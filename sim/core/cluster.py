@@ -156,6 +156,14 @@ class Cluster:
                 self.rec.reject(req, f"prompt + output = {total} tokens needs {need} KV blocks; a decode replica "
                                      f"has {self._decode_blocks} in all")
                 return
+            # the hand-off leaves one block spare on the decode replica (pd_split.decode_room): a
+            # prompt needing every block could never be handed off, and the run would stall
+            handed = self.decode[0].kv.blocks_for(req.prompt_tokens)
+            if handed > self._decode_blocks - 1:
+                req.replica = -1
+                self.rec.reject(req, f"prompt = {req.prompt_tokens} tokens needs {handed} KV blocks on a decode "
+                                     f"replica, which keeps one of its {self._decode_blocks} spare for a hand-off")
+                return
             # a request preempted on the decode side is recomputed there, under the decode policy
             reason = self.decode[0].policy.admission_error(req.prompt_tokens, req.output_tokens, self.decode[0].kv)
             if reason is not None:
