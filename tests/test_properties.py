@@ -38,12 +38,12 @@ def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, rout
 
 @pytest.mark.slow
 def test_invariants_long():
-    """The same invariants on 1,000 random scenarios (pytest -m slow); prints how many ran."""
+    """The same invariants on 2,000 random scenarios (pytest -m slow); prints how many ran."""
     CHECKED["runs"] = 0
-    settings(max_examples=1000, deadline=None, database=None, suppress_health_check=list(HealthCheck))(
+    settings(max_examples=2000, deadline=None, database=None, suppress_health_check=list(HealthCheck))(
         given(**DRAWS)(check_invariants))()
     print(f"\ninvariants checked on {CHECKED['runs']} random scenarios, no violation")
-    assert CHECKED["runs"] >= 900
+    assert CHECKED["runs"] >= 1800
 
 
 def check_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router, policy, preemption,
