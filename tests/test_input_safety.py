@@ -402,3 +402,35 @@ def test_validate_and_run_agree(tmp_path, capsys, over):
 def test_os_environment_untouched():
     assert "SERVESIM_TEST_SECRET" not in os.environ
     assert dataclasses.is_dataclass(S.Scenario)
+
+
+# ---------------------------------------------------------------- numeric command-line options
+@pytest.mark.parametrize("opt", ["--probe-duration", "--tol", "--start", "--workers", "--attainment", "--keep-up"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "-1", "1" + "0" * 30])
+def test_capacity_options_past_their_range_exit_2(tmp_path, capsys, opt, value):
+    if opt == "--workers" and not value.lstrip("-").isdigit():
+        return  # argparse takes only integers there
+    rc, err = run_cli(capsys, "capacity", scenario_file(tmp_path), "--slo", "ttft_p99=1", "--quiet", "--max-probes",
+                      "3", "--probe-requests", "30", "--workers", "1", f"{opt}={value}", "--out", tmp_path / "cap")
+    assert rc == 2 and opt in err and one_bounded_line(err), err
+
+
+@pytest.mark.parametrize("argv", [["sweep", "{s}", "--grid", "seed=0,1", "--workers", "1" + "0" * 30],
+                                  ["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80g",
+                                   "--prefill", "1" + "0" * 30],
+                                  ["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80g",
+                                   "--decode-batch", "8", "--context=-1"],
+                                  ["run", "{s}", "--seed=-1"], ["run", "{s}", "--seed", "1" + "0" * 30]])
+def test_other_numeric_options_past_their_range_exit_2(tmp_path, capsys, argv):
+    s = scenario_file(tmp_path)
+    rc, err = run_cli(capsys, *[str(s) if a == "{s}" else a for a in argv], "--quiet" if argv[0] != "cost" else
+                      "--json", *(["--out", tmp_path / "o"] if argv[0] in ("run", "sweep") else []))
+    assert rc == 2 and one_bounded_line(err.split("\n", 1)[-1] if err.startswith("usage") else err), err
+
+
+def test_a_sweep_grid_too_large_is_refused_before_any_point_is_made(tmp_path, capsys):
+    data = json.loads(json.dumps(BASE))
+    data["sweep"] = {"grid": {"seed": list(range(1000)), "policy.max_num_seqs": list(range(1, 1001))}}
+    t0 = time.perf_counter()
+    rc, err = run_cli(capsys, "sweep", scenario_file(tmp_path, data), "--out", tmp_path / "sw", "--quiet")
+    assert rc == 2 and "1000000 points" in err and time.perf_counter() - t0 < 10, err

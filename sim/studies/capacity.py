@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
+from servesim.inputs.scenario import MAX_RATE_RPS, MAX_SECONDS, MIN_RATE_RPS
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
 from servesim.outputs.rundir import read_table, read_tbt
@@ -206,10 +207,10 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int,
             base = min(s.results)
             if base < start / 2**20:
                 return 0.0, base, True
-            s.probe([base / 2 ** (k + 1) for k in range(w)])
+            s.probe([base / 2.0 ** (k + 1) for k in range(min(w, 20))])  # (2^20: the floor above)
             continue
         if hi is None:  # nothing fails above lo: go up
-            s.probe([lo * 2 ** (k + 1) for k in range(w)])
+            s.probe([lo * 2.0 ** (k + 1) for k in range(min(w, 60))])  # (more doublings overflow a double)
             continue
         if hi / lo - 1 > tol:
             s.probe([lo + (hi - lo) * (k + 1) / (w + 1) for k in range(w)])
@@ -277,7 +278,7 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
     slo = parse_slo(slo_text)
     if opts.attainment is not None and not 0 < opts.attainment <= 1:
         raise InputError(f"--attainment must be in (0, 1], got {opts.attainment}")
-    if opts.tol <= 0 or opts.tol >= 0.1:
+    if not 0 < opts.tol < 0.1:  # (NaN too)
         raise InputError(f"--tol must be in (0, 0.1) so the 10%-above check is outside the bracket, got {opts.tol}")
     base, _ = load_base(scenario, overrides, seed)
     from servesim.inputs.scenario import scenario_from_dict
@@ -301,14 +302,14 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
     if opts.max_probes < 2:
         raise InputError(f"--max-probes must be >= 2 (a rate that meets and one that fails), got {opts.max_probes}")
     duration = opts.probe_duration_s
-    if duration is not None and not duration > 0:
-        raise InputError(f"--probe-duration must be > 0 seconds, got {duration}")
+    if duration is not None and not 0 < duration <= MAX_SECONDS:
+        raise InputError(f"--probe-duration must be > 0 and <= {MAX_SECONDS:g} seconds, got {duration}")
     period = getattr(arrival, "period_s", None)
     if duration is None and period:
         duration = 2 * period  # a time-varying rate: each probe spans two of its periods
     start = opts.start_rps or arrival.rate_rps
-    if start <= 0:
-        raise InputError(f"--start must be > 0, got {start}")
+    if not MIN_RATE_RPS <= start <= MAX_RATE_RPS:
+        raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} req/s, got {start}")
     tmp = None
     if out is not None:
         out = Path(out)

@@ -20,6 +20,7 @@ from servesim.resources import MemoryExceeded
 from servesim.studies.points import flatten_summary, num_gpus
 
 EXECUTORS = ("local", "ray")
+MAX_WORKERS = 4096  # worker processes (or Ray CPUs) of one study
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,8 @@ class ExecutorOptions:
     progress: bool = True  # a progress bar on stderr
 
     def __post_init__(self):  # options that cannot work are refused before anything runs
-        if self.workers is not None and self.workers < 1:
-            raise InputError(f"--workers must be >= 1, got {self.workers}")
+        if self.workers is not None and not 1 <= self.workers <= MAX_WORKERS:
+            raise InputError(f"--workers must be >= 1 and <= {MAX_WORKERS}, got {self.workers}")
         if self.address and self.executor != "ray":
             raise InputError("--address needs --executor ray")
 
