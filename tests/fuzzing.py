@@ -38,7 +38,9 @@ from hypothesis import strategies as st
 from servesim.cli.main import main
 from servesim.errors import MAX_MESSAGE
 from servesim.inputs import scenario as S
+from servesim.inputs.overrides import with_values
 from servesim.inputs.specs import GPUS
+from tests.conftest import BASE as CONFTEST_BASE
 
 HANG_S = 60.0  # a run still going after this long hangs (the alarm stops it)
 # no run may take longer than BASE_S + PER_REQUEST_S x requests + PER_STEP_S x steps (wall time;
@@ -46,16 +48,9 @@ HANG_S = 60.0  # a run still going after this long hangs (the alarm stops it)
 BASE_S, PER_REQUEST_S, PER_STEP_S = 15.0, 5e-3, 2e-4
 MODELS = ["meta-llama/Meta-Llama-3-8B", "meta-llama/Llama-2-7b-hf", "microsoft/phi-2", "meta-llama/Llama-3.2-1B",
           "mistralai/Mixtral-8x7B-v0.1", "meta-llama/Llama-2-70b-hf"]
-BASE = {
-    "name": "fuzz",
-    "seed": 0,
-    "model": "meta-llama/Meta-Llama-3-8B",
-    "hardware": {"gpu": "h100-sxm"},
-    "policy": {"name": "continuous", "max_num_seqs": 32, "max_num_batched_tokens": 4096},
-    "workload": {"num_requests": 12, "arrival": {"process": "poisson", "rate_rps": 8.0},
-                 "prompt_tokens": {"dist": "uniform", "min": 16, "max": 400},
-                 "output_tokens": {"dist": "uniform", "min": 1, "max": 48}},
-}
+BASE = with_values(CONFTEST_BASE, {"name": "fuzz", "policy.max_num_seqs": 32, "policy.max_num_batched_tokens": 4096,
+                                   "workload.num_requests": 12, "workload.arrival.rate_rps": 8.0,
+                                   "workload.prompt_tokens.max": 400, "workload.output_tokens.max": 48})
 
 # in-bounds draws of these fields stay below these caps (runs stay small); extremes go past them
 CAPS = {"num_requests": 30, "clients": 6, "replicas": 3, "tp": 8, "pp": 4, "max_num_seqs": 64, "duration_s": 30.0,

@@ -27,6 +27,7 @@ from servesim.cli.main import main
 from servesim.cost import efficiency
 from servesim.errors import MAX_MESSAGE, InputError
 from servesim.inputs import scenario as S
+from servesim.inputs.overrides import with_values
 from servesim.inputs.schema import check_value, read_mapping
 from servesim.inputs.specs import GpuFile
 from tests.conftest import BASE
@@ -47,15 +48,10 @@ def one_bounded_line(err: str) -> bool:
 
 
 def scenario_file(tmp_path, data=None, **over) -> Path:
-    data = json.loads(json.dumps(data or BASE))
-    for k, v in over.items():
-        node = data
-        parts = k.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = v
+    """BASE (or ``data``) with dotted-key overrides (``workload`` alone replaces the workload),
+    written to ``tmp_path/s.yaml``."""
     p = tmp_path / "s.yaml"
-    p.write_text(yaml.safe_dump(data))
+    p.write_text(yaml.safe_dump(with_values(data or BASE, over)))
     return p
 
 
@@ -187,20 +183,8 @@ def _file_kinds(tmp_path):
 
 
 def _with(tmp_path, over: dict, p: Path) -> Path:
-    data = json.loads(json.dumps(BASE))
-    text = json.dumps(over).replace("{p}", str(p))
-    for k, v in json.loads(text).items():
-        if k == "workload":
-            data["workload"] = v
-            continue
-        node = data
-        parts = k.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = v
-    s = tmp_path / "s.yaml"
-    s.write_text(yaml.safe_dump(data))
-    return s
+    """``scenario_file`` with ``{p}`` in the overrides replaced by the path ``p``."""
+    return scenario_file(tmp_path, **json.loads(json.dumps(over).replace("{p}", str(p))))
 
 
 @pytest.mark.parametrize("bad", list(BAD_BYTES))
