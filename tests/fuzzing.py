@@ -236,6 +236,7 @@ LEAVES = schema_leaves()
 
 
 def set_path(data: dict, path: str, value) -> None:
+    """Set a dotted path, replacing whatever is not a mapping on the way."""
     node = data
     parts = path.split(".")
     for p in parts[:-1]:
@@ -438,6 +439,8 @@ def cases(draw, tmp: Path) -> Case:
         over, files = draw(file_cases(tmp))
         for k, v in over.items():
             if k == "workload":
+                if not isinstance(data.get("workload"), dict):  # a mutation made it something else
+                    data["workload"] = dict(BASE["workload"])
                 data["workload"] = {**{kk: vv for kk, vv in data["workload"].items()
                                        if kk not in ("prompt_tokens", "output_tokens", "classes")}, **v}
                 if data["workload"].get("num_requests", 0) is None:
