@@ -224,6 +224,16 @@ def test_a_benchmark_result_and_a_profile_that_are_not_utf8_name_the_byte(tmp_pa
     assert rc == 2 and "mlp.csv" in err and "byte offset" in err, err
 
 
+def test_a_tokenizer_that_is_not_utf8_names_the_byte(tmp_path, capsys):
+    pytest.importorskip("tokenizers")
+    (tmp_path / "p.jsonl").write_text('{"prompt": "hello", "output": 3}\n')
+    (tmp_path / "tok.json").write_bytes(b'{"version": "caf\xe9"}')
+    s = scenario_file(tmp_path, **{"workload.prompt_tokens": None, "workload.dataset": {
+        "path": str(tmp_path / "p.jsonl"), "format": "jsonl", "loop": True, "tokenizer": str(tmp_path / "tok.json")}})
+    rc, err = run_cli(capsys, "validate", s)
+    assert rc == 2 and "tok.json" in err and "byte offset 16" in err, err
+
+
 # ---------------------------------------------------------------- YAML abuse
 def billion_laughs() -> str:
     """The issue's 599-byte alias bomb shape: nine anchors, each nine of the one before."""

@@ -92,6 +92,7 @@ class _Counter:
             p = resolve_path(tokenizer)
             if not p.is_file():
                 raise InputError(f"{where}: no file {shown(tokenizer)} (give the path of a tokenizer.json)")
+            read_utf8(tokenizer, "tokenizer")  # a file that is not UTF-8 is named with its byte offset
             try:
                 tok = Tokenizer.from_file(str(p))
             except Exception as e:  # the library's own parse errors (it may quote the file: not shown)
