@@ -428,3 +428,11 @@ def test_a_sweep_grid_too_large_is_refused_before_any_point_is_made(tmp_path, ca
     t0 = time.perf_counter()
     rc, err = run_cli(capsys, "sweep", scenario_file(tmp_path, data), "--out", tmp_path / "sw", "--quiet")
     assert rc == 2 and "1000000 points" in err and time.perf_counter() - t0 < 10, err
+
+
+def test_negative_zero_is_zero(tmp_path, capsys):
+    """Found by the fuzzer: std -0.0 passed ``>= 0`` but numpy's normal refused it as negative."""
+    s = scenario_file(tmp_path, **{"workload.prompt_tokens": {"dist": "normal", "mean": 100, "std": -0.0},
+                                   "workload.arrival": {"process": "closed_loop", "clients": 2, "think_time_s": -0.0}})
+    assert run_cli(capsys, "validate", s)[0] == 0
+    assert run_cli(capsys, "run", s, "--out", tmp_path / "o", "--quiet")[0] == 0

@@ -317,7 +317,7 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
             raise _bad(path, meta, "a number", value)
         if not (isinstance(value, int) and abs(value) < 2**1000 or isinstance(value, float) and math.isfinite(value)):
             raise _bad(path, meta, "a finite number" + _range_text(meta), value)
-        return float(value)
+        return float(value) + 0.0  # -0.0 becomes 0.0 (numpy refuses a scale of -0.0 as negative)
     if tp is str:
         if not isinstance(value, str):
             raise _bad(path, meta, "a string", value)
