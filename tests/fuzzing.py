@@ -43,9 +43,10 @@ from servesim.inputs.specs import GPUS
 from tests.conftest import BASE as CONFTEST_BASE
 
 HANG_S = 60.0  # a run still going after this long hangs (the alarm stops it)
-# no run may take longer than BASE_S + PER_REQUEST_S x requests + PER_STEP_S x steps (wall time;
-# generous: a hang detector for a shared 2-core machine, not a benchmark)
-BASE_S, PER_REQUEST_S, PER_STEP_S = 15.0, 5e-3, 2e-4
+# no run may take longer than BASE_S + PER_REQUEST_S x requests + PER_STEP_S x steps +
+# PER_REPLICA_S x replicas (wall time; generous: a hang detector for a shared 2-core machine, not a
+# benchmark; 100,000 replicas take ~0.2 ms each to set up)
+BASE_S, PER_REQUEST_S, PER_STEP_S, PER_REPLICA_S = 15.0, 5e-3, 2e-4, 1e-3
 MODELS = ["meta-llama/Meta-Llama-3-8B", "meta-llama/Llama-2-7b-hf", "microsoft/phi-2", "meta-llama/Llama-3.2-1B",
           "mistralai/Mixtral-8x7B-v0.1", "meta-llama/Llama-2-70b-hf"]
 BASE = with_values(CONFTEST_BASE, {"name": "fuzz", "policy.max_num_seqs": 32, "policy.max_num_batched_tokens": 4096,
@@ -546,7 +547,9 @@ def check(case: Case, root: Path) -> Outcome:
     if r == "0":
         try:
             summary = json.loads((root / "out" / "summary.json").read_text())
-            bound = BASE_S + PER_REQUEST_S * summary["num_requests"] + PER_STEP_S * summary["phases"]["steps"]
+            replicas = sum(p["replicas"] for p in summary["kv_capacity"].values())
+            bound = (BASE_S + PER_REQUEST_S * summary["num_requests"] + PER_STEP_S * summary["phases"]["steps"]
+                     + PER_REPLICA_S * replicas)
         except (OSError, ValueError, KeyError) as e:
             problems.append(f"run exit 0 without a readable summary.json: {e}")
             bound = BASE_S
