@@ -4,7 +4,7 @@ byte mutations, and mutated files a scenario names, each run through ``servesim 
 hang), exit 2 with one bounded line on stderr, validate and run must agree, and no run may take
 longer than its size allows.
 
-The default run tries a few dozen inputs (seconds); ``pytest -m slow`` tries 1,200 and prints the
+The default run tries a few dozen inputs (seconds); ``pytest -m slow`` tries 2,000 and prints the
 figures (inputs, exits by kind, problems)."""
 
 from collections import Counter
@@ -49,5 +49,5 @@ def test_fuzz_quick(tmp_path):
 
 @pytest.mark.slow
 def test_fuzz_long(tmp_path):
-    stats, problems = _fuzz(tmp_path, 1200, derandomize=False)
-    assert stats["inputs"] >= 1000 and not problems
+    stats, problems = _fuzz(tmp_path, 2000, derandomize=False)
+    assert stats["inputs"] >= 2000 and not problems
