@@ -320,3 +320,12 @@ def test_the_lock_is_reentrant_and_released(tmp_path):
         assert str(os.getpid()) in (tmp_path / lock.LOCK_FILE).read_text()
     with lock.folder_lock(tmp_path, "c"):  # released: taken again
         pass
+
+
+def test_a_symlinked_run_folder_is_replaced_behind_its_link(tmp_path):
+    real, link = tmp_path / "real", tmp_path / "link"
+    assert main(["run", str(scenario(tmp_path)), "--out", str(real), "--quiet"]) == 0
+    link.symlink_to(real)
+    assert main(["run", str(scenario(tmp_path, 9)), "--out", str(link), "--quiet"]) == 0
+    assert link.is_symlink() and json.loads((real / "summary.json").read_text())["num_requests"] == 9
+    assert no_tmp_left(tmp_path)

@@ -288,27 +288,28 @@ def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_ya
     disk) names the file it was writing; nothing half-written is left behind."""
     out = Path(out)
     extra = extra or {}
-    if out.exists() and not out.is_dir():
+    real = out.resolve()  # (a symlink to a folder: the folder is replaced, the link stays)
+    if real.exists() and not real.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder", str(out))
-    parent = out.resolve().parent
+    parent = real.parent
     parent.mkdir(parents=True, exist_ok=True)
-    in_place = out.is_dir() and not is_run_folder(out)
-    tmp = parent / f"{TMP_PREFIX}{out.resolve().name}-{os.getpid()}-{secrets.token_hex(4)}"
+    in_place = real.is_dir() and not is_run_folder(real)
+    tmp = parent / f"{TMP_PREFIX}{real.name}-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
         written = _write_files(tmp, summary, requests, steps, scenario_yaml, outputs, fmt, extra, out)
         if in_place:
-            summary_path = out / "summary.json"
+            summary_path = real / "summary.json"
             if summary_path.exists():
                 summary_path.unlink()  # the old files are going: the folder is no run until the new summary lands
             for f in sorted(tmp.iterdir(), key=lambda f: f.name == "summary.json"):
-                os.replace(f, out / f.name)
-        elif not out.exists():
-            os.rename(tmp, out)
-        elif not _swap(tmp, out):
-            old = parent / f"{TMP_PREFIX}{out.resolve().name}-{os.getpid()}-old-{secrets.token_hex(4)}"
-            os.rename(out, old)
-            os.rename(tmp, out)
+                os.replace(f, real / f.name)
+        elif not real.exists():
+            os.rename(tmp, real)
+        elif not _swap(tmp, real):
+            old = parent / f"{TMP_PREFIX}{real.name}-{os.getpid()}-old-{secrets.token_hex(4)}"
+            os.rename(real, old)
+            os.rename(tmp, real)
             tmp = old
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
