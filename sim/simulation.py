@@ -17,7 +17,8 @@ from servesim.cost.calibration import efficiencies_for
 from servesim.cost.efficiency import step_overheads
 from servesim.cost.measured import load_measured
 from servesim.errors import InputError
-from servesim.plugins import resolve
+from servesim.plugins import construct
+from servesim.core.router import make_router
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
@@ -54,14 +55,14 @@ class PoolSetup:
 
     def make_policy(self):
         """A fresh policy for one replica (a policy may keep state between its steps)."""
-        factory, cfg = self._policy_factory
-        return factory(cfg, self.cost_model.model)
+        cfg = self._policy_cfg
+        return construct("policy", self.policy_name, "policy.name" if self.name == "colocated" else
+                         f"policy.{self.name}.policy", cfg, self.cost_model.model)
 
     @functools.cached_property
-    def _policy_factory(self):
-        cfg = dataclasses.replace(self.policy_cfg, max_num_seqs=self.max_num_seqs,
-                                  max_num_batched_tokens=self.max_num_batched_tokens)
-        return resolve("policy", self.policy_name), cfg
+    def _policy_cfg(self):
+        return dataclasses.replace(self.policy_cfg, max_num_seqs=self.max_num_seqs,
+                                   max_num_batched_tokens=self.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,9 @@ def plan(scenario: Scenario, specs=None):
     workload (``generate``, unless ``specs`` are given), its request count checked again.
     Returns (setup, specs, resources.Fit)."""
     setup = prepare(scenario)
+    for pool in setup.pools:  # a policy and a router can be made from the names given (run makes them)
+        pool.make_policy()
+    make_router(scenario.cluster.router, np.random.default_rng(0))
     w = scenario.workload
     ctx = setup.cost_model.model.max_context_tokens
     n = expected_requests(w) if specs is None else float(len(specs))

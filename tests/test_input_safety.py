@@ -436,3 +436,15 @@ def test_negative_zero_is_zero(tmp_path, capsys):
                                    "workload.arrival": {"process": "closed_loop", "clients": 2, "think_time_s": -0.0}})
     assert run_cli(capsys, "validate", s)[0] == 0
     assert run_cli(capsys, "run", s, "--out", tmp_path / "o", "--quiet")[0] == 0
+
+
+@pytest.mark.parametrize("over", [{"cluster.router": "os:system"}, {"policy.name": "os:system"},
+                                  {"cluster.router": "builtins:id"}, {"policy.name": "builtins:len"},
+                                  {"cluster.router": "sys:exit"}])
+def test_a_plugin_name_that_makes_no_policy_or_router_exits_2_in_validate_and_run(tmp_path, capsys, over):
+    """Found by the fuzzer: ``router: os:system`` resolved (a callable) so validate said ok, and
+    run's call of it as a router factory raised TypeError."""
+    s = scenario_file(tmp_path, **over)
+    for cmd in ("validate", "run"):
+        rc, err = run_cli(capsys, cmd, s, *(["--out", tmp_path / "o", "--quiet"] if cmd == "run" else []))
+        assert rc == 2 and next(iter(over)) in err and "is no " in err and one_bounded_line(err), err
