@@ -68,7 +68,8 @@ INT_EXTREMES = [0, -1, 1, 2**31, 2**31 - 1, 2**53 + 1, 2**63, 2**64, 10**30, 1e2
 FLOAT_EXTREMES = [0.0, -0.0, 1e-300, 5e-324, 1e300, 1.7976931348623157e308, math.inf, -math.inf, math.nan, -1e300,
                   -1.0, 1e-9, 1e12, True, "1.0", None, [1.0], 10**400]
 TEXT_EXTREMES = ["", " ", "x" * 5000, "a\x00b", "line\nbreak", "é", "../../etc/passwd", "/dev/zero", "${HOME}",
-                 "~/x", ":", "os:system", "a" * 300 + ".yaml", "\u202e", 12, None, ["x"], {"a": 1}]
+                 "~/x", ":", "os:system", "sys:exit", "builtins:print", "a" * 300 + ".yaml", "\u202e", 12, None,
+                 ["x"], {"a": 1}]
 
 
 # ---------------------------------------------------------------- the schema's leaves
