@@ -448,3 +448,16 @@ def test_a_plugin_name_that_makes_no_policy_or_router_exits_2_in_validate_and_ru
     for cmd in ("validate", "run"):
         rc, err = run_cli(capsys, cmd, s, *(["--out", tmp_path / "o", "--quiet"] if cmd == "run" else []))
         assert rc == 2 and next(iter(over)) in err and "is no " in err and one_bounded_line(err), err
+
+
+def test_a_model_whose_context_holds_no_request_is_refused(tmp_path, capsys):
+    """Found by the fuzzer: max_position_embeddings 1 clipped every prompt to 0 tokens and the
+    run stalled (exit 1)."""
+    cfg = tmp_path / "m" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({"hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 8,
+                               "intermediate_size": 5632, "vocab_size": 32000, "max_position_embeddings": 1}))
+    s = scenario_file(tmp_path, model=str(cfg.parent))
+    for cmd in ("validate", "run"):
+        rc, err = run_cli(capsys, cmd, s, *(["--out", tmp_path / "o", "--quiet"] if cmd == "run" else []))
+        assert rc == 2 and "max_position_embeddings" in err, err

@@ -318,6 +318,9 @@ def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
         raise InputError(f"{path}: {p}: hidden_size ({hidden}) is smaller than num_attention_heads ({heads}); "
                          "give head_dim")
     max_context = optional("max_position_embeddings", 4096)
+    if max_context < 2:  # (a request is at least one prompt token and one output token)
+        raise InputError(f"{key('max_position_embeddings')} must be >= 2 (a prompt token and an output token), "
+                         f"got {max_context}")
     check_value(Optional[bool], cfg.get("tie_word_embeddings"), key("tie_word_embeddings"))
     for k in ("hidden_act", "activation_function", "_name_or_path"):
         check_value(Optional[str], cfg.get(k), key(k))

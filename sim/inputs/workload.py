@@ -149,8 +149,8 @@ def clip_to_context(prompt: np.ndarray, output: np.ndarray, max_context_tokens: 
     """Shorten requests whose prompt + output exceeds the context: the prompt to at most
     context - 1 tokens, then the output to what is left (as a server caps max_tokens).
     Returns (prompt, output, clipped mask)."""
-    p = np.minimum(prompt, max_context_tokens - 1)
-    o = np.minimum(output, max_context_tokens - p)
+    p = np.minimum(prompt, max(max_context_tokens - 1, 1))  # (never a prompt of 0 tokens)
+    o = np.maximum(np.minimum(output, max_context_tokens - p), 1)
     return p, o, (p != prompt) | (o != output)
 
 
