@@ -461,3 +461,10 @@ def test_a_model_whose_context_holds_no_request_is_refused(tmp_path, capsys):
     for cmd in ("validate", "run"):
         rc, err = run_cli(capsys, cmd, s, *(["--out", tmp_path / "o", "--quiet"] if cmd == "run" else []))
         assert rc == 2 and "max_position_embeddings" in err, err
+
+
+def test_closed_loop_think_times_past_the_horizon_are_refused(tmp_path, capsys):
+    s = scenario_file(tmp_path, **{"workload.arrival": {"process": "closed_loop", "clients": 2,
+                                                        "think_time_s": 1e9}, "workload.num_requests": 100})
+    rc, err = run_cli(capsys, "validate", s)
+    assert rc == 2 and "workload.arrival" in err and "simulated time" in err, err

@@ -506,6 +506,14 @@ class Workload:
 
         for where, arrival in self._arrivals(path):
             check_segments(arrival, self.num_requests, self.duration_s, where)
+        a = self.arrival
+        if isinstance(a, ClosedLoopArrival) and self.num_requests is not None and self.duration_s is None:
+            span = a.think_time_s * self.num_requests / a.clients  # each client thinks before each request
+            if span > MAX_SECONDS:
+                raise InputError(f"{path}.arrival: {a.clients} clients thinking {a.think_time_s:g} s before each of "
+                                 f"{self.num_requests} requests span ~{span:.3g} s of simulated time; at most "
+                                 f"{MAX_SECONDS:.0e} s (beyond it times no longer resolve a step): shorten "
+                                 "think_time_s, add clients or set workload.duration_s")
 
     def _arrivals(self, path):
         """(field path, process) of every arrival process the workload draws from."""
