@@ -195,7 +195,8 @@ def main() -> None:
                                            args.format if args.format != "csv" else None,
                                            args.outputs.replace(",", "+") if args.outputs else None) if x)
         results[key + suffix] = r
-        print(f"({key}{suffix}) {n:>9,} requests [{args.engine}]: wall {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s (simulate "
+        print(f"({key}{suffix}) {n:>9,} requests [{args.engine}]: wall {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s "
+              f"(simulate "
               f"{r['simulate_s']:.2f} s, write {r['write_s']:.2f} s of {r['output_mib']:.0f} MiB, other "
               f"{r['other_s']:.2f} s), {r['sim_requests_per_wall_s']:,.0f} sim req/s, "
               f"{r['steps_per_wall_s']:,.0f} steps/s, peak RSS {r['peak_rss_mib']:.0f} MiB, busy "
