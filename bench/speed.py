@@ -20,7 +20,7 @@ requests offered far above what one replica serves; completed requests per secon
 
 Run it on one core:  taskset -c 0 python bench/speed.py [--cases a,b,c,d,scale]
                      [--engine fast|reference] [--outputs NAME,...] [--format csv|parquet]
-                     [--write-docs] [--json bench/results.json]
+                     [--write-readme] [--json bench/results.json]
 
 Figures per case: ``wall_s`` the whole process (interpreter start, imports, simulating, printing
 the summary, writing the files); ``simulate_s`` the summary's ``wall_time_s`` (``simulate()``:
@@ -130,13 +130,12 @@ def capacity_rps(engine: str) -> float:
 
 
 def readme_table(results: dict) -> str:
-    """The performance guide's table: every case measured, this code's engines only."""
     rows = ["| case | requests | engine | wall (s) | simulate (s) | write (s) | sim req / wall s | sim steps / wall s "
             "| peak RSS (MiB) |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     opt = lambda r, k: f"{r[k]:.1f}" if k in r else "-"  # noqa: E731 (older rows: simulate() alone)
     for key, r in results.items():
-        if not isinstance(r, dict) or "wall_s" not in r or key.endswith("_before"):
-            continue  # *_before: an older build's figures, kept in results.json only
+        if not isinstance(r, dict) or "wall_s" not in r:
+            continue
         rows.append(f"| {key} | {r['requests']:,} | {r['engine']} | {r['wall_s']:.1f} | {opt(r, 'simulate_s')} | "
                     f"{opt(r, 'write_s')} | {r['sim_requests_per_wall_s']:,.0f} | {r['steps_per_wall_s']:,.0f} | "
                     f"{r['peak_rss_mib']:.0f} |")
@@ -146,16 +145,16 @@ def readme_table(results: dict) -> str:
 BEGIN, END = "<!-- speed-table:begin -->", "<!-- speed-table:end -->"
 
 
-DOC = ROOT / "docs" / "performance.md"
-
-
-def write_docs(results: dict, path: Path = DOC) -> None:
-    """Replace the table between the speed-table markers of the performance guide."""
+def write_readme(results: dict) -> None:
+    path = ROOT / "README.md"
     text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} block to replace")
     block = f"{BEGIN}\n{readme_table(results)}\n{END}"
-    path.write_text(text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):])
+    if BEGIN in text and END in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n## Performance\n\n`taskset -c 0 python bench/speed.py --write-readme` " \
+               "(one core of a shared 2-core machine; figures are noisy):\n\n" + block + "\n"
+    path.write_text(text)
 
 
 def main() -> None:
@@ -166,8 +165,7 @@ def main() -> None:
     ap.add_argument("--format", default="csv", choices=["csv", "parquet"], help="servesim run --format")
     ap.add_argument("--tmp", help="folder for the scenario and outputs of each run (default: the system's)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results.json"), help="merge figures into this file")
-    ap.add_argument("--write-docs", "--write-readme", dest="write_docs", action="store_true",
-                    help="update the table in docs/performance.md")
+    ap.add_argument("--write-readme", action="store_true", help="update the README performance table")
     args = ap.parse_args()
     path = Path(args.json)
     results = json.loads(path.read_text()) if path.exists() else {}
@@ -198,13 +196,14 @@ def main() -> None:
                                            args.outputs.replace(",", "+") if args.outputs else None) if x)
         results[key + suffix] = r
         print(f"({key}{suffix}) {n:>9,} requests [{args.engine}]: wall {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s "
-              f"(simulate {r['simulate_s']:.2f} s, write {r['write_s']:.2f} s of {r['output_mib']:.0f} MiB, other "
+              f"(simulate "
+              f"{r['simulate_s']:.2f} s, write {r['write_s']:.2f} s of {r['output_mib']:.0f} MiB, other "
               f"{r['other_s']:.2f} s), {r['sim_requests_per_wall_s']:,.0f} sim req/s, "
               f"{r['steps_per_wall_s']:,.0f} steps/s, peak RSS {r['peak_rss_mib']:.0f} MiB, busy "
               f"{r['busy_fraction'] * 100:.0f}%, mean batch {r['mean_batch_size']:.1f}", flush=True)
         path.write_text(json.dumps(results, indent=2) + "\n")
-    if args.write_docs:
-        write_docs(results)
+    if args.write_readme:
+        write_readme(results)
 
 
 if __name__ == "__main__":

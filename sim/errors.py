@@ -1,4 +1,8 @@
-"""Errors that mean "the user's input is wrong" (exit status 2), as opposed to bugs (exit 1)."""
+"""Errors that mean "the user's input is wrong" (exit status 2), as opposed to bugs (exit 1), and
+how a message shows what it quotes: ``shown`` (a value the input gave, cut short) and
+``one_line`` (the whole message, on one line of bounded length)."""
+
+import reprlib
 
 
 class InputError(Exception):
@@ -7,6 +11,43 @@ class InputError(Exception):
     The message is shown to the user as is, without a traceback, so it must name the field path
     or file (and line) and say what would be valid.
     """
+
+
+MAX_SHOWN = 80  # characters of an input value a message quotes
+MAX_MESSAGE = 1000  # characters of a whole error message
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = MAX_SHOWN
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 8
+_repr.maxlevel = 3
+
+
+def shown(value, limit: int = MAX_SHOWN) -> str:
+    """``repr(value)`` for a message, at most ``limit`` characters (bounded work, whatever the
+    value: a 1 MB string or a deep structure is cut, not printed whole)."""
+    try:
+        text = _repr.repr(value)
+    except Exception:  # noqa: BLE001 - e.g. an int too long for str()
+        text = f"<{type(value).__name__}>"
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    return text
+
+
+def clip(text, limit: int = MAX_SHOWN) -> str:
+    """``text`` (not quoted) cut to at most ``limit`` characters."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def one_line(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` on one line (line breaks and other control characters escaped) of at most
+    ``limit`` characters: how every error is printed."""
+    text = str(message)[:4 * limit]
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(text) > limit:
+        text = text[:limit - 20] + f"... ({len(str(message))} chars)"
+    return text
 
 
 # what people call the policies in papers and servers -> our names
@@ -20,6 +61,7 @@ def did_you_mean(value: str, choices) -> str:
     import difflib
 
     choices = sorted(choices)
+    value = str(value)[:200]  # a long value is no one's typo (and would only slow difflib down)
     alias = ALIASES.get(str(value).lower())
     if alias in choices:
         return f" (did you mean {alias!r}?) valid: {', '.join(choices)}"

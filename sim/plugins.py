@@ -20,7 +20,7 @@ import os
 import sys
 from importlib import metadata
 
-from servesim.errors import InputError, did_you_mean
+from servesim.errors import InputError, did_you_mean, shown
 
 KINDS = {"policy": "servesim.policies", "router": "servesim.routers"}
 
@@ -91,4 +91,25 @@ def resolve(kind: str, name: str, where: str | None = None):
                          "(or module:Class)")
     if kind == "policy" and hasattr(obj, "from_config"):
         return obj.from_config
+    return obj
+
+
+_INTERFACE = {"policy": "next_batch", "router": "__call__"}  # what a made policy / router must have
+
+
+def construct(kind: str, name: str, where: str, *args):
+    """``resolve(kind, name, where)(*args)``: a fresh policy or router. A name that resolves to
+    something that is no factory of ``kind`` (``os:system``: it raises when called so, or makes
+    no object with the interface) is an input error naming the field, not a traceback."""
+    factory = resolve(kind, name, where)
+    try:
+        obj = factory(*args)
+    except InputError:
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever a wrong callable raises (sys:exit too)
+        raise InputError(f"{where}: {shown(name)} is no {kind}: making one with it raised {type(e).__name__}: "
+                         f"{shown(str(e), 120)}") from None
+    if not hasattr(obj, _INTERFACE[kind]):
+        raise InputError(f"{where}: {shown(name)} is no {kind}: it made a {type(obj).__name__}, which has no "
+                         f"{_INTERFACE[kind]}")
     return obj

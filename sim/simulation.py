@@ -18,8 +18,9 @@ from servesim.cost.calibration import efficiencies_for
 from servesim.cost.engines import EngineSetup, cost_model_for
 from servesim.cost.economics import PoolUse, economics, gpu_price, gpu_tdp, phase_cost_shares
 from servesim.cost.measured import load_measured
+from servesim.core.router import make_router
 from servesim.errors import InputError, did_you_mean
-from servesim.plugins import resolve
+from servesim.plugins import construct
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
@@ -36,7 +37,9 @@ from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
 from servesim.inputs.sessions import Sessions
-from servesim.inputs.workload import ClosedLoop, RequestSpecs, generate
+from servesim.inputs.workload import (ClosedLoop, RequestSpecs, check_files, expected_requests, generate,
+                                     mean_output_tokens)
+from servesim import resources
 
 
 @dataclass(frozen=True)
@@ -57,21 +60,20 @@ class PoolSetup:
 
     def make_policy(self):
         """A fresh policy for one replica (a policy may keep state between its steps)."""
-        factory, cfg = self._policy_factory
-        return factory(cfg, self.cost_model.model)
-
-    @functools.cached_property
-    def _policy_factory(self):
-        cfg = dataclasses.replace(self.policy_cfg, max_num_seqs=self.max_num_seqs,
-                                  max_num_batched_tokens=self.max_num_batched_tokens)
-        factory = resolve("policy", self.policy_name)
+        cfg = self._policy_cfg
         if self.name == "decode" and self.policy_name == "continuous":
             # a request preempted on the decode side is recomputed there in chunks of the step's
             # budget (a whole-sequence recompute would need a budget of prompt + output tokens),
             # once the KV of its whole sequence is free (its decodes and hand-offs are scheduled
             # alike either way)
-            factory = functools.partial(ContinuousPolicy.from_config, chunked=True, recompute_whole=True)
-        return factory, cfg
+            return ContinuousPolicy.from_config(cfg, self.cost_model.model, chunked=True, recompute_whole=True)
+        return construct("policy", self.policy_name, "policy.name" if self.name == "colocated" else
+                         f"policy.{self.name}.policy", cfg, self.cost_model.model)
+
+    @functools.cached_property
+    def _policy_cfg(self):
+        return dataclasses.replace(self.policy_cfg, max_num_seqs=self.max_num_seqs,
+                                   max_num_batched_tokens=self.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -225,15 +227,20 @@ class Results:
         """Every TBT gap (order unspecified); large runs: prefer ``tbt`` (values with counts)."""
         return self.tbt.expand()
 
-    def write(self, out_dir: str | Path, outputs=OUTPUTS, fmt: str = "csv") -> Path:
-        """Write the output contract into ``out_dir``: of summary.json, requests.csv, steps.csv
-        and scenario.yaml, those named in ``outputs``; ``fmt="parquet"``: requests.parquet and
-        steps.parquet instead of the CSV files (needs pyarrow). Returns the folder."""
+    def write(self, out_dir: str | Path, outputs=OUTPUTS, fmt: str = "csv", tbt: bool = False) -> Path:
+        """Write the output contract into ``out_dir``, whole or not at all (``write_run``): of
+        summary.json, requests.csv, steps.csv and scenario.yaml, those named in ``outputs``;
+        ``fmt="parquet"``: requests.parquet and steps.parquet instead of the CSV files (needs
+        pyarrow); ``tbt``: also tbt_s.npy, every TBT gap (sweeps keep it). Returns the folder."""
         out = Path(out_dir)
         bound = Labels(self.steps["compute_bound"].view(np.int8), ("memory", "compute"))
         steps = {c: bound if c == "bound" else self.steps[c] for c in STEP_COLUMNS}
+        extra = {}
+        if tbt:
+            gaps = np.asarray(self.tbt_s, dtype=float)
+            extra["tbt_s.npy"] = (len(gaps), lambda path: np.save(path, gaps))
         write_run(out, self.summary, {c: self.requests[c] for c in REQUEST_COLUMNS}, steps,
-                  scenario_to_yaml(self.scenario), outputs, fmt)
+                  scenario_to_yaml(self.scenario), outputs, fmt, extra)
         return out
 
 
@@ -353,6 +360,26 @@ def predict_rejections(scenario: Scenario) -> dict | None:
     return {"requests": len(specs), "rejected": len(reasons), "reasons": top_reasons(reasons)}
 
 
+def observed_time(workload, req: dict, steps: dict, cut: bool) -> float:
+    """``sim_time_s``, the time every rate is per: the run's window. ``workload.duration_s`` when
+    the run was cut off there (a request still in flight, ``cut``) or when arrivals went on until
+    it (no ``num_requests``, or fewer arrived than it asked for); otherwise the end of the last
+    thing that happened: the last step, completion or rejection. So a run whose requests all
+    finished at 30 s reports 30 s, not its duration_s, and a closed loop ends with its last
+    request, not after its clients' final think time (nor at a policy's idle timer)."""
+    until = workload.duration_s
+    if until is not None and (cut or workload.num_requests is None or len(req["status"]) < workload.num_requests):
+        return float(until)
+    end = 0.0
+    if len(steps["start_s"]):
+        end = float((steps["start_s"] + steps["duration_s"]).max())
+    for col in ("finish_s", "arrival_s"):
+        x = req[col]
+        if len(x) and not np.isnan(x).all():
+            end = max(end, float(np.nanmax(x)))
+    return end
+
+
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,
              sample_every_s: float | None = None, engine: str | None = None, decision_trace: bool = False) -> Results:
     """Run a scenario to the end (every request finished, or ``workload.duration_s``).
@@ -368,11 +395,36 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     wall0 = time.perf_counter()
     if engine is not None and engine != scenario.engine:
         scenario = dataclasses.replace(scenario, engine=engine)
+    setup, specs, fit = plan(scenario, specs)
+    with resources.guard(fit.available):
+        return _simulate(scenario, setup, specs, progress, sample_every_s, wall0, decision_trace)
+
+
+def plan(scenario: Scenario, specs=None):
+    """Everything before the event loop, and what ``servesim validate`` checks: the setup
+    (``prepare``), the memory the run needs against what is available (``servesim.resources``:
+    refused before anything is drawn when the scenario alone says it cannot fit), and the
+    workload (``generate``, unless ``specs`` are given), its request count checked again.
+    Returns (setup, specs, resources.Fit)."""
     setup = prepare(scenario)
-    rng = np.random.default_rng(scenario.seed)
+    for pool in setup.pools:  # a policy and a router can be made from the names given (run makes them)
+        pool.make_policy()
+    make_router(scenario.cluster.router, np.random.default_rng(0))
+    w = scenario.workload
+    ctx = setup.cost_model.model.max_context_tokens
+    n = expected_requests(w) if specs is None else float(len(specs))
+    fit = resources.check(setup, n, mean_output_tokens(w, ctx))
     if specs is None:
-        specs = generate(scenario.workload, rng, setup.cost_model.model.max_context_tokens,
-                         min(p.capacity.block_size for p in setup.pools))
+        check_files(w)  # every file the workload names, also those read lazily (sessions' lengths)
+        rng = np.random.default_rng(scenario.seed)
+        specs = generate(w, rng, ctx, min(p.capacity.block_size for p in setup.pools), fit.max_requests)
+        if isinstance(specs, RequestSpecs):
+            resources.refuse_requests(setup, fit, float(len(specs)), "workload")
+    return setup, specs, fit
+
+
+def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s, wall0,
+              decision_trace=False) -> Results:
     total = len(specs) if not isinstance(specs, Sessions) else (specs.num_requests or 0)
     env = simpy.Environment()
     cb = None
@@ -446,7 +498,6 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     until = scenario.workload.duration_s
     env.run(until=until)
     cluster.settle(strict=True)  # fast engine: decode steps that ended before the cut-off
-    sim_time = float(until) if until is not None else float(env.now)
     stalled = 0
     for r in rec.requests:
         if r is not None and r.status == "pending":
@@ -459,6 +510,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     rec.release_request_rows()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns(price_runs=_price_runs(replicas))
+    # (cut: a request still in flight at the cut-off, the engine's or, past add_api_server, the client's)
+    sim_time = observed_time(scenario.workload, req_cols, steps, bool((req_cols["status"] == "unfinished").any()))
     tbt = rec.tbt_sample()
     extra = {
         "kv_capacity": {p.name: {"replicas": p.replicas, "blocks_per_replica": p.capacity.num_blocks,

@@ -96,9 +96,9 @@ def test_new_processes_are_deterministic():
 
 
 @pytest.mark.parametrize("arrival, message", [
-    ({"process": "gamma", "rate_rps": 1.0, "cv": -1}, "workload.arrival.cv must be > 0, got -1"),
+    ({"process": "gamma", "rate_rps": 1.0, "cv": -1}, "workload.arrival.cv must be >= 0.001 and <= 1000, got -1"),
     ({"process": "sinusoidal", "rate_rps": 1.0, "period_s": 10, "amplitude": 2},
-     "workload.arrival.amplitude must be <= 1, got 2"),
+     "workload.arrival.amplitude must be >= 0 and <= 1, got 2"),
     ({"process": "on_off", "rate_rps": 1.0, "on_s": 0, "off_s": 1}, "workload.arrival.on_s must be > 0"),
     ({"process": "on_off", "rate_rps": 1.0, "on_s": 1, "off_s": 1, "durations": "weibull"},
      "workload.arrival.durations: 'weibull' is not valid"),
@@ -106,9 +106,9 @@ def test_new_processes_are_deterministic():
     ({"process": "piecewise", "segments": [{"duration_s": 1, "rate_rps": 0}]},
      "at least one segment needs rate_rps > 0"),
     ({"process": "piecewise", "segments": [{"duration_s": -1, "rate_rps": 1}]},
-     r"workload.arrival.segments\[0\].duration_s must be > 0, got -1"),
+     r"workload.arrival.segments\[0\].duration_s must be > 0 and <= 1e\+09, got -1"),
     ({"process": "piecewise", "segments": {"duration_s": 1}}, "workload.arrival.segments must be a list"),
-    ({"process": "closed_loop", "clients": 0}, "workload.arrival.clients must be > 0, got 0"),
+    ({"process": "closed_loop", "clients": 0}, "workload.arrival.clients must be > 0 and <= 1000000, got 0"),
     ({"process": "closed_loop", "clients": 2, "think_time_s": -1}, "workload.arrival.think_time_s must be >= 0"),
     ({"process": "poison", "rate_rps": 1}, "did you mean 'poisson'"),
 ])

@@ -82,7 +82,7 @@ def test_plain_workload_is_one_default_class(tmp_path):
     ([{**CHAT, "share": 1}, {**BATCH, "rate_rps": 1}], {}, "either every class has a share"),
     ([{**CHAT, "share": 1}, {**CHAT, "share": 1}], {}, r"workload.classes\[1\].name: 'chat' is used twice"),
     ([{**CHAT, "share": 1, "rate_rps": 2}], {}, r"workload.classes\[0\]: give exactly one of share, rate_rps, arrival"),
-    ([{**CHAT, "share": -1}], {}, r"workload.classes\[0\].share must be > 0, got -1"),
+    ([{**CHAT, "share": -1}], {}, r"workload.classes\[0\].share must be > 0 and <= 1e\+06, got -1"),
     ([{**CHAT, "rate_rps": 1}], {"arrival": {"process": "poisson", "rate_rps": 1}}, "remove workload.arrival"),
     ([{"name": "x", "share": 1, "prompt_tokens": {"dist": "fixed", "value": 3}}], {},
      r"workload.classes\[0\].output_tokens is missing"),

@@ -101,7 +101,7 @@ BAD = [
     ("policy: {name: continuous,", "policy: {name: nope,", "policy.name", "continuous"),
     ("model: meta-llama/Meta-Llama-3-8B", "model: meta-llama/Llama-9-9B", "model", "meta-llama/Meta-Llama-3-8B"),
     ("hardware: {gpu: h100-sxm}", "hardware: {gpu: h900}", "hardware.gpu", "h100-sxm"),
-    ("rate_rps: 5.0", "rate_rps: -1", "workload.arrival.rate_rps", "> 0"),
+    ("rate_rps: 5.0", "rate_rps: -1", "workload.arrival.rate_rps", ">= 1e-06"),
     ("  output_tokens: {dist: uniform, min: 4, max: 64}\n", "", "workload.output_tokens", "missing"),
     ("sigma: 0.5", "sigma: 0.5}}: [", "s.yaml", "line"),
     ("hardware: {gpu: h100-sxm}", "hardware: {gpu: h100-sxm, tp: 3}", "hardware.tp", "32"),
@@ -177,7 +177,7 @@ def test_console_script_exit_status_without_traceback(tmp_path):
     p = write(tmp_path, GOOD.replace("rate_rps: 5.0", "rate_rps: -1"))
     proc = subprocess.run([sys.executable, "-m", "sim", "validate", p], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "workload.arrival.rate_rps must be > 0, got -1" in proc.stderr
+    assert "workload.arrival.rate_rps must be >= 1e-06 and <= 1e+09, got -1" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -388,11 +388,11 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
     with pytest.raises(InputError, match="does not exist"):
         load_calibration(tmp_path / "missing.yaml")
     for body, msg in (
-        ("gemm: {compute: 1.5, memory: 0.8}\n", r"gemm\.compute must be in \(0, 1\]"),
+        ("gemm: {compute: 1.5, memory: 0.8}\n", r"gemm\.compute must be in \[1e-4, 1\]"),
         ("allreduce: {link: 0.5, smooth: 0}\n", r"allreduce\.smooth must be >= 0\.5"),
         ("allreduce: {link: 0.5, small_latency_s: 1.0e-5}\n",
          r"allreduce\.small_latency_s and \.small_link go together"),
-        ("allreduce_custom: {oneshot_link: 1.5}\n", r"allreduce_custom\.oneshot_link must be in \(0, 1\]"),
+        ("allreduce_custom: {oneshot_link: 1.5}\n", r"allreduce_custom\.oneshot_link must be in \[1e-4, 1\]"),
         ("gemm: {compute: 0.5, memory: 0.8, speed: 3}\n", "gemm.speed: unknown field"),  # the scenario's wording
         ("gemm: {compute: 0.5, memory: 0.8, tile_q: 0.5}\n",
          r"c\.yaml: gemm\.tile_q: unknown field; \(did you mean 'tile_quant'\?\)"),

@@ -172,8 +172,8 @@ def test_bad_cpu_overheads_and_overhead_entries_are_input_errors(tmp_path):
     cal = tmp_path / "c.yaml"
     for body, msg in (("overhead: {tp: [1], step_s: [0.002]}\n", "needs exactly the keys"),
                       ("overhead: {tp: [1, 2], step_s: [0.002], per_seq_s: [0.0]}\n", "one length"),
-                      ("overhead: {tp: [0], step_s: [0.002], per_seq_s: [0.0]}\n", r"overhead\.tp must hold"),
-                      ("overhead: {tp: [1], step_s: [-1], per_seq_s: [0.0]}\n", r"overhead\.step_s must hold")):
+                      ("overhead: {tp: [0], step_s: [0.002], per_seq_s: [0.0]}\n", r"overhead\.tp\[0\] must be >= 1"),
+                      ("overhead: {tp: [1], step_s: [-1], per_seq_s: [0.0]}\n", r"overhead\.step_s\[0\] must be >= 0")):
         cal.write_text(body)
         with pytest.raises(InputError, match=msg):
             load_calibration(cal)

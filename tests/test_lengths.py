@@ -52,13 +52,13 @@ def test_lognormal_parameterizations_agree():
     ({"dist": "lognormal", "mean": 100, "sigma": 1, "p99": 500}, "got mean \\+ sigma \\+ p99"),
     ({"dist": "zipf", "s": 1.2, "min": 10, "max": 5},
      "workload.prompt_tokens.max must be >= workload.prompt_tokens.min"),
-    ({"dist": "zipf", "s": 0, "max": 5}, "workload.prompt_tokens.s must be > 0, got 0"),
+    ({"dist": "zipf", "s": 0, "max": 5}, "workload.prompt_tokens.s must be > 0 and <= 100, got 0"),
     ({"dist": "quantiles", "p": [0, 0.5], "tokens": [1, 2]}, "p must rise strictly from 0 to 1"),
     ({"dist": "quantiles", "p": [0, 1], "tokens": [5, 2]}, "tokens must be >= 1 and non-decreasing"),
     ({"dist": "quantiles", "p": [0, 0.5, 1], "tokens": [1, 2]}, "same length"),
     ({"dist": "quantiles", "p": [0, "x"], "tokens": [1, 2]}, r"workload.prompt_tokens.p\[1\] must be a number"),
     ({"dist": "empirical"}, "workload.prompt_tokens.path is missing"),
-    ({"dist": "normal", "mean": 10, "std": -1}, "workload.prompt_tokens.std must be >= 0, got -1"),
+    ({"dist": "normal", "mean": 10, "std": -1}, "workload.prompt_tokens.std must be >= 0 and <= 2147483647, got -1"),
 ])
 def test_length_fields_are_checked_with_their_path(d, message):
     with pytest.raises(InputError, match=message):

@@ -3,6 +3,7 @@
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,17 +16,38 @@ request_rows = st.lists(
 )
 
 
+CHECKED = {"runs": 0}  # scenarios whose invariants were checked (printed by the long run)
+DRAWS = dict(rows=request_rows, max_num_seqs=st.integers(1, 16), budget=st.integers(256, 4096),
+             blocks=st.one_of(st.none(), st.integers(8, 400)), replicas=st.integers(1, 3),
+             duration=st.one_of(st.none(), st.floats(0.2, 5)),
+             router=st.sampled_from(["round_robin", "random", "least_outstanding_tokens", "least_kv_usage",
+                                     "prefix_aware"]),
+             policy=st.sampled_from(["continuous", "chunked_prefill", "static", "pd_split"]),
+             preemption=st.sampled_from(["recompute", "swap"]), prefix_caching=st.booleans(),
+             spec=st.one_of(st.none(), st.integers(1, 4)), prefix=st.sampled_from([0, 20, 100]),
+             pp=st.sampled_from([1, 1, 2]), watermark=st.sampled_from([0.01, 0.0, 0.1]))
+
+
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=request_rows, max_num_seqs=st.integers(1, 16), budget=st.integers(256, 4096),
-       blocks=st.one_of(st.none(), st.integers(8, 400)), replicas=st.integers(1, 3),
-       duration=st.one_of(st.none(), st.floats(0.2, 5)),
-       router=st.sampled_from(["round_robin", "random", "least_outstanding_tokens", "least_kv_usage", "prefix_aware"]),
-       policy=st.sampled_from(["continuous", "chunked_prefill", "static", "pd_split"]),
-       preemption=st.sampled_from(["recompute", "swap"]), prefix_caching=st.booleans(),
-       spec=st.one_of(st.none(), st.integers(1, 4)), prefix=st.sampled_from([0, 20, 100]),
-       pp=st.sampled_from([1, 1, 2]), watermark=st.sampled_from([0.01, 0.0, 0.1]))
+@given(**DRAWS)
 def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router, policy, preemption,
                     prefix_caching, spec, prefix, pp, watermark):
+    check_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router, policy, preemption,
+                     prefix_caching, spec, prefix, pp, watermark)
+
+
+@pytest.mark.slow
+def test_invariants_long():
+    """The same invariants on 2,000 random scenarios (pytest -m slow); prints how many ran."""
+    CHECKED["runs"] = 0
+    settings(max_examples=2000, deadline=None, database=None, suppress_health_check=list(HealthCheck))(
+        given(**DRAWS)(check_invariants))()
+    print(f"\ninvariants checked on {CHECKED['runs']} random scenarios, no violation")
+    assert CHECKED["runs"] >= 1600  # (examples whose rows all arrive after the cut-off are skipped)
+
+
+def check_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, router, policy, preemption,
+                     prefix_caching, spec, prefix, pp, watermark):
     rows = sorted(rows)
     kw = policy_mix_kw(policy, max_num_seqs, budget, preemption, prefix_caching, blocks, router, duration,
                        replicas, spec)
@@ -41,14 +63,46 @@ def test_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, rout
         rows = [r for r in rows if r[0] < duration]
         if not rows:
             return
+    CHECKED["runs"] += 1
     sp = specs(rows)
     if prefix:
         n = len(rows)
         sp = dataclasses.replace(sp, prefix_group=np.arange(n, dtype=np.int64) % 2,
                                  prefix_tokens=np.full(n, prefix, dtype=np.int64))
-    res = simulate(sc, specs=sp)
+    # Little's law is checked with an independent sampler of the queues where every request in
+    # the system is in one (not with swapped-out or P/D requests in transfer)
+    little = policy != "pd_split" and preemption == "recompute" and duration is None
+    dt = 0.002
+    res = simulate(sc, specs=sp, sample_every_s=dt if little else None)
     r = res.requests
     status = r["status"]
+    s = res.summary
+
+    # requests conserved: the summary's counts are the rows', and add up
+    assert s["num_requests"] == len(rows) == s["completed"] + s["rejected"] + s["unfinished"]
+    assert s["completed"] == int((status == "completed").sum()) and s["rejected"] == int((status == "rejected").sum())
+    assert s["unfinished"] == int((status == "unfinished").sum())
+    # the window holds everything that happened, and rates are per it
+    st0 = res.steps
+    if len(st0["start_s"]):
+        assert (st0["start_s"] + st0["duration_s"]).max() <= s["sim_time_s"] * (1 + 1e-12)
+    assert np.nanmax(r["finish_s"], initial=0.0) <= s["sim_time_s"]
+    if s["sim_time_s"] > 0:
+        assert s["throughput_rps"] == s["completed"] / s["sim_time_s"]
+    # each replica's (virtual engine's) steps follow one another
+    for rep in np.unique(st0["replica"]):
+        sel = st0["replica"] == rep
+        start, end = st0["start_s"][sel], st0["start_s"][sel] + st0["duration_s"][sel]
+        assert np.all(start[1:] >= end[:-1] - 1e-9 * np.maximum(1.0, end[:-1]))
+    # Little's law, L = lambda W, exactly up to the sampler's resolution: the time integral of the
+    # requests in the system equals the sum of their times in it, within dt per arrival and end
+    if little and len(res.queue_samples):
+        q = np.array(res.queue_samples)
+        area = float((q[:, 2] + q[:, 3]).sum()) * dt
+        done = status == "completed"
+        # (the engine's time: finish_s is the client's, the API server's api_s after the engine's end)
+        in_system = float((r["finish_s"][done] - r["api_s"][done] - r["arrival_s"][done]).sum())
+        assert abs(area - in_system) <= 2 * len(rows) * dt + 1e-9, (area, in_system)
 
     # every arrival is accounted for, exactly once
     assert len(status) == len(rows)

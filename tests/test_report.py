@@ -74,13 +74,14 @@ def test_report_bad_folder_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name,body,message", [
-    ("summary.json", "{bad", "cannot read a run's summary.json"),
+    ("summary.json", "{bad", "malformed JSON"),
     ("summary.json", "[]", "must be a JSON object"),
     ("summary.json", '{"scenario": "x", "num_requests": 3}', "no completed"),
-    ("requests.csv", "", "empty file"),
-    ("requests.csv", "a,b\n1,2\n", "missing column"),
-    ("steps.csv", None, "cannot read"),
-    ("scenario.yaml", "{", "cannot read"),
+    # the files summary.json lists, with their size and digest (a run folder is checked whole)
+    ("requests.csv", "", "damaged"),
+    ("requests.csv", "a,b\n1,2\n", "damaged"),
+    ("steps.csv", None, "missing"),
+    ("scenario.yaml", "{", "damaged"),
 ])
 def test_report_on_a_damaged_run_folder_names_the_file(tmp_path, capsys, name, body, message):
     """Found by fuzzing: a run folder whose files are damaged or not servesim's is an input error

@@ -227,8 +227,9 @@ def _sweep_failing_at_seed_1(tmp_path, monkeypatch, error: BaseException, seeds:
 
     monkeypatch.setattr(servesim.simulation, "simulate", failing)
     out = tmp_path / "sw"
+    # the other points go on; the sweep then exits 3: a point failed while running
     assert main(["sweep", scenario_file(tmp_path), "--grid", f"seed={seeds}", "--out", str(out), "--workers", "1",
-                 "--quiet"]) == 0
+                 "--quiet"]) == 3
     return read_results(out / "results.csv"), out
 
 

@@ -137,7 +137,7 @@ def test_jsonl_errors(tmp_path):
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"trace": {"path": "x.csv", "speedup": 0}}, "workload.trace.speedup must be > 0, got 0"),
+    ({"trace": {"path": "x.csv", "speedup": 0}}, r"workload.trace.speedup must be >= 1e-06 and <= 1e\+06, got 0"),
     ({"trace": {"path": "x.csv", "start_s": 5, "end_s": 5}}, "workload.trace.end_s must be > workload.trace.start_s"),
     ({"trace": {"path": "x.csv", "format": "parquet"}}, "workload.trace.format: 'parquet' is not valid"),
     ({"trace": {"path": "x.csv", "sample": True}, "num_requests": 5}, "workload.trace.sample needs workload.arrival"),

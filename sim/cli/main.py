@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from servesim.cli.parser import build_parser
-from servesim.errors import InputError
 from servesim.core.decisions import format_decisions
+from servesim.errors import InputError, one_line, shown
 from servesim.outputs.checks import format_warnings
 from servesim.outputs.intervals import PM, Interval, format_interval
 from servesim.outputs.profile import format_profile
@@ -289,8 +289,9 @@ def cmd_run(args) -> int:
         results.summary["seeds"] = _other_seeds(scenario, results.summary, args)
     try:
         out = results.write(out_dir, outputs, args.format)
-    except OSError as e:
-        raise InputError(f"--out {args.out}: cannot write the results: {e.strerror or e}") from None
+    except OSError as e:  # e.g. a full disk: the folder is left as it was (writer.write_run)
+        raise InputError(f"--out {args.out}: cannot write {e.filename or 'the results'}: {e.strerror or e}; "
+                         "the folder was left as it was") from None
     print(format_summary(results.summary))
     files = file_names(outputs, args.format)
     print(f"\nwrote {out}/{files[0]}" + "".join(f", {f}" for f in files[1:]))
@@ -325,13 +326,13 @@ def _other_seeds(scenario, summary: dict, args) -> dict:
 
 def cmd_validate(args) -> int:
     from servesim.inputs.scenario import load_scenario
-    from servesim.simulation import prepare
-    from servesim.inputs.workload import check_files
+    from servesim.simulation import plan
 
     scenario = load_scenario(args.scenario, args.set or [])
     with _naming(args.scenario):
-        setup = prepare(scenario)
-        check_files(scenario.workload)
+        # what run does before its event loop: the setup, the memory check, the workload drawn
+        # (every file it names read), so that validate accepts exactly what run can run
+        setup, _, _ = plan(scenario)
     cap = setup.capacity
     print(f"{args.scenario}: ok ({scenario.name}: {scenario.model} on {scenario.cluster.replicas} x "
           f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "
@@ -381,7 +382,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except InputError as e:
-        print(f"servesim: error: {e}", file=sys.stderr)
+        print(f"servesim: error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -400,8 +401,8 @@ def main(argv=None) -> int:
     except OSError as e:
         # a file or folder we were told to read or write (--out, --trace-events, ...) that the
         # file system refuses: name it, no traceback
-        where = f" {e.filename!r}" if e.filename else ""
-        print(f"servesim: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)
+        where = f" {shown(str(e.filename))}" if e.filename else ""
+        print(f"servesim: error: {one_line(f'cannot use{where}: {e.strerror or e}')}", file=sys.stderr)
         return 2
 
 

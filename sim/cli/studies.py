@@ -11,7 +11,7 @@ from servesim.errors import InputError
 from servesim.outputs.intervals import CI_SUFFIX, format_interval, row_interval
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import DISTS
-from servesim.studies.sweep import RESULTS
+from servesim.studies.sweep import RESULTS, failed_while_running
 
 
 def _executor(args) -> ExecutorOptions:
@@ -66,7 +66,19 @@ def cmd_sweep(args) -> int:
     print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
           f"wrote {Path(args.out) / RESULTS}" + (f" (means and 95% intervals over {args.seeds} seeds; every run in "
                                                 f"{Path(args.out) / 'seeds.csv'})" if args.seeds > 1 else ""))
-    return 0
+    return _status(res.failed_run)
+
+
+EXIT_POINTS_FAILED = 3  # a study finished, but some points failed while running (see results.csv)
+
+
+def _status(failed_run: int) -> int:
+    """0, or ``EXIT_POINTS_FAILED`` (said on stderr) when points failed while running."""
+    if not failed_run:
+        return 0
+    print(f"servesim: error: {failed_run} point(s) failed while running (their error is in {RESULTS}); exit "
+          f"status {EXIT_POINTS_FAILED}", file=sys.stderr)
+    return EXIT_POINTS_FAILED
 
 
 def _fmt(v) -> str:
@@ -231,7 +243,7 @@ def cmd_compare(args) -> int:
 
         path = build_report(out, progress=not args.quiet)
         print(f"wrote {path} and its figures")
-    return 0
+    return _status(failed_while_running(plan.points))
 
 
 def cmd_lessons(args) -> int:

@@ -216,6 +216,12 @@ class Cluster:
         if need > self._decode_blocks:
             return f"prompt + output = {total} tokens needs {need} KV blocks; a decode replica has " \
                    f"{self._decode_blocks} in all"
+        # the hand-off leaves one block spare on the decode replica (pd_split.decode_room): a
+        # prompt needing every block could never be handed off, and the run would stall
+        handed = self.decode[0].kv.blocks_for(req.prompt_tokens)
+        if handed > self._decode_blocks - 1:
+            return f"prompt = {req.prompt_tokens} tokens needs {handed} KV blocks on a decode replica, which " \
+                   f"keeps one of its {self._decode_blocks} spare for a hand-off"
         # a request preempted on the decode side is recomputed there, under the decode policy
         # (continuous recomputes in chunks there: no budget limit on prompt + output)
         reason = self.decode[0].policy.admission_error(req.prompt_tokens, req.output_tokens, self.decode[0].kv)

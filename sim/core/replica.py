@@ -540,6 +540,8 @@ class Replica:
     def _commit(self, batch, cost, start: float, extra_s: float = 0.0) -> None:
         now = self.env.now
         rec = self.recorder
+        # the step's KV usage is its peak: what it held before the requests it finished free theirs
+        kv_peak = self.kv.num_used
         if self.watch is not None:
             self.watch.add(self.watch_key)  # (again below: a completion's hook may route mid-commit)
         self.stats["steps"] += 1
@@ -582,7 +584,7 @@ class Replica:
             self._hand_off(handed, start)
         if self.watch is not None:
             self.watch.add(self.watch_key)
-        rec.step(self.index, start, cost, batch, self.kv.num_used, extra_s)
+        rec.step(self.index, start, cost, batch, kv_peak, extra_s)
 
     def _commit_set(self, n: int, now: float) -> bool:
         """The decode set's ``n`` members each emitted a token at ``now``: their gaps, the ones
@@ -1111,9 +1113,9 @@ class Replica:
                 break
             sp += 1
         run.sp = sp
-        # KV in use at each step's end: now's (growth applied up to step g - 1, and any block
+        # KV in use at each step's peak: now's (growth applied up to step g - 1, and any block
         # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth, less
-        # what completions freed by then
+        # what completions in earlier steps freed (a step's own completions free theirs after it)
         base = kv.num_used - cum[grown - 1]
         dep = run.dep
         dp = run.dp
@@ -1139,7 +1141,7 @@ class Replica:
                     self.prio.remove(r.priority)
                 self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
                 rec.complete(r)
-            used = list(map(int.__sub__, used, itertools.accumulate(freed)))
+            used = list(map(int.__sub__, used, itertools.accumulate(freed[:-1], initial=0)))
             run.dp = dp
             self._sum_c -= sum_c
         if fold is not None:

@@ -236,6 +236,6 @@ ROUTERS = {
 
 def make_router(name: str, rng):
     """A fresh router for one run: ``name`` from ``ROUTERS`` (or a plug-in, ``servesim.plugins``)."""
-    from servesim.plugins import resolve
+    from servesim.plugins import construct
 
-    return resolve("router", name)(rng)
+    return construct("router", name, "cluster.router", rng)

@@ -52,7 +52,8 @@ LOWBIT_TILE_M = 16
 
 # The families below are also the schema of a calibration file (``from_dict``): the bounds are
 # what a file may say; the fits and the v0 figures are built directly.
-_SHARE = {"gt": 0, "le": 1, "valid": "in (0, 1]"}  # a fraction of a datasheet peak
+_SHARE = {"ge": 1e-4, "le": 1, "valid": "in [1e-4, 1]"}  # a fraction of a datasheet peak (fits: >= 0.07)
+_LATENCY = {"ge": 0, "le": 1}  # seconds per kernel or hop
 
 
 def _coefficients(data: dict, path: str) -> dict:
@@ -70,7 +71,7 @@ class OpEfficiency:
 
     compute: float = _f(**_SHARE, doc="fraction of peak FLOP/s")
     memory: float = _f(**_SHARE, doc="fraction of peak HBM bytes/s")
-    latency_s: float = _f(0.0, doc="per kernel launch")
+    latency_s: float = _f(0.0, **_LATENCY, doc="per kernel launch")
     expand = staticmethod(_coefficients)
 
 
@@ -78,11 +79,11 @@ class OpEfficiency:
 class GemmEfficiency:
     compute: float = _f(**_SHARE, doc="fraction of peak FLOP/s reached at large K")
     memory: float = _f(**_SHARE, doc="fraction of HBM bandwidth when weight-read bound")
-    latency_s: float = _f(0.0, doc="fixed per-kernel time")
-    smooth: float = _f(0.0, doc="p of the smooth max (0: hard max)")
-    tile_quant: float = _f(0.0, le=1, valid="in [0, 1]", doc="share of the FLOPs of M padded up to tile_m")
-    tile_m: int = _f(128, ge=1)
-    k_half: float = _f(0.0, doc="inner dimension at which the compute efficiency is halved (0: none)")
+    latency_s: float = _f(0.0, **_LATENCY, doc="fixed per-kernel time")
+    smooth: float = _f(0.0, ge=0, le=100, doc="p of the smooth max (0: hard max)")
+    tile_quant: float = _f(0.0, ge=0, le=1, valid="in [0, 1]", doc="share of the FLOPs of M padded up to tile_m")
+    tile_m: int = _f(128, ge=1, le=65536)
+    k_half: float = _f(0.0, ge=0, le=1e9, doc="inner dimension at which the compute efficiency is halved (0: none)")
     expand = staticmethod(_coefficients)
 
 
@@ -101,7 +102,7 @@ class Fp8GemmEfficiency:
 @dataclass(frozen=True, slots=True)
 class MemEfficiency:
     memory: float = _f(**_SHARE, doc="fraction of HBM bandwidth")
-    latency_s: float = _f(0.0, doc="fixed per-kernel time")
+    latency_s: float = _f(0.0, **_LATENCY, doc="fixed per-kernel time")
     expand = staticmethod(_coefficients)
 
 
@@ -113,12 +114,12 @@ class CommEfficiency:
     protocol (LL: ``small_latency_s``, ``small_link``) that wins below some size."""
 
     link: float = _f(0.80, **_SHARE, doc="fraction of the link bandwidth the bandwidth protocol reaches")
-    base_latency_s: float = _f(0.0, doc="fixed time of one call of the bandwidth protocol")
-    hop_latency_s: float | None = _f(None, doc="per ring step; None: the GPU's link_latency_s (v0)")
+    base_latency_s: float = _f(0.0, **_LATENCY, doc="fixed time of one call of the bandwidth protocol")
+    hop_latency_s: float | None = _f(None, **_LATENCY, doc="per ring step; None: the GPU's link_latency_s (v0)")
     smooth: float = _f(1.0, ge=0.5, le=8, doc="p of the smooth max of latency and transfer: 1 = their sum "
                                               "(alpha-beta); > 1 the latency hides behind the transfer; < 1 "
                                               "slower than the sum near the crossover (fewer NCCL channels)")
-    small_latency_s: float | None = _f(None, doc="fixed time of the latency protocol (NCCL LL); None: none")
+    small_latency_s: float | None = _f(None, **_LATENCY, doc="fixed time of the latency protocol (NCCL LL); None: none")
     small_link: float | None = _f(None, **_SHARE, doc="fraction of the link bandwidth the latency protocol reaches")
     expand = staticmethod(_coefficients)
 
@@ -139,11 +140,11 @@ class CustomAllReduce:
     scaled by H100's graph / no-graph ratio, vLLM PR #24111 vs sglang PR #2904); the H100 fit is in
     ``calibrations/h100-sxm.yaml``."""
 
-    oneshot_latency_s: float = _f(7e-6)
+    oneshot_latency_s: float = _f(7e-6, **_LATENCY)
     oneshot_link: float = _f(0.6, **_SHARE)
-    twoshot_latency_s: float = _f(15e-6)
+    twoshot_latency_s: float = _f(15e-6, **_LATENCY)
     twoshot_link: float = _f(0.45, **_SHARE)
-    max_bytes: int = _f(8 * 2**20, gt=0, doc="largest message it takes (vLLM: 8 MiB)")
+    max_bytes: int = _f(8 * 2**20, gt=0, le=2**40, doc="largest message it takes (vLLM: 8 MiB)")
     expand = staticmethod(_coefficients)
 
 
@@ -152,9 +153,9 @@ class OverheadFit:
     """Per-step CPU overhead (scheduling, input preparation, sampling, output processing and, with
     TP > 1, the workers' RPC) fitted per measured TP size: ``step_s + per_seq_s x sequences``."""
 
-    tp: tuple[int, ...] = ()
-    step_s: tuple[float, ...] = ()
-    per_seq_s: tuple[float, ...] = ()
+    tp: tuple[int, ...] = _f((), ge=1, le=4096)
+    step_s: tuple[float, ...] = _f((), ge=0, le=60)
+    per_seq_s: tuple[float, ...] = _f((), ge=0, le=1)
 
     @staticmethod
     def expand(data: dict, path: str) -> dict:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
+from servesim.inputs.files import read_utf8
 
 PROFILE_DTYPE_BYTES = 2.0  # the profiles were measured in fp16
 
@@ -52,13 +54,11 @@ class ComputeProfile:
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
+    text = read_utf8(path, "profile")
     try:
-        with open(path, newline="") as fh:
-            rows = list(csv.reader(fh))
-    except OSError as e:
-        raise InputError(f"cannot read profile {path}: {e}") from None
+        rows = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error as e:
-        raise InputError(f"{path}: not a valid CSV file: {e}") from None
+        raise InputError(f"{path}: not a valid CSV file: {shown(str(e), 120)}") from None
     if not rows:
         raise InputError(f"{path}: empty file, expected a header row and measurements")
     return rows[0], rows[1:]

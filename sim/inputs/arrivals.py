@@ -12,10 +12,12 @@ import math
 
 import numpy as np
 
+from servesim.errors import InputError
 from servesim.inputs.scenario import (AllAtOnceArrival, FixedArrival, GammaArrival, OnOffArrival, PiecewiseArrival,
                           PoissonArrival, SinusoidalArrival)
 
 CHUNK = 4096  # arrivals aimed for per window of time
+MAX_SEGMENTS = 20_000_000  # rate segments (piecewise, on_off) drawn for one run's arrivals: ~2 s of work
 
 
 def inter_arrivals(arrival, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -35,16 +37,49 @@ def inter_arrivals(arrival, n: int, rng: np.random.Generator) -> np.ndarray:
 RENEWAL = (PoissonArrival, FixedArrival, GammaArrival)
 
 
+def _schedule(arrival) -> tuple[np.ndarray, np.ndarray]:
+    """(duration_s, rate_rps) of the segments of one cycle of a piecewise-constant rate (on_off:
+    the mean durations)."""
+    if isinstance(arrival, PiecewiseArrival):
+        return (np.array([s.duration_s for s in arrival.segments]), np.array([s.rate_rps for s in arrival.segments]))
+    return np.array([arrival.on_s, arrival.off_s]), np.array([arrival.rate_rps, arrival.off_rate_rps])
+
+
+def segments_needed(arrival, num_requests: int | None, duration_s: float | None) -> float:
+    """About how many rate segments drawing the arrivals of a piecewise or on_off process takes
+    (0 for other processes): cycles until ``num_requests`` are expected or ``duration_s`` has
+    passed, times the segments per cycle. Segments of 1e-300 s would take forever."""
+    if not isinstance(arrival, (PiecewiseArrival, OnOffArrival)):
+        return 0.0
+    dur, rate = _schedule(arrival)
+    cycle_s, per_cycle = float(dur.sum()), float((dur * rate).sum())
+    cycles = math.inf
+    if duration_s is not None and cycle_s > 0:
+        cycles = duration_s / cycle_s
+    if num_requests is not None and per_cycle > 0:
+        cycles = min(cycles, num_requests / per_cycle)
+    return (cycles + 1) * len(dur)
+
+
+def check_segments(arrival, num_requests: int | None, duration_s: float | None, path: str) -> None:
+    """An ``InputError`` naming ``path`` when drawing the arrivals would take more than
+    ``MAX_SEGMENTS`` segments (it would run for minutes, or forever)."""
+    need = segments_needed(arrival, num_requests, duration_s)
+    if need > MAX_SEGMENTS:
+        dur, rate = _schedule(arrival)
+        cycle_s, per_cycle = float(dur.sum()), float((dur * rate).sum())
+        raise InputError(f"{path}: its schedule repeats every {cycle_s:.3g} s with {per_cycle:.3g} "
+                         f"arrivals expected per cycle, so these arrivals take ~{need:.3g} rate segments to draw "
+                         f"(at most {MAX_SEGMENTS}); lengthen the segments (on_s, off_s) or lower "
+                         f"workload.duration_s / num_requests")
+
+
 def _segment_windows(arrival, rng):
     """Yield (start_s, duration_s, rate_rps) arrays of consecutive segments, window by window."""
-    if isinstance(arrival, PiecewiseArrival):
-        dur = np.array([s.duration_s for s in arrival.segments])
-        rate = np.array([s.rate_rps for s in arrival.segments])
-    else:  # OnOffArrival
-        dur = np.array([arrival.on_s, arrival.off_s])
-        rate = np.array([arrival.rate_rps, arrival.off_rate_rps])
+    dur, rate = _schedule(arrival)
     per_cycle = float((dur * rate).sum())
-    cycles = max(1, min(100_000, math.ceil(CHUNK / per_cycle)))
+    # cycles per window: about CHUNK arrivals, at most 100,000 cycles (check_segments bounds the windows)
+    cycles = 100_000 if per_cycle * 100_000 <= CHUNK else max(1, math.ceil(CHUNK / per_cycle))
     t = 0.0
     while True:
         if isinstance(arrival, OnOffArrival) and arrival.durations == "exponential":

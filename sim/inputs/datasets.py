@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
 from servesim.inputs.traces import MAX_TOKENS, TraceData, jsonl_objects, read_utf8, resolve_path
 
 REPLY_ROLES = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing", "model"})
@@ -91,12 +91,13 @@ class _Counter:
                                  "pip install 'servesim[tokenizers]' (or leave it null for an estimate)") from None
             p = resolve_path(tokenizer)
             if not p.is_file():
-                raise InputError(f"{where}: no file {str(p)!r} (give the path of a tokenizer.json)")
+                raise InputError(f"{where}: no file {shown(tokenizer)} (give the path of a tokenizer.json)")
+            read_utf8(tokenizer, "tokenizer")  # a file that is not UTF-8 is named with its byte offset
             try:
                 tok = Tokenizer.from_file(str(p))
-            except Exception as e:  # the library's own parse errors
-                raise InputError(f"{where}: {p} is not a tokenizer.json the tokenizers package reads: "
-                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            except Exception as e:  # the library's own parse errors (it may quote the file: not shown)
+                raise InputError(f"{where}: {shown(tokenizer)} is not a tokenizer.json the tokenizers package "
+                                 f"reads ({type(e).__name__})") from None
             tok.no_truncation()
             tok.no_padding()
             self.tok = tok
@@ -139,6 +140,8 @@ def _sharegpt_entries(path: str, text: str):
             obj, i = dec.raw_decode(text, i)
         except json.JSONDecodeError as e:
             raise _json_error(path, e) from None
+        except (ValueError, RecursionError) as e:  # a number too long to read, nesting too deep
+            raise InputError(f"{path} line {line}: cannot read the JSON: {shown(str(e), 120)}") from None
         yield line, obj
     rest = _WS.match(text, i + 1).end()
     if rest != len(text):
@@ -159,9 +162,9 @@ def _messages(path: str, line: int, entry) -> list[tuple[bool, str]]:
         role = m.get("from", m.get("role"))
         value = m.get("value", m.get("content"))
         if not isinstance(role, str):
-            raise InputError(f"{where}: conversations[{k}] needs 'from' (or 'role') as text, got {role!r:.40}")
+            raise InputError(f"{where}: conversations[{k}] needs 'from' (or 'role') as text, got {shown(role)}")
         if not isinstance(value, str):
-            raise InputError(f"{where}: conversations[{k}].value must be text, got {value!r:.40}")
+            raise InputError(f"{where}: conversations[{k}].value must be text, got {shown(value)}")
         out.append((role.lower() in REPLY_ROLES, value))
     return out
 
@@ -217,7 +220,7 @@ def _jsonl_value(raw, key: str, where: str, required: bool):
     """A text or a token count; None when absent and not required."""
     if raw is None:
         if required:
-            raise InputError(f"{where}: no key {key!r} (set workload.dataset.prompt_key)")
+            raise InputError(f"{where}: no key {shown(key)} (set workload.dataset.prompt_key)")
         return None
     if isinstance(raw, str):
         return raw
@@ -225,7 +228,7 @@ def _jsonl_value(raw, key: str, where: str, required: bool):
         if not 1 <= raw <= MAX_TOKENS:
             raise InputError(f"{where}: {key} as a token count must be an integer in 1..{MAX_TOKENS}, got {raw}")
         return raw
-    raise InputError(f"{where}: {key} must be text or an integer token count, got {raw!r:.40}")
+    raise InputError(f"{where}: {key} must be text or an integer token count, got {shown(raw)}")
 
 
 def _read_jsonl(path: str, count: _Counter, prompt_key: str, output_key: str):
@@ -257,20 +260,22 @@ def load_dataset(ds) -> DatasetData:
     try:
         st = p.stat()
     except OSError as e:
-        raise InputError(f"workload.dataset.path: cannot read {str(p)!r}: {e.strerror or e}") from None
+        raise InputError(f"workload.dataset.path: cannot read {shown(ds.path)}: {e.strerror or e}") from None
     tok = None
     if ds.tokenizer is not None:
         tp = resolve_path(ds.tokenizer)
         tok = (str(tp), tp.stat().st_mtime_ns if tp.is_file() else 0)
     fmt = ds.format
     if fmt == "auto":
-        fmt = "jsonl" if str(p).endswith(".jsonl") else "sharegpt"
-    return _load(str(p), st.st_mtime_ns, st.st_size, fmt, ds.tokenizer, tok, ds.chars_per_token,
+        fmt = "jsonl" if str(ds.path).endswith(".jsonl") else "sharegpt"
+    return _load(ds.path, str(p), st.st_mtime_ns, st.st_size, fmt, ds.tokenizer, tok, ds.chars_per_token,
                  ds.prompt_key, ds.output_key)
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path, _mtime, _size, fmt, tokenizer, _tok_id, cpt, prompt_key, output_key) -> DatasetData:
+def _load(path, _file, _mtime, _size, fmt, tokenizer, _tok_id, cpt, prompt_key, output_key) -> DatasetData:
+    """``path``: as written (messages and the summary show it so); ``_file`` and the rest: the
+    cache key."""
     count = _Counter(tokenizer, cpt)
     if fmt == "jsonl":
         new, out, start, skipped = _read_jsonl(path, count, prompt_key, output_key)

@@ -158,6 +158,9 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
     gated = fam.get("gated", act in ("silu", "swiglu", "swish"))
     alibi = bool(cfg.get("alibi")) or cfg.get("position_embedding_type") == "alibi"
     contexts = [r.int(k) for k in _ALIASES["context"] if cfg.get(k) is not None]
+    for k in _ALIASES["context"]:
+        if cfg.get(k) is not None and r.int(k) < 2:  # (a request is at least a prompt token and an output token)
+            raise InputError(f"{r.key(k)} must be >= 2 (a prompt token and an output token), got {r.int(k)}")
     if "vocab_size" not in cfg and "vocab" not in fam:
         raise InputError(f"{where} lacks 'vocab_size'")
     return ModelSpec(

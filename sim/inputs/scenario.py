@@ -24,18 +24,35 @@ from servesim.inputs.schema import build, read_mapping
 from servesim.inputs.schema import field_ as _f
 
 
+# ---------------------------------------------------------------- bounds
+# Every number a scenario gives has a lower and an upper bound (a test checks it): the limits of
+# what the simulator can represent exactly and finish, far beyond any real deployment.
+MAX_TOKENS = 2**31 - 1  # any length: a prompt, an output, a budget (int64 sums over requests stay exact)
+MAX_SIGMA = 20.0  # lognormal sigma (log space): beyond it almost every draw is 1 or the clip
+MAX_SECONDS = 1e9  # any time, duration or period (~31 years; doubles still resolve 0.1 us there)
+MAX_TRACE_S = 1e12  # a trace window's bounds (a trace's own times reach this, sim/inputs/traces.py)
+MIN_RATE_RPS, MAX_RATE_RPS = 1e-6, 1e9  # an arrival rate: one request in ~12 days .. one a nanosecond
+RATE = {"ge": MIN_RATE_RPS, "le": MAX_RATE_RPS}
+MAX_REQUESTS = 10**12  # workload.num_requests (memory refuses far fewer: see sim/resources.py)
+MAX_CLIENTS = 1_000_000  # closed-loop clients (each is a process in the event loop)
+MAX_TURNS = 10_000  # turns of one session (sessions.turns draws are clipped to it)
+MAX_PARALLEL = 4096  # tp, pp
+MAX_SEQS = 1 << 20  # max_num_seqs
+MAX_GIB = 1e6  # any memory size in GiB (a petabyte)
+
+
 # ---------------------------------------------------------------- length distributions (tokens)
 @dataclass(frozen=True)
 class FixedDist:
     dist: Literal["fixed"]
-    value: int = _f(gt=0, doc="the length of every request")
+    value: int = _f(gt=0, le=MAX_TOKENS, doc="the length of every request")
 
 
 @dataclass(frozen=True)
 class UniformDist:
     dist: Literal["uniform"]
-    min: int = _f(gt=0)
-    max: int = _f(gt=0)
+    min: int = _f(gt=0, le=MAX_TOKENS)
+    max: int = _f(gt=0, le=MAX_TOKENS)
 
     def check(self, path):
         if self.max < self.min:
@@ -48,11 +65,11 @@ class LognormalDist:
     log space), p99 (tokens). Valid pairs: mean + sigma, median + sigma, median + p99."""
 
     dist: Literal["lognormal"]
-    mean: Optional[float] = _f(None, gt=0, doc="mean length, tokens")
-    sigma: Optional[float] = _f(None, gt=0, doc="standard deviation of the log length")
-    max: Optional[int] = _f(None, gt=0, doc="clip samples to this many tokens")
-    median: Optional[float] = _f(None, gt=0, doc="median length, tokens")
-    p99: Optional[float] = _f(None, gt=0, doc="99th percentile, tokens (with median)")
+    mean: Optional[float] = _f(None, gt=0, le=MAX_TOKENS, doc="mean length, tokens")
+    sigma: Optional[float] = _f(None, gt=0, le=MAX_SIGMA, doc="standard deviation of the log length")
+    max: Optional[int] = _f(None, gt=0, le=MAX_TOKENS, doc="clip samples to this many tokens")
+    median: Optional[float] = _f(None, gt=0, le=MAX_TOKENS, doc="median length, tokens")
+    p99: Optional[float] = _f(None, gt=0, le=MAX_TOKENS, doc="99th percentile, tokens (with median)")
 
     def check(self, path):
         given = tuple(k for k in ("mean", "median", "sigma", "p99") if getattr(self, k) is not None)
@@ -78,10 +95,10 @@ Z99 = 2.3263478740408408  # standard normal 99th percentile
 @dataclass(frozen=True)
 class NormalDist:
     dist: Literal["normal"]
-    mean: float = _f(gt=0)
-    std: float = _f(ge=0)
-    min: int = _f(1, gt=0, doc="clip below")
-    max: Optional[int] = _f(None, gt=0, doc="clip above")
+    mean: float = _f(gt=0, le=MAX_TOKENS)
+    std: float = _f(ge=0, le=MAX_TOKENS)
+    min: int = _f(1, gt=0, le=MAX_TOKENS, doc="clip below")
+    max: Optional[int] = _f(None, gt=0, le=MAX_TOKENS, doc="clip above")
 
     def check(self, path):
         if self.max is not None and self.max < self.min:
@@ -93,9 +110,9 @@ class ZipfDist:
     """Bounded Zipf on the integers min..max: P(k) proportional to k ** -s."""
 
     dist: Literal["zipf"]
-    s: float = _f(gt=0, doc="exponent")
-    max: int = _f(gt=0)
-    min: int = _f(1, gt=0)
+    s: float = _f(gt=0, le=100, doc="exponent")
+    max: int = _f(gt=0, le=MAX_TOKENS)
+    min: int = _f(1, gt=0, le=MAX_TOKENS)
 
     def check(self, path):
         if self.max < self.min:
@@ -119,8 +136,8 @@ class QuantilesDist:
     """A piecewise-linear inverse CDF: tokens[i] is the p[i] quantile (p from 0 to 1, rising)."""
 
     dist: Literal["quantiles"]
-    p: tuple[float, ...] = _f(doc="probabilities, rising strictly from 0 to 1")
-    tokens: tuple[float, ...] = _f(doc="the length at each probability")
+    p: tuple[float, ...] = _f(ge=0, le=1, doc="probabilities, rising strictly from 0 to 1")
+    tokens: tuple[float, ...] = _f(ge=1, le=MAX_TOKENS, doc="the length at each probability")
 
     def check(self, path):
         if len(self.p) != len(self.tokens) or len(self.p) < 2:
@@ -139,7 +156,7 @@ LengthDist = Union[FixedDist, UniformDist, LognormalDist, NormalDist, ZipfDist, 
 @dataclass(frozen=True)
 class PoissonArrival:
     process: Literal["poisson"]
-    rate_rps: float = _f(gt=0)
+    rate_rps: float = _f(**RATE)
 
 
 @dataclass(frozen=True)
@@ -147,7 +164,7 @@ class FixedArrival:
     """Evenly spaced arrivals, 1 / rate_rps apart."""
 
     process: Literal["fixed"]
-    rate_rps: float = _f(gt=0)
+    rate_rps: float = _f(**RATE)
 
 
 @dataclass(frozen=True)
@@ -155,8 +172,8 @@ class GammaArrival:
     """Renewal process with gamma inter-arrival times: mean 1/rate_rps, coefficient of variation cv."""
 
     process: Literal["gamma"]
-    rate_rps: float = _f(gt=0)
-    cv: float = _f(gt=0, doc="coefficient of variation of the gaps (1: Poisson)")
+    rate_rps: float = _f(**RATE)
+    cv: float = _f(ge=1e-3, le=1e3, doc="1: Poisson; below 1e-3 use fixed")
 
 
 @dataclass(frozen=True)
@@ -166,12 +183,12 @@ class OnOffArrival:
     (an interrupted / Markov-modulated Poisson process). The first period is an on period."""
 
     process: Literal["on_off"]
-    rate_rps: float = _f(gt=0, doc="rate during on periods")
-    on_s: float = _f(gt=0, doc="length of an on period (mean, with exponential durations)")
-    off_s: float = _f(gt=0, doc="length of an off period (mean, with exponential durations)")
-    off_rate_rps: float = _f(0.0, ge=0, doc="rate during off periods")
-    durations: Literal["fixed", "exponential"] = _f("fixed", doc="fixed periods, or exponential ones (an "
-                                                                 "interrupted Poisson process)")
+    rate_rps: float = _f(**RATE, doc="rate during on periods")
+    on_s: float = _f(gt=0, le=MAX_SECONDS, doc="length of an on period (mean, with exponential durations)")
+    off_s: float = _f(gt=0, le=MAX_SECONDS, doc="length of an off period (mean, with exponential durations)")
+    off_rate_rps: float = _f(0.0, ge=0, le=MAX_RATE_RPS, doc="rate during off periods")
+    durations: Literal["fixed", "exponential"] = _f("fixed", doc="fixed periods, or exponential ones (an interrupted "
+                                                                 "Poisson process)")
 
     @property
     def mean_rate_rps(self) -> float:
@@ -181,8 +198,8 @@ class OnOffArrival:
 
 @dataclass(frozen=True)
 class Segment:
-    duration_s: float = _f(gt=0, doc="length of the segment")
-    rate_rps: float = _f(ge=0, doc="Poisson rate during the segment")
+    duration_s: float = _f(gt=0, le=MAX_SECONDS, doc="length of the segment")
+    rate_rps: float = _f(ge=0, le=MAX_RATE_RPS, doc="Poisson rate during the segment")
 
 
 @dataclass(frozen=True)
@@ -205,10 +222,10 @@ class SinusoidalArrival:
     cycle), drawn by thinning."""
 
     process: Literal["sinusoidal"]
-    rate_rps: float = _f(gt=0, doc="mean rate")
-    period_s: float = _f(gt=0, doc="length of one cycle")
+    rate_rps: float = _f(**RATE, doc="mean rate")
+    period_s: float = _f(gt=0, le=MAX_SECONDS, doc="length of one cycle")
     amplitude: float = _f(0.5, ge=0, le=1, doc="relative: the rate swings between (1 - a) and (1 + a) x rate_rps")
-    phase_s: float = _f(0.0, doc="shift of the cycle")
+    phase_s: float = _f(0.0, ge=-MAX_SECONDS, le=MAX_SECONDS, doc="shift of the cycle")
 
 
 @dataclass(frozen=True)
@@ -218,8 +235,8 @@ class ClosedLoopArrival:
     requests are ever outstanding (the ``max-concurrency`` of serving benchmarks)."""
 
     process: Literal["closed_loop"]
-    clients: int = _f(gt=0, doc="concurrent users: at most this many requests outstanding")
-    think_time_s: float = _f(0.0, ge=0, doc="mean think time")
+    clients: int = _f(gt=0, le=MAX_CLIENTS, doc="concurrent users: at most this many requests outstanding")
+    think_time_s: float = _f(0.0, ge=0, le=MAX_SECONDS, doc="mean think time")
     think: Literal["exponential", "fixed"] = _f("exponential", doc="exponential think times (mean think_time_s) or "
                                                                    "fixed ones")
 
@@ -229,7 +246,7 @@ class AllAtOnceArrival:
     """Every request arrives at time_s (an offline batch job)."""
 
     process: Literal["all_at_once"]
-    time_s: float = _f(0.0, ge=0, doc="when the batch arrives")
+    time_s: float = _f(0.0, ge=0, le=MAX_SECONDS, doc="when the batch arrives")
 
 
 Arrival = Union[PoissonArrival, FixedArrival, GammaArrival, OnOffArrival, PiecewiseArrival, SinusoidalArrival,
@@ -257,10 +274,10 @@ class Trace:
                                                                                                "and the CSV header")
     columns: Optional[TraceColumns] = _f(None, doc="column names for csv/jsonl (or to override a format's)")
     time_unit: Optional[Literal["s", "ms", "us", "ns"]] = _f(None, doc="null: the format's (ms for mooncake, else s)")
-    hash_block_tokens: int = _f(512, gt=0, doc="tokens per block hash id (mooncake: 512)")
-    speedup: float = _f(1.0, gt=0, doc="divide the trace's times by this")
-    start_s: Optional[float] = _f(None, ge=0, doc="window start, seconds after the trace's first row")
-    end_s: Optional[float] = _f(None, gt=0, doc="window end (exclusive), seconds after the first row")
+    hash_block_tokens: int = _f(512, gt=0, le=1 << 20, doc="tokens per block hash id (mooncake: 512)")
+    speedup: float = _f(1.0, ge=1e-6, le=1e6, doc="divide the trace's times by this")
+    start_s: Optional[float] = _f(None, ge=0, le=MAX_TRACE_S, doc="window start, seconds after the trace's first row")
+    end_s: Optional[float] = _f(None, gt=0, le=MAX_TRACE_S, doc="window end (exclusive), seconds after the first row")
     loop: bool = _f(False, doc="repeat the trace (window) when more requests or time are asked for")
     sample: bool = _f(False, doc="draw rows at random (with replacement) instead of in order; needs workload.arrival")
 
@@ -279,7 +296,7 @@ class Dataset:
     path: str = _f(doc="ShareGPT JSON or JSONL file")
     format: Literal["auto", "sharegpt", "jsonl"] = _f("auto", doc="auto: jsonl for *.jsonl, else sharegpt")
     tokenizer: Optional[str] = _f(None, doc="path to a tokenizer.json; null: estimate from characters (warned)")
-    chars_per_token: float = _f(4.0, gt=0, doc="the estimate without a tokenizer")
+    chars_per_token: float = _f(4.0, ge=0.1, le=1e4, doc="the estimate without a tokenizer")
     prompt_key: str = _f("prompt", doc="jsonl: the key of the prompt (text, or an integer token count)")
     output_key: str = _f("output", doc="jsonl: the key of the reply (text or a token count); rows without it "
                                        "take workload.output_tokens")
@@ -294,16 +311,17 @@ class Sessions:
     the previous reply ended, with the whole conversation so far as its prompt."""
 
     turns: Optional[LengthDist] = _f(None, doc="turns per session; null: a dataset's conversations")
-    think_time_s: float = _f(0.0, ge=0, doc="mean time from a reply to the next turn")
+    think_time_s: float = _f(0.0, ge=0, le=MAX_SECONDS, doc="mean time from a reply to the next turn")
     think: Literal["exponential", "fixed"] = _f("exponential", doc="exponential think times (mean think_time_s) or "
                                                                    "fixed ones")
-    max_turns: Optional[int] = _f(None, gt=0, doc="use at most this many turns of a conversation")
+    max_turns: Optional[int] = _f(None, gt=0, le=MAX_TURNS, doc="use at most this many turns of a conversation "
+                                                               f"(at most {MAX_TURNS} in any case)")
 
 
 @dataclass(frozen=True)
 class ClassSlo:
-    ttft_s: Optional[float] = _f(None, gt=0, doc="None: the scenario's slo.ttft_s")
-    tpot_s: Optional[float] = _f(None, gt=0, doc="None: the scenario's slo.tpot_s")
+    ttft_s: Optional[float] = _f(None, gt=0, le=MAX_SECONDS, doc="None: the scenario's slo.ttft_s")
+    tpot_s: Optional[float] = _f(None, gt=0, le=MAX_SECONDS, doc="None: the scenario's slo.tpot_s")
 
 
 @dataclass(frozen=True)
@@ -315,8 +333,8 @@ class RequestClass:
     name: str = _f(doc="the class's name (requests.csv class column, summary.json classes)")
     prompt_tokens: Optional[LengthDist] = _f(None, doc="prompt length distribution (or from preset)")
     output_tokens: Optional[LengthDist] = _f(None, doc="output length distribution (or from preset)")
-    share: Optional[float] = _f(None, gt=0, doc="relative weight of workload.arrival's requests")
-    rate_rps: Optional[float] = _f(None, gt=0, doc="shorthand for arrival: {process: poisson, rate_rps}")
+    share: Optional[float] = _f(None, gt=0, le=1e6, doc="relative weight")
+    rate_rps: Optional[float] = _f(None, **RATE, doc="shorthand for arrival: {process: poisson, rate_rps}")
     arrival: Optional[Arrival] = _f(None, doc="the class's own arrival process")
     preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/inputs/presets.py)")
     shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else "
@@ -347,8 +365,8 @@ class RequestClass:
 @dataclass(frozen=True)
 class Hardware:
     gpu: str = _f(doc="catalog GPU (a100-40g a100-80g a40 h100-sxm h100-pcie h200 b200 l40s mi300x) or a GPU YAML path")
-    tp: int = _f(1, gt=0, doc="tensor-parallel GPUs per replica")
-    pp: int = _f(1, gt=0, doc="pipeline-parallel stages per replica")
+    tp: int = _f(1, gt=0, le=MAX_PARALLEL, doc="tensor-parallel GPUs per replica")
+    pp: int = _f(1, gt=0, le=MAX_PARALLEL, doc="pipeline-parallel stages per replica")
     pp_overlap: bool = _f(True, doc="with pp > 1: true: vLLM's virtual engines, pp schedulers per replica "
                                     "(each 1/pp of the KV) whose steps overlap in the stages "
                                     "(sim/core/pipeline.py); false: one step at a time crosses every stage")
@@ -364,12 +382,12 @@ class Hardware:
 @dataclass(frozen=True)
 class Memory:
     gpu_memory_utilization: float = _f(0.9, gt=0, le=1, doc="share of GPU memory servesim may use (vLLM's meaning)")
-    block_size: int = _f(16, gt=0, doc="tokens per KV block")
-    activation_reserve_gib: Optional[float] = _f(None, ge=0, doc="None: estimated from the token budget")
-    num_gpu_blocks: Optional[int] = _f(None, gt=0, doc="override the computed KV block count (as vLLM's "
-                                                       "num_gpu_blocks_override)")
-    swap_space_gib: float = _f(4.0, ge=0, doc="host memory per GPU for swapped-out KV (vLLM's swap_space)")
-    swap_bandwidth_gb_per_s: Optional[float] = _f(None, gt=0,
+    block_size: int = _f(16, gt=0, le=4096, doc="tokens per KV block")
+    activation_reserve_gib: Optional[float] = _f(None, ge=0, le=MAX_GIB, doc="None: estimated from the token budget")
+    num_gpu_blocks: Optional[int] = _f(None, gt=0, le=1 << 40, doc="override the computed KV block count (as vLLM's "
+                                                                  "num_gpu_blocks_override)")
+    swap_space_gib: float = _f(4.0, ge=0, le=MAX_GIB, doc="host memory per GPU for swapped-out KV (vLLM's swap_space)")
+    swap_bandwidth_gb_per_s: Optional[float] = _f(None, ge=1e-3, le=1e6,
                                                   doc="host<->GPU copy bandwidth; null: the GPU's PCIe figure")
 
 
@@ -409,7 +427,7 @@ class Spec:
     """Speculative decoding: a draft proposes k tokens, the target verifies k + 1 per step."""
 
     draft: str = _f("ngram", doc="a draft model (catalog id or config.json path), or ngram (no draft cost)")
-    num_speculative_tokens: int = _f(4, gt=0, doc="k: draft tokens proposed per step")
+    num_speculative_tokens: int = _f(4, gt=0, le=64, doc="k: draft tokens proposed per step")
     acceptance_rate: float = _f(0.8, ge=0, le=1, doc="probability each draft token is accepted")
 
 
@@ -419,10 +437,10 @@ class Pool:
 
     replicas: int = _f(1, gt=0, le=MAX_REPLICAS, doc="replicas in this pool")
     gpu: Optional[str] = _f(None, doc="null: hardware.gpu")
-    tp: Optional[int] = _f(None, gt=0, doc="null: hardware.tp")
+    tp: Optional[int] = _f(None, gt=0, le=MAX_PARALLEL, doc="null: hardware.tp")
     policy: str = _f("continuous", doc="the pool's per-replica policy: a registered name or module:Class")
-    max_num_seqs: Optional[int] = _f(None, gt=0, doc="null: policy.max_num_seqs")
-    max_num_batched_tokens: Optional[int] = _f(None, gt=0, doc="null: policy.max_num_batched_tokens")
+    max_num_seqs: Optional[int] = _f(None, gt=0, le=MAX_SEQS, doc="null: policy.max_num_seqs")
+    max_num_batched_tokens: Optional[int] = _f(None, gt=0, le=MAX_TOKENS, doc="null: policy.max_num_batched_tokens")
 
 
 @dataclass(frozen=True)
@@ -431,8 +449,10 @@ class Link:
 
     type: Literal["inter_node", "intra_node"] = _f("inter_node", doc="inter_node (400 Gbit/s, 20 us per GPU) or "
                                                                      "intra_node (the GPU's NVLink figures)")
-    bandwidth_gbps: Optional[float] = _f(None, gt=0, doc="Gbit/s; null: 400 across nodes, the GPU's NVLink within one")
-    latency_s: Optional[float] = _f(None, ge=0, doc="null: 20 us across nodes, the GPU's link latency within one")
+    bandwidth_gbps: Optional[float] = _f(None, ge=1e-3, le=1e9,
+                                         doc="Gbit/s; null: 400 across nodes, the GPU's NVLink within one")
+    latency_s: Optional[float] = _f(None, ge=0, le=3600, doc="null: 20 us across nodes, the GPU's link latency "
+                                                             "within one")
     overlap: bool = _f(False, doc="true: stream each layer's KV while the prompt's last prefill step computes it "
                                   "(Splitwise); false: send it all after the step (DistServe)")
 
@@ -449,8 +469,9 @@ class Predictor:
     predictions in every run and engine."""
 
     kind: Literal["lognormal", "buckets"] = _f("lognormal", doc="lognormal error or a bucket classifier")
-    sigma: float = _f(0.5, ge=0, doc="lognormal: spread of the multiplicative error (log space)")
-    edges: tuple[int, ...] = _f((64, 256, 1024), doc="buckets: the edges of the length ranges, tokens")
+    sigma: float = _f(0.5, ge=0, le=MAX_SIGMA, doc="lognormal: spread of the multiplicative error (log space)")
+    edges: tuple[int, ...] = _f((64, 256, 1024), ge=1, le=MAX_TOKENS, doc="buckets: the length ranges' "
+                                                                                  "edges, rising")
     accuracy: float = _f(0.8, ge=0, le=1, doc="buckets: probability the true range is named")
 
     def check(self, path):
@@ -472,7 +493,7 @@ class Queue:
     order: Literal["fcfs", "priority", "sjf", "sjf_predicted", "edf"] = _f("fcfs", doc="fcfs | priority | sjf | "
                                                                                        "sjf_predicted | edf (see "
                                                                                        "above)")
-    aging_s: Optional[float] = _f(None, gt=0, doc="priority: the wait worth one priority level; sjf, "
+    aging_s: Optional[float] = _f(None, gt=0, le=MAX_SECONDS, doc="priority: the wait worth one priority level; sjf, "
                                                   "sjf_predicted: the wait worth halving the job's length; "
                                                   "null: no aging")
     predictor: Predictor = _f(default_factory=Predictor, doc="sjf_predicted: the output-length predictor")
@@ -487,8 +508,9 @@ class Queue:
 
 @dataclass(frozen=True)
 class TokenBucket:
-    rate_rps: float = _f(gt=0, doc="requests admitted per second, on average")
-    burst: float = _f(1.0, ge=1, doc="requests the bucket holds (admitted at once after a quiet spell)")
+    rate_rps: float = _f(**RATE, doc="requests admitted per second, on average")
+    burst: float = _f(1.0, ge=1, le=MAX_REQUESTS,
+                      doc="requests the bucket holds (admitted at once after a quiet spell)")
 
 
 @dataclass(frozen=True)
@@ -497,9 +519,11 @@ class Admission:
     in requests.csv with status rejected and the rule in ``reason``."""
 
     token_bucket: Optional[TokenBucket] = _f(None, doc="a token bucket at the cluster's door; null: none")
-    max_queue: Optional[int] = _f(None, ge=0, doc="reject when this many requests already wait on the replica")
-    max_queued_tokens: Optional[int] = _f(None, gt=0, doc="reject when the prompts waiting on the replica plus "
-                                                          "this one would exceed this many tokens")
+    max_queue: Optional[int] = _f(None, ge=0, le=MAX_REQUESTS,
+                                  doc="reject when this many requests already wait on the replica")
+    max_queued_tokens: Optional[int] = _f(None, gt=0, le=MAX_REQUESTS * MAX_TOKENS,
+                                          doc="reject when the prompts waiting on the replica plus this one would "
+                                              "exceed this many tokens")
     ttft_slo: bool = _f(False, doc="reject when the predicted TTFT exceeds the request's class TTFT SLO")
     ttft_slo_share: float = _f(1.0, gt=0, le=1, doc="ttft_slo: reject above this share of the SLO (headroom for "
                                                     "the prediction's error)")
@@ -515,17 +539,19 @@ class Admission:
 class Policy:
     name: str = _f("continuous", doc="continuous | chunked_prefill | static | pd_split (a deployment: two pools), "
                                      "an installed plug-in, or module:Class (servesim.plugins)")
-    max_num_seqs: int = _f(256, gt=0, doc="most sequences in one step (vLLM's name and meaning)")
-    max_num_batched_tokens: int = _f(8192, gt=0, doc="per-step token budget (vLLM's; chunked_prefill: the chunk "
-                                                     "budget, e.g. 512 or 2048)")
+    max_num_seqs: int = _f(256, gt=0, le=MAX_SEQS, doc="most sequences in one step (vLLM's name and meaning)")
+    max_num_batched_tokens: int = _f(8192, gt=0, le=MAX_TOKENS, doc="per-step token budget (vLLM's; chunked_prefill: "
+                                                                    "the chunk budget, e.g. 512 or 2048)")
     preemption: Literal["recompute", "swap"] = _f("recompute", doc="what a preempted request loses: recompute (its "
                                                                    "KV, re-prefilled later) or swap (KV copied to "
                                                                    "host memory while swap space lasts)")
     watermark: float = _f(0.01, ge=0, lt=1, doc="share of KV blocks kept free when admitting (vLLM's)")
     prefix_caching: bool = _f(False, doc="block-hash prefix cache with LRU eviction (not with static)")
-    batch_timeout_s: float = _f(0.1, ge=0, doc="static: start a partial batch this long after its first request waited")
-    max_output_tokens: Optional[int] = _f(None, gt=0, doc="static, and reserve: max: output tokens reserved per "
-                                                          "request; null: up to the context length")
+    batch_timeout_s: float = _f(0.1, ge=0, le=MAX_SECONDS,
+                                doc="static: start a partial batch this long after its first request waited")
+    max_output_tokens: Optional[int] = _f(None, gt=0, le=MAX_TOKENS,
+                                          doc="static, and reserve: max: output tokens reserved per request; null: "
+                                              "up to the context length")
     reserve: Literal["none", "max", "pow2", "oracle"] = _f(
         "none", doc="continuous / chunked_prefill: KV reserved at admission (Orca): none (paged, grows as it goes), "
                     "max (up to the context length, or prompt + max_output_tokens), pow2 (prompt + the true output "
@@ -588,9 +614,9 @@ class SharedPrefix:
     """A share of requests start with one of ``groups`` common prefixes (e.g. system prompts) of
     ``tokens`` tokens; for them the prompt length drawn is what follows the prefix."""
 
-    tokens: int = _f(gt=0, doc="prefix length, tokens (added to the prompts that have it)")
+    tokens: int = _f(gt=0, le=MAX_TOKENS, doc="prefix length, tokens (added to the prompts that have it)")
     fraction: float = _f(1.0, ge=0, le=1, doc="share of requests with a prefix")
-    groups: int = _f(1, gt=0, doc="how many different prefixes (requests pick one uniformly)")
+    groups: int = _f(1, gt=0, le=1 << 40, doc="how many different prefixes (requests pick one uniformly)")
 
 
 @dataclass(frozen=True)
@@ -598,9 +624,9 @@ class Workload:
     arrival: Optional[Arrival] = _f(None, doc="the arrival process (or filled by a preset)")
     prompt_tokens: Optional[LengthDist] = _f(None, doc="prompt length distribution, tokens (or filled by a preset)")
     output_tokens: Optional[LengthDist] = _f(None, doc="output length distribution, tokens (or filled by a preset)")
-    num_requests: Optional[int] = _f(None, gt=0, doc="requests to send (with sessions: turns); give this and/or "
-                                                     "duration_s")
-    duration_s: Optional[float] = _f(None, gt=0, doc="arrivals stop and the run ends at this time")
+    num_requests: Optional[int] = _f(None, gt=0, le=MAX_REQUESTS, doc="requests to send (with sessions: turns); give "
+                                                                      "this and/or duration_s")
+    duration_s: Optional[float] = _f(None, gt=0, le=MAX_SECONDS, doc="arrivals stop and the run ends at this time")
     shared_prefix: Optional[SharedPrefix] = _f(None, doc="a share of requests start with a common prefix (prefix "
                                                          "caching)")
     preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given "
@@ -618,6 +644,29 @@ class Workload:
         return expand_preset(data, path, ("arrival", "prompt_tokens", "output_tokens"))
 
     def check(self, path):
+        self._check_fields(path)
+        from servesim.inputs.arrivals import check_segments  # (arrivals imports this module)
+
+        for where, arrival in self._arrivals(path):
+            check_segments(arrival, self.num_requests, self.duration_s, where)
+        a = self.arrival
+        if isinstance(a, ClosedLoopArrival) and self.num_requests is not None and self.duration_s is None:
+            span = a.think_time_s * self.num_requests / a.clients  # each client thinks before each request
+            if span > MAX_SECONDS:
+                raise InputError(f"{path}.arrival: {a.clients} clients thinking {a.think_time_s:g} s before each of "
+                                 f"{self.num_requests} requests span ~{span:.3g} s of simulated time; at most "
+                                 f"{MAX_SECONDS:.0e} s (beyond it times no longer resolve a step): shorten "
+                                 "think_time_s, add clients or set workload.duration_s")
+
+    def _arrivals(self, path):
+        """(field path, process) of every arrival process the workload draws from."""
+        if self.arrival is not None:
+            yield f"{path}.arrival", self.arrival
+        for i, c in enumerate(self.classes or ()):
+            if c.arrival is not None:
+                yield f"{path}.classes[{i}].arrival", c.arrival
+
+    def _check_fields(self, path):
         if self.dataset is not None or self.sessions is not None:
             self._check_dataset_sessions(path)
             if isinstance(self.arrival, AllAtOnceArrival) and self.num_requests is None:
@@ -694,20 +743,20 @@ class Workload:
 
 @dataclass(frozen=True)
 class Slo:
-    ttft_s: Optional[float] = _f(None, gt=0, doc="None: no TTFT limit")
-    tpot_s: Optional[float] = _f(None, gt=0, doc="None: no TPOT limit")
+    ttft_s: Optional[float] = _f(None, gt=0, le=MAX_SECONDS, doc="None: no TTFT limit")
+    tpot_s: Optional[float] = _f(None, gt=0, le=MAX_SECONDS, doc="None: no TPOT limit")
 
 
 @dataclass(frozen=True)
 class Cost:
     engine: str = _f("vllm-v1", doc="engine profile (sim/cost/engines.py): per-step CPU overhead and its overlap "
                                     "with the GPU, CUDA graphs, the API server's time per request")
-    step_overhead_s: Optional[float] = _f(None, ge=0, doc="fixed per-step CPU time: scheduling, input preparation, "
-                                                         "sampling; None: the calibration's fit if it has one, "
-                                                         "else the engine profile's")
-    per_seq_overhead_s: Optional[float] = _f(None, ge=0, doc="per-step CPU time per scheduled sequence; None: "
+    step_overhead_s: Optional[float] = _f(None, ge=0, le=60,
+                                          doc="fixed per-step CPU time: scheduling, input preparation, sampling; "
+                                              "None: the calibration's fit if it has one, else the engine profile's")
+    per_seq_overhead_s: Optional[float] = _f(None, ge=0, le=1, doc="per-step CPU time per scheduled sequence; None: "
                                                             "the calibration's fit if it has one, else the profile's")
-    per_token_overhead_s: Optional[float] = _f(None, ge=0, doc="per-step CPU time per scheduled token; None: the "
+    per_token_overhead_s: Optional[float] = _f(None, ge=0, le=1, doc="per-step CPU time per scheduled token; None: the "
                                                               "engine profile's")
     overhead_overlap: Optional[float] = _f(None, ge=0, le=1, doc="share f of the CPU work that runs while the GPU "
                                                                 "works: step = gpu + (1 - f) cpu + max(0, f cpu - "
@@ -745,7 +794,7 @@ class Scenario:
     hardware: Hardware = _f(doc="the GPUs of one replica")
     workload: Workload = _f(doc="the requests: arrivals and lengths, or a trace, dataset, sessions or classes")
     name: str = _f("unnamed", doc="a label, written into summary.json")
-    seed: int = _f(0, ge=0, doc="seeds the one random generator that draws the whole workload")
+    seed: int = _f(0, ge=0, le=2**63 - 1, doc="seeds the one random generator that draws the whole workload")
     memory: Memory = _f(default_factory=Memory, doc="KV cache sizing")
     cluster: Cluster = _f(default_factory=Cluster, doc="replicas and the router")
     policy: Policy = _f(default_factory=Policy, doc="the batching policy, its limits, queue order and admission "

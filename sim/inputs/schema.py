@@ -17,9 +17,9 @@ readers all use this module.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
+import stat
 import types
 import typing
 from dataclasses import field
@@ -28,7 +28,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from servesim.errors import InputError, did_you_mean
+from servesim.errors import InputError, clip, did_you_mean, shown
+from servesim.inputs.files import decode_utf8, loads_json, resolve_path
 
 
 def field_(default=dataclasses.MISSING, *, gt=None, ge=None, le=None, lt=None, valid=None, doc="", **kw):
@@ -52,9 +53,103 @@ _NO_BOUNDS = bounds()
 
 
 # ---------------------------------------------------------------- reading files
+MAX_YAML_BYTES = 8 << 20  # a scenario, GPU or calibration file is a few kB; this bounds the parse time
+MAX_DEPTH = 50  # nesting of a YAML document, aliases expanded (a scenario nests ~6 deep)
+MAX_NODES = 200_000  # scalars, lists and mappings of a YAML document, aliases expanded
+
+
+class YamlLimit(yaml.YAMLError):
+    """A YAML document servesim will not read (too deep, too large expanded, a key given twice,
+    a number too long): ``problem`` says why, ``problem_mark`` where (or None)."""
+
+    def __init__(self, problem: str, mark=None):
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
 class _Loader(yaml.SafeLoader):
     """Safe YAML that also reads ``1e15`` (no dot) as a number, as YAML 1.2 does; PyYAML's YAML 1.1
-    rules take it for a string, and a GPU's ``peak_flops: 989e12`` should mean what it says."""
+    rules take it for a string, and a GPU's ``peak_flops: 989e12`` should mean what it says.
+
+    Also refuses what would make a small file expensive or ambiguous: nesting deeper than
+    ``MAX_DEPTH`` or more than ``MAX_NODES`` nodes once aliases are expanded (an alias bomb: a few
+    hundred bytes whose anchors multiply into billions of nodes), recursive aliases, and a key
+    given twice in one mapping (YAML leaves it undefined; PyYAML would keep the last silently)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise YamlLimit(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node)
+        return node
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                try:
+                    key = self.construct_object(key_node, deep=True)
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # unhashable: the base class says so
+                    continue
+                if first is not key_node.start_mark:
+                    raise YamlLimit(f"key {shown(key)} is given twice in one mapping (lines {first.line + 1} and "
+                                    f"{key_node.start_mark.line + 1}); keep one", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(root) -> int:
+    """Nodes of a composed YAML document with every alias expanded (each distinct node visited
+    once: a DAG's shared parts are counted as often as they are reached, in linear time); a
+    ``YamlLimit`` beyond ``MAX_NODES`` or ``MAX_DEPTH``, or for an alias inside its own anchor."""
+    memo: dict = {}
+    active: set = set()
+
+    def size(node, depth: int) -> tuple:
+        key = id(node)
+        if key in memo:
+            n, d = memo[key]
+            if depth + d > MAX_DEPTH:
+                raise YamlLimit(f"nested deeper than {MAX_DEPTH} levels once aliases are expanded", node.start_mark)
+            return n, d
+        if key in active:
+            raise YamlLimit("an alias refers to a node that contains it (a recursive structure)", node.start_mark)
+        if depth > MAX_DEPTH:
+            raise YamlLimit(f"nested deeper than {MAX_DEPTH} levels once aliases are expanded", node.start_mark)
+        active.add(key)
+        n, d = 1, 0
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [x for pair in node.value for x in pair]
+        else:
+            children = ()
+        for child in children:
+            cn, cd = size(child, depth + 1)
+            n += cn
+            d = max(d, cd + 1)
+            if n > MAX_NODES:
+                raise YamlLimit(f"more than {MAX_NODES} values once aliases are expanded (an alias bomb?)",
+                                node.start_mark)
+        active.discard(key)
+        memo[key] = (n, d)
+        return n, d
+
+    return size(root, 1)[0]
 
 
 # copy the resolver lists: add_implicit_resolver appends to lists shared with SafeLoader
@@ -65,28 +160,50 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
 
 
 def load_yaml(text: str):
-    """``text`` parsed as safe YAML (with ``1e15`` a number): for files and ``--set`` values alike."""
-    return yaml.load(text, Loader=_Loader)
+    """``text`` parsed as safe YAML (with ``1e15`` a number): for files and ``--set`` values alike.
+    Every failure is a ``yaml.YAMLError`` (a ``YamlLimit`` for what the loader refuses)."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError:
+        raise
+    except RecursionError:
+        raise YamlLimit(f"nested deeper than {MAX_DEPTH} levels") from None
+    except (ValueError, OverflowError) as e:  # e.g. an integer of more than 4300 digits
+        raise YamlLimit(f"cannot read a value: {shown(str(e), 120)}") from None
+
+
+def read_file_bytes(path: str | Path, what: str, lead: str = "", limit: int | None = None) -> bytes:
+    """The bytes of a regular file (not a device or pipe, which may never end), at most ``limit``
+    bytes; errors name the file as given and ``what`` it is."""
+    p = resolve_path(path)
+    shown_path = shown(str(path))
+    try:
+        st = p.stat()
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise InputError(f"{lead}{what} {shown_path} does not exist") from None
+        raise InputError(f"{lead}cannot read {what} {shown_path}: {e.strerror or type(e).__name__}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{lead}{what} {shown_path} is not a regular file")
+    if limit is not None and st.st_size > limit:
+        raise InputError(f"{lead}{what} {shown_path} is {st.st_size} bytes; at most {limit} are read")
+    try:
+        return p.read_bytes()
+    except OSError as e:
+        raise InputError(f"{lead}cannot read {what} {shown_path}: {e.strerror or type(e).__name__}") from None
 
 
 def read_mapping(path: str | Path, what: str, where: str = "", fmt: str | None = None) -> dict:
     """The mapping a YAML or JSON file holds (``fmt``: ``yaml`` | ``json``; None: JSON for a
     ``.json`` file). Errors name the file (``what`` says which kind, e.g. ``GPU file``), and line
-    and column for a syntax error; ``where`` (an option or field, e.g. ``hardware.gpu``) leads them
-    when given."""
-    p = Path(path)
+    and column for a syntax error (never a line of the file: it may be anything, e.g. a system
+    file named by mistake); ``where`` (an option or field, e.g. ``hardware.gpu``) leads them
+    when given. The file must be UTF-8 (else: the byte offset), at most ``MAX_YAML_BYTES``."""
     lead = f"{where}: " if where else ""
-    if not p.exists():
-        raise InputError(f"{lead}{what} {str(p)!r} does not exist")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{lead}cannot read {what} {str(p)!r}: {getattr(e, 'strerror', None) or e}") from None
+    p = Path(str(path))
+    text = decode_utf8(path, read_file_bytes(path, what, lead, MAX_YAML_BYTES))
     if (fmt or ("json" if p.suffix == ".json" else "yaml")) == "json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{lead}{p}: line {e.lineno}, column {e.colno}: malformed JSON: {e.msg}") from None
+        data = loads_json(text, f"{lead}{path}", commas=True)
         kind = "JSON object"
     else:
         try:
@@ -95,10 +212,10 @@ def read_mapping(path: str | Path, what: str, where: str = "", fmt: str | None =
             mark = getattr(e, "problem_mark", None)
             at = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise InputError(f"{lead}{p}:{at} malformed YAML: {problem}") from None
+            raise InputError(f"{lead}{path}:{at} malformed YAML: {clip(problem, 200)}") from None
         kind = "YAML mapping"
     if not isinstance(data, dict):
-        raise InputError(f"{lead}{p}: a {what} must be a {kind}, got {type(data).__name__}")
+        raise InputError(f"{lead}{path}: a {what} must be a {kind}, got {type(data).__name__}")
     return data
 
 
@@ -120,16 +237,28 @@ def _type_name(tp) -> str:
     return "a mapping"
 
 
+def _num(b) -> str:
+    """A bound as people write it (1e+09, not 1000000000.0; ints whole)."""
+    if isinstance(b, float) and float(f"{b:g}") == b:
+        return f"{b:g}"
+    return str(b)
+
+
 def _range_text(meta: dict) -> str:
     """`` > 0 and <= 1``: the bounds of a field, for a message."""
-    parts = [f"{op} {meta[k]}" for k, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+    parts = [f"{op} {_num(meta[k])}" for k, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
              if meta.get(k) is not None]
     return (" " + " and ".join(parts)) if parts else ""
 
 
 def _bad(path: str, meta: dict, what: str, value) -> InputError:
-    """``path must be <what>, got value``, or the field's own ``valid`` text when it has one."""
-    return InputError(f"{path} must be {meta.get('valid') or what}, got {value!r}")
+    """``path must be <what>, got value``, or the field's own ``valid`` text when it has one (the
+    value cut short: ``shown``)."""
+    return InputError(f"{path} must be {meta.get('valid') or what}, got {shown(value)}")
+
+
+MAX_TEXT = 4096  # characters of any text field (names, paths): enough for a path, not a document
+MAX_ITEMS = 100_000  # entries of any list field
 
 
 def check_value(tp, value, path: str, meta: dict = _NO_BOUNDS):
@@ -141,7 +270,7 @@ def check_value(tp, value, path: str, meta: dict = _NO_BOUNDS):
                             ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
             b = meta.get(key)
             if b is not None and not ok(value, b):
-                raise _bad(path, meta, f"{op} {b}", value)
+                raise _bad(path, meta, _range_text(meta).strip(), value)  # the whole range, lower bound first
     return value
 
 
@@ -158,15 +287,22 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
             return _convert(non_none[0], value, path, meta)
         return _build_tagged(non_none, value, path)
     if origin is Literal:
-        if value not in args:
-            raise InputError(f"{path}: {value!r} is not valid;{did_you_mean(value, [str(a) for a in args])}")
+        try:
+            ok = value in args
+        except TypeError:  # an unhashable or incomparable value is no choice
+            ok = False
+        if not ok:
+            raise InputError(f"{path}: {shown(value)} is not valid;{did_you_mean(value, [str(a) for a in args])}")
         return value
     if dataclasses.is_dataclass(tp):
         return build(tp, value, path)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise InputError(f"{path} must be a list, got {value!r}")
-        return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+            raise InputError(f"{path} must be a list, got {shown(value)}")
+        if len(value) > MAX_ITEMS:
+            raise InputError(f"{path} must have at most {MAX_ITEMS} entries, got {len(value)}")
+        # a list field's bounds apply to each number in it
+        return tuple(check_value(args[0], v, f"{path}[{i}]", meta) for i, v in enumerate(value))
     if tp is bool:
         if not isinstance(value, bool):
             raise _bad(path, meta, "true or false", value)
@@ -179,12 +315,15 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(path, meta, "a number", value)
-        if value != value or value in (float("inf"), float("-inf")):
+        if not (isinstance(value, int) and abs(value) < 2**1000 or isinstance(value, float) and math.isfinite(value)):
             raise _bad(path, meta, "a finite number" + _range_text(meta), value)
-        return float(value)
+        return float(value) + 0.0  # -0.0 becomes 0.0 (numpy refuses a scale of -0.0 as negative)
     if tp is str:
         if not isinstance(value, str):
             raise _bad(path, meta, "a string", value)
+        if len(value) > MAX_TEXT or not value.isprintable():
+            raise _bad(path, meta, f"text of at most {MAX_TEXT} characters, without line breaks or other control "
+                                   "characters", value)
         return value
     raise TypeError(f"unsupported field type {tp} at {path}")  # a bug in the schema, not input
 
@@ -216,15 +355,16 @@ def build(cls, data, path: str, root: str = "scenario"):
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise InputError(f"{path or root} must be a mapping, got {data!r}")
+        raise InputError(f"{path or root} must be a mapping, got {shown(data)}")
     if hasattr(cls, "expand"):
         data = cls.expand(data, path)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
-        if key not in fields:
-            where = f"{path}.{key}" if path else str(key)
-            raise InputError(f"{where}: unknown field;{did_you_mean(str(key), fields)}")
+        if not isinstance(key, str) or key not in fields:
+            name = clip(key, 60) if isinstance(key, str) and key.isprintable() else shown(key, 60)
+            where = f"{path}.{name}" if path else name
+            raise InputError(f"{where}: unknown field;{did_you_mean(str(key)[:200], fields)}")
     kwargs = {}
     for name, f in fields.items():
         where = f"{path}.{name}" if path else name

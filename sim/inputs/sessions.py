@@ -33,7 +33,7 @@ import numpy as np
 from servesim.errors import InputError
 from servesim.inputs.arrivals import arrival_times
 from servesim.inputs.datasets import load_dataset
-from servesim.inputs.scenario import ClosedLoopArrival, Workload
+from servesim.inputs.scenario import MAX_TURNS, ClosedLoopArrival, Workload
 
 DEFAULT_CLASS = "default"
 
@@ -73,6 +73,10 @@ class Sessions:
         # open loop: when each session starts (num_requests bounds the sessions: each has a turn)
         self.start_s = (None if self.closed else
                         arrival_times(workload.arrival, workload.num_requests, workload.duration_s, rng))
+        if self.start_s is not None:
+            from servesim.inputs.workload import check_horizon
+
+            check_horizon(self.start_s, "sessions")
         self._sessions: list[Session] = []
         self._pos = 0  # next conversation, when taking a dataset's in order
         self.sent = 0  # turns sent (request ids are given in send order)
@@ -101,9 +105,7 @@ class Sessions:
         if self.data is None:
             from servesim.inputs.workload import sample_lengths
 
-            turns = sample_lengths(self.opts.turns, m, rng)
-            if cap is not None:
-                turns = np.minimum(turns, cap)
+            turns = np.minimum(sample_lengths(self.opts.turns, m, rng), MAX_TURNS if cap is None else cap)
             total = int(turns.sum())
             new = sample_lengths(self.w.prompt_tokens, total, rng)
             out = sample_lengths(self.w.output_tokens, total, rng)

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from servesim.errors import InputError, did_you_mean
+from servesim.errors import InputError, did_you_mean, shown
 from servesim.inputs.schema import build_file, field_, read_mapping
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -320,11 +320,20 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+def _is(test, name: str, path: str) -> bool:
+    """``test(Path(name))`` (is_file, is_dir, exists); a name no file system takes (too long, a
+    NUL byte) is an input error naming ``path``."""
+    try:
+        return test(Path(str(name)))
+    except (OSError, ValueError):
+        raise InputError(f"{path}: {shown(str(name))} is no catalog name and no readable path") from None
+
+
 def get_gpu(name: str, path: str = "hardware.gpu") -> GpuSpec:
     """A catalog GPU by name, or one read from a YAML file (``*.yaml`` / ``*.yml`` path)."""
     if name in GPUS:
         return GPUS[name]
-    if str(name).endswith((".yaml", ".yml")) or Path(str(name)).is_file():
+    if str(name).endswith((".yaml", ".yml")) or _is(Path.is_file, name, path):
         return load_gpu_yaml(Path(name), path)
     raise InputError(f"{path}: unknown GPU {name!r}; give a catalog name or a path to a GPU YAML "
                      f"file;{did_you_mean(name, GPUS)}")
@@ -354,18 +363,22 @@ class GpuFile:
 
     name: Optional[str] = field_(None, doc="default: <base>-custom, or the file's name")
     base: Any = field_(None, doc="a catalog GPU whose figures the other fields override")
-    peak_flops: Optional[float] = field_(None, gt=0)
-    fp8_flops: Optional[float] = field_(None, ge=0)
-    mem_bytes: Optional[float] = field_(None, gt=0)
-    mem_bw_bytes_per_s: Optional[float] = field_(None, gt=0)
-    link_bw_bytes_per_s: Optional[float] = field_(None, gt=0)
-    pcie_bw_bytes_per_s: Optional[float] = field_(None, gt=0)
-    link_latency_s: Optional[float] = field_(None, ge=0)
+    # bounds: a millionth of the slowest GPU to a million times the fastest (the cost model's
+    # times stay finite and meaningful)
+    peak_flops: Optional[float] = field_(None, ge=1e9, le=1e21)
+    fp8_flops: Optional[float] = field_(None, ge=0, le=1e21)
+    mem_bytes: Optional[float] = field_(None, ge=1e6, le=1e16)
+    mem_bw_bytes_per_s: Optional[float] = field_(None, ge=1e6, le=1e16)
+    link_bw_bytes_per_s: Optional[float] = field_(None, ge=1e6, le=1e16)
+    pcie_bw_bytes_per_s: Optional[float] = field_(None, ge=1e6, le=1e16)
+    link_latency_s: Optional[float] = field_(None, ge=0, le=1)
     mem_kind: Optional[Literal["hbm", "gddr"]] = None
-    nvlink_domain: Optional[int] = field_(None, ge=1, doc="GPUs all connected by the peer link (TP beyond: PCIe)")
-    price_per_gpu_hour_usd: Optional[float] = field_(None, ge=0, doc="on-demand USD per GPU-hour")
-    power_w: Optional[float] = field_(None, gt=0, doc="board power (TDP), watts")
-    host_cpu_speed: Optional[float] = field_(None, gt=0, doc="single-thread speed of the host CPU, DGX-A100's = 1")
+    nvlink_domain: Optional[int] = field_(None, ge=1, le=1 << 20,
+                                           doc="GPUs all connected by the peer link (TP beyond: PCIe)")
+    price_per_gpu_hour_usd: Optional[float] = field_(None, ge=0, le=1e6, doc="on-demand USD per GPU-hour")
+    power_w: Optional[float] = field_(None, gt=0, le=1e6, doc="board power (TDP), watts")
+    host_cpu_speed: Optional[float] = field_(None, gt=0, le=100,
+                                             doc="single-thread speed of the host CPU, DGX-A100's = 1")
 
     REQUIRED = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
 
@@ -429,10 +442,10 @@ def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
         raise InputError(f"{path}: empty; give a catalog id (e.g. meta-llama/Meta-Llama-3-8B) or a path to a "
                          "Hugging Face config.json")
     p = Path(name_or_path)
-    if p.is_dir():
+    if _is(Path.is_dir, p, path):
         p = p / "config.json"
-    if p.suffix == ".json" or p.exists():
-        if not p.exists():
+    if p.suffix == ".json" or _is(Path.exists, p, path):
+        if not _is(Path.exists, p, path):
             raise InputError(f"{path}: config file {str(p)!r} does not exist")
         return load_hf_config(p, path)
     raise InputError(

@@ -31,13 +31,14 @@ import csv
 import datetime as _dt
 import functools
 import json
-import os
+import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
+from servesim.inputs.files import (not_utf8, read_bytes, read_utf8, regular_file,  # noqa: F401 (re-exported)
+                                   resolve_path)
 
 AZURE_COLUMNS = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
 SPLITWISE_COLUMNS = {"arrival": "arrived_at", "prompt": "num_prefill_tokens", "output": "num_decode_tokens"}
@@ -62,30 +63,25 @@ class TraceData:
         return len(self.prompt_tokens)
 
 
-def resolve_path(path: str) -> Path:
-    """``~`` and ``$VARS`` expanded; relative paths are relative to the current directory."""
-    return Path(os.path.expandvars(os.path.expanduser(path)))
-
-
 def _open_text(path: str):
-    p = resolve_path(path)
+    """``path`` (as written: messages show it so) opened as UTF-8 text."""
     try:
-        return p.open(newline="", encoding="utf-8")
+        return regular_file(path).open(newline="", encoding="utf-8")
     except OSError as e:
-        raise InputError(f"cannot read {str(p)!r}: {e.strerror or e}") from None
+        raise InputError(f"cannot read {shown(str(path))}: {e.strerror or e}") from None
 
 
-def read_utf8(path: str, what: str = "file") -> str:
-    """The text of a UTF-8 file; InputError for a file that cannot be read or is not UTF-8."""
-    p = resolve_path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise not_utf8(path, data) from None
+_NAME = re.compile(r"^[\w .()\[\]/#%+-]{1,40}$")
+
+
+def header_text(header) -> str:
+    """The columns of a header for a message: their names when they look like column names
+    (at most 12 shown), else only how many there are (a file that is no table, e.g. a system
+    file named by mistake, is not echoed)."""
+    if header and all(_NAME.match(h) for h in header):
+        more = f", ... ({len(header)} in all)" if len(header) > 12 else ""
+        return "the header has: " + ", ".join(header[:12]) + more
+    return f"the first line has {len(header)} field(s) that do not look like column names"
 
 
 def jsonl_objects(path: str, lines):
@@ -99,24 +95,11 @@ def jsonl_objects(path: str, lines):
             obj = json.loads(text)
         except json.JSONDecodeError as e:
             raise InputError(f"{where} column {e.colno}: malformed JSON: {e.msg}") from None
+        except (ValueError, RecursionError) as e:  # a number too long to read, nesting too deep
+            raise InputError(f"{where}: cannot read the JSON: {shown(str(e), 120)}") from None
         if not isinstance(obj, dict):
             raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         yield line, where, obj
-
-
-def not_utf8(path, data: bytes | None = None) -> InputError:
-    """The error for a file that is not UTF-8: the first bad byte's offset and line."""
-    if data is None:
-        data = resolve_path(str(path)).read_bytes()
-    try:
-        data.decode("utf-8")
-        at = len(data)
-    except UnicodeDecodeError as e:
-        at = e.start
-    line = data.count(b"\n", 0, at) + 1
-    byte = f" (0x{data[at]:02x})" if at < len(data) else ""
-    return InputError(f"{path} line {line}: not UTF-8 text: byte offset {at}{byte} is not valid UTF-8; "
-                      f"save the file as UTF-8")
 
 
 # ---------------------------------------------------------------- timestamps
@@ -148,7 +131,7 @@ MAX_TOKENS = 2**31 - 1  # no prompt or output is longer (and int64 sums stay exa
 def _time_value(raw, unit_s: float, where: str, column: str):
     """A number (seconds after scaling) or a timestamp (integer ns). Returns (kind, value)."""
     if isinstance(raw, bool):
-        raise InputError(f"{where}: {column} must be a number or a timestamp, got {raw!r}")
+        raise InputError(f"{where}: {column} must be a number or a timestamp, got {shown(raw)}")
     if isinstance(raw, (int, float)):
         v = float(raw)
     else:
@@ -159,28 +142,28 @@ def _time_value(raw, unit_s: float, where: str, column: str):
             try:
                 return "ts", _timestamp_ns(text)
             except ValueError:
-                raise InputError(f"{where}: {column} must be a number or a timestamp, got {text!r}") from None
+                raise InputError(f"{where}: {column} must be a number or a timestamp, got {shown(text)}") from None
     if v != v or v in (float("inf"), float("-inf")):
-        raise InputError(f"{where}: {column} must be finite, got {raw!r}")
+        raise InputError(f"{where}: {column} must be finite, got {shown(raw)}")
     if abs(v * unit_s) > MAX_TIME_S:
         raise InputError(f"{where}: {column} must be at most {MAX_TIME_S:g} s after time_unit (a unit mix-up?), "
-                         f"got {raw!r}")
+                         f"got {shown(raw)}")
     return "num", v * unit_s
 
 
 def _length(raw, where: str, column: str) -> int:
     if isinstance(raw, bool):
-        raise InputError(f"{where}: {column} must be a positive integer, got {raw!r}")
+        raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}")
     try:
         v = float(raw) if not isinstance(raw, (int, float)) else raw
     except (TypeError, ValueError):
-        raise InputError(f"{where}: {column} must be a positive integer, got {raw!r}") from None
+        raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}") from None
     if v != v or v in (float("inf"), float("-inf")) or int(v) != v:
-        raise InputError(f"{where}: {column} must be a positive integer, got {raw!r}")
+        raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}")
     if v < 1:
         raise InputError(f"{where}: {column} must be a positive integer (>= 1), got {int(v)}")
     if v > MAX_TOKENS:
-        raise InputError(f"{where}: {column} must be at most {MAX_TOKENS} tokens, got {raw!r}")
+        raise InputError(f"{where}: {column} must be at most {MAX_TOKENS} tokens, got {shown(raw)}")
     return int(v)
 
 
@@ -231,7 +214,7 @@ def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col, hash_ids=
     arrival = None
     if rows_t is not None:
         if len(set(kinds)) > 1:
-            raise InputError(f"{path}: column {arrival_col!r} mixes numbers and timestamps")
+            raise InputError(f"{path}: column {shown(arrival_col)} mixes numbers and timestamps")
         if kinds[0] == "ts":
             t0 = rows_t[0]
             arrival = np.array([(t - t0) / 1e9 for t in rows_t], dtype=np.float64)
@@ -263,8 +246,8 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
             if name in header:
                 idx[key] = header.index(name)
             elif key != "arrival" or need_arrival:
-                raise InputError(f"{path} line 1: no column {name!r} for the {key} "
-                                 f"(set workload.trace.columns.{key}); the header has: {', '.join(header)}")
+                raise InputError(f"{path} line 1: no column {shown(name)} for the {key} "
+                                 f"(set workload.trace.columns.{key}); {header_text(header)}")
         has_t = "arrival" in idx
         ts, kinds, prompts, outputs, lines = ([] if has_t else None), [], [], [], []
         width = len(header)
@@ -274,7 +257,7 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
                 continue
             where = f"{path} line {line}"
             if len(row) != width:
-                raise InputError(f"{where}: expected {width} fields ({', '.join(header)}), got {len(row)}")
+                raise InputError(f"{where}: expected {width} fields (as the header), got {len(row)}")
             if has_t:
                 kind, v = _time_value(row[idx["arrival"]], unit_s, where, cols["arrival"])
                 kinds.append(kind)
@@ -287,7 +270,7 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
 
 def _hash_ids(raw, where: str) -> tuple:
     if not isinstance(raw, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in raw):
-        raise InputError(f"{where}: {HASH_IDS_KEY} must be a list of non-negative integers, got {raw!r:.80}")
+        raise InputError(f"{where}: {HASH_IDS_KEY} must be a list of non-negative integers, got {shown(raw)}")
     return tuple(raw)
 
 
@@ -301,11 +284,11 @@ def _read_jsonl(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Tra
                 has_h = HASH_IDS_KEY in obj
                 has_t = cols["arrival"] in obj
                 if not has_t and need_arrival:
-                    raise InputError(f"{where}: no key {cols['arrival']!r} for the arrival "
+                    raise InputError(f"{where}: no key {shown(cols['arrival'])} for the arrival "
                                      f"(set workload.trace.columns.arrival)")
             for key in ("prompt", "output") + (("arrival",) if has_t else ()):
                 if cols[key] not in obj:
-                    raise InputError(f"{where}: no key {cols[key]!r} for the {key} "
+                    raise InputError(f"{where}: no key {shown(cols[key])} for the {key} "
                                      f"(set workload.trace.columns.{key})")
             if has_t:
                 kind, v = _time_value(obj[cols["arrival"]], unit_s, where, cols["arrival"])
@@ -331,13 +314,14 @@ def read_trace(path: str, fmt: str = "auto", columns: dict | None = None, time_u
     try:
         st = p.stat()
     except OSError as e:
-        raise InputError(f"cannot read trace {str(p)!r}: {e.strerror or e}") from None
-    key = (str(p), st.st_mtime_ns, st.st_size, fmt, tuple(sorted((columns or {}).items())), time_unit, need_arrival)
+        raise InputError(f"cannot read trace {shown(str(path))}: {e.strerror or e}") from None
+    key = (str(path), str(p), st.st_mtime_ns, st.st_size, fmt, tuple(sorted((columns or {}).items())), time_unit,
+           need_arrival)
     return _read_trace_cached(*key)
 
 
 @functools.lru_cache(maxsize=16)
-def _read_trace_cached(path, _mtime, _size, fmt, columns, time_unit, need_arrival) -> TraceData:
+def _read_trace_cached(path, _file, _mtime, _size, fmt, columns, time_unit, need_arrival) -> TraceData:
     try:
         fmt, cols = _detect(path, fmt, dict(columns) or None)
         unit_s = TIME_UNITS[time_unit or ("ms" if fmt == "mooncake" else "s")]
@@ -345,7 +329,9 @@ def _read_trace_cached(path, _mtime, _size, fmt, columns, time_unit, need_arriva
             return _read_jsonl(path, cols, unit_s, need_arrival)
         return _read_csv(path, cols, unit_s, need_arrival)
     except UnicodeDecodeError:
-        raise not_utf8(path) from None
+        raise not_utf8(path, read_bytes(path)) from None
+    except csv.Error as e:  # a field over csv's size limit, a stray quote
+        raise InputError(f"{path}: not a CSV file servesim can read: {shown(str(e), 120)}") from None
 
 
 # ---------------------------------------------------------------- length files
@@ -356,16 +342,18 @@ def read_lengths(path: str, column: str | None = None) -> np.ndarray:
     try:
         st = p.stat()
     except OSError as e:
-        raise InputError(f"cannot read lengths file {str(p)!r}: {e.strerror or e}") from None
-    return _read_lengths_cached(str(p), st.st_mtime_ns, st.st_size, column)
+        raise InputError(f"cannot read lengths file {shown(str(path))}: {e.strerror or e}") from None
+    return _read_lengths_cached(str(path), str(p), st.st_mtime_ns, st.st_size, column)
 
 
 @functools.lru_cache(maxsize=16)
-def _read_lengths_cached(path, _mtime, _size, column) -> np.ndarray:
+def _read_lengths_cached(path, _file, _mtime, _size, column) -> np.ndarray:
     try:
         return _read_lengths(path, column)
     except UnicodeDecodeError:
-        raise not_utf8(path) from None
+        raise not_utf8(path, read_bytes(path)) from None
+    except csv.Error as e:
+        raise InputError(f"{path}: not a CSV file servesim can read: {shown(str(e), 120)}") from None
 
 
 def _read_lengths(path, column) -> np.ndarray:
@@ -375,7 +363,7 @@ def _read_lengths(path, column) -> np.ndarray:
             reader = csv.reader(fh)
             header = [h.strip() for h in (next(reader, None) or [])]
             if column not in header:
-                raise InputError(f"{path} line 1: no column {column!r}; the header has: {', '.join(header)}")
+                raise InputError(f"{path} line 1: no column {shown(column)}; {header_text(header)}")
             j = header.index(column)
             for row in reader:
                 if not row:

@@ -13,14 +13,13 @@ says so. Failed requests (an error, or no output) are left out of the comparison
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.errors import InputError
-from servesim.inputs.traces import read_utf8
+from servesim.errors import InputError, shown
+from servesim.inputs.files import loads_json, read_utf8
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts")
 
@@ -53,7 +52,7 @@ def _numbers(raw, key: str, path: str, n: int | None) -> np.ndarray:
         raise InputError(f"{path}: {key} has {len(raw)} values but input_lens has {n}: one per request")
     for i, v in enumerate(raw):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise InputError(f"{path}: {key}[{i}] must be a finite number >= 0, got {v!r:.40}")
+            raise InputError(f"{path}: {key}[{i}] must be a finite number >= 0, got {shown(v)}")
     return np.array(raw, dtype=np.float64)
 
 
@@ -61,15 +60,12 @@ def _rate(raw, path: str) -> float:
     if raw in (None, "inf", "Infinity") or (isinstance(raw, float) and math.isinf(raw)):
         return math.inf
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw > 0:
-        raise InputError(f"{path}: request_rate must be a positive number or \"inf\", got {raw!r:.40}")
+        raise InputError(f"{path}: request_rate must be a positive number or \"inf\", got {shown(raw)}")
     return float(raw)
 
 
 def read_vllm_result(path: str) -> BenchResult:
-    try:
-        obj = json.loads(read_utf8(path, "benchmark result"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} line {e.lineno} column {e.colno}: malformed JSON: {e.msg}") from None
+    obj = loads_json(read_utf8(path, "benchmark result"), str(path))
     if not isinstance(obj, dict):
         raise InputError(f"{path}: expected the JSON object vLLM's serving benchmark writes, got {type(obj).__name__}")
     missing = [k for k in PER_REQUEST if k not in obj]
@@ -109,12 +105,12 @@ def read_vllm_result(path: str) -> BenchResult:
         sent = st - st[ok].min() if ok.any() else st - st.min()
     mc = obj.get("max_concurrency")
     if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
-        raise InputError(f"{path}: max_concurrency must be a positive integer or null, got {mc!r:.40}")
+        raise InputError(f"{path}: max_concurrency must be a positive integer or null, got {shown(mc)}")
     burst = obj.get("burstiness", 1.0)
     if burst in ("inf", "Infinity"):
         burst = math.inf
     if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not burst > 0:
-        raise InputError(f"{path}: burstiness must be a positive number, got {burst!r:.40}")
+        raise InputError(f"{path}: burstiness must be a positive number, got {shown(burst)}")
     dur = obj.get("duration")
     thr = {k: float(obj[k]) for k in ("request_throughput", "output_throughput", "total_token_throughput")
            if isinstance(obj.get(k), (int, float)) and not isinstance(obj.get(k), bool)}

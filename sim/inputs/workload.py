@@ -11,14 +11,16 @@ requests are sent.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from servesim.inputs.arrivals import arrival_times, inter_arrivals  # noqa: F401  (inter_arrivals: public API)
 from servesim.errors import InputError
-from servesim.inputs.scenario import (ClosedLoopArrival, EmpiricalDist, FixedDist, LognormalDist,
-                          NormalDist, PoissonArrival, QuantilesDist, UniformDist, Workload, ZipfDist)
+from servesim.inputs.scenario import (MAX_SECONDS, MAX_TOKENS, ClosedLoopArrival, EmpiricalDist, FixedDist,
+                                     LognormalDist, NormalDist, PoissonArrival, QuantilesDist, UniformDist, Workload,
+                                     ZipfDist)
 from servesim.inputs.datasets import load_dataset
 from servesim.inputs.traces import TraceData, read_lengths, read_trace
 
@@ -53,13 +55,15 @@ def sample_lengths(dist, n: int, rng: np.random.Generator) -> np.ndarray:
         return np.full(n, dist.value, dtype=np.int64)
     if isinstance(dist, UniformDist):
         return rng.integers(dist.min, dist.max + 1, n, dtype=np.int64)
+    # draws of unbounded distributions are clipped to the lengths a request can have before they
+    # become integers (a float beyond int64 would wrap to a negative length)
     if isinstance(dist, LognormalDist):
         mu, sigma = dist.log_params()
         x = np.rint(rng.lognormal(mu, sigma, n))
-        return np.clip(x, 1, dist.max if dist.max is not None else None).astype(np.int64)
+        return np.clip(x, 1, dist.max if dist.max is not None else MAX_TOKENS).astype(np.int64)
     if isinstance(dist, NormalDist):
         x = np.rint(rng.normal(dist.mean, dist.std, n))
-        return np.clip(x, dist.min, dist.max if dist.max is not None else None).astype(np.int64)
+        return np.clip(x, dist.min, dist.max if dist.max is not None else MAX_TOKENS).astype(np.int64)
     if isinstance(dist, ZipfDist):
         k = np.arange(dist.min, dist.max + 1, dtype=np.float64)
         cdf = np.cumsum(k ** -dist.s)
@@ -75,12 +79,78 @@ def sample_lengths(dist, n: int, rng: np.random.Generator) -> np.ndarray:
     raise TypeError(f"unknown length distribution {dist!r}")
 
 
+def mean_length(dist, max_tokens: int = MAX_TOKENS) -> float | None:
+    """The mean of a length distribution (its draws clipped to ``max_tokens``, as requests are to
+    the context); None when it depends on a file (empirical)."""
+    if isinstance(dist, FixedDist):
+        m = dist.value
+    elif isinstance(dist, UniformDist):
+        m = (dist.min + dist.max) / 2
+    elif isinstance(dist, LognormalDist):
+        mu, sigma = dist.log_params()
+        m = math.exp(min(mu + sigma**2 / 2, 700.0))
+        if dist.max is not None:
+            m = min(m, dist.max)
+    elif isinstance(dist, NormalDist):
+        m = min(max(dist.mean, dist.min), dist.max if dist.max is not None else MAX_TOKENS)
+    elif isinstance(dist, ZipfDist):
+        m = dist.min  # at least; the exact mean needs the whole support
+    elif isinstance(dist, QuantilesDist):
+        p, t = np.asarray(dist.p), np.asarray(dist.tokens)
+        m = float(((t[1:] + t[:-1]) / 2 * np.diff(p)).sum())
+    else:
+        return None
+    return float(min(max(m, 1.0), max_tokens))
+
+
+def _mean_rate(arrival) -> float:
+    """Requests per second an open-loop process makes on average (inf: all at once)."""
+    from servesim.inputs.scenario import AllAtOnceArrival, OnOffArrival, PiecewiseArrival
+
+    if isinstance(arrival, AllAtOnceArrival):
+        return math.inf
+    if isinstance(arrival, OnOffArrival):
+        return arrival.mean_rate_rps
+    if isinstance(arrival, PiecewiseArrival):
+        d = sum(s.duration_s for s in arrival.segments)
+        return sum(s.duration_s * s.rate_rps for s in arrival.segments) / d if d > 0 else math.inf
+    return arrival.rate_rps
+
+
+def expected_requests(workload: Workload) -> float | None:
+    """How many requests the workload will make, as far as the scenario alone says (before any
+    file is read or anything drawn): ``num_requests``, or ``duration_s`` x the mean rate when
+    that is fewer or the only bound; None when it cannot say (a closed loop, or a trace replayed
+    without num_requests: the file decides)."""
+    w = workload
+    n = float(w.num_requests) if w.num_requests is not None else None
+    if w.duration_s is None or isinstance(w.arrival, ClosedLoopArrival):
+        return n
+    if w.arrival is not None:
+        rate = _mean_rate(w.arrival)
+    elif w.classes and w.trace is None:
+        rate = sum(_mean_rate(_class_arrival(c)) for c in w.classes)
+    else:
+        return n
+    by_time = w.duration_s * rate
+    return by_time if n is None else min(n, by_time)
+
+
+def mean_output_tokens(workload: Workload, max_context_tokens: int) -> float:
+    """The mean output length of the workload's requests where its distributions say (1 where
+    files decide: a floor, as ``servesim.resources`` needs)."""
+    dists = [c.output_tokens for c in workload.classes or ()] or [workload.output_tokens]
+    means = [mean_length(d, max_context_tokens) for d in dists if d is not None]
+    means = [m for m in means if m is not None]
+    return min(means) if means else 1.0
+
+
 def clip_to_context(prompt: np.ndarray, output: np.ndarray, max_context_tokens: int):
     """Shorten requests whose prompt + output exceeds the context: the prompt to at most
     context - 1 tokens, then the output to what is left (as a server caps max_tokens).
     Returns (prompt, output, clipped mask)."""
-    p = np.minimum(prompt, max_context_tokens - 1)
-    o = np.minimum(output, max_context_tokens - p)
+    p = np.minimum(prompt, max(max_context_tokens - 1, 1))  # (never a prompt of 0 tokens)
+    o = np.maximum(np.minimum(output, max_context_tokens - p), 1)
     return p, o, (p != prompt) | (o != output)
 
 
@@ -201,9 +271,10 @@ def load_trace(workload: Workload) -> TraceData | None:
     return read_trace(t.path, t.format, cols, t.time_unit, need_arrival=workload.arrival is None)
 
 
-def replay_times(workload: Workload, trace: TraceData) -> tuple[np.ndarray, np.ndarray]:
+def replay_times(workload: Workload, trace: TraceData, max_requests: float = math.inf
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(arrival_s, row index) of a trace replay: window, loop, speedup, then num_requests and
-    duration_s."""
+    duration_s. Looping to more than ``max_requests`` rows is refused before they are made."""
     opts = workload.trace
     t = trace.arrival_s
     start = opts.start_s if opts.start_s is not None else 0.0
@@ -231,6 +302,10 @@ def replay_times(workload: Workload, trace: TraceData) -> tuple[np.ndarray, np.n
         if not reps:
             raise InputError("workload.trace.loop needs workload.num_requests or workload.duration_s")
         r = min(reps)
+        if r * len(rows) > max_requests:
+            raise InputError(f"workload.trace.loop: repeating the {len(rows)} rows of {trace.path} {r} times makes "
+                             f"{r * len(rows):.3g} requests, more than fit in this machine's memory "
+                             f"(~{max_requests:.3g}); lower workload.duration_s or set workload.num_requests")
         rel = (rel[None, :] + period * np.arange(r)[:, None]).ravel()
         rows = np.tile(rows, r)
     elif n is not None and n > len(rows):
@@ -273,11 +348,12 @@ def tag_prefixes(tags: list, per: int, prompt: np.ndarray):
 
 
 def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: int | None = None,
-             block_size: int | None = None):
+             block_size: int | None = None, max_requests: float = math.inf):
     """The requests of an open-loop workload (``RequestSpecs``), or the ``ClosedLoop`` /
     ``Sessions`` source of a closed-loop or multi-turn one. ``max_context_tokens`` (with
     ``clip_to_context``) shortens over-long requests; ``block_size`` (the KV block) is checked
-    against a trace's hash-id block."""
+    against a trace's hash-id block; ``max_requests``: a looped trace making more is refused
+    before they are drawn (``servesim.resources``: what fits in memory)."""
     clip = max_context_tokens if workload.clip_to_context else None
     if workload.sessions is not None:
         from servesim.inputs.sessions import Sessions
@@ -290,7 +366,7 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
         return ClosedLoop(workload, lengths, rng, clip, tagged)
     labels = None
     if trace is not None and workload.arrival is None:  # replay the trace
-        arrivals, rows = replay_times(workload, trace)
+        arrivals, rows = replay_times(workload, trace, max_requests)
         lengths.rows = rows
         n = len(arrivals)
         labels, prompt, output = np.zeros(n, np.int64), trace.prompt_tokens[rows], trace.output_tokens[rows]
@@ -307,6 +383,7 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
             if workload.num_requests is not None:
                 arrivals, labels = arrivals[:workload.num_requests], labels[:workload.num_requests]
         labels, prompt, output = lengths.draw(len(arrivals), rng, labels)
+    check_horizon(arrivals)
     tags = None
     if tagged:
         tags = tuple(trace.hash_ids[r] for r in lengths.rows.tolist())
@@ -318,6 +395,16 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
         prompt, output, prefix, clipped = clip_with_prefix(prompt, output, prefix, clip)
     return RequestSpecs(arrivals, prompt, output, group, prefix, labels, lengths.names, clipped, tags,
                         workload.trace.hash_block_tokens if tagged else 0, dataset_info(workload))
+
+
+def check_horizon(arrivals: np.ndarray, what: str = "requests") -> None:
+    """An ``InputError`` when arrivals reach past ``MAX_SECONDS`` of simulated time: there a
+    double no longer resolves a step's milliseconds (at 1e18 s every step takes no time), so the
+    results would be wrong, not just far away."""
+    if len(arrivals) and arrivals[-1] > MAX_SECONDS:
+        raise InputError(f"workload: the last of the {what} arrives at {arrivals[-1]:.3g} s of simulated time; at most "
+                         f"{MAX_SECONDS:.0e} s (beyond it times no longer resolve a step): raise the arrival rate "
+                         "(or a trace's speedup) or lower workload.num_requests")
 
 
 def dataset_info(workload: Workload) -> dict | None:

@@ -22,17 +22,17 @@ Derived series (all seconds of simulated time):
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
-
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
+from servesim.inputs.files import loads_json, read_utf8
+from servesim.inputs.schema import read_mapping
 from servesim.outputs import metrics
 from servesim.outputs.columns import INT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, STR_COLUMNS
+from servesim.outputs.writer import file_digest
 # top-level keys of every run's summary.json (what figures and report.md read)
 SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
                 "throughput_rps", "output_tokens_per_s", "ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s",
@@ -42,10 +42,7 @@ SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished
 def read_json_dict(path: Path, what: str) -> dict:
     """A JSON object servesim wrote (``what`` names it in errors); a clear input error if the file
     is unreadable, malformed or not an object."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: cannot read {what}: {e}") from None
+    data = loads_json(read_utf8(path, what), str(path))
     if not isinstance(data, dict):
         raise InputError(f"{path}: {what} must be a JSON object, got {type(data).__name__}")
     return data
@@ -138,15 +135,39 @@ def read_summary(run_dir: str | Path) -> dict:
     return summary
 
 
+def verify_run(run_dir: str | Path, summary: dict | None = None) -> None:
+    """An ``InputError`` naming the folder and the file when a run folder is damaged: a file its
+    summary.json lists (``files``: rows, bytes, SHA-256, written by ``writer.write_run``) is
+    missing, of another size, or has other content. Folders written before summaries listed
+    their files pass unchecked."""
+    p = Path(run_dir)
+    summary = read_summary(p) if summary is None else summary
+    files = summary.get("files")
+    if files is None:
+        return
+    if not isinstance(files, dict):
+        raise InputError(f"{p}/summary.json: 'files' must map file names to their rows and digest")
+    for name, info in files.items():
+        f = p / str(name)
+        if not isinstance(info, dict) or "/" in str(name) or str(name).startswith("."):
+            raise InputError(f"{p}/summary.json: files.{shown(name)}: not what servesim writes")
+        if not f.is_file():
+            raise InputError(f"{f}: missing; its run folder is damaged (summary.json lists it): run it again")
+        size = f.stat().st_size
+        if size != info.get("bytes"):
+            raise InputError(f"{f}: {size} bytes where summary.json says {info.get('bytes')}; its run folder is "
+                             "damaged (truncated or edited): run it again")
+        if file_digest(f) != info.get("sha256"):
+            raise InputError(f"{f}: its content differs from what was written (SHA-256 mismatch); its run "
+                             "folder is damaged: run it again")
+
+
 def read_scenario(run_dir: str | Path) -> dict:
     """A run folder's resolved scenario.yaml as plain data ({} when the folder has none)."""
     p = Path(run_dir) / "scenario.yaml"
     if not p.is_file():
         return {}
-    try:
-        scenario = yaml.safe_load(p.read_text()) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise InputError(f"{p}: cannot read: {e}") from None
+    scenario = read_mapping(p, "resolved scenario")
     if not isinstance(scenario, dict):
         raise InputError(f"{p}: must hold a mapping (the resolved scenario)")
     return scenario
@@ -159,8 +180,8 @@ def read_tbt(run_dir: str | Path) -> np.ndarray | None:
         return None
     try:
         return np.load(p)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{p}: cannot read: {e}") from None
+    except (OSError, ValueError, EOFError) as e:  # (EOFError: an empty or truncated file)
+        raise InputError(f"{p}: cannot read: {shown(str(e), 120)}") from None
 
 
 def read_results(path: str | Path) -> list[dict]:
@@ -227,6 +248,7 @@ class RunData:
     @classmethod
     def from_dir(cls, path: str | Path, label: str | None = None) -> "RunData":
         summary = read_summary(path)
+        verify_run(path, summary)
         return cls(label or str(summary["scenario"]), read_scenario(path), summary, read_table(path, "requests"),
                    read_table(path, "steps"), read_tbt(path))
 

@@ -15,7 +15,13 @@ rows; NaN times are nulls.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
+import os
+import secrets
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,9 +87,10 @@ def _cells(col, lo: int, hi: int, lut) -> list:
     raise TypeError(f"cannot write a column of dtype {part.dtype}")
 
 
-def write_csv(path: Path, columns: dict, chunk_rows: int = CHUNK_ROWS) -> None:
+def write_csv(path, columns: dict, chunk_rows: int = CHUNK_ROWS) -> None:
     """``columns``: name -> numpy array (float, int) or ``Labels`` / object array of str, all of
-    one length, written in the given order with a header row."""
+    one length, written in the given order with a header row. ``path``: a file name, or a
+    binary file object to write to."""
     names = list(columns)
     cols = [labels_of(c) if isinstance(c, Labels) or c.dtype == object else c for c in columns.values()]
     luts = [None] * len(cols)
@@ -92,7 +99,7 @@ def write_csv(path: Path, columns: dict, chunk_rows: int = CHUNK_ROWS) -> None:
             table = _text_matrix([csv_text(v) for v in c.labels])
             luts[i] = (table, (table != 0).sum(axis=1))
     n = len(cols[0]) if cols else 0
-    with open(path, "wb") as fh:
+    with (open(path, "wb") if isinstance(path, (str, Path)) else contextlib.nullcontext(path)) as fh:
         fh.write((",".join(csv_text(x) for x in names) + "\n").encode())
         for lo in range(0, n, chunk_rows):
             hi = min(lo + chunk_rows, n)
@@ -176,20 +183,134 @@ def file_names(outputs=OUTPUTS, fmt: str = "csv") -> list:
     return [{"summary": "summary.json", "scenario": "scenario.yaml"}.get(o, f"{o}.{fmt}") for o in outputs]
 
 
-def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_yaml: str,
-              outputs=OUTPUTS, fmt: str = "csv") -> list:
-    """Write the named outputs into ``out`` (created); returns the paths written. ``requests`` /
-    ``steps``: column -> array in ``columns.REQUEST_COLUMNS`` / ``STEP_COLUMNS`` order."""
-    out.mkdir(parents=True, exist_ok=True)
+# what a run folder holds: the outputs, sweeps' TBT samples, and what ``servesim report`` adds.
+# A folder holding anything else is not replaced whole (see ``write_run``).
+RUN_ENTRIES = frozenset({"summary.json", "scenario.yaml", "requests.csv", "requests.parquet", "steps.csv",
+                         "steps.parquet", "tbt_s.npy", "report.md", "figures"})
+TMP_PREFIX = ".tmp-"  # a run folder being written, beside its final place: .tmp-<name>-<pid>-<random>
+
+
+class _Digest:
+    """A binary file that hashes (SHA-256) and counts what is written to it."""
+
+    def __init__(self, fh):
+        self.fh, self.sha, self.bytes = fh, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        self.bytes += len(data)
+        return self.fh.write(data)
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file, read a MiB at a time."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` holds nothing but what a run folder holds (so it can be replaced whole)."""
+    return all(e.name in RUN_ENTRIES for e in path.iterdir())
+
+
+def _swap(new: Path, old: Path) -> bool:
+    """Exchange two folders atomically (Linux renameat2 RENAME_EXCHANGE); False where the system
+    cannot (then the caller renames twice)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, exchange = -100, 2
+    return fn(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(old), exchange) == 0
+
+
+def _write_files(folder: Path, summary: dict, requests: dict, steps: dict, scenario_yaml: str, outputs, fmt,
+                 extra: dict, shown_as: Path) -> list:
+    """Every output into ``folder``, summary.json last with ``files``: each other file's rows,
+    bytes and SHA-256. Errors name the file as ``shown_as / name`` (where it is meant to be)."""
     table = write_parquet if fmt == "parquet" else write_csv
-    written = []
-    for name, file in zip(outputs, file_names(outputs, fmt)):
-        path = out / file
-        if name == "summary":
-            path.write_text(json.dumps(summary, indent=2) + "\n")
-        elif name == "scenario":
-            path.write_text(scenario_yaml)
-        else:
-            table(path, requests if name == "requests" else steps)
-        written.append(path)
+    files, written = {}, []
+    names = list(zip(outputs, file_names(outputs, fmt)))
+    for name, file in [*[x for x in names if x[0] != "summary"], *((k, k) for k in extra)]:
+        path = folder / file
+        try:
+            if name == "scenario":
+                data = scenario_yaml.encode()
+                path.write_bytes(data)
+                files[file] = {"rows": None, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            elif name in ("requests", "steps"):
+                cols = requests if name == "requests" else steps
+                rows = len(next(iter(cols.values()))) if cols else 0
+                if fmt == "parquet":
+                    table(path, cols)
+                    files[file] = {"rows": rows, "bytes": path.stat().st_size, "sha256": file_digest(path)}
+                else:
+                    with open(path, "wb") as fh:
+                        d = _Digest(fh)
+                        table(d, cols)
+                    files[file] = {"rows": rows, "bytes": d.bytes, "sha256": d.sha.hexdigest()}
+            else:  # extra: name -> (rows, write(path))
+                rows, write = extra[name]
+                write(path)
+                files[file] = {"rows": rows, "bytes": path.stat().st_size, "sha256": file_digest(path)}
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(shown_as / file)) from None
+        written.append(shown_as / file)
+    if "summary" in outputs:
+        try:
+            (folder / "summary.json").write_text(json.dumps({**summary, "files": files}, indent=2) + "\n")
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(shown_as / "summary.json")) from None
+        written.insert(0, shown_as / "summary.json")
+    return written
+
+
+def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_yaml: str,
+              outputs=OUTPUTS, fmt: str = "csv", extra: dict | None = None) -> list:
+    """Write the named outputs into the folder ``out``; returns the paths written. ``requests``
+    / ``steps``: column -> array in ``columns.REQUEST_COLUMNS`` / ``STEP_COLUMNS`` order;
+    ``extra``: more files, name -> (rows, write(path)).
+
+    The folder appears whole or not at all: everything is written into ``.tmp-<name>-...``
+    beside it, which then takes its place (a folder already there is replaced only once the new
+    one is complete; an atomic exchange on Linux). summary.json, written last, records each
+    other file's rows, bytes and SHA-256 (``files``), which readers check
+    (``rundir.verify_run``). A folder that holds anything a run folder does not (``--out .``)
+    is not replaced: the files are written in place, each through a temporary file renamed
+    over the old one, summary.json removed first and written last. An ``OSError`` (a full
+    disk) names the file it was writing; nothing half-written is left behind."""
+    out = Path(out)
+    extra = extra or {}
+    real = out.resolve()  # (a symlink to a folder: the folder is replaced, the link stays)
+    if real.exists() and not real.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder", str(out))
+    parent = real.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    in_place = real.is_dir() and not is_run_folder(real)
+    tmp = parent / f"{TMP_PREFIX}{real.name}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        written = _write_files(tmp, summary, requests, steps, scenario_yaml, outputs, fmt, extra, out)
+        if in_place:
+            summary_path = real / "summary.json"
+            if summary_path.exists():
+                summary_path.unlink()  # the old files are going: the folder is no run until the new summary lands
+            for f in sorted(tmp.iterdir(), key=lambda f: f.name == "summary.json"):
+                os.replace(f, real / f.name)
+        elif not real.exists():
+            os.rename(tmp, real)
+        elif not _swap(tmp, real):
+            old = parent / f"{TMP_PREFIX}{real.name}-{os.getpid()}-old-{secrets.token_hex(4)}"
+            os.rename(real, old)
+            os.rename(tmp, real)
+            tmp = old
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return written

@@ -59,12 +59,14 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
+from servesim.inputs.scenario import MAX_RATE_RPS, MAX_SECONDS, MIN_RATE_RPS
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, num_gpus
+from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_results
 
 RATE_KEY = "workload.arrival.rate_rps"
@@ -227,11 +229,11 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int,
             base = min(s.results)
             if base < start / 2**20:
                 return 0.0, base, True
-            s.probe([base / step ** (k + 1) for k in range(w)])
+            s.probe([base / step ** (k + 1) for k in range(min(w, 20))])  # (2^20: the floor above)
             step = step if step >= 2 else step * step
             continue
         if hi is None:  # nothing fails above lo: go up
-            s.probe([lo * step ** (k + 1) for k in range(w)])
+            s.probe([lo * step ** (k + 1) for k in range(min(w, 60))])  # (more doublings overflow a double)
             step = step if step >= 2 else step * step
             continue
         if hi / lo - 1 > tol:
@@ -315,7 +317,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     slo = parse_slo(slo_text)
     if opts.attainment is not None and not 0 < opts.attainment <= 1:
         raise InputError(f"--attainment must be in (0, 1], got {opts.attainment}")
-    if opts.tol <= 0 or opts.tol >= 0.1:
+    if not 0 < opts.tol < 0.1:  # (NaN too)
         raise InputError(f"--tol must be in (0, 0.1) so the 10%-above check is outside the bracket, got {opts.tol}")
     base, _ = load_base(scenario, overrides, seed)
     from servesim.inputs.scenario import scenario_from_dict
@@ -340,14 +342,14 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     if opts.max_probes < 2:
         raise InputError(f"--max-probes must be >= 2 (a rate that meets and one that fails), got {opts.max_probes}")
     duration = opts.probe_duration_s
-    if duration is not None and not duration > 0:
-        raise InputError(f"--probe-duration must be > 0 seconds, got {duration}")
+    if duration is not None and not 0 < duration <= MAX_SECONDS:
+        raise InputError(f"--probe-duration must be > 0 and <= {MAX_SECONDS:g} seconds, got {duration}")
     period = getattr(arrival, "period_s", None)
     if duration is None and period:
         duration = 2 * period  # a time-varying rate: each probe spans two of its periods
     start = opts.start_rps or arrival.rate_rps
-    if start <= 0:
-        raise InputError(f"--start must be > 0, got {start}")
+    if not MIN_RATE_RPS <= start <= MAX_RATE_RPS:
+        raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} req/s, got {start}")
     return SearchPlan(_name(scenario, base), slo_text, slo, opts, base, arrival, n, duration, start,
                       num_gpus(sc.to_dict()), list(overrides or []))
 
@@ -420,9 +422,10 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
     temporary folder, removed again, when None). Bad options are ``InputError``s naming the flag."""
     plan = prepare_search(scenario, slo_text, opts, overrides, seed)
     folder = _Folder(out)
-    write_meta(folder.path, _meta(plan))
-    res = run_search(plan, folder.path, ex)
-    (folder.path / "capacity.json").write_text(json.dumps(res.result, indent=2, default=str) + "\n")
+    with folder_lock(folder.path, "capacity"):  # held through every round of probes
+        write_meta(folder.path, _meta(plan))
+        res = run_search(plan, folder.path, ex)
+        (folder.path / "capacity.json").write_text(json.dumps(res.result, indent=2, default=str) + "\n")
     folder.close()
     return res
 
@@ -484,36 +487,37 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
     (progress). Re-running reuses finished probes."""
     plan = prepare_search(scenario, slo_text, opts, overrides, seed)
     folder = _Folder(out)
-    first = int(plan.base["seed"])
-    fixed = seeds.seeds
-    want = fixed if fixed is not None else seeds.min_seeds
-    limit = fixed if fixed is not None else max(seeds.max_seeds, seeds.min_seeds)
-    write_meta(folder.path, _meta(plan, seeds=want if fixed is not None else None,
-                                  ci_target=None if fixed is not None else seeds.target))
-    done, error = [], None
-    iv = Interval(math.nan, math.nan, 0)
-    while len(done) < limit:
-        k = first + len(done)
-        start, step = (None, 2.0) if not done or iv.mean <= 0 else (iv.mean, NARROW_STEP)
-        res = run_search(plan, folder.path, ex, seed=k, start_rps=start, step=step, results=f"results-seed{k}.csv",
-                         desc=f"capacity probes, seed {k}")
-        done.append(res)
-        if res.error:
-            error = res.error
-            break
-        iv = t_interval([r.capacity_rps for r in done])
-        if on_seed is not None:
-            on_seed(k, res, iv)
-        if len(done) >= want and (fixed is not None or iv.rel <= seeds.target):
-            break
-    stopped = None
-    if error is None and fixed is None and not iv.rel <= seeds.target:
-        stopped = (f"half-width {iv.rel:.1%} of the mean is above the {seeds.target:.0%} target after {len(done)} "
-                   f"seeds (--max-seeds {limit}); more seeds (--max-seeds) or longer probes (--probe-requests, "
-                   "--probe-duration) narrow it")
-    result = _interval_json(plan, iv, done, seeds, fixed, stopped)
-    _write_seed_rows(folder.path, done)
-    (folder.path / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    with folder_lock(folder.path, "capacity"):  # held through every seed's probes
+        first = int(plan.base["seed"])
+        fixed = seeds.seeds
+        want = fixed if fixed is not None else seeds.min_seeds
+        limit = fixed if fixed is not None else max(seeds.max_seeds, seeds.min_seeds)
+        write_meta(folder.path, _meta(plan, seeds=want if fixed is not None else None,
+                                      ci_target=None if fixed is not None else seeds.target))
+        done, error = [], None
+        iv = Interval(math.nan, math.nan, 0)
+        while len(done) < limit:
+            k = first + len(done)
+            start, step = (None, 2.0) if not done or iv.mean <= 0 else (iv.mean, NARROW_STEP)
+            res = run_search(plan, folder.path, ex, seed=k, start_rps=start, step=step, results=f"results-seed{k}.csv",
+                             desc=f"capacity probes, seed {k}")
+            done.append(res)
+            if res.error:
+                error = res.error
+                break
+            iv = t_interval([r.capacity_rps for r in done])
+            if on_seed is not None:
+                on_seed(k, res, iv)
+            if len(done) >= want and (fixed is not None or iv.rel <= seeds.target):
+                break
+        stopped = None
+        if error is None and fixed is None and not iv.rel <= seeds.target:
+            stopped = (f"half-width {iv.rel:.1%} of the mean is above the {seeds.target:.0%} target after {len(done)} "
+                       f"seeds (--max-seeds {limit}); more seeds (--max-seeds) or longer probes (--probe-requests, "
+                       "--probe-duration) narrow it")
+        result = _interval_json(plan, iv, done, seeds, fixed, stopped)
+        _write_seed_rows(folder.path, done)
+        (folder.path / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     folder.close()
     return CapacityInterval(plan, iv, done, [first + i for i in range(len(done))],
                             None if fixed is not None else seeds.target, stopped, result, error)

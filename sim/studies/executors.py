@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from servesim.errors import InputError
+from servesim.errors import InputError, one_line
 from servesim.outputs.writer import OUTPUTS
+from servesim.resources import MemoryExceeded
 from servesim.studies.points import flatten_summary, num_gpus
 
 EXECUTORS = ("local", "ray")
+MAX_WORKERS = 4096  # worker processes (or Ray CPUs) of one study
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,8 @@ class ExecutorOptions:
     outputs: tuple | None = None
 
     def __post_init__(self):  # options that cannot work are refused before anything runs
-        if self.workers is not None and self.workers < 1:
-            raise InputError(f"--workers must be >= 1, got {self.workers}")
+        if self.workers is not None and not 1 <= self.workers <= MAX_WORKERS:
+            raise InputError(f"--workers must be >= 1 and <= {MAX_WORKERS}, got {self.workers}")
         if self.address and self.executor != "ray":
             raise InputError("--address needs --executor ray")
 
@@ -48,35 +51,68 @@ def run_point(data: dict, out_dir: str, outputs: tuple | None = None) -> dict:
 
     Never raises for a failing scenario: the row then has ``status=error`` and the message.
     """
-    import numpy as np
-
     from servesim.inputs.scenario import scenario_from_dict
     from servesim.simulation import simulate
 
-    out = Path(out_dir)
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
     try:
         res = simulate(scenario_from_dict(data))
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        res.write(tmp, OUTPUTS if outputs is None else tuple(f for f in OUTPUTS if f == "summary" or f in outputs))
-        if outputs is None or "tbt" in outputs:
-            np.save(tmp / "tbt_s.npy", np.asarray(res.tbt_s, dtype=float))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        # whole or not at all (a .tmp-* folder beside it until then)
+        files = OUTPUTS if outputs is None else tuple(f for f in OUTPUTS if f == "summary" or f in outputs)
+        res.write(Path(out_dir), files, tbt=outputs is None or "tbt" in outputs)
         row = flatten_summary(res.summary)
         row["num_gpus"] = num_gpus(data)
         return {"status": "ok", "error": "", **row}
     except Exception as e:  # noqa: BLE001 - a failing point is recorded, the sweep goes on
-        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.filename:  # a full disk, a folder gone read-only: name the file
+            return {"status": "error", "error": f"cannot write {e.filename}: {e.strerror or e}", "failed": "run"}
         if isinstance(e, MemoryError):  # a point too large for this machine: not a bug
             return {"status": "error", "error": "out of memory: the point is too large for this machine (lower "
-                                                "workload.num_requests or the replicas)"}
-        msg = str(e) if isinstance(e, InputError) else f"{type(e).__name__}: {e}"
-        if not isinstance(e, InputError):
-            msg += " | " + traceback.format_exc(limit=3).replace("\n", " ")[-400:]
-        return {"status": "error", "error": msg}
+                                                "workload.num_requests or the replicas)", "failed": "run"}
+        if isinstance(e, InputError):
+            # refused by the checks before the run (invalid for this point, e.g. the model does not
+            # fit) unless the run outgrew the memory: that is the machine, not the point
+            failed = "run" if isinstance(e, MemoryExceeded) else "input"
+            return {"status": "error", "error": one_line(e), "failed": failed}
+        msg = f"{type(e).__name__}: {e} | " + traceback.format_exc(limit=3).replace("\n", " ")[-400:]
+        return {"status": "error", "error": one_line(msg), "failed": "run"}
+
+
+INHERITED_FDS: set = set()  # descriptors a worker must close (a study's folder lock: sim/studies/lock.py)
+
+
+def worker_init(parent_pid: int) -> None:
+    """In each local worker process: die with the parent. A killed sweep must not leave workers
+    simulating for minutes (and writing into its folder): Linux's PR_SET_PDEATHSIG sends the
+    worker SIGKILL when its parent dies; elsewhere (or if that fails) a thread polls the parent's
+    pid. Also closes the parent's folder lock, so that only the parent holds it."""
+    for fd in list(INHERITED_FDS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    INHERITED_FDS.clear()
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            pr_set_pdeathsig = 1
+            armed = ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    if not armed:
+        import threading
+
+        def watch():
+            while True:
+                time.sleep(1.0)
+                if os.getppid() != parent_pid:
+                    os._exit(1)
+
+        threading.Thread(target=watch, name="servesim-parent-watch", daemon=True).start()
 
 
 @contextlib.contextmanager
@@ -118,14 +154,16 @@ def _execute_local(tasks, workers: int, on_done, outputs=None):
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=worker_init,
+                             initargs=(os.getpid(),)) as pool:
         futs = {pool.submit(run_point, data, out, outputs): key for key, data, out in tasks}
         try:
             for fut in as_completed(futs):
                 try:
                     row = fut.result()
                 except Exception as e:  # noqa: BLE001 - e.g. a worker killed for memory
-                    row = {"status": "error", "error": f"worker failed: {type(e).__name__}: {e}"}
+                    row = {"status": "error", "error": one_line(f"worker failed: {type(e).__name__}: {e}"),
+                           "failed": "run"}
                 on_done(futs[fut], row)
         except BaseException:  # Ctrl-C: drop the queued points; finished ones stay for a resume
             pool.shutdown(wait=False, cancel_futures=True)
@@ -152,7 +190,8 @@ def _execute_ray(tasks, address: str | None, workers: int | None, on_done, outpu
                 try:
                     row = ray.get(ref)
                 except Exception as e:  # noqa: BLE001
-                    row = {"status": "error", "error": f"ray task failed: {type(e).__name__}: {e}"}
+                    row = {"status": "error", "error": one_line(f"ray task failed: {type(e).__name__}: {e}"),
+                           "failed": "run"}
                 on_done(refs[ref], row)
     finally:
         if started:  # stops the local instance, or disconnects from the cluster at --address

@@ -16,6 +16,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 
 from servesim.errors import InputError
@@ -23,6 +24,8 @@ from servesim.inputs.overrides import apply_overrides, parse_value, with_values
 from servesim.outputs.metrics import LATENCY_METRICS
 from servesim.outputs.rundir import num_gpus  # noqa: F401 - the studies' name for it
 from servesim.outputs.stats import DIST_STATS
+
+MAX_POINTS = 100_000  # points of one sweep grid (each is a resolved scenario held in memory and a folder)
 
 # the latency distributions and statistics a point's row flattens (results.csv columns)
 DISTS = LATENCY_METRICS
@@ -132,6 +135,10 @@ def make_points(base: dict, variants: list[tuple[dict, dict]]) -> list[Point]:
 def grid_points(base: dict, grid: dict) -> list[Point]:
     """The points of the cross product of ``grid`` ({dotted.key: [values]}), in row-major order."""
     keys = list(grid)
+    size = math.prod(len(grid[k]) for k in keys)
+    if size > MAX_POINTS:
+        raise InputError(f"the sweep grid has {size} points ({' x '.join(str(len(grid[k])) for k in keys)}); at most "
+                         f"{MAX_POINTS}: sweep fewer values at a time")
     combos = itertools.product(*(grid[k] for k in keys)) if keys else [()]
     variants = [(dict(zip(keys, c)), dict(zip(keys, c))) for c in combos]
     return make_points(base, variants)

@@ -15,14 +15,17 @@ import csv
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from servesim.errors import InputError
-from servesim.outputs.rundir import read_results, read_summary
+from servesim.errors import InputError, one_line
+from servesim.outputs.rundir import read_results, read_summary, verify_run
+from servesim.outputs.writer import TMP_PREFIX
 from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
+from servesim.studies.lock import folder_lock
 from servesim.studies.points import DISTS as _DISTS
 from servesim.studies.points import STATS as _STATS
 from servesim.studies.points import Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid
@@ -42,13 +45,31 @@ METRIC_COLUMNS = (
 
 
 def finished_row(out_dir: Path, data: dict) -> dict | None:
-    """The row of a point already finished in an earlier run (None when it has not finished)."""
-    f = out_dir / "summary.json"
-    if not f.is_file():
+    """The row of a point already finished in an earlier run (None when it has not finished).
+    A folder that is damaged (its summary.json unreadable, or a file it lists missing, truncated
+    or edited: ``verify_run``) is removed, with a note naming it, and the point runs again."""
+    if not out_dir.exists():
         return None
-    row = flatten_summary(read_summary(out_dir))
+    try:
+        summary = read_summary(out_dir)
+        verify_run(out_dir, summary)
+    except InputError as e:
+        print(f"servesim: {out_dir} is damaged, running the point again: {one_line(e, 300)}", file=sys.stderr)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return None
+    row = flatten_summary(summary)
     row["num_gpus"] = num_gpus(data)
     return {"status": "ok", "error": "", **row}
+
+
+def remove_stale(runs: Path) -> int:
+    """Remove the ``.tmp-*`` folders a killed run left in ``runs`` (the caller holds the folder's
+    lock, so none is being written); how many there were."""
+    n = 0
+    for d in runs.glob(f"{TMP_PREFIX}*"):
+        shutil.rmtree(d, ignore_errors=True)
+        n += 1
+    return n
 
 
 def execute(points: list[Point], out_dir: Path, executor: str = "local", workers: int | None = None,
@@ -63,8 +84,14 @@ def execute(points: list[Point], out_dir: Path, executor: str = "local", workers
     """
     if executor not in EXECUTORS:
         raise InputError(f"--executor {executor!r}: valid: {', '.join(EXECUTORS)}")
+    with folder_lock(out_dir, desc):
+        return _execute(points, out_dir, executor, workers, address, progress, desc, results, outputs)
+
+
+def _execute(points, out_dir: Path, executor, workers, address, progress, desc, results, outputs) -> tuple[int, int]:
     runs = out_dir / RUNS
     runs.mkdir(parents=True, exist_ok=True)
+    remove_stale(runs)
     tasks, skipped = [], 0
     for p in points:
         if p.data is None:
@@ -104,7 +131,7 @@ def execute(points: list[Point], out_dir: Path, executor: str = "local", workers
         if bar is not None:
             bar.update(1)
             if row.get("status") != "ok":
-                bar.write(f"point {key} failed: {row.get('error', '')[:200]}", file=sys.stderr)
+                bar.write(f"point {key} failed: {one_line(row.get('error', ''), 200)}", file=sys.stderr)
 
     try:
         run_tasks(unique, on_done, executor, workers, address, outputs)
@@ -130,6 +157,8 @@ def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds
                            ex.progress, f"{desc} x {seeds} seeds", results=SEEDS, outputs=ex.outputs)
     for p, g in zip(points, groups):
         p.row = aggregate_row([q.row for q in g], METRIC_COLUMNS)
+        if any((q.row or {}).get("failed") == "run" for q in g):  # (a seed's run failed: exit status 3)
+            p.row["failed"] = "run"
     write_results(out_dir, points)
     return ran, skipped
 
@@ -158,20 +187,32 @@ def write_results(out_dir: Path, points: list[Point], name: str = RESULTS) -> Pa
     header = ["point", *value_cols, "status", "error", *METRIC_COLUMNS, *extra, "hash", "dir"]
     path = out_dir / name
     tmp = out_dir / (name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(header)
-        for p in points:
-            row = p.row or {"status": "pending", "error": ""}
-            d = f"{RUNS}/{p.hash}" if p.hash and row.get("status") == "ok" else ""
-            w.writerow([p.index, *(_cell(p.values.get(k)) for k in value_cols), row.get("status", ""),
-                        row.get("error", ""), *(_cell(row.get(c)) for c in (*METRIC_COLUMNS, *extra)), p.hash, d])
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(header)
+            for p in points:
+                row = p.row or {"status": "pending", "error": ""}
+                d = f"{RUNS}/{p.hash}" if p.hash and row.get("status") == "ok" else ""
+                w.writerow([p.index, *(_cell(p.values.get(k)) for k in value_cols), row.get("status", ""),
+                            row.get("error", ""), *(_cell(row.get(c)) for c in (*METRIC_COLUMNS, *extra)), p.hash,
+                            d])
+        os.replace(tmp, path)
+    except OSError as e:  # a full disk: name the file (the last complete results.csv stays)
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
     return path
 
 
 def write_meta(out_dir: Path, meta: dict) -> None:
-    (out_dir / SWEEP_META).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    path = out_dir / SWEEP_META
+    tmp = out_dir / (SWEEP_META + ".tmp")
+    try:
+        tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
 
 
 # ---------------------------------------------------------------- the sweep study
@@ -181,6 +222,7 @@ class SweepResult:
     rows: list  # results.csv as read back (read_results)
     ran: int  # points simulated now
     skipped: int  # points finished in an earlier run of the same folder
+    failed_run: int = 0  # points that failed while running (not refused as invalid): exit status 3
 
 
 def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | None = None,
@@ -197,8 +239,15 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
     points = grid_points(base, grid)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_meta(out, {"kind": "sweep", "scenario": str(scenario), "grid": grid, "set": list(overrides or []),
-                     "points": len(points), **({"seeds": seeds} if seeds > 1 else {})})
-    ran, skipped = execute_seeds(points, out, ex, seeds)
-    return SweepResult(grid, read_results(out / RESULTS), ran, skipped)
+    with folder_lock(out, "sweep"):
+        write_meta(out, {"kind": "sweep", "scenario": str(scenario), "grid": grid, "set": list(overrides or []),
+                         "points": len(points), **({"seeds": seeds} if seeds > 1 else {})})
+        ran, skipped = execute_seeds(points, out, ex, seeds)
+    return SweepResult(grid, read_results(out / RESULTS), ran, skipped, failed_while_running(points))
+
+
+def failed_while_running(points: list[Point]) -> int:
+    """Points whose run failed (a bug, a worker that died, a full disk, memory): what makes a
+    study exit with status 3. Points refused as invalid are reported, not counted."""
+    return sum(1 for p in points if (p.row or {}).get("failed") == "run")
 

@@ -1,0 +1,235 @@
+"""Memory: what a run will need, what the machine has, and refusing what cannot fit.
+
+A run's memory grows with its requests (their rows, their events), its steps (one row each) and
+its replicas (schedulers, KV books). ``estimate_bytes`` prices them with figures measured on
+this code (``servesim run`` of the default scenario, peak RSS, writing included):
+
+- ``PER_REQUEST_BYTES``: ~0.9 KB per request (100k requests at ~11 steps each: 238 MiB; 20k
+  requests at 25 steps: 131 MiB; 20k at 200 steps: 563 MiB, solved with the next figure);
+- ``PER_STEP_BYTES``: ~125 B per step row (columns while recording, then numpy columns);
+- ``PER_REPLICA_BYTES``: ~8 KB per replica (1,000 vs 5,000 replicas of 1,000 requests);
+- ``BASE_BYTES``: the interpreter, numpy, SimPy and servesim themselves (~52 MiB).
+
+bench/speed.py case (c), 1M requests and 8.5M steps, then comes to ~1.9 GiB against 1.5 GiB
+measured: the figures err high for big runs. Steps are not known before a run (they depend on the
+load: a batch of one makes a step per token), so the estimate takes the fewest a run can have:
+every step carrying ``max_num_seqs`` sequences (times the speculative tokens). The estimate is
+thus a floor, and a run refused by it would certainly not have fit.
+
+``available_bytes`` is the most this process may grow to: MemAvailable (/proc/meminfo) plus what
+the process already holds, capped by a cgroup's memory.max and by RLIMIT_AS / RLIMIT_DATA.
+``check`` refuses (exit 2) a run whose floor exceeds it, naming the estimate, the available
+memory and what to lower; the workload generators are handed the largest request count that fits
+(``max_requests``) so they refuse before allocating more. ``guard`` watches the process while it
+runs: a run that grows past the available memory anyway (more steps than the floor) is stopped
+with the same kind of message, not left to the OOM killer or swap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import resource
+import signal
+import threading
+from dataclasses import dataclass
+
+from servesim.errors import InputError
+
+MIB = 1 << 20
+GIB = 1 << 30
+PER_REQUEST_BYTES = 900
+PER_STEP_BYTES = 125
+PER_REPLICA_BYTES = 8 << 10
+BASE_BYTES = 52 * MIB
+LIMIT_ENV = "SERVESIM_MEMORY_LIMIT_GIB"  # overrides the available memory (tests; shared machines)
+LOWER = ("lower workload.num_requests (or workload.duration_s x the arrival rate), the replicas, or run "
+         "on a machine with more memory")
+
+
+def _meminfo_available() -> float | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_left() -> float | None:
+    """memory.max - memory.current of this process's cgroup (v2), when it has a limit."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            rel = next((line.strip().split(":", 2)[2] for line in fh if line.startswith("0::")), None)
+        if rel is None:
+            return None
+        base = os.path.join("/sys/fs/cgroup", rel.lstrip("/"))
+        with open(os.path.join(base, "memory.max")) as fh:
+            limit = fh.read().strip()
+        if limit == "max":
+            return None
+        with open(os.path.join(base, "memory.current")) as fh:
+            return float(limit) - float(fh.read().strip())
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None
+
+
+def rss_bytes() -> float:
+    """This process's resident memory now."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return float(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+
+
+def _vm_bytes() -> float:
+    try:
+        with open("/proc/self/statm") as fh:
+            return float(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def available_bytes() -> float:
+    """The most this process may grow to (resident bytes), from what the system, its cgroup and
+    its resource limits leave; ``$SERVESIM_MEMORY_LIMIT_GIB`` overrides it."""
+    env = os.environ.get(LIMIT_ENV)
+    if env:
+        try:
+            return float(env) * GIB
+        except ValueError:
+            raise InputError(f"${LIMIT_ENV} must be a number of GiB, got {env[:40]!r}") from None
+    rss = rss_bytes()
+    caps = []
+    free = _meminfo_available()
+    if free is not None:
+        caps.append(rss + free)
+    left = _cgroup_left()
+    if left is not None:
+        caps.append(rss + left)
+    vm = _vm_bytes()
+    for lim in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        soft = resource.getrlimit(lim)[0]
+        if soft != resource.RLIM_INFINITY:
+            caps.append(rss + max(0.0, soft - vm))
+    return min(caps) if caps else math.inf
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The fewest bytes a run needs (``bytes``) and what went into it."""
+
+    requests: float
+    steps: float
+    replicas: int
+
+    @property
+    def bytes(self) -> float:
+        return (BASE_BYTES + self.requests * PER_REQUEST_BYTES + self.steps * PER_STEP_BYTES
+                + self.replicas * PER_REPLICA_BYTES)
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:.3g} GiB" if x >= GIB / 10 else f"{x / MIB:.0f} MiB"
+
+
+def estimate(setup, requests: float, mean_output_tokens: float) -> Estimate:
+    """The floor of a run's memory with ``requests`` requests of ``mean_output_tokens`` outputs
+    on ``setup``'s pools: each step carries at most ``max_num_seqs`` sequences, each sequence at
+    most k + 1 tokens with speculative decoding."""
+    per_step = max(p.max_num_seqs * ((p.spec[0] + 1) if p.spec else 1) for p in setup.pools)
+    replicas = sum(p.replicas for p in setup.pools)
+    return Estimate(requests, requests * max(mean_output_tokens, 1.0) / per_step, replicas)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What ``check`` found: the available bytes and the most requests that fit."""
+
+    available: float
+    max_requests: float
+    mean_output_tokens: float
+
+
+def _refusal(est: Estimate, available: float, what: str) -> InputError:
+    return InputError(f"{what}: the run needs at least {_gib(est.bytes)} of memory ({est.requests:.3g} requests "
+                      f"x ~{PER_REQUEST_BYTES} B, >= {est.steps:.3g} steps x ~{PER_STEP_BYTES} B, {est.replicas} "
+                      f"replicas), more than the {_gib(available)} available; {LOWER}")
+
+
+def check(setup, requests: float | None, mean_output_tokens: float, what: str = "workload") -> Fit:
+    """Refuse (``InputError``) a run whose memory floor exceeds what is available; the most
+    requests that would fit."""
+    available = available_bytes()
+    one = estimate(setup, 1.0, mean_output_tokens)
+    fixed = estimate(setup, 0.0, mean_output_tokens).bytes
+    per = one.bytes - fixed
+    max_requests = (available - fixed) / per if per > 0 else math.inf
+    if requests is not None:
+        est = estimate(setup, requests, mean_output_tokens)
+        if est.bytes > available:
+            raise _refusal(est, available, what)
+    elif fixed > available:
+        raise _refusal(estimate(setup, 0.0, mean_output_tokens), available, what)
+    return Fit(available, max(0.0, max_requests), mean_output_tokens)
+
+
+def refuse_requests(setup, fit: Fit, requests: float, what: str) -> None:
+    """``check`` for a count known only once the workload is drawn (a trace, classes)."""
+    if requests > fit.max_requests:
+        raise _refusal(estimate(setup, requests, fit.mean_output_tokens), fit.available, what)
+
+
+class MemoryExceeded(InputError):
+    """A run outgrew the memory available (``guard``)."""
+
+
+@contextlib.contextmanager
+def guard(limit_bytes: float, interval_s: float = 0.2):
+    """Watch this process's resident memory while the block runs; past ``limit_bytes`` stop the
+    block with ``MemoryExceeded``. A thread reads /proc/self/statm a few times a second (nothing
+    on the simulation's path) and, past the limit, interrupts the main thread through a Python
+    signal handler (``_thread.interrupt_main(SIGUSR1)``: no OS signal is sent). Only on the main
+    thread; elsewhere the block runs unwatched."""
+    if not math.isfinite(limit_bytes) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import _thread
+
+    stop = threading.Event()
+    state = {"rss": None, "raised": False}
+
+    def error():
+        state["raised"] = True
+        return MemoryExceeded(f"the run grew to {_gib(state['rss'])} of memory, past the {_gib(limit_bytes)} "
+                              f"available (more steps than its size alone implies: the check before the run "
+                              f"counts the fewest); {LOWER}")
+
+    def handler(_signum, _frame):
+        if state["rss"] is not None and not state["raised"]:
+            raise error()
+
+    def watch():
+        while not stop.wait(interval_s):
+            rss = rss_bytes()
+            if rss > limit_bytes:
+                state["rss"] = rss
+                _thread.interrupt_main(signal.SIGUSR1)
+                return
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    t = threading.Thread(target=watch, name="servesim-memory-guard", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+        if state["rss"] is None:
+            signal.signal(signal.SIGUSR1, old)
+        elif not state["raised"]:  # (the handler stays: a call still pending finds it and does nothing)
+            raise error()
