@@ -123,3 +123,10 @@ def test_distserve_decode_side_swaps_as_its_scheduler_does():
     assert pd.scenario.policy.preemption == "swap" and pd.scenario.memory.swap_space_gib == 16
     cls = {c.name: c.share for c in pd.scenario.workload.classes}
     assert cls == {"reply": 0.62, "user_turn": 0.38}
+
+
+def test_reproduce_says_the_measurements_are_absent(monkeypatch, tmp_path):
+    monkeypatch.setenv("SERVESIM_SHARED_DATA", str(tmp_path))
+    exp = R.exp_vllm_h100(R.Options())
+    assert [f.verdict for f in exp.figures] == ["not simulated"]
+    assert "SERVESIM_SHARED_DATA" in exp.figures[0].missing

@@ -37,3 +37,20 @@ def test_the_20_rps_stage_does_not_saturate(replayed):
     ttft = sim["general"][0][stage]
     assert ttft.mean() < 121.0 and np.percentile(ttft, 99) < 250.0  # ms; measured 52 / 72
     assert abs(errs[("general", "20 req/s")]["tpot"]["mean"]) <= 0.10
+
+
+def test_reproduce_reports_each_runs_mean_and_p99_against_the_measurement():
+    from servesim.studies.measured_vllm import errors
+    from servesim.studies.reproduce import Options, exp_vllm_h100
+
+    exp = exp_vllm_h100(Options())
+    assert len(exp.figures) == 3 * 2 * 3  # runs x (mean, p99) x (TTFT, TPOT, E2E)
+    _, _, whole = errors(DATA)
+    for f in exp.figures:
+        run, rest = f.label.split(": ")
+        stat, metric = rest.split(" ")
+        assert (f.published, f.simulated) == whole[run][metric.lower()][stat]
+        assert f.direction is None and f.unit == "ms"
+    # the means are the calibration's targets: every one within +-25% (the reproduce rule)
+    assert all(f.matches for f in exp.figures if " mean " in f.label)
+

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -54,92 +53,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from servesim.studies.measured_vllm import (METRICS, STAGES, WORKLOADS, available, data_dir, load, metrics,  # noqa: E402,F401
+                                            replay, table, units)
 
-WORKLOADS = ("general", "codegen", "roleplay")
-# load stages as (first request, end, label): the runs' constant rates x durations (data README;
-# inference-perf's stage files count the same: 4,800 + 12,000, 3,000 + 6,000, 7,200)
-STAGES = {"general": ((0, 4800, "8 req/s"), (4800, 16800, "20 req/s")),
-          "codegen": ((0, 3000, "5 req/s"), (3000, 9000, "10 req/s")),
-          "roleplay": ((0, 7200, "6 req/s"),)}
-NUM_PROMPTS = 100  # inference-perf shared_prefix: 10 groups x 10 prompts, sent in turn
-METRICS = ("ttft", "tpot", "e2e")
 # the engine grid: overlap share of the profile's CPU work; attention HBM-bandwidth efficiency
 GRID_OVERLAP = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 GRID_ATTENTION_MEMORY = (0.80, 0.85, 0.90, 0.95)
-# the attention HBM-bandwidth efficiency these runs imply for H100 (fitted with the profile, below;
-# the shipped H100 calibration has the unmeasured v0 figure 0.80); replays use it until the H100
-# calibration file carries it (then this override changes nothing)
+# the attention HBM-bandwidth efficiency these runs imply for H100 (fitted with the profile, below),
+# shipped in sim/cost/calibrations/h100-sxm.yaml: the override then changes nothing (--check
+# --shipped-attention prints the same table)
 H100_ATTENTION_MEMORY = 0.95
-
-def data_dir(arg: str | None = None) -> Path:
-    base = Path(arg) if arg else Path(os.environ.get("SERVESIM_SHARED_DATA", str(ROOT.parent / "shared" / "data")))
-    return base / "vllm-h100"
-
-
-# ---------------------------------------------------------------- data
-def load(workload: str, data: Path) -> dict:
-    """One run's columns (numpy arrays, in send order); ``prompt_id`` added."""
-    raw = np.genfromtxt(data / f"llama-2-7b-tp1-{workload}.csv", delimiter=",", names=True)
-    d = {k: raw[k] for k in raw.dtype.names}
-    if np.any(d["has_error"] != 0):
-        raise SystemExit(f"{workload}: the run has failed requests; this tool expects none")
-    d["prompt_id"] = prompt_ids(d["input_tokens"].astype(np.int64))
-    return d
-
-
-def prompt_ids(tokens: np.ndarray) -> np.ndarray:
-    """Which of the 100 prompts each row sent: row % 100 (inference-perf sends them in turn), put
-    right where concurrent senders swapped neighbours (the row's length is another nearby
-    prompt's); a row matching none gets a prompt of its own (it never hits the cache)."""
-    base = np.arange(len(tokens)) % NUM_PROMPTS
-    canon = np.array([np.bincount(tokens[base == k]).argmax() for k in range(NUM_PROMPTS)])
-    pid = base.copy()
-    for i in np.flatnonzero(canon[base] != tokens):
-        for step in (1, -1, 2, -2, 3, -3):
-            k = (base[i] + step) % NUM_PROMPTS
-            if canon[k] == tokens[i]:
-                pid[i] = k
-                break
-        else:
-            pid[i] = NUM_PROMPTS + i
-    return pid
-
-
-def specs_for(d: dict):
-    from servesim.inputs.workload import RequestSpecs
-
-    prompt = d["input_tokens"].astype(np.int64)
-    return RequestSpecs(arrival_s=(d["arrival_ms"] - d["arrival_ms"][0]) / 1e3, prompt_tokens=prompt,
-                        output_tokens=d["max_tokens"].astype(np.int64), prefix_group=d["prompt_id"].astype(np.int64),
-                        prefix_tokens=prompt.copy())
-
-
-def replay_scenario(n: int, cost: dict):
-    """The runs' vLLM configuration as a scenario (the requests come from ``specs_for``)."""
-    from servesim.inputs.scenario import scenario_from_dict
-
-    return scenario_from_dict({
-        "name": "vllm-h100-llama2-7b-replay", "model": "meta-llama/Llama-2-7b-hf",
-        "hardware": {"gpu": "h100-sxm", "tp": 1, "dtype": "fp16"},
-        "memory": {"block_size": 16, "num_gpu_blocks": 7462},
-        "policy": {"name": "chunked_prefill", "max_num_seqs": 128, "max_num_batched_tokens": 2048,
-                   "prefix_caching": True},
-        "workload": {"num_requests": n, "arrival": {"process": "poisson", "rate_rps": 1.0},  # placeholders
-                     "prompt_tokens": {"dist": "fixed", "value": 16}, "output_tokens": {"dist": "fixed", "value": 16}},
-        "cost": {"engine": "vllm-v1", **cost}})
-
-
-def replay(workload: str, d: dict, cost: dict) -> tuple:
-    """Simulated (TTFT, E2E) per request in ms, in the data's row order."""
-    from servesim.simulation import simulate
-
-    res = simulate(replay_scenario(len(d["arrival_ms"]), cost), specs=specs_for(d))
-    rq = res.requests
-    if not np.all(rq["status"] == "completed"):
-        raise RuntimeError(f"{workload}: not every request completed")
-    order = np.argsort(rq["request_id"])
-    arr = rq["arrival_s"][order]
-    return (rq["first_token_s"][order] - arr) * 1e3, (rq["finish_s"][order] - arr) * 1e3
 
 
 def with_attention_memory(x: float, folder: str) -> str:
@@ -158,37 +81,6 @@ def with_attention_memory(x: float, folder: str) -> str:
     path = Path(folder) / f"h100-attention-{x:g}.yaml"
     path.write_text(yaml.safe_dump(body, sort_keys=False))
     return str(path)
-
-
-# ---------------------------------------------------------------- metrics
-def stats(x: np.ndarray) -> dict:
-    return {"mean": float(np.mean(x)), "p99": float(np.percentile(x, 99))}
-
-
-def metrics(ttft_ms, e2e_ms, max_tokens) -> dict:
-    return {"ttft": stats(ttft_ms), "tpot": stats((e2e_ms - ttft_ms) / (max_tokens - 1)), "e2e": stats(e2e_ms)}
-
-
-def units(runs: dict, workloads=WORKLOADS) -> list:
-    """(workload, label, slice) of every load stage, then (workload, "all", whole run)."""
-    out = [(w, lab, slice(lo, hi)) for w in workloads for lo, hi, lab in STAGES[w]]
-    return out + [(w, "all", slice(None)) for w in workloads]
-
-
-def table(meas: dict, sim: dict, runs: dict, workloads=WORKLOADS) -> tuple:
-    """Per stage and whole run: (rows of measured / simulated / error, {unit: {metric: {stat: err}}})."""
-    rows, errs = [], {}
-    for w, lab, s in units(runs, workloads):
-        n = runs[w]["max_tokens"][s]
-        m = metrics(meas[w][0][s], meas[w][1][s], n)
-        p = metrics(sim[w][0][s], sim[w][1][s], n)
-        e = {k: {q: p[k][q] / m[k][q] - 1 for q in ("mean", "p99")} for k in METRICS}
-        errs[(w, lab)] = e
-        rows.append(f"| {w} | {lab} | " + " | ".join(
-            f"{m[k][q]:.1f} / {p[k][q]:.1f} ({e[k][q] * 100:+.1f}%)" for k in METRICS for q in ("mean", "p99")) + " |")
-    head = ("| run | stage | TTFT mean | TTFT p99 | TPOT mean | TPOT p99 | E2E mean | E2E p99 |\n"
-            "|---|---|---|---|---|---|---|---|")
-    return head + "\n" + "\n".join(rows), errs
 
 
 # ---------------------------------------------------------------- the fit
@@ -336,7 +228,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", help="keep the simulated engine points in this folder (rerun: only new ones run)")
     args = ap.parse_args(argv)
     data = data_dir(args.data)
-    if not (data / "llama-2-7b-tp1-general.csv").is_file():
+    if not available(data):
         print(f"skipped: no measured vLLM runs at {data} (give --data or set SERVESIM_SHARED_DATA)")
         return 0
     if args.check:

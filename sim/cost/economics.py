@@ -98,13 +98,14 @@ def phase_cost_shares(steps: dict, replica_pool: np.ndarray, pools) -> dict:
     pf = steps["prefill_tokens"].astype(float)
     tot = pf + steps["decode_tokens"]
     share = np.divide(pf, tot, out=np.zeros_like(pf), where=tot > 0)
-    pool_of_step = replica_pool[steps["replica"]] if len(dur) else np.zeros(0, dtype=object)
-    out = {}
-    for name in pools:
-        sel = pool_of_step == name
-        busy = float(dur[sel].sum())
-        out[name] = float((dur[sel] * share[sel]).sum() / busy) if busy > 0 else 0.5
-    return out
+    # (pools as integer codes: comparing an object array of names per step is slow on long runs)
+    names = list(pools)
+    code = np.array([names.index(p) if p in names else -1 for p in replica_pool], dtype=np.int64)
+    pool_of_step = code[steps["replica"]] if len(dur) else np.zeros(0, dtype=np.int64)
+    keep = pool_of_step >= 0
+    busy = np.bincount(pool_of_step[keep], weights=dur[keep], minlength=len(names))
+    pre = np.bincount(pool_of_step[keep], weights=(dur * share)[keep], minlength=len(names))
+    return {name: float(pre[i] / busy[i]) if busy[i] > 0 else 0.5 for i, name in enumerate(names)}
 
 
 def economics(pools: list[PoolUse], sim_time_s: float, input_tokens: float, output_tokens: float,
