@@ -328,8 +328,8 @@ def _run_table(runs: dict, chosen: dict) -> str:
         s = run.summary
         rows.append({"run": g, "completed": s["completed"], "throughput_rps": s["throughput_rps"],
                      "goodput_rps": s["goodput_rps"], "slo_attainment": s["slo_attainment"],
-                     **{f"{m}_{st}_s": s[f"{m}_s"][st]
-                        for m in ("ttft", "tpot", "tbt", "e2e") for st in ("p50", "p99")},
+                     **{f"{m}_{st}_s": s.get(f"{m}_s", s["tbt_s"] if m == "itl" else {}).get(st)
+                        for m in ("ttft", "tpot", "itl", "e2e") for st in ("p50", "p99")},
                      "mean_batch_size": s["utilization"]["mean_batch_size"], "mfu": s["utilization"]["mfu"],
                      "mbu": s["utilization"]["mbu"]})
     rows.sort(key=lambda r: rank_key({"status": "ok", **r}))
@@ -464,7 +464,9 @@ def _build(path: Path, bar: Phases) -> Path:
             rows = with_per_gpu(rows)
         cols = ["point", *data["cols"], "status", "goodput_rps", *(["goodput_per_gpu"] if per_gpu else []),
                 "slo_attainment", "throughput_rps", *(["throughput_per_gpu"] if per_gpu else []), "ttft_p50_s",
-                "ttft_p99_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
+                "ttft_p99_s", "tpot_p99_s", "itl_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
+        for r in rows:  # (results.csv written before the itl columns: ITL is TBT)
+            r.setdefault("itl_p99_s", r.get("tbt_p99_s"))
         md += [_md_table(rows, cols), ""]
         if ctx.seeds > 1:
             md += [f"Each figure is the mean over {ctx.seeds} seeds {chr(177)} the half-width of its 95% Student-t "

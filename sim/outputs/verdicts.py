@@ -29,7 +29,7 @@ _NOT_RESULTS = {"point", "label", "status", "error", "hash", "dir", "seed", "see
 HEADLINE = (("goodput_rps", "goodput", 1.0, "req/s", True),
             ("slo_attainment", "SLO attainment", 100.0, "percentage points", True),
             ("ttft_p99_s", "p99 TTFT", 1e3, "ms", False), ("tpot_p99_s", "p99 TPOT", 1e3, "ms", False),
-            ("tbt_p99_s", "p99 TBT", 1e3, "ms", False))
+            ("tbt_p99_s", "p99 ITL", 1e3, "ms", False))  # (ITL: vLLM's name for TBT)
 
 
 def meets_slo(row: dict) -> bool | None:
