@@ -487,7 +487,8 @@ def _build(path: Path, bar: Phases) -> Path:
         _capacity_figure(path, data, ctx, add)
     elif data["rate"]:
         _load_figures(data, ctx, dcolors, add)
-    service_section(path, data, runs, colors, add, plt)  # per request class, when there are several
+    # per request class, when there are several (titles as the others': model, GPUs, policy, load, SLO)
+    service_section(path, data, runs, colors, add, plt, lambda what, rate=True: ctx.title(what, rate))
     if runs:
         _run_figures(runs, ctx, dcolors, where, add, data["chosen"])
     out = path / "report.md"
