@@ -120,7 +120,8 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
         ran = [set(r[RATE_KEY] for r in rs) for rs in ok.values() if rs]  # groups that failed throughout: left out
         common = set.intersection(*ran) if ran else set()
         rep_rate = max(common) if common else None
-        chosen = {g: next(r for r in rs if r[RATE_KEY] == rep_rate) for g, rs in ok.items() if rep_rate is not None}
+        chosen = {g: next(r for r in rs if r[RATE_KEY] == rep_rate) for g, rs in ok.items()
+                  if rep_rate is not None and rs}  # (a group that failed at every rate has no run to show)
     else:
         chosen = {g: rs[0] for g, rs in ok.items() if rs}
     runs = {}
@@ -172,9 +173,9 @@ class Context:
         # the mean arrival rate when it is far from rate_rps (on_off: rate_rps is the burst rate)
         offered = (first.summary.get("workload") or {}).get("offered_rps") if first is not None else None
         self.offered = offered if offered and rate and abs(offered / rate - 1) > 0.2 else None
-        # one run: its policy in the title (several: their labels name them)
-        self.policy = ((first.scenario.get("policy") or {}).get("name") if first is not None and data["kind"] == "run"
-                       else None)
+        # the policy in the title when every run shown has the same one (else their labels name them)
+        names = {(r.scenario.get("policy") or {}).get("name") for r in runs.values()}
+        self.policy = next(iter(names)) if len(names) == 1 else None
         self.gpus = gpu_counts(rows) if "label" in data["cols"] else {}
         for g, r in runs.items():
             self.gpus.setdefault(g, r.num_gpus())
@@ -381,7 +382,7 @@ def _verdict(data: dict, ctx: Context) -> list:
     seed_rows = data["seed_rows"]
     if seed_rows and key:
         labels = list(dict.fromkeys(str(r["label"]) for r in rows))
-        sents = difference_sentences(differences(seed_rows, labels[0]), labels[0], ctx.gpus)
+        sents = difference_sentences(differences(seed_rows, labels[0]), labels[0], ctx.gpus, rows)
         if sents:
             out += ["Differences from the first configuration, paired by seed (called better or worse only when the "
                     "95% interval of the difference excludes zero):", ""] + [f"- {s}" for s in sents] + [""]

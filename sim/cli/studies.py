@@ -235,7 +235,7 @@ def cmd_compare(args) -> int:
         print(f"note: {note}")
     if plan.seeds > 1:
         base = plan.configs[0][0]
-        for line in difference_sentences(differences(read_results(out / SEEDS), base), base, gpu_counts(rows)):
+        for line in difference_sentences(differences(read_results(out / SEEDS), base), base, gpu_counts(rows), rows):
             print(line)
     print(f"\nwrote {out / RESULTS}" + (f", {out / SEEDS}" if plan.seeds > 1 else ""))
     if not args.no_report:
