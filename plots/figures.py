@@ -16,7 +16,7 @@ POLICY_COLORS = {"static": "#7f7f7f", "continuous": "#1f77b4", "chunked_prefill"
 _OTHER = ["#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#637939"]
 KIND_COLORS = {"prefill": "#d62728", "decode": "#1f77b4", "mixed": "#9467bd"}
 COMPONENT_COLORS = {"queueing": "#bdbdbd", "prefill": "#ff7f0e", "api": "#9467bd", "transfer": "#17becf"}
-METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "tbt": "TBT", "e2e": "E2E", "queue": "queueing delay"}
+METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "tbt": "ITL (token gap)", "e2e": "E2E", "queue": "queueing delay"}
 
 
 def colors_for(labels) -> dict:

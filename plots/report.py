@@ -120,7 +120,8 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
         ran = [set(r[RATE_KEY] for r in rs) for rs in ok.values() if rs]  # groups that failed throughout: left out
         common = set.intersection(*ran) if ran else set()
         rep_rate = max(common) if common else None
-        chosen = {g: next(r for r in rs if r[RATE_KEY] == rep_rate) for g, rs in ok.items() if rep_rate is not None}
+        chosen = {g: next(r for r in rs if r[RATE_KEY] == rep_rate) for g, rs in ok.items()
+                  if rep_rate is not None and rs}  # (a group that failed at every rate has no run to show)
     else:
         chosen = {g: rs[0] for g, rs in ok.items() if rs}
     runs = {}
@@ -172,9 +173,9 @@ class Context:
         # the mean arrival rate when it is far from rate_rps (on_off: rate_rps is the burst rate)
         offered = (first.summary.get("workload") or {}).get("offered_rps") if first is not None else None
         self.offered = offered if offered and rate and abs(offered / rate - 1) > 0.2 else None
-        # one run: its policy in the title (several: their labels name them)
-        self.policy = ((first.scenario.get("policy") or {}).get("name") if first is not None and data["kind"] == "run"
-                       else None)
+        # the policy in the title when every run shown has the same one (else their labels name them)
+        names = {(r.scenario.get("policy") or {}).get("name") for r in runs.values()}
+        self.policy = next(iter(names)) if len(names) == 1 else None
         self.gpus = gpu_counts(rows) if "label" in data["cols"] else {}
         for g, r in runs.items():
             self.gpus.setdefault(g, r.num_gpus())
@@ -328,8 +329,8 @@ def _run_table(runs: dict, chosen: dict) -> str:
         s = run.summary
         rows.append({"run": g, "completed": s["completed"], "throughput_rps": s["throughput_rps"],
                      "goodput_rps": s["goodput_rps"], "slo_attainment": s["slo_attainment"],
-                     **{f"{m}_{st}_s": s[f"{m}_s"][st]
-                        for m in ("ttft", "tpot", "tbt", "e2e") for st in ("p50", "p99")},
+                     **{f"{m}_{st}_s": s.get(f"{m}_s", s["tbt_s"] if m == "itl" else {}).get(st)
+                        for m in ("ttft", "tpot", "itl", "e2e") for st in ("p50", "p99")},
                      "mean_batch_size": s["utilization"]["mean_batch_size"], "mfu": s["utilization"]["mfu"],
                      "mbu": s["utilization"]["mbu"]})
     rows.sort(key=lambda r: rank_key({"status": "ok", **r}))
@@ -381,7 +382,7 @@ def _verdict(data: dict, ctx: Context) -> list:
     seed_rows = data["seed_rows"]
     if seed_rows and key:
         labels = list(dict.fromkeys(str(r["label"]) for r in rows))
-        sents = difference_sentences(differences(seed_rows, labels[0]), labels[0], ctx.gpus)
+        sents = difference_sentences(differences(seed_rows, labels[0]), labels[0], ctx.gpus, rows)
         if sents:
             out += ["Differences from the first configuration, paired by seed (called better or worse only when the "
                     "95% interval of the difference excludes zero):", ""] + [f"- {s}" for s in sents] + [""]
@@ -464,7 +465,9 @@ def _build(path: Path, bar: Phases) -> Path:
             rows = with_per_gpu(rows)
         cols = ["point", *data["cols"], "status", "goodput_rps", *(["goodput_per_gpu"] if per_gpu else []),
                 "slo_attainment", "throughput_rps", *(["throughput_per_gpu"] if per_gpu else []), "ttft_p50_s",
-                "ttft_p99_s", "tpot_p99_s", "tbt_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
+                "ttft_p99_s", "tpot_p99_s", "itl_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
+        for r in rows:  # (results.csv written before the itl columns: ITL is TBT)
+            r.setdefault("itl_p99_s", r.get("tbt_p99_s"))
         md += [_md_table(rows, cols), ""]
         if ctx.seeds > 1:
             md += [f"Each figure is the mean over {ctx.seeds} seeds {chr(177)} the half-width of its 95% Student-t "
@@ -485,7 +488,8 @@ def _build(path: Path, bar: Phases) -> Path:
         _capacity_figure(path, data, ctx, add)
     elif data["rate"]:
         _load_figures(data, ctx, dcolors, add)
-    service_section(path, data, runs, colors, add, plt)  # per request class, when there are several
+    # per request class, when there are several (titles as the others': model, GPUs, policy, load, SLO)
+    service_section(path, data, runs, colors, add, plt, lambda what, rate=True: ctx.title(what, rate))
     if runs:
         _run_figures(runs, ctx, dcolors, where, add, data["chosen"])
     out = path / "report.md"

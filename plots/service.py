@@ -149,9 +149,11 @@ def jain_sentence(summaries: dict) -> str:
     return ("Jain's fairness index of SLO attainment across tenants: " + "; ".join(bits) + ".") if bits else ""
 
 
-def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt) -> None:
+def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt,
+                    title=lambda what, rate=True: what) -> None:
     """The report's "service per class" figures, for folders whose runs have more than one class.
-    ``add(name, title, fig, sentence)`` saves a figure into the report."""
+    ``add(name, title, fig, sentence)`` saves a figure into the report; ``title(what, rate)`` makes
+    a figure's title (the report's: what, model, GPUs, policy, load and SLO)."""
     import json
 
     summaries: dict = {}
@@ -177,9 +179,9 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt) 
             attainment_vs_load(series[name], axes[0, j], name, colors)
             slo = firsts[0]["classes"][name]["slo"]["ttft_s"]
             class_ttft_vs_load(series[name], axes[1, j], name, slo, colors)
-        add("classes_vs_load", "Service per class vs load", fig,
+        add("classes_vs_load", title("Service per class vs load", False), fig,
             class_sentence(series, True) + " " + jain_sentence(summaries))
     else:
         fig, ax = plt.subplots(figsize=(max(5.0, 2.2 * len(series) + 2), 4.2))
         attainment_bars(series, ax, colors)
-        add("classes", "Service per class", fig, class_sentence(series, False) + " " + jain_sentence(summaries))
+        add("classes", title("Service per class"), fig, class_sentence(series, False) + " " + jain_sentence(summaries))

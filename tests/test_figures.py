@@ -31,8 +31,8 @@ def ax():
     plt.close(fig)
 
 
-@pytest.mark.parametrize("metric, xlabel", [("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("tbt", "TBT (ms)"),
-                                            ("e2e", "E2E (ms)")])
+@pytest.mark.parametrize("metric, xlabel", [("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"),
+                                            ("tbt", "ITL (token gap) (ms)"), ("e2e", "E2E (ms)")])
 def test_latency_cdfs(runs, ax, metric, xlabel):
     samples = {g: r.latency(metric) for g, r in runs.items()}
     F.latency_cdfs(samples, ax, metric, slo_s=0.5)

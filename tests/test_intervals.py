@@ -79,3 +79,23 @@ def test_row_interval_reads_results_columns():
     iv = row_interval({"goodput_rps": 7.7, "goodput_rps_ci95": 0.4, "seeds": 5}, "goodput_rps")
     assert (iv.mean, iv.half, iv.n) == (7.7, 0.4, 5)
     assert math.isnan(row_interval({"goodput_rps": 7.7}, "goodput_rps").half)
+
+
+def test_a_configuration_that_fails_the_slo_is_never_called_better():
+    from servesim.outputs.verdicts import difference_sentences, differences
+
+    rate = "workload.arrival.rate_rps"
+    seeds = []
+    for s in range(3):  # "fast" has a lower p99 TTFT on every seed, but meets the SLO for few requests
+        seeds.append({"label": "base", rate: 8.0, "seed": s, "status": "ok", "ttft_p99_s": 0.30 + 0.01 * s,
+                      "goodput_rps": 7.0 + 0.1 * s})
+        seeds.append({"label": "fast", rate: 8.0, "seed": s, "status": "ok", "ttft_p99_s": 0.10 + 0.011 * s,
+                      "goodput_rps": 0.5 + 0.12 * s})
+    rows = [{"label": "base", rate: 8.0, "status": "ok", "slo_attainment": 0.99},
+            {"label": "fast", rate: 8.0, "status": "ok", "slo_attainment": 0.05}]
+    diffs = differences(seeds, "base")
+    [credited] = difference_sentences(diffs, "base")  # without the rows: judged by the figures alone
+    assert "p99 TTFT -" in credited and "(better)" in credited
+    [line] = difference_sentences(diffs, "base", rows=rows)
+    assert "fast fails the SLO at 8 req/s, so none of its figures counts as better" in line
+    assert "(better)" not in line and "(lower)" in line and "(worse)" in line  # goodput still worse

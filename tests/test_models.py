@@ -279,3 +279,21 @@ def test_expert_parallel_scenario_field(tmp_path, capsys):
     p.write_text("model: meta-llama/Llama-3.1-70B\n" + base)
     assert main(["validate", str(p)]) == 2
     assert "hardware.expert_parallel" in capsys.readouterr().err
+
+
+# the hand-typed catalog entries (sim/inputs/specs.py MODELS) against their model cards' parameter
+# counts, as Hugging Face lists them (Llama 2 paper: 7B = 6.74B, 70B = 69.0B; Qwen-72B's card 72.3B)
+PUBLISHED_TYPED = {"meta-llama/Llama-2-7b-hf": 6.74e9, "meta-llama/Llama-2-70b-hf": 69.0e9,
+                   "meta-llama/Meta-Llama-3-8B": 8.03e9, "meta-llama/Meta-Llama-3-70B": 70.6e9,
+                   "mistralai/Mistral-7B-v0.1": 7.24e9, "codellama/CodeLlama-34b-Instruct-hf": 33.7e9,
+                   "internlm/internlm-20b": 20e9, "Qwen/Qwen-72B": 72.3e9, "microsoft/phi-2": 2.78e9,
+                   "Qwen/Qwen2.5-7B-Instruct": 7.62e9, "meta-llama/Llama-3.2-1B": 1.24e9,
+                   "mistralai/Mixtral-8x7B-v0.1": 46.7e9}
+
+
+def test_every_typed_catalog_model_matches_its_published_size():
+    from servesim.inputs.specs import MODELS
+
+    assert set(MODELS) == set(PUBLISHED_TYPED)  # a new entry needs its published size here
+    for name, n in PUBLISHED_TYPED.items():
+        assert MODELS[name].total_params() == pytest.approx(n, rel=0.02), name

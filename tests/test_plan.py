@@ -269,3 +269,35 @@ def test_plan_runs_keep_only_what_the_plan_reads(tmp_path):
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["requests.csv", "scenario.yaml", "summary.json"]
     run_point(data, str(tmp_path / "all"))
     assert {"steps.csv", "tbt_s.npy"} <= {p.name for p in (tmp_path / "all").iterdir()}
+
+
+def test_ties_on_the_objective_rank_a_measured_capacity_first():
+    """The answer is ranked first by the same rule plan.json's ranking uses: among configurations
+    of equal objective, one whose capacity was measured (verify_top) before one only estimated
+    (it once named an estimated one while plan.json's answer was another)."""
+    from types import SimpleNamespace
+
+    from servesim.studies.plan import Candidate, Planner
+
+    shape = Shape("colocated", "h100-sxm", 1)
+
+    def cand(key, estimate, measured):
+        c = Candidate(key, shape, "feasible", units=1, objective=3.29)
+        c.capacity = {"estimate": estimate, "measured": measured}
+        return c
+
+    planner = SimpleNamespace(candidates=[cand("estimated-high", 40.0, False), cand("measured", 30.0, True),
+                                          cand("measured-low", 20.0, True)])
+    assert [c.key for c in Planner.ranked(planner)] == ["measured", "measured-low", "estimated-high"]
+
+
+def test_a_gpu_yaml_among_the_gpus_is_planned_with_the_catalog_ones(tmp_path):
+    """--gpus with a GPU YAML by its path: its shapes and the catalog GPU's are assessed (a price
+    keyed by the path once made every run refuse its cost section, so every shape was pruned)."""
+    gpu = tmp_path / "h20.yaml"
+    gpu.write_text("base: h100-sxm\npeak_flops: 1.48e14\nmem_bytes: 1.03e11\nmem_bw_bytes_per_s: 4.0e12\n"
+                   "price_per_gpu_hour_usd: 1.5\npower_w: 400\n")
+    doc = _plan(tmp_path, gpus=("h100-sxm", str(gpu)), pd_ratios=(), policies=("continuous",), seeds=1)
+    status = {c["key"]: c["status"] for c in doc["candidates"]}
+    assert status and "pruned-memory" not in status.values(), status
+    assert doc["prices_usd_per_gpu_hour"][str(gpu)] == 1.5

@@ -178,8 +178,13 @@ def test_mooncake_hash_ids_drive_prefix_hits(tmp_path):
 
 def test_mooncake_rows_are_checked(tmp_path):
     bad = write_mooncake(tmp_path / "bad.jsonl", [MOONCAKE_ROWS[0], {**MOONCAKE_ROWS[1], "hash_ids": [0, "x"]}])
-    with pytest.raises(InputError, match=r"bad.jsonl line 2: hash_ids must be a list of non-negative integers"):
+    with pytest.raises(InputError, match=r"bad.jsonl line 2: hash_ids must be a list of integers in \[0, "):
         read_trace(str(bad))
+    # an id past int64 (it keys a KV block as one): refused, not an OverflowError later
+    big = write_mooncake(tmp_path / "big.jsonl", [{**MOONCAKE_ROWS[0], "hash_ids": [2**63]}])
+    with pytest.raises(InputError, match=r"big.jsonl line 1: hash_ids .* in \[0, 9223372036854775807\]"):
+        read_trace(str(big))
+    assert read_trace(str(write_mooncake(tmp_path / "edge.jsonl", [{**MOONCAKE_ROWS[0], "hash_ids": [2**63 - 1]}])))
     sc = make_scenario(**{"workload.trace": {"path": str(write_mooncake(tmp_path / "mc.jsonl", MOONCAKE_ROWS)),
                                              "hash_block_tokens": 8},
                           "workload.arrival": None, "workload.prompt_tokens": None,

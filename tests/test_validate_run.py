@@ -141,7 +141,8 @@ def test_without_send_times_the_stated_rate_is_replayed(tmp_path, rate, burst, m
     (lambda d: d["ttfts"].pop(), "ttfts has 23 values but input_lens has 24"),
     (lambda d: d["output_lens"].__setitem__(2, 1.5), r"output_lens\[2\] must be a whole number"),
     (lambda d: d["ttfts"].__setitem__(0, "fast"), r"ttfts\[0\] must be a finite number"),
-    (lambda d: d.update(request_rate=-1), "request_rate must be a positive number"),
+    (lambda d: d.update(request_rate=-1), r"request_rate must be a number in \[1e-06, 1e\+09\]"),
+    (lambda d: d.update(input_lens=[1e12] + d["input_lens"][1:]), r"input_lens\[0\] must be at most 2147483647"),
 ])
 def test_malformed_results_are_input_errors(tmp_path, edit, match):
     raw = json.loads(DETAILED.read_text())

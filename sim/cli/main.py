@@ -225,13 +225,14 @@ def _progress_bar(quiet: bool):
 
 
 @contextlib.contextmanager
-def _naming(scenario_path):
-    """Prefix input errors found after loading (model, GPU, memory fit) with the scenario file."""
+def _naming(scenario_path, others=()):
+    """Prefix input errors found after loading (model, GPU, memory fit) with the scenario file;
+    not those that name the scenario or one of the ``others`` (another input file) already."""
     try:
         yield
     except InputError as e:
         where = str(scenario_path) if scenario_path else "the default scenario"
-        if where in str(e):
+        if any(str(x) in str(e) for x in (where, *others)):
             raise
         raise InputError(f"{where}: {e}") from None
 

@@ -23,7 +23,7 @@ def format_table(rows: list[dict], cols: list[str]) -> str:
     (``<column>_ci95``, runs on several seeds) prints as mean +- half-width, to its precision."""
     shown = []
     for c in cols:
-        label = c[:-2] + " ms" if c.endswith("_s") and c.split("_")[0] in DISTS else c
+        label = c[:-2] + " ms" if c.endswith("_s") and c.split("_")[0] in (*DISTS, "itl") else c
         shown.append((c, label))
     cells = [[label for _, label in shown]]
     for r in rows:
@@ -51,7 +51,7 @@ def _aligned(cells: list[list[str]]) -> str:
 
 
 SUMMARY_COLS = ["status", "throughput_rps", "goodput_rps", "slo_attainment", "ttft_p50_s", "ttft_p99_s",
-                "tpot_p99_s", "tbt_p99_s", "e2e_p99_s"]
+                "tpot_p99_s", "itl_p99_s", "e2e_p99_s"]
 
 
 def cmd_sweep(args) -> int:
@@ -235,7 +235,7 @@ def cmd_compare(args) -> int:
         print(f"note: {note}")
     if plan.seeds > 1:
         base = plan.configs[0][0]
-        for line in difference_sentences(differences(read_results(out / SEEDS), base), base, gpu_counts(rows)):
+        for line in difference_sentences(differences(read_results(out / SEEDS), base), base, gpu_counts(rows), rows):
             print(line)
     print(f"\nwrote {out / RESULTS}" + (f", {out / SEEDS}" if plan.seeds > 1 else ""))
     if not args.no_report:

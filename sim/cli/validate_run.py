@@ -11,7 +11,7 @@ def cmd_validate_run(args) -> int:
     out = _writable_dir(args.out, "--out")
     update, close = _progress_bar(args.quiet)
     try:
-        with _naming(args.scenario):
+        with _naming(args.scenario, (args.result,)):
             r = validate_run(args.result, args.scenario, out, args.set or [], args.seed, progress=update)
     finally:
         close()

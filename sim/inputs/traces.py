@@ -268,9 +268,15 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
     return _finish(path, ts, kinds, prompts, outputs, lines, cols.get("arrival"))
 
 
+MAX_HASH_ID = 2**63 - 1  # a Mooncake block hash id (int64)
+
+
 def _hash_ids(raw, where: str) -> tuple:
-    if not isinstance(raw, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in raw):
-        raise InputError(f"{where}: {HASH_IDS_KEY} must be a list of non-negative integers, got {shown(raw)}")
+    # (ids are held as int64: a larger one cannot key a KV block)
+    if not isinstance(raw, list) or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_HASH_ID
+                                        for v in raw):
+        raise InputError(f"{where}: {HASH_IDS_KEY} must be a list of integers in [0, {MAX_HASH_ID}], got "
+                         f"{shown(raw)}")
     return tuple(raw)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from servesim.errors import InputError, shown
 from servesim.inputs.files import loads_json, read_utf8
+from servesim.inputs.scenario import MAX_RATE_RPS, MAX_TOKENS, MIN_RATE_RPS
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts")
 
@@ -59,8 +60,9 @@ def _numbers(raw, key: str, path: str, n: int | None) -> np.ndarray:
 def _rate(raw, path: str) -> float:
     if raw in (None, "inf", "Infinity") or (isinstance(raw, float) and math.isinf(raw)):
         return math.inf
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw > 0:
-        raise InputError(f"{path}: request_rate must be a positive number or \"inf\", got {shown(raw)}")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not MIN_RATE_RPS <= raw <= MAX_RATE_RPS:
+        raise InputError(f"{path}: request_rate must be a number in [{MIN_RATE_RPS:g}, {MAX_RATE_RPS:g}] req/s or "
+                         f"\"inf\", got {shown(raw)}")
     return float(raw)
 
 
@@ -82,6 +84,9 @@ def read_vllm_result(path: str) -> BenchResult:
         bad = np.flatnonzero(arr != np.rint(arr))
         if len(bad):
             raise InputError(f"{path}: {key}[{bad[0]}] must be a whole number of tokens, got {arr[bad[0]]}")
+        big = np.flatnonzero(arr > MAX_TOKENS)  # (the replay's limit for any length)
+        if len(big):
+            raise InputError(f"{path}: {key}[{big[0]}] must be at most {MAX_TOKENS} tokens, got {arr[big[0]]:.0f}")
     raw_itls = obj.get("itls")
     if raw_itls is None:
         itls = [np.zeros(0) for _ in range(n)]

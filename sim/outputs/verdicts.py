@@ -29,7 +29,7 @@ _NOT_RESULTS = {"point", "label", "status", "error", "hash", "dir", "seed", "see
 HEADLINE = (("goodput_rps", "goodput", 1.0, "req/s", True),
             ("slo_attainment", "SLO attainment", 100.0, "percentage points", True),
             ("ttft_p99_s", "p99 TTFT", 1e3, "ms", False), ("tpot_p99_s", "p99 TPOT", 1e3, "ms", False),
-            ("tbt_p99_s", "p99 TBT", 1e3, "ms", False))
+            ("tbt_p99_s", "p99 ITL", 1e3, "ms", False))  # (ITL: vLLM's name for TBT)
 
 
 def meets_slo(row: dict) -> bool | None:
@@ -163,11 +163,14 @@ def differences(seed_rows: list, baseline: str, key: str = "label") -> list:
     return out
 
 
-def difference_sentences(diffs: list, baseline: str, gpus: dict | None = None) -> list:
+def difference_sentences(diffs: list, baseline: str, gpus: dict | None = None, rows: list | None = None,
+                         key: str = "label") -> list:
     """One sentence per configuration and rate: the significant differences from the baseline with
     their intervals, and the figures where none was found; ``gpus`` ({label: GPUs}): a note when
-    the two use different numbers of GPUs."""
+    the two use different numbers of GPUs. ``rows`` (results.csv): a configuration that fails the
+    SLO at that rate is said to, first, and no figure of it is called better (SLO first)."""
     gpus = gpus or {}
+    fails = {(str(r.get(key)), r.get(RATE_KEY)): meets_slo(r) is False for r in rows or () if r.get("status") == "ok"}
     by: dict = {}
     for d in diffs:
         by.setdefault((d["label"], d["rate"]), []).append(d)
@@ -176,12 +179,19 @@ def difference_sentences(diffs: list, baseline: str, gpus: dict | None = None) -
         at = f" at {rate:g} req/s" if rate is not None else ""
         sig = [d for d in ds if d["significant"]]
         none = [d["name"] for d in ds if not d["significant"]]
-        parts = [f"{d['name']} {format_difference(d['interval'], d['scale'], d['unit'])} "
-                 f"({'better' if d['better'] else 'worse'})" for d in sig]
+        failing = fails.get((lbl, rate), False)
+
+        def word(d):
+            if failing and d["better"]:  # never credit a configuration that fails the SLO
+                return "lower" if d["interval"].mean < 0 else "higher"
+            return "better" if d["better"] else "worse"
+
+        parts = [f"{d['name']} {format_difference(d['interval'], d['scale'], d['unit'])} ({word(d)})" for d in sig]
         hw = (f"; {lbl} uses {gpus[lbl]} GPUs, {baseline} {gpus[baseline]}" if gpus.get(lbl) and gpus.get(baseline)
               and gpus[lbl] != gpus[baseline] else "")
         text = f"{lbl} vs {baseline}{at} (paired by seed, 95% interval of the difference over {ds[0]['interval'].n} " \
-               f"seeds{hw}): " + ("; ".join(parts) if parts else "no significant difference")
+               f"seeds{hw}): " + (f"{lbl} fails the SLO{at}, so none of its figures counts as better; " if failing
+                                  else "") + ("; ".join(parts) if parts else "no significant difference")
         if parts and none:
             text += "; no significant difference in " + ", ".join(none)
         out.append(text + ".")

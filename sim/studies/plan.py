@@ -292,9 +292,10 @@ class Planner:
 
     def ranked(self) -> list:
         feas = [c for c in self.candidates if c.status == "feasible" and c.objective is not None]
-        # ties (same cost): the larger capacity first, then the fewer GPUs
-        return sorted(feas, key=lambda c: (c.objective, -(c.capacity or {}).get("estimate", 0.0),
-                                           c.shape.gpus(c.units), c.key))
+        # ties (same objective): a measured capacity (verify_top's search) before an estimated one,
+        # then the larger capacity, then the fewer GPUs
+        return sorted(feas, key=lambda c: (c.objective, not (c.capacity or {}).get("measured", False),
+                                           -(c.capacity or {}).get("estimate", 0.0), c.shape.gpus(c.units), c.key))
 
     # ------------------------------------------------------------ the answer's neighbours
     def next_cheaper(self, best: Candidate) -> dict | None:
@@ -429,7 +430,11 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         raise InputError(f"no price per GPU-hour for {', '.join(lacking)}: give --price {lacking[0]}=USD "
                          "(or cost.gpu_hour_usd in the scenario)")
     cost = dict(base.get("cost") or {})
-    cost["gpu_hour_usd"] = {g: v for g, v in prices.items() if v is not None} or None
+    # catalog GPUs by name (a run accepts only those and its own GPUs as keys: every shape runs with
+    # this table); a GPU YAML's runs price it from the file (its price_per_gpu_hour_usd)
+    from servesim.inputs.specs import GPUS
+
+    cost["gpu_hour_usd"] = {g: v for g, v in prices.items() if v is not None and g in GPUS} or None
     base["cost"] = cost  # every run prices its GPUs as the plan does
     try:
         sc = scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps}, "plan"))
@@ -488,6 +493,9 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
             c.capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done}
             pl.write()
             tick()
+        # ranked again: the measured capacities replace the estimates that broke ties, and the
+        # answer, its runner-up and plan.json's ranking must be the same order
+        ranked = pl.ranked()
         if ranked:
             win = ranked[0]
             extra["answer"] = {"key": win.key, "units": win.units, "label": win.shape.describe(win.units),

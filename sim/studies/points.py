@@ -148,11 +148,11 @@ def flatten_summary(s: dict) -> dict:
     """A run's summary (summary.json) as one flat results.csv row: counts, rates, each latency
     distribution's statistics and the utilization figures."""
     row = {k: s.get(k) for k in ("num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
-                                 "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment",
-                                 "wall_time_s")}
-    for d in DISTS:
+                                 "throughput_rps", "output_tokens_per_s", "total_tokens_per_s", "goodput_rps",
+                                 "slo_attainment", "wall_time_s")}
+    for d in (*DISTS, "itl"):  # (itl: vLLM's name for the token gaps, tbt's statistics; summary.json has both)
         for st in STATS:
-            row[f"{d}_{st}_s"] = s[f"{d}_s"][st]
+            row[f"{d}_{st}_s"] = s.get(f"{d}_s", s["tbt_s"] if d == "itl" else {}).get(st)
     row["offered_rps"] = s.get("workload", {}).get("offered_rps")
     u = s.get("utilization", {})
     for k in ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu"):

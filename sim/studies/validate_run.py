@@ -222,8 +222,11 @@ def report_md(r: dict, figures: list) -> str:
              f"replayed; simulated: {q['simulated_completed']} completed, {q['simulated_rejected']} rejected",
              f"- arrivals: {r['arrivals']}",
              f"- prefix-cache hit rate in the simulation: {r['prefix_cache_hit_rate'] * 100:.1f}%",
-             "- error = (simulated - measured) / measured. The benchmark measures at the client (HTTP, the API "
-             "server's tokenization and streaming included); servesim prices the engine's steps only.", ""]
+             "- error = (simulated - measured) / measured. Both sides are the client's: the benchmark measures "
+             "HTTP, tokenization and streaming with the engine; servesim adds its engine profile's API-server "
+             "time (summary.json api_server_s) to TTFT and E2E. A result file carries no prompt text, so servesim "
+             "cannot see which requests share a prefix: a benchmark of shared prompts hits vLLM's prefix cache "
+             "where the replay does not (its hit rate above).", ""]
     if r["result_model_id"] and str(r["result_model_id"]).split("/")[-1].lower() not in r["model"].lower():
         lines += [f"**Note:** the benchmark ran `{r['result_model_id']}`, the scenario simulates `{r['model']}`.", ""]
     for k, name in METRICS.items():
