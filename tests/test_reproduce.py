@@ -42,7 +42,8 @@ def test_engine_profile_is_named_and_applied_once_the_field_exists():
 
 
 def test_scenarios_load_and_use_the_papers_settings():
-    for name in ("distserve-opt13b", "sarathi-mistral7b", "sarathi-yi34b", "vllm-opt13b", "splitwise-llama70b"):
+    for name in ("distserve-opt13b", "sarathi-mistral7b", "sarathi-yi34b", "vllm-opt13b", "splitwise-llama70b",
+                 "splitwise-bloom176b"):
         prepare(scenario_from_dict(R.scenario_data(name)))
     # the vLLM paper's Table 1: OPT-13B on an A100-40GB keeps 15.7K KV slots
     cap = prepare(scenario_from_dict(R.scenario_data("vllm-opt13b"))).capacity
@@ -53,7 +54,32 @@ def test_scenarios_load_and_use_the_papers_settings():
     assert pd["decode"].max_num_batched_tokens == 1024
 
 
-def test_quick_splitwise_writes_report_json_and_readme(tmp_path, capsys):
+def test_splitwise_clusters_are_the_papers_and_budgets_come_from_the_catalog():
+    # iso-power: 40 DGX-H100 at 700 W a GPU = 70 DGX-A100 at 400 W (the paper's 70)
+    assert R.iso_machines(40, "h100-sxm", "power_w", "a100-80g") == pytest.approx(70)
+    price = R.iso_machines(40, "h100-sxm", "price_per_gpu_hour_usd", "a100-80g")
+    assert price == pytest.approx(40 * R.catalog("h100-sxm", "price_per_gpu_hour_usd")
+                                  / R.catalog("a100-80g", "price_per_gpu_hour_usd"))
+    aa = R.SPLITWISE_AA["iso-power"]
+    assert sum(aa) == R.PAPER_A100_MACHINES["iso-power"] and sum(R.SPLITWISE_AA["iso-cost"]) == 86
+    sc = prepare(scenario_from_dict(R.scenario_data("splitwise-bloom176b", {
+        "model": R.packaged(R.SPLITWISE_BLOOM), **R.splitwise_pd(*aa)})))
+    pools = sc.pools_by_name
+    assert pools["prefill"].replicas == 45 and pools["decode"].replicas == 25
+    assert pools["prefill"].cost_model.tp == 8 and pools["prefill"].max_num_batched_tokens == 2048
+    assert sc.cost_model.model.max_context_tokens == 16384  # the trace's 14,050-token prompts fit
+    base = prepare(scenario_from_dict(R.scenario_data("splitwise-bloom176b", R.splitwise_baseline("h100-sxm", 40))))
+    assert base.scenario.cluster.replicas == 40 and base.scenario.hardware.gpu == "h100-sxm"
+
+
+def _stub_clusters(opts):
+    fig = R.Figure("iso-power throughput (stub)", 2.15, 2.0, "Splitwise §6.2", "text", "x", True)
+    return R.SplitwiseClusters([fig], ["stub note"], {})
+
+
+def test_quick_splitwise_writes_report_json_and_readme(tmp_path, capsys, monkeypatch):
+    # the cluster searches (about 20 s) run in test_quick_splitwise_clusters (slow)
+    monkeypatch.setattr(R, "splitwise_clusters", _stub_clusters)
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{R.BEGIN}\nold table\n{R.END}\nafter\n")
     out = tmp_path / "rep"
@@ -62,8 +88,8 @@ def test_quick_splitwise_writes_report_json_and_readme(tmp_path, capsys):
     assert [e["name"] for e in data["experiments"]] == ["splitwise"]
     figs = data["experiments"][0]["figures"]
     simulated = [f for f in figs if f["simulated"] is not None]
-    assert len(simulated) == 12 and all(f["direction"] for f in simulated)  # H100 faster than A100 everywhere
-    assert all(f["verdict"] == "not simulated" and f["missing"] for f in figs if f["simulated"] is None)
+    assert len(simulated) == 13 and all(f["direction"] for f in simulated)  # H100 faster than A100 everywhere
+    assert figs[-1]["label"] == "iso-power throughput (stub)" and "stub note" in data["experiments"][0]["notes"]
     for f in simulated:
         assert f["ratio"] == pytest.approx(f["simulated"] / f["published"])
         assert f["citation"].startswith("Splitwise") and f["verdict"]
@@ -82,6 +108,19 @@ def test_unknown_experiment_and_missing_markers_are_input_errors(tmp_path, capsy
     bare.write_text("no markers\n")
     with pytest.raises(Exception, match="reproduce-table"):
         R.write_readme(bare, [], R.Options())
+
+
+@pytest.mark.slow
+def test_quick_splitwise_clusters():
+    """Fig. 18 in quick form: every cluster's throughput under Table VI's slowdown limits, and both
+    ratios simulated with a verdict."""
+    c = R.splitwise_clusters(R.Options(quick=True))
+    assert [f.published for f in c.figures] == [2.15, 1.4]
+    assert all(f.simulated is not None and f.simulated > 0 and f.verdict != "not simulated" for f in c.figures)
+    assert len(c.capacity_rps) == 4 and all(v > 0 for v in c.capacity_rps.values())
+    aa = [v for k, v in c.capacity_rps.items() if k.startswith("Splitwise-AA")]
+    assert aa[1] >= 0.9 * aa[0]  # 51 + 35 machines serve at least about what 45 + 25 do
+    assert any("= 70.0 DGX-A100" in n for n in c.notes)
 
 
 @pytest.mark.slow

@@ -1,0 +1,67 @@
+"""Slowdown SLOs (Splitwise's Table VI): each request against itself alone, and the capacity
+search under them."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from servesim.simulation import simulate
+from servesim.studies.slowdown import Uncontended, evaluate, slowdown_capacity, slowdowns, uncontended
+from tests.conftest import make_scenario
+
+ALONE = {"policy.max_num_seqs": 1}
+
+
+def test_a_run_of_requests_one_at_a_time_is_its_own_uncontended_baseline():
+    res = simulate(make_scenario(**ALONE, **{"workload.arrival": {"process": "fixed", "rate_rps": 0.01}}))
+    q = res.requests
+    base = uncontended(make_scenario(**ALONE), q["prompt_tokens"], q["output_tokens"])
+    sd = slowdowns(q, base)
+    assert np.allclose(sd["ttft"], 1) and np.allclose(sd["e2e"], 1)
+    one = q["output_tokens"] == 1  # no time between tokens
+    assert np.isnan(sd["tbt"][one]).all() and np.allclose(sd["tbt"][~one], 1)
+
+
+def test_gaps_double_until_requests_do_not_overlap():
+    q = simulate(make_scenario()).requests
+    base = uncontended(make_scenario(**ALONE), q["prompt_tokens"], q["output_tokens"], gap_s=1e-3)
+    again = uncontended(make_scenario(**ALONE), q["prompt_tokens"], q["output_tokens"])
+    assert np.allclose(base.e2e_s, again.e2e_s) and np.allclose(base.ttft_s, again.ttft_s)
+
+
+def test_contention_slows_requests_and_limits_decide():
+    sc = make_scenario(**{"workload.arrival": {"process": "all_at_once"}, "workload.num_requests": 40})
+    res = simulate(sc)
+    q = res.requests
+    base = uncontended(make_scenario(**ALONE), q["prompt_tokens"], q["output_tokens"])
+    sd = slowdowns(q, base)
+    assert (sd["ttft"] >= 1 - 1e-9).all() and sd["ttft"].max() > 2  # queued behind the others
+    loose = {("ttft", "p99"): 1e6, ("tbt", "p50"): 1e6, ("e2e", "p90"): 1e6}
+    ev = evaluate(res, base, loose, keep_up=0)
+    assert ev["meets"] and ev["ttft_p99"] == pytest.approx(np.percentile(sd["ttft"], 99))
+    assert not evaluate(res, base, {("ttft", "p50"): 1.0}, keep_up=0)["meets"]
+
+
+def _fake(rate, n=400, knee=10.0):
+    """A probe whose TTFT slowdown is 1 + rate / knee (limit 2: capacity = knee), keeping up."""
+    arr = np.arange(n) / rate
+    ttft = np.full(n, 1 + rate / knee)
+    req = {"request_id": np.arange(n), "arrival_s": arr, "first_token_s": arr + ttft, "finish_s": arr + ttft + 1,
+           "output_tokens": np.full(n, 2), "status": np.array(["completed"] * n, dtype=object)}
+    return SimpleNamespace(requests=req)
+
+
+def test_search_brackets_the_knee_with_the_capacity_search():
+    base = Uncontended(np.ones(400), np.ones(400), np.full(400, 2.0))
+    cap, done, s = slowdown_capacity(_fake, lambda res: base, {("ttft", "p50"): 2.0}, start_rps=1.0, tol=0.02,
+                                     max_probes=40)
+    assert done and 10 / 1.02 <= cap <= 10 and not s.results[float(f"{cap * 1.1:.6g}")]["meets"]
+
+
+def test_an_unfinished_request_is_infinitely_slowed():
+    res = _fake(1.0, n=10)
+    res.requests["status"][3] = "unfinished"
+    base = Uncontended(np.ones(10), np.ones(10), np.full(10, 2.0))
+    assert math.isinf(evaluate(res, base, {("e2e", "p99"): 1e9}, keep_up=0)["e2e_p99"])
