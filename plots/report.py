@@ -131,8 +131,11 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
         runs[g] = RunData.from_dir(path / r["dir"], label=g)
         if bar is not None:
             bar.step(f"read {g}")
+    seed_groups: dict = {}  # runs on several seeds: every seed's rows, grouped as ``groups``
+    for r in seed_rows:
+        seed_groups.setdefault(_group_label(r, cols, kind), []).append(r)
     return {"kind": kind, "rows": rows, "groups": groups, "rate": has_rate, "runs": runs, "meta": meta,
-            "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows}
+            "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows, "seed_groups": seed_groups}
 
 
 # ---------------------------------------------------------------- what each figure is about
@@ -301,7 +304,7 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
 
 # ---------------------------------------------------------------- tables
 def _is_latency(c: str) -> bool:
-    return c.endswith("_s") and c.split("_")[0] in LATENCY_METRICS
+    return c.endswith("_s") and c.split("_")[0] in (*LATENCY_METRICS, "itl")
 
 
 def _md_table(rows, cols) -> str:

@@ -1,9 +1,10 @@
 """Service per request class: figures and the report's section for runs with more than one class.
 
-Figures take plain data and an Axes (as ``plots.figures``). SLO attainment is drawn with a 95%
-Wilson interval over the class's requests; requests of one run are not independent draws
-(they queue behind each other), so the interval understates run-to-run spread: rerun with other
-``--seed`` values to see that.
+Figures take plain data and an Axes (as ``plots.figures``). Runs on several seeds (``--seeds``):
+each figure is the mean over the seeds with the 95% Student-t interval across them. One seed:
+SLO attainment is drawn with a 95% Wilson interval over the class's requests; requests of one
+run are not independent draws (they queue behind each other), so that interval understates
+run-to-run spread: run with ``--seeds`` to see it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,32 @@ def class_series(summaries: dict) -> dict:
     return out
 
 
+def class_series_over_seeds(summaries: dict) -> dict:
+    """As ``class_series``, from {label: [(rate, [summary of each seed])]}: each figure the mean
+    over the seeds; ``lo``/``hi`` (attainment) and ``ttft_lo``/``ttft_hi`` the 95% Student-t
+    interval across them."""
+    from servesim.outputs.intervals import t_interval
+
+    out: dict = {}
+    for label, points in summaries.items():
+        for rate, runs in points:
+            names = dict.fromkeys(n for s in runs for n in (s.get("classes") or {}))
+            for name in names:
+                cs = [s["classes"][name] for s in runs if name in (s.get("classes") or {})]
+                d = out.setdefault(name, {}).setdefault(label, {"rate": [], "attainment": [], "lo": [], "hi": [],
+                                                                "ttft_p99": [], "ttft_lo": [], "ttft_hi": []})
+                a = t_interval([c["slo_attainment"] for c in cs])
+                t = t_interval([c["ttft_s"]["p99"] for c in cs])
+                d["rate"].append(rate)
+                d["attainment"].append(a.mean)
+                d["lo"].append(max(0.0, a.low) if a.n > 1 else a.mean)
+                d["hi"].append(min(1.0, a.high) if a.n > 1 else a.mean)
+                d["ttft_p99"].append(t.mean)
+                d["ttft_lo"].append(t.low if t.n > 1 else t.mean)
+                d["ttft_hi"].append(t.high if t.n > 1 else t.mean)
+    return out
+
+
 def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None):
     """One class's SLO attainment against offered load, one line per label, with 95% intervals.
     ``data``: {label: {"rate", "attainment", "lo", "hi"}}."""
@@ -68,8 +95,13 @@ def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, co
     """One class's p99 TTFT against offered load. ``data``: {label: {"rate", "ttft_p99"}}."""
     colors = colors or colors_for(data)
     for label, d in data.items():
-        ax.plot(d["rate"], _ms([v if v is not None else math.nan for v in d["ttft_p99"]]), "-o", markersize=4,
-                color=colors[label], label=str(label))
+        y = _ms([v if v is not None else math.nan for v in d["ttft_p99"]])
+        if "ttft_lo" in d:  # means over seeds, with their intervals
+            err = np.clip(np.array([y - _ms(d["ttft_lo"]), _ms(d["ttft_hi"]) - y]), 0, None)
+            ax.errorbar(d["rate"], y, yerr=err, fmt="-o", markersize=4, capsize=3, color=colors[label],
+                        label=str(label))
+        else:
+            ax.plot(d["rate"], y, "-o", markersize=4, color=colors[label], label=str(label))
     if slo_s is not None:
         ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
     ax.set_yscale("log")
@@ -172,6 +204,18 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt,
     if not firsts or len(firsts[0].get("classes") or {}) < 2:
         return
     series = class_series(summaries)
+    seeded = data.get("seed_groups") or {}
+    if seeded and data["rows"]:  # runs on several seeds: means and intervals across them
+        over: dict = {}
+        for label, rows in seeded.items():
+            by_rate: dict = {}
+            for r in rows:
+                f = path / str(r.get("dir") or "") / "summary.json"
+                if r["status"] == "ok" and r.get("dir") and f.is_file():
+                    by_rate.setdefault(r.get("workload.arrival.rate_rps") if data["rate"] else None, []).append(
+                        json.loads(f.read_text()))
+            over[label] = sorted(by_rate.items(), key=lambda x: (x[0] is None, x[0] or 0.0))
+        series = class_series_over_seeds(over)
     if data["rate"]:
         names = list(series)
         fig, axes = plt.subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)

@@ -4,6 +4,8 @@ comparisons with more than one request class."""
 import math
 import re
 
+import pytest
+
 from servesim.cli.main import main
 from servesim.plots.service import wilson
 from servesim.simulation import simulate
@@ -45,3 +47,18 @@ def test_comparison_with_classes_gets_attainment_vs_load(tmp_path):
     assert "(figures/classes_vs_load.png)" in md
     assert "class chat meets its SLO for >= 90% of requests: fcfs" in md
     assert "Jain's fairness index of SLO attainment across tenants: fcfs" in md
+
+
+def test_class_figures_over_seeds_are_means_with_intervals_across_seeds():
+    from servesim.outputs.intervals import t_interval
+    from servesim.plots.service import class_series_over_seeds
+
+    def summ(att, p99):
+        return {"classes": {"chat": {"slo_attainment": att, "num_requests": 100, "ttft_s": {"p99": p99}}}}
+
+    series = class_series_over_seeds({"fcfs": [(8.0, [summ(0.8, 0.5), summ(1.0, 0.3), summ(0.9, 0.4)])]})
+    d = series["chat"]["fcfs"]
+    iv = t_interval([0.8, 1.0, 0.9])
+    assert d["rate"] == [8.0] and d["attainment"] == [pytest.approx(0.9)]
+    assert d["lo"] == [pytest.approx(iv.low)] and d["hi"] == [1.0]  # (clipped to 100%)
+    assert d["ttft_p99"] == [pytest.approx(0.4)] and d["ttft_lo"][0] < 0.4 < d["ttft_hi"][0]

@@ -1,16 +1,17 @@
-"""The scheduling evidence in docs/scheduling.md: three ``servesim compare`` studies of
-``scenarios/interactive-batch.yaml`` (chat + batch summarization on one Llama-3-8B / H100), each
-over several seeds, printed as Markdown tables (the seed-0 value, and the min-max over seeds).
+"""The scheduling evidence in the docs: three ``servesim compare --seeds N`` studies of
+``scenarios/interactive-batch.yaml`` (chat + batch summarization on one Llama-3-8B / H100),
+printed as Markdown tables: each figure's mean over the seeds +- the half-width of its 95%
+Student-t interval (``servesim.outputs.intervals``).
 
-    python tools/scheduling_evidence.py [--out out/scheduling] [--seeds 0,1,2] [--workers N] [--docs docs]
+    python tools/scheduling_evidence.py [--out out/scheduling] [--seeds 3] [--workers N] [--docs docs]
 
 1. priority: the chat class's SLO attainment and p99 TTFT under FCFS and the priority order, as
    the load grows past the replica's capacity;
 2. sjf: mean, p99 and max TTFT under FCFS, shortest-prompt-first and SJF with aging, at 13 req/s;
 3. admission: goodput vs load with and without shedding by predicted TTFT.
 
-Each study's seed-0 folder gets ``servesim report`` figures (``OUT/<study>-seed0/figures``). The
-folders resume (a point already run is not run again).
+Each study's folder gets ``servesim report`` figures (``OUT/<study>/figures``: means over the
+seeds with their intervals). The folders resume (a point already run is not run again).
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from servesim.outputs.intervals import format_interval, t_interval  # noqa: E402
+from servesim.outputs.rundir import read_results  # noqa: E402
 from servesim.plots.report import build_report  # noqa: E402
 from servesim.studies.compare import plan_compare, run_compare  # noqa: E402
 from servesim.studies.executors import ExecutorOptions  # noqa: E402
+from servesim.studies.replicates import SEEDS  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "interactive-batch.yaml"
 RATE = "workload.arrival.rate_rps"
@@ -42,37 +46,39 @@ STUDIES = {
 }
 
 
-def run_study(name: str, seed: int, out: Path, ex: ExecutorOptions) -> dict:
-    """{(label, rate): summary} of one study at one seed."""
+def run_study(name: str, seeds: int, out: Path, ex: ExecutorOptions) -> list:
+    """One ``compare --seeds`` of the study; per seed, {(label, rate): summary} (seeds 0 .. n - 1)."""
     variants, rates = STUDIES[name]
-    folder = out / f"{name}-seed{seed}"
-    plan = plan_compare(SCENARIO, None, variants, rates, seed=seed)
-    rows = run_compare(plan, folder, ex)
-    if seed == 0:
-        build_report(folder)
-    got = {}
-    for r in rows:
+    folder = out / name
+    plan = plan_compare(SCENARIO, None, variants, rates, seed=0, seeds=seeds)
+    run_compare(plan, folder, ex)
+    build_report(folder)
+    got: dict = {}
+    for r in read_results(folder / (SEEDS if seeds > 1 else "results.csv")):
         if r["status"] == "ok":
-            got[r["label"], r[RATE]] = json.loads((folder / r["dir"] / "summary.json").read_text())
-    return got
+            got.setdefault(int(r.get("seed") or 0), {})[r["label"], r[RATE]] = \
+                json.loads((folder / r["dir"] / "summary.json").read_text())
+    return [got[k] for k in sorted(got)]
 
 
 def cell(values: list, fmt) -> str:
-    """``v0 (lo-hi)``: seed 0's value and the range over seeds."""
-    vals = [v for v in values if v is not None]
-    if not vals:
+    """The mean over seeds +- its 95% interval's half-width, to the interval's precision."""
+    iv = t_interval([v for v in values if v is not None])
+    if iv.n == 0:
         return "-"
-    if len(vals) == 1:
-        return fmt(vals[0])
-    return f"{fmt(vals[0])} ({fmt(min(vals))}-{fmt(max(vals))})"
+    return fmt(iv)
 
 
-def pct(x: float) -> str:
-    return f"{x * 100:.1f}%"
+def pct(iv) -> str:
+    return format_interval(iv, 100.0, "%").replace(" %", "%")
 
 
-def sec(x: float) -> str:
-    return f"{x:.2f} s" if x >= 1 else f"{x * 1e3:.0f} ms"
+def sec(iv) -> str:
+    return format_interval(iv, 1.0, "s") if iv.mean >= 1 else format_interval(iv, 1e3, "ms")
+
+
+def num(iv) -> str:
+    return format_interval(iv)
 
 
 def table(name: str, runs: list) -> str:
@@ -93,7 +99,7 @@ def table(name: str, runs: list) -> str:
     else:
         head = ("| rate (req/s) | configuration | goodput (req/s) | rejected | chat SLO attainment "
                 "| batch SLO attainment |")
-        cols = [(lambda s: s["goodput_rps"], lambda v: f"{v:.2f}"),
+        cols = [(lambda s: s["goodput_rps"], num),
                 (lambda s: s["rejected"] / s["num_requests"], pct),
                 (lambda s: s["classes"]["chat"]["slo_attainment"], pct),
                 (lambda s: s["classes"]["batch"]["slo_attainment"], pct)]
@@ -105,8 +111,9 @@ def table(name: str, runs: list) -> str:
 
 
 def readme_figures(out: Path, docs: Path) -> list:
-    """The scheduling guide's figures from the seed-0 folders: chat vs batch service under FCFS and
-    priority, the TTFT CDF of the SJF study, goodput vs load with and without shedding."""
+    """The docs' figures from the studies' folders: chat vs batch service under FCFS and
+    priority, goodput vs load with and without shedding (the reports' figures: means over the
+    seeds, with their intervals), the TTFT CDF of the SJF study (its first seed's runs)."""
     import shutil
 
     import matplotlib
@@ -116,16 +123,15 @@ def readme_figures(out: Path, docs: Path) -> list:
 
     from servesim.outputs.rundir import RunData
     from servesim.plots import figures as F
-    from servesim.studies.sweep import read_results
 
     docs.mkdir(parents=True, exist_ok=True)
     written = []
     for study, fig, name in (("priority", "classes_vs_load", "sched_priority"),
                              ("admission", "goodput_vs_load", "sched_admission")):
-        src = out / f"{study}-seed0" / "figures" / f"{fig}.png"
+        src = out / study / "figures" / f"{fig}.png"
         if src.is_file():
             written.append(shutil.copy(src, docs / f"{name}.png"))
-    folder = out / "sjf-seed0"
+    folder = out / "sjf"
     if (folder / "results.csv").is_file():
         rows = read_results(folder / "results.csv")
         runs = {r["label"]: RunData.from_dir(folder / r["dir"], r["label"]) for r in rows if r["status"] == "ok"}
@@ -136,10 +142,11 @@ def readme_figures(out: Path, docs: Path) -> list:
         gpus = int(hw.get("tp") or 1) * int(hw.get("pp") or 1) * int((sc.get("cluster") or {}).get("replicas") or 1)
         rate = ((sc.get("workload") or {}).get("arrival") or {}).get("rate_rps")
         ax.set_title(f"TTFT CDF by queue order: {sc.get('model')} on {gpus} x {hw.get('gpu')},\n"
-                     f"{(sc.get('policy') or {}).get('name')}, {rate:g} req/s (interactive-batch, seed 0)", fontsize=10)
+                     f"{(sc.get('policy') or {}).get('name')}, {rate:g} req/s (interactive-batch, first seed)",
+                     fontsize=10)
         F.save(fig, docs / "sched_sjf")
         plt.close(fig)
-        (docs / "sched_sjf.svg").unlink()  # the guide embeds PNGs
+        (docs / "sched_sjf.svg").unlink()  # the scheduling guide embeds PNGs
         written.append(docs / "sched_sjf.png")
     return written
 
@@ -147,17 +154,16 @@ def readme_figures(out: Path, docs: Path) -> list:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="out/scheduling")
-    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per point (compare --seeds)")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--only", help="comma-separated studies (default: all)")
-    ap.add_argument("--docs", help="also write the guide's figures (PNG) into this folder, e.g. docs")
+    ap.add_argument("--docs", help="also write the scheduling guide's figures (PNG) into this folder, e.g. docs")
     a = ap.parse_args(argv)
     ex = ExecutorOptions(workers=a.workers, progress=False)
-    seeds = [int(s) for s in a.seeds.split(",")]
     out = Path(a.out)
     for name in (a.only.split(",") if a.only else STUDIES):
-        runs = [run_study(name, seed, out, ex) for seed in seeds]
-        print(f"\n### {name} (seed 0, and min-max over seeds {a.seeds})\n")
+        runs = run_study(name, a.seeds, out, ex)
+        print(f"\n### {name} (mean over {len(runs)} seeds +- the half-width of its 95% interval)\n")
         print(table(name, runs))
     if a.docs:
         for p in readme_figures(out, Path(a.docs)):
