@@ -1,4 +1,4 @@
-"""Extension points: policies and routers loaded by name, the README's own policy on the fast
+"""Extension points: policies and routers loaded by name, the extension guide's policy on the fast
 path, and the ``servesim`` namespace that a user's own files cannot shadow."""
 
 import os
@@ -25,11 +25,11 @@ def examples_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE.parent))
 
 
-def test_readme_shows_the_example_policy_as_it_is():
-    readme = (ROOT / "README.md").read_text()
+def test_the_extension_guide_shows_the_example_policy_as_it_is():
+    guide = (ROOT / "docs" / "extending.md").read_text()
     code = EXAMPLE.read_text()
     body = code[code.index("from dataclasses"):].strip()
-    assert body in readme, "README's 'Write your own policy' must show examples/shortest_prompt_first.py"
+    assert body in guide, "docs/extending.md ('A policy') must show examples/shortest_prompt_first.py"
 
 
 def test_shortest_prompt_first_admits_short_prompts_first_on_the_fast_path(examples_on_path):

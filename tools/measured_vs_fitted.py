@@ -4,7 +4,7 @@
 
 Runs 1,500 requests of the ``azure_conv`` preset on four deployments the
 profiles cover, once with the shipped fit and once with the per-layer kernels priced from Vidur's
-measurements, and prints TTFT p50 / p99 and mean TPOT of both and their change (the README's
+measurements, and prints TTFT p50 / p99 and mean TPOT of both and their change (docs/cost-model.md's
 table under "Pricing from measured profiles"). The measurements are read at run time, never copied.
 """
 

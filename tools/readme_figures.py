@@ -1,4 +1,4 @@
-"""Regenerate the figures the README embeds (docs/*.png).
+"""Regenerate the figures the README and docs/reports.md embed (docs/*.png).
 
     python tools/readme_figures.py [--policies a,b,...] [--rates 4,8,...] [--workers N]
 

@@ -146,7 +146,7 @@ def readme_figures(out: Path, docs: Path) -> list:
                      fontsize=10)
         F.save(fig, docs / "sched_sjf")
         plt.close(fig)
-        (docs / "sched_sjf.svg").unlink()  # the README embeds PNGs
+        (docs / "sched_sjf.svg").unlink()  # the scheduling guide embeds PNGs
         written.append(docs / "sched_sjf.png")
     return written
 
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=3, help="seeds per point (compare --seeds)")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--only", help="comma-separated studies (default: all)")
-    ap.add_argument("--docs", help="also write the README's figures (PNG) into this folder, e.g. docs")
+    ap.add_argument("--docs", help="also write the scheduling guide's figures (PNG) into this folder, e.g. docs")
     a = ap.parse_args(argv)
     ex = ExecutorOptions(workers=a.workers, progress=False)
     out = Path(a.out)

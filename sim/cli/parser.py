@@ -55,8 +55,8 @@ def _run_and_validate(sub) -> None:
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario and print what is wrong")
-    v.add_argument("scenario")
-    v.add_argument("--set", action="append", metavar="KEY=VALUE")
+    v.add_argument("scenario", help="scenario YAML file")
+    v.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, as servesim run --set")
     v.set_defaults(func=cmd_validate)
 
 
@@ -65,22 +65,23 @@ def _cost(sub) -> None:
     from servesim.cli.cost import cmd_calibrate, cmd_cost, cmd_validate_cost
 
     c = sub.add_parser("cost", help="one step's cost with a per-operator breakdown")
-    c.add_argument("--model", required=True)
-    c.add_argument("--gpu", required=True)
-    c.add_argument("--tp", type=int, default=1)
+    c.add_argument("--model", required=True, help="catalog model id or a Hugging Face config.json path")
+    c.add_argument("--gpu", required=True, help="catalog GPU or a GPU YAML path")
+    c.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
     c.add_argument("--pp", type=int, default=1, help="pipeline stages (the step crosses all of them)")
-    c.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "int4"])
-    c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
+    c.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "int4"], help="weight dtype")
+    c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"],
+                   help="KV cache dtype (default: the 16-bit dtype the model computes in)")
     c.add_argument("--allreduce", choices=["custom", "nccl"],
                    help="TP all-reduce inside the NVLink domain (as the scenario's cost.allreduce; default: the engine "
                         "profile's: nccl for hf-eager and vllm-v0.2, else custom)")
     c.add_argument("--expert-parallel", action="store_true",
                    help="MoE: experts spread over the TP ranks (as hardware.expert_parallel)")
     g = c.add_mutually_exclusive_group(required=True)
-    g.add_argument("--prefill", type=int, metavar="TOKENS")
-    g.add_argument("--decode-batch", type=int, metavar="B")
+    g.add_argument("--prefill", type=int, metavar="TOKENS", help="a prefill step of this many prompt tokens")
+    g.add_argument("--decode-batch", type=int, metavar="B", help="a decode step of B sequences, one token each")
     c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print the cost as JSON")
     c.add_argument("--calibration", default="auto", help="auto (shipped fit) | none (v0 figures) | FILE")
     c.add_argument("--engine", default="vllm-v1", help="engine profile (as the scenario's cost.engine): per-step "
                    "overhead and its overlap, CUDA graphs (capture sizes for max_num_seqs 256)")
@@ -300,7 +301,8 @@ def _reproduce(sub) -> None:
     p.add_argument("--out", default="out/reproduce", help="output folder (default: ./out/reproduce)")
     p.add_argument("--seed", type=int, help="replace every scenario's seed (robustness checks)")
     p.add_argument("--workers", type=int, default=None, help="capacity probes in parallel (default: all cores)")
-    p.add_argument("--write-readme", metavar="README", nargs="?", const="README.md",
-                   help="also write the fidelity table into README (default ./README.md) between its "
-                        "<!-- reproduce-table:begin/end --> markers")
+    p.add_argument("--write-docs", "--write-readme", dest="write_readme", metavar="FILE", nargs="?",
+                   const="docs/fidelity.md",
+                   help="also write the fidelity table into FILE (default ./docs/fidelity.md, the fidelity guide) "
+                        "between its <!-- reproduce-table:begin/end --> markers")
     p.set_defaults(func=cmd_reproduce)

@@ -282,7 +282,7 @@ def cmd_reproduce(args) -> int:
     out.mkdir(parents=True, exist_ok=True)  # a folder we cannot write fails now, not after the runs
     readme = Path(args.write_readme) if args.write_readme else None
     if readme is not None and not readme.is_file():
-        raise InputError(f"--write-readme {readme}: no such file")
+        raise InputError(f"--write-docs {readme}: no such file")
     opts = Options(args.quick, args.seed, args.workers)
 
     def show(e):

@@ -23,7 +23,7 @@ An all-gather (``S`` = the gathered output) is a ring of ``n - 1`` steps moving 
 a send is one step moving ``S``. Only latencies, ``eta``, the hop latency and ``p`` are fitted
 (``sim/cost/fitting.py``); ``B`` is the datasheet figure, so a fit transfers to another GPU with
 a link of the same kind by its bandwidth. The model and its fit to Vidur's NCCL measurements:
-README "Cost model calibration".
+docs/cost-model.md.
 
 One function, ``_time``, holds the equations for scalars (the engine) and numpy arrays (fitting
 and validation), so the two cannot drift apart.

@@ -89,7 +89,7 @@ class EngineProfile:
     """One engine's step-time and API-server figures (see the module docstring)."""
 
     name: str
-    summary: str  # one line for ``servesim validate`` and the README
+    summary: str  # one line for ``servesim validate`` and the docs
     step_s: float
     per_seq_s: float
     per_token_s: float
@@ -137,7 +137,7 @@ _VLLM_V1_COMPILED_LAYER_S = 10 * 17e-6
 # from mean TPOT (0.75: 0.5 ms of each step on the critical path; 0.7-0.8 when one run is left
 # out), then the API server from mean TTFT and E2E (6.8 ms per request, 6.8-6.9 leaving one run
 # out; per output token 0, 0-8 us). Mean TTFT / TPOT / E2E within 8% / 2% / 2% on every run and
-# stage (README, "Engine profiles"). These runs cannot tell the CPU work from its overlap: only
+# stage (docs/cost-model.md, "Engine profiles"). These runs cannot tell the CPU work from its overlap: only
 # (1 - overlap) x 2 ms shows while the GPU's step is longer than the overlapped part (6.5 ms and
 # more here); a visible per-sequence term above ~3 us is excluded (it breaks the 20 req/s stage).
 _V1_STEP_S = 2.0e-3

@@ -1,6 +1,8 @@
 """Scenario files: YAML -> frozen dataclasses, with validation errors that name the field path.
 
-The field names are a contract (README, tests and users rely on them): add fields, never rename.
+The field names are a contract (docs, tests and users rely on them): add fields, never rename.
+Each field's ``_f(doc=...)`` is its line in the generated reference (docs/reference/scenario.md,
+tools/gen_reference.py).
 Each default is stated once, here, in the dataclass. ``load_scenario`` is the only entry point
 that reads files; the dataclasses themselves do no I/O.
 """
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -43,7 +45,7 @@ MAX_GIB = 1e6  # any memory size in GiB (a petabyte)
 @dataclass(frozen=True)
 class FixedDist:
     dist: Literal["fixed"]
-    value: int = _f(gt=0, le=MAX_TOKENS)
+    value: int = _f(gt=0, le=MAX_TOKENS, doc="the length of every request")
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,11 @@ class LognormalDist:
     log space), p99 (tokens). Valid pairs: mean + sigma, median + sigma, median + p99."""
 
     dist: Literal["lognormal"]
-    mean: Optional[float] = _f(None, gt=0, le=MAX_TOKENS)
-    sigma: Optional[float] = _f(None, gt=0, le=MAX_SIGMA)
+    mean: Optional[float] = _f(None, gt=0, le=MAX_TOKENS, doc="mean length, tokens")
+    sigma: Optional[float] = _f(None, gt=0, le=MAX_SIGMA, doc="standard deviation of the log length")
     max: Optional[int] = _f(None, gt=0, le=MAX_TOKENS, doc="clip samples to this many tokens")
-    median: Optional[float] = _f(None, gt=0, le=MAX_TOKENS)
-    p99: Optional[float] = _f(None, gt=0, le=MAX_TOKENS)
+    median: Optional[float] = _f(None, gt=0, le=MAX_TOKENS, doc="median length, tokens")
+    p99: Optional[float] = _f(None, gt=0, le=MAX_TOKENS, doc="99th percentile, tokens (with median)")
 
     def check(self, path):
         given = tuple(k for k in ("mean", "median", "sigma", "p99") if getattr(self, k) is not None)
@@ -95,8 +97,8 @@ class NormalDist:
     dist: Literal["normal"]
     mean: float = _f(gt=0, le=MAX_TOKENS)
     std: float = _f(ge=0, le=MAX_TOKENS)
-    min: int = _f(1, gt=0, le=MAX_TOKENS)
-    max: Optional[int] = _f(None, gt=0, le=MAX_TOKENS)
+    min: int = _f(1, gt=0, le=MAX_TOKENS, doc="clip below")
+    max: Optional[int] = _f(None, gt=0, le=MAX_TOKENS, doc="clip above")
 
     def check(self, path):
         if self.max is not None and self.max < self.min:
@@ -125,8 +127,8 @@ class EmpiricalDist:
     ``column`` of a CSV with a header. Relative paths are relative to the current directory."""
 
     dist: Literal["empirical"]
-    path: str
-    column: Optional[str] = None
+    path: str = _f(doc="file of lengths: one integer a line, or a CSV")
+    column: Optional[str] = _f(None, doc="the CSV column to read; null: one integer per line")
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,8 @@ class QuantilesDist:
     """A piecewise-linear inverse CDF: tokens[i] is the p[i] quantile (p from 0 to 1, rising)."""
 
     dist: Literal["quantiles"]
-    p: tuple[float, ...] = _f(ge=0, le=1)
-    tokens: tuple[float, ...] = _f(ge=1, le=MAX_TOKENS)
+    p: tuple[float, ...] = _f(ge=0, le=1, doc="probabilities, rising strictly from 0 to 1")
+    tokens: tuple[float, ...] = _f(ge=1, le=MAX_TOKENS, doc="the length at each probability")
 
     def check(self, path):
         if len(self.p) != len(self.tokens) or len(self.p) < 2:
@@ -182,10 +184,11 @@ class OnOffArrival:
 
     process: Literal["on_off"]
     rate_rps: float = _f(**RATE, doc="rate during on periods")
-    on_s: float = _f(gt=0, le=MAX_SECONDS)
-    off_s: float = _f(gt=0, le=MAX_SECONDS)
-    off_rate_rps: float = _f(0.0, ge=0, le=MAX_RATE_RPS)
-    durations: Literal["fixed", "exponential"] = "fixed"
+    on_s: float = _f(gt=0, le=MAX_SECONDS, doc="length of an on period (mean, with exponential durations)")
+    off_s: float = _f(gt=0, le=MAX_SECONDS, doc="length of an off period (mean, with exponential durations)")
+    off_rate_rps: float = _f(0.0, ge=0, le=MAX_RATE_RPS, doc="rate during off periods")
+    durations: Literal["fixed", "exponential"] = _f("fixed", doc="fixed periods, or exponential ones (an interrupted "
+                                                                 "Poisson process)")
 
     @property
     def mean_rate_rps(self) -> float:
@@ -195,8 +198,8 @@ class OnOffArrival:
 
 @dataclass(frozen=True)
 class Segment:
-    duration_s: float = _f(gt=0, le=MAX_SECONDS)
-    rate_rps: float = _f(ge=0, le=MAX_RATE_RPS)
+    duration_s: float = _f(gt=0, le=MAX_SECONDS, doc="length of the segment")
+    rate_rps: float = _f(ge=0, le=MAX_RATE_RPS, doc="Poisson rate during the segment")
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,7 @@ class PiecewiseArrival:
     """Poisson with a piecewise-constant rate: each segment in turn, the schedule repeating."""
 
     process: Literal["piecewise"]
-    segments: tuple[Segment, ...]
+    segments: tuple[Segment, ...] = _f(doc="the schedule, repeating")
 
     def check(self, path):
         if not self.segments:
@@ -220,9 +223,9 @@ class SinusoidalArrival:
 
     process: Literal["sinusoidal"]
     rate_rps: float = _f(**RATE, doc="mean rate")
-    period_s: float = _f(gt=0, le=MAX_SECONDS)
+    period_s: float = _f(gt=0, le=MAX_SECONDS, doc="length of one cycle")
     amplitude: float = _f(0.5, ge=0, le=1, doc="relative: the rate swings between (1 - a) and (1 + a) x rate_rps")
-    phase_s: float = _f(0.0, ge=-MAX_SECONDS, le=MAX_SECONDS)
+    phase_s: float = _f(0.0, ge=-MAX_SECONDS, le=MAX_SECONDS, doc="shift of the cycle")
 
 
 @dataclass(frozen=True)
@@ -232,9 +235,10 @@ class ClosedLoopArrival:
     requests are ever outstanding (the ``max-concurrency`` of serving benchmarks)."""
 
     process: Literal["closed_loop"]
-    clients: int = _f(gt=0, le=MAX_CLIENTS)
+    clients: int = _f(gt=0, le=MAX_CLIENTS, doc="concurrent users: at most this many requests outstanding")
     think_time_s: float = _f(0.0, ge=0, le=MAX_SECONDS, doc="mean think time")
-    think: Literal["exponential", "fixed"] = "exponential"
+    think: Literal["exponential", "fixed"] = _f("exponential", doc="exponential think times (mean think_time_s) or "
+                                                                   "fixed ones")
 
 
 @dataclass(frozen=True)
@@ -242,7 +246,7 @@ class AllAtOnceArrival:
     """Every request arrives at time_s (an offline batch job)."""
 
     process: Literal["all_at_once"]
-    time_s: float = _f(0.0, ge=0, le=MAX_SECONDS)
+    time_s: float = _f(0.0, ge=0, le=MAX_SECONDS, doc="when the batch arrives")
 
 
 Arrival = Union[PoissonArrival, FixedArrival, GammaArrival, OnOffArrival, PiecewiseArrival, SinusoidalArrival,
@@ -252,9 +256,9 @@ Arrival = Union[PoissonArrival, FixedArrival, GammaArrival, OnOffArrival, Piecew
 # ---------------------------------------------------------------- traces and request classes
 @dataclass(frozen=True)
 class TraceColumns:
-    arrival: Optional[str] = None
-    prompt: Optional[str] = None
-    output: Optional[str] = None
+    arrival: Optional[str] = _f(None, doc="arrival time column (default arrival_s)")
+    prompt: Optional[str] = _f(None, doc="prompt length column (default prompt_tokens)")
+    output: Optional[str] = _f(None, doc="output length column (default output_tokens)")
 
 
 @dataclass(frozen=True)
@@ -264,8 +268,10 @@ class Trace:
     gives lengths (in order, or drawn at random with ``sample: true``, keeping each row's prompt
     and output together)."""
 
-    path: str
-    format: Literal["auto", "azure", "splitwise", "csv", "jsonl", "mooncake"] = "auto"
+    path: str = _f(doc="the trace file; ~ and $VARS expand; relative to the current directory")
+    format: Literal["auto", "azure", "splitwise", "csv", "jsonl", "mooncake"] = _f("auto", doc="auto: by extension, "
+                                                                                               "the first JSONL row "
+                                                                                               "and the CSV header")
     columns: Optional[TraceColumns] = _f(None, doc="column names for csv/jsonl (or to override a format's)")
     time_unit: Optional[Literal["s", "ms", "us", "ns"]] = _f(None, doc="null: the format's (ms for mooncake, else s)")
     hash_block_tokens: int = _f(512, gt=0, le=1 << 20, doc="tokens per block hash id (mooncake: 512)")
@@ -287,7 +293,7 @@ class Dataset:
     Token counts come from ``tokenizer`` (a Hugging Face ``tokenizer.json``, read with the
     ``tokenizers`` package), else from an estimate of ``chars_per_token`` characters a token."""
 
-    path: str
+    path: str = _f(doc="ShareGPT JSON or JSONL file")
     format: Literal["auto", "sharegpt", "jsonl"] = _f("auto", doc="auto: jsonl for *.jsonl, else sharegpt")
     tokenizer: Optional[str] = _f(None, doc="path to a tokenizer.json; null: estimate from characters (warned)")
     chars_per_token: float = _f(4.0, ge=0.1, le=1e4, doc="the estimate without a tokenizer")
@@ -306,7 +312,8 @@ class Sessions:
 
     turns: Optional[LengthDist] = _f(None, doc="turns per session; null: a dataset's conversations")
     think_time_s: float = _f(0.0, ge=0, le=MAX_SECONDS, doc="mean time from a reply to the next turn")
-    think: Literal["exponential", "fixed"] = "exponential"
+    think: Literal["exponential", "fixed"] = _f("exponential", doc="exponential think times (mean think_time_s) or "
+                                                                   "fixed ones")
     max_turns: Optional[int] = _f(None, gt=0, le=MAX_TURNS, doc="use at most this many turns of a conversation "
                                                                f"(at most {MAX_TURNS} in any case)")
 
@@ -323,16 +330,16 @@ class RequestClass:
     workload's arrivals (relative weights, normalized), or every class has its own arrival
     process (``arrival``, or ``rate_rps`` for Poisson) and the streams are merged."""
 
-    name: str
-    prompt_tokens: Optional[LengthDist] = None
-    output_tokens: Optional[LengthDist] = None
+    name: str = _f(doc="the class's name (requests.csv class column, summary.json classes)")
+    prompt_tokens: Optional[LengthDist] = _f(None, doc="prompt length distribution (or from preset)")
+    output_tokens: Optional[LengthDist] = _f(None, doc="output length distribution (or from preset)")
     share: Optional[float] = _f(None, gt=0, le=1e6, doc="relative weight")
     rate_rps: Optional[float] = _f(None, **RATE, doc="shorthand for arrival: {process: poisson, rate_rps}")
-    arrival: Optional[Arrival] = None
+    arrival: Optional[Arrival] = _f(None, doc="the class's own arrival process")
     preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/inputs/presets.py)")
     shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else "
                                                          "workload.shared_prefix)")
-    slo: ClassSlo = field(default_factory=ClassSlo)
+    slo: ClassSlo = _f(default_factory=ClassSlo, doc="the class's SLO; null fields fall back to the top-level slo")
     priority: int = _f(0, doc="scheduling priority (policy.queue.order: priority): lower is served first, as vLLM's")
     tenant: Optional[str] = _f(None, doc="who the requests are served for (fairness in summary.json); null: the "
                                          "class's name")
@@ -357,7 +364,7 @@ class RequestClass:
 # ---------------------------------------------------------------- sections
 @dataclass(frozen=True)
 class Hardware:
-    gpu: str
+    gpu: str = _f(doc="catalog GPU (a100-40g a100-80g a40 h100-sxm h100-pcie h200 b200 l40s mi300x) or a GPU YAML path")
     tp: int = _f(1, gt=0, le=MAX_PARALLEL, doc="tensor-parallel GPUs per replica")
     pp: int = _f(1, gt=0, le=MAX_PARALLEL, doc="pipeline-parallel stages per replica")
     pp_overlap: bool = _f(True, doc="with pp > 1: true: vLLM's virtual engines, pp schedulers per replica "
@@ -366,14 +373,15 @@ class Hardware:
     expert_parallel: bool = _f(False, doc="MoE models: spread the experts over the TP ranks (EP = TP, each rank "
                                           "holds experts / TP whole experts; vLLM's --enable-expert-parallel) "
                                           "instead of splitting each expert TP ways")
-    dtype: Literal["bf16", "fp16", "fp8", "int4"] = "bf16"
+    dtype: Literal["bf16", "fp16", "fp8", "int4"] = _f("bf16", doc="weight dtype (fp8 at the GPU's FP8 peak; int4 "
+                                                                   "weight-only)")
     kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(
         None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
 
 
 @dataclass(frozen=True)
 class Memory:
-    gpu_memory_utilization: float = _f(0.9, gt=0, le=1)
+    gpu_memory_utilization: float = _f(0.9, gt=0, le=1, doc="share of GPU memory servesim may use (vLLM's meaning)")
     block_size: int = _f(16, gt=0, le=4096, doc="tokens per KV block")
     activation_reserve_gib: Optional[float] = _f(None, ge=0, le=MAX_GIB, doc="None: estimated from the token budget")
     num_gpu_blocks: Optional[int] = _f(None, gt=0, le=1 << 40, doc="override the computed KV block count (as vLLM's "
@@ -391,13 +399,13 @@ class ClassReplicas:
     """The replicas (positions in the routed pool, from 0) that requests of class ``name`` may
     be routed to by the ``class_aware`` router."""
 
-    name: str
-    replicas: tuple[int, ...]
+    name: str = _f(doc="a request class")
+    replicas: tuple[int, ...] = _f(doc="replica indexes (from 0) it may be routed to")
 
 
 @dataclass(frozen=True)
 class Cluster:
-    replicas: int = _f(1, gt=0, le=MAX_REPLICAS)
+    replicas: int = _f(1, gt=0, le=MAX_REPLICAS, doc="replicas of the model (each with its own scheduler and KV cache)")
     router: str = _f("round_robin", doc="a router of servesim.core.router.ROUTERS, an installed plug-in, or "
                                         "module:Class (servesim.plugins)")
     class_replicas: Optional[tuple[ClassReplicas, ...]] = _f(None, doc="class_aware router: per class, the "
@@ -419,7 +427,7 @@ class Spec:
     """Speculative decoding: a draft proposes k tokens, the target verifies k + 1 per step."""
 
     draft: str = _f("ngram", doc="a draft model (catalog id or config.json path), or ngram (no draft cost)")
-    num_speculative_tokens: int = _f(4, gt=0, le=64)
+    num_speculative_tokens: int = _f(4, gt=0, le=64, doc="k: draft tokens proposed per step")
     acceptance_rate: float = _f(0.8, ge=0, le=1, doc="probability each draft token is accepted")
 
 
@@ -427,19 +435,20 @@ class Spec:
 class Pool:
     """One pool of a P/D split: its replicas, GPU, TP and inner policy (null: the top-level value)."""
 
-    replicas: int = _f(1, gt=0, le=MAX_REPLICAS)
-    gpu: Optional[str] = None
-    tp: Optional[int] = _f(None, gt=0, le=MAX_PARALLEL)
+    replicas: int = _f(1, gt=0, le=MAX_REPLICAS, doc="replicas in this pool")
+    gpu: Optional[str] = _f(None, doc="null: hardware.gpu")
+    tp: Optional[int] = _f(None, gt=0, le=MAX_PARALLEL, doc="null: hardware.tp")
     policy: str = _f("continuous", doc="the pool's per-replica policy: a registered name or module:Class")
-    max_num_seqs: Optional[int] = _f(None, gt=0, le=MAX_SEQS)
-    max_num_batched_tokens: Optional[int] = _f(None, gt=0, le=MAX_TOKENS)
+    max_num_seqs: Optional[int] = _f(None, gt=0, le=MAX_SEQS, doc="null: policy.max_num_seqs")
+    max_num_batched_tokens: Optional[int] = _f(None, gt=0, le=MAX_TOKENS, doc="null: policy.max_num_batched_tokens")
 
 
 @dataclass(frozen=True)
 class Link:
     """The KV hand-off link of a P/D split (per GPU; TP ranks send their shards in parallel)."""
 
-    type: Literal["inter_node", "intra_node"] = "inter_node"
+    type: Literal["inter_node", "intra_node"] = _f("inter_node", doc="inter_node (400 Gbit/s, 20 us per GPU) or "
+                                                                     "intra_node (the GPU's NVLink figures)")
     bandwidth_gbps: Optional[float] = _f(None, ge=1e-3, le=1e9,
                                          doc="Gbit/s; null: 400 across nodes, the GPU's NVLink within one")
     latency_s: Optional[float] = _f(None, ge=0, le=3600, doc="null: 20 us across nodes, the GPU's link latency "
@@ -459,7 +468,7 @@ class Predictor:
     Seeded by the scenario's seed and the request's id: the same requests get the same
     predictions in every run and engine."""
 
-    kind: Literal["lognormal", "buckets"] = "lognormal"
+    kind: Literal["lognormal", "buckets"] = _f("lognormal", doc="lognormal error or a bucket classifier")
     sigma: float = _f(0.5, ge=0, le=MAX_SIGMA, doc="lognormal: spread of the multiplicative error (log space)")
     edges: tuple[int, ...] = _f((64, 256, 1024), ge=1, le=MAX_TOKENS, doc="buckets: the length ranges' "
                                                                                   "edges, rising")
@@ -481,11 +490,13 @@ class Queue:
     prompt first); ``sjf_predicted`` (shortest predicted output first, ``predictor``); ``edf``
     (earliest deadline first: arrival + the class's TTFT SLO; no SLO: last, in arrival order)."""
 
-    order: Literal["fcfs", "priority", "sjf", "sjf_predicted", "edf"] = "fcfs"
+    order: Literal["fcfs", "priority", "sjf", "sjf_predicted", "edf"] = _f("fcfs", doc="fcfs | priority | sjf | "
+                                                                                       "sjf_predicted | edf (see "
+                                                                                       "above)")
     aging_s: Optional[float] = _f(None, gt=0, le=MAX_SECONDS, doc="priority: the wait worth one priority level; sjf, "
                                                   "sjf_predicted: the wait worth halving the job's length; "
                                                   "null: no aging")
-    predictor: Predictor = field(default_factory=Predictor)
+    predictor: Predictor = _f(default_factory=Predictor, doc="sjf_predicted: the output-length predictor")
     preempt_running: bool = _f(True, doc="priority: a waiting request that finds max_num_seqs or the KV full "
                                          "preempts running requests of strictly lower priority")
 
@@ -507,7 +518,7 @@ class Admission:
     """Load shedding before a request is queued (``sim/core/gateway.py``): a rejected request is
     in requests.csv with status rejected and the rule in ``reason``."""
 
-    token_bucket: Optional[TokenBucket] = None
+    token_bucket: Optional[TokenBucket] = _f(None, doc="a token bucket at the cluster's door; null: none")
     max_queue: Optional[int] = _f(None, ge=0, le=MAX_REQUESTS,
                                   doc="reject when this many requests already wait on the replica")
     max_queued_tokens: Optional[int] = _f(None, gt=0, le=MAX_REQUESTS * MAX_TOKENS,
@@ -528,11 +539,14 @@ class Admission:
 class Policy:
     name: str = _f("continuous", doc="continuous | chunked_prefill | static | pd_split (a deployment: two pools), "
                                      "an installed plug-in, or module:Class (servesim.plugins)")
-    max_num_seqs: int = _f(256, gt=0, le=MAX_SEQS)
-    max_num_batched_tokens: int = _f(8192, gt=0, le=MAX_TOKENS)
-    preemption: Literal["recompute", "swap"] = "recompute"
+    max_num_seqs: int = _f(256, gt=0, le=MAX_SEQS, doc="most sequences in one step (vLLM's name and meaning)")
+    max_num_batched_tokens: int = _f(8192, gt=0, le=MAX_TOKENS, doc="per-step token budget (vLLM's; chunked_prefill: "
+                                                                    "the chunk budget, e.g. 512 or 2048)")
+    preemption: Literal["recompute", "swap"] = _f("recompute", doc="what a preempted request loses: recompute (its "
+                                                                   "KV, re-prefilled later) or swap (KV copied to "
+                                                                   "host memory while swap space lasts)")
     watermark: float = _f(0.01, ge=0, lt=1, doc="share of KV blocks kept free when admitting (vLLM's)")
-    prefix_caching: bool = False
+    prefix_caching: bool = _f(False, doc="block-hash prefix cache with LRU eviction (not with static)")
     batch_timeout_s: float = _f(0.1, ge=0, le=MAX_SECONDS,
                                 doc="static: start a partial batch this long after its first request waited")
     max_output_tokens: Optional[int] = _f(None, gt=0, le=MAX_TOKENS,
@@ -549,17 +563,17 @@ class Policy:
     prefill_first: bool = _f(False, doc="continuous: vLLM V0's scheduler without chunked prefill: a step that "
                                         "admits prompts carries no decodes (running requests stall for it); "
                                         "false: prompts join the running decodes' step (Orca, vLLM V1)")
-    spec: Optional[Spec] = None
+    spec: Optional[Spec] = _f(None, doc="speculative decoding (continuous, chunked_prefill); null: off")
     preset: Optional[str] = _f(None, doc="vllm_v1_serve | vllm_v1_offline: vLLM V1's scheduler defaults for the "
                                          "GPU and entry point (sim/inputs/presets.py), filling fields not given")
-    prefill: Pool = field(default_factory=Pool)
-    decode: Pool = field(default_factory=Pool)
-    link: Link = field(default_factory=Link)
-    queue: Queue = field(default_factory=Queue)
+    prefill: Pool = _f(default_factory=Pool, doc="pd_split: the prefill pool")
+    decode: Pool = _f(default_factory=Pool, doc="pd_split: the decode pool")
+    link: Link = _f(default_factory=Link, doc="pd_split: the KV hand-off link")
+    queue: Queue = _f(default_factory=Queue, doc="the waiting queue's order (not with static)")
     preemption_victim: Literal["auto", "newest", "lowest_priority", "largest_kv"] = _f(
         "auto", doc="which running request KV pressure preempts; auto: lowest_priority with queue.order "
                     "priority (vLLM), else newest")
-    admission: Admission = field(default_factory=Admission)
+    admission: Admission = _f(default_factory=Admission, doc="load shedding before a request queues")
 
     def check(self, path):
         from servesim.plugins import resolve
@@ -600,23 +614,26 @@ class SharedPrefix:
     """A share of requests start with one of ``groups`` common prefixes (e.g. system prompts) of
     ``tokens`` tokens; for them the prompt length drawn is what follows the prefix."""
 
-    tokens: int = _f(gt=0, le=MAX_TOKENS)
-    fraction: float = _f(1.0, ge=0, le=1)
-    groups: int = _f(1, gt=0, le=1 << 40)
+    tokens: int = _f(gt=0, le=MAX_TOKENS, doc="prefix length, tokens (added to the prompts that have it)")
+    fraction: float = _f(1.0, ge=0, le=1, doc="share of requests with a prefix")
+    groups: int = _f(1, gt=0, le=1 << 40, doc="how many different prefixes (requests pick one uniformly)")
 
 
 @dataclass(frozen=True)
 class Workload:
-    arrival: Optional[Arrival] = None
-    prompt_tokens: Optional[LengthDist] = None
-    output_tokens: Optional[LengthDist] = None
-    num_requests: Optional[int] = _f(None, gt=0, le=MAX_REQUESTS)
+    arrival: Optional[Arrival] = _f(None, doc="the arrival process (or filled by a preset)")
+    prompt_tokens: Optional[LengthDist] = _f(None, doc="prompt length distribution, tokens (or filled by a preset)")
+    output_tokens: Optional[LengthDist] = _f(None, doc="output length distribution, tokens (or filled by a preset)")
+    num_requests: Optional[int] = _f(None, gt=0, le=MAX_REQUESTS, doc="requests to send (with sessions: turns); give "
+                                                                      "this and/or duration_s")
     duration_s: Optional[float] = _f(None, gt=0, le=MAX_SECONDS, doc="arrivals stop and the run ends at this time")
-    shared_prefix: Optional[SharedPrefix] = None
+    shared_prefix: Optional[SharedPrefix] = _f(None, doc="a share of requests start with a common prefix (prefix "
+                                                         "caching)")
     preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given "
                                          "(sim/inputs/presets.py)")
-    trace: Optional[Trace] = None
-    classes: Optional[tuple[RequestClass, ...]] = None
+    trace: Optional[Trace] = _f(None, doc="replay a trace file's arrivals and lengths")
+    classes: Optional[tuple[RequestClass, ...]] = _f(None, doc="a mix of request classes, each with its own "
+                                                               "lengths, share or rate, SLO and priority")
     clip_to_context: bool = _f(True, doc="shorten prompts/outputs that exceed the model's context length")
     dataset: Optional[Dataset] = _f(None, doc="prompt (and reply) lengths from a dataset file")
     sessions: Optional[Sessions] = _f(None, doc="multi-turn sessions (the prefix cache serves earlier turns)")
@@ -773,18 +790,19 @@ class Cost:
 
 @dataclass(frozen=True)
 class Scenario:
-    model: str
-    hardware: Hardware
-    workload: Workload
-    name: str = "unnamed"
-    seed: int = _f(0, ge=0, le=2**63 - 1)
-    memory: Memory = field(default_factory=Memory)
-    cluster: Cluster = field(default_factory=Cluster)
-    policy: Policy = field(default_factory=Policy)
-    slo: Slo = field(default_factory=Slo)
-    cost: Cost = field(default_factory=Cost)
-    # fast: the event-skipping engine (same results); reference: the plain step-by-step loop
-    engine: Literal["fast", "reference"] = "fast"
+    model: str = _f(doc="catalog id (servesim.inputs.specs), or a path to a Hugging Face config.json (or its folder)")
+    hardware: Hardware = _f(doc="the GPUs of one replica")
+    workload: Workload = _f(doc="the requests: arrivals and lengths, or a trace, dataset, sessions or classes")
+    name: str = _f("unnamed", doc="a label, written into summary.json")
+    seed: int = _f(0, ge=0, le=2**63 - 1, doc="seeds the one random generator that draws the whole workload")
+    memory: Memory = _f(default_factory=Memory, doc="KV cache sizing")
+    cluster: Cluster = _f(default_factory=Cluster, doc="replicas and the router")
+    policy: Policy = _f(default_factory=Policy, doc="the batching policy, its limits, queue order and admission "
+                                                    "control")
+    slo: Slo = _f(default_factory=Slo, doc="latency objectives (SLO attainment and goodput)")
+    cost: Cost = _f(default_factory=Cost, doc="how steps are priced: engine profile, overheads, calibration")
+    engine: Literal["fast", "reference"] = _f("fast", doc="fast: the event-skipping engine; reference: the plain "
+                                                          "step-by-step loop (same results, slower)")
 
     @staticmethod
     def expand(data, path):

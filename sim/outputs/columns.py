@@ -1,6 +1,7 @@
 """The per-request and per-step tables of a run folder (``requests.csv`` / ``steps.csv``, or
 ``.parquet``): their columns, in order, and each column's kind. The writer and the reader both
-go by these; the README ("Output files") says what each column means.
+go by these; docs/outputs.md says what each column means (tests/test_docs.py checks it names
+exactly these).
 
 Kinds: ``INT_COLUMNS`` are integers (-1 where a replica does not apply), ``STR_COLUMNS`` text,
 every other column a float in seconds, FLOPs or bytes (NaN where a time never happened: an

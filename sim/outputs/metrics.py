@@ -1,7 +1,7 @@
 """Each per-request latency metric, defined once, from the request columns (``requests.csv``'s,
 or ``Results.requests``), and the names of metrics and statistics the commands accept.
 
-Definitions (also in the README, "Metric definitions"), per request, in seconds:
+Definitions (also in docs/outputs.md, "Metric definitions"), per request, in seconds:
 - TTFT = first_token_s - arrival_s: the first token exists at the end of the step that
   finishes the prompt;
 - TPOT = (finish_s - first_token_s) / (output_tokens - 1), for completed requests with more

@@ -1,5 +1,5 @@
 """``summary.json``: a run's counts, latency distributions, SLO attainment and utilization, from
-its request and step columns (see the README for each key, and ``metrics`` for the latency
+its request and step columns (see docs/outputs.md for each key, and ``metrics`` for the latency
 definitions). Per request class too (``summarize_classes``)."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def utilization(steps: dict, sel, sim_time_s: float, members: list, table: list)
 
 def summarize(scenario, req: dict, steps: dict, tbt, sim_time_s: float, replicas: list,
               extra: dict | None = None, slo_limits: tuple | None = None) -> dict:
-    """The ``summary.json`` contract (see the README for each key). ``tbt``: every TBT gap (an
+    """The ``summary.json`` contract (see docs/outputs.md for each key). ``tbt``: every TBT gap (an
     array or a ``WeightedSample``); ``replicas``: one ``ReplicaInfo`` (index, pool, peak_flops,
     peak_bw, kv_blocks) per replica, in index order.
     ``slo_limits``: per-request (ttft_s, tpot_s) limit arrays (inf = none) replacing the scenario's

@@ -1,5 +1,5 @@
 """Writing a run folder: ``summary.json``, ``requests`` and ``steps`` as CSV or Parquet, and
-``scenario.yaml`` (see the README, "Output files").
+``scenario.yaml`` (see docs/outputs.md).
 
 CSV is written a block of rows at a time (``CHUNK_ROWS``) and a column at a time within it: each
 column becomes a matrix of characters at once (``numfmt``), the block's matrices are laid side

@@ -666,7 +666,7 @@ def _md_table(header, rows) -> str:
 
 
 def claim_table(lessons) -> str:
-    """The one-line-per-claim Markdown table (README and the top of lessons.md)."""
+    """The one-line-per-claim Markdown table (the fidelity guide and the top of lessons.md)."""
     rows = [(f"`{x.name}`", x.claim, "; ".join(x.findings), f"**{x.verdict}**") for x in lessons]
     return _md_table(("lesson", "claim", "measured", "verdict"), rows)
 

@@ -797,7 +797,7 @@ HEADER = ("experiment", "figure", "published", "simulated", "sim / published", "
 
 
 def fidelity_table(experiments) -> str:
-    """The one-line-per-figure Markdown table (README and the top of reproduce.md)."""
+    """The one-line-per-figure Markdown table (the fidelity guide and the top of reproduce.md)."""
     return _md_table(HEADER, figure_rows(experiments))
 
 
@@ -849,13 +849,14 @@ BEGIN, END = "<!-- reproduce-table:begin -->", "<!-- reproduce-table:end -->"
 
 
 def write_readme(path: Path, experiments, opts: Options) -> None:
-    """Replace the block between the reproduce-table markers of ``path`` (a README) with this
-    run's table and summary line."""
+    """Replace the block between the reproduce-table markers of ``path`` (the fidelity guide,
+    ``docs/fidelity.md``, by default: ``servesim reproduce --write-docs``) with this run's table and
+    summary line."""
     try:
         text = path.read_text()
     except OSError as e:
-        raise InputError(f"--write-readme {path}: cannot read it: {e.strerror or e}") from None
+        raise InputError(f"--write-docs {path}: cannot read it: {e.strerror or e}") from None
     if BEGIN not in text or END not in text:
-        raise InputError(f"--write-readme {path}: no {BEGIN} ... {END} block to replace")
+        raise InputError(f"--write-docs {path}: no {BEGIN} ... {END} block to replace")
     block = f"{BEGIN}\n{summary_line(experiments, opts.quick)}.\n\n{fidelity_table(experiments)}\n{END}"
     path.write_text(text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):])

@@ -1,0 +1,144 @@
+"""The documentation: the site builds offline with warnings as errors, the generated reference
+pages match the code, the hand-written tables name exactly what the code writes, and the pages
+speak of the software only."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.docs_blocks import PAGES, ROOT, blocks
+
+DOCS = ROOT / "docs"
+
+
+def _table_names(page, heading: str) -> list[str]:
+    """The first column (a `code` name) of the first table under ``heading`` of a docs page."""
+    text = (DOCS / page).read_text()
+    start = text.index("\n" + heading + "\n")
+    names = []
+    for line in text[start:].split("\n")[1:]:
+        if names and not line.startswith("|"):
+            break
+        m = re.match(r"^\| `([^`]+)` \|", line)
+        if m:
+            names.append(m.group(1))
+    return names
+
+
+def _expand(name: str) -> list[str]:
+    """``{a,b}_{x,y}_s`` -> every combination, as the results.csv table abbreviates them."""
+    m = re.search(r"\{([^}]*)\}", name)
+    if not m:
+        return [name]
+    return [y for x in m.group(1).split(",") for y in _expand(name[:m.start()] + x + name[m.end():])]
+
+
+def test_generated_reference_pages_match_the_code():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tools import gen_reference
+    finally:
+        sys.path.remove(str(ROOT))
+    stale = gen_reference.stale()
+    assert not stale, f"docs/reference/{stale} out of date: run python tools/gen_reference.py"
+
+
+def test_scenario_reference_names_every_field():
+    import dataclasses
+
+    from servesim.inputs.scenario import Policy, Scenario, Workload
+
+    text = (DOCS / "reference" / "scenario.md").read_text()
+    for cls in (Scenario, Workload, Policy):
+        for f in dataclasses.fields(cls):
+            assert f"| `{f.name}` |" in text
+
+
+def test_cli_reference_names_every_subcommand_and_flag():
+    import argparse
+
+    from servesim.cli.parser import build_parser
+
+    text = (DOCS / "reference" / "cli.md").read_text()
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        assert f"## servesim {name}\n" in text
+        for a in p._actions:
+            for opt in a.option_strings:
+                assert opt in ("-h", "--help") or f"`{opt}`" in text, (name, opt)
+
+
+def test_site_builds_offline_with_warnings_as_errors(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs build needs the dev extras (pip install -e '.[dev]')")
+    pytest.importorskip("mkdocstrings")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "WARNING" not in proc.stderr
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "five-minute tour" in index and 'href="comparing-policies/' in index  # README as the home page
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
+    assert "Run a scenario to the end" in api  # docstrings rendered
+
+
+def test_output_column_tables_name_exactly_the_columns_written():
+    from servesim.outputs.columns import DECISION_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
+    from servesim.studies.sweep import METRIC_COLUMNS
+
+    assert _table_names("outputs.md", "### requests.csv") == list(REQUEST_COLUMNS)
+    assert _table_names("outputs.md", "### steps.csv") == list(STEP_COLUMNS)
+    assert _table_names("outputs.md", "### Decision trace CSV") == list(DECISION_COLUMNS)
+    results = [c for n in _table_names("outputs.md", "### results.csv (sweeps, comparisons, capacity probes)")
+               for c in _expand(n)]
+    assert results == ["point", "status", "error", *METRIC_COLUMNS, "hash", "dir"]
+
+
+def test_summary_table_names_exactly_the_keys_written():
+    from servesim import load_scenario, simulate
+
+    keys: set = set()
+    for overrides, trace in ((["workload.num_requests=30"], True),
+                             (["workload.num_requests=30", "policy.name=pd_split"], False),
+                             (["workload.num_requests=30", "hardware.pp=2"], False)):
+        keys |= set(simulate(load_scenario(None, overrides), decision_trace=trace).summary)
+    assert set(_table_names("outputs.md", "### summary.json")) == keys
+
+
+def test_readme_is_a_short_front_door_with_ci_s_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.split()) <= 1500
+    install = "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/servesim run"
+    tests = ("python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/ruff check . && "
+             ".venv/bin/python -m pytest")
+    bash = [b.body.strip() for b in blocks(ROOT / "README.md") if b.lang == "bash"]
+    assert install in bash and tests in bash
+    ci = (ROOT / ".ci" / "run").read_text().strip().split("\n")[-1]
+    assert ci == tests, ".ci/run must run exactly the README's test command"
+    for target in re.findall(r"\]\(docs/([^)#]+)", readme):
+        assert (DOCS / target).is_file(), target
+
+
+def test_pages_speak_of_the_software_only():
+    for page in [*PAGES, *sorted((DOCS / "reference").glob("*.md"))]:
+        text = page.read_text()
+        for pattern in (r"\b[iI]ssues? #?\d", r"\b[0-9a-f]{40}\b", r"\bmain@", r"\bwip-[a-z]", r"/work/"):
+            m = re.search(pattern, text)
+            assert m is None, f"{page.relative_to(ROOT)}: {m.group(0)!r} is development history, not user docs"
+
+
+def test_generated_tables_live_in_the_guides():
+    from servesim.studies import reproduce
+
+    fidelity = (DOCS / "fidelity.md").read_text()
+    assert reproduce.BEGIN in fidelity and reproduce.END in fidelity
+    perf = (DOCS / "performance.md").read_text()
+    assert "<!-- speed-table:begin -->" in perf and "<!-- speed-table:end -->" in perf
+    import argparse
+
+    from servesim.cli.parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    write = next(a for a in sub.choices["reproduce"]._actions if "--write-docs" in a.option_strings)
+    assert write.const == "docs/fidelity.md"
