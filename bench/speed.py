@@ -20,7 +20,7 @@ requests offered far above what one replica serves; completed requests per secon
 
 Run it on one core:  taskset -c 0 python bench/speed.py [--cases a,b,c,d,scale]
                      [--engine fast|reference] [--outputs NAME,...] [--format csv|parquet]
-                     [--write-readme] [--json bench/results.json]
+                     [--write-docs] [--json bench/results.json]
 
 Figures per case: ``wall_s`` the whole process (interpreter start, imports, simulating, printing
 the summary, writing the files); ``simulate_s`` the summary's ``wall_time_s`` (``simulate()``:
@@ -129,32 +129,30 @@ def capacity_rps(engine: str) -> float:
     return res.summary["throughput_rps"]
 
 
-def readme_table(results: dict) -> str:
-    rows = ["| case | requests | engine | wall (s) | simulate (s) | write (s) | sim req / wall s | sim steps / wall s "
-            "| peak RSS (MiB) |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
-    opt = lambda r, k: f"{r[k]:.1f}" if k in r else "-"  # noqa: E731 (older rows: simulate() alone)
+def docs_table(results: dict) -> str:
+    rows = ["| case | requests | engine | wall (s) | CPU (s) | simulate (s) | write (s) | sim req / wall s "
+            "| sim steps / wall s | peak RSS (MiB) |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    opt = lambda r, k: f"{r[k]:.1f}" if r.get(k) is not None else "-"  # noqa: E731 (older rows lack some)
     for key, r in results.items():
-        if not isinstance(r, dict) or "wall_s" not in r:
+        if not isinstance(r, dict) or "wall_s" not in r or key.endswith("_before"):
             continue
-        rows.append(f"| {key} | {r['requests']:,} | {r['engine']} | {r['wall_s']:.1f} | {opt(r, 'simulate_s')} | "
-                    f"{opt(r, 'write_s')} | {r['sim_requests_per_wall_s']:,.0f} | {r['steps_per_wall_s']:,.0f} | "
-                    f"{r['peak_rss_mib']:.0f} |")
+        rows.append(f"| {key} | {r['requests']:,} | {r['engine']} | {r['wall_s']:.1f} | {opt(r, 'cpu_s')} | "
+                    f"{opt(r, 'simulate_s')} | {opt(r, 'write_s')} | {r['sim_requests_per_wall_s']:,.0f} | "
+                    f"{r['steps_per_wall_s']:,.0f} | {r['peak_rss_mib']:.0f} |")
     return "\n".join(rows)
 
 
 BEGIN, END = "<!-- speed-table:begin -->", "<!-- speed-table:end -->"
 
 
-def write_readme(results: dict) -> None:
-    path = ROOT / "README.md"
+def write_docs(results: dict) -> None:
+    """The table between the speed-table markers of docs/performance.md."""
+    path = ROOT / "docs" / "performance.md"
     text = path.read_text()
-    block = f"{BEGIN}\n{readme_table(results)}\n{END}"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n## Performance\n\n`taskset -c 0 python bench/speed.py --write-readme` " \
-               "(one core of a shared 2-core machine; figures are noisy):\n\n" + block + "\n"
-    path.write_text(text)
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} block to replace")
+    block = f"{BEGIN}\n{docs_table(results)}\n{END}"
+    path.write_text(text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):])
 
 
 def main() -> None:
@@ -165,7 +163,8 @@ def main() -> None:
     ap.add_argument("--format", default="csv", choices=["csv", "parquet"], help="servesim run --format")
     ap.add_argument("--tmp", help="folder for the scenario and outputs of each run (default: the system's)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results.json"), help="merge figures into this file")
-    ap.add_argument("--write-readme", action="store_true", help="update the README performance table")
+    ap.add_argument("--write-docs", "--write-readme", dest="write_docs", action="store_true",
+                    help="update the table in docs/performance.md")
     args = ap.parse_args()
     path = Path(args.json)
     results = json.loads(path.read_text()) if path.exists() else {}
@@ -202,8 +201,8 @@ def main() -> None:
               f"{r['steps_per_wall_s']:,.0f} steps/s, peak RSS {r['peak_rss_mib']:.0f} MiB, busy "
               f"{r['busy_fraction'] * 100:.0f}%, mean batch {r['mean_batch_size']:.1f}", flush=True)
         path.write_text(json.dumps(results, indent=2) + "\n")
-    if args.write_readme:
-        write_readme(results)
+    if args.write_docs:
+        write_docs(results)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from servesim.errors import InputError  # noqa: E402
-from servesim.outputs.intervals import CI_SUFFIX, SEED_KEY, format_interval, row_interval  # noqa: E402
+from servesim.outputs.intervals import CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval  # noqa: E402
 from servesim.outputs.metrics import LATENCY_METRICS, parse_slo  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
 from servesim.outputs.rundir import RunData, read_json_dict, read_results, read_scenario  # noqa: E402
@@ -314,8 +314,8 @@ def _md_table(rows, cols) -> str:
             return "-"
         if r.get(c + CI_SUFFIX) is not None:
             return format_interval(row_interval(r, c), 1e3 if _is_latency(c) else 1.0)
-        if _is_latency(c) and isinstance(v, float):
-            return f"{v * 1e3:.1f}"
+        if _is_latency(c) and isinstance(v, float):  # (one run: 4 significant digits, as the run's summary)
+            return format_value(v * 1e3, 4)
         if isinstance(v, float):
             return f"{v:.3g}"
         return str(v).replace("|", "/")[:60]
