@@ -288,12 +288,18 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
     for g, d in series.items():
         if slo_s is not None:
             under = [r for r, v in zip(d["rate"], d["p99"]) if v is not None and v <= slo_s]
+            # runs on several seeds: a load counts as within only when the interval's top is
+            ci = d.get("p99_ci") or [None] * len(d["rate"])
+            unsure = [r for r, v, h in zip(d["rate"], d["p99"], ci) if r in under and h is not None and v + h > slo_s]
             if not under:
                 parts.append(f"{g} at none of the loads")
-            elif max(under) == max(d["rate"]):
+            elif max(under) == max(d["rate"]) and not unsure:
                 parts.append(f"{g} at every load tried (up to {_rate(max(under))})")
             else:
                 parts.append(f"{g} up to {_rate(max(under))}")
+            if unsure:
+                parts[-1] += (f" (its mean; the 95% interval reaches past the SLO at "
+                              f"{', '.join(_rate(r) for r in unsure)})")
         else:
             parts.append(f"{g}: {_ms(d['p99'][0])} at {_rate(d['rate'][0])}, {_ms(d['p99'][-1])} at "
                          f"{_rate(d['rate'][-1])}")
