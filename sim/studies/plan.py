@@ -293,8 +293,11 @@ class Planner:
     def ranked(self) -> list:
         feas = [c for c in self.candidates if c.status == "feasible" and c.objective is not None]
         # ties (same objective): a measured capacity (verify_top's search) before an estimated one,
-        # then the larger capacity, then the fewer GPUs
-        return sorted(feas, key=lambda c: (c.objective, not (c.capacity or {}).get("measured", False),
+        # then the cheaper per hour (ties on GPUs or power), the larger capacity, the fewer GPUs
+        def usd(c):
+            return c.unit_usd_per_hour * c.units if c.unit_usd_per_hour is not None and c.units else math.inf
+
+        return sorted(feas, key=lambda c: (c.objective, not (c.capacity or {}).get("measured", False), usd(c),
                                            -(c.capacity or {}).get("estimate", 0.0), c.shape.gpus(c.units), c.key))
 
     # ------------------------------------------------------------ the answer's neighbours
