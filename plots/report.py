@@ -644,7 +644,8 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
         F.latency_cdfs({ctx.label(g): r.latency(m) for g, r in runs_kept.items()}, ax, m, slo_m, dcolors)
         sentences.append(_cdf_sentence(m, {g: r.latency(m) for g, r in runs_kept.items()}, where, ctx, rows))
     if "tbt" not in metrics:
-        sentences.append("(TBT samples are not kept in a plain run folder; sweeps and comparisons keep them.)")
+        sentences.append("(ITL samples, the token gaps, are not kept in a plain run folder; sweeps and comparisons "
+                         "keep them.)")
     add("latency_cdfs", ctx.title("Latency CDFs"), fig, " ".join(sentences))
 
     # TTFT breakdown

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
             for lbl in labels}
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     F.latency_cdfs({shown[lbl]: r.latency("tbt") for lbl, r in runs.items()}, ax, "tbt", None, colors)
-    ax.set_title(f"TBT CDF at {mid:g} req/s\n{setup}", fontsize=9)
+    ax.set_title(f"ITL (token gap) CDF at {mid:g} req/s\n{setup}", fontsize=9)
     _save(fig, out / "tbt_cdf.png")
 
     first = runs[labels[0]]
