@@ -176,6 +176,10 @@ def test_plan_finds_the_cheapest_configuration_that_meets(tmp_path):
     final = next(r for r in win["runs"] if r["units"] == win["units"])
     assert final["meets"] and all(s["meets"] for s in final["seeds"]) and len(final["seeds"]) == 2
     assert win["capacity"]["measured"] and win["capacity"]["estimate"] >= doc["rate_rps"]
+    # every feasible configuration met at R with every seed: an estimated capacity is never below R
+    for c in cands.values():
+        if c["status"] == "feasible" and not c["capacity"]["measured"]:
+            assert c["capacity"]["low"] >= doc["rate_rps"] and min(c["capacity"]["samples"]) >= doc["rate_rps"]
     # the next-cheaper configuration is shown failing, with the limits it broke
     nc = doc["next_cheaper"]
     assert nc["objective"] < ans["objective"] and nc["why"]

@@ -44,7 +44,7 @@ from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_tex
 from servesim.outputs.rundir import read_summary
 from servesim.studies.capacity import RATE_KEY, CapacityOptions, evaluate
 from servesim.studies.executors import ExecutorOptions, study_session
-from servesim.studies.intervals import Interval, capacity_interval
+from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
 from servesim.studies.points import load_base, make_points
 from servesim.studies.sweep import RUNS, execute, write_meta, write_results
@@ -255,7 +255,10 @@ class Planner:
                 run = self.verify(c, k)
         c.status, c.units = "feasible", k
         c.objective = self.objective_of(c, k, c.verified(k))
-        c.capacity = {**_interval_dict(ci.interval.scaled(k), False)}
+        # estimated: k units x one unit's capacity, per seed; k units met at R with every seed, so
+        # no seed's capacity is below R, nor is their mean
+        iv = t_interval([max(x * k, R) for x in ci.interval.samples])
+        c.capacity = {**_interval_dict(replace(iv, low=max(iv.low, R)), False)}
 
     # ------------------------------------------------------------ plan.json
     def candidate_dict(self, c: Candidate) -> dict:
