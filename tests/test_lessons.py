@@ -23,9 +23,11 @@ def test_quick_lessons_compute_every_verdict(tmp_path, capsys):
     assert f"of {len(LESSONS)} claims hold" in printed
 
 
-def test_figures_are_written_and_linked(tmp_path):
+def test_figures_are_written_and_linked(tmp_path, capsys):
     out = tmp_path / "l"
     assert main(["lessons", "--quick", "--only", "bound,batching", "--only", "decode_flip", "--out", str(out)]) == 0
+    # progress: a line on stderr as each lesson starts (--quiet: none)
+    assert "lessons: running decode_flip (3 of 3)..." in capsys.readouterr().err
     md = (out / "lessons.md").read_text()
     for name in ("bound", "batching", "decode_flip"):
         assert (out / f"{name}.png").stat().st_size > 1000

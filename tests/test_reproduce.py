@@ -169,3 +169,11 @@ def test_reproduce_says_the_measurements_are_absent(monkeypatch, tmp_path):
     exp = R.exp_vllm_h100(R.Options())
     assert [f.verdict for f in exp.figures] == ["not simulated"]
     assert "SERVESIM_SHARED_DATA" in exp.figures[0].missing
+
+
+def test_progress_lines_name_each_experiment_and_quiet_silences_them(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("SERVESIM_SHARED_DATA", str(tmp_path))  # (no measured runs: the experiment is instant)
+    assert main(["reproduce", "vllm-h100", "--out", str(tmp_path / "a")]) == 0
+    assert "reproduce: running vllm-h100 (1 of 1)..." in capsys.readouterr().err
+    assert main(["reproduce", "vllm-h100", "--out", str(tmp_path / "b"), "--quiet"]) == 0
+    assert "running" not in capsys.readouterr().err

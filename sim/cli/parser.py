@@ -271,6 +271,7 @@ def _lessons(sub) -> None:
     p.add_argument("--quick", action="store_true", help="smaller simulations (the test suite's subset)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--seed", type=int, help="replace every lesson scenario's seed (robustness checks)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_lessons)
 
 
@@ -305,4 +306,5 @@ def _reproduce(sub) -> None:
                    const="docs/fidelity.md",
                    help="also write the fidelity table into FILE (default ./docs/fidelity.md, the fidelity guide) "
                         "between its <!-- reproduce-table:begin/end --> markers")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_reproduce)

@@ -246,6 +246,14 @@ def cmd_compare(args) -> int:
     return _status(failed_while_running(plan.points))
 
 
+def _starting(command: str):
+    """Progress for commands that run items one after another: a line on stderr as each starts."""
+    def starting(name: str, k: int, n: int) -> None:
+        print(f"{command}: running {name} ({k} of {n})...", file=sys.stderr, flush=True)
+
+    return starting
+
+
 def cmd_lessons(args) -> int:
     from servesim.studies.lessons import LESSONS, run_lessons, write_lessons
 
@@ -261,7 +269,7 @@ def cmd_lessons(args) -> int:
     def show(x):
         print(f"{x.name:<18} {x.verdict:<14} {'; '.join(x.findings)}  ({x.wall_s:.1f} s)", flush=True)
 
-    lessons = run_lessons(names or None, args.quick, show, args.seed)
+    lessons = run_lessons(names or None, args.quick, show, args.seed, None if args.quiet else _starting("lessons"))
     figures = write_lessons(lessons, out, args.quick, args.seed, figures=not args.no_figures)
     held = sum(x.holds for x in lessons)
     print(f"\n{held} of {len(lessons)} claims hold; wrote {out / 'lessons.md'}, lessons.json"
@@ -294,7 +302,7 @@ def cmd_reproduce(args) -> int:
             ratio = "" if f.ratio is None else f" ({f.ratio:.2f}x)"
             print(f"  {f.label}: published {pub}, simulated {sim}{ratio}: {f.verdict}", flush=True)
 
-    experiments = run_reproduce(args.names or None, opts, show)
+    experiments = run_reproduce(args.names or None, opts, show, None if args.quiet else _starting("reproduce"))
     write_reproduce(experiments, out, opts)
     print(f"\n{summary_line(experiments, args.quick)}; wrote {out / 'reproduce.md'}, reproduce.json")
     if readme is not None:

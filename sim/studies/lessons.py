@@ -640,15 +640,19 @@ LESSONS = {
 }
 
 
-def run_lessons(names=None, quick: bool = False, progress=None, seed: int | None = None) -> list[Lesson]:
+def run_lessons(names=None, quick: bool = False, progress=None, seed: int | None = None,
+                starting=None) -> list[Lesson]:
     """Run the named lessons (all when None), in registry order; ``seed`` replaces every lesson
-    scenario's seed (None: the files' own)."""
+    scenario's seed (None: the files' own); ``starting(name, k, n)`` is called before each (the
+    k-th of n), ``progress(lesson)`` after."""
     names = list(LESSONS) if not names else list(names)
     bad = [n for n in names if n not in LESSONS]
     if bad:
         raise InputError(f"--only: unknown lesson {bad[0]!r}; valid: {', '.join(LESSONS)}")
     out = []
-    for n in names:
+    for k, n in enumerate(names, 1):
+        if starting:
+            starting(n, k, len(names))
         t0 = time.perf_counter()
         les = LESSONS[n](quick, seed)
         les.wall_s = time.perf_counter() - t0

@@ -740,14 +740,18 @@ EXPERIMENTS = {
 }
 
 
-def run_reproduce(names=None, opts: Options = Options(), progress=None) -> list[Experiment]:
-    """Run the named experiments (all when None), in registry order."""
+def run_reproduce(names=None, opts: Options = Options(), progress=None, starting=None) -> list[Experiment]:
+    """Run the named experiments (all when None), in registry order; ``starting(name, k, n)`` is
+    called before each (the k-th of n), ``progress(experiment)`` after."""
     names = list(EXPERIMENTS) if not names else list(dict.fromkeys(names))
     bad = [n for n in names if n not in EXPERIMENTS]
     if bad:
         raise InputError(f"unknown experiment {bad[0]!r}; valid: {', '.join(EXPERIMENTS)}")
     out = []
-    for n in [n for n in EXPERIMENTS if n in names]:
+    todo = [n for n in EXPERIMENTS if n in names]
+    for k, n in enumerate(todo, 1):
+        if starting:
+            starting(n, k, len(todo))
         t0 = time.perf_counter()
         UNCONFIRMED.clear()
         exp = EXPERIMENTS[n](opts)
