@@ -139,6 +139,12 @@ def test_rejections_warn_and_validate_predicts_them_exactly(tmp_path, capsys):
     assert f"a run will reject {s['rejected']:,} of 50 requests" in out
 
 
+def test_pipelined_rejections_are_predicted_too():
+    """PP with overlapped micro-batches: the replica is virtual engines (validate once crashed on them)."""
+    sc = make_scenario(**{**CASES["rejections"], "hardware.pp": 2})
+    assert predict_rejections(sc)["rejected"] == simulate(sc).summary["rejected"] > 0
+
+
 def test_pd_split_rejections_are_predicted_too():
     sc = make_scenario(**{"policy.name": "pd_split", "policy.decode": {"replicas": 1, "max_num_batched_tokens": 64},
                           "policy.max_num_batched_tokens": 64})

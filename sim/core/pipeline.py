@@ -81,6 +81,10 @@ class VirtualEngines:
     def submit(self, req) -> None:
         min(self.engines, key=self._unfinished).submit(req)
 
+    def rejection_reason(self, req) -> str | None:
+        """Why ``req`` would be rejected on arrival (the engines are alike: the first one's rules)."""
+        return self.engines[0].rejection_reason(req)
+
     @property
     def outstanding_tokens(self) -> int:
         return sum(e.outstanding_tokens for e in self.engines)
