@@ -145,6 +145,30 @@ def test_arrival_schedules_that_would_never_finish_drawing_are_refused_at_once(t
                 assert rc == 2, err
 
 
+def test_a_sinusoid_whose_valley_keeps_almost_no_draw_is_refused(tmp_path, capsys):
+    """Thinning at the peak rate through the trough of a long cycle (amplitude 1) would draw ~1e10
+    candidates for 12 requests (found by the long fuzz run as a hang): refused naming the arrival.
+    The same cycle with an amplitude that keeps a quarter of the draws runs."""
+    valley = {"process": "sinusoidal", "rate_rps": 1e6, "period_s": 1e9, "amplitude": 1.0, "phase_s": 2.5e8}
+    s = scenario_file(tmp_path, **{"workload.arrival": valley, "workload.num_requests": 12})
+    for cmd in ("validate", "run"):
+        rc, err = run_cli(capsys, cmd, s, *(["--out", tmp_path / "o", "--quiet"] if cmd == "run" else []))
+        assert rc == 2 and "workload.arrival" in err and "draws (at most" in err and one_bounded_line(err), err
+    mild = {**valley, "rate_rps": 5.0, "amplitude": 0.6}
+    s = scenario_file(tmp_path, **{"workload.arrival": mild, "workload.num_requests": 12})
+    assert run_cli(capsys, "validate", s)[0] == 0
+
+
+def test_the_draws_a_sinusoid_needs_are_its_peak_rate_times_the_span():
+    from servesim.inputs.arrivals import candidates_needed
+    from servesim.inputs.scenario import SinusoidalArrival
+
+    a = SinusoidalArrival("sinusoidal", rate_rps=8.0, period_s=120.0, amplitude=0.5, phase_s=0.0)
+    assert candidates_needed(a, None, 300.0) == pytest.approx(8.0 * 1.5 * 300.0)
+    # a whole number of cycles holds rate x span arrivals: 960 requests take 120 s
+    assert candidates_needed(a, 960, None) == pytest.approx(8.0 * 1.5 * 120.0, rel=1e-9)
+
+
 def test_arrivals_past_the_simulated_horizon_are_refused(tmp_path, capsys):
     trace = tmp_path / "far.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,5\n1e12,100,5\n")

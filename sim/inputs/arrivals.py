@@ -18,6 +18,7 @@ from servesim.inputs.scenario import (AllAtOnceArrival, FixedArrival, GammaArriv
 
 CHUNK = 4096  # arrivals aimed for per window of time
 MAX_SEGMENTS = 20_000_000  # rate segments (piecewise, on_off) drawn for one run's arrivals: ~2 s of work
+MAX_CANDIDATES = 50_000_000  # sinusoidal: arrivals drawn at the peak rate before thinning, ~2 s of work
 
 
 def inter_arrivals(arrival, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -61,9 +62,47 @@ def segments_needed(arrival, num_requests: int | None, duration_s: float | None)
     return (cycles + 1) * len(dur)
 
 
+def _expected_sinusoidal(a: SinusoidalArrival, t: float) -> float:
+    """Arrivals expected in [0, t): the integral of the rate."""
+    w = 2 * math.pi / a.period_s
+    return a.rate_rps * t + a.rate_rps * a.amplitude * (math.cos(w * a.phase_s) - math.cos(w * (t - a.phase_s))) / w
+
+
+def candidates_needed(arrival, num_requests: int | None, duration_s: float | None) -> float:
+    """About how many arrivals a sinusoidal process draws at its peak rate before thinning (0 for
+    other processes): the peak rate times the time until ``num_requests`` are expected or
+    ``duration_s`` has passed. A deep valley of a long cycle (amplitude near 1) can take millions
+    of draws per arrival kept."""
+    if not isinstance(arrival, SinusoidalArrival):
+        return 0.0
+    r, a = arrival.rate_rps, arrival.amplitude
+    span = math.inf if duration_s is None else duration_s
+    if num_requests is not None:
+        # the expected count rises monotonically and is within 2 r a / w of r t: bisect for it
+        slack = 2 * a * arrival.period_s / (2 * math.pi)
+        lo, hi = max(0.0, num_requests / r - slack), num_requests / r + slack
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            if _expected_sinusoidal(arrival, mid) < num_requests:
+                lo = mid
+            else:
+                hi = mid
+        span = min(span, hi)
+    return r * (1 + a) * span
+
+
 def check_segments(arrival, num_requests: int | None, duration_s: float | None, path: str) -> None:
     """An ``InputError`` naming ``path`` when drawing the arrivals would take more than
-    ``MAX_SEGMENTS`` segments (it would run for minutes, or forever)."""
+    ``MAX_SEGMENTS`` segments, or ``MAX_CANDIDATES`` draws before thinning (it would run for
+    minutes, or forever)."""
+    cand = candidates_needed(arrival, num_requests, duration_s)
+    if cand > MAX_CANDIDATES:
+        peak = arrival.rate_rps * (1 + arrival.amplitude)
+        raise InputError(f"{path}: drawing these arrivals at the peak rate ({peak:.3g} req/s) and thinning them "
+                         f"to the sinusoid takes ~{cand:.3g} draws (at most "
+                         f"{MAX_CANDIDATES}): the cycle's low part (amplitude {arrival.amplitude:g}, period "
+                         f"{arrival.period_s:.3g} s) keeps almost none; lower the amplitude, shorten period_s or "
+                         f"lower workload.duration_s / num_requests")
     need = segments_needed(arrival, num_requests, duration_s)
     if need > MAX_SEGMENTS:
         dur, rate = _schedule(arrival)
