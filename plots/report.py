@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from servesim.errors import InputError  # noqa: E402
 from servesim.outputs.intervals import CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval  # noqa: E402
-from servesim.outputs.metrics import LATENCY_METRICS, parse_slo  # noqa: E402
+from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
 from servesim.outputs.rundir import RunData, read_json_dict, read_results, read_scenario  # noqa: E402
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts,  # noqa: E402
@@ -310,7 +310,7 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
 
 # ---------------------------------------------------------------- tables
 def _is_latency(c: str) -> bool:
-    return c.endswith("_s") and c.split("_")[0] in (*LATENCY_METRICS, "itl")
+    return c.endswith("_s") and c.split("_")[0] in RESULT_METRICS
 
 
 def _md_table(rows, cols) -> str:
@@ -338,7 +338,7 @@ def _run_table(runs: dict, chosen: dict) -> str:
         s = run.summary
         rows.append({"run": g, "completed": s["completed"], "throughput_rps": s["throughput_rps"],
                      "goodput_rps": s["goodput_rps"], "slo_attainment": s["slo_attainment"],
-                     **{f"{m}_{st}_s": s.get(f"{m}_s", s["tbt_s"] if m == "itl" else {}).get(st)
+                     **{f"{m}_{st}_s": summary_dist(s, m)[st]
                         for m in ("ttft", "tpot", "itl", "e2e") for st in ("p50", "p99")},
                      "mean_batch_size": s["utilization"]["mean_batch_size"], "mfu": s["utilization"]["mfu"],
                      "mbu": s["utilization"]["mbu"]})

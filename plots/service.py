@@ -181,41 +181,41 @@ def jain_sentence(summaries: dict) -> str:
     return ("Jain's fairness index of SLO attainment across tenants: " + "; ".join(bits) + ".") if bits else ""
 
 
+def _summaries(path: Path, rows: list, rate: bool) -> list:
+    """(its rate, or None without one; summary.json) of each row whose run finished, in order."""
+    import json
+
+    out = []
+    for r in rows:
+        f = path / str(r.get("dir") or "") / "summary.json"
+        if r["status"] == "ok" and r.get("dir") and f.is_file():
+            out.append((r.get("workload.arrival.rate_rps") if rate else None, json.loads(f.read_text())))
+    return out
+
+
 def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt,
                     title=lambda what, rate=True: what) -> None:
     """The report's "service per class" figures, for folders whose runs have more than one class.
     ``add(name, title, fig, sentence)`` saves a figure into the report; ``title(what, rate)`` makes
     a figure's title (the report's: what, model, GPUs, policy, load and SLO)."""
-    import json
-
-    summaries: dict = {}
     if data["rows"]:
-        rate_key = "workload.arrival.rate_rps"
-        for label, rows in data["groups"].items():
-            pts = []
-            for r in rows:
-                f = path / str(r.get("dir") or "") / "summary.json"
-                if r["status"] == "ok" and r.get("dir") and f.is_file():
-                    pts.append((r.get(rate_key) if data["rate"] else None, json.loads(f.read_text())))
-            summaries[label] = pts
+        summaries = {label: _summaries(path, rows, data["rate"]) for label, rows in data["groups"].items()}
     else:
         summaries = {label: [(None, run.summary)] for label, run in runs.items()}
     firsts = [p[0][1] for p in summaries.values() if p]
     if not firsts or len(firsts[0].get("classes") or {}) < 2:
         return
-    series = class_series(summaries)
     seeded = data.get("seed_groups") or {}
     if seeded and data["rows"]:  # runs on several seeds: means and intervals across them
         over: dict = {}
         for label, rows in seeded.items():
             by_rate: dict = {}
-            for r in rows:
-                f = path / str(r.get("dir") or "") / "summary.json"
-                if r["status"] == "ok" and r.get("dir") and f.is_file():
-                    by_rate.setdefault(r.get("workload.arrival.rate_rps") if data["rate"] else None, []).append(
-                        json.loads(f.read_text()))
+            for rate, s in _summaries(path, rows, data["rate"]):
+                by_rate.setdefault(rate, []).append(s)
             over[label] = sorted(by_rate.items(), key=lambda x: (x[0] is None, x[0] or 0.0))
         series = class_series_over_seeds(over)
+    else:
+        series = class_series(summaries)
     if data["rate"]:
         names = list(series)
         fig, axes = plt.subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)

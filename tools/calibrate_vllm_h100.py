@@ -53,8 +53,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from servesim.studies.measured_vllm import (METRICS, STAGES, WORKLOADS, available, data_dir, load, metrics,  # noqa: E402,F401
-                                            replay, table, units)
+from servesim.studies.measured_vllm import (METRICS, STAGES, WORKLOADS, available, data_dir, load,  # noqa: E402
+                                            replay, table)
 
 # the engine grid: overlap share of the profile's CPU work; attention HBM-bandwidth efficiency
 GRID_OVERLAP = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)

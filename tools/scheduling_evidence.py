@@ -137,11 +137,10 @@ def readme_figures(out: Path, docs: Path) -> list:
         runs = {r["label"]: RunData.from_dir(folder / r["dir"], r["label"]) for r in rows if r["status"] == "ok"}
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
         F.latency_cdfs({g: r.latency("ttft") for g, r in runs.items()}, ax, "ttft")
-        sc = next(iter(runs.values())).scenario
-        hw = sc.get("hardware") or {}
-        gpus = int(hw.get("tp") or 1) * int(hw.get("pp") or 1) * int((sc.get("cluster") or {}).get("replicas") or 1)
+        first = next(iter(runs.values()))
+        sc = first.scenario
         rate = ((sc.get("workload") or {}).get("arrival") or {}).get("rate_rps")
-        ax.set_title(f"TTFT CDF by queue order: {sc.get('model')} on {gpus} x {hw.get('gpu')},\n"
+        ax.set_title(f"TTFT CDF by queue order: {sc.get('model')} on {first.num_gpus()} x {sc['hardware']['gpu']},\n"
                      f"{(sc.get('policy') or {}).get('name')}, {rate:g} req/s (interactive-batch, first seed)",
                      fontsize=10)
         F.save(fig, docs / "sched_sjf")

@@ -10,7 +10,7 @@ from pathlib import Path
 from servesim.errors import InputError
 from servesim.outputs.intervals import CI_SUFFIX, format_interval, row_interval
 from servesim.studies.executors import ExecutorOptions
-from servesim.studies.points import DISTS
+from servesim.outputs.metrics import RESULT_METRICS
 from servesim.studies.sweep import RESULTS, failed_while_running
 
 
@@ -23,7 +23,7 @@ def format_table(rows: list[dict], cols: list[str]) -> str:
     (``<column>_ci95``, runs on several seeds) prints as mean +- half-width, to its precision."""
     shown = []
     for c in cols:
-        label = c[:-2] + " ms" if c.endswith("_s") and c.split("_")[0] in (*DISTS, "itl") else c
+        label = c[:-2] + " ms" if c.endswith("_s") and c.split("_")[0] in RESULT_METRICS else c
         shown.append((c, label))
     cells = [[label for _, label in shown]]
     for r in rows:

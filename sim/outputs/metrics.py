@@ -25,9 +25,19 @@ from servesim.errors import InputError
 from servesim.outputs.stats import DIST_STATS
 
 LATENCY_METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")  # summary.json: <metric>_s
+# results.csv's distributions: itl is vLLM's name for the token gaps (tbt's statistics)
+RESULT_METRICS = (*LATENCY_METRICS, "itl")
 PER_REQUEST = ("ttft", "tpot", "e2e", "queue")  # one value per request (TBT: per token gap)
 SLO_STATS = ("mean", "p50", "p90", "p95", "p99", "max")  # what ``servesim capacity --slo`` may limit
 assert set(DIST_STATS) <= set(SLO_STATS)
+
+
+def summary_dist(summary: dict, metric: str) -> dict:
+    """A summary's statistics of ``metric`` (one of ``RESULT_METRICS``); itl from tbt_s in
+    summaries written before itl_s."""
+    if metric == "itl":
+        return summary.get("itl_s") or summary["tbt_s"]
+    return summary[f"{metric}_s"]
 
 
 def is_completed(req: dict) -> np.ndarray:

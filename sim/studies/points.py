@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from servesim.errors import InputError
 from servesim.inputs.overrides import apply_overrides, parse_value, with_values
-from servesim.outputs.metrics import LATENCY_METRICS
+from servesim.outputs.metrics import LATENCY_METRICS, RESULT_METRICS, summary_dist
 from servesim.outputs.rundir import num_gpus  # noqa: F401 - the studies' name for it
 from servesim.outputs.stats import DIST_STATS
 
@@ -150,9 +150,9 @@ def flatten_summary(s: dict) -> dict:
     row = {k: s.get(k) for k in ("num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
                                  "throughput_rps", "output_tokens_per_s", "total_tokens_per_s", "goodput_rps",
                                  "slo_attainment", "wall_time_s")}
-    for d in (*DISTS, "itl"):  # (itl: vLLM's name for the token gaps, tbt's statistics; summary.json has both)
+    for d in RESULT_METRICS:
         for st in STATS:
-            row[f"{d}_{st}_s"] = s.get(f"{d}_s", s["tbt_s"] if d == "itl" else {}).get(st)
+            row[f"{d}_{st}_s"] = summary_dist(s, d)[st]
     row["offered_rps"] = s.get("workload", {}).get("offered_rps")
     u = s.get("utilization", {})
     for k in ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu"):

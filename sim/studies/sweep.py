@@ -26,7 +26,7 @@ from servesim.outputs.rundir import read_results, read_summary, verify_run
 from servesim.outputs.writer import TMP_PREFIX
 from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
 from servesim.studies.lock import folder_lock
-from servesim.studies.points import DISTS as _DISTS
+from servesim.outputs.metrics import RESULT_METRICS
 from servesim.studies.points import STATS as _STATS
 from servesim.studies.points import Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid
 from servesim.studies.replicates import SEEDS, aggregate_row, interval_columns, replicate
@@ -39,7 +39,7 @@ SWEEP_META = "sweep.json"
 METRIC_COLUMNS = (
     ("num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s", "throughput_rps",
      "output_tokens_per_s", "total_tokens_per_s", "goodput_rps", "slo_attainment", "offered_rps")
-    + tuple(f"{d}_{s}_s" for d in (*_DISTS, "itl") for s in _STATS)
+    + tuple(f"{d}_{s}_s" for d in RESULT_METRICS for s in _STATS)
     + ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu", "num_gpus", "wall_time_s")
 )
 
