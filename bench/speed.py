@@ -134,7 +134,7 @@ def docs_table(results: dict) -> str:
             "| sim steps / wall s | peak RSS (MiB) |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     opt = lambda r, k: f"{r[k]:.1f}" if r.get(k) is not None else "-"  # noqa: E731 (older rows lack some)
     for key, r in results.items():
-        if not isinstance(r, dict) or "wall_s" not in r or key.endswith("_before"):
+        if not isinstance(r, dict) or "requests" not in r or "wall_s" not in r or key.endswith("_before"):
             continue
         rows.append(f"| {key} | {r['requests']:,} | {r['engine']} | {r['wall_s']:.1f} | {opt(r, 'cpu_s')} | "
                     f"{opt(r, 'simulate_s')} | {opt(r, 'write_s')} | {r['sim_requests_per_wall_s']:,.0f} | "
