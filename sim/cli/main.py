@@ -379,8 +379,9 @@ def validate_warnings(scenario) -> list:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         return args.func(args)
     except InputError as e:
         print(f"servesim: error: {one_line(e)}", file=sys.stderr)
