@@ -278,4 +278,9 @@ class BlockAllocator:
         assert self.num_empty + len(self.evictable) <= self.num_blocks, "KV blocks freed twice"
 
     def free(self, req) -> None:
+        if not self.caching:  # (detach and release, for blocks nobody shares: the hot path)
+            self.num_empty += req.kv_blocks
+            req.kv_blocks = 0
+            assert self.num_empty <= self.num_blocks, "KV blocks freed twice"
+            return
         self.release(self.detach(req))

@@ -1093,11 +1093,19 @@ class Replica:
             last = t
             lo = 1
             tbt = rec.tbt
-            for r, q in fold[2]:
+            sum_c = 0
+            for r, q in fold[2]:  # (_sample_one, inlined: the hot path)
                 d = r.num_output_done
-                r.num_computed_tokens += q
-                self._sample_one(r, d, t, tbt)
-                self._sum_c += r.num_computed_tokens
+                c = r.num_computed_tokens = r.num_computed_tokens + q
+                sum_c += c
+                r.num_output_done = d + 1
+                if d == 0:
+                    r.first_token_s = t
+                else:
+                    tbt.append(t - r.last_token_s)
+                r.last_token_s = t
+            self.outstanding_tokens += len(fold[2])
+            self._sum_c += sum_c
         pieces = []  # (sequences, KV tokens of the first step, steps) over [lo, e)
         segs, sp = run.segs, run.sp
         while sp < len(segs):

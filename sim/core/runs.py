@@ -64,6 +64,8 @@ def delay_to(now: float, t: float) -> float:
     factor 2 of ``t``, where ``t - now`` is exact) then reaches it (``Replica._until``). The end of
     a run is a running sum of step times, as the step-by-step engine accumulates them."""
     d = t - now
+    if now + d == t:  # the usual case (what the loops below return at once)
+        return d if d > 0.0 else 0.0
     for _ in range(4):
         if now + d <= t:
             break
