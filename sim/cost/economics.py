@@ -103,6 +103,7 @@ def phase_cost_shares(steps: dict, replica_pool: np.ndarray, pools) -> dict:
     code = np.array([names.index(p) if p in names else -1 for p in replica_pool], dtype=np.int64)
     pool_of_step = code[steps["replica"]] if len(dur) else np.zeros(0, dtype=np.int64)
     keep = pool_of_step >= 0
+    keep = slice(None) if keep.all() else keep  # (every step: no copies)
     busy = np.bincount(pool_of_step[keep], weights=dur[keep], minlength=len(names))
     pre = np.bincount(pool_of_step[keep], weights=(dur * share)[keep], minlength=len(names))
     return {name: float(pre[i] / busy[i]) if busy[i] > 0 else 0.5 for i, name in enumerate(names)}

@@ -34,6 +34,7 @@ import numpy as np
 _P10 = np.array([10.0 ** k for k in range(23)])  # exact doubles up to 10^22
 _P10_INT = 10 ** np.arange(19, dtype=np.int64)
 _SPLIT = 134217729.0  # 2^27 + 1: Veltkamp's splitter for float64
+_FRACTION_BITS = np.int64((1 << 52) - 1)  # of a float64's bits
 _LO_E, _HI_E = -6, 15  # decimal exponents done here: 10^k stays an exact double for every k used
 # characters in memory order, read as uint32 words: four ASCII digits ("0042" for 42); the
 # masks keeping a word's first b characters (the others become NUL); single characters placed
@@ -106,8 +107,12 @@ def _digits17(a, e):
     k = 14 - e  # 15 digits
     up = k >= 0
     pw = _P10[np.abs(k)]
-    m15 = np.rint(np.where(up, a * pw, a / pw))
-    ok = np.where(up, m15 / pw, m15 * pw) == a
+    if up.all():  # (values under 10^15: only the branch they take, not both)
+        m15 = np.rint(a * pw)
+        ok = m15 / pw == a
+    else:
+        m15 = np.rint(np.where(up, a * pw, a / pw))
+        ok = np.where(up, m15 / pw, m15 * pw) == a
     m17 = np.empty(n, dtype=np.int64)
     p = np.empty(n, dtype=np.int64)
     unsure = np.zeros(n, dtype=bool)
@@ -120,13 +125,16 @@ def _digits17(a, e):
         long = _rows(~ok)
         al, el = a[long], e[long]
         parts = _split(al)
-        m16, d16 = _nearest_int(*_times_pow10(al, 15 - el, parts))  # d16: a x 10^k - m16 (units)
-        half_ulp = _P10[15 - el] * (np.spacing(al) / 2)  # exact: 10^k times a power of two
-        pow2 = np.frexp(al)[0] == 0.5  # the double below a is nearer: half as far
+        k16 = 15 - el
+        m16, d16 = _nearest_int(*_times_pow10(al, k16, parts))  # d16: a x 10^k - m16 (units)
+        half_ulp = _P10[k16] * (np.spacing(al) / 2)  # exact: 10^k times a power of two
+        # the double below a is nearer: half as far (a power of two: no fraction bits; a is normal)
+        pow2 = (al.view(np.int64) & _FRACTION_BITS) == 0
         bound = np.where(pow2 & (d16 > 0), half_ulp / 2, half_ulp)
-        fits = np.abs(d16) < bound
-        m, d17 = _nearest_int(*_times_pow10(al, 16 - el, parts))
-        unsure[long] = ((np.abs(np.abs(d16) - bound) <= bound * 1e-9) | (np.abs(np.abs(d16) - 0.5) <= 1e-9)
+        ad16 = np.abs(d16)
+        fits = ad16 < bound
+        m, d17 = _nearest_int(*_times_pow10(al, k16 + 1, parts))
+        unsure[long] = ((np.abs(ad16 - bound) <= bound * 1e-9) | (np.abs(ad16 - 0.5) <= 1e-9)
                         | (np.abs(np.abs(d17) - 0.5) <= 1e-9))
         m17[long] = np.where(fits, m16 * 10, m)
         p[long] = np.where(fits, 16, 17)
@@ -138,7 +146,7 @@ def _words(v, groups: int) -> np.ndarray:
     out = np.empty((len(v), groups), dtype=np.uint32)
     for g in range(groups - 1, -1, -1):
         q = v // 10000  # (numpy divides by a scalar fast; by an array, 10x slower)
-        out[:, g] = _DIGITS4[v - q * 10000]
+        out[:, g] = _DIGITS4.take(v - q * 10000, mode="wrap")  # (in range: "wrap" skips the bounds check)
         v = q
     return out
 
@@ -176,14 +184,23 @@ def _compose(neg, m17, p, e, nan):
     n = len(m17)
     sci = (e < -4) | (e >= 16)  # repr's choice of notation
     small = ~sci & (e < 0)  # 0.000ddd
-    whole = np.where(sci, 1, np.where(small, 0, e + 1))  # digits before the point
+    # (the common case, every value written as ddd.ddd, skips what only the others need)
+    any_sci, any_small = bool(sci.any()), bool(small.any())
+    whole = np.where(sci, 1, np.where(small, 0, e + 1)) if any_sci or any_small else e + 1  # digits before the point
     last = np.maximum(p, whole)
     digits = _words(m17, 5)  # 3 zeros, then the 17 digits
-    word0 = np.where(neg, _MINUS, 0) | np.where(small, _ZERO_AT1, 0)
-    point = np.where(sci & (p == 1), 0, 1) + np.where(small, -e - 1, 0)  # '.' and 0.000ddd's zeros
-    point = _POINT_ZEROS & _KEEP_FIRST[point]
-    exponent = _EXPONENT[np.clip(e - _LO_E, 0, len(_EXPONENT) - 1)]
-    tail = np.where(sci, exponent, np.where(p <= whole, _ZERO, 0))  # x.0 has a zero after the point
+    word0 = np.where(neg, _MINUS, 0) if neg.any() else np.zeros(n, dtype=np.uint32)
+    if any_small:
+        word0 |= np.where(small, _ZERO_AT1, 0)
+    zeros_after_point = int(np.where(small, -e - 1, 0).max()) if any_small else 0  # of 0.000ddd
+    if any_sci or any_small:
+        point = np.where(sci & (p == 1), 0, 1) + np.where(small, -e - 1, 0)  # '.' and 0.000ddd's zeros
+        point = _POINT_ZEROS & _KEEP_FIRST[point]
+    else:
+        point = np.full(n, _POINT_ZEROS & _KEEP_FIRST[1], dtype=np.uint32)
+    tail = np.where(p <= whole, _ZERO, 0)  # x.0 has a zero after the point
+    if any_sci:
+        tail = np.where(sci, _EXPONENT[np.clip(e - _LO_E, 0, len(_EXPONENT) - 1)], tail)
     if nan.any():
         word0[nan] = point[nan] = tail[nan] = 0
         whole, last = np.where(nan, 0, whole), np.where(nan, 0, last)
@@ -197,10 +214,10 @@ def _compose(neg, m17, p, e, nan):
 
     parts = [chars(word0[:, None], 0 if neg.any() else 1, 2 if small.any() else 1),
              chars(digits, 3, 3 + int(whole.max()), _RANGE20[3], 3 + whole),
-             chars(point[:, None], 0, 1 + int(np.where(small, -e - 1, 0).max())),
+             chars(point[:, None], 0, 1 + zeros_after_point),
              chars(digits, 3 + int(whole.min()), 3 + int(last.max()), _RANGE20.reshape(-1, 5),
                    (3 + whole) * 21 + 3 + last),
-             chars(tail[:, None], 0, 4 if sci.any() else (1 if tail.any() else 0))]
+             chars(tail[:, None], 0, 4 if any_sci else (1 if tail.any() else 0))]
     return [c for c in parts if c.shape[1]]
 
 

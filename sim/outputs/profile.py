@@ -52,7 +52,7 @@ def comm_seconds(steps: dict, cost_models: list) -> np.ndarray:
     runs it (padded up to a capture size; decode-only steps told apart by a negative key)."""
     n = len(steps["duration_s"])
     out = np.zeros(n)
-    if not n:
+    if not n or all(cm.tp == 1 and cm.pp == 1 for cm in cost_models):  # (no communication anywhere)
         return out
     tokens = steps["prefill_tokens"] + steps["decode_tokens"] + steps["padding_tokens"]
     key = np.where(steps["prefill_tokens"] == 0, -tokens, tokens)

@@ -208,7 +208,7 @@ class Recorder:
                     ("bytes", "s_bytes", np.float64), ("compute_bound", "s_compute", np.int8),
                     ("kv_blocks_used", "s_kv", np.int64), ("padding_tokens", "s_pad", np.int64))
 
-    def _expand_runs(self, price_runs, chunk: int = 1 << 20) -> dict:
+    def _expand_runs(self, price_runs, chunk: int = 1 << 16) -> dict:
         """The rows of ``run_block`` as step columns (replica, start, duration, sequences, KV
         tokens, FLOPs, bytes, bound, KV in use), priced by ``price_runs`` ``chunk`` rows at a
         time, and their TBT gaps and counts (kept for ``tbt_sample``)."""
@@ -233,14 +233,15 @@ class Recorder:
         p_n = np.frombuffer(self.p_n, dtype=np.int64)
         # step j of a piece starting at row f: ctx0 + n (j - f) = (ctx0 - n f) + n j
         ctx = np.repeat(np.frombuffer(self.p_ctx0, dtype=np.int64) - p_n * (np.cumsum(plen) - plen), plen)
-        ctx += seqs * np.arange(n, dtype=np.int64)
         replica = np.repeat(np.frombuffer(self.b_replica, dtype=np.int32), blen)
         dur, flops, nbytes, comp = np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.int8)
+        # a chunk at a time: the temporaries stay small (in cache, and no fresh pages to fault in)
         for lo in range(0, n, chunk):
             rows = slice(lo, min(lo + chunk, n))
+            ctx[rows] += seqs[rows] * np.arange(lo, rows.stop, dtype=np.int64)
             dur[rows], flops[rows], nbytes[rows], comp[rows] = price_runs(replica[rows], seqs[rows], ctx[rows])
-        # the durations the engine used: its step ends are their running sums
-        assert np.array_equal(start + dur, ends), "a run's step times differ from price_runs'"
+            # the durations the engine used: its step ends are their running sums
+            assert np.array_equal(start[rows] + dur[rows], ends[rows]), "a run's step times differ from price_runs'"
         cols = {"replica": replica, "start_s": start, "duration_s": dur, "num_seqs": seqs, "decode_tokens": seqs,
                 "context_tokens": ctx, "flops": flops, "bytes": nbytes, "compute_bound": comp,
                 "kv_blocks_used": np.frombuffer(self.r_kv, dtype=np.int64)}  # (keeps its buffer alive)
@@ -268,11 +269,12 @@ class Recorder:
             # other replicas' later steps: put rows back in the order steps ended (as the
             # reference engine commits them); ties: the rows of ``step`` first, then those of
             # ``run_block``, each in recording order
-            end = np.concatenate([np.frombuffer(self.s_start) if n_s else np.zeros(0),
-                                  runs["start_s"] if n_dec else np.zeros(0)])
-            end += np.concatenate([np.frombuffer(self.s_dur) if n_s else np.zeros(0),
-                                   runs["duration_s"] if n_dec else np.zeros(0)])
-            if not (np.diff(end) >= 0).all():
+            end = np.empty(n_s + n_dec)
+            if n_s:
+                np.add(np.frombuffer(self.s_start), np.frombuffer(self.s_dur), out=end[:n_s])
+            if n_dec:
+                np.add(runs["start_s"], runs["duration_s"], out=end[n_s:])
+            if not (end[1:] >= end[:-1]).all():
                 order = np.argsort(end, kind="stable")
                 del end
                 # where each recorded row goes: rows are scattered into place, column by column

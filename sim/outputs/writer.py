@@ -32,7 +32,7 @@ from servesim.outputs.numfmt import float_parts, int_cells
 
 OUTPUTS = ("summary", "requests", "steps", "scenario")  # what a run folder can hold
 FORMATS = ("csv", "parquet")
-CHUNK_ROWS = 1 << 16  # rows per CSV block: ~10 MB of text at a time
+CHUNK_ROWS = 1 << 14  # rows per CSV block: ~2 MB of text at a time (its temporaries stay in cache)
 ROW_GROUP = 1 << 18  # rows per Parquet row group (readers like them large; ~25 MB of columns)
 
 
