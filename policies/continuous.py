@@ -361,6 +361,25 @@ class ContinuousPolicy:
         remaining = r.num_tokens - c
         return c, held, idle, (min(remaining, budget) if self.chunked else remaining)
 
+    def _take_holders(self, kv, queue, taken, items, n_seqs, free, budget, stop):
+        """``admit``'s first part: take requests whose KV is kept (swapped out to host, or landed
+        here from a P/D prefill replica) from the front of ``queue`` into ``taken`` (and their
+        tokens into ``items``); returns (True when all of them fit, and the sequences, free blocks,
+        tokens and stop reason after)."""
+        for r in queue:
+            q = self._tokens(r, budget)
+            need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks  # swapped: kv_blocks is 0
+            if n_seqs >= self.max_num_seqs or q > budget or need > free:
+                if stop is None:
+                    stop = ("swapped_first", r, budget, free, self.max_num_seqs - n_seqs)
+                return False, n_seqs, free, budget, stop
+            free -= need if need > 0 else 0
+            budget -= q
+            n_seqs += 1
+            items.append((r, q))
+            taken.append(r)
+        return True, n_seqs, free, budget, stop
+
     def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list, reserved=None):
         """After the running requests got their tokens (``n_seqs`` sequences scheduled or
         running, ``free`` blocks and ``budget`` tokens left, nobody preempted): swapped requests
@@ -377,30 +396,18 @@ class ContinuousPolicy:
         blocked = None
         stop = None
 
-        def take_holders(queue, taken) -> bool:
-            """Take requests whose KV is kept (swapped out to host, or landed here from a P/D
-            prefill replica) from the front of ``queue``; True when all of them fit."""
-            nonlocal n_seqs, free, budget, stop
-            for r in queue:
-                q = self._tokens(r, budget)
-                need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks  # swapped: kv_blocks is 0
-                if n_seqs >= self.max_num_seqs or q > budget or need > free:
-                    if stop is None:
-                        stop = ("swapped_first", r, budget, free, self.max_num_seqs - n_seqs)
-                    return False
-                free -= need if need > 0 else 0
-                budget -= q
-                n_seqs += 1
-                items.append((r, q))
-                taken.append(r)
-            return True
-
         # swapped requests come back first; then (P/D decode side) requests whose KV landed here;
         # only then the waiting queue (on a decode replica: requests preempted there, to recompute)
         # (landed ones are tried even when a swapped one does not fit: they hold their KV, and
         # only running them frees any)
-        swapped_back = take_holders(state.swapped, swap_in) if state.swapped else True
-        all_back = (take_holders(state.landed, admitted) if state.landed else True) and swapped_back
+        swapped_back = all_back = True
+        if state.swapped:
+            swapped_back, n_seqs, free, budget, stop = self._take_holders(kv, state.swapped, swap_in, items, n_seqs,
+                                                                          free, budget, stop)
+        if state.landed:
+            all_back, n_seqs, free, budget, stop = self._take_holders(kv, state.landed, admitted, items, n_seqs, free,
+                                                                      budget, stop)
+        all_back = all_back and swapped_back
         if all_back:
             kept = int(self.watermark * kv.num_blocks)
             for r in state.waiting:
