@@ -1106,7 +1106,7 @@ class Replica:
                 r.last_token_s = t
             self.outstanding_tokens += len(fold[2])
             self._sum_c += sum_c
-        pieces = []  # (sequences, KV tokens of the first step, steps) over [lo, e)
+        pn, pc0, plen = [], [], []  # pieces of [lo, e): sequences, KV tokens of their first step, steps
         segs, sp = run.segs, run.sp
         while sp < len(segs):
             i0, m, n, d0 = segs[sp]
@@ -1115,7 +1115,9 @@ class Replica:
             a = lo if lo > i0 else i0
             b = i0 + m if i0 + m < e else e
             if b > a:
-                pieces.append((n, d0 + n * (a - i0), b - a))
+                pn.append(n)
+                pc0.append(d0 + n * (a - i0))
+                plen.append(b - a)
                 tokens += n * (b - a)
             if i0 + m > e:
                 break
@@ -1127,11 +1129,11 @@ class Replica:
         base = kv.num_used - cum[grown - 1]
         dep = run.dep
         dp = run.dp
-        used = [base + x for x in cum[done:e]]
+        frees = None  # (step, blocks freed at its end)
         if dp < len(dep) and dep[dp][0] < e:
             members, cnt, bs, S0 = self._members, self._cnt, kv.block_size, run.S0
             sum_c = 0
-            freed = [0] * (e - done)  # blocks freed at each step's end
+            frees = []
             while dp < len(dep) and dep[dp][0] < e:
                 i, r = dep[dp]
                 dp += 1
@@ -1144,24 +1146,27 @@ class Replica:
                 r.last_token_s = r.finish_s = ends[i]
                 in_use = kv.num_used
                 kv.free(r)
-                freed[i - done] += in_use - kv.num_used
+                frees.append((i, in_use - kv.num_used))
                 if self.prio is not None:
                     self.prio.remove(r.priority)
                 self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
                 rec.complete(r)
-            used = list(map(int.__sub__, used, itertools.accumulate(freed[:-1], initial=0)))
             run.dp = dp
             self._sum_c -= sum_c
         if fold is not None:
             self.stats["steps"] += 1
             self.stats["set_steps"] += 1
-            rec.step(self.index, run.t0, fold[1], fold[0], used[0], 0.0)
+            rec.step(self.index, run.t0, fold[1], fold[0], base + cum[0], 0.0)  # (step 0: nothing freed before)
         if lo < e:
             self.stats["run_steps"] += e - lo
             if run.priced is None:
-                rec.run_block(self.index, ends[lo - 1] if lo else run.t0, last, ends[lo:e], pieces, adj,
-                              used[lo - done:] if lo > done else used)
+                rec.run_block(self.index, ends[lo - 1] if lo else run.t0, last, ends[lo:e], pn, pc0, plen, adj,
+                              cum[lo:e], base, frees and [(i + 1 - lo, b) for i, b in frees if i + 1 < e])
             else:  # steps of their own shape: recorded one by one, as the reference commits them
+                used = [base + x for x in cum[done:e]]
+                for i, b in frees or ():
+                    for j in range(i + 1 - done, e - done):
+                        used[j] -= b
                 for i in range(lo, e):
                     cost, shaped = run.priced[i]
                     prev = ends[i - 1] if i else run.t0

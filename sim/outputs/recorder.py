@@ -80,6 +80,10 @@ class Recorder:
         self.b_last = array("d")
         self.b_len = array("q")
         self.b_adj = array("q")
+        self.b_kv = array("q")
+        self.f_row = array("q")
+        self.f_end = array("q")
+        self.f_blocks = array("q")
         self.p_n = array("q")
         self.p_ctx0 = array("q")
         self.p_len = array("q")
@@ -179,27 +183,37 @@ class Recorder:
         self.s_kv.append(kv_used)
         self.s_pad.append(batch.padding_tokens)
 
-    def run_block(self, replica: int, start_s: float, last_s: float, ends, pieces, adj: int, kv_used) -> None:
+    def run_block(self, replica: int, start_s: float, last_s: float, ends, pn, pc0, plen, adj: int, kv_grown,
+                  kv_base: int, frees=None) -> None:
         """Consecutive decode-only steps of one replica (the fast engine's runs of decode steps):
         the first starts at ``start_s``, step i ends at ``ends[i]`` (the next starts there),
-        with ``kv_used[i]`` blocks in use; ``pieces``: (sequences, KV tokens the first step of
-        the piece touches, steps) in order, each later step of a piece touching ``sequences``
-        more tokens. Every sequence decodes one token a step; its gap is the step's end less
-        the previous step's end (``last_s`` for the first), except for ``adj`` sequences of the
-        first step whose gaps were recorded on their own. The rows (their duration, FLOPs,
-        bytes and bound priced by ``step_columns``' ``price_runs``) and the gaps are worked
-        out, vectorized, when the run is over."""
+        with ``kv_base + kv_grown[i]`` blocks in use, less the blocks of ``frees``: (k, blocks)
+        freed at the end of step k - 1 (steps k on hold that many fewer); pieces (``pn``,
+        ``pc0``, ``plen``): sequences, KV tokens the first step of the piece touches, steps, in
+        order, each later step of a piece touching ``sequences`` more tokens. Every sequence
+        decodes one token a step; its gap is the step's end less the previous step's end
+        (``last_s`` for the first), except for ``adj`` sequences of the first step whose gaps
+        were recorded on their own. The rows (their duration, FLOPs, bytes and bound priced by
+        ``step_columns``' ``price_runs``), the KV in use and the gaps are worked out,
+        vectorized, when the run is over."""
+        row0 = len(self.r_end)
         self.r_end.extend(ends)
-        self.r_kv.extend(kv_used)
+        self.r_kv.extend(kv_grown)
         self.b_replica.append(replica)
         self.b_start.append(start_s)
         self.b_last.append(last_s)
         self.b_len.append(len(ends))
         self.b_adj.append(adj)
-        for n, c0, k in pieces:
-            self.p_n.append(n)
-            self.p_ctx0.append(c0)
-            self.p_len.append(k)
+        self.b_kv.append(kv_base)
+        self.p_n.extend(pn)
+        self.p_ctx0.extend(pc0)
+        self.p_len.extend(plen)
+        if frees:
+            end = row0 + len(ends)
+            for k, blocks in frees:
+                self.f_row.append(row0 + k)
+                self.f_end.append(end)
+                self.f_blocks.append(blocks)
 
     _STEP_ARRAYS = (("replica", "s_replica", np.int32), ("start_s", "s_start", np.float64),
                     ("duration_s", "s_dur", np.float64), ("num_seqs", "s_seqs", np.int32),
@@ -242,10 +256,19 @@ class Recorder:
             dur[rows], flops[rows], nbytes[rows], comp[rows] = price_runs(replica[rows], seqs[rows], ctx[rows])
             # the durations the engine used: its step ends are their running sums
             assert np.array_equal(start[rows] + dur[rows], ends[rows]), "a run's step times differ from price_runs'"
+        # KV in use: each block's base plus what its steps grew, less what completions freed
+        # before each step (a free holds from its step to the end of its block)
+        kv = np.frombuffer(self.r_kv, dtype=np.int64) + np.repeat(np.frombuffer(self.b_kv, dtype=np.int64), blen)
+        if len(self.f_row):
+            delta = np.zeros(n + 1, dtype=np.int64)
+            blocks = np.frombuffer(self.f_blocks, dtype=np.int64)
+            np.subtract.at(delta, np.frombuffer(self.f_row, dtype=np.int64), blocks)
+            np.add.at(delta, np.frombuffer(self.f_end, dtype=np.int64), blocks)
+            kv += np.cumsum(delta[:n])
         cols = {"replica": replica, "start_s": start, "duration_s": dur, "num_seqs": seqs, "decode_tokens": seqs,
-                "context_tokens": ctx, "flops": flops, "bytes": nbytes, "compute_bound": comp,
-                "kv_blocks_used": np.frombuffer(self.r_kv, dtype=np.int64)}  # (keeps its buffer alive)
-        for attr in ("r_end", "r_kv", "b_replica", "b_start", "b_last", "b_len", "b_adj", "p_n", "p_ctx0", "p_len"):
+                "context_tokens": ctx, "flops": flops, "bytes": nbytes, "compute_bound": comp, "kv_blocks_used": kv}
+        for attr in ("r_end", "r_kv", "b_replica", "b_start", "b_last", "b_len", "b_adj", "b_kv", "f_row", "f_end",
+                     "f_blocks", "p_n", "p_ctx0", "p_len"):
             setattr(self, attr, array(getattr(self, attr).typecode))  # free the buffers
         return cols
 
