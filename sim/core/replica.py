@@ -320,35 +320,40 @@ class Replica:
         bs = kv.block_size
         state = self._state
         policy = self.policy
+        # (the same objects for the whole run: set up before the first step, containers emptied
+        # and refilled in place)
+        next_batch, step_time = policy.next_batch, self.cost_model.step_time
+        members, running, waiting, swapped, landed, incoming = (self._members, self.running, self.waiting,
+                                                                 self.swapped, self.landed, self.incoming)
+        window, fast = self.window, self.fast and self.pipeline is None
         while True:
-            if self.incoming:
+            if incoming:
                 self._release(env.now)
-            if not self._members and not self.running and not self.waiting and not self.swapped and not self.landed:
+            if not members and not running and not waiting and not swapped and not landed:
                 yield self._sleep(None)
                 continue
-            n = len(self._members)
-            state._running = self.running
+            n = len(members)
+            state._running = running
             state.now_s = start = env.now
             state.host_free_blocks = self.host_free_blocks
             state.decoding = DecodeSet(n, self._sum_c, self._cnt[self._S % bs], self._sum_p) if n else NO_DECODE_SET
-            batch = policy.next_batch(state)
-            if self.window is not None and batch.items:
-                batch = windowed(batch, self.window)
+            batch = next_batch(state)
+            if window is not None and batch.items:
+                batch = windowed(batch, window)
             if batch.budget_blocked is not None or self._blocked_since is not None:
                 self._note_blocked(batch.budget_blocked, start)
             if self.tracer is not None:
                 self.tracer.decide(self, start, batch)
-            n = len(self._members)  # reading state.running dissolved the set
+            n = len(members)  # reading state.running dissolved the set
             if batch.set_seqs and batch.set_seqs != n:
                 raise RuntimeError(f"policy {type(policy).__name__} scheduled {batch.set_seqs} of the decode set's "
                                    f"{n} requests: schedule it whole (decode_set=state.decoding), leave it out "
                                    "of the step, or read state.running")
-            if batch.empty and not batch.preempted and self.incoming:  # nothing scheduled ahead: seen now
+            if batch.empty and not batch.preempted and incoming:  # nothing scheduled ahead: seen now
                 self._release(start, everything=True)
                 continue
-            if (batch.steady and n and self.fast and self.pipeline is None and not batch.items
-                    and not self.running and (batch.steady_arrivals or not (
-                        self.waiting or self.landed or self.swapped or self.incoming))):
+            if (batch.steady and n and fast and not batch.items and not running
+                    and (batch.steady_arrivals or not (waiting or landed or swapped or incoming))):
                 K = self._macro_len(n, kv.num_empty)
                 if K >= 2:
                     yield from self._macro(n, K, shape=batch)
@@ -367,9 +372,9 @@ class Replica:
                     # requests in flight and simulate() reports the stall.
                     yield self._sleep(batch.wake_at_s)
                 continue
-            cost = self.cost_model.step_time(batch)
-            if (batch.steady and self.fast and self.pipeline is None and not swap_s and not batch.prefix_hits
-                    and batch.set_seqs == n and not self.incoming and self._foldable(batch.items)):
+            cost = step_time(batch)
+            if (batch.steady and fast and not swap_s and not batch.prefix_hits and batch.set_seqs == n
+                    and not incoming and self._foldable(batch.items)):
                 yield from self._macro(n, self.MAX_RUN, (batch, cost, batch.items))
                 continue
             draft_s = self._draft_time_s(batch) if self.spec else 0.0
