@@ -69,9 +69,11 @@ class Recorder:
         self.s_kv = array("q")
         self.s_pad = array("q")
         # decode-only steps recorded by run_block (the fast engine's runs of decode steps):
-        # per step its end and KV in use; per block (one call) its replica, first start, the
-        # end of the step before it (its first gap's other end), steps, and how many of its
-        # first step's sequences had their gap recorded on their own; per piece of constant
+        # per step its end and the KV blocks grown since the run began; per block (one call)
+        # its replica, first start, the end of the step before it (its first gap's other end),
+        # steps, how many of its first step's sequences had their gap recorded on their own,
+        # and the KV base its steps' growth adds to; per completion's free (f_*) the first row
+        # holding fewer blocks, the end of its block and the blocks; per piece of constant
         # sequences: sequences, KV tokens of its first step, steps
         self.r_end = array("d")
         self.r_kv = array("q")
