@@ -1098,19 +1098,11 @@ class Replica:
             last = t
             lo = 1
             tbt = rec.tbt
-            sum_c = 0
-            for r, q in fold[2]:  # (_sample_one, inlined: the hot path)
+            for r, q in fold[2]:
                 d = r.num_output_done
-                c = r.num_computed_tokens = r.num_computed_tokens + q
-                sum_c += c
-                r.num_output_done = d + 1
-                if d == 0:
-                    r.first_token_s = t
-                else:
-                    tbt.append(t - r.last_token_s)
-                r.last_token_s = t
-            self.outstanding_tokens += len(fold[2])
-            self._sum_c += sum_c
+                r.num_computed_tokens += q
+                self._sample_one(r, d, t, tbt)
+                self._sum_c += r.num_computed_tokens
         pn, pc0, plen = [], [], []  # pieces of [lo, e): sequences, KV tokens of their first step, steps
         segs, sp = run.segs, run.sp
         while sp < len(segs):
