@@ -344,3 +344,44 @@ def test_requests_from_specs_carry_their_class():
           "cluster.class_replicas": [{"name": "batch", "replicas": [1]}, {"name": "chat", "replicas": [0]}]}
     rq = simulate(make_scenario(**kw), specs=sp).requests
     assert rq["replica"].tolist() == [0, 1] * 5
+
+
+@pytest.mark.parametrize("kw", [
+    {"memory.num_gpu_blocks": 400, "policy.preemption": "recompute"},  # preempted requests go back to the queue
+    {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 256, "policy.prefix_caching": True,
+     "memory.num_gpu_blocks": 600},
+    {**two_classes(0.5), "policy.queue": {"order": "priority"}, "memory.num_gpu_blocks": 400},  # a keyed queue
+    {"cost.engine": "vllm-v0", "cluster.replicas": 2, "cluster.router": "least_kv_usage",  # synchronous
+     "memory.num_gpu_blocks": 300},
+], ids=["recompute", "chunked_prefix", "priority", "sync_replicas"])
+def test_admission_counters_match_the_queue(kw, monkeypatch):
+    """Admission reads the replica's counters (O(1) per arrival) instead of summing its queue:
+    at every decision they equal the sums over the waiting requests, and every waiting request
+    has computed nothing (its tokens are all prompt still to prefill)."""
+    from servesim.core import gateway
+    from servesim.core.replica import Replica
+
+    checked = []
+    apply = Replica._apply
+
+    def checked_apply(self, batch, now):
+        queued = [*self.waiting, *self.incoming]
+        assert self.waiting_tokens == sum(r.num_tokens for r in queued)
+        assert all(r.num_computed_tokens == 0 for r in queued)
+        probe = req(10**6, now, prompt=500)
+        probe.cls = 0
+        key = getattr(self.waiting, "key", None)
+        # (ranked before it: its equals in the queue too, those seen later only if strictly before)
+        ahead = queued if key is None else ([r for r in self.waiting if key(r) <= key(probe)]
+                                            + [r for r in self.incoming if key(r) < key(probe)])
+        assert gateway.requests_ahead(probe, self) == (len(ahead), sum(r.num_tokens for r in ahead))
+        checked.append(len(queued))
+        return apply(self, batch, now)
+
+    monkeypatch.setattr(Replica, "_apply", checked_apply)
+    simulate(make_scenario(**{"workload.num_requests": 200,
+                              "workload.arrival": {"process": "poisson", "rate_rps": 40.0},
+                              "workload.prompt_tokens": {"dist": "uniform", "min": 200, "max": 1500},
+                              "workload.output_tokens": {"dist": "uniform", "min": 20, "max": 200}, **kw}),
+             engine="reference")
+    assert max(checked) > 10  # queues formed

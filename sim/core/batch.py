@@ -160,12 +160,15 @@ def windowed(batch: Batch, window: int) -> Batch:
                           decode_context_tokens=batch.decode_context_tokens - dctx)
 
 
-def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0, window: int | None = None) -> Batch:
+def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0, window: int | None = None, *,
+                    decode_set: tuple[int, int] = (0, 0)) -> Batch:
     """A batch without requests, for the cost CLI and tests.
 
     ``prefill``: (new_tokens, tokens_already_computed) per prefill sequence; ``decode_contexts``:
     KV tokens before the step for each decoding sequence (each verifies ``spec_tokens + 1``);
-    ``window``: the model's sliding attention window, if any (``attention_span``).
+    ``decode_set``: (n, c): n more decoding sequences with c KV tokens each (the same as n
+    times c in ``decode_contexts``, in O(1)); ``window``: the model's sliding attention window,
+    if any (``attention_span``).
     """
     prefill = list(prefill)
     dc = list(decode_contexts)
@@ -174,9 +177,15 @@ def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0, window
     pre = [attention_span(c, p, window) for p, c in prefill]
     dpairs = sum(x for x, _ in dec)
     dctx = sum(k for _, k in dec)
+    n_set = decode_set[0]
+    if n_set:
+        x, k = attention_span(decode_set[1], q, window)
+        dpairs += n_set * x
+        dctx += n_set * k
+    ndec = len(dc) + n_set
     pairs = sum(x for x, _ in pre) + dpairs
     ctx = sum(k for _, k in pre) + dctx
     p_tokens = sum(p for p, _ in prefill)
-    n = len(prefill) + len(dc)
-    return Batch((), (), (), n, p_tokens + q * len(dc), p_tokens, q * len(dc), len(prefill), float(pairs), ctx, n,
-                 0, len(dc), dctx, float(dpairs))
+    n = len(prefill) + ndec
+    return Batch((), (), (), n, p_tokens + q * ndec, p_tokens, q * ndec, len(prefill), float(pairs), ctx, n,
+                 0, ndec, dctx, float(dpairs))

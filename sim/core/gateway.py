@@ -152,8 +152,7 @@ class Admission:
                 return (f"admission: {n} requests already wait on replica {index} "
                         f"(policy.admission.max_queue={cfg.max_queue})")
         if cfg.max_queued_tokens is not None:
-            queued = sum(r.num_tokens for r in replica.waiting) + sum(r.num_tokens
-                                                                        for r in getattr(replica, "incoming", ()))
+            queued = replica.waiting_tokens  # (async scheduling's arrivals too)
             if queued + req.prompt_tokens > cfg.max_queued_tokens:
                 return (f"admission: {queued} prompt tokens already wait on replica {index}, {req.prompt_tokens} "
                         f"more exceed policy.admission.max_queued_tokens={cfg.max_queued_tokens}")
@@ -175,24 +174,26 @@ def _engine(replica):
     return min(engines, key=type(replica)._unfinished)
 
 
-def requests_ahead(req, engine) -> list:
-    """The waiting requests ``engine`` admits before ``req`` (all of them, FCFS), those that
-    arrived during its step in flight (async scheduling) included."""
+def requests_ahead(req, engine) -> tuple[int, int]:
+    """(requests, prompt tokens) waiting on ``engine`` that it admits before ``req``: all of
+    them under FCFS (the counters the replica keeps: O(1)), else those ranked before it in the
+    queue's order; those that arrived during its step in flight (async scheduling) included. A
+    waiting request has computed nothing (a preempted one recomputes its prompt from scratch),
+    so its tokens are all still to prefill."""
     waiting = engine.waiting
     key = getattr(waiting, "key", None)
-    incoming = getattr(engine, "incoming", ())
     if key is None:
-        return [*waiting, *incoming]
+        return len(waiting) + len(engine.incoming), engine.waiting_tokens
     k = key(req)
-    return waiting.ranked_before(k) + [r for r in incoming if key(r) < k]
+    ahead = waiting.ranked_before(k) + [r for r in engine.incoming if key(r) < k]
+    return len(ahead), sum(r.num_tokens for r in ahead)
 
 
-def prefill_tokens_ahead(req, engine, ahead=None) -> int:
+def prefill_tokens_ahead(req, engine, queued_tokens: int | None = None) -> int:
     """Prompt tokens ``engine`` computes before ``req``'s: those of the waiting requests ranked
-    before it and the rest of the prompts its running requests prefill."""
-    if ahead is None:
-        ahead = requests_ahead(req, engine)
-    tokens = sum(r.num_tokens - r.num_computed_tokens for r in ahead)
+    before it (``queued_tokens``, if known) and the rest of the prompts its running requests
+    prefill."""
+    tokens = requests_ahead(req, engine)[1] if queued_tokens is None else queued_tokens
     for r in engine.running:  # the decode set's members have no prompt left
         left = r.num_tokens - r.num_computed_tokens
         if left > 1 or not r.num_output_done:
@@ -206,21 +207,25 @@ ADMISSIONS_KEPT = 32  # admissions a replica remembers to measure its recent adm
 def predicted_ttft_s(req, replica, now: float = 0.0) -> float:
     """The TTFT ``req`` would get on ``replica`` at time ``now`` (see the module docstring)."""
     e = _engine(replica)
-    ahead = requests_ahead(req, e)
+    waits, queued = requests_ahead(req, e)
     n, ctx = e.decode_load()
     budget = getattr(e.policy, "max_num_batched_tokens", 8192)
     chunk = max(budget - n, 1)
     mean_ctx = ctx // n if n else 0
+    priced: dict = {}
 
     def step_s(c: int) -> float:
-        return e.cost_model.step_time(synthetic_batch([(c, 0)], [mean_ctx] * n)).time_s
+        t = priced.get(c)
+        if t is None:
+            t = priced[c] = e.cost_model.step_time(synthetic_batch([(c, 0)], decode_set=(n, mean_ctx))).time_s
+        return t
 
     def prefill_s(tokens: int) -> float:
         full, rest = divmod(tokens, chunk)
         return (full * step_s(chunk) if full else 0.0) + (step_s(rest) if rest else 0.0)
 
-    compute = prefill_s(prefill_tokens_ahead(req, e, ahead) + req.prompt_tokens)
-    waits = len(ahead) + (n >= getattr(e.policy, "max_num_seqs", math.inf))
+    compute = prefill_s(prefill_tokens_ahead(req, e, queued) + req.prompt_tokens)
+    waits += n >= getattr(e.policy, "max_num_seqs", math.inf)
     times = e.admissions
     if not waits or not times or now <= times[0]:
         return compute

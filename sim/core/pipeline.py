@@ -97,6 +97,10 @@ class VirtualEngines:
     def waiting_blocks(self) -> int:
         return sum(e.waiting_blocks for e in self.engines)
 
+    @property
+    def waiting_tokens(self) -> int:
+        return sum(e.waiting_tokens for e in self.engines)
+
 
 class _KvView:
     """The engines' KV allocators added up (what ``least_kv_usage`` and ``prefix_aware`` read)."""

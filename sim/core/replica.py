@@ -164,6 +164,7 @@ class Replica:
         self.admissions = None  # a bounded deque of recent admission times, when admission control reads them
         self.outstanding_tokens = 0  # prompt + output so far, over unfinished requests here
         self.waiting_blocks = 0  # KV blocks the waiting requests' tokens will need (routers read it)
+        self.waiting_tokens = 0  # their tokens (admission control reads it: O(1), not a sum over the queue)
         # routers that read state re-read a replica only when it changed: ``watch`` (the cluster's
         # set of changed positions) gets ``watch_key`` whenever counters, queues or KV move
         self.watch: set | None = None
@@ -242,6 +243,7 @@ class Replica:
             return
         (self.incoming if self.async_scheduling else self.waiting).append(req)
         self.waiting_blocks += self.kv.blocks_for(req.num_tokens)
+        self.waiting_tokens += req.num_tokens
         self.outstanding_tokens += req.prompt_tokens
         if self.tracer is not None:
             self.tracer.arrive(self, req)
@@ -269,6 +271,7 @@ class Replica:
         else:
             waiting.remove(r)  # a policy admitting out of queue order
         self.waiting_blocks -= self.kv.blocks_for(r.num_tokens)
+        self.waiting_tokens -= r.num_tokens
 
     def _release(self, now: float, everything: bool = False) -> None:
         """Async scheduling: move the arrivals the decision at ``now`` sees into the waiting queue:
@@ -447,6 +450,7 @@ class Replica:
                     r.num_computed_tokens = 0
                     waiting.appendleft(r)
                     self.waiting_blocks += kv.blocks_for(r.num_tokens)
+                    self.waiting_tokens += r.num_tokens
         # Prefix-cache hits are mapped before any allocation so no eviction can take them.
         for r, cached in batch.prefix_hits:
             r.num_computed_tokens = cached
