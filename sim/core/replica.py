@@ -174,6 +174,11 @@ class Replica:
         self.pipeline = pipeline
         self.after_free = None  # called after KV blocks were freed (P/D: retry pending hand-offs)
         self.on_run = None  # called (replica, True/False) when a run of decode steps starts / ends
+        # called (replica) when the run's next step end to settle (``next_settle_s``) may have
+        # come earlier: the cluster keeps those times in a heap, so that bringing the replicas up
+        # to date costs what changed, not the number of replicas (Cluster.settle)
+        self.on_due = None
+        self.due_s = math.inf  # the cluster's bookkeeping for on_due: a lower bound of next_settle_s
         self.next_arrival_s = None  # () -> when the next request routed here arrives, if known (Cluster)
         self.stats = {"steps": 0, "set_steps": 0, "runs": 0, "run_steps": 0}
         # the decode set
@@ -884,6 +889,8 @@ class Replica:
             self._plan(run, min(K - 1, chunk), t0, self.kv.num_empty, t_stop)
         while True:
             run.fin = run.K == run.fin_at
+            if self.on_due is not None:
+                self.on_due(self)
             ends = run.ends
             last = ends[run.K - 1]
             self._interruptible = True  # wake() interrupts the wait (cheaper than ev | wake)
@@ -952,7 +959,9 @@ class Replica:
     def _truncate(self, run, K: int) -> None:
         """Cut the run to its first ``K`` steps: completions planned later go back to the heap."""
         run.K = K
-        run.fin = False
+        run.fin = False  # (its last step is settled in bulk now: it may be due sooner)
+        if self.on_due is not None:
+            self.on_due(self)
         if run.priced is not None:
             del run.priced[K:]
         dep = run.dep
@@ -1050,6 +1059,18 @@ class Replica:
                 return
             self._interruptible = False
             self.process.interrupt()
+
+    def next_settle_s(self) -> float:
+        """When ``settle`` next has something to do: the end of the first step of the run not
+        settled yet (its KV growth and records move then, and not before); inf when none is
+        (no run, every planned step settled, or only the last one left, committed at its end)."""
+        run = self._mac
+        if run is None:
+            return math.inf
+        d = run.done
+        if d < run.K - 1 or (d == run.K - 1 and not run.fin):
+            return run.ends[d]
+        return math.inf
 
     def settle(self, now: float, strict: bool = False) -> None:
         """Bring a run of decode steps up to time ``now``: KV of the steps started by then, and
