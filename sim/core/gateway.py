@@ -185,8 +185,12 @@ def requests_ahead(req, engine) -> tuple[int, int]:
     if key is None:
         return len(waiting) + len(engine.incoming), engine.waiting_tokens
     k = key(req)
-    ahead = waiting.ranked_before(k) + [r for r in engine.incoming if key(r) < k]
-    return len(ahead), sum(r.num_tokens for r in ahead)
+    n, tokens = waiting.ranked_before(k)
+    for r in engine.incoming:  # (arrivals during the step in flight: a few)
+        if key(r) < k:
+            n += 1
+            tokens += r.num_tokens
+    return n, tokens
 
 
 def prefill_tokens_ahead(req, engine, queued_tokens: int | None = None) -> int:

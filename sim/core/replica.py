@@ -64,40 +64,52 @@ class KeyedQueue:
     """A waiting queue ordered by ``key(request)`` (ties: first in, first out), for policies that
     set ``queue_key`` (shortest job first, priorities). The deque operations the engine uses:
     ``append`` (an arrival), ``appendleft`` (a preempted request: ahead of its equals),
-    ``popleft``, ``remove``, iteration in order, ``[0]``, ``len``."""
+    ``popleft``, ``remove``, iteration in order, ``[0]``, ``len``; and ``ranked_before`` for
+    admission control. Alongside the sorted entries it keeps their requests' token counts (fixed
+    while a request waits), so that the tokens ranked before a key add up in C, not in a Python
+    loop over the queue."""
 
-    __slots__ = ("key", "_items", "_seq")
+    __slots__ = ("key", "_items", "_tokens", "_seq")
 
     def __init__(self, key):
         self.key = key
-        self._items: list = []  # (key, seq, request), sorted
+        self._items: list = []  # (key, seq, request id, request), sorted
+        self._tokens: list = []  # num_tokens of each entry of _items, in the same order
         self._seq = 0
+
+    def _insert(self, item) -> None:
+        i = bisect.bisect_right(self._items, item)
+        self._items.insert(i, item)
+        self._tokens.insert(i, item[3].num_tokens)
 
     def append(self, r) -> None:
         self._seq += 1
-        bisect.insort(self._items, (self.key(r), self._seq, r.request_id, r))
+        self._insert((self.key(r), self._seq, r.request_id, r))
 
     def appendleft(self, r) -> None:
         self._seq += 1
-        bisect.insort(self._items, (self.key(r), -self._seq, r.request_id, r))
+        self._insert((self.key(r), -self._seq, r.request_id, r))
 
     def popleft(self):
+        del self._tokens[0]
         return self._items.pop(0)[3]
 
     def remove(self, r) -> None:
         for i, item in enumerate(self._items):
             if item[3] is r:
                 del self._items[i]
+                del self._tokens[i]
                 return
         raise ValueError("request not in the queue")
 
     def __getitem__(self, i):
         return self._items[i][3]
 
-    def ranked_before(self, key) -> list:
-        """The requests ranked before one with sort key ``key`` would be (its equals too)."""
-        items = self._items
-        return [item[3] for item in items[:bisect.bisect_right(items, (key, math.inf))]]
+    def ranked_before(self, key) -> tuple[int, int]:
+        """(requests, their tokens) ranked before one with sort key ``key`` would be (its equals
+        too)."""
+        n = bisect.bisect_right(self._items, (key, math.inf))
+        return n, sum(itertools.islice(self._tokens, n))
 
     def __iter__(self):
         return (item[3] for item in self._items)
