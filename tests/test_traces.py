@@ -94,6 +94,38 @@ def test_resample_arrivals_keeping_lengths(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
+    # rows the fast paths pass on to the full checks (zero, fullwidth digits are no plain digits,
+    # an impossible date laid out as a timestamp)
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,0,5\n",
+     r"line 2: ContextTokens must be a positive integer \(>= 1\), got 0"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-30 18:00:01.0,5,5\n",
+     "line 2: TIMESTAMP must be a number or a timestamp, got '2023-02-30 18:00:01.0'"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,99999999999\n",
+     "line 2: GeneratedTokens must be at most 2147483647"),
+])
+def test_trace_fast_paths_keep_the_errors(tmp_path, text, message):
+    f = tmp_path / "bad.csv"
+    f.write_text(text)
+    with pytest.raises(InputError, match=f"bad.csv.*{message}"):
+        gen({"path": str(f)})
+
+
+def test_trace_rows_in_other_forms_read_as_the_plain_ones(tmp_path):
+    """The fast paths (plain digits, ``YYYY-MM-DD HH:MM:SS``) and the full parse agree: the same
+    requests from padded lengths, a T separator, a UTC offset, a timestamp without fraction."""
+    plain = tmp_path / "plain.csv"
+    plain.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.5,12,3\n"
+                     "2023-11-16 18:00:01.0,7,40\n2023-11-16 18:00:02.25,100,1\n")
+    other = tmp_path / "other.csv"
+    other.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n 2023-11-16T18:00:00.5 , 12 ,003\n"
+                     "2023-11-16 19:00:01+01:00,7.0,40\n2023-11-16 18:00:02.250000000,１００,1\n")
+    a, b = gen({"path": str(plain)}), gen({"path": str(other)})
+    assert a.arrival_s.tolist() == b.arrival_s.tolist() == [0.0, 0.5, 1.75]
+    assert a.prompt_tokens.tolist() == b.prompt_tokens.tolist() == [12, 7, 100]
+    assert a.output_tokens.tolist() == b.output_tokens.tolist() == [3, 40, 1]
+
+
+@pytest.mark.parametrize("text, message", [
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "the trace has no data rows"),
     ("", "the trace is empty"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,5\n2023-11-16 18:00:00.5,5,5\n",

@@ -103,15 +103,25 @@ def jsonl_objects(path: str, lines):
 
 
 # ---------------------------------------------------------------- timestamps
-def _timestamp_ns(text: str) -> int:
+def _is_plain_timestamp(s: str) -> bool:
+    """Whether ``s`` is laid out as ``YYYY-MM-DD[ T]HH:MM:SS...`` (never a number)."""
+    return len(s) >= 19 and s[4] == "-" and s[7] == "-" and s[10] in " T" and s[13] == ":" and s[16] == ":"
+
+
+def _timestamp_ns(text: str, days: dict | None = None) -> int:
     """``YYYY-MM-DD[ T]HH:MM:SS[.digits]`` -> integer nanoseconds (exact to 9 digits); other ISO
-    forms (time zones) through ``datetime.fromisoformat``."""
+    forms (time zones) through ``datetime.fromisoformat``. ``days``: a cache of the dates' day
+    numbers (a trace's rows share a few dates)."""
     s = text.strip()
-    if len(s) >= 19 and s[4] == "-" and s[7] == "-" and s[10] in " T" and s[13] == ":" and s[16] == ":":
+    if _is_plain_timestamp(s):
         frac = s[20:] if len(s) > 19 and s[19] == "." else ""
         if (len(s) == 19 or (s[19] == "." and frac.isdigit())) and s[:4].isdigit():
             try:
-                day = _dt.date(int(s[0:4]), int(s[5:7]), int(s[8:10])).toordinal()
+                day = days.get(s[:10]) if days is not None else None
+                if day is None:
+                    day = _dt.date(int(s[0:4]), int(s[5:7]), int(s[8:10])).toordinal()
+                    if days is not None:
+                        days[s[:10]] = day
                 hh, mm, ss = int(s[11:13]), int(s[14:16]), int(s[17:19])
             except ValueError:
                 raise ValueError(s) from None
@@ -251,19 +261,37 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
         has_t = "arrival" in idx
         ts, kinds, prompts, outputs, lines = ([] if has_t else None), [], [], [], []
         width = len(header)
+        ia, ip, io = idx.get("arrival"), idx["prompt"], idx["output"]
+        days: dict = {}
+        # (the usual row takes the fast paths: lengths as plain digits, a timestamp laid out as
+        # YYYY-MM-DD HH:MM:SS; anything else, and every error, goes through the checks that name
+        # the line)
         for row in reader:
             line = reader.line_num
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
-            where = f"{path} line {line}"
             if len(row) != width:
-                raise InputError(f"{where}: expected {width} fields (as the header), got {len(row)}")
+                raise InputError(f"{path} line {line}: expected {width} fields (as the header), got {len(row)}")
             if has_t:
-                kind, v = _time_value(row[idx["arrival"]], unit_s, where, cols["arrival"])
+                raw = row[ia]
+                try:
+                    if not _is_plain_timestamp(raw):
+                        raise ValueError(raw)
+                    v = _timestamp_ns(raw, days)
+                    kind = "ts"
+                except ValueError:
+                    kind, v = _time_value(raw, unit_s, f"{path} line {line}", cols["arrival"])
                 kinds.append(kind)
                 ts.append(v)
-            prompts.append(_length(row[idx["prompt"]].strip(), where, cols["prompt"]))
-            outputs.append(_length(row[idx["output"]].strip(), where, cols["output"]))
+            p, o = row[ip], row[io]
+            if p.isdigit() and p.isascii() and 0 < (n := int(p)) <= MAX_TOKENS:
+                prompts.append(n)
+            else:
+                prompts.append(_length(p.strip(), f"{path} line {line}", cols["prompt"]))
+            if o.isdigit() and o.isascii() and 0 < (n := int(o)) <= MAX_TOKENS:
+                outputs.append(n)
+            else:
+                outputs.append(_length(o.strip(), f"{path} line {line}", cols["output"]))
             lines.append(line)
     return _finish(path, ts, kinds, prompts, outputs, lines, cols.get("arrival"))
 
