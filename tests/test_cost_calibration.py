@@ -463,3 +463,17 @@ def test_v0_attention_family_is_used_for_mixed_steps_from_parts():
     assert mixed.flops == pytest.approx(pre.flops + dec.flops, rel=1e-12)
     assert pre.bound == "compute" and dec.bound == "memory"
     assert math.isclose(mixed.bytes, pre.bytes + dec.bytes, rel_tol=1e-12)
+
+
+def test_packaged_calibrations_read_the_same_through_the_fast_loader():
+    """Packaged calibration files are parsed with libyaml (``load_packaged_yaml``) for speed: it
+    must read each exactly as the checked loader does (numbers like 1e15 included)."""
+    from servesim.cost.calibration import shipped_calibrations
+    from servesim.inputs.schema import load_packaged_yaml, load_yaml
+
+    files = shipped_calibrations()
+    assert len(files) >= 4
+    for name, path in files.items():
+        text = path.read_text(encoding="utf-8")
+        assert load_packaged_yaml(text) == load_yaml(text), name
+    assert load_packaged_yaml("a: 1e15\nb: [2, x]\n") == load_yaml("a: 1e15\nb: [2, x]\n") == {"a": 1e15, "b": [2, "x"]}

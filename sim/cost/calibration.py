@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from servesim.cost.efficiency import DEFAULT_EFFICIENCIES, Efficiencies, from_dict
-from servesim.inputs.schema import read_mapping
+from servesim.inputs.schema import load_packaged_yaml, read_mapping
 from servesim.inputs.specs import GPUS, GpuSpec
 
 
@@ -96,7 +96,7 @@ def _raw(path: Path, where: str, cached: bool = False) -> dict:
 @functools.lru_cache(maxsize=32)
 def _raw_packaged(path: str, where: str) -> dict:
     """Packaged calibration files do not change while we run: parse each once (callers copy)."""
-    return read_mapping(path, "calibration file", where)
+    return load_packaged_yaml(Path(path).read_text(encoding="utf-8"))
 
 
 def efficiencies_for(gpu: GpuSpec, calibration: str = "auto", where: str = "cost.calibration") -> Efficiencies:

@@ -159,6 +159,20 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
                               list("-+0123456789"))
 
 
+class _PackagedLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """The same reading as ``_Loader`` (``1e15`` a number) through libyaml's C parser when PyYAML
+    has it, without the guards against hostile files: for files shipped in the package only."""
+
+
+_PackagedLoader.yaml_implicit_resolvers = {k: list(v) for k, v in _Loader.yaml_implicit_resolvers.items()}
+
+
+def load_packaged_yaml(text: str):
+    """``text`` of a file shipped with servesim, parsed as ``load_yaml`` would (a test checks they
+    agree on every packaged file) at C speed: the calibration files are read by every run."""
+    return yaml.load(text, Loader=_PackagedLoader)
+
+
 def load_yaml(text: str):
     """``text`` parsed as safe YAML (with ``1e15`` a number): for files and ``--set`` values alike.
     Every failure is a ``yaml.YAMLError`` (a ``YamlLimit`` for what the loader refuses)."""
