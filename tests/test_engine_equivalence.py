@@ -399,6 +399,21 @@ def test_weighted_percentiles_are_numpys(pairs):
     assert w["mean"] == pytest.approx(plain["mean"], rel=1e-12)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1, allow_nan=False, allow_subnormal=False), st.integers(1, 50)),
+                min_size=2, max_size=40), st.randoms(use_true_random=False))
+def test_weighted_mean_does_not_depend_on_the_recording_order(pairs, rnd):
+    """The engines record TBT gaps in different orders: the weighted mean is exactly rounded
+    (``math.fsum``), so any order gives the same bits."""
+    shuffled = pairs[:]
+    rnd.shuffle(shuffled)
+    a, b = ([p[0] for p in x] for x in (pairs, shuffled))
+    ca, cb = ([p[1] for p in x] for x in (pairs, shuffled))
+    m = dist_stats(WeightedSample(np.array(a), np.array(ca)))["mean"]
+    assert m == dist_stats(WeightedSample(np.array(b), np.array(cb)))["mean"]
+    assert m == math.fsum(v * c for v, c in pairs) / sum(ca)
+
+
 def test_cli_engine_flag_writes_identical_files(tmp_path):
     from servesim.cli.main import main
 

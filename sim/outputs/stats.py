@@ -5,6 +5,8 @@ without expanding it."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 DIST_STATS = ("mean", "p50", "p90", "p99", "max")  # the keys of ``dist_stats``
@@ -74,7 +76,9 @@ class WeightedSample:
             b = kth(min(lo + 1, n - 1))
             d = b - a
             out.append(float(b - d * (1 - g)) if g >= 0.5 else float(a + d * g))
-        mean = float(np.dot(v, c.astype(float)) / n)
+        # exactly rounded: the same whatever order the values were recorded in (the fast engine
+        # records gaps in another order than the reference) and whatever BLAS would sum with
+        mean = math.fsum((v * c).tolist()) / n
         return {"mean": mean, "p50": out[0], "p90": out[1], "p99": out[2], "max": float(v.max())}
 
 
