@@ -126,6 +126,8 @@ class Cluster:
             self._decode_blocks = min(r.kv.num_blocks for r in self.decode)
             for r in self.decode:
                 r.after_free = self._retry_handoffs
+                r.handoffs_waiting = self.pending
+        self._bulk_ended = False  # decode replicas' runs were told that completions matter now
 
     def _watch_loads(self) -> None:
         """Replicas tell the router when they change (``Replica.watch``), so it re-reads only
@@ -287,8 +289,16 @@ class Cluster:
             need = self.decode[0].kv.blocks_for(req.num_computed_tokens)
             j = pick_decode_replica(self.decode, need)
             if j is None:
+                if self._fast and not self._bulk_ended:
+                    # a hand-off waits: every completion on the decode side may let it in, at its
+                    # time (runs of decode steps stop settling completions in bulk)
+                    self._bulk_ended = True
+                    for r in list(self._in_run):
+                        r.end_bulk()
                 return
             self.pending.popleft()
+            if not self.pending:
+                self._bulk_ended = False
             dst = self.decode[j]
             token = src.kv.detach(req)  # the prefill side keeps the blocks until the KV lands
             ok = dst.kv.grow(req, req.num_computed_tokens)

@@ -185,6 +185,7 @@ class Replica:
         self._blocked_ids: set = set()
         self.pipeline = pipeline
         self.after_free = None  # called after KV blocks were freed (P/D: retry pending hand-offs)
+        self.handoffs_waiting = ()  # (P/D decode side: the cluster's pending hand-offs; non-empty: see end_bulk)
         self.on_run = None  # called (replica, True/False) when a run of decode steps starts / ends
         # called (replica) when the run's next step end to settle (``next_settle_s``) may have
         # come earlier: the cluster keeps those times in a heap, so that bringing the replicas up
@@ -755,7 +756,27 @@ class Replica:
         when nothing reacts to a completion at its time (a closed-loop client's next request,
         P/D hand-offs retried when KV frees). Otherwise a run ends at the first completion,
         which is committed at its time (``_commit_set``)."""
-        return not self.recorder.end_hooks and self.after_free is None
+        return not self.recorder.end_hooks and (self.after_free is None or not self.handoffs_waiting)
+
+    def end_bulk(self) -> None:
+        """From now on a completion matters at its time (P/D: a hand-off waits for room on the
+        decode side, and the blocks a completion frees may let it in): a run of decode steps
+        planned past completions plans no further and, when one is planned after the step in
+        flight, ends with that step. The completions at its end are settled then, at their time,
+        and ``after_free`` is called (``_macro``). The cluster settles the replica first."""
+        run = self._mac
+        if run is None or not run.bulk:
+            return
+        run.bulk = False
+        run.stop = True
+        j = run.done  # the step in flight
+        dep = run.dep
+        if j + 1 < run.K and run.dp < len(dep) and dep[-1][0] > j:
+            self._truncate(run, j + 1)
+            if self._interruptible and not self._lagged:  # (waiting for the end of a later step)
+                self._interruptible = False
+                self._wake_lag = 0
+                self.process.interrupt()
 
     def _foldable(self, items) -> bool:
         """Whether this step (the decode set plus ``items``) can be step 0 of a run of decode
@@ -853,7 +874,8 @@ class Replica:
             if shape.next_steps is not None:
                 run.next_steps, run.priced = shape.next_steps, []
         self.stats["runs"] += 1
-        if not self._bulk and S + K == self._heap[0][0]:
+        run.bulk = self._bulk
+        if not run.bulk and S + K == self._heap[0][0]:
             # the last step completes a member: committed the ordinary way (_commit_set), at its
             # end, not in bulk
             run.fin_at = K
@@ -947,11 +969,15 @@ class Replica:
             self.settle(env.now)
             if not self._plan(run, min(K - run.K, chunk), last, self.kv.num_empty, t_stop):
                 break
+        settled = run.dp
         self.settle(env.now)
         self._mac = None
         self._prev_step = (run.ends[run.K - 2] if run.K > 1 else run.t0, env.now)
         if self.on_run is not None:
             self.on_run(self, False)
+        if run.dp > settled and self.after_free is not None and self.handoffs_waiting:
+            # (a run that ended for ``end_bulk``: its last step's completions, now, at their time)
+            self.after_free()
         if run.K > 1 or fold is None:
             self._decode_step_s = run.last_step_s()
         if run.fin:
@@ -997,7 +1023,7 @@ class Replica:
         end = P + k
         cnt = run.pcnt
         n, sumc = run.pn, run.psum
-        bulk = run.fin_at < 0 and self._bulk
+        bulk = run.fin_at < 0 and run.bulk
         heap = self._heap
         cum = run.cum
         c_last = cum[-1] if P else 0

@@ -28,7 +28,7 @@ class Run:
     members before it)."""
 
     __slots__ = ("S0", "t0", "K", "done", "grown", "ends", "cum", "segs", "sp", "pn", "psum", "pcnt", "dep",
-                 "dp", "new", "fin", "fin_at", "stop", "fold", "next_steps", "priced", "deaf")
+                 "dp", "new", "fin", "fin_at", "stop", "fold", "next_steps", "priced", "deaf", "bulk")
 
     def __init__(self, S0, t0, n, sum_c, cnt, new):
         self.S0, self.t0, self.pn, self.psum, self.pcnt, self.new = S0, t0, n, sum_c, cnt, new
@@ -43,6 +43,9 @@ class Run:
         self.next_steps = None
         self.priced = None
         self.deaf = False  # arrivals change nothing (``Batch.steady_arrivals``): they never cut the run
+        # planned past completions, settled in bulk (``Replica._bulk`` when it began): its length
+        # is not bounded by the first completion
+        self.bulk = False
 
     def dctx(self, i: int) -> int:
         """KV tokens step ``i`` touches (sum of c + 1)."""
