@@ -452,3 +452,28 @@ def test_round_robin_says_who_gets_the_next_request():
     assert rr(reps, None) == 0
     assert [rr.routings_until(i, 3) for i in range(3)] == [2, 0, 1]
     assert [rr(reps, None) for _ in range(4)] == [1, 2, 0, 1]
+
+
+@pytest.mark.parametrize("blocks, rate, decode", [(300, 20.0, 3), (600, 30.0, 2), (250, 8.0, 1)])
+def test_pd_runs_stop_settling_in_bulk_when_a_hand_off_waits(blocks, rate, decode, monkeypatch):
+    """P/D decode replicas settle completions in bulk while no hand-off waits; when one waits
+    for room (a decode pool this small fills), runs planned past completions end with the step in
+    flight and their completions retry the hand-offs at their time: the same as the reference,
+    and the path was taken."""
+    from servesim.core.replica import Replica
+
+    cut = []
+    end_bulk = Replica.end_bulk
+
+    def counted(self):
+        k = self._mac.K if self._mac is not None else None
+        end_bulk(self)
+        if self._mac is not None and self._mac.K != k:
+            cut.append(self.index)
+
+    monkeypatch.setattr(Replica, "end_bulk", counted)
+    kw = {**SMALL, "policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": decode},
+          "memory.num_gpu_blocks": blocks, "workload.arrival": {"process": "poisson", "rate_rps": rate}}
+    fast, _ = run_both(make_scenario(**kw))
+    assert cut, "no run was cut for a waiting hand-off"
+    assert fast.engine_stats["decode"]["run_steps"] > fast.engine_stats["decode"]["steps"]
