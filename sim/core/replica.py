@@ -28,8 +28,9 @@ a test oracle) turns both off:
   timeout per planned chunk (``_macro``), their times from ``CostModel.decode_step_times`` (bit
   for bit ``step_time``; their FLOPs, bytes and bound are filled into the step columns
   afterwards). Completions inside a run are settled in bulk, unless something reacts to a
-  completion at its time (closed-loop clients, the P/D decode side's retried hand-offs): then a
-  run stops at the first one. A run is planned up to the step in flight when the replica's next
+  completion at its time (closed-loop clients; on the P/D decode side, a hand-off waiting for
+  room): then a run stops at the first one (``end_bulk`` cuts a run planned past completions
+  when a hand-off starts waiting). A run is planned up to the step in flight when the replica's next
   request arrives, if the router knows it ahead of time (``next_arrival_s``); whatever else may
   change the next decision interrupts the run after the step in flight: an arrival or hand-off
   off the plan (``wake``), KV mapped from outside (``kv_changed``). Observers that read a
@@ -753,9 +754,9 @@ class Replica:
     @property
     def _bulk(self) -> bool:
         """Whether a run of decode steps may go past completions (settled in bulk, late): only
-        when nothing reacts to a completion at its time (a closed-loop client's next request,
-        P/D hand-offs retried when KV frees). Otherwise a run ends at the first completion,
-        which is committed at its time (``_commit_set``)."""
+        when nothing reacts to a completion at its time (a closed-loop client's next request;
+        on the P/D decode side, a hand-off waiting for the blocks it frees). Otherwise a run ends
+        at the first completion, which is committed at its time (``_commit_set``)."""
         return not self.recorder.end_hooks and (self.after_free is None or not self.handoffs_waiting)
 
     def end_bulk(self) -> None:
