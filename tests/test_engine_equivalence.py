@@ -477,3 +477,36 @@ def test_pd_runs_stop_settling_in_bulk_when_a_hand_off_waits(blocks, rate, decod
     fast, _ = run_both(make_scenario(**kw))
     assert cut, "no run was cut for a waiting hand-off"
     assert fast.engine_stats["decode"]["run_steps"] > fast.engine_stats["decode"]["steps"]
+
+
+@pytest.mark.parametrize("case", ["sessions", "sessions_tight"])
+def test_runs_evict_cached_blocks_as_the_reference_does(case, monkeypatch):
+    """With prefix caching the free blocks fill with cached ones (a session's replies are kept):
+    runs of decode steps grow into them, evicting least recently freed first, each step's blocks
+    taken before the completions at its end free theirs, as the reference steps them. The path
+    is taken (blocks evicted while settling a run), and everything equals the reference."""
+    from servesim.core.kv import BlockAllocator
+    from servesim.core.replica import Replica
+
+    evicted = []
+    inside = [False]
+    take, settle = BlockAllocator.take, Replica.settle
+
+    def counted_take(self, n):
+        if inside[0] and n > self.num_empty:
+            evicted.append(n - self.num_empty)
+        return take(self, n)
+
+    def flagged_settle(self, now, strict=False):
+        inside[0] = True
+        try:
+            return settle(self, now, strict)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(BlockAllocator, "take", counted_take)
+    monkeypatch.setattr(Replica, "settle", flagged_settle)
+    kw = {k: v for k, v in {**SMALL, **CASES[case], "memory.num_gpu_blocks": 500}.items() if v is not None}
+    fast, _ = run_both(make_scenario(**kw))
+    assert sum(evicted) > 0
+    assert fast.summary["kv"]["prefix_cache_hit_tokens"] > 0

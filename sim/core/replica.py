@@ -376,7 +376,7 @@ class Replica:
                 continue
             if (batch.steady and n and fast and not batch.items and not running
                     and (batch.steady_arrivals or not (waiting or landed or swapped or incoming))):
-                K = self._macro_len(n, kv.num_empty)
+                K = self._macro_len(n, kv.num_free)
                 if K >= 2:
                     yield from self._macro(n, K, shape=batch)
                     continue
@@ -909,8 +909,8 @@ class Replica:
         if t_stop < math.inf and self._decode_step_s > 0:
             chunk = max(2, min(int((t_stop - t0) / self._decode_step_s) + 2, 1024))
         if fold is None:
-            self._plan(run, min(K, chunk), start, self.kv.num_empty, t_stop)
-            self.kv.num_empty -= run.cum[0]  # the first step's KV (as settle(start) takes it)
+            self._plan(run, min(K, chunk), start, self.kv.num_free, t_stop)
+            self.kv.take(run.cum[0])  # the first step's KV (as settle(start) takes it)
             run.grown = 1
             if self.watch is not None:
                 self.watch.add(self.watch_key)
@@ -919,9 +919,9 @@ class Replica:
             if self.async_scheduling and run.pn and K > 1:
                 # the next request arrives during step 0, and the step after it is decided without
                 # it: that step is the decode set's, so it is part of the run
-                self._plan(run, 1, t0, self.kv.num_empty)
+                self._plan(run, 1, t0, self.kv.num_free)
         elif run.pn:
-            self._plan(run, min(K - 1, chunk), t0, self.kv.num_empty, t_stop)
+            self._plan(run, min(K - 1, chunk), t0, self.kv.num_free, t_stop)
         while True:
             run.fin = run.K == run.fin_at
             if self.on_due is not None:
@@ -968,7 +968,7 @@ class Replica:
             # every planned step has started (its KV is mapped): the next ones must fit what is
             # empty now (blocks mapped from outside since the run began count)
             self.settle(env.now)
-            if not self._plan(run, min(K - run.K, chunk), last, self.kv.num_empty, t_stop):
+            if not self._plan(run, min(K - run.K, chunk), last, self.kv.num_free, t_stop):
                 break
         settled = run.dp
         self.settle(env.now)
@@ -1094,7 +1094,7 @@ class Replica:
         if self._interruptible:
             cum, grown = run.cum, run.grown
             rest = cum[run.K - 1] - (cum[grown - 1] if grown else 0)
-            if rest <= self.kv.num_empty:
+            if rest <= self.kv.num_free:
                 return
             self._interruptible = False
             self.process.interrupt()
@@ -1125,16 +1125,23 @@ class Replica:
         kv = self.kv
         # steps started by now: step 0 at t0, step i when step i - 1 ends
         g = ((run.t0 < now) if strict else (run.t0 <= now)) + find(ends, now, 0, K - 1) if K else 0
+        evict = False  # the growth needs cached blocks evicted: taken step by step below
         if g > grown:
-            kv.num_empty -= cum[g - 1] - (cum[grown - 1] if grown else 0)
-            assert kv.num_empty >= 0, "a run of decode steps grew more KV than is free"
-            run.grown = grown = g
+            need = cum[g - 1] - (cum[grown - 1] if grown else 0)
+            if need <= kv.num_empty:  # (empty blocks only: the order of takes and frees is moot)
+                kv.num_empty -= need
+                run.grown = grown = g
+            else:
+                evict = True
             if self.watch is not None:
                 self.watch.add(self.watch_key)
         e = find(ends, now, 0, K)
         if run.fin and e > K - 1:
             e = K - 1
         if e <= done:
+            if evict:  # (no completion between them: evicted in one go, least recently used first)
+                kv.take(need)
+                run.grown = g
             return
         if self.watch is not None:
             self.watch.add(self.watch_key)
@@ -1187,7 +1194,7 @@ class Replica:
         # KV in use at each step's peak: now's (growth applied up to step g - 1, and any block
         # mapped from outside, e.g. a P/D hand-off, which settles first) less later growth, less
         # what completions in earlier steps freed (a step's own completions free theirs after it)
-        base = kv.num_used - cum[grown - 1]
+        base = kv.num_used - cum[grown - 1]  # (before this settle's growth, if not taken yet)
         dep = run.dep
         dp = run.dp
         frees = None  # (step, blocks freed at its end)
@@ -1198,6 +1205,11 @@ class Replica:
             while dp < len(dep) and dep[dp][0] < e:
                 i, r = dep[dp]
                 dp += 1
+                if evict and i >= grown:
+                    # steps up to i take their blocks before the completions at the end of step i
+                    # free theirs, as the reference steps them (evicting what it would evict)
+                    kv.take(cum[i] - cum[grown - 1])
+                    grown = i + 1
                 info = members.pop(r)
                 c = self._settle(r, info, S0 + i + 1)
                 if not info[4]:
@@ -1214,6 +1226,10 @@ class Replica:
                 rec.complete(r)
             run.dp = dp
             self._sum_c -= sum_c
+        if evict:
+            if g > grown:
+                kv.take(cum[g - 1] - cum[grown - 1])
+            run.grown = grown = g
         if fold is not None:
             self.stats["steps"] += 1
             self.stats["set_steps"] += 1
