@@ -818,9 +818,9 @@ class Replica:
 
     def _macro_len(self, n: int, free: int) -> int:
         """How many decode-only steps can run from here with nothing changing: while the KV
-        blocks they grow fit in ``free`` empty blocks (cached prefix blocks are never evicted
-        inside a run) and, unless completions are settled in bulk, up to the first completion
-        (included)."""
+        blocks they grow fit in ``free`` free blocks (empty, or cached blocks nobody maps, which
+        the run evicts least recently freed first, as the policy's steps would) and, unless
+        completions are settled in bulk, up to the first completion (included)."""
         S = self._S
         bs = self.kv.block_size
         if self._bulk:  # _plan stops where the KV runs out (not counting blocks freed on the way)
@@ -1087,7 +1087,7 @@ class Replica:
 
     def kv_changed(self) -> None:
         """Blocks were mapped on this replica from outside (a P/D hand-off): a run of decode
-        steps planned on the old count of empty blocks must stop after the step in flight,
+        steps planned on the old count of free blocks must stop after the step in flight,
         unless the blocks its remaining steps grow still fit (then every decision in it is
         unchanged)."""
         run = self._mac
