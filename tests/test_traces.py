@@ -93,23 +93,6 @@ def test_resample_arrivals_keeping_lengths(tmp_path):
     assert pairs == {(350, 40), (410, 120), (1000, 7), (20, 300)}  # each row's lengths stay together
 
 
-@pytest.mark.parametrize("text, message", [
-    # rows the fast paths pass on to the full checks (zero, fullwidth digits are no plain digits,
-    # an impossible date laid out as a timestamp)
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,0,5\n",
-     r"line 2: ContextTokens must be a positive integer \(>= 1\), got 0"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-30 18:00:01.0,5,5\n",
-     "line 2: TIMESTAMP must be a number or a timestamp, got '2023-02-30 18:00:01.0'"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,99999999999\n",
-     "line 2: GeneratedTokens must be at most 2147483647"),
-])
-def test_trace_fast_paths_keep_the_errors(tmp_path, text, message):
-    f = tmp_path / "bad.csv"
-    f.write_text(text)
-    with pytest.raises(InputError, match=f"bad.csv.*{message}"):
-        gen({"path": str(f)})
-
-
 def test_trace_rows_in_other_forms_read_as_the_plain_ones(tmp_path):
     """The fast paths (plain digits, ``YYYY-MM-DD HH:MM:SS``) and the full parse agree: the same
     requests from padded lengths, a T separator, a UTC offset, a timestamp without fraction."""
@@ -145,6 +128,14 @@ def test_trace_rows_in_other_forms_read_as_the_plain_ones(tmp_path):
     ("arrival_s,prompt_tokens,output_tokens\n0,1e308,5\n", "line 2: prompt_tokens must be at most 2147483647"),
     ("arrival_s,prompt_tokens,output_tokens\n0,5,5\n1e308,5,5\n",
      r"line 3: arrival_s must be at most 1e\+12 s after time_unit"),
+    # rows the fast paths (plain digits, a plain timestamp) pass on to the full checks: zero, an
+    # impossible date laid out as a timestamp, a length past the limit
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,0,5\n",
+     r"line 2: ContextTokens must be a positive integer \(>= 1\), got 0"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-30 18:00:01.0,5,5\n",
+     "line 2: TIMESTAMP must be a number or a timestamp, got '2023-02-30 18:00:01.0'"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01.0,5,99999999999\n",
+     "line 2: GeneratedTokens must be at most 2147483647"),
 ])
 def test_trace_errors_name_file_and_line(tmp_path, text, message):
     f = tmp_path / "bad.csv"
