@@ -762,17 +762,17 @@ class Replica:
     def end_bulk(self) -> None:
         """From now on a completion matters at its time (P/D: a hand-off waits for room on the
         decode side, and the blocks a completion frees may let it in): a run of decode steps
-        planned past completions plans no further and, when one is planned after the step in
-        flight, ends with that step. The completions at its end are settled then, at their time,
-        and ``after_free`` is called (``_macro``). The cluster settles the replica first."""
+        planned past completions plans no further and, when a completion is planned in it (at the
+        end of the step in flight or later), ends with the step in flight. The completions at its
+        end are settled then, at their time, and ``after_free`` is called (``_macro``). The
+        cluster settles the replica first."""
         run = self._mac
         if run is None or not run.bulk:
             return
         run.bulk = False
         run.stop = True
         j = run.done  # the step in flight
-        dep = run.dep
-        if j + 1 < run.K and run.dp < len(dep) and dep[-1][0] > j:
+        if j + 1 < run.K and run.dp < len(run.dep):
             self._truncate(run, j + 1)
             if self._interruptible and not self._lagged:  # (waiting for the end of a later step)
                 self._interruptible = False
