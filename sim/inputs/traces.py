@@ -274,12 +274,14 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
                 raise InputError(f"{path} line {line}: expected {width} fields (as the header), got {len(row)}")
             if has_t:
                 raw = row[ia]
-                try:
-                    if not _is_plain_timestamp(raw):
-                        raise ValueError(raw)
-                    v = _timestamp_ns(raw, days)
-                    kind = "ts"
-                except ValueError:
+                v = None
+                if _is_plain_timestamp(raw):
+                    try:
+                        v = _timestamp_ns(raw, days)
+                        kind = "ts"
+                    except ValueError:
+                        pass
+                if v is None:  # a number, another timestamp form, or an error that names the line
                     kind, v = _time_value(raw, unit_s, f"{path} line {line}", cols["arrival"])
                 kinds.append(kind)
                 ts.append(v)
