@@ -193,11 +193,11 @@ def requests_ahead(req, engine) -> tuple[int, int]:
     return n, tokens
 
 
-def prefill_tokens_ahead(req, engine, queued_tokens: int | None = None) -> int:
-    """Prompt tokens ``engine`` computes before ``req``'s: those of the waiting requests ranked
-    before it (``queued_tokens``, if known) and the rest of the prompts its running requests
-    prefill."""
-    tokens = requests_ahead(req, engine)[1] if queued_tokens is None else queued_tokens
+def prefill_tokens_ahead(engine, queued_tokens: int) -> int:
+    """Prompt tokens ``engine`` computes before a request's: ``queued_tokens`` of the waiting
+    requests ranked before it (``requests_ahead``) and the rest of the prompts its running
+    requests prefill."""
+    tokens = queued_tokens
     for r in engine.running:  # the decode set's members have no prompt left
         left = r.num_tokens - r.num_computed_tokens
         if left > 1 or not r.num_output_done:
@@ -228,7 +228,7 @@ def predicted_ttft_s(req, replica, now: float = 0.0) -> float:
         full, rest = divmod(tokens, chunk)
         return (full * step_s(chunk) if full else 0.0) + (step_s(rest) if rest else 0.0)
 
-    compute = prefill_s(prefill_tokens_ahead(req, e, queued) + req.prompt_tokens)
+    compute = prefill_s(prefill_tokens_ahead(e, queued) + req.prompt_tokens)
     waits += n >= getattr(e.policy, "max_num_seqs", math.inf)
     times = e.admissions
     if not waits or not times or now <= times[0]:

@@ -90,11 +90,11 @@ def closest_calibrated(gpu: GpuSpec, calibrated: list[str]) -> str | None:
 
 
 def _raw(path: Path, where: str, cached: bool = False) -> dict:
-    return _raw_packaged(str(path), where) if cached else read_mapping(path, "calibration file", where)
+    return _raw_packaged(str(path)) if cached else read_mapping(path, "calibration file", where)
 
 
 @functools.lru_cache(maxsize=32)
-def _raw_packaged(path: str, where: str) -> dict:
+def _raw_packaged(path: str) -> dict:
     """Packaged calibration files do not change while we run: parse each once (callers copy)."""
     return load_packaged_yaml(Path(path).read_text(encoding="utf-8"))
 

@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 
 from servesim.errors import InputError
 from servesim.inputs.overrides import apply_overrides, parse_value, with_values
-from servesim.outputs.metrics import LATENCY_METRICS, RESULT_METRICS, summary_dist
+from servesim.outputs.metrics import RESULT_METRICS, summary_dist
 from servesim.outputs.rundir import num_gpus  # noqa: F401 - the studies' name for it
 from servesim.outputs.stats import DIST_STATS
 
 MAX_POINTS = 100_000  # points of one sweep grid (each is a resolved scenario held in memory and a folder)
 
-# the latency distributions and statistics a point's row flattens (results.csv columns)
-DISTS = LATENCY_METRICS
+# the statistics of each distribution (``RESULT_METRICS``) a point's row flattens (results.csv columns)
 STATS = DIST_STATS
 
 
