@@ -319,9 +319,7 @@ class Replica:
                 return
             if self._lagged and lag:
                 return  # (cut already to the step after the one in flight)
-            self._interruptible = False
-            self._wake_lag = lag
-            self.process.interrupt()
+            self._interrupt(lag)
             return
         ev = self._wakeup
         if ev is not None and not ev.triggered:
@@ -775,9 +773,7 @@ class Replica:
         if j + 1 < run.K and run.dp < len(run.dep):
             self._truncate(run, j + 1)
             if self._interruptible and not self._lagged:  # (waiting for the end of a later step)
-                self._interruptible = False
-                self._wake_lag = 0
-                self.process.interrupt()
+                self._interrupt()
 
     def _foldable(self, items) -> bool:
         """Whether this step (the decode set plus ``items``) can be step 0 of a run of decode
@@ -1085,6 +1081,13 @@ class Replica:
         run.K, run.pn, run.psum = i, n, sumc
         return i - P
 
+    def _interrupt(self, lag: int = 0) -> None:
+        """End the wait of the run of decode steps in flight (``_interruptible``): it ends after
+        the step in flight and ``lag`` more (``_macro``'s interrupt path)."""
+        self._interruptible = False
+        self._wake_lag = lag
+        self.process.interrupt()
+
     def kv_changed(self) -> None:
         """Blocks were mapped on this replica from outside (a P/D hand-off): a run of decode
         steps planned on the old count of free blocks must stop after the step in flight,
@@ -1096,8 +1099,7 @@ class Replica:
             rest = cum[run.K - 1] - (cum[grown - 1] if grown else 0)
             if rest <= self.kv.num_free:
                 return
-            self._interruptible = False
-            self.process.interrupt()
+            self._interrupt()
 
     def next_settle_s(self) -> float:
         """When ``settle`` next has something to do: the end of the first step of the run not
