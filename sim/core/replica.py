@@ -970,6 +970,14 @@ class Replica:
         self.settle(env.now)
         self._mac = None
         self._prev_step = (run.ends[run.K - 2] if run.K > 1 else run.t0, env.now)
+        if run.deaf and self.incoming and run.K > 1:
+            # (async scheduling) the step-by-step engine decided at the end of every step of the
+            # run, each time seeing the arrivals by the start of that step (the run never left it
+            # idle): they wait in the queue now, before the decision at its end sees what it sees
+            cutoff = run.ends[run.K - 3] if run.K > 2 else run.t0
+            inc = self.incoming
+            while inc and inc[0].arrival_s <= cutoff:
+                self.waiting.append(inc.popleft())
         if self.on_run is not None:
             self.on_run(self, False)
         if run.dp > settled and self.after_free is not None and self.handoffs_waiting:
