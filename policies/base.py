@@ -33,13 +33,16 @@ from servesim.core.batch import Batch
 class DecodeSet(NamedTuple):
     """The replica's decoding requests kept as one aggregate (oldest admission first, ahead of
     every other running request): ``num_seqs`` of them, ``context_tokens`` KV tokens computed in
-    all (sum of c), ``blocks_needed`` new KV blocks their next decode token takes,
-    ``prompt_tokens`` their prompts' tokens in all."""
+    all (sum of c; under a sliding attention window of W tokens, sum of min(c, W - 1): what the
+    next decode step attends, less one key each), ``blocks_needed`` new KV blocks their next
+    decode token takes, ``prompt_tokens`` their prompts' tokens in all, ``past_window`` how many
+    of them are past the sliding window (0 without one; the others attend within it to the end)."""
 
     num_seqs: int = 0
     context_tokens: int = 0
     blocks_needed: int = 0
     prompt_tokens: int = 0
+    past_window: int = 0
 
 
 NO_DECODE_SET = DecodeSet()

@@ -65,7 +65,10 @@ class StaticPolicy:
 
     def next_batch(self, state: ReplicaState) -> Batch:
         dec = state.decoding
-        if dec.num_seqs and not state.tail:
+        # (members past a sliding window count window - 1 in the set's context sum: a padded
+        # step's padding, charged without the window, cannot be told from it; such a batch is
+        # decided on the running list, one request at a time)
+        if dec.num_seqs and not state.tail and not dec.past_window:
             return self._padded_decode(dec)
         running = state.running
         if running:  # the batch in flight: every live slot decodes, finished slots are padding

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servesim.inputs.specs import get_model
 from servesim.outputs.recorder import WeightedSample, dist_stats
 from servesim.simulation import simulate
 from tests.conftest import make_scenario, policy_mix_kw, specs, two_classes
@@ -57,11 +58,15 @@ def fast_path_expected(sc, ref) -> dict:
     aggregating = pol.spec is None
     inner = {"prefill": pol.prefill.policy, "decode": pol.decode.policy} if pol.name == "pd_split" else \
         {"colocated": pol.name}
+    window = get_model(sc.model).sliding_window_tokens
     st = ref.steps
     decode_only = (st["decode_tokens"] > 0) & (st["prefill_tokens"] == 0)
     out = {}
     for pool, name in inner.items():
         agg = aggregating and name in ("continuous", "chunked_prefill", "static") and pool != "prefill"
+        if name == "static" and window is not None and \
+                (ref.requests["prompt_tokens"] + ref.requests["output_tokens"] - 1 > window).any():
+            agg = False  # (a padded batch with a member past the window is decided on the running list)
         # a decode-only step in the reference: every running request decoded, so they were all in
         # the decode set (it forms after every step)
         out[pool] = {"set_steps": agg and bool(decode_only.any()),
@@ -166,11 +171,26 @@ CASES = {
     "reserve_pow2_chunked": {"policy.reserve": "pow2", "policy.name": "chunked_prefill",
                              "policy.max_num_batched_tokens": 512},
     "reserve_oracle_tight": {**TIGHT, "policy.reserve": "oracle"},
-    # sliding-window attention (Mistral-7B-v0.1, 4096 tokens): requests that outgrow the window stay
-    # out of the decode set; its blocks are capped (freed as the window slides)
+    # sliding-window attention (Mistral-7B-v0.1, 4096 tokens): requests that would outgrow the window
+    # while decoding stay out of the decode set, requests already past it for good join it; blocks
+    # are capped (freed as the window slides)
     "window": {"model": "mistralai/Mistral-7B-v0.1", "memory.num_gpu_blocks": 1200,
                "workload.prompt_tokens": {"dist": "lognormal", "mean": 2500, "sigma": 0.8, "max": 9000},
                "workload.arrival": {"process": "poisson", "rate_rps": 6.0}},
+    # prompts past the window: most decode steps run with members past it
+    "window_past": {"model": "mistralai/Mistral-7B-v0.1",
+                    "workload.prompt_tokens": {"dist": "lognormal", "mean": 6000, "sigma": 0.4, "max": 14000},
+                    "workload.arrival": {"process": "poisson", "rate_rps": 4.0}},
+    "window_past_chunked": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "chunked_prefill",
+                            "policy.max_num_batched_tokens": 1024, "memory.num_gpu_blocks": 2500,
+                            "workload.prompt_tokens": {"dist": "lognormal", "mean": 4500, "sigma": 0.5, "max": 14000},
+                            "workload.arrival": {"process": "poisson", "rate_rps": 4.0}},
+    # static batching with a window: a batch with a member past it is decided on the running list
+    # (its padded steps cannot be told from the windowed decode set); one within it runs as runs
+    "window_static": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "static", "policy.max_num_seqs": 16,
+                      "workload.prompt_tokens": {"dist": "lognormal", "mean": 7000, "sigma": 0.2, "max": 14000}},
+    "window_static_within": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "static", "policy.max_num_seqs": 16,
+                             "workload.prompt_tokens": {"dist": "lognormal", "mean": 1000, "sigma": 0.6, "max": 3000}},
     "window_chunked_pd": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "pd_split", "memory.num_gpu_blocks": 900,
                           "policy.max_num_batched_tokens": 1024,
                           "policy.prefill": {"replicas": 1, "policy": "chunked_prefill"},
@@ -246,8 +266,9 @@ CASES.update({
 
 
 # cases whose fast engine runs step by step, like the reference: speculative decoding (accepted
-# tokens differ per sequence, so decoding requests are never one aggregate)
-STEP_BY_STEP = {"spec"}
+# tokens differ per sequence, so decoding requests are never one aggregate), static batching with
+# members past a sliding window (decided on the running list)
+STEP_BY_STEP = {"spec", "window_static"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -264,6 +285,23 @@ def test_fast_engine_matches_reference(case):
         assert ref.summary["preemptions"] > 0  # the case exercises what it says
     if case.startswith("admission"):
         assert ref.summary["rejected"] > 0
+
+
+def test_requests_past_the_window_decode_in_runs():
+    """Under a sliding window, requests whose prompt is past it join the decode set (each decode
+    step attends ``window`` keys, and their blocks stay at the window's count), so their decode
+    steps run as runs and the policy decides about once per arrival, not every step. Before, every
+    such request stayed out of the set and each of its steps was decided on its own (on this scenario: 6,810
+    decided steps and 6% of the steps in runs before, 841 and 88% now)."""
+    kw = {**SMALL, **CASES["window_past"]}
+    fast, ref = run_both(make_scenario(**kw))
+    st = fast.engine_stats["colocated"]
+    total = st["steps"] + st["run_steps"]
+    assert total == len(ref.steps["start_s"])
+    assert st["run_steps"] > 0.8 * total, st
+    assert st["steps"] < 4 * kw["workload.num_requests"], st  # decisions: a few per request
+    # the case is what it says: most prompts are past the window
+    assert np.mean(ref.requests["prompt_tokens"] > 4096) > 0.7
 
 
 def test_prefix_groups_match():
@@ -549,8 +587,10 @@ def test_runs_evict_cached_blocks_as_the_reference_does(case, monkeypatch):
 
 def _random_heavy_case(rnd, kind: str) -> dict:
     """A scenario of 300 requests under pressure: a P/D split whose decode pool fills (hand-offs
-    wait), prefix caching whose cache fills the free blocks (sessions, shared prefixes), or
-    static batching (whose runs ignore arrivals) with any batch timeout and burstiness."""
+    wait), prefix caching whose cache fills the free blocks (sessions, shared prefixes), or a
+    sliding-window model with prompts around its window (members joining the decode set past
+    it, others crossing it), any policy, KV tight or not, or static batching (whose runs ignore
+    arrivals) with any batch timeout and burstiness."""
     kw = {**SMALL, "seed": rnd.randint(0, 10**6), "memory.num_gpu_blocks": rnd.choice([250, 300, 400, 600, 900]),
           "workload.arrival": {"process": "poisson", "rate_rps": rnd.choice([2.0, 5.0, 10.0, 20.0, 40.0])}}
     if rnd.random() < 0.3:
@@ -584,6 +624,26 @@ def _random_heavy_case(rnd, kind: str) -> dict:
         if rnd.random() < 0.3:
             kw["policy.max_output_tokens"] = 1000
         return kw
+    if kind == "window":
+        policy = rnd.choice(["continuous", "continuous", "chunked_prefill", "static", "pd_split"])
+        kw.update({"model": "mistralai/Mistral-7B-v0.1", "policy.name": policy,
+                   "memory.num_gpu_blocks": rnd.choice([700, 1500, 4000]),
+                   "policy.max_num_seqs": rnd.choice([4, 16, 64, 256]),
+                   "policy.max_num_batched_tokens": rnd.choice([1024, 8192, 32768]),
+                   "workload.prompt_tokens": {"dist": "lognormal", "mean": rnd.choice([1500, 3500, 4000, 5000, 8000]),
+                                              "sigma": rnd.choice([0.2, 0.6, 1.0]),
+                                              "max": rnd.choice([6000, 12000, 20000])},
+                   "workload.output_tokens": {"dist": "lognormal", "mean": rnd.choice([20, 120, 400]), "sigma": 0.7,
+                                              "max": rnd.choice([200, 1500])}})
+        if policy == "pd_split":
+            kw["policy.prefill"] = {"replicas": 1, "policy": rnd.choice(["continuous", "chunked_prefill"])}
+            kw["policy.decode"] = {"replicas": rnd.choice([1, 2])}
+        elif rnd.random() < 0.3:
+            kw["cluster.replicas"] = 2
+            kw["cluster.router"] = rnd.choice(["round_robin", "least_outstanding_tokens", "least_kv_usage"])
+        if policy == "continuous" and rnd.random() < 0.3:
+            kw.update({"policy.reserve": rnd.choice(["max", "oracle"]), "policy.max_output_tokens": 1500})
+        return kw
     kw["policy.prefix_caching"] = True
     if rnd.random() < 0.5:
         kw["workload.sessions"] = {"turns": {"dist": "uniform", "min": 1, "max": 6},
@@ -601,14 +661,14 @@ def _random_heavy_case(rnd, kind: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["pd", "prefix", "static"])
+@pytest.mark.parametrize("kind", ["pd", "prefix", "window", "static"])
 def test_fast_engine_matches_reference_under_pressure(kind):
     """40 random scenarios of 300 requests each (a new seed each run, printed): P/D splits whose
     decode pool fills, prefix caches that fill the free blocks, where runs of decode steps are
-    cut for waiting hand-offs and evict cached blocks, and static batching. Such sweeps found a
-    P/D divergence (6 of 60 scenarios) that the fixed examples above had missed, and one in
-    static batching's queue under async scheduling (arrivals during a batch's last step; 1 of 60
-    static scenarios)."""
+    cut for waiting hand-offs and evict cached blocks, and sliding-window models. Such sweeps
+    found a P/D divergence (6 of 60 scenarios) that the fixed examples above had missed, and
+    static batching's queue under async scheduling (arrivals during a batch's last step; 2 of
+    40 window scenarios, 1 of 60 static ones)."""
     import random
     import time
 

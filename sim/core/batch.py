@@ -136,8 +136,9 @@ def windowed(batch: Batch, window: int) -> Batch:
     """``batch`` with its requests' attention limited to a sliding ``window`` of tokens
     (``ModelSpec.sliding_window_tokens``): the pairs and KV tokens of every item whose context
     reaches past the window are replaced by ``attention_span``'s. Decode-set members (not in
-    ``items``) are left as they are: the engine keeps only requests that never outgrow the window
-    in the set. Static batching's padding is charged without the window."""
+    ``items``) are left as they are: the set's aggregate is windowed already (its
+    ``context_tokens`` count ``window - 1`` for a member past the window). Static batching's
+    padding is charged without the window."""
     dpairs = dctx = pairs = ctx = 0
     hit = {id(r): c for r, c in batch.prefix_hits} if batch.prefix_hits else None
     for req, q in batch.items:

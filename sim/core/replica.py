@@ -13,15 +13,18 @@ a test oracle) turns both off:
 
 * The **decode set**. With a policy that ``aggregates_decodes``, requests that decode (one token
   a step) are kept as one aggregate at the front of the running list, in admission order, each
-  stored as (seq, s0, c0, d0): the replica's decode-step counter ``S`` when it joined and its
-  computed tokens and emitted output then (at counter ``S`` it has ``c0 + S - s0`` computed
-  tokens). The replica keeps the sum of their contexts, a heap of the counter at which each
-  completes (``s0 + output - d0``) and, per residue mod ``block_size``, how many need a new KV
-  block at a step (a request with ``c`` computed tokens needs one exactly when ``c % block_size
-  == 0``). Their ``Request`` counters are brought up to date (settled) only when they leave the
-  set. The policy sees the set as ``ReplicaState.decoding`` and schedules it whole; reading
-  ``state.running`` dissolves it (same state, that step priced one request at a time), and it
-  re-forms after the step.
+  stored as (seq, s0, c0, d0, held, past the window): the replica's decode-step counter ``S``
+  when it joined and its computed tokens and emitted output then (at counter ``S`` it has
+  ``c0 + S - s0`` computed tokens). The replica keeps the sum of their contexts, a heap of the
+  counter at which each completes (``s0 + output - d0``) and, per residue mod ``block_size``, how
+  many need a new KV block at a step (a request with ``c`` computed tokens needs one exactly when
+  ``c % block_size == 0``; one holding blocks reserved up front, or past a sliding window, needs
+  none). Under a sliding window a member past it attends ``window`` keys a step whatever its
+  context: the sum the policy sees counts ``window - 1`` for it (``_capx`` is what the window
+  takes off), and a run's contexts grow by the members within it. Their ``Request`` counters
+  are brought up to date (settled) only when they leave the set. The policy sees the set as
+  ``ReplicaState.decoding`` and schedules it whole; reading ``state.running`` dissolves it (same
+  state, that step priced one request at a time), and it re-forms after the step.
 * **Runs** of decode-only steps. When the policy says a decision is ``steady`` (until a request
   arrives, every step decodes what runs and nothing else), the next steps differ only by
   contexts growing one token each and members leaving as they complete: they run as one SimPy
@@ -49,6 +52,7 @@ import bisect
 import heapq
 import itertools
 import math
+import sys
 from collections import deque
 from math import isnan
 
@@ -164,10 +168,15 @@ class Replica:
         self.incoming: deque = deque()  # async scheduling: arrived requests the next decision cannot see yet
         self._prev_step = (-math.inf, -math.inf)  # (start, end) of the last step
         self.aggregate = fast and bool(getattr(policy, "aggregates_decodes", False))
-        # sliding-window attention: items' attention is limited to the window (``windowed``); the
-        # decode set keeps only requests whose whole sequence fits the window, so its aggregate
-        # (contexts growing one token a step, a block every block_size tokens) stays exact
+        # sliding-window attention: items' attention is limited to the window (``windowed``). The
+        # decode set keeps requests whose whole sequence fits the window (contexts growing one
+        # token a step, a block every block_size tokens) and requests already past it for good:
+        # with ``_cap_c`` computed tokens or more a request holds its most blocks
+        # (``kv.window_blocks``, grows none) and each decode step attends ``window`` keys, so it
+        # counts ``window - 1`` in the set's attention sum whatever its context (``_capx``,
+        # ``_ncap``). Requests that would cross the window while decoding stay out.
         self.window = cost_model.model.sliding_window_tokens
+        self._cap_c = sys.maxsize if self.window is None else (kv.window_blocks - 1) * kv.block_size + 1
         self.running: list = []  # running requests outside the decode set, in admission order
         self.waiting = waiting_queue(policy)
         self.swapped: deque = deque()
@@ -196,9 +205,13 @@ class Replica:
         self.next_arrival_s = None  # () -> when the next request routed here arrives, if known (Cluster)
         self.stats = {"steps": 0, "set_steps": 0, "runs": 0, "run_steps": 0}
         # the decode set
-        self._members: dict = {}  # request -> (seq, s0, c0, d0), in admission order
+        self._members: dict = {}  # request -> (seq, s0, c0, d0, held, past the window), in admission order
         self._S = 0  # decode-set steps so far
         self._sum_c = 0  # sum over members of computed tokens at counter _S
+        # (sliding window) members past the window: how many, and the sum over them of c - (window - 1),
+        # what the window takes off their contexts (the set's attention sum is _sum_c - _capx)
+        self._ncap = 0
+        self._capx = 0
         self._sum_p = 0  # sum over members of prompt tokens (a padded static batch's attention needs it)
         self._heap: list = []  # (counter at which it completes, seq, request)
         self._seq = itertools.count()
@@ -356,7 +369,8 @@ class Replica:
             state._running = running
             state.now_s = start = env.now
             state.host_free_blocks = self.host_free_blocks
-            state.decoding = DecodeSet(n, self._sum_c, self._cnt[self._S % bs], self._sum_p) if n else NO_DECODE_SET
+            state.decoding = (DecodeSet(n, self._sum_c - self._capx, self._cnt[self._S % bs], self._sum_p,
+                                        self._ncap) if n else NO_DECODE_SET)
             batch = next_batch(state)
             if window is not None and batch.items:
                 batch = windowed(batch, window)
@@ -627,6 +641,7 @@ class Replica:
             tbt.append(now - r.last_token_s)
         new.clear()
         self._sum_c += n
+        self._capx += self._ncap
         self._t_last = now
         heap = self._heap
         if heap[0][0] != S1:
@@ -653,7 +668,10 @@ class Replica:
         for r in done:
             info = members.pop(r)
             c = self._settle(r, info, S1)
-            if not info[4]:
+            if info[5]:
+                self._ncap -= 1
+                self._capx -= c - self.window + 1
+            elif not info[4]:
                 self._cnt[(info[1] - info[2]) % bs] -= 1
             self._sum_c -= c
             self._sum_p -= r.prompt_tokens
@@ -682,7 +700,7 @@ class Replica:
     # ---------------------------------------------------------------- the decode set
     def _settle(self, r, info, S) -> int:
         """Bring ``r``'s counters to decode-step counter ``S``; return its computed tokens."""
-        _, s0, c0, d0, held = info
+        _, s0, c0, d0, held, _ = info
         k = S - s0
         c = c0 + k
         r.num_computed_tokens = c
@@ -703,24 +721,32 @@ class Replica:
         self._new.clear()
         self._cnt = [0] * self.kv.block_size
         self._sum_c = 0
+        self._ncap = self._capx = 0
         self._sum_p = 0
 
-    def _join(self, r, S: int, c: int, d: int, held: int = 0) -> None:
+    def _join(self, r, S: int, c: int, d: int, held: int = 0) -> bool:
         """``r`` joins the decode set at counter ``S`` with ``c`` computed tokens and ``d``
         emitted (``_sum_c`` is the caller's); ``held``: KV blocks reserved up front that cover
-        its whole sequence (it grows none; 0: it grows a block every ``block_size`` tokens)."""
+        its whole sequence, or its most blocks under a sliding window (it grows none; 0: it
+        grows a block every ``block_size`` tokens). Returns whether it is past the window (the
+        caller adds it to ``_ncap`` and ``_capx`` with ``_sum_c``)."""
         seq = next(self._seq)
-        self._members[r] = (seq, S, c, d, held)
+        cap = c >= self._cap_c
+        self._members[r] = (seq, S, c, d, held, cap)
         if not held:
             self._cnt[(S - c) % self.kv.block_size] += 1
         self._sum_p += r.prompt_tokens
         heapq.heappush(self._heap, (S + r.output_tokens - d, seq, r))
+        return cap
 
     def _held(self, r, c: int) -> int | None:
         """How ``r`` (``c`` tokens computed) keeps its KV in the decode set: 0 when it maps just
         what they need (it grows a block every ``block_size`` tokens), its blocks when they were
         reserved up front for its whole sequence (static batching, ``policy.reserve``: it grows
-        none), None when neither (it stays out)."""
+        none) or when it holds its most blocks under a sliding window (past ``_cap_c``), None
+        when none of these (it stays out)."""
+        if c >= self._cap_c:
+            return r.kv_blocks if r.kv_blocks == self.kv.window_blocks else None
         blocks = -(-c // self.kv.block_size)
         if r.kv_blocks == blocks:
             return 0
@@ -736,12 +762,14 @@ class Replica:
         for r in tail:
             d = r.num_output_done
             c = r.num_computed_tokens
-            if not (d > 0 and c == r.prompt_tokens + d - 1 and d < r.output_tokens and self._in_window(r)):
+            if not (d > 0 and c == r.prompt_tokens + d - 1 and d < r.output_tokens and self._in_window(r, c)):
                 break
             held = self._held(r, c)
             if held is None:
                 break
-            self._join(r, S, c, d, held)
+            if self._join(r, S, c, d, held):
+                self._ncap += 1
+                self._capx += c - self.window + 1
             self._sum_c += c
             self._new.append(r)
             i += 1
@@ -789,28 +817,34 @@ class Replica:
         for (r, q), t in zip(items, tail):
             c = r.num_computed_tokens + q
             if r is not t or c != r.prompt_tokens + r.num_output_done or r.num_output_done + 1 >= r.output_tokens \
-                    or not self._in_window(r) or self._held(r, c) is None:
+                    or not self._in_window(r, c) or self._held(r, c) is None:
                 return False
         return True
 
-    def _in_window(self, r) -> bool:
-        """Whether every decode step left to ``r`` attends within the sliding window (always,
-        without one): its last step touches prompt + output - 1 tokens."""
-        return self.window is None or r.prompt_tokens + r.output_tokens - 1 <= self.window
+    def _in_window(self, r, c: int) -> bool:
+        """Whether ``r``, ``c`` tokens computed, can decode in the set under the sliding window
+        (always, without one): every decode step left to it attends within the window (its last
+        touches prompt + output - 1 tokens), or it is past the window for good (``_cap_c``)."""
+        return self.window is None or r.prompt_tokens + r.output_tokens - 1 <= self.window or c >= self._cap_c
 
-    def _leave(self, run, x: int, n: int, sumc: int):
+    def _leave(self, run, x: int, n: int, sumc: int, ncap: int = 0, capx: int = 0):
         """Members completing at decode-step counter ``run.S0 + x`` leave the planned steps after
-        step x - 1 (``run.dep``); returns the members and their sum of computed tokens after."""
+        step x - 1 (``run.dep``); returns the members, their sum of computed tokens, and those
+        past the sliding window and their excess (``_ncap``, ``_capx``) after."""
         heap, members, cnt, bs, S0 = self._heap, self._members, run.pcnt, self.kv.block_size, run.S0
         while heap and heap[0][0] == S0 + x:
             r = heapq.heappop(heap)[2]
-            _, s0, c0, _, held = members[r]
-            sumc -= c0 + S0 + x - s0
+            _, s0, c0, _, held, cap = members[r]
+            c = c0 + S0 + x - s0
+            sumc -= c
             n -= 1
-            if not held:
+            if cap:
+                ncap -= 1
+                capx -= c - self.window + 1
+            elif not held:
                 cnt[(s0 - c0) % bs] -= 1
             run.dep.append((x - 1, r))
-        return n, sumc
+        return n, sumc, ncap, capx
 
     def _macro_len(self, n: int, free: int) -> int:
         """How many decode-only steps can run from here with nothing changing: while the KV
@@ -864,7 +898,7 @@ class Replica:
         env = self.env
         S = self._S
         start = env.now
-        run = Run(S, start, n, self._sum_c, self._cnt, self._new[:])
+        run = Run(S, start, n, self._sum_c, self._cnt, self._new[:], self._ncap, self._capx)
         self._new.clear()
         if shape is not None:
             run.deaf = shape.steady_arrivals
@@ -888,19 +922,25 @@ class Replica:
             t0 = start
         else:
             batch, cost, items = fold
-            run.fold = (batch, cost, items, n)
+            run.fold = (batch, cost, items, n, None)
             t0 = start + cost.time_s  # the end of step 0, as env.timeout(cost.time_s) has it
             run.K = run.grown = 1  # its KV is taken
             run.ends.append(t0)
             run.cum.append(0)
             psum = self._sum_c + n
+            ncap = self._ncap
+            capx = self._capx + ncap
             for r, q in items:  # members as of step 1 (as _absorb after step 0 would take them)
                 c = r.num_computed_tokens + q
-                self._join(r, S + 1, c, r.num_output_done + 1, self._held(r, c))
+                if self._join(r, S + 1, c, r.num_output_done + 1, self._held(r, c)):
+                    ncap += 1
+                    capx += c - self.window + 1
                 psum += c
             self.running.clear()
+            if ncap != self._ncap:  # (members past the window join with step 0's settle, as _sum_c)
+                run.fold = (batch, cost, items, n, (ncap - self._ncap, capx - self._capx - self._ncap))
             run.pcnt = self._cnt[:]
-            run.pn, run.psum = self._leave(run, 1, n + len(items), psum)
+            run.pn, run.psum, run.pcap, run.pcx = self._leave(run, 1, n + len(items), psum, ncap, capx)
         chunk = 8
         if t_stop < math.inf and self._decode_step_s > 0:
             chunk = max(2, min(int((t_stop - t0) / self._decode_step_s) + 2, 1024))
@@ -1027,7 +1067,7 @@ class Replica:
         P = i = run.K
         end = P + k
         cnt = run.pcnt
-        n, sumc = run.pn, run.psum
+        n, sumc, ncap, capx = run.pn, run.psum, run.pcap, run.pcx
         bulk = run.fin_at < 0 and run.bulk
         heap = self._heap
         cum = run.cum
@@ -1054,11 +1094,14 @@ class Replica:
                         break
                 if not m:
                     break
-            d0 = sumc + n  # sum of (c + 1) at the first step; n more at each next one
+            # sum of (c + 1) at the first step (under a sliding window, c - excess for the members
+            # past it); g more at each next one (those not past it)
+            d0 = sumc - capx + n
+            g = n - ncap
             if run.next_steps is None:
-                dur = step_times(n, range(d0, d0 + n * m, n))
+                dur = step_times(n, range(d0, d0 + g * m, g) if g else [d0] * m)
             else:  # each step as the policy said it looks (Batch.next_steps), priced as the reference does
-                shaped = [run.next_steps(n, d0 + n * j, i + j) for j in range(m)]
+                shaped = [run.next_steps(n, d0 + g * j, i + j) for j in range(m)]
                 priced = [(self.cost_model.step_time(b), b) for b in shaped]
                 dur = [c.time_s for c, _ in priced]
             ends = list(itertools.accumulate(dur, initial=t0))  # the reference's now + d, step by step
@@ -1073,20 +1116,21 @@ class Replica:
             t0 = ends[-1]
             del ends[0]
             run.ends.extend(ends)
-            run.segs.append((i, m, n, d0))
+            run.segs.append((i, m, n, d0, g))
             acc = itertools.accumulate(grow[:m] if m < len(grow) else grow, initial=c_last)
             next(acc)
             cum.extend(acc)
             c_last = cum[-1]
             sumc += n * m
+            capx += ncap * m
             i += m
             if m < len(grow) and not run.stop:
                 break
             if i == x:  # members complete at the end of step x - 1
-                n, sumc = self._leave(run, x, n, sumc)
+                n, sumc, ncap, capx = self._leave(run, x, n, sumc, ncap, capx)
             if run.stop:
                 break
-        run.K, run.pn, run.psum = i, n, sumc
+        run.K, run.pn, run.psum, run.pcap, run.pcx = i, n, sumc, ncap, capx
         return i - P
 
     def _interrupt(self, lag: int = 0) -> None:
@@ -1158,6 +1202,7 @@ class Replica:
         rec = self.recorder
         last = self._t_last  # the end of the step before ``done``: the gap's other end
         tokens = 0
+        captok = 0  # of them, tokens of members past the sliding window (their excess grows as much)
         lo = done  # the steps [lo, e) are recorded as a block (``Recorder.run_block``)
         adj = 0  # members of step ``lo`` whose gap is recorded on its own
         fold = run.fold if done == 0 else None
@@ -1176,6 +1221,7 @@ class Replica:
                 rec.tbt_steps(t - last, n0 - adj)
             adj = 0
             tokens = n0
+            captok = self._ncap
             last = t
             lo = 1
             tbt = rec.tbt
@@ -1184,19 +1230,30 @@ class Replica:
                 r.num_computed_tokens += q
                 self._sample_one(r, d, t, tbt)
                 self._sum_c += r.num_computed_tokens
-        pn, pc0, plen = [], [], []  # pieces of [lo, e): sequences, KV tokens of their first step, steps
+            if fold[4] is not None:
+                self._ncap += fold[4][0]
+                self._capx += fold[4][1]
+        # pieces of [lo, e): sequences, KV tokens of their first step, steps, growth of the KV tokens
+        pn, pc0, plen = [], [], []
+        pg = None  # (only once a piece grows by fewer than its sequences: a sliding window)
         segs, sp = run.segs, run.sp
         while sp < len(segs):
-            i0, m, n, d0 = segs[sp]
+            i0, m, n, d0, gr = segs[sp]
             if i0 >= e:
                 break
             a = lo if lo > i0 else i0
             b = i0 + m if i0 + m < e else e
             if b > a:
                 pn.append(n)
-                pc0.append(d0 + n * (a - i0))
+                pc0.append(d0 + gr * (a - i0))
                 plen.append(b - a)
                 tokens += n * (b - a)
+                if gr != n:
+                    captok += (n - gr) * (b - a)
+                    if pg is None:
+                        pg = pn[:-1]  # (the pieces before grow by their sequences)
+                if pg is not None:
+                    pg.append(gr)
             if i0 + m > e:
                 break
             sp += 1
@@ -1222,7 +1279,10 @@ class Replica:
                     grown = i + 1
                 info = members.pop(r)
                 c = self._settle(r, info, S0 + i + 1)
-                if not info[4]:
+                if info[5]:
+                    self._ncap -= 1
+                    self._capx -= c - self.window + 1
+                elif not info[4]:
                     cnt[(info[1] - info[2]) % bs] -= 1
                 sum_c += c
                 self._sum_p -= r.prompt_tokens
@@ -1248,7 +1308,8 @@ class Replica:
             self.stats["run_steps"] += e - lo
             if run.priced is None:
                 rec.run_block(self.index, ends[lo - 1] if lo else run.t0, last, ends[lo:e], pn, pc0, plen, adj,
-                              cum[lo:e], base, frees and [(i + 1 - lo, b) for i, b in frees if i + 1 < e])
+                              cum[lo:e], base, frees and [(i + 1 - lo, b) for i, b in frees if i + 1 < e],
+                              pg)
             else:  # steps of their own shape: recorded one by one, as the reference commits them
                 used = [base + x for x in cum[done:e]]
                 for i, b in frees or ():
@@ -1263,6 +1324,7 @@ class Replica:
                         rec.tbt_steps(ends[i] - (last if i == lo else prev), gaps)
         self.outstanding_tokens += tokens
         self._sum_c += tokens
+        self._capx += captok
         self._S += e - done
         self._t_last = ends[e - 1]
         run.done = e

@@ -18,20 +18,23 @@ class Run:
     """A run of decode-only steps in flight (``Replica._macro``), from ``t0``. Per planned step i:
     its end (step i starts when step i - 1 ends) and the KV blocks grown by steps 0..i (``cum``);
     per segment of steps with the same members, ``segs``: (first step, steps, sequences, KV
-    tokens the first step touches: sum of c + 1; each later step touches n more). ``K`` steps
+    tokens the first step touches: sum of c + 1, growth: how many more each later step touches,
+    n, or under a sliding window the members not past it). ``K`` steps
     planned, ``done`` settled (ended and committed), ``grown`` started (KV taken), ``sp``
     segments wholly settled. ``pn``, ``psum``, ``pcnt``: members, their sum of computed tokens
-    and block-growth counts after the planned steps; ``dep``: (step, request) of members
+    and block-growth counts after the planned steps (``pcap``, ``pcx``: the members past the
+    sliding window and their excess, ``Replica._ncap`` and ``_capx``, then); ``dep``: (step, request) of members
     completing at the end of that step (bulk mode), ``dp`` how many of them are settled; ``new``:
     members whose first gap is their own; ``stop``: the run ends after its last planned step (a
     request arrives during it); ``fold``: step 0 is an admission step, (batch, cost, items,
     members before it)."""
 
-    __slots__ = ("S0", "t0", "K", "done", "grown", "ends", "cum", "segs", "sp", "pn", "psum", "pcnt", "dep",
-                 "dp", "new", "fin", "fin_at", "stop", "fold", "next_steps", "priced", "deaf", "bulk")
+    __slots__ = ("S0", "t0", "K", "done", "grown", "ends", "cum", "segs", "sp", "pn", "psum", "pcnt", "pcap", "pcx",
+                 "dep", "dp", "new", "fin", "fin_at", "stop", "fold", "next_steps", "priced", "deaf", "bulk")
 
-    def __init__(self, S0, t0, n, sum_c, cnt, new):
+    def __init__(self, S0, t0, n, sum_c, cnt, new, ncap=0, capx=0):
         self.S0, self.t0, self.pn, self.psum, self.pcnt, self.new = S0, t0, n, sum_c, cnt, new
+        self.pcap, self.pcx = ncap, capx
         self.K = self.done = self.grown = self.dp = self.sp = 0
         self.ends, self.cum, self.segs, self.dep = [], [], [], []
         self.fin = False
@@ -48,10 +51,10 @@ class Run:
         self.bulk = False
 
     def dctx(self, i: int) -> int:
-        """KV tokens step ``i`` touches (sum of c + 1)."""
-        for i0, m, n, d0 in self.segs:
+        """KV tokens step ``i`` touches (sum of c + 1, each c capped under a sliding window)."""
+        for i0, m, _, d0, g in self.segs:
             if i0 <= i < i0 + m:
-                return d0 + n * (i - i0)
+                return d0 + g * (i - i0)
         raise IndexError(i)
 
     def last_step_s(self) -> float:

@@ -89,6 +89,7 @@ class Recorder:
         self.p_n = array("q")
         self.p_ctx0 = array("q")
         self.p_len = array("q")
+        self.p_g = array("q")
         self._run_tbt = None  # (gaps, counts) of those steps, once expanded
 
     def tbt_steps(self, gap_s: float, count: int) -> None:
@@ -186,13 +187,14 @@ class Recorder:
         self.s_pad.append(batch.padding_tokens)
 
     def run_block(self, replica: int, start_s: float, last_s: float, ends, pn, pc0, plen, adj: int, kv_grown,
-                  kv_base: int, frees=None) -> None:
+                  kv_base: int, frees=None, pg=None) -> None:
         """Consecutive decode-only steps of one replica (the fast engine's runs of decode steps):
         the first starts at ``start_s``, step i ends at ``ends[i]`` (the next starts there),
         with ``kv_base + kv_grown[i]`` blocks in use, less the blocks of ``frees``: (k, blocks)
         freed at the end of step k - 1 (steps k on hold that many fewer); pieces (``pn``,
         ``pc0``, ``plen``): sequences, KV tokens the first step of the piece touches, steps, in
-        order, each later step of a piece touching ``sequences`` more tokens. Every sequence
+        order, each later step of a piece touching ``sequences`` more tokens (``pg``: that many
+        more instead; under a sliding window, members past it touch as many each step). Every sequence
         decodes one token a step; its gap is the step's end less the previous step's end
         (``last_s`` for the first), except for ``adj`` sequences of the first step whose gaps
         were recorded on their own. The rows (their duration, FLOPs, bytes and bound priced by
@@ -210,6 +212,11 @@ class Recorder:
         self.p_n.extend(pn)
         self.p_ctx0.extend(pc0)
         self.p_len.extend(plen)
+        if pg is not None:  # (p_g is kept from the first piece that grows otherwise; before it, g = n)
+            self.p_g.extend(self.p_n[len(self.p_g):len(self.p_n) - len(pn)])
+            self.p_g.extend(pg)
+        elif self.p_g:
+            self.p_g.extend(pn)
         if frees:
             end = row0 + len(ends)
             for k, blocks in frees:
@@ -246,15 +253,18 @@ class Recorder:
         counts = seqs.copy()
         counts[first] -= np.frombuffer(self.b_adj, dtype=np.int64)
         self._run_tbt = (gaps, counts)
-        p_n = np.frombuffer(self.p_n, dtype=np.int64)
-        # step j of a piece starting at row f: ctx0 + n (j - f) = (ctx0 - n f) + n j
-        ctx = np.repeat(np.frombuffer(self.p_ctx0, dtype=np.int64) - p_n * (np.cumsum(plen) - plen), plen)
+        # each later step of a piece touches g more KV tokens: its sequences (p_g empty: every
+        # piece's), or fewer under a sliding window (members past it touch as many each step)
+        p_g = np.frombuffer(self.p_g if self.p_g else self.p_n, dtype=np.int64)
+        # step j of a piece starting at row f: ctx0 + g (j - f) = (ctx0 - g f) + g j
+        ctx = np.repeat(np.frombuffer(self.p_ctx0, dtype=np.int64) - p_g * (np.cumsum(plen) - plen), plen)
+        growth = np.repeat(p_g, plen) if self.p_g else seqs  # (no second array of every row without a window)
         replica = np.repeat(np.frombuffer(self.b_replica, dtype=np.int32), blen)
         dur, flops, nbytes, comp = np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.int8)
         # a chunk at a time: the temporaries stay small (in cache, and no fresh pages to fault in)
         for lo in range(0, n, chunk):
             rows = slice(lo, min(lo + chunk, n))
-            ctx[rows] += seqs[rows] * np.arange(lo, rows.stop, dtype=np.int64)
+            ctx[rows] += growth[rows] * np.arange(lo, rows.stop, dtype=np.int64)
             dur[rows], flops[rows], nbytes[rows], comp[rows] = price_runs(replica[rows], seqs[rows], ctx[rows])
             # the durations the engine used: its step ends are their running sums
             assert np.array_equal(start[rows] + dur[rows], ends[rows]), "a run's step times differ from price_runs'"
@@ -270,7 +280,7 @@ class Recorder:
         cols = {"replica": replica, "start_s": start, "duration_s": dur, "num_seqs": seqs, "decode_tokens": seqs,
                 "context_tokens": ctx, "flops": flops, "bytes": nbytes, "compute_bound": comp, "kv_blocks_used": kv}
         for attr in ("r_end", "r_kv", "b_replica", "b_start", "b_last", "b_len", "b_adj", "b_kv", "f_row", "f_end",
-                     "f_blocks", "p_n", "p_ctx0", "p_len"):
+                     "f_blocks", "p_n", "p_ctx0", "p_len", "p_g"):
             setattr(self, attr, array(getattr(self, attr).typecode))  # free the buffers
         return cols
 
