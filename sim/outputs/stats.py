@@ -58,7 +58,12 @@ class WeightedSample:
 
     def stats(self) -> dict:
         if self.counts is None:
-            return dist_stats(self.values)
+            out = dist_stats(self.values)
+            if out["mean"] is not None:  # (exactly rounded, as below: the same with counts or without)
+                v = self.values
+                v = v[~np.isnan(v)]
+                out["mean"] = math.fsum(v.tolist()) / len(v)
+            return out
         keep = ~np.isnan(self.values) & (self.counts > 0)
         v, c = (self.values, self.counts) if keep.all() else (self.values[keep], self.counts[keep])
         del keep
@@ -77,9 +82,32 @@ class WeightedSample:
             d = b - a
             out.append(float(b - d * (1 - g)) if g >= 0.5 else float(a + d * g))
         # exactly rounded: the same whatever order the values were recorded in (the fast engine
-        # records gaps in another order than the reference) and whatever BLAS would sum with
-        mean = math.fsum((v * c).tolist()) / n
+        # records gaps in another order than the reference) and whatever BLAS would sum with, and
+        # whether a gap was recorded once with its count or count times (the fast engine keeps
+        # a step's members as one (gap, count) pair): each product v c is summed exactly, as
+        # its rounded value and its rounding error (``_exact_products``)
+        mean = math.fsum(_exact_products(v, c)) / n
         return {"mean": mean, "p50": out[0], "p90": out[1], "p99": out[2], "max": float(v.max())}
+
+
+def _exact_products(v, c) -> list:
+    """v * c as floats whose sum is exactly the products' (each product's rounded value and its
+    rounding error: Dekker's two-product with Veltkamp's split, exact barring overflow and
+    underflow); the counts ``c`` are integers below 2**53."""
+    v = np.asarray(v, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    p = v * c
+    if (c == 1).all():
+        return p.tolist()
+    split = 134217729.0  # 2**27 + 1
+    t = split * v
+    vh = t - (t - v)
+    vl = v - vh
+    t = split * c
+    ch = t - (t - c)
+    cl = c - ch
+    err = ((vh * ch - p) + vh * cl + vl * ch) + vl * cl
+    return p.tolist() + err.tolist()
 
 
 def dist_stats(x) -> dict:
