@@ -287,21 +287,22 @@ class ContinuousPolicy:
             swap_in, admitted, hits, blocked, stop = self.admit(state, n_run, free, budget, items, reserved)
             if stop is not None and self._may_preempt_for(stop):
                 return self._preempt_for_waiting(state, running, items, free, budget, swap_in, admitted, hits,
-                                                 blocked, stop)
+                                                 blocked, stop, reserved)
             steady = self._steady(state, admitted, swap_in, blocked)
         return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, swap_in=swap_in,
                           budget_blocked=blocked, steady=steady, stop=stop, reserve=reserved)
 
-    def _preempt_for_waiting(self, state, running, items, free, budget, swap_in, admitted, hits, blocked, stop):
+    def _preempt_for_waiting(self, state, running, items, free, budget, swap_in, admitted, hits, blocked, stop,
+                             reserved):
         """Admission stopped at a waiting request for ``max_num_seqs`` or KV: preempt (recompute)
         running requests of strictly lower priority, lowest (then latest arrival) first, as many
         as let it in, and admit again; repeat for the next one stopped so. ``items`` are the
-        running requests' tokens followed by what ``admit`` added."""
+        running requests' tokens followed by what ``admit`` added, ``reserved`` its reservations
+        (kept when nothing can be preempted: the first admission stands)."""
         kv = state.kv
         n_run = len(running)
         base = items[:len(items) - len(admitted) - len(swap_in)]  # the running requests' tokens
         victims = []
-        reserved = []
         while True:
             room = self._make_room(kv, stop[1], running, victims, base, n_run, free, budget)
             if room is None:

@@ -248,6 +248,13 @@ CASES.update({
                           "policy.queue": {"order": "sjf_predicted", "aging_s": 3.0,
                                            "predictor": {"kind": "buckets", "edges": [64, 256], "accuracy": 0.6}}},
     "order_edf": {**MIX, "policy.queue": {"order": "edf"}, "slo.ttft_s": 2.0},
+    # Orca's reservation with priority order: a decision whose admission stopped for KV and found
+    # nobody of lower priority to preempt kept its admissions but dropped their reservations (the
+    # running-list decision only; the decode set's kept them): found by a random feature mix
+    "reserve_oracle_priority": {**TIGHT, "policy.queue": {"order": "priority"}, "policy.reserve": "oracle",
+                               "workload.arrival": {"process": "poisson", "rate_rps": 10.0}},
+    "order_priority_reserve_mix": {**MIX, "policy.queue": {"order": "priority"}, "policy.reserve": "max",
+                                   "policy.max_output_tokens": 600},
     "victim_largest_kv": {**MIX, "policy.preemption_victim": "largest_kv"},
     "victim_lowest_priority_swap": {**MIX, "policy.preemption_victim": "lowest_priority",
                                     "policy.preemption": "swap", "memory.swap_space_gib": 0.2},

@@ -63,6 +63,22 @@ def test_admission_takes_the_whole_reservation_at_once():
     assert [(r.request_id, t) for r, t in b.reserve] == [(0, 124), (1, 59), (2, 34)]
 
 
+def test_priority_order_keeps_the_reservations_when_nobody_can_be_preempted():
+    """Priority order: admission stops at a request the KV cannot hold, and nobody running has a
+    lower priority to preempt for it: the requests admitted before it keep their reservations (the
+    running-list decision dropped them: they then grew block by block like unreserved ones)."""
+    kv = BlockAllocator(num_blocks=40, block_size=16)
+    pol = orca("oracle", queue_order="priority")
+    run = Request(0, 0.0, 100, 60)
+    assert kv.grow(run, 159) and run.kv_blocks == 10
+    run.num_computed_tokens, run.num_output_done = 100, 1
+    waiting = deque([Request(1, 0.0, 200, 40), Request(2, 0.0, 300, 100)])  # 15 blocks; then 25, of 15 left
+    b = pol.next_batch(ReplicaState([run], waiting, kv))
+    assert not b.preempted
+    assert {r.request_id: q for r, q in b.items} == {0: 1, 1: 200}
+    assert [(r.request_id, t) for r, t in b.reserve] == [(1, 239)]
+
+
 def test_reserved_requests_never_grow_nor_get_preempted():
     kv = BlockAllocator(num_blocks=16, block_size=16)
     pol = orca("oracle")
