@@ -604,10 +604,12 @@ def _random_heavy_case(rnd, kind: str) -> dict:
     """A scenario of 300 requests under pressure: a P/D split whose decode pool fills (hand-offs
     wait), prefix caching whose cache fills the free blocks (sessions, shared prefixes), or a
     sliding-window model with prompts around its window (members joining the decode set past
-    it, others crossing it), any policy, KV tight or not, or static batching (whose runs ignore
-    arrivals) with any batch timeout and burstiness."""
+    it, others crossing it), any policy, KV tight or not, static batching (whose runs ignore
+    arrivals) with any batch timeout and burstiness, or a random mix of features (``_random_mix``)."""
     kw = {**SMALL, "seed": rnd.randint(0, 10**6), "memory.num_gpu_blocks": rnd.choice([250, 300, 400, 600, 900]),
           "workload.arrival": {"process": "poisson", "rate_rps": rnd.choice([2.0, 5.0, 10.0, 20.0, 40.0])}}
+    if kind == "mix":
+        return _random_mix(rnd, kw)
     if rnd.random() < 0.3:
         kw["cost.engine"] = "vllm-v0"
     if rnd.random() < 0.2:
@@ -675,15 +677,86 @@ def _random_heavy_case(rnd, kind: str) -> dict:
     return kw
 
 
+def _random_mix(rnd, kw: dict) -> dict:
+    """Features drawn together (each valid combination): classes, closed loops, sessions or shared
+    prefixes with prefix caching, a sliding window, every policy, queue orders with aging,
+    admission control, preemption victims and swapping, Orca reservations, speculative decoding,
+    prefills first, pipeline stages, several replicas and routers, a duration, engine profiles."""
+    classes = rnd.random() < 0.3
+    if classes:
+        kw.update(two_classes())
+    if rnd.random() < 0.15:
+        kw["workload.arrival"] = {"process": "closed_loop", "clients": rnd.choice([4, 16]), "think_time_s": 0.2}
+    if rnd.random() < 0.5:
+        kw.pop("memory.num_gpu_blocks")
+    window = not classes and rnd.random() < 0.3
+    if window:
+        kw["model"] = "mistralai/Mistral-7B-v0.1"
+        kw["workload.prompt_tokens"] = {"dist": "lognormal", "mean": rnd.choice([2000, 4500, 7000]), "sigma": 0.6,
+                                        "max": 12000}
+    pol = kw["policy.name"] = rnd.choice(["continuous", "continuous", "chunked_prefill", "pd_split", "static"])
+    if pol == "chunked_prefill":
+        kw["policy.max_num_batched_tokens"] = rnd.choice([256, 512, 2048])
+    elif pol == "static":
+        kw["policy.max_num_seqs"] = rnd.choice([4, 16])
+    elif pol == "pd_split":
+        kw["policy.prefill"] = {"replicas": rnd.choice([1, 2])}
+        kw["policy.decode"] = {"replicas": rnd.choice([1, 2])}
+    if pol != "static":
+        if not window and rnd.random() < 0.3:
+            kw["policy.prefix_caching"] = True
+            if not classes and rnd.random() < 0.5:
+                kw["workload.sessions"] = {"turns": {"dist": "uniform", "min": 1, "max": 4}, "think_time_s": 0.3}
+            else:
+                kw["workload.shared_prefix"] = {"tokens": 256, "fraction": 1.0, "groups": 8}
+        if rnd.random() < 0.3:
+            order = rnd.choice(["priority", "sjf", "fcfs", "sjf_predicted", "edf"])
+            kw["policy.queue"] = {"order": order}
+            if order == "edf":
+                kw["slo.ttft_s"] = 2.0
+            elif order != "fcfs" and rnd.random() < 0.5:
+                kw["policy.queue"]["aging_s"] = 1.0
+        if classes and rnd.random() < 0.2:
+            kw["policy.admission"] = rnd.choice([
+                {"token_bucket": {"rate_rps": 3.0, "burst": 4}, "max_queue": 6, "classes": ["batch"]},
+                {"ttft_slo": True, "max_queued_tokens": 20000}])
+        if rnd.random() < 0.2:
+            kw["policy.preemption_victim"] = rnd.choice(["largest_kv", "lowest_priority", "newest"])
+        if rnd.random() < 0.2:
+            kw["policy.preemption"] = "swap"
+            kw["memory.swap_space_gib"] = 0.2
+        if pol in ("continuous", "chunked_prefill"):
+            if rnd.random() < 0.2:
+                kw["policy.reserve"] = rnd.choice(["max", "oracle", "pow2"])
+                kw["policy.max_output_tokens"] = 800
+            elif rnd.random() < 0.15:  # (Orca's reservation is not modelled with speculative decoding)
+                kw["policy.spec"] = {"draft": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.7}
+        if pol != "chunked_prefill" and rnd.random() < 0.15:
+            kw["policy.prefill_first"] = True
+    if rnd.random() < 0.2:
+        kw["hardware.pp"] = 2
+    if pol != "pd_split" and rnd.random() < 0.25:
+        kw["cluster.replicas"] = rnd.choice([2, 3])
+        kw["cluster.router"] = rnd.choice(["round_robin", "least_outstanding_tokens", "least_kv_usage", "power_of_two",
+                                           "random"] + (["prefix_aware"] if kw.get("policy.prefix_caching") else []))
+    if rnd.random() < 0.15:
+        kw["workload.duration_s"] = 6.0
+        kw["workload.num_requests"] = None
+    if rnd.random() < 0.2:
+        kw["cost.engine"] = rnd.choice(["vllm-v0", "vllm-v0.2", "trt-llm", "hf-eager"])
+    return kw
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["pd", "prefix", "window", "static"])
+@pytest.mark.parametrize("kind", ["pd", "prefix", "window", "static", "mix"])
 def test_fast_engine_matches_reference_under_pressure(kind):
     """40 random scenarios of 300 requests each (a new seed each run, printed): P/D splits whose
     decode pool fills, prefix caches that fill the free blocks, where runs of decode steps are
-    cut for waiting hand-offs and evict cached blocks, and sliding-window models. Such sweeps
-    found a P/D divergence (6 of 60 scenarios) that the fixed examples above had missed, and
-    static batching's queue under async scheduling (arrivals during a batch's last step; 2 of
-    40 window scenarios, 1 of 60 static ones)."""
+    cut for waiting hand-offs and evict cached blocks, sliding-window models, and random mixes
+    of features. Such sweeps found a P/D divergence (6 of 60 scenarios) that the fixed examples
+    above had missed, static batching's queue under async scheduling (arrivals during a batch's
+    last step; 2 of 40 window scenarios, 1 of 60 static ones), and reservations dropped under
+    priority order (1 of 320 random mixes)."""
     import random
     import time
 
