@@ -303,27 +303,31 @@ class ContinuousPolicy:
         n_run = len(running)
         base = items[:len(items) - len(admitted) - len(swap_in)]  # the running requests' tokens
         victims = []
+        # with a prefix cache: the victims' mappings of shared blocks, released before anything is
+        # admitted (a block only victims map turns free, and a request admitted on a hit maps it
+        # again: it counts against the free blocks as any idle cached block does)
+        dropped = {} if kv.caching else None
         while True:
-            room = self._make_room(kv, stop[1], running, victims, base, n_run, free, budget)
+            room = self._make_room(kv, stop[1], running, victims, base, n_run, free, budget, dropped)
             if room is None:
                 break
-            chosen, n_run, free, budget = room
+            chosen, n_run, free, budget, dropped = room
             victims += chosen
             gone = {id(v) for v in chosen}
             base = [(r, q) for r, q in base if id(r) not in gone]
             items = base[:]
             reserved = []
-            swap_in, admitted, hits, blocked, stop = self.admit(state, n_run, free, budget, items, reserved)
+            swap_in, admitted, hits, blocked, stop = self.admit(state, n_run, free, budget, items, reserved, dropped)
             if stop is None or not self._may_preempt_for(stop):
                 break
         return make_batch(items, victims, admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
                           stop=stop, reserve=reserved)
 
-    def _make_room(self, kv, head, running, victims, base, n_run, free, budget):
+    def _make_room(self, kv, head, running, victims, base, n_run, free, budget, dropped=None):
         """The running requests of strictly lower priority than ``head`` (not yet ``victims``)
         whose preemption lets ``head`` in, lowest priority and latest arrival first: (them, and
-        the sequences, free blocks and tokens after), or None when preempting all of them would
-        not."""
+        the sequences, free blocks and tokens after, and ``dropped`` with their mappings of
+        shared blocks added), or None when preempting all of them would not."""
         taken = {id(v) for v in victims}
         cands = sorted((r for r in running if r.priority > head.priority and id(r) not in taken),
                        key=lambda r: (r.priority, r.arrival_s), reverse=True)
@@ -332,17 +336,22 @@ class ContinuousPolicy:
         sched = {id(r): q for r, q in base}
         kept = 0 if head.preemptions else int(self.watermark * kv.num_blocks)
         chosen = []
+        if dropped is not None:
+            dropped = dict(dropped)
         for v in cands + [None]:
-            c, held, idle, q = self._waiting_tokens(kv, head, budget)
+            c, held, idle, q = self._waiting_tokens(kv, head, budget, dropped)
             tokens = max(c + q, self.reserved_tokens(head.prompt_tokens, head.output_tokens))
             need = kv.blocks_for(tokens) - held + idle
             if n_run < self.max_num_seqs and 0 < q <= budget and free - need >= kept:
-                return (chosen, n_run, free, budget) if chosen else None
+                return (chosen, n_run, free, budget, dropped) if chosen else None
             if v is None:
                 return None
             chosen.append(v)
             n_run -= 1
-            free += kv.freeable_blocks(v)
+            free += kv.freeable_blocks(v, dropped)
+            if dropped is not None:
+                for k in kv.mappings(v):
+                    dropped[k] = dropped.get(k, 0) + 1
             qv = sched.get(id(v))
             if qv is not None:  # scheduled this step: its tokens and the blocks they grew come back
                 budget += qv
@@ -350,14 +359,15 @@ class ContinuousPolicy:
                 free += grown if grown > 0 else 0
         return None
 
-    def _waiting_tokens(self, kv, r, budget: int):
+    def _waiting_tokens(self, kv, r, budget: int, dropped=None):
         """(computed tokens after prefix-cache hits, cached blocks held, of which idle, tokens to
-        schedule) for waiting request ``r`` with ``budget`` tokens left."""
+        schedule) for waiting request ``r`` with ``budget`` tokens left (``dropped``: mappings
+        released by this step's preemptions, ``BlockAllocator.cached_prefix_blocks``)."""
         c = r.num_computed_tokens  # 0: waiting requests hold no KV
         held = idle = 0
         if c == 0 and r.prefix_group >= 0 and kv.caching:
             # keep at least one token to compute (the step must produce logits)
-            held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // kv.block_size)
+            held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // kv.block_size, dropped)
             c = held * kv.block_size
         remaining = r.num_tokens - c
         return c, held, idle, (min(remaining, budget) if self.chunked else remaining)
@@ -381,7 +391,8 @@ class ContinuousPolicy:
             taken.append(r)
         return True, n_seqs, free, budget, stop
 
-    def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list, reserved=None):
+    def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list, reserved=None,
+              dropped=None):
         """After the running requests got their tokens (``n_seqs`` sequences scheduled or
         running, ``free`` blocks and ``budget`` tokens left, nobody preempted): swapped requests
         come back, then waiting ones are admitted. Appends their (request, tokens) to ``items``
@@ -389,7 +400,8 @@ class ContinuousPolicy:
         returns (swap_in, admitted, prefix_hits, budget_blocked, stop): ``budget_blocked`` is the
         waiting request at the head whose whole prompt fits the budget alone but not next to the
         step's other tokens (it waits, and FCFS everything behind it), or None; ``stop`` why
-        admission stopped with requests left (``Batch.stop``), or None."""
+        admission stopped with requests left (``Batch.stop``), or None. ``dropped``: the prefix
+        cache's mappings this step's preemptions release first (``_preempt_for_waiting``)."""
         kv = state.kv
         swap_in = []
         admitted = []
@@ -415,7 +427,7 @@ class ContinuousPolicy:
                 if n_seqs >= self.max_num_seqs:
                     stop = ("max_num_seqs", r, budget, free, 0)
                     break
-                c, held, idle, q = self._waiting_tokens(kv, r, budget)
+                c, held, idle, q = self._waiting_tokens(kv, r, budget, dropped)
                 if q > budget or q == 0:
                     if not self.chunked and q <= self.max_num_batched_tokens and not admitted and not swap_in:
                         blocked = r  # fits the budget alone, not next to the running requests' tokens

@@ -255,6 +255,14 @@ CASES.update({
                                "workload.arrival": {"process": "poisson", "rate_rps": 10.0}},
     "order_priority_reserve_mix": {**MIX, "policy.queue": {"order": "priority"}, "policy.reserve": "max",
                                    "policy.max_output_tokens": 600},
+    # priority preemption with a prefix cache: a victim's prefix blocks turn free and a waiting
+    # request admitted on a hit maps them again (the policy counted them free: with this seed, KV
+    # overcommitted and both engines stopped on an assertion, found by a random mix)
+    "order_priority_prefix": {**MIX, "seed": 42362, "memory.num_gpu_blocks": 900,
+                              "policy.queue": {"order": "priority"},
+                              "policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 2048,
+                              "policy.prefix_caching": True,
+                              "workload.shared_prefix": {"tokens": 256, "fraction": 1.0, "groups": 8}},
     "victim_largest_kv": {**MIX, "policy.preemption_victim": "largest_kv"},
     "victim_lowest_priority_swap": {**MIX, "policy.preemption_victim": "lowest_priority",
                                     "policy.preemption": "swap", "memory.swap_space_gib": 0.2},

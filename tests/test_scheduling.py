@@ -183,6 +183,26 @@ def test_no_preemption_when_all_lower_priority_victims_would_not_make_room():
     assert not b.preempted and not b.admitted and b.stop[0] == "kv"
 
 
+def test_preempting_for_a_prefix_hit_counts_the_blocks_the_hit_maps_again():
+    """A victim's prefix blocks that only it maps turn free when it is preempted, and a waiting
+    request admitted on a hit on them maps them again: they count against the free blocks as any
+    idle cached block does. (They were counted free twice: the policy admitted a second request
+    into KV that was not free.)"""
+    kv = BlockAllocator(num_blocks=7, block_size=16, prefix_caching=True)
+    low = Request(0, 0.0, 100, 50, prefix_group=0, prefix_tokens=32)  # 7 blocks, 2 of them the prefix
+    low.priority, low.num_computed_tokens, low.num_output_done = 1, 100, 1
+    assert kv.grow(low, 100) and kv.num_free == 0
+    head = Request(9, 5.0, 100, 50, prefix_group=0, prefix_tokens=32)  # hits the 2 prefix blocks
+    second = req(10, 6.0, 20, priority=0)  # 2 blocks
+    pol = ContinuousPolicy(queue_order="priority")
+    b = pol.next_batch(state([low], queue("priority", [head, second]), kv))
+    assert list(b.preempted) == [low] and list(b.admitted) == [head]
+    assert list(b.prefix_hits) == [(head, 32)] and b.stop[:2] == ("kv", second)
+    # what the replica applies fits: free the victim, map the hit, grow
+    kv.free(low)
+    assert kv.grow(head, 32) and kv.grow(head, 100) and kv.num_free == 0
+
+
 def test_priority_keeps_interactive_ttft_where_fcfs_does_not():
     """A small version of the evidence scenario: at the same load the chat class meets its TTFT
     SLO far more often under the priority order (which may preempt batch requests) than FCFS."""

@@ -163,29 +163,43 @@ class BlockAllocator:
         per, ids = tags
         return (ids[((j + 1) * self.block_size - 1) // per], j)
 
-    def cached_prefix_blocks(self, req, max_blocks: int | None = None) -> tuple[int, int]:
+    def cached_prefix_blocks(self, req, max_blocks: int | None = None, dropped=None) -> tuple[int, int]:
         """(leading prefix blocks of ``req`` found in the cache, up to ``max_blocks``; how many of
-        those nobody maps now)."""
+        those nobody maps now, or nobody would once the mappings counted in ``dropped`` (cache
+        key -> mappings, of requests to be preempted first: ``mappings``) were released)."""
         pb = self._prefix_blocks(req)
         if max_blocks is not None:
             pb = min(pb, max_blocks)
         hits = idle = 0
         g, tags, key = req.prefix_group, req.block_tags, self.key
         while hits < pb:
-            rc = self.cache.get((g, hits) if tags is None else key(g, tags, hits))
+            k = (g, hits) if tags is None else key(g, tags, hits)
+            rc = self.cache.get(k)
             if rc is None:
                 break
+            if dropped:
+                rc -= dropped.get(k, 0)
             hits += 1
             idle += rc == 0
         return hits, idle
 
-    def freeable_blocks(self, req) -> int:
-        """Blocks that would become free if ``req`` were freed now (shared blocks others map do not)."""
+    def freeable_blocks(self, req, dropped=None) -> int:
+        """Blocks that would become free if ``req`` were freed now (shared blocks others map do not;
+        ``dropped``: mappings released before it, as ``cached_prefix_blocks``)."""
         shared = min(self._prefix_blocks(req), req.kv_blocks)
         if not shared:
             return req.kv_blocks
-        g, tags = req.prefix_group, req.block_tags
-        return req.kv_blocks - sum(1 for j in range(shared) if self.cache[self.key(g, tags, j)] > 1)
+        g, tags, key, cache = req.prefix_group, req.block_tags, self.key, self.cache
+        if not dropped:
+            return req.kv_blocks - sum(1 for j in range(shared) if cache[key(g, tags, j)] > 1)
+        return req.kv_blocks - sum(1 for j in range(shared)
+                                   if cache[k := key(g, tags, j)] - dropped.get(k, 0) > 1)
+
+    def mappings(self, req) -> list:
+        """The cache keys of the shared (prefix) blocks ``req`` maps: what freeing it releases."""
+        shared = min(self._prefix_blocks(req), req.kv_blocks)
+        g, tags, key = req.prefix_group, req.block_tags, self.key
+        return [key(g, tags, j) for j in range(shared)]
 
     def take(self, n: int) -> None:
         """Allocate ``n`` unshared blocks (empty ones first, then the least recently freed cached
