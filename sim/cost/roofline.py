@@ -170,6 +170,7 @@ class CostModel:
     _memo_S: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_dec: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_emb: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
+    _memo_stage: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _launch_s: float = field(init=False, repr=False, compare=False, default=0.0)
 
     def __post_init__(self):
@@ -227,6 +228,7 @@ class CostModel:
         object.__setattr__(self, "_memo_S", {})
         object.__setattr__(self, "_memo_dec", {})
         object.__setattr__(self, "_memo_emb", {})
+        object.__setattr__(self, "_memo_stage", {})
         coll = 2 * self.eager_collective_s if self.tp > 1 else 0.0  # a layer's two all-reduces
         object.__setattr__(self, "_launch_s", m.num_layers * (self.eager_layer_s + coll))
 
@@ -695,14 +697,21 @@ class CostModel:
         if p == 1:
             return [cost.time_s - cost.overhead_s]
         T = self._graphed(batch.num_tokens + batch.padding_tokens, batch.prefill_tokens == 0)[0]
-        g = self.gpu
-        send = send_time_s(ACT_BYTES * T * self.model.hidden_size, g.link_bw_bytes_per_s, g.link_latency_s,
-                           self.eff.send_recv)
-        emb = self._embedding_s(T)
-        head = self._lm_head(batch.num_sampled)[0]
-        layers = cost.time_s - cost.overhead_s - (p - 1) * send - emb - head
-        L = self.model.num_layers
-        out = [layers * n / L + send for n in self.stage_layers()]
+        # what does not depend on the step's time, by (tokens as graphed, sequences sampled)
+        memo = self._memo_stage
+        key = (T, batch.num_sampled)
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) >= 65_536:
+                memo.clear()
+            g = self.gpu
+            send = send_time_s(ACT_BYTES * T * self.model.hidden_size, g.link_bw_bytes_per_s, g.link_latency_s,
+                               self.eff.send_recv)
+            hit = memo[key] = ((p - 1) * send, send, self._embedding_s(T), self._lm_head(batch.num_sampled)[0],
+                               self.stage_layers(), self.model.num_layers)
+        sends, send, emb, head, stages, L = hit
+        layers = cost.time_s - cost.overhead_s - sends - emb - head
+        out = [layers * n / L + send for n in stages]
         out[0] += emb
         out[-1] += head - send
         return out
