@@ -161,6 +161,9 @@ class Replica:
         self.pool = pool
         self.handoff = handoff
         self.spec = spec
+        # speculative decoding: each verified sequence's accepted draft tokens, drawn in order from
+        # the replica's own generator (in blocks: the same values as one draw at a time)
+        self._accepted = _accepted_draws(spec[3], 1.0 - spec[1], spec[0]) if spec and spec[1] < 1.0 else None
         self.host_blocks, self.swap_block_bytes, self.swap_bytes_per_s = swap
         self.host_free_blocks = self.host_blocks
         self.fast = fast
@@ -597,8 +600,8 @@ class Replica:
             n = r.prompt_tokens + done
             if q > 1 and done > 0 and r.num_computed_tokens == n - 1:
                 # speculative verify of q = k + 1 tokens: the accepted draft tokens plus one more
-                k, a, _, rng = self.spec
-                accepted = min(int(rng.geometric(1.0 - a)) - 1, k) if a < 1.0 else k
+                k = self.spec[0]
+                accepted = next(self._accepted) if self._accepted is not None else k
                 m = min(accepted + 1, r.output_tokens - done)
                 r.num_output_done = done + m
                 r.num_computed_tokens = r.prompt_tokens + r.num_output_done - 1
@@ -1328,6 +1331,14 @@ class Replica:
         self._S += e - done
         self._t_last = ends[e - 1]
         run.done = e
+
+
+def _accepted_draws(rng, p: float, k: int):
+    """Accepted draft tokens of successive verifications: min(Geometric(p) - 1, k), each draw
+    from ``rng`` in order (a block of draws gives the values one draw at a time would)."""
+    while True:
+        for g in rng.geometric(p, size=1024).tolist():
+            yield g - 1 if g <= k else k
 
 
 class _SetBatch:
