@@ -82,6 +82,30 @@ def test_num_requests_cuts_time_varying_processes():
     assert len(t) <= 50 and t.max() < 5.0
 
 
+def test_a_huge_segment_draws_only_the_arrivals_wanted():
+    """A segment expecting 5e7 arrivals for 2,000 requests draws those 2,000 (the first order
+    statistics of its uniform times), not 5e7 uniform times (~1.2 GB, seconds; 1e9 or more took
+    the fuzzer's `validate` 48 s). The times keep the Poisson process's law: the i-th arrival of
+    a segment starting at s with rate r is s + Gamma(i) / r."""
+    import tracemalloc
+
+    tracemalloc.start()
+    t = times({"process": "on_off", "rate_rps": 5e7, "on_s": 1.0, "off_s": 1.0}, num_requests=2000)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 50 * 2**20
+    assert len(t) == 2000 and np.all(np.diff(t) > 0) and t[0] >= 0.0
+    # the 2,000th arrival: Gamma(2000) / 5e7, mean 4e-5 s, sd 2.2%
+    assert abs(t[-1] / 4e-5 - 1) < 0.1
+    # a piecewise schedule: a quiet segment drawn whole, then a huge one cut to what is wanted
+    segs = [{"duration_s": 1.0, "rate_rps": 10.0}, {"duration_s": 1.0, "rate_rps": 1e8}]
+    for seed in range(5):
+        t = times({"process": "piecewise", "segments": segs}, seed=seed, num_requests=500)
+        quiet = int(np.sum(t < 1.0))
+        assert len(t) == 500 and np.all(np.diff(t) >= 0) and count_within(quiet, 10)
+        assert t[-1] - 1.0 == pytest.approx((500 - quiet) / 1e8, rel=0.3)
+
+
 def test_all_at_once():
     t = times({"process": "all_at_once", "time_s": 3.0}, num_requests=7)
     assert t.tolist() == [3.0] * 7
