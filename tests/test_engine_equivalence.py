@@ -7,8 +7,12 @@ fast path was taken where it applies (``Results.engine_stats``): otherwise it wo
 reference with itself.
 
 Everything is compared exactly: times and summary statistics bit for bit (both engines add the
-same floats in the same order per request, and the summary's means are exactly rounded sums, so
-the order and grouping the engines record in cannot show), counts and statuses.
+same floats in the same order per request, and the summary's means over requests and gaps are
+exactly rounded sums, so the order and grouping the engines record in cannot show), counts and
+statuses. One exception: rows of steps.csv of different replicas that end at the very same
+instant may be listed in another order, and the summary's sums over step rows (busy time, KV
+usage, MFU) then differ in their last bits: when the step rows are not in the same order, the
+summary's floats are compared to 1e-12 relative.
 """
 
 import dataclasses
@@ -25,17 +29,15 @@ from servesim.outputs.recorder import WeightedSample, dist_stats
 from servesim.simulation import simulate
 from tests.conftest import make_scenario, policy_mix_kw, specs, two_classes
 
-# (fast and reference agree bit for bit: every float of the outputs and the summary compared exactly)
-
-
-def assert_same(a, b, path="summary"):
+def assert_same(a, b, path="summary", rel=0.0):
+    """``a == b`` for plain data; floats exactly, or to ``rel`` relative."""
     if isinstance(a, dict):
         assert isinstance(b, dict) and a.keys() == b.keys(), path
         for k in a:
             if k != "wall_time_s":
-                assert_same(a[k], b[k], f"{path}.{k}")
+                assert_same(a[k], b[k], f"{path}.{k}", rel)
     elif isinstance(a, float) and isinstance(b, float):
-        assert (math.isnan(a) and math.isnan(b)) or a == b, (path, a, b)
+        assert (math.isnan(a) and math.isnan(b)) or a == b or abs(a - b) <= rel * max(abs(a), abs(b)), (path, a, b)
     else:
         assert a == b, path
 
@@ -106,7 +108,9 @@ def run_both(sc, sp=None, expect_fast_path=True):
     key = lambda st: np.lexsort((st["start_s"], st["replica"]))  # noqa: E731
     fs, rs = fast.steps, ref.steps
     assert_columns_equal({k: v[key(fs)] for k, v in fs.items()}, {k: v[key(rs)] for k, v in rs.items()}, "steps")
-    assert_same(fast.summary, ref.summary)
+    # (the summary's sums over step rows in another order may differ in their last bits)
+    same_order = all(np.array_equal(fs[k], rs[k]) for k in ("replica", "start_s"))
+    assert_same(fast.summary, ref.summary, rel=0.0 if same_order else 1e-12)
     assert sorted(fast.tbt_s.tolist()) == sorted(ref.tbt_s.tolist())
     assert fast.kv_blocks_in_use == ref.kv_blocks_in_use
     return fast, ref
