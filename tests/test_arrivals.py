@@ -106,6 +106,42 @@ def test_a_huge_segment_draws_only_the_arrivals_wanted():
         assert t[-1] - 1.0 == pytest.approx((500 - quiet) / 1e8, rel=0.3)
 
 
+def test_expected_requests_follow_the_schedule_from_its_start():
+    """A run shorter than a cycle expects the rates of the segments it spans (the schedule starts
+    with its first segment at 0), not the cycle's mean, so the memory check refuses a run of 2.5e8
+    requests before drawing them (it drew them first: a minute, then the refusal)."""
+    from servesim.inputs.workload import expected_requests
+
+    def expected(arrival, duration_s):
+        return expected_requests(build(Workload, {"arrival": arrival, **FIXED, "duration_s": duration_s}, "workload"))
+
+    on_off = {"process": "on_off", "rate_rps": 1000.0, "on_s": 1.0, "off_s": 1e6}
+    assert expected(on_off, 0.5) == pytest.approx(500.0)
+    assert expected(on_off, 2.0) == pytest.approx(1000.0)  # the whole on period, then silence
+    assert expected(on_off, 2 * (1e6 + 1) + 0.5) == pytest.approx(2500.0)  # two cycles, half an on period
+    segs = [{"duration_s": 10.0, "rate_rps": 0.0}, {"duration_s": 10.0, "rate_rps": 4.0}]
+    assert expected({"process": "piecewise", "segments": segs}, 15.0) == pytest.approx(20.0)
+    assert expected({"process": "poisson", "rate_rps": 3.0}, 10.0) == pytest.approx(30.0)
+    sin = {"process": "sinusoidal", "rate_rps": 5.0, "period_s": 100.0, "amplitude": 0.8}
+    assert expected(sin, 50.0) == pytest.approx(5 * 50 * (1 + 1.6 / math.pi))
+    assert expected(sin, 4000.0) == pytest.approx(20000.0)
+
+
+def test_a_huge_short_run_is_refused_before_its_arrivals_are_drawn(monkeypatch):
+    import servesim.inputs.workload as workload_module
+    from servesim.simulation import plan
+    from tests.conftest import make_scenario
+
+    def never(*a, **k):
+        raise AssertionError("arrivals drawn")
+
+    monkeypatch.setattr(workload_module, "arrival_times", never)
+    sc = make_scenario(**{"workload.num_requests": None, "workload.duration_s": 1.0,
+                          "workload.arrival": {"process": "on_off", "rate_rps": 5e8, "on_s": 0.5, "off_s": 1e9}})
+    with pytest.raises(InputError, match="memory"):
+        plan(sc, None)
+
+
 def test_all_at_once():
     t = times({"process": "all_at_once", "time_s": 3.0}, num_requests=7)
     assert t.tolist() == [3.0] * 7

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.inputs.arrivals import arrival_times, inter_arrivals  # noqa: F401  (inter_arrivals: public API)
+from servesim.inputs.arrivals import (arrival_times, expected_count,  # noqa: F401  (inter_arrivals: public API)
+                                     inter_arrivals)
 from servesim.errors import InputError
 from servesim.inputs.scenario import (MAX_SECONDS, MAX_TOKENS, ClosedLoopArrival, EmpiricalDist, FixedDist,
                                      LognormalDist, NormalDist, PoissonArrival, QuantilesDist, UniformDist, Workload,
@@ -119,20 +120,19 @@ def _mean_rate(arrival) -> float:
 
 def expected_requests(workload: Workload) -> float | None:
     """How many requests the workload will make, as far as the scenario alone says (before any
-    file is read or anything drawn): ``num_requests``, or ``duration_s`` x the mean rate when
-    that is fewer or the only bound; None when it cannot say (a closed loop, or a trace replayed
-    without num_requests: the file decides)."""
+    file is read or anything drawn): ``num_requests``, or the arrivals expected within
+    ``duration_s`` (``arrivals.expected_count``) when that is fewer or the only bound; None when it
+    cannot say (a closed loop, or a trace replayed without num_requests: the file decides)."""
     w = workload
     n = float(w.num_requests) if w.num_requests is not None else None
     if w.duration_s is None or isinstance(w.arrival, ClosedLoopArrival):
         return n
     if w.arrival is not None:
-        rate = _mean_rate(w.arrival)
+        by_time = expected_count(w.arrival, w.duration_s, _mean_rate(w.arrival))
     elif w.classes and w.trace is None:
-        rate = sum(_mean_rate(_class_arrival(c)) for c in w.classes)
+        by_time = sum(expected_count(a, w.duration_s, _mean_rate(a)) for a in map(_class_arrival, w.classes))
     else:
         return n
-    by_time = w.duration_s * rate
     return by_time if n is None else min(n, by_time)
 
 
