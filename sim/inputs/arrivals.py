@@ -91,28 +91,29 @@ def candidates_needed(arrival, num_requests: int | None, duration_s: float | Non
     return r * (1 + a) * span
 
 
-def expected_count(arrival, duration_s: float, mean_rate_rps: float) -> float:
-    """Arrivals an open-loop process is expected to make in [0, ``duration_s``). A piecewise or
-    on/off schedule starts with its first segment at 0: its segments are counted in order (a run
-    shorter than a cycle expects the rates of the segments it spans, not the cycle's mean: an on
-    period of 5e8 req/s then a long off one makes its arrivals up front); sinusoidal integrates its
-    rate; others ``duration_s x mean_rate_rps``."""
+def expected_count(arrival, duration_s: float) -> float:
+    """Arrivals an open-loop process is expected to make in [0, ``duration_s``) (inf: all at
+    once). A piecewise or on/off schedule starts with its first segment at 0: its segments are
+    counted in order (a run shorter than a cycle expects the rates of the segments it spans, not
+    the cycle's mean: an on period of 5e8 req/s then a long off one makes its arrivals up front);
+    sinusoidal integrates its rate; a renewal process makes ``duration_s x rate_rps``."""
+    if isinstance(arrival, AllAtOnceArrival):
+        return math.inf
     if isinstance(arrival, (PiecewiseArrival, OnOffArrival)):
         dur, rate = _schedule(arrival)
-        cycle_s = float(dur.sum())
-        if cycle_s > 0 and math.isfinite(duration_s):
-            full = math.floor(duration_s / cycle_s)
-            rest = duration_s - full * cycle_s
-            n = full * float((dur * rate).sum())
-            for d, r in zip(dur.tolist(), rate.tolist()):
-                if rest <= 0:
-                    break
-                n += min(d, rest) * r
-                rest -= d
-            return n
-    if isinstance(arrival, SinusoidalArrival) and math.isfinite(duration_s):
+        cycle_s = float(dur.sum())  # (every duration > 0)
+        full = math.floor(duration_s / cycle_s)
+        rest = duration_s - full * cycle_s
+        n = full * float((dur * rate).sum())
+        for d, r in zip(dur.tolist(), rate.tolist()):
+            if rest <= 0:
+                break
+            n += min(d, rest) * r
+            rest -= d
+        return n
+    if isinstance(arrival, SinusoidalArrival):
         return _expected_sinusoidal(arrival, duration_s)
-    return duration_s * mean_rate_rps
+    return duration_s * arrival.rate_rps
 
 
 def check_segments(arrival, num_requests: int | None, duration_s: float | None, path: str) -> None:

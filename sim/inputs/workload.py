@@ -104,20 +104,6 @@ def mean_length(dist, max_tokens: int = MAX_TOKENS) -> float | None:
     return float(min(max(m, 1.0), max_tokens))
 
 
-def _mean_rate(arrival) -> float:
-    """Requests per second an open-loop process makes on average (inf: all at once)."""
-    from servesim.inputs.scenario import AllAtOnceArrival, OnOffArrival, PiecewiseArrival
-
-    if isinstance(arrival, AllAtOnceArrival):
-        return math.inf
-    if isinstance(arrival, OnOffArrival):
-        return arrival.mean_rate_rps
-    if isinstance(arrival, PiecewiseArrival):
-        d = sum(s.duration_s for s in arrival.segments)
-        return sum(s.duration_s * s.rate_rps for s in arrival.segments) / d if d > 0 else math.inf
-    return arrival.rate_rps
-
-
 def expected_requests(workload: Workload) -> float | None:
     """How many requests the workload will make, as far as the scenario alone says (before any
     file is read or anything drawn): ``num_requests``, or the arrivals expected within
@@ -128,9 +114,9 @@ def expected_requests(workload: Workload) -> float | None:
     if w.duration_s is None or isinstance(w.arrival, ClosedLoopArrival):
         return n
     if w.arrival is not None:
-        by_time = expected_count(w.arrival, w.duration_s, _mean_rate(w.arrival))
+        by_time = expected_count(w.arrival, w.duration_s)
     elif w.classes and w.trace is None:
-        by_time = sum(expected_count(a, w.duration_s, _mean_rate(a)) for a in map(_class_arrival, w.classes))
+        by_time = sum(expected_count(_class_arrival(c), w.duration_s) for c in w.classes)
     else:
         return n
     return by_time if n is None else min(n, by_time)
