@@ -186,14 +186,8 @@ class BlockAllocator:
     def freeable_blocks(self, req, dropped=None) -> int:
         """Blocks that would become free if ``req`` were freed now (shared blocks others map do not;
         ``dropped``: mappings released before it, as ``cached_prefix_blocks``)."""
-        shared = min(self._prefix_blocks(req), req.kv_blocks)
-        if not shared:
-            return req.kv_blocks
-        g, tags, key, cache = req.prefix_group, req.block_tags, self.key, self.cache
-        if not dropped:
-            return req.kv_blocks - sum(1 for j in range(shared) if cache[key(g, tags, j)] > 1)
-        return req.kv_blocks - sum(1 for j in range(shared)
-                                   if cache[k := key(g, tags, j)] - dropped.get(k, 0) > 1)
+        cache, dropped = self.cache, dropped or {}
+        return req.kv_blocks - sum(1 for k in self.mappings(req) if cache[k] - dropped.get(k, 0) > 1)
 
     def mappings(self, req) -> list:
         """The cache keys of the shared (prefix) blocks ``req`` maps: what freeing it releases."""
