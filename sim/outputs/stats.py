@@ -57,13 +57,8 @@ class WeightedSample:
         return self.values if self.counts is None else np.repeat(self.values, self.counts)
 
     def stats(self) -> dict:
-        if self.counts is None:
-            out = dist_stats(self.values)
-            if out["mean"] is not None:  # (exactly rounded, as below: the same with counts or without)
-                v = self.values
-                v = v[~np.isnan(v)]
-                out["mean"] = math.fsum(v.tolist()) / len(v)
-            return out
+        if self.counts is None:  # (the mean exactly rounded, as below: the same with counts or without)
+            return _array_stats(self.values, exact_mean=True)
         keep = ~np.isnan(self.values) & (self.counts > 0)
         v, c = (self.values, self.counts) if keep.all() else (self.values[keep], self.counts[keep])
         del keep
@@ -115,9 +110,17 @@ def dist_stats(x) -> dict:
     ``x``: an array, or a ``WeightedSample``."""
     if isinstance(x, WeightedSample):
         return x.stats()
+    return _array_stats(x)
+
+
+def _array_stats(x, exact_mean: bool = False) -> dict:
+    """``dist_stats`` of an array (NaNs left out); ``exact_mean``: the mean as the exactly
+    rounded sum over the count (``math.fsum``: independent of the values' order) instead of
+    numpy's pairwise sum."""
     x = np.asarray(x, dtype=float)
     x = x[~np.isnan(x)]
     if len(x) == 0:
         return dict.fromkeys(DIST_STATS)
     p50, p90, p99 = np.percentile(x, [50, 90, 99])
-    return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(x.max())}
+    mean = math.fsum(x.tolist()) / len(x) if exact_mean else float(x.mean())
+    return {"mean": mean, "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(x.max())}
