@@ -312,13 +312,16 @@ class Replica:
         """Async scheduling: move the arrivals the decision at ``now`` sees into the waiting queue:
         those that came by the start of the last step when it ended now (the engine decided then),
         every one when the engine was idle, has nothing it can see to do, or ``everything``."""
-        inc = self.incoming
         start, end = self._prev_step
         if everything or end != now or not (self._members or self.running or self.waiting or self.swapped
                                             or self.landed):
-            cutoff = math.inf
+            self._queue_arrivals(math.inf)
         else:
-            cutoff = start
+            self._queue_arrivals(start)
+
+    def _queue_arrivals(self, cutoff: float) -> None:
+        """Async scheduling: the arrivals that came by ``cutoff`` join the waiting queue."""
+        inc = self.incoming
         while inc and inc[0].arrival_s <= cutoff:
             self.waiting.append(inc.popleft())
 
@@ -667,17 +670,8 @@ class Replica:
         else:
             pos = None
         applied = 0  # of the n tokens emitted, how many are in outstanding_tokens yet
-        bs = self.kv.block_size
         for r in done:
-            info = members.pop(r)
-            c = self._settle(r, info, S1)
-            if info[5]:
-                self._ncap -= 1
-                self._capx -= c - self.window + 1
-            elif not info[4]:
-                self._cnt[(info[1] - info[2]) % bs] -= 1
-            self._sum_c -= c
-            self._sum_p -= r.prompt_tokens
+            self._sum_c -= self._complete_member(r, S1)
             r.last_token_s = now
             r.finish_s = now
             self.kv.free(r)
@@ -711,6 +705,20 @@ class Replica:
         r.kv_blocks = held or -(-c // self.kv.block_size)
         if k:
             r.last_token_s = self._t_last
+        return c
+
+    def _complete_member(self, r, S) -> int:
+        """Member ``r`` completes at decode-step counter ``S``: it leaves the set, settled, and the
+        set's counts (past the window, block growth, prompts) lose it; returns its computed
+        tokens (the caller takes them off ``_sum_c``)."""
+        info = self._members.pop(r)
+        c = self._settle(r, info, S)
+        if info[5]:
+            self._ncap -= 1
+            self._capx -= c - self.window + 1
+        elif not info[4]:
+            self._cnt[(info[1] - info[2]) % self.kv.block_size] -= 1
+        self._sum_p -= r.prompt_tokens
         return c
 
     def _dissolve(self) -> None:
@@ -1017,10 +1025,7 @@ class Replica:
             # (async scheduling) the step-by-step engine decided at the end of every step of the
             # run, each time seeing the arrivals by the start of that step (the run never left it
             # idle): they wait in the queue now, before the decision at its end sees what it sees
-            cutoff = run.ends[run.K - 3] if run.K > 2 else run.t0
-            inc = self.incoming
-            while inc and inc[0].arrival_s <= cutoff:
-                self.waiting.append(inc.popleft())
+            self._queue_arrivals(run.ends[run.K - 3] if run.K > 2 else run.t0)
         if self.on_run is not None:
             self.on_run(self, False)
         if run.dp > settled and self.after_free is not None and self.handoffs_waiting:
@@ -1269,7 +1274,7 @@ class Replica:
         dp = run.dp
         frees = None  # (step, blocks freed at its end)
         if dp < len(dep) and dep[dp][0] < e:
-            members, cnt, bs, S0 = self._members, self._cnt, kv.block_size, run.S0
+            S0 = run.S0
             sum_c = 0
             frees = []
             while dp < len(dep) and dep[dp][0] < e:
@@ -1280,15 +1285,7 @@ class Replica:
                     # free theirs, as the reference steps them (evicting what it would evict)
                     kv.take(cum[i] - cum[grown - 1])
                     grown = i + 1
-                info = members.pop(r)
-                c = self._settle(r, info, S0 + i + 1)
-                if info[5]:
-                    self._ncap -= 1
-                    self._capx -= c - self.window + 1
-                elif not info[4]:
-                    cnt[(info[1] - info[2]) % bs] -= 1
-                sum_c += c
-                self._sum_p -= r.prompt_tokens
+                sum_c += self._complete_member(r, S0 + i + 1)
                 r.last_token_s = r.finish_s = ends[i]
                 in_use = kv.num_used
                 kv.free(r)
