@@ -399,6 +399,9 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
         ("gem: {compute: 0.5, memory: 0.8}\n", r"gem: unknown field; \(did you mean 'gemm'"),  # was silently ignored
         ("gemm: {compute: 0.5, memory: 0.8, tile_m: 64.5}\n", r"gemm\.tile_m must be an integer, got 64\.5"),
         ("source: [fitted]\n", r"c\.yaml: source must be a string, got \['fitted'\]"),
+        # no family at all priced silently with the v0 figures, as `none` does
+        ("{}\n", r"c\.yaml: holds no operator family; give at least one of gemm, "),
+        ("gpu: a100-80g\nsource: fitted\n", "holds no operator family"),
     ):
         (tmp_path / "c.yaml").write_text(body)
         with pytest.raises(InputError, match=msg):

@@ -212,8 +212,15 @@ def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
     Errors name ``where`` (the option or field and the file) and the family's field."""
     if not isinstance(data, dict):
         raise InputError(f"{where}: must be a mapping of operator families")
-    return build_file(Efficiencies, {k: v for k, v in data.items() if k not in FILE_METADATA}, where,
-                      "a calibration file")
+    eff = build_file(Efficiencies, {k: v for k, v in data.items() if k not in FILE_METADATA}, where,
+                     "a calibration file")
+    families = [f.name for f in dataclasses.fields(Efficiencies) if f.name != "source"]
+    if not any(k in families for k in data):
+        # (with every family missing it would price silently with the v0 figures, as ``none`` does)
+        raise InputError(f"{where}: holds no operator family; give at least one of {', '.join(families)} "
+                         "(servesim calibrate writes them), or use --calibration none / cost.calibration: none "
+                         "for the v0 figures")
+    return eff
 
 
 DEFAULT_EFFICIENCIES = Efficiencies()
