@@ -90,6 +90,7 @@ def test_parse_slo_takes_every_metric_and_statistic_it_lists():
     ("lat_p99=1", "unknown metric 'lat'"),
     ("ttft_p42=1", "unknown statistic 'p42'"),
     ("ttft_p99=0", "must be > 0"),
+    ("ttft_p99=1ms,tpot_p99=1,ttft_p99=2", "ttft_p99 is given twice"),  # the last one silently won
 ])
 def test_bad_slo_exits_2(tmp_path, capsys, slo, needle):
     sc = tmp_path / "s.yaml"

@@ -424,10 +424,12 @@ def test_os_environment_untouched():
 
 # ---------------------------------------------------------------- numeric command-line options
 @pytest.mark.parametrize("opt", ["--probe-duration", "--tol", "--start", "--workers", "--attainment", "--keep-up"])
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "-1", "1" + "0" * 30])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "-1", "1" + "0" * 30, "0"])
 def test_capacity_options_past_their_range_exit_2(tmp_path, capsys, opt, value):
     if opt == "--workers" and not value.lstrip("-").isdigit():
         return  # argparse takes only integers there
+    if value == "0" and opt == "--keep-up":
+        return  # (0: off)
     rc, err = run_cli(capsys, "capacity", scenario_file(tmp_path), "--slo", "ttft_p99=1", "--quiet", "--max-probes",
                       "3", "--probe-requests", "30", "--workers", "1", f"{opt}={value}", "--out", tmp_path / "cap")
     assert rc == 2 and opt in err and one_bounded_line(err), err

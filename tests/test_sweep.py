@@ -108,6 +108,7 @@ def test_sweep_block_in_the_yaml(tmp_path):
     (["--grid", "policy.max_num_sqs=1,2"], "policy.max_num_sqs: unknown field"),
     (["--grid", "workload.arrival.rate_rps"], "expected dotted.key=v1,v2"),
     (["--grid", "seed=1,,2"], "empty value"),
+    (["--grid", "seed=1", "--grid", "seed=2"], "--grid seed is given twice"),  # the last one silently won
     ([], "nothing to sweep"),
     (["--grid", "seed=1", "--workers", "0"], "--workers must be >= 1"),
     (["--grid", "seed=1", "--address", "x:1"], "--address needs --executor ray"),

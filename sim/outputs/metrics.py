@@ -113,5 +113,7 @@ def parse_slo(text: str) -> dict:
             raise InputError(f"--slo {item!r}: {value!r} is not a number") from None
         if not v > 0:
             raise InputError(f"--slo {item!r}: the limit must be > 0")
+        if (metric, stat) in out:  # (the last one silently won)
+            raise InputError(f"--slo {text!r}: {metric}_{stat} is given twice; give each limit once")
         out[(metric, stat)] = v
     return out

@@ -347,7 +347,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     period = getattr(arrival, "period_s", None)
     if duration is None and period:
         duration = 2 * period  # a time-varying rate: each probe spans two of its periods
-    start = opts.start_rps or arrival.rate_rps
+    start = arrival.rate_rps if opts.start_rps is None else opts.start_rps  # (0 is refused, not the default)
     if not MIN_RATE_RPS <= start <= MAX_RATE_RPS:
         raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} req/s, got {start}")
     return SearchPlan(_name(scenario, base), slo_text, slo, opts, base, arrival, n, duration, start,

@@ -53,6 +53,8 @@ def parse_grid(texts) -> dict:
         key = key.strip()
         if not key:
             raise InputError(f"--grid {text!r}: missing key before '='")
+        if key in grid:  # (the last one silently replaced the values before it)
+            raise InputError(f"--grid {key} is given twice; give its values once: --grid {key}=v1,v2,...")
         values = []
         for item in raw.split(","):
             item = item.strip()
