@@ -59,11 +59,13 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
     """Empirical CDF per label. ``data``: {label: samples in seconds}."""
     colors = colors or colors_for(data)
     lo, hi = np.inf, 0.0
+    drawn = 0
     for label, x in data.items():
         x = np.sort(np.asarray(x, dtype=float))
         x = x[~np.isnan(x)]
         if len(x) == 0:
             continue
+        drawn += 1
         y = np.arange(1, len(x) + 1) / len(x)
         ax.step(_ms(x), y, where="post", label=str(label), color=colors[label])
         pos = x[x > 0]
@@ -79,7 +81,11 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
     ax.set_ylim(0, 1.0)
     ax.set_title(f"{name} CDF")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right")
+    if not drawn:  # (no request completed, or none has the metric: say so rather than show bare axes)
+        ax.text(0.5, 0.5, "no samples: no request completed with this metric", transform=ax.transAxes,
+                ha="center", va="center", fontsize="small", color="0.4")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right")
     return ax
 
 
@@ -346,7 +352,7 @@ def ttft_breakdown(data: dict, ax):
     transfer stacked on top, per label.
 
     ``data``: {label: {"queueing": s, "prefill": s, "api": s, "transfer": s}} (``RunData.ttft_breakdown``;
-    a missing component is 0).
+    a missing component is 0; an empty mapping: no request completed, said on the axis instead of a bar).
     The transfer comes after the first token (it delays the second), so the bar's top is the mean
     time until decoding can start; without a P/D split it is 0 and the bar is the mean TTFT.
     Each bar carries its total. When totals differ more than 50-fold the bars show shares (%)
@@ -371,13 +377,17 @@ def ttft_breakdown(data: dict, ax):
 
     for i, (xi, top) in enumerate(zip(x, bottom)):  # on each bar: the TTFT, and the transfer after it
         ttft, kv = ms["queueing"][i] + ms["prefill"][i] + ms["api"][i], ms["transfer"][i]
-        text = f"TTFT {fmt(ttft)}" + (f"\n+ {fmt(kv)} KV" if kv > 0 else "")
+        text = f"TTFT {fmt(ttft)}" + (f"\n+ {fmt(kv)} KV" if kv > 0 else "") if data[labels[i]] else \
+            "no request\ncompleted"
         ax.annotate(text, (xi, top), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=8)
     ax.set_xticks(x, [str(lbl) for lbl in labels], rotation=20 if len(labels) > 3 else 0)
     if shares:
         ax.set_ylim(0, 125)
-    else:
-        ax.set_ylim(0, max(bottom.max(initial=0.0), 1e-9) * 1.2)  # room for the labels under the title
+    elif bottom.max(initial=0.0) > 0:
+        ax.set_ylim(0, bottom.max() * 1.2)  # room for the labels under the title
+    else:  # (nothing to draw: no request completed anywhere)
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
     ax.set_ylabel("share of mean time (%)" if shares else "mean time (ms)")
     ax.set_title("TTFT breakdown (+ KV transfer)")
     ax.grid(True, axis="y", alpha=0.3)

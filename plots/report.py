@@ -654,6 +654,9 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     F.ttft_breakdown({ctx.label(g): d for g, d in bd.items()}, ax)
     parts = []
     for g, d in bd.items():
+        if not d:
+            parts.append(f"{g}: no request completed")
+            continue
         tot = d["queueing"] + d["prefill"] + d.get("api", 0.0)
         if tot > 0:
             x = f" then {_ms(d['transfer'])} of KV transfer to the decode pool" if d["transfer"] > 0 else ""

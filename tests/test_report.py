@@ -232,6 +232,33 @@ def _captured_figures(monkeypatch):
     return seen
 
 
+
+def test_a_run_where_no_request_completed_reports_that_without_warnings(tmp_path, monkeypatch):
+    """Every request rejected: the figures say there is nothing to show (they drew bare axes with an
+    empty legend, matplotlib warning on stderr, and a "TTFT 0.0 ms" bar; the caption had no figure)."""
+    import warnings
+
+    import servesim.plots.figures as F
+
+    seen = _captured_figures(monkeypatch)
+    drawn = []
+    real_cdfs, real_bd = F.latency_cdfs, F.ttft_breakdown
+    monkeypatch.setattr(F, "latency_cdfs", lambda *a, **k: drawn.append(real_cdfs(*a, **k)) or drawn[-1])
+    monkeypatch.setattr(F, "ttft_breakdown", lambda *a, **k: drawn.append(real_bd(*a, **k)) or drawn[-1])
+    out = tmp_path / "run"
+    res = simulate(make_scenario(**{"workload.prompt_tokens": {"dist": "fixed", "value": 9000},
+                                    "workload.clip_to_context": False, "workload.num_requests": 5}))
+    assert res.summary["completed"] == 0 and res.summary["rejected"] == 5
+    res.write(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["report", str(out), "--quiet"]) == 0
+    assert "Mean TTFT: " in (md := (out / "report.md").read_text()) and "no request completed." in md
+    texts = [t.get_text() for ax in drawn for t in ax.texts]
+    assert "no samples: no request completed with this metric" in texts
+    assert "no request\ncompleted" in texts and not any(t.startswith("TTFT ") for t in texts)
+    assert any("none of the 5 requests completed" in t for t in seen["ttft_breakdown"]["texts"])
+
 def test_compare_report_judges_by_the_slo_and_shows_every_caveat(tmp_path, monkeypatch, capsys):
     """The issue's case, smaller: static fails the SLO, chunked_prefill with the scenario's 8192-token
     budget equals continuous, pd_split on a 2-replica scenario runs as a split of the same GPUs."""

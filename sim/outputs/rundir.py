@@ -272,10 +272,10 @@ class RunData:
 
     def ttft_breakdown(self) -> dict:
         """Mean seconds of queueing, prefill compute, the API server (client-side TTFT) and KV
-        transfer in TTFT (completed requests)."""
+        transfer in TTFT (completed requests); empty when no request completed (there is no mean)."""
         r, d = self.requests, self.done
         if not d.any():
-            return {"queueing": 0.0, "prefill": 0.0, "api": 0.0, "transfer": 0.0}
+            return {}
         ttft = metrics.ttft_s(r)[d]
         queue = metrics.queue_s(r)[d]
         api = self.api_request_s()
