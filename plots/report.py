@@ -168,6 +168,9 @@ class Context:
         self.model = _model_name(sc) if sc else "?"
         self.gpu = _gpu_name(sc) if sc else "?"
         self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
+        slo = (sc or {}).get("slo") or {}
+        # the per-request SLO the runs' goodput and attainment count (a capacity search's limits differ)
+        self.run_slo = (slo.get("ttft_s"), slo.get("tpot_s"))
         self.kind = data["kind"]
         rate = data.get("rep_rate")
         if rate is None and first is not None:
@@ -208,7 +211,8 @@ class Context:
         """Groups to draw: identical ones once (their legend entry names both)."""
         return [g for g in groups if g not in self.identical]
 
-    def title(self, what: str, rate: bool = True) -> str:
+    def title(self, what: str, rate: bool = True, slo=None) -> str:
+        """``slo``: (TTFT, TPOT) limits to name instead of the report's (the runs' own SLO)."""
         counts = {n for n in self.gpus.values() if n}
         each = f"{next(iter(counts))} x " if len(counts) == 1 else ""
         parts = [what, f"{self.model} on {each}{self.gpu}" + (" each" if each and len(self.gpus) > 1 else "")]
@@ -216,7 +220,7 @@ class Context:
             parts.append(f"policy {self.policy}")
         if rate and self.rate is not None:
             parts.append(f"{self.rate:.3g} req/s" + (f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
-        slo = _slo_text(self.ttft_slo, self.tpot_slo)
+        slo = _slo_text(*(slo or (self.ttft_slo, self.tpot_slo)))
         if slo:
             parts.append(f"SLO {slo}")
         if self.seeds > 1:
@@ -605,8 +609,18 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     gpus = ctx.gpus
     per_gpu = len({gpus.get(g) for g in peak}) > 1  # unequal hardware: say it per GPU too
     order = sorted(peak, key=lambda g: -peak[g]["goodput_rps"])
-    add("goodput_vs_load", ctx.title("Goodput vs offered load", rate=False), fig,
-        "Peak goodput (requests per second within the SLO), highest first: " + "; ".join(
+    # a capacity search's limits are not what goodput counts: the runs' per-request SLO is
+    run_slo = ctx.run_slo if ctx.kind == "capacity" else None
+    if run_slo is None:
+        within = "requests per second within the SLO"
+    elif _slo_text(*run_slo):
+        within = f"requests per second within the scenario's per-request SLO, {_slo_text(*run_slo)}, not the " \
+                 "search's limits"
+    else:
+        within = "completed requests per second: the scenario sets no per-request SLO, and goodput does not count " \
+                 "the search's limits"
+    add("goodput_vs_load", ctx.title("Goodput vs offered load", rate=False, slo=run_slo), fig,
+        f"Peak goodput ({within}), highest first: " + "; ".join(
             f"{g} {value_text(peak[g], 'goodput_rps', unit='req/s')} (at {_rate(peak[g][RATE_KEY])}"
             + (f"; {value_text(with_per_gpu([peak[g]])[0], 'goodput_per_gpu')} per GPU of {gpus[g]}"
                if per_gpu and gpus.get(g) else "") + ")"
@@ -725,7 +739,9 @@ def _roofline_sentence(g, rd, brief: bool = False) -> str:
     ridge = rd["peak_flops"] / rd["mem_bw"]
     ok = (by > 0) & (dur > 0)
     ai = np.where(ok, fl / np.where(by > 0, by, 1), 0)
-    below = float((ai[ok] < ridge).mean()) if ok.any() else 0.0
+    if not ok.any():
+        return f"{g}: no steps ran."
+    below = float((ai[ok] < ridge).mean())
     if brief:
         parts = [f"{g}: {below:.0%} left of the ridge"]
     else:

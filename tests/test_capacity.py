@@ -150,7 +150,7 @@ def test_a_limit_queueing_does_not_move_is_bounded_by_keeping_up(tmp_path):
 
 def test_no_answer_within_max_probes_is_exit_2_and_reported(tmp_path, capsys):
     sc = tmp_path / "s.yaml"
-    sc.write_text(yaml.safe_dump(scenario_data()))
+    sc.write_text(yaml.safe_dump({**scenario_data(), "slo": {"ttft_s": 1.0, "tpot_s": 0.05}}))
     out = tmp_path / "cap"
     # without the keep-up rule the TPOT limit holds at every rate: the search only climbs
     assert main(["capacity", str(sc), "--seeds", "1",
@@ -161,7 +161,14 @@ def test_no_answer_within_max_probes_is_exit_2_and_reported(tmp_path, capsys):
     cap = json.loads((out / "capacity.json").read_text())
     assert cap["capacity_rps"] is None and cap["bracket_rps"][1] is None
     assert main(["report", str(out)]) == 0
-    assert "No capacity found" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "No capacity found" in md
+    # goodput counts the scenario's per-request SLO, not the search's limits: its figure says which
+    # (it carried the search's "SLO TPOT <= 1 s" over a goodput of TTFT <= 1 s, TPOT <= 50 ms)
+    run_slo = "TTFT <= 1 s, TPOT <= 50 ms"  # (the scenario's)
+    title = next(line for line in md.splitlines() if line.startswith("![Goodput vs offered load"))
+    assert f"SLO {run_slo}" in title and "TPOT <= 1 s" not in title, title
+    assert f"within the scenario's per-request SLO, {run_slo}, not the search's limits" in md
 
 
 def test_on_off_capacity_also_gives_the_mean_offered_rate(tmp_path, capsys):
