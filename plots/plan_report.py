@@ -63,9 +63,10 @@ def build_plan_report(folder: str | Path) -> Path:
            "Capacity: the highest rate meeting the SLO, mean and 95% t-interval over the seeds; measured for the "
            "top configurations, otherwise units x one unit's capacity (marked ~). Power: the modeled mean board "
            "power at the target rate (idle + (TDP - idle) x busy share). $/M tokens: the GPU time of prefill and "
-           "decode work attributed to input and output tokens.", "", D.markdown(D.table_rows(doc)), ""]
-    md += ["## Verification", ""] + [f"- {x}" for x in D.verification_lines(doc)] + [""]
-    md += [f"- {x}" for x in D.failure_lines(doc)] + [""]
+           "decode work attributed to input and output tokens.", "",
+           D.markdown(D.table_rows(doc)) if best else "None: no shape was simulated as serving the rate.", ""]
+    checks = [f"- {x}" for x in D.verification_lines(doc) + D.failure_lines(doc)]
+    md += ["## Verification", ""] + (checks or ["Nothing to verify: no configuration was ranked."]) + [""]
     md += ["## Pruned before simulating", ""] + [f"- {x}" for x in D.pruned_lines(doc)] + [""]
     md += ["## Figures", ""]
 
@@ -136,6 +137,8 @@ def build_plan_report(folder: str | Path) -> Path:
             fig.suptitle(_title(doc, f"latency CDFs at the target rate (seed {doc['seeds'][0]})"), fontsize=10)
             add("latency_cdfs", "Chosen vs runner-up: latency CDFs", fig, "; ".join(sentences) + ".")
 
+    if md[-1] == "## Figures" or md[-2:] == ["## Figures", ""]:
+        md += ["None: no configuration was simulated, so there is nothing to draw."]
     out = folder / "report.md"
     out.write_text("\n".join(md).rstrip() + "\n")
     return out

@@ -243,6 +243,26 @@ def test_plan_command_prints_the_table_answer_and_failure(tmp_path, capsys):
     assert doc["answer"]["label"] in text and "next cheaper:" in text and "seed 0: meets" in text
 
 
+
+def test_a_plan_with_nothing_to_simulate_reports_so(tmp_path, capsys):
+    """Every shape pruned (TP 3 does not divide the heads): the report had an empty table and empty
+    sections, and both commands said they wrote figures that were never drawn."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    out = tmp_path / "p"
+    assert main(["plan", str(f), "--rate", "5", "--slo", SLO, "--tp", "3", "--policies", "continuous",
+                 "--seeds", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "No configuration in the space serves" in printed and "figures" not in printed.split("wrote")[-1]
+    md = (out / "report.md").read_text()
+    assert "None: no shape was simulated as serving the rate." in md
+    assert "Nothing to verify: no configuration was ranked." in md and "nothing to draw" in md
+    assert not (out / "figures").exists()
+    assert main(["report", str(out)]) == 0
+    assert "(no figures: nothing to draw)" in capsys.readouterr().out
+
 @pytest.mark.parametrize("args, message", [
     (["--objective", "speed"], "invalid choice"),
     (["--pd-ratios", "1-2"], "--pd-ratios '1-2': expected P:D"),

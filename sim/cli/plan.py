@@ -107,6 +107,7 @@ def cmd_plan(args) -> int:
         from servesim.plots.plan_report import build_plan_report
 
         wrote.append(str(build_plan_report(out)))
-        wrote.append(str(out / "figures") + "/*.png")
+        if (out / "figures").is_dir() and any((out / "figures").glob("*.png")):
+            wrote.append(str(out / "figures") + "/*.png")
     print("\nwrote " + ", ".join(wrote))
     return 0

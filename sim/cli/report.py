@@ -22,6 +22,7 @@ def cmd_report(args) -> int:
         from servesim.plots.report import build_report  # matplotlib only here, never in the engine
 
         out = build_report(path, progress=not args.quiet)
-    print(f"wrote {out} and {path / 'figures'}/*.png, *.svg")
+    drew = any((path / "figures").glob("*.png")) if (path / "figures").is_dir() else False
+    print(f"wrote {out}" + (f" and {path / 'figures'}/*.png, *.svg" if drew else " (no figures: nothing to draw)"))
     return 0
 
