@@ -18,6 +18,7 @@ Shapes (Llama-2-7B on H100, the conversation-shaped lengths of ``bench/speed.py`
   pd_8_16         P/D split, 8 prefill + 16 decode replicas
   sessions_cache  multi-turn sessions (2-8 turns) with prefix caching
   pp2             pipeline parallel over 2 GPUs, overlapping micro-batches (virtual engines)
+  kv_bound        above capacity on 3,000 KV blocks (12 req/s): requests wait for KV, preemptions
 
 Each shape runs in this process, one after the other (figures on a shared machine: expect 10%
 noise; the ratio is what the benchmark is for). Known linear but slow shapes, by design: pp2
@@ -54,6 +55,7 @@ SHAPES: dict[str, dict] = {
     "sessions_cache": {"rate_rps": 2.0, "policy.prefix_caching": True,
                        "workload.sessions": {"turns": {"dist": "uniform", "min": 2, "max": 8}, "think_time_s": 5}},
     "pp2": {"hardware": {"gpu": "h100-sxm", "pp": 2}},
+    "kv_bound": {"rate_rps": 12.0, "memory.num_gpu_blocks": 3000},
 }
 
 

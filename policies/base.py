@@ -19,7 +19,10 @@ Two optional declarations let the engine go fast without knowing which policy it
   to the end whatever arrives). The engine may
   then fast-forward runs of such steps in one event (their prices are the cost model's, step by
   step), stopping early when a request arrives, when the KV cache would run short or when a
-  completion matters to someone (closed-loop clients, P/D hand-offs).
+  completion matters to someone (closed-loop clients, P/D hand-offs). With
+  ``Batch.until_completion`` the decision holds only until a running request completes
+  (requests wait for room that decode steps only take and a completion gives back, e.g. KV
+  blocks or sequence slots at the head of an FCFS queue): the run ends at the first completion.
 """
 
 from __future__ import annotations

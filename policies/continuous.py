@@ -37,6 +37,7 @@ from servesim.policies.queues import queue_key, victim_picker
 from servesim.core.batch import Batch, make_batch
 
 _ROOM = ("max_num_seqs", "kv", "watermark")  # admission stops that preempting running requests can lift
+_HELD = ("max_num_seqs", "kv", "watermark", "budget")  # admission stops that only a completion lifts (``_held``)
 
 
 @dataclass(frozen=True)
@@ -191,9 +192,11 @@ class ContinuousPolicy:
             low = state.running_priorities.lowest()
             if low is not None and stop[1].priority < low:
                 return None  # a waiting request preempts lower-priority ones: decided on the running list
+        steady = self._steady(state, admitted, swap_in, blocked)
+        held = not steady and self._held(state, items, admitted, swap_in, blocked, stop)
         return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
-                          decode_set=dec, steady=self._steady(state, admitted, swap_in, blocked), stop=stop,
-                          reserve=reserved)
+                          decode_set=dec, steady=steady or held, steady_arrivals=held, until_completion=held,
+                          stop=stop, reserve=reserved)
 
     def _prefills_only(self, state: ReplicaState, dec) -> Batch | None:
         """``prefill_first``: the waiting requests admitted with the whole budget and the free KV
@@ -217,6 +220,20 @@ class ContinuousPolicy:
         nothing is held back."""
         return (not self.spec_tokens and blocked is None and len(admitted) == len(state.waiting) + len(state.landed)
                 and len(swap_in) == len(state.swapped))
+
+    def _held(self, state: ReplicaState, items, admitted, swap_in, blocked, stop) -> bool:
+        """Whether this decision (the decode set alone, requests left waiting) is the decision of
+        every later step until a running request completes, whatever arrives: admission stopped at
+        the head of an FCFS queue (arrivals queue behind it; a keyed queue, ``queue_key``, may put
+        one ahead) for room that decode-only steps only
+        take (KV blocks: the decode set grows) or keep (its sequence slots and token budget: its
+        size is fixed) and only a completion gives back. Not with a prefix cache (evicting cached
+        blocks changes what the head needs), requests held elsewhere (swapped out, landed), a head
+        blocked by the budget alone (``Batch.budget_blocked``: timed per decision), or speculative
+        decoding."""
+        return (not items and not admitted and not swap_in and blocked is None and stop is not None
+                and stop[0] in _HELD and getattr(state.waiting, "key", None) is None and not self.spec_tokens
+                and not state.kv.caching and not state.swapped and not state.landed)
 
     def _one_by_one(self, state: ReplicaState, running: list) -> Batch:
         kv = state.kv

@@ -229,6 +229,19 @@ CASES = {
     "sessions_pd": {"policy.name": "pd_split", "policy.prefix_caching": True, "policy.prefill": {"replicas": 1},
                     "policy.decode": {"replicas": 2}, "workload.arrival": {"process": "poisson", "rate_rps": 3.0},
                     "workload.sessions": {"turns": {"dist": "uniform", "min": 1, "max": 4}}},
+    # requests wait for room only a completion gives back (KV, sequence slots): the decode set runs
+    # until the first completion, whatever arrives (``Batch.until_completion``); synchronous and
+    # async scheduling, a cut-off inside such a run, admission control reading the replica then
+    "held_sync": {**TIGHT, "cost.engine": "vllm-v0"},
+    "held_seqs_sync": {"policy.max_num_seqs": 6, "cost.engine": "vllm-v0",
+                       "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+    "held_chunked_watermark": {**TIGHT, "policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 1024,
+                               "policy.watermark": 0.03, "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+    "held_duration": {**TIGHT, "workload.duration_s": 14.0, "workload.num_requests": None,
+                      "workload.arrival": {"process": "poisson", "rate_rps": 25.0}},
+    "held_admission_ttft": {**TIGHT, "cluster.replicas": 2, "cluster.router": "least_outstanding_tokens",
+                            "policy.admission": {"ttft_slo": True}, "slo.ttft_s": 3.0,
+                            "workload.arrival": {"process": "poisson", "rate_rps": 30.0}},
 }
 # scheduling (policies/queues.py, sim/core/gateway.py): each queue order, aging, victims, routers and
 # admission control, on an interactive + batch mix at a load that queues and preempts
@@ -306,6 +319,9 @@ def test_fast_engine_matches_reference(case):
         assert ref.summary["preemptions"] > 0  # the case exercises what it says
     if case.startswith("admission"):
         assert ref.summary["rejected"] > 0
+    if case.startswith("held") or case in ("recompute", "swap", "max_seqs", "watermark", "chunked_tight"):
+        # runs held a waiting queue until a completion (they were decided step by step before)
+        assert sum(p["held_runs"] for p in fast.engine_stats.values()) > 0, case
 
 
 def test_requests_past_the_window_decode_in_runs():
@@ -622,6 +638,8 @@ def _random_heavy_case(rnd, kind: str) -> dict:
           "workload.arrival": {"process": "poisson", "rate_rps": rnd.choice([2.0, 5.0, 10.0, 20.0, 40.0])}}
     if kind == "mix":
         return _random_mix(rnd, kw)
+    if kind == "held":
+        return _random_held(rnd, kw)
     if rnd.random() < 0.3:
         kw["cost.engine"] = "vllm-v0"
     if rnd.random() < 0.2:
@@ -686,6 +704,46 @@ def _random_heavy_case(rnd, kind: str) -> dict:
     if rnd.random() < 0.3:
         kw["cluster.replicas"] = 2
         kw["cluster.router"] = rnd.choice(["prefix_aware", "least_kv_usage", "round_robin"])
+    return kw
+
+
+def _random_held(rnd, kw: dict) -> dict:
+    """An FCFS replica above its capacity, bound by KV or sequence slots: requests wait for room
+    only a completion gives back, and the decode set runs until it (``Batch.until_completion``),
+    under any engine profile, preemption mode, watermark, reservation, prefills first, cut-off,
+    routers over replicas or a closed loop."""
+    kw["policy.name"] = pol = rnd.choice(["continuous", "continuous", "chunked_prefill"])
+    if pol == "chunked_prefill":
+        kw["policy.max_num_batched_tokens"] = rnd.choice([256, 1024, 4096])
+    kw["workload.arrival"] = {"process": "poisson", "rate_rps": rnd.choice([10.0, 20.0, 40.0, 80.0])}
+    if rnd.random() < 0.4:
+        kw["policy.max_num_seqs"] = rnd.choice([2, 4, 8, 16])
+        if rnd.random() < 0.5:
+            kw.pop("memory.num_gpu_blocks")
+    if rnd.random() < 0.4:
+        kw["cost.engine"] = rnd.choice(["vllm-v0", "vllm-v0.2", "trt-llm", "hf-eager", "sglang"])
+    if rnd.random() < 0.3:
+        kw["policy.preemption"] = "swap"
+        kw["memory.swap_space_gib"] = rnd.choice([0.05, 0.2])
+    if rnd.random() < 0.3:
+        kw["policy.watermark"] = rnd.choice([0.01, 0.05, 0.2])
+    if pol == "continuous" and rnd.random() < 0.2:
+        kw["policy.reserve"] = rnd.choice(["max", "oracle", "pow2"])
+        kw["policy.max_output_tokens"] = 800
+    elif pol == "continuous" and rnd.random() < 0.2:
+        kw["policy.prefill_first"] = True
+    if rnd.random() < 0.2:
+        kw["workload.duration_s"] = rnd.choice([3.0, 9.0])
+        kw["workload.num_requests"] = None
+    if rnd.random() < 0.25:
+        kw["cluster.replicas"] = rnd.choice([2, 3])
+        kw["cluster.router"] = rnd.choice(["round_robin", "least_outstanding_tokens", "least_kv_usage", "power_of_two",
+                                           "random"])
+    elif rnd.random() < 0.1:
+        kw["workload.arrival"] = {"process": "closed_loop", "clients": rnd.choice([8, 32]), "think_time_s": 0.1}
+    if rnd.random() < 0.3:
+        kw["workload.output_tokens"] = {"dist": "lognormal", "mean": rnd.choice([8, 40, 300]), "sigma": 0.8,
+                                        "max": 1200}
     return kw
 
 
@@ -760,7 +818,7 @@ def _random_mix(rnd, kw: dict) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["pd", "prefix", "window", "static", "mix"])
+@pytest.mark.parametrize("kind", ["pd", "prefix", "window", "static", "mix", "held"])
 def test_fast_engine_matches_reference_under_pressure(kind):
     """40 random scenarios of 300 requests each (a new seed each run, printed): P/D splits whose
     decode pool fills, prefix caches that fill the free blocks, where runs of decode steps are
@@ -775,9 +833,14 @@ def test_fast_engine_matches_reference_under_pressure(kind):
     seed = time.time_ns() % 10**9
     print(f"\n{kind} pressure sweep seed {seed}")
     rnd = random.Random(seed)
+    held = 0
     for _ in range(40):
         kw = _random_heavy_case(rnd, kind)
         try:
-            run_both(make_scenario(**kw), expect_fast_path=False)
+            fast, _ = run_both(make_scenario(**kw), expect_fast_path=False)
         except AssertionError as e:
             raise AssertionError(f"fast and reference differ on {kw}: {e}") from None
+        held += sum(p["held_runs"] for p in fast.engine_stats.values()) > 0
+    print(f"{held} of 40 scenarios ran runs held until a completion")
+    if kind == "held":
+        assert held >= 20

@@ -40,10 +40,13 @@ a test oracle) turns both off:
   replica's counters or KV mid-run (routers, the P/D hand-off, the queue sampler, the end of a
   run cut by ``workload.duration_s``) call ``settle(now)`` first (``Cluster.settle``). Virtual
   engines of a pipelined replica take their steps one at a time through the shared stages and
-  never plan runs.
+  never plan runs. A decision held only until a completion (``Batch.until_completion``: requests
+  wait for room a completion gives back) runs the same way, deaf to arrivals when the policy says
+  so, and ends at the first completion (never settled in bulk).
 
 ``stats`` counts what took the fast path (for the equivalence tests): steps whose decode set was
-scheduled as one aggregate, runs, and the steps inside runs.
+scheduled as one aggregate, runs (of them, ``held_runs`` held until a completion), and the steps
+inside runs.
 """
 
 from __future__ import annotations
@@ -206,7 +209,8 @@ class Replica:
         self.on_due = None
         self.due_s = math.inf  # the cluster's bookkeeping for on_due: a lower bound of next_settle_s
         self.next_arrival_s = None  # () -> when the next request routed here arrives, if known (Cluster)
-        self.stats = {"steps": 0, "set_steps": 0, "runs": 0, "run_steps": 0}
+        # (held_runs: runs with requests waiting, held until a completion: ``Batch.until_completion``)
+        self.stats = {"steps": 0, "set_steps": 0, "runs": 0, "run_steps": 0, "held_runs": 0}
         # the decode set
         self._members: dict = {}  # request -> (seq, s0, c0, d0, held, past the window), in admission order
         self._S = 0  # decode-set steps so far
@@ -393,8 +397,11 @@ class Replica:
                 self._release(start, everything=True)
                 continue
             if (batch.steady and n and fast and not batch.items and not running
-                    and (batch.steady_arrivals or not (waiting or landed or swapped or incoming))):
-                K = self._macro_len(n, kv.num_free)
+                    and (batch.steady_arrivals or not (waiting or landed or swapped or incoming))
+                    # (held until a completion: colocated only, decisions untraced, as the trace
+                    # records every decision of a waiting request)
+                    and (not batch.until_completion or (self.role == "colocated" and self.tracer is None))):
+                K = self._macro_len(n, kv.num_free, self._bulk and not batch.until_completion)
                 if K >= 2:
                     yield from self._macro(n, K, shape=batch)
                     continue
@@ -857,14 +864,14 @@ class Replica:
             run.dep.append((x - 1, r))
         return n, sumc, ncap, capx
 
-    def _macro_len(self, n: int, free: int) -> int:
+    def _macro_len(self, n: int, free: int, bulk: bool) -> int:
         """How many decode-only steps can run from here with nothing changing: while the KV
         blocks they grow fit in ``free`` free blocks (empty, or cached blocks nobody maps, which
         the run evicts least recently freed first, as the policy's steps would) and, unless
-        completions are settled in bulk, up to the first completion (included)."""
+        completions are settled in ``bulk``, up to the first completion (included)."""
         S = self._S
         bs = self.kv.block_size
-        if self._bulk:  # _plan stops where the KV runs out (not counting blocks freed on the way)
+        if bulk:  # _plan stops where the KV runs out (not counting blocks freed on the way)
             return self.MAX_RUN if self._cnt[S % bs] + self._cnt[(S + 1) % bs] <= free else 1
         K = min(self._heap[0][0] - S, self.MAX_RUN)
         if K < 2:
@@ -917,6 +924,9 @@ class Replica:
                 run.next_steps, run.priced = shape.next_steps, []
         self.stats["runs"] += 1
         run.bulk = self._bulk
+        if shape is not None and shape.until_completion:
+            run.bulk = False
+            self.stats["held_runs"] += 1
         if not run.bulk and S + K == self._heap[0][0]:
             # the last step completes a member: committed the ordinary way (_commit_set), at its
             # end, not in bulk
