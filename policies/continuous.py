@@ -225,15 +225,23 @@ class ContinuousPolicy:
         """Whether this decision (the decode set alone, requests left waiting) is the decision of
         every later step until a running request completes, whatever arrives: admission stopped at
         the head of an FCFS queue (arrivals queue behind it; a keyed queue, ``queue_key``, may put
-        one ahead) for room that decode-only steps only
-        take (KV blocks: the decode set grows) or keep (its sequence slots and token budget: its
-        size is fixed) and only a completion gives back. Not with a prefix cache (evicting cached
-        blocks changes what the head needs), requests held elsewhere (swapped out, landed), a head
-        blocked by the budget alone (``Batch.budget_blocked``: timed per decision), or speculative
-        decoding."""
-        return (not items and not admitted and not swap_in and blocked is None and stop is not None
-                and stop[0] in _HELD and getattr(state.waiting, "key", None) is None and not self.spec_tokens
-                and not state.kv.caching and not state.swapped and not state.landed)
+        one ahead) for room that decode-only steps only take (KV blocks: the decode set grows) or
+        keep (its sequence slots and token budget: its size is fixed) and only a completion gives
+        back. Not with requests held elsewhere (swapped out, landed), a head blocked by the budget
+        alone (``Batch.budget_blocked``: timed per decision), or speculative decoding.
+
+        With a prefix cache, the decode set's growth may evict cached blocks (nothing is cached
+        until a request releases its blocks): the head's whole prompt then needs as many blocks
+        or more (each lost hit was a block to map). A chunk of it (chunked prefill) spans the hits
+        and a budget of new tokens, so losing hits shrinks the chunk: held only when the head has
+        no hit to lose."""
+        if (items or admitted or swap_in or blocked is not None or stop is None or stop[0] not in _HELD
+                or getattr(state.waiting, "key", None) is not None or self.spec_tokens or state.swapped
+                or state.landed):
+            return False
+        kv, head = state.kv, stop[1]
+        return (not kv.caching or not self.chunked or stop[0] not in ("kv", "watermark")
+                or kv.cached_prefix_blocks(head, (head.num_tokens - 1) // kv.block_size)[0] == 0)
 
     def _one_by_one(self, state: ReplicaState, running: list) -> Batch:
         kv = state.kv

@@ -65,6 +65,16 @@ def test_the_trace_is_the_same_in_both_engines(extra):
     assert_same(fast.summary["decisions"], ref.summary["decisions"])
 
 
+
+def test_with_the_trace_on_no_run_holds_waiting_requests():
+    """A run held until a completion (``Batch.until_completion``) skips the decisions of the
+    requests waiting through it; the trace records every one, so it keeps them step by step."""
+    sc = make_scenario(**{**MIX, "policy.preemption": "swap", "memory.swap_space_gib": 0.2,
+                          "memory.num_gpu_blocks": 400})
+    held = lambda res: sum(p["held_runs"] for p in res.engine_stats.values())  # noqa: E731
+    assert held(simulate(sc, engine="fast")) > 0
+    assert held(simulate(sc, decision_trace=True, engine="fast")) == 0
+
 def test_fcfs_shows_priority_inversions_and_admission_rejections():
     sc = make_scenario(**{**MIX, "policy.admission": {"max_queue": 6, "classes": ["batch"]}})
     res = simulate(sc, decision_trace=True)

@@ -239,6 +239,16 @@ CASES = {
                                "policy.watermark": 0.03, "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
     "held_duration": {**TIGHT, "workload.duration_s": 14.0, "workload.num_requests": None,
                       "workload.arrival": {"process": "poisson", "rate_rps": 25.0}},
+    # a prefix cache the decode set's growth evicts from while the head waits: its whole prompt
+    # needs as many blocks or more; a chunked head is held only with no hit to lose
+    "held_prefix": {**TIGHT, "policy.prefix_caching": True,
+                    "workload.shared_prefix": {"tokens": 256, "fraction": 1.0, "groups": 8},
+                    "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+    "held_prefix_chunked": {**TIGHT, "policy.prefix_caching": True, "policy.name": "chunked_prefill",
+                            "policy.max_num_batched_tokens": 512,
+                            "workload.sessions": {"turns": {"dist": "uniform", "min": 1, "max": 5},
+                                                  "think_time_s": 0.1},
+                            "workload.arrival": {"process": "poisson", "rate_rps": 8.0}},
     "held_admission_ttft": {**TIGHT, "cluster.replicas": 2, "cluster.router": "least_outstanding_tokens",
                             "policy.admission": {"ttft_slo": True}, "slo.ttft_s": 3.0,
                             "workload.arrival": {"process": "poisson", "rate_rps": 30.0}},
@@ -711,7 +721,7 @@ def _random_held(rnd, kw: dict) -> dict:
     """An FCFS replica above its capacity, bound by KV or sequence slots: requests wait for room
     only a completion gives back, and the decode set runs until it (``Batch.until_completion``),
     under any engine profile, preemption mode, watermark, reservation, prefills first, cut-off,
-    routers over replicas or a closed loop."""
+    routers over replicas, a closed loop or a prefix cache."""
     kw["policy.name"] = pol = rnd.choice(["continuous", "continuous", "chunked_prefill"])
     if pol == "chunked_prefill":
         kw["policy.max_num_batched_tokens"] = rnd.choice([256, 1024, 4096])
@@ -744,6 +754,14 @@ def _random_held(rnd, kw: dict) -> dict:
     if rnd.random() < 0.3:
         kw["workload.output_tokens"] = {"dist": "lognormal", "mean": rnd.choice([8, 40, 300]), "sigma": 0.8,
                                         "max": 1200}
+    if rnd.random() < 0.35 and "policy.reserve" not in kw:  # a prefix cache that the decode set evicts from
+        kw["policy.prefix_caching"] = True
+        if rnd.random() < 0.5 and kw["workload.arrival"]["process"] == "poisson":
+            kw["workload.sessions"] = {"turns": {"dist": "uniform", "min": 1, "max": 5},
+                                       "think_time_s": rnd.choice([0.0, 0.3])}
+        else:
+            kw["workload.shared_prefix"] = {"tokens": rnd.choice([128, 512]), "fraction": rnd.choice([0.5, 1.0]),
+                                            "groups": rnd.choice([2, 20])}
     return kw
 
 

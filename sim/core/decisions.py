@@ -21,7 +21,9 @@ and inversion flag form one span (``rows``: request, replica, class, start, end,
 decisions, blocker, inversion, detail), so the trace grows with the changes of reason, not with
 steps x queue length. Requests rejected by admission control are zero-length ``admission`` spans
 with the rule in ``detail``. Decisions fall at the same times in the fast and the reference
-engine (nothing waits during a run of decode steps), so the trace is the same in both.
+engine (with the trace on, nothing waits during a run of decode steps: the fast engine decides
+each step while a request waits, ``Batch.until_completion`` aside), so the trace is the same in
+both.
 
 Off (the default), the engine pays one ``is None`` test per decision and per arrival.
 """
