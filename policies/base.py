@@ -22,7 +22,8 @@ Two optional declarations let the engine go fast without knowing which policy it
   completion matters to someone (closed-loop clients, P/D hand-offs). With
   ``Batch.until_completion`` the decision holds only until a running request completes
   (requests wait for room that decode steps only take and a completion gives back, e.g. KV
-  blocks or sequence slots at the head of an FCFS queue): the run ends at the first completion.
+  blocks or sequence slots at the head of the queue): the run ends at the first completion; with
+  ``Batch.arrivals_behind``, an arrival ranked behind the head of the queue changes nothing either.
 """
 
 from __future__ import annotations

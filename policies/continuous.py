@@ -194,9 +194,11 @@ class ContinuousPolicy:
                 return None  # a waiting request preempts lower-priority ones: decided on the running list
         steady = self._steady(state, admitted, swap_in, blocked)
         held = not steady and self._held(state, items, admitted, swap_in, blocked, stop)
+        # (FCFS: arrivals queue behind the head; a keyed queue may rank one ahead of it)
+        fcfs = getattr(state.waiting, "key", None) is None
         return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
-                          decode_set=dec, steady=steady or held, steady_arrivals=held, until_completion=held,
-                          stop=stop, reserve=reserved)
+                          decode_set=dec, steady=steady or held, steady_arrivals=held and fcfs,
+                          until_completion=held, arrivals_behind=held and not fcfs, stop=stop, reserve=reserved)
 
     def _prefills_only(self, state: ReplicaState, dec) -> Batch | None:
         """``prefill_first``: the waiting requests admitted with the whole budget and the free KV
@@ -223,12 +225,14 @@ class ContinuousPolicy:
 
     def _held(self, state: ReplicaState, items, admitted, swap_in, blocked, stop) -> bool:
         """Whether this decision (the decode set alone, requests left waiting) is the decision of
-        every later step until a running request completes, whatever arrives: admission stopped at
-        the head of an FCFS queue (arrivals queue behind it; a keyed queue, ``queue_key``, may put
-        one ahead) for room that decode-only steps only take (KV blocks: the decode set grows) or
-        keep (its sequence slots and token budget: its size is fixed) and only a completion gives
-        back. Not with requests held elsewhere (swapped out, landed), a head blocked by the budget
-        alone (``Batch.budget_blocked``: timed per decision), or speculative decoding.
+        every later step until a running request completes (or, with a keyed queue, a request
+        arrives: it may rank ahead of the head): admission stopped at the head of the queue for
+        room that decode-only steps only take (KV blocks: the decode set grows) or keep (its
+        sequence slots and token budget: its size is fixed) and only a completion gives back. The
+        queue's order does not change meanwhile (a keyed queue's keys are fixed at insertion; aging
+        is folded into them), nor do the running requests' priorities (a higher-priority head would
+        have preempted now). Not with requests held elsewhere (swapped out, landed), a head blocked
+        by the budget alone (``Batch.budget_blocked``: timed per decision), or speculative decoding.
 
         With a prefix cache, the decode set's growth may evict cached blocks (nothing is cached
         until a request releases its blocks): the head's whole prompt then needs as many blocks
@@ -236,8 +240,7 @@ class ContinuousPolicy:
         and a budget of new tokens, so losing hits shrinks the chunk: held only when the head has
         no hit to lose."""
         if (items or admitted or swap_in or blocked is not None or stop is None or stop[0] not in _HELD
-                or getattr(state.waiting, "key", None) is not None or self.spec_tokens or state.swapped
-                or state.landed):
+                or self.spec_tokens or state.swapped or state.landed):
             return False
         kv, head = state.kv, stop[1]
         return (not kv.caching or not self.chunked or stop[0] not in ("kv", "watermark")

@@ -315,6 +315,11 @@ CASES.update({
 STEP_BY_STEP = {"spec", "window_static"}
 
 
+# cases that must also run runs held until a completion (``Batch.until_completion``)
+HELD_TOO = {"recompute", "swap", "max_seqs", "watermark", "chunked_tight", "order_edf", "order_priority",
+            "order_priority_aging", "order_sjf", "order_sjf_predicted"}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fast_engine_matches_reference(case):
     kw = {**SMALL, **CASES[case]}
@@ -329,7 +334,7 @@ def test_fast_engine_matches_reference(case):
         assert ref.summary["preemptions"] > 0  # the case exercises what it says
     if case.startswith("admission"):
         assert ref.summary["rejected"] > 0
-    if case.startswith("held") or case in ("recompute", "swap", "max_seqs", "watermark", "chunked_tight"):
+    if case.startswith("held") or case in HELD_TOO:
         # runs held a waiting queue until a completion (they were decided step by step before)
         assert sum(p["held_runs"] for p in fast.engine_stats.values()) > 0, case
 
@@ -721,7 +726,7 @@ def _random_held(rnd, kw: dict) -> dict:
     """An FCFS replica above its capacity, bound by KV or sequence slots: requests wait for room
     only a completion gives back, and the decode set runs until it (``Batch.until_completion``),
     under any engine profile, preemption mode, watermark, reservation, prefills first, cut-off,
-    routers over replicas, a closed loop or a prefix cache."""
+    routers over replicas, a closed loop, a prefix cache or a keyed queue (two classes)."""
     kw["policy.name"] = pol = rnd.choice(["continuous", "continuous", "chunked_prefill"])
     if pol == "chunked_prefill":
         kw["policy.max_num_batched_tokens"] = rnd.choice([256, 1024, 4096])
@@ -754,9 +759,18 @@ def _random_held(rnd, kw: dict) -> dict:
     if rnd.random() < 0.3:
         kw["workload.output_tokens"] = {"dist": "lognormal", "mean": rnd.choice([8, 40, 300]), "sigma": 0.8,
                                         "max": 1200}
+    if rnd.random() < 0.4:  # a keyed queue: an arrival may rank ahead of the head (it ends the run)
+        kw.update(two_classes())
+        order = rnd.choice(["priority", "sjf", "sjf_predicted", "edf"])
+        aging = order != "edf" and rnd.random() < 0.4  # (edf's keys grow with arrival time already)
+        kw["policy.queue"] = {"order": order, **({"aging_s": rnd.choice([0.5, 3.0])} if aging else {})}
+        if order == "priority" and rnd.random() < 0.3:
+            kw["policy.queue"]["preempt_running"] = False
+        if rnd.random() < 0.3:
+            kw["policy.preemption_victim"] = rnd.choice(["largest_kv", "lowest_priority", "newest"])
     if rnd.random() < 0.35 and "policy.reserve" not in kw:  # a prefix cache that the decode set evicts from
         kw["policy.prefix_caching"] = True
-        if rnd.random() < 0.5 and kw["workload.arrival"]["process"] == "poisson":
+        if rnd.random() < 0.5 and kw["workload.arrival"]["process"] == "poisson" and "workload.classes" not in kw:
             kw["workload.sessions"] = {"turns": {"dist": "uniform", "min": 1, "max": 5},
                                        "think_time_s": rnd.choice([0.0, 0.3])}
         else:

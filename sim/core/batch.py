@@ -70,6 +70,9 @@ class Batch(NamedTuple):
     # for room that decode steps only take and a completion gives back): a run of such steps ends
     # at the first completion (``servesim.policies.base``)
     until_completion: bool = False
+    # with ``until_completion``: an arrival ranked behind the head of the waiting queue changes
+    # nothing either (admission stops at the head; a keyed queue may rank an arrival ahead of it)
+    arrivals_behind: bool = False
 
     @property
     def empty(self) -> bool:
@@ -78,7 +81,7 @@ class Batch(NamedTuple):
 
 def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(), swap_in=(), reserve=(),
                padding=(0, 0, 0), wake_at_s=None, decode_set=(0, 0), budget_blocked=None, steady=False,
-               steady_arrivals=False, until_completion=False,
+               steady_arrivals=False, until_completion=False, arrivals_behind=False,
                stop=None) -> Batch:
     """Build a ``Batch`` from ``(request, tokens)`` pairs, deriving the aggregate counts.
 
@@ -88,7 +91,7 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
     of ``n`` more decoding sequences (one token each, ``c`` KV tokens before the step) that are
     not listed in ``items`` (the engine's decode set, ``ReplicaState.decoding``, whose first two
     fields are these); they count in every total. ``steady``, ``steady_arrivals``,
-    ``until_completion``: see ``Batch``.
+    ``until_completion``, ``arrivals_behind``: see ``Batch``.
     """
     hit = {id(r): c for r, c in prefix_hits} if prefix_hits else None
     n_set, c_set = decode_set[0], decode_set[1]
@@ -119,7 +122,7 @@ def make_batch(items, preempted=(), admitted=(), *, prefix_hits=(), swap_out=(),
     return Batch(tuple(items), tuple(preempted), tuple(admitted), len(items) + n_set, num_tokens, prefill, decode,
                  nprefill, float(pairs + pad_pairs), ctx + pad_ctx, sampled, pad_tokens, ndec, dctx, float(dpairs),
                  tuple(swap_out), tuple(swap_in), tuple(prefix_hits), tuple(reserve), wake_at_s, budget_blocked,
-                 n_set, steady, stop, steady_arrivals, None, until_completion)
+                 n_set, steady, stop, steady_arrivals, None, until_completion, arrivals_behind)
 
 
 def attention_span(c: int, q: int, window: int | None = None) -> tuple[int, int]:

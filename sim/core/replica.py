@@ -289,7 +289,7 @@ class Replica:
         if self.watch is not None:
             self.watch.add(self.watch_key)
         # async scheduling: the decision at the end of the step in flight was made without it
-        self.wake(1 if self.async_scheduling else 0)
+        self.wake(1 if self.async_scheduling else 0, req)
 
     def accept_prefilled(self, req) -> None:
         """A request whose KV (already mapped on this replica's allocator) has just landed."""
@@ -329,14 +329,17 @@ class Replica:
         while inc and inc[0].arrival_s <= cutoff:
             self.waiting.append(inc.popleft())
 
-    def wake(self, lag: int = 0) -> None:
-        """Something the next decisions must see happened now: during a run of decode steps, the
-        run ends after the step in flight and ``lag`` more (an arrival under async scheduling
-        is seen one decision later: the step after the one in flight is decided without it)."""
+    def wake(self, lag: int = 0, arrival=None) -> None:
+        """Something the next decisions must see happened now (``arrival``: a request arrived):
+        during a run of decode steps, the run ends after the step in flight and ``lag`` more (an
+        arrival under async scheduling is seen one decision later: the step after the one in
+        flight is decided without it)."""
         if self._interruptible:
             run = self._mac
             if run.deaf:  # what arrives waits for the run (the policy said it changes nothing)
                 return
+            if run.behind is not None and arrival is not None and self.waiting.key(arrival) >= run.behind:
+                return  # ranked behind the waiting head (ties: first in, first out): it changes nothing
             if bisect.bisect_right(run.ends, self.env.now, 0, run.K) + 1 + lag >= run.K:
                 run.stop = True  # the run ends there anyway
                 return
@@ -397,7 +400,8 @@ class Replica:
                 self._release(start, everything=True)
                 continue
             if (batch.steady and n and fast and not batch.items and not running
-                    and (batch.steady_arrivals or not (waiting or landed or swapped or incoming))
+                    and (batch.steady_arrivals or not (waiting or landed or swapped or incoming)
+                         or (batch.until_completion and not incoming))
                     # (held until a completion: colocated only, decisions untraced, as the trace
                     # records every decision of a waiting request)
                     and (not batch.until_completion or (self.role == "colocated" and self.tracer is None))):
@@ -920,6 +924,8 @@ class Replica:
         self._new.clear()
         if shape is not None:
             run.deaf = shape.steady_arrivals
+            if shape.arrivals_behind:
+                run.behind = self.waiting.key(self.waiting[0])
             if shape.next_steps is not None:
                 run.next_steps, run.priced = shape.next_steps, []
         self.stats["runs"] += 1
@@ -937,7 +943,7 @@ class Replica:
         # plan up to the step in flight when the next request is known to arrive (else in
         # doubling chunks): a run cut short by an arrival wastes the steps planned past it
         t_stop = (self.next_arrival_s() if self.next_arrival_s is not None and run.fin_at < 0 and not run.deaf
-                  else math.inf)
+                  and run.behind is None else math.inf)
         if fold is None:
             run.pcnt = self._cnt[:]
             t0 = start
@@ -1031,7 +1037,7 @@ class Replica:
         self.settle(env.now)
         self._mac = None
         self._prev_step = (run.ends[run.K - 2] if run.K > 1 else run.t0, env.now)
-        if run.deaf and self.incoming and run.K > 1:
+        if (run.deaf or run.behind is not None) and self.incoming and run.K > 1:
             # (async scheduling) the step-by-step engine decided at the end of every step of the
             # run, each time seeing the arrivals by the start of that step (the run never left it
             # idle): they wait in the queue now, before the decision at its end sees what it sees

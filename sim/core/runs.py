@@ -30,7 +30,8 @@ class Run:
     members before it)."""
 
     __slots__ = ("S0", "t0", "K", "done", "grown", "ends", "cum", "segs", "sp", "pn", "psum", "pcnt", "pcap", "pcx",
-                 "dep", "dp", "new", "fin", "fin_at", "stop", "fold", "next_steps", "priced", "deaf", "bulk")
+                 "dep", "dp", "new", "fin", "fin_at", "stop", "fold", "next_steps", "priced", "deaf", "behind",
+                 "bulk")
 
     def __init__(self, S0, t0, n, sum_c, cnt, new, ncap=0, capx=0):
         self.S0, self.t0, self.pn, self.psum, self.pcnt, self.new = S0, t0, n, sum_c, cnt, new
@@ -46,6 +47,9 @@ class Run:
         self.next_steps = None
         self.priced = None
         self.deaf = False  # arrivals change nothing (``Batch.steady_arrivals``): they never cut the run
+        # (a keyed queue's ``Batch.arrivals_behind``) the key of the waiting head: an arrival ranked
+        # behind it (key >= this) changes nothing, one ranked ahead cuts the run; None: not so
+        self.behind = None
         # planned past completions, settled in bulk (``Replica._bulk`` when it began): its length
         # is not bounded by the first completion
         self.bulk = False
