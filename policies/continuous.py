@@ -195,10 +195,11 @@ class ContinuousPolicy:
         steady = self._steady(state, admitted, swap_in, blocked)
         held = not steady and self._held(state, items, admitted, swap_in, blocked, stop)
         # (FCFS: arrivals queue behind the head; a keyed queue may rank one ahead of it)
-        fcfs = getattr(state.waiting, "key", None) is None
+        # (FCFS, or a swapped-out request first: nothing that arrives can go ahead of it)
+        deaf = getattr(state.waiting, "key", None) is None or (stop is not None and stop[0] == "swapped_first")
         return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
-                          decode_set=dec, steady=steady or held, steady_arrivals=held and fcfs,
-                          until_completion=held, arrivals_behind=held and not fcfs, stop=stop, reserve=reserved)
+                          decode_set=dec, steady=steady or held, steady_arrivals=held and deaf,
+                          until_completion=held, arrivals_behind=held and not deaf, stop=stop, reserve=reserved)
 
     def _prefills_only(self, state: ReplicaState, dec) -> Batch | None:
         """``prefill_first``: the waiting requests admitted with the whole budget and the free KV
@@ -231,16 +232,22 @@ class ContinuousPolicy:
         sequence slots and token budget: its size is fixed) and only a completion gives back. The
         queue's order does not change meanwhile (a keyed queue's keys are fixed at insertion; aging
         is folded into them), nor do the running requests' priorities (a higher-priority head would
-        have preempted now). Not with requests held elsewhere (swapped out, landed), a head blocked
-        by the budget alone (``Batch.budget_blocked``: timed per decision), or speculative decoding.
+        have preempted now). Swapped-out requests come back first: when the first of them does not
+        fit, nothing else is admitted, whatever arrives. Not with landed requests (P/D), a head
+        blocked by the budget alone (``Batch.budget_blocked``: timed per decision), or speculative
+        decoding.
 
         With a prefix cache, the decode set's growth may evict cached blocks (nothing is cached
         until a request releases its blocks): the head's whole prompt then needs as many blocks
         or more (each lost hit was a block to map). A chunk of it (chunked prefill) spans the hits
         and a budget of new tokens, so losing hits shrinks the chunk: held only when the head has
         no hit to lose."""
-        if (items or admitted or swap_in or blocked is not None or stop is None or stop[0] not in _HELD
-                or self.spec_tokens or state.swapped or state.landed):
+        if (items or admitted or swap_in or blocked is not None or stop is None or self.spec_tokens
+                or state.landed):
+            return False
+        if stop[0] == "swapped_first":  # (its need is its KV so far: no prefix-cache hit to lose)
+            return bool(state.swapped) and stop[1] is state.swapped[0]
+        if stop[0] not in _HELD or state.swapped:
             return False
         kv, head = state.kv, stop[1]
         return (not kv.caching or not self.chunked or stop[0] not in ("kv", "watermark")
