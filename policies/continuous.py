@@ -194,8 +194,8 @@ class ContinuousPolicy:
                 return None  # a waiting request preempts lower-priority ones: decided on the running list
         steady = self._steady(state, admitted, swap_in, blocked)
         held = not steady and self._held(state, items, admitted, swap_in, blocked, stop)
-        # (FCFS: arrivals queue behind the head; a keyed queue may rank one ahead of it)
-        # (FCFS, or a swapped-out request first: nothing that arrives can go ahead of it)
+        # deaf to arrivals under FCFS (they queue behind the head) or when a swapped-out request
+        # comes first; a keyed queue may rank an arrival ahead of the head (``arrivals_behind``)
         deaf = getattr(state.waiting, "key", None) is None or (stop is not None and stop[0] == "swapped_first")
         return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
                           decode_set=dec, steady=steady or held, steady_arrivals=held and deaf,
