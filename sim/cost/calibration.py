@@ -14,7 +14,7 @@ from datetime import date
 from importlib import resources
 from pathlib import Path
 
-from servesim.cost.efficiency import DEFAULT_EFFICIENCIES, Efficiencies, from_dict
+from servesim.cost.efficiency import DEFAULT_EFFICIENCIES, FAMILIES, Efficiencies, from_dict
 from servesim.inputs.schema import load_packaged_yaml, read_mapping
 from servesim.inputs.specs import GPUS, GpuSpec
 
@@ -28,10 +28,6 @@ def link_kind(gpu: GpuSpec) -> str:
     """``pcie`` when the GPUs of a node talk only over PCIe (no faster peer link), else ``peer``
     (NVLink, Infinity Fabric)."""
     return "peer" if gpu.peer_link else "pcie"
-
-
-FAMILIES = ("gemm", "gemm_fp8", "attention", "norm", "activation", "rotary", "residual", "embedding", "allreduce",
-            "allreduce_pcie", "allreduce_custom", "send_recv", "overhead")
 
 
 # families no kernel profile measures (Vidur's are fp16 and NCCL only): ``servesim calibrate``

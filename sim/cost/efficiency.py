@@ -205,6 +205,8 @@ class Efficiencies:
 
 # written by ``servesim calibrate`` next to the families; not efficiencies, so not read here
 FILE_METADATA = ("gpu", "fit_quality")
+# the operator families of a calibration file, in the order ``servesim calibrate`` writes them
+FAMILIES = tuple(f.name for f in dataclasses.fields(Efficiencies) if f.name != "source")
 
 
 def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
@@ -214,10 +216,9 @@ def from_dict(data: dict, where: str = "calibration") -> Efficiencies:
         raise InputError(f"{where}: must be a mapping of operator families")
     eff = build_file(Efficiencies, {k: v for k, v in data.items() if k not in FILE_METADATA}, where,
                      "a calibration file")
-    families = [f.name for f in dataclasses.fields(Efficiencies) if f.name != "source"]
-    if not any(k in families for k in data):
+    if not any(k in FAMILIES for k in data):
         # (with every family missing it would price silently with the v0 figures, as ``none`` does)
-        raise InputError(f"{where}: holds no operator family; give at least one of {', '.join(families)} "
+        raise InputError(f"{where}: holds no operator family; give at least one of {', '.join(FAMILIES)} "
                          "(servesim calibrate writes them), or use --calibration none / cost.calibration: none "
                          "for the v0 figures")
     return eff
