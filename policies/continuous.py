@@ -196,9 +196,9 @@ class ContinuousPolicy:
         held = not steady and self._held(state, items, admitted, swap_in, blocked, stop)
         # deaf to arrivals under FCFS (they queue behind the head) or when a swapped-out request
         # comes first; a keyed queue may rank an arrival ahead of the head (``arrivals_behind``)
-        deaf = getattr(state.waiting, "key", None) is None or (stop is not None and stop[0] == "swapped_first")
+        deaf = held and (getattr(state.waiting, "key", None) is None or stop[0] == "swapped_first")
         return make_batch(items, (), admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
-                          decode_set=dec, steady=steady or held, steady_arrivals=held and deaf,
+                          decode_set=dec, steady=steady or held, steady_arrivals=deaf,
                           until_completion=held, arrivals_behind=held and not deaf, stop=stop, reserve=reserved)
 
     def _prefills_only(self, state: ReplicaState, dec) -> Batch | None:
@@ -249,9 +249,8 @@ class ContinuousPolicy:
             return bool(state.swapped) and stop[1] is state.swapped[0]
         if stop[0] not in _HELD or state.swapped:
             return False
-        kv, head = state.kv, stop[1]
-        return (not kv.caching or not self.chunked or stop[0] not in ("kv", "watermark")
-                or kv.cached_prefix_blocks(head, (head.num_tokens - 1) // kv.block_size)[0] == 0)
+        return (not self.chunked or stop[0] not in ("kv", "watermark")
+                or self._waiting_tokens(state.kv, stop[1], 0)[1] == 0)  # (hits held: 0 without a cache)
 
     def _one_by_one(self, state: ReplicaState, running: list) -> Batch:
         kv = state.kv
