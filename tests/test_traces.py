@@ -58,6 +58,21 @@ def test_splitwise_generic_csv_and_jsonl_formats(tmp_path):
     assert s.arrival_s.tolist() == [0.0, 2.5] and s.output_tokens.tolist() == [4, 6]
 
 
+def test_byte_order_mark_and_crlf_are_read(tmp_path):
+    """Spreadsheet exports start with a UTF-8 byte-order mark and end lines with CRLF: the first
+    column's name is still found (the mark once made it '\ufeffarrival_s', "no column")."""
+    c = tmp_path / "excel.csv"
+    c.write_bytes(b"\xef\xbb\xbfarrival_s,prompt_tokens,output_tokens\r\n0,10,2\r\n1.5,20,3\r\n")
+    s = gen({"path": str(c)})
+    assert s.arrival_s.tolist() == [0.0, 1.5] and s.prompt_tokens.tolist() == [10, 20]
+    a = tmp_path / "azure.csv"
+    a.write_bytes(b"\xef\xbb\xbf" + Path(write_azure(tmp_path / "plain.csv")).read_bytes())
+    assert gen({"path": str(a)}).prompt_tokens.tolist() == [350, 410, 1000, 20]
+    j = tmp_path / "t.jsonl"
+    j.write_bytes(b'\xef\xbb\xbf{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 4}\n')
+    assert gen({"path": str(j)}).output_tokens.tolist() == [4]
+
+
 def test_our_own_requests_csv_replays(tmp_path):
     res = simulate(make_scenario(**{"workload.num_requests": 20}))
     res.write(tmp_path / "run")

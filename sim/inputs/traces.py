@@ -64,9 +64,10 @@ class TraceData:
 
 
 def _open_text(path: str):
-    """``path`` (as written: messages show it so) opened as UTF-8 text."""
+    """``path`` (as written: messages show it so) opened as UTF-8 text, a leading byte-order mark
+    dropped (spreadsheets write one; it would stick to the first column's name)."""
     try:
-        return regular_file(path).open(newline="", encoding="utf-8")
+        return regular_file(path).open(newline="", encoding="utf-8-sig")
     except OSError as e:
         raise InputError(f"cannot read {shown(str(path))}: {e.strerror or e}") from None
 
