@@ -355,9 +355,10 @@ SARATHI_PUBLISHED = {  # (model, slo) -> (figure, citation, confidence)
 def exp_sarathi(opts: Options) -> Experiment:
     eng = ENGINES["sarathi"]
     figs, notes = [], []
-    missing = ("prefill-prioritizing vLLM V0 runs prefill-only steps (decodes skip them; servesim mixes the whole "
-               "prompt into the decodes' step); the A100-80GB PCIe's lower bandwidth and power; the 2024 engine's "
-               "per-step overhead (cost.engine vllm-v0)")
+    # (vLLM V0's prefill-only steps are modelled: the baseline runs with policy.prefill_first, and
+    # the 2024 engines with cost.engine vllm-v0; what is left is the paper's GPU)
+    missing = ("the paper's A100-80GB PCIe (lower memory bandwidth and power limit than the catalog's a100-80g, "
+               "the SXM part, which these runs use)")
     for model, (name, strict, relaxed, mov) in SARATHI.items():
         mov = {k: packaged(v) for k, v in mov.items()}
         for slo_name, tbt, budget in (("strict", strict, 512), ("relaxed", relaxed, 2048)):
