@@ -121,6 +121,8 @@ BAD = [
      "never reuses cached blocks"),
     ("policy: {name: continuous,", "policy: {name: static, spec: {draft: ngram},", "policy.spec",
      "continuous or chunked_prefill"),
+    ("policy: {name: continuous,", "policy: {name: chunked_prefill, prefill_first: true,", "policy.prefill_first",
+     "set policy.name: continuous"),
 ]
 
 

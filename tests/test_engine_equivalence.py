@@ -833,7 +833,7 @@ def _random_mix(rnd, kw: dict) -> dict:
                 kw["policy.max_output_tokens"] = 800
             elif rnd.random() < 0.15:  # (Orca's reservation is not modelled with speculative decoding)
                 kw["policy.spec"] = {"draft": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.7}
-        if pol != "chunked_prefill" and rnd.random() < 0.15:
+        if pol == "continuous" and rnd.random() < 0.15:  # (prefill_first: continuous only)
             kw["policy.prefill_first"] = True
     if rnd.random() < 0.2:
         kw["hardware.pp"] = 2

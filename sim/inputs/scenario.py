@@ -603,6 +603,13 @@ class Policy:
         if self.name == "static" and (self.queue.order != "fcfs" or self.preemption_victim != "auto"):
             raise InputError(f"{path}.queue.order: static batching takes its batch FCFS and never preempts; "
                              "queue orders and preemption victims apply to continuous, chunked_prefill and pd_split")
+        if self.prefill_first and self.name in ("chunked_prefill", "static", *DEPLOYMENTS):
+            # (it would be ignored: chunked prefill mixes chunks into the decodes' step by design,
+            # static batching has no decodes running beside a prompt, and in a P/D split the
+            # prefill pool runs no decodes while the decode pool recomputes in chunks)
+            raise InputError(f"{path}.prefill_first: vLLM V0's prompt-only steps are a way to run continuous "
+                             f"batching (whole prompts); {self.name} has no such steps, so it would change "
+                             "nothing; set policy.name: continuous, or leave prefill_first false")
         if self.prefix_caching and self.name == "static":
             raise InputError(f"{path}.prefix_caching: static batching pads every prompt of a batch and reserves "
                              "its slots whole, so it never reuses cached blocks; use continuous, chunked_prefill or "
