@@ -393,6 +393,9 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     request waited (``Results.decisions``, ``summary["decisions"]``; ``servesim.core.decisions``).
     """
     wall0 = time.perf_counter()
+    if not isinstance(scenario, Scenario):  # (a dict or a path would fail deep inside with an AttributeError)
+        raise TypeError(f"simulate() takes a Scenario (servesim.load_scenario(path) or "
+                        f"servesim.scenario_from_dict(mapping)), got {type(scenario).__name__}")
     if engine is not None and engine != scenario.engine:
         scenario = dataclasses.replace(scenario, engine=engine)
     setup, specs, fit = plan(scenario, specs)

@@ -150,3 +150,5 @@ def test_version_and_public_api():
         assert getattr(servesim, name) is not None
     with pytest.raises(AttributeError):
         servesim.no_such_thing  # noqa: B018
+    with pytest.raises(TypeError, match="load_scenario"):
+        servesim.simulate({"model": "meta-llama/Meta-Llama-3-8B"})
