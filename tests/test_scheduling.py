@@ -340,6 +340,8 @@ def test_class_aware_keeps_a_class_on_its_replicas():
     ({"policy.admission": {"classes": ["chat"]}}, "no request class 'chat'"),
     ({"cluster.router": "class_aware", "cluster.class_replicas": [{"name": "default", "replicas": [3]}]},
      "not a replica"),
+    ({"cluster.replicas": 2, "cluster.class_replicas": [{"name": "default", "replicas": [1]}]},
+     "only the class_aware router reads it"),
     ({"policy.admission": {"ttft_slo": True}}, "no TTFT SLO"),
     ({"policy.queue": {"order": "sjf_predicted", "predictor": {"kind": "buckets", "edges": [10, 5]}}}, "rise"),
     ({"policy.preemption_victim": "oldest"}, "policy.preemption_victim"),

@@ -415,6 +415,13 @@ class Cluster:
         from servesim.plugins import resolve
 
         resolve("router", self.router, f"{path}.router")
+        from servesim.core.router import ROUTERS
+
+        if self.class_replicas is not None and self.router in ROUTERS and self.router != "class_aware":
+            # (a plug-in router may read it in configure(scenario); no built-in one but class_aware does)
+            raise InputError(f"{path}.class_replicas: only the class_aware router reads it; {self.router} would "
+                             f"send every class to every replica; set {path}.router: class_aware, or remove "
+                             "class_replicas")
         for i, c in enumerate(self.class_replicas or ()):
             if not c.replicas:
                 raise InputError(f"{path}.class_replicas[{i}].replicas must list at least one replica")
