@@ -91,6 +91,10 @@ def test_outputs_subset_writes_only_those(tmp_path, capsys):
     assert main(["run", str(sc), "--out", str(out), "--quiet", "--outputs", "steps,summary"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["steps.csv", "summary.json"]
     assert f"wrote {out}/summary.json, steps.csv" in capsys.readouterr().out
+    # a report needs the requests table the run left out: it says so and how to get it
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the run wrote no requests table" in err and "--outputs" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv, needle", [

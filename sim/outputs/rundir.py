@@ -122,6 +122,10 @@ def read_table(run_dir: str | Path, name: str, required=None) -> dict:
     required = TABLES[name] if required is None else required
     if not (p / f"{name}.csv").is_file() and (p / f"{name}.parquet").is_file():
         return read_parquet_columns(p / f"{name}.parquet", required)
+    if not (p / f"{name}.csv").exists() and (p / "summary.json").is_file():
+        # (a run written with ``servesim run --outputs`` leaving this table out)
+        raise InputError(f"{p}: the run wrote no {name} table ({name}.csv); run it again with --outputs including "
+                         f"{name} (servesim run --outputs summary,requests,steps), or without --outputs")
     return read_columns(p / f"{name}.csv", required)
 
 
