@@ -541,6 +541,15 @@ class Admission:
         return (self.token_bucket is not None or self.max_queue is not None or self.max_queued_tokens is not None
                 or self.ttft_slo)
 
+    def check(self, path):
+        # (options that would change nothing: refused rather than ignored)
+        if self.ttft_slo_share != 1.0 and not self.ttft_slo:
+            raise InputError(f"{path}.ttft_slo_share: it scales the TTFT rule's limit, and {path}.ttft_slo is off; "
+                             f"set {path}.ttft_slo: true, or leave ttft_slo_share at 1")
+        if self.classes is not None and not self.active:
+            raise InputError(f"{path}.classes: it names the classes the rules apply to, and no rule is set; add "
+                             f"one (token_bucket, max_queue, max_queued_tokens or ttft_slo), or remove classes")
+
 
 @dataclass(frozen=True)
 class Policy:
