@@ -184,6 +184,13 @@ def test_jsonl_errors(tmp_path):
     ({"trace": {"path": "x.csv", "columns": {"prompt": 3}}}, "workload.trace.columns.prompt must be a string"),
     ({"trace": {"path": "x.csv", "loop": True}},
      "workload.trace.loop needs workload.num_requests or workload.duration_s"),
+    # options that would change nothing
+    ({"trace": {"path": "x.csv", "sample": True, "loop": True}, "num_requests": 5,
+      "arrival": {"process": "poisson", "rate_rps": 1.0}}, "workload.trace.loop: sampled rows"),
+    ({"trace": {"path": "x.csv", "speedup": 2.0}, "num_requests": 5,
+      "arrival": {"process": "poisson", "rate_rps": 1.0}}, "speedup changes nothing"),
+    ({"dataset": {"path": "x.json", "sample": True, "loop": True}, "num_requests": 5,
+      "arrival": {"process": "poisson", "rate_rps": 1.0}}, "workload.dataset.loop: sampled rows"),
 ])
 def test_trace_fields_checked(data, message):
     with pytest.raises(InputError, match=message):

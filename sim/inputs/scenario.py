@@ -706,6 +706,14 @@ class Workload:
                 raise InputError(f"{path}.trace.loop needs {path}.num_requests or {path}.duration_s")
             if self.trace.sample and self.arrival is None:
                 raise InputError(f"{path}.trace.sample needs {path}.arrival (sampled rows have no arrival times)")
+            # (options that would change nothing: refused rather than ignored)
+            if self.trace.sample and self.trace.loop:
+                raise InputError(f"{path}.trace.loop: sampled rows are drawn with replacement and never run out, so "
+                                 "loop changes nothing; remove it")
+            if self.trace.speedup != 1.0 and self.arrival is not None:
+                raise InputError(f"{path}.trace.speedup: with {path}.arrival the arrival times come from that process "
+                                 "and the trace gives only lengths, so speedup changes nothing; scale the process's "
+                                 f"rate instead, or remove {path}.arrival to replay the trace's own times")
             return
         if self.classes is not None:
             self._check_classes(path)
@@ -729,6 +737,9 @@ class Workload:
                              f"({'of sessions' if self.sessions is not None else 'the dataset has no times'})")
         if self.num_requests is None and self.duration_s is None:
             raise InputError(f"{path}: give num_requests or duration_s (or both)")
+        if self.dataset is not None and self.dataset.sample and self.dataset.loop:
+            raise InputError(f"{path}.dataset.loop: sampled rows are drawn with replacement and never run out, so "
+                             "loop changes nothing; remove it")
         if self.dataset is not None and self.prompt_tokens is not None:
             raise InputError(f"{path}.prompt_tokens: prompt lengths come from {path}.dataset; remove one of them")
         if self.sessions is not None:
