@@ -2,15 +2,19 @@
 
 import csv
 import json
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from servesim.cli.main import main
 from servesim.cost.engines import PROFILES
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
+
+ROOT = Path(__file__).resolve().parent.parent
 
 GOOD = textwrap.dedent("""\
     name: cli-test
@@ -87,6 +91,24 @@ def test_validate_ok(tmp_path, capsys):
     out = capsys.readouterr().out
     assert ("per-step CPU 1.00 ms + 171.0 us per sequence (scenario (step), engine vllm-v0 (per sequence)), "
             "overlap 0 with the GPU step; CUDA graphs up to 64 tokens (decode-only steps, padded)") in out
+
+
+def test_set_reaches_into_lists_with_the_field_paths_errors_print():
+    """``--set workload.classes[1].slo.ttft_s=3``: the notation messages use for a field path
+    (``workload.classes[0].share ...``) also sets one; an index past the list or into something
+    that is no list names what is there."""
+    from servesim.errors import InputError
+    from servesim.inputs.scenario import load_scenario
+
+    sc = load_scenario(ROOT / "scenarios" / "multi-class.yaml",
+                       ["workload.classes[1].slo.ttft_s=3", "workload.classes[0].share=0.5"])
+    assert sc.workload.classes[1].slo.ttft_s == 3.0 and sc.workload.classes[0].share == 0.5
+    for text, says in [("workload.classes[2].share=1", "workload.classes has 2 entries, so indexes 0 to 1"),
+                       ("workload.arrival[0].rate_rps=1", "workload.arrival is not a list"),
+                       ("workload.nope[0].x=1", "workload.nope is not a list (it is not set)"),
+                       ("workload.classes[x].share=1", "'classes[x]' is not a field name")]:
+        with pytest.raises(InputError, match=re.escape(says)):
+            load_scenario(ROOT / "scenarios" / "multi-class.yaml", [text])
 
 
 def test_numbers_in_e_notation_are_numbers(tmp_path, capsys):

@@ -38,7 +38,7 @@ def _run_and_validate(sub) -> None:
     r = sub.add_parser("run", help="run a scenario (the packaged default when none is given)")
     r.add_argument("scenario", nargs="?", help="scenario YAML file")
     r.add_argument("--out", default="out", help="output folder (default: ./out)")
-    _overrides(r, "override a field, e.g. policy.max_num_seqs=64")
+    _overrides(r, "override a field, e.g. policy.max_num_seqs=64 (a list entry: workload.classes[0].share=2)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--outputs", metavar="NAME[,NAME]",
                    help="which files to write: summary, requests, steps, scenario (default: all)")

@@ -4,6 +4,7 @@ lessons' and the tests' scenario tweaks all go through ``set_dotted``."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import yaml
@@ -34,21 +35,51 @@ def parse_value(raw: str) -> Any:
         return raw
 
 
+_SEGMENT = re.compile(r"^([^.\[\]]+)((?:\[\d+\])*)$")
+
+
+def _steps(key: str, flag: str) -> list:
+    """``a.b[1].c`` -> ["a", "b", 1, "c"]: mapping keys and list indexes, in the notation the
+    error messages use for a field path (``workload.classes[0].share``)."""
+    steps = []
+    for seg in key.split("."):
+        m = _SEGMENT.match(seg)
+        if not seg or m is None:
+            raise InputError(f"{flag} {key!r}: " + ("empty key segment" if not seg else
+                             f"{seg!r} is not a field name, optionally with list indexes (classes[0])"))
+        steps.append(m.group(1))
+        steps += [int(i) for i in re.findall(r"\d+", m.group(2))]
+    return steps
+
+
+def _shown(steps) -> str:
+    return "".join(f"[{s}]" if isinstance(s, int) else (f".{s}" if i else s) for i, s in enumerate(steps))
+
+
 def set_dotted(data: dict, key: str, value, flag: str = "--set") -> dict:
     """Set ``a.b.c`` in a nested mapping, creating mappings on the way (and in place of nulls);
-    ``flag`` names the option in errors."""
-    parts = key.split(".")
-    if not all(parts):
-        raise InputError(f"{flag} {key!r}: empty key segment")
+    ``a.b[1].c`` sets a field of a list's element (``workload.classes[0].share``; the element must
+    exist). ``flag`` names the option in errors."""
+    steps = _steps(key, flag)
     node = data
-    for i, p in enumerate(parts[:-1]):
-        nxt = node.get(p)
-        if nxt is None:
-            nxt = node[p] = {}
-        if not isinstance(nxt, dict):
-            raise InputError(f"{flag} {key!r}: {'.'.join(parts[: i + 1])} is not a mapping")
+    for i, step in enumerate(steps[:-1]):
+        nxt_is_index = isinstance(steps[i + 1], int)
+        if isinstance(step, int):
+            nxt = node[step]  # (checked below, when ``node`` was reached)
+        else:
+            nxt = node.get(step)
+            if nxt is None and not nxt_is_index:
+                nxt = node[step] = {}
+        where = _shown(steps[: i + 1])
+        if nxt_is_index:
+            if not isinstance(nxt, list):
+                raise InputError(f"{flag} {key!r}: {where} is not a list" + (" (it is not set)" if nxt is None else ""))
+            if steps[i + 1] >= len(nxt):
+                raise InputError(f"{flag} {key!r}: {where} has {len(nxt)} entries, so indexes 0 to {len(nxt) - 1}")
+        elif not isinstance(nxt, dict):
+            raise InputError(f"{flag} {key!r}: {where} is not a mapping")
         node = nxt
-    node[parts[-1]] = value
+    node[steps[-1]] = value
     return data
 
 
