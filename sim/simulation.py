@@ -380,6 +380,31 @@ def observed_time(workload, req: dict, steps: dict, cut: bool) -> float:
     return end
 
 
+def keep_up(workload, req_cols) -> dict | None:
+    """``{"ratio", "window_s", "median_e2e_s"}``: requests that left (completed, or rejected at
+    arrival) per request that arrived over the second half of the arrivals (``ratio``,
+    ``metrics.keep_up_ratio``: servesim capacity's keep-up rule), that window's length and the
+    median E2E. Once the run is past its warm-up, the requests in flight at the window's end stand
+    for those in flight at its start, so the ratio is about 1 when the deployment keeps up and
+    about capacity / offered rate when the backlog grows; a window shorter than the median E2E
+    may not be past the warm-up, which also leaves a backlog. None for arrivals that are not
+    open-loop (closed-loop clients wait for their replies; all_at_once is one batch) or too few."""
+    from servesim.inputs.scenario import AllAtOnceArrival, ClosedLoopArrival
+    from servesim.outputs.metrics import e2e_s, is_completed, keep_up_ratio
+
+    if isinstance(workload.arrival, (ClosedLoopArrival, AllAtOnceArrival)):
+        return None
+    arrival = req_cols["arrival_s"]
+    done = is_completed(req_cols)
+    leave = np.where(done, req_cols["finish_s"], np.where(req_cols["status"] == "rejected", arrival, np.inf))
+    ratio = keep_up_ratio(arrival, leave)
+    if np.isnan(ratio):
+        return None
+    a = np.sort(arrival)
+    return {"ratio": float(ratio), "window_s": float(a[-1] - a[len(a) // 2]),
+            "median_e2e_s": float(np.median(e2e_s(req_cols)[done])) if done.any() else None}
+
+
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,
              sample_every_s: float | None = None, engine: str | None = None, decision_trace: bool = False) -> Results:
     """Run a scenario to the end (every request finished, or ``workload.duration_s``).
@@ -557,7 +582,8 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
     last = float(arrivals.max()) if len(arrivals) else 0.0
     extra["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0,
                          # what arrived, per second until the last arrival (on_off's rate_rps is its burst rate)
-                         "offered_rps": len(arrivals) / last if last > 0 else 0.0}
+                         "offered_rps": len(arrivals) / last if last > 0 else 0.0,
+                         "keep_up": keep_up(scenario.workload, req_cols)}
     extra["workload"].update(getattr(specs, "info", None) or {})  # the dataset, the sessions
     extra["api_server_s"] = dist_stats(req_cols["api_s"][req_cols["status"] == "completed"])
     extra["classes"] = summarize_classes(req_cols, sim_time, names, slo_by_class)

@@ -161,6 +161,30 @@ def test_warnings_for_a_cut_off_and_for_slo_units(tmp_path, capsys):
     assert simulate(make_scenario()).summary["warnings"] == []
 
 
+def test_a_backlog_that_grows_is_a_warning():
+    """Above what the deployment serves, the backlog grows through the run and its latencies
+    depend on its length: not_keeping_up, with capacity's keep-up ratio (requests that left per
+    request that arrived over the second half of the arrivals). Below it, or with closed-loop
+    clients (who wait for their replies), no warning."""
+    def run(*sets):
+        return simulate(load_scenario(None, ["workload.num_requests=1000", *sets])).summary
+
+    over = run("workload.arrival.rate_rps=30")
+    keep = over["workload"]["keep_up"]
+    assert keep["ratio"] < 0.9 and keep["window_s"] > keep["median_e2e_s"]
+    (w,) = [w for w in over["warnings"] if w["code"] == "not_keeping_up"]
+    assert f"left at {keep['ratio']:.0%} of the rate they arrived" in w["message"]
+    assert "is above what the deployment serves" in w["message"] and "too short" not in w["message"]
+    under = run("workload.arrival.rate_rps=8")
+    assert under["workload"]["keep_up"]["ratio"] > 0.95 and under["warnings"] == []
+    # far above: the second half of the arrivals is over before a median request is: it cannot
+    # tell a run too short to fill from an overload, and says so
+    (w,) = [w for w in run("workload.arrival.rate_rps=400")["warnings"] if w["code"] == "not_keeping_up"]
+    assert "either the run is too short to fill" in w["message"]
+    closed = run("workload.arrival={process: closed_loop, clients: 256}")
+    assert closed["workload"]["keep_up"] is None and closed["warnings"] == []
+
+
 def test_reasons_group_by_rule():
     a = "prompt + output - 1 = 300 tokens exceeds policy.max_num_batched_tokens=256 (x)"
     b = "prompt + output - 1 = 912 tokens exceeds policy.max_num_batched_tokens=256 (x)"

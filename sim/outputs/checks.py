@@ -7,6 +7,12 @@ Each warning is ``{"code": ..., "message": ...}``:
 - ``unfinished``: at least ``UNFINISHED_SHARE`` were still queued or running at
   ``workload.duration_s``: the latencies leave out the backlog the cut-off hides;
 - ``nothing_completed``: no request completed;
+- ``not_keeping_up``: over the second half of the arrivals, fewer than ``KEEP_UP`` requests left
+  per request that arrived (``summary["workload"]["keep_up"]``; open-loop arrivals, at least
+  ``KEEP_UP_MIN_REQUESTS`` requests): the backlog grew through the run, so its latencies depend
+  on its length instead of settling. The offered rate is above what the deployment serves, or,
+  when that half of the arrivals lasts less than the median E2E, the run may also be too short
+  to fill (the message says which). Not shown with ``unfinished``, which says it already;
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's.
 """
@@ -15,6 +21,8 @@ from __future__ import annotations
 
 REJECTED_SHARE = 0.1
 UNFINISHED_SHARE = 0.1
+KEEP_UP = 0.9  # servesim capacity's default --keep-up
+KEEP_UP_MIN_REQUESTS = 50  # fewer: a handful of slow requests at the end would say it
 TTFT_S_MAX = 60.0  # a first token after more than a minute is no interactive SLO: likely ms
 TPOT_S_MAX = 1.0  # a second per output token: likely ms
 
@@ -74,6 +82,22 @@ def run_warnings(summary: dict, scenario) -> list:
                                f"num_requests without a cut-off, shows it)"})
     if n and not done:
         out.append({"code": "nothing_completed", "message": f"none of the {n} requests completed"})
+    keep = (summary.get("workload") or {}).get("keep_up")
+    if keep is not None and keep["ratio"] < KEEP_UP and n >= KEEP_UP_MIN_REQUESTS and not any(
+            w["code"] == "unfinished" for w in out):
+        offered = summary["workload"].get("offered_rps") or 0.0
+        e2e = keep["median_e2e_s"]
+        short = e2e is not None and keep["window_s"] < e2e
+        rate = f"the offered {offered:.3g} req/s is above what the deployment serves"
+        out.append({"code": "not_keeping_up",
+                    "message": f"the backlog grew through the run: over the second half of the arrivals, requests "
+                               f"left at {keep['ratio']:.0%} of the rate they arrived, so its latencies depend on "
+                               f"workload.num_requests instead of settling; "
+                               + (f"either the run is too short to fill (the second half of the arrivals lasts "
+                                  f"{keep['window_s']:.3g} s, the median E2E is {e2e:.3g} s) or {rate}: run more "
+                                  "requests to tell" if short else
+                                  f"{rate} (lower the rate or add replicas; servesim capacity finds the highest rate "
+                                  "it keeps up with)")})
     out += slo_unit_warnings(scenario_slos(scenario))
     return out
 

@@ -17,6 +17,7 @@ arrived request, those not completed as misses (``slo_met``).
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -117,3 +118,19 @@ def parse_slo(text: str) -> dict:
             raise InputError(f"--slo {text!r}: {metric}_{stat} is given twice; give each limit once")
         out[(metric, stat)] = v
     return out
+
+
+def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
+    """Requests that leave per request that arrives, over the second half of the arrivals: from
+    the arrival of the middle request (by arrival time) to the last arrival. ``leave_s``: finish
+    time, arrival time for a rejected request, inf for one that never left. NaN with fewer than
+    two arrivals in that window (too short to tell)."""
+    a = np.sort(arrival_s)
+    if len(a) < 4:
+        return math.nan
+    t0, t1 = a[len(a) // 2], a[-1]
+    arrived = int(np.count_nonzero((a > t0) & (a <= t1)))
+    if arrived < 2 or not t1 > t0:
+        return math.nan
+    left = int(np.count_nonzero((leave_s > t0) & (leave_s <= t1)))
+    return left / arrived

@@ -62,6 +62,7 @@ from servesim.errors import InputError
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_SECONDS, MIN_RATE_RPS
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
+from servesim.outputs.metrics import keep_up_ratio  # noqa: F401  (slowdown imports it from here)
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
@@ -100,22 +101,6 @@ def _stat(x: np.ndarray, stat: str) -> float:
     if stat == "max":
         return float(x.max())
     return float(np.percentile(x, float(stat[1:])))
-
-
-def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
-    """Requests that leave per request that arrives, over the second half of the arrivals: from
-    the arrival of the middle request (by arrival time) to the last arrival. ``leave_s``: finish
-    time, arrival time for a rejected request, inf for one that never left. NaN with fewer than
-    two arrivals in that window (too short to tell)."""
-    a = np.sort(arrival_s)
-    if len(a) < 4:
-        return math.nan
-    t0, t1 = a[len(a) // 2], a[-1]
-    arrived = int(np.count_nonzero((a > t0) & (a <= t1)))
-    if arrived < 2 or not t1 > t0:
-        return math.nan
-    left = int(np.count_nonzero((leave_s > t0) & (leave_s <= t1)))
-    return left / arrived
 
 
 def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float = 0.0) -> dict:
