@@ -99,3 +99,18 @@ def test_a_configuration_that_fails_the_slo_is_never_called_better():
     [line] = difference_sentences(diffs, "base", rows=rows)
     assert "fast fails the SLO at 8 req/s, so none of its figures counts as better" in line
     assert "(better)" not in line and "(lower)" in line and "(worse)" in line  # goodput still worse
+
+
+def test_study_caveats_name_the_runs_that_did_not_keep_up():
+    """A sweep or comparison row whose keep_up ratio is under 0.9 is named in the caveats (its
+    latencies depend on the run's length); a capacity or plan search, which probes such rates on
+    purpose, judges them by its own rule and does not repeat it."""
+    from servesim.outputs.verdicts import caveats, study_warnings
+
+    rows = [{"label": "a", "status": "ok", "keep_up": 0.99, "workload.arrival.rate_rps": 8.0},
+            {"label": "a", "status": "ok", "keep_up": 0.64, "workload.arrival.rate_rps": 30.0},
+            {"label": "b", "status": "ok", "keep_up": None, "workload.arrival.rate_rps": 30.0}]
+    (w,) = [w for w in study_warnings(rows) if w["code"] == "not_keeping_up"]
+    assert w["message"].startswith("a at 30 req/s did not keep up")
+    assert any("did not keep up" in n for n in caveats(rows, {"kind": "compare"}))
+    assert not any("did not keep up" in n for n in caveats(rows, {"kind": "capacity"}))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from servesim.outputs.checks import KEEP_UP
 from servesim.outputs.intervals import (CI_SUFFIX, format_difference, format_interval, format_value, paired_rows,
                                         row_interval)
 
@@ -110,7 +111,8 @@ def with_per_gpu(rows: list) -> list:
 
 def study_warnings(rows: list, key: str = "label") -> list:
     """``{code, message}`` for what the rows themselves show: ``identical_variants``,
-    ``unequal_gpus``, ``failed`` (a configuration that did not run), ``one_seed``."""
+    ``unequal_gpus``, ``failed`` (a configuration that did not run), ``not_keeping_up`` (runs
+    whose backlog grew: ``keep_up`` below ``checks.KEEP_UP``), ``one_seed``."""
     out = []
     for lbl, same in identical_labels(rows, key).items():
         out.append({"code": "identical_variants",
@@ -128,6 +130,16 @@ def study_warnings(rows: list, key: str = "label") -> list:
             name = r.get(key) if r.get(key) is not None else f"point {r.get('point')}"
             at = f" at {r[RATE_KEY]:g} req/s" if r.get(RATE_KEY) is not None else ""
             out.append({"code": "failed", "message": f"{name}{at} did not run: {r.get('error')}"})
+    behind = [r for r in rows if r.get("status") == "ok" and r.get("keep_up") is not None
+              and r["keep_up"] < KEEP_UP]
+    if behind:
+        names = ", ".join(f"{r.get(key) if r.get(key) is not None else 'point ' + str(r.get('point'))}"
+                          + (f" at {r[RATE_KEY]:g} req/s" if r.get(RATE_KEY) is not None else "") for r in behind)
+        out.append({"code": "not_keeping_up",
+                    "message": f"{names} did not keep up (over the second half of the arrivals fewer than "
+                               f"{KEEP_UP:.0%} as many requests left as arrived: results.csv keep_up): the backlog "
+                               "grew through the run, so those latencies depend on the run's length rather than "
+                               "settling"})
     if rows and not any(r.get("seeds") for r in rows) and len({r.get(key) for r in rows}) > 1:
         out.append({"code": "one_seed",
                     "message": "one seed per configuration: the figures carry no interval and small differences may "
@@ -138,7 +150,10 @@ def study_warnings(rows: list, key: str = "label") -> list:
 def caveats(rows: list, meta: dict | None = None, key: str = "label") -> list:
     """Sentences a reader must see next to the table: the study's own notes (``sweep.json``
     ``notes``) and ``study_warnings``."""
-    return [str(n) for n in (meta or {}).get("notes") or []] + [w["message"] for w in study_warnings(rows, key)]
+    # (a capacity or plan search probes rates above what keeps up on purpose: its own keep-up rule judges them)
+    search = (meta or {}).get("kind") in ("capacity", "plan")
+    return [str(n) for n in (meta or {}).get("notes") or []] + [
+        w["message"] for w in study_warnings(rows, key) if not (search and w["code"] == "not_keeping_up")]
 
 
 def differences(seed_rows: list, baseline: str, key: str = "label") -> list:

@@ -155,6 +155,8 @@ def flatten_summary(s: dict) -> dict:
         for st in STATS:
             row[f"{d}_{st}_s"] = summary_dist(s, d)[st]
     row["offered_rps"] = s.get("workload", {}).get("offered_rps")
+    keep = s.get("workload", {}).get("keep_up")  # (None: closed-loop, too few arrivals, or an older run)
+    row["keep_up"] = keep.get("ratio") if isinstance(keep, dict) else None
     u = s.get("utilization", {})
     for k in ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu"):
         row[k] = u.get(k)
