@@ -360,6 +360,53 @@ def predict_rejections(scenario: Scenario) -> dict | None:
     return {"requests": len(specs), "rejected": len(reasons), "reasons": top_reasons(reasons)}
 
 
+OVERLOAD_PROBE_REQUESTS = 1000  # of the workload's own requests, all at once on one replica
+OVERLOAD_MARGIN = 1.5  # the probe underrates what it serves (its drain): only a clear excess is named
+
+
+def predict_overload(scenario: Scenario) -> dict | None:
+    """Whether the offered rate looks above what the deployment serves, without running it: the
+    first ``OVERLOAD_PROBE_REQUESTS`` requests of the workload (drawn with the scenario's seed) all
+    arriving at once on one replica, completed per second, times the replicas, is what it serves
+    when never short of work (an underestimate: the probe ends draining, so only an offered rate
+    ``OVERLOAD_MARGIN`` times above it is called an overload). {"offered_rps",
+    "served_rps", "probe_requests", "overloaded": offered > OVERLOAD_MARGIN x served}; None when
+    it cannot tell: closed-loop, multi-turn or all_at_once arrivals, a P/D split, admission
+    control (it sheds load by design), or fewer than 200 requests (a probe that short is mostly
+    drain)."""
+    from servesim.inputs.scenario import AllAtOnceArrival
+    from servesim.policies import DEPLOYMENTS
+
+    w = scenario.workload
+    if (isinstance(w.arrival, AllAtOnceArrival) or scenario.policy.name in DEPLOYMENTS
+            or scenario.policy.admission.active):
+        return None
+    setup = prepare(scenario)
+    specs = generate(w, np.random.default_rng(scenario.seed), setup.cost_model.model.max_context_tokens,
+                     min(p.capacity.block_size for p in setup.pools))
+    if not isinstance(specs, RequestSpecs) or len(specs) < 200:
+        return None
+    span = float(specs.arrival_s[-1] - specs.arrival_s[0])
+    if not span > 0:
+        return None
+    k = min(len(specs), OVERLOAD_PROBE_REQUESTS)
+    probe = dataclasses.replace(specs, arrival_s=np.zeros(k), **{
+        f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
+        if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))
+        and f.name not in ("class_names",)})
+    one = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster, replicas=1, router="round_robin",
+                                                                    class_replicas=None),
+                              workload=dataclasses.replace(w, num_requests=k, duration_s=None))
+    res = simulate(one, specs=probe)
+    # (its throughput counts the drain, when the last requests run in a shrinking batch: a lower
+    # bound of what it serves with work always waiting; completions between two percentiles
+    # would overstate it, as the short requests finish first)
+    served = res.summary["throughput_rps"] * scenario.cluster.replicas
+    offered = len(specs) / span
+    return {"offered_rps": offered, "served_rps": served, "probe_requests": k,
+            "overloaded": bool(offered > OVERLOAD_MARGIN * served)}
+
+
 def observed_time(workload, req: dict, steps: dict, cut: bool) -> float:
     """``sim_time_s``, the time every rate is per: the run's window. ``workload.duration_s`` when
     the run was cut off there (a request still in flight, ``cut``) or when arrivals went on until

@@ -2,6 +2,8 @@
 with requests.csv and steps.csv; crafted runs get each cause; run warnings and validate's
 predicted rejections."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import yaml
@@ -14,6 +16,8 @@ from servesim.outputs.rundir import read_scenario, read_summary, read_table
 from servesim.simulation import predict_rejections, simulate
 from tests.conftest import make_scenario
 from tools.update_golden import scenario_files
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def limits_from_files(out):
@@ -183,6 +187,27 @@ def test_a_backlog_that_grows_is_a_warning():
     assert "either the run is too short to fill" in w["message"]
     closed = run("workload.arrival={process: closed_loop, clients: 256}")
     assert closed["workload"]["keep_up"] is None and closed["warnings"] == []
+
+
+def test_validate_predicts_a_clear_overload(tmp_path, capsys):
+    """validate names an offered rate well above what the deployment serves (a probe of the
+    workload's own requests all at once on one replica: a lower bound of its throughput); it stays
+    quiet at the scenario's own rate, where the run keeps up, and where it cannot tell."""
+    from servesim.simulation import predict_overload
+
+    over = predict_overload(load_scenario(None, ["workload.arrival.rate_rps=80"]))
+    assert over["overloaded"] and over["probe_requests"] == 1000 and 60 < over["offered_rps"] < 100
+    # the probe underrates the deployment: the run at a rate the probe would call full keeps up
+    ok = load_scenario(None, [f"workload.arrival.rate_rps={over['served_rps']:.6g}"])
+    assert not predict_overload(ok)["overloaded"]
+    assert simulate(ok).summary["workload"]["keep_up"]["ratio"] > 0.9
+    assert predict_overload(load_scenario(None, ["workload.arrival={process: closed_loop, clients: 64}"])) is None
+    assert predict_overload(load_scenario(None, ["workload.num_requests=100"])) is None
+    assert main(["validate", str(ROOT / "scenarios" / "default.yaml"), "--set", "workload.arrival.rate_rps=80"]) == 0
+    out = capsys.readouterr().out
+    assert "is well above what the deployment serves" in out and "servesim capacity" in out
+    assert main(["validate", str(ROOT / "scenarios" / "default.yaml")]) == 0
+    assert "well above" not in capsys.readouterr().out
 
 
 def test_reasons_group_by_rule():

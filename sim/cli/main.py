@@ -360,9 +360,10 @@ def cmd_validate(args) -> int:
 
 def validate_warnings(scenario) -> list:
     """Warnings ``validate`` can give before a run: the requests it will reject (predicted from the
-    workload's own lengths and the deployment's limits) and SLO limits in the wrong unit."""
+    workload's own lengths and the deployment's limits), an offered rate well above what the
+    deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit."""
     from servesim.outputs.checks import scenario_slos, slo_unit_warnings
-    from servesim.simulation import predict_rejections
+    from servesim.simulation import predict_overload, predict_rejections
 
     lines = []
     pred = predict_rejections(scenario)
@@ -374,6 +375,18 @@ def validate_warnings(scenario) -> list:
     elif pred is None:
         lines.append("  rejections: not predicted (closed-loop and multi-turn workloads draw their lengths as they "
                      "run)")
+    try:
+        over = predict_overload(scenario)
+    except (InputError, MemoryError):  # (a probe the machine cannot hold: no prediction, the run says)
+        over = None
+    if over is not None and over["overloaded"]:
+        n = scenario.cluster.replicas
+        lines.append(f"warning: the offered {over['offered_rps']:.3g} req/s is well above what the deployment serves: "
+                     f"{over['probe_requests']:,} of its requests, all at once on one replica, completed "
+                     f"{over['served_rps'] / n:.3g} req/s" + (f" ({over['served_rps']:.3g} on {n} replicas)" if n > 1
+                                                               else "")
+                     + "; the backlog will grow through the run and its latencies with workload.num_requests "
+                     "(servesim capacity finds the highest rate it keeps up with)")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
     return lines
 
