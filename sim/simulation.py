@@ -372,8 +372,8 @@ def predict_overload(scenario: Scenario) -> dict | None:
     ``OVERLOAD_MARGIN`` times above it is called an overload). {"offered_rps",
     "served_rps", "probe_requests", "overloaded": offered > OVERLOAD_MARGIN x served}; None when
     it cannot tell: closed-loop, multi-turn or all_at_once arrivals, a P/D split, admission
-    control (it sheds load by design), or fewer than 200 requests (a probe that short is mostly
-    drain)."""
+    control (it sheds load by design), fewer than 200 requests (a probe that short is mostly
+    drain), or a probe that rejects more than a tenth of its requests."""
     from servesim.inputs.scenario import AllAtOnceArrival
     from servesim.policies import DEPLOYMENTS
 
@@ -398,6 +398,8 @@ def predict_overload(scenario: Scenario) -> dict | None:
                                                                     class_replicas=None),
                               workload=dataclasses.replace(w, num_requests=k, duration_s=None))
     res = simulate(one, specs=probe)
+    if res.summary["completed"] < 0.9 * k:  # (rejections: they leave at once; predict_rejections names them)
+        return None
     # (its throughput counts the drain, when the last requests run in a shrinking batch: a lower
     # bound of what it serves with work always waiting; completions between two percentiles
     # would overstate it, as the short requests finish first)
