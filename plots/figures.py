@@ -75,6 +75,11 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
         ax.axvline(slo_s * 1e3, color="k", linestyle="--", linewidth=1, label=f"SLO {slo_s * 1e3:g} ms")
     if hi > 0 and hi / lo > 100:
         ax.set_xscale("log")
+    else:  # (linear: tens of thousands of ms in default ticks ran into each other)
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"))
     name = METRIC_NAMES.get(metric, metric)
     ax.set_xlabel(f"{name} (ms)")
     ax.set_ylabel("fraction of token gaps" if metric == "tbt" else "fraction of requests")
