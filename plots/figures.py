@@ -368,6 +368,9 @@ def ttft_breakdown(data: dict, ax):
     comps = (("queueing", "queueing"), ("prefill", "prefill compute"), ("api", "API server"),
              ("transfer", "KV transfer (P/D, before 2nd token)"))
     ms = {c: np.array([data[lbl].get(c, 0.0) for lbl in labels]) * 1e3 for c, _ in comps}
+    pd = bool((ms["transfer"] > 0).any())  # (no P/D split drawn: no KV-transfer entry or title)
+    if not pd:
+        comps = comps[:3]
     totals = sum(ms.values())
     pos = totals[totals > 0]
     shares = len(pos) > 1 and pos.max() / pos.min() > 50
@@ -394,10 +397,10 @@ def ttft_breakdown(data: dict, ax):
         ax.set_ylim(0, 1)
         ax.set_yticks([])
     ax.set_ylabel("share of mean time (%)" if shares else "mean time (ms)")
-    ax.set_title("TTFT breakdown (+ KV transfer)")
+    ax.set_title("TTFT breakdown (+ KV transfer)" if pd else "TTFT breakdown")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(labels) <= 3 else -0.2),
-              ncol=4, frameon=False)
+              ncol=len(comps), frameon=False)
     return ax
 
 

@@ -129,13 +129,13 @@ def test_ttft_breakdown(runs, ax):
     data = {g: r.ttft_breakdown() for g, r in runs.items()}
     F.ttft_breakdown(data, ax)
     assert ax.get_ylabel() == "mean time (ms)"
-    assert legend(ax) == ["queueing", "prefill compute", "API server", "KV transfer (P/D, before 2nd token)"]
+    # no P/D split: no KV-transfer bar, legend entry or title (the P/D case is the next test's "b")
+    assert legend(ax) == ["queueing", "prefill compute", "API server"] and ax.get_title() == "TTFT breakdown"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["continuous", "small"]
     for j, (g, r) in enumerate(runs.items()):
         top = sum(c.patches[j].get_height() for c in ax.containers)
         assert top == pytest.approx(r.latency("ttft").mean() * 1e3)
         assert ax.texts[j].get_text() == "TTFT " + (f"{top:.0f} ms" if top >= 10 else f"{top:.1f} ms")
-    assert all(p.get_height() == 0 for p in ax.containers[3].patches)  # no P/D split: no transfer
 
 
 def test_ttft_breakdown_shows_shares_when_totals_differ_by_orders_of_magnitude(ax):
@@ -148,6 +148,8 @@ def test_ttft_breakdown_shows_shares_when_totals_differ_by_orders_of_magnitude(a
     assert ax.containers[0].patches[1].get_height() == pytest.approx(100 * 0.03 / 0.082)
     # labels give the TTFT in time, and the transfer after it apart (it is not part of the TTFT)
     assert [t.get_text() for t in ax.texts] == ["TTFT 101 s", "TTFT 80 ms\n+ 2.0 ms KV"]
+    assert legend(ax)[-1] == "KV transfer (P/D, before 2nd token)"
+    assert ax.get_title() == "TTFT breakdown (+ KV transfer)"
 
 
 def test_ttft_breakdown_reads_an_optional_transfer_column(runs):
