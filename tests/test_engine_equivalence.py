@@ -876,3 +876,28 @@ def test_fast_engine_matches_reference_under_pressure(kind):
     print(f"{held} of 40 scenarios ran runs held until a completion")
     if kind == "held":
         assert held >= 20
+
+
+def test_weighted_mean_is_exact_across_chunks_and_holds_no_list_of_the_sample():
+    """The exact sum is fed to fsum a chunk at a time: still the exactly rounded mean over several
+    chunks, grouped or not, and the memory it takes stays a few chunks' worth (the whole sample
+    as Python floats, ~30 bytes a value, once doubled a long run's peak memory)."""
+    import math
+    import tracemalloc
+
+    from servesim.outputs.stats import _exact_products, exact_sum
+
+    rng = np.random.default_rng(3)
+    v = rng.random(150_000) * 0.05
+    c = rng.integers(1, 40, len(v))
+    exact = sum(Fraction(x) * int(k) for x, k in zip(v.tolist(), c.tolist()))
+    assert dist_stats(WeightedSample(v, c))["mean"] == float(exact) / int(c.sum())
+    flat = rng.random(300_000)
+    assert dist_stats(WeightedSample(flat, None))["mean"] == float(sum(map(Fraction, flat.tolist()))) / len(flat)
+    big_v, big_c = rng.random(1_000_000), rng.integers(2, 9, 1_000_000).astype(np.float64)
+    for f, args in ((exact_sum, (big_v,)), (lambda *a: math.fsum(_exact_products(*a)), (big_v, big_c))):
+        tracemalloc.start()
+        f(*args)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 16 * len(big_v)  # (a few chunks; the whole sample as floats: ~30-60 bytes a value)
