@@ -439,18 +439,17 @@ def keep_up(workload, req_cols) -> dict | None:
     may not be past the warm-up, which also leaves a backlog. None for arrivals that are not
     open-loop (closed-loop clients wait for their replies; all_at_once is one batch) or too few."""
     from servesim.inputs.scenario import AllAtOnceArrival, ClosedLoopArrival
-    from servesim.outputs.metrics import e2e_s, is_completed, keep_up_ratio
+    from servesim.outputs.metrics import e2e_s, is_completed, keep_up_ratio, leave_s
 
     if isinstance(workload.arrival, (ClosedLoopArrival, AllAtOnceArrival)):
         return None
     arrival = req_cols["arrival_s"]
-    done = is_completed(req_cols)
-    leave = np.where(done, req_cols["finish_s"], np.where(req_cols["status"] == "rejected", arrival, np.inf))
-    ratio = keep_up_ratio(arrival, leave)
+    ratio = keep_up_ratio(arrival, leave_s(req_cols))
     if np.isnan(ratio):
         return None
-    a = np.sort(arrival)
-    return {"ratio": float(ratio), "window_s": float(a[-1] - a[len(a) // 2]),
+    done = is_completed(req_cols)
+    mid = len(arrival) // 2  # (the window keep_up_ratio counts: the middle arrival to the last)
+    return {"ratio": float(ratio), "window_s": float(arrival.max() - np.partition(arrival, mid)[mid]),
             "median_e2e_s": float(np.median(e2e_s(req_cols)[done])) if done.any() else None}
 
 

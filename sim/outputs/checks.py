@@ -19,9 +19,10 @@ Each warning is ``{"code": ..., "message": ...}``:
 
 from __future__ import annotations
 
+from servesim.outputs.metrics import KEEP_UP
+
 REJECTED_SHARE = 0.1
 UNFINISHED_SHARE = 0.1
-KEEP_UP = 0.9  # servesim capacity's default --keep-up
 KEEP_UP_MIN_REQUESTS = 50  # fewer: a handful of slow requests at the end would say it
 TTFT_S_MAX = 60.0  # a first token after more than a minute is no interactive SLO: likely ms
 TPOT_S_MAX = 1.0  # a second per output token: likely ms

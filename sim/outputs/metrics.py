@@ -120,6 +120,16 @@ def parse_slo(text: str) -> dict:
     return out
 
 
+KEEP_UP = 0.9  # the keep-up share of capacity, plan and slowdown searches by default, and of the run warning
+
+
+def leave_s(req: dict) -> np.ndarray:
+    """When each request left the deployment: its finish time if it completed, its arrival time
+    if it was rejected (at once), inf if it never left (still in flight at a cut-off)."""
+    done = is_completed(req) & ~np.isnan(req["finish_s"])
+    return np.where(done, req["finish_s"], np.where(req["status"] == "rejected", req["arrival_s"], math.inf))
+
+
 def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
     """Requests that leave per request that arrives, over the second half of the arrivals: from
     the arrival of the middle request (by arrival time) to the last arrival. ``leave_s``: finish

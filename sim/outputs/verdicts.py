@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from servesim.outputs.checks import KEEP_UP
+from servesim.outputs.metrics import KEEP_UP
 from servesim.outputs.intervals import (CI_SUFFIX, format_difference, format_interval, format_value, paired_rows,
                                         row_interval)
 
@@ -112,7 +112,7 @@ def with_per_gpu(rows: list) -> list:
 def study_warnings(rows: list, key: str = "label") -> list:
     """``{code, message}`` for what the rows themselves show: ``identical_variants``,
     ``unequal_gpus``, ``failed`` (a configuration that did not run), ``not_keeping_up`` (runs
-    whose backlog grew: ``keep_up`` below ``checks.KEEP_UP``), ``one_seed``."""
+    whose backlog grew: ``keep_up`` below ``metrics.KEEP_UP``), ``one_seed``."""
     out = []
     for lbl, same in identical_labels(rows, key).items():
         out.append({"code": "identical_variants",

@@ -62,7 +62,7 @@ from servesim.errors import InputError
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_SECONDS, MIN_RATE_RPS
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
-from servesim.outputs.metrics import keep_up_ratio  # noqa: F401  (slowdown imports it from here)
+from servesim.outputs.metrics import KEEP_UP, keep_up_ratio
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
@@ -84,12 +84,9 @@ def request_metrics(run_dir: Path) -> dict:
     tpot = metrics.tpot_s(req)
     tpot[(req["output_tokens"] > 1) & ~done] = _BIG  # a multi-token request that did not complete: late
     tbt = read_tbt(run_dir)
-    arr, fin = req["arrival_s"], req["finish_s"]
-    rejected = req["status"] == "rejected"
-    leave = np.where(done & ~np.isnan(fin), fin, np.where(rejected, arr, math.inf))
     return {"ttft": big(metrics.ttft_s(req)), "tpot": tpot, "e2e": big(metrics.e2e_s(req)),
             "queue": big(metrics.queue_s(req)), "tbt": tbt if tbt is not None else np.zeros(0),
-            "done": done, "arrival": arr, "leave": leave}
+            "done": done, "arrival": req["arrival_s"], "leave": metrics.leave_s(req)}
 
 
 def _stat(x: np.ndarray, stat: str) -> float:
@@ -246,7 +243,7 @@ class CapacityOptions:
     start_rps: float | None = None  # None: the scenario's rate
     tol: float = 0.02
     max_probes: int = 40
-    keep_up: float = 0.9  # 0: off
+    keep_up: float = KEEP_UP  # 0: off
 
 
 @dataclass

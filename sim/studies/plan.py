@@ -39,7 +39,7 @@ from pathlib import Path
 
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
-from servesim.outputs.metrics import PER_REQUEST, parse_slo
+from servesim.outputs.metrics import KEEP_UP, PER_REQUEST, parse_slo
 from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_text
 from servesim.outputs.rundir import read_summary
 from servesim.studies.capacity import RATE_KEY, CapacityOptions, evaluate
@@ -74,7 +74,7 @@ class PlanOptions:
     probe_requests: int | None = None  # requests per unit in a capacity probe; None: max(scenario's, 1000)
     requests: int | None = None  # requests in every run at R; None: max(probe requests, RUN_S of arrivals)
     tol: float = 0.05  # capacity bracket (the seeds' spread is usually wider)
-    keep_up: float = 0.9
+    keep_up: float = KEEP_UP
     max_probes: int = 30
     verify_top: int = 3
     exhaustive: bool = False  # simulate shapes whose lower bound cannot beat the best verified

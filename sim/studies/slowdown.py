@@ -7,7 +7,7 @@ alone on the reference deployment (``uncontended``: a simulation of those reques
 each arriving after the one before has finished). Percentiles are taken over every arrived request;
 one that did not complete is infinitely slowed (as in ``servesim capacity``); a request with one
 output token has no TBT. A probe meets the SLO when every limit holds and it keeps up with its rate
-(``servesim.studies.capacity.keep_up_ratio``, the capacity search's rule). The search is the
+(``servesim.outputs.metrics.keep_up_ratio``, the capacity search's rule). The search is the
 capacity search's own (``search_capacity``: bracket, bisect to ``tol``, probe 10% above),
 with probes simulated in this process: every probe at one seed and request count sees the same
 requests, so the uncontended run is done once and reused.
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesim.outputs import metrics
-from servesim.studies.capacity import Search as _CapacitySearch, keep_up_ratio, search_capacity
+from servesim.outputs.metrics import KEEP_UP, keep_up_ratio
+from servesim.studies.capacity import Search as _CapacitySearch, search_capacity
 
 SLOWDOWN_METRICS = ("ttft", "tbt", "e2e")
 _BIG = 1e18  # a request that did not complete: infinitely slowed
-KEEP_UP = 0.9  # servesim capacity's default keep-up share
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,7 @@ def evaluate(res, base: Uncontended, limits: dict, keep_up: float = KEEP_UP) -> 
         ok &= v <= limit
     if keep_up > 0:  # 0: not checked
         req = res.requests
-        leave = np.where(metrics.is_completed(req), req["finish_s"],
-                         np.where(req["status"] == "rejected", req["arrival_s"], math.inf))
-        ratio = keep_up_ratio(req["arrival_s"], leave)
+        ratio = keep_up_ratio(req["arrival_s"], metrics.leave_s(req))
         ev["keep_up"] = None if math.isnan(ratio) else ratio
         ok &= bool(not math.isnan(ratio) and ratio >= keep_up)
     ev["meets"] = bool(ok)
