@@ -37,7 +37,7 @@ from servesim.policies.queues import queue_key, victim_picker
 from servesim.core.batch import Batch, make_batch
 
 _ROOM = ("max_num_seqs", "kv", "watermark")  # admission stops that preempting running requests can lift
-_HELD = ("max_num_seqs", "kv", "watermark", "budget")  # admission stops that only a completion lifts (``_held``)
+_HELD = (*_ROOM, "budget")  # admission stops that only a completion lifts (``_held``)
 
 
 @dataclass(frozen=True)
