@@ -337,17 +337,27 @@ def _classes(scenario: Scenario, specs, req_cols: dict):
     return names, slo_by_class, (ttft, tpot)
 
 
-def predict_rejections(scenario: Scenario) -> dict | None:
+def _setup_and_specs(scenario: Scenario, setup, specs):
+    """``setup`` and ``specs`` as ``plan`` makes them (the workload drawn with the scenario's seed),
+    unless given (``validate`` has them from ``plan`` already)."""
+    if setup is None:
+        setup = prepare(scenario)
+    if specs is None:
+        specs = generate(scenario.workload, np.random.default_rng(scenario.seed),
+                         setup.cost_model.model.max_context_tokens, min(p.capacity.block_size for p in setup.pools))
+    return setup, specs
+
+
+def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The rejections a run of ``scenario`` will have, without running it: every rejection rule
     depends only on a request's lengths and the deployment, never on the load, so the workload's
     own requests (drawn with the scenario's seed) checked against the replicas' rules give the
     run's count exactly. {"requests", "rejected", "reasons": [[reason, count], ...]}; None for
-    closed-loop and multi-turn workloads (their lengths are drawn as the run goes)."""
+    closed-loop and multi-turn workloads (their lengths are drawn as the run goes). ``setup``,
+    ``specs``: ``plan``'s, when the caller has them."""
     from servesim.outputs.diagnosis import top_reasons
 
-    setup = prepare(scenario)
-    specs = generate(scenario.workload, np.random.default_rng(scenario.seed),
-                     setup.cost_model.model.max_context_tokens, min(p.capacity.block_size for p in setup.pools))
+    setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs):
         return None
     cluster = Cluster(simpy.Environment(), setup, Recorder(None), scenario.seed)
@@ -364,7 +374,7 @@ OVERLOAD_PROBE_REQUESTS = 1000  # of the workload's own requests, all at once on
 OVERLOAD_MARGIN = 1.5  # the probe underrates what it serves (its drain): only a clear excess is named
 
 
-def predict_overload(scenario: Scenario) -> dict | None:
+def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """Whether the offered rate looks above what the deployment serves, without running it: the
     first ``OVERLOAD_PROBE_REQUESTS`` requests of the workload (drawn with the scenario's seed) all
     arriving at once on one replica, completed per second, times the replicas, is what it serves
@@ -373,7 +383,8 @@ def predict_overload(scenario: Scenario) -> dict | None:
     "served_rps", "probe_requests", "overloaded": offered > OVERLOAD_MARGIN x served}; None when
     it cannot tell: closed-loop, multi-turn or all_at_once arrivals, a P/D split, admission
     control (it sheds load by design), fewer than 200 requests (a probe that short is mostly
-    drain), or a probe that rejects more than a tenth of its requests."""
+    drain), or a probe that rejects more than a tenth of its requests. ``setup``, ``specs``:
+    ``plan``'s, when the caller has them."""
     from servesim.inputs.scenario import AllAtOnceArrival
     from servesim.policies import DEPLOYMENTS
 
@@ -381,9 +392,7 @@ def predict_overload(scenario: Scenario) -> dict | None:
     if (isinstance(w.arrival, AllAtOnceArrival) or scenario.policy.name in DEPLOYMENTS
             or scenario.policy.admission.active):
         return None
-    setup = prepare(scenario)
-    specs = generate(w, np.random.default_rng(scenario.seed), setup.cost_model.model.max_context_tokens,
-                     min(p.capacity.block_size for p in setup.pools))
+    setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs) or len(specs) < 200:
         return None
     span = float(specs.arrival_s[-1] - specs.arrival_s[0])

@@ -333,7 +333,7 @@ def cmd_validate(args) -> int:
     with _naming(args.scenario):
         # what run does before its event loop: the setup, the memory check, the workload drawn
         # (every file it names read), so that validate accepts exactly what run can run
-        setup, _, _ = plan(scenario)
+        setup, specs, _ = plan(scenario)
     cap = setup.capacity
     print(f"{args.scenario}: ok ({scenario.name}: {scenario.model} on {scenario.cluster.replicas} x "
           f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "
@@ -353,20 +353,21 @@ def cmd_validate(args) -> int:
               + f" ({eng.overhead_source}), overlap {cm.overlap:g} with the GPU step"
               + (" (async scheduling: arrivals join the step after next)" if eng.async_scheduling else "")
               + f"; {graphs}; {api}")
-    for line in validate_warnings(scenario):
+    for line in validate_warnings(scenario, setup, specs):
         print(line)
     return 0
 
 
-def validate_warnings(scenario) -> list:
+def validate_warnings(scenario, setup=None, specs=None) -> list:
     """Warnings ``validate`` can give before a run: the requests it will reject (predicted from the
     workload's own lengths and the deployment's limits), an offered rate well above what the
-    deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit."""
+    deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit.
+    ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
     from servesim.outputs.checks import scenario_slos, slo_unit_warnings
     from servesim.simulation import predict_overload, predict_rejections
 
     lines = []
-    pred = predict_rejections(scenario)
+    pred = predict_rejections(scenario, setup, specs)
     if pred and pred["rejected"]:
         n, k = pred["requests"], pred["rejected"]
         top = "; ".join(f"{c} x {r}" for r, c in pred["reasons"])
@@ -376,7 +377,7 @@ def validate_warnings(scenario) -> list:
         lines.append("  rejections: not predicted (closed-loop and multi-turn workloads draw their lengths as they "
                      "run)")
     try:
-        over = predict_overload(scenario)
+        over = predict_overload(scenario, setup, specs)
     except (InputError, MemoryError):  # (a probe the machine cannot hold: no prediction, the run says)
         over = None
     if over is not None and over["overloaded"]:
