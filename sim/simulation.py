@@ -481,8 +481,8 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if engine is not None and engine != scenario.engine:
         scenario = dataclasses.replace(scenario, engine=engine)
     setup, specs, fit = plan(scenario, specs)
-    with resources.guard(fit.available):
-        return _simulate(scenario, setup, specs, progress, sample_every_s, wall0, decision_trace)
+    with resources.guard(fit.available), resources.CollectorPause(sum(p.replicas for p in setup.pools)) as gcp:
+        return _simulate(scenario, setup, specs, progress, sample_every_s, wall0, decision_trace, gcp.built)
 
 
 def plan(scenario: Scenario, specs=None):
@@ -509,7 +509,7 @@ def plan(scenario: Scenario, specs=None):
 
 
 def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s, wall0,
-              decision_trace=False) -> Results:
+              decision_trace=False, built=None) -> Results:
     total = len(specs) if not isinstance(specs, Sessions) else (specs.num_requests or 0)
     env = simpy.Environment()
     cb = None
@@ -518,6 +518,8 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
             progress(rec.completed, total, env.now)
     rec = Recorder(cb)
     cluster = Cluster(env, setup, rec, scenario.seed)
+    if built is not None:
+        built()  # (resources.CollectorPause: a large cluster's objects are frozen for the run)
     tracer = None
     if decision_trace:
         tracer = cluster.tracer = DecisionTracer(getattr(specs, "class_names", ("default",)))
