@@ -360,7 +360,14 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs):
         return None
-    cluster = Cluster(simpy.Environment(), setup, Recorder(None), scenario.seed)
+    # every replica of a pool has the same rules: one of each is enough (a cluster of 100,000
+    # replicas took seconds to build here)
+    sc = setup.scenario
+    one = dataclasses.replace(
+        setup, pools=tuple(dataclasses.replace(p, replicas=1) for p in setup.pools),
+        scenario=dataclasses.replace(sc, cluster=dataclasses.replace(sc.cluster, replicas=1, router="round_robin",
+                                                                     class_replicas=None)))
+    cluster = Cluster(simpy.Environment(), one, Recorder(None), scenario.seed)
     pairs, count = np.unique(np.stack([specs.prompt_tokens, specs.output_tokens]), axis=1, return_counts=True)
     reasons = []
     for (p, o), k in zip(pairs.T.tolist(), count.tolist()):
