@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import time
 import dataclasses
 from dataclasses import dataclass
@@ -485,11 +486,28 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if not isinstance(scenario, Scenario):  # (a dict or a path would fail deep inside with an AttributeError)
         raise TypeError(f"simulate() takes a Scenario (servesim.load_scenario(path) or "
                         f"servesim.scenario_from_dict(mapping)), got {type(scenario).__name__}")
+    _check_call(engine, specs, progress, sample_every_s)
     if engine is not None and engine != scenario.engine:
         scenario = dataclasses.replace(scenario, engine=engine)
     setup, specs, fit = plan(scenario, specs)
     with resources.guard(fit.available), resources.CollectorPause(sum(p.replicas for p in setup.pools)) as gcp:
         return _simulate(scenario, setup, specs, progress, sample_every_s, wall0, decision_trace, gcp.built)
+
+
+def _check_call(engine, specs, progress, sample_every_s) -> None:
+    """``simulate()``'s own arguments, checked up front: a wrong one would otherwise run the other
+    engine silently, hang (a sampler every 0 s) or fail deep inside."""
+    if engine is not None and engine not in ("fast", "reference"):
+        raise ValueError(f"simulate(engine=...): 'fast' or 'reference' (None: the scenario's), got {engine!r:.80}")
+    if specs is not None and not isinstance(specs, (RequestSpecs, ClosedLoop, Sessions)):
+        raise TypeError(f"simulate(specs=...): a servesim.RequestSpecs (or None: the scenario's workload), got "
+                        f"{type(specs).__name__}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"simulate(progress=...): a function (done, total, now_s), got {type(progress).__name__}")
+    if sample_every_s is not None and (isinstance(sample_every_s, bool) or not isinstance(sample_every_s, (int, float))
+                                       or not math.isfinite(sample_every_s) or sample_every_s <= 0):
+        raise ValueError(f"simulate(sample_every_s=...): a finite number of seconds > 0 (or None), got "
+                         f"{sample_every_s!r:.80}")
 
 
 def plan(scenario: Scenario, specs=None):

@@ -152,3 +152,31 @@ def test_version_and_public_api():
         servesim.no_such_thing  # noqa: B018
     with pytest.raises(TypeError, match="load_scenario"):
         servesim.simulate({"model": "meta-llama/Meta-Llama-3-8B"})
+
+
+@pytest.mark.parametrize("call, error, says", [
+    (lambda sv: sv.load_scenario(123), TypeError, "a file path"),
+    (lambda sv: sv.load_scenario(overrides="workload.num_requests=5"), TypeError, "put it in a list"),
+    (lambda sv: sv.load_scenario(overrides=[5]), TypeError, "dotted.key=value"),
+    (lambda sv: sv.scenario_from_dict(None), InputError, "must be a mapping, got NoneType"),
+    (lambda sv: sv.simulate(make_scenario(), engine="bogus"), ValueError, "'fast' or 'reference'"),
+    (lambda sv: sv.simulate(make_scenario(), specs=[1, 2]), TypeError, "RequestSpecs"),
+    (lambda sv: sv.simulate(make_scenario(), progress=5), TypeError, "a function"),
+    # (every 0 s the queue sampler never let the clock move: the run hung)
+    (lambda sv: sv.simulate(make_scenario(), sample_every_s=0), ValueError, "> 0"),
+    (lambda sv: sv.simulate(make_scenario(), sample_every_s=-1.0), ValueError, "> 0"),
+    (lambda sv: sv.simulate(make_scenario(), sample_every_s=float("nan")), ValueError, "finite"),
+])
+def test_the_python_api_names_a_wrong_argument(call, error, says):
+    import servesim
+
+    with pytest.raises(error, match=says):
+        call(servesim)
+
+
+def test_the_python_api_takes_overrides_as_any_list_of_strings():
+    import servesim
+
+    assert servesim.load_scenario(overrides=None).workload.num_requests is not None
+    assert servesim.load_scenario(overrides=("workload.num_requests=5",)).workload.num_requests == 5
+    assert servesim.load_scenario(overrides=(o for o in ["workload.num_requests=7"])).workload.num_requests == 7

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -882,9 +883,19 @@ def default_scenario_path() -> Path:
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] = (), seed: int | None = None) -> Scenario:
-    """Read, override and validate a scenario file (the packaged default when ``path`` is None)."""
+    """Read, override and validate a scenario file (the packaged default when ``path`` is None).
+    ``overrides``: a list of ``"dotted.key=value"`` strings (as ``--set`` takes them)."""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load_scenario(path): a file path (str or pathlib.Path) or None for the packaged "
+                        f"default, got {type(path).__name__}")
+    given = overrides
+    overrides = [] if given is None else list(given) if not isinstance(given, (str, bytes)) \
+        and hasattr(given, "__iter__") else None
+    if overrides is None or not all(isinstance(o, str) for o in overrides):
+        raise TypeError(f"load_scenario(overrides=...): a list of 'dotted.key=value' strings, got {given!r:.80}"
+                        + (" (one override: put it in a list)" if isinstance(given, str) else ""))
     path = default_scenario_path() if path is None else Path(path)
-    data = apply_overrides(read_yaml(path), list(overrides))
+    data = apply_overrides(read_yaml(path), overrides)
     data.pop("sweep", None)  # a sweep: {grid: ...} block is read by servesim sweep (sim/studies/sweep.py)
     if seed is not None:
         data["seed"] = seed
@@ -895,6 +906,10 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = (), see
 
 
 def scenario_from_dict(data: dict) -> Scenario:
+    """A validated ``Scenario`` from a mapping shaped as a scenario file (``InputError`` naming the
+    field otherwise)."""
+    if not isinstance(data, dict):
+        raise InputError(f"a scenario must be a mapping, got {type(data).__name__}")
     return build(Scenario, data, "")
 
 
