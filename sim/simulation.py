@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 import dataclasses
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats
 from servesim.outputs.summary import summarize, summarize_classes
-from servesim.outputs.writer import OUTPUTS, Labels, write_run
+from servesim.outputs.writer import OUTPUTS, Labels, check_format, parse_outputs, write_run
 from servesim.core.decisions import DecisionTracer, summarize_decisions
 from servesim.outputs.fairness import fairness_summary
 from servesim.core.request import Request
@@ -232,7 +233,18 @@ class Results:
         """Write the output contract into ``out_dir``, whole or not at all (``write_run``): of
         summary.json, requests.csv, steps.csv and scenario.yaml, those named in ``outputs``;
         ``fmt="parquet"``: requests.parquet and steps.parquet instead of the CSV files (needs
-        pyarrow); ``tbt``: also tbt_s.npy, every TBT gap (sweeps keep it). Returns the folder."""
+        pyarrow); ``tbt``: also tbt_s.npy, every TBT gap (sweeps keep it). Returns the folder.
+        ``outputs`` may be a list of names or ``"summary,requests"`` as ``--outputs`` takes it;
+        an unknown name or format is an ``InputError`` naming what is valid."""
+        if not isinstance(out_dir, (str, os.PathLike)):
+            raise TypeError(f"Results.write(out_dir): a folder path (str or pathlib.Path), "
+                            f"got {type(out_dir).__name__}")
+        if not isinstance(outputs, str):
+            if not hasattr(outputs, "__iter__") or not all(isinstance(o, str) for o in outputs):
+                raise TypeError(f"Results.write(outputs=...): names from {', '.join(OUTPUTS)}, got {outputs!r:.80}")
+            outputs = ",".join(outputs)
+        outputs = parse_outputs(outputs, "Results.write(outputs=...)")
+        check_format(fmt, "Results.write(fmt=...)")
         out = Path(out_dir)
         bound = Labels(self.steps["compute_bound"].view(np.int8), ("memory", "compute"))
         steps = {c: bound if c == "bound" else self.steps[c] for c in STEP_COLUMNS}

@@ -180,3 +180,23 @@ def test_the_python_api_takes_overrides_as_any_list_of_strings():
     assert servesim.load_scenario(overrides=None).workload.num_requests is not None
     assert servesim.load_scenario(overrides=("workload.num_requests=5",)).workload.num_requests == 5
     assert servesim.load_scenario(overrides=(o for o in ["workload.num_requests=7"])).workload.num_requests == 7
+
+
+def test_results_write_names_a_wrong_argument_and_takes_outputs_as_the_cli_does(tmp_path):
+    import servesim
+
+    res = simulate(make_scenario(**{"workload.num_requests": 5}))
+    for kw, error, says in [({"outputs": ["bogus"]}, InputError, "unknown output; valid"),
+                            ({"outputs": []}, InputError, "at least one"),
+                            ({"outputs": 5}, TypeError, "names from"),
+                            ({"fmt": "xml"}, InputError, "unknown format")]:
+        with pytest.raises(error, match=says):
+            res.write(tmp_path / "bad", **kw)
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(TypeError, match="folder path"):
+        res.write(5)
+    res.write(tmp_path / "a", outputs="summary,steps")
+    res.write(tmp_path / "b", outputs=("requests",))
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["steps.csv", "summary.json"]
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["requests.csv"]
+    assert isinstance(res, servesim.Results)
