@@ -200,3 +200,29 @@ def test_results_write_names_a_wrong_argument_and_takes_outputs_as_the_cli_does(
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["steps.csv", "summary.json"]
     assert [p.name for p in (tmp_path / "b").iterdir()] == ["requests.csv"]
     assert isinstance(res, servesim.Results)
+
+
+@pytest.mark.parametrize("columns, says", [
+    (([0.0, 1.0, 2.0], [10, 20], [5, 5, 5]), "2 values for 3 requests"),
+    (([2.0, 1.0], [10, 20], [5, 5]), "must be sorted by arrival"),
+    (([0.0, float("nan")], [10, 20], [5, 5]), "finite time >= 0"),
+    (([-1.0, 0.0], [10, 20], [5, 5]), "finite time >= 0"),
+    # (a request of 0 output tokens never finished: the run hung)
+    (([0.0, 1.0], [10, 20], [0, 5]), "output_tokens: request 0 has 0 tokens"),
+    (([0.0, 1.0], [-10, 20], [5, 5]), "prompt_tokens: request 0 has -10"),
+    (([0.0, 1.0], [10.5, 20], [5, 5]), "whole number"),
+    ((np.zeros((2, 2)), [[1, 1], [1, 1]], [[1, 1], [1, 1]]), "1-D"),
+])
+def test_hand_made_requests_are_checked_as_a_workload_file_is(columns, says):
+    from servesim.inputs.workload import RequestSpecs
+
+    with pytest.raises(InputError, match=says):
+        simulate(make_scenario(), specs=RequestSpecs(*columns))
+
+
+def test_hand_made_requests_may_be_lists():
+    from servesim.inputs.workload import RequestSpecs
+
+    res = simulate(make_scenario(), specs=RequestSpecs([0.0, 0.5], [10, 20], [3, 4]))
+    assert res.summary["completed"] == 2
+    assert res.requests["output_tokens"].tolist() == [3, 4]

@@ -49,6 +49,65 @@ class RequestSpecs:
         return len(self.arrival_s)
 
 
+def check_specs(specs: RequestSpecs) -> RequestSpecs:
+    """Hand-made requests (``simulate(specs=...)``) checked as a workload file's rows are: 1-D
+    columns of one length, arrivals finite, >= 0 and sorted, token counts whole numbers from 1 to
+    ``MAX_TOKENS`` (a request of 0 output tokens never finished: the run hung), prefixes within
+    their prompts, classes among ``class_names``. Lists are taken as arrays. Returns the specs
+    with numpy columns; ``InputError`` naming the column and the first bad request otherwise."""
+    import dataclasses
+
+    def bad(name, i, what):
+        return InputError(f"specs.{name}: request {int(i)} {what}")
+
+    n = None
+    cols = {}
+    for name, dtype in (("arrival_s", np.float64), ("prompt_tokens", np.int64), ("output_tokens", np.int64),
+                        ("prefix_group", np.int64), ("prefix_tokens", np.int64), ("class_index", np.int64),
+                        ("clipped", bool)):
+        raw = getattr(specs, name)
+        if raw is None:
+            continue
+        try:
+            a = np.asarray(raw)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"specs.{name}: not a column of numbers ({e})") from None
+        if a.ndim != 1:
+            raise InputError(f"specs.{name}: one value per request (a 1-D array), got shape {a.shape}")
+        if n is None:
+            n = len(a)
+        elif len(a) != n:
+            raise InputError(f"specs.{name}: {len(a)} values for {n} requests (every column has one per request)")
+        if a.dtype.kind not in "biuf" or (dtype is bool and a.dtype.kind != "b"):
+            raise InputError(f"specs.{name}: numbers expected, got dtype {a.dtype}")
+        if dtype is np.int64 and a.dtype.kind == "f":
+            if not np.isfinite(a).all() or (a != np.rint(a)).any():
+                i = np.flatnonzero(~np.isfinite(a) | (a != np.rint(a)))[0]
+                raise bad(name, i, f"has {float(a[i])!r}: a whole number of tokens expected")
+        cols[name] = a.astype(dtype) if dtype is not bool else a
+    arr, p, o = cols["arrival_s"], cols["prompt_tokens"], cols["output_tokens"]
+    if not np.isfinite(arr).all() or (arr < 0).any():
+        i = np.flatnonzero(~np.isfinite(arr) | (arr < 0))[0]
+        raise bad("arrival_s", i, f"arrives at {float(arr[i])!r}: a finite time >= 0 expected")
+    if len(arr) > 1 and (np.diff(arr) < 0).any():
+        i = np.flatnonzero(np.diff(arr) < 0)[0] + 1
+        raise bad("arrival_s", i, f"arrives at {float(arr[i])!r}, before request {int(i) - 1} ({float(arr[i - 1])!r}): "
+                  "requests must be sorted by arrival")
+    for name, a in (("prompt_tokens", p), ("output_tokens", o)):
+        if len(a) and (a.min() < 1 or a.max() > MAX_TOKENS):
+            i = np.flatnonzero((a < 1) | (a > MAX_TOKENS))[0]
+            raise bad(name, i, f"has {int(a[i])} tokens: from 1 to {MAX_TOKENS:,} expected")
+    pt = cols.get("prefix_tokens")
+    if pt is not None and len(pt) and ((pt < 0) | (pt > p)).any():
+        i = np.flatnonzero((pt < 0) | (pt > p))[0]
+        raise bad("prefix_tokens", i, f"has {int(pt[i])}: from 0 to its prompt's {int(p[i])} tokens expected")
+    ci = cols.get("class_index")
+    if ci is not None and len(ci) and ((ci < 0) | (ci >= len(specs.class_names))).any():
+        i = np.flatnonzero((ci < 0) | (ci >= len(specs.class_names)))[0]
+        raise bad("class_index", i, f"is {int(ci[i])}: an index into class_names {tuple(specs.class_names)} expected")
+    return dataclasses.replace(specs, **cols)
+
+
 # ---------------------------------------------------------------- lengths
 def sample_lengths(dist, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` token counts (int64, each >= 1) from a length distribution."""
