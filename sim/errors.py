@@ -3,6 +3,7 @@ how a message shows what it quotes: ``shown`` (a value the input gave, cut short
 ``one_line`` (the whole message, on one line of bounded length)."""
 
 import reprlib
+import sys
 
 
 class InputError(Exception):
@@ -48,6 +49,46 @@ def one_line(message: str, limit: int = MAX_MESSAGE) -> str:
     if len(text) > limit:
         text = text[:limit - 20] + f"... ({len(str(message))} chars)"
     return text
+
+
+class PluginError(InputError):
+    """A policy or router loaded by name (a plug-in, ``module:Class``) broke its contract: it
+    raised, returned something that is no decision, or left requests waiting with nothing left
+    to happen. Shown like any input error (exit status 2, no traceback), naming the plug-in and,
+    when it raised, where; from Python the original exception is the ``__cause__``."""
+
+
+def _kind(obj):
+    import types
+
+    return obj if isinstance(obj, (types.FunctionType, types.MethodType, type)) else type(obj)
+
+
+def plugin_name(obj) -> str:
+    """``module:Name`` of a plug-in (its class's, or a function's own)."""
+    kind = _kind(obj)
+    return f"{getattr(kind, '__module__', '?')}:{getattr(kind, '__qualname__', type(obj).__name__)}"
+
+
+def is_plugin(obj) -> bool:
+    """Whether a policy or router comes from outside servesim's own modules."""
+    return not str(getattr(_kind(obj), "__module__", "")).startswith("servesim.")
+
+
+def plugin_failure(role: str, obj, method: str, e: BaseException) -> PluginError:
+    """The ``PluginError`` for a plug-in whose ``method`` raised ``e``: the exception, and the
+    innermost line outside servesim's own files it came from."""
+    import os
+    import traceback
+
+    import servesim.policies
+
+    own = tuple(os.path.dirname(m.__file__) + os.sep for m in (sys.modules["servesim"], servesim.policies))
+    frames = traceback.extract_tb(e.__traceback__)
+    outside = [f for f in frames if not f.filename.startswith(own)]
+    frame = (outside or frames)[-1] if frames else None
+    where = f" ({frame.filename}, line {frame.lineno})" if frame is not None else ""
+    return PluginError(f"{role} {plugin_name(obj)}: {method} raised {type(e).__name__}: {clip(e, 300)}{where}")
 
 
 # what people call the policies in papers and servers -> our names

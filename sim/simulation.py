@@ -21,7 +21,7 @@ from servesim.cost.engines import EngineSetup, cost_model_for
 from servesim.cost.economics import PoolUse, economics, gpu_price, gpu_tdp, phase_cost_shares
 from servesim.cost.measured import load_measured
 from servesim.core.router import make_router
-from servesim.errors import InputError, did_you_mean
+from servesim.errors import InputError, PluginError, did_you_mean, is_plugin, plugin_name
 from servesim.plugins import construct
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
@@ -630,6 +630,11 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
             r.status = "unfinished"
             stalled += 1
     if until is None and (stalled or len(rec.requests) != len(specs)):
+        plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)})
+        if plugins:
+            raise PluginError(f"policy {', '.join(plugins)}: {stalled} requests were left in flight with nothing left "
+                              "to happen (the policy scheduled nothing while they waited and set no wake_at_s); a "
+                              "policy must schedule waiting work it can fit")
         raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
     add_api_server(req_cols, setup.pools[0].engine, until)

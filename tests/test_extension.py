@@ -226,3 +226,73 @@ def test_hand_made_requests_may_be_lists():
     res = simulate(make_scenario(), specs=RequestSpecs([0.0, 0.5], [10, 20], [3, 4]))
     assert res.summary["completed"] == 2
     assert res.requests["output_tokens"].tolist() == [3, 4]
+
+
+PLUGINS = '''
+from servesim.policies.continuous import ContinuousPolicy
+from servesim import make_batch
+
+
+class ReturnsNone(ContinuousPolicy):
+    def next_batch(self, state):
+        return None
+
+
+class Raises(ContinuousPolicy):
+    def next_batch(self, state):
+        raise ValueError("my bug")
+
+
+class NeverSchedules(ContinuousPolicy):
+    def next_batch(self, state):
+        return make_batch([])
+
+
+class NotAdmitted(ContinuousPolicy):
+    """schedules waiting prompts without admitting them: the second step gives them 0 tokens"""
+    def next_batch(self, state):
+        return make_batch([(r, r.prompt_tokens - r.num_computed_tokens) for r in state.waiting])
+
+
+class MinusOne:
+    reads_state = False
+
+    def __init__(self, rng):
+        pass
+
+    def __call__(self, replicas, request):
+        return -1
+
+
+class RouterRaises(MinusOne):
+    def __call__(self, replicas, request):
+        return {}["missing"]
+'''
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"policy.name": "badplugins:Raises"},
+     r"policy badplugins:Raises: next_batch raised ValueError: my bug \(.*badplugins.py, line 13\)"),
+    ({"policy.name": "badplugins:ReturnsNone"}, "next_batch returned None .* not a servesim.Batch"),
+    # (it left every request waiting: the run ended with them in flight)
+    ({"policy.name": "badplugins:NeverSchedules"}, "policy badplugins:NeverSchedules: 5 requests were left in flight"),
+    # (a step of 0 tokens took no time: the run never moved on)
+    ({"policy.name": "badplugins:NotAdmitted"}, "schedules 0 tokens for request 0; .* admitted="),
+    # (-1 picked the last replica, silently)
+    ({"cluster.replicas": 2, "cluster.router": "badplugins:MinusOne"},
+     "returned -1 for request 0; the index of a replica, 0 to 1"),
+    ({"cluster.replicas": 2, "cluster.router": "badplugins:RouterRaises"},
+     "router badplugins:RouterRaises: its call raised KeyError"),
+])
+def test_a_plugin_that_breaks_its_contract_is_named_without_a_traceback(tmp_path, monkeypatch, capsys, kw, says):
+    from servesim.cli.main import main
+    from servesim.errors import PluginError
+
+    (tmp_path / "badplugins.py").write_text(PLUGINS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match=says):
+        simulate(make_scenario(**{"workload.num_requests": 5, **kw}))
+    args = [x for k, v in kw.items() for x in ("--set", f"{k}={v}")]
+    assert main(["run", *args, "--set", "workload.num_requests=5", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("servesim: error:") and "Traceback" not in err

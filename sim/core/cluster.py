@@ -18,6 +18,7 @@ from servesim.core.pipeline import Pipeline, VirtualEngines
 from servesim.core.replica import Replica
 from servesim.core.router import make_router
 from servesim.core.gateway import Gateway
+from servesim.errors import InputError, PluginError, is_plugin, plugin_failure, plugin_name, shown
 
 
 class Cluster:
@@ -84,6 +85,7 @@ class Cluster:
         self.entry = self.groups.get("prefill") or self.groups["colocated"]
         self.decode = self.pools.get("decode", [])
         self.route = make_router(sc.cluster.router, np.random.default_rng([seed, 2]))
+        self._plugin_router = is_plugin(self.route)
         if hasattr(self.route, "configure"):
             self.route.configure(sc)
         # a router that reads replicas' counters or KV needs them brought up to date at each
@@ -235,7 +237,7 @@ class Cluster:
                 req.replica = -1
                 self._reject(req, reason)
                 return
-            pos = self.route(self.entry, req)
+            pos = self.route(self.entry, req) if not self._plugin_router else self._plugin_route(req)
             if adm.reads_state and self._fast:
                 self._settle_entry(pos)
             reason = adm.at_replica(req, self.entry[pos], pos)
@@ -246,7 +248,22 @@ class Cluster:
                 return
             self.entry[pos].submit(req)
             return
-        self.entry[self.route(self.entry, req)].submit(req)
+        self.entry[self.route(self.entry, req) if not self._plugin_router else self._plugin_route(req)].submit(req)
+
+    def _plugin_route(self, req) -> int:
+        """A plug-in router's pick, checked: what it raises, or anything but the index of a
+        replica, is a ``PluginError`` naming it (-1 would silently pick the last one)."""
+        try:
+            pos = self.route(self.entry, req)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the user's code raises
+            raise plugin_failure("router", self.route, "its call", e) from e
+        n = len(self.entry)
+        if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos < n:
+            raise PluginError(f"router {plugin_name(self.route)}: returned {shown(pos)} for request {req.request_id}; "
+                              f"the index of a replica, 0 to {n - 1}, expected")
+        return int(pos)
 
     def _decode_rejection(self, req) -> str | None:
         total = req.prompt_tokens + req.output_tokens

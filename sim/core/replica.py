@@ -63,6 +63,7 @@ import numpy as np
 from simpy import Interrupt
 
 from servesim.core.batch import Batch, windowed
+from servesim.errors import InputError, PluginError, clip, is_plugin, plugin_failure, plugin_name, shown
 from servesim.core.kv import BlockAllocator
 from servesim.core.runs import Cost, Run, delay_to
 from servesim.policies.base import NO_DECODE_SET, DecodeSet, PriorityCount, ReplicaState
@@ -372,6 +373,7 @@ class Replica:
         members, running, waiting, swapped, landed, incoming = (self._members, self.running, self.waiting,
                                                                  self.swapped, self.landed, self.incoming)
         window, fast = self.window, self.fast and self.pipeline is None
+        plugin = is_plugin(policy)
         while True:
             if incoming:
                 self._release(env.now)
@@ -384,7 +386,10 @@ class Replica:
             state.host_free_blocks = self.host_free_blocks
             state.decoding = (DecodeSet(n, self._sum_c - self._capx, self._cnt[self._S % bs], self._sum_p,
                                         self._ncap) if n else NO_DECODE_SET)
-            batch = next_batch(state)
+            if plugin:  # (a plug-in's decision is checked: it raises or returns no Batch -> PluginError)
+                batch = self._plugin_decision(state)
+            else:
+                batch = next_batch(state)
             if window is not None and batch.items:
                 batch = windowed(batch, window)
             if batch.budget_blocked is not None or self._blocked_since is not None:
@@ -393,9 +398,9 @@ class Replica:
                 self.tracer.decide(self, start, batch)
             n = len(members)  # reading state.running dissolved the set
             if batch.set_seqs and batch.set_seqs != n:
-                raise RuntimeError(f"policy {type(policy).__name__} scheduled {batch.set_seqs} of the decode set's "
-                                   f"{n} requests: schedule it whole (decode_set=state.decoding), leave it out "
-                                   "of the step, or read state.running")
+                raise (PluginError if plugin else RuntimeError)(
+                    f"policy {plugin_name(policy)} scheduled {batch.set_seqs} of the decode set's {n} requests: "
+                    "schedule it whole (decode_set=state.decoding), leave it out of the step, or read state.running")
             if batch.empty and not batch.preempted and incoming:  # nothing scheduled ahead: seen now
                 self._release(start, everything=True)
                 continue
@@ -409,7 +414,7 @@ class Replica:
                 if K >= 2:
                     yield from self._macro(n, K, shape=batch)
                     continue
-            swap_s = self._apply(batch, start)
+            swap_s = self._apply(batch, start) if not plugin else self._plugin_apply(batch, start)
             if batch.empty:
                 if swap_s > 0:
                     if self.pipeline is None:
@@ -441,6 +446,40 @@ class Replica:
             self._commit(batch, cost, start, extra)
             if self.aggregate:
                 self._absorb()
+
+    def _plugin_decision(self, state) -> Batch:
+        """A plug-in policy's ``next_batch(state)``: what it raises, or a result that is no
+        ``Batch``, is a ``PluginError`` naming it (not a traceback from deep in the engine)."""
+        policy = self.policy
+        try:
+            batch = policy.next_batch(state)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the user's code raises
+            raise plugin_failure("policy", policy, "next_batch", e) from e
+        if not isinstance(batch, Batch):
+            raise PluginError(f"policy {plugin_name(policy)}: next_batch returned {shown(batch)} "
+                              f"({type(batch).__name__}), not a servesim.Batch (servesim.make_batch(items) makes one)")
+        return batch
+
+    def _plugin_apply(self, batch: Batch, now: float) -> float:
+        """``_apply`` for a plug-in policy's decision: one the engine cannot apply (a request
+        that is neither waiting nor running, more KV than is free, a request given no tokens:
+        a step of none takes no time, and the run never moved on) is a ``PluginError``."""
+        for r, q in batch.items:
+            if not q >= 1:
+                raise PluginError(f"policy {plugin_name(self.policy)}: schedules {shown(q)} tokens for request "
+                                  f"{getattr(r, 'request_id', shown(r))}; a scheduled request runs at least 1 (a "
+                                  "waiting request it schedules must also be in make_batch(..., admitted=...), or "
+                                  "it stays waiting with its prompt computed)")
+        try:
+            return self._apply(batch, now)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise PluginError(f"policy {plugin_name(self.policy)}: its decision could not be applied "
+                              f"({type(e).__name__}: {clip(e, 200)}); a batch schedules waiting or running "
+                              "requests only, preempts running ones, and fits the free KV blocks") from e
 
     def _through_stages(self, batch: Batch, cost, draft_s: float = 0.0, swap_s: float = 0.0):
         """A virtual engine's step (SimPy generator): the scheduler's overhead and the draft, then
