@@ -94,7 +94,7 @@ def resolve(kind: str, name: str, where: str | None = None):
     return obj
 
 
-_INTERFACE = {"policy": "next_batch", "router": "__call__"}  # what a made policy / router must have
+_INTERFACE = {"policy": ("next_batch", "admission_error"), "router": ("__call__",)}  # what one must have
 
 
 def construct(kind: str, name: str, where: str, *args):
@@ -109,7 +109,10 @@ def construct(kind: str, name: str, where: str, *args):
     except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever a wrong callable raises (sys:exit too)
         raise InputError(f"{where}: {shown(name)} is no {kind}: making one with it raised {type(e).__name__}: "
                          f"{shown(str(e), 120)}") from None
-    if not hasattr(obj, _INTERFACE[kind]):
+    lacks = [m for m in _INTERFACE[kind] if not hasattr(obj, m)]
+    if lacks:
+        hint = " (a policy needs next_batch(state) and admission_error(prompt_tokens, max_tokens, kv=None): see " \
+            "servesim.Policy)" if kind == "policy" else ""
         raise InputError(f"{where}: {shown(name)} is no {kind}: it made a {type(obj).__name__}, which has no "
-                         f"{_INTERFACE[kind]}")
+                         f"{' or '.join(lacks)}{hint}")
     return obj

@@ -254,6 +254,24 @@ class NotAdmitted(ContinuousPolicy):
         return make_batch([(r, r.prompt_tokens - r.num_computed_tokens) for r in state.waiting])
 
 
+class AdmissionRaises(ContinuousPolicy):
+    def admission_error(self, prompt_tokens, max_tokens, kv=None):
+        raise RuntimeError("adm bug")
+
+
+class AdmissionSaysFive(ContinuousPolicy):
+    def admission_error(self, prompt_tokens, max_tokens, kv=None):
+        return 5
+
+
+class OnlyNextBatch:
+    def __init__(self, *args):
+        pass
+
+    def next_batch(self, state):
+        return make_batch([])
+
+
 class MinusOne:
     reads_state = False
 
@@ -278,6 +296,9 @@ class RouterRaises(MinusOne):
     ({"policy.name": "badplugins:NeverSchedules"}, "policy badplugins:NeverSchedules: 5 requests were left in flight"),
     # (a step of 0 tokens took no time: the run never moved on)
     ({"policy.name": "badplugins:NotAdmitted"}, "schedules 0 tokens for request 0; .* admitted="),
+    ({"policy.name": "badplugins:AdmissionRaises"}, "admission_error raised RuntimeError: adm bug"),
+    # (5 was taken as a rejection reason)
+    ({"policy.name": "badplugins:AdmissionSaysFive"}, "admission_error returned 5; a reason"),
     # (-1 picked the last replica, silently)
     ({"cluster.replicas": 2, "cluster.router": "badplugins:MinusOne"},
      "returned -1 for request 0; the index of a replica, 0 to 1"),
@@ -296,3 +317,10 @@ def test_a_plugin_that_breaks_its_contract_is_named_without_a_traceback(tmp_path
     assert main(["run", *args, "--set", "workload.num_requests=5", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("servesim: error:") and "Traceback" not in err
+
+
+def test_a_policy_without_admission_error_is_refused_before_the_run(tmp_path, monkeypatch):
+    (tmp_path / "badplugins.py").write_text(PLUGINS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InputError, match="is no policy: .* has no admission_error .* servesim.Policy"):
+        simulate(make_scenario(**{"policy.name": "badplugins:OnlyNextBatch"}))

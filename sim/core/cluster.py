@@ -279,7 +279,7 @@ class Cluster:
                    f"keeps one of its {self._decode_blocks} spare for a hand-off"
         # a request preempted on the decode side is recomputed there, under the decode policy
         # (continuous recomputes in chunks there: no budget limit on prompt + output)
-        reason = self.decode[0].policy.admission_error(req.prompt_tokens, req.output_tokens, self.decode[0].kv)
+        reason = self.decode[0].admission_error(req.prompt_tokens, req.output_tokens)
         return None if reason is None else f"decode pool: {reason}"
 
     def rejection_reason(self, req) -> str | None:

@@ -171,6 +171,7 @@ class Replica:
         self.host_blocks, self.swap_block_bytes, self.swap_bytes_per_s = swap
         self.host_free_blocks = self.host_blocks
         self.fast = fast
+        self._plugin = is_plugin(policy)  # (a plug-in's decisions are checked: _plugin_decision)
         self.async_scheduling = async_scheduling
         self.incoming: deque = deque()  # async scheduling: arrived requests the next decision cannot see yet
         self._prev_step = (-math.inf, -math.inf)  # (start, end) of the last step
@@ -273,7 +274,24 @@ class Replica:
                     f"{self.kv.num_blocks} in all")
         # a prefill replica only ever computes the prompt (and, preempted, recomputes just that)
         max_tokens = 1 if self.role == "prefill" else req.output_tokens
-        return self.policy.admission_error(req.prompt_tokens, max_tokens, self.kv)
+        return self.admission_error(req.prompt_tokens, max_tokens)
+
+    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        """The policy's ``admission_error`` on this replica's KV; a plug-in's is checked (what it
+        raises, or a reason that is no string, is a ``PluginError`` naming it)."""
+        policy = self.policy
+        if not self._plugin:
+            return policy.admission_error(prompt_tokens, max_tokens, self.kv)
+        try:
+            why = policy.admission_error(prompt_tokens, max_tokens, self.kv)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the user's code raises
+            raise plugin_failure("policy", policy, "admission_error", e) from e
+        if why is not None and not isinstance(why, str):
+            raise PluginError(f"policy {plugin_name(policy)}: admission_error returned {shown(why)}; a reason "
+                              "(str) or None expected")
+        return why
 
     def submit(self, req) -> None:
         req.replica = self.index
@@ -373,7 +391,7 @@ class Replica:
         members, running, waiting, swapped, landed, incoming = (self._members, self.running, self.waiting,
                                                                  self.swapped, self.landed, self.incoming)
         window, fast = self.window, self.fast and self.pipeline is None
-        plugin = is_plugin(policy)
+        plugin = self._plugin
         while True:
             if incoming:
                 self._release(env.now)
