@@ -272,6 +272,14 @@ class OnlyNextBatch:
         return make_batch([])
 
 
+class KeyOfMixedTypes(ContinuousPolicy):
+    queue_key = staticmethod(lambda r: None if r.request_id % 2 else r.prompt_tokens)
+
+
+class KeyNotCallable(ContinuousPolicy):
+    queue_key = 5
+
+
 class MinusOne:
     reads_state = False
 
@@ -299,6 +307,9 @@ class RouterRaises(MinusOne):
     ({"policy.name": "badplugins:AdmissionRaises"}, "admission_error raised RuntimeError: adm bug"),
     # (5 was taken as a rejection reason)
     ({"policy.name": "badplugins:AdmissionSaysFive"}, "admission_error returned 5; a reason"),
+    ({"policy.name": "badplugins:KeyOfMixedTypes", "workload.arrival.rate_rps": 1000.0},
+     "queue_key gave sort keys that cannot be compared"),
+    ({"policy.name": "badplugins:KeyNotCallable"}, "queue_key is 5; a function"),
     # (-1 picked the last replica, silently)
     ({"cluster.replicas": 2, "cluster.router": "badplugins:MinusOne"},
      "returned -1 for request 0; the index of a replica, 0 to 1"),

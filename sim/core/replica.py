@@ -127,10 +127,45 @@ class KeyedQueue:
         return len(self._items)
 
 
+class _PluginQueue(KeyedQueue):
+    """A ``KeyedQueue`` ordered by a plug-in's ``queue_key``: a key function that raises, or keys
+    that cannot be compared with each other, are a ``PluginError`` naming the policy."""
+
+    __slots__ = ("policy", "_raw")
+
+    def __init__(self, key, policy):
+        super().__init__(self._checked_key)  # (``key`` is what the engine calls too: checked there as well)
+        self._raw = key
+        self.policy = policy
+
+    def _checked_key(self, r):
+        try:
+            return self._raw(r)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the user's code raises
+            raise plugin_failure("policy", self.policy, "queue_key", e) from e
+
+    def _insert(self, item) -> None:
+        try:
+            super()._insert(item)
+        except TypeError as e:
+            raise PluginError(f"policy {plugin_name(self.policy)}: queue_key gave sort keys that cannot be compared "
+                              f"({clip(e, 120)}); keys of one comparable type for every request expected") from e
+
+
 def waiting_queue(policy):
-    """The waiting queue a policy orders: FCFS unless it sets ``queue_key``."""
+    """The waiting queue a policy orders: FCFS unless it sets ``queue_key`` (a plug-in's checked:
+    ``_PluginQueue``)."""
     key = getattr(policy, "queue_key", None)
-    return deque() if key is None else KeyedQueue(key)
+    if key is None:
+        return deque()
+    if not is_plugin(policy):
+        return KeyedQueue(key)
+    if not callable(key):
+        raise PluginError(f"policy {plugin_name(policy)}: queue_key is {shown(key)}; a function request -> sort "
+                          "key expected (or None: first come, first served)")
+    return _PluginQueue(key, policy)
 
 
 class Replica:
