@@ -75,6 +75,18 @@ def test_zipf_frequencies():
         assert np.sum(x == k) == pytest.approx(n * p, abs=4 * math.sqrt(n * p * (1 - p)))  # binomial, 4 sigma
 
 
+def test_zipf_far_from_one_keeps_its_shape():
+    # k^-s underflowed to 0 for every k >= 20,000 at s = 100: the CDF was 0/0 and every draw min
+    n, s, lo, hi = 50_000, 100.0, 20_000, 30_000
+    x = draw({"dist": "zipf", "s": s, "min": lo, "max": hi}, n)
+    k = np.arange(lo, hi + 1, dtype=float)
+    w = np.exp(-s * np.log(k / lo))
+    w /= w.sum()
+    mean, sd = float((k * w).sum()), float(np.sqrt((k * k * w).sum() - (k * w).sum() ** 2))
+    assert x.mean() == pytest.approx(mean, abs=4 * sd / math.sqrt(n))  # ~20,204, sd ~200
+    assert np.mean(x == lo) == pytest.approx(w[0], abs=0.002)  # ~0.5%, not all of them
+
+
 def test_empirical_from_a_file(tmp_path):
     f = tmp_path / "lengths.txt"
     f.write_text("tokens\n100\n200\n\n300\n")

@@ -126,7 +126,10 @@ def sample_lengths(dist, n: int, rng: np.random.Generator) -> np.ndarray:
         return np.clip(x, dist.min, dist.max if dist.max is not None else MAX_TOKENS).astype(np.int64)
     if isinstance(dist, ZipfDist):
         k = np.arange(dist.min, dist.max + 1, dtype=np.float64)
-        cdf = np.cumsum(k ** -dist.s)
+        # weights relative to the first, (k / min)^-s in (0, 1]: k^-s itself underflows to 0 for
+        # every k when min is large (min 20,000, s 100), the CDF became 0/0 and every draw min
+        # (min = 1: the same numbers as k^-s)
+        cdf = np.cumsum((k / k[0]) ** -dist.s)
         cdf /= cdf[-1]
         idx = np.searchsorted(cdf, rng.random(n), side="right")
         return (dist.min + np.minimum(idx, len(k) - 1)).astype(np.int64)
