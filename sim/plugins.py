@@ -59,7 +59,7 @@ def _load(spec: str, what: str):
         obj = importlib.import_module(module)
     except ImportError as e:
         raise InputError(f"{what}: cannot import module {module!r} ({e})") from None
-    except Exception as e:  # the user's module raised while importing: say so, no traceback
+    except (Exception, SystemExit) as e:  # the user's module raised (or called sys.exit) while importing: say so
         raise InputError(f"{what}: importing {module!r} failed: {type(e).__name__}: {e}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -81,7 +81,7 @@ def resolve(kind: str, name: str, where: str | None = None):
     if name in eps:
         try:
             obj = eps[name].load()
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # (sys.exit at import: named too, not a silent exit)
             raise InputError(f"{where}: the plug-in {name!r} ({eps[name].value}) failed to load: "
                              f"{type(e).__name__}: {e}") from None
     elif ":" in name:

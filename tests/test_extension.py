@@ -280,6 +280,11 @@ class KeyNotCallable(ContinuousPolicy):
     queue_key = 5
 
 
+class Exits(ContinuousPolicy):
+    def next_batch(self, state):
+        raise SystemExit(3)
+
+
 class MinusOne:
     reads_state = False
 
@@ -310,6 +315,8 @@ class RouterRaises(MinusOne):
     ({"policy.name": "badplugins:KeyOfMixedTypes", "workload.arrival.rate_rps": 1000.0},
      "queue_key gave sort keys that cannot be compared"),
     ({"policy.name": "badplugins:KeyNotCallable"}, "queue_key is 5; a function"),
+    # (sys.exit in a plug-in ended the command with its status and no word)
+    ({"policy.name": "badplugins:Exits"}, "next_batch raised SystemExit: 3"),
     # (-1 picked the last replica, silently)
     ({"cluster.replicas": 2, "cluster.router": "badplugins:MinusOne"},
      "returned -1 for request 0; the index of a replica, 0 to 1"),
@@ -335,3 +342,13 @@ def test_a_policy_without_admission_error_is_refused_before_the_run(tmp_path, mo
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(InputError, match="is no policy: .* has no admission_error .* servesim.Policy"):
         simulate(make_scenario(**{"policy.name": "badplugins:OnlyNextBatch"}))
+
+
+def test_a_plugin_module_that_exits_while_importing_is_named(tmp_path, monkeypatch, capsys):
+    from servesim.cli.main import main
+
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for field in ("policy.name", "cluster.router"):
+        assert main(["validate", "--set", f"{field}=exits_on_import:X", str(ROOT / "scenarios" / "default.yaml")]) == 2
+        assert "importing 'exits_on_import' failed: SystemExit: 3" in capsys.readouterr().err

@@ -257,7 +257,7 @@ class Cluster:
             pos = self.route(self.entry, req)
         except InputError:
             raise
-        except Exception as e:  # noqa: BLE001 - whatever the user's code raises
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's code raises (sys.exit too)
             raise plugin_failure("router", self.route, "its call", e) from e
         n = len(self.entry)
         if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos < n:

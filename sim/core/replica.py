@@ -143,7 +143,7 @@ class _PluginQueue(KeyedQueue):
             return self._raw(r)
         except InputError:
             raise
-        except Exception as e:  # noqa: BLE001 - whatever the user's code raises
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's code raises (sys.exit too)
             raise plugin_failure("policy", self.policy, "queue_key", e) from e
 
     def _insert(self, item) -> None:
@@ -321,7 +321,7 @@ class Replica:
             why = policy.admission_error(prompt_tokens, max_tokens, self.kv)
         except InputError:
             raise
-        except Exception as e:  # noqa: BLE001 - whatever the user's code raises
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's code raises (sys.exit too)
             raise plugin_failure("policy", policy, "admission_error", e) from e
         if why is not None and not isinstance(why, str):
             raise PluginError(f"policy {plugin_name(policy)}: admission_error returned {shown(why)}; a reason "
@@ -508,7 +508,7 @@ class Replica:
             batch = policy.next_batch(state)
         except InputError:
             raise
-        except Exception as e:  # noqa: BLE001 - whatever the user's code raises
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's code raises (sys.exit too)
             raise plugin_failure("policy", policy, "next_batch", e) from e
         if not isinstance(batch, Batch):
             raise PluginError(f"policy {plugin_name(policy)}: next_batch returned {shown(batch)} "
@@ -529,7 +529,7 @@ class Replica:
             return self._apply(batch, now)
         except InputError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except (Exception, SystemExit) as e:  # noqa: BLE001
             raise PluginError(f"policy {plugin_name(self.policy)}: its decision could not be applied "
                               f"({type(e).__name__}: {clip(e, 200)}); a batch schedules waiting or running "
                               "requests only, preempts running ones, and fits the free KV blocks") from e
