@@ -350,6 +350,13 @@ def _classes(scenario: Scenario, specs, req_cols: dict):
     return names, slo_by_class, (ttft, tpot)
 
 
+def _one_replica(scenario: Scenario) -> Scenario:
+    """``scenario`` on one replica per pool, routed round robin (what a probe of one replica's
+    behaviour runs on: every replica of a pool is the same)."""
+    return dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster, replicas=1,
+                                                                     router="round_robin", class_replicas=None))
+
+
 def _setup_and_specs(scenario: Scenario, setup, specs):
     """``setup`` and ``specs`` as ``plan`` makes them (the workload drawn with the scenario's seed),
     unless given (``validate`` has them from ``plan`` already)."""
@@ -375,11 +382,8 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
         return None
     # every replica of a pool has the same rules: one of each is enough (a cluster of 100,000
     # replicas took seconds to build here)
-    sc = setup.scenario
-    one = dataclasses.replace(
-        setup, pools=tuple(dataclasses.replace(p, replicas=1) for p in setup.pools),
-        scenario=dataclasses.replace(sc, cluster=dataclasses.replace(sc.cluster, replicas=1, router="round_robin",
-                                                                     class_replicas=None)))
+    one = dataclasses.replace(setup, pools=tuple(dataclasses.replace(p, replicas=1) for p in setup.pools),
+                              scenario=_one_replica(setup.scenario))
     cluster = Cluster(simpy.Environment(), one, Recorder(None), scenario.seed)
     pairs, count = np.unique(np.stack([specs.prompt_tokens, specs.output_tokens]), axis=1, return_counts=True)
     reasons = []
@@ -423,9 +427,7 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
         f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
         if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))
         and f.name not in ("class_names",)})
-    one = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster, replicas=1, router="round_robin",
-                                                                    class_replicas=None),
-                              workload=dataclasses.replace(w, num_requests=k, duration_s=None))
+    one = dataclasses.replace(_one_replica(scenario), workload=dataclasses.replace(w, num_requests=k, duration_s=None))
     res = simulate(one, specs=probe)
     if res.summary["completed"] < 0.9 * k:  # (rejections: they leave at once; predict_rejections names them)
         return None

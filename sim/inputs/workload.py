@@ -57,8 +57,12 @@ def check_specs(specs: RequestSpecs) -> RequestSpecs:
     with numpy columns; ``InputError`` naming the column and the first bad request otherwise."""
     import dataclasses
 
+    def first(mask):  # the first request a check fails, or None
+        idx = np.flatnonzero(mask)
+        return int(idx[0]) if len(idx) else None
+
     def bad(name, i, what):
-        return InputError(f"specs.{name}: request {int(i)} {what}")
+        return InputError(f"specs.{name}: request {i} {what}")
 
     n = None
     cols = {}
@@ -80,30 +84,24 @@ def check_specs(specs: RequestSpecs) -> RequestSpecs:
             raise InputError(f"specs.{name}: {len(a)} values for {n} requests (every column has one per request)")
         if a.dtype.kind not in "biuf" or (dtype is bool and a.dtype.kind != "b"):
             raise InputError(f"specs.{name}: numbers expected, got dtype {a.dtype}")
-        if dtype is np.int64 and a.dtype.kind == "f":
-            if not np.isfinite(a).all() or (a != np.rint(a)).any():
-                i = np.flatnonzero(~np.isfinite(a) | (a != np.rint(a)))[0]
-                raise bad(name, i, f"has {float(a[i])!r}: a whole number of tokens expected")
+        if dtype is np.int64 and a.dtype.kind == "f" and (i := first(~np.isfinite(a) | (a != np.rint(a)))) is not None:
+            raise bad(name, i, f"has {float(a[i])!r}: a whole number of tokens expected")
         cols[name] = a.astype(dtype) if dtype is not bool else a
     arr, p, o = cols["arrival_s"], cols["prompt_tokens"], cols["output_tokens"]
-    if not np.isfinite(arr).all() or (arr < 0).any():
-        i = np.flatnonzero(~np.isfinite(arr) | (arr < 0))[0]
+    if (i := first(~np.isfinite(arr) | (arr < 0))) is not None:
         raise bad("arrival_s", i, f"arrives at {float(arr[i])!r}: a finite time >= 0 expected")
-    if len(arr) > 1 and (np.diff(arr) < 0).any():
-        i = np.flatnonzero(np.diff(arr) < 0)[0] + 1
-        raise bad("arrival_s", i, f"arrives at {float(arr[i])!r}, before request {int(i) - 1} ({float(arr[i - 1])!r}): "
+    if (i := first(np.diff(arr) < 0)) is not None:
+        i += 1
+        raise bad("arrival_s", i, f"arrives at {float(arr[i])!r}, before request {i - 1} ({float(arr[i - 1])!r}): "
                   "requests must be sorted by arrival")
     for name, a in (("prompt_tokens", p), ("output_tokens", o)):
-        if len(a) and (a.min() < 1 or a.max() > MAX_TOKENS):
-            i = np.flatnonzero((a < 1) | (a > MAX_TOKENS))[0]
+        if (i := first((a < 1) | (a > MAX_TOKENS))) is not None:
             raise bad(name, i, f"has {int(a[i])} tokens: from 1 to {MAX_TOKENS:,} expected")
     pt = cols.get("prefix_tokens")
-    if pt is not None and len(pt) and ((pt < 0) | (pt > p)).any():
-        i = np.flatnonzero((pt < 0) | (pt > p))[0]
+    if pt is not None and (i := first((pt < 0) | (pt > p))) is not None:
         raise bad("prefix_tokens", i, f"has {int(pt[i])}: from 0 to its prompt's {int(p[i])} tokens expected")
     ci = cols.get("class_index")
-    if ci is not None and len(ci) and ((ci < 0) | (ci >= len(specs.class_names))).any():
-        i = np.flatnonzero((ci < 0) | (ci >= len(specs.class_names)))[0]
+    if ci is not None and (i := first((ci < 0) | (ci >= len(specs.class_names)))) is not None:
         raise bad("class_index", i, f"is {int(ci[i])}: an index into class_names {tuple(specs.class_names)} expected")
     return dataclasses.replace(specs, **cols)
 

@@ -109,6 +109,12 @@ def with_per_gpu(rows: list) -> list:
     return out
 
 
+def _row_name(r: dict, key: str) -> str:
+    """A results row as a warning names it: its label (or point number) and rate."""
+    name = r.get(key) if r.get(key) is not None else f"point {r.get('point')}"
+    return f"{name}" + (f" at {r[RATE_KEY]:g} req/s" if r.get(RATE_KEY) is not None else "")
+
+
 def study_warnings(rows: list, key: str = "label") -> list:
     """``{code, message}`` for what the rows themselves show: ``identical_variants``,
     ``unequal_gpus``, ``failed`` (a configuration that did not run), ``not_keeping_up`` (runs
@@ -127,14 +133,11 @@ def study_warnings(rows: list, key: str = "label") -> list:
                         "has more capacity; goodput and throughput are also given per GPU"})
     for r in rows:
         if r.get("status") != "ok":
-            name = r.get(key) if r.get(key) is not None else f"point {r.get('point')}"
-            at = f" at {r[RATE_KEY]:g} req/s" if r.get(RATE_KEY) is not None else ""
-            out.append({"code": "failed", "message": f"{name}{at} did not run: {r.get('error')}"})
+            out.append({"code": "failed", "message": f"{_row_name(r, key)} did not run: {r.get('error')}"})
     behind = [r for r in rows if r.get("status") == "ok" and r.get("keep_up") is not None
               and r["keep_up"] < KEEP_UP]
     if behind:
-        names = ", ".join(f"{r.get(key) if r.get(key) is not None else 'point ' + str(r.get('point'))}"
-                          + (f" at {r[RATE_KEY]:g} req/s" if r.get(RATE_KEY) is not None else "") for r in behind)
+        names = ", ".join(_row_name(r, key) for r in behind)
         out.append({"code": "not_keeping_up",
                     "message": f"{names} did not keep up (over the second half of the arrivals fewer than "
                                f"{KEEP_UP:.0%} as many requests left as arrived: results.csv keep_up): the backlog "
