@@ -4,6 +4,7 @@ how a message shows what it quotes: ``shown`` (a value the input gave, cut short
 
 import reprlib
 import sys
+import types
 
 
 class InputError(Exception):
@@ -59,8 +60,6 @@ class PluginError(InputError):
 
 
 def _kind(obj):
-    import types
-
     return obj if isinstance(obj, (types.FunctionType, types.MethodType, type)) else type(obj)
 
 
@@ -89,6 +88,17 @@ def plugin_failure(role: str, obj, method: str, e: BaseException) -> PluginError
     frame = (outside or frames)[-1] if frames else None
     where = f" ({frame.filename}, line {frame.lineno})" if frame is not None else ""
     return PluginError(f"{role} {plugin_name(obj)}: {method} raised {type(e).__name__}: {clip(e, 300)}{where}")
+
+
+def call_plugin(role: str, obj, method: str, fn, *args):
+    """``fn(*args)``, a plug-in's ``method``: what it raises (``sys.exit`` too) becomes
+    ``plugin_failure``'s ``PluginError``; an ``InputError`` passes as it is."""
+    try:
+        return fn(*args)
+    except InputError:
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's code raises
+        raise plugin_failure(role, obj, method, e) from e
 
 
 # what people call the policies in papers and servers -> our names

@@ -18,7 +18,7 @@ from servesim.core.pipeline import Pipeline, VirtualEngines
 from servesim.core.replica import Replica
 from servesim.core.router import make_router
 from servesim.core.gateway import Gateway
-from servesim.errors import InputError, PluginError, is_plugin, plugin_failure, plugin_name, shown
+from servesim.errors import PluginError, call_plugin, is_plugin, plugin_name, shown
 
 
 class Cluster:
@@ -253,12 +253,7 @@ class Cluster:
     def _plugin_route(self, req) -> int:
         """A plug-in router's pick, checked: what it raises, or anything but the index of a
         replica, is a ``PluginError`` naming it (-1 would silently pick the last one)."""
-        try:
-            pos = self.route(self.entry, req)
-        except InputError:
-            raise
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's code raises (sys.exit too)
-            raise plugin_failure("router", self.route, "its call", e) from e
+        pos = call_plugin("router", self.route, "its call", self.route, self.entry, req)
         n = len(self.entry)
         if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos < n:
             raise PluginError(f"router {plugin_name(self.route)}: returned {shown(pos)} for request {req.request_id}; "

@@ -63,7 +63,7 @@ import numpy as np
 from simpy import Interrupt
 
 from servesim.core.batch import Batch, windowed
-from servesim.errors import InputError, PluginError, clip, is_plugin, plugin_failure, plugin_name, shown
+from servesim.errors import InputError, PluginError, call_plugin, clip, is_plugin, plugin_name, shown
 from servesim.core.kv import BlockAllocator
 from servesim.core.runs import Cost, Run, delay_to
 from servesim.policies.base import NO_DECODE_SET, DecodeSet, PriorityCount, ReplicaState
@@ -139,12 +139,7 @@ class _PluginQueue(KeyedQueue):
         self.policy = policy
 
     def _checked_key(self, r):
-        try:
-            return self._raw(r)
-        except InputError:
-            raise
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's code raises (sys.exit too)
-            raise plugin_failure("policy", self.policy, "queue_key", e) from e
+        return call_plugin("policy", self.policy, "queue_key", self._raw, r)
 
     def _insert(self, item) -> None:
         try:
@@ -317,12 +312,8 @@ class Replica:
         policy = self.policy
         if not self._plugin:
             return policy.admission_error(prompt_tokens, max_tokens, self.kv)
-        try:
-            why = policy.admission_error(prompt_tokens, max_tokens, self.kv)
-        except InputError:
-            raise
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's code raises (sys.exit too)
-            raise plugin_failure("policy", policy, "admission_error", e) from e
+        why = call_plugin("policy", policy, "admission_error", policy.admission_error, prompt_tokens, max_tokens,
+                          self.kv)
         if why is not None and not isinstance(why, str):
             raise PluginError(f"policy {plugin_name(policy)}: admission_error returned {shown(why)}; a reason "
                               "(str) or None expected")
@@ -504,12 +495,7 @@ class Replica:
         """A plug-in policy's ``next_batch(state)``: what it raises, or a result that is no
         ``Batch``, is a ``PluginError`` naming it (not a traceback from deep in the engine)."""
         policy = self.policy
-        try:
-            batch = policy.next_batch(state)
-        except InputError:
-            raise
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's code raises (sys.exit too)
-            raise plugin_failure("policy", policy, "next_batch", e) from e
+        batch = call_plugin("policy", policy, "next_batch", policy.next_batch, state)
         if not isinstance(batch, Batch):
             raise PluginError(f"policy {plugin_name(policy)}: next_batch returned {shown(batch)} "
                               f"({type(batch).__name__}), not a servesim.Batch (servesim.make_batch(items) makes one)")
