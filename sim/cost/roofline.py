@@ -172,6 +172,7 @@ class CostModel:
     _memo_emb: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_stage: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _launch_s: float = field(init=False, repr=False, compare=False, default=0.0)
+    _st: tuple = field(init=False, repr=False, compare=False, default=())  # step_time's constants
 
     def __post_init__(self):
         m, tp = self.model, self.tp
@@ -231,6 +232,8 @@ class CostModel:
         object.__setattr__(self, "_memo_stage", {})
         coll = 2 * self.eager_collective_s if self.tp > 1 else 0.0  # a layer's two all-reduces
         object.__setattr__(self, "_launch_s", m.num_layers * (self.eager_layer_s + coll))
+        object.__setattr__(self, "_st", (self.step_overhead_s, self.per_seq_overhead_s, self.per_token_overhead_s,
+                                         self.overlap, self._launch_s, self.graph_sizes, self.graph_mixed))
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -510,24 +513,53 @@ class CostModel:
     def step_time(self, batch: Batch) -> StepCost:
         """Time, FLOPs, bytes and bound of one step (the engine's hot path). Bit for bit
         ``step_time_reference``: every operator but attention (memoized by tokens and sampled
-        sequences), then attention, then communication, then the engine's terms (``_finish``)."""
+        sequences), then attention, then communication, then the engine's terms: ``_graphed``,
+        ``_attention``, ``_overhead_s`` and ``_finish`` spelled inline (the same operations in the
+        same order; a call each cost as much as their arithmetic)."""
         T = batch.num_tokens + batch.padding_tokens
         if T == 0:
             return StepCost(0.0, 0.0, 0.0, "memory", 0.0, 0.0, 0.0, 0.0)
-        S = batch.num_sampled
-        Tg, graphed = self._graphed(T, batch.prefill_tokens == 0) if self.graph_sizes else (T, False)
+        step_s, seq_s, tok_s, overlap, launch, gs, mixed = self._st
+        if gs and T <= gs[-1] and (mixed or batch.prefill_tokens == 0):  # (_graphed)
+            Tg, graphed = gs[bisect.bisect_left(gs, T)], True
+        else:
+            Tg, graphed = T, False
         t, tc, tm, flops, nbytes, comm = self._memo_T.get(Tg) or self._by_tokens(Tg)
+        S = batch.num_sampled
         ht, hf, hb, hc, hm = self._memo_S.get(S) or self._lm_head(S)
-        at, af, ab, ac, am = self._attention(batch, T)
+        # (_attention)
+        fq_p, fq_d, qio, kv_tok, pc, bm, lat, L, up = self._att
+        dctx = batch.decode_context_tokens
+        nd = batch.decode_tokens
+        pf_tok = T - nd
+        tt = ff = bb = cc = mmm = 0.0
+        if pf_tok > 0:
+            ff = fq_p * (batch.attn_pairs - batch.decode_attn_pairs)
+            if up:
+                ff += up * (batch.context_tokens - dctx - pf_tok)
+            bb = kv_tok * (batch.context_tokens - dctx) + ACT_BYTES * pf_tok * qio
+            cc, mmm = ff / pc, bb / bm
+            tt = lat + (cc if cc > mmm else mmm)
+        if nd > 0:
+            f = fq_d * batch.decode_attn_pairs
+            b = kv_tok * dctx + ACT_BYTES * nd * qio
+            c, mm = f / pc, b / bm
+            tt, ff, bb, cc, mmm = tt + (lat + (c if c > mm else mm)), ff + f, bb + b, cc + c, mmm + mm
         # (as _fixed, then _add_ops with the attention row)
-        t = t + ht + at
-        tc = tc + hc + ac
-        tm = tm + hm + am
-        flops = flops + hf + af
-        nbytes = nbytes + hb + ab
-        time_s, over = self._finish(t + comm, self._overhead_s(batch.num_seqs, batch.num_tokens), graphed)
+        t = t + ht + tt * L
+        tc = tc + hc + cc * L
+        tm = tm + hm + mmm * L
+        flops = flops + hf + ff * L
+        nbytes = nbytes + hb + bb * L
+        # (_finish of the GPU's time and the CPU's work, _overhead_s)
+        gpu = t + comm
+        cpu = step_s + seq_s * batch.num_seqs + tok_s * batch.num_tokens
+        if not graphed:
+            gpu = gpu if gpu > launch else launch
+        hidden = overlap * cpu
+        over = (cpu - hidden) + (hidden - gpu if hidden > gpu else 0.0)
         g = self.tp  # per-GPU figures -> replica totals (PP stages split the layers, not the work)
-        return StepCost(time_s, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
+        return StepCost(gpu + over, flops * g, nbytes * g, "compute" if tc >= tm else "memory",
                         tc, tm, comm, over)
 
     def decode_steps(self, n: int, dctx):
