@@ -297,3 +297,23 @@ def test_every_typed_catalog_model_matches_its_published_size():
     assert set(MODELS) == set(PUBLISHED_TYPED)  # a new entry needs its published size here
     for name, n in PUBLISHED_TYPED.items():
         assert MODELS[name].total_params() == pytest.approx(n, rel=0.02), name
+
+
+def test_same_architecture_variants_are_priced_as_their_catalog_entry(tmp_path, capsys):
+    """A chat / instruct variant (or a renamed repository) of a catalog model resolves to that
+    entry; an alias is never a catalog name itself, and validate says what priced the run."""
+    from servesim.cli.main import main
+    from servesim.inputs.specs import MODEL_ALIASES
+
+    names = set(catalog_names())
+    for alias, entry in MODEL_ALIASES.items():
+        assert entry in names and alias not in names, alias
+        assert get_model(alias) == get_model(entry)
+    p = tmp_path / "s.yaml"
+    p.write_text("model: codellama/CodeLlama-34b-hf\nhardware: {gpu: h100-sxm, tp: 2}\n"
+                 "workload: {num_requests: 5, preset: azure_conv}\n")
+    assert main(["validate", str(p)]) == 0
+    assert "codellama/CodeLlama-34b-hf (priced as codellama/CodeLlama-34b-Instruct-hf" in capsys.readouterr().out
+    # an unknown variant is still an error naming the field, with the closest catalog id
+    with pytest.raises(InputError, match="did you mean 'meta-llama/Llama-2-7b-hf'"):
+        get_model("meta-llama/Llama-2-7b-hff")

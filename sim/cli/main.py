@@ -327,6 +327,7 @@ def _other_seeds(scenario, summary: dict, args) -> dict:
 
 def cmd_validate(args) -> int:
     from servesim.inputs.scenario import load_scenario
+    from servesim.inputs.specs import MODEL_ALIASES
     from servesim.simulation import plan
 
     scenario = load_scenario(args.scenario, args.set or [])
@@ -335,7 +336,10 @@ def cmd_validate(args) -> int:
         # (every file it names read), so that validate accepts exactly what run can run
         setup, specs, _ = plan(scenario)
     cap = setup.capacity
-    print(f"{args.scenario}: ok ({scenario.name}: {scenario.model} on {scenario.cluster.replicas} x "
+    priced_as = setup.pools[0].cost_model.model.name
+    model = scenario.model if priced_as == scenario.model or scenario.model not in MODEL_ALIASES else \
+        f"{scenario.model} (priced as {priced_as}: the same architecture)"
+    print(f"{args.scenario}: ok ({scenario.name}: {model} on {scenario.cluster.replicas} x "
           f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "
           f"KV {cap.num_blocks} blocks = {cap.num_tokens} tokens per replica"
           + (f", split over {scenario.hardware.pp} virtual engines" if scenario.hardware.pp > 1

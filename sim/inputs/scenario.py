@@ -825,7 +825,9 @@ class Cost:
 
 @dataclass(frozen=True)
 class Scenario:
-    model: str = _f(doc="catalog id (servesim.inputs.specs), or a path to a Hugging Face config.json (or its folder)")
+    model: str = _f(doc="catalog id (servesim.inputs.specs; a chat / instruct variant of a catalog model with the "
+                             "same architecture is priced as it: MODEL_ALIASES), or a path to a Hugging Face "
+                             "config.json (or its folder)")
     hardware: Hardware = _f(doc="the GPUs of one replica")
     workload: Workload = _f(doc="the requests: arrivals and lengths, or a trace, dataset, sessions or classes")
     name: str = _f("unnamed", doc="a label, written into summary.json")

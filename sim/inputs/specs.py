@@ -320,6 +320,41 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+# Hugging Face ids of fine-tunes and renamed repositories whose config.json describes the same
+# architecture as a catalog entry (layers, widths, heads, vocabulary, context length, RoPE base,
+# sliding window; only the chat template, tokens like eos or the repository name differ): the
+# chat / instruct variants of the catalog's base models and the other way round, and Llama 3.1's
+# ids from before Meta renamed the repositories (meta-llama/Meta-Llama-3.1-* -> Llama-3.1-*).
+# Each is priced as the entry it names (that model, its measured profiles); a variant whose
+# config differs in any of those (Qwen2.5's base models: 131,072 positions against the instruct
+# models' 32,768; Mistral-7B-v0.3's larger vocabulary) is no alias: give its config.json.
+MODEL_ALIASES: dict[str, str] = {
+    "meta-llama/Llama-2-7b-chat-hf": "meta-llama/Llama-2-7b-hf",
+    "meta-llama/Llama-2-13b-chat-hf": "meta-llama/Llama-2-13b-hf",
+    "meta-llama/Llama-2-70b-chat-hf": "meta-llama/Llama-2-70b-hf",
+    "codellama/CodeLlama-34b-hf": "codellama/CodeLlama-34b-Instruct-hf",
+    "codellama/CodeLlama-34b-Python-hf": "codellama/CodeLlama-34b-Instruct-hf",
+    "meta-llama/Meta-Llama-3-8B-Instruct": "meta-llama/Meta-Llama-3-8B",
+    "meta-llama/Meta-Llama-3-70B-Instruct": "meta-llama/Meta-Llama-3-70B",
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Llama-3.1-8B",
+    "meta-llama/Llama-3.1-70B-Instruct": "meta-llama/Llama-3.1-70B",
+    "meta-llama/Llama-3.1-405B-Instruct": "meta-llama/Llama-3.1-405B",
+    "meta-llama/Meta-Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": "meta-llama/Llama-3.1-8B",
+    "meta-llama/Meta-Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": "meta-llama/Llama-3.1-70B",
+    "meta-llama/Meta-Llama-3.1-405B": "meta-llama/Llama-3.1-405B",
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": "meta-llama/Llama-3.1-405B",
+    "meta-llama/Llama-3.2-1B-Instruct": "meta-llama/Llama-3.2-1B",
+    "mistralai/Mistral-7B-Instruct-v0.1": "mistralai/Mistral-7B-v0.1",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "mistralai/Mixtral-8x7B-v0.1",
+    "google/gemma-7b-it": "google/gemma-7b",
+    "google/gemma-2-9b-it": "google/gemma-2-9b",
+    "tiiuae/falcon-7b-instruct": "tiiuae/falcon-7b",
+    "tiiuae/falcon-40b-instruct": "tiiuae/falcon-40b",
+}
+
+
 def _is(test, name: str, path: str) -> bool:
     """``test(Path(name))`` (is_file, is_dir, exists); a name no file system takes (too long, a
     NUL byte) is an input error naming ``path``."""
@@ -432,8 +467,10 @@ def catalog_names() -> list:
 
 
 def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
-    """A catalog model by its Hugging Face id (a ``MODELS`` entry or a packaged config.json), or a
-    model read from a ``config.json`` path."""
+    """A catalog model by its Hugging Face id (a ``MODELS`` entry or a packaged config.json, or a
+    ``MODEL_ALIASES`` variant of one: that entry), or a model read from a ``config.json`` path."""
+    if isinstance(name_or_path, str):
+        name_or_path = MODEL_ALIASES.get(name_or_path, name_or_path)
     if name_or_path in MODELS:
         return MODELS[name_or_path]
     if name_or_path in packaged_configs():
