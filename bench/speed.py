@@ -20,7 +20,10 @@ requests offered far above what one replica serves; completed requests per secon
 
 Run it on one core:  taskset -c 0 python bench/speed.py [--cases a,b,c,d,scale]
                      [--engine fast|reference] [--outputs NAME,...] [--format csv|parquet]
-                     [--write-docs] [--json bench/results.json]
+                     [--json bench/results.json] [--write-docs]
+
+Figures are printed; ``--json FILE`` merges them into FILE (``bench/results.json``: the record
+the docs' table comes from), ``--write-docs`` records into it and rewrites the table.
 
 servesim's modules are compiled to bytecode first (``warm_bytecode``), as an installed package has
 them. Figures per case: ``wall_s`` the whole process (interpreter start, imports, simulating, printing
@@ -179,12 +182,17 @@ def main() -> None:
     ap.add_argument("--outputs", help="servesim run --outputs (default: every file)")
     ap.add_argument("--format", default="csv", choices=["csv", "parquet"], help="servesim run --format")
     ap.add_argument("--tmp", help="folder for the scenario and outputs of each run (default: the system's)")
-    ap.add_argument("--json", default=str(ROOT / "bench" / "results.json"), help="merge figures into this file")
+    ap.add_argument("--json", help="merge the figures into this file (bench/results.json is the record "
+                    "docs/performance.md's table comes from; default: print only, so a look at the machine's "
+                    "speed never overwrites it)")
     ap.add_argument("--write-docs", "--write-readme", dest="write_docs", action="store_true",
-                    help="update the table in docs/performance.md")
+                    help="merge into --json (default bench/results.json) and update the table in "
+                         "docs/performance.md from it")
     args = ap.parse_args()
-    path = Path(args.json)
-    results = json.loads(path.read_text()) if path.exists() else {}
+    if args.json is None and args.write_docs:
+        args.json = str(ROOT / "bench" / "results.json")
+    path = Path(args.json) if args.json else None
+    results = json.loads(path.read_text()) if path is not None and path.exists() else {}
     cases = args.cases.split(",")
     warm_bytecode()
     cap = None
@@ -218,7 +226,8 @@ def main() -> None:
               f"{r['other_s']:.2f} s), {r['sim_requests_per_wall_s']:,.0f} sim req/s, "
               f"{r['steps_per_wall_s']:,.0f} steps/s, peak RSS {r['peak_rss_mib']:.0f} MiB, busy "
               f"{r['busy_fraction'] * 100:.0f}%, mean batch {r['mean_batch_size']:.1f}", flush=True)
-        path.write_text(json.dumps(results, indent=2) + "\n")
+        if path is not None:
+            path.write_text(json.dumps(results, indent=2) + "\n")
     if args.write_docs:
         write_docs(results)
 
