@@ -11,6 +11,7 @@ import yaml
 from servesim.cli.main import format_summary, main
 from servesim.inputs.scenario import load_scenario
 from servesim.outputs import metrics
+from servesim.policies import ContinuousPolicy
 from servesim.outputs.diagnosis import reason_key, slo_misses
 from servesim.outputs.rundir import read_scenario, read_summary, read_table
 from servesim.simulation import predict_rejections, simulate
@@ -222,3 +223,35 @@ def test_capacity_limits_in_the_wrong_unit_are_named():
 
     w = limit_unit_warnings(parse_slo("ttft_p99=500,tpot_p99=50ms,tbt_p99=20"))
     assert [x["message"].split(" is ")[0] for x in w] == ["--slo ttft_p99=500", "--slo tbt_p99=20"]
+
+
+class PlainPlugin(ContinuousPolicy):
+    """A plug-in policy (module:Class): it may read any scenario field."""
+
+
+def test_settings_the_running_policy_never_reads_are_a_warning(tmp_path, capsys):
+    """A setting given for another policy (static batching's timeout, a P/D split's pools and
+    link) is accepted, so that one scenario carries every variant of a sweep, but the run and
+    validate say it changed nothing; its own policy reads it without a word, and a plug-in
+    policy (which may read any field) gets none."""
+    def codes(**kw):
+        s = simulate(make_scenario(**{"workload.num_requests": 20, **kw})).summary
+        return [w["message"] for w in s["warnings"] if w["code"] == "no_effect"]
+
+    (msg,) = codes(**{"policy.batch_timeout_s": 0.5})
+    assert msg.startswith("policy.batch_timeout_s=0.5 changes nothing with policy.name=continuous")
+    assert codes(**{"policy.name": "static", "policy.batch_timeout_s": 0.5}) == []
+    assert codes(**{"policy.max_output_tokens": 300, "policy.reserve": "max"}) == []
+    (msg,) = codes(**{"policy.max_output_tokens": 300})
+    assert "policy.reserve=max" in msg
+    (msg,) = codes(**{"policy.link": {"overlap": True}})
+    assert msg.startswith("policy.link (overlap=True) changes nothing with policy.name=continuous")
+    assert codes(**{"policy.name": "pd_split", "policy.link": {"overlap": True}}) == []
+    assert codes(**{"policy.name": "static", "policy.preemption": "swap"})
+    assert codes(**{"policy.name": f"{__name__}:PlainPlugin", "policy.batch_timeout_s": 0.5}) == []
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"model": "meta-llama/Llama-2-7b-hf", "hardware": {"gpu": "h100-sxm"},
+                                 "workload": {"num_requests": 20, "preset": "azure_conv"},
+                                 "policy": {"decode": {"replicas": 2}}}))
+    assert main(["validate", str(p)]) == 0
+    assert "warning: policy.decode (replicas=2) changes nothing with policy.name=continuous" in capsys.readouterr().out

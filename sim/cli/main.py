@@ -367,7 +367,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     workload's own lengths and the deployment's limits), an offered rate well above what the
     deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
-    from servesim.outputs.checks import scenario_slos, slo_unit_warnings
+    from servesim.outputs.checks import no_effect_warnings, scenario_slos, slo_unit_warnings
     from servesim.simulation import predict_overload, predict_rejections
 
     lines = []
@@ -393,6 +393,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      + "; the backlog will grow through the run and its latencies with workload.num_requests "
                      "(servesim capacity finds the highest rate it keeps up with)")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
+    lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario)]
     return lines
 
 

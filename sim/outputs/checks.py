@@ -14,7 +14,10 @@ Each warning is ``{"code": ..., "message": ...}``:
   when that half of the arrivals lasts less than the median E2E, the run may also be too short
   to fill (the message says which). Not shown with ``unfinished``, which says it already;
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
-  ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's.
+  ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
+- ``no_effect``: a setting given (not its default) that the packaged policy it would steer never
+  reads (``no_effect_warnings``): the run is the one without it. Such settings are accepted, not
+  refused, so that one scenario can carry every variant's fields through sweeps and comparisons.
 """
 
 from __future__ import annotations
@@ -37,6 +40,45 @@ def slo_unit_warnings(slos) -> list:
                 out.append({"code": "slo_units",
                             "message": f"{path}.{name}: {v:g} s looks like milliseconds typed as seconds (SLO limits "
                                        f"are in seconds: {v:g} ms is {path}.{name}: {v / 1000:g})"})
+    return out
+
+
+def no_effect_warnings(scenario) -> list:
+    """Settings of the scenario that change nothing in this run: given (their value is not the
+    schema's default) where the packaged policy that would read them is not the one running. A
+    plug-in policy may read any field: nothing is said of a deployment that runs one."""
+    from servesim.inputs.scenario import Link, Policy, Pool
+    from servesim.policies import DEPLOYMENTS
+
+    pol = scenario.policy
+    out = []
+
+    def add(field: str, value, why: str) -> None:
+        out.append({"code": "no_effect", "message": f"policy.{field}={value} changes nothing with "
+                                                    f"policy.name={pol.name} ({why}); the run is the one without it"})
+
+    packaged = ("continuous", "chunked_prefill", "static", *DEPLOYMENTS)
+    inner = (pol.prefill.policy, pol.decode.policy) if pol.name in DEPLOYMENTS else ()
+    if pol.name not in packaged or any(p not in packaged for p in inner):
+        return out
+    default = Policy()
+    if pol.name != "static":
+        if pol.batch_timeout_s != default.batch_timeout_s:
+            add("batch_timeout_s", f"{pol.batch_timeout_s:g}", "it times static batching's partial batches")
+        if pol.max_output_tokens is not None and pol.reserve != "max":
+            add("max_output_tokens", pol.max_output_tokens,
+                "it caps what static batching, or policy.reserve=max, reserves per request")
+    elif pol.preemption != default.preemption:
+        add("preemption", pol.preemption, "static batching reserves each batch's KV whole and never preempts")
+    if pol.name not in DEPLOYMENTS:
+        for side, value, base in (("prefill", pol.prefill, Pool()), ("decode", pol.decode, Pool()),
+                                  ("link", pol.link, Link())):
+            if value != base:
+                given = ", ".join(f"{k}={v}" for k, v in vars(value).items() if getattr(base, k) != v)
+                out.append({"code": "no_effect",
+                            "message": f"policy.{side} ({given}) changes nothing with policy.name={pol.name} "
+                                       "(it configures a P/D split, policy.name=pd_split); the run is the one "
+                                       "without it"})
     return out
 
 
@@ -100,6 +142,7 @@ def run_warnings(summary: dict, scenario) -> list:
                                   f"{rate} (lower the rate or add replicas; servesim capacity finds the highest rate "
                                   "it keeps up with)")})
     out += slo_unit_warnings(scenario_slos(scenario))
+    out += no_effect_warnings(scenario)
     return out
 
 
