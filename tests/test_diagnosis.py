@@ -249,6 +249,9 @@ def test_settings_the_running_policy_never_reads_are_a_warning(tmp_path, capsys)
     assert codes(**{"policy.name": "pd_split", "policy.link": {"overlap": True}}) == []
     assert codes(**{"policy.name": "static", "policy.preemption": "swap"})
     assert codes(**{"policy.name": f"{__name__}:PlainPlugin", "policy.batch_timeout_s": 0.5}) == []
+    (msg,) = codes(**{"hardware.pp_overlap": False})
+    assert msg.startswith("hardware.pp_overlap=false changes nothing with hardware.pp=1")
+    assert codes(**{"hardware.pp_overlap": False, "hardware.pp": 2}) == []
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump({"model": "meta-llama/Llama-2-7b-hf", "hardware": {"gpu": "h100-sxm"},
                                  "workload": {"num_requests": 20, "preset": "azure_conv"},

@@ -15,9 +15,10 @@ Each warning is ``{"code": ..., "message": ...}``:
   to fill (the message says which). Not shown with ``unfinished``, which says it already;
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
-- ``no_effect``: a setting given (not its default) that the packaged policy it would steer never
-  reads (``no_effect_warnings``): the run is the one without it. Such settings are accepted, not
-  refused, so that one scenario can carry every variant's fields through sweeps and comparisons.
+- ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
+  another packaged policy's, pipeline overlap without stages): the run is the one without it.
+  Such settings are accepted, not refused, so that one scenario can carry every variant's fields
+  through sweeps and comparisons.
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ def slo_unit_warnings(slos) -> list:
 
 def no_effect_warnings(scenario) -> list:
     """Settings of the scenario that change nothing in this run: given (their value is not the
-    schema's default) where the packaged policy that would read them is not the one running. A
-    plug-in policy may read any field: nothing is said of a deployment that runs one."""
+    schema's default) where the packaged policy that would read them is not the one running, and
+    ``hardware.pp_overlap`` without pipeline stages. A plug-in policy may read any field: nothing
+    is said of a deployment that runs one. (Swap space under recompute preemption is not named:
+    vLLM's own flags set it whether or not a request ever swaps.)"""
     from servesim.inputs.scenario import Link, Policy, Pool
     from servesim.policies import DEPLOYMENTS
 
@@ -57,6 +60,11 @@ def no_effect_warnings(scenario) -> list:
         out.append({"code": "no_effect", "message": f"policy.{field}={value} changes nothing with "
                                                     f"policy.name={pol.name} ({why}); the run is the one without it"})
 
+    hw = scenario.hardware
+    if hw.pp == 1 and not hw.pp_overlap:  # (the engine's, whatever the policy)
+        out.append({"code": "no_effect", "message": "hardware.pp_overlap=false changes nothing with hardware.pp=1 (it "
+                                                    "overlaps pipeline stages' micro-batches); the run is the one "
+                                                    "without it"})
     packaged = ("continuous", "chunked_prefill", "static", *DEPLOYMENTS)
     inner = (pol.prefill.policy, pol.decode.policy) if pol.name in DEPLOYMENTS else ()
     if pol.name not in packaged or any(p not in packaged for p in inner):
