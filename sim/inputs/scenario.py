@@ -592,6 +592,21 @@ class Policy:
                     "priority (vLLM), else newest")
     admission: Admission = _f(default_factory=Admission, doc="load shedding before a request queues")
 
+    @property
+    def is_deployment(self) -> bool:
+        """Whether ``name`` is a deployment of two pools (a P/D split), not a per-replica policy."""
+        from servesim.policies import DEPLOYMENTS
+
+        return self.name in DEPLOYMENTS
+
+    def runs_plugin(self) -> bool:
+        """Whether a policy servesim does not ship decides (the deployment's, or a P/D pool's): a
+        plug-in, which may read any field of this section."""
+        from servesim.policies import POLICIES
+
+        names = (self.prefill.policy, self.decode.policy) if self.is_deployment else (self.name,)
+        return any(n not in POLICIES for n in names)
+
     def check(self, path):
         from servesim.plugins import resolve
         from servesim.policies import DEPLOYMENTS

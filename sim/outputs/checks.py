@@ -51,7 +51,6 @@ def no_effect_warnings(scenario) -> list:
     is said of a deployment that runs one. (Swap space under recompute preemption is not named:
     vLLM's own flags set it whether or not a request ever swaps.)"""
     from servesim.inputs.scenario import Link, Policy, Pool
-    from servesim.policies import DEPLOYMENTS
 
     pol = scenario.policy
     out = []
@@ -65,9 +64,7 @@ def no_effect_warnings(scenario) -> list:
         out.append({"code": "no_effect", "message": "hardware.pp_overlap=false changes nothing with hardware.pp=1 (it "
                                                     "overlaps pipeline stages' micro-batches); the run is the one "
                                                     "without it"})
-    packaged = ("continuous", "chunked_prefill", "static", *DEPLOYMENTS)
-    inner = (pol.prefill.policy, pol.decode.policy) if pol.name in DEPLOYMENTS else ()
-    if pol.name not in packaged or any(p not in packaged for p in inner):
+    if pol.runs_plugin():
         return out
     default = Policy()
     if pol.name != "static":
@@ -78,7 +75,7 @@ def no_effect_warnings(scenario) -> list:
                 "it caps what static batching, or policy.reserve=max, reserves per request")
     elif pol.preemption != default.preemption:
         add("preemption", pol.preemption, "static batching reserves each batch's KV whole and never preempts")
-    if pol.name not in DEPLOYMENTS:
+    if not pol.is_deployment:
         for side, value, base in (("prefill", pol.prefill, Pool()), ("decode", pol.decode, Pool()),
                                   ("link", pol.link, Link())):
             if value != base:
