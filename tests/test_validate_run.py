@@ -158,3 +158,90 @@ def test_a_broken_file_exits_2_naming_the_line(tmp_path, capsys):
     p.write_text('{\n "input_lens": [1, 2,\n}')
     assert main(["validate-run", str(p), "--out", str(tmp_path / "v")]) == 2
     assert "r.json line 3 column 1: malformed JSON" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- a table of measured requests (CSV)
+def _table_from_run(res, path, unit="ms", failed=(), names=("arrival_ms", "input_tokens", "output_tokens_recorded",
+                                                             "max_tokens", "ttft_ms", "e2e_ms", "has_error")):
+    """A run's requests as a per-request table in the layout of ../shared/data/vllm-h100 (times in
+    ``unit`` after the first send; ``failed``: rows marked as errors, their latencies blank)."""
+    r = res.requests
+    k = {"ms": 1e3, "s": 1.0}[unit]
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(names)
+        for i in np.argsort(r["request_id"]):
+            bad = int(r["request_id"][i]) in failed
+            ttft = "" if bad else repr(float(r["first_token_s"][i] - r["arrival_s"][i]) * k)
+            e2e = "" if bad else repr(float(r["finish_s"][i] - r["arrival_s"][i]) * k)
+            w.writerow([repr(float(r["arrival_s"][i]) * k), r["prompt_tokens"][i], r["output_tokens"][i] - 1,
+                        r["output_tokens"][i], ttft, e2e, 1 if bad else 0])
+
+
+def test_a_table_of_measured_requests_replays_like_a_result(tmp_path, capsys):
+    """A CSV of per-request measurements (send time, lengths, TTFT, E2E; here a servesim run
+    written in the vllm-h100 data's layout) is replayed at its send times and compared: the run
+    reproduces itself. Columns are found by name (max_tokens, not the re-tokenized count; units
+    from the names' suffixes); failed rows are left out; there are no ITL samples in a table."""
+    sc_path = tmp_path / "s.yaml"
+    sc_path.write_text("model: meta-llama/Meta-Llama-3-8B\nhardware: {gpu: h100-sxm}\npolicy: {preset: vllm_v1_serve}\n"
+                       "workload: {num_requests: 60, arrival: {process: poisson, rate_rps: 6.0}, prompt_tokens: "
+                       "{dist: uniform, min: 100, max: 2000}, output_tokens: {dist: uniform, min: 2, max: 300}}\n")
+    base = simulate(load_scenario(sc_path))
+    table = tmp_path / "measured.csv"
+    _table_from_run(base, table)
+    assert main(["validate-run", str(table), str(sc_path), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "columns: sent = arrival_ms (ms), prompt = input_tokens, output = max_tokens, ttft = ttft_ms (ms)" in printed
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert v["source"] == "table" and v["requests"]["replayed"] == 60
+    for k in ("ttft", "tpot", "e2e"):
+        for stat in ("mean", "p50", "p99"):
+            assert abs(v["metrics"][k][stat]["error"]) < 1e-6, (k, stat)
+    assert v["metrics"]["itl"]["n_measured"] == 0 and "no ITL samples" in (tmp_path / "v" / "report.md").read_text()
+    # seconds, other names (--columns), failed rows left out
+    other = tmp_path / "other.csv"
+    _table_from_run(base, other, unit="s", failed={3, 7},
+                    names=("t", "p", "o_seen", "o", "first", "total", "err"))
+    assert main(["validate-run", str(other), str(sc_path), "--out", str(tmp_path / "w"), "--quiet", "--columns",
+                 "sent=t,prompt=p,output=o,ttft=first,e2e=total,error=err", "--time-unit", "s"]) == 0
+    w = json.loads((tmp_path / "w" / "validation.json").read_text())
+    assert w["requests"]["failed"] == 2 and w["requests"]["replayed"] == 58
+
+
+@pytest.mark.parametrize("header, row, args, match", [
+    ("arrival_ms,input_tokens,max_tokens,ttft_ms", "0,10,5,20", [],
+     r"no column for the e2e \(looked for e2e_s, e2e_ms, latency_s.*--columns e2e=COLUMN\); the header has: "),
+    ("arrival_ms,input_tokens,max_tokens,ttft_ms,e2e_ms", "0,10,five,20,90", [],
+     r"t\.csv line 2: max_tokens must be a positive integer, got 'five'"),
+    ("arrival_ms,input_tokens,max_tokens,ttft_ms,e2e_ms", "0,10,5,20,9", [],
+     r"line 2: e2e_ms \('9'\) is shorter than ttft_ms \('20'\)"),
+    ("arrival_ms,input_tokens,max_tokens,ttft_ms,e2e_ms", "0,10,5,-1,9", [],
+     r"line 2: ttft_ms must be a duration >= 0"),
+    ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "sent=a,prompt=b,output=c,ttft=d,e2e=x"],
+     r"line 1: no column 'x' \(--columns e2e=x\)"),
+    ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "snet=a"], r"--columns: unknown role 'snet'.*did you mean 'sent'"),
+    ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "sent"], r"--columns: 'sent' is not ROLE=COLUMN"),
+])
+def test_a_bad_table_is_an_input_error_naming_the_column_or_line(tmp_path, capsys, header, row, args, match):
+    p = tmp_path / "t.csv"
+    p.write_text(f"{header}\n{row}\n")
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet", *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and __import__("re").search(match, err), err
+
+
+def test_table_options_with_a_vllm_result_are_refused(tmp_path, capsys):
+    assert main(["validate-run", str(DETAILED), "--out", str(tmp_path / "v"), "--time-unit", "ms"]) == 2
+    assert "--time-unit: it reads a table of requests (a .csv file)" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "data" / "vllm-h100").is_dir(),
+                    reason="needs ../shared/data/vllm-h100 (measured vLLM runs, not shipped)")
+def test_the_measured_vllm_h100_tables_read_as_they_are():
+    from servesim.inputs.request_log import read_request_log
+
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "vllm-h100"
+    res = read_request_log(str(data / "llama-2-7b-tp1-roleplay.csv"))
+    assert len(res) == 7200 and res.ok.all() and res.columns["output"] == "max_tokens"
+    assert 1150 < res.sent_s[-1] < 1250 and 0.01 < np.mean(res.ttft_s) < 0.1  # 20 minutes; TTFT in tens of ms

@@ -278,10 +278,17 @@ def _lessons(sub) -> None:
 def _validate_run(sub) -> None:
     from servesim.cli.validate_run import cmd_validate_run
 
-    p = sub.add_parser("validate-run", help="replay a vLLM serving benchmark's requests through a scenario: "
-                       "measured vs simulated TTFT, TPOT, ITL, E2E")
+    p = sub.add_parser("validate-run", help="replay a vLLM serving benchmark's requests (or a table of measured "
+                       "requests) through a scenario: measured vs simulated TTFT, TPOT, ITL, E2E")
     p.add_argument("result", help="the result JSON of `vllm bench serve --save-result --save-detailed` "
-                   "(or benchmark_serving.py --save-result)")
+                   "(or benchmark_serving.py --save-result), or a CSV table of measured requests: one row per "
+                   "request with its send time, prompt and output tokens, TTFT and E2E")
+    p.add_argument("--columns", metavar="ROLE=COLUMN,...",
+                   help="a CSV table's columns, where their names are not the usual ones: roles sent, prompt, "
+                        "output, ttft, e2e, error (e.g. sent=arrival_ms,output=max_tokens)")
+    p.add_argument("--time-unit", choices=["s", "ms", "us"],
+                   help="a CSV table's time unit for every time column (default: each column's name suffix, "
+                        "_s / _ms / _us; none: seconds)")
     p.add_argument("scenario", nargs="?", help="scenario YAML of the deployment (its workload is replaced by the "
                    "benchmark's requests; default: the packaged default)")
     p.add_argument("--out", default="validate-run-out", help="output folder (default: ./validate-run-out)")

@@ -1,4 +1,5 @@
-"""``servesim validate-run``: a vLLM serving benchmark's result replayed through a scenario."""
+"""``servesim validate-run``: a vLLM serving benchmark's result (or a table of measured requests)
+replayed through a scenario."""
 
 from __future__ import annotations
 
@@ -6,18 +7,23 @@ from servesim.cli.main import _naming, _progress_bar, _writable_dir
 
 
 def cmd_validate_run(args) -> int:
+    from servesim.inputs.request_log import parse_columns
     from servesim.studies.validate_run import METRICS, validate_run
 
+    columns = parse_columns(args.columns)
     out = _writable_dir(args.out, "--out")
     update, close = _progress_bar(args.quiet)
     try:
         with _naming(args.scenario, (args.result,)):
-            r = validate_run(args.result, args.scenario, out, args.set or [], args.seed, progress=update)
+            r = validate_run(args.result, args.scenario, out, args.set or [], args.seed, progress=update,
+                             columns=columns, time_unit=args.time_unit)
     finally:
         close()
     q = r["requests"]
     print(f"{r['model']} on {r['gpu']} x {r['gpus']}, {r['policy']}: replayed {q['replayed']} requests of "
           f"{args.result} ({q['failed']} failed there); arrivals: {r['arrivals']}")
+    if r["columns"]:
+        print("columns: " + ", ".join(f"{k} = {v}" for k, v in r["columns"].items()))
     print(f"\n{'metric':<8}{'':>10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms; error = sim / measured - 1)")
     for k, name in METRICS.items():
         m = r["metrics"][k]

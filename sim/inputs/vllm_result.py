@@ -41,6 +41,8 @@ class BenchResult:
     itl_s: list  # per request, its gaps between streamed chunks (np.ndarray)
     sent_s: np.ndarray | None  # per request, when it was sent, seconds after the first; None: not recorded
     throughput: dict  # what the file states: request_throughput, output_throughput, total_token_throughput
+    # a table of requests (``servesim.inputs.request_log``): role -> the column read; None: a vLLM result
+    columns: dict | None = None
 
     def __len__(self) -> int:
         return len(self.input_tokens)

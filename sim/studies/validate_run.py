@@ -138,14 +138,30 @@ def gpus(sc: Scenario) -> int:
 
 
 # ---------------------------------------------------------------- the study
+def read_result(result_path: str, columns: dict | None = None, time_unit: str | None = None) -> BenchResult:
+    """A vLLM result file (JSON), or a table of measured requests (``.csv``:
+    ``servesim.inputs.request_log``, where ``columns`` and ``time_unit`` apply)."""
+    if str(result_path).lower().endswith(".csv"):
+        from servesim.inputs.request_log import read_request_log
+
+        return read_request_log(result_path, columns, time_unit)
+    if columns or time_unit:
+        flag = "--columns" if columns else "--time-unit"
+        raise InputError(f"{flag}: it reads a table of requests (a .csv file); {result_path} is read as a vLLM "
+                         "result (JSON), whose fields have fixed names")
+    return read_vllm_result(result_path)
+
+
 def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Path, overrides=(),
-                 seed: int | None = None, progress=None) -> dict:
+                 seed: int | None = None, progress=None, columns: dict | None = None,
+                 time_unit: str | None = None) -> dict:
     """Replay, simulate, compare and write ``out_dir``: replay.csv, scenario.yaml, run/,
-    validation.json, report.md, qq.png and cdf.png (+ .svg). Returns validation.json's content."""
+    validation.json, report.md, qq.png and cdf.png (+ .svg). Returns validation.json's content.
+    ``result_path``: a vLLM result (JSON) or a table of measured requests (CSV; ``read_result``)."""
     from servesim.simulation import simulate
 
     out = Path(out_dir)
-    res = read_vllm_result(result_path)
+    res = read_result(result_path, columns, time_unit)
     sc = load_scenario(scenario_path, list(overrides), seed)
     work, how, order = replay_workload(res, out / "replay.csv")
     replay = replay_scenario(sc, work)
@@ -174,9 +190,11 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
             "simulated": {"requests_per_s": s["throughput_rps"], "output_tokens_per_s": s["output_tokens_per_s"],
                           "total_tokens_per_s": s["total_tokens_per_s"]}},
         "prefix_cache_hit_rate": s["kv"]["prefix_cache_hit_rate"],
+        "source": "vllm" if res.columns is None else "table",
+        "columns": res.columns,
     }
     (out / "validation.json").write_text(json.dumps(report, indent=2) + "\n")
-    title = (f"vLLM benchmark vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
+    title = (f"{_source(report)} vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
              f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests")
     data = {k: {"metric": METRICS[k], "measured": meas[k], "simulated": sim[k] if k in ("tpot", "itl")
                 else sim[k][done]} for k in METRICS}
@@ -206,6 +224,10 @@ def _figures(data: dict, title: str, out: Path) -> list:
     return written
 
 
+def _source(r: dict) -> str:
+    return "measured requests" if r.get("source") == "table" else "vLLM benchmark"
+
+
 def _ms(v) -> str:
     return "-" if v is None else f"{v * 1e3:.1f}"
 
@@ -216,8 +238,13 @@ def _pct(v) -> str:
 
 def report_md(r: dict, figures: list) -> str:
     q = r["requests"]
-    lines = [f"# vLLM benchmark vs servesim: {r['model']} on {r['gpu']} x {r['gpus']}, {r['policy']}, {r['rate']}", "",
-             f"- benchmark result: `{r['result']}` (model_id {r['result_model_id']!s}); scenario: `{r['scenario']}`",
+    src = (f"- benchmark result: `{r['result']}` (model_id {r['result_model_id']!s}); scenario: `{r['scenario']}`"
+           if r.get("source") != "table" else
+           f"- measured requests: `{r['result']}`, columns "
+           + ", ".join(f"{k} = `{v}`" for k, v in r["columns"].items())
+           + f" (no gaps between streamed tokens in a table: no ITL samples); scenario: `{r['scenario']}`")
+    lines = [f"# {_source(r)} vs servesim: {r['model']} on {r['gpu']} x {r['gpus']}, {r['policy']}, {r['rate']}", "",
+             src,
              f"- requests: {q['in_file']} in the file, {q['failed']} failed there (left out), {q['replayed']} "
              f"replayed; simulated: {q['simulated_completed']} completed, {q['simulated_rejected']} rejected",
              f"- arrivals: {r['arrivals']}",

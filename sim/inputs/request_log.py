@@ -1,0 +1,149 @@
+"""Per-request measurements as a CSV table, for ``servesim validate-run``: one row per request with
+when it was sent, its prompt and output tokens, and its TTFT and E2E as the client measured them
+(optionally whether it failed). Any benchmark tool's per-request log turns into one easily
+(``../shared/data/vllm-h100``'s files are such tables). Read into the ``BenchResult`` a vLLM
+result file gives, without what a table does not hold: the gaps between streamed tokens (ITL)
+and the tool's own throughput figures.
+
+Columns are found by name (``ROLES``: the first of a role's names the header has), or named with
+``--columns ROLE=COLUMN,...``. A time column's unit is its name's suffix (``_s``, ``_ms``,
+``_us``; none: seconds) unless ``--time-unit`` gives one for all of them; send times may also be
+timestamps (``YYYY-MM-DD HH:MM:SS[.fff]``, ISO 8601). Only successful rows need their lengths and
+latencies; a failed one (its error column not empty, 0 or false) is counted and left out, as
+``validate-run`` leaves out a vLLM result's failed requests.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+
+from servesim.errors import InputError, did_you_mean, shown
+from servesim.inputs.traces import MAX_TIME_S, _length, _open_text, _time_value, header_text
+from servesim.inputs.vllm_result import BenchResult
+
+# role -> the column names looked for, in order (when --columns does not name the role's column)
+ROLES = {
+    "sent": ("sent_s", "sent_ms", "arrival_s", "arrival_ms", "start_s", "start_ms", "timestamp"),
+    "prompt": ("prompt_tokens", "input_tokens", "input_len", "prompt_len"),
+    # (output_tokens before max_tokens: a tool's count of what was generated; a run with ignore_eos
+    # generates max_tokens, which a re-tokenized count may miss by a few)
+    "output": ("output_tokens", "max_tokens", "output_len"),
+    "ttft": ("ttft_s", "ttft_ms", "ttft"),
+    "e2e": ("e2e_s", "e2e_ms", "latency_s", "latency_ms", "e2e"),
+    "error": ("has_error", "error", "failed"),
+}
+REQUIRED = ("sent", "prompt", "output", "ttft", "e2e")
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+_OK = ("", "0", "0.0", "false", "False", "FALSE", "no", "none", "None")
+
+
+def parse_columns(text: str | None, flag: str = "--columns") -> dict:
+    """``ROLE=COLUMN,...`` -> {role: column}; InputError naming the flag for an unknown role, a
+    pair without ``=`` or an empty column name."""
+    out: dict = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        role, eq, name = part.partition("=")
+        role, name = role.strip(), name.strip()
+        if not eq or not name:
+            raise InputError(f"{flag}: {shown(part)} is not ROLE=COLUMN (e.g. sent=arrival_ms,output=max_tokens)")
+        if role not in ROLES:
+            raise InputError(f"{flag}: unknown role {shown(role)};{did_you_mean(role, ROLES)}")
+        out[role] = name
+    return out
+
+
+def unit_of(column: str, time_unit: str | None) -> float:
+    """Seconds per unit of a time column: ``time_unit`` when given, else its name's suffix."""
+    if time_unit is not None:
+        return UNITS[time_unit]
+    for suffix, s in (("_ms", 1e-3), ("_us", 1e-6), ("_s", 1.0)):
+        if column.lower().endswith(suffix):
+            return s
+    return 1.0
+
+
+def read_request_log(path: str, columns: dict | None = None, time_unit: str | None = None) -> BenchResult:
+    """The table at ``path`` as a ``BenchResult`` (``sent_s`` from the first request sent;
+    ``request_rate`` inf: the send times are the arrivals). ``columns``: {role: column name} over
+    ``ROLES``' defaults; ``time_unit``: s, ms or us for every time column."""
+    if time_unit is not None and time_unit not in UNITS:
+        raise InputError(f"--time-unit: {shown(time_unit)} is no unit;{did_you_mean(time_unit, UNITS)}")
+    with _open_text(path) as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if not header:
+            raise InputError(f"{path}: empty (a header row, then one row per request, expected)")
+        header = [h.strip() for h in header]
+        idx, names = {}, {}
+        for role, tried in ROLES.items():
+            name = (columns or {}).get(role)
+            if name is not None:
+                if name not in header:
+                    raise InputError(f"{path} line 1: no column {shown(name)} (--columns {role}={name}); "
+                                     f"{header_text(header)}")
+            else:
+                name = next((n for n in tried if n in header), None)
+            if name is None:
+                if role in REQUIRED:
+                    raise InputError(f"{path} line 1: no column for the {role} (looked for {', '.join(tried)}; "
+                                     f"name it with --columns {role}=COLUMN); {header_text(header)}")
+                continue
+            idx[role], names[role] = header.index(name), name
+        scale = {r: unit_of(names[r], time_unit) for r in ("sent", "ttft", "e2e")}
+        width = len(header)
+        rows = []
+        for row in reader:
+            line = reader.line_num
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if len(row) != width:
+                raise InputError(f"{path} line {line}: expected {width} fields (as the header), got {len(row)}")
+            where = f"{path} line {line}"
+            kind, sent = _time_value(row[idx["sent"]], scale["sent"], where, names["sent"])
+            ok = "error" not in idx or row[idx["error"]].strip() in _OK
+            if not ok:
+                rows.append((line, kind, sent, False, 0, 0, math.nan, math.nan))
+                continue
+            p = _length(row[idx["prompt"]].strip(), where, names["prompt"])
+            o = _length(row[idx["output"]].strip(), where, names["output"])
+            lat = []
+            for r in ("ttft", "e2e"):
+                kind_r, v = _time_value(row[idx[r]], scale[r], where, names[r])
+                if kind_r != "num" or v < 0:
+                    raise InputError(f"{where}: {names[r]} must be a duration >= 0, got {shown(row[idx[r]])}")
+                lat.append(v)
+            if lat[1] < lat[0]:
+                raise InputError(f"{where}: {names['e2e']} ({shown(row[idx['e2e']])}) is shorter than "
+                                 f"{names['ttft']} ({shown(row[idx['ttft']])}): E2E ends with the last token, after "
+                                 "the first")
+            rows.append((line, kind, sent, True, p, o, lat[0], lat[1]))
+    if not rows:
+        raise InputError(f"{path}: no requests (only a header)")
+    kinds = {k for _, k, *_ in rows}
+    if len(kinds) > 1:
+        raise InputError(f"{path}: column {shown(names['sent'])} mixes numbers and timestamps")
+    t = np.array([r[2] for r in rows], dtype=np.float64)
+    t = (t - t.min()) / (1e9 if kinds == {"ts"} else 1.0)
+    if t.max() > MAX_TIME_S:
+        raise InputError(f"{path}: the send times span {t.max():.3g} s (a unit mix-up? set --time-unit)")
+    n = len(rows)
+    used = {}  # role -> the column read (with its unit), for the report
+    for r, name in names.items():
+        timed = r in scale and not (r == "sent" and kinds == {"ts"})
+        used[r] = name + (f" ({_unit_name(scale[r])})" if timed else "")
+    return BenchResult(
+        path=str(path), model_id=None, request_rate=math.inf, burstiness=1.0, max_concurrency=None,
+        duration_s=None, ok=np.array([r[3] for r in rows], dtype=bool),
+        input_tokens=np.array([r[4] for r in rows], dtype=np.int64),
+        output_tokens=np.array([r[5] for r in rows], dtype=np.int64),
+        ttft_s=np.array([r[6] for r in rows], dtype=np.float64), e2e_s=np.array([r[7] for r in rows], dtype=np.float64),
+        itl_s=[np.zeros(0)] * n, sent_s=t, throughput={}, columns=used)
+
+
+def _unit_name(seconds: float) -> str:
+    return {1.0: "s", 1e-3: "ms", 1e-6: "us"}[seconds]
