@@ -222,6 +222,7 @@ def test_a_table_of_measured_requests_replays_like_a_result(tmp_path, capsys):
      r"line 1: no column 'x' \(--columns e2e=x\)"),
     ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "snet=a"], r"--columns: unknown role 'snet'.*did you mean 'sent'"),
     ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "sent"], r"--columns: 'sent' is not ROLE=COLUMN"),
+    ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "sent=a,sent=b"], r"--columns: sent is named twice \(a and b\)"),
 ])
 def test_a_bad_table_is_an_input_error_naming_the_column_or_line(tmp_path, capsys, header, row, args, match):
     p = tmp_path / "t.csv"
@@ -229,6 +230,13 @@ def test_a_bad_table_is_an_input_error_naming_the_column_or_line(tmp_path, capsy
     assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet", *args]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and __import__("re").search(match, err), err
+
+
+def test_a_table_that_is_no_utf8_text_is_an_input_error(tmp_path, capsys):
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_ms,input_tokens,max_tokens,ttft_ms,e2e_ms\n0,10,5,20,90\n", encoding="utf-16")
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 2
+    assert "t.csv line 1: not UTF-8 text: byte offset 0" in capsys.readouterr().err
 
 
 def test_table_options_with_a_vllm_result_are_refused(tmp_path, capsys):

@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from servesim.errors import InputError, did_you_mean, shown
+from servesim.inputs.files import not_utf8, read_bytes
 from servesim.inputs.traces import MAX_TIME_S, _length, _open_text, _time_value, header_text
 from servesim.inputs.vllm_result import BenchResult
 
@@ -53,6 +54,8 @@ def parse_columns(text: str | None, flag: str = "--columns") -> dict:
             raise InputError(f"{flag}: {shown(part)} is not ROLE=COLUMN (e.g. sent=arrival_ms,output=max_tokens)")
         if role not in ROLES:
             raise InputError(f"{flag}: unknown role {shown(role)};{did_you_mean(role, ROLES)}")
+        if role in out:
+            raise InputError(f"{flag}: {role} is named twice ({out[role]} and {name}); one column per role")
         out[role] = name
     return out
 
@@ -70,9 +73,19 @@ def unit_of(column: str, time_unit: str | None) -> float:
 def read_request_log(path: str, columns: dict | None = None, time_unit: str | None = None) -> BenchResult:
     """The table at ``path`` as a ``BenchResult`` (``sent_s`` from the first request sent;
     ``request_rate`` inf: the send times are the arrivals). ``columns``: {role: column name} over
-    ``ROLES``' defaults; ``time_unit``: s, ms or us for every time column."""
+    ``ROLES``' defaults; ``time_unit``: s, ms or us for every time column. A file that is no UTF-8
+    text or no CSV is an ``InputError`` naming it (the first bad byte's offset and line)."""
     if time_unit is not None and time_unit not in UNITS:
         raise InputError(f"--time-unit: {shown(time_unit)} is no unit;{did_you_mean(time_unit, UNITS)}")
+    try:
+        return _read(path, columns, time_unit)
+    except UnicodeDecodeError:
+        raise not_utf8(path, read_bytes(path)) from None
+    except csv.Error as e:  # a field over csv's size limit, a stray quote
+        raise InputError(f"{path}: not a CSV file servesim can read: {shown(str(e), 120)}") from None
+
+
+def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult:
     with _open_text(path) as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
