@@ -120,7 +120,7 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
             kind, sent = _time_value(row[idx["sent"]], scale["sent"], where, names["sent"])
             ok = "error" not in idx or row[idx["error"]].strip() in _OK
             if not ok:
-                rows.append((line, kind, sent, False, 0, 0, math.nan, math.nan))
+                rows.append((kind, sent, False, 0, 0, math.nan, math.nan))
                 continue
             p = _length(row[idx["prompt"]].strip(), where, names["prompt"])
             o = _length(row[idx["output"]].strip(), where, names["output"])
@@ -134,13 +134,13 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
                 raise InputError(f"{where}: {names['e2e']} ({shown(row[idx['e2e']])}) is shorter than "
                                  f"{names['ttft']} ({shown(row[idx['ttft']])}): E2E ends with the last token, after "
                                  "the first")
-            rows.append((line, kind, sent, True, p, o, lat[0], lat[1]))
+            rows.append((kind, sent, True, p, o, lat[0], lat[1]))
     if not rows:
         raise InputError(f"{path}: no requests (only a header)")
-    kinds = {k for _, k, *_ in rows}
+    kinds = {r[0] for r in rows}
     if len(kinds) > 1:
         raise InputError(f"{path}: column {shown(names['sent'])} mixes numbers and timestamps")
-    t = np.array([r[2] for r in rows], dtype=np.float64)
+    t = np.array([r[1] for r in rows], dtype=np.float64)
     t = (t - t.min()) / (1e9 if kinds == {"ts"} else 1.0)
     if t.max() > MAX_TIME_S:
         raise InputError(f"{path}: the send times span {t.max():.3g} s (a unit mix-up? set --time-unit)")
@@ -151,10 +151,10 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
         used[r] = name + (f" ({_unit_name(scale[r])})" if timed else "")
     return BenchResult(
         path=str(path), model_id=None, request_rate=math.inf, burstiness=1.0, max_concurrency=None,
-        duration_s=None, ok=np.array([r[3] for r in rows], dtype=bool),
-        input_tokens=np.array([r[4] for r in rows], dtype=np.int64),
-        output_tokens=np.array([r[5] for r in rows], dtype=np.int64),
-        ttft_s=np.array([r[6] for r in rows], dtype=np.float64), e2e_s=np.array([r[7] for r in rows], dtype=np.float64),
+        duration_s=None, ok=np.array([r[2] for r in rows], dtype=bool),
+        input_tokens=np.array([r[3] for r in rows], dtype=np.int64),
+        output_tokens=np.array([r[4] for r in rows], dtype=np.int64),
+        ttft_s=np.array([r[5] for r in rows], dtype=np.float64), e2e_s=np.array([r[6] for r in rows], dtype=np.float64),
         itl_s=[np.zeros(0)] * n, sent_s=t, throughput={}, columns=used)
 
 
