@@ -207,6 +207,12 @@ def test_a_table_of_measured_requests_replays_like_a_result(tmp_path, capsys):
                  "sent=t,prompt=p,output=o,ttft=first,e2e=total,error=err", "--time-unit", "s"]) == 0
     w = json.loads((tmp_path / "w" / "validation.json").read_text())
     assert w["requests"]["failed"] == 2 and w["requests"]["replayed"] == 58
+    assert w["columns"]["ttft"] == "first (s)"
+    # a time column without a unit in its name is read as seconds, and the report says how to change that
+    assert main(["validate-run", str(other), str(sc_path), "--out", str(tmp_path / "x"), "--quiet", "--columns",
+                 "sent=t,prompt=p,output=o,ttft=first,e2e=total,error=err"]) == 0
+    x = json.loads((tmp_path / "x" / "validation.json").read_text())
+    assert x["columns"]["ttft"] == "first (s: no unit in its name; --time-unit sets one)"
 
 
 @pytest.mark.parametrize("header, row, args, match", [

@@ -148,7 +148,9 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
     used = {}  # role -> the column read (with its unit), for the report
     for r, name in names.items():
         timed = r in scale and not (r == "sent" and kinds == {"ts"})
-        used[r] = name + (f" ({_unit_name(scale[r])})" if timed else "")
+        guessed = timed and time_unit is None and not name.lower().endswith(("_s", "_ms", "_us"))
+        used[r] = name + (f" ({_unit_name(scale[r])}" + (": no unit in its name; --time-unit sets one" if guessed
+                                                         else "") + ")" if timed else "")
     return BenchResult(
         path=str(path), model_id=None, request_rate=math.inf, burstiness=1.0, max_concurrency=None,
         duration_s=None, ok=np.array([r[2] for r in rows], dtype=bool),
