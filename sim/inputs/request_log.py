@@ -22,7 +22,7 @@ import numpy as np
 
 from servesim.errors import InputError, did_you_mean, shown
 from servesim.inputs.files import not_utf8, read_bytes
-from servesim.inputs.traces import MAX_TIME_S, _length, _open_text, _time_value, header_text
+from servesim.inputs.traces import MAX_TIME_S, _length, _open_text, _time_value, data_rows, header_text
 from servesim.inputs.vllm_result import BenchResult
 
 # role -> the column names looked for, in order (when --columns does not name the role's column)
@@ -108,14 +108,8 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
                 continue
             idx[role], names[role] = header.index(name), name
         scale = {r: unit_of(names[r], time_unit) for r in ("sent", "ttft", "e2e")}
-        width = len(header)
         rows = []
-        for row in reader:
-            line = reader.line_num
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue
-            if len(row) != width:
-                raise InputError(f"{path} line {line}: expected {width} fields (as the header), got {len(row)}")
+        for line, row in data_rows(reader, len(header), path):
             where = f"{path} line {line}"
             kind, sent = _time_value(row[idx["sent"]], scale["sent"], where, names["sent"])
             ok = "error" not in idx or row[idx["error"]].strip() in _OK

@@ -178,6 +178,18 @@ def _length(raw, where: str, column: str) -> int:
     return int(v)
 
 
+def data_rows(reader, width: int, path: str):
+    """(line number, fields) of each data row of a CSV ``reader`` past its header: blank lines
+    skipped, a row with other than ``width`` fields an InputError naming its line."""
+    for row in reader:
+        line = reader.line_num
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) != width:
+            raise InputError(f"{path} line {line}: expected {width} fields (as the header), got {len(row)}")
+        yield line, row
+
+
 # ---------------------------------------------------------------- traces
 def _sniff_header(path: str) -> list[str]:
     with _open_text(path) as fh:
@@ -267,12 +279,7 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
         # (the usual row takes the fast paths: lengths as plain digits, a timestamp laid out as
         # YYYY-MM-DD HH:MM:SS; anything else, and every error, goes through the checks that name
         # the line)
-        for row in reader:
-            line = reader.line_num
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue
-            if len(row) != width:
-                raise InputError(f"{path} line {line}: expected {width} fields (as the header), got {len(row)}")
+        for line, row in data_rows(reader, width, path):
             if has_t:
                 raw = row[ia]
                 v = None
