@@ -259,3 +259,52 @@ def test_the_measured_vllm_h100_tables_read_as_they_are():
     res = read_request_log(str(data / "llama-2-7b-tp1-roleplay.csv"))
     assert len(res) == 7200 and res.ok.all() and res.columns["output"] == "max_tokens"
     assert 1150 < res.sent_s[-1] < 1250 and 0.01 < np.mean(res.ttft_s) < 0.1  # 20 minutes; TTFT in tens of ms
+
+
+def test_a_table_that_names_prompts_replays_their_prefix_cache_hits(tmp_path, capsys):
+    """With a prompt_id column, requests that sent the same prompt name the same KV blocks in the
+    replay (a trace with block hash ids, replay.jsonl): a scenario with prefix caching hits them.
+    Without it the replay computes every prompt whole."""
+    sc_path = tmp_path / "s.yaml"
+    sc_path.write_text("model: meta-llama/Llama-2-7b-hf\nhardware: {gpu: h100-sxm}\n"
+                       "policy: {name: chunked_prefill, prefix_caching: true}\n"
+                       "workload: {num_requests: 1, preset: azure_conv}\n")
+    rows = ["sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s,prompt_id"]
+    rows += [f"{i * 0.5},{1000 + 37 * (i % 4)},20,0.05,0.3,q{i % 4}" for i in range(40)]
+    table = tmp_path / "t.csv"
+    table.write_text("\n".join(rows) + "\n")
+    assert main(["validate-run", str(table), str(sc_path), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    assert "4 distinct prompts" in capsys.readouterr().out
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert v["replay"] == "replay.jsonl" and (tmp_path / "v" / "replay.jsonl").exists()
+    assert v["prefix_cache_hit_rate"] > 0.8  # 36 of 40 prompts seen before, their full blocks cached
+    assert "names each request's prompt" in (tmp_path / "v" / "report.md").read_text()
+    table.write_text("\n".join(r.rsplit(",", 1)[0] for r in rows) + "\n")
+    assert main(["validate-run", str(table), str(sc_path), "--out", str(tmp_path / "w"), "--quiet"]) == 0
+    w = json.loads((tmp_path / "w" / "validation.json").read_text())
+    assert w["replay"] == "replay.csv" and w["prefix_cache_hit_rate"] == 0.0
+    assert w["metrics"]["ttft"]["mean"]["simulated_s"] > v["metrics"]["ttft"]["mean"]["simulated_s"]
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "data" / "vllm-h100").is_dir(),
+                    reason="needs ../shared/data/vllm-h100 (measured vLLM runs, not shipped)")
+def test_a_measured_vllm_h100_table_with_its_prompts_replays_as_reproduce_does(tmp_path):
+    """The codegen run as a table, with the prompt each request sent (as ``servesim reproduce
+    vllm-h100`` works it out) and the run's vLLM settings: validate-run lands where reproduce
+    does (mean TTFT within 10%, TPOT and E2E within 5% of the measurement)."""
+    from servesim.studies import measured_vllm as mv
+
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "vllm-h100"
+    src = data / "llama-2-7b-tp1-codegen.csv"
+    ids = mv.prompt_ids(mv.load("codegen", data)["input_tokens"].astype(np.int64))
+    lines = src.read_text().splitlines()
+    table = tmp_path / "codegen.csv"
+    table.write_text("\n".join([lines[0] + ",prompt_id"] + [f"{x},p{k}" for x, k in zip(lines[1:], ids)]) + "\n")
+    sets = ["model=meta-llama/Llama-2-7b-hf", "hardware.dtype=fp16", "memory.num_gpu_blocks=7462",
+            "policy.name=chunked_prefill", "policy.max_num_seqs=128", "policy.max_num_batched_tokens=2048",
+            "policy.prefix_caching=true"]
+    assert main(["validate-run", str(table), "--out", str(tmp_path / "v"), "--quiet",
+                 *[a for s in sets for a in ("--set", s)]]) == 0
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert abs(v["metrics"]["ttft"]["mean"]["error"]) < 0.10
+    assert abs(v["metrics"]["tpot"]["mean"]["error"]) < 0.05 and abs(v["metrics"]["e2e"]["mean"]["error"]) < 0.05

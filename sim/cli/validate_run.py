@@ -39,5 +39,5 @@ def cmd_validate_run(args) -> int:
     mt = t["measured"]["output_tokens_per_s"]
     print(f"\noutput tok/s: measured {'-' if mt is None else f'{mt:.0f}'}, simulated "
           f"{t['simulated']['output_tokens_per_s']:.0f}")
-    print(f"\nwrote {out}/report.md, validation.json, qq.png, cdf.png, scenario.yaml, replay.csv, run/")
+    print(f"\nwrote {out}/report.md, validation.json, qq.png, cdf.png, scenario.yaml, {r['replay']}, run/")
     return 0

@@ -5,6 +5,10 @@ when it was sent, its prompt and output tokens, and its TTFT and E2E as the clie
 result file gives, without what a table does not hold: the gaps between streamed tokens (ITL)
 and the tool's own throughput figures.
 
+An optional ``prompt_id`` column says which requests sent the same prompt: the replay then maps
+their prompts' full KV blocks to the same cache keys, so a scenario with prefix caching hits them
+as vLLM's prefix cache did (without it, every prompt is computed whole).
+
 Columns are found by name (``ROLES``: the first of a role's names the header has), or named with
 ``--columns ROLE=COLUMN,...``. A time column's unit is its name's suffix (``_s``, ``_ms``,
 ``_us``; none: seconds) unless ``--time-unit`` gives one for all of them; send times may also be
@@ -35,6 +39,9 @@ ROLES = {
     "ttft": ("ttft_s", "ttft_ms", "ttft"),
     "e2e": ("e2e_s", "e2e_ms", "latency_s", "latency_ms", "e2e"),
     "error": ("has_error", "error", "failed"),
+    # which prompt a request sent (any text; equal: the same prompt text, so vLLM's prefix cache
+    # holds its full blocks after the first use; empty: unknown)
+    "prompt_id": ("prompt_id", "prompt_hash"),
 }
 REQUIRED = ("sent", "prompt", "output", "ttft", "e2e")
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -113,8 +120,9 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
             where = f"{path} line {line}"
             kind, sent = _time_value(row[idx["sent"]], scale["sent"], where, names["sent"])
             ok = "error" not in idx or row[idx["error"]].strip() in _OK
+            pid = row[idx["prompt_id"]].strip() if "prompt_id" in idx else ""
             if not ok:
-                rows.append((kind, sent, False, 0, 0, math.nan, math.nan))
+                rows.append((kind, sent, False, 0, 0, math.nan, math.nan, pid))
                 continue
             p = _length(row[idx["prompt"]].strip(), where, names["prompt"])
             o = _length(row[idx["output"]].strip(), where, names["output"])
@@ -128,7 +136,7 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
                 raise InputError(f"{where}: {names['e2e']} ({shown(row[idx['e2e']])}) is shorter than "
                                  f"{names['ttft']} ({shown(row[idx['ttft']])}): E2E ends with the last token, after "
                                  "the first")
-            rows.append((kind, sent, True, p, o, lat[0], lat[1]))
+            rows.append((kind, sent, True, p, o, lat[0], lat[1], pid))
     if not rows:
         raise InputError(f"{path}: no requests (only a header)")
     kinds = {r[0] for r in rows}
@@ -151,7 +159,14 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
         input_tokens=np.array([r[3] for r in rows], dtype=np.int64),
         output_tokens=np.array([r[4] for r in rows], dtype=np.int64),
         ttft_s=np.array([r[5] for r in rows], dtype=np.float64), e2e_s=np.array([r[6] for r in rows], dtype=np.float64),
-        itl_s=[np.zeros(0)] * n, sent_s=t, throughput={}, columns=used)
+        itl_s=[np.zeros(0)] * n, sent_s=t, throughput={}, columns=used,
+        prompt_id=_dense_ids([r[7] for r in rows]) if "prompt_id" in names else None)
+
+
+def _dense_ids(texts: list) -> np.ndarray:
+    """Each distinct non-empty text as 0, 1, ... in order of first appearance; empty: -1."""
+    index: dict = {}
+    return np.array([index.setdefault(x, len(index)) if x else -1 for x in texts], dtype=np.int64)
 
 
 def _unit_name(seconds: float) -> str:

@@ -43,6 +43,8 @@ class BenchResult:
     throughput: dict  # what the file states: request_throughput, output_throughput, total_token_throughput
     # a table of requests (``servesim.inputs.request_log``): role -> the column read; None: a vLLM result
     columns: dict | None = None
+    # per request, which prompt it sent (0, 1, ...: equal ids, the same prompt text; -1 unknown); None: not given
+    prompt_id: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.input_tokens)

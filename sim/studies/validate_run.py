@@ -35,14 +35,25 @@ METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 
 
 # ---------------------------------------------------------------- the replay
-def replay_workload(res: BenchResult, csv_path: Path) -> tuple[dict, str, np.ndarray]:
+def replay_workload(res: BenchResult, csv_path: Path, block_size: int = 16) -> tuple[dict, str, np.ndarray]:
     """(workload mapping, how arrivals were replayed, benchmark index of each replayed request in
-    order); writes the requests' lengths (and send times) to ``csv_path``."""
+    order); writes the requests' lengths (and send times) to ``csv_path``, or, when the requests
+    say which prompt they sent (``res.prompt_id``), to ``replay.jsonl`` beside it as a trace with
+    block hash ids (``write_prompt_trace``)."""
     idx = np.flatnonzero(res.ok)
     if len(idx) == 0:
         raise InputError(f"{res.path}: no request succeeded; nothing to replay")
     n = len(idx)
     prompt, output = res.input_tokens[idx], res.output_tokens[idx]
+    if res.prompt_id is not None and res.sent_s is not None:
+        order = idx[np.argsort(res.sent_s[idx], kind="stable")]
+        path = write_prompt_trace(res, order, csv_path.with_suffix(".jsonl"), block_size)
+        t = res.sent_s[order]
+        span = t[-1] - t[0]
+        how = ("the recorded send times" + (f" ({(n - 1) / span:.3g} req/s)" if span > 0 else "")
+               + f"; {len(np.unique(res.prompt_id[order][res.prompt_id[order] >= 0]))} distinct prompts")
+        return {"trace": {"path": str(path.resolve()), "format": "mooncake", "time_unit": "s",
+                          "hash_block_tokens": block_size}}, how, order
     trace = {"path": str(csv_path.resolve()), "format": "csv"}
     if res.sent_s is not None:
         order = idx[np.argsort(res.sent_s[idx], kind="stable")]
@@ -81,6 +92,24 @@ def replay_workload(res: BenchResult, csv_path: Path) -> tuple[dict, str, np.nda
         w.writerow(header)
         w.writerows(rows)
     return work, how, order
+
+
+def write_prompt_trace(res: BenchResult, order: np.ndarray, path: Path, block_size: int) -> Path:
+    """The replayed requests, in send order, as a JSONL trace (``timestamp`` in seconds,
+    ``input_length``, ``output_length``, ``hash_ids``): a request's prompt ``p`` gets the ids
+    ``p x width + j`` of its blocks ``j`` of ``block_size`` tokens, so requests that sent the same
+    prompt name the same blocks and the prefix cache holds them as vLLM's would; a request of
+    unknown prompt names none."""
+    ids = res.prompt_id[order]
+    prompt = res.input_tokens[order]
+    width = int(-(-prompt.max() // block_size)) + 1  # (more than any prompt's blocks: ids never collide)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        for t, p, o, g in zip(res.sent_s[order].tolist(), prompt.tolist(), res.output_tokens[order].tolist(),
+                              ids.tolist()):
+            blocks = list(range(g * width, g * width + -(-p // block_size))) if g >= 0 else []
+            fh.write(json.dumps({"timestamp": t, "input_length": p, "output_length": o, "hash_ids": blocks}) + "\n")
+    return path
 
 
 def replay_scenario(sc: Scenario, workload: dict) -> Scenario:
@@ -163,7 +192,7 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     out = Path(out_dir)
     res = read_result(result_path, columns, time_unit)
     sc = load_scenario(scenario_path, list(overrides), seed)
-    work, how, order = replay_workload(res, out / "replay.csv")
+    work, how, order = replay_workload(res, out / "replay.csv", sc.memory.block_size)
     replay = replay_scenario(sc, work)
     (out / "scenario.yaml").write_text(scenario_to_yaml(replay))
     results = simulate(replay, progress=progress)
@@ -192,6 +221,7 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
         "prefix_cache_hit_rate": s["kv"]["prefix_cache_hit_rate"],
         "source": "vllm" if res.columns is None else "table",
         "columns": res.columns,
+        "replay": Path(work["trace"]["path"]).name,  # replay.csv, or replay.jsonl with the prompts' blocks
     }
     (out / "validation.json").write_text(json.dumps(report, indent=2) + "\n")
     title = (f"{_source(report)} vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
@@ -251,9 +281,13 @@ def report_md(r: dict, figures: list) -> str:
              f"- prefix-cache hit rate in the simulation: {r['prefix_cache_hit_rate'] * 100:.1f}%",
              "- error = (simulated - measured) / measured. Both sides are the client's: the benchmark measures "
              "HTTP, tokenization and streaming with the engine; servesim adds its engine profile's API-server "
-             "time (summary.json api_server_s) to TTFT and E2E. A result file carries no prompt text, so servesim "
-             "cannot see which requests share a prefix: a benchmark of shared prompts hits vLLM's prefix cache "
-             "where the replay does not (its hit rate above).", ""]
+             "time (summary.json api_server_s) to TTFT and E2E. "
+             + ("The table names each request's prompt (prompt_id): requests that sent the same prompt name the "
+                "same KV blocks, which the scenario's prefix cache (policy.prefix_caching) holds as vLLM's would."
+                if r.get("replay") == "replay.jsonl" else
+                "The file carries no prompt text, so servesim cannot see which requests share a prefix: a "
+                "benchmark of shared prompts hits vLLM's prefix cache where the replay does not (its hit rate "
+                "above; a table can name them in a prompt_id column)."), ""]
     if r["result_model_id"] and str(r["result_model_id"]).split("/")[-1].lower() not in r["model"].lower():
         lines += [f"**Note:** the benchmark ran `{r['result_model_id']}`, the scenario simulates `{r['model']}`.", ""]
     for k, name in METRICS.items():
