@@ -44,8 +44,8 @@ def qq(data: dict, ax):
 
 
 def _empty(ax, m, s):
-    side = "the benchmark file" if len(m) == 0 else "the simulation"
-    ax.text(0.5, 0.5, f"no samples in {side}", ha="center", va="center", transform=ax.transAxes)
+    side = "measured (none in the file)" if len(m) == 0 else "simulated"
+    ax.text(0.5, 0.5, f"no samples {side}", ha="center", va="center", transform=ax.transAxes)
     ax.set_xticks([])
     ax.set_yticks([])
     return ax
