@@ -284,6 +284,12 @@ def test_a_table_that_names_prompts_replays_their_prefix_cache_hits(tmp_path, ca
     w = json.loads((tmp_path / "w" / "validation.json").read_text())
     assert w["replay"] == "replay.csv" and w["prefix_cache_hit_rate"] == 0.0
     assert w["metrics"]["ttft"]["mean"]["simulated_s"] > v["metrics"]["ttft"]["mean"]["simulated_s"]
+    # a prompt past the model's context names its blocks up to the context only (two billion tokens
+    # would be 134 million ids); the run then clips it as any other
+    table.write_text(rows[0] + "\n0,2000000000,5,0.1,0.2,q\n1,100,5,0.1,0.2,q\n")
+    assert main(["validate-run", str(table), str(sc_path), "--out", str(tmp_path / "x"), "--quiet"]) == 0
+    first = json.loads((tmp_path / "x" / "replay.jsonl").read_text().splitlines()[0])
+    assert first["input_length"] == 2_000_000_000 and len(first["hash_ids"]) == 4096 // 16
 
 
 @pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "data" / "vllm-h100").is_dir(),

@@ -28,6 +28,7 @@ import numpy as np
 
 from servesim.errors import InputError
 from servesim.inputs.scenario import Scenario, load_scenario, scenario_from_dict, scenario_to_yaml
+from servesim.inputs.specs import get_model
 from servesim.inputs.vllm_result import BenchResult, read_vllm_result
 
 PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
@@ -35,7 +36,8 @@ METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 
 
 # ---------------------------------------------------------------- the replay
-def replay_workload(res: BenchResult, csv_path: Path, block_size: int = 16) -> tuple[dict, str, np.ndarray]:
+def replay_workload(res: BenchResult, csv_path: Path, block_size: int = 16,
+                    max_context_tokens: int | None = None) -> tuple[dict, str, np.ndarray]:
     """(workload mapping, how arrivals were replayed, benchmark index of each replayed request in
     order); writes the requests' lengths (and send times) to ``csv_path``, or, when the requests
     say which prompt they sent (``res.prompt_id``), to ``replay.jsonl`` beside it as a trace with
@@ -47,7 +49,7 @@ def replay_workload(res: BenchResult, csv_path: Path, block_size: int = 16) -> t
     prompt, output = res.input_tokens[idx], res.output_tokens[idx]
     if res.prompt_id is not None and res.sent_s is not None:
         order = idx[np.argsort(res.sent_s[idx], kind="stable")]
-        path = write_prompt_trace(res, order, csv_path.with_suffix(".jsonl"), block_size)
+        path = write_prompt_trace(res, order, csv_path.with_suffix(".jsonl"), block_size, max_context_tokens)
         t = res.sent_s[order]
         span = t[-1] - t[0]
         how = ("the recorded send times" + (f" ({(n - 1) / span:.3g} req/s)" if span > 0 else "")
@@ -94,20 +96,24 @@ def replay_workload(res: BenchResult, csv_path: Path, block_size: int = 16) -> t
     return work, how, order
 
 
-def write_prompt_trace(res: BenchResult, order: np.ndarray, path: Path, block_size: int) -> Path:
+def write_prompt_trace(res: BenchResult, order: np.ndarray, path: Path, block_size: int,
+                       max_context_tokens: int | None = None) -> Path:
     """The replayed requests, in send order, as a JSONL trace (``timestamp`` in seconds,
     ``input_length``, ``output_length``, ``hash_ids``): a request's prompt ``p`` gets the ids
     ``p x width + j`` of its blocks ``j`` of ``block_size`` tokens, so requests that sent the same
     prompt name the same blocks and the prefix cache holds them as vLLM's would; a request of
-    unknown prompt names none."""
+    unknown prompt names none. Blocks past ``max_context_tokens`` get no id (the run clips or
+    rejects such a prompt; a table's two-billion-token prompt must not become 134 million ids)."""
     ids = res.prompt_id[order]
     prompt = res.input_tokens[order]
+    if max_context_tokens is not None:
+        prompt = np.minimum(prompt, max_context_tokens)
     width = int(-(-prompt.max() // block_size)) + 1  # (more than any prompt's blocks: ids never collide)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
-        for t, p, o, g in zip(res.sent_s[order].tolist(), prompt.tolist(), res.output_tokens[order].tolist(),
-                              ids.tolist()):
-            blocks = list(range(g * width, g * width + -(-p // block_size))) if g >= 0 else []
+        for t, p, c, o, g in zip(res.sent_s[order].tolist(), res.input_tokens[order].tolist(), prompt.tolist(),
+                                 res.output_tokens[order].tolist(), ids.tolist()):
+            blocks = list(range(g * width, g * width + -(-c // block_size))) if g >= 0 else []
             fh.write(json.dumps({"timestamp": t, "input_length": p, "output_length": o, "hash_ids": blocks}) + "\n")
     return path
 
@@ -192,7 +198,8 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     out = Path(out_dir)
     res = read_result(result_path, columns, time_unit)
     sc = load_scenario(scenario_path, list(overrides), seed)
-    work, how, order = replay_workload(res, out / "replay.csv", sc.memory.block_size)
+    work, how, order = replay_workload(res, out / "replay.csv", sc.memory.block_size,
+                                       get_model(sc.model).max_context_tokens)
     replay = replay_scenario(sc, work)
     (out / "scenario.yaml").write_text(scenario_to_yaml(replay))
     results = simulate(replay, progress=progress)
