@@ -285,7 +285,8 @@ def _validate_run(sub) -> None:
                    "request with its send time, prompt and output tokens, TTFT and E2E")
     p.add_argument("--columns", metavar="ROLE=COLUMN,...",
                    help="a CSV table's columns, where their names are not the usual ones: roles sent, prompt, "
-                        "output, ttft, e2e, error (e.g. sent=arrival_ms,output=max_tokens)")
+                        "output, ttft, e2e, error, prompt_id (which prompt each request sent: its repeats hit the "
+                        "prefix cache) (e.g. sent=arrival_ms,output=max_tokens)")
     p.add_argument("--time-unit", choices=["s", "ms", "us"],
                    help="a CSV table's time unit for every time column (default: each column's name suffix, "
                         "_s / _ms / _us; none: seconds)")
