@@ -336,9 +336,8 @@ def cmd_validate(args) -> int:
         # (every file it names read), so that validate accepts exactly what run can run
         setup, specs, _ = plan(scenario)
     cap = setup.capacity
-    priced_as = setup.pools[0].cost_model.model.name
-    model = scenario.model if priced_as == scenario.model or scenario.model not in MODEL_ALIASES else \
-        f"{scenario.model} (priced as {priced_as}: the same architecture)"
+    alias_of = MODEL_ALIASES.get(scenario.model)
+    model = scenario.model if alias_of is None else f"{scenario.model} (priced as {alias_of}: the same architecture)"
     print(f"{args.scenario}: ok ({scenario.name}: {model} on {scenario.cluster.replicas} x "
           f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "
           f"KV {cap.num_blocks} blocks = {cap.num_tokens} tokens per replica"

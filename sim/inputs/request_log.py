@@ -26,7 +26,8 @@ import numpy as np
 
 from servesim.errors import InputError, did_you_mean, shown
 from servesim.inputs.files import not_utf8, read_bytes
-from servesim.inputs.traces import MAX_TIME_S, _length, _open_text, _time_value, data_rows, header_text
+from servesim.inputs.traces import (MAX_TIME_S, TIME_UNITS, _length, _open_text, _time_value, data_rows,
+                                     header_text)
 from servesim.inputs.vllm_result import BenchResult
 
 # role -> the column names looked for, in order (when --columns does not name the role's column)
@@ -44,7 +45,7 @@ ROLES = {
     "prompt_id": ("prompt_id", "prompt_hash"),
 }
 REQUIRED = ("sent", "prompt", "output", "ttft", "e2e")
-UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+UNITS = ("s", "ms", "us")  # what --time-unit takes (traces.TIME_UNITS: seconds each)
 _OK = ("", "0", "0.0", "false", "False", "FALSE", "no", "none", "None")
 
 
@@ -67,14 +68,9 @@ def parse_columns(text: str | None, flag: str = "--columns") -> dict:
     return out
 
 
-def unit_of(column: str, time_unit: str | None) -> float:
-    """Seconds per unit of a time column: ``time_unit`` when given, else its name's suffix."""
-    if time_unit is not None:
-        return UNITS[time_unit]
-    for suffix, s in (("_ms", 1e-3), ("_us", 1e-6), ("_s", 1.0)):
-        if column.lower().endswith(suffix):
-            return s
-    return 1.0
+def unit_in_name(column: str) -> str | None:
+    """The time unit a column's name ends with (``_s``, ``_ms``, ``_us``), or None."""
+    return next((u for u in ("ms", "us", "s") if column.lower().endswith("_" + u)), None)
 
 
 def read_request_log(path: str, columns: dict | None = None, time_unit: str | None = None) -> BenchResult:
@@ -114,7 +110,9 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
                                      f"name it with --columns {role}=COLUMN); {header_text(header)}")
                 continue
             idx[role], names[role] = header.index(name), name
-        scale = {r: unit_of(names[r], time_unit) for r in ("sent", "ttft", "e2e")}
+        # each time column's unit: --time-unit, else its name's, else seconds
+        unit = {r: time_unit or unit_in_name(names[r]) or "s" for r in ("sent", "ttft", "e2e")}
+        scale = {r: TIME_UNITS[u] for r, u in unit.items()}
         rows = []
         for line, row in data_rows(reader, len(header), path):
             where = f"{path} line {line}"
@@ -149,10 +147,10 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
     n = len(rows)
     used = {}  # role -> the column read (with its unit), for the report
     for r, name in names.items():
-        timed = r in scale and not (r == "sent" and kinds == {"ts"})
-        guessed = timed and time_unit is None and not name.lower().endswith(("_s", "_ms", "_us"))
-        used[r] = name + (f" ({_unit_name(scale[r])}" + (": no unit in its name; --time-unit sets one" if guessed
-                                                         else "") + ")" if timed else "")
+        timed = r in unit and not (r == "sent" and kinds == {"ts"})
+        guessed = timed and time_unit is None and unit_in_name(name) is None
+        used[r] = name + (f" ({unit[r]}" + (": no unit in its name; --time-unit sets one" if guessed else "") + ")"
+                          if timed else "")
     return BenchResult(
         path=str(path), model_id=None, request_rate=math.inf, burstiness=1.0, max_concurrency=None,
         duration_s=None, ok=np.array([r[2] for r in rows], dtype=bool),
@@ -167,7 +165,3 @@ def _dense_ids(texts: list) -> np.ndarray:
     """Each distinct non-empty text as 0, 1, ... in order of first appearance; empty: -1."""
     index: dict = {}
     return np.array([index.setdefault(x, len(index)) if x else -1 for x in texts], dtype=np.int64)
-
-
-def _unit_name(seconds: float) -> str:
-    return {1.0: "s", 1e-3: "ms", 1e-6: "us"}[seconds]

@@ -47,23 +47,20 @@ def replay_workload(res: BenchResult, csv_path: Path, block_size: int = 16,
         raise InputError(f"{res.path}: no request succeeded; nothing to replay")
     n = len(idx)
     prompt, output = res.input_tokens[idx], res.output_tokens[idx]
-    if res.prompt_id is not None and res.sent_s is not None:
-        order = idx[np.argsort(res.sent_s[idx], kind="stable")]
-        path = write_prompt_trace(res, order, csv_path.with_suffix(".jsonl"), block_size, max_context_tokens)
-        t = res.sent_s[order]
-        span = t[-1] - t[0]
-        how = ("the recorded send times" + (f" ({(n - 1) / span:.3g} req/s)" if span > 0 else "")
-               + f"; {len(np.unique(res.prompt_id[order][res.prompt_id[order] >= 0]))} distinct prompts")
-        return {"trace": {"path": str(path.resolve()), "format": "mooncake", "time_unit": "s",
-                          "hash_block_tokens": block_size}}, how, order
     trace = {"path": str(csv_path.resolve()), "format": "csv"}
     if res.sent_s is not None:
         order = idx[np.argsort(res.sent_s[idx], kind="stable")]
         t = res.sent_s[order]
-        rows = zip(t.tolist(), res.input_tokens[order].tolist(), res.output_tokens[order].tolist())
-        header = ("arrival_s", "prompt_tokens", "output_tokens")
         span = t[-1] - t[0]
         how = "the recorded send times" + (f" ({(n - 1) / span:.3g} req/s)" if span > 0 else "")
+        if res.prompt_id is not None:
+            ids = res.prompt_id[order]
+            path = write_prompt_trace(res, order, csv_path.with_suffix(".jsonl"), block_size, max_context_tokens)
+            return ({"trace": {"path": str(path.resolve()), "format": "mooncake", "time_unit": "s",
+                               "hash_block_tokens": block_size}},
+                    how + f"; {len(np.unique(ids[ids >= 0]))} distinct prompts", order)
+        rows = zip(t.tolist(), res.input_tokens[order].tolist(), res.output_tokens[order].tolist())
+        header = ("arrival_s", "prompt_tokens", "output_tokens")
         work = {"trace": trace}
     else:
         order = idx
