@@ -177,3 +177,36 @@ def test_progress_lines_name_each_experiment_and_quiet_silences_them(monkeypatch
     assert "reproduce: running vllm-h100 (1 of 1)..." in capsys.readouterr().err
     assert main(["reproduce", "vllm-h100", "--out", str(tmp_path / "b"), "--quiet"]) == 0
     assert "running" not in capsys.readouterr().err
+
+
+def test_goodput_crossing_reads_the_curve_as_distserves_notebook_does():
+    """find_intersection of the AE's plot.ipynb: the first place the curve falls through the target,
+    linear between grid points; a point exactly at the target is not below it."""
+    rates = (0.25, 0.5, 1, 1.5)
+    assert R.crossing(rates, [0.9, 0.9, 0.85, 0.8], 0.9) == pytest.approx(0.5)  # the artifact's vLLM: 0.5
+    assert R.crossing(rates, [1.0, 0.95, 0.85, 0.8], 0.9) == pytest.approx(0.75)
+    assert R.crossing(rates, [1.0, 0.8, 0.95, 0.7], 0.9) == pytest.approx(0.25 + 0.25 * 0.1 / 0.2)  # the first
+    assert R.crossing(rates, [0.95, 0.95, 0.93, 0.91], 0.9) is None  # above on the whole grid
+    assert R.crossing(rates, [0.8, 0.8, 0.7, 0.6], 0.9) is None  # below from the start
+
+
+def test_ae_goodput_measures_short_runs_at_the_papers_rates(monkeypatch):
+    """The AE's protocol: 100 requests per GPU a run at each per-GPU rate, rates scaled by the GPUs,
+    one curve averaged over the seeds, and the grid extended while the curve stays above 90%."""
+    calls = []
+
+    def fake(name, overrides, rate, opts, slo=(0.25, 0.1), requests=1000):
+        calls.append((rate, requests, opts.seed))
+        return max(0.0, 1.0 - 0.04 * rate / 3 - 0.01 * opts.seed), None  # per-GPU rate = rate / 3
+
+    monkeypatch.setattr(R, "attainment_at", fake)
+    g = R.ae_goodput("distserve-opt13b", {}, 3, R.Options(quick=True))
+    assert {n for _, n, _ in calls} == {300} and {s for _, _, s in calls} == {0, 1, 2}
+    assert sorted({r for r, _, _ in calls})[:2] == [0.75, 1.5]  # per-GPU 0.25, 0.5 on 3 GPUs
+    # mean attainment 1 - 0.04 r - 0.01: 0.9 at r = 2.25, inside the AE's grid
+    assert g.per_gpu == pytest.approx(2.25) and g.rates == R.DISTSERVE_AE_RATES
+    assert g.per_seed[0] == pytest.approx(2.5) and g.per_seed[2] == pytest.approx(2.0)
+    calls.clear()
+    monkeypatch.setattr(R, "attainment_at", lambda n, o, rate, opts, requests=0: (1.0 - 0.03 * rate, None))
+    g = R.ae_goodput("distserve-opt13b", {}, 1, R.Options(quick=True))
+    assert g.per_gpu == pytest.approx(10 / 3) and g.rates[-1] == 3.5  # the grid went on past 3 req/s
