@@ -219,28 +219,42 @@ class BlockAllocator:
             self.take(new)
         else:
             # blocks another request maps already cost nothing; every other one takes a free block
-            g, tags, cache = req.prefix_group, req.block_tags, self.cache
-            keys = [self.key(g, tags, j) for j in range(have, min(pb, target))]
-            mapped = sum(1 for k in keys if cache.get(k, 0) > 0)
-            if new - mapped > self.num_free:
+            top = pb if pb < target else target
+            keys = self._keys(req.prefix_group, req.block_tags, range(have, top))
+            cache = self.cache
+            get = cache.get
+            if new > self.num_free and new - sum(1 for k in keys if get(k, 0) > 0) > self.num_free:
                 return False
-            for j in range(have, target):
-                if j < pb:
-                    key = keys[j - have]
-                    rc = self.cache.get(key)
-                    if rc is None:
-                        self.take(1)
-                        self.cache[key] = 1
-                        if j == 0 and self.on_prefix is not None:
-                            self.on_prefix(key[0], 1)
+            evictable, on_prefix = self.evictable, self.on_prefix
+            for key in keys:  # block have, have + 1, ... in order (each take as ``take(1)``)
+                rc = get(key)
+                if rc is None:
+                    if self.num_empty:
+                        self.num_empty -= 1
                     else:
-                        if rc == 0:
-                            del self.evictable[key]
-                        self.cache[key] = rc + 1
+                        old, _ = evictable.popitem(last=False)
+                        del cache[old]
+                        if old[1] == 0 and on_prefix is not None:
+                            on_prefix(old[0], -1)
+                    cache[key] = 1
+                    if key[1] == 0 and on_prefix is not None:
+                        on_prefix(key[0], 1)
                 else:
-                    self.take(1)
+                    if rc == 0:
+                        del evictable[key]
+                    cache[key] = rc + 1
+            if target > top:  # the blocks past the prefix: as many ``take(1)`` (empty ones first)
+                self.take(target - top)
         req.kv_blocks = target
         return True
+
+    def _keys(self, group: int, tags, blocks: range) -> list:
+        """``key(group, tags, j)`` for each j of ``blocks``, in order (one list, no call per block)."""
+        if tags is None:
+            return [(group, j) for j in blocks]
+        per, ids = tags
+        bs = self.block_size
+        return [(ids[((j + 1) * bs - 1) // per], j) for j in blocks]
 
     def shrink(self, req, tokens: int) -> None:
         """Unmap blocks past what ``tokens`` tokens need (rejected speculative tokens)."""
@@ -264,20 +278,18 @@ class BlockAllocator:
 
     def release(self, token) -> None:
         g, tags, shared, full, n = token
-        cache, evictable = self.cache, self.evictable
+        cache, evictable, on_prefix = self.cache, self.evictable, self.on_prefix
         kept = 0
         # a session turn's own full blocks past the shared ones stay cached (nobody maps them);
         # a block whose key is cached already is a duplicate and simply frees
-        for j in range(full - 1, shared - 1, -1):  # later blocks become evictable first
-            key = self.key(g, tags, j)
+        for key in self._keys(g, tags, range(full - 1, shared - 1, -1)):  # later blocks evictable first
             if key not in cache:
                 cache[key] = 0
                 evictable[key] = None
                 kept += 1
-                if j == 0 and self.on_prefix is not None:
-                    self.on_prefix(key[0], 1)
-        for j in range(shared - 1, -1, -1):
-            key = self.key(g, tags, j)
+                if key[1] == 0 and on_prefix is not None:
+                    on_prefix(key[0], 1)
+        for key in self._keys(g, tags, range(shared - 1, -1, -1)):
             rc = cache[key] - 1
             cache[key] = rc
             if rc == 0:
