@@ -114,6 +114,7 @@ class Experiment:
     notes: list = field(default_factory=list)  # deviations from the paper's setup, assumptions
     engine: str = ""  # the engine profile the paper's engine corresponds to (ENGINES)
     wall_s: float = 0.0
+    plots: list = field(default_factory=list)  # (plots.reproduce function name, data): out/<name>.png
 
     @property
     def matched(self) -> int:
@@ -343,6 +344,7 @@ def exp_distserve(opts: Options) -> Experiment:
     vp, dp = DISTSERVE["vllm"][("facebook/opt-13b", 1)].prefill, DISTSERVE["distserve"][("facebook/opt-13b", 1)].prefill
     slow = {k: DISTSERVE["vllm"][k].prefill[1] / DISTSERVE["distserve"][k].prefill[1] for k in DISTSERVE["vllm"]}
     gap = {"cost.per_token_overhead_s": round((vp[1] - dp[1]) * 1e-3, 7)}
+    slowed = None
     if not opts.quick:
         # the evidence: vLLM with its prefill slowed by the measured gap (as CPU time per scheduled
         # token: the gap in the prefill slope at TP1); the steady state (1,000 requests, keeping up)
@@ -371,6 +373,22 @@ def exp_distserve(opts: Options) -> Experiment:
         "cause is not a known property of the engine and is not modelled; it sets how many long prompts miss the "
         "0.25 s TTFT at low load (the artifact's vLLM: 90% attainment already at 0.25 req/s), hence vLLM's goodput",
     ]
+    series = [{"label": f"vLLM, servesim (goodput {_rate(colo.per_gpu)})", "rates": list(colo.rates),
+               "attainment": colo.attainment, "goodput": colo.per_gpu},
+              {"label": "vLLM, the artifact's runs (goodput 0.5)", "rates": list(DISTSERVE_AE_VLLM_ATTAINMENT),
+               "attainment": [a / 100 for a in DISTSERVE_AE_VLLM_ATTAINMENT.values()], "measured": True,
+               "goodput": DISTSERVE_AE_VLLM_GOODPUT},
+              {"label": f"DistServe, servesim (goodput {_rate(pd.per_gpu)}; the artifact: 2.3)",
+               "rates": list(pd.rates), "attainment": pd.attainment, "goodput": pd.per_gpu}]
+    if slowed is not None:
+        g = "never reaches 90%" if slowed.per_gpu is None else f"goodput {slowed.per_gpu:.3g}"
+        series.insert(1, {"label": f"vLLM, servesim, prefill as DistServe measured it ({g})",
+                          "rates": list(slowed.rates), "attainment": slowed.attainment, "goodput": slowed.per_gpu})
+    plot = {"title": "OPT-13B chatbot on A100-80GB: DistServe (prefill TP2 + decode TP1, 3 GPUs) vs vLLM (TP1, "
+                     "1 GPU)\n"
+                     f"SLO TTFT 0.25 s and TPOT 0.1 s; each point {DISTSERVE_AE_REQUESTS_PER_GPU} requests per GPU, "
+                     f"Poisson, mean of {len(colo.per_seed)} seeds",
+            "target": 0.9, "series": series}
     cite = "DistServe (Zhong et al., OSDI'24) §6.2 Fig. 8"
     ae = "the AE notebook's output, evaluation/2-benchmark-serving/plot.ipynb"
     ds_fig = Figure("DistServe goodput per GPU (prefill TP2 + decode TP1)", DISTSERVE_AE_GOODPUT_PER_GPU, pd.per_gpu,
@@ -399,7 +417,8 @@ def exp_distserve(opts: Options) -> Experiment:
                  "not modelled either: vLLM 0.2's padded prompt batches (a batch of prompts costs their count x the "
                  "longest, as Vidur's vLLM scheduler prices it); they matter only when prompts queue, not at the low "
                  "loads where the artifact's vLLM already misses 10%",
-                 engine_note(eng) + "; DistServe: " + engine_note(ENGINES["distserve"])], eng)
+                 engine_note(eng) + "; DistServe: " + engine_note(ENGINES["distserve"])], eng,
+        plots=[("attainment_curves", plot)])
 
 
 def _rate(x: float | None) -> str:
@@ -912,14 +931,42 @@ def reproduce_markdown(experiments, opts: Options) -> str:
     return "\n".join(parts)
 
 
+def draw_plots(experiments, out: Path) -> dict:
+    """Render each experiment's plot panels side by side into ``out/<name>.png``; name -> file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import servesim.plots.reproduce as pr
+
+    files = {}
+    for e in experiments:
+        if not e.plots:
+            continue
+        fig, axes = plt.subplots(1, len(e.plots), figsize=(7 * len(e.plots), 4.5), squeeze=False)
+        for ax, (fn, data) in zip(axes[0], e.plots):
+            getattr(pr, fn)(data, ax)
+        fig.tight_layout()
+        fig.savefig(out / f"{e.name}.png", dpi=90)
+        plt.close(fig)
+        files[e.name] = f"{e.name}.png"
+    return files
+
+
 def write_reproduce(experiments, out: Path, opts: Options) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    files = draw_plots(experiments, out)
+    for e in experiments:
+        if e.name in files:
+            e.notes.append(f"figure: {files[e.name]}")
     (out / "reproduce.md").write_text(reproduce_markdown(experiments, opts))
     (out / "reproduce.json").write_text(json.dumps(
         {"quick": opts.quick, "seed": opts.seed, "tolerance": TOLERANCE,
          "summary": summary_line(experiments, opts.quick),
          "experiments": [{"name": e.name, "title": e.title, "setup": e.setup, "engine": e.engine,
-                          "notes": e.notes, "wall_s": e.wall_s, "figures": [f.to_dict() for f in e.figures]}
+                          "notes": e.notes, "wall_s": e.wall_s, "figures": [f.to_dict() for f in e.figures],
+                          "plots": [{"kind": fn, "data": data} for fn, data in e.plots]}
                          for e in experiments]}, indent=1) + "\n")
 
 

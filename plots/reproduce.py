@@ -1,0 +1,29 @@
+"""Figures of ``servesim reproduce``: each function takes an experiment's figure data (a dict
+computed by ``servesim.studies.reproduce``) and a matplotlib Axes, draws, and returns the Axes. No
+simulation here."""
+
+from __future__ import annotations
+
+
+def attainment_curves(data, ax):
+    """SLO attainment (%) against the per-GPU request rate, one line per system (``series``: label,
+    rates, attainment shares, and optionally ``measured``: a published curve, drawn dashed), the
+    attainment target dashed, and each goodput (where a curve falls through the target) marked."""
+    target = 100 * data["target"]
+    for s in data["series"]:
+        y = [100 * a for a in s["attainment"]]
+        style = dict(linestyle="--", marker="x") if s.get("measured") else dict(linestyle="-", marker="o")
+        (line,) = ax.plot(s["rates"], y, markersize=4, label=s["label"], **style)
+        if s.get("goodput") is not None:
+            ax.plot([s["goodput"]], [target], marker="v", markersize=9, color=line.get_color(), linestyle="none")
+            ax.annotate(f"{s['goodput']:.2g}", (s["goodput"], target), textcoords="offset points", xytext=(3, 6),
+                        fontsize=7, color=line.get_color())
+    ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("per-GPU rate (req/s)")
+    ax.set_ylabel("SLO attainment (% of requests)")
+    low = min(100 * a for s in data["series"] for a in s["attainment"])
+    ax.set_ylim(max(0, 10 * (low // 10) - 10), 102)
+    ax.set_xlim(left=0)
+    ax.set_title(data["title"], fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    return ax
