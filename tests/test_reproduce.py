@@ -213,8 +213,8 @@ def test_ae_goodput_measures_short_runs_at_the_papers_rates(monkeypatch):
 
 
 def test_an_experiments_plots_are_drawn_and_listed(tmp_path):
-    """write_reproduce renders each experiment's plot data into out/<name>.png (the figure is named
-    in its notes) and keeps the data in reproduce.json; an experiment without plots draws nothing."""
+    """write_reproduce renders each experiment's plot data into out/<name>.png (the report shows it)
+    and keeps the data in reproduce.json; an experiment without plots draws nothing."""
     data = {"title": "t", "target": 0.9,
             "series": [{"label": "a", "rates": [0.25, 0.5, 1.0], "attainment": [0.99, 0.95, 0.8], "goodput": 0.67},
                        {"label": "b", "rates": [0.25, 0.5], "attainment": [0.9, 0.6], "measured": True,
@@ -226,7 +226,7 @@ def test_an_experiments_plots_are_drawn_and_listed(tmp_path):
     png = tmp_path / "withplot.png"
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (tmp_path / "noplot.png").exists()
-    assert "figure: withplot.png" in (tmp_path / "reproduce.md").read_text()
+    assert "](withplot.png)" in (tmp_path / "reproduce.md").read_text()
     js = json.loads((tmp_path / "reproduce.json").read_text())
     assert js["experiments"][0]["plots"][0]["kind"] == "attainment_curves"
     assert js["experiments"][1]["plots"] == []

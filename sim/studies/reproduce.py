@@ -910,7 +910,8 @@ def summary_line(experiments, quick: bool) -> str:
             + (" (quick run: short probes, coarse searches)" if quick else ""))
 
 
-def reproduce_markdown(experiments, opts: Options) -> str:
+def reproduce_markdown(experiments, opts: Options, files: dict | None = None) -> str:
+    """The report; ``files``: experiment name -> its figure's file name (``draw_plots``)."""
     parts = ["# servesim reproduce", "", summary_line(experiments, opts.quick) + ".", "",
              "Verdicts: direction right (a gain on the same side of 1 as published, or the paper's ordering of "
              f"absolute figures) and simulated / published within 1 +- {TOLERANCE:g} (a published range: within "
@@ -927,7 +928,10 @@ def reproduce_markdown(experiments, opts: Options) -> str:
         gaps = sorted({f.missing for f in e.figures if not f.matches and f.missing})
         if gaps:
             parts += ["**Not matched; missing:**", ""] + [f"- {g}" for g in gaps] + [""]
-        parts += ["**Notes.**", ""] + [f"- {n}" for n in e.notes] + ["", f"_({e.wall_s:.1f} s wall)_", ""]
+        parts += ["**Notes.**", ""] + [f"- {n}" for n in e.notes] + [""]
+        if files and e.name in files:
+            parts += [f"![{e.title}]({files[e.name]})", ""]
+        parts += [f"_({e.wall_s:.1f} s wall)_", ""]
     return "\n".join(parts)
 
 
@@ -957,10 +961,7 @@ def draw_plots(experiments, out: Path) -> dict:
 def write_reproduce(experiments, out: Path, opts: Options) -> None:
     out.mkdir(parents=True, exist_ok=True)
     files = draw_plots(experiments, out)
-    for e in experiments:
-        if e.name in files:
-            e.notes.append(f"figure: {files[e.name]}")
-    (out / "reproduce.md").write_text(reproduce_markdown(experiments, opts))
+    (out / "reproduce.md").write_text(reproduce_markdown(experiments, opts, files))
     (out / "reproduce.json").write_text(json.dumps(
         {"quick": opts.quick, "seed": opts.seed, "tolerance": TOLERANCE,
          "summary": summary_line(experiments, opts.quick),
