@@ -180,3 +180,13 @@ def test_bad_seed_options_exit_2(tmp_path, capsys):
     assert main(["capacity", sc, "--slo", "ttft_p99=1", "--ci-target", "2"]) == 2
     err = capsys.readouterr().err
     assert "--seeds must be >= 1" in err and "--max-seeds" in err and "--ci-target" in err
+
+
+def test_seeds_after_the_largest_start_again_at_zero():
+    """Every seed a run lists can be given back as --seed (0 .. 2**63 - 1): past the largest the
+    seeds go on from 0."""
+    from servesim.studies.replicates import seeds_for
+
+    top = 2**63 - 1
+    assert seeds_for(top, 3) == [top, 0, 1]
+    assert seeds_for(None, 2) == [0, 1] and seeds_for(5, 1) == [5]

@@ -47,6 +47,7 @@ from servesim.studies.executors import ExecutorOptions, study_session
 from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
 from servesim.studies.points import load_base, make_points
+from servesim.studies.replicates import seeds_for
 from servesim.studies.sweep import RUNS, execute, write_meta, write_results
 
 RUN_S = 300.0  # seconds of arrivals at R in every run at R (unless --requests): tails need many requests
@@ -452,7 +453,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     n = opts.probe_requests if opts.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
     stats = workload_stats(scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps, "workload.num_requests": n,
                                                                  "workload.duration_s": None}, "plan")))
-    seeds = [sc.seed + i for i in range(opts.seeds)]
+    seeds = seeds_for(sc.seed, opts.seeds)
     n_rate = opts.requests if opts.requests is not None else max(n, math.ceil(opts.rate_rps * RUN_S))
     write_meta(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
                      "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})

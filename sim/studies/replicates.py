@@ -33,12 +33,16 @@ SEEDS = "seeds.csv"
 NOT_AVERAGED = ("num_gpus",)  # the same for every seed of a point
 
 
+SEED_LIMIT = 2**63  # scenario seeds are 0 .. 2**63 - 1 (``Scenario.seed``)
+
+
 def seeds_for(base_seed: int | None, n: int) -> list[int]:
-    """The scenario's seed and the n - 1 after it."""
+    """The scenario's seed and the n - 1 after it (past the largest seed, from 0 on: every seed
+    listed can be given back as ``--seed``)."""
     if n < 1:
         raise ValueError("seeds_for needs n >= 1")
     b = int(base_seed or 0)
-    return [b + k for k in range(n)]
+    return [(b + k) % SEED_LIMIT for k in range(n)]
 
 
 def replicate(points: list[Point], n: int) -> list[list[Point]]:

@@ -37,6 +37,7 @@ from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import Cost, read_yaml, scenario_from_dict
 from servesim.studies.capacity import CapacityOptions, find_capacity
 from servesim.studies.executors import ExecutorOptions
+from servesim.studies.replicates import seeds_for
 
 TOLERANCE = 0.25  # a simulated figure within +-25% of the published one matches
 
@@ -288,7 +289,7 @@ def ae_goodput(name: str, overrides: dict, gpus: int, opts: Options, target: flo
     expected curve; each seed's own crossing gives the spread a single run has. The grid goes on
     past 3 req/s (steps of 0.5, to 8) while the curve stays above ``target``."""
     base = opts.seed if opts.seed is not None else int(read_yaml(scenario_path(name)).get("seed", 0))
-    seeds = [base + k for k in range(3 if opts.quick else 8)]
+    seeds = seeds_for(base, 3 if opts.quick else 8)
     n = DISTSERVE_AE_REQUESTS_PER_GPU * gpus
     rates, per_seed = list(DISTSERVE_AE_RATES), []
     for r in rates:
