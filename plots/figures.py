@@ -523,3 +523,22 @@ def save(fig, stem) -> list:
     fig.savefig(paths[0], dpi=110, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")
     return paths
+
+
+def panels_png(draw, panels, path, panel_size: tuple = (5.5, 4), title: str | None = None, dpi: int = 90) -> None:
+    """Draw ``panels`` ((name of a function of the module ``draw``, its data), ...) side by side,
+    ``panel_size`` inches each, into the PNG ``path``, with ``title`` above them if given."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    w, h = panel_size
+    fig, axes = plt.subplots(1, len(panels), figsize=(w * len(panels), h), squeeze=False)
+    for ax, (fn, data) in zip(axes[0], panels):
+        getattr(draw, fn)(data, ax)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

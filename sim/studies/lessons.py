@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -694,25 +696,18 @@ def lessons_markdown(lessons, figures: dict, quick: bool, seed: int | None = Non
 # ---------------------------------------------------------------- files
 def draw_figures(lessons, out: Path) -> dict:
     """Render each lesson's figure panels side by side into ``out/<name>.png``; name -> [file]."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     import servesim.plots.lessons as pl
+    from servesim.plots.figures import panels_png
 
     files = {}
     for x in lessons:
-        if not x.figures:
-            continue
-        fig, axes = plt.subplots(1, len(x.figures), figsize=(5.5 * len(x.figures), 4), squeeze=False)
-        for ax, (fn, data) in zip(axes[0], x.figures):
-            getattr(pl, fn)(data, ax)
-        fig.suptitle(f"{x.name}: {x.verdict}", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / f"{x.name}.png", dpi=90)
-        plt.close(fig)
-        files[x.name] = [f"{x.name}.png"]
+        if x.figures:
+            # the setup's first clause names the model, GPU and load, so that the figure stands alone
+            first = re.split(r"(?<=[a-z0-9)])[.;] ", x.setup, maxsplit=1)[0]
+            width = 64 * len(x.figures)  # characters a line across the panels (5.5 in each)
+            setup = textwrap.wrap(textwrap.shorten(first, 3 * width, placeholder=" ..."), width)
+            panels_png(pl, x.figures, out / f"{x.name}.png", title="\n".join([f"{x.name}: {x.verdict}"] + setup))
+            files[x.name] = [f"{x.name}.png"]
     return files
 
 

@@ -938,24 +938,14 @@ def reproduce_markdown(experiments, opts: Options, files: dict | None = None) ->
 
 def draw_plots(experiments, out: Path) -> dict:
     """Render each experiment's plot panels side by side into ``out/<name>.png``; name -> file."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     import servesim.plots.reproduce as pr
+    from servesim.plots.figures import panels_png
 
     files = {}
     for e in experiments:
-        if not e.plots:
-            continue
-        fig, axes = plt.subplots(1, len(e.plots), figsize=(7 * len(e.plots), 4.5), squeeze=False)
-        for ax, (fn, data) in zip(axes[0], e.plots):
-            getattr(pr, fn)(data, ax)
-        fig.tight_layout()
-        fig.savefig(out / f"{e.name}.png", dpi=90)
-        plt.close(fig)
-        files[e.name] = f"{e.name}.png"
+        if e.plots:
+            panels_png(pr, e.plots, out / f"{e.name}.png", (7, 4.5))
+            files[e.name] = f"{e.name}.png"
     return files
 
 
