@@ -230,3 +230,11 @@ def test_an_experiments_plots_are_drawn_and_listed(tmp_path):
     js = json.loads((tmp_path / "reproduce.json").read_text())
     assert js["experiments"][0]["plots"][0]["kind"] == "attainment_curves"
     assert js["experiments"][1]["plots"] == []
+
+
+def test_a_goodput_that_never_crosses_says_where_its_curve_lies():
+    g = R.Goodput(None, (0.25, 0.5, 1), [0.87, 0.85, 0.8], [None])
+    assert g.text() == "under 0.25 (below 90% from the first rate)"
+    g = R.Goodput(None, (0.25, 0.5, 8), [0.99, 0.97, 0.95], [None])
+    assert g.text() == "over 8 (above 90% to the last rate)"
+    assert R.Goodput(2.3333, (0.25,), [0.9], [2.3]).text() == "2.33"

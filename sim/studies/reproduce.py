@@ -281,6 +281,14 @@ class Goodput:
     def curve(self) -> str:
         return ", ".join(f"{r:g}: {a:.0%}" for r, a in zip(self.rates, self.attainment))
 
+    def text(self, target: float = 0.9) -> str:
+        """The goodput, or where the curve lies when it never crosses ``target``."""
+        if self.per_gpu is not None:
+            return f"{self.per_gpu:.3g}"
+        if self.attainment and self.attainment[0] < target:
+            return f"under {self.rates[0]:g} (below {target:.0%} from the first rate)"
+        return f"over {self.rates[-1]:g} (above {target:.0%} to the last rate)"
+
 
 def ae_goodput(name: str, overrides: dict, gpus: int, opts: Options, target: float = 0.9) -> Goodput:
     """Per-GPU goodput of ``name`` with ``overrides`` on ``gpus`` GPUs by the AE's protocol
@@ -338,7 +346,7 @@ def exp_distserve(opts: Options) -> Experiment:
     seeds = "3 seeds" if opts.quick else "8 seeds"
     notes = [f"goodput as the AE measures it (per-GPU rates {', '.join(f'{r:g}' for r in DISTSERVE_AE_RATES)} "
              f"req/s, 100 requests per GPU a run, the 90% crossing; mean attainment over {seeds}): vLLM "
-             f"{_rate(colo.per_gpu)} req/s ({_spread(colo)}), DistServe {_rate(pd.per_gpu)} per GPU ({_spread(pd)})",
+             f"{colo.text()} req/s ({_spread(colo)}), DistServe {pd.text()} per GPU ({_spread(pd)})",
              f"the attainment curves (per-GPU req/s: share): vLLM {colo.curve()}; DistServe {pd.curve()}; the "
              "artifact's vLLM " + ", ".join(f"{r:g}: {a}%" for r, a in DISTSERVE_AE_VLLM_ATTAINMENT.items())]
     # vLLM v0.2.3's prefill per token against DistServe's engine on the same GPUs (DistServe's profiles)
@@ -357,7 +365,7 @@ def exp_distserve(opts: Options) -> Experiment:
         need, got, theirs, nseq, ctx = decode_rates(res, DISTSERVE["distserve"][("facebook/opt-13b", 1)])
         us = gap["cost.per_token_overhead_s"] * 1e6
         notes += [f"vLLM with its prefill slowed as DistServe measured it ({us:.1f} us per prompt token): "
-                  f"{slowed.curve()}; goodput {_rate(slowed.per_gpu)}",
+                  f"{slowed.curve()}; goodput {slowed.text()}",
                   f"the steady state instead (servesim capacity --attainment 0.9: 1,000 requests a probe, the server "
                   f"keeping up): vLLM {s_colo:.3g} req/s, DistServe {s_pd:.3g} per GPU ({s_pd / s_colo:.2f}x): over a "
                   "long run DistServe's TP1 decode instance cannot keep up with "
@@ -374,12 +382,12 @@ def exp_distserve(opts: Options) -> Experiment:
         "cause is not a known property of the engine and is not modelled; it sets how many long prompts miss the "
         "0.25 s TTFT at low load (the artifact's vLLM: 90% attainment already at 0.25 req/s), hence vLLM's goodput",
     ]
-    series = [{"label": f"vLLM, servesim (goodput {_rate(colo.per_gpu)})", "rates": list(colo.rates),
+    series = [{"label": f"vLLM, servesim (goodput {colo.text()})", "rates": list(colo.rates),
                "attainment": colo.attainment, "goodput": colo.per_gpu},
               {"label": "vLLM, the artifact's runs (goodput 0.5)", "rates": list(DISTSERVE_AE_VLLM_ATTAINMENT),
                "attainment": [a / 100 for a in DISTSERVE_AE_VLLM_ATTAINMENT.values()], "measured": True,
                "goodput": DISTSERVE_AE_VLLM_GOODPUT},
-              {"label": f"DistServe, servesim (goodput {_rate(pd.per_gpu)}; the artifact: 2.3)",
+              {"label": f"DistServe, servesim (goodput {pd.text()}; the artifact: 2.3)",
                "rates": list(pd.rates), "attainment": pd.attainment, "goodput": pd.per_gpu}]
     if slowed is not None:
         g = "never reaches 90%" if slowed.per_gpu is None else f"goodput {slowed.per_gpu:.3g}"
@@ -394,7 +402,7 @@ def exp_distserve(opts: Options) -> Experiment:
     ae = "the AE notebook's output, evaluation/2-benchmark-serving/plot.ipynb"
     ds_fig = Figure("DistServe goodput per GPU (prefill TP2 + decode TP1)", DISTSERVE_AE_GOODPUT_PER_GPU, pd.per_gpu,
                     f"{cite}, OPT-13B chatbot ({ae})", "artifact", "req/s", None,
-                    "" if pd.per_gpu is not None else "the attainment curve never falls through 90% by 8 req/s")
+                    "" if pd.per_gpu is not None else f"the attainment curve never crosses 90%: {pd.text()} req/s")
     vl_fig = Figure("vLLM goodput (TP1, 1 GPU)", DISTSERVE_AE_VLLM_GOODPUT, colo.per_gpu, f"{cite} ({ae})",
                     "artifact", "req/s", None, "; ".join(missing))
     return Experiment(
@@ -410,7 +418,7 @@ def exp_distserve(opts: Options) -> Experiment:
         [Figure("per-GPU goodput, DistServe / vLLM", 4.6, gain,
                 f"{cite}: 2.0x-4.6x across OPT-13B/66B/175B; 4.6x is OPT-13B ({ae})", "text + artifact", "x",
                 None if gain is None else gain > 1, "; ".join(missing) if gain is not None else
-                "a goodput that never crosses 90% on the grid (see the notes)"),
+                f"a goodput that never crosses 90% on the grid: vLLM {colo.text()}, DistServe {pd.text()}"),
          ds_fig, vl_fig],
         notes + ["the workload: see scenarios/reproduce/distserve-opt13b.yaml for how it is rebuilt (means 652 / "
                  "262 tokens, 9.7% of prompts above 1440 tokens)",
@@ -420,10 +428,6 @@ def exp_distserve(opts: Options) -> Experiment:
                  "loads where the artifact's vLLM already misses 10%",
                  engine_note(eng) + "; DistServe: " + engine_note(ENGINES["distserve"])], eng,
         plots=[("attainment_curves", plot)])
-
-
-def _rate(x: float | None) -> str:
-    return "none (never crosses 90% on the grid)" if x is None else f"{x:.3g}"
 
 
 # ---------------------------------------------------------------- Sarathi-Serve
