@@ -734,18 +734,21 @@ def splitwise_clusters(opts: Options) -> SplitwiseClusters:
 
 
 def exp_splitwise(opts: Options) -> Experiment:
+    import numpy as np
+
     eng = ENGINES["vllm-2023"]
-    n = 60 if opts.quick else 400
-    sim = {}
+    # requests per trace and GPU: a P50 of a few hundred heavy-tailed lengths moves by 10-20% from one
+    # sample to the next (400 coding requests, seed 0: median prompt 1,713 where the trace's is 1,469)
+    n = 400 if opts.quick else 4000
+    sim, med_prompt = {}, {}
     for (trace, gpu) in TABLE_IV:
         res = run("splitwise-llama70b", {"hardware.gpu": gpu, "workload.preset": PRESETS[trace],
                                          **engine_overrides(eng)}, opts, n)
         s = res.summary
         sim[trace, gpu] = (s["ttft_s"]["p50"] * 1e3, s["tpot_s"]["p50"] * 1e3, s["e2e_s"]["p50"] * 1e3)
+        med_prompt[trace] = float(np.median(res.requests["prompt_tokens"]))
     cite = "Splitwise (Patel et al., ISCA'24), §3.7 Table IV"
     # Splitwise's own profile of its vLLM (perf_model.csv) at the coding trace's median prompt and batch 1
-    import numpy as np
-
     from servesim.cost.published_profiles import SPLITWISE_DECODE_MS, SPLITWISE_PREFILL_MS
 
     med = 1469  # the Azure code trace's median prompt (preset azure_code)
@@ -782,6 +785,9 @@ def exp_splitwise(opts: Options) -> Experiment:
         "Throughput = the highest rate meeting Table VI's nine limits on per-request slowdown (P50 / P90 / P99 of "
         "TTFT 2 / 3 / 6x, TBT and E2E 1.25 / 1.5 / 5x) against the same request alone on one DGX-A100.",
         figs, ["the Azure traces are the paper's; the presets match their means and quantiles, not row by row",
+               f"P50s over {n:,} requests per trace and machine; their median prompts: coding "
+               f"{med_prompt['coding']:,.0f} tokens, conversation {med_prompt['conversation']:,.0f} (the traces': "
+               "1,469 and 1,020)",
                "vLLM of late 2023 (vllm-v0.2): a decode step at TP8 is bound by Python launching 80 layers and 160 "
                "NCCL all-reduces; the DGX-H100's host CPU does that 1.3x faster (GpuSpec.host_cpu_speed, fitted to "
                "Splitwise's profile of the engine: the H100 TBT figures are not independent of it; the A100 ones "
