@@ -67,6 +67,7 @@ from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, num_gpus
+from servesim.studies.replicates import SEED_LIMIT, seeds_for
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_results
 
@@ -479,7 +480,7 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
         done, error = [], None
         iv = Interval(math.nan, math.nan, 0)
         while len(done) < limit:
-            k = first + len(done)
+            k = (first + len(done)) % SEED_LIMIT  # (past the largest seed, from 0 on: seeds_for)
             start, step = (None, 2.0) if not done or iv.mean <= 0 else (iv.mean, NARROW_STEP)
             res = run_search(plan, folder.path, ex, seed=k, start_rps=start, step=step, results=f"results-seed{k}.csv",
                              desc=f"capacity probes, seed {k}")
@@ -501,7 +502,7 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
         _write_seed_rows(folder.path, done)
         (folder.path / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     folder.close()
-    return CapacityInterval(plan, iv, done, [first + i for i in range(len(done))],
+    return CapacityInterval(plan, iv, done, seeds_for(first, len(done)) if done else [],
                             None if fixed is not None else seeds.target, stopped, result, error)
 
 
@@ -523,10 +524,10 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, seeds: SeedOption
         "interval": {"method": "student-t over seeds", "confidence": iv.confidence, "seeds": len(done),
                      "rel_half_width": None if math.isnan(iv.rel) else iv.rel,
                      "target": None if fixed is not None else seeds.target, "stopped_short": stopped},
-        "seeds": [{"seed": first + i, "capacity_rps": r.result["capacity_rps"],
+        "seeds": [{"seed": k, "capacity_rps": r.result["capacity_rps"],
                    "check_above_rps": r.result["check_above_rps"], "bracket_rps": r.result["bracket_rps"],
-                   "probes": len(r.search.points)} for i, r in enumerate(done)],
-        "probes": [{"seed": first + i, **p} for i, r in enumerate(done) for p in r.result["probes"]],
+                   "probes": len(r.search.points)} for k, r in zip(seeds_for(first, len(done)), done)],
+        "probes": [{"seed": k, **p} for k, r in zip(seeds_for(first, len(done)), done) for p in r.result["probes"]],
     }
 
 
