@@ -238,3 +238,24 @@ def test_a_goodput_that_never_crosses_says_where_its_curve_lies():
     g = R.Goodput(None, (0.25, 0.5, 8), [0.99, 0.97, 0.95], [None])
     assert g.text() == "over 8 (above 90% to the last rate)"
     assert R.Goodput(2.3333, (0.25,), [0.9], [2.3]).text() == "2.33"
+
+
+def test_capacity_seeds_searches_each_seed_and_leaves_out_one_with_no_answer(monkeypatch):
+    """Sarathi-Serve's capacities: one search a seed (capacity_interval with exactly that many
+    seeds); a seed that found nothing is left out and the failure noted, not divided by."""
+    from types import SimpleNamespace
+
+    import servesim.studies.capacity as C
+
+    seen = {}
+
+    def fake(scenario, slo, co, seeds, out, sets, seed, ex):
+        seen.update(seeds=seeds.seeds, seed=seed, sets=sets)
+        per = [SimpleNamespace(capacity_rps=1.5), SimpleNamespace(capacity_rps=None)]
+        return SimpleNamespace(per_seed=per, error="no answer")
+
+    monkeypatch.setattr(C, "capacity_interval", fake)
+    monkeypatch.setattr(R, "UNCONFIRMED", [])
+    got = R.capacity_seeds("sarathi-mistral7b", "tbt_p99=0.1", {"policy.name": "continuous"}, R.Options(seed=7), 4)
+    assert got == [1.5] and seen["seeds"] == 4 and seen["seed"] == 7
+    assert seen["sets"] == ['policy.name="continuous"'] and R.UNCONFIRMED

@@ -209,8 +209,8 @@ def capacity_seeds(name: str, slo: str, overrides: dict, opts: Options, seeds: i
                    requests: int = 1000) -> list[float]:
     """Each seed's capacity (req/s) of ``scenarios/reproduce/<name>.yaml`` with ``overrides``: the
     scenario's seed (or ``opts.seed``) and the ``seeds - 1`` after it, one search each
-    (``capacity_interval``, as ``servesim capacity --seeds``). A seed whose search finds no answer
-    is noted in ``UNCONFIRMED`` and left out."""
+    (``capacity_interval``, as ``servesim capacity --seeds``). The seeds stop at a search with no
+    confirmed answer (noted in ``UNCONFIRMED``); a seed with no capacity at all is left out."""
     from servesim.studies.capacity import SeedOptions, capacity_interval
 
     if seeds == 1:
@@ -486,12 +486,13 @@ def exp_sarathi(opts: Options) -> Experiment:
             slo = f"tbt_p99={tbt},queue_p50=2"
             bases = capacity_seeds(name, slo, {**mov, **VLLM_V0_SCHEDULER, **engine_overrides(eng)}, opts, seeds)
             sss = capacity_seeds(name, slo, {**mov, **sarathi_variant(budget), **engine_overrides(eng)}, opts, seeds)
-            base, ss = sum(bases) / len(bases), sum(sss) / len(sss)
+            # (a search with no answer leaves its seed out; none at all: 0, as one search's floor)
+            base, ss = (sum(bases) / len(bases) if bases else 0.0), (sum(sss) / len(sss) if sss else 0.0)
             gain = ss / base if base else math.inf
             pub, cite, conf = SARATHI_PUBLISHED[model, slo_name]
             figs.append(Figure(f"{model}, {slo_name} (P99 TBT {tbt:g} s, budget {budget}): capacity gain", pub, gain,
                                cite, conf, "x", gain > 1, missing))
-            each = [b and x / b for x, b in zip(sss, bases)]
+            each = [x / b for x, b in zip(sss, bases) if b]
             spread = (f"; seed by seed {min(each):.2f}-{max(each):.2f}x" if len(each) > 1 else "")
             notes.append(f"{model} {slo_name}: vLLM {base:.3g} req/s, Sarathi-Serve {ss:.3g} req/s (mean of "
                          f"{len(bases)} seed{'s' if len(bases) > 1 else ''}{spread})")
