@@ -242,7 +242,8 @@ def test_a_goodput_that_never_crosses_says_where_its_curve_lies():
 
 def test_capacity_seeds_searches_each_seed_and_leaves_out_one_with_no_answer(monkeypatch):
     """Sarathi-Serve's capacities: one search a seed (capacity_interval with exactly that many
-    seeds); a seed that found nothing is left out and the failure noted, not divided by."""
+    seeds), in seed order; a seed that found nothing is None (so both sides of a gain stay paired
+    seed by seed), left out of the mean, and the failure noted."""
     from types import SimpleNamespace
 
     import servesim.studies.capacity as C
@@ -257,5 +258,6 @@ def test_capacity_seeds_searches_each_seed_and_leaves_out_one_with_no_answer(mon
     monkeypatch.setattr(C, "capacity_interval", fake)
     monkeypatch.setattr(R, "UNCONFIRMED", [])
     got = R.capacity_seeds("sarathi-mistral7b", "tbt_p99=0.1", {"policy.name": "continuous"}, R.Options(seed=7), 4)
-    assert got == [1.5] and seen["seeds"] == 4 and seen["seed"] == 7
+    assert got == [1.5, None] and seen["seeds"] == 4 and seen["seed"] == 7
+    assert R._mean_found(got) == 1.5 and R._mean_found([None]) == 0.0
     assert seen["sets"] == ['policy.name="continuous"'] and R.UNCONFIRMED

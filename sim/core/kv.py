@@ -191,9 +191,7 @@ class BlockAllocator:
 
     def mappings(self, req) -> list:
         """The cache keys of the shared (prefix) blocks ``req`` maps: what freeing it releases."""
-        shared = min(self._prefix_blocks(req), req.kv_blocks)
-        g, tags, key = req.prefix_group, req.block_tags, self.key
-        return [key(g, tags, j) for j in range(shared)]
+        return self._keys(req.prefix_group, req.block_tags, range(min(self._prefix_blocks(req), req.kv_blocks)))
 
     def take(self, n: int) -> None:
         """Allocate ``n`` unshared blocks (empty ones first, then the least recently freed cached

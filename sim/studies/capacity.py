@@ -67,7 +67,7 @@ from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, num_gpus
-from servesim.studies.replicates import SEED_LIMIT, seeds_for
+from servesim.studies.replicates import seeds_for
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_results
 
@@ -478,9 +478,10 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
         write_meta(folder.path, _meta(plan, seeds=want if fixed is not None else None,
                                       ci_target=None if fixed is not None else seeds.target))
         done, error = [], None
+        order = seeds_for(first, limit)  # (past the largest seed, from 0 on)
         iv = Interval(math.nan, math.nan, 0)
         while len(done) < limit:
-            k = (first + len(done)) % SEED_LIMIT  # (past the largest seed, from 0 on: seeds_for)
+            k = order[len(done)]
             start, step = (None, 2.0) if not done or iv.mean <= 0 else (iv.mean, NARROW_STEP)
             res = run_search(plan, folder.path, ex, seed=k, start_rps=start, step=step, results=f"results-seed{k}.csv",
                              desc=f"capacity probes, seed {k}")
@@ -498,19 +499,20 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
             stopped = (f"half-width {iv.rel:.1%} of the mean is above the {seeds.target:.0%} target after {len(done)} "
                        f"seeds (--max-seeds {limit}); more seeds (--max-seeds) or longer probes (--probe-requests, "
                        "--probe-duration) narrow it")
-        result = _interval_json(plan, iv, done, seeds, fixed, stopped)
+        result = _interval_json(plan, iv, done, order[:len(done)], seeds, fixed, stopped)
         _write_seed_rows(folder.path, done)
         (folder.path / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     folder.close()
-    return CapacityInterval(plan, iv, done, seeds_for(first, len(done)) if done else [],
+    return CapacityInterval(plan, iv, done, order[:len(done)],
                             None if fixed is not None else seeds.target, stopped, result, error)
 
 
-def _interval_json(plan: SearchPlan, iv: Interval, done: list, seeds: SeedOptions, fixed, stopped) -> dict:
+def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, seeds: SeedOptions, fixed,
+                   stopped) -> dict:
+    """capacity.json of ``capacity_interval``: ``done`` the searches, ``searched`` their seeds."""
     gpus = plan.num_gpus
     ok = all(r.done for r in done) and done
     half = None if math.isnan(iv.half) else iv.half
-    first = int(plan.base["seed"])
     return {
         "capacity_rps": iv.mean if ok else None,
         "capacity_ci95_rps": half if ok else None,
@@ -526,8 +528,8 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, seeds: SeedOption
                      "target": None if fixed is not None else seeds.target, "stopped_short": stopped},
         "seeds": [{"seed": k, "capacity_rps": r.result["capacity_rps"],
                    "check_above_rps": r.result["check_above_rps"], "bracket_rps": r.result["bracket_rps"],
-                   "probes": len(r.search.points)} for k, r in zip(seeds_for(first, len(done)), done)],
-        "probes": [{"seed": k, **p} for k, r in zip(seeds_for(first, len(done)), done) for p in r.result["probes"]],
+                   "probes": len(r.search.points)} for k, r in zip(searched, done)],
+        "probes": [{"seed": k, **p} for k, r in zip(searched, done) for p in r.result["probes"]],
     }
 
 

@@ -205,25 +205,36 @@ NO_LIMIT = "e2e_p50=1e9"  # an SLO that never binds: capacity is then where the 
 UNCONFIRMED: list = []  # capacity searches whose answer is only a bracket's floor (probe noise)
 
 
-def capacity_seeds(name: str, slo: str, overrides: dict, opts: Options, seeds: int,
-                   requests: int = 1000) -> list[float]:
-    """Each seed's capacity (req/s) of ``scenarios/reproduce/<name>.yaml`` with ``overrides``: the
-    scenario's seed (or ``opts.seed``) and the ``seeds - 1`` after it, one search each
-    (``capacity_interval``, as ``servesim capacity --seeds``). The seeds stop at a search with no
-    confirmed answer (noted in ``UNCONFIRMED``); a seed with no capacity at all is left out."""
+def _search(name: str, slo: str, overrides: dict, opts: Options, attainment: float | None, requests: int,
+            seeds: int | None):
+    """One capacity search of ``scenarios/reproduce/<name>.yaml`` with ``overrides`` (``seeds``
+    None: ``find_capacity`` on one seed; else ``capacity_interval`` on exactly that many, as
+    ``servesim capacity --seeds``); a search with no confirmed answer is noted in ``UNCONFIRMED``."""
     from servesim.studies.capacity import SeedOptions, capacity_interval
 
-    if seeds == 1:
-        return [capacity(name, slo, overrides, opts, requests=requests)[0]]
     s = Search.of(opts, requests)
     sets = [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
-    co = CapacityOptions(probe_requests=s.probe_requests, tol=s.tol, max_probes=s.max_probes)
+    co = CapacityOptions(attainment=attainment, probe_requests=s.probe_requests, tol=s.tol, max_probes=s.max_probes)
+    ex = ExecutorOptions(workers=opts.workers, progress=False)
     with tempfile.TemporaryDirectory(prefix="servesim-reproduce-") as tmp:
-        res = capacity_interval(scenario_path(name), slo, co, SeedOptions(seeds=seeds), Path(tmp), sets, opts.seed,
-                                ExecutorOptions(workers=opts.workers, progress=False))
+        if seeds is None:
+            res = find_capacity(scenario_path(name), slo, co, Path(tmp), sets, opts.seed, ex)
+        else:
+            res = capacity_interval(scenario_path(name), slo, co, SeedOptions(seeds=seeds), Path(tmp), sets,
+                                    opts.seed, ex)
     if res.error:
         UNCONFIRMED.append(f"{name} {overrides}: {res.error}")
-    return [r.capacity_rps for r in res.per_seed if r.capacity_rps]
+    return res
+
+
+def capacity_seeds(name: str, slo: str, overrides: dict, opts: Options, seeds: int,
+                   requests: int = 1000) -> list:
+    """Each seed's capacity (req/s; None: that search found none) of ``scenarios/reproduce/<name>.yaml``
+    with ``overrides``, in seed order: the scenario's seed (or ``opts.seed``) and the ``seeds - 1``
+    after it, one search each. The seeds stop at a search with no confirmed answer."""
+    if seeds == 1:
+        return [capacity(name, slo, overrides, opts, requests=requests)[0] or None]
+    return [r.capacity_rps or None for r in _search(name, slo, overrides, opts, None, requests, seeds).per_seed]
 
 
 def capacity(name: str, slo: str, overrides: dict, opts: Options, attainment: float | None = None,
@@ -231,14 +242,7 @@ def capacity(name: str, slo: str, overrides: dict, opts: Options, attainment: fl
     """(capacity req/s, per GPU) of ``scenarios/reproduce/<name>.yaml`` with ``overrides``, by
     ``find_capacity`` (``slo`` as ``servesim capacity --slo``). When the probes run out before the
     answer is confirmed (noisy short probes), the highest rate that met, noted in ``UNCONFIRMED``."""
-    s = Search.of(opts, requests)
-    sets = [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
-    co = CapacityOptions(attainment=attainment, probe_requests=s.probe_requests, tol=s.tol, max_probes=s.max_probes)
-    with tempfile.TemporaryDirectory(prefix="servesim-reproduce-") as tmp:
-        res = find_capacity(scenario_path(name), slo, co, Path(tmp), sets, opts.seed,
-                            ExecutorOptions(workers=opts.workers, progress=False))
-    if res.error:
-        UNCONFIRMED.append(f"{name} {overrides}: {res.error}")
+    res = _search(name, slo, overrides, opts, attainment, requests, None)
     return res.capacity_rps, res.capacity_rps / res.num_gpus
 
 
@@ -320,14 +324,17 @@ def ae_goodput(name: str, overrides: dict, gpus: int, opts: Options, target: flo
     base = opts.seed if opts.seed is not None else int(read_yaml(scenario_path(name)).get("seed", 0))
     seeds = seeds_for(base, 3 if opts.quick else 8)
     n = DISTSERVE_AE_REQUESTS_PER_GPU * gpus
-    rates, per_seed = list(DISTSERVE_AE_RATES), []
-    for r in rates:
-        per_seed.append([attainment_at(name, overrides, r * gpus, replace(opts, seed=s), requests=n)[0] for s in seeds])
-    while min(sum(a) / len(a) for a in per_seed) >= target and rates[-1] < 8:
-        rates.append(rates[-1] + 0.5)
-        per_seed.append([attainment_at(name, overrides, rates[-1] * gpus, replace(opts, seed=s), requests=n)[0]
-                         for s in seeds])
+
+    def at(rate: float) -> list:  # each seed's attainment at this per-GPU rate
+        return [attainment_at(name, overrides, rate * gpus, replace(opts, seed=s), requests=n)[0] for s in seeds]
+
+    rates = list(DISTSERVE_AE_RATES)
+    per_seed = [at(r) for r in rates]
     mean = [sum(a) / len(a) for a in per_seed]
+    while min(mean) >= target and rates[-1] < 8:
+        rates.append(rates[-1] + 0.5)
+        per_seed.append(at(rates[-1]))
+        mean.append(sum(per_seed[-1]) / len(seeds))
     seed_x = [crossing(rates, [a[k] for a in per_seed], target) for k in range(len(seeds))]
     return Goodput(crossing(rates, mean, target), tuple(rates), mean, seed_x)
 
@@ -364,9 +371,9 @@ def exp_distserve(opts: Options) -> Experiment:
     colo = ae_goodput("distserve-opt13b", colo_ov, 1, opts)
     pd = ae_goodput("distserve-opt13b", pd_ov, 3, opts)
     gain = pd.per_gpu / colo.per_gpu if pd.per_gpu and colo.per_gpu else None
-    seeds = "3 seeds" if opts.quick else "8 seeds"
     notes = [f"goodput as the AE measures it (per-GPU rates {', '.join(f'{r:g}' for r in DISTSERVE_AE_RATES)} "
-             f"req/s, 100 requests per GPU a run, the 90% crossing; mean attainment over {seeds}): vLLM "
+             f"req/s, {DISTSERVE_AE_REQUESTS_PER_GPU} requests per GPU a run, the 90% crossing; mean attainment over "
+             f"{len(colo.per_seed)} seeds): vLLM "
              f"{colo.text()} req/s ({_spread(colo)}), DistServe {pd.text()} per GPU ({_spread(pd)})",
              f"the attainment curves (per-GPU req/s: share): vLLM {colo.curve()}; DistServe {pd.curve()}; the "
              "artifact's vLLM " + ", ".join(f"{r:g}: {a}%" for r, a in DISTSERVE_AE_VLLM_ATTAINMENT.items())]
@@ -405,10 +412,11 @@ def exp_distserve(opts: Options) -> Experiment:
     ]
     series = [{"label": f"vLLM, servesim (goodput {colo.text()})", "rates": list(colo.rates),
                "attainment": colo.attainment, "goodput": colo.per_gpu},
-              {"label": "vLLM, the artifact's runs (goodput 0.5)", "rates": list(DISTSERVE_AE_VLLM_ATTAINMENT),
+              {"label": f"vLLM, the artifact's runs (goodput {DISTSERVE_AE_VLLM_GOODPUT:g})",
+               "rates": list(DISTSERVE_AE_VLLM_ATTAINMENT),
                "attainment": [a / 100 for a in DISTSERVE_AE_VLLM_ATTAINMENT.values()], "measured": True,
                "goodput": DISTSERVE_AE_VLLM_GOODPUT},
-              {"label": f"DistServe, servesim (goodput {pd.text()}; the artifact: 2.3)",
+              {"label": f"DistServe, servesim (goodput {pd.text()}; the artifact: {DISTSERVE_AE_GOODPUT_PER_GPU:g})",
                "rates": list(pd.rates), "attainment": pd.attainment, "goodput": pd.per_gpu}]
     if slowed is not None:
         g = "never reaches 90%" if slowed.per_gpu is None else f"goodput {slowed.per_gpu:.3g}"
@@ -470,6 +478,12 @@ SARATHI_PUBLISHED = {  # (model, slo) -> (figure, citation, confidence)
 }
 
 
+def _mean_found(capacities: list) -> float:
+    """The mean of the seeds' capacities that were found (none: 0, as a search with no answer)."""
+    found = [c for c in capacities if c]
+    return sum(found) / len(found) if found else 0.0
+
+
 def exp_sarathi(opts: Options) -> Experiment:
     eng = ENGINES["sarathi"]
     figs, notes = [], []
@@ -486,13 +500,12 @@ def exp_sarathi(opts: Options) -> Experiment:
             slo = f"tbt_p99={tbt},queue_p50=2"
             bases = capacity_seeds(name, slo, {**mov, **VLLM_V0_SCHEDULER, **engine_overrides(eng)}, opts, seeds)
             sss = capacity_seeds(name, slo, {**mov, **sarathi_variant(budget), **engine_overrides(eng)}, opts, seeds)
-            # (a search with no answer leaves its seed out; none at all: 0, as one search's floor)
-            base, ss = (sum(bases) / len(bases) if bases else 0.0), (sum(sss) / len(sss) if sss else 0.0)
+            base, ss = _mean_found(bases), _mean_found(sss)
             gain = ss / base if base else math.inf
             pub, cite, conf = SARATHI_PUBLISHED[model, slo_name]
             figs.append(Figure(f"{model}, {slo_name} (P99 TBT {tbt:g} s, budget {budget}): capacity gain", pub, gain,
                                cite, conf, "x", gain > 1, missing))
-            each = [x / b for x, b in zip(sss, bases) if b]
+            each = [x / b for x, b in zip(sss, bases) if x and b]  # (the same seed on both sides)
             spread = (f"; seed by seed {min(each):.2f}-{max(each):.2f}x" if len(each) > 1 else "")
             notes.append(f"{model} {slo_name}: vLLM {base:.3g} req/s, Sarathi-Serve {ss:.3g} req/s (mean of "
                          f"{len(bases)} seed{'s' if len(bases) > 1 else ''}{spread})")
