@@ -224,6 +224,29 @@ def test_plan_options_are_checked(tmp_path):
         _plan(tmp_path, pd_ratios=((0, 1),))
 
 
+@pytest.mark.parametrize("field, value, flag", [
+    ("requests", 0, "--requests must be >= 1"), ("requests", -1, "--requests must be >= 1"),
+    ("requests", 2**63, "--requests must be >= 1 and <= 1e+12"), ("requests", 10, "--requests 10: a run needs"),
+    ("probe_requests", 0, "--probe-requests must be >= 1"), ("tol", math.nan, "--tol"), ("tol", -1.0, "--tol"),
+    ("keep_up", -1.0, "--keep-up"), ("keep_up", math.nan, "--keep-up"), ("max_probes", 0, "--max-probes"),
+    ("attainment", 2.0, "--attainment")])
+def test_bad_search_options_fail_before_any_run(tmp_path, field, value, flag):
+    """plan took --requests 0 or -1, --tol NaN, --keep-up -1 and --max-probes 0 as given: every
+    configuration's runs then failed (or the rule was off), and the plan said that no
+    configuration serves the rate, exit 0. They are checked as capacity checks them."""
+    with pytest.raises(InputError, match=flag.replace("+", r"\+")):
+        _plan(tmp_path, **{field: value})
+    assert not (tmp_path / "plan" / "results.csv").exists()
+
+
+def test_a_request_count_no_run_can_hold_is_refused_once(tmp_path):
+    """999,999,999 requests a run: refused by the memory check before any configuration runs
+    (each was refused on its own before, then the answer read 'no configuration serves')."""
+    with pytest.raises(InputError, match=r"plan: a run of 999,999,999 requests .*GiB of memory"):
+        _plan(tmp_path, requests=999_999_999)
+    assert not (tmp_path / "plan" / "results.csv").exists()
+
+
 # ---------------------------------------------------------------- the command
 def test_plan_command_prints_the_table_answer_and_failure(tmp_path, capsys):
     from servesim.cli.main import main

@@ -182,6 +182,27 @@ def test_bad_seed_options_exit_2(tmp_path, capsys):
     assert "--seeds must be >= 1" in err and "--max-seeds" in err and "--ci-target" in err
 
 
+def test_seed_counts_past_the_bound_exit_2_before_running(tmp_path, capsys):
+    """A count of seeds is bounded (MAX_SEEDS): 999,999,999 seeds used to be listed in memory and
+    the process was killed for it; now every command that takes one says so, exit 2, at once."""
+    from servesim.studies.replicates import MAX_SEEDS
+
+    sc = scenario_file(tmp_path)
+    big = str(MAX_SEEDS + 1)
+    calls = [["run", sc, "--seeds", "999999999", "--out", str(tmp_path / "o")],
+             ["capacity", sc, "--slo", "ttft_p99=1", "--seeds", big],
+             ["capacity", sc, "--slo", "ttft_p99=1", "--max-seeds", str(2**63)],
+             ["sweep", sc, "--grid", "seed=1,2", "--seeds", big, "--out", str(tmp_path / "s")],
+             ["compare", sc, "--seeds", big, "--out", str(tmp_path / "c"), "--quiet"],
+             ["plan", sc, "--rate", "1", "--slo", "ttft_p99=1", "--seeds", big, "--out", str(tmp_path / "p"),
+              "--quiet"]]
+    for argv in calls:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err and f"must be <= {MAX_SEEDS:,}" in err[-1], (argv, err)
+    assert main(["run", sc, "--seeds", "1", "--out", str(tmp_path / "one"), "--quiet"]) == 0  # (the bound alone)
+
+
 def test_seeds_after_the_largest_start_again_at_zero():
     """Every seed a run lists can be given back as --seed (0 .. 2**63 - 1): past the largest the
     seeds go on from 0."""

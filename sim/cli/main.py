@@ -277,8 +277,9 @@ def cmd_run(args) -> int:
     tracing = getattr(args, "decision_trace", None)
     if tracing:
         _writable_file(tracing, "--decision-trace")
-    if args.seeds < 1:
-        raise InputError(f"--seeds must be >= 1, got {args.seeds}")
+    from servesim.studies.replicates import check_seed_count
+
+    check_seed_count(args.seeds)
     update, close = _progress_bar(args.quiet)
     try:
         with _naming(args.scenario):

@@ -53,6 +53,8 @@ def cmd_plan(args) -> int:
     from servesim.outputs import plandoc as D
     from servesim.studies.plan import PlanOptions, run_plan
 
+    if args.top < 0:
+        raise InputError(f"--top must be >= 0 (rows of the ranked table printed), got {args.top}")
     opts = PlanOptions(
         rate_rps=args.rate, slo=args.slo, attainment=args.attainment,
         gpus=tuple(g.strip() for g in (args.gpus or "").split(",") if g.strip()),

@@ -67,7 +67,7 @@ from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, num_gpus
-from servesim.studies.replicates import seeds_for
+from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_results
 
@@ -294,14 +294,37 @@ def _name(scenario, base: dict) -> str:
     return base.get("name", "scenario") if isinstance(scenario, dict) else str(scenario)
 
 
+def check_search_options(attainment, tol: float, keep_up: float, max_probes: int) -> None:
+    """The options of a capacity search (``capacity``, and ``plan``'s) that need no scenario:
+    ``InputError``s naming the flag. (Comparisons written so that NaN fails them.)"""
+    if attainment is not None and not 0 < attainment <= 1:
+        raise InputError(f"--attainment must be in (0, 1], got {attainment}")
+    if not 0 < tol < 0.1:
+        raise InputError(f"--tol must be in (0, 0.1) so the 10%-above check is outside the bracket, got {tol}")
+    if not 0 <= keep_up <= 1:
+        raise InputError(f"--keep-up must be a share in [0, 1] (0: off), got {keep_up}")
+    if max_probes < 2:
+        raise InputError(f"--max-probes must be >= 2 (a rate that meets and one that fails), got {max_probes}")
+
+
+def check_run_requests(n: int, keep_up: float, flag: str = "--probe-requests") -> None:
+    """Requests in a probe or a verifying run (``flag``): at least 1, at most a scenario's
+    ``workload.num_requests`` allows, and enough to tell whether a run keeps up when that rule
+    is on."""
+    from servesim.inputs.scenario import MAX_REQUESTS
+
+    if not 1 <= n <= MAX_REQUESTS:
+        raise InputError(f"{flag} must be >= 1 and <= {MAX_REQUESTS:g}, got {n}")
+    if keep_up and n < MIN_KEEP_UP_REQUESTS:
+        raise InputError(f"{flag} {n}: a run needs at least {MIN_KEEP_UP_REQUESTS} requests to tell "
+                         "whether it keeps up with its rate (or turn the rule off with --keep-up 0)")
+
+
 def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(), overrides=(),
                    seed: int | None = None) -> SearchPlan:
     """Check the options against the scenario file; bad ones are ``InputError``s naming the flag."""
     slo = parse_slo(slo_text)
-    if opts.attainment is not None and not 0 < opts.attainment <= 1:
-        raise InputError(f"--attainment must be in (0, 1], got {opts.attainment}")
-    if not 0 < opts.tol < 0.1:  # (NaN too)
-        raise InputError(f"--tol must be in (0, 0.1) so the 10%-above check is outside the bracket, got {opts.tol}")
+    check_search_options(opts.attainment, opts.tol, opts.keep_up, opts.max_probes)
     base, _ = load_base(scenario, overrides, seed)
     from servesim.inputs.scenario import scenario_from_dict
 
@@ -315,15 +338,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
         raise InputError(f"servesim capacity searches workload.arrival.rate_rps; the {arrival.process!r} arrival "
                          "process has none (use an open-loop process with a rate, e.g. poisson, gamma, sinusoidal)")
     n = opts.probe_requests if opts.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
-    if n < 1:
-        raise InputError(f"--probe-requests must be >= 1, got {n}")
-    if opts.keep_up and n < MIN_KEEP_UP_REQUESTS:
-        raise InputError(f"--probe-requests {n}: a probe needs at least {MIN_KEEP_UP_REQUESTS} requests to tell "
-                         "whether it keeps up with its rate (or turn the rule off with --keep-up 0)")
-    if not 0 <= opts.keep_up <= 1:
-        raise InputError(f"--keep-up must be a share in [0, 1] (0: off), got {opts.keep_up}")
-    if opts.max_probes < 2:
-        raise InputError(f"--max-probes must be >= 2 (a rate that meets and one that fails), got {opts.max_probes}")
+    check_run_requests(n, opts.keep_up)
     duration = opts.probe_duration_s
     if duration is not None and not 0 < duration <= MAX_SECONDS:
         raise InputError(f"--probe-duration must be > 0 and <= {MAX_SECONDS:g} seconds, got {duration}")
@@ -427,10 +442,9 @@ class SeedOptions:
     target: float = 0.05
 
     def __post_init__(self):
-        if self.seeds is not None and self.seeds < 1:
-            raise InputError(f"--seeds must be >= 1, got {self.seeds}")
-        if self.max_seeds < 2:
-            raise InputError(f"--max-seeds must be >= 2 (an interval needs two seeds), got {self.max_seeds}")
+        if self.seeds is not None:
+            check_seed_count(self.seeds)
+        check_seed_count(self.max_seeds, "--max-seeds", 2, " (an interval needs two seeds)")
         if not 0 < self.target < 1:
             raise InputError(f"--ci-target must be a share in (0, 1), got {self.target}")
 

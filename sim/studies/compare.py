@@ -18,6 +18,7 @@ from servesim.inputs.overrides import parse_override
 from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points
+from servesim.studies.replicates import check_seed_count
 from servesim.studies.sweep import RESULTS, execute_seeds, read_results, write_meta
 
 RATE_KEY = "workload.arrival.rate_rps"
@@ -150,8 +151,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
     """The points of comparing ``policies`` (``a,b,...``) and ``variants`` ([label, key=value,
     ...] lists) on the scenario file, at each of ``rates`` (``r1,r2,...``) when given, each on
     ``seeds`` seeds."""
-    if seeds < 1:
-        raise InputError(f"--seeds must be >= 1, got {seeds}")
+    check_seed_count(seeds)
     configs = configurations(policies, variants)
     rate_list = parse_rates(rates)
     base, _ = load_base(scenario, overrides, seed)

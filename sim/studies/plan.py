@@ -42,12 +42,13 @@ from servesim.inputs.overrides import with_values
 from servesim.outputs.metrics import KEEP_UP, PER_REQUEST, parse_slo
 from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_text
 from servesim.outputs.rundir import read_summary
-from servesim.studies.capacity import RATE_KEY, CapacityOptions, evaluate
+from servesim.studies.capacity import (RATE_KEY, CapacityOptions, check_run_requests, check_search_options,
+                                      evaluate)
 from servesim.studies.executors import ExecutorOptions, study_session
 from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
 from servesim.studies.points import load_base, make_points
-from servesim.studies.replicates import seeds_for
+from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.sweep import RUNS, execute, write_meta, write_results
 
 RUN_S = 300.0  # seconds of arrivals at R in every run at R (unless --requests): tails need many requests
@@ -396,12 +397,13 @@ def check_options(opts: PlanOptions) -> None:
         raise InputError(f"--rate must be > 0 req/s, got {opts.rate_rps}")
     if opts.objective not in OBJECTIVES:
         raise InputError(f"--objective {opts.objective!r}: valid: {', '.join(OBJECTIVES)}")
-    if opts.seeds < 1:
-        raise InputError(f"--seeds must be >= 1, got {opts.seeds}")
+    check_seed_count(opts.seeds)
+    check_search_options(opts.attainment, opts.tol, opts.keep_up, opts.max_probes)
+    for flag, n in (("--probe-requests", opts.probe_requests), ("--requests", opts.requests)):
+        if n is not None:
+            check_run_requests(n, opts.keep_up, flag)
     if opts.max_gpus < 1:
         raise InputError(f"--max-gpus must be >= 1, got {opts.max_gpus}")
-    if opts.attainment is not None and not 0 < opts.attainment <= 1:
-        raise InputError(f"--attainment must be in (0, 1], got {opts.attainment}")
     for name, vals in (("--tp", opts.tps), ("--pp", opts.pps), ("--chunks", opts.chunks)):
         if not vals or any(int(v) != v or v < 1 for v in vals):
             raise InputError(f"{name}: expected positive integers, got {list(vals)}")
@@ -413,6 +415,22 @@ def check_options(opts: PlanOptions) -> None:
             raise InputError(f"--pd-ratios: expected P:D pairs of positive integers, got {r}")
     if opts.verify_top < 0:
         raise InputError(f"--verify-top must be >= 0, got {opts.verify_top}")
+
+
+def _check_memory(base: dict, rate_rps: float, requests: int) -> None:
+    """Refuse, once and before anything runs, a request count that one unit's run cannot hold in
+    this machine's memory (``servesim.resources``): otherwise every configuration's runs are
+    refused one by one and the plan would read as if nothing served the rate."""
+    from servesim import resources
+    from servesim.inputs.scenario import scenario_from_dict
+    from servesim.inputs.workload import mean_output_tokens
+    from servesim.simulation import prepare
+
+    sc = scenario_from_dict(with_values(base, {RATE_KEY: rate_rps, "workload.num_requests": requests,
+                                               "workload.duration_s": None}, "plan"))
+    setup = prepare(sc)
+    resources.check(setup, float(requests), mean_output_tokens(sc.workload, setup.cost_model.model.max_context_tokens),
+                    f"plan: a run of {requests:,} requests (--requests, --probe-requests)")
 
 
 def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: int | None = None,
@@ -467,6 +485,8 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         c.lower_bound = per * c.min_units if per is not None and c.status == "ok" else None
         pl.candidates.append(c)
     todo = sorted((c for c in pl.candidates if c.status == "ok"), key=lambda c: (c.lower_bound, c.key))
+    if todo:  # (with none to run, a rate no unit can reach is answered without running anything)
+        _check_memory(base, opts.rate_rps, max(n, n_rate))
     total = len(todo) + opts.verify_top + 1
     step = 0
 

@@ -27,6 +27,7 @@ import copy
 import math
 
 from servesim.outputs.intervals import CI_SUFFIX, SEED_KEY, t_interval
+from servesim.errors import InputError
 from servesim.studies.points import Point, scenario_hash
 
 SEEDS = "seeds.csv"
@@ -34,6 +35,17 @@ NOT_AVERAGED = ("num_gpus",)  # the same for every seed of a point
 
 
 SEED_LIMIT = 2**63  # scenario seeds are 0 .. 2**63 - 1 (``Scenario.seed``)
+# the most seeds a study runs: each is another full run (and a list of them is held), so a count past
+# this is a typo, not a plan (10,000 runs of a one-second scenario are close to three hours)
+MAX_SEEDS = 10_000
+
+
+def check_seed_count(n: int, flag: str = "--seeds", least: int = 1, why: str = "") -> None:
+    """An ``InputError`` naming ``flag`` unless ``least <= n <= MAX_SEEDS``."""
+    if n < least:
+        raise InputError(f"{flag} must be >= {least}{why}, got {n}")
+    if n > MAX_SEEDS:
+        raise InputError(f"{flag} must be <= {MAX_SEEDS:,} (each seed is another full run), got {n:,}")
 
 
 def seeds_for(base_seed: int | None, n: int) -> list[int]:

@@ -29,7 +29,7 @@ from servesim.studies.lock import folder_lock
 from servesim.outputs.metrics import RESULT_METRICS
 from servesim.studies.points import STATS as _STATS
 from servesim.studies.points import Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid
-from servesim.studies.replicates import SEEDS, aggregate_row, interval_columns, replicate
+from servesim.studies.replicates import SEEDS, aggregate_row, check_seed_count, interval_columns, replicate
 
 RUNS = "runs"
 RESULTS = "results.csv"
@@ -147,8 +147,7 @@ def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds
     """``execute`` with each point run on ``seeds`` seeds (``replicates``): seeds.csv gets a row
     per run, results.csv a row per point with the mean and ``_ci95`` of each figure. One seed:
     exactly ``execute``. Returns (ran, skipped) counted in runs."""
-    if seeds < 1:
-        raise InputError(f"--seeds must be >= 1, got {seeds}")
+    check_seed_count(seeds)
     if seeds == 1:
         return execute(points, out_dir, ex.executor, ex.workers, ex.address, ex.progress, desc,
                        outputs=ex.outputs)
