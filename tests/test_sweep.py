@@ -96,6 +96,23 @@ def test_failing_point_is_recorded_and_the_rest_go_on(tmp_path):
     assert rows[(1, 0)]["dir"] is None
 
 
+@pytest.mark.parametrize("seeds", ["1", "2"])
+def test_a_sweep_whose_every_point_is_refused_exits_2(tmp_path, capsys, seeds):
+    """Every point refused by its own run's checks (here: more requests than the machine's memory
+    holds) used to print a table of errors and exit 0. It is an input error, as when every point
+    is invalid before running; results.csv keeps each point's reason. One point that runs is
+    enough for the sweep to answer (test_failing_point_is_recorded_and_the_rest_go_on)."""
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "sw"
+    assert main(["sweep", sc, "--grid", "workload.arrival.rate_rps=1,2", "--set", "workload.num_requests=999999999",
+                 "--seeds", seeds, "--out", str(out), "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("servesim: error: every sweep point was refused; the first: workload: the run needs")
+    assert "GiB of memory" in err[-1] and ("results.csv" if seeds == "1" else "seeds.csv") in err[-1]
+    rows = read_results(out / "results.csv")
+    assert len(rows) == 2 and all(r["status"] == "error" for r in rows)
+
+
 def test_sweep_block_in_the_yaml(tmp_path):
     sc = scenario_file(tmp_path, sweep={"grid": {"workload.arrival.rate_rps": [1, 4], "seed": [0, 1]}})
     out = tmp_path / "sw"

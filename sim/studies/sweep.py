@@ -149,17 +149,31 @@ def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds
     exactly ``execute``. Returns (ran, skipped) counted in runs."""
     check_seed_count(seeds)
     if seeds == 1:
-        return execute(points, out_dir, ex.executor, ex.workers, ex.address, ex.progress, desc,
-                       outputs=ex.outputs)
+        ran, skipped = execute(points, out_dir, ex.executor, ex.workers, ex.address, ex.progress, desc,
+                               outputs=ex.outputs)
+        _refuse_if_all_refused(points, desc, out_dir / RESULTS)
+        return ran, skipped
     groups = replicate(points, seeds)
-    ran, skipped = execute([q for g in groups for q in g], out_dir, ex.executor, ex.workers, ex.address,
-                           ex.progress, f"{desc} x {seeds} seeds", results=SEEDS, outputs=ex.outputs)
+    runs = [q for g in groups for q in g]
+    ran, skipped = execute(runs, out_dir, ex.executor, ex.workers, ex.address, ex.progress,
+                           f"{desc} x {seeds} seeds", results=SEEDS, outputs=ex.outputs)
     for p, g in zip(points, groups):
         p.row = aggregate_row([q.row for q in g], METRIC_COLUMNS)
         if any((q.row or {}).get("failed") == "run" for q in g):  # (a seed's run failed: exit status 3)
             p.row["failed"] = "run"
     write_results(out_dir, points)
+    _refuse_if_all_refused(runs, desc, out_dir / SEEDS)
     return ran, skipped
+
+
+def _refuse_if_all_refused(runs: list[Point], desc: str, where: Path) -> None:
+    """An ``InputError`` when every run was refused by its own checks (the memory it needs, a model
+    that does not fit its GPUs): the study has nothing to show, as when every point is invalid
+    before running (``make_points``), so it is an input error, not a table of errors with exit 0.
+    The results file stays, with each run's reason."""
+    rows = [q.row for q in runs]
+    if rows and all(r is not None and r.get("status") == "error" and r.get("failed") == "input" for r in rows):
+        raise InputError(f"every {desc} point was refused; the first: {rows[0].get('error')} (each reason in {where})")
 
 
 # ---------------------------------------------------------------- results.csv
