@@ -237,6 +237,9 @@ def test_cost_table_and_bad_gpu(capsys):
     (["--model", "meta-llama/Llama-2-7b-hf", "--prefill", "4000", "--context", "100"], "4100 tokens exceeds"),
     (["--model", "Qwen/Qwen2.5-7B-Instruct", "--tp", "7", "--prefill", "8"], "4 KV heads"),  # 28 heads, 4 KV
     (["--model", "internlm/internlm-20b", "--tp", "5", "--prefill", "8"], "MLP width 13824"),
+    # found by an adversarial pass over the flags: ignored with exit 0
+    (["--model", "meta-llama/Llama-2-7b-hf", "--decode-batch", "8", "--device", "a100"], "give --profiles DIR too"),
+    (["--model", "meta-llama/Llama-2-7b-hf", "--decode-batch", "8", "--profiles", ""], "--profiles: an empty path"),
 ])
 def test_cost_refuses_what_the_model_cannot_run(capsys, args, message):
     assert main(["cost", "--gpu", "h100-sxm", *args]) == 2
@@ -300,3 +303,10 @@ def test_version_is_the_package_version(capsys):
         main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"servesim {servesim.__version__}" == f"servesim {version('servesim')}"
+
+
+@pytest.mark.parametrize("only", ["", ","])
+def test_lessons_only_with_no_name_is_an_error(tmp_path, capsys, only):
+    """``lessons --only ''`` named no lesson and ran all of them (exit 0)."""
+    assert main(["lessons", "--only", only, "--out", str(tmp_path / "l")]) == 2
+    assert "--only: unknown lesson ''; valid: " in capsys.readouterr().err

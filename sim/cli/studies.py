@@ -261,8 +261,8 @@ def cmd_lessons(args) -> int:
     for item in args.only or []:
         names += [n.strip() for n in item.split(",") if n.strip()]
     bad = [n for n in names if n not in LESSONS]
-    if bad:
-        raise InputError(f"--only: unknown lesson {bad[0]!r}; valid: {', '.join(LESSONS)}")
+    if bad or (args.only is not None and not names):  # (an empty --only named none: not "all of them")
+        raise InputError(f"--only: unknown lesson {bad[0] if bad else ''!r}; valid: {', '.join(LESSONS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)  # a folder we cannot write fails now, not after the runs
 
