@@ -97,6 +97,25 @@ def test_report_on_a_damaged_run_folder_names_the_file(tmp_path, capsys, name, b
     assert name in err and message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("key,value,message", [
+    ("completed", "x", "completed is 'x', where servesim writes a count"),
+    ("preemptions", -1, "a count (an integer >= 0)"), ("rejected", True, "a count"),
+    ("throughput_rps", "fast", "a number (or null)"), ("ttft_s", [1, 2], "a mapping (or null)"),
+    ("scenario", 7, "a name"),
+])
+def test_an_edited_summary_is_named_not_shown(tmp_path, capsys, key, value, message):
+    """A summary.json edited to hold a string where a count belongs was shown as it was (the
+    report's table read completed = x, exit 0): its keys' types are checked when it is read."""
+    out = tmp_path / "run"
+    simulate(make_scenario(**{"workload.num_requests": 10})).write(out)
+    summary = json.loads((out / "summary.json").read_text())
+    summary[key] = value
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "summary.json" in err and message in err and "Traceback" not in err
+
+
 def test_report_on_a_damaged_sweep_folder_names_the_file(tmp_path, capsys):
     out = tmp_path / "sw"
     base = copy.deepcopy(BASE)

@@ -136,7 +136,28 @@ def read_summary(run_dir: str | Path) -> dict:
     lacks = [k for k in SUMMARY_KEYS if k not in summary]
     if lacks:
         raise InputError(f"{p}: no {', '.join(lacks)}: not a summary servesim wrote")
+    # (the keys' types: an edited summary would otherwise be shown as it is, e.g. completed = "x"
+    # in a report's table; the files it lists are checked by ``verify_run``)
+    for k in SUMMARY_KEYS:
+        v = summary[k]
+        if k in _COUNT_KEYS:
+            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            want = "a count (an integer >= 0)"
+        elif k in _FIGURE_KEYS:
+            ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+            want = "a number (or null)"
+        elif k == "scenario":
+            ok, want = isinstance(v, str), "a name"
+        else:
+            ok, want = v is None or isinstance(v, dict), "a mapping (or null)"
+        if not ok:
+            raise InputError(f"{p}: {k} is {shown(v)}, where servesim writes {want}; the run folder is damaged "
+                             "(edited): run it again")
     return summary
+
+
+_COUNT_KEYS = ("num_requests", "completed", "rejected", "unfinished", "preemptions")
+_FIGURE_KEYS = ("sim_time_s", "throughput_rps", "output_tokens_per_s", "slo_attainment", "goodput_rps")
 
 
 def verify_run(run_dir: str | Path, summary: dict | None = None) -> None:
