@@ -143,6 +143,10 @@ def test_without_send_times_the_stated_rate_is_replayed(tmp_path, rate, burst, m
     (lambda d: d["ttfts"].__setitem__(0, "fast"), r"ttfts\[0\] must be a finite number"),
     (lambda d: d.update(request_rate=-1), r"request_rate must be a number in \[1e-06, 1e\+09\]"),
     (lambda d: d.update(input_lens=[1e12] + d["input_lens"][1:]), r"input_lens\[0\] must be at most 2147483647"),
+    # found by an adversarial pass: a TTFT of 1e300 s overflowed the Q-Q plot's axes (a traceback);
+    # a prompt of 0 tokens was reported as line 4 of the replay file servesim writes
+    (lambda d: d["ttfts"].__setitem__(0, 1e300), r"ttfts\[0\] must be at most 1e\+12 s"),
+    (lambda d: d["input_lens"].__setitem__(2, 0), r"input_lens\[2\] must be at least 1 token, got 0"),
 ])
 def test_malformed_results_are_input_errors(tmp_path, edit, match):
     raw = json.loads(DETAILED.read_text())
@@ -290,6 +294,13 @@ def test_a_table_that_names_prompts_replays_their_prefix_cache_hits(tmp_path, ca
     assert main(["validate-run", str(table), str(sc_path), "--out", str(tmp_path / "x"), "--quiet"]) == 0
     first = json.loads((tmp_path / "x" / "replay.jsonl").read_text().splitlines()[0])
     assert first["input_length"] == 2_000_000_000 and len(first["hash_ids"]) == 4096 // 16
+    # ... and says so: a request the benchmark served but the model could not hold means the scenario's
+    # model is not the one measured (stdout, report.md, validation.json)
+    out = capsys.readouterr().out
+    assert "warning: 1 of 2 replayed requests need more than meta-llama/Llama-2-7b-hf's context of 4,096" in out
+    assert "**Warning:** 1 of 2 replayed" in (tmp_path / "x" / "report.md").read_text()
+    assert "clipped to it" in json.loads((tmp_path / "x" / "validation.json").read_text())["warnings"][0]
+    assert json.loads((tmp_path / "w" / "validation.json").read_text())["warnings"] == []
 
 
 @pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "data" / "vllm-h100").is_dir(),

@@ -24,6 +24,8 @@ def cmd_validate_run(args) -> int:
           f"{args.result} ({q['failed']} failed there); arrivals: {r['arrivals']}")
     if r["columns"]:
         print("columns: " + ", ".join(f"{k} = {v}" for k, v in r["columns"].items()))
+    for w in r.get("warnings") or ():
+        print(f"warning: {w}")
     print(f"\n{'metric':<8}{'':>10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms; error = sim / measured - 1)")
     for k, name in METRICS.items():
         m = r["metrics"][k]

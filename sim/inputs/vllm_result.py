@@ -21,6 +21,7 @@ import numpy as np
 from servesim.errors import InputError, shown
 from servesim.inputs.files import loads_json, read_utf8
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_TOKENS, MIN_RATE_RPS
+from servesim.inputs.traces import MAX_TIME_S
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts")
 
@@ -50,7 +51,9 @@ class BenchResult:
         return len(self.input_tokens)
 
 
-def _numbers(raw, key: str, path: str, n: int | None) -> np.ndarray:
+def _numbers(raw, key: str, path: str, n: int | None, most: float = math.inf) -> np.ndarray:
+    """One number >= 0 per request (at most ``most``: times are bounded as a trace's are, beyond
+    which a value is a unit mix-up and its arithmetic overflows)."""
     if not isinstance(raw, list):
         raise InputError(f"{path}: {key} must be a list with one value per request, got {type(raw).__name__}")
     if n is not None and len(raw) != n:
@@ -58,6 +61,9 @@ def _numbers(raw, key: str, path: str, n: int | None) -> np.ndarray:
     for i, v in enumerate(raw):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise InputError(f"{path}: {key}[{i}] must be a finite number >= 0, got {shown(v)}")
+        if v > most:
+            raise InputError(f"{path}: {key}[{i}] must be at most {most:g} s (the benchmark stores seconds), got "
+                             f"{shown(v)}")
     return np.array(raw, dtype=np.float64)
 
 
@@ -83,7 +89,7 @@ def read_vllm_result(path: str) -> BenchResult:
     if n == 0:
         raise InputError(f"{path}: input_lens is empty: the benchmark recorded no requests")
     outs = _numbers(obj["output_lens"], "output_lens", path, n)
-    ttft = _numbers(obj["ttfts"], "ttfts", path, n)
+    ttft = _numbers(obj["ttfts"], "ttfts", path, n, MAX_TIME_S)
     for key, arr in (("input_lens", ins), ("output_lens", outs)):
         bad = np.flatnonzero(arr != np.rint(arr))
         if len(bad):
@@ -91,15 +97,18 @@ def read_vllm_result(path: str) -> BenchResult:
         big = np.flatnonzero(arr > MAX_TOKENS)  # (the replay's limit for any length)
         if len(big):
             raise InputError(f"{path}: {key}[{big[0]}] must be at most {MAX_TOKENS} tokens, got {arr[big[0]]:.0f}")
+    empty = np.flatnonzero(ins < 1)  # (every prompt has a token; a replay cannot send none)
+    if len(empty):
+        raise InputError(f"{path}: input_lens[{empty[0]}] must be at least 1 token, got {ins[empty[0]]:.0f}")
     raw_itls = obj.get("itls")
     if raw_itls is None:
         itls = [np.zeros(0) for _ in range(n)]
     else:
         if not isinstance(raw_itls, list) or len(raw_itls) != n:
             raise InputError(f"{path}: itls must be a list with one list of gaps per request ({n})")
-        itls = [_numbers(g, f"itls[{i}]", path, None) for i, g in enumerate(raw_itls)]
+        itls = [_numbers(g, f"itls[{i}]", path, None, MAX_TIME_S) for i, g in enumerate(raw_itls)]
     if "latencies" in obj:
-        e2e = _numbers(obj["latencies"], "latencies", path, n)
+        e2e = _numbers(obj["latencies"], "latencies", path, n, MAX_TIME_S)
     elif raw_itls is not None:
         e2e = ttft + np.array([g.sum() for g in itls])
     else:
@@ -110,7 +119,7 @@ def read_vllm_result(path: str) -> BenchResult:
         ok &= np.array([not e for e in errors])
     sent = None
     if isinstance(obj.get("start_times"), list):
-        st = _numbers(obj["start_times"], "start_times", path, n)
+        st = _numbers(obj["start_times"], "start_times", path, n, MAX_TIME_S)
         sent = st - st[ok].min() if ok.any() else st - st.min()
     mc = obj.get("max_concurrency")
     if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):

@@ -227,6 +227,7 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
         "columns": res.columns,
         "replay": Path(work["trace"]["path"]).name,  # replay.csv, or replay.jsonl with the prompts' blocks
     }
+    report["warnings"] = replay_warnings(res, order, sc)
     (out / "validation.json").write_text(json.dumps(report, indent=2) + "\n")
     title = (f"{_source(report)} vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
              f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests")
@@ -235,6 +236,24 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     figures = _figures(data, title, out)
     (out / "report.md").write_text(report_md(report, figures))
     return report
+
+
+def replay_warnings(res: BenchResult, order: np.ndarray, sc: Scenario) -> list:
+    """What makes the comparison unsound, said loudly (stdout, report.md, validation.json):
+    requests that succeeded in the benchmark but need more than the simulated model's context
+    (the engine refuses those, so the benchmark did not serve this model, or served a longer
+    max_model_len): the replay clips them to the context (``workload.clip_to_context``) or
+    rejects them, and their simulated latencies are not the measured requests'."""
+    ctx = get_model(sc.model).max_context_tokens
+    need = res.input_tokens[order] + res.output_tokens[order]
+    over = int((need > ctx).sum())
+    if not over:
+        return []
+    fate = ("clipped to it in the simulation (workload.clip_to_context), so their simulated latencies are not "
+            "those of the requests measured" if sc.workload.clip_to_context else "rejected by the simulation")
+    return [f"{over} of {len(order)} replayed requests need more than {sc.model}'s context of {ctx:,} tokens "
+            f"(prompt + output, up to {int(need.max()):,}): {fate}; the benchmark served them, so it did not run "
+            "this model as the scenario describes it: check the scenario's model"]
 
 
 def _figures(data: dict, title: str, out: Path) -> list:
@@ -292,6 +311,8 @@ def report_md(r: dict, figures: list) -> str:
                 "The file carries no prompt text, so servesim cannot see which requests share a prefix: a "
                 "benchmark of shared prompts hits vLLM's prefix cache where the replay does not (its hit rate "
                 "above; a table can name them in a prompt_id column)."), ""]
+    for w in r.get("warnings") or ():
+        lines += [f"**Warning:** {w}.", ""]
     if r["result_model_id"] and str(r["result_model_id"]).split("/")[-1].lower() not in r["model"].lower():
         lines += [f"**Note:** the benchmark ran `{r['result_model_id']}`, the scenario simulates `{r['model']}`.", ""]
     for k, name in METRICS.items():
