@@ -51,7 +51,7 @@ def _prices(items) -> tuple:
 
 def cmd_plan(args) -> int:
     from servesim.outputs import plandoc as D
-    from servesim.studies.plan import PlanOptions, run_plan
+    from servesim.studies.plan import PlanOptions, check_options, run_plan
 
     if args.top < 0:
         raise InputError(f"--top must be >= 0 (rows of the ranked table printed), got {args.top}")
@@ -64,6 +64,7 @@ def cmd_plan(args) -> int:
         max_gpus=args.max_gpus, objective=args.objective, seeds=args.seeds, prices=_prices(args.price),
         probe_requests=args.probe_requests, requests=args.requests, tol=args.tol, keep_up=args.keep_up,
         max_probes=args.max_probes, verify_top=args.verify_top, exhaustive=args.exhaustive)
+    check_options(opts)  # (before the progress bar: a bad option is the one line on stderr)
     ex = _executor(args)
     out = Path(args.out)
     bar = None
