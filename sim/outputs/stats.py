@@ -100,14 +100,21 @@ def exact_sum(x) -> float:
 def _exact_products(v, c):
     """v * c as floats whose sum is exactly the products' (each product's rounded value and its
     rounding error: Dekker's two-product with Veltkamp's split, exact barring overflow and
-    underflow), yielded a chunk at a time; the counts ``c`` are integers below 2**53."""
+    underflow), an iterator over them made a chunk at a time; the counts ``c`` are integers below
+    2**53. (Chunks chained in C: a generator yielding each value cost as much as fsum itself.)"""
+    return itertools.chain.from_iterable(_product_chunks(v, c))
+
+
+def _product_chunks(v, c):
+    """``_exact_products``' values, one list per chunk: the products, then (unless every count of
+    the chunk is 1) their rounding errors."""
     v = np.asarray(v, dtype=np.float64)
     c = np.asarray(c, dtype=np.float64)
     split = 134217729.0  # 2**27 + 1
     for i in range(0, len(v), _SUM_CHUNK):
         vi, ci = v[i:i + _SUM_CHUNK], c[i:i + _SUM_CHUNK]
         p = vi * ci
-        yield from p.tolist()
+        yield p.tolist()
         if (ci == 1).all():
             continue
         t = split * vi
@@ -116,7 +123,7 @@ def _exact_products(v, c):
         t = split * ci
         ch = t - (t - ci)
         cl = ci - ch
-        yield from (((vh * ch - p) + vh * cl + vl * ch) + vl * cl).tolist()
+        yield (((vh * ch - p) + vh * cl + vl * ch) + vl * cl).tolist()
 
 
 def dist_stats(x) -> dict:
