@@ -111,6 +111,9 @@ def test_a_sweep_whose_every_point_is_refused_exits_2(tmp_path, capsys, seeds):
     assert "GiB of memory" in err[-1] and ("results.csv" if seeds == "1" else "seeds.csv") in err[-1]
     rows = read_results(out / "results.csv")
     assert len(rows) == 2 and all(r["status"] == "error" for r in rows)
+    # the same when some points are invalid before running and the others refused while running
+    assert main(["sweep", sc, "--grid", "policy.max_num_seqs=0,8", "--set", "workload.num_requests=999999999",
+                 "--seeds", seeds, "--out", str(tmp_path / "mixed"), "--workers", "1", "--quiet"]) == 2
 
 
 def test_sweep_block_in_the_yaml(tmp_path):

@@ -172,7 +172,9 @@ def _refuse_if_all_refused(runs: list[Point], desc: str, where: Path) -> None:
     before running (``make_points``), so it is an input error, not a table of errors with exit 0.
     The results file stays, with each run's reason."""
     rows = [q.row for q in runs]
-    if rows and all(r is not None and r.get("status") == "error" and r.get("failed") == "input" for r in rows):
+    # (a point invalid before running has no ``failed``: it is refused as an input too)
+    if rows and all(r is not None and r.get("status") == "error" and r.get("failed", "input") == "input"
+                    for r in rows):
         raise InputError(f"every {desc} point was refused; the first: {rows[0].get('error')} (each reason in {where})")
 
 
