@@ -59,7 +59,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
-from servesim.inputs.scenario import MAX_RATE_RPS, MAX_SECONDS, MIN_RATE_RPS
+from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
 from servesim.outputs.metrics import KEEP_UP, keep_up_ratio
@@ -311,8 +311,6 @@ def check_run_requests(n: int, keep_up: float, flag: str = "--probe-requests") -
     """Requests in a probe or a verifying run (``flag``): at least 1, at most a scenario's
     ``workload.num_requests`` allows, and enough to tell whether a run keeps up when that rule
     is on."""
-    from servesim.inputs.scenario import MAX_REQUESTS
-
     if not 1 <= n <= MAX_REQUESTS:
         raise InputError(f"{flag} must be >= 1 and <= {MAX_REQUESTS:g}, got {n}")
     if keep_up and n < MIN_KEEP_UP_REQUESTS:
