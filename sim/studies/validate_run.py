@@ -195,8 +195,8 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     out = Path(out_dir)
     res = read_result(result_path, columns, time_unit)
     sc = load_scenario(scenario_path, list(overrides), seed)
-    work, how, order = replay_workload(res, out / "replay.csv", sc.memory.block_size,
-                                       get_model(sc.model).max_context_tokens)
+    ctx = get_model(sc.model).max_context_tokens
+    work, how, order = replay_workload(res, out / "replay.csv", sc.memory.block_size, ctx)
     replay = replay_scenario(sc, work)
     (out / "scenario.yaml").write_text(scenario_to_yaml(replay))
     results = simulate(replay, progress=progress)
@@ -227,7 +227,7 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
         "columns": res.columns,
         "replay": Path(work["trace"]["path"]).name,  # replay.csv, or replay.jsonl with the prompts' blocks
     }
-    report["warnings"] = replay_warnings(res, order, sc)
+    report["warnings"] = replay_warnings(res, order, sc, ctx)
     (out / "validation.json").write_text(json.dumps(report, indent=2) + "\n")
     title = (f"{_source(report)} vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
              f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests")
@@ -238,13 +238,13 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     return report
 
 
-def replay_warnings(res: BenchResult, order: np.ndarray, sc: Scenario) -> list:
+def replay_warnings(res: BenchResult, order: np.ndarray, sc: Scenario, ctx: int) -> list:
     """What makes the comparison unsound, said loudly (stdout, report.md, validation.json):
     requests that succeeded in the benchmark but need more than the simulated model's context
     (the engine refuses those, so the benchmark did not serve this model, or served a longer
     max_model_len): the replay clips them to the context (``workload.clip_to_context``) or
-    rejects them, and their simulated latencies are not the measured requests'."""
-    ctx = get_model(sc.model).max_context_tokens
+    rejects them, and their simulated latencies are not the measured requests'. ``ctx``: the
+    model's context in tokens."""
     need = res.input_tokens[order] + res.output_tokens[order]
     over = int((need > ctx).sum())
     if not over:
