@@ -510,6 +510,15 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         return _simulate(scenario, setup, specs, progress, sample_every_s, wall0, decision_trace, gcp.built)
 
 
+# queue samples (time, replica, waiting, running) one run may record: ~1 GB of tuples
+MAX_QUEUE_SAMPLES = 10_000_000
+
+
+def _too_many_samples(every_s: float, replicas: int) -> str:
+    return (f"simulate(sample_every_s={every_s!r:.40}): more than {MAX_QUEUE_SAMPLES:,} queue samples (one per "
+            f"replica, {replicas:,} of them, every {every_s:g} s of simulated time); sample less often")
+
+
 def _check_call(engine, specs, progress, sample_every_s) -> None:
     """``simulate()``'s own arguments, checked up front: a wrong one would otherwise run the other
     engine silently, hang (a sampler every 0 s) or fail deep inside."""
@@ -615,9 +624,20 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         arrivals()
     samples = []
     if sample_every_s is not None:
+        # the run lasts at least until the last arrival (until duration_s at most): a sampler too
+        # fine for that is refused before anything runs, not found out by filling the memory
+        horizon = getattr(specs, "arrival_s", None)
+        horizon = float(horizon[-1]) if horizon is not None and len(horizon) else 0.0
+        if scenario.workload.duration_s is not None:
+            horizon = min(horizon, scenario.workload.duration_s)
+        if len(replicas) * (horizon / sample_every_s + 1) > MAX_QUEUE_SAMPLES:
+            raise ValueError(_too_many_samples(sample_every_s, len(replicas)))
+
         def observe():
             while rec.completed + rec.rejected < len(specs):
                 cluster.settle()  # fast engine: runs of decode steps up to now (completions included)
+                if len(samples) + len(replicas) > MAX_QUEUE_SAMPLES:  # (a closed loop runs past its arrivals)
+                    raise ValueError(_too_many_samples(sample_every_s, len(replicas)))
                 for r in replicas:
                     samples.append((env.now, r.index, len(r.waiting) + len(r.incoming), r.num_running))
                 yield env.timeout(sample_every_s)

@@ -166,6 +166,8 @@ def test_version_and_public_api():
     (lambda sv: sv.simulate(make_scenario(), sample_every_s=0), ValueError, "> 0"),
     (lambda sv: sv.simulate(make_scenario(), sample_every_s=-1.0), ValueError, "> 0"),
     (lambda sv: sv.simulate(make_scenario(), sample_every_s=float("nan")), ValueError, "finite"),
+    # (every 1e-9 s over the arrivals: billions of samples filled the memory before it ended)
+    (lambda sv: sv.simulate(make_scenario(), sample_every_s=1e-9), ValueError, "more than 10,000,000 queue samples"),
 ])
 def test_the_python_api_names_a_wrong_argument(call, error, says):
     import servesim
@@ -352,3 +354,15 @@ def test_a_plugin_module_that_exits_while_importing_is_named(tmp_path, monkeypat
     for field in ("policy.name", "cluster.router"):
         assert main(["validate", "--set", f"{field}=exits_on_import:X", str(ROOT / "scenarios" / "default.yaml")]) == 2
         assert "importing 'exits_on_import' failed: SystemExit: 3" in capsys.readouterr().err
+
+
+def test_a_queue_sampler_too_fine_for_a_closed_loop_stops_at_its_bound(monkeypatch):
+    """A closed loop's arrivals are not known ahead, so its sampler is bounded as it runs."""
+    import servesim.simulation as sim_mod
+
+    monkeypatch.setattr(sim_mod, "MAX_QUEUE_SAMPLES", 50)
+    sc = make_scenario(**{"workload.arrival": {"process": "closed_loop", "clients": 2, "think_time_s": 0.0},
+                          "workload.num_requests": 20})
+    with pytest.raises(ValueError, match="more than 50 queue samples"):
+        simulate(sc, sample_every_s=1e-4)
+    assert len(simulate(sc, sample_every_s=1.0).queue_samples) <= 50
