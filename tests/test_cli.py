@@ -239,7 +239,7 @@ def test_cost_table_and_bad_gpu(capsys):
     (["--model", "internlm/internlm-20b", "--tp", "5", "--prefill", "8"], "MLP width 13824"),
     # found by an adversarial pass over the flags: ignored with exit 0
     (["--model", "meta-llama/Llama-2-7b-hf", "--decode-batch", "8", "--device", "a100"], "give --profiles DIR too"),
-    (["--model", "meta-llama/Llama-2-7b-hf", "--decode-batch", "8", "--profiles", ""], "--profiles: an empty path"),
+    (["--model", "meta-llama/Llama-2-7b-hf", "--decode-batch", "8", "--profiles", ""], "--profiles is blank"),
 ])
 def test_cost_refuses_what_the_model_cannot_run(capsys, args, message):
     assert main(["cost", "--gpu", "h100-sxm", *args]) == 2
@@ -310,3 +310,24 @@ def test_lessons_only_with_no_name_is_an_error(tmp_path, capsys, only):
     """``lessons --only ''`` named no lesson and ran all of them (exit 0)."""
     assert main(["lessons", "--only", only, "--out", str(tmp_path / "l")]) == 2
     assert "--only: unknown lesson ''; valid: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, says", [
+    # found by an adversarial pass over the flags: --out "" (an unset shell variable) wrote the run's
+    # files into the current folder, in place over any of the same name; --device "", --node "" and
+    # --columns "" were ignored with exit 0
+    (["run", "--out", ""], "--out is blank; give a value (for the current folder, write .)"),
+    (["run", "--trace-events", " "], "--trace-events is blank"),
+    (["validate", ""], "the scenario path is blank"),
+    (["report", ""], "the folder path is blank"),
+    (["calibrate", "--profiles", "p", "--gpu", "a100-80g", "--out", "x.yaml", "--device", ""], "--device is blank"),
+    (["calibrate", "--profiles", "p", "--gpu", "a100-80g", "--out", "x.yaml", "--node", ""], "--node is blank"),
+    (["validate-run", "result.json", "--columns", ""], "--columns is blank"),
+    (["sweep", "s.yaml", "--grid", "seed=1", "--out", ""], "--out is blank"),
+])
+def test_a_blank_path_or_name_on_the_command_line_is_refused(tmp_path, monkeypatch, capsys, argv, says):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing written

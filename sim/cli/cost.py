@@ -20,8 +20,6 @@ def cmd_cost(args) -> int:
 
     model = get_model(args.model, "--model")
     gpu = get_gpu(args.gpu, "--gpu")
-    if args.profiles is not None and not args.profiles.strip():
-        raise InputError("--profiles: an empty path; give a Vidur-format profiling folder")
     if args.device is not None and not args.profiles:
         raise InputError(f"--device {args.device!r} names a device folder of --profiles; give --profiles DIR too "
                          "(without it the cost is the roofline's, and --device would change nothing)")

@@ -397,10 +397,28 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     return lines
 
 
+# positional arguments, as the messages name them; every other string is an option --dest
+_POSITIONAL = {"scenario": "the scenario path", "dir": "the folder path", "result": "the result file path"}
+_FREE_TEXT = {"note"}  # (an empty note is a note)
+
+
+def _check_not_empty(args) -> None:
+    """An empty path, name or list given on the command line (``--out ""``, often an unset shell
+    variable) is refused: as a path it would mean the current folder, where ``run`` writes its
+    files in place over any of the same name; as a name or list it would be ignored."""
+    for dest, value in vars(args).items():
+        if isinstance(value, str) and not value.strip() and dest not in _FREE_TEXT:
+            what = _POSITIONAL.get(dest, "--" + dest.replace("_", "-"))
+            raise InputError(f"{what} is blank; give a value"
+                             + (" (for the current folder, write .)" if "out" in dest or dest in ("dir", "profiles")
+                                else ""))
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser(argv).parse_args(argv)
+        _check_not_empty(args)
         return args.func(args)
     except InputError as e:
         print(f"servesim: error: {one_line(e)}", file=sys.stderr)
