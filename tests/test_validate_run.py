@@ -240,6 +240,15 @@ def test_a_bad_table_is_an_input_error_naming_the_column_or_line(tmp_path, capsy
     assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet", *args]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and __import__("re").search(match, err), err
+    assert not (tmp_path / "v").exists()  # (the output folder it made was left behind, empty)
+
+
+def test_a_bad_input_leaves_an_output_folder_that_was_there_as_it_was(tmp_path, capsys):
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "mine.txt").write_text("keep")
+    (tmp_path / "t.csv").write_text("arrival_ms,input_tokens,max_tokens,ttft_ms,e2e_ms\n0,10,five,20,90\n")
+    assert main(["validate-run", str(tmp_path / "t.csv"), "--out", str(tmp_path / "v"), "--quiet"]) == 2
+    assert [p.name for p in (tmp_path / "v").iterdir()] == ["mine.txt"]
 
 
 def test_a_table_that_is_no_utf8_text_is_an_input_error(tmp_path, capsys):

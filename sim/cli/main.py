@@ -410,7 +410,7 @@ def _check_not_empty(args) -> None:
         if isinstance(value, str) and not value.strip() and dest not in _FREE_TEXT:
             what = _POSITIONAL.get(dest, "--" + dest.replace("_", "-"))
             raise InputError(f"{what} is blank; give a value"
-                             + (" (for the current folder, write .)" if "out" in dest or dest in ("dir", "profiles")
+                             + (" (for the current folder, write .)" if dest in ("out", "dir", "profiles")
                                 else ""))
 
 

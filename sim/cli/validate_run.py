@@ -3,7 +3,11 @@ replayed through a scenario."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from servesim.cli.main import _naming, _progress_bar, _writable_dir
+from servesim.errors import InputError
 
 
 def cmd_validate_run(args) -> int:
@@ -11,12 +15,17 @@ def cmd_validate_run(args) -> int:
     from servesim.studies.validate_run import METRICS, validate_run
 
     columns = parse_columns(args.columns)
+    made = not Path(args.out).exists()
     out = _writable_dir(args.out, "--out")
     update, close = _progress_bar(args.quiet)
     try:
         with _naming(args.scenario, (args.result,)):
             r = validate_run(args.result, args.scenario, out, args.set or [], args.seed, progress=update,
                              columns=columns, time_unit=args.time_unit)
+    except (InputError, OSError):
+        if made:  # (a bad benchmark file or scenario leaves no empty output folder behind)
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     finally:
         close()
     q = r["requests"]
