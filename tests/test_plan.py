@@ -1,6 +1,7 @@
 """``servesim plan``: the search space, the bounds it prunes with, the search, and a brute-force check
 that no cheaper configuration of the space meets the SLO."""
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -306,6 +307,21 @@ def test_plan_bad_input_is_exit_2(tmp_path, capsys, args, message):
     argv = base[:4] + [x for kv in flags.items() for x in kv]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_plan_on_a_closed_loop_says_it_has_no_rate_to_set(tmp_path, capsys):
+    """Found by running every packaged scenario through the studies: the closed loop's error was
+    'workload.arrival.rate_rps: unknown field', a field the user never wrote."""
+    from servesim.cli.main import main
+
+    d = copy.deepcopy(SMALL)
+    d["workload"]["arrival"] = {"process": "closed_loop", "clients": 4}
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(d))
+    assert main(["plan", str(f), "--rate", "10", "--slo", SLO, "--out", str(tmp_path / "p"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "the 'closed_loop' arrival process has none" in err and "unknown field" not in err
+    assert not (tmp_path / "p").exists()
 
 
 def test_plan_runs_keep_only_what_the_plan_reads(tmp_path):

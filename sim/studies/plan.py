@@ -443,8 +443,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     check_options(opts)
     parse_slo(opts.slo)  # a bad --slo fails before anything runs
     base, _ = load_base(scenario, overrides, seed)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out)  # (made once the inputs are checked: a refused plan leaves no folder behind)
     gpus = list(dict.fromkeys(opts.gpus or [str((base.get("hardware") or {}).get("gpu"))]))
     unknown = [g for g, _ in opts.prices if g not in gpus]
     if unknown:
@@ -462,19 +461,20 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     cost["gpu_hour_usd"] = {g: v for g, v in prices.items() if v is not None and g in GPUS} or None
     base["cost"] = cost  # every run prices its GPUs as the plan does
     try:
+        # (the arrival process as written first: setting a rate on one that has none, a closed loop or
+        # a trace, would be refused as an unknown field the user never wrote)
+        arrival = scenario_from_dict(base).workload.arrival
+        if getattr(arrival, "rate_rps", None) is None:
+            raise InputError(f"servesim plan sets workload.arrival.rate_rps; the {arrival.process!r} arrival process "
+                             "has none (use an open-loop process with a rate, e.g. poisson or gamma)")
         sc = scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps}, "plan"))
     except InputError as e:
         raise InputError(f"{scenario if not isinstance(scenario, dict) else base.get('name')}: {e}") from None
-    if getattr(sc.workload.arrival, "rate_rps", None) is None:
-        raise InputError("servesim plan sets workload.arrival.rate_rps; the scenario's arrival process has none "
-                         "(use an open-loop process with a rate, e.g. poisson or gamma)")
     n = opts.probe_requests if opts.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
     stats = workload_stats(scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps, "workload.num_requests": n,
                                                                  "workload.duration_s": None}, "plan")))
     seeds = seeds_for(sc.seed, opts.seeds)
     n_rate = opts.requests if opts.requests is not None else max(n, math.ceil(opts.rate_rps * RUN_S))
-    write_meta(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
-                     "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
     pl = Planner(base, opts, out, ex, stats, seeds, prices, powers, n, n_rate)
     shapes = enumerate_shapes(gpus, opts.tps, opts.pps, opts.policies, opts.chunks, opts.pd_ratios, opts.mixed_pd)
     for s in shapes:
@@ -487,6 +487,9 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     todo = sorted((c for c in pl.candidates if c.status == "ok"), key=lambda c: (c.lower_bound, c.key))
     if todo:  # (with none to run, a rate no unit can reach is answered without running anything)
         _check_memory(base, opts.rate_rps, max(n, n_rate))
+    out.mkdir(parents=True, exist_ok=True)
+    write_meta(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
+                     "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
     total = len(todo) + opts.verify_top + 1
     step = 0
 
