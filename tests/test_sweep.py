@@ -194,6 +194,18 @@ def test_compare_rejects_unregistered_policy(tmp_path, capsys):
     assert "unknown policy 'nope'" in err and "continuous" in err
 
 
+@pytest.mark.parametrize("arrival", [{"process": "closed_loop", "clients": 2}, {"process": "all_at_once"}])
+def test_compare_rates_on_an_arrival_process_without_one_says_so(tmp_path, capsys, arrival):
+    # found by running the packaged scenarios through the studies: each point was refused as
+    # 'workload.arrival.rate_rps: unknown field', a key the user never wrote (--rates sets it)
+    sc = scenario_file(tmp_path)
+    assert main(["compare", sc, "--policies", "continuous,static", "--rates", "1,2", "--set",
+                 f"workload.arrival={json.dumps(arrival)}", "--out", str(tmp_path / "c"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"--rates sets workload.arrival.rate_rps; the {arrival['process']!r} arrival process has none" in err
+    assert not (tmp_path / "c").exists()
+
+
 def test_compare_notes_when_chunked_prefill_keeps_a_large_budget():
     from servesim.studies.compare import chunk_budget_note, configurations
 

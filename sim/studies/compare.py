@@ -146,6 +146,21 @@ class ComparePlan:
     seeds: int = 1  # independent seeds per point (replicates.py); > 1 adds intervals
 
 
+def _check_has_rate(base: dict) -> None:
+    """``--rates`` on a scenario whose arrival process has no rate (a closed loop, a trace, all at
+    once) is refused as such, not point by point as an unknown field the user never wrote. (A
+    scenario that does not parse is left to its points, which name what is wrong.)"""
+    from servesim.inputs.scenario import scenario_from_dict
+
+    try:
+        arrival = scenario_from_dict(base).workload.arrival
+    except InputError:
+        return
+    if getattr(arrival, "rate_rps", None) is None:
+        raise InputError(f"--rates sets workload.arrival.rate_rps; the {arrival.process!r} arrival process has none "
+                         "(use an open-loop process with a rate, e.g. poisson or gamma)")
+
+
 def plan_compare(scenario, policies: str | None, variants, rates: str | None, overrides=(),
                  seed: int | None = None, seeds: int = 1) -> ComparePlan:
     """The points of comparing ``policies`` (``a,b,...``) and ``variants`` ([label, key=value,
@@ -155,6 +170,8 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
     configs = configurations(policies, variants)
     rate_list = parse_rates(rates)
     base, _ = load_base(scenario, overrides, seed)
+    if rate_list:
+        _check_has_rate(base)
     note = chunk_budget_note(configs, base)
     configs, notes = split_colocated_replicas(configs, base)
     notes = ([note] if note else []) + notes
