@@ -92,6 +92,11 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
         return {"kind": "run", "rows": [], "groups": {}, "rate": False, "runs": {run.label: run}, "meta": {},
                 "rep_rate": None, "chosen": {}, "cols": [], "seed_rows": []}
     if not (path / "results.csv").is_file():
+        unfinished = sorted(path.glob("results-seed*.csv"))
+        if unfinished:  # (its seeds' rows join results.csv when the search ends: it stopped before)
+            raise InputError(f"servesim report: {path} holds a capacity search that stopped before its answer "
+                             f"({unfinished[0].name} has its probes so far); run the same servesim capacity "
+                             "command again to resume it")
         raise InputError(f"servesim report: {path} has neither summary.json (a run) nor results.csv "
                          "(a sweep, capacity or compare folder)")
     meta = read_json_dict(path / "sweep.json", "sweep.json") if (path / "sweep.json").is_file() else {}

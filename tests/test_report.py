@@ -71,6 +71,11 @@ def test_report_on_a_run_folder(tmp_path):
 def test_report_bad_folder_exits_2(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "neither summary.json" in capsys.readouterr().err
+    # a capacity search stopped before its answer (interrupted, or a probe refused) keeps its
+    # probes so far in results-seed<k>.csv: say so, not 'neither summary.json nor results.csv'
+    (tmp_path / "results-seed0.csv").write_text("index,status\n")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "holds a capacity search that stopped before its answer (results-seed0.csv" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name,body,message", [
