@@ -105,7 +105,8 @@ def parse_slo(text: str) -> dict:
                              f"STAT: {', '.join(SLO_STATS)}), e.g. ttft_p99=0.5 or tpot_p99=50ms")
         metric, stat, value, unit = m.groups()
         if metric not in LATENCY_METRICS:
-            raise InputError(f"--slo {item!r}: unknown metric {metric!r}; valid: {', '.join(LATENCY_METRICS)}")
+            hint = " (the summary's ITL, the gap between tokens, is tbt here)" if metric == "itl" else ""
+            raise InputError(f"--slo {item!r}: unknown metric {metric!r}; valid: {', '.join(LATENCY_METRICS)}{hint}")
         if stat not in SLO_STATS:
             raise InputError(f"--slo {item!r}: unknown statistic {stat!r}; valid: {', '.join(SLO_STATS)}")
         try:
@@ -114,6 +115,8 @@ def parse_slo(text: str) -> dict:
             raise InputError(f"--slo {item!r}: {value!r} is not a number") from None
         if not v > 0:
             raise InputError(f"--slo {item!r}: the limit must be > 0")
+        if not math.isfinite(v):  # (1e400 reads as inf: a limit nothing can miss)
+            raise InputError(f"--slo {item!r}: the limit must be a finite number of seconds")
         if (metric, stat) in out:  # (the last one silently won)
             raise InputError(f"--slo {text!r}: {metric}_{stat} is given twice; give each limit once")
         out[(metric, stat)] = v
