@@ -235,7 +235,7 @@ def cli_reference() -> str:
                     "| argument | default | notes | help |", "|---|---|---|---|"]
             for a in _args_of(sp):
                 out.append(f"| {_cell(_arg_name(a))} | {_cell(_arg_default(a))} | {_cell(_arg_notes(a))} | "
-                           f"{_cell(a.help or '')} |")
+                           f"{_cell((a.help or '').replace('%%', '%'))} |")
             groups = [g for g in sp._mutually_exclusive_groups if g.required]
             for g in groups:
                 out += ["", "Exactly one of " + ", ".join(f"`{a.option_strings[0]}`" for a in g._group_actions)
