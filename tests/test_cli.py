@@ -331,3 +331,16 @@ def test_a_blank_path_or_name_on_the_command_line_is_refused(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_no_option_defaults_to_a_blank_string():
+    """main() refuses blank strings in the parsed arguments: a blank default would refuse the
+    command whenever its option is not given."""
+    import argparse
+
+    from servesim.cli.parser import build_parser
+
+    sub = next(a for a in build_parser([])._actions if isinstance(a, argparse._SubParsersAction))
+    blank = [(name, a.dest) for name, sp in sub.choices.items() for a in sp._actions
+             if isinstance(a.default, str) and not a.default.strip()]
+    assert not blank
