@@ -102,6 +102,17 @@ def test_bad_slo_exits_2(tmp_path, capsys, slo, needle):
     assert needle in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("arrival", [{"process": "closed_loop", "clients": 2}, {"process": "all_at_once"}])
+def test_capacity_on_an_arrival_process_without_a_rate_says_so(tmp_path, capsys, arrival):
+    d = scenario_data()
+    d["workload"]["arrival"] = arrival
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(d))
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=1", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert f"servesim capacity searches workload.arrival.rate_rps; the {arrival['process']!r} arrival process" in err
+
+
 def test_probe_duration_scales_requests_with_rate(tmp_path):
     from servesim.studies.sweep import read_results
 

@@ -66,7 +66,7 @@ from servesim.outputs.metrics import KEEP_UP, keep_up_ratio
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
-from servesim.studies.points import load_base, make_points, num_gpus
+from servesim.studies.points import load_base, make_points, num_gpus, require_rate
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_results
@@ -332,9 +332,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
         raise InputError(f"{_name(scenario, base)}: {e}") from None
     base["seed"] = sc.seed
     arrival = sc.workload.arrival
-    if getattr(arrival, "rate_rps", None) is None:
-        raise InputError(f"servesim capacity searches workload.arrival.rate_rps; the {arrival.process!r} arrival "
-                         "process has none (use an open-loop process with a rate, e.g. poisson, gamma, sinusoidal)")
+    require_rate(arrival, "servesim capacity searches")
     n = opts.probe_requests if opts.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
     check_run_requests(n, opts.keep_up)
     duration = opts.probe_duration_s

@@ -17,7 +17,7 @@ from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import parse_override
 from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
-from servesim.studies.points import load_base, make_points
+from servesim.studies.points import load_base, make_points, require_rate
 from servesim.studies.replicates import check_seed_count
 from servesim.studies.sweep import RESULTS, execute_seeds, read_results, write_meta
 
@@ -156,9 +156,7 @@ def _check_has_rate(base: dict) -> None:
         arrival = scenario_from_dict(base).workload.arrival
     except InputError:
         return
-    if getattr(arrival, "rate_rps", None) is None:
-        raise InputError(f"--rates sets workload.arrival.rate_rps; the {arrival.process!r} arrival process has none "
-                         "(use an open-loop process with a rate, e.g. poisson or gamma)")
+    require_rate(arrival, "--rates sets")
 
 
 def plan_compare(scenario, policies: str | None, variants, rates: str | None, overrides=(),

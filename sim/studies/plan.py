@@ -47,7 +47,7 @@ from servesim.studies.capacity import (RATE_KEY, CapacityOptions, check_run_requ
 from servesim.studies.executors import ExecutorOptions, study_session
 from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
-from servesim.studies.points import load_base, make_points
+from servesim.studies.points import load_base, make_points, require_rate
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.sweep import RUNS, execute, write_meta, write_results
 
@@ -463,10 +463,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     try:
         # (the arrival process as written first: setting a rate on one that has none, a closed loop or
         # a trace, would be refused as an unknown field the user never wrote)
-        arrival = scenario_from_dict(base).workload.arrival
-        if getattr(arrival, "rate_rps", None) is None:
-            raise InputError(f"servesim plan sets workload.arrival.rate_rps; the {arrival.process!r} arrival process "
-                             "has none (use an open-loop process with a rate, e.g. poisson or gamma)")
+        require_rate(scenario_from_dict(base).workload.arrival, "servesim plan sets")
         sc = scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps}, "plan"))
     except InputError as e:
         raise InputError(f"{scenario if not isinstance(scenario, dict) else base.get('name')}: {e}") from None

@@ -83,6 +83,15 @@ def pop_sweep_block(data: dict) -> dict:
     return out
 
 
+def require_rate(arrival, who: str) -> None:
+    """``who`` (a study that sets ``workload.arrival.rate_rps``) cannot run on an arrival process
+    without a rate (a closed loop, a trace, all at once): say so, naming the process, rather than
+    let every run refuse the rate as an unknown field the user never wrote."""
+    if getattr(arrival, "rate_rps", None) is None:
+        raise InputError(f"{who} workload.arrival.rate_rps; the {arrival.process!r} arrival process has none (use an "
+                         "open-loop process with a rate, e.g. poisson, gamma or sinusoidal)")
+
+
 def load_base(path, overrides, seed) -> tuple[dict, dict]:
     """(scenario data with --set/--seed applied and the sweep block removed, the sweep grid).
     ``path``: a scenario file (None: the packaged default), or scenario data already read (a
