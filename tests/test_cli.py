@@ -344,3 +344,36 @@ def test_no_option_defaults_to_a_blank_string():
     blank = [(name, a.dest) for name, sp in sub.choices.items() for a in sp._actions
              if isinstance(a.default, str) and not a.default.strip()]
     assert not blank
+
+
+def test_a_file_missing_from_the_current_folder_but_beside_the_scenario_is_pointed_out(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """Relative paths in a scenario are read from the current folder (docs/workloads.md); a scenario
+    in another folder naming a file beside it failed with 'does not exist' and nothing more."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "lens.txt").write_text("100\n200\n")
+    data = {"name": "rel", "model": "meta-llama/Llama-2-7b-hf", "hardware": {"gpu": "h100-sxm"},
+            "workload": {"num_requests": 5, "arrival": {"process": "poisson", "rate_rps": 2},
+                         "prompt_tokens": {"dist": "empirical", "path": "lens.txt"},
+                         "output_tokens": {"dist": "fixed", "value": 4}}}
+    (tmp_path / "sub" / "s.yaml").write_text(json.dumps(data))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "sub/s.yaml", "--quiet", "--out", "o"]) == 2
+    err = capsys.readouterr().err
+    assert "'lens.txt': No such file or directory (relative paths are read from the current folder; 'sub/lens.txt' " \
+           "is beside the scenario: write that path, or run from 'sub')" in err
+    monkeypatch.chdir(tmp_path / "sub")
+    assert main(["run", "s.yaml", "--quiet", "--out", "o"]) == 0
+    # a model's config.json the same way (its message says "does not exist")
+    import shutil
+
+    import servesim.scenarios
+
+    shutil.copy(Path(servesim.scenarios.__path__[0]) / "reproduce" / "yi-34b-max-model-len-8192.json",
+                tmp_path / "sub" / "cfg.json")
+    (tmp_path / "sub" / "m.yaml").write_text(json.dumps({**data, "model": "cfg.json",
+                                                         "hardware": {"gpu": "h100-sxm", "tp": 2}}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "sub/m.yaml"]) == 2
+    assert "'cfg.json' does not exist (relative paths are read from the current folder; 'sub/cfg.json'" \
+        in capsys.readouterr().err

@@ -414,14 +414,34 @@ def _check_not_empty(args) -> None:
                                 else ""))
 
 
+def _beside_scenario_hint(message: str, scenario) -> str:
+    """When a file the message says does not exist is a relative path that does exist beside the
+    scenario file (relative paths are read from the current folder, as the docs say), say so."""
+    import re
+
+    if not scenario or not isinstance(scenario, str):
+        return ""
+    folder = Path(scenario).parent
+    if folder == Path("."):
+        return ""
+    for name in re.findall(r"'([^'\n]{1,300})'(?: does not exist|: No such file or directory)", message):
+        beside = folder / name
+        if not Path(name).is_absolute() and os.path.exists(beside):
+            return (f" (relative paths are read from the current folder; {str(beside)!r} is beside the scenario: "
+                    f"write that path, or run from {str(folder)!r})")
+    return ""
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    args = None
     try:
         args = build_parser(argv).parse_args(argv)
         _check_not_empty(args)
         return args.func(args)
     except InputError as e:
-        print(f"servesim: error: {one_line(e)}", file=sys.stderr)
+        text = str(e) + _beside_scenario_hint(str(e), getattr(args, "scenario", None))
+        print(f"servesim: error: {one_line(text)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
