@@ -377,3 +377,27 @@ def test_a_file_missing_from_the_current_folder_but_beside_the_scenario_is_point
     assert main(["validate", "sub/m.yaml"]) == 2
     assert "'cfg.json' does not exist (relative paths are read from the current folder; 'sub/cfg.json'" \
         in capsys.readouterr().err
+
+
+def test_progress_bars_are_drawn_only_on_a_terminal(monkeypatch, tmp_path, capsys):
+    """Redirected to a file or a CI log, a bar wrote a line of carriage-return updates every half
+    second; it is drawn only when stderr is a terminal (and --quiet silences it there too)."""
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    argv = ["run", "--set", "workload.num_requests=40", "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""  # (pytest's capture is no terminal)
+    term = Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    assert main(argv) == 0
+    assert "simulating" in term.getvalue()
+    term.seek(0)
+    term.truncate()
+    assert main([*argv, "--quiet"]) == 0
+    assert term.getvalue() == ""
+    assert main(["report", str(tmp_path / "o")]) == 0  # (the report's phases: servesim.outputs.progress)
+    assert "report" in term.getvalue()

@@ -225,7 +225,8 @@ def cli_reference() -> str:
                f"Generated from the argument parsers (`servesim.cli.parser`). {p.description} "
                "Exit status: 0 success, 2 bad input (one message naming the field, file or flag, and what is "
                "valid), 1 a bug. A blank value (`--out \"\"`, often an unset shell variable) is bad input: for the "
-               "current folder write `.`. `servesim --version` prints the version.", "",
+               "current folder write `.`. Progress bars go to stderr, only when it is a terminal (`--quiet` "
+               "silences them there too). `servesim --version` prints the version.", "",
                "| command | what it does |", "|---|---|"]
         out += [f"| [`servesim {name}`](#servesim-{name}) | {_cell(helps.get(name, ''))} |" for name in sub.choices]
         out.append("")

@@ -15,6 +15,7 @@ from servesim.errors import InputError, one_line, shown
 from servesim.outputs.checks import format_warnings
 from servesim.outputs.intervals import PM, Interval, format_interval
 from servesim.outputs.profile import format_profile
+from servesim.outputs.progress import interactive
 
 
 def _slo_text(slo: dict) -> str:
@@ -202,7 +203,7 @@ def _format_fairness(s: dict) -> list:
 
 
 def _progress_bar(quiet: bool):
-    if quiet:
+    if quiet or not interactive():  # (no bar, and no progress calls from the engine either)
         return None, lambda: None
     from tqdm import tqdm
 
@@ -314,7 +315,7 @@ def _other_seeds(scenario, summary: dict, args) -> dict:
 
     seeds = seeds_for(scenario.seed, args.seeds)
     bar = None
-    if not args.quiet:
+    if not args.quiet and interactive():
         from tqdm import tqdm
 
         bar = tqdm(total=len(seeds) - 1, unit="seed", desc="other seeds", file=sys.stderr, dynamic_ncols=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from servesim.cli.studies import _executor
 from servesim.errors import InputError
+from servesim.outputs.progress import interactive
 
 
 def _ints(text: str, flag: str) -> tuple:
@@ -68,7 +69,7 @@ def cmd_plan(args) -> int:
     ex = _executor(args)
     out = Path(args.out)
     bar = None
-    if not args.quiet:
+    if not args.quiet and interactive():
         from tqdm import tqdm
 
         bar = tqdm(total=1, unit="step", desc="plan", file=sys.stderr, dynamic_ncols=True)

@@ -1,9 +1,20 @@
 """Progress on stderr for the phases of a command that can take more than a couple of seconds
-(report figures, validate-cost): a tqdm bar over named steps, silent when disabled (``--quiet``)."""
+(report figures, validate-cost): a tqdm bar over named steps, silent when disabled (``--quiet``) or
+when stderr is no terminal (``interactive``)."""
 
 from __future__ import annotations
 
 import sys
+
+
+def interactive() -> bool:
+    """Whether stderr is a terminal: progress bars are drawn only there. Redirected to a file or a
+    CI log, a bar would write a line of carriage-return updates every half second; the command's
+    results and errors are printed all the same."""
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # (no isatty, or closed)
+        return False
 
 
 class Phases:
@@ -11,7 +22,7 @@ class Phases:
 
     def __init__(self, enabled: bool, desc: str, total: int = 1):
         self.bar = None
-        if enabled:
+        if enabled and interactive():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True)

@@ -27,6 +27,7 @@ from servesim.outputs.writer import TMP_PREFIX
 from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
 from servesim.studies.lock import folder_lock
 from servesim.outputs.metrics import RESULT_METRICS
+from servesim.outputs.progress import interactive
 from servesim.studies.points import STATS as _STATS
 from servesim.studies.points import Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid
 from servesim.studies.replicates import SEEDS, aggregate_row, check_seed_count, interval_columns, replicate
@@ -120,7 +121,8 @@ def _execute(points, out_dir: Path, executor, workers, address, progress, desc, 
 
         if skipped:
             print(f"{desc}: {skipped} of {len(points)} points already finished, skipped", file=sys.stderr)
-        bar = tqdm(total=len(unique), unit="run", desc=desc, file=sys.stderr, dynamic_ncols=True)
+        if interactive():
+            bar = tqdm(total=len(unique), unit="run", desc=desc, file=sys.stderr, dynamic_ncols=True)
 
     def on_done(key, row):
         for k in seen[out_of[key]]:
