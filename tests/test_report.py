@@ -363,3 +363,31 @@ def test_a_configuration_that_fails_at_every_rate_leaves_the_report_whole(tmp_pa
     rows = read_results(out / "results.csv")
     assert {r["status"] for r in rows if r["label"] == "tp3"} == {"error"}
     assert "continuous" in (out / "report.md").read_text()
+
+
+def test_the_streamed_trace_file_is_the_trace_dict_written_whole(tmp_path, monkeypatch):
+    """write_trace streams the events (a large run's trace was held whole as Python objects: 1.9 GB
+    for 100,000 requests); its file is byte for byte json.dump of chrome_trace, across its blocks and
+    with a rejected request last (whose event is emitted after the loop)."""
+    import json
+
+    from servesim.outputs import trace_export
+
+    sc = make_scenario(**{"workload.num_requests": 60, "workload.prompt_tokens": {"dist": "uniform", "min": 100,
+                                                                                   "max": 9000},
+                          "workload.clip_to_context": False})
+    res = simulate(sc, decision_trace=True)
+    assert (res.requests["status"] == "rejected").any() and len(res.steps["start_s"]) > 100
+    monkeypatch.setattr(trace_export._rows, "__defaults__", (7,))  # blocks of 7 rows
+    whole = trace_export.chrome_trace(res.requests, res.steps, res.summary["sim_time_s"], decisions=res.decisions)
+    expected = json.dumps(whole, separators=(",", ":"))
+    for last_rejected in (False, True):
+        if last_rejected:  # (the last request rejected: its event comes after the loop)
+            res.requests["status"][-1] = "rejected"
+            res.requests["reason"][-1] = "test"
+            whole = trace_export.chrome_trace(res.requests, res.steps, res.summary["sim_time_s"],
+                                              decisions=res.decisions)
+            expected = json.dumps(whole, separators=(",", ":"))
+            assert whole["traceEvents"][-1]["name"] == f"rejected {res.requests['request_id'][-1]}"
+        path = trace_export.write_trace(res, tmp_path / "t.json")
+        assert path.read_text() == expected

@@ -38,41 +38,56 @@ def count_replicas(requests: dict, steps: dict) -> int:
     return n
 
 
+OTHER_DATA = {"generator": "servesim", "time": "simulated seconds shown as trace time"}
+
+
 def chrome_trace(requests: dict, steps: dict, sim_time_s: float, num_replicas: int | None = None,
                  decisions: dict | None = None) -> dict:
     """The trace as a dict ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` from result columns
     (``decisions``: the decision trace's spans, ``servesim.outputs.decision_trace``)."""
+    return {"traceEvents": list(trace_events(requests, steps, sim_time_s, num_replicas, decisions)),
+            "displayTimeUnit": "ms", "otherData": dict(OTHER_DATA)}
+
+
+def trace_events(requests: dict, steps: dict, sim_time_s: float, num_replicas: int | None = None,
+                 decisions: dict | None = None):
+    """``chrome_trace``'s events, one at a time, in its order (what ``write_trace`` streams: a large
+    run's trace is never held whole)."""
     if num_replicas is None:
         num_replicas = count_replicas(requests, steps)
-    ev = []
+    ev = _Emit()
     for r in range(num_replicas):
         pid = r + 1
         ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"replica {r}"}})
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "steps"}})
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "requests"}})
     if "bound" in steps:
-        bound = steps["bound"]
+        bound = np.asarray(steps["bound"])
     else:
         bound = np.where(steps["compute_bound"], "compute", "memory")
-    cols = [steps[c].tolist() for c in ("replica", "start_s", "duration_s", "num_seqs", "prefill_tokens",
-                                         "decode_tokens", "context_tokens", "flops", "bytes")]
-    for (rep, start, dur, seqs, p, d, ctx, fl, by), b in zip(zip(*cols), bound.tolist()):
+    yield from ev.take()
+    names = ("replica", "start_s", "duration_s", "num_seqs", "prefill_tokens", "decode_tokens", "context_tokens",
+             "flops", "bytes")
+    for (rep, start, dur, seqs, p, d, ctx, fl, by), b in zip(_rows(steps, names), _rows({"b": bound}, ("b",))):
         name = "mixed" if p and d else ("prefill" if p else "decode")
-        ev.append({"ph": "X", "name": name, "cat": "step", "pid": rep + 1, "tid": 1, "ts": _us(start),
-                   "dur": _us(dur), "args": {"num_seqs": seqs, "prefill_tokens": p, "decode_tokens": d,
-                                             "context_tokens": ctx, "flops": fl, "bytes": by, "bound": b}})
+        yield {"ph": "X", "name": name, "cat": "step", "pid": rep + 1, "tid": 1, "ts": _us(start),
+               "dur": _us(dur), "args": {"num_seqs": seqs, "prefill_tokens": p, "decode_tokens": d,
+                                         "context_tokens": ctx, "flops": fl, "bytes": by, "bound": b[0]}}
     waits = {}
     if decisions is not None:
         from servesim.outputs.decision_trace import wait_events
 
         more, waits = wait_events(decisions, lambda rep: max(int(rep), 0) + 1)
-        ev += more
-    rq = requests
-    rows = zip(rq["request_id"].tolist(), rq["arrival_s"].tolist(), rq["scheduled_s"].tolist(),
-               rq["first_token_s"].tolist(), rq["finish_s"].tolist(), rq["prompt_tokens"].tolist(),
-               rq["output_tokens"].tolist(), rq["replica"].tolist(), rq["status"].tolist(), rq["reason"].tolist(),
-               rq["kv_transfer_s"].tolist() if "kv_transfer_s" in rq else [math.nan] * len(rq["request_id"]),
-               rq["decode_replica"].tolist() if "decode_replica" in rq else [-1] * len(rq["request_id"]))
+        yield from more
+        del more
+    rq = dict(requests)
+    n = len(rq["request_id"])
+    if "kv_transfer_s" not in rq:
+        rq["kv_transfer_s"] = np.full(n, math.nan)
+    if "decode_replica" not in rq:
+        rq["decode_replica"] = np.full(n, -1)
+    rows = _rows(rq, ("request_id", "arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens",
+                      "output_tokens", "replica", "status", "reason", "kv_transfer_s", "decode_replica"))
     for rid, arr, sch, first, fin, prompt, out, rep, status, reason, xfer, drep in rows:
         pid = max(int(rep), 0) + 1
         if status == "rejected":
@@ -103,8 +118,25 @@ def chrome_trace(requests: dict, steps: dict, sim_time_s: float, num_replicas: i
             ev.append({**base, "ph": "b", "name": name, "ts": _us(a)})
             ev.append({**base, "ph": "e", "name": name, "ts": _us(b)})
         ev.append({**base, "ph": "e", "name": f"request {rid}", "ts": _us(end)})
-    return {"traceEvents": ev, "displayTimeUnit": "ms",
-            "otherData": {"generator": "servesim", "time": "simulated seconds shown as trace time"}}
+        yield from ev.take()
+    yield from ev.take()  # (a rejected request last: its event is still here)
+
+
+def _rows(columns: dict, names: tuple, block: int = 1 << 16):
+    """Rows of the named columns as tuples of Python values (``tolist``), a block at a time: the
+    values of a large run are never all held as Python objects at once."""
+    n = len(columns[names[0]])
+    for lo in range(0, n, block):
+        yield from zip(*(columns[c][lo:lo + block].tolist() for c in names))
+
+
+class _Emit(list):
+    """A request's events, appended as the loop above builds them, then handed on (``take``)."""
+
+    def take(self) -> list:
+        out = self[:]
+        self.clear()
+        return out
 
 
 def write_trace(results, path: str | Path) -> Path:
@@ -112,8 +144,21 @@ def write_trace(results, path: str | Path) -> Path:
     p = Path(path)
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
-    trace = chrome_trace(results.requests, results.steps, results.summary["sim_time_s"],
-                         decisions=getattr(results, "decisions", None))
+    events = trace_events(results.requests, results.steps, results.summary["sim_time_s"],
+                          decisions=getattr(results, "decisions", None))
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    # the text json.dump(chrome_trace(...)) writes, byte for byte, written as the events come
     with p.open("w") as fh:
-        json.dump(trace, fh, separators=(",", ":"))
+        fh.write('{"traceEvents":[')
+        block: list = []
+        first = True
+        for e in events:
+            block.append(dumps(e))
+            if len(block) == 4096:
+                fh.write(("" if first else ",") + ",".join(block))
+                first = False
+                block.clear()
+        if block:
+            fh.write(("" if first else ",") + ",".join(block))
+        fh.write('],"displayTimeUnit":"ms","otherData":' + dumps(OTHER_DATA) + "}")
     return p
