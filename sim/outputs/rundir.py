@@ -22,6 +22,7 @@ Derived series (all seconds of simulated time):
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,42 +49,88 @@ def read_json_dict(path: Path, what: str) -> dict:
     return data
 
 
+READ_BLOCK = 1 << 15  # rows converted at a time: a large table is never held as Python strings whole
+
+
 def read_columns(path: Path, required=()) -> dict:
     """A CSV as column -> numpy array (ints with -1 for empty cells, floats with NaN, or strings:
     by ``columns``' kinds; other columns: floats, else strings); a clear input error if it is
-    missing, lacks a ``required`` column or has a malformed row."""
+    missing, lacks a ``required`` column, has a malformed row or a cell that is not of its
+    column's kind (the line and column named). Rows are read and converted
+    ``READ_BLOCK`` at a time (memory: the columns, and one block's text)."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                raise InputError(f"{path}: empty file, expected servesim's header row")
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a file servesim wrote")
+            parts: list = [[] for _ in header]
+            line = 2  # (the file's line of the block's first row: the header is line 1)
+            while True:
+                block = list(itertools.islice(reader, READ_BLOCK))
+                if not block:
+                    break
+                for j, r in enumerate(block):
+                    if len(r) != len(header):
+                        raise InputError(f"{path}: line {line + j} has {len(r)} cells, the header {len(header)}")
+                for i, cells in enumerate(zip(*block)):
+                    parts[i].append(_cells_to_column(header[i], cells, path, line))
+                line += len(block)
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise InputError(f"cannot read {path}: {e}") from None
-    if not rows:
-        raise InputError(f"{path}: empty file, expected servesim's header row")
-    header, body = rows[0], rows[1:]
-    missing = [c for c in required if c not in header]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a file servesim wrote")
-    for line, r in enumerate(body, start=2):
-        if len(r) != len(header):
-            raise InputError(f"{path}: line {line} has {len(r)} cells, the header {len(header)}")
     cols = {}
-    for i, name in enumerate(header):
-        vals = [r[i] for r in body]
-        if name in STR_COLUMNS:
-            cols[name] = np.array(vals, dtype=object)
-        elif name in INT_COLUMNS:
-            try:
-                cols[name] = np.array([int(v) if v else -1 for v in vals], dtype=np.int64)
+    for name, blocks in zip(header, parts):
+        if not blocks:
+            cols[name] = np.array([], dtype=object if name in STR_COLUMNS else
+                                  np.int64 if name in INT_COLUMNS else float)
+            continue
+        col = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+        if name not in STR_COLUMNS and name not in INT_COLUMNS and name not in _FLOAT_COLUMNS:
+            try:  # (a column servesim does not write: floats, else text, as a whole)
+                col = np.array([float(v) if v else math.nan for v in col.tolist()], dtype=float)
             except ValueError:
-                line = next(j for j, v in enumerate(vals, start=2) if v and not v.lstrip("-").isdigit())
-                raise InputError(f"{path}: line {line}: column {name!r} must be an integer, "
-                                 f"got {vals[line - 2]!r}") from None
-        else:
-            try:
-                cols[name] = np.array([float(v) if v else math.nan for v in vals], dtype=float)
-            except ValueError:
-                cols[name] = np.array(vals, dtype=object)
+                pass
+        cols[name] = col
     return cols
+
+
+def _cells_to_column(name: str, cells: tuple, path: Path, line: int) -> np.ndarray:
+    """One block of a column's cells (``line``: the file line of the first) as ``read_columns``
+    types it; a column it does not know stays text here (``read_columns`` tries floats on the
+    whole column)."""
+    if name in STR_COLUMNS:
+        return np.array(cells, dtype=object)
+    if name in INT_COLUMNS:
+        try:
+            return np.array([int(v) if v else -1 for v in cells], dtype=np.int64)
+        except (ValueError, OverflowError):
+            for j, v in enumerate(cells):
+                try:
+                    if v and not -2**63 <= int(v) < 2**63:
+                        raise OverflowError
+                except (ValueError, OverflowError):
+                    raise InputError(f"{path}: line {line + j}: column {name!r} must be an integer, "
+                                     f"got {shown(v)}") from None
+            raise
+    if name in _FLOAT_COLUMNS:
+        try:
+            return np.array([float(v) if v else math.nan for v in cells], dtype=float)
+        except ValueError:
+            for j, v in enumerate(cells):
+                try:
+                    float(v or "nan")
+                except ValueError:
+                    raise InputError(f"{path}: line {line + j}: column {name!r} must be a number (or empty), "
+                                     f"got {shown(v)}") from None
+            raise
+    return np.array(cells, dtype=object)
+
+
+# the columns servesim writes as floats (times, FLOPs, bytes): every other one it knows
+_FLOAT_COLUMNS = frozenset(REQUEST_COLUMNS + STEP_COLUMNS) - INT_COLUMNS - STR_COLUMNS
 
 
 def read_parquet_columns(path: Path, required=()) -> dict:
