@@ -405,6 +405,11 @@ def ttft_breakdown(data: dict, ax):
 
 
 # ---------------------------------------------------------------- roofline
+# steps of one kind drawn on the roofline at most: a million markers took ten seconds to draw and
+# look like a random sample of them
+MAX_ROOFLINE_POINTS = 20_000
+
+
 def roofline(data: dict, ax):
     """Each step at (arithmetic intensity, achieved FLOP/s) under the replica's roofline.
 
@@ -417,9 +422,14 @@ def roofline(data: dict, ax):
     achieved = fl[ok] / dur[ok]
     kind = np.asarray(data["kind"])[ok]
     for k in ("prefill", "decode", "mixed"):
-        m = kind == k
-        if m.any():
-            ax.scatter(ai[m], achieved[m] / 1e12, s=6, alpha=0.5, color=KIND_COLORS[k], label=f"{k} steps ({m.sum()})",
+        idx = np.flatnonzero(kind == k)
+        n = len(idx)
+        if n:
+            label = f"{k} steps ({n})"
+            if n > MAX_ROOFLINE_POINTS:  # (a sample drawn the same every time: the legend says so)
+                idx = np.sort(np.random.default_rng(0).choice(idx, MAX_ROOFLINE_POINTS, replace=False))
+                label = f"{k} steps ({n:,}; a sample of {MAX_ROOFLINE_POINTS:,} drawn)"
+            ax.scatter(ai[idx], achieved[idx] / 1e12, s=6, alpha=0.5, color=KIND_COLORS[k], label=label,
                        edgecolors="none", rasterized=True)
     peak, bw = data["peak_flops"], data["mem_bw"]
     ridge = peak / bw

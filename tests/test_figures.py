@@ -210,3 +210,20 @@ def test_binned_empty_bins_are_gaps():
     b = F.binned([0.1, 0.2, 2.5], [1.0, 3.0, 5.0], 1.0)
     assert list(b["sum"]) == [4.0, 0.0, 5.0] and b["mean"][0] == 2.0 and np.isnan(b["mean"][1])
     assert b["min"][0] == 1.0 and b["max"][0] == 3.0
+
+
+def test_roofline_draws_a_sample_of_a_large_run_and_says_so(runs, monkeypatch):
+    """A run of a million steps took ten seconds to draw on the roofline: past MAX_ROOFLINE_POINTS
+    steps of a kind a fixed sample is drawn, and the legend gives both counts."""
+    r = runs["continuous"]
+    kinds = r.step_kind()
+    n_dec = int((kinds == "decode").sum())
+    monkeypatch.setattr(F, "MAX_ROOFLINE_POINTS", n_dec // 3)
+    drawn = []
+    for _ in range(2):
+        fig, ax = plt.subplots()
+        F.roofline(r.roofline_data(), ax)
+        assert f"decode steps ({n_dec:,}; a sample of {n_dec // 3:,} drawn)" in legend(ax)
+        drawn.append(np.concatenate([c.get_offsets() for c in ax.collections]))
+        plt.close(fig)
+    assert np.array_equal(drawn[0], drawn[1])  # the same sample every time
