@@ -109,9 +109,10 @@ def _cells_to_column(name: str, cells: tuple, path: Path, line: int) -> np.ndarr
         except (ValueError, OverflowError):
             for j, v in enumerate(cells):
                 try:
-                    if v and not -2**63 <= int(v) < 2**63:
-                        raise OverflowError
-                except (ValueError, OverflowError):
+                    ok = not v or -2**63 <= int(v) < 2**63
+                except ValueError:
+                    ok = False
+                if not ok:
                     raise InputError(f"{path}: line {line + j}: column {name!r} must be an integer, "
                                      f"got {shown(v)}") from None
             raise

@@ -55,24 +55,22 @@ def trace_events(requests: dict, steps: dict, sim_time_s: float, num_replicas: i
     run's trace is never held whole)."""
     if num_replicas is None:
         num_replicas = count_replicas(requests, steps)
-    ev = _Emit()
     for r in range(num_replicas):
         pid = r + 1
-        ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"replica {r}"}})
-        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "steps"}})
-        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "requests"}})
+        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"replica {r}"}}
+        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "steps"}}
+        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "requests"}}
     if "bound" in steps:
         bound = np.asarray(steps["bound"])
     else:
         bound = np.where(steps["compute_bound"], "compute", "memory")
-    yield from ev.take()
     names = ("replica", "start_s", "duration_s", "num_seqs", "prefill_tokens", "decode_tokens", "context_tokens",
-             "flops", "bytes")
-    for (rep, start, dur, seqs, p, d, ctx, fl, by), b in zip(_rows(steps, names), _rows({"b": bound}, ("b",))):
+             "flops", "bytes", "bound")
+    for rep, start, dur, seqs, p, d, ctx, fl, by, b in _rows({**steps, "bound": bound}, names):
         name = "mixed" if p and d else ("prefill" if p else "decode")
         yield {"ph": "X", "name": name, "cat": "step", "pid": rep + 1, "tid": 1, "ts": _us(start),
                "dur": _us(dur), "args": {"num_seqs": seqs, "prefill_tokens": p, "decode_tokens": d,
-                                         "context_tokens": ctx, "flops": fl, "bytes": by, "bound": b[0]}}
+                                         "context_tokens": ctx, "flops": fl, "bytes": by, "bound": b}}
     waits = {}
     if decisions is not None:
         from servesim.outputs.decision_trace import wait_events
@@ -91,8 +89,8 @@ def trace_events(requests: dict, steps: dict, sim_time_s: float, num_replicas: i
     for rid, arr, sch, first, fin, prompt, out, rep, status, reason, xfer, drep in rows:
         pid = max(int(rep), 0) + 1
         if status == "rejected":
-            ev.append({"ph": "i", "name": f"rejected {rid}", "cat": "request", "pid": pid, "tid": 2, "s": "t",
-                       "ts": _us(arr), "args": {"reason": reason, "prompt_tokens": prompt, "output_tokens": out}})
+            yield {"ph": "i", "name": f"rejected {rid}", "cat": "request", "pid": pid, "tid": 2, "s": "t",
+                   "ts": _us(arr), "args": {"reason": reason, "prompt_tokens": prompt, "output_tokens": out}}
             continue
         end = fin if not math.isnan(fin) else sim_time_s
         base = {"cat": "request", "id": int(rid), "pid": pid, "tid": 2}
@@ -101,7 +99,7 @@ def trace_events(requests: dict, steps: dict, sim_time_s: float, num_replicas: i
             args["decode_replica"] = int(drep)
         if rid in waits:
             args["waits"] = waits[rid]
-        ev.append({**base, "ph": "b", "name": f"request {rid}", "ts": _us(arr), "args": args})
+        yield {**base, "ph": "b", "name": f"request {rid}", "ts": _us(arr), "args": args}
         if math.isnan(xfer) or math.isnan(first):
             marks = [("queued", arr, sch), ("prefill", sch, first), ("decode", first, fin)]
         else:
@@ -115,11 +113,9 @@ def trace_events(requests: dict, steps: dict, sim_time_s: float, num_replicas: i
                 b = end
             elif name == "decode" and b <= a:  # one output token: no decode phase
                 continue
-            ev.append({**base, "ph": "b", "name": name, "ts": _us(a)})
-            ev.append({**base, "ph": "e", "name": name, "ts": _us(b)})
-        ev.append({**base, "ph": "e", "name": f"request {rid}", "ts": _us(end)})
-        yield from ev.take()
-    yield from ev.take()  # (a rejected request last: its event is still here)
+            yield {**base, "ph": "b", "name": name, "ts": _us(a)}
+            yield {**base, "ph": "e", "name": name, "ts": _us(b)}
+        yield {**base, "ph": "e", "name": f"request {rid}", "ts": _us(end)}
 
 
 def _rows(columns: dict, names: tuple, block: int = 1 << 16):
@@ -128,15 +124,6 @@ def _rows(columns: dict, names: tuple, block: int = 1 << 16):
     n = len(columns[names[0]])
     for lo in range(0, n, block):
         yield from zip(*(columns[c][lo:lo + block].tolist() for c in names))
-
-
-class _Emit(list):
-    """A request's events, appended as the loop above builds them, then handed on (``take``)."""
-
-    def take(self) -> list:
-        out = self[:]
-        self.clear()
-        return out
 
 
 def write_trace(results, path: str | Path) -> Path:
