@@ -152,7 +152,7 @@ def cmd_calibrate(args) -> int:
     gpu, prof = _profiles(args)
     eff = fit_profiles(prof, gpu)
     carried = efficiencies_for(gpu, "auto")
-    keep = carried_families(gpu)
+    keep = tuple(f for f in carried_families(gpu) if not (f == "gemm_fp8" and eff.gemm_fp8 != Efficiencies().gemm_fp8))
     eff = dataclasses.replace(eff, **{f: getattr(carried, f) for f in keep})
     v = validate(prof, gpu, eff, args.max_tokens)
     quality = {}
@@ -177,6 +177,7 @@ def cmd_calibrate(args) -> int:
             + (f"send/recv: network/{prof.send_recv[0]}/send_recv.csv (intra-node rows)\n" if prof.send_recv else "")
             + (f"attention: {len(prof.attention)} attention.csv file(s)\n" if prof.attention else "")
             + (f"per-step CPU overhead: {', '.join(str(c.path) for c in prof.cpu)}\n" if prof.cpu else "")
+            + (f"FP8 GEMMs: {len(prof.fp8)} fp8_gemm.csv file(s)\n" if "gemm_fp8" not in keep and prof.fp8 else "")
             + (f"{', '.join(keep)}: not measured by these profiles; carried over from this GPU's current "
                f"efficiencies ({carried.source})\n" if keep else "")
             + "Fit: scipy least_squares on log(predicted) - log(measured); models in sim/cost/efficiency.py.\n"

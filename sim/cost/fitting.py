@@ -15,8 +15,8 @@ import dataclasses
 import math
 
 from servesim.cost.comm import SIZE_RANGES, collective_time_np
-from servesim.cost.efficiency import (LOWBIT_TILE_M, CommEfficiency, Efficiencies, GemmEfficiency, MemEfficiency,
-                                      OpEfficiency, OverheadFit)
+from servesim.cost.efficiency import (LOWBIT_TILE_M, CommEfficiency, Efficiencies, Fp8GemmEfficiency, GemmEfficiency,
+                                      MemEfficiency, OpEfficiency, OverheadFit)
 from servesim.cost.profiles import GEMM_OPS, MEM_OPS, PROFILE_DTYPE_BYTES, Profiles
 from servesim.cost.smoothmax import smooth_max_np
 from servesim.inputs.specs import GpuSpec
@@ -219,6 +219,40 @@ def fit_attention(profiles: list, gpu: GpuSpec) -> OpEfficiency | None:
     return _rounded(OpEfficiency(float(x[0]), float(x[1]), float(x[2])))
 
 
+def fp8_gemm_time_np(M, K, N, gpu: GpuSpec, g: GemmEfficiency, f8: Fp8GemmEfficiency):
+    """Vectorized FP8 GEMM time as ``CostModel`` prices it: 1-byte weights, the FP8 peak, the 16-bit
+    family's compute share times ``compute_scale`` (capped at 1)."""
+    return gemm_time_np(M, K, N, 1.0, gpu.fp8_flops, gpu.mem_bw_bytes_per_s,
+                        dataclasses.replace(g, compute=min(1.0, g.compute * f8.compute_scale)))
+
+
+def fp8_points(profiles: list):
+    """Arrays M, K, N and measured seconds of every FP8 GEMM measurement."""
+    import numpy as np
+
+    cat = np.concatenate
+    return (cat([p.M for p in profiles]).astype(float), cat([p.K for p in profiles]).astype(float),
+            cat([p.N for p in profiles]).astype(float), cat([p.y for p in profiles]))
+
+
+def fit_fp8(profiles: list, gpu: GpuSpec, gemm: GemmEfficiency) -> Fp8GemmEfficiency | None:
+    """``gemm_fp8.compute_scale`` from FP8 GEMM timings, with the 16-bit GEMM family's other terms
+    (latency, smooth max, tiling) as fitted: the FP8 GEMMs' share of the FP8 peak over the 16-bit
+    GEMMs' share of theirs. None without FP8 tensor cores or measurements."""
+    import numpy as np
+
+    if not profiles or gpu.fp8_flops <= 0:
+        return None
+    M, K, N, y = fp8_points(profiles)
+    ly = np.log(y)
+
+    def res(x):
+        return np.log(fp8_gemm_time_np(M, K, N, gpu, gemm, Fp8GemmEfficiency(float(x[0])))) - ly
+
+    x = _lsq(res, [0.9], [0.1], [1.5], [0.1])
+    return _rounded(Fp8GemmEfficiency(float(x[0])))
+
+
 def cpu_points(profiles: list):
     """(batch, tp, measured seconds, model) over every CPU overhead profile."""
     import numpy as np
@@ -384,6 +418,9 @@ def fit_profiles(profiles: Profiles, gpu: GpuSpec) -> Efficiencies:
         e = fit_comm(data[1], gpu, kind, link, data[0])
         if e is not None:
             kw[fam] = e
+    f8 = fit_fp8(profiles.fp8, gpu, kw.get("gemm") or Efficiencies().gemm)
+    if f8 is not None:
+        kw["gemm_fp8"] = f8
     att = fit_attention(profiles.attention, gpu) if profiles.attention else None
     if att is not None:
         kw["attention"] = att
@@ -397,5 +434,6 @@ def fit_profiles(profiles: Profiles, gpu: GpuSpec) -> Efficiencies:
                     + (f"; attention from {len(profiles.attention)} attention profiles" if att is not None
                        else "; attention not measured (v0 values)" if profiles.compute else "")
                     + (f"; per-step CPU overhead from {len(profiles.cpu)} cpu_overheads profile(s)"
-                       if over is not None else ""))
+                       if over is not None else "")
+                    + (f"; FP8 GEMMs from {len(profiles.fp8)} fp8_gemm profile(s)" if f8 is not None else ""))
     return Efficiencies(**kw)

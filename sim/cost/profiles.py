@@ -4,7 +4,8 @@ plain arrays.
 ``compute/<device>/<org>/<model>/mlp.csv``: per-layer non-attention operators by ``num_tokens``
 and TP size, medians in ms; ``attention.csv`` next to it; ``network/<node>/all_reduce.csv`` and
 ``send_recv.csv``: collectives by message size in bytes; ``cpu_overheads.csv``: the per-step CPU
-time. Every malformed file, column or cell is an ``InputError`` naming the file (and line).
+time; ``fp8_gemm.csv`` (servesim's own, next to the compute profiles): FP8 GEMMs by shape. Every
+malformed file, column or cell is an ``InputError`` naming the file (and line).
 Fitting (``sim/cost/fitting.py``), validation and ``cost.profiles`` pricing read them from here.
 
 numpy is imported lazily: nothing here runs in the simulation's hot path.
@@ -279,6 +280,44 @@ def read_cpu_overheads(path: Path) -> CpuOverheadProfile:
     return CpuOverheadProfile(path, model[ok], batch[ok], tp[ok], y[ok] * 1e-3)
 
 
+FP8_COLUMNS = ("M", "K", "N", "fp8_ms")
+
+
+@dataclass
+class Fp8GemmProfile:
+    """One ``fp8_gemm.csv``: per row one ``[M x K] @ [K x N]`` GEMM with FP8 (e4m3) operands and a
+    16-bit output, ``y`` its median in seconds. Columns ``M``, ``K``, ``N`` and ``fp8_ms`` (ms);
+    others (a 16-bit time of the same shape, labels) are ignored. Written by
+    ``tools/h200_measure.py``; ``servesim calibrate`` fits ``gemm_fp8.compute_scale`` to it."""
+
+    path: Path
+    M: "object"
+    K: "object"
+    N: "object"
+    y: "object"
+
+
+def read_fp8_profile(path: Path) -> Fp8GemmProfile:
+    import numpy as np
+
+    header, rows = _read_csv(path)
+    if not rows:
+        raise InputError(f"{path}: no measurement rows")
+    for c in FP8_COLUMNS:
+        if c not in header:
+            raise InputError(f"{path}: missing column {c!r}; an fp8_gemm.csv needs {', '.join(FP8_COLUMNS)}")
+    M, K, N = (_column(path, header, rows, c, int) for c in ("M", "K", "N"))
+    y = _column(path, header, rows, "fp8_ms", float)
+    if (M <= 0).any() or (K <= 0).any() or (N <= 0).any():
+        raise InputError(f"{path}: M, K and N must be positive")
+    ok = ~np.isnan(y)
+    if not ok.any():
+        raise InputError(f"{path}: no row has its fp8_ms")
+    if (y[ok] <= 0).any():
+        raise InputError(f"{path}: fp8_ms must be positive times")
+    return Fp8GemmProfile(path, M[ok], K[ok], N[ok], y[ok] * 1e-3)
+
+
 @dataclass
 class Profiles:
     compute: list  # ComputeProfile
@@ -288,6 +327,7 @@ class Profiles:
     attention: list = dataclasses.field(default_factory=list)  # AttentionProfile
     cpu: list = dataclasses.field(default_factory=list)  # CpuOverheadProfile
     allreduce_pcie: tuple | None = None  # (node, data): a node whose larger all-reduces cross PCIe
+    fp8: list = dataclasses.field(default_factory=list)  # Fp8GemmProfile
 
 
 def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: str | None = None,
@@ -324,8 +364,9 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
             cpu_files |= set(d.glob("**/cpu_overheads.csv") if d.parent.name == "cpu_overhead"
                              else d.glob("cpu_overheads.csv"))
     cpu = [read_cpu_overheads(f) for f in sorted(cpu_files)]
+    fp8 = [read_fp8_profile(f) for f in sorted(cdir.glob("**/fp8_gemm.csv"))]
     net = _network(root, dev, node)
-    return Profiles(compute, net.allreduce, net.send_recv, str(root), attention, cpu, net.allreduce_pcie)
+    return Profiles(compute, net.allreduce, net.send_recv, str(root), attention, cpu, net.allreduce_pcie, fp8)
 
 
 def _network_nodes(root: Path, dev: str, node: str | None) -> list:
