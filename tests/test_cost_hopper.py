@@ -1,5 +1,6 @@
 """Hopper and FP8: the shipped H100 / H200 calibrations keep FP8 GEMMs within the published
-FP8-to-BF16 bounds, and keep their provenance (calibrations/h100-sxm.yaml)."""
+FP8-to-BF16 bounds, and keep their provenance (calibrations/h100-sxm.yaml, argued; h200.yaml,
+measured: tests/test_cost_h200.py)."""
 
 import pytest
 
@@ -47,8 +48,11 @@ def test_hopper_efficiencies_and_provenance():
     # MAMF: the best BF16 matmul reaches 80.3% of H100's peak and 85.9% of A100's
     assert h100.gemm.compute == pytest.approx(a100.gemm.compute * 0.803 / 0.859, rel=2e-3)
     assert h100.gemm_fp8.compute_scale == pytest.approx((1453.4 / 1979) / (794.5 / 989), rel=2e-3)
-    assert h200.gemm == h100.gemm and h200.gemm_fp8 == h100.gemm_fp8  # one die (GH100)
-    assert "MAMF" in h100.source and "MAMF" in h200.source
+    assert "MAMF" in h100.source
+    # the H200 (same GH100 die) is measured (tests/test_cost_h200.py): its FP8 share over BF16's
+    # agrees with MAMF's argued figure for the H100 within 1%
+    assert "fitted (GEMMs, FP8 GEMMs, attention) to 4 compute profiles for h200" in h200.source
+    assert h200.gemm_fp8.compute_scale == pytest.approx(h100.gemm_fp8.compute_scale, rel=0.01)
     # uncalibrated Hopper-like and newer GPUs take these, with their own datasheet peaks
     b200 = efficiencies_for(GPUS["b200"])
     assert b200.gemm_fp8 == h200.gemm_fp8 and "transferred from h200" in b200.source
