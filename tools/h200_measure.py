@@ -21,6 +21,9 @@ tensor is random, as vLLM's ``load_format="dummy"``). Sections (all by default):
     Whole forward steps of Llama-2-7B (32 layers, bf16): prefill of B x T tokens and decode of B
     sequences at context L, each eager (Python launching every kernel) and replayed from a CUDA
     graph, and the CPU time to launch one eager step.
+``steps_fused``
+    The same steps with the element-wise work around attention compiled (``torch.compile``), as
+    vLLM V1's piecewise graphs run it: written to ``steps_fused.csv``.
 ``e2e``
     One static batch served end to end (32 requests, 512-token prompts, 128 output tokens, greedy,
     the host reading each step's tokens as an engine does), eager.
@@ -316,6 +319,65 @@ class Llama:
                  torch.empty(B, self.nh, Lmax, self.hd, dtype=BF16, device=DEV)) for _ in range(self.L)]
 
 
+# ---------------------------------------------------------------- the same model, fused as vLLM V1 runs it
+# vLLM V1 compiles each layer with torch.compile and splits the graph at attention ("piecewise"):
+# the element-wise work (RMSNorm, rotary, SiLU x up, residual adds) fuses into a few Triton kernels
+# around cuBLAS GEMMs. These two pieces are that, with attention (SDPA) and the KV write between.
+def _make_pre_attention(nh: int, hd: int):
+    """The piece before attention for ``nh`` heads of ``hd`` (constants, not traced as sizes)."""
+    def pre_attention(x, n1, wqkv, c, s):
+        B, T, h = x.shape
+        y = F.rms_norm(x, (h,), n1, 1e-5)
+        q, k, v = F.linear(y, wqkv).view(B, T, 3, nh, hd).unbind(2)  # [B, T, H, D]
+        c, s = c[None, :, None, :], s[None, :, None, :]
+
+        def rot(t):
+            t1, t2 = t[..., : hd // 2], t[..., hd // 2:]
+            return torch.cat((t1 * c - t2 * s, t2 * c + t1 * s), dim=-1)
+
+        return rot(q).transpose(1, 2), rot(k).transpose(1, 2), v.transpose(1, 2)
+
+    return pre_attention
+
+
+def _post_attention(x, a, wo, n2, wgu, wd):
+    B, T, h = x.shape
+    x = x + F.linear(a.transpose(1, 2).flatten(2), wo)
+    g, u = F.linear(F.rms_norm(x, (h,), n2, 1e-5), wgu).chunk(2, dim=-1)
+    return x + F.linear(F.silu(g) * u, wd)
+
+
+_compiled = {}
+OUT_DIR = None  # set by main: where files are written
+
+
+def fused_forward(model, ids, pos, cache=None, start=0):
+    """``Llama.forward`` with the pieces around attention compiled (one compile per piece, shapes
+    dynamic)."""
+    if not _compiled:
+        import torch._dynamo as dynamo
+        for knob in ("cache_size_limit", "recompile_limit"):  # batch 1 and one token are specialized
+            if hasattr(dynamo.config, knob):
+                setattr(dynamo.config, knob, 64)
+        _compiled["pre"] = torch.compile(_make_pre_attention(model.nh, model.hd), dynamic=True)
+        _compiled["post"] = torch.compile(_post_attention, dynamic=True)
+    pre, post = _compiled["pre"], _compiled["post"]
+    B, T = ids.shape
+    x = F.embedding(ids, model.emb)
+    c, s = model.cos[pos], model.sin[pos]
+    for i, w in enumerate(model.layers):
+        q, k, v = pre(x, w["n1"], w["qkv"], c, s)
+        if cache is not None:
+            kc, vc = cache[i]
+            kc[:, :, start:start + T] = k
+            vc[:, :, start:start + T] = v
+            k, v = kc[:, :, : start + T], vc[:, :, : start + T]
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+        x = post(x, a, w["o"], w["n2"], w["gu"], w["d"])
+    x = F.rms_norm(x[:, -1], (model.h,), model.nf, 1e-5)
+    return F.linear(x, model.lm).argmax(dim=-1)
+
+
 def wall_per_call(fn, n):
     sync()
     t0 = time.perf_counter()
@@ -360,31 +422,45 @@ def measure_step(fn, n_eager=10, n_graph=20):
     return eager, launch, graph, ev
 
 
-def section_steps(files, model):
+def section_steps(files, model, fused=False):
+    fwd = (lambda *a: fused_forward(model, *a)) if fused else model.forward
+    name = "steps_fused.csv" if fused else "steps.csv"
     rows = []
-    for B, T in ((1, 128), (1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 8192), (4, 512), (16, 128), (8, 1024)):
-        ids = torch.randint(0, model.vocab, (B, T), device=DEV)
-        pos = torch.arange(T, device=DEV)
-        e, la, gr, ev = measure_step(lambda: model.forward(ids, pos), n_eager=5, n_graph=5)
-        rows.append({"kind": "prefill", "batch": B, "tokens": T, "context": 0, "eager_s": e, "launch_s": la,
-                     "graph_s": gr, "graph_gpu_s": ev})
-        print(f"prefill {B}x{T}: eager {e * 1e3:.2f} ms graph {gr * 1e3:.2f} ms", flush=True)
-    torch.cuda.empty_cache()
-    for L in (128, 1024, 4096):
-        for B in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-            if B * (L + 1) > 140000:
-                continue
-            cache = model.cache(B, L + 1)
-            ids = torch.randint(0, model.vocab, (B, 1), device=DEV)
-            pos = torch.tensor([L], device=DEV)
-            e, la, gr, ev = measure_step(lambda c=cache: model.forward(ids, pos, c, L))
-            rows.append({"kind": "decode", "batch": B, "tokens": B, "context": L, "eager_s": e, "launch_s": la,
-                         "graph_s": gr, "graph_gpu_s": ev})
-            print(f"decode B={B} L={L}: eager {e * 1e3:.2f} ms graph {gr * 1e3:.2f} ms launch {la * 1e3:.2f} ms",
-                  flush=True)
-            del cache
-            torch.cuda.empty_cache()
-    files["steps.csv"] = to_csv(rows)
+
+    def keep(row):  # written after every shape: a run stopped at its time limit keeps what it measured
+        rows.append(row)
+        files[name] = to_csv(rows)
+        if OUT_DIR:
+            write(OUT_DIR, files)
+
+    def prefill():
+        for B, T in ((1, 128), (1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 8192), (4, 512), (16, 128), (8, 1024)):
+            ids = torch.randint(0, model.vocab, (B, T), device=DEV)
+            pos = torch.arange(T, device=DEV)
+            e, la, gr, ev = measure_step(lambda: fwd(ids, pos), n_eager=5, n_graph=5)
+            keep({"kind": "prefill", "batch": B, "tokens": T, "context": 0, "eager_s": e, "launch_s": la,
+                  "graph_s": gr, "graph_gpu_s": ev})
+            print(f"prefill {B}x{T}: eager {e * 1e3:.2f} ms graph {gr * 1e3:.2f} ms", flush=True)
+        torch.cuda.empty_cache()
+
+    def decode():
+        for L in (128, 1024, 4096):
+            for B in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+                if B * (L + 1) > 140000:
+                    continue
+                cache = model.cache(B, L + 1)
+                ids = torch.randint(0, model.vocab, (B, 1), device=DEV)
+                pos = torch.tensor([L], device=DEV)
+                e, la, gr, ev = measure_step(lambda c=cache: fwd(ids, pos, c, L))
+                keep({"kind": "decode", "batch": B, "tokens": B, "context": L, "eager_s": e, "launch_s": la,
+                      "graph_s": gr, "graph_gpu_s": ev})
+                print(f"decode B={B} L={L}: eager {e * 1e3:.2f} ms graph {gr * 1e3:.2f} ms launch {la * 1e3:.2f} ms",
+                      flush=True)
+                del cache
+                torch.cuda.empty_cache()
+
+    for part in ((decode, prefill) if fused else (prefill, decode)):  # fused: decode first
+        part()
 
 
 def section_e2e(files, model, B=32, prompt=512, out=128):
@@ -438,7 +514,8 @@ def write(out, files):
 
 
 def main():
-    out = sys.argv[1]
+    global OUT_DIR
+    out = OUT_DIR = sys.argv[1]
     want = sys.argv[2:] or ["env", "ops", "attn", "fp8", "steps", "e2e"]
     # sections whose kernels may not survive CUDA-graph capture run in their own process
     # (attn:cudnn): a broken capture there cannot spoil another section's numbers
@@ -462,7 +539,7 @@ def main():
             continue
         t0 = time.perf_counter()
         try:
-            if sec in ("steps", "e2e") and model is None:
+            if sec in ("steps", "steps_fused", "e2e") and model is None:
                 model = Llama() if not SMOKE else Llama(layers=2, h=256, nh=2, inter=688, vocab=1000)
             if sec == "ops":
                 section_ops(files)
@@ -472,6 +549,8 @@ def main():
                 section_fp8(files)
             elif sec == "steps":
                 section_steps(files, model)
+            elif sec == "steps_fused":
+                section_steps(files, model, fused=True)
             elif sec == "e2e":
                 section_e2e(files, model)
             else:
