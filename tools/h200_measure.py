@@ -24,6 +24,9 @@ tensor is random, as vLLM's ``load_format="dummy"``). Sections (all by default):
 ``steps_fused``
     The same steps with the element-wise work around attention compiled (``torch.compile``), as
     vLLM V1's piecewise graphs run it: written to ``steps_fused.csv``.
+``sustain``
+    GEMMs timed in short bursts after idle (as ``ops``) and then replayed back to back for 10 s,
+    with nvidia-smi sampling the SM clock and power: ``sustain.csv``, ``clocks.csv``.
 ``e2e``
     One static batch served end to end (32 requests, 512-token prompts, 128 output tokens, greedy,
     the host reading each step's tokens as an engine does), eager.
@@ -268,6 +271,53 @@ def section_fp8(files):
                                  "fp8_ms": ms(res[False]), "fp8_fast_accum_ms": ms(res[True])})
         print(f"fp8 {name}: done", flush=True)
     files["compute/h200/fp8_gemm.csv"] = to_csv(rows)
+
+
+# ---------------------------------------------------------------- sustained load
+def section_sustain(files, seconds=10.0):
+    """A GEMM timed as the operator profiles time it (short graph replays after idle) and then
+    replayed back to back for ``seconds``, with the SM clock and power sampled by nvidia-smi every
+    100 ms: whether a GPU kept busy (a long prefill, a loaded server) runs GEMMs slower than the
+    bursts the profiles measure."""
+    import subprocess
+
+    smi = None
+    if DEV != "cpu":
+        smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                                "--format=csv,noheader,nounits", "-lms", "100"], stdout=subprocess.PIPE, text=True)
+    t_start = time.perf_counter()
+    rows = []
+    shapes = [(8192, 4096, 22016), (4096, 8192, 57344), (16, 4096, 22016)] if not SMOKE else [(64, 64, 64)]
+    for M, K, N in shapes:
+        ws = [torch.randn(N, K, dtype=BF16, device=DEV) * 0.02 for _ in range(copies_for(2 * N * K))]
+        x = torch.randn(M, K, dtype=BF16, device=DEV)
+        calls = [lambda w=w: F.linear(x, w) for w in ws]
+        time.sleep(2.0)  # idle, as between the profiles' operators
+        burst = time_replayed(calls)
+        rows.append({"M": M, "K": K, "N": N, "phase": "burst", "t_s": time.perf_counter() - t_start,
+                     "s_per_call": burst})
+        n = max(len(calls), 16)
+
+        def run(n=n):
+            for i in range(n):
+                calls[i % len(calls)]()
+
+        g = graphed(run)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            per = time_kernel(g.replay, reps=5, warm=0) / n
+            rows.append({"M": M, "K": K, "N": N, "phase": "sustained", "t_s": time.perf_counter() - t_start,
+                         "s_per_call": per})
+        del g
+        print(f"sustain {M}x{K}x{N}: burst {2 * M * K * N / burst / 1e12:.0f} TFLOPS, after {seconds:.0f} s "
+              f"{2 * M * K * N / rows[-1]['s_per_call'] / 1e12:.0f}", flush=True)
+    files["sustain.csv"] = to_csv(rows)
+    if smi is not None:
+        smi.terminate()
+        out = smi.communicate(timeout=5)[0]
+        files["clocks.csv"] = "sm_mhz,power_w,temp_c\n" + out
+        print("clocks (first, min, last):", out.splitlines()[:1], min(out.splitlines()), out.splitlines()[-1:],
+              flush=True)
 
 
 # ---------------------------------------------------------------- whole steps of Llama-2-7B
@@ -547,6 +597,8 @@ def main():
                 section_attn(files, sec.partition(":")[2] or None)
             elif sec == "fp8":
                 section_fp8(files)
+            elif sec == "sustain":
+                section_sustain(files)
             elif sec == "steps":
                 section_steps(files, model)
             elif sec == "steps_fused":

@@ -18,7 +18,9 @@ Operator time models (M tokens, K x N weight, w / a weight / activation bytes pe
   steps seen in cuBLAS timings; with fp8 or int4 weights at most ``LOWBIT_TILE_M`` rows),
   ``Mem = (w K N + a M (K + N)) / (bw * memory)`` and
   ``smoothmax(x, y) = (x^p + y^p)^(1/p)`` with ``p = smooth`` (``0``: a hard max). Every term only
-  ever adds time, so an operator is never faster than its plain roofline.
+  ever adds time, so an operator is never faster than its plain roofline. Kernel timings are
+  bursts; a GPU kept busy runs at its power cap with lower clocks, so a run prices GEMMs with
+  ``compute x sustained`` (measured where known: H200, 10 s of back-to-back GEMMs).
 * Bandwidth-bound kernels (norms, activation, rotary, residual add, embedding): ``kernels x
   latency_s + max(flops / peak, bytes / (bw * memory))``.
 * Collectives (``sim/cost/comm.py``): each algorithm ``a`` costs
@@ -84,6 +86,10 @@ class GemmEfficiency:
     tile_quant: float = _f(0.0, ge=0, le=1, valid="in [0, 1]", doc="share of the FLOPs of M padded up to tile_m")
     tile_m: int = _f(128, ge=1, le=65536)
     k_half: float = _f(0.0, ge=0, le=1e9, doc="inner dimension at which the compute efficiency is halved (0: none)")
+    sustained: float = _f(1.0, gt=0, le=1, valid="in (0, 1]",
+                          doc="share of the compute rate kept under sustained load (the GPU at its power cap): runs "
+                              "price GEMMs at compute x sustained; fits and per-kernel validation, timed in short "
+                              "bursts, at compute (1: not measured)")
     expand = staticmethod(_coefficients)
 
 

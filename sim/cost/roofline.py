@@ -165,6 +165,7 @@ class CostModel:
     _moe: tuple = field(init=False, repr=False, compare=False, default=())
     _mla: tuple = field(init=False, repr=False, compare=False, default=())
     _g: GemmEfficiency = field(init=False, repr=False, compare=False, default=None)
+    _g16: GemmEfficiency = field(init=False, repr=False, compare=False, default=None)  # 16-bit GEMMs (LM head)
     _att: tuple = field(init=False, repr=False, compare=False, default=())
     _memo_T: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
     _memo_S: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
@@ -215,6 +216,10 @@ class CostModel:
         if self.allreduce not in ("custom", "nccl"):
             raise ValueError(f"allreduce must be custom or nccl, got {self.allreduce!r}")
         g = self.eff.gemm
+        # a serving GPU under load runs at its power cap: compute-bound GEMMs at the sustained rate
+        # (the fits are short bursts at boost clocks); weight reads keep their rate
+        g = replace(g, compute=g.compute * g.sustained) if g.sustained != 1.0 else g
+        object.__setattr__(self, "_g16", g)
         if self.dtype == "fp8" and self.gpu.fp8_flops > 0:  # FP8 tensor cores: their own share of their peak
             g = replace(g, compute=min(1.0, g.compute * self.eff.gemm_fp8.compute_scale))
         object.__setattr__(self, "_g", g)
@@ -383,7 +388,7 @@ class CostModel:
         its time includes gathering the 16-bit logits of every rank (vLLM's logits gather)."""
         h, vocab, w16 = self._c[0], self._c[6], self._c[10]
         bw, e = self.gpu.mem_bw_bytes_per_s, self.eff
-        t, f, b, c, mm = gemm_cost(S, h, vocab, w16, self.gpu.peak_flops, bw, e.gemm)  # kept 16-bit
+        t, f, b, c, mm = gemm_cost(S, h, vocab, w16, self.gpu.peak_flops, bw, self._g16)  # kept 16-bit
         b += S * LOGIT_BYTES * vocab
         mm += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
         t += S * LOGIT_BYTES * vocab / (bw * e.gemm.memory)
