@@ -62,6 +62,16 @@ def test_sustained_share_is_the_measured_power_cap_slowdown():
     shipped = load_calibration(shipped_calibrations()["h200"])
     assert shipped.gemm.sustained == pytest.approx(sustained_share(shipped.gemm), abs=1e-3)
     assert 0.8 < shipped.gemm.sustained < 0.95
+    # FP8 GEMMs slow by the same share as bf16 ones of the same shape (so the share applies to them)
+    def steady_over_burst(rows):
+        burst, t0 = float(rows[0]["s_per_call"]), float(rows[0]["t_s"])
+        return burst / np.median([float(r["s_per_call"]) for r in rows
+                                  if r["phase"] == "sustained" and float(r["t_s"]) - t0 >= 4])
+
+    first = ("8192", "4096", "22016")
+    bf16 = [r for r in csv.DictReader(open(DATA / "sustain.csv")) if (r["M"], r["K"], r["N"]) == first]
+    fp8 = [r for r in csv.DictReader(open(DATA / "sustain_more.csv")) if r["op"] == "fp8_gemm"]
+    assert steady_over_burst(fp8) == pytest.approx(steady_over_burst(bf16), abs=0.03)
     clocks = [int(r["sm_mhz"]) for r in csv.DictReader(open(DATA / "clocks.csv"))]
     assert max(clocks) == 1980 and 1300 < np.median([c for c in clocks if c < 1900]) < 1500
     m = MODELS["meta-llama/Llama-2-7b-hf"]

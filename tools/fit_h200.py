@@ -50,7 +50,10 @@ it (back to back, operands rotated through 300 MiB so none is in L2); medians in
   sustain.csv, clocks.csv) hold the GPU at its 700 W cap, the SM clock falls from 1,980 MHz to
   1,395-1,470 MHz and both run at 666 TFLOPS: this share of the fit's burst time, reached within
   the first second. A weight-read bound GEMM (M 16) kept 1,980 MHz at 620 W. Runs price GEMMs at
-  compute x sustained (FP8 too: one power cap; not measured in FP8).
+  compute x sustained, FP8 ones too: an FP8 GEMM of the first shape went from 1,450 to 1,222
+  TFLOPS (0.84 of its burst; bf16 0.83), sustain_more.csv. A causal 8,192-token prefill attention
+  went from 615 to 530 TFLOPS (0.86): not applied, as attention's one compute share already prices
+  such prefills 34% slow in bursts.
 Not in this file: the bandwidth-bound kernels (norm, activation, rotary, residual, embedding) keep
 the A100 fit's shares of bandwidth, fitted to the engine's fused kernels; the norm, add and embedding
 measured here are PyTorch's own (fits in tests/test_cost_h200.py), which engines replace with fused

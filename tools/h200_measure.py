@@ -27,6 +27,8 @@ tensor is random, as vLLM's ``load_format="dummy"``). Sections (all by default):
 ``sustain``
     GEMMs timed in short bursts after idle (as ``ops``) and then replayed back to back for 10 s,
     with nvidia-smi sampling the SM clock and power: ``sustain.csv``, ``clocks.csv``.
+``sustain_more``
+    The same for an FP8 GEMM and a causal 8,192-token prefill attention: ``sustain_more.csv``.
 ``e2e``
     One static batch served end to end (32 requests, 512-token prompts, 128 output tokens, greedy,
     the host reading each step's tokens as an engine does), eager.
@@ -45,6 +47,7 @@ the device tool): ``profiling.tar.gz`` (the Vidur layout: ``compute/h200/<org>/<
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -274,6 +277,45 @@ def section_fp8(files):
 
 
 # ---------------------------------------------------------------- sustained load
+def section_sustain_more(files, seconds=8.0):
+    """``sustain`` for an FP8 GEMM and a causal 8,192-token prefill attention (cuDNN, 32 heads):
+    burst vs steady back-to-back time, written to ``sustain_more.csv``."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    one = torch.tensor(1.0, device=DEV, dtype=torch.float32)
+    rows = []
+    M, K, N = (8192, 4096, 22016) if not SMOKE else (64, 64, 64)
+    w8s = [(torch.randn(N, K, dtype=BF16, device=DEV) * 0.02).to(torch.float8_e4m3fn)
+           for _ in range(copies_for(N * K))]
+    x8 = torch.randn(M, K, dtype=BF16, device=DEV).to(torch.float8_e4m3fn)
+    fp8 = [lambda w=w: torch._scaled_mm(x8, w.t(), scale_a=one, scale_b=one, out_dtype=BF16) for w in w8s]
+    T, H = (8192, 32) if not SMOKE else (256, 2)
+    qkv = [tuple(torch.randn(1, H, T, 128, dtype=BF16, device=DEV) for _ in range(3)) for _ in range(2)]
+    att = [lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True) for q, k, v in qkv]
+    for label, calls, flops in (("fp8_gemm", fp8, 2.0 * M * K * N), ("attn_prefill", att, 2.0 * H * 128 * T * T)):
+        ctx = sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]) if label == "attn_prefill" \
+            else contextlib.nullcontext()
+        with ctx:
+            time.sleep(2.0)
+            burst = time_replayed(calls)
+            rows.append({"op": label, "phase": "burst", "t_s": 0.0, "s_per_call": burst})
+            n = max(len(calls), 16)
+
+            def run(n=n, calls=calls):
+                for i in range(n):
+                    calls[i % len(calls)]()
+
+            g = graphed(run)
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                per = time_kernel(g.replay, reps=5, warm=0) / n
+                rows.append({"op": label, "phase": "sustained", "t_s": time.perf_counter() - t0, "s_per_call": per})
+            del g
+        print(f"sustain {label}: burst {flops / burst / 1e12:.0f} TFLOPS, after {seconds:.0f} s "
+              f"{flops / rows[-1]['s_per_call'] / 1e12:.0f}", flush=True)
+    files["sustain_more.csv"] = to_csv(rows)
+
+
 def section_sustain(files, seconds=10.0):
     """A GEMM timed as the operator profiles time it (short graph replays after idle) and then
     replayed back to back for ``seconds``, with the SM clock and power sampled by nvidia-smi every
@@ -599,6 +641,8 @@ def main():
                 section_fp8(files)
             elif sec == "sustain":
                 section_sustain(files)
+            elif sec == "sustain_more":
+                section_sustain_more(files)
             elif sec == "steps":
                 section_steps(files, model)
             elif sec == "steps_fused":
