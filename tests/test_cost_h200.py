@@ -159,3 +159,18 @@ def test_calibrate_fits_fp8_instead_of_carrying_it(tmp_path):
     assert "| gemm_fp8 | all | all |" in r.stdout
     fit = load_calibration(out)
     assert math.isclose(fit.gemm_fp8.compute_scale, efficiencies_for(H200).gemm_fp8.compute_scale, rel_tol=2e-3)
+
+
+def test_calibrate_says_when_fp8_timings_cannot_be_used(tmp_path):
+    import shutil
+
+    prof = tmp_path / "prof"
+    shutil.copytree(DATA / "compute" / "h200", prof / "compute" / "a100")
+    r = subprocess.run([sys.executable, "-m", "servesim", "calibrate", "--profiles", str(prof), "--gpu", "a100-80g",
+                        "--out", str(tmp_path / "a100.yaml")], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "1 fp8_gemm.csv file(s) not used: a100-80g has no FP8 tensor cores" in r.stdout
+    import yaml
+
+    assert "gemm_fp8" not in yaml.safe_load((tmp_path / "a100.yaml").read_text())
+

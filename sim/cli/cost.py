@@ -152,7 +152,8 @@ def cmd_calibrate(args) -> int:
     gpu, prof = _profiles(args)
     eff = fit_profiles(prof, gpu)
     carried = efficiencies_for(gpu, "auto")
-    keep = tuple(f for f in carried_families(gpu) if not (f == "gemm_fp8" and eff.gemm_fp8 != Efficiencies().gemm_fp8))
+    fp8_fitted = bool(prof.fp8) and gpu.fp8_flops > 0  # fit_profiles fitted gemm_fp8 from them
+    keep = tuple(f for f in carried_families(gpu) if not (f == "gemm_fp8" and fp8_fitted))
     eff = dataclasses.replace(eff, **{f: getattr(carried, f) for f in keep})
     v = validate(prof, gpu, eff, args.max_tokens)
     quality = {}
@@ -177,7 +178,7 @@ def cmd_calibrate(args) -> int:
             + (f"send/recv: network/{prof.send_recv[0]}/send_recv.csv (intra-node rows)\n" if prof.send_recv else "")
             + (f"attention: {len(prof.attention)} attention.csv file(s)\n" if prof.attention else "")
             + (f"per-step CPU overhead: {', '.join(str(c.path) for c in prof.cpu)}\n" if prof.cpu else "")
-            + (f"FP8 GEMMs: {len(prof.fp8)} fp8_gemm.csv file(s)\n" if "gemm_fp8" not in keep and prof.fp8 else "")
+            + (f"FP8 GEMMs: {len(prof.fp8)} fp8_gemm.csv file(s)\n" if fp8_fitted else "")
             + (f"{', '.join(keep)}: not measured by these profiles; carried over from this GPU's current "
                f"efficiencies ({carried.source})\n" if keep else "")
             + "Fit: scipy least_squares on log(predicted) - log(measured); models in sim/cost/efficiency.py.\n"
@@ -190,6 +191,9 @@ def cmd_calibrate(args) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(calibration_yaml(eff, gpu, prov, quality))
     print(f"calibrated {gpu.name} from {len(prof.compute)} compute profile(s); wrote {out}")
+    if prof.fp8 and not fp8_fitted:
+        print(f"note: {len(prof.fp8)} fp8_gemm.csv file(s) not used: {gpu.name} has no FP8 tensor cores "
+              "(fp8_flops 0), so FP8 weights run at its 16-bit peak")
     for fam in FAMILIES:
         if getattr(eff, fam) is not None and getattr(eff, fam) != getattr(Efficiencies(), fam):  # the fitted ones
             print(f"  {fam:<17}{getattr(eff, fam)}")
