@@ -277,9 +277,30 @@ def section_fp8(files):
 
 
 # ---------------------------------------------------------------- sustained load
+def burst_then_sustained(calls, seconds, fields, t_origin):
+    """Rows of ``fields`` plus phase, t_s (since ``t_origin``) and s_per_call: ``calls`` timed as
+    the operator profiles time them (short graph replays, after 2 s idle), then replayed back to
+    back from one graph for ``seconds``, a sample of 5 replays at a time."""
+    time.sleep(2.0)  # idle, as between the profiles' operators
+    rows = [{**fields, "phase": "burst", "t_s": time.perf_counter() - t_origin, "s_per_call": time_replayed(calls)}]
+    n = max(len(calls), 16)
+
+    def run():
+        for i in range(n):
+            calls[i % len(calls)]()
+
+    g = graphed(run)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        per = time_kernel(g.replay, reps=5, warm=0) / n
+        rows.append({**fields, "phase": "sustained", "t_s": time.perf_counter() - t_origin, "s_per_call": per})
+    del g
+    return rows
+
+
 def section_sustain_more(files, seconds=8.0):
     """``sustain`` for an FP8 GEMM and a causal 8,192-token prefill attention (cuDNN, 32 heads):
-    burst vs steady back-to-back time, written to ``sustain_more.csv``."""
+    burst vs steady back-to-back time, written to ``sustain_more.csv`` (t_s from each op's start)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     one = torch.tensor(1.0, device=DEV, dtype=torch.float32)
@@ -296,23 +317,10 @@ def section_sustain_more(files, seconds=8.0):
         ctx = sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]) if label == "attn_prefill" \
             else contextlib.nullcontext()
         with ctx:
-            time.sleep(2.0)
-            burst = time_replayed(calls)
-            rows.append({"op": label, "phase": "burst", "t_s": 0.0, "s_per_call": burst})
-            n = max(len(calls), 16)
-
-            def run(n=n, calls=calls):
-                for i in range(n):
-                    calls[i % len(calls)]()
-
-            g = graphed(run)
-            t0 = time.perf_counter()
-            while time.perf_counter() - t0 < seconds:
-                per = time_kernel(g.replay, reps=5, warm=0) / n
-                rows.append({"op": label, "phase": "sustained", "t_s": time.perf_counter() - t0, "s_per_call": per})
-            del g
-        print(f"sustain {label}: burst {flops / burst / 1e12:.0f} TFLOPS, after {seconds:.0f} s "
-              f"{flops / rows[-1]['s_per_call'] / 1e12:.0f}", flush=True)
+            got = burst_then_sustained(calls, seconds, {"op": label}, time.perf_counter() + 2.0)
+        rows += got
+        print(f"sustain {label}: burst {flops / got[0]['s_per_call'] / 1e12:.0f} TFLOPS, after {seconds:.0f} s "
+              f"{flops / got[-1]['s_per_call'] / 1e12:.0f}", flush=True)
     files["sustain_more.csv"] = to_csv(rows)
 
 
@@ -333,26 +341,11 @@ def section_sustain(files, seconds=10.0):
     for M, K, N in shapes:
         ws = [torch.randn(N, K, dtype=BF16, device=DEV) * 0.02 for _ in range(copies_for(2 * N * K))]
         x = torch.randn(M, K, dtype=BF16, device=DEV)
-        calls = [lambda w=w: F.linear(x, w) for w in ws]
-        time.sleep(2.0)  # idle, as between the profiles' operators
-        burst = time_replayed(calls)
-        rows.append({"M": M, "K": K, "N": N, "phase": "burst", "t_s": time.perf_counter() - t_start,
-                     "s_per_call": burst})
-        n = max(len(calls), 16)
-
-        def run(n=n):
-            for i in range(n):
-                calls[i % len(calls)]()
-
-        g = graphed(run)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            per = time_kernel(g.replay, reps=5, warm=0) / n
-            rows.append({"M": M, "K": K, "N": N, "phase": "sustained", "t_s": time.perf_counter() - t_start,
-                         "s_per_call": per})
-        del g
-        print(f"sustain {M}x{K}x{N}: burst {2 * M * K * N / burst / 1e12:.0f} TFLOPS, after {seconds:.0f} s "
-              f"{2 * M * K * N / rows[-1]['s_per_call'] / 1e12:.0f}", flush=True)
+        got = burst_then_sustained([lambda w=w: F.linear(x, w) for w in ws], seconds, {"M": M, "K": K, "N": N},
+                                   t_start)
+        rows += got
+        print(f"sustain {M}x{K}x{N}: burst {2 * M * K * N / got[0]['s_per_call'] / 1e12:.0f} TFLOPS, after "
+              f"{seconds:.0f} s {2 * M * K * N / got[-1]['s_per_call'] / 1e12:.0f}", flush=True)
     files["sustain.csv"] = to_csv(rows)
     if smi is not None:
         smi.terminate()
