@@ -356,6 +356,18 @@ def section_sustain(files, seconds=10.0):
 
 
 # ---------------------------------------------------------------- whole steps of Llama-2-7B
+def attend(q, k, v, kv_cache, start):
+    """Attention of the T new tokens (q, k, v [B, H, T, D]); with ``kv_cache`` (k, v [B, H, Lmax,
+    D]) their keys and values are written at ``start`` and attention reads the first start + T."""
+    T = q.shape[2]
+    if kv_cache is not None:
+        kc, vc = kv_cache
+        kc[:, :, start:start + T] = k
+        vc[:, :, start:start + T] = v
+        k, v = kc[:, :, : start + T], vc[:, :, : start + T]
+    return F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+
+
 class Llama:
     """Llama-2-7B-shaped decoder with random bf16 weights; KV caches [B, H, Lmax, D] per layer."""
 
@@ -386,12 +398,7 @@ class Llama:
             y = F.rms_norm(x, (self.h,), w["n1"], 1e-5)
             q, k, v = F.linear(y, w["qkv"]).view(B, T, 3, self.nh, self.hd).permute(2, 0, 3, 1, 4).unbind(0)
             q, k = self.rope(q, pos), self.rope(k, pos)
-            if cache is not None:
-                kc, vc = cache[i]
-                kc[:, :, start:start + T] = k
-                vc[:, :, start:start + T] = v
-                k, v = kc[:, :, : start + T], vc[:, :, : start + T]
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+            a = attend(q, k, v, cache and cache[i], start)
             x = x + F.linear(a.transpose(1, 2).reshape(B, T, self.h), w["o"])
             y = F.rms_norm(x, (self.h,), w["n2"], 1e-5)
             g, u = F.linear(y, w["gu"]).chunk(2, dim=-1)
@@ -452,12 +459,7 @@ def fused_forward(model, ids, pos, cache=None, start=0):
     c, s = model.cos[pos], model.sin[pos]
     for i, w in enumerate(model.layers):
         q, k, v = pre(x, w["n1"], w["qkv"], c, s)
-        if cache is not None:
-            kc, vc = cache[i]
-            kc[:, :, start:start + T] = k
-            vc[:, :, start:start + T] = v
-            k, v = kc[:, :, : start + T], vc[:, :, : start + T]
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+        a = attend(q, k, v, cache and cache[i], start)
         x = post(x, a, w["o"], w["n2"], w["gu"], w["d"])
     x = F.rms_norm(x[:, -1], (model.h,), model.nf, 1e-5)
     return F.linear(x, model.lm).argmax(dim=-1)
