@@ -15,6 +15,9 @@ tensor is random, as vLLM's ``load_format="dummy"``). Sections (all by default):
     decode of B sequences over K cached tokens, for an MHA and a GQA shape at TP 1 and 2. Each
     row is the fastest of the SDPA backends that run it (flash, cuDNN, efficient), the proxy for
     an engine's tuned kernel; the backend is recorded.
+``attn_chunks`` (or ``attn_chunks:<backend>``)
+    Prefill chunks of 64-2,048 tokens after 1,024-16,384 cached ones (lower-right causal mask),
+    the same two models at TP 1, in ``attention.csv`` rows.
 ``fp8``
     FP8 (e4m3, per-tensor scales, ``torch._scaled_mm``) against bf16 on the same GEMM shapes.
 ``steps``
@@ -232,6 +235,43 @@ def section_attn(files, only=None):
             print(f"attn {name} tp{tp}: {len(rows)} rows; backends "
                   f"{sorted(set(r['backend'] for r in rows))}", flush=True)
         rows = [r for r in rows if r["time_stats.attn_prefill.median"] or r["time_stats.attn_decode.median"]]
+        if rows:
+            files[f"compute/h200/{name}/attention.csv"] = to_csv(rows)
+
+
+def section_attn_chunks(files, only=None):
+    """Prefill chunks after cached tokens (``attention.csv`` rows with ``kv_cache_size`` > 0): the
+    chunk's queries attend to the cache and, causally, to each other (a lower-right causal mask),
+    as a chunked prefill runs them; the fastest backend of ``only`` (or all) per shape."""
+    from torch.nn.attention import sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    for name, nh, nkv, h, inter, vocab in MODELS[:2]:
+        hd, H, Hk = h // nh, nh, nkv
+        rows = []
+        chunks, caches = ((64, 256, 512, 1024, 2048), (1024, 4096, 16384)) if not SMOKE else ((16, 64), (64,))
+        for q in chunks:
+            for kv in caches:
+                mask = causal_lower_right(q, kv + q)
+                ops = [tuple(torch.randn(*sh, dtype=BF16, device=DEV) for sh in
+                             ((1, H, q, hd), (1, Hk, kv + q, hd), (1, Hk, kv + q, hd)))
+                       for _ in range(copies_for(2 * Hk * (kv + q) * hd * 2))]
+                best, errs = None, []
+                for label, be in sdpa_backends(only):
+                    try:
+                        with sdpa_kernel([be]):
+                            kw = {"attn_mask": mask, **({"enable_gqa": True} if Hk != H else {})}
+                            t = time_replayed([lambda a=a, b=b, c=c: F.scaled_dot_product_attention(a, b, c, **kw)
+                                               for a, b, c in ops])
+                        if best is None or t < best[0]:
+                            best = (t, label)
+                    except Exception as e:
+                        errs.append(f"{label}: {str(e).splitlines()[0][:60]}")
+                s, be = best if best else (None, "; ".join(errs))
+                rows.append(attn_row(nh, nkv, h, 1, 1, q, kv, True, s, be))
+        print(f"attn_chunks {name}: {sum(1 for r in rows if r['time_stats.attn_prefill.median'])} of {len(rows)} "
+              f"shapes; backends {sorted(set(r['backend'] for r in rows))}", flush=True)
+        rows = [r for r in rows if r["time_stats.attn_prefill.median"]]
         if rows:
             files[f"compute/h200/{name}/attention.csv"] = to_csv(rows)
 
@@ -630,6 +670,8 @@ def main():
                 model = Llama() if not SMOKE else Llama(layers=2, h=256, nh=2, inter=688, vocab=1000)
             if sec == "ops":
                 section_ops(files)
+            elif sec == "attn_chunks" or sec.startswith("attn_chunks:"):
+                section_attn_chunks(files, sec.partition(":")[2] or None)
             elif sec == "attn" or sec.startswith("attn:"):
                 section_attn(files, sec.partition(":")[2] or None)
             elif sec == "fp8":
