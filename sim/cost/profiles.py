@@ -55,6 +55,7 @@ class ComputeProfile:
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a profile; a file without a header or without a row is an error."""
     text = read_utf8(path, "profile")
     try:
         rows = list(csv.reader(io.StringIO(text, newline="")))
@@ -62,7 +63,22 @@ def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
         raise InputError(f"{path}: not a valid CSV file: {shown(str(e), 120)}") from None
     if not rows:
         raise InputError(f"{path}: empty file, expected a header row and measurements")
+    if len(rows) == 1:
+        raise InputError(f"{path}: no measurement rows")
     return rows[0], rows[1:]
+
+
+def _measured(path: Path, y, none: str, not_positive: str):
+    """The rows of ``y`` (a column of times, NaN where not measured) that hold a time: at least
+    one (else ``{path}: {none}``), each positive (else ``{path}: {not_positive}``)."""
+    import numpy as np
+
+    ok = ~np.isnan(y)
+    if not ok.any():
+        raise InputError(f"{path}: {none}")
+    if (y[ok] <= 0).any():
+        raise InputError(f"{path}: {not_positive}")
+    return ok
 
 
 def _column(path, header, rows, name, conv, required=True):
@@ -117,8 +133,6 @@ def read_compute_profile(path: Path, model: str | None = None) -> ComputeProfile
     import numpy as np
 
     header, rows = _read_csv(path)
-    if not rows:
-        raise InputError(f"{path}: no measurement rows")
     cols = {c: _column(path, header, rows, c, _bool if c == "use_gated_mlp" else int) for c in SHAPE_COLUMNS}
     for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp"):
         if len(set(cols[c].tolist())) != 1:
@@ -143,8 +157,6 @@ def read_compute_profile(path: Path, model: str | None = None) -> ComputeProfile
 def read_network_profile(path: Path, op: str):
     """(num_workers, size_bytes, devices_per_node, median_s) arrays of one all_reduce/send_recv.csv."""
     header, rows = _read_csv(path)
-    if not rows:
-        raise InputError(f"{path}: no measurement rows")
     n = _column(path, header, rows, "num_workers", int)
     size = _column(path, header, rows, "size", float)
     dpn = _column(path, header, rows, "devices_per_node", int)
@@ -189,8 +201,6 @@ def read_attention_profile(path: Path, model: str | None = None) -> AttentionPro
     import numpy as np
 
     header, rows = _read_csv(path)
-    if not rows:
-        raise InputError(f"{path}: no measurement rows")
     cols = {c: _column(path, header, rows, c, int) for c in ATTN_COLUMNS}
     pre = _column(path, header, rows, "is_prefill", _bool)
     for c in ("n_embd", "n_q_head", "n_kv_head"):
@@ -208,12 +218,8 @@ def read_attention_profile(path: Path, model: str | None = None) -> AttentionPro
                     _column(path, header, rows, "time_stats.attn_decode.median", float))
     save = _column(path, header, rows, "time_stats.attn_kv_cache_save.median", float, required=False)
     y = kern + (np.nan_to_num(save) if save is not None else 0.0)
-    ok = ~np.isnan(y)
-    if not ok.any():
-        raise InputError(f"{path}: no row has its attention median (time_stats.attn_prefill.median for "
-                         "prefill rows, time_stats.attn_decode.median for decode rows)")
-    if (y[ok] <= 0).any():
-        raise InputError(f"{path}: attention medians must be positive")
+    ok = _measured(path, y, "no row has its attention median (time_stats.attn_prefill.median for prefill rows, "
+                   "time_stats.attn_decode.median for decode rows)", "attention medians must be positive")
     return AttentionProfile(path, model or f"{path.parent.parent.name}/{path.parent.name}",
                             cols["num_tensor_parallel_workers"][ok], cols["batch_size"][ok],
                             cols["prefill_chunk_size"][ok], cols["kv_cache_size"][ok], pre[ok],
@@ -245,8 +251,6 @@ def read_cpu_overheads(path: Path) -> CpuOverheadProfile:
     import numpy as np
 
     header, rows = _read_csv(path)
-    if not rows:
-        raise InputError(f"{path}: no measurement rows")
     low = [h.strip().lower() for h in header]
 
     def col(name, conv, required=True):
@@ -272,11 +276,8 @@ def read_cpu_overheads(path: Path) -> CpuOverheadProfile:
     rpc = part(CPU_RPC, required=False)
     if rpc is not None:
         y = y + np.nan_to_num(rpc)
-    ok = ~np.isnan(y)
-    if not ok.any():
-        raise InputError(f"{path}: no row has all of {', '.join(p + '_median' for p in CPU_PARTS)}")
-    if (y[ok] <= 0).any():
-        raise InputError(f"{path}: CPU overhead times must be positive")
+    ok = _measured(path, y, f"no row has all of {', '.join(p + '_median' for p in CPU_PARTS)}",
+                   "CPU overhead times must be positive")
     return CpuOverheadProfile(path, model[ok], batch[ok], tp[ok], y[ok] * 1e-3)
 
 
@@ -298,11 +299,7 @@ class Fp8GemmProfile:
 
 
 def read_fp8_profile(path: Path) -> Fp8GemmProfile:
-    import numpy as np
-
     header, rows = _read_csv(path)
-    if not rows:
-        raise InputError(f"{path}: no measurement rows")
     for c in FP8_COLUMNS:
         if c not in header:
             raise InputError(f"{path}: missing column {c!r}; an fp8_gemm.csv needs {', '.join(FP8_COLUMNS)}")
@@ -310,11 +307,7 @@ def read_fp8_profile(path: Path) -> Fp8GemmProfile:
     y = _column(path, header, rows, "fp8_ms", float)
     if (M <= 0).any() or (K <= 0).any() or (N <= 0).any():
         raise InputError(f"{path}: M, K and N must be positive")
-    ok = ~np.isnan(y)
-    if not ok.any():
-        raise InputError(f"{path}: no row has its fp8_ms")
-    if (y[ok] <= 0).any():
-        raise InputError(f"{path}: fp8_ms must be positive times")
+    ok = _measured(path, y, "no row has its fp8_ms", "fp8_ms must be positive times")
     return Fp8GemmProfile(path, M[ok], K[ok], N[ok], y[ok] * 1e-3)
 
 
