@@ -146,13 +146,13 @@ def cmd_calibrate(args) -> int:
     from servesim.cost.calibration import FAMILIES, calibration_yaml, carried_families, efficiencies_for, today
     from servesim.cost.efficiency import Efficiencies
     from servesim.cost.fitting import COMM_FIT_FAMILIES
-    from servesim.cost.fitting import fit_profiles
+    from servesim.cost.fitting import fit_profiles, fits_fp8
     from servesim.cost.validation import format_table, validate
 
     gpu, prof = _profiles(args)
     eff = fit_profiles(prof, gpu)
     carried = efficiencies_for(gpu, "auto")
-    fp8_fitted = bool(prof.fp8) and gpu.fp8_flops > 0  # fit_profiles fitted gemm_fp8 from them
+    fp8_fitted = fits_fp8(prof.fp8, gpu)  # fit_profiles fitted gemm_fp8 from them
     keep = tuple(f for f in carried_families(gpu) if not (f == "gemm_fp8" and fp8_fitted))
     eff = dataclasses.replace(eff, **{f: getattr(carried, f) for f in keep})
     v = validate(prof, gpu, eff, args.max_tokens)

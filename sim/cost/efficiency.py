@@ -104,6 +104,11 @@ class Fp8GemmEfficiency:
                                                     "16-bit peak (1: the same share)")
     expand = staticmethod(_coefficients)
 
+    def applied(self, g: GemmEfficiency) -> GemmEfficiency:
+        """The 16-bit family ``g`` as FP8 GEMMs run it (at the FP8 peak): its compute share scaled,
+        at most 1."""
+        return dataclasses.replace(g, compute=min(1.0, g.compute * self.compute_scale))
+
 
 @dataclass(frozen=True, slots=True)
 class MemEfficiency:

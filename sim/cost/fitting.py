@@ -219,11 +219,16 @@ def fit_attention(profiles: list, gpu: GpuSpec) -> OpEfficiency | None:
     return _rounded(OpEfficiency(float(x[0]), float(x[1]), float(x[2])))
 
 
+def fits_fp8(fp8_profiles: list, gpu: GpuSpec) -> bool:
+    """Whether FP8 GEMM timings fit (and validate) ``gemm_fp8`` on ``gpu``: there are some, and the
+    GPU has FP8 tensor cores."""
+    return bool(fp8_profiles) and gpu.fp8_flops > 0
+
+
 def fp8_gemm_time_np(M, K, N, gpu: GpuSpec, g: GemmEfficiency, f8: Fp8GemmEfficiency):
     """Vectorized FP8 GEMM time as ``CostModel`` prices it: 1-byte weights, the FP8 peak, the 16-bit
-    family's compute share times ``compute_scale`` (capped at 1)."""
-    return gemm_time_np(M, K, N, 1.0, gpu.fp8_flops, gpu.mem_bw_bytes_per_s,
-                        dataclasses.replace(g, compute=min(1.0, g.compute * f8.compute_scale)))
+    family as ``f8.applied`` makes it."""
+    return gemm_time_np(M, K, N, 1.0, gpu.fp8_flops, gpu.mem_bw_bytes_per_s, f8.applied(g))
 
 
 def fp8_points(profiles: list):
@@ -241,7 +246,7 @@ def fit_fp8(profiles: list, gpu: GpuSpec, gemm: GemmEfficiency) -> Fp8GemmEffici
     GEMMs' share of theirs. None without FP8 tensor cores or measurements."""
     import numpy as np
 
-    if not profiles or gpu.fp8_flops <= 0:
+    if not fits_fp8(profiles, gpu):
         return None
     M, K, N, y = fp8_points(profiles)
     ly = np.log(y)

@@ -221,7 +221,7 @@ class CostModel:
         g = replace(g, compute=g.compute * g.sustained) if g.sustained != 1.0 else g
         object.__setattr__(self, "_g16", g)
         if self.dtype == "fp8" and self.gpu.fp8_flops > 0:  # FP8 tensor cores: their own share of their peak
-            g = replace(g, compute=min(1.0, g.compute * self.eff.gemm_fp8.compute_scale))
+            g = self.eff.gemm_fp8.applied(g)
         object.__setattr__(self, "_g", g)
         e = self.eff.attention
         # attention: FLOPs per query-key pair in prefill and decode, activation elements in and out

@@ -19,8 +19,8 @@ from __future__ import annotations
 from servesim.cost.efficiency import Efficiencies, OverheadFit
 from servesim.cost.comm import SIZE_RANGES, collective_time_np
 from servesim.cost.fitting import (COMM_FIT_FAMILIES, attention_points, attention_time_np, comm_data, comm_points,
-                                   cpu_points, fp8_gemm_time_np, fp8_points, gemm_dims, gemm_points, gemm_time_np,
-                                   mem_points, mem_time_np, overhead_time_np, size_range_index)
+                                   cpu_points, fits_fp8, fp8_gemm_time_np, fp8_points, gemm_dims, gemm_points,
+                                   gemm_time_np, mem_points, mem_time_np, overhead_time_np, size_range_index)
 from servesim.cost.profiles import GEMM_OPS, PROFILE_DTYPE_BYTES, Profiles
 from servesim.inputs.specs import GpuSpec
 
@@ -122,7 +122,7 @@ def validate(profiles: Profiles, gpu: GpuSpec, eff: Efficiencies, max_tokens: in
                                gpu.mem_bw_bytes_per_s, eff.attention)
         rows += _err_rows("attention", pa, a["y"], [(m, int(t)) for m, t in zip(labels, a["tp"])], a["ctx"])
         points["attention"] = (a["y"], pa)
-    if profiles.fp8 and gpu.fp8_flops > 0:
+    if fits_fp8(profiles.fp8, gpu):
         M8, K8, N8, y8 = fp8_points(profiles.fp8)
         p8 = fp8_gemm_time_np(M8, K8, N8, gpu, eff.gemm, eff.gemm_fp8)
         rows += _err_rows("gemm_fp8", p8, y8, [("fp8_gemm.csv", "all")] * len(y8), M8)
