@@ -22,7 +22,7 @@ from servesim.cost.fitting import fit_profiles
 from servesim.cost.profiles import find_profiles
 from servesim.cost.validation import validate
 from servesim.inputs.specs import GPUS, MODELS
-from tools.fit_h200 import check_steps, per_op_sum, sustained_share
+from tools.fit_h200 import check_steps, per_op_sum, steady_s, sustained_share
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "h200"
@@ -64,9 +64,7 @@ def test_sustained_share_is_the_measured_power_cap_slowdown():
     assert 0.8 < shipped.gemm.sustained < 0.95
     # FP8 GEMMs slow by the same share as bf16 ones of the same shape (so the share applies to them)
     def steady_over_burst(rows):
-        burst, t0 = float(rows[0]["s_per_call"]), float(rows[0]["t_s"])
-        return burst / np.median([float(r["s_per_call"]) for r in rows
-                                  if r["phase"] == "sustained" and float(r["t_s"]) - t0 >= 4])
+        return float(rows[0]["s_per_call"]) / steady_s(rows, after_s=4)
 
     first = ("8192", "4096", "22016")
     bf16 = [r for r in csv.DictReader(open(DATA / "sustain.csv")) if (r["M"], r["K"], r["N"]) == first]

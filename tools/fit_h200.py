@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import shutil
 import subprocess
@@ -121,15 +122,19 @@ def sustained_share(gemm) -> float:
     runs: dict = {}
     for r in csv.DictReader(open(DATA / "sustain.csv")):
         runs.setdefault((int(r["M"]), int(r["K"]), int(r["N"])), []).append(r)
-    ratios = []
-    for (M, K, N), rs in runs.items():
-        if M < 1024:
-            continue
-        t0 = float(rs[0]["t_s"])
-        steady = statistics.median(float(r["s_per_call"]) for r in rs
-                                   if r["phase"] == "sustained" and float(r["t_s"]) - t0 >= SUSTAINED_AFTER_S)
-        ratios.append(float(gemm_time_np(M, K, N, 2.0, g.peak_flops, g.mem_bw_bytes_per_s, gemm)) / steady)
+    ratios = [float(gemm_time_np(M, K, N, 2.0, g.peak_flops, g.mem_bw_bytes_per_s, gemm)) / steady_s(rs)
+              for (M, K, N), rs in runs.items() if M >= 1024]
     return round(statistics.mean(ratios), 3)
+
+
+def steady_s(rows, after_s: float = SUSTAINED_AFTER_S) -> float:
+    """The steady time per call of one sustained run (``sustain.csv`` / ``sustain_more.csv`` rows of
+    one operator, its burst first): the median of its samples from ``after_s`` past the burst on."""
+    import statistics
+
+    t0 = float(rows[0]["t_s"])
+    return statistics.median(float(r["s_per_call"]) for r in rows
+                             if r["phase"] == "sustained" and float(r["t_s"]) - t0 >= after_s)
 
 
 def write_calibration() -> None:
@@ -152,14 +157,21 @@ def write_calibration() -> None:
     out.write_text(head + yaml.safe_dump(body, sort_keys=False, width=110))
 
 
-def per_op_sum(B: int, L: int, kind: str) -> float | None:
-    """Seconds of one Llama-2-7B step (TP 1) as the sum of its operators measured one by one: 32
-    layers of the four GEMMs, two norms, two adds and attention; None when a shape is not measured."""
+@functools.lru_cache(maxsize=1)
+def _llama7b_tp1_tables() -> tuple:
+    """Llama-2-7B's TP 1 rows of mlp.csv by token count and of attention.csv by shape, read once."""
     mlp = {int(r["num_tokens"]): r for r in csv.DictReader(open(DEV / "meta-llama/Llama-2-7b-hf/mlp.csv"))
            if r["num_tensor_parallel_workers"] == "1"}
     att = {(r["is_prefill"], int(r["batch_size"]), int(r["prefill_chunk_size"]), int(r["kv_cache_size"])): r
            for r in csv.DictReader(open(DEV / "meta-llama/Llama-2-7b-hf/attention.csv"))
            if r["num_tensor_parallel_workers"] == "1"}
+    return mlp, att
+
+
+def per_op_sum(B: int, L: int, kind: str) -> float | None:
+    """Seconds of one Llama-2-7B step (TP 1) as the sum of its operators measured one by one: 32
+    layers of the four GEMMs, two norms, two adds and attention; None when a shape is not measured."""
+    mlp, att = _llama7b_tp1_tables()
     T = B if kind == "decode" else L
     key = ("False", B, 0, L) if kind == "decode" else ("True", 1, L, 0)
     if T not in mlp or key not in att or (kind == "prefill" and B != 1):
