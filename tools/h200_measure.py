@@ -194,18 +194,19 @@ def sdpa_backends(only=None):
     return [b for b in all_ if only in (None, b[0])]
 
 
-def best_sdpa(shape_q, shape_kv, causal, gqa, only=None):
-    """(seconds, backend) of the fastest SDPA backend (of ``only``, or all) that runs this call,
-    over rotated copies of q, k, v; (None, errors) if none runs it."""
+def best_sdpa(shape_q, shape_kv, gqa, only=None, **sdpa_kw):
+    """(seconds, backend) of the fastest SDPA backend (of ``only``, or all) that runs this call
+    (``sdpa_kw``: ``is_causal`` or ``attn_mask``), over rotated copies of q, k, v; (None, errors)
+    if none runs it."""
     from torch.nn.attention import sdpa_kernel
     kv_bytes = 2 * math.prod(shape_kv) * 2
     ops = [tuple(torch.randn(*sh, dtype=BF16, device=DEV) for sh in (shape_q, shape_kv, shape_kv))
            for _ in range(copies_for(kv_bytes))]
+    kw = {**sdpa_kw, **({"enable_gqa": True} if gqa else {})}
     best, errs = None, []
     for label, be in sdpa_backends(only):
         try:
             with sdpa_kernel([be]):
-                kw = {"is_causal": causal, **({"enable_gqa": True} if gqa else {})}
                 s = time_replayed([lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, **kw)
                                    for q, k, v in ops])
             if best is None or s < best[0]:
@@ -223,13 +224,13 @@ def section_attn(files, only=None):
             H, Hk = nh // tp, max(nkv // tp, 1)
             gqa = Hk != H
             for T in (64, 128, 256, 512, 1024, 2048, 4096, 8192):
-                s, be = best_sdpa((1, H, T, hd), (1, Hk, T, hd), True, gqa, only)
+                s, be = best_sdpa((1, H, T, hd), (1, Hk, T, hd), gqa, only, is_causal=True)
                 rows.append(attn_row(nh, nkv, h, tp, 1, T, 0, True, s, be))
             for B in (1, 2, 4, 8, 16, 32, 64, 128, 256):
                 for K in (128, 512, 1024, 2048, 4096, 8192):
                     if B * (K + 1) > 262144:
                         continue
-                    s, be = best_sdpa((B, H, 1, hd), (B, Hk, K + 1, hd), False, gqa, only)
+                    s, be = best_sdpa((B, H, 1, hd), (B, Hk, K + 1, hd), gqa, only, is_causal=False)
                     rows.append(attn_row(nh, nkv, h, tp, B, 0, K, False, s, be))
             torch.cuda.empty_cache()
             print(f"attn {name} tp{tp}: {len(rows)} rows; backends "
@@ -243,7 +244,6 @@ def section_attn_chunks(files, only=None):
     """Prefill chunks after cached tokens (``attention.csv`` rows with ``kv_cache_size`` > 0): the
     chunk's queries attend to the cache and, causally, to each other (a lower-right causal mask),
     as a chunked prefill runs them; the fastest backend of ``only`` (or all) per shape."""
-    from torch.nn.attention import sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
     for name, nh, nkv, h, inter, vocab in MODELS[:2]:
@@ -252,22 +252,8 @@ def section_attn_chunks(files, only=None):
         chunks, caches = ((64, 256, 512, 1024, 2048), (1024, 4096, 16384)) if not SMOKE else ((16, 64), (64,))
         for q in chunks:
             for kv in caches:
-                mask = causal_lower_right(q, kv + q)
-                ops = [tuple(torch.randn(*sh, dtype=BF16, device=DEV) for sh in
-                             ((1, H, q, hd), (1, Hk, kv + q, hd), (1, Hk, kv + q, hd)))
-                       for _ in range(copies_for(2 * Hk * (kv + q) * hd * 2))]
-                best, errs = None, []
-                for label, be in sdpa_backends(only):
-                    try:
-                        with sdpa_kernel([be]):
-                            kw = {"attn_mask": mask, **({"enable_gqa": True} if Hk != H else {})}
-                            t = time_replayed([lambda a=a, b=b, c=c: F.scaled_dot_product_attention(a, b, c, **kw)
-                                               for a, b, c in ops])
-                        if best is None or t < best[0]:
-                            best = (t, label)
-                    except Exception as e:
-                        errs.append(f"{label}: {str(e).splitlines()[0][:60]}")
-                s, be = best if best else (None, "; ".join(errs))
+                s, be = best_sdpa((1, H, q, hd), (1, Hk, kv + q, hd), Hk != H, only,
+                                  attn_mask=causal_lower_right(q, kv + q))
                 rows.append(attn_row(nh, nkv, h, 1, 1, q, kv, True, s, be))
         print(f"attn_chunks {name}: {sum(1 for r in rows if r['time_stats.attn_prefill.median'])} of {len(rows)} "
               f"shapes; backends {sorted(set(r['backend'] for r in rows))}", flush=True)
