@@ -240,3 +240,47 @@ def test_a_probe_that_completes_nothing_meets_nothing(tmp_path):
     (d / "requests.csv").write_text(head + rows)
     ev = evaluate(d, {("tbt", "p99"): 0.05}, None, keep_up=0.9)  # no TBT sample, and every request "left"
     assert ev["keeps_up"] and not ev["meets"]
+
+
+def test_keep_up_warmup_is_the_mean_overhang_of_service_past_the_window():
+    from servesim.outputs.metrics import keep_up_warmup, keep_up_window_s
+
+    # served in 0.5 s: counted in full; 1.5 s: half its arrivals leave after the window; 3 s: none
+    # of those arriving in the window leave within it (clipped at 1); NaN (not completed): left out
+    assert keep_up_warmup(1.0, np.array([0.5, 1.5, 3.0, np.nan])) == pytest.approx(0.5)
+    assert keep_up_warmup(1.0, np.array([0.2, 1.0])) == 0.0
+    assert np.isnan(keep_up_warmup(0.0, np.array([1.0])))
+    assert keep_up_window_s(np.array([3.0, 0.0, 1.0, 2.0, 5.0])) == 3.0  # middle arrival 2 s, last 5 s
+
+
+def test_a_short_probe_is_lengthened_rather_than_read_as_falling_behind(tmp_path, monkeypatch):
+    # 16 replicas of 4 sequences each, probes of 100 requests: near the cluster's capacity the
+    # keep-up window lasts a fraction of a request's service time, so a probe that short falls
+    # "behind" by its length alone. The search must run such probes longer and find what 16
+    # replicas serve (the rule's floor: 0.9 of 16 x one replica's saturated throughput); with
+    # the lengthening off it stops far below.
+    from servesim.studies import capacity
+
+    data = scenario_data()
+    data["cluster"] = {"replicas": 16, "router": "round_robin"}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+
+    def search(out, longer):
+        monkeypatch.setattr(capacity, "MAX_LONGER", longer)
+        assert main(["capacity", str(sc), "--seeds", "1", "--slo", "tpot_p99=1", "--probe-requests", "100",
+                     "--out", str(out), "--workers", "1", "--quiet"]) == 0
+        return json.loads((out / "capacity.json").read_text())
+
+    sat = copy.deepcopy(BASE)
+    sat["policy"]["max_num_seqs"] = 4
+    sat["workload"]["arrival"]["rate_rps"] = 1e6
+    sat["workload"]["num_requests"] = 1000
+    one = 1000 / float(np.max(simulate(scenario_from_dict(sat)).requests["finish_s"]))
+    cap = search(tmp_path / "long", 64)
+    assert any(p["requests"] > 100 for p in cap["probes"])  # some probes were run longer
+    assert 0.7 * 16 * one <= cap["capacity_rps"] <= 16 * one / 0.9
+    assert cap["too_short"] is None
+    short = search(tmp_path / "short", 1)
+    assert short["capacity_rps"] < 0.8 * cap["capacity_rps"]  # the bias the lengthening removes
+    assert "lower bound" in short["too_short"]

@@ -95,12 +95,13 @@ RATE_KEY_CAP = "workload.arrival.rate_rps"
 
 
 def _probe_table(s, keys, keep_up: bool) -> str:
-    lines = [["rate req/s", "meets", *(k + " ms" for k in keys), "attain", *(["keep up"] if keep_up else []),
-              "tput req/s"]]
+    lines = [["rate req/s", "requests", "meets", *(k + " ms" for k in keys), "attain",
+              *(["keep up"] if keep_up else []), "tput req/s"]]
     for p in s.points:
         r = p.values[RATE_KEY_CAP]
-        e = s.results.get(r) or {}
-        lines.append([f"{r:.4g}", _fmt(p.values.get("meets")),
+        e = s.evals.get(p.index) or {}
+        lines.append([f"{r:.4g}", str(e.get("requests", "")),
+                      _fmt(p.values.get("meets")) + (" (too short)" if e.get("too_short") else ""),
                       *(_fmt(e.get(k, math.nan) * 1e3) for k in keys), _fmt(e.get("attainment")),
                       *([_fmt(e.get("keep_up", math.nan))] if keep_up else []),
                       _fmt(e.get("throughput_rps"))])
@@ -165,6 +166,8 @@ def cmd_capacity(args) -> int:
                   + (f" (target {ci.target:.0%})" if ci.target is not None and not ci.stopped_short else ""))
             if ci.stopped_short:
                 print(f"stopped short: {ci.stopped_short}")
+            if ci.result.get("too_short"):
+                print(f"warning: {ci.result['too_short']}")
             _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus)
     return _capacity_end(args, ci.error)
 
@@ -202,6 +205,8 @@ def _capacity_one_seed(res, args) -> int:
         if above is not None:
             print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")
         print("one seed: no interval (without --seeds 1, capacity searches several seeds and gives a 95% interval)")
+        if res.too_short:
+            print(f"warning: {res.too_short}")
         _burst_note(res.mean_capacity_rps, cap, res.arrival, gpus)
     return _capacity_end(args, res.error)
 

@@ -147,3 +147,28 @@ def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
         return math.nan
     left = int(np.count_nonzero((leave_s > t0) & (leave_s <= t1)))
     return left / arrived
+
+
+def keep_up_window_s(arrival_s: np.ndarray) -> float:
+    """The length of the window ``keep_up_ratio`` counts over: from the middle arrival to the last
+    (NaN with fewer than four arrivals)."""
+    if len(arrival_s) < 4:
+        return math.nan
+    a = np.sort(arrival_s)
+    return float(a[-1] - a[len(a) // 2])
+
+
+def keep_up_warmup(window_s: float, service_s: np.ndarray) -> float:
+    """The shortfall of ``keep_up_ratio`` that a run too short for its requests makes by itself:
+    arrivals spread evenly over two windows of ``window_s``, each request served ``service_s``
+    after it is first scheduled (completed requests; queueing left out: a growing queue is what
+    the ratio is there to catch), no queue. A request served in ``S <= window_s`` leaves within
+    the window if it arrived in the ``window_s`` before it, so all of them are counted; one with
+    ``S > window_s`` only if it arrived in the first ``2 window_s - S``: the ratio falls short by
+    the mean of ``clip((S - window_s) / window_s, 0, 1)``. A ratio under the keep-up share that
+    this shortfall could explain does not show a backlog: the run is too short to tell."""
+    s = np.asarray(service_s, dtype=float)
+    s = s[~np.isnan(s)]
+    if not len(s) or not window_s > 0:
+        return math.nan
+    return float(np.clip((s - window_s) / window_s, 0.0, 1.0).mean())

@@ -18,8 +18,11 @@ arrives; above its throughput the backlog grows by the difference. Without this,
 queueing does not move (a TPOT limit: a full batch decodes at the same speed however long the queue
 behind it) or that a probe drains within (an E2E limit longer than the whole probe takes at any
 rate) would be met at every rate, and the search would climb without end. The first half is left
-out as warm-up; a probe needs requests that finish within it, so keep probes longer than twice
-the E2E latency (``--probe-duration``).
+out as warm-up; a probe needs requests that finish within it. One whose shortfall its length alone
+could explain (``keep_up_warmup``: requests served in longer than the window) is run again longer
+(``Search._lengthen``, up to ``MAX_LONGER`` x --probe-requests), so that many replicas at a high
+rate are not read as saturated; still too short there, it fails and the answer says it is a lower
+bound (``too_short``).
 
 Search: bracket (double or halve from the scenario's rate until one probe meets and one fails),
 then shrink the bracket, probing ``--workers`` rates per round (bisection with one worker),
@@ -62,7 +65,7 @@ from servesim.errors import InputError
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
-from servesim.outputs.metrics import KEEP_UP, keep_up_ratio
+from servesim.outputs.metrics import KEEP_UP, keep_up_ratio, keep_up_warmup, keep_up_window_s
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
@@ -73,6 +76,9 @@ from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_res
 
 RATE_KEY = "workload.arrival.rate_rps"
 MIN_KEEP_UP_REQUESTS = 20
+# a probe too short to tell whether it keeps up is run again longer, up to this many times the
+# requests of --probe-requests (then it counts as failing, and the answer says so)
+MAX_LONGER = 64
 _BIG = 1e18  # stands in for "never": a request that did not complete
 
 
@@ -87,7 +93,8 @@ def request_metrics(run_dir: Path) -> dict:
     tbt = read_tbt(run_dir)
     return {"ttft": big(metrics.ttft_s(req)), "tpot": tpot, "e2e": big(metrics.e2e_s(req)),
             "queue": big(metrics.queue_s(req)), "tbt": tbt if tbt is not None else np.zeros(0),
-            "done": done, "arrival": req["arrival_s"], "leave": metrics.leave_s(req)}
+            "done": done, "arrival": req["arrival_s"], "leave": metrics.leave_s(req),
+            "service": np.where(done, req["finish_s"] - req["scheduled_s"], np.nan)}
 
 
 def _stat(x: np.ndarray, stat: str) -> float:
@@ -104,8 +111,11 @@ def _stat(x: np.ndarray, stat: str) -> float:
 def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float = 0.0) -> dict:
     """{"meets": bool, "<metric>_<stat>": value, ..., "attainment": share within per-request limits,
     "keep_up": ``keep_up_ratio`` of the probe (None: too few arrivals to tell), "keeps_up": it is
-    >= the given share (given 0: not checked)}; a probe meets only if it keeps up and completes
-    at least one request."""
+    >= the given share (given 0: not checked), "keep_up_window_s" and "keep_up_warmup" (the
+    shortfall the probe's length alone explains, ``keep_up_warmup``), "too_short": it meets every
+    other check but does not keep up, by no more than that shortfall (a longer probe tells), "service_p99_s": the p99 of the
+    completed requests' time from first scheduled to finish}; a probe meets only if it keeps up and
+    completes at least one request."""
     m = request_metrics(run_dir)
     n = len(m["done"])
     res, ok = {}, True
@@ -129,6 +139,14 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
         # show it is longer, --probe-duration)
         res["keep_up"] = None if math.isnan(ratio) else ratio
         res["keeps_up"] = bool(not math.isnan(ratio) and ratio >= keep_up)
+        window = keep_up_window_s(m["arrival"])
+        warm = keep_up_warmup(window, m["service"])
+        res["keep_up_window_s"] = window
+        res["keep_up_warmup"] = warm
+        # (only a probe that meets every other check: one that fails another is no closer for length)
+        res["too_short"] = bool(ok and not res["keeps_up"] and not math.isnan(ratio) and ratio + warm >= keep_up)
+        served = m["service"][~np.isnan(m["service"])]
+        res["service_p99_s"] = float(np.percentile(served, 99)) if len(served) else math.nan
         ok &= res["keeps_up"]
     res["meets"] = bool(ok)
     return res
@@ -147,7 +165,10 @@ class Search:
         self.duration = probe_duration_s
         self.ex = ex
         self.points = []  # every probe, in order
-        self.results = {}  # rate -> evaluation
+        self.results = {}  # rate -> evaluation (of its longest probe)
+        self.evals = {}  # probe index -> its evaluation
+        self.longer = {}  # rate -> requests of its probe, when run longer than requests_at's
+        self.short = set()  # rates whose longest probe was still too short to tell (counted as failing)
 
     def probe(self, rates) -> None:
         rates = [float(f"{r:.6g}") for r in rates if float(f"{r:.6g}") not in self.results]
@@ -171,18 +192,41 @@ class Search:
             ev = evaluate(self.out / RUNS / p.hash, self.slo, self.attainment, self.keep_up)
             ev["throughput_rps"] = p.row.get("throughput_rps")
             ev["goodput_rps"] = p.row.get("goodput_rps")
-            self.results[p.values[RATE_KEY]] = ev
+            ev["requests"] = self.requests_at(p.values[RATE_KEY])
+            self.results[p.values[RATE_KEY]] = self.evals[p.index] = ev
             p.values["meets"] = ev["meets"]
             for k, v in ev.items():
                 if k != "meets" and k not in ("throughput_rps", "goodput_rps"):
                     p.values[f"probe_{k}"] = v
         write_results(self.out, self.points, self.results_name)
+        again = [r for r in rates if self._lengthen(r)]
+        if again:
+            self.probe(again)
+
+    def _lengthen(self, rate: float) -> bool:
+        """When the probe at ``rate`` failed only for want of length (``evaluate``'s too_short: a
+        deployment whose requests take longer to serve than the probe's keep-up window lasts
+        cannot show that it keeps up), give the rate a probe long enough (its window at least the
+        p99 service time, and at least twice the requests), up to ``MAX_LONGER`` times
+        --probe-requests; True when it is to be probed again. At the limit the rate stays failing
+        and is remembered in ``short``."""
+        ev = self.results[rate]
+        if not ev.get("too_short"):
+            return False
+        n = ev["requests"]
+        limit = min(self.n * MAX_LONGER, MAX_REQUESTS)
+        if n >= limit:
+            self.short.add(rate)
+            return False
+        grow = ev["service_p99_s"] / ev["keep_up_window_s"] if ev["keep_up_window_s"] > 0 else 2.0
+        self.longer[rate] = min(limit, math.ceil(n * max(2.0, 1.1 * grow)))
+        del self.results[rate]
+        return True
 
     def requests_at(self, rate: float) -> int:
         """Requests in a probe: ``--probe-requests``, or more to span ``--probe-duration`` of arrivals."""
-        if self.duration is None:
-            return self.n
-        return max(self.n, math.ceil(rate * self.duration))
+        n = self.n if self.duration is None else max(self.n, math.ceil(rate * self.duration))
+        return max(n, self.longer.get(rate, 0))
 
     def bracket(self):
         """(lo, hi): the largest meeting rate below the smallest failing rate above it."""
@@ -264,6 +308,7 @@ class CapacityResult:
     result: dict
     none_served: str  # a note when no probe completed a request ("" otherwise)
     error: str | None  # why there is no answer (the command says it and exits 2), else None
+    too_short: str | None = None  # failing probes above the answer too short to tell (a lower bound), else None
 
 
 @dataclass
@@ -377,7 +422,8 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
               "capacity_mean_rps": mean_cap if done else None,
               "keep_up": opts.keep_up, "check_above_rps": above if done else None,
               "bracket_rps": None if done else [cap or None, above],
-              "probes": [{"rate_rps": p.values[RATE_KEY], **s.results.get(p.values[RATE_KEY], {})} for p in s.points]}
+              "probes": [{"rate_rps": p.values[RATE_KEY], **s.evals.get(p.index, {})} for p in s.points]}
+    result["too_short"] = too_short = _too_short_note(s, cap)
     none_served = "" if any(e.get("throughput_rps") for e in s.results.values()) else \
         "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"
     error = None
@@ -393,7 +439,21 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
                     "queue) or keep --keep-up on" if unbounded else "Raise --max-probes"
                     + (" or --tol" if cap and above is not None else "")))
     return CapacityResult(s, plan.slo, cap, above, done, gpus, plan.probe_requests, plan.probe_duration_s,
-                          plan.arrival, mean_cap, result, none_served, error)
+                          plan.arrival, mean_cap, result, none_served, error, too_short)
+
+
+def _too_short_note(s: Search, cap: float) -> str | None:
+    """What to say when probes above the answer failed only for want of length at ``MAX_LONGER``
+    times --probe-requests (``Search.short``): the answer is then a lower bound."""
+    rates = sorted(r for r in s.short if r > cap)
+    if not rates:
+        return None
+    ev = s.results[rates[0]]
+    return (f"the probe{'s' if len(rates) > 1 else ''} at {', '.join(f'{r:.4g}' for r in rates)} req/s failed to keep "
+            f"up only as far as a probe that short can tell, even at {ev['requests']} requests ({MAX_LONGER}x "
+            f"--probe-requests): requests take up to {ev['service_p99_s']:.3g} s to serve (p99), longer than the "
+            f"{ev['keep_up_window_s']:.3g} s over which keeping up is counted; the capacity is a lower bound "
+            "(raise --probe-requests or --probe-duration)")
 
 
 class _Folder:
@@ -538,7 +598,8 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, s
                      "target": None if fixed is not None else seeds.target, "stopped_short": stopped},
         "seeds": [{"seed": k, "capacity_rps": r.result["capacity_rps"],
                    "check_above_rps": r.result["check_above_rps"], "bracket_rps": r.result["bracket_rps"],
-                   "probes": len(r.search.points)} for k, r in zip(searched, done)],
+                   "probes": len(r.search.points), "too_short": r.too_short} for k, r in zip(searched, done)],
+        "too_short": next((f"seed {k}: {r.too_short}" for k, r in zip(searched, done) if r.too_short), None),
         "probes": [{"seed": k, **p} for k, r in zip(searched, done) for p in r.result["probes"]],
     }
 
