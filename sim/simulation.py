@@ -461,16 +461,18 @@ def observed_time(workload, req: dict, steps: dict, cut: bool) -> float:
 
 
 def keep_up(workload, req_cols) -> dict | None:
-    """``{"ratio", "window_s", "median_e2e_s"}``: requests that left (completed, or rejected at
+    """``{"ratio", "window_s", "median_e2e_s", "warmup"}``: requests that left (completed, or rejected at
     arrival) per request that arrived over the second half of the arrivals (``ratio``,
     ``metrics.keep_up_ratio``: servesim capacity's keep-up rule), that window's length and the
     median E2E. Once the run is past its warm-up, the requests in flight at the window's end stand
     for those in flight at its start, so the ratio is about 1 when the deployment keeps up and
-    about capacity / offered rate when the backlog grows; a window shorter than the median E2E
-    may not be past the warm-up, which also leaves a backlog. None for arrivals that are not
+    about capacity / offered rate when the backlog grows; a window shorter than the requests'
+    service may not be past the warm-up, which also leaves a backlog: ``warmup`` is how far the
+    ratio falls short for that alone (``metrics.keep_up_warmup``). None for arrivals that are not
     open-loop (closed-loop clients wait for their replies; all_at_once is one batch) or too few."""
     from servesim.inputs.scenario import AllAtOnceArrival, ClosedLoopArrival
-    from servesim.outputs.metrics import e2e_s, is_completed, keep_up_ratio, leave_s
+    from servesim.outputs.metrics import (e2e_s, is_completed, keep_up_ratio, keep_up_warmup, keep_up_window_s,
+                                          leave_s)
 
     if isinstance(workload.arrival, (ClosedLoopArrival, AllAtOnceArrival)):
         return None
@@ -479,9 +481,11 @@ def keep_up(workload, req_cols) -> dict | None:
     if np.isnan(ratio):
         return None
     done = is_completed(req_cols)
-    mid = len(arrival) // 2  # (the window keep_up_ratio counts: the middle arrival to the last)
-    return {"ratio": float(ratio), "window_s": float(arrival.max() - np.partition(arrival, mid)[mid]),
-            "median_e2e_s": float(np.median(e2e_s(req_cols)[done])) if done.any() else None}
+    window = keep_up_window_s(arrival)
+    warm = keep_up_warmup(window, (req_cols["finish_s"] - req_cols["scheduled_s"])[done])
+    return {"ratio": float(ratio), "window_s": window,
+            "median_e2e_s": float(np.median(e2e_s(req_cols)[done])) if done.any() else None,
+            "warmup": None if math.isnan(warm) else warm}
 
 
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,

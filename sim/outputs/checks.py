@@ -11,8 +11,9 @@ Each warning is ``{"code": ..., "message": ...}``:
   per request that arrived (``summary["workload"]["keep_up"]``; open-loop arrivals, at least
   ``KEEP_UP_MIN_REQUESTS`` requests): the backlog grew through the run, so its latencies depend
   on its length instead of settling. The offered rate is above what the deployment serves, or,
-  when that half of the arrivals lasts less than the median E2E, the run may also be too short
-  to fill (the message says which). Not shown with ``unfinished``, which says it already;
+  when requests served in longer than that half of the arrivals lasts could make the whole
+  shortfall by themselves (``keep_up["warmup"]``), the run may instead be too short to tell (the
+  message says which). Not shown with ``unfinished``, which says it already;
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
@@ -135,17 +136,20 @@ def run_warnings(summary: dict, scenario) -> list:
             w["code"] == "unfinished" for w in out):
         offered = summary["workload"].get("offered_rps") or 0.0
         e2e = keep["median_e2e_s"]
-        short = e2e is not None and keep["window_s"] < e2e
+        warm = keep.get("warmup")
+        # the shortfall the run's length alone explains (requests served in longer than the window
+        # lasts): all of it -> too short to tell; not all of it even so -> the backlog grew
+        short = warm is not None and keep["ratio"] + warm >= KEEP_UP
         rate = f"the offered {offered:.3g} req/s is above what the deployment serves"
-        out.append({"code": "not_keeping_up",
-                    "message": f"the backlog grew through the run: over the second half of the arrivals, requests "
-                               f"left at {keep['ratio']:.0%} of the rate they arrived, so its latencies depend on "
-                               f"workload.num_requests instead of settling; "
-                               + (f"either the run is too short to fill (the second half of the arrivals lasts "
-                                  f"{keep['window_s']:.3g} s, the median E2E is {e2e:.3g} s) or {rate}: run more "
-                                  "requests to tell" if short else
-                                  f"{rate} (lower the rate or add replicas; servesim capacity finds the highest rate "
-                                  "it keeps up with)")})
+        left = f"over the second half of the arrivals, requests left at {keep['ratio']:.0%} of the rate they arrived"
+        msg = (f"{left}: either the backlog grew through the run ({rate}) or the run is too short to tell: that "
+               f"half lasts {keep['window_s']:.3g} s, and requests that take longer to serve (the median E2E is "
+               f"{e2e:.3g} s) make a shortfall of up to {warm:.0%} by themselves; run more requests to tell"
+               if short else
+               f"the backlog grew through the run: {left}, so its latencies depend on workload.num_requests "
+               f"instead of settling; {rate} (lower the rate or add replicas; servesim capacity finds the highest "
+               "rate it keeps up with)")
+        out.append({"code": "not_keeping_up", "message": msg})
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
     return out
