@@ -194,6 +194,29 @@ def test_compare_rejects_unregistered_policy(tmp_path, capsys):
     assert "unknown policy 'nope'" in err and "continuous" in err
 
 
+def test_sweep_refuses_a_set_of_a_swept_key(tmp_path, capsys):
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "s"
+    assert main(["sweep", sc, "--grid", "policy.max_num_seqs=4,8", "--set", "policy.max_num_seqs=16",
+                 "--out", str(out)]) == 2
+    assert "--set policy.max_num_seqs=16: policy.max_num_seqs is also swept" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_compare_refuses_a_set_that_every_configuration_overrides(tmp_path, capsys):
+    # --policies sets policy.name in every configuration: a --set policy.name was silently ignored
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "c"
+    assert main(["compare", sc, "--policies", "continuous,chunked_prefill", "--set", "policy.name=static",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--set policy.name=static: every configuration sets policy.name itself" in err and not out.exists()
+    # one configuration that leaves the key alone takes it: a valid comparison
+    from servesim.studies.compare import plan_compare
+    plan = plan_compare(sc, "continuous", [["small", "policy.max_num_seqs=2"]], None, ["policy.name=static"])
+    assert [c[0] for c in plan.configs] == ["continuous", "small"]
+
+
 @pytest.mark.parametrize("arrival", [{"process": "closed_loop", "clients": 2}, {"process": "all_at_once"}])
 def test_compare_rates_on_an_arrival_process_without_one_says_so(tmp_path, capsys, arrival):
     # found by running the packaged scenarios through the studies: each point was refused as

@@ -151,7 +151,7 @@ def _studies(sub) -> None:
     p.add_argument("--grid", action="append", metavar="KEY=V1,V2,...",
                    help="a field and its values, e.g. workload.arrival.rate_rps=2,4,8 (repeatable)")
     p.add_argument("--out", required=True, help="output folder (results.csv, runs/<hash>/...)")
-    _overrides(p, "override a field for every point")
+    _overrides(p, "override a field for every point (not a swept one: each point sets those)")
     _seeds(p, "run each point on N seeds: results.csv has means and 95%% intervals (<figure>_ci95), seeds.csv "
               "every run (default 1)")
     _executor_args(p)
@@ -192,7 +192,7 @@ def _studies(sub) -> None:
                    help="a labelled configuration: LABEL KEY=VALUE [KEY=VALUE ...] (repeatable)")
     p.add_argument("--rates", metavar="R1,R2,...", help="also sweep workload.arrival.rate_rps (req/s)")
     p.add_argument("--out", default="compare-out", help="output folder (default: ./compare-out)")
-    _overrides(p, "override a field for every run")
+    _overrides(p, "override a field for every run (not one every configuration sets, e.g. policy.name with --policies)")
     _seeds(p, "run each configuration on N seeds (the same N for all): 95%% intervals, and differences paired "
               "by seed (default 1)")
     p.add_argument("--no-report", action="store_true", help="skip figures and report.md")

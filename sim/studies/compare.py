@@ -159,6 +159,18 @@ def _check_has_rate(base: dict) -> None:
     require_rate(arrival, "--rates sets")
 
 
+def _check_overrides_matter(overrides, configs) -> None:
+    """A ``--set KEY=VALUE`` that every configuration sets again (``--policies`` sets
+    ``policy.name``) would change nothing: an ``InputError`` saying so, rather than a comparison
+    that silently ignores it."""
+    for text in overrides or ():
+        key = ".".join(parse_override(text)[0])
+        if configs and all(key in ov for _, ov in configs):
+            raise InputError(f"--set {text}: every configuration sets {key} itself (--policies sets policy.name, "
+                             "--variant the keys it lists), so it would change nothing; drop it, or give it in the "
+                             "--variant it is meant for")
+
+
 def plan_compare(scenario, policies: str | None, variants, rates: str | None, overrides=(),
                  seed: int | None = None, seeds: int = 1) -> ComparePlan:
     """The points of comparing ``policies`` (``a,b,...``) and ``variants`` ([label, key=value,
@@ -166,6 +178,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
     ``seeds`` seeds."""
     check_seed_count(seeds)
     configs = configurations(policies, variants)
+    _check_overrides_matter(overrides, configs)
     rate_list = parse_rates(rates)
     base, _ = load_base(scenario, overrides, seed)
     if rate_list:

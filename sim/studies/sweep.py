@@ -253,6 +253,13 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
     if not grid:
         raise InputError("servesim sweep: nothing to sweep; give --grid dotted.key=v1,v2,... "
                          "or a sweep: {grid: {...}} block in the scenario")
+    from servesim.inputs.overrides import parse_override
+
+    for text in overrides or ():  # (each point sets the grid's keys: a --set of one was silently lost)
+        key = ".".join(parse_override(text)[0])
+        if key in grid:
+            raise InputError(f"--set {text}: {key} is also swept (--grid or the scenario's sweep block), which sets "
+                             "it at every point, so the --set would change nothing; drop one of them")
     points = grid_points(base, grid)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
