@@ -387,15 +387,21 @@ def lesson_chunked(quick: bool, seed: int | None = None) -> Lesson:
         runs.append((str(c), run(sc).summary))
     ttft = [s["ttft_s"]["p50"] for _, s in runs]
     tbt = [s["tbt_s"]["p99"] for _, s in runs]
-    # a trend with a 2% tolerance per step (one chunk size to the next): chunked prefill with a chunk as
-    # large as the unchunked budget (8192) lands within 1.5% of unchunked batching on both percentiles
+    tbt_max = [s["tbt_s"]["max"] for _, s in runs]
+    # What a chunk bounds is the stall: a decode waits for at most one step of ``chunk`` prompt
+    # tokens, so the worst gap (TBT max) falls with every smaller chunk, and TTFT p50 rises. TBT
+    # p99 follows only once the chunk is shorter than most prompts (the median prompt is ~2,500
+    # tokens): a chunk near the prompts (4096) cuts long prompts into a budget-sized stall plus a
+    # remainder, more stalls of 3,000-4,096 tokens than unchunked batching has, and its p99 may sit a
+    # few percent above unchunked (seeds 0-9: +1% to +6%). Trends with a 2% tolerance per step (one
+    # chunk size to the next): chunked prefill with a chunk as large as the unchunked budget (8192)
+    # lands within 1.5% of unchunked batching on both percentiles.
     tol = 0.02
-    steps_ok = all(b <= (1 + tol) * a for a, b in zip(tbt, tbt[1:])) and \
-        all(b >= (1 - tol) * a for a, b in zip(ttft, ttft[1:]))
-    # the same criterion from 2048 down (chunks shorter than most prompts)
-    k = [name for name, _ in runs].index("2048")
-    tail_ok = all(b <= (1 + tol) * a for a, b in zip(tbt[k:], tbt[k + 1:])) and \
-        all(b >= (1 - tol) * a for a, b in zip(ttft[k:], ttft[k + 1:]))
+    trend = lambda up, down: (all(b <= (1 + tol) * a for a, b in zip(down, down[1:]))  # noqa: E731
+                              and all(b >= (1 - tol) * a for a, b in zip(up, up[1:])))
+    k = [name for name, _ in runs].index("2048")  # (chunks shorter than most prompts from here)
+    steps_ok = trend(ttft, tbt_max) and trend(ttft[k:], tbt[k:])
+    tail_ok = trend(ttft[k:], tbt[k:])
     holds = steps_ok and tbt[-1] < 0.5 * tbt[0] and ttft[-1] > 1.5 * ttft[0]
     rises = [f"{runs[i][0]} -> {runs[i + 1][0]}: {tbt[i + 1] / tbt[i] - 1:+.0%} (TBT max "
              f"{_fmt(runs[i][1]['tbt_s']['max'], 'ms')} -> {_fmt(runs[i + 1][1]['tbt_s']['max'], 'ms')})"
@@ -403,18 +409,21 @@ def lesson_chunked(quick: bool, seed: int | None = None) -> Lesson:
     rows = [(k, _fmt(s["ttft_s"]["p50"], "ms"), _fmt(s["tbt_s"]["p99"], "ms"), _fmt(s["tbt_s"]["max"], "ms"),
              _fmt(s["tpot_s"]["p50"], "ms"), f"{s['throughput_rps']:.2f}") for k, s in runs]
     return Lesson(
-        "chunked", "Chunked prefill trades TTFT for TBT: smaller chunks raise TTFT p50 and cut TBT p99.",
+        "chunked", "Chunked prefill trades TTFT for TBT: smaller chunks raise TTFT p50 and cut the longest stall "
+        "(TBT max), and TBT p99 once they are shorter than most prompts.",
         f"Simulation ({runs[0][1]['scenario']}): {runs[0][1]['num_requests']} Poisson requests at 3 req/s, "
         "prompts lognormal mean 3000, Llama-3-8B on one H100, near saturation; unchunked continuous batching "
         "(budget 8192) then chunked prefill with chunk (token budget) " + ", ".join(map(str, sizes)) + ".",
-        "from unchunked down the chunk sizes, each TBT p99 <= 1.02 x the previous one and each TTFT p50 >= 0.98 x "
-        "the previous one (2% noise allowance); at the smallest chunk TBT p99 < 0.5 x unchunked and TTFT p50 > "
-        "1.5 x unchunked",
+        "from unchunked down the chunk sizes, each TBT max (the longest stall) <= 1.02 x the previous one and each "
+        "TTFT p50 >= 0.98 x the previous one; from chunk 2048 down (chunks shorter than most prompts) also each TBT "
+        "p99 <= 1.02 x the previous one (2% noise allowance); at the smallest chunk TBT p99 < 0.5 x unchunked and "
+        "TTFT p50 > 1.5 x unchunked",
         holds, (("chunk", "TTFT p50", "TBT p99", "TBT max", "TPOT p50", "req/s"), rows),
         [f"TTFT p50 {_fmt(ttft[0], 'ms')} -> {_fmt(ttft[-1], 'ms')}, TBT p99 {_fmt(tbt[0], 'ms')} -> "
          f"{_fmt(tbt[-1], 'ms')} from unchunked to chunk {sizes[-1]}"]
         + ([f"TBT p99 rose at: {'; '.join(rises)}"] if rises else [])
-        + [f"from chunk 2048 down the trend criterion {'holds' if tail_ok else 'does not hold'}"],
+        + [f"from chunk 2048 down the TBT p99 trend {'holds' if tail_ok else 'does not hold'}; above it a chunk "
+           "near the prompts splits long ones into more budget-sized stalls, which can lift p99 while TBT max falls"],
         [("chunked_tradeoff", {"labels": [k for k, _ in runs], "ttft_p50_s": ttft, "tbt_p99_s": tbt})])
 
 
