@@ -284,3 +284,43 @@ def test_a_short_probe_is_lengthened_rather_than_read_as_falling_behind(tmp_path
     short = search(tmp_path / "short", 1)
     assert short["capacity_rps"] < 0.8 * cap["capacity_rps"]  # the bias the lengthening removes
     assert "lower bound" in short["too_short"]
+
+
+def test_limits_that_hold_at_the_highest_rate_say_so_and_leave_no_stale_files(tmp_path, capsys):
+    # found by hand: the search doubled past 1e9 req/s (the highest rate a scenario takes), the
+    # probe there was refused as an invalid sweep point, and results-seed0.csv was left behind
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(sc), "--slo", "e2e_p99=1000", "--keep-up", "0", "--seeds", "2",
+                 "--probe-requests", "50", "--out", str(out), "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "the limits still hold at 1e+09 req/s" in err and "give a limit that queueing moves" in err
+    assert not list(out.glob("results-seed*.csv")) and (out / "results.csv").exists()
+
+
+def test_a_search_that_raises_leaves_the_done_seeds_in_results_csv(tmp_path, monkeypatch):
+    from servesim.errors import InputError
+    from servesim.studies import capacity
+
+    real = capacity.run_search
+    calls = []
+
+    def second_fails(plan, out, *a, **kw):
+        calls.append(kw["seed"])
+        if len(calls) == 2:
+            (out / kw["results"]).write_text("half-written\n")
+            raise InputError("probe at 9 req/s failed: boom")
+        return real(plan, out, *a, **kw)
+
+    monkeypatch.setattr(capacity, "run_search", second_fails)
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    out = tmp_path / "cap"
+    with pytest.raises(InputError, match="boom"):
+        capacity.capacity_interval(str(sc), "ttft_p99=0.3", capacity.CapacityOptions(probe_requests=50),
+                                   capacity.SeedOptions(seeds=2), out)
+    assert not list(out.glob("results-seed*.csv"))
+    from servesim.studies.sweep import read_results
+    rows = read_results(out / "results.csv")
+    assert rows and {int(r["seed"]) for r in rows} == {calls[0]}

@@ -254,13 +254,16 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int,
         lo, hi = s.bracket()
         if lo is None:  # nothing meets yet: go down
             base = min(s.results)
-            if base < start / 2**20:
+            if base < start / 2**20 or base <= MIN_RATE_RPS:  # (the lowest rate a scenario takes)
                 return 0.0, base, True
-            s.probe([base / step ** (k + 1) for k in range(min(w, 20))])  # (2^20: the floor above)
+            s.probe(sorted({max(base / step ** (k + 1), MIN_RATE_RPS)
+                            for k in range(min(w, 20))}, reverse=True))  # (2^20: the floor above)
             step = step if step >= 2 else step * step
             continue
         if hi is None:  # nothing fails above lo: go up
-            s.probe([lo * step ** (k + 1) for k in range(min(w, 60))])  # (more doublings overflow a double)
+            if lo >= MAX_RATE_RPS:  # (the highest rate a scenario takes: no answer, run_search says why)
+                break
+            s.probe(sorted({min(lo * step ** (k + 1), MAX_RATE_RPS) for k in range(min(w, 60))}))
             step = step if step >= 2 else step * step
             continue
         if hi / lo - 1 > tol:
@@ -431,8 +434,10 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
         got = (f"the last rate that met was {cap:.4g} req/s" if cap else "no rate met") + (
             f", the first that failed above it {above:.4g} req/s" if above is not None and cap else
             f", down to {min(s.results):.4g} req/s" if not cap else ", and no rate above it failed")
-        unbounded = cap and above is None and not opts.keep_up
-        error = (f"no capacity found within --max-probes {opts.max_probes}"
+        unbounded = cap and above is None and (not opts.keep_up or cap >= MAX_RATE_RPS)
+        error = (f"no capacity found: the limits still hold at {MAX_RATE_RPS:g} req/s, the highest rate a scenario "
+                 "takes" if cap and cap >= MAX_RATE_RPS else f"no capacity found within --max-probes {opts.max_probes}")
+        error = (error
                  + (f" (seed {seed})" if seed is not None and seed != plan.base.get("seed") else "")
                  + f": {got}{none_served}. "
                  + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
@@ -553,8 +558,13 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
         while len(done) < limit:
             k = order[len(done)]
             start, step = (None, 2.0) if not done or iv.mean <= 0 else (iv.mean, NARROW_STEP)
-            res = run_search(plan, folder.path, ex, seed=k, start_rps=start, step=step, results=f"results-seed{k}.csv",
-                             desc=f"capacity probes, seed {k}")
+            try:
+                res = run_search(plan, folder.path, ex, seed=k, start_rps=start, step=step,
+                                 results=f"results-seed{k}.csv", desc=f"capacity probes, seed {k}")
+            except BaseException:  # (a probe refused or failed: results.csv has the seeds done, no stale file)
+                _write_seed_rows(folder.path, done)
+                (folder.path / f"results-seed{k}.csv").unlink(missing_ok=True)
+                raise
             done.append(res)
             if res.error:
                 error = res.error
