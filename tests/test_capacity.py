@@ -324,3 +324,32 @@ def test_a_search_that_raises_leaves_the_done_seeds_in_results_csv(tmp_path, mon
     from servesim.studies.sweep import read_results
     rows = read_results(out / "results.csv")
     assert rows and {int(r["seed"]) for r in rows} == {calls[0]}
+
+
+def test_a_bracket_no_rate_can_split_ends_the_search():
+    # found by fuzzing the flags: --tol 1e-300 spun forever once the bracket's two rates were
+    # neighbours at the precision rates are probed at (the round probed nothing new); a search
+    # whose rates are coarser than its tolerance must still end, with its bracket
+    from servesim.studies.capacity import Search, search_capacity
+
+    class Coarse:
+        bracket = Search.bracket
+
+        def __init__(self):
+            self.results = {}
+
+        def probe(self, rates):
+            for r in rates:
+                r = float(f"{r:.2g}")  # (two significant digits: 10 and 11 have nothing between)
+                self.results.setdefault(r, {"meets": r <= 10.04})
+
+    s = Coarse()
+    assert search_capacity(s, 8.0, 1e-4, 40, workers=2) == (10.0, 11.0, True)
+    assert len(s.results) < 40
+
+
+def test_tol_below_what_probed_rates_can_resolve_is_refused(tmp_path, capsys):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=0.3", "--tol", "1e-300", "--seeds", "1"]) == 2
+    assert "--tol must be in [0.0001, 0.1)" in capsys.readouterr().err

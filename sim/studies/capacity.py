@@ -76,6 +76,7 @@ from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_res
 
 RATE_KEY = "workload.arrival.rate_rps"
 MIN_KEEP_UP_REQUESTS = 20
+MIN_TOL = 1e-4  # --tol: probed rates have 6 significant digits (a narrower bracket has no rate inside)
 # a probe too short to tell whether it keeps up is run again longer, up to this many times the
 # requests of --probe-requests (then it counts as failing, and the answer says so)
 MAX_LONGER = 64
@@ -250,7 +251,12 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int,
     e.g. another seed's) is squared after each bracketing round, so a far answer is still reached."""
     w = max(1, workers)
     s.probe([start])
+    seen = None
     while len(s.results) < max_probes:
+        state = (len(s.results), sum(1 for e in s.results.values() if e.get("superseded")))
+        if state == seen:  # (a round that probed nothing new and changed nothing would repeat forever)
+            break
+        seen = state
         lo, hi = s.bracket()
         if lo is None:  # nothing meets yet: go down
             base = min(s.results)
@@ -267,8 +273,11 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int,
             step = step if step >= 2 else step * step
             continue
         if hi / lo - 1 > tol:
+            before = len(s.results)
             s.probe([lo + (hi - lo) * (k + 1) / (w + 1) for k in range(w)])
-            continue
+            if len(s.results) > before:
+                continue
+            # (no rate strictly inside the bracket at 6 significant digits: as narrow as it gets)
         check = float(f"{lo * 1.1:.6g}")
         s.probe([check])
         if not s.results[check]["meets"]:
@@ -347,8 +356,9 @@ def check_search_options(attainment, tol: float, keep_up: float, max_probes: int
     ``InputError``s naming the flag. (Comparisons written so that NaN fails them.)"""
     if attainment is not None and not 0 < attainment <= 1:
         raise InputError(f"--attainment must be in (0, 1], got {attainment}")
-    if not 0 < tol < 0.1:
-        raise InputError(f"--tol must be in (0, 0.1) so the 10%-above check is outside the bracket, got {tol}")
+    if not MIN_TOL <= tol < 0.1:
+        raise InputError(f"--tol must be in [{MIN_TOL:g}, 0.1): below, rates (probed to 6 significant digits) cannot "
+                         f"split the bracket; at 0.1 or more the 10%-above check is inside it; got {tol}")
     if not 0 <= keep_up <= 1:
         raise InputError(f"--keep-up must be a share in [0, 1] (0: off), got {keep_up}")
     if max_probes < 2:
