@@ -364,3 +364,18 @@ def test_a_gpu_yaml_among_the_gpus_is_planned_with_the_catalog_ones(tmp_path):
     status = {c["key"]: c["status"] for c in doc["candidates"]}
     assert status and "pruned-memory" not in status.values(), status
     assert doc["prices_usd_per_gpu_hour"][str(gpu)] == 1.5
+
+
+def test_an_answer_whose_capacity_is_a_lower_bound_says_so():
+    # its capacity search's probes were too short to tell whether it keeps up above the answer
+    # (capacity's too_short): the plan's verification lines carry the warning
+    from servesim.outputs.plandoc import verification_lines
+
+    run = {"units": 2, "seeds": [{"seed": 0, "meets": True, "ttft_p99_s": 0.1, "tpot_p99_s": 0.01,
+                                  "attainment": 1.0, "keep_up": 0.99}]}
+    cand = {"key": "a", "units": 2, "runs": [run], "capacity": {"too_short": None}}
+    doc = {"candidates": [cand], "ranking": ["a"]}
+    assert not any(x.startswith("warning") for x in verification_lines(doc))
+    cand["capacity"]["too_short"] = "seed 0: the probe at 12 req/s ... the capacity is a lower bound"
+    assert verification_lines(doc)[-1] == ("warning: its capacity is a lower bound: seed 0: the probe at 12 "
+                                           "req/s ... the capacity is a lower bound")

@@ -184,6 +184,9 @@ def verification_lines(doc: dict) -> list[str]:
         if s.get("keep_up") is not None:
             bits.append(f"keeps up {s['keep_up']:.2f}")
         out.append(f"seed {s['seed']}: {'meets' if s['meets'] else 'FAILS'}: " + ", ".join(bits))
+    short = (best[0].get("capacity") or {}).get("too_short")
+    if short:  # (its capacity search: the headroom is then a lower bound)
+        out.append(f"warning: its capacity is a lower bound: {short}")
     return out
 
 

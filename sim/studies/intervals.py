@@ -62,6 +62,12 @@ class CapacityInterval:
     per_seed: list = field(default_factory=list)  # CapacityResult per seed
     done: bool = True  # every seed's search confirmed its answer (else some give only a bracket floor)
 
+    @property
+    def too_short(self) -> str | None:
+        """The first seed's note that its answer is a lower bound (probes above it too short to
+        tell whether the deployment keeps up: ``CapacityResult.too_short``), else None."""
+        return next((f"seed {k}: {r.too_short}" for k, r in zip(self.seeds, self.per_seed) if r.too_short), None)
+
 
 def capacity_interval(scenario, slo_text: str, seeds, opts: CapacityOptions = CapacityOptions(),
                       out: str | Path | None = None, overrides=(), ex: ExecutorOptions = ExecutorOptions(),

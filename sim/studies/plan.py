@@ -238,7 +238,7 @@ class Planner:
         """Capacity of one unit, then the fewest units that meet at R with every seed."""
         R, max_units = self.opts.rate_rps, self.opts.max_gpus // c.shape.gpus(1)
         ci = self.capacity(c.shape, 1, max(c.unit_rate_bound * 0.5, 1e-3), self.out / "capacity" / c.key, self.n)
-        c.unit_capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done}
+        c.unit_capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done, "too_short": ci.too_short}
         cap = min(ci.interval.samples)  # every seed must meet: size for the seed with the least capacity
         k = max(c.min_units, math.ceil(R / cap * (1 - 1e-9)) if cap > 0 else c.min_units)
         k = min(k, max_units)
@@ -517,7 +517,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         for c in ranked[:opts.verify_top]:
             # probes of the runs' size: the probe at R is the verified run, so the capacity is >= R
             ci = pl.capacity(c.shape, c.units, opts.rate_rps, out / "deploy" / f"{c.key}-x{c.units}", n_rate)
-            c.capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done}
+            c.capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done, "too_short": ci.too_short}
             pl.write()
             tick()
         # ranked again: the measured capacities replace the estimates that broke ties, and the
