@@ -451,7 +451,7 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
                  + (f" (seed {seed})" if seed is not None and seed != plan.base.get("seed") else "")
                  + f": {got}{none_served}. "
                  + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
-                    "queue) or keep --keep-up on" if unbounded else "Raise --max-probes"
+                    "queue)" + ("" if opts.keep_up else " or keep --keep-up on") if unbounded else "Raise --max-probes"
                     + (" or --tol" if cap and above is not None else "")))
     return CapacityResult(s, plan.slo, cap, above, done, gpus, plan.probe_requests, plan.probe_duration_s,
                           plan.arrival, mean_cap, result, none_served, error, too_short)
@@ -464,11 +464,10 @@ def _too_short_note(s: Search, cap: float) -> str | None:
     if not rates:
         return None
     ev = s.results[rates[0]]
-    return (f"the probe{'s' if len(rates) > 1 else ''} at {', '.join(f'{r:.4g}' for r in rates)} req/s failed to keep "
-            f"up only as far as a probe that short can tell, even at {ev['requests']} requests ({MAX_LONGER}x "
-            f"--probe-requests): requests take up to {ev['service_p99_s']:.3g} s to serve (p99), longer than the "
-            f"{ev['keep_up_window_s']:.3g} s over which keeping up is counted; the capacity is a lower bound "
-            "(raise --probe-requests or --probe-duration)")
+    return (f"at {', '.join(f'{r:.4g}' for r in rates)} req/s the probes could not tell whether the deployment keeps "
+            f"up: even with {ev['requests']} requests ({MAX_LONGER}x --probe-requests) a request takes up to "
+            f"{ev['service_p99_s']:.3g} s to serve (p99), longer than the {ev['keep_up_window_s']:.3g} s over which "
+            "keeping up is counted; the capacity is a lower bound (raise --probe-requests or --probe-duration)")
 
 
 class _Folder:
