@@ -83,6 +83,31 @@ def test_sustained_share_is_the_measured_power_cap_slowdown():
     assert run.breakdown(one)["mlp_up"].time_s == pytest.approx(short.breakdown(one)["mlp_up"].time_s, rel=1e-3)
 
 
+def test_measured_gemm_timings_slow_under_the_power_cap_as_the_model_does():
+    """``cost.profiles`` prices a layer's kernels from their measured times, timed in short bursts
+    like the fits: under ``gemm.sustained`` a measured GEMM slows by the model's own sustained over
+    burst time at that shape (compute-bound: about 1 / sustained; weight-read bound: not at all),
+    so a run priced from the measurements and one priced from the fit stay consistent."""
+    from servesim.cost.measured import load_measured
+
+    m = MODELS["meta-llama/Llama-2-7b-hf"]
+    shipped = load_calibration(shipped_calibrations()["h200"])
+    burst = dataclasses.replace(efficiencies_for(H200), gemm=dataclasses.replace(shipped.gemm, sustained=1.0))
+    ms = load_measured(DATA, m, 1, H200, device="h200")
+    run, short = (CostModel(m, H200, eff=e, measured=ms, step_overhead_s=0.0, per_seq_overhead_s=0.0)
+                  for e in (efficiencies_for(H200), burst))
+    big = synthetic_batch(prefill=[(8192, 0)])
+    # (the burst-priced run takes the measured time as it is)
+    measured_up = ms.time_s("mlp_up", 8192.0, -1.0, lambda y: 1.0) * m.num_layers
+    assert short.breakdown(big)["mlp_up"].time_s == pytest.approx(measured_up, rel=1e-9)
+    r = run.breakdown(big)["mlp_up"].time_s / short.breakdown(big)["mlp_up"].time_s
+    assert r == pytest.approx(1 / shipped.gemm.sustained, rel=0.03)
+    one = synthetic_batch(decode_contexts=[128])
+    assert run.breakdown(one)["mlp_up"].time_s == pytest.approx(short.breakdown(one)["mlp_up"].time_s, rel=1e-3)
+    # an operator that is no GEMM keeps its measured time
+    assert run.breakdown(big)["mlp_act"].time_s == short.breakdown(big)["mlp_act"].time_s
+
+
 def test_the_fit_predicts_the_measurements_and_beats_the_argued_figures(profiles):
     rows = _rows(validate(profiles, H200, efficiencies_for(H200), max_tokens=8192))
     assert rows["linear"]["mape"] < 0.05 and rows["linear"]["worst"] < 0.25

@@ -15,7 +15,9 @@ is expected to touch (``E (1 - (1 - k/E)^T)``) runs its GEMMs on ``T k / E_hit``
 weights are read once per step for the experts actually hit.
 
 With ``measured`` (``cost.profiles``, ``sim/cost/measured.py``) the per-layer kernels the profile
-covers take their time from the measurements instead; FLOPs, bytes and bounds stay the model's.
+covers take their time from the measurements instead; FLOPs, bytes and bounds stay the model's. The
+measurements are short bursts, as the fits are: under a power cap (``gemm.sustained``) a measured
+GEMM is slowed by the model's sustained over burst time at its shape.
 
 All FLOPs and bytes reported are totals over the replica's GPUs; times are wall-clock.
 """
@@ -215,14 +217,17 @@ class CostModel:
                                               2 * lora * heads * (nope + vd)))
         if self.allreduce not in ("custom", "nccl"):
             raise ValueError(f"allreduce must be custom or nccl, got {self.allreduce!r}")
-        g = self.eff.gemm
+        burst = g = self.eff.gemm
         # a serving GPU under load runs at its power cap: compute-bound GEMMs at the sustained rate
         # (the fits are short bursts at boost clocks); weight reads keep their rate
         g = replace(g, compute=g.compute * g.sustained) if g.sustained != 1.0 else g
         object.__setattr__(self, "_g16", g)
         if self.dtype == "fp8" and self.gpu.fp8_flops > 0:  # FP8 tensor cores: their own share of their peak
             g = self.eff.gemm_fp8.applied(g)
+            burst = self.eff.gemm_fp8.applied(burst)
         object.__setattr__(self, "_g", g)
+        # (the burst rates: measured GEMM timings, ``measured``, are bursts too)
+        object.__setattr__(self, "_g_burst", burst if g.sustained != 1.0 else g)
         e = self.eff.attention
         # attention: FLOPs per query-key pair in prefill and decode, activation elements in and out
         # per query token, KV bytes per token, FLOPs per cached latent up-projected (MLA), rates
@@ -296,18 +301,25 @@ class CostModel:
         if ms is not None and m.num_experts:
             ms = None  # (refused when loaded; a MoE layer's GEMMs are not the profile's shapes)
 
+        g, gb = self._g, self._g_burst
+
         def priced(name, op, x=T):
             """``op(x)``: (time, flops, bytes, compute_s, memory_s) of one kernel at ``x`` tokens;
-            with measurements, its time is the measured one (the model's shape between them)."""
+            with measurements, its time is the measured one (the model's shape between them). A
+            GEMM's is timed in a burst: under a power cap (``gemm.sustained``) it is scaled by the
+            model's sustained over burst time at that shape, as the model's own is."""
             t, f, b, c, mm = op(x)
             if ms is not None:
-                t = ms.time_s(name, x, t, lambda y: op(y)[0])
+                tm = ms.time_s(name, x, t, lambda y: op(y)[0])
+                if tm is not t and gb is not g and getattr(op, "K", None) is not None:
+                    tm *= t / gemm_cost(x, op.K, op.N, w, peak, bw, gb)[0]
+                t = tm
             return t, f, b, c, mm
 
-        g = self._g
-
         def gemm(K, N):
-            return lambda x: gemm_cost(x, K, N, w, peak, bw, g)
+            op = lambda x: gemm_cost(x, K, N, w, peak, bw, g)  # noqa: E731
+            op.K, op.N = K, N  # (for a measured time's power-cap scaling)
+            return op
 
         def mem(per_tok_flops, per_tok_bytes, fixed_bytes, eff):
             def op(x):
