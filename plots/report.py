@@ -102,6 +102,8 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     meta = read_json_dict(path / "sweep.json", "sweep.json") if (path / "sweep.json").is_file() else {}
     kind = meta.get("kind", "sweep")
     rows = read_results(path / "results.csv")
+    if kind == "capacity":  # a probe run again longer (too short to tell): the longer one decided
+        rows = [r for r in rows if r.get("probe_rerun") not in (True, "True")]
     seed_rows = read_results(path / "seeds.csv") if (path / "seeds.csv").is_file() else []
     cols = _value_columns(rows)
     has_rate = RATE_KEY in cols

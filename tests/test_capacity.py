@@ -279,6 +279,13 @@ def test_a_short_probe_is_lengthened_rather_than_read_as_falling_behind(tmp_path
     one = 1000 / float(np.max(simulate(scenario_from_dict(sat)).requests["finish_s"]))
     cap = search(tmp_path / "long", 64)
     assert any(p["requests"] > 100 for p in cap["probes"])  # some probes were run longer
+    # results.csv keeps the short probes, marked; the report's curves take the longer one per rate
+    from servesim.plots.report import load_folder
+    from servesim.studies.sweep import read_results
+    rows = read_results(tmp_path / "long" / "results.csv")
+    assert any(r["probe_rerun"] in (True, "True") for r in rows)
+    rates = [r["workload.arrival.rate_rps"] for g in load_folder(tmp_path / "long")["groups"].values() for r in g]
+    assert len(rates) == len(set(rates)) == len(rows) - sum(r["probe_rerun"] in (True, "True") for r in rows)
     assert 0.7 * 16 * one <= cap["capacity_rps"] <= 16 * one / 0.9
     assert cap["too_short"] is None
     short = search(tmp_path / "short", 1)

@@ -202,6 +202,8 @@ class Search:
         write_results(self.out, self.points, self.results_name)
         again = [r for r in rates if self._lengthen(r)]
         if again:
+            for p in new:  # (results.csv keeps them, marked: the longer probe at the rate decides)
+                p.values["probe_rerun"] = p.values[RATE_KEY] in again
             self.probe(again)
 
     def _lengthen(self, rate: float) -> bool:
