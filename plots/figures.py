@@ -179,7 +179,7 @@ def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
     return ax
 
 
-def goodput_vs_load(data: dict, ax, colors: dict | None = None):
+def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | None = None):
     """Goodput (completed within every SLO, req/s) against the scenario's rate, with the ideal: all
     that arrived, from the runs' ``offered`` (req/s that arrived) where given, else y = x.
 
@@ -203,7 +203,7 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None):
     else:
         ax.plot([0, top], [0, top], ":", color="k", linewidth=1, label="offered load (ideal)")
     ax.set_xlabel("offered load: workload.arrival.rate_rps (req/s)")
-    ax.set_ylabel("goodput (req/s within SLO)")
+    ax.set_ylabel(ylabel or "goodput (req/s within SLO)")
     ax.set_title("goodput vs load")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)

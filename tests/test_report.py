@@ -391,3 +391,24 @@ def test_the_streamed_trace_file_is_the_trace_dict_written_whole(tmp_path, monke
             assert whole["traceEvents"][-1]["name"] == f"rejected {res.requests['request_id'][-1]}"
         path = trace_export.write_trace(res, tmp_path / "t.json")
         assert path.read_text() == expected
+
+
+def test_goodput_vs_load_counts_arrivals_within_the_slo(compare_dir):
+    # the summaries' goodput_rps counts completions within the SLO over the whole run, the drain
+    # after the last arrival included (a few requests' run reads below its arrival rate at full
+    # attainment); the figure and its sentence use arrival rate x attainment, which does not
+    from servesim.plots.report import _with_arrived_goodput
+
+    out, points = compare_dir
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "Goodput here is the arrival rate x the share of requests within the SLO" in md
+    rows = [p.row for p in points]
+    full = [r for r in rows if r["slo_attainment"] == 1.0]
+    assert full and all(r["goodput_rps"] < r["offered_rps"] for r in full)  # the drain
+    for r in rows:
+        g = _with_arrived_goodput({**r, "status": "ok"})["goodput_arrived_rps"]
+        assert g == pytest.approx(r["offered_rps"] * r["slo_attainment"])
+    best = max(rows, key=lambda r: r["offered_rps"] * r["slo_attainment"])
+    assert f"{best['offered_rps'] * best['slo_attainment']:.3g}" in md or \
+        f"{best['offered_rps'] * best['slo_attainment']:.2f}" in md
