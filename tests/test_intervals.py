@@ -114,3 +114,17 @@ def test_study_caveats_name_the_runs_that_did_not_keep_up():
     assert w["message"].startswith("a at 30 req/s did not keep up")
     assert any("did not keep up" in n for n in caveats(rows, {"kind": "compare"}))
     assert not any("did not keep up" in n for n in caveats(rows, {"kind": "capacity"}))
+
+
+def test_study_caveats_tell_a_backlog_from_a_run_too_short_to_tell():
+    """A row whose keep_up shortfall its requests' service time could make by itself
+    (keep_up + keep_up_warmup >= 0.9: results.csv from the run's summary) is named as too short to
+    tell, not as a growing backlog; one short of even that is a backlog."""
+    from servesim.outputs.verdicts import study_warnings
+
+    rows = [{"label": "a", "status": "ok", "keep_up": 0.64, "keep_up_warmup": 0.10, "workload.arrival.rate_rps": 30.0},
+            {"label": "b", "status": "ok", "keep_up": 0.70, "keep_up_warmup": 0.25, "workload.arrival.rate_rps": 30.0}]
+    (w,) = [w for w in study_warnings(rows) if w["code"] == "not_keeping_up"]
+    grew, short = w["message"].split("; ", 1)
+    assert grew.startswith("a at 30 req/s did not keep up") and "b at" not in grew
+    assert short.startswith("b at 30 req/s fell as short") and "too short to tell" in short
