@@ -379,3 +379,22 @@ def test_an_answer_whose_capacity_is_a_lower_bound_says_so():
     cand["capacity"]["too_short"] = "seed 0: the probe at 12 req/s ... the capacity is a lower bound"
     assert verification_lines(doc)[-1] == ("warning: its capacity is a lower bound: seed 0: the probe at 12 "
                                            "req/s ... the capacity is a lower bound")
+
+
+def test_a_run_too_short_to_tell_is_run_longer(tmp_path):
+    # found by hand: --requests 50 at 20 req/s on the default scenario (one H100 serves 22.5 req/s
+    # within this SLO) made every run at R too short for its requests to leave within the keep-up
+    # window, and the plan said no configuration up to 64 GPUs serves it. A run that fails only
+    # for want of length (capacity's too_short) is run again longer, as capacity's probes are.
+    root = Path(__file__).resolve().parents[1]
+    opts = PlanOptions(rate_rps=20.0, slo="ttft_p99=1,tpot_p99=0.05", gpus=("h100-sxm",), tps=(1,),
+                       policies=("continuous",), pd_ratios=(), seeds=2, probe_requests=50, requests=50,
+                       verify_top=0)
+    doc = run_plan(str(root / "scenarios" / "default.yaml"), opts, tmp_path / "plan",
+                   ex=ExecutorOptions(workers=1, progress=False)).doc
+    assert doc["answer"] is not None and doc["answer"]["units"] <= 2
+    runs = [s for c in doc["candidates"] for r in c["runs"] for s in r["seeds"]]
+    assert any(s["requests"] > 50 for s in runs)  # lengthened
+    import csv
+    rows = list(csv.DictReader(open(tmp_path / "plan" / "results.csv")))
+    assert any(r["rerun"] == "True" for r in rows)

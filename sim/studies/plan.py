@@ -15,7 +15,8 @@ The search (``run_plan``):
    (``ceil(R / capacity)``, at least ``min_units``); that many units are then run at R with every
    seed, and units are added until every seed meets the SLO or removed while every seed still
    does, so the answer is the fewest units that met with every seed, and the run with one unit
-   fewer (when simulated) is the failure that shows it.
+   fewer (when simulated) is the failure that shows it. A run too short to tell whether it keeps
+   up is run again longer (``Planner.verify``, as capacity's probes).
 4. The best ``verify_top`` configurations get a capacity search of the whole deployment with
    every seed (their capacity interval and headroom at R); the others' capacity is units x the
    unit's capacity (marked as an estimate).
@@ -42,8 +43,9 @@ from servesim.inputs.overrides import with_values
 from servesim.outputs.metrics import KEEP_UP, PER_REQUEST, parse_slo
 from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_text
 from servesim.outputs.rundir import read_summary
-from servesim.studies.capacity import (RATE_KEY, CapacityOptions, check_run_requests, check_search_options,
-                                      evaluate)
+from servesim.inputs.scenario import MAX_REQUESTS
+from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, check_run_requests,
+                                       check_search_options, evaluate)
 from servesim.studies.executors import ExecutorOptions, study_session
 from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
@@ -152,29 +154,51 @@ class Planner:
                 "workload.num_requests": requests, "workload.duration_s": None}
 
     def verify(self, c: Candidate, units: int) -> dict:
-        """Run ``units`` units of ``c`` at R with every seed (reusing finished runs); the verdict."""
+        """Run ``units`` units of ``c`` at R with every seed (reusing finished runs); the verdict.
+        A seed's run too short to tell whether it keeps up (``evaluate``'s too_short: it meets
+        every other limit, and requests served in longer than its keep-up window lasts could make
+        its shortfall by themselves) runs again longer, as ``servesim capacity``'s probes do, up to
+        ``MAX_LONGER`` x the requests at R; results.csv keeps the shorter run with ``rerun``."""
         done = c.verified(units)
         if done is not None:
             return done
         R = self.opts.rate_rps
-        variants = [({"candidate": c.key, "units": units, "seed": s},
-                     self.scenario_at(c.shape, units, s, R, self.n_rate)) for s in self.seeds]
-        pts = make_points(self.base, variants)
-        for i, p in enumerate(pts):
-            p.index = len(self.points) + i
-        self.points += pts
+        n_of = {s: self.n_rate for s in self.seeds}
+        limit = min(self.n_rate * MAX_LONGER, MAX_REQUESTS)
+        final, todo = {}, list(self.seeds)
         q = self.quiet_ex
-        execute(pts, self.out, q.executor, q.workers, q.address, False, desc="plan", outputs=q.outputs)
+        while todo:
+            variants = [({"candidate": c.key, "units": units, "seed": s, "requests": n_of[s]},
+                         self.scenario_at(c.shape, units, s, R, n_of[s])) for s in todo]
+            pts = make_points(self.base, variants)
+            for i, p in enumerate(pts):
+                p.index = len(self.points) + i
+            self.points += pts
+            execute(pts, self.out, q.executor, q.workers, q.address, False, desc="plan", outputs=q.outputs)
+            again = []
+            for s, p in zip(todo, pts):
+                ev = None
+                if p.row.get("status") == "ok":
+                    ev = evaluate(self.out / RUNS / p.hash, self.slo, self.opts.attainment, self.opts.keep_up)
+                    if ev.get("too_short") and n_of[s] < limit:
+                        w = ev["keep_up_window_s"]
+                        grow = ev["service_p99_s"] / w if w > 0 else 2.0
+                        n_of[s] = min(limit, math.ceil(n_of[s] * max(2.0, 1.1 * grow)))
+                        p.values["rerun"] = True
+                        again.append(s)
+                        continue
+                final[s] = (p, ev)
+            todo = again
         seeds = []
-        for s, p in zip(self.seeds, pts):
-            if p.row.get("status") != "ok":
+        for s in self.seeds:
+            p, ev = final[s]
+            if ev is None:
                 err = {"limit": "error", "text": f"the run failed: {p.row.get('error')}", "excess": math.inf}
                 seeds.append({"seed": s, "meets": False, "error": p.row.get("error", ""), "why": [err]})
                 continue
             run_dir = self.out / RUNS / p.hash
-            ev = evaluate(run_dir, self.slo, self.opts.attainment, self.opts.keep_up)
             econ = read_summary(run_dir).get("economics") or {}
-            seeds.append({"seed": s, "meets": ev["meets"], "dir": f"{RUNS}/{p.hash}",
+            seeds.append({"seed": s, "meets": ev["meets"], "dir": f"{RUNS}/{p.hash}", "requests": n_of[s],
                           "why": self.why_not(ev) if not ev["meets"] else [],
                           **{k: v for k, v in ev.items() if k != "meets"},
                           "ttft_p99_s": p.row.get("ttft_p99_s"), "tpot_p99_s": p.row.get("tpot_p99_s"),
@@ -217,9 +241,14 @@ class Planner:
                         "excess": att / a if a > 0 else math.inf})
         if ev.get("keeps_up") is False:
             k = ev.get("keep_up")
-            out.append({"limit": "keep_up", "excess": self.opts.keep_up / k if k else math.inf,
-                        "text": "falls behind: " + (f"{k:.2f} requests leave per arrival < {self.opts.keep_up:g}"
-                                                    if k is not None else "too few arrivals to tell")})
+            text = "falls behind: " + (f"{k:.2f} requests leave per arrival < {self.opts.keep_up:g}"
+                                       if k is not None else "too few arrivals to tell")
+            if ev.get("too_short"):  # (still, at MAX_LONGER x the requests at R: verify)
+                text = (f"too short to tell whether it keeps up ({k:.2f} requests leave per arrival): even with "
+                        f"{MAX_LONGER}x the requests at R a request takes up to {fmt_s(ev['service_p99_s'])} to "
+                        f"serve (p99), longer than the {fmt_s(ev['keep_up_window_s'])} over which keeping up is "
+                        "counted (raise --requests)")
+            out.append({"limit": "keep_up", "excess": self.opts.keep_up / k if k else math.inf, "text": text})
         return out or [{"limit": "completed", "text": "no request completed", "excess": math.inf}]
 
     def capacity_opts(self, start: float) -> CapacityOptions:
