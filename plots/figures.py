@@ -212,7 +212,8 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | No
     return ax
 
 
-def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", colors: dict | None = None):
+def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", colors: dict | None = None,
+                       xlabel: str | None = None):
     """Throughput-latency trade-off: one point per load, each annotated with its rate.
 
     ``data``: {label: {"rate": [req/s], "throughput": [output tok/s], "latency": [s]}}.
@@ -223,7 +224,7 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
         for r, x, y in zip(d["rate"], d["throughput"], _ms(d["latency"])):
             ax.annotate(f"{r:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7, color=colors[label])
     name = METRIC_NAMES.get(metric, metric)
-    ax.set_xlabel("throughput (output tokens/s)")
+    ax.set_xlabel(xlabel or "throughput (output tokens/s)")
     ax.set_ylabel(f"{stat} {name} (ms)")
     ax.set_title(f"throughput vs {stat} {name} (labels: req/s)")
     ax.grid(True, alpha=0.3)

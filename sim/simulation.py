@@ -461,18 +461,20 @@ def observed_time(workload, req: dict, steps: dict, cut: bool) -> float:
 
 
 def keep_up(workload, req_cols) -> dict | None:
-    """``{"ratio", "window_s", "median_e2e_s", "warmup"}``: requests that left (completed, or rejected at
-    arrival) per request that arrived over the second half of the arrivals (``ratio``,
+    """``{"ratio", "window_s", "median_e2e_s", "warmup", "output_tokens_per_s"}``: requests that
+    left (completed, or rejected at arrival) per request that arrived over the second half of the arrivals (``ratio``,
     ``metrics.keep_up_ratio``: servesim capacity's keep-up rule), that window's length and the
     median E2E. Once the run is past its warm-up, the requests in flight at the window's end stand
     for those in flight at its start, so the ratio is about 1 when the deployment keeps up and
     about capacity / offered rate when the backlog grows; a window shorter than the requests'
     service may not be past the warm-up, which also leaves a backlog: ``warmup`` is how far the
-    ratio falls short for that alone (``metrics.keep_up_warmup``). None for arrivals that are not
+    ratio falls short for that alone (``metrics.keep_up_warmup``); ``output_tokens_per_s``, the
+    output tokens emitted in that window per second (``metrics.window_output_tokens``: the
+    throughput at the run's load, without the drain). None for arrivals that are not
     open-loop (closed-loop clients wait for their replies; all_at_once is one batch) or too few."""
     from servesim.inputs.scenario import AllAtOnceArrival, ClosedLoopArrival
     from servesim.outputs.metrics import (e2e_s, is_completed, keep_up_ratio, keep_up_warmup, keep_up_window_s,
-                                          leave_s)
+                                          leave_s, window_output_tokens)
 
     if isinstance(workload.arrival, (ClosedLoopArrival, AllAtOnceArrival)):
         return None
@@ -483,9 +485,13 @@ def keep_up(workload, req_cols) -> dict | None:
     done = is_completed(req_cols)
     window = keep_up_window_s(arrival)
     warm = keep_up_warmup(window, (req_cols["finish_s"] - req_cols["scheduled_s"])[done])
+    t1 = float(arrival.max())
+    tokens = window_output_tokens(req_cols["first_token_s"][done], req_cols["finish_s"][done],
+                                  req_cols["output_tokens"][done], t1 - window, t1)
     return {"ratio": float(ratio), "window_s": window,
             "median_e2e_s": float(np.median(e2e_s(req_cols)[done])) if done.any() else None,
-            "warmup": None if math.isnan(warm) else warm}
+            "warmup": None if math.isnan(warm) else warm,
+            "output_tokens_per_s": tokens / window if window > 0 else None}
 
 
 def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = None,

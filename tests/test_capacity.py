@@ -360,3 +360,30 @@ def test_tol_below_what_probed_rates_can_resolve_is_refused(tmp_path, capsys):
     sc.write_text(yaml.safe_dump(scenario_data()))
     assert main(["capacity", str(sc), "--slo", "ttft_p99=0.3", "--tol", "1e-300", "--seeds", "1"]) == 2
     assert "--tol must be in [0.0001, 0.1)" in capsys.readouterr().err
+
+
+def test_window_output_tokens_counts_what_each_request_emits_in_the_window():
+    from servesim.outputs.metrics import window_output_tokens
+
+    # request 0: first token at 1 s, 4 more over (1, 5]: 1 per second; request 1: one token at 3 s;
+    # request 2: first token before the window, 10 more over (0, 10]
+    first = np.array([1.0, 3.0, 0.0])
+    finish = np.array([5.0, 3.0, 10.0])
+    out = np.array([5, 1, 11])
+    # window (2, 4]: request 0 emits 2 (at 3 and 4 s), request 1 its only token, request 2 two
+    assert window_output_tokens(first, finish, out, 2.0, 4.0) == pytest.approx(2 + 1 + 2)
+    assert window_output_tokens(first, finish, out, 0.0, 10.0) == pytest.approx(5 + 1 + 10)  # (2's first at 0: out)
+
+
+def test_windowed_throughput_does_not_depend_on_the_run_length_as_the_whole_runs_does():
+    # the whole run's output tok/s counts the drain after the last arrival, which a short run feels
+    # most; the keep-up window's does not (default scenario under and over its capacity)
+    from servesim.inputs.scenario import load_scenario
+
+    for rate in (8, 40):
+        s = [simulate(load_scenario(None, [f"workload.num_requests={n}", f"workload.arrival.rate_rps={rate}"])).summary
+             for n in (1000, 4000)]
+        whole = [x["output_tokens_per_s"] for x in s]
+        window = [x["workload"]["keep_up"]["output_tokens_per_s"] for x in s]
+        assert abs(window[0] / window[1] - 1) < abs(whole[0] / whole[1] - 1)
+        assert abs(window[0] / window[1] - 1) < 0.05

@@ -172,3 +172,20 @@ def keep_up_warmup(window_s: float, service_s: np.ndarray) -> float:
     if not len(s) or not window_s > 0:
         return math.nan
     return float(np.clip((s - window_s) / window_s, 0.0, 1.0).mean())
+
+
+def window_output_tokens(first_s: np.ndarray, finish_s: np.ndarray, output_tokens: np.ndarray, t0: float,
+                         t1: float) -> float:
+    """Output tokens emitted in ``(t0, t1]`` by completed requests (``first_s``, ``finish_s``,
+    ``output_tokens`` of each), their first at ``first_s`` and the rest spread evenly over
+    ``(first_s, finish_s]`` (a request's TPOT is its mean gap). Over the keep-up window this is a
+    run's throughput at its load: unlike the whole run's, it leaves out the drain after the last
+    arrival, when the batch empties."""
+    f = np.asarray(first_s, dtype=float)
+    e = np.asarray(finish_s, dtype=float)
+    n = np.asarray(output_tokens, dtype=float)
+    first = np.count_nonzero((f > t0) & (f <= t1))
+    span = e - f
+    overlap = np.clip(np.minimum(e, t1) - np.maximum(f, t0), 0.0, None)
+    later = np.where(span > 0, (n - 1) * overlap / np.where(span > 0, span, 1.0), 0.0)
+    return float(first + later.sum())

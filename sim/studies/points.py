@@ -167,6 +167,7 @@ def flatten_summary(s: dict) -> dict:
     keep = s.get("workload", {}).get("keep_up")  # (None: closed-loop, too few arrivals, or an older run)
     row["keep_up"] = keep.get("ratio") if isinstance(keep, dict) else None
     row["keep_up_warmup"] = keep.get("warmup") if isinstance(keep, dict) else None
+    row["window_output_tokens_per_s"] = keep.get("output_tokens_per_s") if isinstance(keep, dict) else None
     u = s.get("utilization", {})
     for k in ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu"):
         row[k] = u.get(k)
