@@ -216,13 +216,23 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
                        xlabel: str | None = None):
     """Throughput-latency trade-off: one point per load, each annotated with its rate.
 
-    ``data``: {label: {"rate": [req/s], "throughput": [output tok/s], "latency": [s]}}.
+    ``data``: {label: {"rate": [req/s], "throughput": [output tok/s], "latency": [s]}}. A rate label
+    that would overlap one already drawn is left out.
     """
     colors = colors or colors_for(data)
+    xs = [x for d in data.values() for x in d["throughput"] if x == x]
+    ys = [y for d in data.values() for y in _ms(d["latency"]) if y == y]
+    span_x = (max(xs) - min(xs)) or 1.0 if xs else 1.0
+    span_y = (max(ys) - min(ys)) or 1.0 if ys else 1.0
     for label, d in data.items():
         ax.plot(d["throughput"], _ms(d["latency"]), "-o", markersize=4, color=colors[label], label=str(label))
+        shown = []  # (a rate label within 4% of the axes from one already drawn would overlap it: left out)
         for r, x, y in zip(d["rate"], d["throughput"], _ms(d["latency"])):
-            ax.annotate(f"{r:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7, color=colors[label])
+            if any(abs(x - a) / span_x < 0.04 and abs(y - b) / span_y < 0.04 for a, b in shown):
+                continue
+            shown.append((x, y))
+            ax.annotate(f"{r:.4g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7,
+                        color=colors[label])
     name = METRIC_NAMES.get(metric, metric)
     ax.set_xlabel(xlabel or "throughput (output tokens/s)")
     ax.set_ylabel(f"{stat} {name} (ms)")
