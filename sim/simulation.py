@@ -473,7 +473,7 @@ def keep_up(workload, req_cols) -> dict | None:
     throughput at the run's load, without the drain). None for arrivals that are not
     open-loop (closed-loop clients wait for their replies; all_at_once is one batch) or too few."""
     from servesim.inputs.scenario import AllAtOnceArrival, ClosedLoopArrival
-    from servesim.outputs.metrics import (e2e_s, is_completed, keep_up_ratio, keep_up_warmup, keep_up_window_s,
+    from servesim.outputs.metrics import (e2e_s, is_completed, keep_up_ratio, keep_up_warmup, keep_up_window,
                                           leave_s, window_output_tokens)
 
     if isinstance(workload.arrival, (ClosedLoopArrival, AllAtOnceArrival)):
@@ -483,11 +483,11 @@ def keep_up(workload, req_cols) -> dict | None:
     if np.isnan(ratio):
         return None
     done = is_completed(req_cols)
-    window = keep_up_window_s(arrival)
+    t0, t1 = keep_up_window(arrival)  # (a ratio was found: there are enough arrivals)
+    window = t1 - t0
     warm = keep_up_warmup(window, (req_cols["finish_s"] - req_cols["scheduled_s"])[done])
-    t1 = float(arrival.max())
     tokens = window_output_tokens(req_cols["first_token_s"][done], req_cols["finish_s"][done],
-                                  req_cols["output_tokens"][done], t1 - window, t1)
+                                  req_cols["output_tokens"][done], t0, t1)
     return {"ratio": float(ratio), "window_s": window,
             "median_e2e_s": float(np.median(e2e_s(req_cols)[done])) if done.any() else None,
             "warmup": None if math.isnan(warm) else warm,

@@ -133,16 +133,27 @@ def leave_s(req: dict) -> np.ndarray:
     return np.where(done, req["finish_s"], np.where(req["status"] == "rejected", req["arrival_s"], math.inf))
 
 
+def keep_up_window(arrival_s: np.ndarray) -> tuple[float, float] | None:
+    """(t0, t1): the window ``keep_up_ratio`` counts over, from the middle arrival (by arrival
+    time) to the last one; None with fewer than four arrivals. (A partition, not a sort: linear
+    in the requests, once per run.)"""
+    a = np.asarray(arrival_s)
+    if len(a) < 4:
+        return None
+    mid = len(a) // 2
+    return float(np.partition(a, mid)[mid]), float(a.max())
+
+
 def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
     """Requests that leave per request that arrives, over the second half of the arrivals: from
-    the arrival of the middle request (by arrival time) to the last arrival. ``leave_s``: finish
-    time, arrival time for a rejected request, inf for one that never left. NaN with fewer than
-    two arrivals in that window (too short to tell)."""
-    a = np.sort(arrival_s)
-    if len(a) < 4:
+    the arrival of the middle request (by arrival time) to the last arrival (``keep_up_window``).
+    ``leave_s``: finish time, arrival time for a rejected request, inf for one that never left. NaN
+    with fewer than two arrivals in that window (too short to tell)."""
+    w = keep_up_window(arrival_s)
+    if w is None:
         return math.nan
-    t0, t1 = a[len(a) // 2], a[-1]
-    arrived = int(np.count_nonzero((a > t0) & (a <= t1)))
+    t0, t1 = w
+    arrived = int(np.count_nonzero((arrival_s > t0) & (arrival_s <= t1)))
     if arrived < 2 or not t1 > t0:
         return math.nan
     left = int(np.count_nonzero((leave_s > t0) & (leave_s <= t1)))
@@ -150,12 +161,9 @@ def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
 
 
 def keep_up_window_s(arrival_s: np.ndarray) -> float:
-    """The length of the window ``keep_up_ratio`` counts over: from the middle arrival to the last
-    (NaN with fewer than four arrivals)."""
-    if len(arrival_s) < 4:
-        return math.nan
-    a = np.sort(arrival_s)
-    return float(a[-1] - a[len(a) // 2])
+    """The length of ``keep_up_window`` (NaN with fewer than four arrivals)."""
+    w = keep_up_window(arrival_s)
+    return math.nan if w is None else w[1] - w[0]
 
 
 def keep_up_warmup(window_s: float, service_s: np.ndarray) -> float:
