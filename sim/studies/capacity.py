@@ -221,8 +221,7 @@ class Search:
         if n >= limit:
             self.short.add(rate)
             return False
-        grow = ev["service_p99_s"] / ev["keep_up_window_s"] if ev["keep_up_window_s"] > 0 else 2.0
-        self.longer[rate] = min(limit, math.ceil(n * max(2.0, 1.1 * grow)))
+        self.longer[rate] = longer_requests(ev, n, limit)
         del self.results[rate]
         return True
 
@@ -243,6 +242,15 @@ class Search:
             above = [r for r in fails if r > lo]
             hi = above[0] if above else None
         return lo, hi
+
+
+def longer_requests(ev: dict, n: int, limit: int) -> int:
+    """Requests for a run again of one that was too short to tell (``evaluate``'s too_short, run
+    with ``n``): enough for its keep-up window to last the p99 service time (10% over), at least
+    twice ``n``, at most ``limit``. The rule of capacity's probes and of plan's runs at R."""
+    w = ev["keep_up_window_s"]
+    grow = ev["service_p99_s"] / w if w > 0 else 2.0
+    return min(limit, math.ceil(n * max(2.0, 1.1 * grow)))
 
 
 def search_capacity(s: Search, start: float, tol: float, max_probes: int,

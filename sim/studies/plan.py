@@ -45,7 +45,7 @@ from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_tex
 from servesim.outputs.rundir import read_summary
 from servesim.inputs.scenario import MAX_REQUESTS
 from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, check_run_requests,
-                                       check_search_options, evaluate)
+                                       check_search_options, evaluate, longer_requests)
 from servesim.studies.executors import ExecutorOptions, study_session
 from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
@@ -181,9 +181,7 @@ class Planner:
                 if p.row.get("status") == "ok":
                     ev = evaluate(self.out / RUNS / p.hash, self.slo, self.opts.attainment, self.opts.keep_up)
                     if ev.get("too_short") and n_of[s] < limit:
-                        w = ev["keep_up_window_s"]
-                        grow = ev["service_p99_s"] / w if w > 0 else 2.0
-                        n_of[s] = min(limit, math.ceil(n_of[s] * max(2.0, 1.1 * grow)))
+                        n_of[s] = longer_requests(ev, n_of[s], limit)
                         p.values["rerun"] = True
                         again.append(s)
                         continue

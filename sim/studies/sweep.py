@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servesim.errors import InputError, one_line
+from servesim.inputs.overrides import parse_override
 from servesim.outputs.rundir import read_results, read_summary, verify_run
 from servesim.outputs.writer import TMP_PREFIX
 from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
@@ -254,8 +255,6 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
     if not grid:
         raise InputError("servesim sweep: nothing to sweep; give --grid dotted.key=v1,v2,... "
                          "or a sweep: {grid: {...}} block in the scenario")
-    from servesim.inputs.overrides import parse_override
-
     for text in overrides or ():  # (each point sets the grid's keys: a --set of one was silently lost)
         key = ".".join(parse_override(text)[0])
         if key in grid:
