@@ -306,6 +306,14 @@ CASES.update({
                        "workload.arrival": {"process": "poisson", "rate_rps": 40.0}, "policy.max_num_seqs": 16,
                        "policy.queue": {"order": "priority"}, "policy.admission": {"ttft_slo": True,
                                                                                    "max_queued_tokens": 20000}},
+    # a request arriving while a prompt's last chunk runs as step 0 of a run of decode steps: that
+    # request had left the running list for the decode set, so the TTFT prediction missed its
+    # chunk and its context (the same rejections, with another predicted TTFT in their reason:
+    # found by a random feature mix)
+    "admission_ttft_chunked": {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 256,
+                               "policy.max_num_seqs": 4, "policy.admission": {"ttft_slo": True}, "slo.ttft_s": 0.1,
+                               "workload.num_requests": 100,
+                               "workload.arrival": {"process": "poisson", "rate_rps": 8.0}},
 })
 
 

@@ -29,6 +29,7 @@ It does not foresee later arrivals that outrank the request, nor preemptions.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 
@@ -198,7 +199,8 @@ def prefill_tokens_ahead(engine, queued_tokens: int) -> int:
     requests ranked before it (``requests_ahead``) and the rest of the prompts its running
     requests prefill."""
     tokens = queued_tokens
-    for r in engine.running:  # the decode set's members have no prompt left
+    for r in itertools.chain(engine.running, engine.admitting()):
+        # (the decode set's members have no prompt left)
         left = r.num_tokens - r.num_computed_tokens
         if left > 1 or not r.num_output_done:
             tokens += left

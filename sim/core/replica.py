@@ -279,7 +279,21 @@ class Replica:
     def decode_load(self) -> tuple[int, int]:
         """(running requests, their computed tokens): the decode work every step carries now
         (admission's TTFT prediction reads it, after ``settle``)."""
-        return self.num_running, self._sum_c + sum(r.num_computed_tokens for r in self.running)
+        c = self._sum_c + sum(r.num_computed_tokens for r in self.running)
+        for r in self.admitting():
+            c += r.num_computed_tokens
+        return self.num_running, c
+
+    def admitting(self) -> list:
+        """The requests of an admission step in flight that a run of decode steps took as its
+        step 0 (``_macro``'s ``fold``): they have left ``running`` for the decode set already,
+        but until that step ends their state (``num_computed_tokens``) is as before it, as the
+        reference engine's running list holds them then. Empty otherwise. Observers that read
+        ``running`` mid-step (admission's TTFT prediction) read these too."""
+        run = self._mac
+        if run is None or run.fold is None or run.done:
+            return []
+        return [r for r, _ in run.fold[2]]
 
     def materialize(self) -> list:
         """Every running request in one list (reference order): the decode set dissolves into
