@@ -306,6 +306,17 @@ CASES.update({
                        "workload.arrival": {"process": "poisson", "rate_rps": 40.0}, "policy.max_num_seqs": 16,
                        "policy.queue": {"order": "priority"}, "policy.admission": {"ttft_slo": True,
                                                                                    "max_queued_tokens": 20000}},
+    # P/D with steps of one fixed length (HF eager: launch-bound) and a prefill replica short of
+    # KV: it admits when a hand-off lands, as the decode replica starts its first step, and the
+    # two then end steps at the very same instants. A hand-off read the decode replica's room
+    # before or after its step ending then, as SimPy took the events (the reference) or as a run
+    # had it settled (the fast engine); now after, in both (15 of 20 seeds differed before)
+    "pd_same_instant": {"policy.name": "pd_split", "cost.engine": "hf-eager", "memory.num_gpu_blocks": 150,
+                        "memory.block_size": 8, "policy.max_num_seqs": 16, "policy.max_num_batched_tokens": 512,
+                        "policy.prefill": {"replicas": 1, "policy": "chunked_prefill"},
+                        "policy.decode": {"replicas": 2}, "workload.num_requests": 60,
+                        "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
+                        "workload.output_tokens": {"dist": "lognormal", "mean": 8, "sigma": 0.8}},
     # a request arriving while a prompt's last chunk runs as step 0 of a run of decode steps: that
     # request had left the running list for the decode set, so the TTFT prediction missed its
     # chunk and its context (the same rejections, with another predicted TTFT in their reason:

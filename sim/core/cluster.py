@@ -113,6 +113,7 @@ class Cluster:
         if hasattr(self.route, "watch"):
             self._watch_loads()
         self.pending: deque = deque()  # (request, prefill replica, streamed_s) waiting for decode-side room
+        self._retry_due = False  # a try of the pending hand-offs is scheduled (``_retry_soon``)
         self._stream = sc.policy.link.overlap  # layer-wise KV streaming during the last prefill step
         # upcoming arrival times (open-loop workloads; set by simulate) and the index of the next
         # one: with a router that decides ahead of time, a fast replica knows when its next
@@ -127,7 +128,7 @@ class Cluster:
         if self.decode:
             self._decode_blocks = min(r.kv.num_blocks for r in self.decode)
             for r in self.decode:
-                r.after_free = self._retry_handoffs
+                r.after_free = self._retry_soon
                 r.handoffs_waiting = self.pending
         self._bulk_ended = False  # decode replicas' runs were told that completions matter now
 
@@ -291,6 +292,20 @@ class Cluster:
         """Called by a prefill replica when ``req`` has its first token and more to decode;
         ``streamed_s``: how long its KV could stream during the step that finished its prompt."""
         self.pending.append((req, src, streamed_s if self._stream else 0.0))
+        self._retry_soon()
+
+    def _retry_soon(self) -> None:
+        """Try the waiting hand-offs once everything else due at this instant has happened: a
+        decode replica's step ending now has ended, its KV freed and its next step's taken, before
+        a hand-off reads its room. (Both engines see the same state whatever the order in which
+        SimPy takes events of the same instant: with steps of one fixed length, e.g. launch-bound
+        ones, a prefill replica and a decode replica can end steps at the very same time.)"""
+        if self.pending and not self._retry_due:
+            self._retry_due = True
+            self.env.timeout(0).callbacks.append(self._retry_now)
+
+    def _retry_now(self, _event) -> None:
+        self._retry_due = False
         self._retry_handoffs()
 
     def _retry_handoffs(self) -> None:
