@@ -317,6 +317,15 @@ CASES.update({
                         "policy.decode": {"replicas": 2}, "workload.num_requests": 60,
                         "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
                         "workload.output_tokens": {"dist": "lognormal", "mean": 8, "sigma": 0.8}},
+    # closed-loop clients with a fixed think time and steps of one fixed length: a request sent
+    # at the end of a think time can come at the very instant a replica's step ends; SimPy took
+    # it before a step that started after the think time began, the fast engine's run after (7
+    # of 10 seeds differed); now it is sent after every step ending then, in both
+    "closed_loop_same_instant": {"cost.engine": "hf-eager", "cluster.replicas": 3, "cluster.router": "power_of_two",
+                                 "policy.max_num_seqs": 4, "workload.num_requests": 60,
+                                 "workload.arrival": {"process": "closed_loop", "clients": 8, "think_time_s": 0.5,
+                                                      "think": "fixed"},
+                                 "workload.output_tokens": {"dist": "lognormal", "mean": 100, "sigma": 0.8}},
     # a request arriving while a prompt's last chunk runs as step 0 of a run of decode steps: that
     # request had left the running list for the decode set, so the TTFT prediction missed its
     # chunk and its context (the same rejections, with another predicted TTFT in their reason:

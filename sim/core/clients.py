@@ -10,6 +10,17 @@ from __future__ import annotations
 from servesim.core.request import Request
 
 
+def _after_this_instant(env):
+    """A zero-delay wait, taken before a request is sent at the end of a wait (think time, the
+    API server's delay, a session's start). The wait's timeout was scheduled when it began, so
+    SimPy, which takes events of one instant in the order they were scheduled, would send the
+    request before a step that started later and ends at this very instant; the fast engine's
+    runs of decode steps have no event per step and count such a step as ended. Scheduled now,
+    the request goes after every step ending now, in both engines (such instants coincide only
+    when step times and think times are both fixed, e.g. launch-bound HF eager steps)."""
+    return env.timeout(0)
+
+
 def _end_events(recorder, api_delay_s) -> dict:
     """request_id -> the event its client waits on (set by the caller); the recorder's end hook
     fires it with how long after the engine ended the request the client hears of it
@@ -33,19 +44,24 @@ def drive_closed_loop(env, source, submit, recorder, api_delay_s=None) -> None:
 
     def client(c: int):
         think = float(source.first_think_s[c])
+        waited = False  # since the last event: a think time or the API server's delay
         while True:
             if think > 0:
                 yield env.timeout(think)
+                waited = True
             nxt = source.next()
             if nxt is None:
                 return
+            if waited:
+                yield _after_this_instant(env)
             k, prompt, output, group, prefix, think, tags = nxt
             ev = ends[k] = env.event()
             req = Request(k, env.now, prompt, output, group, prefix, tags)
             req.cls = source.class_of(k)
             submit(req)
             delay = yield ev
-            if delay > 0:
+            waited = delay > 0
+            if waited:
                 yield env.timeout(delay)
 
     for c in range(source.arrival.clients):
@@ -60,20 +76,25 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
     ``api_delay_s`` as for ``drive_closed_loop``."""
     ends = _end_events(recorder, api_delay_s)
 
-    def run(i: int):
+    def run(i: int, waited: bool):
+        """``waited``: the session starts at the end of a wait (its start time or lead)."""
         s = source.session(i)
         for k, prompt in enumerate(s.prompts):
             if k and s.think_s[k] > 0:
                 yield env.timeout(s.think_s[k])
+                waited = True
             rid = source.send(s.clipped[k], k == 0)
             if rid is None:
                 return
+            if waited:
+                yield _after_this_instant(env)
             # the whole prompt is the session's (prefix group i); its reply's blocks stay cached
             req = Request(rid, env.now, prompt, s.outputs[k], i, prompt, cache_output=not s.clipped[k])
             ev = ends[rid] = env.event()
             submit(req)
             delay = yield ev
-            if delay > 0:
+            waited = delay > 0
+            if waited:
                 yield env.timeout(delay)
             if req.status == "rejected":
                 source.abandoned += 1
@@ -88,7 +109,7 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
                 lead = source.session(i).lead_s
                 if lead > 0:
                     yield env.timeout(lead)
-                yield from run(i)
+                yield from run(i, lead > 0)
 
         for _ in range(source.arrival.clients):
             env.process(client())
@@ -100,8 +121,9 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
             if i is None:
                 return
             t = float(source.start_s[i])
-            if t > env.now:
+            waited = t > env.now
+            if waited:
                 yield env.timeout(t - env.now)
-            env.process(run(i))
+            env.process(run(i, waited))
 
     env.process(launcher())
