@@ -326,6 +326,17 @@ CASES.update({
                                  "workload.arrival": {"process": "closed_loop", "clients": 8, "think_time_s": 0.5,
                                                       "think": "fixed"},
                                  "workload.output_tokens": {"dist": "lognormal", "mean": 100, "sigma": 0.8}},
+    # admission by predicted TTFT with a keyed queue: requests ranked equal to a new one came
+    # first and are ahead of it, and a run of decode steps leaves arrivals ranked behind the
+    # waiting head among those that came during the step in flight (async scheduling) longer than
+    # the reference's steps do: the prediction counted them only when ranked strictly before, so
+    # the count depended on where they waited (found by a random feature mix)
+    "admission_ttft_equal_keys": {**two_classes(0.3), "hardware.gpu": "a100-80g", "policy.max_num_seqs": 2,
+                                  "policy.queue": {"order": "sjf_predicted"}, "policy.admission": {"ttft_slo": True},
+                                  "cluster.replicas": 3, "cluster.router": "class_aware",
+                                  "cluster.class_replicas": [{"name": "batch", "replicas": [2]}],
+                                  "workload.num_requests": 120, "seed": 59596,
+                                  "workload.arrival": {"process": "gamma", "rate_rps": 100.0, "cv": 3.0}},
     # a request arriving while a prompt's last chunk runs as step 0 of a run of decode steps: that
     # request had left the running list for the decode set, so the TTFT prediction missed its
     # chunk and its context (the same rejections, with another predicted TTFT in their reason:

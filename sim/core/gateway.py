@@ -178,7 +178,8 @@ def _engine(replica):
 def requests_ahead(req, engine) -> tuple[int, int]:
     """(requests, prompt tokens) waiting on ``engine`` that it admits before ``req``: all of
     them under FCFS (the counters the replica keeps: O(1)), else those ranked before it in the
-    queue's order; those that arrived during its step in flight (async scheduling) included. A
+    queue's order (its equals too: they came first); those that arrived during its step in
+    flight (async scheduling) included. A
     waiting request has computed nothing (a preempted one recomputes its prompt from scratch),
     so its tokens are all still to prefill."""
     waiting = engine.waiting
@@ -187,8 +188,8 @@ def requests_ahead(req, engine) -> tuple[int, int]:
         return len(waiting) + len(engine.incoming), engine.waiting_tokens
     k = key(req)
     n, tokens = waiting.ranked_before(k)
-    for r in engine.incoming:  # (arrivals during the step in flight: a few)
-        if key(r) < k:
+    for r in engine.incoming:  # (arrivals during the step in flight: a few; before it, so its equals too)
+        if key(r) <= k:
             n += 1
             tokens += r.num_tokens
     return n, tokens
