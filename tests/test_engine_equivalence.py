@@ -326,6 +326,14 @@ CASES.update({
                                  "workload.arrival": {"process": "closed_loop", "clients": 8, "think_time_s": 0.5,
                                                       "think": "fixed"},
                                  "workload.output_tokens": {"dist": "lognormal", "mean": 100, "sigma": 0.8}},
+    # the same with asynchronous scheduling (TensorRT-LLM's profile): a request that arrives as a
+    # step begins is seen by the decision at that step's end (it sees what came by the step's
+    # start); a run of decode steps saw it one decision later (6 of 10 seeds differed)
+    "closed_loop_async_same_instant": {"hardware.gpu": "h200", "cost.engine": "trt-llm", "workload.num_requests": 120,
+                                       "workload.arrival": {"process": "closed_loop", "clients": 8,
+                                                            "think_time_s": 0.5, "think": "fixed"},
+                                       "workload.prompt_tokens": {"dist": "lognormal", "mean": 50, "sigma": 0.8},
+                                       "workload.output_tokens": {"dist": "lognormal", "mean": 5, "sigma": 0.8}},
     # admission by predicted TTFT with a keyed queue: requests ranked equal to a new one came
     # first and are ahead of it, and a run of decode steps leaves arrivals ranked behind the
     # waiting head among those that came during the step in flight (async scheduling) longer than

@@ -399,7 +399,13 @@ class Replica:
                 return
             if run.behind is not None and arrival is not None and self.waiting.key(arrival) >= run.behind:
                 return  # ranked behind the waiting head (ties: first in, first out): it changes nothing
-            if bisect.bisect_right(run.ends, self.env.now, 0, run.K) + 1 + lag >= run.K:
+            now = self.env.now
+            j = bisect.bisect_right(run.ends, now, 0, run.K)  # the step in flight
+            if lag and (run.ends[j - 1] if j else run.t0) == now:
+                # it came as that step began: the decision at the step's end sees what came by its
+                # start (``_release``), so it is seen there, with no lag
+                lag = 0
+            if j + 1 + lag >= run.K:
                 run.stop = True  # the run ends there anyway
                 return
             if self._lagged and lag:
