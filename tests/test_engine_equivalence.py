@@ -334,6 +334,18 @@ CASES.update({
                                                             "think_time_s": 0.5, "think": "fixed"},
                                        "workload.prompt_tokens": {"dist": "lognormal", "mean": 50, "sigma": 0.8},
                                        "workload.output_tokens": {"dist": "lognormal", "mean": 5, "sigma": 0.8}},
+    # sessions: two replicas' steps (fixed-length, HF eager) end a turn each at the very same
+    # instant; the sessions' next turns, a fixed think time later, took their request ids in the
+    # order the turns had ended, which SimPy took differently in the two engines (a run has one
+    # event where the reference has one per step): now the requests ending at one instant are
+    # told to their clients in the order of their ids
+    "sessions_same_instant": {"cost.engine": "hf-eager", "cluster.replicas": 2, "cluster.router": "least_kv_usage",
+                              "workload.num_requests": 120, "seed": 600101,
+                              "workload.arrival": {"process": "fixed", "rate_rps": 5.0},
+                              "workload.prompt_tokens": {"dist": "lognormal", "mean": 30, "sigma": 0.8},
+                              "workload.output_tokens": {"dist": "lognormal", "mean": 3, "sigma": 0.8},
+                              "workload.sessions": {"turns": {"dist": "uniform", "min": 2, "max": 4},
+                                                    "think_time_s": 1.0, "think": "fixed"}},
     # admission by predicted TTFT with a keyed queue: requests ranked equal to a new one came
     # first and are ahead of it, and a run of decode steps leaves arrivals ranked behind the
     # waiting head among those that came during the step in flight (async scheduling) longer than

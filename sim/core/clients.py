@@ -21,16 +21,32 @@ def _after_this_instant(env):
     return env.timeout(0)
 
 
-def _end_events(recorder, api_delay_s) -> dict:
+def _end_events(env, recorder, api_delay_s) -> dict:
     """request_id -> the event its client waits on (set by the caller); the recorder's end hook
     fires it with how long after the engine ended the request the client hears of it
-    (``api_delay_s(request)``: the API server; None: at once)."""
+    (``api_delay_s(request)``: the API server; None: at once).
+
+    The requests that end at one instant are told in the order of their ids, once everything
+    else due then has happened (one zero-delay event): on different replicas they end in the
+    order SimPy takes their steps, which the two engines schedule differently (a run of decode
+    steps has one event where the reference has one per step), and the order their clients send
+    their next requests in (their ids, a session's next turn) must not depend on it."""
     ends = {}
+    due: list = []
+
+    def tell(_event) -> None:
+        ended = sorted(due, key=lambda r: r.request_id)
+        due.clear()
+        for req in ended:
+            ev = ends.pop(req.request_id, None)
+            if ev is not None:
+                ev.succeed(api_delay_s(req) if api_delay_s is not None else 0.0)
 
     def on_end(req):
-        ev = ends.pop(req.request_id, None)
-        if ev is not None:
-            ev.succeed(api_delay_s(req) if api_delay_s is not None else 0.0)
+        if req.request_id in ends:
+            if not due:
+                env.timeout(0).callbacks.append(tell)
+            due.append(req)
 
     recorder.end_hooks.append(on_end)
     return ends
@@ -40,7 +56,7 @@ def drive_closed_loop(env, source, submit, recorder, api_delay_s=None) -> None:
     """Start one SimPy process per client. ``source`` is a ``sim.workload.ClosedLoop``;
     ``submit(request)`` records and routes a new request; ``api_delay_s(request)``: how long after
     the engine ends a request the client hears of it (the API server; None: at once)."""
-    ends = _end_events(recorder, api_delay_s)
+    ends = _end_events(env, recorder, api_delay_s)
 
     def client(c: int):
         think = float(source.first_think_s[c])
@@ -74,7 +90,7 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
     Open loop: sessions begin at ``source.start_s``; closed loop: each client begins a session,
     runs it to its end and begins the next, thinking ``Session.lead_s`` before each.
     ``api_delay_s`` as for ``drive_closed_loop``."""
-    ends = _end_events(recorder, api_delay_s)
+    ends = _end_events(env, recorder, api_delay_s)
 
     def run(i: int, waited: bool):
         """``waited``: the session starts at the end of a wait (its start time or lead)."""
