@@ -479,11 +479,12 @@ def keep_up(workload, req_cols) -> dict | None:
     if isinstance(workload.arrival, (ClosedLoopArrival, AllAtOnceArrival)):
         return None
     arrival = req_cols["arrival_s"]
-    ratio = keep_up_ratio(arrival, leave_s(req_cols))
+    w = keep_up_window(arrival)
+    ratio = keep_up_ratio(arrival, leave_s(req_cols), w)
     if np.isnan(ratio):
         return None
     done = is_completed(req_cols)
-    t0, t1 = keep_up_window(arrival)  # (a ratio was found: there are enough arrivals)
+    t0, t1 = w  # (a ratio was found: there are enough arrivals)
     window = t1 - t0
     warm = keep_up_warmup(window, (req_cols["finish_s"] - req_cols["scheduled_s"])[done])
     tokens = window_output_tokens(req_cols["first_token_s"][done], req_cols["finish_s"][done],

@@ -243,14 +243,14 @@ def test_a_probe_that_completes_nothing_meets_nothing(tmp_path):
 
 
 def test_keep_up_warmup_is_the_mean_overhang_of_service_past_the_window():
-    from servesim.outputs.metrics import keep_up_warmup, keep_up_window_s
+    from servesim.outputs.metrics import keep_up_warmup, keep_up_window
 
     # served in 0.5 s: counted in full; 1.5 s: half its arrivals leave after the window; 3 s: none
     # of those arriving in the window leave within it (clipped at 1); NaN (not completed): left out
     assert keep_up_warmup(1.0, np.array([0.5, 1.5, 3.0, np.nan])) == pytest.approx(0.5)
     assert keep_up_warmup(1.0, np.array([0.2, 1.0])) == 0.0
     assert np.isnan(keep_up_warmup(0.0, np.array([1.0])))
-    assert keep_up_window_s(np.array([3.0, 0.0, 1.0, 2.0, 5.0])) == 3.0  # middle arrival 2 s, last 5 s
+    assert keep_up_window(np.array([3.0, 0.0, 1.0, 2.0, 5.0])) == (2.0, 5.0)  # middle arrival 2 s, last 5 s
 
 
 def test_a_short_probe_is_lengthened_rather_than_read_as_falling_behind(tmp_path, monkeypatch):

@@ -144,12 +144,13 @@ def keep_up_window(arrival_s: np.ndarray) -> tuple[float, float] | None:
     return float(np.partition(a, mid)[mid]), float(a.max())
 
 
-def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
+def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray, window=False) -> float:
     """Requests that leave per request that arrives, over the second half of the arrivals: from
-    the arrival of the middle request (by arrival time) to the last arrival (``keep_up_window``).
-    ``leave_s``: finish time, arrival time for a rejected request, inf for one that never left. NaN
-    with fewer than two arrivals in that window (too short to tell)."""
-    w = keep_up_window(arrival_s)
+    the arrival of the middle request (by arrival time) to the last arrival (``keep_up_window``;
+    ``window``: that window when the caller has it already). ``leave_s``: finish time, arrival
+    time for a rejected request, inf for one that never left. NaN with fewer than two arrivals in
+    that window (too short to tell)."""
+    w = keep_up_window(arrival_s) if window is False else window
     if w is None:
         return math.nan
     t0, t1 = w
@@ -158,12 +159,6 @@ def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray) -> float:
         return math.nan
     left = int(np.count_nonzero((leave_s > t0) & (leave_s <= t1)))
     return left / arrived
-
-
-def keep_up_window_s(arrival_s: np.ndarray) -> float:
-    """The length of ``keep_up_window`` (NaN with fewer than four arrivals)."""
-    w = keep_up_window(arrival_s)
-    return math.nan if w is None else w[1] - w[0]
 
 
 def keep_up_warmup(window_s: float, service_s: np.ndarray) -> float:

@@ -65,7 +65,7 @@ from servesim.errors import InputError
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
-from servesim.outputs.metrics import KEEP_UP, keep_up_ratio, keep_up_warmup, keep_up_window_s
+from servesim.outputs.metrics import KEEP_UP, keep_up_ratio, keep_up_warmup, keep_up_window
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
@@ -135,12 +135,13 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
         ok &= res["attainment"] >= attainment
     ok &= bool(m["done"].any())  # a probe that completes nothing meets no SLO (its TBT sample is empty)
     if keep_up > 0:
-        ratio = keep_up_ratio(m["arrival"], m["leave"])
+        w = keep_up_window(m["arrival"])
+        ratio = keep_up_ratio(m["arrival"], m["leave"], w)
         # too few arrivals, or all at one instant, to tell: not kept up with (a probe that could
         # show it is longer, --probe-duration)
         res["keep_up"] = None if math.isnan(ratio) else ratio
         res["keeps_up"] = bool(not math.isnan(ratio) and ratio >= keep_up)
-        window = keep_up_window_s(m["arrival"])
+        window = math.nan if w is None else w[1] - w[0]
         warm = keep_up_warmup(window, m["service"])
         res["keep_up_window_s"] = window
         res["keep_up_warmup"] = warm
