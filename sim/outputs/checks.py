@@ -24,7 +24,7 @@ Each warning is ``{"code": ..., "message": ...}``:
 
 from __future__ import annotations
 
-from servesim.outputs.metrics import KEEP_UP
+from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
 
 REJECTED_SHARE = 0.1
 UNFINISHED_SHARE = 0.1
@@ -139,7 +139,7 @@ def run_warnings(summary: dict, scenario) -> list:
         warm = keep.get("warmup")
         # the shortfall the run's length alone explains (requests served in longer than the window
         # lasts): all of it -> too short to tell; not all of it even so -> the backlog grew
-        short = warm is not None and keep["ratio"] + warm >= KEEP_UP
+        short = too_short_to_tell(keep["ratio"], warm)
         rate = f"the offered {offered:.3g} req/s is above what the deployment serves"
         left = f"over the second half of the arrivals, requests left at {keep['ratio']:.0%} of the rate they arrived"
         msg = (f"{left}: either the backlog grew through the run ({rate}) or the run is too short to tell: that "

@@ -177,6 +177,13 @@ def keep_up_warmup(window_s: float, service_s: np.ndarray) -> float:
     return float(np.clip((s - window_s) / window_s, 0.0, 1.0).mean())
 
 
+def too_short_to_tell(ratio: float, warmup: float | None, share: float = KEEP_UP) -> bool:
+    """Whether a keep-up ``ratio`` under ``share`` could be all shortfall that the run's length
+    makes by itself (``warmup``, ``keep_up_warmup``; None or NaN: unknown, so no): the run is then
+    too short to tell whether the deployment keeps up, rather than falling behind."""
+    return warmup is not None and ratio + warmup >= share
+
+
 def window_output_tokens(first_s: np.ndarray, finish_s: np.ndarray, output_tokens: np.ndarray, t0: float,
                          t1: float) -> float:
     """Output tokens emitted in ``(t0, t1]`` by completed requests (``first_s``, ``finish_s``,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from servesim.outputs.metrics import KEEP_UP
+from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
 from servesim.outputs.intervals import (CI_SUFFIX, format_difference, format_interval, format_value, paired_rows,
                                         row_interval)
 
@@ -139,8 +139,7 @@ def study_warnings(rows: list, key: str = "label") -> list:
               and r["keep_up"] < KEEP_UP]
     # (a shortfall that requests served in longer than the window make by themselves, keep_up_warmup,
     # could be all of it: those runs are too short to tell, see servesim.outputs.checks)
-    unsure = [r for r in behind
-              if r.get("keep_up_warmup") is not None and r["keep_up"] + r["keep_up_warmup"] >= KEEP_UP]
+    unsure = [r for r in behind if too_short_to_tell(r["keep_up"], r.get("keep_up_warmup"))]
     grew = [r for r in behind if r not in unsure]
     if behind:
         what = f"over the second half of the arrivals fewer than {KEEP_UP:.0%} as many requests left as arrived: " \

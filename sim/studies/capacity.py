@@ -65,7 +65,7 @@ from servesim.errors import InputError
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
-from servesim.outputs.metrics import KEEP_UP, keep_up_ratio, keep_up_warmup, keep_up_window
+from servesim.outputs.metrics import KEEP_UP, keep_up_ratio, keep_up_warmup, keep_up_window, too_short_to_tell
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.studies.executors import ExecutorOptions
@@ -146,7 +146,8 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
         res["keep_up_window_s"] = window
         res["keep_up_warmup"] = warm
         # (only a probe that meets every other check: one that fails another is no closer for length)
-        res["too_short"] = bool(ok and not res["keeps_up"] and not math.isnan(ratio) and ratio + warm >= keep_up)
+        res["too_short"] = bool(ok and not res["keeps_up"] and not math.isnan(ratio)
+                                and too_short_to_tell(ratio, warm, keep_up))
         served = m["service"][~np.isnan(m["service"])]
         res["service_p99_s"] = float(np.percentile(served, 99)) if len(served) else math.nan
         ok &= res["keeps_up"]
