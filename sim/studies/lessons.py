@@ -400,8 +400,8 @@ def lesson_chunked(quick: bool, seed: int | None = None) -> Lesson:
     trend = lambda up, down: (all(b <= (1 + tol) * a for a, b in zip(down, down[1:]))  # noqa: E731
                               and all(b >= (1 - tol) * a for a, b in zip(up, up[1:])))
     k = [name for name, _ in runs].index("2048")  # (chunks shorter than most prompts from here)
-    steps_ok = trend(ttft, tbt_max) and trend(ttft[k:], tbt[k:])
     tail_ok = trend(ttft[k:], tbt[k:])
+    steps_ok = trend(ttft, tbt_max) and tail_ok
     holds = steps_ok and tbt[-1] < 0.5 * tbt[0] and ttft[-1] > 1.5 * ttft[0]
     rises = [f"{runs[i][0]} -> {runs[i + 1][0]}: {tbt[i + 1] / tbt[i] - 1:+.0%} (TBT max "
              f"{_fmt(runs[i][1]['tbt_s']['max'], 'ms')} -> {_fmt(runs[i + 1][1]['tbt_s']['max'], 'ms')})"
