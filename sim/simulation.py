@@ -590,7 +590,17 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
 
     def arrivals():
         """Open-loop arrivals as a chain of timeouts, each calling the next (cheaper than a
-        process resumed once per request)."""
+        process resumed once per request).
+
+        Requests arriving at an instant join once nothing else is due then (``env.peek()``; a
+        zero-delay wait while something is): a step ending then has ended, and its replica has
+        decided its next step without them. SimPy takes the events of one instant in the order
+        they were scheduled, and the arrival's timeout was scheduled at the previous arrival, so
+        it would otherwise go before a step that started later and ends at this very instant;
+        the fast engine's runs of decode steps have no event per step and count such a step as
+        ended (so its replica sees the request one decision later). Such instants coincide only
+        when step times and arrival times both fall on a grid (fixed arrivals, fixed-length
+        steps); otherwise nothing else is due and the request joins at once."""
         arr, pr, out = specs.arrival_s.tolist(), specs.prompt_tokens.tolist(), specs.output_tokens.tolist()
         cluster.arrival_times = arr
         grp = specs.prefix_group.tolist() if specs.prefix_group is not None else None
@@ -601,6 +611,9 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
 
         def arrive(_event) -> None:
             nonlocal nxt
+            if env.peek() <= env.now:  # something else is due now: it goes first
+                env.timeout(0).callbacks.append(arrive)
+                return
             i = nxt
             while True:
                 # env.now, not arr[i]: now + (arr[i] - now) can differ from arr[i] in the last bit,
