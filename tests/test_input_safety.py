@@ -55,6 +55,33 @@ def scenario_file(tmp_path, data=None, **over) -> Path:
     return p
 
 
+# ---------------------------------------------------------------- sections
+STUDIES = {
+    "run": ["--quiet"],
+    "compare": ["--policies", "continuous,pd_split", "--no-report", "--quiet", "--workers", "1"],
+    "plan": ["--rate", "2", "--slo", "ttft_p99=2", "--probe-requests", "30", "--no-report", "--quiet"],
+    "capacity": ["--slo", "ttft_p99=2", "--probe-requests", "30", "--quiet", "--workers", "1"],
+    "sweep": ["--grid", "seed=1,2", "--quiet", "--workers", "1"],
+}
+
+
+@pytest.mark.parametrize("section", ["hardware", "cluster", "policy", "workload", "cost", "memory", "slo"])
+@pytest.mark.parametrize("value", [5, [1], "x"])
+def test_a_section_that_is_not_a_mapping_is_refused_by_every_command(tmp_path, capsys, section, value):
+    """Every command that reads a scenario refuses a section that is no mapping, naming it (a
+    study read a section before the scenario was checked: ``compare`` with ``cluster: 5`` and
+    ``plan`` with ``hardware: 5`` stopped with an AttributeError, found by a random mutation of
+    the packaged scenarios)."""
+    p = scenario_file(tmp_path, **{section: value})
+    for cmd, args in STUDIES.items():
+        out = tmp_path / cmd
+        rc, err = run_cli(capsys, cmd, p, "--out", out, *args)
+        says = f"{section} is not a mapping" if cmd == "compare" and section == "policy" else \
+            f"{section} must be a mapping"  # (compare's configurations set policy.name first)
+        assert rc == 2 and says in err and one_bounded_line(err), (cmd, err)
+        assert not out.exists() or cmd in ("sweep", "compare"), cmd  # (studies keep their folder's record)
+
+
 # ---------------------------------------------------------------- numbers
 def numeric_leaves():
     """(schema, leaf) of every numeric field: the scenario's, a GPU file's, a calibration file's."""

@@ -115,7 +115,8 @@ def split_colocated_replicas(configs, base: dict) -> tuple[list, list]:
     notes saying what was translated)."""
     from servesim.simulation import pd_split_replicas
 
-    replicas = (base.get("cluster") or {}).get("replicas", 1)
+    cluster = base.get("cluster")
+    replicas = cluster.get("replicas", 1) if isinstance(cluster, dict) else 1  # (else the points say what is wrong)
     if not isinstance(replicas, int) or replicas <= 1:
         return configs, []
     out, notes = [], []
@@ -195,8 +196,8 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
                 values[RATE_KEY] = r
                 o[RATE_KEY] = r
             runs.append((values, o))
-    return ComparePlan(str(scenario), list(overrides or []), configs, rate_list, make_points(base, runs), notes,
-                       seeds)
+    points = make_points(base, runs, "--policies/--variant/--rates")
+    return ComparePlan(str(scenario), list(overrides or []), configs, rate_list, points, notes, seeds)
 
 
 def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = ExecutorOptions()) -> list[dict]:

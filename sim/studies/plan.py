@@ -470,6 +470,11 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     check_options(opts)
     parse_slo(opts.slo)  # a bad --slo fails before anything runs
     base, _ = load_base(scenario, overrides, seed)
+    where = scenario if not isinstance(scenario, dict) else base.get("name")
+    try:  # the scenario as written, first: what follows reads its sections
+        scenario_from_dict(base)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
     out = Path(out)  # (made once the inputs are checked: a refused plan leaves no folder behind)
     gpus = list(dict.fromkeys(opts.gpus or [str((base.get("hardware") or {}).get("gpu"))]))
     unknown = [g for g, _ in opts.prices if g not in gpus]
@@ -493,7 +498,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         require_rate(scenario_from_dict(base).workload.arrival, "servesim plan sets")
         sc = scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps}, "plan"))
     except InputError as e:
-        raise InputError(f"{scenario if not isinstance(scenario, dict) else base.get('name')}: {e}") from None
+        raise InputError(f"{where}: {e}") from None
     n = opts.probe_requests if opts.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
     stats = workload_stats(scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps, "workload.num_requests": n,
                                                                  "workload.duration_s": None}, "plan")))

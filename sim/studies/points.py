@@ -128,11 +128,12 @@ def resolve(data: dict) -> tuple[dict | None, str]:
         return None, str(e)
 
 
-def make_points(base: dict, variants: list[tuple[dict, dict]]) -> list[Point]:
-    """Points from (values naming it, {dotted.key: value} overrides) pairs on top of ``base``."""
+def make_points(base: dict, variants: list[tuple[dict, dict]], flag: str = "--grid") -> list[Point]:
+    """Points from (values naming it, {dotted.key: value} overrides) pairs on top of ``base``;
+    ``flag``: what set the overrides, as an error names it."""
     points = []
     for i, (values, overrides) in enumerate(variants):
-        resolved, err = resolve(with_values(base, overrides, "--grid"))
+        resolved, err = resolve(with_values(base, overrides, flag))
         p = Point(i, dict(values), resolved, err)
         if resolved is not None:
             p.hash = scenario_hash(resolved)
