@@ -951,7 +951,10 @@ def _random_instant(rnd, kw: dict) -> dict:
     """Events of different replicas and clients at the very same instant: steps of one fixed
     length (HF eager's launch floor, TensorRT-LLM's graph floor) with fixed think times, fixed
     session starts or fixed arrivals, several replicas or a P/D split short of prefill KV, short
-    requests (the property tests' random floats never meet exactly; these do, often)."""
+    requests (the property tests' random floats never meet exactly; these do, often); or steps
+    of exactly 2**-6 s (``GRID_STEPS``' costs) with arrivals and think times on a grid of powers
+    of two, where open-loop arrivals meet step ends (1 of 13 such scenarios differed before
+    f8fdfb8)."""
     kw.update({"cost.engine": rnd.choice(["hf-eager", "hf-eager", "trt-llm", "vllm-v0"]),
                "workload.num_requests": 120, "memory.block_size": rnd.choice([8, 16]),
                "memory.num_gpu_blocks": rnd.choice([None, 150, 400]),
@@ -968,6 +971,15 @@ def _random_instant(rnd, kw: dict) -> dict:
         if arrival == "sessions":
             kw["workload.sessions"] = {"turns": {"dist": "uniform", "min": 2, "max": 4}, "think_time_s": think,
                                        "think": "fixed"}
+    if rnd.random() < 0.4 and arrival != "all_at_once":
+        # every step 2**-6 s exactly and the arrivals (think times) on a grid of powers of two:
+        # open-loop arrivals meet step ends too
+        kw.update({k: v for k, v in GRID_STEPS.items() if k.startswith("cost.")})
+        kw["cost.engine"] = rnd.choice(["vllm-v0", "vllm-v1", "trt-llm"])
+        if arrival == "closed_loop":
+            kw["workload.arrival"]["think_time_s"] = rnd.choice([0.0, 0.125, 0.5])
+        else:
+            kw["workload.arrival"]["rate_rps"] = rnd.choice([4.0, 8.0, 16.0, 32.0])
     pol = kw["policy.name"] = rnd.choice(["continuous", "chunked_prefill", "pd_split"])
     kw["policy.max_num_batched_tokens"] = rnd.choice([512, 8192])
     if pol == "pd_split":
