@@ -115,6 +115,10 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
             g.sort(key=lambda r: r[RATE_KEY])
     ok = {g: [r for r in rs if r["status"] == "ok" and r.get("dir") and (path / r["dir"] / "summary.json").is_file()]
           for g, rs in groups.items()}
+    # rows that ran but whose folder has no summary.json (removed since): said, not drawn
+    unread = [f"{g}: {r['dir']} has no summary.json, so that run is left out of the per-run figures"
+              for g, rs in groups.items() for r in rs
+              if r["status"] == "ok" and r.get("dir") and not (path / r["dir"] / "summary.json").is_file()]
     rep_rate = None
     if kind == "capacity":
         # The per-run figures show the probe at the capacity found (the highest that met) of the
@@ -142,7 +146,8 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     for r in seed_rows:
         seed_groups.setdefault(_group_label(r, cols, kind), []).append(r)
     return {"kind": kind, "rows": rows, "groups": groups, "rate": has_rate, "runs": runs, "meta": meta,
-            "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows, "seed_groups": seed_groups}
+            "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows, "seed_groups": seed_groups,
+            "unread": unread}
 
 
 # ---------------------------------------------------------------- what each figure is about
@@ -205,6 +210,7 @@ class Context:
                     self.status[g] = meets_slo(r.summary)
         self.notes = caveats(rows, data["meta"]) if rows else \
             [w["message"] for r in runs.values() for w in r.summary.get("warnings") or ()]
+        self.notes += data.get("unread") or []
         self.seeds = int(data["meta"].get("seeds") or 1)
 
     def label(self, g) -> str:
@@ -215,8 +221,10 @@ class Context:
         return " = ".join([str(g), *same]) + gpu
 
     def keep(self, groups) -> list:
-        """Groups to draw: identical ones once (their legend entry names both)."""
-        return [g for g in groups if g not in self.identical]
+        """Groups to draw: identical ones once (their legend entry names both); a group whose
+        twin is not among ``groups`` (its run folder could not be read) is drawn itself."""
+        groups = list(groups)
+        return [g for g in groups if self.identical.get(g) not in groups]
 
     def title(self, what: str, rate: bool = True, slo=None) -> str:
         """``slo``: (TTFT, TPOT) limits to name instead of the report's (the runs' own SLO)."""

@@ -131,6 +131,42 @@ def test_report_on_a_damaged_sweep_folder_names_the_file(tmp_path, capsys):
     assert "results.csv: missing column(s) point, status, hash, dir" in capsys.readouterr().err
 
 
+def test_a_results_row_cut_short_is_named_by_its_line(tmp_path, capsys):
+    """A results.csv row with fewer (or more) cells than its header: exit 2 naming the file and
+    line (a cut row once reached int(None) in read_results and stopped with a TypeError)."""
+    out = tmp_path / "sw"
+    base = copy.deepcopy(BASE)
+    base["workload"]["num_requests"] = 10
+    execute(make_points(base, [({"label": "a"}, {}), ({"label": "b"}, {"seed": 1})]), out, "local", 1, progress=False)
+    lines = (out / "results.csv").read_text().splitlines()
+    for bad, cells in ((lines[2].rsplit(",", 3)[0], len(lines[0].split(",")) - 3), (lines[2] + ",9", None)):
+        (out / "results.csv").write_text("\n".join(lines[:2] + [bad]) + "\n")
+        assert main(["report", str(out)]) == 2
+        err = capsys.readouterr().err
+        n = len(lines[0].split(","))
+        assert f"results.csv: line 3 has {cells if cells is not None else n + 1} cells, the header {n}" in err, err
+
+
+def test_a_run_folder_removed_since_is_said_and_its_twin_drawn(tmp_path, monkeypatch):
+    """Two configurations with exactly the same results are drawn once, under the first; when the
+    first's run folder has lost its summary.json, the second is drawn (the report once had no
+    group left to draw and stopped in matplotlib) and the caveats say which run is missing."""
+    drawn = _captured_figures(monkeypatch)
+    out = tmp_path / "cmp"
+    base = copy.deepcopy(BASE)
+    base["workload"]["num_requests"] = 20
+    execute(make_points(base, [({"label": "a"}, {}), ({"label": "b"}, {"policy.watermark": 0.011})]), out, "local",
+            1, progress=False)
+    (out / "sweep.json").write_text(json.dumps({"kind": "compare", "scenario": "test"}))
+    rows = read_results(out / "results.csv")
+    assert rows[0]["goodput_rps"] == rows[1]["goodput_rps"]  # (the twins: identical results)
+    (out / rows[0]["dir"] / "summary.json").unlink()
+    assert main(["report", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    assert f"a: {rows[0]['dir']} has no summary.json, so that run is left out of the per-run figures" in md
+    assert "timeline" in drawn
+
+
 def expected_events(res, replicas):
     r = res.requests
     n = 3 * replicas + len(res.steps["start_s"])

@@ -264,7 +264,7 @@ def read_results(path: str | Path) -> list[dict]:
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
-            rows = list(reader)
+            rows = [(reader.line_num, r) for r in reader]
             header = reader.fieldnames or []
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise InputError(f"cannot read {path}: {e}") from None
@@ -272,7 +272,10 @@ def read_results(path: str | Path) -> list[dict]:
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a results.csv servesim wrote")
     out = []
-    for r in rows:
+    for line, r in rows:
+        if None in r or None in r.values():  # (DictReader: cells past the header's, or too few)
+            cells = len(header) + len(r.get(None, ())) - sum(v is None for k, v in r.items() if k is not None)
+            raise InputError(f"{path}: line {line} has {cells} cells, the header {len(header)}")
         d = {}
         for k, v in r.items():
             if v == "":
