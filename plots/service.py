@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servesim.outputs.rundir import read_summary
 from servesim.plots.figures import _ms, _plain_log_ticks, colors_for
 
 ATTAINMENT_TARGET = 0.9  # the share the report's sentence counts loads against
@@ -183,13 +184,11 @@ def jain_sentence(summaries: dict) -> str:
 
 def _summaries(path: Path, rows: list, rate: bool) -> list:
     """(its rate, or None without one; summary.json) of each row whose run finished, in order."""
-    import json
-
     out = []
     for r in rows:
         f = path / str(r.get("dir") or "") / "summary.json"
         if r["status"] == "ok" and r.get("dir") and f.is_file():
-            out.append((r.get("workload.arrival.rate_rps") if rate else None, json.loads(f.read_text())))
+            out.append((r.get("workload.arrival.rate_rps") if rate else None, read_summary(f.parent)))
     return out
 
 

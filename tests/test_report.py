@@ -107,6 +107,9 @@ def test_report_on_a_damaged_run_folder_names_the_file(tmp_path, capsys, name, b
     ("preemptions", -1, "a count (an integer >= 0)"), ("rejected", True, "a count"),
     ("throughput_rps", "fast", "a number (or null)"), ("ttft_s", [1, 2], "a mapping (or null)"),
     ("scenario", 7, "a name"),
+    # sections beyond those every summary has (one was read as a mapping and stopped the report)
+    ("workload", "x", "workload is 'x', where servesim writes a mapping"), ("classes", [1], "a mapping"),
+    ("warnings", {"a": 1}, "where servesim writes a list"),
 ])
 def test_an_edited_summary_is_named_not_shown(tmp_path, capsys, key, value, message):
     """A summary.json edited to hold a string where a count belongs was shown as it was (the
@@ -165,6 +168,22 @@ def test_a_run_folder_removed_since_is_said_and_its_twin_drawn(tmp_path, monkeyp
     md = (out / "report.md").read_text()
     assert f"a: {rows[0]['dir']} has no summary.json, so that run is left out of the per-run figures" in md
     assert "timeline" in drawn
+
+
+def test_a_damaged_summary_in_a_study_folder_is_named(tmp_path, capsys):
+    """The service-per-class section read each run's summary.json with a bare json.loads: a damaged
+    one stopped the report with a JSONDecodeError; it is read as every summary is (file named)."""
+    out = tmp_path / "sw"
+    base = copy.deepcopy(BASE)
+    base["workload"]["num_requests"] = 10
+    rate = "workload.arrival.rate_rps"
+    execute(make_points(base, [({rate: r}, {rate: r}) for r in (2.0, 8.0)]), out, "local", 1, progress=False)
+    rows = read_results(out / "results.csv")
+    f = out / rows[0]["dir"] / "summary.json"  # (not the run whose figures are drawn: the highest rate's)
+    f.write_text(f.read_text()[:-40])
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{f} line" in err and "malformed JSON" in err and "Traceback" not in err, err
 
 
 def expected_events(res, replicas):

@@ -201,10 +201,20 @@ def read_summary(run_dir: str | Path) -> dict:
         if not ok:
             raise InputError(f"{p}: {k} is {shown(v)}, where servesim writes {want}; the run folder is damaged "
                              "(edited): run it again")
+    for k, v in summary.items():  # the other sections its readers take apart, when present
+        want = dict if k in _SECTION_KEYS else list if k in _LIST_KEYS else None
+        if want is not None and v is not None and not isinstance(v, want):
+            raise InputError(f"{p}: {k} is {shown(v)}, where servesim writes a "
+                             f"{'mapping' if want is dict else 'list'}; the run folder is damaged (edited): run it "
+                             "again")
     return summary
 
 
 _COUNT_KEYS = ("num_requests", "completed", "rejected", "unfinished", "preemptions")
+# summary sections beyond SUMMARY_KEYS (not in every summary: older ones, or only some runs)
+_SECTION_KEYS = ("itl_s", "slo", "kv", "head_of_line", "cost", "workload", "api_server_s", "classes", "fairness",
+                 "profile", "economics", "files", "decisions", "seeds")
+_LIST_KEYS = ("warnings",)
 _FIGURE_KEYS = ("sim_time_s", "throughput_rps", "output_tokens_per_s", "slo_attainment", "goodput_rps")
 
 
