@@ -113,12 +113,17 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     if has_rate:
         for g in groups.values():
             g.sort(key=lambda r: r[RATE_KEY])
-    ok = {g: [r for r in rs if r["status"] == "ok" and r.get("dir") and (path / r["dir"] / "summary.json").is_file()]
-          for g, rs in groups.items()}
-    # rows that ran but whose folder has no summary.json (removed since): said, not drawn
-    unread = [f"{g}: {r['dir']} has no summary.json, so that run is left out of the per-run figures"
-              for g, rs in groups.items() for r in rs
-              if r["status"] == "ok" and r.get("dir") and not (path / r["dir"] / "summary.json").is_file()]
+    ok: dict = {}  # rows that ran and whose folder has its summary.json
+    unread = []  # rows that ran but whose folder has none (removed since): said, not drawn
+    for g, rs in groups.items():
+        ok[g] = []
+        for r in rs:
+            if r["status"] == "ok" and r.get("dir"):
+                if (path / r["dir"] / "summary.json").is_file():
+                    ok[g].append(r)
+                else:
+                    unread.append(f"{g}: {r['dir']} has no summary.json, so that run is left out of the per-run "
+                                  "figures")
     rep_rate = None
     if kind == "capacity":
         # The per-run figures show the probe at the capacity found (the highest that met) of the

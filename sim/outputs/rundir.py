@@ -273,9 +273,9 @@ def read_results(path: str | Path) -> list[dict]:
     results.csv has."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            rows = [(reader.line_num, r) for r in reader]
-            header = reader.fieldnames or []
+            reader = csv.reader(fh)
+            header = next(reader, None) or []
+            rows = [(reader.line_num, r) for r in reader if r]  # (blank lines skipped)
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise InputError(f"cannot read {path}: {e}") from None
     missing = [c for c in ("point", "status", "hash", "dir") if c not in header]
@@ -283,11 +283,10 @@ def read_results(path: str | Path) -> list[dict]:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a results.csv servesim wrote")
     out = []
     for line, r in rows:
-        if None in r or None in r.values():  # (DictReader: cells past the header's, or too few)
-            cells = len(header) + len(r.get(None, ())) - sum(v is None for k, v in r.items() if k is not None)
-            raise InputError(f"{path}: line {line} has {cells} cells, the header {len(header)}")
+        if len(r) != len(header):
+            raise InputError(f"{path}: line {line} has {len(r)} cells, the header {len(header)}")
         d = {}
-        for k, v in r.items():
+        for k, v in zip(header, r):
             if v == "":
                 d[k] = None
                 continue

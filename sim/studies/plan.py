@@ -472,7 +472,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     base, _ = load_base(scenario, overrides, seed)
     where = scenario if not isinstance(scenario, dict) else base.get("name")
     try:  # the scenario as written, first: what follows reads its sections
-        scenario_from_dict(base)
+        written = scenario_from_dict(base)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
     out = Path(out)  # (made once the inputs are checked: a refused plan leaves no folder behind)
@@ -495,7 +495,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     try:
         # (the arrival process as written first: setting a rate on one that has none, a closed loop or
         # a trace, would be refused as an unknown field the user never wrote)
-        require_rate(scenario_from_dict(base).workload.arrival, "servesim plan sets")
+        require_rate(written.workload.arrival, "servesim plan sets")
         sc = scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps}, "plan"))
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
