@@ -34,9 +34,18 @@ def colors_for(labels) -> dict:
     return out
 
 
+def _labelled_in_view(lo: float, hi: float, mantissas) -> int:
+    """How many of 10^k and m x 10^k (m in ``mantissas``) lie in [lo, hi] (0 < lo < hi)."""
+    count = 0
+    for k in range(math.floor(math.log10(lo)), math.floor(math.log10(hi)) + 1):
+        count += sum(lo <= m * 10.0 ** k <= hi for m in (1, *mantissas))
+    return count
+
+
 def _plain_log_ticks(axis):
-    """Log-scale ticks written as plain numbers (10, 100, 1000). Minor ticks are labelled (at 2, 3
-    and 5 x 10^k) only when the view spans less than a decade, which may hold no major tick."""
+    """Log-scale ticks written as plain numbers (10, 100, 1000). Minor ticks are labelled only when
+    the view spans less than a decade, which may hold no major tick: at 2, 3 and 5 x 10^k, or at
+    every minor tick when fewer than two of those (and the major ticks) are in view (e.g. 7-9 ms)."""
     from matplotlib.ticker import FuncFormatter
 
     def minor(v, _):
@@ -44,7 +53,8 @@ def _plain_log_ticks(axis):
         if v <= 0 or lo <= 0 or hi / lo >= 10:
             return ""
         m = v / 10 ** math.floor(math.log10(v))
-        return f"{v:g}" if any(abs(m - k) < 1e-6 for k in (2, 3, 5)) else ""
+        picks = (2, 3, 5) if _labelled_in_view(lo, hi, (2, 3, 5)) >= 2 else range(2, 10)
+        return f"{v:g}" if any(abs(m - k) < 1e-6 for k in picks) else ""
 
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(FuncFormatter(minor))

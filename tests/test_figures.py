@@ -227,3 +227,19 @@ def test_roofline_draws_a_sample_of_a_large_run_and_says_so(runs, monkeypatch):
         drawn.append(np.concatenate([c.get_offsets() for c in ax.collections]))
         plt.close(fig)
     assert np.array_equal(drawn[0], drawn[1])  # the same sample every time
+
+
+@pytest.mark.parametrize("lo_ms, hi_ms, labels", [
+    (7.2, 8.9, ["8"]),  # no 2, 3 or 5 x 10^k in view: every minor tick in it is labelled
+    (6.5, 9.5, ["7", "8", "9"]),
+    (15.0, 60.0, ["20", "30", "50"]),  # two or more of 2, 3, 5 x 10^k: those alone
+    (1.0, 500.0, []),  # a decade or more: the major ticks alone
+])
+def test_a_narrow_log_latency_axis_still_has_numbers(ax, lo_ms, hi_ms, labels):
+    ax.plot([1, 2], [lo_ms, hi_ms])
+    F._log_latency_axes(ax, None, "x", "TPOT (ms)", "t")
+    ax.set_ylim(lo_ms, hi_ms)
+    ax.figure.canvas.draw()
+    fmt = ax.yaxis.get_minor_formatter()
+    shown = [fmt(v, i) for i, v in enumerate(ax.yaxis.get_minorticklocs()) if lo_ms <= v <= hi_ms]
+    assert [t for t in shown if t] == labels
