@@ -143,10 +143,21 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     runs = {}
     if bar is not None:
         bar.add(len(chosen) - 1)
+    bare = []  # chosen runs written without their tables (a study's --outputs): said, not drawn
     for g, r in chosen.items():
-        runs[g] = RunData.from_dir(path / r["dir"], label=g)
+        folder = path / r["dir"]
+        if not all((folder / f"{t}.csv").is_file() or (folder / f"{t}.parquet").is_file()
+                   for t in ("requests", "steps")):
+            bare.append(g)
+        else:
+            runs[g] = RunData.from_dir(folder, label=g)
         if bar is not None:
             bar.step(f"read {g}")
+    if bare:
+        unread.append(f"{', '.join(bare[:5])}{f' and {len(bare) - 5} more' if len(bare) > 5 else ''}: "
+                      f"{'its run folder holds' if len(bare) == 1 else 'their run folders hold'} no requests or "
+                      "steps table (written with --outputs), so the per-run figures leave "
+                      f"{'it' if len(bare) == 1 else 'them'} out")
     seed_groups: dict = {}  # runs on several seeds: every seed's rows, grouped as ``groups``
     for r in seed_rows:
         seed_groups.setdefault(_group_label(r, cols, kind), []).append(r)
@@ -525,6 +536,9 @@ def _build(path: Path, bar: Phases) -> Path:
     service_section(path, data, runs, colors, add, plt, lambda what, rate=True: ctx.title(what, rate))
     if runs:
         _run_figures(runs, ctx, dcolors, where, add, data["chosen"])
+    if md[-2:] == ["## Figures", ""]:
+        md += ["None: no finished run here holds the requests and steps tables the figures are drawn from "
+               "(see the caveats).", ""]
     out = path / "report.md"
     out.write_text("\n".join(md).rstrip() + "\n")
     bar.step("report.md")

@@ -186,3 +186,60 @@ def test_parquet_reader_names_a_damaged_file(tmp_path):
     (tmp_path / "steps.parquet").write_bytes(b"not parquet")
     with pytest.raises(InputError, match="steps.parquet"):
         read_parquet_columns(tmp_path / "steps.parquet")
+
+
+def _study_scenario(tmp_path) -> str:
+    import yaml
+
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(make_scenario(**{"workload.num_requests": 30}).to_dict()))
+    return str(sc)
+
+
+def _run_files(out) -> list:
+    return [sorted(p.name for p in d.iterdir()) for d in sorted((out / "runs").iterdir())]
+
+
+def test_sweep_outputs_keeps_summary_and_scenario_and_a_rerun_wanting_more_runs_again(tmp_path, capsys):
+    sc, out = _study_scenario(tmp_path), tmp_path / "sw"
+    grid = ["--grid", "workload.arrival.rate_rps=2,4"]
+    assert main(["sweep", sc, *grid, "--out", str(out), "--quiet", "--outputs", "steps"]) == 0
+    assert _run_files(out) == [["scenario.yaml", "steps.csv", "summary.json"]] * 2
+    # asking for no more than a folder holds: the points are finished
+    assert main(["sweep", sc, *grid, "--out", str(out), "--quiet", "--outputs", "summary"]) == 0
+    assert "0 ran, 2 already finished" in capsys.readouterr().out
+    # asking for more (the default: every file): each point runs again, and says why
+    assert main(["sweep", sc, *grid, "--out", str(out), "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert "2 ran, 0 already finished" in cap.out
+    assert "lacks requests.csv, tbt_s.npy (an earlier run wrote fewer files), running the point again" in cap.err
+    assert _run_files(out) == [["requests.csv", "scenario.yaml", "steps.csv", "summary.json", "tbt_s.npy"]] * 2
+
+
+def test_a_report_on_study_folders_written_without_tables_leaves_the_runs_out_and_says_so(tmp_path, capsys):
+    sc = _study_scenario(tmp_path)
+    sw, cmp_ = tmp_path / "sw", tmp_path / "cmp"
+    assert main(["sweep", sc, "--grid", "workload.arrival.rate_rps=2,4", "--out", str(sw), "--quiet",
+                 "--outputs", "summary"]) == 0
+    assert main(["report", str(sw)]) == 0
+    text = (sw / "report.md").read_text()
+    assert "no requests or steps table (written with --outputs)" in text
+    assert (sw / "figures" / "latency_vs_load.png").is_file()  # drawn from results.csv
+    assert not (sw / "figures" / "timeline.png").exists()  # per-run: left out
+    # a comparison at one rate draws only per-run figures: none, and the report and the command say so
+    assert main(["compare", sc, "--policies", "continuous,static", "--out", str(cmp_), "--quiet",
+                 "--outputs", "summary"]) == 0
+    assert "(no figures: nothing to draw)" in capsys.readouterr().out
+    text = (cmp_ / "report.md").read_text()
+    assert "## Figures\n\nNone: no finished run here holds the requests and steps tables" in text
+    assert "continuous, static: their run folders hold no requests or steps table" in text
+
+
+@pytest.mark.parametrize("command", ["sweep", "compare"])
+def test_study_outputs_refuses_an_unknown_name_before_running(tmp_path, capsys, command):
+    out = tmp_path / "o"
+    extra = ["--grid", "workload.arrival.rate_rps=2"] if command == "sweep" else ["--policies", "continuous"]
+    assert main([command, _study_scenario(tmp_path), *extra, "--out", str(out), "--quiet", "--outputs", "tbts"]) == 2
+    assert ("--outputs 'tbts': unknown output; (did you mean 'tbt'?) valid: requests, scenario, steps, summary, tbt"
+            in capsys.readouterr().err)
+    assert not (out / "runs").exists()

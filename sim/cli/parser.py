@@ -132,6 +132,13 @@ def _seeds(p, help_text: str, default=1) -> None:
     p.add_argument("--seeds", type=int, default=default, metavar="N", help=help_text)
 
 
+def _study_outputs(p) -> None:
+    """``--outputs`` of ``sweep`` and ``compare``: which files each run folder gets."""
+    p.add_argument("--outputs", metavar="NAME[,NAME]",
+                   help="files in each run folder: requests, steps, tbt (tbt_s.npy), besides summary and scenario "
+                        "(always) (default: all); the report's per-run figures need requests and steps")
+
+
 def _executor_args(p) -> None:
     """Shared by ``sweep``, ``capacity`` and ``compare``: where the points run."""
     p.add_argument("--workers", type=int, help="parallel worker processes (default: all cores)")
@@ -155,6 +162,7 @@ def _studies(sub) -> None:
     _seeds(p, "run each point on N seeds: results.csv has means and 95%% intervals (<figure>_ci95), seeds.csv "
               "every run (default 1)")
     _executor_args(p)
+    _study_outputs(p)
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("capacity", help="highest arrival rate at which the SLOs hold (bisection on rate)")
@@ -197,6 +205,7 @@ def _studies(sub) -> None:
               "by seed (default 1)")
     p.add_argument("--no-report", action="store_true", help="skip figures and report.md")
     _executor_args(p)
+    _study_outputs(p)
     p.set_defaults(func=cmd_compare)
 
 

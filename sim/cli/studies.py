@@ -15,7 +15,14 @@ from servesim.studies.sweep import RESULTS, failed_while_running
 
 
 def _executor(args) -> ExecutorOptions:
-    return ExecutorOptions(args.executor, args.workers, args.address, not args.quiet)
+    outputs = getattr(args, "outputs", None)  # (sweep and compare: --outputs)
+    if outputs is not None:
+        from servesim.outputs.writer import STUDY_OUTPUTS, parse_outputs
+
+        # summary.json and scenario.yaml always: what the study reads back and what titles its report
+        wanted = set(parse_outputs(outputs, valid=STUDY_OUTPUTS)) | {"summary", "scenario"}
+        outputs = tuple(o for o in STUDY_OUTPUTS if o in wanted)
+    return ExecutorOptions(args.executor, args.workers, args.address, not args.quiet, outputs)
 
 
 def format_table(rows: list[dict], cols: list[str]) -> str:
@@ -247,7 +254,8 @@ def cmd_compare(args) -> int:
         from servesim.plots.report import build_report
 
         path = build_report(out, progress=not args.quiet)
-        print(f"wrote {path} and its figures")
+        drew = (out / "figures").is_dir() and any((out / "figures").glob("*.png"))
+        print(f"wrote {path}" + (" and its figures" if drew else " (no figures: nothing to draw)"))
     return _status(failed_while_running(plan.points))
 
 

@@ -31,6 +31,7 @@ from servesim.errors import InputError, did_you_mean
 from servesim.outputs.numfmt import float_parts, int_cells
 
 OUTPUTS = ("summary", "requests", "steps", "scenario")  # what a run folder can hold
+STUDY_OUTPUTS = OUTPUTS + ("tbt",)  # a study's run folders can also hold tbt_s.npy (every TBT gap)
 FORMATS = ("csv", "parquet")
 CHUNK_ROWS = 1 << 14  # rows per CSV block: ~2 MB of text at a time (its temporaries stay in cache)
 ROW_GROUP = 1 << 18  # rows per Parquet row group (readers like them large; ~25 MB of columns)
@@ -165,17 +166,22 @@ def write_parquet(path: Path, columns: dict, chunk_rows: int = ROW_GROUP) -> Non
             w.write_table(pa.Table.from_arrays(arrays, schema=schema))
 
 
-def parse_outputs(text: str | None, flag: str = "--outputs") -> tuple:
-    """``summary,requests,...`` -> the names in ``OUTPUTS`` order (None: all of them)."""
+def parse_outputs(text: str | None, flag: str = "--outputs", valid: tuple = OUTPUTS) -> tuple:
+    """``summary,requests,...`` -> the names in ``valid`` order (None: all of them)."""
     if text is None:
-        return OUTPUTS
+        return valid
     names = [x.strip() for x in text.split(",") if x.strip()]
     if not names:
-        raise InputError(f"{flag}: give at least one of {', '.join(OUTPUTS)}")
+        raise InputError(f"{flag}: give at least one of {', '.join(valid)}")
     for name in names:
-        if name not in OUTPUTS:
-            raise InputError(f"{flag} {name!r}: unknown output;{did_you_mean(name, OUTPUTS)}")
-    return tuple(o for o in OUTPUTS if o in names)
+        if name not in valid:
+            raise InputError(f"{flag} {name!r}: unknown output;{did_you_mean(name, valid)}")
+    return tuple(o for o in valid if o in names)
+
+
+def study_file_names(outputs: tuple) -> list:
+    """The files a study's run folder holds for these ``STUDY_OUTPUTS`` (CSV; summary.json always)."""
+    return sorted({"summary.json", *("tbt_s.npy" if o == "tbt" else file_names((o,))[0] for o in outputs)})
 
 
 def file_names(outputs=OUTPUTS, fmt: str = "csv") -> list:

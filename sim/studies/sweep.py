@@ -24,7 +24,7 @@ from pathlib import Path
 from servesim.errors import InputError, one_line
 from servesim.inputs.overrides import parse_override
 from servesim.outputs.rundir import read_results, read_summary, verify_run
-from servesim.outputs.writer import TMP_PREFIX
+from servesim.outputs.writer import STUDY_OUTPUTS, TMP_PREFIX, study_file_names
 from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
 from servesim.studies.lock import folder_lock
 from servesim.outputs.metrics import RESULT_METRICS
@@ -47,10 +47,12 @@ METRIC_COLUMNS = (
 )
 
 
-def finished_row(out_dir: Path, data: dict) -> dict | None:
+def finished_row(out_dir: Path, data: dict, outputs: tuple | None = None) -> dict | None:
     """The row of a point already finished in an earlier run (None when it has not finished).
     A folder that is damaged (its summary.json unreadable, or a file it lists missing, truncated
-    or edited: ``verify_run``) is removed, with a note naming it, and the point runs again."""
+    or edited: ``verify_run``) is removed, with a note naming it, and the point runs again; so is
+    one that lacks a file this run wants (``outputs``, as ``ExecutorOptions.outputs``; None: all):
+    an earlier run that wrote fewer files (``--outputs``) does not stand for this one."""
     if not out_dir.exists():
         return None
     try:
@@ -58,6 +60,13 @@ def finished_row(out_dir: Path, data: dict) -> dict | None:
         verify_run(out_dir, summary)
     except InputError as e:
         print(f"servesim: {out_dir} is damaged, running the point again: {one_line(e, 300)}", file=sys.stderr)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return None
+    missing = [f for f in study_file_names(STUDY_OUTPUTS if outputs is None else outputs)
+               if not (out_dir / f).is_file()]
+    if missing:
+        print(f"servesim: {out_dir} lacks {', '.join(missing)} (an earlier run wrote fewer files), running the "
+              "point again", file=sys.stderr)
         shutil.rmtree(out_dir, ignore_errors=True)
         return None
     row = flatten_summary(summary)
@@ -100,7 +109,7 @@ def _execute(points, out_dir: Path, executor, workers, address, progress, desc, 
         if p.data is None:
             p.row = {"status": "error", "error": p.error}
             continue
-        prev = finished_row(runs / p.hash, p.data)
+        prev = finished_row(runs / p.hash, p.data, outputs)
         if prev is not None:
             p.row = prev
             skipped += 1
