@@ -268,6 +268,28 @@ def test_plan_command_prints_the_table_answer_and_failure(tmp_path, capsys):
 
 
 
+def test_a_plan_rerun_that_adds_a_tbt_limit_reads_tbt_samples(tmp_path, capsys):
+    """A plan keeps tbt_s.npy only for a tbt limit. Rerun in the same folder with one, its runs and
+    probes were taken as finished, and with no TBT sample the tbt limit held at any rate (an
+    answer of 1 GPU at 20 req/s where 2 are needed). Each such folder now runs again."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    args = ["plan", str(f), "--rate", "6", "--gpus", "h100-sxm", "--tp", "1", "--policies", "continuous",
+            "--seeds", "1", "--requests", "300", "--probe-requests", "200", "--workers", "1", "--quiet",
+            "--no-report"]
+    with_tbt = ",".join([SLO, "tbt_p99=20ms"])
+    assert main([*args, "--slo", with_tbt, "--out", str(tmp_path / "fresh")]) == 0
+    fresh = json.loads((tmp_path / "fresh" / "plan.json").read_text())["answer"]
+    capsys.readouterr()
+    assert main([*args, "--slo", SLO, "--out", str(tmp_path / "p")]) == 0
+    assert main([*args, "--slo", with_tbt, "--out", str(tmp_path / "p")]) == 0
+    assert "lacks tbt_s.npy (an earlier run wrote fewer files), running the point again" in capsys.readouterr().err
+    again = json.loads((tmp_path / "p" / "plan.json").read_text())["answer"]
+    assert again == fresh  # (units: the GPUs the tbt limit needs)
+
+
 def test_a_plan_with_nothing_to_simulate_reports_so(tmp_path, capsys):
     """Every shape pruned (TP 3 does not divide the heads): the report had an empty table and empty
     sections, and both commands said they wrote figures that were never drawn."""
