@@ -300,3 +300,42 @@ def test_a_point_too_large_for_memory_is_recorded_without_a_traceback(tmp_path, 
     rows, _ = _sweep_failing_at_seed_1(tmp_path, monkeypatch, MemoryError(), "0,1")
     assert [r["status"] for r in rows] == ["ok", "error"]
     assert rows[1]["error"].startswith("out of memory") and "Traceback" not in rows[1]["error"]
+
+
+def test_a_point_whose_input_file_changed_runs_again(tmp_path, monkeypatch):
+    """A point's resume key digests the files its scenario reads (here a trace): edited, the
+    points run again (before, a rerun reported the old trace's results as finished)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,100,20\n0.5,200,30\n")
+    data = copy.deepcopy(BASE)
+    data["workload"] = {"trace": {"path": str(trace)}}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "sw"
+    argv = ["sweep", str(sc), "--grid", "policy.max_num_seqs=4,8", "--out", str(out), "--workers", "1", "--quiet"]
+    calls = count_runs(monkeypatch)
+    assert main(argv) == 0 and len(calls) == 2
+    calls.clear()
+    assert main(argv) == 0 and calls == []  # unchanged: finished
+    with trace.open("a") as fh:
+        fh.write("1.0,300,10\n")
+    assert main(argv) == 0 and len(calls) == 2
+    assert {r["num_requests"] for r in read_results(out / "results.csv")} == {3}
+
+
+def test_input_digests_take_files_and_folders_named_and_nothing_else(tmp_path, monkeypatch):
+    from servesim.studies.points import input_digests
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpu.yaml").write_text("name: x\n")
+    (tmp_path / "prof" / "compute").mkdir(parents=True)
+    (tmp_path / "prof" / "compute" / "mlp.csv").write_text("a\n1\n")
+    (tmp_path / "h100-sxm").write_text("a file named like a catalog GPU\n")
+    data = {"hardware": {"gpu": "gpu.yaml"}, "cost": {"profile": "prof/"}, "model": "h100-sxm",
+            "policy": {"name": "continuous"}, "list": ["gpu.yaml", "missing/file.csv", "2.5"]}
+    digests = input_digests(data)
+    assert sorted(digests) == ["gpu.yaml", "prof/"]
+    before = digests["prof/"]
+    (tmp_path / "prof" / "compute" / "mlp.csv").write_text("a\n1\n2\n")
+    assert input_digests(data)["prof/"] != before
+    assert input_digests({"seed": 1, "name": "x"}) == {}

@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 from dataclasses import dataclass, field
 
 from servesim.errors import InputError
@@ -107,15 +108,96 @@ def load_base(path, overrides, seed) -> tuple[dict, dict]:
 
 
 def scenario_hash(data: dict) -> str:
-    """Digest of a resolved scenario (canonical JSON) and the servesim version: a sweep point's resume key.
+    """Digest of a resolved scenario (canonical JSON), the servesim version and the content of every
+    file the scenario names (``input_digests``): a sweep point's resume key.
 
-    Results of another servesim version are not reused; within one version, delete ``DIR/runs``
-    to rerun after changing the code.
+    Results of another servesim version are not reused, nor those run before a file the scenario
+    reads (a trace, a lengths file, a GPU YAML, a model's config.json) changed; within one
+    version, delete ``DIR/runs`` to rerun after changing the code.
     """
     from servesim import __version__
 
-    text = json.dumps({"servesim": __version__, "scenario": data}, sort_keys=True, separators=(",", ":"), default=str)
+    doc = {"servesim": __version__, "scenario": data}
+    inputs = input_digests(data)
+    if inputs:  # (a scenario naming no file keeps the key it had before files were digested)
+        doc["inputs"] = inputs
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+MAX_TREE_ENTRIES = 10_000  # a folder's digest lists at most this many files (then stops walking)
+_DIGESTS: dict = {}  # (path, size, mtime_ns) -> SHA-256 of the file's content, for this process
+
+
+def input_digests(data) -> dict:
+    """{path as written: digest} for every string in ``data`` that names an existing file (the
+    SHA-256 of its content) or folder (its files' names, sizes and modification times), as the
+    scenario's readers resolve paths (``~``, ``$VARS``, relative to the current directory). Only
+    strings that look like paths (holding ``/`` or a file extension) are tried: catalog names
+    are not looked up in the current directory."""
+    from servesim.inputs.files import resolve_path
+
+    out: dict = {}
+
+    def walk(v):
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, str) and v not in out and _looks_like_path(v):
+            try:
+                p = resolve_path(v)
+                if p.is_file():
+                    out[v] = _file_digest(p)
+                elif p.is_dir():
+                    out[v] = _tree_digest(p)
+            except (OSError, ValueError, InputError):  # (unreadable: the run itself says so)
+                pass
+
+    walk(data)
+    return out
+
+
+def _looks_like_path(text: str) -> bool:
+    if not text or text in (".", "..") or "\n" in text or len(text) > 4096:
+        return False
+    name = text.rsplit("/", 1)[-1]
+    return "/" in text or ("." in name.strip(".") and not name.replace(".", "").isdigit())
+
+
+def _file_digest(p) -> str:
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        h = hashlib.sha256()
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        digest = _DIGESTS[key] = h.hexdigest()
+    return digest
+
+
+def _tree_digest(root) -> str:
+    h = hashlib.sha256()
+    n = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        if n > MAX_TREE_ENTRIES:  # (a path naming a huge tree, e.g. "/": not walked to its end)
+            break
+        for f in sorted(filenames):
+            n += 1
+            if n > MAX_TREE_ENTRIES:
+                break
+            try:
+                st = os.stat(os.path.join(dirpath, f))
+            except OSError:
+                continue
+            h.update(f"{os.path.relpath(os.path.join(dirpath, f), root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    h.update(f"files={min(n, MAX_TREE_ENTRIES + 1)}".encode())
+    return h.hexdigest()
 
 
 def resolve(data: dict) -> tuple[dict | None, str]:
