@@ -144,20 +144,24 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     if bar is not None:
         bar.add(len(chosen) - 1)
     bare = []  # chosen runs written without their tables (a study's --outputs): said, not drawn
+    lacking = set()
     for g, r in chosen.items():
         folder = path / r["dir"]
-        if not all((folder / f"{t}.csv").is_file() or (folder / f"{t}.parquet").is_file()
-                   for t in ("requests", "steps")):
+        lacks = [t for t in ("requests", "steps")
+                 if not ((folder / f"{t}.csv").is_file() or (folder / f"{t}.parquet").is_file())]
+        if lacks:
             bare.append(g)
+            lacking.update(lacks)
         else:
             runs[g] = RunData.from_dir(folder, label=g)
         if bar is not None:
             bar.step(f"read {g}")
     if bare:
+        tables = " or ".join(t for t in ("requests", "steps") if t in lacking)
+        one = len(bare) == 1
         unread.append(f"{', '.join(bare[:5])}{f' and {len(bare) - 5} more' if len(bare) > 5 else ''}: "
-                      f"{'its run folder holds' if len(bare) == 1 else 'their run folders hold'} no requests or "
-                      "steps table (written with --outputs), so the per-run figures leave "
-                      f"{'it' if len(bare) == 1 else 'them'} out")
+                      f"{'its run folder holds' if one else 'their run folders hold'} no {tables} table (written "
+                      f"with --outputs), so the per-run figures leave {'it' if one else 'them'} out")
     seed_groups: dict = {}  # runs on several seeds: every seed's rows, grouped as ``groups``
     for r in seed_rows:
         seed_groups.setdefault(_group_label(r, cols, kind), []).append(r)
