@@ -339,3 +339,17 @@ def test_input_digests_take_files_and_folders_named_and_nothing_else(tmp_path, m
     (tmp_path / "prof" / "compute" / "mlp.csv").write_text("a\n1\n2\n")
     assert input_digests(data)["prof/"] != before
     assert input_digests({"seed": 1, "name": "x"}) == {}
+
+
+@pytest.mark.parametrize("study, argv, needle", [
+    ("sweep", ["--grid", "policy.max_num_seqs=-1,0"],
+     "every sweep point is invalid; the first (policy.max_num_seqs=-1): policy.max_num_seqs must be > 0"),
+    ("compare", ["--variant", "small", "policy.max_num_seqs=-1", "--variant", "zero", "policy.max_num_seqs=0"],
+     "every configuration is invalid; the first (label=small): policy.max_num_seqs must be > 0"),
+])
+def test_a_study_whose_every_point_is_invalid_names_the_first_as_the_study_calls_it(tmp_path, capsys, study, argv,
+                                                                                 needle):
+    out = tmp_path / "o"
+    assert main([study, scenario_file(tmp_path), *argv, "--out", str(out), "--quiet"]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (out / "runs").exists()

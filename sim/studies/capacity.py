@@ -180,7 +180,7 @@ class Search:
         first = len(self.points)
         variants = [({RATE_KEY: r}, {RATE_KEY: r, "workload.num_requests": self.requests_at(r),
                                       "workload.duration_s": None}) for r in rates]
-        new = make_points(self.base, variants)
+        new = make_points(self.base, variants, what="capacity probe")
         for i, p in enumerate(new):
             p.index = first + i
         if any(p.data is None for p in new):

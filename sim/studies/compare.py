@@ -196,7 +196,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
                 values[RATE_KEY] = r
                 o[RATE_KEY] = r
             runs.append((values, o))
-    points = make_points(base, runs, "--policies/--variant/--rates")
+    points = make_points(base, runs, "--policies/--variant/--rates", "configuration")
     return ComparePlan(str(scenario), list(overrides or []), configs, rate_list, points, notes, seeds)
 
 

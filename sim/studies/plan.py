@@ -170,7 +170,7 @@ class Planner:
         while todo:
             variants = [({"candidate": c.key, "units": units, "seed": s, "requests": n_of[s]},
                          self.scenario_at(c.shape, units, s, R, n_of[s])) for s in todo]
-            pts = make_points(self.base, variants)
+            pts = make_points(self.base, variants, what="plan run")
             for i, p in enumerate(pts):
                 p.index = len(self.points) + i
             self.points += pts

@@ -210,9 +210,11 @@ def resolve(data: dict) -> tuple[dict | None, str]:
         return None, str(e)
 
 
-def make_points(base: dict, variants: list[tuple[dict, dict]], flag: str = "--grid") -> list[Point]:
+def make_points(base: dict, variants: list[tuple[dict, dict]], flag: str = "--grid",
+                what: str = "sweep point") -> list[Point]:
     """Points from (values naming it, {dotted.key: value} overrides) pairs on top of ``base``;
-    ``flag``: what set the overrides, as an error names it."""
+    ``flag``: what set the overrides, as an error names it; ``what``: what the study calls a point
+    (the error when every one is invalid)."""
     points = []
     for i, (values, overrides) in enumerate(variants):
         resolved, err = resolve(with_values(base, overrides, flag))
@@ -221,7 +223,8 @@ def make_points(base: dict, variants: list[tuple[dict, dict]], flag: str = "--gr
             p.hash = scenario_hash(resolved)
         points.append(p)
     if points and all(p.data is None for p in points):
-        raise InputError(f"every sweep point is invalid; the first: {points[0].error}")
+        named = ", ".join(f"{k}={v}" for k, v in points[0].values.items())
+        raise InputError(f"every {what} is invalid; the first{f' ({named})' if named else ''}: {points[0].error}")
     return points
 
 
