@@ -317,3 +317,22 @@ def test_same_architecture_variants_are_priced_as_their_catalog_entry(tmp_path, 
     # an unknown variant is still an error naming the field, with the closest catalog id
     with pytest.raises(InputError, match="did you mean 'meta-llama/Llama-2-7b-hf'"):
         get_model("meta-llama/Llama-2-7b-hff")
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("llama-2-7b", "meta-llama/Llama-2-7b-hf"),  # no organisation, no -hf, another case
+    ("Llama-2-7B", "meta-llama/Llama-2-7b-hf"),
+    ("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"),
+    ("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct"),
+    ("phi-3-mini", "microsoft/Phi-3-mini-4k-instruct"),
+    ("falcon7b", "tiiuae/falcon-7b"),
+])
+def test_an_unknown_model_suggests_the_catalog_id_people_mean(typed, meant):
+    with pytest.raises(InputError, match=f"did you mean '{meant}'"):
+        get_model(typed)
+
+
+def test_an_unknown_model_far_from_any_gets_the_list_alone():
+    with pytest.raises(InputError) as e:
+        get_model("gpt-4")
+    assert "did you mean" not in str(e.value) and "valid: 01-ai/Yi-34B" in str(e.value)

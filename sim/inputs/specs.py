@@ -487,8 +487,36 @@ def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
         return load_hf_config(p, path)
     raise InputError(
         f"{path}: unknown model {name_or_path!r}; give a catalog id or a path to a Hugging Face "
-        f"config.json;{did_you_mean(name_or_path, catalog_names())}"
+        f"config.json;{_model_hint(str(name_or_path), catalog_names())}"
     )
+
+
+def _model_hint(value: str, names) -> str:
+    """``did_you_mean`` over catalog ids, also matching the name without its organisation and in
+    any case (llama-2-7b -> meta-llama/Llama-2-7b-hf), which spelling alone does not find."""
+    import difflib
+
+    hint = did_you_mean(value, names)
+    if hint.startswith(" (did you mean"):
+        return hint
+    import re
+
+    keys: dict = {}
+    for n in sorted(names):
+        base = n.lower().rsplit("/", 1)[-1]
+        # (also without the suffixes people leave out: -hf, -instruct, -chat, -v0.1, -4k-instruct)
+        bare = re.sub(r"(-(hf|instruct|chat|it|\d+k|v\d+(\.\d+)*))+$", "", base)
+        for k in (n.lower(), base, bare):
+            keys.setdefault(k, n)
+    v = value[:200].lower()
+    close = []
+    for k in difflib.get_close_matches(v.rsplit("/", 1)[-1], list(keys), n=4, cutoff=0.7):
+        if keys[k] not in close:
+            close.append(keys[k])
+    if not close:
+        return hint
+    shown = " or ".join(repr(c) for c in close[:2])
+    return f" (did you mean {shown}?){hint}"
 
 
 def load_hf_config(p: Path, path: str = "model") -> ModelSpec:
