@@ -117,7 +117,7 @@ def did_you_mean(value: str, choices) -> str:
     if alias in choices:
         return f" (did you mean {alias!r}?) valid: {', '.join(choices)}"
     # a choice the value begins (h100 -> h100-pcie, h100-sxm) beats the closest spelling (h200)
-    starts = [c for c in choices if str(value) and str(c).startswith(str(value))]
+    starts = [c for c in choices if value and str(c).lower().startswith(value.lower())]  # (any case: H100)
     close = starts[:2] if 1 <= len(starts) <= 3 else difflib.get_close_matches(str(value), choices, n=1)
     if len(close) == 2:
         return f" (did you mean {close[0]!r} or {close[1]!r}?) valid: {', '.join(choices)}"

@@ -289,6 +289,7 @@ def test_hints_lead_with_the_name_meant():
     from servesim.inputs.specs import GPUS
 
     assert "did you mean 'h100-pcie' or 'h100-sxm'?" in did_you_mean("h100", GPUS)  # not 'h200'
+    assert "did you mean 'h100-pcie' or 'h100-sxm'?" in did_you_mean("H100", GPUS)  # any case
     assert "did you mean 'chunked_prefill'?" in did_you_mean("sarathi", ["chunked_prefill", "continuous", "static"])
     assert "did you mean 'pd_split'?" in did_you_mean("DistServe", ["continuous", "pd_split"])
     assert "did you mean 'poisson'?" in did_you_mean("poison", ["fixed", "gamma", "poisson"])
