@@ -256,6 +256,33 @@ class NotAdmitted(ContinuousPolicy):
         return make_batch([(r, r.prompt_tokens - r.num_computed_tokens) for r in state.waiting])
 
 
+class TwoTokensADecode(ContinuousPolicy):
+    """gives a decoding request two tokens a step (without speculative decoding)"""
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        running = [r for r in state.running if r.num_output_done > 0]
+        if not running:
+            return b
+        return make_batch([(r, 2 if r is running[0] else q) for r, q in b.items] if any(
+            r is running[0] for r, _ in b.items) else [(running[0], 2)])
+
+
+class HalfATokens(ContinuousPolicy):
+    def next_batch(self, state):
+        return make_batch([(r, 1.5) for r in state.waiting], admitted=list(state.waiting))
+
+
+class TwiceInAStep(ContinuousPolicy):
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        return make_batch(list(b.items) + list(b.items[:1]), admitted=b.admitted) if b.items else b
+
+
+class PastThePrompt(ContinuousPolicy):
+    def next_batch(self, state):
+        return make_batch([(r, r.prompt_tokens + 7) for r in state.waiting], admitted=list(state.waiting))
+
+
 class AdmissionRaises(ContinuousPolicy):
     def admission_error(self, prompt_tokens, max_tokens, kv=None):
         raise RuntimeError("adm bug")
@@ -311,6 +338,13 @@ class RouterRaises(MinusOne):
     ({"policy.name": "badplugins:NeverSchedules"}, "policy badplugins:NeverSchedules: 5 requests were left in flight"),
     # (a step of 0 tokens took no time: the run never moved on)
     ({"policy.name": "badplugins:NotAdmitted"}, "schedules 0 tokens for request 0; .* admitted="),
+    # (TypeError in the engine's speculative-decoding path: the run had none)
+    ({"policy.name": "badplugins:TwoTokensADecode"},
+     "schedules 2 tokens for request 0, which has one token to decode a step; schedule at most that"),
+    ({"policy.name": "badplugins:HalfATokens"}, "schedules 1.5 tokens for request 0; .* a whole number"),
+    ({"policy.name": "badplugins:TwiceInAStep"}, "schedules request 0 twice in one step"),
+    ({"policy.name": "badplugins:PastThePrompt"}, r"schedules (\d+) tokens for request 0, which has \d+ tokens left to "
+                                                  "compute; schedule at most that"),
     ({"policy.name": "badplugins:AdmissionRaises"}, "admission_error raised RuntimeError: adm bug"),
     # (5 was taken as a rejection reason)
     ({"policy.name": "badplugins:AdmissionSaysFive"}, "admission_error returned 5; a reason"),

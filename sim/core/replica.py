@@ -55,6 +55,7 @@ import bisect
 import heapq
 import itertools
 import math
+import numbers
 import sys
 from collections import deque
 from math import isnan
@@ -525,12 +526,30 @@ class Replica:
         """``_apply`` for a plug-in policy's decision: one the engine cannot apply (a request
         that is neither waiting nor running, more KV than is free, a request given no tokens:
         a step of none takes no time, and the run never moved on) is a ``PluginError``."""
+        name = plugin_name(self.policy)
+        seen = set()
+        k = self.spec[0] if self.spec else 0
         for r, q in batch.items:
-            if not q >= 1:
-                raise PluginError(f"policy {plugin_name(self.policy)}: schedules {shown(q)} tokens for request "
-                                  f"{getattr(r, 'request_id', shown(r))}; a scheduled request runs at least 1 (a "
-                                  "waiting request it schedules must also be in make_batch(..., admitted=...), or "
-                                  "it stays waiting with its prompt computed)")
+            rid = getattr(r, "request_id", shown(r))
+            if isinstance(q, bool) or not isinstance(q, numbers.Integral) or not q >= 1:
+                raise PluginError(f"policy {name}: schedules {shown(q)} tokens for request {rid}; a scheduled request "
+                                  "runs a whole number of at least 1 (a waiting request it schedules must also be in "
+                                  "make_batch(..., admitted=...), or it stays waiting with its prompt computed)")
+            if id(r) in seen:
+                raise PluginError(f"policy {name}: schedules request {rid} twice in one step; list each request once "
+                                  "with all its tokens")
+            seen.add(id(r))
+            done = getattr(r, "num_output_done", None)
+            if isinstance(done, int) and isinstance(getattr(r, "num_computed_tokens", None), int):
+                left = r.prompt_tokens + done - r.num_computed_tokens  # tokens it has not computed yet
+                # (decoding: one token a step; with speculative decoding, the k drafts and one more)
+                decoding = done > 0 and left == 1
+                most = k + 1 if decoding else left
+                if q > most:
+                    has = (f"{left} tokens left to compute" if not decoding else "one token to decode a step"
+                           + (f" (k + 1 = {k + 1} with speculative decoding)" if k else ""))
+                    raise PluginError(f"policy {name}: schedules {q} tokens for request {rid}, which has {has}; "
+                                      "schedule at most that")
         try:
             return self._apply(batch, now)
         except InputError:
