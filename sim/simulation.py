@@ -21,7 +21,7 @@ from servesim.cost.engines import EngineSetup, cost_model_for
 from servesim.cost.economics import PoolUse, economics, gpu_price, gpu_tdp, phase_cost_shares
 from servesim.cost.measured import load_measured
 from servesim.core.router import make_router
-from servesim.errors import InputError, PluginError, did_you_mean, is_plugin, plugin_name
+from servesim.errors import InputError, PluginError, clip, did_you_mean, is_plugin, plugin_name
 from servesim.plugins import construct
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
@@ -569,6 +569,24 @@ def plan(scenario: Scenario, specs=None):
     return setup, specs, fit
 
 
+def _failed_with_plugins(plugins: list, e: Exception) -> str:
+    """Why a run with plug-ins in use stopped on an exception outside them: they were called
+    through checks (``call_plugin``), so the likely cause is one that changed the engine's state
+    (a policy or router must only read it). The exception and where it was raised are named, in
+    case it is servesim's bug instead."""
+    import traceback
+
+    while e.__cause__ is not None and type(e.__cause__) is type(e):  # (SimPy re-raises a process's copy)
+        e = e.__cause__
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}, line {frames[-1].lineno}" if frames else ""
+    return (f"the run stopped on {type(e).__name__}: {clip(e, 200)}{where}, with plug-in "
+            f"{', '.join(plugins)} in use. Policies and routers must only read what they are given (the "
+            "replica state, the queues, the requests): one that changed it (added a request to a queue, "
+            "set a request's fields) leaves the engine inconsistent. If yours only read, this is a servesim "
+            "bug: please report it with the scenario")
+
+
 def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s, wall0,
               decision_trace=False, built=None) -> Results:
     total = len(specs) if not isinstance(specs, Sessions) else (specs.num_requests or 0)
@@ -668,7 +686,16 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
 
         env.process(observe())
     until = scenario.workload.duration_s
-    env.run(until=until)
+    try:
+        env.run(until=until)
+    except (InputError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001
+        plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)}
+                         | ({plugin_name(cluster.route)} if cluster._plugin_router else set()))
+        if not plugins:
+            raise  # (servesim's own code alone: a bug, shown as one)
+        raise PluginError(_failed_with_plugins(plugins, e)) from e
     cluster.settle(strict=True)  # fast engine: decode steps that ended before the cut-off
     stalled = 0
     for r in rec.requests:

@@ -400,3 +400,39 @@ def test_a_queue_sampler_too_fine_for_a_closed_loop_stops_at_its_bound(monkeypat
     with pytest.raises(ValueError, match="more than 50 queue samples"):
         simulate(sc, sample_every_s=1e-4)
     assert len(simulate(sc, sample_every_s=1.0).queue_samples) <= 50
+
+
+MUTATING = '''
+from servesim.policies.continuous import ContinuousPolicy
+
+
+class QueuesItself:
+    """a router that puts the request in a replica's queue itself (and routes it there too)"""
+    reads_state = True
+
+    def __init__(self, rng):
+        pass
+
+    def __call__(self, replicas, request):
+        replicas[0].waiting.append(request)
+        return 0
+'''
+
+
+def test_a_plugin_that_changes_the_engine_state_is_named_when_the_run_breaks(tmp_path, monkeypatch, capsys):
+    """A router that queued the request itself left it queued twice; the engine stopped later, outside
+    the plug-in, with a KeyError traceback. The run now stops on an error naming the plug-ins in use,
+    what was raised and where, and what plug-ins must not do."""
+    from servesim.cli.main import main
+    from servesim.errors import PluginError
+
+    (tmp_path / "mutating.py").write_text(MUTATING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kw = {"cluster.replicas": 2, "cluster.router": "mutating:QueuesItself", "workload.num_requests": 5}
+    with pytest.raises(PluginError, match=r"the run stopped on \w+: .* at [a-z_]+\.py, line \d+, with plug-in "
+                                          r"mutating:QueuesItself in use\. Policies and routers must only read"):
+        simulate(make_scenario(**kw))
+    args = [x for k, v in kw.items() for x in ("--set", f"{k}={v}")]
+    assert main(["run", *args, "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("servesim: error:") and "Traceback" not in err and "servesim bug" in err
