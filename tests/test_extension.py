@@ -283,6 +283,11 @@ class PastThePrompt(ContinuousPolicy):
         return make_batch([(r, r.prompt_tokens + 7) for r in state.waiting], admitted=list(state.waiting))
 
 
+class WakesAtText(ContinuousPolicy):
+    def next_batch(self, state):
+        return make_batch([], wake_at_s="soon")
+
+
 class AdmissionRaises(ContinuousPolicy):
     def admission_error(self, prompt_tokens, max_tokens, kv=None):
         raise RuntimeError("adm bug")
@@ -345,6 +350,8 @@ class RouterRaises(MinusOne):
     ({"policy.name": "badplugins:TwiceInAStep"}, "schedules request 0 twice in one step"),
     ({"policy.name": "badplugins:PastThePrompt"}, r"schedules (\d+) tokens for request 0, which has \d+ tokens left to "
                                                   "compute; schedule at most that"),
+    # (a TypeError traceback when the engine compared it with the clock)
+    ({"policy.name": "badplugins:WakesAtText"}, "wake_at_s is 'soon'; the simulated time"),
     ({"policy.name": "badplugins:AdmissionRaises"}, "admission_error raised RuntimeError: adm bug"),
     # (5 was taken as a rejection reason)
     ({"policy.name": "badplugins:AdmissionSaysFive"}, "admission_error returned 5; a reason"),

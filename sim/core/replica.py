@@ -520,6 +520,10 @@ class Replica:
         if not isinstance(batch, Batch):
             raise PluginError(f"policy {plugin_name(policy)}: next_batch returned {shown(batch)} "
                               f"({type(batch).__name__}), not a servesim.Batch (servesim.make_batch(items) makes one)")
+        w = batch.wake_at_s
+        if w is not None and (isinstance(w, bool) or not isinstance(w, numbers.Real) or math.isnan(w)):
+            raise PluginError(f"policy {plugin_name(policy)}: wake_at_s is {shown(w)}; the simulated time (seconds) "
+                              "at which to decide again when nothing else happens first, or None")
         return batch
 
     def _plugin_apply(self, batch: Batch, now: float) -> float:
