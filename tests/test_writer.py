@@ -243,3 +243,18 @@ def test_study_outputs_refuses_an_unknown_name_before_running(tmp_path, capsys, 
     assert ("--outputs 'tbts': unknown output; (did you mean 'tbt'?) valid: requests, scenario, steps, summary, tbt"
             in capsys.readouterr().err)
     assert not (out / "runs").exists()
+
+
+def test_capacity_outputs_keeps_what_each_verdict_reads_and_finds_the_same_answer(tmp_path, capsys):
+    sc = _study_scenario(tmp_path)
+    args = ["capacity", sc, "--slo", "ttft_p99=1", "--seeds", "1", "--probe-requests", "60", "--tol", "0.05",
+            "--workers", "1", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "all")]) == 0
+    assert main([*args, "--out", str(tmp_path / "lean"), "--outputs", "summary"]) == 0
+    import json
+
+    answer = [json.loads((tmp_path / d / "capacity.json").read_text())["capacity_rps"] for d in ("all", "lean")]
+    assert answer[0] == answer[1] and answer[0] > 0
+    assert set(map(tuple, _run_files(tmp_path / "lean"))) == {
+        ("requests.csv", "scenario.yaml", "summary.json", "tbt_s.npy")}
+    assert main(["report", str(tmp_path / "lean")]) == 0

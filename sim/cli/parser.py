@@ -191,6 +191,9 @@ def _studies(sub) -> None:
     p.add_argument("--ci-target", type=float, default=0.05, metavar="SHARE",
                    help="without --seeds: the half-width to reach, as a share of the capacity (default 0.05)")
     _executor_args(p)
+    p.add_argument("--outputs", metavar="NAME[,NAME]",
+                   help="files in each probe's run folder: steps, besides summary, scenario, requests and tbt "
+                        "(always: each probe's verdict is read from them) (default: all)")
     p.set_defaults(func=cmd_capacity)
 
     p = sub.add_parser("compare", help="the same workload through each policy: a table and figures")

@@ -14,13 +14,15 @@ from servesim.outputs.metrics import RESULT_METRICS
 from servesim.studies.sweep import RESULTS, failed_while_running
 
 
-def _executor(args) -> ExecutorOptions:
-    outputs = getattr(args, "outputs", None)  # (sweep and compare: --outputs)
+def _executor(args, always: tuple = ("summary", "scenario")) -> ExecutorOptions:
+    """The study's executor options; ``--outputs`` (sweep, compare, capacity) with the files the
+    study cannot do without (``always``) added."""
+    outputs = getattr(args, "outputs", None)
     if outputs is not None:
         from servesim.outputs.writer import STUDY_OUTPUTS, parse_outputs
 
         # summary.json and scenario.yaml always: what the study reads back and what titles its report
-        wanted = set(parse_outputs(outputs, valid=STUDY_OUTPUTS)) | {"summary", "scenario"}
+        wanted = set(parse_outputs(outputs, valid=STUDY_OUTPUTS)) | set(always)
         outputs = tuple(o for o in STUDY_OUTPUTS if o in wanted)
     return ExecutorOptions(args.executor, args.workers, args.address, not args.quiet, outputs)
 
@@ -130,7 +132,8 @@ def cmd_capacity(args) -> int:
     from servesim.outputs.checks import limit_unit_warnings
     from servesim.outputs.metrics import parse_slo
 
-    ex = _executor(args)
+    # (each probe's verdict is read from its requests.csv and tbt_s.npy: those are always kept)
+    ex = _executor(args, always=("summary", "scenario", "requests", "tbt"))
     opts = CapacityOptions(args.attainment, args.probe_requests, args.probe_duration, args.start, args.tol,
                            args.max_probes, args.keep_up)
     for w in limit_unit_warnings(parse_slo(args.slo)):  # before a search that could take minutes
