@@ -36,7 +36,7 @@ from servesim.errors import InputError  # noqa: E402
 from servesim.outputs.intervals import CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval  # noqa: E402
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
-from servesim.outputs.rundir import RunData, read_json_dict, read_results, read_scenario  # noqa: E402
+from servesim.outputs.rundir import RunData, has_table, read_json_dict, read_results, read_scenario  # noqa: E402
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts,  # noqa: E402
                                        identical_labels, meets_slo, rank_key, ranked, slo_phrase, value_text,
                                        with_per_gpu)
@@ -147,8 +147,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     lacking = set()
     for g, r in chosen.items():
         folder = path / r["dir"]
-        lacks = [t for t in ("requests", "steps")
-                 if not ((folder / f"{t}.csv").is_file() or (folder / f"{t}.parquet").is_file())]
+        lacks = [t for t in ("requests", "steps") if not has_table(folder, t)]
         if lacks:
             bare.append(g)
             lacking.update(lacks)

@@ -692,7 +692,7 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         raise
     except Exception as e:  # noqa: BLE001
         plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)}
-                         | ({plugin_name(cluster.route)} if cluster._plugin_router else set()))
+                         | ({plugin_name(cluster.route)} if is_plugin(cluster.route) else set()))
         if not plugins:
             raise  # (servesim's own code alone: a bug, shown as one)
         raise PluginError(_failed_with_plugins(plugins, e)) from e

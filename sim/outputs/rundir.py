@@ -163,6 +163,12 @@ def read_parquet_columns(path: Path, required=()) -> dict:
 TABLES = {"requests": REQUEST_COLUMNS, "steps": STEP_COLUMNS}
 
 
+def has_table(run_dir: str | Path, name: str) -> bool:
+    """Whether a run folder holds its ``requests`` or ``steps`` table (CSV or Parquet)."""
+    p = Path(run_dir)
+    return (p / f"{name}.csv").is_file() or (p / f"{name}.parquet").is_file()
+
+
 def read_table(run_dir: str | Path, name: str, required=None) -> dict:
     """A run folder's ``requests`` or ``steps`` table, from ``<name>.csv`` or ``<name>.parquet``;
     ``required``: the columns it must have (default: all of the table's)."""

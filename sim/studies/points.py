@@ -172,11 +172,9 @@ def _file_digest(p) -> str:
     key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
     digest = _DIGESTS.get(key)
     if digest is None:
-        h = hashlib.sha256()
-        with open(p, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        digest = _DIGESTS[key] = h.hexdigest()
+        from servesim.outputs.writer import file_digest
+
+        digest = _DIGESTS[key] = file_digest(p)
     return digest
 
 
