@@ -82,6 +82,26 @@ def test_a_section_that_is_not_a_mapping_is_refused_by_every_command(tmp_path, c
         assert not out.exists() or cmd in ("sweep", "compare"), cmd  # (studies keep their folder's record)
 
 
+@pytest.mark.parametrize("section, value, hint", [
+    ("workload", {"trace": "t.csv"}, "workload.trace must be a mapping, got 't.csv'; write trace: {path: 't.csv'}"),
+    ("hardware", "h100-sxm", "hardware must be a mapping, got 'h100-sxm'; write hardware: {gpu: 'h100-sxm'}"),
+    ("workload", {"arrival": "poisson"}, "got 'poisson'; write arrival: {process: poisson, ...}"),
+    ("workload", {"arrival": 4}, "'process' key (valid: poisson, fixed, gamma, on_off, piecewise, sinusoidal, "
+                                 "closed_loop, all_at_once), got 4; e.g. arrival: {process: fixed, rate_rps: 4}"),
+    ("workload", {"prompt_tokens": 512}, "got 512; e.g. prompt_tokens: {dist: fixed, value: 512}"),
+    ("workload", {"arrival": [1]}, "'process' key (valid: poisson"),
+    ("cluster", 5, "cluster must be a mapping, got 5; its fields: replicas, router"),
+])
+def test_a_value_where_a_mapping_belongs_says_what_to_write(tmp_path, capsys, section, value, hint):
+    """A scalar where the schema wants a mapping gets the mapping it most likely meant (the one
+    required field, the tag it names, a bare number as the fixed case), else the fields."""
+    data = {**BASE, section: value} if section != "workload" else {**BASE, "workload": {**BASE["workload"], **value}}
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2 and hint in err and one_bounded_line(err), err
+
+
 # ---------------------------------------------------------------- numbers
 def numeric_leaves():
     """(schema, leaf) of every numeric field: the scenario's, a GPU file's, a calibration file's."""

@@ -350,7 +350,15 @@ def _build_tagged(options, value, path):
                      if typing.get_origin(hints[f.name]) is Literal and len(typing.get_args(hints[f.name])) == 1)
     by_tag = {typing.get_args(typing.get_type_hints(o)[tag_field])[0]: o for o in options}
     if not isinstance(value, dict):
-        raise InputError(f"{path} must be a mapping with a {tag_field!r} key, got {value!r}")
+        name, hint = path.rsplit(".", 1)[-1], ""
+        if isinstance(value, str) and value in by_tag:  # (``process: poisson`` one level up)
+            hint = f"; write {name}: {{{tag_field}: {value}, ...}}"
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and "fixed" in by_tag:
+            rest = [f.name for f in dataclasses.fields(by_tag["fixed"]) if f.name != tag_field]
+            if len(rest) == 1:  # (a bare number: most likely the fixed case's one figure)
+                hint = f"; e.g. {name}: {{{tag_field}: fixed, {rest[0]}: {value}}}"
+        raise InputError(f"{path} must be a mapping with a {tag_field!r} key (valid: {', '.join(by_tag)}), got "
+                         f"{shown(value)}{hint}")
     if tag_field not in value:
         raise InputError(f"{path}.{tag_field} is missing; valid: {', '.join(by_tag)}")
     tag = value[tag_field]
@@ -360,6 +368,20 @@ def _build_tagged(options, value, path):
 
 
 # ---------------------------------------------------------------- dataclasses
+def _mapping_hint(cls, value, path: str) -> str:
+    """What a mapping for ``cls`` holds, for the error on a value that is none: the one field a
+    lone scalar most likely meant (``trace: t.csv`` -> ``trace: {path: t.csv}``), else the
+    fields (required ones first)."""
+    fields = dataclasses.fields(cls)
+    required = [f.name for f in fields
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if len(required) == 1 and path and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return f"; write {path.rsplit('.', 1)[-1]}: {{{required[0]}: {shown(value)}}}"
+    names = required + [f.name for f in fields if f.name not in required]
+    listed = ", ".join(f"{n} (required)" if n in required else n for n in names[:12])
+    return f"; its fields: {listed}{', ...' if len(names) > 12 else ''}"
+
+
 def build(cls, data, path: str, root: str = "scenario"):
     """Build dataclass ``cls`` from plain data, checking types, bounds and unknown keys.
 
@@ -369,7 +391,7 @@ def build(cls, data, path: str, root: str = "scenario"):
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise InputError(f"{path or root} must be a mapping, got {shown(data)}")
+        raise InputError(f"{path or root} must be a mapping, got {shown(data)}{_mapping_hint(cls, data, path)}")
     if hasattr(cls, "expand"):
         data = cls.expand(data, path)
     hints = typing.get_type_hints(cls)
