@@ -73,6 +73,29 @@ def test_byte_order_mark_and_crlf_are_read(tmp_path):
     assert gen({"path": str(j)}).output_tokens.tolist() == [4]
 
 
+def test_csv_columns_are_found_in_any_case(tmp_path):
+    """An Azure trace saved with lower-case headers is still detected and read as Azure; a
+    generic CSV's columns and named ``columns`` match in any case; two columns that differ only
+    in case are no match (the error names the header)."""
+    low = tmp_path / "azure_lower.csv"
+    low.write_text(Path(write_azure(tmp_path / "plain.csv")).read_text().replace(
+        "TIMESTAMP,ContextTokens,GeneratedTokens", "timestamp,contexttokens,generatedtokens"))
+    s = gen({"path": str(low)})
+    assert s.arrival_s.tolist() == pytest.approx([0.0, 1e-7, 3.31941, 13.56941], abs=1e-12)
+    assert s.prompt_tokens.tolist() == [350, 410, 1000, 20]
+    g = tmp_path / "g.csv"
+    g.write_text("Arrival_S,PROMPT_TOKENS,Output_Tokens\n0,10,2\n1,20,3\n")
+    assert gen({"path": str(g)}).output_tokens.tolist() == [2, 3]
+    n = tmp_path / "n.csv"
+    n.write_text("T,In,Out\n0,10,2\n")
+    named = gen({"path": str(n), "columns": {"arrival": "t", "prompt": "in", "output": "OUT"}})
+    assert named.prompt_tokens.tolist() == [10]
+    twice = tmp_path / "twice.csv"
+    twice.write_text("arrival_s,Prompt_Tokens,PROMPT_TOKENS,output_tokens\n0,10,11,2\n")
+    with pytest.raises(InputError, match=r"no column 'prompt_tokens' for the prompt.*the header has: "):
+        gen({"path": str(twice)})
+
+
 def test_our_own_requests_csv_replays(tmp_path):
     res = simulate(make_scenario(**{"workload.num_requests": 20}))
     res.write(tmp_path / "run")

@@ -219,6 +219,17 @@ def test_a_table_of_measured_requests_replays_like_a_result(tmp_path, capsys):
     assert x["columns"]["ttft"] == "first (s: no unit in its name; --time-unit sets one)"
 
 
+def test_a_tables_columns_are_found_in_any_case(tmp_path):
+    """Column names in another case (a spreadsheet's ``TTFT_ms``) are the same columns, their
+    units read from the name as written."""
+    p = tmp_path / "t.csv"
+    p.write_text("Arrival_MS,Input_Tokens,Max_Tokens,TTFT_ms,E2E_MS\n0,10,5,20,90\n500,12,4,25,80\n")
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert v["requests"]["replayed"] == 2 and v["columns"]["ttft"].startswith("TTFT_ms")
+    assert v["metrics"]["ttft"]["mean"]["measured_s"] == pytest.approx(0.0225)  # (ms, as the name says)
+
+
 @pytest.mark.parametrize("header, row, args, match", [
     ("arrival_ms,input_tokens,max_tokens,ttft_ms", "0,10,5,20", [],
      r"no column for the e2e \(looked for e2e_s, e2e_ms, latency_s.*--columns e2e=COLUMN\); the header has: "),

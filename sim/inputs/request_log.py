@@ -26,7 +26,7 @@ import numpy as np
 
 from servesim.errors import InputError, did_you_mean, shown
 from servesim.inputs.files import not_utf8, read_bytes
-from servesim.inputs.traces import (MAX_TIME_S, TIME_UNITS, _length, _open_text, _time_value, data_rows,
+from servesim.inputs.traces import (MAX_TIME_S, TIME_UNITS, _length, _open_text, _time_value, column_index, data_rows,
                                      header_text)
 from servesim.inputs.vllm_result import BenchResult
 
@@ -97,19 +97,20 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
         header = [h.strip() for h in header]
         idx, names = {}, {}
         for role, tried in ROLES.items():
-            name = (columns or {}).get(role)
+            name = (columns or {}).get(role)  # (a column is found in any case: column_index)
             if name is not None:
-                if name not in header:
+                j = column_index(header, name)
+                if j is None:
                     raise InputError(f"{path} line 1: no column {shown(name)} (--columns {role}={name}); "
                                      f"{header_text(header)}")
             else:
-                name = next((n for n in tried if n in header), None)
-            if name is None:
+                j = next((k for k in (column_index(header, n) for n in tried) if k is not None), None)
+            if j is None:
                 if role in REQUIRED:
                     raise InputError(f"{path} line 1: no column for the {role} (looked for {', '.join(tried)}; "
                                      f"name it with --columns {role}=COLUMN); {header_text(header)}")
                 continue
-            idx[role], names[role] = header.index(name), name
+            idx[role], names[role] = j, header[j]
         # each time column's unit: --time-unit, else its name's, else seconds
         unit = {r: time_unit or unit_in_name(names[r]) or "s" for r in ("sent", "ttft", "e2e")}
         scale = {r: TIME_UNITS[u] for r, u in unit.items()}

@@ -216,10 +216,11 @@ def _detect(path: str, fmt: str, columns: dict | None) -> tuple[str, dict]:
             first = _sniff_jsonl(path)
             fmt = "mooncake" if columns is None and {HASH_IDS_KEY, "input_length"} <= set(first) else "jsonl"
         else:
-            header = set(_sniff_header(path))
-            if columns is None and {AZURE_COLUMNS["prompt"], AZURE_COLUMNS["output"]} <= header:
+            header = {h.casefold() for h in _sniff_header(path)}  # (columns are found in any case)
+            if columns is None and {AZURE_COLUMNS["prompt"].casefold(), AZURE_COLUMNS["output"].casefold()} <= header:
                 fmt = "azure"
-            elif columns is None and {SPLITWISE_COLUMNS["prompt"], SPLITWISE_COLUMNS["output"]} <= header:
+            elif columns is None and {SPLITWISE_COLUMNS["prompt"].casefold(),
+                                      SPLITWISE_COLUMNS["output"].casefold()} <= header:
                 fmt = "splitwise"
             else:
                 fmt = "csv"
@@ -256,6 +257,16 @@ def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col, hash_ids=
     return TraceData(str(path), *cols, tuple(hash_ids) if hash_ids is not None else None)
 
 
+def column_index(header: list, name: str) -> int | None:
+    """Where column ``name`` is in ``header``: the exact name, else the one column that differs
+    from it only in case (an Azure trace saved with ``timestamp`` for ``TIMESTAMP``); None if
+    neither (or several columns match in case alone)."""
+    if name in header:
+        return header.index(name)
+    folded = [j for j, h in enumerate(header) if h.casefold() == name.casefold()]
+    return folded[0] if len(folded) == 1 else None
+
+
 def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData:
     with _open_text(path) as fh:
         reader = csv.reader(fh)
@@ -266,8 +277,9 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
         idx = {}
         for key in ("arrival", "prompt", "output"):
             name = cols[key]
-            if name in header:
-                idx[key] = header.index(name)
+            j = column_index(header, name)
+            if j is not None:
+                idx[key] = j
             elif key != "arrival" or need_arrival:
                 raise InputError(f"{path} line 1: no column {shown(name)} for the {key} "
                                  f"(set workload.trace.columns.{key}); {header_text(header)}")
@@ -406,9 +418,9 @@ def _read_lengths(path, column) -> np.ndarray:
         if column is not None:
             reader = csv.reader(fh)
             header = [h.strip() for h in (next(reader, None) or [])]
-            if column not in header:
+            j = column_index(header, column)
+            if j is None:
                 raise InputError(f"{path} line 1: no column {shown(column)}; {header_text(header)}")
-            j = header.index(column)
             for row in reader:
                 if not row:
                     continue
