@@ -706,8 +706,8 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)})
         if plugins:
             raise PluginError(f"policy {', '.join(plugins)}: {stalled} requests were left in flight with nothing left "
-                              "to happen (the policy scheduled nothing while they waited and set no wake_at_s); a "
-                              "policy must schedule waiting work it can fit")
+                              "to happen (the policy scheduled nothing while they waited and set no finite "
+                              "wake_at_s); a policy must schedule waiting work it can fit")
         raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
     add_api_server(req_cols, setup.pools[0].engine, until)

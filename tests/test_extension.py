@@ -288,6 +288,11 @@ class WakesAtText(ContinuousPolicy):
         return make_batch([], wake_at_s="soon")
 
 
+class WakesNever(ContinuousPolicy):
+    def next_batch(self, state):
+        return make_batch([], wake_at_s=float("inf"))
+
+
 class AdmissionRaises(ContinuousPolicy):
     def admission_error(self, prompt_tokens, max_tokens, kv=None):
         raise RuntimeError("adm bug")
@@ -352,6 +357,8 @@ class RouterRaises(MinusOne):
                                                   "compute; schedule at most that"),
     # (a TypeError traceback when the engine compared it with the clock)
     ({"policy.name": "badplugins:WakesAtText"}, "wake_at_s is 'soon'; the simulated time"),
+    # (inf is never, as None: the clock was moved to inf and the policy asked again there)
+    ({"policy.name": "badplugins:WakesNever"}, "5 requests were left in flight .* no finite wake_at_s"),
     ({"policy.name": "badplugins:AdmissionRaises"}, "admission_error raised RuntimeError: adm bug"),
     # (5 was taken as a rejection reason)
     ({"policy.name": "badplugins:AdmissionSaysFive"}, "admission_error returned 5; a reason"),

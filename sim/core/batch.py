@@ -16,7 +16,7 @@ class Batch(NamedTuple):
     running set, with ``prefix_hits`` (request, cached tokens) for those whose prompt starts with
     KV already in the prefix cache; ``reserve`` (request, tokens): KV reserved up front (static
     batching). ``wake_at_s``: with an empty batch, when the policy wants to be asked again even if
-    nothing arrives (static batching's timeout).
+    nothing arrives (static batching's timeout; ``inf`` is never, as None).
 
     The counts below are fixed when the batch is built (from each request's
     ``num_computed_tokens`` at that moment, or its prefix hit) and are all the cost model needs:

@@ -421,7 +421,7 @@ class Replica:
     def _sleep(self, until_s):
         """An event that fires on ``wake()`` (or at ``until_s``)."""
         self._wakeup = ev = self.env.event()
-        if until_s is not None and until_s > self.env.now:
+        if until_s is not None and self.env.now < until_s < math.inf:  # (inf: never, as None)
             return ev | self.env.timeout(until_s - self.env.now)
         return ev
 
