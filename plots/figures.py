@@ -144,7 +144,8 @@ def _log_latency_axes(ax, slo_s, xlabel: str, ylabel: str, title: str):
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    if ax.get_legend_handles_labels()[0]:  # (no labelled series: no legend, and no matplotlib warning)
+        ax.legend(fontsize="small")
     return ax
 
 
