@@ -14,6 +14,9 @@ Each warning is ``{"code": ..., "message": ...}``:
   when requests served in longer than that half of the arrivals lasts could make the whole
   shortfall by themselves (``keep_up["warmup"]``), the run may instead be too short to tell (the
   message says which). Not shown with ``unfinished``, which says it already;
+- ``head_of_line``: with whole-prompt admission, prompts at the head of the queue that fit the token
+  budget only alone (not next to the running decodes) waited at least ``HEAD_OF_LINE_SHARE`` of the
+  run's replica time (``summary["head_of_line"]``), and under FCFS the queue behind them waited too;
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
@@ -28,6 +31,7 @@ from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
 
 REJECTED_SHARE = 0.1
 UNFINISHED_SHARE = 0.1
+HEAD_OF_LINE_SHARE = 0.01  # of the run's time x replicas: a stall the TTFT tail shows, not a rare instant
 KEEP_UP_MIN_REQUESTS = 50  # fewer: a handful of slow requests at the end would say it
 TTFT_S_MAX = 60.0  # a first token after more than a minute is no interactive SLO: likely ms
 TPOT_S_MAX = 1.0  # a second per output token: likely ms
@@ -150,9 +154,27 @@ def run_warnings(summary: dict, scenario) -> list:
                f"instead of settling; {rate} (lower the rate or add replicas; servesim capacity finds the highest "
                "rate it keeps up with)")
         out.append({"code": "not_keeping_up", "message": msg})
+    out += head_of_line_warnings(summary, scenario)
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
     return out
+
+
+def head_of_line_warnings(summary: dict, scenario) -> list:
+    """``head_of_line`` (module docstring): the waits, their share of the run, and what avoids them."""
+    hol = summary.get("head_of_line") or {}
+    k, waited = hol.get("budget_blocked_requests", 0), hol.get("budget_blocked_s", 0.0)
+    span = (summary.get("sim_time_s") or 0.0) * ((summary.get("utilization") or {}).get("replicas") or 1)
+    if not k or span <= 0 or waited < HEAD_OF_LINE_SHARE * span:
+        return []
+    fix = ("chunked prefill (policy.name=chunked_prefill) or a token budget well above the longest prompt avoids it"
+           + ("" if scenario.policy.prefill_first else "; policy.prefill_first runs waiting prompts before the "
+              "decodes, as vLLM V0 did"))
+    return [{"code": "head_of_line",
+             "message": f"{k} prompt{'s' if k > 1 else ''} at the head of the queue waited {waited:.3g} s in all "
+                        f"({waited / span:.0%} of the run) for room in the token budget "
+                        "(policy.max_num_batched_tokens) next to the running decodes, a whole prompt a step, and the "
+                        f"requests behind waited with them: {fix}"}]
 
 
 def format_warnings(warnings: list) -> list:
