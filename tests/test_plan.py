@@ -4,6 +4,7 @@ that no cheaper configuration of the space meets the SLO."""
 import copy
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -308,6 +309,36 @@ def test_a_plan_with_nothing_to_simulate_reports_so(tmp_path, capsys):
     assert not (out / "figures").exists()
     assert main(["report", str(out)]) == 0
     assert "(no figures: nothing to draw)" in capsys.readouterr().out
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(seeds=1.5), "plan.json: seeds is 1.5, where servesim writes a list of seeds; the plan folder "
+                                    "is damaged"),
+    (lambda d: d.update(rate_rps="x"), "rate_rps is 'x', where servesim writes a rate > 0"),
+    (lambda d: d.update(ranking={}), "ranking is {}, where servesim writes a list of keys"),
+    (lambda d: d["candidates"].__setitem__(0, "x"), r"candidates\[0\] is 'x', where servesim writes a mapping"),
+    (lambda d: (d["candidates"][0].update(status="feasible", runs=5), d.update(ranking=[d["candidates"][0]["key"]])),
+     r"plan.json: damaged \(edited\): (KeyError|TypeError)"),
+])
+def test_report_on_a_damaged_plan_folder_names_it(tmp_path, capsys, edit, message):
+    """Found by fuzzing: an edited plan.json (seeds a number) stopped servesim report with a
+    TypeError traceback deep in the report. Its top-level keys are checked with what servesim
+    writes; damage deeper in a candidate is named as damage of plan.json."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    out = tmp_path / "p"
+    assert main(["plan", str(f), "--rate", "5", "--slo", SLO, "--tp", "3", "--policies", "continuous",
+                 "--seeds", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["candidates"]
+    edit(doc)
+    (out / "plan.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and "Traceback" not in err, err
+
 
 @pytest.mark.parametrize("args, message", [
     (["--objective", "speed"], "invalid choice"),

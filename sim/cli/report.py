@@ -17,7 +17,12 @@ def cmd_report(args) -> int:
     if (path / PLAN_JSON).is_file():
         from servesim.plots.plan_report import build_plan_report
 
-        out = build_plan_report(path)
+        try:
+            out = build_plan_report(path)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            # (plan.json's top level is checked by read_plan; an edited candidate fails here)
+            raise InputError(f"{path / PLAN_JSON}: damaged (edited): {type(e).__name__}: {e}; run servesim plan "
+                             "again") from None
     else:
         from servesim.plots.report import build_report  # matplotlib only here, never in the engine
 

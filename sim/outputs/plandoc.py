@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
 from servesim.outputs.metrics import PER_REQUEST, parse_slo
 from servesim.outputs.rundir import read_json_dict
 
@@ -29,7 +29,34 @@ def read_plan(folder: str | Path) -> dict:
     lacks = [k for k in ("kind", "candidates", "rate_rps", "slo", "ranking") if k not in doc]
     if lacks or doc.get("kind") != "plan":
         raise InputError(f"{p}: no {', '.join(lacks) or 'kind: plan'}: not a plan servesim wrote")
+    for key, ok, want in _PLAN_TYPES:  # (an edited plan.json would otherwise fail deep in the report)
+        if (key in doc or key in ("candidates", "rate_rps", "slo", "ranking")) and not ok(doc.get(key)):
+            raise InputError(f"{p}: {key} is {shown(doc.get(key))}, where servesim writes {want}; the plan folder is "
+                             "damaged (edited): run servesim plan again")
+    for i, c in enumerate(doc["candidates"]):
+        if not (isinstance(c, dict) and isinstance(c.get("key"), str) and isinstance(c.get("status"), str)
+                and isinstance(c.get("shape"), dict)):
+            raise InputError(f"{p}: candidates[{i}] is {shown(c)}, where servesim writes a mapping with a key, a "
+                             "status and a shape; the plan folder is damaged (edited): run servesim plan again")
     return doc
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_PLAN_TYPES = (  # (key, check, what servesim writes) for the keys the report and the CLI read
+    ("candidates", lambda v: isinstance(v, list), "a list"),
+    ("ranking", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of keys"),
+    ("rate_rps", lambda v: _number(v) and v > 0, "a rate > 0"),
+    ("slo", lambda v: isinstance(v, str), "the SLO as --slo gave it"),
+    ("seeds", lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
+     "a list of seeds"),
+    ("attainment", lambda v: v is None or (_number(v) and 0 < v <= 1), "a share (or null)"),
+    ("requests_at_rate", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "a count"),
+    ("wall_s", lambda v: v is None or _number(v), "seconds"),
+    ("objective", lambda v: v is None or isinstance(v, str), "an objective's name"),
+)
 
 
 def fmt_s(v) -> str:
