@@ -65,6 +65,11 @@ class ContinuousPolicy:
     # Sarathi-Serve), decodes run only in steps that admit nothing. False: prompts join the
     # running decodes' step (Orca's iteration-level batching, vLLM V1).
     prefill_first: bool = False
+    # vLLM V1 with chunked prefill off (``Scheduler.schedule``: a waiting request whose new tokens
+    # exceed the budget left is set aside and the next one tried): a whole prompt that does not fit
+    # next to the running decodes is skipped, the requests behind it admitted if they fit. False:
+    # admission stops there (FCFS head-of-line: the queue behind it waits too).
+    skip_unfit_prompts: bool = False
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -79,7 +84,8 @@ class ContinuousPolicy:
                    reserve=getattr(cfg, "reserve", "none"), max_output_tokens=cfg.max_output_tokens,
                    max_context_tokens=model.max_context_tokens,
                    buddy=getattr(cfg, "reserve_allocator", "paged") == "buddy",
-                   prefill_first=getattr(cfg, "prefill_first", False), **kw)
+                   prefill_first=getattr(cfg, "prefill_first", False),
+                   skip_unfit_prompts=getattr(cfg, "skip_unfit_prompts", False), **kw)
 
     def reserved_tokens(self, prompt_tokens: int, output_tokens: int) -> int:
         """KV tokens reserved at admission for a request (``reserve``; 0 when none).
@@ -457,14 +463,21 @@ class ContinuousPolicy:
         all_back = all_back and swapped_back
         if all_back:
             kept = int(self.watermark * kv.num_blocks)
+            skip = self.skip_unfit_prompts and not self.chunked and not self.prefill_first
+            skipped = None  # (skip: the first prompt set aside for the budget, with what was left then)
             for r in state.waiting:
                 if n_seqs >= self.max_num_seqs:
                     stop = ("max_num_seqs", r, budget, free, 0)
                     break
                 c, held, idle, q = self._waiting_tokens(kv, r, budget, dropped)
                 if q > budget or q == 0:
-                    if not self.chunked and q <= self.max_num_batched_tokens and not admitted and not swap_in:
+                    if not self.chunked and q <= self.max_num_batched_tokens and not admitted and not swap_in \
+                            and skipped is None:
                         blocked = r  # fits the budget alone, not next to the running requests' tokens
+                    if skip and budget > 0:  # (vLLM V1: set aside, the next one tried while tokens are left)
+                        if skipped is None:
+                            skipped = ("budget", r, budget, free, self.max_num_seqs - n_seqs)
+                        continue
                     stop = ("budget", r, budget, free, self.max_num_seqs - n_seqs)
                     break
                 tokens = c + q
@@ -487,6 +500,8 @@ class ContinuousPolicy:
                 admitted.append(r)
                 if c:  # a prefix-cache hit
                     hits.append((r, c))
+            if stop is None and skipped is not None:  # (only prompts set aside are left: they wait for tokens)
+                stop = skipped
         return swap_in, admitted, hits, blocked, stop
 
 

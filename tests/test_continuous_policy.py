@@ -137,6 +137,36 @@ def test_budget_blocked_names_a_head_held_back_by_the_running_requests_only():
     assert scheduled(b) == {7: 1} and b.budget_blocked is head
 
 
+def test_skip_unfit_prompts_sets_aside_a_prompt_without_room_and_admits_the_ones_behind():
+    """vLLM V1 with chunked prefill off: a whole prompt that does not fit the budget left next to
+    the running decodes is set aside, and the requests behind it are tried (each whole, in order,
+    while tokens are left); without the option admission stops at it (FCFS)."""
+    kv = BlockAllocator(num_blocks=1000, block_size=16)
+    running = [running_req(0, 100, 5, kv), running_req(1, 40, 2, kv)]
+    big, small, mid, tiny = (Request(2, 0.0, 1000, 10), Request(3, 0.0, 300, 10), Request(4, 0.0, 697, 10),
+                             Request(5, 0.0, 1, 10))
+    state = lambda: ReplicaState(running, deque([big, small, mid, tiny]), kv)  # noqa: E731
+    fcfs = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=1000).next_batch(state())
+    assert scheduled(fcfs) == {0: 1, 1: 1} and fcfs.budget_blocked is big and fcfs.stop[:2] == ("budget", big)
+    pol = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=1000, skip_unfit_prompts=True)
+    b = pol.next_batch(state())
+    # budget 1000 - 2 decodes = 998: 1000 set aside; 300 fits (698 left); 697 fits (1 left); 1 fits (0 left)
+    assert scheduled(b) == {0: 1, 1: 1, 3: 300, 4: 697, 5: 1}
+    assert [r.request_id for r in b.admitted] == [3, 4, 5]
+    assert b.budget_blocked is big and b.stop[:2] == ("budget", big) and not b.steady
+    # a request behind that does not fit what is left is set aside too; the step stops when no token is left
+    b = pol.next_batch(ReplicaState(running, deque([big, Request(6, 0.0, 999, 10), small]), kv))
+    assert scheduled(b) == {0: 1, 1: 1, 3: 300} and b.stop[:2] == ("budget", big)
+    # with nothing set aside it decides as FCFS does
+    b = pol.next_batch(ReplicaState(running, deque([small]), kv))
+    assert scheduled(b) == {0: 1, 1: 1, 3: 300} and b.stop is None and b.steady
+    # chunked prefill and prefill_first have room for any prompt: the option changes nothing
+    for kw in ({"chunked": True}, {"prefill_first": True}):
+        on = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=1000, skip_unfit_prompts=True, **kw)
+        off = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=1000, **kw)
+        assert scheduled(on.next_batch(state())) == scheduled(off.next_batch(state())), kw
+
+
 def test_prefill_first_admits_prompts_in_a_step_of_their_own():
     """vLLM V0 without chunked prefill: while prompts can be admitted, the step carries only them
     (the running decodes stall); when none can, the running requests decode."""

@@ -34,6 +34,22 @@ def test_a_short_prompt_behind_a_budget_blocked_head_waits_head_of_line():
     assert res.summary["decisions"]["head_of_line"]["requests"] == 1
 
 
+def test_with_skip_unfit_prompts_the_short_prompt_goes_ahead_and_the_head_waits_for_the_budget():
+    """The same queue with policy.skip_unfit_prompts (vLLM V1 without chunked prefill): request 9
+    is admitted at its first decision, ahead of 8, which waits for the budget alone (no
+    head-of-line span); 8 is admitted once the decodes leave room, as before."""
+    rows = [(0.0, 100, 300)] * 8 + [(0.5, 1995, 5), (0.51, 50, 5)]
+    sc = make_scenario(**{"policy.max_num_batched_tokens": 2000, "policy.skip_unfit_prompts": True})
+    res = simulate(sc, specs=specs(rows), decision_trace=True)
+    assert {s[0] for s in spans(res, 8)} <= {"arrived", "budget"} and spans(res, 8)[-1][0] == "budget"
+    assert [s[0] for s in spans(res, 9)] == ["arrived"]
+    rq = res.requests
+    assert rq["scheduled_s"][9] < 0.6 < rq["scheduled_s"][8]
+    assert res.summary["decisions"]["head_of_line"]["requests"] == 0
+    fcfs = simulate(make_scenario(**{"policy.max_num_batched_tokens": 2000}), specs=specs(rows))
+    assert fcfs.requests["scheduled_s"][9] > fcfs.requests["scheduled_s"][8]
+
+
 def test_spans_tile_each_wait_from_arrival_to_admission():
     res = simulate(make_scenario(**MIX), decision_trace=True)
     rq, d = res.requests, res.decisions
@@ -48,6 +64,7 @@ def test_spans_tile_each_wait_from_arrival_to_admission():
 
 
 @pytest.mark.parametrize("extra", [
+    {"policy.skip_unfit_prompts": True, "policy.max_num_batched_tokens": 4096},
     {"policy.queue": {"order": "priority"}},
     {"policy.queue": {"order": "sjf", "aging_s": 1.0}, "policy.name": "chunked_prefill",
      "policy.max_num_batched_tokens": 512},

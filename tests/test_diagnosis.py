@@ -219,6 +219,19 @@ def test_a_prompt_stuck_at_the_head_of_the_queue_is_a_warning():
         assert not [w for w in f["warnings"] if w["code"] == "head_of_line"], fix
         assert f["ttft_s"]["p99"] < s["ttft_s"]["p99"], fix
     assert s["ttft_s"]["p99"] > 5 * f["ttft_s"]["p99"]  # (the stall is the tail: 1.6 s against 0.08 s)
+    # printed once: the warning, not also the head-of-line line (which shows waits below the warning's share)
+    from servesim.cli.main import format_summary
+
+    text = format_summary(s)
+    assert "warning       " + w["message"] in text and "head-of-line  " not in text
+    below = {**s, "warnings": []}
+    assert "head-of-line  " in format_summary(below)
+    # skip_unfit_prompts (vLLM V1): the chats go ahead of the long prompts, which wait longer; still loud
+    k = simulate(make_scenario(**{**kw, "policy.skip_unfit_prompts": True})).summary
+    (w,) = [w for w in k["warnings"] if w["code"] == "head_of_line"]
+    assert "set aside (policy.skip_unfit_prompts), the requests behind went ahead" in w["message"]
+    assert k["classes"]["chat"]["ttft_s"]["p99"] < 0.2 * s["classes"]["chat"]["ttft_s"]["p99"]
+    assert k["classes"]["long"]["ttft_s"]["p99"] > s["classes"]["long"]["ttft_s"]["p99"]
     chats = [{**kw["workload.classes"][0], "share": 1.0}]
     short = simulate(make_scenario(**{**kw, "workload.classes": chats})).summary
     assert short["head_of_line"]["budget_blocked_s"] == 0 and short["warnings"] == []

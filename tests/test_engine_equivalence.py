@@ -144,6 +144,14 @@ CASES = {
     "max_seqs": {"policy.max_num_seqs": 8},
     "prefill_first": {"policy.prefill_first": True},
     "prefill_first_tight": {**TIGHT, "policy.prefill_first": True, "policy.max_num_seqs": 32},
+    # prompts set aside for the budget (vLLM V1 without chunked prefill), the ones behind admitted
+    "skip_unfit": {"policy.skip_unfit_prompts": True, "policy.max_num_batched_tokens": 2048,
+                   "workload.prompt_tokens": None, "workload.output_tokens": None, "workload.classes": [
+                       {"name": "chat", "share": 0.8, "prompt_tokens": {"dist": "uniform", "min": 50, "max": 300},
+                        "output_tokens": {"dist": "uniform", "min": 100, "max": 300}},
+                       {"name": "long", "share": 0.2, "prompt_tokens": {"dist": "uniform", "min": 2030, "max": 2046},
+                        "output_tokens": {"dist": "fixed", "value": 2}}]},
+    "skip_unfit_tight": {**TIGHT, "policy.skip_unfit_prompts": True, "policy.max_num_batched_tokens": 3000},
     "watermark": {**TIGHT, "policy.watermark": 0.05},
     "spec": {"policy.spec": {"draft": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.7}},
     "prefix": {"policy.prefix_caching": True},
@@ -416,6 +424,9 @@ def test_fast_engine_matches_reference(case):
         assert ref.summary["preemptions"] > 0  # the case exercises what it says
     if case.startswith("admission"):
         assert ref.summary["rejected"] > 0
+    if case == "skip_unfit":  # the case exercises what it says: prompts set aside, later ones admitted first
+        order = np.argsort(ref.requests["scheduled_s"], kind="stable")
+        assert (np.diff(ref.requests["request_id"][order]) < 0).any()
     if case.startswith("held") or case in HELD_TOO:
         # runs held a waiting queue until a completion (they were decided step by step before)
         assert sum(p["held_runs"] for p in fast.engine_stats.values()) > 0, case
@@ -933,6 +944,8 @@ def _random_mix(rnd, kw: dict) -> dict:
                 kw["policy.spec"] = {"draft": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.7}
         if pol == "continuous" and rnd.random() < 0.15:  # (prefill_first: continuous only)
             kw["policy.prefill_first"] = True
+        elif pol == "continuous" and rnd.random() < 0.15:
+            kw["policy.skip_unfit_prompts"] = True
     if rnd.random() < 0.2:
         kw["hardware.pp"] = 2
     if pol != "pd_split" and rnd.random() < 0.25:

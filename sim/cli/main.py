@@ -65,12 +65,13 @@ def format_summary(s: dict) -> str:
               f"KV mean {u['kv_usage_mean'] * 100:.0f}% / max {u['kv_usage_max'] * 100:.0f}%, "
               f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%"]
     hol = s.get("head_of_line") or {}
-    if hol.get("budget_blocked_requests"):
+    if hol.get("budget_blocked_requests") and not any(w.get("code") == "head_of_line" for w in s.get("warnings") or ()):
+        # (waits too short for the head_of_line warning, which says more, are still shown)
         n = hol["budget_blocked_requests"]
         lines.append(f"head-of-line  {n} prompt{'s' if n != 1 else ''} waited at the head of the queue, "
                      f"{hol['budget_blocked_s']:.1f} s in all, for room in the token budget next to running decodes "
-                     "(their whole prompt fits policy.max_num_batched_tokens only alone; everything queued behind "
-                     "waited too): chunked_prefill or a larger budget avoids it")
+                     "(their whole prompt fits policy.max_num_batched_tokens only alone): chunked_prefill or a "
+                     "larger budget avoids it")
     lines += _format_memory(s)
     lines += format_decisions(s.get("decisions"))
     lines += _format_economics(s)

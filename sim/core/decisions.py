@@ -11,7 +11,8 @@ and the tokens, free KV blocks and sequence slots left then):
   ``preemption_step`` when the step preempted);
 * a request behind it that would have fit what was left (its tokens, KV blocks and a slot):
   ``head_of_line``, or ``priority`` when the one ahead has a higher priority; one that would not
-  have fit: the resource it lacked itself;
+  have fit: the resource it lacked itself (with ``policy.skip_unfit_prompts``, prompts set aside
+  for the budget, ahead of or behind that request, are ``budget``: nothing waits behind them);
 * a request that arrived while a step ran waits for the next decision (``arrived``); one
   preempted waits out that step (``preempted``; swapped out: until swapped back in).
 
@@ -63,6 +64,9 @@ class DecisionTracer:
         low = prio.lowest() if prio is not None else None
         kv = replica.kv
         chunked = getattr(replica.policy, "chunked", False)
+        # (skip_unfit_prompts: prompts set aside for the budget are not the queue's head-of-line)
+        skipping = (getattr(replica.policy, "skip_unfit_prompts", False) and not chunked
+                    and not getattr(replica.policy, "prefill_first", False))
         head = stop[1] if stop is not None else None
         behind = False  # past the request admission stopped at
         for queue in (replica.landed, replica.waiting):
@@ -79,11 +83,13 @@ class DecisionTracer:
                 elif r is head:
                     reason = stop[0]
                     behind = True
-                elif not behind:  # ahead of the head yet not admitted: a holder queue's order
-                    reason = "swapped_first"
+                elif not behind:  # ahead of the head yet not admitted: a holder queue's order, or set aside
+                    reason = "budget" if skipping and queue is replica.waiting else "swapped_first"
                 else:
                     lack = _lacks(r, stop, kv, chunked)
-                    if lack is None:
+                    if lack is None and skipping and stop[0] == "budget":
+                        reason = "budget"  # (set aside too, once those admitted after the head took the tokens)
+                    elif lack is None:
                         reason = "priority" if head.priority < r.priority else "head_of_line"
                         blocker = head.request_id
                     else:

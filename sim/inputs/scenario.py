@@ -580,6 +580,10 @@ class Policy:
     prefill_first: bool = _f(False, doc="continuous: vLLM V0's scheduler without chunked prefill: a step that "
                                         "admits prompts carries no decodes (running requests stall for it); "
                                         "false: prompts join the running decodes' step (Orca, vLLM V1)")
+    skip_unfit_prompts: bool = _f(False, doc="continuous: a waiting prompt that does not fit the token budget left "
+                                             "next to the running decodes is skipped and the requests behind it "
+                                             "are tried (vLLM V1 with chunked prefill off); false: it waits at the "
+                                             "head of the queue, and the queue behind it too")
     spec: Optional[Spec] = _f(None, doc="speculative decoding (continuous, chunked_prefill); null: off")
     preset: Optional[str] = _f(None, doc="vllm_v1_serve | vllm_v1_offline: vLLM V1's scheduler defaults for the "
                                          "GPU and entry point (sim/inputs/presets.py), filling fields not given")

@@ -16,11 +16,13 @@ Each warning is ``{"code": ..., "message": ...}``:
   message says which). Not shown with ``unfinished``, which says it already;
 - ``head_of_line``: with whole-prompt admission, prompts at the head of the queue that fit the token
   budget only alone (not next to the running decodes) waited at least ``HEAD_OF_LINE_SHARE`` of the
-  run's replica time (``summary["head_of_line"]``), and under FCFS the queue behind them waited too;
+  run's replica time (``summary["head_of_line"]``); the queue behind them waited too, or with
+  ``policy.skip_unfit_prompts`` went ahead of them (which can starve them);
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
-  another packaged policy's, pipeline overlap without stages): the run is the one without it.
+  another packaged policy's, ``skip_unfit_prompts`` without whole-prompt admission beside decodes,
+  pipeline overlap without stages): the run is the one without it.
   Such settings are accepted, not refused, so that one scenario can carry every variant's fields
   through sweeps and comparisons.
 """
@@ -78,8 +80,13 @@ def no_effect_warnings(scenario) -> list:
         if pol.max_output_tokens is not None and pol.reserve != "max":
             add("max_output_tokens", pol.max_output_tokens,
                 "it caps what static batching, or policy.reserve=max, reserves per request")
+        if pol.skip_unfit_prompts and (pol.name == "chunked_prefill" or pol.prefill_first):
+            add("skip_unfit_prompts", "true", "policy.prefill_first admits prompts with the whole budget"
+                if pol.prefill_first else "chunked prefill fits any prompt in chunks")
     elif pol.preemption != default.preemption:
         add("preemption", pol.preemption, "static batching reserves each batch's KV whole and never preempts")
+    if pol.name == "static" and pol.skip_unfit_prompts:
+        add("skip_unfit_prompts", "true", "static batching runs no decodes beside a batch's prompts")
     if not pol.is_deployment:
         for side, value, base in (("prefill", pol.prefill, Pool()), ("decode", pol.decode, Pool()),
                                   ("link", pol.link, Link())):
@@ -167,14 +174,18 @@ def head_of_line_warnings(summary: dict, scenario) -> list:
     span = (summary.get("sim_time_s") or 0.0) * ((summary.get("utilization") or {}).get("replicas") or 1)
     if not k or span <= 0 or waited < HEAD_OF_LINE_SHARE * span:
         return []
+    pol = scenario.policy
     fix = ("chunked prefill (policy.name=chunked_prefill) or a token budget well above the longest prompt avoids it"
-           + ("" if scenario.policy.prefill_first else "; policy.prefill_first runs waiting prompts before the "
-              "decodes, as vLLM V0 did"))
-    return [{"code": "head_of_line",
-             "message": f"{k} prompt{'s' if k > 1 else ''} at the head of the queue waited {waited:.3g} s in all "
-                        f"({waited / span:.0%} of the run) for room in the token budget "
-                        "(policy.max_num_batched_tokens) next to the running decodes, a whole prompt a step, and the "
-                        f"requests behind waited with them: {fix}"}]
+           + ("" if pol.prefill_first else "; policy.prefill_first runs waiting prompts before the decodes, as vLLM "
+              "V0 did"))
+    waits = (f"{k} prompt{'s' if k > 1 else ''} at the head of the queue waited {waited:.3g} s in all "
+             f"({waited / span:.0%} of the run) for room in the token budget (policy.max_num_batched_tokens) next to "
+             "the running decodes, a whole prompt a step")
+    behind = ("; set aside (policy.skip_unfit_prompts), the requests behind went ahead, so such a prompt waits as "
+              "long as decodes keep running" if pol.skip_unfit_prompts else
+              ", and the requests behind waited with them (policy.skip_unfit_prompts lets them go ahead, as vLLM V1 "
+              "does)")
+    return [{"code": "head_of_line", "message": f"{waits}{behind}: {fix}"}]
 
 
 def format_warnings(warnings: list) -> list:
