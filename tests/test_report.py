@@ -107,6 +107,9 @@ def test_report_on_a_damaged_run_folder_names_the_file(tmp_path, capsys, name, b
     ("preemptions", -1, "a count (an integer >= 0)"), ("rejected", True, "a count"),
     ("throughput_rps", "fast", "a number (or null)"), ("ttft_s", [1, 2], "a mapping (or null)"),
     ("scenario", 7, "a name"),
+    # (fuzzing: a sweep's report read a run's utilization = null as a mapping, a TypeError)
+    ("utilization", None, "utilization is None, where servesim writes a mapping;"),
+    ("phases", None, "phases is None, where servesim writes a mapping;"),
     # sections beyond those every summary has (one was read as a mapping and stopped the report)
     ("workload", "x", "workload is 'x', where servesim writes a mapping"), ("classes", [1], "a mapping"),
     ("warnings", {"a": 1}, "where servesim writes a list"),

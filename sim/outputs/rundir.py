@@ -202,6 +202,8 @@ def read_summary(run_dir: str | Path) -> dict:
             want = "a number (or null)"
         elif k == "scenario":
             ok, want = isinstance(v, str), "a name"
+        elif k in _ALWAYS_MAPPINGS:  # (every run has them: the report reads their figures)
+            ok, want = isinstance(v, dict), "a mapping"
         else:
             ok, want = v is None or isinstance(v, dict), "a mapping (or null)"
         if not ok:
@@ -217,6 +219,7 @@ def read_summary(run_dir: str | Path) -> dict:
 
 
 _COUNT_KEYS = ("num_requests", "completed", "rejected", "unfinished", "preemptions")
+_ALWAYS_MAPPINGS = ("phases", "utilization", "pools", "kv_capacity")
 # summary sections beyond SUMMARY_KEYS (not in every summary: older ones, or only some runs)
 _SECTION_KEYS = ("itl_s", "slo", "kv", "head_of_line", "cost", "workload", "api_server_s", "classes", "fairness",
                  "profile", "economics", "files", "decisions", "seeds")
