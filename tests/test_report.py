@@ -110,6 +110,10 @@ def test_report_on_a_damaged_run_folder_names_the_file(tmp_path, capsys, name, b
     # (fuzzing: a sweep's report read a run's utilization = null as a mapping, a TypeError)
     ("utilization", None, "utilization is None, where servesim writes a mapping;"),
     ("phases", None, "phases is None, where servesim writes a mapping;"),
+    # (fuzzing: a statistic missing from a latency mapping was a KeyError in a sweep's report)
+    ("ttft_s", {}, "ttft_s.mean is missing, where servesim writes a number (or null)"),
+    ("tpot_s", {"mean": 1.0, "p50": "x", "p90": 1.0, "p99": 1.0}, "tpot_s.p50 is 'x'"),
+    ("utilization", {"mfu": 0.1}, "utilization.mean_batch_size is missing"),
     # sections beyond those every summary has (one was read as a mapping and stopped the report)
     ("workload", "x", "workload is 'x', where servesim writes a mapping"), ("classes", [1], "a mapping"),
     ("warnings", {"a": 1}, "where servesim writes a list"),

@@ -209,6 +209,14 @@ def read_summary(run_dir: str | Path) -> dict:
         if not ok:
             raise InputError(f"{p}: {k} is {shown(v)}, where servesim writes {want}; the run folder is damaged "
                              "(edited): run it again")
+    for k, figures in _FIGURES_IN.items():  # (the figures the readers index in those mappings)
+        v = summary.get(k)
+        if isinstance(v, dict):
+            bad = next((f for f in figures if not (f in v and (v[f] is None or (
+                isinstance(v[f], (int, float)) and not isinstance(v[f], bool))))), None)
+            if bad is not None:
+                raise InputError(f"{p}: {k}.{bad} is {shown(v.get(bad)) if bad in v else 'missing'}, where servesim "
+                                 "writes a number (or null); the run folder is damaged (edited): run it again")
     for k, v in summary.items():  # the other sections its readers take apart, when present
         want = dict if k in _SECTION_KEYS else list if k in _LIST_KEYS else None
         if want is not None and v is not None and not isinstance(v, want):
@@ -220,6 +228,9 @@ def read_summary(run_dir: str | Path) -> dict:
 
 _COUNT_KEYS = ("num_requests", "completed", "rejected", "unfinished", "preemptions")
 _ALWAYS_MAPPINGS = ("phases", "utilization", "pools", "kv_capacity")
+_DIST = ("mean", "p50", "p90", "p99")
+_FIGURES_IN = {"ttft_s": _DIST, "tpot_s": _DIST, "tbt_s": _DIST, "e2e_s": _DIST, "queue_s": _DIST, "itl_s": _DIST,
+               "utilization": ("mean_batch_size", "mfu", "mbu")}
 # summary sections beyond SUMMARY_KEYS (not in every summary: older ones, or only some runs)
 _SECTION_KEYS = ("itl_s", "slo", "kv", "head_of_line", "cost", "workload", "api_server_s", "classes", "fairness",
                  "profile", "economics", "files", "decisions", "seeds")
