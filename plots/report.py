@@ -550,7 +550,8 @@ def _build(path: Path, bar: Phases) -> Path:
 
 def _run_verdict(s: dict) -> list:
     """A run folder's verdict: SLO attainment, the diagnosis and the warnings."""
-    out = ["## Verdict", "", f"Goodput {s['goodput_rps']:.3g} req/s; {slo_phrase(s)}."]
+    g = s.get("goodput_rps")  # (a number or null: read_summary's rule)
+    out = ["## Verdict", "", f"Goodput {'-' if g is None else f'{g:.3g}'} req/s; {slo_phrase(s)}."]
     d = ((s.get("profile") or {}).get("diagnosis") or {}).get("line")
     if d:
         out += ["", f"Diagnosis: {d}."]

@@ -102,6 +102,18 @@ def test_report_on_a_damaged_run_folder_names_the_file(tmp_path, capsys, name, b
     assert name in err and message in err and "Traceback" not in err
 
 
+def test_a_run_summary_with_null_figures_still_reports(tmp_path, capsys):
+    """Figures read_summary allows to be null (goodput_rps, as a NaN is written) are shown as '-'
+    (found by fuzzing: the verdict formatted None and stopped with a TypeError)."""
+    out = tmp_path / "run"
+    simulate(make_scenario(**{"workload.num_requests": 10})).write(out)
+    summary = json.loads((out / "summary.json").read_text())
+    summary["goodput_rps"] = summary["slo_attainment"] = None
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(out), "--quiet"]) == 0
+    assert "Goodput - req/s; has no SLO attainment." in (out / "report.md").read_text()
+
+
 @pytest.mark.parametrize("key,value,message", [
     ("completed", "x", "completed is 'x', where servesim writes a count"),
     ("preemptions", -1, "a count (an integer >= 0)"), ("rejected", True, "a count"),
