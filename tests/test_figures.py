@@ -243,3 +243,17 @@ def test_a_narrow_log_latency_axis_still_has_numbers(ax, lo_ms, hi_ms, labels):
     fmt = ax.yaxis.get_minor_formatter()
     shown = [fmt(v, i) for i, v in enumerate(ax.yaxis.get_minorticklocs()) if lo_ms <= v <= hi_ms]
     assert [t for t in shown if t] == labels
+
+
+def test_a_latency_axis_without_labelled_series_draws_no_legend_and_no_warning(ax):
+    """Latency axes with nothing labelled (no data, or unlabelled lines) printed matplotlib's 'No
+    artists with labels found to put in legend' warning; labelled series still get a legend."""
+    import warnings
+
+    ax.plot([1, 2], [3, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        F._log_latency_axes(ax, None, "x", "TTFT (ms)", "t")
+    assert ax.get_legend() is None
+    F._log_latency_axes(ax, 0.5, "x", "TTFT (ms)", "t")  # (the SLO line is labelled)
+    assert ax.get_legend() is not None
