@@ -102,6 +102,22 @@ def test_a_value_where_a_mapping_belongs_says_what_to_write(tmp_path, capsys, se
     assert rc == 2 and hint in err and one_bounded_line(err), err
 
 
+@pytest.mark.parametrize("value, says", [
+    ("inf", "workload.arrival.rate_rps must be a finite number >= 1e-06 and <= 1e+09, got 'inf'"),
+    ("nan", "must be a finite number >= 1e-06"),
+    ("'5'", "workload.arrival.rate_rps must be a number, got the text '5' (write it without quotes)"),
+    ("five", "workload.arrival.rate_rps must be a number, got 'five'"),
+])
+def test_text_where_a_number_belongs_says_what_is_wrong(tmp_path, capsys, value, says):
+    """--set x=inf gives the text 'inf' (YAML spells infinity .inf): it was 'must be a number,
+    got inf', which reads as a contradiction; a quoted number is text and is now called so."""
+    p = scenario_file(tmp_path)
+    rc, err = run_cli(capsys, "validate", p, "--set", f"workload.arrival.rate_rps={value}")
+    assert rc == 2 and says in err and one_bounded_line(err), err
+    rc, err = run_cli(capsys, "validate", p, "--set", f"workload.num_requests={value}")
+    assert rc == 2 and "workload.num_requests must be" in err and one_bounded_line(err), err
+
+
 # ---------------------------------------------------------------- numbers
 def numeric_leaves():
     """(schema, leaf) of every numeric field: the scenario's, a GPU file's, a calibration file's."""

@@ -288,6 +288,20 @@ def check_value(tp, value, path: str, meta: dict = _NO_BOUNDS):
     return value
 
 
+def _text_number(value: str, path: str, meta: dict, what: str) -> None:
+    """Text where a number belongs that reads as one: the error says so (``--set x=inf`` gives
+    the text 'inf', as YAML spells infinity .inf; a quoted '5' is text). Other text is left to
+    the caller's error."""
+    try:
+        f = float(value)
+    except ValueError:
+        return
+    if not math.isfinite(f):
+        raise _bad(path, meta, what + _range_text(meta), value)
+    plain = "a number" if what == "a finite number" else what
+    raise InputError(f"{path} must be {plain}, got the text {shown(value)} (write it without quotes)")
+
+
 def _convert(tp, value, path, meta=_NO_BOUNDS):
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -322,11 +336,15 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
             raise _bad(path, meta, "true or false", value)
         return value
     if tp is int:
+        if isinstance(value, str):
+            _text_number(value, path, meta, "an integer")
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value:
             raise _bad(path, meta, "an integer", value)
         return int(value)
     if tp is float:
+        if isinstance(value, str):
+            _text_number(value, path, meta, "a finite number")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(path, meta, "a number", value)
         if not (isinstance(value, int) and abs(value) < 2**1000 or isinstance(value, float) and math.isfinite(value)):
