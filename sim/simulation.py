@@ -394,6 +394,29 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
     return {"requests": len(specs), "rejected": len(reasons), "reasons": top_reasons(reasons)}
 
 
+def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The workload's own prompts that can wait at the head of the queue for room in the token
+    budget, without running: with whole-prompt admission beside running decodes (``continuous``
+    without ``prefill_first``), a prompt of p tokens fits the budget B only while fewer than B - p
+    decodes run beside it, so one within ``max_num_seqs`` tokens of B can wait there (how long
+    depends on the load; the run's ``head_of_line`` says). {"requests", "tight", "budget",
+    "max_num_seqs", "longest"} over the requests the budget does not reject; None when it does
+    not apply (another policy, a P/D split, closed-loop or multi-turn workloads)."""
+    pol = scenario.policy
+    if pol.name != "continuous" or pol.prefill_first:
+        return None
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs):
+        return None
+    pool = setup.pools[0]
+    budget, seqs = pool.max_num_batched_tokens, pool.max_num_seqs
+    p, o = specs.prompt_tokens, specs.output_tokens
+    fits = p + o - 1 <= budget  # (the rest is rejected: predict_rejections names them)
+    tight = fits & (p > budget - seqs)
+    return {"requests": int(fits.sum()), "tight": int(tight.sum()), "budget": budget, "max_num_seqs": seqs,
+            "longest": int(p[tight].max()) if tight.any() else 0}
+
+
 OVERLOAD_PROBE_REQUESTS = 1000  # of the workload's own requests, all at once on one replica
 OVERLOAD_MARGIN = 1.5  # the probe underrates what it serves (its drain): only a clear excess is named
 

@@ -15,7 +15,8 @@ from servesim.policies import ContinuousPolicy
 from servesim.outputs.diagnosis import reason_key, slo_misses
 from servesim.outputs.rundir import read_scenario, read_summary, read_table
 from servesim.simulation import predict_rejections, simulate
-from tests.conftest import make_scenario
+from servesim.inputs.overrides import with_values
+from tests.conftest import BASE, make_scenario
 from tools.update_golden import scenario_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,6 +257,37 @@ def test_validate_predicts_a_clear_overload(tmp_path, capsys):
     assert "is well above what the deployment serves" in out and "servesim capacity" in out
     assert main(["validate", str(ROOT / "scenarios" / "default.yaml")]) == 0
     assert "well above" not in capsys.readouterr().out
+
+
+def test_validate_predicts_prompts_that_can_wait_at_the_head_of_the_queue(tmp_path, capsys):
+    """validate counts the workload's own prompts within max_num_seqs tokens of the budget (whole
+    prompts beside decodes: each fits only while few decodes run); the run then shows their
+    waits. Quiet with chunked prefill, prefill_first, or prompts well under the budget."""
+    from servesim.simulation import predict_head_of_line
+
+    kw = {"policy.max_num_batched_tokens": 2048, "workload.num_requests": 300,
+          "workload.arrival": {"process": "poisson", "rate_rps": 8.0},
+          "workload.prompt_tokens": None, "workload.output_tokens": None,
+          "workload.classes": [
+              {"name": "chat", "share": 0.8, "prompt_tokens": {"dist": "uniform", "min": 50, "max": 300},
+               "output_tokens": {"dist": "uniform", "min": 100, "max": 300}},
+              {"name": "long", "share": 0.2, "prompt_tokens": {"dist": "uniform", "min": 2030, "max": 2046},
+               "output_tokens": {"dist": "fixed", "value": 2}}]}
+    sc = make_scenario(**kw)
+    hol = predict_head_of_line(sc)
+    long = int((np.array(simulate(sc).requests["prompt_tokens"]) > 2000).sum())
+    assert hol["tight"] == long > 0 and hol["budget"] == 2048 and 2030 <= hol["longest"] <= 2046
+    for quiet in ({"policy.name": "chunked_prefill"}, {"policy.prefill_first": True},
+                  {"workload.classes": [{**kw["workload.classes"][0], "share": 1.0}]}):
+        h = predict_head_of_line(make_scenario(**{**kw, **quiet}))
+        assert h is None or h["tight"] == 0, quiet
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(with_values(BASE, kw)))
+    assert main(["validate", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {long:,} of 300 prompts" in out and "tokens of the 2,048-token budget" in out
+    assert main(["validate", str(p), "--set", "policy.skip_unfit_prompts=true"]) == 0
+    assert "set aside while the requests behind it go ahead" in capsys.readouterr().out
 
 
 def test_reasons_group_by_rule():

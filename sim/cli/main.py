@@ -366,11 +366,12 @@ def cmd_validate(args) -> int:
 
 def validate_warnings(scenario, setup=None, specs=None) -> list:
     """Warnings ``validate`` can give before a run: the requests it will reject (predicted from the
-    workload's own lengths and the deployment's limits), an offered rate well above what the
+    workload's own lengths and the deployment's limits), prompts that can wait at the head of the
+    queue for the token budget (``predict_head_of_line``), an offered rate well above what the
     deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
     from servesim.outputs.checks import no_effect_warnings, scenario_slos, slo_unit_warnings
-    from servesim.simulation import predict_overload, predict_rejections
+    from servesim.simulation import predict_head_of_line, predict_overload, predict_rejections
 
     lines = []
     pred = predict_rejections(scenario, setup, specs)
@@ -382,6 +383,16 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     elif pred is None:
         lines.append("  rejections: not predicted (closed-loop and multi-turn workloads draw their lengths as they "
                      "run)")
+    hol = predict_head_of_line(scenario, setup, specs)
+    if hol and hol["tight"]:
+        k, n, b = hol["tight"], hol["requests"], hol["budget"]
+        behind = (", set aside while the requests behind it go ahead (policy.skip_unfit_prompts)"
+                  if scenario.policy.skip_unfit_prompts else ", and the requests behind it with it")
+        lines.append(f"warning: {k:,} of {n:,} prompts ({k / n:.1%}; the longest {hol['longest']:,} tokens) are "
+                     f"within policy.max_num_seqs={hol['max_num_seqs']} tokens of the {b:,}-token budget: with "
+                     "whole-prompt admission such a prompt fits only while fewer decodes than the tokens it leaves run "
+                     f"beside it, so under load it can wait at the head of the queue{behind}; chunked prefill, a "
+                     "larger policy.max_num_batched_tokens or policy.prefill_first avoids it")
     try:
         over = predict_overload(scenario, setup, specs)
     except (InputError, MemoryError):  # (a probe the machine cannot hold: no prediction, the run says)
