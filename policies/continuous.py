@@ -148,6 +148,13 @@ class ContinuousPolicy:
         return min(remaining, budget) if self.chunked else remaining
 
     @property
+    def skips_unfit(self) -> bool:
+        """Whether admission sets aside a whole prompt without room in the budget left beside the
+        decodes (``skip_unfit_prompts``; chunked prefill and ``prefill_first`` always have room
+        for one, so never then). The decision trace reads it too."""
+        return self.skip_unfit_prompts and not self.chunked and not self.prefill_first
+
+    @property
     def aggregates_decodes(self) -> bool:
         """Decoding requests can be scheduled as one aggregate: each takes exactly one token a
         step (speculative decoding's accepted tokens vary per sequence); a request whose KV was
@@ -463,7 +470,7 @@ class ContinuousPolicy:
         all_back = all_back and swapped_back
         if all_back:
             kept = int(self.watermark * kv.num_blocks)
-            skip = self.skip_unfit_prompts and not self.chunked and not self.prefill_first
+            skip = self.skips_unfit
             skipped = None  # (skip: the first prompt set aside for the budget, with what was left then)
             for r in state.waiting:
                 if n_seqs >= self.max_num_seqs:

@@ -12,7 +12,7 @@ from pathlib import Path
 from servesim.cli.parser import build_parser
 from servesim.core.decisions import format_decisions
 from servesim.errors import InputError, one_line, shown
-from servesim.outputs.checks import format_warnings
+from servesim.outputs.checks import format_warnings, head_of_line_fix
 from servesim.outputs.intervals import PM, Interval, format_interval
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
@@ -70,8 +70,7 @@ def format_summary(s: dict) -> str:
         n = hol["budget_blocked_requests"]
         lines.append(f"head-of-line  {n} prompt{'s' if n != 1 else ''} waited at the head of the queue, "
                      f"{hol['budget_blocked_s']:.1f} s in all, for room in the token budget next to running decodes "
-                     "(their whole prompt fits policy.max_num_batched_tokens only alone): chunked_prefill or a "
-                     "larger budget avoids it")
+                     f"(their whole prompt fits policy.max_num_batched_tokens only alone): {head_of_line_fix()}")
     lines += _format_memory(s)
     lines += format_decisions(s.get("decisions"))
     lines += _format_economics(s)
@@ -391,8 +390,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         lines.append(f"warning: {k:,} of {n:,} prompts ({k / n:.1%}; the longest {hol['longest']:,} tokens) are "
                      f"within policy.max_num_seqs={hol['max_num_seqs']} tokens of the {b:,}-token budget: with "
                      "whole-prompt admission such a prompt fits only while fewer decodes than the tokens it leaves run "
-                     f"beside it, so under load it can wait at the head of the queue{behind}; chunked prefill, a "
-                     "larger policy.max_num_batched_tokens or policy.prefill_first avoids it")
+                     f"beside it, so under load it can wait at the head of the queue{behind}: "
+                     f"{head_of_line_fix(scenario.policy.prefill_first)}")
     try:
         over = predict_overload(scenario, setup, specs)
     except (InputError, MemoryError):  # (a probe the machine cannot hold: no prediction, the run says)

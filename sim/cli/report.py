@@ -8,6 +8,11 @@ from pathlib import Path
 from servesim.errors import InputError
 
 
+def drew_figures(folder: Path) -> bool:
+    """Whether a report in ``folder`` drew any figure (a report may have nothing to draw)."""
+    return (folder / "figures").is_dir() and any((folder / "figures").glob("*.png"))
+
+
 def cmd_report(args) -> int:
     path = Path(args.dir)
     if not path.is_dir():
@@ -27,7 +32,7 @@ def cmd_report(args) -> int:
         from servesim.plots.report import build_report  # matplotlib only here, never in the engine
 
         out = build_report(path, progress=not args.quiet)
-    drew = any((path / "figures").glob("*.png")) if (path / "figures").is_dir() else False
+    drew = drew_figures(path)
     print(f"wrote {out}" + (f" and {path / 'figures'}/*.png, *.svg" if drew else " (no figures: nothing to draw)"))
     return 0
 

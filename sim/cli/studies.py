@@ -257,8 +257,9 @@ def cmd_compare(args) -> int:
         from servesim.plots.report import build_report
 
         path = build_report(out, progress=not args.quiet)
-        drew = (out / "figures").is_dir() and any((out / "figures").glob("*.png"))
-        print(f"wrote {path}" + (" and its figures" if drew else " (no figures: nothing to draw)"))
+        from servesim.cli.report import drew_figures
+
+        print(f"wrote {path}" + (" and its figures" if drew_figures(out) else " (no figures: nothing to draw)"))
     return _status(failed_while_running(plan.points))
 
 

@@ -65,8 +65,7 @@ class DecisionTracer:
         kv = replica.kv
         chunked = getattr(replica.policy, "chunked", False)
         # (skip_unfit_prompts: prompts set aside for the budget are not the queue's head-of-line)
-        skipping = (getattr(replica.policy, "skip_unfit_prompts", False) and not chunked
-                    and not getattr(replica.policy, "prefill_first", False))
+        skipping = getattr(replica.policy, "skips_unfit", False)
         head = stop[1] if stop is not None else None
         behind = False  # past the request admission stopped at
         for queue in (replica.landed, replica.waiting):

@@ -175,9 +175,7 @@ def head_of_line_warnings(summary: dict, scenario) -> list:
     if not k or span <= 0 or waited < HEAD_OF_LINE_SHARE * span:
         return []
     pol = scenario.policy
-    fix = ("chunked prefill (policy.name=chunked_prefill) or a token budget well above the longest prompt avoids it"
-           + ("" if pol.prefill_first else "; policy.prefill_first runs waiting prompts before the decodes, as vLLM "
-              "V0 did"))
+    fix = head_of_line_fix(pol.prefill_first)
     waits = (f"{k} prompt{'s' if k > 1 else ''} at the head of the queue waited {waited:.3g} s in all "
              f"({waited / span:.0%} of the run) for room in the token budget (policy.max_num_batched_tokens) next to "
              "the running decodes, a whole prompt a step")
@@ -186,6 +184,15 @@ def head_of_line_warnings(summary: dict, scenario) -> list:
               ", and the requests behind waited with them (policy.skip_unfit_prompts lets them go ahead, as vLLM V1 "
               "does)")
     return [{"code": "head_of_line", "message": f"{waits}{behind}: {fix}"}]
+
+
+def head_of_line_fix(prefill_first: bool = False) -> str:
+    """What avoids head-of-line waits for the token budget (the run's warning, ``validate``'s
+    prediction and the summary's head-of-line line say the same); ``prefill_first`` already on:
+    not offered again."""
+    return ("chunked prefill (policy.name=chunked_prefill) or a token budget well above the longest prompt avoids it"
+            + ("" if prefill_first else "; policy.prefill_first runs waiting prompts before the decodes, as vLLM "
+               "V0 did"))
 
 
 def format_warnings(warnings: list) -> list:

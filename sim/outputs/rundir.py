@@ -198,8 +198,7 @@ def read_summary(run_dir: str | Path) -> dict:
             ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
             want = "a count (an integer >= 0)"
         elif k in _FIGURE_KEYS:
-            ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-            want = "a number (or null)"
+            ok, want = _number_or_null(v), "a number (or null)"
         elif k == "scenario":
             ok, want = isinstance(v, str), "a name"
         elif k in _ALWAYS_MAPPINGS:  # (every run has them: the report reads their figures)
@@ -212,8 +211,7 @@ def read_summary(run_dir: str | Path) -> dict:
     for k, figures in _FIGURES_IN.items():  # (the figures the readers index in those mappings)
         v = summary.get(k)
         if isinstance(v, dict):
-            bad = next((f for f in figures if not (f in v and (v[f] is None or (
-                isinstance(v[f], (int, float)) and not isinstance(v[f], bool))))), None)
+            bad = next((f for f in figures if not (f in v and _number_or_null(v[f]))), None)
             if bad is not None:
                 raise InputError(f"{p}: {k}.{bad} is {shown(v.get(bad)) if bad in v else 'missing'}, where servesim "
                                  "writes a number (or null); the run folder is damaged (edited): run it again")
@@ -224,6 +222,10 @@ def read_summary(run_dir: str | Path) -> dict:
                              f"{'mapping' if want is dict else 'list'}; the run folder is damaged (edited): run it "
                              "again")
     return summary
+
+
+def _number_or_null(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
 _COUNT_KEYS = ("num_requests", "completed", "rejected", "unfinished", "preemptions")
