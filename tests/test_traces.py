@@ -96,6 +96,22 @@ def test_csv_columns_are_found_in_any_case(tmp_path):
         gen({"path": str(twice)})
 
 
+def test_another_separator_is_named(tmp_path):
+    """A spreadsheet's ';' or a tab-separated export reads as one column: the error says which
+    separator the first line has, and that the file must be comma-separated; a first line that is
+    no table is still not echoed."""
+    for sep, name in ((";", "';'"), ("\t", "tabs")):
+        f = tmp_path / "s.csv"
+        f.write_text(sep.join(["arrival_s", "prompt_tokens", "output_tokens"]) + "\n" + sep.join("0 10 2".split()))
+        with pytest.raises(InputError, match=rf"separated by {name} \(arrival_s, prompt_tokens, output_tokens\); "
+                                             r"the file must be comma-separated"):
+            gen({"path": str(f)})
+    junk = tmp_path / "junk.csv"
+    junk.write_bytes(b"\x01\x02;\x03\n0\n")
+    with pytest.raises(InputError, match=r"1 field\(s\) that do not look like column names"):
+        gen({"path": str(junk)})
+
+
 def test_our_own_requests_csv_replays(tmp_path):
     res = simulate(make_scenario(**{"workload.num_requests": 20}))
     res.write(tmp_path / "run")

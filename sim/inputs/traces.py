@@ -82,6 +82,12 @@ def header_text(header) -> str:
     if header and all(_NAME.match(h) for h in header):
         more = f", ... ({len(header)} in all)" if len(header) > 12 else ""
         return "the header has: " + ", ".join(header[:12]) + more
+    if len(header) == 1:  # one field: another separator, e.g. a spreadsheet's ';' export
+        for sep, name in ((";", "';'"), ("\t", "tabs"), ("|", "'|'")):
+            names = header[0].split(sep)
+            if len(names) > 1 and all(_NAME.match(h.strip()) for h in names):
+                return (f"the first line looks separated by {name} ({', '.join(h.strip() for h in names[:12])}); "
+                        "the file must be comma-separated")
     return f"the first line has {len(header)} field(s) that do not look like column names"
 
 
