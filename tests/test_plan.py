@@ -310,6 +310,23 @@ def test_a_plan_with_nothing_to_simulate_reports_so(tmp_path, capsys):
     assert main(["report", str(out)]) == 0
     assert "(no figures: nothing to draw)" in capsys.readouterr().out
 
+def test_plan_prints_a_long_pruned_reason_cut_and_marked(tmp_path, capsys):
+    """A shape that does not fit has a long reason (weights, reserve, what to raise): the line
+    printed for it is cut at 240 characters and ends with '...' (it ended mid-word); report.md
+    has it whole."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps({**SMALL, "model": "meta-llama/Meta-Llama-3-70B"}))
+    out = tmp_path / "p"
+    assert main(["plan", str(f), "--rate", "5", "--slo", SLO, "--tp", "1", "--gpus", "h100-sxm", "--policies",
+                 "continuous", "--seeds", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    pruned = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  pruned-memory")]
+    assert len(pruned) == 1 and len(pruned[0]) == 242 and pruned[0].endswith("..."), pruned
+    whole = pruned[0][2:-3]
+    assert whole in (out / "report.md").read_text() and "Raise hardware.tp" in (out / "report.md").read_text()
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(seeds=1.5), "plan.json: seeds is 1.5, where servesim writes a list of seeds; the plan folder "
                                     "is damaged"),

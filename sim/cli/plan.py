@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from servesim.cli.studies import _executor
-from servesim.errors import InputError
+from servesim.errors import InputError, clip
 from servesim.outputs.progress import interactive
 
 
@@ -92,7 +92,7 @@ def cmd_plan(args) -> int:
           f"{len(doc['candidates'])} shapes: " + ", ".join(f"{v} {k}" for k, v in c.items())
           + f"; {doc['wall_s']:.0f} s")
     for line in D.pruned_lines(doc, examples=1):
-        print("  " + line[:240])
+        print("  " + clip(line, 240))  # (the whole reason is in report.md and plan.json)
     rows = D.table_rows(doc, args.top)
     if rows:
         print()
