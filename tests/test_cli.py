@@ -402,3 +402,36 @@ def test_progress_bars_are_drawn_only_on_a_terminal(monkeypatch, tmp_path, capsy
     assert term.getvalue() == ""
     assert main(["report", str(tmp_path / "o")]) == 0  # (the report's phases: servesim.outputs.progress)
     assert "report" in term.getvalue()
+
+
+def test_ctrl_c_in_a_sweep_keeps_the_finished_runs_and_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during a study: exit 130 with one line (no traceback) saying the finished runs are
+    kept in --out and that the same command reuses them; run again, it runs only the rest."""
+    import servesim.studies.executors as ex
+
+    real, calls = ex.run_point, []
+
+    def interrupted_on_the_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(ex, "run_point", interrupted_on_the_second)
+    sc, out = write(tmp_path, GOOD), tmp_path / "sw"
+    args = ["sweep", sc, "--grid", "workload.arrival.rate_rps=2,4,8", "--out", str(out), "--workers", "1", "--quiet"]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == (f"servesim: interrupted; the runs that finished are kept in {str(out)!r}: the same command "
+                           "reuses them and runs the rest")
+    assert len(list((out / "runs").iterdir())) == 1
+    monkeypatch.setattr(ex, "run_point", real)
+    assert main(args) == 0
+    assert "3 points: 2 ran, 1 already finished, 0 failed" in capsys.readouterr().out
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("servesim.simulation.simulate", ctrl_c)  # a run keeps nothing: it writes at its end
+    assert main(["run", sc, "--out", str(tmp_path / "o"), "--quiet"]) == 130
+    assert capsys.readouterr().err.strip() == "servesim: interrupted"

@@ -444,6 +444,20 @@ def _beside_scenario_hint(message: str, scenario) -> str:
     return ""
 
 
+# studies that keep each finished run in their --out folder and reuse it when run again
+RESUMABLE = ("sweep", "compare", "capacity", "plan")
+
+
+def _interrupted_text(args) -> str:
+    """What Ctrl-C leaves: for a study writing into a folder, that its finished runs are kept
+    there and the same command picks up from them (it reuses them, runs the rest)."""
+    out = getattr(args, "out", None)
+    if getattr(args, "command", None) in RESUMABLE and out:
+        return (f"interrupted; the runs that finished are kept in {shown(str(out))}: the same command reuses them "
+                "and runs the rest")
+    return "interrupted"
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = None
@@ -456,6 +470,7 @@ def main(argv=None) -> int:
         print(f"servesim: error: {one_line(text)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        print(f"servesim: {_interrupted_text(args)}", file=sys.stderr)
         return 130
     except MemoryError:
         # a valid scenario can still be too big for this machine (a huge workload.num_requests or
