@@ -27,7 +27,7 @@ from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
-from servesim.outputs.checks import run_warnings
+from servesim.outputs.checks import kv_override_warnings, run_warnings
 from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats
@@ -747,6 +747,7 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         "kv": {
             "swap_out_bytes": rec.swap_out_bytes,
             "swap_in_bytes": rec.swap_in_bytes,
+            "recompute_tokens": rec.recompute_tokens,
             "prefix_cache_hit_tokens": rec.prefix_hit_tokens,
             "prefix_cache_query_tokens": rec.prefix_query_tokens,
             "prefix_cache_hit_rate": (rec.prefix_hit_tokens / rec.prefix_query_tokens
@@ -795,7 +796,7 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
                                          [pools[i.pool].cost_model for i in cluster.infos],
                                          pools.get("decode", setup.pools[0]).max_num_seqs, req_cols,
                                          limits or (scenario.slo.ttft_s, scenario.slo.tpot_s))
-    summary["warnings"] = run_warnings(summary, scenario)
+    summary["warnings"] = run_warnings(summary, scenario) + kv_override_warnings(setup.pools)
     decisions = None
     if tracer is not None:
         tracer.finish(sim_time)

@@ -337,3 +337,66 @@ def test_settings_the_running_policy_never_reads_are_a_warning(tmp_path, capsys)
                                  "policy": {"decode": {"replicas": 2}}}))
     assert main(["validate", str(p)]) == 0
     assert "warning: policy.decode (replicas=2) changes nothing with policy.name=continuous" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked_prefill"])
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_recompute_tokens_are_the_work_done_twice(policy, engine):
+    """``kv.recompute_tokens`` counts the KV tokens recompute preemptions dropped: every request
+    computes prompt + output - 1 tokens once (the last token is sampled, not computed), so the
+    steps' prefill and decode tokens are exactly that sum plus the recompute tokens (chunked
+    prefill: preempted mid-prompt too)."""
+    sc = make_scenario(**{**CASES["kv_capacity"], "policy.name": policy,
+                          "policy.max_num_batched_tokens": 512 if policy == "chunked_prefill" else 8192})
+    res = simulate(sc, engine=engine)
+    s, req = res.summary, res.requests
+    assert s["completed"] == 120 and s["preemptions"] > 0
+    once = int((req["prompt_tokens"] + req["output_tokens"] - 1).sum())
+    ph = s["phases"]
+    assert s["kv"]["recompute_tokens"] > 0
+    assert ph["prefill_tokens"] + ph["decode_tokens"] == once + s["kv"]["recompute_tokens"]
+    swap = simulate(make_scenario(**{**CASES["kv_capacity"], "policy.preemption": "swap"}), engine=engine).summary
+    assert swap["preemptions"] > 0 and swap["kv"]["recompute_tokens"] == 0 and swap["kv"]["swap_out_bytes"] > 0
+
+
+def test_many_preemptions_are_a_warning_with_their_cost():
+    """A KV cache too small for the load preempts: at 5% as many preemptions as requests a
+    ``preemptions`` warning says how many, what they cost (tokens dropped and computed again, or
+    GB swapped) and what gives the KV room (vLLM warns at every preemption)."""
+    s = simulate(make_scenario(**CASES["kv_capacity"])).summary
+    w = {x["code"]: x["message"] for x in s["warnings"]}
+    assert s["preemptions"] >= 0.05 * 120
+    assert w["preemptions"].startswith(f"{s['preemptions']:,} preemptions over 120 requests: the running requests "
+                                       "outgrew the KV cache; ")
+    assert f"{s['kv']['recompute_tokens']:,} KV tokens were dropped, to be computed again (" in w["preemptions"]
+    assert "memory.gpu_memory_utilization" in w["preemptions"] and "policy.max_num_seqs" in w["preemptions"]
+    printed = format_summary(s)
+    assert f"recompute     {s['kv']['recompute_tokens']} KV tokens dropped by preemption" in printed
+    swap = simulate(make_scenario(**{**CASES["kv_capacity"], "policy.preemption": "swap"})).summary
+    msg = {x["code"]: x["message"] for x in swap["warnings"]}["preemptions"]
+    assert f"{swap['kv']['swap_out_bytes'] / 1e9:.3g} GB of KV was copied to host memory and back" in msg
+    assert "dropped" not in msg
+    # a few preemptions (under 5% of the requests) are no warning; none, no line either
+    few = simulate(make_scenario(**{**CASES["kv_capacity"], "memory.num_gpu_blocks": 700})).summary
+    assert 0 < few["preemptions"] < 6 and "preemptions" not in {x["code"] for x in few["warnings"]}, few["preemptions"]
+    assert "recompute " not in format_summary(simulate(make_scenario()).summary)
+
+
+def test_more_kv_blocks_than_the_gpu_holds_is_a_warning(tmp_path, capsys):
+    """``memory.num_gpu_blocks`` beyond the memory next to the weights: the run (and validate)
+    says the GPU modelled has more memory than it has, with the room it has; an override within
+    it (fewer blocks, as tests and vLLM's measured runs set) is no warning."""
+    sc = make_scenario(**{"memory.num_gpu_blocks": 10_000_000, "workload.num_requests": 5})
+    w = [x for x in simulate(sc).summary["warnings"] if x["code"] == "kv_override"]
+    assert len(w) == 1 and w[0]["message"].startswith("memory.num_gpu_blocks=10,000,000 gives the colocated replicas "
+                                                      "19,531 GiB of KV per GPU; the h100-sxm has ")
+    assert "of its 80 GiB, memory.gpu_memory_utilization), room for " in w[0]["message"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    assert "warning: memory.num_gpu_blocks=10,000,000 gives" in capsys.readouterr().out
+    for blocks in (100, 29_000):  # (29,205 fit: 57 GiB of 2 MiB blocks)
+        s = simulate(make_scenario(**{"memory.num_gpu_blocks": blocks, "workload.num_requests": 5})).summary
+        assert "kv_override" not in {x["code"] for x in s["warnings"]}
+    assert "kv_override" in {x["code"] for x in simulate(make_scenario(**{
+        "memory.num_gpu_blocks": 29_206, "workload.num_requests": 5})).summary["warnings"]}

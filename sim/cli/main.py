@@ -12,7 +12,7 @@ from pathlib import Path
 from servesim.cli.parser import build_parser
 from servesim.core.decisions import format_decisions
 from servesim.errors import InputError, one_line, shown
-from servesim.outputs.checks import format_warnings, head_of_line_fix
+from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute_share
 from servesim.outputs.intervals import PM, Interval, format_interval
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
@@ -129,6 +129,9 @@ def _format_memory(s: dict) -> list:
     if kv.get("swap_out_bytes"):
         lines.append(f"swap          {kv['swap_out_bytes'] / 1e9:.2f} GB to host, "
                      f"{kv['swap_in_bytes'] / 1e9:.2f} GB back")
+    if kv.get("recompute_tokens"):
+        lines.append(f"recompute     {kv['recompute_tokens']} KV tokens dropped by preemption, to be computed again "
+                     f"({recompute_share(s):.1%} of the tokens computed)")
     if kv.get("prefix_cache_hit_tokens"):
         lines.append(f"prefix cache  {kv['prefix_cache_hit_rate'] * 100:.1f}% of prompt tokens hit "
                      f"({kv['prefix_cache_hit_tokens']} of {kv['prefix_cache_query_tokens']})")
@@ -369,10 +372,10 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     queue for the token budget (``predict_head_of_line``), an offered rate well above what the
     deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
-    from servesim.outputs.checks import no_effect_warnings, scenario_slos, slo_unit_warnings
-    from servesim.simulation import predict_head_of_line, predict_overload, predict_rejections
+    from servesim.outputs.checks import kv_override_warnings, no_effect_warnings, scenario_slos, slo_unit_warnings
+    from servesim.simulation import predict_head_of_line, predict_overload, predict_rejections, prepare
 
-    lines = []
+    lines = [f"warning: {w['message']}" for w in kv_override_warnings((setup or prepare(scenario)).pools)]
     pred = predict_rejections(scenario, setup, specs)
     if pred and pred["rejected"]:
         n, k = pred["requests"], pred["rejected"]

@@ -616,6 +616,7 @@ class Replica:
                     self.swapped.appendleft(r)
                 else:
                     kv.free(r)
+                    self.recorder.recompute_tokens += r.num_computed_tokens
                     r.num_computed_tokens = 0
                     waiting.appendleft(r)
                     self.waiting_blocks += kv.blocks_for(r.num_tokens)

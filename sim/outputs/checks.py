@@ -18,6 +18,12 @@ Each warning is ``{"code": ..., "message": ...}``:
   budget only alone (not next to the running decodes) waited at least ``HEAD_OF_LINE_SHARE`` of the
   run's replica time (``summary["head_of_line"]``); the queue behind them waited too, or with
   ``policy.skip_unfit_prompts`` went ahead of them (which can starve them);
+- ``preemptions``: at least ``PREEMPTED_SHARE`` as many preemptions as requests: the running
+  requests outgrew the KV cache, and each preemption dropped a request's KV (recompute: the
+  tokens are computed again, ``summary["kv"]["recompute_tokens"]``) or copied it to host memory and
+  back (swap); vLLM logs a warning at every preemption for the same reason;
+- ``kv_override``: ``memory.num_gpu_blocks`` sets more KV blocks than the GPU has memory for next to
+  the weights (``kv_override_warnings``: the run models a GPU with more memory than it has);
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
@@ -33,6 +39,7 @@ from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
 
 REJECTED_SHARE = 0.1
 UNFINISHED_SHARE = 0.1
+PREEMPTED_SHARE = 0.05  # preemptions per request: past a rare event, a KV cache too small for the load
 HEAD_OF_LINE_SHARE = 0.01  # of the run's time x replicas: a stall the TTFT tail shows, not a rare instant
 KEEP_UP_MIN_REQUESTS = 50  # fewer: a handful of slow requests at the end would say it
 TTFT_S_MAX = 60.0  # a first token after more than a minute is no interactive SLO: likely ms
@@ -161,10 +168,69 @@ def run_warnings(summary: dict, scenario) -> list:
                f"instead of settling; {rate} (lower the rate or add replicas; servesim capacity finds the highest "
                "rate it keeps up with)")
         out.append({"code": "not_keeping_up", "message": msg})
+    out += preemption_warnings(summary, scenario)
     out += head_of_line_warnings(summary, scenario)
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
     return out
+
+
+def recompute_share(summary: dict) -> float:
+    """The share of the tokens a run computed (prefill and decode) that recompute preemptions
+    dropped (``kv.recompute_tokens``): work done twice."""
+    ph = summary.get("phases") or {}
+    total = (ph.get("prefill_tokens") or 0) + (ph.get("decode_tokens") or 0)
+    return ((summary.get("kv") or {}).get("recompute_tokens") or 0) / total if total else 0.0
+
+
+def preemption_warnings(summary: dict, scenario) -> list:
+    """``preemptions`` (module docstring): how many, what they cost, and what gives the KV room."""
+    n, p = summary["num_requests"], summary.get("preemptions") or 0
+    if not n or p < PREEMPTED_SHARE * n:
+        return []
+    kv = summary.get("kv") or {}
+    cost = []
+    if kv.get("recompute_tokens"):
+        cost.append(f"{kv['recompute_tokens']:,} KV tokens were dropped, to be computed again "
+                    f"({recompute_share(summary):.0%} of the tokens computed)")
+    if kv.get("swap_out_bytes"):
+        cost.append(f"{kv['swap_out_bytes'] / 1e9:.3g} GB of KV was copied to host memory and back")
+    return [{"code": "preemptions",
+             "message": f"{p:,} preemptions over {n:,} requests: the running requests outgrew the KV cache; "
+                        + "".join(f"{c}; " for c in cost) + "each preempted request waited to run again. More KV "
+                        "memory (memory.gpu_memory_utilization, hardware.kv_dtype=fp8, a larger hardware.tp) or "
+                        "fewer requests at once (policy.max_num_seqs) avoids it, as vLLM's own preemption warning "
+                        "advises"}]
+
+
+def kv_override_warnings(pools) -> list:
+    """``kv_override`` (module docstring), per pool of ``pools`` (``servesim.simulation.Pool``: its
+    ``capacity``, ``cost_model``): ``memory.num_gpu_blocks`` beyond the GPU memory left next to the
+    weights (``gpu_memory_utilization`` of it: vLLM's override takes that many blocks, or runs out
+    of memory). The activation reserve is left out of the bound: it is servesim's estimate."""
+    out = []
+    for pool in pools:
+        cap = pool.capacity
+        if cap.num_blocks_override is None:
+            continue
+        block = cap.kv_bytes_per_token * cap.block_size
+        room = cap.usable_bytes - cap.weight_bytes
+        if cap.num_blocks_override * block <= room:
+            continue
+        gpu = pool.cost_model.gpu
+        out.append({"code": "kv_override",
+                    "message": f"memory.num_gpu_blocks={cap.num_blocks_override:,} gives the {pool.name} replicas "
+                               f"{_gib(cap.num_blocks_override * block)} of KV per GPU; the {gpu.name} has "
+                               f"{_gib(max(room, 0.0))} next to the weights ({cap.usable_bytes / gpu.mem_bytes:.3g} of "
+                               f"its {_gib(gpu.mem_bytes)}, memory.gpu_memory_utilization), room for "
+                               f"{max(int(room // block), 0):,} blocks: the run models a GPU with more memory than it "
+                               "has"})
+    return out
+
+
+def _gib(nbytes: float) -> str:
+    x = nbytes / 1024 ** 3
+    return f"{x:,.0f} GiB" if x >= 100 else f"{x:.3g} GiB"
 
 
 def head_of_line_warnings(summary: dict, scenario) -> list:

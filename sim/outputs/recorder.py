@@ -42,6 +42,9 @@ class Recorder:
         self.rejected = 0
         self.swap_out_bytes = 0.0
         self.swap_in_bytes = 0.0
+        # KV tokens that recompute preemptions dropped: computed once more when the request is
+        # admitted again (work done twice)
+        self.recompute_tokens = 0
         self.prefix_query_tokens = 0  # prompt tokens of requests at their first admission
         self.prefix_hit_tokens = 0  # of which found in the prefix cache
         # head-of-line waits for the token budget (``Replica._note_blocked``), over all replicas
