@@ -43,7 +43,7 @@ class Recorder:
         self.swap_out_bytes = 0.0
         self.swap_in_bytes = 0.0
         # KV tokens that recompute preemptions dropped: computed once more when the request is
-        # admitted again (work done twice)
+        # admitted again (work done twice), less any the prefix cache still holds then
         self.recompute_tokens = 0
         self.prefix_query_tokens = 0  # prompt tokens of requests at their first admission
         self.prefix_hit_tokens = 0  # of which found in the prefix cache
