@@ -27,7 +27,7 @@ from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
-from servesim.outputs.checks import kv_override_warnings, run_warnings
+from servesim.outputs.checks import run_warnings
 from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats
@@ -392,6 +392,18 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
         if why is not None:
             reasons += [why] * k
     return {"requests": len(specs), "rejected": len(reasons), "reasons": top_reasons(reasons)}
+
+
+def predict_clipped(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The requests a run will shorten to the model's context (``workload.clip_to_context``),
+    without running: the workload's own requests (drawn with the scenario's seed) are clipped as
+    they are drawn, so their count is the run's. {"requests", "clipped", "context_tokens"}; None for
+    closed-loop and multi-turn workloads (their lengths are drawn as the run goes)."""
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs):
+        return None
+    k = int(specs.clipped.sum()) if specs.clipped is not None else 0
+    return {"requests": len(specs), "clipped": k, "context_tokens": setup.cost_model.model.max_context_tokens}
 
 
 def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | None:
@@ -796,7 +808,7 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
                                          [pools[i.pool].cost_model for i in cluster.infos],
                                          pools.get("decode", setup.pools[0]).max_num_seqs, req_cols,
                                          limits or (scenario.slo.ttft_s, scenario.slo.tpot_s))
-    summary["warnings"] = run_warnings(summary, scenario) + kv_override_warnings(setup.pools)
+    summary["warnings"] = run_warnings(summary, scenario, setup.pools)
     decisions = None
     if tracer is not None:
         tracer.finish(sim_time)

@@ -400,3 +400,35 @@ def test_more_kv_blocks_than_the_gpu_holds_is_a_warning(tmp_path, capsys):
         assert "kv_override" not in {x["code"] for x in s["warnings"]}
     assert "kv_override" in {x["code"] for x in simulate(make_scenario(**{
         "memory.num_gpu_blocks": 29_206, "workload.num_requests": 5})).summary["warnings"]}
+
+
+def test_requests_shortened_to_the_context_are_a_warning_validate_predicts(tmp_path, capsys):
+    """Lengths beyond the model's context are shortened (workload.clip_to_context): at 10% of the
+    requests the run warns that the lengths run are not the ones described, and validate predicts
+    the count exactly from the workload's own requests (below 10%: an indented line)."""
+    from servesim.simulation import predict_clipped
+
+    long = {"model": "meta-llama/Llama-2-7b-hf", "workload.num_requests": 200,
+            "workload.prompt_tokens": {"dist": "lognormal", "mean": 3000, "sigma": 0.8},
+            "workload.output_tokens": {"dist": "lognormal", "mean": 500, "sigma": 0.8}}
+    sc = make_scenario(**long)
+    s = simulate(sc).summary
+    k = s["workload"]["clipped_requests"]
+    assert k >= 20 and predict_clipped(sc) == {"requests": 200, "clipped": k, "context_tokens": 4096}
+    w = {x["code"]: x["message"] for x in s["warnings"]}
+    assert w["clipped"].startswith(f"{k} of 200 requests ({k / 200:.0%}) were shortened to fit the model's 4,096-token "
+                                   "context")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    assert f"warning: a run will shorten {k} of 200 requests" in capsys.readouterr().out
+    few = make_scenario(**{**long, "workload.prompt_tokens": {"dist": "lognormal", "mean": 1500, "sigma": 0.8}})
+    s = simulate(few).summary
+    k = s["workload"]["clipped_requests"]
+    assert 0 < k < 20 and "clipped" not in {x["code"] for x in s["warnings"]}
+    path.write_text(yaml.safe_dump(few.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    assert f"  clipped: a run will shorten {k} of 200 requests" in capsys.readouterr().out
+    assert predict_clipped(make_scenario()) == {"requests": 50, "clipped": 0, "context_tokens": 8192}
+    sessions = make_scenario(**{"workload.sessions": {"turns": {"dist": "fixed", "value": 2}, "think_time_s": 1.0}})
+    assert predict_clipped(sessions) is None

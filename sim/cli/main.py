@@ -372,8 +372,9 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     queue for the token budget (``predict_head_of_line``), an offered rate well above what the
     deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
-    from servesim.outputs.checks import kv_override_warnings, no_effect_warnings, scenario_slos, slo_unit_warnings
-    from servesim.simulation import predict_head_of_line, predict_overload, predict_rejections, prepare
+    from servesim.outputs.checks import (CLIPPED_SHARE, clipped_text, kv_override_warnings, no_effect_warnings,
+                                         scenario_slos, slo_unit_warnings)
+    from servesim.simulation import predict_clipped, predict_head_of_line, predict_overload, predict_rejections, prepare
 
     lines = [f"warning: {w['message']}" for w in kv_override_warnings((setup or prepare(scenario)).pools)]
     pred = predict_rejections(scenario, setup, specs)
@@ -385,6 +386,11 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     elif pred is None:
         lines.append("  rejections: not predicted (closed-loop and multi-turn workloads draw their lengths as they "
                      "run)")
+    clip = predict_clipped(scenario, setup, specs)
+    if clip and clip["clipped"]:
+        k, n = clip["clipped"], clip["requests"]
+        text = clipped_text(k, n, clip["context_tokens"], predicted=True)
+        lines.append(f"warning: {text}" if k >= CLIPPED_SHARE * n else f"  clipped: {text}")
     hol = predict_head_of_line(scenario, setup, specs)
     if hol and hol["tight"]:
         k, n, b = hol["tight"], hol["requests"], hol["budget"]

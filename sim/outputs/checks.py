@@ -4,6 +4,9 @@ whose numbers look fine but answer another question than the one asked.
 Each warning is ``{"code": ..., "message": ...}``:
 - ``rejections``: at least ``REJECTED_SHARE`` of the requests were rejected (with the top reasons):
   the latencies describe the few that were served;
+- ``clipped``: at least ``CLIPPED_SHARE`` of the requests were longer than the model's context and
+  were shortened to fit it (``workload.clip_to_context``): the lengths run are not the ones
+  described (``validate`` predicts it from the workload's own requests);
 - ``unfinished``: at least ``UNFINISHED_SHARE`` were still queued or running at
   ``workload.duration_s``: the latencies leave out the backlog the cut-off hides;
 - ``nothing_completed``: no request completed;
@@ -39,6 +42,7 @@ from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
 
 REJECTED_SHARE = 0.1
 UNFINISHED_SHARE = 0.1
+CLIPPED_SHARE = 0.1  # of the requests shortened to the context: a workload other than the one described
 PREEMPTED_SHARE = 0.05  # preemptions per request: past a rare event, a KV cache too small for the load
 HEAD_OF_LINE_SHARE = 0.01  # of the run's time x replicas: a stall the TTFT tail shows, not a rare instant
 KEEP_UP_MIN_REQUESTS = 50  # fewer: a handful of slow requests at the end would say it
@@ -127,8 +131,9 @@ def scenario_slos(scenario) -> list:
     return out
 
 
-def run_warnings(summary: dict, scenario) -> list:
-    """The run's warnings (module docstring); ``scenario``: the ``Scenario`` that ran."""
+def run_warnings(summary: dict, scenario, pools=()) -> list:
+    """The run's warnings (module docstring); ``scenario``: the ``Scenario`` that ran; ``pools``:
+    its setup's pools (``servesim.simulation.PoolSetup``: the model's context, the KV sizing)."""
     out = []
     n = summary["num_requests"]
     rej, unf, done = summary["rejected"], summary["unfinished"], summary["completed"]
@@ -140,6 +145,9 @@ def run_warnings(summary: dict, scenario) -> list:
                     "message": f"{rej} of {n} requests ({rej / n:.0%}) were rejected"
                                + (f"; top reasons: {top}" if top else "")
                                + ": the latencies describe only the requests that were served"})
+    k = (summary.get("workload") or {}).get("clipped_requests") or 0
+    if pools and n and k >= CLIPPED_SHARE * n:
+        out.append({"code": "clipped", "message": clipped_text(k, n, pools[0].cost_model.model.max_context_tokens)})
     if n and unf >= UNFINISHED_SHARE * n:
         cut = scenario.workload.duration_s
         out.append({"code": "unfinished",
@@ -172,7 +180,18 @@ def run_warnings(summary: dict, scenario) -> list:
     out += head_of_line_warnings(summary, scenario)
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
+    out += kv_override_warnings(pools)
     return out
+
+
+def clipped_text(k: int, n: int, context_tokens: int, predicted: bool = False) -> str:
+    """``clipped`` (module docstring): ``k`` of ``n`` requests longer than the context; ``predicted``:
+    as ``validate`` says it of the run to come."""
+    what = (f"a run will shorten {k:,} of {n:,} requests ({k / n:.0%})" if predicted else
+            f"{k:,} of {n:,} requests ({k / n:.0%}) were shortened")
+    return (f"{what} to fit the model's {context_tokens:,}-token context (prompt + output, workload.clip_to_context; "
+            "prompt first, then output): the lengths run are not the ones described. A model with a longer context, "
+            "or shorter lengths, runs them as described; clip_to_context: false rejects them instead")
 
 
 def recompute_share(summary: dict) -> float:
