@@ -380,18 +380,21 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs):
         return None
+    why = _rejection_reasons(scenario, setup, specs)
+    reasons = [r for r in why if r is not None]
+    return {"requests": len(specs), "rejected": len(reasons), "reasons": top_reasons(reasons)}
+
+
+def _rejection_reasons(scenario: Scenario, setup, specs: RequestSpecs) -> list:
+    """Per request of ``specs``, the reason the deployment's replicas reject it at arrival, or None."""
     # every replica of a pool has the same rules: one of each is enough (a cluster of 100,000
     # replicas took seconds to build here)
     one = dataclasses.replace(setup, pools=tuple(dataclasses.replace(p, replicas=1) for p in setup.pools),
                               scenario=_one_replica(setup.scenario))
     cluster = Cluster(simpy.Environment(), one, Recorder(None), scenario.seed)
-    pairs, count = np.unique(np.stack([specs.prompt_tokens, specs.output_tokens]), axis=1, return_counts=True)
-    reasons = []
-    for (p, o), k in zip(pairs.T.tolist(), count.tolist()):
-        why = cluster.rejection_reason(Request(0, 0.0, p, o))
-        if why is not None:
-            reasons += [why] * k
-    return {"requests": len(specs), "rejected": len(reasons), "reasons": top_reasons(reasons)}
+    pairs, inverse = np.unique(np.stack([specs.prompt_tokens, specs.output_tokens]), axis=1, return_inverse=True)
+    by_pair = [cluster.rejection_reason(Request(0, 0.0, p, o)) for p, o in pairs.T.tolist()]
+    return [by_pair[i] for i in np.ravel(inverse).tolist()]
 
 
 def predict_clipped(scenario: Scenario, setup=None, specs=None) -> dict | None:
@@ -422,8 +425,9 @@ def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | N
         return None
     pool = setup.pools[0]
     budget, seqs = pool.max_num_batched_tokens, pool.max_num_seqs
-    p, o = specs.prompt_tokens, specs.output_tokens
-    fits = p + o - 1 <= budget  # (the rest is rejected: predict_rejections names them)
+    p = specs.prompt_tokens
+    # (what the replicas reject never waits: predict_rejections names it)
+    fits = np.array([r is None for r in _rejection_reasons(scenario, setup, specs)], dtype=bool)
     tight = fits & (p > budget - seqs)
     return {"requests": int(fits.sum()), "tight": int(tight.sum()), "budget": budget, "max_num_seqs": seqs,
             "longest": int(p[tight].max()) if tight.any() else 0}

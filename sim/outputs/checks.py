@@ -187,8 +187,9 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
 def clipped_text(k: int, n: int, context_tokens: int, predicted: bool = False) -> str:
     """``clipped`` (module docstring): ``k`` of ``n`` requests longer than the context; ``predicted``:
     as ``validate`` says it of the run to come."""
-    what = (f"a run will shorten {k:,} of {n:,} requests ({k / n:.0%})" if predicted else
-            f"{k:,} of {n:,} requests ({k / n:.0%}) were shortened")
+    share = f"{k / n:.0%}" if k >= 0.1 * n else f"{k / n:.1%}"
+    what = (f"a run will shorten {k:,} of {n:,} requests ({share})" if predicted else
+            f"{k:,} of {n:,} requests ({share}) were shortened")
     return (f"{what} to fit the model's {context_tokens:,}-token context (prompt + output, workload.clip_to_context; "
             "prompt first, then output): the lengths run are not the ones described. A model with a longer context, "
             "or shorter lengths, runs them as described; clip_to_context: false rejects them instead")
