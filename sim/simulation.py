@@ -6,6 +6,7 @@ import functools
 import math
 import os
 import time
+import weakref
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -385,16 +386,28 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
     return {"requests": len(specs), "rejected": len(reasons), "reasons": top_reasons(reasons)}
 
 
+# (setup, specs) as weak references, and their reasons: validate asks twice for the same workload
+_LAST_REASONS: list = [None, None, None]
+
+
 def _rejection_reasons(scenario: Scenario, setup, specs: RequestSpecs) -> list:
-    """Per request of ``specs``, the reason the deployment's replicas reject it at arrival, or None."""
+    """Per request of ``specs``, the reason the deployment's replicas reject it at arrival, or None
+    (the rules of one replica per pool, asked once per distinct (prompt, output) pair)."""
+    last = _LAST_REASONS
+    if last[0] is not None and last[0]() is setup and last[1]() is specs:
+        return last[2]
     # every replica of a pool has the same rules: one of each is enough (a cluster of 100,000
     # replicas took seconds to build here)
     one = dataclasses.replace(setup, pools=tuple(dataclasses.replace(p, replicas=1) for p in setup.pools),
                               scenario=_one_replica(setup.scenario))
     cluster = Cluster(simpy.Environment(), one, Recorder(None), scenario.seed)
-    pairs, inverse = np.unique(np.stack([specs.prompt_tokens, specs.output_tokens]), axis=1, return_inverse=True)
-    by_pair = [cluster.rejection_reason(Request(0, 0.0, p, o)) for p, o in pairs.T.tolist()]
-    return [by_pair[i] for i in np.ravel(inverse).tolist()]
+    # (token counts are below 2**31: one int64 key per pair, 30x faster than np.unique(axis=1))
+    key = (specs.prompt_tokens.astype(np.int64) << 32) | specs.output_tokens.astype(np.int64)
+    pairs, inverse = np.unique(key, return_inverse=True)
+    by_pair = [cluster.rejection_reason(Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)) for k in pairs.tolist()]
+    reasons = [by_pair[i] for i in np.ravel(inverse).tolist()]
+    last[:] = [weakref.ref(setup), weakref.ref(specs), reasons]
+    return reasons
 
 
 def predict_clipped(scenario: Scenario, setup=None, specs=None) -> dict | None:
