@@ -422,6 +422,38 @@ def predict_clipped(scenario: Scenario, setup=None, specs=None) -> dict | None:
     return {"requests": len(specs), "clipped": k, "context_tokens": setup.cost_model.model.max_context_tokens}
 
 
+def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The requests that cannot meet their SLO at any load, without running: on an idle
+    deployment a request's TTFT is at least its prompt's prefill alone and its TPOT at least one
+    decode step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with).
+    {"requests" (not rejected), "missed", "ttft", "tpot" (over each limit), "ttft_max_s",
+    "tpot_min_s"} over the workload's own requests; None without an SLO, for closed-loop and
+    multi-turn workloads. Rejected requests are ``predict_rejections``'."""
+    from servesim.studies.plan_space import NEVER, latency_floors, stats_from_specs
+
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs) or not len(specs):
+        return None
+    n = len(specs)
+    _, _, limits = _classes(scenario, specs, {"request_id": np.arange(n)})
+    if limits is None:
+        slo = scenario.slo
+        if slo.ttft_s is None and slo.tpot_s is None:
+            return None
+        limits = (np.full(n, np.inf if slo.ttft_s is None else slo.ttft_s),
+                  np.full(n, np.inf if slo.tpot_s is None else slo.tpot_s))
+    floors = latency_floors("pd" if "decode" in setup.pools_by_name else "colocated", setup,
+                            stats_from_specs(scenario, specs))
+    served = floors["ttft"] < NEVER / 10
+    ttft = served & (floors["ttft"] > limits[0])
+    with np.errstate(invalid="ignore"):
+        tpot = served & (floors["tpot"] > limits[1])  # (NaN: one output token, no TPOT)
+    missed = ttft | tpot
+    return {"requests": int(served.sum()), "missed": int(missed.sum()), "ttft": int(ttft.sum()),
+            "tpot": int(tpot.sum()), "ttft_max_s": float(floors["ttft"][ttft].max()) if ttft.any() else None,
+            "tpot_min_s": float(np.nanmin(floors["tpot"][tpot])) if tpot.any() else None}
+
+
 def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The workload's own prompts that can wait at the head of the queue for room in the token
     budget, without running: with whole-prompt admission beside running decodes (``continuous``

@@ -432,3 +432,42 @@ def test_requests_shortened_to_the_context_are_a_warning_validate_predicts(tmp_p
     assert predict_clipped(make_scenario()) == {"requests": 50, "clipped": 0, "context_tokens": 8192}
     sessions = make_scenario(**{"workload.sessions": {"turns": {"dist": "fixed", "value": 2}, "think_time_s": 1.0}})
     assert predict_clipped(sessions) is None
+
+
+def test_validate_predicts_requests_no_load_lets_meet_the_slo(tmp_path, capsys):
+    """An SLO some requests cannot meet even alone (their prompt's prefill, or one decode step,
+    is over the limit): validate names how many and the attainment ceiling; the run's attainment
+    stays under it, also per class; an SLO every request can meet alone is no warning."""
+    from servesim.simulation import predict_slo_floors
+
+    kw = {"workload.num_requests": 100, "workload.prompt_tokens": {"dist": "uniform", "min": 16, "max": 8000},
+          "workload.arrival": {"process": "poisson", "rate_rps": 0.5}, "slo": {"ttft_s": 0.1, "tpot_s": 0.05}}
+    sc = make_scenario(**kw)
+    p = predict_slo_floors(sc)
+    assert p["requests"] == 100 and 0 < p["ttft"] == p["missed"] < 100 and p["tpot"] == 0 and p["ttft_max_s"] > 0.1
+    s = simulate(sc).summary
+    assert s["slo_attainment"] <= 1 - p["missed"] / 100
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (f"warning: {p['missed']} of the 100 requests served ({p['missed']:.1f}%) cannot meet the SLO even on an "
+            f"idle deployment: {p['ttft']} prompts take longer than their TTFT limit to prefill alone") in out
+    assert f"SLO attainment cannot exceed {100 - p['missed']:.1f}% at any load" in out
+    tight = predict_slo_floors(make_scenario(**{**kw, "slo": {"tpot_s": 0.001}}))
+    several = int((simulate(sc).requests["output_tokens"] > 1).sum())  # (one output token: no TPOT)
+    assert tight["tpot"] == tight["missed"] == several and tight["ttft"] == 0 and tight["tpot_min_s"] > 0.001
+    assert predict_slo_floors(make_scenario(**{**kw, "slo": {"ttft_s": 10, "tpot_s": 1}}))["missed"] == 0
+    assert predict_slo_floors(make_scenario(**{**kw, "slo": {}})) is None
+    # per class: only the class with the tight limit misses
+    lengths = {"prompt_tokens": kw["workload.prompt_tokens"], "output_tokens": {"dist": "uniform", "min": 1, "max": 64}}
+    classes = make_scenario(**{**kw, "slo": {"ttft_s": 10}, "workload.prompt_tokens": None,
+                               "workload.output_tokens": None, "workload.classes": [
+                                   {"name": "chat", "share": 1, "slo": {"ttft_s": 0.1}, **lengths},
+                                   {"name": "batch", "share": 1, **lengths}]})
+    p = predict_slo_floors(classes)
+    res = simulate(classes)
+    req = res.requests
+    chat = req["class"] == "chat"
+    assert 0 < p["missed"] < chat.sum()
+    assert res.summary["classes"]["chat"]["slo_attainment"] <= 1 - p["missed"] / chat.sum() + 1e-12

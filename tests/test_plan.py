@@ -92,7 +92,7 @@ def test_no_unit_serves_more_than_its_bound(shape):
 def test_latency_floors_hold_for_every_request(shape):
     """No request's TTFT or TPOT beats its floor (prefill alone, one decode step of one)."""
     sc, setup = _setup(shape, **{RATE_KEY: 1.0, "workload.num_requests": 100})
-    floors = latency_floors(shape, setup, workload_stats(sc))
+    floors = latency_floors(shape.kind, setup, workload_stats(sc))
     res = simulate(sc)
     r = res.requests
     order = np.argsort(r["request_id"])

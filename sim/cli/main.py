@@ -374,7 +374,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
     from servesim.outputs.checks import (CLIPPED_SHARE, clipped_text, kv_override_warnings, no_effect_warnings,
                                          scenario_slos, slo_unit_warnings)
-    from servesim.simulation import predict_clipped, predict_head_of_line, predict_overload, predict_rejections, prepare
+    from servesim.simulation import (predict_clipped, predict_head_of_line, predict_overload, predict_rejections,
+                                     predict_slo_floors, prepare)
 
     lines = [f"warning: {w['message']}" for w in kv_override_warnings((setup or prepare(scenario)).pools)]
     pred = predict_rejections(scenario, setup, specs)
@@ -391,6 +392,19 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         k, n = clip["clipped"], clip["requests"]
         text = clipped_text(k, n, clip["context_tokens"], predicted=True)
         lines.append(f"warning: {text}" if k >= CLIPPED_SHARE * n else f"  clipped: {text}")
+    floors = predict_slo_floors(scenario, setup, specs)
+    if floors and floors["missed"]:
+        k, n = floors["missed"], floors["requests"]
+        why = []
+        if floors["ttft"]:
+            why.append(f"{floors['ttft']:,} prompts take longer than their TTFT limit to prefill alone (up to "
+                       f"{floors['ttft_max_s']:.3g} s)")
+        if floors["tpot"]:
+            why.append(f"{floors['tpot']:,} requests take longer than their TPOT limit for one decode step alone "
+                       f"(from {floors['tpot_min_s'] * 1e3:.3g} ms)")
+        lines.append(f"warning: {k:,} of the {n:,} requests served ({k / n:.1%}) cannot meet the SLO even on an idle "
+                     f"deployment: {'; '.join(why)}; SLO attainment cannot exceed {1 - k / n:.1%} at any load (a "
+                     "faster deployment or looser limits can)")
     hol = predict_head_of_line(scenario, setup, specs)
     if hol and hol["tight"]:
         k, n, b = hol["tight"], hol["requests"], hol["budget"]

@@ -165,6 +165,11 @@ def workload_stats(scenario) -> WorkloadStats:
     if not isinstance(specs, RequestSpecs) or not len(specs):
         raise InputError("servesim plan needs an open-loop workload with requests (an arrival process with a rate; "
                          "not closed_loop or sessions)")
+    return stats_from_specs(scenario, specs)
+
+
+def stats_from_specs(scenario, specs) -> WorkloadStats:
+    """``WorkloadStats`` of drawn requests (``RequestSpecs``) under ``scenario``'s prefix caching."""
     total = specs.prompt_tokens.astype(float)
     prompt = total
     if scenario.policy.prefix_caching and specs.prefix_tokens is not None:
@@ -242,13 +247,14 @@ def _blocks(tokens: np.ndarray, block_size: int) -> np.ndarray:
     return np.ceil(tokens / block_size)
 
 
-def latency_floors(shape: Shape, setup, stats: WorkloadStats) -> dict:
-    """Per-request floors (seconds): {"ttft", "tpot", "e2e"} arrays over the workload draw, inf
-    for a request no replica can take (its KV needs more blocks than a replica has: it is
-    rejected, ``Replica.rejection_reason``), and the share of such requests."""
+def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
+    """Per-request floors (seconds) on an idle deployment of ``kind`` ("colocated" | "pd", as
+    ``Shape.kind``): {"ttft", "tpot", "e2e"} arrays over the workload draw, inf for a request no
+    replica can take (its KV needs more blocks than a replica has: it is rejected,
+    ``Replica.rejection_reason``), and the share of such requests."""
     pools = setup.pools_by_name
-    pf = pools["prefill" if shape.kind == "pd" else "colocated"]
-    dc = pools["decode" if shape.kind == "pd" else "colocated"]
+    pf = pools["prefill" if kind == "pd" else "colocated"]
+    dc = pools["decode" if kind == "pd" else "colocated"]
     cache: dict = {}
     ttft = np.array([_prefill_floor_s(pf.cost_model, pf.max_num_batched_tokens, int(p), cache) for p in stats.prompt])
     # a request's decode steps are each at least one step of it alone, at its shortest context (its prompt)
@@ -260,7 +266,7 @@ def latency_floors(shape: Shape, setup, stats: WorkloadStats) -> dict:
     k = setup.scenario.policy.spec.num_speculative_tokens if setup.scenario.policy.spec is not None else 0
     whole = stats.prompt_total + stats.output - 1 + k
     rejected = _blocks(whole, dc.capacity.block_size) > dc.capacity.num_blocks
-    if shape.kind == "pd":
+    if kind == "pd":
         rejected |= _blocks(stats.prompt_total, pf.capacity.block_size) > pf.capacity.num_blocks
     tpot_arr = np.where(stats.output > 1, tpot, np.nan)
     e2e = ttft + np.maximum(stats.output - 1, 0) * tpot
@@ -339,7 +345,7 @@ def assess(shape: Shape, base: dict, rate: float, slo: dict, attainment, stats: 
     except InputError as e:
         a.status, a.reason = "pruned-memory", str(e)
         return a
-    why = floor_violation(latency_floors(shape, setup, stats), slo, attainment)
+    why = floor_violation(latency_floors(shape.kind, setup, stats), slo, attainment)
     if why:
         a.status, a.reason = "pruned-latency", why
         return a
