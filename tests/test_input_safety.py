@@ -102,6 +102,20 @@ def test_a_value_where_a_mapping_belongs_says_what_to_write(tmp_path, capsys, se
     assert rc == 2 and hint in err and one_bounded_line(err), err
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--set", "workload.arrival={process:poisson,rate_rps:2}"],
+     "workload.arrival.process:poisson: YAML reads 'process:poisson' as one key without a value (no space after the "
+     "colon); write 'process: poisson'"),
+    (["--set", "hardware={gpu:h100-sxm}"], "hardware.gpu:h100-sxm: YAML reads 'gpu:h100-sxm' as one key"),
+    (["--set", "workload.prompt_tokens={dist:fixed,value:9}"], "write 'dist: fixed'"),
+])
+def test_key_colon_value_without_a_space_is_named(tmp_path, capsys, args, says):
+    """``{process:poisson}`` (no space after the colon, as a --set value is easily typed) is one
+    YAML key without a value: it was 'workload.arrival.process is missing' or 'unknown field'."""
+    rc, err = run_cli(capsys, "validate", scenario_file(tmp_path), *args)
+    assert rc == 2 and says in err and one_bounded_line(err), err
+
+
 @pytest.mark.parametrize("value, says", [
     ("inf", "workload.arrival.rate_rps must be a finite number >= 1e-06 and <= 1e+09, got 'inf'"),
     ("nan", "must be a finite number >= 1e-06"),

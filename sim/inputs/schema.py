@@ -360,6 +360,19 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
     raise TypeError(f"unsupported field type {tp} at {path}")  # a bug in the schema, not input
 
 
+def _check_colon_keys(data: dict, path: str) -> None:
+    """A key such as ``process:poisson``: YAML reads ``key:value`` without a space after the colon
+    (``{process:poisson}``, as a ``--set`` value is easily typed) as one key with no value; say so,
+    rather than that a field is missing or unknown."""
+    for key in data:
+        if isinstance(key, str) and data[key] is None and ":" in key and key.isprintable():
+            name, _, value = key.partition(":")
+            if name and value and not value.startswith(" "):
+                where = f"{path}.{clip(key, 60)}" if path else clip(key, 60)
+                raise InputError(f"{where}: YAML reads {clip(key, 60)!r} as one key without a value (no space after "
+                                 f"the colon); write '{clip(name, 40)}: {clip(value, 40)}'")
+
+
 def _build_tagged(options, value, path):
     """A union of dataclasses told apart by a tag: the first field whose type is a one-value
     ``Literal`` (``dist``, ``process``)."""
@@ -378,6 +391,7 @@ def _build_tagged(options, value, path):
         raise InputError(f"{path} must be a mapping with a {tag_field!r} key (valid: {', '.join(by_tag)}), got "
                          f"{shown(value)}{hint}")
     if tag_field not in value:
+        _check_colon_keys(value, path)
         raise InputError(f"{path}.{tag_field} is missing; valid: {', '.join(by_tag)}")
     tag = value[tag_field]
     if not isinstance(tag, str) or tag not in by_tag:
@@ -416,6 +430,7 @@ def build(cls, data, path: str, root: str = "scenario"):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if not isinstance(key, str) or key not in fields:
+            _check_colon_keys(data, path)
             name = clip(key, 60) if isinstance(key, str) and key.isprintable() else shown(key, 60)
             where = f"{path}.{name}" if path else name
             raise InputError(f"{where}: unknown field;{did_you_mean(str(key)[:200], fields)}")
