@@ -578,13 +578,19 @@ def _capacity_lines(path: Path) -> list:
                    f"with no rate meeting, down to {hi:.4g} req/s." if hi else "before any probe."), ""]
     gpus = f"{cap['num_gpus']} GPU{'s' if cap['num_gpus'] != 1 else ''}"
     att = f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else ""
+    if cap["capacity_rps"] == 0:  # no rate met, on every seed
+        floor = cap.get("floor")
+        return [f"**No rate meets** `{cap['slo']}`{keep}{att}" + (
+            f": no rate can ({floor})." if
+            isinstance(floor, str) else ": every probe failed, down to the lowest rate searched."), ""]
     iv = cap.get("interval")
     if isinstance(iv, dict) and cap.get("capacity_ci95_rps") is not None:
         ci = _cap_interval(cap)
         text = (f"**Capacity: {format_interval(ci, unit='req/s')}** ({format_interval(ci.scaled(1 / cap['num_gpus']))}"
                 f" req/s per GPU, {gpus}) for `{cap['slo']}`{keep}{att}: the mean of {iv.get('seeds')} seeds' searches "
                 f"with its 95% Student-t interval (per seed: "
-                + ", ".join(f"{x['capacity_rps']:.4g}" for x in cap.get("seeds") or [] if x.get("capacity_rps"))
+                + ", ".join(f"{x['capacity_rps']:.4g}" for x in cap.get("seeds") or []
+                            if isinstance(x.get("capacity_rps"), (int, float)))
                 + " req/s).")
         if iv.get("stopped_short"):
             text += f" Stopped short: {iv['stopped_short']}."

@@ -211,15 +211,41 @@ def test_summary_says_what_arrived_per_second():
 
 
 def test_running_out_of_probes_below_every_meeting_rate_is_no_answer(tmp_path, capsys):
+    """(A queueing limit: low enough rates meet it, so the latency floors do not end the search.)"""
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(scenario_data()))
     out = tmp_path / "cap"
     assert main(["capacity", str(sc), "--seeds", "1",
-                 "--slo", "ttft_p99=1ms", "--max-probes", "3", "--probe-requests", "50",
+                 "--slo", "queue_p99=1ms", "--max-probes", "3", "--probe-requests", "50",
                  "--out", str(out), "--workers", "1", "--quiet"]) == 2
     assert "no rate met, down to" in capsys.readouterr().err
     cap = json.loads((out / "capacity.json").read_text())
     assert cap["capacity_rps"] is None and cap["bracket_rps"][0] is None and cap["bracket_rps"][1] > 0
+
+
+def test_limits_no_rate_can_meet_end_the_search_at_the_first_probe(tmp_path, capsys):
+    """A TTFT limit under every prompt's prefill alone: after the first probe fails, the latency
+    floors (what servesim plan prunes with) say no rate can meet it: capacity 0 on each seed, one
+    probe each (it bisected down to 1e-6 req/s before: 22 probes a seed), the reason printed, in
+    capacity.json and in the report; a limit some rate meets is searched as before."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(sc), "--seeds", "2", "--slo", "ttft_p99=1ms", "--probe-requests", "50",
+                 "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "is not met on any seed: it cannot be at any rate (ttft_p99 is at least " in printed
+    cap = json.loads((out / "capacity.json").read_text())
+    assert cap["capacity_rps"] == 0 and [s["probes"] for s in cap["seeds"]] == [1, 1]
+    assert cap["floor"].startswith("seed 0: ttft_p99 is at least ") and cap["floor"].endswith("> 1 ms")
+    assert all(s["floor"] for s in cap["seeds"])
+    assert main(["report", str(out)]) == 0
+    assert "**No rate meets** `ttft_p99=1ms`" in (out / "report.md").read_text()
+    feasible = tmp_path / "cap2"
+    assert main(["capacity", str(sc), "--seeds", "1", "--slo", "ttft_p99=300ms", "--probe-requests", "50",
+                 "--out", str(feasible), "--workers", "1", "--quiet"]) == 0
+    cap = json.loads((feasible / "capacity.json").read_text())
+    assert cap["floor"] is None and cap["capacity_rps"] > 0 and len(cap["probes"]) > 1
 
 
 def test_probes_too_small_to_judge_keeping_up_are_refused(tmp_path, capsys):

@@ -165,7 +165,9 @@ def cmd_capacity(args) -> int:
     gpus = plan.num_gpus
     if ci.error is None:
         if iv.mean == 0:
-            print(f"\nthe SLO ({limits}) is not met on any seed")
+            floor = next((r.result.get("floor") for r in ci.per_seed if r.result.get("floor")), None)
+            print(f"\nthe SLO ({limits}) is not met on any seed" + (
+                f": it cannot be at any rate ({floor})" if floor else ""))
         else:
             per = (f" = {format_interval(ci.per_gpu, unit='req/s')} per GPU ({gpus} GPU{'s' if gpus != 1 else ''})"
                    if args.per_gpu else "")

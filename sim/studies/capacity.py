@@ -172,6 +172,26 @@ class Search:
         self.evals = {}  # probe index -> its evaluation
         self.longer = {}  # rate -> requests of its probe, when run longer than requests_at's
         self.short = set()  # rates whose longest probe was still too short to tell (counted as failing)
+        self.floor = None  # why no rate can meet the limits (the latency floors), once a probe failed
+
+    def floor_violation(self) -> str | None:
+        """Why the limits cannot hold at any rate, judged on the first probe's requests: each
+        request's TTFT is at least its prompt's prefill alone and its TPOT at least one decode
+        step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with); None
+        when they can, or when it cannot tell (not an open-loop workload)."""
+        from servesim.inputs.scenario import scenario_from_dict
+        from servesim.inputs.workload import RequestSpecs, generate
+        from servesim.simulation import prepare
+        from servesim.studies.plan_space import floor_violation, latency_floors, stats_from_specs
+
+        sc = scenario_from_dict(self.points[0].data)
+        setup = prepare(sc)
+        specs = generate(sc.workload, np.random.default_rng(sc.seed), setup.cost_model.model.max_context_tokens,
+                         min(p.capacity.block_size for p in setup.pools))
+        if not isinstance(specs, RequestSpecs) or not len(specs):
+            return None
+        kind = "pd" if "decode" in setup.pools_by_name else "colocated"
+        return floor_violation(latency_floors(kind, setup, stats_from_specs(sc, specs)), self.slo, self.attainment)
 
     def probe(self, rates) -> None:
         rates = [float(f"{r:.6g}") for r in rates if float(f"{r:.6g}") not in self.results]
@@ -271,6 +291,10 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int,
         seen = state
         lo, hi = s.bracket()
         if lo is None:  # nothing meets yet: go down
+            if len(s.results) == 1 and s.floor is None:
+                s.floor = s.floor_violation() or ""
+                if s.floor:  # no rate can meet the limits: nothing to search for
+                    return 0.0, min(s.results), True
             base = min(s.results)
             if base < start / 2**20 or base <= MIN_RATE_RPS:  # (the lowest rate a scenario takes)
                 return 0.0, base, True
@@ -449,6 +473,7 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
               "bracket_rps": None if done else [cap or None, above],
               "probes": [{"rate_rps": p.values[RATE_KEY], **s.evals.get(p.index, {})} for p in s.points]}
     result["too_short"] = too_short = _too_short_note(s, cap)
+    result["floor"] = s.floor or None  # why no rate can meet the limits, when the floors say so
     none_served = "" if any(e.get("throughput_rps") for e in s.results.values()) else \
         "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"
     error = None
@@ -629,8 +654,11 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, s
                      "target": None if fixed is not None else seeds.target, "stopped_short": stopped},
         "seeds": [{"seed": k, "capacity_rps": r.result["capacity_rps"],
                    "check_above_rps": r.result["check_above_rps"], "bracket_rps": r.result["bracket_rps"],
-                   "probes": len(r.search.points), "too_short": r.too_short} for k, r in zip(searched, done)],
+                   "probes": len(r.search.points), "too_short": r.too_short, "floor": r.result["floor"]}
+                  for k, r in zip(searched, done)],
         "too_short": next((f"seed {k}: {r.too_short}" for k, r in zip(searched, done) if r.too_short), None),
+        # why no rate can meet the limits, when the latency floors say so on a seed's requests
+        "floor": next((f"seed {k}: {r.result['floor']}" for k, r in zip(searched, done) if r.result["floor"]), None),
         "probes": [{"seed": k, **p} for k, r in zip(searched, done) for p in r.result["probes"]],
     }
 
