@@ -468,3 +468,28 @@ def test_a_run_too_short_to_tell_is_run_longer(tmp_path):
     import csv
     rows = list(csv.DictReader(open(tmp_path / "plan" / "results.csv")))
     assert any(r["rerun"] == "True" for r in rows)
+
+
+def test_prefill_floor_shares_full_chunks_and_equals_the_chunk_by_chunk_sum():
+    """A prompt's prefill floor is its chunks' step times summed in order; the first full chunks
+    are shared between prompts (long prompts in small chunks made validate take minutes): the
+    same floats as summing chunk by chunk."""
+    from servesim.core.batch import synthetic_batch
+    from servesim.studies.plan_space import _prefill_floor_s
+
+    _, setup = _setup(SHAPES[0])
+    cm = setup.cost_model
+
+    def chunk_by_chunk(budget, prompt):
+        t, done = 0.0, 0
+        while done < prompt:
+            q = min(budget, prompt - done)
+            b = synthetic_batch(prefill=[(q, done)])
+            t += cm.step_time(b if done + q == prompt else b._replace(num_sampled=0)).time_s
+            done += q
+        return t
+
+    for budget in (512, 8192):
+        cache = {}
+        for p in (1, 511, 512, 513, 1024, 1025, 5000, 3000, 8191, 8192, 8193):
+            assert _prefill_floor_s(cm, budget, p, cache) == chunk_by_chunk(budget, p), (budget, p)
