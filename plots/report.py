@@ -212,7 +212,9 @@ class Context:
         self.offered = offered if offered and rate and abs(offered / rate - 1) > 0.2 else None
         # the policy in the title when every run shown has the same one (else their labels name them)
         names = {(r.scenario.get("policy") or {}).get("name") for r in runs.values()}
-        self.policy = next(iter(names)) if len(names) == 1 else None
+        if not runs and sc:  # (a capacity search reads no run folder: its probes all run the scenario's)
+            names = {(sc.get("policy") or {}).get("name")}
+        self.policy = next(iter(names)) if len(names) == 1 else None  # (None: unnamed, or several)
         self.gpus = gpu_counts(rows) if "label" in data["cols"] else {}
         for g, r in runs.items():
             self.gpus.setdefault(g, r.num_gpus())
@@ -249,7 +251,9 @@ class Context:
         """``slo``: (TTFT, TPOT) limits to name instead of the report's (the runs' own SLO)."""
         counts = {n for n in self.gpus.values() if n}
         each = f"{next(iter(counts))} x " if len(counts) == 1 else ""
-        parts = [what, f"{self.model} on {each}{self.gpu}" + (" each" if each and len(self.gpus) > 1 else "")]
+        # (" each": one deployment per configuration compared; a capacity search's groups are its seeds)
+        parts = [what, f"{self.model} on {each}{self.gpu}" + (" each" if each and len(self.gpus) > 1
+                                                                and self.kind != "capacity" else "")]
         if self.policy:
             parts.append(f"policy {self.policy}")
         if rate and self.rate is not None:

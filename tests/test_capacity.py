@@ -240,7 +240,10 @@ def test_limits_no_rate_can_meet_end_the_search_at_the_first_probe(tmp_path, cap
     assert cap["floor"].startswith("seed 0: ttft_p99 is at least ") and cap["floor"].endswith("> 1 ms")
     assert all(s["floor"] for s in cap["seeds"])
     assert main(["report", str(out)]) == 0
-    assert "**No rate meets** `ttft_p99=1ms`" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "**No rate meets** `ttft_p99=1ms`" in md
+    # the figure names the policy (a capacity folder has no run folder to read it from) and no "each"
+    assert "Capacity search over 2 seeds | Meta-Llama-3-8B on 1 x h100-sxm | policy continuous | SLO" in md
     feasible = tmp_path / "cap2"
     assert main(["capacity", str(sc), "--seeds", "1", "--slo", "ttft_p99=300ms", "--probe-requests", "50",
                  "--out", str(feasible), "--workers", "1", "--quiet"]) == 0
