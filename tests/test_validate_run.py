@@ -54,6 +54,25 @@ def test_a_detailed_result_is_replayed_at_its_send_times(tmp_path, capsys):
     assert again.summary["completed"] == 23
 
 
+def test_a_scenario_of_the_deployment_alone_is_taken(tmp_path, capsys):
+    """The benchmark's requests replace the scenario's workload, so a file that names only the
+    deployment (no workload section) replays them: it was 'workload is missing'. Its other errors
+    still name the file and field."""
+    dep = tmp_path / "deployment.yaml"
+    dep.write_text("name: dep\nmodel: meta-llama/Meta-Llama-3-8B\nhardware: {gpu: h100-sxm}\n"
+                   "policy: {name: chunked_prefill, max_num_batched_tokens: 2048}\n")
+    out = tmp_path / "v"
+    assert main(["validate-run", str(DETAILED), str(dep), "--out", str(out), "--quiet"]) == 0
+    v = json.loads((out / "validation.json").read_text())
+    assert v["requests"]["replayed"] == v["requests"]["simulated_completed"] == 23 and v["policy"] == "chunked_prefill"
+    assert yaml.safe_load((out / "scenario.yaml").read_text())["workload"]["trace"]["path"].endswith("replay.csv")
+    capsys.readouterr()
+    dep.write_text("name: dep\nmodel: meta-llama/Meta-Llama-3-8B\nhardware: {gpu: h100-sxm, tp: 0}\n")
+    assert main(["validate-run", str(DETAILED), str(dep), "--out", str(tmp_path / "w"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "deployment.yaml: hardware.tp" in err and "workload" not in err
+
+
 def test_an_old_result_with_max_concurrency_replays_as_closed_loop_clients(tmp_path):
     out = tmp_path / "v"
     assert main(["validate-run", str(CONCURRENCY), "--out", str(out), "--quiet"]) == 0

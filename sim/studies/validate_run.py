@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
-from servesim.inputs.scenario import Scenario, load_scenario, scenario_from_dict, scenario_to_yaml
+from servesim.inputs.scenario import Scenario, load_scenario, read_yaml, scenario_from_dict, scenario_to_yaml
 from servesim.inputs.specs import get_model
 from servesim.inputs.vllm_result import BenchResult, read_vllm_result
 
@@ -115,6 +115,23 @@ def write_prompt_trace(res: BenchResult, order: np.ndarray, path: Path, block_si
     return path
 
 
+# a file without a workload names the deployment alone (the benchmark's requests replace any
+# workload): this stands in for it until they do
+PLACEHOLDER_WORKLOAD = ("workload={num_requests: 1, arrival: {process: poisson, rate_rps: 1}, "
+                        "prompt_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}")
+
+
+def load_deployment(scenario_path: str | None, overrides=(), seed: int | None = None) -> Scenario:
+    """The scenario whose deployment replays the requests (``load_scenario``); a file without a
+    ``workload`` section is taken as it is, as the benchmark's requests replace the workload."""
+    extra = []
+    if scenario_path is not None:
+        data = read_yaml(Path(scenario_path))
+        if isinstance(data, dict) and "workload" not in data:
+            extra = [PLACEHOLDER_WORKLOAD]
+    return load_scenario(scenario_path, extra + list(overrides), seed)
+
+
 def replay_scenario(sc: Scenario, workload: dict) -> Scenario:
     data = sc.to_dict()
     data["workload"] = {**workload, "clip_to_context": sc.workload.clip_to_context}
@@ -194,7 +211,7 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
 
     out = Path(out_dir)
     res = read_result(result_path, columns, time_unit)
-    sc = load_scenario(scenario_path, list(overrides), seed)
+    sc = load_deployment(scenario_path, list(overrides), seed)
     ctx = get_model(sc.model).max_context_tokens
     work, how, order = replay_workload(res, out / "replay.csv", sc.memory.block_size, ctx)
     replay = replay_scenario(sc, work)
