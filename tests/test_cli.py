@@ -93,6 +93,22 @@ def test_validate_ok(tmp_path, capsys):
             "overlap 0 with the GPU step; CUDA graphs up to 64 tokens (decode-only steps, padded)") in out
 
 
+def test_validate_describes_the_requests_drawn(tmp_path, capsys):
+    """validate prints what the workload drew (count, span, mean rate, lengths), so a trace read in
+    the wrong time unit (ms as s: 1000x fewer requests per second) shows before a run."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n250,200,20\n600,300,30\n900,100,10\n")
+    sc = write(tmp_path, textwrap.dedent(f"""\
+        name: t
+        model: meta-llama/Meta-Llama-3-8B
+        hardware: {{gpu: h100-sxm}}
+        workload: {{trace: {{path: {trace}}}}}
+        """))
+    assert main(["validate", sc]) == 0
+    assert ("  workload: 4 requests arriving over 900 s, 0.00333 req/s on average; prompt tokens mean 175, p50 150, "
+            "p99 297; output tokens mean 18, p50 15, p99 30") in capsys.readouterr().out
+
+
 def test_set_reaches_into_lists_with_the_field_paths_errors_print():
     """``--set workload.classes[1].slo.ttft_s=3``: the notation messages use for a field path
     (``workload.classes[0].share ...``) also sets one; an index past the list or into something

@@ -361,9 +361,34 @@ def cmd_validate(args) -> int:
               + f" ({eng.overhead_source}), overlap {cm.overlap:g} with the GPU step"
               + (" (async scheduling: arrivals join the step after next)" if eng.async_scheduling else "")
               + f"; {graphs}; {api}")
+    line = workload_line(specs)
+    if line:
+        print(line)
     for line in validate_warnings(scenario, setup, specs):
         print(line)
     return 0
+
+
+def workload_line(specs) -> str | None:
+    """``validate``'s line on the requests drawn (open-loop workloads): how many, over how long, the
+    mean rate, and the prompt and output lengths (mean, p50, p99), so that a trace read in the
+    wrong time unit or lengths far from the ones meant show before a run; None otherwise."""
+    import numpy as np
+
+    from servesim.inputs.workload import RequestSpecs
+
+    if not isinstance(specs, RequestSpecs) or not len(specs):
+        return None
+    a = specs.arrival_s
+    span = float(a[-1] - a[0])
+    rate = f", {(len(a) - 1) / span:.3g} req/s on average" if span > 0 else ", all at once"
+
+    def lengths(x) -> str:
+        p50, p99 = np.percentile(x, [50, 99])
+        return f"mean {x.mean():,.0f}, p50 {p50:,.0f}, p99 {p99:,.0f}"
+
+    return (f"  workload: {len(a):,} requests arriving over {span:,.4g} s{rate}; prompt tokens "
+            f"{lengths(specs.prompt_tokens)}; output tokens {lengths(specs.output_tokens)}")
 
 
 def validate_warnings(scenario, setup=None, specs=None) -> list:
