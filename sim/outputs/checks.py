@@ -176,7 +176,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
                f"instead of settling; {rate} (lower the rate or add replicas; servesim capacity finds the highest "
                "rate it keeps up with)")
         out.append({"code": "not_keeping_up", "message": msg})
-    out += preemption_warnings(summary, scenario)
+    out += preemption_warnings(summary)
     out += head_of_line_warnings(summary, scenario)
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
@@ -203,7 +203,7 @@ def recompute_share(summary: dict) -> float:
     return ((summary.get("kv") or {}).get("recompute_tokens") or 0) / total if total else 0.0
 
 
-def preemption_warnings(summary: dict, scenario) -> list:
+def preemption_warnings(summary: dict) -> list:
     """``preemptions`` (module docstring): how many, what they cost, and what gives the KV room."""
     n, p = summary["num_requests"], summary.get("preemptions") or 0
     if not n or p < PREEMPTED_SHARE * n:
@@ -224,7 +224,7 @@ def preemption_warnings(summary: dict, scenario) -> list:
 
 
 def kv_override_warnings(pools) -> list:
-    """``kv_override`` (module docstring), per pool of ``pools`` (``servesim.simulation.Pool``: its
+    """``kv_override`` (module docstring), per pool of ``pools`` (``servesim.simulation.PoolSetup``: its
     ``capacity``, ``cost_model``): ``memory.num_gpu_blocks`` beyond the GPU memory left next to the
     weights (``gpu_memory_utilization`` of it: vLLM's override takes that many blocks, or runs out
     of memory). The activation reserve is left out of the bound: it is servesim's estimate."""
