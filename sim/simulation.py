@@ -444,7 +444,9 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
                   np.full(n, np.inf if slo.tpot_s is None else slo.tpot_s))
     floors = latency_floors("pd" if "decode" in setup.pools_by_name else "colocated", setup,
                             stats_from_specs(scenario, specs))
-    served = floors["ttft"] < NEVER / 10
+    # (what the replicas reject is predict_rejections'; the floors mark only what needs more KV)
+    served = (floors["ttft"] < NEVER / 10) & np.array([r is None for r in _rejection_reasons(scenario, setup, specs)],
+                                                      dtype=bool)
     ttft = served & (floors["ttft"] > limits[0])
     with np.errstate(invalid="ignore"):
         tpot = served & (floors["tpot"] > limits[1])  # (NaN: one output token, no TPOT)
