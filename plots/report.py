@@ -165,8 +165,8 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     for r in seed_rows:
         seed_groups.setdefault(_group_label(r, cols, kind), []).append(r)
     return {"kind": kind, "rows": rows, "groups": groups, "rate": has_rate, "runs": runs, "meta": meta,
-            "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows, "seed_groups": seed_groups,
-            "unread": unread}
+            "path": path, "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows,
+            "seed_groups": seed_groups, "unread": unread}
 
 
 # ---------------------------------------------------------------- what each figure is about
@@ -229,8 +229,10 @@ class Context:
             for g, r in runs.items():
                 if g not in self.status:
                     self.status[g] = meets_slo(r.summary)
-        self.notes = caveats(rows, data["meta"]) if rows else \
-            [w["message"] for r in runs.values() for w in r.summary.get("warnings") or ()]
+        if rows:  # (a study: its notes, what results.csv shows, and what its runs warned of)
+            self.notes = caveats(rows, data["meta"], out_dir=data.get("path"), run_rows=data.get("seed_rows"))
+        else:
+            self.notes = [w["message"] for r in runs.values() for w in r.summary.get("warnings") or ()]
         self.notes += data.get("unread") or []
         self.seeds = int(data["meta"].get("seeds") or 1)
 

@@ -486,3 +486,30 @@ def test_goodput_vs_load_counts_arrivals_within_the_slo(compare_dir):
     best = max(rows, key=lambda r: r["offered_rps"] * r["slo_attainment"])
     assert f"{best['offered_rps'] * best['slo_attainment']:.3g}" in md or \
         f"{best['offered_rps'] * best['slo_attainment']:.2f}" in md
+
+
+def test_a_studys_caveats_carry_the_warnings_its_runs_raised(tmp_path, capsys):
+    """A comparison whose runs preempt (a KV cache too small): the warning each run's summary.json
+    holds reaches compare's notes and the report's caveats, once per code, naming the
+    configurations; with several seeds every seed's run is read (the averaged row names one)."""
+    data = copy.deepcopy(BASE)
+    data["memory"] = {"num_gpu_blocks": 100}
+    data["workload"].update(num_requests=120, arrival={"process": "poisson", "rate_rps": 100.0},
+                            prompt_tokens={"dist": "uniform", "min": 256, "max": 1024},
+                            output_tokens={"dist": "uniform", "min": 32, "max": 128})
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(sc), "--policies", "continuous,chunked_prefill", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    notes = [x for x in capsys.readouterr().out.splitlines() if "preemptions over 120 requests" in x]
+    assert len(notes) == 1 and notes[0].startswith("note: continuous, chunked_prefill: ")
+    assert "(the first of 2 runs that say so; each run's summary.json has its own)" in notes[0]
+    caveats = (out / "report.md").read_text().split("## Caveats")[1].split("## Summary")[0]
+    assert "- continuous, chunked_prefill: " in caveats and "the running requests outgrew the KV cache" in caveats
+    # several seeds: the runs of every seed are read (seeds.csv), not only the one results.csv names
+    out2 = tmp_path / "cmp2"
+    assert main(["compare", str(sc), "--policies", "continuous", "--variant", "more-kv", "memory.num_gpu_blocks=5000",
+                 "--seeds", "2", "--out", str(out2), "--workers", "1", "--quiet", "--no-report"]) == 0
+    notes = [x for x in capsys.readouterr().out.splitlines() if "preemptions over 120 requests" in x]
+    assert len(notes) == 1 and notes[0].startswith("note: continuous: ") and "the first of 2 runs" in notes[0]

@@ -248,11 +248,12 @@ def cmd_compare(args) -> int:
           "requests are within it")
     print(format_table(shown, cols))
     meta = read_json_dict(out / "sweep.json", "sweep.json")
-    for note in caveats(rows, meta):
+    seed_rows = read_results(out / SEEDS) if plan.seeds > 1 else None
+    for note in caveats(rows, meta, out_dir=out, run_rows=seed_rows):
         print(f"note: {note}")
     if plan.seeds > 1:
         base = plan.configs[0][0]
-        for line in difference_sentences(differences(read_results(out / SEEDS), base), base, gpu_counts(rows), rows):
+        for line in difference_sentences(differences(seed_rows, base), base, gpu_counts(rows), rows):
             print(line)
     print(f"\nwrote {out / RESULTS}" + (f", {out / SEEDS}" if plan.seeds > 1 else ""))
     if not args.no_report:

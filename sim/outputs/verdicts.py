@@ -160,13 +160,51 @@ def study_warnings(rows: list, key: str = "label") -> list:
     return out
 
 
-def caveats(rows: list, meta: dict | None = None, key: str = "label") -> list:
+def caveats(rows: list, meta: dict | None = None, key: str = "label", out_dir=None, run_rows=None) -> list:
     """Sentences a reader must see next to the table: the study's own notes (``sweep.json``
-    ``notes``) and ``study_warnings``."""
-    # (a capacity or plan search probes rates above what keeps up on purpose: its own keep-up rule judges them)
+    ``notes``), ``study_warnings`` and, given the study's folder ``out_dir``, the warnings its runs
+    raised (``run_warning_caveats``; ``run_rows``: the rows naming every run, seeds.csv's when the
+    study ran several seeds, else ``rows``)."""
+    # (a capacity or plan search probes rates above what keeps up on purpose: its own keep-up rule
+    # judges them, and its probes above capacity warn of the overload by design)
     search = (meta or {}).get("kind") in ("capacity", "plan")
     return [str(n) for n in (meta or {}).get("notes") or []] + [
-        w["message"] for w in study_warnings(rows, key) if not (search and w["code"] == "not_keeping_up")]
+        w["message"] for w in study_warnings(rows, key) if not (search and w["code"] == "not_keeping_up")] + (
+        run_warning_caveats(run_rows or rows, out_dir, key) if out_dir is not None and not search else [])
+
+
+# run warnings a study's own caveats say from results.csv already
+STUDY_SAYS = ("not_keeping_up",)
+
+
+def run_warning_caveats(rows: list, out_dir, key: str = "label") -> list:
+    """Per warning code that the study's runs raised (each run folder's summary.json ``warnings``:
+    preemptions, requests shortened or rejected, head-of-line waits, ...), one sentence: which
+    configurations (and rates), and the first one's message. A folder that cannot be read is left
+    out (``servesim report`` names it)."""
+    import json
+    from pathlib import Path
+
+    by: dict = {}
+    for r in rows:
+        if r.get("status") != "ok" or not r.get("dir"):
+            continue
+        try:
+            s = json.loads((Path(out_dir) / str(r["dir"]) / "summary.json").read_text())
+        except (OSError, ValueError):
+            continue
+        warns = s.get("warnings") if isinstance(s, dict) else None
+        for w in warns if isinstance(warns, list) else ():
+            if isinstance(w, dict) and isinstance(w.get("code"), str) and w["code"] not in STUDY_SAYS:
+                by.setdefault(w["code"], []).append((_row_name(r, key), str(w.get("message", ""))))
+    out = []
+    for hits in by.values():
+        names = list(dict.fromkeys(n for n, _ in hits))
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        out.append(f"{', '.join(names[:5])}{more}: " + hits[0][1]
+                   + (f" (the first of {len(hits)} runs that say so; each run's summary.json has its own)"
+                      if len(hits) > 1 else ""))
+    return out
 
 
 def differences(seed_rows: list, baseline: str, key: str = "label") -> list:
