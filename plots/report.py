@@ -562,8 +562,18 @@ def _run_verdict(s: dict) -> list:
     if d:
         out += ["", f"Diagnosis: {d}."]
     warns = s.get("warnings") or []
-    if warns:
+    # (run --seeds: the other seeds' runs may warn of what this one, the first seed's, does not)
+    sec = s.get("seeds") if isinstance(s.get("seeds"), dict) else {}
+    first = {w.get("code") for w in warns if isinstance(w, dict)}
+    seeds = sec.get("seeds") or [None]
+    others = [f"{code} (seed{'s' if len(on) > 1 else ''} {', '.join(str(x) for x in on)})"
+              for code, on in (sec.get("warnings") or {}).items()
+              if code not in first and isinstance(on, list)]
+    if warns or others:
         out += ["", "## Caveats", ""] + [f"- {w['message']}" for w in warns]
+        if others:
+            out.append(f"- The runs on other seeds than {seeds[0]} (whose figures these are) also warned: "
+                       f"{'; '.join(others)}; `servesim run --seed N` shows one in full.")
     return out + [""]
 
 

@@ -211,3 +211,34 @@ def test_seeds_after_the_largest_start_again_at_zero():
     top = 2**63 - 1
     assert seeds_for(top, 3) == [top, 0, 1]
     assert seeds_for(None, 2) == [0, 1] and seeds_for(5, 1) == [5]
+
+
+def test_run_with_seeds_says_which_seeds_warned(tmp_path, capsys):
+    """The seeds section lists each warning code with the seeds whose runs raised it (the same as
+    running each seed alone); the printed summary and the report name those the first seed's run
+    (whose figures are shown) did not raise."""
+    from servesim.cli.main import format_seeds
+    from servesim.plots.report import _run_verdict
+    from servesim.simulation import simulate
+    from servesim.inputs.scenario import load_scenario
+
+    sc = scenario_file(tmp_path, n=120, memory={"num_gpu_blocks": 300},
+                       workload={**BASE["workload"], "num_requests": 120,
+                                 "arrival": {"process": "poisson", "rate_rps": 100.0},
+                                 "prompt_tokens": {"dist": "uniform", "min": 256, "max": 1024},
+                                 "output_tokens": {"dist": "uniform", "min": 32, "max": 128}})
+    out = tmp_path / "run"
+    assert main(["run", sc, "--seeds", "3", "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    warned = json.loads((out / "summary.json").read_text())["seeds"]["warnings"]
+    alone: dict = {}
+    for seed in (0, 1, 2):
+        for w in simulate(load_scenario(sc, seed=seed)).summary["warnings"]:
+            alone.setdefault(w["code"], []).append(seed)
+    assert warned == alone and warned
+    sec = {"seeds": [0, 1, 2], "figures": json.loads((out / "summary.json").read_text())["seeds"]["figures"],
+           "warnings": {"preemptions": [1, 2], "clipped": [0, 1, 2]}}
+    assert "  warnings    preemptions on seeds 1, 2; clipped on every seed" in format_seeds(sec)
+    text = "\n".join(_run_verdict({"goodput_rps": 1.0, "slo_attainment": 1.0, "warnings": [
+        {"code": "clipped", "message": "m"}], "seeds": sec}))
+    assert ("- The runs on other seeds than 0 (whose figures these are) also warned: preemptions (seeds 1, 2)"
+            in text) and "clipped (" not in text

@@ -104,6 +104,11 @@ def format_seeds(sec: dict | None) -> list:
         lines.append(f"  {label:<11} p50 {iv(key + '.p50', 1e3, 'ms')}, p99 {iv(key + '.p99', 1e3, 'ms')}")
     lines.append(f"  requests    completed {iv('completed')}, rejected {iv('rejected')}, "
                  f"unfinished {iv('unfinished')}")
+    warned = sec.get("warnings") or {}
+    if warned:  # (seed 0's are printed below in full; the other seeds' runs may raise others)
+        lines.append("  warnings    " + "; ".join(
+            f"{code} on {'every seed' if len(on) == len(seeds) else 'seed' + ('s' if len(on) > 1 else '') + ' '}"
+            + ("" if len(on) == len(seeds) else ", ".join(str(x) for x in on)) for code, on in warned.items()))
     return lines
 
 

@@ -151,7 +151,8 @@ def seed_summaries(scenario, seeds: list, workers: int | None = None, on_done=No
 
 def seeds_section(seeds: list, summaries: list) -> dict:
     """summary.json ``seeds``: for each headline figure, its mean over the seeds, the half-width of
-    its 95% interval (``ci95``) and the per-seed values (``values``, in ``seeds`` order)."""
+    its 95% interval (``ci95``) and the per-seed values (``values``, in ``seeds`` order); and
+    ``warnings``: each warning code any seed's run raised, with the seeds that raised it."""
     figures = {}
 
     def add(name, values):
@@ -163,4 +164,11 @@ def seeds_section(seeds: list, summaries: list) -> dict:
     for d in RUN_DISTS:
         for st in RUN_STATS:
             add(f"{d}.{st}", [(s.get(d) or {}).get(st) for s in summaries])
-    return {"seeds": list(seeds), "method": "student-t over seeds", "confidence": 0.95, "figures": figures}
+    warnings: dict = {}
+    for seed, s in zip(seeds, summaries):
+        for w in s.get("warnings") or ():
+            warnings.setdefault(w["code"], [])
+            if seed not in warnings[w["code"]]:
+                warnings[w["code"]].append(seed)
+    return {"seeds": list(seeds), "method": "student-t over seeds", "confidence": 0.95, "figures": figures,
+            "warnings": warnings}
