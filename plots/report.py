@@ -565,10 +565,10 @@ def _run_verdict(s: dict) -> list:
     # (run --seeds: the other seeds' runs may warn of what this one, the first seed's, does not)
     sec = s.get("seeds") if isinstance(s.get("seeds"), dict) else {}
     first = {w.get("code") for w in warns if isinstance(w, dict)}
-    seeds = sec.get("seeds") or [None]
+    seeds = sec.get("seeds") if isinstance(sec.get("seeds"), list) and sec.get("seeds") else [None]
+    warned = sec.get("warnings") if isinstance(sec.get("warnings"), dict) else {}  # (an edited file: none)
     others = [f"{code} (seed{'s' if len(on) > 1 else ''} {', '.join(str(x) for x in on)})"
-              for code, on in (sec.get("warnings") or {}).items()
-              if code not in first and isinstance(on, list)]
+              for code, on in warned.items() if code not in first and isinstance(on, list) and on]
     if warns or others:
         out += ["", "## Caveats", ""] + [f"- {w['message']}" for w in warns]
         if others:
