@@ -278,7 +278,10 @@ def longer_requests(ev: dict, n: int, limit: int) -> int:
 def search_capacity(s: Search, start: float, tol: float, max_probes: int,
                     workers: int, step: float = 2.0) -> tuple[float, float | None, bool]:
     """Returns (capacity rate, rate of the failing check above it or None, done): ``done`` is
-    false when ``max_probes`` ran out first, and the pair is then only the bracket so far.
+    false when ``max_probes`` ran out first, and the pair is then only the bracket so far. ``s``:
+    a ``Search``, or anything with its probing contract (``probe``, ``results``, ``bracket``,
+    ``floor_violation`` and ``floor``: ``servesim.studies.slowdown.SlowdownSearch``); when the
+    first probe fails and ``floor_violation()`` says no rate can meet the limits, the answer is 0.
     ``step``: the bracketing factor (2: double or halve); a smaller one (a start near the answer,
     e.g. another seed's) is squared after each bracketing round, so a far answer is still reached."""
     w = max(1, workers)

@@ -99,15 +99,21 @@ def evaluate(res, base: Uncontended, limits: dict, keep_up: float = KEEP_UP) -> 
 
 
 class SlowdownSearch:
-    """The capacity search's probing contract (``probe(rates)``, ``results``, ``bracket()``) with
-    probes simulated here: ``run(rate)`` returns a probe's ``Results``; ``base(results)`` the
-    uncontended latencies of its requests."""
+    """The capacity search's probing contract (``probe(rates)``, ``results``, ``bracket()``,
+    ``floor_violation()`` and ``floor``) with probes simulated here: ``run(rate)`` returns a probe's
+    ``Results``; ``base(results)`` the uncontended latencies of its requests."""
 
     bracket = _CapacitySearch.bracket
 
     def __init__(self, run, base, limits: dict, keep_up: float = KEEP_UP):
         self.run, self.base, self.limits, self.keep_up = run, base, limits, keep_up
         self.results = {}  # rate -> evaluation
+        self.floor = None
+
+    def floor_violation(self) -> None:
+        """None: the limits are slowdowns against each request alone, which an idle deployment
+        meets by definition (no latency floor rules a rate out)."""
+        return None
 
     def probe(self, rates) -> None:
         for r in rates:
