@@ -451,3 +451,23 @@ def test_ctrl_c_in_a_sweep_keeps_the_finished_runs_and_says_how_to_resume(tmp_pa
     monkeypatch.setattr("servesim.simulation.simulate", ctrl_c)  # a run keeps nothing: it writes at its end
     assert main(["run", sc, "--out", str(tmp_path / "o"), "--quiet"]) == 130
     assert capsys.readouterr().err.strip() == "servesim: interrupted"
+
+
+def test_validate_names_a_gpu_figure_likely_in_another_unit(tmp_path, capsys):
+    """A GPU YAML with its bandwidth in GB/s-as-bytes/s (1000x low) passes the schema's wide
+    bounds: validate says its FLOP per byte lies far outside real accelerators'; the same GPU
+    with the right unit, and every catalog GPU, says nothing."""
+    from servesim.cli.main import RIDGE_FLOP_PER_BYTE
+    from servesim.inputs.specs import GPUS
+
+    gpu = tmp_path / "g.yaml"
+    gpu.write_text("name: myh20\npeak_flops: 148e12\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4.0e9\n")
+    sc = write(tmp_path, GOOD.replace("hardware: {gpu: h100-sxm}", f"hardware: {{gpu: {gpu}}}"))
+    assert main(["validate", sc]) == 0
+    assert ("warning: GPU myh20: peak_flops / mem_bw_bytes_per_s is 3.7e+04 FLOP per byte, where real accelerators "
+            "sit between about 37 (H20) and 420 (L40S): check the units") in capsys.readouterr().out
+    gpu.write_text("name: myh20\npeak_flops: 148e12\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4.0e12\n")
+    assert main(["validate", sc]) == 0
+    assert "FLOP per byte" not in capsys.readouterr().out
+    lo, hi = RIDGE_FLOP_PER_BYTE
+    assert all(lo <= g.peak_flops / g.mem_bw_bytes_per_s <= hi for g in GPUS.values())

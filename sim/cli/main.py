@@ -396,6 +396,27 @@ def workload_line(specs) -> str | None:
             f"{lengths(specs.prompt_tokens)}; output tokens {lengths(specs.output_tokens)}")
 
 
+RIDGE_FLOP_PER_BYTE = (10.0, 5000.0)  # real accelerators: about 37 (H20) to 420 (L40S); a unit slip is 1000x
+
+
+def gpu_unit_warnings(pools) -> list:
+    """A GPU (a GPU YAML's, as the catalog's are in range) whose peak FLOP/s over its memory
+    bandwidth lies far outside real accelerators': one figure was likely given in another unit
+    (GB/s for bytes/s, TFLOP/s for FLOP/s), which the schema's deliberately wide bounds accept."""
+    lines, seen = [], set()
+    for pool in pools:
+        gpu = pool.cost_model.gpu
+        ridge = gpu.peak_flops / gpu.mem_bw_bytes_per_s
+        lo, hi = RIDGE_FLOP_PER_BYTE
+        if gpu.name not in seen and not lo <= ridge <= hi:
+            seen.add(gpu.name)
+            lines.append(f"warning: GPU {gpu.name}: peak_flops / mem_bw_bytes_per_s is {ridge:.3g} FLOP per byte, "
+                         f"where real accelerators sit between about 37 (H20) and 420 (L40S): check the units "
+                         f"(peak_flops {gpu.peak_flops:.3g} FLOP/s, mem_bw_bytes_per_s {gpu.mem_bw_bytes_per_s:.3g} "
+                         "bytes/s)")
+    return lines
+
+
 def validate_warnings(scenario, setup=None, specs=None) -> list:
     """Warnings ``validate`` can give before a run: the requests it will reject (predicted from the
     workload's own lengths and the deployment's limits), prompts that can wait at the head of the
@@ -407,7 +428,9 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     from servesim.simulation import (predict_clipped, predict_head_of_line, predict_overload, predict_rejections,
                                      predict_slo_floors, prepare)
 
-    lines = [f"warning: {w['message']}" for w in kv_override_warnings((setup or prepare(scenario)).pools)]
+    setup = setup or prepare(scenario)
+    lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools)]
+    lines += gpu_unit_warnings(setup.pools)
     pred = predict_rejections(scenario, setup, specs)
     if pred and pred["rejected"]:
         n, k = pred["requests"], pred["rejected"]
