@@ -410,6 +410,11 @@ def _rejection_reasons(scenario: Scenario, setup, specs: RequestSpecs) -> list:
     return reasons
 
 
+def _served(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:
+    """Per request of ``specs``, whether the replicas take it (no rejection reason)."""
+    return np.array([r is None for r in _rejection_reasons(scenario, setup, specs)], dtype=bool)
+
+
 def predict_clipped(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The requests a run will shorten to the model's context (``workload.clip_to_context``),
     without running: the workload's own requests (drawn with the scenario's seed) are clipped as
@@ -445,8 +450,7 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
     floors = latency_floors("pd" if "decode" in setup.pools_by_name else "colocated", setup,
                             stats_from_specs(scenario, specs))
     # (what the replicas reject is predict_rejections'; the floors mark only what needs more KV)
-    served = (floors["ttft"] < NEVER / 10) & np.array([r is None for r in _rejection_reasons(scenario, setup, specs)],
-                                                      dtype=bool)
+    served = (floors["ttft"] < NEVER / 10) & _served(scenario, setup, specs)
     ttft = served & (floors["ttft"] > limits[0])
     with np.errstate(invalid="ignore"):
         tpot = served & (floors["tpot"] > limits[1])  # (NaN: one output token, no TPOT)
@@ -474,7 +478,7 @@ def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | N
     budget, seqs = pool.max_num_batched_tokens, pool.max_num_seqs
     p = specs.prompt_tokens
     # (what the replicas reject never waits: predict_rejections names it)
-    fits = np.array([r is None for r in _rejection_reasons(scenario, setup, specs)], dtype=bool)
+    fits = _served(scenario, setup, specs)
     tight = fits & (p > budget - seqs)
     return {"requests": int(fits.sum()), "tight": int(tight.sum()), "budget": budget, "max_num_seqs": seqs,
             "longest": int(p[tight].max()) if tight.any() else 0}

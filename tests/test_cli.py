@@ -457,7 +457,7 @@ def test_validate_names_a_gpu_figure_likely_in_another_unit(tmp_path, capsys):
     """A GPU YAML with its bandwidth in GB/s-as-bytes/s (1000x low) passes the schema's wide
     bounds: validate says its FLOP per byte lies far outside real accelerators'; the same GPU
     with the right unit, and every catalog GPU, says nothing."""
-    from servesim.cli.main import RIDGE_FLOP_PER_BYTE
+    from servesim.outputs.checks import RIDGE_FLOP_PER_BYTE
     from servesim.inputs.specs import GPUS
 
     gpu = tmp_path / "g.yaml"

@@ -106,9 +106,13 @@ def format_seeds(sec: dict | None) -> list:
                  f"unfinished {iv('unfinished')}")
     warned = sec.get("warnings") or {}
     if warned:  # (seed 0's are printed below in full; the other seeds' runs may raise others)
-        lines.append("  warnings    " + "; ".join(
-            f"{code} on {'every seed' if len(on) == len(seeds) else 'seed' + ('s' if len(on) > 1 else '') + ' '}"
-            + ("" if len(on) == len(seeds) else ", ".join(str(x) for x in on)) for code, on in warned.items()))
+
+        def where(on) -> str:
+            if len(on) == len(seeds):
+                return "every seed"
+            return ("seeds " if len(on) > 1 else "seed ") + ", ".join(str(x) for x in on)
+
+        lines.append("  warnings    " + "; ".join(f"{code} on {where(on)}" for code, on in warned.items()))
     return lines
 
 
@@ -396,41 +400,19 @@ def workload_line(specs) -> str | None:
             f"{lengths(specs.prompt_tokens)}; output tokens {lengths(specs.output_tokens)}")
 
 
-RIDGE_FLOP_PER_BYTE = (10.0, 5000.0)  # real accelerators: about 37 (H20) to 420 (L40S); a unit slip is 1000x
-
-
-def gpu_unit_warnings(pools) -> list:
-    """A GPU (a GPU YAML's, as the catalog's are in range) whose peak FLOP/s over its memory
-    bandwidth lies far outside real accelerators': one figure was likely given in another unit
-    (GB/s for bytes/s, TFLOP/s for FLOP/s), which the schema's deliberately wide bounds accept."""
-    lines, seen = [], set()
-    for pool in pools:
-        gpu = pool.cost_model.gpu
-        ridge = gpu.peak_flops / gpu.mem_bw_bytes_per_s
-        lo, hi = RIDGE_FLOP_PER_BYTE
-        if gpu.name not in seen and not lo <= ridge <= hi:
-            seen.add(gpu.name)
-            lines.append(f"warning: GPU {gpu.name}: peak_flops / mem_bw_bytes_per_s is {ridge:.3g} FLOP per byte, "
-                         f"where real accelerators sit between about 37 (H20) and 420 (L40S): check the units "
-                         f"(peak_flops {gpu.peak_flops:.3g} FLOP/s, mem_bw_bytes_per_s {gpu.mem_bw_bytes_per_s:.3g} "
-                         "bytes/s)")
-    return lines
-
-
 def validate_warnings(scenario, setup=None, specs=None) -> list:
     """Warnings ``validate`` can give before a run: the requests it will reject (predicted from the
     workload's own lengths and the deployment's limits), prompts that can wait at the head of the
     queue for the token budget (``predict_head_of_line``), an offered rate well above what the
     deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
-    from servesim.outputs.checks import (CLIPPED_SHARE, clipped_text, kv_override_warnings, no_effect_warnings,
-                                         scenario_slos, slo_unit_warnings)
+    from servesim.outputs.checks import (CLIPPED_SHARE, clipped_text, gpu_unit_warnings, kv_override_warnings,
+                                         no_effect_warnings, scenario_slos, slo_unit_warnings)
     from servesim.simulation import (predict_clipped, predict_head_of_line, predict_overload, predict_rejections,
                                      predict_slo_floors, prepare)
 
     setup = setup or prepare(scenario)
-    lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools)]
-    lines += gpu_unit_warnings(setup.pools)
+    lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)]
     pred = predict_rejections(scenario, setup, specs)
     if pred and pred["rejected"]:
         n, k = pred["requests"], pred["rejected"]

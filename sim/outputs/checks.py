@@ -187,7 +187,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
 def clipped_text(k: int, n: int, context_tokens: int, predicted: bool = False) -> str:
     """``clipped`` (module docstring): ``k`` of ``n`` requests longer than the context; ``predicted``:
     as ``validate`` says it of the run to come."""
-    share = f"{k / n:.0%}" if k >= 0.1 * n else f"{k / n:.1%}"
+    share = f"{k / n:.0%}" if k >= CLIPPED_SHARE * n else f"{k / n:.1%}"
     what = (f"a run will shorten {k:,} of {n:,} requests ({share})" if predicted else
             f"{k:,} of {n:,} requests ({share}) were shortened")
     return (f"{what} to fit the model's {context_tokens:,}-token context (prompt + output, workload.clip_to_context; "
@@ -245,6 +245,29 @@ def kv_override_warnings(pools) -> list:
                                f"its {_gib(gpu.mem_bytes)}, memory.gpu_memory_utilization), room for "
                                f"{max(int(room // block), 0):,} blocks: the run models a GPU with more memory than it "
                                "has"})
+    return out
+
+
+RIDGE_FLOP_PER_BYTE = (10.0, 5000.0)  # real accelerators: about 37 (H20) to 420 (L40S); a unit slip is 1000x
+
+
+def gpu_unit_warnings(pools) -> list:
+    """``validate``'s, beside ``kv_override_warnings``: a GPU (a GPU YAML's, as the catalog's are in
+    range) whose peak FLOP/s over its memory bandwidth lies far outside real accelerators': one
+    figure was likely given in another unit (GB/s for bytes/s, TFLOP/s for FLOP/s), which the
+    schema's deliberately wide bounds accept."""
+    out, seen = [], set()
+    lo, hi = RIDGE_FLOP_PER_BYTE
+    for pool in pools:
+        gpu = pool.cost_model.gpu
+        ridge = gpu.peak_flops / gpu.mem_bw_bytes_per_s
+        if gpu.name not in seen and not lo <= ridge <= hi:
+            seen.add(gpu.name)
+            out.append({"code": "gpu_units",
+                        "message": f"GPU {gpu.name}: peak_flops / mem_bw_bytes_per_s is {ridge:.3g} FLOP per byte, "
+                                   "where real accelerators sit between about 37 (H20) and 420 (L40S): check the "
+                                   f"units (peak_flops {gpu.peak_flops:.3g} FLOP/s, mem_bw_bytes_per_s "
+                                   f"{gpu.mem_bw_bytes_per_s:.3g} bytes/s)"})
     return out
 
 

@@ -182,18 +182,20 @@ def run_warning_caveats(rows: list, out_dir, key: str = "label") -> list:
     preemptions, requests shortened or rejected, head-of-line waits, ...), one sentence: which
     configurations (and rates), and the first one's message. A folder that cannot be read is left
     out (``servesim report`` names it)."""
-    import json
     from pathlib import Path
+
+    from servesim.errors import InputError
+    from servesim.outputs.rundir import read_json_dict
 
     by: dict = {}
     for r in rows:
         if r.get("status") != "ok" or not r.get("dir"):
             continue
         try:
-            s = json.loads((Path(out_dir) / str(r["dir"]) / "summary.json").read_text())
-        except (OSError, ValueError):
+            s = read_json_dict(Path(out_dir) / str(r["dir"]) / "summary.json", "summary.json")
+        except InputError:
             continue
-        warns = s.get("warnings") if isinstance(s, dict) else None
+        warns = s.get("warnings")
         for w in warns if isinstance(warns, list) else ():
             if isinstance(w, dict) and isinstance(w.get("code"), str) and w["code"] not in STUDY_SAYS:
                 by.setdefault(w["code"], []).append((_row_name(r, key), str(w.get("message", ""))))

@@ -180,18 +180,17 @@ class Search:
         step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with); None
         when they can, or when it cannot tell (not an open-loop workload)."""
         from servesim.inputs.scenario import scenario_from_dict
-        from servesim.inputs.workload import RequestSpecs, generate
         from servesim.simulation import prepare
-        from servesim.studies.plan_space import floor_violation, latency_floors, stats_from_specs
+        from servesim.studies.plan_space import floor_violation, latency_floors, workload_stats
 
         sc = scenario_from_dict(self.points[0].data)
-        setup = prepare(sc)
-        specs = generate(sc.workload, np.random.default_rng(sc.seed), setup.cost_model.model.max_context_tokens,
-                         min(p.capacity.block_size for p in setup.pools))
-        if not isinstance(specs, RequestSpecs) or not len(specs):
+        try:
+            stats = workload_stats(sc)
+        except InputError:  # (closed-loop or multi-turn: no requests drawn ahead of the run)
             return None
+        setup = prepare(sc)
         kind = "pd" if "decode" in setup.pools_by_name else "colocated"
-        return floor_violation(latency_floors(kind, setup, stats_from_specs(sc, specs)), self.slo, self.attainment)
+        return floor_violation(latency_floors(kind, setup, stats), self.slo, self.attainment)
 
     def probe(self, rates) -> None:
         rates = [float(f"{r:.6g}") for r in rates if float(f"{r:.6g}") not in self.results]
