@@ -486,6 +486,9 @@ def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | N
 
 OVERLOAD_PROBE_REQUESTS = 1000  # of the workload's own requests, all at once on one replica
 OVERLOAD_MARGIN = 1.5  # the probe underrates what it serves (its drain): only a clear excess is named
+OVERLOAD_PROBE_MIN = 200  # fewer requests: the probe is mostly its drain, and says nothing
+# the most prefill steps the probe may need at the token budget (~1 s of simulating mixed steps)
+OVERLOAD_PROBE_STEPS = 50_000
 
 
 def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
@@ -496,9 +499,12 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
     ``OVERLOAD_MARGIN`` times above it is called an overload). {"offered_rps",
     "served_rps", "probe_requests", "overloaded": offered > OVERLOAD_MARGIN x served}; None when
     it cannot tell: closed-loop, multi-turn or all_at_once arrivals, a P/D split, admission
-    control (it sheds load by design), fewer than 200 requests (a probe that short is mostly
-    drain), or a probe that rejects more than a tenth of its requests. ``setup``, ``specs``:
-    ``plan``'s, when the caller has them."""
+    control (it sheds load by design), fewer than ``OVERLOAD_PROBE_MIN`` requests (a probe that
+    short is mostly drain), or a probe that rejects more than a tenth of its requests. With
+    continuous batching or chunked prefill the probe keeps the requests whose prompts fit
+    ``OVERLOAD_PROBE_STEPS`` steps of the token budget (a step holds at most the budget), so a tiny
+    budget keeps ``validate`` quick: fewer than ``OVERLOAD_PROBE_MIN`` of them, and it cannot tell.
+    ``setup``, ``specs``: ``plan``'s, when the caller has them."""
     from servesim.inputs.scenario import AllAtOnceArrival
     from servesim.policies import DEPLOYMENTS
 
@@ -507,12 +513,21 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
             or scenario.policy.admission.active):
         return None
     setup, specs = _setup_and_specs(scenario, setup, specs)
-    if not isinstance(specs, RequestSpecs) or len(specs) < 200:
+    if not isinstance(specs, RequestSpecs) or len(specs) < OVERLOAD_PROBE_MIN:
         return None
     span = float(specs.arrival_s[-1] - specs.arrival_s[0])
     if not span > 0:
         return None
     k = min(len(specs), OVERLOAD_PROBE_REQUESTS)
+    if scenario.policy.name in ("continuous", "chunked_prefill"):
+        # a step holds at most the token budget, so the probe's prompts alone take sum(p) / budget
+        # steps: a tiny budget (1 token: a step per prompt token) would make this quick check as
+        # slow as a long run, so the probe keeps the requests that fit OVERLOAD_PROBE_STEPS
+        budget = setup.pools[0].max_num_batched_tokens
+        steps = np.cumsum(specs.prompt_tokens[:k], dtype=np.float64) / budget
+        k = int(np.searchsorted(steps, OVERLOAD_PROBE_STEPS, side="right"))
+        if k < OVERLOAD_PROBE_MIN:
+            return None
     probe = dataclasses.replace(specs, arrival_s=np.zeros(k), **{
         f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
         if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))

@@ -258,6 +258,33 @@ def test_validate_predicts_a_clear_overload(tmp_path, capsys):
     assert main(["validate", str(ROOT / "scenarios" / "default.yaml")]) == 0
     assert "well above" not in capsys.readouterr().out
 
+def test_the_overload_probe_stays_quick_with_a_tiny_token_budget(monkeypatch):
+    """A step holds at most the token budget, so at a budget of a few tokens the probe's prompts
+    alone take hundreds of thousands of steps (a fuzzed scenario made validate take 32 s): the
+    probe keeps the requests whose prompts fit OVERLOAD_PROBE_STEPS budget-sized steps, and says
+    nothing when fewer than OVERLOAD_PROBE_MIN do, without simulating."""
+    import servesim.simulation as S
+
+    calls = []
+    real = S.simulate
+    monkeypatch.setattr(S, "simulate", lambda sc, **kw: calls.append(len(kw["specs"])) or real(sc, **kw))
+    base = ["policy.name=chunked_prefill", "workload.arrival.rate_rps=80"]
+    assert S.predict_overload(load_scenario(None, base + ["policy.max_num_batched_tokens=1"])) is None
+    assert calls == []
+    sc = load_scenario(None, base + ["policy.max_num_batched_tokens=16"])
+    over = S.predict_overload(sc)
+    specs = S.plan(sc)[1]
+    k = over["probe_requests"]
+    # the most requests whose prompts fit the step bound: one more would not
+    assert S.OVERLOAD_PROBE_MIN <= k < 1000 and calls == [k]
+    assert specs.prompt_tokens[:k].sum() / 16 <= S.OVERLOAD_PROBE_STEPS < specs.prompt_tokens[:k + 1].sum() / 16
+    assert over["overloaded"]
+    # static batching ignores the token budget: its probe is not cut
+    assert S.predict_overload(load_scenario(None, ["policy.name=static", "policy.prefix_caching=false",
+                                                   "policy.max_num_batched_tokens=16",
+                                                   "workload.arrival.rate_rps=80"]))["probe_requests"] == 1000
+
+
 
 def test_validate_predicts_prompts_that_can_wait_at_the_head_of_the_queue(tmp_path, capsys):
     """validate counts the workload's own prompts within max_num_seqs tokens of the budget (whole
