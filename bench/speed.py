@@ -22,6 +22,11 @@ Run it on one core:  taskset -c 0 python bench/speed.py [--cases a,b,c,d,scale]
                      [--engine fast|reference] [--outputs NAME,...] [--format csv|parquet]
                      [--repeat N] [--json bench/results.json] [--write-docs]
 
+It first prints the machine: its CPU, Python and the time of a fixed pure-Python loop
+(``python_reference_s``, recorded with every row): the same code's figures differ by machine
+(1.8x between two of this project's sandboxes), so figures of two machines compare only after
+scaling by their loops' times.
+
 Figures are printed (``--repeat N``: the fastest of N runs of each case, every wall time
 listed); ``--json FILE`` merges them into FILE (``bench/results.json``: the record the docs'
 table comes from), ``--write-docs`` records into it and rewrites the table.
@@ -181,6 +186,40 @@ def warm_bytecode() -> None:
             compileall.compile_dir(d, quiet=1)
 
 
+def cpu_model() -> str:
+    """The CPU's name as the OS reports it (``/proc/cpuinfo`` on Linux), else ``platform``'s."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def python_reference_s(repeat: int = 3) -> float:
+    """Seconds this machine's Python takes for a fixed loop of the kinds of work the engine does
+    (integer arithmetic, dict stores, method calls, small lists), fastest of ``repeat``: the
+    figures of two machines (or days) compare only after dividing by theirs. The same CPU
+    time on one machine can be 1.8x on another (on 2026-12-05 the same code ran (a) in 4.9-5.4 s
+    and (c) in 110 s instead of the recorded 2.8 s and 60 s: docs/performance.md)."""
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        d, acc, items = {}, 0, []
+        app = items.append
+        for i in range(3_000_000):
+            d[i & 1023] = acc
+            acc += (i * i) % 7
+            app(i)
+            if len(items) > 64:
+                items.clear()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="a,b,c,d,scale")
@@ -205,6 +244,10 @@ def main() -> None:
     results = json.loads(path.read_text()) if path is not None and path.exists() else {}
     cases = args.cases.split(",")
     warm_bytecode()
+    machine = {"cpu": cpu_model(), "python": sys.version.split()[0], "python_reference_s": python_reference_s()}
+    print(f"machine: {machine['cpu']}, Python {machine['python']}; reference loop "
+          f"{machine['python_reference_s']:.3f} s (a figure from another machine compares after scaling by the "
+          "ratio of the two machines' loops)", flush=True)
     cap = None
     if any(c in ("c", "d", "scale") for c in cases):
         cap = capacity_rps(args.engine)
@@ -231,6 +274,7 @@ def main() -> None:
         r = min(runs, key=lambda x: x["wall_s"])
         if args.repeat > 1:
             r["walls_s"] = [x["wall_s"] for x in runs]
+        r["machine"] = machine
         suffix = "".join(f"_{x}" for x in (args.engine if args.engine != "fast" else None,
                                            args.format if args.format != "csv" else None,
                                            args.outputs.replace(",", "+") if args.outputs else None) if x)
