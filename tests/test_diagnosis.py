@@ -137,12 +137,24 @@ def test_rejections_warn_and_validate_predicts_them_exactly(tmp_path, capsys):
     assert "policy.max_num_batched_tokens=256" in w["rejections"]  # the top reason
     pred = predict_rejections(sc)
     assert pred["rejected"] == s["rejected"] > 0 and pred["requests"] == 50
+    # counted per distinct (prompt, output) pair: the same reasons, counts and order as the run's
+    assert pred["reasons"] == s["profile"]["diagnosis"]["slo_misses"]["rejection_reasons"]
     assert format_summary(s).rstrip().splitlines()[-1].startswith("warning ")
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sc.to_dict()))
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"a run will reject {s['rejected']:,} of 50 requests" in out
+
+
+def test_predicted_rejection_reasons_are_the_runs_in_count_and_order():
+    """validate counts the reasons per distinct (prompt, output) pair: two reasons (the token
+    budget, the KV cache) come out with the run's counts, most common first."""
+    sc = make_scenario(**{"policy.max_num_batched_tokens": 300, "memory.num_gpu_blocks": 29, "policy.watermark": 0.0,
+                          "workload.num_requests": 200})
+    pred = predict_rejections(sc)["reasons"]
+    assert len(pred) == 2 and pred[0][1] > pred[1][1] > 0
+    assert pred == simulate(sc).summary["profile"]["diagnosis"]["slo_misses"]["rejection_reasons"]
 
 
 def test_pipelined_rejections_are_predicted_too():

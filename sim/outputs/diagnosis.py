@@ -42,12 +42,14 @@ def reason_key(reason: str) -> str:
     return re.sub(r"(= |needs )\d+", r"\1N", str(reason))
 
 
-def top_reasons(reasons, k: int = 3) -> list:
-    """[[reason (grouped by ``reason_key``), count], ...], the ``k`` most common first."""
+def top_reasons(reasons, k: int = 3, counted: bool = False) -> list:
+    """[[reason (grouped by ``reason_key``), count], ...], the ``k`` most common first (ties: the
+    first seen first). ``counted``: ``reasons`` holds (reason, how many times) pairs."""
     counts: dict = {}
     for r in reasons:
+        r, n = r if counted else (r, 1)
         key = reason_key(r)
-        counts[key] = counts.get(key, 0) + 1
+        counts[key] = counts.get(key, 0) + n
     return [[r, n] for r, n in sorted(counts.items(), key=lambda x: -x[1])[:k]]
 
 

@@ -258,7 +258,10 @@ def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
     pf = pools["prefill" if kind == "pd" else "colocated"]
     dc = pools["decode" if kind == "pd" else "colocated"]
     cache: dict = {}
-    ttft = np.array([_prefill_floor_s(pf.cost_model, pf.max_num_batched_tokens, int(p), cache) for p in stats.prompt])
+    # (per distinct prompt length: a Python call per request took validate 9 s on 10 million)
+    prompts, inverse = np.unique(np.asarray(stats.prompt, dtype=np.int64), return_inverse=True)
+    ttft = np.array([_prefill_floor_s(pf.cost_model, pf.max_num_batched_tokens, p, cache) for p in prompts.tolist()],
+                    dtype=np.float64)[np.ravel(inverse)]
     # a request's decode steps are each at least one step of it alone, at its shortest context (its prompt)
     n = len(stats.prompt_total)
     tpot = dc.cost_model.decode_rows(np.ones(n, dtype=np.int64), stats.prompt_total.astype(np.int64) + 1)[0]
