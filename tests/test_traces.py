@@ -296,3 +296,49 @@ def test_azure_conversation_window_runs_and_accounts_for_every_request():
     p, o, clipped = clip_to_context(tr.prompt_tokens[:n], tr.output_tokens[:n], 8192)
     assert np.array_equal(r["prompt_tokens"], p) and np.array_equal(r["output_tokens"], o)
     assert res.summary["workload"]["clipped_requests"] == int(clipped.sum())
+
+
+CELLS_LEN = ["12", " 12", "+12", "12.0", "1e3", "\u0661\u0662", "0", "-3", "", "abc", "1_000", "99999999999", "7 "]
+CELLS_T = ["1.5", " 2.5", "1e3", "3", "nan", "inf", "-1", "2e12", "2024-03-01 00:00:10", "x", "", "0x10"]
+
+
+def test_a_csv_trace_reads_the_same_column_by_column_as_row_by_row(tmp_path):
+    """The fast reader (every column converted at once) hands anything not plain to the row-by-row
+    reader: on random files mixing plain rows with odd cells (signs, spaces, floats, other
+    digits, zeros, empties, timestamps, times going back, blank lines, rows of another width,
+    CRLF), both give the same trace or the same error."""
+    import random
+
+    from servesim.inputs import traces as T
+
+    rnd = random.Random(0)
+    taken = {"fast": 0, "rows": 0}
+    for case in range(300):
+        odd = rnd.random()
+        lines, t = ["arrival,prompt,output"], 0.0
+        for _ in range(rnd.randint(0, 12)):
+            t += rnd.choice([0.0, 0.25, 1.0, -0.5 if odd < 0.1 else 0.5])
+            cells = [f"{t:g}", str(rnd.randint(1, 5000)), str(rnd.randint(1, 900))]
+            if rnd.random() < odd * 0.3:
+                k = rnd.randrange(3)
+                cells[k] = rnd.choice(CELLS_T if k == 0 else CELLS_LEN)
+            if rnd.random() < 0.05:
+                cells.append("extra")
+            lines.append(",".join(cells))
+            if rnd.random() < 0.05:
+                lines.append(rnd.choice(["", "  "]))
+        text = ("\r\n" if case % 7 == 0 else "\n").join(lines) + "\n"
+        path = tmp_path / f"t{case}.csv"
+        path.write_text(text, newline="")
+        args = (str(path), {"arrival": "arrival", "prompt": "prompt", "output": "output"}, 1.0, True)
+        outcome = []
+        for read in (T._read_csv, T._read_csv_rows):
+            try:
+                d = read(*args)
+                outcome.append(("ok", d.arrival_s.tolist() if d.arrival_s is not None else None,
+                                d.prompt_tokens.tolist(), d.output_tokens.tolist()))
+            except InputError as e:
+                outcome.append(("error", str(e)))
+        assert outcome[0] == outcome[1], text
+        taken["fast" if T._read_csv_columns(*args) is not None else "rows"] += 1
+    assert taken["fast"] > 50 and taken["rows"] > 50  # both readers were exercised
