@@ -510,3 +510,28 @@ def test_validate_predicts_requests_no_load_lets_meet_the_slo(tmp_path, capsys):
     chat = req["class"] == "chat"
     assert 0 < p["missed"] < chat.sum()
     assert res.summary["classes"]["chat"]["slo_attainment"] <= 1 - p["missed"] / chat.sum() + 1e-12
+
+
+def test_a_token_budget_below_max_num_seqs_is_said(tmp_path, capsys):
+    """vLLM refuses max_num_batched_tokens < max_num_seqs; servesim runs it (a sweep's variants
+    share one scenario) and says so, in the run and in validate: no step holds more sequences
+    than the budget has tokens, so max_num_seqs is never reached. Static batching ignores the
+    budget: nothing is said of it."""
+    kw = {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 16, "policy.max_num_seqs": 64,
+          "workload.num_requests": 60, "workload.arrival": {"process": "poisson", "rate_rps": 40.0}}
+    res = simulate(make_scenario(**kw))
+    w = {x["code"]: x["message"] for x in res.summary["warnings"]}
+    assert "policy.max_num_batched_tokens=16 is below policy.max_num_seqs=64" in w["budget_below_seqs"]
+    assert res.steps["num_seqs"].max() <= 16 < 64  # what it says: the cap is the budget
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_scenario(**kw).to_dict()))
+    assert main(["validate", str(path)]) == 0
+    assert "warning: policy.max_num_batched_tokens=16 is below policy.max_num_seqs=64" in capsys.readouterr().out
+    codes = lambda **k: [x["code"] for x in simulate(make_scenario(**k)).summary["warnings"]]  # noqa: E731
+    assert "budget_below_seqs" not in codes(**{**kw, "policy.max_num_batched_tokens": 64})
+    assert "budget_below_seqs" not in codes(**{**kw, "policy.name": "static"})
+    pd = simulate(make_scenario(**{"policy.name": "pd_split", "policy.max_num_seqs": 64,
+                                   "policy.decode": {"replicas": 1, "max_num_batched_tokens": 32}})).summary
+    msgs = [x["message"] for x in pd["warnings"] if x["code"] == "budget_below_seqs"]
+    assert len(msgs) == 1 and msgs[0].startswith("the decode pool's max_num_batched_tokens=32 is below its "
+                                                 "max_num_seqs=64")

@@ -406,13 +406,14 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     queue for the token budget (``predict_head_of_line``), an offered rate well above what the
     deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
-    from servesim.outputs.checks import (CLIPPED_SHARE, clipped_text, gpu_unit_warnings, kv_override_warnings,
-                                         no_effect_warnings, scenario_slos, slo_unit_warnings)
+    from servesim.outputs.checks import (CLIPPED_SHARE, budget_warnings, clipped_text, gpu_unit_warnings,
+                                         kv_override_warnings, no_effect_warnings, scenario_slos, slo_unit_warnings)
     from servesim.simulation import (predict_clipped, predict_head_of_line, predict_overload, predict_rejections,
                                      predict_slo_floors, prepare)
 
     setup = setup or prepare(scenario)
-    lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)]
+    lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
+             + budget_warnings(setup.pools)]
     pred = predict_rejections(scenario, setup, specs)
     if pred and pred["rejected"]:
         n, k = pred["requests"], pred["rejected"]

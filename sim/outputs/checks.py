@@ -27,6 +27,10 @@ Each warning is ``{"code": ..., "message": ...}``:
   back (swap); vLLM logs a warning at every preemption for the same reason;
 - ``kv_override``: ``memory.num_gpu_blocks`` sets more KV blocks than the GPU has memory for next to
   the weights (``kv_override_warnings``: the run models a GPU with more memory than it has);
+- ``budget_below_seqs``: a pool's ``max_num_batched_tokens`` is below its ``max_num_seqs``
+  (continuous batching, chunked prefill): a step holds at most the budget's tokens, one per
+  decoding sequence, so ``max_num_seqs`` is never reached (vLLM refuses the setting;
+  ``budget_warnings``);
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
@@ -110,6 +114,30 @@ def no_effect_warnings(scenario) -> list:
     return out
 
 
+BUDGET_POLICIES = ("continuous", "chunked_prefill")  # the packaged policies whose steps hold at most the budget
+
+
+def budget_warnings(pools) -> list:
+    """``budget_below_seqs`` (module docstring) for each pool (``PoolSetup``) whose token budget is
+    below its sequence cap: it runs fewer sequences at a time than the scenario says, and vLLM
+    (``SchedulerConfig``) refuses to start with it. Accepted, not refused, as the other settings
+    that change what a run means: one scenario carries a sweep's variants."""
+    out = []
+    for p in pools:
+        b, s = p.max_num_batched_tokens, p.max_num_seqs
+        if p.policy_name in BUDGET_POLICIES and b < s:
+            what = (f"policy.max_num_batched_tokens={b} is below policy.max_num_seqs={s}" if p.name == "colocated" else
+                    f"the {p.name} pool's max_num_batched_tokens={b} is below its max_num_seqs={s} (policy.{p.name}, "
+                    "or policy's where it sets none)")
+            out.append({"code": "budget_below_seqs",
+                        "message": f"{what}: a step holds at most "
+                                   f"{b} tokens, one per decoding sequence, so at most {b} sequences run in a step and "
+                                   "max_num_seqs is never reached (vLLM refuses to start with this setting: "
+                                   "max_num_batched_tokens must be at least max_num_seqs); raise the budget or lower "
+                                   "max_num_seqs"})
+    return out
+
+
 def limit_unit_warnings(slo: dict) -> list:
     """The same check for ``servesim capacity --slo`` limits ({(metric, stat): seconds}): per-token
     metrics (tpot, tbt) over ``TPOT_S_MAX``, the others over ``TTFT_S_MAX``."""
@@ -181,6 +209,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
     out += kv_override_warnings(pools)
+    out += budget_warnings(pools)
     return out
 
 
