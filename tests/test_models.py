@@ -171,6 +171,10 @@ def test_bloom_and_families_by_architecture():
       "multi_query": "yes"}, "'multi_query' must be true or false"),
     ({"model_type": "newfamily", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
       "intermediate_size": 128}, "lacks 'vocab_size'"),
+    # dense leading layers need the dense width (a fuzzed DeepSeek-V3 config without it: KeyError)
+    ({"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+      "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1},
+     "lacks 'intermediate_size': the width of the MLP of its first 1 layers"),
 ])
 def test_unsupported_layouts_and_bad_keys_name_the_key(cfg, msg):
     with pytest.raises(InputError, match=msg):

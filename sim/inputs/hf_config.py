@@ -104,6 +104,8 @@ class _Reader:
         return f"{self.where}: field {k!r}"
 
     def int(self, k: str, meta=_SIZE):
+        if k not in self.cfg:  # (callers check first; a missing key is still an input error, never a KeyError)
+            raise InputError(f"{self.where} lacks {k!r}")
         return check_value(int, self.cfg[k], self.key(k), meta)
 
     def opt_int(self, k: str, default, meta=_SIZE):
@@ -298,6 +300,9 @@ def _moe(r: _Reader, fam: dict, fam_name: str | None, layers: int):
         raise InputError(f"{r.where}: {dense_layers} dense layers leave no MoE layer of {layers}")
     if dense_layers:
         out["dense_layers"] = dense_layers
+        if cfg.get("intermediate_size") is None:
+            raise InputError(f"{r.where} lacks 'intermediate_size': the width of the MLP of its first {dense_layers} "
+                             "layers, which are dense (first_k_dense_replace / mlp_only_layers)")
         out["dense"] = r.int("intermediate_size")
     return experts, top_k, out
 
