@@ -390,7 +390,7 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
             "reasons": top_reasons(rejected, counted=True)}
 
 
-# (setup, specs) as weak references, and their reasons: validate asks twice for the same workload
+# (setup, specs) as weak references, and their reasons per pair: validate asks more than once for the same workload
 _LAST_REASONS: list = [None, None, None]
 
 
