@@ -37,7 +37,7 @@ from servesim.outputs.intervals import CI_SUFFIX, SEED_KEY, format_interval, for
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
 from servesim.outputs.rundir import RunData, has_table, read_json_dict, read_results, read_scenario  # noqa: E402
-from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts,  # noqa: E402
+from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts, rate_order,  # noqa: E402
                                        identical_labels, meets_slo, rank_key, ranked, slo_phrase, value_text,
                                        with_per_gpu)
 from servesim.plots import figures as F  # noqa: E402
@@ -58,6 +58,8 @@ def _ms(v) -> str:
 
 
 def _rate(r) -> str:
+    if not isinstance(r, (int, float)) or isinstance(r, bool):  # (a point that failed on its value)
+        return f"rate {r!r}"
     return f"{r:.4g} req/s"
 
 
@@ -112,7 +114,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
         groups.setdefault(_group_label(r, cols, kind), []).append(r)
     if has_rate:
         for g in groups.values():
-            g.sort(key=lambda r: r[RATE_KEY])
+            g.sort(key=lambda r: rate_order(r[RATE_KEY]))
     ok: dict = {}  # rows that ran and whose folder has its summary.json
     unread = []  # rows that ran but whose folder has none (removed since): said, not drawn
     for g, rs in groups.items():
@@ -408,7 +410,7 @@ def _verdict(data: dict, ctx: Context) -> list:
            + "); a configuration meets the SLO when at least 90% of its requests are within it."
            + (" Ranks within overlapping intervals are not differences"
               + (": see the paired differences below." if key else ".") if ctx.seeds > 1 else ""), ""]
-    for rate, rs in sorted(by_rate.items(), key=lambda x: x[0] or 0.0):
+    for rate, rs in sorted(by_rate.items(), key=lambda x: rate_order(x[0])):
         if rate is not None:
             out += [f"At {_rate(rate)}:", ""]
         k = 0

@@ -59,11 +59,21 @@ def rank_key(row: dict, per_gpu: bool = False):
     return (not ok, -g, -a)
 
 
+def rate_order(v) -> tuple:
+    """Sort key of a results row's rate cell: numbers in rising order (none: as 0), then any other
+    value by its text (a sweep point that failed on a rate that is no number, ``rate_rps=abc``)."""
+    if v is None:
+        return (0, 0.0, "")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, float(v), "")
+    return (1, 0.0, str(v))
+
+
 def ranked(rows: list) -> list:
     """Rows grouped by arrival rate (when swept, in rising order) and ranked within each rate, by
     goodput per GPU when the rows use different numbers of GPUs."""
     per_gpu = len({r.get("num_gpus") for r in rows if r.get("num_gpus")}) > 1
-    return sorted(rows, key=lambda r: (r.get(RATE_KEY) or 0.0, rank_key(r, per_gpu)))
+    return sorted(rows, key=lambda r: (rate_order(r.get(RATE_KEY)), rank_key(r, per_gpu)))
 
 
 def _signature(row: dict) -> tuple:
@@ -110,9 +120,14 @@ def with_per_gpu(rows: list) -> list:
 
 
 def _row_name(r: dict, key: str) -> str:
-    """A results row as a warning names it: its label (or point number) and rate."""
+    """A results row as a warning names it: its label (or point number) and rate (as written when
+    it is no number: a sweep point that failed on it)."""
     name = r.get(key) if r.get(key) is not None else f"point {r.get('point')}"
-    return f"{name}" + (f" at {r[RATE_KEY]:g} req/s" if r.get(RATE_KEY) is not None else "")
+    rate = r.get(RATE_KEY)
+    if rate is None:
+        return f"{name}"
+    return f"{name} at " + (f"{rate:g} req/s" if isinstance(rate, (int, float)) and not isinstance(rate, bool)
+                            else f"rate {rate!r}")
 
 
 def study_warnings(rows: list, key: str = "label") -> list:
