@@ -93,7 +93,9 @@ def test_pd_split_attributes_each_pool_to_its_phase():
 
 @pytest.mark.parametrize("value, match", [("cheap", "cost.gpu_hour_usd must be a number"),
                                           ({"h100-sxm": -1}, r"cost.gpu_hour_usd.h100-sxm must be a number >= 0"),
-                                          ({"h100": 2.0}, r"cost.gpu_hour_usd.h100: not a GPU.*did you mean")])
+                                          ({"h100": 2.0}, r"cost.gpu_hour_usd.h100: not a GPU.*did you mean"),
+                                          # (an integer beyond a float: np.isfinite raised a TypeError on it)
+                                          (10**400, "cost.gpu_hour_usd must be a number >= 0")])
 def test_bad_price_overrides_name_the_field(value, match):
     with pytest.raises(InputError, match=match):
         simulate(make_scenario(**{"cost.gpu_hour_usd": value}))

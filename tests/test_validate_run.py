@@ -166,6 +166,9 @@ def test_without_send_times_the_stated_rate_is_replayed(tmp_path, rate, burst, m
     # a prompt of 0 tokens was reported as line 4 of the replay file servesim writes
     (lambda d: d["ttfts"].__setitem__(0, 1e300), r"ttfts\[0\] must be at most 1e\+12 s"),
     (lambda d: d["input_lens"].__setitem__(2, 0), r"input_lens\[2\] must be at least 1 token, got 0"),
+    # JSON integers have no bound: one beyond a float's range made math.isfinite / float() raise
+    (lambda d: d["input_lens"].__setitem__(1, 10**400), r"input_lens\[1\] must be a finite number >= 0"),
+    (lambda d: d.update(burstiness=10**400), r"burstiness must be a positive number"),
 ])
 def test_malformed_results_are_input_errors(tmp_path, edit, match):
     raw = json.loads(DETAILED.read_text())

@@ -51,6 +51,14 @@ class BenchResult:
         return len(self.input_tokens)
 
 
+def _finite(v) -> bool:
+    """A finite number as a float (JSON integers have no bound: one beyond a float's range is not)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _numbers(raw, key: str, path: str, n: int | None, most: float = math.inf) -> np.ndarray:
     """One number >= 0 per request (at most ``most``: times are bounded as a trace's are, beyond
     which a value is a unit mix-up and its arithmetic overflows)."""
@@ -59,7 +67,7 @@ def _numbers(raw, key: str, path: str, n: int | None, most: float = math.inf) ->
     if n is not None and len(raw) != n:
         raise InputError(f"{path}: {key} has {len(raw)} values but input_lens has {n}: one per request")
     for i, v in enumerate(raw):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 0:
             raise InputError(f"{path}: {key}[{i}] must be a finite number >= 0, got {shown(v)}")
         if v > most:
             raise InputError(f"{path}: {key}[{i}] must be at most {most:g} s (the benchmark stores seconds), got "
@@ -127,11 +135,13 @@ def read_vllm_result(path: str) -> BenchResult:
     burst = obj.get("burstiness", 1.0)
     if burst in ("inf", "Infinity"):
         burst = math.inf
-    if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not burst > 0:
+    if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not burst > 0 or not (
+            burst == math.inf or _finite(burst)):
         raise InputError(f"{path}: burstiness must be a positive number, got {shown(burst)}")
     dur = obj.get("duration")
     thr = {k: float(obj[k]) for k in ("request_throughput", "output_throughput", "total_token_throughput")
-           if isinstance(obj.get(k), (int, float)) and not isinstance(obj.get(k), bool)}
+           if isinstance(obj.get(k), (int, float)) and not isinstance(obj.get(k), bool) and _finite(obj[k])}
     return BenchResult(str(path), obj.get("model_id"), _rate(obj.get("request_rate"), path), float(burst), mc,
-                       float(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) else None,
+                       float(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) and _finite(dur)
+                       else None,
                        ok, ins.astype(np.int64), outs.astype(np.int64), ttft, e2e, itls, sent, thr)
