@@ -21,13 +21,13 @@ busy time. A P/D split's prefill pool is thus all input and its decode pool all 
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from servesim.errors import InputError, shown
+from servesim.inputs.schema import is_finite
 
 # Idle draw as a share of board power: an assumption, not a measurement. nvidia-smi shows idle
 # data-center GPUs at roughly 10-20% of their TDP (an H100 SXM idles near 70-100 W of 700 W).
@@ -62,15 +62,6 @@ def gpu_tdp(gpu, cost) -> float | None:
     return _override(getattr(cost, "gpu_power_w", None), gpu.name, gpu.power_w)
 
 
-def _finite(v) -> bool:
-    """A finite number as a float (an integer beyond a float's range is not; numpy's isfinite
-    refuses Python integers beyond int64 with a TypeError)."""
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
 def check_override(value, path: str, positive: bool) -> None:
     """A ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` value: None, a number, or {GPU name: number}."""
     if value is None:
@@ -80,7 +71,7 @@ def check_override(value, path: str, positive: bool) -> None:
         where = path if k is None else f"{path}.{k}"
         if k is not None and not isinstance(k, str):
             raise InputError(f"{path}: keys must be GPU names, got {shown(k)}")
-        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and _finite(v) and (v > 0 if positive
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and is_finite(v) and (v > 0 if positive
                                                                                      else v >= 0)
         if not ok:
             raise InputError(f"{where} must be a number {'> 0' if positive else '>= 0'} (or a mapping of GPU name to "

@@ -288,6 +288,16 @@ def check_value(tp, value, path: str, meta: dict = _NO_BOUNDS):
     return value
 
 
+def is_finite(value) -> bool:
+    """``math.isfinite`` of a real number, False for an integer beyond a float's range (on which
+    ``math.isfinite`` raises OverflowError and numpy's ``isfinite`` a TypeError: YAML, JSON and
+    ``--set`` give integers of any size)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _text_number(value: str, path: str, meta: dict, what: str) -> None:
     """Text where a number belongs that reads as one: the error says so (``--set x=inf`` gives
     the text 'inf', as YAML spells infinity .inf; a quoted '5' is text). Other text is left to

@@ -21,6 +21,7 @@ import numpy as np
 from servesim.errors import InputError, shown
 from servesim.inputs.files import loads_json, read_utf8
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_TOKENS, MIN_RATE_RPS
+from servesim.inputs.schema import is_finite
 from servesim.inputs.traces import MAX_TIME_S
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts")
@@ -51,14 +52,6 @@ class BenchResult:
         return len(self.input_tokens)
 
 
-def _finite(v) -> bool:
-    """A finite number as a float (JSON integers have no bound: one beyond a float's range is not)."""
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
 def _numbers(raw, key: str, path: str, n: int | None, most: float = math.inf) -> np.ndarray:
     """One number >= 0 per request (at most ``most``: times are bounded as a trace's are, beyond
     which a value is a unit mix-up and its arithmetic overflows)."""
@@ -67,7 +60,7 @@ def _numbers(raw, key: str, path: str, n: int | None, most: float = math.inf) ->
     if n is not None and len(raw) != n:
         raise InputError(f"{path}: {key} has {len(raw)} values but input_lens has {n}: one per request")
     for i, v in enumerate(raw):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v < 0:
             raise InputError(f"{path}: {key}[{i}] must be a finite number >= 0, got {shown(v)}")
         if v > most:
             raise InputError(f"{path}: {key}[{i}] must be at most {most:g} s (the benchmark stores seconds), got "
@@ -136,12 +129,12 @@ def read_vllm_result(path: str) -> BenchResult:
     if burst in ("inf", "Infinity"):
         burst = math.inf
     if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not burst > 0 or not (
-            burst == math.inf or _finite(burst)):
+            burst == math.inf or is_finite(burst)):
         raise InputError(f"{path}: burstiness must be a positive number, got {shown(burst)}")
     dur = obj.get("duration")
     thr = {k: float(obj[k]) for k in ("request_throughput", "output_throughput", "total_token_throughput")
-           if isinstance(obj.get(k), (int, float)) and not isinstance(obj.get(k), bool) and _finite(obj[k])}
+           if isinstance(obj.get(k), (int, float)) and not isinstance(obj.get(k), bool) and is_finite(obj[k])}
     return BenchResult(str(path), obj.get("model_id"), _rate(obj.get("request_rate"), path), float(burst), mc,
-                       float(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) and _finite(dur)
+                       float(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) and is_finite(dur)
                        else None,
                        ok, ins.astype(np.int64), outs.astype(np.int64), ttft, e2e, itls, sent, thr)
