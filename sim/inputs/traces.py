@@ -360,9 +360,9 @@ def _read_csv_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -> 
         width = len(header)
         ia, ip, io = idx.get("arrival"), idx["prompt"], idx["output"]
         days: dict = {}
-        # (the usual row takes the fast paths: lengths as plain digits, a time as a number in range
-        # or a timestamp laid out as YYYY-MM-DD HH:MM:SS; anything else, and every error, goes
-        # through the checks that name the line)
+        # (the usual row takes the fast paths: lengths as plain digits, a timestamp laid out as
+        # YYYY-MM-DD HH:MM:SS; anything else, and every error, goes through the checks that name
+        # the line)
         for line, row in data_rows(reader, width, path):
             if has_t:
                 raw = row[ia]
@@ -373,14 +373,7 @@ def _read_csv_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -> 
                         kind = "ts"
                     except ValueError:
                         pass
-                else:
-                    try:
-                        x = float(raw)
-                    except ValueError:
-                        x = None
-                    if x is not None and abs(x * unit_s) <= MAX_TIME_S:  # (NaN fails the test)
-                        kind, v = "num", x * unit_s  # (what _time_value makes of a finite number in range)
-                if v is None:  # another timestamp form, or an error that names the line
+                if v is None:  # a number, another timestamp form, or an error that names the line
                     kind, v = _time_value(raw, unit_s, f"{path} line {line}", cols["arrival"])
                 kinds.append(kind)
                 ts.append(v)
