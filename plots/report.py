@@ -33,7 +33,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from servesim.errors import InputError  # noqa: E402
-from servesim.outputs.intervals import CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval  # noqa: E402
+from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval,  # noqa: E402
+                                        seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
 from servesim.outputs.rundir import RunData, has_table, read_json_dict, read_results, read_scenario  # noqa: E402
@@ -569,7 +570,7 @@ def _run_verdict(s: dict) -> list:
     first = {w.get("code") for w in warns if isinstance(w, dict)}
     seeds = sec.get("seeds") if isinstance(sec.get("seeds"), list) and sec.get("seeds") else [None]
     warned = sec.get("warnings") if isinstance(sec.get("warnings"), dict) else {}  # (an edited file: none)
-    others = [f"{code} (seed{'s' if len(on) > 1 else ''} {', '.join(str(x) for x in on)})"
+    others = [f"{code} ({seeds_text(on)})"
               for code, on in warned.items() if code not in first and isinstance(on, list) and on]
     if warns or others:
         out += ["", "## Caveats", ""] + [f"- {w['message']}" for w in warns]

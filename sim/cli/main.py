@@ -13,7 +13,7 @@ from servesim.cli.parser import build_parser
 from servesim.core.decisions import format_decisions
 from servesim.errors import InputError, one_line, shown
 from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute_share
-from servesim.outputs.intervals import PM, Interval, format_interval
+from servesim.outputs.intervals import PM, Interval, format_interval, seeds_text
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
 
@@ -106,13 +106,8 @@ def format_seeds(sec: dict | None) -> list:
                  f"unfinished {iv('unfinished')}")
     warned = sec.get("warnings") or {}
     if warned:  # (seed 0's are printed below in full; the other seeds' runs may raise others)
-
-        def where(on) -> str:
-            if len(on) == len(seeds):
-                return "every seed"
-            return ("seeds " if len(on) > 1 else "seed ") + ", ".join(str(x) for x in on)
-
-        lines.append("  warnings    " + "; ".join(f"{code} on {where(on)}" for code, on in warned.items()))
+        where = {code: "every seed" if len(on) == len(seeds) else seeds_text(on) for code, on in warned.items()}
+        lines.append("  warnings    " + "; ".join(f"{code} on {w}" for code, w in where.items()))
     return lines
 
 

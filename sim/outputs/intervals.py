@@ -162,6 +162,11 @@ def format_value(x: float | None, sig: int = 3) -> str:
     return f"{x:.{sig}g}"
 
 
+def seeds_text(seeds) -> str:
+    """``seed 3`` or ``seeds 1, 2``: the seeds something happened on (``summary.json`` ``seeds.warnings``)."""
+    return ("seeds " if len(seeds) > 1 else "seed ") + ", ".join(str(x) for x in seeds)
+
+
 def format_interval(iv: Interval, scale: float = 1.0, unit: str = "", sig: int = 3) -> str:
     """"19.8 +- 0.9 req/s": the mean rounded to the half-width's precision (module docstring).
     ``scale`` multiplies both (1e3: seconds shown in ms). Without a half-width (one seed) the
