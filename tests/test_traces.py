@@ -342,3 +342,65 @@ def test_a_csv_trace_reads_the_same_column_by_column_as_row_by_row(tmp_path):
         assert outcome[0] == outcome[1], text
         taken["fast" if T._read_csv_columns(*args) is not None else "rows"] += 1
     assert taken["fast"] > 50 and taken["rows"] > 50  # both readers were exercised
+
+
+CELLS_TS = ["2024-03-01T00:00:10", "2024-03-01 00:00:10", "2024-03-01 00:00:10.123456789123", "2024-03-01 00:00:10.",
+            " 2024-03-01 00:00:10.5", "2024-03-01 00:00:10.5 ", "2024-03-01 00:00:10+01:00", "2024-02-30 00:00:10.5",
+            "2024-3-01 00:00:10.5", "2024-03-01 99:99:99.5", "2024-03-01 00:00:1x.5", "2024-03-01 00:00:10.5x",
+            "\u0662024-03-01 00:00:10.5", "2024-03-01 00:00:10.\u0665", "0001-01-01 00:00:00", "9999-12-31 23:59:59.9",
+            "2023-12-31 23:59:59.9999999", "12.5", "", "2024-03-01 00:00:09.9"]
+
+
+def test_timestamp_traces_read_the_same_column_by_column_as_row_by_row(tmp_path):
+    """Timestamps laid out as Azure's (``YYYY-MM-DD HH:MM:SS.fffffff``) are parsed a column at a
+    time with numpy; on random files of them mixing odd cells (a T separator, no fraction, long
+    fractions, time zones, impossible dates, other digits, spaces, numbers, dates centuries
+    apart, times going back, rows crossing midnight and new year) both readers give the same
+    trace, bit for bit, or the same error."""
+    import datetime as dt
+    import random
+
+    from servesim.inputs import traces as T
+
+    rnd = random.Random(1)
+    taken = {"fast": 0, "rows": 0}
+    for case in range(300):
+        odd = rnd.random()
+        t = dt.datetime(2023, 12, 31, 23, 59, 50) + dt.timedelta(microseconds=rnd.randrange(10**6))
+        lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+        for _ in range(rnd.randint(1, 12)):
+            t += dt.timedelta(microseconds=rnd.choice([0, 1, 250_000, 3_000_000, -500_000 if odd < 0.1 else 7]))
+            frac = rnd.choice(["", f".{t.microsecond:06d}", f".{t.microsecond:06d}0", f".{t.microsecond // 1000:03d}"])
+            cell = t.strftime("%Y-%m-%d %H:%M:%S") + (frac if frac else (f".{t.microsecond:06d}" if t.microsecond
+                                                                         and odd > 0.5 else ""))
+            cells = [cell, str(rnd.randint(1, 5000)), str(rnd.randint(1, 900))]
+            if rnd.random() < odd * 0.3:
+                cells[0] = rnd.choice(CELLS_TS)
+            lines.append(",".join(cells))
+        path = tmp_path / f"t{case}.csv"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        args = (str(path), {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}, 1.0, True)
+        outcome = []
+        for read in (T._read_csv, T._read_csv_rows):
+            try:
+                d = read(*args)
+                outcome.append(("ok", d.arrival_s.tolist(), d.prompt_tokens.tolist(), d.output_tokens.tolist()))
+            except InputError as e:
+                outcome.append(("error", str(e)))
+        assert outcome[0] == outcome[1], "\n".join(lines)
+        taken["fast" if T._read_csv_columns(*args) is not None else "rows"] += 1
+    assert taken["fast"] > 50 and taken["rows"] > 50  # both readers were exercised
+
+
+def test_timestamps_parse_as_the_row_reader_parses_them():
+    """The column parser's day, second and nanosecond fields are ``_timestamp_ns``'s, and it
+    leaves to the row reader anything not laid out exactly so."""
+    from servesim.inputs import traces as T
+
+    cells = ["2023-11-16 18:17:03.9799600", "2024-02-29T00:00:00", "2024-03-01 23:59:59.123456789987"]
+    day, sec, ns = T._plain_timestamps(cells)
+    got = [(dd * 86400 + s) * 1_000_000_000 + n for dd, s, n in zip(day.tolist(), sec.tolist(), ns.tolist())]
+    assert got == [T._timestamp_ns(c) for c in cells]
+    for odd in ("2024-02-30 00:00:00", "2024-03-01 00:00:00.", " 2024-03-01 00:00:00", "2024-03-01 00:00:00Z",
+                "2024-03-01 00:00:0\u0665", "2024-03-01 00:00:00\x00"):
+        assert T._plain_timestamps([cells[0], odd]) is None, odd
