@@ -348,15 +348,18 @@ CELLS_TS = ["2024-03-01T00:00:10", "2024-03-01 00:00:10", "2024-03-01 00:00:10.1
             " 2024-03-01 00:00:10.5", "2024-03-01 00:00:10.5 ", "2024-03-01 00:00:10+01:00", "2024-02-30 00:00:10.5",
             "2024-3-01 00:00:10.5", "2024-03-01 99:99:99.5", "2024-03-01 00:00:1x.5", "2024-03-01 00:00:10.5x",
             "\u0662024-03-01 00:00:10.5", "2024-03-01 00:00:10.\u0665", "0001-01-01 00:00:00", "9999-12-31 23:59:59.9",
-            "2023-12-31 23:59:59.9999999", "12.5", "", "2024-03-01 00:00:09.9"]
+            "2023-12-31 23:59:59.9999999", "12.5", "", "2024-03-01 00:00:09.9", "2024-03-01 00:00:10.1234567+00:00",
+            "2024-03-01 00:00:10-07:30", "2024-03-01 00:00:10Z", "2024-03-01 00:00:10+24:00", "2024-03-01 24:00:00",
+            "2024-03-01 00:60:00", "2024-03-01 00:00:60", "2024-03-01 00:00:10+0530", "2024-03-01 00:00:10+05:3x",
+            "2024-03-01 00:00:10.5+00:60", "2024-03-01 00:00:10.+00:00", "2024-03-01 00:00:10.5 +00:00"]
 
 
 def test_timestamp_traces_read_the_same_column_by_column_as_row_by_row(tmp_path):
     """Timestamps laid out as Azure's (``YYYY-MM-DD HH:MM:SS.fffffff``) are parsed a column at a
     time with numpy; on random files of them mixing odd cells (a T separator, no fraction, long
-    fractions, time zones, impossible dates, other digits, spaces, numbers, dates centuries
-    apart, times going back, rows crossing midnight and new year) both readers give the same
-    trace, bit for bit, or the same error."""
+    fractions, UTC offsets as Azure's 2024 traces write them and others, impossible dates and
+    times, other digits, spaces, numbers, dates centuries apart, times going back, rows crossing
+    midnight and new year) both readers give the same trace, bit for bit, or the same error."""
     import datetime as dt
     import random
 
@@ -368,11 +371,12 @@ def test_timestamp_traces_read_the_same_column_by_column_as_row_by_row(tmp_path)
         odd = rnd.random()
         t = dt.datetime(2023, 12, 31, 23, 59, 50) + dt.timedelta(microseconds=rnd.randrange(10**6))
         lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+        zone = rnd.choice(["", "", "+00:00", "Z", "-05:00", "+05:30"])
         for _ in range(rnd.randint(1, 12)):
             t += dt.timedelta(microseconds=rnd.choice([0, 1, 250_000, 3_000_000, -500_000 if odd < 0.1 else 7]))
             frac = rnd.choice(["", f".{t.microsecond:06d}", f".{t.microsecond:06d}0", f".{t.microsecond // 1000:03d}"])
             cell = t.strftime("%Y-%m-%d %H:%M:%S") + (frac if frac else (f".{t.microsecond:06d}" if t.microsecond
-                                                                         and odd > 0.5 else ""))
+                                                                         and odd > 0.5 else "")) + zone
             cells = [cell, str(rnd.randint(1, 5000)), str(rnd.randint(1, 900))]
             if rnd.random() < odd * 0.3:
                 cells[0] = rnd.choice(CELLS_TS)
@@ -397,10 +401,22 @@ def test_timestamps_parse_as_the_row_reader_parses_them():
     leaves to the row reader anything not laid out exactly so."""
     from servesim.inputs import traces as T
 
-    cells = ["2023-11-16 18:17:03.9799600", "2024-02-29T00:00:00", "2024-03-01 23:59:59.123456789987"]
+    import datetime as dt
+
+    cells = ["2023-11-16 18:17:03.9799600", "2024-02-29T00:00:00", "2024-03-01 23:59:59.123456789987",
+             "2024-05-10 00:00:00.0099300+00:00", "2024-05-10 05:30:00.5+05:30", "2024-05-09 19:00:00.25-05:00",
+             "2024-05-10 00:00:00Z"]
     day, sec, ns = T._plain_timestamps(cells)
     got = [(dd * 86400 + s) * 1_000_000_000 + n for dd, s, n in zip(day.tolist(), sec.tolist(), ns.tolist())]
     assert got == [T._timestamp_ns(c) for c in cells]
-    for odd in ("2024-02-30 00:00:00", "2024-03-01 00:00:00.", " 2024-03-01 00:00:00", "2024-03-01 00:00:00Z",
-                "2024-03-01 00:00:0\u0665", "2024-03-01 00:00:00\x00"):
+    # the offsets are UTC's, the 100 ns digit kept
+    utc = dt.datetime(2024, 5, 10).toordinal() * 86400 * 1_000_000_000
+    assert got[3:] == [utc + 9_930_000, utc + 500_000_000, utc + 250_000_000, utc]
+    for odd in ("2024-02-30 00:00:00", "2024-03-01 00:00:00.", " 2024-03-01 00:00:00", "2024-03-01 00:00:00z",
+                "2024-03-01 00:00:0\u0665", "2024-03-01 00:00:00\x00", "2024-03-01 24:00:00", "2024-03-01 00:00:60",
+                "2024-03-01 00:00:00+24:00", "2024-03-01 00:00:00+0530", "2024-03-01 00:00:00+05:30:00"):
         assert T._plain_timestamps([cells[0], odd]) is None, odd
+    for bad in ("2024-02-30 00:00:00", "2024-03-01 00:00:00.", "2024-03-01 00:00:0\u0665", "2024-03-01 24:00:00",
+                "2024-03-01 00:60:00", "2024-03-01 00:00:60", "2024-03-01 00:00:00+24:00", "2024-03-01 00:00:00-23:60"):
+        with pytest.raises(ValueError):  # (the row reader's InputError names the line)
+            T._timestamp_ns(bad)

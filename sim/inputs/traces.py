@@ -2,9 +2,10 @@
 
 Formats (``workload.trace.format``):
 
-- ``azure``: the Azure LLM inference trace 2023 (Azure/AzurePublicDataset; the trace of the
-  Splitwise paper, ISCA 2024): ``TIMESTAMP, ContextTokens, GeneratedTokens``, with timestamps
-  such as ``2023-11-16 18:20:00.1234567`` (7 fractional digits, kept exactly).
+- ``azure``: the Azure LLM inference traces (Azure/AzurePublicDataset; 2023, the trace of the
+  Splitwise paper, ISCA 2024, and 2024's week-long ones): ``TIMESTAMP, ContextTokens,
+  GeneratedTokens``, with timestamps such as ``2023-11-16 18:20:00.1234567`` or
+  ``2024-05-10 00:00:00.0099300+00:00`` (7 fractional digits kept exactly; an offset taken to UTC).
 - ``splitwise``: Vidur's processed traces (``data/processed_traces/*.csv``): ``arrived_at``
   (seconds), ``num_prefill_tokens``, ``num_decode_tokens``. ``arrived_at`` may be absent (the
   arxiv summarization file has lengths only), and then arrivals must come from
@@ -116,25 +117,36 @@ def _is_plain_timestamp(s: str) -> bool:
     return len(s) >= 19 and s[4] == "-" and s[7] == "-" and s[10] in " T" and s[13] == ":" and s[16] == ":"
 
 
+_TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?", re.ASCII)
+
+
 def _timestamp_ns(text: str, days: dict | None = None) -> int:
-    """``YYYY-MM-DD[ T]HH:MM:SS[.digits]`` -> integer nanoseconds (exact to 9 digits); other ISO
-    forms (time zones) through ``datetime.fromisoformat``. ``days``: a cache of the dates' day
-    numbers (a trace's rows share a few dates)."""
+    """``YYYY-MM-DD[ T]HH:MM:SS[.digits][Z|+HH:MM|-HH:MM]`` -> integer nanoseconds, UTC when an
+    offset is given (exact to 9 digits of the fraction: Azure's 2024 traces write 7 and an
+    offset); other ISO forms through ``datetime.fromisoformat`` (to the microsecond), which also
+    refuses what is out of range (hour 24, minute 60, an offset of a day). ``days``: a cache of
+    the dates' day numbers (a trace's rows share a few dates)."""
     s = text.strip()
-    if _is_plain_timestamp(s):
-        frac = s[20:] if len(s) > 19 and s[19] == "." else ""
-        if (len(s) == 19 or (s[19] == "." and frac.isdigit())) and s[:4].isdigit():
-            try:
-                day = days.get(s[:10]) if days is not None else None
-                if day is None:
-                    day = _dt.date(int(s[0:4]), int(s[5:7]), int(s[8:10])).toordinal()
-                    if days is not None:
-                        days[s[:10]] = day
-                hh, mm, ss = int(s[11:13]), int(s[14:16]), int(s[17:19])
-            except ValueError:
-                raise ValueError(s) from None
+    m = _TIMESTAMP.fullmatch(s)
+    if m is not None:
+        y, mo, d, hh, mi, ss, frac, tz = m.groups()
+        h, mm, sec = int(hh), int(mi), int(ss)
+        off = 0
+        if tz is not None and tz != "Z":
+            oh, om = int(tz[1:3]), int(tz[4:6])
+            off = (oh * 3600 + om * 60) * (1 if tz[0] == "+" else -1) if oh < 24 and om < 60 else None
+        if h < 24 and mm < 60 and sec < 60 and off is not None:
+            key = s[:10]
+            day = days.get(key) if days is not None else None
+            if day is None:
+                try:
+                    day = _dt.date(int(y), int(mo), int(d)).toordinal()
+                except ValueError:
+                    raise ValueError(s) from None
+                if days is not None:
+                    days[key] = day
             ns = int((frac + "000000000")[:9]) if frac else 0
-            return ((day * 86400 + hh * 3600 + mm * 60 + ss) * 1_000_000_000) + ns
+            return ((day * 86400 + h * 3600 + mm * 60 + sec - off) * 1_000_000_000) + ns
     d = _dt.datetime.fromisoformat(s)
     if d.tzinfo is not None:
         d = d.astimezone(_dt.timezone.utc).replace(tzinfo=None)
@@ -300,11 +312,11 @@ _TS_MAX_DAYS = 100_000  # days between a trace's timestamps that int64 nanosecon
 
 
 def _plain_timestamps(cells: list):
-    """A column of cells each laid out exactly as ``YYYY-MM-DD[ T]HH:MM:SS[.digits]`` (ASCII
-    digits, nothing around it): (day number, seconds of the day, nanoseconds) per cell as int64
-    arrays, the values ``_timestamp_ns`` computes (fraction cut to 9 digits, the fields not
-    range-checked but the date); None if any cell is laid out otherwise or names no date, for the
-    row-by-row reader to read or to name."""
+    """A column of cells each laid out exactly as ``YYYY-MM-DD[ T]HH:MM:SS[.digits][Z|+HH:MM|-HH:MM]``
+    (ASCII, nothing around it): (day number, seconds of the day less the offset, nanoseconds)
+    per cell as int64 arrays, what ``_timestamp_ns`` computes (the fraction cut to 9 digits);
+    None if any cell is laid out otherwise or is out of range (a date that does not exist, hour
+    24, minute 60, an offset of a day), for the row-by-row reader to read or to name."""
     n = len(cells)
     try:
         u = np.array(cells, dtype="S")  # (ASCII only: any other character is not plain)
@@ -325,18 +337,47 @@ def _plain_timestamps(cells: list):
     if not ((v[:, 4] == 45) & (v[:, 7] == 45) & ((v[:, 10] == 32) | (v[:, 10] == 84))
             & (v[:, 13] == 58) & (v[:, 16] == 58)).all():
         return None
+    rows = np.arange(n)
     ns = np.zeros(n, np.int64)
+    end = np.full(n, 19, np.int64)  # where the fraction ends (the offset, if any, starts)
     if w > 19:
-        long = lens > 19
-        if not (v[long, 19] == 46).all() or (lens[long] < 21).any():  # '.' and at least one digit
+        dotted = v[:, 19] == 46
+        if w > 20 and dotted.any():
+            isdig = d[:, 20:] <= 9
+            run = np.where(isdig.all(axis=1), w - 20, isdig.argmin(axis=1))  # fraction digits
+            if (run[dotted] == 0).any():  # '.' and no digit
+                return None
+            end = np.where(dotted, 20 + run, 19)
+            k = min(9, w - 20)  # (digits past the 9th are cut, as _timestamp_ns cuts them)
+            frac = np.arange(20, 20 + k) < end[:, None]
+            ns = np.where(frac, d[:, 20:20 + k], 0).astype(np.int64) @ (10 ** np.arange(8, 8 - k, -1))
+        elif dotted.any():
             return None
-        frac = np.arange(20, w) < lens[:, None]  # the fraction's characters
-        if ((d[:, 20:] > 9) & frac).any():
+    tail = lens - end  # what follows: nothing, Z, or +HH:MM / -HH:MM
+    off = np.zeros(n, np.int64)
+    if tail.any():
+        if not np.isin(tail, (0, 1, 6)).all():
             return None
-        k = min(9, w - 20)  # (digits past the 9th are cut, as _timestamp_ns cuts them)
-        ns = np.where(frac[:, :k], d[:, 20:20 + k], 0).astype(np.int64) @ (10 ** np.arange(8, 8 - k, -1))
+        z = tail == 1
+        if z.any() and not (v[rows[z], end[z]] == 90).all():
+            return None
+        o = tail == 6
+        if o.any():
+            r, e = rows[o], end[o]
+            sign = v[r, e]
+            hd = d[r[:, None], e[:, None] + np.array([1, 2, 4, 5])]
+            if not (((sign == 43) | (sign == 45)) & (v[r, e + 3] == 58)).all() or (hd > 9).any():
+                return None
+            hd = hd.astype(np.int64)
+            oh, om = hd[:, 0] * 10 + hd[:, 1], hd[:, 2] * 10 + hd[:, 3]
+            if (oh > 23).any() or (om > 59).any():
+                return None
+            off[o] = (oh * 3600 + om * 60) * np.where(sign == 43, 1, -1)
     digits = digits.astype(np.int64)
     f = lambda a, b: digits[:, a:b] @ (10 ** np.arange(b - a - 1, -1, -1))  # noqa: E731
+    hh, mi, ss = f(8, 10), f(10, 12), f(12, 14)
+    if (hh > 23).any() or (mi > 59).any() or (ss > 59).any():
+        return None
     ymd = f(0, 4) * 10_000 + f(4, 6) * 100 + f(6, 8)
     keys, inverse = np.unique(ymd, return_inverse=True)
     try:
@@ -344,7 +385,7 @@ def _plain_timestamps(cells: list):
     except ValueError:
         return None
     day = np.asarray(ordinals, np.int64)[inverse.reshape(-1)]
-    sec = f(8, 10) * 3600 + f(10, 12) * 60 + f(12, 14)
+    sec = hh * 3600 + mi * 60 + ss - off
     return day, sec, ns
 
 
