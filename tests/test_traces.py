@@ -42,6 +42,18 @@ def test_azure_replay_is_exact(tmp_path):
     assert s.prompt_tokens.tolist() == [350, 410, 1000, 20] and s.output_tokens.tolist() == [40, 120, 7, 300]
 
 
+def test_azure_2024_timestamps_with_utc_offsets_replay_exactly(tmp_path):
+    """Azure's 2024 traces write an offset (``+00:00``); stamps in other offsets are the same
+    instants taken to UTC, the 100 ns digit kept."""
+    path = tmp_path / "t24.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.0099300+00:00,374,44\n"
+                    "2024-05-10 00:00:00.0099301+00:00,396,109\n2024-05-09 19:00:01.5099300-05:00,10,2\n"
+                    "2024-05-10 05:30:02Z,7,7\n")
+    s = gen({"path": str(path)})
+    assert s.arrival_s.tolist() == pytest.approx([0.0, 1e-7, 1.5, 2.0 + 5.5 * 3600 - 0.00993], abs=1e-9)
+    assert s.prompt_tokens.tolist() == [374, 396, 10, 7]
+
+
 def test_splitwise_generic_csv_and_jsonl_formats(tmp_path):
     sw = tmp_path / "splitwise.csv"
     sw.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,2\n0.5,20,3\n")
