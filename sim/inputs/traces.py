@@ -306,7 +306,7 @@ def _csv_header(reader, path: str, cols: dict, need_arrival: bool) -> tuple[list
 
 
 CSV_CHUNK_ROWS = 1 << 16  # rows converted at a time by _read_csv_columns
-# digit positions of YYYY-MM-DD HH:MM:SS (0-based) and their place values within each field
+# where the 14 digits of YYYY-MM-DD HH:MM:SS are (0-based), year to second
 _TS_DIGITS = (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18)
 _TS_MAX_DAYS = 100_000  # days between a trace's timestamps that int64 nanoseconds hold with room
 
@@ -400,11 +400,11 @@ def _read_csv(path: str, cols: dict, unit_s: float, need_arrival: bool) -> Trace
 def _read_csv_columns(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData | None:
     """The trace read a block of rows at a time, each column converted at once (Python's own
     ``int`` and ``float`` on each cell, without a Python line of ours per row: a few times faster
-    than ``_read_csv_rows`` on millions of rows; timestamps laid out as ``YYYY-MM-DD HH:MM:SS.f``,
-    as Azure's traces have them, with numpy: ``_plain_timestamps``); None as soon as anything is
-    not plain (a row of another width, a time that is neither a number nor such a timestamp,
-    numbers and timestamps mixed, a length that is no integer or out of range, a time out of
-    range or going back), for ``_read_csv_rows`` to read or to name."""
+    than ``_read_csv_rows`` on millions of rows; timestamps laid out as Azure's traces have them,
+    ``YYYY-MM-DD HH:MM:SS.f`` with or without a UTC offset, with numpy: ``_plain_timestamps``);
+    None as soon as anything is not plain (a row of another width, a time that is neither a
+    number nor such a timestamp, numbers and timestamps mixed, a length that is no integer or out
+    of range, a time out of range or going back), for ``_read_csv_rows`` to read or to name."""
     from operator import itemgetter
 
     with _open_text(path) as fh:
