@@ -428,6 +428,10 @@ def test_timestamps_parse_as_the_row_reader_parses_them():
                 "2024-03-01 00:00:0\u0665", "2024-03-01 00:00:00\x00", "2024-03-01 24:00:00", "2024-03-01 00:00:60",
                 "2024-03-01 00:00:00+24:00", "2024-03-01 00:00:00+0530", "2024-03-01 00:00:00+05:30:00"):
         assert T._plain_timestamps([cells[0], odd]) is None, odd
+    # a cell too long to pad every row to goes to the row reader, which reads it as such
+    long = "2024-03-01 00:00:00." + "1" * 200
+    assert T._plain_timestamps([cells[0], long]) is None
+    assert T._timestamp_ns(long) == T._timestamp_ns("2024-03-01 00:00:00.111111111")
     for bad in ("2024-02-30 00:00:00", "2024-03-01 00:00:00.", "2024-03-01 00:00:0\u0665", "2024-03-01 24:00:00",
                 "2024-03-01 00:60:00", "2024-03-01 00:00:60", "2024-03-01 00:00:00+24:00", "2024-03-01 00:00:00-23:60"):
         with pytest.raises(ValueError):  # (the row reader's InputError names the line)

@@ -309,6 +309,7 @@ CSV_CHUNK_ROWS = 1 << 16  # rows converted at a time by _read_csv_columns
 # where the 14 digits of YYYY-MM-DD HH:MM:SS are (0-based), year to second
 _TS_DIGITS = (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18)
 _TS_MAX_DAYS = 100_000  # days between a trace's timestamps that int64 nanoseconds hold with room
+_TS_MAX_CHARS = 64  # a longer cell goes to the row reader (Azure's stamps have 27 or 33 characters)
 
 
 def _plain_timestamps(cells: list):
@@ -318,17 +319,19 @@ def _plain_timestamps(cells: list):
     None if any cell is laid out otherwise or is out of range (a date that does not exist, hour
     24, minute 60, an offset of a day), for the row-by-row reader to read or to name."""
     n = len(cells)
+    lens = np.fromiter(map(len, cells), np.int64, n)
+    # (every cell is padded to the longest: one long cell, say a stray 100 kB field, would cost
+    # its length times the rows)
+    if lens.min() < 19 or lens.max() > _TS_MAX_CHARS:
+        return None
     try:
         u = np.array(cells, dtype="S")  # (ASCII only: any other character is not plain)
     except (ValueError, TypeError):
         return None
     w = u.dtype.itemsize
-    if w < 19:
-        return None
     v = u.view(np.uint8).reshape(n, w)
-    lens = np.fromiter(map(len, cells), np.int64, n)
     # (numpy drops trailing NULs and pads with them: a cell holding one is not plain)
-    if lens.min() < 19 or not ((v != 0).sum(axis=1) == lens).all():
+    if not ((v != 0).sum(axis=1) == lens).all():
         return None
     d = v - np.uint8(48)  # digits as their values; any other character above 9 (wrapping)
     digits = d[:, _TS_DIGITS]
