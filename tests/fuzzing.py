@@ -290,7 +290,7 @@ def _options(draw, cls, path: str) -> dict:
 def file_cases(draw, tmp: Path) -> tuple[dict, dict]:
     """(scenario overrides, {file name: bytes}): one file the scenario names, valid or mutated."""
     kind = draw(st.sampled_from(["config", "gpu", "calibration", "empirical", "trace_csv", "trace_jsonl",
-                                 "sharegpt", "jsonl_dataset"]))
+                                 "trace_azure", "sharegpt", "jsonl_dataset"]))
     over, files = {}, {}
     if kind == "config":
         files["model/config.json"] = json.dumps(_mutated_mapping(draw, LLAMA_CONFIG)).encode()
@@ -314,6 +314,21 @@ def file_cases(draw, tmp: Path) -> tuple[dict, dict]:
         n = draw(st.integers(1, 25))
         rows = [f"{i * 0.05:.3f},{draw(st.integers(1, 500))},{draw(st.integers(1, 40))}" for i in range(n)]
         files["trace.csv"] = ("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n").encode()
+        over["workload"] = {"trace": _options(draw, S.Trace, str(tmp / "trace.csv")), "num_requests": None}
+    elif kind == "trace_azure":  # Azure's stamps, 2023 (no offset) or 2024 (+00:00), now and then an odd one
+        import datetime as dt
+
+        n = draw(st.integers(1, 25))
+        zone = draw(st.sampled_from(["", "+00:00", "Z", "-05:00"]))
+        t, rows = dt.datetime(2023, 12, 31, 23, 59, 59), []
+        for _ in range(n):
+            t += dt.timedelta(microseconds=draw(st.integers(0, 400_000)))
+            stamp = f"{t:%Y-%m-%d %H:%M:%S}.{t.microsecond:06d}{draw(st.integers(0, 9))}{zone}"
+            if draw(st.integers(0, 19)) == 0:
+                stamp = draw(st.sampled_from(["2024-01-01 24:00:00", "2024-02-30 00:00:00", "2024-01-01 00:00:00+24:00",
+                                              "2024-01-01 00:00:00." + "1" * 100, "12.5", "", "2024-01-01T00:00:00"]))
+            rows.append(f"{stamp},{draw(st.integers(1, 500))},{draw(st.integers(1, 40))}")
+        files["trace.csv"] = ("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n").encode()
         over["workload"] = {"trace": _options(draw, S.Trace, str(tmp / "trace.csv")), "num_requests": None}
     elif kind == "trace_jsonl":
         n = draw(st.integers(1, 25))
