@@ -38,9 +38,7 @@ t = time.perf_counter()
 if reader == "columns":
     d = T.read_trace(path)
 else:
-    cols = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
-    if "arrival_s" in open(path).readline():
-        cols = {"arrival": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens"}
+    _, cols = T._detect(path, "auto", None)  # (the columns read_trace finds)
     with collection_paused():
         d = T._read_csv_rows(path, cols, 1.0, True)
 s = time.perf_counter() - t
