@@ -39,8 +39,8 @@ from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # 
 from servesim.outputs.progress import Phases  # noqa: E402
 from servesim.outputs.rundir import RunData, has_table, read_json_dict, read_results, read_scenario  # noqa: E402
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts, rate_order,  # noqa: E402
-                                       identical_labels, meets_slo, rank_key, ranked, slo_phrase, value_text,
-                                       with_per_gpu)
+                                       rate_text, identical_labels, meets_slo, rank_key, ranked, slo_phrase,
+                                       value_text, with_per_gpu)
 from servesim.plots import figures as F  # noqa: E402
 from servesim.plots.service import service_section  # noqa: E402
 
@@ -59,9 +59,7 @@ def _ms(v) -> str:
 
 
 def _rate(r) -> str:
-    if not isinstance(r, (int, float)) or isinstance(r, bool):  # (a point that failed on its value)
-        return f"rate {r!r}"
-    return f"{r:.4g} req/s"
+    return rate_text(r, ".4g")
 
 
 # ---------------------------------------------------------------- reading a folder

@@ -69,6 +69,14 @@ def rate_order(v) -> tuple:
     return (1, 0.0, str(v))
 
 
+def rate_text(v, spec: str = "g") -> str:
+    """A results row's rate as the reports write it: ``12.5 req/s`` (``spec``: the number's
+    format), or ``rate 'abc'`` for a value that is no number (a sweep point that failed on it)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return f"{v:{spec}} req/s"
+    return f"rate {v!r}"
+
+
 def ranked(rows: list) -> list:
     """Rows grouped by arrival rate (when swept, in rising order) and ranked within each rate, by
     goodput per GPU when the rows use different numbers of GPUs."""
@@ -124,10 +132,7 @@ def _row_name(r: dict, key: str) -> str:
     it is no number: a sweep point that failed on it)."""
     name = r.get(key) if r.get(key) is not None else f"point {r.get('point')}"
     rate = r.get(RATE_KEY)
-    if rate is None:
-        return f"{name}"
-    return f"{name} at " + (f"{rate:g} req/s" if isinstance(rate, (int, float)) and not isinstance(rate, bool)
-                            else f"rate {rate!r}")
+    return f"{name}" if rate is None else f"{name} at {rate_text(rate)}"
 
 
 def study_warnings(rows: list, key: str = "label") -> list:
