@@ -88,6 +88,24 @@ def test_no_unit_serves_more_than_its_bound(shape):
     assert s["throughput_rps"] < bound
 
 
+def test_a_budget_below_max_num_seqs_caps_the_decode_bound():
+    """Each decode takes one token of its step's budget: with a 64-token chunk and max_num_seqs 128
+    the largest decode batch is 64, and the tighter bound still holds in a simulation."""
+    shape = Shape("colocated", "h100-sxm", 1, policy="chunked_prefill", chunk=64)
+    sc, setup = _setup(shape, **{"workload.num_requests": 300})
+    bound, figures = unit_rate_bound(shape, setup, workload_stats(sc))
+    assert figures["decode_batch"] == 64
+    wide, wide_figures = unit_rate_bound(Shape("colocated", "h100-sxm", 1, policy="chunked_prefill", chunk=512),
+                                         _setup(Shape("colocated", "h100-sxm", 1, policy="chunked_prefill",
+                                                      chunk=512))[1], workload_stats(sc))
+    assert wide_figures["decode_batch"] == 128 and wide_figures["decode_tps"] > figures["decode_tps"]
+    res = simulate(scenario_from_dict(with_values(SMALL, {**shape.overrides(1, SMALL["policy"]),
+                                                          RATE_KEY: 3 * bound, "workload.num_requests": 300})))
+    assert res.summary["completed"] == 300
+    assert int(res.steps["num_seqs"].max()) <= 64
+    assert res.summary["throughput_rps"] < bound
+
+
 @pytest.mark.parametrize("shape", SHAPES[:2] + SHAPES[3:], ids=lambda s: s.key)
 def test_latency_floors_hold_for_every_request(shape):
     """No request's TTFT or TPOT beats its floor (prefill alone, one decode step of one)."""

@@ -19,7 +19,8 @@ Before simulating, each shape is checked three ways (``assess``):
 3. **Throughput bound**: an upper bound on the requests per second one unit can serve, from the
    cost model's step times: a step of the full token budget is the most tokens per second any
    step reaches (``token_tps``); a decode step of the largest batch the KV cache holds at the
-   mean prompt length (or ``max_num_seqs``) the most output tokens per second (``decode_tps``).
+   mean prompt length (or ``max_num_seqs``, or the token budget if smaller: each decode takes one
+   of its tokens) the most output tokens per second (``decode_tps``).
    A colocated replica spends at least ``max((P + O) / token_tps, O / decode_tps)`` seconds per
    request (P, O: mean prompt and output tokens); a P/D unit serves at most
    ``min(p token_tps_prefill / P, d decode_tps_decode / O)``. So ``R`` needs at least
@@ -205,7 +206,9 @@ def pool_bound(pool, mean_prompt: float, spec: bool, overlap: bool) -> PoolBound
         return PoolBound(token_tps, math.inf, 0)
     ctx = max(0, int(mean_prompt))
     engines = cm.pp if overlap else 1  # PP virtual engines each schedule up to max_num_seqs
-    b = int(max(1, min(pool.max_num_seqs * engines, pool.capacity.num_tokens // (ctx + 1))))
+    # (a decode takes one token of its step's budget: a budget below max_num_seqs caps the batch)
+    seqs_per_step = min(pool.max_num_seqs, budget)
+    b = int(max(1, min(seqs_per_step * engines, pool.capacity.num_tokens // (ctx + 1))))
     return PoolBound(token_tps, b / step(cm, synthetic_batch(decode_contexts=[ctx] * b)), b)
 
 
