@@ -438,10 +438,12 @@ def predict_clipped(scenario: Scenario, setup=None, specs=None) -> dict | None:
 def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The requests that cannot meet their SLO at any load, without running: on an idle
     deployment a request's TTFT is at least its prompt's prefill alone and its TPOT at least one
-    decode step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with).
+    decode step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with),
+    each with the API server's time as the client measures it.
     {"requests" (not rejected), "missed", "ttft", "tpot" (over each limit), "ttft_max_s",
-    "tpot_min_s"} over the workload's own requests; None without an SLO, for closed-loop and
-    multi-turn workloads. Rejected requests are ``predict_rejections``'."""
+    "tpot_min_s", "api_request_s" (the API server's part of each TTFT)} over the workload's own
+    requests; None without an SLO, for closed-loop and multi-turn workloads. Rejected requests
+    are ``predict_rejections``'."""
     from servesim.studies.plan_space import NEVER, latency_floors, stats_from_specs
 
     setup, specs = _setup_and_specs(scenario, setup, specs)
@@ -465,7 +467,8 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
     missed = ttft | tpot
     return {"requests": int(served.sum()), "missed": int(missed.sum()), "ttft": int(ttft.sum()),
             "tpot": int(tpot.sum()), "ttft_max_s": float(floors["ttft"][ttft].max()) if ttft.any() else None,
-            "tpot_min_s": float(np.nanmin(floors["tpot"][tpot])) if tpot.any() else None}
+            "tpot_min_s": float(np.nanmin(floors["tpot"][tpot])) if tpot.any() else None,
+            "api_request_s": setup.pools[0].engine.api_request_s}
 
 
 def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | None:

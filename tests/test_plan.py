@@ -121,6 +121,21 @@ def test_latency_floors_hold_for_every_request(shape):
     assert np.all(tpot[multi] >= floors["tpot"][multi] * 0.999)
 
 
+def test_latency_floors_carry_the_api_servers_time():
+    """TTFT and E2E are the client's: the floors add the API server's time (the engine profile's
+    api_request_s to TTFT, api_s to E2E), and ``cost.api_server: false`` takes it out again."""
+    shape = SHAPES[0]
+    sc, setup = _setup(shape, **{RATE_KEY: 1.0, "workload.num_requests": 50})
+    off_sc, off_setup = _setup(shape, **{RATE_KEY: 1.0, "workload.num_requests": 50, "cost.api_server": False})
+    api = setup.pools[0].engine
+    assert api.api_request_s > 0
+    on, off = latency_floors("colocated", setup, workload_stats(sc)), latency_floors("colocated", off_setup,
+                                                                                    workload_stats(off_sc))
+    stats = workload_stats(sc)
+    assert np.allclose(on["ttft"] - off["ttft"], api.api_request_s)
+    assert np.allclose(on["e2e"] - off["e2e"], api.api_s(stats.output.astype(float)))
+
+
 def test_assess_prunes_with_the_reason():
     base = dict(SMALL, model="meta-llama/Meta-Llama-3-70B")
     sc = scenario_from_dict(base)

@@ -428,8 +428,10 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         k, n = floors["missed"], floors["requests"]
         why = []
         if floors["ttft"]:
+            api = (f", the API server's {floors['api_request_s'] * 1e3:.3g} ms included" if floors["api_request_s"]
+                   else "")
             why.append(f"{floors['ttft']:,} prompts take longer than their TTFT limit to prefill alone (up to "
-                       f"{floors['ttft_max_s']:.3g} s)")
+                       f"{floors['ttft_max_s']:.3g} s{api})")
         if floors["tpot"]:
             why.append(f"{floors['tpot']:,} requests take longer than their TPOT limit for one decode step alone "
                        f"(from {floors['tpot_min_s'] * 1e3:.3g} ms)")

@@ -13,7 +13,8 @@ Before simulating, each shape is checked three ways (``assess``):
    TP does not divide the model's heads, is pruned with that message.
 2. **Latency floors**: each request's TTFT is at least its prompt's prefill alone on an idle
    replica (chunk by chunk at the token budget), its TPOT at least one decode step of a batch of
-   one, its E2E their sum over its output. If the SLO cannot hold even then (a percentile of the
+   one, its E2E their sum over its output, each with the API server's time as the client sees it
+   (the entry pool's engine profile). If the SLO cannot hold even then (a percentile of the
    floors above its limit, or under ``--attainment`` too few requests within every limit), no
    replica count helps: pruned.
 3. **Throughput bound**: an upper bound on the requests per second one unit can serve, from the
@@ -276,8 +277,14 @@ def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
     rejected = _blocks(whole, dc.capacity.block_size) > dc.capacity.num_blocks
     if kind == "pd":
         rejected |= _blocks(stats.prompt_total, pf.capacity.block_size) > pf.capacity.num_blocks
-    tpot_arr = np.where(stats.output > 1, tpot, np.nan)
     e2e = ttft + np.maximum(stats.output - 1, 0) * tpot
+    # TTFT and E2E are the client's: the API server delays the first token by api_request_s and the
+    # last by api_s (``add_api_server``; the entry pool's engine), so TPOT by api_per_token_s
+    api = setup.pools[0].engine
+    ttft = ttft + api.api_request_s
+    e2e = e2e + api.api_s(stats.output.astype(np.float64))
+    tpot = tpot + api.api_per_token_s
+    tpot_arr = np.where(stats.output > 1, tpot, np.nan)
     inf = NEVER  # a large number, not inf: percentiles interpolate between neighbours
     return {"ttft": np.where(rejected, inf, ttft), "tpot": np.where(rejected & (stats.output > 1), inf, tpot_arr),
             "e2e": np.where(rejected, inf, e2e), "rejected_share": float(rejected.mean()) if len(rejected) else 0.0,
