@@ -38,9 +38,9 @@ from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, fo
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
 from servesim.outputs.rundir import RunData, has_table, read_json_dict, read_results, read_scenario  # noqa: E402
-from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts, rate_order,  # noqa: E402
-                                       rate_text, identical_labels, meets_slo, rank_key, ranked, slo_phrase,
-                                       value_text, with_per_gpu)
+from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts,  # noqa: E402
+                                       identical_labels, meets_slo, rank_key, ranked, rate_order, rate_text,
+                                       slo_phrase, value_text, with_per_gpu)
 from servesim.plots import figures as F  # noqa: E402
 from servesim.plots.service import service_section  # noqa: E402
 

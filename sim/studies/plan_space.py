@@ -277,13 +277,13 @@ def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
     rejected = _blocks(whole, dc.capacity.block_size) > dc.capacity.num_blocks
     if kind == "pd":
         rejected |= _blocks(stats.prompt_total, pf.capacity.block_size) > pf.capacity.num_blocks
-    e2e = ttft + np.maximum(stats.output - 1, 0) * tpot
-    # TTFT and E2E are the client's: the API server delays the first token by api_request_s and the
-    # last by api_s (``add_api_server``; the entry pool's engine), so TPOT by api_per_token_s
+    # TTFT and TPOT are the client's: the API server (the entry pool's engine, as ``add_api_server``)
+    # delays the first token by api_request_s and each later one by api_per_token_s more, so the
+    # E2E below carries its api_s
     api = setup.pools[0].engine
     ttft = ttft + api.api_request_s
-    e2e = e2e + api.api_s(stats.output.astype(np.float64))
     tpot = tpot + api.api_per_token_s
+    e2e = ttft + np.maximum(stats.output - 1, 0) * tpot
     tpot_arr = np.where(stats.output > 1, tpot, np.nan)
     inf = NEVER  # a large number, not inf: percentiles interpolate between neighbours
     return {"ttft": np.where(rejected, inf, ttft), "tpot": np.where(rejected & (stats.output > 1), inf, tpot_arr),
