@@ -450,3 +450,56 @@ def test_a_plugin_that_changes_the_engine_state_is_named_when_the_run_breaks(tmp
     assert main(["run", *args, "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("servesim: error:") and "Traceback" not in err and "servesim bug" in err
+
+
+TIMED_PLUGIN = '''
+from servesim.policies.continuous import ContinuousPolicy
+from servesim import make_batch
+
+
+class LateSkips(ContinuousPolicy):
+    """From t = 2 s on, the oldest running request sits out every step: a rule that can turn true
+    between arrivals, while the base's steady flag is handed on (the trap docs/extending.md names)."""
+
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        if state.now_s < 2.0 or b.preempted:
+            return self.flags(b)
+        running = state.running  # (dissolves the decode set: every running request is in items)
+        b = ContinuousPolicy.next_batch(self, state)
+        if b.preempted or len(b.items) < 2 or not running or running[0] in b.admitted:
+            return self.flags(b)
+        return self.flags(make_batch([(r, q) for r, q in b.items if r is not running[0]], (), b.admitted,
+                                     steady=b.steady))
+
+    def flags(self, b):
+        return b
+
+
+class LateSkipsStepByStep(LateSkips):
+    def flags(self, b):
+        return b._replace(steady=False, until_completion=False)
+'''
+
+
+def test_the_reference_engine_catches_a_broken_steady_claim(tmp_path, monkeypatch):
+    """docs/extending.md's check: a policy whose decision changes between arrivals while it claims
+    steady gets another answer from the fast engine than from the reference; with the claims
+    cleared, both agree."""
+    (tmp_path / "timed.py").write_text(TIMED_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [(0.2 * i, 200 + 37 * i, 400) for i in range(6)]  # arrivals end at 1 s; decodes run past 2 s
+    for name, agree in (("timed:LateSkips", False), ("timed:LateSkipsStepByStep", True)):
+        sc = make_scenario(**{"policy.name": name})
+        fast = simulate(sc, specs=specs(rows), engine="fast")
+        ref = simulate(sc, specs=specs(rows), engine="reference")
+        for res, engine in ((fast, "fast"), (ref, "reference")):  # as the guide compares them
+            res.write(tmp_path / name.split(":")[1] / engine, outputs="requests,steps")
+        out = tmp_path / name.split(":")[1]
+        same = all((out / "fast" / f).read_bytes() == (out / "reference" / f).read_bytes()
+                   for f in ("requests.csv", "steps.csv"))
+        assert same is agree, name
+        assert fast.summary["completed"] == ref.summary["completed"] == len(rows)
+    # the skips happen: the reference's oldest request finishes later than without the rule
+    base = simulate(make_scenario(), specs=specs(rows), engine="reference")
+    assert ref.requests["finish_s"][0] > base.requests["finish_s"][0]
