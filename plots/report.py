@@ -145,6 +145,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     if bar is not None:
         bar.add(len(chosen) - 1)
     bare = []  # chosen runs written without their tables (a study's --outputs): said, not drawn
+    bare_policies = set()  # their policies (for the figures' titles, which name one shared by every run)
     lacking = set()
     for g, r in chosen.items():
         folder = path / r["dir"]
@@ -152,6 +153,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
         if lacks:
             bare.append(g)
             lacking.update(lacks)
+            bare_policies.add((read_scenario(folder).get("policy") or {}).get("name"))
         else:
             runs[g] = RunData.from_dir(folder, label=g)
         if bar is not None:
@@ -167,7 +169,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
         seed_groups.setdefault(_group_label(r, cols, kind), []).append(r)
     return {"kind": kind, "rows": rows, "groups": groups, "rate": has_rate, "runs": runs, "meta": meta,
             "path": path, "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows,
-            "seed_groups": seed_groups, "unread": unread}
+            "seed_groups": seed_groups, "unread": unread, "bare_policies": bare_policies}
 
 
 # ---------------------------------------------------------------- what each figure is about
@@ -213,7 +215,11 @@ class Context:
         self.offered = offered if offered and rate and abs(offered / rate - 1) > 0.2 else None
         # the policy in the title when every run shown has the same one (else their labels name them)
         names = {(r.scenario.get("policy") or {}).get("name") for r in runs.values()}
-        if not runs and sc:  # (a capacity search reads no run folder: its probes all run the scenario's)
+        names |= data.get("bare_policies") or set()  # (runs shown by their results.csv rows only)
+        if not names and sc and (self.kind == "capacity" or (self.kind == "sweep" and not any(
+                c == "label" or c.startswith("policy.name") for c in data["cols"]))):
+            # (no run read: a capacity search's probes all run the scenario's policy, as does a
+            # sweep whose grid does not set it)
             names = {(sc.get("policy") or {}).get("name")}
         self.policy = next(iter(names)) if len(names) == 1 else None  # (None: unnamed, or several)
         self.gpus = gpu_counts(rows) if "label" in data["cols"] else {}

@@ -235,6 +235,23 @@ def test_a_report_on_study_folders_written_without_tables_leaves_the_runs_out_an
     assert "continuous, static: their run folders hold no requests or steps table" in text
 
 
+def test_figures_of_a_study_without_tables_name_a_policy_only_when_every_run_has_it(tmp_path):
+    """Drawn from results.csv alone, a comparison's figures must not take the base scenario's policy
+    for their title (its variants run others); a sweep that does not vary the policy keeps it."""
+    sc = _study_scenario(tmp_path)
+    cmp_, sw = tmp_path / "cmp", tmp_path / "sw"
+    assert main(["compare", sc, "--policies", "chunked_prefill,static", "--rates", "2,4", "--out", str(cmp_),
+                 "--quiet", "--outputs", "summary", "--no-report"]) == 0
+    assert main(["report", str(cmp_), "--quiet"]) == 0
+    titles = [line for line in (cmp_ / "report.md").read_text().splitlines() if line.startswith("![")]
+    assert titles and not any("| policy " in t for t in titles), titles
+    assert main(["sweep", sc, "--grid", "workload.arrival.rate_rps=2,4", "--out", str(sw), "--quiet",
+                 "--outputs", "summary"]) == 0
+    assert main(["report", str(sw), "--quiet"]) == 0
+    titles = [line for line in (sw / "report.md").read_text().splitlines() if line.startswith("![")]
+    assert titles and all("| policy continuous" in t for t in titles), titles
+
+
 @pytest.mark.parametrize("command", ["sweep", "compare"])
 def test_study_outputs_refuses_an_unknown_name_before_running(tmp_path, capsys, command):
     out = tmp_path / "o"
