@@ -37,7 +37,8 @@ from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, fo
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
-from servesim.outputs.rundir import RunData, has_table, read_json_dict, read_results, read_scenario  # noqa: E402
+from servesim.outputs.rundir import (RunData, has_table, read_json_dict, read_results, read_scenario,  # noqa: E402
+                                     read_study_meta)
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts,  # noqa: E402
                                        identical_labels, meets_slo, rank_key, ranked, rate_order, rate_text,
                                        slo_phrase, value_text, with_per_gpu)
@@ -100,7 +101,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
                              "command again to resume it")
         raise InputError(f"servesim report: {path} has neither summary.json (a run) nor results.csv "
                          "(a sweep, capacity or compare folder)")
-    meta = read_json_dict(path / "sweep.json", "sweep.json") if (path / "sweep.json").is_file() else {}
+    meta = read_study_meta(path / "sweep.json")
     kind = meta.get("kind", "sweep")
     rows = read_results(path / "results.csv")
     if kind == "capacity":  # a probe run again longer (too short to tell): the longer one decided

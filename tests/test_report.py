@@ -153,6 +153,26 @@ def test_report_on_a_damaged_sweep_folder_names_the_file(tmp_path, capsys):
     assert "results.csv: missing column(s) point, status, hash, dir" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("field, value, want", [
+    ("seeds", "x", "a count of seeds"), ("seeds", 0, "a count of seeds"), ("kind", "sweeps", "one of sweep, compare"),
+    ("notes", "see me", "a list of texts"), ("slo", 1.0, "the SLO as --slo gives it"),
+    ("scenario", ["a"], "the scenario's name or path")])
+def test_report_on_an_edited_sweep_json_names_the_field(tmp_path, capsys, field, value, want):
+    """An edited sweep.json is named field by field (seeds: "x" was a ValueError traceback; found by
+    a fuzzer corrupting output folders)."""
+    out = tmp_path / "sw"
+    base = copy.deepcopy(BASE)
+    base["workload"]["num_requests"] = 10
+    execute(make_points(base, [({"label": "a"}, {}), ({"label": "b"}, {"seed": 1})]), out, "local", 1, progress=False)
+    (out / "sweep.json").write_text(json.dumps({"kind": "compare", "scenario": "test", field: value}))
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"sweep.json: {field} is " in err and want in err and "damaged" in err and "Traceback" not in err
+    # as servesim writes it (a capacity search without fixed seeds writes null), it is read
+    (out / "sweep.json").write_text(json.dumps({"kind": "compare", "scenario": "test", "seeds": None, "notes": []}))
+    assert main(["report", str(out), "--quiet"]) == 0
+
+
 def test_a_sweep_point_that_failed_on_a_rate_that_is_no_number_is_reported(tmp_path, capsys):
     """--grid rate_rps=1,abc: the bad point is a row with status=error (the sweep goes on), and the
     report puts it after the numeric rates, by its text, instead of stopping with a TypeError

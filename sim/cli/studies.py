@@ -228,7 +228,7 @@ def cmd_compare(args) -> int:
                                            ranked, with_per_gpu)
     from servesim.studies.compare import RATE_KEY, plan_compare, run_compare
     from servesim.studies.replicates import SEEDS
-    from servesim.outputs.rundir import read_json_dict, read_results
+    from servesim.outputs.rundir import read_results, read_study_meta
 
     ex = _executor(args)
     plan = plan_compare(args.scenario, args.policies, args.variant, args.rates, args.set or [], args.seed,
@@ -247,7 +247,7 @@ def cmd_compare(args) -> int:
     print(f"ranked by goodput{' per GPU' if per_gpu else ''} (requests/s within the SLO); slo: meets when >= 90% of "
           "requests are within it")
     print(format_table(shown, cols))
-    meta = read_json_dict(out / "sweep.json", "sweep.json")
+    meta = read_study_meta(out / "sweep.json")
     seed_rows = read_results(out / SEEDS) if plan.seeds > 1 else None
     for note in caveats(rows, meta, out_dir=out, run_rows=seed_rows):
         print(f"note: {note}")

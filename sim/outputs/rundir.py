@@ -49,6 +49,31 @@ def read_json_dict(path: Path, what: str) -> dict:
     return data
 
 
+STUDY_KINDS = ("sweep", "compare", "capacity", "plan")
+
+
+def read_study_meta(path: Path) -> dict:
+    """A study folder's sweep.json (``{}`` when it has none), with the fields the readers use
+    checked: an edited one is a clear input error, never a traceback or a report that says
+    something else than the study ran (``kind``, ``seeds``, ``scenario``, ``slo``, ``notes``)."""
+    if not path.is_file():
+        return {}
+    meta = read_json_dict(path, "sweep.json")
+    checks = {
+        "kind": (lambda v: v in STUDY_KINDS, "one of " + ", ".join(STUDY_KINDS)),
+        "seeds": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+                  "a count of seeds (>= 1, or null)"),
+        "scenario": (lambda v: v is None or isinstance(v, str), "the scenario's name or path"),
+        "slo": (lambda v: v is None or isinstance(v, str), "the SLO as --slo gives it (text)"),
+        "notes": (lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v), "a list of texts"),
+    }
+    for k, (ok, want) in checks.items():
+        if k in meta and not ok(meta[k]):
+            raise InputError(f"{path}: {k} is {shown(meta[k])}, where servesim writes {want}; the study folder is "
+                             "damaged (edited): run the study again")
+    return meta
+
+
 READ_BLOCK = 1 << 15  # rows converted at a time: a large table is never held as Python strings whole
 
 
