@@ -37,8 +37,8 @@ from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, fo
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
-from servesim.outputs.rundir import (RunData, has_table, read_json_dict, read_results, read_scenario,  # noqa: E402
-                                     read_study_meta)
+from servesim.outputs.rundir import (RunData, has_table, read_capacity, read_results,  # noqa: E402
+                                     read_scenario, read_study_meta)
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts,  # noqa: E402
                                        identical_labels, meets_slo, rank_key, ranked, rate_order, rate_text,
                                        slo_phrase, value_text, with_per_gpu)
@@ -588,10 +588,7 @@ def _run_verdict(s: dict) -> list:
 def _capacity_lines(path: Path) -> list:
     if not (path / "capacity.json").is_file():
         return []
-    cap = read_json_dict(path / "capacity.json", "capacity.json")
-    lacks = [k for k in ("capacity_rps", "capacity_rps_per_gpu", "num_gpus", "slo") if k not in cap]
-    if lacks:
-        raise InputError(f"{path / 'capacity.json'}: no {', '.join(lacks)}: not a file servesim wrote")
+    cap = read_capacity(path / "capacity.json")
     keep = f", keeping up (>= {cap['keep_up']:g} left per arrival)" if cap.get("keep_up") else ""
     if cap["capacity_rps"] is None:  # the search ran out of probes without an answer
         br = cap.get("bracket_rps") if isinstance(cap.get("bracket_rps"), list) else []
@@ -627,7 +624,7 @@ def _capacity_lines(path: Path) -> list:
 
 def _capacity_figure(path: Path, data: dict, ctx: Context, add) -> None:
     """A capacity search over several seeds: every seed's probes, the SLO and the interval."""
-    cap = read_json_dict(path / "capacity.json", "capacity.json") if (path / "capacity.json").is_file() else {}
+    cap = read_capacity(path / "capacity.json") if (path / "capacity.json").is_file() else {}
     band = (cap["capacity_rps"], cap.get("capacity_ci95_rps")) if cap.get("capacity_rps") else None
     metrics = [m for m, lim in (("ttft", ctx.ttft_slo), ("tpot", ctx.tpot_slo)) if lim is not None] or ["ttft"]
     fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.8), squeeze=False, sharex=True)

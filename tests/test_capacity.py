@@ -184,6 +184,43 @@ def test_no_answer_within_max_probes_is_exit_2_and_reported(tmp_path, capsys):
     assert f"within the scenario's per-request SLO, {run_slo}, not the search's limits" in md
 
 
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """A finished capacity search over two seeds (interval, per-seed answers)."""
+    tmp = tmp_path_factory.mktemp("capsearch")
+    sc = tmp / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    out = tmp / "cap"
+    assert main(["capacity", str(sc), "--seeds", "2", "--slo", "ttft_p99=300ms", "--probe-requests", "40",
+                 "--tol", "0.09", "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("edit, says", [
+    ({"interval": "x"}, "interval is 'x', where servesim writes a mapping with the count of seeds"),
+    ({"interval": {"seeds": "x"}}, "interval is {'seeds': 'x'}"),
+    ({"seeds": [1]}, "seeds is [1], where servesim writes a list of mappings"),
+    ({"seeds": -1}, "seeds is -1"),
+    ({"attainment": "x"}, "attainment is 'x', where servesim writes a share in (0, 1]"),
+    ({"keep_up": [1]}, "keep_up is [1]"),
+    ({"num_gpus": {"a": 1}}, "num_gpus is {'a': 1}, where servesim writes a count of GPUs"),
+    ({"capacity_rps": "12"}, "capacity_rps is '12', where servesim writes a rate in req/s"),
+    ({"slo": 5}, "slo is 5")])
+def test_report_on_an_edited_capacity_json_names_the_field(searched, tmp_path, capsys, edit, says):
+    """Each of these was a traceback (AttributeError, TypeError, ValueError) before capacity.json
+    was read through a checked reader (found by mutating every field of a search's capacity.json)."""
+    import shutil
+
+    out = tmp_path / "cap"
+    shutil.copytree(searched, out, ignore=shutil.ignore_patterns("figures", "report.md"))
+    cap = json.loads((out / "capacity.json").read_text())
+    assert main(["report", str(out), "--quiet"]) == 0  # as written
+    (out / "capacity.json").write_text(json.dumps({**cap, **edit}))
+    assert main(["report", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "capacity.json: " + says in err and "damaged (edited)" in err and "Traceback" not in err
+
+
 def test_on_off_capacity_also_gives_the_mean_offered_rate(tmp_path, capsys):
     data = scenario_data()
     data["workload"]["arrival"] = {"process": "on_off", "rate_rps": 8.0, "on_s": 5.0, "off_s": 15.0,

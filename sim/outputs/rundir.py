@@ -74,6 +74,45 @@ def read_study_meta(path: Path) -> dict:
     return meta
 
 
+def _count(v, least: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+# capacity.json's fields the report reads: (check, what servesim writes)
+_RATE = (lambda v: v is None or (_number_or_null(v) and v >= 0), "a rate in req/s (or null)")
+_CAPACITY_FIELDS = {
+    "capacity_rps": _RATE, "capacity_rps_per_gpu": _RATE, "capacity_ci95_rps": _RATE, "check_above_rps": _RATE,
+    "num_gpus": (lambda v: _count(v, 1), "a count of GPUs (>= 1)"),
+    "slo": (lambda v: isinstance(v, str), "the SLO as --slo gives it (text)"),
+    "attainment": (lambda v: v is None or (_number_or_null(v) and 0 < v <= 1), "a share in (0, 1] (or null)"),
+    "keep_up": (lambda v: v is None or (_number_or_null(v) and v >= 0), "a share (or null)"),
+    "floor": (lambda v: v is None or isinstance(v, str), "a reason (text, or null)"),
+    "bracket_rps": (lambda v: v is None or (isinstance(v, list) and all(_number_or_null(x) for x in v)),
+                    "a list of rates (or null)"),
+    "interval": (lambda v: v is None or (isinstance(v, dict) and _count(v.get("seeds"), 1)
+                                         and (v.get("stopped_short") is None or isinstance(v["stopped_short"], str))),
+                 "a mapping with the count of seeds (and null or a reason for stopped_short)"),
+    "seeds": (lambda v: v is None or (isinstance(v, list) and all(
+        isinstance(x, dict) and _number_or_null(x.get("capacity_rps")) for x in v)),
+              "a list of mappings, each with its seed's capacity_rps (a number or null)"),
+}
+_CAPACITY_REQUIRED = ("capacity_rps", "capacity_rps_per_gpu", "num_gpus", "slo")
+
+
+def read_capacity(path: Path) -> dict:
+    """A capacity search's capacity.json, with the fields the report reads checked (an edited one
+    is an input error naming the field, never a traceback)."""
+    cap = read_json_dict(path, "capacity.json")
+    lacks = [k for k in _CAPACITY_REQUIRED if k not in cap]
+    if lacks:
+        raise InputError(f"{path}: no {', '.join(lacks)}: not a file servesim wrote")
+    for k, (ok, want) in _CAPACITY_FIELDS.items():
+        if k in cap and not ok(cap[k]):
+            raise InputError(f"{path}: {k} is {shown(cap[k])}, where servesim writes {want}; the study folder is "
+                             "damaged (edited): run the search again")
+    return cap
+
+
 READ_BLOCK = 1 << 15  # rows converted at a time: a large table is never held as Python strings whole
 
 
