@@ -219,6 +219,33 @@ def test_resume_runs_damaged_points_again(tmp_path, capsys):
         verify_run(d)
 
 
+def test_resume_runs_a_point_again_whose_summary_lacks_what_its_row_takes(tmp_path, capsys):
+    """A run's summary.json edited so that a statistic the results row takes is gone (ttft_s.max),
+    or the workload section is null, was a KeyError / AttributeError traceback on the next sweep
+    into the folder (found by a fuzzer corrupting study folders); now the point runs again."""
+    out = tmp_path / "sw"
+    argv = ["sweep", str(scenario(tmp_path)), "--grid", "seed=0,1,2", "--out", str(out), "--workers", "1", "--quiet"]
+    assert main(argv) == 0
+    first = read_results(out / "results.csv")
+    dirs = [out / r["dir"] for r in first]
+    s0 = json.loads((dirs[0] / "summary.json").read_text())
+    del s0["ttft_s"]["max"]
+    (dirs[0] / "summary.json").write_text(json.dumps(s0))
+    s1 = json.loads((dirs[1] / "summary.json").read_text())
+    s1["workload"] = {"keep_up": "x"}
+    (dirs[1] / "summary.json").write_text(json.dumps(s1))
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"{dirs[0]} is damaged, running the point again: its summary.json lacks what results.csv takes" in err
+    assert f"{dirs[1]} is damaged, running the point again" in err and "workload.keep_up is 'x'" in err
+    assert str(dirs[2]) not in err and "Traceback" not in err
+    again = read_results(out / "results.csv")
+    assert [r["ttft_max_s"] for r in again] == [r["ttft_max_s"] for r in first]
+    for d in dirs:
+        verify_run(d)
+
+
 def _sweep_cmd(scen: Path, out: Path, points: int, workers: int = 2) -> list:
     return [sys.executable, "-m", "servesim", "sweep", str(scen), "--grid",
             "seed=" + ",".join(str(i) for i in range(points)), "--out", str(out), "--workers", str(workers),

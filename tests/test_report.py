@@ -129,6 +129,13 @@ def test_a_run_summary_with_null_figures_still_reports(tmp_path, capsys):
     # sections beyond those every summary has (one was read as a mapping and stopped the report)
     ("workload", "x", "workload is 'x', where servesim writes a mapping"), ("classes", [1], "a mapping"),
     ("warnings", {"a": 1}, "where servesim writes a list"),
+    # one level down (tracebacks found by editing every field of a summary, two levels deep)
+    ("kv_capacity", {"colocated": "x"}, "kv_capacity.colocated is 'x', where servesim writes a mapping"),
+    ("cost", {"colocated": -1}, "cost.colocated is -1"), ("pools", {"colocated": [1]}, "pools.colocated is [1]"),
+    ("workload", {"offered_rps": "x"}, "workload.offered_rps is 'x', where servesim writes a rate"),
+    ("workload", {"keep_up": 3}, "workload.keep_up is 3"),
+    ("profile", {"diagnosis": "x"}, "profile.diagnosis is 'x', where servesim writes a mapping (or null)"),
+    ("warnings", [1], "warnings[0] is 1, where servesim writes a mapping with its message"),
 ])
 def test_an_edited_summary_is_named_not_shown(tmp_path, capsys, key, value, message):
     """A summary.json edited to hold a string where a count belongs was shown as it was (the

@@ -285,7 +285,39 @@ def read_summary(run_dir: str | Path) -> dict:
             raise InputError(f"{p}: {k} is {shown(v)}, where servesim writes a "
                              f"{'mapping' if want is dict else 'list'}; the run folder is damaged (edited): run it "
                              "again")
+    # one level further down, what the readers index (found by editing every field of a summary)
+    for where, v, ok, want in _nested(summary):
+        if not ok(v):
+            raise InputError(f"{p}: {where} is {shown(v)}, where servesim writes {want}; the run folder is damaged "
+                             "(edited): run it again")
     return summary
+
+
+def _mapping_or_null(v) -> bool:
+    return v is None or isinstance(v, dict)
+
+
+def _nested(summary: dict):
+    """(field, value, check, what servesim writes) for the nested fields readers index: each pool's
+    entry of the per-pool sections, the profile's phases and diagnosis, the workload's offered
+    rate and keep-up figures, each warning."""
+    for k in _PER_POOL_KEYS:
+        sec = summary.get(k)
+        if isinstance(sec, dict):
+            for pool, v in sec.items():
+                yield f"{k}.{pool}", v, lambda x: isinstance(x, dict), "a mapping (one pool's figures)"
+    prof = summary.get("profile")
+    if isinstance(prof, dict):
+        for k in ("prefill", "decode", "mixed", "diagnosis"):  # (beside them: comm_s, comm_share)
+            if k in prof:
+                yield f"profile.{k}", prof[k], _mapping_or_null, "a mapping (or null)"
+    work = summary.get("workload")
+    if isinstance(work, dict):
+        yield "workload.offered_rps", work.get("offered_rps"), _number_or_null, "a rate in req/s (or null)"
+        yield "workload.keep_up", work.get("keep_up"), _mapping_or_null, "a mapping (or null)"
+    for i, w in enumerate(summary.get("warnings") or ()):
+        yield (f"warnings[{i}]", w, lambda x: isinstance(x, dict) and isinstance(x.get("message"), str),
+               "a mapping with its message (text)")
 
 
 def _number_or_null(v) -> bool:
@@ -301,6 +333,7 @@ _FIGURES_IN = {"ttft_s": _DIST, "tpot_s": _DIST, "tbt_s": _DIST, "e2e_s": _DIST,
 _SECTION_KEYS = ("itl_s", "slo", "kv", "head_of_line", "cost", "workload", "api_server_s", "classes", "fairness",
                  "profile", "economics", "files", "decisions", "seeds")
 _LIST_KEYS = ("warnings",)
+_PER_POOL_KEYS = ("kv_capacity", "cost", "pools")  # {pool: {figures}}
 _FIGURE_KEYS = ("sim_time_s", "throughput_rps", "output_tokens_per_s", "slo_attainment", "goodput_rps")
 
 

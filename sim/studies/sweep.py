@@ -69,7 +69,15 @@ def finished_row(out_dir: Path, data: dict, outputs: tuple | None = None) -> dic
               "point again", file=sys.stderr)
         shutil.rmtree(out_dir, ignore_errors=True)
         return None
-    row = flatten_summary(summary)
+    try:
+        row = flatten_summary(summary)
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
+        # (read_summary checks what every reader needs; a row also takes every statistic of each
+        # distribution and the workload's figures, which an edit may have removed)
+        print(f"servesim: {out_dir} is damaged, running the point again: its summary.json lacks what results.csv "
+              f"takes from it ({type(e).__name__}: {one_line(e, 120)})", file=sys.stderr)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return None
     row["num_gpus"] = num_gpus(data)
     return {"status": "ok", "error": "", **row}
 
