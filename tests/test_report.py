@@ -117,7 +117,7 @@ def test_a_run_summary_with_null_figures_still_reports(tmp_path, capsys):
 @pytest.mark.parametrize("key,value,message", [
     ("completed", "x", "completed is 'x', where servesim writes a count"),
     ("preemptions", -1, "a count (an integer >= 0)"), ("rejected", True, "a count"),
-    ("throughput_rps", "fast", "a number (or null)"), ("ttft_s", [1, 2], "a mapping (or null)"),
+    ("throughput_rps", "fast", "a number (or null)"), ("ttft_s", [1, 2], "where servesim writes a mapping;"),
     ("scenario", 7, "a name"),
     # (fuzzing: a sweep's report read a run's utilization = null as a mapping, a TypeError)
     ("utilization", None, "utilization is None, where servesim writes a mapping;"),
@@ -136,6 +136,12 @@ def test_a_run_summary_with_null_figures_still_reports(tmp_path, capsys):
     ("workload", {"keep_up": 3}, "workload.keep_up is 3"),
     ("profile", {"diagnosis": "x"}, "profile.diagnosis is 'x', where servesim writes a mapping (or null)"),
     ("warnings", [1], "warnings[0] is 1, where servesim writes a mapping with its message"),
+    # (three levels deep; null where servesim always writes a mapping or a number)
+    ("ttft_s", None, "ttft_s is None, where servesim writes a mapping;"),
+    ("sim_time_s", None, "sim_time_s is None, where servesim writes a number of seconds"),
+    ("kv_capacity", {"colocated": {"replicas": "x"}}, "kv_capacity.colocated.replicas is 'x', where servesim writes a "
+     "count"),
+    ("pools", {"colocated": {"mfu": [1]}}, "pools.colocated.mfu is [1], where servesim writes a number (or null)"),
 ])
 def test_an_edited_summary_is_named_not_shown(tmp_path, capsys, key, value, message):
     """A summary.json edited to hold a string where a count belongs was shown as it was (the

@@ -261,6 +261,8 @@ def read_summary(run_dir: str | Path) -> dict:
         if k in _COUNT_KEYS:
             ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
             want = "a count (an integer >= 0)"
+        elif k == "sim_time_s":  # (every run has a length, 0 at least)
+            ok, want = _number_or_null(v) and v is not None and v >= 0, "a number of seconds (>= 0)"
         elif k in _FIGURE_KEYS:
             ok, want = _number_or_null(v), "a number (or null)"
         elif k == "scenario":
@@ -306,6 +308,14 @@ def _nested(summary: dict):
         if isinstance(sec, dict):
             for pool, v in sec.items():
                 yield f"{k}.{pool}", v, lambda x: isinstance(x, dict), "a mapping (one pool's figures)"
+                if isinstance(v, dict) and k in _POOL_FIGURES:
+                    counts, figures = _POOL_FIGURES[k]
+                    for f in counts:
+                        if f in v:
+                            yield f"{k}.{pool}.{f}", v[f], _count, "a count (an integer >= 0)"
+                    for f in figures:
+                        if f in v:
+                            yield f"{k}.{pool}.{f}", v[f], _number_or_null, "a number (or null)"
     prof = summary.get("profile")
     if isinstance(prof, dict):
         for k in ("prefill", "decode", "mixed", "diagnosis"):  # (beside them: comm_s, comm_share)
@@ -325,7 +335,7 @@ def _number_or_null(v) -> bool:
 
 
 _COUNT_KEYS = ("num_requests", "completed", "rejected", "unfinished", "preemptions")
-_ALWAYS_MAPPINGS = ("phases", "utilization", "pools", "kv_capacity")
+_ALWAYS_MAPPINGS = ("phases", "utilization", "pools", "kv_capacity", "ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s")
 _DIST = ("mean", "p50", "p90", "p99")
 _FIGURES_IN = {"ttft_s": _DIST, "tpot_s": _DIST, "tbt_s": _DIST, "e2e_s": _DIST, "queue_s": _DIST, "itl_s": _DIST,
                "utilization": ("mean_batch_size", "mfu", "mbu")}
@@ -334,6 +344,10 @@ _SECTION_KEYS = ("itl_s", "slo", "kv", "head_of_line", "cost", "workload", "api_
                  "profile", "economics", "files", "decisions", "seeds")
 _LIST_KEYS = ("warnings",)
 _PER_POOL_KEYS = ("kv_capacity", "cost", "pools")  # {pool: {figures}}
+_POOL_FIGURES = {  # per-pool section: (counts, numbers) its readers compute with
+    "kv_capacity": (("replicas", "blocks_per_replica", "block_size", "tokens_per_replica"), ("kv_pool_gib_per_gpu",)),
+    "pools": (("replicas",), ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu")),
+}
 _FIGURE_KEYS = ("sim_time_s", "throughput_rps", "output_tokens_per_s", "slo_attainment", "goodput_rps")
 
 
