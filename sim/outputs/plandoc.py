@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from servesim.errors import InputError, shown
+from servesim.errors import InputError
 from servesim.outputs.metrics import PER_REQUEST, parse_slo
-from servesim.outputs.rundir import read_json_dict
+from servesim.outputs.rundir import check_fields, damaged, read_json_dict
 
 PLAN_JSON = "plan.json"
 PRUNED = ("pruned-memory", "pruned-latency", "pruned-bound", "dominated")
@@ -29,16 +29,16 @@ def read_plan(folder: str | Path) -> dict:
     lacks = [k for k in ("kind", "candidates", "rate_rps", "slo", "ranking") if k not in doc]
     if lacks or doc.get("kind") != "plan":
         raise InputError(f"{p}: no {', '.join(lacks) or 'kind: plan'}: not a plan servesim wrote")
-    for key, ok, want in _PLAN_TYPES:  # (an edited plan.json would otherwise fail deep in the report)
-        if (key in doc or key in ("candidates", "rate_rps", "slo", "ranking")) and not ok(doc.get(key)):
-            raise InputError(f"{p}: {key} is {shown(doc.get(key))}, where servesim writes {want}; the plan folder is "
-                             "damaged (edited): run servesim plan again")
+    # (an edited plan.json would otherwise fail deep in the report; the keys every plan has are there)
+    check_fields(p, doc, _PLAN_TYPES, _PLAN_AGAIN)
     for i, c in enumerate(doc["candidates"]):
         if not (isinstance(c, dict) and isinstance(c.get("key"), str) and isinstance(c.get("status"), str)
                 and isinstance(c.get("shape"), dict)):
-            raise InputError(f"{p}: candidates[{i}] is {shown(c)}, where servesim writes a mapping with a key, a "
-                             "status and a shape; the plan folder is damaged (edited): run servesim plan again")
+            raise damaged(p, f"candidates[{i}]", c, "a mapping with a key, a status and a shape", _PLAN_AGAIN)
     return doc
+
+
+_PLAN_AGAIN = "the plan folder is damaged (edited): run servesim plan again"
 
 
 def _number(v) -> bool:

@@ -49,6 +49,20 @@ def read_json_dict(path: Path, what: str) -> dict:
     return data
 
 
+def damaged(path, field: str, value, want: str, again: str) -> InputError:
+    """The error for a field of a file servesim wrote that holds something else (an edited or
+    damaged file): the field, its value, what servesim writes there, and ``again``, what to do."""
+    return InputError(f"{path}: {field} is {shown(value)}, where servesim writes {want}; {again}")
+
+
+def check_fields(path, doc: dict, table, again: str) -> None:
+    """``damaged`` for the first key of ``table`` ((key, check, what servesim writes), ...) that
+    ``doc`` holds and that fails its check."""
+    for key, ok, want in table:
+        if key in doc and not ok(doc[key]):
+            raise damaged(path, key, doc[key], want, again)
+
+
 STUDY_KINDS = ("sweep", "compare", "capacity", "plan")
 
 
@@ -59,18 +73,7 @@ def read_study_meta(path: Path) -> dict:
     if not path.is_file():
         return {}
     meta = read_json_dict(path, "sweep.json")
-    checks = {
-        "kind": (lambda v: v in STUDY_KINDS, "one of " + ", ".join(STUDY_KINDS)),
-        "seeds": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
-                  "a count of seeds (>= 1, or null)"),
-        "scenario": (lambda v: v is None or isinstance(v, str), "the scenario's name or path"),
-        "slo": (lambda v: v is None or isinstance(v, str), "the SLO as --slo gives it (text)"),
-        "notes": (lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v), "a list of texts"),
-    }
-    for k, (ok, want) in checks.items():
-        if k in meta and not ok(meta[k]):
-            raise InputError(f"{path}: {k} is {shown(meta[k])}, where servesim writes {want}; the study folder is "
-                             "damaged (edited): run the study again")
+    check_fields(path, meta, _STUDY_FIELDS, "the study folder is damaged (edited): run the study again")
     return meta
 
 
@@ -78,24 +81,31 @@ def _count(v, least: int = 0) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= least
 
 
-# capacity.json's fields the report reads: (check, what servesim writes)
+# (key, check, what servesim writes) for the fields the readers use
+_STUDY_FIELDS = (  # sweep.json
+    ("kind", lambda v: v in STUDY_KINDS, "one of " + ", ".join(STUDY_KINDS)),
+    ("seeds", lambda v: v is None or _count(v, 1), "a count of seeds (>= 1, or null)"),
+    ("scenario", lambda v: v is None or isinstance(v, str), "the scenario's name or path"),
+    ("slo", lambda v: v is None or isinstance(v, str), "the SLO as --slo gives it (text)"),
+    ("notes", lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v), "a list of texts"),
+)
 _RATE = (lambda v: v is None or (_number_or_null(v) and v >= 0), "a rate in req/s (or null)")
-_CAPACITY_FIELDS = {
-    "capacity_rps": _RATE, "capacity_rps_per_gpu": _RATE, "capacity_ci95_rps": _RATE, "check_above_rps": _RATE,
-    "num_gpus": (lambda v: _count(v, 1), "a count of GPUs (>= 1)"),
-    "slo": (lambda v: isinstance(v, str), "the SLO as --slo gives it (text)"),
-    "attainment": (lambda v: v is None or (_number_or_null(v) and 0 < v <= 1), "a share in (0, 1] (or null)"),
-    "keep_up": (lambda v: v is None or (_number_or_null(v) and v >= 0), "a share (or null)"),
-    "floor": (lambda v: v is None or isinstance(v, str), "a reason (text, or null)"),
-    "bracket_rps": (lambda v: v is None or (isinstance(v, list) and all(_number_or_null(x) for x in v)),
-                    "a list of rates (or null)"),
-    "interval": (lambda v: v is None or (isinstance(v, dict) and _count(v.get("seeds"), 1)
+_CAPACITY_FIELDS = (  # capacity.json
+    *((k, *_RATE) for k in ("capacity_rps", "capacity_rps_per_gpu", "capacity_ci95_rps", "check_above_rps")),
+    ("num_gpus", lambda v: _count(v, 1), "a count of GPUs (>= 1)"),
+    ("slo", lambda v: isinstance(v, str), "the SLO as --slo gives it (text)"),
+    ("attainment", lambda v: v is None or (_number_or_null(v) and 0 < v <= 1), "a share in (0, 1] (or null)"),
+    ("keep_up", lambda v: v is None or (_number_or_null(v) and v >= 0), "a share (or null)"),
+    ("floor", lambda v: v is None or isinstance(v, str), "a reason (text, or null)"),
+    ("bracket_rps", lambda v: v is None or (isinstance(v, list) and all(_number_or_null(x) for x in v)),
+     "a list of rates (or null)"),
+    ("interval", lambda v: v is None or (isinstance(v, dict) and _count(v.get("seeds"), 1)
                                          and (v.get("stopped_short") is None or isinstance(v["stopped_short"], str))),
-                 "a mapping with the count of seeds (and null or a reason for stopped_short)"),
-    "seeds": (lambda v: v is None or (isinstance(v, list) and all(
+     "a mapping with the count of seeds (and null or a reason for stopped_short)"),
+    ("seeds", lambda v: v is None or (isinstance(v, list) and all(
         isinstance(x, dict) and _number_or_null(x.get("capacity_rps")) for x in v)),
-              "a list of mappings, each with its seed's capacity_rps (a number or null)"),
-}
+     "a list of mappings, each with its seed's capacity_rps (a number or null)"),
+)
 _CAPACITY_REQUIRED = ("capacity_rps", "capacity_rps_per_gpu", "num_gpus", "slo")
 
 
@@ -106,10 +116,7 @@ def read_capacity(path: Path) -> dict:
     lacks = [k for k in _CAPACITY_REQUIRED if k not in cap]
     if lacks:
         raise InputError(f"{path}: no {', '.join(lacks)}: not a file servesim wrote")
-    for k, (ok, want) in _CAPACITY_FIELDS.items():
-        if k in cap and not ok(cap[k]):
-            raise InputError(f"{path}: {k} is {shown(cap[k])}, where servesim writes {want}; the study folder is "
-                             "damaged (edited): run the search again")
+    check_fields(path, cap, _CAPACITY_FIELDS, "the study folder is damaged (edited): run the search again")
     return cap
 
 
@@ -259,8 +266,7 @@ def read_summary(run_dir: str | Path) -> dict:
     for k in SUMMARY_KEYS:
         v = summary[k]
         if k in _COUNT_KEYS:
-            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
-            want = "a count (an integer >= 0)"
+            ok, want = _count(v), "a count (an integer >= 0)"
         elif k == "sim_time_s":  # (every run has a length, 0 at least)
             ok, want = _number_or_null(v) and v is not None and v >= 0, "a number of seconds (>= 0)"
         elif k in _FIGURE_KEYS:
@@ -272,8 +278,7 @@ def read_summary(run_dir: str | Path) -> dict:
         else:
             ok, want = v is None or isinstance(v, dict), "a mapping (or null)"
         if not ok:
-            raise InputError(f"{p}: {k} is {shown(v)}, where servesim writes {want}; the run folder is damaged "
-                             "(edited): run it again")
+            raise damaged(p, k, v, want, _RUN_AGAIN)
     for k, figures in _FIGURES_IN.items():  # (the figures the readers index in those mappings)
         v = summary.get(k)
         if isinstance(v, dict):
@@ -284,14 +289,11 @@ def read_summary(run_dir: str | Path) -> dict:
     for k, v in summary.items():  # the other sections its readers take apart, when present
         want = dict if k in _SECTION_KEYS else list if k in _LIST_KEYS else None
         if want is not None and v is not None and not isinstance(v, want):
-            raise InputError(f"{p}: {k} is {shown(v)}, where servesim writes a "
-                             f"{'mapping' if want is dict else 'list'}; the run folder is damaged (edited): run it "
-                             "again")
+            raise damaged(p, k, v, "a mapping" if want is dict else "a list", _RUN_AGAIN)
     # one level further down, what the readers index (found by editing every field of a summary)
     for where, v, ok, want in _nested(summary):
         if not ok(v):
-            raise InputError(f"{p}: {where} is {shown(v)}, where servesim writes {want}; the run folder is damaged "
-                             "(edited): run it again")
+            raise damaged(p, where, v, want, _RUN_AGAIN)
     return summary
 
 
@@ -334,6 +336,7 @@ def _number_or_null(v) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
+_RUN_AGAIN = "the run folder is damaged (edited): run it again"
 _COUNT_KEYS = ("num_requests", "completed", "rejected", "unfinished", "preemptions")
 _ALWAYS_MAPPINGS = ("phases", "utilization", "pools", "kv_capacity", "ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s")
 _DIST = ("mean", "p50", "p90", "p99")
