@@ -356,7 +356,8 @@ def test_shipped_fits_and_transfer_to_uncalibrated_gpus():
     assert h100.allreduce != a100.allreduce and h100.allreduce_custom != a100.allreduce_custom
     assert h200.allreduce == h100.allreduce and h200.allreduce_custom == h100.allreduce_custom
     assert h100.norm == a100.norm and "norm from a100-80g" in h100.source
-    assert h100.gemm.compute < a100.gemm.compute  # MAMF: 80% of peak on H100, 86% on A100
+    # the H100's GEMMs are the H200's measured fit: the same die (calibrations/h100-sxm.yaml)
+    assert h100.gemm == h200.gemm and h100.gemm != a100.gemm
 
 
 def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic_profiles):

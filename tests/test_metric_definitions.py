@@ -46,8 +46,9 @@ def test_with_only_a_duration_the_window_is_the_duration():
 
 
 def test_a_run_cut_off_with_requests_in_flight_is_its_duration():
-    sc = make_scenario(**{"workload.num_requests": 200, "workload.duration_s": 2.0,
-                          "workload.arrival.rate_rps": 200.0})
+    # arrivals until the cut-off (2,000 at 1,000 req/s): the last ones are in flight at 2 s
+    sc = make_scenario(**{"workload.num_requests": 2000, "workload.duration_s": 2.0,
+                          "workload.arrival.rate_rps": 1000.0})
     s = simulate(sc).summary
     assert s["unfinished"] > 0 and s["sim_time_s"] == 2.0
 

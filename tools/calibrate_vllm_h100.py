@@ -62,7 +62,7 @@ GRID_ATTENTION_MEMORY = (0.80, 0.85, 0.90, 0.95)
 # the attention HBM-bandwidth efficiency these runs imply for H100 (fitted with the profile, below),
 # shipped in sim/cost/calibrations/h100-sxm.yaml: the override then changes nothing (--check
 # --shipped-attention prints the same table)
-H100_ATTENTION_MEMORY = 0.95
+H100_ATTENTION_MEMORY = 0.9
 
 
 def with_attention_memory(x: float, folder: str) -> str:

@@ -134,17 +134,21 @@ _VLLM_V1_COMPILED_LAYER_S = 10 * 17e-6
 # one H100-SXM (inference-perf runs general / codegen / roleplay: 33,000 requests replayed with
 # their arrivals and lengths, 5 load stages from 5 to 20 req/s; data from inference-sim/training
 # c4f0340, ../shared/data/vllm-h100). Fitted in two stages, jointly over the three runs: overlap
-# from mean TPOT (0.75: 0.5 ms of each step on the critical path; 0.7-0.8 when one run is left
-# out), then the API server from mean TTFT and E2E (6.8 ms per request, 6.8-6.9 leaving one run
-# out; per output token 0, 0-8 us). Mean TTFT / TPOT / E2E within 8% / 2% / 2% on every run and
-# stage (docs/cost-model.md, "Engine profiles"). These runs cannot tell the CPU work from its overlap: only
+# from mean TPOT (0.8: 0.4 ms of each step on the critical path; 0.75-0.8 when one run is left
+# out), then the API server from mean TTFT and E2E (7.1 ms per request, 6.9-7.2 leaving one run
+# out; per output token 28 us, 0-23). Mean TTFT / TPOT / E2E within 8% / 2% / 2% on every run and
+# stage (docs/cost-model.md, "Engine profiles"). Fitted with the H100's GEMMs measured on the same
+# die (calibrations/h100-sxm.yaml); before that, with GEMMs argued from the A100 fit: overlap 0.75,
+# 6.8 ms, 0 per token. Held out, 10 runs of CodeLlama-34B TP2, Mixtral-8x7B TP2 and Llama-2-70B
+# TP4 from the same source (tools/check_vllm_public.py) come out at mean TPOT 3% and E2E 8% off on
+# average. These runs cannot tell the CPU work from its overlap: only
 # (1 - overlap) x 2 ms shows while the GPU's step is longer than the overlapped part (6.5 ms and
 # more here); a visible per-sequence term above ~3 us is excluded (it breaks the 20 req/s stage).
 _V1_STEP_S = 2.0e-3
 _V1_PER_SEQ_S = 0.0
-_V1_OVERLAP = 0.75
-_V1_API_REQUEST_S = 6.8e-3
-_V1_API_PER_TOKEN_S = 0.0
+_V1_OVERLAP = 0.8
+_V1_API_REQUEST_S = 7.1e-3
+_V1_API_PER_TOKEN_S = 28e-6
 
 
 # --- vLLM v0.2 (late 2023): the engine the 2023 papers measured (DistServe's baseline is v0.2.3,
@@ -155,14 +159,14 @@ _V1_API_PER_TOKEN_S = 0.0
 # to #4040, Apr 2024) and a Ray call to every worker each step. Its CPU figures are fitted by
 # tools/fit_vllm_v02.py to DistServe's latency model of this vLLM (simdistserve
 # profiler-a100-80g.vllm.json, LLMServe/DistServe@82831f1: decode steps of OPT-13B at TP 1/2/4 and
-# OPT-66B at TP 2/4/8, batch 1-128, A100-80GB SXM; mean error 8%) on servesim's kernels: 9.4 ms a
-# step + 0.12 ms a sequence (scheduling, the Ray calls, input preparation, sampling, output
+# OPT-66B at TP 2/4/8, batch 1-128, A100-80GB SXM; mean error 8%) on servesim's kernels: 9.3 ms a
+# step + 0.11 ms a sequence (scheduling, the Ray calls, input preparation, sampling, output
 # processing), 0.28 ms to launch a layer + 47 us per all-reduce. From TP 2 a decode step is then
 # bound by the launches (OPT-13B: 24.5 ms at TP 2 and 4; measured 24.7 / 26.0). Held out,
 # Splitwise's profiling of its vLLM (splitwise-sim data/perf_model.csv: Llama-2-70B at TP 2/4/8
 # and BLOOM-176B at TP 8, batch 1-16, DGX-A100) comes out within 9% on average (-18% worst); its
 # DGX-H100 rows fix that host's speed (GpuSpec.host_cpu_speed 1.3: within 7% on average).
-_V02 = {"step_s": 9.4e-3, "per_seq_s": 1.2e-4, "eager_layer_s": 2.8e-4, "eager_collective_s": 4.7e-5}
+_V02 = {"step_s": 9.3e-3, "per_seq_s": 1.1e-4, "eager_layer_s": 2.8e-4, "eager_collective_s": 4.7e-5}
 
 
 # What engines without a published figure of their own borrow from vLLM V1's fit: the API server's
