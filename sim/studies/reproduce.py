@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 
+from servesim.cost.engines import PROFILES
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import Cost, read_yaml, scenario_from_dict
@@ -802,7 +803,8 @@ def exp_splitwise(opts: Options) -> Experiment:
                f"{pa:.0f} ms ({pa / 185 - 1:+.0%} on Table IV's P50 TTFT) and decodes at batch 1 in {da:.0f} ms a step "
                f"({da / 52 - 1:+.0%} on the coding P50 TBT, {da / 40 - 1:+.0%} on the conversation one: Table IV's TBT "
                "differs by trace by 30% where a batch-1 step cannot: Llama-2-70B's KV of 1,469 or 1,020 tokens changes "
-               "it by under 1%); servesim's TTFT also carries the API server's 6.8 ms")
+               "it by under 1%); servesim's TTFT also carries the API server's "
+               f"{PROFILES[eng].api_request_s * 1e3:.1f} ms")
     figs = []
     for trace in ("coding", "conversation"):
         for k, metric in enumerate(("TTFT", "TBT", "E2E")):
@@ -858,8 +860,10 @@ def exp_vllm_h100(opts: Options) -> Experiment:
                           [Figure("replay of the measured vLLM V1 runs", None, None, cite, "measured", "ms", None,
                                   why)], [why], "vllm-v1")
     _, _, whole = mv.errors(data)
-    tails = ("the API server's time is one constant per request (6.8 ms, vllm-v1's fit): the measured tail "
-             "has its jitter, and in general one 490 ms stall, which a constant does not make")
+    v1 = PROFILES["vllm-v1"]
+    api = f"{v1.api_request_s * 1e3:.1f} ms + {v1.api_per_token_s * 1e6:.0f} us per output token"
+    tails = (f"the API server's time is a constant per request and token ({api}, vllm-v1's fit): the measured "
+             "tail has its jitter, and in general one 490 ms stall, which a constant does not make")
     figs = []
     for w, per in whole.items():
         for q in ("mean", "p99"):
@@ -870,11 +874,21 @@ def exp_vllm_h100(opts: Options) -> Experiment:
                                    "configuration (tools/calibrate_vllm_h100.py prints every load stage)"))
     return Experiment(
         "vllm-h100", "Measured vLLM V1 runs on H100 (Llama-2-7B, three workloads), replayed", setup, figs,
-        ["the vllm-v1 profile's overlap (0.75) and API-server time (6.8 ms) and the H100 attention kernels' HBM "
-         "share (0.95) were fitted to these same runs (tools/calibrate_vllm_h100.py; left out one workload at a "
-         "time, each run's mean errors stay within 8% TTFT and 3% TPOT/E2E): this is a calibration check, not a "
-         "held-out result",
-         "one model on one GPU at TP1: TP2-TP4 and MoE runs are not measured here"], "vllm-v1")
+        [f"the vllm-v1 profile's overlap ({v1.overlap:g}) and API-server time ({api}) and the H100 attention "
+         f"kernels' HBM share ({h100_attention_memory():g}) were fitted to these same runs "
+         "(tools/calibrate_vllm_h100.py; left out one workload at a time, each run's mean errors stay within 7% "
+         "TTFT and 2% TPOT/E2E): this is a calibration check, not a held-out result",
+         "one model on one GPU at TP1 here; runs of CodeLlama-34B TP2, Mixtral-8x7B TP2 and Llama-2-70B TP4 from the "
+         "same study, held out, are checked by tools/check_vllm_public.py (docs/cost-model.md, engine profiles)"],
+        "vllm-v1")
+
+
+def h100_attention_memory() -> float:
+    """The H100 calibration's attention HBM-bandwidth share (the vLLM V1 fit's)."""
+    from servesim.cost.calibration import efficiencies_for
+    from servesim.inputs.specs import get_gpu
+
+    return efficiencies_for(get_gpu("h100-sxm")).attention.memory
 
 
 EXPERIMENTS = {
