@@ -45,7 +45,7 @@ def test_reproduce_reports_each_runs_mean_and_p99_against_the_measurement():
 
     exp = exp_vllm_h100(Options())
     assert len(exp.figures) == 3 * 2 * 3  # runs x (mean, p99) x (TTFT, TPOT, E2E)
-    _, _, whole = errors(DATA)
+    _, _, whole, _ = errors(DATA)
     for f in exp.figures:
         run, rest = f.label.split(": ")
         stat, metric = rest.split(" ")

@@ -3,6 +3,13 @@ serving Llama-2-7B on one H100-SXM, measured per request at the client by infere
 inference-sim/training c4f0340; see that folder's README). The files are read at run time, never
 copied; only derived numbers (means, percentiles, errors) leave this module.
 
+The three Llama-2-7B runs (``WORKLOADS``) calibrate the ``vllm-v1`` profile
+(``tools/calibrate_vllm_h100.py``). Any other run of the same study in the folder, named as they
+are (``<model>-tp<N>-<workload>.csv``, e.g. ``codellama-34b-tp2-general.csv``), is replayed too
+(``discover``): the model from a ``<model>*config.json`` beside it, else the catalog model whose
+name matches, at its TP size, with the study's vLLM settings; rows that failed at the client are
+replayed (they loaded the server) and left out of the figures.
+
 What is replayed (each run as recorded, ``replay``): every request's arrival, prompt tokens
 (``input_tokens``) and output tokens (``max_tokens``: the runs ignore EOS), on the runs' vLLM
 configuration (chunked prefill with a 2,048-token budget, max_num_seqs 128, 7,462 KV blocks of 16
@@ -16,6 +23,8 @@ Used by ``servesim reproduce vllm-h100`` (``errors``) and ``tools/calibrate_vllm
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +34,9 @@ WORKLOADS = ("general", "codegen", "roleplay")
 # inference-perf's stage files count the same: 4,800 + 12,000, 3,000 + 6,000, 7,200)
 STAGES = {"general": ((0, 4800, "8 req/s"), (4800, 16800, "20 req/s")),
           "codegen": ((0, 3000, "5 req/s"), (3000, 9000, "10 req/s")),
-          "roleplay": ((0, 7200, "6 req/s"),)}
+          "roleplay": ((0, 7200, "6 req/s"),),
+          # (inference-sim/training's public configuration: 4 req/s for 1,200 s)
+          "reasoning": ((0, 4800, "4 req/s"),)}
 NUM_PROMPTS = 100  # inference-perf shared_prefix: 10 groups x 10 prompts, sent in turn
 METRICS = ("ttft", "tpot", "e2e")
 
@@ -45,16 +56,96 @@ def data_dir(arg: str | None = None) -> Path:
 
 
 def available(data: Path) -> bool:
+    """Whether the three calibration runs (Llama-2-7B) are in ``data``."""
     return all((data / f"llama-2-7b-tp1-{w}.csv").is_file() for w in WORKLOADS)
+
+
+# ---------------------------------------------------------------- the runs in the folder
+RUN_FILE = re.compile(r"^(?P<model>[a-z0-9][a-z0-9._-]*?)-tp(?P<tp>[1-9][0-9]*)-(?P<workload>[a-z0-9_]+)\.csv$")
+# KV blocks vLLM logged for a run (the data's README); other runs: servesim sizes the KV itself
+LOGGED_BLOCKS = {("llama-2-7b", 1): 7462}
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """One measured run's table: ``<model>-tp<N>-<workload>.csv``."""
+
+    path: Path
+    model_stem: str
+    tp: int
+    workload: str
+
+    @property
+    def calibration(self) -> bool:
+        """One of the three runs the ``vllm-v1`` profile is fitted to."""
+        return (self.model_stem, self.tp) == ("llama-2-7b", 1) and self.workload in WORKLOADS
+
+    @property
+    def label(self) -> str:
+        """How figures name it: the calibration runs by their workload (as always), the others by
+        model, TP and workload."""
+        return self.workload if self.calibration else f"{self.model_stem} TP{self.tp} {self.workload}"
+
+
+def discover(data: Path) -> list:
+    """Every run table in ``data`` (``RUN_FILE`` names), the calibration runs first."""
+    if not data.is_dir():
+        return []
+    out = []
+    for f in sorted(data.glob("*.csv")):
+        m = RUN_FILE.match(f.name)
+        if m:
+            out.append(RunFile(f, m["model"], int(m["tp"]), m["workload"]))
+    return sorted(out, key=lambda r: (not r.calibration, WORKLOADS.index(r.workload) if r.calibration else 0,
+                                      r.model_stem, r.tp, r.workload))
+
+
+def _norm(name: str) -> str:
+    """A model name compared loosely: no organisation, lower case, '.' and '_' as '-', without the
+    suffixes that name a variant of the same weights' shape (-hf, -instruct, -chat, -v0.1)."""
+    n = name.split("/")[-1].lower().replace("_", "-").replace(".", "-")
+    for suffix in ("-hf", "-instruct", "-chat", "-v0-1", "-v0-2", "-v1"):
+        n = n.replace(suffix, "")
+    return n
+
+
+def model_for(stem: str, data: Path) -> str | None:
+    """The model a run file names: a Hugging Face ``config.json`` beside it whose name starts
+    with the stem (``llama-2-7b-hf-config.json``), else the catalog model whose loose name
+    (``_norm``) is the stem's; None when neither."""
+    for f in sorted(data.glob("*config.json")):
+        if f.name.lower().startswith(stem + "-") or f.name.lower().startswith(stem + "_"):
+            return str(f)
+    from servesim.inputs.specs import MODELS
+
+    hits = sorted(m for m in MODELS if _norm(m) == _norm(stem))
+    return hits[0] if hits else None
+
+
+def stages_of(run: RunFile, n: int) -> tuple:
+    """The run's load stages as (first row, end, label): the study's, when its rows are as many;
+    else the whole run as one."""
+    st = STAGES.get(run.workload)
+    if st and st[-1][1] == n:
+        return st
+    return ((0, n, "whole run"),)
 
 
 # ---------------------------------------------------------------- data
 def load(workload: str, data: Path) -> dict:
-    """One run's columns (numpy arrays, in send order); ``prompt_id`` added."""
-    raw = np.genfromtxt(data / f"llama-2-7b-tp1-{workload}.csv", delimiter=",", names=True)
-    d = {k: raw[k] for k in raw.dtype.names}
-    if np.any(d["has_error"] != 0):
-        raise ValueError(f"{workload}: the run has failed requests; the replay expects none")
+    """One calibration run's columns (numpy arrays, in send order); ``prompt_id`` added."""
+    d = load_file(data / f"llama-2-7b-tp1-{workload}.csv")
+    if not d["ok"].all():
+        raise ValueError(f"{workload}: the run has failed requests; the calibration expects none")
+    return d
+
+
+def load_file(path: Path) -> dict:
+    """A run table's columns (numpy arrays, in send order); ``prompt_id`` and ``ok`` (the row did
+    not fail at the client) added."""
+    raw = np.genfromtxt(path, delimiter=",", names=True)
+    d = {k: np.atleast_1d(raw[k]) for k in raw.dtype.names}
+    d["ok"] = d["has_error"] == 0
     d["prompt_id"] = prompt_ids(d["input_tokens"].astype(np.int64))
     return d
 
@@ -64,7 +155,8 @@ def prompt_ids(tokens: np.ndarray) -> np.ndarray:
     right where concurrent senders swapped neighbours (the row's length is another nearby
     prompt's); a row matching none gets a prompt of its own (it never hits the cache)."""
     base = np.arange(len(tokens)) % NUM_PROMPTS
-    canon = np.array([np.bincount(tokens[base == k]).argmax() for k in range(NUM_PROMPTS)])
+    canon = np.array([np.bincount(tokens[base == k]).argmax() if np.any(base == k) else -1
+                      for k in range(NUM_PROMPTS)])
     pid = base.copy()
     for i in np.flatnonzero(canon[base] != tokens):
         for step in (1, -1, 2, -2, 3, -3):
@@ -86,14 +178,17 @@ def specs_for(d: dict):
                         prefix_tokens=prompt.copy())
 
 
-def replay_scenario(n: int, cost: dict):
-    """The runs' vLLM configuration as a scenario (the requests come from ``specs_for``)."""
+def replay_scenario(n: int, cost: dict, model: str = "meta-llama/Llama-2-7b-hf", tp: int = 1,
+                    blocks: int | None = 7462):
+    """The runs' vLLM configuration as a scenario (the requests come from ``specs_for``); ``blocks``
+    None: servesim sizes the KV cache (gpu_memory_utilization 0.9, as vLLM's default)."""
     from servesim.inputs.scenario import scenario_from_dict
 
+    memory = {"block_size": 16} if blocks is None else {"block_size": 16, "num_gpu_blocks": blocks}
     return scenario_from_dict({
-        "name": "vllm-h100-llama2-7b-replay", "model": "meta-llama/Llama-2-7b-hf",
-        "hardware": {"gpu": "h100-sxm", "tp": 1, "dtype": "fp16"},
-        "memory": {"block_size": 16, "num_gpu_blocks": 7462},
+        "name": "vllm-h100-replay", "model": model,
+        "hardware": {"gpu": "h100-sxm", "tp": tp, "dtype": "fp16"},
+        "memory": memory,
         "policy": {"name": "chunked_prefill", "max_num_seqs": 128, "max_num_batched_tokens": 2048,
                    "prefix_caching": True},
         "workload": {"num_requests": n, "arrival": {"process": "poisson", "rate_rps": 1.0},  # placeholders
@@ -101,11 +196,16 @@ def replay_scenario(n: int, cost: dict):
         "cost": {"engine": "vllm-v1", **cost}})
 
 
-def replay(workload: str, d: dict, cost: dict) -> tuple:
-    """Simulated (TTFT, E2E) per request in ms, in the data's row order."""
+def replay(workload: str, d: dict, cost: dict, run: RunFile | None = None, model: str | None = None) -> tuple:
+    """Simulated (TTFT, E2E) per request in ms, in the data's row order (a calibration run; or
+    ``run`` on ``model``)."""
     from servesim.simulation import simulate
 
-    res = simulate(replay_scenario(len(d["arrival_ms"]), cost), specs=specs_for(d))
+    if run is None:
+        sc = replay_scenario(len(d["arrival_ms"]), cost)
+    else:
+        sc = replay_scenario(len(d["arrival_ms"]), cost, model, run.tp, LOGGED_BLOCKS.get((run.model_stem, run.tp)))
+    res = simulate(sc, specs=specs_for(d))
     rq = res.requests
     if not np.all(rq["status"] == "completed"):
         raise RuntimeError(f"{workload}: not every request completed")
@@ -146,16 +246,44 @@ def table(meas: dict, sim: dict, runs: dict, workloads=WORKLOADS) -> tuple:
 
 
 def errors(data: Path) -> tuple:
-    """The shipped default (``vllm-v1`` profile, the H100 calibration) replayed on the three runs,
-    client-side: (table text, {(run, stage): {metric: {stat: relative error}}}, per run
-    {metric: {stat: (measured, simulated)}} over the whole run)."""
-    runs = {w: load(w, data) for w in WORKLOADS}
-    meas = {w: (runs[w]["ttft_ms"], runs[w]["e2e_ms"]) for w in WORKLOADS}
-    sim = {w: replay(w, runs[w], {}) for w in WORKLOADS}
-    text, errs = table(meas, sim, runs)
-    whole = {}
-    for w in WORKLOADS:
-        n = runs[w]["max_tokens"]
-        m, p = metrics(*meas[w], n), metrics(*sim[w], n)
-        whole[w] = {k: {q: (m[k][q], p[k][q]) for q in ("mean", "p99")} for k in METRICS}
-    return text, errs, whole
+    """The shipped default (``vllm-v1`` profile, the H100 calibration) replayed on every run in
+    the folder (``discover``), client-side: (table text, {(run, stage): {metric: {stat: relative
+    error}}}, per run {metric: {stat: (measured, simulated)}} over the whole run, per run its
+    notes: a model not found, failed rows). A run is keyed by ``RunFile.label``; its figures
+    cover the rows that did not fail at the client."""
+    whole, notes, rows_text, errs = {}, {}, [], {}
+    for run in discover(data):
+        model = model_for(run.model_stem, data)
+        if model is None:
+            notes[run.label] = [f"{run.path.name}: no model named {run.model_stem!r} in the catalog and no "
+                                f"{run.model_stem}-config.json beside it: not replayed"]
+            continue
+        d = load_file(run.path)
+        ok = d["ok"]
+        ttft, e2e = replay(run.label, d, {}, run, model)
+        meas, sim = (d["ttft_ms"], d["e2e_ms"]), (ttft, e2e)
+        failed = float(1 - ok.mean())
+        notes[run.label] = ([f"{failed:.0%} of its requests failed at the client (replayed, left out of the "
+                             "figures); over 10%, the run was overloaded, and its latencies are the survivors'"]
+                            if failed > 0 else [])
+        n = len(ok)
+        for lo, hi, lab in (*stages_of(run, n), (0, n, "all")):
+            if lab == "all" and hi == n and lo == 0 and stages_of(run, n) == ((0, n, "whole run"),):
+                continue
+            s = np.zeros(n, dtype=bool)
+            s[lo:hi] = True
+            s &= ok
+            if not s.any():
+                continue
+            m = metrics(meas[0][s], meas[1][s], d["max_tokens"][s])
+            p = metrics(sim[0][s], sim[1][s], d["max_tokens"][s])
+            e = {k: {q: p[k][q] / m[k][q] - 1 for q in ("mean", "p99")} for k in METRICS}
+            errs[(run.label, lab)] = e
+            rows_text.append(f"| {run.label} | {lab} | " + " | ".join(
+                f"{m[k][q]:.1f} / {p[k][q]:.1f} ({e[k][q] * 100:+.1f}%)" for k in METRICS for q in ("mean", "p99"))
+                + " |")
+            if lab in ("all", "whole run"):
+                whole[run.label] = {k: {q: (m[k][q], p[k][q]) for q in ("mean", "p99")} for k in METRICS}
+    head = ("| run | stage | TTFT mean | TTFT p99 | TPOT mean | TPOT p99 | E2E mean | E2E p99 |\n"
+            "|---|---|---|---|---|---|---|---|")
+    return head + "\n" + "\n".join(rows_text), errs, whole, notes

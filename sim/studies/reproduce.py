@@ -846,40 +846,51 @@ def exp_vllm_h100(opts: Options) -> Experiment:
     from servesim.studies import measured_vllm as mv
 
     data = mv.data_dir()
-    cite = "vLLM v0.15.1, Llama-2-7B on one H100-SXM, measured per request by inference-perf (shared/data/vllm-h100)"
-    setup = ("Each of the three measured runs (general: 8 then 20 req/s, 16,800 requests; codegen: 5 then 10 "
-             "req/s, 9,000; roleplay: 6 req/s, 7,200) replayed request by request (arrival, prompt and output "
-             "tokens; the same 100 prompts again and again, so later uses hit the prefix cache) on the runs' vLLM "
-             "configuration (chunked prefill, 2,048-token budget, max_num_seqs 128, 7,462 KV blocks, prefix "
-             "caching, fp16) with servesim's defaults: the vllm-v1 engine profile and the H100 calibration. "
-             "TPOT is (E2E - TTFT) / (output tokens - 1), as the data's README advises; all three client-side.")
-    if not mv.available(data):
+    cite = "vLLM v0.15.1 on H100-SXM, measured per request by inference-perf (shared/data/vllm-h100)"
+    setup = ("Each measured run in the folder replayed request by request (arrival, prompt and output tokens; the "
+             "same 100 prompts again and again, so later uses hit the prefix cache) on the runs' vLLM configuration "
+             "(chunked prefill, 2,048-token budget, max_num_seqs 128, prefix caching, fp16; the KV blocks vLLM "
+             "logged where the data says them, 7,462 for Llama-2-7B, else servesim's sizing) with servesim's "
+             "defaults: the vllm-v1 engine profile and the H100 calibration. The three Llama-2-7B runs (general: 8 "
+             "then 20 req/s, 16,800 requests; codegen: 5 then 10 req/s, 9,000; roleplay: 6 req/s, 7,200) are named "
+             "by their workload; any other run of the study in the folder (<model>-tp<N>-<workload>.csv) by model, "
+             "TP and workload. TPOT is (E2E - TTFT) / (output tokens - 1), as the data's README advises; all three "
+             "client-side.")
+    if not mv.discover(data):
         why = (f"the measured runs are not on this machine ({data}; set SERVESIM_SHARED_DATA to the folder "
                "holding vllm-h100/)")
         return Experiment("vllm-h100", "Measured vLLM V1 runs on H100, replayed", setup,
                           [Figure("replay of the measured vLLM V1 runs", None, None, cite, "measured", "ms", None,
                                   why)], [why], "vllm-v1")
-    _, _, whole = mv.errors(data)
+    _, _, whole, run_notes = mv.errors(data)
     v1 = PROFILES["vllm-v1"]
     api = f"{v1.api_request_s * 1e3:.1f} ms + {v1.api_per_token_s * 1e6:.0f} us per output token"
     tails = (f"the API server's time is a constant per request and token ({api}, vllm-v1's fit): the measured "
              "tail has its jitter, and in general one 490 ms stall, which a constant does not make")
     figs = []
     for w, per in whole.items():
+        extra = "; ".join(run_notes.get(w, []))
         for q in ("mean", "p99"):
             for k, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
                 measured, simulated = per[k][q]
+                why = tails if k == "ttft" else ("nothing named: the replay is the run's own configuration "
+                                                 "(tools/calibrate_vllm_h100.py prints every load stage)")
                 figs.append(Figure(f"{w}: {q} {name}", measured, simulated, cite, "measured", "ms", None,
-                                   tails if k == "ttft" else "nothing named: the replay is the runs' own "
-                                   "configuration (tools/calibrate_vllm_h100.py prints every load stage)"))
+                                   f"{why}; {extra}" if extra else why))
+    for w, notes in run_notes.items():
+        if w not in whole:  # (not replayed: its model is unknown)
+            figs.append(Figure(f"{w}: replay", None, None, cite, "measured", "ms", None, "; ".join(notes)))
+    held = sorted(w for w in whole if w not in mv.WORKLOADS)
     return Experiment(
-        "vllm-h100", "Measured vLLM V1 runs on H100 (Llama-2-7B, three workloads), replayed", setup, figs,
+        "vllm-h100", "Measured vLLM V1 runs on H100, replayed", setup, figs,
         [f"the vllm-v1 profile's overlap ({v1.overlap:g}) and API-server time ({api}) and the H100 attention "
-         f"kernels' HBM share ({h100_attention_memory():g}) were fitted to these same runs "
+         f"kernels' HBM share ({h100_attention_memory():g}) were fitted to the three Llama-2-7B runs "
          "(tools/calibrate_vllm_h100.py; left out one workload at a time, each run's mean errors stay within 7% "
-         "TTFT and 2% TPOT/E2E): this is a calibration check, not a held-out result",
-         "one model on one GPU at TP1 here; runs of CodeLlama-34B TP2, Mixtral-8x7B TP2 and Llama-2-70B TP4 from the "
-         "same study, held out, are checked by tools/check_vllm_public.py (docs/cost-model.md, engine profiles)"],
+         "TTFT and 2% TPOT/E2E): for them this is a calibration check, not a held-out result",
+         (f"held out (no constant fitted to them): {', '.join(held)}" if held else
+          "only the calibration runs are in the folder; runs of CodeLlama-34B TP2, Mixtral-8x7B TP2 and "
+          "Llama-2-70B TP4 from the same study, held out, are checked by tools/check_vllm_public.py "
+          "(docs/cost-model.md, engine profiles)")],
         "vllm-v1")
 
 

@@ -1,0 +1,66 @@
+"""``servesim.studies.measured_vllm`` on a folder of measured runs it was not built for: every
+``<model>-tp<N>-<workload>.csv`` of the study is found, its model resolved (a ``config.json``
+beside it, else the catalog), replayed at its TP size and reported; a model it cannot resolve is
+named, not guessed. The tables here are made up, in the data's columns."""
+
+import numpy as np
+import pytest
+
+from servesim.studies import measured_vllm as mv
+
+COLUMNS = "index,arrival_ms,input_tokens,output_tokens_recorded,max_tokens,ttft_ms,e2e_ms,has_error"
+
+
+def write_table(path, n=60, rate_rps=2.0, prompt=600, out=40, failed=0):
+    rng = np.random.default_rng(1)
+    arr = np.cumsum(rng.exponential(1e3 / rate_rps, n))
+    rows = [COLUMNS]
+    for i in range(n):
+        err = 1 if i < failed else 0
+        rows.append(f"{i},{arr[i] - arr[0]:.3f},{prompt + i % 3},{out},{out},50.0,{50.0 + 20.0 * (out - 1)},{err}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_finds_the_runs_and_their_models(tmp_path):
+    for name in ("llama-2-7b-tp1-general.csv", "codellama-34b-tp2-codegen.csv",
+                 "mixtral-8x7b-v0-1-tp2-roleplay.csv", "llama-2-70b-hf-tp4-reasoning.csv", "notes.csv"):
+        (tmp_path / name).write_text(COLUMNS + "\n")
+    (tmp_path / "llama-2-7b-hf-config.json").write_text("{}")
+    runs = mv.discover(tmp_path)
+    assert [r.label for r in runs] == ["general", "codellama-34b TP2 codegen", "llama-2-70b-hf TP4 reasoning",
+                                       "mixtral-8x7b-v0-1 TP2 roleplay"]
+    assert runs[0].calibration and not runs[1].calibration and runs[2].tp == 4
+    # the config.json beside the table names its model; else the catalog's by loose name
+    assert mv.model_for("llama-2-7b", tmp_path) == str(tmp_path / "llama-2-7b-hf-config.json")
+    assert mv.model_for("codellama-34b", tmp_path) == "codellama/CodeLlama-34b-Instruct-hf"
+    assert mv.model_for("mixtral-8x7b-v0-1", tmp_path) == "mistralai/Mixtral-8x7B-v0.1"
+    assert mv.model_for("llama-2-70b-hf", tmp_path) == "meta-llama/Llama-2-70b-hf"
+    assert mv.model_for("nosuch-9b", tmp_path) is None
+    # the study's load stages when the rows are as many, else the run as one
+    assert mv.stages_of(runs[2], 4800) == mv.STAGES["reasoning"]
+    assert mv.stages_of(runs[2], 100) == ((0, 100, "whole run"),)
+
+
+def test_a_run_of_another_model_is_replayed_at_its_tp_and_reported(tmp_path, monkeypatch):
+    write_table(tmp_path / "llama-2-70b-tp4-tiny.csv", failed=6)
+    write_table(tmp_path / "nosuch-9b-tp1-general.csv")
+    _, errs, whole, notes = mv.errors(tmp_path)
+    assert set(whole) == {"llama-2-70b TP4 tiny"}
+    per = whole["llama-2-70b TP4 tiny"]
+    assert per["ttft"]["mean"][0] == pytest.approx(50.0) and per["tpot"]["mean"][0] == pytest.approx(20.0)
+    # a 70B decode step at TP4 on H100 takes milliseconds, far from 0 and from a second
+    assert 5.0 < per["tpot"]["mean"][1] < 60.0
+    assert "10% of its requests failed" in notes["llama-2-70b TP4 tiny"][0]
+    assert "no model named 'nosuch-9b'" in notes["nosuch-9b TP1 general"][0]
+
+    from servesim.studies.reproduce import Options, exp_vllm_h100
+
+    monkeypatch.setenv("SERVESIM_SHARED_DATA", str(tmp_path.parent))
+    (tmp_path.parent / "vllm-h100").mkdir(exist_ok=True)
+    for f in tmp_path.glob("*.csv"):
+        (tmp_path.parent / "vllm-h100" / f.name).write_text(f.read_text())
+    exp = exp_vllm_h100(Options())
+    labels = [f.label for f in exp.figures]
+    assert "llama-2-70b TP4 tiny: mean TPOT" in labels and "nosuch-9b TP1 general: replay" in labels
+    assert any("held out (no constant fitted to them): llama-2-70b TP4 tiny" in n for n in exp.notes)
