@@ -45,6 +45,8 @@ def test_finds_the_runs_and_their_models(tmp_path):
 def test_a_run_of_another_model_is_replayed_at_its_tp_and_reported(tmp_path, monkeypatch):
     write_table(tmp_path / "llama-2-70b-tp4-tiny.csv", failed=6)
     write_table(tmp_path / "nosuch-9b-tp1-general.csv")
+    (tmp_path / "llama-2-7b-tp1-other.csv").write_text("index,arrival_ms,input_tokens\n0,0.0,600\n")
+    (tmp_path / "llama-2-7b-tp1-blank.csv").write_text(COLUMNS + "\n0,0.0,x,40,40,50,830,0\n")
     _, errs, whole, notes = mv.errors(tmp_path)
     assert set(whole) == {"llama-2-70b TP4 tiny"}
     per = whole["llama-2-70b TP4 tiny"]
@@ -53,6 +55,9 @@ def test_a_run_of_another_model_is_replayed_at_its_tp_and_reported(tmp_path, mon
     assert 5.0 < per["tpot"]["mean"][1] < 60.0
     assert "10% of its requests failed" in notes["llama-2-70b TP4 tiny"][0]
     assert "no model named 'nosuch-9b'" in notes["nosuch-9b TP1 general"][0]
+    # a table of another layout, or with a cell that is no number, is named and left out
+    assert "not read as a run table (KeyError: \"no column 'max_tokens'\")" in notes["llama-2-7b TP1 other"][0]
+    assert "a cell that is not a number" in notes["llama-2-7b TP1 blank"][0]
 
     from servesim.studies.reproduce import Options, exp_vllm_h100
 

@@ -140,11 +140,22 @@ def load(workload: str, data: Path) -> dict:
     return d
 
 
+COLUMNS = ("arrival_ms", "input_tokens", "max_tokens", "ttft_ms", "e2e_ms", "has_error")  # (of the data's README)
+
+
 def load_file(path: Path) -> dict:
     """A run table's columns (numpy arrays, in send order); ``prompt_id`` and ``ok`` (the row did
-    not fail at the client) added."""
+    not fail at the client) added. ``KeyError`` naming a missing column; ``ValueError`` for a
+    table with no rows or cells that are not numbers."""
     raw = np.genfromtxt(path, delimiter=",", names=True)
+    if raw.dtype.names is None:
+        raise ValueError("no header of named columns")
+    missing = [c for c in COLUMNS if c not in raw.dtype.names]
+    if missing:
+        raise KeyError(f"no column {missing[0]!r}")
     d = {k: np.atleast_1d(raw[k]) for k in raw.dtype.names}
+    if not len(d["arrival_ms"]) or any(np.isnan(d[c]).any() for c in COLUMNS):
+        raise ValueError("no rows, or a cell that is not a number")
     d["ok"] = d["has_error"] == 0
     d["prompt_id"] = prompt_ids(d["input_tokens"].astype(np.int64))
     return d
@@ -258,7 +269,12 @@ def errors(data: Path) -> tuple:
             notes[run.label] = [f"{run.path.name}: no model named {run.model_stem!r} in the catalog and no "
                                 f"{run.model_stem}-config.json beside it: not replayed"]
             continue
-        d = load_file(run.path)
+        try:
+            d = load_file(run.path)
+        except (KeyError, ValueError, IndexError) as e:  # (a table of another layout: named, not a traceback)
+            notes[run.label] = [f"{run.path.name}: not read as a run table ({type(e).__name__}: {e}); the columns "
+                                f"are {', '.join(COLUMNS)}: not replayed"]
+            continue
         ok = d["ok"]
         ttft, e2e = replay(run.label, d, {}, run, model)
         meas, sim = (d["ttft_ms"], d["e2e_ms"]), (ttft, e2e)
