@@ -24,17 +24,18 @@ def write_table(path, n=60, rate_rps=2.0, prompt=600, out=40, failed=0):
 
 def test_finds_the_runs_and_their_models(tmp_path):
     for name in ("llama-2-7b-tp1-general.csv", "codellama-34b-tp2-codegen.csv",
-                 "mixtral-8x7b-v0-1-tp2-roleplay.csv", "llama-2-70b-hf-tp4-reasoning.csv", "notes.csv"):
+                 "Mixtral-8x7B-v0.1-TP2-roleplay.csv", "llama-2-70b-hf-tp4-reasoning.csv", "notes.csv"):
         (tmp_path / name).write_text(COLUMNS + "\n")
     (tmp_path / "llama-2-7b-hf-config.json").write_text("{}")
     runs = mv.discover(tmp_path)
     assert [r.label for r in runs] == ["general", "codellama-34b TP2 codegen", "llama-2-70b-hf TP4 reasoning",
-                                       "mixtral-8x7b-v0-1 TP2 roleplay"]
+                                       "mixtral-8x7b-v0.1 TP2 roleplay"]  # (names in any case)
     assert runs[0].calibration and not runs[1].calibration and runs[2].tp == 4
     # the config.json beside the table names its model; else the catalog's by loose name
     assert mv.model_for("llama-2-7b", tmp_path) == str(tmp_path / "llama-2-7b-hf-config.json")
     assert mv.model_for("codellama-34b", tmp_path) == "codellama/CodeLlama-34b-Instruct-hf"
     assert mv.model_for("mixtral-8x7b-v0-1", tmp_path) == "mistralai/Mixtral-8x7B-v0.1"
+    assert mv.model_for(runs[3].model_stem, tmp_path) == "mistralai/Mixtral-8x7B-v0.1"
     assert mv.model_for("llama-2-70b-hf", tmp_path) == "meta-llama/Llama-2-70b-hf"
     assert mv.model_for("nosuch-9b", tmp_path) is None
     # the study's load stages when the rows are as many, else the run as one

@@ -61,7 +61,8 @@ def available(data: Path) -> bool:
 
 
 # ---------------------------------------------------------------- the runs in the folder
-RUN_FILE = re.compile(r"^(?P<model>[a-z0-9][a-z0-9._-]*?)-tp(?P<tp>[1-9][0-9]*)-(?P<workload>[a-z0-9_]+)\.csv$")
+RUN_FILE = re.compile(r"^(?P<model>[a-z0-9][a-z0-9._-]*?)-tp(?P<tp>[1-9][0-9]*)-(?P<workload>[a-z0-9_]+)\.csv$",
+                      re.IGNORECASE)
 # KV blocks vLLM logged for a run (the data's README); other runs: servesim sizes the KV itself
 LOGGED_BLOCKS = {("llama-2-7b", 1): 7462}
 
@@ -95,7 +96,7 @@ def discover(data: Path) -> list:
     for f in sorted(data.glob("*.csv")):
         m = RUN_FILE.match(f.name)
         if m:
-            out.append(RunFile(f, m["model"], int(m["tp"]), m["workload"]))
+            out.append(RunFile(f, m["model"].lower(), int(m["tp"]), m["workload"].lower()))
     return sorted(out, key=lambda r: (not r.calibration, WORKLOADS.index(r.workload) if r.calibration else 0,
                                       r.model_stem, r.tp, r.workload))
 
