@@ -22,6 +22,18 @@ def write_table(path, n=60, rate_rps=2.0, prompt=600, out=40, failed=0):
     return path
 
 
+def test_a_table_a_little_out_of_send_order_is_replayed_in_it(tmp_path):
+    path = write_table(tmp_path / "llama-2-70b-tp4-x.csv", n=40)
+    lines = path.read_text().splitlines()
+    lines[5], lines[6] = lines[6], lines[5]  # two neighbours swapped, as concurrent senders write them
+    path.write_text("\n".join(lines) + "\n")
+    d = mv.load_file(path)
+    run = mv.discover(tmp_path)[0]
+    ttft, e2e = mv.replay(run.label, d, {}, run, "meta-llama/Llama-2-70b-hf")
+    # each row keeps its own results: the swapped rows' E2E follow their own arrivals
+    assert np.all(np.isfinite(ttft)) and np.all(e2e > ttft) and len(ttft) == 40
+
+
 def test_finds_the_runs_and_their_models(tmp_path):
     for name in ("llama-2-7b-tp1-general.csv", "codellama-34b-tp2-codegen.csv",
                  "Mixtral-8x7B-v0.1-TP2-roleplay.csv", "llama-2-70b-hf-tp4-reasoning.csv", "notes.csv"):
@@ -48,6 +60,9 @@ def test_a_run_of_another_model_is_replayed_at_its_tp_and_reported(tmp_path, mon
     write_table(tmp_path / "nosuch-9b-tp1-general.csv")
     (tmp_path / "llama-2-7b-tp1-other.csv").write_text("index,arrival_ms,input_tokens\n0,0.0,600\n")
     (tmp_path / "llama-2-7b-tp1-blank.csv").write_text(COLUMNS + "\n0,0.0,x,40,40,50,830,0\n")
+    (tmp_path / "llama-2-7b-tp1-neg.csv").write_text(COLUMNS + "\n0,0.0,600,40,-3,50,830,0\n")
+    # a prompt past Llama-2-7B's 4,096-token context: rejected in the replay, so the run is named
+    (tmp_path / "llama-2-7b-tp1-long.csv").write_text(COLUMNS + "\n0,0.0,9000,40,40,50,830,0\n")
     _, errs, whole, notes = mv.errors(tmp_path)
     assert set(whole) == {"llama-2-70b TP4 tiny"}
     per = whole["llama-2-70b TP4 tiny"]
@@ -59,6 +74,8 @@ def test_a_run_of_another_model_is_replayed_at_its_tp_and_reported(tmp_path, mon
     # a table of another layout, or with a cell that is no number, is named and left out
     assert "not read as a run table (KeyError: \"no column 'max_tokens'\")" in notes["llama-2-7b TP1 other"][0]
     assert "a cell that is not a number" in notes["llama-2-7b TP1 blank"][0]
+    assert "max_tokens of row 0 is -3: token counts are whole numbers >= 1" in notes["llama-2-7b TP1 neg"][0]
+    assert "not replayed" in notes["llama-2-7b TP1 long"][0]
 
     from servesim.studies.reproduce import Options, exp_vllm_h100
 

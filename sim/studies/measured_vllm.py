@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from servesim.errors import InputError
+
 WORKLOADS = ("general", "codegen", "roleplay")
 # load stages as (first request, end, label): the runs' constant rates x durations (data README;
 # inference-perf's stage files count the same: 4,800 + 12,000, 3,000 + 6,000, 7,200)
@@ -157,6 +159,10 @@ def load_file(path: Path) -> dict:
     d = {k: np.atleast_1d(raw[k]) for k in raw.dtype.names}
     if not len(d["arrival_ms"]) or any(np.isnan(d[c]).any() for c in COLUMNS):
         raise ValueError("no rows, or a cell that is not a number")
+    for c in ("input_tokens", "max_tokens"):
+        bad = np.flatnonzero((d[c] < 1) | (d[c] != np.round(d[c])))
+        if len(bad):
+            raise ValueError(f"{c} of row {int(bad[0])} is {d[c][bad[0]]:g}: token counts are whole numbers >= 1")
     d["ok"] = d["has_error"] == 0
     d["prompt_id"] = prompt_ids(d["input_tokens"].astype(np.int64))
     return d
@@ -210,20 +216,27 @@ def replay_scenario(n: int, cost: dict, model: str = "meta-llama/Llama-2-7b-hf",
 
 def replay(workload: str, d: dict, cost: dict, run: RunFile | None = None, model: str | None = None) -> tuple:
     """Simulated (TTFT, E2E) per request in ms, in the data's row order (a calibration run; or
-    ``run`` on ``model``)."""
+    ``run`` on ``model``). Rows are replayed in order of their send times (concurrent senders
+    may write a table a little out of order)."""
     from servesim.simulation import simulate
 
+    n = len(d["arrival_ms"])
     if run is None:
-        sc = replay_scenario(len(d["arrival_ms"]), cost)
+        sc = replay_scenario(n, cost)
     else:
-        sc = replay_scenario(len(d["arrival_ms"]), cost, model, run.tp, LOGGED_BLOCKS.get((run.model_stem, run.tp)))
-    res = simulate(sc, specs=specs_for(d))
+        sc = replay_scenario(n, cost, model, run.tp, LOGGED_BLOCKS.get((run.model_stem, run.tp)))
+    sent = np.argsort(d["arrival_ms"], kind="stable")  # (identity for a table in send order)
+    res = simulate(sc, specs=specs_for({k: d[k][sent] for k in ("arrival_ms", "input_tokens", "max_tokens",
+                                                                  "prompt_id")}))
     rq = res.requests
     if not np.all(rq["status"] == "completed"):
         raise RuntimeError(f"{workload}: not every request completed")
-    order = np.argsort(rq["request_id"])
+    order = np.argsort(rq["request_id"])  # (request ids in arrival order: the sorted rows)
     arr = rq["arrival_s"][order]
-    return (rq["first_token_s"][order] - arr) * 1e3, (rq["finish_s"][order] - arr) * 1e3
+    ttft, e2e = np.empty(n), np.empty(n)
+    ttft[sent] = (rq["first_token_s"][order] - arr) * 1e3
+    e2e[sent] = (rq["finish_s"][order] - arr) * 1e3
+    return ttft, e2e
 
 
 # ---------------------------------------------------------------- metrics
@@ -277,7 +290,11 @@ def errors(data: Path) -> tuple:
                                 f"are {', '.join(COLUMNS)}: not replayed"]
             continue
         ok = d["ok"]
-        ttft, e2e = replay(run.label, d, {}, run, model)
+        try:
+            ttft, e2e = replay(run.label, d, {}, run, model)
+        except (InputError, RuntimeError) as e:  # (a model that does not fit, a request it rejects: named)
+            notes[run.label] = [f"{run.path.name} on {model} at TP {run.tp}: not replayed ({e})"]
+            continue
         meas, sim = (d["ttft_ms"], d["e2e_ms"]), (ttft, e2e)
         failed = float(1 - ok.mean())
         notes[run.label] = ([f"{failed:.0%} of its requests failed at the client (replayed, left out of the "
