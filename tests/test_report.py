@@ -142,6 +142,17 @@ def test_a_run_summary_with_null_figures_still_reports(tmp_path, capsys):
     ("kv_capacity", {"colocated": {"replicas": "x"}}, "kv_capacity.colocated.replicas is 'x', where servesim writes a "
      "count"),
     ("pools", {"colocated": {"mfu": [1]}}, "pools.colocated.mfu is [1], where servesim writes a number (or null)"),
+    # (request classes and fairness, found by editing a multi-class run's summary four levels deep)
+    ("classes", {"chat": None}, "classes.chat is None, where servesim writes a mapping (one class's figures)"),
+    ("classes", {"chat": {"num_requests": None}}, "classes.chat.num_requests is None, where servesim writes a count"),
+    ("classes", {"chat": {"slo_attainment": None}}, "classes.chat.slo_attainment is None, where servesim writes a "
+     "number"),
+    ("classes", {"chat": {"ttft_s": None}}, "classes.chat.ttft_s is None, where servesim writes a mapping"),
+    ("classes", {"chat": {"ttft_s": {"p99": "x"}}}, "classes.chat.ttft_s.p99 is 'x'"),
+    ("classes", {"chat": {"slo": {"ttft_s": "1s"}}}, "classes.chat.slo.ttft_s is '1s', where servesim writes a limit"),
+    ("fairness", {"jain": {"classes": {"slo_attainment": "x"}}}, "fairness.jain.classes.slo_attainment is 'x'"),
+    ("fairness", {"tenants": {"app": [1]}}, "fairness.tenants.app is [1]"),
+    ("fairness", {"jain": "x"}, "fairness.jain is 'x', where servesim writes a mapping (or null)"),
 ])
 def test_an_edited_summary_is_named_not_shown(tmp_path, capsys, key, value, message):
     """A summary.json edited to hold a string where a count belongs was shown as it was (the

@@ -330,6 +330,45 @@ def _nested(summary: dict):
     for i, w in enumerate(summary.get("warnings") or ()):
         yield (f"warnings[{i}]", w, lambda x: isinstance(x, dict) and isinstance(x.get("message"), str),
                "a mapping with its message (text)")
+    classes = summary.get("classes")
+    if isinstance(classes, dict):  # (per class, the figures a run of that class alone would have)
+        for name, c in classes.items():
+            yield from _service_figures(f"classes.{name}", c)
+            if isinstance(c, dict) and "slo" in c:
+                yield f"classes.{name}.slo", c["slo"], _mapping_or_null, "a mapping (or null)"
+                if isinstance(c["slo"], dict):
+                    for f, v in c["slo"].items():
+                        yield f"classes.{name}.slo.{f}", v, _number_or_null, "a limit in seconds (or null)"
+    fair = summary.get("fairness")
+    if isinstance(fair, dict):
+        for k in ("tenants", "service_share", "jain"):
+            if k in fair:
+                yield f"fairness.{k}", fair[k], _mapping_or_null, "a mapping (or null)"
+        for name, t in (fair.get("tenants") or {}).items() if isinstance(fair.get("tenants"), dict) else ():
+            yield from _service_figures(f"fairness.tenants.{name}", t)
+        jain = fair.get("jain")
+        for k, v in (jain.items() if isinstance(jain, dict) else ()):
+            yield f"fairness.jain.{k}", v, _mapping_or_null, "a mapping (or null)"
+            for f, x in (v.items() if isinstance(v, dict) else ()):
+                yield f"fairness.jain.{k}.{f}", x, _number_or_null, "an index between 0 and 1 (or null)"
+
+
+def _service_figures(where: str, c):
+    """(field, value, check, what servesim writes) for one class's or tenant's service figures
+    (``summarize_classes``): counts, numbers (0 for a class with no requests) and latency
+    distributions (mappings; their statistics null when nothing completed)."""
+    yield where, c, lambda x: isinstance(x, dict), "a mapping (one class's figures)"
+    if not isinstance(c, dict):
+        return
+    for f, v in c.items():
+        if f in _COUNT_KEYS:
+            yield f"{where}.{f}", v, _count, "a count (an integer >= 0)"
+        elif f in _DIST_KEYS:
+            yield f"{where}.{f}", v, lambda x: isinstance(x, dict), "a mapping"
+            for q, x in (v.items() if isinstance(v, dict) else ()):
+                yield f"{where}.{f}.{q}", x, _number_or_null, "a number (or null)"
+        elif f not in ("slo", "classes"):
+            yield f"{where}.{f}", v, lambda x: _number_or_null(x) and x is not None, "a number"
 
 
 def _number_or_null(v) -> bool:
@@ -352,6 +391,7 @@ _POOL_FIGURES = {  # per-pool section: (counts, numbers) its readers compute wit
     "pools": (("replicas",), ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu")),
 }
 _FIGURE_KEYS = ("sim_time_s", "throughput_rps", "output_tokens_per_s", "slo_attainment", "goodput_rps")
+_DIST_KEYS = ("ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s", "itl_s")
 
 
 def verify_run(run_dir: str | Path, summary: dict | None = None) -> None:
