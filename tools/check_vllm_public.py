@@ -44,7 +44,8 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-NUM_PROMPTS = 100  # inference-perf shared_prefix: 10 groups x 10 prompts, sent in turn
+sys.path.insert(0, str(ROOT))
+from servesim.studies.measured_vllm import NUM_PROMPTS  # noqa: E402  (inference-perf's 100 prompts, in turn)
 OVERLOAD_FAILURES = 0.10  # more failed requests than this: an overload run (timeouts)
 
 
@@ -129,17 +130,10 @@ def specs_for(run: dict, seed: int):
 
 
 def scenario_for(run: dict, n: int):
-    from servesim.inputs.scenario import scenario_from_dict
+    """The run's vLLM settings as the replay of the shared runs builds them (servesim's KV sizing)."""
+    from servesim.studies.measured_vllm import replay_scenario
 
-    return scenario_from_dict({
-        "name": f"public-{label(run['name'])}", "model": run["model"],
-        "hardware": {"gpu": "h100-sxm", "tp": run["tp"], "dtype": "fp16"},
-        "memory": {"block_size": 16},
-        "policy": {"name": "chunked_prefill", "max_num_seqs": run["max_num_seqs"],
-                   "max_num_batched_tokens": run["max_num_batched_tokens"], "prefix_caching": True},
-        "workload": {"num_requests": n, "arrival": {"process": "poisson", "rate_rps": 1.0},  # placeholders
-                     "prompt_tokens": {"dist": "fixed", "value": 16}, "output_tokens": {"dist": "fixed", "value": 16}},
-        "cost": {"engine": "vllm-v1"}})
+    return replay_scenario(n, {}, run["model"], run["tp"], None, run["max_num_seqs"], run["max_num_batched_tokens"])
 
 
 def simulate_run(run: dict, seed: int) -> list[dict]:
@@ -243,7 +237,6 @@ def main(argv=None) -> int:
     if not available(args.repo):
         print(f"skipped: no inference-sim/training checkout at {args.repo} (give --repo; see the docstring)")
         return 0
-    sys.path.insert(0, str(ROOT))
     repo = Repo(args.repo)
     all_rows = {}
     for name in repo.runs():

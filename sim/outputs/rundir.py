@@ -268,7 +268,7 @@ def read_summary(run_dir: str | Path) -> dict:
         if k in _COUNT_KEYS:
             ok, want = _count(v), "a count (an integer >= 0)"
         elif k == "sim_time_s":  # (every run has a length, 0 at least)
-            ok, want = _number_or_null(v) and v is not None and v >= 0, "a number of seconds (>= 0)"
+            ok, want = _number(v) and v >= 0, "a number of seconds (>= 0)"
         elif k in _FIGURE_KEYS:
             ok, want = _number_or_null(v), "a number (or null)"
         elif k == "scenario":
@@ -297,6 +297,10 @@ def read_summary(run_dir: str | Path) -> dict:
     return summary
 
 
+def _mapping(v) -> bool:
+    return isinstance(v, dict)
+
+
 def _mapping_or_null(v) -> bool:
     return v is None or isinstance(v, dict)
 
@@ -309,7 +313,7 @@ def _nested(summary: dict):
         sec = summary.get(k)
         if isinstance(sec, dict):
             for pool, v in sec.items():
-                yield f"{k}.{pool}", v, lambda x: isinstance(x, dict), "a mapping (one pool's figures)"
+                yield f"{k}.{pool}", v, _mapping, "a mapping (one pool's figures)"
                 if isinstance(v, dict) and k in _POOL_FIGURES:
                     counts, figures = _POOL_FIGURES[k]
                     for f in counts:
@@ -357,22 +361,26 @@ def _service_figures(where: str, c):
     """(field, value, check, what servesim writes) for one class's or tenant's service figures
     (``summarize_classes``): counts, numbers (0 for a class with no requests) and latency
     distributions (mappings; their statistics null when nothing completed)."""
-    yield where, c, lambda x: isinstance(x, dict), "a mapping (one class's figures)"
+    yield where, c, _mapping, "a mapping (one class's figures)"
     if not isinstance(c, dict):
         return
     for f, v in c.items():
         if f in _COUNT_KEYS:
             yield f"{where}.{f}", v, _count, "a count (an integer >= 0)"
         elif f in _DIST_KEYS:
-            yield f"{where}.{f}", v, lambda x: isinstance(x, dict), "a mapping"
+            yield f"{where}.{f}", v, _mapping, "a mapping"
             for q, x in (v.items() if isinstance(v, dict) else ()):
                 yield f"{where}.{f}.{q}", x, _number_or_null, "a number (or null)"
         elif f not in ("slo", "classes"):
-            yield f"{where}.{f}", v, lambda x: _number_or_null(x) and x is not None, "a number"
+            yield f"{where}.{f}", v, _number, "a number"
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _number_or_null(v) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+    return v is None or _number(v)
 
 
 _RUN_AGAIN = "the run folder is damaged (edited): run it again"
@@ -391,7 +399,7 @@ _POOL_FIGURES = {  # per-pool section: (counts, numbers) its readers compute wit
     "pools": (("replicas",), ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu")),
 }
 _FIGURE_KEYS = ("sim_time_s", "throughput_rps", "output_tokens_per_s", "slo_attainment", "goodput_rps")
-_DIST_KEYS = ("ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s", "itl_s")
+_DIST_KEYS = tuple(k for k, v in _FIGURES_IN.items() if v is _DIST)  # the latency distributions
 
 
 def verify_run(run_dir: str | Path, summary: dict | None = None) -> None:

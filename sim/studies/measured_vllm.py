@@ -197,9 +197,10 @@ def specs_for(d: dict):
 
 
 def replay_scenario(n: int, cost: dict, model: str = "meta-llama/Llama-2-7b-hf", tp: int = 1,
-                    blocks: int | None = 7462):
+                    blocks: int | None = 7462, max_num_seqs: int = 128, max_num_batched_tokens: int = 2048):
     """The runs' vLLM configuration as a scenario (the requests come from ``specs_for``); ``blocks``
-    None: servesim sizes the KV cache (gpu_memory_utilization 0.9, as vLLM's default)."""
+    None: servesim sizes the KV cache (gpu_memory_utilization 0.9, as vLLM's default). The defaults
+    are the study's settings (every run's exp-config.yaml)."""
     from servesim.inputs.scenario import scenario_from_dict
 
     memory = {"block_size": 16} if blocks is None else {"block_size": 16, "num_gpu_blocks": blocks}
@@ -207,8 +208,8 @@ def replay_scenario(n: int, cost: dict, model: str = "meta-llama/Llama-2-7b-hf",
         "name": "vllm-h100-replay", "model": model,
         "hardware": {"gpu": "h100-sxm", "tp": tp, "dtype": "fp16"},
         "memory": memory,
-        "policy": {"name": "chunked_prefill", "max_num_seqs": 128, "max_num_batched_tokens": 2048,
-                   "prefix_caching": True},
+        "policy": {"name": "chunked_prefill", "max_num_seqs": max_num_seqs,
+                   "max_num_batched_tokens": max_num_batched_tokens, "prefix_caching": True},
         "workload": {"num_requests": n, "arrival": {"process": "poisson", "rate_rps": 1.0},  # placeholders
                      "prompt_tokens": {"dist": "fixed", "value": 16}, "output_tokens": {"dist": "fixed", "value": 16}},
         "cost": {"engine": "vllm-v1", **cost}})
@@ -254,20 +255,28 @@ def units(runs: dict, workloads=WORKLOADS) -> list:
     return out + [(w, "all", slice(None)) for w in workloads]
 
 
+TABLE_HEAD = ("| run | stage | TTFT mean | TTFT p99 | TPOT mean | TPOT p99 | E2E mean | E2E p99 |\n"
+              "|---|---|---|---|---|---|---|---|")
+
+
+def compared(run: str, stage: str, m: dict, p: dict) -> tuple:
+    """One table row of measured ``m`` against simulated ``p`` (``metrics``), and its relative
+    errors {metric: {stat: err}}."""
+    e = {k: {q: p[k][q] / m[k][q] - 1 for q in ("mean", "p99")} for k in METRICS}
+    row = f"| {run} | {stage} | " + " | ".join(
+        f"{m[k][q]:.1f} / {p[k][q]:.1f} ({e[k][q] * 100:+.1f}%)" for k in METRICS for q in ("mean", "p99")) + " |"
+    return row, e
+
+
 def table(meas: dict, sim: dict, runs: dict, workloads=WORKLOADS) -> tuple:
     """Per stage and whole run: (rows of measured / simulated / error, {unit: {metric: {stat: err}}})."""
     rows, errs = [], {}
     for w, lab, s in units(runs, workloads):
         n = runs[w]["max_tokens"][s]
-        m = metrics(meas[w][0][s], meas[w][1][s], n)
-        p = metrics(sim[w][0][s], sim[w][1][s], n)
-        e = {k: {q: p[k][q] / m[k][q] - 1 for q in ("mean", "p99")} for k in METRICS}
-        errs[(w, lab)] = e
-        rows.append(f"| {w} | {lab} | " + " | ".join(
-            f"{m[k][q]:.1f} / {p[k][q]:.1f} ({e[k][q] * 100:+.1f}%)" for k in METRICS for q in ("mean", "p99")) + " |")
-    head = ("| run | stage | TTFT mean | TTFT p99 | TPOT mean | TPOT p99 | E2E mean | E2E p99 |\n"
-            "|---|---|---|---|---|---|---|---|")
-    return head + "\n" + "\n".join(rows), errs
+        row, errs[(w, lab)] = compared(w, lab, metrics(meas[w][0][s], meas[w][1][s], n),
+                                       metrics(sim[w][0][s], sim[w][1][s], n))
+        rows.append(row)
+    return TABLE_HEAD + "\n" + "\n".join(rows), errs
 
 
 def errors(data: Path) -> tuple:
@@ -301,9 +310,8 @@ def errors(data: Path) -> tuple:
                              "figures); over 10%, the run was overloaded, and its latencies are the survivors'"]
                             if failed > 0 else [])
         n = len(ok)
-        for lo, hi, lab in (*stages_of(run, n), (0, n, "all")):
-            if lab == "all" and hi == n and lo == 0 and stages_of(run, n) == ((0, n, "whole run"),):
-                continue
+        stages = stages_of(run, n)  # then the whole run, unless it is the one stage already
+        for lo, hi, lab in stages if stages[0][2] == "whole run" else (*stages, (0, n, "all")):
             s = np.zeros(n, dtype=bool)
             s[lo:hi] = True
             s &= ok
@@ -311,13 +319,8 @@ def errors(data: Path) -> tuple:
                 continue
             m = metrics(meas[0][s], meas[1][s], d["max_tokens"][s])
             p = metrics(sim[0][s], sim[1][s], d["max_tokens"][s])
-            e = {k: {q: p[k][q] / m[k][q] - 1 for q in ("mean", "p99")} for k in METRICS}
-            errs[(run.label, lab)] = e
-            rows_text.append(f"| {run.label} | {lab} | " + " | ".join(
-                f"{m[k][q]:.1f} / {p[k][q]:.1f} ({e[k][q] * 100:+.1f}%)" for k in METRICS for q in ("mean", "p99"))
-                + " |")
-            if lab in ("all", "whole run"):
+            row, errs[(run.label, lab)] = compared(run.label, lab, m, p)
+            rows_text.append(row)
+            if hi - lo == n:  # (the last unit)
                 whole[run.label] = {k: {q: (m[k][q], p[k][q]) for q in ("mean", "p99")} for k in METRICS}
-    head = ("| run | stage | TTFT mean | TTFT p99 | TPOT mean | TPOT p99 | E2E mean | E2E p99 |\n"
-            "|---|---|---|---|---|---|---|---|")
-    return head + "\n" + "\n".join(rows_text), errs, whole, notes
+    return TABLE_HEAD + "\n" + "\n".join(rows_text), errs, whole, notes
