@@ -50,6 +50,10 @@ def test_finds_the_runs_and_their_models(tmp_path):
     assert mv.model_for(runs[3].model_stem, tmp_path) == "mistralai/Mixtral-8x7B-v0.1"
     assert mv.model_for("llama-2-70b-hf", tmp_path) == "meta-llama/Llama-2-70b-hf"
     assert mv.model_for("nosuch-9b", tmp_path) is None
+    # the variant suffixes go at the end of a name only
+    assert mv._norm("mistralai/Mixtral-8x7B-Instruct-v0.1") == mv._norm("Mixtral-8x7B-v0.1") == "mixtral-8x7b"
+    assert mv._norm("Llama-2-7b-chat-hf") == "llama-2-7b" and mv._norm("qwen-v1x-7b") == "qwen-v1x-7b"
+    assert mv.model_for("llama-2-7b-hfx", tmp_path) is None
     # the study's load stages when the rows are as many, else the run as one
     assert mv.stages_of(runs[2], 4800) == mv.STAGES["reasoning"]
     assert mv.stages_of(runs[2], 100) == ((0, 100, "whole run"),)
@@ -73,8 +77,8 @@ def test_a_run_of_another_model_is_replayed_at_its_tp_and_reported(tmp_path, mon
     assert "no model named 'nosuch-9b'" in notes["nosuch-9b TP1 general"][0]
     # a table of another layout, or with a cell that is no number, is named and left out
     assert "not read as a run table (KeyError: \"no column 'max_tokens'\")" in notes["llama-2-7b TP1 other"][0]
-    assert "a cell that is not a number" in notes["llama-2-7b TP1 blank"][0]
-    assert "max_tokens of row 0 is -3: token counts are whole numbers >= 1" in notes["llama-2-7b TP1 neg"][0]
+    assert "input_tokens of row 0 is not a finite number" in notes["llama-2-7b TP1 blank"][0]
+    assert "max_tokens of row 0 is -3: token counts are whole numbers from 1" in notes["llama-2-7b TP1 neg"][0]
     assert "not replayed" in notes["llama-2-7b TP1 long"][0]
 
     from servesim.studies.reproduce import Options, exp_vllm_h100
@@ -87,3 +91,48 @@ def test_a_run_of_another_model_is_replayed_at_its_tp_and_reported(tmp_path, mon
     labels = [f.label for f in exp.figures]
     assert "llama-2-70b TP4 tiny: mean TPOT" in labels and "nosuch-9b TP1 general: replay" in labels
     assert any("held out (no constant fitted to them): llama-2-70b TP4 tiny" in n for n in exp.notes)
+
+
+def test_cells_out_of_range_are_named_not_cast(tmp_path):
+    """Fuzzing found these: a prompt of 1e12 tokens made a 7 TiB array (the prompt matcher counted
+    lengths with ``np.bincount``), inf passed the number check and was cast to int64, a negative
+    latency went into the means, and one-token outputs divided by zero in TPOT."""
+    rows = {"inf": "0,0.0,inf,40,40,50,830,0", "huge": "0,0.0,1e15,40,40,50,830,0",
+            "late": "0,0.0,600,40,40,50,-5,0", "never": "0,nan,600,40,40,50,830,0"}
+    for name, row in rows.items():
+        (tmp_path / f"llama-2-7b-tp1-{name}.csv").write_text(COLUMNS + "\n" + row + "\n")
+    # a prompt longer than any context but a whole token count: read, then refused by the replay
+    (tmp_path / "llama-2-7b-tp1-long.csv").write_text(COLUMNS + "\n0,0.0,1e12,2061,1e3,1,5,0\n")
+    _, _, whole, notes = mv.errors(tmp_path)
+    assert not whole
+    assert "input_tokens of row 0 is not a finite number" in notes["llama-2-7b TP1 inf"][0]
+    assert "input_tokens of row 0 is 1e+15: token counts are whole numbers from 1 to 2,147,483,647" \
+        in notes["llama-2-7b TP1 huge"][0]
+    assert "e2e_ms of row 0 is -5: a latency is >= 0" in notes["llama-2-7b TP1 late"][0]
+    assert "arrival_ms of row 0 is not a finite number" in notes["llama-2-7b TP1 never"][0]
+    assert "not replayed" in notes["llama-2-7b TP1 long"][0]
+
+
+def test_one_token_outputs_have_no_tpot(tmp_path, monkeypatch):
+    path = write_table(tmp_path / "llama-2-70b-tp4-short.csv", n=30, out=1)
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1].replace(",1,1,", ",5,5,", 1)  # (index 0: the one row of five tokens)
+    path.write_text("\n".join(lines) + "\n")
+    text, errs, whole, _ = mv.errors(tmp_path)
+    per = whole["llama-2-70b TP4 short"]
+    # TPOT over the one request of more than one token; TTFT and E2E over all of them
+    assert np.isfinite(per["tpot"]["mean"][0]) and np.isfinite(per["ttft"]["mean"][1])
+    e = errs[("llama-2-70b TP4 short", "whole run")]
+    assert all(np.isfinite(x) for k in ("ttft", "e2e") for x in e[k].values())
+    write_table(path, n=30, out=1)  # none of more than one token: no TPOT, said as a dash, not nan%
+    text, errs, whole, _ = mv.errors(tmp_path)
+    assert np.isnan(whole["llama-2-70b TP4 short"]["tpot"]["mean"][0]) and "nan%" not in text
+    # reproduce says so instead of a nan figure
+    from servesim.studies.reproduce import Options, exp_vllm_h100
+
+    monkeypatch.setenv("SERVESIM_SHARED_DATA", str(tmp_path))
+    (tmp_path / "vllm-h100").mkdir()
+    (tmp_path / "vllm-h100" / path.name).write_text(path.read_text())
+    tpot = [f for f in exp_vllm_h100(Options()).figures if "TPOT" in f.label]
+    assert len(tpot) == 2 and all(f.published is None and f.simulated is None for f in tpot)
+    assert all("no request of more than one output token" in f.missing for f in tpot)

@@ -22,6 +22,7 @@ Used by ``servesim reproduce vllm-h100`` (``errors``) and ``tools/calibrate_vllm
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ STAGES = {"general": ((0, 4800, "8 req/s"), (4800, 16800, "20 req/s")),
           # (inference-sim/training's public configuration: 4 req/s for 1,200 s)
           "reasoning": ((0, 4800, "4 req/s"),)}
 NUM_PROMPTS = 100  # inference-perf shared_prefix: 10 groups x 10 prompts, sent in turn
+MAX_TOKENS = 2**31 - 1  # a token count above this is no request's (and would not survive a cast to int64 intact)
 METRICS = ("ttft", "tpot", "e2e")
 
 
@@ -107,9 +109,9 @@ def _norm(name: str) -> str:
     """A model name compared loosely: no organisation, lower case, '.' and '_' as '-', without the
     suffixes that name a variant of the same weights' shape (-hf, -instruct, -chat, -v0.1)."""
     n = name.split("/")[-1].lower().replace("_", "-").replace(".", "-")
-    for suffix in ("-hf", "-instruct", "-chat", "-v0-1", "-v0-2", "-v1"):
-        n = n.replace(suffix, "")
-    return n
+    # at the end only, any of them in any order (``-instruct-v0-1``, ``-chat-hf``): a name such as
+    # ``qwen-v10`` or ``phi-hfx`` keeps its letters
+    return re.sub(r"(-(hf|instruct|chat|v0-1|v0-2|v1))+$", "", n)
 
 
 def model_for(stem: str, data: Path) -> str | None:
@@ -157,15 +159,33 @@ def load_file(path: Path) -> dict:
     if missing:
         raise KeyError(f"no column {missing[0]!r}")
     d = {k: np.atleast_1d(raw[k]) for k in raw.dtype.names}
-    if not len(d["arrival_ms"]) or any(np.isnan(d[c]).any() for c in COLUMNS):
-        raise ValueError("no rows, or a cell that is not a number")
-    for c in ("input_tokens", "max_tokens"):
-        bad = np.flatnonzero((d[c] < 1) | (d[c] != np.round(d[c])))
+    if not len(d["arrival_ms"]):
+        raise ValueError("no rows")
+    for c in COLUMNS:  # (inf and nan as well as text: a cast to int64 would make garbage of them)
+        bad = np.flatnonzero(~np.isfinite(d[c]))
         if len(bad):
-            raise ValueError(f"{c} of row {int(bad[0])} is {d[c][bad[0]]:g}: token counts are whole numbers >= 1")
+            raise ValueError(f"{c} of row {int(bad[0])} is not a finite number")
+    for c in ("input_tokens", "max_tokens"):
+        bad = np.flatnonzero((d[c] < 1) | (d[c] != np.round(d[c])) | (d[c] > MAX_TOKENS))
+        if len(bad):
+            raise ValueError(f"{c} of row {int(bad[0])} is {d[c][bad[0]]:g}: token counts are whole numbers from 1 "
+                             f"to {MAX_TOKENS:,}")
+    for c in ("ttft_ms", "e2e_ms"):
+        bad = np.flatnonzero((d["has_error"] == 0) & (d[c] < 0))
+        if len(bad):
+            raise ValueError(f"{c} of row {int(bad[0])} is {d[c][bad[0]]:g}: a latency is >= 0")
     d["ok"] = d["has_error"] == 0
     d["prompt_id"] = prompt_ids(d["input_tokens"].astype(np.int64))
     return d
+
+
+def _mode(x: np.ndarray) -> int:
+    """The most frequent value (the smallest of equally frequent ones); -1 for none. (Not
+    ``np.bincount``: its array is as long as the largest value.)"""
+    if not len(x):
+        return -1
+    u, n = np.unique(x, return_counts=True)
+    return int(u[n.argmax()])
 
 
 def prompt_ids(tokens: np.ndarray) -> np.ndarray:
@@ -173,8 +193,7 @@ def prompt_ids(tokens: np.ndarray) -> np.ndarray:
     right where concurrent senders swapped neighbours (the row's length is another nearby
     prompt's); a row matching none gets a prompt of its own (it never hits the cache)."""
     base = np.arange(len(tokens)) % NUM_PROMPTS
-    canon = np.array([np.bincount(tokens[base == k]).argmax() if np.any(base == k) else -1
-                      for k in range(NUM_PROMPTS)])
+    canon = np.array([_mode(tokens[base == k]) for k in range(NUM_PROMPTS)])
     pid = base.copy()
     for i in np.flatnonzero(canon[base] != tokens):
         for step in (1, -1, 2, -2, 3, -3):
@@ -242,11 +261,27 @@ def replay(workload: str, d: dict, cost: dict, run: RunFile | None = None, model
 
 # ---------------------------------------------------------------- metrics
 def stats(x: np.ndarray) -> dict:
+    """Mean and p99; nan for no rows."""
+    if not len(x):
+        return {"mean": math.nan, "p99": math.nan}
     return {"mean": float(np.mean(x)), "p99": float(np.percentile(x, 99))}
 
 
 def metrics(ttft_ms, e2e_ms, max_tokens) -> dict:
-    return {"ttft": stats(ttft_ms), "tpot": stats((e2e_ms - ttft_ms) / (max_tokens - 1)), "e2e": stats(e2e_ms)}
+    """TTFT, TPOT and E2E statistics; TPOT over the requests of more than one output token (as
+    vLLM's benchmark has it: one token has no time per output token)."""
+    many = max_tokens > 1
+    tpot = (e2e_ms[many] - ttft_ms[many]) / (max_tokens[many] - 1)
+    return {"ttft": stats(ttft_ms), "tpot": stats(tpot), "e2e": stats(e2e_ms)}
+
+
+def _error(sim: float, meas: float) -> float:
+    """sim / meas - 1; nan where it has no meaning (no figure, or a measured zero)."""
+    return sim / meas - 1 if meas and math.isfinite(meas) and math.isfinite(sim) else math.nan
+
+
+def _cell(m: float, p: float, e: float) -> str:
+    return f"{m:.1f} / {p:.1f} ({e * 100:+.1f}%)" if math.isfinite(e) else f"{m:.1f} / {p:.1f}"
 
 
 def units(runs: dict, workloads=WORKLOADS) -> list:
@@ -262,9 +297,9 @@ TABLE_HEAD = ("| run | stage | TTFT mean | TTFT p99 | TPOT mean | TPOT p99 | E2E
 def compared(run: str, stage: str, m: dict, p: dict) -> tuple:
     """One table row of measured ``m`` against simulated ``p`` (``metrics``), and its relative
     errors {metric: {stat: err}}."""
-    e = {k: {q: p[k][q] / m[k][q] - 1 for q in ("mean", "p99")} for k in METRICS}
+    e = {k: {q: _error(p[k][q], m[k][q]) for q in ("mean", "p99")} for k in METRICS}
     row = f"| {run} | {stage} | " + " | ".join(
-        f"{m[k][q]:.1f} / {p[k][q]:.1f} ({e[k][q] * 100:+.1f}%)" for k in METRICS for q in ("mean", "p99")) + " |"
+        _cell(m[k][q], p[k][q], e[k][q]) for k in METRICS for q in ("mean", "p99")) + " |"
     return row, e
 
 

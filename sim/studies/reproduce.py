@@ -875,6 +875,9 @@ def exp_vllm_h100(opts: Options) -> Experiment:
                 measured, simulated = per[k][q]
                 why = tails if k == "ttft" else ("nothing named: the replay is the run's own configuration "
                                                  "(tools/calibrate_vllm_h100.py prints every load stage)")
+                if not (math.isfinite(measured) and math.isfinite(simulated)):  # (TPOT of one-token outputs)
+                    measured = simulated = None
+                    why = "no request of more than one output token: no time per output token"
                 figs.append(Figure(f"{w}: {q} {name}", measured, simulated, cite, "measured", "ms", None,
                                    f"{why}; {extra}" if extra else why))
     for w, notes in run_notes.items():
