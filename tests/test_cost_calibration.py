@@ -380,6 +380,11 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
         set_cell(bad, 4, col, v)
         with pytest.raises(InputError, match=msg):
             find_profiles(tmp_path / "bad", "a100-80g")
+    # an MLP narrower than the TP size: no MLP column on a shard, 0 / 0 in the fit (a traceback)
+    write_mlp_csv(bad, (32, 8, 4096, 14336, True), (8,))
+    bad.write_text(bad.read_text().replace(",14336,", ",4,"))
+    with pytest.raises(InputError, match="num_tensor_parallel_workers 8 is more than the MLP width n_expanded_embd 4"):
+        find_profiles(tmp_path / "bad", "a100-80g")
     write_mlp_csv(bad, (32, 8, 4096, 14336, True), (1,))
     ar = tmp_path / "bad/network/a100_dgx/all_reduce.csv"
     write_allreduce_csv(ar)
@@ -481,3 +486,22 @@ def test_packaged_calibrations_read_the_same_through_the_fast_loader():
         text = path.read_text(encoding="utf-8")
         assert load_packaged_yaml(text) == load_yaml(text), name
     assert load_packaged_yaml("a: 1e15\nb: [2, x]\n") == load_yaml("a: 1e15\nb: [2, x]\n") == {"a": 1e15, "b": [2, "x"]}
+
+
+def test_smooth_max_np_is_the_scalar_one_elementwise_zeros_included():
+    from servesim.cost.smoothmax import smooth_max, smooth_max_np
+
+    x, y = np.array([0.0, 1e-9, 2.0, 3.0, 0.0]), np.array([0.0, 0.0, 2.0, 1.0, 5e-7])
+    got = smooth_max_np(x, y, 4.8)
+    assert np.all(np.isfinite(got))  # (0 / 0 made nan: the GEMM fit stopped on it)
+    assert got.tolist() == [smooth_max(a, b, 4.8) for a, b in zip(x.tolist(), y.tolist())]
+
+
+def test_a_fit_that_cannot_start_is_an_input_error():
+    """A measurement the model prices at no finite time stops the fit with the columns to check,
+    not scipy's 'Residuals are not finite in the initial point' traceback."""
+    from servesim.cost.fitting import _lsq, _lsq_result
+
+    for fit in (lambda r: _lsq(r, [0.5], [0.0], [1.0], [0.1]), lambda r: _lsq_result(r, [0.5], [0.0], [1.0])):
+        with pytest.raises(InputError, match=r"1 measurement\(s\) the cost model gives no finite time"):
+            fit(lambda x: np.array([np.log(0.0), 1.0]))

@@ -19,6 +19,7 @@ from servesim.cost.efficiency import (LOWBIT_TILE_M, CommEfficiency, Efficiencie
                                       MemEfficiency, OpEfficiency, OverheadFit)
 from servesim.cost.profiles import GEMM_OPS, MEM_OPS, PROFILE_DTYPE_BYTES, Profiles
 from servesim.cost.smoothmax import smooth_max_np
+from servesim.errors import InputError
 from servesim.inputs.specs import GpuSpec
 
 ACT = 2.0  # bytes per activation element: the profiles ran in fp16
@@ -149,9 +150,23 @@ def mem_points(profiles: list, family: str):
 
 
 # ---------------------------------------------------------------- fitting
+def _finite_start(residual, x0) -> None:
+    """An ``InputError`` when the model gives no finite time for some measurement at the starting
+    point (scipy would stop on a ValueError): a measured shape the model cannot price."""
+    import numpy as np
+
+    with np.errstate(all="ignore"):
+        r = np.asarray(residual(np.asarray(x0, float)))
+    if not np.all(np.isfinite(r)):
+        raise InputError(f"the profiles hold {int(np.sum(~np.isfinite(r)))} measurement(s) the cost model gives no "
+                         "finite time for (a shape with no work on a GPU, or a time of 0): check the model columns "
+                         "(n_head, n_kv_head, n_embd, n_expanded_embd) and the TP sizes of the profiles")
+
+
 def _lsq(residual, x0, lo, hi, scale):
     from scipy.optimize import least_squares
 
+    _finite_start(residual, x0)
     return least_squares(residual, x0, bounds=(lo, hi), x_scale=scale).x
 
 
@@ -162,6 +177,7 @@ def _lsq_result(residual, x0, lo, hi):
 
     lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     x0 = np.clip(np.asarray(x0, float), lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
+    _finite_start(residual, x0)
     return least_squares(residual, x0, bounds=(lo, hi), x_scale="jac", max_nfev=4000)
 
 

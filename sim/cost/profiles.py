@@ -116,17 +116,23 @@ def _bool(v: str) -> bool:
     raise ValueError(v)
 
 
-def _check_shape(path, n_head: int, n_kv_head: int, hidden: int, tp, inter: int = 1) -> None:
-    """A profile's model shape and TP sizes make sense: positive sizes, and every TP size divides
-    the attention heads (as it must to shard them)."""
+def _check_shape(path, n_head: int, n_kv_head: int, hidden: int, tp, inter: int | None = None) -> None:
+    """A profile's model shape and TP sizes make sense: positive sizes, every TP size divides
+    the attention heads (as it must to shard them) and leaves each shard MLP columns (``inter``,
+    the MLP width, for a linear-layer profile)."""
     import numpy as np
 
-    if min(n_head, n_kv_head, hidden, inter) < 1 or hidden < n_head:
+    if min(n_head, n_kv_head, hidden, 1 if inter is None else inter) < 1 or hidden < n_head:
         raise InputError(f"{path}: n_head, n_kv_head, n_embd (>= n_head) and the MLP width must be positive, got "
-                         f"{n_head}, {n_kv_head}, {hidden}, {inter}")
-    bad = np.asarray(tp)[n_head % np.asarray(tp) != 0]
+                         f"{n_head}, {n_kv_head}, {hidden}" + ("" if inter is None else f", {inter}"))
+    tp = np.asarray(tp)
+    bad = tp[n_head % tp != 0]
     if bad.size:
         raise InputError(f"{path}: num_tensor_parallel_workers {int(bad[0])} does not divide the {n_head} heads")
+    bad = tp[tp > (inter or 0)] if inter is not None else tp[:0]
+    if bad.size:
+        raise InputError(f"{path}: num_tensor_parallel_workers {int(bad[0])} is more than the MLP width "
+                         f"n_expanded_embd {inter}: a shard would hold no MLP column")
 
 
 def read_compute_profile(path: Path, model: str | None = None) -> ComputeProfile:

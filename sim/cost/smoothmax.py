@@ -20,4 +20,6 @@ def smooth_max_np(x, y, p):
     hi, lo = np.maximum(x, y), np.minimum(x, y)
     if not p:
         return hi
-    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
+    pos = hi > 0  # (nothing positive: the hard max, as smooth_max; not 0 / 0)
+    ratio = np.divide(lo, hi, out=np.zeros(np.shape(hi)), where=pos)
+    return np.where(pos, hi * (1.0 + ratio ** p) ** (1.0 / p), hi)
