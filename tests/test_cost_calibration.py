@@ -505,3 +505,31 @@ def test_a_fit_that_cannot_start_is_an_input_error():
     for fit in (lambda r: _lsq(r, [0.5], [0.0], [1.0], [0.1]), lambda r: _lsq_result(r, [0.5], [0.0], [1.0])):
         with pytest.raises(InputError, match=r"1 measurement\(s\) the cost model gives no finite time"):
             fit(lambda x: np.array([np.log(0.0), 1.0]))
+
+
+def test_calibrate_writes_only_a_file_that_loads(synthetic_profiles, tmp_path, monkeypatch, capsys):
+    """Fuzzing found fits that wrote a file its own loader refused (gemm.smooth e^5 = 148.4 past
+    the limit of 100): the run naming it failed later. The fit's smooth is clipped to the limit,
+    and a file that would not load is not written: the error names the field."""
+    import servesim.cost.fitting as fitting
+
+    real_lsq = fitting._lsq
+
+    def runaway(res, x0, lo, hi, scale):  # the GEMM fit ending at its bound for smooth
+        x = real_lsq(res, x0, lo, hi, scale)
+        if len(x) == 6:
+            x[3] = hi[3]
+        return x
+
+    monkeypatch.setattr(fitting, "_lsq", runaway)
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--out", str(out)]) == 0
+    assert load_calibration(out).gemm.smooth == 100.0
+    # and were a fitted figure out of range all the same: an InputError, nothing written
+    monkeypatch.setattr(fitting, "_rounded", lambda e: dataclasses.replace(e, smooth=148.4)
+                        if isinstance(e, GemmEfficiency) else e)
+    out2 = tmp_path / "cal2.yaml"
+    assert main(["calibrate", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--out", str(out2)]) == 2
+    err = capsys.readouterr().err
+    assert "cal2.yaml: not written: the fit gave a calibration that does not load" in err
+    assert "gemm.smooth must be >= 0 and <= 100, got 148.4" in err and not out2.exists()

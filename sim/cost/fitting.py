@@ -196,6 +196,10 @@ def fit_gemm(profiles: list, gpu: GpuSpec, tile_m: int = 128) -> GemmEfficiency:
 
     x = _lsq(res, [0.7, 0.8, 2e-6, math.log(4.0), 0.5, 100.0], [0.05, 0.05, 0, 0, 0, 0],
              [1, 1, 1e-4, 5, 1, 1e4], [0.1, 0.1, 1e-6, 1, 0.1, 100])
+    # smooth no more than GemmEfficiency's limit, 100 (a fit that ran to e^5 wrote a file that
+    # would not load; at 100 the smooth max is within 0.7% of the hard max). Clipped after the fit,
+    # not bounded in it: the bounds steer scipy's steps, and the shipped fits would move.
+    x[3] = min(x[3], math.log(100.0))
     return _rounded(make(x))
 
 
@@ -311,7 +315,10 @@ def fit_overhead(profiles: list) -> OverheadFit | None:
             slope, icpt = np.polyfit(b, y[s], 1)
             top = float(y[s].max())  # neither the fixed part nor one sequence costs more than a whole step
             x0 = [min(max(icpt, 1e-3 * top), top), min(max(slope, 0.0), top)]
-            x = _lsq(lambda v: np.log(v[0] + v[1] * b) - ly, x0, [1e-9, 0.0], [top, top],
+            # (within OverheadFit's limits: 60 s a step, 1 s a sequence)
+            hi = [min(top, 60.0), min(top, 1.0)]
+            x0 = [min(x0[0], hi[0]), min(x0[1], hi[1])]
+            x = _lsq(lambda v: np.log(v[0] + v[1] * b) - ly, x0, [1e-9, 0.0], hi,
                      [max(top / 10, 1e-9), max(top / 1000, 1e-12)])
         tps.append(int(t))
         steps.append(float(f"{x[0]:.4g}"))
@@ -393,8 +400,9 @@ def fit_comm(data, gpu: GpuSpec, kind: str, link: str = "peer", node: str = "") 
 
     def make(x):
         lat, eta = math.exp(x[0]), float(x[1])
+        # (the latency protocol's share no lower than a share may be: 1e-4, as a file must hold it)
         return CommEfficiency(eta, lat, float(x[5]) if free_hop else hop0, float(math.exp(x[4])),
-                              lat * float(x[2]), eta * float(x[3]))
+                              lat * float(x[2]), max(eta * float(x[3]), 1e-4))
 
     def res(x):
         return w * (np.log(collective_time_np(op, size, n, bw, 0.0, make(x))) - ly)
