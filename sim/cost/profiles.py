@@ -129,7 +129,7 @@ def _check_shape(path, n_head: int, n_kv_head: int, hidden: int, tp, inter: int 
     bad = tp[n_head % tp != 0]
     if bad.size:
         raise InputError(f"{path}: num_tensor_parallel_workers {int(bad[0])} does not divide the {n_head} heads")
-    bad = tp[tp > (inter or 0)] if inter is not None else tp[:0]
+    bad = tp[tp > inter] if inter is not None else tp[:0]
     if bad.size:
         raise InputError(f"{path}: num_tensor_parallel_workers {int(bad[0])} is more than the MLP width "
                          f"n_expanded_embd {inter}: a shard would hold no MLP column")
