@@ -533,3 +533,4 @@ def test_calibrate_writes_only_a_file_that_loads(synthetic_profiles, tmp_path, m
     err = capsys.readouterr().err
     assert "cal2.yaml: not written: the fit gave a calibration that does not load" in err
     assert "gemm.smooth must be >= 0 and <= 100, got 148.4" in err and not out2.exists()
+    assert list(tmp_path.glob("cal2.yaml*")) == []  # (nor the file it was loaded from)

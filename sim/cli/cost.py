@@ -139,24 +139,26 @@ def _summary_rows(rows, detail: bool):
     return keep
 
 
-def _check_loads(text: str, out: Path) -> None:
-    """The calibration ``servesim calibrate`` is about to write loads as a scenario would load it:
-    else an ``InputError`` naming the field, and nothing is written (a file that only fails when
-    a run names it is a silent failure)."""
-    import tempfile
+def _write_if_it_loads(text: str, out: Path) -> None:
+    """Write the calibration ``servesim calibrate`` fitted, if it loads as a scenario would load
+    it: written beside ``out``, loaded, then moved into place (as sweep and plan files are); else
+    an ``InputError`` naming the field, and nothing is written (a file that only fails when a run
+    names it is a silent failure)."""
+    import os
 
     from servesim.cost.calibration import load_calibration
     from servesim.errors import InputError
 
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d) / out.name
-        tmp.write_text(text)
-        try:
-            load_calibration(tmp, "fitted calibration")
-        except InputError as e:
-            raise InputError(f"{out}: not written: the fit gave a calibration that does not load "
-                             f"({str(e).replace(str(tmp), out.name)}); the profiles measure something "
-                             "the cost model cannot fit") from None
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text)
+    try:
+        load_calibration(tmp, "fitted calibration")
+    except InputError as e:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{out}: not written: the fit gave a calibration that does not load "
+                         f"({str(e).replace(str(tmp), out.name)}); the profiles measure something "
+                         "the cost model cannot fit") from None
+    os.replace(tmp, out)
 
 
 def cmd_calibrate(args) -> int:
@@ -209,9 +211,7 @@ def cmd_calibrate(args) -> int:
     out = Path(args.out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-    text = calibration_yaml(eff, gpu, prov, quality)
-    _check_loads(text, out)
-    out.write_text(text)
+    _write_if_it_loads(calibration_yaml(eff, gpu, prov, quality), out)
     print(f"calibrated {gpu.name} from {len(prof.compute)} compute profile(s); wrote {out}")
     if prof.fp8 and not fp8_fitted:
         print(f"note: {len(prof.fp8)} fp8_gemm.csv file(s) not used: {gpu.name} has no FP8 tensor cores "

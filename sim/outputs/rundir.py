@@ -348,7 +348,8 @@ def _nested(summary: dict):
         for k in ("tenants", "service_share", "jain"):
             if k in fair:
                 yield f"fairness.{k}", fair[k], _mapping_or_null, "a mapping (or null)"
-        for name, t in (fair.get("tenants") or {}).items() if isinstance(fair.get("tenants"), dict) else ():
+        tenants = fair.get("tenants")
+        for name, t in (tenants.items() if isinstance(tenants, dict) else ()):
             yield from _service_figures(f"fairness.tenants.{name}", t)
         jain = fair.get("jain")
         for k, v in (jain.items() if isinstance(jain, dict) else ()):
