@@ -1,18 +1,20 @@
-"""Trace reading speed: seconds and peak memory to read a CSV trace of N rows with
-``read_trace`` (column by column where the file is plain) against the row-by-row reader that
-every file with something to complain about goes through, for the three shapes real traces
-have:
+"""Trace reading speed: seconds and peak memory to read a trace of N rows with ``read_trace``
+(column by column where the file is plain) against the row-by-row reader that every file with
+something to complain about goes through, for the shapes real traces have:
 
   numeric  arrival_s, prompt_tokens, output_tokens (servesim's own requests.csv; Vidur's traces)
   azure23  Azure's 2023 traces: TIMESTAMP as 2023-11-16 18:17:03.9799600
   azure24  Azure's 2024 week-long traces: TIMESTAMP as 2024-05-10 00:00:00.0099300+00:00
            (a tenth of the stamps without a fraction, as some of theirs have)
+  jsonl    JSON lines {"arrival_s", "prompt_tokens", "output_tokens"}, times in seconds
+  mooncake Mooncake's traces: {"timestamp" (ms), "input_length", "output_length", "hash_ids"}
+           (one id per 512-token block of the prompt)
 
 The files are synthetic (random gaps and lengths, seeded), written to a temporary folder and
 removed after. Each read runs in a fresh process (``ru_maxrss`` is its peak); both readers must
 give the same trace, bit for bit, or the script stops.
 
-    python bench/traces.py [--rows 3000000] [--shapes numeric,azure23,azure24]
+    python bench/traces.py [--rows 3000000] [--shapes numeric,azure23,azure24,jsonl,mooncake]
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SHAPES = ("numeric", "azure23", "azure24")
+SHAPES = ("numeric", "azure23", "azure24", "jsonl", "mooncake")
 
 CHILD = r"""
 import hashlib, json, resource, sys, time
@@ -38,11 +40,15 @@ t = time.perf_counter()
 if reader == "columns":
     d = T.read_trace(path)
 else:
-    _, cols = T._detect(path, "auto", None)  # (the columns read_trace finds)
+    fmt, cols = T._detect(path, "auto", None)  # (the format and columns read_trace finds)
     with collection_paused():
-        d = T._read_csv_rows(path, cols, 1.0, True)
+        if path.endswith(".jsonl"):
+            d = T._read_jsonl_rows(path, cols, 1e-3 if fmt == "mooncake" else 1.0, True)
+        else:
+            d = T._read_csv_rows(path, cols, 1.0, True)
 s = time.perf_counter() - t
-h = hashlib.sha256(d.arrival_s.tobytes() + d.prompt_tokens.tobytes() + d.output_tokens.tobytes()).hexdigest()
+h = hashlib.sha256(d.arrival_s.tobytes() + d.prompt_tokens.tobytes() + d.output_tokens.tobytes()
+                   + repr(d.hash_ids).encode()).hexdigest()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"s": s, "rows": len(d), "digest": h, "peak_mib": peak}))
 """
@@ -53,6 +59,17 @@ def write_trace(path: Path, shape: str, rows: int, seed: int = 0) -> None:
     t = dt.datetime(2024, 5, 10) if shape == "azure24" else dt.datetime(2023, 11, 16, 18, 17)
     x = 0.0
     with path.open("w") as f:
+        if shape in ("jsonl", "mooncake"):
+            for _ in range(rows):
+                x += rnd.randint(1, 400_000) / 1e6
+                p, o = rnd.randint(1, 8000), rnd.randint(1, 800)
+                if shape == "jsonl":
+                    f.write(json.dumps({"arrival_s": round(x, 6), "prompt_tokens": p, "output_tokens": o}) + "\n")
+                else:  # (ms, as Mooncake writes them; ids shared between prompts, as its prefixes are)
+                    ids = list(range(rnd.randint(0, 50), rnd.randint(0, 50) + -(-p // 512)))
+                    f.write(json.dumps({"timestamp": int(x * 1e3), "input_length": p, "output_length": o,
+                                        "hash_ids": ids}) + "\n")
+            return
         f.write("arrival_s,prompt_tokens,output_tokens\n" if shape == "numeric"
                 else "TIMESTAMP,ContextTokens,GeneratedTokens\n")
         for _ in range(rows):
@@ -90,7 +107,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="servesim-bench-traces-"))
     try:
         for shape in shapes:
-            path = tmp / f"{shape}.csv"
+            path = tmp / f"{shape}.{'jsonl' if shape in ('jsonl', 'mooncake') else 'csv'}"
             write_trace(path, shape, args.rows)
             cols, rows = read(path, "columns"), read(path, "rows")
             if cols["digest"] != rows["digest"] or cols["rows"] != rows["rows"]:

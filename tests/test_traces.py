@@ -223,6 +223,11 @@ def test_jsonl_errors(tmp_path):
     f.write_text('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 3}\n{"arrival_s": 1, "prompt_tokens": 3\n')
     with pytest.raises(InputError, match=r"bad.jsonl line 2 column \d+: malformed JSON"):
         gen({"path": str(f)})
+    # an integer beyond a float's range (JSON has them; float() of one raised OverflowError)
+    f.write_text('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 3}\n{"arrival_s": 1%s, "prompt_tokens": 3, '
+                 '"output_tokens": 3}\n' % ("0" * 400))
+    with pytest.raises(InputError, match=r"bad.jsonl line 2: arrival_s must be at most 1e\+12 s after time_unit"):
+        gen({"path": str(f)})
 
 
 @pytest.mark.parametrize("data, message", [
@@ -354,6 +359,63 @@ def test_a_csv_trace_reads_the_same_column_by_column_as_row_by_row(tmp_path):
         assert outcome[0] == outcome[1], text
         taken["fast" if T._read_csv_columns(*args) is not None else "rows"] += 1
     assert taken["fast"] > 50 and taken["rows"] > 50  # both readers were exercised
+
+
+VALUES_JSON = ["12", "12.0", "1e3", "1e18", "true", "null", '"12"', "0", "-3", "99999999999", "1" + "0" * 400, "NaN",
+               "Infinity", "2147483647", "2147483648", "[1]", "{}", '"2024-03-01 00:00:10"', "-0.0", "1.5"]
+HASH_JSON = ["[]", "[0, 1, 2]", "[1, true]", "[-1]", "[9223372036854775807]", "[9223372036854775808]", "[1.0]", "7",
+             '["a"]', "null"]
+LINES_JSON = ["", "  ", "\x0c", "\u2028", "[1, 2]", "1", "{}", "{R} x", "{R} {R}", "{R}, {R}", "{R", "\ufeff{R}",
+              "\x0c{R}", " \t{R} \t", '{"x": [{}', "{}]}"]  # {R: a plain row}
+
+
+def test_a_jsonl_trace_reads_the_same_column_by_column_as_row_by_row(tmp_path):
+    """As for CSV: the column reader hands anything not plain to the row reader. On random JSONL
+    files (with and without hash ids) mixing plain rows with odd values (floats, strings, bools,
+    nulls, integers beyond float or int64, NaN, lists), odd lines (blank, not JSON, two values
+    on a line, an object over two lines, a byte-order mark, form feed, CR line ends), keys
+    missing and times going back, both give the same trace or the same error."""
+    import random
+
+    from servesim.inputs import traces as T
+
+    rnd = random.Random(2)
+    taken = {"fast": 0, "rows": 0}
+    for case in range(1000):
+        odd = rnd.random()
+        hashed = case % 2 == 0
+        lines, t = [], 0.0
+        for _ in range(rnd.randint(0, 12)):
+            t += rnd.choice([0.0, 0.25, 1.0, -0.5 if odd < 0.1 else 0.5])
+            cells = {"timestamp": rnd.choice([f"{t:g}", str(int(t))]), "input_length": str(rnd.randint(1, 5000)),
+                     "output_length": str(rnd.randint(1, 900))}
+            if hashed:
+                cells["hash_ids"] = str(list(range(rnd.randint(0, 4))))
+            if rnd.random() < odd * 0.4:
+                key = rnd.choice(list(cells))
+                if rnd.random() < 0.15:
+                    del cells[key]
+                else:
+                    cells[key] = rnd.choice(HASH_JSON if key == "hash_ids" else VALUES_JSON)
+            row = ", ".join(f'"{k}": {v}' for k, v in cells.items())
+            lines.append("{" + row + "}")
+            if rnd.random() < odd * 0.1:
+                lines.append(rnd.choice(LINES_JSON).replace("{R", "{" + row).replace("R}", row + "}"))
+        text = ("\r\n" if case % 7 == 0 else "\r" if case % 11 == 0 else "\n").join(lines) + "\n"
+        path = tmp_path / f"t{case}.jsonl"
+        path.write_text(text, newline="", encoding="utf-8")
+        args = (str(path), T.MOONCAKE_COLUMNS, 1e-3, case % 5 != 0)
+        outcome = []
+        for read in (T._read_jsonl, T._read_jsonl_rows):
+            try:
+                d = read(*args)
+                outcome.append(("ok", d.arrival_s.tolist() if d.arrival_s is not None else None,
+                                d.prompt_tokens.tolist(), d.output_tokens.tolist(), d.hash_ids))
+            except InputError as e:
+                outcome.append(("error", str(e)))
+        assert outcome[0] == outcome[1], text
+        taken["fast" if T._read_jsonl_columns(*args) is not None else "rows"] += 1
+    assert taken["fast"] > 200 and taken["rows"] > 200  # both readers were exercised
 
 
 CELLS_TS = ["2024-03-01T00:00:10", "2024-03-01 00:00:10", "2024-03-01 00:00:10.123456789123", "2024-03-01 00:00:10.",

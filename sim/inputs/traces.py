@@ -163,7 +163,11 @@ def _time_value(raw, unit_s: float, where: str, column: str):
     if isinstance(raw, bool):
         raise InputError(f"{where}: {column} must be a number or a timestamp, got {shown(raw)}")
     if isinstance(raw, (int, float)):
-        v = float(raw)
+        try:
+            v = float(raw)
+        except OverflowError:  # (a JSON integer beyond a float's range)
+            raise InputError(f"{where}: {column} must be at most {MAX_TIME_S:g} s after time_unit (a unit mix-up?), "
+                             f"got {shown(raw)}") from None
     else:
         text = str(raw).strip()
         try:
@@ -520,6 +524,97 @@ def _hash_ids(raw, where: str) -> tuple:
 
 
 def _read_jsonl(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData:
+    """A JSONL trace: column by column when every row is plain (``_read_jsonl_columns``), else
+    row by row (``_read_jsonl_rows``), whose checks name the line of anything wrong. Both give the
+    same trace (tests/test_traces.py compares them)."""
+    data = _read_jsonl_columns(path, cols, unit_s, need_arrival)
+    return data if data is not None else _read_jsonl_rows(path, cols, unit_s, need_arrival)
+
+
+def _types(values) -> set:
+    return set(map(type, values))
+
+
+def _read_jsonl_columns(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData | None:
+    """The trace read a block of lines at a time: each line parsed by ``json.loads`` and each
+    column taken and checked at once, without a Python line of ours per row (about 4x faster than
+    ``_read_jsonl_rows`` on a million rows). None as soon as anything is not plain (malformed
+    JSON, a line that is no object, a key missing, a length that is no JSON integer in range, a
+    time that is no JSON number or out of range or going back, hash ids that are no list of
+    integers in range), for ``_read_jsonl_rows`` to read or to name."""
+    from operator import itemgetter, methodcaller
+
+    # json.loads is raw_decode between JSON's whitespace, which must be all there is around the
+    # value: the same, without its wrapper's time per line (a fifth of the whole)
+    decode, strip = json.JSONDecoder().raw_decode, methodcaller("strip", " \t\n\r")
+    value, end = itemgetter(0), itemgetter(1)
+    ka, kp, ko = cols["arrival"], cols["prompt"], cols["output"]
+    ts, prompts, outputs, hashes = [], [], [], []
+    has_t = has_h = None
+    with _open_text(path) as fh:  # (lines split as ``_read_jsonl_rows`` splits them)
+        while True:
+            chunk = list(itertools.islice(fh, CSV_CHUNK_ROWS))
+            if not chunk:
+                break
+            if not all(map(str.strip, chunk)):
+                chunk = list(filter(str.strip, chunk))  # (blank lines: skipped)
+            texts = list(map(strip, chunk))
+            try:
+                parsed = list(map(decode, texts))
+            except (ValueError, RecursionError):
+                return None
+            if list(map(end, parsed)) != list(map(len, texts)):
+                return None  # (something after the value)
+            objs = list(map(value, parsed))
+            if not objs:
+                continue
+            if _types(objs) != {dict}:
+                return None
+            if has_t is None:
+                has_h = HASH_IDS_KEY in objs[0]
+                has_t = ka in objs[0]
+                if not has_t and need_arrival:
+                    return None
+            try:
+                p = list(map(itemgetter(kp), objs))
+                o = list(map(itemgetter(ko), objs))
+                t = list(map(itemgetter(ka), objs)) if has_t else None
+                h = list(map(itemgetter(HASH_IDS_KEY), objs)) if has_h else None
+            except KeyError:
+                return None
+            if _types(p) != {int} or _types(o) != {int} or (has_t and not _types(t) <= {int, float}):
+                return None  # (bool is a type of its own: true and false are refused too)
+            try:
+                prompts.append(np.fromiter(p, np.int64, len(p)))
+                outputs.append(np.fromiter(o, np.int64, len(o)))
+                if has_t:
+                    ts.append(np.fromiter(map(float, t), np.float64, len(t)))
+            except OverflowError:
+                return None
+            if has_h:
+                if _types(h) != {list}:
+                    return None
+                flat = list(itertools.chain.from_iterable(h))
+                if flat and (_types(flat) != {int} or min(flat) < 0 or max(flat) > MAX_HASH_ID):
+                    return None
+                hashes.extend(map(tuple, h))
+    if not prompts:
+        return None
+    p, o = np.concatenate(prompts), np.concatenate(outputs)
+    if p.min() < 1 or o.min() < 1 or p.max() > MAX_TOKENS or o.max() > MAX_TOKENS:
+        return None
+    t = None
+    if has_t:
+        t = np.concatenate(ts) * unit_s  # (as _time_value scales each: the same product)
+        with np.errstate(invalid="ignore"):
+            if not (np.abs(t) <= MAX_TIME_S).all():  # (NaN and inf fail the test too)
+                return None
+        if (np.diff(t - t[0]) < 0).any():  # (as _finish tests it)
+            return None
+    return _finish(path, t, ("num",) if t is not None else None, p, o, None, ka, hashes if has_h else None)
+
+
+def _read_jsonl_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData:
     ts, kinds, prompts, outputs, lines = [], [], [], [], []
     hashes = []
     has_t = has_h = None
