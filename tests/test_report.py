@@ -200,18 +200,21 @@ def test_report_on_an_edited_sweep_json_names_the_field(tmp_path, capsys, field,
 def test_a_sweep_point_that_failed_on_a_rate_that_is_no_number_is_reported(tmp_path, capsys):
     """--grid rate_rps=1,abc: the bad point is a row with status=error (the sweep goes on), and the
     report puts it after the numeric rates, by its text, instead of stopping with a TypeError
-    while sorting rates (found by fuzzing sweep grids)."""
+    while sorting rates (found by fuzzing sweep grids). An integer beyond a float's range reads as
+    inf, as 1e400 does (sorting it once stopped with an OverflowError)."""
     path = tmp_path / "s.yaml"
     base = copy.deepcopy(BASE)
     base["workload"]["num_requests"] = 10
     path.write_text(yaml.safe_dump(base))
     out = tmp_path / "sw"
-    assert main(["sweep", str(path), "--grid", "workload.arrival.rate_rps=abc,2,1", "--out", str(out), "--workers",
-                 "1", "--quiet"]) == 0
+    huge = "1" + "0" * 400
+    assert main(["sweep", str(path), "--grid", f"workload.arrival.rate_rps=abc,2,{huge},1", "--out", str(out),
+                 "--workers", "1", "--quiet"]) == 0
     capsys.readouterr()
     assert main(["report", str(out)]) == 0
     text = (out / "report.md").read_text()
-    assert text.index("At 1 req/s") < text.index("At 2 req/s") < text.index("At rate 'abc'")
+    assert (text.index("At 1 req/s") < text.index("At 2 req/s") < text.index("At inf req/s")
+            < text.index("At rate 'abc'"))
     assert "point 0 at rate 'abc' did not run: workload.arrival.rate_rps must be a number" in text
 
 

@@ -117,11 +117,11 @@ def _depth_error(text: str, limit: int) -> int | None:
     return None
 
 
-def loads_json(text: str, where: str, max_depth: int = MAX_JSON_DEPTH, commas: bool = False):
+def loads_json(text: str, where: str, max_depth: int = MAX_JSON_DEPTH, commas: bool = False, parse_int=None):
     """``text`` parsed as JSON; an ``InputError`` led by ``where`` (the file) and the line for
     malformed JSON, a number too long to read, nesting deeper than ``max_depth`` or a key given
     twice in one object. ``commas``: positions as ``FILE: line N, column M:`` (the style of
-    ``read_mapping``), else ``FILE line N column M:``."""
+    ``read_mapping``), else ``FILE line N column M:``. ``parse_int``: as ``json.loads``'s."""
     def at(line, col=None):
         if commas:
             return f"{where}: line {line}" + (f", column {col}" if col else "")
@@ -132,7 +132,7 @@ def loads_json(text: str, where: str, max_depth: int = MAX_JSON_DEPTH, commas: b
         if off is not None:
             raise InputError(f"{at(text.count(chr(10), 0, off) + 1)}: JSON nested deeper than {max_depth} levels")
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_int=parse_int)
     except json.JSONDecodeError as e:
         raise InputError(f"{at(e.lineno, e.colno)}: malformed JSON: {e.msg}") from None
     except _Duplicate as e:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,16 +35,25 @@ from servesim.inputs.schema import read_mapping
 from servesim.outputs import metrics
 from servesim.outputs.columns import INT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, STR_COLUMNS
 from servesim.outputs.writer import file_digest
+
+FLOAT_MAX = sys.float_info.max
 # top-level keys of every run's summary.json (what figures and report.md read)
 SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
                 "throughput_rps", "output_tokens_per_s", "ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s",
                 "slo_attainment", "goodput_rps", "phases", "utilization", "pools", "kv_capacity")
 
 
+def _int_or_inf(text: str):
+    """A JSON integer, or beyond a float's range inf (as 1e400 reads): servesim writes none, and
+    its readers take numbers as floats (an edited 10**400 once stopped them with OverflowError)."""
+    x = int(text)
+    return x if -FLOAT_MAX <= x <= FLOAT_MAX else float(text)
+
+
 def read_json_dict(path: Path, what: str) -> dict:
     """A JSON object servesim wrote (``what`` names it in errors); a clear input error if the file
     is unreadable, malformed or not an object."""
-    data = loads_json(read_utf8(path, what), str(path))
+    data = loads_json(read_utf8(path, what), str(path), parse_int=_int_or_inf)
     if not isinstance(data, dict):
         raise InputError(f"{path}: {what} must be a JSON object, got {type(data).__name__}")
     return data
@@ -476,7 +486,7 @@ def read_results(path: str | Path) -> list[dict]:
                 d[k] = None
                 continue
             try:
-                d[k] = int(v)
+                d[k] = _int_or_inf(v)
             except ValueError:
                 try:
                     d[k] = float(v)
