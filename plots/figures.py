@@ -7,7 +7,11 @@ Latencies come in seconds and are drawn in milliseconds.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
+import sys
+import warnings
 
 import numpy as np
 
@@ -543,17 +547,47 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
                              f"cost vs p99 {name}")
 
 
+_GLYPH = re.compile(r"Glyph (\d+) \(.*\) missing from font\(s\) (.+?)\.?$")
+_noted_glyphs: set = set()
+
+
+@contextlib.contextmanager
+def glyphs_noted():
+    """Draw inside: matplotlib's warnings of characters its font lacks (one per character, draw
+    and call, naming our source line; a scenario named in Chinese, or with an emoji, gave a dozen
+    per figure) become one line on stderr, once per process for each character. Other warnings
+    are shown as they were."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    fonts, chars = set(), []
+    for w in caught:
+        m = _GLYPH.match(str(w.message))
+        if m is None:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        c = chr(int(m.group(1)))
+        fonts.add(m.group(2))
+        if c not in _noted_glyphs and c not in chars:
+            chars.append(c)
+    if chars:
+        _noted_glyphs.update(chars)
+        print(f"servesim: note: the figures' font ({', '.join(sorted(fonts))}) has no {' '.join(chars)}: they are "
+              "drawn as empty boxes (a scenario or label named with them)", file=sys.stderr)
+
+
 def save(fig, stem) -> list:
     """Write ``stem``.png and ``stem``.svg; returns the two paths."""
     from pathlib import Path
 
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    # "tight": legends and captions placed outside the axes are kept, not clipped
-    fig.savefig(paths[0], dpi=110, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
+    with glyphs_noted():
+        fig.tight_layout()
+        # "tight": legends and captions placed outside the axes are kept, not clipped
+        fig.savefig(paths[0], dpi=110, bbox_inches="tight")
+        fig.savefig(paths[1], bbox_inches="tight")
     return paths
 
 
@@ -571,6 +605,7 @@ def panels_png(draw, panels, path, panel_size: tuple = (5.5, 4), title: str | No
         getattr(draw, fn)(data, ax)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    with glyphs_noted():
+        fig.tight_layout()
+        fig.savefig(path, dpi=dpi)
     plt.close(fig)

@@ -257,3 +257,25 @@ def test_a_latency_axis_without_labelled_series_draws_no_legend_and_no_warning(a
     assert ax.get_legend() is None
     F._log_latency_axes(ax, 0.5, "x", "TTFT (ms)", "t")  # (the SLO line is labelled)
     assert ax.get_legend() is not None
+
+
+def test_characters_the_font_lacks_are_one_note_not_a_warning_each(tmp_path, capsys):
+    """A title with characters DejaVu Sans lacks (a scenario named in Chinese, an emoji): one
+    line on stderr naming them, once per process, instead of matplotlib's warning per character,
+    draw and call (a dozen per figure, each naming our source line); other warnings still show."""
+    import warnings
+
+    F._noted_glyphs.discard("\u540d")
+    fig, ax = plt.subplots()
+    ax.set_title("\u540d\u540d run")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        F.save(fig, tmp_path / "a")
+        with F.glyphs_noted():
+            warnings.warn("something else", UserWarning)
+        F.save(fig, tmp_path / "b")
+    plt.close(fig)
+    assert [str(w.message) for w in seen] == ["something else"]
+    err = capsys.readouterr().err
+    assert err.count("has no \u540d:") == 1 and "DejaVu Sans" in err  # (the second figure: noted already)
+    assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.svg").stat().st_size > 0
