@@ -539,10 +539,10 @@ def _types(values) -> set:
 def _read_jsonl_columns(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData | None:
     """The trace read a block of lines at a time: each line parsed as ``json.loads`` parses it and
     each key's values taken and checked at once, without a Python line of ours per row (2-4x
-    faster than ``_read_jsonl_rows``: ``bench/traces.py``). None as soon as anything is not plain (malformed
-    JSON, a line that is no object, a key missing, a length that is no JSON integer in range, a
-    time that is no JSON number or out of range or going back, hash ids that are no list of
-    integers in range), for ``_read_jsonl_rows`` to read or to name."""
+    faster than ``_read_jsonl_rows``: ``bench/traces.py``). None as soon as anything is not
+    plain (malformed JSON, a line that is no object, a key missing, a length that is no JSON
+    integer in range, a time that is no JSON number or out of range or going back, hash ids that
+    are no list of integers in range), for ``_read_jsonl_rows`` to read or to name."""
     from operator import itemgetter, methodcaller
 
     # json.loads is raw_decode between JSON's whitespace, which must be all there is around the

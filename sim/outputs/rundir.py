@@ -37,6 +37,7 @@ from servesim.outputs.columns import INT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS,
 from servesim.outputs.writer import file_digest
 
 FLOAT_MAX = sys.float_info.max
+
 # top-level keys of every run's summary.json (what figures and report.md read)
 SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
                 "throughput_rps", "output_tokens_per_s", "ttft_s", "tpot_s", "tbt_s", "e2e_s", "queue_s",
@@ -44,8 +45,9 @@ SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished
 
 
 def _int_or_inf(text: str):
-    """A JSON integer, or beyond a float's range inf (as 1e400 reads): servesim writes none, and
-    its readers take numbers as floats (an edited 10**400 once stopped them with OverflowError)."""
+    """An integer's text (in JSON, or a results.csv cell) as an int, or beyond a float's range as
+    inf (as 1e400 reads): servesim writes none, and its readers take numbers as floats (an edited
+    10**400 once stopped them with OverflowError). ValueError for text that is no integer."""
     x = int(text)
     return x if -FLOAT_MAX <= x <= FLOAT_MAX else float(text)
 
