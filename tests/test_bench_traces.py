@@ -1,5 +1,5 @@
 """``bench/traces.py`` (trace reading speed) runs and checks what it claims: each shape's file read
-by ``read_trace`` and by the row-by-row reader gives the same trace."""
+by ``read_trace`` and by the row-by-row reader gives the same trace (CSV and JSONL shapes)."""
 
 import subprocess
 import sys
@@ -13,7 +13,7 @@ def test_trace_reading_bench_runs_and_both_readers_agree():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
-    assert [ln.split()[0] for ln in lines] == ["numeric", "azure23", "azure24"]
+    assert [ln.split()[0] for ln in lines] == ["numeric", "azure23", "azure24", "jsonl", "mooncake"]
     assert all(ln.endswith("same trace") and "3,000 rows" in ln for ln in lines)
 
 

@@ -446,11 +446,10 @@ def _read_csv_columns(path: str, cols: dict, unit_s: float, need_arrival: bool) 
                         ts.append(np.fromiter(map(float, map(itemgetter(ia), rows)), np.float64, n))
             except (ValueError, OverflowError):
                 return None
-    if not prompts:
+    lengths = _lengths_in_range(prompts, outputs)
+    if lengths is None:
         return None
-    p, o = np.concatenate(prompts), np.concatenate(outputs)
-    if p.min() < 1 or o.min() < 1 or p.max() > MAX_TOKENS or o.max() > MAX_TOKENS:
-        return None
+    p, o = lengths
     t = None
     if ia is not None and stamps:
         # nanoseconds after the first row, exact in int64 (as _finish takes t - t0 in Python
@@ -463,13 +462,33 @@ def _read_csv_columns(path: str, cols: dict, unit_s: float, need_arrival: bool) 
         if (np.diff(t) < 0).any():  # (as _finish tests it)
             return None
     elif ia is not None:
-        t = np.concatenate(ts) * unit_s  # (as _time_value scales each: the same product)
-        with np.errstate(invalid="ignore"):
-            if not (np.abs(t) <= MAX_TIME_S).all():  # (NaN fails the test too)
-                return None
-        if (np.diff(t - t[0]) < 0).any():  # (as _finish tests it)
+        t = _seconds_in_range(ts, unit_s)
+        if t is None:
             return None
     return _finish(path, t, ("num",) if t is not None else None, p, o, None, cols.get("arrival"))
+
+
+def _lengths_in_range(prompts: list, outputs: list):
+    """The column readers' blocks of prompt and output lengths joined, or None when there are none
+    or one is out of 1..MAX_TOKENS (for the row reader to name)."""
+    if not prompts:
+        return None
+    p, o = np.concatenate(prompts), np.concatenate(outputs)
+    if p.min() < 1 or o.min() < 1 or p.max() > MAX_TOKENS or o.max() > MAX_TOKENS:
+        return None
+    return p, o
+
+
+def _seconds_in_range(ts: list, unit_s: float):
+    """The column readers' blocks of numeric times in seconds, or None when one is out of range
+    (NaN and inf too) or they go back in time (for the row reader to name)."""
+    t = np.concatenate(ts) * unit_s  # (as _time_value scales each: the same product)
+    with np.errstate(invalid="ignore"):
+        if not (np.abs(t) <= MAX_TIME_S).all():  # (NaN and inf fail the test too)
+            return None
+    if (np.diff(t - t[0]) < 0).any():  # (as _finish tests it)
+        return None
+    return t
 
 
 def _read_csv_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -> TraceData:
@@ -599,18 +618,14 @@ def _read_jsonl_columns(path: str, cols: dict, unit_s: float, need_arrival: bool
                 if flat and (_types(flat) != {int} or min(flat) < 0 or max(flat) > MAX_HASH_ID):
                     return None
                 hashes.extend(map(tuple, h))
-    if not prompts:
+    lengths = _lengths_in_range(prompts, outputs)
+    if lengths is None:
         return None
-    p, o = np.concatenate(prompts), np.concatenate(outputs)
-    if p.min() < 1 or o.min() < 1 or p.max() > MAX_TOKENS or o.max() > MAX_TOKENS:
-        return None
+    p, o = lengths
     t = None
     if has_t:
-        t = np.concatenate(ts) * unit_s  # (as _time_value scales each: the same product)
-        with np.errstate(invalid="ignore"):
-            if not (np.abs(t) <= MAX_TIME_S).all():  # (NaN and inf fail the test too)
-                return None
-        if (np.diff(t - t[0]) < 0).any():  # (as _finish tests it)
+        t = _seconds_in_range(ts, unit_s)
+        if t is None:
             return None
     return _finish(path, t, ("num",) if t is not None else None, p, o, None, ka, hashes if has_h else None)
 
