@@ -314,10 +314,8 @@ def fit_overhead(profiles: list) -> OverheadFit | None:
         else:
             slope, icpt = np.polyfit(b, y[s], 1)
             top = float(y[s].max())  # neither the fixed part nor one sequence costs more than a whole step
-            x0 = [min(max(icpt, 1e-3 * top), top), min(max(slope, 0.0), top)]
-            # (within OverheadFit's limits: 60 s a step, 1 s a sequence)
-            hi = [min(top, 60.0), min(top, 1.0)]
-            x0 = [min(x0[0], hi[0]), min(x0[1], hi[1])]
+            hi = [min(top, 60.0), min(top, 1.0)]  # (and within OverheadFit's limits: 60 s a step, 1 s a sequence)
+            x0 = [min(max(icpt, 1e-3 * top), hi[0]), min(max(slope, 0.0), hi[1])]
             x = _lsq(lambda v: np.log(v[0] + v[1] * b) - ly, x0, [1e-9, 0.0], hi,
                      [max(top / 10, 1e-9), max(top / 1000, 1e-12)])
         tps.append(int(t))

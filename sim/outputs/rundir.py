@@ -24,19 +24,16 @@ from __future__ import annotations
 import csv
 import itertools
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from servesim.errors import InputError, shown
 from servesim.inputs.files import loads_json, read_utf8
-from servesim.inputs.schema import read_mapping
+from servesim.inputs.schema import is_finite, read_mapping
 from servesim.outputs import metrics
 from servesim.outputs.columns import INT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, STR_COLUMNS
 from servesim.outputs.writer import file_digest
-
-FLOAT_MAX = sys.float_info.max
 
 # top-level keys of every run's summary.json (what figures and report.md read)
 SUMMARY_KEYS = ("scenario", "num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
@@ -49,7 +46,7 @@ def _int_or_inf(text: str):
     inf (as 1e400 reads): servesim writes none, and its readers take numbers as floats (an edited
     10**400 once stopped them with OverflowError). ValueError for text that is no integer."""
     x = int(text)
-    return x if -FLOAT_MAX <= x <= FLOAT_MAX else float(text)
+    return x if is_finite(x) else float(text)
 
 
 def read_json_dict(path: Path, what: str) -> dict:

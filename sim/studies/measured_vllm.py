@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
+from servesim.inputs.traces import MAX_TOKENS  # (no request has more tokens)
 
 WORKLOADS = ("general", "codegen", "roleplay")
 # load stages as (first request, end, label): the runs' constant rates x durations (data README;
@@ -41,7 +42,6 @@ STAGES = {"general": ((0, 4800, "8 req/s"), (4800, 16800, "20 req/s")),
           # (inference-sim/training's public configuration: 4 req/s for 1,200 s)
           "reasoning": ((0, 4800, "4 req/s"),)}
 NUM_PROMPTS = 100  # inference-perf shared_prefix: 10 groups x 10 prompts, sent in turn
-MAX_TOKENS = 2**31 - 1  # a token count above this is no request's (and would not survive a cast to int64 intact)
 METRICS = ("ttft", "tpot", "e2e")
 
 
