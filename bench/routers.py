@@ -69,11 +69,13 @@ def main() -> None:
         out["r"][router] = {"cpu_s": t, "x_round_robin": t / rr, "steps": s["phases"]["steps"],
                             "ttft_p99_s": s["ttft_s"]["p99"]}
         print(f"(r) {router:26s} {t:6.2f} s CPU  {t / rr:4.2f}x round robin  ({s['phases']['steps']:,} steps, "
-              f"TTFT p99 {s['ttft_s']['p99']:.2f} s)", flush=True)
+              f"TTFT p99 {s['ttft_s']['p99']:.2f} s); target <= 2x: {'met' if t <= 2 * rr else 'NOT MET'}",
+              flush=True)
     for router in ("round_robin", "least_kv_usage"):
         t, s = cpu_s(scenario(router, 100_000, 20, 20.0), 1)
         out["x"][router] = {"cpu_s": t, "completed": s["completed"]}
-        print(f"(x) 100,000 replicas x 20 requests, {router}: {t:.2f} s CPU", flush=True)
+        print(f"(x) 100,000 replicas x 20 requests, {router}: {t:.2f} s CPU; target < 10 s: "
+              f"{'met' if t < 10 else 'NOT MET'}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 

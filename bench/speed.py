@@ -220,6 +220,27 @@ def python_reference_s(repeat: int = 3) -> float:
     return best
 
 
+# issue 16's targets (process wall time through the CLI, one core; peak RSS): case -> (must, goal) wall
+# seconds and the most peak RSS in MiB (None: none set). Printed with each case's figures, met or not.
+TARGETS = {"a": (2.8, 1.4, None), "c": (60.0, None, 2048.0)}
+
+
+def verdict(case: str, r: dict, reference_s: float) -> str | None:
+    """The line saying whether a case's figures meet issue 16's targets on this machine (None for
+    a case without targets, or a run of another engine or format than the targets name)."""
+    if case not in TARGETS or r.get("engine") != "fast" or r.get("format") != "csv" or r.get("outputs") != "all":
+        return None
+    must, goal, rss = TARGETS[case]
+    parts = [f"wall {r['wall_s']:.2f} s against <= {must:g} s: " + ("met" if r["wall_s"] <= must else "NOT MET")]
+    if goal is not None:
+        parts.append(f"goal <= {goal:g} s: " + ("met" if r["wall_s"] <= goal else "not met"))
+    if rss is not None:
+        parts.append(f"peak RSS {r['peak_rss_mib']:.0f} MiB against <= {rss:.0f} MiB: "
+                     + ("met" if r["peak_rss_mib"] <= rss else "NOT MET"))
+    return (f"    target ({case}), this machine (reference loop {reference_s:.3f} s; the targets are absolute, "
+            "so a slower machine can miss what a faster one meets): " + "; ".join(parts))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="a,b,c,d,scale")
@@ -287,6 +308,9 @@ def main() -> None:
               f"{r['busy_fraction'] * 100:.0f}%, mean batch {r['mean_batch_size']:.1f}"
               + (f"; fastest of {args.repeat}: " + ", ".join(f"{w:.2f}" for w in r["walls_s"]) + " s"
                  if args.repeat > 1 else ""), flush=True)
+        line = verdict(case, r, machine["python_reference_s"])
+        if line is not None:
+            print(line, flush=True)
         if path is not None:
             path.write_text(json.dumps(results, indent=2) + "\n")
     if args.write_docs:
