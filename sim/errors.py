@@ -2,6 +2,7 @@
 how a message shows what it quotes: ``shown`` (a value the input gave, cut short) and
 ``one_line`` (the whole message, on one line of bounded length)."""
 
+import os
 import reprlib
 import sys
 import types
@@ -16,6 +17,9 @@ class InputError(Exception):
 
 
 MAX_SHOWN = 80  # characters of an input value a message quotes
+# characters of a file or folder path a message quotes: paths run longer than values (deep project
+# folders, temporary folders), and a path cut short no longer leads back to the file
+MAX_PATH_SHOWN = 400
 MAX_MESSAGE = 1000  # characters of a whole error message
 
 _repr = reprlib.Repr()
@@ -34,6 +38,21 @@ def shown(value, limit: int = MAX_SHOWN) -> str:
     if len(text) > limit:
         text = text[:limit - 3] + "..."
     return text
+
+
+def shown_path(path) -> str:
+    """A file or folder path for a message, quoted (``repr``: odd characters escaped) and whole up
+    to ``MAX_PATH_SHOWN`` characters; a longer one keeps its start and its end (the file's name)."""
+    try:
+        text = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    except Exception:  # noqa: BLE001 - e.g. an int too long for str()
+        return f"<{type(path).__name__}>"
+    if isinstance(text, bytes):  # (an OSError's filename can be bytes)
+        text = text.decode("utf-8", "backslashreplace")
+    if len(text) > MAX_PATH_SHOWN:
+        half = (MAX_PATH_SHOWN - 3) // 2
+        text = text[:half] + "..." + text[-half:]
+    return repr(text)
 
 
 def clip(text, limit: int = MAX_SHOWN) -> str:

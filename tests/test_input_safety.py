@@ -376,6 +376,30 @@ def test_an_echoed_value_is_cut_short(tmp_path, capsys):
         assert rc == 2 and one_bounded_line(err) and len(err) < 1000, err[:300]
 
 
+def test_a_long_path_is_named_whole(tmp_path, capsys):
+    """A path is the user's way back to the file: one of deep folders (past the 80 characters a
+    quoted value keeps) is named whole, in every kind of message that names a file (it was cut in
+    its middle: '/tmp/pytest-of-root/pytest-1/popen-...cl0/file/l'); past MAX_PATH_SHOWN, its start
+    and its end (the file's name) are kept."""
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3) / ("and-another-one-below-it-" * 3)
+    deep.mkdir(parents=True)
+    assert len(str(deep)) > 150
+    scenario = scenario_file(tmp_path, **{"workload.num_requests": 3})
+    blocker = deep / "file"
+    blocker.write_text("x")
+    for argv, path in ((["run", deep / "missing.yaml"], deep / "missing.yaml"),  # no such file
+                       (["run", deep], deep),  # a folder where a file is needed
+                       (["run", scenario, "--out", blocker / "o", "--quiet"], blocker / "o"),  # OSError
+                       (["validate", scenario_file(deep, workload={"trace": {"path": str(deep / "t.csv")}})],
+                        deep / "t.csv")):
+        rc, err = run_cli(capsys, *argv)
+        assert rc == 2 and one_bounded_line(err), err
+        assert str(path) in err and "..." not in err, err
+    huge = "/" + "d" * 500 + "/name.yaml"
+    rc, err = run_cli(capsys, "run", huge)
+    assert rc == 2 and one_bounded_line(err) and huge[:150] in err and "d.../" not in err and "/name.yaml'" in err
+
+
 def test_duplicate_keys_in_nested_mappings_name_both_lines(tmp_path):
     p = tmp_path / "g.yaml"
     p.write_text("name: g\npeak_flops: 5e14\nmem_bytes: 80e9\npeak_flops: 6e14\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from servesim.cli.parser import build_parser
 from servesim.core.decisions import format_decisions
-from servesim.errors import InputError, one_line, shown
+from servesim.errors import InputError, one_line, shown_path
 from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute_share
 from servesim.outputs.intervals import PM, Interval, format_interval, seeds_text
 from servesim.outputs.profile import format_profile
@@ -509,7 +509,7 @@ def _interrupted_text(args) -> str:
     there and the same command picks up from them (it reuses them, runs the rest)."""
     out = getattr(args, "out", None)
     if getattr(args, "command", None) in RESUMABLE and out:
-        return (f"interrupted; the runs that finished are kept in {shown(str(out))}: the same command reuses them "
+        return (f"interrupted; the runs that finished are kept in {shown_path(out)}: the same command reuses them "
                 "and runs the rest")
     return "interrupted"
 
@@ -543,7 +543,7 @@ def main(argv=None) -> int:
     except OSError as e:
         # a file or folder we were told to read or write (--out, --trace-events, ...) that the
         # file system refuses: name it, no traceback
-        where = f" {shown(str(e.filename))}" if e.filename else ""
+        where = f" {shown_path(e.filename)}" if e.filename else ""
         print(f"servesim: error: {one_line(f'cannot use{where}: {e.strerror or e}')}", file=sys.stderr)
         return 2
 

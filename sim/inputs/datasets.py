@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.errors import InputError, shown
+from servesim.errors import InputError, shown, shown_path
 from servesim.inputs.traces import MAX_TOKENS, TraceData, jsonl_objects, read_utf8, resolve_path
 
 REPLY_ROLES = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing", "model"})
@@ -260,7 +260,7 @@ def load_dataset(ds) -> DatasetData:
     try:
         st = p.stat()
     except OSError as e:
-        raise InputError(f"workload.dataset.path: cannot read {shown(ds.path)}: {e.strerror or e}") from None
+        raise InputError(f"workload.dataset.path: cannot read {shown_path(ds.path)}: {e.strerror or e}") from None
     tok = None
     if ds.tokenizer is not None:
         tp = resolve_path(ds.tokenizer)

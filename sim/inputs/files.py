@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from servesim.errors import InputError, shown
+from servesim.errors import InputError, shown, shown_path
 
 MAX_PATH_CHARS = 4096  # Linux's PATH_MAX: longer is no file name
 MAX_JSON_DEPTH = 100  # nesting of a JSON document (Python's parser would recurse until it crashes)
@@ -38,9 +38,9 @@ def regular_file(path, what: str = "file") -> Path:
     try:
         st = p.stat()
     except OSError as e:
-        raise InputError(f"cannot read {what} {shown(str(path))}: {e.strerror or type(e).__name__}") from None
+        raise InputError(f"cannot read {what} {shown_path(path)}: {e.strerror or type(e).__name__}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"cannot read {what} {shown(str(path))}: not a regular file")
+        raise InputError(f"cannot read {what} {shown_path(path)}: not a regular file")
     return p
 
 
@@ -50,7 +50,7 @@ def read_bytes(path, what: str = "file") -> bytes:
     try:
         return p.read_bytes()
     except OSError as e:
-        raise InputError(f"cannot read {what} {shown(str(path))}: {e.strerror or type(e).__name__}") from None
+        raise InputError(f"cannot read {what} {shown_path(path)}: {e.strerror or type(e).__name__}") from None
 
 
 def not_utf8(path, data: bytes) -> InputError:

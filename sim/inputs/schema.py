@@ -28,7 +28,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from servesim.errors import InputError, clip, did_you_mean, shown
+from servesim.errors import InputError, clip, did_you_mean, shown, shown_path
 from servesim.inputs.files import decode_utf8, loads_json, resolve_path
 
 
@@ -190,21 +190,21 @@ def read_file_bytes(path: str | Path, what: str, lead: str = "", limit: int | No
     """The bytes of a regular file (not a device or pipe, which may never end), at most ``limit``
     bytes; errors name the file as given and ``what`` it is."""
     p = resolve_path(path)
-    shown_path = shown(str(path))
+    named = shown_path(path)
     try:
         st = p.stat()
     except OSError as e:
         if isinstance(e, FileNotFoundError):
-            raise InputError(f"{lead}{what} {shown_path} does not exist") from None
-        raise InputError(f"{lead}cannot read {what} {shown_path}: {e.strerror or type(e).__name__}") from None
+            raise InputError(f"{lead}{what} {named} does not exist") from None
+        raise InputError(f"{lead}cannot read {what} {named}: {e.strerror or type(e).__name__}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{lead}{what} {shown_path} is not a regular file")
+        raise InputError(f"{lead}{what} {named} is not a regular file")
     if limit is not None and st.st_size > limit:
-        raise InputError(f"{lead}{what} {shown_path} is {st.st_size} bytes; at most {limit} are read")
+        raise InputError(f"{lead}{what} {named} is {st.st_size} bytes; at most {limit} are read")
     try:
         return p.read_bytes()
     except OSError as e:
-        raise InputError(f"{lead}cannot read {what} {shown_path}: {e.strerror or type(e).__name__}") from None
+        raise InputError(f"{lead}cannot read {what} {named}: {e.strerror or type(e).__name__}") from None
 
 
 def read_mapping(path: str | Path, what: str, where: str = "", fmt: str | None = None) -> dict:

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from servesim.errors import InputError, did_you_mean, shown
+from servesim.errors import InputError, did_you_mean, shown_path
 from servesim.inputs.schema import build_file, field_, read_mapping
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -361,7 +361,7 @@ def _is(test, name: str, path: str) -> bool:
     try:
         return test(Path(str(name)))
     except (OSError, ValueError):
-        raise InputError(f"{path}: {shown(str(name))} is no catalog name and no readable path") from None
+        raise InputError(f"{path}: {shown_path(name)} is no catalog name and no readable path") from None
 
 
 def get_gpu(name: str, path: str = "hardware.gpu") -> GpuSpec:

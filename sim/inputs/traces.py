@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.errors import InputError, shown
+from servesim.errors import InputError, shown, shown_path
 from servesim.inputs.files import (not_utf8, read_bytes, read_utf8, regular_file,  # noqa: F401 (re-exported)
                                    resolve_path)
 
@@ -71,7 +71,7 @@ def _open_text(path: str):
     try:
         return regular_file(path).open(newline="", encoding="utf-8-sig")
     except OSError as e:
-        raise InputError(f"cannot read {shown(str(path))}: {e.strerror or e}") from None
+        raise InputError(f"cannot read {shown_path(path)}: {e.strerror or e}") from None
 
 
 _NAME = re.compile(r"^[\w .()\[\]/#%+-]{1,40}$")
@@ -670,7 +670,7 @@ def read_trace(path: str, fmt: str = "auto", columns: dict | None = None, time_u
     try:
         st = p.stat()
     except OSError as e:
-        raise InputError(f"cannot read trace {shown(str(path))}: {e.strerror or e}") from None
+        raise InputError(f"cannot read trace {shown_path(path)}: {e.strerror or e}") from None
     key = (str(path), str(p), st.st_mtime_ns, st.st_size, fmt, tuple(sorted((columns or {}).items())), time_unit,
            need_arrival)
     return _read_trace_cached(*key)
@@ -701,7 +701,7 @@ def read_lengths(path: str, column: str | None = None) -> np.ndarray:
     try:
         st = p.stat()
     except OSError as e:
-        raise InputError(f"cannot read lengths file {shown(str(path))}: {e.strerror or e}") from None
+        raise InputError(f"cannot read lengths file {shown_path(path)}: {e.strerror or e}") from None
     return _read_lengths_cached(str(path), str(p), st.st_mtime_ns, st.st_size, column)
 
 

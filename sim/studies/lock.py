@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from servesim.errors import InputError, shown
+from servesim.errors import InputError, shown_path
 from servesim.studies import executors
 
 LOCK_FILE = ".servesim.lock"
@@ -61,7 +61,7 @@ def folder_lock(folder: Path, what: str = "study"):
         os.close(fd)
         who = (f"pid {holder.get('pid')} on {holder.get('host')}, a {holder.get('what', 'study')} started "
                f"{holder.get('started', '?')}") if holder else "another process"
-        raise InputError(f"{shown(str(folder))}: another servesim study is writing in this folder ({who}); wait "
+        raise InputError(f"{shown_path(folder)}: another servesim study is writing in this folder ({who}); wait "
                          f"for it to finish or give another --out") from None
     previous = _read(fd)
     if previous.get("pid") and previous.get("host") == socket.gethostname() and not _alive(int(previous["pid"])):
