@@ -22,17 +22,26 @@ MAX_SHOWN = 80  # characters of an input value a message quotes
 MAX_PATH_SHOWN = 400
 MAX_MESSAGE = 1000  # characters of a whole error message
 
-_repr = reprlib.Repr()
-_repr.maxstring = _repr.maxother = MAX_SHOWN
-_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 8
-_repr.maxlevel = 3
+
+def _bounded_repr(limit: int) -> reprlib.Repr:
+    """``reprlib``'s repr with strings and other values cut at ``limit`` characters, 8 items a
+    container, 3 levels deep."""
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = limit
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = 8
+    r.maxlevel = 3
+    return r
+
+
+_repr = _bounded_repr(MAX_SHOWN)
 
 
 def shown(value, limit: int = MAX_SHOWN) -> str:
     """``repr(value)`` for a message, at most ``limit`` characters (bounded work, whatever the
     value: a 1 MB string or a deep structure is cut, not printed whole)."""
     try:
-        text = _repr.repr(value)
+        # (a longer limit than the default's needs a repr that cuts strings there, not at 80)
+        text = (_repr if limit <= MAX_SHOWN else _bounded_repr(limit)).repr(value)
     except Exception:  # noqa: BLE001 - e.g. an int too long for str()
         text = f"<{type(value).__name__}>"
     if len(text) > limit:

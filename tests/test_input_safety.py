@@ -25,7 +25,7 @@ import yaml
 from servesim import resources
 from servesim.cli.main import main
 from servesim.cost import efficiency
-from servesim.errors import MAX_MESSAGE, InputError
+from servesim.errors import MAX_MESSAGE, MAX_SHOWN, InputError, shown, shown_path
 from servesim.inputs import scenario as S
 from servesim.inputs.overrides import with_values
 from servesim.inputs.schema import check_value, read_mapping
@@ -398,6 +398,15 @@ def test_a_long_path_is_named_whole(tmp_path, capsys):
     huge = "/" + "d" * 500 + "/name.yaml"
     rc, err = run_cli(capsys, "run", huge)
     assert rc == 2 and one_bounded_line(err) and huge[:150] in err and "d.../" not in err and "/name.yaml'" in err
+
+
+def test_a_quoted_value_is_cut_at_its_limit():
+    """``shown(value, limit)`` keeps ``limit`` characters of a string, not the default's 80 (reprlib
+    cut strings at 80 first, so a message that asked for 120 got 80), and bounds any value."""
+    assert len(shown("x" * 500)) == MAX_SHOWN and len(shown("x" * 500, 120)) == 120
+    assert shown("short", 120) == "'short'" and len(shown(list(range(10**4)), 120)) <= 120
+    assert shown(10**5000, 120) == "<int>" and shown_path(10**5000) == "<int>"
+    assert shown_path(b"/a/\xff") == repr("/a/\\xff") and shown_path(Path("/a/b")) == "'/a/b'"
 
 
 def test_duplicate_keys_in_nested_mappings_name_both_lines(tmp_path):
