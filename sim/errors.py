@@ -50,18 +50,14 @@ def shown(value, limit: int = MAX_SHOWN) -> str:
 
 
 def shown_path(path) -> str:
-    """A file or folder path for a message, quoted (``repr``: odd characters escaped) and whole up
-    to ``MAX_PATH_SHOWN`` characters; a longer one keeps its start and its end (the file's name)."""
-    try:
-        text = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
-    except Exception:  # noqa: BLE001 - e.g. an int too long for str()
-        return f"<{type(path).__name__}>"
-    if isinstance(text, bytes):  # (an OSError's filename can be bytes)
-        text = text.decode("utf-8", "backslashreplace")
-    if len(text) > MAX_PATH_SHOWN:
-        half = (MAX_PATH_SHOWN - 3) // 2
-        text = text[:half] + "..." + text[-half:]
-    return repr(text)
+    """A file or folder path for a message, quoted as ``shown`` quotes a value but whole up to
+    ``MAX_PATH_SHOWN`` characters instead of 80; a longer one keeps its start and its end (the
+    file's name), as ``shown`` cuts a string."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if isinstance(path, bytes):  # (an OSError's filename can be bytes)
+        path = path.decode("utf-8", "backslashreplace")
+    return shown(path, MAX_PATH_SHOWN)
 
 
 def clip(text, limit: int = MAX_SHOWN) -> str:
