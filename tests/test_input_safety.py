@@ -11,6 +11,7 @@ findings, checked as a class (every field, every file kind), not by its one exam
 - a run too large for the machine's memory is refused before it starts.
 """
 
+import csv
 import dataclasses
 import json
 import math
@@ -234,6 +235,25 @@ def test_a_sinusoid_whose_valley_keeps_almost_no_draw_is_refused(tmp_path, capsy
     mild = {**valley, "rate_rps": 5.0, "amplitude": 0.6}
     s = scenario_file(tmp_path, **{"workload.arrival": mild, "workload.num_requests": 12})
     assert run_cli(capsys, "validate", s)[0] == 0
+
+
+def test_a_sinusoid_of_a_vanishing_period_is_refused_and_the_shortest_one_runs(tmp_path, capsys):
+    """A period of 1e-320 s made 2 pi / period_s infinite: cos(inf) raised a traceback in validate
+    and run (found by the long fuzz run). Periods are bounded below (a microsecond), and the
+    shortest allowed one, shifted by the longest phase, runs and keeps the mean rate."""
+    short = {"process": "sinusoidal", "rate_rps": 50.0, "period_s": 1e-320, "amplitude": 0.5, "phase_s": 3.0}
+    s = scenario_file(tmp_path, **{"workload.arrival": short, "workload.num_requests": 40})
+    for cmd in ("validate", "run"):
+        rc, err = run_cli(capsys, cmd, s, *(["--out", tmp_path / "o", "--quiet"] if cmd == "run" else []))
+        assert rc == 2 and "workload.arrival.period_s must be >= 1e-06" in err and one_bounded_line(err), err
+    shortest = {**short, "period_s": 1e-6, "phase_s": 1e9}
+    s = scenario_file(tmp_path, **{"workload.arrival": shortest, "workload.num_requests": 40})
+    rc, err = run_cli(capsys, "run", s, "--out", tmp_path / "o2", "--quiet")
+    assert rc == 0, err
+    with open(tmp_path / "o2" / "requests.csv", newline="") as f:
+        arrivals = [float(row["arrival_s"]) for row in csv.DictReader(f)]
+    assert len(arrivals) == 40 and all(math.isfinite(t) and t >= 0 for t in arrivals)
+    assert 40 / max(arrivals) == pytest.approx(50.0, rel=0.5)  # (40 Poisson arrivals: a loose check)
 
 
 def test_the_draws_a_sinusoid_needs_are_its_peak_rate_times_the_span():

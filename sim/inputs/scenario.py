@@ -34,6 +34,10 @@ MAX_SECONDS = 1e9  # any time, duration or period (~31 years; doubles still reso
 MAX_TRACE_S = 1e12  # a trace window's bounds (a trace's own times reach this, sim/inputs/traces.py)
 MIN_RATE_RPS, MAX_RATE_RPS = 1e-6, 1e9  # an arrival rate: one request in ~12 days .. one a nanosecond
 RATE = {"ge": MIN_RATE_RPS, "le": MAX_RATE_RPS}
+# a sinusoidal cycle: 2 pi / period_s must stay finite, with room to multiply the longest times (a
+# period of 1e-320 s made it inf, and cos(inf) a traceback); cycles of a microsecond already
+# average out within any step
+MIN_PERIOD_S = 1e-6
 MAX_REQUESTS = 10**12  # workload.num_requests (memory refuses far fewer: see sim/resources.py)
 MAX_CLIENTS = 1_000_000  # closed-loop clients (each is a process in the event loop)
 MAX_TURNS = 10_000  # turns of one session (sessions.turns draws are clipped to it)
@@ -224,7 +228,7 @@ class SinusoidalArrival:
 
     process: Literal["sinusoidal"]
     rate_rps: float = _f(**RATE, doc="mean rate")
-    period_s: float = _f(gt=0, le=MAX_SECONDS, doc="length of one cycle")
+    period_s: float = _f(ge=MIN_PERIOD_S, le=MAX_SECONDS, doc="length of one cycle")
     amplitude: float = _f(0.5, ge=0, le=1, doc="relative: the rate swings between (1 - a) and (1 + a) x rate_rps")
     phase_s: float = _f(0.0, ge=-MAX_SECONDS, le=MAX_SECONDS, doc="shift of the cycle")
 
