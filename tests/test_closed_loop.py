@@ -74,3 +74,31 @@ def test_closed_loop_byte_identical(tmp_path):
         out = simulate(closed(3, think=0.1, n=60)).write(tmp_path / name)
         files.append(((out / "requests.csv").read_bytes(), (out / "steps.csv").read_bytes()))
     assert files[0] == files[1]
+
+
+@pytest.mark.parametrize("think,kind", [(0.0, "exponential"), (0.3, "exponential"), (0.3, "fixed")])
+def test_clients_beyond_the_requests_are_not_started_and_change_nothing(monkeypatch, think, kind):
+    """With fewer requests than clients only the clients whose first think ends first are started
+    (ties: creation order); the others could only wake to find every request sent. The requests,
+    their order and times are those of starting every client (a million clients for a dozen
+    requests took 19 s and 1 GiB before)."""
+    from servesim.core import clients
+
+    started = []
+    only_some = clients._clients_that_can_send
+
+    def counted(source):
+        picked = list(only_some(source))
+        started.append(len(picked))
+        return picked
+
+    sc = closed(400, think=think, n=25, arrival_extra={"think": kind})
+    monkeypatch.setattr(clients, "_clients_that_can_send", counted)
+    few = simulate(sc)
+    monkeypatch.setattr(clients, "_clients_that_can_send", lambda source: range(source.arrival.clients))
+    every = simulate(sc)
+    assert started == [25]
+    assert few.summary["completed"] + few.summary["rejected"] == 25
+    for col in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s", "status"):
+        assert np.array_equal(few.requests[col], every.requests[col]), col
+    assert np.array_equal(few.steps["start_s"], every.steps["start_s"])

@@ -80,8 +80,25 @@ def drive_closed_loop(env, source, submit, recorder, api_delay_s=None) -> None:
             if waited:
                 yield env.timeout(delay)
 
-    for c in range(source.arrival.clients):
+    for c in _clients_that_can_send(source):
         env.process(client(c))
+
+
+def _clients_that_can_send(source):
+    """The clients worth starting, in creation order: all of them, or, with ``num_requests`` N
+    fewer than the clients, the N whose first think time ends first (ties: creation order, the
+    order their timeouts were scheduled in). Any other client's first ``source.next()`` comes
+    after those N clients' first calls, by when N requests have been sent: it would wake, be
+    told there is nothing left (which changes nothing) and stop. Starting a million such clients
+    for a dozen requests took 19 s and 1 GiB; the requests, their order and every time are the
+    same without them."""
+    n, cap = source.arrival.clients, source.num_requests
+    if cap is None or n <= cap:
+        return range(n)
+    import numpy as np
+
+    first = np.asarray(source.first_think_s)
+    return np.sort(np.argsort(first, kind="stable")[:cap]).tolist()
 
 
 def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
