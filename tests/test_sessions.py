@@ -108,6 +108,37 @@ def test_closed_loop_clients_run_sessions_back_to_back():
     assert peak <= 4
 
 
+@pytest.mark.parametrize("lead,kind", [(0.0, "exponential"), (0.7, "exponential"), (0.7, "fixed")])
+def test_closed_loop_clients_beyond_the_turns_are_not_started_and_change_nothing(monkeypatch, lead, kind):
+    """With fewer turns than clients, the sessions are handed out as the clients' calls at time 0
+    would and only the clients whose first turn can go out are started; the turns, their order
+    and times are those of starting every client (a million clients for a dozen turns took a
+    minute and 1.5 GiB before). Sessions are built when first run, from the same draws."""
+    from servesim.core import clients
+
+    started = []
+    only_some = clients._sessions_that_can_send
+
+    def counted(source):
+        picked = only_some(source)
+        started.append(len(picked))
+        return picked
+
+    sc = make_scenario(**{**SESSION, "workload.num_requests": 30, "workload.arrival": {
+        "process": "closed_loop", "clients": 500, "think_time_s": lead, "think": kind}})
+    monkeypatch.setattr(clients, "_sessions_that_can_send", counted)
+    few = simulate(sc)
+    monkeypatch.setattr(clients, "_sessions_that_can_send", lambda source: [None] * source.arrival.clients)
+    every = simulate(sc)
+    assert started == [30]
+    assert few.summary["completed"] + few.summary["rejected"] == 30
+    for col in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "prefix_hit_tokens", "finish_s",
+                "status"):
+        assert np.array_equal(few.requests[col], every.requests[col]), col
+    assert np.array_equal(few.steps["start_s"], every.steps["start_s"])
+    assert few.summary["workload"]["sessions"] == every.summary["workload"]["sessions"]
+
+
 def test_session_fields_are_checked():
     with pytest.raises(InputError, match="sessions.turns is missing"):
         make_scenario(**{**SESSION, "workload.sessions": {"think_time_s": 1.0}})

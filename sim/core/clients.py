@@ -134,18 +134,20 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
                 return
 
     if source.closed:
-        def client():
+        def client(i):
             while True:
-                i = source.next_session()
                 if i is None:
-                    return
+                    i = source.next_session()
+                    if i is None:
+                        return
                 lead = source.session(i).lead_s
                 if lead > 0:
                     yield env.timeout(lead)
                 yield from run(i, lead > 0)
+                i = None
 
-        for _ in range(source.arrival.clients):
-            env.process(client())
+        for i in _sessions_that_can_send(source):
+            env.process(client(i))
         return
 
     def launcher():
@@ -160,3 +162,34 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
             env.process(run(i, waited))
 
     env.process(launcher())
+
+
+def _sessions_that_can_send(source) -> list:
+    """The first session of each closed-loop client worth starting, in creation order. Each
+    client takes a session at time 0 (``next_session``, in creation order) and, after its lead,
+    sends its first turn; a lead of 0 sends at once, so once ``num_requests`` turns went out that
+    way the later clients get none. With ``num_requests`` N, only the clients whose first turn
+    goes out among the first N (by lead, ties in creation order) can send anything: every other
+    one would find N turns sent, stop, and change nothing. The sessions are handed out here as
+    those calls would (the same draws, in the same order); only the clients that can send are
+    started (a million clients for a dozen turns took a minute and 1.5 GiB)."""
+    n, cap = source.arrival.clients, source.num_requests
+    if cap is None or n <= cap:
+        return [None] * n  # (each takes its session when it starts)
+    taken, leads = [], []
+    at_once = 0  # turns sent at time 0 by the clients before (lead 0)
+    for _ in range(n):
+        if at_once >= cap:
+            break
+        i = source.next_session()
+        if i is None:
+            break
+        lead = source.lead_s(i)
+        taken.append(i)
+        leads.append(lead)
+        at_once += lead == 0
+    import numpy as np
+
+    keep = np.sort(np.argsort(np.asarray(leads, dtype=float), kind="stable")[:cap]).tolist()
+    return [taken[k] for k in keep]
+

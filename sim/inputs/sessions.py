@@ -28,6 +28,8 @@ loop's think time before each session.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from servesim.errors import InputError
@@ -77,7 +79,13 @@ class Sessions:
             from servesim.inputs.workload import check_horizon
 
             check_horizon(self.start_s, "sessions")
-        self._sessions: list[Session] = []
+        # drawn sessions, a chunk at a time: (first index, turns, their ends, new tokens, replies,
+        # think times, leads, special tokens); each ``Session`` is built when first asked for
+        # (a closed loop hands a million clients a session each and runs a few)
+        self._chunks: list[tuple] = []
+        self._firsts: list[int] = []  # each chunk's first session index (for bisect)
+        self._sessions: dict[int, Session] = {}
+        self._drawn = 0
         self._pos = 0  # next conversation, when taking a dataset's in order
         self.sent = 0  # turns sent (request ids are given in send order)
         self._next = 0  # the next session to hand out
@@ -128,23 +136,9 @@ class Sessions:
             special = d.special_tokens
         think = self._think(self.opts.think_time_s, self.opts.think, total)
         lead = (self._think(self.arrival.think_time_s, self.arrival.think, m) if self.closed else np.zeros(m))
-        ends = np.cumsum(turns)
-        for i in range(m):
-            b = int(ends[i])
-            a = b - int(turns[i])
-            n, o = new[a:b], out[a:b]
-            prompt = special + np.cumsum(n + o) - o  # everything before the reply
-            clipped = np.zeros(len(n), bool)
-            if self._clip is not None:
-                over = np.flatnonzero(prompt + o > self._clip)
-                if len(over):
-                    k = int(over[0]) + 1  # the first turn that does not fit is the session's last
-                    prompt, o, clipped = prompt[:k].copy(), o[:k].copy(), clipped[:k]
-                    prompt[-1] = min(prompt[-1], self._clip - 1)
-                    o[-1] = min(o[-1], self._clip - prompt[-1])
-                    clipped[-1] = True
-            self._sessions.append(Session(prompt.tolist(), o.tolist(), think[a:a + len(prompt)].tolist(),
-                                          clipped.tolist(), float(lead[i])))
+        self._firsts.append(self._drawn)
+        self._chunks.append((np.cumsum(turns), turns, new, out, think, lead, special))
+        self._drawn += m
         return True
 
     def next_session(self) -> int | None:
@@ -154,14 +148,43 @@ class Sessions:
             return None
         if self.num_requests is not None and self.sent >= self.num_requests:
             return None
-        while len(self._sessions) <= i:
+        while self._drawn <= i:
             if not self._grow():
                 return None
         self._next += 1
         return i
 
     def session(self, i: int) -> Session:
-        return self._sessions[i]
+        """Session ``i`` (drawn already: ``next_session`` handed it out)."""
+        got = self._sessions.get(i)
+        if got is None:
+            got = self._sessions[i] = self._build(i)
+        return got
+
+    def lead_s(self, i: int) -> float:
+        """Session ``i``'s lead (closed loop: its client's think time before it), without building it."""
+        c = bisect.bisect_right(self._firsts, i) - 1
+        return float(self._chunks[c][5][i - self._firsts[c]])
+
+    def _build(self, i: int) -> Session:
+        c = bisect.bisect_right(self._firsts, i) - 1
+        ends, turns, new, out, think, lead, special = self._chunks[c]
+        j = i - self._firsts[c]
+        b = int(ends[j])
+        a = b - int(turns[j])
+        n, o = new[a:b], out[a:b]
+        prompt = special + np.cumsum(n + o) - o  # everything before the reply
+        clipped = np.zeros(len(n), bool)
+        if self._clip is not None:
+            over = np.flatnonzero(prompt + o > self._clip)
+            if len(over):
+                k = int(over[0]) + 1  # the first turn that does not fit is the session's last
+                prompt, o, clipped = prompt[:k].copy(), o[:k].copy(), clipped[:k]
+                prompt[-1] = min(prompt[-1], self._clip - 1)
+                o[-1] = min(o[-1], self._clip - prompt[-1])
+                clipped[-1] = True
+        return Session(prompt.tolist(), o.tolist(), think[a:a + len(prompt)].tolist(), clipped.tolist(),
+                       float(lead[j]))
 
     def send(self, clipped: bool, first: bool) -> int | None:
         """A request id for a session's next turn (``first``: its first), or None once
