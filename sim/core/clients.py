@@ -53,9 +53,10 @@ def _end_events(env, recorder, api_delay_s) -> dict:
 
 
 def drive_closed_loop(env, source, submit, recorder, api_delay_s=None) -> None:
-    """Start one SimPy process per client. ``source`` is a ``sim.workload.ClosedLoop``;
-    ``submit(request)`` records and routes a new request; ``api_delay_s(request)``: how long after
-    the engine ends a request the client hears of it (the API server; None: at once)."""
+    """Start one SimPy process per client that can send a request (``_clients_that_can_send``).
+    ``source`` is a ``sim.workload.ClosedLoop``; ``submit(request)`` records and routes a new
+    request; ``api_delay_s(request)``: how long after the engine ends a request the client hears
+    of it (the API server; None: at once)."""
     ends = _end_events(env, recorder, api_delay_s)
 
     def client(c: int):

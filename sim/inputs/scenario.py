@@ -39,7 +39,8 @@ RATE = {"ge": MIN_RATE_RPS, "le": MAX_RATE_RPS}
 # average out within any step
 MIN_PERIOD_S = 1e-6
 MAX_REQUESTS = 10**12  # workload.num_requests (memory refuses far fewer: see sim/resources.py)
-MAX_CLIENTS = 1_000_000  # closed-loop clients (each is a process in the event loop)
+MAX_CLIENTS = 1_000_000  # closed-loop clients (each that can send is a process in the event loop;
+# with fewer requests than clients the others are not started: sim/core/clients.py)
 MAX_TURNS = 10_000  # turns of one session (sessions.turns draws are clipped to it)
 MAX_PARALLEL = 4096  # tp, pp
 MAX_SEQS = 1 << 20  # max_num_seqs
