@@ -108,8 +108,10 @@ def test_closed_loop_clients_run_sessions_back_to_back():
     assert peak <= 4
 
 
-@pytest.mark.parametrize("lead,kind", [(0.0, "exponential"), (0.7, "exponential"), (0.7, "fixed")])
-def test_closed_loop_clients_beyond_the_turns_are_not_started_and_change_nothing(monkeypatch, lead, kind):
+@pytest.mark.parametrize("lead,kind,n,duration", [(0.0, "exponential", 30, None), (0.7, "exponential", 30, None),
+                                                  (0.7, "fixed", 30, None), (8.0, "exponential", None, 4.0)])
+def test_closed_loop_clients_beyond_the_turns_are_not_started_and_change_nothing(monkeypatch, lead, kind, n,
+                                                                                 duration):
     """With fewer turns than clients, the sessions are handed out as the clients' calls at time 0
     would and only the clients whose first turn can go out are started; the turns, their order
     and times are those of starting every client (a million clients for a dozen turns took a
@@ -124,17 +126,18 @@ def test_closed_loop_clients_beyond_the_turns_are_not_started_and_change_nothing
         started.append(len(picked))
         return picked
 
-    sc = make_scenario(**{**SESSION, "workload.num_requests": 30, "workload.arrival": {
+    sc = make_scenario(**{**SESSION, "workload.num_requests": n, "workload.duration_s": duration, "workload.arrival": {
         "process": "closed_loop", "clients": 500, "think_time_s": lead, "think": kind}})
     monkeypatch.setattr(clients, "_sessions_that_can_send", counted)
     few = simulate(sc)
     monkeypatch.setattr(clients, "_sessions_that_can_send", lambda source: [None] * source.arrival.clients)
     every = simulate(sc)
-    assert started == [30]
-    assert few.summary["completed"] + few.summary["rejected"] == 30
+    assert 0 < started[0] < 500 and started[0] <= (n or 500)
+    assert few.summary["num_requests"] == every.summary["num_requests"] > 0
     for col in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "prefix_hit_tokens", "finish_s",
                 "status"):
-        assert np.array_equal(few.requests[col], every.requests[col]), col
+        a, b = few.requests[col], every.requests[col]
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), col  # (unfinished: NaN times)
     assert np.array_equal(few.steps["start_s"], every.steps["start_s"])
     assert few.summary["workload"]["sessions"] == every.summary["workload"]["sessions"]
 

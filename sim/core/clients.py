@@ -86,20 +86,26 @@ def drive_closed_loop(env, source, submit, recorder, api_delay_s=None) -> None:
 
 
 def _clients_that_can_send(source):
-    """The clients worth starting, in creation order: all of them, or, with ``num_requests`` N
-    fewer than the clients, the N whose first think time ends first (ties: creation order, the
-    order their timeouts were scheduled in). Any other client's first ``source.next()`` comes
-    after those N clients' first calls, by when N requests have been sent: it would wake, be
-    told there is nothing left (which changes nothing) and stop. Starting a million such clients
-    for a dozen requests took 19 s and 1 GiB; the requests, their order and every time are the
-    same without them."""
-    n, cap = source.arrival.clients, source.num_requests
-    if cap is None or n <= cap:
+    """The clients worth starting, in creation order: all of them, or only those whose first
+    think time ends by ``duration_s`` (the others would still be thinking when the run ends)
+    and, with ``num_requests`` N fewer than the clients, among those the N whose first think time
+    ends first (ties: creation order, the order their timeouts were scheduled in). Any other
+    client's first ``source.next()`` comes after those N clients' first calls, by when N
+    requests have been sent: it would wake, be told there is nothing left (which changes
+    nothing) and stop. Starting a million such clients for a dozen requests took 19 s and 1 GiB;
+    the requests, their order and every time are the same without them."""
+    n, cap, until = source.arrival.clients, source.num_requests, source.duration_s
+    if (cap is None or n <= cap) and until is None:
         return range(n)
     import numpy as np
 
     first = np.asarray(source.first_think_s)
-    return np.sort(np.argsort(first, kind="stable")[:cap]).tolist()
+    order = np.argsort(first, kind="stable")
+    if until is not None:
+        order = order[first[order] <= until]
+    if cap is not None:
+        order = order[:cap]
+    return np.sort(order).tolist()
 
 
 def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
@@ -169,18 +175,19 @@ def _sessions_that_can_send(source) -> list:
     """The first session of each closed-loop client worth starting, in creation order. Each
     client takes a session at time 0 (``next_session``, in creation order) and, after its lead,
     sends its first turn; a lead of 0 sends at once, so once ``num_requests`` turns went out that
-    way the later clients get none. With ``num_requests`` N, only the clients whose first turn
-    goes out among the first N (by lead, ties in creation order) can send anything: every other
-    one would find N turns sent, stop, and change nothing. The sessions are handed out here as
-    those calls would (the same draws, in the same order); only the clients that can send are
-    started (a million clients for a dozen turns took a minute and 1.5 GiB)."""
-    n, cap = source.arrival.clients, source.num_requests
-    if cap is None or n <= cap:
+    way the later clients get none. A client whose lead ends after ``duration_s`` never sends;
+    with ``num_requests`` N, only the clients whose first turn goes out among the first N (by
+    lead, ties in creation order) can send anything: every other one would find N turns sent,
+    stop, and change nothing. The sessions are handed out here as those calls would (the same
+    draws, in the same order); only the clients that can send are started (a million clients
+    for a dozen turns took a minute and 1.5 GiB)."""
+    n, cap, until = source.arrival.clients, source.num_requests, source.duration_s
+    if (cap is None or n <= cap) and until is None:
         return [None] * n  # (each takes its session when it starts)
     taken, leads = [], []
     at_once = 0  # turns sent at time 0 by the clients before (lead 0)
     for _ in range(n):
-        if at_once >= cap:
+        if cap is not None and at_once >= cap:
             break
         i = source.next_session()
         if i is None:
@@ -191,6 +198,10 @@ def _sessions_that_can_send(source) -> list:
         at_once += lead == 0
     import numpy as np
 
-    keep = np.sort(np.argsort(np.asarray(leads, dtype=float), kind="stable")[:cap]).tolist()
-    return [taken[k] for k in keep]
-
+    lead = np.asarray(leads, dtype=float)
+    order = np.argsort(lead, kind="stable")
+    if until is not None:
+        order = order[lead[order] <= until]
+    if cap is not None:
+        order = order[:cap]
+    return [taken[k] for k in np.sort(order).tolist()]
