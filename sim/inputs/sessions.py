@@ -79,9 +79,10 @@ class Sessions:
             from servesim.inputs.workload import check_horizon
 
             check_horizon(self.start_s, "sessions")
-        # drawn sessions, a chunk at a time: (first index, turns, their ends, new tokens, replies,
-        # think times, leads, special tokens); each ``Session`` is built when first asked for
-        # (a closed loop hands a million clients a session each and runs a few)
+        # drawn sessions, a chunk at a time: (ends of the sessions' turns in the chunk's arrays,
+        # turns, new tokens, replies, think times, leads, special tokens); each ``Session`` is
+        # built when first asked for (a closed loop hands a million clients a session each and
+        # runs a few)
         self._chunks: list[tuple] = []
         self._firsts: list[int] = []  # each chunk's first session index (for bisect)
         self._sessions: dict[int, Session] = {}
