@@ -7,6 +7,8 @@ at once, so a client never stalls on it); the recorder's end hooks tell the wait
 
 from __future__ import annotations
 
+import numpy as np
+
 from servesim.core.request import Request
 
 
@@ -97,12 +99,17 @@ def _clients_that_can_send(source):
     n, cap, until = source.arrival.clients, source.num_requests, source.duration_s
     if (cap is None or n <= cap) and until is None:
         return range(n)
-    import numpy as np
+    return _first_to_send(source.first_think_s, cap, until)
 
-    first = np.asarray(source.first_think_s)
-    order = np.argsort(first, kind="stable")
+
+def _first_to_send(wait_s, cap: int | None, until: float | None) -> list:
+    """Positions in ``wait_s`` (each client's wait before its first send, in creation order) of
+    the clients that can send: those whose wait ends by ``until`` (None: no end) and, of them,
+    the first ``cap`` to send (None: all), ties in creation order; in creation order."""
+    wait_s = np.asarray(wait_s, dtype=float)
+    order = np.argsort(wait_s, kind="stable")
     if until is not None:
-        order = order[first[order] <= until]
+        order = order[wait_s[order] <= until]
     if cap is not None:
         order = order[:cap]
     return np.sort(order).tolist()
@@ -196,12 +203,4 @@ def _sessions_that_can_send(source) -> list:
         taken.append(i)
         leads.append(lead)
         at_once += lead == 0
-    import numpy as np
-
-    lead = np.asarray(leads, dtype=float)
-    order = np.argsort(lead, kind="stable")
-    if until is not None:
-        order = order[lead[order] <= until]
-    if cap is not None:
-        order = order[:cap]
-    return [taken[k] for k in np.sort(order).tolist()]
+    return [taken[k] for k in _first_to_send(leads, cap, until)]

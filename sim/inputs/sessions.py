@@ -162,15 +162,18 @@ class Sessions:
             got = self._sessions[i] = self._build(i)
         return got
 
+    def _locate(self, i: int) -> tuple:
+        """(the chunk record drawn with session ``i``, ``i``'s position in it)."""
+        c = bisect.bisect_right(self._firsts, i) - 1
+        return self._chunks[c], i - self._firsts[c]
+
     def lead_s(self, i: int) -> float:
         """Session ``i``'s lead (closed loop: its client's think time before it), without building it."""
-        c = bisect.bisect_right(self._firsts, i) - 1
-        return float(self._chunks[c][5][i - self._firsts[c]])
+        chunk, j = self._locate(i)
+        return float(chunk[5][j])
 
     def _build(self, i: int) -> Session:
-        c = bisect.bisect_right(self._firsts, i) - 1
-        ends, turns, new, out, think, lead, special = self._chunks[c]
-        j = i - self._firsts[c]
+        (ends, turns, new, out, think, lead, special), j = self._locate(i)
         b = int(ends[j])
         a = b - int(turns[j])
         n, o = new[a:b], out[a:b]
