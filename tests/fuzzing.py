@@ -13,6 +13,10 @@ calibration, empirical lengths, traces, datasets) are generated and mutated the 
 ``check(case)`` runs ``validate`` then ``run`` on one input and returns an ``Outcome``:
 the exit codes, whether stderr is one bounded line, wall times, and what went wrong if anything
 (a traceback, a hang, validate and run disagreeing, a run slower than its size allows).
+
+``study_argv`` and ``check_study`` take a scenario that validates through one of the studies
+instead (``sweep``, ``capacity``, ``compare``, ``plan``, ``run --seeds``, ``report`` on a run), each
+kept small (a few probes of a few dozen requests).
 """
 
 from __future__ import annotations
@@ -579,8 +583,70 @@ def check(case: Case, root: Path) -> Outcome:
     return Outcome(v, r, problems, tv + tr, case.kind, (verr or rerr).strip()[:200])
 
 
+# ---------------------------------------------------------------- the studies
+STUDY_SLOS = ["ttft_p99=0.5,tpot_p99=0.05", "ttft_p90=2", "e2e_p50=10", "tbt_p99=0.2", "tpot_mean=30ms"]
+STUDY_GRIDS = ["workload.arrival.rate_rps=2,8", "workload.arrival.rate_rps=1,4,16", "policy.max_num_seqs=4,32",
+               "cluster.replicas=1,2", "policy.name=continuous,static", "policy.name=continuous,chunked_prefill",
+               "hardware.gpu=a100-80g,h100-sxm", "seed=0,1"]
+STUDY_S = 90.0  # a study still going after this long hangs (its runs are a few dozen requests each)
+
+
+@st.composite
+def study_argv(draw, scen: Path, out: Path) -> list[str]:
+    """One study command on the scenario file ``scen``, writing into ``out``; ``report`` reads a
+    ``run`` of it that ``check_study`` makes first."""
+    s, o = str(scen), str(out)
+    cmd = draw(st.sampled_from(["sweep", "capacity", "capacity", "compare", "plan", "report", "seeds"]))
+    if cmd == "sweep":
+        argv = ["sweep", s, "--grid", draw(st.sampled_from(STUDY_GRIDS))]
+        argv += ["--seeds", "2"] if draw(st.booleans()) else []
+    elif cmd == "capacity":
+        argv = ["capacity", s, "--slo", draw(st.sampled_from(STUDY_SLOS)), "--max-probes", "16", "--tol", "0.05",
+                "--probe-requests", draw(st.sampled_from(["20", "40", "80"])), "--seeds", draw(st.sampled_from("112"))]
+        argv += ["--attainment", "0.9"] if draw(st.booleans()) else []
+        argv += ["--per-gpu"] if draw(st.booleans()) else []
+    elif cmd == "compare":
+        pols = draw(st.lists(st.sampled_from(POLICY_NAMES), min_size=1, max_size=3, unique=True))
+        argv = ["compare", s, "--policies", ",".join(pols)]
+        argv += ["--rates", draw(st.sampled_from(["1,4", "8", "0.5,2,16"]))] if draw(st.booleans()) else []
+        argv += ["--no-report"] if draw(st.booleans()) else []
+    elif cmd == "plan":
+        argv = ["plan", s, "--rate", draw(st.sampled_from(["1", "4", "20"])), "--slo", "ttft_p99=1,tpot_p99=0.1",
+                "--max-gpus", "2", "--max-probes", "3", "--probe-requests", "20", "--requests", "30"]
+        argv += ["--gpus", "a100-80g,h100-sxm"] if draw(st.booleans()) else []
+        argv += ["--no-report"] if draw(st.booleans()) else []
+    elif cmd == "report":
+        return ["report", o, "--quiet"]
+    else:
+        argv = ["run", s, "--seeds", "3"]
+    return argv + ["--out", o, "--quiet"]
+
+
+def check_study(scenario: bytes, argv: list[str], root: Path) -> Outcome:
+    """Write the scenario under ``root``; when it validates, run ``argv`` (from ``study_argv``) on
+    it. The outcome's ``validate`` is the scenario's exit, ``run`` the study's ("-" when the
+    scenario did not validate, or ``report`` had no run to read)."""
+    root.mkdir(parents=True, exist_ok=True)
+    scen = root / "s.yaml"
+    scen.write_bytes(scenario)
+    v, _, verr, tv = run_main(["validate", str(scen)])
+    problems = [p for p in (_message_problem(v, verr, "validate"),) if p]
+    kind = argv[0] if argv[0] != "run" else "run --seeds"
+    if v != "0":
+        return Outcome(v, "-", problems, tv, kind, verr.strip()[:200])
+    if argv[0] == "report":
+        r, _, rerr, _ = run_main(["run", str(scen), "--out", argv[1], "--quiet"])
+        problems += [p for p in (_message_problem(r, rerr, "run"),) if p]
+        if r != "0":
+            return Outcome(v, "-", problems, tv, kind, rerr.strip()[:200])
+    k, _, err, t = run_main(argv, hang_s=STUDY_S)
+    problems += [p for p in (_message_problem(k, err, " ".join(argv[:1])),) if p]
+    return Outcome(v, k, problems, tv + t, kind, err.strip()[:200])
+
+
 def fresh_dir(base: Path) -> Path:
     return Path(tempfile.mkdtemp(dir=base))
 
 
-__all__ = ["Case", "Outcome", "cases", "check", "fresh_dir", "scenarios", "schema_leaves", "run_main", "LEAVES"]
+__all__ = ["Case", "Outcome", "cases", "check", "check_study", "fresh_dir", "scenarios", "schema_leaves", "study_argv",
+           "run_main", "LEAVES"]

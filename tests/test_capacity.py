@@ -399,6 +399,18 @@ def test_a_search_that_raises_leaves_the_done_seeds_in_results_csv(tmp_path, mon
     assert rows and {int(r["seed"]) for r in rows} == {calls[0]}
 
 
+def test_advice_when_probes_run_out_names_tol_only_while_the_bracket_is_wider():
+    # found by fuzzing the studies: a search out of probes with its bracket (98.61, 101.3) already
+    # within --tol 0.05 was told "Raise --max-probes or --tol"; a wider tol changes nothing there,
+    # only the check 10% above the answer (a probe) is left
+    from servesim.studies.capacity import _narrow_hint
+
+    assert _narrow_hint(98.61, 101.273, 0.05) == (" (the bracket is within --tol 0.05: the check 10% above it, "
+                                                  "108.5 req/s, did not run)")
+    assert _narrow_hint(48.95, 58.06, 0.05) == " or --tol"
+    assert _narrow_hint(5.0, None, 0.05) == "" and _narrow_hint(0.0, 3.0, 0.05) == ""
+
+
 def test_a_bracket_no_rate_can_split_ends_the_search():
     # found by fuzzing the flags: --tol 1e-300 spun forever once the bracket's two rates were
     # neighbours at the precision rates are probed at (the round probed nothing new); a search

@@ -5,8 +5,10 @@ hang), exit 2 with one bounded line on stderr, validate and run must agree, and 
 longer than its size allows.
 
 The default run tries a few dozen inputs (seconds); ``pytest -m slow`` tries 2,000 and prints the
-figures (inputs, exits by kind, problems)."""
+figures (inputs, exits by kind, problems), and puts 300 scenarios through the study commands
+(``sweep``, ``capacity``, ``compare``, ``plan``, ``run --seeds``, ``report``) with the same rules."""
 
+import shutil
 from collections import Counter
 
 import pytest
@@ -51,3 +53,31 @@ def test_fuzz_quick(tmp_path):
 def test_fuzz_long(tmp_path):
     stats, problems = _fuzz(tmp_path, 2000, derandomize=False)
     assert stats["inputs"] >= 2000 and not problems
+
+
+@pytest.mark.slow
+def test_fuzz_studies_long(tmp_path):
+    """Random scenarios of the schema strategies through a random study command each: every one
+    ends with exit 0 or 2, one bounded error line, within ``fuzzing.STUDY_S``."""
+    stats, problems = Counter(), []
+
+    @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def one(data):
+        root = fuzzing.fresh_dir(tmp_path)
+        scenario = fuzzing._dump(data.draw(fuzzing.scenarios())).encode("utf-8", "surrogatepass")
+        argv = data.draw(fuzzing.study_argv(root / "s.yaml", root / "out"))
+        out = fuzzing.check_study(scenario, argv, root)
+        shutil.rmtree(root, ignore_errors=True)  # (a sweep's runs: a few MB an input)
+        stats["inputs"] += 1
+        stats[f"validate exit {out.validate}"] += 1
+        stats[f"{out.kind} exit {out.run}"] += 1
+        if out.problems:
+            problems.append((argv, out))
+        assert not out.problems, "\n".join(out.problems) + f"\nargv {argv}\nscenario {scenario[:3000]!r}"
+
+    try:
+        one()
+    finally:
+        print("\nstudy fuzz figures: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
+    assert stats["inputs"] >= 300 and not problems

@@ -491,9 +491,20 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
                  + f": {got}{none_served}. "
                  + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
                     "queue)" + ("" if opts.keep_up else " or keep --keep-up on") if unbounded else "Raise --max-probes"
-                    + (" or --tol" if cap and above is not None else "")))
+                    + _narrow_hint(cap, above, opts.tol)))
     return CapacityResult(s, plan.slo, cap, above, done, gpus, plan.probe_requests, plan.probe_duration_s,
                           plan.arrival, mean_cap, result, none_served, error, too_short)
+
+
+def _narrow_hint(cap: float, above: float | None, tol: float) -> str:
+    """How the end of the advice to raise --max-probes goes for a search that ran out of probes:
+    a wider --tol helps only while the bracket is wider than it; once it is within, only the check
+    10% above the answer is left, and that needs a probe."""
+    if not cap or above is None:
+        return ""
+    if above / cap - 1 > tol:
+        return " or --tol"
+    return f" (the bracket is within --tol {tol:g}: the check 10% above it, {cap * 1.1:.4g} req/s, did not run)"
 
 
 def _too_short_note(s: Search, cap: float) -> str | None:
