@@ -166,8 +166,7 @@ def _time_value(raw, unit_s: float, where: str, column: str):
         try:
             v = float(raw)
         except OverflowError:  # (a JSON integer beyond a float's range)
-            raise InputError(f"{where}: {column} must be at most {MAX_TIME_S:g} s after time_unit (a unit mix-up?), "
-                             f"got {shown(raw)}") from None
+            raise _too_late(raw, where, column) from None
     else:
         text = str(raw).strip()
         try:
@@ -180,9 +179,14 @@ def _time_value(raw, unit_s: float, where: str, column: str):
     if v != v or v in (float("inf"), float("-inf")):
         raise InputError(f"{where}: {column} must be finite, got {shown(raw)}")
     if abs(v * unit_s) > MAX_TIME_S:
-        raise InputError(f"{where}: {column} must be at most {MAX_TIME_S:g} s after time_unit (a unit mix-up?), "
-                         f"got {shown(raw)}")
+        raise _too_late(raw, where, column)
     return "num", v * unit_s
+
+
+def _too_late(raw, where: str, column: str) -> InputError:
+    """A time past ``MAX_TIME_S`` (after the unit), or an integer past a float's range."""
+    return InputError(f"{where}: {column} must be at most {MAX_TIME_S:g} s after time_unit (a unit mix-up?), "
+                      f"got {shown(raw)}")
 
 
 def _length(raw, where: str, column: str) -> int:
