@@ -471,3 +471,10 @@ def test_validate_names_a_gpu_figure_likely_in_another_unit(tmp_path, capsys):
     assert "FLOP per byte" not in capsys.readouterr().out
     lo, hi = RIDGE_FLOP_PER_BYTE
     assert all(lo <= g.peak_flops / g.mem_bw_bytes_per_s <= hi for g in GPUS.values())
+
+
+def test_cost_with_a_tp_below_one_says_it_once(capsys):
+    # the flag and its value lead the message: "--tp 0 must be >= 1", not "..., got 0" again
+    assert main(["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "h100-sxm", "--tp", "0",
+                 "--prefill", "10"]) == 2
+    assert capsys.readouterr().err.strip() == "servesim: error: --tp 0 must be >= 1"

@@ -26,7 +26,7 @@ def tp_error(model: "ModelSpec", tp: int, expert_parallel: bool = False) -> str 
     KV heads than GPUs are replicated); with expert parallelism the experts must divide by it
     instead of their width."""
     if tp < 1:
-        return f"must be >= 1, got {tp}"
+        return "must be >= 1"
     if model.num_heads % tp:
         return f"must divide the model's {model.num_heads} attention heads"
     kv = model.num_kv_heads
