@@ -255,8 +255,8 @@ def test_plan_options_are_checked(tmp_path):
         _plan(tmp_path, objective="speed")
     with pytest.raises(InputError, match="--price h100: not one of the GPUs searched"):
         _plan(tmp_path, prices=(("h100", 2.0),))
-    with pytest.raises(InputError, match="--pd-ratios"):
-        _plan(tmp_path, pd_ratios=((0, 1),))
+    with pytest.raises(InputError, match="--pd-ratios: expected P:D pairs of positive integers, got 0:1$"):
+        _plan(tmp_path, pd_ratios=((0, 1),))  # (as the flag spells it, not the tuple (0, 1))
 
 
 @pytest.mark.parametrize("field, value, flag", [

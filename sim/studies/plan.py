@@ -439,7 +439,7 @@ def check_options(opts: PlanOptions) -> None:
         raise InputError(f"--policies: valid: {', '.join(POLICIES)}; got {', '.join(bad) or 'none'}")
     for r in opts.pd_ratios:
         if len(r) != 2 or any(int(x) != x or x < 1 for x in r):
-            raise InputError(f"--pd-ratios: expected P:D pairs of positive integers, got {r}")
+            raise InputError(f"--pd-ratios: expected P:D pairs of positive integers, got {':'.join(map(str, r))}")
     if opts.verify_top < 0:
         raise InputError(f"--verify-top must be >= 0, got {opts.verify_top}")
 
