@@ -257,6 +257,8 @@ def test_plan_options_are_checked(tmp_path):
         _plan(tmp_path, prices=(("h100", 2.0),))
     with pytest.raises(InputError, match="--pd-ratios: expected P:D pairs of positive integers, got 0:1$"):
         _plan(tmp_path, pd_ratios=((0, 1),))  # (as the flag spells it, not the tuple (0, 1))
+    with pytest.raises(InputError, match="--tp: expected positive integers, got 0,2$"):
+        _plan(tmp_path, tps=(0, 2))  # (as the flag spells it, not the list [0, 2])
 
 
 @pytest.mark.parametrize("field, value, flag", [

@@ -433,7 +433,7 @@ def check_options(opts: PlanOptions) -> None:
         raise InputError(f"--max-gpus must be >= 1, got {opts.max_gpus}")
     for name, vals in (("--tp", opts.tps), ("--pp", opts.pps), ("--chunks", opts.chunks)):
         if not vals or any(int(v) != v or v < 1 for v in vals):
-            raise InputError(f"{name}: expected positive integers, got {list(vals)}")
+            raise InputError(f"{name}: expected positive integers, got {','.join(map(str, vals)) or 'none'}")
     bad = [p for p in opts.policies if p not in POLICIES]
     if bad or not opts.policies:
         raise InputError(f"--policies: valid: {', '.join(POLICIES)}; got {', '.join(bad) or 'none'}")
