@@ -296,6 +296,16 @@ def test_table_options_with_a_vllm_result_are_refused(tmp_path, capsys):
     assert "--time-unit: it reads a table of requests (a .csv file)" in capsys.readouterr().err
 
 
+def test_a_scenario_given_first_says_the_order(tmp_path, capsys):
+    # the scenario first and the result second was read as a malformed JSON result ("line 1
+    # column 1: malformed JSON: Expecting value"), which did not say what was wrong
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "default.yaml"
+    assert main(["validate-run", str(scenario), str(DETAILED), "--out", str(tmp_path / "v"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "default.yaml is a YAML file, not a measurement: validate-run takes the measured requests first" in err
+    assert not (tmp_path / "v").exists()
+
+
 @pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "data" / "vllm-h100").is_dir(),
                     reason="needs ../shared/data/vllm-h100 (measured vLLM runs, not shipped)")
 def test_the_measured_vllm_h100_tables_read_as_they_are():

@@ -190,6 +190,11 @@ def gpus(sc: Scenario) -> int:
 def read_result(result_path: str, columns: dict | None = None, time_unit: str | None = None) -> BenchResult:
     """A vLLM result file (JSON), or a table of measured requests (``.csv``:
     ``servesim.inputs.request_log``, where ``columns`` and ``time_unit`` apply)."""
+    if str(result_path).lower().endswith((".yaml", ".yml")):
+        # (a scenario given first: the measurement comes first, the scenario second)
+        raise InputError(f"{result_path} is a YAML file, not a measurement: validate-run takes the measured requests "
+                         "first (a vLLM result, .json, or a table of requests, .csv), then the scenario: "
+                         "servesim validate-run RESULT SCENARIO.yaml")
     if str(result_path).lower().endswith(".csv"):
         from servesim.inputs.request_log import read_request_log
 
