@@ -578,3 +578,12 @@ def test_a_studys_caveats_carry_the_warnings_its_runs_raised(tmp_path, capsys):
                  "--seeds", "2", "--out", str(out2), "--workers", "1", "--quiet", "--no-report"]) == 0
     notes = [x for x in capsys.readouterr().out.splitlines() if "preemptions over 120 requests" in x]
     assert len(notes) == 1 and notes[0].startswith("note: continuous: ") and "the first of 2 runs" in notes[0]
+
+
+def test_report_on_a_file_or_nothing_says_what_to_give(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: x\n")
+    assert main(["report", str(scenario)]) == 2
+    assert "s.yaml' is a file, not a folder; give the --out folder of servesim run, sweep" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "nope' does not exist; give the --out folder" in capsys.readouterr().err

@@ -16,7 +16,10 @@ def drew_figures(folder: Path) -> bool:
 def cmd_report(args) -> int:
     path = Path(args.dir)
     if not path.is_dir():
-        raise InputError(f"servesim report: {args.dir!r} is not a folder")
+        what = "does not exist" if not path.exists() else "is a file, not a folder" if path.is_file() else \
+            "is not a folder"
+        raise InputError(f"servesim report: {args.dir!r} {what}; give the --out folder of servesim run, sweep, "
+                         "capacity, compare or plan")
     from servesim.outputs.plandoc import PLAN_JSON
 
     if (path / PLAN_JSON).is_file():
