@@ -183,6 +183,17 @@ def test_missing_file_and_bad_set(tmp_path, capsys):
     assert "policy.max_num_seqs must be an integer" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_set_with_a_space_for_the_equals_sign_is_named_as_such(tmp_path, capsys, command):
+    # `--set workload.num_requests 100`: argparse takes 100 as the scenario, which was reported as
+    # "scenario '100' does not exist"; the --set item is checked before any file is read
+    argv = [command, "--set", "workload.num_requests", "100", "--out", str(tmp_path / "o"), "--quiet"]
+    assert main(argv + (["--grid", "seed=1,2"] if command == "sweep" else [])) == 2
+    assert capsys.readouterr().err.strip() == (
+        "servesim: error: --set 'workload.num_requests': expected dotted.key=value, with no space around '=' "
+        "(e.g. --set workload.num_requests=VALUE)")
+
+
 def test_a_run_too_big_for_memory_is_a_clear_error(tmp_path, capsys, monkeypatch):
     import servesim.cli.main
 

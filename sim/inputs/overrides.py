@@ -16,7 +16,8 @@ from servesim.inputs.schema import load_yaml
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``a.b.c=value`` -> (["a", "b", "c"], value parsed as a YAML scalar)."""
     if "=" not in text:
-        raise InputError(f"--set {text!r}: expected dotted.key=value")
+        raise InputError(f"--set {text!r}: expected dotted.key=value, with no space around '=' (e.g. "
+                         f"--set {text.strip().split()[0] if text.strip() else 'workload.num_requests'}=VALUE)")
     key, raw = text.split("=", 1)
     parts = key.strip().split(".")
     if not all(parts):
@@ -81,6 +82,14 @@ def set_dotted(data: dict, key: str, value, flag: str = "--set") -> dict:
         node = nxt
     node[steps[-1]] = value
     return data
+
+
+def check_overrides(overrides) -> None:
+    """Each ``key=value`` text of ``overrides`` is well formed (``parse_override``): checked before
+    the scenario file is read, so that ``--set key value`` (a space for '=') is named as such, not
+    as a scenario file ``value`` that does not exist (argparse takes ``value`` as the scenario)."""
+    for text in overrides:
+        parse_override(text)
 
 
 def apply_overrides(data: dict, overrides) -> dict:

@@ -20,7 +20,7 @@ from typing import Any, Literal, Optional, Union
 import yaml
 
 from servesim.errors import InputError, did_you_mean
-from servesim.inputs.overrides import apply_overrides
+from servesim.inputs.overrides import apply_overrides, check_overrides
 from servesim.inputs.schema import build, read_mapping
 from servesim.inputs.schema import field_ as _f
 
@@ -920,6 +920,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = (), see
     if overrides is None or not all(isinstance(o, str) for o in overrides):
         raise TypeError(f"load_scenario(overrides=...): a list of 'dotted.key=value' strings, got {given!r:.80}"
                         + (" (one override: put it in a list)" if isinstance(given, str) else ""))
+    check_overrides(overrides)
     path = default_scenario_path() if path is None else Path(path)
     data = apply_overrides(read_yaml(path), overrides)
     data.pop("sweep", None)  # a sweep: {grid: ...} block is read by servesim sweep (sim/studies/sweep.py)

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 from servesim.errors import InputError
-from servesim.inputs.overrides import apply_overrides, parse_value, with_values
+from servesim.inputs.overrides import apply_overrides, check_overrides, parse_value, with_values
 from servesim.outputs.metrics import RESULT_METRICS, summary_dist
 from servesim.outputs.rundir import num_gpus  # noqa: F401 - the studies' name for it
 from servesim.outputs.stats import DIST_STATS
@@ -99,6 +99,7 @@ def load_base(path, overrides, seed) -> tuple[dict, dict]:
     mapping, left unchanged: a copy is taken)."""
     from servesim.inputs.scenario import default_scenario_path, read_yaml
 
+    check_overrides(list(overrides or []))
     data = copy.deepcopy(path) if isinstance(path, dict) else read_yaml(path or default_scenario_path())
     grid = pop_sweep_block(data)
     data = apply_overrides(data, list(overrides or []))
