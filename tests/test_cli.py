@@ -489,3 +489,12 @@ def test_cost_with_a_tp_below_one_says_it_once(capsys):
     assert main(["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "h100-sxm", "--tp", "0",
                  "--prefill", "10"]) == 2
     assert capsys.readouterr().err.strip() == "servesim: error: --tp 0 must be >= 1"
+
+
+def test_errors_found_after_loading_the_default_scenario_name_its_file(tmp_path, capsys):
+    # the schema's errors named the packaged default by its path, later ones (an unknown model, a
+    # TP the model cannot split) as "the default scenario": one name for one file
+    from servesim.inputs.scenario import default_scenario_path
+
+    assert main(["run", "--set", "model=llama-2-7b", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith(f"servesim: error: {default_scenario_path()}: model: unknown model")

@@ -239,7 +239,12 @@ def _naming(scenario_path, others=()):
     try:
         yield
     except InputError as e:
-        where = str(scenario_path) if scenario_path else "the default scenario"
+        if scenario_path:
+            where = str(scenario_path)
+        else:  # (as the schema's errors name the packaged default: its path)
+            from servesim.inputs.scenario import default_scenario_path
+
+            where = str(default_scenario_path())
         if any(str(x) in str(e) for x in (where, *others)):
             raise
         raise InputError(f"{where}: {e}") from None
