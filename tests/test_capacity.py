@@ -399,6 +399,16 @@ def test_a_search_that_raises_leaves_the_done_seeds_in_results_csv(tmp_path, mon
     assert rows and {int(r["seed"]) for r in rows} == {calls[0]}
 
 
+def test_an_attainment_given_as_a_percentage_says_it_is_a_share():
+    from servesim.errors import InputError
+    from servesim.studies.capacity import check_search_options
+
+    with pytest.raises(InputError, match=r"--attainment must be in \(0, 1\], got 90 \(a share: 0.9 for 90%\)$"):
+        check_search_options(90, 0.02, 0.9, 40)
+    with pytest.raises(InputError, match=r"--attainment must be in \(0, 1\], got 200$"):
+        check_search_options(200, 0.02, 0.9, 40)
+
+
 def test_advice_when_probes_run_out_names_tol_only_while_the_bracket_is_wider():
     # found by fuzzing the studies: a search out of probes with its bracket (98.61, 101.3) already
     # within --tol 0.05 was told "Raise --max-probes or --tol"; a wider tol changes nothing there,

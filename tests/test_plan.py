@@ -259,6 +259,8 @@ def test_plan_options_are_checked(tmp_path):
         _plan(tmp_path, pd_ratios=((0, 1),))  # (as the flag spells it, not the tuple (0, 1))
     with pytest.raises(InputError, match="--tp: expected positive integers, got 0,2$"):
         _plan(tmp_path, tps=(0, 2))  # (as the flag spells it, not the list [0, 2])
+    with pytest.raises(InputError, match=r"--policies: unknown policy 'chunked'; \(did you mean 'chunked_prefill'\?\)"):
+        _plan(tmp_path, policies=("chunked",))  # (as compare's --policies says it)
 
 
 @pytest.mark.parametrize("field, value, flag", [

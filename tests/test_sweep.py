@@ -353,3 +353,14 @@ def test_a_study_whose_every_point_is_invalid_names_the_first_as_the_study_calls
     assert main([study, scenario_file(tmp_path), *argv, "--out", str(out), "--quiet"]) == 2
     assert needle in capsys.readouterr().err
     assert not (out / "runs").exists()
+
+
+def test_a_grid_written_as_a_list_says_to_drop_the_brackets():
+    # "--grid k=[8,16]" was split at its comma into "[8" and "16]": every point then failed
+    from servesim.errors import InputError
+    from servesim.studies.points import parse_grid
+
+    with pytest.raises(InputError, match=r"give the values separated by commas, without brackets: "
+                                         r"--grid policy.max_num_seqs=8,16$"):
+        parse_grid(["policy.max_num_seqs=[8,16]"])
+    assert parse_grid(["policy.max_num_seqs=8,16"]) == {"policy.max_num_seqs": [8, 16]}

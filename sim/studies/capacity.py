@@ -393,7 +393,8 @@ def check_search_options(attainment, tol: float, keep_up: float, max_probes: int
     """The options of a capacity search (``capacity``, and ``plan``'s) that need no scenario:
     ``InputError``s naming the flag. (Comparisons written so that NaN fails them.)"""
     if attainment is not None and not 0 < attainment <= 1:
-        raise InputError(f"--attainment must be in (0, 1], got {attainment}")
+        share = f" (a share: {attainment / 100:g} for {attainment:g}%)" if 1 < attainment <= 100 else ""
+        raise InputError(f"--attainment must be in (0, 1], got {attainment}{share}")
     if not MIN_TOL <= tol < 0.1:
         raise InputError(f"--tol must be in [{MIN_TOL:g}, 0.1): below, rates (probed to 6 significant digits) cannot "
                          f"split the bracket; at 0.1 or more the 10%-above check is inside it; got {tol}")

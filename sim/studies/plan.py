@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from servesim.errors import InputError
+from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import with_values
 from servesim.outputs.metrics import KEEP_UP, PER_REQUEST, parse_slo
 from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_text
@@ -435,8 +435,10 @@ def check_options(opts: PlanOptions) -> None:
         if not vals or any(int(v) != v or v < 1 for v in vals):
             raise InputError(f"{name}: expected positive integers, got {','.join(map(str, vals)) or 'none'}")
     bad = [p for p in opts.policies if p not in POLICIES]
-    if bad or not opts.policies:
-        raise InputError(f"--policies: valid: {', '.join(POLICIES)}; got {', '.join(bad) or 'none'}")
+    if bad:
+        raise InputError(f"--policies: unknown policy {bad[0]!r};{did_you_mean(bad[0], POLICIES)}")
+    if not opts.policies:
+        raise InputError(f"--policies: give at least one of {', '.join(POLICIES)}")
     for r in opts.pd_ratios:
         if len(r) != 2 or any(int(x) != x or x < 1 for x in r):
             raise InputError(f"--pd-ratios: expected P:D pairs of positive integers, got {':'.join(map(str, r))}")

@@ -56,6 +56,9 @@ def parse_grid(texts) -> dict:
             raise InputError(f"--grid {text!r}: missing key before '='")
         if key in grid:  # (the last one silently replaced the values before it)
             raise InputError(f"--grid {key} is given twice; give its values once: --grid {key}=v1,v2,...")
+        if raw.strip().startswith("[") and raw.strip().endswith("]"):  # (split at commas: "[8" and "16]")
+            raise InputError(f"--grid {text!r}: give the values separated by commas, without brackets: "
+                             f"--grid {key}={raw.strip()[1:-1].replace(' ', '')}")
         values = []
         for item in raw.split(","):
             item = item.strip()
