@@ -1,6 +1,7 @@
 """Arrival processes: empirical rates and CVs against the requested ones, with tolerances from the
 sample size (k standard errors, k = 4 unless said), and field validation with paths."""
 
+import json
 import math
 
 import numpy as np
@@ -180,3 +181,17 @@ def test_arrival_fields_are_checked_with_their_path(arrival, message):
 def test_all_at_once_needs_num_requests():
     with pytest.raises(InputError, match="workload.num_requests is needed with arrival process all_at_once"):
         build(Workload, {"arrival": {"process": "all_at_once"}, "duration_s": 10, **FIXED}, "workload")
+
+
+def test_a_missing_field_is_named_with_what_it_means():
+    # "workload.arrival.cv is missing: expected a number" did not say what cv is; a field's short
+    # doc (the reference's) now follows
+    from servesim.errors import InputError
+    from servesim.inputs.scenario import scenario_from_dict
+    from tests.conftest import BASE
+
+    data = json.loads(json.dumps(BASE))
+    data["workload"]["arrival"] = {"process": "gamma", "rate_rps": 2.0}
+    with pytest.raises(InputError, match=r"^workload\.arrival\.cv is missing: expected a number, the gaps' "
+                                         r"coefficient of variation \(1: Poisson; below 1e-3 use fixed\)$"):
+        scenario_from_dict(data)

@@ -179,7 +179,7 @@ class GammaArrival:
 
     process: Literal["gamma"]
     rate_rps: float = _f(**RATE)
-    cv: float = _f(ge=1e-3, le=1e3, doc="1: Poisson; below 1e-3 use fixed")
+    cv: float = _f(ge=1e-3, le=1e3, doc="the gaps' coefficient of variation (1: Poisson; below 1e-3 use fixed)")
 
 
 @dataclass(frozen=True)

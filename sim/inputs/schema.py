@@ -450,7 +450,9 @@ def build(cls, data, path: str, root: str = "scenario"):
         if name in data:
             kwargs[name] = check_value(hints[name], data[name], where, f.metadata or _NO_BOUNDS)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise InputError(f"{where} is missing: expected {_type_name(hints[name])}")
+            doc = (f.metadata or _NO_BOUNDS).get("doc") or ""
+            raise InputError(f"{where} is missing: expected {_type_name(hints[name])}"
+                             + (f", {doc}" if doc and len(doc) <= 80 else ""))
     obj = cls(**kwargs)
     if hasattr(obj, "check"):
         obj.check(path or root)
