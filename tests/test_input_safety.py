@@ -624,3 +624,21 @@ def test_closed_loop_think_times_past_the_horizon_are_refused(tmp_path, capsys):
                                                         "think_time_s": 1e9}, "workload.num_requests": 100})
     rc, err = run_cli(capsys, "validate", s)
     assert rc == 2 and "workload.arrival" in err and "simulated time" in err, err
+
+
+@pytest.mark.parametrize("path, value, says", [
+    ("hardware.tensor_parallel_size", 2, "hardware.tensor_parallel_size: unknown field; (vLLM's tensor_parallel_size "
+                                         "is hardware.tp here) valid: dtype, expert_parallel, gpu"),
+    ("policy.enable_chunked_prefill", True, "(vLLM's enable_chunked_prefill is policy.name: chunked_prefill here)"),
+    ("policy.kv_cache_dtype", "fp8", "(vLLM's kv_cache_dtype is hardware.kv_dtype here)"),
+    ("policy.max_model_len", 4096, "(vLLM's max_model_len is the model's context here: max_position_embeddings"),
+    ("policy.max_num_seq", 8, "(did you mean 'max_num_seqs'?)"),  # (a typo still gets the spelling hint)
+])
+def test_a_field_under_vllms_name_is_told_where_it_lives(path, value, says):
+    from servesim.inputs.overrides import with_values
+    from servesim.inputs.scenario import scenario_from_dict
+    from tests.conftest import BASE
+
+    with pytest.raises(InputError) as e:
+        scenario_from_dict(with_values(BASE, {path: value}))
+    assert says in str(e.value)

@@ -21,7 +21,7 @@ import yaml
 
 from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import apply_overrides, check_overrides
-from servesim.inputs.schema import build, read_mapping
+from servesim.inputs.schema import FIELD_HINTS, build, read_mapping
 from servesim.inputs.schema import field_ as _f
 
 
@@ -902,6 +902,24 @@ def _plain(x):
 
 def read_yaml(path: str | Path) -> dict:
     return read_mapping(path, "scenario")
+
+
+# vLLM's engine arguments (``vllm serve --help``) by where the same setting lives in a scenario: a
+# scenario written with vLLM's name gets this in schema.build's unknown-field error
+VLLM_ARGUMENTS = {
+    "tensor_parallel_size": "hardware.tp", "pipeline_parallel_size": "hardware.pp",
+    "data_parallel_size": "cluster.replicas", "enable_expert_parallel": "hardware.expert_parallel",
+    "enable_chunked_prefill": "policy.name: chunked_prefill", "enable_prefix_caching": "policy.prefix_caching",
+    "preemption_mode": "policy.preemption", "scheduling_policy": "policy.queue.order",
+    "num_speculative_tokens": "policy.spec.num_speculative_tokens", "speculative_config": "policy.spec",
+    "kv_cache_dtype": "hardware.kv_dtype", "quantization": "hardware.dtype", "dtype": "hardware.dtype",
+    "swap_space": "memory.swap_space_gib", "num_gpu_blocks_override": "memory.num_gpu_blocks",
+    "gpu_memory_utilization": "memory.gpu_memory_utilization", "block_size": "memory.block_size",
+    "max_num_seqs": "policy.max_num_seqs", "max_num_batched_tokens": "policy.max_num_batched_tokens",
+}
+FIELD_HINTS.update({k: f"vLLM's {k} is {v} here" for k, v in VLLM_ARGUMENTS.items()})
+FIELD_HINTS["max_model_len"] = ("vLLM's max_model_len is the model's context here: max_position_embeddings of its "
+                                "config.json (model: a path to one)")
 
 
 def default_scenario_path() -> Path:

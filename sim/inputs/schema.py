@@ -370,6 +370,11 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
     raise TypeError(f"unsupported field type {tp} at {path}")  # a bug in the schema, not input
 
 
+# Names another tool gives a setting (vLLM's engine arguments), each with where the setting lives
+# here: an unknown field of that name is answered with it (``servesim.inputs.scenario`` fills it).
+FIELD_HINTS: dict[str, str] = {}
+
+
 def _check_colon_keys(data: dict, path: str) -> None:
     """A key such as ``process:poisson``: YAML reads ``key:value`` without a space after the colon
     (``{process:poisson}``, as a ``--set`` value is easily typed) as one key with no value; say so,
@@ -443,7 +448,9 @@ def build(cls, data, path: str, root: str = "scenario"):
             _check_colon_keys(data, path)
             name = clip(key, 60) if isinstance(key, str) and key.isprintable() else shown(key, 60)
             where = f"{path}.{name}" if path else name
-            raise InputError(f"{where}: unknown field;{did_you_mean(str(key)[:200], fields)}")
+            known = FIELD_HINTS.get(key) if isinstance(key, str) else None
+            hint = f" ({known}) valid: {', '.join(sorted(fields))}" if known else did_you_mean(str(key)[:200], fields)
+            raise InputError(f"{where}: unknown field;{hint}")
     kwargs = {}
     for name, f in fields.items():
         where = f"{path}.{name}" if path else name
