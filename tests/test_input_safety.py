@@ -642,3 +642,13 @@ def test_a_field_under_vllms_name_is_told_where_it_lives(path, value, says):
     with pytest.raises(InputError) as e:
         scenario_from_dict(with_values(BASE, {path: value}))
     assert says in str(e.value)
+
+
+def test_a_pools_tp_under_vllms_name_is_the_pools_own_field():
+    from servesim.inputs.overrides import with_values
+    from servesim.inputs.scenario import scenario_from_dict
+    from tests.conftest import BASE
+
+    data = with_values(BASE, {"policy.name": "pd_split", "policy.prefill": {"tensor_parallel_size": 2}})
+    with pytest.raises(InputError, match=r"\(vLLM's tensor_parallel_size is policy\.prefill\.tp here\)"):
+        scenario_from_dict(data)

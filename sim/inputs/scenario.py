@@ -917,9 +917,10 @@ VLLM_ARGUMENTS = {
     "gpu_memory_utilization": "memory.gpu_memory_utilization", "block_size": "memory.block_size",
     "max_num_seqs": "policy.max_num_seqs", "max_num_batched_tokens": "policy.max_num_batched_tokens",
 }
-FIELD_HINTS.update({k: f"vLLM's {k} is {v} here" for k, v in VLLM_ARGUMENTS.items()})
-FIELD_HINTS["max_model_len"] = ("vLLM's max_model_len is the model's context here: max_position_embeddings of its "
-                                "config.json (model: a path to one)")
+FIELD_HINTS.update({k: (v.split(":")[0], f"vLLM's {k} is {{target}}{v[len(v.split(':')[0]):]} here")
+                    for k, v in VLLM_ARGUMENTS.items()})  # (the target: the field, before a ": value")
+FIELD_HINTS["max_model_len"] = ("model", "vLLM's max_model_len is the model's context here: max_position_embeddings "
+                                "of its config.json (model: a path to one)")
 
 
 def default_scenario_path() -> Path:

@@ -370,9 +370,11 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
     raise TypeError(f"unsupported field type {tp} at {path}")  # a bug in the schema, not input
 
 
-# Names another tool gives a setting (vLLM's engine arguments), each with where the setting lives
-# here: an unknown field of that name is answered with it (``servesim.inputs.scenario`` fills it).
-FIELD_HINTS: dict[str, str] = {}
+# Names another tool gives a setting (vLLM's engine arguments): name -> (the field that sets it here,
+# the hint, with {target} for that field). An unknown field of that name is answered with the hint,
+# the target being the field of the same last name in that section when it has one (a P/D pool's
+# tp). ``servesim.inputs.scenario`` fills it.
+FIELD_HINTS: dict[str, tuple[str, str]] = {}
 
 
 def _check_colon_keys(data: dict, path: str) -> None:
@@ -449,7 +451,14 @@ def build(cls, data, path: str, root: str = "scenario"):
             name = clip(key, 60) if isinstance(key, str) and key.isprintable() else shown(key, 60)
             where = f"{path}.{name}" if path else name
             known = FIELD_HINTS.get(key) if isinstance(key, str) else None
-            hint = f" ({known}) valid: {', '.join(sorted(fields))}" if known else did_you_mean(str(key)[:200], fields)
+            if known:
+                target, text = known
+                last = target.rsplit(".", 1)[-1]
+                if last in fields:  # (the same setting is a field of this section: a P/D pool's tp)
+                    target = f"{path}.{last}" if path else last
+                hint = f" ({text.format(target=target)}) valid: {', '.join(sorted(fields))}"
+            else:
+                hint = did_you_mean(str(key)[:200], fields)
             raise InputError(f"{where}: unknown field;{hint}")
     kwargs = {}
     for name, f in fields.items():
