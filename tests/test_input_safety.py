@@ -633,6 +633,10 @@ def test_closed_loop_think_times_past_the_horizon_are_refused(tmp_path, capsys):
     ("policy.kv_cache_dtype", "fp8", "(vLLM's kv_cache_dtype is hardware.kv_dtype here)"),
     ("policy.max_model_len", 4096, "(vLLM's max_model_len is the model's context here: max_position_embeddings"),
     ("policy.max_num_seq", 8, "(did you mean 'max_num_seqs'?)"),  # (a typo still gets the spelling hint)
+    ("workload.request_rate", 4, "(vllm bench serve's request_rate is workload.arrival.rate_rps here)"),
+    # (a hint holding braces: it raised KeyError from str.format while it was written)
+    ("workload.arrival.burstiness", 0.5, "(vllm bench serve's burstiness is workload.arrival: {process: gamma, "
+                                         "cv: 1/sqrt(burstiness)} here)"),
 ])
 def test_a_field_under_vllms_name_is_told_where_it_lives(path, value, says):
     from servesim.inputs.overrides import with_values

@@ -919,6 +919,16 @@ VLLM_ARGUMENTS = {
 }
 FIELD_HINTS.update({k: (v.split(":")[0], f"vLLM's {k} is {{target}}{v[len(v.split(':')[0]):]} here")
                     for k, v in VLLM_ARGUMENTS.items()})  # (the target: the field, before a ": value")
+# ... and ``vllm bench serve``'s: what the benchmark sends
+VLLM_BENCH_ARGUMENTS = {
+    "num_prompts": "workload.num_requests", "request_rate": "workload.arrival.rate_rps",
+    "burstiness": "workload.arrival: {process: gamma, cv: 1/sqrt(burstiness)}",
+    "max_concurrency": "workload.arrival: {process: closed_loop, clients: N}",
+    "random_input_len": "workload.prompt_tokens", "random_output_len": "workload.output_tokens",
+    "dataset_path": "workload.dataset.path",
+}
+FIELD_HINTS.update({k: (v.split(":")[0], f"vllm bench serve's {k} is {{target}}{v[len(v.split(':')[0]):]} here")
+                    for k, v in VLLM_BENCH_ARGUMENTS.items()})
 FIELD_HINTS["max_model_len"] = ("model", "vLLM's max_model_len is the model's context here: max_position_embeddings "
                                 "of its config.json (model: a path to one)")
 

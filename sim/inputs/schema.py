@@ -456,7 +456,7 @@ def build(cls, data, path: str, root: str = "scenario"):
                 last = target.rsplit(".", 1)[-1]
                 if last in fields:  # (the same setting is a field of this section: a P/D pool's tp)
                     target = f"{path}.{last}" if path else last
-                hint = f" ({text.format(target=target)}) valid: {', '.join(sorted(fields))}"
+                hint = f" ({text.replace('{target}', target)}) valid: {', '.join(sorted(fields))}"
             else:
                 hint = did_you_mean(str(key)[:200], fields)
             raise InputError(f"{where}: unknown field;{hint}")
