@@ -917,8 +917,6 @@ VLLM_ARGUMENTS = {
     "gpu_memory_utilization": "memory.gpu_memory_utilization", "block_size": "memory.block_size",
     "max_num_seqs": "policy.max_num_seqs", "max_num_batched_tokens": "policy.max_num_batched_tokens",
 }
-FIELD_HINTS.update({k: (v.split(":")[0], f"vLLM's {k} is {{target}}{v[len(v.split(':')[0]):]} here")
-                    for k, v in VLLM_ARGUMENTS.items()})  # (the target: the field, before a ": value")
 # ... and ``vllm bench serve``'s: what the benchmark sends
 VLLM_BENCH_ARGUMENTS = {
     "num_prompts": "workload.num_requests", "request_rate": "workload.arrival.rate_rps",
@@ -927,8 +925,18 @@ VLLM_BENCH_ARGUMENTS = {
     "random_input_len": "workload.prompt_tokens", "random_output_len": "workload.output_tokens",
     "dataset_path": "workload.dataset.path",
 }
-FIELD_HINTS.update({k: (v.split(":")[0], f"vllm bench serve's {k} is {{target}}{v[len(v.split(':')[0]):]} here")
-                    for k, v in VLLM_BENCH_ARGUMENTS.items()})
+
+
+def _hint(tool: str, name: str, where: str) -> tuple[str, str]:
+    """``FIELD_HINTS``' entry for ``tool``'s ``name``, set here by ``where`` (a field, or a field and
+    its value, "policy.name: chunked_prefill"): the field, and the hint with {target} for it."""
+    target, colon, value = where.partition(":")
+    return target, f"{tool}'s {name} is {{target}}{colon}{value} here"
+
+
+FIELD_HINTS.update({k: _hint(tool, k, v) for tool, table in (("vLLM", VLLM_ARGUMENTS),
+                                                               ("vllm bench serve", VLLM_BENCH_ARGUMENTS))
+                    for k, v in table.items()})
 FIELD_HINTS["max_model_len"] = ("model", "vLLM's max_model_len is the model's context here: max_position_embeddings "
                                 "of its config.json (model: a path to one)")
 
