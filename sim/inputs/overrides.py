@@ -15,14 +15,22 @@ from servesim.inputs.schema import load_yaml
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``a.b.c=value`` -> (["a", "b", "c"], value parsed as a YAML scalar)."""
+    parts, raw = _split_override(text)
+    return parts, parse_value(raw)
+
+
+def _split_override(text: str) -> tuple[list[str], str]:
+    """``a.b.c=value`` -> (["a", "b", "c"], the value's text); an ``InputError`` when it is not
+    of that form."""
     if "=" not in text:
+        words = text.split()
         raise InputError(f"--set {text!r}: expected dotted.key=value, with no space around '=' (e.g. "
-                         f"--set {text.strip().split()[0] if text.strip() else 'workload.num_requests'}=VALUE)")
+                         f"--set {words[0] if words else 'workload.num_requests'}=VALUE)")
     key, raw = text.split("=", 1)
     parts = key.strip().split(".")
     if not all(parts):
         raise InputError(f"--set {text!r}: empty key segment")
-    return parts, parse_value(raw)
+    return parts, raw
 
 
 def parse_value(raw: str) -> Any:
@@ -87,9 +95,10 @@ def set_dotted(data: dict, key: str, value, flag: str = "--set") -> dict:
 def check_overrides(overrides) -> None:
     """Each ``key=value`` text of ``overrides`` is well formed (``parse_override``): checked before
     the scenario file is read, so that ``--set key value`` (a space for '=') is named as such, not
-    as a scenario file ``value`` that does not exist (argparse takes ``value`` as the scenario)."""
+    as a scenario file ``value`` that does not exist (argparse takes ``value`` as the scenario).
+    The values are parsed once, when applied."""
     for text in overrides:
-        parse_override(text)
+        _split_override(text)
 
 
 def apply_overrides(data: dict, overrides) -> dict:
