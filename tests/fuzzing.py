@@ -640,7 +640,7 @@ def check_study(scenario: bytes, argv: list[str], root: Path) -> Outcome:
         if r != "0":
             return Outcome(v, "-", problems, tv, kind, rerr.strip()[:200])
     k, _, err, t = run_main(argv, hang_s=STUDY_S)
-    problems += [p for p in (_message_problem(k, err, " ".join(argv[:1])),) if p]
+    problems += [p for p in (_message_problem(k, err, argv[0]),) if p]
     return Outcome(v, k, problems, tv + t, kind, err.strip()[:200])
 
 

@@ -18,30 +18,49 @@ from hypothesis import strategies as st
 from tests import fuzzing
 
 
-def _fuzz(tmp_path, examples: int, derandomize: bool) -> tuple[Counter, list]:
+def _fuzz(tmp_path, examples: int, derandomize: bool, one_input=None, label: str = "fuzz") -> tuple[Counter, list]:
+    """Run ``examples`` inputs, each ``one_input(data, root)`` -> (outcome, stats keys, the input as
+    shown on failure) in a fresh folder (default: a schema case through validate and run); every
+    outcome must be free of problems. Prints the figures (``label`` figures: ...) at the end."""
     stats, problems = Counter(), []
+    one_input = one_input or _schema_input
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize,
               suppress_health_check=list(HealthCheck))
     @given(st.data())
     def one(data):
         root = fuzzing.fresh_dir(tmp_path)
-        case = data.draw(fuzzing.cases(root))
-        out = fuzzing.check(case, root)
+        out, keys, shown = one_input(data, root)
         stats["inputs"] += 1
-        stats[f"kind {case.kind}"] += 1
-        stats[f"validate exit {out.validate}"] += 1
-        stats[f"run exit {out.run}"] += 1
+        for k in keys:
+            stats[k] += 1
         if out.problems:
-            problems.append((case, out))
-        assert not out.problems, "\n".join(out.problems) + f"\ninput ({case.kind}): {case.scenario[:3000]!r} " \
-                                                           f"files {list(case.files)} sets {case.sets}"
+            problems.append((shown, out))
+        assert not out.problems, "\n".join(out.problems) + f"\n{shown}"
 
     try:
         one()
     finally:
-        print("\nfuzz figures: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
+        print(f"\n{label} figures: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
     return stats, problems
+
+
+def _schema_input(data, root):
+    """A schema case (``fuzzing.cases``) through validate and run."""
+    case = data.draw(fuzzing.cases(root))
+    out = fuzzing.check(case, root)
+    return (out, [f"kind {case.kind}", f"validate exit {out.validate}", f"run exit {out.run}"],
+            f"input ({case.kind}): {case.scenario[:3000]!r} files {list(case.files)} sets {case.sets}")
+
+
+def _study_input(data, root):
+    """A schema scenario through a random study (``fuzzing.study_argv``, ``fuzzing.check_study``)."""
+    scenario = fuzzing._dump(data.draw(fuzzing.scenarios())).encode("utf-8", "surrogatepass")
+    argv = data.draw(fuzzing.study_argv(root / "s.yaml", root / "out"))
+    out = fuzzing.check_study(scenario, argv, root)
+    shutil.rmtree(root, ignore_errors=True)  # (a sweep's runs: a few MB an input)
+    return (out, [f"validate exit {out.validate}", f"{out.kind} exit {out.run}"],
+            f"argv {argv}\nscenario {scenario[:3000]!r}")
 
 
 def test_fuzz_quick(tmp_path):
@@ -59,25 +78,5 @@ def test_fuzz_long(tmp_path):
 def test_fuzz_studies_long(tmp_path):
     """Random scenarios of the schema strategies through a random study command each: every one
     ends with exit 0 or 2, one bounded error line, within ``fuzzing.STUDY_S``."""
-    stats, problems = Counter(), []
-
-    @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.data())
-    def one(data):
-        root = fuzzing.fresh_dir(tmp_path)
-        scenario = fuzzing._dump(data.draw(fuzzing.scenarios())).encode("utf-8", "surrogatepass")
-        argv = data.draw(fuzzing.study_argv(root / "s.yaml", root / "out"))
-        out = fuzzing.check_study(scenario, argv, root)
-        shutil.rmtree(root, ignore_errors=True)  # (a sweep's runs: a few MB an input)
-        stats["inputs"] += 1
-        stats[f"validate exit {out.validate}"] += 1
-        stats[f"{out.kind} exit {out.run}"] += 1
-        if out.problems:
-            problems.append((argv, out))
-        assert not out.problems, "\n".join(out.problems) + f"\nargv {argv}\nscenario {scenario[:3000]!r}"
-
-    try:
-        one()
-    finally:
-        print("\nstudy fuzz figures: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
+    stats, problems = _fuzz(tmp_path, 300, derandomize=False, one_input=_study_input, label="study fuzz")
     assert stats["inputs"] >= 300 and not problems
