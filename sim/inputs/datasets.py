@@ -233,7 +233,10 @@ def _jsonl_value(raw, key: str, where: str, required: bool):
 
 def _read_jsonl(path: str, count: _Counter, prompt_key: str, output_key: str):
     rows = []
-    for _, where, obj in jsonl_objects(path, read_utf8(path, "dataset").splitlines()):
+    # (lines end at \n, \r\n or \r as a text file's do: splitlines would also split inside a string
+    # holding U+2028, U+0085 and the like, which JSON allows unescaped)
+    text = read_utf8(path, "dataset").replace("\r\n", "\n").replace("\r", "\n")
+    for _, where, obj in jsonl_objects(path, text.split("\n")):
         rows.append((where, _jsonl_value(obj.get(prompt_key), prompt_key, where, True),
                      _jsonl_value(obj.get(output_key), output_key, where, False)))
     if not rows:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
 from servesim.inputs.schema import bounds, check_value, read_mapping
 
 _INT32 = 2**31 - 1  # sizes beyond int32 are not a real model (and overflow the arithmetic)
@@ -136,6 +136,7 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
     from servesim.inputs.specs import ModelSpec
 
     r = _Reader(cfg, where)
+    check_value(Optional[str], cfg.get("model_type"), r.key("model_type"))  # (else read Llama-style, silently)
     fam_name = family_of(cfg)
     fam = _FAMILIES.get(fam_name, {"tie": True}) if fam_name else _NO_TYPE  # unknown: PretrainedConfig's
     for k in ("hidden_act", "activation_function", "hidden_activation", "activation", "_name_or_path"):
@@ -158,7 +159,7 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
     act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function")
               or cfg.get("activation") or "silu")
     gated = fam.get("gated", act in ("silu", "swiglu", "swish"))
-    alibi = bool(cfg.get("alibi")) or cfg.get("position_embedding_type") == "alibi"
+    alibi = r.bool("alibi", False) or cfg.get("position_embedding_type") == "alibi"
     contexts = [r.int(k) for k in _ALIASES["context"] if cfg.get(k) is not None]
     for k in _ALIASES["context"]:
         if cfg.get(k) is not None and r.int(k) < 2:  # (a request is at least a prompt token and an output token)
@@ -290,9 +291,10 @@ def _moe(r: _Reader, fam: dict, fam_name: str | None, layers: int):
                              "modelled")
     if "mlp_only_layers" in cfg or "decoder_sparse_step" in cfg:  # Qwen-MoE's layout
         only = cfg.get("mlp_only_layers") or []
-        if not isinstance(only, list) or sorted(only) != list(range(len(only))):
+        if (not isinstance(only, list) or not all(type(i) is int for i in only)  # (no bool, str, null: unsortable)
+                or sorted(only) != list(range(len(only)))):
             raise InputError(f"{r.key('mlp_only_layers')}: only leading dense layers ([0, 1, ..., k-1]) are "
-                             f"modelled, got {only!r}")
+                             f"modelled, got {shown(only)}")
         if r.opt_int("decoder_sparse_step", 1) != 1:
             raise InputError(f"{r.key('decoder_sparse_step')}: only every layer being MoE (1) is modelled")
         dense_layers = len(only)

@@ -119,9 +119,12 @@ def _expanded_size(root) -> int:
     memo: dict = {}
     active: set = set()
 
+    aliased = []  # (an alias met: a count past the limit is then likely a bomb, else a long list)
+
     def size(node, depth: int) -> tuple:
         key = id(node)
         if key in memo:
+            aliased.append(True)
             n, d = memo[key]
             if depth + d > MAX_DEPTH:
                 raise YamlLimit(f"nested deeper than {MAX_DEPTH} levels once aliases are expanded", node.start_mark)
@@ -143,8 +146,9 @@ def _expanded_size(root) -> int:
             n += cn
             d = max(d, cd + 1)
             if n > MAX_NODES:
-                raise YamlLimit(f"more than {MAX_NODES} values once aliases are expanded (an alias bomb?)",
-                                node.start_mark)
+                why = ("once aliases are expanded (an alias bomb?)" if aliased else
+                       "(a scenario holds a few hundred; long lists of values belong in a trace or lengths file)")
+                raise YamlLimit(f"more than {MAX_NODES} values {why}", node.start_mark)
         active.discard(key)
         memo[key] = (n, d)
         return n, d

@@ -160,8 +160,9 @@ MAX_TOKENS = 2**31 - 1  # no prompt or output is longer (and int64 sums stay exa
 
 def _time_value(raw, unit_s: float, where: str, column: str):
     """A number (seconds after scaling) or a timestamp (integer ns). Returns (kind, value)."""
-    if isinstance(raw, bool):
-        raise InputError(f"{where}: {column} must be a number or a timestamp, got {shown(raw)}")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):  # (JSON true, null, a list, ...)
+        got = "null" if raw is None else shown(raw)
+        raise InputError(f"{where}: {column} must be a number or a timestamp, got {got}")
     if isinstance(raw, (int, float)):
         try:
             v = float(raw)
@@ -196,7 +197,7 @@ def _length(raw, where: str, column: str) -> int:
         v = float(raw) if not isinstance(raw, (int, float)) else raw
     except (TypeError, ValueError):
         raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}") from None
-    if v != v or v in (float("inf"), float("-inf")) or int(v) != v:
+    if v != v or v == float("-inf") or (v != float("inf") and int(v) != v):
         raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}")
     if v < 1:
         raise InputError(f"{where}: {column} must be a positive integer (>= 1), got {int(v)}")
@@ -231,8 +232,8 @@ def _sniff_jsonl(path: str) -> dict:
             if text.strip():
                 try:
                     obj = json.loads(text)
-                except json.JSONDecodeError:
-                    return {}
+                except (ValueError, RecursionError):  # (malformed, a number too long, nesting too deep:
+                    return {}                         # the row reader names the line)
                 return obj if isinstance(obj, dict) else {}
     return {}
 
@@ -522,11 +523,12 @@ def _read_csv_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -> 
                 kinds.append(kind)
                 ts.append(v)
             p, o = row[ip], row[io]
-            if p.isdigit() and p.isascii() and 0 < (n := int(p)) <= MAX_TOKENS:
+            # (at most 10 digits: int() refuses a string of more than 4,300)
+            if len(p) <= 10 and p.isdigit() and p.isascii() and 0 < (n := int(p)) <= MAX_TOKENS:
                 prompts.append(n)
             else:
                 prompts.append(_length(p.strip(), f"{path} line {line}", cols["prompt"]))
-            if o.isdigit() and o.isascii() and 0 < (n := int(o)) <= MAX_TOKENS:
+            if len(o) <= 10 and o.isdigit() and o.isascii() and 0 < (n := int(o)) <= MAX_TOKENS:
                 outputs.append(n)
             else:
                 outputs.append(_length(o.strip(), f"{path} line {line}", cols["output"]))

@@ -14,17 +14,20 @@ says so. Failed requests (an error, or no output) are left out of the comparison
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from servesim.errors import InputError, shown
 from servesim.inputs.files import loads_json, read_utf8
-from servesim.inputs.scenario import MAX_RATE_RPS, MAX_TOKENS, MIN_RATE_RPS
+from servesim.inputs.scenario import MAX_CLIENTS, MAX_RATE_RPS, MAX_TOKENS, MIN_RATE_RPS, GammaArrival
 from servesim.inputs.schema import is_finite
 from servesim.inputs.traces import MAX_TIME_S
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts")
+# burstiness is replayed as gamma gaps of CV 1/sqrt(burstiness): the range workload.arrival.cv takes
+CV_MIN, CV_MAX = (next(f.metadata for f in fields(GammaArrival) if f.name == "cv")[k] for k in ("ge", "le"))
+MIN_BURSTINESS, MAX_BURSTINESS = 1 / CV_MAX**2, 1 / CV_MIN**2
 
 
 @dataclass(frozen=True)
@@ -116,21 +119,35 @@ def read_vllm_result(path: str) -> BenchResult:
         raise InputError(f"{path}: neither latencies nor itls: no end-to-end latency to compare")
     errors = obj.get("errors")
     ok = (outs > 0) & (ttft > 0)
-    if isinstance(errors, list) and len(errors) == n:
-        ok &= np.array([not e for e in errors])
+    if errors is not None:  # (a list the benchmark writes beside input_lens; anything else would hide failures)
+        if not isinstance(errors, list) or len(errors) != n:
+            got = f"{len(errors)} entries" if isinstance(errors, list) else type(errors).__name__
+            raise InputError(f"{path}: errors must be a list with one entry per request ({n}, empty for a "
+                             f"success), got {got}")
+        ok &= np.array([not e for e in errors], dtype=bool)
+    short = np.flatnonzero(ok & (e2e < ttft))
+    if len(short):
+        i = short[0]  # (only given latencies can be: TTFT plus the gaps is never shorter)
+        raise InputError(f"{path}: latencies[{i}] ({e2e[i]:g} s) is shorter than ttfts[{i}] ({ttft[i]:g} s): E2E "
+                         "ends with the last token, after the first")
     sent = None
-    if isinstance(obj.get("start_times"), list):
+    if obj.get("start_times") is not None:
         st = _numbers(obj["start_times"], "start_times", path, n, MAX_TIME_S)
         sent = st - st[ok].min() if ok.any() else st - st.min()
     mc = obj.get("max_concurrency")
-    if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
-        raise InputError(f"{path}: max_concurrency must be a positive integer or null, got {shown(mc)}")
+    if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or not 1 <= mc <= MAX_CLIENTS):
+        raise InputError(f"{path}: max_concurrency must be an integer in [1, {MAX_CLIENTS}] or null (replayed as "
+                         f"that many clients), got {shown(mc)}")
     burst = obj.get("burstiness", 1.0)
     if burst in ("inf", "Infinity"):
         burst = math.inf
     if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not burst > 0 or not (
             burst == math.inf or is_finite(burst)):
         raise InputError(f"{path}: burstiness must be a positive number, got {shown(burst)}")
+    if not math.isinf(burst) and not MIN_BURSTINESS <= burst <= MAX_BURSTINESS:
+        raise InputError(f"{path}: burstiness must be in [{MIN_BURSTINESS:g}, {MAX_BURSTINESS:g}] or \"inf\" "
+                         f"(replayed as gamma gaps of CV 1/sqrt(burstiness), which the scenario takes in "
+                         f"[{CV_MIN:g}, {CV_MAX:g}]), got {shown(burst)}")
     dur = obj.get("duration")
     thr = {k: float(obj[k]) for k in ("request_throughput", "output_throughput", "total_token_throughput")
            if isinstance(obj.get(k), (int, float)) and not isinstance(obj.get(k), bool) and is_finite(obj[k])}
