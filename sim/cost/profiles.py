@@ -81,6 +81,17 @@ def _measured(path: Path, y, none: str, not_positive: str):
     return ok
 
 
+# A measured time above this is no kernel's or step's time (a unit slip, a corrupt cell): priced, it
+# would push a run's clock past where seconds still resolve a step
+MAX_TIME_MS = 1e6
+
+
+def _is_time(name: str) -> bool:
+    """Whether a profile column holds times in ms (Vidur's ``time_stats.*``, ``*_median`` / ``*_mean``,
+    ``*_ms``), not sizes."""
+    return name.startswith("time_stats.") or name.endswith(("_median", "_mean", "_ms"))
+
+
 def _column(path, header, rows, name, conv, required=True):
     import numpy as np
 
@@ -102,6 +113,9 @@ def _column(path, header, rows, name, conv, required=True):
         if conv is float and not math.isfinite(x):
             raise InputError(f"{path}: line {line}: column {name!r}: {v!r} is not a finite number "
                              "(leave the cell empty when not measured)")
+        if conv is float and x > MAX_TIME_MS and _is_time(name):
+            raise InputError(f"{path}: line {line}: column {name!r}: {v!r} ms is more than {MAX_TIME_MS:.0e} ms "
+                             "(1,000 s): not one kernel's or one step's time")
         if conv is int and not -(2**31) < x < 2**31:
             raise InputError(f"{path}: line {line}: column {name!r}: {v!r} is out of range")
         out.append(x)
@@ -150,6 +164,9 @@ def read_compute_profile(path: Path, model: str | None = None) -> ComputeProfile
     ops = {}
     for op in (*GEMM_OPS, *MEM_OPS):
         col = _column(path, header, rows, f"time_stats.{op}.median", float, required=op in GEMM_OPS)
+        if col is not None and op in GEMM_OPS:  # (required: a linear layer priced by nothing is no profile)
+            _measured(path, col, f"column 'time_stats.{op}.median' has no measured value",
+                      f"column 'time_stats.{op}.median' has non-positive times")
         if col is not None:
             if (col[~np.isnan(col)] <= 0).any():
                 raise InputError(f"{path}: column 'time_stats.{op}.median' has non-positive times")

@@ -32,6 +32,8 @@ def _err_rows(family, pred, meas, groups, xs):
     import numpy as np
 
     e = np.abs(pred / meas - 1.0)
+    if not len(e):  # (nothing measured in this family: no row rather than an argmax of nothing)
+        return []
     rows = []
     ids: dict = {}
     gid = np.array([ids.setdefault(g, len(ids)) for g in groups])
