@@ -170,7 +170,9 @@ def cmd_calibrate(args) -> int:
     from servesim.cost.fitting import COMM_FIT_FAMILIES
     from servesim.cost.fitting import fit_profiles, fits_fp8
     from servesim.cost.validation import format_table, validate
+    from servesim.cli.main import _writable_file
 
+    _writable_file(args.out, "--out")  # (a folder, device or pipe there: refused before the fit)
     gpu, prof = _profiles(args)
     eff = fit_profiles(prof, gpu)
     carried = efficiencies_for(gpu, "auto")
@@ -231,8 +233,11 @@ def cmd_validate_cost(args) -> int:
 
     from servesim.outputs.progress import Phases
 
+    from servesim.cli.main import _writable_dir
+
     if args.measured and args.held_out_models:
         raise InputError("--measured and --held-out-models are two different checks: give one")
+    out = _writable_dir(args.out, "--out")  # (before the work, not after)
     bar = Phases(not args.quiet, "validate-cost", 2)  # progress on stderr, closed before the table
     try:
         gpu, prof = _profiles(args)
@@ -254,8 +259,6 @@ def cmd_validate_cost(args) -> int:
         bar.close()
     print(f"{gpu.name}: predicted vs measured, num_tokens <= {args.max_tokens}; {what}\n")
     print(format_table(_summary_rows(v["rows"], args.detail)))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     mode = "measured" if args.measured else "held-out-models" if args.held_out_models else "calibration"
     stem = f"validate-cost-{gpu.name}" + ("" if mode == "calibration" else f"-{mode}")
     (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu.name, "mode": mode, "calibration": args.calibration,

@@ -252,6 +252,8 @@ def _naming(scenario_path, others=()):
 
 def _writable_dir(path: str, flag: str) -> Path:
     p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{flag} {path}: exists and is not a folder; give a folder to write into")
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -261,10 +263,17 @@ def _writable_dir(path: str, flag: str) -> Path:
     return p
 
 
-def _writable_file(path: str, flag: str) -> None:
+def _writable_file(path: str, flag: str, taken: dict | None = None) -> None:
     """Fail now, not after a long run, if ``path`` cannot be written (its folder is created; a
-    file created by the check is removed again)."""
+    file created by the check is removed again): a folder, device or pipe there is refused (it would
+    be replaced, or never written), and so is a file another output of the run writes (``taken``:
+    resolved path -> what writes it)."""
     p = Path(path)
+    if p.exists() and not p.is_file():
+        raise InputError(f"{flag} {path}: exists and is not a regular file (a folder, device or pipe); give a "
+                         "file path")
+    if taken and (other := taken.get(p.resolve())):
+        raise InputError(f"{flag} {path}: {other} writes that file; give another path")
     _writable_dir(str(p.parent), flag)
     existed = p.exists()
     try:
@@ -276,6 +285,15 @@ def _writable_file(path: str, flag: str) -> None:
         p.unlink()
 
 
+@contextlib.contextmanager
+def _writing(path: str, flag: str):
+    """An OSError while writing ``path`` (a full disk: no file name in it) as an InputError naming the flag."""
+    try:
+        yield
+    except OSError as e:
+        raise InputError(f"{flag} {path}: cannot write the file: {e.strerror or e}") from None
+
+
 def cmd_run(args) -> int:
     from servesim.inputs.scenario import load_scenario
     from servesim.outputs.writer import check_format, file_names, parse_outputs
@@ -285,11 +303,16 @@ def cmd_run(args) -> int:
     check_format(args.format)
     scenario = load_scenario(args.scenario, args.set or [], args.seed)
     out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
+    from servesim.outputs.writer import RUN_ENTRIES
+
+    # (the run folder's files, then each trace, must not land on one another)
+    taken = {(out_dir / name).resolve(): f"--out {args.out}" for name in RUN_ENTRIES}
     if args.trace_events:
-        _writable_file(args.trace_events, "--trace-events")
+        _writable_file(args.trace_events, "--trace-events", taken)
+        taken[Path(args.trace_events).resolve()] = "--trace-events"
     tracing = getattr(args, "decision_trace", None)
     if tracing:
-        _writable_file(tracing, "--decision-trace")
+        _writable_file(tracing, "--decision-trace", taken)
     from servesim.studies.replicates import check_seed_count
 
     check_seed_count(args.seeds)
@@ -313,11 +336,13 @@ def cmd_run(args) -> int:
     if tracing:
         from servesim.outputs.decision_trace import write_decision_csv
 
-        print(f"wrote {write_decision_csv(results.decisions, tracing)} (why each request waited)")
+        with _writing(tracing, "--decision-trace"):
+            print(f"wrote {write_decision_csv(results.decisions, tracing)} (why each request waited)")
     if args.trace_events:
         from servesim.outputs.trace_export import write_trace
 
-        print(f"wrote {write_trace(results, args.trace_events)} (Chrome/Perfetto trace: ui.perfetto.dev)")
+        with _writing(args.trace_events, "--trace-events"):
+            print(f"wrote {write_trace(results, args.trace_events)} (Chrome/Perfetto trace: ui.perfetto.dev)")
     return 0
 
 
