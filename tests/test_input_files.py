@@ -1,0 +1,263 @@
+"""Input files that once crashed, were replaced, or were read wrong: each case from a fuzzer of
+servesim's input files (traces, datasets, Hugging Face configs, kernel profiles, vLLM benchmark
+results, output paths; about 600 cases, 2026-12-06), checked as its class. Every one must end
+with one ``servesim: error:`` line naming the file (and line, field or flag) and exit 2: no
+traceback, and no run on a value the file never meant."""
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servesim.cli.main import main
+from servesim.cost.profiles import MAX_TIME_MS, read_compute_profile
+from servesim.errors import InputError
+from servesim.inputs.hf_config import model_from_hf_config
+from servesim.inputs.overrides import with_values
+from servesim.inputs.vllm_result import MAX_BURSTINESS, read_vllm_result
+from tests.conftest import BASE
+
+H200_MLP = Path(__file__).parent / "data" / "h200" / "compute" / "h200" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
+
+
+def run_cli(capsys, *argv) -> tuple[int, str]:
+    rc = main([str(a) for a in argv])
+    return rc, capsys.readouterr().err
+
+
+def one_error(err: str) -> str:
+    lines = err.strip("\n").split("\n")
+    assert len(lines) == 1 and lines[0].startswith("servesim: error: "), err
+    return lines[0]
+
+
+def traced(tmp_path, name: str, text: str) -> Path:
+    (tmp_path / name).write_text(text)
+    p = tmp_path / "s.yaml"
+    data = with_values(BASE, {})
+    data["workload"] = {"trace": {"path": str(tmp_path / name)}}
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+# ---------------------------------------------------------------- traces
+@pytest.mark.parametrize("column", ["prompt_tokens", "output_tokens"])
+@pytest.mark.parametrize("digits", [11, 4301, 10_000])
+def test_a_length_of_too_many_digits_is_refused_naming_the_line(tmp_path, capsys, column, digits):
+    """int() refuses strings of more than 4,300 digits (a ValueError, once a traceback); past 10
+    digits the CSV reader's fast path now leaves a cell to the checks that name the line."""
+    row = {"arrival_s": "0", "prompt_tokens": "100", "output_tokens": "10"}
+    row[column] = "7" * digits
+    p = traced(tmp_path, "t.csv", "arrival_s,prompt_tokens,output_tokens\n" + ",".join(row.values()) + "\n")
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2
+    assert f"t.csv line 2: {column} must be at most 2147483647 tokens" in one_error(err)
+
+
+@pytest.mark.parametrize("first", ["9" * 4301, "[" * 100_000 + "]" * 100_000, '{"a": ' + "1" * 5000 + "}"])
+def test_an_unreadable_first_jsonl_line_is_named_when_the_format_is_sniffed(tmp_path, capsys, first):
+    """The format sniffer read the first line and let a too-long number or too-deep nesting
+    escape (ValueError, RecursionError); the row reader now names it, as with format: jsonl."""
+    p = traced(tmp_path, "t.jsonl", first + "\n")
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2
+    assert "t.jsonl line 1: cannot read the JSON" in one_error(err)
+
+
+@pytest.mark.parametrize("value, says", [("null", "got null"), ("[1]", "got [1]"), ("true", "got True")])
+def test_a_jsonl_arrival_that_is_no_number_shows_what_the_file_holds(tmp_path, capsys, value, says):
+    """A JSON null was shown as the text 'None' (str() of it, quoted)."""
+    p = traced(tmp_path, "t.jsonl", f'{{"arrival_s": {value}, "prompt_tokens": 10, "output_tokens": 5}}\n')
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2
+    assert f"arrival_s must be a number or a timestamp, {says}" in one_error(err)
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085", "\x1c"])
+def test_dataset_text_holding_a_unicode_line_separator_is_read(tmp_path, capsys, sep):
+    """str.splitlines() also splits at U+2028, U+0085 and the like, which JSON strings may hold
+    unescaped: a valid dataset was refused as malformed JSON, its later lines misnumbered."""
+    rows = [json.dumps({"prompt": f"one{sep}two three", "output": 2}, ensure_ascii=False) for _ in range(3)]
+    (tmp_path / "d.jsonl").write_text("\r\n".join(rows) + "\n", encoding="utf-8")
+    data = with_values(BASE, {})
+    data["workload"] = {"num_requests": 3, "arrival": {"process": "poisson", "rate_rps": 2.0},
+                        "dataset": {"path": str(tmp_path / "d.jsonl")}}
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 0, err
+    (tmp_path / "d.jsonl").write_text("\n".join(rows[:2] + ['{"prompt": "x", "output": }']) + "\n", encoding="utf-8")
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2 and "d.jsonl line 3 column" in one_error(err)  # (the line numbers stay a text editor's)
+
+
+# ---------------------------------------------------------------- Hugging Face config.json
+QWEN_MOE = {"model_type": "qwen2_moe", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256, "num_experts": 8,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 1024}
+
+
+@pytest.mark.parametrize("only", [[0, "a"], [0, None], [0, True], ["0"], [[0]], 3])
+def test_mlp_only_layers_of_other_types_are_refused_naming_the_field(only):
+    """sorted() of mixed types raised TypeError; True sorted as 1 and passed."""
+    with pytest.raises(InputError, match=r"m.json: field 'mlp_only_layers': only leading dense layers"):
+        model_from_hf_config({**QWEN_MOE, "mlp_only_layers": only}, "m.json", "m")
+
+
+def test_leading_dense_layers_still_read():
+    spec = model_from_hf_config({**QWEN_MOE, "mlp_only_layers": [1, 0]}, "m.json", "m")
+    assert spec.num_experts == 8
+
+
+@pytest.mark.parametrize("key, value, says", [("model_type", 5, "field 'model_type' must be a string"),
+                                              ("model_type", ["llama"], "field 'model_type' must be a string"),
+                                              ("alibi", "false", "field 'alibi' must be true or false")])
+def test_config_keys_of_the_wrong_type_are_refused_not_guessed(key, value, says):
+    """A model_type that is no string was ignored (the file read Llama-style) and the string
+    "false" for alibi counted as true (rotary switched off): both silently."""
+    cfg = {"model_type": "falcon", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+           "vocab_size": 65024, key: value}
+    with pytest.raises(InputError, match=f"m.json: {says}"):
+        model_from_hf_config(cfg, "m.json", "m")
+
+
+# ---------------------------------------------------------------- kernel profiles
+def _profile(tmp_path, edit) -> Path:
+    """A copy of servesim's own H200 mlp.csv with ``edit(header, rows)`` applied; its root folder."""
+    with H200_MLP.open() as fh:
+        rows = list(csv.reader(fh))
+    edit(rows[0], rows[1:])
+    folder = tmp_path / "prof" / "compute" / "h200" / "meta-llama" / "Llama-2-7b-hf"
+    folder.mkdir(parents=True)
+    with (folder / "mlp.csv").open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    return tmp_path / "prof"
+
+
+def test_a_linear_layer_column_with_no_value_is_refused(tmp_path, capsys):
+    """An empty required GEMM column was an argmax of nothing in calibrate (a traceback) and the
+    roofline in its place, silently, in a run."""
+    def blank(header, rows):
+        i = header.index("time_stats.mlp_up_proj.median")
+        for r in rows:
+            r[i] = ""
+    root = _profile(tmp_path, blank)
+    with pytest.raises(InputError, match=r"column 'time_stats.mlp_up_proj.median' has no measured value"):
+        read_compute_profile(next(root.rglob("mlp.csv")))
+    rc, err = run_cli(capsys, "calibrate", "--profiles", root, "--gpu", "h200", "--out", tmp_path / "c.yaml")
+    assert rc == 2 and "has no measured value" in one_error(err)
+    assert not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.parametrize("value", ["1e300", "2e6"])
+def test_a_time_past_any_kernels_is_refused_naming_the_line(tmp_path, value):
+    """A cell of 1e300 ms ran: finish times of 1e299 s and numpy overflow warnings."""
+    def huge(header, rows):
+        rows[3][header.index("time_stats.attn_pre_proj.median")] = value
+    root = _profile(tmp_path, huge)
+    with pytest.raises(InputError, match=rf"mlp.csv: line 5: column 'time_stats.attn_pre_proj.median': "
+                                         rf"'{value}' ms is more than"):
+        read_compute_profile(next(root.rglob("mlp.csv")))
+    assert float(value) > MAX_TIME_MS
+
+
+# ---------------------------------------------------------------- vLLM benchmark results
+def _result(tmp_path, **over) -> Path:
+    obj = {"request_rate": 4, "input_lens": [100, 200, 300], "output_lens": [10, 20, 30],
+           "ttfts": [0.05, 0.06, 0.07], "latencies": [1.0, 1.1, 1.2], **over}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(obj))
+    return p
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"latencies": [1.0, 0.01, 1.2]}, r"r.json: latencies\[1\] \(0.01 s\) is shorter than ttfts\[1\] \(0.06 s\)"),
+    ({"errors": ["", ""]}, r"r.json: errors must be a list with one entry per request \(3, .*got 2 entries"),
+    ({"errors": "none"}, r"r.json: errors must be a list .*got str"),
+    ({"start_times": 5}, r"r.json: start_times must be a list with one value per request, got int"),
+    ({"burstiness": 1e-12}, r"r.json: burstiness must be in \[1e-06, 1e\+06\] or \"inf\""),
+    ({"request_rate": "inf", "max_concurrency": 10**12}, r"r.json: max_concurrency must be an integer in \[1, "),
+])
+def test_benchmark_results_that_would_replay_wrong_are_refused_naming_the_key(tmp_path, over, says):
+    """Each was taken before: a negative TPOT in the report, failures replayed as successes,
+    send times dropped for the rate, or a range error blamed on the scenario's field."""
+    with pytest.raises(InputError, match=says):
+        read_vllm_result(str(_result(tmp_path, **over)))
+
+
+def test_a_failed_request_may_hold_any_latency(tmp_path):
+    res = read_vllm_result(str(_result(tmp_path, latencies=[1.0, 0.0, 1.2], errors=["", "timeout", ""])))
+    assert res.ok.tolist() == [True, False, True]
+    assert read_vllm_result(str(_result(tmp_path, burstiness=MAX_BURSTINESS))).burstiness == MAX_BURSTINESS
+
+
+# ---------------------------------------------------------------- output paths
+RUN = {"workload.num_requests": 5}
+
+
+def _scenario(tmp_path) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(with_values(BASE, RUN)))
+    return p
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--trace-events", "{out}/requests.csv"], "--trace-events {out}/requests.csv: --out {out} writes that file"),
+    (["--decision-trace", "{out}/summary.json"], "--decision-trace {out}/summary.json: --out {out} writes that file"),
+    (["--trace-events", "{tmp}/x.json", "--decision-trace", "{tmp}/x.json"],
+     "--decision-trace {tmp}/x.json: --trace-events writes that file"),
+])
+def test_a_trace_flag_cannot_overwrite_another_output(tmp_path, capsys, flags, says):
+    """--trace-events out/requests.csv replaced the run's requests (report then called the folder
+    damaged); two trace flags on one file kept only the last."""
+    out = tmp_path / "out"
+    fill = {"out": out, "tmp": tmp_path}
+    rc, err = run_cli(capsys, "run", _scenario(tmp_path), "--out", out, "--quiet",
+                      *[f.format(**fill) for f in flags])
+    assert rc == 2 and says.format(**fill) in one_error(err)
+    assert not (out / "summary.json").exists()  # (refused before the run)
+
+
+def test_a_trace_file_beside_the_run_files_is_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc, _ = run_cli(capsys, "run", _scenario(tmp_path), "--out", out, "--quiet", "--trace-events", out / "t.json")
+    assert rc == 0 and json.loads((out / "t.json").read_text())
+    assert run_cli(capsys, "report", out)[0] == 0
+
+
+def test_outputs_that_exist_and_are_no_file_are_refused(tmp_path, capsys):
+    """calibrate --out replaced whatever stood there (a pipe, a device node) through os.replace;
+    a folder where validate-cost writes into one was 'File exists'."""
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    rc, err = run_cli(capsys, "calibrate", "--profiles", H200_MLP.parents[4], "--gpu", "h200", "--out", fifo)
+    assert rc == 2 and f"--out {fifo}: exists and is not a regular file" in one_error(err)
+    assert fifo.is_fifo()
+    rc, err = run_cli(capsys, "run", _scenario(tmp_path), "--out", tmp_path / "o", "--quiet", "--trace-events", fifo)
+    assert rc == 2 and "exists and is not a regular file" in one_error(err)
+    plain = tmp_path / "f.txt"
+    plain.write_text("x")
+    rc, err = run_cli(capsys, "validate-cost", "--profiles", H200_MLP.parents[4], "--gpu", "h200",
+                      "--out", plain)
+    assert rc == 2 and f"--out {plain}: exists and is not a folder" in one_error(err)
+    assert plain.read_text() == "x"
+
+
+def test_a_long_plain_list_is_not_called_an_alias_bomb(tmp_path, capsys, monkeypatch):
+    """Past the node limit without an alias, the message said "an alias bomb?" (the limit is
+    lowered here: the real one takes seconds to reach)."""
+    from servesim.inputs import schema
+
+    monkeypatch.setattr(schema, "MAX_NODES", 300)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(with_values(BASE, {})) + "extra: [" + ", ".join(["1"] * 400) + "]\n")
+    rc, err = run_cli(capsys, "validate", p)
+    line = one_error(err)
+    assert rc == 2 and "more than 300 values" in line and "alias bomb" not in line and "trace" in line
+    p.write_text(yaml.safe_dump(with_values(BASE, {})) + "a: &a [" + ", ".join(["1"] * 100) + "]\nb: [*a, *a, *a]\n")
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2 and "once aliases are expanded (an alias bomb?)" in one_error(err)
+
