@@ -261,3 +261,39 @@ def test_a_long_plain_list_is_not_called_an_alias_bomb(tmp_path, capsys, monkeyp
     rc, err = run_cli(capsys, "validate", p)
     assert rc == 2 and "once aliases are expanded (an alias bomb?)" in one_error(err)
 
+
+
+@pytest.mark.parametrize("first, says", [("1e3", None), ("-1e3", "line 1: length must be a positive integer"),
+                                         ("nan", "line 1: length must be a positive integer"), ("tokens", None)])
+def test_a_lengths_files_first_line_is_a_header_only_when_it_is_no_number(tmp_path, first, says):
+    """1e3, -1e3 and nan on line 1 were dropped as a header (on line 2 they were read or refused)."""
+    from servesim.inputs.traces import read_lengths
+
+    p = tmp_path / f"l-{len(first)}-{first[0]}.txt"
+    p.write_text(f"{first}\n20\n30\n")
+    if says is None:
+        got = read_lengths(str(p)).tolist()
+        assert got == ([1000, 20, 30] if first == "1e3" else [20, 30])
+    else:
+        with pytest.raises(InputError, match=says):
+            read_lengths(str(p))
+
+
+@pytest.mark.parametrize("text, value", [("0144", 144), ("08", 8), ("1_000", 1000), ("0x10", 16), ("0o17", 15),
+                                         ("-0", 0), ("1:40", "1:40"), ("0b_", "0b_")])
+def test_yaml_integers_read_as_yaml_1_2_does(text, value):
+    """YAML 1.1 read 0144 as octal 100 and 1:40 as base 60 (100), silently; a packaged file reads
+    the same through the C loader."""
+    from servesim.inputs.schema import load_packaged_yaml, load_yaml
+
+    assert load_yaml(f"a: {text}") == {"a": value} == load_packaged_yaml(f"a: {text}")
+
+
+def test_a_leading_zero_count_is_the_number_written(tmp_path, capsys):
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(with_values(BASE, {})).replace("num_requests: 50", "num_requests: 0144"))
+    rc, _ = run_cli(capsys, "run", p, "--out", tmp_path / "o", "--quiet")
+    assert rc == 0 and json.loads((tmp_path / "o" / "summary.json").read_text())["num_requests"] == 144
+    p.write_text(yaml.safe_dump(with_values(BASE, {})).replace("num_requests: 50", "num_requests: 1:40"))
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2 and "workload.num_requests must be an integer" in one_error(err)

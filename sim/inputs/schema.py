@@ -163,12 +163,39 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
                               list("-+0123456789"))
 
 
+# Integers as YAML 1.2 reads them: YAML 1.1 (PyYAML's default) reads 0144 as octal 100 and 1:40 as
+# base 60 (100), values no one writing a scenario means; here 0144 is 144 and 1:40 is text (an error
+# naming the field where a number belongs). 0x / 0o / 0b prefixes and '_' separators still read.
+_INT = re.compile(r"^[-+]?(?:0b[01_]*[01][01_]*|0o[0-7_]*[0-7][0-7_]*"
+                  r"|0x[0-9a-fA-F_]*[0-9a-fA-F][0-9a-fA-F_]*|[0-9][0-9_]*)$")
+_INT_BASES = {"0b": 2, "0o": 8, "0x": 16}
+
+
+def _construct_int(loader, node) -> int:
+    text = loader.construct_scalar(node).replace("_", "")
+    sign = -1 if text[0] == "-" else 1
+    digits = text.lstrip("+-")
+    base = _INT_BASES.get(digits[:2])
+    return sign * (int(digits[2:], base) if base else int(digits, 10))
+
+
+def _yaml12_ints(loader) -> None:
+    for first, resolvers in loader.yaml_implicit_resolvers.items():
+        loader.yaml_implicit_resolvers[first] = [(t, r) for t, r in resolvers if t != "tag:yaml.org,2002:int"]
+    loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
+    loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
+_yaml12_ints(_Loader)
+
+
 class _PackagedLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """The same reading as ``_Loader`` (``1e15`` a number) through libyaml's C parser when PyYAML
     has it, without the guards against hostile files: for files shipped in the package only."""
 
 
 _PackagedLoader.yaml_implicit_resolvers = {k: list(v) for k, v in _Loader.yaml_implicit_resolvers.items()}
+_PackagedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def load_packaged_yaml(text: str):

@@ -184,6 +184,14 @@ def _time_value(raw, unit_s: float, where: str, column: str):
     return "num", v * unit_s
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _too_late(raw, where: str, column: str) -> InputError:
     """A time past ``MAX_TIME_S`` (after the unit), or an integer past a float's range."""
     return InputError(f"{where}: {column} must be at most {MAX_TIME_S:g} s after time_unit (a unit mix-up?), "
@@ -742,8 +750,8 @@ def _read_lengths(path, column) -> np.ndarray:
                 text = text.strip()
                 if not text:
                     continue
-                if line == 1 and not text.lstrip("+-").replace(".", "", 1).isdigit():
-                    continue  # a header
+                if line == 1 and not _is_number(text):
+                    continue  # a header (a number of any spelling, 1e3 or nan too, is a length to check)
                 out.append(_length(text, f"{path} line {line}", "length"))
     if not out:
         raise InputError(f"{path}: no lengths in the file")
