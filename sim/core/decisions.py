@@ -19,8 +19,11 @@ and the tokens, free KV blocks and sequence slots left then):
 It is also a **priority inversion** while a running request has a lower priority (a larger
 ``priority`` value) than the waiting one. A request's consecutive decisions with the same reason
 and inversion flag form one span (``rows``: request, replica, class, start, end, reason,
-decisions, blocker, inversion, detail), so the trace grows with the changes of reason, not with
-steps x queue length. Requests rejected by admission control are zero-length ``admission`` spans
+decisions, blocker, inversion, detail; the blocker is the one the span began with), so the trace
+grows with the changes of reason, not with steps x queue length. Under overload a request deep in
+the queue still changes reason often (``kv`` while the KV left would not hold it, ``head_of_line``
+while it would, as the free blocks move step by step): rows and the time to classify the queue
+at every decision grow with the queue's length; trace short runs. Requests rejected by admission control are zero-length ``admission`` spans
 with the rule in ``detail``. Decisions fall at the same times in the fast and the reference
 engine (with the trace on, nothing waits during a run of decode steps: the fast engine decides
 each step while a request waits, ``Batch.until_completion`` aside), so the trace is the same in
@@ -107,7 +110,10 @@ class DecisionTracer:
     def _set(self, r, replica: int, now: float, reason: str, blocker: int, inverted: bool, count: bool = True):
         cur = self._open.get(id(r))
         if cur is not None:
-            if cur[3] == reason and cur[5] == blocker and cur[6] == inverted and cur[1] == replica:
+            # (one span while the reason holds: a head-of-line span keeps the blocker it began with, so
+            # an overloaded queue, whose head changes at every admission, is not one row per waiting
+            # request per admission)
+            if cur[3] == reason and cur[6] == inverted and cur[1] == replica:
                 cur[4] += count
                 return
             self._close(r, now)
