@@ -296,15 +296,13 @@ def _writing(path: str, flag: str):
 
 def cmd_run(args) -> int:
     from servesim.inputs.scenario import load_scenario
-    from servesim.outputs.writer import check_format, file_names, parse_outputs
+    from servesim.outputs.writer import RUN_ENTRIES, check_format, file_names, parse_outputs
     from servesim.simulation import simulate
 
     outputs = parse_outputs(args.outputs)
     check_format(args.format)
     scenario = load_scenario(args.scenario, args.set or [], args.seed)
     out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
-    from servesim.outputs.writer import RUN_ENTRIES
-
     # (the run folder's files, then each trace, must not land on one another)
     taken = {(out_dir / name).resolve(): f"--out {args.out}" for name in RUN_ENTRIES}
     if args.trace_events:
@@ -336,13 +334,15 @@ def cmd_run(args) -> int:
     if tracing:
         from servesim.outputs.decision_trace import write_decision_csv
 
-        with _writing(tracing, "--decision-trace"):
-            print(f"wrote {write_decision_csv(results.decisions, tracing)} (why each request waited)")
+        with _writing(tracing, "--decision-trace"):  # (the print outside: a closed stdout is not the file's)
+            wrote = write_decision_csv(results.decisions, tracing)
+        print(f"wrote {wrote} (why each request waited)")
     if args.trace_events:
         from servesim.outputs.trace_export import write_trace
 
         with _writing(args.trace_events, "--trace-events"):
-            print(f"wrote {write_trace(results, args.trace_events)} (Chrome/Perfetto trace: ui.perfetto.dev)")
+            wrote = write_trace(results, args.trace_events)
+        print(f"wrote {wrote} (Chrome/Perfetto trace: ui.perfetto.dev)")
     return 0
 
 

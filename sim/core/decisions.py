@@ -23,11 +23,11 @@ decisions, blocker, inversion, detail; the blocker is the one the span began wit
 grows with the changes of reason, not with steps x queue length. Under overload a request deep in
 the queue still changes reason often (``kv`` while the KV left would not hold it, ``head_of_line``
 while it would, as the free blocks move step by step): rows and the time to classify the queue
-at every decision grow with the queue's length; trace short runs. Requests rejected by admission control are zero-length ``admission`` spans
-with the rule in ``detail``. Decisions fall at the same times in the fast and the reference
-engine (with the trace on, nothing waits during a run of decode steps: the fast engine decides
-each step while a request waits, ``Batch.until_completion`` aside), so the trace is the same in
-both.
+at every decision grow with the queue's length; trace short runs. Requests rejected by admission
+control are zero-length ``admission`` spans with the rule in ``detail``. Decisions fall at the
+same times in the fast and the reference engine (with the trace on, nothing waits during a run
+of decode steps: the fast engine decides each step while a request waits,
+``Batch.until_completion`` aside), so the trace is the same in both.
 
 Off (the default), the engine pays one ``is None`` test per decision and per arrival.
 """
