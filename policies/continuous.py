@@ -472,7 +472,14 @@ class ContinuousPolicy:
             kept = int(self.watermark * kv.num_blocks)
             skip = self.skips_unfit
             skipped = None  # (skip: the first prompt set aside for the budget, with what was left then)
+            # (once one is set aside, a later one whose whole prompt exceeds the tokens left is set aside
+            # too, with nothing else to note: tested on its own, without _waiting_tokens' prefix lookup,
+            # when nothing can shorten its prompt: under overload the queue is tried whole every step)
+            plain = skip and not self.chunked and not kv.caching
             for r in state.waiting:
+                if skipped is not None and plain and n_seqs < self.max_num_seqs \
+                        and r.prompt_tokens + r.num_output_done - r.num_computed_tokens > budget > 0:
+                    continue
                 if n_seqs >= self.max_num_seqs:
                     stop = ("max_num_seqs", r, budget, free, 0)
                     break

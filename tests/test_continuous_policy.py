@@ -167,6 +167,26 @@ def test_skip_unfit_prompts_sets_aside_a_prompt_without_room_and_admits_the_ones
         assert scheduled(on.next_batch(state())) == scheduled(off.next_batch(state())), kw
 
 
+def test_skip_unfit_prompts_stops_at_the_sequence_limit_where_it_is_reached():
+    """Once a prompt is set aside, later ones past the tokens left are set aside without the
+    prefix-cache lookup (the queue is tried whole every step under overload); when the admitted
+    ones fill max_num_seqs, admission still stops at the next request, whatever its size, and with
+    prefix caching on (which can shorten a prompt) it decides the same."""
+    for caching in (False, True):
+        kv = BlockAllocator(num_blocks=1000, block_size=16, prefix_caching=caching)
+        running = [running_req(0, 100, 5, kv)]
+        big, a, b_, huge, c = (Request(2, 0.0, 1000, 10), Request(3, 0.0, 10, 10), Request(4, 0.0, 10, 10),
+                               Request(5, 0.0, 990, 10), Request(6, 0.0, 10, 10))
+        pol = ContinuousPolicy(max_num_seqs=3, max_num_batched_tokens=1000, skip_unfit_prompts=True)
+        b = pol.next_batch(ReplicaState(running, deque([big, a, b_, huge, c]), kv))
+        # 999 left: 1000 set aside; 10 and 10 fit (3 sequences: the limit); 990 is where it stops
+        assert scheduled(b) == {0: 1, 3: 10, 4: 10}, caching
+        assert b.stop[:2] == ("max_num_seqs", huge), caching
+        pol = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=1000, skip_unfit_prompts=True)
+        b = pol.next_batch(ReplicaState(running, deque([big, a, huge, b_, c]), kv))
+        assert scheduled(b) == {0: 1, 3: 10, 4: 10, 6: 10} and b.stop[:2] == ("budget", big), caching
+
+
 def test_prefill_first_admits_prompts_in_a_step_of_their_own():
     """vLLM V0 without chunked prefill: while prompts can be admitted, the step carries only them
     (the running decodes stall); when none can, the running requests decode."""
