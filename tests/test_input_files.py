@@ -175,7 +175,7 @@ def _result(tmp_path, **over) -> Path:
 
 @pytest.mark.parametrize("over, says", [
     ({"latencies": [1.0, 0.01, 1.2]}, r"r.json: latencies\[1\] \(0.01 s\) is shorter than ttfts\[1\] \(0.06 s\)"),
-    ({"errors": ["", ""]}, r"r.json: errors must be a list with one entry per request \(3, .*got 2 entries"),
+    ({"errors": ["", ""]}, r"r.json: errors must be a list with one entry per request \(3, .*got a list of 2"),
     ({"errors": "none"}, r"r.json: errors must be a list .*got str"),
     ({"start_times": 5}, r"r.json: start_times must be a list with one value per request, got int"),
     ({"burstiness": 1e-12}, r"r.json: burstiness must be in \[1e-06, 1e\+06\] or \"inf\""),

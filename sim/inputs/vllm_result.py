@@ -121,7 +121,7 @@ def read_vllm_result(path: str) -> BenchResult:
     ok = (outs > 0) & (ttft > 0)
     if errors is not None:  # (a list the benchmark writes beside input_lens; anything else would hide failures)
         if not isinstance(errors, list) or len(errors) != n:
-            got = f"{len(errors)} entries" if isinstance(errors, list) else type(errors).__name__
+            got = f"a list of {len(errors)}" if isinstance(errors, list) else type(errors).__name__
             raise InputError(f"{path}: errors must be a list with one entry per request ({n}, empty for a "
                              f"success), got {got}")
         ok &= np.array([not e for e in errors], dtype=bool)
