@@ -297,3 +297,21 @@ def test_a_leading_zero_count_is_the_number_written(tmp_path, capsys):
     p.write_text(yaml.safe_dump(with_values(BASE, {})).replace("num_requests: 50", "num_requests: 1:40"))
     rc, err = run_cli(capsys, "validate", p)
     assert rc == 2 and "workload.num_requests must be an integer" in one_error(err)
+
+
+@pytest.mark.parametrize("name", ["08", "0o17", "0144", "1:40", "0x1F", "1_000", "1e3", "true", "null"])
+def test_a_written_scenario_reads_back_as_written(tmp_path, capsys, name):
+    """scenario.yaml wrote the name "08" plain, which the YAML 1.2 integers then read as 8 ("name
+    must be a string" on reading the run's own file back); strings either reading takes for a
+    number are quoted."""
+    from servesim.inputs.scenario import load_scenario, scenario_to_yaml
+    from servesim.inputs.schema import dump_yaml
+
+    data = with_values(BASE, {"name": name})
+    p = tmp_path / "s.yaml"
+    p.write_text(dump_yaml(data))
+    sc = load_scenario(str(p))
+    assert sc.name == name
+    back = tmp_path / "back.yaml"
+    back.write_text(scenario_to_yaml(sc))
+    assert load_scenario(str(back)).name == name

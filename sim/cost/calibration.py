@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from servesim.cost.efficiency import DEFAULT_EFFICIENCIES, FAMILIES, Efficiencies, from_dict
-from servesim.inputs.schema import load_packaged_yaml, read_mapping
+from servesim.inputs.schema import dump_yaml, load_packaged_yaml, read_mapping
 from servesim.inputs.specs import GPUS, GpuSpec
 
 
@@ -43,7 +43,6 @@ def carried_families(gpu: GpuSpec) -> tuple:
 
 
 def calibration_yaml(eff: Efficiencies, gpu: GpuSpec, provenance: str, quality: dict | None = None) -> str:
-    import yaml
 
     body = {"gpu": gpu.name, "source": eff.source}
     d = eff.to_dict()
@@ -55,7 +54,7 @@ def calibration_yaml(eff: Efficiencies, gpu: GpuSpec, provenance: str, quality: 
     if quality:
         body["fit_quality"] = quality
     head = "".join(f"# {line}\n" for line in provenance.splitlines())
-    return head + yaml.safe_dump(body, sort_keys=False, width=110)
+    return head + dump_yaml(body, sort_keys=False, width=110)
 
 
 def load_calibration(path: str | Path, where: str = "cost.calibration") -> Efficiencies:

@@ -17,11 +17,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
 
 from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import apply_overrides, check_overrides
-from servesim.inputs.schema import FIELD_HINTS, build, read_mapping
+from servesim.inputs.schema import FIELD_HINTS, build, dump_yaml, read_mapping
 from servesim.inputs.schema import field_ as _f
 
 
@@ -978,4 +977,4 @@ def scenario_from_dict(data: dict) -> Scenario:
 
 
 def scenario_to_yaml(s: Scenario) -> str:
-    return yaml.safe_dump(s.to_dict(), sort_keys=False)
+    return dump_yaml(s.to_dict(), sort_keys=False)

@@ -189,6 +189,25 @@ def _yaml12_ints(loader) -> None:
 _yaml12_ints(_Loader)
 
 
+class _Dumper(yaml.SafeDumper):
+    """Writes YAML that ``load_yaml`` reads back as written: a string that either YAML 1.1 or the
+    1.2 integers above would read as a number (``08``, ``0o17``) is quoted."""
+
+
+# (a plain scalar is written only when neither reading resolves it: YAML 1.1's resolvers and the
+# loader's own, 1e15 floats and 1.2 integers, together)
+_Dumper.yaml_implicit_resolvers = {}
+for _first in set(yaml.SafeDumper.yaml_implicit_resolvers) | set(_Loader.yaml_implicit_resolvers):
+    _both = list(yaml.SafeDumper.yaml_implicit_resolvers.get(_first, []))
+    _both += [x for x in _Loader.yaml_implicit_resolvers.get(_first, []) if x not in _both]
+    _Dumper.yaml_implicit_resolvers[_first] = _both
+
+
+def dump_yaml(data, **kw) -> str:
+    """``yaml.safe_dump`` whose output ``load_yaml`` reads back as the same data."""
+    return yaml.dump(data, Dumper=_Dumper, **kw)
+
+
 class _PackagedLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """The same reading as ``_Loader`` (``1e15`` a number) through libyaml's C parser when PyYAML
     has it, without the guards against hostile files: for files shipped in the package only."""
