@@ -16,7 +16,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from servesim.errors import InputError, one_line
+from servesim.errors import InputError, PluginError, one_line
 from servesim.outputs.writer import OUTPUTS
 from servesim.resources import MemoryExceeded
 from servesim.studies.points import flatten_summary, num_gpus
@@ -70,8 +70,9 @@ def run_point(data: dict, out_dir: str, outputs: tuple | None = None) -> dict:
                                                 "workload.num_requests or the replicas)", "failed": "run"}
         if isinstance(e, InputError):
             # refused by the checks before the run (invalid for this point, e.g. the model does not
-            # fit) unless the run outgrew the memory: that is the machine, not the point
-            failed = "run" if isinstance(e, MemoryExceeded) else "input"
+            # fit) unless the run outgrew the memory (the machine, not the point) or a plug-in policy
+            # or router broke its contract (raised, returned no decision): a bug, as a crash is
+            failed = "run" if isinstance(e, (MemoryExceeded, PluginError)) else "input"
             return {"status": "error", "error": one_line(e), "failed": failed}
         msg = f"{type(e).__name__}: {e} | " + traceback.format_exc(limit=3).replace("\n", " ")[-400:]
         return {"status": "error", "error": one_line(msg), "failed": "run"}
