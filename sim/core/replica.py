@@ -439,6 +439,7 @@ class Replica:
                                                                  self.swapped, self.landed, self.incoming)
         window, fast = self.window, self.fast and self.pipeline is None
         plugin = self._plugin
+        idle_wakes = 0  # (a plug-in's decisions in a row that scheduled nothing and set a timer)
         while True:
             if incoming:
                 self._release(env.now)
@@ -453,6 +454,8 @@ class Replica:
                                         self._ncap) if n else NO_DECODE_SET)
             if plugin:  # (a plug-in's decision is checked: it raises or returns no Batch -> PluginError)
                 batch = self._plugin_decision(state)
+                if not batch.empty:
+                    idle_wakes = 0
             else:
                 batch = next_batch(state)
             if window is not None and batch.items:
@@ -491,6 +494,10 @@ class Replica:
                     # timer): sleep until an arrival, a KV release or the timer. A colocated replica
                     # never gets here with work it could do; if it did, the run would end with
                     # requests in flight and simulate() reports the stall.
+                    if plugin and batch.wake_at_s is not None:
+                        idle_wakes += 1
+                        if idle_wakes > self.MAX_IDLE_WAKES:
+                            self._idle_plugin(idle_wakes)
                     yield self._sleep(batch.wake_at_s)
                 continue
             cost = step_time(batch)
@@ -511,6 +518,17 @@ class Replica:
             self._commit(batch, cost, start, extra)
             if self.aggregate:
                 self._absorb()
+
+    # A plug-in policy that decides nothing this many times in a row, each time setting a timer
+    # (wake_at_s), while requests wait: a timer policy that never schedules (a run that would
+    # never end). A real one waits a few timers before it schedules.
+    MAX_IDLE_WAKES = 1_000_000
+
+    def _idle_plugin(self, wakes: int):
+        waiting = len(self.waiting) + len(self.landed) + len(self.swapped)
+        raise PluginError(f"policy {plugin_name(self.policy)}: decided nothing {wakes:,} times in a row, each time "
+                          f"setting wake_at_s, with {waiting} requests waiting (simulated time {self.env.now:.6g} s): "
+                          "a policy must schedule waiting work it can fit, not only wake itself again")
 
     def _plugin_decision(self, state) -> Batch:
         """A plug-in policy's ``next_batch(state)``: what it raises, or a result that is no
