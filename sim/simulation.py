@@ -804,8 +804,12 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
     until = scenario.workload.duration_s
     try:
         env.run(until=until)
-    except (InputError, MemoryError):
-        raise
+    except (InputError, MemoryError) as e:
+        # (SimPy re-raises a copy of a process's exception, the original its __cause__: raise the
+        # original, so that a PluginError's __cause__ is what the plug-in raised, as documented)
+        while type(e.__cause__) is type(e) and e.__cause__.args == e.args:
+            e = e.__cause__
+        raise e from e.__cause__
     except Exception as e:  # noqa: BLE001
         plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)}
                          | ({plugin_name(cluster.route)} if is_plugin(cluster.route) else set()))
@@ -822,8 +826,9 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)})
         if plugins:
             raise PluginError(f"policy {', '.join(plugins)}: {stalled} requests were left in flight with nothing left "
-                              "to happen (the policy scheduled nothing while they waited and set no finite "
-                              "wake_at_s); a policy must schedule waiting work it can fit")
+                              "to happen (the policy scheduled nothing while they waited, and set no wake_at_s "
+                              "that is finite and later than its decision); a policy must schedule waiting "
+                              "work it can fit")
         raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
     add_api_server(req_cols, setup.pools[0].engine, until)

@@ -293,6 +293,12 @@ class WakesNever(ContinuousPolicy):
         return make_batch([], wake_at_s=float("inf"))
 
 
+class WakesSoonForever(ContinuousPolicy):
+    """a timer policy whose timer never leads anywhere: the run went on forever"""
+    def next_batch(self, state):
+        return make_batch([], wake_at_s=state.now_s + 0.001)
+
+
 class AdmissionRaises(ContinuousPolicy):
     def admission_error(self, prompt_tokens, max_tokens, kv=None):
         raise RuntimeError("adm bug")
@@ -358,7 +364,8 @@ class RouterRaises(MinusOne):
     # (a TypeError traceback when the engine compared it with the clock)
     ({"policy.name": "badplugins:WakesAtText"}, "wake_at_s is 'soon'; the simulated time"),
     # (inf is never, as None: the clock was moved to inf and the policy asked again there)
-    ({"policy.name": "badplugins:WakesNever"}, "5 requests were left in flight .* no finite wake_at_s"),
+    ({"policy.name": "badplugins:WakesNever"},
+     "5 requests were left in flight .* set no wake_at_s that is finite and later than its decision"),
     ({"policy.name": "badplugins:AdmissionRaises"}, "admission_error raised RuntimeError: adm bug"),
     # (5 was taken as a rejection reason)
     ({"policy.name": "badplugins:AdmissionSaysFive"}, "admission_error returned 5; a reason"),
@@ -385,6 +392,47 @@ def test_a_plugin_that_breaks_its_contract_is_named_without_a_traceback(tmp_path
     assert main(["run", *args, "--set", "workload.num_requests=5", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("servesim: error:") and "Traceback" not in err
+
+
+def test_from_python_a_plugin_errors_cause_is_what_the_plugin_raised(tmp_path, monkeypatch):
+    """SimPy re-raises a copy of a process's exception: the PluginError caught from simulate()
+    had the original PluginError as its __cause__, and the plug-in's own exception one further."""
+    from servesim.errors import PluginError
+
+    (tmp_path / "badplugins.py").write_text(PLUGINS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError) as info:
+        simulate(make_scenario(**{"workload.num_requests": 5, "policy.name": "badplugins:Raises"}))
+    assert type(info.value.__cause__) is ValueError and str(info.value.__cause__) == "my bug"
+
+
+def test_a_policy_that_only_ever_wakes_itself_is_stopped_and_named(tmp_path, monkeypatch, capsys):
+    """A policy deciding nothing and setting wake_at_s a millisecond on, forever, while requests
+    waited: simulated time grew without end and nothing was written (a hang). Past
+    Replica.MAX_IDLE_WAKES such decisions in a row (lowered here) it is a PluginError; the
+    timer policy that schedules after a few wakes is untouched (the sweep: a PluginError mid-run
+    is a point that failed while running, exit 3)."""
+    from servesim.cli.main import main
+    from servesim.core.replica import Replica
+    from servesim.errors import PluginError
+
+    (tmp_path / "badplugins.py").write_text(PLUGINS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(Replica, "MAX_IDLE_WAKES", 2000)
+    with pytest.raises(PluginError, match=r"badplugins:WakesSoonForever: decided nothing 2,001 times in a row, each "
+                                          r"time setting wake_at_s, with 5 requests waiting"):
+        simulate(make_scenario(**{"workload.num_requests": 5, "policy.name": "badplugins:WakesSoonForever"}))
+    import yaml
+
+    from tests.conftest import BASE
+
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(BASE))
+    out = tmp_path / "sw"
+    rc = main(["sweep", str(sc), "--grid", "policy.name=continuous,badplugins:WakesSoonForever", "--set",
+               "workload.num_requests=5", "--out", str(out), "--quiet", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "1 point(s) failed while running" in err, err
 
 
 def test_a_policy_without_admission_error_is_refused_before_the_run(tmp_path, monkeypatch):
