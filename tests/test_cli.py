@@ -498,3 +498,20 @@ def test_errors_found_after_loading_the_default_scenario_name_its_file(tmp_path,
 
     assert main(["run", "--set", "model=llama-2-7b", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert capsys.readouterr().err.startswith(f"servesim: error: {default_scenario_path()}: model: unknown model")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "s.yaml", "policy.name=a:B"], "servesim run: unrecognized arguments: policy.name=a:B (a field override "
+                                           "goes after --set: --set KEY=VALUE)"),
+    (["sweep", "s.yaml", "--out", "o", "policy.name=a,b"], "servesim sweep: unrecognized arguments: policy.name=a,b"),
+    (["run", "--bogus"], "servesim run: unrecognized arguments: --bogus"),
+])
+def test_words_no_option_takes_are_named_by_the_subcommand(capsys, argv, says):
+    """They were the top-level parser's: 'servesim: error: servesim: unrecognized arguments', after
+    the usage of every subcommand; a field override written without --set now gets a hint."""
+    from servesim.cli.main import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"servesim: error: {says}" in err and "servesim: error: servesim:" not in err
+    assert err.startswith(f"usage: servesim {argv[0]}")

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from servesim.cli.parser import build_parser
+from servesim.cli.parser import parse
 from servesim.core.decisions import format_decisions
 from servesim.errors import InputError, one_line, shown_path
 from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute_share
@@ -548,7 +548,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = None
     try:
-        args = build_parser(argv).parse_args(argv)
+        args = parse(argv)
         _check_not_empty(args)
         return args.func(args)
     except InputError as e:

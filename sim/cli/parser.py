@@ -29,7 +29,22 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     groups = [add for names, add in _GROUPS if first in names] or [add for _, add in _GROUPS]
     for add in groups:
         add(sub)
+    p.commands = sub.choices  # (parse: words left over are the subcommand's error, not the top level's)
     return p
+
+
+def parse(argv: list) -> argparse.Namespace:
+    """``argv`` parsed; words no option takes are refused by the subcommand's parser (its usage,
+    "servesim run: unrecognized arguments: ..."), with a hint when one looks like a field override
+    without ``--set``."""
+    p = build_parser(argv)
+    args, extra = p.parse_known_args(argv)
+    if extra:
+        hint = ""
+        if any("=" in x and not x.startswith("-") for x in extra):
+            hint = " (a field override goes after --set: --set KEY=VALUE)"
+        p.commands.get(getattr(args, "command", None), p).error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
 
 
 def _run_and_validate(sub) -> None:
