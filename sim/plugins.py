@@ -20,7 +20,7 @@ import os
 import sys
 from importlib import metadata
 
-from servesim.errors import InputError, did_you_mean, shown
+from servesim.errors import InputError, clip, did_you_mean, shown
 
 KINDS = {"policy": "servesim.policies", "router": "servesim.routers"}
 
@@ -60,7 +60,11 @@ def _load(spec: str, what: str):
     except ImportError as e:
         raise InputError(f"{what}: cannot import module {module!r} ({e})") from None
     except (Exception, SystemExit) as e:  # the user's module raised (or called sys.exit) while importing: say so
-        raise InputError(f"{what}: importing {module!r} failed: {type(e).__name__}: {e}") from None
+        import traceback
+
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
+        where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+        raise InputError(f"{what}: importing {module!r} failed: {type(e).__name__}: {clip(e, 300)}{where}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise InputError(f"{what}: module {module!r} has no attribute {attr!r}")

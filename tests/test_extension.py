@@ -450,6 +450,11 @@ def test_a_plugin_module_that_exits_while_importing_is_named(tmp_path, monkeypat
     for field in ("policy.name", "cluster.router"):
         assert main(["validate", "--set", f"{field}=exits_on_import:X", str(ROOT / "scenarios" / "default.yaml")]) == 2
         assert "importing 'exits_on_import' failed: SystemExit: 3" in capsys.readouterr().err
+    # (where it raised: the message named the exception alone, while a syntax error names its line)
+    (tmp_path / "raises_on_import.py").write_text("x = 1\nraise RuntimeError('import boom')\n")
+    assert main(["validate", "--set", "policy.name=raises_on_import:X", str(ROOT / "scenarios" / "default.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "failed: RuntimeError: import boom (" in err and "raises_on_import.py, line 2)" in err
 
 
 def test_a_queue_sampler_too_fine_for_a_closed_loop_stops_at_its_bound(monkeypatch):
