@@ -164,13 +164,14 @@ def read_compute_profile(path: Path, model: str | None = None) -> ComputeProfile
     ops = {}
     for op in (*GEMM_OPS, *MEM_OPS):
         col = _column(path, header, rows, f"time_stats.{op}.median", float, required=op in GEMM_OPS)
-        if col is not None and op in GEMM_OPS:  # (required: a linear layer priced by nothing is no profile)
-            _measured(path, col, f"column 'time_stats.{op}.median' has no measured value",
-                      f"column 'time_stats.{op}.median' has non-positive times")
-        if col is not None:
-            if (col[~np.isnan(col)] <= 0).any():
-                raise InputError(f"{path}: column 'time_stats.{op}.median' has non-positive times")
-            ops[op] = col * 1e-3  # ms -> s
+        if col is None:
+            continue
+        positive = f"column 'time_stats.{op}.median' has non-positive times"
+        if op in GEMM_OPS:  # (required: a linear layer priced by nothing is no profile)
+            _measured(path, col, f"column 'time_stats.{op}.median' has no measured value", positive)
+        elif (col[~np.isnan(col)] <= 0).any():
+            raise InputError(f"{path}: {positive}")
+        ops[op] = col * 1e-3  # ms -> s
     return ComputeProfile(path, model or f"{path.parent.parent.name}/{path.parent.name}",
                           cols["num_tensor_parallel_workers"], cols["num_tokens"],
                           int(cols["n_head"][0]), int(cols["n_kv_head"][0]), int(cols["n_embd"][0]),
