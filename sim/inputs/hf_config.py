@@ -136,11 +136,11 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
     from servesim.inputs.specs import ModelSpec
 
     r = _Reader(cfg, where)
-    check_value(Optional[str], cfg.get("model_type"), r.key("model_type"))  # (else read Llama-style, silently)
+    # (model_type first: one that is no string would be ignored, and the file read Llama-style, silently)
+    for k in ("model_type", "hidden_act", "activation_function", "hidden_activation", "activation", "_name_or_path"):
+        check_value(Optional[str], cfg.get(k), r.key(k))
     fam_name = family_of(cfg)
     fam = _FAMILIES.get(fam_name, {"tie": True}) if fam_name else _NO_TYPE  # unknown: PretrainedConfig's
-    for k in ("hidden_act", "activation_function", "hidden_activation", "activation", "_name_or_path"):
-        check_value(Optional[str], cfg.get(k), r.key(k))
     hidden, heads, layers = r.need("hidden"), r.need("heads"), r.need("layers")
     mla = _mla(r, fam)
     kv_heads = heads if mla else _kv_heads(r, fam, fam_name, heads)
