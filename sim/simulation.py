@@ -685,6 +685,14 @@ def plan(scenario: Scenario, specs=None):
     return setup, specs, fit
 
 
+def _simpy_original(e: BaseException) -> BaseException:
+    """The exception a SimPy process raised: ``env.run`` re-raises a copy of it (same type, same
+    args), the original its ``__cause__``."""
+    while type(e.__cause__) is type(e) and e.__cause__.args == e.args:
+        e = e.__cause__
+    return e
+
+
 def _failed_with_plugins(plugins: list, e: Exception) -> str:
     """Why a run with plug-ins in use stopped on an exception outside them: they were called
     through checks (``call_plugin``), so the likely cause is one that changed the engine's state
@@ -692,8 +700,7 @@ def _failed_with_plugins(plugins: list, e: Exception) -> str:
     case it is servesim's bug instead."""
     import traceback
 
-    while e.__cause__ is not None and type(e.__cause__) is type(e):  # (SimPy re-raises a process's copy)
-        e = e.__cause__
+    e = _simpy_original(e)
     frames = traceback.extract_tb(e.__traceback__)
     where = f" at {os.path.basename(frames[-1].filename)}, line {frames[-1].lineno}" if frames else ""
     return (f"the run stopped on {type(e).__name__}: {clip(e, 200)}{where}, with plug-in "
@@ -805,10 +812,8 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
     try:
         env.run(until=until)
     except (InputError, MemoryError) as e:
-        # (SimPy re-raises a copy of a process's exception, the original its __cause__: raise the
-        # original, so that a PluginError's __cause__ is what the plug-in raised, as documented)
-        while type(e.__cause__) is type(e) and e.__cause__.args == e.args:
-            e = e.__cause__
+        # (the original, so that a PluginError's __cause__ is what the plug-in raised, as documented)
+        e = _simpy_original(e)
         raise e from e.__cause__
     except Exception as e:  # noqa: BLE001
         plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)}
