@@ -158,9 +158,8 @@ def _expanded_size(root) -> int:
 
 # copy the resolver lists: add_implicit_resolver appends to lists shared with SafeLoader
 _Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
-                              re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-                              list("-+0123456789"))
+_FLOAT_E = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")  # 1e15 (YAML 1.1 wants 1.0e+15)
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_E, list("-+0123456789"))
 
 
 # Integers as YAML 1.2 reads them: YAML 1.1 (PyYAML's default) reads 0144 as octal 100 and 1:40 as
@@ -194,13 +193,11 @@ class _Dumper(yaml.SafeDumper):
     1.2 integers above would read as a number (``08``, ``0o17``) is quoted."""
 
 
-# (a plain scalar is written only when neither reading resolves it: YAML 1.1's resolvers and the
-# loader's own, 1e15 floats and 1.2 integers, together)
-_Dumper.yaml_implicit_resolvers = {}
-for _first in set(yaml.SafeDumper.yaml_implicit_resolvers) | set(_Loader.yaml_implicit_resolvers):
-    _both = list(yaml.SafeDumper.yaml_implicit_resolvers.get(_first, []))
-    _both += [x for x in _Loader.yaml_implicit_resolvers.get(_first, []) if x not in _both]
-    _Dumper.yaml_implicit_resolvers[_first] = _both
+# (a plain scalar is written only when neither reading resolves it: YAML 1.1's resolvers, and the
+# loader's own on top of them, 1e15 floats and 1.2 integers)
+_Dumper.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeDumper.yaml_implicit_resolvers.items()}
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_E, list("-+0123456789"))
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
 
 
 def dump_yaml(data, **kw) -> str:
