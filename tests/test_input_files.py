@@ -12,20 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servesim.cli.main import main
 from servesim.cost.profiles import MAX_TIME_MS, read_compute_profile
 from servesim.errors import InputError
 from servesim.inputs.hf_config import model_from_hf_config
 from servesim.inputs.overrides import with_values
 from servesim.inputs.vllm_result import MAX_BURSTINESS, read_vllm_result
 from tests.conftest import BASE
+from tests.test_input_safety import run_cli, scenario_file
 
 H200_MLP = Path(__file__).parent / "data" / "h200" / "compute" / "h200" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
-
-
-def run_cli(capsys, *argv) -> tuple[int, str]:
-    rc = main([str(a) for a in argv])
-    return rc, capsys.readouterr().err
 
 
 def one_error(err: str) -> str:
@@ -198,12 +193,6 @@ def test_a_failed_request_may_hold_any_latency(tmp_path):
 RUN = {"workload.num_requests": 5}
 
 
-def _scenario(tmp_path) -> Path:
-    p = tmp_path / "s.yaml"
-    p.write_text(yaml.safe_dump(with_values(BASE, RUN)))
-    return p
-
-
 @pytest.mark.parametrize("flags, says", [
     (["--trace-events", "{out}/requests.csv"], "--trace-events {out}/requests.csv: --out {out} writes that file"),
     (["--decision-trace", "{out}/summary.json"], "--decision-trace {out}/summary.json: --out {out} writes that file"),
@@ -215,7 +204,7 @@ def test_a_trace_flag_cannot_overwrite_another_output(tmp_path, capsys, flags, s
     damaged); two trace flags on one file kept only the last."""
     out = tmp_path / "out"
     fill = {"out": out, "tmp": tmp_path}
-    rc, err = run_cli(capsys, "run", _scenario(tmp_path), "--out", out, "--quiet",
+    rc, err = run_cli(capsys, "run", scenario_file(tmp_path, **RUN), "--out", out, "--quiet",
                       *[f.format(**fill) for f in flags])
     assert rc == 2 and says.format(**fill) in one_error(err)
     assert not (out / "summary.json").exists()  # (refused before the run)
@@ -223,7 +212,8 @@ def test_a_trace_flag_cannot_overwrite_another_output(tmp_path, capsys, flags, s
 
 def test_a_trace_file_beside_the_run_files_is_written(tmp_path, capsys):
     out = tmp_path / "out"
-    rc, _ = run_cli(capsys, "run", _scenario(tmp_path), "--out", out, "--quiet", "--trace-events", out / "t.json")
+    rc, _ = run_cli(capsys, "run", scenario_file(tmp_path, **RUN), "--out", out, "--quiet",
+                    "--trace-events", out / "t.json")
     assert rc == 0 and json.loads((out / "t.json").read_text())
     assert run_cli(capsys, "report", out)[0] == 0
 
@@ -236,7 +226,8 @@ def test_outputs_that_exist_and_are_no_file_are_refused(tmp_path, capsys):
     rc, err = run_cli(capsys, "calibrate", "--profiles", H200_MLP.parents[4], "--gpu", "h200", "--out", fifo)
     assert rc == 2 and f"--out {fifo}: exists and is not a regular file" in one_error(err)
     assert fifo.is_fifo()
-    rc, err = run_cli(capsys, "run", _scenario(tmp_path), "--out", tmp_path / "o", "--quiet", "--trace-events", fifo)
+    rc, err = run_cli(capsys, "run", scenario_file(tmp_path, **RUN), "--out", tmp_path / "o", "--quiet",
+                      "--trace-events", fifo)
     assert rc == 2 and "exists and is not a regular file" in one_error(err)
     plain = tmp_path / "f.txt"
     plain.write_text("x")
