@@ -40,13 +40,17 @@ class DecodeSet(NamedTuple):
     all (sum of c; under a sliding attention window of W tokens, sum of min(c, W - 1): what the
     next decode step attends, less one key each), ``blocks_needed`` new KV blocks their next
     decode token takes, ``prompt_tokens`` their prompts' tokens in all, ``past_window`` how many
-    of them are past the sliding window (0 without one; the others attend within it to the end)."""
+    of them attend the whole sliding window (their context reached W - 1 tokens: min(c, W - 1) no
+    longer grows; 0 without a window), ``crossing_window`` how many of the others will reach it
+    before they complete (0 when every other one attends within the window to the end). A run
+    of steps the policy shaped itself (``Batch.next_steps``) ends when one does."""
 
     num_seqs: int = 0
     context_tokens: int = 0
     blocks_needed: int = 0
     prompt_tokens: int = 0
     past_window: int = 0
+    crossing_window: int = 0
 
 
 NO_DECODE_SET = DecodeSet()

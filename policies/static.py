@@ -66,9 +66,10 @@ class StaticPolicy:
     def next_batch(self, state: ReplicaState) -> Batch:
         dec = state.decoding
         # (members past a sliding window count window - 1 in the set's context sum: a padded
-        # step's padding, charged without the window, cannot be told from it; such a batch is
-        # decided on the running list, one request at a time)
-        if dec.num_seqs and not state.tail and not dec.past_window:
+        # step's padding, charged without the window, cannot be told from it; such a batch, or
+        # one with a member that will get there, is decided on the running list, one request at
+        # a time, which also keeps the count of its steps, ``_steps``, that the running list reads)
+        if dec.num_seqs and not state.tail and not dec.past_window and not dec.crossing_window:
             return self._padded_decode(dec)
         running = state.running
         if running:  # the batch in flight: every live slot decodes, finished slots are padding

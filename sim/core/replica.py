@@ -21,7 +21,10 @@ a test oracle) turns both off:
   ``c % block_size == 0``; one holding blocks reserved up front, or past a sliding window, needs
   none). Under a sliding window a member past it attends ``window`` keys a step whatever its
   context: the sum the policy sees counts ``window - 1`` for it (``_capx`` is what the window
-  takes off), and a run's contexts grow by the members within it. Their ``Request`` counters
+  takes off), and a run's contexts grow by the members within it. A member that crosses the
+  window while decoding does so at counters known when it joins (``_xheap``: from one it
+  attends the whole window, from a later one it grows no block), which a run's plan meets as it
+  meets completions. Their ``Request`` counters
   are brought up to date (settled) only when they leave the set. The policy sees the set as
   ``ReplicaState.decoding`` and schedules it whole; reading ``state.running`` dissolves it (same
   state, that step priced one request at a time), and it re-forms after the step.
@@ -207,14 +210,15 @@ class Replica:
         self.incoming: deque = deque()  # async scheduling: arrived requests the next decision cannot see yet
         self._prev_step = (-math.inf, -math.inf)  # (start, end) of the last step
         self.aggregate = fast and bool(getattr(policy, "aggregates_decodes", False))
-        # sliding-window attention: items' attention is limited to the window (``windowed``). The
-        # decode set keeps requests whose whole sequence fits the window (contexts growing one
-        # token a step, a block every block_size tokens) and requests already past it for good:
-        # with ``_cap_c`` computed tokens or more a request holds its most blocks
-        # (``kv.window_blocks``, grows none) and each decode step attends ``window`` keys, so it
-        # counts ``window - 1`` in the set's attention sum whatever its context (``_capx``,
-        # ``_ncap``). Requests that would cross the window while decoding stay out.
+        # sliding-window attention: items' attention is limited to the window (``windowed``). In
+        # the decode set a member with ``_att_c`` = window - 1 computed tokens or more attends
+        # ``window`` keys a step whatever its context, so it counts ``window - 1`` in the set's
+        # attention sum (``_ncap`` of them, ``_capx`` what the window takes off their contexts);
+        # with ``_cap_c`` or more it holds its most blocks (``kv.window_blocks``) and grows none.
+        # A member that reaches either while decoding crosses it at a known counter
+        # (``_xheap``), as it completes at one: the counts change then, in runs too.
         self.window = cost_model.model.sliding_window_tokens
+        self._att_c = sys.maxsize if self.window is None else self.window - 1
         self._cap_c = sys.maxsize if self.window is None else (kv.window_blocks - 1) * kv.block_size + 1
         self.running: list = []  # running requests outside the decode set, in admission order
         self.waiting = waiting_queue(policy)
@@ -254,6 +258,10 @@ class Replica:
         self._capx = 0
         self._sum_p = 0  # sum over members of prompt tokens (a padded static batch's attention needs it)
         self._heap: list = []  # (counter at which it completes, seq, request)
+        # (sliding window) members' crossings ahead: (counter, seq, 0, 0) from which one attends the
+        # whole window, (counter, seq, 1, its residue in _cnt) from which it grows no more blocks
+        self._xheap: list = []
+        self._natt = 0  # members that will attend the whole window before they complete (not yet)
         self._seq = itertools.count()
         self._new: list = []  # members that joined since the last step (their first gap is their own)
         self._t_last = 0.0  # end of the last step that advanced the set
@@ -451,7 +459,7 @@ class Replica:
             state.now_s = start = env.now
             state.host_free_blocks = self.host_free_blocks
             state.decoding = (DecodeSet(n, self._sum_c - self._capx, self._cnt[self._S % bs], self._sum_p,
-                                        self._ncap) if n else NO_DECODE_SET)
+                                        self._ncap, self._natt) if n else NO_DECODE_SET)
             if plugin:  # (a plug-in's decision is checked: it raises or returns no Batch -> PluginError)
                 batch = self._plugin_decision(state)
                 if not batch.empty:
@@ -799,6 +807,8 @@ class Replica:
         new.clear()
         self._sum_c += n
         self._capx += self._ncap
+        if self._xheap and self._xheap[0][0] == S1:
+            self._cross(S1)
         self._t_last = now
         heap = self._heap
         if heap[0][0] != S1:
@@ -853,7 +863,7 @@ class Replica:
         c = c0 + k
         r.num_computed_tokens = c
         r.num_output_done = d0 + k
-        r.kv_blocks = held or -(-c // self.kv.block_size)
+        r.kv_blocks = held or self.kv.blocks_for(c)  # (capped at the window's blocks)
         if k:
             r.last_token_s = self._t_last
         return c
@@ -864,13 +874,27 @@ class Replica:
         tokens (the caller takes them off ``_sum_c``)."""
         info = self._members.pop(r)
         c = self._settle(r, info, S)
-        if info[5]:
+        # (counted among those attending the whole window when it joined so or crossed before S;
+        # it left the growth counts if it crossed _cap_c before S: ``_join``'s crossings)
+        if c > self._att_c:
             self._ncap -= 1
             self._capx -= c - self.window + 1
-        elif not info[4]:
+        if not info[4] and c <= self._cap_c:
             self._cnt[(info[1] - info[2]) % self.kv.block_size] -= 1
         self._sum_p -= r.prompt_tokens
         return c
+
+    def _cross(self, S: int) -> None:
+        """Members cross the sliding window at decode-step counter ``S`` (``_xheap``): from this step
+        on they attend the whole window (its excess is 0 now), or they grow no more blocks."""
+        xh = self._xheap
+        while xh and xh[0][0] == S:
+            _, _, kind, res = heapq.heappop(xh)
+            if kind:
+                self._cnt[res] -= 1
+            else:
+                self._ncap += 1
+                self._natt -= 1
 
     def _dissolve(self) -> None:
         S = self._S
@@ -880,6 +904,8 @@ class Replica:
         self.running[:0] = [r for r, _ in members]
         self._members.clear()
         self._heap.clear()
+        self._xheap.clear()
+        self._natt = 0
         self._new.clear()
         self._cnt = [0] * self.kv.block_size
         self._sum_c = 0
@@ -891,14 +917,24 @@ class Replica:
         emitted (``_sum_c`` is the caller's); ``held``: KV blocks reserved up front that cover
         its whole sequence, or its most blocks under a sliding window (it grows none; 0: it
         grows a block every ``block_size`` tokens). Returns whether it is past the window (the
-        caller adds it to ``_ncap`` and ``_capx`` with ``_sum_c``)."""
+        caller adds it to ``_ncap`` and ``_capx`` with ``_sum_c``). Under a sliding window, the
+        counters at which it will cross ``_att_c`` and ``_cap_c`` while in the set go on
+        ``_xheap``."""
         seq = next(self._seq)
-        cap = c >= self._cap_c
+        cap = c >= self._att_c
         self._members[r] = (seq, S, c, d, held, cap)
+        res = (S - c) % self.kv.block_size
         if not held:
-            self._cnt[(S - c) % self.kv.block_size] += 1
+            self._cnt[res] += 1
         self._sum_p += r.prompt_tokens
-        heapq.heappush(self._heap, (S + r.output_tokens - d, seq, r))
+        done = S + r.output_tokens - d
+        heapq.heappush(self._heap, (done, seq, r))
+        if self.window is not None:
+            if not cap and S + self._att_c - c < done:
+                heapq.heappush(self._xheap, (S + self._att_c - c, seq, 0, 0))
+                self._natt += 1
+            if not held and S + self._cap_c - c < done:
+                heapq.heappush(self._xheap, (S + self._cap_c - c, seq, 1, res))
         return cap
 
     def _held(self, r, c: int) -> int | None:
@@ -924,7 +960,7 @@ class Replica:
         for r in tail:
             d = r.num_output_done
             c = r.num_computed_tokens
-            if not (d > 0 and c == r.prompt_tokens + d - 1 and d < r.output_tokens and self._in_window(r, c)):
+            if not (d > 0 and c == r.prompt_tokens + d - 1 and d < r.output_tokens):
                 break
             held = self._held(r, c)
             if held is None:
@@ -979,15 +1015,9 @@ class Replica:
         for (r, q), t in zip(items, tail):
             c = r.num_computed_tokens + q
             if r is not t or c != r.prompt_tokens + r.num_output_done or r.num_output_done + 1 >= r.output_tokens \
-                    or not self._in_window(r, c) or self._held(r, c) is None:
+                    or self._held(r, c) is None:
                 return False
         return True
-
-    def _in_window(self, r, c: int) -> bool:
-        """Whether ``r``, ``c`` tokens computed, can decode in the set under the sliding window
-        (always, without one): every decode step left to it attends within the window (its last
-        touches prompt + output - 1 tokens), or it is past the window for good (``_cap_c``)."""
-        return self.window is None or r.prompt_tokens + r.output_tokens - 1 <= self.window or c >= self._cap_c
 
     def _leave(self, run, x: int, n: int, sumc: int, ncap: int = 0, capx: int = 0):
         """Members completing at decode-step counter ``run.S0 + x`` leave the planned steps after
@@ -996,17 +1026,36 @@ class Replica:
         heap, members, cnt, bs, S0 = self._heap, self._members, run.pcnt, self.kv.block_size, run.S0
         while heap and heap[0][0] == S0 + x:
             r = heapq.heappop(heap)[2]
-            _, s0, c0, _, held, cap = members[r]
+            _, s0, c0, _, held, _ = members[r]
             c = c0 + S0 + x - s0
             sumc -= c
             n -= 1
-            if cap:
+            if c > self._att_c:  # (as _complete_member)
                 ncap -= 1
                 capx -= c - self.window + 1
-            elif not held:
+            if not held and c <= self._cap_c:
                 cnt[(s0 - c0) % bs] -= 1
             run.dep.append((x - 1, r))
         return n, sumc, ncap, capx
+
+    def _plan_cross(self, run, S: int) -> int:
+        """(sliding window) Members cross it at counter ``S``, the plan's next step (``_join``):
+        the plan's growth counts (``run.pcnt``) change now, the replica's when the step before is
+        settled (the crossings move to ``run.xdep``); returns how many more attend the whole window.
+        A run whose steps the policy shaped from the set's counts (a padded static batch) stops
+        there: the policy decides again once a member attends the whole window."""
+        xh, cnt = self._xheap, run.pcnt
+        att = 0
+        while xh and xh[0][0] == S:
+            ev = heapq.heappop(xh)
+            run.xdep.append(ev)
+            if ev[2]:
+                cnt[ev[3]] -= 1
+            else:
+                att += 1
+        if att and run.next_steps is not None:
+            run.stop = True
+        return att
 
     def _macro_len(self, n: int, free: int, bulk: bool) -> int:
         """How many decode-only steps can run from here with nothing changing: while the KV
@@ -1108,6 +1157,8 @@ class Replica:
                 run.fold = (batch, cost, items, n, (ncap - self._ncap, capx - self._capx - self._ncap))
             run.pcnt = self._cnt[:]
             run.pn, run.psum, run.pcap, run.pcx = self._leave(run, 1, n + len(items), psum, ncap, capx)
+            if self._xheap and self._xheap[0][0] == S + 1:
+                run.pcap += self._plan_cross(run, S + 1)
         chunk = 8
         if t_stop < math.inf and self._decode_step_s > 0:
             chunk = max(2, min(int((t_stop - t0) / self._decode_step_s) + 2, 1024))
@@ -1175,6 +1226,8 @@ class Replica:
                 break
         settled = run.dp
         self.settle(env.now)
+        for ev in run.xdep[run.xp:]:  # crossings planned past the settled steps: the replica's again
+            heapq.heappush(self._xheap, ev)
         self._mac = None
         self._prev_step = (run.ends[run.K - 2] if run.K > 1 else run.t0, env.now)
         if (run.deaf or run.behind is not None) and self.incoming and run.K > 1:
@@ -1233,7 +1286,7 @@ class Replica:
         cnt = run.pcnt
         n, sumc, ncap, capx = run.pn, run.psum, run.pcap, run.pcx
         bulk = run.fin_at < 0 and run.bulk
-        heap = self._heap
+        heap, xh = self._heap, self._xheap
         cum = run.cum
         c_last = cum[-1] if P else 0
         need = 0
@@ -1243,6 +1296,8 @@ class Replica:
             x = heap[0][0] - S0 if bulk and heap else -1  # members leave after step x - 1
             if 0 <= x < seg:
                 seg = x
+            if xh and xh[0][0] - S0 < seg:
+                seg = xh[0][0] - S0
             r0 = (S0 + i) % bs
             grow = (cnt[r0:] + cnt[:r0]) * (-(-(seg - i) // bs))  # cnt from residue r0 on, cycled
             del grow[seg - i:]
@@ -1288,6 +1343,8 @@ class Replica:
             sumc += n * m
             capx += ncap * m
             i += m
+            if xh and xh[0][0] == S0 + i:  # (before any break: the counts after the planned steps)
+                ncap += self._plan_cross(run, S0 + i)
             if m < len(grow) and not run.stop:
                 break
             if i == x:  # members complete at the end of step x - 1
@@ -1452,6 +1509,18 @@ class Replica:
                 rec.complete(r)
             run.dp = dp
             self._sum_c -= sum_c
+        xd = run.xdep
+        if run.xp < len(xd) and xd[run.xp][0] <= run.S0 + e:
+            xp, last_S = run.xp, run.S0 + e
+            while xp < len(xd) and xd[xp][0] <= last_S:
+                ev = xd[xp]
+                xp += 1
+                if ev[2]:
+                    self._cnt[ev[3]] -= 1
+                else:
+                    self._ncap += 1
+                    self._natt -= 1
+            run.xp = xp
         if evict:
             if g > grown:
                 kv.take(cum[g - 1] - cum[grown - 1])

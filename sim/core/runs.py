@@ -24,20 +24,23 @@ class Run:
     segments wholly settled. ``pn``, ``psum``, ``pcnt``: members, their sum of computed tokens
     and block-growth counts after the planned steps (``pcap``, ``pcx``: the members past the
     sliding window and their excess, ``Replica._ncap`` and ``_capx``, then); ``dep``: (step, request) of members
-    completing at the end of that step (bulk mode), ``dp`` how many of them are settled; ``new``:
+    completing at the end of that step (bulk mode), ``dp`` how many of them are settled; ``xdep``:
+    the sliding-window crossings the plan took from ``Replica._xheap`` (counter first), ``xp`` how
+    many of them are settled (the rest go back when the run ends); ``new``:
     members whose first gap is their own; ``stop``: the run ends after its last planned step (a
     request arrives during it); ``fold``: step 0 is an admission step, (batch, cost, items,
     members before it)."""
 
     __slots__ = ("S0", "t0", "K", "done", "grown", "ends", "cum", "segs", "sp", "pn", "psum", "pcnt", "pcap", "pcx",
-                 "dep", "dp", "new", "fin", "fin_at", "stop", "fold", "next_steps", "priced", "deaf", "behind",
-                 "bulk")
+                 "dep", "dp", "xdep", "xp", "new", "fin", "fin_at", "stop", "fold", "next_steps", "priced", "deaf",
+                 "behind", "bulk")
 
     def __init__(self, S0, t0, n, sum_c, cnt, new, ncap=0, capx=0):
         self.S0, self.t0, self.pn, self.psum, self.pcnt, self.new = S0, t0, n, sum_c, cnt, new
         self.pcap, self.pcx = ncap, capx
         self.K = self.done = self.grown = self.dp = self.sp = 0
-        self.ends, self.cum, self.segs, self.dep = [], [], [], []
+        self.ends, self.cum, self.segs, self.dep, self.xdep = [], [], [], [], []
+        self.xp = 0
         self.fin = False
         self.fin_at = -1
         self.stop = False  # plan no further: the run ends after its last planned step
