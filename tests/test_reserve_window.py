@@ -204,3 +204,37 @@ def test_window_in_a_simulation():
     with pytest.raises(InputError, match="prefix_caching"):
         simulate(make_scenario(**{"model": "mistralai/Mistral-7B-v0.1", "policy.prefix_caching": True}),
                  specs=specs([(0.0, 10, 10)]))
+
+
+def test_a_request_crossing_the_window_in_the_decode_set_step_by_step(monkeypatch):
+    """The decode set's counts for one request crossing Mistral-7B-v0.1's 4,096-token window while
+    decoding, at every step (each decided on its own): its context counts min(c, 4095); it
+    attends the whole window (``past_window``) from c = 4095 on, and is ``crossing_window``
+    before; it needs a new block only at c = 4096 (blocks of 16: the window's most blocks are
+    ceil(4096 / 16) + 1 = 257, reached when it holds 4,097 tokens). Then the same request in a
+    run of decode steps: the same step rows as the reference loop's."""
+    from servesim.policies.continuous import ContinuousPolicy as Policy
+
+    seen = []
+    decide = Policy.next_batch
+
+    def every_step(self, state):
+        batch = decide(self, state)
+        if state.decoding.num_seqs:
+            seen.append(tuple(state.decoding))
+        return batch._replace(steady=False)  # (no runs: every step's counts are seen)
+
+    sc = make_scenario(model="mistralai/Mistral-7B-v0.1", **{"workload.num_requests": 1})
+    sp = specs([(0.0, 4090, 12)])
+    monkeypatch.setattr(Policy, "next_batch", every_step)
+    res = simulate(sc, specs=sp, engine="fast")
+    # the decode steps after the prefill step: c = 4090 .. 4100 computed tokens (tokens 2 .. 12)
+    want = [(1, min(c, 4095), int(c == 4096), 4090, int(c >= 4095), int(c < 4095)) for c in range(4090, 4101)]
+    assert seen == want
+    assert res.engine_stats["colocated"]["set_steps"] == len(want)
+    monkeypatch.setattr(Policy, "next_batch", decide)
+    fast, ref = simulate(sc, specs=sp, engine="fast"), simulate(sc, specs=sp, engine="reference")
+    assert fast.engine_stats["colocated"]["run_steps"] >= 9
+    for k in ref.steps:
+        assert (fast.steps[k] == ref.steps[k]).all(), k
+    assert fast.steps["context_tokens"][1:].tolist() == [min(c, 4095) + 1 for c in range(4090, 4101)]
