@@ -42,8 +42,9 @@ class DecodeSet(NamedTuple):
     decode token takes, ``prompt_tokens`` their prompts' tokens in all, ``past_window`` how many
     of them attend the whole sliding window (their context reached W - 1 tokens: min(c, W - 1) no
     longer grows; 0 without a window), ``crossing_window`` how many of the others will reach it
-    before they complete (0 when every other one attends within the window to the end). A run
-    of steps the policy shaped itself (``Batch.next_steps``) ends when one does."""
+    before they complete (0 when every other one attends within the window to the end), and
+    ``computed_tokens`` their computed tokens in all (sum of c, the window or not). A run of
+    steps the policy shaped itself (``Batch.next_steps``) ends when one reaches the window."""
 
     num_seqs: int = 0
     context_tokens: int = 0
@@ -51,6 +52,7 @@ class DecodeSet(NamedTuple):
     prompt_tokens: int = 0
     past_window: int = 0
     crossing_window: int = 0
+    computed_tokens: int = 0
 
 
 NO_DECODE_SET = DecodeSet()

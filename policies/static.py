@@ -15,8 +15,8 @@ from servesim.core.batch import Batch, make_batch
 
 
 class StaticPolicy:
-    """Holds its current batch's shape (slots, padded prompt, decode steps so far) between steps:
-    one instance per replica."""
+    """Holds its current batch's shape (slots, padded prompt) between steps: one instance per
+    replica."""
 
     def __init__(self, max_num_seqs: int, batch_timeout_s: float, max_output_tokens: int | None,
                  max_context_tokens: int):
@@ -26,7 +26,6 @@ class StaticPolicy:
         self.max_context_tokens = max_context_tokens
         self._slots = 0
         self._padded_prompt = 0
-        self._steps = 0
 
     @classmethod
     def from_config(cls, cfg, model):
@@ -40,20 +39,26 @@ class StaticPolicy:
 
     def _padded_decode(self, dec) -> Batch:
         """A decode step of the batch in flight from the decode set alone: the same counts as
-        the running list gives below (every live slot attends over the padded prompt and the
-        tokens since, P + k; an idle slot over P + k + 1), and how the next steps will look."""
-        slots, P = self._slots, self._padded_prompt
-        k0 = (dec.context_tokens - dec.prompt_tokens) // dec.num_seqs + 1  # decode steps so far, this one included
+        the running list gives below (every live slot attends over its own tokens and the padding
+        of its prompt to P; an idle slot over P + k + 1, padding all), and how the next steps will
+        look. The padding is P + k less each live slot's tokens (dctx, their sum of c + 1), unless
+        a slot's attention is cut by a sliding window: then it is n x P less their prompts, which
+        holds until one of them completes, so the decision holds until then
+        (``Batch.until_completion``)."""
+        slots, P, n0 = self._slots, self._padded_prompt, dec.num_seqs
+        k0 = (dec.computed_tokens - dec.prompt_tokens) // n0 + 1  # decode steps so far, this one included
+        windowed = bool(dec.past_window or dec.crossing_window)
+        prompt_pad = n0 * P - dec.prompt_tokens  # (the live slots' prompt padding, while they are live)
 
         def step(n: int, dctx: int, i: int) -> Batch:
             k, idle = k0 + i, slots - n
-            pad = n * (P + k) - dctx + idle * (P + k + 1)
+            pad = (prompt_pad if windowed else n * (P + k) - dctx) + idle * (P + k + 1)
             return Batch(num_seqs=n, num_tokens=n, decode_tokens=n, num_decode_seqs=n, num_sampled=n,
                          attn_pairs=float(dctx + pad), context_tokens=dctx + pad, decode_context_tokens=dctx,
                          decode_attn_pairs=float(dctx), padding_tokens=idle, set_seqs=n)
 
-        return step(dec.num_seqs, dec.context_tokens + dec.num_seqs, 0)._replace(
-            steady=True, steady_arrivals=True, next_steps=step)
+        return step(n0, dec.context_tokens + n0, 0)._replace(
+            steady=True, steady_arrivals=True, next_steps=step, until_completion=windowed)
 
     def _slot_tokens(self, padded_prompt: int) -> int:
         out = self.max_output_tokens if self.max_output_tokens is not None else self.max_context_tokens - padded_prompt
@@ -65,16 +70,13 @@ class StaticPolicy:
 
     def next_batch(self, state: ReplicaState) -> Batch:
         dec = state.decoding
-        # (members past a sliding window count window - 1 in the set's context sum: a padded
-        # step's padding, charged without the window, cannot be told from it; such a batch, or
-        # one with a member that will get there, is decided on the running list, one request at
-        # a time, which also keeps the count of its steps, ``_steps``, that the running list reads)
-        if dec.num_seqs and not state.tail and not dec.past_window and not dec.crossing_window:
+        if dec.num_seqs and not state.tail:
             return self._padded_decode(dec)
         running = state.running
         if running:  # the batch in flight: every live slot decodes, finished slots are padding
-            P, k = self._padded_prompt, self._steps
-            self._steps += 1
+            # (its slots were prefilled in one step and each decode step since took one token of
+            # each: k, the decode steps so far with this one, is any live slot's c - prompt + 1)
+            P, k = self._padded_prompt, running[0].num_computed_tokens - running[0].prompt_tokens + 1
             idle = self._slots - len(running)
             # attention runs over the padded length: P + k tokens of KV before this step's token
             pad_ctx = sum(P - r.prompt_tokens for r in running) + idle * (P + k + 1)
@@ -99,7 +101,7 @@ class StaticPolicy:
         if not chosen:  # one request alone: reserve what the replica has
             chosen, P = [waiting[0]], waiting[0].prompt_tokens
         slot = min(self._slot_tokens(P), kv.num_free * kv.block_size)
-        self._slots, self._padded_prompt, self._steps = len(chosen), P, 1
+        self._slots, self._padded_prompt = len(chosen), P
         n = len(chosen)
         pad_tokens = n * P - sum(r.prompt_tokens for r in chosen)
         pad_pairs = n * P * (P + 1) // 2 - sum(r.prompt_tokens * (r.prompt_tokens + 1) // 2 for r in chosen)

@@ -24,7 +24,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.inputs.specs import get_model
 from servesim.outputs.recorder import WeightedSample, dist_stats
 from servesim.simulation import simulate
 from tests.conftest import make_scenario, policy_mix_kw, specs, two_classes
@@ -62,15 +61,11 @@ def fast_path_expected(sc, ref) -> dict:
     aggregating = pol.spec is None
     inner = {"prefill": pol.prefill.policy, "decode": pol.decode.policy} if pol.name == "pd_split" else \
         {"colocated": pol.name}
-    window = get_model(sc.model).sliding_window_tokens
     st = ref.steps
     decode_only = (st["decode_tokens"] > 0) & (st["prefill_tokens"] == 0)
     out = {}
     for pool, name in inner.items():
         agg = aggregating and name in ("continuous", "chunked_prefill", "static") and pool != "prefill"
-        if name == "static" and window is not None and \
-                (ref.requests["prompt_tokens"] + ref.requests["output_tokens"] - 1 > window).any():
-            agg = False  # (a padded batch with a member past the window is decided on the running list)
         # a decode-only step in the reference: every running request decoded, so they were all in
         # the decode set (it forms after every step)
         out[pool] = {"set_steps": agg and bool(decode_only.any()),
@@ -238,8 +233,8 @@ CASES = {
                             "policy.max_num_batched_tokens": 1024, "memory.num_gpu_blocks": 2500,
                             "workload.prompt_tokens": {"dist": "lognormal", "mean": 4500, "sigma": 0.5, "max": 14000},
                             "workload.arrival": {"process": "poisson", "rate_rps": 4.0}},
-    # static batching with a window: a batch with a member past it is decided on the running list
-    # (its padded steps cannot be told from the windowed decode set); one within it runs as runs
+    # static batching with a window: a batch with a member past it, or crossing it, runs in runs
+    # held until a completion (its padding is n x P less the live prompts, known until then)
     "window_static": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "static", "policy.max_num_seqs": 16,
                       "workload.prompt_tokens": {"dist": "lognormal", "mean": 7000, "sigma": 0.2, "max": 14000}},
     "window_static_within": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "static", "policy.max_num_seqs": 16,
@@ -433,14 +428,14 @@ CASES.update({
 
 
 # cases whose fast engine runs step by step, like the reference: speculative decoding (accepted
-# tokens differ per sequence, so decoding requests are never one aggregate), static batching with
-# members past a sliding window (decided on the running list)
-STEP_BY_STEP = {"spec", "window_static"}
+# tokens differ per sequence, so decoding requests are never one aggregate)
+STEP_BY_STEP = {"spec"}
 
 
-# cases that must also run runs held until a completion (``Batch.until_completion``)
+# cases that must also run runs held until a completion (``Batch.until_completion``; static
+# batching with members past or crossing a sliding window)
 HELD_TOO = {"recompute", "swap", "max_seqs", "watermark", "chunked_tight", "order_edf", "order_priority",
-            "order_priority_aging", "order_sjf", "order_sjf_predicted"}
+            "order_priority_aging", "order_sjf", "order_sjf_predicted", "window_static", "window_crossing_static"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -208,11 +208,11 @@ def test_window_in_a_simulation():
 
 def test_a_request_crossing_the_window_in_the_decode_set_step_by_step(monkeypatch):
     """The decode set's counts for one request crossing Mistral-7B-v0.1's 4,096-token window while
-    decoding, at every step (each decided on its own): its context counts min(c, 4095); it
-    attends the whole window (``past_window``) from c = 4095 on, and is ``crossing_window``
-    before; it needs a new block only at c = 4096 (blocks of 16: the window's most blocks are
-    ceil(4096 / 16) + 1 = 257, reached when it holds 4,097 tokens). Then the same request in a
-    run of decode steps: the same step rows as the reference loop's."""
+    decoding, at every step (each decided on its own): its context counts min(c, 4095) (its
+    computed tokens, c); it attends the whole window (``past_window``) from c = 4095 on, and is
+    ``crossing_window`` before; it needs a new block only at c = 4096 (blocks of 16: the window's
+    most blocks are ceil(4096 / 16) + 1 = 257, reached when it holds 4,097 tokens). Then the same
+    request in a run of decode steps: the same step rows as the reference loop's."""
     from servesim.policies.continuous import ContinuousPolicy as Policy
 
     seen = []
@@ -229,7 +229,7 @@ def test_a_request_crossing_the_window_in_the_decode_set_step_by_step(monkeypatc
     monkeypatch.setattr(Policy, "next_batch", every_step)
     res = simulate(sc, specs=sp, engine="fast")
     # the decode steps after the prefill step: c = 4090 .. 4100 computed tokens (tokens 2 .. 12)
-    want = [(1, min(c, 4095), int(c == 4096), 4090, int(c >= 4095), int(c < 4095)) for c in range(4090, 4101)]
+    want = [(1, min(c, 4095), int(c == 4096), 4090, int(c >= 4095), int(c < 4095), c) for c in range(4090, 4101)]
     assert seen == want
     assert res.engine_stats["colocated"]["set_steps"] == len(want)
     monkeypatch.setattr(Policy, "next_batch", decide)

@@ -459,7 +459,7 @@ class Replica:
             state.now_s = start = env.now
             state.host_free_blocks = self.host_free_blocks
             state.decoding = (DecodeSet(n, self._sum_c - self._capx, self._cnt[self._S % bs], self._sum_p,
-                                        self._ncap, self._natt) if n else NO_DECODE_SET)
+                                        self._ncap, self._natt, self._sum_c) if n else NO_DECODE_SET)
             if plugin:  # (a plug-in's decision is checked: it raises or returns no Batch -> PluginError)
                 batch = self._plugin_decision(state)
                 if not batch.empty:
