@@ -225,6 +225,18 @@ CASES = {
                            "workload.prompt_tokens": {"dist": "uniform", "min": 2000, "max": 4000},
                            "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 2500},
                            "workload.arrival": {"process": "poisson", "rate_rps": 3.0}},
+    # the P/D decode side KV-bound (a preempted request waits for room): its decisions hold until a
+    # completion, and a hand-off landing ends such a run (the landed request goes ahead of the queue)
+    "pd_held": {"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
+                "memory.num_gpu_blocks": 1500,
+                "workload.prompt_tokens": {"dist": "uniform", "min": 500, "max": 1500},
+                "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 1500},
+                "workload.arrival": {"process": "poisson", "rate_rps": 4.0}},
+    # ... with hand-offs landing during such runs, which they end (the landed request goes ahead of
+    # the queue); swapping on the decode side
+    "pd_held_landing": {"seed": 331133, "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
+                        "memory.num_gpu_blocks": 300, "policy.preemption": "swap", "memory.swap_space_gib": 0.2,
+                        "policy.name": "pd_split", "policy.prefill": {"replicas": 2}, "policy.decode": {"replicas": 1}},
     # prompts past the window: most decode steps run with members past it
     "window_past": {"model": "mistralai/Mistral-7B-v0.1",
                     "workload.prompt_tokens": {"dist": "lognormal", "mean": 6000, "sigma": 0.4, "max": 14000},
@@ -435,7 +447,8 @@ STEP_BY_STEP = {"spec"}
 # cases that must also run runs held until a completion (``Batch.until_completion``; static
 # batching with members past or crossing a sliding window)
 HELD_TOO = {"recompute", "swap", "max_seqs", "watermark", "chunked_tight", "order_edf", "order_priority",
-            "order_priority_aging", "order_sjf", "order_sjf_predicted", "window_static", "window_crossing_static"}
+            "order_priority_aging", "order_sjf", "order_sjf_predicted", "window_static", "window_crossing_static",
+            "pd_held", "pd_held_landing"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -365,7 +365,7 @@ class Replica:
         self.outstanding_tokens += req.num_tokens
         if self.watch is not None:
             self.watch.add(self.watch_key)
-        self.wake()
+        self.wake(landed=True)
 
     def _take_from_queue(self, r) -> None:
         """Remove an admitted request from the landed queue (P/D decode side) or the waiting queue."""
@@ -397,14 +397,16 @@ class Replica:
         while inc and inc[0].arrival_s <= cutoff:
             self.waiting.append(inc.popleft())
 
-    def wake(self, lag: int = 0, arrival=None) -> None:
-        """Something the next decisions must see happened now (``arrival``: a request arrived):
-        during a run of decode steps, the run ends after the step in flight and ``lag`` more (an
-        arrival under async scheduling is seen one decision later: the step after the one in
-        flight is decided without it)."""
+    def wake(self, lag: int = 0, arrival=None, landed: bool = False) -> None:
+        """Something the next decisions must see happened now (``arrival``: a request arrived;
+        ``landed``: a P/D hand-off's KV landed here): during a run of decode steps, the run ends
+        after the step in flight and ``lag`` more (an arrival under async scheduling is seen one
+        decision later: the step after the one in flight is decided without it)."""
         if self._interruptible:
             run = self._mac
-            if run.deaf:  # what arrives waits for the run (the policy said it changes nothing)
+            if run.deaf and not landed:
+                # what arrives waits for the run (the policy said it changes nothing); a landed
+                # request is another matter: its KV is here, and it is admitted ahead of the queue
                 return
             if run.behind is not None and arrival is not None and self.waiting.key(arrival) >= run.behind:
                 return  # ranked behind the waiting head (ties: first in, first out): it changes nothing
@@ -483,9 +485,9 @@ class Replica:
             if (batch.steady and n and fast and not batch.items and not running
                     and (batch.steady_arrivals or not (waiting or landed or swapped or incoming)
                          or (batch.until_completion and not incoming))
-                    # (held until a completion: colocated only, decisions untraced, as the trace
-                    # records every decision of a waiting request)
-                    and (not batch.until_completion or (self.role == "colocated" and self.tracer is None))):
+                    # (held until a completion: decisions untraced, as the trace records every
+                    # decision of a waiting request; on the P/D decode side a landing ends it)
+                    and (not batch.until_completion or (self.role != "prefill" and self.tracer is None))):
                 K = self._macro_len(n, kv.num_free, self._bulk and not batch.until_completion)
                 if K >= 2:
                     yield from self._macro(n, K, shape=batch)
