@@ -176,28 +176,70 @@ class ContinuousPolicy:
     def _with_decode_set(self, state: ReplicaState, dec) -> Batch | None:
         """The decision when the decode set (ahead of every other running request) takes its
         tokens as a whole: what ``_one_by_one`` decides on the whole running list, as long as
-        nobody needs preempting; None when someone would (then the running list is needed)."""
+        the requests it would preempt are all outside the set (the newest first: the default
+        victim order); None otherwise (then the running list is needed).
+
+        ``_one_by_one`` takes the members' tokens one by one, preempting the newest running
+        requests while one does not fit; a member needs at most one block, so the victims it
+        takes for the members are the fewest newest ones that free the set's whole need, in that
+        order, before any request outside the set is scheduled."""
         kv = state.kv
         free = kv.num_free
         budget = self.max_num_batched_tokens
         n = dec.num_seqs
-        if n > budget or dec.blocks_needed > free:
+        if n > budget:
             return None
-        free -= dec.blocks_needed
+        tail = state.tail
+        end = len(tail)  # tail[end:] are preempted this step (the newest victims)
+        preempted = []
+        swap_out = []
+        host_free = state.host_free_blocks
+        newest = self._pick_victim is None
+        need = dec.blocks_needed
+        while need > free:
+            if not newest or not end:  # another victim order, or a member of the set is next
+                return None
+            end -= 1
+            victim = tail[end]
+            preempted.append(victim)
+            free += kv.freeable_blocks(victim)
+            if self.preemption == "swap" and victim.kv_blocks <= host_free:
+                swap_out.append(victim)
+                host_free -= victim.kv_blocks
+        free -= need
         budget -= n
         items = []
-        tail = state.tail
-        for r in tail:
+        i = 0
+        while i < end:
+            r = tail[i]
+            i += 1
             q = self._tokens(r, budget)
             if q > budget or q == 0:
                 continue
             need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks
             if need > free:
-                return None  # a preemption: decided on the running list
+                if not newest:
+                    return None  # a preemption in another victim order: decided on the running list
+                while need > free:  # the newest go first; the last may be r itself
+                    end -= 1
+                    victim = tail[end]
+                    preempted.append(victim)
+                    free += kv.freeable_blocks(victim)
+                    if self.preemption == "swap" and victim.kv_blocks <= host_free:
+                        swap_out.append(victim)
+                        host_free -= victim.kv_blocks
+                    if victim is r:
+                        break
+                if victim is r:
+                    continue
             if need > 0:
                 free -= need
             budget -= q
             items.append((r, q))
+        if preempted:  # (nothing is admitted in a step that preempts, as _one_by_one)
+            return make_batch(items, preempted, (), swap_out=swap_out, decode_set=dec,
+                              stop=("preemption_step", None, budget, free,
+                                    self.max_num_seqs - n - len(tail) + len(preempted)))
         reserved = []
         swap_in, admitted, hits, blocked, stop = self.admit(state, n + len(tail), free, budget, items, reserved)
         if stop is not None and self._may_preempt_for(stop) and state.running_priorities is not None:

@@ -206,3 +206,95 @@ def test_mapping_blocks_others_already_map_needs_no_free_block():
     assert kv.cached_prefix_blocks(b) == (2, 0)
     assert kv.grow(b, 32)  # a prefix hit on blocks a maps: no free block needed
     assert kv.num_used == 4 and not kv.grow(b, 33)
+
+
+# ------------------------------------------------------------------ preemption with the decode set whole
+def _decoding(rid, prompt, done, bs=16):
+    r = Request(rid, 0.0, prompt, 500)
+    r.num_output_done, r.num_computed_tokens = done, prompt + done - 1
+    r.kv_blocks = -(-r.num_computed_tokens // bs)
+    return r
+
+
+def _prefilling(rid, prompt, computed, bs=16):
+    r = Request(rid, 0.0, prompt, 50)
+    r.num_computed_tokens, r.kv_blocks = computed, -(-computed // bs)
+    return r
+
+
+def _both_ways(pol, members, tail, free, host_free=0, waiting=()):
+    """The policy's decision with ``members`` as the engine's decode set and with the whole running
+    list, on a cache with ``free`` free blocks."""
+    from servesim.policies.base import DecodeSet
+
+    def state(set_view):
+        kv = BlockAllocator(400, 16)
+        kv.num_empty = free
+        if not set_view:
+            return ReplicaState(members + tail, deque(waiting), kv, host_free_blocks=host_free)
+        need = sum(-(-(m.num_computed_tokens + 1) // 16) - m.kv_blocks for m in members)
+        dec = DecodeSet(len(members), sum(m.num_computed_tokens for m in members), need,
+                        sum(m.prompt_tokens for m in members), 0, 0, sum(m.num_computed_tokens for m in members))
+        return ReplicaState(list(tail), deque(waiting), kv, host_free_blocks=host_free, decoding=dec,
+                            materialize=lambda: members + tail)
+    return pol.next_batch(state(True)), pol.next_batch(state(False))
+
+
+def _same(a, b):
+    for f in ("num_seqs", "num_tokens", "prefill_tokens", "decode_tokens", "context_tokens", "attn_pairs", "stop"):
+        assert getattr(a, f) == getattr(b, f), f
+    assert [id(r) for r in a.preempted] == [id(r) for r in b.preempted]
+    assert [id(r) for r in a.swap_out] == [id(r) for r in b.swap_out]
+    assert not a.admitted and not b.admitted  # (nothing is admitted in a step that preempts)
+
+
+def test_preempting_the_newest_outside_the_decode_set_keeps_it_whole():
+    """The decode set needs 3 blocks (each member at a block boundary), 2 are free: the newest
+    running request, a prefill chunk outside the set, is preempted for it, as ``_one_by_one``
+    does on the running list (the third member would preempt it there), and the set stays whole."""
+    members = [_decoding(0, 100, 13), _decoding(1, 100, 29), _decoding(2, 100, 45)]  # c = 112, 128, 144
+    t1, t2 = _decoding(3, 200, 5), _prefilling(4, 1000, 512)
+    pol = ContinuousPolicy(max_num_batched_tokens=512, chunked=True)
+    with_set, listed = _both_ways(pol, members, [t1, t2], free=2)
+    assert with_set.set_seqs == 3 and [r.request_id for r in with_set.preempted] == [4]
+    assert [(r.request_id, q) for r, q in with_set.items] == [(3, 1)]
+    _same(with_set, listed)
+    # swapping: the victim goes to host memory when it fits there, in both
+    pol = ContinuousPolicy(max_num_batched_tokens=512, chunked=True, preemption="swap")
+    _same(*_both_ways(pol, members, [t1, t2], free=2, host_free=100))
+
+
+def test_a_chunk_that_does_not_fit_preempts_the_newest_then_itself():
+    """Outside the set, a prefill chunk needing 32 blocks with none free preempts the newest
+    running request (2 blocks), then itself; the set decodes alone."""
+    members = [_decoding(0, 100, 2), _decoding(1, 100, 3)]  # no block needed
+    t1, t2 = _prefilling(2, 1000, 512), _decoding(3, 20, 2)
+    pol = ContinuousPolicy(max_num_batched_tokens=512, chunked=True)
+    with_set, listed = _both_ways(pol, members, [t1, t2], free=0)
+    assert with_set.set_seqs == 2 and [r.request_id for r in with_set.preempted] == [3, 2]
+    assert with_set.items == ()
+    _same(with_set, listed)
+
+
+def test_a_victim_inside_the_decode_set_is_decided_on_the_running_list():
+    """When the newest requests outside the set do not free enough, the next victim would be a
+    member: the running list decides (the set dissolves), as before; and another victim order
+    (largest KV first) always does."""
+    members = [_decoding(0, 100, 13), _decoding(1, 100, 29)]
+    t1 = _decoding(2, 5, 2)  # 1 block: not enough for the set's 2 with none free; a member is next
+    pol = ContinuousPolicy(max_num_batched_tokens=512, chunked=True)
+    kv = BlockAllocator(400, 16)
+    kv.num_empty = 0
+    from servesim.policies.base import DecodeSet
+    dissolved = []
+    state = ReplicaState([t1], deque(), kv, decoding=DecodeSet(2, 112 + 128, 2, 200, 0, 0, 240),
+                         materialize=lambda: dissolved.append(1) or members + [t1])
+    pol.next_batch(state)
+    assert dissolved
+    members2 = [_decoding(0, 100, 13)]
+    pol = ContinuousPolicy(max_num_batched_tokens=512, chunked=True, victim="largest_kv")
+    dissolved.clear()
+    state = ReplicaState([t1], deque(), kv, decoding=DecodeSet(1, 112, 1, 100, 0, 0, 112),
+                         materialize=lambda: dissolved.append(1) or members2 + [t1])
+    pol.next_batch(state)
+    assert dissolved

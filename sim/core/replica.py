@@ -618,8 +618,7 @@ class Replica:
         if self.watch is not None:
             self.watch.add(self.watch_key)
         swap_bytes = 0.0
-        if batch.preempted:
-            assert not self._members, "a policy that preempts reads state.running (the decode set dissolved)"
+        if batch.preempted:  # (requests outside the decode set: a member is preempted from state.running)
             n = len(running)
             gone = set(map(id, batch.preempted))
             if set(map(id, running[n - len(gone):])) == gone:  # the tail (the newest): the usual victims
@@ -627,7 +626,8 @@ class Replica:
             else:
                 running[:] = [r for r in running if id(r) not in gone]
             assert len(running) == n - len(gone) == n - len(batch.preempted), \
-                "policy preempted a request that is not running (or one twice)"
+                "policy preempted a request that is not running (or one twice, or one of the decode set " \
+                "without reading state.running)"
             to_host = {id(r) for r in batch.swap_out}
             prio = self.prio
             for r in batch.preempted:  # in the order preempted: the last ends at the front of an FCFS queue
