@@ -181,7 +181,7 @@ CASES = {
                          "memory.swap_space_gib": 0.2},
     "pp_pd": {"policy.name": "pd_split", "hardware.pp": 2, "policy.prefill": {"replicas": 1},
               "policy.decode": {"replicas": 1}},
-    # Orca's reservation at admission: reserved requests never grow KV, so they run one by one
+    # Orca's reservation at admission: reserved requests never grow KV (they join the decode set holding it)
     "reserve_max": {"policy.reserve": "max", "policy.max_output_tokens": 600},
     "reserve_pow2_chunked": {"policy.reserve": "pow2", "policy.name": "chunked_prefill",
                              "policy.max_num_batched_tokens": 512},
