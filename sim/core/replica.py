@@ -483,7 +483,10 @@ class Replica:
                 self._release(start, everything=True)
                 continue
             if (batch.steady and n and fast and not batch.items and not running
-                    and (batch.steady_arrivals or not (waiting or landed or swapped or incoming)
+                    # (a run deaf to arrivals skips the decisions of the requests waiting through
+                    # it, or arriving: the decision trace records every one, so not when tracing)
+                    and ((batch.steady_arrivals and self.tracer is None)
+                         or not (waiting or landed or swapped or incoming)
                          or (batch.until_completion and not incoming))
                     # (held until a completion: decisions untraced, as the trace records every
                     # decision of a waiting request; on the P/D decode side a landing ends it)
@@ -1114,7 +1117,7 @@ class Replica:
         run = Run(S, start, n, self._sum_c, self._cnt, self._new[:], self._ncap, self._capx)
         self._new.clear()
         if shape is not None:
-            run.deaf = shape.steady_arrivals
+            run.deaf = shape.steady_arrivals and self.tracer is None  # (traced: arrivals are decisions to record)
             if shape.arrivals_behind:
                 run.behind = self.waiting.key(self.waiting[0])
             if shape.next_steps is not None:
