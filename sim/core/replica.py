@@ -13,7 +13,7 @@ a test oracle) turns both off:
 
 * The **decode set**. With a policy that ``aggregates_decodes``, requests that decode (one token
   a step) are kept as one aggregate at the front of the running list, in admission order, each
-  stored as (seq, s0, c0, d0, held, past the window): the replica's decode-step counter ``S``
+  stored as (seq, s0, c0, d0, held): the replica's decode-step counter ``S``
   when it joined and its computed tokens and emitted output then (at counter ``S`` it has
   ``c0 + S - s0`` computed tokens). The replica keeps the sum of their contexts, a heap of the
   counter at which each completes (``s0 + output - d0``) and, per residue mod ``block_size``, how
@@ -249,7 +249,9 @@ class Replica:
         # (held_runs: runs with requests waiting, held until a completion: ``Batch.until_completion``)
         self.stats = {"steps": 0, "set_steps": 0, "runs": 0, "run_steps": 0, "held_runs": 0}
         # the decode set
-        self._members: dict = {}  # request -> (seq, s0, c0, d0, held, past the window), in admission order
+        # request -> (seq, s0, c0, d0, held), in admission order (whether it attends the whole window
+        # or still grows blocks at counter S follows from c = c0 + S - s0: ``_att_c``, ``_cap_c``)
+        self._members: dict = {}
         self._S = 0  # decode-set steps so far
         self._sum_c = 0  # sum over members of computed tokens at counter _S
         # (sliding window) members past the window: how many, and the sum over them of c - (window - 1),
@@ -863,7 +865,7 @@ class Replica:
     # ---------------------------------------------------------------- the decode set
     def _settle(self, r, info, S) -> int:
         """Bring ``r``'s counters to decode-step counter ``S``; return its computed tokens."""
-        _, s0, c0, d0, held, _ = info
+        _, s0, c0, d0, held = info
         k = S - s0
         c = c0 + k
         r.num_computed_tokens = c
@@ -927,7 +929,7 @@ class Replica:
         ``_xheap``."""
         seq = next(self._seq)
         cap = c >= self._att_c
-        self._members[r] = (seq, S, c, d, held, cap)
+        self._members[r] = (seq, S, c, d, held)
         res = (S - c) % self.kv.block_size
         if not held:
             self._cnt[res] += 1
@@ -1031,7 +1033,7 @@ class Replica:
         heap, members, cnt, bs, S0 = self._heap, self._members, run.pcnt, self.kv.block_size, run.S0
         while heap and heap[0][0] == S0 + x:
             r = heapq.heappop(heap)[2]
-            _, s0, c0, _, held, _ = members[r]
+            _, s0, c0, _, held = members[r]
             c = c0 + S0 + x - s0
             sumc -= c
             n -= 1
@@ -1303,6 +1305,7 @@ class Replica:
                 seg = x
             if xh and xh[0][0] - S0 < seg:
                 seg = xh[0][0] - S0
+                assert seg > i, "a sliding-window crossing was left behind the plan"
             r0 = (S0 + i) % bs
             grow = (cnt[r0:] + cnt[:r0]) * (-(-(seg - i) // bs))  # cnt from residue r0 on, cycled
             del grow[seg - i:]
