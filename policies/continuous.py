@@ -200,12 +200,7 @@ class ContinuousPolicy:
             if not newest or not end:  # another victim order, or a member of the set is next
                 return None
             end -= 1
-            victim = tail[end]
-            preempted.append(victim)
-            free += kv.freeable_blocks(victim)
-            if self.preemption == "swap" and victim.kv_blocks <= host_free:
-                swap_out.append(victim)
-                host_free -= victim.kv_blocks
+            free, host_free = self._preempt(tail[end], kv, free, host_free, preempted, swap_out)
         free -= need
         budget -= n
         items = []
@@ -223,11 +218,7 @@ class ContinuousPolicy:
                 while need > free:  # the newest go first; the last may be r itself
                     end -= 1
                     victim = tail[end]
-                    preempted.append(victim)
-                    free += kv.freeable_blocks(victim)
-                    if self.preemption == "swap" and victim.kv_blocks <= host_free:
-                        swap_out.append(victim)
-                        host_free -= victim.kv_blocks
+                    free, host_free = self._preempt(victim, kv, free, host_free, preempted, swap_out)
                     if victim is r:
                         break
                 if victim is r:
@@ -307,6 +298,16 @@ class ContinuousPolicy:
         return (not self.chunked or stop[0] not in ("kv", "watermark")
                 or self._waiting_tokens(state.kv, stop[1], 0)[1] == 0)  # (hits held: 0 without a cache)
 
+    def _preempt(self, victim, kv, free: int, host_free: int, preempted: list, swap_out: list) -> tuple[int, int]:
+        """Preempt ``victim`` this step (to host memory when ``policy.preemption`` is swap and it
+        fits there, else for recompute): the free KV blocks and host blocks after."""
+        preempted.append(victim)
+        free += kv.freeable_blocks(victim)
+        if self.preemption == "swap" and victim.kv_blocks <= host_free:
+            swap_out.append(victim)
+            host_free -= victim.kv_blocks
+        return free, host_free
+
     def _one_by_one(self, state: ReplicaState, running: list) -> Batch:
         kv = state.kv
         free = kv.num_free
@@ -343,11 +344,7 @@ class ContinuousPolicy:
                         items[k] = None
                         budget += qv
                         free += nv
-                preempted.append(victim)
-                free += kv.freeable_blocks(victim)
-                if self.preemption == "swap" and victim.kv_blocks <= host_free:
-                    swap_out.append(victim)
-                    host_free -= victim.kv_blocks
+                free, host_free = self._preempt(victim, kv, free, host_free, preempted, swap_out)
                 if victim is r:
                     break
             else:

@@ -121,6 +121,12 @@ SMALL = {"workload.num_requests": 300, "workload.arrival": {"process": "poisson"
          "workload.prompt_tokens": {"dist": "lognormal", "mean": 600, "sigma": 0.8, "max": 3000},
          "workload.output_tokens": {"dist": "lognormal", "mean": 120, "sigma": 0.7, "max": 600}}
 TIGHT = {"memory.num_gpu_blocks": 400}  # 6,400 tokens of KV: preemptions
+# most requests cross Mistral-7B-v0.1's 4,096-token window while decoding (prompts below it, prompt +
+# output past it): their attention stops growing, then their blocks, at counters inside runs
+CROSSING = {"model": "mistralai/Mistral-7B-v0.1",
+            "workload.prompt_tokens": {"dist": "uniform", "min": 2000, "max": 4000},
+            "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 2500},
+            "workload.arrival": {"process": "poisson", "rate_rps": 3.0}}
 CASES = {
     "continuous": {},
     "chunked": {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 512},
@@ -192,39 +198,18 @@ CASES = {
     "window": {"model": "mistralai/Mistral-7B-v0.1", "memory.num_gpu_blocks": 1200,
                "workload.prompt_tokens": {"dist": "lognormal", "mean": 2500, "sigma": 0.8, "max": 9000},
                "workload.arrival": {"process": "poisson", "rate_rps": 6.0}},
-    # most requests cross the window while decoding (prompts below it, prompt + output past it):
-    # their attention stops growing, then their blocks, at counters inside runs
-    "window_crossing": {"model": "mistralai/Mistral-7B-v0.1",
-                        "workload.prompt_tokens": {"dist": "uniform", "min": 2000, "max": 4000},
-                        "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 2500},
-                        "workload.arrival": {"process": "poisson", "rate_rps": 3.0}},
+    "window_crossing": CROSSING,
     # ... with KV tight (preemptions), an Orca reservation (members that hold their blocks cross
     # only in attention), chunked prefill, static batching and a P/D split
-    "window_crossing_tight": {"model": "mistralai/Mistral-7B-v0.1", "memory.num_gpu_blocks": 700,
-                              "workload.prompt_tokens": {"dist": "uniform", "min": 2000, "max": 4000},
-                              "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 2500},
-                              "workload.arrival": {"process": "poisson", "rate_rps": 3.0}},
-    "window_crossing_reserve": {"model": "mistralai/Mistral-7B-v0.1", "policy.reserve": "max",
-                                "policy.max_output_tokens": 2500,
-                                "workload.prompt_tokens": {"dist": "uniform", "min": 2000, "max": 4000},
-                                "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 2500},
-                                "workload.arrival": {"process": "poisson", "rate_rps": 3.0}},
-    "window_crossing_chunked": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "chunked_prefill",
-                                "policy.max_num_batched_tokens": 1024, "memory.num_gpu_blocks": 1500,
-                                "workload.prompt_tokens": {"dist": "uniform", "min": 2000, "max": 4000},
-                                "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 2500},
-                                "workload.arrival": {"process": "poisson", "rate_rps": 3.0}},
-    "window_crossing_static": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "static",
-                               "policy.max_num_seqs": 16,
+    "window_crossing_tight": {**CROSSING, "memory.num_gpu_blocks": 700},
+    "window_crossing_reserve": {**CROSSING, "policy.reserve": "max", "policy.max_output_tokens": 2500},
+    "window_crossing_chunked": {**CROSSING, "policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 1024,
+                                "memory.num_gpu_blocks": 1500},
+    "window_crossing_static": {**CROSSING, "policy.name": "static", "policy.max_num_seqs": 16,
                                "workload.prompt_tokens": {"dist": "uniform", "min": 2500, "max": 4000},
-                               "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 2000},
-                               "workload.arrival": {"process": "poisson", "rate_rps": 3.0}},
-    "window_crossing_pd": {"model": "mistralai/Mistral-7B-v0.1", "policy.name": "pd_split",
-                           "memory.num_gpu_blocks": 900, "policy.prefill": {"replicas": 1},
-                           "policy.decode": {"replicas": 1},
-                           "workload.prompt_tokens": {"dist": "uniform", "min": 2000, "max": 4000},
-                           "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 2500},
-                           "workload.arrival": {"process": "poisson", "rate_rps": 3.0}},
+                               "workload.output_tokens": {"dist": "uniform", "min": 300, "max": 2000}},
+    "window_crossing_pd": {**CROSSING, "policy.name": "pd_split", "memory.num_gpu_blocks": 900,
+                           "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1}},
     # the P/D decode side KV-bound (a preempted request waits for room): its decisions hold until a
     # completion, and a hand-off landing ends such a run (the landed request goes ahead of the queue)
     "pd_held": {"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
@@ -487,41 +472,31 @@ def test_arrival_at_a_step_end_joins_after_it():
     assert all(s > a for a, s in tied)
 
 
-def test_requests_past_the_window_decode_in_runs():
+@pytest.mark.parametrize("case", ["window_past", "window_crossing"])
+def test_requests_past_or_crossing_the_window_decode_in_runs(case):
     """Under a sliding window, requests whose prompt is past it join the decode set (each decode
-    step attends ``window`` keys, and their blocks stay at the window's count), so their decode
-    steps run as runs and the policy decides about once per arrival, not every step. Before, every
-    such request stayed out of the set and each of its steps was decided on its own (on this scenario: 6,810
-    decided steps and 6% of the steps in runs before, 841 and 88% now)."""
-    kw = {**SMALL, **CASES["window_past"]}
+    step attends ``window`` keys, and their blocks stay at the window's count), and so do requests
+    that cross it while decoding: from a counter known when one joins it attends the whole window
+    (its share of the set's attention sum stops growing), and from a later one it holds its most
+    blocks (it stops needing new ones), in runs as at single steps. Their decode steps run as
+    runs and the policy decides about once per arrival, not every step. Before, such requests
+    stayed out of the set and each of their steps was decided on its own, with every request
+    behind them in the running list (window_past: 6,810 decided steps and 6% of the steps in
+    runs, now 841 and 88%; window_crossing: 19 steps in 20 decided one by one, and 3,000 µs of
+    CPU a request on the slow-shape search's lengths, 140 now)."""
+    kw = {**SMALL, **CASES[case]}
     fast, ref = run_both(make_scenario(**kw))
     st = fast.engine_stats["colocated"]
     total = st["steps"] + st["run_steps"]
     assert total == len(ref.steps["start_s"])
     assert st["run_steps"] > 0.8 * total, st
     assert st["steps"] < 4 * kw["workload.num_requests"], st  # decisions: a few per request
-    # the case is what it says: most prompts are past the window
-    assert np.mean(ref.requests["prompt_tokens"] > 4096) > 0.7
-
-
-def test_requests_crossing_the_window_decode_in_runs():
-    """Under a sliding window, a request that crosses it while decoding joins the decode set too:
-    from a counter known when it joins it attends the whole window (its share of the set's
-    attention sum stops growing), and from a later one it holds its most blocks (it stops
-    needing new ones), in runs as at single steps. Before, it stayed out of the set, and every
-    request behind it in the running list decided step by step with it (on this scenario 19
-    steps in 20 were decided one by one; 3,000 µs of CPU a request on the search's shape, 140
-    now)."""
-    kw = {**SMALL, **CASES["window_crossing"]}
-    fast, ref = run_both(make_scenario(**kw))
-    st = fast.engine_stats["colocated"]
-    total = st["steps"] + st["run_steps"]
-    assert total == len(ref.steps["start_s"])
-    assert st["run_steps"] > 0.8 * total, st
-    assert st["steps"] < 4 * kw["workload.num_requests"], st  # decisions: a few per request
-    # the case is what it says: most requests cross the window while decoding
+    # the case is what it says: most prompts past the window, or most requests crossing it
     p, o = ref.requests["prompt_tokens"], ref.requests["output_tokens"]
-    assert np.mean((p < 4096 - 1) & (p + o - 1 > 4096 + 16)) > 0.5
+    if case == "window_past":
+        assert np.mean(p > 4096) > 0.7
+    else:
+        assert np.mean((p < 4096 - 1) & (p + o - 1 > 4096 + 16)) > 0.5
 
 
 def test_preemptions_outside_the_decode_set_keep_it():
