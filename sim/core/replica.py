@@ -896,12 +896,16 @@ class Replica:
         on they attend the whole window (its excess is 0 now), or they grow no more blocks."""
         xh = self._xheap
         while xh and xh[0][0] == S:
-            _, _, kind, res = heapq.heappop(xh)
-            if kind:
-                self._cnt[res] -= 1
-            else:
-                self._ncap += 1
-                self._natt -= 1
+            self._crossed(heapq.heappop(xh))
+
+    def _crossed(self, ev) -> None:
+        """Apply one crossing (an ``_xheap`` entry) to the set's counts: the member grows no more
+        blocks (its residue leaves ``_cnt``), or it attends the whole window (``_ncap``)."""
+        if ev[2]:
+            self._cnt[ev[3]] -= 1
+        else:
+            self._ncap += 1
+            self._natt -= 1
 
     def _dissolve(self) -> None:
         S = self._S
@@ -923,8 +927,8 @@ class Replica:
         """``r`` joins the decode set at counter ``S`` with ``c`` computed tokens and ``d``
         emitted (``_sum_c`` is the caller's); ``held``: KV blocks reserved up front that cover
         its whole sequence, or its most blocks under a sliding window (it grows none; 0: it
-        grows a block every ``block_size`` tokens). Returns whether it is past the window (the
-        caller adds it to ``_ncap`` and ``_capx`` with ``_sum_c``). Under a sliding window, the
+        grows a block every ``block_size`` tokens). Returns whether it attends the whole window
+        already (the caller adds it to ``_ncap`` and ``_capx`` with ``_sum_c``). Under a sliding window, the
         counters at which it will cross ``_att_c`` and ``_cap_c`` while in the set go on
         ``_xheap``."""
         seq = next(self._seq)
@@ -1521,13 +1525,8 @@ class Replica:
         if run.xp < len(xd) and xd[run.xp][0] <= run.S0 + e:
             xp, last_S = run.xp, run.S0 + e
             while xp < len(xd) and xd[xp][0] <= last_S:
-                ev = xd[xp]
+                self._crossed(xd[xp])
                 xp += 1
-                if ev[2]:
-                    self._cnt[ev[3]] -= 1
-                else:
-                    self._ncap += 1
-                    self._natt -= 1
             run.xp = xp
         if evict:
             if g > grown:

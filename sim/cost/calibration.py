@@ -43,7 +43,6 @@ def carried_families(gpu: GpuSpec) -> tuple:
 
 
 def calibration_yaml(eff: Efficiencies, gpu: GpuSpec, provenance: str, quality: dict | None = None) -> str:
-
     body = {"gpu": gpu.name, "source": eff.source}
     d = eff.to_dict()
     v0 = DEFAULT_EFFICIENCIES.to_dict()
