@@ -515,3 +515,29 @@ def test_words_no_option_takes_are_named_by_the_subcommand(capsys, argv, says):
     err = capsys.readouterr().err
     assert f"servesim: error: {says}" in err and "servesim: error: servesim:" not in err
     assert err.startswith(f"usage: servesim {argv[0]}")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["rnu"], "argument command: invalid choice: 'rnu' (choose from 'run', "),
+    (["rnu"], ") (did you mean 'run'?)"),
+    (["validat", "s.yaml"], "(did you mean 'validate'?)"),
+    (["cost", "--model", "llama-2-7b", "--dtype", "bf61"], "(did you mean 'bf16'?)"),
+    (["run", "--outptus", "summary"], "servesim run: unrecognized arguments: --outptus (did you mean '--outputs'?)"),
+    (["run", "--outptus=summary", "--quite"], "(did you mean '--outputs' for '--outptus', '--quiet' for '--quite'?)"),
+])
+def test_a_misspelt_subcommand_choice_or_option_gets_the_closest_name(capsys, argv, says):
+    """argparse (Python 3.11) lists the choices but names no close one, and says nothing for an
+    option; the top-level error was also prefixed twice ('servesim: error: servesim: argument')."""
+    from servesim.cli.main import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert says in err and err.startswith("servesim: error: ") and "servesim: error: servesim:" not in err
+
+
+def test_an_unknown_option_with_no_close_name_gets_no_hint(capsys):
+    from servesim.cli.main import main
+
+    assert main(["run", "--zzzzzz"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == "servesim: error: servesim run: unrecognized arguments: --zzzzzz"

@@ -14,7 +14,29 @@ from servesim.errors import InputError
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own exit 2, with our one-paragraph style
         self.print_usage(sys.stderr)
-        raise InputError(f"{self.prog}: {message}")
+        where = "" if self.prog == "servesim" else f"{self.prog}: "  # (main prints "servesim: error: ")
+        raise InputError(f"{where}{message}{self._hint(message)}")
+
+    def _hint(self, message: str) -> str:
+        """The closest valid name for a misspelt subcommand or choice ("servesim rnu", "--format
+        parqet") or option ("--polcy"): argparse of Python 3.11 names none."""
+        import difflib
+        import re
+
+        m = re.match(r"argument [^:]+: invalid choice: '(.*)' \(choose from (.*)\)$", message, re.S)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(2))
+            close = difflib.get_close_matches(m.group(1), choices, n=1)
+            return f" (did you mean {close[0]!r}?)" if close else ""
+        if message.startswith("unrecognized arguments: "):
+            options = [o for o in self._option_string_actions if o.startswith("--")]
+            words = [w.split("=")[0] for w in message[len("unrecognized arguments: "):].split() if w.startswith("--")]
+            close = {w: difflib.get_close_matches(w, options, n=1) for w in words}
+            hints = [(w, c[0]) for w, c in close.items() if c]
+            if len(hints) == 1:
+                return f" (did you mean {hints[0][1]!r}?)"
+            return f" (did you mean {', '.join(f'{c!r} for {w!r}' for w, c in hints)}?)" if hints else ""
+        return ""
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
