@@ -242,6 +242,20 @@ def test_speculative_tokens_per_step_match_expectation():
     assert st["decode_tokens"][1:].sum() == (k + 1) * seq_steps  # every step verifies k + 1 per sequence
 
 
+def test_speculative_steps_stream_their_tokens_as_one_itl_gap():
+    """vLLM's benchmark counts one ITL gap per streamed chunk, and a verify step's accepted tokens
+    stream out together: one gap per step a request decodes in (before: m - 1 more gaps of 0, so
+    that ITL p50 was 0 at acceptance 0.8), and a mean above TPOT, which is per token."""
+    sc = make_scenario(**{"policy.spec": {"draft": "ngram", "num_speculative_tokens": 4, "acceptance_rate": 0.8}})
+    res = simulate(sc, specs=specs([(0.0, 64, 2000)] * 20))
+    gaps = res.tbt_s
+    assert len(gaps) == int(res.steps["num_seqs"][1:].sum())  # one per request per decode step
+    assert gaps.min() > 0
+    tpot = res.summary["tpot_s"]["mean"]
+    assert res.summary["itl_s"]["p50"] > 2 * tpot  # ~3.4 tokens a step
+    assert res.summary["itl_s"]["mean"] == pytest.approx(gaps.mean())
+
+
 def test_pd_decode_side_recomputes_in_chunks_of_its_budget():
     # a decode replica (continuous, budget 256) that preempts a long request recomputes it in
     # chunks of its budget, once the blocks of its whole sequence are free (before: requests whose

@@ -776,9 +776,9 @@ class Replica:
                 r.num_computed_tokens = r.prompt_tokens + r.num_output_done - 1
                 self.kv.shrink(r, r.num_computed_tokens)
                 self.outstanding_tokens += m
+                # its m tokens stream out together: one gap, as vLLM's benchmark counts ITL (one
+                # per streamed chunk), not m - 1 gaps of 0 that would pull every percentile down
                 tbt.append(now - r.last_token_s)
-                for _ in range(m - 1):
-                    tbt.append(0.0)
                 r.last_token_s = now
             else:
                 r.num_computed_tokens += q
