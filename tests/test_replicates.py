@@ -130,6 +130,33 @@ def test_run_with_seeds_adds_a_seeds_section(tmp_path, capsys):
     assert "seeds" not in json.loads((tmp_path / "one" / "summary.json").read_text())
 
 
+def _strict_json(path):
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_seeds_without_a_figure_give_null_and_say_how_many_have_it(tmp_path, capsys):
+    """One-token outputs have no TPOT or ITL: every seed without one wrote NaN (not JSON) as the
+    mean; some seeds without one were left out of the mean without a word."""
+    sc = scenario_file(tmp_path, n=1)
+    one = ["--set", "workload.output_tokens={dist: fixed, value: 1}"]
+    assert main(["run", sc, "--seeds", "3", "--out", str(tmp_path / "none"), "--quiet", "--workers", "1", *one]) == 0
+    f = _strict_json(tmp_path / "none" / "summary.json")["seeds"]["figures"]
+    assert f["tpot_s.p50"] == {"mean": None, "ci95": None, "n": 0, "values": [None, None, None]}
+    assert f["ttft_s.p50"]["n"] == 3 and f["ttft_s.p50"]["mean"] > 0
+    capsys.readouterr()
+    # one request of 1 or 2 output tokens: some seeds have a TPOT, some none
+    mixed = ["--set", "workload.output_tokens={dist: uniform, min: 1, max: 2}"]
+    assert main(["run", sc, "--seeds", "8", "--out", str(tmp_path / "some"), "--quiet", "--workers", "1", *mixed]) == 0
+    f = _strict_json(tmp_path / "some" / "summary.json")["seeds"]["figures"]["tpot_s.p50"]
+    have = [v for v in f["values"] if v is not None]
+    assert 0 < f["n"] == len(have) < 8 and f["mean"] == pytest.approx(sum(have) / len(have))
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("TPOT") and " p50 " in x)
+    assert line.endswith(f"(over the {f['n']} of 8 seeds that have one)")
+
+
 def cap_scenario(tmp_path):
     data = copy.deepcopy(BASE)
     data["policy"]["max_num_seqs"] = 4  # a sharp knee: above capacity the queue grows through the run

@@ -89,8 +89,9 @@ def format_seeds(sec: dict | None) -> list:
 
     def iv(name, scale=1.0, unit=""):
         x = f[name]
-        return format_interval(Interval(x["mean"], math.nan if x["ci95"] is None else x["ci95"], len(x["values"])),
-                               scale, unit)
+        n = x.get("n", len(x["values"]))
+        return format_interval(Interval(math.nan if x["mean"] is None else x["mean"],
+                                        math.nan if x["ci95"] is None else x["ci95"], n), scale, unit)
 
     seeds = sec["seeds"]
     lines = ["", f"over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}; mean {PM} half-width of the 95% Student-t "
@@ -101,7 +102,9 @@ def format_seeds(sec: dict | None) -> list:
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
         if f[f"{key}.p50"]["mean"] is None or math.isnan(f[f"{key}.p50"]["mean"]):
             continue
-        lines.append(f"  {label:<11} p50 {iv(key + '.p50', 1e3, 'ms')}, p99 {iv(key + '.p99', 1e3, 'ms')}")
+        n = f[f"{key}.p50"].get("n", len(seeds))  # (a seed whose run has no such figure: one-token outputs)
+        some = f" (over the {n} of {len(seeds)} seeds that have one)" if n < len(seeds) else ""
+        lines.append(f"  {label:<11} p50 {iv(key + '.p50', 1e3, 'ms')}, p99 {iv(key + '.p99', 1e3, 'ms')}{some}")
     lines.append(f"  requests    completed {iv('completed')}, rejected {iv('rejected')}, "
                  f"unfinished {iv('unfinished')}")
     warned = sec.get("warnings") or {}

@@ -156,8 +156,11 @@ def seeds_section(seeds: list, summaries: list) -> dict:
     figures = {}
 
     def add(name, values):
+        # a figure some seeds have none of (TPOT when every output was one token): the mean over
+        # those that have it, ``n`` saying how many; none at all: null (JSON has no NaN)
         iv = t_interval(values)
-        figures[name] = {"mean": iv.mean, "ci95": None if math.isnan(iv.half) else iv.half, "values": values}
+        figures[name] = {"mean": None if math.isnan(iv.mean) else iv.mean,
+                         "ci95": None if not math.isfinite(iv.half) else iv.half, "n": iv.n, "values": values}
 
     for k in RUN_FIGURES:
         add(k, [s[k] for s in summaries])
