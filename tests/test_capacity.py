@@ -475,3 +475,27 @@ def test_windowed_throughput_does_not_depend_on_the_run_length_as_the_whole_runs
         window = [x["workload"]["keep_up"]["output_tokens_per_s"] for x in s]
         assert abs(window[0] / window[1] - 1) < abs(whole[0] / whole[1] - 1)
         assert abs(window[0] / window[1] - 1) < 0.05
+
+
+def test_files_stay_json_when_no_probe_completes_a_request(tmp_path, capsys):
+    """A probe with nothing completed has an infinite p99 and no service time: capacity.json held
+    Infinity and NaN, which strict JSON readers refuse; such figures are null now."""
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(scenario_data()))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(p), "--quiet", "--workers", "1", "--seeds", "1", "--probe-requests", "50",
+                 "--max-probes", "4", "--slo", "ttft_p99=1", "--set", "memory.num_gpu_blocks=1",
+                 "--out", str(out)]) == 0
+    assert "no probe completed a request" in capsys.readouterr().out
+
+    def refuse(name):
+        raise ValueError(f"{name} in capacity.json")
+
+    json.loads((out / "capacity.json").read_text(), parse_constant=refuse)
+
+
+def test_json_text_writes_non_finite_figures_as_null():
+    from servesim.outputs.writer import json_text
+
+    doc = {"a": float("nan"), "b": [1.0, float("inf"), (float("-inf"), 2)], "c": {"d": 3}, "e": "x"}
+    assert json.loads(json_text(doc)) == {"a": None, "b": [1.0, None, [None, 2]], "c": {"d": 3}, "e": "x"}

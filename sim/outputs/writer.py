@@ -19,6 +19,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -56,6 +57,25 @@ def labels_of(col) -> Labels:
     index = {v: i for i, v in enumerate(dict.fromkeys(values))}
     codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
     return Labels(codes, tuple(index))
+
+
+def finite(o):
+    """``o`` with every non-finite float (NaN, inf) as None, through dicts, lists and tuples: the
+    figure does not exist (TPOT of one-token outputs) or is unbounded, and JSON has no NaN or
+    Infinity (Python writes them, strict readers refuse them)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [finite(v) for v in o]
+    return o
+
+
+def json_text(doc, **kw) -> str:
+    """``doc`` as a JSON file's text (``json.dumps``' keywords; a newline at the end) with its
+    non-finite floats as null (``finite``): every JSON file servesim writes goes through it."""
+    return json.dumps(finite(doc), allow_nan=False, **kw) + "\n"
 
 
 def csv_text(value) -> str:
@@ -271,7 +291,7 @@ def _write_files(folder: Path, summary: dict, requests: dict, steps: dict, scena
         written.append(shown_as / file)
     if "summary" in outputs:
         try:
-            (folder / "summary.json").write_text(json.dumps({**summary, "files": files}, indent=2) + "\n")
+            (folder / "summary.json").write_text(json_text({**summary, "files": files}, indent=2))
         except OSError as e:
             raise OSError(e.errno, e.strerror, str(shown_as / "summary.json")) from None
         written.insert(0, shown_as / "summary.json")

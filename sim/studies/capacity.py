@@ -52,7 +52,6 @@ Library use (the deployment planner's entry point):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import tempfile
@@ -68,6 +67,7 @@ from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SL
 from servesim.outputs.metrics import KEEP_UP, keep_up_ratio, keep_up_warmup, keep_up_window, too_short_to_tell
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
+from servesim.outputs.writer import json_text
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, num_gpus, require_rate
 from servesim.studies.replicates import check_seed_count, seeds_for
@@ -544,7 +544,7 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
     with folder_lock(folder.path, "capacity"):  # held through every round of probes
         write_meta(folder.path, _meta(plan))
         res = run_search(plan, folder.path, ex)
-        (folder.path / "capacity.json").write_text(json.dumps(res.result, indent=2, default=str) + "\n")
+        (folder.path / "capacity.json").write_text(json_text(res.result, indent=2, default=str))
     folder.close()
     return res
 
@@ -641,7 +641,7 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
                        "--probe-duration) narrow it")
         result = _interval_json(plan, iv, done, order[:len(done)], seeds, fixed, stopped)
         _write_seed_rows(folder.path, done)
-        (folder.path / "capacity.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+        (folder.path / "capacity.json").write_text(json_text(result, indent=2, default=str))
     folder.close()
     return CapacityInterval(plan, iv, done, order[:len(done)],
                             None if fixed is not None else seeds.target, stopped, result, error)

@@ -25,6 +25,7 @@ import numpy as np
 from servesim.core.batch import synthetic_batch
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
+from servesim.outputs.writer import json_text
 from servesim.cost.engines import cost_model_for
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
@@ -726,8 +727,8 @@ def write_lessons(lessons, out: Path, quick: bool, seed: int | None = None, figu
     out.mkdir(parents=True, exist_ok=True)
     drawn = draw_figures(lessons, out) if figures else {}
     (out / "lessons.md").write_text(lessons_markdown(lessons, drawn, quick, seed))
-    (out / "lessons.json").write_text(json.dumps(
+    (out / "lessons.json").write_text(json_text(
         [{"name": x.name, "claim": x.claim, "criterion": x.criterion, "holds": bool(x.holds), "verdict": x.verdict,
           "findings": x.findings, "header": list(x.table[0]), "rows": [list(map(str, r)) for r in x.table[1]]}
-         for x in lessons], indent=1) + "\n")
+         for x in lessons], indent=1))
     return drawn

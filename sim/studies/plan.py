@@ -31,7 +31,6 @@ candidate with its status and is rewritten after each one.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -43,6 +42,7 @@ from servesim.inputs.overrides import with_values
 from servesim.outputs.metrics import KEEP_UP, PER_REQUEST, parse_slo
 from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_text
 from servesim.outputs.rundir import read_summary
+from servesim.outputs.writer import json_text
 from servesim.inputs.scenario import MAX_REQUESTS
 from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, check_run_requests,
                                        check_search_options, evaluate, longer_requests)
@@ -318,7 +318,7 @@ class Planner:
         }
         doc.update(extra or {})
         tmp = self.out / (PLAN_JSON + ".tmp")
-        tmp.write_text(json.dumps(_finite(doc), indent=1, default=_json_default) + "\n")
+        tmp.write_text(json_text(doc, indent=1, default=_json_default))
         os.replace(tmp, self.out / PLAN_JSON)
         return doc
 
@@ -379,17 +379,6 @@ def _reasons(run: dict) -> list:
     n = len(run["seeds"])
     return [f"{worst[k]['text']} ({'every seed' if len(ss) == n and n > 1 else 'seed ' + ', '.join(map(str, ss))}"
             + (f" of {n}" if len(ss) < n else "") + ")" for k, ss in seeds.items()]
-
-
-def _finite(o):
-    """``o`` with every non-finite float as None (plan.json is plain JSON)."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
 
 
 def _json_default(o):

@@ -36,6 +36,7 @@ from servesim.cost.engines import PROFILES
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import Cost, read_yaml, scenario_from_dict
+from servesim.outputs.writer import json_text
 from servesim.studies.capacity import CapacityOptions, find_capacity
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.replicates import seeds_for
@@ -1033,13 +1034,13 @@ def write_reproduce(experiments, out: Path, opts: Options) -> None:
     out.mkdir(parents=True, exist_ok=True)
     files = draw_plots(experiments, out)
     (out / "reproduce.md").write_text(reproduce_markdown(experiments, opts, files))
-    (out / "reproduce.json").write_text(json.dumps(
+    (out / "reproduce.json").write_text(json_text(
         {"quick": opts.quick, "seed": opts.seed, "tolerance": TOLERANCE,
          "summary": summary_line(experiments, opts.quick),
          "experiments": [{"name": e.name, "title": e.title, "setup": e.setup, "engine": e.engine,
                           "notes": e.notes, "wall_s": e.wall_s, "figures": [f.to_dict() for f in e.figures],
                           "plots": [{"kind": fn, "data": data} for fn, data in e.plots]}
-                         for e in experiments]}, indent=1) + "\n")
+                         for e in experiments]}, indent=1))
 
 
 BEGIN, END = "<!-- reproduce-table:begin -->", "<!-- reproduce-table:end -->"

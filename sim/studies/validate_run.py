@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
+from servesim.outputs.writer import json_text
 from servesim.inputs.scenario import Scenario, load_scenario, read_yaml, scenario_from_dict, scenario_to_yaml
 from servesim.inputs.specs import get_model
 from servesim.inputs.vllm_result import BenchResult, read_vllm_result
@@ -250,7 +251,7 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
         "replay": Path(work["trace"]["path"]).name,  # replay.csv, or replay.jsonl with the prompts' blocks
     }
     report["warnings"] = replay_warnings(res, order, sc, ctx)
-    (out / "validation.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "validation.json").write_text(json_text(report, indent=2))
     title = (f"{_source(report)} vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
              f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests")
     data = {k: {"metric": METRICS[k], "measured": meas[k], "simulated": sim[k] if k in ("tpot", "itl")
