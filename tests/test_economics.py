@@ -91,14 +91,29 @@ def test_pd_split_attributes_each_pool_to_its_phase():
                                              + GPUS["a100-80g"].price_per_gpu_hour_usd)
 
 
-@pytest.mark.parametrize("value, match", [("cheap", "cost.gpu_hour_usd must be a number"),
-                                          ({"h100-sxm": -1}, r"cost.gpu_hour_usd.h100-sxm must be a number >= 0"),
-                                          ({"h100": 2.0}, r"cost.gpu_hour_usd.h100: not a GPU.*did you mean"),
-                                          # (an integer beyond a float: np.isfinite raised a TypeError on it)
-                                          (10**400, "cost.gpu_hour_usd must be a number >= 0")])
-def test_bad_price_overrides_name_the_field(value, match):
+RANGE = r"must be a number from 1e-06 to 1e\+06"
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("gpu_hour_usd", "cheap", "cost.gpu_hour_usd must be a number"),
+    ("gpu_hour_usd", {"h100-sxm": -1}, rf"cost.gpu_hour_usd.h100-sxm {RANGE}, or 0"),
+    ("gpu_hour_usd", {"h100": 2.0}, r"cost.gpu_hour_usd.h100: not a GPU.*did you mean"),
+    # (an integer beyond a float: np.isfinite raised a TypeError on it)
+    ("gpu_hour_usd", 10**400, rf"cost.gpu_hour_usd {RANGE}, or 0"),
+    # (the $ per million tokens, the tokens per $ and per joule, the energy overflowed to inf)
+    ("gpu_hour_usd", 1e308, rf"cost.gpu_hour_usd {RANGE}, or 0"),
+    ("gpu_hour_usd", 1e-308, rf"cost.gpu_hour_usd {RANGE}, or 0"),
+    ("gpu_power_w", 1e308, rf"cost.gpu_power_w {RANGE} \("),
+    ("gpu_power_w", 0, rf"cost.gpu_power_w {RANGE} \("),
+])
+def test_bad_price_overrides_name_the_field(field, value, match):
     with pytest.raises(InputError, match=match):
-        simulate(make_scenario(**{"cost.gpu_hour_usd": value}))
+        simulate(make_scenario(**{f"cost.{field}": value}))
+
+
+def test_free_gpus_cost_nothing():
+    e = simulate(make_scenario(**{"cost.gpu_hour_usd": 0})).summary["economics"]
+    assert e["usd"] == 0 and e["tokens_per_usd"] is None  # (no tokens per dollar when nothing is paid)
 
 
 def test_printed_summary_has_an_economics_line():

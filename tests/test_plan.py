@@ -401,6 +401,7 @@ def test_report_on_a_damaged_plan_folder_names_it(tmp_path, capsys, edit, messag
     (["--tp", "one"], "--tp 'one': expected comma-separated integers"),
     (["--slo", "ttft=1"], "ttft"),
     (["--gpus", "h100"], "unknown GPU 'h100'"),
+    (["--price", "h100-sxm=1e308"], "must be 0 or from 1e-06 to 1e+06"),  # (its $ per M tokens overflowed)
 ])
 def test_plan_bad_input_is_exit_2(tmp_path, capsys, args, message):
     from servesim.cli.main import main
@@ -530,3 +531,21 @@ def test_prefill_floor_shares_full_chunks_and_equals_the_chunk_by_chunk_sum():
         cache = {}
         for p in (1, 511, 512, 513, 1024, 1025, 5000, 3000, 8191, 8192, 8193):
             assert _prefill_floor_s(cm, budget, p, cache) == chunk_by_chunk(budget, p), (budget, p)
+
+
+def test_free_gpus_have_no_next_cheaper_and_an_empty_space_writes_no_results(tmp_path, capsys):
+    """--price GPU=0 made every configuration cost 0 and the next-cheaper search divide by it
+    (a traceback); a space pruned whole (TP 3 splits no head count) wrote no results.csv, yet
+    the command said it had."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    base = ["plan", str(f), "--rate", "5", "--slo", SLO, "--gpus", "h100-sxm", "--policies", "continuous",
+            "--seeds", "1", "--requests", "200", "--probe-requests", "200", "--workers", "1", "--quiet", "--no-report"]
+    assert main([*base, "--tp", "1", "--price", "h100-sxm=0", "--out", str(tmp_path / "free")]) == 0
+    assert "next cheaper: none" in capsys.readouterr().out
+    assert main([*base, "--tp", "3", "--out", str(tmp_path / "none")]) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "none" / "results.csv").exists()
+    assert out.rstrip().endswith(f"wrote {tmp_path / 'none' / 'plan.json'}")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from servesim.cli.studies import _executor
+from servesim.cost.economics import OVERRIDE_MAX, OVERRIDE_MIN
 from servesim.errors import InputError, clip
 from servesim.outputs.progress import interactive
 
@@ -44,8 +45,9 @@ def _prices(items) -> tuple:
                 usd = float(v)
             except ValueError:
                 raise InputError(f"--price {item!r}: {v!r} is not a number") from None
-            if not usd >= 0:
-                raise InputError(f"--price {item!r}: the price must be >= 0")
+            if not (usd == 0 or OVERRIDE_MIN <= usd <= OVERRIDE_MAX):
+                raise InputError(f"--price {item!r}: the price (USD per GPU-hour) must be 0 or from {OVERRIDE_MIN:g} "
+                                 f"to {OVERRIDE_MAX:g}")
             out.append((g.strip(), usd))
     return tuple(out)
 
@@ -106,7 +108,8 @@ def cmd_plan(args) -> int:
         print("  " + line)
     for line in D.failure_lines(doc):
         print(line)
-    wrote = [str(out / D.PLAN_JSON), str(out / "results.csv")]
+    # (results.csv only when something was simulated: a space pruned whole, by memory or TP, has none)
+    wrote = [str(out / f) for f in (D.PLAN_JSON, "results.csv") if (out / f).is_file()]
     if not args.no_report:
         from servesim.plots.plan_report import build_plan_report
 

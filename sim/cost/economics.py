@@ -62,8 +62,14 @@ def gpu_tdp(gpu, cost) -> float | None:
     return _override(getattr(cost, "gpu_power_w", None), gpu.name, gpu.power_w)
 
 
+# An override's range: a GPU-hour price or a board power beyond these is a typo (1e308 made
+# the $ per million tokens overflow to inf; 1e-308 the tokens per $ or per joule)
+OVERRIDE_MIN, OVERRIDE_MAX = 1e-6, 1e6
+
+
 def check_override(value, path: str, positive: bool) -> None:
-    """A ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` value: None, a number, or {GPU name: number}."""
+    """A ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` value: None, a number, or {GPU name: number};
+    the number 0 (a price only: free GPUs) or within [``OVERRIDE_MIN``, ``OVERRIDE_MAX``]."""
     if value is None:
         return
     items = value.items() if isinstance(value, dict) else [(None, value)]
@@ -71,11 +77,12 @@ def check_override(value, path: str, positive: bool) -> None:
         where = path if k is None else f"{path}.{k}"
         if k is not None and not isinstance(k, str):
             raise InputError(f"{path}: keys must be GPU names, got {shown(k)}")
-        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and is_finite(v) and (v > 0 if positive
-                                                                                     else v >= 0)
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and is_finite(v) and (
+            OVERRIDE_MIN <= v <= OVERRIDE_MAX or (v == 0 and not positive))
         if not ok:
-            raise InputError(f"{where} must be a number {'> 0' if positive else '>= 0'} (or a mapping of GPU name to "
-                             f"number), got {shown(v)}")
+            lo = f"{OVERRIDE_MIN:g} to {OVERRIDE_MAX:g}" + ("" if positive else ", or 0")
+            raise InputError(f"{where} must be a number from {lo} (or a mapping of GPU name to number), "
+                             f"got {shown(v)}")
 
 
 @dataclass(frozen=True)

@@ -832,10 +832,10 @@ class Cost:
                                            "model and TP from its measured times (sim/cost/measured.py); "
                                            "None: the calibrated roofline")
     gpu_hour_usd: Any = _f(None, doc="USD per GPU-hour: a number for every GPU of the deployment, or a mapping "
-                                     "{gpu name: number}; null: the catalog's on-demand list price "
-                                     "(sim/cost/economics.py)")
-    gpu_power_w: Any = _f(None, doc="board power (TDP) in watts: a number, or {gpu name: number}; null: the "
-                                    "catalog's datasheet figure")
+                                     "{gpu name: number}, 0 (free) or from 1e-6 to 1e6; null: the catalog's "
+                                     "on-demand list price (sim/cost/economics.py)")
+    gpu_power_w: Any = _f(None, doc="board power (TDP) in watts: a number, or {gpu name: number}, from 1e-6 "
+                                    "to 1e6; null: the catalog's datasheet figure")
 
     def check(self, path):
         from servesim.cost.economics import check_override

@@ -347,7 +347,7 @@ class Planner:
                          if not r["meets"] and r["mean_power_w"] is not None and r["mean_power_w"] < target]
                 continue
             per = self.unit_objective(c)
-            if per is None:
+            if not per:  # (None: unknown; 0: free GPUs, nothing of it is cheaper than the answer)
                 continue
             u = math.ceil(target / per) - 1  # the most units strictly below the target
             if u >= 1:
