@@ -269,3 +269,12 @@ def test_run_with_seeds_says_which_seeds_warned(tmp_path, capsys):
         {"code": "clipped", "message": "m"}], "seeds": sec}))
     assert ("- The runs on other seeds than 0 (whose figures these are) also warned: preemptions (seeds 1, 2)"
             in text) and "clipped (" not in text
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_run_refuses_workers_the_studies_refuse(tmp_path, capsys, workers):
+    """run --workers 0 / -1 ran (0 meaning every core); sweep, capacity and reproduce refuse them."""
+    sc = scenario_file(tmp_path)
+    assert main(["run", sc, "--seeds", "2", "--workers", workers, "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"--workers must be >= 1 and <= 4096, got {workers}")
+    assert not (tmp_path / "o" / "summary.json").exists()  # refused before anything ran

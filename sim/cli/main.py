@@ -317,6 +317,10 @@ def cmd_run(args) -> int:
     from servesim.studies.replicates import check_seed_count
 
     check_seed_count(args.seeds)
+    if args.workers is not None:  # (the studies' own rule, before anything runs)
+        from servesim.studies.executors import ExecutorOptions
+
+        ExecutorOptions(workers=args.workers)
     update, close = _progress_bar(args.quiet)
     try:
         with _naming(args.scenario):
