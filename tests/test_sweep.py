@@ -83,7 +83,7 @@ def test_sweep_2x4_writes_8_rows_and_resumes_without_rerunning(tmp_path, monkeyp
     assert len(calls) == 2 and len(read_results(out / "results.csv")) == 10
 
 
-def test_failing_point_is_recorded_and_the_rest_go_on(tmp_path):
+def test_failing_point_is_recorded_and_the_rest_go_on(tmp_path, capsys):
     sc = scenario_file(tmp_path)
     out = tmp_path / "sw"
     # tp=3 does not divide Llama-3-8B's 32 heads (fails when the run starts); max_num_seqs=0 is invalid
@@ -94,6 +94,11 @@ def test_failing_point_is_recorded_and_the_rest_go_on(tmp_path):
     assert rows[(3, 8)]["status"] == "error" and "hardware.tp=3" in rows[(3, 8)]["error"]
     assert rows[(1, 0)]["status"] == "error" and "policy.max_num_seqs must be > 0" in rows[(1, 0)]["error"]
     assert rows[(1, 0)]["dir"] is None
+    # (exit 0: a grid may span what fits and what does not; stderr names the refused, which only
+    # the table's "error" cells showed before)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["note: 3 point(s) refused as invalid and not run (each reason is in results.csv); point 0: "
+                   + rows[(1, 0)]["error"]]
 
 
 @pytest.mark.parametrize("seeds", ["1", "2"])

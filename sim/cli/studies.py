@@ -11,7 +11,7 @@ from servesim.errors import InputError
 from servesim.outputs.intervals import CI_SUFFIX, format_interval, row_interval
 from servesim.studies.executors import ExecutorOptions
 from servesim.outputs.metrics import RESULT_METRICS
-from servesim.studies.sweep import RESULTS, failed_while_running
+from servesim.studies.sweep import RESULTS, failed_while_running, refused_points
 
 
 def _executor(args, always: tuple = ("summary", "scenario")) -> ExecutorOptions:
@@ -75,14 +75,20 @@ def cmd_sweep(args) -> int:
     print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
           f"wrote {Path(args.out) / RESULTS}" + (f" (means and 95% intervals over {args.seeds} seeds; every run in "
                                                 f"{Path(args.out) / 'seeds.csv'})" if args.seeds > 1 else ""))
-    return _status(res.failed_run)
+    return _status(res.failed_run, res.refused)
 
 
 EXIT_POINTS_FAILED = 3  # a study finished, but some points failed while running (see results.csv)
 
 
-def _status(failed_run: int) -> int:
-    """0, or ``EXIT_POINTS_FAILED`` (said on stderr) when points failed while running."""
+def _status(failed_run: int, refused=()) -> int:
+    """0, or ``EXIT_POINTS_FAILED`` (said on stderr) when points failed while running. Points
+    ``refused`` as invalid ((index, reason)) do not change it; stderr names them and the first
+    reason."""
+    if refused:
+        i, why = refused[0]
+        print(f"note: {len(refused)} point(s) refused as invalid and not run (each reason is in {RESULTS}); "
+              f"point {i}: {why}", file=sys.stderr)
     if not failed_run:
         return 0
     print(f"servesim: error: {failed_run} point(s) failed while running (their error is in {RESULTS}); exit "
@@ -263,7 +269,7 @@ def cmd_compare(args) -> int:
         from servesim.cli.report import drew_figures
 
         print(f"wrote {path}" + (" and its figures" if drew_figures(out) else " (no figures: nothing to draw)"))
-    return _status(failed_while_running(plan.points))
+    return _status(failed_while_running(plan.points), refused_points(plan.points))
 
 
 def _starting(command: str):

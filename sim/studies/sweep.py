@@ -18,7 +18,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from servesim.errors import InputError, one_line
@@ -259,6 +259,7 @@ class SweepResult:
     ran: int  # points simulated now
     skipped: int  # points finished in an earlier run of the same folder
     failed_run: int = 0  # points that failed while running (not refused as invalid): exit status 3
+    refused: list = field(default_factory=list)  # (point index, reason) of the points refused as invalid
 
 
 def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | None = None,
@@ -284,7 +285,16 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
         write_meta(out, {"kind": "sweep", "scenario": str(scenario), "grid": grid, "set": list(overrides or []),
                          "points": len(points), **({"seeds": seeds} if seeds > 1 else {})})
         ran, skipped = execute_seeds(points, out, ex, seeds)
-    return SweepResult(grid, read_results(out / RESULTS), ran, skipped, failed_while_running(points))
+    return SweepResult(grid, read_results(out / RESULTS), ran, skipped, failed_while_running(points),
+                       refused_points(points))
+
+
+def refused_points(points: list[Point]) -> list:
+    """(index, reason) of the points refused as invalid (a value the schema refuses, a model that
+    does not fit): not run, and no exit status of their own, since a grid may span what fits and
+    what does not; the command names them on stderr."""
+    return [(p.index, p.error or (p.row or {}).get("error", "")) for p in points
+            if (p.row or {}).get("status") == "error" and (p.row or {}).get("failed") != "run"]
 
 
 def failed_while_running(points: list[Point]) -> int:
