@@ -66,6 +66,9 @@ def test_a_scenario_of_the_deployment_alone_is_taken(tmp_path, capsys):
     v = json.loads((out / "validation.json").read_text())
     assert v["requests"]["replayed"] == v["requests"]["simulated_completed"] == 23 and v["policy"] == "chunked_prefill"
     assert yaml.safe_load((out / "scenario.yaml").read_text())["workload"]["trace"]["path"].endswith("replay.csv")
+    # the scenario after the options, as the usage line allows (argparse left it over: exit 2)
+    assert main(["validate-run", str(DETAILED), "--quiet", "--out", str(tmp_path / "after"), str(dep)]) == 0
+    assert (tmp_path / "after" / "validation.json").read_bytes() == (out / "validation.json").read_bytes()
     capsys.readouterr()
     dep.write_text("name: dep\nmodel: meta-llama/Meta-Llama-3-8B\nhardware: {gpu: h100-sxm, tp: 0}\n")
     assert main(["validate-run", str(DETAILED), str(dep), "--out", str(tmp_path / "w"), "--quiet"]) == 2

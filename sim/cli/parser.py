@@ -61,6 +61,15 @@ def parse(argv: list) -> argparse.Namespace:
     without ``--set``."""
     p = build_parser(argv)
     args, extra = p.parse_known_args(argv)
+    sub = p.commands.get(getattr(args, "command", None))
+    if extra and sub is not None:
+        # argparse gives an optional positional (validate-run's scenario, after its result) nothing
+        # when it matches the positionals before the first option: a word after the options is
+        # then left over, though the usage line allows it there
+        for action in sub._actions:
+            if (not action.option_strings and action.nargs == "?" and getattr(args, action.dest, None) is None
+                    and extra and not extra[0].startswith("-") and "=" not in extra[0]):
+                setattr(args, action.dest, extra.pop(0))
     if extra:
         hint = ""
         if any("=" in x and not x.startswith("-") for x in extra):
