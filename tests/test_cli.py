@@ -541,3 +541,17 @@ def test_an_unknown_option_with_no_close_name_gets_no_hint(capsys):
     assert main(["run", "--zzzzzz"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == "servesim: error: servesim run: unrecognized arguments: --zzzzzz"
+
+
+@pytest.mark.parametrize("argv", [
+    ["lessons", "--only", "bound", "--seed", "-5", "--out", "OUT"],  # (a lesson that simulates nothing took it)
+    ["run", "--seed", "-1", "--out", "OUT", "--quiet"],
+    ["reproduce", "vllm", "--seed", str(2**63), "--out", "OUT"],
+])
+def test_a_seed_out_of_range_is_refused_as_the_flag(tmp_path, capsys, argv):
+    from servesim.cli.main import main
+
+    argv = [str(tmp_path / "o") if a == "OUT" else a for a in argv]
+    assert main(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"servesim {argv[0]}: argument --seed: a seed is from 0 to {2**63 - 1}, got " in last

@@ -207,6 +207,9 @@ def test_bad_seed_options_exit_2(tmp_path, capsys):
     assert main(["capacity", sc, "--slo", "ttft_p99=1", "--ci-target", "2"]) == 2
     err = capsys.readouterr().err
     assert "--seeds must be >= 1" in err and "--max-seeds" in err and "--ci-target" in err
+    # with one seed too (no interval to aim at, yet a value that could never work is still refused)
+    assert main(["capacity", sc, "--slo", "ttft_p99=1", "--seeds", "1", "--ci-target", "nan"]) == 2
+    assert "--ci-target must be a share in (0, 1), got nan" in capsys.readouterr().err
 
 
 def test_seed_counts_past_the_bound_exit_2_before_running(tmp_path, capsys):

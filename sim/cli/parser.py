@@ -39,6 +39,21 @@ class _Parser(argparse.ArgumentParser):
         return ""
 
 
+MAX_SEED = 2**63 - 1  # the scenario's seed field's range
+
+
+def _seed(text: str) -> int:
+    """``--seed``'s value, checked where it is given (the lessons that simulate nothing, and the
+    robustness runs, took -5 in silence or named the scenario's field for it)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= seed <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"a seed is from 0 to {MAX_SEED}, got {seed}")
+    return seed
+
+
 def build_parser(argv=None) -> argparse.ArgumentParser:
     """The whole parser; given ``argv`` whose first word is a subcommand, only that subcommand's
     group (the others' arguments import the study modules for their choices: ~50 ms that
@@ -171,7 +186,7 @@ def _profile_args(p) -> None:
 def _overrides(p, set_help: str) -> None:
     """``--set KEY=VALUE`` (repeatable) and ``--seed N``: changes to the scenario file."""
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--seed", type=_seed, help="override the scenario's seed")
 
 
 def _seeds(p, help_text: str, default=1) -> None:
@@ -328,7 +343,7 @@ def _lessons(sub) -> None:
                    help=f"run only these lessons (repeat or comma-separate): {', '.join(LESSONS)}")
     p.add_argument("--quick", action="store_true", help="smaller simulations (the test suite's subset)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
-    p.add_argument("--seed", type=int, help="replace every lesson scenario's seed (robustness checks)")
+    p.add_argument("--seed", type=_seed, help="replace every lesson scenario's seed (robustness checks)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_lessons)
 
@@ -366,7 +381,7 @@ def _reproduce(sub) -> None:
                    help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}")
     p.add_argument("--quick", action="store_true", help="short probes and coarse searches (seconds per experiment)")
     p.add_argument("--out", default="out/reproduce", help="output folder (default: ./out/reproduce)")
-    p.add_argument("--seed", type=int, help="replace every scenario's seed (robustness checks)")
+    p.add_argument("--seed", type=_seed, help="replace every scenario's seed (robustness checks)")
     p.add_argument("--workers", type=int, default=None, help="capacity probes in parallel (default: all cores)")
     p.add_argument("--write-docs", "--write-readme", dest="write_readme", metavar="FILE", nargs="?",
                    const="docs/fidelity.md",

@@ -144,10 +144,10 @@ def cmd_capacity(args) -> int:
                            args.max_probes, args.keep_up)
     for w in limit_unit_warnings(parse_slo(args.slo)):  # before a search that could take minutes
         print(f"warning: {w['message']}", file=sys.stderr)
+    seeds = SeedOptions(args.seeds, max_seeds=args.max_seeds, target=args.ci_target)  # (checked with one seed too)
     if args.seeds == 1:  # one search, no interval: the output of servesim before --seeds
         return _capacity_one_seed(find_capacity(args.scenario, args.slo, opts, args.out, args.set or [], args.seed,
                                                 ex), args)
-    seeds = SeedOptions(args.seeds, max_seeds=args.max_seeds, target=args.ci_target)
 
     def on_seed(k, res, iv):
         if not args.quiet:
