@@ -402,6 +402,8 @@ def test_report_on_a_damaged_plan_folder_names_it(tmp_path, capsys, edit, messag
     (["--slo", "ttft=1"], "ttft"),
     (["--gpus", "h100"], "unknown GPU 'h100'"),
     (["--price", "h100-sxm=1e308"], "must be 0 or from 1e-06 to 1e+06"),  # (its $ per M tokens overflowed)
+    (["--gpus", ","], "--gpus ',': names no GPU"),  # (read as the default: every GPU)
+    (["--policies", " , "], "--policies ' , ': names no policy"),
 ])
 def test_plan_bad_input_is_exit_2(tmp_path, capsys, args, message):
     from servesim.cli.main import main

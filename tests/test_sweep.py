@@ -369,3 +369,12 @@ def test_a_grid_written_as_a_list_says_to_drop_the_brackets():
                                          r"--grid policy.max_num_seqs=8,16$"):
         parse_grid(["policy.max_num_seqs=[8,16]"])
     assert parse_grid(["policy.max_num_seqs=8,16"]) == {"policy.max_num_seqs": [8, 16]}
+
+
+@pytest.mark.parametrize("label", ["", "  ", "policy.max_num_seqs=4"])
+def test_a_variant_needs_a_label(tmp_path, capsys, label):
+    """A blank label was taken (and shown as "point 2"); a KEY=VALUE first became the label."""
+    sc = scenario_file(tmp_path)
+    assert main(["compare", sc, "--out", str(tmp_path / "c"), "--variant", label, "policy.max_num_seqs=2",
+                 "--quiet"]) == 2
+    assert f"--variant {label!r}: the first word is the variant's label" in capsys.readouterr().err

@@ -52,6 +52,16 @@ def _prices(items) -> tuple:
     return tuple(out)
 
 
+def _names(text: str | None, flag: str, what: str) -> tuple:
+    """A comma-separated list of names; given but naming none (``--gpus ,``) is refused, not read
+    as the flag's default."""
+    names = tuple(x.strip() for x in (text or "").split(",") if x.strip())
+    if text is not None and not names:
+        raise InputError(f"{flag} {text!r}: names no {what}; give a comma-separated list, or leave {flag} out for "
+                         "its default")
+    return names
+
+
 def cmd_plan(args) -> int:
     from servesim.outputs import plandoc as D
     from servesim.studies.plan import PlanOptions, check_options, run_plan
@@ -60,9 +70,8 @@ def cmd_plan(args) -> int:
         raise InputError(f"--top must be >= 0 (rows of the ranked table printed), got {args.top}")
     opts = PlanOptions(
         rate_rps=args.rate, slo=args.slo, attainment=args.attainment,
-        gpus=tuple(g.strip() for g in (args.gpus or "").split(",") if g.strip()),
-        tps=_ints(args.tp, "--tp"), pps=_ints(args.pp, "--pp"),
-        policies=tuple(x.strip() for x in args.policies.split(",") if x.strip()),
+        gpus=_names(args.gpus, "--gpus", "GPU"), tps=_ints(args.tp, "--tp"), pps=_ints(args.pp, "--pp"),
+        policies=_names(args.policies, "--policies", "policy"),
         chunks=_ints(args.chunks, "--chunks"), pd_ratios=_ratios(args.pd_ratios), mixed_pd=args.mixed_pd,
         max_gpus=args.max_gpus, objective=args.objective, seeds=args.seeds, prices=_prices(args.price),
         probe_requests=args.probe_requests, requests=args.requests, tol=args.tol, keep_up=args.keep_up,

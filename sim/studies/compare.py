@@ -64,6 +64,9 @@ def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
         configs.append((name, {"policy.name": name}))
     for v in variants or []:
         label, *sets = v
+        if not label.strip() or "=" in label:  # (a blank label was shown as "point 2"; KEY=VALUE: no label)
+            raise InputError(f"--variant {label!r}: the first word is the variant's label (e.g. --variant big-batch "
+                             "policy.max_num_seqs=512), then its KEY=VALUE changes")
         if not sets:
             raise InputError(f"--variant {label}: give at least one KEY=VALUE after the label")
         ov = {}
