@@ -319,6 +319,17 @@ CELLS_LEN = ["12", " 12", "+12", "12.0", "1e3", "\u0661\u0662", "0", "-3", "", "
 CELLS_T = ["1.5", " 2.5", "1e3", "3", "nan", "inf", "-1", "2e12", "2024-03-01 00:00:10", "x", "", "0x10"]
 
 
+def test_a_column_the_header_has_twice_is_refused(tmp_path):
+    """The first of two prompt_tokens columns was read without a word (the YAML reader refuses
+    duplicate keys); a duplicate of a column nobody reads is no matter."""
+    g = tmp_path / "g.csv"
+    g.write_text("arrival_s,prompt_tokens,prompt_tokens,output_tokens\n0,10,99,2\n1,20,99,3\n")
+    with pytest.raises(InputError, match=r"g.csv line 1: column 'prompt_tokens' appears 2 times \(columns 2, 3\)"):
+        gen({"path": str(g)})
+    g.write_text("arrival_s,prompt_tokens,note,note,output_tokens\n0,10,a,b,2\n")
+    assert gen({"path": str(g)}).prompt_tokens.tolist() == [10]
+
+
 def test_a_csv_trace_reads_the_same_column_by_column_as_row_by_row(tmp_path):
     """The fast reader (every column converted at once) hands anything not plain to the row-by-row
     reader: on random files mixing plain rows with odd cells (signs, spaces, floats, other

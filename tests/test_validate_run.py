@@ -380,3 +380,10 @@ def test_a_measured_vllm_h100_table_with_its_prompts_replays_as_reproduce_does(t
     v = json.loads((tmp_path / "v" / "validation.json").read_text())
     assert abs(v["metrics"]["ttft"]["mean"]["error"]) < 0.10
     assert abs(v["metrics"]["tpot"]["mean"]["error"]) < 0.05 and abs(v["metrics"]["e2e"]["mean"]["error"]) < 0.05
+
+
+def test_a_measured_table_with_a_column_twice_is_refused(tmp_path, capsys):
+    table = tmp_path / "t.csv"
+    table.write_text("sent_s,prompt_tokens,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,100,5,10,0.1,0.5\n")
+    assert main(["validate-run", str(table), "--out", str(tmp_path / "v"), "--quiet"]) == 2
+    assert "t.csv line 1: column 'prompt_tokens' appears 2 times" in capsys.readouterr().err

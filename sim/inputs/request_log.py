@@ -99,12 +99,12 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
         for role, tried in ROLES.items():
             name = (columns or {}).get(role)  # (a column is found in any case: column_index)
             if name is not None:
-                j = column_index(header, name)
+                j = column_index(header, name, path)
                 if j is None:
                     raise InputError(f"{path} line 1: no column {shown(name)} (--columns {role}={name}); "
                                      f"{header_text(header)}")
             else:
-                j = next((k for k in (column_index(header, n) for n in tried) if k is not None), None)
+                j = next((k for k in (column_index(header, n, path) for n in tried) if k is not None), None)
             if j is None:
                 if role in REQUIRED:
                     raise InputError(f"{path} line 1: no column for the {role} (looked for {', '.join(tried)}; "

@@ -293,11 +293,16 @@ def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col, hash_ids=
     return TraceData(str(path), *cols, tuple(hash_ids) if hash_ids is not None else None)
 
 
-def column_index(header: list, name: str) -> int | None:
+def column_index(header: list, name: str, path=None) -> int | None:
     """Where column ``name`` is in ``header``: the exact name, else the one column that differs
     from it only in case (an Azure trace saved with ``timestamp`` for ``TIMESTAMP``); None if
-    neither (or several columns match in case alone)."""
+    neither (or several columns match in case alone). A name the header has twice is an input
+    error naming ``path`` (which of them holds the figure cannot be told; the first was taken)."""
     if name in header:
+        at = [j + 1 for j, h in enumerate(header) if h == name]
+        if len(at) > 1:
+            raise InputError(f"{path} line 1: column {shown(name)} appears {len(at)} times (columns "
+                             f"{', '.join(map(str, at))}); which one to read cannot be told: rename or drop the others")
         return header.index(name)
     folded = [j for j, h in enumerate(header) if h.casefold() == name.casefold()]
     return folded[0] if len(folded) == 1 else None
@@ -313,7 +318,7 @@ def _csv_header(reader, path: str, cols: dict, need_arrival: bool) -> tuple[list
     idx = {}
     for key in ("arrival", "prompt", "output"):
         name = cols[key]
-        j = column_index(header, name)
+        j = column_index(header, name, path)
         if j is not None:
             idx[key] = j
         elif key != "arrival" or need_arrival:
@@ -735,7 +740,7 @@ def _read_lengths(path, column) -> np.ndarray:
         if column is not None:
             reader = csv.reader(fh)
             header = [h.strip() for h in (next(reader, None) or [])]
-            j = column_index(header, column)
+            j = column_index(header, column, path)
             if j is None:
                 raise InputError(f"{path} line 1: no column {shown(column)}; {header_text(header)}")
             for row in reader:
