@@ -347,6 +347,9 @@ def test_class_aware_keeps_a_class_on_its_replicas():
     ({"policy.admission": {"classes": ["default"]}}, "no rule is set"),
     ({"policy.queue": {"order": "sjf_predicted", "predictor": {"kind": "buckets", "edges": [10, 5]}}}, "rise"),
     ({"policy.preemption_victim": "oldest"}, "policy.preemption_victim"),
+    # (1e308 was kept as a 309-digit integer)
+    ({"workload.classes": [{"name": "a", "share": 1, "priority": 1e308}]},
+     r"workload.classes\[0\].priority must be >= -9223372036854775808 and <= 9223372036854775807"),
 ])
 def test_bad_scheduling_fields_name_the_field(kw, says):
     with pytest.raises(InputError, match=says):

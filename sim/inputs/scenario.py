@@ -345,7 +345,8 @@ class RequestClass:
     shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else "
                                                          "workload.shared_prefix)")
     slo: ClassSlo = _f(default_factory=ClassSlo, doc="the class's SLO; null fields fall back to the top-level slo")
-    priority: int = _f(0, doc="scheduling priority (policy.queue.order: priority): lower is served first, as vLLM's")
+    priority: int = _f(0, ge=-(2**63), le=2**63 - 1,
+                       doc="scheduling priority (policy.queue.order: priority): lower is served first, as vLLM's")
     tenant: Optional[str] = _f(None, doc="who the requests are served for (fairness in summary.json); null: the "
                                          "class's name")
 

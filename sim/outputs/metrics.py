@@ -92,6 +92,9 @@ def slo_met(ttft: np.ndarray, tpot: np.ndarray, ttft_limit, tpot_limit) -> np.nd
         return (ttft <= ttft_limit) & ~(tpot > tpot_limit)
 
 
+MAX_LIMIT_S = 1e9  # the longest SLO limit, as the scenario's slo fields have it (inputs.scenario.MAX_SECONDS)
+
+
 def parse_slo(text: str) -> dict:
     """``ttft_p99=0.5,tpot_p99=50ms`` -> {("ttft", "p99"): 0.5, ("tpot", "p99"): 0.05} (seconds)."""
     if not text:
@@ -115,8 +118,8 @@ def parse_slo(text: str) -> dict:
             raise InputError(f"--slo {item!r}: {value!r} is not a number") from None
         if not v > 0:
             raise InputError(f"--slo {item!r}: the limit must be > 0")
-        if not math.isfinite(v):  # (1e400 reads as inf: a limit nothing can miss)
-            raise InputError(f"--slo {item!r}: the limit must be a finite number of seconds")
+        if not v <= MAX_LIMIT_S:  # (1e400 reads as inf: a limit nothing can miss; 1e308 printed as inf ms)
+            raise InputError(f"--slo {item!r}: the limit must be at most {MAX_LIMIT_S:g} seconds")
         if (metric, stat) in out:  # (the last one silently won)
             raise InputError(f"--slo {text!r}: {metric}_{stat} is given twice; give each limit once")
         out[(metric, stat)] = v
