@@ -50,6 +50,11 @@ def names(kind: str) -> list[str]:
 
 def _load(spec: str, what: str):
     module, _, attr = spec.partition(":")
+    # (an empty or relative module reached importlib, whose error named its own source file)
+    if not all(p.isidentifier() for p in module.split(".")) or not all(p.isidentifier() for p in attr.split(".")):
+        raise InputError(f"{what}: {shown(spec)} is no module:Class; write a module's dotted name (a file "
+                         "my_module.py in the working directory is my_module), a colon, then the class or function "
+                         "in it, e.g. my_module:MyClass")
     # the working directory is where a user keeps their own policies (the ``servesim`` script's
     # sys.path starts at its own folder, not there)
     cwd = os.getcwd()

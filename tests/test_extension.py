@@ -112,6 +112,10 @@ def test_names_come_from_one_registry_and_bad_ones_say_what_is_valid():
         make_scenario(**{"policy.name": "no_such_module_xyz:Policy"})
     with pytest.raises(InputError, match="has no attribute 'Nope'"):
         resolve("policy", f"{__name__}:Nope")
+    for spec in (":", ":B", "../x:Y", "..:X", "x:1y"):  # (importlib's own error named its source file)
+        with pytest.raises(InputError, match=r"is no module:Class; write a module's dotted name") as e:
+            make_scenario(**{"cluster.router": spec})
+        assert "importlib" not in str(e.value)
     # P/D pools take any per-replica policy, plug-ins included, but not static or a deployment
     sc = make_scenario(**{"policy.name": "pd_split", "policy.decode": {"policy": f"{__name__}:OneAtATime"}})
     assert sc.policy.decode.policy.endswith("OneAtATime")
