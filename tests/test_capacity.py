@@ -246,6 +246,10 @@ def test_summary_says_what_arrived_per_second():
     res = simulate(make_scenario(**{"workload.arrival": {"process": "fixed", "rate_rps": 10.0},
                                     "workload.num_requests": 50}))
     assert res.summary["workload"]["offered_rps"] == pytest.approx(10.0, rel=0.03)
+    # every request at one instant: no rate (it read 0.0, and a report's goodput at that load, the
+    # rate x the attainment, read 0 however many met the SLO)
+    once = simulate(make_scenario(**{"workload.arrival": {"process": "all_at_once"}, "workload.num_requests": 5}))
+    assert once.summary["workload"]["offered_rps"] is None
 
 
 def test_running_out_of_probes_below_every_meeting_rate_is_no_answer(tmp_path, capsys):
