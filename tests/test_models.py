@@ -190,7 +190,8 @@ PUBLISHED = {"meta-llama/Llama-3.1-8B": 8.03e9, "meta-llama/Llama-3.1-70B": 70.6
              "deepseek-ai/DeepSeek-V3": 671e9, "mistralai/Mistral-7B-Instruct-v0.2": 7.24e9,
              "facebook/opt-13b": 13e9, "facebook/opt-66b": 66e9, "facebook/opt-175b": 175e9, "01-ai/Yi-34B": 34.4e9,
              "meta-llama/Llama-2-13b-hf": 13e9, "huggyllama/llama-13b": 13e9, "bigscience/bloom": 176e9,
-             "tiiuae/falcon-7b": 7e9, "tiiuae/falcon-40b": 41.8e9, "google/gemma-7b": 8.54e9,
+             "tiiuae/falcon-7b": 7e9, "tiiuae/falcon-40b": 41.8e9, "tiiuae/falcon-180B": 180e9,
+             "google/gemma-7b": 8.54e9,
              "google/gemma-2-9b": 9.24e9, "microsoft/Phi-3-mini-4k-instruct": 3.82e9}
 
 
