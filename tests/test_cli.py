@@ -555,3 +555,31 @@ def test_a_seed_out_of_range_is_refused_as_the_flag(tmp_path, capsys, argv):
     assert main(argv) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"servesim {argv[0]}: argument --seed: a seed is from 0 to {2**63 - 1}, got " in last
+
+
+@pytest.mark.parametrize("sets, says", [
+    (["model=1"], "default.yaml: model must be a string, got 1 (given by --set model=1)"),
+    (["policy.max_num_seqs=8", "policy.max_num_seqs=-1"], "(given by --set policy.max_num_seqs=-1)"),  # the last
+    (["policy={name: x}"], "policy.name: 'x' is not valid;"),
+])
+def test_an_error_in_a_value_given_by_set_says_so(capsys, sets, says):
+    """The error named the scenario file alone, whose own value was fine."""
+    from servesim.cli.main import main
+
+    from servesim.inputs.scenario import default_scenario_path
+
+    assert main(["validate", str(default_scenario_path()), *[x for s in sets for x in ("--set", s)]]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert says in last and last.endswith(f"(given by --set {sets[-1]})")
+
+
+def test_an_error_in_the_file_itself_names_no_set(tmp_path, capsys):
+    from servesim.cli.main import main
+
+    p = tmp_path / "s.yaml"
+    from servesim.inputs.scenario import default_scenario_path
+
+    p.write_text(default_scenario_path().read_text().replace("num_requests: 1000", "num_requests: -5"))
+    assert main(["validate", str(p), "--set", "workload.arrival.rate_rps=2", "--set", "seed=3"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "workload.num_requests must be" in last and "--set" not in last

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 
-from servesim.errors import InputError, did_you_mean
+from servesim.errors import InputError, clip, did_you_mean
 from servesim.inputs.overrides import apply_overrides, check_overrides
 from servesim.inputs.schema import FIELD_HINTS, build, dump_yaml, read_mapping
 from servesim.inputs.schema import field_ as _f
@@ -966,7 +966,23 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = (), see
     try:
         return scenario_from_dict(data)
     except InputError as e:
-        raise InputError(f"{path}: {e}") from None
+        raise InputError(f"{path}: {e}{_set_by(str(e), overrides)}") from None
+
+
+def _set_by(message: str, overrides) -> str:
+    """" (given by --set KEY=VALUE)" when the field an error names (its first words, a dotted path)
+    is one an override set, or lies inside one: the file alone would not have the value."""
+    import re
+
+    m = re.match(r"[A-Za-z_][\w.\[\]]*", message)
+    if not m:
+        return ""
+    field = m.group(0)
+    for text in reversed(overrides):  # (the last --set of a key is the one that holds)
+        key = text.split("=", 1)[0].strip()
+        if key and (field == key or field.startswith((key + ".", key + "["))):
+            return f" (given by --set {clip(text, 80)})"
+    return ""
 
 
 def scenario_from_dict(data: dict) -> Scenario:
