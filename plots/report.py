@@ -37,8 +37,8 @@ from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, fo
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
-from servesim.outputs.rundir import (RunData, has_table, read_capacity, read_results,  # noqa: E402
-                                     read_scenario, read_study_meta)
+from servesim.outputs.rundir import (RunData, deployment_shape, has_table, read_capacity,  # noqa: E402
+                                     read_results, read_scenario, read_study_meta)
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts,  # noqa: E402
                                        identical_labels, meets_slo, rank_key, ranked, rate_order, rate_text,
                                        slo_phrase, value_text, with_per_gpu)
@@ -223,6 +223,12 @@ class Context:
             # sweep whose grid does not set it)
             names = {(sc.get("policy") or {}).get("name")}
         self.policy = next(iter(names)) if len(names) == 1 else None  # (None: unnamed, or several)
+        # how the GPUs are split (TP2, 2 replicas x TP1, a P/D split's pools) when every run shown
+        # has the same split: a count of GPUs alone reads the same for all of them
+        shapes = {deployment_shape(r.scenario) for r in runs.values()}
+        if not shapes and sc and self.kind == "capacity":  # (its probes all run the scenario's deployment)
+            shapes = {deployment_shape(sc)}
+        self.shape = next(iter(shapes)) if len(shapes) == 1 else ""
         self.gpus = gpu_counts(rows) if "label" in data["cols"] else {}
         for g, r in runs.items():
             self.gpus.setdefault(g, r.num_gpus())
@@ -262,8 +268,8 @@ class Context:
         counts = {n for n in self.gpus.values() if n}
         each = f"{next(iter(counts))} x " if len(counts) == 1 else ""
         # (" each": one deployment per configuration compared; a capacity search's groups are its seeds)
-        parts = [what, f"{self.model} on {each}{self.gpu}" + (" each" if each and len(self.gpus) > 1
-                                                                and self.kind != "capacity" else "")]
+        parts = [what, f"{self.model} on {each}{self.gpu}" + (f" ({self.shape})" if self.shape else "")
+                 + (" each" if each and len(self.gpus) > 1 and self.kind != "capacity" else "")]
         if self.policy:
             parts.append(f"policy {self.policy}")
         if rate and self.rate is not None:
@@ -500,7 +506,8 @@ def _build(path: Path, bar: Phases) -> Path:
     if data["kind"] == "run":
         s = first.summary
         md += [f"One run of scenario `{s['scenario']}`: {_model_name(first.scenario)} on {first.num_gpus()} x "
-               f"{_gpu_name(first.scenario)}, policy `{first.scenario.get('policy', {}).get('name')}`, "
+               f"{_gpu_name(first.scenario)}" + (f" ({ctx.shape})" if ctx.shape else "")
+               + f", policy `{first.scenario.get('policy', {}).get('name')}`, "
                f"{s['num_requests']} requests"
                + (f" at {ctx.rate:.3g} req/s" if ctx.rate is not None else "")
                + (f" ({ctx.offered:.3g} arrived per second)" if ctx.offered else "") + ".", ""]

@@ -68,6 +68,29 @@ def test_report_on_a_run_folder(tmp_path):
     assert "latency_cdfs.png" in md and "roofline.png" in md and "latency_vs_load" not in md
 
 
+@pytest.mark.parametrize("kw, shape", [
+    ({}, ""),
+    ({"hardware.tp": 2}, "TP2"),
+    ({"cluster.replicas": 2}, "2 replicas x TP1"),
+    ({"cluster.replicas": 2, "hardware.tp": 2, "hardware.pp": 2}, "2 replicas x TP2 PP2"),
+    ({"policy.name": "pd_split", "policy.prefill": {"tp": 2}, "policy.decode": {"replicas": 2}},
+     "P/D: 1 x TP2 prefill + 2 x TP1 decode"),
+])
+def test_titles_say_how_the_gpus_are_split(tmp_path, kw, shape):
+    """TP2 on one replica and two replicas of TP1 were both "on 2 x h100-sxm"."""
+    from servesim.outputs.rundir import deployment_shape
+
+    sc = make_scenario(**kw)
+    assert deployment_shape(sc.to_dict()) == shape
+    out = tmp_path / "run"
+    res = simulate(make_scenario(**kw, **{"workload.num_requests": 20}))
+    res.write(out)
+    assert main(["report", str(out)]) == 0
+    line = (out / "report.md").read_text().splitlines()[2]
+    gpus = res.summary["economics"]["gpus"]
+    assert f"on {gpus} x h100-sxm" + (f" ({shape})" if shape else "") + ", policy" in line
+
+
 def test_report_bad_folder_exits_2(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "neither summary.json" in capsys.readouterr().err

@@ -506,6 +506,28 @@ def num_gpus(data: dict) -> int:
     return int((data.get("cluster") or {}).get("replicas", 1)) * tp * pp
 
 
+def deployment_shape(data: dict) -> str:
+    """How a resolved scenario splits its GPUs, for a title beside their count: "" for one GPU,
+    "TP2", "2 replicas x TP1", "2 replicas x TP4 PP2", or a P/D split's pools ("P/D: 1 x TP2
+    prefill + 2 x TP1 decode"). Two deployments of 2 GPUs (TP2, or 2 replicas) read alike
+    without it."""
+    hw = data.get("hardware", {})
+    tp, pp = int(hw.get("tp", 1)), int(hw.get("pp", 1))
+    pol = data.get("policy") or {}
+
+    def par(t: int) -> str:
+        return f"TP{t}" + (f" PP{pp}" if pp > 1 else "")
+
+    if pol.get("name") == "pd_split":
+        pools = [(int((pol.get(k) or {}).get("replicas", 1)), int((pol.get(k) or {}).get("tp") or tp))
+                 for k in ("prefill", "decode")]
+        return f"P/D: {pools[0][0]} x {par(pools[0][1])} prefill + {pools[1][0]} x {par(pools[1][1])} decode"
+    n = int((data.get("cluster") or {}).get("replicas", 1))
+    if n > 1:
+        return f"{n} replicas x {par(tp)}"
+    return par(tp) if tp * pp > 1 else ""
+
+
 @dataclass
 class RunData:
     label: str
