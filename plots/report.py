@@ -39,7 +39,7 @@ from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # 
 from servesim.outputs.progress import Phases  # noqa: E402
 from servesim.outputs.rundir import (RunData, deployment_shape, has_table, read_capacity,  # noqa: E402
                                      read_results, read_scenario, read_study_meta)
-from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts,  # noqa: E402
+from servesim.outputs.verdicts import (caveats, difference_sentences, differences, fell_behind, gpu_counts,  # noqa: E402
                                        identical_labels, meets_slo, rank_key, ranked, rate_order, rate_text,
                                        slo_phrase, value_text, with_per_gpu)
 from servesim.plots import figures as F  # noqa: E402
@@ -345,7 +345,9 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
     parts = []
     for g, d in series.items():
         if slo_s is not None:
-            under = [r for r, v in zip(d["rate"], d["p99"]) if v is not None and v <= slo_s]
+            # (a load whose backlog grew is within no SLO: its p99 only grows the longer it lasts)
+            behind = [r for r, b in zip(d["rate"], d.get("behind") or [False] * len(d["rate"])) if b]
+            under = [r for r, v in zip(d["rate"], d["p99"]) if v is not None and v <= slo_s and r not in behind]
             # runs on several seeds: a load counts as within only when the interval's top is
             ci = d.get("p99_ci") or [None] * len(d["rate"])
             unsure = [r for r, v, h in zip(d["rate"], d["p99"], ci) if r in under and h is not None and v + h > slo_s]
@@ -358,6 +360,8 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
             if unsure:
                 parts[-1] += (f" (its mean; the 95% interval reaches past the SLO at "
                               f"{', '.join(_rate(r) for r in unsure)})")
+            if behind:
+                parts[-1] += f" (it fell behind at {', '.join(_rate(r) for r in behind)}: the backlog grew)"
         else:
             parts.append(f"{g}: {_ms(d['p99'][0])} at {_rate(d['rate'][0])}, {_ms(d['p99'][-1])} at "
                          f"{_rate(d['rate'][-1])}")
@@ -419,7 +423,8 @@ def _verdict(data: dict, ctx: Context) -> list:
            "Ranked by goodput" + (" per GPU" if per_gpu else "") + " (requests per second completed within the SLO"
            + (f": {_slo_text(ctx.ttft_slo, ctx.tpot_slo)}" if _slo_text(ctx.ttft_slo, ctx.tpot_slo) else "")
            + (", divided by the GPUs each configuration uses: they differ" if per_gpu else "")
-           + "); a configuration meets the SLO when at least 90% of its requests are within it."
+           + "); a configuration meets the SLO when at least 90% of its requests are within it and it kept up "
+           "(its backlog did not grow)."
            + (" Ranks within overlapping intervals are not differences"
               + (": see the paired differences below." if key else ".") if ctx.seeds > 1 else ""), ""]
     for rate, rs in sorted(by_rate.items(), key=lambda x: rate_order(x[0])):
@@ -463,7 +468,8 @@ def _series(groups, key_p50, key_p99):
         rs = [r for r in rs if r["status"] == "ok"]
         if rs:
             out[g] = {"rate": [r[RATE_KEY] for r in rs], "p50": [r[key_p50] for r in rs],
-                      "p99": [r[key_p99] for r in rs], "p99_ci": [r.get(key_p99 + CI_SUFFIX) for r in rs]}
+                      "p99": [r[key_p99] for r in rs], "p99_ci": [r.get(key_p99 + CI_SUFFIX) for r in rs],
+                      "behind": [fell_behind(r) for r in rs]}
     return out
 
 

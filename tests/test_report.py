@@ -610,3 +610,39 @@ def test_report_on_a_file_or_nothing_says_what_to_give(tmp_path, capsys):
     assert "s.yaml' is a file, not a folder; give the --out folder of servesim run, sweep" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "nope")]) == 2
     assert "nope' does not exist; give the --out folder" in capsys.readouterr().err
+
+
+def test_a_run_that_fell_behind_does_not_meet_the_slo():
+    """A run whose backlog grew was credited "meets the SLO (100.0%)" in the verdict and drawn as
+    meeting it, while only a caveat said it did not keep up; its attainment only falls the longer
+    the load lasts. One too short to tell (keep_up_warmup covers the shortfall) is not judged so."""
+    from servesim.outputs.verdicts import fell_behind, meets_slo, slo_phrase
+
+    ok = {"slo_attainment": 1.0, "keep_up": 0.98, "keep_up_warmup": 0.01}
+    behind = {"slo_attainment": 1.0, "keep_up": 0.44, "keep_up_warmup": 0.02}
+    short = {"slo_attainment": 1.0, "keep_up": 0.85, "keep_up_warmup": 0.1}
+    assert meets_slo(ok) and not fell_behind(ok) and not fell_behind(short) and meets_slo(short)
+    assert fell_behind(behind) and meets_slo(behind) is False
+    assert slo_phrase(behind).startswith("fails the SLO at this load (100.0% of requests within it over this run")
+    # a run's own summary.json holds it under workload.keep_up
+    summary = {"slo_attainment": 0.95, "workload": {"keep_up": {"ratio": 0.5, "warmup": 0.0}}}
+    assert fell_behind(summary) and meets_slo(summary) is False
+    assert meets_slo({"slo_attainment": 0.95, "workload": {"keep_up": None}})  # closed loop: no keep-up figure
+
+
+def test_the_verdict_and_load_sentence_do_not_credit_a_load_that_fell_behind(tmp_path):
+    sc = tmp_path / "s.yaml"
+    data = copy.deepcopy(BASE)
+    data["policy"]["max_num_seqs"] = 4  # a sharp knee: above it the queue grows through the run
+    data["workload"]["num_requests"] = 300
+    data["slo"] = {"ttft_s": 1000.0, "tpot_s": 10.0}  # limits no latency here reaches
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=1,200", "--out", str(out), "--quiet",
+                 "--workers", "1"]) == 0
+    rows = {r["workload.arrival.rate_rps"]: r for r in read_results(out / "results.csv")}
+    assert rows[200]["slo_attainment"] == 1.0 and rows[200]["keep_up"] < 0.9  # within the limits, yet behind
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "fails the SLO at this load (100.0% of requests within it over this run" in md
+    assert "(it fell behind at 200 req/s: the backlog grew)" in md

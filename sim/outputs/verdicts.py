@@ -33,18 +33,37 @@ HEADLINE = (("goodput_rps", "goodput", 1.0, "req/s", True),
             ("tbt_p99_s", "p99 ITL", 1e3, "ms", False))  # (ITL: vLLM's name for TBT)
 
 
+def fell_behind(row: dict) -> bool:
+    """The run's backlog grew: fewer than ``KEEP_UP`` as many requests left as arrived over the
+    second half of the arrivals, and its run is long enough to tell (``too_short_to_tell``).
+    ``row``: a results.csv row (``keep_up``, ``keep_up_warmup``) or a run's summary.json
+    (``workload.keep_up``)."""
+    ratio, warmup = row.get("keep_up"), row.get("keep_up_warmup")
+    if ratio is None and isinstance(row.get("workload"), dict):
+        keep = row["workload"].get("keep_up")
+        if isinstance(keep, dict):
+            ratio, warmup = keep.get("ratio"), keep.get("warmup")
+    return isinstance(ratio, (int, float)) and ratio < KEEP_UP and not too_short_to_tell(ratio, warmup)
+
+
 def meets_slo(row: dict) -> bool | None:
-    """The row's SLO attainment is at least ``SLO_TARGET`` (None: the row has none)."""
+    """The row's SLO attainment is at least ``SLO_TARGET`` and it kept up (None: the row has no
+    attainment). A run whose backlog grew (``fell_behind``) does not meet it, whatever share of
+    its requests were within it: that share only falls the longer the load lasts."""
     a = row.get("slo_attainment")
-    return None if a is None else a >= SLO_TARGET
+    return None if a is None else a >= SLO_TARGET and not fell_behind(row)
 
 
 def slo_phrase(row: dict) -> str:
-    """"meets the SLO (98.0% of requests within it)" or "fails the SLO (0.5% ...)"."""
+    """"meets the SLO (98.0% of requests within it)", "fails the SLO (0.5% ...)", or for a run that
+    fell behind "fails the SLO at this load: 100.0% of requests within it over this run, but ..."."""
     a = row.get("slo_attainment")
     if a is None:
         return "has no SLO attainment"
     share = f"{a * 100:.1f}%" if a < 0.995 or a == 1 else f"{a * 100:.2f}%"
+    if a >= SLO_TARGET and fell_behind(row):
+        return (f"fails the SLO at this load ({share} of requests within it over this run, but it did not keep up: "
+                "the backlog grew, so that share falls the longer the load lasts)")
     return f"{'meets' if a >= SLO_TARGET else 'fails'} the SLO ({share} of requests within it)"
 
 
