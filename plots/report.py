@@ -430,7 +430,7 @@ def _verdict(data: dict, ctx: Context) -> list:
     for rate, rs in sorted(by_rate.items(), key=lambda x: rate_order(x[0])):
         if rate is not None:
             out += [f"At {_rate(rate)}:", ""]
-        k = 0
+        ranked_ok = []  # (row, group, goodput text, verdict text) of the rows that ran, in rank order
         for r in sorted(rs, key=lambda x: rank_key(x, per_gpu)):
             g = _group_label(r, cols, data["kind"])
             if r["status"] != "ok":
@@ -439,17 +439,24 @@ def _verdict(data: dict, ctx: Context) -> list:
             if key and g in ctx.identical:
                 out.append(f"- {g}: identical to {ctx.identical[g]}")
                 continue
-            k += 1
             n = r.get("num_gpus")
             gp = value_text(r, "goodput_rps", unit="req/s")
             if per_gpu and n:
                 gp += f", {value_text(with_per_gpu([r])[0], 'goodput_per_gpu', unit='req/s')} per GPU"
             verdict = slo_phrase(r)
-            if meets_slo(r) is False:
-                verdict = f"**{verdict}**"
+            ranked_ok.append((r, g, gp, f"**{verdict}**" if meets_slo(r) is False else verdict))
+        # one seed: goodputs equal to the digits shown and the same verdict (e.g. 10.34498 and 10.34359
+        # req/s: the same requests within the SLO, finishing a few ms apart) share a rank, no winner
+        # between them (with seeds, the intervals and the paired differences below say it)
+        same = [ctx.seeds == 1 and i > 0 and ranked_ok[i][2:] == ranked_ok[i - 1][2:] for i in range(len(ranked_ok))]
+        k = 0
+        for i, (r, g, gp, verdict) in enumerate(ranked_ok):
+            k = k if same[i] else i + 1
+            n = r.get("num_gpus")
+            tied = same[i] or (i + 1 < len(same) and same[i + 1])
             name = f"**{g}**" if k == 1 and meets_slo(r) else g
             out.append(f"{k}. {name}" + (f" ({n} GPU{'s' if n != 1 else ''})" if n else "")
-                       + f": goodput {gp}, {verdict}")
+                       + f": goodput {gp}, {verdict}" + (" (tied)" if tied else ""))
         out.append("")
     seed_rows = data["seed_rows"]
     if seed_rows and key:

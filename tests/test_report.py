@@ -646,3 +646,25 @@ def test_the_verdict_and_load_sentence_do_not_credit_a_load_that_fell_behind(tmp
     md = (out / "report.md").read_text()
     assert "fails the SLO at this load (100.0% of requests within it over this run" in md
     assert "(it fell behind at 200 req/s: the backlog grew)" in md
+
+
+def test_goodputs_equal_to_the_digits_shown_share_a_rank(tmp_path):
+    """At a light load both configurations serve the same requests within the SLO; their goodputs
+    differ in the fourth digit only by when the last ones finish (10.34498 vs 10.34359 req/s), and
+    one seed's verdict named a winner ("1. **chunked-512** 10.3; 2. continuous 10.3")."""
+    sc = tmp_path / "s.yaml"
+    data = copy.deepcopy(BASE)
+    data["workload"]["num_requests"] = 200
+    data["workload"]["prompt_tokens"] = {"dist": "uniform", "min": 600, "max": 2000}  # (512-token chunks cut them)
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "c"
+    assert main(["compare", str(sc), "--variant", "continuous", "policy.name=continuous", "--variant", "chunked-512",
+                 "policy.name=chunked_prefill", "policy.max_num_batched_tokens=512", "--variant", "one-seq",
+                 "policy.max_num_seqs=1", "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    rows = {r["label"]: r for r in read_results(out / "results.csv")}
+    assert rows["continuous"]["goodput_rps"] != rows["chunked-512"]["goodput_rps"]  # (not identical runs)
+    md = (out / "report.md").read_text()
+    lines = [x for x in md.splitlines() if re.match(r"\d\. ", x)]
+    assert {x.split(" (")[0] for x in lines[:2]} == {"1. **continuous**", "1. **chunked-512**"}
+    assert all(x.endswith("(tied)") for x in lines[:2])
+    assert lines[2].startswith("3. one-seq") and not lines[2].endswith("(tied)")
