@@ -668,3 +668,20 @@ def test_goodputs_equal_to_the_digits_shown_share_a_rank(tmp_path):
     assert {x.split(" (")[0] for x in lines[:2]} == {"1. **continuous**", "1. **chunked-512**"}
     assert all(x.endswith("(tied)") for x in lines[:2])
     assert lines[2].startswith("3. one-seq") and not lines[2].endswith("(tied)")
+
+
+def test_arrived_goodput_interval_carries_the_arrival_rates_spread():
+    """Goodput at a load = arrival rate x attainment; over seeds both vary. The interval was the
+    rate x the attainment's alone: 100% within the SLO on every seed gave "22.1 +- 0 req/s" while
+    the seeds drew 21.3 and 22.9 req/s of arrivals (offered_rps_ci95 10.3)."""
+    from servesim.plots.report import _with_arrived_goodput
+
+    r = {"status": "ok", "offered_rps": 22.06, "slo_attainment": 1.0, "slo_attainment_ci95": 0.0,
+         "offered_rps_ci95": 10.3}
+    out = _with_arrived_goodput(r)
+    assert out["goodput_arrived_rps"] == pytest.approx(22.06)
+    assert out["goodput_arrived_rps_ci95"] == pytest.approx(10.3)
+    both = _with_arrived_goodput({**r, "slo_attainment": 0.9, "slo_attainment_ci95": 0.05})
+    assert both["goodput_arrived_rps_ci95"] == pytest.approx(((22.06 * 0.05) ** 2 + (0.9 * 10.3) ** 2) ** 0.5)
+    assert "goodput_arrived_rps_ci95" not in _with_arrived_goodput({"status": "ok", "offered_rps": 5.0,
+                                                                     "slo_attainment": 1.0})  # one seed
