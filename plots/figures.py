@@ -109,17 +109,43 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
 
 
 # ---------------------------------------------------------------- versus load
+_BARS_LABEL = "bars: 95% interval over seeds"
+_OPEN_NOTE = " (open below: low end <= 0)"
+
+
 def _error_bars(ax, x, y, half, color, scale=1.0):
-    """Vertical 95% interval bars where ``half`` (half-widths) has values."""
+    """Vertical 95% interval bars where ``half`` (half-widths) has values. A bar whose low end is
+    at or below 0 (a wide interval from few seeds) has no end a log axis can draw: it runs open,
+    without a cap, off the bottom of the axes, and takes no part in the axis limits below its
+    point (the data and the ends that can be drawn set them); the legend entry says so."""
     if not half or all(h is None for h in half):
         return
+    from matplotlib.lines import Line2D
+
+    x = np.asarray(x, dtype=float)
     y = np.asarray([np.nan if v is None else v for v in y], dtype=float) * scale
     h = np.asarray([0.0 if v is None else v for v in half], dtype=float) * scale
-    first = not getattr(ax, "_servesim_bars", False)
-    ax._servesim_bars = True
-    ax.errorbar(x, y, yerr=np.vstack([np.minimum(h, y * 0.999), h]),  # never below 0 (log axes)
-                fmt="none", ecolor=color, elinewidth=1, capsize=3, alpha=0.8,
-                label="bars: 95% interval over seeds" if first else None)
+    closed = y - h > 0
+    opened = ~closed & (y > 0)
+    labelled = getattr(ax, "_servesim_bars", None)
+    first = labelled is None
+    if closed.any() or not opened.any():
+        bars = ax.errorbar(x[closed], y[closed], yerr=h[closed], fmt="none", ecolor=color, elinewidth=1, capsize=3,
+                           alpha=0.8, label=_BARS_LABEL if first else None)
+        if first:
+            labelled = bars
+    for xi, yi, hi in zip(x[opened], y[opened], h[opened]):
+        # down to a millionth of its point, far below any axis the data set, so the axes clip it;
+        # add_artist, unlike plot, leaves the limits alone (the top end is added to them by hand)
+        line = Line2D([xi, xi], [yi + hi, yi * 1e-6], color=color, linewidth=1, alpha=0.8, marker="_",
+                      markersize=6, markevery=[0], label=_BARS_LABEL if labelled is None else None)
+        ax.add_artist(line)
+        ax.update_datalim([(xi, yi + hi)])
+        if labelled is None:
+            labelled = line
+    if opened.any():
+        labelled.set_label(_BARS_LABEL + _OPEN_NOTE)
+    ax._servesim_bars = labelled
 
 
 def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = None, colors: dict | None = None):

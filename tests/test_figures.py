@@ -279,3 +279,30 @@ def test_characters_the_font_lacks_are_one_note_not_a_warning_each(tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("has no \u540d:") == 1 and "DejaVu Sans" in err  # (the second figure: noted already)
     assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.svg").stat().st_size > 0
+
+
+def test_an_interval_reaching_below_zero_runs_open_off_a_log_axis_without_setting_its_limits(ax):
+    """Two seeds give 95% half-widths larger than the mean: such a bar's low end was drawn at a
+    thousandth of its point, which stretched the log axis down to ~0.1 ms and squashed every
+    curve. It runs open off the bottom now; the data and the drawable ends set the limits."""
+    data = {"continuous": {"rate": [8, 16, 24], "p50": [0.04, 0.05, 0.08], "p99": [0.15, 0.18, 0.25],
+                           "p99_ci": [0.3, 0.02, 0.6]},
+            "small": {"rate": [8, 16, 24], "p50": [0.045, 0.06, 0.09], "p99": [0.19, 0.22, 0.4],
+                      "p99_ci": [0.01, 0.02, 0.03]}}
+    F.latency_vs_load(data, ax, "ttft", slo_s=1.0)
+    ax.figure.canvas.draw()
+    lo, hi = ax.get_ylim()
+    assert lo > 30 and hi >= 850  # (the lowest p50 is 40 ms; the highest drawable end 850 ms)
+    assert legend(ax)[-2:] == ["SLO 1000 ms",
+                               "bars: 95% interval over seeds (open below: low end <= 0)"]
+    # the two open bars still run from above their point down past the bottom of the axes
+    open_bars = [ln for ln in ax.lines if ln.get_ydata()[0] in (450, 850)]
+    assert len(open_bars) == 2 and all(min(ln.get_ydata()) < lo for ln in open_bars)
+
+
+def test_intervals_above_zero_keep_their_caps_and_plain_legend(ax):
+    F.latency_vs_load({"a": {"rate": [1, 2], "p50": [0.01, 0.02], "p99": [0.03, 0.05], "p99_ci": [0.01, 0.02]}},
+                      ax, "ttft")
+    assert legend(ax)[-1] == "bars: 95% interval over seeds"
+    ax.figure.canvas.draw()
+    assert ax.get_ylim()[0] < 20  # (the low end of the first bar, 20 ms, is drawn and in view)
