@@ -254,32 +254,46 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | No
 
 
 def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", colors: dict | None = None,
-                       xlabel: str | None = None):
-    """Throughput-latency trade-off: one point per load, each annotated with its rate.
+                       xlabel: str | None = None, slo_s: float | None = None):
+    """Throughput-latency trade-off: one point per load, each annotated with its rate; a point
+    whose run fails the SLO is hollow (a report never credits it), and the ``metric`` limit
+    ``slo_s`` is dotted (the axis reaches it).
 
-    ``data``: {label: {"rate": [req/s], "throughput": [output tok/s], "latency": [s]}}. A rate label
-    that would overlap one already drawn is left out.
+    ``data``: {label: {"rate": [req/s], "throughput": [output tok/s], "latency": [s], "ok": [bool |
+    None] (optional: the run meets the SLO; False: hollow)}}. A label with no point is left out
+    of the legend; a rate label that would overlap one already drawn is left out.
     """
     colors = colors or colors_for(data)
     xs = [x for d in data.values() for x in d["throughput"] if x == x]
     ys = [y for d in data.values() for y in _ms(d["latency"]) if y == y]
     span_x = (max(xs) - min(xs)) or 1.0 if xs else 1.0
     span_y = (max(ys) - min(ys)) or 1.0 if ys else 1.0
+    hollow = False
     for label, d in data.items():
-        ax.plot(d["throughput"], _ms(d["latency"]), "-o", markersize=4, color=colors[label], label=str(label))
+        c = colors[label]
+        x, y = np.asarray(d["throughput"], dtype=float), _ms(d["latency"])
+        fails = np.array([v is not None and not v for v in d.get("ok") or [None] * len(x)], dtype=bool)
+        ax.plot(x, y, "-", color=c, label=str(label) if len(x) else None)
+        ax.plot(x[~fails], y[~fails], "o", markersize=4, color=c)
+        ax.plot(x[fails], y[fails], "o", markersize=4, color=c, markerfacecolor="none")
+        hollow |= bool(fails.any())
         shown = []  # (a rate label within 4% of the axes from one already drawn would overlap it: left out)
-        for r, x, y in zip(d["rate"], d["throughput"], _ms(d["latency"])):
-            if any(abs(x - a) / span_x < 0.04 and abs(y - b) / span_y < 0.04 for a, b in shown):
+        for r, xi, yi in zip(d["rate"], x, y):
+            if any(abs(xi - a) / span_x < 0.04 and abs(yi - b) / span_y < 0.04 for a, b in shown):
                 continue
-            shown.append((x, y))
-            ax.annotate(f"{r:.4g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7,
-                        color=colors[label])
+            shown.append((xi, yi))
+            ax.annotate(f"{r:.4g}", (xi, yi), textcoords="offset points", xytext=(3, 3), fontsize=7, color=c)
+    if hollow:  # (an entry of its own: the series' colours stay theirs)
+        ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
+    if slo_s is not None:
+        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
     name = METRIC_NAMES.get(metric, metric)
     ax.set_xlabel(xlabel or "throughput (output tokens/s)")
     ax.set_ylabel(f"{stat} {name} (ms)")
     ax.set_title(f"throughput vs {stat} {name} (labels: req/s)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
     return ax
 
 

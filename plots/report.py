@@ -740,7 +740,8 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
               "ok": [meets_slo(r) for r in rs if r["status"] == "ok"]} for g, rs in groups.items()}
     fig, ax = plt.subplots(figsize=(6.5, 4.8))
     xlabel = "throughput over the second half of the arrivals (output tokens/s)" if windowed else None
-    F.throughput_latency({ctx.label(g): d for g, d in tl.items()}, ax, "tpot", "p99", dcolors, xlabel=xlabel)
+    F.throughput_latency({ctx.label(g): d for g, d in tl.items()}, ax, "tpot", "p99", dcolors, xlabel=xlabel,
+                         slo_s=ctx.tpot_slo)
     add("throughput_latency", ctx.title("Throughput vs latency", rate=False), fig,
         "At the highest load each ran, " + "; ".join(
             f"{g} delivers {d['throughput'][-1]:.0f} output tok/s"

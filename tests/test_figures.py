@@ -306,3 +306,21 @@ def test_intervals_above_zero_keep_their_caps_and_plain_legend(ax):
     assert legend(ax)[-1] == "bars: 95% interval over seeds"
     ax.figure.canvas.draw()
     assert ax.get_ylim()[0] < 20  # (the low end of the first bar, 20 ms, is drawn and in view)
+
+
+def test_throughput_latency_draws_failing_points_hollow_and_the_slo(ax):
+    """Points whose run failed the SLO were drawn as the passing ones and no SLO line was drawn
+    (the axis stopped below it); a label that never ran stood in the legend."""
+    data = {"continuous": {"rate": [12, 28], "throughput": [1900, 4900], "latency": [0.015, 0.038],
+                           "ok": [True, False]},
+            "chunked-256": {"rate": [12, 28], "throughput": [1850, 3500], "latency": [0.010, 0.011],
+                            "ok": [True, True]},
+            "static": {"rate": [], "throughput": [], "latency": [], "ok": []}}
+    F.throughput_latency(data, ax, "tpot", "p99", slo_s=0.05)
+    assert legend(ax) == ["continuous", "chunked-256", "hollow: fails the SLO", "SLO 50 ms"]
+    marked = [(x, ln.get_markerfacecolor()) for ln in ax.lines if ln.get_marker() == "o"
+              for x in ln.get_xdata()]
+    assert sorted((x, fc == "none") for x, fc in marked) == [(1850, False), (1900, False), (3500, False),
+                                                              (4900, True)]
+    ax.figure.canvas.draw()
+    assert ax.get_ylim()[1] > 50  # the SLO line is in view
