@@ -182,23 +182,34 @@ def _log_latency_axes(ax, slo_s, xlabel: str, ylabel: str, title: str):
 def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = None,
                     capacity: tuple | None = None):
     """A capacity search over seeds: each seed's probes (p99 ``metric`` against the probed rate;
-    filled: met every limit, hollow: did not) as one thin line per seed, the SLO, and the capacity
+    filled: met every limit and kept up; a cross: fell behind (the keep-up rule: the backlog grew),
+    whatever its latencies, which the height and the SLO line show; hollow: kept up, or was not
+    judged on it, but did not meet a limit) as one thin line per seed, the SLO, and the capacity
     (mean, 95% interval as a band).
 
-    ``data``: {seed: {"rate": [req/s], "p99": [s], "meets": [bool]}}; ``capacity``: (mean, half-width)
+    ``data``: {seed: {"rate": [req/s], "p99": [s], "meets": [bool], "keeps_up": [bool | None]
+    (optional: the probe's keep-up verdict; None: not judged)}}; ``capacity``: (mean, half-width)
     in req/s or None.
     """
     name = METRIC_NAMES.get(metric, metric)
     color = "#1f77b4"
+    kinds = (("met every limit and kept up", {}),
+             ("fell behind (keep-up: the backlog grew)", {"marker": "x", "markersize": 5}),
+             ("did not meet a limit", {"markerfacecolor": "none"}))
+    named = set()
     for i, (seed, d) in enumerate(data.items()):
         order = np.argsort(d["rate"])
         x = np.asarray(d["rate"], dtype=float)[order]
         y = _ms(np.asarray(d["p99"], dtype=float)[order])
         met = np.asarray(d["meets"], dtype=bool)[order]
+        # (a probe that fell behind may have met every latency limit: "did not meet a limit" would be false)
+        behind = ~met & np.array([v is False for v in d.get("keeps_up") or [None] * len(x)], dtype=bool)[order]
         ax.plot(x, y, "-", color=color, alpha=0.35, linewidth=1, label="each seed's probes (p99)" if i == 0 else None)
-        ax.plot(x[met], y[met], "o", color=color, markersize=4, label="met every limit" if i == 0 else None)
-        ax.plot(x[~met], y[~met], "o", markerfacecolor="none", color=color, markersize=4,
-                label="did not" if i == 0 else None)
+        for (label, style), sel in zip(kinds, (met, behind, ~met & ~behind)):
+            if sel.any():
+                ax.plot(x[sel], y[sel], linestyle="none", **{"marker": "o", "markersize": 4, "color": color, **style},
+                        label=None if label in named else label)
+                named.add(label)
     if slo_s is not None:
         ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
     if capacity is not None:

@@ -651,7 +651,9 @@ def _capacity_figure(path: Path, data: dict, ctx: Context, add) -> None:
     for m, ax in zip(metrics, axes[0]):
         series = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
                       "p99": [r[f"{m}_p99_s"] for r in rs if r["status"] == "ok"],
-                      "meets": [r.get("meets") in (True, "True") for r in rs if r["status"] == "ok"]}
+                      "meets": [r.get("meets") in (True, "True") for r in rs if r["status"] == "ok"],
+                      "keeps_up": [{True: True, "True": True, False: False, "False": False}.get(r.get("probe_keeps_up"))
+                                   for r in rs if r["status"] == "ok"]}
                   for g, rs in data["groups"].items()}
         F.capacity_probes(series, ax, m, {"ttft": ctx.ttft_slo, "tpot": ctx.tpot_slo}[m], band)
     n = len(data["groups"])

@@ -324,3 +324,21 @@ def test_throughput_latency_draws_failing_points_hollow_and_the_slo(ax):
                                                               (4900, True)]
     ax.figure.canvas.draw()
     assert ax.get_ylim()[1] > 50  # the SLO line is in view
+
+
+def test_capacity_probes_tell_a_probe_that_fell_behind_from_one_that_broke_a_limit(ax):
+    """Every probe that did not meet was hollow, labelled as not meeting a limit, though a probe
+    inside every latency limit fails when it does not keep up (its backlog grew)."""
+    data = {0: {"rate": [8, 16, 32, 24], "p99": [0.17, 0.2, 0.44, 1.3], "meets": [True, True, False, False],
+                "keeps_up": [True, True, False, True]},
+            1: {"rate": [20, 22], "p99": [0.25, 0.3], "meets": [True, False], "keeps_up": [True, False]}}
+    F.capacity_probes(data, ax, "ttft", slo_s=1.0)
+    assert legend(ax) == ["each seed's probes (p99)", "met every limit and kept up",
+                          "fell behind (keep-up: the backlog grew)", "did not meet a limit", "SLO 1000 ms"]
+
+    def drawn(marker, hollow):
+        return sorted(x for ln in ax.lines if ln.get_marker() == marker
+                      and (ln.get_markerfacecolor() == "none") == hollow for x in ln.get_xdata())
+    assert drawn("o", False) == [8, 16, 20]
+    assert drawn("x", False) == [22, 32]
+    assert drawn("o", True) == [24]
