@@ -544,9 +544,11 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
     """Deployments by $/hour (x) and capacity (y, req/s, with its interval as an error bar), the
     Pareto front (cheapest for its capacity) as a step line, the target rate as a dotted line.
 
-    ``data``: [{"fleet": "8 x h100-sxm", "gpu": colour key, "kind": "colocated" | "pd",
-    "usd_per_hour", "capacity", "low", "high", "chosen": bool}]; each point is labelled with its fleet
-    (GPU type x count) when on the front."""
+    ``data``: [{"fleet": "8 x h100-sxm", "label": "8 x h100-sxm TP1, continuous" (optional: the
+    configuration's own, naming its policy; else the fleet), "gpu": colour key, "kind": "colocated" |
+    "pd", "usd_per_hour", "capacity", "low", "high", "chosen": bool}]; each point is labelled with
+    its configuration (grey off the front: two on one GPU type differ by policy alone). The axis
+    reaches the top of every interval."""
     colors = colors or colors_for([d["gpu"] for d in data])
     seen = set()
     for d in data:
@@ -562,17 +564,20 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
         xs = [p[0] for p in front]
         ys = [p[1] for p in front]
         ax.step(xs, ys, where="post", color="k", linewidth=1, alpha=0.6, label="Pareto front")
-        for x, y, d in front:
-            ax.annotate(d["fleet"], (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    on_front = [id(p[2]) for p in front]
+    for d in data:
+        ax.annotate(d.get("label") or d["fleet"], (d["usd_per_hour"], d["capacity"]), textcoords="offset points",
+                    xytext=(6, -10), fontsize=7, color="k" if id(d) in on_front else "0.45")
     for d in data:
         if d.get("chosen"):
             ax.plot([d["usd_per_hour"]], [d["capacity"]], "*", color="gold", markeredgecolor="k", markersize=16,
-                    label=f"chosen: {d['fleet']}")
+                    label=f"chosen: {d.get('label') or d['fleet']}")
     ax.axhline(rate_rps, color="k", linestyle=":", linewidth=1.2, label=f"target {rate_rps:g} req/s")
     ax.set_xlabel("cost ($/hour, on-demand list prices)")
     ax.set_ylabel("capacity within the SLO (req/s; bars: interval over seeds)")
-    # intervals from a few seeds can be very wide: keep the estimates readable (bars run off the top)
-    ax.set_ylim(0, max([1.6 * d["capacity"] for d in data] + [1.3 * rate_rps]))
+    # room above the estimates for the labels; the whole of every interval in view (a bar cut off
+    # by the top read as one running the axes' full height)
+    ax.set_ylim(0, max([1.6 * d["capacity"] for d in data] + [1.05 * d["high"] for d in data] + [1.3 * rate_rps]))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", loc="upper left")
     return ax
@@ -581,8 +586,10 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
 def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors: dict | None = None):
     """p99 latency at the target rate (worst seed) against $/hour: filled markers met the whole
     SLO with every seed, hollow ones did not (by this limit or another); the SLO limit dotted.
+    Each point is labelled with its configuration (two on one GPU type differ by policy alone).
 
-    ``data``: [{"fleet", "gpu", "kind", "usd_per_hour", "p99": seconds, "meets": bool}]."""
+    ``data``: [{"fleet", "label" (optional: the configuration's own, naming its policy; else the
+    fleet), "gpu", "kind", "usd_per_hour", "p99": seconds, "meets": bool}]."""
     colors = colors or colors_for([d["gpu"] for d in data])
     name = METRIC_NAMES.get(metric, metric)
     seen = set()
@@ -593,6 +600,8 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         lab = f"{d['gpu']}{' P/D' if d['kind'] == 'pd' else ''}, {'meets' if d['meets'] else 'fails'}"
         ax.plot([d["usd_per_hour"]], [d["p99"] * 1e3], _KIND_MARKERS.get(d["kind"], "o"), color=c, markersize=6,
                 markerfacecolor=c if d["meets"] else "none", label=None if lab in seen else lab)
+        ax.annotate(d.get("label") or d["fleet"], (d["usd_per_hour"], d["p99"] * 1e3), textcoords="offset points",
+                    xytext=(6, -3), fontsize=7)
         seen.add(lab)
     return _log_latency_axes(ax, slo_s, "cost ($/hour)", f"p99 {name} at the target rate (ms, worst seed)",
                              f"cost vs p99 {name}")

@@ -32,6 +32,18 @@ def _gpu_key(c: dict) -> str:
     return s["gpu"] if s["kind"] != "pd" or s["decode_gpu"] == s["gpu"] else f"{s['gpu']} + {s['decode_gpu']}"
 
 
+def _run_label(c: dict, run: dict) -> str:
+    """The configuration of candidate ``c``'s ``run`` as plan.json labels candidates (``Shape.describe``
+    of its units; plots read no study code): the candidate's label when the run has its units."""
+    if run["units"] == c.get("units"):
+        return c["label"]
+    s, k = c["shape"], run["units"]
+    if s["kind"] == "pd":
+        p, d = s["ratio"]
+        return f"P/D {p * k} x {s['gpu']} TP{s['tp']} : {d * k} x {s['decode_gpu']} TP{s['decode_tp']}"
+    return f"{k} x {c['label'].split(' x ', 1)[1]}"
+
+
 def _limits(doc: dict) -> dict:
     """{metric: seconds} of the plan's limits (the dotted SLO lines; the first limit of a metric)."""
     out = {}
@@ -79,7 +91,7 @@ def build_plan_report(folder: str | Path) -> Path:
     for c in best:
         cap = c.get("capacity")
         if cap and c.get("usd_per_hour") is not None:
-            pts.append({"fleet": c["fleet"], "gpu": _gpu_key(c), "kind": c["shape"]["kind"],
+            pts.append({"fleet": c["fleet"], "label": c["label"], "gpu": _gpu_key(c), "kind": c["shape"]["kind"],
                         "usd_per_hour": c["usd_per_hour"], "capacity": cap["estimate"], "low": max(cap["low"], 0.0),
                         "high": cap["high"], "chosen": c is best[0]})
     if pts:
@@ -98,7 +110,8 @@ def build_plan_report(folder: str | Path) -> Path:
             if usd is None:
                 continue
             for m in ("ttft", "tpot"):
-                runs.append({"metric": m, "fleet": r["fleet"], "gpu": _gpu_key(c), "kind": c["shape"]["kind"],
+                runs.append({"metric": m, "fleet": r["fleet"], "label": _run_label(c, r),
+                             "gpu": _gpu_key(c), "kind": c["shape"]["kind"],
                              "usd_per_hour": usd, "p99": D.worst(r, f"{m}_p99_s"), "meets": r["meets"]})
     if runs:
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))

@@ -342,3 +342,42 @@ def test_capacity_probes_tell_a_probe_that_fell_behind_from_one_that_broke_a_lim
     assert drawn("o", False) == [8, 16, 20]
     assert drawn("x", False) == [22, 32]
     assert drawn("o", True) == [24]
+
+
+def plan_points():
+    return [{"fleet": "1 x h100-sxm", "label": "1 x h100-sxm TP1, continuous", "gpu": "h100-sxm", "kind": "colocated",
+             "usd_per_hour": 3.29, "capacity": 21.6, "low": 0.0, "high": 60.0, "chosen": True},
+            {"fleet": "1 x h100-sxm", "label": "1 x h100-sxm TP1, chunked prefill 512", "gpu": "h100-sxm",
+             "kind": "colocated", "usd_per_hour": 3.29, "capacity": 20.5, "low": 15.6, "high": 25.4, "chosen": False}]
+
+
+def test_cost_capacity_names_each_configuration_and_keeps_its_interval_in_view(ax):
+    """Two configurations on one GPU type were both '1 x h100-sxm' (the policy named nowhere), and
+    an interval wider than the axis ran its full height, cut off at the top."""
+    F.cost_capacity(plan_points(), ax, 12.0)
+    assert legend(ax)[1] == "chosen: 1 x h100-sxm TP1, continuous"
+    assert sorted(t.get_text() for t in ax.texts) == ["1 x h100-sxm TP1, chunked prefill 512",
+                                                      "1 x h100-sxm TP1, continuous"]
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 60.0
+
+
+def test_cost_latency_names_each_configuration(ax):
+    data = [{**p, "p99": p99, "meets": True} for p, p99 in zip(plan_points(), (0.25, 0.27))]
+    F.cost_latency(data, ax, "ttft", 1.0)
+    assert sorted(t.get_text() for t in ax.texts) == ["1 x h100-sxm TP1, chunked prefill 512",
+                                                      "1 x h100-sxm TP1, continuous"]
+
+
+@pytest.mark.parametrize("shape", [dict(kind="colocated", gpu="h100-sxm", tp=2, pp=2, policy="chunked_prefill",
+                                        chunk=512),
+                                   dict(kind="pd", gpu="h100-sxm", tp=4, decode_gpu="a100-80g", decode_tp=8,
+                                        policy="pd_split", ratio=(1, 2))])
+def test_a_plan_run_is_labelled_as_its_shape_describes_it(shape):
+    from dataclasses import asdict
+
+    from servesim.plots.plan_report import _run_label
+    from servesim.studies.plan_space import Shape
+
+    s = Shape(**shape)
+    c = {"units": 1, "label": s.describe(1), "shape": asdict(s)}
+    assert [_run_label(c, {"units": u}) for u in (1, 3)] == [s.describe(1), s.describe(3)]
