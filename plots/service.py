@@ -73,20 +73,33 @@ def class_series_over_seeds(summaries: dict) -> dict:
     return out
 
 
-def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None):
+def slo_label(slo: dict | None) -> str:
+    """A class's SLO as a figure names it: "TTFT <= 1 s, TPOT <= 50 ms" ("" without limits)."""
+    parts = []
+    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
+        v = (slo or {}).get(key)
+        if v is not None:
+            parts.append(f"{name} <= {v:g} s" if v >= 1 else f"{name} <= {v * 1e3:g} ms")
+    return ", ".join(parts)
+
+
+def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None, slo: dict | None = None):
     """One class's SLO attainment against offered load, one line per label, with 95% intervals.
-    ``data``: {label: {"rate", "attainment", "lo", "hi"}}."""
+    ``data``: {label: {"rate", "attainment", "lo", "hi"}}; ``slo``: the class's own limits
+    ({"ttft_s", "tpot_s"}), named in the title (classes differ: 1 s for chat, 30 s for a batch)."""
     colors = colors or colors_for(data)
     for label, d in data.items():
         y = np.asarray(d["attainment"], dtype=float)
         err = np.clip(np.array([y - np.asarray(d["lo"]), np.asarray(d["hi"]) - y]), 0, None)  # (rounding at 0 and 1)
         ax.errorbar(d["rate"], y * 100, yerr=err * 100, fmt="-o", markersize=4, capsize=3, color=colors[label],
                     label=str(label))
-    ax.axhline(ATTAINMENT_TARGET * 100, color="k", linestyle=":", linewidth=1)
+    ax.axhline(ATTAINMENT_TARGET * 100, color="k", linestyle=":", linewidth=1,
+               label=f"{ATTAINMENT_TARGET:.0%}: meets the SLO")
     ax.set_xlabel("offered load (req/s)")
     ax.set_ylabel("SLO attainment (%)")
     ax.set_ylim(0, 102)
-    ax.set_title(f"class {name}: SLO attainment vs load")
+    limits = slo_label(slo)
+    ax.set_title(f"class {name}: SLO attainment vs load" + (f"\n(SLO {limits})" if limits else ""))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     return ax
@@ -115,9 +128,10 @@ def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, co
     return ax
 
 
-def attainment_bars(data: dict, ax, colors: dict | None = None):
+def attainment_bars(data: dict, ax, colors: dict | None = None, slos: dict | None = None):
     """SLO attainment per class (groups of bars), one bar per label, with 95% intervals.
-    ``data``: {class: {label: {"attainment", "lo", "hi"}}} (one value each)."""
+    ``data``: {class: {label: {"attainment", "lo", "hi"}}} (one value each); ``slos``: {class:
+    its limits}, written under its name."""
     classes = list(data)
     labels = list(dict.fromkeys(lbl for d in data.values() for lbl in d))
     colors = colors or colors_for(labels)
@@ -134,8 +148,11 @@ def attainment_bars(data: dict, ax, colors: dict | None = None):
             errs[0].append(max(y - d["lo"][-1], 0.0) * 100)
             errs[1].append(max(d["hi"][-1] - y, 0.0) * 100)
         ax.bar(xs, ys, width=width, yerr=errs, capsize=3, color=colors[label], label=str(label))
+    ax.axhline(ATTAINMENT_TARGET * 100, color="k", linestyle=":", linewidth=1,
+               label=f"{ATTAINMENT_TARGET:.0%}: meets the SLO")
     ax.set_xticks(range(len(classes)))
-    ax.set_xticklabels(classes)
+    ax.set_xticklabels([c + (f"\n{slo_label((slos or {}).get(c))}" if slo_label((slos or {}).get(c)) else "")
+                        for c in classes], fontsize="small")
     ax.set_ylabel("SLO attainment (%)")
     ax.set_ylim(0, 105)
     ax.set_title("SLO attainment per class")
@@ -219,12 +236,12 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt,
         names = list(series)
         fig, axes = plt.subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)
         for j, name in enumerate(names):
-            attainment_vs_load(series[name], axes[0, j], name, colors)
+            attainment_vs_load(series[name], axes[0, j], name, colors, firsts[0]["classes"][name].get("slo"))
             slo = firsts[0]["classes"][name]["slo"]["ttft_s"]
             class_ttft_vs_load(series[name], axes[1, j], name, slo, colors)
         add("classes_vs_load", title("Service per class vs load", False), fig,
             class_sentence(series, True) + " " + jain_sentence(summaries))
     else:
         fig, ax = plt.subplots(figsize=(max(5.0, 2.2 * len(series) + 2), 4.2))
-        attainment_bars(series, ax, colors)
+        attainment_bars(series, ax, colors, {c: (firsts[0]["classes"].get(c) or {}).get("slo") for c in series})
         add("classes", title("Service per class"), fig, class_sentence(series, False) + " " + jain_sentence(summaries))

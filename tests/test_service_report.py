@@ -62,3 +62,31 @@ def test_class_figures_over_seeds_are_means_with_intervals_across_seeds():
     assert d["rate"] == [8.0] and d["attainment"] == [pytest.approx(0.9)]
     assert d["lo"] == [pytest.approx(iv.low)] and d["hi"] == [1.0]  # (clipped to 100%)
     assert d["ttft_p99"] == [pytest.approx(0.4)] and d["ttft_lo"][0] < 0.4 < d["ttft_hi"][0]
+
+
+def test_class_figures_name_each_class_slo_and_the_90_percent_line():
+    """Classes carry their own SLOs (chat 1 s, a batch class 30 s): the figures plotted attainment
+    against them without saying which, and the 90% line had no legend entry (none at all on the
+    bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from servesim.plots.service import attainment_bars, attainment_vs_load, slo_label
+
+    assert slo_label({"ttft_s": 1.0, "tpot_s": 0.05}) == "TTFT <= 1 s, TPOT <= 50 ms"
+    assert slo_label({"ttft_s": None, "tpot_s": 0.2}) == "TPOT <= 200 ms" and slo_label(None) == ""
+    one = {"attainment": [0.95], "lo": [0.9], "hi": [0.99]}
+    fig, ax = plt.subplots()
+    attainment_bars({"chat": {"a": one}, "batch": {"a": one}}, ax,
+                    slos={"chat": {"ttft_s": 1.0, "tpot_s": 0.05}, "batch": {"ttft_s": 30.0, "tpot_s": 0.2}})
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["chat\nTTFT <= 1 s, TPOT <= 50 ms",
+                                                            "batch\nTTFT <= 30 s, TPOT <= 200 ms"]
+    assert "90%: meets the SLO" in [t.get_text() for t in ax.get_legend().get_texts()]
+    fig, ax = plt.subplots()
+    attainment_vs_load({"a": {"rate": [1, 2], **{k: v * 2 for k, v in one.items()}}}, ax, "chat",
+                       slo={"ttft_s": 1.0, "tpot_s": 0.05})
+    assert ax.get_title() == "class chat: SLO attainment vs load\n(SLO TTFT <= 1 s, TPOT <= 50 ms)"
+    assert "90%: meets the SLO" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close("all")
