@@ -41,7 +41,10 @@ def _run_label(c: dict, run: dict) -> str:
     if s["kind"] == "pd":
         p, d = s["ratio"]
         return f"P/D {p * k} x {s['gpu']} TP{s['tp']} : {d * k} x {s['decode_gpu']} TP{s['decode_tp']}"
-    return f"{k} x {c['label'].split(' x ', 1)[1]}"
+    # (from the shape, as describe writes it: a candidate never verified has a label without units)
+    pol = "continuous" if s.get("policy") == "continuous" else f"chunked prefill {s.get('chunk')}"
+    pp = int(s.get("pp") or 1)
+    return f"{k} x {s['gpu']} TP{s['tp']}" + (f" PP{pp}" if pp > 1 else "") + f", {pol}"
 
 
 def _limits(doc: dict) -> dict:

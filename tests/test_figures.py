@@ -381,3 +381,7 @@ def test_a_plan_run_is_labelled_as_its_shape_describes_it(shape):
     s = Shape(**shape)
     c = {"units": 1, "label": s.describe(1), "shape": asdict(s)}
     assert [_run_label(c, {"units": u}) for u in (1, 3)] == [s.describe(1), s.describe(3)]
+    # a candidate never verified is labelled without units (describe(None)): the slow fuzz found
+    # plan's report raising IndexError on it
+    bare = {"units": None, "label": s.describe(None), "shape": asdict(s)}
+    assert [_run_label(bare, {"units": u}) for u in (1, 2)] == [s.describe(1), s.describe(2)]
