@@ -133,6 +133,7 @@ def kv_feasible(data, ax):
     ax.bar(x - 0.2, [r["feasible"] for r in rows], 0.4, label="feasible batch (KV)")
     ax.bar(x + 0.2, [r["peak"] for r in rows], 0.4, label=f"peak batch, {data['requests']} requests")
     ax.set_yscale("log")
+    ax.set_ylabel("requests in a batch")
     ax.set_xticks(x, [r["label"] for r in rows], rotation=20, fontsize=6)
     ax.legend(fontsize=7)
     return ax
@@ -144,7 +145,7 @@ def latency_cdfs(data, ax):
         x = np.sort(np.asarray(xs, float))
         ax.step(x * 1e3, np.arange(1, len(x) + 1) / max(len(x), 1), where="post", label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("ms")
+    ax.set_xlabel(data.get("xlabel", "latency (ms)"))
     ax.set_ylabel("fraction of requests")
     ax.legend(fontsize=7)
     return ax

@@ -76,3 +76,21 @@ def test_seed_replaces_scenario_seeds_deterministically():
     c = run_lessons(["continuous_static"], quick=True)[0]
     assert a.table == b.table and a.table != c.table
     assert lesson_scenario(7, "streaming").seed == 7 and lesson_scenario(None, "streaming").seed == 0
+
+
+def test_lesson_panels_label_their_axes():
+    """kv_capacity's bars had no y label, streaming's CDF an x label of just "ms"."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import servesim.plots.lessons as pl
+
+    fig, ax = plt.subplots()
+    pl.kv_feasible({"rows": [{"label": "a", "feasible": 10, "peak": 5}], "requests": 20}, ax)
+    assert ax.get_ylabel() == "requests in a batch"
+    fig, ax = plt.subplots()
+    pl.latency_cdfs({"series": {"a": [0.1, 0.2]}, "xlabel": "time to first text (ms)"}, ax)
+    assert ax.get_xlabel() == "time to first text (ms)"
+    plt.close("all")

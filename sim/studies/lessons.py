@@ -572,7 +572,8 @@ def lesson_streaming(quick: bool, seed: int | None = None) -> Lesson:
         [f"first text p50 {_fmt(p50s, 'ms')} streamed vs {_fmt(p50n, 'ms')} whole; time per token "
          f"{_fmt(float(tbt.mean()), 'ms')} vs {_fmt(tpot_w, 'ms')}"],
         [("latency_cdfs", {"series": {"first text, streaming": ttft.tolist(),
-                                      "first text, whole response": e2e.tolist()}})])
+                                      "first text, whole response": e2e.tolist()},
+                          "xlabel": "time to the first text the user sees (ms)"})])
 
 
 # ---------------------------------------------------------------- 9. TTFT and TPOT optimized apart
@@ -729,7 +730,7 @@ def draw_figures(lessons, out: Path) -> dict:
             # the setup's first clause names the model, GPU and load, so that the figure stands alone
             first = re.split(r"(?<=[a-z0-9)])[.;] ", x.setup, maxsplit=1)[0]
             width = 64 * len(x.figures)  # characters a line across the panels (5.5 in each)
-            setup = textwrap.wrap(textwrap.shorten(first, 3 * width, placeholder=" ..."), width)
+            setup = textwrap.wrap(textwrap.shorten(first, 5 * width, placeholder=" ..."), width)
             panels_png(pl, x.figures, out / f"{x.name}.png", title="\n".join([f"{x.name}: {x.verdict}"] + setup))
             files[x.name] = [f"{x.name}.png"]
     return files
