@@ -362,8 +362,16 @@ def batch_size_timeline(data: dict, ax, width_s: float | None = None):
                 label="sequences per step")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("batch size (sequences)")
+    _whole_ticks(ax)
     ax.legend(loc="upper right", fontsize="small")
     return ax
+
+
+def _whole_ticks(ax) -> None:
+    """Whole-number ticks on a y axis that counts (requests, sequences): a small count read 2.5."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def tokens_timeline(data: dict, ax, width_s: float | None = None):
@@ -406,6 +414,7 @@ def queue_timeline(data: dict, ax):
     ax.plot(data["queue_t"], data["running"], drawstyle="steps-post", color="#2ca02c", label="running")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("requests")
+    _whole_ticks(ax)
     ax.legend(loc="upper right", fontsize="small")
     return ax
 

@@ -385,3 +385,16 @@ def test_a_plan_run_is_labelled_as_its_shape_describes_it(shape):
     # plan's report raising IndexError on it
     bare = {"units": None, "label": s.describe(None), "shape": asdict(s)}
     assert [_run_label(bare, {"units": u}) for u in (1, 2)] == [s.describe(1), s.describe(2)]
+
+
+def test_count_axes_have_whole_ticks():
+    """A pool with a few requests read 2.5, 7.5 on its requests and sequences axes."""
+    fig, ax = plt.subplots()
+    F.queue_timeline({"queue_t": [0.0, 1.0, 2.0], "waiting": [0, 3, 1], "running": [1, 2, 0]}, ax)
+    fig.canvas.draw()
+    assert all(float(t).is_integer() for t in ax.get_yticks())
+    fig, ax = plt.subplots()
+    F.batch_size_timeline({"t": [0.0, 1.0, 2.0], "num_seqs": [1, 3, 2]}, ax)
+    fig.canvas.draw()
+    assert all(float(t).is_integer() for t in ax.get_yticks())
+    plt.close("all")
