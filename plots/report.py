@@ -72,14 +72,21 @@ def _value_columns(rows) -> list:
     return [k for k in keys[1:end] if k not in _NOT_SWEPT and not k.startswith("probe_")]
 
 
-def _group_label(row, cols, kind: str = "sweep") -> str:
+def _whole_name(meta: dict) -> str:
+    """The one configuration of a study that swept nothing but the rate: its scenario file's name
+    (the series was called "all")."""
+    name = Path(str(meta.get("scenario") or "")).name
+    return name or "the scenario"
+
+
+def _group_label(row, cols, kind: str = "sweep", whole: str = "the scenario") -> str:
     if "label" in cols:
         return str(row["label"])
     if kind == "capacity":
         return f"seed {row[SEED_KEY]}" if SEED_KEY in cols else "probes"
     others = [c for c in cols if c != RATE_KEY]
     if not others:
-        return "all"
+        return whole
     if others == ["policy.name"]:
         return str(row["policy.name"])
     return ", ".join(f"{c.split('.')[-1]}={row[c]}" for c in others)
@@ -111,7 +118,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     has_rate = RATE_KEY in cols
     groups: dict = {}
     for r in rows:
-        groups.setdefault(_group_label(r, cols, kind), []).append(r)
+        groups.setdefault(_group_label(r, cols, kind, _whole_name(meta)), []).append(r)
     if has_rate:
         for g in groups.values():
             g.sort(key=lambda r: rate_order(r[RATE_KEY]))
@@ -167,7 +174,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
                       f"with --outputs), so the per-run figures leave {'it' if one else 'them'} out")
     seed_groups: dict = {}  # runs on several seeds: every seed's rows, grouped as ``groups``
     for r in seed_rows:
-        seed_groups.setdefault(_group_label(r, cols, kind), []).append(r)
+        seed_groups.setdefault(_group_label(r, cols, kind, _whole_name(meta)), []).append(r)
     return {"kind": kind, "rows": rows, "groups": groups, "rate": has_rate, "runs": runs, "meta": meta,
             "path": path, "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows,
             "seed_groups": seed_groups, "unread": unread, "bare_policies": bare_policies}
@@ -432,7 +439,7 @@ def _verdict(data: dict, ctx: Context) -> list:
             out += [f"At {_rate(rate)}:", ""]
         ranked_ok = []  # (row, group, goodput text, verdict text) of the rows that ran, in rank order
         for r in sorted(rs, key=lambda x: rank_key(x, per_gpu)):
-            g = _group_label(r, cols, data["kind"])
+            g = _group_label(r, cols, data["kind"], _whole_name(data["meta"]))
             if r["status"] != "ok":
                 out.append(f"- {g}: did not run ({str(r.get('error'))[:300]})")
                 continue

@@ -646,6 +646,8 @@ def test_the_verdict_and_load_sentence_do_not_credit_a_load_that_fell_behind(tmp
     md = (out / "report.md").read_text()
     assert "fails the SLO at this load (100.0% of requests within it over this run" in md
     assert "(it fell behind at 200 req/s: the backlog grew)" in md
+    # (a sweep of the rate alone: its one series is named by the scenario file; it was "all")
+    assert "1. **s.yaml** (1 GPU): goodput" in md and "**all**" not in md
 
 
 def test_goodputs_equal_to_the_digits_shown_share_a_rank(tmp_path):
