@@ -840,8 +840,9 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
         qmax = int(td["waiting"].max()) if len(td["waiting"]) else 0
         tq = float(td["queue_t"][td["waiting"].argmax()]) if len(td["waiting"]) else 0.0
         parts.append(f"{g} {name}: mean batch {td['num_seqs'].mean() if len(td['num_seqs']) else 0:.1f} "
-                     f"sequences, KV peaks at {(kv.max() if len(kv) else 0) * 100:.0f}%, up to {qmax} "
-                     f"request{'' if qmax == 1 else 's'} waiting (at {tq:.0f} s)")
+                     f"sequences, KV peaks at {(kv.max() if len(kv) else 0) * 100:.0f}%, "
+                     + (f"up to {qmax} request{'' if qmax == 1 else 's'} waiting (at {tq:.0f} s)" if qmax
+                        else "no request waiting"))
     for ax in axes[:, 0]:
         ax.yaxis.set_tick_params(labelleft=True)
     bins = (f" Steps are drawn in {width:g} s time bins (a panel has more than {F.MAX_STEP_POINTS} steps): the "

@@ -687,3 +687,13 @@ def test_arrived_goodput_interval_carries_the_arrival_rates_spread():
     assert both["goodput_arrived_rps_ci95"] == pytest.approx(((22.06 * 0.05) ** 2 + (0.9 * 10.3) ** 2) ** 0.5)
     assert "goodput_arrived_rps_ci95" not in _with_arrived_goodput({"status": "ok", "offered_rps": 5.0,
                                                                      "slo_attainment": 1.0})  # one seed
+
+
+def test_a_replica_where_nothing_waited_says_so(tmp_path):
+    """The timeline caption read "up to 0 requests waiting (at 0 s)"."""
+    out = tmp_path / "run"
+    simulate(make_scenario(**{"workload.num_requests": 5, "workload.arrival": {"process": "fixed", "rate_rps": 0.1}})
+             ).write(out)
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "no request waiting" in md and "up to 0 requests" not in md
