@@ -280,7 +280,7 @@ class Context:
         if self.policy:
             parts.append(f"policy {self.policy}")
         if rate and self.rate is not None:
-            parts.append(f"{self.rate:.3g} req/s" + (f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
+            parts.append(f"{self.rate:.4g} req/s" + (f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
         slo = _slo_text(*(slo or (self.ttft_slo, self.tpot_slo)))
         if slo:
             parts.append(f"SLO {slo}")
