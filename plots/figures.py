@@ -68,6 +68,13 @@ def _ms(x):
     return np.asarray(x, dtype=float) * 1e3
 
 
+def slo_text(ttft_s, tpot_s) -> str:
+    """An SLO as titles and labels name it: "TTFT <= 1 s, TPOT <= 50 ms" (a None limit left out;
+    "" without any)."""
+    return ", ".join(f"{n} <= {v:g} s" if v >= 1 else f"{n} <= {v * 1e3:g} ms"
+                     for n, v in (("TTFT", ttft_s), ("TPOT", tpot_s)) if v is not None)
+
+
 # ---------------------------------------------------------------- distributions
 def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = None, colors: dict | None = None):
     """Empirical CDF per label. ``data``: {label: samples in seconds}."""

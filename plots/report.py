@@ -190,15 +190,6 @@ def _gpu_name(scenario: dict) -> str:
     return str(hw.get("gpu", "?")).split("/")[-1].replace(".yaml", "")
 
 
-def _seconds(v: float) -> str:
-    return f"{v:g} s" if v >= 1 else f"{v * 1e3:g} ms"
-
-
-def _slo_text(ttft, tpot) -> str:
-    parts = [f"{n} <= {_seconds(v)}" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v is not None]
-    return ", ".join(parts)
-
-
 class Context:
     """What the figures and sentences of one report need to say what they show: model, GPU, rate,
     SLO, each group's GPU count and SLO verdict, identical groups, caveats."""
@@ -281,7 +272,7 @@ class Context:
             parts.append(f"policy {self.policy}")
         if rate and self.rate is not None:
             parts.append(f"{self.rate:.4g} req/s" + (f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
-        slo = _slo_text(*(slo or (self.ttft_slo, self.tpot_slo)))
+        slo = F.slo_text(*(slo or (self.ttft_slo, self.tpot_slo)))
         if slo:
             parts.append(f"SLO {slo}")
         if self.seeds > 1:
@@ -428,7 +419,7 @@ def _verdict(data: dict, ctx: Context) -> list:
     per_gpu = len({v for v in ctx.gpus.values() if v}) > 1
     out = ["## Verdict", "",
            "Ranked by goodput" + (" per GPU" if per_gpu else "") + " (requests per second completed within the SLO"
-           + (f": {_slo_text(ctx.ttft_slo, ctx.tpot_slo)}" if _slo_text(ctx.ttft_slo, ctx.tpot_slo) else "")
+           + (f": {F.slo_text(ctx.ttft_slo, ctx.tpot_slo)}" if F.slo_text(ctx.ttft_slo, ctx.tpot_slo) else "")
            + (", divided by the GPUs each configuration uses: they differ" if per_gpu else "")
            + "); a configuration meets the SLO when at least 90% of its requests are within it and it kept up "
            "(its backlog did not grow)."
@@ -720,8 +711,8 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     run_slo = ctx.run_slo if ctx.kind == "capacity" else None
     if run_slo is None:
         within = "requests per second within the SLO"
-    elif _slo_text(*run_slo):
-        within = f"requests per second within the scenario's per-request SLO, {_slo_text(*run_slo)}, not the " \
+    elif F.slo_text(*run_slo):
+        within = f"requests per second within the scenario's per-request SLO, {F.slo_text(*run_slo)}, not the " \
                  "search's limits"
     else:
         within = "completed requests per second: the scenario sets no per-request SLO, and goodput does not count " \

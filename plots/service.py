@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.outputs.rundir import read_summary
-from servesim.plots.figures import _ms, _plain_log_ticks, colors_for
+from servesim.plots.figures import _ms, _plain_log_ticks, colors_for, slo_text
 
 ATTAINMENT_TARGET = 0.9  # the share the report's sentence counts loads against
 
@@ -74,13 +74,9 @@ def class_series_over_seeds(summaries: dict) -> dict:
 
 
 def slo_label(slo: dict | None) -> str:
-    """A class's SLO as a figure names it: "TTFT <= 1 s, TPOT <= 50 ms" ("" without limits)."""
-    parts = []
-    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
-        v = (slo or {}).get(key)
-        if v is not None:
-            parts.append(f"{name} <= {v:g} s" if v >= 1 else f"{name} <= {v * 1e3:g} ms")
-    return ", ".join(parts)
+    """A class's SLO ({"ttft_s", "tpot_s"}) as a figure names it: "TTFT <= 1 s, TPOT <= 50 ms"
+    ("" without limits)."""
+    return slo_text((slo or {}).get("ttft_s"), (slo or {}).get("tpot_s"))
 
 
 def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None, slo: dict | None = None):
