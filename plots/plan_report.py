@@ -33,18 +33,9 @@ def _gpu_key(c: dict) -> str:
 
 
 def _run_label(c: dict, run: dict) -> str:
-    """The configuration of candidate ``c``'s ``run`` as plan.json labels candidates (``Shape.describe``
-    of its units; plots read no study code): the candidate's label when the run has its units."""
-    if run["units"] == c.get("units"):
-        return c["label"]
-    s, k = c["shape"], run["units"]
-    if s["kind"] == "pd":
-        p, d = s["ratio"]
-        return f"P/D {p * k} x {s['gpu']} TP{s['tp']} : {d * k} x {s['decode_gpu']} TP{s['decode_tp']}"
-    # (from the shape, as describe writes it: a candidate never verified has a label without units)
-    pol = "continuous" if s.get("policy") == "continuous" else f"chunked prefill {s.get('chunk')}"
-    pp = int(s.get("pp") or 1)
-    return f"{k} x {s['gpu']} TP{s['tp']}" + (f" PP{pp}" if pp > 1 else "") + f", {pol}"
+    """The configuration of candidate ``c``'s ``run`` as plan.json labels candidates
+    (``plandoc.describe_shape`` of its shape at the run's units)."""
+    return D.describe_shape(c["shape"], run["units"])
 
 
 def _limits(doc: dict) -> dict:

@@ -20,6 +20,22 @@ PRUNE_WHY = {"pruned-memory": "does not fit (weights leave no KV room, or TP doe
              "dominated": "its bound alone costs more than the best verified configuration"}
 
 
+def describe_shape(shape: dict, units: int | None = None) -> str:
+    """A deployment shape (``plan_space.Shape``'s fields, as plan.json's ``shape`` holds them) at
+    ``units`` units, e.g. ``2 x h100-sxm TP4, continuous`` or ``P/D 1 x h100-sxm TP4 : 2 x
+    a100-80g TP8`` (``units`` None: the shape alone, no count)."""
+    s = shape
+    if s["kind"] == "pd":
+        p, d = s["ratio"]
+        k = units or 1
+        return (f"P/D {p * k} x {s['gpu']} TP{s['tp']} : {d * k} x {s['decode_gpu']} TP{s['decode_tp']}"
+                + ("" if units else " per unit"))
+    pol = "continuous" if s["policy"] == "continuous" else f"chunked prefill {s['chunk']}"
+    pp = s.get("pp", 1)
+    par = f"TP{s['tp']}" + (f" PP{pp}" if pp > 1 else "")
+    return (f"{units} x " if units else "") + f"{s['gpu']} {par}, {pol}"
+
+
 def read_plan(folder: str | Path) -> dict:
     """plan.json of a plan folder, checked for what every plan has."""
     p = Path(folder) / PLAN_JSON

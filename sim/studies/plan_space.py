@@ -43,7 +43,7 @@ import numpy as np
 from servesim.core.batch import synthetic_batch
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
-from servesim.outputs.plandoc import limit_text
+from servesim.outputs.plandoc import describe_shape, limit_text
 
 POLICIES = ("continuous", "chunked_prefill", "pd_split")
 
@@ -72,15 +72,9 @@ class Shape:
         return f"{self.gpu}-tp{self.tp}" + (f"-pp{self.pp}" if self.pp > 1 else "") + f"-{pol}"
 
     def describe(self, units: int | None = None) -> str:
-        """E.g. ``2 x h100-sxm TP4, continuous`` or ``P/D 1 x h100-sxm TP4 : 2 x a100-80g TP8``."""
-        if self.kind == "pd":
-            p, d = self.ratio
-            k = units or 1
-            return (f"P/D {p * k} x {self.gpu} TP{self.tp} : {d * k} x {self.decode_gpu} TP{self.decode_tp}"
-                    + ("" if units else " per unit"))
-        pol = "continuous" if self.policy == "continuous" else f"chunked prefill {self.chunk}"
-        par = f"TP{self.tp}" + (f" PP{self.pp}" if self.pp > 1 else "")
-        return (f"{units} x " if units else "") + f"{self.gpu} {par}, {pol}"
+        """E.g. ``2 x h100-sxm TP4, continuous`` or ``P/D 1 x h100-sxm TP4 : 2 x a100-80g TP8``
+        (``plandoc.describe_shape``, which plan.json's readers use on its shapes)."""
+        return describe_shape(vars(self), units)
 
     def gpu_counts(self, units: int = 1) -> dict:
         """{GPU name: GPUs} of ``units`` units."""
