@@ -178,8 +178,8 @@ def study_warnings(rows: list, key: str = "label") -> list:
               and r["keep_up"] < KEEP_UP]
     # (a shortfall that requests served in longer than the window make by themselves, keep_up_warmup,
     # could be all of it: those runs are too short to tell, see servesim.outputs.checks)
-    unsure = [r for r in behind if too_short_to_tell(r["keep_up"], r.get("keep_up_warmup"))]
-    grew = [r for r in behind if r not in unsure]
+    grew = [r for r in behind if fell_behind(r)]
+    unsure = [r for r in behind if r not in grew]
     if behind:
         what = f"over the second half of the arrivals fewer than {KEEP_UP:.0%} as many requests left as arrived: " \
                "results.csv keep_up"
