@@ -354,7 +354,9 @@ def _bin_label(width_s: float) -> str:
 
 
 def _band(ax, b, color, label, scale=1.0):
-    ax.fill_between(b["t"], b["min"] * scale, b["max"] * scale, color=color, alpha=0.25, linewidth=0)
+    # each bin's band as a flat step across its width: drawn between bin centres, a one-bin peak
+    # is a sliver too thin to see, and the band would not show the run's true maximum
+    ax.fill_between(b["t"], b["min"] * scale, b["max"] * scale, color=color, alpha=0.25, linewidth=0, step="mid")
     ax.plot(b["t"], b["mean"] * scale, color=color, linewidth=1.0, label=label)
 
 
@@ -370,8 +372,30 @@ def batch_size_timeline(data: dict, ax, width_s: float | None = None):
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("batch size (sequences)")
     _whole_ticks(ax)
-    ax.legend(loc="upper right", fontsize="small")
+    _legend_clear_of_data(ax, fontsize="small")
     return ax
+
+
+def _legend_clear_of_data(ax, **kw) -> None:
+    """An upper-right legend with the y axis raised so the data stays below it: a timeline's lines
+    run the whole width, so wherever the legend sits it would otherwise cover a stretch of them.
+    The top is raised to the largest of the current one (axes sharing a row's y keep each other's
+    room) and what this axes' data needs. The legend's share of the axes' height is measured now
+    and taken a third larger: laying the figure out later (``save``'s tight layout, the notes under
+    it) shrinks the axes but not the legend."""
+    legend = ax.legend(loc="upper right", **kw)
+    lo, hi = ax.get_ylim()
+    top = float(ax.dataLim.y1)
+    if not math.isfinite(top) or top <= lo:
+        return
+    renderer = ax.figure.canvas.get_renderer()
+    box, frame = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+    if frame.height <= 0:
+        return
+    share = min(0.6, 1.35 * (frame.y1 - box.y0) / frame.height + 0.02)
+    need = lo + (top - lo) / (1.0 - share)
+    if need > hi:
+        ax.set_ylim(lo, need)
 
 
 def _whole_ticks(ax) -> None:
@@ -396,7 +420,7 @@ def tokens_timeline(data: dict, ax, width_s: float | None = None):
                 label="decode tokens", rasterized=True)
         ax.set_ylabel("tokens per step")
     ax.set_xlabel("simulated time (s)")
-    ax.legend(loc="upper right", fontsize="small", markerscale=4)
+    _legend_clear_of_data(ax, fontsize="small", markerscale=4)
     return ax
 
 
@@ -411,7 +435,8 @@ def kv_timeline(data: dict, ax, width_s: float | None = None):
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("KV usage (%)")
     ax.set_ylim(0, 105)
-    ax.legend(loc="upper right", fontsize="small")
+    ax.set_yticks(range(0, 101, 20))  # (the room above 100% is the legend's)
+    _legend_clear_of_data(ax, fontsize="small")
     return ax
 
 
@@ -422,7 +447,7 @@ def queue_timeline(data: dict, ax):
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("requests")
     _whole_ticks(ax)
-    ax.legend(loc="upper right", fontsize="small")
+    _legend_clear_of_data(ax, fontsize="small")
     return ax
 
 

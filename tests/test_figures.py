@@ -206,6 +206,32 @@ def test_long_timelines_are_drawn_in_time_bins(runs):
     plt.close(fig)
 
 
+@pytest.mark.parametrize("max_points", [10**9, 10])
+def test_timeline_legends_sit_above_the_data(runs, max_points):
+    """A timeline's lines run the whole width, so each panel's y axis is raised until its
+    upper-right legend is clear of them (they used to cover the peaks of a busy run); binned, the
+    min-max band still reaches the run's true maximum (it was drawn between bin centres, and a
+    one-bin peak was a sliver too thin to see)."""
+    r = runs["continuous"]
+    td = r.timeline_data(0)
+    fig, axes = plt.subplots(4, 1, figsize=(6, 9.5))
+    F.replica_timeline(td, axes, max_points=max_points)
+    fig.text(0.01, 0.01, "a note\nof three\nlines", va="bottom")  # (as a report's notes: the axes shrink)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.canvas.draw()
+    for ax in axes:
+        box = ax.get_legend().get_window_extent().transformed(ax.transData.inverted())
+        data_top = max(float(np.nanmax(np.asarray(c.get_ydata(), dtype=float))) for c in ax.lines)
+        for coll in ax.collections:  # the bands
+            for path in coll.get_paths():
+                data_top = max(data_top, float(np.nanmax(path.vertices[:, 1])))
+        assert box.y0 > data_top, (ax.get_ylabel(), box.y0, data_top)
+    if max_points == 10:
+        band_top = max(float(np.nanmax(p.vertices[:, 1])) for p in axes[2].collections[0].get_paths())
+        assert band_top == pytest.approx(r.summary["utilization"]["kv_usage_max"] * 100)
+    plt.close(fig)
+
+
 def test_binned_empty_bins_are_gaps():
     b = F.binned([0.1, 0.2, 2.5], [1.0, 3.0, 5.0], 1.0)
     assert list(b["sum"]) == [4.0, 0.0, 5.0] and b["mean"][0] == 2.0 and np.isnan(b["mean"][1])
