@@ -128,3 +128,21 @@ def test_study_caveats_tell_a_backlog_from_a_run_too_short_to_tell():
     grew, short = w["message"].split("; ", 1)
     assert grew.startswith("a at 30 req/s did not keep up") and "b at" not in grew
     assert short.startswith("b at 30 req/s fell as short") and "too short to tell" in short
+
+
+def test_study_tables_print_one_seed_figures_to_three_significant_digits():
+    """A compare or sweep table of one-seed runs printed latencies as "22604.0" ms and "1158.4" ms:
+    six digits no single run supports. They print as every figure without an interval does
+    (``format_value``); figures with an interval keep the half-width's precision."""
+    from servesim.cli.studies import format_table
+
+    rows = [{"label": "a", "ttft_p99_s": 1.1584, "e2e_p99_s": 22.604, "tpot_p50_s": 0.0081234, "goodput_rps": 7.5634,
+             "slo_attainment": 1.0},
+            {"label": "b", "ttft_p99_s": 0.195, "e2e_p99_s": 2.5, "e2e_p99_s_ci95": 0.1, "seeds": 3, "tpot_p50_s": None,
+             "goodput_rps": 12345.6, "slo_attainment": 0.943}]
+    lines = format_table(rows, ["label", "ttft_p99_s", "e2e_p99_s", "tpot_p50_s", "goodput_rps", "slo_attainment"])
+    cells = [line.split() for line in lines.splitlines()]
+    assert cells[0] == ["label", "ttft_p99", "ms", "e2e_p99", "ms", "tpot_p50", "ms", "goodput_rps", "slo_attainment"]
+    assert cells[1] == ["a", "1158", "22604", "8.12", "7.56", "1"]
+    assert cells[2][:2] == ["b", "195"] and cells[2][-3:] == ["-", "12346", "0.943"]
+    assert " ".join(cells[2][2:5]) == f"2500 {PM} 100"  # the interval keeps the half-width's precision

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from servesim.errors import InputError
-from servesim.outputs.intervals import CI_SUFFIX, format_interval, row_interval
+from servesim.outputs.intervals import CI_SUFFIX, format_interval, format_value, row_interval
 from servesim.studies.executors import ExecutorOptions
 from servesim.outputs.metrics import RESULT_METRICS
 from servesim.studies.sweep import RESULTS, failed_while_running, refused_points
@@ -29,7 +29,8 @@ def _executor(args, always: tuple = ("summary", "scenario")) -> ExecutorOptions:
 
 def format_table(rows: list[dict], cols: list[str]) -> str:
     """A plain-text table of chosen results columns (latencies in ms); a figure with an interval
-    (``<column>_ci95``, runs on several seeds) prints as mean +- half-width, to its precision."""
+    (``<column>_ci95``, runs on several seeds) prints as mean +- half-width, to its precision, one
+    without to three significant digits (``format_value``)."""
     shown = []
     for c in cols:
         label = c[:-2] + " ms" if c.endswith("_s") and c.split("_")[0] in RESULT_METRICS else c
@@ -43,10 +44,10 @@ def format_table(rows: list[dict], cols: list[str]) -> str:
                 line.append("-")
             elif r.get(c + CI_SUFFIX) is not None:
                 line.append(format_interval(row_interval(r, c), 1e3 if label.endswith(" ms") else 1.0))
-            elif isinstance(v, float) and label.endswith(" ms"):
-                line.append(f"{v * 1e3:.1f}")
             elif isinstance(v, float):
-                line.append(f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}")
+                # one seed: three significant digits (whole numbers above that), as a figure without
+                # an interval prints everywhere; "22604.0" ms claimed a precision one run lacks
+                line.append(format_value(v * 1e3 if label.endswith(" ms") else v))
             else:
                 line.append(str(v)[:40])
         cells.append(line)
