@@ -48,16 +48,21 @@ def _labelled_in_view(lo: float, hi: float, mantissas) -> int:
 
 def _plain_log_ticks(axis):
     """Log-scale ticks written as plain numbers (10, 100, 1000). Minor ticks are labelled only when
-    the view spans less than a decade, which may hold no major tick: at 2, 3 and 5 x 10^k, or at
-    every minor tick when fewer than two of those (and the major ticks) are in view (e.g. 7-9 ms)."""
+    the view spans less than two decades, which holds one or two major ticks (or none): at 2 and 5 x
+    10^k from one decade up (40-2,500 ms read "50, 100, 200, 500, 1000, 2000", not "100, 1000"),
+    below a decade at 2, 3 and 5 x 10^k, or at every minor tick when fewer than two of those (and
+    the major ticks) are in view (e.g. 7-9 ms)."""
     from matplotlib.ticker import FuncFormatter
 
     def minor(v, _):
         lo, hi = axis.get_view_interval()
-        if v <= 0 or lo <= 0 or hi / lo >= 10:
+        if v <= 0 or lo <= 0 or hi / lo >= 100:
             return ""
         m = v / 10 ** math.floor(math.log10(v))
-        picks = (2, 3, 5) if _labelled_in_view(lo, hi, (2, 3, 5)) >= 2 else range(2, 10)
+        if hi / lo >= 10:
+            picks = (2, 5)
+        else:
+            picks = (2, 3, 5) if _labelled_in_view(lo, hi, (2, 3, 5)) >= 2 else range(2, 10)
         return f"{v:g}" if any(abs(m - k) < 1e-6 for k in picks) else ""
 
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

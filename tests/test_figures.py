@@ -259,7 +259,9 @@ def test_roofline_draws_a_sample_of_a_large_run_and_says_so(runs, monkeypatch):
     (7.2, 8.9, ["8"]),  # no 2, 3 or 5 x 10^k in view: every minor tick in it is labelled
     (6.5, 9.5, ["7", "8", "9"]),
     (15.0, 60.0, ["20", "30", "50"]),  # two or more of 2, 3, 5 x 10^k: those alone
-    (1.0, 500.0, []),  # a decade or more: the major ticks alone
+    (40.0, 2500.0, ["50", "200", "500", "2000"]),  # one to two decades: 2 and 5 x 10^k besides the majors
+    (20.0, 900.0, ["20", "50", "200", "500"]),  # (one major tick alone in view, 100)
+    (1.0, 500.0, []),  # two decades or more: the major ticks alone
 ])
 def test_a_narrow_log_latency_axis_still_has_numbers(ax, lo_ms, hi_ms, labels):
     ax.plot([1, 2], [lo_ms, hi_ms])
