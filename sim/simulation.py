@@ -63,15 +63,17 @@ class PoolSetup:
 
     def make_policy(self):
         """A fresh policy for one replica (a policy may keep state between its steps)."""
-        cfg = self._policy_cfg
-        if self.name == "decode" and self.policy_name == "continuous":
+        policy = construct("policy", self.policy_name, "policy.name" if self.name == "colocated" else
+                           f"policy.{self.name}.policy", self._policy_cfg, self.cost_model.model)
+        if self.name == "decode" and isinstance(policy, ContinuousPolicy) and not policy.chunked:
             # a request preempted on the decode side is recomputed there in chunks of the step's
-            # budget (a whole-sequence recompute would need a budget of prompt + output tokens),
-            # once the KV of its whole sequence is free (its decodes and hand-offs are scheduled
-            # alike either way)
-            return ContinuousPolicy.from_config(cfg, self.cost_model.model, chunked=True, recompute_whole=True)
-        return construct("policy", self.policy_name, "policy.name" if self.name == "colocated" else
-                         f"policy.{self.name}.policy", cfg, self.cost_model.model)
+            # budget (a whole-sequence recompute would need a budget of prompt + output tokens,
+            # and whole-prompt admission would reject every request longer than the pool's
+            # max_num_seqs-sized budget), once the KV of its whole sequence is free (its decodes
+            # and hand-offs are scheduled alike either way): continuous batching, or a plug-in
+            # built on it (a queue order of its own)
+            policy = dataclasses.replace(policy, chunked=True, recompute_whole=True)
+        return policy
 
     @functools.cached_property
     def _policy_cfg(self):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from servesim.errors import InputError
+from servesim.policies.continuous import ContinuousPolicy
 from servesim.plugins import names, resolve
 from servesim.simulation import simulate
 from tests.conftest import make_scenario, specs
@@ -99,6 +100,23 @@ def test_a_policy_and_a_router_from_any_module():
     assert fast.summary["completed"] == 50
     assert set(fast.requests["replica"].tolist()) == {0}
     assert fast.summary["utilization"]["mean_batch_size"] == 1.0
+
+
+class PlainContinuous(ContinuousPolicy):
+    """A plug-in built on continuous batching that changes nothing."""
+
+
+def test_a_continuous_subclass_on_the_decode_side_of_a_split_runs_as_continuous_does():
+    """The decode pool's budget is its max_num_seqs (256 here); the packaged continuous policy
+    runs chunked there, but a plug-in subclassing it kept whole-prompt admission and rejected
+    every request with prompt + output - 1 over 256 tokens (most of them), exit 0."""
+    kw = {"policy.name": "pd_split", "workload.prompt_tokens": {"dist": "uniform", "min": 200, "max": 900}}
+    plug = simulate(make_scenario(**kw, **{"policy.decode": {"policy": f"{__name__}:PlainContinuous"}}))
+    packaged = simulate(make_scenario(**kw))
+    assert plug.summary["rejected"] == 0 and plug.summary["completed"] == 50
+    for col in ("first_token_s", "finish_s", "decode_replica"):
+        assert np.array_equal(plug.requests[col], packaged.requests[col]), col
+    run_both(make_scenario(**kw, **{"policy.decode": {"policy": f"{__name__}:PlainContinuous"}}))
 
 
 def test_names_come_from_one_registry_and_bad_ones_say_what_is_valid():
