@@ -278,6 +278,36 @@ class NotAdmitted(ContinuousPolicy):
         return make_batch([(r, r.prompt_tokens - r.num_computed_tokens) for r in state.waiting])
 
 
+class WholeNotAdmitted(ContinuousPolicy):
+    """schedules the head's whole prompt without admitting it: the step ran, computing a prompt that
+    never joined the running set, and the next failed on 'one token to decode a step'"""
+    def next_batch(self, state):
+        return make_batch([(state.waiting[0], state.waiting[0].num_tokens)] if state.waiting else [])
+
+
+class AdmitsRunning(ContinuousPolicy):
+    """admits a running request again (an IndexError or 'not in deque' from the engine)"""
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        running = state.running
+        return make_batch([(running[0], 1)], admitted=[running[0]]) if running else b
+
+
+class AdmitsAStranger(ContinuousPolicy):
+    def next_batch(self, state):
+        from servesim import Request
+        r = Request(999, 0.0, 10, 10)
+        return make_batch([(r, 10)], admitted=[r])
+
+
+class PreemptsAndSchedules(ContinuousPolicy):
+    def next_batch(self, state):
+        running = state.running
+        if running and running[0].num_output_done > 2:
+            return make_batch([(running[0], 1)], preempted=[running[0]])
+        return ContinuousPolicy.next_batch(self, state)
+
+
 class TwoTokensADecode(ContinuousPolicy):
     """gives a decoding request two tokens a step (without speculative decoding)"""
     def next_batch(self, state):
@@ -374,8 +404,14 @@ class RouterRaises(MinusOne):
     ({"policy.name": "badplugins:ReturnsNone"}, "next_batch returned None .* not a servesim.Batch"),
     # (it left every request waiting: the run ended with them in flight)
     ({"policy.name": "badplugins:NeverSchedules"}, "policy badplugins:NeverSchedules: 5 requests were left in flight"),
-    # (a step of 0 tokens took no time: the run never moved on)
-    ({"policy.name": "badplugins:NotAdmitted"}, "schedules 0 tokens for request 0; .* admitted="),
+    # (its first step computed the prompts of requests that stayed waiting; the second gave them 0
+    # tokens, a step that took no time: the run never moved on)
+    ({"policy.name": "badplugins:NotAdmitted"},
+     r"schedules request 0, which is not running \(waiting: make_batch\(..., admitted=\[...\]\) must list"),
+    ({"policy.name": "badplugins:WholeNotAdmitted"}, "schedules request 0, which is not running \\(waiting"),
+    ({"policy.name": "badplugins:AdmitsRunning"}, "admits request 0, which is running already"),
+    ({"policy.name": "badplugins:AdmitsAStranger"}, "admits request 999, which is not waiting on this replica"),
+    ({"policy.name": "badplugins:PreemptsAndSchedules"}, "schedules request 0, which it preempts in the same step"),
     # (TypeError in the engine's speculative-decoding path: the run had none)
     ({"policy.name": "badplugins:TwoTokensADecode"},
      "schedules 2 tokens for request 0, which has one token to decode a step; schedule at most that"),

@@ -566,6 +566,20 @@ class Replica:
         name = plugin_name(self.policy)
         seen = set()
         k = self.spec[0] if self.spec else 0
+        # (the running requests outside the decode set: what a step may schedule, with those it
+        # admits or swaps in; not those it preempts)
+        running = {id(r) for r in self.running}
+        for r in batch.admitted:
+            if id(r) in running or r in self._members:
+                raise PluginError(f"policy {name}: admits request {getattr(r, 'request_id', shown(r))}, which is "
+                                  "running already; admitted= lists waiting requests (state.waiting) that start "
+                                  "running this step")
+            if r not in self.waiting and r not in self.landed:  # (found near the front: admissions are)
+                raise PluginError(f"policy {name}: admits request {getattr(r, 'request_id', shown(r))}, which is not "
+                                  "waiting on this replica; admitted= lists requests of state.waiting (or, on the "
+                                  "decode side of a P/D split, state.landed)")
+        entering = {id(r) for r in batch.admitted} | {id(r) for r in batch.swap_in}
+        leaving = {id(r) for r in batch.preempted}
         for r, q in batch.items:
             rid = getattr(r, "request_id", shown(r))
             if isinstance(q, bool) or not isinstance(q, numbers.Integral) or not q >= 1:
@@ -576,6 +590,14 @@ class Replica:
                 raise PluginError(f"policy {name}: schedules request {rid} twice in one step; list each request once "
                                   "with all its tokens")
             seen.add(id(r))
+            if id(r) in leaving:
+                raise PluginError(f"policy {name}: schedules request {rid}, which it preempts in the same step")
+            if id(r) not in running and id(r) not in entering:
+                what = ("a member of the decode set: make_batch(..., decode_set=state.decoding) schedules the set "
+                        "whole, and reading state.running lists its members one by one" if r in self._members else
+                        "waiting: make_batch(..., admitted=[...]) must list a waiting request it schedules"
+                        if r in self.waiting or r in self.landed else "not on this replica")
+                raise PluginError(f"policy {name}: schedules request {rid}, which is not running ({what})")
             done = getattr(r, "num_output_done", None)
             if isinstance(done, int) and isinstance(getattr(r, "num_computed_tokens", None), int):
                 left = r.prompt_tokens + done - r.num_computed_tokens  # tokens it has not computed yet
