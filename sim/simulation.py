@@ -181,6 +181,17 @@ def prepare(scenario: Scenario) -> Setup:
     return setup
 
 
+def _stalled_where(replicas) -> str:
+    """Where the requests of a stalled run sit (for the error naming the plug-in policy)."""
+    counts = {"waiting (state.waiting)": 0, "landed on a P/D decode replica (state.landed)": 0,
+              "swapped out (state.swapped)": 0, "running": 0}
+    for r in replicas:
+        for what, n in zip(counts, (len(r.waiting) + len(r.incoming), len(r.landed), len(r.swapped),
+                                    len(r.running) + len(r._members))):
+            counts[what] += n
+    return ", ".join(f"{n} {what}" for what, n in counts.items() if n) or "none on a replica"
+
+
 def _prepare(scenario: Scenario, model, hw, pol) -> Setup:
     if pol.name != "pd_split":
         pool = _pool(scenario, "colocated", model, hw.gpu, "hardware.gpu", hw.tp, "hardware.tp", pol.name,
@@ -833,9 +844,10 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)})
         if plugins:
             raise PluginError(f"policy {', '.join(plugins)}: {stalled} requests were left in flight with nothing left "
-                              "to happen (the policy scheduled nothing while they waited, and set no wake_at_s "
-                              "that is finite and later than its decision); a policy must schedule waiting "
-                              "work it can fit")
+                              f"to happen ({_stalled_where(replicas)}; the policy scheduled nothing while they waited, "
+                              "and set no wake_at_s that is finite and later than its decision); a policy must "
+                              "schedule the work it can fit: waiting requests (state.waiting; on the decode side of a "
+                              "P/D split, state.landed), swapped-out and running ones")
         raise RuntimeError(f"simulation stalled with {stalled} requests in flight and nothing left to happen")
     req_cols = rec.request_columns()
     add_api_server(req_cols, setup.pools[0].engine, until)

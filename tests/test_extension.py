@@ -382,6 +382,23 @@ class Exits(ContinuousPolicy):
         raise SystemExit(3)
 
 
+class WaitingOnly:
+    """one request at a time from state.waiting: on the decode side of a P/D split it never looks
+    at state.landed, where the requests come"""
+    def __init__(self, *args):
+        pass
+
+    def admission_error(self, prompt_tokens, max_tokens, kv=None):
+        return None
+
+    def next_batch(self, state):
+        if state.running:
+            return make_batch([(state.running[0], 1)])
+        if state.waiting:
+            return make_batch([(state.waiting[0], state.waiting[0].prompt_tokens)], admitted=[state.waiting[0]])
+        return make_batch([])
+
+
 class MinusOne:
     reads_state = False
 
@@ -403,7 +420,13 @@ class RouterRaises(MinusOne):
      r"policy badplugins:Raises: next_batch raised ValueError: my bug \(.*badplugins.py, line 13\)"),
     ({"policy.name": "badplugins:ReturnsNone"}, "next_batch returned None .* not a servesim.Batch"),
     # (it left every request waiting: the run ended with them in flight)
-    ({"policy.name": "badplugins:NeverSchedules"}, "policy badplugins:NeverSchedules: 5 requests were left in flight"),
+    ({"policy.name": "badplugins:NeverSchedules"},
+     r"policy badplugins:NeverSchedules: 5 requests were left in flight with nothing left to happen \(5 waiting "
+     r"\(state.waiting\);"),
+    # (it said 'while they waited' and 'schedule waiting work': they had landed, in state.landed)
+    ({"policy.name": "pd_split", "policy.decode.policy": "badplugins:WaitingOnly"},
+     r"5 requests were left in flight with nothing left to happen \(5 landed on a P/D decode replica "
+     r"\(state.landed\);"),
     # (its first step computed the prompts of requests that stayed waiting; the second gave them 0
     # tokens, a step that took no time: the run never moved on)
     ({"policy.name": "badplugins:NotAdmitted"},
