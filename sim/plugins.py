@@ -69,7 +69,10 @@ def _load(spec: str, what: str):
 
         frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
         where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
-        raise InputError(f"{what}: importing {module!r} failed: {type(e).__name__}: {clip(e, 300)}{where}") from None
+        detail = clip(e, 300)
+        if isinstance(e, SyntaxError) and e.filename:  # (its last frame is importlib's, not the user's file)
+            detail, where = clip(e.msg, 300), f" ({e.filename}, line {e.lineno})"
+        raise InputError(f"{what}: importing {module!r} failed: {type(e).__name__}: {detail}{where}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise InputError(f"{what}: module {module!r} has no attribute {attr!r}")

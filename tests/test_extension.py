@@ -536,6 +536,12 @@ def test_a_plugin_module_that_exits_while_importing_is_named(tmp_path, monkeypat
     assert main(["validate", "--set", "policy.name=raises_on_import:X", str(ROOT / "scenarios" / "default.yaml")]) == 2
     err = capsys.readouterr().err
     assert "failed: RuntimeError: import boom (" in err and "raises_on_import.py, line 2)" in err
+    # a syntax error named its file twice, then importlib's own file and line as where it came from
+    (tmp_path / "syntax_slip.py").write_text("x = 1\n\ndef f(:\n    pass\n")
+    assert main(["validate", "--set", "policy.name=syntax_slip:X", str(ROOT / "scenarios" / "default.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"failed: SyntaxError: invalid syntax ({tmp_path / 'syntax_slip.py'}, line 3)" in err
+    assert "importlib" not in err
 
 
 def test_a_queue_sampler_too_fine_for_a_closed_loop_stops_at_its_bound(monkeypatch):
