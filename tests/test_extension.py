@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,23 @@ def test_a_policy_and_a_router_from_any_module():
 
 class PlainContinuous(ContinuousPolicy):
     """A plug-in built on continuous batching that changes nothing."""
+
+
+@dataclass(frozen=True)
+class PlainChunked(ContinuousPolicy):
+    chunked: bool = True
+
+
+def test_a_continuous_subclass_schedules_whole_prompts_unless_its_chunked_field_says_otherwise():
+    """docs/extending.md: a subclass replacing chunked_prefill in policy.name is continuous
+    batching (it rejected prompts over the chunk budget); chunked: bool = True makes it chunked."""
+    kw = {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 256}
+    packaged = simulate(make_scenario(**kw))
+    assert packaged.summary["rejected"] == 0
+    assert simulate(make_scenario(**{**kw, "policy.name": f"{__name__}:PlainContinuous"})).summary["rejected"] > 0
+    plug = simulate(make_scenario(**{**kw, "policy.name": f"{__name__}:PlainChunked"}))
+    for col in ("first_token_s", "finish_s", "status"):
+        assert np.array_equal(plug.requests[col], packaged.requests[col]), col
 
 
 def test_a_continuous_subclass_on_the_decode_side_of_a_split_runs_as_continuous_does():
