@@ -34,6 +34,20 @@ def test_the_extension_guide_shows_the_example_policy_as_it_is():
     assert body in guide, "docs/extending.md ('A policy') must show examples/shortest_prompt_first.py"
 
 
+def test_the_readme_has_a_write_your_own_policy_section_with_the_example():
+    """Issue 16: a README section "Write your own policy" with the example, which runs (the
+    README's blocks run in tests/test_docs_examples.py) and is the example file's policy: the
+    same class, base and queue key (the README shortens its docstring and comment)."""
+    readme = (ROOT / "README.md").read_text()
+    assert "\n## Write your own policy\n" in readme
+    section = readme.split("\n## Write your own policy\n", 1)[1].split("\n## ", 1)[0]
+    code = EXAMPLE.read_text()
+    for line in ("class ShortestPromptFirst(ContinuousPolicy):", "def queue_key(request) -> int:",
+                 "return request.prompt_tokens", "policy.name=shortest_prompt_first:ShortestPromptFirst"):
+        assert line in section and (line in code or line.startswith("policy.name")), line
+    assert "examples/shortest_prompt_first.py" in section and "docs/extending.md" in section
+
+
 def test_shortest_prompt_first_admits_short_prompts_first_on_the_fast_path(examples_on_path):
     # everything arrives at once, one sequence at a time: service order is prompt order
     rows = [(0.0, p, 5) for p in (900, 100, 500, 300, 700)]
