@@ -583,3 +583,30 @@ def test_an_error_in_the_file_itself_names_no_set(tmp_path, capsys):
     assert main(["validate", str(p), "--set", "workload.arrival.rate_rps=2", "--set", "seed=3"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "workload.num_requests must be" in last and "--set" not in last
+
+
+def test_a_packaged_scenario_is_found_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
+    """Outside a checkout, `servesim run chat` said "scenario 'chat' does not exist", and the docs'
+    `scenarios/default.yaml` paths worked only from a checkout. A name that is no file here but a
+    packaged scenario's is that file, said on stderr; a file of that name here still wins; a bare
+    name that is neither lists the packaged ones, leading with the closest."""
+    monkeypatch.chdir(tmp_path)
+    for name, packaged in [("chat", "chat.yaml"), ("scenarios/chat.yaml", "chat.yaml"),
+                           ("default.yaml", "default.yaml"), ("lessons/offline", "lessons/offline.yaml")]:
+        assert main(["validate", name]) == 0, name
+        out, err = capsys.readouterr()
+        assert f"scenario {name!r}: no such file here; the packaged one" in err
+        assert out.startswith(str(Path(__file__).resolve().parents[1] / "scenarios" / packaged)) or \
+            Path(out.split(":")[0]).as_posix().endswith("scenarios/" + packaged), out
+    default = (Path(__file__).resolve().parents[1] / "scenarios" / "default.yaml").read_text()
+    (tmp_path / "chat").write_text(default.replace("name: default-llama3-8b-h100", "name: mine"))
+    assert main(["validate", "chat"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("chat: ok (mine:") and "packaged" not in err
+    assert main(["validate", "chatt"]) == 2
+    err = capsys.readouterr().err
+    assert "scenario 'chatt' does not exist: no such file here, and no packaged scenario of that name" in err
+    assert "(did you mean 'chat'?)" in err and "lessons/offline" in err
+    for missing in ("nothere.yaml", "x/scenarios/chat.yaml", "../chat.yaml"):
+        assert main(["validate", missing]) == 2
+        assert f"scenario {missing!r} does not exist" in capsys.readouterr().err

@@ -507,6 +507,31 @@ _POSITIONAL = {"scenario": "the scenario path", "dir": "the folder path", "resul
 _FREE_TEXT = {"note"}  # (an empty note is a note)
 
 
+def _packaged_scenario(args) -> None:
+    """A scenario given by a name that is no file here but a packaged scenario's (``chat``,
+    ``scenarios/chat.yaml`` outside a checkout, ``lessons/offline``) is that packaged file, said
+    on stderr (unless --quiet): the docs' commands work from any folder once servesim is
+    installed. A bare name that is neither is refused with the packaged names."""
+    from servesim.inputs.scenario import packaged_scenario, packaged_scenarios
+
+    given = getattr(args, "scenario", None)
+    if not isinstance(given, str) or not given.strip() or os.path.lexists(given):
+        return
+    path = packaged_scenario(given)
+    if path is not None:
+        args.scenario = str(path)
+        if not getattr(args, "quiet", False):
+            print(f"scenario {given!r}: no such file here; the packaged one ({path})", file=sys.stderr)
+    elif "/" not in given and os.sep not in given and not given.endswith((".yaml", ".yml")):
+        from servesim.errors import did_you_mean
+        from servesim.inputs.overrides import check_overrides
+
+        # (`--set key value` makes argparse take the value as the scenario: that is named first)
+        check_overrides(getattr(args, "set", None) or [])
+        raise InputError(f"scenario {given!r} does not exist: no such file here, and no packaged scenario of that "
+                         f"name{did_you_mean(given, packaged_scenarios())}")
+
+
 def _check_not_empty(args) -> None:
     """An empty path, name or list given on the command line (``--out ""``, often an unset shell
     variable) is refused: as a path it would mean the current folder, where ``run`` writes its
@@ -557,6 +582,7 @@ def main(argv=None) -> int:
     try:
         args = parse(argv)
         _check_not_empty(args)
+        _packaged_scenario(args)
         return args.func(args)
     except InputError as e:
         text = str(e) + _beside_scenario_hint(str(e), getattr(args, "scenario", None))

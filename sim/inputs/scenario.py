@@ -945,6 +945,29 @@ def default_scenario_path() -> Path:
     return Path(str(resources.files("servesim.scenarios") / "default.yaml"))
 
 
+def packaged_scenarios() -> list[str]:
+    """The packaged scenarios' names (``chat``, ``lessons/offline``, ``reproduce/sarathi-mistral7b``)."""
+    root = Path(str(resources.files("servesim.scenarios")))
+    return sorted(str(f.relative_to(root).with_suffix("")).replace(os.sep, "/") for f in root.rglob("*.yaml"))
+
+
+def packaged_scenario(name: str) -> Path | None:
+    """The packaged scenario a name given on the command line means, or None: ``chat``,
+    ``chat.yaml`` and ``scenarios/chat.yaml`` (the docs' paths, typed outside a checkout) are
+    ``servesim.scenarios``' ``chat.yaml``; ``lessons/offline`` its lesson. Absolute paths and
+    paths that leave the folder are never packaged ones."""
+    rel = str(name).replace("\\", "/")
+    while rel.startswith("./"):
+        rel = rel[2:]
+    if rel.startswith("scenarios/"):
+        rel = rel[len("scenarios/"):]
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(x in ("", ".", "..") for x in parts):
+        return None
+    stem = rel[:-5] if rel.endswith(".yaml") else rel
+    return default_scenario_path().parent / (stem + ".yaml") if stem in packaged_scenarios() else None
+
+
 def load_scenario(path: str | Path | None = None, overrides: list[str] = (), seed: int | None = None) -> Scenario:
     """Read, override and validate a scenario file (the packaged default when ``path`` is None).
     ``overrides``: a list of ``"dotted.key=value"`` strings (as ``--set`` takes them)."""
