@@ -97,7 +97,8 @@ def _run_and_validate(sub) -> None:
     from servesim.cli.main import cmd_run, cmd_validate
 
     r = sub.add_parser("run", help="run a scenario (the packaged default when none is given)")
-    r.add_argument("scenario", nargs="?", help="scenario YAML file")
+    r.add_argument("scenario", nargs="?", help="scenario YAML file, or a packaged scenario's name (e.g. chat, "
+                                               "lessons/offline) where no such file exists")
     r.add_argument("--out", default="out", help="output folder (default: ./out)")
     _overrides(r, "override a field, e.g. policy.max_num_seqs=64 (a list entry: workload.classes[0].share=2)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -116,7 +117,7 @@ def _run_and_validate(sub) -> None:
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario and print what is wrong")
-    v.add_argument("scenario", help="scenario YAML file")
+    v.add_argument("scenario", help="scenario YAML file, or a packaged scenario's name (e.g. chat)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, as servesim run --set")
     v.set_defaults(func=cmd_validate)
 
