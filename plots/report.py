@@ -37,8 +37,8 @@ from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, fo
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
-from servesim.outputs.rundir import (RunData, deployment_shape, has_table, read_capacity,  # noqa: E402
-                                     read_results, read_scenario, read_study_meta)
+from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_label, has_table,  # noqa: E402
+                                     read_capacity, read_results, read_scenario, read_study_meta)
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, fell_behind, gpu_counts,  # noqa: E402
                                        identical_labels, meets_slo, rank_key, ranked, rate_order, rate_text,
                                        slo_phrase, value_text, with_per_gpu)
@@ -186,8 +186,7 @@ def _model_name(scenario: dict) -> str:
 
 
 def _gpu_name(scenario: dict) -> str:
-    hw = scenario.get("hardware") or {}
-    return str(hw.get("gpu", "?")).split("/")[-1].replace(".yaml", "")
+    return gpu_label((scenario.get("hardware") or {}).get("gpu", "?"))
 
 
 class Context:
@@ -200,6 +199,8 @@ class Context:
         sc = scenario
         self.model = _model_name(sc) if sc else "?"
         self.gpu = _gpu_name(sc) if sc else "?"
+        if sc and deployment_gpus(sc).endswith(" GPUs"):  # (a P/D split's pools on different GPU types:
+            self.gpu = "GPUs"                            # the shape names each pool's)
         self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
         slo = (sc or {}).get("slo") or {}
         # the per-request SLO the runs' goodput and attainment count (a capacity search's limits differ)
@@ -264,7 +265,7 @@ class Context:
     def title(self, what: str, rate: bool = True, slo=None) -> str:
         """``slo``: (TTFT, TPOT) limits to name instead of the report's (the runs' own SLO)."""
         counts = {n for n in self.gpus.values() if n}
-        each = f"{next(iter(counts))} x " if len(counts) == 1 else ""
+        each = f"{next(iter(counts))}{' x' if self.gpu != 'GPUs' else ''} " if len(counts) == 1 else ""
         # (" each": one deployment per configuration compared; a capacity search's groups are its seeds)
         parts = [what, f"{self.model} on {each}{self.gpu}" + (f" ({self.shape})" if self.shape else "")
                  + (" each" if each and len(self.gpus) > 1 and self.kind != "capacity" else "")]
@@ -516,8 +517,8 @@ def _build(path: Path, bar: Phases) -> Path:
     meta = data["meta"]
     if data["kind"] == "run":
         s = first.summary
-        md += [f"One run of scenario `{s['scenario']}`: {_model_name(first.scenario)} on {first.num_gpus()} x "
-               f"{_gpu_name(first.scenario)}" + (f" ({ctx.shape})" if ctx.shape else "")
+        md += [f"One run of scenario `{s['scenario']}`: {_model_name(first.scenario)} on "
+               f"{deployment_gpus(first.scenario)}" + (f" ({ctx.shape})" if ctx.shape else "")
                + f", policy `{first.scenario.get('policy', {}).get('name')}`, "
                f"{s['num_requests']} requests"
                + (f" at {ctx.rate:.3g} req/s" if ctx.rate is not None else "")

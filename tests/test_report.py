@@ -75,9 +75,13 @@ def test_report_on_a_run_folder(tmp_path):
     ({"cluster.replicas": 2, "hardware.tp": 2, "hardware.pp": 2}, "2 replicas x TP2 PP2"),
     ({"policy.name": "pd_split", "policy.prefill": {"tp": 2}, "policy.decode": {"replicas": 2}},
      "P/D: 1 x TP2 prefill + 2 x TP1 decode"),
+    ({"policy.name": "pd_split", "policy.prefill": {"tp": 2}, "policy.decode": {"replicas": 2, "gpu": "a100-80g"}},
+     "P/D: 1 x h100-sxm TP2 prefill + 2 x a100-80g TP1 decode"),
 ])
-def test_titles_say_how_the_gpus_are_split(tmp_path, kw, shape):
-    """TP2 on one replica and two replicas of TP1 were both "on 2 x h100-sxm"."""
+def test_titles_say_how_the_gpus_are_split(tmp_path, capsys, kw, shape):
+    """TP2 on one replica and two replicas of TP1 were both "on 2 x h100-sxm"; a P/D split whose
+    decode pool ran on A100s was "on 4 x h100-sxm", and validate said "on 1 x 1 h100-sxm" of any
+    P/D split (its first pool's replicas) with one pool's KV."""
     from servesim.outputs.rundir import deployment_shape
 
     sc = make_scenario(**kw)
@@ -88,7 +92,13 @@ def test_titles_say_how_the_gpus_are_split(tmp_path, kw, shape):
     assert main(["report", str(out)]) == 0
     line = (out / "report.md").read_text().splitlines()[2]
     gpus = res.summary["economics"]["gpus"]
-    assert f"on {gpus} x h100-sxm" + (f" ({shape})" if shape else "") + ", policy" in line
+    where = f"on {gpus} GPUs" if "a100" in shape else f"on {gpus} x h100-sxm"
+    assert where + (f" ({shape})" if shape else "") + ", policy" in line
+    capsys.readouterr()
+    assert main(["validate", str(out / "scenario.yaml")]) == 0
+    said = capsys.readouterr().out.splitlines()[0]
+    assert where + (f" ({shape})" if shape else "") + ", policy" in said
+    assert said.count("blocks = ") == (2 if "P/D" in shape else 1)
 
 
 def test_report_bad_folder_exits_2(tmp_path, capsys):

@@ -381,12 +381,18 @@ def cmd_validate(args) -> int:
         # what run does before its event loop: the setup, the memory check, the workload drawn
         # (every file it names read), so that validate accepts exactly what run can run
         setup, specs, _ = plan(scenario)
-    cap = setup.capacity
+    from servesim.outputs.rundir import deployment_gpus, deployment_shape
+
     alias_of = MODEL_ALIASES.get(scenario.model)
     model = scenario.model if alias_of is None else f"{scenario.model} (priced as {alias_of}: the same architecture)"
-    print(f"{args.scenario}: ok ({scenario.name}: {model} on {scenario.cluster.replicas} x "
-          f"{scenario.hardware.tp * scenario.hardware.pp} {scenario.hardware.gpu}, policy {scenario.policy.name}; "
-          f"KV {cap.num_blocks} blocks = {cap.num_tokens} tokens per replica"
+    # the GPUs in all and how they are split (replicas, TP, PP, a P/D split's pools), as report titles say
+    resolved = scenario.to_dict()
+    shape = deployment_shape(resolved)
+    kv = "; ".join(("KV " if len(setup.pools) == 1 else f"KV {pool.name} ")
+                   + f"{pool.capacity.num_blocks} blocks = {pool.capacity.num_tokens} tokens per replica"
+                   for pool in setup.pools)
+    print(f"{args.scenario}: ok ({scenario.name}: {model} on {deployment_gpus(resolved)}"
+          + (f" ({shape})" if shape else "") + f", policy {scenario.policy.name}; {kv}"
           + (f", split over {scenario.hardware.pp} virtual engines" if scenario.hardware.pp > 1
              and scenario.hardware.pp_overlap else "") + ")")
     for pool in setup.pools:  # what will price the steps

@@ -506,22 +506,49 @@ def num_gpus(data: dict) -> int:
     return int((data.get("cluster") or {}).get("replicas", 1)) * tp * pp
 
 
+def gpu_label(gpu) -> str:
+    """A GPU as titles name it: its catalog name, or a GPU YAML's file name without the folder and
+    the ``.yaml``."""
+    return str(gpu).split("/")[-1].replace(".yaml", "")
+
+
+def _pd_pools(data: dict) -> list[tuple[int, int, str]] | None:
+    """A P/D split's (replicas, tp, GPU) for its prefill and decode pools (None: no split)."""
+    hw = data.get("hardware", {})
+    pol = data.get("policy") or {}
+    if pol.get("name") != "pd_split":
+        return None
+    return [(int((pol.get(k) or {}).get("replicas", 1)), int((pol.get(k) or {}).get("tp") or hw.get("tp", 1)),
+             gpu_label((pol.get(k) or {}).get("gpu") or hw.get("gpu", "?"))) for k in ("prefill", "decode")]
+
+
+def deployment_gpus(data: dict) -> str:
+    """The GPUs a resolved scenario runs on, for "MODEL on ...": "2 x h100-sxm"; a P/D split whose
+    pools use different GPU types is "3 GPUs" (``deployment_shape`` names each pool's)."""
+    pools = _pd_pools(data)
+    if pools and len({g for _, _, g in pools}) > 1:
+        return f"{num_gpus(data)} GPUs"
+    return f"{num_gpus(data)} x {gpu_label((data.get('hardware') or {}).get('gpu', '?'))}"
+
+
 def deployment_shape(data: dict) -> str:
     """How a resolved scenario splits its GPUs, for a title beside their count: "" for one GPU,
     "TP2", "2 replicas x TP1", "2 replicas x TP4 PP2", or a P/D split's pools ("P/D: 1 x TP2
-    prefill + 2 x TP1 decode"). Two deployments of 2 GPUs (TP2, or 2 replicas) read alike
-    without it."""
+    prefill + 2 x TP1 decode"; with each pool's GPU when they differ: "P/D: 1 x h100-sxm TP2
+    prefill + 2 x a100-80g TP1 decode"). Two deployments of 2 GPUs (TP2, or 2 replicas) read
+    alike without it."""
     hw = data.get("hardware", {})
     tp, pp = int(hw.get("tp", 1)), int(hw.get("pp", 1))
-    pol = data.get("policy") or {}
 
     def par(t: int) -> str:
         return f"TP{t}" + (f" PP{pp}" if pp > 1 else "")
 
-    if pol.get("name") == "pd_split":
-        pools = [(int((pol.get(k) or {}).get("replicas", 1)), int((pol.get(k) or {}).get("tp") or tp))
-                 for k in ("prefill", "decode")]
-        return f"P/D: {pools[0][0]} x {par(pools[0][1])} prefill + {pools[1][0]} x {par(pools[1][1])} decode"
+    pools = _pd_pools(data)
+    if pools:
+        named = len({g for _, _, g in pools}) > 1
+        (pn, pt, pg), (dn, dt, dg) = pools
+        return (f"P/D: {pn} x {pg + ' ' if named else ''}{par(pt)} prefill + "
+                f"{dn} x {dg + ' ' if named else ''}{par(dt)} decode")
     n = int((data.get("cluster") or {}).get("replicas", 1))
     if n > 1:
         return f"{n} replicas x {par(tp)}"
