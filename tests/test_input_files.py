@@ -7,6 +7,7 @@ traceback, and no run on a value the file never meant."""
 import csv
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,24 @@ def test_benchmark_results_that_would_replay_wrong_are_refused_naming_the_key(tm
     send times dropped for the rate, or a range error blamed on the scenario's field."""
     with pytest.raises(InputError, match=says):
         read_vllm_result(str(_result(tmp_path, **over)))
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("r.json", json.dumps({"request_rate": 4, "input_lens": [100, 200], "output_lens": [10, 20], "ttfts": [0.05, 0.06],
+                           "latencies": [1.0, 1.1], "start_times": [10.0, 2e9]}),
+     r"r.json: start_times span 2e\+09 s from the first successful request to the last; a replay takes at most "
+     r"1e\+09 s"),
+    ("m.csv", "sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,100,10,0.05,0.3\n1e11,100,10,0.05,0.3\n",
+     r"m.csv: the send times span 1e\+11 s, where a replay takes at most 1e\+09 s \(a unit mix-up\? set --time-unit\)"),
+])
+def test_send_times_past_the_simulated_horizon_name_the_measurement(tmp_path, capsys, name, text, says):
+    """Send times spanning more than the simulated clock resolves were let through to the replay,
+    whose refusal blamed the scenario's workload (which validate-run replaces) and told to raise its
+    arrival rate; the measurement's file and key are what is wrong."""
+    (tmp_path / name).write_text(text)
+    rc, err = run_cli(capsys, "validate-run", tmp_path / name, "--out", tmp_path / "out", "--quiet")
+    assert rc == 2 and re.search(says, one_error(err)), err
+    assert "arrival rate" not in err
 
 
 def test_a_failed_request_may_hold_any_latency(tmp_path):

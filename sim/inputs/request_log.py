@@ -26,7 +26,8 @@ import numpy as np
 
 from servesim.errors import InputError, did_you_mean, shown
 from servesim.inputs.files import not_utf8, read_bytes
-from servesim.inputs.traces import (MAX_TIME_S, TIME_UNITS, _length, _open_text, _time_value, column_index, data_rows,
+from servesim.inputs.scenario import MAX_SECONDS
+from servesim.inputs.traces import (TIME_UNITS, _length, _open_text, _time_value, column_index, data_rows,
                                      header_text)
 from servesim.inputs.vllm_result import BenchResult
 
@@ -143,8 +144,9 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
         raise InputError(f"{path}: column {shown(names['sent'])} mixes numbers and timestamps")
     t = np.array([r[1] for r in rows], dtype=np.float64)
     t = (t - t.min()) / (1e9 if kinds == {"ts"} else 1.0)
-    if t.max() > MAX_TIME_S:
-        raise InputError(f"{path}: the send times span {t.max():.3g} s (a unit mix-up? set --time-unit)")
+    if t.max() > MAX_SECONDS:  # (the replay's arrivals: past this the simulated clock no longer resolves a step)
+        raise InputError(f"{path}: the send times span {t.max():.3g} s, where a replay takes at most {MAX_SECONDS:g} s "
+                         "(a unit mix-up? set --time-unit)")
     n = len(rows)
     used = {}  # role -> the column read (with its unit), for the report
     for r, name in names.items():

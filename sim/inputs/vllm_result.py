@@ -20,7 +20,7 @@ import numpy as np
 
 from servesim.errors import InputError, shown
 from servesim.inputs.files import loads_json, read_utf8
-from servesim.inputs.scenario import MAX_CLIENTS, MAX_RATE_RPS, MAX_TOKENS, MIN_RATE_RPS, GammaArrival
+from servesim.inputs.scenario import MAX_CLIENTS, MAX_RATE_RPS, MAX_SECONDS, MAX_TOKENS, MIN_RATE_RPS, GammaArrival
 from servesim.inputs.schema import is_finite
 from servesim.inputs.traces import MAX_TIME_S
 
@@ -134,6 +134,10 @@ def read_vllm_result(path: str) -> BenchResult:
     if obj.get("start_times") is not None:
         st = _numbers(obj["start_times"], "start_times", path, n, MAX_TIME_S)
         sent = st - st[ok].min() if ok.any() else st - st.min()
+        span = float(sent[ok].max()) if ok.any() else 0.0
+        if span > MAX_SECONDS:  # (the replay's arrivals: past this the simulated clock no longer resolves a step)
+            raise InputError(f"{path}: start_times span {span:.3g} s from the first successful request to the last; "
+                             f"a replay takes at most {MAX_SECONDS:g} s (the benchmark stores seconds)")
     mc = obj.get("max_concurrency")
     if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or not 1 <= mc <= MAX_CLIENTS):
         raise InputError(f"{path}: max_concurrency must be an integer in [1, {MAX_CLIENTS}] or null (replayed as "
