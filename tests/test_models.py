@@ -73,6 +73,20 @@ def test_qwen3_moe_head_dim_and_kv_default():
              moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=2)
 
 
+@pytest.mark.parametrize("model_type, dense, expert", [("qwen3_moe", 6144, 768), ("deepseek_v3", 18432, 2048)])
+def test_an_absent_moe_intermediate_size_takes_the_class_default(model_type, dense, expert):
+    """intermediate_size is these families' dense MLP width: a file without moe_intermediate_size
+    has experts of the config class's default width (Qwen3MoeConfig 768, DeepseekV3Config 2048), as
+    transformers builds it, not intermediate_size's (8-9x the weights: a 30B model read as 235B)."""
+    base = dict(model_type=model_type, hidden_size=2048, num_attention_heads=32, num_hidden_layers=8,
+                intermediate_size=dense, vocab_size=151936, head_dim=128)
+    assert load(**base).intermediate_size == expert
+    assert load(**base, moe_intermediate_size=512).intermediate_size == 512
+    # Mixtral has no moe_intermediate_size: each expert is intermediate_size wide
+    assert load(model_type="mixtral", hidden_size=4096, num_attention_heads=32, num_hidden_layers=4,
+                intermediate_size=14336, vocab_size=32000).intermediate_size == 14336
+
+
 def test_opt_is_tied_and_reads_ffn_dim():
     """OPT files carry no tie_word_embeddings: PretrainedConfig's default (True) applies, so OPT-13B's
     weights are 23.92 GiB in fp16, not the 24.40 GiB of an untied head."""

@@ -268,10 +268,10 @@ def _moe(r: _Reader, fam: dict, fam_name: str | None, layers: int):
                          f"{top_k!r}")
     if cfg.get("moe_intermediate_size") is not None:
         expert = r.int("moe_intermediate_size")
+    elif "moe_mlp" in fam:  # (the class's moe_intermediate_size default: intermediate_size is the dense layers')
+        expert = fam["moe_mlp"]
     elif "intermediate_size" in cfg:
         expert = r.int("intermediate_size")  # Mixtral: each expert is intermediate_size wide
-    elif "moe_mlp" in fam:
-        expert = fam["moe_mlp"]
     else:
         raise InputError(f"{r.where} lacks 'moe_intermediate_size' / 'intermediate_size' (the experts' width)")
     out = {"expert": expert}
