@@ -306,6 +306,28 @@ def test_plan_command_prints_the_table_answer_and_failure(tmp_path, capsys):
 
 
 
+@pytest.mark.filterwarnings("ignore:Tight layout not applied")  # (the figures' labels hold the whole path)
+def test_a_gpu_given_by_path_keeps_the_plans_folders_inside_out(tmp_path, capsys):
+    """--gpus with a GPU YAML's absolute path named the capacity and deploy folders after it:
+    joined to --out, the path replaced it and the probes were written beside the GPU file."""
+    from servesim.cli.main import main
+
+    (tmp_path / "gpus").mkdir()
+    gpu = tmp_path / "gpus" / "my.yaml"
+    gpu.write_text("base: h100-sxm\n")
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    out = tmp_path / "p"
+    assert main(["plan", str(f), "--rate", "4", "--slo", SLO, "--gpus", str(gpu), "--price", f"{gpu}=2", "--tp", "1",
+                 "--policies", "continuous", "--seeds", "1", "--requests", "100", "--probe-requests", "100",
+                 "--workers", "1", "--quiet", "--no-report", "--out", str(out)]) == 0
+    assert sorted(p.name for p in (tmp_path / "gpus").iterdir()) == ["my.yaml"]
+    answer = json.loads((out / "plan.json").read_text())["answer"]
+    assert (out / "capacity" / answer["key"]).is_dir()
+    assert (out / "deploy" / f"{answer['key']}-x{answer['units']}").is_dir()
+    assert main(["report", str(out), "--quiet"]) == 0
+
+
 def test_a_plan_rerun_that_adds_a_tbt_limit_reads_tbt_samples(tmp_path, capsys):
     """A plan keeps tbt_s.npy only for a tbt limit. Rerun in the same folder with one, its runs and
     probes were taken as finished, and with no TBT sample the tbt limit held at any rate (an

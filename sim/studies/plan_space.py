@@ -36,6 +36,7 @@ bound is dropped (a step then emits several tokens per sequence).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,12 @@ from servesim.inputs.overrides import with_values
 from servesim.outputs.plandoc import describe_shape, limit_text
 
 POLICIES = ("continuous", "chunked_prefill", "pd_split")
+
+
+def _folder_name(gpu: str) -> str:
+    """A GPU's name as part of one folder name: a catalog name as it is, a path's separators (and
+    anything else but letters, digits, ``.``, ``+``, ``-`` and ``_``) as ``_``."""
+    return re.sub(r"[^\w.+-]", "_", gpu)
 
 
 @dataclass(frozen=True)
@@ -64,12 +71,14 @@ class Shape:
 
     @property
     def key(self) -> str:
-        """A stable name for folders and plan.json."""
+        """A stable name for folders and plan.json (one folder name: a GPU given as a YAML path,
+        ``/data/my-gpu.yaml``, has its separators replaced, or its folders would land outside --out)."""
+        gpu, decode_gpu = _folder_name(self.gpu), _folder_name(self.decode_gpu or "")
         if self.kind == "pd":
             p, d = self.ratio
-            return f"pd-{self.gpu}-tp{self.tp}-x{p}-{self.decode_gpu}-tp{self.decode_tp}-x{d}"
+            return f"pd-{gpu}-tp{self.tp}-x{p}-{decode_gpu}-tp{self.decode_tp}-x{d}"
         pol = "cont" if self.policy == "continuous" else f"chunk{self.chunk}"
-        return f"{self.gpu}-tp{self.tp}" + (f"-pp{self.pp}" if self.pp > 1 else "") + f"-{pol}"
+        return f"{gpu}-tp{self.tp}" + (f"-pp{self.pp}" if self.pp > 1 else "") + f"-{pol}"
 
     def describe(self, units: int | None = None) -> str:
         """E.g. ``2 x h100-sxm TP4, continuous`` or ``P/D 1 x h100-sxm TP4 : 2 x a100-80g TP8``
