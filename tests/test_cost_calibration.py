@@ -191,6 +191,18 @@ def test_calibrate_cli_writes_a_loadable_file_and_validate_cost_reports(syntheti
     assert linear["mape"] < 0.01  # the synthetic data came from the same model family
 
 
+def test_a_gpu_name_with_a_path_separator_writes_into_out(synthetic_profiles, tmp_path, capsys):
+    """validate-cost named its files after the GPU: a GPU YAML's name with a '/' (nvidia/a100) made
+    a path into a folder that is not there, and the command failed at its end, after the work."""
+    gpu = tmp_path / "g.yaml"
+    gpu.write_text('name: "nvidia/../a100"\nbase: a100-80g\n')
+    vdir = tmp_path / "v"
+    assert main(["validate-cost", "--profiles", str(synthetic_profiles), "--gpu", str(gpu), "--device", "a100",
+                 "--out", str(vdir), "--quiet"]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in vdir.iterdir()) == ["validate-cost-nvidia_.._a100.json",
+                                                      "validate-cost-nvidia_.._a100.png"]
+
+
 def test_attention_is_calibrated_from_attention_profiles(synthetic_profiles, tmp_path, capsys):
     llama3 = MODELS["meta-llama/Meta-Llama-3-8B"]  # the "big" profile's shape
     write_attention_csv(synthetic_profiles / "compute/a100/org/big/attention.csv", llama3, (1, 2, 4))

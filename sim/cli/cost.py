@@ -260,7 +260,10 @@ def cmd_validate_cost(args) -> int:
     print(f"{gpu.name}: predicted vs measured, num_tokens <= {args.max_tokens}; {what}\n")
     print(format_table(_summary_rows(v["rows"], args.detail)))
     mode = "measured" if args.measured else "held-out-models" if args.held_out_models else "calibration"
-    stem = f"validate-cost-{gpu.name}" + ("" if mode == "calibration" else f"-{mode}")
+    from servesim.outputs.writer import name_part
+
+    # (a GPU YAML's name may hold a path's separators: the files stay in --out)
+    stem = f"validate-cost-{name_part(gpu.name)}" + ("" if mode == "calibration" else f"-{mode}")
     (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu.name, "mode": mode, "calibration": args.calibration,
                                                   "source": eff.source if mode == "calibration" else what,
                                                   "max_tokens": args.max_tokens, "rows": v["rows"]}, indent=1))

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 from dataclasses import dataclass
@@ -76,6 +77,13 @@ def json_text(doc, **kw) -> str:
     """``doc`` as a JSON file's text (``json.dumps``' keywords; a newline at the end) with its
     non-finite floats as null (``finite``): every JSON file servesim writes goes through it."""
     return json.dumps(finite(doc), allow_nan=False, **kw) + "\n"
+
+
+def name_part(text: str) -> str:
+    """``text`` (a GPU's name, which a YAML file may set to anything, or its path) as part of one
+    file or folder name: letters, digits, ``.``, ``+``, ``-`` and ``_`` kept, anything else (a path's
+    separators) as ``_``, so that it names a file inside the folder written to."""
+    return re.sub(r"[^\w.+-]", "_", text)
 
 
 def csv_text(value) -> str:

@@ -36,7 +36,6 @@ bound is dropped (a step then emits several tokens per sequence).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,14 +44,9 @@ from servesim.core.batch import synthetic_batch
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
 from servesim.outputs.plandoc import describe_shape, limit_text
+from servesim.outputs.writer import name_part
 
 POLICIES = ("continuous", "chunked_prefill", "pd_split")
-
-
-def _folder_name(gpu: str) -> str:
-    """A GPU's name as part of one folder name: a catalog name as it is, a path's separators (and
-    anything else but letters, digits, ``.``, ``+``, ``-`` and ``_``) as ``_``."""
-    return re.sub(r"[^\w.+-]", "_", gpu)
 
 
 @dataclass(frozen=True)
@@ -73,7 +67,7 @@ class Shape:
     def key(self) -> str:
         """A stable name for folders and plan.json (one folder name: a GPU given as a YAML path,
         ``/data/my-gpu.yaml``, has its separators replaced, or its folders would land outside --out)."""
-        gpu, decode_gpu = _folder_name(self.gpu), _folder_name(self.decode_gpu or "")
+        gpu, decode_gpu = name_part(self.gpu), name_part(self.decode_gpu or "")
         if self.kind == "pd":
             p, d = self.ratio
             return f"pd-{gpu}-tp{self.tp}-x{p}-{decode_gpu}-tp{self.decode_tp}-x{d}"
