@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 import re
 
 import numpy as np
@@ -186,6 +187,15 @@ def test_a_run_summary_with_null_figures_still_reports(tmp_path, capsys):
     ("fairness", {"jain": {"classes": {"slo_attainment": "x"}}}, "fairness.jain.classes.slo_attainment is 'x'"),
     ("fairness", {"tenants": {"app": [1]}}, "fairness.tenants.app is [1]"),
     ("fairness", {"jain": "x"}, "fairness.jain is 'x', where servesim writes a mapping (or null)"),
+    # (values of the right type that no run has: the report stated them, "0 requests" of a run of 10,
+    # -100% of requests within the SLO, NaN figures servesim never writes)
+    ("num_requests", 0, "completed + rejected + unfinished is 10 requests, where servesim writes num_requests (0)"),
+    ("completed", 3, "completed + rejected + unfinished is 3 requests, where servesim writes num_requests (10)"),
+    ("slo_attainment", -1, "slo_attainment is -1, where servesim writes a share between 0 and 1 (or null)"),
+    ("slo_attainment", 1.5, "slo_attainment is 1.5, where servesim writes a share between 0 and 1"),
+    ("goodput_rps", -2.0, "goodput_rps is -2.0, where servesim writes a rate >= 0 (or null)"),
+    ("throughput_rps", math.nan, "throughput_rps is nan, where servesim writes a number (or null)"),
+    ("ttft_s", {"mean": 1.0, "p50": math.inf, "p90": 1.0, "p99": 1.0}, "ttft_s.p50 is inf"),
 ])
 def test_an_edited_summary_is_named_not_shown(tmp_path, capsys, key, value, message):
     """A summary.json edited to hold a string where a count belongs was shown as it was (the

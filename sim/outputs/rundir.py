@@ -288,6 +288,18 @@ def read_summary(run_dir: str | Path) -> dict:
             ok, want = v is None or isinstance(v, dict), "a mapping (or null)"
         if not ok:
             raise damaged(p, k, v, want, _RUN_AGAIN)
+    # (the headline figures' ranges and the requests' accounting, which reports state as they are:
+    # an edited summary would read "0 requests" of a run of 30, or -100% of requests within the SLO)
+    counted = sum(summary[k] for k in ("completed", "rejected", "unfinished"))
+    if counted != summary["num_requests"]:
+        raise InputError(f"{p}: completed + rejected + unfinished is {counted} requests, where servesim writes "
+                         f"num_requests ({summary['num_requests']}); {_RUN_AGAIN}")
+    att = summary["slo_attainment"]
+    if att is not None and not 0 <= att <= 1:
+        raise damaged(p, "slo_attainment", att, "a share between 0 and 1 (or null)", _RUN_AGAIN)
+    for k in ("throughput_rps", "output_tokens_per_s", "goodput_rps"):
+        if summary[k] is not None and summary[k] < 0:
+            raise damaged(p, k, summary[k], "a rate >= 0 (or null)", _RUN_AGAIN)
     for k, figures in _FIGURES_IN.items():  # (the figures the readers index in those mappings)
         v = summary.get(k)
         if isinstance(v, dict):
@@ -386,7 +398,8 @@ def _service_figures(where: str, c):
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    # (finite: servesim writes a figure that does not exist as null, never NaN or Infinity)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and is_finite(v)
 
 
 def _number_or_null(v) -> bool:
