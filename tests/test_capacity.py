@@ -206,7 +206,10 @@ def searched(tmp_path_factory):
     ({"keep_up": [1]}, "keep_up is [1]"),
     ({"num_gpus": {"a": 1}}, "num_gpus is {'a': 1}, where servesim writes a count of GPUs"),
     ({"capacity_rps": "12"}, "capacity_rps is '12', where servesim writes a rate in req/s"),
-    ({"slo": 5}, "slo is 5")])
+    ({"slo": 5}, "slo is 5"),
+    # (a capacity without its per-GPU figure: the one-seed sentence formatted None)
+    ({"capacity_rps_per_gpu": None, "interval": None, "capacity_ci95_rps": None},
+     "capacity_rps_per_gpu is None, where servesim writes a rate when capacity_rps is one")])
 def test_report_on_an_edited_capacity_json_names_the_field(searched, tmp_path, capsys, edit, says):
     """Each of these was a traceback (AttributeError, TypeError, ValueError) before capacity.json
     was read through a checked reader (found by mutating every field of a search's capacity.json)."""

@@ -125,7 +125,11 @@ def read_capacity(path: Path) -> dict:
     lacks = [k for k in _CAPACITY_REQUIRED if k not in cap]
     if lacks:
         raise InputError(f"{path}: no {', '.join(lacks)}: not a file servesim wrote")
-    check_fields(path, cap, _CAPACITY_FIELDS, "the study folder is damaged (edited): run the search again")
+    again = "the study folder is damaged (edited): run the search again"
+    check_fields(path, cap, _CAPACITY_FIELDS, again)
+    if (cap["capacity_rps"] is None) != (cap["capacity_rps_per_gpu"] is None):  # (the report states both)
+        raise damaged(path, "capacity_rps_per_gpu", cap["capacity_rps_per_gpu"],
+                      "a rate when capacity_rps is one, null when it is null", again)
     return cap
 
 
