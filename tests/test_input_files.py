@@ -273,6 +273,21 @@ def test_a_long_plain_list_is_not_called_an_alias_bomb(tmp_path, capsys, monkeyp
 
 
 
+def test_a_long_list_is_refused_as_soon_as_it_passes_the_limit(tmp_path, capsys, monkeypatch):
+    """The node limit was counted once the whole document was composed: a 4 MB list of two million
+    values took over a minute and a half to be refused (under the 8 MB a scenario may have). It is
+    now counted as values are composed: what follows the limit is never read (here a syntax error,
+    which a reader of the whole file would report instead)."""
+    from servesim.inputs import schema
+
+    monkeypatch.setattr(schema, "MAX_NODES", 300)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(with_values(BASE, {})) + "extra: [" + ", ".join(["1"] * 400) + ", {]\n")
+    rc, err = run_cli(capsys, "validate", p)
+    line = one_error(err)
+    assert rc == 2 and "more than 300 values" in line, line
+
+
 @pytest.mark.parametrize("first, says", [("1e3", None), ("-1e3", "line 1: length must be a positive integer"),
                                          ("nan", "line 1: length must be a positive integer"), ("tokens", None)])
 def test_a_lengths_files_first_line_is_a_header_only_when_it_is_no_number(tmp_path, first, says):

@@ -58,6 +58,9 @@ MAX_DEPTH = 50  # nesting of a YAML document, aliases expanded (a scenario nests
 MAX_NODES = 200_000  # scalars, lists and mappings of a YAML document, aliases expanded
 
 
+_LONG_LIST = "(a scenario holds a few hundred; long lists of values belong in a trace or lengths file)"
+
+
 class YamlLimit(yaml.YAMLError):
     """A YAML document servesim will not read (too deep, too large expanded, a key given twice,
     a number too long): ``problem`` says why, ``problem_mark`` where (or None)."""
@@ -79,11 +82,17 @@ class _Loader(yaml.SafeLoader):
     def __init__(self, stream):
         super().__init__(stream)
         self._depth = 0
+        self._nodes = 0
 
     def compose_node(self, parent, index):
         self._depth += 1
         if self._depth > MAX_DEPTH:
             raise YamlLimit(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+        # (counted as they are composed, each alias once: a long list is refused at its 200,001st
+        # value, not after minutes composing the megabytes past it; _expanded_size counts aliases)
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise YamlLimit(f"more than {MAX_NODES} values {_LONG_LIST}", self.peek_event().start_mark)
         try:
             return super().compose_node(parent, index)
         finally:
@@ -146,8 +155,7 @@ def _expanded_size(root) -> int:
             n += cn
             d = max(d, cd + 1)
             if n > MAX_NODES:
-                why = ("once aliases are expanded (an alias bomb?)" if aliased else
-                       "(a scenario holds a few hundred; long lists of values belong in a trace or lengths file)")
+                why = "once aliases are expanded (an alias bomb?)" if aliased else _LONG_LIST
                 raise YamlLimit(f"more than {MAX_NODES} values {why}", node.start_mark)
         active.discard(key)
         memo[key] = (n, d)
