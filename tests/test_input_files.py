@@ -6,6 +6,7 @@ traceback, and no run on a value the file never meant."""
 
 import csv
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -176,6 +177,9 @@ def _result(tmp_path, **over) -> Path:
     ({"start_times": 5}, r"r.json: start_times must be a list with one value per request, got int"),
     ({"burstiness": 1e-12}, r"r.json: burstiness must be in \[1e-06, 1e\+06\] or \"inf\""),
     ({"request_rate": "inf", "max_concurrency": 10**12}, r"r.json: max_concurrency must be an integer in \[1, "),
+    # (-Infinity, which JSON readers take, was replayed as an infinite rate: all at once)
+    ({"request_rate": -math.inf}, r"r.json: request_rate must be a number in \[1e-06, 1e\+09\] req/s or \"inf\", "
+                                  r"got -inf"),
 ])
 def test_benchmark_results_that_would_replay_wrong_are_refused_naming_the_key(tmp_path, over, says):
     """Each was taken before: a negative TPOT in the report, failures replayed as successes,

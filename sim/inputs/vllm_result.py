@@ -72,7 +72,7 @@ def _numbers(raw, key: str, path: str, n: int | None, most: float = math.inf) ->
 
 
 def _rate(raw, path: str) -> float:
-    if raw in (None, "inf", "Infinity") or (isinstance(raw, float) and math.isinf(raw)):
+    if raw in (None, "inf", "Infinity") or (isinstance(raw, float) and raw == math.inf):  # (-Infinity is no rate)
         return math.inf
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not MIN_RATE_RPS <= raw <= MAX_RATE_RPS:
         raise InputError(f"{path}: request_rate must be a number in [{MIN_RATE_RPS:g}, {MAX_RATE_RPS:g}] req/s or "
