@@ -177,6 +177,9 @@ def _result(tmp_path, **over) -> Path:
     ({"start_times": 5}, r"r.json: start_times must be a list with one value per request, got int"),
     ({"burstiness": 1e-12}, r"r.json: burstiness must be in \[1e-06, 1e\+06\] or \"inf\""),
     ({"request_rate": "inf", "max_concurrency": 10**12}, r"r.json: max_concurrency must be an integer in \[1, "),
+    # (one request's gaps were said to need "one value per request")
+    ({"itls": [0.1, [], []]}, r"r.json: itls\[0\] must be a list with the request's gaps between streamed tokens "
+                              r"\(s\), got float"),
     # (-Infinity, which JSON readers take, was replayed as an infinite rate: all at once)
     ({"request_rate": -math.inf}, r"r.json: request_rate must be a number in \[1e-06, 1e\+09\] req/s or \"inf\", "
                                   r"got -inf"),

@@ -55,11 +55,12 @@ class BenchResult:
         return len(self.input_tokens)
 
 
-def _numbers(raw, key: str, path: str, n: int | None, most: float = math.inf) -> np.ndarray:
+def _numbers(raw, key: str, path: str, n: int | None, most: float = math.inf,
+             what: str = "one value per request") -> np.ndarray:
     """One number >= 0 per request (at most ``most``: times are bounded as a trace's are, beyond
-    which a value is a unit mix-up and its arithmetic overflows)."""
+    which a value is a unit mix-up and its arithmetic overflows); ``what`` the list holds."""
     if not isinstance(raw, list):
-        raise InputError(f"{path}: {key} must be a list with one value per request, got {type(raw).__name__}")
+        raise InputError(f"{path}: {key} must be a list with {what}, got {type(raw).__name__}")
     if n is not None and len(raw) != n:
         raise InputError(f"{path}: {key} has {len(raw)} values but input_lens has {n}: one per request")
     for i, v in enumerate(raw):
@@ -110,7 +111,8 @@ def read_vllm_result(path: str) -> BenchResult:
     else:
         if not isinstance(raw_itls, list) or len(raw_itls) != n:
             raise InputError(f"{path}: itls must be a list with one list of gaps per request ({n})")
-        itls = [_numbers(g, f"itls[{i}]", path, None, MAX_TIME_S) for i, g in enumerate(raw_itls)]
+        itls = [_numbers(g, f"itls[{i}]", path, None, MAX_TIME_S, "the request's gaps between streamed tokens (s)")
+                for i, g in enumerate(raw_itls)]
     if "latencies" in obj:
         e2e = _numbers(obj["latencies"], "latencies", path, n, MAX_TIME_S)
     elif raw_itls is not None:
