@@ -1,6 +1,7 @@
 """servesim report (figures + report.md with generated sentences) and the Chrome/Perfetto trace."""
 
 import copy
+import csv
 import json
 import math
 import re
@@ -218,6 +219,32 @@ def test_report_on_a_damaged_sweep_folder_names_the_file(tmp_path, capsys):
     (out / "results.csv").write_text("a\n1\n")
     assert main(["report", str(out)]) == 2
     assert "results.csv: missing column(s) point, status, hash, dir" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("column, value, says", [
+    ("goodput_rps", "abc", "line 2: column goodput_rps is 'abc', where servesim writes a number (or an empty cell)"),
+    ("ttft_p99_s", "True", "line 2: column ttft_p99_s is 'True', where servesim writes a number"),
+    ("slo_attainment", "x", "line 2: column slo_attainment is 'x', where servesim writes a number"),
+    ("workload.arrival.rate_rps", "", "line 2: column workload.arrival.rate_rps is None, where servesim writes a "
+                                      "number where the run is ok;"),
+    ("dir", "-1", "line 2: column dir is -1, where servesim writes text"),
+])
+def test_an_edited_results_csv_cell_is_named(tmp_path, capsys, column, value, says):
+    """A cell of results.csv holding text where servesim writes a figure (or a number where it
+    writes the run's folder) reached the report's arithmetic: a TypeError or ValueError traceback
+    (found by editing each column of a sweep's, comparison's and capacity search's results.csv)."""
+    out = tmp_path / "sw"
+    base = copy.deepcopy(BASE)
+    base["workload"]["num_requests"] = 10
+    rate = "workload.arrival.rate_rps"
+    execute(make_points(base, [({rate: r}, {rate: r}) for r in (2.0, 4.0)]), out, "local", 1, progress=False)
+    rows = list(csv.reader((out / "results.csv").open(newline="")))
+    rows[1][rows[0].index(column)] = value
+    with (out / "results.csv").open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    assert main(["report", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "results.csv " + says in err and "damaged (edited)" in err and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize("field, value, want", [

@@ -33,6 +33,7 @@ from servesim.inputs.files import loads_json, read_utf8
 from servesim.inputs.schema import is_finite, read_mapping
 from servesim.outputs import metrics
 from servesim.outputs.columns import INT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, STR_COLUMNS
+from servesim.outputs.verdicts import RATE_KEY
 from servesim.outputs.writer import file_digest
 
 # top-level keys of every run's summary.json (what figures and report.md read)
@@ -492,6 +493,9 @@ def read_results(path: str | Path) -> list[dict]:
     missing = [c for c in ("point", "status", "hash", "dir") if c not in header]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}: not a results.csv servesim wrote")
+    # the run's figures: between status (and error) and hash; the point's own values come before status (a
+    # failed point's may be anything it was given)
+    figures = set(header[header.index("status") + 1:header.index("hash")]) - {"error"}
     out = []
     for line, r in rows:
         if len(r) != len(header):
@@ -508,8 +512,18 @@ def read_results(path: str | Path) -> list[dict]:
                     d[k] = float(v)
                 except ValueError:
                     d[k] = v
+        for k, v in d.items():  # (the readers compute with these: an edited cell was a traceback)
+            if (k in figures or k == "point") and isinstance(v, str):
+                raise damaged(f"{path} line {line}", f"column {k}", v, "a number (or an empty cell)", _STUDY_AGAIN)
+            if k == RATE_KEY and d.get("status") == "ok" and (v is None or isinstance(v, str)):
+                raise damaged(f"{path} line {line}", f"column {k}", v, "a number where the run is ok", _STUDY_AGAIN)
+            if k in ("status", "dir") and not (v is None or isinstance(v, str)):  # (a hash may read as a number)
+                raise damaged(f"{path} line {line}", f"column {k}", v, "text", _STUDY_AGAIN)
         out.append(d)
     return out
+
+
+_STUDY_AGAIN = "the study folder is damaged (edited): run the study again"
 
 
 def num_gpus(data: dict) -> int:
