@@ -376,6 +376,7 @@ def batch_size_timeline(data: dict, ax, width_s: float | None = None):
                 label="sequences per step")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("batch size (sequences)")
+    ax.set_ylim(bottom=0)  # (a count from zero: a prefill pool's batches of one sat on the axis)
     _whole_ticks(ax)
     _legend_clear_of_data(ax, fontsize="small")
     return ax
