@@ -269,6 +269,9 @@ def test_a_tables_columns_are_found_in_any_case(tmp_path):
     ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "snet=a"], r"--columns: unknown role 'snet'.*did you mean 'sent'"),
     ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "sent"], r"--columns: 'sent' is not ROLE=COLUMN"),
     ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "sent=a,sent=b"], r"--columns: sent is named twice \(a and b\)"),
+    # (one column read as both the send time and the prompt length was taken)
+    ("a,b,c,d,e", "0,10,5,20,90", ["--columns", "sent=b,prompt=b"],
+     r"--columns: column 'b' is given to both sent and prompt; one role per column"),
 ])
 def test_a_bad_table_is_an_input_error_naming_the_column_or_line(tmp_path, capsys, header, row, args, match):
     p = tmp_path / "t.csv"

@@ -65,6 +65,9 @@ def parse_columns(text: str | None, flag: str = "--columns") -> dict:
             raise InputError(f"{flag}: unknown role {shown(role)};{did_you_mean(role, ROLES)}")
         if role in out:
             raise InputError(f"{flag}: {role} is named twice ({out[role]} and {name}); one column per role")
+        other = next((r for r, c in out.items() if c == name), None)
+        if other is not None:  # (one column read as, say, both the send time and the prompt length)
+            raise InputError(f"{flag}: column {shown(name)} is given to both {other} and {role}; one role per column")
         out[role] = name
     return out
 
