@@ -157,8 +157,10 @@ def _execute_local(tasks, workers: int, on_done, outputs=None):
 
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=worker_init,
                              initargs=(os.getpid(),)) as pool:
-        futs = {pool.submit(run_point, data, out, outputs): key for key, data, out in tasks}
+        futs = {}
         try:
+            for key, data, out in tasks:
+                futs[pool.submit(run_point, data, out, outputs)] = key
             for fut in as_completed(futs):
                 try:
                     row = fut.result()
@@ -167,8 +169,22 @@ def _execute_local(tasks, workers: int, on_done, outputs=None):
                            "failed": "run"}
                 on_done(futs[fut], row)
         except BaseException:  # Ctrl-C: drop the queued points; finished ones stay for a resume
-            pool.shutdown(wait=False, cancel_futures=True)
+            _stop(pool, futs)
             raise
+
+
+def _stop(pool, futs) -> None:
+    """Stop a pool at once (Ctrl-C): cancel every point not started and end the workers, whose
+    points in progress leave only ``.tmp-*`` folders (a run folder appears whole or not at all).
+    ``shutdown(cancel_futures=True)`` alone cancelled nothing on Python 3.11, and the exit then
+    waited for the workers to run every queued point: a sweep went on to its end after Ctrl-C."""
+    for fut in futs:
+        fut.cancel()
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            proc.terminate()
 
 
 def _execute_ray(tasks, address: str | None, workers: int | None, on_done, outputs=None):
