@@ -573,3 +573,29 @@ def test_free_gpus_have_no_next_cheaper_and_an_empty_space_writes_no_results(tmp
     out = capsys.readouterr().out
     assert not (tmp_path / "none" / "results.csv").exists()
     assert out.rstrip().endswith(f"wrote {tmp_path / 'none' / 'plan.json'}")
+
+
+def test_report_on_a_plan_stopped_before_its_answer_says_so(tmp_path, capsys, monkeypatch):
+    """plan.json is rewritten after each shape; a plan stopped then (Ctrl-C, a kill) left one whose
+    ranking so far the report showed as the answer (a capacity estimated from one unit's, with
+    millions of % headroom). Until its last write it says in_progress, the report refuses it, and
+    the same plan run again resumes and answers."""
+    from servesim.cli.main import main
+    from servesim.studies.plan import Planner
+
+    real = Planner.write
+
+    def ctrl_c_after_the_first_shape(self, *a, **k):
+        real(self, *a, **k)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Planner, "write", ctrl_c_after_the_first_shape)
+    kw = dict(seeds=1, pd_ratios=(), policies=("continuous",))
+    with pytest.raises(KeyboardInterrupt):
+        _plan(tmp_path, **kw)
+    assert json.loads((tmp_path / "plan" / "plan.json").read_text())["in_progress"] is True
+    assert main(["report", str(tmp_path / "plan")]) == 2
+    assert "holds a plan that stopped before its answer" in capsys.readouterr().err
+    monkeypatch.undo()
+    doc = _plan(tmp_path, **kw)
+    assert "answer" in doc and "in_progress" not in json.loads((tmp_path / "plan" / "plan.json").read_text())

@@ -45,6 +45,9 @@ def read_plan(folder: str | Path) -> dict:
     lacks = [k for k in ("kind", "candidates", "rate_rps", "slo", "ranking") if k not in doc]
     if lacks or doc.get("kind") != "plan":
         raise InputError(f"{p}: no {', '.join(lacks) or 'kind: plan'}: not a plan servesim wrote")
+    if doc.get("in_progress"):  # (rewritten after each shape: its ranking so far is no answer)
+        raise InputError(f"{folder} holds a plan that stopped before its answer ({PLAN_JSON} has the shapes "
+                         "searched so far); run the same servesim plan command again to resume it")
     # (an edited plan.json would otherwise fail deep in the report; the keys every plan has are there)
     check_fields(p, doc, _PLAN_TYPES, _PLAN_AGAIN)
     for i, c in enumerate(doc["candidates"]):

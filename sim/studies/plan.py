@@ -301,7 +301,9 @@ class Planner:
             d["headroom"] = c.capacity["estimate"] / self.opts.rate_rps - 1
         return d
 
-    def write(self, extra: dict | None = None) -> dict:
+    def write(self, extra: dict | None = None, done: bool = False) -> dict:
+        """plan.json; until the plan's last write (``done``) it says ``in_progress``: a plan
+        stopped before its answer is not one (``servesim report`` refuses it)."""
         feasible = self.ranked()
         doc = {
             "kind": "plan", "scenario": self.base.get("name"), "model": self.base.get("model"),
@@ -317,6 +319,8 @@ class Planner:
             "wall_s": time.monotonic() - self.t0,
         }
         doc.update(extra or {})
+        if not done:
+            doc["in_progress"] = True
         tmp = self.out / (PLAN_JSON + ".tmp")
         tmp.write_text(json_text(doc, indent=1, default=_json_default))
         os.replace(tmp, self.out / PLAN_JSON)
@@ -559,5 +563,5 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
                                       "fleet": win.shape.fleet(win.units - 1), "meets": run["meets"],
                                       "why": _reasons(run), "run": run}
         tick()
-    doc = pl.write(extra)
+    doc = pl.write(extra, done=True)
     return PlanResult(doc, out)
