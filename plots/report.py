@@ -106,6 +106,12 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
             raise InputError(f"servesim report: {path} holds a capacity search that stopped before its answer "
                              f"({unfinished[0].name} has its probes so far); run the same servesim capacity "
                              "command again to resume it")
+        kind = read_study_meta(path / "sweep.json").get("kind")
+        if kind:  # (a study's sweep.json is written first: it stopped before its results.csv)
+            so_far = " (seeds.csv has its runs so far)" if (path / "seeds.csv").is_file() else ""
+            what = "capacity search" if kind == "capacity" else kind
+            raise InputError(f"servesim report: {path} holds a {what} that stopped before its results.csv{so_far}; "
+                             f"run the same servesim {kind} command again to resume it")
         raise InputError(f"servesim report: {path} has neither summary.json (a run) nor results.csv "
                          "(a sweep, capacity or compare folder)")
     meta = read_study_meta(path / "sweep.json")

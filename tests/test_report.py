@@ -113,6 +113,34 @@ def test_report_bad_folder_exits_2(tmp_path, capsys):
     assert "holds a capacity search that stopped before its answer (results-seed0.csv" in capsys.readouterr().err
 
 
+def test_report_on_a_study_stopped_before_its_results_says_so(tmp_path, capsys, monkeypatch):
+    """A sweep over seeds keeps its runs in seeds.csv and writes results.csv at its end: stopped
+    before (Ctrl-C, a kill), its folder has sweep.json, seeds.csv and runs/. The report said it had
+    'neither summary.json (a run) nor results.csv (a sweep, capacity or compare folder)'; it says
+    the sweep stopped and that the same command resumes it."""
+    import servesim.studies.executors as ex
+
+    real, calls = ex.run_point, []
+
+    def interrupted_on_the_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(ex, "run_point", interrupted_on_the_third)
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({**copy.deepcopy(BASE), "workload": {**BASE["workload"], "num_requests": 10}}))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=2,4", "--seeds", "2", "--out", str(out),
+                 "--workers", "1", "--quiet"]) == 130
+    assert not (out / "results.csv").exists() and (out / "seeds.csv").is_file()
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    assert (f"{out} holds a sweep that stopped before its results.csv (seeds.csv has its runs so far); run the same "
+            "servesim sweep command again to resume it") in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name,body,message", [
     ("summary.json", "{bad", "malformed JSON"),
     ("summary.json", "[]", "must be a JSON object"),
