@@ -406,3 +406,23 @@ def test_ctrl_c_with_worker_processes_stops_the_queued_points(tmp_path, monkeypa
         executors_mod.run_tasks(tasks, ctrl_c, "local", 2)
     time.sleep(1.0)  # (without the fix, the workers went on: 2 points every 0.2 s)
     assert len(list(tmp_path.iterdir())) <= 4
+
+
+def test_a_file_in_place_of_a_run_folder_is_removed_and_the_point_runs_again(tmp_path, monkeypatch, capsys):
+    """runs/<hash> that is a file (or a link) is damaged as an unreadable summary.json is: the
+    note said the point ran again, but only folders were removed, and the point then failed
+    ('exists and is not a folder', exit 3)."""
+    sc, out = scenario_file(tmp_path), tmp_path / "sw"
+    argv = ["sweep", sc, "--grid", "workload.arrival.rate_rps=2,4", "--out", str(out), "--workers", "1", "--quiet"]
+    assert main(argv) == 0
+    run = out / read_results(out / "results.csv")[0]["dir"]
+    import shutil
+
+    shutil.rmtree(run)
+    run.write_text("x")
+    calls = count_runs(monkeypatch)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert len(calls) == 1 and "is damaged, running the point again" in capsys.readouterr().err
+    assert all(r["status"] == "ok" for r in read_results(out / "results.csv"))
+    assert (run / "summary.json").is_file()

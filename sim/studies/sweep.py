@@ -60,14 +60,14 @@ def finished_row(out_dir: Path, data: dict, outputs: tuple | None = None) -> dic
         verify_run(out_dir, summary)
     except InputError as e:
         print(f"servesim: {out_dir} is damaged, running the point again: {one_line(e, 300)}", file=sys.stderr)
-        shutil.rmtree(out_dir, ignore_errors=True)
+        _remove(out_dir)
         return None
     missing = [f for f in study_file_names(STUDY_OUTPUTS if outputs is None else outputs)
                if not (out_dir / f).is_file()]
     if missing:
         print(f"servesim: {out_dir} lacks {', '.join(missing)} (an earlier run wrote fewer files), running the "
               "point again", file=sys.stderr)
-        shutil.rmtree(out_dir, ignore_errors=True)
+        _remove(out_dir)
         return None
     try:
         row = flatten_summary(summary)
@@ -76,10 +76,19 @@ def finished_row(out_dir: Path, data: dict, outputs: tuple | None = None) -> dic
         # distribution and the workload's figures, which an edit may have removed)
         print(f"servesim: {out_dir} is damaged, running the point again: its summary.json lacks what results.csv "
               f"takes from it ({type(e).__name__}: {one_line(e, 120)})", file=sys.stderr)
-        shutil.rmtree(out_dir, ignore_errors=True)
+        _remove(out_dir)
         return None
     row["num_gpus"] = num_gpus(data)
     return {"status": "ok", "error": "", **row}
+
+
+def _remove(path: Path) -> None:
+    """Remove a damaged run folder, or a file or link in its place (rmtree leaves those, and the
+    point said to run again then failed: its folder 'exists and is not a folder')."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def remove_stale(runs: Path) -> int:
