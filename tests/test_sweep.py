@@ -426,3 +426,18 @@ def test_a_file_in_place_of_a_run_folder_is_removed_and_the_point_runs_again(tmp
     assert len(calls) == 1 and "is damaged, running the point again" in capsys.readouterr().err
     assert all(r["status"] == "ok" for r in read_results(out / "results.csv"))
     assert (run / "summary.json").is_file()
+
+
+def test_a_one_seed_study_into_a_folder_of_one_over_seeds_drops_its_seeds_csv(tmp_path):
+    """compare --seeds 3, then --seeds 1 (here at another rate) into the same --out: the old
+    seeds.csv stayed, and the new report paired the configurations by seed from it ('over 3
+    seeds: no significant difference', runs of the other rate)."""
+    from servesim.plots.report import load_folder
+
+    sc, out = scenario_file(tmp_path), tmp_path / "cmp"
+    argv = ["compare", sc, "--variant", "a", "policy.max_num_seqs=8", "--variant", "b", "policy.max_num_seqs=64",
+            "--out", str(out), "--workers", "1", "--quiet", "--no-report"]
+    assert main([*argv, "--seeds", "2"]) == 0 and (out / "seeds.csv").is_file()
+    assert main([*argv, "--seeds", "1", "--set", "workload.arrival.rate_rps=30"]) == 0
+    assert not (out / "seeds.csv").exists()
+    assert load_folder(out)["seed_rows"] == []

@@ -179,6 +179,9 @@ def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds
     exactly ``execute``. Returns (ran, skipped) counted in runs."""
     check_seed_count(seeds)
     if seeds == 1:
+        # (a seeds.csv an earlier run over seeds left in the folder is not this study's runs: the
+        # report paired its configurations by seed from it)
+        (out_dir / SEEDS).unlink(missing_ok=True)
         ran, skipped = execute(points, out_dir, ex.executor, ex.workers, ex.address, ex.progress, desc,
                                outputs=ex.outputs)
         _refuse_if_all_refused(points, desc, out_dir / RESULTS)
