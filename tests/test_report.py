@@ -772,3 +772,20 @@ def test_a_replica_where_nothing_waited_says_so(tmp_path):
     assert main(["report", str(out)]) == 0
     md = (out / "report.md").read_text()
     assert "no request waiting" in md and "up to 0 requests" not in md
+
+
+def test_report_on_a_plan_folder_a_sweep_ran_into_reports_the_sweep(tmp_path, capsys, monkeypatch):
+    """A study run into a plan's --out replaces its results.csv and sweep.json but leaves plan.json:
+    the report went by plan.json and showed the old plan (or called the folder damaged), not what
+    the folder holds now; it goes by the kind in sweep.json."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({**copy.deepcopy(BASE), "workload": {**BASE["workload"], "num_requests": 10}}))
+    out = tmp_path / "plan-out"
+    out.mkdir()
+    (out / "plan.json").write_text(json.dumps({"kind": "plan", "candidates": [], "rate_rps": 1, "slo": "x"}))
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=2,4", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    built = []
+    monkeypatch.setattr("servesim.plots.report.build_report", lambda path, progress=True: built.append(path) or path)
+    assert main(["report", str(out), "--quiet"]) == 0
+    assert built == [out]  # (the study report, not the plan's)

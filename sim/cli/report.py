@@ -21,8 +21,11 @@ def cmd_report(args) -> int:
         raise InputError(f"servesim report: {args.dir!r} {what}; give the --out folder of servesim run, sweep, "
                          "capacity, compare or plan")
     from servesim.outputs.plandoc import PLAN_JSON
+    from servesim.outputs.rundir import read_study_meta
 
-    if (path / PLAN_JSON).is_file():
+    # (the study that last wrote the folder, by its sweep.json: a sweep, capacity search or comparison
+    # run into a plan's folder leaves its plan.json, which is not what the folder now holds)
+    if (path / PLAN_JSON).is_file() and read_study_meta(path / "sweep.json").get("kind", "plan") == "plan":
         from servesim.plots.plan_report import build_plan_report
 
         try:
