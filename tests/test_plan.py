@@ -599,3 +599,24 @@ def test_report_on_a_plan_stopped_before_its_answer_says_so(tmp_path, capsys, mo
     monkeypatch.undo()
     doc = _plan(tmp_path, **kw)
     assert "answer" in doc and "in_progress" not in json.loads((tmp_path / "plan" / "plan.json").read_text())
+
+
+def test_a_plan_into_a_folder_another_study_is_writing_is_refused_at_once(tmp_path):
+    """The plan took the folder's lock only around each batch of runs: beside another study it
+    wrote sweep.json and plan.json, marked each shape it reached an 'error' (the lock's message)
+    and answered from the rest, exit 0. It holds the lock throughout: refused before writing."""
+    import fcntl
+    import os
+
+    from servesim.studies.lock import LOCK_FILE
+
+    out = tmp_path / "plan"
+    out.mkdir()
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT)  # (another study's: flock is per open file)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(InputError, match="another servesim study is writing in this folder"):
+            _plan(tmp_path, seeds=1, pd_ratios=(), policies=("continuous",))
+    finally:
+        os.close(fd)
+    assert not (out / "plan.json").exists() and not (out / "sweep.json").exists()

@@ -441,3 +441,25 @@ def test_a_one_seed_study_into_a_folder_of_one_over_seeds_drops_its_seeds_csv(tm
     assert main([*argv, "--seeds", "1", "--set", "workload.arrival.rate_rps=30"]) == 0
     assert not (out / "seeds.csv").exists()
     assert load_folder(out)["seed_rows"] == []
+
+
+def test_a_comparison_into_a_folder_another_study_is_writing_leaves_its_sweep_json(tmp_path, capsys):
+    """compare wrote sweep.json before it took the folder's lock: refused (exit 2), it had already
+    replaced the running study's record of what it runs."""
+    import fcntl
+    import os
+
+    from servesim.studies.lock import LOCK_FILE
+
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "sweep.json").write_text('{"kind": "sweep"}\n')
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT)  # (another study's: flock is per open file)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert main(["compare", scenario_file(tmp_path), "--variant", "a", "policy.max_num_seqs=8", "--out", str(out),
+                     "--workers", "1", "--quiet", "--no-report"]) == 2
+    finally:
+        os.close(fd)
+    assert "another servesim study is writing in this folder" in capsys.readouterr().err
+    assert (out / "sweep.json").read_text() == '{"kind": "sweep"}\n'

@@ -19,6 +19,7 @@ from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, require_rate
 from servesim.studies.replicates import check_seed_count
+from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, execute_seeds, read_results, write_meta
 
 RATE_KEY = "workload.arrival.rate_rps"
@@ -212,8 +213,9 @@ def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = Execut
     meta = {"kind": "compare", "scenario": plan.scenario, "labels": [c[0] for c in plan.configs],
             "configurations": {lbl: ov for lbl, ov in plan.configs}, "rates": plan.rates,
             "set": plan.overrides, "notes": plan.notes, **({"seeds": plan.seeds} if plan.seeds > 1 else {})}
-    write_meta(out, meta)
-    execute_seeds(plan.points, out, ex, plan.seeds, desc="compare")
-    rows = read_results(out / RESULTS)
-    write_meta(out, {**meta, "warnings": study_warnings(rows)})  # what the results show: identical, failed, ...
+    with folder_lock(out, "compare"):  # (sweep.json too: a second comparison is refused before it writes)
+        write_meta(out, meta)
+        execute_seeds(plan.points, out, ex, plan.seeds, desc="compare")
+        rows = read_results(out / RESULTS)
+        write_meta(out, {**meta, "warnings": study_warnings(rows)})  # what the results show: identical, failed, ...
     return rows

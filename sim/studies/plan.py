@@ -51,6 +51,7 @@ from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
 from servesim.studies.points import load_base, make_points, require_rate
 from servesim.studies.replicates import check_seed_count, seeds_for
+from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RUNS, execute, write_meta, write_results
 
 RUN_S = 300.0  # seconds of arrivals at R in every run at R (unless --requests): tails need many requests
@@ -512,56 +513,61 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     if todo:  # (with none to run, a rate no unit can reach is answered without running anything)
         _check_memory(base, opts.rate_rps, max(n, n_rate))
     out.mkdir(parents=True, exist_ok=True)
-    write_meta(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
-                     "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
-    total = len(todo) + opts.verify_top + 1
-    step = 0
+    # held through every shape's runs (their batches take it too): a second study into the folder
+    # is refused at once, not left to fail the shapes it reaches, each an "error" of the plan
+    with folder_lock(out, "plan"):
+        write_meta(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
+                         "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
+        total = len(todo) + opts.verify_top + 1
+        step = 0
 
-    def tick(note=""):
-        nonlocal step
-        step += 1
-        if on_progress is not None:
-            on_progress(step, total, note)
+        def tick(note=""):
+            nonlocal step
+            step += 1
+            if on_progress is not None:
+                on_progress(step, total, note)
 
-    best = None
-    with study_session(ex):
-        for c in todo:
-            if best is not None and not opts.exhaustive and c.lower_bound > best.objective:
-                c.status = "dominated"
-                lb, top = objective_text(opts.objective, c.lower_bound), objective_text(opts.objective, best.objective)
-                c.reason = f"needs >= {c.min_units} unit(s) by the bound: {lb} > {top}, the best verified ({best.key})"
-            else:
-                try:
-                    pl.evaluate_shape(c)
-                except InputError as e:
-                    c.status, c.reason = "error", str(e)
-                if c.status == "feasible" and (best is None or (c.objective, c.key) < (best.objective, best.key)):
-                    best = c
-            pl.write()
-            tick(objective_text(opts.objective, best.objective) if best else "")
-        ranked = pl.ranked()
-        extra = {}
-        for c in ranked[:opts.verify_top]:
-            # probes of the runs' size: the probe at R is the verified run, so the capacity is >= R
-            ci = pl.capacity(c.shape, c.units, opts.rate_rps, out / "deploy" / f"{c.key}-x{c.units}", n_rate)
-            c.capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done, "too_short": ci.too_short}
-            pl.write()
+        best = None
+        with study_session(ex):
+            for c in todo:
+                if best is not None and not opts.exhaustive and c.lower_bound > best.objective:
+                    c.status = "dominated"
+                    lb = objective_text(opts.objective, c.lower_bound)
+                    top = objective_text(opts.objective, best.objective)
+                    c.reason = (f"needs >= {c.min_units} unit(s) by the bound: {lb} > {top}, the best verified "
+                                f"({best.key})")
+                else:
+                    try:
+                        pl.evaluate_shape(c)
+                    except InputError as e:
+                        c.status, c.reason = "error", str(e)
+                    if c.status == "feasible" and (best is None or (c.objective, c.key) < (best.objective, best.key)):
+                        best = c
+                pl.write()
+                tick(objective_text(opts.objective, best.objective) if best else "")
+            ranked = pl.ranked()
+            extra = {}
+            for c in ranked[:opts.verify_top]:
+                # probes of the runs' size: the probe at R is the verified run, so the capacity is >= R
+                ci = pl.capacity(c.shape, c.units, opts.rate_rps, out / "deploy" / f"{c.key}-x{c.units}", n_rate)
+                c.capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done, "too_short": ci.too_short}
+                pl.write()
+                tick()
+            # ranked again: the measured capacities replace the estimates that broke ties, and the
+            # answer, its runner-up and plan.json's ranking must be the same order
+            ranked = pl.ranked()
+            if ranked:
+                win = ranked[0]
+                extra["answer"] = {"key": win.key, "units": win.units, "label": win.shape.describe(win.units),
+                                   "fleet": win.shape.fleet(win.units), "objective": win.objective}
+                extra["runner_up"] = ranked[1].key if len(ranked) > 1 else None
+                extra["next_cheaper"] = pl.next_cheaper(win)
+                if win.units > 1:  # the answer's own shape one unit smaller: simulated, shown failing
+                    run = pl.verify(win, win.units - 1)
+                    extra["one_fewer"] = {"key": win.key, "units": win.units - 1,
+                                          "label": win.shape.describe(win.units - 1),
+                                          "fleet": win.shape.fleet(win.units - 1), "meets": run["meets"],
+                                          "why": _reasons(run), "run": run}
             tick()
-        # ranked again: the measured capacities replace the estimates that broke ties, and the
-        # answer, its runner-up and plan.json's ranking must be the same order
-        ranked = pl.ranked()
-        if ranked:
-            win = ranked[0]
-            extra["answer"] = {"key": win.key, "units": win.units, "label": win.shape.describe(win.units),
-                               "fleet": win.shape.fleet(win.units), "objective": win.objective}
-            extra["runner_up"] = ranked[1].key if len(ranked) > 1 else None
-            extra["next_cheaper"] = pl.next_cheaper(win)
-            if win.units > 1:  # the answer's own shape one unit smaller: simulated, shown failing
-                run = pl.verify(win, win.units - 1)
-                extra["one_fewer"] = {"key": win.key, "units": win.units - 1,
-                                      "label": win.shape.describe(win.units - 1),
-                                      "fleet": win.shape.fleet(win.units - 1), "meets": run["meets"],
-                                      "why": _reasons(run), "run": run}
-        tick()
-    doc = pl.write(extra, done=True)
-    return PlanResult(doc, out)
+        doc = pl.write(extra, done=True)
+        return PlanResult(doc, out)
