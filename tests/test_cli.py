@@ -610,3 +610,16 @@ def test_a_packaged_scenario_is_found_by_name_from_any_folder(tmp_path, monkeypa
     for missing in ("nothere.yaml", "x/scenarios/chat.yaml", "../chat.yaml"):
         assert main(["validate", missing]) == 2
         assert f"scenario {missing!r} does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("study", [["sweep", "--grid", "workload.arrival.rate_rps=2"],
+                                   ["capacity", "--slo", "ttft_p99=1"], ["compare", "--policies", "fcfs"],
+                                   ["plan", "--rate", "1", "--slo", "ttft_p99=1"]])
+def test_a_study_whose_out_is_a_file_says_so(tmp_path, capsys, study):
+    """A study's --out that is a file was 'cannot use 'x': File exists' (its mkdir's error); it
+    says, as run's does, that it exists and is not a folder."""
+    plain = tmp_path / "f.txt"
+    plain.write_text("x")
+    assert main([study[0], write(tmp_path, GOOD), *study[1:], "--out", str(plain), "--quiet"]) == 2
+    assert f"--out {plain}: exists and is not a folder; give a folder to write into" in capsys.readouterr().err
+    assert plain.read_text() == "x"

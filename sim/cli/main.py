@@ -550,6 +550,15 @@ def _check_not_empty(args) -> None:
                                 else ""))
 
 
+def _check_out_folder(args) -> None:
+    """An --out folder that is a file: refused naming it (a study's ``mkdir`` said only "cannot use
+    'x': File exists"). ``calibrate --out`` is a file."""
+    out = getattr(args, "out", None)
+    if getattr(args, "command", None) != "calibrate" and isinstance(out, str) and os.path.exists(out) \
+            and not os.path.isdir(out):
+        raise InputError(f"--out {out}: exists and is not a folder; give a folder to write into")
+
+
 def _beside_scenario_hint(message: str, scenario) -> str:
     """When a file the message says does not exist is a relative path that does exist beside the
     scenario file (relative paths are read from the current folder, as the docs say), say so."""
@@ -588,6 +597,7 @@ def main(argv=None) -> int:
     try:
         args = parse(argv)
         _check_not_empty(args)
+        _check_out_folder(args)
         _packaged_scenario(args)
         return args.func(args)
     except InputError as e:
