@@ -116,6 +116,10 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
                          "(a sweep, capacity or compare folder)")
     meta = read_study_meta(path / "sweep.json")
     kind = meta.get("kind", "sweep")
+    if kind == "capacity" and not (path / "capacity.json").is_file():  # (written at the search's end)
+        raise InputError(f"servesim report: {path} holds a capacity search that stopped before its answer "
+                         "(results.csv has the probes of the seeds it finished); run the same servesim capacity "
+                         "command again to resume it")
     rows = read_results(path / "results.csv")
     if kind == "capacity":  # a probe run again longer (too short to tell): the longer one decided
         rows = [r for r in rows if r.get("probe_rerun") not in (True, "True")]

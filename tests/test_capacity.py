@@ -507,3 +507,32 @@ def test_json_text_writes_non_finite_figures_as_null():
 
     doc = {"a": float("nan"), "b": [1.0, float("inf"), (float("-inf"), 2)], "c": {"d": 3}, "e": "x"}
     assert json.loads(json_text(doc)) == {"a": None, "b": [1.0, None, [None, 2]], "c": {"d": 3}, "e": "x"}
+
+
+def test_a_search_stopped_in_a_folder_of_an_earlier_one_leaves_no_answer_of_that_one(searched, tmp_path, capsys,
+                                                                                       monkeypatch):
+    """A search with another --slo into a finished search's --out, stopped (Ctrl-C) after its first
+    seed: the earlier search's capacity.json stayed beside the new probes, and the report gave its
+    answer ('Capacity: ... for ttft_p99=300ms') as the folder's, under the new SLO's figures. It is
+    removed when a search starts; the report says the search stopped before its answer."""
+    import shutil
+
+    import servesim.studies.capacity as capacity_mod
+
+    out = tmp_path / "cap"
+    shutil.copytree(searched, out)
+    real = capacity_mod.run_search
+
+    def ctrl_c_at_the_second_seed(*a, **k):
+        if k.get("seed") != 0:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(capacity_mod, "run_search", ctrl_c_at_the_second_seed)
+    sc = searched.parent / "s.yaml"
+    assert main(["capacity", str(sc), "--seeds", "2", "--slo", "ttft_p99=200ms", "--probe-requests", "40",
+                 "--tol", "0.09", "--out", str(out), "--workers", "1", "--quiet"]) == 130
+    assert not (out / "capacity.json").exists() and (out / "results.csv").is_file()
+    capsys.readouterr()
+    assert main(["report", str(out), "--quiet"]) == 2
+    assert "holds a capacity search that stopped before its answer" in capsys.readouterr().err

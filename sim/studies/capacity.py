@@ -543,6 +543,7 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
     folder = _Folder(out)
     with folder_lock(folder.path, "capacity"):  # held through every round of probes
         write_meta(folder.path, _meta(plan))
+        (folder.path / "capacity.json").unlink(missing_ok=True)  # (an earlier search's: not this one's answer)
         res = run_search(plan, folder.path, ex)
         (folder.path / "capacity.json").write_text(json_text(res.result, indent=2, default=str))
     folder.close()
@@ -612,6 +613,9 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
         limit = fixed if fixed is not None else max(seeds.max_seeds, seeds.min_seeds)
         write_meta(folder.path, _meta(plan, seeds=want if fixed is not None else None,
                                       ci_target=None if fixed is not None else seeds.target))
+        # (an earlier search's answer, another --slo perhaps: a search stopped before its own left it
+        # beside this one's probes, and the report showed it as this search's)
+        (folder.path / "capacity.json").unlink(missing_ok=True)
         done, error = [], None
         order = seeds_for(first, limit)  # (past the largest seed, from 0 on)
         iv = Interval(math.nan, math.nan, 0)
