@@ -620,3 +620,23 @@ def test_a_plan_into_a_folder_another_study_is_writing_is_refused_at_once(tmp_pa
     finally:
         os.close(fd)
     assert not (out / "plan.json").exists() and not (out / "sweep.json").exists()
+
+
+def test_a_plan_stopped_in_its_first_shape_leaves_no_answer_of_an_earlier_plan(tmp_path, monkeypatch):
+    """plan.json was first written after the first shape's searches: a plan stopped before then
+    (another --rate into a finished plan's --out) left the earlier plan's answer, which the report
+    showed as the folder's. It is written, in progress, when the plan starts."""
+    from servesim.studies.plan import Planner
+
+    out = tmp_path / "plan"
+    out.mkdir()
+    (out / "plan.json").write_text(json.dumps({"kind": "plan", "answer": {"key": "earlier"}}))
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Planner, "evaluate_shape", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        _plan(tmp_path, seeds=1, pd_ratios=(), policies=("continuous",))
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["in_progress"] is True and "answer" not in doc

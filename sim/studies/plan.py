@@ -518,6 +518,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     with folder_lock(out, "plan"):
         write_meta(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
                          "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
+        pl.write()  # (in progress: a plan.json an earlier plan left is not this one's answer)
         total = len(todo) + opts.verify_top + 1
         step = 0
 
