@@ -463,3 +463,25 @@ def test_a_comparison_into_a_folder_another_study_is_writing_leaves_its_sweep_js
         os.close(fd)
     assert "another servesim study is writing in this folder" in capsys.readouterr().err
     assert (out / "sweep.json").read_text() == '{"kind": "sweep"}\n'
+
+
+@pytest.mark.parametrize("seeds", ["1", "2"])
+def test_a_sweep_stopped_in_an_earlier_sweeps_folder_leaves_none_of_its_rows(tmp_path, monkeypatch, capsys, seeds):
+    """Another grid into a finished sweep's --out, stopped before its first point ended (one seed)
+    or before its end (over seeds, results.csv is written last): the earlier sweep's results.csv
+    stayed beside the new sweep.json (and seeds.csv), and the report read the two as one study.
+    One seed: results.csv lists the new points (pending) from the start; over seeds it is removed."""
+    sc, out = scenario_file(tmp_path), tmp_path / "sw"
+    tail = ["--out", str(out), "--workers", "1", "--quiet", "--seeds", seeds]
+    assert main(["sweep", sc, "--grid", "workload.arrival.rate_rps=2,4", *tail]) == 0
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(executors_mod, "run_point", ctrl_c)
+    assert main(["sweep", sc, "--grid", "policy.max_num_seqs=8,64", *tail]) == 130
+    if seeds == "1":
+        rows = read_results(out / "results.csv")
+        assert [(r["policy.max_num_seqs"], r["status"]) for r in rows] == [(8, "pending"), (64, "pending")]
+    else:
+        assert not (out / "results.csv").exists()

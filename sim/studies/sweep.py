@@ -142,6 +142,8 @@ def _execute(points, out_dir: Path, executor, workers, address, progress, desc, 
             unique.append((key, data, out))
     by_index = {p.index: p for p in points}
     out_of = {key: out for key, _, out in unique}
+    if unique:  # (now, not at the first point's end: until then the folder showed an earlier study's rows)
+        write_results(out_dir, points, results)
     last_write = [0.0]
     bar = None
     if progress and unique:
@@ -188,6 +190,9 @@ def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds
         return ran, skipped
     groups = replicate(points, seeds)
     runs = [q for g in groups for q in g]
+    # (results.csv is written at the end: an earlier study's stayed, and a stopped one's report read
+    # it beside this study's sweep.json and seeds.csv)
+    (out_dir / RESULTS).unlink(missing_ok=True)
     ran, skipped = execute(runs, out_dir, ex.executor, ex.workers, ex.address, ex.progress,
                            f"{desc} x {seeds} seeds", results=SEEDS, outputs=ex.outputs)
     for p, g in zip(points, groups):
