@@ -159,8 +159,9 @@ def _execute_local(tasks, workers: int, on_done, outputs=None):
                              initargs=(os.getpid(),)) as pool:
         futs = {}
         try:
-            for key, data, out in tasks:
-                futs[pool.submit(run_point, data, out, outputs)] = key
+            with _ctrl_c_held():  # (the first submit forks the workers)
+                for key, data, out in tasks:
+                    futs[pool.submit(run_point, data, out, outputs)] = key
             for fut in as_completed(futs):
                 try:
                     row = fut.result()
@@ -171,6 +172,27 @@ def _execute_local(tasks, workers: int, on_done, outputs=None):
         except BaseException:  # Ctrl-C: drop the queued points; finished ones stay for a resume
             _stop(pool, futs)
             raise
+
+
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """Hold Ctrl-C back for the block, then act on it: one that came while the pool forked its
+    workers was raised inside Python's at-fork hooks, which swallow exceptions ("Exception ignored
+    in: <function _releaseLock>"), and the study ran on to its end with exit 0."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
+    if held and callable(old):  # (the handler it had: Python's raises KeyboardInterrupt)
+        old(signal.SIGINT, held[0])
 
 
 def _stop(pool, futs) -> None:
