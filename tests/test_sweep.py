@@ -395,6 +395,7 @@ def test_ctrl_c_with_worker_processes_stops_the_queued_points(tmp_path, monkeypa
     """Ctrl-C with --workers 2: the points not started are dropped and the workers end. The pool's
     shutdown(cancel_futures=True) alone cancelled nothing (Python 3.11): the workers ran every
     queued point, and the process, having said 'interrupted', ran the whole sweep before exiting."""
+    import threading
     import time
 
     monkeypatch.setattr(executors_mod, "run_point", _slow_point)
@@ -405,6 +406,9 @@ def test_ctrl_c_with_worker_processes_stops_the_queued_points(tmp_path, monkeypa
 
     with pytest.raises(KeyboardInterrupt):
         executors_mod.run_tasks(tasks, ctrl_c, "local", 2)
+    # the pool's manager thread has ended: left running, it raced the interpreter's exit, which
+    # then printed "OSError: [Errno 9] Bad file descriptor" from concurrent.futures' exit hook
+    assert not [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread"]
     time.sleep(1.0)  # (without the fix, the workers went on: 2 points every 0.2 s)
     assert len(list(tmp_path.iterdir())) <= 4
 

@@ -202,11 +202,12 @@ def _stop(pool, futs) -> None:
     waited for the workers to run every queued point: a sweep went on to its end after Ctrl-C."""
     for fut in futs:
         fut.cancel()
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             proc.terminate()
+    # (its manager thread ends with the workers: joined here, not raced by the interpreter's exit,
+    # which printed "OSError: [Errno 9] Bad file descriptor" from concurrent.futures)
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _execute_ray(tasks, address: str | None, workers: int | None, on_done, outputs=None):
