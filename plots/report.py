@@ -37,7 +37,7 @@ from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, fo
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
 from servesim.outputs.progress import Phases  # noqa: E402
-from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_label, has_table,  # noqa: E402
+from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,  # noqa: E402
                                      read_capacity, read_results, read_scenario, read_study_meta)
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, fell_behind, gpu_counts,  # noqa: E402
                                        identical_labels, meets_slo, rank_key, ranked, rate_order, rate_text,
@@ -195,10 +195,6 @@ def _model_name(scenario: dict) -> str:
     return str(scenario.get("model", "?")).rstrip("/").split("/")[-1]
 
 
-def _gpu_name(scenario: dict) -> str:
-    return gpu_label((scenario.get("hardware") or {}).get("gpu", "?"))
-
-
 class Context:
     """What the figures and sentences of one report need to say what they show: model, GPU, rate,
     SLO, each group's GPU count and SLO verdict, identical groups, caveats."""
@@ -208,9 +204,10 @@ class Context:
         first = next(iter(runs.values()), None)
         sc = scenario
         self.model = _model_name(sc) if sc else "?"
-        self.gpu = _gpu_name(sc) if sc else "?"
-        if sc and deployment_gpus(sc).endswith(" GPUs"):  # (a P/D split's pools on different GPU types:
-            self.gpu = "GPUs"                            # the shape names each pool's)
+        types = gpu_types(sc) if sc else ["?"]
+        # (a P/D split's pools on different GPU types: "GPUs", the shape names each pool's)
+        self.mixed_gpus = len(types) > 1
+        self.gpu = "GPUs" if self.mixed_gpus else types[0]
         self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
         slo = (sc or {}).get("slo") or {}
         # the per-request SLO the runs' goodput and attainment count (a capacity search's limits differ)
@@ -275,7 +272,7 @@ class Context:
     def title(self, what: str, rate: bool = True, slo=None) -> str:
         """``slo``: (TTFT, TPOT) limits to name instead of the report's (the runs' own SLO)."""
         counts = {n for n in self.gpus.values() if n}
-        each = f"{next(iter(counts))}{' x' if self.gpu != 'GPUs' else ''} " if len(counts) == 1 else ""
+        each = f"{next(iter(counts))}{'' if self.mixed_gpus else ' x'} " if len(counts) == 1 else ""
         # (" each": one deployment per configuration compared; a capacity search's groups are its seeds)
         parts = [what, f"{self.model} on {each}{self.gpu}" + (f" ({self.shape})" if self.shape else "")
                  + (" each" if each and len(self.gpus) > 1 and self.kind != "capacity" else "")]

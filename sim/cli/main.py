@@ -253,10 +253,15 @@ def _naming(scenario_path, others=()):
         raise InputError(f"{where}: {e}") from None
 
 
+def _not_a_file(path: str, flag: str) -> None:
+    """An output folder given as the path of something that is no folder is refused naming it."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError(f"{flag} {path}: exists and is not a folder; give a folder to write into")
+
+
 def _writable_dir(path: str, flag: str) -> Path:
     p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise InputError(f"{flag} {path}: exists and is not a folder; give a folder to write into")
+    _not_a_file(path, flag)
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -554,9 +559,8 @@ def _check_out_folder(args) -> None:
     """An --out folder that is a file: refused naming it (a study's ``mkdir`` said only "cannot use
     'x': File exists"). ``calibrate --out`` is a file."""
     out = getattr(args, "out", None)
-    if getattr(args, "command", None) != "calibrate" and isinstance(out, str) and os.path.exists(out) \
-            and not os.path.isdir(out):
-        raise InputError(f"--out {out}: exists and is not a folder; give a folder to write into")
+    if getattr(args, "command", None) != "calibrate" and isinstance(out, str):
+        _not_a_file(out, "--out")
 
 
 def _beside_scenario_hint(message: str, scenario) -> str:

@@ -947,7 +947,7 @@ def default_scenario_path() -> Path:
 
 def packaged_scenarios() -> list[str]:
     """The packaged scenarios' names (``chat``, ``lessons/offline``, ``reproduce/sarathi-mistral7b``)."""
-    root = Path(str(resources.files("servesim.scenarios")))
+    root = default_scenario_path().parent
     return sorted(str(f.relative_to(root).with_suffix("")).replace(os.sep, "/") for f in root.rglob("*.yaml"))
 
 

@@ -553,13 +553,20 @@ def _pd_pools(data: dict) -> list[tuple[int, int, str]] | None:
              gpu_label((pol.get(k) or {}).get("gpu") or hw.get("gpu", "?"))) for k in ("prefill", "decode")]
 
 
+def gpu_types(data: dict) -> list[str]:
+    """The GPU types a resolved scenario runs on (``gpu_label``): one, or a P/D split's two when its
+    pools use different ones."""
+    pools = _pd_pools(data)
+    if pools and pools[0][2] != pools[1][2]:
+        return [pools[0][2], pools[1][2]]
+    return [gpu_label((data.get("hardware") or {}).get("gpu", "?"))]
+
+
 def deployment_gpus(data: dict) -> str:
     """The GPUs a resolved scenario runs on, for "MODEL on ...": "2 x h100-sxm"; a P/D split whose
     pools use different GPU types is "3 GPUs" (``deployment_shape`` names each pool's)."""
-    pools = _pd_pools(data)
-    if pools and len({g for _, _, g in pools}) > 1:
-        return f"{num_gpus(data)} GPUs"
-    return f"{num_gpus(data)} x {gpu_label((data.get('hardware') or {}).get('gpu', '?'))}"
+    types = gpu_types(data)
+    return f"{num_gpus(data)} x {types[0]}" if len(types) == 1 else f"{num_gpus(data)} GPUs"
 
 
 def deployment_shape(data: dict) -> str:
@@ -576,7 +583,7 @@ def deployment_shape(data: dict) -> str:
 
     pools = _pd_pools(data)
     if pools:
-        named = len({g for _, _, g in pools}) > 1
+        named = len(gpu_types(data)) > 1
         (pn, pt, pg), (dn, dt, dg) = pools
         return (f"P/D: {pn} x {pg + ' ' if named else ''}{par(pt)} prefill + "
                 f"{dn} x {dg + ' ' if named else ''}{par(dt)} decode")
