@@ -534,6 +534,14 @@ class _Folder:
             self.tmp.cleanup()
 
 
+def _begin(path: Path, meta: dict) -> None:
+    """Start a search in ``path``: its meta written, an earlier search's capacity.json removed (another
+    --slo perhaps: a search stopped before its own answer left it beside this one's probes, and the
+    report showed it as this search's)."""
+    write_meta(path, meta)
+    (path / "capacity.json").unlink(missing_ok=True)
+
+
 def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(), out: str | Path | None = None,
                   overrides=(), seed: int | None = None, ex: ExecutorOptions = ExecutorOptions()) -> CapacityResult:
     """The highest ``workload.arrival.rate_rps`` of the scenario file at which ``slo_text``
@@ -542,8 +550,7 @@ def find_capacity(scenario, slo_text: str, opts: CapacityOptions = CapacityOptio
     plan = prepare_search(scenario, slo_text, opts, overrides, seed)
     folder = _Folder(out)
     with folder_lock(folder.path, "capacity"):  # held through every round of probes
-        write_meta(folder.path, _meta(plan))
-        (folder.path / "capacity.json").unlink(missing_ok=True)  # (an earlier search's: not this one's answer)
+        _begin(folder.path, _meta(plan))
         res = run_search(plan, folder.path, ex)
         (folder.path / "capacity.json").write_text(json_text(res.result, indent=2, default=str))
     folder.close()
@@ -611,11 +618,8 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
         fixed = seeds.seeds
         want = fixed if fixed is not None else seeds.min_seeds
         limit = fixed if fixed is not None else max(seeds.max_seeds, seeds.min_seeds)
-        write_meta(folder.path, _meta(plan, seeds=want if fixed is not None else None,
-                                      ci_target=None if fixed is not None else seeds.target))
-        # (an earlier search's answer, another --slo perhaps: a search stopped before its own left it
-        # beside this one's probes, and the report showed it as this search's)
-        (folder.path / "capacity.json").unlink(missing_ok=True)
+        _begin(folder.path, _meta(plan, seeds=want if fixed is not None else None,
+                                  ci_target=None if fixed is not None else seeds.target))
         done, error = [], None
         order = seeds_for(first, limit)  # (past the largest seed, from 0 on)
         iv = Interval(math.nan, math.nan, 0)
