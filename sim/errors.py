@@ -16,6 +16,12 @@ class InputError(Exception):
     """
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, a job scheduler, ``kill``) raised where the process was, as Ctrl-C is: a
+    KeyboardInterrupt, so every clean-up that Ctrl-C gets (a study's workers stopped, its finished runs
+    kept) runs for it too; ``servesim`` then says so and exits 143, as a process killed by it would."""
+
+
 MAX_SHOWN = 80  # characters of an input value a message quotes
 # characters of a file or folder path a message quotes: paths run longer than values (deep project
 # folders, temporary folders), and a path cut short no longer leads back to the file

@@ -464,6 +464,43 @@ def test_ctrl_c_in_a_sweep_keeps_the_finished_runs_and_says_how_to_resume(tmp_pa
     assert capsys.readouterr().err.strip() == "servesim: interrupted"
 
 
+def _terminated(argv, wait_for, tmp_path, delay_s=0.3):
+    """``servesim ARGV`` in a child process, sent SIGTERM ``delay_s`` after ``wait_for`` exists (the
+    process is then past its imports, where the signal still has its default action): (exit status,
+    stderr)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "servesim", *argv], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not wait_for.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def test_sigterm_stops_a_study_with_a_message_and_its_finished_runs_kept(tmp_path):
+    """SIGTERM (``timeout``, a job scheduler) had its default action: the process ended at once,
+    exit 143 and not a word, the study's note that the same command resumes it never printed. It
+    now ends as Ctrl-C does (workers stopped, finished runs kept), says so, and exits 143; the same
+    command then reuses the runs that finished."""
+    sc = write(tmp_path, GOOD.replace("num_requests: 60", "num_requests: 20000"))  # (a few seconds a point)
+    out = tmp_path / "sw"
+    argv = ["sweep", sc, "--grid", "workload.arrival.rate_rps=2,3,4,5,6,7", "--out", str(out), "--workers", "2",
+            "--quiet"]
+    rc, err = _terminated(argv, out / "runs", tmp_path)
+    assert rc == 143, err
+    assert err.strip() == (f"servesim: terminated (SIGTERM); the runs that finished are kept in {str(out)!r}: the "
+                           "same command reuses them and runs the rest")
+    assert "Traceback" not in err
+    sc = write(tmp_path, GOOD.replace("num_requests: 60", "num_requests: 500000"), "long.yaml")
+    rc, err = _terminated(["run", sc, "--out", str(tmp_path / "o")], Path(sc), tmp_path, delay_s=2.0)
+    assert (rc, err.strip()) == (143, "servesim: terminated (SIGTERM)")
+
+
 def test_validate_names_a_gpu_figure_likely_in_another_unit(tmp_path, capsys):
     """A GPU YAML with its bandwidth in GB/s-as-bytes/s (1000x low) passes the schema's wide
     bounds: validate says its FLOP per byte lies far outside real accelerators'; the same GPU

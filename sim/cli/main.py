@@ -11,7 +11,7 @@ from pathlib import Path
 
 from servesim.cli.parser import parse
 from servesim.core.decisions import format_decisions
-from servesim.errors import InputError, one_line, shown_path
+from servesim.errors import InputError, Terminated, one_line, shown_path
 from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute_share
 from servesim.outputs.intervals import PM, Interval, format_interval, seeds_text
 from servesim.outputs.profile import format_profile
@@ -595,7 +595,35 @@ def _interrupted_text(args) -> str:
     return "interrupted"
 
 
+@contextlib.contextmanager
+def _sigterm_raises():
+    """SIGTERM raises ``Terminated`` for the block (main thread only, and only where it still has
+    the default action, which killed the process at once: a study stopped by ``timeout`` said
+    nothing, exit 143, and left its folder without the note that the same command resumes it)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv=None) -> int:
+    with _sigterm_raises():
+        return _main(argv)
+
+
+def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = None
     try:
@@ -608,6 +636,10 @@ def main(argv=None) -> int:
         text = str(e) + _beside_scenario_hint(str(e), getattr(args, "scenario", None))
         print(f"servesim: error: {one_line(text)}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"servesim: {_interrupted_text(args).replace('interrupted', 'terminated (SIGTERM)', 1)}",
+              file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"servesim: {_interrupted_text(args)}", file=sys.stderr)
         return 130

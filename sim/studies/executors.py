@@ -85,7 +85,12 @@ def worker_init(parent_pid: int) -> None:
     """In each local worker process: die with the parent. A killed sweep must not leave workers
     simulating for minutes (and writing into its folder): Linux's PR_SET_PDEATHSIG sends the
     worker SIGKILL when its parent dies; elsewhere (or if that fails) a thread polls the parent's
-    pid. Also closes the parent's folder lock, so that only the parent holds it."""
+    pid. Also closes the parent's folder lock, so that only the parent holds it, and gives SIGTERM
+    back its default action (the parent ``servesim`` raises on it; a worker must simply end when
+    the parent stops the pool)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for fd in list(INHERITED_FDS):
         try:
             os.close(fd)
@@ -186,13 +191,20 @@ def _ctrl_c_held():
         yield
         return
     held: list = []
-    old = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    old = signal.signal(signal.SIGINT, lambda signum, frame: held.append((signum, frame)))
+    old_term = signal.signal(signal.SIGTERM, lambda signum, frame: held.append((signum, frame)))  # (servesim's)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
-    if held and callable(old):  # (the handler it had: Python's raises KeyboardInterrupt)
-        old(signal.SIGINT, held[0])
+        signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
+    if held:  # (the handlers it had: Python's raises KeyboardInterrupt, servesim's Terminated)
+        signum, frame = held[0]
+        handler = old if signum == signal.SIGINT else old_term
+        if callable(handler):
+            handler(signum, frame)
+        elif handler == signal.SIG_DFL:  # (SIGTERM's default: end the process, as it would have)
+            os.kill(os.getpid(), signum)
 
 
 def _stop(pool, futs) -> None:
