@@ -118,11 +118,15 @@ class ContinuousPolicy:
         # chunk is admitted alone).
         worst = prompt_tokens + max_tokens - 1
         if not self.chunked and worst > self.max_num_batched_tokens:
+            # (a plug-in subclass is chunked by its own class attribute: policy.name=chunked_prefill
+            # would replace it with the packaged policy)
+            fix = "policy.name=chunked_prefill" if type(self) is ContinuousPolicy else \
+                f"chunked = True in {type(self).__name__} (servesim's chunked prefill)"
             # (one text whether the prompt alone fits or not: the summary groups rejections by it)
             return (f"prompt + output - 1 = {worst} tokens exceeds policy.max_num_batched_tokens="
                     f"{self.max_num_batched_tokens} (whole-prompt admission runs the prompt, and after a preemption "
                     "its recompute with the output so far, in one prefill within the budget, and when it arrives "
-                    "no preemption can be ruled out; use policy.name=chunked_prefill or a larger budget)")
+                    f"no preemption can be ruled out; use {fix} or a larger budget)")
         if self.reserve == "max" and self.max_output_tokens is not None and max_tokens > self.max_output_tokens:
             return (f"output of {max_tokens} tokens exceeds policy.max_output_tokens={self.max_output_tokens} "
                     f"(what policy.reserve=max reserves per request)")

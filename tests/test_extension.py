@@ -132,7 +132,12 @@ def test_a_continuous_subclass_schedules_whole_prompts_unless_its_chunked_field_
     kw = {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 256}
     packaged = simulate(make_scenario(**kw))
     assert packaged.summary["rejected"] == 0
-    assert simulate(make_scenario(**{**kw, "policy.name": f"{__name__}:PlainContinuous"})).summary["rejected"] > 0
+    plain = simulate(make_scenario(**{**kw, "policy.name": f"{__name__}:PlainContinuous"}))
+    assert plain.summary["rejected"] > 0
+    # (its fix is the class's field: policy.name=chunked_prefill would drop the plug-in)
+    reasons = set(plain.requests["reason"][plain.requests["status"] == "rejected"])
+    assert reasons and all("use chunked = True in PlainContinuous (servesim's chunked prefill) or a larger budget"
+                           in r for r in reasons)
     plug = simulate(make_scenario(**{**kw, "policy.name": f"{__name__}:PlainChunked"}))
     for col in ("first_token_s", "finish_s", "status"):
         assert np.array_equal(plug.requests[col], packaged.requests[col]), col
