@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 import stat
 import types
@@ -367,11 +368,29 @@ def _text_number(value: str, path: str, meta: dict, what: str) -> None:
     raise InputError(f"{path} must be {plain}, got the text {shown(value)} (write it without quotes)")
 
 
+def _plain_scalar(value):
+    """A numpy scalar as the Python int, float or str it holds. Scenario data built in Python
+    holds them (a loop over ``np.arange(...)`` gives ``np.int64``): refused, they read "seed must
+    be an integer, got np.int64(3)"; kept, a scenario's YAML could not be written."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, str):  # (np.str_)
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if type(value).__name__ == "bool" and type(value).__module__ == "numpy":  # (np.bool_ is no Integral)
+        return bool(value)
+    return value
+
+
 def _convert(tp, value, path, meta=_NO_BOUNDS):
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
         return value
+    value = _plain_scalar(value)
     if origin is Union or origin is types.UnionType:
         non_none = [a for a in args if a is not type(None)]
         if value is None and type(None) in args:

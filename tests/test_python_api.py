@@ -1,0 +1,33 @@
+"""The Python API as a notebook uses it: values computed with numpy, scenarios changed after loading,
+packaged scenarios by name, results shown and figures drawn next to the user's own."""
+
+import numpy as np
+import pytest
+
+import servesim
+from servesim.inputs.scenario import scenario_to_yaml
+
+
+def test_numpy_numbers_are_taken_as_the_numbers_they_hold():
+    # (a loop over np.arange gives np.int64: it was refused as "seed must be an integer, got np.int64(3)",
+    # and a rate of np.int64(4) as "must be a number")
+    sc = servesim.load_scenario(None, seed=np.int64(3))
+    assert sc.seed == 3 and type(sc.seed) is int
+    data = sc.to_dict()
+    data["workload"]["num_requests"] = np.int64(20)
+    data["workload"]["arrival"]["rate_rps"] = np.int64(4)
+    data["memory"]["gpu_memory_utilization"] = np.float32(0.5)
+    data["policy"]["prefix_caching"] = np.bool_(True)
+    data["hardware"]["gpu"] = np.str_("a100-80g")
+    s2 = servesim.scenario_from_dict(data)
+    assert (s2.workload.num_requests, s2.workload.arrival.rate_rps, s2.hardware.gpu) == (20, 4.0, "a100-80g")
+    assert type(s2.workload.arrival.rate_rps) is float and s2.policy.prefix_caching is True
+    assert type(s2.memory.gpu_memory_utilization) is float
+    assert "num_requests: 20" in scenario_to_yaml(s2)  # plain values: the scenario's YAML can be written
+    assert servesim.simulate(s2).summary["completed"] == 20
+    # a numpy value is checked as the plain one is
+    data["workload"]["num_requests"] = np.float64(2.5)
+    with pytest.raises(servesim.InputError, match="workload.num_requests must be an integer"):
+        servesim.scenario_from_dict(data)
+    with pytest.raises(servesim.InputError, match="seed must be >= 0"):
+        servesim.load_scenario(None, seed=np.int64(-1))
