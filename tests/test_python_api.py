@@ -31,3 +31,22 @@ def test_numpy_numbers_are_taken_as_the_numbers_they_hold():
         servesim.scenario_from_dict(data)
     with pytest.raises(servesim.InputError, match="seed must be >= 0"):
         servesim.load_scenario(None, seed=np.int64(-1))
+
+
+def test_packaged_scenarios_load_by_name_from_any_folder(tmp_path, monkeypatch):
+    # (the command line found them after pip install; load_scenario and the studies said
+    # "scenario 'scenarios/chat.yaml' does not exist" outside a checkout)
+    from servesim.studies.points import load_base
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("chat", "chat.yaml", "scenarios/chat.yaml"):
+        assert servesim.load_scenario(name).name == "chat-llama3-8b-h100"
+    assert servesim.load_scenario("lessons/offline", ["workload.num_requests=5"]).workload.num_requests == 5
+    assert load_base("scenarios/default.yaml", ["seed=4"], None)[0]["seed"] == 4
+    with pytest.raises(servesim.InputError, match=r"'chta' does not exist.*did you mean 'chat'"):
+        servesim.load_scenario("chta")
+    with pytest.raises(servesim.InputError, match="'nope/chat.yaml' does not exist"):
+        servesim.load_scenario("nope/chat.yaml")
+    # a file of that name here comes first
+    (tmp_path / "chat.yaml").write_text(scenario_to_yaml(servesim.load_scenario(None, ["name=mine"])))
+    assert servesim.load_scenario("chat.yaml").name == "mine"

@@ -523,7 +523,7 @@ def _packaged_scenario(args) -> None:
     ``scenarios/chat.yaml`` outside a checkout, ``lessons/offline``) is that packaged file, said
     on stderr (unless --quiet): the docs' commands work from any folder once servesim is
     installed. A bare name that is neither is refused with the packaged names."""
-    from servesim.inputs.scenario import packaged_scenario, packaged_scenarios
+    from servesim.inputs.scenario import packaged_scenario, scenario_file
 
     given = getattr(args, "scenario", None)
     if not isinstance(given, str) or not given.strip() or os.path.lexists(given):
@@ -533,14 +533,12 @@ def _packaged_scenario(args) -> None:
         args.scenario = str(path)
         if not getattr(args, "quiet", False):
             print(f"scenario {given!r}: no such file here; the packaged one ({path})", file=sys.stderr)
-    elif "/" not in given and os.sep not in given and not given.endswith((".yaml", ".yml")):
-        from servesim.errors import did_you_mean
+    else:
         from servesim.inputs.overrides import check_overrides
 
         # (`--set key value` makes argparse take the value as the scenario: that is named first)
         check_overrides(getattr(args, "set", None) or [])
-        raise InputError(f"scenario {given!r} does not exist: no such file here, and no packaged scenario of that "
-                         f"name{did_you_mean(given, packaged_scenarios())}")
+        scenario_file(given)  # a bare name that is no packaged one: refused with their names
 
 
 def _check_not_empty(args) -> None:

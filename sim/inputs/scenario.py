@@ -968,8 +968,27 @@ def packaged_scenario(name: str) -> Path | None:
     return default_scenario_path().parent / (stem + ".yaml") if stem in packaged_scenarios() else None
 
 
+def scenario_file(path: str | Path) -> Path:
+    """The file a scenario path given from Python means: the path when something is there, else
+    the packaged scenario of that name as the command line finds it (``chat``, ``lessons/offline``,
+    the docs' ``scenarios/chat.yaml`` outside a checkout: ``packaged_scenario``). A bare name that
+    is neither is refused with the packaged names; any other path is returned for its reader's
+    "does not exist"."""
+    if os.path.lexists(path):
+        return Path(path)
+    packaged = packaged_scenario(str(path))
+    if packaged is not None:
+        return packaged
+    given = str(path)
+    if given.strip() and "/" not in given and os.sep not in given and not given.endswith((".yaml", ".yml")):
+        raise InputError(f"scenario {given!r} does not exist: no such file here, and no packaged scenario of that "
+                         f"name{did_you_mean(given, packaged_scenarios())}")
+    return Path(path)
+
+
 def load_scenario(path: str | Path | None = None, overrides: list[str] = (), seed: int | None = None) -> Scenario:
-    """Read, override and validate a scenario file (the packaged default when ``path`` is None).
+    """Read, override and validate a scenario file (the packaged default when ``path`` is None; a
+    packaged scenario's name, ``chat`` or ``scenarios/chat.yaml``, from any folder: ``scenario_file``).
     ``overrides``: a list of ``"dotted.key=value"`` strings (as ``--set`` takes them)."""
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"load_scenario(path): a file path (str or pathlib.Path) or None for the packaged "
@@ -981,7 +1000,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = (), see
         raise TypeError(f"load_scenario(overrides=...): a list of 'dotted.key=value' strings, got {given!r:.80}"
                         + (" (one override: put it in a list)" if isinstance(given, str) else ""))
     check_overrides(overrides)
-    path = default_scenario_path() if path is None else Path(path)
+    path = default_scenario_path() if path is None else scenario_file(path)
     data = apply_overrides(read_yaml(path), overrides)
     data.pop("sweep", None)  # a sweep: {grid: ...} block is read by servesim sweep (sim/studies/sweep.py)
     if seed is not None:

@@ -100,10 +100,11 @@ def load_base(path, overrides, seed) -> tuple[dict, dict]:
     """(scenario data with --set/--seed applied and the sweep block removed, the sweep grid).
     ``path``: a scenario file (None: the packaged default), or scenario data already read (a
     mapping, left unchanged: a copy is taken)."""
-    from servesim.inputs.scenario import default_scenario_path, read_yaml
+    from servesim.inputs.scenario import default_scenario_path, read_yaml, scenario_file
 
     check_overrides(list(overrides or []))
-    data = copy.deepcopy(path) if isinstance(path, dict) else read_yaml(path or default_scenario_path())
+    data = copy.deepcopy(path) if isinstance(path, dict) else read_yaml(scenario_file(path) if path
+                                                                          else default_scenario_path())
     grid = pop_sweep_block(data)
     data = apply_overrides(data, list(overrides or []))
     if seed is not None:
