@@ -37,7 +37,7 @@ from servesim.outputs.writer import OUTPUTS, Labels, check_format, parse_outputs
 from servesim.core.decisions import DecisionTracer, summarize_decisions
 from servesim.outputs.fairness import fairness_summary
 from servesim.core.request import Request
-from servesim.inputs.scenario import Scenario, scenario_to_yaml
+from servesim.inputs.scenario import Scenario, checked, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
 from servesim.inputs.sessions import Sessions
 from servesim.inputs.workload import (ClosedLoop, RequestSpecs, check_files, check_specs, expected_requests,
@@ -641,6 +641,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         raise TypeError(f"simulate() takes a Scenario (servesim.load_scenario(path) or "
                         f"servesim.scenario_from_dict(mapping)), got {type(scenario).__name__}")
     _check_call(engine, specs, progress, sample_every_s)
+    scenario = checked(scenario, "simulate(scenario), a field set in Python")
     if engine is not None and engine != scenario.engine:
         scenario = dataclasses.replace(scenario, engine=engine)
     if isinstance(specs, RequestSpecs):

@@ -1,10 +1,13 @@
 """The Python API as a notebook uses it: values computed with numpy, scenarios changed after loading,
 packaged scenarios by name, results shown and figures drawn next to the user's own."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import servesim
+from servesim import ContinuousPolicy
 from servesim.inputs.scenario import scenario_to_yaml
 
 
@@ -50,3 +53,36 @@ def test_packaged_scenarios_load_by_name_from_any_folder(tmp_path, monkeypatch):
     # a file of that name here comes first
     (tmp_path / "chat.yaml").write_text(scenario_to_yaml(servesim.load_scenario(None, ["name=mine"])))
     assert servesim.load_scenario("chat.yaml").name == "mine"
+
+
+@pytest.mark.parametrize("change, says", [
+    # (each ran into the library's own error deep in the run: numpy's "expected non-negative
+    # integer", "negative dimensions are not allowed", a ZeroDivisionError)
+    (lambda sc: dataclasses.replace(sc, seed=-1), "seed must be >= 0"),
+    (lambda sc: dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, num_requests=-5)),
+     "workload.num_requests must be > 0"),
+    (lambda sc: dataclasses.replace(sc, cluster=dataclasses.replace(sc.cluster, replicas=0)),
+     "cluster.replicas must be > 0"),
+    (lambda sc: dataclasses.replace(sc, policy=dataclasses.replace(sc.policy, max_num_seqs="8")),
+     "policy.max_num_seqs must be an integer"),
+    (lambda sc: dataclasses.replace(sc, policy=dataclasses.replace(sc.policy, name=ContinuousPolicy)),
+     r"policy.name must be a string, got <class .*'__main__:ContinuousPolicy'"),
+])
+def test_a_scenario_changed_in_python_is_checked_before_it_runs(change, says):
+    sc = servesim.load_scenario(None, ["workload.num_requests=5"])
+    with pytest.raises(servesim.InputError, match=r"simulate\(scenario\), a field set in Python: " + says):
+        servesim.simulate(change(sc))
+
+
+def test_a_valid_change_runs_and_a_loaded_scenario_is_not_checked_again(monkeypatch):
+    from servesim.inputs import scenario as scenario_module
+
+    sc = servesim.load_scenario(None, ["workload.num_requests=5"])
+    changed = dataclasses.replace(sc, seed=7, workload=dataclasses.replace(sc.workload, num_requests=6))
+    first = servesim.simulate(changed)
+    assert first.summary["completed"] == 6 and first.scenario.seed == 7
+    calls = []
+    monkeypatch.setattr(scenario_module, "build", lambda *a: calls.append(a))
+    servesim.simulate(changed)
+    servesim.simulate(sc)
+    assert calls == []  # (checked once: the same objects are not built again)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import weakref
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -1027,12 +1028,34 @@ def _set_by(message: str, overrides) -> str:
     return ""
 
 
+# The scenarios built here, checked field by field (by id, while they live). Any other, e.g. one
+# made with dataclasses.replace, skipped every check: ``checked`` checks it before a run.
+_CHECKED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
 def scenario_from_dict(data: dict) -> Scenario:
     """A validated ``Scenario`` from a mapping shaped as a scenario file (``InputError`` naming the
     field otherwise)."""
     if not isinstance(data, dict):
         raise InputError(f"a scenario must be a mapping, got {type(data).__name__}")
-    return build(Scenario, data, "")
+    scenario = build(Scenario, data, "")
+    _CHECKED[id(scenario)] = scenario
+    return scenario
+
+
+def checked(scenario: Scenario, who: str) -> Scenario:
+    """``scenario``, checked as a scenario file is unless this module built it: a field changed in
+    Python (``dataclasses.replace(sc, seed=-1)``, ``replicas=0``) ran into numpy's or a
+    ZeroDivisionError deep in the run, or into a silently wrong one; now an ``InputError`` naming
+    the field, led by ``who``."""
+    if _CHECKED.get(id(scenario)) is scenario:
+        return scenario
+    try:
+        scenario_from_dict(scenario.to_dict())
+    except InputError as e:
+        raise InputError(f"{who}: {e}") from None
+    _CHECKED[id(scenario)] = scenario
+    return scenario
 
 
 def scenario_to_yaml(s: Scenario) -> str:

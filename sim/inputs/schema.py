@@ -436,7 +436,12 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
         return float(value) + 0.0  # -0.0 becomes 0.0 (numpy refuses a scale of -0.0 as negative)
     if tp is str:
         if not isinstance(value, str):
-            raise _bad(path, meta, "a string", value)
+            e = _bad(path, meta, "a string", value)
+            if isinstance(value, type) or callable(value):  # (a policy or router class handed over from Python)
+                name = getattr(value, "__qualname__", "Name")
+                e = InputError(f"{e}: a class or function is named as 'module:{name}' (one defined in a notebook or "
+                               f"the script run: '__main__:{name}')")
+            raise e
         if len(value) > MAX_TEXT or not value.isprintable():
             raise _bad(path, meta, f"text of at most {MAX_TEXT} characters, without line breaks or other control "
                                    "characters", value)
