@@ -698,16 +698,24 @@ def save(fig, stem) -> list:
     return paths
 
 
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, **kw):
+    """``plt.subplots`` for a figure that is only saved: drawn off-screen (Agg) and never made
+    known to pyplot. A report drawn from a notebook or a GUI session so leaves the user's matplotlib
+    alone: ``matplotlib.use("Agg")`` here switched their backend (a notebook's inline figures, a
+    desktop's ``plt.show()``, stopped showing)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, **kw)
+
+
 def panels_png(draw, panels, path, panel_size: tuple = (5.5, 4), title: str | None = None, dpi: int = 90) -> None:
     """Draw ``panels`` ((name of a function of the module ``draw``, its data), ...) side by side,
     ``panel_size`` inches each, into the PNG ``path``, with ``title`` above them if given."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     w, h = panel_size
-    fig, axes = plt.subplots(1, len(panels), figsize=(w * len(panels), h), squeeze=False)
+    fig, axes = subplots(1, len(panels), figsize=(w * len(panels), h), squeeze=False)
     for ax, (fn, data) in zip(axes[0], panels):
         getattr(draw, fn)(data, ax)
     if title:
@@ -715,4 +723,3 @@ def panels_png(draw, panels, path, panel_size: tuple = (5.5, 4), title: str | No
     with glyphs_noted():
         fig.tight_layout()
         fig.savefig(path, dpi=dpi)
-    plt.close(fig)

@@ -14,17 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from servesim.outputs import metrics  # noqa: E402
-from servesim.outputs.metrics import parse_slo  # noqa: E402
-from servesim.outputs import plandoc as D  # noqa: E402
-from servesim.outputs.rundir import read_table  # noqa: E402
-from servesim.plots import figures as F  # noqa: E402
+from servesim.outputs import metrics
+from servesim.outputs.metrics import parse_slo
+from servesim.outputs import plandoc as D
+from servesim.outputs.rundir import read_table
+from servesim.plots import figures as F
 
 
 def _gpu_key(c: dict) -> str:
@@ -78,7 +74,6 @@ def build_plan_report(folder: str | Path) -> Path:
 
     def add(name, title, fig, sentence):
         F.save(fig, figdir / name)
-        plt.close(fig)
         md.extend([f"### {title}", "", f"![{title}](figures/{name}.png)", "", sentence, ""])
 
     pts = []
@@ -89,7 +84,7 @@ def build_plan_report(folder: str | Path) -> Path:
                         "usd_per_hour": c["usd_per_hour"], "capacity": cap["estimate"], "low": max(cap["low"], 0.0),
                         "high": cap["high"], "chosen": c is best[0]})
     if pts:
-        fig, ax = plt.subplots(figsize=(8, 5.5))
+        fig, ax = F.subplots(figsize=(8, 5.5))
         F.cost_capacity(pts, ax, doc["rate_rps"], colors)
         ax.set_title(_title(doc, "cost vs capacity (Pareto front)"), fontsize=10)
         front = F.pareto_front([(p["usd_per_hour"], p["capacity"], p) for p in pts])
@@ -108,7 +103,7 @@ def build_plan_report(folder: str | Path) -> Path:
                              "gpu": _gpu_key(c), "kind": c["shape"]["kind"],
                              "usd_per_hour": usd, "p99": D.worst(r, f"{m}_p99_s"), "meets": r["meets"]})
     if runs:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+        fig, axes = F.subplots(1, 2, figsize=(12, 4.8))
         for ax, m in zip(axes, ("ttft", "tpot")):
             F.cost_latency([x for x in runs if x["metric"] == m], ax, m, lim.get(m), colors)
         fig.suptitle(_title(doc, "cost vs p99 latency of every configuration run at the target rate"), fontsize=10)
@@ -131,7 +126,7 @@ def build_plan_report(folder: str | Path) -> Path:
                 samples[f"{role}: {c['label']} ({c['fleet']})"] = req
         if samples:
             ms = ("ttft", "tpot", "e2e")
-            fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+            fig, axes = F.subplots(1, 3, figsize=(15, 4.6))
             cdf_colors = F.colors_for(list(samples))
             sentences = []
             for ax, m in zip(axes, ms):

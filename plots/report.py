@@ -27,23 +27,18 @@ import math
 import textwrap
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from servesim.errors import InputError  # noqa: E402
-from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval,  # noqa: E402
+from servesim.errors import InputError
+from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval,
                                         seeds_text)
-from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist  # noqa: E402
-from servesim.outputs.progress import Phases  # noqa: E402
-from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,  # noqa: E402
+from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
+from servesim.outputs.progress import Phases
+from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,
                                      read_capacity, read_results, read_scenario, read_study_meta)
-from servesim.outputs.verdicts import (caveats, difference_sentences, differences, fell_behind, gpu_counts,  # noqa: E402
+from servesim.outputs.verdicts import (caveats, difference_sentences, differences, fell_behind, gpu_counts,
                                        identical_labels, meets_slo, rank_key, ranked, rate_order, rate_text,
                                        slo_phrase, value_text, with_per_gpu)
-from servesim.plots import figures as F  # noqa: E402
-from servesim.plots.service import service_section  # noqa: E402
+from servesim.plots import figures as F
+from servesim.plots.service import service_section
 
 RATE_KEY = "workload.arrival.rate_rps"
 MAX_GROUPS_PER_PANEL = 8  # per-run figures side by side: more are left out, and the caption says so
@@ -567,7 +562,6 @@ def _build(path: Path, bar: Phases) -> Path:
     def add(name, title, fig, sentence, notes=()):
         _decorate(fig, title, [*ctx.notes, *notes])
         F.save(fig, figdir / name)
-        plt.close(fig)
         md.extend([f"### {title.split(' | ')[0]}", "", f"![{title}](figures/{name}.png)", "", sentence, ""])
         bar.step(name)
 
@@ -576,7 +570,7 @@ def _build(path: Path, bar: Phases) -> Path:
     elif data["rate"]:
         _load_figures(data, ctx, dcolors, add)
     # per request class, when there are several (titles as the others': model, GPUs, policy, load, SLO)
-    service_section(path, data, runs, colors, add, plt, lambda what, rate=True: ctx.title(what, rate))
+    service_section(path, data, runs, colors, add, F.subplots, lambda what, rate=True: ctx.title(what, rate))
     if runs:
         _run_figures(runs, ctx, dcolors, where, add, data["chosen"])
     if md[-2:] == ["## Figures", ""]:
@@ -653,7 +647,7 @@ def _capacity_figure(path: Path, data: dict, ctx: Context, add) -> None:
     cap = read_capacity(path / "capacity.json") if (path / "capacity.json").is_file() else {}
     band = (cap["capacity_rps"], cap.get("capacity_ci95_rps")) if cap.get("capacity_rps") else None
     metrics = [m for m, lim in (("ttft", ctx.ttft_slo), ("tpot", ctx.tpot_slo)) if lim is not None] or ["ttft"]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.8), squeeze=False, sharex=True)
+    fig, axes = F.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.8), squeeze=False, sharex=True)
     for m, ax in zip(metrics, axes[0]):
         series = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
                       "p99": [r[f"{m}_p99_s"] for r in rs if r["status"] == "ok"],
@@ -681,7 +675,7 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     """Latency, goodput and throughput against the offered load, one curve per group."""
     groups = {g: rs for g, rs in data["groups"].items() if g in ctx.keep(data["groups"])}
     shown = {ctx.label(g): rs for g, rs in groups.items()}
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, axes = F.subplots(1, 2, figsize=(12, 4.8))
     s_ttft = _series(shown, "ttft_p50_s", "ttft_p99_s")
     s_tpot = _series(shown, "tpot_p50_s", "tpot_p99_s")
     F.latency_vs_load(s_ttft, axes[0], "ttft", ctx.ttft_slo, dcolors)
@@ -704,7 +698,7 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
               "offered": [r.get("offered_rps") for r in rs if r["status"] == "ok"],
               "goodput_ci": [r.get(key + CI_SUFFIX) for r in rs if r["status"] == "ok"]}
           for g, rs in groups.items()}
-    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    fig, ax = F.subplots(figsize=(6.5, 4.8))
     F.goodput_vs_load({ctx.label(g): d for g, d in gp.items()}, ax, dcolors,
                       ylabel="goodput: arrivals within SLO (req/s)" if arrived else None)
     peak = {g: max((r for r in rs if r["status"] == "ok"), key=lambda r: r[key], default=None)
@@ -746,7 +740,7 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
               "throughput": [r[tput] for r in rs if r["status"] == "ok"],
               "latency": [r["tpot_p99_s"] for r in rs if r["status"] == "ok"],
               "ok": [meets_slo(r) for r in rs if r["status"] == "ok"]} for g, rs in groups.items()}
-    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    fig, ax = F.subplots(figsize=(6.5, 4.8))
     xlabel = "throughput over the second half of the arrivals (output tokens/s)" if windowed else None
     F.throughput_latency({ctx.label(g): d for g, d in tl.items()}, ax, "tpot", "p99", dcolors, xlabel=xlabel,
                          slo_s=ctx.tpot_slo)
@@ -789,7 +783,7 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     runs_kept = {g: runs[g] for g in kept}
     # CDFs
     metrics = ["ttft", "tpot", "e2e"] + (["tbt"] if all(r.tbt_s is not None for r in runs.values()) else [])
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.4))
+    fig, axes = F.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.4))
     sentences = []
     for m, ax in zip(metrics, axes):
         slo_m = {"ttft": ctx.ttft_slo, "tpot": ctx.tpot_slo}.get(m)
@@ -802,7 +796,7 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
 
     # TTFT breakdown
     bd = {g: r.ttft_breakdown() for g, r in runs_kept.items()}
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.8 * len(bd) + 2), 4.6))
+    fig, ax = F.subplots(figsize=(max(5.5, 1.8 * len(bd) + 2), 4.6))
     F.ttft_breakdown({ctx.label(g): d for g, d in bd.items()}, ax)
     parts = []
     for g, d in bd.items():
@@ -822,7 +816,7 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     # TPOT is made, as well as its prefill pool); rows share their y axis, so panels compare
     panels = [(g, r, first, pool) for g, r in shown
               for pool, first, _, _ in (r.pools() or [("colocated", 0, 1, None)])]
-    fig, axes = plt.subplots(4, len(panels), figsize=(5.5 * len(panels), 9.5), sharex=True, sharey="row",
+    fig, axes = F.subplots(4, len(panels), figsize=(5.5 * len(panels), 9.5), sharex=True, sharey="row",
                              squeeze=False)
     parts = []
     tds = [r.timeline_data(first) for _, r, first, _ in panels]
@@ -850,7 +844,7 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
         "The first replica of each pool" + where + ": " + "; ".join(parts) + "." + bins, omit)
 
     # roofline
-    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 5.0), squeeze=False, sharex=True, sharey=True)
+    fig, axes = F.subplots(1, len(shown), figsize=(6 * len(shown), 5.0), squeeze=False, sharex=True, sharey=True)
     parts = []
     for j, (g, r) in enumerate(shown):
         rd = r.roofline_data()

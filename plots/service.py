@@ -205,7 +205,7 @@ def _summaries(path: Path, rows: list, rate: bool) -> list:
     return out
 
 
-def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt,
+def service_section(path: Path, data: dict, runs: dict, colors: dict, add, subplots,
                     title=lambda what, rate=True: what) -> None:
     """The report's "service per class" figures, for folders whose runs have more than one class.
     ``add(name, title, fig, sentence)`` saves a figure into the report; ``title(what, rate)`` makes
@@ -230,7 +230,7 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt,
         series = class_series(summaries)
     if data["rate"]:
         names = list(series)
-        fig, axes = plt.subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)
+        fig, axes = subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)
         for j, name in enumerate(names):
             attainment_vs_load(series[name], axes[0, j], name, colors, firsts[0]["classes"][name].get("slo"))
             slo = firsts[0]["classes"][name]["slo"]["ttft_s"]
@@ -238,6 +238,6 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, plt,
         add("classes_vs_load", title("Service per class vs load", False), fig,
             class_sentence(series, True) + " " + jain_sentence(summaries))
     else:
-        fig, ax = plt.subplots(figsize=(max(5.0, 2.2 * len(series) + 2), 4.2))
+        fig, ax = subplots(figsize=(max(5.0, 2.2 * len(series) + 2), 4.2))
         attainment_bars(series, ax, colors, {c: (firsts[0]["classes"].get(c) or {}).get("slo") for c in series})
         add("classes", title("Service per class"), fig, class_sentence(series, False) + " " + jain_sentence(summaries))

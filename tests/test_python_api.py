@@ -86,3 +86,31 @@ def test_a_valid_change_runs_and_a_loaded_scenario_is_not_checked_again(monkeypa
     servesim.simulate(changed)
     servesim.simulate(sc)
     assert calls == []  # (checked once: the same objects are not built again)
+
+
+def test_drawing_a_report_leaves_the_users_matplotlib_alone(tmp_path):
+    # (importing servesim.plots.report ran matplotlib.use("Agg"): a notebook's inline backend, or a
+    # desktop's, was switched away, and the user's figures stopped showing)
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import matplotlib
+        matplotlib.use("svg")  # stands in for a notebook's inline backend: not the Agg servesim draws with
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots()
+        ax.plot([1, 2])
+        import servesim
+        from servesim.plots import figures
+        from servesim.plots.report import build_report
+        res = servesim.simulate(servesim.load_scenario(None, ["workload.num_requests=20"]))
+        res.write("run")
+        report = build_report("run")
+        figures.panels_png(figures, [("latency_cdfs", {"x": res.requests["finish_s"]})], "p.png")
+        print(matplotlib.get_backend(), plt.get_fignums(), report.name)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["svg", "[1]", "report.md"]
+    assert (tmp_path / "run" / "figures").is_dir() and any((tmp_path / "run" / "figures").glob("*.png"))

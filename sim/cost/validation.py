@@ -255,16 +255,14 @@ def format_table(rows: list, families=None) -> str:
 
 
 def plot_predicted_vs_measured(points: dict, title: str, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from servesim.plots.figures import subplots
 
     fams = list(points)
     cols = 3
     rows = -(-len(fams) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.6 * rows), squeeze=False)
+    fig, axes = subplots(rows, cols, figsize=(4 * cols, 3.6 * rows), squeeze=False)
     for ax, fam in zip(axes.flat, fams):
         meas, pred = points[fam]
         ax.loglog(meas * 1e6, pred * 1e6, ".", ms=2, alpha=0.5)
@@ -281,4 +279,3 @@ def plot_predicted_vs_measured(points: dict, title: str, path) -> None:
     fig.suptitle(title + " (dotted: +-25%)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -280,23 +280,17 @@ def replay_warnings(res: BenchResult, order: np.ndarray, sc: Scenario, ctx: int)
 
 
 def _figures(data: dict, title: str, out: Path) -> list:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from servesim.plots import validation
-    from servesim.plots.figures import save
+    from servesim.plots.figures import save, subplots
 
     written = []
     for stem, draw, what in (("qq", validation.qq, "Q-Q"), ("cdf", validation.cdf, "CDFs")):
-        fig, axes = plt.subplots(2, 2, figsize=(11, 9.5))
+        fig, axes = subplots(2, 2, figsize=(11, 9.5))
         for ax, k in zip(axes.ravel(), METRICS):
             draw(data[k], ax)
         fig.suptitle(f"{title}\n{what}: measured (x) vs simulated (y)" if stem == "qq" else f"{title}\n{what}",
                      fontsize="medium")
         written.append(save(fig, out / stem)[0].name)
-        plt.close(fig)
     return written
 
 
