@@ -394,8 +394,9 @@ def _legend_clear_of_data(ax, **kw) -> None:
     top = float(ax.dataLim.y1)
     if not math.isfinite(top) or top <= lo:
         return
-    renderer = ax.figure.canvas.get_renderer()
-    box, frame = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+    # (no renderer passed: matplotlib finds the figure's own; ``canvas.get_renderer()`` is Agg's
+    # only, and an axes of a user's pdf or svg figure raised AttributeError)
+    box, frame = legend.get_window_extent(), ax.get_window_extent()
     if frame.height <= 0:
         return
     share = min(0.6, 1.35 * (frame.y1 - box.y0) / frame.height + 0.02)

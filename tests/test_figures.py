@@ -426,3 +426,20 @@ def test_count_axes_have_whole_ticks():
     fig.canvas.draw()
     assert all(float(t).is_integer() for t in ax.get_yticks())
     plt.close("all")
+
+
+@pytest.mark.parametrize("canvas", ["backend_pdf.FigureCanvasPdf", "backend_svg.FigureCanvasSVG"])
+def test_timelines_draw_on_a_figure_of_any_backend(runs, canvas, tmp_path):
+    """A user's figure from a pdf or svg backend (the Python API draws on the axes it is given):
+    placing a timeline's legend asked the canvas for Agg's ``get_renderer`` (AttributeError)."""
+    import importlib
+
+    from matplotlib.figure import Figure
+
+    module, name = canvas.split(".")
+    fig = Figure(figsize=(6, 9.5))
+    getattr(importlib.import_module(f"matplotlib.backends.{module}"), name)(fig)
+    axes = fig.subplots(4, 1)
+    F.replica_timeline(runs["continuous"].timeline_data(0), axes)
+    assert all(ax.get_legend() is not None for ax in axes)
+    fig.savefig(tmp_path / f"t.{module[8:]}")
