@@ -238,6 +238,14 @@ class Results:
     # the decision trace's spans (``servesim.core.decisions.COLUMNS``), when asked for
     decisions: dict | None = None
 
+    def __repr__(self) -> str:
+        # (the dataclass's repr spelled out the scenario, the summary and every column: some 40,000
+        # characters for a notebook cell that ends with ``res``)
+        s = self.summary
+        return (f"<servesim.Results of {s.get('scenario')!r}: {s.get('num_requests')} requests, {s.get('completed')} "
+                f"completed, {s.get('rejected')} rejected, {s.get('unfinished')} unfinished in "
+                f"{s.get('sim_time_s') or 0.0:.4g} s simulated; .summary, .requests, .steps, .write(folder)>")
+
     @property
     def tbt_s(self) -> np.ndarray:
         """Every TBT gap (order unspecified); large runs: prefer ``tbt`` (values with counts)."""
