@@ -114,3 +114,20 @@ def test_drawing_a_report_leaves_the_users_matplotlib_alone(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["svg", "[1]", "report.md"]
     assert (tmp_path / "run" / "figures").is_dir() and any((tmp_path / "run" / "figures").glob("*.png"))
+
+
+def test_results_show_in_a_notebook_as_one_line():
+    # (the dataclass repr printed the scenario, the summary and every column: ~40,000 characters)
+    res = servesim.simulate(servesim.load_scenario(None, ["workload.num_requests=12"]))
+    text = repr(res)
+    assert "\n" not in text and len(text) < 300
+    assert "'default-llama3-8b-h100': 12 requests, 12 completed, 0 rejected, 0 unfinished" in text
+    assert f"{res.summary['sim_time_s']:.4g} s simulated" in text
+
+
+@pytest.mark.parametrize("column", ["arrival_s", "prompt_tokens", "output_tokens"])
+def test_request_specs_without_a_needed_column_name_it(column):
+    # (a column left None was a KeyError on its name)
+    cols = {"arrival_s": [0.0, 1.0], "prompt_tokens": [10, 20], "output_tokens": [5, 5], column: None}
+    with pytest.raises(servesim.InputError, match=f"specs.{column}: a column is needed"):
+        servesim.simulate(servesim.load_scenario(None), specs=servesim.RequestSpecs(**cols))

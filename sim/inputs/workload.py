@@ -71,6 +71,8 @@ def check_specs(specs: RequestSpecs) -> RequestSpecs:
                         ("clipped", bool)):
         raw = getattr(specs, name)
         if raw is None:
+            if name in ("arrival_s", "prompt_tokens", "output_tokens"):  # (a KeyError on the name, below)
+                raise InputError(f"specs.{name}: a column is needed, one value per request; got None")
             continue
         try:
             a = np.asarray(raw)
