@@ -242,7 +242,8 @@ class Results:
         # (the dataclass's repr spelled out the scenario, the summary and every column: some 40,000
         # characters for a notebook cell that ends with ``res``)
         s = self.summary
-        return (f"<servesim.Results of {s.get('scenario')!r}: {s.get('num_requests')} requests, {s.get('completed')} "
+        n = s.get("num_requests")
+        return (f"<servesim.Results of {s.get('scenario')!r}: {n} request{'' if n == 1 else 's'}, {s.get('completed')} "
                 f"completed, {s.get('rejected')} rejected, {s.get('unfinished')} unfinished in "
                 f"{s.get('sim_time_s') or 0.0:.4g} s simulated; .summary, .requests, .steps, .write(folder)>")
 

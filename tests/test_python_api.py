@@ -123,6 +123,8 @@ def test_results_show_in_a_notebook_as_one_line():
     assert "\n" not in text and len(text) < 300
     assert "'default-llama3-8b-h100': 12 requests, 12 completed, 0 rejected, 0 unfinished" in text
     assert f"{res.summary['sim_time_s']:.4g} s simulated" in text
+    one = servesim.simulate(servesim.load_scenario(None), specs=servesim.RequestSpecs([0.0], [10], [2]))
+    assert ": 1 request, 1 completed," in repr(one)
 
 
 @pytest.mark.parametrize("column", ["arrival_s", "prompt_tokens", "output_tokens"])
