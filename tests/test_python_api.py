@@ -2,6 +2,7 @@
 packaged scenarios by name, results shown and figures drawn next to the user's own."""
 
 import dataclasses
+import importlib
 
 import numpy as np
 import pytest
@@ -133,3 +134,54 @@ def test_request_specs_without_a_needed_column_name_it(column):
     cols = {"arrival_s": [0.0, 1.0], "prompt_tokens": [10, 20], "output_tokens": [5, 5], column: None}
     with pytest.raises(servesim.InputError, match=f"specs.{column}: a column is needed"):
         servesim.simulate(servesim.load_scenario(None), specs=servesim.RequestSpecs(**cols))
+
+
+def test_studies_from_python_take_scenario_objects_and_data_and_name_them_by_name(tmp_path):
+    # (a sweep or compare of scenario data wrote the data's whole repr into sweep.json / compare.json as
+    # "scenario", and report.md began "A sweep of `{'model': ...`"; a Scenario object was a TypeError
+    # from os.lstat)
+    import json
+
+    from servesim.plots.report import build_report
+    from servesim.studies.compare import plan_compare
+    from servesim.studies.executors import ExecutorOptions
+    from servesim.studies.sweep import run_sweep
+
+    ex = ExecutorOptions(workers=1, progress=False)
+    sc = servesim.load_scenario(None, ["workload.num_requests=10", "name=mine"])
+    for i, given in enumerate((sc, sc.to_dict())):
+        out = tmp_path / f"s{i}"
+        res = run_sweep(given, ["policy.max_num_seqs=8,16"], out, ex=ex)
+        assert [r["status"] for r in res.rows] == ["ok", "ok"] and res.rows[0]["num_requests"] == 10
+        assert json.loads((out / "sweep.json").read_text())["scenario"] == "mine"
+    assert "A sweep of `mine`" in build_report(tmp_path / "s0").read_text()
+    # (rates as a list: "'list' object has no attribute 'split'")
+    plan = plan_compare(sc, "continuous", None, [8, 16.5])
+    assert plan.scenario == "mine" and plan.rates == [8.0, 16.5]
+    assert plan_compare(sc, "continuous", None, np.float64(4)).rates == [4.0]
+    assert plan_compare("scenarios/default.yaml", "continuous", None, None).scenario == "scenarios/default.yaml"
+
+
+def study(name):
+    return importlib.import_module(f"servesim.studies.{name}")
+
+
+@pytest.mark.parametrize("call, says", [
+    # (each string was taken character by character: "--set 'w': expected dotted.key=value")
+    (lambda: study("sweep").run_sweep(None, "policy.max_num_seqs=8,16", "unused"), r"grid_texts=.*put it in a list"),
+    (lambda: study("sweep").run_sweep(None, ["policy.max_num_seqs=8,16"], "unused", overrides="seed=3"),
+     r"overrides: .*put it in a list"),
+    (lambda: study("compare").plan_compare(None, "continuous", None, None, overrides="seed=3"),
+     r"plan_compare\(overrides=.*put it in a list"),
+    (lambda: study("compare").plan_compare(5, "continuous", None, None), "the scenario: a file path .* got int"),
+    # (a number given as text failed as "'<=' not supported between instances of 'int' and 'str'")
+    (lambda: study("executors").ExecutorOptions(workers="2"),
+     r"ExecutorOptions\(workers=...\): a number, got '2'"),
+    (lambda: study("capacity").CapacityOptions(probe_requests="300"),
+     r"CapacityOptions\(probe_requests=...\): a number, got '300'"),
+])
+def test_studies_from_python_name_a_wrong_argument(call, says, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match=says):
+        call()
+    assert not (tmp_path / "unused").exists()

@@ -13,6 +13,18 @@ from servesim.errors import InputError
 from servesim.inputs.schema import load_yaml
 
 
+def override_texts(given, who: str) -> list[str]:
+    """Overrides handed over from Python as the list of ``key=value`` texts they must be (None:
+    none; any iterable of texts). One text given bare was taken character by character ("--set
+    'w': expected dotted.key=value"): a ``TypeError`` naming ``who`` instead."""
+    texts = [] if given is None else list(given) if not isinstance(given, (str, bytes)) \
+        and hasattr(given, "__iter__") else None
+    if texts is None or not all(isinstance(o, str) for o in texts):
+        raise TypeError(f"{who}: a list of 'dotted.key=value' strings, got {given!r:.80}"
+                        + (" (one override: put it in a list)" if isinstance(given, str) else ""))
+    return texts
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``a.b.c=value`` -> (["a", "b", "c"], value parsed as a YAML scalar)."""
     parts, raw = _split_override(text)

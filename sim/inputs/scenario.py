@@ -20,7 +20,7 @@ from typing import Any, Literal, Optional, Union
 
 
 from servesim.errors import InputError, clip, did_you_mean
-from servesim.inputs.overrides import apply_overrides, check_overrides
+from servesim.inputs.overrides import apply_overrides, check_overrides, override_texts
 from servesim.inputs.schema import FIELD_HINTS, build, dump_yaml, read_mapping
 from servesim.inputs.schema import field_ as _f
 
@@ -994,12 +994,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = (), see
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"load_scenario(path): a file path (str or pathlib.Path) or None for the packaged "
                         f"default, got {type(path).__name__}")
-    given = overrides
-    overrides = [] if given is None else list(given) if not isinstance(given, (str, bytes)) \
-        and hasattr(given, "__iter__") else None
-    if overrides is None or not all(isinstance(o, str) for o in overrides):
-        raise TypeError(f"load_scenario(overrides=...): a list of 'dotted.key=value' strings, got {given!r:.80}"
-                        + (" (one override: put it in a list)" if isinstance(given, str) else ""))
+    overrides = override_texts(overrides, "load_scenario(overrides=...)")
     check_overrides(overrides)
     path = default_scenario_path() if path is None else scenario_file(path)
     data = apply_overrides(read_yaml(path), overrides)

@@ -68,8 +68,8 @@ from servesim.outputs.metrics import KEEP_UP, keep_up_ratio, keep_up_warmup, kee
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.outputs.writer import json_text
-from servesim.studies.executors import ExecutorOptions
-from servesim.studies.points import load_base, make_points, num_gpus, require_rate
+from servesim.studies.executors import ExecutorOptions, check_numbers
+from servesim.studies.points import load_base, make_points, num_gpus, require_rate, scenario_label
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_results
@@ -340,6 +340,10 @@ class CapacityOptions:
     max_probes: int = 40
     keep_up: float = KEEP_UP  # 0: off
 
+    def __post_init__(self):
+        check_numbers(self, ("attainment", "probe_requests", "probe_duration_s", "start_rps", "tol", "max_probes",
+                             "keep_up"))
+
 
 @dataclass
 class CapacityResult:
@@ -384,11 +388,6 @@ class SearchPlan:
         return getattr(scaled, "mean_rate_rps", rate)
 
 
-def _name(scenario, base: dict) -> str:
-    """What errors and capacity.json call the scenario: its file, or for scenario data its name."""
-    return base.get("name", "scenario") if isinstance(scenario, dict) else str(scenario)
-
-
 def check_search_options(attainment, tol: float, keep_up: float, max_probes: int) -> None:
     """The options of a capacity search (``capacity``, and ``plan``'s) that need no scenario:
     ``InputError``s naming the flag. (Comparisons written so that NaN fails them.)"""
@@ -426,7 +425,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     try:
         sc = scenario_from_dict(base)
     except InputError as e:
-        raise InputError(f"{_name(scenario, base)}: {e}") from None
+        raise InputError(f"{scenario_label(scenario, base)}: {e}") from None
     base["seed"] = sc.seed
     arrival = sc.workload.arrival
     require_rate(arrival, "servesim capacity searches")
@@ -441,7 +440,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     start = arrival.rate_rps if opts.start_rps is None else opts.start_rps  # (0 is refused, not the default)
     if not MIN_RATE_RPS <= start <= MAX_RATE_RPS:
         raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} req/s, got {start}")
-    return SearchPlan(_name(scenario, base), slo_text, slo, opts, base, arrival, n, duration, start,
+    return SearchPlan(scenario_label(scenario, base), slo_text, slo, opts, base, arrival, n, duration, start,
                       num_gpus(sc.to_dict()), list(overrides or []))
 
 

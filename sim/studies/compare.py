@@ -10,14 +10,15 @@ then ``servesim report DIR`` is built unless ``--no-report``.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
 from servesim.errors import InputError, did_you_mean
-from servesim.inputs.overrides import parse_override
+from servesim.inputs.overrides import override_texts, parse_override
 from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
-from servesim.studies.points import load_base, make_points, require_rate
+from servesim.studies.points import load_base, make_points, require_rate, scenario_label
 from servesim.studies.replicates import check_seed_count
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, execute_seeds, read_results, write_meta
@@ -25,7 +26,14 @@ from servesim.studies.sweep import RESULTS, execute_seeds, read_results, write_m
 RATE_KEY = "workload.arrival.rate_rps"
 
 
-def parse_rates(text: str | None) -> list[float]:
+def parse_rates(text) -> list[float]:
+    """``--rates`` text (``r1,r2,...``); from Python also a number or a list of them."""
+    if isinstance(text, numbers.Real) and not isinstance(text, bool):
+        text = str(float(text))
+    elif text is not None and not isinstance(text, str):
+        if not hasattr(text, "__iter__"):
+            raise TypeError(f"rates: 'r1,r2,...' or a list of req/s, got {type(text).__name__}")
+        text = ",".join(str(r) for r in text)  # (a list was "'list' object has no attribute 'split'")
     if not text:
         return []
     out = []
@@ -182,6 +190,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
     ...] lists) on the scenario file, at each of ``rates`` (``r1,r2,...``) when given, each on
     ``seeds`` seeds."""
     check_seed_count(seeds)
+    overrides = override_texts(overrides, "plan_compare(overrides=...)")
     configs = configurations(policies, variants)
     _check_overrides_matter(overrides, configs)
     rate_list = parse_rates(rates)
@@ -201,7 +210,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
                 o[RATE_KEY] = r
             runs.append((values, o))
     points = make_points(base, runs, "--policies/--variant/--rates", "configuration")
-    return ComparePlan(str(scenario), list(overrides or []), configs, rate_list, points, notes, seeds)
+    return ComparePlan(scenario_label(scenario, base), list(overrides or []), configs, rate_list, points, notes, seeds)
 
 
 def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = ExecutorOptions()) -> list[dict]:

@@ -9,6 +9,7 @@ the study's business (``sim/studies/sweep.py``), not the executor's.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import sys
 import time
@@ -39,10 +40,21 @@ class ExecutorOptions:
     outputs: tuple | None = None
 
     def __post_init__(self):  # options that cannot work are refused before anything runs
+        check_numbers(self, ("workers",))
         if self.workers is not None and not 1 <= self.workers <= MAX_WORKERS:
             raise InputError(f"--workers must be >= 1 and <= {MAX_WORKERS}, got {self.workers}")
         if self.address and self.executor != "ray":
             raise InputError("--address needs --executor ray")
+
+
+def check_numbers(options, names) -> None:
+    """The fields ``names`` of an options dataclass hold a number or None (as its CLI flags would
+    give): one set from Python to text failed later as "'<=' not supported between instances of
+    'int' and 'str'", naming no option."""
+    for name in names:
+        value = getattr(options, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise TypeError(f"{type(options).__name__}({name}=...): a number, got {value!r:.60}")
 
 
 def run_point(data: dict, out_dir: str, outputs: tuple | None = None) -> dict:

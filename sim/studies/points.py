@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 from servesim.errors import InputError
-from servesim.inputs.overrides import apply_overrides, check_overrides, parse_value, with_values
+from servesim.inputs.overrides import apply_overrides, check_overrides, override_texts, parse_value, with_values
 from servesim.outputs.metrics import RESULT_METRICS, summary_dist
 from servesim.outputs.rundir import num_gpus  # noqa: F401 - the studies' name for it
 from servesim.outputs.stats import DIST_STATS
@@ -99,17 +99,39 @@ def require_rate(arrival, who: str) -> None:
 def load_base(path, overrides, seed) -> tuple[dict, dict]:
     """(scenario data with --set/--seed applied and the sweep block removed, the sweep grid).
     ``path``: a scenario file (None: the packaged default), or scenario data already read (a
-    mapping, left unchanged: a copy is taken)."""
-    from servesim.inputs.scenario import default_scenario_path, read_yaml, scenario_file
+    mapping, left unchanged: a copy is taken, or a ``Scenario``)."""
+    from servesim.inputs.scenario import Scenario, default_scenario_path, read_yaml, scenario_file
 
-    check_overrides(list(overrides or []))
-    data = copy.deepcopy(path) if isinstance(path, dict) else read_yaml(scenario_file(path) if path
-                                                                          else default_scenario_path())
+    overrides = override_texts(overrides, "overrides")
+    check_overrides(overrides)
+    if isinstance(path, Scenario):
+        data = path.to_dict()
+    elif isinstance(path, dict):
+        data = copy.deepcopy(path)
+    elif path is None or isinstance(path, (str, os.PathLike)):
+        data = read_yaml(scenario_file(path) if path else default_scenario_path())
+    else:
+        raise TypeError(f"the scenario: a file path (str or pathlib.Path), scenario data (a mapping) or a "
+                        f"servesim.Scenario, got {type(path).__name__}")
     grid = pop_sweep_block(data)
-    data = apply_overrides(data, list(overrides or []))
+    data = apply_overrides(data, overrides)
     if seed is not None:
         data["seed"] = seed
     return data, grid
+
+
+def scenario_label(scenario, base: dict) -> str:
+    """What a study's errors and its sweep.json / compare.json / capacity.json call the scenario:
+    its file, or, given as data from Python (a mapping, a ``Scenario``), its name (the data's
+    repr, thousands of characters, was written there and headed the report).
+    ``base``: the data read (``load_base``)."""
+    from servesim.inputs.scenario import default_scenario_path
+
+    if scenario is None:
+        return str(default_scenario_path())
+    if isinstance(scenario, (str, os.PathLike)):
+        return str(scenario)
+    return str(base.get("name", "scenario"))
 
 
 def scenario_hash(data: dict) -> str:

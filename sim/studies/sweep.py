@@ -30,7 +30,8 @@ from servesim.studies.lock import folder_lock
 from servesim.outputs.metrics import RESULT_METRICS
 from servesim.outputs.progress import interactive
 from servesim.studies.points import STATS as _STATS
-from servesim.studies.points import Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid
+from servesim.studies.points import (Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid,
+                                     scenario_label)
 from servesim.studies.replicates import SEEDS, aggregate_row, check_seed_count, interval_columns, replicate
 
 RUNS = "runs"
@@ -285,6 +286,9 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
     (``key=v1,v2,...``) with ``overrides`` (``key=value``) and ``seed`` applied to every point;
     results in ``out`` (results.csv, runs/<hash>/, sweep.json; with ``seeds`` > 1 also seeds.csv,
     see ``execute_seeds``)."""
+    if isinstance(grid_texts, str):  # (taken character by character: "--grid 'p': expected dotted.key=v1,v2,...")
+        raise TypeError(f"run_sweep(grid_texts=...): a list of 'dotted.key=v1,v2,...' strings, got {grid_texts!r:.80} "
+                        "(one grid key: put it in a list)")
     base, grid = load_base(scenario, overrides, seed)
     grid.update(parse_grid(grid_texts))
     if not grid:
@@ -299,8 +303,9 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, "sweep"):
-        write_meta(out, {"kind": "sweep", "scenario": str(scenario), "grid": grid, "set": list(overrides or []),
-                         "points": len(points), **({"seeds": seeds} if seeds > 1 else {})})
+        write_meta(out, {"kind": "sweep", "scenario": scenario_label(scenario, base), "grid": grid,
+                         "set": list(overrides or []), "points": len(points),
+                         **({"seeds": seeds} if seeds > 1 else {})})
         ran, skipped = execute_seeds(points, out, ex, seeds)
     return SweepResult(grid, read_results(out / RESULTS), ran, skipped, failed_while_running(points),
                        refused_points(points))
