@@ -380,7 +380,7 @@ def _plain_scalar(value):
         return int(value)
     if isinstance(value, numbers.Real):
         return float(value)
-    if type(value).__name__ == "bool" and type(value).__module__ == "numpy":  # (np.bool_ is no Integral)
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):  # (np.bool_: no Integral)
         return bool(value)
     return value
 
