@@ -649,7 +649,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if not isinstance(scenario, Scenario):  # (a dict or a path would fail deep inside with an AttributeError)
         raise TypeError(f"simulate() takes a Scenario (servesim.load_scenario(path) or "
                         f"servesim.scenario_from_dict(mapping)), got {type(scenario).__name__}")
-    _check_call(engine, specs, progress, sample_every_s)
+    _check_call(engine, specs, progress, sample_every_s, decision_trace)
     scenario = checked(scenario, "simulate(scenario), a field set in Python")
     if engine is not None and engine != scenario.engine:
         scenario = dataclasses.replace(scenario, engine=engine)
@@ -669,7 +669,7 @@ def _too_many_samples(every_s: float, replicas: int) -> str:
             f"replica, {replicas:,} of them, every {every_s:g} s of simulated time); sample less often")
 
 
-def _check_call(engine, specs, progress, sample_every_s) -> None:
+def _check_call(engine, specs, progress, sample_every_s, decision_trace=False) -> None:
     """``simulate()``'s own arguments, checked up front: a wrong one would otherwise run the other
     engine silently, hang (a sampler every 0 s) or fail deep inside."""
     if engine is not None and engine not in ("fast", "reference"):
@@ -683,6 +683,9 @@ def _check_call(engine, specs, progress, sample_every_s) -> None:
                                        or not math.isfinite(sample_every_s) or sample_every_s <= 0):
         raise ValueError(f"simulate(sample_every_s=...): a finite number of seconds > 0 (or None), got "
                          f"{sample_every_s!r:.80}")
+    if not isinstance(decision_trace, (bool, np.bool_)):
+        # (any text was true: decision_trace="no" recorded the trace)
+        raise TypeError(f"simulate(decision_trace=...): True or False, got {decision_trace!r:.80}")
 
 
 def plan(scenario: Scenario, specs=None):

@@ -185,3 +185,16 @@ def test_studies_from_python_name_a_wrong_argument(call, says, tmp_path, monkeyp
     with pytest.raises(TypeError, match=says):
         call()
     assert not (tmp_path / "unused").exists()
+
+
+def test_simulate_and_run_data_name_a_wrong_argument():
+    from servesim.outputs.rundir import RunData
+
+    sc = servesim.load_scenario(None, ["workload.num_requests=5"])
+    with pytest.raises(TypeError, match=r"simulate\(decision_trace=...\): True or False, got 'no'"):
+        servesim.simulate(sc, decision_trace="no")  # (text was true: the trace was recorded)
+    assert servesim.simulate(sc, decision_trace=np.bool_(False)).decisions is None
+    with pytest.raises(TypeError, match=r"RunData.from_results: a servesim.Results .* got Scenario"):
+        RunData.from_results(sc)  # (AttributeError: 'Scenario' object has no attribute 'steps')
+    with pytest.raises(TypeError, match="RunData.from_dir"):
+        RunData.from_results("out/run")

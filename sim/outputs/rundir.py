@@ -605,6 +605,10 @@ class RunData:
     # ------------------------------------------------------------ constructors
     @classmethod
     def from_results(cls, res, label: str | None = None) -> "RunData":
+        if not all(hasattr(res, a) for a in ("steps", "requests", "summary", "scenario", "tbt_s")):
+            # (a Scenario or a run folder here raised AttributeError: 'Scenario' object has no attribute 'steps')
+            raise TypeError(f"RunData.from_results: a servesim.Results (servesim.simulate's; a run folder: "
+                            f"RunData.from_dir), got {type(res).__name__}")
         st = dict(res.steps)
         if "bound" not in st:
             st["bound"] = np.where(st["compute_bound"], "compute", "memory").astype(object)
