@@ -611,13 +611,13 @@ def keep_up(workload, req_cols) -> dict | None:
     throughput at the run's load, without the drain). None for arrivals that are not
     open-loop (closed-loop clients wait for their replies; all_at_once is one batch) or too few."""
     from servesim.inputs.scenario import AllAtOnceArrival, ClosedLoopArrival
-    from servesim.outputs.metrics import (e2e_s, is_completed, keep_up_ratio, keep_up_warmup, keep_up_window,
-                                          leave_s, window_output_tokens)
+    from servesim.outputs.metrics import (arrival_period_s, e2e_s, is_completed, keep_up_ratio, keep_up_warmup,
+                                          keep_up_window, leave_s, window_output_tokens)
 
     if isinstance(workload.arrival, (ClosedLoopArrival, AllAtOnceArrival)):
         return None
     arrival = req_cols["arrival_s"]
-    w = keep_up_window(arrival)
+    w = keep_up_window(arrival, arrival_period_s(workload.arrival))
     ratio = keep_up_ratio(arrival, leave_s(req_cols), w)
     if np.isnan(ratio):
         return None

@@ -136,15 +136,44 @@ def leave_s(req: dict) -> np.ndarray:
     return np.where(done, req["finish_s"], np.where(req["status"] == "rejected", req["arrival_s"], math.inf))
 
 
-def keep_up_window(arrival_s: np.ndarray) -> tuple[float, float] | None:
+def keep_up_window(arrival_s: np.ndarray, period_s: float | None = None) -> tuple[float, float] | None:
     """(t0, t1): the window ``keep_up_ratio`` counts over, from the middle arrival (by arrival
     time) to the last one; None with fewer than four arrivals. (A partition, not a sort: linear
-    in the requests, once per run.)"""
+    in the requests, once per run.)
+
+    ``period_s``: the period of a periodic arrival rate (``arrival_period_s``). The ratio is
+    left / arrived = 1 + (in flight at t0 - in flight at t1) / arrived, so it reads a backlog only
+    when the two ends see the same load: with a rate that repeats, the last arrival and the
+    middle one fall at phases set by how many requests a cycle holds (e.g. the end of a burst,
+    its queue not yet drained, against the middle of one), and the ratio swung with the rate
+    below capacity. So the window is instead the whole periods, ending at the last arrival,
+    nearest the second half (at least one; the middle arrival when the arrivals span less)."""
     a = np.asarray(arrival_s)
     if len(a) < 4:
         return None
     mid = len(a) // 2
-    return float(np.partition(a, mid)[mid]), float(a.max())
+    t0, t1 = float(np.partition(a, mid)[mid]), float(a.max())
+    if period_s is not None and period_s > 0:
+        whole = math.floor((t1 - float(a.min())) / period_s)  # whole periods the arrivals span
+        k = min(max(1, round((t1 - t0) / period_s)), whole)
+        if k >= 1:
+            t0 = t1 - k * period_s
+    return t0, t1
+
+
+def arrival_period_s(arrival) -> float | None:
+    """The period of an arrival process whose rate repeats on a fixed cycle (``keep_up_window``):
+    a sinusoid's ``period_s``, an on/off process's on + off (fixed durations), a piecewise
+    schedule's segments in all; None for any other (a constant rate, exponential on/off periods,
+    which repeat at no fixed time, closed loops)."""
+    name = getattr(arrival, "process", None)
+    if name == "sinusoidal":
+        return float(arrival.period_s)
+    if name == "on_off" and arrival.durations == "fixed":
+        return float(arrival.on_s + arrival.off_s)
+    if name == "piecewise":
+        return float(sum(seg.duration_s for seg in arrival.segments))
+    return None
 
 
 def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray, window=False) -> float:

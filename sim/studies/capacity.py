@@ -64,7 +64,8 @@ from servesim.errors import InputError
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
-from servesim.outputs.metrics import KEEP_UP, keep_up_ratio, keep_up_warmup, keep_up_window, too_short_to_tell
+from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_ratio, keep_up_warmup, keep_up_window,
+                                      too_short_to_tell)
 from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.outputs.writer import json_text
@@ -109,14 +110,16 @@ def _stat(x: np.ndarray, stat: str) -> float:
     return float(np.percentile(x, float(stat[1:])))
 
 
-def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float = 0.0) -> dict:
+def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float = 0.0,
+             period_s: float | None = None) -> dict:
     """{"meets": bool, "<metric>_<stat>": value, ..., "attainment": share within per-request limits,
     "keep_up": ``keep_up_ratio`` of the probe (None: too few arrivals to tell), "keeps_up": it is
     >= the given share (given 0: not checked), "keep_up_window_s" and "keep_up_warmup" (the
     shortfall the probe's length alone explains, ``keep_up_warmup``), "too_short": it meets every
     other check but does not keep up, by no more than that shortfall (a longer probe tells),
     "service_p99_s": the p99 of the completed requests' time from first scheduled to finish}; a
-    probe meets only if it keeps up and completes at least one request."""
+    probe meets only if it keeps up and completes at least one request. ``period_s``: the arrival
+    rate's period, which the keep-up window spans whole (``metrics.arrival_period_s``)."""
     m = request_metrics(run_dir)
     n = len(m["done"])
     res, ok = {}, True
@@ -135,7 +138,7 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
         ok &= res["attainment"] >= attainment
     ok &= bool(m["done"].any())  # a probe that completes nothing meets no SLO (its TBT sample is empty)
     if keep_up > 0:
-        w = keep_up_window(m["arrival"])
+        w = keep_up_window(m["arrival"], period_s)
         ratio = keep_up_ratio(m["arrival"], m["leave"], w)
         # too few arrivals, or all at one instant, to tell: not kept up with (a probe that could
         # show it is longer, --probe-duration)
@@ -173,6 +176,15 @@ class Search:
         self.longer = {}  # rate -> requests of its probe, when run longer than requests_at's
         self.short = set()  # rates whose longest probe was still too short to tell (counted as failing)
         self.floor = None  # why no rate can meet the limits (the latency floors), once a probe failed
+        self.period_s = False  # the arrival rate's period (keep-up window), found at the first probe
+
+    def _period_s(self, data: dict) -> float | None:
+        """``metrics.arrival_period_s`` of the probes' arrival process (the same at every rate)."""
+        if self.period_s is False:
+            from servesim.inputs.scenario import scenario_from_dict
+
+            self.period_s = arrival_period_s(scenario_from_dict(data).workload.arrival)
+        return self.period_s
 
     def floor_violation(self) -> str | None:
         """Why the limits cannot hold at any rate, judged on the first probe's requests: each
@@ -211,7 +223,7 @@ class Search:
         for p in new:
             if p.row.get("status") != "ok":
                 raise InputError(f"probe at {p.values[RATE_KEY]} req/s failed: {p.row.get('error')}")
-            ev = evaluate(self.out / RUNS / p.hash, self.slo, self.attainment, self.keep_up)
+            ev = evaluate(self.out / RUNS / p.hash, self.slo, self.attainment, self.keep_up, self._period_s(p.data))
             ev["throughput_rps"] = p.row.get("throughput_rps")
             ev["goodput_rps"] = p.row.get("goodput_rps")
             ev["requests"] = self.requests_at(p.values[RATE_KEY])

@@ -39,11 +39,11 @@ from pathlib import Path
 
 from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import with_values
-from servesim.outputs.metrics import KEEP_UP, PER_REQUEST, parse_slo
+from servesim.outputs.metrics import KEEP_UP, PER_REQUEST, arrival_period_s, parse_slo
 from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_text
 from servesim.outputs.rundir import read_summary
 from servesim.outputs.writer import json_text
-from servesim.inputs.scenario import MAX_REQUESTS
+from servesim.inputs.scenario import MAX_REQUESTS, scenario_from_dict
 from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, check_run_requests,
                                        check_search_options, evaluate, longer_requests)
 from servesim.studies.executors import ExecutorOptions, study_session
@@ -124,6 +124,8 @@ class Planner:
         self.n = probe_requests
         self.n_rate = requests_at_rate  # every configuration sees the same requests at R (per seed)
         self.slo = parse_slo(opts.slo)
+        # the arrival rate's period, which a run's keep-up window spans whole (the same at any rate)
+        self.period_s = arrival_period_s(scenario_from_dict(base).workload.arrival)
         self.candidates: list[Candidate] = []
         self.points: list = []  # every verification run (results.csv)
         # runs keep what the plan reads: requests (latencies) and summary (economics); TBT only for a tbt limit
@@ -180,7 +182,8 @@ class Planner:
             for s, p in zip(todo, pts):
                 ev = None
                 if p.row.get("status") == "ok":
-                    ev = evaluate(self.out / RUNS / p.hash, self.slo, self.opts.attainment, self.opts.keep_up)
+                    ev = evaluate(self.out / RUNS / p.hash, self.slo, self.opts.attainment, self.opts.keep_up,
+                                  self.period_s)
                     if ev.get("too_short") and n_of[s] < limit:
                         n_of[s] = longer_requests(ev, n_of[s], limit)
                         p.values["rerun"] = True
