@@ -243,6 +243,26 @@ def test_on_off_capacity_also_gives_the_mean_offered_rate(tmp_path, capsys):
     assert f"the mean offered rate is {mean:.4g} req/s" in capsys.readouterr().out
 
 
+def test_on_off_mean_offered_rate_over_seeds_carries_the_capacity_interval(tmp_path, capsys):
+    # over seeds the capacity is an interval: the mean offered rate at it (5 s of every 20 at the
+    # burst rate) was printed with 4 digits ("19.96 req/s" beside "39.9 +- 3.0 req/s")
+    from servesim.outputs.intervals import Interval, format_interval
+
+    data = scenario_data()
+    data["workload"]["arrival"] = {"process": "on_off", "rate_rps": 8.0, "on_s": 5.0, "off_s": 15.0}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(sc), "--seeds", "3", "--slo", "ttft_p99=300ms", "--probe-requests", str(N),
+                 "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    cap = json.loads((out / "capacity.json").read_text())
+    half = cap["capacity_ci95_rps"] / 4
+    assert half > 0
+    assert cap["capacity_mean_rps"] == pytest.approx(cap["capacity_rps"] / 4)
+    text = format_interval(Interval(cap["capacity_mean_rps"], half, 3), unit="req/s")
+    assert f"the mean offered rate is {text} (" in capsys.readouterr().out
+
+
 def test_summary_says_what_arrived_per_second():
     from tests.conftest import make_scenario
 

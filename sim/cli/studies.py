@@ -187,14 +187,25 @@ def cmd_capacity(args) -> int:
                 print(f"stopped short: {ci.stopped_short}")
             if ci.result.get("too_short"):
                 print(f"warning: {ci.result['too_short']}")
-            _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus)
+            _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus, iv)
     return _capacity_end(args, ci.error)
 
 
-def _burst_note(mean_cap, cap, arrival, gpus: int) -> None:
-    if mean_cap is not None and abs(mean_cap - cap) > 1e-9 * cap:
-        print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the "
-              f"mean offered rate is {mean_cap:.4g} req/s ({mean_cap / gpus:.3g} per GPU)")
+def _burst_note(mean_cap, cap, arrival, gpus: int, iv=None) -> None:
+    """The mean offered rate at the capacity found (``arrival``'s rate_rps is a burst rate).
+    ``iv``: the capacity's interval over seeds, which the mean rate carries with it (it grows
+    with the burst rate by the on period's share): printed to that precision, not 4 digits."""
+    if mean_cap is None or not abs(mean_cap - cap) > 1e-9 * cap:
+        return
+    if iv is None or math.isnan(iv.half):
+        text, per = f"{mean_cap:.4g} req/s", f"{mean_cap / gpus:.3g}"
+    else:
+        from servesim.outputs.intervals import Interval
+
+        mean = Interval(mean_cap, iv.half * arrival.on_s / (arrival.on_s + arrival.off_s), iv.n)
+        text, per = format_interval(mean, unit="req/s"), format_interval(mean.scaled(1 / gpus))
+    print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the "
+          f"mean offered rate is {text} ({per} per GPU)")
 
 
 def _capacity_end(args, error) -> int:
