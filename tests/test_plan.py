@@ -75,6 +75,25 @@ def test_a_shape_makes_the_deployment_it_names():
     assert sc.cluster.replicas == 3 and SHAPES[1].describe(3) == "3 x a100-80g TP1, chunked prefill 512"
 
 
+def test_a_chunk_size_budget_is_not_a_whole_prompt_pools_budget():
+    # A scenario written for chunked prefill 512: its P/D shapes ran whole-prompt pools (the inner
+    # policy's default, continuous) with the 512-token chunk as their budget, so every prompt
+    # over 512 tokens was rejected, and the plan called a P/D split that meets the SLO at R
+    # infeasible at every size. Its pools now take whole-prompt admission's default budget, as
+    # the colocated continuous shapes do; a pool's own budget, or chunked prefill inside it, stays.
+    chunked = {**SMALL, "policy": {"name": "chunked_prefill", "max_num_batched_tokens": 512}}
+    pd = Shape("pd", "h100-sxm", 1, decode_gpu="h100-sxm", decode_tp=1, ratio=(1, 1))
+    setup = prepare(scenario_from_dict(with_values(chunked, pd.overrides(1, chunked["policy"]), "test")))
+    assert setup.pools_by_name["prefill"].max_num_batched_tokens == 8192
+    res = simulate(scenario_from_dict(with_values(chunked, {**pd.overrides(1, chunked["policy"]),
+                                                            "workload.num_requests": 50}, "test")))
+    assert res.summary["rejected"] == 0
+    for own in ({"policy": "chunked_prefill"}, {"max_num_batched_tokens": 2048}):
+        pol = {**chunked["policy"], "prefill": own}
+        setup = prepare(scenario_from_dict(with_values({**chunked, "policy": pol}, pd.overrides(1, pol), "test")))
+        assert setup.pools_by_name["prefill"].max_num_batched_tokens == own.get("max_num_batched_tokens", 512)
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.key)
 def test_no_unit_serves_more_than_its_bound(shape):
     """The throughput bound is an upper bound: one unit offered three times its bound serves less."""

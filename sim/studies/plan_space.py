@@ -97,19 +97,29 @@ class Shape:
 
     def overrides(self, units: int, base_policy: dict) -> dict:
         """The scenario fields (dotted keys) that make ``units`` units of this shape. ``base_policy``:
-        the scenario's policy block (continuous keeps its token budget unless it was a chunk size)."""
+        the scenario's policy block (continuous, and a P/D split's whole-prompt prefill pool, keep its
+        token budget unless it was a chunk size)."""
+        # the scenario's budget was a chunk size: whole-prompt admission gets the schema's default
+        chunk_budget = base_policy.get("name") == "chunked_prefill" or base_policy.get("preset")
         if self.kind == "pd":
             p, d = self.ratio
-            return {"policy.name": "pd_split", "hardware.gpu": self.gpu, "hardware.tp": self.tp, "hardware.pp": 1,
-                    "cluster.replicas": 1, "policy.prefill.replicas": p * units, "policy.prefill.gpu": self.gpu,
-                    "policy.prefill.tp": self.tp, "policy.decode.replicas": d * units,
-                    "policy.decode.gpu": self.decode_gpu, "policy.decode.tp": self.decode_tp}
+            out = {"policy.name": "pd_split", "hardware.gpu": self.gpu, "hardware.tp": self.tp, "hardware.pp": 1,
+                   "cluster.replicas": 1, "policy.prefill.replicas": p * units, "policy.prefill.gpu": self.gpu,
+                   "policy.prefill.tp": self.tp, "policy.decode.replicas": d * units,
+                   "policy.decode.gpu": self.decode_gpu, "policy.decode.tp": self.decode_tp}
+            # the prefill pool takes policy's budget where it sets none of its own; a whole-prompt
+            # one (its default policy) rejects every prompt over a chunk size. (The decode pool's
+            # steps are sized by max_num_seqs whatever its budget: simulation._prepare.)
+            pool = base_policy.get("prefill") or {}
+            if (chunk_budget and pool.get("max_num_batched_tokens") is None
+                    and pool.get("policy", "continuous") != "chunked_prefill"):
+                out["policy.prefill.max_num_batched_tokens"] = CONTINUOUS_BUDGET
+            return out
         out = {"policy.name": self.policy, "hardware.gpu": self.gpu, "hardware.tp": self.tp, "hardware.pp": self.pp,
                "cluster.replicas": units}
         if self.policy == "chunked_prefill":
             out["policy.max_num_batched_tokens"] = self.chunk
-        elif base_policy.get("name") == "chunked_prefill" or base_policy.get("preset"):
-            # the scenario's budget was a chunk size: whole-prompt admission gets the schema's default
+        elif chunk_budget:
             out["policy.max_num_batched_tokens"] = CONTINUOUS_BUDGET
         return out
 
