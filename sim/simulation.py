@@ -531,20 +531,23 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
     when never short of work (an underestimate: the probe ends draining, so only an offered rate
     ``OVERLOAD_MARGIN`` times above it is called an overload). {"offered_rps",
     "served_rps", "probe_requests", "overloaded": offered > OVERLOAD_MARGIN x served}; None when
-    it cannot tell: closed-loop, multi-turn or all_at_once arrivals, a P/D split, admission
+    it cannot tell: closed-loop, multi-turn or all_at_once arrivals, admission
     control (it sheds load by design), fewer than ``OVERLOAD_PROBE_MIN`` requests (a probe that
     short is mostly drain), or a probe that rejects more than a tenth of its requests. With
     continuous batching or chunked prefill the probe keeps the requests whose prompts fit
     ``OVERLOAD_PROBE_STEPS`` steps of the token budget (a step holds at most the budget), so a tiny
     budget keeps ``validate`` quick: fewer than ``OVERLOAD_PROBE_MIN`` of them, and it cannot tell.
+    A P/D split (one deployment of two pools) runs the probe on all of it, its prefill pool's
+    budgets bounding the steps.
     ``setup``, ``specs``: ``plan``'s, when the caller has them."""
     from servesim.inputs.scenario import AllAtOnceArrival
     from servesim.policies import DEPLOYMENTS
 
     w = scenario.workload
-    if (isinstance(w.arrival, AllAtOnceArrival) or scenario.policy.name in DEPLOYMENTS
-            or scenario.policy.admission.active):
+    if isinstance(w.arrival, AllAtOnceArrival) or scenario.policy.admission.active:
         return None
+    # a P/D split is one deployment of two pools (cluster.replicas is 1): the probe runs all of it
+    split = scenario.policy.name in DEPLOYMENTS
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs) or len(specs) < OVERLOAD_PROBE_MIN:
         return None
@@ -552,11 +555,12 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
     if not span > 0:
         return None
     k = min(len(specs), OVERLOAD_PROBE_REQUESTS)
-    if scenario.policy.name in ("continuous", "chunked_prefill"):
+    first = setup.pools[0]  # (a P/D split's prefill pool: the one that runs the prompts)
+    if first.policy_name in ("continuous", "chunked_prefill"):
         # a step holds at most the token budget, so the probe's prompts alone take sum(p) / budget
         # steps: a tiny budget (1 token: a step per prompt token) would make this quick check as
         # slow as a long run, so the probe keeps the requests that fit OVERLOAD_PROBE_STEPS
-        budget = setup.pools[0].max_num_batched_tokens
+        budget = first.max_num_batched_tokens * (first.replicas if split else 1)
         steps = np.cumsum(specs.prompt_tokens[:k], dtype=np.float64) / budget
         k = int(np.searchsorted(steps, OVERLOAD_PROBE_STEPS, side="right"))
         if k < OVERLOAD_PROBE_MIN:
@@ -565,14 +569,15 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
         f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
         if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))
         and f.name not in ("class_names",)})
-    one = dataclasses.replace(_one_replica(scenario), workload=dataclasses.replace(w, num_requests=k, duration_s=None))
+    one = dataclasses.replace(scenario if split else _one_replica(scenario),
+                              workload=dataclasses.replace(w, num_requests=k, duration_s=None))
     res = simulate(one, specs=probe)
     if res.summary["completed"] < 0.9 * k:  # (rejections: they leave at once; predict_rejections names them)
         return None
     # (its throughput counts the drain, when the last requests run in a shrinking batch: a lower
     # bound of what it serves with work always waiting; completions between two percentiles
     # would overstate it, as the short requests finish first)
-    served = res.summary["throughput_rps"] * scenario.cluster.replicas
+    served = res.summary["throughput_rps"] * (1 if split else scenario.cluster.replicas)
     offered = len(specs) / span
     return {"offered_rps": offered, "served_rps": served, "probe_requests": k,
             "overloaded": bool(offered > OVERLOAD_MARGIN * served)}

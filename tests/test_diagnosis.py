@@ -270,6 +270,25 @@ def test_validate_predicts_a_clear_overload(tmp_path, capsys):
     assert main(["validate", str(ROOT / "scenarios" / "default.yaml")]) == 0
     assert "well above" not in capsys.readouterr().out
 
+def test_validate_predicts_a_clear_overload_of_a_pd_split(capsys):
+    """A P/D split at three times what it serves: the run falls behind (a third of the arrivals
+    leave), and validate said nothing (the probe skipped P/D splits). The probe now runs the whole
+    split; at the packaged scenario's own rate it stays quiet, and the run keeps up."""
+    from servesim.simulation import predict_overload
+
+    pd = str(ROOT / "scenarios" / "pd-split.yaml")
+    fast = load_scenario(pd, ["workload.arrival.rate_rps=100"])
+    over = predict_overload(fast)
+    assert over["overloaded"] and over["offered_rps"] > 3 * over["served_rps"]
+    assert simulate(fast).summary["workload"]["keep_up"]["ratio"] < 0.5
+    assert main(["validate", pd, "--set", "workload.arrival.rate_rps=100"]) == 0
+    assert "all at once on the whole P/D split (1 prefill + 2 decode replicas)" in capsys.readouterr().out
+    assert not predict_overload(load_scenario(pd, []))["overloaded"]
+    assert main(["validate", pd]) == 0
+    assert "well above" not in capsys.readouterr().out
+    assert simulate(load_scenario(pd, [])).summary["workload"]["keep_up"]["ratio"] > 0.9
+
+
 def test_the_overload_probe_stays_quick_with_a_tiny_token_budget(monkeypatch):
     """A step holds at most the token budget, so at a budget of a few tokens the probe's prompts
     alone take hundreds of thousands of steps (a fuzzed scenario made validate take 32 s): the

@@ -501,11 +501,15 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     except (InputError, MemoryError):  # (a probe the machine cannot hold: no prediction, the run says)
         over = None
     if over is not None and over["overloaded"]:
-        n = scenario.cluster.replicas
+        n, pools = scenario.cluster.replicas, setup.pools_by_name
+        if "decode" in pools:  # a P/D split: the probe ran the whole split
+            ran = (f"all at once on the whole P/D split ({pools['prefill'].replicas} prefill + "
+                   f"{pools['decode'].replicas} decode replicas), completed {over['served_rps']:.3g} req/s")
+        else:
+            ran = (f"all at once on one replica, completed {over['served_rps'] / n:.3g} req/s"
+                   + (f" ({over['served_rps']:.3g} on {n} replicas)" if n > 1 else ""))
         lines.append(f"warning: the offered {over['offered_rps']:.3g} req/s is well above what the deployment serves: "
-                     f"{over['probe_requests']:,} of its requests, all at once on one replica, completed "
-                     f"{over['served_rps'] / n:.3g} req/s" + (f" ({over['served_rps']:.3g} on {n} replicas)" if n > 1
-                                                               else "")
+                     f"{over['probe_requests']:,} of its requests, {ran}"
                      + "; the backlog will grow through the run and its latencies with workload.num_requests "
                      "(servesim capacity finds the highest rate it keeps up with)")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
