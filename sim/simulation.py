@@ -530,7 +530,8 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
     arriving at once on one replica, completed per second, times the replicas, is what it serves
     when never short of work (an underestimate: the probe ends draining, so only an offered rate
     ``OVERLOAD_MARGIN`` times above it is called an overload). {"offered_rps",
-    "served_rps", "probe_requests", "overloaded": offered > OVERLOAD_MARGIN x served}; None when
+    "served_rps", "probe_requests", "overloaded": offered > OVERLOAD_MARGIN x served, "preemptions":
+    the probe's, its batch as full as the KV cache lets it be}; None when
     it cannot tell: closed-loop, multi-turn or all_at_once arrivals, admission
     control (it sheds load by design), fewer than ``OVERLOAD_PROBE_MIN`` requests (a probe that
     short is mostly drain), or a probe that rejects more than a tenth of its requests. With
@@ -580,7 +581,7 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
     served = res.summary["throughput_rps"] * (1 if split else scenario.cluster.replicas)
     offered = len(specs) / span
     return {"offered_rps": offered, "served_rps": served, "probe_requests": k,
-            "overloaded": bool(offered > OVERLOAD_MARGIN * served)}
+            "overloaded": bool(offered > OVERLOAD_MARGIN * served), "preemptions": int(res.summary["preemptions"])}
 
 
 def observed_time(workload, req: dict, steps: dict, cut: bool) -> float:

@@ -554,3 +554,24 @@ def test_a_token_budget_below_max_num_seqs_is_said(tmp_path, capsys):
     msgs = [x["message"] for x in pd["warnings"] if x["code"] == "budget_below_seqs"]
     assert len(msgs) == 1 and msgs[0].startswith("the decode pool's max_num_batched_tokens=32 is below its "
                                                  "max_num_seqs=64")
+
+
+def test_validate_predicts_preemptions_where_the_run_has_them(tmp_path, capsys):
+    """A KV cache of 600 blocks (9,600 tokens) for 32 sequences of ~1,100 tokens: near its
+    capacity the run preempted 114 times over 600 requests and validate said nothing of it. The
+    overload probe preempts as the batch fills; with the offered rate near what it serves,
+    validate names it, and the run's own preemptions warning agrees. At a light load it stays
+    quiet, and the run preempts less than the warning's share."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({
+        "name": "tiny-kv", "seed": 7, "model": "Qwen/Qwen2.5-7B-Instruct", "hardware": {"gpu": "h200"},
+        "memory": {"num_gpu_blocks": 600}, "policy": {"name": "continuous", "max_num_seqs": 32},
+        "workload": {"num_requests": 600, "arrival": {"process": "poisson", "rate_rps": 5.0},
+                     "prompt_tokens": {"dist": "lognormal", "mean": 800, "sigma": 0.6, "max": 4000},
+                     "output_tokens": {"dist": "lognormal", "mean": 300, "sigma": 0.5}}}))
+    for rate, expect in ((5.0, True), (2.0, False)):
+        assert main(["validate", str(sc), "--set", f"workload.arrival.rate_rps={rate}"]) == 0
+        said = "limits the batch under this load" in capsys.readouterr().out
+        s = simulate(load_scenario(str(sc), [f"workload.arrival.rate_rps={rate}"])).summary
+        ran = any(w["code"] == "preemptions" for w in s["warnings"])
+        assert said == ran == expect, (rate, said, s["preemptions"])

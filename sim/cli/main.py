@@ -447,12 +447,14 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     """Warnings ``validate`` can give before a run: the requests it will reject (predicted from the
     workload's own lengths and the deployment's limits), prompts that can wait at the head of the
     queue for the token budget (``predict_head_of_line``), an offered rate well above what the
-    deployment serves (``predict_overload``: a short probe) and SLO limits in the wrong unit.
+    deployment serves (``predict_overload``: a short probe), preemptions (that probe's, near or above
+    what it serves) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
-    from servesim.outputs.checks import (CLIPPED_SHARE, budget_warnings, clipped_text, gpu_unit_warnings,
-                                         kv_override_warnings, no_effect_warnings, scenario_slos, slo_unit_warnings)
-    from servesim.simulation import (predict_clipped, predict_head_of_line, predict_overload, predict_rejections,
-                                     predict_slo_floors, prepare)
+    from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, budget_warnings, clipped_text,
+                                         gpu_unit_warnings, kv_override_warnings, no_effect_warnings, scenario_slos,
+                                         slo_unit_warnings)
+    from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
+                                     predict_rejections, predict_slo_floors, prepare)
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
@@ -512,6 +514,19 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      f"{over['probe_requests']:,} of its requests, {ran}"
                      + "; the backlog will grow through the run and its latencies with workload.num_requests "
                      "(servesim capacity finds the highest rate it keeps up with)")
+    # The probe runs its batch as full as the load allows: when it outgrew the KV cache (as many
+    # preemptions as the run's own warning names) and the offered rate is within the overload
+    # margin of what the probe served (the batch then fills as the probe's did), a run preempts too
+    if (over is not None and over["preemptions"] >= PREEMPTED_SHARE * over["probe_requests"]
+            and over["offered_rps"] * OVERLOAD_MARGIN >= over["served_rps"]):
+        k, p = over["probe_requests"], over["preemptions"]
+        lines.append(f"warning: the KV cache, not policy.max_num_seqs, limits the batch under this load: {k:,} of the "
+                     f"workload's requests all at once preempted running requests {p:,} times ({p / k:.2f} per "
+                     f"request), and the offered {over['offered_rps']:.3g} req/s is near or above the "
+                     f"{over['served_rps']:.3g} req/s they completed, so a run will preempt too (each preemption "
+                     "recomputes or swaps a request's KV); more KV memory (memory.gpu_memory_utilization, "
+                     "hardware.kv_dtype=fp8, a larger hardware.tp) or fewer requests at once (policy.max_num_seqs) "
+                     "avoids it")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
     lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario)]
     return lines
