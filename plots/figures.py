@@ -86,14 +86,18 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
     colors = colors or colors_for(data)
     lo, hi = np.inf, 0.0
     drawn = 0
+    curves = []
     for label, x in data.items():
         x = np.sort(np.asarray(x, dtype=float))
         x = x[~np.isnan(x)]
         if len(x) == 0:
             continue
         drawn += 1
-        y = np.arange(1, len(x) + 1) / len(x)
-        ax.step(_ms(x), y, where="post", label=str(label), color=colors[label])
+        # from 0 at the smallest sample: without it the first step had no rise, and one sample
+        # (a run of one request) drew nothing at all
+        xs, y = _ms(np.concatenate([x[:1], x])), np.arange(len(x) + 1) / len(x)
+        ax.step(xs, y, where="post", label=wrap_label(label), color=colors[label])
+        curves.append((xs, y))
         pos = x[x > 0]
         if len(pos):
             lo, hi = min(lo, pos.min()), max(hi, x.max())
@@ -116,8 +120,50 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
         ax.text(0.5, 0.5, "no samples: no request completed with this metric", transform=ax.transAxes,
                 ha="center", va="center", fontsize="small", color="0.4")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="lower right")
+        _cdf_legend(ax, curves)
     return ax
+
+
+_CDF_LEGEND_SPOTS = ("lower right", "upper left", "center right", "center left")
+
+
+def _cdf_legend(ax, curves) -> None:
+    """The legend where no CDF runs under it: lower right (below every curve but a slow one's
+    start), else upper left (above every curve but a fast one's rise), else the middle of either
+    side; where every spot covers a curve (several far apart, a long label), below the axes. A
+    CDF rises, so a curve crosses the box [x0, x1] x [y0, y1] when F(x1) >= y0 and F(x0) <= y1.
+    The box is measured now and taken a third taller (and a little wider): laying the figure out
+    later, notes under it, shrinks the axes but not the legend (the lower-right legend used to hide
+    an overloaded run's curve, and the slowest of a comparison's)."""
+    renderer = ax.figure.canvas.get_renderer()
+    ax.get_xlim(), ax.get_ylim()  # (the limits as drawn: autoscaling is otherwise applied later)
+    to_data = ax.transData.inverted()
+    for loc in _CDF_LEGEND_SPOTS:
+        legend = ax.legend(loc=loc, fontsize="small")
+        box = legend.get_window_extent(renderer)
+        frame = ax.get_window_extent(renderer)
+        dx, dy = 0.05 * box.width, 0.35 * box.height
+        (x0, y0), (x1, y1) = to_data.transform([(max(box.x0 - dx, frame.x0), max(box.y0 - dy, frame.y0)),
+                                                (min(box.x1 + dx, frame.x1), min(box.y1 + dy, frame.y1))])
+        if not any(_cdf_at(xs, ys, x1) >= y0 and _cdf_at(xs, ys, x0) <= y1 for xs, ys in curves):
+            return
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small", frameon=False)
+
+
+def _cdf_at(xs, ys, x: float) -> float:
+    """A step CDF (``xs`` ascending, ``ys`` its values from each x on) at ``x``."""
+    i = int(np.searchsorted(xs, x, side="right"))
+    return float(ys[i - 1]) if i else 0.0
+
+
+def wrap_label(label, width: int = 40) -> str:
+    """A legend label, tick label or panel title in lines of at most ``width`` characters (broken
+    at spaces and hyphens): a long scenario, variant or GPU name ran past its axes, over the
+    neighbouring panel and out of the figure."""
+    import textwrap
+
+    text = str(label)
+    return text if len(text) <= width else "\n".join(textwrap.wrap(text, width, break_on_hyphens=True))
 
 
 # ---------------------------------------------------------------- versus load
@@ -164,15 +210,27 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
     """p99 (solid) and p50 (dashed) latency against offered load.
 
     ``data``: {label: {"rate": [req/s], "p50": [s], "p99": [s], "p99_ci": [s] (optional: the 95%
-    interval's half-width over seeds, drawn as error bars)}}.
+    interval's half-width over seeds, drawn as error bars), "ok": [bool | None] (optional: the run
+    meets the SLO; False: its p99 marker is hollow, as ``throughput_latency`` draws it)}}.
     """
     colors = colors or colors_for(data)
     name = METRIC_NAMES.get(metric, metric)
+    hollow = False
     for label, d in data.items():
         c = colors[label]
-        ax.plot(d["rate"], _ms(d["p99"]), "-o", color=c, markersize=4, label=f"{label} p99")
-        ax.plot(d["rate"], _ms(d["p50"]), "--", color=c, alpha=0.8, label=f"{label} p50")
+        x, y = np.asarray(d["rate"], dtype=float), _ms(d["p99"])
+        # a run that fails the SLO (by either limit, or falling behind) is hollow: a configuration
+        # whose TTFT fails looked the best of all on the TPOT panel, filled like the rest
+        fails = np.array([v is not None and not v for v in d.get("ok") or [None] * len(x)], dtype=bool)
+        ax.plot(x, y, "-o", color=c, markersize=4, markevery=[int(i) for i in np.flatnonzero(~fails)],
+                label=f"{wrap_label(label)} p99")
+        if fails.any():
+            ax.plot(x[fails], y[fails], "o", color=c, markersize=4, markerfacecolor="none")
+            hollow = True
+        ax.plot(d["rate"], _ms(d["p50"]), "--", color=c, alpha=0.8, label=f"{wrap_label(label)} p50")
         _error_bars(ax, d["rate"], d["p99"], d.get("p99_ci"), c, 1e3)
+    if hollow:  # (an entry of its own: the series' colours stay theirs)
+        ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
     return _log_latency_axes(ax, slo_s, "offered load (req/s)", f"{name} (ms)", f"{name} vs load")
 
 
@@ -254,7 +312,9 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | No
     top = 0.0
     offered = {}
     for label, d in data.items():
-        ax.plot(d["rate"], d["goodput"], "-o", markersize=4, color=colors[label], label=str(label))
+        # (a label whose every point failed to run has nothing drawn: no legend entry either)
+        ax.plot(d["rate"], d["goodput"], "-o", markersize=4, color=colors[label],
+                label=wrap_label(label) if len(d["rate"]) else None)
         _error_bars(ax, d["rate"], d["goodput"], d.get("goodput_ci"), colors[label])
         top = max(top, max(d["rate"], default=0.0))
         for r, o in zip(d["rate"], d.get("offered") or ()):
@@ -296,7 +356,7 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
         c = colors[label]
         x, y = np.asarray(d["throughput"], dtype=float), _ms(d["latency"])
         fails = np.array([v is not None and not v for v in d.get("ok") or [None] * len(x)], dtype=bool)
-        ax.plot(x, y, "-", color=c, label=str(label) if len(x) else None)
+        ax.plot(x, y, "-", color=c, label=wrap_label(label) if len(x) else None)
         ax.plot(x[~fails], y[~fails], "o", markersize=4, color=c)
         ax.plot(x[fails], y[fails], "o", markersize=4, color=c, markerfacecolor="none")
         hollow |= bool(fails.any())
@@ -513,7 +573,8 @@ def ttft_breakdown(data: dict, ax):
         text = f"TTFT {fmt(ttft)}" + (f"\n+ {fmt(kv)} KV" if kv > 0 else "") if data[labels[i]] else \
             "no request\ncompleted"
         ax.annotate(text, (xi, top), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=8)
-    ax.set_xticks(x, [str(lbl) for lbl in labels], rotation=20 if len(labels) > 3 else 0)
+    ticks = [wrap_label(lbl, 24) for lbl in labels]  # (long names ran into each other under the bars)
+    ax.set_xticks(x, ticks, rotation=20 if len(labels) > 3 else 0)
     if shares:
         ax.set_ylim(0, 125)
     elif bottom.max(initial=0.0) > 0:
@@ -524,8 +585,10 @@ def ttft_breakdown(data: dict, ax):
     ax.set_ylabel("share of mean time (%)" if shares else "mean time (ms)")
     ax.set_title("TTFT breakdown (+ KV transfer)" if pd else "TTFT breakdown")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(labels) <= 3 else -0.2),
-              ncol=len(comps), frameon=False)
+    lines = max((t.count("\n") for t in ticks), default=0)  # (the legend goes below every line of them)
+    ax.legend(fontsize="small", loc="upper center",
+              bbox_to_anchor=(0.5, (-0.14 if len(labels) <= 3 else -0.2) - 0.07 * lines), ncol=len(comps),
+              frameon=False)
     return ax
 
 
@@ -562,7 +625,7 @@ def roofline(data: dict, ax):
     hi = max(ai.max() if len(ai) else 1.0, ridge) * 3
     xs = np.geomspace(lo, hi, 200)
     ax.plot(xs, np.minimum(peak, xs * bw) / 1e12, "k-", linewidth=1.5,
-            label=f"roofline {data.get('hardware', '')} (ridge {ridge:.0f} FLOP/B)")
+            label=wrap_label(f"roofline {data.get('hardware', '')} (ridge {ridge:.0f} FLOP/B)"))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")

@@ -477,7 +477,7 @@ def _series(groups, key_p50, key_p99):
         if rs:
             out[g] = {"rate": [r[RATE_KEY] for r in rs], "p50": [r[key_p50] for r in rs],
                       "p99": [r[key_p99] for r in rs], "p99_ci": [r.get(key_p99 + CI_SUFFIX) for r in rs],
-                      "behind": [fell_behind(r) for r in rs]}
+                      "behind": [fell_behind(r) for r in rs], "ok": [meets_slo(r) for r in rs]}
     return out
 
 
@@ -828,7 +828,7 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     for j, ((g, r, first, pool), td) in enumerate(zip(panels, tds)):
         F.replica_timeline(td, axes[:, j], width_s=width)
         name = f"replica {first}" + ("" if pool == "colocated" else f" ({pool} pool)")
-        axes[0, j].set_title(f"{ctx.label(g)}: {name}", fontsize=10)
+        axes[0, j].set_title(F.wrap_label(f"{ctx.label(g)}: {name}", 56), fontsize=10)
         kv = td["kv_usage"]
         qmax = int(td["waiting"].max()) if len(td["waiting"]) else 0
         tq = float(td["queue_t"][td["waiting"].argmax()]) if len(td["waiting"]) else 0.0
@@ -849,7 +849,7 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     for j, (g, r) in enumerate(shown):
         rd = r.roofline_data()
         F.roofline(rd, axes[0, j])
-        axes[0, j].set_title(f"{ctx.label(g)}: steps on the roofline", fontsize=10)
+        axes[0, j].set_title(F.wrap_label(f"{ctx.label(g)}: steps on the roofline", 60), fontsize=10)
         parts.append(_roofline_sentence(g, rd, brief=j > 0))
     add("roofline", ctx.title("Roofline"), fig, " ".join(parts), omit)
 

@@ -40,8 +40,82 @@ def test_latency_cdfs(runs, ax, metric, xlabel):
     assert legend(ax) == ["continuous", "small", "SLO 500 ms"]
     for line, (g, x) in zip(ax.lines, samples.items()):
         assert line.get_xdata().max() == pytest.approx(np.nanmax(x) * 1e3)
-        assert line.get_ydata()[-1] == 1.0 and len(line.get_xdata()) == np.isfinite(x).sum()
+        # every sample, and the rise from 0 at the smallest
+        assert line.get_ydata()[-1] == 1.0 and len(line.get_xdata()) == np.isfinite(x).sum() + 1
+        assert line.get_ydata()[0] == 0.0 and line.get_xdata()[0] == pytest.approx(np.nanmin(x) * 1e3)
     assert line.get_color() != ax.lines[0].get_color()
+
+
+def test_a_cdf_of_one_sample_is_drawn(ax):
+    """A run of one request drew an empty CDF (a step of one point has no line): it rises from 0
+    to 1 at the sample."""
+    F.latency_cdfs({"one": [0.026]}, ax, "ttft")
+    assert list(ax.lines[0].get_xdata()) == pytest.approx([26.0, 26.0])
+    assert list(ax.lines[0].get_ydata()) == [0.0, 1.0]
+
+
+def _covered(ax, box) -> list:
+    """The labelled curves of ``ax`` that run through ``box`` (data coordinates), by their drawn
+    steps: between two samples the CDF is flat, then rises."""
+    hit = []
+    for line in ax.lines:
+        if line.get_label().startswith("SLO"):
+            continue
+        x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+        xs = np.repeat(x, 2)[1:]
+        ys = np.repeat(y, 2)[:-1]  # the step path: (x0, y0), (x1, y0), (x1, y1), ...
+        inside = (xs >= box.x0) & (xs <= box.x1) & (ys >= box.y0) & (ys <= box.y1)
+        flat = [(box.x0 <= a or box.x0 <= b) and min(a, b) <= box.x1 and box.y0 <= v <= box.y1
+                for a, b, v in zip(xs[:-1], xs[1:], ys[:-1])]
+        if inside.any() or any(flat):
+            hit.append(line.get_label())
+    return hit
+
+
+@pytest.mark.parametrize("slow_ms", [(60.0, 30_000.0), (20_000.0, 200_000.0)])
+def test_cdf_legend_covers_no_curve(slow_ms):
+    """The legend sat in the lower right whatever ran there: an overloaded configuration's CDF,
+    far right and low for most of its width, ran under it (a comparison's slowest, or one
+    overloaded run's). It goes where no curve runs, else below the axes."""
+    rng = np.random.default_rng(0)
+    fast = rng.uniform(0.02, 0.2, 300)
+    slow = np.exp(rng.uniform(*np.log(np.asarray(slow_ms) / 1e3), 300))
+    fig, axes = plt.subplots(1, 3, figsize=(13.8, 4.4))
+    F.latency_cdfs({"fast (1 GPU)": fast, "overloaded (1 GPU)": slow}, axes[0], "ttft", slo_s=1.0)
+    F.latency_cdfs({"overloaded (1 GPU)": slow}, axes[1], "e2e")
+    fig.text(0.01, 0.01, "a note\nof three\nlines", va="bottom")  # (a report's notes: the axes shrink)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.canvas.draw()
+    for ax in axes[:2]:
+        box = ax.get_legend().get_window_extent().transformed(ax.transData.inverted())
+        assert _covered(ax, box) == [], (ax.get_legend()._loc, box)
+    plt.close(fig)
+
+
+def test_long_labels_are_wrapped_inside_their_axes():
+    """A long scenario or variant name ran its legend past the axes, over the next panel, and
+    its bar labels into each other: legend entries, tick labels and panel titles break lines."""
+    long = "a-really-long-variant-label-for-continuous-batching-with-many-seqs (1 GPU)"
+    fig, axes = plt.subplots(1, 3, figsize=(13.8, 4.4))
+    F.latency_cdfs({long: [0.1, 0.2, 0.3]}, axes[0], "ttft")
+    F.latency_vs_load({long: {"rate": [1, 2], "p50": [0.01, 0.02], "p99": [0.03, 0.04]}}, axes[1], "ttft")
+    F.ttft_breakdown({long: {"queueing": 0.01, "prefill": 0.02, "api": 0.005},
+                      "another-really-long-variant-label-chunked-prefill-512 (1 GPU)":
+                          {"queueing": 0.01, "prefill": 0.03, "api": 0.005}}, axes[2])
+    fig.tight_layout()
+    fig.canvas.draw()
+    for ax in axes[:2]:
+        texts = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert all(len(line) <= 40 for t in texts for line in t.split("\n")), texts
+        assert "".join(texts[0].split("\n")).replace(" ", "").startswith(long.replace(" ", ""))
+        frame = ax.get_window_extent()
+        box = ax.get_legend().get_window_extent()
+        assert frame.x0 - 1 <= box.x0 and box.x1 <= frame.x1 + 1  # (within its own panel)
+    ticks = [t for t in axes[2].get_xticklabels()]
+    assert all(len(line) <= 24 for t in ticks for line in t.get_text().split("\n"))
+    a, b = (t.get_window_extent() for t in ticks)
+    assert a.x1 < b.x0  # (side by side, not over each other)
+    plt.close(fig)
 
 
 def test_policy_colors_are_fixed():
@@ -73,6 +147,28 @@ def test_goodput_vs_load(ax):
     assert ax.get_ylabel() == "goodput (req/s within SLO)"
     assert legend(ax) == ["continuous", "small", "offered load (ideal)"]
     assert list(ax.lines[0].get_ydata()) == [1, 2, 3.5] and list(ax.lines[2].get_xdata()) == [0, 4]
+
+
+def test_goodput_leaves_a_label_without_points_out_of_the_legend(ax):
+    """A configuration whose every point failed to run stood in the legend with nothing drawn
+    (the latency and throughput figures left it out)."""
+    data = {"ok": {"rate": [1, 2], "goodput": [1, 2]}, "failed": {"rate": [], "goodput": []}}
+    F.goodput_vs_load(data, ax)
+    assert legend(ax) == ["ok", "offered load (ideal)"]
+
+
+def test_latency_vs_load_draws_failing_points_hollow(ax):
+    """A configuration that fails the SLO (its TTFT 100 s) had the lowest p99 TPOT of all,
+    drawn filled like the passing ones: its points that fail are hollow, and the legend says so."""
+    data = {"ok": {"rate": [6, 12], "p50": [0.008, 0.009], "p99": [0.011, 0.015], "ok": [True, True]},
+            "tiny": {"rate": [6, 12], "p50": [0.006, 0.006], "p99": [0.007, 0.007], "ok": [False, False]}}
+    F.latency_vs_load(data, ax, "tpot", slo_s=0.05)
+    assert legend(ax) == ["ok p99", "ok p50", "tiny p99", "tiny p50", "hollow: fails the SLO", "SLO 50 ms"]
+    ok_p99, tiny_p99 = ax.lines[0], ax.lines[2]
+    assert list(ok_p99.get_markevery()) == [0, 1] and list(tiny_p99.get_markevery()) == []
+    hollow = ax.lines[3]
+    assert hollow.get_markerfacecolor() == "none" and list(hollow.get_ydata()) == pytest.approx([7, 7])
+    assert hollow.get_color() == tiny_p99.get_color()
 
 
 def test_goodput_ideal_is_what_arrived_when_the_runs_say(ax):
