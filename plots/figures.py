@@ -700,22 +700,66 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
     Each point is labelled with its configuration (two on one GPU type differ by policy alone).
 
     ``data``: [{"fleet", "label" (optional: the configuration's own, naming its policy; else the
-    fleet), "gpu", "kind", "usd_per_hour", "p99": seconds, "meets": bool}]."""
+    fleet), "gpu", "kind", "usd_per_hour", "p99": seconds (inf, or 1e17 and over: more than 1% of
+    the requests never completed, so the p99 is unbounded), "meets": bool}]. A configuration
+    with an unbounded p99 is drawn at the top edge as a triangle pointing up (it used to be left
+    out, or drawn at the p99 of the requests that did complete, under the limit it broke).
+    Each point's name sits on the side of it with room (they ran out of the axes on the right),
+    and the legend below the axes, clear of the names."""
+    from matplotlib.transforms import blended_transform_factory
+
     colors = colors or colors_for([d["gpu"] for d in data])
     name = METRIC_NAMES.get(metric, metric)
     seen = set()
+    named, off_scale = [], False
+    top = blended_transform_factory(ax.transData, ax.transAxes)
     for d in data:
-        if d["p99"] is None or not math.isfinite(d["p99"]) or d["p99"] >= 1e17:  # 1e17+: never served
+        if d["p99"] is None or d["p99"] != d["p99"]:  # (not measured: nothing to draw)
             continue
         c = colors[d["gpu"]]
         lab = f"{d['gpu']}{' P/D' if d['kind'] == 'pd' else ''}, {'meets' if d['meets'] else 'fails'}"
+        face = c if d["meets"] else "none"
+        if math.isinf(d["p99"]) or d["p99"] >= 1e17:
+            ax.plot([d["usd_per_hour"]], [0.96], "^", transform=top, color=c, markersize=7, markerfacecolor=face,
+                    clip_on=False)
+            ax.update_datalim([(d["usd_per_hour"], 1.0)], updatey=False)  # (its x in view; its height is none)
+            named.append((d, 0.96, top))
+            off_scale = True
+            continue
         ax.plot([d["usd_per_hour"]], [d["p99"] * 1e3], _KIND_MARKERS.get(d["kind"], "o"), color=c, markersize=6,
-                markerfacecolor=c if d["meets"] else "none", label=None if lab in seen else lab)
-        ax.annotate(d.get("label") or d["fleet"], (d["usd_per_hour"], d["p99"] * 1e3), textcoords="offset points",
-                    xytext=(6, -3), fontsize=7)
+                markerfacecolor=face, label=None if lab in seen else lab)
+        named.append((d, d["p99"] * 1e3, ax.transData))
         seen.add(lab)
-    return _log_latency_axes(ax, slo_s, "cost ($/hour)", f"p99 {name} at the target rate (ms, worst seed)",
-                             f"cost vs p99 {name}")
+    if off_scale:
+        ax.plot([], [], "^", color="0.3", markerfacecolor="none", markersize=7,
+                label="top edge: p99 unbounded (over 1% never completed)")
+    _log_latency_axes(ax, slo_s, "cost ($/hour)", f"p99 {name} at the target rate (ms, worst seed)",
+                      f"cost vs p99 {name}")
+    if off_scale:  # (a band at the top for them, above every drawn point and the SLO line)
+        lo_y, hi_y = ax.get_ylim()
+        ax.set_ylim(lo_y, hi_y * (hi_y / lo_y) ** 0.2)
+    if ax.get_legend() is not None:
+        # (one column: two of these side by side were wider than the axes, and the layout
+        # narrowed the axes to fit them)
+        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
+    lo, hi = ax.get_xlim()
+    renderer = ax.figure.canvas.get_renderer()
+    placed = []
+    for d, y, transform in named:
+        right = (d["usd_per_hour"] - lo) > 0.5 * (hi - lo)
+        text = ax.annotate(wrap_label(d.get("label") or d["fleet"], 30), (d["usd_per_hour"], y), xycoords=transform,
+                           textcoords="offset points", xytext=(-6, -3) if right else (6, -3),
+                           ha="right" if right else "left", va="top", fontsize=7)
+        # (two names side by side, e.g. two off-scale P/D splits, ran into each other: moved down
+        # until clear of those already placed, with room for the axes to narrow in the layout)
+        for _ in range(6):
+            box = text.get_window_extent(renderer).padded(0.15 * text.get_window_extent(renderer).width, 2)
+            if not any(box.overlaps(b) for b in placed):
+                break
+            x_off, y_off = text.xyann
+            text.xyann = (x_off, y_off - text.get_window_extent(renderer).height * 72 / ax.figure.dpi - 2)
+        placed.append(text.get_window_extent(renderer))
+    return ax
 
 
 _GLYPH = re.compile(r"Glyph (\d+) \(.*\) missing from font\(s\) (.+?)\.?$")

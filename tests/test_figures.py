@@ -1,5 +1,7 @@
 """Every design-review figure from a small run: axis labels, legend entries and data extents."""
 
+import math
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -488,8 +490,46 @@ def test_cost_capacity_names_each_configuration_and_keeps_its_interval_in_view(a
 def test_cost_latency_names_each_configuration(ax):
     data = [{**p, "p99": p99, "meets": True} for p, p99 in zip(plan_points(), (0.25, 0.27))]
     F.cost_latency(data, ax, "ttft", 1.0)
-    assert sorted(t.get_text() for t in ax.texts) == ["1 x h100-sxm TP1, chunked prefill 512",
+    assert sorted(t.get_text().replace("\n", " ") for t in ax.texts) == ["1 x h100-sxm TP1, chunked prefill 512",
                                                       "1 x h100-sxm TP1, continuous"]
+
+
+def test_cost_latency_draws_an_unbounded_p99_at_the_top_and_keeps_names_apart():
+    """A P/D split that lost a tenth of its requests was drawn at the p99 of those that completed,
+    250 ms, under the 1 s limit the plan said it broke (or, unbounded, left out); names of points
+    near the right edge ran out of the axes, and two side by side ran into each other."""
+    from servesim.plots.plan_report import _judged_p99
+
+    seed = {"ttft_p99": None, "ttft_p99_s": 0.25, "tpot_p99": 0.0136, "tpot_p99_s": 0.0136}
+    assert _judged_p99({"seeds": [seed]}, "ttft") == float("inf")
+    assert _judged_p99({"seeds": [seed, {**seed, "tpot_p99": 0.02}]}, "tpot") == 0.02
+    assert _judged_p99({"seeds": [{"ttft_p99_s": 0.3}]}, "ttft") == 0.3  # (the SLO has no TTFT p99)
+    pd = {"gpu": "a100-80g", "kind": "pd", "meets": False, "p99": math.inf}
+    data = [{"fleet": "1 x a100-80g", "label": "1 x a100-80g TP1, continuous", "gpu": "a100-80g",
+             "kind": "colocated", "usd_per_hour": 1.59, "p99": 0.94, "meets": False},
+            {"fleet": "2 x a100-80g", "label": "2 x a100-80g TP1, continuous", "gpu": "a100-80g",
+             "kind": "colocated", "usd_per_hour": 3.18, "p99": 0.36, "meets": True},
+            {**pd, "fleet": "2 x a100-80g", "label": "P/D 1 x a100-80g TP1 : 1 x a100-80g TP1", "usd_per_hour": 3.18},
+            {**pd, "fleet": "4 x a100-80g", "label": "P/D 2 x a100-80g TP1 : 2 x a100-80g TP1", "usd_per_hour": 6.36}]
+    fig, ax = plt.subplots(figsize=(6, 4.8))
+    F.cost_latency(data, ax, "ttft", 1.0)
+    fig.tight_layout()
+    fig.canvas.draw()
+    tops = [ln for ln in ax.lines if ln.get_marker() == "^" and len(ln.get_xdata())]
+    assert sorted(x for ln in tops for x in ln.get_xdata()) == [3.18, 6.36]
+    for ln in tops:  # at the top edge, above the SLO line and every point, hollow (they fail)
+        y_px = ln.get_transform().transform((ln.get_xdata()[0], ln.get_ydata()[0]))[1]
+        assert y_px > ax.transData.transform((0, 1000.0))[1] and ln.get_markerfacecolor() == "none"
+    assert "top edge: p99 unbounded (over 1% never completed)" in legend(ax)
+    frame = ax.get_window_extent()
+    boxes = [t.get_window_extent() for t in ax.texts]
+    assert len(boxes) == 4
+    for i, b in enumerate(boxes):
+        assert frame.x0 <= b.x0 and b.x1 <= frame.x1, ax.texts[i].get_text()  # (inside the axes)
+        assert not any(b.overlaps(o) for o in boxes[:i]), ax.texts[i].get_text()
+    legend_box = ax.get_legend().get_window_extent()
+    assert legend_box.y1 < frame.y0  # (below the axes: clear of the names)
+    plt.close(fig)
 
 
 @pytest.mark.parametrize("shape", [dict(kind="colocated", gpu="h100-sxm", tp=2, pp=2, policy="chunked_prefill",
