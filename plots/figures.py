@@ -466,10 +466,13 @@ def _legend_clear_of_data(ax, **kw) -> None:
 
 
 def _whole_ticks(ax) -> None:
-    """Whole-number ticks on a y axis that counts (requests, sequences): a small count read 2.5."""
+    """Whole-number ticks on a y axis that counts (requests, sequences) from 0: a small count read
+    2.5, and a replica where nothing ran (every request rejected) counted -0.045 to 0.054."""
     from matplotlib.ticker import MaxNLocator
 
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if ax.get_ylim()[1] < 1:  # (nothing counted: 0 to 1; otherwise the limits stay as they were)
+        ax.set_ylim(0, 1)
 
 
 def tokens_timeline(data: dict, ax, width_s: float | None = None):
@@ -487,6 +490,8 @@ def tokens_timeline(data: dict, ax, width_s: float | None = None):
                 label="decode tokens", rasterized=True)
         ax.set_ylabel("tokens per step")
     ax.set_xlabel("simulated time (s)")
+    if ax.get_ylim()[1] < 1:  # (no steps: the axis ran -0.04 to 0.04 tokens)
+        ax.set_ylim(0, 1)
     _legend_clear_of_data(ax, fontsize="small", markerscale=4)
     return ax
 
@@ -533,6 +538,9 @@ def replica_timeline(data: dict, axes, max_points: int = MAX_STEP_POINTS, width_
         ax.grid(True, alpha=0.3)
         if ax is not axes[-1]:
             ax.set_xlabel("")
+    if not len(t):  # (say so rather than show empty panels)
+        axes[0].text(0.5, 0.5, "no steps ran on this replica", transform=axes[0].transAxes, ha="center",
+                     va="center", fontsize="small", color="0.4")
     return axes
 
 

@@ -330,6 +330,24 @@ def test_timeline_legends_sit_above_the_data(runs, max_points):
     plt.close(fig)
 
 
+def test_a_replica_where_no_step_ran_counts_from_zero():
+    """Every request rejected: the batch, token and request axes counted -0.045 to 0.054 in
+    steps of 0.006, with nothing to say why the panels were empty."""
+    empty = np.array([], dtype=float)
+    td = {"t": empty, "num_seqs": empty, "prefill_tokens": empty, "decode_tokens": empty, "kv_usage": empty,
+          "queue_t": np.array([0.0, 11.1]), "waiting": np.array([0, 0]), "running": np.array([0, 0])}
+    fig, axes = plt.subplots(4, 1, figsize=(6, 9.5), sharex=True)
+    F.replica_timeline(td, axes)
+    fig.canvas.draw()
+    for ax in (axes[0], axes[1], axes[3]):
+        lo, hi = ax.get_ylim()
+        assert lo == 0 and hi >= 1, (ax.get_ylabel(), lo, hi)
+    for ax in (axes[0], axes[3]):  # (counts: whole ticks)
+        assert all(float(t).is_integer() for t in ax.get_yticks() if 0 <= t <= ax.get_ylim()[1])
+    assert [t.get_text() for t in axes[0].texts] == ["no steps ran on this replica"]
+    plt.close(fig)
+
+
 def test_binned_empty_bins_are_gaps():
     b = F.binned([0.1, 0.2, 2.5], [1.0, 3.0, 5.0], 1.0)
     assert list(b["sum"]) == [4.0, 0.0, 5.0] and b["mean"][0] == 2.0 and np.isnan(b["mean"][1])
