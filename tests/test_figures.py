@@ -597,3 +597,32 @@ def test_timelines_draw_on_a_figure_of_any_backend(runs, canvas, tmp_path):
     F.replica_timeline(runs["continuous"].timeline_data(0), axes)
     assert all(ax.get_legend() is not None for ax in axes)
     fig.savefig(tmp_path / f"t.{module[8:]}")
+
+
+def test_validate_cost_plot_title_clear_of_panels_and_plain_log_ticks(tmp_path, monkeypatch):
+    """servesim validate-cost's figure: the figure title sat over the first row's panel titles,
+    and a panel within one decade labelled its minor ticks '2x10^0 3x10^0 4x10^0', one over the
+    next. The title now has room, and the ticks read as plain numbers."""
+    from servesim.cost import validation
+
+    figs, subplots = [], F.subplots
+    monkeypatch.setattr(F, "subplots", lambda *a, **k: figs.append(subplots(*a, **k)) or figs[-1])  # (to look at)
+    rng = np.random.default_rng(0)
+    meas = np.exp(rng.uniform(np.log(3e-6), np.log(25e-6), 200))
+    fams = ("linear", "qkv_proj", "norm", "o_proj", "mlp_up", "mlp_down", "activation", "rotary", "residual",
+            "embedding", "allreduce", "allreduce_pcie", "send_recv")  # (five rows, as validate-cost draws)
+    points = {f: (meas, meas * rng.uniform(0.8, 1.3, 200)) for f in fams}
+    validation.plot_predicted_vs_measured(points, "a100-80g, calibration auto, num_tokens <= 512",
+                                          tmp_path / "v.png")
+    fig = figs[0][0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    sup = fig._suptitle.get_window_extent(renderer)
+    for ax in fig.axes[:3]:
+        assert ax.title.get_window_extent(renderer).y1 < sup.y0, ax.get_title()
+    ax = fig.axes[2]  # norm: 3-25 us, under one decade
+    labels = [t for t in ax.get_xticklabels(minor=True) + ax.get_xticklabels() if t.get_text()
+              and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+    assert labels and all("times" not in t.get_text() and "^" not in t.get_text() for t in labels)
+    boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))  # (side by side, none over another)

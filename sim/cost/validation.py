@@ -257,7 +257,7 @@ def format_table(rows: list, families=None) -> str:
 def plot_predicted_vs_measured(points: dict, title: str, path) -> None:
     import numpy as np
 
-    from servesim.plots.figures import subplots
+    from servesim.plots.figures import _plain_log_ticks, subplots
 
     fams = list(points)
     cols = 3
@@ -274,8 +274,13 @@ def plot_predicted_vs_measured(points: dict, title: str, path) -> None:
         ax.set_title(f"{fam}: MAPE {100 * e.mean():.1f}%, worst {100 * e.max():.0f}%", fontsize=9)
         ax.set_xlabel("measured (us)", fontsize=8)
         ax.set_ylabel("predicted (us)", fontsize=8)
+        # plain numbers (a panel within one decade labelled its minor ticks "2x10^0 3x10^0 4x10^0",
+        # one over the next)
+        _plain_log_ticks(ax.xaxis)
+        _plain_log_ticks(ax.yaxis)
     for ax in list(axes.flat)[len(fams):]:
         ax.axis("off")
     fig.suptitle(title + " (dotted: +-25%)", fontsize=10)
-    fig.tight_layout()
+    # (room at the top for the title: laid out without it, it sat over the first row's titles)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
     fig.savefig(path, dpi=110)
