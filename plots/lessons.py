@@ -9,12 +9,19 @@ import numpy as np
 def roofline(data, ax):
     """Attainable FLOP/s vs arithmetic intensity per GPU, with the prefill and decode steps on it."""
     x = np.logspace(-1, 4, 200)
-    for p in data["points"]:
+    # The step's kind is its marker's shape, told once in the legend: a word beside every point
+    # ran into the other GPUs' (three 'decode' one over the next, two 'prefill' printed on top of
+    # each other). Hollow markers, each GPU's a size smaller, keep two at one spot both in view.
+    n = len(data["points"])
+    for i, p in enumerate(data["points"]):
         (line,) = ax.loglog(x, np.minimum(p["peak_flops"], x * p["bw"]), label=f"{p['gpu']} roof")
         for kind, marker in (("prefill", "o"), ("decode", "s")):
             ai, fl = p[kind]
-            ax.loglog(ai, fl, marker, color=line.get_color(), markersize=7)
-            ax.annotate(kind, (ai, fl), textcoords="offset points", xytext=(5, -10), fontsize=7)
+            ax.loglog(ai, fl, marker, color=line.get_color(), markerfacecolor="none", markeredgewidth=1.5,
+                      markersize=6 + 3 * (n - 1 - i))
+    for kind, marker in (("prefill", "o"), ("decode", "s")):
+        ax.plot([], [], marker, color="0.3", markerfacecolor="none", markeredgewidth=1.5, markersize=6,
+                label=f"{kind} step")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("achieved / attainable FLOP/s")
     ax.set_title("4k-token prefill vs batch-1 decode")

@@ -94,3 +94,29 @@ def test_lesson_panels_label_their_axes():
     pl.latency_cdfs({"series": {"a": [0.1, 0.2]}, "xlabel": "time to first text (ms)"}, ax)
     assert ax.get_xlabel() == "time to first text (ms)"
     plt.close("all")
+
+
+def test_bound_roofline_names_step_kinds_once_and_keeps_every_point_in_view():
+    """The bound lesson's roofline wrote 'prefill' and 'decode' beside every point: three GPUs'
+    'decode' labels ran into each other and two 'prefill' ones printed on top of each other (the
+    H100's and H200's steps sit at one intensity). The kind is the marker's shape, told once in
+    the legend; hollow markers of different sizes keep two at one spot both visible."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import servesim.plots.lessons as pl
+
+    pts = [{"gpu": g, "peak_flops": pk, "bw": bw, "prefill": (1000.0, 5.6e14), "decode": (1.0, fl)}
+           for g, pk, bw, fl in (("a100-80g", 3.1e14, 2.0e12, 1.5e12), ("h100-sxm", 9.9e14, 3.35e12, 2.5e12),
+                                 ("h200", 9.9e14, 4.8e12, 3.0e12))]
+    fig, ax = plt.subplots()
+    pl.roofline({"points": pts}, ax)
+    assert list(ax.texts) == []
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[-2:] == ["prefill step", "decode step"]
+    at_prefill = [ln for ln in ax.lines if list(ln.get_xdata()) == [1000.0]]
+    assert len(at_prefill) == 3 and len({ln.get_markersize() for ln in at_prefill}) == 3
+    assert all(ln.get_markerfacecolor() == "none" for ln in at_prefill)
+    plt.close(fig)
