@@ -343,7 +343,8 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
     ``slo_s`` is dotted (the axis reaches it).
 
     ``data``: {label: {"rate": [req/s], "throughput": [output tok/s], "latency": [s], "ok": [bool |
-    None] (optional: the run meets the SLO; False: hollow)}}. A label with no point is left out
+    None] (optional: the run meets the SLO; False: hollow), "latency_ci": [s], "throughput_ci":
+    [tok/s] (optional: 95% half-widths over seeds, drawn as error bars)}}. A label with no point is left out
     of the legend; a rate label that would overlap one already drawn is left out.
     """
     colors = colors or colors_for(data)
@@ -351,7 +352,7 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
     ys = [y for d in data.values() for y in _ms(d["latency"]) if y == y]
     span_x = (max(xs) - min(xs)) or 1.0 if xs else 1.0
     span_y = (max(ys) - min(ys)) or 1.0 if ys else 1.0
-    hollow = False
+    hollow = bars = False
     for label, d in data.items():
         c = colors[label]
         x, y = np.asarray(d["throughput"], dtype=float), _ms(d["latency"])
@@ -360,6 +361,15 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
         ax.plot(x[~fails], y[~fails], "o", markersize=4, color=c)
         ax.plot(x[fails], y[fails], "o", markersize=4, color=c, markerfacecolor="none")
         hollow |= bool(fails.any())
+        # over seeds, each point's 95% intervals (the latency's and the throughput's): the
+        # points were drawn bare though results.csv had them and latency_vs_load drew them
+        h_y, h_x = d.get("latency_ci"), d.get("throughput_ci")
+        if len(x) and any(v is not None and v == v for v in (h_y or []) + (h_x or [])):
+            half = [np.asarray([0.0 if v is None or v != v else v for v in h], dtype=float) if h else None
+                    for h in (h_x, h_y)]
+            ax.errorbar(x, y, xerr=half[0], yerr=None if half[1] is None else half[1] * 1e3, fmt="none", ecolor=c,
+                        elinewidth=1, capsize=3, alpha=0.8, label=None if bars else _BARS_LABEL)
+            bars = True
         shown = []  # (a rate label within 4% of the axes from one already drawn would overlap it: left out)
         for r, xi, yi in zip(d["rate"], x, y):
             if any(abs(xi - a) / span_x < 0.04 and abs(yi - b) / span_y < 0.04 for a, b in shown):

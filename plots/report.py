@@ -739,6 +739,8 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     tl = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
               "throughput": [r[tput] for r in rs if r["status"] == "ok"],
               "latency": [r["tpot_p99_s"] for r in rs if r["status"] == "ok"],
+              "latency_ci": [r.get("tpot_p99_s" + CI_SUFFIX) for r in rs if r["status"] == "ok"],
+              "throughput_ci": [r.get(tput + CI_SUFFIX) for r in rs if r["status"] == "ok"],
               "ok": [meets_slo(r) for r in rs if r["status"] == "ok"]} for g, rs in groups.items()}
     fig, ax = F.subplots(figsize=(6.5, 4.8))
     xlabel = "throughput over the second half of the arrivals (output tokens/s)" if windowed else None

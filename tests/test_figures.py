@@ -190,6 +190,23 @@ def test_throughput_latency(ax):
     assert [t.get_text() for t in ax.texts] == ["1", "2"]  # each point labelled with its load
 
 
+def test_throughput_latency_draws_the_intervals_over_seeds(ax):
+    """Over seeds the points were drawn bare, though results.csv had each one's 95% intervals (and
+    latency_vs_load drew the same p99 TPOT's): both intervals are error bars now."""
+    data = {"continuous": {"rate": [4, 32], "throughput": [700, 4900], "latency": [0.0094, 0.0433],
+                           "latency_ci": [0.0015, 0.025], "throughput_ci": [80, 1000], "ok": [True, False]},
+            "one seed": {"rate": [4], "throughput": [600], "latency": [0.009], "latency_ci": [None],
+                         "throughput_ci": [None]}}
+    F.throughput_latency(data, ax, "tpot", "p99", slo_s=0.05)
+    assert legend(ax)[-1] == "bars: 95% interval over seeds"
+    assert len(ax.containers) == 1  # (the label without intervals has none)
+    bars = ax.containers[0]
+    segs = [seg for coll in bars.lines[2] for seg in coll.get_segments()]
+    spans = sorted((round(float(abs(s[1][0] - s[0][0])), 6), round(float(abs(s[1][1] - s[0][1])), 6)) for s in segs)
+    assert spans == [(0, 3.0), (0, 50.0), (160, 0), (2000, 0)]  # (x: 2 x 80, 2 x 1000 tok/s; y: 2 x 1.5, 2 x 25 ms)
+    assert ax.get_ylim()[1] >= 43.3 + 25  # (the whole interval in view)
+
+
 def test_replica_timeline(runs):
     r = runs["small"]
     td = r.timeline_data(0)
