@@ -845,14 +845,17 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     add("timeline", ctx.title("Per-replica timeline"), fig,
         "The first replica of each pool" + where + ": " + "; ".join(parts) + "." + bins, omit)
 
-    # roofline
-    fig, axes = F.subplots(1, len(shown), figsize=(6 * len(shown), 5.0), squeeze=False, sharex=True, sharey=True)
+    # roofline: one panel per configuration, or per pool where a P/D split's pools differ in GPU
+    # or TP (each under its own roofline: drawn as one, the decode pool's steps were left out)
+    roofs = [(g, r, pool) for g, r in shown for pool in r.roofline_pools()]
+    fig, axes = F.subplots(1, len(roofs), figsize=(6 * len(roofs), 5.0), squeeze=False, sharex=True, sharey=True)
     parts = []
-    for j, (g, r) in enumerate(shown):
-        rd = r.roofline_data()
+    for j, (g, r, pool) in enumerate(roofs):
+        rd = r.roofline_data(pool)
         F.roofline(rd, axes[0, j])
-        axes[0, j].set_title(F.wrap_label(f"{ctx.label(g)}: steps on the roofline", 60), fontsize=10)
-        parts.append(_roofline_sentence(g, rd, brief=j > 0))
+        what = "steps on the roofline" if pool is None else f"{pool} pool's steps on its roofline"
+        axes[0, j].set_title(F.wrap_label(f"{ctx.label(g)}: {what}", 60), fontsize=10)
+        parts.append(_roofline_sentence(g if pool is None else f"{g} {pool} pool", rd, brief=j > 0))
     add("roofline", ctx.title("Roofline"), fig, " ".join(parts), omit)
 
 

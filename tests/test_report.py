@@ -789,3 +789,32 @@ def test_report_on_a_plan_folder_a_sweep_ran_into_reports_the_sweep(tmp_path, ca
     monkeypatch.setattr("servesim.plots.report.build_report", lambda path, progress=True: built.append(path) or path)
     assert main(["report", str(out), "--quiet"]) == 0
     assert built == [out]  # (the study report, not the plan's)
+
+
+@pytest.mark.parametrize("prefill", [{"tp": 2}, {"gpu": "a100-80g"}])
+def test_a_pd_split_whose_pools_differ_draws_each_pool_on_its_roofline(tmp_path, prefill):
+    """A P/D split with the prefill pool on another GPU (or TP) drew only the prefill pool's steps
+    on the roofline, saying nothing of the decode pool's (where TPOT is made): each pool is now
+    a panel of its own, under its own hardware's roofline."""
+    from servesim.inputs.specs import get_gpu
+    from servesim.outputs.rundir import RunData
+
+    out = tmp_path / "run"
+    kw = {"policy.name": "pd_split", "policy.prefill": prefill, "policy.decode": {"replicas": 1},
+          "workload.num_requests": 20}
+    simulate(make_scenario(**kw)).write(out)
+    r = RunData.from_dir(out)
+    assert r.roofline_pools() == ["prefill", "decode"]
+    pre, dec = r.roofline_data("prefill"), r.roofline_data("decode")
+    assert len(pre["flops"]) + len(dec["flops"]) == len(r.steps["flops"])  # (every step, once)
+    assert set(dec["kind"]) == {"decode"} and "decode" not in set(pre["kind"])
+    gpu = get_gpu(prefill.get("gpu", "h100-sxm"))
+    assert pre["peak_flops"] == gpu.peak_flops * prefill.get("tp", 1)
+    assert dec["peak_flops"] == get_gpu("h100-sxm").peak_flops
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    roof = md[md.index("![Roofline"):]
+    assert "prefill pool:" in roof and "decode pool:" in roof
+    same = tmp_path / "same"
+    simulate(make_scenario(**{**kw, "policy.prefill": {}})).write(same)
+    assert RunData.from_dir(same).roofline_pools() == [None]  # (one hardware: one roofline, as before)

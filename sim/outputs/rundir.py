@@ -696,20 +696,32 @@ class RunData:
         pf, dc = self.steps["prefill_tokens"], self.steps["decode_tokens"]
         return np.where((pf > 0) & (dc > 0), "mixed", np.where(pf > 0, "prefill", "decode")).astype(object)
 
-    def roofline_data(self) -> dict:
+    def roofline_pools(self) -> list:
+        """The pools a roofline is drawn for, one each: [None] (every step, one roofline) when all
+        pools share one hardware, else each pool's name (a P/D split whose pools differ in GPU or
+        TP: each pool's steps under its own roofline)."""
+        pools = self.pools() or [("colocated", 0, self.num_replicas(), None)]
+        if len({self.pool_hardware(name) for name, *_ in pools}) <= 1:
+            return [None]
+        return [name for name, *_ in pools]
+
+    def roofline_data(self, pool: str | None = None) -> dict:
         """Per-step FLOPs, bytes, duration and kind, with a replica's peak FLOP/s and bandwidth.
 
-        Every step when all pools share one hardware; otherwise the steps of the first pool only.
+        ``pool``: that pool's steps under its hardware's roofline. Without it, every step when all
+        pools share one hardware; otherwise the steps of the first pool only (``roofline_pools``
+        names the pools to draw one by one).
         """
         from servesim.inputs.specs import get_gpu
 
         pools = self.pools() or [("colocated", 0, self.num_replicas(), None)]
         hws = {name: self.pool_hardware(name) for name, *_ in pools}
-        gpu_name, tp, pp, dtype = hws[pools[0][0]]
+        chosen = next((p for p in pools if p[0] == pool), pools[0])
+        gpu_name, tp, pp, dtype = hws[chosen[0]]
         st = self.steps
         sel = np.ones(len(st["flops"]), dtype=bool)
-        if len(set(hws.values())) > 1:
-            _, first, n, _ = pools[0]
+        if len(set(hws.values())) > 1 or pool is not None:
+            _, first, n, _ = chosen
             sel = (st["replica"] >= first) & (st["replica"] < first + n)
         gpu = get_gpu(gpu_name)
         n = tp * pp
