@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.outputs.rundir import read_summary
-from servesim.plots.figures import _ms, _plain_log_ticks, colors_for, slo_text
+from servesim.plots.figures import _error_bars, _ms, _plain_log_ticks, colors_for, slo_text, wrap_label
 
 ATTAINMENT_TARGET = 0.9  # the share the report's sentence counts loads against
 
@@ -91,6 +91,9 @@ def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None, sl
                     label=str(label))
     ax.axhline(ATTAINMENT_TARGET * 100, color="k", linestyle=":", linewidth=1,
                label=f"{ATTAINMENT_TARGET:.0%}: meets the SLO")
+    if data:  # (what the bars are: the figure stands alone)
+        over_seeds = any("ttft_lo" in d for d in data.values())
+        ax.plot([], [], " ", label="bars: 95% interval " + ("over seeds" if over_seeds else "(Wilson, over requests)"))
     ax.set_xlabel("offered load (req/s)")
     ax.set_ylabel("SLO attainment (%)")
     ax.set_ylim(0, 102)
@@ -105,13 +108,14 @@ def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, co
     """One class's p99 TTFT against offered load. ``data``: {label: {"rate", "ttft_p99"}}."""
     colors = colors or colors_for(data)
     for label, d in data.items():
-        y = _ms([v if v is not None else math.nan for v in d["ttft_p99"]])
-        if "ttft_lo" in d:  # means over seeds, with their intervals
-            err = np.clip(np.array([y - _ms(d["ttft_lo"]), _ms(d["ttft_hi"]) - y]), 0, None)
-            ax.errorbar(d["rate"], y, yerr=err, fmt="-o", markersize=4, capsize=3, color=colors[label],
-                        label=str(label))
-        else:
-            ax.plot(d["rate"], y, "-o", markersize=4, color=colors[label], label=str(label))
+        y = [v if v is not None else math.nan for v in d["ttft_p99"]]
+        ax.plot(d["rate"], _ms(y), "-o", markersize=4, color=colors[label], label=wrap_label(label))
+        if "ttft_lo" in d:  # means over seeds, with their (symmetric Student-t) intervals
+            # as latency_vs_load draws them: a bar whose low end is at or below 0 (two seeds far
+            # apart) runs open off the bottom, and the legend says what the bars are and that;
+            # drawn by errorbar on the log axis it was cut at the axes' edge, as if it ended there
+            half = [None if lo is None or hi is None else (hi - lo) / 2 for lo, hi in zip(d["ttft_lo"], d["ttft_hi"])]
+            _error_bars(ax, d["rate"], y, half, colors[label], 1e3)
     if slo_s is not None:
         ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
     ax.set_yscale("log")

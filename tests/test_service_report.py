@@ -90,3 +90,36 @@ def test_class_figures_name_each_class_slo_and_the_90_percent_line():
     assert ax.get_title() == "class chat: SLO attainment vs load\n(SLO TTFT <= 1 s, TPOT <= 50 ms)"
     assert "90%: meets the SLO" in [t.get_text() for t in ax.get_legend().get_texts()]
     plt.close("all")
+
+
+def test_class_figures_say_what_their_bars_are_and_run_open_bars_off_the_axis():
+    """Over two seeds a class's p99 TTFT interval can reach below 0: errorbar on the log axis cut
+    it at the axes' edge, as if the interval ended there, and neither panel's legend said what
+    its bars were. The TTFT bars are drawn as latency_vs_load draws them (open below, said in
+    the legend), and the attainment legend names its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from servesim.plots.service import attainment_vs_load, class_ttft_vs_load
+
+    seeds = {"rate": [4, 8], "ttft_p99": [0.17, 0.15], "ttft_lo": [-0.2, 0.11], "ttft_hi": [0.54, 0.19]}
+    fig, ax = plt.subplots()
+    class_ttft_vs_load({"continuous": seeds}, ax, "chat", slo_s=1.0)
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert texts[-1] == "bars: 95% interval over seeds (open below: low end <= 0)"
+    fig.canvas.draw()
+    lo_ms = ax.get_ylim()[0]
+    open_bar = [a for a in ax.get_children() if isinstance(a, matplotlib.lines.Line2D)
+                and len(a.get_xdata()) == 2 and a.get_xdata()[0] == 4 and a.get_xdata()[1] == 4]
+    assert open_bar and min(open_bar[0].get_ydata()) < lo_ms  # (runs off the bottom, no cap there)
+    assert max(open_bar[0].get_ydata()) == pytest.approx(170 + 370)  # (its top: mean + half-width)
+    fig, ax = plt.subplots()
+    attainment_vs_load({"a": {"rate": [4, 8], "attainment": [1.0, 0.95], "lo": [1.0, 0.9], "hi": [1.0, 1.0],
+                              **{k: v for k, v in seeds.items() if k != "rate"}}}, ax, "chat")
+    assert "bars: 95% interval over seeds" in [t.get_text() for t in ax.get_legend().get_texts()]
+    fig, ax = plt.subplots()
+    attainment_vs_load({"a": {"rate": [4], "attainment": [0.95], "lo": [0.9], "hi": [0.99]}}, ax, "chat")
+    assert "bars: 95% interval (Wilson, over requests)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close("all")
