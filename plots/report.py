@@ -570,7 +570,8 @@ def _build(path: Path, bar: Phases) -> Path:
     elif data["rate"]:
         _load_figures(data, ctx, dcolors, add)
     # per request class, when there are several (titles as the others': model, GPUs, policy, load, SLO)
-    service_section(path, data, runs, colors, add, F.subplots, lambda what, rate=True: ctx.title(what, rate))
+    service_section(path, data, runs, dcolors, add, F.subplots, lambda what, rate=True: ctx.title(what, rate),
+                    ctx.label, ctx.keep)
     if runs:
         _run_figures(runs, ctx, dcolors, where, add, data["chosen"])
     if md[-2:] == ["## Figures", ""]:

@@ -210,10 +210,12 @@ def _summaries(path: Path, rows: list, rate: bool) -> list:
 
 
 def service_section(path: Path, data: dict, runs: dict, colors: dict, add, subplots,
-                    title=lambda what, rate=True: what) -> None:
+                    title=lambda what, rate=True: what, label_of=str, keep=list) -> None:
     """The report's "service per class" figures, for folders whose runs have more than one class.
     ``add(name, title, fig, sentence)`` saves a figure into the report; ``title(what, rate)`` makes
-    a figure's title (the report's: what, model, GPUs, policy, load and SLO)."""
+    a figure's title (the report's: what, model, GPUs, policy, load and SLO); ``label_of(group)`` a
+    legend entry and ``keep(groups)`` the groups to draw (the report's: identical configurations
+    once, named together, with their GPU counts); ``colors`` is keyed by those entries."""
     if data["rows"]:
         summaries = {label: _summaries(path, rows, data["rate"]) for label, rows in data["groups"].items()}
     else:
@@ -232,16 +234,20 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, subpl
         series = class_series_over_seeds(over)
     else:
         series = class_series(summaries)
+    # drawn as the other figures draw their groups (the sentences keep the groups' own names):
+    # two identical configurations were two curves, one hidden under the other, and no legend
+    # entry gave a GPU count
+    drawn = {c: {label_of(g): d for g, d in s.items() if g in set(keep(list(s)))} for c, s in series.items()}
     if data["rate"]:
         names = list(series)
         fig, axes = subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)
         for j, name in enumerate(names):
-            attainment_vs_load(series[name], axes[0, j], name, colors, firsts[0]["classes"][name].get("slo"))
+            attainment_vs_load(drawn[name], axes[0, j], name, colors, firsts[0]["classes"][name].get("slo"))
             slo = firsts[0]["classes"][name]["slo"]["ttft_s"]
-            class_ttft_vs_load(series[name], axes[1, j], name, slo, colors)
+            class_ttft_vs_load(drawn[name], axes[1, j], name, slo, colors)
         add("classes_vs_load", title("Service per class vs load", False), fig,
             class_sentence(series, True) + " " + jain_sentence(summaries))
     else:
         fig, ax = subplots(figsize=(max(5.0, 2.2 * len(series) + 2), 4.2))
-        attainment_bars(series, ax, colors, {c: (firsts[0]["classes"].get(c) or {}).get("slo") for c in series})
+        attainment_bars(drawn, ax, colors, {c: (firsts[0]["classes"].get(c) or {}).get("slo") for c in series})
         add("classes", title("Service per class"), fig, class_sentence(series, False) + " " + jain_sentence(summaries))

@@ -30,8 +30,22 @@ def test_run_folder_with_classes_gets_bars_per_class(tmp_path):
     assert re.search(r"class chat: test \d+\.\d% \(95% interval", md)
 
 
-def test_comparison_with_classes_gets_attainment_vs_load(tmp_path):
+def test_comparison_with_classes_gets_attainment_vs_load(tmp_path, monkeypatch):
+    """... and draws its configurations as the other figures do (the report's docs say so of
+    the per-class figures too): two identical ones once, named together, each entry with its
+    GPU count (they were two curves, one under the other, named without GPUs)."""
     import yaml
+
+    from servesim.plots import figures as F
+
+    legends, save = {}, F.save
+
+    def keep_legends(fig, stem):
+        legends[stem.name] = [t.get_text() for ax in fig.axes if ax.get_legend()
+                              for t in ax.get_legend().get_texts()]
+        return save(fig, stem)
+
+    monkeypatch.setattr(F, "save", keep_legends)
 
     scen = tmp_path / "s.yaml"
     from tests.conftest import BASE
@@ -39,14 +53,17 @@ def test_comparison_with_classes_gets_attainment_vs_load(tmp_path):
 
     data = with_values(BASE, {**two_classes(0.6), "workload.num_requests": 150, "policy.max_num_seqs": 24})
     scen.write_text(yaml.safe_dump(data))
-    plan = plan_compare(scen, None, [["fcfs", "policy.queue.order=fcfs"], ["priority", "policy.queue.order=priority"]],
-                        "4,14")
+    plan = plan_compare(scen, None, [["fcfs", "policy.queue.order=fcfs"], ["priority", "policy.queue.order=priority"],
+                                     ["fcfs-again", "policy.queue.order=fcfs"]], "4,14")
     run_compare(plan, tmp_path / "cmp", ExecutorOptions(workers=1, progress=False))
     assert main(["report", str(tmp_path / "cmp")]) == 0
     md = (tmp_path / "cmp" / "report.md").read_text()
     assert "(figures/classes_vs_load.png)" in md
     assert "class chat meets its SLO for >= 90% of requests: fcfs" in md
     assert "Jain's fairness index of SLO attainment across tenants: fcfs" in md
+    drawn = legends["classes_vs_load"]
+    assert "fcfs = fcfs-again (1 GPU)" in drawn and "priority (1 GPU)" in drawn
+    assert "fcfs (1 GPU)" not in drawn and "fcfs-again (1 GPU)" not in drawn
 
 
 def test_class_figures_over_seeds_are_means_with_intervals_across_seeds():
