@@ -156,6 +156,41 @@ def _cdf_at(xs, ys, x: float) -> float:
     return float(ys[i - 1]) if i else 0.0
 
 
+def _legend_off_the_lines(ax, **kw) -> None:
+    """A legend where matplotlib finds room ("best"), unless it still lies over a drawn line
+    (several configurations, long names: "best" then takes the least-bad spot, over curves or
+    the SLO line); then below the axes. Lines are checked along their drawn path (points every
+    few pixels), against the legend's box taken a third taller, a little wider: laying the
+    figure out later, notes under it, shrinks the axes but not the legend."""
+    ax.get_xlim(), ax.get_ylim()  # (the limits as drawn: autoscaling is otherwise applied later)
+    renderer = ax.figure.canvas.get_renderer()
+    legend = ax.legend(loc="best", **kw)
+    box = legend.get_window_extent(renderer)
+    box = box.padded(0.05 * box.width / 2, 0.35 * box.height / 2)
+    for line in ax.get_lines():
+        xy = np.asarray(line.get_xydata(), dtype=float)
+        if len(xy) == 0 or not line.get_visible():
+            continue
+        pts = line.get_transform().transform(xy)
+        pts = pts[np.isfinite(pts).all(axis=1)]
+        if any(box.contains(*p) for p in pts):
+            break
+        if line.get_linestyle() in ("None", "none", "", " "):  # (markers alone: nothing between them)
+            continue
+        for a, b in zip(pts[:-1], pts[1:]):
+            n = int(min(200, max(2, np.hypot(*(b - a)) / 3)))
+            seg = a + np.linspace(0, 1, n)[:, None] * (b - a)
+            if ((seg[:, 0] >= box.x0) & (seg[:, 0] <= box.x1) & (seg[:, 1] >= box.y0) & (seg[:, 1] <= box.y1)).any():
+                break
+        else:
+            continue
+        break
+    else:
+        return
+    n = len(legend.get_texts())
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2 if n > 4 else 1, frameon=False, **kw)
+
+
 def wrap_label(label, width: int = 40) -> str:
     """A legend label, tick label or panel title in lines of at most ``width`` characters (broken
     at spaces and hyphens): a long scenario, variant or GPU name ran past its axes, over the
@@ -245,7 +280,7 @@ def _log_latency_axes(ax, slo_s, xlabel: str, ylabel: str, title: str):
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # (no labelled series: no legend, and no matplotlib warning)
-        ax.legend(fontsize="small")
+        _legend_off_the_lines(ax, fontsize="small")
     return ax
 
 
@@ -332,7 +367,7 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | No
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    _legend_off_the_lines(ax, fontsize="small")
     return ax
 
 
@@ -386,7 +421,7 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
     ax.set_title(f"throughput vs {stat} {name} (labels: req/s)")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small")
+        _legend_off_the_lines(ax, fontsize="small")
     return ax
 
 

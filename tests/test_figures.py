@@ -141,6 +141,43 @@ def test_latency_vs_load(ax):
     assert ax.lines[0].get_color() == ax.lines[1].get_color()  # p50 and p99 of one policy share a colour
 
 
+def _line_points_in(ax, box) -> list:
+    """Labels of ``ax``'s lines with a drawn point (or a point along a drawn segment) in ``box``
+    (display coordinates)."""
+    hit = []
+    for line in ax.get_lines():
+        pts = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+        pts = pts[np.isfinite(pts).all(axis=1)]
+        if len(pts) > 1 and line.get_linestyle() not in ("None", "none", "", " "):
+            pts = np.concatenate([a + np.linspace(0, 1, 100)[:, None] * (b - a) for a, b in zip(pts[:-1], pts[1:])])
+        if any(box.contains(*p) for p in pts):
+            hit.append(line.get_label())
+    return hit
+
+
+@pytest.mark.parametrize("n_series", [1, 4])
+def test_latency_vs_load_legend_lies_over_no_line(n_series):
+    """matplotlib's "best" spot is the least-bad one: with four configurations (or long names)
+    the legend lay over curves and the SLO line. It stays inside where it covers none, else it
+    goes below the axes."""
+    rng = np.random.default_rng(1)
+    data = {f"configuration-{i} (1 GPU)": {"rate": [4, 8, 12, 16], "p50": list(rng.uniform(0.02, 0.2, 4)),
+                                            "p99": list(rng.uniform(0.2, 2.0, 4))} for i in range(n_series)}
+    if n_series == 1:  # (flat and low: the room above them holds the legend)
+        data = {"continuous (1 GPU)": {"rate": [4, 8, 12, 16], "p50": [0.01] * 4, "p99": [0.02] * 4}}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    F.latency_vs_load(data, axes[0], "ttft", slo_s=1.0)
+    fig.text(0.01, 0.01, "a note\nof three\nlines", va="bottom")  # (a report's notes: the axes shrink)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.canvas.draw()
+    ax = axes[0]
+    box = ax.get_legend().get_window_extent()
+    assert _line_points_in(ax, box) == []
+    inside = ax.get_window_extent().contains(box.x0 + 1, box.y0 + 1)
+    assert inside == (n_series == 1)  # (one configuration leaves room inside; four do not)
+    plt.close(fig)
+
+
 def test_goodput_vs_load(ax):
     data = {"continuous": {"rate": [1, 2, 4], "goodput": [1, 2, 3.5]},
             "small": {"rate": [1, 2, 4], "goodput": [1, 1.5, 0.2]}}
