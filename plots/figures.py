@@ -332,7 +332,8 @@ def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
     ax.set_ylabel(f"p99 {name} (ms)")
     ax.set_title(f"capacity probes: p99 {name}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left")
+    # (fixed in the upper left it lay over the SLO line and, with probes there, over them)
+    _legend_off_the_lines(ax, fontsize="small")
     return ax
 
 
@@ -384,10 +385,13 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
     """
     colors = colors or colors_for(data)
     xs = [x for d in data.values() for x in d["throughput"] if x == x]
-    ys = [y for d in data.values() for y in _ms(d["latency"]) if y == y]
+    # (the axis reaches the SLO line: two labels 0.3 ms apart under a 50 ms line were 4% of the
+    # points' own span apart, and printed one over the other)
+    ys = [y for d in data.values() for y in _ms(d["latency"]) if y == y] + ([slo_s * 1e3] if slo_s else [])
     span_x = (max(xs) - min(xs)) or 1.0 if xs else 1.0
     span_y = (max(ys) - min(ys)) or 1.0 if ys else 1.0
     hollow = bars = False
+    shown = []
     for label, d in data.items():
         c = colors[label]
         x, y = np.asarray(d["throughput"], dtype=float), _ms(d["latency"])
@@ -405,7 +409,8 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
             ax.errorbar(x, y, xerr=half[0], yerr=None if half[1] is None else half[1] * 1e3, fmt="none", ecolor=c,
                         elinewidth=1, capsize=3, alpha=0.8, label=None if bars else _BARS_LABEL)
             bars = True
-        shown = []  # (a rate label within 4% of the axes from one already drawn would overlap it: left out)
+        # (a rate label within 4% of the axes from one already drawn, of any series, would
+        # overlap it: left out; two series' labels at one load printed one over the other)
         for r, xi, yi in zip(d["rate"], x, y):
             if any(abs(xi - a) / span_x < 0.04 and abs(yi - b) / span_y < 0.04 for a, b in shown):
                 continue

@@ -542,6 +542,29 @@ def test_capacity_probes_tell_a_probe_that_fell_behind_from_one_that_broke_a_lim
     assert drawn("o", True) == [24]
 
 
+def test_capacity_probes_legend_lies_over_no_probe_or_limit():
+    """The legend was fixed in the upper left, over the SLO line near the top and over any probe
+    there (a seed's probes at the lowest rates, just under the limit)."""
+    data = {0: {"rate": [8, 10, 12, 14], "p99": [0.45, 0.47, 0.49, 0.6], "meets": [True, True, True, False],
+                "keeps_up": [True, True, True, True]},
+            1: {"rate": [9, 10, 13], "p99": [0.2, 0.65, 0.3], "meets": [True, False, True], "keeps_up": [True] * 3}}
+    fig, ax = plt.subplots(figsize=(6, 4.8))
+    F.capacity_probes(data, ax, "ttft", slo_s=0.5, capacity=(12.0, 1.0))
+    fig.tight_layout()
+    fig.canvas.draw()
+    assert _line_points_in(ax, ax.get_legend().get_window_extent()) == []
+    plt.close(fig)
+
+
+def test_throughput_latency_rate_labels_of_two_series_do_not_overlap(ax):
+    """Two configurations at one load sat 0.3 ms apart under a 50 ms SLO line: both '4' labels
+    were printed, one over the other (only labels of the same series were kept apart)."""
+    data = {"a": {"rate": [4, 8], "throughput": [670, 990], "latency": [0.0089, 0.0091]},
+            "b": {"rate": [4, 8, 16], "throughput": [680, 1350, 2730], "latency": [0.0092, 0.011, 0.016]}}
+    F.throughput_latency(data, ax, "tpot", "p99", slo_s=0.05)
+    assert sorted(t.get_text() for t in ax.texts) == ["16", "4", "8", "8"]
+
+
 def plan_points():
     return [{"fleet": "1 x h100-sxm", "label": "1 x h100-sxm TP1, continuous", "gpu": "h100-sxm", "kind": "colocated",
              "usd_per_hour": 3.29, "capacity": 21.6, "low": 0.0, "high": 60.0, "chosen": True},
