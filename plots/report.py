@@ -784,13 +784,17 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     omit = ([f"{len(left_out)} of {len(kept)} configurations are not drawn in the side-by-side figures "
              f"(timeline, roofline): {', '.join(left_out)}"] if left_out else [])
     runs_kept = {g: runs[g] for g in kept}
-    # CDFs
+    # CDFs: a configuration that fails the SLO says so in its legend entry (one whose TTFT
+    # fails by seconds drew the leftmost, best-looking TPOT and ITL curves, named as the rest)
     metrics = ["ttft", "tpot", "e2e"] + (["tbt"] if all(r.tbt_s is not None for r in runs.values()) else [])
     fig, axes = F.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 4.4))
     sentences = []
+    named = {g: ctx.label(g) + (", fails the SLO" if meets_slo(rows.get(g) or {}) is False else "")
+             for g in runs_kept}
+    cdf_colors = {named[g]: dcolors[ctx.label(g)] for g in runs_kept}
     for m, ax in zip(metrics, axes):
         slo_m = {"ttft": ctx.ttft_slo, "tpot": ctx.tpot_slo}.get(m)
-        F.latency_cdfs({ctx.label(g): r.latency(m) for g, r in runs_kept.items()}, ax, m, slo_m, dcolors)
+        F.latency_cdfs({named[g]: r.latency(m) for g, r in runs_kept.items()}, ax, m, slo_m, cdf_colors)
         sentences.append(_cdf_sentence(m, {g: r.latency(m) for g, r in runs_kept.items()}, where, ctx, rows))
     if "tbt" not in metrics:
         sentences.append("(ITL samples, the token gaps, are not kept in a plain run folder; sweeps and comparisons "
