@@ -135,7 +135,7 @@ def _cdf_legend(ax, curves) -> None:
     The box is measured now and taken a third taller (and a little wider): laying the figure out
     later, notes under it, shrinks the axes but not the legend (the lower-right legend used to hide
     an overloaded run's curve, and the slowest of a comparison's)."""
-    renderer = ax.figure.canvas.get_renderer()
+    renderer = None  # (the figure's own: canvas.get_renderer() is Agg's only, see _legend_clear_of_data)
     ax.get_xlim(), ax.get_ylim()  # (the limits as drawn: autoscaling is otherwise applied later)
     to_data = ax.transData.inverted()
     for loc in _CDF_LEGEND_SPOTS:
@@ -163,7 +163,7 @@ def _legend_off_the_lines(ax, **kw) -> None:
     few pixels), against the legend's box taken a third taller, a little wider: laying the
     figure out later, notes under it, shrinks the axes but not the legend."""
     ax.get_xlim(), ax.get_ylim()  # (the limits as drawn: autoscaling is otherwise applied later)
-    renderer = ax.figure.canvas.get_renderer()
+    renderer = None  # (the figure's own: canvas.get_renderer() is Agg's only, see _legend_clear_of_data)
     legend = ax.legend(loc="best", **kw)
     box = legend.get_window_extent(renderer)
     box = box.padded(0.05 * box.width / 2, 0.35 * box.height / 2)
@@ -801,7 +801,7 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # narrowed the axes to fit them)
         ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
     lo, hi = ax.get_xlim()
-    renderer = ax.figure.canvas.get_renderer()
+    renderer = None  # (the figure's own: canvas.get_renderer() is Agg's only, see _legend_clear_of_data)
     placed = []
     for d, y, transform in named:
         right = (d["usd_per_hour"] - lo) > 0.5 * (hi - lo)

@@ -674,6 +674,13 @@ def test_timelines_draw_on_a_figure_of_any_backend(runs, canvas, tmp_path):
     F.replica_timeline(runs["continuous"].timeline_data(0), axes)
     assert all(ax.get_legend() is not None for ax in axes)
     fig.savefig(tmp_path / f"t.{module[8:]}")
+    # (the CDFs' and the load figures' legends are placed by measuring them too)
+    fig = Figure()
+    getattr(importlib.import_module(f"matplotlib.backends.{module}"), name)(fig)
+    ax = fig.subplots()
+    F.latency_cdfs({g: r.latency("ttft") for g, r in runs.items()}, ax, "ttft", slo_s=0.5)
+    assert ax.get_legend() is not None
+    fig.savefig(tmp_path / f"c.{module[8:]}")
 
 
 def test_validate_cost_plot_title_clear_of_panels_and_plain_log_ticks(tmp_path, monkeypatch):
