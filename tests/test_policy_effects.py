@@ -203,6 +203,27 @@ def test_prefix_hits_per_request_add_up_after_preemptions(engine):
     assert int(r["prefix_hit_tokens"].sum()) == res.summary["kv"]["prefix_cache_hit_tokens"] > 0
 
 
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_recompute_tokens_leave_out_what_the_prefix_cache_still_holds(engine):
+    # A request preempted (recompute) and readmitted finds its shared prefix in the cache again: those
+    # tokens are not computed twice, so kv.recompute_tokens leaves them out (it counted every dropped
+    # token, 17485 here instead of 11533, and the preemptions warning could say over 100% of the
+    # tokens computed were recomputed). The steps then compute exactly every request's prompt +
+    # output - 1, less its first admission's hits, plus the recompute tokens.
+    sc = make_scenario(**{"engine": engine, "workload.num_requests": 60, "policy.prefix_caching": True,
+                          "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
+                          "workload.prompt_tokens": {"dist": "uniform", "min": 200, "max": 1500},
+                          "workload.output_tokens": {"dist": "uniform", "min": 50, "max": 400},
+                          "workload.shared_prefix": {"tokens": 1000, "fraction": 0.5, "groups": 3},
+                          "memory.num_gpu_blocks": 300})
+    res = simulate(sc)
+    r, s = res.requests, res.summary
+    assert s["preemptions"] > 0 and s["kv"]["recompute_tokens"] > 0
+    once = int((r["prompt_tokens"] + r["output_tokens"] - 1).sum()) - int(r["prefix_hit_tokens"].sum())
+    computed = int(res.steps["prefill_tokens"].sum() + res.steps["decode_tokens"].sum())
+    assert computed == once + s["kv"]["recompute_tokens"]
+
+
 def test_prefix_caching_without_shared_prefix_changes_nothing(tmp_path):
     off = simulate(make_scenario(**SHARED)).write(tmp_path / "off")
     on = simulate(make_scenario(**SHARED, **{"policy.prefix_caching": True})).write(tmp_path / "on")

@@ -672,6 +672,7 @@ class Replica:
                 else:
                     kv.free(r)
                     self.recorder.recompute_tokens += r.num_computed_tokens
+                    r.dropped_tokens = r.num_computed_tokens
                     r.num_computed_tokens = 0
                     waiting.appendleft(r)
                     self.waiting_blocks += kv.blocks_for(r.num_tokens)
@@ -681,6 +682,12 @@ class Replica:
             r.num_computed_tokens = cached
             if isnan(r.scheduled_s):  # a request's hits count at its first admission (as the summary's)
                 r.prefix_hit_tokens = cached
+            elif r.dropped_tokens:
+                # readmitted after a recompute preemption: the dropped tokens the cache still holds
+                # are not computed again, so they are no recompute work (a hit past them is a
+                # prefix it never computed, not recompute either)
+                self.recorder.recompute_tokens -= min(cached, r.dropped_tokens)
+            r.dropped_tokens = 0
             ok = kv.grow(r, cached)
             assert ok, "prefix hit on blocks that are gone"
         for r in batch.swap_in:

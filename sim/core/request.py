@@ -21,7 +21,7 @@ class Request:
         "num_output_done", "scheduled_s", "first_token_s", "last_token_s", "finish_s", "replica",
         "status", "reason", "preemptions", "kv_blocks", "prefix_group", "prefix_tokens", "swapped_blocks",
         "decode_replica", "kv_transfer_s", "prefix_hit_tokens", "row", "block_tags", "cache_output", "cls",
-        "priority", "deadline_s", "predicted_output_tokens",
+        "priority", "deadline_s", "predicted_output_tokens", "dropped_tokens",
     )
 
     def __init__(self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -57,6 +57,9 @@ class Request:
         self.cache_output = cache_output
         self.prefix_hit_tokens = 0  # prompt tokens found in the prefix cache at admission
         self.swapped_blocks = 0  # blocks held in host memory while swapped out
+        # KV tokens its last recompute preemption dropped (kv.recompute_tokens), until it is
+        # readmitted: the prefix cache may still hold some of them then, which are not computed again
+        self.dropped_tokens = 0
         self.decode_replica = -1  # P/D split: the decode replica it was handed to
         self.kv_transfer_s = NAN  # P/D split: time from first token until its KV landed on the decode side
         self.row = -1  # its row in the recorder (arrival order)
