@@ -822,3 +822,67 @@ def test_a_pd_split_whose_pools_differ_draws_each_pool_on_its_roofline(tmp_path,
     same = tmp_path / "same"
     simulate(make_scenario(**{**kw, "policy.prefill": {}})).write(same)
     assert RunData.from_dir(same).roofline_pools() == [None]  # (one hardware: one roofline, as before)
+
+
+def _two_gpu_counts_study(out):
+    """A compare folder's results.csv and sweep.json (no run folders): at 26 req/s one GPU fell
+    behind (93.5% within the SLO over its short run, keep_up 0.6), two GPUs meet the SLO; the one
+    GPU has more goodput per GPU. Three seeds: each figure has its 95% half-width."""
+    cols = ["point", "label", RATE, "status", "error", "goodput_rps", "slo_attainment", "offered_rps", "keep_up",
+            "keep_up_warmup", "throughput_rps", "window_output_tokens_per_s", "ttft_p50_s", "ttft_p99_s",
+            "tpot_p50_s", "tpot_p99_s", "num_gpus", "seeds", "hash", "dir"]
+    rows = [[0, "one-gpu", 26, "ok", "", 16.3, 0.935, 26.0, 0.6, 0.01, 17.4, 4866.0, 0.14, 0.51, 0.028, 0.0613, 1, 3,
+             "", ""],
+            [1, "two-gpus", 26, "ok", "", 21.0, 1.0, 26.0, 1.0, 0.0, 21.0, 5183.0, 0.067, 0.37, 0.009, 0.0101, 2, 3,
+             "", ""]]
+    ci = {"goodput_rps": [3.3, 5.0], "slo_attainment": [0.23, 0.0], "offered_rps": [7.0, 7.0],
+          "window_output_tokens_per_s": [1500.0, 1600.0], "tpot_p99_s": [0.07, 0.0014]}
+    out.mkdir()
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols + [c + "_ci95" for c in ci])
+        for i, r in enumerate(rows):
+            w.writerow(r + [v[i] for v in ci.values()])
+    (out / "sweep.json").write_text(json.dumps({"kind": "compare", "scenario": "s.yaml",
+                                                "labels": ["one-gpu", "two-gpus"], "rates": [26.0], "seeds": 3}))
+    return out
+
+
+RATE = "workload.arrival.rate_rps"
+
+
+def test_a_configuration_that_fails_the_slo_ranks_below_one_that_meets_it(tmp_path):
+    """Ranked by goodput per GPU, one GPU that fell behind (16.3 req/s per GPU) came first, above two
+    GPUs that meet the SLO (10.5 per GPU), and no configuration was named the winner: the verdict
+    judges by the SLO first. The console table ranks the same way."""
+    from servesim.outputs.verdicts import ranked, with_per_gpu
+
+    out = _two_gpu_counts_study(tmp_path / "c")
+    rows = read_results(out / "results.csv")
+    assert [r["label"] for r in ranked(with_per_gpu(rows))] == ["two-gpus", "one-gpu"]
+    assert main(["report", str(out), "--quiet"]) == 0
+    verdict = (out / "report.md").read_text().split("## Verdict")[1].split("## Caveats")[0]
+    assert "1. **two-gpus** (2 GPUs)" in verdict and "2. one-gpu (1 GPU)" in verdict
+
+
+def test_peak_goodput_is_at_a_load_that_meets_the_slo(tmp_path):
+    """The goodput figure's sentence gave each configuration's peak over every load, so one that fell
+    behind was credited "24 +- 9 req/s ... 24 +- 9 per GPU" first-in-line with no word that it fails
+    the SLO there."""
+    out = _two_gpu_counts_study(tmp_path / "c")
+    assert main(["report", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    sentence = next(x for x in md.splitlines() if x.startswith("Peak goodput"))
+    assert sentence.index("two-gpus") < sentence.index("one-gpu")
+    assert "per GPU of 1; it fails the SLO at every load tried" in sentence
+
+
+def test_throughput_sentence_prints_the_digits_its_interval_supports(tmp_path):
+    """With seeds, "one-gpu delivers 4866 output tok/s at p99 TPOT 61.3 ms" was printed for
+    4866 +- 1500 tok/s and 61 +- 70 ms."""
+    out = _two_gpu_counts_study(tmp_path / "c")
+    assert main(["report", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    sentence = next(x for x in md.splitlines() if x.startswith("At the highest load each ran"))
+    assert "one-gpu delivers 4900 \u00b1 1500 output tok/s" in sentence and "p99 TPOT 60 \u00b1 70 ms" in sentence
+    assert "4866" not in sentence and "61.3" not in sentence

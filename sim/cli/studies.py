@@ -262,7 +262,8 @@ def cmd_compare(args) -> int:
     cols = ["label", *([RATE_KEY] if plan.rates else []), "status", "goodput_rps",
             *(["goodput_per_gpu"] if per_gpu else []), "slo_attainment", "slo", "throughput_rps", "ttft_p50_s",
             "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "itl_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
-    print(f"ranked by goodput{' per GPU' if per_gpu else ''} (requests/s within the SLO); slo: meets when >= 90% of "
+    print(f"ranked by goodput{' per GPU' if per_gpu else ''} (requests/s within the SLO), those that meet the SLO "
+          "first; slo: meets when >= 90% of "
           "requests are within it and the run kept up (its backlog did not grow)")
     print(format_table(shown, cols))
     meta = read_study_meta(out / "sweep.json")

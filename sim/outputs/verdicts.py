@@ -4,8 +4,8 @@ and by report.md, so both say the same.
 
 - A configuration *meets the SLO* when its SLO attainment (the share of all arrived requests
   completed within every SLO limit) is at least ``SLO_TARGET`` (90%, the usual goodput target,
-  e.g. DistServe's). Rows are ranked by goodput (requests per second within the SLO), then SLO
-  attainment; rows that failed to run come last.
+  e.g. DistServe's). Rows that meet it rank above those that fail it, each ranked by goodput
+  (requests per second within the SLO), then SLO attainment; rows that failed to run come last.
 - Caveats: configurations that gave exactly the same results (every figure equal at every rate:
   e.g. chunked prefill whose token budget never chunks these prompts), unequal GPU counts (the
   rows then also carry per-GPU goodput and throughput), configurations that errored, one seed only.
@@ -68,14 +68,16 @@ def slo_phrase(row: dict) -> str:
 
 
 def rank_key(row: dict, per_gpu: bool = False):
-    """Sort key: rows that ran first, then by goodput (per GPU with ``per_gpu``; higher first),
-    then SLO attainment."""
+    """Sort key: rows that ran first, then those that meet the SLO (``meets_slo``; no attainment
+    counts as not failing), then by goodput (per GPU with ``per_gpu``; higher first), then SLO
+    attainment. (SLO first: a configuration that fails the SLO, e.g. one GPU that fell behind,
+    can have more goodput per GPU than a larger one that meets it, and was ranked above it.)"""
     ok = row.get("status") == "ok"
     g = row.get("goodput_rps") or 0.0
     if per_gpu and row.get("num_gpus"):
         g /= row["num_gpus"]
     a = row.get("slo_attainment") or 0.0
-    return (not ok, -g, -a)
+    return (not ok, ok and meets_slo(row) is False, -g, -a)
 
 
 def rate_order(v) -> tuple:
