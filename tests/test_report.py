@@ -886,3 +886,33 @@ def test_throughput_sentence_prints_the_digits_its_interval_supports(tmp_path):
     sentence = next(x for x in md.splitlines() if x.startswith("At the highest load each ran"))
     assert "one-gpu delivers 4900 \u00b1 1500 output tok/s" in sentence and "p99 TPOT 60 \u00b1 70 ms" in sentence
     assert "4866" not in sentence and "61.3" not in sentence
+
+
+def test_slo_attainment_reads_100_percent_only_when_every_request_met_it():
+    """One request of 3000 outside the SLO printed "SLO attainment 100.0%" (run's summary, class
+    lines) and "100.00% of requests within it" (0.99997 in the report's verdict); 1 of 3000 within
+    it read "0.0%"."""
+    from servesim.cli.main import format_summary
+    from servesim.outputs.verdicts import attainment_pct, slo_phrase
+
+    assert attainment_pct(1.0) == "100.0%" and attainment_pct(0.0) == "0.0%"
+    assert attainment_pct(2999 / 3000) == "99.97%" and attainment_pct(0.99997) == "99.997%"
+    assert attainment_pct(1 / 3000) == "0.03%" and attainment_pct(0.935) == "93.5%"
+    assert "(99.997% of requests within it)" in slo_phrase({"slo_attainment": 0.99997})
+    s = simulate(make_scenario(**{"workload.num_requests": 5})).summary
+    assert "SLO attainment 99.97%" in format_summary({**s, "slo_attainment": 2999 / 3000})
+
+
+def test_the_verdict_gives_a_mean_attainment_its_interval():
+    """With seeds the verdict printed the mean attainment to a tenth of a percent, "93.5% of
+    requests within it", for 93 +- 23% over the seeds."""
+    from servesim.outputs.verdicts import slo_phrase
+
+    behind = {"slo_attainment": 0.935, "slo_attainment_ci95": 0.23, "keep_up": 0.6, "keep_up_warmup": 0.01,
+              "seeds": 3}
+    assert slo_phrase(behind).startswith("fails the SLO at this load (94 \u00b1 23% of requests within it")
+    assert slo_phrase({"slo_attainment": 0.108, "slo_attainment_ci95": 0.017, "seeds": 3}) == \
+        "fails the SLO (10.8 \u00b1 1.7% of requests within it)"
+    # every seed at 100%: nothing to round away
+    assert slo_phrase({"slo_attainment": 1.0, "slo_attainment_ci95": 0.0, "seeds": 3}) == \
+        "meets the SLO (100.0% of requests within it)"

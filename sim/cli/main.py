@@ -16,6 +16,7 @@ from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute
 from servesim.outputs.intervals import PM, Interval, format_interval, seeds_text
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
+from servesim.outputs.verdicts import attainment_pct
 
 
 def _slo_text(slo: dict) -> str:
@@ -51,7 +52,7 @@ def format_summary(s: dict) -> str:
     lines += ["",
               f"throughput    {s['throughput_rps']:.2f} req/s, {s['output_tokens_per_s']:.0f} output tok/s, "
               f"{s['total_tokens_per_s']:.0f} total tok/s (input + output)",
-              f"goodput       {s['goodput_rps']:.2f} req/s; SLO attainment {s['slo_attainment'] * 100:.1f}% "
+              f"goodput       {s['goodput_rps']:.2f} req/s; SLO attainment {attainment_pct(s['slo_attainment'])} "
               f"({slo_note})"]
     p, u = s["phases"], s["utilization"]
     busy = p["prefill_time_s"] + p["decode_time_s"] + p["mixed_time_s"]
@@ -189,7 +190,7 @@ def _format_workload(s: dict) -> list:
             lines.append(f"class {name}: {c['num_requests']} requests ({c['completed']} completed), "
                          f"TTFT p50/p99 {_fmt_s(t['p50']).strip()} / {_fmt_s(t['p99']).strip()}, "
                          f"TPOT p50/p99 {_fmt_s(p['p50']).strip()} / {_fmt_s(p['p99']).strip()}, "
-                         f"SLO {c['slo_attainment'] * 100:.1f}% ({_slo_text(c['slo'])})")
+                         f"SLO {attainment_pct(c['slo_attainment'])} ({_slo_text(c['slo'])})")
     lines += _format_fairness(s)
     return lines
 

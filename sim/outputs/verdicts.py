@@ -54,13 +54,29 @@ def meets_slo(row: dict) -> bool | None:
     return None if a is None else a >= SLO_TARGET and not fell_behind(row)
 
 
+def attainment_pct(a: float) -> str:
+    """An SLO attainment as a percentage that reads 100% only when every request was within it
+    (99.97% is not "100.0%"), nor 0% unless none was: one decimal, more near the ends."""
+    pct = a * 100
+    for d in range(1, 10):
+        text = f"{pct:.{d}f}"
+        if (float(text) == 100) == (a == 1) and (float(text) == 0) == (a == 0):
+            return text + "%"
+    return f"{pct!r}%"
+
+
 def slo_phrase(row: dict) -> str:
     """"meets the SLO (98.0% of requests within it)", "fails the SLO (0.5% ...)", or for a run that
     fell behind "fails the SLO at this load: 100.0% of requests within it over this run, but ..."."""
     a = row.get("slo_attainment")
     if a is None:
         return "has no SLO attainment"
-    share = f"{a * 100:.1f}%" if a < 0.995 or a == 1 else f"{a * 100:.2f}%"
+    share = attainment_pct(a)
+    half = row.get("slo_attainment" + CI_SUFFIX)
+    if isinstance(half, (int, float)) and half > 0 and not math.isinf(half):
+        # a mean over seeds: its interval, and no more digits than that supports ("93.5%" was
+        # printed for 93 +- 23%)
+        share = format_interval(row_interval(row, "slo_attainment"), 100.0) + "%"
     if a >= SLO_TARGET and fell_behind(row):
         return (f"fails the SLO at this load ({share} of requests within it over this run, but it did not keep up: "
                 "the backlog grew, so that share falls the longer the load lasts)")
