@@ -140,3 +140,18 @@ def test_class_figures_say_what_their_bars_are_and_run_open_bars_off_the_axis():
     attainment_vs_load({"a": {"rate": [4], "attainment": [0.95], "lo": [0.9], "hi": [0.99]}}, ax, "chat")
     assert "bars: 95% interval (Wilson, over requests)" in [t.get_text() for t in ax.get_legend().get_texts()]
     plt.close("all")
+
+
+def test_class_sentence_rounds_attainment_honestly_and_gives_seeds_their_interval():
+    """A class with 2999 of 3000 requests within its SLO read "100.0%"; over seeds the sentence
+    printed the mean alone ("72.5% at 16 req/s") for two seeds at 99.7% and 45%."""
+    from servesim.plots.service import class_sentence, class_series_over_seeds
+
+    one = {"chat": {"a": {"rate": [16.0], "attainment": [2999 / 3000], "lo": [0.998], "hi": [1.0],
+                          "ttft_p99": [0.5]}}}
+    assert "(99.97% at 16 req/s)" in class_sentence(one, True)
+    runs = [{"classes": {"chat": {"slo_attainment": a, "ttft_s": {"p99": 0.5}}}} for a in (0.997, 0.453)]
+    text = class_sentence(class_series_over_seeds({"a": [(16.0, runs)]}), True)
+    assert "(72.5% at 16 req/s, 95% interval over seeds 0.0%-100.0%)" in text
+    same = [{"classes": {"chat": {"slo_attainment": 1.0, "ttft_s": {"p99": 0.5}}}}] * 2
+    assert "(100.0% at 16 req/s)" in class_sentence(class_series_over_seeds({"a": [(16.0, same)]}), True)
