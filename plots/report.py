@@ -913,6 +913,8 @@ def _roofline_sentence(g, rd, brief: bool = False) -> str:
             if brief:
                 parts.append(f"{k} {ach / 1e12:.0f} TFLOP/s")
             else:
-                parts.append(f"{k} steps reach a median {np.median(ai[m]):.0f} FLOP/B and "
+                # (the FLOP/s is over the steps' time, all FLOPs / all seconds, not a median: "a median
+                # 14 FLOP/B and 71 TFLOP/s" read as a median step at 71, where the median step ran 34)
+                parts.append(f"{k} steps reach a median {np.median(ai[m]):.0f} FLOP/B and, over their time, "
                              f"{ach / 1e12:.0f} TFLOP/s ({_share(ach / rd['peak_flops'])} of peak)")
     return ("; " if not brief else ", ").join(parts) + "."

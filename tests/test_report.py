@@ -916,3 +916,15 @@ def test_the_verdict_gives_a_mean_attainment_its_interval():
     # every seed at 100%: nothing to round away
     assert slo_phrase({"slo_attainment": 1.0, "slo_attainment_ci95": 0.0, "seeds": 3}) == \
         "meets the SLO (100.0% of requests within it)"
+
+
+def test_roofline_sentence_does_not_call_the_time_weighted_flops_a_median():
+    """"decode steps reach a median 14 FLOP/B and 71 TFLOP/s": 71 was all FLOPs over all seconds,
+    while the median decode step ran at 34 TFLOP/s."""
+    from servesim.plots.report import _roofline_sentence
+
+    rd = {"flops": np.array([1e12, 1e12, 1e14]), "bytes": np.array([1e11, 1e11, 1e12]),
+          "duration_s": np.array([0.1, 0.1, 0.2]), "kind": ["decode"] * 3, "peak_flops": 1e15, "mem_bw": 3e12}
+    text = _roofline_sentence("a", rd)
+    # median step: 10 TFLOP/s; over their time: 102e12 / 0.4 s = 255 TFLOP/s
+    assert "decode steps reach a median 10 FLOP/B and, over their time, 255 TFLOP/s" in text
