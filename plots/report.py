@@ -279,7 +279,9 @@ class Context:
         if slo:
             parts.append(f"SLO {slo}")
         if self.seeds > 1:
-            parts.append(f"first of {self.seeds} seeds" if rate else f"mean of {self.seeds} seeds")
+            # (a capacity search's figures over seeds draw each seed's probes, no mean)
+            parts.append(f"first of {self.seeds} seeds" if rate else f"each of {self.seeds} seeds"
+                         if self.kind == "capacity" else f"mean of {self.seeds} seeds")
         return " | ".join(parts)
 
 
@@ -530,7 +532,9 @@ def _build(path: Path, bar: Phases) -> Path:
     else:
         ran = sum(1 for r in data["rows"] if r["status"] == "ok")
         md += [f"A {data['kind']} of `{meta.get('scenario', '?')}` ({ctx.model} on {ctx.gpu}"
-               + (f", {ctx.seeds} seeds per point" if ctx.seeds > 1 else "") + f"): {len(data['rows'])} points, "
+               # (a capacity search's points are its probes, each on one seed)
+               + ((f", one search on each of {ctx.seeds} seeds" if data["kind"] == "capacity" else
+                   f", {ctx.seeds} seeds per point") if ctx.seeds > 1 else "") + f"): {len(data['rows'])} points, "
                f"{ran} ran.", ""]
         if data["kind"] == "capacity":
             md += _capacity_lines(path)
@@ -552,7 +556,9 @@ def _build(path: Path, bar: Phases) -> Path:
         for r in rows:  # (results.csv written before the itl columns: ITL is TBT)
             r.setdefault("itl_p99_s", r.get("tbt_p99_s"))
         md += [_md_table(rows, cols), ""]
-        if ctx.seeds > 1:
+        if ctx.seeds > 1 and data["kind"] == "capacity":  # (no mean, no seeds.csv: one probe a row)
+            md += ["Each row is one probe on one seed (its seed column).", ""]
+        elif ctx.seeds > 1:
             md += [f"Each figure is the mean over {ctx.seeds} seeds {chr(177)} the half-width of its 95% Student-t "
                    "interval; every run is in seeds.csv.", ""]
     if runs:

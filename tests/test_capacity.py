@@ -600,3 +600,21 @@ def test_bursts_a_deployment_keeps_up_with_do_not_read_as_a_backlog(tmp_path):
     assert not any(w["code"] == "not_keeping_up" for w in summary.get("warnings", []))
     ev = evaluate(out, {("ttft", "p99"): 1.0}, None, keep_up=0.9, period_s=8.0)
     assert ev["keep_up"] >= 0.95 and ev["meets"]
+
+
+def test_report_on_a_search_over_seeds_does_not_call_its_probes_means(searched, tmp_path):
+    """Each probe of a search over seeds runs on one seed, yet the report said "2 seeds per
+    point", "Each figure is the mean over 2 seeds +- the half-width of its 95% Student-t interval;
+    every run is in seeds.csv" (there is no seeds.csv) and titled the probes' figure "mean of 2
+    seeds"."""
+    import shutil
+
+    out = tmp_path / "cap"
+    shutil.copytree(searched, out, ignore=shutil.ignore_patterns("figures", "report.md"))
+    assert not (out / "seeds.csv").exists()
+    assert main(["report", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    assert "seeds per point" not in md and "one search on each of 2 seeds" in md
+    assert "Each figure is the mean over" not in md and "Each row is one probe on one seed" in md
+    title = next(x for x in md.splitlines() if x.startswith("![Capacity search over 2 seeds"))
+    assert "mean of 2 seeds" not in title and "each of 2 seeds" in title
