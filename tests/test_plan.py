@@ -659,3 +659,16 @@ def test_a_plan_stopped_in_its_first_shape_leaves_no_answer_of_an_earlier_plan(t
         _plan(tmp_path, seeds=1, pd_ratios=(), policies=("continuous",))
     doc = json.loads((out / "plan.json").read_text())
     assert doc["in_progress"] is True and "answer" not in doc
+
+
+def test_plan_capacity_prints_the_digits_its_interval_supports():
+    """A capacity of 34.9 req/s with a 95% interval of 3.53-66.3 (three seeds that disagree) was
+    printed "34.9 (3.53-66.3)" in the table and the answer; one of 13.6 (11.6-15.5) keeps its
+    tenth."""
+    from servesim.outputs.plandoc import capacity_numbers, capacity_text
+
+    wide = {"estimate": 34.92, "low": 3.53, "high": 66.31, "measured": True}
+    assert capacity_text(wide) == "35 (4-66)" and capacity_numbers(wide) == ("35", "4", "66")
+    assert capacity_text({"estimate": 13.57, "low": 11.62, "high": 15.52, "measured": True}) == "13.6 (11.6-15.5)"
+    assert capacity_text({"estimate": 5.0, "low": -2.0, "high": 12.0, "measured": False}) == "~5 (0-12)"
+    assert capacity_text({"estimate": 7.123, "low": 7.123, "high": 7.123, "measured": True}) == "7.12"

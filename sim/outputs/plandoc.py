@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from servesim.errors import InputError
+from servesim.outputs.intervals import _decimals_for, _round
 from servesim.outputs.metrics import PER_REQUEST, parse_slo
 from servesim.outputs.rundir import check_fields, damaged, read_json_dict
 
@@ -125,6 +126,18 @@ def worst(run: dict | None, key: str):
     return max(vals) if vals else None
 
 
+def capacity_numbers(cap: dict) -> tuple[str, str, str]:
+    """A capacity's estimate and interval bounds (the low one at least 0) as printed: to the
+    interval's precision (``intervals.format_interval``'s rule), three significant digits without
+    one. ("34.9 (3.53-66.3)" was printed for 35 +- 31 req/s.)"""
+    est, lo, hi = cap["estimate"], cap["low"], cap["high"]
+    half = (hi - lo) / 2
+    if not half > 1e-9 or math.isinf(half):
+        return f"{est:.3g}", f"{max(lo, 0.0):.3g}", f"{hi:.3g}"
+    d = _decimals_for(half)
+    return _round(est, d), _round(max(lo, 0.0), d), _round(hi, d)
+
+
 def capacity_text(cap: dict | None) -> str:
     if not cap:
         return "-"
@@ -133,7 +146,8 @@ def capacity_text(cap: dict | None) -> str:
     pre = "" if cap.get("measured") else "~"
     if hi - lo < 1e-9:
         return f"{pre}{est:.3g}"
-    return f"{pre}{est:.3g} ({lo:.3g}-{hi:.3g})"
+    e, low, high = capacity_numbers(cap)
+    return f"{pre}{e} ({low}-{high})"
 
 
 def _money(v, digits: int = 2) -> str:
@@ -205,10 +219,10 @@ def answer_sentence(doc: dict) -> str:
     conf = cap.get("confidence", 0.95)
     cap_txt = ""
     if cap:
-        lo = max(cap["low"], 0.0)
+        est, lo, hi = capacity_numbers(cap)
         kind = "" if cap.get("measured") else " (estimated from one unit's)"
-        cap_txt = (f"; its capacity is {cap['estimate']:.3g} req/s{kind} ({conf:.0%} interval "
-                   f"{lo:.3g}-{cap['high']:.3g} over {len(cap.get('samples') or [])} seeds), "
+        cap_txt = (f"; its capacity is {est} req/s{kind} ({conf:.0%} interval "
+                   f"{lo}-{hi} over {len(cap.get('samples') or [])} seeds), "
                    f"{cap['estimate'] / R - 1:+.0%} headroom")
     cost = f"${c['usd_per_hour']:.2f}/h" if c.get("usd_per_hour") is not None else "price unknown"
     objective = doc.get("objective", "cost")
