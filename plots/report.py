@@ -354,12 +354,23 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
             # runs on several seeds: a load counts as within only when the interval's top is
             ci = d.get("p99_ci") or [None] * len(d["rate"])
             unsure = [r for r, v, h in zip(d["rate"], d["p99"], ci) if r in under and h is not None and v + h > slo_s]
+            # "up to R" claims every load up to R: the loads from the lowest until the first one
+            # outside (a load outside between two within, noise near the knee, read as within)
+            upto = []
+            for r in sorted(d["rate"], key=rate_order):
+                if r not in under:
+                    break
+                upto.append(r)
             if not under:
                 parts.append(f"{g} at none of the loads")
-            elif max(under) == max(d["rate"]) and not unsure:
+            elif max(under) == max(d["rate"]) and len(upto) == len(d["rate"]) and not unsure:
                 parts.append(f"{g} at every load tried (up to {_rate(max(under))})")
+            elif upto:
+                parts.append(f"{g} up to {_rate(max(upto))}")
             else:
-                parts.append(f"{g} up to {_rate(max(under))}")
+                parts.append(f"{g} only at {', '.join(_rate(r) for r in under)}")
+            if upto and len(upto) < len(under):
+                parts[-1] += f" (also within at {', '.join(_rate(r) for r in under if r not in upto)})"
             if unsure:
                 parts[-1] += (f" (its mean; the 95% interval reaches past the SLO at "
                               f"{', '.join(_rate(r) for r in unsure)})")

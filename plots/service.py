@@ -175,8 +175,17 @@ def class_sentence(series: dict, with_rate: bool) -> str:
         for label, d in by_label.items():
             if with_rate:
                 ok = [r for r, a in zip(d["rate"], d["attainment"]) if a >= ATTAINMENT_TARGET]
-                at = (f"up to {max(ok):.4g} req/s" if ok else "at none of the loads") if len(ok) < len(d["rate"]) \
-                    else f"at every load tried (up to {max(d['rate']):.4g} req/s)"
+                # "up to R": every load up to R (a load below between two above read as within)
+                upto = []
+                for r in sorted(d["rate"]):
+                    if r not in ok:
+                        break
+                    upto.append(r)
+                at = ("at none of the loads" if not ok else f"at every load tried (up to {max(d['rate']):.4g} req/s)"
+                      if len(ok) == len(d["rate"]) else f"up to {max(upto):.4g} req/s" if upto
+                      else "only at " + ", ".join(f"{r:.4g}" for r in ok) + " req/s")
+                if upto and len(upto) < len(ok):
+                    at += " (also at " + ", ".join(f"{r:.4g}" for r in ok if r not in upto) + " req/s)"
                 # over seeds, the mean's interval too: "72.5%" alone was printed for two seeds' 99.7% and 45%
                 iv = (f", 95% interval over seeds {_pct(d['lo'][-1])}-{_pct(d['hi'][-1])}"
                       if "ttft_lo" in d and d["lo"][-1] < d["hi"][-1] else "")

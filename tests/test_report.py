@@ -928,3 +928,17 @@ def test_roofline_sentence_does_not_call_the_time_weighted_flops_a_median():
     text = _roofline_sentence("a", rd)
     # median step: 10 TFLOP/s; over their time: 102e12 / 0.4 s = 255 TFLOP/s
     assert "decode steps reach a median 10 FLOP/B and, over their time, 255 TFLOP/s" in text
+
+
+def test_load_sentence_up_to_means_every_load_up_to_it():
+    """p99 TTFT within the SLO at 8 and 24 req/s but not at 16 (noise near the knee) read "stays
+    within the 1000 ms SLO for a up to 24 req/s", claiming 16 too."""
+    from servesim.plots.report import _load_sentence
+
+    text = _load_sentence("ttft", {"a": {"rate": [8, 16, 24], "p99": [0.2, 1.2, 0.9]}}, 1.0)
+    assert "a up to 8 req/s (also within at 24 req/s)" in text and "up to 24" not in text
+    assert "a only at 16 req/s, 24 req/s" in _load_sentence(
+        "ttft", {"a": {"rate": [8, 16, 24], "p99": [1.2, 0.5, 0.9]}}, 1.0)
+    assert "a at every load tried (up to 24 req/s)" in _load_sentence(
+        "ttft", {"a": {"rate": [8, 16, 24], "p99": [0.2, 0.5, 0.9]}}, 1.0)
+    assert "a up to 16 req/s." in _load_sentence("ttft", {"a": {"rate": [8, 16, 24], "p99": [0.2, 0.5, 1.9]}}, 1.0)

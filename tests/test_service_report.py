@@ -155,3 +155,15 @@ def test_class_sentence_rounds_attainment_honestly_and_gives_seeds_their_interva
     assert "(72.5% at 16 req/s, 95% interval over seeds 0.0%-100.0%)" in text
     same = [{"classes": {"chat": {"slo_attainment": 1.0, "ttft_s": {"p99": 0.5}}}}] * 2
     assert "(100.0% at 16 req/s)" in class_sentence(class_series_over_seeds({"a": [(16.0, same)]}), True)
+
+
+def test_class_sentence_up_to_means_every_load_up_to_it():
+    """A class within its SLO at 8 and 24 req/s but not at 16 read "up to 24 req/s"."""
+    from servesim.plots.service import class_sentence
+
+    d = {"rate": [8.0, 16.0, 24.0], "attainment": [0.99, 0.8, 0.95], "lo": [0.9] * 3, "hi": [1.0] * 3,
+         "ttft_p99": [0.5] * 3}
+    text = class_sentence({"chat": {"a": d}}, True)
+    assert "a up to 8 req/s (also at 24 req/s)" in text and "up to 24" not in text
+    low = {**d, "attainment": [0.8, 0.95, 0.95]}
+    assert "a only at 16, 24 req/s" in class_sentence({"chat": {"a": low}}, True)
