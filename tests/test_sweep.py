@@ -517,3 +517,20 @@ def test_ctrl_c_while_the_pool_forks_its_workers_stops_the_study(tmp_path, monke
 
 
 os.register_at_fork(after_in_parent=_sigint_after_fork)  # (inert until a test arms it)
+
+
+def test_sweep_prints_the_points_that_fell_behind(tmp_path, capsys):
+    """compare prints its caveats after the table; sweep printed none, so a point whose backlog grew
+    through the run (its latencies only a function of the run's length) was shown like any other."""
+    data = copy.deepcopy(BASE)
+    data["policy"]["max_num_seqs"] = 4  # a sharp knee: above it the queue grows through the run
+    data["workload"]["num_requests"] = 300
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=1,200", "--out", str(out), "--quiet",
+                 "--workers", "1"]) == 0
+    rows = {r["workload.arrival.rate_rps"]: r for r in read_results(out / "results.csv")}
+    assert rows[200]["keep_up"] < 0.9 <= rows[1]["keep_up"]
+    printed = capsys.readouterr().out
+    assert "note: point 1 at 200 req/s did not keep up" in printed and "point 0 at 1 req/s" not in printed

@@ -76,6 +76,16 @@ def cmd_sweep(args) -> int:
     print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
           f"wrote {Path(args.out) / RESULTS}" + (f" (means and 95% intervals over {args.seeds} seeds; every run in "
                                                 f"{Path(args.out) / 'seeds.csv'})" if args.seeds > 1 else ""))
+    # what compare prints after its table: points whose backlog grew, and what the runs warned of
+    # (a sweep printed none of it: its report.md was the only place a fallen-behind point was named)
+    from servesim.outputs.rundir import read_results, read_study_meta
+    from servesim.outputs.verdicts import caveats
+    from servesim.studies.replicates import SEEDS
+
+    out = Path(args.out)
+    seed_rows = read_results(out / SEEDS) if args.seeds > 1 and (out / SEEDS).is_file() else None
+    for note in caveats(rows, read_study_meta(out / "sweep.json"), out_dir=out, run_rows=seed_rows):
+        print(f"note: {note}")
     return _status(res.failed_run, res.refused)
 
 
