@@ -200,8 +200,10 @@ def class_sentence(series: dict, with_rate: bool) -> str:
     return ". ".join(parts) + "."
 
 
-def jain_sentence(summaries: dict) -> str:
-    """Jain's index over tenants (else classes) at each label's highest load."""
+def jain_sentence(summaries: dict, seeds: int = 1) -> str:
+    """Jain's index over tenants (else classes) at each label's highest load; ``seeds`` > 1: the
+    summaries are each point's first seed's run (said so: the class sentence beside it is the
+    mean over the seeds)."""
     bits = []
     for label, points in summaries.items():
         if not points:
@@ -210,7 +212,9 @@ def jain_sentence(summaries: dict) -> str:
         j = f.get("tenants", {}) if (f.get("tenants") or {}).get("service_share") is not None else f.get("classes", {})
         if j.get("slo_attainment") is not None:
             bits.append(f"{label} {j['slo_attainment']:.2f} (service share {j['service_share']:.2f})")
-    return ("Jain's fairness index of SLO attainment across tenants: " + "; ".join(bits) + ".") if bits else ""
+    first = f" (the first of {seeds} seeds' runs)" if seeds > 1 else ""
+    return (f"Jain's fairness index of SLO attainment across tenants{first}: " + "; ".join(bits) + ".") if bits \
+        else ""
 
 
 def _summaries(path: Path, rows: list, rate: bool) -> list:
@@ -221,6 +225,10 @@ def _summaries(path: Path, rows: list, rate: bool) -> list:
         if r["status"] == "ok" and r.get("dir") and f.is_file():
             out.append((r.get("workload.arrival.rate_rps") if rate else None, read_summary(f.parent)))
     return out
+
+
+def _seeds(data: dict) -> int:
+    return int((data.get("meta") or {}).get("seeds") or 1)
 
 
 def service_section(path: Path, data: dict, runs: dict, colors: dict, add, subplots,
@@ -260,8 +268,9 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, subpl
             slo = firsts[0]["classes"][name]["slo"]["ttft_s"]
             class_ttft_vs_load(drawn[name], axes[1, j], name, slo, colors)
         add("classes_vs_load", title("Service per class vs load", False), fig,
-            class_sentence(series, True) + " " + jain_sentence(summaries))
+            class_sentence(series, True) + " " + jain_sentence(summaries, len(seeded) and _seeds(data)))
     else:
         fig, ax = subplots(figsize=(max(5.0, 2.2 * len(series) + 2), 4.2))
         attainment_bars(drawn, ax, colors, {c: (firsts[0]["classes"].get(c) or {}).get("slo") for c in series})
-        add("classes", title("Service per class"), fig, class_sentence(series, False) + " " + jain_sentence(summaries))
+        add("classes", title("Service per class"), fig,
+            class_sentence(series, False) + " " + jain_sentence(summaries, len(seeded) and _seeds(data)))

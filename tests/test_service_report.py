@@ -167,3 +167,14 @@ def test_class_sentence_up_to_means_every_load_up_to_it():
     assert "a up to 8 req/s (also at 24 req/s)" in text and "up to 24" not in text
     low = {**d, "attainment": [0.8, 0.95, 0.95]}
     assert "a only at 16, 24 req/s" in class_sentence({"chat": {"a": low}}, True)
+
+
+def test_jain_sentence_over_seeds_says_it_is_the_first_seeds():
+    """Beside the class sentence's means over the seeds, Jain's index was the first seed's runs'
+    with no word of it."""
+    from servesim.plots.service import jain_sentence
+
+    s = {"fairness": {"jain": {"classes": {"slo_attainment": 0.98, "service_share": 1.0}}}}
+    assert jain_sentence({"a": [(16.0, s)]}, 3).startswith(
+        "Jain's fairness index of SLO attainment across tenants (the first of 3 seeds' runs): a 0.98")
+    assert "first of" not in jain_sentence({"a": [(16.0, s)]})
