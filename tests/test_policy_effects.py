@@ -187,17 +187,22 @@ def test_prefix_caching_skips_shared_prefix_compute():
     assert s_on["ttft_s"]["mean"] < 0.7 * s_off["ttft_s"]["mean"]
 
 
+def _preempted_with_shared_prefixes(engine: str):
+    """Tight KV under shared prefixes: requests are preempted (recompute) and hit the cache again
+    when readmitted."""
+    return make_scenario(**{"engine": engine, "workload.num_requests": 60, "policy.prefix_caching": True,
+                            "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
+                            "workload.prompt_tokens": {"dist": "uniform", "min": 200, "max": 1500},
+                            "workload.output_tokens": {"dist": "uniform", "min": 50, "max": 400},
+                            "workload.shared_prefix": {"tokens": 1000, "fraction": 0.5, "groups": 3},
+                            "memory.num_gpu_blocks": 300})
+
+
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_prefix_hits_per_request_add_up_after_preemptions(engine):
     # Tight KV: requests are preempted (recompute) and hit the cache again when readmitted. Both
     # the column and the summary count a request's hits at its first admission only.
-    sc = make_scenario(**{"engine": engine, "workload.num_requests": 60, "policy.prefix_caching": True,
-                          "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
-                          "workload.prompt_tokens": {"dist": "uniform", "min": 200, "max": 1500},
-                          "workload.output_tokens": {"dist": "uniform", "min": 50, "max": 400},
-                          "workload.shared_prefix": {"tokens": 1000, "fraction": 0.5, "groups": 3},
-                          "memory.num_gpu_blocks": 300})
-    res = simulate(sc)
+    res = simulate(_preempted_with_shared_prefixes(engine))
     r = res.requests
     assert r["preemptions"].sum() > 0
     assert int(r["prefix_hit_tokens"].sum()) == res.summary["kv"]["prefix_cache_hit_tokens"] > 0
@@ -210,13 +215,7 @@ def test_recompute_tokens_leave_out_what_the_prefix_cache_still_holds(engine):
     # token, 17485 here instead of 11533, and the preemptions warning could say over 100% of the
     # tokens computed were recomputed). The steps then compute exactly every request's prompt +
     # output - 1, less its first admission's hits, plus the recompute tokens.
-    sc = make_scenario(**{"engine": engine, "workload.num_requests": 60, "policy.prefix_caching": True,
-                          "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
-                          "workload.prompt_tokens": {"dist": "uniform", "min": 200, "max": 1500},
-                          "workload.output_tokens": {"dist": "uniform", "min": 50, "max": 400},
-                          "workload.shared_prefix": {"tokens": 1000, "fraction": 0.5, "groups": 3},
-                          "memory.num_gpu_blocks": 300})
-    res = simulate(sc)
+    res = simulate(_preempted_with_shared_prefixes(engine))
     r, s = res.requests, res.summary
     assert s["preemptions"] > 0 and s["kv"]["recompute_tokens"] > 0
     once = int((r["prompt_tokens"] + r["output_tokens"] - 1).sum()) - int(r["prefix_hit_tokens"].sum())
