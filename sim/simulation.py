@@ -173,9 +173,11 @@ def prepare(scenario: Scenario) -> Setup:
     model = get_model(scenario.model)
     hw, pol = scenario.hardware, scenario.policy
     if pol.prefix_caching and model.sliding_window_tokens is not None:
+        # (a preset turns it on where the policy does not say: the scenario may not name it at all)
+        by = f" (policy.preset={pol.preset} turns it on where the policy does not give it)" if pol.preset else ""
         raise InputError(f"policy.prefix_caching: not modelled with sliding-window attention (model {model.name} "
                          f"attends within {model.sliding_window_tokens} tokens; vLLM V0 disables it too); set it "
-                         "to false")
+                         f"to false{by}")
     setup = _prepare(scenario, model, hw, pol)
     _check_cost_keys(scenario, [p.cost_model.gpu.name for p in setup.pools])
     return setup

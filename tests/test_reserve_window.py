@@ -201,9 +201,16 @@ def test_window_in_a_simulation():
     ref = simulate(full, specs=specs([(0.0, 8000, 400)]))
     assert ref.steps["kv_blocks_used"].max() == 525  # 8,399 tokens, no window
     assert res.summary["e2e_s"]["mean"] < ref.summary["e2e_s"]["mean"]
-    with pytest.raises(InputError, match="prefix_caching"):
+    with pytest.raises(InputError, match="prefix_caching") as e:
         simulate(make_scenario(**{"model": "mistralai/Mistral-7B-v0.1", "policy.prefix_caching": True}),
                  specs=specs([(0.0, 10, 10)]))
+    assert "preset" not in str(e.value)
+    # the packaged default turns it on by its preset, never naming prefix_caching: the error says so
+    from servesim import load_scenario
+
+    with pytest.raises(InputError, match=r"set it to false \(policy.preset=vllm_v1_serve turns it on where the "
+                                         r"policy does not give it\)"):
+        simulate(load_scenario(None, ["model=mistralai/Mistral-7B-v0.1"]), specs=specs([(0.0, 10, 10)]))
 
 
 def test_a_request_crossing_the_window_in_the_decode_set_step_by_step(monkeypatch):
