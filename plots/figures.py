@@ -135,13 +135,12 @@ def _cdf_legend(ax, curves) -> None:
     The box is measured now and taken a third taller (and a little wider): laying the figure out
     later, notes under it, shrinks the axes but not the legend (the lower-right legend used to hide
     an overloaded run's curve, and the slowest of a comparison's)."""
-    renderer = None  # (the figure's own: canvas.get_renderer() is Agg's only, see _legend_clear_of_data)
     ax.get_xlim(), ax.get_ylim()  # (the limits as drawn: autoscaling is otherwise applied later)
     to_data = ax.transData.inverted()
     for loc in _CDF_LEGEND_SPOTS:
         legend = ax.legend(loc=loc, fontsize="small")
-        box = legend.get_window_extent(renderer)
-        frame = ax.get_window_extent(renderer)
+        box = legend.get_window_extent()
+        frame = ax.get_window_extent()
         dx, dy = 0.05 * box.width, 0.35 * box.height
         (x0, y0), (x1, y1) = to_data.transform([(max(box.x0 - dx, frame.x0), max(box.y0 - dy, frame.y0)),
                                                 (min(box.x1 + dx, frame.x1), min(box.y1 + dy, frame.y1))])
@@ -163,9 +162,8 @@ def _legend_off_the_lines(ax, **kw) -> None:
     few pixels), against the legend's box taken a third taller, a little wider: laying the
     figure out later, notes under it, shrinks the axes but not the legend."""
     ax.get_xlim(), ax.get_ylim()  # (the limits as drawn: autoscaling is otherwise applied later)
-    renderer = None  # (the figure's own: canvas.get_renderer() is Agg's only, see _legend_clear_of_data)
     legend = ax.legend(loc="best", **kw)
-    box = legend.get_window_extent(renderer)
+    box = legend.get_window_extent()
     box = box.padded(0.05 * box.width / 2, 0.35 * box.height / 2)
     for line in ax.get_lines():
         xy = np.asarray(line.get_xydata(), dtype=float)
@@ -504,8 +502,9 @@ def _legend_clear_of_data(ax, **kw) -> None:
     top = float(ax.dataLim.y1)
     if not math.isfinite(top) or top <= lo:
         return
-    # (no renderer passed: matplotlib finds the figure's own; ``canvas.get_renderer()`` is Agg's
-    # only, and an axes of a user's pdf or svg figure raised AttributeError)
+    # (no renderer passed, here as everywhere in this module: matplotlib finds the figure's own;
+    # ``canvas.get_renderer()`` is Agg's only, and an axes of a user's pdf or svg figure raised
+    # AttributeError)
     box, frame = legend.get_window_extent(), ax.get_window_extent()
     if frame.height <= 0:
         return
@@ -801,7 +800,6 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # narrowed the axes to fit them)
         ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
     lo, hi = ax.get_xlim()
-    renderer = None  # (the figure's own: canvas.get_renderer() is Agg's only, see _legend_clear_of_data)
     placed = []
     for d, y, transform in named:
         right = (d["usd_per_hour"] - lo) > 0.5 * (hi - lo)
@@ -811,12 +809,12 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # (two names side by side, e.g. two off-scale P/D splits, ran into each other: moved down
         # until clear of those already placed, with room for the axes to narrow in the layout)
         for _ in range(6):
-            box = text.get_window_extent(renderer).padded(0.15 * text.get_window_extent(renderer).width, 2)
+            box = text.get_window_extent().padded(0.15 * text.get_window_extent().width, 2)
             if not any(box.overlaps(b) for b in placed):
                 break
             x_off, y_off = text.xyann
-            text.xyann = (x_off, y_off - text.get_window_extent(renderer).height * 72 / ax.figure.dpi - 2)
-        placed.append(text.get_window_extent(renderer))
+            text.xyann = (x_off, y_off - text.get_window_extent().height * 72 / ax.figure.dpi - 2)
+        placed.append(text.get_window_extent())
     return ax
 
 
