@@ -603,14 +603,15 @@ def _beside_scenario_hint(message: str, scenario) -> str:
 RESUMABLE = ("sweep", "compare", "capacity", "plan")
 
 
-def _interrupted_text(args) -> str:
-    """What Ctrl-C leaves: for a study writing into a folder, that its finished runs are kept
-    there and the same command picks up from them (it reuses them, runs the rest)."""
+def _interrupted_text(args, what: str = "interrupted") -> str:
+    """What Ctrl-C (or SIGTERM: ``what``) leaves: for a study writing into a folder, that its
+    finished runs are kept there and the same command picks up from them (it reuses them, runs
+    the rest)."""
     out = getattr(args, "out", None)
     if getattr(args, "command", None) in RESUMABLE and out:
-        return (f"interrupted; the runs that finished are kept in {shown_path(out)}: the same command reuses them "
+        return (f"{what}; the runs that finished are kept in {shown_path(out)}: the same command reuses them "
                 "and runs the rest")
-    return "interrupted"
+    return what
 
 
 @contextlib.contextmanager
@@ -655,8 +656,7 @@ def _main(argv) -> int:
         print(f"servesim: error: {one_line(text)}", file=sys.stderr)
         return 2
     except Terminated:
-        print(f"servesim: {_interrupted_text(args).replace('interrupted', 'terminated (SIGTERM)', 1)}",
-              file=sys.stderr)
+        print(f"servesim: {_interrupted_text(args, 'terminated (SIGTERM)')}", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
         print(f"servesim: {_interrupted_text(args)}", file=sys.stderr)
