@@ -72,3 +72,20 @@ def specs(rows):
 @pytest.fixture
 def scenario_factory():
     return make_scenario
+
+
+def interrupt_run_point(monkeypatch, at: int):
+    """Ctrl-C at a study's ``at``-th point (``executors.run_point`` raises KeyboardInterrupt on that
+    call, runs the others); returns the real ``run_point``, to put back for a resume."""
+    import servesim.studies.executors as ex
+
+    real, calls = ex.run_point, []
+
+    def interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(ex, "run_point", interrupted)
+    return real

@@ -435,16 +435,9 @@ def test_ctrl_c_in_a_sweep_keeps_the_finished_runs_and_says_how_to_resume(tmp_pa
     """Ctrl-C during a study: exit 130 with one line (no traceback) saying the finished runs are
     kept in --out and that the same command reuses them; run again, it runs only the rest."""
     import servesim.studies.executors as ex
+    from tests.conftest import interrupt_run_point
 
-    real, calls = ex.run_point, []
-
-    def interrupted_on_the_second(*a, **k):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(ex, "run_point", interrupted_on_the_second)
+    real = interrupt_run_point(monkeypatch, 2)
     sc, out = write(tmp_path, GOOD), tmp_path / "sw"
     args = ["sweep", sc, "--grid", "workload.arrival.rate_rps=2,4,8", "--out", str(out), "--workers", "1", "--quiet"]
     assert main(args) == 130

@@ -118,17 +118,9 @@ def test_report_on_a_study_stopped_before_its_results_says_so(tmp_path, capsys, 
     before (Ctrl-C, a kill), its folder has sweep.json, seeds.csv and runs/. The report said it had
     'neither summary.json (a run) nor results.csv (a sweep, capacity or compare folder)'; it says
     the sweep stopped and that the same command resumes it."""
-    import servesim.studies.executors as ex
+    from tests.conftest import interrupt_run_point
 
-    real, calls = ex.run_point, []
-
-    def interrupted_on_the_third(*a, **k):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(ex, "run_point", interrupted_on_the_third)
+    interrupt_run_point(monkeypatch, 3)
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump({**copy.deepcopy(BASE), "workload": {**BASE["workload"], "num_requests": 10}}))
     out = tmp_path / "sw"
