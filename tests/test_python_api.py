@@ -179,6 +179,19 @@ def study(name):
      r"ExecutorOptions\(workers=...\): a number, got '2'"),
     (lambda: study("capacity").CapacityOptions(probe_requests="300"),
      r"CapacityOptions\(probe_requests=...\): a number, got '300'"),
+    # (None where a number is needed failed inside the search: "'<=' not supported ... 'float' and 'NoneType'")
+    (lambda: study("capacity").find_capacity("scenarios/default.yaml", "ttft_p99=1",
+                                             study("capacity").CapacityOptions(tol=None)),
+     r"CapacityOptions\(tol=...\): a number, got None"),
+    (lambda: study("plan").PlanOptions(rate_rps="3", slo="ttft_p99=1"),
+     r"PlanOptions\(rate_rps=...\): a number, got '3'"),
+    (lambda: study("plan").PlanOptions(rate_rps=3, slo="ttft_p99=1", max_gpus=None),
+     r"PlanOptions\(max_gpus=...\): a number, got None"),
+    # (a bare text was taken character by character: "--tp: expected positive integers, got 1,,,2")
+    (lambda: study("plan").PlanOptions(rate_rps=3, slo="ttft_p99=1", tps="1,2"),
+     r"PlanOptions\(tps=...\): a list or tuple, got '1,2' \(one value: put it in a list\)"),
+    (lambda: study("plan").PlanOptions(rate_rps=3, slo={"ttft_p99": 1}), r"PlanOptions\(slo=...\): text such as"),
+    (lambda: study("reproduce").Options(workers="2"), r"Options\(workers=...\): a number, got '2'"),
 ])
 def test_studies_from_python_name_a_wrong_argument(call, says, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

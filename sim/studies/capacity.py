@@ -353,8 +353,8 @@ class CapacityOptions:
     keep_up: float = KEEP_UP  # 0: off
 
     def __post_init__(self):
-        check_numbers(self, ("attainment", "probe_requests", "probe_duration_s", "start_rps", "tol", "max_probes",
-                             "keep_up"))
+        check_numbers(self, ("attainment", "probe_requests", "probe_duration_s", "start_rps"),
+                      required=("tol", "max_probes", "keep_up"))
 
 
 @dataclass

@@ -47,13 +47,16 @@ class ExecutorOptions:
             raise InputError("--address needs --executor ray")
 
 
-def check_numbers(options, names) -> None:
-    """The fields ``names`` of an options dataclass hold a number or None (as its CLI flags would
-    give): one set from Python to text failed later as "'<=' not supported between instances of
-    'int' and 'str'", naming no option."""
-    for name in names:
+def check_numbers(options, names, required=()) -> None:
+    """The fields ``names`` of an options dataclass hold a number or None, and those in ``required``
+    a number (as its CLI flags would give): one set from Python to text (or to None where a number
+    is needed) failed later as "'<=' not supported between instances of 'int' and 'str'", naming no
+    option."""
+    for name in (*names, *required):
         value = getattr(options, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        if value is None and name not in required:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"{type(options).__name__}({name}=...): a number, got {value!r:.60}")
 
 

@@ -46,7 +46,7 @@ from servesim.outputs.writer import json_text
 from servesim.inputs.scenario import MAX_REQUESTS, scenario_from_dict
 from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, check_run_requests,
                                        check_search_options, evaluate, longer_requests)
-from servesim.studies.executors import ExecutorOptions, study_session
+from servesim.studies.executors import ExecutorOptions, check_numbers, study_session
 from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
 from servesim.studies.points import load_base, make_points, require_rate
@@ -83,6 +83,17 @@ class PlanOptions:
     max_probes: int = 30
     verify_top: int = 3
     exhaustive: bool = False  # simulate shapes whose lower bound cannot beat the best verified
+
+    def __post_init__(self):  # a wrong type from Python, named here (check_options judges the values)
+        check_numbers(self, ("attainment", "probe_requests", "requests"),
+                      required=("rate_rps", "max_gpus", "seeds", "tol", "keep_up", "max_probes", "verify_top"))
+        for name in ("gpus", "tps", "pps", "policies", "chunks", "pd_ratios", "prices"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise TypeError(f"PlanOptions({name}=...): a list or tuple, got {value!r:.60}"
+                                + (" (one value: put it in a list)" if isinstance(value, str) else ""))
+        if not isinstance(self.slo, str):
+            raise TypeError(f"PlanOptions(slo=...): text such as 'ttft_p99=0.5,tpot_p99=0.05', got {self.slo!r:.60}")
 
 
 @dataclass

@@ -38,7 +38,7 @@ from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import Cost, read_yaml, scenario_from_dict
 from servesim.outputs.writer import json_text
 from servesim.studies.capacity import CapacityOptions, find_capacity
-from servesim.studies.executors import ExecutorOptions
+from servesim.studies.executors import ExecutorOptions, check_numbers
 from servesim.studies.replicates import seeds_for
 
 TOLERANCE = 0.25  # a simulated figure within +-25% of the published one matches
@@ -129,6 +129,9 @@ class Options:
     quick: bool = False  # smaller probes and looser search: a few seconds per experiment
     seed: int | None = None  # replaces every scenario's seed (None: the files' own)
     workers: int | None = 1  # capacity probes in parallel (None: all cores)
+
+    def __post_init__(self):
+        check_numbers(self, ("seed", "workers"))
 
 
 # ---------------------------------------------------------------- engine profiles
