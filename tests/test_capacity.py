@@ -273,6 +273,10 @@ def test_summary_says_what_arrived_per_second():
     # rate x the attainment, read 0 however many met the SLO)
     once = simulate(make_scenario(**{"workload.arrival": {"process": "all_at_once"}, "workload.num_requests": 5}))
     assert once.summary["workload"]["offered_rps"] is None
+    # one request: no rate either (it read 1 / its arrival time, "11.8 arrived per second" in a report)
+    one = simulate(make_scenario(**{"workload.arrival": {"process": "poisson", "rate_rps": 8.0},
+                                    "workload.num_requests": 1}))
+    assert one.summary["workload"]["offered_rps"] is None
 
 
 def test_running_out_of_probes_below_every_meeting_rate_is_no_answer(tmp_path, capsys):
