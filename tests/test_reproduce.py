@@ -206,6 +206,8 @@ def test_ae_goodput_measures_short_runs_at_the_papers_rates(monkeypatch):
     # mean attainment 1 - 0.04 r - 0.01: 0.9 at r = 2.25, inside the AE's grid
     assert g.per_gpu == pytest.approx(2.25) and g.rates == R.DISTSERVE_AE_RATES
     assert g.per_seed[0] == pytest.approx(2.5) and g.per_seed[2] == pytest.approx(2.0)
+    # the seeds' spread at each rate, for the figure's band (its title said "mean of 3 seeds" and showed no spread)
+    assert g.band[g.rates.index(1.0)] == pytest.approx((0.94, 0.96))  # seeds 2 and 0 at per-GPU 1 req/s
     calls.clear()
     monkeypatch.setattr(R, "attainment_at", lambda n, o, rate, opts, requests=0: (1.0 - 0.03 * rate, None))
     g = R.ae_goodput("distserve-opt13b", {}, 1, R.Options(quick=True))
@@ -216,7 +218,8 @@ def test_an_experiments_plots_are_drawn_and_listed(tmp_path):
     """write_reproduce renders each experiment's plot data into out/<name>.png (the report shows it)
     and keeps the data in reproduce.json; an experiment without plots draws nothing."""
     data = {"title": "t", "target": 0.9,
-            "series": [{"label": "a", "rates": [0.25, 0.5, 1.0], "attainment": [0.99, 0.95, 0.8], "goodput": 0.67},
+            "series": [{"label": "a", "rates": [0.25, 0.5, 1.0], "attainment": [0.99, 0.95, 0.8], "goodput": 0.67,
+                        "band": [(0.98, 1.0), (0.9, 0.99), (0.4, 0.9)]},
                        {"label": "b", "rates": [0.25, 0.5], "attainment": [0.9, 0.6], "measured": True,
                         "goodput": None}]}
     with_plot = R.Experiment("withplot", "T", "S", [R.Figure("g", 2.0, 2.1, "c", "text")],

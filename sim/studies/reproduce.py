@@ -301,12 +301,14 @@ def crossing(rates, attainments, target: float) -> float | None:
 @dataclass
 class Goodput:
     """A goodput measured as the DistServe AE does (``ae_goodput``): per-GPU req/s (None: the curve
-    never crosses the target on the grid), the mean curve, and each seed's own crossing."""
+    never crosses the target on the grid), the mean curve, each seed's own crossing, and at each
+    rate the lowest and highest attainment of a seed (``band``: the spread of the AE's single runs)."""
 
     per_gpu: float | None
     rates: tuple
     attainment: list
     per_seed: list
+    band: list = field(default_factory=list)  # [(min, max) over the seeds] per rate
 
     def curve(self) -> str:
         return ", ".join(f"{r:g}: {a:.0%}" for r, a in zip(self.rates, self.attainment))
@@ -341,7 +343,7 @@ def ae_goodput(name: str, overrides: dict, gpus: int, opts: Options, target: flo
         per_seed.append(at(rates[-1]))
         mean.append(sum(per_seed[-1]) / len(seeds))
     seed_x = [crossing(rates, [a[k] for a in per_seed], target) for k in range(len(seeds))]
-    return Goodput(crossing(rates, mean, target), tuple(rates), mean, seed_x)
+    return Goodput(crossing(rates, mean, target), tuple(rates), mean, seed_x, [(min(a), max(a)) for a in per_seed])
 
 
 def decode_rates(res, measured) -> tuple:
@@ -416,21 +418,22 @@ def exp_distserve(opts: Options) -> Experiment:
         "0.25 s TTFT at low load (the artifact's vLLM: 90% attainment already at 0.25 req/s), hence vLLM's goodput",
     ]
     series = [{"label": f"vLLM, servesim (goodput {colo.text()})", "rates": list(colo.rates),
-               "attainment": colo.attainment, "goodput": colo.per_gpu},
+               "attainment": colo.attainment, "band": colo.band, "goodput": colo.per_gpu},
               {"label": f"vLLM, the artifact's runs (goodput {DISTSERVE_AE_VLLM_GOODPUT:g})",
                "rates": list(DISTSERVE_AE_VLLM_ATTAINMENT),
                "attainment": [a / 100 for a in DISTSERVE_AE_VLLM_ATTAINMENT.values()], "measured": True,
                "goodput": DISTSERVE_AE_VLLM_GOODPUT},
               {"label": f"DistServe, servesim (goodput {pd.text()}; the artifact: {DISTSERVE_AE_GOODPUT_PER_GPU:g})",
-               "rates": list(pd.rates), "attainment": pd.attainment, "goodput": pd.per_gpu}]
+               "rates": list(pd.rates), "attainment": pd.attainment, "band": pd.band, "goodput": pd.per_gpu}]
     if slowed is not None:
         g = "never reaches 90%" if slowed.per_gpu is None else f"goodput {slowed.per_gpu:.3g}"
         series.insert(1, {"label": f"vLLM, servesim, prefill as DistServe measured it ({g})",
-                          "rates": list(slowed.rates), "attainment": slowed.attainment, "goodput": slowed.per_gpu})
+                          "rates": list(slowed.rates), "attainment": slowed.attainment, "band": slowed.band,
+                          "goodput": slowed.per_gpu})
     plot = {"title": "OPT-13B chatbot on A100-80GB: DistServe (prefill TP2 + decode TP1, 3 GPUs) vs vLLM (TP1, "
                      "1 GPU)\n"
                      f"SLO TTFT 0.25 s and TPOT 0.1 s; each point {DISTSERVE_AE_REQUESTS_PER_GPU} requests per GPU, "
-                     f"Poisson, mean of {len(colo.per_seed)} seeds",
+                     f"Poisson, mean of {len(colo.per_seed)} seeds (shaded: the seeds' lowest to highest)",
             "target": 0.9, "series": series}
     cite = "DistServe (Zhong et al., OSDI'24) §6.2 Fig. 8"
     ae = "the AE notebook's output, evaluation/2-benchmark-serving/plot.ipynb"
