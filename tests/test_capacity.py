@@ -622,3 +622,20 @@ def test_report_on_a_search_over_seeds_does_not_call_its_probes_means(searched, 
     assert "Each figure is the mean over" not in md and "Each row is one probe on one seed" in md
     title = next(x for x in md.splitlines() if x.startswith("![Capacity search over 2 seeds"))
     assert "mean of 2 seeds" not in title and "each of 2 seeds" in title
+
+
+@pytest.mark.parametrize("cmd", [["capacity", "--slo", "ttft_p99=1"], ["plan", "--rate", "2", "--slo", "ttft_p99=1"],
+                                 ["compare", "--policies", "continuous,static", "--rates", "1,2"]])
+def test_rate_studies_on_a_trace_replay_say_it_has_no_arrival_process(tmp_path, capsys, cmd):
+    # a trace replaying its own times has workload.arrival null: each study died with
+    # AttributeError: 'NoneType' object has no attribute 'process'
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,200,20\n")
+    d = scenario_data()
+    d["workload"] = {"trace": {"path": str(trace)}}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(d))
+    assert main([cmd[0], str(sc), *cmd[1:], "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "workload.arrival.rate_rps; the workload has no workload.arrival" in err and "Traceback" not in err
+    assert not (tmp_path / "c").exists()

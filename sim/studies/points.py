@@ -91,6 +91,11 @@ def require_rate(arrival, who: str) -> None:
     """``who`` (a study that sets ``workload.arrival.rate_rps``) cannot run on an arrival process
     without a rate (a closed loop, a trace, all at once): say so, naming the process, rather than
     let every run refuse the rate as an unknown field the user never wrote."""
+    if arrival is None:  # (a trace replaying its own times, or classes with their own rates)
+        raise InputError(f"{who} workload.arrival.rate_rps; the workload has no workload.arrival (a trace replays its "
+                         "own arrival times; classes may have their own rates): give workload.arrival, e.g. {process: "
+                         "poisson, rate_rps: 4}, to keep a trace's lengths with arrivals at a rate (or vary "
+                         "workload.trace.speedup with servesim sweep)")
     if getattr(arrival, "rate_rps", None) is None:
         raise InputError(f"{who} workload.arrival.rate_rps; the {arrival.process!r} arrival process has none (use an "
                          "open-loop process with a rate, e.g. poisson, gamma or sinusoidal)")
