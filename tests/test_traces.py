@@ -70,6 +70,23 @@ def test_splitwise_generic_csv_and_jsonl_formats(tmp_path):
     assert s.arrival_s.tolist() == [0.0, 2.5] and s.output_tokens.tolist() == [4, 6]
 
 
+def test_an_arrival_column_named_with_a_unit_is_read_in_that_unit(tmp_path):
+    """``columns: {arrival: arrival_ms}`` with no time_unit was read as seconds: a trace 1000x
+    slower than written, silently. The name's suffix sets the unit; time_unit still overrides it."""
+    ms = tmp_path / "ms.csv"
+    ms.write_text("arrival_ms,prompt_tokens,output_tokens\n1000,5,6\n1500,7,8\n")
+    assert gen({"path": str(ms), "columns": {"arrival": "arrival_ms"}}).arrival_s.tolist() == [0.0, 0.5]
+    assert gen({"path": str(ms), "columns": {"arrival": "arrival_ms"}, "time_unit": "s"}).arrival_s.tolist() == [
+        0.0, 500.0]
+    us = tmp_path / "us.jsonl"
+    us.write_text('{"t_us": 0, "prompt_tokens": 3, "output_tokens": 4}\n{"t_us": 250000, '
+                  '"prompt_tokens": 3, "output_tokens": 4}\n')
+    assert gen({"path": str(us), "columns": {"arrival": "t_us"}}).arrival_s.tolist() == [0.0, 0.25]
+    ns = tmp_path / "ns.csv"
+    ns.write_text("t_ns,prompt_tokens,output_tokens\n0,5,6\n2000000000,7,8\n")
+    assert gen({"path": str(ns), "columns": {"arrival": "t_ns"}}).arrival_s.tolist() == [0.0, 2.0]
+
+
 def test_byte_order_mark_and_crlf_are_read(tmp_path):
     """Spreadsheet exports start with a UTF-8 byte-order mark and end lines with CRLF: the first
     column's name is still found (the mark once made it '\ufeffarrival_s', "no column")."""

@@ -12,7 +12,8 @@ Formats (``workload.trace.format``):
   ``workload.arrival``.
 - ``csv`` / ``jsonl``: any table, with ``columns: {arrival, prompt, output}`` naming its columns
   (default ``arrival_s, prompt_tokens, output_tokens``, the names of servesim's own
-  ``requests.csv``). Arrival values are numbers in ``time_unit`` or ISO timestamps.
+  ``requests.csv``). Arrival values are numbers in ``time_unit`` (by default the unit the
+  column's name ends with, ``_s`` / ``_ms`` / ``_us`` / ``_ns``, else seconds) or ISO timestamps.
 - ``mooncake``: Mooncake's traces (kvcache-ai/Mooncake, FAST'25): JSONL with ``timestamp``
   (ms after the first request), ``input_length``, ``output_length`` and ``hash_ids``, the ids of
   the prompt's successive blocks of ``hash_block_tokens`` (512) tokens: equal ids mean equal
@@ -156,6 +157,12 @@ def _timestamp_ns(text: str, days: dict | None = None) -> int:
 
 MAX_TIME_S = 1e12  # ~30,000 years: anything beyond is a unit mix-up, and overflows the clock
 MAX_TOKENS = 2**31 - 1  # no prompt or output is longer (and int64 sums stay exact)
+
+
+def unit_in_name(column: str) -> str | None:
+    """The time unit a column's name ends with (``_s``, ``_ms``, ``_us``, ``_ns``), or None: a
+    column named ``arrival_ms`` holds milliseconds (read as seconds, a trace would run 1000x slower)."""
+    return next((u for u in ("ms", "us", "ns", "s") if column.lower().endswith("_" + u)), None)
 
 
 def _time_value(raw, unit_s: float, where: str, column: str):
@@ -682,8 +689,9 @@ def _read_jsonl_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -
 
 def read_trace(path: str, fmt: str = "auto", columns: dict | None = None, time_unit: str | None = None,
                need_arrival: bool = True) -> TraceData:
-    """Read a trace file (see the module docstring for formats). ``time_unit`` None: the
-    format's (ms for mooncake, else s). Raises InputError with file and line for anything
+    """Read a trace file (see the module docstring for formats). ``time_unit`` None: the unit
+    the arrival column's name ends with (``arrival_ms``), else the format's (ms for mooncake,
+    else s). Raises InputError with file and line for anything
     malformed."""
     p = resolve_path(path)
     try:
@@ -701,7 +709,7 @@ def _read_trace_cached(path, _file, _mtime, _size, fmt, columns, time_unit, need
 
     try:
         fmt, cols = _detect(path, fmt, dict(columns) or None)
-        unit_s = TIME_UNITS[time_unit or ("ms" if fmt == "mooncake" else "s")]
+        unit_s = TIME_UNITS[time_unit or unit_in_name(cols["arrival"]) or ("ms" if fmt == "mooncake" else "s")]
         with collection_paused():  # (millions of rows, no cycles)
             if fmt in ("jsonl", "mooncake"):
                 return _read_jsonl(path, cols, unit_s, need_arrival)
