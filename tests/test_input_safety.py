@@ -324,6 +324,26 @@ def test_every_input_file_that_is_not_utf8_names_the_file_and_byte(tmp_path, cap
             assert rc == 2 and name in err and "byte offset" in err and one_bounded_line(err), (name, bad, err)
 
 
+@pytest.mark.parametrize("kind", ["gzip", "bz2", "lzma"])
+def test_every_input_file_that_is_compressed_says_so(tmp_path, capsys, kind):
+    # a gzipped trace (as traces are often kept) was 'line 1: not UTF-8 text: byte offset 1 (0x8b) ...;
+    # save the file as UTF-8': true of the bytes, no help to whoever has to gunzip it
+    import importlib
+
+    name = {"gzip": "gzip", "bz2": "bzip2", "lzma": "xz"}[kind]
+    compress = importlib.import_module(kind).compress
+    for fname, text, over in _file_kinds(tmp_path):
+        p = tmp_path / fname
+        if fname == "config.json":
+            p = tmp_path / "m" / fname
+            p.parent.mkdir(exist_ok=True)
+        p.write_bytes(compress(text.encode()))
+        s = _with(tmp_path, over, p)
+        rc, err = run_cli(capsys, "validate", s)
+        assert rc == 2 and f"{fname}: a {name}-compressed file, not text: decompress it first" in err, (fname, err)
+        assert one_bounded_line(err)
+
+
 @pytest.mark.parametrize("bad", list(BAD_BYTES))
 def test_a_scenario_that_is_not_utf8_names_the_byte(tmp_path, capsys, bad):
     s = scenario_file(tmp_path)

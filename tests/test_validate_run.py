@@ -390,3 +390,14 @@ def test_a_measured_table_with_a_column_twice_is_refused(tmp_path, capsys):
     table.write_text("sent_s,prompt_tokens,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,100,5,10,0.1,0.5\n")
     assert main(["validate-run", str(table), "--out", str(tmp_path / "v"), "--quiet"]) == 2
     assert "t.csv line 1: column 'prompt_tokens' appears 2 times" in capsys.readouterr().err
+
+
+def test_a_gzipped_result_or_table_says_it_is_compressed(tmp_path, capsys):
+    import gzip
+
+    table = "sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,1,1,0.1,0.2\n"
+    for name, text in (("r.json", '{"input_lens": [1]}'), ("t.csv", table)):
+        p = tmp_path / (name + ".gz")
+        p.write_bytes(gzip.compress(text.encode()))
+        assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 2
+        assert f"{name}.gz: a gzip-compressed file, not text: decompress it first" in capsys.readouterr().err

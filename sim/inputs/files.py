@@ -53,8 +53,19 @@ def read_bytes(path, what: str = "file") -> bytes:
         raise InputError(f"cannot read {what} {shown_path(path)}: {e.strerror or type(e).__name__}") from None
 
 
+# the leading bytes of compressed files (a trace is often kept gzipped): named, not read as text
+COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip"), (b"BZh", "bzip2", "bunzip2"), (b"\xfd7zXZ\x00", "xz", "unxz"),
+              (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"PK\x03\x04", "zip", "unzip"))
+
+
 def not_utf8(path, data: bytes) -> InputError:
-    """The error for a file that is not UTF-8: the first bad byte's offset and line."""
+    """The error for a file that is not UTF-8: the first bad byte's offset and line (a compressed
+    file: which compression, to decompress it first)."""
+    for magic, kind, tool in COMPRESSED:
+        # (bzip2: "BZh", a block size 1-9, then a block's or the end's first byte; text may begin "BZh")
+        if data.startswith(magic) and (kind != "bzip2" or (data[3:4].isdigit() and data[4:5] in (b"1", b"\x17"))):
+            return InputError(f"{path}: a {kind}-compressed file, not text: decompress it first (e.g. {tool}) and "
+                              "give the decompressed file")
     try:
         data.decode("utf-8")
         at = len(data)
