@@ -122,7 +122,9 @@ def test_sharegpt_conversations_become_sessions(tmp_path):
 
 @pytest.mark.parametrize("text, match", [
     ('[{"conversations": []},\n {"conversations": [}]', r"sg.json line 2 column 21: malformed JSON"),
-    ('{"conversations": []}', r"sg.json line 1: expected a JSON array of conversations"),
+    ('{"conversations": []}', r"sg.json line 1: expected a JSON array of conversations.*one JSON object a line "
+                              r"takes workload.dataset.format: jsonl"),
+    ('"text"', r"sg.json line 1: expected a JSON array of conversations \(ShareGPT format: .*\]\)$"),
     ('[\n{"conversations": []},\n"text"\n]', r"sg.json line 3: expected an object with a 'conversations' list"),
     ('[\n\n{"conversations": [{"from": "human", "value": 3}]}]',
      r"sg.json line 3: conversations\[0\].value must be text"),

@@ -526,3 +526,18 @@ def test_timestamps_parse_as_the_row_reader_parses_them():
                 "2024-03-01 00:60:00", "2024-03-01 00:00:60", "2024-03-01 00:00:00+24:00", "2024-03-01 00:00:00-23:60"):
         with pytest.raises(ValueError):  # (the row reader's InputError names the line)
             T._timestamp_ns(bad)
+
+
+def test_auto_reads_a_jsonl_trace_whatever_its_name(tmp_path):
+    # JSON lines in t.json were read as a CSV: "no column 'arrival_s' ...; the first line has 3
+    # field(s) that do not look like column names"
+    rows = [{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 4}, {"arrival_s": 1.5, "prompt_tokens": 5,
+                                                                      "output_tokens": 6}]
+    for name in ("t.json", "t.txt"):
+        p = tmp_path / name
+        p.write_text("\n" + "\n".join(json.dumps(r) for r in rows) + "\n")
+        s = gen({"path": str(p)})
+        assert s.arrival_s.tolist() == [0.0, 1.5] and s.prompt_tokens.tolist() == [3, 5]
+    moon = tmp_path / "m.json"
+    moon.write_text('{"timestamp": 500, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n')
+    assert gen({"path": str(moon)}).prompt_tokens.tolist() == [10]

@@ -120,8 +120,11 @@ def _sharegpt_entries(path: str, text: str):
     dec = json.JSONDecoder()
     i = _WS.match(text, 0).end()
     if i >= len(text) or text[i] != "[":
+        # (an object first: most likely one a line, a JSONL file not named *.jsonl)
+        hint = "; a file of one JSON object a line takes workload.dataset.format: jsonl" if text[i:i + 1] == "{" else ""
         raise InputError(f"{path} line {text.count(chr(10), 0, i) + 1}: expected a JSON array of conversations "
-                         "(ShareGPT format: [{\"conversations\": [{\"from\": \"human\", \"value\": ...}, ...]}, ...])")
+                         "(ShareGPT format: [{\"conversations\": [{\"from\": \"human\", \"value\": ...}, ...]}, ...])"
+                         + hint)
     i += 1
     line, at = 1, 0
     first = True

@@ -275,9 +275,8 @@ class Trace:
     and output together)."""
 
     path: str = _f(doc="the trace file; ~ and $VARS expand; relative to the current directory")
-    format: Literal["auto", "azure", "splitwise", "csv", "jsonl", "mooncake"] = _f("auto", doc="auto: by extension, "
-                                                                                               "the first JSONL row "
-                                                                                               "and the CSV header")
+    format: Literal["auto", "azure", "splitwise", "csv", "jsonl", "mooncake"] = _f(
+        "auto", doc="auto: JSONL for *.jsonl or a first '{' (mooncake by the first row's keys), else by the CSV header")
     columns: Optional[TraceColumns] = _f(None, doc="column names for csv/jsonl (or to override a format's)")
     time_unit: Optional[Literal["s", "ms", "us", "ns"]] = _f(
         None, doc="null: the arrival column's name's suffix (arrival_ms: ms), else the format's "

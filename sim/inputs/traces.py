@@ -19,8 +19,9 @@ Formats (``workload.trace.format``):
   the prompt's successive blocks of ``hash_block_tokens`` (512) tokens: equal ids mean equal
   tokens up to and including that block (a chain hash), so they drive the prefix cache.
   A ``jsonl`` file with a ``hash_ids`` key reads them too.
-- ``auto`` (default): ``mooncake`` for ``*.jsonl`` whose first row has ``hash_ids`` and
-  ``input_length``, else ``jsonl``; otherwise the CSV header decides (azure, splitwise, else csv).
+- ``auto`` (default): for ``*.jsonl`` or a file whose first character is ``{``, ``mooncake``
+  when the first row has ``hash_ids`` and ``input_length``, else ``jsonl``; otherwise the CSV
+  header decides (azure, splitwise, else csv).
 
 Files must be UTF-8; a byte that is not fails with its byte offset and line.
 
@@ -253,9 +254,17 @@ def _sniff_jsonl(path: str) -> dict:
     return {}
 
 
+def _first_char(path: str) -> str:
+    """The first character of the file that is not whitespace ('' for none in its first 4 kB)."""
+    with _open_text(path) as fh:
+        return fh.read(4096).lstrip()[:1]
+
+
 def _detect(path: str, fmt: str, columns: dict | None) -> tuple[str, dict]:
     if fmt == "auto":
-        if str(path).endswith(".jsonl"):
+        # (JSONL by its name, or by its first character: a '{' begins no CSV header, and JSONL
+        # files are often named *.json)
+        if str(path).endswith(".jsonl") or _first_char(path) == "{":
             first = _sniff_jsonl(path)
             fmt = "mooncake" if columns is None and {HASH_IDS_KEY, "input_length"} <= set(first) else "jsonl"
         else:
