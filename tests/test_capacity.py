@@ -277,6 +277,10 @@ def test_summary_says_what_arrived_per_second():
     one = simulate(make_scenario(**{"workload.arrival": {"process": "poisson", "rate_rps": 8.0},
                                     "workload.num_requests": 1}))
     assert one.summary["workload"]["offered_rps"] is None
+    # ... at whatever instant: an offline batch at time_s 5 read 5 requests / 5 s = 1.0 req/s
+    later = simulate(make_scenario(**{"workload.arrival": {"process": "all_at_once", "time_s": 5.0},
+                                      "workload.num_requests": 5}))
+    assert later.summary["workload"]["offered_rps"] is None
 
 
 def test_running_out_of_probes_below_every_meeting_rate_is_no_answer(tmp_path, capsys):
