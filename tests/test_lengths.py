@@ -109,6 +109,12 @@ def test_empirical_file_errors_name_file_and_line(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(InputError, match="no lengths in the file"):
         draw({"dist": "empirical", "path": str(tmp_path / "empty.txt")}, 10)
+    # a CSV given without its column: its rows were 'must be a positive integer, got '1,100'', no word
+    # of the column field that reads it
+    (tmp_path / "t.csv").write_text("id,tokens\n1,100\n")
+    with pytest.raises(InputError, match=r"t.csv line 2: length must be a positive integer, got '1,100': one length "
+                                         r"a line, or a CSV with a header and the length distribution's column:"):
+        draw({"dist": "empirical", "path": str(tmp_path / "t.csv")}, 10)
 
 
 def test_quantiles_dist_matches_its_table():

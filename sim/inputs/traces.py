@@ -774,7 +774,13 @@ def _read_lengths(path, column) -> np.ndarray:
                     continue
                 if line == 1 and not _is_number(text):
                     continue  # a header (a number of any spelling, 1e3 or nan too, is a length to check)
-                out.append(_length(text, f"{path} line {line}", "length"))
+                try:
+                    out.append(_length(text, f"{path} line {line}", "length"))
+                except InputError as e:
+                    if len(re.split(r"[,;\t ]+", text)) > 1:  # (a table: a CSV read without its column)
+                        raise InputError(f"{e}: one length a line, or a CSV with a header and the length "
+                                         "distribution's column: naming the lengths' column") from None
+                    raise
     if not out:
         raise InputError(f"{path}: no lengths in the file")
     values = np.array(out, dtype=np.int64)
