@@ -262,6 +262,12 @@ def test_jsonl_errors(tmp_path):
       "arrival": {"process": "poisson", "rate_rps": 1.0}}, "workload.trace.loop: sampled rows"),
     ({"trace": {"path": "x.csv", "speedup": 2.0}, "num_requests": 5,
       "arrival": {"process": "poisson", "rate_rps": 1.0}}, "speedup changes nothing"),
+    # (a window with an arrival process: the lengths were taken from the rows before start_s too)
+    ({"trace": {"path": "x.csv", "start_s": 1.0}, "num_requests": 5,
+      "arrival": {"process": "poisson", "rate_rps": 1.0}}, "workload.trace.start_s: with workload.arrival the trace "
+                                                           "gives only lengths"),
+    ({"trace": {"path": "x.csv", "end_s": 1.0}, "num_requests": 5,
+      "arrival": {"process": "poisson", "rate_rps": 1.0}}, "workload.trace.end_s: .* changes nothing"),
     ({"dataset": {"path": "x.json", "sample": True, "loop": True}, "num_requests": 5,
       "arrival": {"process": "poisson", "rate_rps": 1.0}}, "workload.dataset.loop: sampled rows"),
 ])

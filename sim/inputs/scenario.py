@@ -741,6 +741,11 @@ class Workload:
                 raise InputError(f"{path}.trace.speedup: with {path}.arrival the arrival times come from that process "
                                  "and the trace gives only lengths, so speedup changes nothing; scale the process's "
                                  f"rate instead, or remove {path}.arrival to replay the trace's own times")
+            for k in ("start_s", "end_s"):  # (the lengths were taken from every row, the window's or not)
+                if getattr(self.trace, k) is not None and self.arrival is not None:
+                    raise InputError(f"{path}.trace.{k}: with {path}.arrival the trace gives only lengths, from its "
+                                     "rows in file order, so a window of its arrival times changes nothing; cut the "
+                                     f"rows from the file instead, or remove {path}.arrival to replay the window")
             return
         if self.classes is not None:
             self._check_classes(path)
