@@ -207,6 +207,10 @@ def test_trace_rows_in_other_forms_read_as_the_plain_ones(tmp_path):
     ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5,5\n0.5,5,5\n",
      "line 4: arrived_at goes back in time"),
     ("when,a,b\n0,1,1\n", "line 1: no column 'arrival_s' for the arrival"),
+    # lengths alone (Vidur's arxiv summarization file): the way to replay them is named
+    ("num_prefill_tokens,num_decode_tokens\n5,5\n", "line 1: no column 'arrived_at' for the arrival "
+     r"\(set workload.trace.columns.arrival, or, for a file without arrival times, give workload.arrival: the trace "
+     r"then gives only lengths\)"),
     # found by fuzzing: numbers too large for a length or a clock
     ("arrival_s,prompt_tokens,output_tokens\n0,1e308,5\n", "line 2: prompt_tokens must be at most 2147483647"),
     ("arrival_s,prompt_tokens,output_tokens\n0,5,5\n1e308,5,5\n",

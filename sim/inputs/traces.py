@@ -324,6 +324,10 @@ def column_index(header: list, name: str, path=None) -> int | None:
     return folded[0] if len(folded) == 1 else None
 
 
+# (a file of lengths alone, as Vidur's arxiv summarization trace, replays with arrivals drawn)
+NO_TIMES = ", or, for a file without arrival times, give workload.arrival: the trace then gives only lengths"
+
+
 def _csv_header(reader, path: str, cols: dict, need_arrival: bool) -> tuple[list, dict]:
     """The header row (names stripped) and where the arrival, prompt and output columns are
     (arrival left out when the trace's times are not needed and it has none)."""
@@ -339,7 +343,8 @@ def _csv_header(reader, path: str, cols: dict, need_arrival: bool) -> tuple[list
             idx[key] = j
         elif key != "arrival" or need_arrival:
             raise InputError(f"{path} line 1: no column {shown(name)} for the {key} "
-                             f"(set workload.trace.columns.{key}); {header_text(header)}")
+                             f"(set workload.trace.columns.{key}{NO_TIMES if key == 'arrival' else ''}); "
+                             f"{header_text(header)}")
     return header, idx
 
 
@@ -676,7 +681,7 @@ def _read_jsonl_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -
                 has_t = cols["arrival"] in obj
                 if not has_t and need_arrival:
                     raise InputError(f"{where}: no key {shown(cols['arrival'])} for the arrival "
-                                     f"(set workload.trace.columns.arrival)")
+                                     f"(set workload.trace.columns.arrival{NO_TIMES})")
             for key in ("prompt", "output") + (("arrival",) if has_t else ()):
                 if cols[key] not in obj:
                     raise InputError(f"{where}: no key {shown(cols[key])} for the {key} "
