@@ -196,6 +196,11 @@ def test_mooncake_trace_is_read_in_ms_with_its_hash_ids(tmp_path):
     assert t.arrival_s.tolist() == [0.0, 0.5, 1.5, 2.5]
     assert t.prompt_tokens.tolist() == [1100, 1200, 700, 1050]
     assert t.hash_ids == ((0, 1, 2), (0, 1, 3), (4, 5), (0, 1, 2))
+    # its columns named (all three, or one): still ms, not seconds (it was read as 0, 500, 1500, 2500 s)
+    path = str(tmp_path / "mc.jsonl")
+    named = read_trace(path, columns={"arrival": "timestamp", "prompt": "input_length", "output": "output_length"})
+    assert named.arrival_s.tolist() == [0.0, 0.5, 1.5, 2.5] and named.hash_ids == t.hash_ids
+    assert read_trace(path, columns={"output": "output_length"}).arrival_s.tolist() == [0.0, 0.5, 1.5, 2.5]
 
 
 def test_mooncake_hash_ids_drive_prefix_hits(tmp_path):

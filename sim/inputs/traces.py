@@ -266,7 +266,8 @@ def _detect(path: str, fmt: str, columns: dict | None) -> tuple[str, dict]:
         # files are often named *.json)
         if str(path).endswith(".jsonl") or _first_char(path) == "{":
             first = _sniff_jsonl(path)
-            fmt = "mooncake" if columns is None and {HASH_IDS_KEY, "input_length"} <= set(first) else "jsonl"
+            # (columns named or not: a Mooncake file's timestamps are ms whatever its columns are called)
+            fmt = "mooncake" if {HASH_IDS_KEY, "input_length"} <= set(first) else "jsonl"
         else:
             header = {h.casefold() for h in _sniff_header(path)}  # (columns are found in any case)
             if columns is None and {AZURE_COLUMNS["prompt"].casefold(), AZURE_COLUMNS["output"].casefold()} <= header:
