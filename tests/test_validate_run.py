@@ -255,6 +255,25 @@ def test_a_tables_columns_are_found_in_any_case(tmp_path):
     assert v["metrics"]["ttft"]["mean"]["measured_s"] == pytest.approx(0.0225)  # (ms, as the name says)
 
 
+def test_a_tables_nanosecond_columns_are_read_as_nanoseconds(tmp_path):
+    """``ttft_ns`` was read as seconds (a TTFT of 2e7 s, the report's columns saying 'no unit in its
+    name'), and --time-unit took no ns: a table logged in nanoseconds could not be replayed."""
+    p = tmp_path / "t.csv"
+    p.write_text("sent_ns,prompt_tokens,output_tokens,ttft_ns,e2e_ns\n0,10,5,20000000,90000000\n"
+                 "500000000,12,4,25000000,80000000\n")
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet", "--columns",
+                 "sent=sent_ns,ttft=ttft_ns,e2e=e2e_ns"]) == 0
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert v["columns"]["ttft"] == "ttft_ns (ns)"
+    assert v["metrics"]["ttft"]["mean"]["measured_s"] == pytest.approx(0.0225)
+    q = tmp_path / "q.csv"
+    q.write_text(p.read_text().replace("_ns", ""))
+    assert main(["validate-run", str(q), "--out", str(tmp_path / "w"), "--quiet", "--columns",
+                 "sent=sent,ttft=ttft,e2e=e2e", "--time-unit", "ns"]) == 0
+    w = json.loads((tmp_path / "w" / "validation.json").read_text())
+    assert w["metrics"]["e2e"]["mean"]["measured_s"] == pytest.approx(0.085)
+
+
 @pytest.mark.parametrize("header, row, args, match", [
     ("arrival_ms,input_tokens,max_tokens,ttft_ms", "0,10,5,20", [],
      r"no column for the e2e \(looked for e2e_s, e2e_ms, latency_s.*--columns e2e=COLUMN\); the header has: "),

@@ -361,9 +361,9 @@ def _validate_run(sub) -> None:
                    help="a CSV table's columns, where their names are not the usual ones: roles sent, prompt, "
                         "output, ttft, e2e, error, prompt_id (which prompt each request sent: its repeats hit the "
                         "prefix cache) (e.g. sent=arrival_ms,output=max_tokens)")
-    p.add_argument("--time-unit", choices=["s", "ms", "us"],
+    p.add_argument("--time-unit", choices=["s", "ms", "us", "ns"],
                    help="a CSV table's time unit for every time column (default: each column's name suffix, "
-                        "_s / _ms / _us; none: seconds)")
+                        "_s / _ms / _us / _ns; none: seconds)")
     p.add_argument("scenario", nargs="?", help="scenario YAML of the deployment (its workload is replaced by the "
                    "benchmark's requests; default: the packaged default)")
     p.add_argument("--out", default="validate-run-out", help="output folder (default: ./validate-run-out)")

@@ -11,7 +11,7 @@ as vLLM's prefix cache did (without it, every prompt is computed whole).
 
 Columns are found by name (``ROLES``: the first of a role's names the header has), or named with
 ``--columns ROLE=COLUMN,...``. A time column's unit is its name's suffix (``_s``, ``_ms``,
-``_us``; none: seconds) unless ``--time-unit`` gives one for all of them; send times may also be
+``_us``, ``_ns``; none: seconds) unless ``--time-unit`` gives one for all of them; send times may also be
 timestamps (``YYYY-MM-DD HH:MM:SS[.fff]``, ISO 8601). Only successful rows need their lengths and
 latencies; a failed one (its error column not empty, 0 or false) is counted and left out, as
 ``validate-run`` leaves out a vLLM result's failed requests.
@@ -28,7 +28,7 @@ from servesim.errors import InputError, did_you_mean, shown
 from servesim.inputs.files import not_utf8, read_bytes
 from servesim.inputs.scenario import MAX_SECONDS
 from servesim.inputs.traces import (TIME_UNITS, _length, _open_text, _time_value, column_index, data_rows,
-                                     header_text)
+                                     header_text, unit_in_name)
 from servesim.inputs.vllm_result import BenchResult
 
 # role -> the column names looked for, in order (when --columns does not name the role's column)
@@ -46,7 +46,7 @@ ROLES = {
     "prompt_id": ("prompt_id", "prompt_hash"),
 }
 REQUIRED = ("sent", "prompt", "output", "ttft", "e2e")
-UNITS = ("s", "ms", "us")  # what --time-unit takes (traces.TIME_UNITS: seconds each)
+UNITS = ("s", "ms", "us", "ns")  # what --time-unit takes (traces.TIME_UNITS: seconds each)
 _OK = ("", "0", "0.0", "false", "False", "FALSE", "no", "none", "None")
 
 
@@ -70,11 +70,6 @@ def parse_columns(text: str | None, flag: str = "--columns") -> dict:
             raise InputError(f"{flag}: column {shown(name)} is given to both {other} and {role}; one role per column")
         out[role] = name
     return out
-
-
-def unit_in_name(column: str) -> str | None:
-    """The time unit a column's name ends with (``_s``, ``_ms``, ``_us``), or None."""
-    return next((u for u in ("ms", "us", "s") if column.lower().endswith("_" + u)), None)
 
 
 def read_request_log(path: str, columns: dict | None = None, time_unit: str | None = None) -> BenchResult:
