@@ -551,3 +551,20 @@ def test_auto_reads_a_jsonl_trace_whatever_its_name(tmp_path):
     moon = tmp_path / "m.json"
     moon.write_text('{"timestamp": 500, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n')
     assert gen({"path": str(moon)}).prompt_tokens.tolist() == [10]
+
+
+@pytest.mark.parametrize("name, text", [
+    ("t.csv", "arrival_s,prompt_tokens,output_tokens\n5,10,2\n1,20,3\n,30,4\n"),
+    ("t.jsonl", '{"arrival_s": 5, "prompt_tokens": 10, "output_tokens": 2}\n'
+                '{"arrival_s": 1, "prompt_tokens": 20, "output_tokens": 3}\n'
+                '{"arrival_s": null, "prompt_tokens": 30, "output_tokens": 4}\n'),
+])
+def test_a_traces_times_are_not_read_when_workload_arrival_gives_them(tmp_path, name, text):
+    # the trace gives only lengths, but a time column out of order or blank refused them ('a trace
+    # must be sorted by arrival time'), a column the run never reads
+    p = tmp_path / name
+    p.write_text(text)
+    s = gen({"path": str(p)}, arrival={"process": "fixed", "rate_rps": 2.0}, num_requests=3)
+    assert s.prompt_tokens.tolist() == [10, 20, 30] and s.arrival_s.tolist() == [0.5, 1.0, 1.5]
+    with pytest.raises(InputError, match="goes back in time|must be a number"):
+        gen({"path": str(p)})  # (replayed, its times are checked as ever)

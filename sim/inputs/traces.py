@@ -331,13 +331,15 @@ NO_TIMES = ", or, for a file without arrival times, give workload.arrival: the t
 
 def _csv_header(reader, path: str, cols: dict, need_arrival: bool) -> tuple[list, dict]:
     """The header row (names stripped) and where the arrival, prompt and output columns are
-    (arrival left out when the trace's times are not needed and it has none)."""
+    (arrival left out when the trace's times are not needed: workload.arrival gives them)."""
     header = next(reader, None)
     if header is None:
         raise InputError(f"{path}: the trace is empty (no header, no rows)")
     header = [h.strip() for h in header]
     idx = {}
     for key in ("arrival", "prompt", "output"):
+        if key == "arrival" and not need_arrival:  # (times come from workload.arrival: the column is not read,
+            continue                               # so one out of order or blank does not stop the lengths)
         name = cols[key]
         j = column_index(header, name, path)
         if j is not None:
@@ -633,7 +635,7 @@ def _read_jsonl_columns(path: str, cols: dict, unit_s: float, need_arrival: bool
                 return None
             if has_t is None:
                 has_h = HASH_IDS_KEY in objs[0]
-                has_t = ka in objs[0]
+                has_t = need_arrival and ka in objs[0]
                 if not has_t and need_arrival:
                     return None
             try:
@@ -679,7 +681,7 @@ def _read_jsonl_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -
         for line, where, obj in jsonl_objects(path, fh):
             if has_t is None:
                 has_h = HASH_IDS_KEY in obj
-                has_t = cols["arrival"] in obj
+                has_t = need_arrival and cols["arrival"] in obj
                 if not has_t and need_arrival:
                     raise InputError(f"{where}: no key {shown(cols['arrival'])} for the arrival "
                                      f"(set workload.trace.columns.arrival{NO_TIMES})")
