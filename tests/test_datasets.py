@@ -83,7 +83,9 @@ def test_jsonl_prompts_text_or_counts_with_outputs_from_the_workload(tmp_path):
         generate(make_scenario(**{**base, "workload.output_tokens": None}).workload, np.random.default_rng(0))
     s = generate(make_scenario(**{**base, "workload.output_tokens": {"dist": "fixed", "value": 5}}).workload,
                  np.random.default_rng(0))
-    assert s.prompt_tokens.tolist() == [8, 12, 1] and s.output_tokens.tolist() == [5, 5, 5]
+    # only the row without a reply draws one (as output_key's doc says); the rows' own replies were
+    # replaced too ([5, 5, 5])
+    assert s.prompt_tokens.tolist() == [8, 12, 1] and s.output_tokens.tolist() == [7, 5, 1]
 
 
 def test_a_dataset_run_warns_about_estimated_counts(tmp_path, capsys):

@@ -271,11 +271,15 @@ def load_dataset(ds) -> DatasetData:
     if ds.tokenizer is not None:
         tp = resolve_path(ds.tokenizer)
         tok = (str(tp), tp.stat().st_mtime_ns if tp.is_file() else 0)
-    fmt = ds.format
-    if fmt == "auto":
-        fmt = "jsonl" if str(ds.path).endswith(".jsonl") else "sharegpt"
-    return _load(ds.path, str(p), st.st_mtime_ns, st.st_size, fmt, ds.tokenizer, tok, ds.chars_per_token,
+    return _load(ds.path, str(p), st.st_mtime_ns, st.st_size, dataset_format(ds), ds.tokenizer, tok, ds.chars_per_token,
                  ds.prompt_key, ds.output_key)
+
+
+def dataset_format(ds) -> str:
+    """``workload.dataset.format`` with ``auto`` resolved: jsonl for ``*.jsonl``, else sharegpt."""
+    if ds.format == "auto":
+        return "jsonl" if str(ds.path).endswith(".jsonl") else "sharegpt"
+    return ds.format
 
 
 @functools.lru_cache(maxsize=8)

@@ -131,9 +131,9 @@ class Sessions:
             total = len(idx)
             new, out = d.new_tokens[idx], d.reply_tokens[idx]
             if self.w.output_tokens is not None:
-                from servesim.inputs.workload import sample_lengths
+                from servesim.inputs.workload import dataset_replies
 
-                out = sample_lengths(self.w.output_tokens, total, rng)
+                out = dataset_replies(self.w, out, rng)
             special = d.special_tokens
         think = self._think(self.opts.think_time_s, self.opts.think, total)
         lead = (self._think(self.arrival.think_time_s, self.arrival.think, m) if self.closed else np.zeros(m))

@@ -202,6 +202,24 @@ def clip_to_context(prompt: np.ndarray, output: np.ndarray, max_context_tokens: 
     return p, o, (p != prompt) | (o != output)
 
 
+def dataset_replies(workload: Workload, replies: np.ndarray, rng) -> np.ndarray:
+    """A dataset's reply lengths with ``workload.output_tokens`` given: every one replaced by a draw
+    for a ShareGPT file (as vLLM's ``--sharegpt-output-len``), only those the rows lack (< 1) for a
+    JSONL file, whose rows with a reply keep it."""
+    if workload.output_tokens is None:
+        return replies
+    from servesim.inputs.datasets import dataset_format
+
+    if dataset_format(workload.dataset) != "jsonl":
+        return sample_lengths(workload.output_tokens, len(replies), rng)
+    missing = np.flatnonzero(replies < 1)
+    if not len(missing):
+        return replies
+    out = np.array(replies, dtype=np.int64)
+    out[missing] = sample_lengths(workload.output_tokens, len(missing), rng)
+    return out
+
+
 class Lengths:
     """Draws (class labels, prompt, output) for requests in arrival (or send) order."""
 
@@ -240,8 +258,8 @@ class Lengths:
                 self.pos += n
             self.rows = rows
             output = tr.output_tokens[rows]
-            if self.w.dataset is not None and self.w.output_tokens is not None:
-                output = sample_lengths(self.w.output_tokens, n, rng)  # replaces the dataset's replies
+            if self.w.dataset is not None:
+                output = dataset_replies(self.w, output, rng)
             return np.zeros(n, np.int64), tr.prompt_tokens[rows], output
         if labels is None:
             labels = (rng.choice(len(self.shares), n, p=self.shares).astype(np.int64) if self.shares is not None
