@@ -255,6 +255,17 @@ def test_a_tables_columns_are_found_in_any_case(tmp_path):
     assert v["metrics"]["ttft"]["mean"]["measured_s"] == pytest.approx(0.0225)  # (ms, as the name says)
 
 
+def test_a_tables_error_cells_that_say_no_error_are_successes(tmp_path):
+    # 'nan' (a pandas NaN written by Python's csv), 'NONE', 'No': each request was counted as failed
+    p = tmp_path / "t.csv"
+    p.write_text("sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s,error\n0,10,5,0.02,0.09,nan\n"
+                 "0.5,12,4,0.025,0.08,NONE\n1,12,4,0.025,0.08,No\n1.5,12,4,0.025,0.08,null\n"
+                 "2,12,4,0.025,0.08,timeout\n")
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert v["requests"]["failed"] == 1 and v["requests"]["replayed"] == 4
+
+
 def test_a_tables_nanosecond_columns_are_read_as_nanoseconds(tmp_path):
     """``ttft_ns`` was read as seconds (a TTFT of 2e7 s, the report's columns saying 'no unit in its
     name'), and --time-unit took no ns: a table logged in nanoseconds could not be replayed."""

@@ -13,8 +13,8 @@ Columns are found by name (``ROLES``: the first of a role's names the header has
 ``--columns ROLE=COLUMN,...``. A time column's unit is its name's suffix (``_s``, ``_ms``,
 ``_us``, ``_ns``; none: seconds) unless ``--time-unit`` gives one for all of them; send times may also be
 timestamps (``YYYY-MM-DD HH:MM:SS[.fff]``, ISO 8601). Only successful rows need their lengths and
-latencies; a failed one (its error column not empty, 0 or false) is counted and left out, as
-``validate-run`` leaves out a vLLM result's failed requests.
+latencies; a failed one (its error column not empty, 0, false, no, none, nan or null, in any
+case) is counted and left out, as ``validate-run`` leaves out a vLLM result's failed requests.
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ ROLES = {
 }
 REQUIRED = ("sent", "prompt", "output", "ttft", "e2e")
 UNITS = ("s", "ms", "us", "ns")  # what --time-unit takes (traces.TIME_UNITS: seconds each)
-_OK = ("", "0", "0.0", "false", "False", "FALSE", "no", "none", "None")
+# an error cell that says there was none, in any case (a missing value written out: pandas' NaN as
+# "nan" by Python's csv, JSON's null)
+_OK = frozenset(("", "0", "0.0", "false", "no", "none", "nan", "null", "n/a"))
 
 
 def parse_columns(text: str | None, flag: str = "--columns") -> dict:
@@ -117,7 +119,7 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
         for line, row in data_rows(reader, len(header), path):
             where = f"{path} line {line}"
             kind, sent = _time_value(row[idx["sent"]], scale["sent"], where, names["sent"])
-            ok = "error" not in idx or row[idx["error"]].strip() in _OK
+            ok = "error" not in idx or row[idx["error"]].strip().casefold() in _OK
             pid = row[idx["prompt_id"]].strip() if "prompt_id" in idx else ""
             if not ok:
                 rows.append((kind, sent, False, 0, 0, math.nan, math.nan, pid))
