@@ -180,6 +180,10 @@ def test_tokenizer_problems_are_input_errors(tmp_path, monkeypatch):
     pytest.importorskip("tokenizers")
     with pytest.raises(InputError, match="is not a tokenizer.json the tokenizers package reads"):
         load_dataset(ds(path, tokenizer=str(bad)))
+    # a model's folder, which exists, was 'no file' (give the tokenizer.json in it)
+    with pytest.raises(InputError, match=r"tokenizer: '.*' is a folder: give the path of the tokenizer.json file in it "
+                                         r"\(it has one\)"):
+        load_dataset(ds(path, tokenizer=str(tmp_path)))
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if not installed
     with pytest.raises(InputError, match=r"needs the tokenizers package: pip install 'servesim\[tokenizers\]'"):
         load_dataset(ds(path, tokenizer=str(bad), chars_per_token=2.0))

@@ -90,6 +90,10 @@ class _Counter:
                 raise InputError(f"{where}: reading {tokenizer} needs the tokenizers package: "
                                  "pip install 'servesim[tokenizers]' (or leave it null for an estimate)") from None
             p = resolve_path(tokenizer)
+            if p.is_dir():  # (a model's folder: its tokenizer.json is inside)
+                inside = " (it has one)" if (p / "tokenizer.json").is_file() else ""
+                raise InputError(f"{where}: {shown(tokenizer)} is a folder: give the path of the tokenizer.json "
+                                 f"file in it{inside}")
             if not p.is_file():
                 raise InputError(f"{where}: no file {shown(tokenizer)} (give the path of a tokenizer.json)")
             read_utf8(tokenizer, "tokenizer")  # a file that is not UTF-8 is named with its byte offset
