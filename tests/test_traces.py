@@ -568,3 +568,12 @@ def test_a_traces_times_are_not_read_when_workload_arrival_gives_them(tmp_path, 
     assert s.prompt_tokens.tolist() == [10, 20, 30] and s.arrival_s.tolist() == [0.5, 1.0, 1.5]
     with pytest.raises(InputError, match="goes back in time|must be a number"):
         gen({"path": str(p)})  # (replayed, its times are checked as ever)
+
+
+def test_json_lines_read_as_csv_say_they_look_like_json(tmp_path):
+    # format: csv on JSON lines said 'the first line has 3 field(s) that do not look like column names'
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 4}\n')
+    with pytest.raises(InputError, match=r"the first line looks like JSON, not a CSV header \(a JSONL trace takes "
+                                         r"format: jsonl\)"):
+        gen({"path": str(p), "format": "csv"})

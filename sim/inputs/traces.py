@@ -83,6 +83,8 @@ def header_text(header) -> str:
     """The columns of a header for a message: their names when they look like column names
     (at most 12 shown), else only how many there are (a file that is no table, e.g. a system
     file named by mistake, is not echoed)."""
+    if header and header[0].startswith(("{", "[")):  # (JSON lines read as a CSV: a format set to csv)
+        return "the first line looks like JSON, not a CSV header (a JSONL trace takes format: jsonl)"
     if header and all(_NAME.match(h) for h in header):
         more = f", ... ({len(header)} in all)" if len(header) > 12 else ""
         return "the header has: " + ", ".join(header[:12]) + more
