@@ -586,15 +586,18 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
             "overloaded": bool(offered > OVERLOAD_MARGIN * served), "preemptions": int(res.summary["preemptions"])}
 
 
-def observed_time(workload, req: dict, steps: dict, cut: bool) -> float:
+def observed_time(workload, req: dict, steps: dict, cut: bool, ended: bool = False) -> float:
     """``sim_time_s``, the time every rate is per: the run's window. ``workload.duration_s`` when
     the run was cut off there (a request still in flight, ``cut``) or when arrivals went on until
     it (no ``num_requests``, or fewer arrived than it asked for); otherwise the end of the last
     thing that happened: the last step, completion or rejection. So a run whose requests all
     finished at 30 s reports 30 s, not its duration_s, and a closed loop ends with its last
-    request, not after its clients' final think time (nor at a policy's idle timer)."""
+    request, not after its clients' final think time (nor at a policy's idle timer). ``ended``: the
+    source ran out before duration_s (a trace's last row, a closed loop's rows used up): arrivals
+    did not go on until it, so, nothing cut, the window ends with the last thing that happened."""
     until = workload.duration_s
-    if until is not None and (cut or workload.num_requests is None or len(req["status"]) < workload.num_requests):
+    if until is not None and (cut or ((workload.num_requests is None or len(req["status"]) < workload.num_requests)
+                                      and not ended)):
         return float(until)
     end = 0.0
     if len(steps["start_s"]):
@@ -876,7 +879,8 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns(price_runs=_price_runs(replicas))
     # (cut: a request still in flight at the cut-off, the engine's or, past add_api_server, the client's)
-    sim_time = observed_time(scenario.workload, req_cols, steps, bool((req_cols["status"] == "unfinished").any()))
+    sim_time = observed_time(scenario.workload, req_cols, steps, bool((req_cols["status"] == "unfinished").any()),
+                             bool(getattr(specs, "source_ended", False)))
     tbt = rec.tbt_sample()
     extra = {
         "kv_capacity": {p.name: {"replicas": p.replicas, "blocks_per_replica": p.capacity.num_blocks,

@@ -70,3 +70,24 @@ def test_the_window_is_the_last_step_or_response_without_a_duration():
     last_response = float(np.nanmax(res.requests["finish_s"]))
     assert last_response > last_step
     assert res.summary["sim_time_s"] == max(last_step, last_response)
+
+
+def test_a_trace_or_closed_loop_that_runs_out_before_the_duration_is_not_diluted(tmp_path):
+    # 4 rows over 3 s with duration_s 600: the window was 600 s (0.007 req/s), as if arrivals had
+    # gone on; a closed loop that used the rows up idled to duration_s the same way
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,200,20\n1.5,300,30\n3.0,400,40\n")
+    for arrival in (None, {"process": "closed_loop", "clients": 2}):
+        sc = make_scenario(**{"workload.arrival": arrival, "workload.num_requests": None,
+                              "workload.prompt_tokens": None, "workload.output_tokens": None,
+                              "workload.duration_s": 600.0, "workload.trace": {"path": str(trace)}})
+        res = simulate(sc)
+        s = res.summary
+        last = float(np.nanmax(res.requests["finish_s"]))
+        assert s["completed"] == 4 and s["sim_time_s"] == pytest.approx(last) and last < 10, arrival
+        assert s["throughput_rps"] == pytest.approx(4 / last)
+    # the rows going on past the cut-off: the window is duration_s, as before
+    sc = make_scenario(**{"workload.arrival": None, "workload.num_requests": None, "workload.prompt_tokens": None,
+                          "workload.output_tokens": None, "workload.duration_s": 2.0,
+                          "workload.trace": {"path": str(trace)}})
+    assert simulate(sc).summary["sim_time_s"] == 2.0

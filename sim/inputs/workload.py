@@ -44,6 +44,9 @@ class RequestSpecs:
     block_tags: tuple | None = None
     tag_tokens: int = 0
     info: dict | None = None  # what summary.json's workload section reports of the source (dataset)
+    # the source ran out before workload.duration_s (a trace replay's last row came before it): no
+    # more would have arrived, so the run's window ends with its last event, not at duration_s
+    source_ended: bool = False
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -386,6 +389,20 @@ def replay_times(workload: Workload, trace: TraceData, max_requests: float = mat
     return times, rows
 
 
+def replay_ended(workload: Workload, trace: TraceData) -> bool:
+    """Whether a trace replay cut at ``workload.duration_s`` ran out of rows before it (not looped,
+    and its window's last row, after speedup, arrives before duration_s)."""
+    opts, dur = workload.trace, workload.duration_s
+    if dur is None or opts.loop:
+        return False
+    t = trace.arrival_s
+    keep = t >= (opts.start_s or 0.0)
+    if opts.end_s is not None:
+        keep &= t < opts.end_s
+    rows = np.flatnonzero(keep)
+    return bool(len(rows)) and (t[rows[-1]] - (opts.start_s or 0.0)) / opts.speedup < dur
+
+
 # ---------------------------------------------------------------- the workload
 def _class_arrival(c):
     return c.arrival if c.arrival is not None else PoissonArrival("poisson", c.rate_rps)
@@ -431,8 +448,10 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
     if isinstance(workload.arrival, ClosedLoopArrival):
         return ClosedLoop(workload, lengths, rng, clip, tagged)
     labels = None
+    ended = False
     if trace is not None and workload.arrival is None:  # replay the trace
         arrivals, rows = replay_times(workload, trace, max_requests)
+        ended = replay_ended(workload, trace)
         lengths.rows = rows
         n = len(arrivals)
         labels, prompt, output = np.zeros(n, np.int64), trace.prompt_tokens[rows], trace.output_tokens[rows]
@@ -460,7 +479,7 @@ def generate(workload: Workload, rng: np.random.Generator, max_context_tokens: i
     if clip is not None:
         prompt, output, prefix, clipped = clip_with_prefix(prompt, output, prefix, clip)
     return RequestSpecs(arrivals, prompt, output, group, prefix, labels, lengths.names, clipped, tags,
-                        workload.trace.hash_block_tokens if tagged else 0, dataset_info(workload))
+                        workload.trace.hash_block_tokens if tagged else 0, dataset_info(workload), ended)
 
 
 def check_horizon(arrivals: np.ndarray, what: str = "requests") -> None:
@@ -511,6 +530,7 @@ class ClosedLoop:
                              f"rows of {lengths.trace.path}; set workload.{which}.loop: true or ask for fewer")
         self._have = 0
         self.sent = 0
+        self.source_ended = False  # (as RequestSpecs.source_ended: the rows ran out)
         # One think time per client before its first request.
         self.first_think_s = self._think(self.arrival.clients)
 
@@ -529,6 +549,8 @@ class ClosedLoop:
             n = min(n, self.num_requests - self._have)
         n = int(min(n, self._lengths.rows_left))
         if n <= 0:
+            # (the trace's or dataset's rows used up: the clients stop sending before duration_s)
+            self.source_ended = self.source_ended or self._lengths.rows_left <= 0
             return False
         labels, prompt, output = self._lengths.draw(n, self._rng)
         if self._tag_tokens:
