@@ -110,6 +110,23 @@ workload:
     assert "has 2 rows; set workload.dataset.loop: true" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("arrival", [{"process": "poisson", "rate_rps": 1.0}, {"process": "closed_loop", "clients": 2}])
+def test_sessions_that_use_up_a_dataset_say_so_or_end_the_window(tmp_path, arrival):
+    # the 2 conversations hold 3 turns: num_requests=9 ran 3 and said nothing; with duration_s alone
+    # the window was the whole duration_s (arrivals had stopped with the conversations)
+    base = {"workload.dataset": {"path": str(sharegpt(tmp_path))}, "workload.prompt_tokens": None,
+            "workload.output_tokens": None, "workload.arrival": arrival, "workload.sessions": {"think_time_s": 0.5}}
+    with pytest.raises(InputError, match=r"workload.num_requests=9 exceeds the 3 turns of the 2 conversations of "
+                                         r".*sg.json; set workload.dataset.loop: true"):
+        simulate(make_scenario(**{**base, "workload.num_requests": 9}))
+    with pytest.raises(InputError, match=r"num_requests=3 exceeds the 2 turns"):
+        simulate(make_scenario(**{**base, "workload.num_requests": 3, "workload.sessions": {"max_turns": 1}}))
+    assert simulate(make_scenario(**{**base, "workload.num_requests": 3})).summary["completed"] == 3
+    r = simulate(make_scenario(**{**base, "workload.num_requests": None, "workload.duration_s": 600.0}))
+    last = float(np.nanmax(r.requests["finish_s"]))
+    assert r.summary["completed"] == 3 and last < 60 and r.summary["sim_time_s"] == pytest.approx(last)
+
+
 def test_sharegpt_conversations_become_sessions(tmp_path):
     sc = make_scenario(**{"workload.dataset": {"path": str(sharegpt(tmp_path)), "loop": True},
                           "workload.prompt_tokens": None, "workload.output_tokens": None,

@@ -72,6 +72,17 @@ class Sessions:
         if self.data is not None and workload.output_tokens is None and (self.data.reply_tokens < 1).any():
             raise InputError(f"workload.output_tokens is missing: rows of {self.data.path} have no "
                              f"{workload.dataset.output_key!r}; give a length distribution for their replies")
+        d, cap = self.data, self.opts.max_turns
+        if (d is not None and not workload.dataset.sample and not workload.dataset.loop
+                and workload.num_requests is not None):
+            # (as a single-turn workload refuses more requests than rows: the run ended with the
+            # conversations, fewer turns than asked for and nothing said)
+            turns = np.diff(d.start)
+            total = int((turns if cap is None else np.minimum(turns, cap)).sum())  # (as _grow takes them)
+            if workload.num_requests > total:
+                raise InputError(f"workload.num_requests={workload.num_requests} exceeds the {total} turns of the "
+                                 f"{d.num_conversations} conversations of {d.path}; set workload.dataset.loop: true "
+                                 "or ask for fewer")
         # open loop: when each session starts (num_requests bounds the sessions: each has a turn)
         self.start_s = (None if self.closed else
                         arrival_times(workload.arrival, workload.num_requests, workload.duration_s, rng))
@@ -93,6 +104,9 @@ class Sessions:
         self.started = 0  # sessions that sent a turn
         self.abandoned = 0  # sessions ended by a rejected turn
         self._clipped: list[bool] = []  # per request sent
+        # a dataset's conversations used up (no loop, no sample): no session starts after that, so
+        # the run's window ends with its last event, not at duration_s (RequestSpecs.source_ended)
+        self.source_ended = False
 
     # ---------------------------------------------------------------- drawing sessions
     def _rows_left(self) -> float:
@@ -109,6 +123,7 @@ class Sessions:
     def _grow(self) -> bool:
         m = int(min(self.CHUNK, self._rows_left()))
         if m <= 0:
+            self.source_ended = True  # (only a dataset's rows run out: synthetic sessions never do)
             return False
         rng, cap, special = self._rng, self.opts.max_turns, 0
         if self.data is None:
