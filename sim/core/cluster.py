@@ -262,6 +262,8 @@ class Cluster:
         return int(pos)
 
     def _decode_rejection(self, req) -> str | None:
+        if req.output_tokens <= 1:
+            return None  # its one token comes from the prefill step: it finishes there, never handed off
         total = req.prompt_tokens + req.output_tokens
         need = self.decode[0].kv.blocks_for(total - 1)
         if need > self._decode_blocks:
