@@ -672,3 +672,22 @@ def test_plan_capacity_prints_the_digits_its_interval_supports():
     assert capacity_text({"estimate": 13.57, "low": 11.62, "high": 15.52, "measured": True}) == "13.6 (11.6-15.5)"
     assert capacity_text({"estimate": 5.0, "low": -2.0, "high": 12.0, "measured": False}) == "~5 (0-12)"
     assert capacity_text({"estimate": 7.123, "low": 7.123, "high": 7.123, "measured": True}) == "7.12"
+
+
+def test_a_pd_unit_bound_counts_the_first_token_as_the_prefill_pools():
+    """The decode pool makes O - 1 tokens of a request (its prefill step samples the first): a
+    decode-bound P/D unit with two-token outputs serves about twice d x decode_tps / O. That
+    figure was the bound, and the simulation beat it (plan then asked for units it did not need)."""
+    shape = Shape("pd", "h100-sxm", 1, decode_gpu="h100-sxm", decode_tp=1, ratio=(1, 1))
+    kw = {"workload.prompt_tokens": {"dist": "fixed", "value": 32},
+          "workload.output_tokens": {"dist": "fixed", "value": 2}, "policy.decode.max_num_seqs": 8,
+          "workload.num_requests": 2000}
+    sc, setup = _setup(shape, **kw)
+    bound, figures = unit_rate_bound(shape, setup, workload_stats(sc))
+    assert bound == pytest.approx(figures["decode_tps"], rel=1e-9)  # decode-bound: one decode token a request
+    res = simulate(scenario_from_dict(with_values(SMALL, {**shape.overrides(1, SMALL["policy"]), **kw,
+                                                          RATE_KEY: 3 * bound})))
+    s = res.summary
+    assert s["completed"] == 2000
+    assert s["throughput_rps"] < bound
+    assert s["throughput_rps"] > 0.6 * bound  # ... and close to it: not a bound halved

@@ -24,7 +24,8 @@ Before simulating, each shape is checked three ways (``assess``):
    of its tokens) the most output tokens per second (``decode_tps``).
    A colocated replica spends at least ``max((P + O) / token_tps, O / decode_tps)`` seconds per
    request (P, O: mean prompt and output tokens); a P/D unit serves at most
-   ``min(p token_tps_prefill / P, d decode_tps_decode / O)``. So ``R`` needs at least
+   ``min(p token_tps_prefill / P, d decode_tps_decode / (O - 1))`` (its prefill step samples each
+   request's first token). So ``R`` needs at least
    ``ceil(R / bound)`` units; a shape needing more GPUs than ``--max-gpus`` is pruned.
 
 The bounds assume the step costs grow with their tokens and sequences (they do in the roofline
@@ -231,7 +232,10 @@ def unit_rate_bound(shape: Shape, setup, stats: WorkloadStats) -> tuple[float, d
         bp = pool_bound(pools["prefill"], prompt, spec, overlap)
         bd = pool_bound(pools["decode"], prompt, spec, overlap)
         p, d = shape.ratio
-        rate = min(p * bp.token_tps / prompt, d * bd.decode_tps / output)
+        # the prefill step samples each request's first token: the decode pool makes the other O - 1
+        # (a bound over O undercounts it: 2x at O = 2, and plan then asks for units it does not need)
+        decoded = output - 1
+        rate = min(p * bp.token_tps / prompt, d * bd.decode_tps / decoded if decoded > 0 else math.inf)
         return rate, {"prefill_token_tps": bp.token_tps, "decode_tps": bd.decode_tps, "decode_batch": bd.decode_batch}
     b = pool_bound(pools["colocated"], prompt, spec, overlap)
     per_request_s = max((prompt + output) / b.token_tps, output / b.decode_tps)
