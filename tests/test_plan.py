@@ -140,6 +140,23 @@ def test_latency_floors_hold_for_every_request(shape):
     assert np.all(tpot[multi] >= floors["tpot"][multi] * 0.999)
 
 
+def test_pd_latency_floors_reject_what_the_split_rejects():
+    """A P/D split turns away a handed-off request whose prompt takes every decode block (one is
+    kept spare for hand-offs) and serves a one-token request on the prefill replica alone; the
+    floors (what plan prunes with) mark exactly those the run rejects."""
+    from servesim.inputs.workload import RequestSpecs
+    from servesim.studies.plan_space import NEVER, stats_from_specs
+
+    shape = Shape("pd", "h100-sxm", 1, decode_gpu="h100-sxm", decode_tp=1, ratio=(1, 1))
+    sc, setup = _setup(shape, **{"memory.num_gpu_blocks": 100, "policy.watermark": 0.0})
+    rows = [(0.0, 1585, 1), (0.0, 1585, 2), (0.0, 1500, 200), (0.0, 100, 3)]  # 1585 tokens: all 100 blocks
+    specs = RequestSpecs(*(np.array(c, dtype=t) for c, t in zip(zip(*rows), (float, np.int64, np.int64))))
+    floors = latency_floors("pd", setup, stats_from_specs(sc, specs))
+    res = simulate(sc, specs=specs)
+    assert res.requests["status"].tolist() == ["completed", "rejected", "rejected", "completed"]
+    assert (floors["ttft"] >= NEVER / 10).tolist() == [False, True, True, False]
+
+
 def test_latency_floors_carry_the_api_servers_time():
     """TTFT and E2E are the client's: the floors add the API server's time (the engine profile's
     api_request_s to TTFT, api_s to E2E), and ``cost.api_server: false`` takes it out again."""

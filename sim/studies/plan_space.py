@@ -287,6 +287,10 @@ def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
     whole = stats.prompt_total + stats.output - 1 + k
     rejected = _blocks(whole, dc.capacity.block_size) > dc.capacity.num_blocks
     if kind == "pd":
+        # as the cluster rejects (``Cluster._decode_rejection``): only a request handed off (more
+        # than one output token) needs decode-side KV, and its prompt's leaves a block spare there
+        bs, blocks = dc.capacity.block_size, dc.capacity.num_blocks
+        rejected = (stats.output > 1) & ((_blocks(whole, bs) > blocks) | (_blocks(stats.prompt_total, bs) > blocks - 1))
         rejected |= _blocks(stats.prompt_total, pf.capacity.block_size) > pf.capacity.num_blocks
     # TTFT and TPOT are the client's: the API server (the entry pool's engine, as ``add_api_server``)
     # delays the first token by api_request_s and each later one by api_per_token_s more, so the
