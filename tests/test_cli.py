@@ -93,6 +93,25 @@ def test_validate_ok(tmp_path, capsys):
             "overlap 0 with the GPU step; CUDA graphs up to 64 tokens (decode-only steps, padded)") in out
 
 
+def test_validate_prints_each_pools_budget_reserve_and_blocks(tmp_path, capsys):
+    """The docs say validate prints each pool's step budget, activation reserve and KV blocks: a P/D
+    decode pool's budget is its max_num_seqs whatever budget it was given, and its reserve with it."""
+    from servesim.inputs.scenario import load_scenario
+    from servesim.simulation import prepare
+
+    pd = GOOD.replace("policy: {name: continuous,", "policy: {name: pd_split, decode: {max_num_batched_tokens: "
+                      "65536},")
+    path = write(tmp_path, pd)
+    assert main(["validate", path]) == 0
+    out = capsys.readouterr().out
+    pools = prepare(load_scenario(path, [])).pools_by_name
+    for name, budget in (("prefill", 4096), ("decode", 64)):
+        cap = pools[name].capacity
+        line = next(x for x in out.splitlines() if x.startswith(f"  {name}: "))
+        assert (f"step budget {budget:,} tokens, 64 sequences; activation reserve "
+                f"{cap.activation_reserve_bytes / 2**30:.2f} GiB per GPU; KV {cap.num_blocks:,} blocks") in line
+
+
 def test_validate_describes_the_requests_drawn(tmp_path, capsys):
     """validate prints what the workload drew (count, span, mean rate, lengths), so a trace read in
     the wrong time unit (ms as s: 1000x fewer requests per second) shows before a run."""

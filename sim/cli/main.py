@@ -413,7 +413,11 @@ def cmd_validate(args) -> int:
               + (f" + {cm.per_token_overhead_s * 1e6:.2f} us per token" if cm.per_token_overhead_s else "")
               + f" ({eng.overhead_source}), overlap {cm.overlap:g} with the GPU step"
               + (" (async scheduling: arrivals join the step after next)" if eng.async_scheduling else "")
-              + f"; {graphs}; {api}")
+              + f"; {graphs}; {api}"
+              # (a P/D decode pool's budget is its max_num_seqs at most, whatever it was given)
+              + f"; step budget {pool.max_num_batched_tokens:,} tokens, {pool.max_num_seqs:,} sequences; "
+              f"activation reserve {pool.capacity.activation_reserve_bytes / 2**30:.2f} GiB per GPU; "
+              f"KV {pool.capacity.num_blocks:,} blocks")
     line = workload_line(specs)
     if line:
         print(line)
