@@ -33,9 +33,11 @@ def pick_decode_replica(replicas, blocks_needed: int) -> int | None:
     return best
 
 
-def link_figures(link, gpu, tp: int) -> tuple[float, float]:
+def link_figures(link, gpu, tp: float) -> tuple[float, float]:
     """(bytes/s, latency_s) of the KV hand-off: per-GPU link bandwidth times the ``tp`` GPUs that
-    send their shards in parallel (the smaller pool's TP ranks, on every PP stage)."""
+    send their shards in parallel (the smaller pool's TP ranks, on every PP stage; a replica's KV
+    over the most one GPU of either pool holds, as ranks holding copies, e.g. of an MLA latent,
+    each need all of theirs)."""
     if link.type == "intra_node":
         bw = link.bandwidth_gbps * GBIT if link.bandwidth_gbps else gpu.link_bw_bytes_per_s
         lat = link.latency_s if link.latency_s is not None else gpu.link_latency_s

@@ -219,8 +219,12 @@ def _prepare(scenario: Scenario, model, hw, pol) -> Setup:
                      p.policy, seqs, budget)
         pools.append(dataclasses.replace(pool, replicas=p.replicas))
     pf, dc = pools
-    # every GPU of the smaller side sends (or receives) its shard: min(TP) ranks on each of the PP stages
-    link = link_figures(pol.link, pf.cost_model.gpu, min(pf.cost_model.tp, dc.cost_model.tp) * pf.cost_model.pp)
+    # every GPU sends (or receives) its share of each token's KV in parallel, so the side whose GPUs
+    # hold the most of it sets the pace: min(TP) ranks on each of the PP stages, unless TP ranks
+    # keep copies (an MLA latent is whole on every rank, as is a KV head with fewer heads than ranks):
+    # each decode GPU then needs all of its copy over its own link
+    per_gpu = max(pf.cost_model.kv_bytes_per_token_per_gpu(), dc.cost_model.kv_bytes_per_token_per_gpu())
+    link = link_figures(pol.link, pf.cost_model.gpu, model.kv_bytes_per_token(pf.cost_model.kv_dtype) / per_gpu)
     return Setup(scenario, tuple(pools), link)
 
 

@@ -342,3 +342,17 @@ def test_pd_one_token_requests_are_not_rejected_for_decode_room():
     assert "spare for a hand-off" in r["reason"][1]
     pred = predict_rejections(sc, prepare(sc), specs(rows))
     assert pred["rejected"] == 1
+
+
+def test_pd_link_of_an_mla_model_is_one_gpus_per_stage():
+    """An MLA latent is whole on every TP rank (it is one KV head): each decode GPU needs all of it
+    over its own link, so TP ranks add no bandwidth to the hand-off (it was TP x faster: 8x for
+    DeepSeek-V3 at TP 8). Sharded KV heads keep the smaller pool's TP ranks x PP stages."""
+    link = {"bandwidth_gbps": 400.0}
+    one_gpu = 400e9 / 8
+    mla = prepare(make_scenario(**{"model": "deepseek-ai/DeepSeek-V3", "hardware.gpu": "h200", "hardware.tp": 8,
+                                   "hardware.dtype": "fp8", "policy.name": "pd_split", "policy.link": link}))
+    assert mla.link[0] == pytest.approx(one_gpu)
+    gqa = prepare(make_scenario(**{"model": "meta-llama/Llama-3.1-70B", "hardware.tp": 4, "policy.name": "pd_split",
+                                   "policy.decode": {"tp": 8}, "policy.link": link}))
+    assert gqa.link[0] == pytest.approx(4 * one_gpu)  # the prefill pool's 4 ranks each send a quarter
