@@ -109,6 +109,12 @@ CASES = {  # overrides of the test scenario -> the bottleneck its SLO misses mus
                              "workload.prompt_tokens": {"dist": "fixed", "value": 6000},
                              "workload.output_tokens": {"dist": "fixed", "value": 64}, "slo": {"tpot_s": 0.03}},
     "rejections": {"policy.max_num_batched_tokens": 256, "slo": {"ttft_s": 1.0}},
+    # P/D: the decode pool holds two requests at a time; hand-offs waiting for it hold the prefill
+    # replica's KV, which then admits nothing while idle (it was called queueing, "the replica busy 5%")
+    "decode_backpressure": {"policy.name": "pd_split", "memory.num_gpu_blocks": 300, "workload.num_requests": 40,
+                            "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
+                            "workload.prompt_tokens": {"dist": "fixed", "value": 2000},
+                            "workload.output_tokens": {"dist": "fixed", "value": 300}, "slo": {"ttft_s": 1.0}},
     "unfinished": {"workload.num_requests": None, "workload.duration_s": 5, "policy.max_num_seqs": 4,
                    "workload.arrival": {"process": "poisson", "rate_rps": 100.0}},
 }

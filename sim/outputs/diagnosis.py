@@ -8,7 +8,10 @@ can miss both). Each latency group gets a cause:
 
 TTFT misses: their TTFT splits into waiting (arrival -> first scheduled) and prefill (the rest).
 - waiting >= half: ``queueing``; ``kv_capacity`` instead when the replica's KV was >= 95% full for
-  most of the step time while they waited (admission blocked by memory, not compute). The line
+  most of the step time while they waited (admission blocked by memory, not compute);
+  ``decode_backpressure`` instead when, on a P/D prefill replica idle most of that time, hand-offs
+  not yet landed (waiting for decode-side room or the link) held KV there for most of it: the
+  prefill replica could not take them because the decode pool did not take its requests. The line
   says how busy the replica was while they waited (near 100%: load above capacity there).
 - otherwise ``prefill``: their own prompts' prefill (with the mean prompt).
 
@@ -82,6 +85,38 @@ class _Windows:
             self.by[int(r)] = (end[o], {k: np.concatenate(([0.0], np.cumsum(v))) for k, v in cols.items()})
             self.decode_step_s[int(r)] = float(d[only].mean()) if only.any() else np.nan
 
+    @staticmethod
+    def covered(replica: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+        """``f(replicas, a, b)``: per window (a[i], b[i]] the time within it that replica[i] had at
+        least one of the intervals [starts, ends) of its own (``replica``) open."""
+        by = {}
+        for r in np.unique(replica):
+            sel = np.flatnonzero(replica == r)
+            o = sel[np.argsort(starts[sel], kind="stable")]
+            lo, hi = [], []
+            for x, y in zip(starts[o].tolist(), ends[o].tolist()):
+                if lo and x <= hi[-1]:
+                    hi[-1] = max(hi[-1], y)
+                else:
+                    lo.append(x)
+                    hi.append(y)
+            lo, hi = np.array(lo), np.array(hi)
+            by[int(r)] = (lo, hi, np.concatenate(([0.0], np.cumsum(hi - lo))))
+
+        def upto(r: int, t: np.ndarray) -> np.ndarray:  # covered time before t
+            lo, hi, cum = by[r]
+            i = np.searchsorted(lo, t, side="right")
+            j = np.maximum(i - 1, 0)
+            return np.where(i > 0, cum[j] + np.clip(np.minimum(t, hi[j]) - lo[j], 0.0, None), 0.0)
+
+        def f(reps: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            out = np.zeros(len(a))
+            for r in by:
+                sel = np.flatnonzero(reps == r)
+                out[sel] = upto(r, b[sel]) - upto(r, a[sel])
+            return out
+        return f
+
     def sums(self, replica: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict:
         """{column: per-window step seconds} for windows (a[i], b[i]] on replica[i]."""
         out = {k: np.zeros(len(a)) for k in ("all", "prefill", "prefill_n", "decode_only", "decode_only_n",
@@ -136,8 +171,24 @@ def slo_misses(req: dict, steps: dict, kv_blocks: list, ttft_limit=None, tpot_li
              "busy_while_waiting": min(busy / span, 1.0) if span > 0 else 0.0,
              "kv_full_while_waiting": float(s["kv_full"].sum()) / busy if busy > 0 else 0.0,
              "mean_prompt_tokens": float(np.mean(req["prompt_tokens"][m]))}
+        # P/D: how long, while they waited, their prefill replica held KV of hand-offs not yet landed
+        held = 0.0
+        if "kv_transfer_s" in req and "decode_replica" in req:
+            sent = np.asarray(req["decode_replica"], dtype=np.int64) >= 0
+            if sent.any():
+                first = np.asarray(req["first_token_s"], dtype=float)[sent]
+                until = first + np.nan_to_num(np.asarray(req["kv_transfer_s"], dtype=float)[sent])
+                cover = _Windows.covered(replica[sent], first, until)
+                held = float(cover(replica[m], np.asarray(req["arrival_s"], dtype=float)[m],
+                                   np.asarray(req["scheduled_s"], dtype=float)[m]).sum())
+        t["handoffs_held_while_waiting"] = min(held / span, 1.0) if span > 0 else 0.0
         if t["waiting_share"] >= SHARE:
-            t["cause"] = "kv_capacity" if t["kv_full_while_waiting"] >= SHARE else "queueing"
+            if t["kv_full_while_waiting"] >= SHARE:
+                t["cause"] = "kv_capacity"
+            elif t["busy_while_waiting"] < SHARE and t["handoffs_held_while_waiting"] >= SHARE:
+                t["cause"] = "decode_backpressure"
+            else:
+                t["cause"] = "queueing"
         else:
             t["cause"] = "prefill"
         out["ttft"] = t
@@ -193,6 +244,11 @@ def _ttft_text(t: dict) -> str:
     if c == "prefill":
         return (f"TTFT by {_n(t['missed'])} (prefill: their own prompts, mean {t['mean_prompt_tokens']:.0f} tokens, "
                 f"took {1 - t['waiting_share']:.0%} of their TTFT)")
+    if c == "decode_backpressure":
+        return (f"TTFT by {_n(t['missed'])} (decode back-pressure: {t['waiting_share']:.0%} of their TTFT waiting, "
+                f"the prefill replica busy {t['busy_while_waiting']:.0%} of that time and holding the KV of hand-offs "
+                f"not yet landed on the decode pool, waiting for room there or for the link, "
+                f"{t['handoffs_held_while_waiting']:.0%} of it)")
     what = "KV capacity" if c == "kv_capacity" else "queueing"
     extra = (f", KV >= {KV_FULL:.0%} full for {t['kv_full_while_waiting']:.0%} of that time" if c == "kv_capacity"
              else "")

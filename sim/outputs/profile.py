@@ -11,7 +11,8 @@ MBU (FLOPs / bytes over busy time x the replica's peak FLOP/s / HBM bandwidth).
 Diagnosis: when requests missed the SLO (rejected, unfinished, or TTFT / TPOT over its limit),
 the diagnosis is about those misses (``servesim.outputs.diagnosis``: which SLO, how many
 requests, and the cause, from the request and step columns); the bottleneck is then the cause of
-the largest group: ``rejections``, ``unfinished``, ``queueing``, ``kv_capacity``, ``prefill``,
+the largest group: ``rejections``, ``unfinished``, ``queueing``, ``kv_capacity``,
+``decode_backpressure``, ``prefill``,
 ``prefill_interference``, ``kv_transfer``, ``decode_memory`` or ``decode_compute``, and
 ``profile.diagnosis.slo_misses`` has the counts. When every request met it (or no SLO is set), the
 utilization rules below say what limits the run, checked in this order (the first that matches
