@@ -224,7 +224,9 @@ def _prepare(scenario: Scenario, model, hw, pol) -> Setup:
     # keep copies (an MLA latent is whole on every rank, as is a KV head with fewer heads than ranks):
     # each decode GPU then needs all of its copy over its own link
     per_gpu = max(pf.cost_model.kv_bytes_per_token_per_gpu(), dc.cost_model.kv_bytes_per_token_per_gpu())
-    link = link_figures(pol.link, pf.cost_model.gpu, model.kv_bytes_per_token(pf.cost_model.kv_dtype) / per_gpu)
+    # (within a node, pools of two GPU types: the KV crosses the slower GPU's links too)
+    gpu = min((pf.cost_model.gpu, dc.cost_model.gpu), key=lambda g: (g.link_bw_bytes_per_s, -g.link_latency_s))
+    link = link_figures(pol.link, gpu, model.kv_bytes_per_token(pf.cost_model.kv_dtype) / per_gpu)
     return Setup(scenario, tuple(pools), link)
 
 

@@ -356,3 +356,19 @@ def test_pd_link_of_an_mla_model_is_one_gpus_per_stage():
     gqa = prepare(make_scenario(**{"model": "meta-llama/Llama-3.1-70B", "hardware.tp": 4, "policy.name": "pd_split",
                                    "policy.decode": {"tp": 8}, "policy.link": link}))
     assert gqa.link[0] == pytest.approx(4 * one_gpu)  # the prefill pool's 4 ranks each send a quarter
+
+
+def test_pd_intra_node_link_of_two_gpu_types_is_the_slower_ones():
+    """Within a node the KV crosses both pools' GPU links: an H100 prefill pool handing off to an
+    A100 decode pool moves at the A100's NVLink figure (it took the prefill GPU's alone)."""
+    from servesim.inputs.specs import GPUS
+
+    def link(prefill, decode):
+        return prepare(make_scenario(**{"policy.name": "pd_split", "policy.link": {"type": "intra_node"},
+                                        "policy.prefill": {"gpu": prefill}, "policy.decode": {"gpu": decode}})).link
+
+    a100, h100 = GPUS["a100-80g"], GPUS["h100-sxm"]
+    assert a100.link_bw_bytes_per_s < h100.link_bw_bytes_per_s
+    slow = (a100.link_bw_bytes_per_s, a100.link_latency_s)
+    assert link("h100-sxm", "a100-80g") == pytest.approx(slow) and link("a100-80g", "h100-sxm") == pytest.approx(slow)
+    assert link("h100-sxm", "h100-sxm") == pytest.approx((h100.link_bw_bytes_per_s, h100.link_latency_s))

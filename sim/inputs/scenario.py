@@ -460,10 +460,12 @@ class Pool:
 
 @dataclass(frozen=True)
 class Link:
-    """The KV hand-off link of a P/D split (per GPU; TP ranks send their shards in parallel)."""
+    """The KV hand-off link of a P/D split (per GPU; TP ranks send their shards in parallel, but each
+    needs a whole MLA latent: docs/how-it-works.md)."""
 
     type: Literal["inter_node", "intra_node"] = _f("inter_node", doc="inter_node (400 Gbit/s, 20 us per GPU) or "
-                                                                     "intra_node (the GPU's NVLink figures)")
+                                                                     "intra_node (the GPU's NVLink figures; pools "
+                                                                     "of two GPU types: the slower one's)")
     bandwidth_gbps: Optional[float] = _f(None, ge=1e-3, le=1e9,
                                          doc="Gbit/s; null: 400 across nodes, the GPU's NVLink within one")
     latency_s: Optional[float] = _f(None, ge=0, le=3600, doc="null: 20 us across nodes, the GPU's link latency "
