@@ -165,6 +165,9 @@ BAD = [
     ("name: cli-test", "name: cli-test\npolicyy: {}", "policyy", "policy"),
     ("dist: uniform, min: 4", "dist: unifrm, min: 4", "workload.output_tokens.dist", "uniform"),
     ("model: meta-llama/Meta-Llama-3-8B", "model: meta-llama/Meta-Llama-3-70B", "does not fit", "GiB"),
+    # a P/D pool that does not fit names its own fields to raise (it said hardware.tp, "a bigger GPU")
+    ("policy: {name: continuous,", "memory: {gpu_memory_utilization: 0.3}\npolicy: {name: pd_split, "
+     "decode: {gpu: a100-40g},", "use a bigger GPU (policy.decode.gpu)", "Raise policy.decode.tp or hardware.pp"),
     # a list or mapping where a name goes (found by fuzzing every field with odd values)
     ("dist: uniform, min: 4", "dist: [uniform], min: 4", "workload.output_tokens.dist", "uniform"),
     ("arrival: {process: poisson,", "arrival: {process: {a: 1},", "workload.arrival.process", "poisson"),

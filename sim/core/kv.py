@@ -76,6 +76,9 @@ def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_
     stage = min(range(len(caps)), key=lambda i: caps[i].kv_pool_bytes / (caps[i].kv_bytes_per_token * block_size))
     cap = caps[stage]
     on = f" on pipeline stage {stage + 1} of {cm.pp}" if cm.pp > 1 else ""
+    # a P/D pool (where="policy.decode") has its own tp and gpu fields: name those
+    tp_field, gpu_field = ("hardware.tp", "a bigger GPU") if where == "hardware" else \
+        (f"{where}.tp", f"a bigger GPU ({where}.gpu)")
     if cap.kv_pool_bytes < cap.kv_bytes_per_token * block_size:
         raise InputError(
             f"{where}: model {cm.model.name} does not fit on {cm.gpu.name} with tp={cm.tp}, pp={cm.pp}: "
@@ -83,8 +86,8 @@ def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_
             f"{cap.activation_reserve_bytes / GIB:.1f} GiB of {cap.usable_bytes / GIB:.1f} GiB usable "
             f"({cm.gpu.mem_bytes / GIB:.1f} GiB x memory.gpu_memory_utilization={gpu_memory_utilization}), "
             f"leaving {cap.kv_pool_bytes / GIB:.2f} GiB for KV; one {block_size}-token block needs "
-            f"{cap.kv_bytes_per_token * block_size / 2**20:.2f} MiB. Raise hardware.tp or hardware.pp, "
-            f"use a bigger GPU or a smaller dtype."
+            f"{cap.kv_bytes_per_token * block_size / 2**20:.2f} MiB. Raise {tp_field} or hardware.pp, "
+            f"use {gpu_field} or a smaller dtype."
         )
     if num_blocks_override is not None:
         cap = dataclasses.replace(cap, num_blocks_override=num_blocks_override)
