@@ -70,6 +70,24 @@ def test_cli_reference_names_every_subcommand_and_flag():
                 assert opt in ("-h", "--help") or f"`{opt}`" in text, (name, opt)
 
 
+def test_cli_reference_keeps_each_commands_help_as_written_and_every_exit_status():
+    """A command's heading sentence is its help with the first letter capitalized: str.capitalize
+    lowercased the rest ('the slos', 'gpu, tp/pp', 'vllm'); the exit statuses include the 3 that
+    sweep and compare return when points failed (sim/cli/studies.py) and the interrupts'."""
+    import argparse
+
+    from servesim.cli.parser import build_parser
+    from servesim.cli.studies import EXIT_POINTS_FAILED
+
+    text = (DOCS / "reference" / "cli.md").read_text()
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub._choices_actions:
+        assert f"\n{action.help[:1].upper()}{action.help[1:]}.\n" in text, action.dest
+    intro = text.split("| command |")[0]
+    for status in (0, 1, 2, EXIT_POINTS_FAILED, 130, 143):
+        assert f" {status} " in intro, status
+
+
 def test_site_builds_offline_with_warnings_as_errors(tmp_path):
     pytest.importorskip("mkdocs", reason="the docs build needs the dev extras (pip install -e '.[dev]')")
     pytest.importorskip("mkdocstrings")
