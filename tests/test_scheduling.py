@@ -336,7 +336,9 @@ def test_class_aware_keeps_a_class_on_its_replicas():
 @pytest.mark.parametrize("kw, says", [
     ({"policy.queue": {"order": "fcfs", "aging_s": 3}}, "cannot starve"),
     ({"policy.queue": {"order": "sjf_guess"}}, "policy.queue.order"),
-    ({"policy.name": "static", "policy.queue": {"order": "priority"}}, "static batching"),
+    ({"policy.name": "static", "policy.queue": {"order": "priority"}}, "^policy.queue.order: static batching"),
+    # (the field set is named: queue.order is the default fcfs here)
+    ({"policy.name": "static", "policy.preemption_victim": "newest"}, "^policy.preemption_victim: static batching"),
     ({"policy.admission": {"classes": ["chat"], "max_queue": 5}}, "no request class 'chat'"),
     ({"cluster.router": "class_aware", "cluster.class_replicas": [{"name": "default", "replicas": [3]}]},
      "not a replica"),

@@ -646,7 +646,9 @@ class Policy:
             raise InputError(f"{path}.spec: speculative decoding works with continuous or chunked_prefill, "
                              f"not {self.name}")
         if self.name == "static" and (self.queue.order != "fcfs" or self.preemption_victim != "auto"):
-            raise InputError(f"{path}.queue.order: static batching takes its batch FCFS and never preempts; "
+            # (the message names the field that is set: queue.order is fcfs when a victim is the culprit)
+            where = f"{path}.queue.order" if self.queue.order != "fcfs" else f"{path}.preemption_victim"
+            raise InputError(f"{where}: static batching takes its batch FCFS and never preempts; "
                              "queue orders and preemption victims apply to continuous, chunked_prefill and pd_split")
         if self.prefill_first and self.name in ("chunked_prefill", "static", *DEPLOYMENTS):
             # (it would be ignored: chunked prefill mixes chunks into the decodes' step by design,
