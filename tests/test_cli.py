@@ -659,6 +659,8 @@ def test_a_packaged_scenario_is_found_by_name_from_any_folder(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert "scenario 'chatt' does not exist: no such file here, and no packaged scenario of that name" in err
     assert "(did you mean 'chat'?)" in err and "lessons/offline" in err
+    assert main(["validate", "zzqx"]) == 2  # (no close name: the list still reads as its own clause)
+    assert "no packaged scenario of that name; valid: bursty, chat," in capsys.readouterr().err
     for missing in ("nothere.yaml", "x/scenarios/chat.yaml", "../chat.yaml"):
         assert main(["validate", missing]) == 2
         assert f"scenario {missing!r} does not exist" in capsys.readouterr().err

@@ -993,7 +993,7 @@ def scenario_file(path: str | Path) -> Path:
     given = str(path)
     if given.strip() and "/" not in given and os.sep not in given and not given.endswith((".yaml", ".yml")):
         raise InputError(f"scenario {given!r} does not exist: no such file here, and no packaged scenario of that "
-                         f"name{did_you_mean(given, packaged_scenarios())}")
+                         f"name;{did_you_mean(given, packaged_scenarios())}")
     return Path(path)
 
 
