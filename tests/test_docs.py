@@ -88,6 +88,16 @@ def test_cli_reference_keeps_each_commands_help_as_written_and_every_exit_status
         assert f" {status} " in intro, status
 
 
+def test_every_repository_file_the_docs_and_packaged_scenarios_name_exists():
+    """A source file named in the docs, the README or a packaged scenario's comments is one a reader
+    opens: 'policies/chunked_prefill.py' and 'sim/presets.py' were named after they had moved."""
+    named = re.compile(r"\b((?:sim|docs|bench|tools|policies|plots|scenarios|examples)/[\w/-]+\.(?:py|md|yaml))\b")
+    texts = [ROOT / "README.md", *sorted(DOCS.rglob("*.md")), *sorted((ROOT / "scenarios").rglob("*.yaml"))]
+    missing = sorted({(str(t.relative_to(ROOT)), m) for t in texts for m in named.findall(t.read_text())
+                      if not (ROOT / m).exists()})
+    assert not missing, missing
+
+
 def test_site_builds_offline_with_warnings_as_errors(tmp_path):
     pytest.importorskip("mkdocs", reason="the docs build needs the dev extras (pip install -e '.[dev]')")
     pytest.importorskip("mkdocstrings")
