@@ -141,7 +141,14 @@ def test_set_reaches_into_lists_with_the_field_paths_errors_print():
     for text, says in [("workload.classes[2].share=1", "workload.classes has 2 entries, so indexes 0 to 1"),
                        ("workload.arrival[0].rate_rps=1", "workload.arrival is not a list"),
                        ("workload.nope[0].x=1", "workload.nope is not a list (it is not set)"),
-                       ("workload.classes[x].share=1", "'classes[x]' is not a field name")]:
+                       ("workload.classes[x].share=1", "'classes[x]' is not a field name"),
+                       # (a list entered with a dot, or a field of the list itself: its entries are indexed)
+                       ("workload.classes.0.share=1",
+                        "a list: index an entry, e.g. workload.classes[0].share"),
+                       ("workload.classes.1.slo.ttft_s=1",
+                        "a list: index an entry, e.g. workload.classes[1].slo.ttft_s"),
+                       ("workload.classes.share=1",
+                        "a list: index an entry, e.g. workload.classes[0].share")]:
         with pytest.raises(InputError, match=re.escape(says)):
             load_scenario(ROOT / "scenarios" / "multi-class.yaml", [text])
 

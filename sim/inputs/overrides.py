@@ -98,7 +98,13 @@ def set_dotted(data: dict, key: str, value, flag: str = "--set") -> dict:
             if steps[i + 1] >= len(nxt):
                 raise InputError(f"{flag} {key!r}: {where} has {len(nxt)} entries, so indexes 0 to {len(nxt) - 1}")
         elif not isinstance(nxt, dict):
-            raise InputError(f"{flag} {key!r}: {where} is not a mapping")
+            # (a list entered with a dot, workload.classes.0.share: its entries are indexed)
+            hint = ""
+            if isinstance(nxt, list):
+                rest = list(steps[i + 1:])
+                index = int(rest.pop(0)) if isinstance(rest[0], str) and rest[0].isdigit() else 0
+                hint = f" but a list: index an entry, e.g. {where}[{index}]{_shown(['', *rest])}"
+            raise InputError(f"{flag} {key!r}: {where} is not a mapping{hint}")
         node = nxt
     node[steps[-1]] = value
     return data
