@@ -446,13 +446,15 @@ def _verdict(data: dict, ctx: Context) -> list:
         if rate is not None:
             out += [f"At {_rate(rate)}:", ""]
         ranked_ok = []  # (row, group, goodput text, verdict text) of the rows that ran, in rank order
+        twins: dict = {}  # group -> the lines of the groups identical to it, said right below its rank
+        failed = []  # the rows that did not run, after the ranking
         for r in sorted(rs, key=lambda x: rank_key(x, per_gpu)):
             g = _group_label(r, cols, data["kind"], _whole_name(data["meta"]))
             if r["status"] != "ok":
-                out.append(f"- {g}: did not run ({str(r.get('error'))[:300]})")
+                failed.append(f"- {g}: did not run ({str(r.get('error'))[:300]})")
                 continue
             if key and g in ctx.identical:
-                out.append(f"- {g}: identical to {ctx.identical[g]}")
+                twins.setdefault(ctx.identical[g], []).append(f"- {g}: identical to {ctx.identical[g]}")
                 continue
             n = r.get("num_gpus")
             gp = value_text(r, "goodput_rps", unit="req/s")
@@ -472,6 +474,8 @@ def _verdict(data: dict, ctx: Context) -> list:
             name = f"**{g}**" if k == 1 and meets_slo(r) else g
             out.append(f"{k}. {name}" + (f" ({n} GPU{'s' if n != 1 else ''})" if n else "")
                        + f": goodput {gp}, {verdict}" + (" (tied)" if tied else ""))
+            out += twins.pop(g, [])
+        out += [line for lines in twins.values() for line in lines] + failed
         out.append("")
     seed_rows = data["seed_rows"]
     if seed_rows and key:

@@ -537,6 +537,10 @@ def test_compare_report_judges_by_the_slo_and_shows_every_caveat(tmp_path, monke
     assert "static (2 GPUs): goodput" in verdict and "**fails the SLO" in verdict
     assert verdict.index("continuous") < verdict.index("static")  # ranked by goodput
     assert "chunked_prefill: identical to continuous" in verdict
+    # ... said right below the configuration it repeats, not above the ranking
+    lines = verdict.split("\n")
+    twin = next(i for i, line in enumerate(lines) if re.match(r"\d+\. \**continuous\** \(2 GPUs\): goodput", line))
+    assert lines[twin + 1] == "- chunked_prefill: identical to continuous", lines
     caveats = md.split("## Caveats")[1].split("## Summary")[0]
     assert "chunked_prefill gave exactly the same results as continuous" in caveats
     assert "policy.max_num_batched_tokens=8192" in caveats and "runs as a P/D split of the same GPUs" in caveats
