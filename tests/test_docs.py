@@ -170,3 +170,23 @@ def test_generated_tables_live_in_the_guides():
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     write = next(a for a in sub.choices["reproduce"]._actions if "--write-docs" in a.option_strings)
     assert write.const == "docs/fidelity.md"
+
+
+def test_summary_table_names_the_nested_keys_written():
+    """The summary.json table's rows name the keys inside their objects too (a key added to `cost`
+    or to the diagnosis went unmentioned: only the top level was checked)."""
+    from servesim import load_scenario, simulate
+
+    text = (DOCS / "outputs.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([a-z_]+)` \| (.*) \|$", text, re.M)}
+    s = simulate(load_scenario(None, ["workload.num_requests=30"])).summary
+    nested = {"cost": s["cost"]["colocated"], "kv_capacity": s["kv_capacity"]["colocated"], "kv": s["kv"],
+              "head_of_line": s["head_of_line"], "workload": {**s["workload"], **s["workload"]["keep_up"]},
+              "economics": {**s["economics"], **s["economics"]["pools"]["colocated"]}}
+    for row, obj in nested.items():
+        missing = [k for k in obj if f"`{k}`" not in rows[row]]
+        assert not missing, f"docs/outputs.md, summary.json row `{row}`: {missing} not named"
+    profile = text[text.index("### Per-phase profile and diagnosis"):text.index("**When requests missed")]
+    for k in [*s["profile"], *s["profile"]["decode"], *s["profile"]["diagnosis"],
+              *s["profile"]["diagnosis"]["slo_misses"]]:
+        assert f"`{k}`" in profile, f"docs/outputs.md, the profile's keys: `{k}` not named"
