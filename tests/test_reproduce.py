@@ -31,6 +31,24 @@ def test_verdict_rules():
     assert f.matches and f.verdict.startswith("direction right")
 
 
+def test_the_stated_rule_is_the_rule_applied():
+    """reproduce.md states the tolerance for a published range as the verdicts apply it (it said
+    [lo / 1.25, hi x 1.25] while 0.76 x lo matched), and counts direction-only figures as such."""
+    import re
+
+    lo, hi = 1.7, 2.7
+    figs = [R.Figure("range", (lo, hi), 1.3, "p", "text", "x", True),
+            R.Figure("direction only", None, 1.3, "p", "figure", "x", True)]
+    md = R.reproduce_markdown([R.Experiment("e", "t", "s", figs)], R.Options())
+    m = re.search(r"\[lo x ([0-9.]+), hi x ([0-9.]+)\]", md)
+    assert m, md[:600]
+    low, high = float(m.group(1)), float(m.group(2))
+    for value, inside in ((low * lo - 1e-6, False), (low * lo + 1e-6, True),
+                          (high * hi - 1e-6, True), (high * hi + 1e-6, False)):
+        assert R.Figure("r", (lo, hi), value, "p", "text", "x", True).within is inside, value
+    assert "2 of 2 published figures matched" in md and "direction right alone where no number is published" in md
+
+
 def test_engine_profile_is_named_and_applied_once_the_field_exists():
     from dataclasses import fields
 

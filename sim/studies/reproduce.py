@@ -12,7 +12,7 @@ Verdicts (``Figure.verdict``), one rule for every figure:
   of 1 as the published one; for absolute figures, the ordering the paper shows (stated per
   experiment) holds in the simulation. Absolute figures without an ordering have no direction.
 * **within +-25%**: 0.75 <= simulated / published <= 1.25 (a published range: the simulated figure
-  within [lo / 1.25, hi x 1.25]).
+  within [lo x 0.75, hi x 1.25]).
 * "matches" when both hold; otherwise the figure says which mechanism is missing (``missing``).
 
 One calibration for all experiments: the shipped cost calibration and defaults, each paper's
@@ -993,7 +993,8 @@ def summary_line(experiments, quick: bool) -> str:
     within = sum(bool(f.within) for f in sim)
     rated = sum(f.within is not None for f in sim)
     return (f"{sum(f.matches for f in figs)} of {len(figs)} published figures matched (direction right and within "
-            f"+-{TOLERANCE:.0%}); direction right for {right} of {len(sim)} simulated, within +-{TOLERANCE:.0%} for "
+            f"+-{TOLERANCE:.0%}; direction right alone where no number is published); direction right for {right} of "
+            f"{len(sim)} simulated, within +-{TOLERANCE:.0%} for "
             f"{within} of {rated} with a published number; {len(figs) - len(sim)} not simulated"
             + (" (quick run: short probes, coarse searches)" if quick else ""))
 
@@ -1003,7 +1004,7 @@ def reproduce_markdown(experiments, opts: Options, files: dict | None = None) ->
     parts = ["# servesim reproduce", "", summary_line(experiments, opts.quick) + ".", "",
              "Verdicts: direction right (a gain on the same side of 1 as published, or the paper's ordering of "
              f"absolute figures) and simulated / published within 1 +- {TOLERANCE:g} (a published range: within "
-             f"[lo / {1 + TOLERANCE:g}, hi x {1 + TOLERANCE:g}]). One calibration for every experiment; each "
+             f"[lo x {1 - TOLERANCE:g}, hi x {1 + TOLERANCE:g}]). One calibration for every experiment; each "
              "paper's configuration as published.", "", fidelity_table(experiments), ""]
     for e in experiments:
         parts += [f"## `{e.name}`: {e.title}", "", f"**Setup.** {e.setup}", ""]
