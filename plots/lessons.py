@@ -1,5 +1,5 @@
 """Figures of ``servesim lessons``: each function takes a lesson's figure data (a dict computed by
-``sim/lessons.py``) and a matplotlib Axes, draws, and returns the Axes. No simulation here."""
+``sim/studies/lessons.py``) and a matplotlib Axes, draws, and returns the Axes. No simulation here."""
 
 from __future__ import annotations
 

@@ -190,3 +190,14 @@ def test_summary_table_names_the_nested_keys_written():
     for k in [*s["profile"], *s["profile"]["decode"], *s["profile"]["diagnosis"],
               *s["profile"]["diagnosis"]["slo_misses"]]:
         assert f"`{k}`" in profile, f"docs/outputs.md, the profile's keys: `{k}` not named"
+
+
+def test_every_source_file_a_page_or_module_names_exists():
+    """A file the docs, or the text a module writes (lessons.md's setups, docstrings), point a reader to
+    exists in the checkout (lessons.md named sim/profile.py, moved to sim/outputs/profile.py)."""
+    pattern = re.compile(r"\b(?:sim|policies|plots|tools|bench|scenarios|tests|examples)/[A-Za-z0-9_./-]+"
+                         r"\.(?:py|yaml|csv|json|md)\b")
+    sources = [*PAGES, *(p for d in ("sim", "policies", "plots") for p in sorted((ROOT / d).rglob("*.py")))]
+    missing = sorted({(str(p.relative_to(ROOT)), m) for p in sources for m in pattern.findall(p.read_text())
+                      if not (ROOT / m).exists()})
+    assert not missing, missing

@@ -644,7 +644,7 @@ def lesson_profile(quick: bool, seed: int | None = None) -> Lesson:
                    "memory reads.",
         "Three small simulations built to be queue-bound (overload), prefill-bound (16k-token prompts, 2 output "
         "tokens, light load) and decode-bound (128-token prompts, 512 output tokens, light load); the diagnosis "
-        "line is summary.json profile.diagnosis (rules in sim/profile.py).",
+        "line is summary.json profile.diagnosis (rules in sim/outputs/profile.py).",
         "each run's diagnosis names the bottleneck it was built for (queueing, prefill, decode_memory)",
         holds, (("case", "busy: prefill / decode / mixed", "bottleneck", "diagnosis"), rows),
         [", ".join(f"{k}: {v}" for k, v in got.items())], [])
