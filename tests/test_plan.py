@@ -339,6 +339,11 @@ def test_plan_command_prints_the_table_answer_and_failure(tmp_path, capsys):
     assert doc["prices_usd_per_gpu_hour"]["a100-80g"] == 1.0
     assert "rank  configuration" in text and "Serve meta-llama/Meta-Llama-3-8B at 20 req/s on" in text
     assert doc["answer"]["label"] in text and "next cheaper:" in text and "seed 0: meets" in text
+    # one seed: its search bracket is not called a 95% interval ("95% interval 11.88-12.19 over 1 seeds")
+    assert "with its one seed; its capacity is" in text and "one seed: no interval; its search bracket" in text
+    assert "over 1 seeds" not in text and "all 1 seeds" not in text
+    row = next(line for line in text.split("\n") if line.strip().startswith("1  "))
+    assert not re.search(r"\d \(\d+(\.\d+)?-\d+(\.\d+)?\)", row), row  # nor is the table's cell
 
 
 

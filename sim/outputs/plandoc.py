@@ -146,6 +146,8 @@ def capacity_text(cap: dict | None) -> str:
     pre = "" if cap.get("measured") else "~"
     if hi - lo < 1e-9:
         return f"{pre}{est:.3g}"
+    if len(cap.get("samples") or [0, 0]) == 1:  # one seed: its search bracket is no confidence interval
+        return f"{pre}{est:.4g}"
     e, low, high = capacity_numbers(cap)
     return f"{pre}{e} ({low}-{high})"
 
@@ -221,14 +223,15 @@ def answer_sentence(doc: dict) -> str:
     if cap:
         est, lo, hi = capacity_numbers(cap)
         kind = "" if cap.get("measured") else " (estimated from one unit's)"
-        cap_txt = (f"; its capacity is {est} req/s{kind} ({conf:.0%} interval "
-                   f"{lo}-{hi} over {len(cap.get('samples') or [])} seeds), "
-                   f"{cap['estimate'] / R - 1:+.0%} headroom")
+        k = len(cap.get("samples") or [])
+        spread = (f"{conf:.0%} interval {lo}-{hi} over {k} seeds" if k != 1
+                  else f"one seed: no interval; its search bracket {lo}-{hi}")
+        cap_txt = f"; its capacity is {est} req/s{kind} ({spread}), {cap['estimate'] / R - 1:+.0%} headroom"
     cost = f"${c['usd_per_hour']:.2f}/h" if c.get("usd_per_hour") is not None else "price unknown"
     objective = doc.get("objective", "cost")
     obj = "" if objective == "cost" else f", {objective_text(objective, c.get('objective'))}"
     return (f"Serve {model} at {R:g} req/s on {c['label']} ({c['fleet']}, {cost}{obj}): it meets {slo_text(doc)} "
-            f"with all {n} seeds{cap_txt}.")
+            + (f"with all {n} seeds" if n != 1 else "with its one seed") + f"{cap_txt}.")
 
 
 def verification_lines(doc: dict) -> list[str]:
