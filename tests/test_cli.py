@@ -684,3 +684,37 @@ def test_a_study_whose_out_is_a_file_says_so(tmp_path, capsys, study):
     assert main([study[0], write(tmp_path, GOOD), *study[1:], "--out", str(plain), "--quiet"]) == 2
     assert f"--out {plain}: exists and is not a folder; give a folder to write into" in capsys.readouterr().err
     assert plain.read_text() == "x"
+
+
+@pytest.mark.parametrize("study", [["sweep", "--grid", "workload.arrival.rate_rps=2"],
+                                   ["capacity", "--slo", "ttft_p99=1"], ["compare", "--policies", "fcfs"],
+                                   ["plan", "--rate", "1", "--slo", "ttft_p99=1"]])
+def test_a_run_and_a_study_do_not_share_a_folder(tmp_path, capsys, study):
+    """A study written into a run's folder (or a run into a study's) left both there, and
+    `servesim report` read the folder as the run (summary.json): the study just written was
+    hidden behind an old run. Each is refused, exit 2, naming the folder and what it holds."""
+    scenario = write(tmp_path, GOOD.replace("num_requests: 60", "num_requests: 5"))
+    run_dir, study_dir = tmp_path / "run", tmp_path / "study"
+    assert main(["run", scenario, "--out", str(run_dir), "--quiet"]) == 0
+    before = (run_dir / "summary.json").read_text()
+    capsys.readouterr()
+    assert main([study[0], scenario, *study[1:], "--out", str(run_dir), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {run_dir}: holds a servesim run (summary.json)" in err and "another --out" in err
+    assert sorted(p.name for p in run_dir.iterdir()) == ["requests.csv", "scenario.yaml", "steps.csv", "summary.json"]
+    assert (run_dir / "summary.json").read_text() == before
+    # the other way: a study's folder (known by its sweep.json) refuses a run
+    study_dir.mkdir()
+    (study_dir / "sweep.json").write_text(json.dumps({"kind": study[0]}))
+    assert main(["run", scenario, "--out", str(study_dir), "--quiet"]) == 2
+    assert f"--out {study_dir}: holds a servesim study" in capsys.readouterr().err
+    assert not (study_dir / "summary.json").exists()
+
+
+def test_a_summary_json_not_servesims_does_not_refuse_a_study(tmp_path, capsys):
+    """Only a servesim run's summary.json marks a run folder: a user's own file of that name in
+    the folder does not stop a sweep writing there."""
+    (tmp_path / "summary.json").write_text('{"mine": 1}')
+    scenario = write(tmp_path, GOOD.replace("num_requests: 60", "num_requests: 5"))
+    assert main(["sweep", scenario, "--grid", "seed=1", "--out", str(tmp_path), "--quiet", "--workers", "1"]) == 0
+    assert (tmp_path / "results.csv").is_file()

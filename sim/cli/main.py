@@ -583,6 +583,37 @@ def _check_out_folder(args) -> None:
     out = getattr(args, "out", None)
     if getattr(args, "command", None) != "calibrate" and isinstance(out, str):
         _not_a_file(out, "--out")
+        _not_another_kind(out, args.command)
+
+
+def _servesim_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a servesim run's summary.json (not some other file of that name)."""
+    import json
+
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and "num_requests" in summary and "files" in summary
+
+
+def _not_another_kind(out: str, command: str) -> None:
+    """A run written into a study's folder, or a study into a run's, is refused: the folder would
+    hold both, and ``servesim report`` (which takes a folder with summary.json for a run) would
+    describe the run and hide the study, or describe an old run instead of the study just written.
+    A study's folder is known by its sweep.json (every study writes it first)."""
+    folder = Path(out)
+    if not folder.is_dir():
+        return
+    if command == "run" and (folder / "sweep.json").is_file():
+        raise InputError(f"--out {out}: holds a servesim study (sweep.json, results.csv, runs/); a run written "
+                         "there would hide it (servesim report reads a folder with summary.json as a run): give "
+                         "the run another --out")
+    if command in RESUMABLE and _servesim_run(folder):
+        what = {"capacity": "capacity search", "compare": "comparison"}.get(command, command)
+        raise InputError(f"--out {out}: holds a servesim run (summary.json); a {what} written there would be "
+                         "hidden by it (servesim report reads a folder with summary.json as that run): give the "
+                         f"{what} another --out")
 
 
 def _beside_scenario_hint(message: str, scenario) -> str:
