@@ -35,8 +35,8 @@ from servesim.outputs.progress import Phases
 from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,
                                      read_capacity, read_results, read_scenario, read_study_meta)
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, fell_behind, gpu_counts,
-                                       identical_labels, meets_slo, rank_key, ranked, rate_order, rate_text,
-                                       slo_phrase, value_text, with_per_gpu)
+                                       identical_labels, meets_slo, not_run_text, rank_key, ranked, rate_order,
+                                       rate_text, slo_phrase, value_text, with_per_gpu)
 from servesim.plots import figures as F
 from servesim.plots.service import service_section
 
@@ -451,7 +451,7 @@ def _verdict(data: dict, ctx: Context) -> list:
         for r in sorted(rs, key=lambda x: rank_key(x, per_gpu)):
             g = _group_label(r, cols, data["kind"], _whole_name(data["meta"]))
             if r["status"] != "ok":
-                failed.append(f"- {g}: did not run ({str(r.get('error'))[:300]})")
+                failed.append(f"- {g}: did not run ({not_run_text(r)[:300]})")
                 continue
             if key and g in ctx.identical:
                 twins.setdefault(ctx.identical[g], []).append(f"- {g}: identical to {ctx.identical[g]}")

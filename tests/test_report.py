@@ -133,6 +133,27 @@ def test_report_on_a_study_stopped_before_its_results_says_so(tmp_path, capsys, 
             "servesim sweep command again to resume it") in capsys.readouterr().err
 
 
+def test_report_on_an_interrupted_comparison_says_what_is_left_to_run(tmp_path, capsys, monkeypatch):
+    """A comparison stopped part-way keeps results.csv with its unrun rows pending (empty error):
+    the report said of each 'did not run (None)' and 'did not run: None'. It says the study stopped
+    before them and that the same command runs them."""
+    from tests.conftest import interrupt_run_point
+
+    interrupt_run_point(monkeypatch, 2)
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({**copy.deepcopy(BASE), "workload": {**BASE["workload"], "num_requests": 10}}))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(sc), "--policies", "continuous,static", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 130
+    assert [r["status"] for r in read_results(out / "results.csv")] == ["ok", "pending"]
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "None" not in md
+    assert "- static: did not run (the study stopped before it; the same command runs it)" in md
+    assert "- static did not run: the study stopped before it; the same command runs it" in md
+
+
 @pytest.mark.parametrize("name,body,message", [
     ("summary.json", "{bad", "malformed JSON"),
     ("summary.json", "[]", "must be a JSON object"),

@@ -172,6 +172,15 @@ def _row_name(r: dict, key: str) -> str:
     return f"{name}" if rate is None else f"{name} at {rate_text(rate)}"
 
 
+def not_run_text(r: dict) -> str:
+    """Why a row of a study did not run: its error, or, for a row still pending (the study was
+    stopped before it: Ctrl-C, SIGTERM), that the same command runs it (its error is empty: the
+    report said "did not run: None")."""
+    if r.get("status") == "pending":
+        return "the study stopped before it; the same command runs it"
+    return str(r.get("error") or "no reason recorded")
+
+
 def study_warnings(rows: list, key: str = "label") -> list:
     """``{code, message}`` for what the rows themselves show: ``identical_variants``,
     ``unequal_gpus``, ``failed`` (a configuration that did not run), ``not_keeping_up`` (runs
@@ -191,7 +200,7 @@ def study_warnings(rows: list, key: str = "label") -> list:
                         "has more capacity; goodput and throughput are also given per GPU"})
     for r in rows:
         if r.get("status") != "ok":
-            out.append({"code": "failed", "message": f"{_row_name(r, key)} did not run: {r.get('error')}"})
+            out.append({"code": "failed", "message": f"{_row_name(r, key)} did not run: {not_run_text(r)}"})
     behind = [r for r in rows if r.get("status") == "ok" and r.get("keep_up") is not None
               and r["keep_up"] < KEEP_UP]
     # (a shortfall that requests served in longer than the window make by themselves, keep_up_warmup,
