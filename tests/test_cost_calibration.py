@@ -546,3 +546,52 @@ def test_calibrate_writes_only_a_file_that_loads(synthetic_profiles, tmp_path, m
     assert "cal2.yaml: not written: the fit gave a calibration that does not load" in err
     assert "gemm.smooth must be >= 0 and <= 100, got 148.4" in err and not out2.exists()
     assert list(tmp_path.glob("cal2.yaml*")) == []  # (nor the file it was loaded from)
+
+
+def _rescale_times(path, factor):
+    """Rewrite a profile CSV with every time_stats column multiplied by ``factor``."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    cols = [i for i, h in enumerate(rows[0]) if h.startswith("time_stats.")]
+    for r in rows[1:]:
+        for i in cols:
+            r[i] = repr(float(r[i]) * factor)
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+@pytest.mark.parametrize("factor, says", [(1e-3, "seconds here"), (1e3, "microseconds here")])
+def test_profiles_in_the_wrong_time_unit_are_refused(synthetic_profiles, tmp_path, capsys, factor, says):
+    """Vidur's time_stats are milliseconds. Timings in seconds (1000x faster than the GPU can
+    run) or microseconds were fitted all the same: calibrate wrote a file pinned at its bounds
+    (gemm compute 1.0, smooth 100, or every share at its floor) with 64,000% / 94% MAPE, exit 0.
+    Now both commands, and pricing from measurements, refuse the file by name; nothing is written."""
+    mlp = synthetic_profiles / "compute/a100/org/big/mlp.csv"
+    _rescale_times(mlp, factor)
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(mlp) in err and "must be milliseconds" in err and says in err and not out.exists()
+    assert main(["validate-cost", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--quiet",
+                 "--out", str(tmp_path / "v")]) == 2
+    assert str(mlp) in capsys.readouterr().err
+    # nor are a step's kernels priced from them (cost.profiles; the profile has Llama-3-8B's shape)
+    assert main(["cost", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "a100-80g", "--decode-batch", "1",
+                 "--profiles", str(synthetic_profiles)]) == 2
+    assert str(mlp) in capsys.readouterr().err
+    # the network timings alike (the collectives-only path of a GPU without compute profiles)
+    _rescale_times(mlp, 1 / factor)
+    ar = synthetic_profiles / "network/a100_dgx/all_reduce.csv"
+    _rescale_times(ar, factor)
+    assert main(["calibrate", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "network/a100_dgx/all_reduce.csv" in err and says in err and not out.exists()
+
+
+def test_profiles_of_another_gpu_are_refused(synthetic_profiles, tmp_path, capsys):
+    """A100 timings validated as an A40's (--device a100 --gpu a40) beat the A40's datasheet
+    roofline: refused, not reported as a fit."""
+    assert main(["validate-cost", "--profiles", str(synthetic_profiles), "--gpu", "a40", "--device", "a100",
+                 "--quiet", "--out", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err
+    assert "faster than the a40's datasheet roofline" in err and "a faster GPU's timings" in err

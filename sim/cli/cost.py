@@ -121,13 +121,16 @@ def cmd_cost(args) -> int:
 
 
 def _profiles(args):
+    from servesim.cost.fitting import check_units
     from servesim.cost.profiles import find_profiles
     from servesim.inputs.specs import get_gpu
 
     gpu = get_gpu(args.gpu, "--gpu")
     if args.max_tokens < 1:
         raise InputError(f"--max-tokens must be >= 1, got {args.max_tokens}")
-    return gpu, find_profiles(args.profiles, gpu.name, args.device, args.node)
+    prof = find_profiles(args.profiles, gpu.name, args.device, args.node)
+    check_units(prof, gpu)  # (times in seconds or microseconds would fit, and write, a calibration of nothing)
+    return gpu, prof
 
 
 def _summary_rows(rows, detail: bool):

@@ -115,6 +115,58 @@ def gemm_points(profiles: list):
             np.array(op))
 
 
+# a kernel's measured time against its datasheet roofline ``max(FLOPs / peak, bytes / bandwidth)``:
+# measured kernels reach 0.7-0.9 of it at best (A100, A40, H200 GEMMs; collectives 0.04-0.8 of
+# their link), so a profile whose typical kernel beats the roofline, or whose best one stays
+# under this share of it, was not timed in milliseconds on this GPU (seconds or microseconds,
+# or another GPU): a fit to it would be a calibration of nothing, written without complaint
+MIN_ROOFLINE_SHARE = 0.005
+
+
+def _units_error(what: str, share, gpu: GpuSpec, roof: str) -> str | None:
+    """Why ``share`` (each measurement's roofline time over its measured time) cannot be this
+    GPU's timings in milliseconds, or None."""
+    import numpy as np
+
+    med, best = float(np.median(share)), float(np.max(share))
+    if med > 1.0:
+        return (f"{what}: the measured times are {med:.3g}x faster than the {gpu.name}'s datasheet "
+                f"roofline ({roof}) at the median: the time_stats columns must be milliseconds measured "
+                f"on the {gpu.name} (seconds here, or a faster GPU's timings?)")
+    if best < MIN_ROOFLINE_SHARE:
+        return (f"{what}: the fastest measurement reaches only {best:.2g} of the {gpu.name}'s datasheet "
+                f"roofline ({roof}; measured kernels reach a few percent of it or more): the time_stats columns "
+                f"must be milliseconds measured on the {gpu.name} (microseconds here?)")
+    return None
+
+
+def check_units(profiles: Profiles, gpu: GpuSpec) -> None:
+    """An ``InputError`` naming the file when a profile's times cannot be ``gpu``'s kernel times
+    in milliseconds (``MIN_ROOFLINE_SHARE``): each ``mlp.csv``'s GEMMs against the GPU's peak
+    FLOP/s and bandwidth, each network file's largest messages against its fastest link."""
+    import numpy as np
+
+    peak, bw = gpu.peak_flops, gpu.mem_bw_bytes_per_s
+    roof = f"{peak / 1e12:g} TFLOP/s, {bw / 1e9:g} GB/s"
+    for p in profiles.compute:
+        M, K, N, y, *_ = gemm_points([p])
+        if len(y):
+            lb = np.maximum(2 * M * K * N / peak, (PROFILE_DTYPE_BYTES * K * N + ACT * M * (K + N)) / bw)
+            err = _units_error(str(p.path), lb / y, gpu, roof)
+            if err:
+                raise InputError(err)
+    link = max(gpu.link_bw_bytes_per_s, gpu.pcie_bw_bytes_per_s)
+    for fam, kind, _, (node, data) in comm_data(profiles):
+        n, size, _, y = data
+        # the least an all-reduce moves over one GPU's link: 2 (n - 1) / n of the message; a send all of it
+        vol = 2 * (n - 1) / n * size if kind == "allreduce" else size
+        name = "all_reduce.csv" if kind == "allreduce" else "send_recv.csv"
+        err = _units_error(f"{profiles.where}/network/{node}/{name}", vol / link / y, gpu,
+                           f"{link / 1e9:g} GB/s per link")
+        if err:
+            raise InputError(err)
+
+
 def mem_points(profiles: list, family: str):
     """Bytes moved per kernel, measured seconds, labels (model, tp, op) and token counts of one
     bandwidth-bound family."""

@@ -22,6 +22,7 @@ so they are refused for other weight dtypes; MoE layers are not covered.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -107,10 +108,10 @@ def _shape(n_head, n_kv, hidden, inter, gated) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _load(root: str, gpu: str, device: str | None, shape: tuple, tp: int, model_name: str, where: str) -> MeasuredOps:
+def _load(root: str, gpu, device: str | None, shape: tuple, tp: int, model_name: str, where: str) -> MeasuredOps:
     from servesim.cost.profiles import find_profiles
 
-    prof = find_profiles(root, gpu, device, where=where)
+    prof = find_profiles(root, gpu.name, device, where=where)
     def shape_of(p):
         return p.n_head, p.n_kv_head, p.hidden, p.inter, p.gated
 
@@ -121,6 +122,11 @@ def _load(root: str, gpu: str, device: str | None, shape: tuple, tp: int, model_
                          f"profiles there: {have}")
     for p in match:
         if (p.tp == tp).any():
+            from servesim.cost.fitting import check_units
+
+            # (times in seconds would price every kernel 1000x fast, without a word)
+            check_units(dataclasses.replace(prof, compute=[p], allreduce=None, send_recv=None, allreduce_pcie=None),
+                        gpu)
             return MeasuredOps(str(p.path), tp, tables_of(p, tp))
     tps = sorted({int(t) for p in match for t in p.tp.tolist()})
     raise InputError(f"{where}: {match[0].path} has no measurements at TP {tp}; measured TP sizes: "
@@ -143,4 +149,4 @@ def load_measured(root: str | Path, model, tp: int, gpu, dtype: str = "bf16", de
         raise InputError(f"{where}: {model.name} uses multi-head latent attention; measured profiles cover "
                          "standard attention projections only (leave it unset to use the calibrated roofline)")
     shape = (model.num_heads, model.num_kv_heads, model.hidden_size, model.intermediate_size, bool(model.gated_mlp))
-    return _load(str(root), gpu.name, device, shape, int(tp), model.name, where)
+    return _load(str(root), gpu, device, shape, int(tp), model.name, where)
