@@ -595,3 +595,26 @@ def test_profiles_of_another_gpu_are_refused(synthetic_profiles, tmp_path, capsy
                  "--quiet", "--out", str(tmp_path / "v")]) == 2
     err = capsys.readouterr().err
     assert "faster than the a40's datasheet roofline" in err and "a faster GPU's timings" in err
+
+
+def test_calibrate_says_which_families_a_file_leaves_at_the_v0_figures(tmp_path, capsys):
+    """`calibrate --gpu h100-sxm` on network timings alone (the docs' "collectives only" example)
+    wrote a file whose source said only "fitted to network timings": a run naming it priced the
+    H100's GEMMs, attention and bandwidth-bound kernels with the v0 figures, not the H200-measured
+    ones `auto` gives it, without a word. The source and a note now name those families."""
+    h100 = GPUS["h100-sxm"]
+    root = tmp_path / "prof"
+    write_allreduce_csv(root / "network/h100_dgx/all_reduce.csv", h100)
+    (root / "compute/a100").mkdir(parents=True)  # (Vidur's layout: compute timings of other GPUs only)
+    out = tmp_path / "h100-comm.yaml"
+    assert main(["calibrate", "--profiles", str(root), "--gpu", "h100-sxm", "--out", str(out)]) == 0
+    note = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("note:"))
+    unfitted = "gemm, attention, norm, activation, rotary, residual, embedding, allreduce_pcie, send_recv"
+    assert f"not measured by these profiles: {unfitted}." in note and "v0 figures" in note
+    assert "with cost.calibration: auto the h100-sxm takes other figures for all of them" in note
+    own, auto = efficiencies_for(h100, str(out)), efficiencies_for(h100)
+    assert f"not measured, v0 figures: {unfitted}" in " ".join(own.source.split())
+    # what the source says is what a run gets: those families at v0, the fitted and carried ones not
+    for fam in unfitted.split(", "):
+        assert getattr(own, fam) == getattr(Efficiencies(), fam) != getattr(auto, fam), fam
+    assert own.allreduce != Efficiencies().allreduce and own.allreduce_custom == auto.allreduce_custom

@@ -181,7 +181,15 @@ def cmd_calibrate(args) -> int:
     carried = efficiencies_for(gpu, "auto")
     fp8_fitted = fits_fp8(prof.fp8, gpu)  # fit_profiles fitted gemm_fp8 from them
     keep = tuple(f for f in carried_families(gpu) if not (f == "gemm_fp8" and fp8_fitted))
+    v0 = Efficiencies()
+    # families neither measured here nor carried over: loaded from the file (a path), they are the
+    # v0 figures, not what `auto` gives this GPU (the H100's GEMMs from a collectives-only fit): say so
+    unfitted = [f for f in FAMILIES if f != "overhead" and f not in keep and getattr(eff, f) == getattr(v0, f)
+                and (f != "gemm_fp8" or gpu.fp8_flops > 0) and (f != "allreduce_custom" or gpu.peer_link)]
     eff = dataclasses.replace(eff, **{f: getattr(carried, f) for f in keep})
+    if unfitted:
+        eff = dataclasses.replace(eff, source=eff.source.replace("; attention not measured (v0 values)", "")
+                                  + f"; not measured, v0 figures: {', '.join(unfitted)}")
     v = validate(prof, gpu, eff, args.max_tokens)
     quality = {}
     for r in v["rows"]:
@@ -218,6 +226,12 @@ def cmd_calibrate(args) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     _write_if_it_loads(calibration_yaml(eff, gpu, prov, quality), out)
     print(f"calibrated {gpu.name} from {len(prof.compute)} compute profile(s); wrote {out}")
+    if unfitted:
+        differ = [f for f in unfitted if getattr(carried, f) != getattr(v0, f)]
+        print(f"note: not measured by these profiles: {', '.join(unfitted)}. A run naming this file prices them "
+              "with the v0 figures (cost.calibration: none's)"
+              + (f"; with cost.calibration: auto the {gpu.name} takes other figures for "
+                 + ("all of them" if differ == unfitted else ", ".join(differ)) if differ else ""))
     if prof.fp8 and not fp8_fitted:
         print(f"note: {len(prof.fp8)} fp8_gemm.csv file(s) not used: {gpu.name} has no FP8 tensor cores "
               "(fp8_flops 0), so FP8 weights run at its 16-bit peak")
