@@ -605,7 +605,6 @@ def test_calibrate_says_which_families_a_file_leaves_at_the_v0_figures(tmp_path,
     h100 = GPUS["h100-sxm"]
     root = tmp_path / "prof"
     write_allreduce_csv(root / "network/h100_dgx/all_reduce.csv", h100)
-    (root / "compute/a100").mkdir(parents=True)  # (Vidur's layout: compute timings of other GPUs only)
     out = tmp_path / "h100-comm.yaml"
     assert main(["calibrate", "--profiles", str(root), "--gpu", "h100-sxm", "--out", str(out)]) == 0
     note = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("note:"))
@@ -618,3 +617,20 @@ def test_calibrate_says_which_families_a_file_leaves_at_the_v0_figures(tmp_path,
     for fam in unfitted.split(", "):
         assert getattr(own, fam) == getattr(Efficiencies(), fam) != getattr(auto, fam), fam
     assert own.allreduce != Efficiencies().allreduce and own.allreduce_custom == auto.allreduce_custom
+
+
+def test_network_timings_alone_are_a_profiles_folder(tmp_path, capsys):
+    """A profiles folder holding only network/<node>/ (no compute/ folder) was taken for a folder
+    of <org>/<model>/mlp.csv files: "no mlp.csv files under it", exit 2. It now fits the
+    collectives, as it does when compute/ holds other GPUs' timings."""
+    root = tmp_path / "prof"
+    write_allreduce_csv(root / "network/a100_dgx/all_reduce.csv")
+    prof = find_profiles(root, "a100-80g")
+    assert prof.compute == [] and prof.allreduce[0] == "a100_dgx"
+    out = tmp_path / "comm.yaml"
+    assert main(["calibrate", "--profiles", str(root), "--gpu", "a100-80g", "--out", str(out)]) == 0
+    assert load_calibration(out).allreduce.link == pytest.approx(TRUE.allreduce.link, rel=0.03)
+    # a GPU it has no timings of is still refused by name
+    capsys.readouterr()
+    assert main(["calibrate", "--profiles", str(root), "--gpu", "a40", "--out", str(out)]) == 2
+    assert "no mlp.csv files under" in capsys.readouterr().err

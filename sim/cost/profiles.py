@@ -357,7 +357,10 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
         raise InputError(f"{where}: {str(root)!r} is not a folder")
     dev = device or DEVICE_DIRS.get(gpu, gpu)
     cdir = root / "compute" / dev if (root / "compute").is_dir() else root
-    network_only = not cdir.is_dir() and not device and _network_nodes(root, dev, node)
+    # (a folder of network timings alone, with no compute/ beside them, is that too, not a folder of
+    # <org>/<model>/mlp.csv files lacking them)
+    network_only = (not device and (not cdir.is_dir() or (cdir == root and not any(root.glob("**/mlp.csv"))))
+                    and _network_nodes(root, dev, node))
     if network_only:  # collectives alone (H100: Vidur's network timings, no compute ones here)
         return dataclasses.replace(_network(root, dev, node), where=str(root))
     if not cdir.is_dir():
