@@ -200,3 +200,34 @@ def test_calibrate_says_when_fp8_timings_cannot_be_used(tmp_path):
 
     assert "gemm_fp8" not in yaml.safe_load((tmp_path / "nofp8-cal.yaml").read_text())
 
+
+
+def _scale_columns(path, factor, which):
+    """Rewrite a CSV with the non-empty cells of the columns ``which(name)`` picks times ``factor``."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    cols = [i for i, h in enumerate(rows[0]) if which(h)]
+    for r in rows[1:]:
+        for i in cols:
+            r[i] = repr(float(r[i]) * factor) if r[i] else r[i]
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+@pytest.mark.parametrize("name, column", [("meta-llama/Llama-2-7b-hf/attention.csv", "time_stats."),
+                                          ("fp8_gemm.csv", "fp8_")])
+def test_attention_and_fp8_timings_in_seconds_are_refused(tmp_path, capsys, name, column):
+    """attention.csv and fp8_gemm.csv timings in seconds (1000x faster than the H200 can run them)
+    were fitted and written like any (attention's shares pinned at 1): refused by name, as mlp.csv's."""
+    import shutil
+
+    from servesim.cli.main import main
+
+    prof = tmp_path / "prof"
+    shutil.copytree(DATA / "compute", prof / "compute")
+    bad = prof / "compute" / "h200" / name
+    _scale_columns(bad, 1e-3, lambda h: h.startswith(column))
+    out = tmp_path / "h200.yaml"
+    assert main(["calibrate", "--profiles", str(prof), "--gpu", "h200", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "faster than the h200's datasheet roofline" in err and not out.exists()

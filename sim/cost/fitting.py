@@ -142,8 +142,9 @@ def _units_error(what: str, share, gpu: GpuSpec, roof: str) -> str | None:
 
 def check_units(profiles: Profiles, gpu: GpuSpec) -> None:
     """An ``InputError`` naming the file when a profile's times cannot be ``gpu``'s kernel times
-    in milliseconds (``MIN_ROOFLINE_SHARE``): each ``mlp.csv``'s GEMMs against the GPU's peak
-    FLOP/s and bandwidth, each network file's largest messages against its fastest link."""
+    in milliseconds (``MIN_ROOFLINE_SHARE``): each ``mlp.csv``'s GEMMs, ``attention.csv``'s
+    kernels and ``fp8_gemm.csv``'s GEMMs against the GPU's peak FLOP/s and bandwidth, each
+    network file's messages against its fastest link."""
     import numpy as np
 
     peak, bw = gpu.peak_flops, gpu.mem_bw_bytes_per_s
@@ -155,6 +156,19 @@ def check_units(profiles: Profiles, gpu: GpuSpec) -> None:
             err = _units_error(str(p.path), lb / y, gpu, roof)
             if err:
                 raise InputError(err)
+    for p in profiles.attention:
+        a, _ = attention_points([p])
+        lb = attention_time_np(a["qd"], a["kv_tok"], a["tok"], a["pairs"], a["ctx"], peak, bw, OpEfficiency(1.0, 1.0))
+        err = _units_error(str(p.path), lb / a["y"], gpu, roof)
+        if err:
+            raise InputError(err)
+    if gpu.fp8_flops > 0:  # (else the FP8 timings are not used)
+        for p in profiles.fp8:
+            M, K, N = (np.asarray(x, float) for x in (p.M, p.K, p.N))
+            lb = np.maximum(2 * M * K * N / gpu.fp8_flops, (K * N + ACT * M * (K + N)) / bw)
+            err = _units_error(str(p.path), lb / p.y, gpu, f"{gpu.fp8_flops / 1e12:g} FP8 TFLOP/s, {bw / 1e9:g} GB/s")
+            if err:
+                raise InputError(err.replace("the time_stats columns", "the fp8_ms column"))
     link = max(gpu.link_bw_bytes_per_s, gpu.pcie_bw_bytes_per_s)
     for fam, kind, _, (node, data) in comm_data(profiles):
         n, size, _, y = data
