@@ -169,6 +169,9 @@ def test_cli_cost_and_run_with_profiles(exact_profiles, tmp_path, capsys):
     assert priced["ops"]["mlp_up"]["time_s"] != plain["ops"]["mlp_up"]["time_s"]
     assert main(args + ["--profiles", str(exact_profiles), "--tp", "8"]) == 2
     assert "no measurements at TP 8" in capsys.readouterr().err
+    # the fix it suggests is the flag's (it said hardware.dtype, a scenario's field)
+    assert main(args + ["--profiles", str(exact_profiles), "--dtype", "fp8"]) == 2
+    assert "cannot price fp8 weights (use --dtype bf16 or fp16, or leave --profiles unset)" in capsys.readouterr().err
     scen = tmp_path / "s.yaml"
     scen.write_text(f"""
 model: meta-llama/Meta-Llama-3-8B

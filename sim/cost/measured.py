@@ -140,8 +140,9 @@ def load_measured(root: str | Path, model, tp: int, gpu, dtype: str = "bf16", de
     matched by the model's shape (heads, KV heads, hidden, MLP size, gating), not its name.
     Every way it cannot serve the request is an ``InputError`` naming ``where``."""
     if dtype not in MEASURED_DTYPES:
+        flag = "--dtype" if where.startswith("--") else "hardware.dtype"  # (servesim cost, or a scenario)
         raise InputError(f"{where}: the profiles are fp16 kernel timings; they cannot price {dtype} weights "
-                         f"(use hardware.dtype bf16 or fp16, or leave {where} unset)")
+                         f"(use {flag} bf16 or fp16, or leave {where} unset)")
     if model.is_moe:
         raise InputError(f"{where}: {model.name} is a mixture-of-experts model; measured profiles cover "
                          "dense MLPs only (leave it unset to use the calibrated roofline)")
