@@ -634,3 +634,40 @@ def test_network_timings_alone_are_a_profiles_folder(tmp_path, capsys):
     capsys.readouterr()
     assert main(["calibrate", "--profiles", str(root), "--gpu", "a40", "--out", str(out)]) == 2
     assert "no mlp.csv files under" in capsys.readouterr().err
+
+
+def _keep_rows(path, keep):
+    """Rewrite a profile CSV keeping the rows whose num_tokens ``keep`` accepts."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    i = rows[0].index("num_tokens")
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([rows[0]] + [r for r in rows[1:] if keep(int(r[i]))])
+
+
+def test_validate_cost_with_nothing_to_validate_says_so(synthetic_profiles, tmp_path, capsys):
+    """Three ways validate-cost had no point to plot ended in a matplotlib traceback (exit 1):
+    --max-tokens below every measured token count, --measured or --held-out-models on network
+    timings alone, --measured with two token counts per operator. Each is now an error saying why."""
+    base = ["validate-cost", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--quiet",
+            "--out", str(tmp_path / "v")]
+    for mlp in synthetic_profiles.glob("compute/a100/*/*/mlp.csv"):
+        _keep_rows(mlp, lambda t: t >= 8)
+    assert main(base + ["--max-tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-tokens 4 is below every measured token count: the smallest is 8, in" in err
+    # calibrate fits every row but reports over --max-tokens: an empty report was written silently
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--profiles", str(synthetic_profiles), "--gpu", "a100-80g", "--max-tokens", "4",
+                 "--out", str(out)]) == 2 and not out.exists()
+    assert "below every measured token count" in capsys.readouterr().err
+    for mlp in synthetic_profiles.glob("compute/a100/*/*/mlp.csv"):
+        _keep_rows(mlp, lambda t: t in (8, 48))
+    assert main(base + ["--measured"]) == 2
+    assert "--measured needs at least 3 token counts" in capsys.readouterr().err
+    net = tmp_path / "net"
+    write_allreduce_csv(net / "network/a100_dgx/all_reduce.csv")
+    for flag in ("--measured", "--held-out-models"):
+        assert main(["validate-cost", "--profiles", str(net), "--gpu", "a100-80g", flag, "--quiet",
+                     "--out", str(tmp_path / "v")]) == 2
+        assert f"{flag} checks the per-layer kernels of compute profiles (mlp.csv)" in capsys.readouterr().err

@@ -130,6 +130,11 @@ def _profiles(args):
         raise InputError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     prof = find_profiles(args.profiles, gpu.name, args.device, args.node)
     check_units(prof, gpu)  # (times in seconds or microseconds would fit, and write, a calibration of nothing)
+    if prof.compute:
+        first = min(prof.compute, key=lambda p: p.tokens.min())
+        if args.max_tokens < first.tokens.min():  # (no compute row left to validate)
+            raise InputError(f"--max-tokens {args.max_tokens} is below every measured token count: the smallest "
+                             f"is {int(first.tokens.min())}, in {first.path}")
     return gpu, prof
 
 
@@ -258,6 +263,11 @@ def cmd_validate_cost(args) -> int:
     bar = Phases(not args.quiet, "validate-cost", 2)  # progress on stderr, closed before the table
     try:
         gpu, prof = _profiles(args)
+        if (args.measured or args.held_out_models) and not prof.compute:
+            flag = "--measured" if args.measured else "--held-out-models"
+            raise InputError(f"{flag} checks the per-layer kernels of compute profiles (mlp.csv), and "
+                             f"{args.profiles} has none for {gpu.name}, only network timings: leave {flag} out "
+                             "to validate the collectives")
         eff = efficiencies_for(gpu, args.calibration, "--calibration")
         bar.step("profiles read")
         if args.measured:
@@ -274,6 +284,10 @@ def cmd_validate_cost(args) -> int:
             bar.step("validated")
     finally:
         bar.close()
+    if not v["rows"]:  # (--measured prices a point from 2 others of its operator: each needs 3 token counts)
+        raise InputError(f"--profiles: nothing to validate under {args.profiles} for {gpu.name} "
+                         + ("(--measured needs at least 3 token counts of an operator at one TP size)"
+                            if args.measured else "(no measurement the cost model prices)"))
     print(f"{gpu.name}: predicted vs measured, num_tokens <= {args.max_tokens}; {what}\n")
     print(format_table(_summary_rows(v["rows"], args.detail)))
     mode = "measured" if args.measured else "held-out-models" if args.held_out_models else "calibration"

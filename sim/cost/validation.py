@@ -259,7 +259,7 @@ def plot_predicted_vs_measured(points: dict, title: str, path) -> None:
 
     from servesim.plots.figures import _plain_log_ticks, subplots
 
-    fams = list(points)
+    fams = [f for f in points if len(points[f][0])]  # (a family with no point has no panel)
     cols = 3
     rows = -(-len(fams) // cols)
     fig, axes = subplots(rows, cols, figsize=(4 * cols, 3.6 * rows), squeeze=False)
