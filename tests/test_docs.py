@@ -43,6 +43,12 @@ def test_generated_reference_pages_match_the_code():
         sys.path.remove(str(ROOT))
     stale = gen_reference.stale()
     assert not stale, f"docs/reference/{stale} out of date: run python tools/gen_reference.py"
+    # a command's help keeps its capitals (str.capitalize lower-cased "MAPE", "SLOs", "vLLM", "P/D")
+    cli = (ROOT / "docs/reference/cli.md").read_text()
+    for line in ("Predicted vs measured operator times: MAPE and worst case.",
+                 "Highest arrival rate at which the SLOs hold (bisection on rate).",
+                 "The cheapest deployment (GPU, TP/PP, replicas, policy or P/D split)"):
+        assert f"\n{line}" in cli, line
 
 
 def test_scenario_reference_names_every_field():
