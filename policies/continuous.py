@@ -464,6 +464,34 @@ class ContinuousPolicy:
         remaining = r.num_tokens - c
         return c, held, idle, (min(remaining, budget) if self.chunked else remaining)
 
+    def _admission_tokens(self, r, c: int, q: int) -> int:
+        """The KV tokens ``admit`` maps for waiting request ``r`` taking ``q`` tokens after ``c``
+        computed ones (a prefix-cache hit): c + q, its whole reservation (``reserve``: never
+        preempted, so c is 0 or a hit), or its whole sequence coming back from a preemption
+        (``recompute_whole``)."""
+        if self.reserve != "none":
+            return max(c + q, self.reserved_tokens(r.prompt_tokens, r.output_tokens))
+        if self.recompute_whole and r.preemptions:
+            return r.num_tokens
+        return c + q
+
+    def lacks(self, kv, r, budget: int, free: int, seats: int) -> str | None:
+        """What waiting request ``r`` lacks, of ``budget`` tokens, ``free`` KV blocks and ``seats``
+        sequence slots, to be admitted as ``admit`` admits (its prefix-cache hits, reservation and
+        the watermark counted), or None when it would be: the decision trace's reason for a request
+        queued behind the one admission stopped at (``servesim.core.decisions``)."""
+        if seats <= 0:
+            return "max_num_seqs"
+        c, held, idle, q = self._waiting_tokens(kv, r, budget)
+        if q > budget or q == 0:
+            return "budget"
+        need = kv.blocks_for(self._admission_tokens(r, c, q)) - held + idle
+        if need > free:
+            return "kv"
+        if not r.preemptions and free - need < int(self.watermark * kv.num_blocks):
+            return "watermark"
+        return None
+
     def _take_holders(self, kv, queue, taken, items, n_seqs, free, budget, stop):
         """``admit``'s first part: take requests whose KV is kept (swapped out to host, or landed
         here from a P/D prefill replica) from the front of ``queue`` into ``taken`` (and their
@@ -539,11 +567,7 @@ class ContinuousPolicy:
                         continue
                     stop = ("budget", r, budget, free, self.max_num_seqs - n_seqs)
                     break
-                tokens = c + q
-                if self.reserve != "none":  # the whole reservation, now (never preempted: c is 0 or a hit)
-                    tokens = max(tokens, self.reserved_tokens(r.prompt_tokens, r.output_tokens))
-                elif self.recompute_whole and r.preemptions:
-                    tokens = r.num_tokens
+                tokens = self._admission_tokens(r, c, q)
                 need = kv.blocks_for(tokens) - held + idle
                 # the watermark holds back new requests; one coming back from a preemption may
                 # use it (else a recompute larger than what the watermark leaves would never return)

@@ -153,3 +153,48 @@ def test_consecutive_spans_of_a_request_differ_in_reason_even_as_the_head_change
     assert not touching
     hol = d["reason"] == "head_of_line"
     assert hol.sum() > 50 and (d["decisions"][hol] > 1).any()  # (the overload this is about)
+
+
+def _classify(policy, kv, running, waiting):
+    """The reasons the tracer gives the waiting requests at ``policy``'s decision (no engine)."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from servesim.core.decisions import DecisionTracer
+    from servesim.policies.base import ReplicaState
+
+    waiting = deque(waiting)
+    batch = policy.next_batch(ReplicaState(running, waiting, kv))
+    tracer = DecisionTracer()
+    tracer.decide(SimpleNamespace(prio=None, kv=kv, policy=policy, landed=(), waiting=waiting, index=0), 1.0, batch)
+    return {e[0].request_id: e[3] for e in tracer._open.values()}
+
+
+def test_a_request_behind_the_head_is_classified_as_the_policy_would_admit_it():
+    """The requests behind the one admission stopped at were tested on their plain tokens and the
+    free blocks: one that the watermark would have kept out too was counted head-of-line (it
+    'would have fit'), one whose prompt the prefix cache holds was said to lack KV."""
+    from servesim.core.kv import BlockAllocator
+    from servesim.core.request import Request
+    from servesim.policies.continuous import ContinuousPolicy
+
+    def decoding(rid, prompt, kv, **kw):
+        r = Request(rid, 0.0, prompt, 100, **kw)
+        r.num_computed_tokens, r.num_output_done = prompt, 1
+        assert kv.grow(r, prompt)
+        return r
+
+    # 100 blocks of 16, watermark 0.1 keeps 10 free; the running request holds 85 (its next token
+    # fits its last block): 15 free. The head needs 20 (kv); 8 blocks behind it would leave 7 < 10
+    kv = BlockAllocator(100, 16)
+    reasons = _classify(ContinuousPolicy(watermark=0.1), kv, [decoding(0, 85 * 16 - 8, kv)],
+                        [Request(1, 0.1, 20 * 16, 10), Request(2, 0.2, 8 * 16, 10)])
+    assert reasons == {1: "kv", 2: "watermark"}
+    # 20 blocks, prefix caching: the running request maps its 10-block prefix (group 0) and takes
+    # an 11th for its next token: 9 free. The head needs 12 (kv); the one behind shares the
+    # prefix: 10 of its 11 blocks are hits, so it needs one: it would have fit
+    kv = BlockAllocator(20, 16, prefix_caching=True)
+    run = decoding(0, 160, kv, prefix_group=0, prefix_tokens=160)
+    reasons = _classify(ContinuousPolicy(), kv, [run],
+                        [Request(1, 0.1, 192, 10), Request(2, 0.2, 176, 10, prefix_group=0, prefix_tokens=160)])
+    assert reasons == {1: "kv", 2: "head_of_line"}

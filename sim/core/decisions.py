@@ -9,9 +9,11 @@ and the tokens, free KV blocks and sequence slots left then):
 * the request admission stopped at: that reason (``budget``, ``kv``, ``watermark``,
   ``max_num_seqs``; ``swapped_first`` when swapped or landed requests could not all come back;
   ``preemption_step`` when the step preempted);
-* a request behind it that would have fit what was left (its tokens, KV blocks and a slot):
+* a request behind it that would have fit what was left (its tokens, a slot and its KV blocks,
+  tested as the policy admits: prefix-cache hits, a reservation and the watermark counted):
   ``head_of_line``, or ``priority`` when the one ahead has a higher priority; one that would not
-  have fit: the resource it lacked itself (with ``policy.skip_unfit_prompts``, prompts set aside
+  have fit: the resource it lacked itself (``watermark`` when its blocks fit only into the share
+  the watermark keeps free) (with ``policy.skip_unfit_prompts``, prompts set aside
   for the budget, ahead of or behind that request, are ``budget``: nothing waits behind them);
 * a request that arrived while a step ran waits for the next decision (``arrived``); one
   preempted waits out that step (``preempted``; swapped out: until swapped back in).
@@ -67,6 +69,9 @@ class DecisionTracer:
         low = prio.lowest() if prio is not None else None
         kv = replica.kv
         chunked = getattr(replica.policy, "chunked", False)
+        # (the policy's own test when it has one: ContinuousPolicy's counts prefix-cache hits, its
+        # reservation and the watermark, as its admission does)
+        lacks = getattr(replica.policy, "lacks", None)
         # (skip_unfit_prompts: prompts set aside for the budget are not the queue's head-of-line)
         skipping = getattr(replica.policy, "skips_unfit", False)
         head = stop[1] if stop is not None else None
@@ -88,7 +93,7 @@ class DecisionTracer:
                 elif not behind:  # ahead of the head yet not admitted: a holder queue's order, or set aside
                     reason = "budget" if skipping and queue is replica.waiting else "swapped_first"
                 else:
-                    lack = _lacks(r, stop, kv, chunked)
+                    lack = _lacks(r, stop, kv, chunked) if lacks is None else lacks(kv, r, *stop[2:])
                     if lack is None and skipping and stop[0] == "budget":
                         reason = "budget"  # (set aside too, once those admitted after the head took the tokens)
                     elif lack is None:
@@ -147,7 +152,8 @@ class DecisionTracer:
 
 
 def _lacks(r, stop, kv, chunked: bool) -> str | None:
-    """What ``r`` lacks of what was left when admission stopped (None: it would have fit)."""
+    """What ``r`` lacks of what was left when admission stopped (None: it would have fit), for a
+    policy without its own ``lacks``: its tokens, KV blocks and a slot."""
     _, _, budget, free, seats = stop
     if seats <= 0:
         return "max_num_seqs"
