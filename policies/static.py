@@ -40,7 +40,7 @@ class StaticPolicy:
     def _padded_decode(self, dec) -> Batch:
         """A decode step of the batch in flight from the decode set alone: the same counts as
         the running list gives below (every live slot attends over its own tokens and the padding
-        of its prompt to P; an idle slot over P + k + 1, padding all), and how the next steps will
+        of its prompt to P; an idle slot over P + k, padding all), and how the next steps will
         look. The padding is P + k less each live slot's tokens (dctx, their sum of c + 1), unless
         a slot's attention is cut by a sliding window: then it is n x P less their prompts, which
         holds until one of them completes, so the decision holds until then
@@ -52,7 +52,7 @@ class StaticPolicy:
 
         def step(n: int, dctx: int, i: int) -> Batch:
             k, idle = k0 + i, slots - n
-            pad = (prompt_pad if windowed else n * (P + k) - dctx) + idle * (P + k + 1)
+            pad = (prompt_pad if windowed else n * (P + k) - dctx) + idle * (P + k)
             return Batch(num_seqs=n, num_tokens=n, decode_tokens=n, num_decode_seqs=n, num_sampled=n,
                          attn_pairs=float(dctx + pad), context_tokens=dctx + pad, decode_context_tokens=dctx,
                          decode_attn_pairs=float(dctx), padding_tokens=idle, set_seqs=n)
@@ -78,8 +78,10 @@ class StaticPolicy:
             # each: k, the decode steps so far with this one, is any live slot's c - prompt + 1)
             P, k = self._padded_prompt, running[0].num_computed_tokens - running[0].prompt_tokens + 1
             idle = self._slots - len(running)
-            # attention runs over the padded length: P + k tokens of KV before this step's token
-            pad_ctx = sum(P - r.prompt_tokens for r in running) + idle * (P + k + 1)
+            # attention runs over the padded length: P + k - 1 tokens of KV before this step's
+            # token, P + k with it (a live slot's c + 1 with its prompt padded to P; a finished
+            # slot's the same: it kept stepping as padding)
+            pad_ctx = sum(P - r.prompt_tokens for r in running) + idle * (P + k)
             return make_batch([(r, 1) for r in running], padding=(idle, pad_ctx, pad_ctx))
 
         waiting = state.waiting

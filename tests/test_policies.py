@@ -4,7 +4,7 @@ from collections import deque
 
 import numpy as np
 
-from servesim.policies.base import ReplicaState
+from servesim.policies.base import DecodeSet, ReplicaState
 from servesim.policies.continuous import ContinuousPolicy
 from servesim.policies.pd_split import link_figures, pick_decode_replica, transfer_time_s
 from servesim.policies.static import StaticPolicy
@@ -157,6 +157,16 @@ def test_static_decodes_every_slot_until_the_batch_is_done():
     # request 0 finished: its slot idles as padding while request 1 decodes; nobody is admitted
     b = pol.next_batch(ReplicaState([c], deque([Request(2, 0.0, 10, 5)]), kv))
     assert scheduled(b) == {1: 1} and b.padding_tokens == 1 and b.admitted == ()
+    # both slots hold the padded prompt (80) and step the same token: each attends 81 keys, the
+    # idle slot as the live one (it was charged 82)
+    assert b.attn_pairs == 2 * 81 and b.context_tokens == 2 * 81
+    # the same step from the engine's decode set (one member: request 1, 80 tokens computed)
+    dec = DecodeSet(num_seqs=1, context_tokens=80, prompt_tokens=80, computed_tokens=80)
+    b = pol.next_batch(ReplicaState([], deque(), kv, decoding=dec))
+    assert b.set_seqs == 1 and b.padding_tokens == 1
+    assert b.attn_pairs == 2 * 81 and b.context_tokens == 2 * 81
+    # ten steps on (k = 11), request 1 attends 80 + 11 keys, and so does the idle slot
+    assert b.next_steps(1, 80 + 10 + 1, 10).attn_pairs == 2 * 91
 
 
 def test_static_rejects_outputs_beyond_the_reserved_slot():
