@@ -154,6 +154,16 @@ def test_readme_is_a_short_front_door_with_ci_s_commands():
         assert (DOCS / target).is_file(), target
 
 
+def test_source_files_the_pages_name_exist():
+    """A page that points the reader at a source file (`policies/chunked_prefill.py`) names one
+    that is in the checkout (chunked prefill is policies/continuous.py with chunked=True)."""
+    path = re.compile(r"\b(?:policies|sim|plots|scenarios|tools|examples|tests)/[\w/.-]*\.(?:py|yaml|md)\b")
+    pages = [*PAGES, *sorted((DOCS / "reference").glob("*.md"))]
+    missing = [(page.relative_to(ROOT).as_posix(), p) for page in pages
+               for p in sorted(set(path.findall(page.read_text()))) if not (ROOT / p).exists()]
+    assert not missing, missing
+
+
 def test_pages_speak_of_the_software_only():
     for page in [*PAGES, *sorted((DOCS / "reference").glob("*.md"))]:
         text = page.read_text()
