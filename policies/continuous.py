@@ -65,10 +65,11 @@ class ContinuousPolicy:
     # Sarathi-Serve), decodes run only in steps that admit nothing. False: prompts join the
     # running decodes' step (Orca's iteration-level batching, vLLM V1).
     prefill_first: bool = False
-    # vLLM V1 with chunked prefill off (``Scheduler.schedule``: a waiting request whose new tokens
-    # exceed the budget left is set aside and the next one tried): a whole prompt that does not fit
-    # next to the running decodes is skipped, the requests behind it admitted if they fit. False:
-    # admission stops there (FCFS head-of-line: the queue behind it waits too).
+    # vLLM V1 with chunked prefill off until late 2025 (``Scheduler.schedule``: a waiting request
+    # whose new tokens exceed the budget left was set aside and the next one tried, until
+    # vllm-project/vllm#28911): a whole prompt that does not fit next to the running decodes is
+    # skipped, the requests behind it admitted if they fit. False: admission stops there (FCFS
+    # head-of-line: the queue behind it waits too; vLLM V1 since).
     skip_unfit_prompts: bool = False
 
     @classmethod

@@ -591,8 +591,9 @@ class Policy:
                                         "false: prompts join the running decodes' step (Orca, vLLM V1)")
     skip_unfit_prompts: bool = _f(False, doc="continuous: a waiting prompt that does not fit the token budget left "
                                              "next to the running decodes is skipped and the requests behind it "
-                                             "are tried (vLLM V1 with chunked prefill off); false: it waits at the "
-                                             "head of the queue, and the queue behind it too")
+                                             "are tried (vLLM V1 with chunked prefill off until vllm-project/vllm"
+                                             "#28911, late 2025); false: it waits at the head of the queue, and "
+                                             "the queue behind it too (vLLM V1 since)")
     spec: Optional[Spec] = _f(None, doc="speculative decoding (continuous, chunked_prefill); null: off")
     preset: Optional[str] = _f(None, doc="vllm_v1_serve | vllm_v1_offline: vLLM V1's scheduler defaults for the "
                                          "GPU and entry point (sim/inputs/presets.py), filling fields not given")

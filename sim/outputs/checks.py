@@ -320,7 +320,7 @@ def head_of_line_warnings(summary: dict, scenario) -> list:
     behind = ("; set aside (policy.skip_unfit_prompts), the requests behind went ahead, so such a prompt waits as "
               "long as decodes keep running" if pol.skip_unfit_prompts else
               ", and the requests behind waited with them (policy.skip_unfit_prompts lets them go ahead, as vLLM V1 "
-              "does)")
+              "did until late 2025)")
     return [{"code": "head_of_line", "message": f"{waits}{behind}: {fix}"}]
 
 
