@@ -62,8 +62,9 @@ class ContinuousPolicy:
     recompute_whole: bool = False
     # vLLM V0 without chunked prefill (``_schedule_default``): a step that admits prompts carries
     # no decodes (prefills first; running requests stall for it, the "generation stalls" of
-    # Sarathi-Serve), decodes run only in steps that admit nothing. False: prompts join the
-    # running decodes' step (Orca's iteration-level batching, vLLM V1).
+    # Sarathi-Serve), decodes run only in steps that admit nothing, and no prompt is admitted
+    # while requests are swapped out (they come back first, beside the decodes). False: prompts
+    # join the running decodes' step (Orca's iteration-level batching, vLLM V1).
     prefill_first: bool = False
     # vLLM V1 with chunked prefill off until late 2025 (``Scheduler.schedule``: a waiting request
     # whose new tokens exceed the budget left was set aside and the next one tried, until
@@ -542,6 +543,12 @@ class ContinuousPolicy:
             all_back, n_seqs, free, budget, stop = self._take_holders(kv, state.landed, admitted, items, n_seqs, free,
                                                                       budget, stop)
         all_back = all_back and swapped_back
+        if all_back and self.prefill_first and not self.chunked and state.swapped and state.waiting:
+            # vLLM V0 schedules no prompt while requests are swapped out: this step swaps them in
+            # beside the decodes, and prompts are admitted in a step of their own after it
+            all_back = False
+            if stop is None:
+                stop = ("swapped_first", None, budget, free, self.max_num_seqs - n_seqs)
         if all_back:
             kept = int(self.watermark * kv.num_blocks)
             skip = self.skips_unfit

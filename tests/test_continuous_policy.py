@@ -203,3 +203,20 @@ def test_prefill_first_admits_prompts_in_a_step_of_their_own():
     b = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=600).next_batch(
         ReplicaState(running, deque([Request(2, 0.0, 300, 10)]), kv))
     assert scheduled(b) == {0: 1, 1: 1, 2: 300}
+
+
+def test_prefill_first_admits_no_prompt_beside_a_swap_in():
+    """vLLM V0 schedules prompts only while nothing is swapped out: the step that swaps a request
+    back in decodes (it and the running ones) and admits no prompt, which gets a step of its own
+    next (it was admitted beside the decodes: a mixed step prefill_first never runs)."""
+    kv = BlockAllocator(num_blocks=100, block_size=16)
+    running = [running_req(0, 64, 1, kv)]
+    back = Request(1, 0.0, 64, 100)  # swapped out after its first token: 64 tokens of KV on the host
+    back.num_computed_tokens, back.num_output_done, back.swapped_blocks = 64, 1, 4
+    waiting = deque([Request(2, 0.0, 100, 5)])
+    pol = ContinuousPolicy(prefill_first=True, preemption="swap")
+    b = pol.next_batch(ReplicaState(running, waiting, kv, swapped=deque([back]), host_free_blocks=10))
+    assert scheduled(b) == {0: 1, 1: 1} and b.swap_in == (back,) and b.admitted == ()
+    assert b.prefill_tokens == 0 and b.stop[0] == "swapped_first" and not b.steady
+    b = pol.next_batch(ReplicaState(running + [back], waiting, kv))
+    assert scheduled(b) == {2: 100} and b.decode_tokens == 0
