@@ -202,13 +202,16 @@ class ContinuousPolicy:
         preempted = []
         swap_out = []
         host_free = state.host_free_blocks
+        # with a prefix cache: the shared blocks' mappings this step's victims release (a block the
+        # victims alone map turns free once the last of them goes: ``freeable_blocks``)
+        dropped = {} if kv.caching else None
         newest = self._pick_victim is None
         need = dec.blocks_needed
         while need > free:
             if not newest or not end:  # another victim order, or a member of the set is next
                 return None
             end -= 1
-            free, host_free = self._preempt(tail[end], kv, free, host_free, preempted, swap_out)
+            free, host_free = self._preempt(tail[end], kv, free, host_free, preempted, swap_out, dropped)
         free -= need
         budget -= n
         items = []
@@ -226,7 +229,7 @@ class ContinuousPolicy:
                 while need > free:  # the newest go first; the last may be r itself
                     end -= 1
                     victim = tail[end]
-                    free, host_free = self._preempt(victim, kv, free, host_free, preempted, swap_out)
+                    free, host_free = self._preempt(victim, kv, free, host_free, preempted, swap_out, dropped)
                     if victim is r:
                         break
                 if victim is r:
@@ -306,11 +309,17 @@ class ContinuousPolicy:
         return (not self.chunked or stop[0] not in ("kv", "watermark")
                 or self._waiting_tokens(state.kv, stop[1], 0)[1] == 0)  # (hits held: 0 without a cache)
 
-    def _preempt(self, victim, kv, free: int, host_free: int, preempted: list, swap_out: list) -> tuple[int, int]:
+    def _preempt(self, victim, kv, free: int, host_free: int, preempted: list, swap_out: list,
+                 dropped=None) -> tuple[int, int]:
         """Preempt ``victim`` this step (to host memory when ``policy.preemption`` is swap and it
-        fits there, else for recompute): the free KV blocks and host blocks after."""
+        fits there, else for recompute): the free KV blocks and host blocks after. ``dropped``
+        (with a prefix cache): the shared blocks' mappings released by the victims before it,
+        its own added (two victims sharing a prefix free it together, not neither)."""
         preempted.append(victim)
-        free += kv.freeable_blocks(victim)
+        free += kv.freeable_blocks(victim, dropped)
+        if dropped is not None:
+            for k in kv.mappings(victim):
+                dropped[k] = dropped.get(k, 0) + 1
         if self.preemption == "swap" and victim.kv_blocks <= host_free:
             swap_out.append(victim)
             host_free -= victim.kv_blocks
@@ -324,6 +333,7 @@ class ContinuousPolicy:
         preempted = []
         swap_out = []
         host_free = state.host_free_blocks
+        dropped = {} if kv.caching else None  # (the victims' shared mappings, as in _with_decode_set)
         pick = self._pick_victim  # None: the newest
         gone = set()  # ids of the requests preempted this step (any victim but the newest)
         mine = {}  # id -> (position in items, tokens, new blocks) of the running requests scheduled
@@ -352,7 +362,7 @@ class ContinuousPolicy:
                         items[k] = None
                         budget += qv
                         free += nv
-                free, host_free = self._preempt(victim, kv, free, host_free, preempted, swap_out)
+                free, host_free = self._preempt(victim, kv, free, host_free, preempted, swap_out, dropped)
                 if victim is r:
                     break
             else:

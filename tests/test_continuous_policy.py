@@ -220,3 +220,22 @@ def test_prefill_first_admits_no_prompt_beside_a_swap_in():
     assert b.prefill_tokens == 0 and b.stop[0] == "swapped_first" and not b.steady
     b = pol.next_batch(ReplicaState(running + [back], waiting, kv))
     assert scheduled(b) == {2: 100} and b.decode_tokens == 0
+
+
+def test_victims_sharing_a_prefix_free_it_together():
+    """Two running requests map the same two cached prefix blocks and nothing else: preempting the
+    newest frees none of them (the other still maps them), preempting both frees both. The policy
+    counted each victim's shared blocks as held by the other, so it went on to preempt request 1
+    as well, which vLLM (reference counts dropping to 0 as the second victim goes) keeps."""
+    kv = BlockAllocator(num_blocks=8, block_size=16, prefix_caching=True)
+    r0, r1 = running_req(0, 48, 1, kv), running_req(1, 48, 1, kv)  # 3 blocks each; the next token needs a 4th
+    shared = []
+    for rid in (2, 3):  # 32 prompt tokens, both the group's prefix: the same 2 cached blocks
+        r = Request(rid, 0.0, 32, 10_000, prefix_group=0, prefix_tokens=32)
+        r.num_computed_tokens, r.num_output_done = 32, 1
+        assert kv.grow(r, 32)
+        shared.append(r)
+    assert kv.num_free == 0
+    # a 2-token budget: requests 2 and 3 are not scheduled this step, but they are the newest
+    b = ContinuousPolicy(max_num_batched_tokens=2).next_batch(ReplicaState([r0, r1, *shared], deque(), kv))
+    assert [r.request_id for r in b.preempted] == [3, 2] and scheduled(b) == {0: 1, 1: 1}
