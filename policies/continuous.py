@@ -412,7 +412,7 @@ class ContinuousPolicy:
         # again: it counts against the free blocks as any idle cached block does)
         dropped = {} if kv.caching else None
         while True:
-            room = self._make_room(kv, stop[1], running, victims, base, n_run, free, budget, dropped)
+            room = self._make_room(kv, stop, running, victims, base, n_run, free, budget, dropped)
             if room is None:
                 break
             chosen, n_run, free, budget, dropped = room
@@ -427,11 +427,15 @@ class ContinuousPolicy:
         return make_batch(items, victims, admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
                           stop=stop, reserve=reserved)
 
-    def _make_room(self, kv, head, running, victims, base, n_run, free, budget, dropped=None):
-        """The running requests of strictly lower priority than ``head`` (not yet ``victims``)
-        whose preemption lets ``head`` in, lowest priority and latest arrival first: (them, and
-        the sequences, free blocks and tokens after, and ``dropped`` with their mappings of
-        shared blocks added), or None when preempting all of them would not."""
+    def _make_room(self, kv, stop, running, victims, base, n_run, free, budget, dropped=None):
+        """The running requests of strictly lower priority than the request admission stopped at
+        (``stop``'s, not yet ``victims``) whose preemption lets it in, lowest priority and latest
+        arrival first: (them, and the sequences, free blocks and tokens after, and ``dropped``
+        with their mappings of shared blocks added), or None when preempting all of them would
+        not. ``n_run``, ``free`` and ``budget`` are the running requests' (before admission);
+        whether it fits is judged on what ``stop`` says was left when admission reached it, after
+        the requests ranked ahead of it took theirs (they are admitted again first)."""
+        head = stop[1]
         taken = {id(v) for v in victims}
         cands = sorted((r for r in running if r.priority > head.priority and id(r) not in taken),
                        key=lambda r: (r.priority, r.arrival_s), reverse=True)
@@ -442,25 +446,29 @@ class ContinuousPolicy:
         chosen = []
         if dropped is not None:
             dropped = dict(dropped)
+        _, _, budget_at, free_at, seats_at = stop
         for v in cands + [None]:
-            c, held, idle, q = self._waiting_tokens(kv, head, budget, dropped)
-            tokens = max(c + q, self.reserved_tokens(head.prompt_tokens, head.output_tokens))
-            need = kv.blocks_for(tokens) - held + idle
-            if n_run < self.max_num_seqs and 0 < q <= budget and free - need >= kept:
+            c, held, idle, q = self._waiting_tokens(kv, head, budget_at, dropped)
+            need = kv.blocks_for(self._admission_tokens(head, c, q)) - held + idle
+            if seats_at > 0 and 0 < q <= budget_at and free_at - need >= kept:
                 return (chosen, n_run, free, budget, dropped) if chosen else None
             if v is None:
                 return None
             chosen.append(v)
             n_run -= 1
-            free += kv.freeable_blocks(v, dropped)
+            seats_at += 1
+            freed = kv.freeable_blocks(v, dropped)
             if dropped is not None:
                 for k in kv.mappings(v):
                     dropped[k] = dropped.get(k, 0) + 1
             qv = sched.get(id(v))
             if qv is not None:  # scheduled this step: its tokens and the blocks they grew come back
                 budget += qv
+                budget_at += qv
                 grown = kv.blocks_for(v.num_computed_tokens + qv) - v.kv_blocks
-                free += grown if grown > 0 else 0
+                freed += grown if grown > 0 else 0
+            free += freed
+            free_at += freed
         return None
 
     def _waiting_tokens(self, kv, r, budget: int, dropped=None):

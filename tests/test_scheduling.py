@@ -183,6 +183,19 @@ def test_no_preemption_when_all_lower_priority_victims_would_not_make_room():
     assert not b.preempted and not b.admitted and b.stop[0] == "kv"
 
 
+def test_the_requests_admitted_ahead_of_the_head_count_when_making_room_for_it():
+    """Two high-priority requests wait; the first is admitted, the second stops for KV. Whether
+    preempting the lower-priority running request lets it in was judged on the free blocks before
+    the first took its own: it 'fit without preempting anyone', so nobody was, and it waited while
+    the lower-priority request ran."""
+    kv = BlockAllocator(num_blocks=20, block_size=16)
+    low = running(0, 160, 1, kv, priority=1)  # 10 blocks; its next token needs an 11th: 9 left
+    first, second = req(1, 1.0, 100, priority=0), req(2, 2.0, 100, priority=0)  # 7 blocks each
+    b = ContinuousPolicy(queue_order="priority").next_batch(state([low], queue("priority", [first, second]), kv))
+    assert list(b.preempted) == [low] and list(b.admitted) == [first, second]
+    assert [(r.request_id, q) for r, q in b.items] == [(1, 100), (2, 100)] and b.stop is None
+
+
 def test_preempting_for_a_prefix_hit_counts_the_blocks_the_hit_maps_again():
     """A victim's prefix blocks that only it maps turn free when it is preempted, and a waiting
     request admitted on a hit on them maps them again: they count against the free blocks as any
