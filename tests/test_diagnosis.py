@@ -394,6 +394,9 @@ def test_settings_the_running_policy_never_reads_are_a_warning(tmp_path, capsys)
     assert msg.startswith("policy.link (overlap=True) changes nothing with policy.name=continuous")
     assert codes(**{"policy.name": "pd_split", "policy.link": {"overlap": True}}) == []
     assert codes(**{"policy.name": "static", "policy.preemption": "swap"})
+    (msg,) = codes(**{"policy.name": "static", "policy.watermark": 0.2})  # (static never reads it)
+    assert msg.startswith("policy.watermark=0.2 changes nothing with policy.name=static")
+    assert codes(**{"policy.watermark": 0.2}) == []
     assert codes(**{"policy.name": f"{__name__}:PlainPlugin", "policy.batch_timeout_s": 0.5}) == []
     (msg,) = codes(**{"hardware.pp_overlap": False})
     assert msg.startswith("hardware.pp_overlap=false changes nothing with hardware.pp=1")

@@ -98,8 +98,12 @@ def no_effect_warnings(scenario) -> list:
         if pol.skip_unfit_prompts and (pol.name == "chunked_prefill" or pol.prefill_first):
             add("skip_unfit_prompts", "true", "policy.prefill_first admits prompts with the whole budget"
                 if pol.prefill_first else "chunked prefill fits any prompt in chunks")
-    elif pol.preemption != default.preemption:
-        add("preemption", pol.preemption, "static batching reserves each batch's KV whole and never preempts")
+    else:
+        if pol.preemption != default.preemption:
+            add("preemption", pol.preemption, "static batching reserves each batch's KV whole and never preempts")
+        if pol.watermark != default.watermark:
+            add("watermark", f"{pol.watermark:g}", "static batching forms a batch in whatever KV is free, "
+                "keeping none back")
     if pol.name == "static" and pol.skip_unfit_prompts:
         add("skip_unfit_prompts", "true", "static batching runs no decodes beside a batch's prompts")
     if not pol.is_deployment:
