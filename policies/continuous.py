@@ -138,12 +138,18 @@ class ContinuousPolicy:
             # and every request queued behind it (FCFS) with it. (A re-admission after a
             # preemption may use the reserve, so a recompute can always come back.)
             first = min(prompt_tokens, self.max_num_batched_tokens) if self.chunked else prompt_tokens
-            need = kv.blocks_for(max(first, self.reserved_tokens(prompt_tokens, max_tokens)))
+            tokens = max(first, self.reserved_tokens(prompt_tokens, max_tokens))
+            need = kv.blocks_for(tokens)
             room = kv.num_blocks - int(self.watermark * kv.num_blocks)
             if need > room:
                 what = f"its reservation (policy.reserve={self.reserve})" if self.reserve != "none" else \
                     "its first chunk" if self.chunked else "its prompt"
-                return (f"{what} = {first} tokens needs {need} free KV blocks to be admitted, but admission "
+                if need > kv.num_blocks:  # (a reservation past the sequence, which the replica checked fits)
+                    less = "set policy.max_output_tokens to reserve less, or " if self.reserve == "max" else \
+                        "use policy.reserve_allocator: paged, or " if self.buddy else ""
+                    return (f"{what} = {tokens} tokens needs {need} KV blocks; the replica has {kv.num_blocks} in "
+                            f"all ({less}give the replica more KV memory)")
+                return (f"{what} = {tokens} tokens needs {need} free KV blocks to be admitted, but admission "
                         f"keeps policy.watermark={self.watermark:g} of the {kv.num_blocks} blocks free, leaving "
                         f"{room} (lower policy.watermark or give the replica more KV memory)")
         return None

@@ -239,3 +239,22 @@ def test_victims_sharing_a_prefix_free_it_together():
     # a 2-token budget: requests 2 and 3 are not scheduled this step, but they are the newest
     b = ContinuousPolicy(max_num_batched_tokens=2).next_batch(ReplicaState([r0, r1, *shared], deque(), kv))
     assert [r.request_id for r in b.preempted] == [3, 2] and scheduled(b) == {0: 1, 1: 1}
+
+
+def test_a_reservation_larger_than_the_kv_cache_is_named_as_such():
+    """reserve=max reserves up to the context length: on a replica with fewer blocks than that,
+    every request was refused as '= <its prompt> tokens needs N free KV blocks ... lower
+    policy.watermark', a size that was not the one reserved and a remedy that cannot help."""
+    kv = BlockAllocator(num_blocks=500, block_size=16)
+    pol = ContinuousPolicy(reserve="max", max_context_tokens=8192)
+    why = pol.admission_error(100, 50, kv)
+    assert why.startswith("its reservation (policy.reserve=max) = 8192 tokens needs 512 KV blocks; the replica "
+                          "has 500 in all") and "policy.max_output_tokens" in why and "watermark" not in why
+    # 100 + 7800 = 7900 tokens = 494 blocks: within the 495 the 0.01 watermark leaves
+    assert ContinuousPolicy(reserve="max", max_context_tokens=8192, max_output_tokens=7800,
+                            watermark=0.01).admission_error(100, 50, kv) is None
+    # 100 + 7850 = 7950 tokens = 497 blocks: the watermark keeps it out, and says so with its size
+    why = ContinuousPolicy(reserve="max", max_context_tokens=8192, max_output_tokens=7850,
+                           watermark=0.01).admission_error(100, 50, kv)
+    assert why.startswith("its reservation (policy.reserve=max) = 7950 tokens needs 497 free KV blocks") \
+        and "policy.watermark=0.01" in why
