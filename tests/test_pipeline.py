@@ -119,7 +119,11 @@ def test_virtual_engines_split_the_kv_and_the_gpus(scenario_factory):
     res = simulate(sc, specs=specs([(0.01 * i, 300, 40) for i in range(12)]))
     assert sorted(set(res.requests["replica"])) == [0, 1, 2, 3]  # 2 replicas x 2 engines
     assert res.summary["kv_capacity"]["colocated"]["blocks_per_replica"] == 101
-    assert res.summary["utilization"]["replicas"] == 4
+    # 2 replicas, as kv_capacity and pipeline say (it read 4, the schedulers), over 4 schedulers
+    assert res.summary["utilization"]["replicas"] == 2 and res.summary["utilization"]["virtual_engines"] == 4
+    assert res.summary["pools"]["colocated"]["replicas"] == 2
+    assert res.summary["utilization"]["busy_fraction"] == pytest.approx(
+        res.steps["duration_s"].sum() / (4 * res.summary["sim_time_s"]))
     assert res.steps["kv_blocks_used"].max() <= 50  # each engine holds 101 // 2 blocks
     assert len(res.kv_blocks_in_use) == 4 and res.kv_blocks_in_use == [0] * 4
     # MFU is over the replicas' GPUs once: the engines' shares add up to the replica

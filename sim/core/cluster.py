@@ -68,7 +68,7 @@ class Cluster:
                     r.on_run = self._on_run
                     # a virtual engine's share of the replica's GPUs (its steps use each stage in turn)
                     self.infos.append(ReplicaInfo(i, pool.name, cm.peak_flops * cm.num_gpus / ve,
-                                                  cm.gpu.mem_bw_bytes_per_s * cm.num_gpus / ve, blocks))
+                                                  cm.gpu.mem_bw_bytes_per_s * cm.num_gpus / ve, blocks, ve))
                     self.replicas.append(r)
                     engines.append(r)
                 members += engines

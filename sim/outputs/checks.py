@@ -313,7 +313,8 @@ def head_of_line_warnings(summary: dict, scenario) -> list:
     """``head_of_line`` (module docstring): the waits, their share of the run, and what avoids them."""
     hol = summary.get("head_of_line") or {}
     k, waited = hol.get("budget_blocked_requests", 0), hol.get("budget_blocked_s", 0.0)
-    span = (summary.get("sim_time_s") or 0.0) * ((summary.get("utilization") or {}).get("replicas") or 1)
+    u = summary.get("utilization") or {}
+    span = (summary.get("sim_time_s") or 0.0) * (u.get("virtual_engines") or u.get("replicas") or 1)  # schedulers
     if not k or span <= 0 or waited < HEAD_OF_LINE_SHARE * span:
         return []
     pol = scenario.policy

@@ -26,6 +26,7 @@ class ReplicaInfo:
     peak_flops: float  # all GPUs of the replica
     peak_bw: float
     kv_blocks: int
+    engines: int = 1  # the schedulers of its replica: pp with overlap runs pp virtual engines, one info each
 
 
 class Recorder:

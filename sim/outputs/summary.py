@@ -29,10 +29,13 @@ def utilization(steps: dict, sel, sim_time_s: float, members: list, table: list)
     peak_f = per_step([r.peak_flops for r in table], rep)
     peak_b = per_step([r.peak_bw for r in table], rep)
     kv_use = steps["kv_blocks_used"][sel] / per_step([r.kv_blocks for r in table], rep)
-    n_rep = len(members)
+    n_sched = len(members)  # schedulers: with pp overlap, each replica's virtual engines
+    n_rep = round(sum(1 / r.engines for r in members))
     return {
         "replicas": n_rep,
-        "busy_fraction": busy / (sim_time_s * n_rep) if sim_time_s > 0 and n_rep else 0.0,
+        **({"virtual_engines": n_sched} if n_sched != n_rep else {}),
+        # (the mean over the schedulers: a virtual engine is busy from its step's start to its end)
+        "busy_fraction": busy / (sim_time_s * n_sched) if sim_time_s > 0 and n_sched else 0.0,
         "mean_batch_size": float(steps["num_seqs"][sel].mean()) if len(dur) else 0.0,
         "kv_usage_mean": float((kv_use * dur).sum() / busy) if busy > 0 else 0.0,
         "kv_usage_max": float(kv_use.max()) if len(dur) else 0.0,
