@@ -255,6 +255,18 @@ def test_a_tables_columns_are_found_in_any_case(tmp_path):
     assert v["metrics"]["ttft"]["mean"]["measured_s"] == pytest.approx(0.0225)  # (ms, as the name says)
 
 
+def test_a_table_or_result_named_otherwise_is_read_by_its_content(tmp_path):
+    # a table saved as .txt was read as JSON: 'line 1 column 1: malformed JSON: Expecting value'
+    p = tmp_path / "t.txt"
+    p.write_text("sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,10,5,0.02,0.09\n0.5,12,4,0.025,0.08\n")
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "v" / "validation.json").read_text())["requests"]["replayed"] == 2
+    r = tmp_path / "r.log"
+    r.write_text(DETAILED.read_text())
+    assert main(["validate-run", str(r), "--out", str(tmp_path / "w"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "w" / "validation.json").read_text())["requests"]["replayed"] == 23
+
+
 def test_a_tables_error_cells_that_say_no_error_are_successes(tmp_path):
     # 'nan' (a pandas NaN written by Python's csv), 'NONE', 'No': each request was counted as failed
     p = tmp_path / "t.csv"

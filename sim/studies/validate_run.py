@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
+from servesim.inputs.files import regular_file
 from servesim.outputs.writer import json_text
 from servesim.inputs.scenario import Scenario, load_scenario, read_yaml, scenario_from_dict, scenario_to_yaml
 from servesim.inputs.specs import get_model
@@ -188,6 +189,21 @@ def gpus(sc: Scenario) -> int:
 
 
 # ---------------------------------------------------------------- the study
+def _is_table(path) -> bool:
+    """A table of requests: a ``.csv`` file, or one of another name but ``.json`` whose first
+    character is no ``{`` (a table saved as ``.txt`` or ``.log`` was read as JSON: 'malformed JSON:
+    Expecting value')."""
+    low = str(path).lower()
+    if low.endswith((".csv", ".json")):
+        return low.endswith(".csv")
+    try:
+        with regular_file(path).open("rb") as fh:  # (not a pipe: it may never end)
+            head = fh.read(4096)
+    except (OSError, InputError):  # (read_vllm_result names what is wrong with the path)
+        return False
+    return not head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{")
+
+
 def read_result(result_path: str, columns: dict | None = None, time_unit: str | None = None) -> BenchResult:
     """A vLLM result file (JSON), or a table of measured requests (``.csv``:
     ``servesim.inputs.request_log``, where ``columns`` and ``time_unit`` apply)."""
@@ -196,7 +212,7 @@ def read_result(result_path: str, columns: dict | None = None, time_unit: str | 
         raise InputError(f"{result_path} is a YAML file, not a measurement: validate-run takes the measured requests "
                          "first (a vLLM result, .json, or a table of requests, .csv), then the scenario: "
                          "servesim validate-run RESULT SCENARIO.yaml")
-    if str(result_path).lower().endswith(".csv"):
+    if _is_table(result_path):
         from servesim.inputs.request_log import read_request_log
 
         return read_request_log(result_path, columns, time_unit)
