@@ -84,7 +84,7 @@ def header_text(header) -> str:
     (at most 12 shown), else only how many there are (a file that is no table, e.g. a system
     file named by mistake, is not echoed)."""
     if header and header[0].startswith(("{", "[")):  # (JSON lines read as a CSV: a format set to csv)
-        return "the first line looks like JSON, not a CSV header (a JSONL trace takes format: jsonl)"
+        return "the first line looks like JSON, not a CSV header"
     if header and all(_NAME.match(h) for h in header):
         more = f", ... ({len(header)} in all)" if len(header) > 12 else ""
         return "the header has: " + ", ".join(header[:12]) + more
@@ -347,9 +347,10 @@ def _csv_header(reader, path: str, cols: dict, need_arrival: bool) -> tuple[list
         if j is not None:
             idx[key] = j
         elif key != "arrival" or need_arrival:
+            json_hint = " (a JSONL trace takes format: jsonl)" if header[0].startswith(("{", "[")) else ""
             raise InputError(f"{path} line 1: no column {shown(name)} for the {key} "
                              f"(set workload.trace.columns.{key}{NO_TIMES if key == 'arrival' else ''}); "
-                             f"{header_text(header)}")
+                             f"{header_text(header)}{json_hint}")
     return header, idx
 
 
