@@ -696,6 +696,23 @@ def test_plan_capacity_prints_the_digits_its_interval_supports():
     assert capacity_text({"estimate": 7.123, "low": 7.123, "high": 7.123, "measured": True}) == "7.12"
 
 
+def test_a_colocated_bound_counts_the_tokens_computed():
+    """A request computes P + O - 1 tokens (its last is sampled, never fed back). The bound took
+    P + O: with one-token outputs of 32-token prompts, full-budget prefill steps served 1,255 req/s,
+    above that 'upper bound' (1,223)."""
+    shape = Shape("colocated", "h100-sxm", 1, policy="continuous")
+    kw = {"workload.prompt_tokens": {"dist": "fixed", "value": 32},
+          "workload.output_tokens": {"dist": "fixed", "value": 1}, "policy.max_num_seqs": 256,
+          "workload.num_requests": 5000}
+    sc, setup = _setup(shape, **kw)
+    bound, figures = unit_rate_bound(shape, setup, workload_stats(sc))
+    assert bound == pytest.approx(figures["token_tps"] / 32, rel=1e-9)  # token-bound: the prompt alone
+    res = simulate(scenario_from_dict(with_values(SMALL, {**shape.overrides(1, SMALL["policy"]), **kw,
+                                                          RATE_KEY: 3 * bound})))
+    assert res.summary["completed"] == 5000
+    assert res.summary["throughput_rps"] < bound
+
+
 def test_a_pd_unit_bound_counts_the_first_token_as_the_prefill_pools():
     """The decode pool makes O - 1 tokens of a request (its prefill step samples the first): a
     decode-bound P/D unit with two-token outputs serves about twice d x decode_tps / O. That

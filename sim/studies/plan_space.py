@@ -22,8 +22,9 @@ Before simulating, each shape is checked three ways (``assess``):
    step reaches (``token_tps``); a decode step of the largest batch the KV cache holds at the
    mean prompt length (or ``max_num_seqs``, or the token budget if smaller: each decode takes one
    of its tokens) the most output tokens per second (``decode_tps``).
-   A colocated replica spends at least ``max((P + O) / token_tps, O / decode_tps)`` seconds per
-   request (P, O: mean prompt and output tokens); a P/D unit serves at most
+   A colocated replica spends at least ``max((P + O - 1) / token_tps, O / decode_tps)`` seconds
+   per request (P, O: mean prompt and output tokens; the last output token is never computed on,
+   and the request holds a batch slot in O steps); a P/D unit serves at most
    ``min(p token_tps_prefill / P, d decode_tps_decode / (O - 1))`` (its prefill step samples each
    request's first token). So ``R`` needs at least
    ``ceil(R / bound)`` units; a shape needing more GPUs than ``--max-gpus`` is pruned.
@@ -238,7 +239,9 @@ def unit_rate_bound(shape: Shape, setup, stats: WorkloadStats) -> tuple[float, d
         rate = min(p * bp.token_tps / prompt, d * bd.decode_tps / decoded if decoded > 0 else math.inf)
         return rate, {"prefill_token_tps": bp.token_tps, "decode_tps": bd.decode_tps, "decode_batch": bd.decode_batch}
     b = pool_bound(pools["colocated"], prompt, spec, overlap)
-    per_request_s = max((prompt + output) / b.token_tps, output / b.decode_tps)
+    # tokens computed: the prompt and every output token but the last (sampled, never fed back);
+    # steps holding the request: O (its prefill step samples the first token)
+    per_request_s = max((prompt + output - 1) / b.token_tps, output / b.decode_tps)
     return 1.0 / per_request_s, {"token_tps": b.token_tps, "decode_tps": b.decode_tps, "decode_batch": b.decode_batch}
 
 
