@@ -398,6 +398,13 @@ def test_settings_the_running_policy_never_reads_are_a_warning(tmp_path, capsys)
     assert msg.startswith("policy.watermark=0.2 changes nothing with policy.name=static")
     assert codes(**{"policy.watermark": 0.2}) == []
     assert codes(**{"policy.name": f"{__name__}:PlainPlugin", "policy.batch_timeout_s": 0.5}) == []
+    # (queue settings only one order reads: the predictor, sjf_predicted; preempt_running, priority)
+    (msg,) = codes(**{"policy.queue": {"predictor": {"sigma": 2.0}}})
+    assert msg.startswith("policy.queue.predictor (sigma=2.0) changes nothing with policy.queue.order=fcfs")
+    assert codes(**{"policy.queue": {"order": "sjf_predicted", "predictor": {"sigma": 2.0}}}) == []
+    (msg,) = codes(**{"policy.queue": {"order": "sjf", "preempt_running": False}})
+    assert msg.startswith("policy.queue.preempt_running=false changes nothing with policy.queue.order=sjf")
+    assert codes(**{"policy.queue": {"order": "priority", "preempt_running": False}}) == []
     (msg,) = codes(**{"hardware.pp_overlap": False})
     assert msg.startswith("hardware.pp_overlap=false changes nothing with hardware.pp=1")
     assert codes(**{"hardware.pp_overlap": False, "hardware.pp": 2}) == []

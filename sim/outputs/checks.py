@@ -35,7 +35,8 @@ Each warning is ``{"code": ..., "message": ...}``:
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
   another packaged policy's, ``skip_unfit_prompts`` without whole-prompt admission beside decodes,
-  pipeline overlap without stages): the run is the one without it.
+  a queue's predictor or ``preempt_running`` under an order that does not read it, pipeline overlap
+  without stages): the run is the one without it.
   Such settings are accepted, not refused, so that one scenario can carry every variant's fields
   through sweeps and comparisons.
 """
@@ -68,11 +69,12 @@ def slo_unit_warnings(slos) -> list:
 
 def no_effect_warnings(scenario) -> list:
     """Settings of the scenario that change nothing in this run: given (their value is not the
-    schema's default) where the packaged policy that would read them is not the one running, and
-    ``hardware.pp_overlap`` without pipeline stages. A plug-in policy may read any field: nothing
-    is said of a deployment that runs one. (Swap space under recompute preemption is not named:
-    vLLM's own flags set it whether or not a request ever swaps.)"""
-    from servesim.inputs.scenario import Link, Policy, Pool
+    schema's default) where the packaged policy that would read them is not the one running, a
+    queue setting its order does not read, and ``hardware.pp_overlap`` without pipeline stages. A
+    plug-in policy may read any field: nothing is said of a deployment that runs one. (Swap space
+    under recompute preemption is not named: vLLM's own flags set it whether or not a request
+    ever swaps.)"""
+    from servesim.inputs.scenario import Link, Policy, Pool, Predictor
 
     pol = scenario.policy
     out = []
@@ -106,6 +108,19 @@ def no_effect_warnings(scenario) -> list:
                 "keeping none back")
     if pol.name == "static" and pol.skip_unfit_prompts:
         add("skip_unfit_prompts", "true", "static batching runs no decodes beside a batch's prompts")
+    q, base_predictor = pol.queue, Predictor()
+    given = {}  # (settings of the queue read only under one order: the gateway's predictor, the preempting rule)
+    if q.predictor != base_predictor and q.order != "sjf_predicted":
+        changed = ", ".join(f"{k}={v}" for k, v in vars(q.predictor).items() if getattr(base_predictor, k) != v)
+        given["predictor"] = (f"policy.queue.predictor ({changed})", "sjf_predicted",
+                              "the output lengths it sorts by")
+    if not q.preempt_running and q.order != "priority":
+        given["preempt_running"] = ("policy.queue.preempt_running=false", "priority",
+                                    "whether a waiting request preempts lower-priority running ones")
+    for setting, order, why in given.values():
+        out.append({"code": "no_effect", "message": f"{setting} changes nothing with policy.queue.order={q.order} "
+                                                    f"(only policy.queue.order={order} reads it: {why}); the run is "
+                                                    "the one without it"})
     if not pol.is_deployment:
         for side, value, base in (("prefill", pol.prefill, Pool()), ("decode", pol.decode, Pool()),
                                   ("link", pol.link, Link())):
