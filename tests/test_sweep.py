@@ -534,3 +534,17 @@ def test_sweep_prints_the_points_that_fell_behind(tmp_path, capsys):
     assert rows[200]["keep_up"] < 0.9 <= rows[1]["keep_up"]
     printed = capsys.readouterr().out
     assert "note: point 1 at 200 req/s did not keep up" in printed and "point 0 at 1 req/s" not in printed
+
+
+def test_compare_policies_help_names_every_kind_it_takes():
+    """``compare --policies`` takes registered names and ``module:Class`` plug-ins
+    (``configurations``); its help said 'registered policy names' only."""
+    import argparse
+
+    from servesim.cli.parser import build_parser
+    from servesim.studies.compare import configurations
+
+    assert [c[0] for c in configurations("static,examples.mine:Mine", None)] == ["static", "examples.mine:Mine"]
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    (flag,) = [a for a in sub.choices["compare"]._actions if "--policies" in a.option_strings]
+    assert "module:Class" in flag.help and "static" in flag.help

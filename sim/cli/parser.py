@@ -260,7 +260,9 @@ def _studies(sub) -> None:
 
     p = sub.add_parser("compare", help="the same workload through each policy: a table and figures")
     p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--policies", metavar="A,B,...", help="registered policy names to compare")
+    p.add_argument("--policies", metavar="A,B,...",
+                   help="policies to compare: registered names (continuous, chunked_prefill, static, pd_split, "
+                        "installed plug-ins) or module:Class")
     p.add_argument("--variant", nargs="+", action="append", metavar=("LABEL", "KEY=VALUE"),
                    help="a labelled configuration: LABEL KEY=VALUE [KEY=VALUE ...] (repeatable)")
     p.add_argument("--rates", metavar="R1,R2,...", help="also sweep workload.arrival.rate_rps (req/s)")
