@@ -62,6 +62,43 @@ def test_scenario_reference_names_every_field():
             assert f"| `{f.name}` |" in text
 
 
+def test_scenario_reference_has_a_table_for_every_mapping_a_scenario_holds():
+    """Every dataclass reachable from ``Scenario`` (sections, list entries, arrival processes and
+    length distributions, and lists inside those: piecewise's segments were listed as 'list of
+    Segment mappings' with no table of their fields) has its rows on the page, and the sweep
+    block that servesim sweep reads is named."""
+    import dataclasses
+    import typing
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tools import gen_reference
+    finally:
+        sys.path.remove(str(ROOT))
+    from servesim.inputs.scenario import Scenario
+
+    text = (DOCS / "reference" / "scenario.md").read_text()
+    seen, todo = set(), [Scenario]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        hints = typing.get_type_hints(cls)
+        tags = {f.name for f in dataclasses.fields(cls) if typing.get_origin(hints[f.name]) is typing.Literal
+                and len(typing.get_args(hints[f.name])) == 1}
+        rows = [r for r, f in zip(gen_reference._table(cls, hints)[2:], dataclasses.fields(cls)) if f.name not in tags]
+        assert "\n".join(rows) in text, cls.__name__
+        for f in dataclasses.fields(cls):
+            stack = [hints[f.name]]
+            while stack:
+                tp = stack.pop()
+                if dataclasses.is_dataclass(tp):
+                    todo.append(tp)
+                stack += [a for a in typing.get_args(tp) if a is not type(None) and a is not Ellipsis]
+    assert len(seen) >= 39 and "`sweep: {grid:" in text  # (39 dataclasses today: the walk reached them)
+
+
 def test_cli_reference_names_every_subcommand_and_flag():
     import argparse
 

@@ -153,6 +153,10 @@ def scenario_reference() -> str:
         if _doc(cls):
             out += [_doc(cls), ""]
         out += _table(cls, hints) + [""]
+        if not path:  # (read by servesim sweep, popped before the schema sees the file)
+            out += ["A scenario file may also hold a `sweep: {grid: {dotted.key: [values, ...]}}` block: the grid "
+                    "`servesim sweep` runs ([comparing policies](../comparing-policies.md)); the other commands "
+                    "ignore its grid.", ""]
         nested = []
         for f in dataclasses.fields(cls):
             tp, _ = _strip_optional(hints[f.name])
@@ -179,6 +183,11 @@ def scenario_reference() -> str:
             fields_ = [f for f in dataclasses.fields(cls) if f.name != tag]
             rows = _table(cls, hints)
             out += rows[:2] + [r for r, f in zip(rows[2:], dataclasses.fields(cls)) if f in fields_] + [""]
+            for f in fields_:  # (a list of mappings inside a variant: piecewise's segments)
+                tp, _ = _strip_optional(hints[f.name])
+                if typing.get_origin(tp) is tuple and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+                    item = typing.get_args(tp)[0]
+                    out += [f"#### {tag}: {value}, {f.name}[]", ""] + _table(item, typing.get_type_hints(item)) + [""]
     return "\n".join(out).rstrip() + "\n"
 
 
