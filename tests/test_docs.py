@@ -99,6 +99,21 @@ def test_scenario_reference_has_a_table_for_every_mapping_a_scenario_holds():
     assert len(seen) >= 39 and "`sweep: {grid:" in text  # (39 dataclasses today: the walk reached them)
 
 
+def test_the_catalogs_a_field_description_lists_are_the_real_ones():
+    """hardware.gpu and cost.engine list their valid names in the reference (cost.engine named
+    only its module): the lists are the catalogs'."""
+    import dataclasses
+
+    from servesim.cost.engines import PROFILES
+    from servesim.inputs.scenario import Cost, Hardware
+    from servesim.inputs.specs import GPUS
+
+    for cls, name, catalog in ((Hardware, "gpu", GPUS), (Cost, "engine", PROFILES)):
+        doc = next(f for f in dataclasses.fields(cls) if f.name == name).metadata["doc"]
+        listed = re.search(r"\(([a-z0-9. -]+?)(?:\)|:)", doc).group(1).split()
+        assert sorted(listed) == sorted(catalog), (name, listed)
+
+
 def test_cli_reference_names_every_subcommand_and_flag():
     import argparse
 

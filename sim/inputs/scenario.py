@@ -820,8 +820,9 @@ class Slo:
 
 @dataclass(frozen=True)
 class Cost:
-    engine: str = _f("vllm-v1", doc="engine profile (sim/cost/engines.py): per-step CPU overhead and its overlap "
-                                    "with the GPU, CUDA graphs, the API server's time per request")
+    engine: str = _f("vllm-v1", doc="engine profile (hf-eager sglang trt-llm vllm-v0 vllm-v0.2 vllm-v1: "
+                                    "sim/cost/engines.py): per-step CPU overhead and its overlap with the GPU, CUDA "
+                                    "graphs, the API server's time per request")
     step_overhead_s: Optional[float] = _f(None, ge=0, le=60,
                                           doc="fixed per-step CPU time: scheduling, input preparation, sampling; "
                                               "None: the calibration's fit if it has one, else the engine profile's")
