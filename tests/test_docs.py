@@ -100,17 +100,20 @@ def test_scenario_reference_has_a_table_for_every_mapping_a_scenario_holds():
 
 
 def test_the_catalogs_a_field_description_lists_are_the_real_ones():
-    """hardware.gpu and cost.engine list their valid names in the reference (cost.engine named
-    only its module): the lists are the catalogs'."""
+    """hardware.gpu, cost.engine, cluster.router and the workload presets list their valid names
+    in the reference (all but hardware.gpu named only a module): the lists are the catalogs'."""
     import dataclasses
 
+    from servesim.core.router import ROUTERS
     from servesim.cost.engines import PROFILES
-    from servesim.inputs.scenario import Cost, Hardware
+    from servesim.inputs.presets import PRESETS
+    from servesim.inputs.scenario import Cluster, Cost, Hardware, RequestClass, Workload
     from servesim.inputs.specs import GPUS
 
-    for cls, name, catalog in ((Hardware, "gpu", GPUS), (Cost, "engine", PROFILES)):
+    for cls, name, catalog in ((Hardware, "gpu", GPUS), (Cost, "engine", PROFILES), (Cluster, "router", ROUTERS),
+                               (Workload, "preset", PRESETS), (RequestClass, "preset", PRESETS)):
         doc = next(f for f in dataclasses.fields(cls) if f.name == name).metadata["doc"]
-        listed = re.search(r"\(([a-z0-9. -]+?)(?:\)|:)", doc).group(1).split()
+        listed = re.search(r"\(([a-z0-9._ -]+?)(?:\)|:)", doc).group(1).split()
         assert sorted(listed) == sorted(catalog), (name, listed)
 
 

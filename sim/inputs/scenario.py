@@ -343,7 +343,8 @@ class RequestClass:
     share: Optional[float] = _f(None, gt=0, le=1e6, doc="relative weight")
     rate_rps: Optional[float] = _f(None, **RATE, doc="shorthand for arrival: {process: poisson, rate_rps}")
     arrival: Optional[Arrival] = _f(None, doc="the class's own arrival process")
-    preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (sim/inputs/presets.py)")
+    preset: Optional[str] = _f(None, doc="fills prompt_tokens and output_tokens from a preset (azure_conv azure_code "
+                                         "arxiv_summarization: sim/inputs/presets.py)")
     shared_prefix: Optional[SharedPrefix] = _f(None, doc="this class's own shared prefixes (else "
                                                          "workload.shared_prefix)")
     slo: ClassSlo = _f(default_factory=ClassSlo, doc="the class's SLO; null fields fall back to the top-level slo")
@@ -414,8 +415,10 @@ class ClassReplicas:
 @dataclass(frozen=True)
 class Cluster:
     replicas: int = _f(1, gt=0, le=MAX_REPLICAS, doc="replicas of the model (each with its own scheduler and KV cache)")
-    router: str = _f("round_robin", doc="a router of servesim.core.router.ROUTERS, an installed plug-in, or "
-                                        "module:Class (servesim.plugins)")
+    router: str = _f("round_robin", doc="a router of servesim.core.router.ROUTERS (round_robin random "
+                                        "least_outstanding_tokens least_kv_usage prefix_aware power_of_two "
+                                        "class_aware: docs/scheduling.md), an installed plug-in, or module:Class "
+                                        "(servesim.plugins)")
     class_replicas: Optional[tuple[ClassReplicas, ...]] = _f(None, doc="class_aware router: per class, the "
                                                                        "replicas it may use (unlisted: all)")
 
@@ -684,8 +687,8 @@ class Workload:
     duration_s: Optional[float] = _f(None, gt=0, le=MAX_SECONDS, doc="arrivals stop and the run ends at this time")
     shared_prefix: Optional[SharedPrefix] = _f(None, doc="a share of requests start with a common prefix (prefix "
                                                          "caching)")
-    preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given "
-                                         "(sim/inputs/presets.py)")
+    preset: Optional[str] = _f(None, doc="fills arrival, prompt_tokens, output_tokens not given (azure_conv "
+                                         "azure_code arxiv_summarization: sim/inputs/presets.py)")
     trace: Optional[Trace] = _f(None, doc="replay a trace file's arrivals and lengths")
     classes: Optional[tuple[RequestClass, ...]] = _f(None, doc="a mix of request classes, each with its own "
                                                                "lengths, share or rate, SLO and priority")
