@@ -237,3 +237,22 @@ def test_a_trace_that_is_not_utf8_names_the_byte(tmp_path):
     p.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,1\xff0,5\n")
     with pytest.raises(InputError, match=r"line 3: not UTF-8 text: byte offset 48 \(0xff\)"):
         read_trace(str(p))
+
+
+def test_a_dataset_conversation_is_cut_at_the_turn_limit_without_max_turns(tmp_path):
+    """sessions.max_turns: 'at most 10000 in any case'; synthetic turns were capped there, a
+    ShareGPT conversation of more turns was replayed whole."""
+    from servesim.inputs.scenario import MAX_TURNS
+
+    turns = MAX_TURNS + 3
+    conv = [m for _ in range(turns) for m in ({"from": "human", "value": "ab"}, {"from": "gpt", "value": "cd"})]
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps([{"id": "long", "conversations": conv}]))
+    kw = {"workload.num_requests": 1, "workload.arrival": {"process": "poisson", "rate_rps": 1.0},
+          "workload.prompt_tokens": None, "workload.output_tokens": None,
+          "workload.dataset": {"path": str(path)}, "workload.sessions": {}}
+    src = generate(make_scenario(**kw).workload, np.random.default_rng(0), None)
+    assert len(src.session(src.next_session()).prompts) == MAX_TURNS
+    kw["workload.sessions"] = {"max_turns": 7}
+    src = generate(make_scenario(**kw).workload, np.random.default_rng(0), None)
+    assert len(src.session(src.next_session()).prompts) == 7

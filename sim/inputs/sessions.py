@@ -125,11 +125,12 @@ class Sessions:
         if m <= 0:
             self.source_ended = True  # (only a dataset's rows run out: synthetic sessions never do)
             return False
-        rng, cap, special = self._rng, self.opts.max_turns, 0
+        # (sessions.max_turns, and MAX_TURNS in any case: a drawn count or a dataset's conversation)
+        rng, cap, special = self._rng, MAX_TURNS if self.opts.max_turns is None else self.opts.max_turns, 0
         if self.data is None:
             from servesim.inputs.workload import sample_lengths
 
-            turns = np.minimum(sample_lengths(self.opts.turns, m, rng), MAX_TURNS if cap is None else cap)
+            turns = np.minimum(sample_lengths(self.opts.turns, m, rng), cap)
             total = int(turns.sum())
             new = sample_lengths(self.w.prompt_tokens, total, rng)
             out = sample_lengths(self.w.output_tokens, total, rng)
@@ -139,9 +140,7 @@ class Sessions:
             rows = rng.integers(0, C, m) if self.w.dataset.sample else (self._pos + np.arange(m)) % C
             self._pos += m
             a = d.start[rows]
-            turns = d.start[rows + 1] - a
-            if cap is not None:
-                turns = np.minimum(turns, cap)
+            turns = np.minimum(d.start[rows + 1] - a, cap)
             idx = np.concatenate([np.arange(s, s + t) for s, t in zip(a.tolist(), turns.tolist())])
             total = len(idx)
             new, out = d.new_tokens[idx], d.reply_tokens[idx]
