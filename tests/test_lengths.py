@@ -65,6 +65,18 @@ def test_length_fields_are_checked_with_their_path(d, message):
         dist(d)
 
 
+def test_zipf_span_limit_is_the_one_the_reference_states():
+    """zipf's max - min limit was enforced but not documented: the reference's max row states it."""
+    from pathlib import Path
+
+    dist({"dist": "zipf", "s": 1.2, "min": 5, "max": 10_000_005})
+    with pytest.raises(InputError, match="max - min must be at most 10000000, got 10000001"):
+        dist({"dist": "zipf", "s": 1.2, "min": 5, "max": 10_000_006})
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "scenario.md").read_text()
+    zipf = page[page.index("### dist: zipf"):page.index("### dist: empirical")]
+    assert "| `max` | integer | **required** | > 0, <= 2.14748e+09 | at most min + 10,000,000" in zipf
+
+
 def test_zipf_frequencies():
     n, s, hi = 100_000, 1.5, 1000
     x = draw({"dist": "zipf", "s": s, "max": hi}, n)

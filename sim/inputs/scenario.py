@@ -111,20 +111,23 @@ class NormalDist:
             raise InputError(f"{path}.max must be >= {path}.min ({self.min}), got {self.max}")
 
 
+ZIPF_MAX_SPAN = 10_000_000  # zipf: max - min (one probability per length is tabulated)
+
+
 @dataclass(frozen=True)
 class ZipfDist:
     """Bounded Zipf on the integers min..max: P(k) proportional to k ** -s."""
 
     dist: Literal["zipf"]
     s: float = _f(gt=0, le=100, doc="exponent")
-    max: int = _f(gt=0, le=MAX_TOKENS)
+    max: int = _f(gt=0, le=MAX_TOKENS, doc=f"at most min + {ZIPF_MAX_SPAN:,} (the probabilities are tabulated)")
     min: int = _f(1, gt=0, le=MAX_TOKENS)
 
     def check(self, path):
         if self.max < self.min:
             raise InputError(f"{path}.max must be >= {path}.min ({self.min}), got {self.max}")
-        if self.max - self.min > 10_000_000:
-            raise InputError(f"{path}: max - min must be at most 10000000, got {self.max - self.min}")
+        if self.max - self.min > ZIPF_MAX_SPAN:
+            raise InputError(f"{path}: max - min must be at most {ZIPF_MAX_SPAN}, got {self.max - self.min}")
 
 
 @dataclass(frozen=True)
