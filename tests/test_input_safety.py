@@ -607,6 +607,17 @@ def test_a_sweep_grid_too_large_is_refused_before_any_point_is_made(tmp_path, ca
     assert rc == 2 and "1000000 points" in err and time.perf_counter() - t0 < 10, err
 
 
+@pytest.mark.parametrize("block, says", [({"grd": {"seed": [1, 2]}}, "sweep: expected a mapping with one key"),
+                                         ({"grid": {"seed": 3}}, "sweep.grid.seed: expected a non-empty list")])
+def test_a_malformed_sweep_block_is_named_with_its_file(tmp_path, capsys, block, says):
+    """The sweep block's errors named no file (every other error in a scenario file leads with it)."""
+    data = json.loads(json.dumps(BASE))
+    data["sweep"] = block
+    s = scenario_file(tmp_path, data)
+    rc, err = run_cli(capsys, "sweep", s, "--out", tmp_path / "sw", "--quiet")
+    assert rc == 2 and f"servesim: error: {s}: {says}" in err, err
+
+
 def test_negative_zero_is_zero(tmp_path, capsys):
     """Found by the fuzzer: std -0.0 passed ``>= 0`` but numpy's normal refused it as negative."""
     s = scenario_file(tmp_path, **{"workload.prompt_tokens": {"dist": "normal", "mean": 100, "std": -0.0},

@@ -118,7 +118,10 @@ def load_base(path, overrides, seed) -> tuple[dict, dict]:
     else:
         raise TypeError(f"the scenario: a file path (str or pathlib.Path), scenario data (a mapping) or a "
                         f"servesim.Scenario, got {type(path).__name__}")
-    grid = pop_sweep_block(data)
+    try:
+        grid = pop_sweep_block(data)
+    except InputError as e:  # (named by its file, as every other error in a scenario file)
+        raise InputError(f"{path}: {e}" if isinstance(path, (str, os.PathLike)) else str(e)) from None
     data = apply_overrides(data, overrides)
     if seed is not None:
         data["seed"] = seed
