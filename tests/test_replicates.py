@@ -210,6 +210,11 @@ def test_bad_seed_options_exit_2(tmp_path, capsys):
     # with one seed too (no interval to aim at, yet a value that could never work is still refused)
     assert main(["capacity", sc, "--slo", "ttft_p99=1", "--seeds", "1", "--ci-target", "nan"]) == 2
     assert "--ci-target must be a share in (0, 1), got nan" in capsys.readouterr().err
+    # given with --seeds, which runs exactly that many, they would change nothing: refused, not ignored
+    for flag, value in (("--max-seeds", "20"), ("--ci-target", "0.01")):
+        assert main(["capacity", sc, "--slo", "ttft_p99=1", "--seeds", "3", flag, value,
+                     "--out", str(tmp_path / "c")]) == 2
+        assert f"{flag} {value}: " in capsys.readouterr().err and not (tmp_path / "c").exists()
 
 
 def test_seed_counts_past_the_bound_exit_2_before_running(tmp_path, capsys):

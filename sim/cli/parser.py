@@ -249,8 +249,9 @@ def _studies(sub) -> None:
     _overrides(p, "override a field")
     _seeds(p, "search on exactly N seeds (1: one search, no interval); default: 3 seeds, then more until the "
               "95%% interval's half-width is <= --ci-target of the capacity or --max-seeds ran", default=None)
-    p.add_argument("--max-seeds", type=int, default=10, help="without --seeds: stop adding seeds here (default 10)")
-    p.add_argument("--ci-target", type=float, default=0.05, metavar="SHARE",
+    # (defaults None: given with --seeds they would change nothing, and are refused; cmd_capacity)
+    p.add_argument("--max-seeds", type=int, default=None, help="without --seeds: stop adding seeds here (default 10)")
+    p.add_argument("--ci-target", type=float, default=None, metavar="SHARE",
                    help="without --seeds: the half-width to reach, as a share of the capacity (default 0.05)")
     _executor_args(p)
     p.add_argument("--outputs", metavar="NAME[,NAME]",

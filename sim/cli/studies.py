@@ -155,7 +155,14 @@ def cmd_capacity(args) -> int:
                            args.max_probes, args.keep_up)
     for w in limit_unit_warnings(parse_slo(args.slo)):  # before a search that could take minutes
         print(f"warning: {w['message']}", file=sys.stderr)
-    seeds = SeedOptions(args.seeds, max_seeds=args.max_seeds, target=args.ci_target)  # (checked with one seed too)
+    given = {flag: v for flag, v in (("--max-seeds", args.max_seeds), ("--ci-target", args.ci_target)) if v is not None}
+    seeds = SeedOptions(args.seeds, **{k: v for k, v in (("max_seeds", args.max_seeds), ("target", args.ci_target))
+                                       if v is not None})  # (checked with one seed too)
+    if args.seeds is not None and given:  # (options that would change nothing: refused rather than ignored)
+        flag, v = next(iter(given.items()))
+        raise InputError(f"{flag} {v}: it steers the seeds added until the interval is narrow enough, which runs "
+                         f"without --seeds; --seeds {args.seeds} runs exactly that many, so it would change nothing; "
+                         f"drop one of them")
     if args.seeds == 1:  # one search, no interval: the output of servesim before --seeds
         return _capacity_one_seed(find_capacity(args.scenario, args.slo, opts, args.out, args.set or [], args.seed,
                                                 ex), args)
