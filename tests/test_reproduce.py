@@ -31,6 +31,20 @@ def test_verdict_rules():
     assert f.matches and f.verdict.startswith("direction right")
 
 
+def test_a_ratio_at_the_tolerances_edge_reads_on_its_own_side():
+    """Yi-34B's 2.764x against 3.7x (0.747) printed "0.75" and "-25% off" while 0.757 printed "0.76",
+    matches: at the edge the ratio and the miss carry the digit that decides."""
+    off = R.Figure("gain", 3.7, 2.764, "p", "text", "x", True)
+    assert not off.within and off.ratio_text == "0.747" and off.verdict == "direction right, -25.3% off"
+    near = R.Figure("tbt", 52.0, 39.1, "p", "text", "ms")  # 0.752: "0.75" too, but within
+    assert near.within and near.ratio_text == "0.752" and near.verdict == "matches"
+    assert R.Figure("tbt", 52.0, 39.36, "p", "text", "ms").ratio_text == "0.76"
+    assert R.Figure("x", 2.0, 1.4, "p", "text", "x", True).ratio_text == "0.70"  # away from the edge: 2 decimals
+    assert R.Figure("x", 2.0, 1.4, "p", "text", "x", True).verdict == "direction right, -30% off"
+    rows = R.figure_rows([R.Experiment("e", "t", "s", [off, near])])
+    assert [r[4] for r in rows] == ["0.747", "0.752"]
+
+
 def test_the_stated_rule_is_the_rule_applied():
     """reproduce.md states the tolerance for a published range as the verdicts apply it (it said
     [lo / 1.25, hi x 1.25] while 0.76 x lo matched), and counts direction-only figures as such."""

@@ -355,7 +355,7 @@ def cmd_reproduce(args) -> int:
             pub = "-" if f.published is None else (f"{f.published[0]:g}-{f.published[1]:g}"
                                                    if isinstance(f.published, tuple) else f"{f.published:.4g}")
             sim = "-" if f.simulated is None else f"{f.simulated:.4g}"
-            ratio = "" if f.ratio is None else f" ({f.ratio:.2f}x)"
+            ratio = "" if f.ratio is None else f" ({f.ratio_text}x)"
             print(f"  {f.label}: published {pub}, simulated {sim}{ratio}: {f.verdict}", flush=True)
 
     experiments = run_reproduce(args.names or None, opts, show, None if args.quiet else _starting("reproduce"))

@@ -74,6 +74,16 @@ class Figure:
         return self.simulated / self.published if self.published else None
 
     @property
+    def ratio_text(self) -> str:
+        """The ratio to 2 decimals, or 3 where 2 would read as the tolerance's edge on the wrong side
+        (0.747 printed "0.75" next to a verdict of -25% off; 0.757 "0.76", matches)."""
+        r = self.ratio
+        if r is None:
+            return "-"
+        text = f"{r:.2f}"
+        return f"{r:.3f}" if float(text) in (1 - TOLERANCE, 1 + TOLERANCE) else text
+
+    @property
     def within(self) -> bool | None:
         r = self.ratio
         return None if r is None else 1 - TOLERANCE <= r <= 1 + TOLERANCE
@@ -98,6 +108,8 @@ class Figure:
             return "matches"
         r = self.ratio
         off = f"{(r - 1) * 100:+.0f}%"
+        if abs(round((r - 1) * 100)) == round(TOLERANCE * 100):  # "-25% off" against +-25%: say by how much
+            off = f"{(r - 1) * 100:+.1f}%"
         return f"direction right, {off} off" if self.direction else f"{off} off"
 
     def to_dict(self) -> dict:
@@ -966,9 +978,8 @@ def figure_rows(experiments) -> list[tuple]:
     rows = []
     for e in experiments:
         for f in e.figures:
-            r = f.ratio
             rows.append((f"`{e.name}`", f.label, f"{_cell(f.published, f.unit)} ({f.confidence})",
-                         _cell(f.simulated, f.unit), "-" if r is None else f"{r:.2f}",
+                         _cell(f.simulated, f.unit), f.ratio_text,
                          {True: "right", False: "wrong", None: "-"}[f.direction], f"**{f.verdict}**"))
     return rows
 
@@ -1011,7 +1022,7 @@ def reproduce_markdown(experiments, opts: Options, files: dict | None = None) ->
         parts += [_md_table(("figure", "published", "simulated", "sim / published", "direction", "verdict",
                              "citation"),
                             [(f.label, _cell(f.published, f.unit), _cell(f.simulated, f.unit),
-                              "-" if f.ratio is None else f"{f.ratio:.2f}",
+                              f.ratio_text,
                               {True: "right", False: "wrong", None: "-"}[f.direction], f.verdict,
                               f"{f.citation} ({f.confidence})") for f in e.figures]), ""]
         gaps = sorted({f.missing for f in e.figures if not f.matches and f.missing})
