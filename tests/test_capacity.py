@@ -479,6 +479,37 @@ def test_a_bracket_no_rate_can_split_ends_the_search():
     assert len(s.results) < 40
 
 
+def test_a_start_far_above_the_capacity_still_finds_it():
+    """Halving from --start gave up 2^20 below it and answered 0 ('the SLO is not met on any
+    seed'): from --start 1e9 the search stopped at 238 req/s for a deployment that serves 30.
+    Only the lowest rate a scenario takes (1e-6 req/s) ends the descent."""
+    from servesim.studies.capacity import Search, search_capacity
+
+    class Knee:
+        bracket = Search.bracket
+        floor = None
+
+        def __init__(self):
+            self.results = {}
+
+        def floor_violation(self):
+            return None
+
+        def probe(self, rates):
+            for r in rates:
+                r = float(f"{r:.6g}")
+                self.results.setdefault(r, {"meets": r <= 30.0})
+
+    s = Knee()
+    cap, above, done = search_capacity(s, 1e9, 0.02, 40, workers=1)
+    assert done and 30.0 / 1.02 <= cap <= 30.0 and above > 30.0
+    # nothing meets at any rate: the descent ends at the lowest rate, with no capacity
+    s = Knee()
+    s.probe = lambda rates: s.results.update({float(f"{r:.6g}"): {"meets": False} for r in rates})
+    cap, above, done = search_capacity(s, 8.0, 0.02, 40, workers=1)
+    assert (cap, done) == (0.0, True) and min(s.results) == 1e-6
+
+
 def test_tol_below_what_probed_rates_can_resolve_is_refused(tmp_path, capsys):
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(scenario_data()))
