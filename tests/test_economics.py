@@ -122,3 +122,14 @@ def test_printed_summary_has_an_economics_line():
     text = format_summary(simulate(make_scenario()).summary)
     line = next(x for x in text.splitlines() if x.startswith("economics"))
     assert "1 x h100-sxm at $" in line and "tokens per $" in line and "tokens per J" in line
+
+
+def test_printed_economics_of_a_run_that_completed_nothing_prices_no_tokens():
+    """A run cut off before any request completed has no token to price: the line said '$0 per M
+    input, $0 per M output tokens' (free tokens); it says n/a."""
+    from servesim.cli.main import format_summary
+
+    s = simulate(make_scenario(**{"workload.duration_s": 0.05, "workload.num_requests": None})).summary
+    assert s["completed"] == 0 and s["economics"]["usd_per_million_input_tokens"] is None
+    line = next(x for x in format_summary(s).splitlines() if x.startswith("economics"))
+    assert "(n/a per M input, n/a per M output tokens)" in line and "$0 per M" not in line

@@ -156,8 +156,11 @@ def _format_economics(s: dict) -> list:
                       for p in e["pools"].values())
     parts = [gpus + (f" = ${e['usd_per_hour']:.2f}/h" if e["usd_per_hour"] is not None else "")]
     if e["tokens_per_usd"] is not None:
-        parts.append(f"{e['tokens_per_usd'] / 1e6:.3g}M tokens per $ (${e['usd_per_million_input_tokens'] or 0:.3g}"
-                     f" per M input, ${e['usd_per_million_output_tokens'] or 0:.3g} per M output tokens)")
+        def usd(v):  # (None: no such tokens completed; "$0 per M" read as free tokens)
+            return "n/a" if v is None else f"${v:.3g}"
+
+        parts.append(f"{e['tokens_per_usd'] / 1e6:.3g}M tokens per $ ({usd(e['usd_per_million_input_tokens'])}"
+                     f" per M input, {usd(e['usd_per_million_output_tokens'])} per M output tokens)")
     if e["tokens_per_joule"] is not None:
         parts.append(f"{e['tokens_per_joule']:.3g} tokens per J at a mean {e['mean_power_w'] / 1e3:.3g} kW "
                      f"(TDP {e['provisioned_power_w'] / 1e3:.3g} kW)")
