@@ -443,3 +443,16 @@ def test_a_gzipped_result_or_table_says_it_is_compressed(tmp_path, capsys):
         p.write_bytes(gzip.compress(text.encode()))
         assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 2
         assert f"{name}.gz: a gzip-compressed file, not text: decompress it first" in capsys.readouterr().err
+
+
+def test_validate_run_does_not_write_over_a_run_folder(tmp_path, capsys):
+    """validate-run writes scenario.yaml and report.md into its --out: given a run's folder, the
+    run's scenario.yaml no longer matched the digest in its summary.json and the run read as
+    damaged ('its run folder is damaged (truncated or edited)'). It is refused, exit 2."""
+    run_dir = tmp_path / "run"
+    assert main(["run", "--out", str(run_dir), "--quiet", "--set", "workload.num_requests=3"]) == 0
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    capsys.readouterr()
+    assert main(["validate-run", str(DETAILED), "--out", str(run_dir), "--quiet"]) == 2
+    assert f"--out {run_dir}: holds a servesim run or study" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before

@@ -244,8 +244,8 @@ def cli_reference() -> str:
                "1 a bug. A blank value (`--out \"\"`, often an unset shell variable) is bad input: for the "
                "current folder write `.`. A run's `--out` and a study's (sweep, capacity, compare, plan) are "
                "different folders: either refuses a folder holding the other (`servesim report` could show only "
-               "one). Progress bars go to stderr, only when it is a terminal (`--quiet` "
-               "silences them there too). `servesim --version` prints the version.", "",
+               "one), and `validate-run` refuses both. Progress bars go to stderr, only when it is a terminal "
+               "(`--quiet` silences them there too). `servesim --version` prints the version.", "",
                "| command | what it does |", "|---|---|"]
         out += [f"| [`servesim {name}`](#servesim-{name}) | {_cell(helps.get(name, ''))} |" for name in sub.choices]
         out.append("")

@@ -612,6 +612,11 @@ def _not_another_kind(out: str, command: str) -> None:
         raise InputError(f"--out {out}: holds a servesim study (sweep.json, results.csv, runs/); a run written "
                          "there would hide it (servesim report reads a folder with summary.json as a run): give "
                          "the run another --out")
+    if command == "validate-run" and (_servesim_run(folder) or (folder / "sweep.json").is_file()):
+        # (it writes scenario.yaml and report.md there: a run's scenario.yaml no longer matched the
+        # digest its summary.json keeps, and the run read as damaged)
+        raise InputError(f"--out {out}: holds a servesim run or study; validate-run writes its scenario.yaml and "
+                         "report.md there, over theirs: give validate-run another --out")
     if command in RESUMABLE and _servesim_run(folder):
         what = {"capacity": "capacity search", "compare": "comparison"}.get(command, command)
         raise InputError(f"--out {out}: holds a servesim run (summary.json); a {what} written there would be "
