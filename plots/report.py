@@ -107,6 +107,12 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
             what = "capacity search" if kind == "capacity" else kind
             raise InputError(f"servesim report: {path} holds a {what} that stopped before its results.csv{so_far}; "
                              f"run the same servesim {kind} command again to resume it")
+        for marker, report, command in (("lessons.json", "lessons.md", "lessons"),
+                                        ("reproduce.json", "reproduce.md", "reproduce"),
+                                        ("validation.json", "report.md", "validate-run")):
+            if (path / marker).is_file():  # (said only 'neither summary.json nor results.csv')
+                raise InputError(f"servesim report: {path} holds the output of servesim {command}, which "
+                                 f"has its report already: {path / report}")
         raise InputError(f"servesim report: {path} has neither summary.json (a run) nor results.csv "
                          "(a sweep, capacity or compare folder)")
     meta = read_study_meta(path / "sweep.json")

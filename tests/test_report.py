@@ -113,6 +113,18 @@ def test_report_bad_folder_exits_2(tmp_path, capsys):
     assert "holds a capacity search that stopped before its answer (results-seed0.csv" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("marker,report,command", [("lessons.json", "lessons.md", "lessons"),
+                                                    ("reproduce.json", "reproduce.md", "reproduce"),
+                                                    ("validation.json", "report.md", "validate-run")])
+def test_report_on_a_folder_with_its_own_report_names_it(tmp_path, capsys, marker, report, command):
+    """The folder of lessons, reproduce or validate-run was told it had 'neither summary.json (a
+    run) nor results.csv': it says which command wrote it and where its report already is."""
+    (tmp_path / marker).write_text("{}")
+    assert main(["report", str(tmp_path)]) == 2
+    assert (f"{tmp_path} holds the output of servesim {command}, which has its report already: "
+            f"{tmp_path / report}") in capsys.readouterr().err
+
+
 def test_report_on_a_study_stopped_before_its_results_says_so(tmp_path, capsys, monkeypatch):
     """A sweep over seeds keeps its runs in seeds.csv and writes results.csv at its end: stopped
     before (Ctrl-C, a kill), its folder has sweep.json, seeds.csv and runs/. The report said it had
