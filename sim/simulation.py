@@ -125,7 +125,7 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
                                 expert_parallel=hw.expert_parallel)
     allreduce = cm.allreduce
     spec = None
-    draft_bytes = 0.0
+    draft_bytes = draft_kv_bytes = 0.0
     if pol.spec is not None:
         draft = None
         if pol.spec.draft != "ngram":
@@ -133,13 +133,17 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
             # draft forwards run under CUDA graphs: a launch-sized overhead, not a scheduler step's
             draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0, eff, allreduce=allreduce)
             draft_bytes = draft.weight_bytes
+            # vLLM sizes the cache for both models: each block holds the draft's KV of its
+            # tokens too, so a token costs the target's KV plus the draft's (per GPU)
+            draft_kv_bytes = draft.kv_bytes_per_token_per_gpu()
         spec = (pol.spec.num_speculative_tokens, pol.spec.acceptance_rate, draft)
     if mem.activation_reserve_gib is not None:
         reserve = mem.activation_reserve_gib * GIB
     else:
         reserve = activation_reserve_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     where = "hardware" if name == "colocated" else f"policy.{name}"
-    cap = size_kv(cm, mem.gpu_memory_utilization, mem.block_size, reserve, mem.num_gpu_blocks, draft_bytes, where)
+    cap = size_kv(cm, mem.gpu_memory_utilization, mem.block_size, reserve, mem.num_gpu_blocks, draft_bytes, where,
+                  draft_kv_bytes)
     block_bytes = model.kv_bytes_per_token(kv_dtype) * mem.block_size  # whole replica (all ranks)
     host_blocks = int(mem.swap_space_gib * GIB * cm.num_gpus // block_bytes)
     host_bw = mem.swap_bandwidth_gb_per_s * 1e9 if mem.swap_bandwidth_gb_per_s else gpu.pcie_bw_bytes_per_s

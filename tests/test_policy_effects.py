@@ -276,6 +276,25 @@ def test_speculative_steps_stream_their_tokens_as_one_itl_gap():
     assert res.summary["itl_s"]["mean"] == pytest.approx(gaps.mean())
 
 
+def test_speculative_draft_model_kv_shares_the_cache():
+    """A draft model keeps its own KV of every token the target does (vLLM sizes the cache for
+    both: each block holds the two models' KV of its tokens), so a block costs the target's KV
+    plus the draft's. Before, only the draft's weights were taken off the pool and the run had
+    a quarter more blocks than the GPU holds (Llama-3-8B with a Llama-3.2-1B draft)."""
+    from servesim.inputs.specs import get_model
+
+    draft = "meta-llama/Llama-3.2-1B"
+    ngram = prepare(make_scenario(**{"policy.spec": {"draft": "ngram"}}))
+    with_draft = prepare(make_scenario(**{"policy.spec": {"draft": draft}}))
+    assert prepare(make_scenario()).capacity.num_blocks == ngram.capacity.num_blocks  # an n-gram draft holds no KV
+    cap = with_draft.capacity
+    target, small = get_model("meta-llama/Meta-Llama-3-8B"), get_model(draft)
+    per_token = target.kv_bytes_per_token("bf16") + small.kv_bytes_per_token("bf16")
+    assert cap.kv_bytes_per_token == per_token
+    assert cap.num_blocks == int(cap.kv_pool_bytes // (per_token * 16))
+    assert cap.num_blocks < 0.85 * ngram.capacity.num_blocks  # 1B's KV is a quarter of 8B's per token
+
+
 def test_pd_decode_side_recomputes_in_chunks_of_its_budget():
     # a decode replica (continuous, budget 256) that preempts a long request recomputes it in
     # chunks of its budget, once the blocks of its whole sequence are free (before: requests whose

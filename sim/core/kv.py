@@ -60,9 +60,11 @@ def activation_reserve_bytes(model, tp: int, max_num_batched_tokens: int, max_nu
 
 def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_bytes: float,
             num_blocks_override: int | None = None, extra_weight_bytes: float = 0.0,
-            where: str = "hardware") -> KvCapacity:
+            where: str = "hardware", extra_kv_bytes_per_token: float = 0.0) -> KvCapacity:
     """Per-GPU memory plan; a clear error when weights (and the reserve) leave no room for KV.
-    ``extra_weight_bytes``: other weights on the replica's GPUs (a speculative draft model)."""
+    ``extra_weight_bytes``: other weights on the replica's GPUs (a speculative draft model);
+    ``extra_kv_bytes_per_token``: the KV those take per token on the replica's GPUs (the draft
+    keeps its own KV of every token the target does, in the same blocks)."""
     cm = cost_model
     # With PP every stage keeps the KV of the same tokens for its own layers, so the stage that
     # fits the fewest blocks (its weights: layers, embedding or LM head) sets the pool for all.
@@ -70,7 +72,7 @@ def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_
         usable_bytes=cm.gpu.mem_bytes * gpu_memory_utilization,
         weight_bytes=(w + extra_weight_bytes / cm.pp) / cm.tp,
         activation_reserve_bytes=reserve_bytes,
-        kv_bytes_per_token=cm.kv_bytes_per_token_per_gpu(n),
+        kv_bytes_per_token=cm.kv_bytes_per_token_per_gpu(n) + extra_kv_bytes_per_token / cm.pp,
         block_size=block_size,
     ) for w, n in zip(cm.stage_weight_bytes(), cm.stage_layers())]
     stage = min(range(len(caps)), key=lambda i: caps[i].kv_pool_bytes / (caps[i].kv_bytes_per_token * block_size))
