@@ -41,3 +41,21 @@ def test_shedding_one_tenant_shows_in_its_share_and_the_index():
 def test_plain_workloads_have_one_default_tenant():
     f = simulate(make_scenario()).summary["fairness"]
     assert list(f["tenants"]) == ["default"] and f["jain"]["classes"]["service_share"] is None
+
+
+def test_a_class_that_sent_no_requests_is_left_out_of_jains_index():
+    """A class (or tenant) that drew no request asked for nothing: its service share and SLO
+    attainment of 0 are no unfairness. Before, they entered Jain's index as a group that got
+    nothing, and one rare class pulled a fair run's index down from ~1 to ~0.5."""
+    kw = {**two_classes(0.5), "workload.num_requests": 40, "workload.arrival": {"process": "poisson", "rate_rps": 2.0}}
+    rare = {**kw["workload.classes"][0], "name": "rare", "share": 1e-9, "tenant": "c"}
+    kw["workload.classes"] = [*kw["workload.classes"], rare]
+    s = simulate(make_scenario(**kw)).summary
+    f = s["fairness"]
+    assert s["classes"]["rare"]["num_requests"] == 0 and f["tenants"]["c"]["num_requests"] == 0
+    assert s["completed"] == 40  # everything that arrived was served
+    for group in ("classes", "tenants"):
+        assert f["jain"][group]["service_share"] == 1.0
+        att = [v["slo_attainment"] for k, v in (s["classes"] if group == "classes" else f["tenants"]).items()
+               if k not in ("rare", "c")]
+        assert f["jain"][group]["slo_attainment"] == pytest.approx(jain(att))
