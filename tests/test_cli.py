@@ -190,6 +190,11 @@ BAD = [
      "continuous or chunked_prefill"),
     ("policy: {name: continuous,", "policy: {name: chunked_prefill, prefill_first: true,", "policy.prefill_first",
      "set policy.name: continuous"),
+    # a budget below the k + 1 tokens a speculative decode verifies: no decode ever fit (chunked
+    # prefill stalled with a RuntimeError traceback)
+    ("name: continuous, max_num_seqs: 64, max_num_batched_tokens: 4096}", "name: chunked_prefill, max_num_seqs: 64, "
+     "max_num_batched_tokens: 4, spec: {num_speculative_tokens: 4}}", "policy.max_num_batched_tokens=4",
+     "k + 1 = 5 tokens"),
 ]
 
 

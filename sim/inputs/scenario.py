@@ -652,6 +652,13 @@ class Policy:
         if self.spec is not None and self.name not in ("continuous", "chunked_prefill"):
             raise InputError(f"{path}.spec: speculative decoding works with continuous or chunked_prefill, "
                              f"not {self.name}")
+        if self.spec is not None and self.max_num_batched_tokens < self.spec.num_speculative_tokens + 1:
+            # a decoding sequence verifies k + 1 tokens a step, all in one step's budget: below
+            # that no decode is ever scheduled and the run could not go on
+            k = self.spec.num_speculative_tokens
+            raise InputError(f"{path}.max_num_batched_tokens={self.max_num_batched_tokens} is below the k + 1 = "
+                             f"{k + 1} tokens a decoding sequence verifies in a step with speculative decoding "
+                             f"({path}.spec.num_speculative_tokens={k}); raise the budget or lower k")
         if self.name == "static" and (self.queue.order != "fcfs" or self.preemption_victim != "auto"):
             # (the message names the field that is set: queue.order is fcfs when a victim is the culprit)
             where = f"{path}.queue.order" if self.queue.order != "fcfs" else f"{path}.preemption_victim"
