@@ -295,6 +295,19 @@ def test_speculative_draft_model_kv_shares_the_cache():
     assert cap.num_blocks < 0.85 * ngram.capacity.num_blocks  # 1B's KV is a quarter of 8B's per token
 
 
+def test_speculative_rejection_for_kv_counts_the_verified_tokens_it_names():
+    """A sequence verifying k tokens past its end needs their KV too: 20 + 12 - 1 + 4 = 35 tokens,
+    3 blocks of 16. The rejection said 'prompt + output = 32 tokens needs 3 KV blocks' (32 tokens
+    are 2 blocks): it names the tokens it counted."""
+    sc = make_scenario(**{"memory.num_gpu_blocks": 2,
+                          "policy.spec": {"draft": "ngram", "num_speculative_tokens": 4, "acceptance_rate": 0.5}})
+    reason = simulate(sc, specs=specs([(0.0, 20, 12)])).requests["reason"][0]
+    assert reason.startswith("prompt + output - 1 + k = 35 tokens") and "needs 3 KV blocks" in reason
+    assert "the replica has 2 in all" in reason
+    plain = simulate(make_scenario(**{"memory.num_gpu_blocks": 1}), specs=specs([(0.0, 20, 12)]))
+    assert plain.requests["reason"][0].startswith("prompt + output = 32 tokens needs 2 KV blocks")
+
+
 def test_pd_decode_side_recomputes_in_chunks_of_its_budget():
     # a decode replica (continuous, budget 256) that preempts a long request recomputes it in
     # chunks of its budget, once the blocks of its whole sequence are free (before: requests whose

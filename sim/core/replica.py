@@ -325,8 +325,11 @@ class Replica:
         # a prefill replica holds the prompt only; others the whole sequence
         blocks = self.kv.blocks_for(req.prompt_tokens if self.role == "prefill" else total - 1 + k)
         if blocks > self.kv.num_blocks:
-            return (f"prompt + output = {total} tokens needs {blocks} KV blocks; the replica has "
-                    f"{self.kv.num_blocks} in all")
+            # (say what was counted: the prompt alone, or the k verified tokens on top of the sequence)
+            what = (f"its prompt of {req.prompt_tokens} tokens" if self.role == "prefill" else
+                    f"prompt + output - 1 + k = {total - 1 + k} tokens (the KV of all but its last token, plus the "
+                    f"k={k} speculative tokens a step verifies)" if k else f"prompt + output = {total} tokens")
+            return f"{what} needs {blocks} KV blocks; the replica has {self.kv.num_blocks} in all"
         # a prefill replica only ever computes the prompt (and, preempted, recomputes just that)
         max_tokens = 1 if self.role == "prefill" else req.output_tokens
         return self.admission_error(req.prompt_tokens, max_tokens)
