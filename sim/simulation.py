@@ -146,6 +146,10 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
                   draft_kv_bytes)
     block_bytes = model.kv_bytes_per_token(kv_dtype) * mem.block_size  # whole replica (all ranks)
     host_blocks = int(mem.swap_space_gib * GIB * cm.num_gpus // block_bytes)
+    if spec is not None and spec[2] is not None:
+        # a swapped block carries the draft's KV of its tokens too (vLLM V0 gives the draft's
+        # cache engine as many host blocks as the target's, beside swap_space)
+        block_bytes += spec[2].model.kv_bytes_per_token(kv_dtype) * mem.block_size
     host_bw = mem.swap_bandwidth_gb_per_s * 1e9 if mem.swap_bandwidth_gb_per_s else gpu.pcie_bw_bytes_per_s
     swap_bw = host_bw * cm.num_gpus
     return PoolSetup(name, 0, cm, cap, policy_name, max_num_seqs, max_num_batched_tokens, pol, spec,

@@ -295,6 +295,20 @@ def test_speculative_draft_model_kv_shares_the_cache():
     assert cap.num_blocks < 0.85 * ngram.capacity.num_blocks  # 1B's KV is a quarter of 8B's per token
 
 
+def test_speculative_draft_model_kv_is_swapped_with_the_targets():
+    """A swapped block carries the draft's KV of its tokens too: the same preemptions copy 1.25x
+    the bytes with a Llama-3.2-1B draft (32 KiB a token beside Llama-3-8B's 128 KiB)."""
+    def swapped(draft):
+        sc = make_scenario(**{"memory.num_gpu_blocks": 40, "policy.preemption": "swap",
+                              "policy.spec": {"draft": draft, "num_speculative_tokens": 2, "acceptance_rate": 0.0}})
+        s = simulate(sc, specs=specs([(0.0, 100, 200)] * 30)).summary
+        return s["preemptions"], s["kv"]["swap_out_bytes"]
+
+    (n_ngram, b_ngram), (n_draft, b_draft) = swapped("ngram"), swapped("meta-llama/Llama-3.2-1B")
+    assert n_ngram == n_draft > 0 and b_ngram > 0  # the same schedule (acceptance 0: one token a step)
+    assert b_draft / b_ngram == pytest.approx(1.25)
+
+
 def test_speculative_rejection_for_kv_counts_the_verified_tokens_it_names():
     """A sequence verifying k tokens past its end needs their KV too: 20 + 12 - 1 + 4 = 35 tokens,
     3 blocks of 16. The rejection said 'prompt + output = 32 tokens needs 3 KV blocks' (32 tokens
