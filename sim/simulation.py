@@ -130,6 +130,10 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
         draft = None
         if pol.spec.draft != "ngram":
             dm = get_model(pol.spec.draft, "policy.spec.draft")
+            bad_draft = tp_error(dm, tp)
+            if bad_draft:  # (the draft runs on the target's GPUs, split as many ways)
+                raise InputError(f"policy.spec.draft: {dm.name} runs on the target's {tp} tensor-parallel GPUs, "
+                                 f"and {tp_path}={tp} {bad_draft}; use a draft whose heads divide by it")
             # draft forwards run under CUDA graphs: a launch-sized overhead, not a scheduler step's
             draft = CostModel(dm, gpu, tp, 1, hw.dtype, kv_dtype, 3e-4, 0.0, eff, allreduce=allreduce)
             draft_bytes = draft.weight_bytes

@@ -195,6 +195,13 @@ BAD = [
     ("name: continuous, max_num_seqs: 64, max_num_batched_tokens: 4096}", "name: chunked_prefill, max_num_seqs: 64, "
      "max_num_batched_tokens: 4, spec: {num_speculative_tokens: 4}}", "policy.max_num_batched_tokens=4",
      "k + 1 = 5 tokens"),
+    # a draft model is split over the target's TP GPUs: its heads must divide by them (it ran)
+    ("hardware: {gpu: h100-sxm}\npolicy: {name: continuous,", "hardware: {gpu: h100-sxm, tp: 2}\npolicy: {name: "
+     "continuous, spec: {draft: tiiuae/falcon-7b},", "policy.spec.draft",
+     "hardware.tp=2 must divide the model's 71 attention heads"),
+    # a draft too big to fit was told as the target's weights alone (146 GiB 'for Llama-3-8B')
+    ("max_num_batched_tokens: 4096}", "max_num_batched_tokens: 4096, spec: {draft: meta-llama/Meta-Llama-3-70B}}",
+     "of them the speculative draft model's", "a smaller draft"),
 ]
 
 

@@ -82,14 +82,16 @@ def size_kv(cost_model, gpu_memory_utilization: float, block_size: int, reserve_
     tp_field, gpu_field = ("hardware.tp", "a bigger GPU") if where == "hardware" else \
         (f"{where}.tp", f"a bigger GPU ({where}.gpu)")
     if cap.kv_pool_bytes < cap.kv_bytes_per_token * block_size:
+        draft = (f" ({extra_weight_bytes / cm.pp / cm.tp / GIB:.1f} GiB of them the speculative draft model's, "
+                 "policy.spec.draft, whose KV each block holds too)") if extra_weight_bytes else ""
         raise InputError(
             f"{where}: model {cm.model.name} does not fit on {cm.gpu.name} with tp={cm.tp}, pp={cm.pp}: "
-            f"per GPU{on}, weights take {cap.weight_bytes / GIB:.1f} GiB and the activation reserve "
+            f"per GPU{on}, weights take {cap.weight_bytes / GIB:.1f} GiB{draft} and the activation reserve "
             f"{cap.activation_reserve_bytes / GIB:.1f} GiB of {cap.usable_bytes / GIB:.1f} GiB usable "
             f"({cm.gpu.mem_bytes / GIB:.1f} GiB x memory.gpu_memory_utilization={gpu_memory_utilization}), "
             f"leaving {cap.kv_pool_bytes / GIB:.2f} GiB for KV; one {block_size}-token block needs "
             f"{cap.kv_bytes_per_token * block_size / 2**20:.2f} MiB. Raise {tp_field} or hardware.pp, "
-            f"use {gpu_field} or a smaller dtype."
+            f"use {gpu_field}{', a smaller draft' if extra_weight_bytes else ''} or a smaller dtype."
         )
     if num_blocks_override is not None:
         cap = dataclasses.replace(cap, num_blocks_override=num_blocks_override)
