@@ -7,7 +7,7 @@ import pytest
 from servesim.core.batch import synthetic_batch
 from servesim.cli.main import main
 from servesim.simulation import prepare, simulate
-from tests.conftest import specs
+from tests.conftest import make_scenario, specs
 
 
 def _pp(scenario_factory, pp=2, overlap=True, **kw):
@@ -267,3 +267,14 @@ def test_stages_serve_steps_first_come_first_served_and_count_busy_time_up_to_no
     env.run(until=10)
     assert ends == {"A": 3.0, "B": 3.5}
     assert pipe.busy_s == pytest.approx([2.0, 2.5])
+
+
+def test_a_request_too_big_for_a_virtual_engines_kv_says_the_engine_has_a_share():
+    """A virtual engine holds 1/pp of the replica's KV blocks: a rejection said 'the replica has 10
+    in all' of a replica given 20 (memory.num_gpu_blocks), which reads as a wrong count."""
+    sc = make_scenario(**{"hardware.pp": 2, "memory.num_gpu_blocks": 20})
+    reason = simulate(sc, specs=specs([(0.0, 100, 100)])).requests["reason"][0]
+    assert reason.startswith("prompt + output = 200 tokens needs 13 KV blocks")
+    assert "each of the replica's 2 virtual engines (hardware.pp with pp_overlap) has 10 of its blocks" in reason
+    no_overlap = make_scenario(**{"hardware.pp": 2, "hardware.pp_overlap": False, "memory.num_gpu_blocks": 20})
+    assert simulate(no_overlap, specs=specs([(0.0, 100, 100)])).requests["status"][0] == "completed"

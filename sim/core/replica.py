@@ -329,7 +329,12 @@ class Replica:
             what = (f"its prompt of {req.prompt_tokens} tokens" if self.role == "prefill" else
                     f"prompt + output - 1 + k = {total - 1 + k} tokens (the KV of all but its last token, plus the "
                     f"k={k} speculative tokens a step verifies)" if k else f"prompt + output = {total} tokens")
-            return f"{what} needs {blocks} KV blocks; the replica has {self.kv.num_blocks} in all"
+            # (a virtual engine has 1/pp of the replica's blocks: say so, or 'the replica has N'
+            # reads as a fraction of what memory gave it)
+            has = (f"each of the replica's {len(self.pipeline.free_at)} virtual engines (hardware.pp with "
+                   f"pp_overlap) has {self.kv.num_blocks} of its blocks" if self.pipeline is not None else
+                   f"the replica has {self.kv.num_blocks} in all")
+            return f"{what} needs {blocks} KV blocks; {has}"
         # a prefill replica only ever computes the prompt (and, preempted, recomputes just that)
         max_tokens = 1 if self.role == "prefill" else req.output_tokens
         return self.admission_error(req.prompt_tokens, max_tokens)
