@@ -499,16 +499,20 @@ def test_ctrl_c_in_a_sweep_keeps_the_finished_runs_and_says_how_to_resume(tmp_pa
 
 
 def _terminated(argv, wait_for, tmp_path, delay_s=0.3):
-    """``servesim ARGV`` in a child process, sent SIGTERM ``delay_s`` after ``wait_for`` exists (the
-    process is then past its imports, where the signal still has its default action): (exit status,
+    """``servesim ARGV`` in a child process, sent SIGTERM ``delay_s`` after ``wait_for`` exists and
+    ``main`` is being called (the process is then past its imports, where the signal still has its
+    default action; a fixed delay from the start lost that race on a loaded machine): (exit status,
     stderr)."""
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "servesim", *argv], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    ready = tmp_path / f"ready-{time.monotonic_ns()}"
+    start = ("import pathlib, sys; from servesim.cli.main import main; pathlib.Path(sys.argv[1]).touch(); "
+             "sys.exit(main(sys.argv[2:]))")
+    proc = subprocess.Popen([sys.executable, "-c", start, str(ready), *argv], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not wait_for.exists() and proc.poll() is None and time.monotonic() < deadline:
+    while not (ready.exists() and wait_for.exists()) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(delay_s)
     proc.send_signal(signal.SIGTERM)
@@ -531,7 +535,7 @@ def test_sigterm_stops_a_study_with_a_message_and_its_finished_runs_kept(tmp_pat
                            "same command reuses them and runs the rest")
     assert "Traceback" not in err
     sc = write(tmp_path, GOOD.replace("num_requests: 60", "num_requests: 500000"), "long.yaml")
-    rc, err = _terminated(["run", sc, "--out", str(tmp_path / "o")], Path(sc), tmp_path, delay_s=2.0)
+    rc, err = _terminated(["run", sc, "--out", str(tmp_path / "o")], Path(sc), tmp_path, delay_s=0.5)
     assert (rc, err.strip()) == (143, "servesim: terminated (SIGTERM)")
 
 
