@@ -539,6 +539,24 @@ def test_a_gpu_yaml_among_the_gpus_is_planned_with_the_catalog_ones(tmp_path):
     assert doc["prices_usd_per_gpu_hour"][str(gpu)] == 1.5
 
 
+def test_a_gpu_yaml_priced_by_the_plan_is_priced_so_in_its_runs(tmp_path):
+    """--price for a GPU YAML (or the scenario's cost.gpu_hour_usd) ranked its shapes at that price,
+    but its runs were priced at the file's own price: the $/M input and output tokens in plan.json
+    and the table were 3x what the $/h column said (1.5 in the file, --price 0.5)."""
+    gpu = tmp_path / "h20.yaml"
+    gpu.write_text("name: h20\nbase: h100-sxm\nprice_per_gpu_hour_usd: 1.5\npower_w: 400\n")
+    doc = _plan(tmp_path, gpus=("h100-sxm", str(gpu)), pd_ratios=(), policies=("continuous",), seeds=1,
+                prices=((str(gpu), 0.5), ("h100-sxm", 2.0)), rate_rps=4.0, probe_requests=30, requests=30, tol=0.09,
+                verify_top=0, exhaustive=True)
+    runs = [(c, r) for c in doc["candidates"] for r in c["runs"]]
+    assert {c["shape"]["gpu"] for c, _ in runs} == {"h100-sxm", str(gpu)}
+    for c, r in runs:
+        e = json.loads((tmp_path / "plan" / r["seeds"][0]["dir"] / "summary.json").read_text())["economics"]
+        price = doc["prices_usd_per_gpu_hour"][c["shape"]["gpu"]]
+        assert price in (0.5, 2.0)
+        assert e["usd_per_hour"] == pytest.approx(price * r["gpus"]), (c["key"], e["pools"])
+
+
 def test_an_answer_whose_capacity_is_a_lower_bound_says_so():
     # its capacity search's probes were too short to tell whether it keeps up above the answer
     # (capacity's too_short): the plan's verification lines carry the warning

@@ -164,8 +164,24 @@ class Planner:
 
     # ------------------------------------------------------------ simulation
     def scenario_at(self, shape: Shape, units: int, seed: int, rate: float, requests: int) -> dict:
-        return {**shape.overrides(units, self.base.get("policy") or {}), "seed": seed, RATE_KEY: rate,
+        return {**self.overrides(shape, units), "seed": seed, RATE_KEY: rate,
                 "workload.num_requests": requests, "workload.duration_s": None}
+
+    def overrides(self, shape: Shape, units: int) -> dict:
+        """The scenario fields of ``units`` units of ``shape``, with the plan's price of each GPU
+        YAML it runs on: the base scenario's ``cost.gpu_hour_usd`` names catalog GPUs only (a run
+        refuses another deployment's GPU as a key), so without it a YAML GPU's runs would be priced
+        at its file's price, not at ``--price`` or the scenario's, and their $/M figures would
+        disagree with the $/h the plan ranks by."""
+        from servesim.inputs.specs import GPUS, get_gpu
+
+        out = shape.overrides(units, self.base.get("policy") or {})
+        yaml_prices = {get_gpu(g, "--gpus").name: self.prices[g] for g in shape.gpu_counts()
+                       if g not in GPUS and self.prices.get(g) is not None}
+        if yaml_prices:
+            catalog = (self.base.get("cost") or {}).get("gpu_hour_usd") or {}
+            out["cost.gpu_hour_usd"] = {**catalog, **yaml_prices}
+        return out
 
     def verify(self, c: Candidate, units: int) -> dict:
         """Run ``units`` units of ``c`` at R with every seed (reusing finished runs); the verdict.
@@ -271,7 +287,7 @@ class Planner:
     def capacity(self, shape: Shape, units: int, start: float, folder: Path, requests: int):
         """Capacity of ``units`` units across the seeds (``intervals.capacity_interval``), each
         probe ``requests`` requests."""
-        base = with_values(self.base, shape.overrides(units, self.base.get("policy") or {}), "plan")
+        base = with_values(self.base, self.overrides(shape, units), "plan")
         opts = replace(self.capacity_opts(start), probe_requests=requests)
         return capacity_interval(base, self.opts.slo, self.seeds, opts, folder, (), self.quiet_ex)
 
