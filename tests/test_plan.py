@@ -557,6 +557,39 @@ def test_a_gpu_yaml_priced_by_the_plan_is_priced_so_in_its_runs(tmp_path):
         assert e["usd_per_hour"] == pytest.approx(price * r["gpus"]), (c["key"], e["pools"])
 
 
+def test_a_scenarios_cost_mappings_may_name_a_gpu_yaml_of_the_plan(tmp_path):
+    """cost.gpu_power_w / gpu_hour_usd keyed by a --gpus YAML's name were refused by every catalog
+    GPU's run ("not a GPU of the catalog or of this deployment"), so a plan could not be given
+    them; a name of neither is still refused, and --objective power without a GPU's power is an
+    error, not a TypeError comparing None with a number."""
+    gpu = tmp_path / "h20.yaml"
+    gpu.write_text("name: h20\npeak_flops: 148e12\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4.0e12\n"
+                   "link_bw_bytes_per_s: 450e9\npcie_bw_bytes_per_s: 64e9\nprice_per_gpu_hour_usd: 1.5\n")  # (no power)
+    f = tmp_path / "s.yaml"
+    opts = PlanOptions(rate_rps=4.0, slo=SLO, gpus=("h100-sxm", str(gpu)), tps=(1,), policies=("continuous",),
+                       seeds=1, probe_requests=30, requests=30, tol=0.09, verify_top=0, exhaustive=True,
+                       objective="power")
+    with pytest.raises(InputError, match=r"--objective power: no board power for .*h20.yaml: give power_w"):
+        f.write_text(json.dumps(SMALL))
+        run_plan(f, opts, tmp_path / "p0", ex=QUIET)
+    f.write_text(json.dumps({**SMALL, "cost": {"gpu_power_w": {"h2O": 450}}}))
+    with pytest.raises(InputError, match="cost.gpu_power_w.h2O: not a GPU of the catalog or of --gpus"):
+        run_plan(f, opts, tmp_path / "p1", ex=QUIET)
+    f.write_text(json.dumps({**SMALL, "cost": {"gpu_power_w": {"h20": 450, "h100-sxm": 600},
+                                               "gpu_hour_usd": {"h20": 0.5}}}))
+    doc = run_plan(f, opts, tmp_path / "p2", ex=QUIET).doc
+    assert doc["power_w"] == {"h100-sxm": 600, str(gpu): 450}
+    assert doc["prices_usd_per_gpu_hour"] == {"h100-sxm": 3.29, str(gpu): 0.5}
+    runs = [(c, r) for c in doc["candidates"] for r in c["runs"]]
+    assert {c["shape"]["gpu"] for c, _ in runs} == {"h100-sxm", str(gpu)}
+    for c, r in runs:
+        e = json.loads((tmp_path / "p2" / r["seeds"][0]["dir"] / "summary.json").read_text())["economics"]
+        g = c["shape"]["gpu"]
+        assert e["provisioned_power_w"] == pytest.approx(doc["power_w"][g] * r["gpus"])
+        assert e["usd_per_hour"] == pytest.approx(doc["prices_usd_per_gpu_hour"][g] * r["gpus"])
+        assert r["mean_power_w"] == pytest.approx(e["mean_power_w"])
+
+
 def test_an_answer_whose_capacity_is_a_lower_bound_says_so():
     # its capacity search's probes were too short to tell whether it keeps up above the answer
     # (capacity's too_short): the plan's verification lines carry the warning

@@ -168,19 +168,22 @@ class Planner:
                 "workload.num_requests": requests, "workload.duration_s": None}
 
     def overrides(self, shape: Shape, units: int) -> dict:
-        """The scenario fields of ``units`` units of ``shape``, with the plan's price of each GPU
-        YAML it runs on: the base scenario's ``cost.gpu_hour_usd`` names catalog GPUs only (a run
-        refuses another deployment's GPU as a key), so without it a YAML GPU's runs would be priced
-        at its file's price, not at ``--price`` or the scenario's, and their $/M figures would
-        disagree with the $/h the plan ranks by."""
+        """The scenario fields of ``units`` units of ``shape``, with the plan's price and power of
+        each GPU YAML it runs on: the base scenario's ``cost`` mappings name catalog GPUs only (a
+        run refuses another deployment's GPU as a key), so without them a YAML GPU's runs would be
+        priced at its file's figures, not at ``--price`` or the scenario's, and their $/M and power
+        figures would disagree with the ones the plan ranks by."""
         from servesim.inputs.specs import GPUS, get_gpu
 
         out = shape.overrides(units, self.base.get("policy") or {})
-        yaml_prices = {get_gpu(g, "--gpus").name: self.prices[g] for g in shape.gpu_counts()
-                       if g not in GPUS and self.prices.get(g) is not None}
-        if yaml_prices:
-            catalog = (self.base.get("cost") or {}).get("gpu_hour_usd") or {}
-            out["cost.gpu_hour_usd"] = {**catalog, **yaml_prices}
+        for key, table in (("gpu_hour_usd", self.prices), ("gpu_power_w", self.powers)):
+            given = (self.base.get("cost") or {}).get(key)
+            if given is not None and not isinstance(given, dict):
+                continue  # a number for every GPU: the run applies it to this one too
+            own = {get_gpu(g, "--gpus").name: table[g] for g in shape.gpu_counts()
+                   if g not in GPUS and table.get(g) is not None}
+            if own:
+                out[f"cost.{key}"] = {**(given or {}), **own}
         return out
 
     def verify(self, c: Candidate, units: int) -> dict:
@@ -420,6 +423,19 @@ def _json_default(o):
     return str(o)
 
 
+def _check_cost_keys(base: dict, gpus: list, where) -> None:
+    """The scenario's ``cost.gpu_hour_usd`` / ``gpu_power_w`` mappings name catalog GPUs or those of ``--gpus``."""
+    from servesim.inputs.specs import GPUS, get_gpu
+
+    names = set(GPUS) | {get_gpu(g, "--gpus").name for g in gpus}
+    cost = base.get("cost") or {}
+    for key in ("gpu_hour_usd", "gpu_power_w"):
+        for name in (cost.get(key) if isinstance(cost.get(key), dict) else ()):
+            if name not in names:
+                raise InputError(f"{where}: cost.{key}.{name}: not a GPU of the catalog or of --gpus "
+                                 f"({', '.join(gpus)});{did_you_mean(name, names)}")
+
+
 def _gpu_tables(base: dict, names, extra_prices: dict) -> tuple[dict, dict]:
     """({gpu: USD per GPU-hour or None}, {gpu: board power W or None}) under the scenario's cost
     section, with ``--price`` over both."""
@@ -506,17 +522,25 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     unknown = [g for g, _ in opts.prices if g not in gpus]
     if unknown:
         raise InputError(f"--price {unknown[0]}: not one of the GPUs searched ({', '.join(gpus)})")
+    _check_cost_keys(base, gpus, where)
     prices, powers = _gpu_tables(base, gpus, dict(opts.prices))
     if opts.objective == "cost" and any(v is None for v in prices.values()):
         lacking = [g for g, v in prices.items() if v is None]
         raise InputError(f"no price per GPU-hour for {', '.join(lacking)}: give --price {lacking[0]}=USD "
                          "(or cost.gpu_hour_usd in the scenario)")
+    if opts.objective == "power" and any(v is None for v in powers.values()):
+        # (the shapes are ranked by their power: one without it cannot be placed among the others)
+        lacking = [g for g, v in powers.items() if v is None]
+        raise InputError(f"--objective power: no board power for {', '.join(lacking)}: give power_w in its GPU YAML "
+                         "(or cost.gpu_power_w in the scenario)")
     cost = dict(base.get("cost") or {})
     # catalog GPUs by name (a run accepts only those and its own GPUs as keys: every shape runs with
-    # this table); a GPU YAML's runs price it from the file (its price_per_gpu_hour_usd)
+    # this table); a GPU YAML's figures go to its own shapes' runs only (Planner.overrides)
     from servesim.inputs.specs import GPUS
 
     cost["gpu_hour_usd"] = {g: v for g, v in prices.items() if v is not None and g in GPUS} or None
+    if isinstance(cost.get("gpu_power_w"), dict):  # (a GPU YAML's entry: Planner.overrides, in its shapes' runs)
+        cost["gpu_power_w"] = {g: v for g, v in cost["gpu_power_w"].items() if g in GPUS} or None
     base["cost"] = cost  # every run prices its GPUs as the plan does
     try:
         # (the arrival process as written first: setting a rate on one that has none, a closed loop or
