@@ -133,3 +133,17 @@ def test_printed_economics_of_a_run_that_completed_nothing_prices_no_tokens():
     assert s["completed"] == 0 and s["economics"]["usd_per_million_input_tokens"] is None
     line = next(x for x in format_summary(s).splitlines() if x.startswith("economics"))
     assert "(n/a per M input, n/a per M output tokens)" in line and "$0 per M" not in line
+
+
+def test_printed_economics_names_what_a_gpu_lacks(tmp_path):
+    """A GPU YAML with a price and no power was printed as 'no catalog price or power for h20'
+    beside its own price: the line names the figure that is missing, and not one it has."""
+    from servesim.cli.main import format_summary
+
+    f = tmp_path / "h20.yaml"
+    f.write_text("name: h20\npeak_flops: 148e12\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4.0e12\n"
+                 "price_per_gpu_hour_usd: 1.2\n")
+    s = simulate(make_scenario(**{"hardware.gpu": str(f), "workload.num_requests": 10})).summary
+    assert s["economics"]["missing"] == ["h20"] and s["economics"]["usd_per_hour"] == 1.2
+    line = next(x for x in format_summary(s).splitlines() if x.startswith("economics"))
+    assert "no board power for h20" in line and "no price" not in line and "at $1.20/GPU-h" in line

@@ -164,8 +164,12 @@ def _format_economics(s: dict) -> list:
     if e["tokens_per_joule"] is not None:
         parts.append(f"{e['tokens_per_joule']:.3g} tokens per J at a mean {e['mean_power_w'] / 1e3:.3g} kW "
                      f"(TDP {e['provisioned_power_w'] / 1e3:.3g} kW)")
-    if e["missing"]:
-        parts.append(f"no catalog price or power for {', '.join(e['missing'])} (cost.gpu_hour_usd, cost.gpu_power_w)")
+    # (each figure that is lacking, by name: a GPU YAML with a price and no power has a price)
+    for key, what, field in (("usd_per_gpu_hour", "price per GPU-hour", "gpu_hour_usd"),
+                             ("power_w", "board power", "gpu_power_w")):
+        lacking = sorted({p["gpu"] for p in e["pools"].values() if p[key] is None})
+        if lacking:
+            parts.append(f"no {what} for {', '.join(lacking)} (cost.{field} or the GPU YAML)")
     return ["economics     " + "; ".join(parts)]
 
 
