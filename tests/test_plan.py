@@ -781,3 +781,18 @@ def test_a_pd_unit_bound_counts_the_first_token_as_the_prefill_pools():
     assert s["completed"] == 2000
     assert s["throughput_rps"] < bound
     assert s["throughput_rps"] > 0.6 * bound  # ... and close to it: not a bound halved
+
+
+def test_the_next_cheaper_line_gives_the_objective_it_is_below():
+    """With --objective power (or gpus) the next-cheaper line gave only its $/h, which may be more
+    than the answer's: the figure that makes it "cheaper" (its power or GPUs) was not shown."""
+    from servesim.outputs.plandoc import failure_lines
+
+    nc = {"key": "l40s", "units": 1, "label": "1 x l40s TP1, continuous", "fleet": "1 x l40s", "usd_per_hour": 0.86,
+          "objective": 350.0, "meets": False, "why": ["falls behind"]}
+    doc = {"rate_rps": 6.0, "objective": "power", "next_cheaper": nc, "candidates": [], "ranking": []}
+    assert failure_lines(doc)[0].startswith("next cheaper: 1 x l40s TP1, continuous (1 x l40s, $0.86/h, 0.35 kW) fails")
+    doc.update(objective="gpus", next_cheaper={**nc, "objective": 1.0})
+    assert "(1 x l40s, $0.86/h, 1 GPU) fails" in failure_lines(doc)[0]
+    doc.update(objective="cost", next_cheaper={**nc, "objective": 0.86})
+    assert "(1 x l40s, $0.86/h) fails" in failure_lines(doc)[0]

@@ -258,8 +258,10 @@ def failure_lines(doc: dict) -> list[str]:
     out = []
     nc = doc.get("next_cheaper")
     if nc:
-        cost = f"${nc['usd_per_hour']:.2f}/h" if nc.get("usd_per_hour") is not None else objective_text(
-            doc.get("objective", "cost"), nc.get("objective"))
+        objective = doc.get("objective", "cost")
+        cost = f"${nc['usd_per_hour']:.2f}/h" if nc.get("usd_per_hour") is not None else None
+        if objective != "cost" or cost is None:  # (what makes it "cheaper": its GPUs or its power)
+            cost = ", ".join(x for x in (cost, objective_text(objective, nc.get("objective"))) if x)
         how = f"fails at {doc['rate_rps']:g} req/s" if not nc.get("meets") else "MEETS the SLO"
         out.append(f"next cheaper: {nc['label']} ({nc['fleet']}, {cost}) {how}: " + "; ".join(nc["why"]))
     elif ranked(doc):
