@@ -796,3 +796,29 @@ def test_the_next_cheaper_line_gives_the_objective_it_is_below():
     assert "(1 x l40s, $0.86/h, 1 GPU) fails" in failure_lines(doc)[0]
     doc.update(objective="cost", next_cheaper={**nc, "objective": 0.86})
     assert "(1 x l40s, $0.86/h) fails" in failure_lines(doc)[0]
+
+
+def test_the_next_cheaper_configuration_costs_strictly_less_than_the_answer():
+    """3 x h100-sxm cost 3.29 * 3 = 9.870000000000001 $/h, and 9.870000000000001 / 3.29 rounds
+    above 3: the "most units strictly below the answer" was 3, so the answer itself (or a
+    configuration of the same cost) was offered as the next cheaper one, and shown meeting the
+    SLO: "the plan missed it"."""
+    from types import SimpleNamespace
+
+    from servesim.studies.plan import Candidate, Planner
+
+    price = 3.29
+    answer = Candidate("h100-tp1", Shape("colocated", "h100-sxm", 1), "feasible", unit_usd_per_hour=price, units=3,
+                       objective=price * 3)
+    seen = []
+
+    def verify(c, units):
+        seen.append((c.key, units))
+        why = [{"limit": "x", "text": "x", "excess": 2}]
+        return {"units": units, "meets": False, "seeds": [{"seed": 0, "why": why}]}
+
+    pl = SimpleNamespace(candidates=[answer], opts=SimpleNamespace(objective="cost"), verify=verify)
+    pl.unit_objective = lambda c: Planner.unit_objective(pl, c)
+    nc = Planner.next_cheaper(pl, answer)
+    assert (nc["key"], nc["units"]) == ("h100-tp1", 2) and nc["objective"] < answer.objective
+    assert seen == [("h100-tp1", 2)]

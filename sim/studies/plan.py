@@ -387,7 +387,9 @@ class Planner:
             per = self.unit_objective(c)
             if not per:  # (None: unknown; 0: free GPUs, nothing of it is cheaper than the answer)
                 continue
-            u = math.ceil(target / per) - 1  # the most units strictly below the target
+            # the most units strictly below the target ((1 - 1e-9): 3.29 * 3 / 3.29 is 3.0000000000000004,
+            # and 3 units of the answer's own shape are not cheaper than it)
+            u = math.ceil(target / per * (1 - 1e-9)) - 1
             if u >= 1:
                 pool.append((per * u, c, u))
         if not pool:
