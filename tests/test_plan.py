@@ -822,3 +822,19 @@ def test_the_next_cheaper_configuration_costs_strictly_less_than_the_answer():
     nc = Planner.next_cheaper(pl, answer)
     assert (nc["key"], nc["units"]) == ("h100-tp1", 2) and nc["objective"] < answer.objective
     assert seen == [("h100-tp1", 2)]
+
+
+def test_configurations_of_the_same_cost_are_ties_whatever_the_rounding():
+    """9 x 1.59 $/h is 14.31 and 3 units of 3 GPUs at 1.59 are 14.310000000000002: the second
+    ranked below the first on rounding error, before the tie rules (measured capacity first) applied."""
+    from types import SimpleNamespace
+
+    from servesim.studies.plan import Candidate, Planner
+
+    a = Candidate("nine", Shape("colocated", "a100-80g", 1), "feasible", unit_usd_per_hour=1.59, units=9,
+                  objective=1.59 * 9)
+    b = Candidate("three", Shape("pd", "a100-80g", 1, decode_gpu="a100-80g", decode_tp=1, ratio=(1, 2)), "feasible",
+                  unit_usd_per_hour=3 * 1.59, units=3, objective=(3 * 1.59) * 3)
+    assert a.objective < b.objective  # (the rounding this is about)
+    a.capacity, b.capacity = {"estimate": 20.0, "measured": False}, {"estimate": 15.0, "measured": True}
+    assert [c.key for c in Planner.ranked(SimpleNamespace(candidates=[a, b]))] == ["three", "nine"]

@@ -367,8 +367,9 @@ class Planner:
         def usd(c):
             return c.unit_usd_per_hour * c.units if c.unit_usd_per_hour is not None and c.units else math.inf
 
-        return sorted(feas, key=lambda c: (c.objective, not (c.capacity or {}).get("measured", False), usd(c),
-                                           -(c.capacity or {}).get("estimate", 0.0), c.shape.gpus(c.units), c.key))
+        return sorted(feas, key=lambda c: (_tie(c.objective), not (c.capacity or {}).get("measured", False),
+                                           _tie(usd(c)), -(c.capacity or {}).get("estimate", 0.0),
+                                           c.shape.gpus(c.units), c.key))
 
     # ------------------------------------------------------------ the answer's neighbours
     def next_cheaper(self, best: Candidate) -> dict | None:
@@ -404,6 +405,12 @@ class Planner:
             why = ["MEETS the SLO with every seed: the plan missed it"]
         return {**out, "simulated": True, "meets": run["meets"], "run": run, "why": why,
                 "bound_units": c.min_units, "status": c.status}
+
+
+def _tie(v: float) -> float:
+    """``v`` to 12 significant digits: costs summed in another order are ties (9 x 1.59 is 14.31, 3 x
+    (3 x 1.59) 14.310000000000002: a 3-GPU unit would have won on rounding error, not on the tie rules)."""
+    return float(f"{v:.12g}")
 
 
 def _reasons(run: dict) -> list:
@@ -587,7 +594,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         best = None
         with study_session(ex):
             for c in todo:
-                if best is not None and not opts.exhaustive and c.lower_bound > best.objective:
+                if best is not None and not opts.exhaustive and _tie(c.lower_bound) > _tie(best.objective):
                     c.status = "dominated"
                     lb = objective_text(opts.objective, c.lower_bound)
                     top = objective_text(opts.objective, best.objective)
