@@ -147,3 +147,16 @@ def test_printed_economics_names_what_a_gpu_lacks(tmp_path):
     assert s["economics"]["missing"] == ["h20"] and s["economics"]["usd_per_hour"] == 1.2
     line = next(x for x in format_summary(s).splitlines() if x.startswith("economics"))
     assert "no board power for h20" in line and "no price" not in line and "at $1.20/GPU-h" in line
+
+
+def test_printed_power_of_a_large_cluster_is_in_megawatts():
+    """10,000 H100s were printed at "TDP 7e+03 kW", and their $ per M output tokens as "$4.39e+03"."""
+    from servesim.cli.main import _format_economics
+
+    pools = [PoolUse("colocated", "h100-sxm", 10_000, 3.29, 700.0, 0.5, 0.2)]
+    line = _format_economics({"economics": economics(pools, 60.0, 1e6, 1e5)})[0]
+    assert "(TDP 7 MW)" in line and "at a mean 4.03 MW" in line and "$4,387 per M output" in line
+    assert "e+" not in line
+    small = _format_economics({"economics": economics([PoolUse("c", "h100-sxm", 1, 3.29, 700.0, 1.0, 0.2)],
+                                                      60.0, 1e6, 1e5)})[0]
+    assert "at a mean 0.7 kW (TDP 0.7 kW)" in small

@@ -146,6 +146,11 @@ def _format_memory(s: dict) -> list:
     return lines
 
 
+def _watts(w: float) -> str:
+    """Power in kW, or in MW from 1 MW (7,000 H100s at TDP printed as "7e+03 kW")."""
+    return f"{w / 1e3:.3g} kW" if w < 999.5e3 else f"{w / 1e6:.3g} MW"
+
+
 def _format_economics(s: dict) -> list:
     """What the run's GPUs cost and drew, and the tokens per dollar and per joule."""
     e = s.get("economics")
@@ -157,13 +162,13 @@ def _format_economics(s: dict) -> list:
     parts = [gpus + (f" = ${e['usd_per_hour']:.2f}/h" if e["usd_per_hour"] is not None else "")]
     if e["tokens_per_usd"] is not None:
         def usd(v):  # (None: no such tokens completed; "$0 per M" read as free tokens)
-            return "n/a" if v is None else f"${v:.3g}"
+            return "n/a" if v is None else f"${v:.3g}" if v < 999.5 else f"${v:,.0f}"  # (not "$4.39e+03")
 
         parts.append(f"{e['tokens_per_usd'] / 1e6:.3g}M tokens per $ ({usd(e['usd_per_million_input_tokens'])}"
                      f" per M input, {usd(e['usd_per_million_output_tokens'])} per M output tokens)")
     if e["tokens_per_joule"] is not None:
-        parts.append(f"{e['tokens_per_joule']:.3g} tokens per J at a mean {e['mean_power_w'] / 1e3:.3g} kW "
-                     f"(TDP {e['provisioned_power_w'] / 1e3:.3g} kW)")
+        parts.append(f"{e['tokens_per_joule']:.3g} tokens per J at a mean {_watts(e['mean_power_w'])} "
+                     f"(TDP {_watts(e['provisioned_power_w'])})")
     # (each figure that is lacking, by name: a GPU YAML with a price and no power has a price)
     for key, what, field in (("usd_per_gpu_hour", "price per GPU-hour", "gpu_hour_usd"),
                              ("power_w", "board power", "gpu_power_w")):
