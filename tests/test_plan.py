@@ -744,6 +744,8 @@ def test_plan_capacity_prints_the_digits_its_interval_supports():
     assert capacity_text(wide) == "35 (4-66)" and capacity_numbers(wide) == ("35", "4", "66")
     assert capacity_text({"estimate": 13.57, "low": 11.62, "high": 15.52, "measured": True}) == "13.6 (11.6-15.5)"
     assert capacity_text({"estimate": 5.0, "low": -2.0, "high": 12.0, "measured": False}) == "~5 (0-12)"
+    # a positive floor rounded to the interval's tens read 0 ("~10 (0-80)"): one digit of it instead
+    assert capacity_text({"estimate": 12.0, "low": 5.0, "high": 80.0, "measured": False}) == "~10 (5-80)"
     assert capacity_text({"estimate": 7.123, "low": 7.123, "high": 7.123, "measured": True}) == "7.12"
 
 

@@ -135,7 +135,10 @@ def capacity_numbers(cap: dict) -> tuple[str, str, str]:
     if not half > 1e-9 or math.isinf(half):
         return f"{est:.3g}", f"{max(lo, 0.0):.3g}", f"{hi:.3g}"
     d = _decimals_for(half)
-    return _round(est, d), _round(max(lo, 0.0), d), _round(hi, d)
+    low = _round(max(lo, 0.0), d)
+    if lo > 0 and float(low) == 0:  # ("~10 (0-80)" read as if it could serve nothing; plan's floor is >= R)
+        low = f"{lo:.1g}"
+    return _round(est, d), low, _round(hi, d)
 
 
 def capacity_text(cap: dict | None) -> str:
