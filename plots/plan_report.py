@@ -74,14 +74,16 @@ def build_plan_report(folder: str | Path) -> Path:
                                                                                               "infeasible")}))
     md = [f"# servesim plan: {doc.get('scenario')}", "", f"**{D.answer_sentence(doc)}**", ""]
     md += [f"Searched {len(doc['candidates'])} shapes ({', '.join(f'{v} {k}' for k, v in D.counts(doc).items())}) "
-           f"with {len(doc['seeds'])} seeds (workload seeds {', '.join(map(str, doc['seeds']))}); every run at "
+           + (f"with {len(doc['seeds'])} seeds (workload seeds {', '.join(map(str, doc['seeds']))})"
+              if len(doc['seeds']) != 1 else f"with one seed (workload seed {doc['seeds'][0]})") + "; every run at "
            f"{doc['rate_rps']:g} req/s has {doc.get('requests_at_rate')} requests; objective: {doc.get('objective')}; "
            f"the plan took {doc.get('wall_s', 0):.0f} s.", ""]
     md += ["## Ranked configurations", "",
-           "Capacity: the highest rate meeting the SLO, mean and 95% t-interval over the seeds; measured for the "
-           "top configurations, otherwise units x one unit's capacity (marked ~). Power: the modeled mean board "
-           "power at the target rate (idle + (TDP - idle) x busy share). $/M tokens: the GPU time of prefill and "
-           "decode work attributed to input and output tokens.", "",
+           "Capacity: the highest rate meeting the SLO, "
+           + ("mean and 95% t-interval over the seeds" if len(doc["seeds"]) != 1 else "on one seed (no interval)")
+           + "; measured for the top configurations, otherwise units x one unit's capacity (marked ~). Power: "
+           "the modeled mean board power at the target rate (idle + (TDP - idle) x busy share). $/M tokens: the "
+           "GPU time of prefill and decode work attributed to input and output tokens.", "",
            D.markdown(D.table_rows(doc)) if best else "None: no shape was simulated as serving the rate.", ""]
     checks = [f"- {x}" for x in D.verification_lines(doc) + D.failure_lines(doc)]
     md += ["## Verification", ""] + (checks or ["Nothing to verify: no configuration was ranked."]) + [""]

@@ -282,6 +282,9 @@ def test_plan_report_figures_and_answer(tmp_path):
     doc = _plan(tmp_path, seeds=1, pd_ratios=(), policies=("continuous", "chunked_prefill"))
     md = build_plan_report(tmp_path / "plan").read_text()
     assert doc["answer"]["label"] in md and "meets ttft_p99 <= 500 ms, tpot_p99 <= 40 ms" in md
+    # one seed: no "95%" interval claimed, no "1 seeds" (the header, the text and the table said both)
+    assert "with one seed (workload seed" in md and "on one seed (no interval)" in md
+    assert "95%" not in md and "1 seeds" not in md
     for name in ("cost_vs_capacity", "cost_vs_latency", "latency_cdfs"):
         assert (tmp_path / "plan" / "figures" / f"{name}.png").stat().st_size > 10_000
 

@@ -174,7 +174,9 @@ def table_rows(doc: dict, top: int | None = None) -> list[dict]:
             "$/M in": _money(run.get("usd_per_million_input_tokens") if run else None, 3),
             "$/M out": _money(run.get("usd_per_million_output_tokens") if run else None, 3),
             "power kW": "-" if power is None else f"{power / 1e3:.2f}",
-            "capacity req/s (95% CI)": capacity_text(cap), "headroom": head,
+            # (one seed: no interval, the cell shows the estimate alone)
+            ("capacity req/s (95% CI)" if len(doc.get("seeds") or ()) != 1 else "capacity req/s"): capacity_text(cap),
+            "headroom": head,
             "p99 TTFT": fmt_s(worst(run, "ttft_p99_s")), "p99 TPOT": fmt_s(worst(run, "tpot_p99_s")),
             "seeds met": f"{sum(s['meets'] for s in run['seeds'])}/{len(run['seeds'])}" if run else "-",
         })
