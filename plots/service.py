@@ -38,9 +38,11 @@ def class_series(summaries: dict) -> dict:
             for name, c in (s.get("classes") or {}).items():
                 d = out.setdefault(name, {}).setdefault(label, {"rate": [], "attainment": [], "lo": [], "hi": [],
                                                                 "ttft_p99": []})
-                lo, hi = wilson(c["slo_attainment"], c["num_requests"])
+                # a class that drew no request at this point has no attainment (0 of 0 is not 0%)
+                a = c["slo_attainment"] if c["num_requests"] else math.nan
+                lo, hi = wilson(a, c["num_requests"])
                 d["rate"].append(rate)
-                d["attainment"].append(c["slo_attainment"])
+                d["attainment"].append(a)
                 d["lo"].append(lo)
                 d["hi"].append(hi)
                 d["ttft_p99"].append(c["ttft_s"]["p99"])
@@ -58,7 +60,9 @@ def class_series_over_seeds(summaries: dict) -> dict:
         for rate, runs in points:
             names = dict.fromkeys(n for s in runs for n in (s.get("classes") or {}))
             for name in names:
-                cs = [s["classes"][name] for s in runs if name in (s.get("classes") or {})]
+                # (seeds on which the class drew no request judge nothing: their 0 of 0 is left out)
+                cs = [s["classes"][name] for s in runs
+                      if name in (s.get("classes") or {}) and s["classes"][name].get("num_requests", 1)]  # (none: NaN)
                 d = out.setdefault(name, {}).setdefault(label, {"rate": [], "attainment": [], "lo": [], "hi": [],
                                                                 "ttft_p99": [], "ttft_lo": [], "ttft_hi": []})
                 a = t_interval([c["slo_attainment"] for c in cs])
@@ -143,7 +147,12 @@ def attainment_bars(data: dict, ax, colors: dict | None = None, slos: dict | Non
             if d is None:
                 continue
             y = d["attainment"][-1]
-            xs.append(i + (j - (len(labels) - 1) / 2) * width)
+            x = i + (j - (len(labels) - 1) / 2) * width
+            if math.isnan(y):  # the class drew no request: no bar (an empty one read as 0%), and why not
+                ax.text(x, 2, "no requests", ha="center", va="bottom", fontsize="x-small",
+                        rotation=90 if len(labels) > 1 else 0)
+                continue
+            xs.append(x)
             ys.append(y * 100)
             errs[0].append(max(y - d["lo"][-1], 0.0) * 100)
             errs[1].append(max(d["hi"][-1] - y, 0.0) * 100)
@@ -151,6 +160,7 @@ def attainment_bars(data: dict, ax, colors: dict | None = None, slos: dict | Non
     ax.axhline(ATTAINMENT_TARGET * 100, color="k", linestyle=":", linewidth=1,
                label=f"{ATTAINMENT_TARGET:.0%}: meets the SLO")
     ax.set_xticks(range(len(classes)))
+    ax.set_xlim(-0.5, len(classes) - 0.5)  # (every class's slot, a last one without bars too)
     ax.set_xticklabels([c + (f"\n{slo_label((slos or {}).get(c))}" if slo_label((slos or {}).get(c)) else "")
                         for c in classes], fontsize="small")
     ax.set_ylabel("SLO attainment (%)")
@@ -173,24 +183,32 @@ def class_sentence(series: dict, with_rate: bool) -> str:
     for name, by_label in series.items():
         bits = []
         for label, d in by_label.items():
+            # loads at which the class drew no request judge nothing (NaN): left out, and named
+            judged = [r for r, a in zip(d["rate"], d["attainment"]) if not math.isnan(a)]
+            none = ", ".join(f"{r:.4g}" for r, a in zip(d["rate"], d["attainment"]) if math.isnan(a) and with_rate)
+            if not judged:
+                bits.append(f"{label} no requests" + (f" at any load tried ({none} req/s)" if with_rate else ""))
+                continue
             if with_rate:
                 ok = [r for r, a in zip(d["rate"], d["attainment"]) if a >= ATTAINMENT_TARGET]
                 # "up to R": every load up to R (a load below between two above read as within)
                 upto = []
-                for r in sorted(d["rate"]):
+                for r in sorted(judged):
                     if r not in ok:
                         break
                     upto.append(r)
-                at = ("at none of the loads" if not ok else f"at every load tried (up to {max(d['rate']):.4g} req/s)"
-                      if len(ok) == len(d["rate"]) else f"up to {max(upto):.4g} req/s" if upto
+                at = ("at none of the loads" if not ok else f"at every load tried (up to {max(judged):.4g} req/s)"
+                      if len(ok) == len(judged) else f"up to {max(upto):.4g} req/s" if upto
                       else "only at " + ", ".join(f"{r:.4g}" for r in ok) + " req/s")
                 if upto and len(upto) < len(ok):
                     at += " (also at " + ", ".join(f"{r:.4g}" for r in ok if r not in upto) + " req/s)"
                 # over seeds, the mean's interval too: "72.5%" alone was printed for two seeds' 99.7% and 45%
-                iv = (f", 95% interval over seeds {_pct(d['lo'][-1])}-{_pct(d['hi'][-1])}"
-                      if "ttft_lo" in d and d["lo"][-1] < d["hi"][-1] else "")
-                bits.append(f"{label} {at} ({_pct(d['attainment'][-1])} at {d['rate'][-1]:.4g} req/s{iv})")
-            else:
+                last = max(i for i, a in enumerate(d["attainment"]) if not math.isnan(a))  # highest judged load
+                iv = (f", 95% interval over seeds {_pct(d['lo'][last])}-{_pct(d['hi'][last])}"
+                      if "ttft_lo" in d and d["lo"][last] < d["hi"][last] else "")
+                bits.append(f"{label} {at} ({_pct(d['attainment'][last])} at {d['rate'][last]:.4g} req/s{iv}"
+                            + (f"; no requests at {none} req/s" if none else "") + ")")
+            else:  # (one run per label)
                 bits.append(f"{label} {_pct(d['attainment'][-1])} "
                             f"(95% interval {_pct(d['lo'][-1])}-{_pct(d['hi'][-1])})")
         if with_rate:

@@ -178,3 +178,55 @@ def test_jain_sentence_over_seeds_says_it_is_the_first_seeds():
     assert jain_sentence({"a": [(16.0, s)]}, 3).startswith(
         "Jain's fairness index of SLO attainment across tenants (the first of 3 seeds' runs): a 0.98")
     assert "first of" not in jain_sentence({"a": [(16.0, s)]})
+
+
+def test_a_class_that_drew_no_request_is_said_so_not_drawn_at_0_percent(tmp_path):
+    """A rare class that drew no request at a point has no attainment: the report read "class
+    rare: test 0.0% (95% interval nan%-nan%)", drew an empty bar as 0%, and over loads counted
+    such a load as one where the class failed its SLO; `run` printed "SLO 0.0%" for it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from servesim.plots.service import attainment_bars, class_sentence, class_series, class_series_over_seeds
+
+    kw = {**two_classes(0.5), "workload.num_requests": 40}
+    rare = {**kw["workload.classes"][0], "name": "rare", "share": 1e-9, "tenant": "c"}
+    kw["workload.classes"] = [*kw["workload.classes"], rare]
+    out = tmp_path / "run"
+    simulate(make_scenario(**kw)).write(out)
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "class rare: test no requests." in md and "nan%" not in md
+    fig, ax = plt.subplots()
+    one = {"attainment": [0.95], "lo": [0.9], "hi": [0.99]}
+    attainment_bars({"chat": {"a": one}, "rare": {"a": {"attainment": [math.nan], "lo": [math.nan],
+                                                         "hi": [math.nan]}}}, ax)
+    assert len(ax.patches) == 1 and "no requests" in [t.get_text() for t in ax.texts]
+    assert ax.get_xlim()[1] >= 1.5  # (the empty class's slot is on the axis)
+    plt.close("all")
+
+    def summ(n, att):
+        return {"classes": {"rare": {"slo_attainment": att, "num_requests": n, "ttft_s": {"p99": None}}}}
+
+    # over loads: none at 8 req/s is no failure there; within the SLO at 16 it is "every load"
+    text = class_sentence(class_series({"a": [(8.0, summ(0, 0.0)), (16.0, summ(5, 1.0))]}), True)
+    assert "a at every load tried (up to 16 req/s) (100.0% at 16 req/s; no requests at 8 req/s)" in text
+    text = class_sentence(class_series({"a": [(8.0, summ(5, 1.0)), (16.0, summ(0, 0.0))]}), True)
+    assert "(100.0% at 8 req/s; no requests at 16 req/s)" in text
+    assert "a no requests at any load tried" in class_sentence(class_series({"a": [(8.0, summ(0, 0.0))]}), True)
+    # over seeds: a seed with no request of the class is left out of the mean, not counted as 0
+    d = class_series_over_seeds({"a": [(8.0, [summ(0, 0.0), summ(4, 1.0), summ(6, 1.0)])]})["rare"]["a"]
+    assert d["attainment"] == [pytest.approx(1.0)]
+
+
+def test_run_prints_no_attainment_for_a_class_without_requests():
+    from servesim.cli.main import format_summary
+
+    kw = {**two_classes(0.5), "workload.num_requests": 40}
+    rare = {**kw["workload.classes"][0], "name": "rare", "share": 1e-9, "tenant": "c"}
+    kw["workload.classes"] = [*kw["workload.classes"], rare]
+    text = format_summary(simulate(make_scenario(**kw)).summary)
+    line = next(ln for ln in text.splitlines() if ln.startswith("class rare:"))
+    assert "0 requests" in line and "SLO - (" in line and "0.0%" not in line

@@ -202,7 +202,9 @@ def _format_workload(s: dict) -> list:
             lines.append(f"class {name}: {c['num_requests']} requests ({c['completed']} completed), "
                          f"TTFT p50/p99 {_fmt_s(t['p50']).strip()} / {_fmt_s(t['p99']).strip()}, "
                          f"TPOT p50/p99 {_fmt_s(p['p50']).strip()} / {_fmt_s(p['p99']).strip()}, "
-                         f"SLO {attainment_pct(c['slo_attainment'])} ({_slo_text(c['slo'])})")
+                         # (a class that drew no request has no attainment: 0 of 0 is not "0.0%")
+                         f"SLO {attainment_pct(c['slo_attainment']) if c['num_requests'] else '-'} "
+                         f"({_slo_text(c['slo'])})")
     lines += _format_fairness(s)
     return lines
 
@@ -217,7 +219,8 @@ def _format_fairness(s: dict) -> list:
     if len(tenants) > 1 and len(tenants) < len(s["classes"]):
         for name, t in tenants.items():
             lines.append(f"tenant {name}: {t['num_requests']} requests ({t['completed']} completed), "
-                         f"{t['throughput_rps']:.2f} req/s, SLO {t['slo_attainment'] * 100:.1f}%")
+                         f"{t['throughput_rps']:.2f} req/s, SLO "
+                         + (f"{t['slo_attainment'] * 100:.1f}%" if t["num_requests"] else "-"))
     j = f["jain"]["tenants" if len(tenants) > 1 else "classes"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     lines.append(f"fairness      Jain index over {'tenants' if len(tenants) > 1 else 'classes'}: service share "
