@@ -230,3 +230,31 @@ def test_run_prints_no_attainment_for_a_class_without_requests():
     text = format_summary(simulate(make_scenario(**kw)).summary)
     line = next(ln for ln in text.splitlines() if ln.startswith("class rare:"))
     assert "0 requests" in line and "SLO - (" in line and "0.0%" not in line
+
+
+def test_verdict_that_meets_the_slo_names_a_class_under_90_percent(tmp_path):
+    """90.7% of all requests within their class's SLO "meets the SLO", and the verdict said that
+    alone while the chat class (tight SLO) had 87.2% within it, hidden by the batch class's 100%:
+    a report crediting a configuration that fails one class's SLO. The verdict now names it."""
+    import json
+
+    from servesim.plots.report import _class_shortfall, _run_verdict
+
+    out = tmp_path / "run"
+    simulate(make_scenario(**two_classes(), **{"workload.num_requests": 60})).write(out)
+    s = json.loads((out / "summary.json").read_text())
+    s["slo_attainment"] = 0.95
+    s["classes"]["chat"]["slo_attainment"] = 0.85
+    s["classes"]["batch"]["slo_attainment"] = 1.0
+    (out / "summary.json").write_text(json.dumps(s))
+    line = _run_verdict(s)[2]
+    assert "meets the SLO (95.0% of requests within it); but class chat: 85.0% of its requests within its SLO " \
+           "(under 90%)." in line and "class batch" not in line
+    data = {"path": tmp_path, "seed_groups": {}}
+    assert _class_shortfall(data, {"dir": "run", "status": "ok"}, "a") == \
+        "; but class chat: 85.0% of its requests within its SLO (under 90%)"
+    s["classes"]["chat"]["slo_attainment"] = 0.92
+    (out / "summary.json").write_text(json.dumps(s))
+    assert _class_shortfall(data, {"dir": "run", "status": "ok"}, "a") == ""
+    assert main(["report", str(out)]) == 0
+    assert "but class" not in (out / "report.md").read_text()
