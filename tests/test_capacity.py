@@ -674,3 +674,38 @@ def test_rate_studies_on_a_trace_replay_say_it_has_no_arrival_process(tmp_path, 
     err = capsys.readouterr().err
     assert "workload.arrival.rate_rps; the workload has no workload.arrival" in err and "Traceback" not in err
     assert not (tmp_path / "c").exists()
+
+
+def test_capacity_says_the_scenarios_class_slos_are_not_what_it_judges(tmp_path, capsys):
+    """A scenario whose classes carry their own SLOs (chat TTFT 0.5 s): capacity judged every
+    request by --slo alone and said nothing, so its answer read as meeting the chat SLO too."""
+    from servesim.outputs.checks import class_slo_note
+    from tests.conftest import two_classes
+    from servesim.inputs.overrides import with_values
+
+    data = with_values(scenario_data(), {**two_classes(), "workload.num_requests": 40})
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    main(["capacity", str(sc), "--seeds", "1", "--slo", "ttft_p99=2", "--probe-requests", "40",
+          "--max-probes", "1", "--workers", "1", "--quiet"])
+    err = capsys.readouterr().err
+    assert "note: the scenario's request classes have their own SLOs (chat: TTFT <= 0.5 s; batch: TTFT <= 10 s); " \
+           "--slo judges every request, of every class, by its limits alone" in err
+    assert class_slo_note(scenario_data()) is None  # (no classes: nothing to say)
+    assert class_slo_note({"workload": {"classes": [{"name": "a", "share": 1}, {"name": "b", "slo": {}}]}}) is None
+
+
+def test_plan_says_the_scenarios_class_slos_are_not_what_it_judges(tmp_path, capsys, monkeypatch):
+    import servesim.studies.plan as P
+    from servesim.errors import InputError
+    from servesim.inputs.overrides import with_values
+    from tests.conftest import two_classes
+
+    def stop(*a, **k):
+        raise InputError("stopped before planning")
+
+    monkeypatch.setattr(P, "run_plan", stop)
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(with_values(scenario_data(), two_classes())))
+    assert main(["plan", str(sc), "--rate", "2", "--slo", "ttft_p99=2", "--quiet", "--out", str(tmp_path / "p")]) != 0
+    assert "note: the scenario's request classes have their own SLOs (chat: TTFT <= 0.5 s" in capsys.readouterr().err

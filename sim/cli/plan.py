@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from servesim.cli.studies import _executor
+from servesim.cli.studies import _class_slo_note, _executor
 from servesim.cost.economics import OVERRIDE_MAX, OVERRIDE_MIN
 from servesim.errors import InputError, clip
 from servesim.outputs.progress import interactive
@@ -77,6 +77,7 @@ def cmd_plan(args) -> int:
         probe_requests=args.probe_requests, requests=args.requests, tol=args.tol, keep_up=args.keep_up,
         max_probes=args.max_probes, verify_top=args.verify_top, exhaustive=args.exhaustive)
     check_options(opts)  # (before the progress bar: a bad option is the one line on stderr)
+    _class_slo_note(args)
     ex = _executor(args)
     out = Path(args.out)
     bar = None

@@ -143,6 +143,16 @@ def _limits_text(slo: dict, args) -> str:
     return limits
 
 
+def _class_slo_note(args) -> None:
+    """``checks.class_slo_note`` on the scenario (with --set / --seed), printed before the search."""
+    from servesim.outputs.checks import class_slo_note
+    from servesim.studies.points import load_base
+
+    note = class_slo_note(load_base(args.scenario, args.set or [], args.seed)[0])
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+
+
 def cmd_capacity(args) -> int:
     from servesim.studies.capacity import CapacityOptions, SeedOptions, capacity_interval, find_capacity
 
@@ -155,6 +165,7 @@ def cmd_capacity(args) -> int:
                            args.max_probes, args.keep_up)
     for w in limit_unit_warnings(parse_slo(args.slo)):  # before a search that could take minutes
         print(f"warning: {w['message']}", file=sys.stderr)
+    _class_slo_note(args)
     given = {flag: v for flag, v in (("--max-seeds", args.max_seeds), ("--ci-target", args.ci_target)) if v is not None}
     seeds = SeedOptions(args.seeds, **{k: v for k, v in (("max_seeds", args.max_seeds), ("target", args.ci_target))
                                        if v is not None})  # (checked with one seed too)

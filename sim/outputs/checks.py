@@ -170,6 +170,27 @@ def limit_unit_warnings(slo: dict) -> list:
     return out
 
 
+def class_slo_note(data: dict, flag: str = "--slo") -> str | None:
+    """What ``capacity`` / ``plan`` say of a scenario (its data, overrides applied) whose request
+    classes set their own SLOs: they judge every request, of every class, by ``flag`` alone, so a
+    class's tighter limit (chat TTFT 0.3 s beside ``--slo ttft_p99=1``) was silently not what
+    the answer meets. None when no class sets a limit."""
+    classes = ((data or {}).get("workload") or {}).get("classes") or []
+    own = []
+    for c in classes if isinstance(classes, list) else []:
+        slo = c.get("slo") if isinstance(c, dict) else None
+        if isinstance(slo, dict):
+            lim = [f"{k[:-2].upper()} <= {v:g} s" for k in ("ttft_s", "tpot_s")
+                   if isinstance((v := slo.get(k)), (int, float)) and not isinstance(v, bool)]
+            if lim:
+                own.append(f"{c.get('name')}: {', '.join(lim)}")
+    if not own:
+        return None
+    return (f"the scenario's request classes have their own SLOs ({'; '.join(own)}); {flag} judges every "
+            f"request, of every class, by its limits alone, not by those (the answer need not meet a class's own "
+            f"SLO: check it in summary.json classes of a run at the rate found)")
+
+
 def scenario_slos(scenario) -> list:
     """(field path, ttft_s, tpot_s) of the scenario's SLO and each request class's."""
     out = [("slo", scenario.slo.ttft_s, scenario.slo.tpot_s)]
