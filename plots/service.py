@@ -83,16 +83,20 @@ def slo_label(slo: dict | None) -> str:
     return slo_text((slo or {}).get("ttft_s"), (slo or {}).get("tpot_s"))
 
 
-def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None, slo: dict | None = None):
+def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None, slo: dict | None = None,
+                       slo_by_label: dict | None = None):
     """One class's SLO attainment against offered load, one line per label, with 95% intervals.
     ``data``: {label: {"rate", "attainment", "lo", "hi"}}; ``slo``: the class's own limits
-    ({"ttft_s", "tpot_s"}), named in the title (classes differ: 1 s for chat, 30 s for a batch)."""
+    ({"ttft_s", "tpot_s"}), named in the title (classes differ: 1 s for chat, 30 s for a batch);
+    ``slo_by_label``: {label: its limits} when they differ between the labels (a sweep over the
+    class's SLO), each then named in its legend entry instead."""
     colors = colors or colors_for(data)
     for label, d in data.items():
         y = np.asarray(d["attainment"], dtype=float)
         err = np.clip(np.array([y - np.asarray(d["lo"]), np.asarray(d["hi"]) - y]), 0, None)  # (rounding at 0 and 1)
+        lim = slo_label((slo_by_label or {}).get(label))
         ax.errorbar(d["rate"], y * 100, yerr=err * 100, fmt="-o", markersize=4, capsize=3, color=colors[label],
-                    label=str(label))
+                    label=str(label) + (f": SLO {lim}" if lim else ""))
     ax.axhline(ATTAINMENT_TARGET * 100, color="k", linestyle=":", linewidth=1,
                label=f"{ATTAINMENT_TARGET:.0%}: meets the SLO")
     if data:  # (what the bars are: the figure stands alone)
@@ -101,15 +105,19 @@ def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None, sl
     ax.set_xlabel("offered load (req/s)")
     ax.set_ylabel("SLO attainment (%)")
     ax.set_ylim(0, 102)
-    limits = slo_label(slo)
-    ax.set_title(f"class {name}: SLO attainment vs load" + (f"\n(SLO {limits})" if limits else ""))
+    limits = "" if slo_by_label else slo_label(slo)
+    ax.set_title(f"class {name}: SLO attainment vs load" + (f"\n(SLO {limits})" if limits else "")
+                 + ("\n(each against its own SLO, in the legend)" if slo_by_label else ""))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     return ax
 
 
-def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, colors: dict | None = None):
-    """One class's p99 TTFT against offered load. ``data``: {label: {"rate", "ttft_p99"}}."""
+def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, colors: dict | None = None,
+                       slo_by_label: dict | None = None):
+    """One class's p99 TTFT against offered load. ``data``: {label: {"rate", "ttft_p99"}};
+    ``slo_by_label``: {label: its TTFT limit} when it differs between the labels: a limit line
+    in each label's colour instead of one black one (which read as every label's)."""
     colors = colors or colors_for(data)
     for label, d in data.items():
         y = [v if v is not None else math.nan for v in d["ttft_p99"]]
@@ -120,7 +128,13 @@ def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, co
             # drawn by errorbar on the log axis it was cut at the axes' edge, as if it ended there
             half = [None if lo is None or hi is None else (hi - lo) / 2 for lo, hi in zip(d["ttft_lo"], d["ttft_hi"])]
             _error_bars(ax, d["rate"], y, half, colors[label], 1e3)
-    if slo_s is not None:
+    if slo_by_label:
+        for label in data:
+            v = slo_by_label.get(label)
+            if v is not None:
+                ax.axhline(v * 1e3, color=colors[label], linestyle=":", linewidth=1.2,
+                           label=f"SLO {v * 1e3:g} ms ({wrap_label(label)})")
+    elif slo_s is not None:
         ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
     ax.set_yscale("log")
     _plain_log_ticks(ax.yaxis)
@@ -135,7 +149,7 @@ def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, co
 def attainment_bars(data: dict, ax, colors: dict | None = None, slos: dict | None = None):
     """SLO attainment per class (groups of bars), one bar per label, with 95% intervals.
     ``data``: {class: {label: {"attainment", "lo", "hi"}}} (one value each); ``slos``: {class:
-    its limits}, written under its name."""
+    its limits, or a text}, written under its name."""
     classes = list(data)
     labels = list(dict.fromkeys(lbl for d in data.values() for lbl in d))
     colors = colors or colors_for(labels)
@@ -161,8 +175,11 @@ def attainment_bars(data: dict, ax, colors: dict | None = None, slos: dict | Non
                label=f"{ATTAINMENT_TARGET:.0%}: meets the SLO")
     ax.set_xticks(range(len(classes)))
     ax.set_xlim(-0.5, len(classes) - 0.5)  # (every class's slot, a last one without bars too)
-    ax.set_xticklabels([c + (f"\n{slo_label((slos or {}).get(c))}" if slo_label((slos or {}).get(c)) else "")
-                        for c in classes], fontsize="small")
+    def limits(c):  # (a text as it is: "SLO differs by configuration")
+        v = (slos or {}).get(c)
+        return v if isinstance(v, str) else slo_label(v)
+
+    ax.set_xticklabels([c + (f"\n{limits(c)}" if limits(c) else "") for c in classes], fontsize="small")
     ax.set_ylabel("SLO attainment (%)")
     ax.set_ylim(0, 105)
     ax.set_title("SLO attainment per class")
@@ -278,17 +295,30 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, subpl
     # two identical configurations were two curves, one hidden under the other, and no legend
     # entry gave a GPU count
     drawn = {c: {label_of(g): d for g, d in s.items() if g in set(keep(list(s)))} for c, s in series.items()}
+    # each drawn label's limits per class (a sweep over workload.classes[i].slo gives them apart:
+    # the title and limit line of the first run's were drawn as every label's)
+    slos: dict = {}
+    for g, pts in summaries.items():
+        if g in set(keep(list(summaries))):
+            for _, s in pts[:1]:
+                for name, c in (s.get("classes") or {}).items():
+                    slos.setdefault(name, {})[label_of(g)] = c.get("slo") or {}
+    differs = {name: by if len({tuple(sorted(v.items())) for v in by.values()}) > 1 else None
+               for name, by in slos.items()}
     if data["rate"]:
         names = list(series)
         fig, axes = subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)
         for j, name in enumerate(names):
-            attainment_vs_load(drawn[name], axes[0, j], name, colors, firsts[0]["classes"][name].get("slo"))
+            by = differs.get(name)
+            attainment_vs_load(drawn[name], axes[0, j], name, colors, firsts[0]["classes"][name].get("slo"), by)
             slo = firsts[0]["classes"][name]["slo"]["ttft_s"]
-            class_ttft_vs_load(drawn[name], axes[1, j], name, slo, colors)
+            class_ttft_vs_load(drawn[name], axes[1, j], name, slo, colors,
+                               {k: v.get("ttft_s") for k, v in by.items()} if by else None)
         add("classes_vs_load", title("Service per class vs load", False), fig,
             class_sentence(series, True) + " " + jain_sentence(summaries, len(seeded) and _seeds(data)))
     else:
         fig, ax = subplots(figsize=(max(5.0, 2.2 * len(series) + 2), 4.2))
-        attainment_bars(drawn, ax, colors, {c: (firsts[0]["classes"].get(c) or {}).get("slo") for c in series})
+        attainment_bars(drawn, ax, colors, {c: "SLO differs by configuration" if differs.get(c)
+                                            else (firsts[0]["classes"].get(c) or {}).get("slo") for c in series})
         add("classes", title("Service per class"), fig,
             class_sentence(series, False) + " " + jain_sentence(summaries, len(seeded) and _seeds(data)))

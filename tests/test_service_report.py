@@ -258,3 +258,36 @@ def test_verdict_that_meets_the_slo_names_a_class_under_90_percent(tmp_path):
     assert _class_shortfall(data, {"dir": "run", "status": "ok"}, "a") == ""
     assert main(["report", str(out)]) == 0
     assert "but class" not in (out / "report.md").read_text()
+
+
+def test_class_figures_of_a_sweep_over_a_class_slo_draw_each_configurations_own(tmp_path, monkeypatch):
+    """Sweeping workload.classes[0].slo.ttft_s: the per-class figure titled the chat panel with
+    the first run's SLO (100 ms) and drew its limit line alone, as if the 5 s configuration, at
+    100% of its requests within its own SLO, met that one."""
+    import yaml
+
+    from servesim.inputs.overrides import with_values
+    from servesim.plots import figures as F
+    from tests.conftest import BASE
+
+    axes_of, save = {}, F.save
+
+    def keep(fig, stem):
+        axes_of[stem.name] = [(ax.get_title(), [t.get_text() for t in ax.get_legend().get_texts()])
+                              for ax in fig.axes if ax.get_legend()]
+        return save(fig, stem)
+
+    monkeypatch.setattr(F, "save", keep)
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(with_values(BASE, {**two_classes(), "workload.num_requests": 40})))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(scen), "--grid", "workload.classes[0].slo.ttft_s=0.1,5",
+                 "--grid", "workload.arrival.rate_rps=2,4", "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    assert main(["report", str(out)]) == 0
+    panels = dict(axes_of["classes_vs_load"])
+    chat = panels["class chat: SLO attainment vs load\n(each against its own SLO, in the legend)"]
+    assert any(t.endswith(": SLO TTFT <= 100 ms") for t in chat) and any(t.endswith(": SLO TTFT <= 5 s") for t in chat)
+    ttft = panels["class chat: p99 TTFT vs load"]
+    assert any(t.startswith("SLO 100 ms (") for t in ttft) and any(t.startswith("SLO 5000 ms (") for t in ttft)
+    assert "class batch: SLO attainment vs load\n(SLO TTFT <= 10 s)" in panels  # (the same in every run)
+    assert "SLO 10000 ms" in panels["class batch: p99 TTFT vs load"]
