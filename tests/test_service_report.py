@@ -291,3 +291,21 @@ def test_class_figures_of_a_sweep_over_a_class_slo_draw_each_configurations_own(
     assert any(t.startswith("SLO 100 ms (") for t in ttft) and any(t.startswith("SLO 5000 ms (") for t in ttft)
     assert "class batch: SLO attainment vs load\n(SLO TTFT <= 10 s)" in panels  # (the same in every run)
     assert "SLO 10000 ms" in panels["class batch: p99 TTFT vs load"]
+
+
+def test_report_names_no_single_slo_when_classes_carry_their_own(tmp_path):
+    """Classes with their own SLOs beside a top-level slo.ttft_s of 2 s: every figure title said
+    "SLO TTFT <= 2 s", the CDFs drew it as every request's limit and the verdict ranked by goodput
+    "within the SLO: TTFT <= 2 s", while chat requests were judged at 0.5 s and batch at 10 s."""
+    from servesim.plots.report import _class_slos
+
+    out = tmp_path / "run"
+    simulate(make_scenario(**two_classes(), **{"workload.num_requests": 40, "slo.ttft_s": 2.0})).write(out)
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "SLO TTFT <= 2 s" not in md and "| SLO per class]" in md
+    assert _class_slos({"slo": {"ttft_s": 2.0}, "workload": {"classes": [
+        {"name": "chat", "slo": {"ttft_s": 0.5, "tpot_s": None}}, {"name": "other", "slo": {}}]}}) == \
+        "chat: TTFT <= 500 ms; other: TTFT <= 2 s"
+    same = {"slo": {"ttft_s": 2.0}, "workload": {"classes": [{"name": "a", "slo": {"ttft_s": 2.0}}, {"name": "b"}]}}
+    assert _class_slos(same) == "" and _class_slos({"slo": {"ttft_s": 1.0}}) == ""
