@@ -72,6 +72,10 @@ class ContinuousPolicy:
     # skipped, the requests behind it admitted if they fit. False: admission stops there (FCFS
     # head-of-line: the queue behind it waits too; vLLM V1 since).
     skip_unfit_prompts: bool = False
+    # a P/D split's prefill pool: the scenario field its budget comes from ("" elsewhere). Its
+    # replicas run the prompt alone (and, preempted, recompute just that), and the fix for a
+    # prompt over the budget is that pool's chunked prefill, not policy.name (which undoes the split)
+    prefill_budget_path: str = ""
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -119,7 +123,13 @@ class ContinuousPolicy:
         # (at most max_tokens - 1), which must fit the per-step token budget (chunked: its first
         # chunk is admitted alone).
         worst = prompt_tokens + max_tokens - 1
-        if not self.chunked and worst > self.max_num_batched_tokens:
+        if not self.chunked and self.prefill_budget_path and prompt_tokens > self.max_num_batched_tokens:
+            fix = "policy.prefill.policy=chunked_prefill" if type(self) is ContinuousPolicy else \
+                f"chunked = True in {type(self).__name__} (servesim's chunked prefill)"
+            return (f"prompt of {prompt_tokens} tokens exceeds {self.prefill_budget_path}="
+                    f"{self.max_num_batched_tokens} (a prefill replica with whole-prompt admission runs the prompt in "
+                    f"one prefill within the budget; use {fix} or a larger budget)")
+        if not self.chunked and not self.prefill_budget_path and worst > self.max_num_batched_tokens:
             # (a plug-in subclass is chunked by its own class attribute: policy.name=chunked_prefill
             # would replace it with the packaged policy)
             fix = "policy.name=chunked_prefill" if type(self) is ContinuousPolicy else \

@@ -73,6 +73,11 @@ class PoolSetup:
             # and hand-offs are scheduled alike either way): continuous batching, or a plug-in
             # built on it (a queue order of its own)
             policy = dataclasses.replace(policy, chunked=True, recompute_whole=True)
+        if self.name == "prefill" and isinstance(policy, ContinuousPolicy) and not policy.chunked:
+            # (its rejections name the field the budget came from: the pool's own, else the top-level one)
+            own = getattr(self.policy_cfg.prefill, "max_num_batched_tokens", None) is not None
+            policy = dataclasses.replace(policy, prefill_budget_path="policy.prefill.max_num_batched_tokens" if own
+                                         else "policy.max_num_batched_tokens")
         return policy
 
     @functools.cached_property

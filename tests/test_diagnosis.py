@@ -594,3 +594,27 @@ def test_validate_predicts_preemptions_where_the_run_has_them(tmp_path, capsys):
         s = simulate(load_scenario(str(sc), [f"workload.arrival.rate_rps={rate}"])).summary
         ran = any(w["code"] == "preemptions" for w in s["warnings"])
         assert said == ran == expect, (rate, said, s["preemptions"])
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_pd_split_prefill_budget_rejection_names_the_pools_field_and_a_fix_that_keeps_the_split(own):
+    """A P/D prefill replica runs the prompt alone: a prompt over its budget was said to be 'prompt +
+    output - 1' over policy.max_num_batched_tokens (even when policy.prefill's budget was the one
+    set) with 'use policy.name=chunked_prefill' (which undoes the split); each prompt length was
+    its own reason. Now the budget's own field, the pool's chunked prefill, one reason grouped."""
+    budget = {"policy.prefill": {"replicas": 1, "max_num_batched_tokens": 64}} if own else \
+        {"policy.prefill": {"replicas": 1}, "policy.max_num_batched_tokens": 64}
+    kw = {"policy.name": "pd_split", "policy.decode": {"replicas": 1}, **budget,
+          "workload.prompt_tokens": {"dist": "uniform", "min": 16, "max": 200}}
+    sc = make_scenario(**kw)
+    s = simulate(sc).summary
+    reasons = s["profile"]["diagnosis"]["slo_misses"]["rejection_reasons"]
+    assert s["rejected"] > 0 and len(reasons) == 1 and reasons[0][1] == s["rejected"]
+    field = "policy.prefill.max_num_batched_tokens=64" if own else "policy.max_num_batched_tokens=64"
+    assert reasons[0][0].startswith(f"prompt of N tokens exceeds {field} ")
+    assert "policy.prefill.policy=chunked_prefill" in reasons[0][0] and "output" not in reasons[0][0]
+    assert predict_rejections(sc)["reasons"] == reasons
+    # the fix named helps: the pool's chunked prefill serves them all, still a split
+    pf = {**kw["policy.prefill"], "policy": "chunked_prefill"}
+    fixed = simulate(make_scenario(**{**kw, "policy.prefill": pf})).summary
+    assert fixed["rejected"] == 0 and fixed["completed"] == fixed["num_requests"]
