@@ -12,6 +12,7 @@ from servesim.cli.main import format_summary, main
 from servesim.inputs.scenario import load_scenario
 from servesim.outputs import metrics
 from servesim.policies import ContinuousPolicy
+from servesim.outputs.checks import preemption_warnings
 from servesim.outputs.diagnosis import reason_key, slo_misses
 from servesim.outputs.rundir import read_scenario, read_summary, read_table
 from servesim.simulation import predict_rejections, simulate
@@ -618,3 +619,36 @@ def test_pd_split_prefill_budget_rejection_names_the_pools_field_and_a_fix_that_
     pf = {**kw["policy.prefill"], "policy": "chunked_prefill"}
     fixed = simulate(make_scenario(**{**kw, "policy.prefill": pf})).summary
     assert fixed["rejected"] == 0 and fixed["completed"] == fixed["num_requests"]
+
+
+def test_preemption_fix_with_num_gpu_blocks_set_names_that_setting(tmp_path, capsys):
+    """With memory.num_gpu_blocks set, the cache has that many blocks whatever the memory: the
+    preemption warning (run) and its prediction (validate) advised memory.gpu_memory_utilization,
+    hardware.kv_dtype=fp8 or a larger hardware.tp, none of which changes it. They now name
+    memory.num_gpu_blocks, and raising it is what helps."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({
+        "name": "tiny-kv", "seed": 7, "model": "Qwen/Qwen2.5-7B-Instruct", "hardware": {"gpu": "h200"},
+        "memory": {"num_gpu_blocks": 600}, "policy": {"name": "continuous", "max_num_seqs": 32},
+        "workload": {"num_requests": 600, "arrival": {"process": "poisson", "rate_rps": 5.0},
+                     "prompt_tokens": {"dist": "lognormal", "mean": 800, "sigma": 0.6, "max": 4000},
+                     "output_tokens": {"dist": "lognormal", "mean": 300, "sigma": 0.5}}}))
+    assert main(["validate", str(sc)]) == 0
+    said = [x for x in capsys.readouterr().out.splitlines() if "limits the batch under this load" in x]
+    run = lambda *s: simulate(load_scenario(str(sc), list(s))).summary  # noqa: E731
+    s = run()
+    w = [x["message"] for x in s["warnings"] if x["code"] == "preemptions"]
+    assert len(said) == len(w) == 1
+    for text in (said[0], w[0]):
+        assert "more kv blocks (memory.num_gpu_blocks=600 sets the cache's size" in text.lower()
+        assert "more kv memory (memory.gpu_memory_utilization" not in text.lower()
+    # what the old text advised changes nothing; what it says now does
+    # (fp8 KV prices the steps a little faster: about as many preemptions, still past the warning's share)
+    old = run("memory.gpu_memory_utilization=0.95", "hardware.kv_dtype=fp8")
+    assert any(x["code"] == "preemptions" for x in old["warnings"]) \
+        and old["kv_capacity"]["colocated"]["tokens_per_replica"] == 9600
+    assert run("memory.num_gpu_blocks=6000")["preemptions"] < 0.05 * s["num_requests"] <= s["preemptions"]
+    # without the override the advice is the memory's
+    un = simulate(make_scenario(**{"memory.gpu_memory_utilization": 0.3})).summary
+    assert preemption_warnings({**un, "preemptions": un["num_requests"]}, load_scenario(str(sc), [
+        "memory.num_gpu_blocks=null"]))[0]["message"].count("More KV memory (memory.gpu_memory_utilization") == 1

@@ -471,7 +471,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     what it serves) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
     from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, budget_warnings, clipped_text,
-                                         gpu_unit_warnings, kv_override_warnings, no_effect_warnings, scenario_slos,
+                                         gpu_unit_warnings, kv_override_warnings, kv_room_fix, no_effect_warnings,
+                                         scenario_slos,
                                          slo_unit_warnings)
     from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
                                      predict_rejections, predict_slo_floors, prepare)
@@ -544,9 +545,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      f"workload's requests all at once preempted running requests {p:,} times ({p / k:.2f} per "
                      f"request), and the offered {over['offered_rps']:.3g} req/s is near or above the "
                      f"{over['served_rps']:.3g} req/s they completed, so a run will preempt too (each preemption "
-                     "recomputes or swaps a request's KV); more KV memory (memory.gpu_memory_utilization, "
-                     "hardware.kv_dtype=fp8, a larger hardware.tp) or fewer requests at once (policy.max_num_seqs) "
-                     "avoids it")
+                     f"recomputes or swaps a request's KV); {kv_room_fix(scenario)}")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
     lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario)]
     return lines

@@ -244,7 +244,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
                f"instead of settling; {rate} (lower the rate or add replicas; servesim capacity finds the highest "
                "rate it keeps up with)")
         out.append({"code": "not_keeping_up", "message": msg})
-    out += preemption_warnings(summary)
+    out += preemption_warnings(summary, scenario)
     out += head_of_line_warnings(summary, scenario)
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
@@ -272,12 +272,26 @@ def recompute_share(summary: dict) -> float:
     return ((summary.get("kv") or {}).get("recompute_tokens") or 0) / total if total else 0.0
 
 
-def preemption_warnings(summary: dict) -> list:
-    """``preemptions`` (module docstring): how many, what they cost, and what gives the KV room."""
+def kv_room_fix(scenario) -> str:
+    """What gives a KV cache too small for the load room (``preemptions``, and ``validate``'s
+    prediction of them): with ``memory.num_gpu_blocks`` set, the cache has that many blocks
+    whatever the memory, the KV dtype or the TP size, so only that setting changes it."""
+    n = getattr(getattr(scenario, "memory", None), "num_gpu_blocks", None)
+    more = (f"more KV blocks (memory.num_gpu_blocks={n:,} sets the cache's size whatever the GPU memory, "
+            "memory.gpu_memory_utilization, hardware.kv_dtype or hardware.tp: raise it, or remove it to size the "
+            "cache from the memory)" if n is not None else
+            "more KV memory (memory.gpu_memory_utilization, hardware.kv_dtype=fp8, a larger hardware.tp)")
+    return f"{more} or fewer requests at once (policy.max_num_seqs) avoids it"
+
+
+def preemption_warnings(summary: dict, scenario=None) -> list:
+    """``preemptions`` (module docstring): how many, what they cost, and what gives the KV room
+    (``kv_room_fix`` of ``scenario``)."""
     n, p = summary["num_requests"], summary.get("preemptions") or 0
     if not n or p < PREEMPTED_SHARE * n:
         return []
     kv = summary.get("kv") or {}
+    fix = kv_room_fix(scenario)
     cost = []
     if kv.get("recompute_tokens"):
         cost.append(f"{kv['recompute_tokens']:,} KV tokens were dropped, to be computed again "
@@ -286,10 +300,8 @@ def preemption_warnings(summary: dict) -> list:
         cost.append(f"{kv['swap_out_bytes'] / 1e9:.3g} GB of KV was copied to host memory and back")
     return [{"code": "preemptions",
              "message": f"{p:,} preemptions over {n:,} requests: the running requests outgrew the KV cache; "
-                        + "".join(f"{c}; " for c in cost) + "each preempted request waited to run again. More KV "
-                        "memory (memory.gpu_memory_utilization, hardware.kv_dtype=fp8, a larger hardware.tp) or "
-                        "fewer requests at once (policy.max_num_seqs) avoids it, as vLLM's own preemption warning "
-                        "advises"}]
+                        + "".join(f"{c}; " for c in cost) + "each preempted request waited to run again. "
+                        + fix[0].upper() + fix[1:] + ", as vLLM's own preemption warning advises"}]
 
 
 def kv_override_warnings(pools) -> list:
