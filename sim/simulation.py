@@ -523,9 +523,11 @@ def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | N
     budget, without running: with whole-prompt admission beside running decodes (``continuous``
     without ``prefill_first``), a prompt of p tokens fits the budget B only while fewer than B - p
     decodes run beside it, so one within ``max_num_seqs`` tokens of B can wait there (how long
-    depends on the load; the run's ``head_of_line`` says). {"requests", "tight", "budget",
-    "max_num_seqs", "longest"} over the requests the budget does not reject; None when it does
-    not apply (another policy, a P/D split, closed-loop or multi-turn workloads)."""
+    depends on the load; the run's ``head_of_line`` says); with speculative decoding a decode takes
+    k + 1 tokens, so within ``max_num_seqs`` x (k + 1). {"requests", "tight", "budget",
+    "max_num_seqs", "decode_tokens" (per decode: 1, or k + 1), "longest"} over the requests the
+    budget does not reject; None when it does not apply (another policy, a P/D split, closed-loop
+    or multi-turn workloads)."""
     pol = scenario.policy
     if pol.name != "continuous" or pol.prefill_first:
         return None
@@ -534,12 +536,14 @@ def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | N
         return None
     pool = setup.pools[0]
     budget, seqs = pool.max_num_batched_tokens, pool.max_num_seqs
+    # a decode takes k + 1 tokens of the budget with speculative decoding (the k it verifies)
+    per_decode = 1 + (pool.spec[0] if pool.spec else 0)
     p = specs.prompt_tokens
     # (what the replicas reject never waits: predict_rejections names it)
     fits = _served(scenario, setup, specs)
-    tight = fits & (p > budget - seqs)
+    tight = fits & (p > budget - seqs * per_decode)
     return {"requests": int(fits.sum()), "tight": int(tight.sum()), "budget": budget, "max_num_seqs": seqs,
-            "longest": int(p[tight].max()) if tight.any() else 0}
+            "decode_tokens": per_decode, "longest": int(p[tight].max()) if tight.any() else 0}
 
 
 OVERLOAD_PROBE_REQUESTS = 1000  # of the workload's own requests, all at once on one replica

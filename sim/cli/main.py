@@ -514,10 +514,15 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         k, n, b = hol["tight"], hol["requests"], hol["budget"]
         behind = (", set aside while the requests behind it go ahead (policy.skip_unfit_prompts)"
                   if scenario.policy.skip_unfit_prompts else ", and the requests behind it with it")
-        lines.append(f"warning: {k:,} of {n:,} prompts ({k / n:.1%}; the longest {hol['longest']:,} tokens) are "
-                     f"within policy.max_num_seqs={hol['max_num_seqs']} tokens of the {b:,}-token budget: with "
-                     "whole-prompt admission such a prompt fits only while fewer decodes than the tokens it leaves run "
-                     f"beside it, so under load it can wait at the head of the queue{behind}: "
+        d, seqs = hol["decode_tokens"], hol["max_num_seqs"]
+        within = (f"policy.max_num_seqs={seqs}" if d == 1 else
+                  f"policy.max_num_seqs x (k + 1) = {seqs} x {d} = {seqs * d:,}")
+        leaves = ("fewer decodes than the tokens it leaves run beside it" if d == 1 else
+                  f"the decodes beside it, k + 1 = {d} tokens each, take fewer than the tokens it leaves")
+        lines.append(f"warning: {k:,} of {n:,} prompts ({k / n:.1%}; the longest {hol['longest']:,} tokens) "
+                     f"{'is' if k == 1 else 'are'} within {within} tokens of the {b:,}-token budget: with "
+                     f"whole-prompt admission such a prompt fits only while {leaves}, so under load it can wait "
+                     f"at the head of the queue{behind}: "
                      f"{head_of_line_fix(scenario.policy.prefill_first)}")
     try:
         over = predict_overload(scenario, setup, specs)
