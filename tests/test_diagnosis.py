@@ -387,6 +387,23 @@ def test_head_of_line_prediction_counts_speculative_decodes_as_k_plus_1_tokens(t
     assert simulate(plain).summary["head_of_line"]["budget_blocked_requests"] == 0
 
 
+@pytest.mark.parametrize("policy", ["static", "continuous"])
+def test_output_cap_rejections_group_as_one_reason(policy):
+    """policy.max_output_tokens (static batching, or reserve=max) rejects every longer output: the
+    reasons were told apart by each output's length ('5 x output of 233 tokens ...; 5 x output of
+    229 tokens ...' for 318 rejections, in the run's warning and validate's prediction alike)."""
+    kw = {"policy.name": policy, "policy.max_output_tokens": 60, "workload.num_requests": 200,
+          "workload.output_tokens": {"dist": "uniform", "min": 10, "max": 120}}
+    if policy == "continuous":
+        kw["policy.reserve"] = "max"
+    sc = make_scenario(**kw)
+    s = simulate(sc).summary
+    reasons = s["profile"]["diagnosis"]["slo_misses"]["rejection_reasons"]
+    assert s["rejected"] > 10 and reasons == [[reasons[0][0], s["rejected"]]]
+    assert reasons[0][0].startswith("output of N tokens exceeds policy.max_output_tokens=60")
+    assert predict_rejections(sc)["reasons"] == reasons
+
+
 def test_reasons_group_by_rule():
     a = "prompt + output - 1 = 300 tokens exceeds policy.max_num_batched_tokens=256 (x)"
     b = "prompt + output - 1 = 912 tokens exceeds policy.max_num_batched_tokens=256 (x)"

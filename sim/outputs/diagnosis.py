@@ -42,7 +42,7 @@ SHARE = 0.5
 def reason_key(reason: str) -> str:
     """A rejection reason with the request's own token and block counts replaced by N, so the
     reasons of one rule group together."""
-    return re.sub(r"(= |needs |prompt of )\d+", r"\1N", str(reason))
+    return re.sub(r"(= |needs |prompt of |output of )\d+", r"\1N", str(reason))
 
 
 def top_reasons(reasons, k: int = 3, counted: bool = False) -> list:
