@@ -175,7 +175,9 @@ def class_slo_note(data: dict, flag: str = "--slo") -> str | None:
     classes set their own SLOs: they judge every request, of every class, by ``flag`` alone, so a
     class's tighter limit (chat TTFT 0.3 s beside ``--slo ttft_p99=1``) was silently not what
     the answer meets. None when no class sets a limit."""
-    classes = ((data or {}).get("workload") or {}).get("classes") or []
+    # (called before the scenario is checked: any section may be of the wrong type, refused later)
+    workload = data.get("workload") if isinstance(data, dict) else None
+    classes = (workload.get("classes") if isinstance(workload, dict) else None) or []
     own = []
     for c in classes if isinstance(classes, list) else []:
         slo = c.get("slo") if isinstance(c, dict) else None
