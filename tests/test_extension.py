@@ -680,3 +680,20 @@ def test_the_reference_engine_catches_a_broken_steady_claim(tmp_path, monkeypatc
     # the skips happen: the reference's oldest request finishes later than without the rule
     base = simulate(make_scenario(), specs=specs(rows), engine="reference")
     assert ref.requests["finish_s"][0] > base.requests["finish_s"][0]
+
+
+def test_validate_names_a_plugin_whose_admission_error_breaks_before_saying_ok(tmp_path, monkeypatch, capsys):
+    """validate asks the policy's admission_error while it predicts rejections: one that raised
+    (or returned no reason) was an error printed after the scenario's 'ok' line, and without the
+    scenario's name."""
+    from servesim.cli.main import main
+
+    (tmp_path / "badplugins.py").write_text(PLUGINS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scenario = str(ROOT / "scenarios" / "default.yaml")
+    for name, says in (("AdmissionRaises", "admission_error raised RuntimeError: adm bug"),
+                       ("AdmissionSaysFive", "admission_error returned 5; a reason")):
+        assert main(["validate", "--set", f"policy.name=badplugins:{name}", scenario]) == 2
+        out, err = capsys.readouterr()
+        assert ": ok (" not in out, out
+        assert err.startswith(f"servesim: error: {scenario}: policy badplugins:{name}: {says}"), err

@@ -402,6 +402,9 @@ def cmd_validate(args) -> int:
         # what run does before its event loop: the setup, the memory check, the workload drawn
         # (every file it names read), so that validate accepts exactly what run can run
         setup, specs, _ = plan(scenario)
+        # (before the 'ok' line: the rejection prediction asks a plug-in policy's admission_error,
+        # and one that raises is an error, which followed 'ok' without naming the scenario)
+        warnings = validate_warnings(scenario, setup, specs)
     from servesim.outputs.rundir import deployment_gpus, deployment_shape
 
     alias_of = MODEL_ALIASES.get(scenario.model)
@@ -436,7 +439,7 @@ def cmd_validate(args) -> int:
     line = workload_line(specs)
     if line:
         print(line)
-    for line in validate_warnings(scenario, setup, specs):
+    for line in warnings:
         print(line)
     return 0
 
