@@ -697,3 +697,48 @@ def test_validate_names_a_plugin_whose_admission_error_breaks_before_saying_ok(t
         out, err = capsys.readouterr()
         assert ": ok (" not in out, out
         assert err.startswith(f"servesim: error: {scenario}: policy badplugins:{name}: {says}"), err
+
+
+KV_HOG = '''
+from servesim import make_batch
+
+
+class AdmitsEverything:
+    """Admits every waiting request and decodes every running one, whatever the free KV."""
+
+    def __init__(self, cfg, model):
+        pass
+
+    def admission_error(self, prompt_tokens, max_tokens, kv=None):
+        return None
+
+    def next_batch(self, state):
+        waiting = list(state.waiting)
+        items = [(r, 1) for r in state.running] + [(r, r.prompt_tokens) for r in waiting]
+        return make_batch(items, admitted=waiting)
+'''
+
+
+def test_a_batch_over_the_free_kv_is_an_error_under_python_O_too(tmp_path):
+    """The engine's check that a decision fits the free KV blocks was an assert: under ``python -O``
+    (PYTHONOPTIMIZE) a plug-in's batch over the cache ran, exit 0, as if the cache held it."""
+    (tmp_path / "kvhog.py").write_text(KV_HOG)
+    script = textwrap.dedent('''
+        import servesim
+        from servesim.errors import PluginError
+        from tests.conftest import make_scenario
+        sc = make_scenario(**{"policy.name": "kvhog:AdmitsEverything", "memory.num_gpu_blocks": 40,
+                              "workload.arrival.rate_rps": 1000.0, "workload.num_requests": 20})
+        try:
+            res = servesim.simulate(sc)
+        except PluginError as e:
+            print("PluginError:", e)
+        else:
+            print("ran:", res.summary["completed"], "completed")
+    ''')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    for flags in ([], ["-O"]):
+        out = subprocess.run([sys.executable, *flags, "-c", script], capture_output=True, text=True, env=env,
+                             cwd=tmp_path, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("PluginError:") and "more KV than is free" in out.stdout, (flags, out.stdout)

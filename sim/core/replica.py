@@ -73,6 +73,13 @@ from servesim.core.runs import Cost, Run, delay_to
 from servesim.policies.base import NO_DECODE_SET, DecodeSet, PriorityCount, ReplicaState
 
 
+class DecisionError(RuntimeError):
+    """A step's decision the engine cannot apply (more KV than is free, a preempted request
+    that is not running). Raised with ``if``, not ``assert``: ``python -O`` (PYTHONOPTIMIZE)
+    drops asserts, and a plug-in's batch over the free KV blocks then ran, exit 0, as if the
+    cache held it. A plug-in's is a ``PluginError`` (``_plugin_apply``)."""
+
+
 class KeyedQueue:
     """A waiting queue ordered by ``key(request)`` (ties: first in, first out), for policies that
     set ``queue_key`` (shortest job first, priorities). The deque operations the engine uses:
@@ -660,9 +667,9 @@ class Replica:
                 del running[n - len(gone):]
             else:
                 running[:] = [r for r in running if id(r) not in gone]
-            assert len(running) == n - len(gone) == n - len(batch.preempted), \
-                "policy preempted a request that is not running (or one twice, or one of the decode set " \
-                "without reading state.running)"
+            if not len(running) == n - len(gone) == n - len(batch.preempted):
+                raise DecisionError("policy preempted a request that is not running (or one twice, or one of the "
+                                    "decode set without reading state.running)")
             to_host = {id(r) for r in batch.swap_out}
             prio = self.prio
             for r in batch.preempted:  # in the order preempted: the last ends at the front of an FCFS queue
@@ -672,7 +679,8 @@ class Replica:
                 if id(r) in to_host:
                     r.swapped_blocks = r.kv_blocks
                     self.host_free_blocks -= r.kv_blocks
-                    assert self.host_free_blocks >= 0, "policy swapped out more than host memory holds"
+                    if self.host_free_blocks < 0:
+                        raise DecisionError("policy swapped out more than host memory holds")
                     swap_bytes += r.kv_blocks * self.swap_block_bytes
                     self.recorder.swap_out_bytes += r.kv_blocks * self.swap_block_bytes
                     kv.free(r)
@@ -697,9 +705,11 @@ class Replica:
                 self.recorder.recompute_tokens -= min(cached, r.dropped_tokens)
             r.dropped_tokens = 0
             ok = kv.grow(r, cached)
-            assert ok, "prefix hit on blocks that are gone"
+            if not ok:
+                raise DecisionError("prefix hit on blocks that are gone")
         for r in batch.swap_in:
-            assert self.swapped[0] is r, "policy must swap in from the front of the swapped queue"
+            if not self.swapped or self.swapped[0] is not r:
+                raise DecisionError("policy must swap in from the front of the swapped queue")
             self.swapped.popleft()
             running.append(r)
             if self.prio is not None:
@@ -721,14 +731,18 @@ class Replica:
                 self.recorder.prefix_hit_tokens += r.prefix_hit_tokens
         for r, tokens in batch.reserve:
             ok = kv.grow(r, tokens)
-            assert ok, "policy reserved more KV than is free"
+            if not ok:
+                raise DecisionError("policy reserved more KV than is free")
         if batch.set_seqs:  # the decode set's next tokens (ahead of every item, as in the running list)
             need = self._cnt[self._S % kv.block_size]
             if need:
+                if need > kv.num_free:
+                    raise DecisionError("policy scheduled more KV than is free (the decode set's next tokens)")
                 kv.take(need)
         for r, q in batch.items:
             ok = kv.grow(r, r.num_computed_tokens + q)
-            assert ok, "policy scheduled more KV than is free"
+            if not ok:
+                raise DecisionError("policy scheduled more KV than is free")
         if batch.preempted and self.after_free is not None:
             # blocks the preemptions freed and the step did not take (P/D: pending hand-offs land),
             # only now: the policy planned the step's growth on them
