@@ -46,3 +46,9 @@ def __getattr__(name):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'servesim' has no attribute {name!r}")
+
+
+def __dir__():
+    # (the API is imported lazily, so it is not in the module's namespace until used: without this,
+    # dir(servesim) and a notebook's tab completion showed none of load_scenario, Results, ...)
+    return sorted(set(globals()) | set(__all__))

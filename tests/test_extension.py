@@ -209,6 +209,11 @@ def test_version_and_public_api():
         assert getattr(servesim, name) is not None
     with pytest.raises(AttributeError):
         servesim.no_such_thing  # noqa: B018
+    # (the lazily imported names were missing from dir(), in a fresh interpreter: a notebook's tab
+    # completion offered none of them)
+    out = subprocess.run([sys.executable, "-c", "import servesim; print(sorted(set(servesim.__all__) - "
+                          "set(dir(servesim))))"], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
     with pytest.raises(TypeError, match="load_scenario"):
         servesim.simulate({"model": "meta-llama/Meta-Llama-3-8B"})
 
