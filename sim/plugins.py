@@ -106,6 +106,22 @@ def resolve(kind: str, name: str, where: str | None = None):
     return obj
 
 
+def _user_frame(e: BaseException):
+    """The innermost frame of ``e``'s traceback in a file outside servesim's own (None when it was
+    raised by the call itself or in the standard library: a callable of the wrong signature, such as
+    os:system or json:loads)."""
+    import sysconfig
+    import traceback
+
+    import servesim.policies
+
+    own = tuple(os.path.dirname(m.__file__) + os.sep for m in (sys.modules["servesim"], servesim.policies)) + tuple(
+        os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib"))
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith(own) and not f.filename.startswith("<")]
+    return frames[-1] if frames else None
+
+
 _INTERFACE = {"policy": ("next_batch", "admission_error"), "router": ("__call__",)}  # what one must have
 
 
@@ -119,6 +135,10 @@ def construct(kind: str, name: str, where: str, *args):
     except InputError:
         raise
     except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever a wrong callable raises (sys:exit too)
+        own = _user_frame(e)
+        if own is not None:  # it raised in its own code (a bug in its __init__): a plug-in, and where it broke
+            raise InputError(f"{where}: {shown(name)}: making the {kind} raised {type(e).__name__}: "
+                             f"{shown(str(e), 120)} ({own.filename}, line {own.lineno})") from None
         raise InputError(f"{where}: {shown(name)} is no {kind}: making one with it raised {type(e).__name__}: "
                          f"{shown(str(e), 120)}") from None
     lacks = [m for m in _INTERFACE[kind] if not hasattr(obj, m)]

@@ -2,6 +2,7 @@
 path, and the ``servesim`` namespace that a user's own files cannot shadow."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -747,3 +748,40 @@ def test_a_batch_over_the_free_kv_is_an_error_under_python_O_too(tmp_path):
                              cwd=tmp_path, timeout=120)
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith("PluginError:") and "more KV than is free" in out.stdout, (flags, out.stdout)
+
+
+def test_a_plugin_whose_constructor_raises_is_named_with_its_line_not_called_no_policy(tmp_path, monkeypatch):
+    """A bug in a plug-in's __init__ was reported as "'m:C' is no policy: making one with it raised
+    ValueError: ...", with no line: as if the class were not a policy at all. A callable of the
+    wrong kind (os:system, a class taking other arguments) is still "no policy"."""
+    (tmp_path / "ctor_bugs.py").write_text(textwrap.dedent('''
+        from dataclasses import dataclass
+
+        from servesim import ContinuousPolicy
+
+
+        @dataclass(frozen=True)
+        class CheckedPolicy(ContinuousPolicy):
+            def __post_init__(self):
+                raise ValueError("my check")
+
+
+        class Router:
+            def __init__(self, rng):
+                self.table = {}["missing"]
+
+            def __call__(self, replicas, request):
+                return 0
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    where = rf"\({re.escape(str(tmp_path / 'ctor_bugs.py'))}, line"
+    with pytest.raises(InputError, match=r"policy.name: 'ctor_bugs:CheckedPolicy': making the policy raised "
+                                         rf"ValueError: 'my check' {where} 10\)"):
+        simulate(make_scenario(**{"policy.name": "ctor_bugs:CheckedPolicy"}))
+    with pytest.raises(InputError, match=rf"cluster.router: 'ctor_bugs:Router': making the router raised KeyError: "
+                                         rf".*missing.* {where} 15\)"):
+        simulate(make_scenario(**{"cluster.replicas": 2, "cluster.router": "ctor_bugs:Router"}))
+    for field, name in (("policy.name", "os:system"), ("cluster.router", "json:loads"),
+                        ("policy.name", "ctor_bugs:Router")):
+        with pytest.raises(InputError, match=f"{field}: '{name}' is no (policy|router): making one with it raised"):
+            simulate(make_scenario(**{"cluster.replicas": 2, field: name}))
