@@ -785,3 +785,63 @@ def test_a_plugin_whose_constructor_raises_is_named_with_its_line_not_called_no_
                         ("policy.name", "ctor_bugs:Router")):
         with pytest.raises(InputError, match=f"{field}: '{name}' is no (policy|router): making one with it raised"):
             simulate(make_scenario(**{"cluster.replicas": 2, field: name}))
+
+
+HAND_MADE = '''
+from dataclasses import dataclass
+
+from servesim import Batch, ContinuousPolicy
+from servesim.policies.static import StaticPolicy
+
+
+@dataclass(frozen=True)
+class HandMade(ContinuousPolicy):
+    """Continuous batching's decisions, rebuilt as Batch(...) without make_batch's counts."""
+
+    def next_batch(self, state):
+        b = super().next_batch(state)
+        return Batch(items=b.items, preempted=b.preempted, admitted=b.admitted, num_seqs=b.num_seqs,
+                     set_seqs=b.set_seqs)
+
+
+@dataclass(frozen=True)
+class Same(ContinuousPolicy):
+    pass
+
+
+@dataclass(frozen=True)
+class Chunked(ContinuousPolicy):
+    chunked: bool = True
+
+
+class Static(StaticPolicy):
+    pass
+'''
+
+
+def test_a_hand_made_batch_without_its_counts_is_named_not_run_as_free_steps(tmp_path, monkeypatch):
+    """A Batch built by hand (servesim exports Batch) kept its counts at 0: every step was priced as
+    an empty one, and the run finished, exit 0, with TPOT 0 ms. The plug-ins that build batches
+    as the packaged policies do (preemptions, static batching, chunked, a P/D decode pool)
+    run as before."""
+    from servesim.errors import PluginError
+
+    (tmp_path / "handmade.py").write_text(HAND_MADE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match=r"policy handmade:HandMade: its Batch counts \d+ sequences and 0 tokens "
+                                          r"while its items \(and decode set\) hold \d+ and [1-9]\d*; build it with "
+                                          r"servesim.make_batch"):
+        simulate(make_scenario(**{"policy.name": "handmade:HandMade", "workload.num_requests": 5}))
+    fast = {"workload.num_requests": 30, "workload.arrival.rate_rps": 50.0}
+    for kw in ({"policy.name": "handmade:Same", "policy.prefix_caching": True},
+               {"policy.name": "handmade:Same", "memory.num_gpu_blocks": 60, "policy.preemption": "swap"},
+               {"policy.name": "handmade:Chunked", "policy.max_num_batched_tokens": 256},
+               {"policy.name": "handmade:Static"},
+               {"policy.name": "pd_split", "policy.decode.policy": "handmade:Same"}):
+        res = simulate(make_scenario(**{**fast, **kw}))
+        assert res.summary["completed"] == 30, kw
+        packaged = {**kw, "policy.name": {"handmade:Chunked": "chunked_prefill", "handmade:Static": "static"}.get(
+            kw["policy.name"], "continuous" if kw["policy.name"] != "pd_split" else "pd_split")}
+        packaged.pop("policy.decode.policy", None)
+        ref = simulate(make_scenario(**{**fast, **packaged}))
+        assert res.summary["ttft_s"] == ref.summary["ttft_s"] and res.summary["tpot_s"] == ref.summary["tpot_s"], kw

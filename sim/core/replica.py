@@ -595,6 +595,7 @@ class Replica:
                                   "decode side of a P/D split, state.landed)")
         entering = {id(r) for r in batch.admitted} | {id(r) for r in batch.swap_in}
         leaving = {id(r) for r in batch.preempted}
+        tokens = 0
         for r, q in batch.items:
             rid = getattr(r, "request_id", shown(r))
             if isinstance(q, bool) or not isinstance(q, numbers.Integral) or not q >= 1:
@@ -605,6 +606,7 @@ class Replica:
                 raise PluginError(f"policy {name}: schedules request {rid} twice in one step; list each request once "
                                   "with all its tokens")
             seen.add(id(r))
+            tokens += q
             if id(r) in leaving:
                 raise PluginError(f"policy {name}: schedules request {rid}, which it preempts in the same step")
             if id(r) not in running and id(r) not in entering:
@@ -624,6 +626,14 @@ class Replica:
                            + (f" (k + 1 = {k + 1} with speculative decoding)" if k else ""))
                     raise PluginError(f"policy {name}: schedules {q} tokens for request {rid}, which has {has}; "
                                       "schedule at most that")
+        # (a Batch built by hand, not by make_batch, kept the counts' defaults, 0: its steps were priced
+        # as empty ones, taking no GPU time, and the run finished with TPOT 0 and exit 0)
+        seqs, tokens = len(batch.items) + batch.set_seqs, tokens + batch.set_seqs
+        if batch.num_seqs != seqs or batch.num_tokens != tokens:
+            raise PluginError(f"policy {name}: its Batch counts {shown(batch.num_seqs)} sequences and "
+                              f"{shown(batch.num_tokens)} tokens while its items (and decode set) hold {seqs} and "
+                              f"{tokens}; build it with servesim.make_batch(items, ...), which derives the counts a "
+                              "step is priced by")
         try:
             return self._apply(batch, now)
         except InputError:
