@@ -622,12 +622,8 @@ def test_a_token_budget_below_max_num_seqs_is_said(tmp_path, capsys):
                                                  "max_num_seqs=64")
 
 
-def test_validate_predicts_preemptions_where_the_run_has_them(tmp_path, capsys):
-    """A KV cache of 600 blocks (9,600 tokens) for 32 sequences of ~1,100 tokens: near its
-    capacity the run preempted 114 times over 600 requests and validate said nothing of it. The
-    overload probe preempts as the batch fills; with the offered rate near what it serves,
-    validate names it, and the run's own preemptions warning agrees. At a light load it stays
-    quiet, and the run preempts less than the warning's share."""
+def _tiny_kv_scenario(tmp_path):
+    """A KV cache of 600 blocks (9,600 tokens) for 32 sequences of ~1,100 tokens, at 5 req/s."""
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump({
         "name": "tiny-kv", "seed": 7, "model": "Qwen/Qwen2.5-7B-Instruct", "hardware": {"gpu": "h200"},
@@ -635,6 +631,16 @@ def test_validate_predicts_preemptions_where_the_run_has_them(tmp_path, capsys):
         "workload": {"num_requests": 600, "arrival": {"process": "poisson", "rate_rps": 5.0},
                      "prompt_tokens": {"dist": "lognormal", "mean": 800, "sigma": 0.6, "max": 4000},
                      "output_tokens": {"dist": "lognormal", "mean": 300, "sigma": 0.5}}}))
+    return sc
+
+
+def test_validate_predicts_preemptions_where_the_run_has_them(tmp_path, capsys):
+    """A KV cache of 600 blocks (9,600 tokens) for 32 sequences of ~1,100 tokens: near its
+    capacity the run preempted 114 times over 600 requests and validate said nothing of it. The
+    overload probe preempts as the batch fills; with the offered rate near what it serves,
+    validate names it, and the run's own preemptions warning agrees. At a light load it stays
+    quiet, and the run preempts less than the warning's share."""
+    sc = _tiny_kv_scenario(tmp_path)
     for rate, expect in ((5.0, True), (2.0, False)):
         assert main(["validate", str(sc), "--set", f"workload.arrival.rate_rps={rate}"]) == 0
         said = "limits the batch under this load" in capsys.readouterr().out
@@ -672,13 +678,7 @@ def test_preemption_fix_with_num_gpu_blocks_set_names_that_setting(tmp_path, cap
     preemption warning (run) and its prediction (validate) advised memory.gpu_memory_utilization,
     hardware.kv_dtype=fp8 or a larger hardware.tp, none of which changes it. They now name
     memory.num_gpu_blocks, and raising it is what helps."""
-    sc = tmp_path / "s.yaml"
-    sc.write_text(yaml.safe_dump({
-        "name": "tiny-kv", "seed": 7, "model": "Qwen/Qwen2.5-7B-Instruct", "hardware": {"gpu": "h200"},
-        "memory": {"num_gpu_blocks": 600}, "policy": {"name": "continuous", "max_num_seqs": 32},
-        "workload": {"num_requests": 600, "arrival": {"process": "poisson", "rate_rps": 5.0},
-                     "prompt_tokens": {"dist": "lognormal", "mean": 800, "sigma": 0.6, "max": 4000},
-                     "output_tokens": {"dist": "lognormal", "mean": 300, "sigma": 0.5}}}))
+    sc = _tiny_kv_scenario(tmp_path)
     assert main(["validate", str(sc)]) == 0
     said = [x for x in capsys.readouterr().out.splitlines() if "limits the batch under this load" in x]
     run = lambda *s: simulate(load_scenario(str(sc), list(s))).summary  # noqa: E731
