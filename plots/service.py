@@ -173,6 +173,10 @@ def attainment_bars(data: dict, ax, colors: dict | None = None, slos: dict | Non
         ax.bar(xs, ys, width=width, yerr=errs, capsize=3, color=colors[label], label=str(label))
     ax.axhline(ATTAINMENT_TARGET * 100, color="k", linestyle=":", linewidth=1,
                label=f"{ATTAINMENT_TARGET:.0%}: meets the SLO")
+    if data:  # (what the error bars are, as attainment_vs_load says: one seed's run still has them)
+        over_seeds = any("ttft_lo" in d for by_label in data.values() for d in by_label.values())
+        ax.plot([], [], " ", label="error bars: 95% interval " + ("over seeds" if over_seeds else
+                                                                   "(Wilson, over requests)"))
     ax.set_xticks(range(len(classes)))
     ax.set_xlim(-0.5, len(classes) - 0.5)  # (every class's slot, a last one without bars too)
     def limits(c):  # (a text as it is: "SLO differs by configuration")

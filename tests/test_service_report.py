@@ -101,6 +101,8 @@ def test_class_figures_name_each_class_slo_and_the_90_percent_line():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["chat\nTTFT <= 1 s, TPOT <= 50 ms",
                                                             "batch\nTTFT <= 30 s, TPOT <= 200 ms"]
     assert "90%: meets the SLO" in [t.get_text() for t in ax.get_legend().get_texts()]
+    # its error bars (a class's share over its requests) were unexplained beside "no interval" notes
+    assert "error bars: 95% interval (Wilson, over requests)" in [t.get_text() for t in ax.get_legend().get_texts()]
     fig, ax = plt.subplots()
     attainment_vs_load({"a": {"rate": [1, 2], **{k: v * 2 for k, v in one.items()}}}, ax, "chat",
                        slo={"ttft_s": 1.0, "tpot_s": 0.05})

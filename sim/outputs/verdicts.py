@@ -221,8 +221,8 @@ def study_warnings(rows: list, key: str = "label") -> list:
         out.append({"code": "not_keeping_up", "message": "; ".join(msg)})
     if rows and not any(r.get("seeds") for r in rows) and len({r.get(key) for r in rows}) > 1:
         out.append({"code": "one_seed",
-                    "message": "one seed per configuration: the figures carry no interval and small differences may "
-                               "be noise (--seeds 5 gives 95% intervals and paired differences)"})
+                    "message": "one seed per configuration: the figures carry no interval over seeds and small "
+                               "differences may be noise (--seeds 5 gives 95% intervals and paired differences)"})
     return out
 
 
