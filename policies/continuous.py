@@ -118,27 +118,32 @@ class ContinuousPolicy:
     def _pick_victim(self):
         return victim_picker(self.victim, self.queue_order)
 
+    def _chunked_fix(self, field: str) -> str:
+        """How to turn chunked prefill on: ``field``=chunked_prefill for the packaged policy, its
+        class attribute for a plug-in subclass."""
+        return f"{field}=chunked_prefill" if type(self) is ContinuousPolicy else \
+            f"chunked = True in {type(self).__name__} (servesim's chunked prefill)"
+
     def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
         # After a preemption the request is recomputed in one prefill of prompt + emitted output
         # (at most max_tokens - 1), which must fit the per-step token budget (chunked: its first
         # chunk is admitted alone).
         worst = prompt_tokens + max_tokens - 1
-        if not self.chunked and self.prefill_budget_path and prompt_tokens > self.max_num_batched_tokens:
-            fix = "policy.prefill.policy=chunked_prefill" if type(self) is ContinuousPolicy else \
-                f"chunked = True in {type(self).__name__} (servesim's chunked prefill)"
-            return (f"prompt of {prompt_tokens} tokens exceeds {self.prefill_budget_path}="
-                    f"{self.max_num_batched_tokens} (a prefill replica with whole-prompt admission runs the prompt in "
-                    f"one prefill within the budget; use {fix} or a larger budget)")
-        if not self.chunked and not self.prefill_budget_path and worst > self.max_num_batched_tokens:
-            # (a plug-in subclass is chunked by its own class attribute: policy.name=chunked_prefill
-            # would replace it with the packaged policy)
-            fix = "policy.name=chunked_prefill" if type(self) is ContinuousPolicy else \
-                f"chunked = True in {type(self).__name__} (servesim's chunked prefill)"
+        # whole-prompt admission: the packaged policy's fix is chunked prefill by its field (a P/D
+        # prefill pool's own, which keeps the split), a plug-in subclass's its own class attribute
+        # (policy.name=chunked_prefill would replace it with the packaged policy)
+        if not self.chunked and self.prefill_budget_path:
+            if prompt_tokens > self.max_num_batched_tokens:
+                return (f"prompt of {prompt_tokens} tokens exceeds {self.prefill_budget_path}="
+                        f"{self.max_num_batched_tokens} (a prefill replica with whole-prompt admission runs the prompt "
+                        f"in one prefill within the budget; use {self._chunked_fix('policy.prefill.policy')} or a "
+                        "larger budget)")
+        elif not self.chunked and worst > self.max_num_batched_tokens:
             # (one text whether the prompt alone fits or not: the summary groups rejections by it)
             return (f"prompt + output - 1 = {worst} tokens exceeds policy.max_num_batched_tokens="
                     f"{self.max_num_batched_tokens} (whole-prompt admission runs the prompt, and after a preemption "
                     "its recompute with the output so far, in one prefill within the budget, and when it arrives "
-                    f"no preemption can be ruled out; use {fix} or a larger budget)")
+                    f"no preemption can be ruled out; use {self._chunked_fix('policy.name')} or a larger budget)")
         if self.reserve == "max" and self.max_output_tokens is not None and max_tokens > self.max_output_tokens:
             return (f"output of {max_tokens} tokens exceeds policy.max_output_tokens={self.max_output_tokens} "
                     f"(what policy.reserve=max reserves per request)")
