@@ -256,3 +256,8 @@ def test_a_dataset_conversation_is_cut_at_the_turn_limit_without_max_turns(tmp_p
     kw["workload.sessions"] = {"max_turns": 7}
     src = generate(make_scenario(**kw).workload, np.random.default_rng(0), None)
     assert len(src.session(src.next_session()).prompts) == 7
+    # the check of turns asked for counts them as they run, capped: more than MAX_TURNS turns of
+    # the one conversation are refused (counted uncapped, the run would have ended 3 short, silently)
+    kw.update({"workload.sessions": {}, "workload.num_requests": MAX_TURNS + 1})
+    with pytest.raises(InputError, match=f"exceeds the {MAX_TURNS} turns of the 1 conversations"):
+        generate(make_scenario(**kw).workload, np.random.default_rng(0), None)

@@ -72,13 +72,16 @@ class Sessions:
         if self.data is not None and workload.output_tokens is None and (self.data.reply_tokens < 1).any():
             raise InputError(f"workload.output_tokens is missing: rows of {self.data.path} have no "
                              f"{workload.dataset.output_key!r}; give a length distribution for their replies")
-        d, cap = self.data, self.opts.max_turns
+        # turns a session runs at most: sessions.max_turns, and MAX_TURNS in any case (a drawn count
+        # or a dataset's conversation)
+        self._turn_cap = MAX_TURNS if self.opts.max_turns is None else self.opts.max_turns
+        d = self.data
         if (d is not None and not workload.dataset.sample and not workload.dataset.loop
                 and workload.num_requests is not None):
             # (as a single-turn workload refuses more requests than rows: the run ended with the
             # conversations, fewer turns than asked for and nothing said)
             turns = np.diff(d.start)
-            total = int((turns if cap is None else np.minimum(turns, cap)).sum())  # (as _grow takes them)
+            total = int(np.minimum(turns, self._turn_cap).sum())  # (as _grow takes them)
             if workload.num_requests > total:
                 raise InputError(f"workload.num_requests={workload.num_requests} exceeds the {total} turns of the "
                                  f"{d.num_conversations} conversations of {d.path}; set workload.dataset.loop: true "
@@ -125,8 +128,7 @@ class Sessions:
         if m <= 0:
             self.source_ended = True  # (only a dataset's rows run out: synthetic sessions never do)
             return False
-        # (sessions.max_turns, and MAX_TURNS in any case: a drawn count or a dataset's conversation)
-        rng, cap, special = self._rng, MAX_TURNS if self.opts.max_turns is None else self.opts.max_turns, 0
+        rng, cap, special = self._rng, self._turn_cap, 0
         if self.data is None:
             from servesim.inputs.workload import sample_lengths
 
