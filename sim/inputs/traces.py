@@ -346,7 +346,7 @@ def _csv_header(reader, path: str, cols: dict, need_arrival: bool) -> tuple[list
         j = column_index(header, name, path)
         if j is not None:
             idx[key] = j
-        elif key != "arrival" or need_arrival:
+        else:
             json_hint = " (a JSONL trace takes format: jsonl)" if header[0].startswith(("{", "[")) else ""
             raise InputError(f"{path} line 1: no column {shown(name)} for the {key} "
                              f"(set workload.trace.columns.{key}{NO_TIMES if key == 'arrival' else ''}); "
