@@ -172,18 +172,18 @@ def pd_split_replicas(replicas: int) -> tuple[int, int]:
     return p, max(1, replicas - p)
 
 
-def _check_cost_keys(scenario: Scenario, gpus) -> None:
-    """``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` mappings name catalog GPUs or this deployment's."""
+def check_cost_gpus(mappings: dict, gpus, whose: str, where: str = "") -> None:
+    """The GPU names of ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` (``mappings``: {field: its
+    value}; a number for every GPU names none) are catalog GPUs or ``gpus``, which ``whose``
+    describes in the message ("this deployment (h100-sxm)"); ``where`` leads it."""
     from servesim.inputs.specs import GPUS
 
-    for key in ("gpu_hour_usd", "gpu_power_w"):
-        value = getattr(scenario.cost, key)
-        if isinstance(value, dict):
-            known = set(GPUS) | set(gpus)
-            for name in value:
-                if name not in known:
-                    raise InputError(f"cost.{key}.{name}: not a GPU of the catalog or of this deployment "
-                                     f"({', '.join(sorted(set(gpus)))});{did_you_mean(name, known)}")
+    known = set(GPUS) | set(gpus)
+    for key, value in mappings.items():
+        for name in value if isinstance(value, dict) else ():
+            if name not in known:
+                raise InputError(f"{where}cost.{key}.{name}: not a GPU of the catalog or of {whose};"
+                                 f"{did_you_mean(name, known)}")
 
 
 def prepare(scenario: Scenario) -> Setup:
@@ -196,7 +196,9 @@ def prepare(scenario: Scenario) -> Setup:
                          f"attends within {model.sliding_window_tokens} tokens; vLLM V0 disables it too); set it "
                          f"to false{by}")
     setup = _prepare(scenario, model, hw, pol)
-    _check_cost_keys(scenario, [p.cost_model.gpu.name for p in setup.pools])
+    gpus = [p.cost_model.gpu.name for p in setup.pools]
+    check_cost_gpus({k: getattr(scenario.cost, k) for k in ("gpu_hour_usd", "gpu_power_w")}, gpus,
+                    f"this deployment ({', '.join(sorted(set(gpus)))})")
     return setup
 
 

@@ -432,19 +432,6 @@ def _json_default(o):
     return str(o)
 
 
-def _check_cost_keys(base: dict, gpus: list, where) -> None:
-    """The scenario's ``cost.gpu_hour_usd`` / ``gpu_power_w`` mappings name catalog GPUs or those of ``--gpus``."""
-    from servesim.inputs.specs import GPUS, get_gpu
-
-    names = set(GPUS) | {get_gpu(g, "--gpus").name for g in gpus}
-    cost = base.get("cost") or {}
-    for key in ("gpu_hour_usd", "gpu_power_w"):
-        for name in (cost.get(key) if isinstance(cost.get(key), dict) else ()):
-            if name not in names:
-                raise InputError(f"{where}: cost.{key}.{name}: not a GPU of the catalog or of --gpus "
-                                 f"({', '.join(gpus)});{did_you_mean(name, names)}")
-
-
 def _gpu_tables(base: dict, names, extra_prices: dict) -> tuple[dict, dict]:
     """({gpu: USD per GPU-hour or None}, {gpu: board power W or None}) under the scenario's cost
     section, with ``--price`` over both."""
@@ -531,7 +518,13 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     unknown = [g for g, _ in opts.prices if g not in gpus]
     if unknown:
         raise InputError(f"--price {unknown[0]}: not one of the GPUs searched ({', '.join(gpus)})")
-    _check_cost_keys(base, gpus, where)
+    # (the scenario's cost mappings name catalog GPUs or those searched)
+    from servesim.inputs.specs import get_gpu
+    from servesim.simulation import check_cost_gpus
+
+    given = base.get("cost") or {}
+    check_cost_gpus({k: given.get(k) for k in ("gpu_hour_usd", "gpu_power_w")},
+                    {get_gpu(g, "--gpus").name for g in gpus}, f"--gpus ({', '.join(gpus)})", f"{where}: ")
     prices, powers = _gpu_tables(base, gpus, dict(opts.prices))
     if opts.objective == "cost" and any(v is None for v in prices.values()):
         lacking = [g for g, v in prices.items() if v is None]
