@@ -28,6 +28,7 @@ import textwrap
 from pathlib import Path
 
 from servesim.errors import InputError
+from servesim.outputs.checks import class_slos
 from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval,
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
@@ -35,8 +36,8 @@ from servesim.outputs.progress import Phases
 from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,
                                      read_capacity, read_results, read_scenario, read_study_meta)
 from servesim.outputs.verdicts import (caveats, difference_sentences, differences, fell_behind, gpu_counts,
-                                       identical_labels, meets_slo, not_run_text, rank_key, ranked, rate_order,
-                                       rate_text, slo_phrase, value_text, with_per_gpu)
+                                       identical_labels, loads_up_to, meets_slo, not_run_text, rank_key, ranked,
+                                       rate_order, rate_text, slo_phrase, value_text, with_per_gpu)
 from servesim.plots import figures as F
 from servesim.plots.service import service_section
 
@@ -300,12 +301,8 @@ def _class_slos(scenario: dict) -> str:
     The report then names no single SLO: the top-level one quoted as "the SLO" (and drawn as
     every request's limit) was the one only a class without its own used, if any."""
     top = (scenario or {}).get("slo") or {}
-    classes = ((scenario or {}).get("workload") or {}).get("classes") or []
-    eff = []
-    for c in classes if isinstance(classes, list) else []:
-        own = (c.get("slo") or {}) if isinstance(c, dict) else {}
-        eff.append((c.get("name") if isinstance(c, dict) else "?",
-                    tuple(own.get(k) if own.get(k) is not None else top.get(k) for k in ("ttft_s", "tpot_s"))))
+    eff = [(n, tuple(own.get(k) if own.get(k) is not None else top.get(k) for k in ("ttft_s", "tpot_s")))
+           for n, own in class_slos(scenario)]
     if len({lim for _, lim in eff}) < 2:
         return ""
     return "; ".join(f"{n}: {F.slo_text(*lim) or 'no limit'}" for n, lim in eff)
@@ -380,13 +377,7 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
             # runs on several seeds: a load counts as within only when the interval's top is
             ci = d.get("p99_ci") or [None] * len(d["rate"])
             unsure = [r for r, v, h in zip(d["rate"], d["p99"], ci) if r in under and h is not None and v + h > slo_s]
-            # "up to R" claims every load up to R: the loads from the lowest until the first one
-            # outside (a load outside between two within, noise near the knee, read as within)
-            upto = []
-            for r in sorted(d["rate"], key=rate_order):
-                if r not in under:
-                    break
-                upto.append(r)
+            upto = loads_up_to(d["rate"], under)  # ("up to R" claims every load up to R)
             if not under:
                 parts.append(f"{g} at none of the loads")
             elif max(under) == max(d["rate"]) and len(upto) == len(d["rate"]) and not unsure:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.outputs.rundir import read_summary
+from servesim.outputs.verdicts import attainment_pct, loads_up_to
 from servesim.plots.figures import _error_bars, _ms, _plain_log_ticks, colors_for, slo_text, wrap_label
 
 ATTAINMENT_TARGET = 0.9  # the share the report's sentence counts loads against
@@ -193,8 +194,6 @@ def attainment_bars(data: dict, ax, colors: dict | None = None, slos: dict | Non
 
 
 def _pct(x: float) -> str:
-    from servesim.outputs.verdicts import attainment_pct
-
     return attainment_pct(x)  # (99.97% is not "100.0%")
 
 
@@ -212,12 +211,7 @@ def class_sentence(series: dict, with_rate: bool) -> str:
                 continue
             if with_rate:
                 ok = [r for r, a in zip(d["rate"], d["attainment"]) if a >= ATTAINMENT_TARGET]
-                # "up to R": every load up to R (a load below between two above read as within)
-                upto = []
-                for r in sorted(judged):
-                    if r not in ok:
-                        break
-                    upto.append(r)
+                upto = loads_up_to(judged, ok)  # ("up to R": every load up to R)
                 at = ("at none of the loads" if not ok else f"at every load tried (up to {max(judged):.4g} req/s)"
                       if len(ok) == len(judged) else f"up to {max(upto):.4g} req/s" if upto
                       else "only at " + ", ".join(f"{r:.4g}" for r in ok) + " req/s")

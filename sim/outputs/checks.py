@@ -170,22 +170,29 @@ def limit_unit_warnings(slo: dict) -> list:
     return out
 
 
+def class_slos(data) -> list:
+    """(name, its own ``slo`` mapping, or {}) of each request class of scenario data, which need not
+    have been checked yet (any section may be of the wrong type: refused later, not here)."""
+    workload = data.get("workload") if isinstance(data, dict) else None
+    classes = (workload.get("classes") if isinstance(workload, dict) else None) or []
+    out = []
+    for c in classes if isinstance(classes, list) else []:
+        slo = c.get("slo") if isinstance(c, dict) else None
+        out.append((c.get("name") if isinstance(c, dict) else "?", slo if isinstance(slo, dict) else {}))
+    return out
+
+
 def class_slo_note(data: dict, flag: str = "--slo") -> str | None:
     """What ``capacity`` / ``plan`` say of a scenario (its data, overrides applied) whose request
     classes set their own SLOs: they judge every request, of every class, by ``flag`` alone, so a
     class's tighter limit (chat TTFT 0.3 s beside ``--slo ttft_p99=1``) was silently not what
     the answer meets. None when no class sets a limit."""
-    # (called before the scenario is checked: any section may be of the wrong type, refused later)
-    workload = data.get("workload") if isinstance(data, dict) else None
-    classes = (workload.get("classes") if isinstance(workload, dict) else None) or []
     own = []
-    for c in classes if isinstance(classes, list) else []:
-        slo = c.get("slo") if isinstance(c, dict) else None
-        if isinstance(slo, dict):
-            lim = [f"{k[:-2].upper()} <= {v:g} s" for k in ("ttft_s", "tpot_s")
-                   if isinstance((v := slo.get(k)), (int, float)) and not isinstance(v, bool)]
-            if lim:
-                own.append(f"{c.get('name')}: {', '.join(lim)}")
+    for name, slo in class_slos(data):
+        lim = [f"{k[:-2].upper()} <= {v:g} s" for k in ("ttft_s", "tpot_s")
+               if isinstance((v := slo.get(k)), (int, float)) and not isinstance(v, bool)]
+        if lim:
+            own.append(f"{name}: {', '.join(lim)}")
     if not own:
         return None
     return (f"the scenario's request classes have their own SLOs ({'; '.join(own)}); {flag} judges every "

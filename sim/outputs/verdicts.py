@@ -106,6 +106,17 @@ def rate_order(v) -> tuple:
     return (1, 0.0, str(v))
 
 
+def loads_up_to(rates, within) -> list:
+    """The loads of ``rates`` from the lowest up to the first not in ``within``: what "within
+    up to R" claims (a load outside between two within, noise near a knee, was read as within)."""
+    upto = []
+    for r in sorted(rates, key=rate_order):
+        if r not in within:
+            break
+        upto.append(r)
+    return upto
+
+
 def rate_text(v, spec: str = "g") -> str:
     """A results row's rate as the reports write it: ``12.5 req/s`` (``spec``: the number's
     format), or ``rate 'abc'`` for a value that is no number (a sweep point that failed on it)."""
