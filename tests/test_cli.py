@@ -128,6 +128,20 @@ def test_validate_describes_the_requests_drawn(tmp_path, capsys):
             "p99 297; output tokens mean 18, p50 15, p99 30") in capsys.readouterr().out
 
 
+def test_a_run_that_no_request_reaches_says_so(tmp_path, capsys):
+    """A duration_s shorter than the first arrival left a run with no request: it printed zeros
+    (and 'SLO attainment 0.0%') with no warning, and validate said 'ok' without a word."""
+    sc = write(tmp_path, GOOD.replace("num_requests: 60", "duration_s: 0.001"))
+    assert main(["validate", sc]) == 0
+    assert "warning: a run will have no request to serve: none arrives within workload.duration_s=0.001 s" in (
+        capsys.readouterr().out)
+    assert main(["run", sc, "--out", str(tmp_path / "o")]) == 0
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["num_requests"] == 0
+    assert [w["code"] for w in s["warnings"]] == ["no_requests"]
+    assert "no request arrived: none arrives within workload.duration_s=0.001 s" in capsys.readouterr().out
+
+
 def test_set_reaches_into_lists_with_the_field_paths_errors_print():
     """``--set workload.classes[1].slo.ttft_s=3``: the notation messages use for a field path
     (``workload.classes[0].share ...``) also sets one; an index past the list or into something

@@ -473,16 +473,18 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     deployment serves (``predict_overload``: a short probe), preemptions (that probe's, near or above
     what it serves) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
+    from servesim.inputs.workload import RequestSpecs
     from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, budget_warnings, clipped_text,
                                          gpu_unit_warnings, kv_override_warnings, kv_room_fix, no_effect_warnings,
-                                         scenario_slos,
-                                         slo_unit_warnings)
+                                         no_requests_text, scenario_slos, slo_unit_warnings)
     from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
                                      predict_rejections, predict_slo_floors, prepare)
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
              + budget_warnings(setup.pools)]
+    if isinstance(specs, RequestSpecs) and not len(specs):
+        lines.append(f"warning: {no_requests_text(scenario, predicted=True)}")
     pred = predict_rejections(scenario, setup, specs)
     if pred and pred["rejected"]:
         n, k = pred["requests"], pred["rejected"]

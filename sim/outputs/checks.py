@@ -10,6 +10,9 @@ Each warning is ``{"code": ..., "message": ...}``:
 - ``unfinished``: at least ``UNFINISHED_SHARE`` were still queued or running at
   ``workload.duration_s``: the latencies leave out the backlog the cut-off hides;
 - ``nothing_completed``: no request completed;
+- ``no_requests``: no request arrived at all (``no_requests_text``: a ``workload.duration_s`` shorter
+  than the first arrival, or a trace window with no rows in it): every figure of the run is empty,
+  not zero (``validate`` predicts it from the workload drawn);
 - ``not_keeping_up``: over the second half of the arrivals, fewer than ``KEEP_UP`` requests left
   per request that arrived (``summary["workload"]["keep_up"]``; open-loop arrivals, at least
   ``KEEP_UP_MIN_REQUESTS`` requests): the backlog grew through the run, so its latencies depend
@@ -234,6 +237,8 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
                                f"num_requests without a cut-off, shows it)"})
     if n and not done:
         out.append({"code": "nothing_completed", "message": f"none of the {n} requests completed"})
+    if not n:
+        out.append({"code": "no_requests", "message": no_requests_text(scenario)})
     keep = (summary.get("workload") or {}).get("keep_up")
     if keep is not None and keep["ratio"] < KEEP_UP and n >= KEEP_UP_MIN_REQUESTS and not any(
             w["code"] == "unfinished" for w in out):
@@ -260,6 +265,17 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += kv_override_warnings(pools)
     out += budget_warnings(pools)
     return out
+
+
+def no_requests_text(scenario, predicted: bool = False) -> str:
+    """``no_requests`` (module docstring), naming the setting that left the run empty where one did;
+    ``predicted``: as ``validate`` says it of the run to come."""
+    cut = scenario.workload.duration_s
+    what = "a run will have no request to serve" if predicted else "no request arrived"
+    why = (f": none arrives within workload.duration_s={cut:g} s (a longer duration_s, or num_requests "
+           "without it, gives the run requests)" if cut is not None else
+           ": the workload drew none (a trace window with no rows in it?)")
+    return f"{what}{why}; every latency, throughput and utilisation figure of it is empty"
 
 
 def clipped_text(k: int, n: int, context_tokens: int, predicted: bool = False) -> str:
