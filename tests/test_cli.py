@@ -142,6 +142,21 @@ def test_a_run_that_no_request_reaches_says_so(tmp_path, capsys):
     assert "no request arrived: none arrives within workload.duration_s=0.001 s" in capsys.readouterr().out
 
 
+def test_a_price_mapping_that_names_no_gpu_of_the_deployment_is_named(tmp_path, capsys):
+    """A cost.gpu_hour_usd mapping for another catalog GPU was accepted and silently left the run
+    at the catalog's price; one that names the deployment's GPU too (as plan's tables do) is not."""
+    sc = write(tmp_path, GOOD.replace("num_requests: 60", "num_requests: 5"))
+    assert main(["validate", sc, "--set", "cost.gpu_hour_usd={a100-80g: 1.0}"]) == 0
+    assert ("warning: cost.gpu_hour_usd (a100-80g: 1) changes nothing: this deployment runs h100-sxm"
+            in capsys.readouterr().out)
+    assert main(["run", sc, "--set", "cost.gpu_power_w={a100-80g: 300}", "--out", str(tmp_path / "o")]) == 0
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [w["message"][:24] for w in s["warnings"]] == ["cost.gpu_power_w (a100-8"]
+    capsys.readouterr()
+    assert main(["validate", sc, "--set", "cost.gpu_hour_usd={a100-80g: 1.0, h100-sxm: 2.0}"]) == 0
+    assert "changes nothing" not in capsys.readouterr().out
+
+
 def test_set_reaches_into_lists_with_the_field_paths_errors_print():
     """``--set workload.classes[1].slo.ttft_s=3``: the notation messages use for a field path
     (``workload.classes[0].share ...``) also sets one; an index past the list or into something

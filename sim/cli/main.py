@@ -475,8 +475,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
     from servesim.inputs.workload import RequestSpecs
     from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, budget_warnings, clipped_text,
-                                         gpu_unit_warnings, kv_override_warnings, kv_room_fix, no_effect_warnings,
-                                         no_requests_text, scenario_slos, slo_unit_warnings)
+                                         cost_mapping_warnings, gpu_unit_warnings, kv_override_warnings, kv_room_fix,
+                                         no_effect_warnings, no_requests_text, scenario_slos, slo_unit_warnings)
     from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
                                      predict_rejections, predict_slo_floors, prepare)
 
@@ -557,7 +557,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      f"{over['served_rps']:.3g} req/s they completed, so a run will preempt too (each preemption "
                      f"recomputes or swaps a request's KV); {kv_room_fix(scenario)}")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
-    lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario)]
+    lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario) + cost_mapping_warnings(scenario,
+                                                                                                       setup.pools)]
     return lines
 
 

@@ -39,7 +39,8 @@ Each warning is ``{"code": ..., "message": ...}``:
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
   another packaged policy's, ``skip_unfit_prompts`` without whole-prompt admission beside decodes,
   a queue's predictor or ``preempt_running`` under an order that does not read it, pipeline overlap
-  without stages): the run is the one without it.
+  without stages), a ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` entry for a GPU the deployment
+  does not run (``cost_mapping_warnings``): the run is the one without it.
   Such settings are accepted, not refused, so that one scenario can carry every variant's fields
   through sweeps and comparisons.
 """
@@ -262,6 +263,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += head_of_line_warnings(summary, scenario)
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
+    out += cost_mapping_warnings(scenario, pools)
     out += kv_override_warnings(pools)
     out += budget_warnings(pools)
     return out
@@ -276,6 +278,25 @@ def no_requests_text(scenario, predicted: bool = False) -> str:
            "without it, gives the run requests)" if cut is not None else
            ": the workload drew none (a trace window with no rows in it?)")
     return f"{what}{why}; every latency, throughput and utilisation figure of it is empty"
+
+
+def cost_mapping_warnings(scenario, pools) -> list:
+    """``no_effect`` for a ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` mapping none of whose GPUs a
+    pool of the run (``pools``: its setup's) runs: the price or power given is not the one the run
+    used (a catalog GPU named in place of the deployment's). A mapping that also names other GPUs
+    is not one: studies (plan, a sweep over ``hardware.gpu``) carry one table through runs on
+    different GPUs."""
+    gpus = sorted({p.cost_model.gpu.name for p in pools})
+    out = []
+    for key, what in (("gpu_hour_usd", "price"), ("gpu_power_w", "power")):
+        value = getattr(scenario.cost, key)
+        if isinstance(value, dict) and value and not set(value) & set(gpus):
+            given = ", ".join(f"{k}: {v:g}" for k, v in value.items())
+            out.append({"code": "no_effect",
+                        "message": f"cost.{key} ({given}) changes nothing: this deployment runs {', '.join(gpus)}, "
+                                   f"which the mapping does not name (the {what} of each GPU run comes from its own "
+                                   "entry, else the catalog); the run is the one without it"})
+    return out
 
 
 def clipped_text(k: int, n: int, context_tokens: int, predicted: bool = False) -> str:
