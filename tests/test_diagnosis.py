@@ -698,3 +698,16 @@ def test_preemption_fix_with_num_gpu_blocks_set_names_that_setting(tmp_path, cap
     un = simulate(make_scenario(**{"memory.gpu_memory_utilization": 0.3})).summary
     assert preemption_warnings({**un, "preemptions": un["num_requests"]}, load_scenario(str(sc), [
         "memory.num_gpu_blocks=null"]))[0]["message"].count("More KV memory (memory.gpu_memory_utilization") == 1
+
+
+def test_preemption_fix_on_a_pd_split_names_the_pools_fields():
+    """On a P/D split the pools set their own TP and batch size: the preemption advice named only
+    the top-level policy.max_num_seqs and hardware.tp, which a pool that sets its own ignores."""
+    from servesim.outputs.checks import kv_room_fix
+
+    sc = make_scenario(**{"policy.name": "pd_split", "policy.prefill": {"replicas": 1},
+                          "policy.decode": {"replicas": 1, "max_num_seqs": 8}})
+    text = kv_room_fix(sc)
+    assert "policy.decode.max_num_seqs / policy.prefill.max_num_seqs, else policy.max_num_seqs" in text
+    assert "policy.decode.tp / policy.prefill.tp, else hardware.tp" in text
+    assert "policy.decode" not in kv_room_fix(make_scenario())

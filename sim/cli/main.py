@@ -551,7 +551,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     if (over is not None and over["preemptions"] >= PREEMPTED_SHARE * over["probe_requests"]
             and over["offered_rps"] * OVERLOAD_MARGIN >= over["served_rps"]):
         k, p = over["probe_requests"], over["preemptions"]
-        lines.append(f"warning: the KV cache, not policy.max_num_seqs, limits the batch under this load: {k:,} of the "
+        seqs = "the pools' max_num_seqs" if scenario.policy.is_deployment else "policy.max_num_seqs"
+        lines.append(f"warning: the KV cache, not {seqs}, limits the batch under this load: {k:,} of the "
                      f"workload's requests all at once preempted running requests {p:,} times ({p / k:.2f} per "
                      f"request), and the offered {over['offered_rps']:.3g} req/s is near or above the "
                      f"{over['served_rps']:.3g} req/s they completed, so a run will preempt too (each preemption "

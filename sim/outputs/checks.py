@@ -321,13 +321,20 @@ def recompute_share(summary: dict) -> float:
 def kv_room_fix(scenario) -> str:
     """What gives a KV cache too small for the load room (``preemptions``, and ``validate``'s
     prediction of them): with ``memory.num_gpu_blocks`` set, the cache has that many blocks
-    whatever the memory, the KV dtype or the TP size, so only that setting changes it."""
+    whatever the memory, the KV dtype or the TP size, so only that setting changes it. A P/D
+    split's pools set their own TP and batch size (``policy.prefill`` / ``policy.decode``; the
+    top-level fields are what a pool that leaves them null takes), so those are named."""
+    pol = scenario.policy
+    pd = bool(getattr(pol, "is_deployment", False))
+    tp = "TP size (policy.decode.tp / policy.prefill.tp, else hardware.tp)" if pd else "hardware.tp"
+    seqs = ("policy.decode.max_num_seqs / policy.prefill.max_num_seqs, else policy.max_num_seqs" if pd else
+            "policy.max_num_seqs")
     n = getattr(getattr(scenario, "memory", None), "num_gpu_blocks", None)
     more = (f"more KV blocks (memory.num_gpu_blocks={n:,} sets the cache's size whatever the GPU memory, "
-            "memory.gpu_memory_utilization, hardware.kv_dtype or hardware.tp: raise it, or remove it to size the "
-            "cache from the memory)" if n is not None else
-            "more KV memory (memory.gpu_memory_utilization, hardware.kv_dtype=fp8, a larger hardware.tp)")
-    return f"{more} or fewer requests at once (policy.max_num_seqs) avoids it"
+            f"memory.gpu_memory_utilization, hardware.kv_dtype or {tp}: raise it, or remove it to size "
+            "the cache from the memory)" if n is not None else
+            f"more KV memory (memory.gpu_memory_utilization, hardware.kv_dtype=fp8, a larger {tp})")
+    return f"{more} or fewer requests at once ({seqs}) avoids it"
 
 
 def preemption_warnings(summary: dict, scenario=None) -> list:
