@@ -19,6 +19,11 @@ Shapes (Llama-2-7B on H100, the conversation-shaped lengths of ``bench/speed.py`
   sessions_cache  multi-turn sessions (2-8 turns) with prefix caching
   pp2             pipeline parallel over 2 GPUs, overlapping micro-batches (virtual engines)
   kv_bound        above capacity on 3,000 KV blocks (12 req/s): requests wait for KV, preemptions
+  spec4           speculative decoding, n-gram draft, k = 4
+  static          static batching, batches of up to 32
+  swap_kv         kv_bound with swap preemption (host copies out and back)
+  prio_kv         kv_bound with two request classes and the priority queue (preempting lower ones)
+  closed          a closed loop of 64 clients (1 s think time)
 
 Each shape runs in this process, one after the other (figures on a shared machine: expect 10%
 noise; the ratio is what the benchmark is for). Known linear but slow shapes, by design: pp2
@@ -37,7 +42,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import BASE  # noqa: E402  (the bench workload)
+from speed import BASE, OUTPUT, PROMPT  # noqa: E402  (the bench workload)
 
 SHAPES: dict[str, dict] = {
     "base": {},
@@ -56,6 +61,15 @@ SHAPES: dict[str, dict] = {
                        "workload.sessions": {"turns": {"dist": "uniform", "min": 2, "max": 8}, "think_time_s": 5}},
     "pp2": {"hardware": {"gpu": "h100-sxm", "pp": 2}},
     "kv_bound": {"rate_rps": 12.0, "memory.num_gpu_blocks": 3000},
+    "spec4": {"policy.spec": {"draft": "ngram", "num_speculative_tokens": 4}},
+    "static": {"policy": {"name": "static", "max_num_seqs": 32, "max_num_batched_tokens": 8192}},
+    "swap_kv": {"rate_rps": 12.0, "memory.num_gpu_blocks": 3000, "policy.preemption": "swap"},
+    "prio_kv": {"rate_rps": 12.0, "memory.num_gpu_blocks": 3000, "policy.queue": {"order": "priority"},
+                "workload.classes": [{"name": "hi", "share": 1, "priority": 0, "prompt_tokens": PROMPT,
+                                      "output_tokens": OUTPUT},
+                                     {"name": "lo", "share": 3, "priority": 1, "prompt_tokens": PROMPT,
+                                      "output_tokens": OUTPUT}]},
+    "closed": {"workload.arrival": {"process": "closed_loop", "clients": 64, "think_time_s": 1.0}},
 }
 
 
@@ -66,6 +80,9 @@ def scenario_dict(shape: str, num_requests: int) -> dict:
     for key, value in SHAPES[shape].items():
         if key == "rate_rps":
             d["workload"]["arrival"]["rate_rps"] = value
+        elif key == "workload.classes":  # (lengths per class: the workload's go)
+            d["workload"]["classes"] = value
+            del d["workload"]["prompt_tokens"], d["workload"]["output_tokens"]
         elif "." in key:
             head, tail = key.split(".")
             d.setdefault(head, {})[tail] = value
