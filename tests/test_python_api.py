@@ -211,3 +211,25 @@ def test_simulate_and_run_data_name_a_wrong_argument():
         RunData.from_results(sc)  # (AttributeError: 'Scenario' object has no attribute 'steps')
     with pytest.raises(TypeError, match="RunData.from_dir"):
         RunData.from_results("out/run")
+
+
+@pytest.mark.parametrize("change", [
+    # (each passed the check, which reads the scenario's data, and then ran the object as it was:
+    # AttributeError "'dict' object has no attribute 'ttft_s'", numpy's "expected a sequence of
+    # integers ... got '20.0'", SeedSequence's "expects int ... not 3.0")
+    lambda sc: dataclasses.replace(sc, slo={"ttft_s": 2.0, "tpot_s": 0.1}),
+    lambda sc: dataclasses.replace(sc, hardware=dataclasses.asdict(sc.hardware)),
+    lambda sc: dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, num_requests=5.0)),
+    lambda sc: dataclasses.replace(sc, seed=3.0),
+])
+def test_a_change_in_python_runs_as_the_scenario_its_data_makes(change):
+    sc = servesim.load_scenario(None, ["workload.num_requests=5"])
+    changed = change(sc)
+    res = servesim.simulate(changed)
+    assert res.summary["completed"] == 5
+    assert res.scenario == servesim.scenario_from_dict(changed.to_dict())
+    assert type(res.scenario.seed) is int and type(res.scenario.workload.num_requests) is int
+    # the same object again: the same results, from the scenario built once
+    again = servesim.simulate(changed)
+    assert again.scenario is res.scenario
+    assert again.summary["ttft_s"] == res.summary["ttft_s"]

@@ -1063,19 +1063,30 @@ def scenario_from_dict(data: dict) -> Scenario:
     return scenario
 
 
+# A scenario changed in Python, by id while it lives: (a weak reference to it, the scenario its data builds).
+_REBUILT: dict = {}
+
+
 def checked(scenario: Scenario, who: str) -> Scenario:
     """``scenario``, checked as a scenario file is unless this module built it: a field changed in
     Python (``dataclasses.replace(sc, seed=-1)``, ``replicas=0``) ran into numpy's or a
     ZeroDivisionError deep in the run, or into a silently wrong one; now an ``InputError`` naming
-    the field, led by ``who``."""
+    the field, led by ``who``. Such a scenario is returned as its data builds it (the scenario the
+    check accepted): a section given as a mapping (``slo={"ttft_s": 2}``) or a whole number given
+    as a float (``num_requests=5.0``) passed the check and then failed deep in the run."""
     if _CHECKED.get(id(scenario)) is scenario:
         return scenario
+    key = id(scenario)
+    hit = _REBUILT.get(key)
+    if hit is not None and hit[0]() is scenario:
+        return hit[1]
     try:
-        scenario_from_dict(scenario.to_dict())
+        rebuilt = scenario_from_dict(scenario.to_dict())
     except InputError as e:
         raise InputError(f"{who}: {e}") from None
-    _CHECKED[id(scenario)] = scenario
-    return scenario
+    _REBUILT[key] = (weakref.ref(scenario), rebuilt)
+    weakref.finalize(scenario, _REBUILT.pop, key, None)
+    return rebuilt
 
 
 def scenario_to_yaml(s: Scenario) -> str:
