@@ -233,3 +233,11 @@ def test_a_change_in_python_runs_as_the_scenario_its_data_makes(change):
     again = servesim.simulate(changed)
     assert again.scenario is res.scenario
     assert again.summary["ttft_s"] == res.summary["ttft_s"]
+
+
+def test_overrides_given_as_a_mapping_are_named_as_such():
+    # (a dict was taken as the list of its keys: {"seed": 3} read "--set 'seed': expected
+    # dotted.key=value", about a --set the user never wrote)
+    with pytest.raises(TypeError, match=r"load_scenario\(overrides=...\): a list of 'dotted.key=value' strings, "
+                                        r"got \{'seed': 3\} \(a mapping: write \['seed=3'\]\)"):
+        servesim.load_scenario(None, overrides={"seed": 3})

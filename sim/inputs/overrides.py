@@ -4,7 +4,9 @@ lessons' and the tests' scenario tweaks all go through ``set_dotted``."""
 from __future__ import annotations
 
 import copy
+import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -16,12 +18,18 @@ from servesim.inputs.schema import load_yaml
 def override_texts(given, who: str) -> list[str]:
     """Overrides handed over from Python as the list of ``key=value`` texts they must be (None:
     none; any iterable of texts). One text given bare was taken character by character ("--set
-    'w': expected dotted.key=value"): a ``TypeError`` naming ``who`` instead."""
-    texts = [] if given is None else list(given) if not isinstance(given, (str, bytes)) \
+    'w': expected dotted.key=value"), a mapping as its keys: a ``TypeError`` naming ``who`` instead."""
+    texts = [] if given is None else list(given) if not isinstance(given, (str, bytes, Mapping)) \
         and hasattr(given, "__iter__") else None
     if texts is None or not all(isinstance(o, str) for o in texts):
-        raise TypeError(f"{who}: a list of 'dotted.key=value' strings, got {given!r:.80}"
-                        + (" (one override: put it in a list)" if isinstance(given, str) else ""))
+        hint = ""
+        if isinstance(given, str):
+            hint = " (one override: put it in a list)"
+        elif isinstance(given, Mapping) and given:  # (its keys alone read as "--set 'seed': expected key=value")
+            key, value = next(iter(given.items()))
+            text = value if isinstance(value, str) else json.dumps(value, default=str)  # (YAML: true, null)
+            hint = f" (a mapping: write [{f'{key}={text}'!r:.60}])"
+        raise TypeError(f"{who}: a list of 'dotted.key=value' strings, got {given!r:.80}{hint}")
     return texts
 
 
