@@ -42,6 +42,12 @@ _HELD = (*_ROOM, "budget")  # admission stops that only a completion lifts (``_h
 
 @dataclass(frozen=True)
 class ContinuousPolicy:
+    """The packaged ``continuous`` and ``chunked_prefill`` policies (``chunked=True``), as the
+    module docstring describes them; built from the scenario's ``policy`` section by
+    ``from_config``. Subclass it to change one thing and keep the rest, the fast path included:
+    ``queue_key`` for the admission order, a field's default (``chunked: bool = True``), or
+    ``next_batch`` around the base's (docs/extending.md)."""
+
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     chunked: bool = False

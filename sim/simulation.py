@@ -251,6 +251,32 @@ def _prepare(scenario: Scenario, model, hw, pol) -> Setup:
 
 @dataclass
 class Results:
+    """What ``simulate`` returns: one run's figures, as ``servesim run`` writes them (``write``).
+    Times are seconds of simulated time from the run's start.
+
+    - ``scenario``: the ``Scenario`` that ran (resolved; ``scenario.yaml``).
+    - ``summary``: the ``summary.json`` contents (a dict of plain values; docs/outputs.md names
+      every key), but for ``files``, which only a written folder has.
+    - ``requests``: ``requests.csv``'s columns, name -> numpy array with one value per request in
+      request-id order (times in seconds, NaN where the file's cell is empty; ``status``,
+      ``reason`` and ``class`` as text).
+    - ``steps``: ``steps.csv``'s columns, name -> numpy array with one value per step, but for the
+      file's ``bound`` text: ``compute_bound``, True where the file says ``compute``.
+    - ``tbt``: every gap between consecutive tokens of a request (seconds) as values with counts
+      (``servesim.outputs.stats.WeightedSample``); ``tbt_s`` spells them out as one array.
+    - ``kv_blocks_in_use``: per replica, the KV blocks still in use at the end (0 when every
+      request there ended).
+    - ``queue_samples``: ``(time_s, replica, waiting, running)`` tuples, every ``sample_every_s``
+      of ``simulate``; empty unless it was given.
+    - ``engine_stats``: per pool, what took the fast engine's path, summed over its replicas:
+      ``steps`` decided one by one, ``set_steps`` of them with the decode set as one aggregate,
+      ``runs`` of decode steps run as one event with the ``run_steps`` inside them, ``held_runs`` of
+      those runs held until a completion (requests waiting for room: ``Batch.until_completion``).
+    - ``decisions``: the decision trace's columns (``servesim.core.decisions.COLUMNS``) with
+      ``simulate(decision_trace=True)``, else None.
+    - ``write(folder)``: the run's files, as ``servesim run`` writes them.
+    """
+
     scenario: Scenario
     summary: dict
     requests: dict  # column -> numpy array (REQUEST_COLUMNS)

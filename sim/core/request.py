@@ -16,6 +16,17 @@ INF = math.inf
 
 
 class Request:
+    """One request as the engine, a policy and a router see it (the module docstring gives the idea).
+
+    What a scheduler may read: ``request_id``, ``arrival_s``, ``prompt_tokens``, ``num_tokens``
+    (prompt plus the output emitted so far), ``num_computed_tokens`` (of them, those with KV),
+    ``num_output_done``, ``preemptions``, ``prefix_group`` / ``prefix_tokens`` (a shared prefix),
+    ``cls`` (its class's index), ``priority`` (lower first), ``deadline_s`` (arrival + its class's
+    TTFT SLO; inf: none) and ``predicted_output_tokens``. ``output_tokens`` is the true output
+    length, which only the replica reads (a real server learns it at the end); policies and
+    routers must change nothing of it. Times are seconds of simulated time, NaN until they happen.
+    """
+
     __slots__ = (
         "request_id", "arrival_s", "prompt_tokens", "output_tokens", "num_computed_tokens",
         "num_output_done", "scheduled_s", "first_token_s", "last_token_s", "finish_s", "replica",

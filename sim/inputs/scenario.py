@@ -875,6 +875,11 @@ class Cost:
 
 @dataclass(frozen=True)
 class Scenario:
+    """A scenario file's top level: the fields below. In Python a frozen dataclass (its sections
+    too), made by ``servesim.load_scenario`` or ``servesim.scenario_from_dict``, which check every
+    field; ``to_dict()`` gives it back as plain data, and one changed with ``dataclasses.replace``
+    is checked the same way when ``servesim.simulate`` gets it."""
+
     model: str = _f(doc="catalog id (servesim.inputs.specs; a chat / instruct variant of a catalog model with the "
                              "same architecture is priced as it: MODEL_ALIASES), or a path to a Hugging Face "
                              "config.json (or its folder)")
@@ -1015,7 +1020,10 @@ def scenario_file(path: str | Path) -> Path:
 def load_scenario(path: str | Path | None = None, overrides: list[str] = (), seed: int | None = None) -> Scenario:
     """Read, override and validate a scenario file (the packaged default when ``path`` is None; a
     packaged scenario's name, ``chat`` or ``scenarios/chat.yaml``, from any folder: ``scenario_file``).
-    ``overrides``: a list of ``"dotted.key=value"`` strings (as ``--set`` takes them)."""
+    ``overrides``: a list of ``"dotted.key=value"`` strings (as ``--set`` takes them); ``seed``:
+    the scenario's ``seed`` instead of the file's (a whole number >= 0, as ``--seed``). A bad file
+    or value is an ``InputError`` naming the file and field; a path or overrides of the wrong type
+    a ``TypeError``."""
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"load_scenario(path): a file path (str or pathlib.Path) or None for the packaged "
                         f"default, got {type(path).__name__}")
