@@ -41,7 +41,7 @@ from servesim.inputs.scenario import Scenario, checked, scenario_to_yaml
 from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
 from servesim.inputs.sessions import Sessions
 from servesim.inputs.workload import (ClosedLoop, RequestSpecs, check_files, check_specs, expected_requests,
-                                     generate, mean_output_tokens)
+                                     generate, match_classes, mean_output_tokens)
 from servesim import resources
 
 
@@ -720,7 +720,7 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if engine is not None and engine != scenario.engine:
         scenario = dataclasses.replace(scenario, engine=engine)
     if isinstance(specs, RequestSpecs):
-        specs = check_specs(specs)
+        specs = match_classes(check_specs(specs), scenario.workload.classes)
     setup, specs, fit = plan(scenario, specs)
     with resources.guard(fit.available), resources.CollectorPause(sum(p.replicas for p in setup.pools)) as gcp:
         return _simulate(scenario, setup, specs, progress, sample_every_s, wall0, decision_trace, gcp.built)

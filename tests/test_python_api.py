@@ -272,3 +272,43 @@ def test_results_attributes_are_what_its_docstring_says():
     assert all(isinstance(c, np.ndarray) and len(c) == 8 for c in res.requests.values())
     assert len(res.tbt_s) == int((res.requests["output_tokens"] - 1).sum())
     assert res.kv_blocks_in_use == [0] and res.queue_samples and all(len(s) == 4 for s in res.queue_samples)
+
+
+def _six_requests(**kw):
+    return servesim.RequestSpecs(arrival_s=np.zeros(6), prompt_tokens=np.full(6, 2000), output_tokens=np.full(6, 50),
+                                 **kw)
+
+
+def test_own_requests_are_scheduled_as_the_class_their_name_says():
+    # (the engine took class_index as an index into the scenario's workload.classes, the results
+    # into the specs' class_names: with ("summarize", "chat") the requests labelled chat were
+    # scheduled with summarize's 30 s deadline under EDF, and served last, without a word)
+    sc = servesim.load_scenario("multi-class", ["policy.queue.order=edf", "workload.num_requests=5",
+                                                "cluster.replicas=1", "policy.max_num_seqs=1"])
+    assert [c.name for c in sc.workload.classes] == ["chat", "summarize"]
+    same = servesim.simulate(sc, specs=_six_requests(class_index=np.array([0, 0, 0, 1, 1, 1]),
+                                                      class_names=("chat", "summarize")))
+    swapped = servesim.simulate(sc, specs=_six_requests(class_index=np.array([1, 1, 1, 0, 0, 0]),
+                                                         class_names=("summarize", "chat")))
+    for res in (same, swapped):
+        assert res.requests["class"].tolist() == ["chat"] * 3 + ["summarize"] * 3
+        first = res.requests["first_token_s"]
+        assert first[:3].max() < first[3:].min()  # EDF: chat's 1 s deadlines before summarize's 30 s
+    assert same.requests["first_token_s"].tolist() == swapped.requests["first_token_s"].tolist()
+
+
+@pytest.mark.parametrize("scenario, kw, says", [
+    # (an index past the scenario's classes was an IndexError inside the run; a name it does not
+    # have, or none on a scenario with classes, ran with another class's priority and deadline)
+    ("default", {"class_index": np.array([0, 1, 0, 1, 0, 1]), "class_names": ("a", "b")},
+     r"specs.class_names: 'a' is no request class of the scenario \(it has none: every request is 'default'\)"),
+    ("multi-class", {"class_index": np.zeros(6, int), "class_names": ("chatt",)},
+     r"specs.class_names: 'chatt' is no request class of the scenario \(workload.classes: chat, summarize\).*"
+     r"did you mean 'chat'"),
+    ("multi-class", {}, r"specs.class_index: the scenario has request classes \(chat, summarize\): give each "
+                        r"request's class"),
+])
+def test_own_requests_of_a_class_the_scenario_lacks_are_refused(scenario, kw, says):
+    sc = servesim.load_scenario(scenario, ["policy.queue.order=edf", "workload.num_requests=5"])
+    with pytest.raises(servesim.InputError, match=says):
+        servesim.simulate(sc, specs=_six_requests(**kw))

@@ -30,7 +30,12 @@ DEFAULT_CLASS = "default"
 
 @dataclass(frozen=True)
 class RequestSpecs:
-    """Columns of the requests a workload makes, sorted by arrival."""
+    """Columns of the requests a workload makes, sorted by arrival (``simulate(specs=...)`` takes
+    them from the user): ``arrival_s`` (seconds), ``prompt_tokens``, ``output_tokens``, one value
+    per request; optional ``prefix_group`` / ``prefix_tokens`` (a shared prefix: its group, -1 for
+    none, and its tokens) and ``class_index`` (an index into ``class_names``, the names of the
+    scenario's ``workload.classes``, in any order; None: every request ``default``, for a
+    scenario without classes)."""
 
     arrival_s: np.ndarray  # float64
     prompt_tokens: np.ndarray  # int64 (shared prefix included)
@@ -109,6 +114,36 @@ def check_specs(specs: RequestSpecs) -> RequestSpecs:
     if ci is not None and (i := first((ci < 0) | (ci >= len(specs.class_names)))) is not None:
         raise bad("class_index", i, f"is {int(ci[i])}: an index into class_names {tuple(specs.class_names)} expected")
     return dataclasses.replace(specs, **cols)
+
+
+def match_classes(specs: RequestSpecs, classes) -> RequestSpecs:
+    """Hand-made requests' classes as the scenario's: the engine reads a request's class as an
+    index into ``workload.classes`` (its priority, deadline, admission rules and replicas), the
+    results by name (``class_names``), so ``class_index`` is renumbered by name into the
+    scenario's order. A name the scenario has no class of, or requests without classes on a
+    scenario with them, is an ``InputError`` (it ran with another class's priority and deadline,
+    or into an IndexError)."""
+    import dataclasses
+
+    from servesim.errors import did_you_mean
+
+    names = tuple(c.name for c in classes) if classes else (DEFAULT_CLASS,)
+    given = tuple(specs.class_names)
+    if given == names:
+        return specs
+    if specs.class_index is None and classes:
+        raise InputError(f"specs.class_index: the scenario has request classes ({', '.join(names)}): give each "
+                         "request's class (class_index, an index into class_names, and class_names, the classes' "
+                         "names), or run a scenario without workload.classes")
+    for name in given:
+        if name not in names:
+            has = (f"workload.classes: {', '.join(names)}" if classes
+                   else f"it has none: every request is {DEFAULT_CLASS!r}")
+            raise InputError(f"specs.class_names: {name!r} is no request class of the scenario ({has});"
+                             f"{did_you_mean(str(name), names)}")
+    index = np.array([names.index(n) for n in given], dtype=np.int64)
+    renumbered = index[specs.class_index] if specs.class_index is not None else np.full(len(specs), index[0])
+    return dataclasses.replace(specs, class_index=renumbered, class_names=names)
 
 
 # ---------------------------------------------------------------- lengths
