@@ -643,7 +643,7 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
 
 def observed_time(workload, req: dict, steps: dict, cut: bool, ended: bool = False) -> float:
     """``sim_time_s``, the time every rate is per: the run's window. ``workload.duration_s`` when
-    the run was cut off there (a request still in flight, ``cut``) or when arrivals went on until
+    the run was cut off there (a request still in flight, or still to arrive, ``cut``) or when arrivals went on until
     it (no ``num_requests``, or fewer arrived than it asked for); otherwise the end of the last
     thing that happened: the last step, completion or rejection. So a run whose requests all
     finished at 30 s reports 30 s, not its duration_s, and a closed loop ends with its last
@@ -720,7 +720,9 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
     if engine is not None and engine != scenario.engine:
         scenario = dataclasses.replace(scenario, engine=engine)
     if isinstance(specs, RequestSpecs):
-        specs = match_classes(check_specs(specs), scenario.workload.classes)
+        # (the requests given are all there are: none arrive after the last, whatever the scenario's
+        # num_requests; a run cut at duration_s before they all arrived has that window)
+        specs = dataclasses.replace(match_classes(check_specs(specs), scenario.workload.classes), source_ended=True)
     setup, specs, fit = plan(scenario, specs)
     with resources.guard(fit.available), resources.CollectorPause(sum(p.replicas for p in setup.pools)) as gcp:
         return _simulate(scenario, setup, specs, progress, sample_every_s, wall0, decision_trace, gcp.built)
@@ -933,9 +935,11 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
     rec.release_request_rows()
     names, slo_by_class, limits = _classes(scenario, specs, req_cols)
     steps = rec.step_columns(price_runs=_price_runs(replicas))
-    # (cut: a request still in flight at the cut-off, the engine's or, past add_api_server, the client's)
-    sim_time = observed_time(scenario.workload, req_cols, steps, bool((req_cols["status"] == "unfinished").any()),
-                             bool(getattr(specs, "source_ended", False)))
+    # (cut: a request still in flight at the cut-off, the engine's or, past add_api_server, the client's,
+    # or one of the requests drawn that was still to arrive then)
+    cut = bool((req_cols["status"] == "unfinished").any()) or (isinstance(specs, RequestSpecs)
+                                                               and len(req_cols["status"]) < len(specs))
+    sim_time = observed_time(scenario.workload, req_cols, steps, cut, bool(getattr(specs, "source_ended", False)))
     tbt = rec.tbt_sample()
     extra = {
         "kv_capacity": {p.name: {"replicas": p.replicas, "blocks_per_replica": p.capacity.num_blocks,

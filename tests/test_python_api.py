@@ -312,3 +312,21 @@ def test_own_requests_of_a_class_the_scenario_lacks_are_refused(scenario, kw, sa
     sc = servesim.load_scenario(scenario, ["policy.queue.order=edf", "workload.num_requests=5"])
     with pytest.raises(servesim.InputError, match=says):
         servesim.simulate(sc, specs=_six_requests(**kw))
+
+
+def test_own_requests_that_end_before_duration_s_are_rated_over_their_own_window():
+    # (the run's window was the scenario's duration_s whenever its num_requests were not all there:
+    # three requests done by 1.2 s on a scenario with duration_s=100 read 0.03 req/s, not 2.5)
+    three = servesim.RequestSpecs(arrival_s=[0.0, 0.5, 1.0], prompt_tokens=[100, 200, 300], output_tokens=[10, 20, 30])
+    plain = servesim.simulate(servesim.load_scenario("chat"), specs=three).summary
+    for extra in (["workload.duration_s=100"], ["workload.duration_s=100", "workload.num_requests=null"]):
+        cut = servesim.simulate(servesim.load_scenario("chat", extra), specs=three).summary
+        assert cut["completed"] == 3 and cut["sim_time_s"] == plain["sim_time_s"] < 2
+        assert cut["throughput_rps"] == plain["throughput_rps"] > 2
+    # requests that go on past duration_s: the run is cut there, and its window is duration_s
+    late = servesim.RequestSpecs(arrival_s=[0.0, 0.5, 5.0], prompt_tokens=[100, 200, 300], output_tokens=[10, 20, 30])
+    cut = servesim.simulate(servesim.load_scenario("chat", ["workload.duration_s=3"]), specs=late).summary
+    assert cut["num_requests"] == 2 and cut["completed"] == 2 and cut["sim_time_s"] == 3.0
+    cut = servesim.simulate(servesim.load_scenario("chat", ["workload.duration_s=3", "workload.num_requests=2"]),
+                            specs=late).summary
+    assert cut["num_requests"] == 2 and cut["sim_time_s"] == 3.0
