@@ -1063,9 +1063,12 @@ _CHECKED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 def scenario_from_dict(data: dict) -> Scenario:
     """A validated ``Scenario`` from a mapping shaped as a scenario file (``InputError`` naming the
-    field otherwise)."""
+    field otherwise). A ``sweep`` block (``servesim sweep``'s grid) is left out, as ``load_scenario``
+    leaves it out of a file."""
     if not isinstance(data, dict):
         raise InputError(f"a scenario must be a mapping, got {type(data).__name__}")
+    if "sweep" in data:
+        data = {k: v for k, v in data.items() if k != "sweep"}
     scenario = build(Scenario, data, "")
     _CHECKED[id(scenario)] = scenario
     return scenario
