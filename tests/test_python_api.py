@@ -159,6 +159,9 @@ def test_studies_from_python_take_scenario_objects_and_data_and_name_them_by_nam
     plan = plan_compare(sc, "continuous", None, [8, 16.5])
     assert plan.scenario == "mine" and plan.rates == [8.0, 16.5]
     assert plan_compare(sc, "continuous", None, np.float64(4)).rates == [4.0]
+    # (policies as a list, as rates may be one: "'list' object has no attribute 'split'")
+    assert [c[0] for c in plan_compare(sc, ["continuous", "chunked_prefill"], None, None).configs] == [
+        "continuous", "chunked_prefill"]
     assert plan_compare("scenarios/default.yaml", "continuous", None, None).scenario == "scenarios/default.yaml"
 
 
@@ -174,6 +177,15 @@ def study(name):
     (lambda: study("compare").plan_compare(None, "continuous", None, None, overrides="seed=3"),
      r"plan_compare\(overrides=.*put it in a list"),
     (lambda: study("compare").plan_compare(5, "continuous", None, None), "the scenario: a file path .* got int"),
+    # (a variant as (label, [texts]) ended in "'list' object has no attribute 'split'"; one variant
+    # given bare was taken character by character: "--variant s: 'p': expected dotted.key=value")
+    (lambda: study("compare").plan_compare(None, None, [("spf", ["policy.max_num_seqs=8"])], None),
+     r"plan_compare\(variants=...\): a list of variants, each a list of texts \[label, 'key=value', ...\], got "
+     r"\('spf', \['policy.max_num_seqs=8'\]\)"),
+    (lambda: study("compare").plan_compare(None, None, ["spf", "policy.max_num_seqs=8"], None),
+     r"plan_compare\(variants=...\): .*got 'spf' \(one variant: put it in a list\)"),
+    (lambda: study("compare").plan_compare(None, 5, None, None),
+     r"plan_compare\(policies=...\): 'a,b' or a list of policy names, got 5"),
     # (a number given as text failed as "'<=' not supported between instances of 'int' and 'str'")
     (lambda: study("executors").ExecutorOptions(workers="2"),
      r"ExecutorOptions\(workers=...\): a number, got '2'"),

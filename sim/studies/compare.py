@@ -184,6 +184,28 @@ def _check_overrides_matter(overrides, configs) -> None:
                              "--variant it is meant for")
 
 
+def _python_configs(policies, variants) -> tuple:
+    """``plan_compare``'s ``policies`` (``"a,b"``, or from Python a list of names) and ``variants``
+    (a list of ``[label, "key=value", ...]`` lists) as ``configurations`` takes them; a
+    ``TypeError`` for another shape (a variant as ``(label, [texts])`` ended in an AttributeError,
+    one given bare was taken character by character)."""
+    if policies is not None and not isinstance(policies, str):
+        if not isinstance(policies, (list, tuple)) or not all(isinstance(x, str) for x in policies):
+            raise TypeError(f"plan_compare(policies=...): 'a,b' or a list of policy names, got {policies!r:.80}")
+        policies = ",".join(policies)
+    if variants is None:
+        return policies, variants
+    shape = "a list of variants, each a list of texts [label, 'key=value', ...]"
+    if isinstance(variants, str) or not isinstance(variants, (list, tuple)):
+        raise TypeError(f"plan_compare(variants=...): {shape}, got {variants!r:.80}")
+    for v in variants:
+        if isinstance(v, str):
+            raise TypeError(f"plan_compare(variants=...): {shape}, got {v!r:.80} (one variant: put it in a list)")
+        if not isinstance(v, (list, tuple)) or not v or not all(isinstance(x, str) for x in v):
+            raise TypeError(f"plan_compare(variants=...): {shape}, got {v!r:.80}")
+    return policies, variants
+
+
 def plan_compare(scenario, policies: str | None, variants, rates: str | None, overrides=(),
                  seed: int | None = None, seeds: int = 1) -> ComparePlan:
     """The points of comparing ``policies`` (``a,b,...``) and ``variants`` ([label, key=value,
@@ -191,6 +213,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
     ``seeds`` seeds."""
     check_seed_count(seeds)
     overrides = override_texts(overrides, "plan_compare(overrides=...)")
+    policies, variants = _python_configs(policies, variants)
     configs = configurations(policies, variants)
     _check_overrides_matter(overrides, configs)
     rate_list = parse_rates(rates)
