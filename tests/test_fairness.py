@@ -59,3 +59,28 @@ def test_a_class_that_sent_no_requests_is_left_out_of_jains_index():
         att = [v["slo_attainment"] for k, v in (s["classes"] if group == "classes" else f["tenants"]).items()
                if k not in ("rare", "c")]
         assert f["jain"][group]["slo_attainment"] == pytest.approx(jain(att))
+
+
+def test_a_class_that_sent_no_requests_has_no_attainment_in_summary_json(tmp_path):
+    """0 of 0 requests within the SLO is no share: summary.json gave such a class (and its tenant)
+    ``slo_attainment`` 0.0, read as a class that failed its SLO by anything that takes the number
+    (its printed and drawn forms already said "no requests"). It is null now, and a run folder
+    holding it reads back."""
+    from servesim.outputs.rundir import read_summary
+
+    kw = {**two_classes(0.5), "workload.num_requests": 40, "workload.arrival": {"process": "poisson", "rate_rps": 2.0}}
+    rare = {**kw["workload.classes"][0], "name": "rare", "share": 1e-9, "tenant": "c"}
+    kw["workload.classes"] = [*kw["workload.classes"], rare]
+    res = simulate(make_scenario(**kw))
+    s = res.summary
+    assert s["classes"]["rare"]["num_requests"] == 0
+    assert s["classes"]["rare"]["slo_attainment"] is None and s["classes"]["rare"]["goodput_rps"] == 0.0
+    assert s["fairness"]["tenants"]["c"]["slo_attainment"] is None
+    assert s["classes"]["chat"]["slo_attainment"] is not None
+    res.write(tmp_path / "run")
+    assert read_summary(tmp_path / "run")["classes"]["rare"]["slo_attainment"] is None
+    # tenants that gather several classes are summarized apart: one that sent nothing, too
+    rare2 = {**rare, "name": "rare2"}
+    kw["workload.classes"] = [*kw["workload.classes"], rare2]
+    f = simulate(make_scenario(**kw)).summary["fairness"]
+    assert f["tenants"]["c"]["classes"] == ["rare", "rare2"] and f["tenants"]["c"]["slo_attainment"] is None

@@ -80,7 +80,7 @@ def fairness_summary(req: dict, sim_time_s: float, class_names, tenant_of: dict,
         per = (lambda v: v / sim_time_s) if sim_time_s > 0 else (lambda v: 0.0)
         for t, s in per_tenant.items():
             n_met = int((met & (tenant_col == t)).sum())
-            s["slo_attainment"] = n_met / s["num_requests"] if s["num_requests"] else 0.0
+            s["slo_attainment"] = n_met / s["num_requests"] if s["num_requests"] else None
             s["goodput_rps"] = per(n_met)
             del s["slo"]
     for t, s in per_tenant.items():

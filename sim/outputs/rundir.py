@@ -386,8 +386,9 @@ def _nested(summary: dict):
 
 def _service_figures(where: str, c):
     """(field, value, check, what servesim writes) for one class's or tenant's service figures
-    (``summarize_classes``): counts, numbers (0 for a class with no requests) and latency
-    distributions (mappings; their statistics null when nothing completed)."""
+    (``summarize_classes``): counts, numbers (0 for a class with no requests; its
+    ``slo_attainment`` null) and latency distributions (mappings; their statistics null when
+    nothing completed)."""
     yield where, c, _mapping, "a mapping (one class's figures)"
     if not isinstance(c, dict):
         return
@@ -398,6 +399,8 @@ def _service_figures(where: str, c):
             yield f"{where}.{f}", v, _mapping, "a mapping"
             for q, x in (v.items() if isinstance(v, dict) else ()):
                 yield f"{where}.{f}.{q}", x, _number_or_null, "a number (or null)"
+        elif f == "slo_attainment":  # (null: the class drew no request)
+            yield f"{where}.{f}", v, _number_or_null, "a share between 0 and 1 (or null)"
         elif f not in ("slo", "classes"):
             yield f"{where}.{f}", v, _number, "a number"
 

@@ -130,7 +130,8 @@ def summarize(scenario, req: dict, steps: dict, tbt, sim_time_s: float, replicas
 def summarize_classes(req: dict, sim_time_s: float, names, slo_by_class: dict) -> dict:
     """``summary.json`` ``classes``: per request class (the ``class`` column), the request counts,
     throughput, latency distributions and SLO keys of the overall summary, over that class's
-    requests. Counts add up to the overall ones. ``slo_by_class``: name -> (ttft_s, tpot_s)."""
+    requests (``slo_attainment`` null for a class that drew no request). Counts add up to the
+    overall ones. ``slo_by_class``: name -> (ttft_s, tpot_s)."""
     status, cls = req["status"], req["class"]
     done_all = is_completed(req)
     out = req["output_tokens"]
@@ -160,7 +161,8 @@ def summarize_classes(req: dict, sim_time_s: float, names, slo_by_class: dict) -
             "e2e_s": dist_stats(e2e[done]),
             "queue_s": dist_stats(queue[done]),
             "slo": {"ttft_s": lim_ttft, "tpot_s": lim_tpot},
-            "slo_attainment": float(met.sum() / n) if n else 0.0,
+            # (a class that drew no request has no attainment: 0 of 0 is no share, and 0.0 read as failing)
+            "slo_attainment": float(met.sum() / n) if n else None,
             "goodput_rps": per(int(met.sum())),
         }
     return result
