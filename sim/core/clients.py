@@ -124,7 +124,9 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
     ends = _end_events(env, recorder, api_delay_s)
 
     def run(i: int, waited: bool):
-        """``waited``: the session starts at the end of a wait (its start time or lead)."""
+        """``waited``: the session starts at the end of a wait (its start time or lead, or the
+        API server's delay after the client's previous session's last turn). Returns whether it
+        ends at the end of a wait (the API server's delay after its last turn)."""
         s = source.session(i)
         for k, prompt in enumerate(s.prompts):
             if k and s.think_s[k] > 0:
@@ -132,7 +134,7 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
                 waited = True
             rid = source.send(s.clipped[k], k == 0)
             if rid is None:
-                return
+                return waited
             if waited:
                 yield _after_this_instant(env)
             # the whole prompt is the session's (prefix group i); its reply's blocks stay cached
@@ -145,10 +147,12 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
                 yield env.timeout(delay)
             if req.status == "rejected":
                 source.abandoned += 1
-                return
+                return waited
+        return waited
 
     if source.closed:
         def client(i):
+            waited = False  # the previous session ended at the end of a wait (the API server's delay)
             while True:
                 if i is None:
                     i = source.next_session()
@@ -157,7 +161,10 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
                 lead = source.session(i).lead_s
                 if lead > 0:
                     yield env.timeout(lead)
-                yield from run(i, lead > 0)
+                    waited = True
+                # (a session begun at once after the previous one's last turn, lead 0, still comes
+                # at the end of that turn's API-server delay: sent after every step ending then)
+                waited = yield from run(i, waited)
                 i = None
 
         for i in _sessions_that_can_send(source):
