@@ -234,8 +234,9 @@ def _prepare(scenario: Scenario, model, hw, pol) -> Setup:
             # recompute, chunked within the same budget): the pool's steps, and its activation
             # reserve, are sized by max_num_seqs, whatever prefill-sized budget was copied here
             budget = min(budget, seqs)
-        pool = _pool(scenario, name, model, p.gpu or hw.gpu, f"policy.{name}.gpu", p.tp or hw.tp, f"policy.{name}.tp",
-                     p.policy, seqs, budget)
+        # (a GPU or TP the pool leaves to the top-level value is named where it was written)
+        pool = _pool(scenario, name, model, p.gpu or hw.gpu, f"policy.{name}.gpu" if p.gpu else "hardware.gpu",
+                     p.tp or hw.tp, f"policy.{name}.tp" if p.tp else "hardware.tp", p.policy, seqs, budget)
         pools.append(dataclasses.replace(pool, replicas=p.replicas))
     pf, dc = pools
     # every GPU sends (or receives) its share of each token's KV in parallel, so the side whose GPUs

@@ -204,6 +204,15 @@ BAD = [
     # a P/D pool that does not fit names its own fields to raise (it said hardware.tp, "a bigger GPU")
     ("policy: {name: continuous,", "memory: {gpu_memory_utilization: 0.3}\npolicy: {name: pd_split, "
      "decode: {gpu: a100-40g},", "use a bigger GPU (policy.decode.gpu)", "Raise policy.decode.tp or hardware.pp"),
+    # a P/D pool's GPU or TP left to the top-level value: a bad one is named where it was written
+    # (it said 'policy.prefill.gpu: unknown GPU' and 'policy.prefill.tp=3', fields the file did not
+    # set; found by fuzzing scenarios through the CLI)
+    ("hardware: {gpu: h100-sxm}\npolicy: {name: continuous,", "hardware: {gpu: h900}\npolicy: {name: pd_split,",
+     "hardware.gpu: unknown GPU 'h900'", "h100-sxm"),
+    ("hardware: {gpu: h100-sxm}\npolicy: {name: continuous,", "hardware: {gpu: h100-sxm, tp: 3}\npolicy: {name: "
+     "pd_split,", "hardware.tp=3 must divide", "32 attention heads"),
+    ("hardware: {gpu: h100-sxm}\npolicy: {name: continuous,", "hardware: {gpu: h100-sxm}\npolicy: {name: pd_split, "
+     "decode: {tp: 3},", "policy.decode.tp=3 must divide", "32 attention heads"),
     # a list or mapping where a name goes (found by fuzzing every field with odd values)
     ("dist: uniform, min: 4", "dist: [uniform], min: 4", "workload.output_tokens.dist", "uniform"),
     ("arrival: {process: poisson,", "arrival: {process: {a: 1},", "workload.arrival.process", "poisson"),
