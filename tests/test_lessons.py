@@ -120,3 +120,43 @@ def test_bound_roofline_names_step_kinds_once_and_keeps_every_point_in_view():
     assert len(at_prefill) == 3 and len({ln.get_markersize() for ln in at_prefill}) == 3
     assert all(ln.get_markerfacecolor() == "none" for ln in at_prefill)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    # (a bare name was taken letter by letter: "--only: unknown lesson 'b'")
+    (dict(names="bound"), TypeError, r"run_lessons\(names=...\): a list of lesson names .* got 'bound' "
+                                     r"\(one name: put it in a list\)"),
+    (dict(names=5), TypeError, r"run_lessons\(names=...\): a list of lesson names .* got 5"),
+    (dict(names=["bound", 3]), TypeError, r"run_lessons\(names=...\): each a lesson name \(text\), got 3"),
+    # (text was true: "no" ran the quick subset)
+    (dict(names=["bound"], quick="no"), TypeError, r"run_lessons\(quick=...\): True or False, got 'no'"),
+    # (the lessons that simulate nothing took any seed in silence; the others failed naming the
+    # scenario's field, not the argument)
+    (dict(names=["bound"], seed="3"), TypeError, r"run_lessons\(seed=...\): a whole number from 0 to 2\*\*63 - 1 "
+                                                 r"or None, got '3'"),
+    (dict(names=["bound"], seed=2.5), TypeError, r"run_lessons\(seed=...\): a whole number .* got 2.5"),
+    (dict(names=["bound"], seed=True), TypeError, r"run_lessons\(seed=...\): a whole number .* got True"),
+    (dict(names=["bound"], seed=-5), ValueError, r"run_lessons\(seed=...\): a seed is from 0 to 2\*\*63 - 1, got -5"),
+    (dict(names=["bound"], progress="yes"), TypeError, r"run_lessons\(progress=...\): a function or None, got 'yes'"),
+])
+def test_run_lessons_names_a_wrong_argument(kwargs, error, says):
+    with pytest.raises(error, match=says):
+        run_lessons(**kwargs)
+
+
+def test_write_lessons_names_a_wrong_argument(tmp_path):
+    import numpy as np
+
+    from servesim.studies.lessons import write_lessons
+
+    les = run_lessons(["bound"], quick=np.bool_(True), seed=np.int64(3))  # (numpy's bool and int are fine)
+    assert les[0].holds
+    with pytest.raises(TypeError, match=r"write_lessons\(lessons=...\): the list run_lessons returns, got 'bound'"):
+        write_lessons("bound", tmp_path, False)
+    with pytest.raises(TypeError, match=r"write_lessons\(figures=...\): True or False, got 'no'"):
+        write_lessons(les, tmp_path, False, figures="no")
+    with pytest.raises(TypeError, match=r"write_lessons\(out=...\): a folder path, got 3"):
+        write_lessons(les, 3, False)
+    # a folder given as text is a path ("'str' object has no attribute 'mkdir'")
+    assert write_lessons(les, str(tmp_path / "l"), False, figures=False) == {}
+    assert (tmp_path / "l" / "lessons.md").is_file()

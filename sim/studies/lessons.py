@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
+import os
 import re
 import tempfile
 import textwrap
@@ -667,11 +669,49 @@ LESSONS = {
 }
 
 
+MAX_SEED = 2**63 - 1  # the scenario's seed field's range
+
+
+def _flag(fn: str, name: str, value) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{fn}({name}=...): True or False, got {value!r:.60}")
+
+
+def _seed_arg(fn: str, seed) -> None:
+    if seed is None:
+        return
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"{fn}(seed=...): a whole number from 0 to 2**63 - 1 or None, got {seed!r:.60}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"{fn}(seed=...): a seed is from 0 to 2**63 - 1, got {seed}")
+
+
+def check_arguments(names, quick, progress, seed, starting) -> None:
+    """``run_lessons``' arguments from Python, each named when wrong (as the other studies' options
+    are): a bare name was taken letter by letter ("unknown lesson 'b'"), ``quick="no"`` was true,
+    and the lessons that simulate nothing took any seed in silence."""
+    fn = "run_lessons"
+    if names is not None:
+        if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+            raise TypeError(f"{fn}(names=...): a list of lesson names such as ['bound', 'chunked'] or None (all), "
+                            f"got {names!r:.60}" + (" (one name: put it in a list)" if isinstance(names, str) else ""))
+        for n in names:
+            if not isinstance(n, str):
+                raise TypeError(f"{fn}(names=...): each a lesson name (text), got {n!r:.60}")
+    _flag(fn, "quick", quick)
+    _seed_arg(fn, seed)
+    for name, f in (("progress", progress), ("starting", starting)):
+        if f is not None and not callable(f):
+            raise TypeError(f"{fn}({name}=...): a function or None, got {f!r:.60}")
+
+
 def run_lessons(names=None, quick: bool = False, progress=None, seed: int | None = None,
                 starting=None) -> list[Lesson]:
     """Run the named lessons (all when None), in registry order; ``seed`` replaces every lesson
     scenario's seed (None: the files' own); ``starting(name, k, n)`` is called before each (the
-    k-th of n), ``progress(lesson)`` after."""
+    k-th of n), ``progress(lesson)`` after. A wrong argument raises ``TypeError`` (``ValueError``
+    for a seed out of range) naming it; an unknown name ``InputError``."""
+    check_arguments(names, quick, progress, seed, starting)
     names = list(LESSONS) if not names else list(names)
     bad = [n for n in names if n not in LESSONS]
     if bad:
@@ -739,6 +779,16 @@ def draw_figures(lessons, out: Path) -> dict:
 def write_lessons(lessons, out: Path, quick: bool, seed: int | None = None, figures: bool = True) -> dict:
     """``out/lessons.md``, ``out/lessons.json`` and (with ``figures``) a PNG per lesson that draws
     one; returns {lesson name: [figure file]}."""
+    fn, given = "write_lessons", lessons
+    lessons = None if isinstance(lessons, (str, bytes)) or not hasattr(lessons, "__iter__") else list(lessons)
+    if lessons is None or not all(isinstance(x, Lesson) for x in lessons):
+        raise TypeError(f"{fn}(lessons=...): the list run_lessons returns, got {given!r:.60}")
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"{fn}(out=...): a folder path, got {out!r:.60}")
+    _flag(fn, "quick", quick)
+    _seed_arg(fn, seed)
+    _flag(fn, "figures", figures)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     drawn = draw_figures(lessons, out) if figures else {}
     (out / "lessons.md").write_text(lessons_markdown(lessons, drawn, quick, seed))
