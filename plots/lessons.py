@@ -124,9 +124,10 @@ def chunked_tradeoff(data, ax):
 def pd_split(data, ax):
     """TPOT p99 colocated vs split per arrival rate."""
     rows = data["rows"]
+    coloc, split = data.get("labels") or ("colocated", "P/D split")
     x = np.arange(len(rows))
-    ax.bar(x - 0.2, [r["coloc_tpot_p99"] * 1e3 for r in rows], 0.4, label="colocated x2")
-    ax.bar(x + 0.2, [r["pd_tpot_p99"] * 1e3 for r in rows], 0.4, label="1 prefill + 1 decode")
+    ax.bar(x - 0.2, [r["coloc_tpot_p99"] * 1e3 for r in rows], 0.4, label=coloc)
+    ax.bar(x + 0.2, [r["pd_tpot_p99"] * 1e3 for r in rows], 0.4, label=split)
     ax.set_xticks(x, [f"{r['rate']:g} req/s" for r in rows])
     ax.set_ylabel("TPOT p99 (ms)")
     ax.legend(fontsize=7)

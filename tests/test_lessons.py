@@ -160,3 +160,47 @@ def test_write_lessons_names_a_wrong_argument(tmp_path):
     # a folder given as text is a path ("'str' object has no attribute 'mkdir'")
     assert write_lessons(les, str(tmp_path / "l"), False, figures=False) == {}
     assert (tmp_path / "l" / "lessons.md").is_file()
+
+
+def _with(monkeypatch, name: str, extra: dict) -> None:
+    """Every run of ``scenarios/lessons/<name>.yaml`` in the lessons gets ``extra`` overrides too."""
+    import servesim.studies.lessons as L
+
+    orig = L.lesson_scenario
+
+    def patched(seed, base, overrides=None, scale=1.0):
+        return orig(seed, base, {**(overrides or {}), **(extra if base == name else {})}, scale)
+
+    monkeypatch.setattr(L, "lesson_scenario", patched)
+
+
+def test_pd_split_reads_the_decode_replicas_from_the_run(monkeypatch):
+    """The decode replica was taken to be replica 1: with two prefill replicas (0, 1) and one decode
+    (2) the lesson counted a prefill replica's tokens as interference and said "does not hold"
+    while every criterion was met; its text said one prefill replica against two colocated, and
+    the colocated deployment kept two replicas (one GPU fewer than the split). Longer prompts than
+    the file's: three colocated replicas at 14 req/s see too little interference to lose."""
+    _with(monkeypatch, "pd-split", {"policy.prefill": {"replicas": 2}, "workload.num_requests": 600,
+                                    "workload.prompt_tokens": {"dist": "lognormal", "mean": 4000, "sigma": 0.5,
+                                                               "max": 8000}})
+    x = run_lessons(["pd_split"], quick=True)[0]
+    assert x.holds, x.findings
+    assert {r[1] for r in x.table[1]} == {"colocated x3", "2 prefill + 1 decode"}
+    assert "(2 prefill replicas instead of 3)" in x.findings[0]
+
+
+def test_kv_capacity_sizes_the_feasible_batch_from_the_scenario(monkeypatch):
+    """The feasible batch divided the KV blocks by a request of 2048 + 128 tokens written in the
+    code: a scenario of other lengths kept the old figures (48 for MHA bf16) and the verdict."""
+    import math
+
+    from servesim.simulation import prepare
+    from servesim.studies.lessons import lesson_scenario
+
+    _with(monkeypatch, "kv-capacity", {"workload.prompt_tokens": {"dist": "fixed", "value": 1000},
+                                       "workload.output_tokens": {"dist": "fixed", "value": 24}})
+    x = run_lessons(["kv_capacity"], quick=True)[0]
+    cap = prepare(lesson_scenario(None, "kv-capacity")).capacity  # (GQA bf16: the real model)
+    gqa_bf16 = next(r for r in x.table[1] if r[:2] == (8, "bf16"))
+    assert gqa_bf16[4] == cap.num_blocks // math.ceil(1024 / cap.block_size)
+    assert "1000 + 24 tokens" in x.setup

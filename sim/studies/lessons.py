@@ -444,23 +444,35 @@ def lesson_chunked(quick: bool, seed: int | None = None) -> Lesson:
         [("chunked_tradeoff", {"labels": [k for k, _ in runs], "ttft_p50_s": ttft, "tbt_p99_s": tbt})])
 
 
+def _limit(v) -> str:
+    """An SLO limit in a table's header: "500 ms", "1 s" ("-": none)."""
+    return "-" if v is None else f"{v:g} s" if v >= 1 else f"{v * 1e3:g} ms"
+
+
 def lesson_pd_split(quick: bool, seed: int | None = None) -> Lesson:
     scale = QUICK if quick else 1.0
     rates = (14.0,) if quick else (6.0, 14.0)
+    base = lesson_scenario(seed, "pd-split", scale=scale)
+    # the colocated deployment gets the split's GPUs: as many replicas as its two pools together
+    n_pre, n_dec = base.policy.prefill.replicas, base.policy.decode.replicas
+    n_co = n_pre + n_dec
+    co_label, pd_label = f"colocated x{n_co}", f"{n_pre} prefill + {n_dec} decode"
     rows, holds, data = [], True, []
     for rate in rates:
         arr = {"workload.arrival": {"process": "poisson", "rate_rps": rate}}
-        co = run(lesson_scenario(seed, "pd-split", {**arr, "policy.name": "continuous", "cluster.replicas": 2},
+        co = run(lesson_scenario(seed, "pd-split", {**arr, "policy.name": "continuous", "cluster.replicas": n_co},
                                  scale)).summary
         res = run(lesson_scenario(seed, "pd-split", arr, scale))
         pd = res.summary
         st = res.steps
-        dec = np.isin(st["replica"], [1])
+        # the decode pool's replicas, as the run numbered them (the requests' decode_replica)
+        r = res.requests
+        dec = np.isin(st["replica"], np.unique(r["decode_replica"][r["decode_replica"] >= 0]))
         interference = int(st["prefill_tokens"][dec].sum())
         kt = pd["kv_transfer"]
-        rows += [(f"{rate:g}", "colocated x2", _fmt(co["ttft_s"]["p50"], "ms"), _fmt(co["tpot_s"]["p99"], "ms"),
+        rows += [(f"{rate:g}", co_label, _fmt(co["ttft_s"]["p50"], "ms"), _fmt(co["tpot_s"]["p99"], "ms"),
                   f"{co['phases']['mixed_steps']}", "-", f"{co['slo_attainment'] * 100:.0f}%"),
-                 (f"{rate:g}", "1 prefill + 1 decode", _fmt(pd["ttft_s"]["p50"], "ms"), _fmt(pd["tpot_s"]["p99"], "ms"),
+                 (f"{rate:g}", pd_label, _fmt(pd["ttft_s"]["p50"], "ms"), _fmt(pd["tpot_s"]["p99"], "ms"),
                   f"{pd['phases']['mixed_steps']}", f"{_fmt(kt['time_s']['mean'], 'ms')}, {kt['bytes'] / 1e9:.1f} GB",
                   f"{pd['slo_attainment'] * 100:.0f}%")]
         data.append({"rate": rate, "coloc_tpot_p99": co["tpot_s"]["p99"], "pd_tpot_p99": pd["tpot_s"]["p99"],
@@ -469,21 +481,22 @@ def lesson_pd_split(quick: bool, seed: int | None = None) -> Lesson:
     co, pd, interference, kt = last
     holds = (interference == 0 and pd["phases"]["mixed_steps"] == 0 and pd["tpot_s"]["p99"] < 0.8 * co["tpot_s"]["p99"]
              and kt["count"] == pd["completed"] and kt["time_s"]["mean"] > 0)
+    slo = base.slo
     return Lesson(
         "pd_split", "P/D split removes prefill-decode interference at the cost of KV transfer.",
         f"Simulation ({pd['scenario']}): {pd['num_requests']} Poisson requests (prompts lognormal mean 2000, "
-        "outputs 64-256), Llama-3-8B; two colocated H100 replicas vs one prefill + one decode H100 with the KV "
-        "handed off over a 400 Gbit/s link.",
-        f"at {rates[-1]:g} req/s: the decode replica runs no prefill token and no mixed step; split TPOT p99 < "
+        f"outputs 64-256), Llama-3-8B; {n_co} colocated H100 replicas vs {n_pre} prefill + {n_dec} decode H100 "
+        "with the KV handed off over a 400 Gbit/s link.",
+        f"at {rates[-1]:g} req/s: the decode replicas run no prefill token and no mixed step; split TPOT p99 < "
         "0.8 x colocated; every completed request paid a KV transfer (count = completed, mean time > 0)",
         holds, (("req/s", "deployment", "TTFT p50", "TPOT p99", "mixed steps", "KV transfer mean, total",
-                 "SLO (0.5 s, 12 ms)"), rows),
+                 f"SLO ({_limit(slo.ttft_s)}, {_limit(slo.tpot_s)})"), rows),
         [f"at {rates[-1]:g} req/s TPOT p99 {_fmt(co['tpot_s']['p99'], 'ms')} colocated vs "
          f"{_fmt(pd['tpot_s']['p99'], 'ms')} split; the cost: each hand-off {_fmt(kt['time_s']['mean'], 'ms')} on "
          f"average, waits for the links included ({kt['bytes'] / 1e9:.0f} GB moved) and TTFT p50 "
          f"{_fmt(co['ttft_s']['p50'], 'ms')} -> "
-         f"{_fmt(pd['ttft_s']['p50'], 'ms')} (one prefill replica instead of two)"],
-        [("pd_split", {"rows": data})])
+         f"{_fmt(pd['ttft_s']['p50'], 'ms')} ({n_pre} prefill replica{'s' if n_pre != 1 else ''} instead of {n_co})"],
+        [("pd_split", {"rows": data, "labels": [co_label, pd_label]})])
 
 
 # ---------------------------------------------------------------- 7. GQA/MQA and KV quantization
@@ -499,10 +512,21 @@ def _variant_config(tmp: Path, kv_heads: int) -> str:
     return str(d / "config.json")
 
 
+def _fixed_tokens(sc, field: str) -> int:
+    """A lesson scenario's fixed request length (``workload.<field>``): the lesson is about one size."""
+    dist = getattr(sc.workload, field)
+    if getattr(dist, "dist", None) != "fixed":
+        raise InputError(f"{sc.name}: workload.{field} must be a fixed length for this lesson, got "
+                         f"{getattr(dist, 'dist', dist)!r}")
+    return int(dist.value)
+
+
 def lesson_kv_capacity(quick: bool, seed: int | None = None) -> Lesson:
     from servesim.simulation import prepare
 
     scale = QUICK if quick else 1.0
+    base = lesson_scenario(seed, "kv-capacity", scale=scale)
+    prompt, output = _fixed_tokens(base, "prompt_tokens"), _fixed_tokens(base, "output_tokens")
     rows, data = [], []
     feasible, peak, tput = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -511,7 +535,7 @@ def lesson_kv_capacity(quick: bool, seed: int | None = None) -> Lesson:
             for kv in ("bf16", "fp8"):
                 sc = lesson_scenario(seed, "kv-capacity", {"model": cfg, "hardware.kv_dtype": kv}, scale)
                 cap = prepare(sc).capacity
-                per_req = math.ceil((2048 + 128) / cap.block_size)
+                per_req = math.ceil((prompt + output) / cap.block_size)
                 feasible[heads, kv] = cap.num_blocks // per_req
                 res = run(sc)
                 peak[heads, kv] = int(res.steps["num_seqs"].max())
@@ -531,7 +555,8 @@ def lesson_kv_capacity(quick: bool, seed: int | None = None) -> Lesson:
     return Lesson(
         "kv_capacity", "GQA/MQA and KV quantization cut KV bytes per token and raise the feasible batch.",
         f"Llama-3-8B variants with 32 (MHA), 8 (GQA, the real model) and 1 (MQA) KV heads, bf16 vs fp8 KV, on "
-        f"one H100 (90% of memory): feasible batch = KV blocks / blocks per request of 2048 + 128 tokens; "
+        f"one H100 ({base.memory.gpu_memory_utilization:.0%} of memory): feasible batch = KV blocks / blocks per "
+        f"request of {prompt} + {output} tokens; "
         f"simulation ({sc.name}): {n} such requests submitted at once, peak running batch and throughput.",
         "feasible batch strictly increases 32 -> 8 -> 1 KV heads at both KV dtypes; fp8 KV >= 1.9 x bf16 "
         "(MHA, GQA); simulated peak batch ordered the same way and MQA-fp8 throughput > MHA-bf16",
