@@ -204,3 +204,47 @@ def test_kv_capacity_sizes_the_feasible_batch_from_the_scenario(monkeypatch):
     gqa_bf16 = next(r for r in x.table[1] if r[:2] == (8, "bf16"))
     assert gqa_bf16[4] == cap.num_blocks // math.ceil(1024 / cap.block_size)
     assert "1000 + 24 tokens" in x.setup
+
+
+def test_simulated_lessons_figure_titles_name_model_gpus_policy_and_load():
+    """A figure's title was the setup's first clause: streaming's said "1000 chat requests on
+    Llama-3-8B / H100" (no policy, no rate), decode_flip's and ttft_prompt's no policy, kv_capacity's
+    neither policy nor load. The title now has a line computed from the scenarios the lesson ran."""
+    from servesim.studies.lessons import figure_title
+
+    want = {
+        "ttft_prompt": ("Llama-3.2-1B on 1 x h100-sxm", "policy continuous", "9 requests of 256-65536 tokens",
+                        "100 s apart"),
+        "decode_flip": ("Meta-Llama-3-8B on 1 x a100-80g", "policy continuous", "307 requests at once"),
+        "continuous_static": ("Meta-Llama-3-8B on 1 x h100-sxm", "policy static / continuous",
+                              "120 requests, Poisson 50 req/s"),
+        "chunked": ("Meta-Llama-3-8B on 1 x h100-sxm", "policy continuous / chunked_prefill",
+                    "450 requests, Poisson 3 req/s"),
+        "pd_split": ("Meta-Llama-3-8B on 2 x h100-sxm", "policy continuous / pd_split",
+                     "600 requests, Poisson 14 req/s"),
+        "kv_capacity": ("on 1 x h100-sxm", "policy continuous", "154 requests at once"),
+        "streaming": ("Meta-Llama-3-8B on 1 x h100-sxm", "policy continuous", "300 requests, Poisson 6 req/s"),
+        "apart": ("Meta-Llama-3-8B on 1 x h100-sxm", "policy continuous / chunked_prefill",
+                  "300 requests, Poisson 4 req/s / 300 requests at once"),
+    }
+    for x in run_lessons(list(want), quick=True):
+        title = " ".join(figure_title(x).split())  # (as wrapped: one space between words)
+        assert title.startswith(f"{x.name}: {x.verdict}")
+        for part in want[x.name]:
+            assert part in title, (x.name, part, title)
+
+
+def test_lessons_md_says_which_seed_ran_and_that_there_is_no_interval(tmp_path):
+    """lessons.md said nothing of the seed behind its numbers without --seed, nor that each is
+    one run's (no interval); the runs' deployment and load are in each section."""
+    from servesim.studies.lessons import write_lessons
+
+    les = run_lessons(["bound", "decode_flip"], quick=True)
+    write_lessons(les, tmp_path / "a", True, figures=False)
+    md = (tmp_path / "a" / "lessons.md").read_text()
+    assert "Each simulation is one run, with the scenario files' seed (0): its numbers carry no interval" in md
+    assert "**Runs.** Meta-Llama-3-8B on 1 x a100-80g | policy continuous | 307 requests at once" in md
+    assert md.count("**Runs.**") == 1  # (bound calls the cost model: no runs)
+    write_lessons(les, tmp_path / "b", True, seed=4, figures=False)
+    md = (tmp_path / "b" / "lessons.md").read_text()
+    assert "one run, with seed 4 (--seed: every scenario's seed replaced)" in md

@@ -53,6 +53,7 @@ class Lesson:
     findings: list = field(default_factory=list)  # short sentences with the key numbers
     figures: list = field(default_factory=list)  # (plots.lessons function name, data)
     wall_s: float = 0.0
+    runs: str = ""  # what its simulations ran (runs_line), for its figure's title; "" for cost-model lessons
 
     @property
     def verdict(self) -> str:
@@ -82,6 +83,34 @@ def run(scenario, specs=None):
     from servesim.simulation import simulate
 
     return simulate(scenario, specs=specs)
+
+
+def _load(d: dict) -> str:
+    w = d["workload"]
+    a, n = w["arrival"], w["num_requests"]
+    if a["process"] == "all_at_once":
+        return f"{n} requests at once"
+    name = "Poisson" if a["process"] == "poisson" else a["process"]
+    return f"{n} requests, {name} {a['rate_rps']:g} req/s" if a.get("rate_rps") else f"{n} requests, {name}"
+
+
+def runs_line(scenarios, **given) -> str:
+    """What a lesson's simulations ran, for its figure's title: "MODEL on N x GPU | policy P | LOAD",
+    each part from the scenarios; a part that differs between them lists each value ("policy static /
+    continuous"). ``given`` (model, gpus, policy, load) replaces a part the scenarios do not say: a
+    workload replaced by request specs, a model given as a temporary config file."""
+    from servesim.outputs.rundir import deployment_gpus, deployment_shape
+
+    ds = [sc.to_dict() for sc in scenarios]
+
+    def each(f) -> str:
+        return " / ".join(dict.fromkeys(f(d) for d in ds))
+
+    model = given.get("model") or each(lambda d: str(d["model"]).rstrip("/").split("/")[-1])
+    shapes = " / ".join(x for x in dict.fromkeys(map(deployment_shape, ds)) if x)  # ("": one GPU)
+    gpus = given.get("gpus") or each(deployment_gpus) + (f" ({shapes})" if shapes else "")
+    policy = given.get("policy") or each(lambda d: d["policy"]["name"])
+    return f"{model} on {gpus} | policy {policy} | {given.get('load') or each(_load)}"
 
 
 def _fmt(x, unit="", digits=3):
@@ -248,7 +277,8 @@ def lesson_ttft_prompt(quick: bool, seed: int | None = None) -> Lesson:
          f"{att[0] * 100:.0f}% of the prefill at {prompts[0]} tokens, {att[-1] * 100:.0f}% at {prompts[-1]}"]
         + ([f"no rise at {', '.join(map(str, flat))} tokens: a prefill step paced by the CPU's kernel launches (above "
             "the largest CUDA-graph size, 2 x max_num_seqs)"] if flat else []),
-        [("ttft_vs_prompt", {"prompt": list(prompts), "ttft_s": ttft, "attention_share": att})])
+        [("ttft_vs_prompt", {"prompt": list(prompts), "ttft_s": ttft, "attention_share": att})],
+        runs=runs_line([sc], load=f"{n} requests of {prompts[0]}-{prompts[-1]} tokens, 100 s apart"))
 
 
 def lesson_tpot(quick: bool, seed: int | None = None) -> Lesson:
@@ -366,15 +396,17 @@ def lesson_decode_flip(quick: bool, seed: int | None = None) -> Lesson:
         [f"{int(cb.sum())} of {int(dec.sum())} decode steps compute-bound; smallest compute-bound batch "
          f"{int(comp.min()) if len(comp) else '-'}, largest memory-bound batch {int(mem.max()) if len(mem) else '-'} "
          f"(cost-model crossover at context 200: {bx})"],
-        [("bound_flip", {"batch": nb.tolist(), "compute_bound": cb.tolist(), "start_s": st["start_s"][dec].tolist()})])
+        [("bound_flip", {"batch": nb.tolist(), "compute_bound": cb.tolist(), "start_s": st["start_s"][dec].tolist()})],
+        runs=runs_line([sc]))
 
 
 # -------------------------------------------------------------- 6. scheduling: static vs continuous, chunked, P/D split
 def lesson_continuous_static(quick: bool, seed: int | None = None) -> Lesson:
     scale = QUICK if quick else 1.0
-    out = {}
+    out, scs = {}, []
     for pol in ("static", "continuous"):
-        out[pol] = run(lesson_scenario(seed, "static-vs-continuous", {"policy.name": pol}, scale)).summary
+        scs.append(lesson_scenario(seed, "static-vs-continuous", {"policy.name": pol}, scale))
+        out[pol] = run(scs[-1]).summary
     s, c = out["static"], out["continuous"]
     gain = c["throughput_rps"] / s["throughput_rps"]
     holds = gain >= 1.2 and c["completed"] == s["completed"] == s["num_requests"]
@@ -389,17 +421,16 @@ def lesson_continuous_static(quick: bool, seed: int | None = None) -> Lesson:
         holds, (("policy", "req/s", "output tok/s", "E2E mean", "mean batch", "padding tokens"), rows),
         [f"continuous / static throughput = {gain:.2f}x"],
         [("bars", {"labels": list(out), "values": [v["output_tokens_per_s"] for v in out.values()],
-                   "ylabel": "output tokens / s"})])
+                   "ylabel": "output tokens / s"})], runs=runs_line(scs))
 
 
 def lesson_chunked(quick: bool, seed: int | None = None) -> Lesson:
     scale = QUICK if quick else 1.0
     sizes = (2048, 512, 256) if quick else (4096, 2048, 1024, 512, 256)
-    runs = [("none", run(lesson_scenario(seed, "chunked-prefill", {"policy.name": "continuous",
-                                                             "policy.max_num_batched_tokens": 8192}, scale)).summary)]
-    for c in sizes:
-        sc = lesson_scenario(seed, "chunked-prefill", {"policy.max_num_batched_tokens": c}, scale)
-        runs.append((str(c), run(sc).summary))
+    unchunked = {"policy.name": "continuous", "policy.max_num_batched_tokens": 8192}
+    scs = [lesson_scenario(seed, "chunked-prefill", unchunked, scale)]
+    scs += [lesson_scenario(seed, "chunked-prefill", {"policy.max_num_batched_tokens": c}, scale) for c in sizes]
+    runs = [(name, run(sc).summary) for name, sc in zip(["none", *map(str, sizes)], scs)]
     ttft = [s["ttft_s"]["p50"] for _, s in runs]
     tbt = [s["tbt_s"]["p99"] for _, s in runs]
     tbt_max = [s["tbt_s"]["max"] for _, s in runs]
@@ -441,7 +472,8 @@ def lesson_chunked(quick: bool, seed: int | None = None) -> Lesson:
         + ([f"TBT p99 rose at: {'; '.join(rises)}"] if rises else [])
         + [f"from chunk 2048 down the TBT p99 trend {'holds' if tail_ok else 'does not hold'}; above it a chunk "
            "near the prompts splits long ones into more budget-sized stalls, which can lift p99 while TBT max falls"],
-        [("chunked_tradeoff", {"labels": [k for k, _ in runs], "ttft_p50_s": ttft, "tbt_p99_s": tbt})])
+        [("chunked_tradeoff", {"labels": [k for k, _ in runs], "ttft_p50_s": ttft, "tbt_p99_s": tbt})],
+        runs=runs_line(scs))
 
 
 def _limit(v) -> str:
@@ -460,9 +492,10 @@ def lesson_pd_split(quick: bool, seed: int | None = None) -> Lesson:
     rows, holds, data = [], True, []
     for rate in rates:
         arr = {"workload.arrival": {"process": "poisson", "rate_rps": rate}}
-        co = run(lesson_scenario(seed, "pd-split", {**arr, "policy.name": "continuous", "cluster.replicas": n_co},
-                                 scale)).summary
-        res = run(lesson_scenario(seed, "pd-split", arr, scale))
+        scs = [lesson_scenario(seed, "pd-split", {**arr, "policy.name": "continuous", "cluster.replicas": n_co}, scale),
+               lesson_scenario(seed, "pd-split", arr, scale)]
+        co = run(scs[0]).summary
+        res = run(scs[1])
         pd = res.summary
         st = res.steps
         # the decode pool's replicas, as the run numbered them (the requests' decode_replica)
@@ -496,7 +529,9 @@ def lesson_pd_split(quick: bool, seed: int | None = None) -> Lesson:
          f"average, waits for the links included ({kt['bytes'] / 1e9:.0f} GB moved) and TTFT p50 "
          f"{_fmt(co['ttft_s']['p50'], 'ms')} -> "
          f"{_fmt(pd['ttft_s']['p50'], 'ms')} ({n_pre} prefill replica{'s' if n_pre != 1 else ''} instead of {n_co})"],
-        [("pd_split", {"rows": data, "labels": [co_label, pd_label]})])
+        [("pd_split", {"rows": data, "labels": [co_label, pd_label]})],
+        runs=runs_line(scs, load=f"{base.workload.num_requests} requests, Poisson "
+                                 f"{' / '.join(f'{r:g}' for r in rates)} req/s"))
 
 
 # ---------------------------------------------------------------- 7. GQA/MQA and KV quantization
@@ -565,12 +600,14 @@ def lesson_kv_capacity(quick: bool, seed: int | None = None) -> Lesson:
         [f"feasible batch MHA bf16 {feasible[32, 'bf16']} -> GQA {feasible[8, 'bf16']} -> MQA {feasible[1, 'bf16']}; "
          f"fp8 doubles it ({feasible[8, 'fp8']} for GQA); throughput {tput[32, 'bf16']:.0f} -> "
          f"{tput[1, 'fp8']:.0f} tok/s"],
-        [("kv_feasible", {"rows": data, "requests": n})])
+        [("kv_feasible", {"rows": data, "requests": n})],
+        runs=runs_line([base], model=f"{LLAMA3_8B.split('/')[1]} with 32 / 8 / 1 KV heads, bf16 / fp8 KV"))
 
 
 # ---------------------------------------------------------------- 8. streaming
 def lesson_streaming(quick: bool, seed: int | None = None) -> Lesson:
-    res = run(lesson_scenario(seed, "streaming", scale=QUICK if quick else 1.0))
+    sc = lesson_scenario(seed, "streaming", scale=QUICK if quick else 1.0)
+    res = run(sc)
     r = res.requests
     done = metrics.is_completed(r)
     ttft = metrics.latency_samples(r, "ttft")
@@ -600,7 +637,8 @@ def lesson_streaming(quick: bool, seed: int | None = None) -> Lesson:
          f"{_fmt(float(tbt.mean()), 'ms')} vs {_fmt(tpot_w, 'ms')}"],
         [("latency_cdfs", {"series": {"first text, streaming": ttft.tolist(),
                                       "first text, whole response": e2e.tolist()},
-                          "xlabel": "time to the first text the user sees (ms)"})])
+                          "xlabel": "time to the first text the user sees (ms)"})],
+        runs=runs_line([sc]))
 
 
 # ---------------------------------------------------------------- 9. TTFT and TPOT optimized apart
@@ -616,10 +654,10 @@ CONFIGS = {
 
 def lesson_apart(quick: bool, seed: int | None = None) -> Lesson:
     scale = QUICK if quick else 1.0
-    rows, score_i, score_o = [], {}, {}
+    rows, score_i, score_o, scs = [], {}, {}, []
     for name, ov in CONFIGS.items():
-        i = run(lesson_scenario(seed, "interactive", ov, scale)).summary
-        o = run(lesson_scenario(seed, "offline", ov, scale)).summary
+        scs += [lesson_scenario(seed, "interactive", ov, scale), lesson_scenario(seed, "offline", ov, scale)]
+        i, o = run(scs[-2]).summary, run(scs[-1]).summary
         score_i[name], score_o[name] = i["slo_attainment"], o["output_tokens_per_s"]
         rows.append((name, f"{i['slo_attainment'] * 100:.1f}%", _fmt(i["ttft_s"]["p50"], "ms"),
                      _fmt(i["tpot_s"]["p99"], "ms"),
@@ -641,7 +679,7 @@ def lesson_apart(quick: bool, seed: int | None = None) -> Lesson:
         [("bars", {"labels": list(CONFIGS), "values": [score_i[k] * 100 for k in CONFIGS],
                    "ylabel": "interactive SLO attainment (%)"}),
          ("bars", {"labels": list(CONFIGS), "values": [score_o[k] for k in CONFIGS],
-                   "ylabel": "offline output tokens / s"})])
+                   "ylabel": "offline output tokens / s"})], runs=runs_line(scs))
 
 
 # ---------------------------------------------------------------- 10. per-phase profiling
@@ -657,9 +695,10 @@ def lesson_profile(quick: bool, seed: int | None = None) -> Lesson:
                                        "workload.output_tokens": {"dist": "fixed", "value": 512}}),
     }
     want = {"queue-bound": "queueing", "prefill-bound": "prefill", "decode-bound": "decode_memory"}
-    rows, holds, got = [], True, {}
+    rows, holds, got, scs = [], True, {}, []
     for case, (base, ov) in cases.items():
-        s = run(lesson_scenario(seed, base, ov, QUICK if quick else 1.0)).summary
+        scs.append(lesson_scenario(seed, base, ov, QUICK if quick else 1.0))
+        s = run(scs[-1]).summary
         d = s["profile"]["diagnosis"]
         got[case] = d["bottleneck"]
         holds &= d["bottleneck"] == want[case]
@@ -674,7 +713,7 @@ def lesson_profile(quick: bool, seed: int | None = None) -> Lesson:
         "line is summary.json profile.diagnosis (rules in sim/outputs/profile.py).",
         "each run's diagnosis names the bottleneck it was built for (queueing, prefill, decode_memory)",
         holds, (("case", "busy: prefill / decode / mixed", "bottleneck", "diagnosis"), rows),
-        [", ".join(f"{k}: {v}" for k, v in got.items())], [])
+        [", ".join(f"{k}: {v}" for k, v in got.items())], [], runs=runs_line(scs))
 
 
 LESSONS = {
@@ -767,16 +806,27 @@ def claim_table(lessons) -> str:
     return _md_table(("lesson", "claim", "measured", "verdict"), rows)
 
 
+def _seed_text(seed: int | None) -> str:
+    if seed is not None:
+        return f"seed {seed} (--seed: every scenario's seed replaced)"
+    folder = resources.files("servesim.scenarios.lessons")
+    seeds = sorted({read_yaml(Path(str(folder / p.name))).get("seed", 0) for p in folder.iterdir()
+                    if p.name.endswith(".yaml")})
+    return f"the scenario files' seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, seeds))})"
+
+
 def lessons_markdown(lessons, figures: dict, quick: bool, seed: int | None = None) -> str:
     held = sum(x.holds for x in lessons)
     parts = ["# servesim lessons", "",
-             f"{held} of {len(lessons)} claims hold{' (quick run: smaller simulations)' if quick else ''}"
-             f"{f' (every scenario seed set to {seed})' if seed is not None else ''}. Every "
-             "verdict is computed from the simulated numbers below with the criterion stated.", "",
+             f"{held} of {len(lessons)} claims hold{' (quick run: smaller simulations)' if quick else ''}. Every "
+             "verdict is computed from the numbers below (cost-model calls or simulations) with the criterion "
+             f"stated. Each simulation is one run, with {_seed_text(seed)}: its numbers carry no interval; "
+             "`--seed` runs them again with another seed.", "",
              claim_table(lessons), ""]
     for x in lessons:
-        parts += [f"## `{x.name}`: {x.verdict}", "", f"**Claim.** {x.claim}", "", f"**Setup.** {x.setup}", "",
-                  f"**Pass criterion.** {x.criterion}", "", "**Measured.**", "", _md_table(*x.table), ""]
+        parts += [f"## `{x.name}`: {x.verdict}", "", f"**Claim.** {x.claim}", "", f"**Setup.** {x.setup}", ""]
+        parts += [f"**Runs.** {x.runs}", ""] if x.runs else []
+        parts += [f"**Pass criterion.** {x.criterion}", "", "**Measured.**", "", _md_table(*x.table), ""]
         parts += [f"- {f}" for f in x.findings]
         parts += [""] + [f"![{x.name}]({f})" for f in figures.get(x.name, [])] + [""]
         parts += [f"_({x.wall_s:.1f} s wall)_", ""]
@@ -792,13 +842,20 @@ def draw_figures(lessons, out: Path) -> dict:
     files = {}
     for x in lessons:
         if x.figures:
-            # the setup's first clause names the model, GPU and load, so that the figure stands alone
-            first = re.split(r"(?<=[a-z0-9)])[.;] ", x.setup, maxsplit=1)[0]
-            width = 64 * len(x.figures)  # characters a line across the panels (5.5 in each)
-            setup = textwrap.wrap(textwrap.shorten(first, 5 * width, placeholder=" ..."), width)
-            panels_png(pl, x.figures, out / f"{x.name}.png", title="\n".join([f"{x.name}: {x.verdict}"] + setup))
+            panels_png(pl, x.figures, out / f"{x.name}.png", title=figure_title(x))
             files[x.name] = [f"{x.name}.png"]
     return files
+
+
+def figure_title(x: Lesson) -> str:
+    """A lesson figure's title, so that the figure stands alone: the verdict; what its simulations
+    ran (model on N x GPU, policy, load: ``Lesson.runs``); the setup's first clause (the cost-model
+    lessons' model and GPUs, the experiment)."""
+    width = 64 * max(1, len(x.figures))  # characters a line across the panels (5.5 in each)
+    first = re.split(r"(?<=[a-z0-9)])[.;] ", x.setup, maxsplit=1)[0]
+    lines = [f"{x.name}: {x.verdict}"] + textwrap.wrap(x.runs, width)
+    return "\n".join(lines + textwrap.wrap(textwrap.shorten(first, (6 - len(lines)) * width, placeholder=" ..."),
+                                            width))
 
 
 def write_lessons(lessons, out: Path, quick: bool, seed: int | None = None, figures: bool = True) -> dict:
@@ -818,7 +875,8 @@ def write_lessons(lessons, out: Path, quick: bool, seed: int | None = None, figu
     drawn = draw_figures(lessons, out) if figures else {}
     (out / "lessons.md").write_text(lessons_markdown(lessons, drawn, quick, seed))
     (out / "lessons.json").write_text(json_text(
-        [{"name": x.name, "claim": x.claim, "criterion": x.criterion, "holds": bool(x.holds), "verdict": x.verdict,
+        [{"name": x.name, "claim": x.claim, "runs": x.runs, "criterion": x.criterion, "holds": bool(x.holds),
+          "verdict": x.verdict,
           "findings": x.findings, "header": list(x.table[0]), "rows": [list(map(str, r)) for r in x.table[1]]}
          for x in lessons], indent=1))
     return drawn
