@@ -128,6 +128,8 @@ def test_bound_roofline_names_step_kinds_once_and_keeps_every_point_in_view():
                                      r"\(one name: put it in a list\)"),
     (dict(names=5), TypeError, r"run_lessons\(names=...\): a list of lesson names .* got 5"),
     (dict(names=["bound", 3]), TypeError, r"run_lessons\(names=...\): each a lesson name \(text\), got 3"),
+    # (an empty list ran all thirteen)
+    (dict(names=[]), ValueError, r"run_lessons\(names=...\): an empty list names no lesson \(None: all of them\)"),
     # (text was true: "no" ran the quick subset)
     (dict(names=["bound"], quick="no"), TypeError, r"run_lessons\(quick=...\): True or False, got 'no'"),
     # (the lessons that simulate nothing took any seed in silence; the others failed naming the
@@ -248,3 +250,14 @@ def test_lessons_md_says_which_seed_ran_and_that_there_is_no_interval(tmp_path):
     write_lessons(les, tmp_path / "b", True, seed=4, figures=False)
     md = (tmp_path / "b" / "lessons.md").read_text()
     assert "one run, with seed 4 (--seed: every scenario's seed replaced)" in md
+
+
+def test_a_lesson_named_twice_runs_once_in_registry_order(tmp_path, capsys):
+    """--only bound,bound ran bound twice and printed "2 of 2 claims hold" (one claim, counted twice,
+    its section twice in lessons.md); the lessons ran in the order given, not the registry's order
+    that run_lessons' docstring promised."""
+    assert [x.name for x in run_lessons(["long_context", "bound", "bound"])] == ["bound", "long_context"]
+    assert [x.name for x in run_lessons(n for n in ["bound"])] == ["bound"]  # (a generator: read once)
+    assert main(["lessons", "--quiet", "--no-figures", "--only", "bound,bound", "--out", str(tmp_path)]) == 0
+    assert "1 of 1 claims hold" in capsys.readouterr().out
+    assert (tmp_path / "lessons.md").read_text().count("## `bound`") == 1

@@ -750,7 +750,7 @@ def _seed_arg(fn: str, seed) -> None:
         raise ValueError(f"{fn}(seed=...): a seed is from 0 to 2**63 - 1, got {seed}")
 
 
-def check_arguments(names, quick, progress, seed, starting) -> None:
+def check_arguments(names, quick, progress, seed, starting) -> list | None:
     """``run_lessons``' arguments from Python, each named when wrong (as the other studies' options
     are): a bare name was taken letter by letter ("unknown lesson 'b'"), ``quick="no"`` was true,
     and the lessons that simulate nothing took any seed in silence."""
@@ -759,14 +759,18 @@ def check_arguments(names, quick, progress, seed, starting) -> None:
         if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
             raise TypeError(f"{fn}(names=...): a list of lesson names such as ['bound', 'chunked'] or None (all), "
                             f"got {names!r:.60}" + (" (one name: put it in a list)" if isinstance(names, str) else ""))
+        names = list(names)  # (a generator is read once)
         for n in names:
             if not isinstance(n, str):
                 raise TypeError(f"{fn}(names=...): each a lesson name (text), got {n!r:.60}")
+        if not names:
+            raise ValueError(f"{fn}(names=...): an empty list names no lesson (None: all of them)")
     _flag(fn, "quick", quick)
     _seed_arg(fn, seed)
     for name, f in (("progress", progress), ("starting", starting)):
         if f is not None and not callable(f):
             raise TypeError(f"{fn}({name}=...): a function or None, got {f!r:.60}")
+    return names
 
 
 def run_lessons(names=None, quick: bool = False, progress=None, seed: int | None = None,
@@ -775,11 +779,12 @@ def run_lessons(names=None, quick: bool = False, progress=None, seed: int | None
     scenario's seed (None: the files' own); ``starting(name, k, n)`` is called before each (the
     k-th of n), ``progress(lesson)`` after. A wrong argument raises ``TypeError`` (``ValueError``
     for a seed out of range) naming it; an unknown name ``InputError``."""
-    check_arguments(names, quick, progress, seed, starting)
-    names = list(LESSONS) if not names else list(names)
+    names = check_arguments(names, quick, progress, seed, starting)
+    names = list(LESSONS) if names is None else names
     bad = [n for n in names if n not in LESSONS]
     if bad:
         raise InputError(f"--only: unknown lesson {bad[0]!r}; valid: {', '.join(LESSONS)}")
+    names = [n for n in LESSONS if n in set(names)]  # (each once: a name given twice is one claim)
     out = []
     for k, n in enumerate(names, 1):
         if starting:
