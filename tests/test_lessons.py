@@ -261,3 +261,18 @@ def test_a_lesson_named_twice_runs_once_in_registry_order(tmp_path, capsys):
     assert main(["lessons", "--quiet", "--no-figures", "--only", "bound,bound", "--out", str(tmp_path)]) == 0
     assert "1 of 1 claims hold" in capsys.readouterr().out
     assert (tmp_path / "lessons.md").read_text().count("## `bound`") == 1
+
+
+def test_apart_does_not_pick_one_of_tied_configurations(monkeypatch):
+    """With every configuration at 100% SLO the interactive workload picks none of them, but the
+    lesson took the first in CONFIGS' order as its pick: reordered, the same runs said "holds".
+    Its setup also quoted the file's SLO (TTFT 1 s, TPOT 15 ms) whatever the scenario said."""
+    import servesim.studies.lessons as L
+
+    monkeypatch.setattr(L, "CONFIGS", dict(reversed(list(L.CONFIGS.items()))))
+    _with(monkeypatch, "interactive", {"slo": {"ttft_s": 100.0, "tpot_s": 1.0}})
+    x = run_lessons(["apart"], quick=True)[0]
+    assert {r[1] for r in x.table[1]} == {"100.0%"}
+    assert not x.holds, x.findings
+    assert "interactive ties" in x.findings[0] and "chunked 64 x 512 = chunked 256 x 2048 = continuous" in x.findings[0]
+    assert "SLO TTFT <= 100 s, TPOT <= 1 s" in x.setup
