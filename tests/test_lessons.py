@@ -276,3 +276,20 @@ def test_apart_does_not_pick_one_of_tied_configurations(monkeypatch):
     assert not x.holds, x.findings
     assert "interactive ties" in x.findings[0] and "chunked 64 x 512 = chunked 256 x 2048 = continuous" in x.findings[0]
     assert "SLO TTFT <= 100 s, TPOT <= 1 s" in x.setup
+
+
+def test_figures_of_an_earlier_run_do_not_stay_beside_the_new_report(tmp_path):
+    """Rerunning into the same folder with --no-figures or another --only left the earlier run's
+    PNGs there, beside a lessons.md that no longer linked them (figures of other numbers, maybe
+    another seed)."""
+    from servesim.studies.lessons import write_lessons
+
+    (tmp_path / "notes.png").write_bytes(b"mine")  # (not a lesson's figure: kept)
+    bound = run_lessons(["bound"])
+    assert write_lessons(bound, tmp_path, False) == {"bound": ["bound.png"]}
+    assert (tmp_path / "bound.png").is_file()
+    write_lessons(bound, tmp_path, False, figures=False)
+    assert not (tmp_path / "bound.png").exists() and (tmp_path / "notes.png").is_file()
+    write_lessons(bound, tmp_path, False)
+    write_lessons(run_lessons(["long_context"]), tmp_path, False)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["long_context.png", "notes.png"]

@@ -874,7 +874,8 @@ def figure_title(x: Lesson) -> str:
 
 def write_lessons(lessons, out: Path, quick: bool, seed: int | None = None, figures: bool = True) -> dict:
     """``out/lessons.md``, ``out/lessons.json`` and (with ``figures``) a PNG per lesson that draws
-    one; returns {lesson name: [figure file]}."""
+    one; returns {lesson name: [figure file]}. A lesson's PNG from an earlier run that this one does
+    not draw is removed."""
     fn, given = "write_lessons", lessons
     lessons = None if isinstance(lessons, (str, bytes)) or not hasattr(lessons, "__iter__") else list(lessons)
     if lessons is None or not all(isinstance(x, Lesson) for x in lessons):
@@ -887,6 +888,9 @@ def write_lessons(lessons, out: Path, quick: bool, seed: int | None = None, figu
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     drawn = draw_figures(lessons, out) if figures else {}
+    for name in LESSONS:  # (an earlier run's figure of a lesson not drawn now would sit beside this report)
+        if name not in drawn:
+            (out / f"{name}.png").unlink(missing_ok=True)
     (out / "lessons.md").write_text(lessons_markdown(lessons, drawn, quick, seed))
     (out / "lessons.json").write_text(json_text(
         [{"name": x.name, "claim": x.claim, "runs": x.runs, "criterion": x.criterion, "holds": bool(x.holds),
