@@ -89,7 +89,7 @@ def chunk_rereads(data, ax):
 
 
 def bound_flip(data, ax):
-    """Decode-only steps over time, coloured by bound, sized by batch."""
+    """Decode-only steps over time (their batch size), coloured by bound."""
     b = np.array(data["batch"])
     cb = np.array(data["compute_bound"], bool)
     t = np.array(data["start_s"])
@@ -110,10 +110,18 @@ def bars(data, ax):
 
 
 def chunked_tradeoff(data, ax):
-    """TTFT p50 and TBT p99 per chunk size."""
+    """TTFT p50, TBT p99 and TBT max (the longest stall, which the verdict reads first) per chunk size."""
     x = range(len(data["labels"]))
     ax.plot(x, np.array(data["ttft_p50_s"]) * 1e3, "o-", label="TTFT p50")
     ax.plot(x, np.array(data["tbt_p99_s"]) * 1e3, "s-", label="TBT p99")
+    if "tbt_max_s" in data:
+        ax.plot(x, np.array(data["tbt_max_s"]) * 1e3, "^--", label="TBT max (the longest stall)")
+        from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+        ax.set_yscale("log")  # (the longest stall is 20x the smallest chunk's p99)
+        ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # (10, 20, 50, 100: read in ms, not powers)
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xticks(list(x), data["labels"])
     ax.set_xlabel("chunk (token budget); none = unchunked")
     ax.set_ylabel("ms")

@@ -293,3 +293,27 @@ def test_figures_of_an_earlier_run_do_not_stay_beside_the_new_report(tmp_path):
     write_lessons(bound, tmp_path, False)
     write_lessons(run_lessons(["long_context"]), tmp_path, False)
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["long_context.png", "notes.png"]
+
+
+def test_chunked_figure_draws_the_longest_stall_its_verdict_reads():
+    """chunked's verdict rests first on TBT max (each smaller chunk must not lengthen the longest
+    stall), but its figure drew only TTFT p50 and TBT p99: at chunk 4096 the drawn p99 rose while
+    the lesson said "holds", with nothing drawn to show why."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import servesim.plots.lessons as pl
+
+    fig, ax = plt.subplots()
+    pl.chunked_tradeoff({"labels": ["none", "4096", "256"], "ttft_p50_s": [0.09, 0.095, 0.13],
+                         "tbt_p99_s": [0.08, 0.087, 0.01], "tbt_max_s": [0.22, 0.12, 0.011]}, ax)
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax.lines}
+    assert lines["TBT max (the longest stall)"] == pytest.approx([220, 120, 11])
+    lo, hi = ax.get_ylim()
+    assert lo <= 10 and hi >= 220  # (every point in view)
+    plt.close(fig)
+    x = run_lessons(["chunked"], quick=True)[0]
+    data = dict(x.figures)["chunked_tradeoff"]
+    assert len(data["tbt_max_s"]) == len(data["labels"]) == len(x.table[1])

@@ -472,7 +472,8 @@ def lesson_chunked(quick: bool, seed: int | None = None) -> Lesson:
         + ([f"TBT p99 rose at: {'; '.join(rises)}"] if rises else [])
         + [f"from chunk 2048 down the TBT p99 trend {'holds' if tail_ok else 'does not hold'}; above it a chunk "
            "near the prompts splits long ones into more budget-sized stalls, which can lift p99 while TBT max falls"],
-        [("chunked_tradeoff", {"labels": [k for k, _ in runs], "ttft_p50_s": ttft, "tbt_p99_s": tbt})],
+        [("chunked_tradeoff", {"labels": [k for k, _ in runs], "ttft_p50_s": ttft, "tbt_p99_s": tbt,
+                               "tbt_max_s": tbt_max})],
         runs=runs_line(scs))
 
 
