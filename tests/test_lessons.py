@@ -317,3 +317,12 @@ def test_chunked_figure_draws_the_longest_stall_its_verdict_reads():
     x = run_lessons(["chunked"], quick=True)[0]
     data = dict(x.figures)["chunked_tradeoff"]
     assert len(data["tbt_max_s"]) == len(data["labels"]) == len(x.table[1])
+
+
+def test_decode_flip_compares_with_the_crossover_of_the_gpu_it_ran(monkeypatch):
+    """decode_flip's finding quoted the A100's cost-model crossover (129) whatever GPU its scenario
+    ran: on an H100 the step records flip near 513, and the finding set them beside 129."""
+    _with(monkeypatch, "decode-flip", {"hardware.gpu": "h100-sxm", "workload.num_requests": 1024})
+    x = run_lessons(["decode_flip"], quick=True)[0]
+    assert "(cost-model crossover at context 200: 513)" in x.findings[0], x.findings
+    assert "on 1 x h100-sxm" in x.runs

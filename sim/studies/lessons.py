@@ -374,7 +374,7 @@ def lesson_decode_flip(quick: bool, seed: int | None = None) -> Lesson:
     dec = (st["decode_tokens"] > 0) & (st["prefill_tokens"] == 0)
     nb, cb = st["num_seqs"][dec], st["compute_bound"][dec]
     comp, mem = nb[cb], nb[~cb]
-    bx = crossover_batch(cost_model(LLAMA3_8B, "a100-80g"), 200)
+    bx = crossover_batch(cost_model(sc.model, sc.hardware.gpu), 200)  # (the model and GPU it ran)
     edges = [1, 64, 128, 256, 384, 512, 768, 1025]
     rows = []
     bins = []
@@ -388,7 +388,8 @@ def lesson_decode_flip(quick: bool, seed: int | None = None) -> Lesson:
     return Lesson(
         "decode_flip", "Large decode batches turn compute-bound: the bound flips in the step records.",
         f"Simulation ({sc.name}): {sc.workload.num_requests} requests of 32 prompt tokens and 16-384 output "
-        f"tokens at once on one A100 ({LLAMA3_8B}), max_num_seqs 1024; the decode batch drains as requests "
+        f"tokens at once on one {sc.hardware.gpu} ({sc.model}), max_num_seqs {sc.policy.max_num_seqs}; the decode "
+        "batch drains as requests "
         "finish. Decode-only steps from steps.csv, grouped by batch size.",
         "decode-only steps of both bounds exist; the smallest compute-bound decode batch exceeds the median "
         "memory-bound one; compute-bound decode steps' mean batch > 2 x memory-bound steps' mean batch",
