@@ -9,7 +9,8 @@ lasts, else recompute). If nobody was preempted, swapped requests come back firs
 waiting requests are admitted in the queue's order (``queue_order``: FCFS by default) while
 ``max_num_seqs``, the token budget and free KV blocks (minus the watermark) allow: with their
 whole prompt (continuous) or a chunk (chunked prefill, Sarathi-Serve). With prefix caching, a
-prompt's leading blocks found in the cache are not recomputed.
+prompt's leading blocks found in the cache are not recomputed (a request preempted for recompute
+finds its own full blocks there too, those not evicted since).
 
 Under the ``priority`` order with ``preempt_running``, a waiting request stopped by
 ``max_num_seqs`` or the KV cache preempts (recompute) running requests of strictly lower
@@ -504,7 +505,7 @@ class ContinuousPolicy:
         released by this step's preemptions, ``BlockAllocator.cached_prefix_blocks``)."""
         c = r.num_computed_tokens  # 0: waiting requests hold no KV
         held = idle = 0
-        if c == 0 and r.prefix_group >= 0 and kv.caching:
+        if c == 0 and kv.caching and (r.prefix_group >= 0 or r.dropped_tokens):
             # keep at least one token to compute (the step must produce logits)
             held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // kv.block_size, dropped)
             c = held * kv.block_size

@@ -112,10 +112,110 @@ def test_prefix_blocks_are_shared_and_evicted_lru_only_when_unreferenced():
     kv.free(a)
     assert kv.num_used == 4
     kv.free(b)
-    assert kv.num_used == 0 and kv.num_free == 10 and len(kv.evictable) == 3  # cached, free, evictable
-    c = Request(2, 0.0, 16 * 9, 10)  # needs 9: takes the 7 empty blocks, then evicts the 2 LRU cached
+    # cached, free, evictable: the 3 prefix blocks, after a run of the 2 own blocks (freed first)
+    assert kv.num_used == 0 and kv.num_free == 10 and kv.num_idle == 5 and len(kv.evictable) == 4
+    c = Request(2, 0.0, 16 * 9, 10)  # needs 9: the 5 empty blocks, the 2 own ones, then the 2 LRU cached
     assert kv.grow(c, 16 * 9)
     assert kv.cached_prefix_blocks(a) == (1, 1)  # block 0 survives (freed last)
+
+
+def _preempt(kv, r):
+    """What the replica does to a request it preempts for recompute (``Replica._apply``)."""
+    kv.free(r, recompute=True)
+    r.dropped_tokens, r.num_computed_tokens = r.num_computed_tokens, 0
+    r.preemptions += 1
+
+
+def test_a_preempted_request_finds_its_own_full_blocks_when_readmitted():
+    # vLLM V1 caches every full block of every request: a request preempted for recompute leaves
+    # its full blocks in the cache, and readmitted it computes only what was evicted meanwhile (and
+    # at least its last token). Before, only shared-prefix blocks were cached: 110 tokens again.
+    kv = BlockAllocator(20, 16, prefix_caching=True)
+    r = running_req(0, 100, 10, kv)  # 109 tokens of KV: 6 full blocks + 1 partial
+    assert kv.num_used == 7
+    _preempt(kv, r)
+    # its 6 full blocks are cached, after its partial one (freed first, as vLLM frees a request's
+    # blocks last first), which holds its place in the eviction order but no lookup can hit it
+    assert kv.num_used == 0 and kv.num_free == 20 and kv.num_idle == 7 and kv.num_empty == 13
+    b = ContinuousPolicy().next_batch(ReplicaState([], deque([r]), kv))
+    assert b.prefix_hits == ((r, 96),) and scheduled(b) == {0: 110 - 96}
+    assert b.prefill_tokens == 14
+    assert kv.map_hits(b.prefix_hits) and r.kv_blocks == 6 and kv.num_used == 6 and kv.num_idle == 1
+    r.num_computed_tokens = 96
+    assert kv.grow(r, 110) and kv.num_used == 7 and kv.num_empty == 12  # (empty blocks first)
+    kv.free(r)  # completed: its blocks stay in the eviction order, but nothing can hit them
+    assert kv.num_free == 20 and kv.num_idle == 8 and kv.cached_prefix_blocks(r, 6) == (0, 0)
+
+
+def test_own_blocks_are_evicted_least_recently_freed_first_later_blocks_first():
+    # vLLM's free queue is LRU over every freed block: a completion freed after the preemption
+    # queues behind the victim's blocks (its run is evicted after them), and of the victim's
+    # blocks the last ones go first, so its prefix survives longest
+    kv = BlockAllocator(12, 16, prefix_caching=True)
+    v = running_req(0, 96, 1, kv)  # 96 tokens of KV: 6 full blocks
+    done = running_req(1, 96, 1, kv)
+    assert kv.num_free == 0
+    _preempt(kv, v)
+    kv.free(done)
+    assert kv.num_free == 12 and kv.num_idle == 12 and kv.num_empty == 0
+    kv.take(2)  # evicts v's blocks 5 and 4
+    assert kv.cached_prefix_blocks(v, 6) == (4, 4)
+    kv.take(5)  # v's 4 others, then 1 of the completion's 6
+    assert kv.cached_prefix_blocks(v, 6) == (0, 0) and kv.num_free == 5 and kv.num_idle == 5
+    # freed the other way round, the completion's blocks go first and v's survive
+    kv = BlockAllocator(12, 16, prefix_caching=True)
+    v = running_req(0, 96, 1, kv)
+    done = running_req(1, 96, 1, kv)
+    kv.free(done)
+    _preempt(kv, v)
+    kv.take(7)
+    assert kv.cached_prefix_blocks(v, 6) == (5, 5)
+
+
+def test_a_preempted_request_hits_its_shared_prefix_then_its_own_blocks():
+    kv = BlockAllocator(20, 16, prefix_caching=True)
+    other = Request(1, 0.0, 40, 10, prefix_group=0, prefix_tokens=32)  # maps the 2 prefix blocks
+    assert kv.grow(other, 40)
+    r = running_req(0, 0, 0, kv, computed=0)
+    r.prefix_group, r.prefix_tokens, r.prompt_tokens, r.num_output_done = 0, 32, 100, 5
+    r.num_computed_tokens = 104
+    assert kv.grow(r, 104) and kv.num_used == 3 + 7 - 2  # shares 2 of its 7 blocks
+    _preempt(kv, r)  # the prefix stays mapped by the other; its own 4 full blocks are cached
+    assert kv.num_used == 3 and kv.num_idle == 4 + 1  # (and its partial one freed)
+    b = ContinuousPolicy().next_batch(ReplicaState([], deque([r]), kv))
+    assert b.prefix_hits == ((r, 96),) and scheduled(b) == {0: 105 - 96}
+    assert kv.map_hits(b.prefix_hits) and r.kv_blocks == 6 and kv.num_used == 3 + 4 and kv.num_idle == 1
+    assert kv.freeable_blocks(r) == 4  # the shared blocks stay mapped by the other
+
+
+def test_a_session_turn_preempted_and_readmitted_keeps_the_routers_books():
+    # a session turn's blocks are its conversation's: with a prompt under one block, its first
+    # block is the conversation's first, which prefix-aware routing follows in and out of the cache
+    kv = BlockAllocator(20, 16, prefix_caching=True)
+    seen = []
+    kv.on_prefix = lambda tag, d: seen.append((tag, d))
+    r = Request(0, 0.0, 10, 100, prefix_group=5, prefix_tokens=10, cache_output=True)
+    r.num_output_done, r.num_computed_tokens = 30, 39
+    assert kv.grow(r, 39)
+    _preempt(kv, r)
+    assert seen == [(5, 1)] and kv.num_idle == 3  # blocks (5, 1), (5, 0) and the partial one
+    b = ContinuousPolicy().next_batch(ReplicaState([], deque([r]), kv))
+    assert b.prefix_hits == ((r, 32),) and scheduled(b) == {0: 40 - 32}
+    assert kv.map_hits(b.prefix_hits) and r.kv_blocks == 2
+    assert seen == [(5, 1), (5, -1)]  # mapped again: not in the cache until it is freed
+    r.num_computed_tokens = 32
+    assert kv.grow(r, 40)
+    kv.free(r)
+    assert seen == [(5, 1), (5, -1), (5, 1)]
+
+
+def test_without_prefix_caching_a_preempted_request_computes_everything_again():
+    kv = BlockAllocator(20, 16)
+    r = running_req(0, 100, 10, kv)
+    _preempt(kv, r)
+    assert kv.num_free == 20 and kv.num_idle == 0
+    b = ContinuousPolicy().next_batch(ReplicaState([], deque([r]), kv))
+    assert not b.prefix_hits and scheduled(b) == {0: 110}
 
 
 # ------------------------------------------------------------------ speculative decoding

@@ -107,9 +107,15 @@ class BlockAllocator:
     caching, block ``j`` is hashed by its key (``key``: ``(g, j)`` for group ``g``, or from the
     request's block hash ids), shared by every request mapping it (reference counts), and kept
     after its last user frees it, as free-but-cached, until evicted LRU (last-freed last; a
-    request's later blocks are freed first so prefixes survive longest). A request with
-    ``cache_output`` (a session turn: its group is its conversation) also leaves its other full
-    blocks (its output) in the cache when freed, keyed the same way, for the next turn to hit.
+    request's later blocks are freed first so prefixes survive longest). As vLLM V1 caches every
+    full block, a request's other full blocks stay in the cache too when freed: a session turn's
+    (``cache_output``: its group is its conversation) keyed the same way, for the next turn to
+    hit; a request's preempted for recompute (``free(req, recompute=True)``) under its own keys
+    ``(request_id, ~j)``, for it to hit when readmitted (``cached_prefix_blocks`` looks past its
+    shared prefix when ``req.dropped_tokens``; ``map_hits`` maps them back as its unshared
+    blocks); anyone else's (completed, handed off, swapped out: no lookup can hit them) as a
+    counted run in the eviction order, so that blocks freed after them outlive them, as in
+    vLLM's free queue.
 
     With a sliding attention window (``window_tokens``) a request never holds more than
     ``window_blocks`` blocks: blocks wholly out of the window are freed as the sequence grows (vLLM
@@ -118,14 +124,14 @@ class BlockAllocator:
     the most blocks the window's tokens can straddle (V1 holds this many or one fewer, depending
     on the alignment; the cap is the upper bound).
 
-    Contract: ``num_free`` = empty blocks + cached blocks nobody references (an allocation takes
-    an empty block first, else evicts the least recently freed cached one). ``grow(req, tokens)``
+    Contract: ``num_free`` = empty blocks + cached blocks nobody references (``num_idle``; an
+    allocation takes an empty block first, else evicts the least recently freed cached one). ``grow(req, tokens)``
     maps enough blocks for ``tokens`` tokens, or returns False changing nothing when fewer than
     the new blocks are free (a cache hit may need no free block; planning counts it anyway).
     ``free(req)`` unmaps all of its blocks. ``num_used + num_free == num_blocks`` always.
     """
 
-    __slots__ = ("block_size", "num_blocks", "num_empty", "caching", "cache", "evictable", "on_prefix",
+    __slots__ = ("block_size", "num_blocks", "num_empty", "caching", "cache", "evictable", "num_idle", "on_prefix",
                  "window_blocks")
 
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
@@ -138,18 +144,22 @@ class BlockAllocator:
         self.num_empty = num_blocks
         self.caching = prefix_caching
         self.cache: dict = {}  # block key (tag, j) -> number of requests mapping it
-        self.evictable: OrderedDict = OrderedDict()  # cached keys nobody maps, least recently freed first
+        # the free blocks holding KV, least recently freed first: cached keys nobody maps (-> None),
+        # and runs of blocks no lookup can hit (a ``_Spent`` -> how many: blocks of requests gone
+        # from this replica, vLLM V1 caches them too), which take their place in the eviction order
+        self.evictable: OrderedDict = OrderedDict()
+        self.num_idle = 0  # blocks in ``evictable``
         # on_prefix(tag, +1 / -1): the first block of a prefix (key (tag, 0)) entered / left the cache
         # (the cluster keeps which replicas can hold a prefix, for prefix-aware routing)
         self.on_prefix = None
 
     @property
     def num_free(self) -> int:
-        return self.num_empty + len(self.evictable)
+        return self.num_empty + self.num_idle
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - self.num_empty - len(self.evictable)
+        return self.num_blocks - self.num_empty - self.num_idle
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks a request with ``tokens`` tokens of KV holds."""
@@ -188,6 +198,15 @@ class BlockAllocator:
                 rc -= dropped.get(k, 0)
             hits += 1
             idle += rc == 0
+        if hits == pb and req.dropped_tokens and self.caching and max_blocks is not None:
+            # a request preempted for recompute: its own full blocks it left in the cache, as long
+            # as they were not evicted since (nobody else maps them)
+            get = self.cache.get
+            for k in self._own_keys(req, range(hits, max_blocks)):
+                if get(k) != 0:
+                    break
+                hits += 1
+                idle += 1
         return hits, idle
 
     def freeable_blocks(self, req, dropped=None) -> int:
@@ -200,16 +219,68 @@ class BlockAllocator:
         """The cache keys of the shared (prefix) blocks ``req`` maps: what freeing it releases."""
         return self._keys(req.prefix_group, req.block_tags, range(min(self._prefix_blocks(req), req.kv_blocks)))
 
+    def _own_keys(self, req, blocks: range) -> list:
+        """The cache keys of ``req``'s blocks past its shared prefix, for each j of ``blocks``: its
+        group's (``key``) for a session turn (``cache_output``: its whole sequence is its
+        conversation's), else its own ``(request_id, ~j)``: no other request's, and never a
+        prefix's first block (``~j`` < 0), so routing never counts it."""
+        if req.cache_output and req.prefix_group >= 0:
+            return self._keys(req.prefix_group, req.block_tags, blocks)
+        rid = req.request_id
+        return [(rid, ~j) for j in blocks]
+
+    def map_hits(self, hits) -> bool:
+        """Map the prefix-cache hits ``hits`` ((request, cached tokens), requests holding no
+        blocks) before anything else is allocated: first every request's own blocks (past its
+        shared prefix, cached when it was preempted; ``cached_prefix_blocks``), taken off the
+        cache as its unshared blocks, so no other mapping evicts them; then the shared blocks,
+        as ``grow`` maps them. False when an own block is gone."""
+        own = []
+        cache, evictable, on_prefix = self.cache, self.evictable, self.on_prefix
+        for r, cached in hits:
+            pb = self._prefix_blocks(r)
+            target = self.blocks_for(cached)
+            keys = self._own_keys(r, range(max(pb, r.kv_blocks), target))
+            for k in keys:
+                if cache.get(k) != 0:
+                    return False
+                del cache[k]
+                del evictable[k]
+                if k[1] == 0 and on_prefix is not None:  # (a session turn's, its prompt under a block)
+                    on_prefix(k[0], -1)
+            self.num_idle -= len(keys)
+            own.append(len(keys))
+        for (r, cached), n in zip(hits, own):
+            if not self.grow(r, min(cached, self._prefix_blocks(r) * self.block_size)):
+                return False
+            r.kv_blocks += n
+        return True
+
     def take(self, n: int) -> None:
         """Allocate ``n`` unshared blocks (empty ones first, then the least recently freed cached
         ones): growth the engine books in bulk for its decode set (``num_free >= n``)."""
         take = min(n, self.num_empty)
         self.num_empty -= take
-        for _ in range(n - take):
-            key, _ = self.evictable.popitem(last=False)
-            del self.cache[key]
-            if key[1] == 0 and self.on_prefix is not None:
-                self.on_prefix(key[0], -1)
+        if n > take:
+            self._evict(n - take)
+
+    def _evict(self, n: int) -> None:
+        """Take ``n`` blocks from the front of ``evictable`` (``n <= num_idle``)."""
+        evictable, cache, on_prefix = self.evictable, self.cache, self.on_prefix
+        self.num_idle -= n
+        while n:
+            key, run = evictable.popitem(last=False)
+            if run is None:
+                del cache[key]
+                if key[1] == 0 and on_prefix is not None:
+                    on_prefix(key[0], -1)
+                n -= 1
+            elif run > n:
+                evictable[key] = run - n
+                evictable.move_to_end(key, last=False)
+                return
+            else:
+                n -= run
 
     def grow(self, req, tokens: int) -> bool:
         target = self.blocks_for(tokens)
@@ -237,16 +308,14 @@ class BlockAllocator:
                     if self.num_empty:
                         self.num_empty -= 1
                     else:
-                        old, _ = evictable.popitem(last=False)
-                        del cache[old]
-                        if old[1] == 0 and on_prefix is not None:
-                            on_prefix(old[0], -1)
+                        self._evict(1)
                     cache[key] = 1
                     if key[1] == 0 and on_prefix is not None:
                         on_prefix(key[0], 1)
                 else:
                     if rc == 0:
                         del evictable[key]
+                        self.num_idle -= 1
                     cache[key] = rc + 1
             if target > top:  # the blocks past the prefix: as many ``take(1)`` (empty ones first)
                 self.take(target - top)
@@ -270,42 +339,67 @@ class BlockAllocator:
             self.num_empty += extra
             req.kv_blocks = target
 
-    def detach(self, req) -> tuple:
+    def detach(self, req, recompute: bool = False) -> tuple:
         """Take ``req``'s blocks off it but keep them allocated (KV in flight to another replica);
-        ``release`` the returned token to free them."""
+        ``release`` the returned token to free them. ``recompute``: as ``free``."""
         shared = min(self._prefix_blocks(req), req.kv_blocks)
-        full = shared
-        if req.cache_output and self.caching and req.prefix_group >= 0:
+        own = ()
+        if self.caching and (recompute or (req.cache_output and req.prefix_group >= 0)):
             full = max(shared, min(req.num_computed_tokens // self.block_size, req.kv_blocks))
-        token = (req.prefix_group, req.block_tags, shared, full, req.kv_blocks)
+            own = self._own_keys(req, range(full - 1, shared - 1, -1))  # later blocks evictable first
+        token = (req.prefix_group, req.block_tags, shared, own, req.kv_blocks)
         req.kv_blocks = 0
         return token
 
     def release(self, token) -> None:
-        g, tags, shared, full, n = token
+        g, tags, shared, own, n = token
+        if not self.caching:
+            self.num_empty += n
+            assert self.num_empty <= self.num_blocks, "KV blocks freed twice"
+            return
         cache, evictable, on_prefix = self.cache, self.evictable, self.on_prefix
-        kept = 0
-        # a session turn's own full blocks past the shared ones stay cached (nobody maps them);
-        # a block whose key is cached already is a duplicate and simply frees
-        for key in self._keys(g, tags, range(full - 1, shared - 1, -1)):  # later blocks evictable first
-            if key not in cache:
-                cache[key] = 0
-                evictable[key] = None
-                kept += 1
-                if key[1] == 0 and on_prefix is not None:
-                    on_prefix(key[0], 1)
+        # every block goes into the eviction order, as vLLM's free queue takes every freed block,
+        # the request's last first: its blocks no lookup can hit as a run (the partial last one;
+        # the full ones but for a session turn, whose stay cached under its conversation's keys
+        # for the next turn, and a request preempted for recompute, whose stay cached under its own
+        # for its return; a block whose key is cached already is a duplicate), then its own
+        # cached blocks, later ones first, then its shared ones nobody maps any more
+        own = [key for key in own if key not in cache]
+        spent = n - shared - len(own)
+        if spent:
+            last = next(reversed(evictable), None)
+            if last is not None and evictable[last] is not None:  # (the newest run grows)
+                evictable[last] += spent
+            else:
+                evictable[_Spent()] = spent
+        for key in own:
+            cache[key] = 0
+            evictable[key] = None
+            if key[1] == 0 and on_prefix is not None:
+                on_prefix(key[0], 1)
+        idle = n - shared
         for key in self._keys(g, tags, range(shared - 1, -1, -1)):
             rc = cache[key] - 1
             cache[key] = rc
             if rc == 0:
                 evictable[key] = None
-        self.num_empty += n - shared - kept
-        assert self.num_empty + len(self.evictable) <= self.num_blocks, "KV blocks freed twice"
+                idle += 1
+        self.num_idle += idle
+        assert self.num_empty + self.num_idle <= self.num_blocks, "KV blocks freed twice"
 
-    def free(self, req) -> None:
+    def free(self, req, recompute: bool = False) -> None:
+        """Unmap all of ``req``'s blocks. ``recompute``: it was preempted to be recomputed here, so
+        its own full blocks stay cached under its keys, for ``cached_prefix_blocks`` to find when
+        it comes back."""
         if not self.caching:  # (detach and release, for blocks nobody shares: the hot path)
             self.num_empty += req.kv_blocks
             req.kv_blocks = 0
             assert self.num_empty <= self.num_blocks, "KV blocks freed twice"
             return
-        self.release(self.detach(req))
+        self.release(self.detach(req, recompute))
+
+
+class _Spent:
+    """A run of free blocks whose KV no lookup can hit, in ``BlockAllocator.evictable``."""
+
+    __slots__ = ()

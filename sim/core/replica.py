@@ -696,7 +696,7 @@ class Replica:
                     kv.free(r)
                     self.swapped.appendleft(r)
                 else:
-                    kv.free(r)
+                    kv.free(r, recompute=True)
                     self.recorder.recompute_tokens += r.num_computed_tokens
                     r.dropped_tokens = r.num_computed_tokens
                     r.num_computed_tokens = 0
@@ -713,10 +713,11 @@ class Replica:
                 # are not computed again, so they are no recompute work (a hit past them is a
                 # prefix it never computed, not recompute either)
                 self.recorder.recompute_tokens -= min(cached, r.dropped_tokens)
-            r.dropped_tokens = 0
-            ok = kv.grow(r, cached)
-            if not ok:
+        if batch.prefix_hits:
+            if not kv.map_hits(batch.prefix_hits):
                 raise DecisionError("prefix hit on blocks that are gone")
+            for r, _ in batch.prefix_hits:
+                r.dropped_tokens = 0
         for r in batch.swap_in:
             if not self.swapped or self.swapped[0] is not r:
                 raise DecisionError("policy must swap in from the front of the swapped queue")
