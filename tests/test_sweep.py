@@ -548,3 +548,53 @@ def test_compare_policies_help_names_every_kind_it_takes():
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     (flag,) = [a for a in sub.choices["compare"]._actions if "--policies" in a.option_strings]
     assert "module:Class" in flag.help and "static" in flag.help
+
+
+def test_a_run_folder_holding_another_points_run_is_not_reused(tmp_path, monkeypatch, capsys):
+    """runs/<hash> whose (whole, intact) folder holds another scenario's run, e.g. two folders
+    swapped or copied in under the wrong name: its results were taken as this point's (the rate-2
+    point showed the rate-8 point's throughput). Its scenario.yaml is checked against the point's."""
+    sc, out = scenario_file(tmp_path), tmp_path / "sw"
+    argv = ["sweep", sc, "--grid", "workload.arrival.rate_rps=2,8", "--out", str(out), "--workers", "1", "--quiet"]
+    assert main(argv) == 0
+    before = read_results(out / "results.csv")
+    a, b = (out / r["dir"] for r in before)
+    a.rename(out / "runs" / "x")
+    b.rename(a)
+    (out / "runs" / "x").rename(b)
+    calls = count_runs(monkeypatch)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert len(calls) == 2 and "holds the run of another scenario" in capsys.readouterr().err
+    after = read_results(out / "results.csv")
+    assert [r["throughput_rps"] for r in after] == [r["throughput_rps"] for r in before]
+    for r in after:
+        assert yaml.safe_load((out / r["dir"] / "scenario.yaml").read_text())["workload"]["arrival"]["rate_rps"] == \
+            r["workload.arrival.rate_rps"]
+
+
+def test_an_unreadable_file_of_a_finished_run_reruns_its_point(tmp_path, monkeypatch, capsys):
+    """A finished point's requests.csv that cannot be read (permissions, an I/O error) stopped the
+    whole study ("cannot use '.../requests.csv': Permission denied", exit 2), where an unreadable
+    summary.json reruns the point: it is damaged the same way, named, and its point runs again."""
+    import servesim.outputs.rundir as rundir_mod
+
+    sc, out = scenario_file(tmp_path), tmp_path / "sw"
+    argv = ["sweep", sc, "--grid", "workload.arrival.rate_rps=2,8", "--out", str(out), "--workers", "1", "--quiet"]
+    assert main(argv) == 0
+    bad = out / read_results(out / "results.csv")[0]["dir"] / "requests.csv"
+    real = rundir_mod.file_digest
+
+    def unreadable(path):  # (chmod 000 does not stop root, who runs the tests here)
+        if path == bad:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(rundir_mod, "file_digest", unreadable)
+    calls = count_runs(monkeypatch)
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert len(calls) == 1 and "is damaged, running the point again" in err and "Permission denied" in err
+    assert all(r["status"] == "ok" for r in read_results(out / "results.csv"))
+

@@ -451,11 +451,16 @@ def verify_run(run_dir: str | Path, summary: dict | None = None) -> None:
             raise InputError(f"{p}/summary.json: files.{shown(name)}: not what servesim writes")
         if not f.is_file():
             raise InputError(f"{f}: missing; its run folder is damaged (summary.json lists it): run it again")
-        size = f.stat().st_size
+        try:  # (a file that cannot be read, for its permissions or a disk error, is damaged too)
+            size = f.stat().st_size
+            digest = file_digest(f) if size == info.get("bytes") else None
+        except OSError as e:
+            raise InputError(f"{f}: cannot read it ({e.strerror or e}); its run folder is damaged: run it "
+                             "again") from None
         if size != info.get("bytes"):
             raise InputError(f"{f}: {size} bytes where summary.json says {info.get('bytes')}; its run folder is "
                              "damaged (truncated or edited): run it again")
-        if file_digest(f) != info.get("sha256"):
+        if digest != info.get("sha256"):
             raise InputError(f"{f}: its content differs from what was written (SHA-256 mismatch); its run "
                              "folder is damaged: run it again")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from servesim.errors import InputError, one_line
 from servesim.inputs.overrides import parse_override
-from servesim.outputs.rundir import read_results, read_summary, verify_run
+from servesim.outputs.rundir import read_results, read_scenario, read_summary, verify_run
 from servesim.outputs.writer import STUDY_OUTPUTS, TMP_PREFIX, study_file_names
 from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
 from servesim.studies.lock import folder_lock
@@ -51,16 +51,26 @@ METRIC_COLUMNS = (
 def finished_row(out_dir: Path, data: dict, outputs: tuple | None = None) -> dict | None:
     """The row of a point already finished in an earlier run (None when it has not finished).
     A folder that is damaged (its summary.json unreadable, or a file it lists missing, truncated
-    or edited: ``verify_run``) is removed, with a note naming it, and the point runs again; so is
-    one that lacks a file this run wants (``outputs``, as ``ExecutorOptions.outputs``; None: all):
-    an earlier run that wrote fewer files (``--outputs``) does not stand for this one."""
+    or edited: ``verify_run``), or that holds another scenario's run (its scenario.yaml is not
+    ``data``: folders swapped or copied in under another name), is removed, with a note naming
+    it, and the point runs again; so is one that lacks a file this run wants (``outputs``, as
+    ``ExecutorOptions.outputs``; None: all): an earlier run that wrote fewer files (``--outputs``)
+    does not stand for this one. A folder without scenario.yaml (``outputs`` without it, from
+    Python) is taken on its name."""
     if not out_dir.exists():
         return None
     try:
         summary = read_summary(out_dir)
         verify_run(out_dir, summary)
+        ran = read_scenario(out_dir)
     except InputError as e:
         print(f"servesim: {out_dir} is damaged, running the point again: {one_line(e, 300)}", file=sys.stderr)
+        _remove(out_dir)
+        return None
+    if ran and _canonical(ran) != _canonical(data):
+        # (whole and intact, but another point's run: folders swapped, or copied in under another name)
+        print(f"servesim: {out_dir} holds the run of another scenario (its scenario.yaml is not this point's "
+              "resolved scenario), running the point again", file=sys.stderr)
         _remove(out_dir)
         return None
     missing = [f for f in study_file_names(STUDY_OUTPUTS if outputs is None else outputs)
@@ -81,6 +91,12 @@ def finished_row(out_dir: Path, data: dict, outputs: tuple | None = None) -> dic
         return None
     row["num_gpus"] = num_gpus(data)
     return {"status": "ok", "error": "", **row}
+
+
+def _canonical(data: dict) -> str:
+    """A resolved scenario as canonical JSON: what ``scenario_hash`` digests, so that the
+    scenario.yaml a run wrote compares equal to the point's resolved data it was run from."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _remove(path: Path) -> None:
