@@ -598,3 +598,33 @@ def test_an_unreadable_file_of_a_finished_run_reruns_its_point(tmp_path, monkeyp
     assert len(calls) == 1 and "is damaged, running the point again" in err and "Permission denied" in err
     assert all(r["status"] == "ok" for r in read_results(out / "results.csv"))
 
+
+def test_a_study_removes_the_report_an_earlier_study_left(tmp_path, capsys):
+    """A sweep stopped with points to run, its report drawn, then the same sweep run to its end
+    (or another study, or a comparison with --no-report, into the folder): the earlier report.md
+    and figures stayed beside the new results, saying points 'did not run' that had. A study
+    removes servesim's report.md and figures when it starts (a file of the user's stays)."""
+    sc, out = scenario_file(tmp_path), tmp_path / "sw"
+    sweep = ["sweep", sc, "--grid", "workload.arrival.rate_rps=2", "--out", str(out), "--workers", "1", "--quiet"]
+    assert main(sweep) == 0
+    (out / "figures").mkdir()  # (what servesim report writes, drawn by hand: drawing takes seconds)
+    for f in ("ttft_vs_load.png", "ttft_vs_load.svg"):
+        (out / "figures" / f).write_bytes(b"x")
+    (out / "figures" / "mine.txt").write_text("the user's")
+    (out / "report.md").write_text("# servesim report: sw\n\nA sweep ...: 1 points, 0 ran.\n")
+    capsys.readouterr()
+    assert main(sweep) == 0
+    assert "removed the report.md and figures an earlier study left" in capsys.readouterr().err
+    assert not (out / "report.md").exists()
+    assert [f.name for f in (out / "figures").iterdir()] == ["mine.txt"]
+    (out / "figures" / "mine.txt").unlink()
+    (out / "figures" / "a.svg").write_bytes(b"x")
+    compare = ["compare", sc, "--variant", "a", "policy.max_num_seqs=8", "--out", str(out), "--workers", "1",
+               "--quiet", "--no-report"]
+    assert main(compare) == 0
+    assert not (out / "figures").exists()
+    capsys.readouterr()
+    (out / "report.md").write_text("# my notes\n")  # a report.md servesim did not write stays, unnoted
+    assert main(compare) == 0
+    assert (out / "report.md").read_text() == "# my notes\n" and "removed" not in capsys.readouterr().err
+

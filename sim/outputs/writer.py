@@ -224,6 +224,38 @@ RUN_ENTRIES = frozenset({"summary.json", "scenario.yaml", "requests.csv", "reque
 TMP_PREFIX = ".tmp-"  # a run folder being written, beside its final place: .tmp-<name>-<pid>-<random>
 
 
+# the first line of each report.md servesim writes into a study folder (``servesim report``, a plan's)
+REPORT_HEADS = ("# servesim report:", "# servesim plan:")
+FIGURE_SUFFIXES = (".png", ".svg")  # what a report draws into figures/
+
+
+def remove_report(folder: Path) -> bool:
+    """Remove the report an earlier study left in ``folder``: report.md when servesim wrote it (its
+    first line is one of ``REPORT_HEADS``) and figures/'s PNG and SVG files (figures/ itself when
+    that empties it); other files stay. True when something was removed. A study calls it as it
+    starts: the report described the earlier study's results (another grid, or the same one
+    stopped with points still to run), not the ones the folder now holds."""
+    removed = False
+    md = folder / "report.md"
+    try:
+        with md.open(encoding="utf-8", errors="replace") as fh:
+            head = fh.readline()
+    except OSError:
+        head = ""
+    if head.startswith(REPORT_HEADS):
+        md.unlink(missing_ok=True)
+        removed = True
+    figs = folder / "figures"
+    if figs.is_dir() and not figs.is_symlink():
+        for f in figs.iterdir():
+            if f.suffix in FIGURE_SUFFIXES and f.is_file():
+                f.unlink(missing_ok=True)
+                removed = True
+        with contextlib.suppress(OSError):
+            figs.rmdir()  # (only when empty)
+    return removed
+
+
 class _Digest:
     """A binary file that hashes (SHA-256) and counts what is written to it."""
 

@@ -73,7 +73,7 @@ from servesim.studies.executors import ExecutorOptions, check_numbers
 from servesim.studies.points import load_base, make_points, num_gpus, require_rate, scenario_label
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
-from servesim.studies.sweep import RESULTS, RUNS, execute, write_meta, write_results
+from servesim.studies.sweep import RESULTS, RUNS, begin_study, execute, write_results
 
 RATE_KEY = "workload.arrival.rate_rps"
 MIN_KEEP_UP_REQUESTS = 20
@@ -550,8 +550,8 @@ class _Folder:
 def _begin(path: Path, meta: dict) -> None:
     """Start a search in ``path``: its meta written, an earlier search's capacity.json removed (another
     --slo perhaps: a search stopped before its own answer left it beside this one's probes, and the
-    report showed it as this search's)."""
-    write_meta(path, meta)
+    report showed it as this search's), and so is an earlier study's report (``begin_study``)."""
+    begin_study(path, meta)
     (path / "capacity.json").unlink(missing_ok=True)
 
 

@@ -21,7 +21,7 @@ from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, require_rate, scenario_label
 from servesim.studies.replicates import check_seed_count
 from servesim.studies.lock import folder_lock
-from servesim.studies.sweep import RESULTS, execute_seeds, read_results, write_meta
+from servesim.studies.sweep import RESULTS, begin_study, execute_seeds, read_results, write_meta
 
 RATE_KEY = "workload.arrival.rate_rps"
 
@@ -246,7 +246,7 @@ def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = Execut
             "configurations": {lbl: ov for lbl, ov in plan.configs}, "rates": plan.rates,
             "set": plan.overrides, "notes": plan.notes, **({"seeds": plan.seeds} if plan.seeds > 1 else {})}
     with folder_lock(out, "compare"):  # (sweep.json too: a second comparison is refused before it writes)
-        write_meta(out, meta)
+        begin_study(out, meta)
         execute_seeds(plan.points, out, ex, plan.seeds, desc="compare")
         rows = read_results(out / RESULTS)
         write_meta(out, {**meta, "warnings": study_warnings(rows)})  # what the results show: identical, failed, ...

@@ -52,7 +52,7 @@ from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, 
 from servesim.studies.points import load_base, make_points, require_rate
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
-from servesim.studies.sweep import RUNS, execute, write_meta, write_results
+from servesim.studies.sweep import RUNS, begin_study, execute, write_results
 
 RUN_S = 300.0  # seconds of arrivals at R in every run at R (unless --requests): tails need many requests
 OBJECTIVES = ("cost", "gpus", "power")
@@ -572,7 +572,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     # held through every shape's runs (their batches take it too): a second study into the folder
     # is refused at once, not left to fail the shapes it reaches, each an "error" of the plan
     with folder_lock(out, "plan"):
-        write_meta(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
+        begin_study(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
                          "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
         pl.write()  # (in progress: a plan.json an earlier plan left is not this one's answer)
         total = len(todo) + opts.verify_top + 1

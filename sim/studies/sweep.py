@@ -24,7 +24,7 @@ from pathlib import Path
 from servesim.errors import InputError, one_line
 from servesim.inputs.overrides import parse_override
 from servesim.outputs.rundir import read_results, read_scenario, read_summary, verify_run
-from servesim.outputs.writer import STUDY_OUTPUTS, TMP_PREFIX, study_file_names
+from servesim.outputs.writer import STUDY_OUTPUTS, TMP_PREFIX, remove_report, study_file_names
 from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
 from servesim.studies.lock import folder_lock
 from servesim.outputs.metrics import RESULT_METRICS
@@ -274,6 +274,16 @@ def write_results(out_dir: Path, points: list[Point], name: str = RESULTS) -> Pa
     return path
 
 
+def begin_study(out_dir: Path, meta: dict) -> None:
+    """A study starts writing in ``out_dir`` (its lock held): the report an earlier study left
+    there is removed (``writer.remove_report``; a note on stderr says so), then ``meta`` is
+    written as sweep.json."""
+    if remove_report(out_dir):
+        print(f"servesim: {out_dir}: removed the report.md and figures an earlier study left (servesim report "
+              f"{out_dir} draws this study's)", file=sys.stderr)
+    write_meta(out_dir, meta)
+
+
 def write_meta(out_dir: Path, meta: dict) -> None:
     path = out_dir / SWEEP_META
     tmp = out_dir / (SWEEP_META + ".tmp")
@@ -319,7 +329,7 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, "sweep"):
-        write_meta(out, {"kind": "sweep", "scenario": scenario_label(scenario, base), "grid": grid,
+        begin_study(out, {"kind": "sweep", "scenario": scenario_label(scenario, base), "grid": grid,
                          "set": list(overrides or []), "points": len(points),
                          **({"seeds": seeds} if seeds > 1 else {})})
         ran, skipped = execute_seeds(points, out, ex, seeds)
