@@ -628,3 +628,24 @@ def test_a_study_removes_the_report_an_earlier_study_left(tmp_path, capsys):
     assert main(compare) == 0
     assert (out / "report.md").read_text() == "# my notes\n" and "removed" not in capsys.readouterr().err
 
+
+def test_report_refuses_a_folder_a_study_is_still_writing(tmp_path, capsys):
+    """servesim report while a study runs in the folder: the report called the points still to run
+    'stopped before' (the study was running them) and, drawn before the study's end, stayed as its
+    report (a sweep writes none at its end). Refused, naming the study, until the study ends."""
+    from servesim.studies.lock import LOCK_FILE, folder_lock, holder
+
+    sc, out = scenario_file(tmp_path), tmp_path / "sw"
+    assert main(["sweep", sc, "--grid", "workload.arrival.rate_rps=2", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    assert holder(out) is None
+    with folder_lock(out, "sweep"):
+        assert holder(out)["what"] == "sweep"
+        capsys.readouterr()
+        assert main(["report", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "a servesim study is still writing in" in err and "a sweep started" in err
+    assert not (out / "report.md").exists() and holder(out) is None
+    # a lock file still naming a holder killed with kill -9 (no lock held): no study is writing
+    (out / LOCK_FILE).write_text('{"pid": 1, "host": "h", "what": "sweep", "started": "then"}\n')
+    assert holder(out) is None

@@ -22,6 +22,16 @@ def cmd_report(args) -> int:
                          "capacity, compare or plan")
     from servesim.outputs.plandoc import PLAN_JSON
     from servesim.outputs.rundir import read_study_meta
+    from servesim.studies.lock import holder
+
+    # (drawn now, the report would call the points still to run stopped, and outlive the study as
+    # its report: sweep and capacity write none at their end to replace it)
+    who = holder(path)
+    if who is not None:
+        by = (f" (pid {who.get('pid')} on {who.get('host')}, a {who.get('what', 'study')} started "
+              f"{who.get('started', '?')})") if who else ""
+        raise InputError(f"servesim report: a servesim study is still writing in {args.dir!r}{by}; run servesim "
+                         "report when it has finished (results.csv lists the points finished so far)")
 
     # (the study that last wrote the folder, by its sweep.json: a sweep, capacity search or comparison
     # run into a plan's folder leaves its plan.json, which is not what the folder now holds)

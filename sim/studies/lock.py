@@ -80,6 +80,33 @@ def folder_lock(folder: Path, what: str = "study"):
         os.close(fd)  # releases the flock
 
 
+def holder(folder: Path) -> dict | None:
+    """Who holds ``folder``'s lock (what ``folder_lock`` wrote: pid, host, what, started; ``{}``
+    when unreadable), or None when no study is writing there. Read without taking the lock, except
+    when the file still names a holder (one killed with kill -9 leaves its name): then a shared
+    lock tried and at once released tells a live holder from a dead one."""
+    path = Path(folder) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            named = os.pread(fd, 4096, 0).strip()
+        except OSError:
+            return None
+        if not named:  # (emptied when its holder let go)
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return _read(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def _read(fd: int) -> dict:
     try:
         data = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
