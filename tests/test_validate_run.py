@@ -456,3 +456,65 @@ def test_validate_run_does_not_write_over_a_run_folder(tmp_path, capsys):
     assert main(["validate-run", str(DETAILED), "--out", str(run_dir), "--quiet"]) == 2
     assert f"--out {run_dir}: holds a servesim run or study" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+
+
+def test_requests_the_simulation_rejected_are_named_and_left_out_of_both_sides(tmp_path, capsys):
+    """A scenario that rejects requests the benchmark served (here a KV cache too small for the
+    long ones) compared the measured distribution of every request with the simulated one of the
+    short ones it kept: TTFT 'within 1%' over two different sets of requests, and stdout said nothing
+    of it. Both sides now hold the same requests (those the simulation completed), and a warning
+    (stdout, report.md, validation.json) counts the rejected ones and quotes their reasons."""
+    rows = ["sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s"]
+    # request i: prompt 100 + 40 i tokens; measured TTFT i ms + 10 ms (the long ones slower)
+    rows += [f"{i * 0.5},{100 + 40 * i},20,{0.010 + 0.001 * i},{0.2 + 0.01 * i}" for i in range(12)]
+    table = tmp_path / "t.csv"
+    table.write_text("\n".join(rows) + "\n")
+    # 20 blocks of 16 tokens: prompt + output up to 320 tokens fit (requests 0-5), the rest are rejected
+    assert main(["validate-run", str(table), "--out", str(tmp_path / "v"), "--quiet",
+                 "--set", "memory.num_gpu_blocks=20"]) == 0
+    out = capsys.readouterr().out
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert v["requests"]["simulated_completed"] == 6 and v["requests"]["simulated_rejected"] == 6
+    ttft = v["metrics"]["ttft"]
+    assert ttft["n_measured"] == ttft["n_simulated"] == 6
+    assert ttft["mean"]["measured_s"] == pytest.approx(np.mean([0.010 + 0.001 * i for i in range(6)]))
+    e2e = [0.2 + 0.01 * i for i in range(6)]
+    assert v["metrics"]["e2e"]["p99"]["measured_s"] == pytest.approx(np.percentile(e2e, 99))
+    warn = next(w for w in v["warnings"] if "rejected by the simulation" in w)
+    assert warn.startswith("6 of 12 replayed requests were rejected by the simulation")
+    assert "needs 23 KV blocks; the replica has 20 in all" in warn and "run/requests.csv" in warn
+    assert "warning: 6 of 12 replayed requests were rejected by the simulation" in out
+    assert "**Warning:** 6 of 12 replayed requests were rejected" in (tmp_path / "v" / "report.md").read_text()
+
+
+def test_the_calibration_that_priced_the_replay_is_stated(tmp_path, capsys):
+    """Which engine profile and kernel calibration priced the simulation was in run/summary.json
+    alone: stdout, report.md, validation.json and the figures' titles did not say it, so a report
+    could not be read without knowing the defaults of the day. They name them now."""
+    assert main(["validate-run", str(DETAILED), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    cal = v["calibration"]
+    assert cal["engine"] == "vllm-v1" and cal["setting"] == "auto"
+    assert cal["pools"]["colocated"]["overhead"]["source"] == "engine vllm-v1"
+    assert "calibration: engine profile vllm-v1" in out and "cost.calibration auto" in out
+    report = (tmp_path / "v" / "report.md").read_text()
+    assert "- calibration: engine profile vllm-v1" in report
+    assert main(["validate-run", str(DETAILED), "--out", str(tmp_path / "w"), "--quiet",
+                 "--set", "cost.engine=vllm-v0", "--set", "cost.calibration=none"]) == 0
+    w = json.loads((tmp_path / "w" / "validation.json").read_text())
+    assert (w["calibration"]["engine"], w["calibration"]["setting"]) == ("vllm-v0", "none")
+    assert "calibration: engine profile vllm-v0" in capsys.readouterr().out
+
+
+def test_a_replay_without_an_api_server_does_not_claim_client_side_times(tmp_path):
+    """report.md said 'Both sides are the client's ... servesim adds its engine profile's API-server
+    time' with cost.api_server false too, where the simulated TTFT and E2E are the engine's alone:
+    a gap that is the front end read as the model's error. It says which it is."""
+    assert main(["validate-run", str(DETAILED), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    assert "Both sides are the client's" in (tmp_path / "v" / "report.md").read_text()
+    assert main(["validate-run", str(DETAILED), "--out", str(tmp_path / "w"), "--quiet",
+                 "--set", "cost.api_server=false"]) == 0
+    report = (tmp_path / "w" / "report.md").read_text()
+    assert "Both sides are the client's" not in report and "servesim adds" not in report
+    assert "the simulated TTFT and E2E are the engine's alone (no API server" in report

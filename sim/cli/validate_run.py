@@ -12,7 +12,7 @@ from servesim.errors import InputError
 
 def cmd_validate_run(args) -> int:
     from servesim.inputs.request_log import parse_columns
-    from servesim.studies.validate_run import METRICS, validate_run
+    from servesim.studies.validate_run import METRICS, calibration_text, validate_run
 
     columns = parse_columns(args.columns)
     made = not Path(args.out).exists()
@@ -33,6 +33,7 @@ def cmd_validate_run(args) -> int:
           f"{args.result} ({q['failed']} failed there); arrivals: {r['arrivals']}")
     if r["columns"]:
         print("columns: " + ", ".join(f"{k} = {v}" for k, v in r["columns"].items()))
+    print(f"calibration: {calibration_text(r['calibration'])}")
     for w in r.get("warnings") or ():
         print(f"warning: {w}")
     print(f"\n{'metric':<8}{'':>10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms; error = sim / measured - 1)")

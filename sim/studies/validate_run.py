@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -141,8 +142,12 @@ def replay_scenario(sc: Scenario, workload: dict) -> Scenario:
 
 
 # ---------------------------------------------------------------- samples and statistics
-def measured_samples(res: BenchResult, order: np.ndarray) -> dict:
-    """Per metric, the benchmark's samples (per-request metrics in replay order)."""
+def measured_samples(res: BenchResult, order: np.ndarray, keep: np.ndarray | None = None) -> dict:
+    """Per metric, the benchmark's samples (per-request metrics in replay order); ``keep``: which
+    replayed requests count (bool per request of ``order``; the simulation's completed ones), all
+    when None."""
+    if keep is not None:
+        order = order[keep]
     out = res.output_tokens[order]
     multi = out > 1
     tpot = (res.e2e_s[order] - res.ttft_s[order])[multi] / (out[multi] - 1)
@@ -240,8 +245,13 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     (out / "scenario.yaml").write_text(scenario_to_yaml(replay))
     results = simulate(replay, progress=progress)
     results.write(out / "run")
-    meas = measured_samples(res, order)
     sim, done = simulated_samples(results)
+    # (request i of the run is request order[i] of the measurement: the replay sends them in that order)
+    assert len(done) == len(order), (len(done), len(order))
+    paired = measured_samples(res, order)  # every replayed request, for the per-request errors
+    # the statistics compare the same requests on both sides: those the simulation completed (a
+    # request it rejected has no simulated latency; the benchmark's would skew the measured side)
+    meas = measured_samples(res, order, done)
     s = results.summary
     rate = (how if res.sent_s is not None else
             f"{res.request_rate:g} req/s" if not math.isinf(res.request_rate) else
@@ -254,7 +264,7 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
         "requests": {"in_file": len(res), "failed": int((~res.ok).sum()), "replayed": int(len(order)),
                      "simulated_completed": int(s["completed"]), "simulated_rejected": int(s["rejected"])},
         "metrics": {k: compare(meas[k], sim[k] if k in ("tpot", "itl") else sim[k][done]) for k in METRICS},
-        "paired_median_abs_error": {k: paired_error(meas[k], sim[k], done) for k in ("ttft", "e2e")},
+        "paired_median_abs_error": {k: paired_error(paired[k], sim[k], done) for k in ("ttft", "e2e")},
         "throughput": {
             "measured": {"requests_per_s": res.throughput.get("request_throughput"),
                          "output_tokens_per_s": res.throughput.get("output_throughput"),
@@ -262,14 +272,19 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
             "simulated": {"requests_per_s": s["throughput_rps"], "output_tokens_per_s": s["output_tokens_per_s"],
                           "total_tokens_per_s": s["total_tokens_per_s"]}},
         "prefix_cache_hit_rate": s["kv"]["prefix_cache_hit_rate"],
+        # what priced the simulation: the engine profile and the kernel calibration (cost.calibration)
+        "calibration": {"setting": sc.cost.calibration,
+                        "engine": ", ".join(dict.fromkeys(c["engine"] for c in s["cost"].values())),
+                        "pools": s["cost"]},
         "source": "vllm" if res.columns is None else "table",
         "columns": res.columns,
         "replay": Path(work["trace"]["path"]).name,  # replay.csv, or replay.jsonl with the prompts' blocks
     }
-    report["warnings"] = replay_warnings(res, order, sc, ctx)
+    report["warnings"] = replay_warnings(res, order, sc, ctx) + rejected_warnings(results, len(order))
     (out / "validation.json").write_text(json_text(report, indent=2))
     title = (f"{_source(report)} vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
-             f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests")
+             f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests; "
+             f"engine profile {report['calibration']['engine']}, cost.calibration {sc.cost.calibration}")
     data = {k: {"metric": METRICS[k], "measured": meas[k], "simulated": sim[k] if k in ("tpot", "itl")
                 else sim[k][done]} for k in METRICS}
     figures = _figures(data, title, out)
@@ -293,6 +308,53 @@ def replay_warnings(res: BenchResult, order: np.ndarray, sc: Scenario, ctx: int)
     return [f"{over} of {len(order)} replayed requests need more than {sc.model}'s context of {ctx:,} tokens "
             f"(prompt + output, up to {int(need.max()):,}): {fate}; the benchmark served them, so it did not run "
             "this model as the scenario describes it: check the scenario's model"]
+
+
+def rejected_warnings(results, n: int) -> list:
+    """The requests the benchmark served that the simulation rejected: how many, and their reasons
+    (up to three kinds, a kind being a reason with its numbers left out, each with one example and
+    its count). Their latencies are left out of both sides of the statistics."""
+    r = results.requests
+    rejected = r["status"] == "rejected"
+    k = int(rejected.sum())
+    if not k:
+        return []
+    kinds: dict = {}
+    for reason in r["reason"][rejected].tolist():
+        kinds.setdefault(re.sub(r"\d[\d,.]*", "#", str(reason)), [str(reason), 0])[1] += 1
+    shown_kinds = sorted(kinds.values(), key=lambda x: -x[1])[:3]
+    why = "; ".join(f"{c} like '{ex}'" for ex, c in shown_kinds) + (
+        f"; {len(kinds) - 3} more kinds" if len(kinds) > 3 else "")
+    return [f"{k} of {n} replayed requests were rejected by the simulation, which the benchmark served ({why}; "
+            "each request's reason is in run/requests.csv): the scenario does not serve this load as the "
+            f"deployment did, and the statistics compare only the {n - k} requests the simulation completed"]
+
+
+def _api_server(r: dict) -> bool:
+    """Whether the simulation added an API server's time to TTFT and E2E (any pool's)."""
+    return any(c["api_server"]["request_s"] or c["api_server"]["per_output_token_s"]
+               for c in r["calibration"]["pools"].values())
+
+
+def calibration_text(cal: dict) -> str:
+    """One line for ``validation.json`` ``calibration``: per pool, the engine profile with its CPU
+    overhead and API-server figures, then the kernel efficiencies (cost.calibration and their
+    provenance)."""
+    def pool(c: dict) -> str:
+        o, api = c["overhead"], c["api_server"]
+        cpu = (f"CPU {o['step_s'] * 1e3:.3g} ms a step"
+               + (f" + {o['per_seq_s'] * 1e3:.3g} ms a sequence" if o["per_seq_s"] else "")
+               + (f" + {o['per_token_s'] * 1e6:.3g} us a token" if o["per_token_s"] else "")
+               + f", {o['overlap']:.0%} of it overlapping the GPU ({o['source']})")
+        front = (f"API server {api['request_s'] * 1e3:.3g} ms a request + {api['per_output_token_s'] * 1e3:.3g} ms an "
+                 "output token" if api["request_s"] or api["per_output_token_s"] else "no API server")
+        return (f"engine profile {c['engine']} ({cpu}; {front}); kernels: cost.calibration {cal['setting']}, "
+                f"{c['efficiencies']}")
+
+    texts = {name: pool(c) for name, c in cal["pools"].items()}
+    parts = ([next(iter(texts.values()))] if len(set(texts.values())) == 1 else  # (pools priced alike: once)
+             [f"{name}: {t}" for name, t in texts.items()])
+    return " | ".join(parts)
 
 
 def _figures(data: dict, title: str, out: Path) -> list:
@@ -334,10 +396,15 @@ def report_md(r: dict, figures: list) -> str:
              f"- requests: {q['in_file']} in the file, {q['failed']} failed there (left out), {q['replayed']} "
              f"replayed; simulated: {q['simulated_completed']} completed, {q['simulated_rejected']} rejected",
              f"- arrivals: {r['arrivals']}",
+             f"- calibration: {calibration_text(r['calibration'])}",
              f"- prefix-cache hit rate in the simulation: {r['prefix_cache_hit_rate'] * 100:.1f}%",
-             "- error = (simulated - measured) / measured. Both sides are the client's: the benchmark measures "
-             "HTTP, tokenization and streaming with the engine; servesim adds its engine profile's API-server "
-             "time (summary.json api_server_s) to TTFT and E2E. "
+             "- error = (simulated - measured) / measured. "
+             + ("Both sides are the client's: the benchmark measures HTTP, tokenization and streaming with the "
+                "engine; servesim adds its engine profile's API-server time (summary.json api_server_s) to TTFT "
+                "and E2E. " if _api_server(r) else
+                "The benchmark measures at the client (HTTP, tokenization and streaming with the engine); the "
+                "simulated TTFT and E2E are the engine's alone (no API server: cost.api_server false, or an engine "
+                "profile without one), so the front end's time shows as error. ")
              + ("The table names each request's prompt (prompt_id): requests that sent the same prompt name the "
                 "same KV blocks, which the scenario's prefix cache (policy.prefix_caching) holds as vLLM's would."
                 if r.get("replay") == "replay.jsonl" else
