@@ -30,7 +30,8 @@ def test_a_detailed_result_is_replayed_at_its_send_times(tmp_path, capsys):
         assert (out / f).exists(), f
     v = json.loads((out / "validation.json").read_text())
     assert v["requests"] == {"in_file": 24, "failed": 1, "replayed": 23, "simulated_completed": 23,
-                             "simulated_rejected": 0}
+                             "simulated_rejected": 0, "failed_requests": [
+                                 "request 5: Bad Request: This model's maximum context length is 8192 tokens"]}
     assert (v["model"], v["gpu"], v["gpus"], v["policy"]) == ("meta-llama/Meta-Llama-3-8B", "h100-sxm", 1,
                                                               "chunked_prefill (vllm_v1_serve)")
     assert v["rate"].startswith("the recorded send times")
@@ -518,3 +519,22 @@ def test_a_replay_without_an_api_server_does_not_claim_client_side_times(tmp_pat
     report = (tmp_path / "w" / "report.md").read_text()
     assert "Both sides are the client's" not in report and "servesim adds" not in report
     assert "the simulated TTFT and E2E are the engine's alone (no API server" in report
+
+
+def test_the_requests_that_failed_in_the_measurement_are_named(tmp_path, capsys):
+    """'1 failed there (left out)' did not say which request or why: a vLLM result's error text and
+    a table's line were dropped. report.md and validation.json name them (a vLLM result: the
+    request's index and its error; a table: the line and its error cell)."""
+    assert main(["validate-run", str(DETAILED), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    named = ["request 5: Bad Request: This model's maximum context length is 8192 tokens"]
+    assert v["requests"]["failed_requests"] == named
+    assert f"1 failed there (left out: {named[0]})" in (tmp_path / "v" / "report.md").read_text()
+    assert f"failed there (left out): {named[0]}\n" in capsys.readouterr().out
+    table = tmp_path / "t.csv"
+    table.write_text("sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s,error\n0,10,5,0.02,0.09,\n"
+                     "0.5,12,4,,,timeout\n1,12,4,0.02,0.08,0\n")
+    assert main(["validate-run", str(table), "--out", str(tmp_path / "w"), "--quiet"]) == 0
+    w = json.loads((tmp_path / "w" / "validation.json").read_text())
+    assert w["requests"]["failed_requests"] == ["line 3: error = timeout"]
+    assert "1 failed there (left out: line 3: error = timeout)" in (tmp_path / "w" / "report.md").read_text()

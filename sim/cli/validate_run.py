@@ -12,7 +12,7 @@ from servesim.errors import InputError
 
 def cmd_validate_run(args) -> int:
     from servesim.inputs.request_log import parse_columns
-    from servesim.studies.validate_run import METRICS, calibration_text, validate_run
+    from servesim.studies.validate_run import METRICS, calibration_text, failed_text, validate_run
 
     columns = parse_columns(args.columns)
     made = not Path(args.out).exists()
@@ -31,6 +31,8 @@ def cmd_validate_run(args) -> int:
     q = r["requests"]
     print(f"{r['model']} on {r['gpu']} x {r['gpus']}, {r['policy']}: replayed {q['replayed']} requests of "
           f"{args.result} ({q['failed']} failed there); arrivals: {r['arrivals']}")
+    if q["failed_requests"]:  # (the first few, with why they failed)
+        print(f"failed there (left out): {failed_text(q)}")
     if r["columns"]:
         print("columns: " + ", ".join(f"{k} = {v}" for k, v in r["columns"].items()))
     print(f"calibration: {calibration_text(r['calibration'])}")

@@ -29,7 +29,7 @@ from servesim.inputs.files import not_utf8, read_bytes
 from servesim.inputs.scenario import MAX_SECONDS
 from servesim.inputs.traces import (TIME_UNITS, _length, _open_text, _time_value, column_index, data_rows,
                                      header_text, unit_in_name)
-from servesim.inputs.vllm_result import BenchResult
+from servesim.inputs.vllm_result import BenchResult, shown_error
 
 # role -> the column names looked for, in order (when --columns does not name the role's column)
 ROLES = {
@@ -115,13 +115,14 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
         # each time column's unit: --time-unit, else its name's, else seconds
         unit = {r: time_unit or unit_in_name(names[r]) or "s" for r in ("sent", "ttft", "e2e")}
         scale = {r: TIME_UNITS[u] for r, u in unit.items()}
-        rows = []
+        rows, failures = [], []
         for line, row in data_rows(reader, len(header), path):
             where = f"{path} line {line}"
             kind, sent = _time_value(row[idx["sent"]], scale["sent"], where, names["sent"])
             ok = "error" not in idx or row[idx["error"]].strip().casefold() in _OK
             pid = row[idx["prompt_id"]].strip() if "prompt_id" in idx else ""
             if not ok:
+                failures.append(f"line {line}: {names['error']} = {shown_error(row[idx['error']])}")
                 rows.append((kind, sent, False, 0, 0, math.nan, math.nan, pid))
                 continue
             p = _length(row[idx["prompt"]].strip(), where, names["prompt"])
@@ -161,7 +162,7 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
         output_tokens=np.array([r[4] for r in rows], dtype=np.int64),
         ttft_s=np.array([r[5] for r in rows], dtype=np.float64), e2e_s=np.array([r[6] for r in rows], dtype=np.float64),
         itl_s=[np.zeros(0)] * n, sent_s=t, throughput={}, columns=used,
-        prompt_id=_dense_ids([r[7] for r in rows]) if "prompt_id" in names else None)
+        prompt_id=_dense_ids([r[7] for r in rows]) if "prompt_id" in names else None, failures=tuple(failures))
 
 
 def _dense_ids(texts: list) -> np.ndarray:

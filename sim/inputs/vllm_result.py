@@ -50,6 +50,9 @@ class BenchResult:
     columns: dict | None = None
     # per request, which prompt it sent (0, 1, ...: equal ids, the same prompt text; -1 unknown); None: not given
     prompt_id: np.ndarray | None = None
+    # each failed request, in file order: where it is and why it failed ("request 5: Bad Request ...",
+    # a table's "line 7: has_error = 1")
+    failures: tuple = ()
 
     def __len__(self) -> int:
         return len(self.input_tokens)
@@ -154,10 +157,20 @@ def read_vllm_result(path: str) -> BenchResult:
         raise InputError(f"{path}: burstiness must be in [{MIN_BURSTINESS:g}, {MAX_BURSTINESS:g}] or \"inf\" "
                          f"(replayed as gamma gaps of CV 1/sqrt(burstiness), which the scenario takes in "
                          f"[{CV_MIN:g}, {CV_MAX:g}]), got {shown(burst)}")
+    failures = tuple(f"request {i}: " + (shown_error(errors[i]) if errors is not None and errors[i] else
+                                         "no output" if outs[i] <= 0 else "no first token (TTFT 0)")
+                     for i in np.flatnonzero(~ok).tolist())
     dur = obj.get("duration")
     thr = {k: float(obj[k]) for k in ("request_throughput", "output_throughput", "total_token_throughput")
            if isinstance(obj.get(k), (int, float)) and not isinstance(obj.get(k), bool) and is_finite(obj[k])}
     return BenchResult(str(path), obj.get("model_id"), _rate(obj.get("request_rate"), path), float(burst), mc,
                        float(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) and is_finite(dur)
                        else None,
-                       ok, ins.astype(np.int64), outs.astype(np.int64), ttft, e2e, itls, sent, thr)
+                       ok, ins.astype(np.int64), outs.astype(np.int64), ttft, e2e, itls, sent, thr,
+                       failures=failures)
+
+
+def shown_error(e) -> str:
+    """A request's error as the report quotes it: its text, on one line, cut at 200 characters."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= 200 else text[:199] + "…"

@@ -36,6 +36,7 @@ from servesim.inputs.vllm_result import BenchResult, read_vllm_result
 
 PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
 METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+FAILURES_SHOWN = 10  # failed requests named in validation.json (report.md: the first 3)
 
 
 # ---------------------------------------------------------------- the replay
@@ -261,7 +262,8 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
         "result": str(result_path), "scenario": str(scenario_path) if scenario_path else "default",
         "model": sc.model, "result_model_id": res.model_id, "gpu": sc.hardware.gpu, "gpus": gpus(sc),
         "policy": policy, "rate": rate, "arrivals": how,
-        "requests": {"in_file": len(res), "failed": int((~res.ok).sum()), "replayed": int(len(order)),
+        "requests": {"in_file": len(res), "failed": int((~res.ok).sum()),
+                     "failed_requests": list(res.failures[:FAILURES_SHOWN]), "replayed": int(len(order)),
                      "simulated_completed": int(s["completed"]), "simulated_rejected": int(s["rejected"])},
         "metrics": {k: compare(meas[k], sim[k] if k in ("tpot", "itl") else sim[k][done]) for k in METRICS},
         "paired_median_abs_error": {k: paired_error(paired[k], sim[k], done) for k in ("ttft", "e2e")},
@@ -376,6 +378,14 @@ def _source(r: dict) -> str:
     return "measured requests" if r.get("source") == "table" else "vLLM benchmark"
 
 
+def failed_text(q: dict) -> str:
+    """'request 5: Bad Request ...; ...; and N more': the first three failed requests of
+    validation.json ``requests``; '' when none failed."""
+    named = (q.get("failed_requests") or [])[:3]
+    more = q["failed"] - len(named)
+    return "; ".join(named) + (f"; and {more} more" if named and more > 0 else "")
+
+
 def _ms(v) -> str:
     return "-" if v is None else f"{v * 1e3:.1f}"
 
@@ -386,6 +396,7 @@ def _pct(v) -> str:
 
 def report_md(r: dict, figures: list) -> str:
     q = r["requests"]
+    failed = f": {failed_text(q)}" if q.get("failed_requests") else ""
     src = (f"- benchmark result: `{r['result']}` (model_id {r['result_model_id']!s}); scenario: `{r['scenario']}`"
            if r.get("source") != "table" else
            f"- measured requests: `{r['result']}`, columns "
@@ -393,8 +404,9 @@ def report_md(r: dict, figures: list) -> str:
            + f" (no gaps between streamed tokens in a table: no ITL samples); scenario: `{r['scenario']}`")
     lines = [f"# {_source(r)} vs servesim: {r['model']} on {r['gpu']} x {r['gpus']}, {r['policy']}, {r['rate']}", "",
              src,
-             f"- requests: {q['in_file']} in the file, {q['failed']} failed there (left out), {q['replayed']} "
-             f"replayed; simulated: {q['simulated_completed']} completed, {q['simulated_rejected']} rejected",
+             f"- requests: {q['in_file']} in the file, {q['failed']} failed there (left out{failed}), "
+             f"{q['replayed']} replayed; simulated: {q['simulated_completed']} completed, "
+             f"{q['simulated_rejected']} rejected",
              f"- arrivals: {r['arrivals']}",
              f"- calibration: {calibration_text(r['calibration'])}",
              f"- prefix-cache hit rate in the simulation: {r['prefix_cache_hit_rate'] * 100:.1f}%",
