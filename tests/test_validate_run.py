@@ -538,3 +538,26 @@ def test_the_requests_that_failed_in_the_measurement_are_named(tmp_path, capsys)
     w = json.loads((tmp_path / "w" / "validation.json").read_text())
     assert w["requests"]["failed_requests"] == ["line 3: error = timeout"]
     assert "1 failed there (left out: line 3: error = timeout)" in (tmp_path / "w" / "report.md").read_text()
+
+
+def test_per_request_errors_need_the_requests_sent_when_they_were(tmp_path):
+    """Without recorded send times the replay draws its arrivals from the stated rate, so request i
+    reaches the simulated server at another time than it reached vLLM: its 'per request (the same
+    request in both)' error mixed two different queues. It is given only where the arrivals are the
+    benchmark's (recorded send times, or all at once) and report.md says why it is not otherwise."""
+    raw = json.loads(DETAILED.read_text())
+    for k in ("start_times", "latencies", "queue_times"):
+        raw.pop(k)
+    for rate, paired in ((4.0, False), ("inf", True)):
+        raw.update(request_rate=rate)
+        p = tmp_path / f"r{rate}.json"
+        p.write_text(json.dumps(raw))
+        out = tmp_path / f"v{rate}"
+        assert main(["validate-run", str(p), "--out", str(out), "--quiet"]) == 0
+        v = json.loads((out / "validation.json").read_text())
+        report = (out / "report.md").read_text()
+        if paired:
+            assert v["paired_median_abs_error"]["ttft"] is not None and "per request (the same request" in report
+        else:
+            assert v["paired_median_abs_error"] == {"ttft": None, "e2e": None}
+            assert "per request: not compared (the arrivals are drawn from the stated rate" in report
