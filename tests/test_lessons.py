@@ -326,3 +326,11 @@ def test_decode_flip_compares_with_the_crossover_of_the_gpu_it_ran(monkeypatch):
     x = run_lessons(["decode_flip"], quick=True)[0]
     assert "(cost-model crossover at context 200: 513)" in x.findings[0], x.findings
     assert "on 1 x h100-sxm" in x.runs
+
+
+def test_continuous_static_criterion_states_what_it_checks():
+    """The criterion said "continuous completes every request" while the verdict also required
+    static batching to complete every request (a throughput of part of the requests compares
+    nothing)."""
+    x = run_lessons(["continuous_static"], quick=True)[0]
+    assert x.criterion.startswith("both policies complete every request")
