@@ -399,8 +399,8 @@ def _service_figures(where: str, c):
             yield f"{where}.{f}", v, _mapping, "a mapping"
             for q, x in (v.items() if isinstance(v, dict) else ()):
                 yield f"{where}.{f}.{q}", x, _number_or_null, "a number (or null)"
-        elif f == "slo_attainment":  # (null: the class drew no request)
-            yield f"{where}.{f}", v, _number_or_null, "a share between 0 and 1 (or null)"
+        elif f == "slo_attainment" and c.get("num_requests") == 0:  # (null: the class drew no request)
+            yield f"{where}.{f}", v, _number_or_null, "a number (or null: the class drew no request)"
         elif f not in ("slo", "classes"):
             yield f"{where}.{f}", v, _number, "a number"
 
