@@ -35,9 +35,10 @@ from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
 from servesim.outputs.progress import Phases
 from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,
                                      read_capacity, read_results, read_scenario, read_study_meta)
-from servesim.outputs.verdicts import (caveats, difference_sentences, differences, fell_behind, gpu_counts,
-                                       identical_labels, loads_up_to, meets_slo, not_run_text, rank_key, ranked,
-                                       rate_order, rate_text, slo_phrase, value_text, with_per_gpu)
+from servesim.outputs.verdicts import (CLASS_MIN, caveats, class_means, difference_sentences, differences,
+                                       fell_behind, gpu_counts, identical_labels, loads_up_to, meets_slo,
+                                       not_run_text, rank_key, ranked, rate_order, rate_text, slo_phrase, value_text,
+                                       with_per_gpu)
 from servesim.plots import figures as F
 from servesim.plots.service import service_section
 
@@ -187,6 +188,15 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
     seed_groups: dict = {}  # runs on several seeds: every seed's rows, grouped as ``groups``
     for r in seed_rows:
         seed_groups.setdefault(_group_label(r, cols, kind, _whole_name(meta)), []).append(r)
+    if rows and not any(CLASS_MIN in r for r in rows):
+        # (a results.csv written before the column: its runs' summaries give each row's lowest class,
+        # which the verdicts judge by; the report said "meets" of a configuration a class failed)
+        for r in rows:
+            if r.get("status") == "ok" and r.get("dir"):
+                seeded = [q for q in seed_groups.get(_group_label(r, cols, kind, _whole_name(meta)), [])
+                          if q.get(RATE_KEY) == r.get(RATE_KEY) and q.get("status") == "ok"]
+                means = class_means(_run_summaries(path, seeded or [r]))
+                r[CLASS_MIN] = min((a for _, a, _, _ in means), default=None)
     return {"kind": kind, "rows": rows, "groups": groups, "rate": has_rate, "runs": runs, "meta": meta,
             "path": path, "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows,
             "seed_groups": seed_groups, "unread": unread, "bare_policies": bare_policies}
@@ -212,9 +222,9 @@ class Context:
         self.gpu = "GPUs" if self.mixed_gpus else types[0]
         self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
         self.class_slos = _class_slos(sc)
-        slo = (sc or {}).get("slo") or {}
+        self.classes = len(class_slos(sc)) > 1  # (each class is judged by its own SLO too: verdicts.meets_slo)
         # the per-request SLO the runs' goodput and attainment count (a capacity search's limits differ)
-        self.run_slo = (slo.get("ttft_s"), slo.get("tpot_s"))
+        self.run_slo = scenario_slo(sc)
         self.kind = data["kind"]
         rate = data.get("rep_rate")
         if rate is None and first is not None:
@@ -246,9 +256,11 @@ class Context:
                          for g, rs in data["groups"].items()}
         self.identical = identical_labels(rows) if "label" in data["cols"] else {}
         self.status = {}  # group -> meets the SLO at the figures' rate (None: unknown, or not the scenario's SLO)
+        self.under = {}  # group -> its request classes under 90% of their own SLO there (verdicts.slo_phrase)
         if self.kind != "capacity":
             for g, r in data["chosen"].items():
                 self.status[g] = meets_slo(r)
+                self.under[g] = _classes_under(data, r, g)
             for g, r in runs.items():
                 if g not in self.status:
                     self.status[g] = meets_slo(r.summary)
@@ -272,8 +284,12 @@ class Context:
         groups = list(groups)
         return [g for g in groups if self.identical.get(g) not in groups]
 
-    def title(self, what: str, rate: bool = True, slo=None) -> str:
-        """``slo``: (TTFT, TPOT) limits to name instead of the report's (the runs' own SLO)."""
+    def title(self, what: str, rate: bool = True, slo=None, runs_slo: bool = False) -> str:
+        """``slo``: (TTFT, TPOT) limits to name instead of the report's; ``runs_slo``: name the
+        per-request SLO the runs' goodput and attainment count (a capacity search's limits are
+        another), "SLO per class" when the request classes carry their own."""
+        if runs_slo:
+            slo = self.run_slo
         counts = {n for n in self.gpus.values() if n}
         each = f"{next(iter(counts))}{'' if self.mixed_gpus else ' x'} " if len(counts) == 1 else ""
         # (" each": one deployment per configuration compared; a capacity search's groups are its seeds)
@@ -284,7 +300,9 @@ class Context:
         if rate and self.rate is not None:
             parts.append(f"{self.rate:.4g} req/s" + (f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
         slo = F.slo_text(*(slo or (self.ttft_slo, self.tpot_slo)))
-        if slo:
+        if runs_slo and self.class_slos:  # (the top-level limits judge only a class without its own)
+            parts.append("SLO per class")
+        elif slo:
             parts.append(f"SLO {slo}")
         elif self.class_slos and self.kind != "capacity":
             parts.append("SLO per class")
@@ -295,17 +313,38 @@ class Context:
         return " | ".join(parts)
 
 
+def _class_limits(scenario: dict) -> list:
+    """(class, (ttft_s, tpot_s)) each request class is judged by: its own limit, else the top-level one."""
+    top = (scenario or {}).get("slo") or {}
+    if not isinstance(top, dict):
+        top = {}
+    return [(n, tuple(own.get(k) if own.get(k) is not None else top.get(k) for k in ("ttft_s", "tpot_s")))
+            for n, own in class_slos(scenario)]
+
+
 def _class_slos(scenario: dict) -> str:
     """"chat: TTFT <= 300 ms, TPOT <= 30 ms; batch: TTFT <= 30 s" when the scenario's request
     classes are judged by different SLOs (a class's limit, else the top-level one), "" when not.
     The report then names no single SLO: the top-level one quoted as "the SLO" (and drawn as
     every request's limit) was the one only a class without its own used, if any."""
-    top = (scenario or {}).get("slo") or {}
-    eff = [(n, tuple(own.get(k) if own.get(k) is not None else top.get(k) for k in ("ttft_s", "tpot_s")))
-           for n, own in class_slos(scenario)]
+    eff = _class_limits(scenario)
     if len({lim for _, lim in eff}) < 2:
         return ""
     return "; ".join(f"{n}: {F.slo_text(*lim) or 'no limit'}" for n, lim in eff)
+
+
+def scenario_slo(scenario: dict) -> tuple:
+    """(ttft_s, tpot_s) every request of the scenario is judged by: the top-level ``slo``, or, when
+    its request classes all carry the same limits of their own, those (the top-level ones judged
+    no request, yet every title and the CDFs' limit lines named them); (None, None) when the
+    classes differ (``_class_slos``)."""
+    eff = {lim for _, lim in _class_limits(scenario)}
+    if len(eff) > 1:
+        return (None, None)
+    if eff:
+        return next(iter(eff))
+    slo = (scenario or {}).get("slo") or {}
+    return (slo.get("ttft_s"), slo.get("tpot_s")) if isinstance(slo, dict) else (None, None)
 
 
 def _decorate(fig, title: str, notes: list) -> None:
@@ -321,7 +360,7 @@ def _decorate(fig, title: str, notes: list) -> None:
 def _slo_note(g, ctx: Context, row=None) -> str:
     ok = ctx.status.get(g)
     if ok is False and row is not None:
-        return f" ({g} {slo_phrase(row)})"
+        return f" ({g} {slo_phrase(row, ctx.under.get(g))})"
     return " (fails the SLO)" if ok is False else ""
 
 
@@ -343,7 +382,7 @@ def _cdf_sentence(metric: str, samples: dict, where: str, ctx: Context, rows: di
     fails = {g for g in p99 if ctx.status.get(g) is False}
     meeting = [g for g in order if g not in fails]
     if best in fails:
-        phrase = slo_phrase(rows[best]) if best in rows else "fails the SLO"
+        phrase = slo_phrase(rows[best], ctx.under.get(best)) if best in rows else "fails the SLO"
         text = (f"{best} has the lowest p99 {name}{where} ({_ms(p99[best])}"
                 + (f", against {_ms(p99[base])} for {base}" if base != best else "") + f") but {phrase}")
         if meeting:
@@ -440,19 +479,29 @@ def _run_table(runs: dict, chosen: dict) -> str:
 
 
 # ---------------------------------------------------------------- verdict
-def _class_shortfall(data: dict, row: dict, group: str) -> str:
-    """"; but class chat: 87.2% of its requests within its SLO (under 90%)" for each request
-    class of the row's run(s) under the 90% a configuration is judged by (the mean over the
-    point's seeds with --seeds; seeds on which the class drew no request left out); "" when
-    none is, or the runs have no classes. The overall share can meet the SLO while the class
-    with the tight SLO fails it, hidden by a loose one's 100%: the verdict said "meets" alone."""
-    from servesim.outputs.rundir import read_summary
+def _classes_under(data: dict, row: dict, group=None) -> list:
+    """``verdicts.classes_under_target`` of the row's run(s) (the point's seeds with --seeds; seeds
+    on which a class drew no request left out): the request classes under the 90% a configuration
+    is judged by, which name them in its verdict; [] when none is, or the runs have no classes. The
+    overall share can reach 90% while the class with the tight SLO fails it, hidden by a loose
+    one's 100%: the verdict said "meets" alone."""
+    from servesim.outputs.verdicts import class_fails, classes_under_target
 
-    path = data.get("path")
+    if not class_fails(row):
+        return []
+    if group is None:
+        group = _group_label(row, data["cols"], data["kind"], _whole_name(data["meta"]))
     seeded = [r for r in (data.get("seed_groups") or {}).get(group, [])
               if r.get(RATE_KEY) == row.get(RATE_KEY) and r.get("status") == "ok"]
+    return classes_under_target(_run_summaries(data.get("path"), seeded or [row]))
+
+
+def _run_summaries(path, rows: list) -> list:
+    """The summary.json of each row's run folder that has a readable one."""
+    from servesim.outputs.rundir import read_summary
+
     summaries = []
-    for r in seeded or [row]:
+    for r in rows:
         f = Path(path or ".") / str(r.get("dir") or "") / "summary.json"
         if path is None or not r.get("dir") or not f.is_file():
             continue
@@ -460,22 +509,7 @@ def _class_shortfall(data: dict, row: dict, group: str) -> str:
             summaries.append(read_summary(f.parent))
         except (InputError, OSError, ValueError):  # (a damaged run's summary: the caveats say so; no note here)
             continue
-    return _classes_under_target(summaries, len(seeded) > 1)
-
-
-def _classes_under_target(summaries: list, over_seeds: bool = False) -> str:
-    """``_class_shortfall``'s note from the summaries of one configuration's runs."""
-    from servesim.outputs.verdicts import SLO_TARGET, attainment_pct
-
-    by_class: dict = {}
-    for s in summaries:
-        for name, c in (s.get("classes") or {}).items():
-            if c.get("num_requests") and isinstance(c.get("slo_attainment"), (int, float)):
-                by_class.setdefault(name, []).append(c["slo_attainment"])
-    low = [(n, sum(v) / len(v)) for n, v in by_class.items() if sum(v) / len(v) < SLO_TARGET]
-    return "".join(f"; but class {n}: {attainment_pct(a)} of its requests within its SLO "
-                   f"(under {SLO_TARGET:.0%}" + (", mean over seeds" if over_seeds else "") + ")"
-                   for n, a in low)
+    return summaries
 
 
 def _verdict(data: dict, ctx: Context) -> list:
@@ -494,8 +528,8 @@ def _verdict(data: dict, ctx: Context) -> list:
               f", each request against its class's: {ctx.class_slos}" if ctx.class_slos else "")
            + (", divided by the GPUs each configuration uses: they differ" if per_gpu else "")
            + "), those that meet the SLO first; a configuration meets the SLO when at least 90% of its requests "
-           "are within it and it kept up "
-           "(its backlog did not grow)."
+           "are within it" + (", at least 90% of each request class's within its own SLO," if ctx.classes else "")
+           + " and it kept up (its backlog did not grow)."
            + (" Ranks within overlapping intervals are not differences"
               + (": see the paired differences below." if key else ".") if ctx.seeds > 1 else ""), ""]
     for rate, rs in sorted(by_rate.items(), key=lambda x: rate_order(x[0])):
@@ -516,9 +550,7 @@ def _verdict(data: dict, ctx: Context) -> list:
             gp = value_text(r, "goodput_rps", unit="req/s")
             if per_gpu and n:
                 gp += f", {value_text(with_per_gpu([r])[0], 'goodput_per_gpu', unit='req/s')} per GPU"
-            verdict = slo_phrase(r)
-            if meets_slo(r):  # (a failing one says so already; a class under 90% is the reason or part of it)
-                verdict += _class_shortfall(data, r, g)
+            verdict = slo_phrase(r, _classes_under(data, r))
             ranked_ok.append((r, g, gp, f"**{verdict}**" if meets_slo(r) is False else verdict))
         # one seed: goodputs equal to the digits shown and the same verdict (e.g. 10.34498 and 10.34359
         # req/s: the same requests within the SLO, finishing a few ms apart) share a rank, no winner
@@ -580,10 +612,8 @@ def _build(path: Path, bar: Phases) -> Path:
     if not scenario:
         d = next((r["dir"] for r in data["rows"] if r.get("dir")), None)
         scenario = read_scenario(path / d) if d else {}
-    slo = scenario.get("slo") or {}
-    ttft_slo, tpot_slo = slo.get("ttft_s"), slo.get("tpot_s")
-    if _class_slos(scenario):  # (no one limit: each request is judged by its class's)
-        ttft_slo = tpot_slo = None
+    # (classes that differ: no one limit, each request is judged by its class's)
+    ttft_slo, tpot_slo = scenario_slo(scenario)
     if data["kind"] == "capacity" and meta_slo(data["meta"]):
         lim = meta_slo(data["meta"])  # draw the limits the search used, not the scenario's slo
         ttft_slo = next((v for (m, _), v in lim.items() if m == "ttft"), None)
@@ -652,8 +682,9 @@ def _build(path: Path, bar: Phases) -> Path:
     elif data["rate"]:
         _load_figures(data, ctx, dcolors, add)
     # per request class, when there are several (titles as the others': model, GPUs, policy, load, SLO)
-    service_section(path, data, runs, dcolors, add, F.subplots, lambda what, rate=True: ctx.title(what, rate),
-                    ctx.label, ctx.keep)
+    # (each class's panels judge it by its own SLO: the title names the runs', not a search's limits)
+    service_section(path, data, runs, dcolors, add, F.subplots,
+                    lambda what, rate=True: ctx.title(what, rate, runs_slo=True), ctx.label, ctx.keep)
     if runs:
         _run_figures(runs, ctx, dcolors, where, add, data["chosen"])
     if md[-2:] == ["## Figures", ""]:
@@ -668,8 +699,7 @@ def _build(path: Path, bar: Phases) -> Path:
 def _run_verdict(s: dict) -> list:
     """A run folder's verdict: SLO attainment, the diagnosis and the warnings."""
     g = s.get("goodput_rps")  # (a number or null: read_summary's rule)
-    low = _classes_under_target([s]) if meets_slo(s) else ""
-    out = ["## Verdict", "", f"Goodput {'-' if g is None else f'{g:.3g}'} req/s; {slo_phrase(s)}{low}."]
+    out = ["## Verdict", "", f"Goodput {'-' if g is None else f'{g:.3g}'} req/s; {slo_phrase(s)}."]
     d = ((s.get("profile") or {}).get("diagnosis") or {}).get("line")
     if d:
         out += ["", f"Diagnosis: {d}."]
@@ -804,6 +834,8 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     run_slo = ctx.run_slo if ctx.kind == "capacity" else None
     if run_slo is None:
         within = "requests per second within the SLO"
+    elif ctx.class_slos:  # (the top-level limits judge only a class without its own)
+        within = f"requests per second within each request's class's SLO ({ctx.class_slos}), not the search's limits"
     elif F.slo_text(*run_slo):
         within = f"requests per second within the scenario's per-request SLO, {F.slo_text(*run_slo)}, not the " \
                  "search's limits"
@@ -813,7 +845,7 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     if arrived:
         within = within.replace("completed requests per second", "arrivals per second that complete", 1) \
             .replace("requests per second", "arrivals per second", 1)
-    add("goodput_vs_load", ctx.title("Goodput vs offered load", rate=False, slo=run_slo), fig,
+    add("goodput_vs_load", ctx.title("Goodput vs offered load", rate=False, runs_slo=run_slo is not None), fig,
         f"Peak goodput ({within}) at a load that meets the SLO, highest first: " + "; ".join(
             f"{g} {value_text(peak[g], 'goodput_rps', unit='req/s')} (at {_rate(peak[g][RATE_KEY])}"
             + (f"; {value_text(with_per_gpu([peak[g]])[0], 'goodput_per_gpu')} per GPU of {gpus[g]}"

@@ -709,3 +709,33 @@ def test_plan_says_the_scenarios_class_slos_are_not_what_it_judges(tmp_path, cap
     sc.write_text(yaml.safe_dump(with_values(scenario_data(), two_classes())))
     assert main(["plan", str(sc), "--rate", "2", "--slo", "ttft_p99=2", "--quiet", "--out", str(tmp_path / "p")]) != 0
     assert "note: the scenario's request classes have their own SLOs (chat: TTFT <= 0.5 s" in capsys.readouterr().err
+
+
+def test_capacity_report_names_the_classes_slos_not_the_top_level_one(tmp_path, monkeypatch):
+    """Request classes with their own SLOs beside a top-level slo.ttft_s of 2 s: the goodput
+    figure's title and sentence said goodput counts "the scenario's per-request SLO, TTFT <= 2 s",
+    and the per-class figure was titled with the search's limit, while each request is judged by
+    its class's (chat 0.5 s, batch 10 s) and each panel by its class's own."""
+    from servesim.inputs.overrides import with_values
+    from servesim.plots import figures as F
+    from tests.conftest import two_classes
+
+    titles, save = {}, F.save
+
+    def keep(fig, stem):
+        titles[stem.name] = fig._suptitle.get_text() if fig._suptitle else ""
+        return save(fig, stem)
+
+    monkeypatch.setattr(F, "save", keep)
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(with_values(scenario_data(), {**two_classes(0.5), "slo.ttft_s": 2.0})))
+    out = tmp_path / "cap"
+    main(["capacity", str(sc), "--seeds", "1", "--slo", "tpot_p99=1", "--keep-up", "0", "--max-probes", "2",
+          "--probe-requests", "40", "--out", str(out), "--workers", "1", "--quiet"])
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "TTFT <= 2 s" not in md
+    assert ("within each request's class's SLO (chat: TTFT <= 500 ms; batch: TTFT <= 10 s), not the search's "
+            "limits") in md
+    assert titles["goodput_vs_load"].endswith("| SLO per class"), titles["goodput_vs_load"]
+    assert titles["classes_vs_load"].endswith("| SLO per class"), titles["classes_vs_load"]

@@ -234,32 +234,36 @@ def test_run_prints_no_attainment_for_a_class_without_requests():
     assert "0 requests" in line and "SLO - (" in line and "0.0%" not in line
 
 
-def test_verdict_that_meets_the_slo_names_a_class_under_90_percent(tmp_path):
+def test_verdict_fails_a_run_with_a_class_under_90_percent_and_names_it(tmp_path):
     """90.7% of all requests within their class's SLO "meets the SLO", and the verdict said that
     alone while the chat class (tight SLO) had 87.2% within it, hidden by the batch class's 100%:
-    a report crediting a configuration that fails one class's SLO. The verdict now names it."""
+    a report crediting a configuration that fails one class's SLO. Then it said "meets the SLO
+    ...; but class chat: ..." and still ranked and bolded it as meeting. A class under 90% of
+    its own SLO fails the SLO now, and the verdict names the class."""
     import json
 
-    from servesim.plots.report import _class_shortfall, _run_verdict
+    from servesim.plots.report import _classes_under, _run_verdict
 
     out = tmp_path / "run"
     simulate(make_scenario(**two_classes(), **{"workload.num_requests": 60})).write(out)
     s = json.loads((out / "summary.json").read_text())
+    n = s["classes"]["chat"]["num_requests"]
     s["slo_attainment"] = 0.95
     s["classes"]["chat"]["slo_attainment"] = 0.85
     s["classes"]["batch"]["slo_attainment"] = 1.0
     (out / "summary.json").write_text(json.dumps(s))
     line = _run_verdict(s)[2]
-    assert "meets the SLO (95.0% of requests within it); but class chat: 85.0% of its requests within its SLO " \
-           "(under 90%)." in line and "class batch" not in line
-    data = {"path": tmp_path, "seed_groups": {}}
-    assert _class_shortfall(data, {"dir": "run", "status": "ok"}, "a") == \
-        "; but class chat: 85.0% of its requests within its SLO (under 90%)"
+    assert f"fails the SLO (95.0% of requests within it, but class chat: 85.0% of its {n} requests within its own " \
+           "SLO, under 90%)." in line and "class batch" not in line
+    data = {"path": tmp_path, "seed_groups": {}, "cols": [], "kind": "sweep", "meta": {}}
+    row = {"dir": "run", "status": "ok", "slo_attainment": 0.95, "class_slo_attainment_min": 0.85}
+    assert _classes_under(data, row) == [("chat", 0.85, n, 1)]
     s["classes"]["chat"]["slo_attainment"] = 0.92
     (out / "summary.json").write_text(json.dumps(s))
-    assert _class_shortfall(data, {"dir": "run", "status": "ok"}, "a") == ""
+    assert _classes_under(data, {**row, "class_slo_attainment_min": 0.92}) == []
     assert main(["report", str(out)]) == 0
-    assert "but class" not in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "but class" not in md and "meets the SLO (95.0% of requests within it)" in md
 
 
 def test_class_figures_of_a_sweep_over_a_class_slo_draw_each_configurations_own(tmp_path, monkeypatch):
@@ -311,3 +315,113 @@ def test_report_names_no_single_slo_when_classes_carry_their_own(tmp_path):
         "chat: TTFT <= 500 ms; other: TTFT <= 2 s"
     same = {"slo": {"ttft_s": 2.0}, "workload": {"classes": [{"name": "a", "slo": {"ttft_s": 2.0}}, {"name": "b"}]}}
     assert _class_slos(same) == "" and _class_slos({"slo": {"ttft_s": 1.0}}) == ""
+
+
+def test_every_verdict_counts_a_class_under_90_percent_of_its_own_slo():
+    """results.csv rows and summaries: 94.7% of all requests within their class's SLO while the
+    chat class had 20% was "meets" in the compare table, ranked above a configuration that meets
+    it for every class, and credited as "better" in the paired differences."""
+    from servesim.outputs.verdicts import (class_fails, difference_sentences, meets_slo, rank_key, slo_phrase,
+                                           study_warnings)
+
+    hidden = {"status": "ok", "label": "a", "slo_attainment": 0.947, "class_slo_attainment_min": 0.2,
+              "goodput_rps": 9.2}
+    whole = {"status": "ok", "label": "b", "slo_attainment": 0.93, "class_slo_attainment_min": 0.91,
+             "goodput_rps": 9.0}
+    assert meets_slo(hidden) is False and meets_slo(whole) is True and class_fails(hidden)
+    assert slo_phrase(hidden) == ("fails the SLO (94.7% of requests within it, but a request class: 20.0% of its "
+                                  "requests within its own SLO (class_slo_attainment_min), under 90%)")
+    assert slo_phrase(hidden, [("chat", 0.2, 20, 1)]) == ("fails the SLO (94.7% of requests within it, but class "
+                                                          "chat: 20.0% of its 20 requests within its own SLO, under "
+                                                          "90%)")
+    assert sorted([hidden, whole], key=rank_key)[0] is whole
+    # a results.csv from before the column, and a run without classes: the overall share alone
+    assert meets_slo({"slo_attainment": 0.947}) is True and meets_slo({"slo_attainment": 0.947, "classes": {}})
+    # a summary.json: its classes (one that drew no request judges nothing)
+    summ = {"slo_attainment": 0.95, "classes": {
+        "chat": {"num_requests": 20, "slo_attainment": 0.2}, "batch": {"num_requests": 280, "slo_attainment": 1.0},
+        "rare": {"num_requests": 0, "slo_attainment": None}}}
+    assert meets_slo(summ) is False and "class chat: 20.0% of its 20 requests" in slo_phrase(summ)
+    del summ["classes"]["chat"]
+    assert meets_slo(summ) is True
+    # paired differences: never "better" for a configuration that fails the SLO through a class
+    from servesim.outputs.intervals import Interval
+
+    diffs = [{"label": "a", "rate": None, "column": "goodput_rps", "name": "goodput", "interval": Interval(0.2, 0.1, 5),
+              "scale": 1.0, "unit": "req/s", "significant": True, "better": True}]
+    text = difference_sentences(diffs, "b", rows=[hidden, whole])[0]
+    assert "a fails the SLO, so none of its figures counts as better" in text and "(better)" not in text
+    assert not any(w["code"] == "failed" for w in study_warnings([hidden, whole]))
+
+
+def test_compare_table_fails_a_configuration_whose_class_misses_its_own_slo(tmp_path, capsys):
+    """The compare table said "meets" for a configuration with 95% of all requests within their
+    class's SLO while every chat request missed chat's own; only report.md named the class.
+    results.csv now carries the lowest class's attainment, the table says FAILS, and a note
+    (the run's class_under_slo warning) names the class."""
+    import csv
+    import json
+
+    import yaml
+
+    from servesim.inputs.overrides import with_values
+    from tests.conftest import BASE
+
+    kw = {**two_classes(0.05), "workload.num_requests": 100}
+    kw["workload.classes"][0]["slo"] = {"ttft_s": 1e-4}  # no chat request is this fast
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(with_values(BASE, kw)))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(scen), "--policies", "continuous", "--variant", "loose",
+                 "workload.classes[0].slo.ttft_s=5", "--out", str(out), "--workers", "1", "--quiet",
+                 "--no-report"]) == 0
+    text = capsys.readouterr().out
+    rows = {r["label"]: r for r in csv.DictReader((out / "results.csv").open())}
+    tight, loose = rows["continuous"], rows["loose"]
+    s = json.loads((out / tight["dir"] / "summary.json").read_text())
+    chat = s["classes"]["chat"]
+    assert chat["num_requests"] > 0 and chat["slo_attainment"] == 0.0 and s["slo_attainment"] >= 0.9
+    assert float(tight["class_slo_attainment_min"]) == 0.0 and float(loose["class_slo_attainment_min"]) >= 0.9
+    lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.split() and ln.split()[0] in rows}
+    assert " FAILS " in lines["continuous"] and " meets " in lines["loose"]
+    assert "each request class's within its own SLO" in text
+    assert f"note: continuous: class chat: 0.0% of its {chat['num_requests']} requests within its own SLO " \
+           "(TTFT <= 0.0001 s)" in text
+    assert [w["code"] for w in s["warnings"]] == ["class_under_slo"]
+    # ranked below the one that meets it, though its goodput is no higher
+    assert text.index(lines["loose"]) < text.index(lines["continuous"])
+    assert main(["report", str(out)]) == 0
+    verdict = "continuous (1 GPU): goodput"
+    md = (out / "report.md").read_text()
+    from servesim.outputs.verdicts import attainment_pct
+
+    assert f"fails the SLO ({attainment_pct(s['slo_attainment'])} of requests within it, but class chat: 0.0% of " \
+           f"its {chat['num_requests']}" in md
+    # a results.csv from before the column: the report judges by the runs' summaries
+    table = list(csv.reader((out / "results.csv").open()))
+    k = table[0].index("class_slo_attainment_min")
+    with (out / "results.csv").open("w", newline="") as fh:
+        csv.writer(fh).writerows([r[:k] + r[k + 1:] for r in table])
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.md").read_text() == md and verdict in md
+
+
+def test_report_names_the_classes_common_slo_not_the_top_level_one(tmp_path):
+    """Classes that all carry the same SLO of their own (TTFT <= 50 ms) beside a top-level
+    slo.ttft_s of 2 s that judges no request: every title said "SLO TTFT <= 2 s" and the CDFs
+    drew 2 s as the limit."""
+    from servesim.plots.report import scenario_slo
+
+    kw = {**two_classes(0.5), "workload.num_requests": 30, "slo.ttft_s": 2.0}
+    for c in kw["workload.classes"]:
+        c["slo"] = {"ttft_s": 0.05}
+    out = tmp_path / "run"
+    simulate(make_scenario(**kw)).write(out)
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "SLO TTFT <= 2 s" not in md and "| SLO TTFT <= 50 ms]" in md
+    assert scenario_slo({"slo": {"ttft_s": 2.0}}) == (2.0, None)
+    assert scenario_slo({"slo": {"ttft_s": 2.0, "tpot_s": 0.1}, "workload": {"classes": [
+        {"name": "a", "slo": {"ttft_s": 0.5}}, {"name": "b", "slo": {"ttft_s": 0.5}}]}}) == (0.5, 0.1)
+    assert scenario_slo({"slo": {"ttft_s": 2.0}, "workload": {"classes": [
+        {"name": "a", "slo": {"ttft_s": 0.5}}, {"name": "b"}]}}) == (None, None)

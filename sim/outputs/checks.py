@@ -36,6 +36,9 @@ Each warning is ``{"code": ..., "message": ...}``:
   ``budget_warnings``);
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
+- ``class_under_slo``: at least ``SLO_TARGET`` of all requests were within their class's SLO, but a
+  request class was not within its own (``class_slo_warnings``): a small class with a tight SLO
+  hides under a large one with a loose SLO, and the studies judge the run as failing the SLO;
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
   another packaged policy's, ``skip_unfit_prompts`` without whole-prompt admission beside decodes,
   a queue's predictor or ``preempt_running`` under an order that does not read it, pipeline overlap
@@ -48,6 +51,7 @@ Each warning is ``{"code": ..., "message": ...}``:
 from __future__ import annotations
 
 from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
+from servesim.outputs.verdicts import SLO_TARGET, attainment_pct, classes_under_target
 
 REJECTED_SHARE = 0.1
 UNFINISHED_SHARE = 0.1
@@ -259,6 +263,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
                f"instead of settling; {rate} (lower the rate or add replicas; servesim capacity finds the highest "
                "rate it keeps up with)")
         out.append({"code": "not_keeping_up", "message": msg})
+    out += class_slo_warnings(summary)
     out += preemption_warnings(summary, scenario)
     out += head_of_line_warnings(summary, scenario)
     out += slo_unit_warnings(scenario_slos(scenario))
@@ -297,6 +302,30 @@ def cost_mapping_warnings(scenario, pools) -> list:
                                    f"which the mapping does not name (the {what} of each GPU run comes from its own "
                                    "entry, else the catalog); the run is the one without it"})
     return out
+
+
+def class_slo_warnings(summary: dict) -> list:
+    """``class_under_slo`` (module docstring): each request class under ``SLO_TARGET`` of its own
+    SLO, with its limits, when the overall share reaches it (below, the run fails the SLO anyway,
+    and its class lines say by how much)."""
+    a = summary.get("slo_attainment")
+    classes = summary.get("classes") or {}
+    if len(classes) < 2 or not isinstance(a, (int, float)) or a < SLO_TARGET:
+        return []
+    under = classes_under_target([summary])
+    if not under:
+        return []
+    parts = []
+    for name, att, n, _ in under:
+        slo = classes[name].get("slo") or {}
+        lim = ", ".join(f"{k[:-2].upper()} <= {v:g} s" for k in ("ttft_s", "tpot_s")
+                        if isinstance((v := slo.get(k)), (int, float)))
+        parts.append(f"class {name}: {attainment_pct(att)} of its {n} request{'s' if n != 1 else ''} within its own "
+                     f"SLO" + (f" ({lim})" if lim else ""))
+    return [{"code": "class_under_slo",
+             "message": f"{'; '.join(parts)}: under the {SLO_TARGET:.0%} each request class must reach, while "
+                        f"{attainment_pct(a)} of all requests are within their class's SLO (the classes with looser "
+                        "SLOs hide it); sweeps, comparisons and reports count this run as failing the SLO"}]
 
 
 def clipped_text(k: int, n: int, context_tokens: int, predicted: bool = False) -> str:

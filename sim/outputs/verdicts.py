@@ -4,7 +4,9 @@ and by report.md, so both say the same.
 
 - A configuration *meets the SLO* when its SLO attainment (the share of all arrived requests
   completed within every SLO limit) is at least ``SLO_TARGET`` (90%, the usual goodput target,
-  e.g. DistServe's). Rows that meet it rank above those that fail it, each ranked by goodput
+  e.g. DistServe's), so is each request class's (each against its own SLO: results.csv
+  ``class_slo_attainment_min``, the lowest; a class that drew no request judges nothing), and
+  the run kept up. Rows that meet it rank above those that fail it, each ranked by goodput
   (requests per second within the SLO), then SLO attainment; rows that failed to run come last.
 - Caveats: configurations that gave exactly the same results (every figure equal at every rate:
   e.g. chunked prefill whose token budget never chunks these prompts), unequal GPU counts (the
@@ -23,9 +25,13 @@ from servesim.outputs.intervals import (CI_SUFFIX, format_difference, format_int
 
 SLO_TARGET = 0.9
 RATE_KEY = "workload.arrival.rate_rps"
+# results.csv: the lowest SLO attainment of the run's request classes (each against its own SLO; over
+# seeds, the lowest of the classes' means); a run's rows carry each class's in CLASS_ATTAINMENTS
+CLASS_MIN = "class_slo_attainment_min"
+CLASS_ATTAINMENTS = "class_slo_attainments"
 # columns that name a row or describe its run, not results
 _NOT_RESULTS = {"point", "label", "status", "error", "hash", "dir", "seed", "seeds", "wall_time_s",
-                "wall_time_s" + CI_SUFFIX, "meets"}
+                "wall_time_s" + CI_SUFFIX, "meets", CLASS_ATTAINMENTS}
 # (column, name, scale to print, unit, better when larger) of the differences worth reporting
 HEADLINE = (("goodput_rps", "goodput", 1.0, "req/s", True),
             ("slo_attainment", "SLO attainment", 100.0, "percentage points", True),
@@ -46,12 +52,77 @@ def fell_behind(row: dict) -> bool:
     return isinstance(ratio, (int, float)) and ratio < KEEP_UP and not too_short_to_tell(ratio, warmup)
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+
+
+def class_attainments(summary: dict) -> dict:
+    """{class: SLO attainment} of a run's summary.json (``classes``, each request against its
+    class's SLO), over the classes that drew requests (one that drew none has no attainment)."""
+    classes = summary.get("classes")
+    out = {}
+    for name, c in classes.items() if isinstance(classes, dict) else ():
+        if isinstance(c, dict) and c.get("num_requests") and _is_number(c.get("slo_attainment")):
+            out[str(name)] = float(c["slo_attainment"])
+    return out
+
+
+def lowest_class_attainment(row: dict) -> float | None:
+    """The lowest SLO attainment of a request class: a results.csv row's ``CLASS_MIN``, or over a
+    summary.json's ``classes`` (None: neither has one, e.g. a results.csv from before the column)."""
+    v = row.get(CLASS_MIN)
+    if _is_number(v):
+        return float(v)
+    att = class_attainments(row)
+    return min(att.values()) if att else None
+
+
+def class_fails(row: dict) -> bool:
+    """A request class of the row (a results.csv row or a summary.json) is under ``SLO_TARGET`` of
+    its own SLO: the configuration fails the SLO, whatever share of all requests is within it
+    (a small class with a tight SLO hides under a large one with a loose SLO)."""
+    low = lowest_class_attainment(row)
+    return low is not None and low < SLO_TARGET
+
+
+def class_means(summaries: list) -> list:
+    """[(class, attainment, requests, runs)] of each request class over one configuration's runs
+    (one, or one per seed): the mean attainment over the runs in which the class drew requests,
+    the requests it drew over them, and how many such runs."""
+    by: dict = {}
+    for s in summaries:
+        classes = s.get("classes") if isinstance(s, dict) else None
+        for name, a in class_attainments(s).items():
+            by.setdefault(name, []).append((a, int(classes[name]["num_requests"])))
+    return [(name, sum(a for a, _ in v) / len(v), sum(n for _, n in v), len(v)) for name, v in by.items()]
+
+
+def classes_under_target(summaries: list) -> list:
+    """``class_means`` of the request classes under ``SLO_TARGET`` of their own SLO."""
+    return [c for c in class_means(summaries) if c[1] < SLO_TARGET]
+
+
+def class_shortfall_text(under: list) -> str:
+    """"class chat: 20.0% of its 38 requests within its own SLO" (``classes_under_target``), over
+    seeds "... of its requests within its own SLO (mean over 3 seeds)"."""
+    parts = []
+    for name, a, n, runs in under:
+        if runs > 1:
+            parts.append(f"class {name}: {attainment_pct(a)} of its requests within its own SLO (mean over {runs} "
+                         "seeds)")
+        else:
+            parts.append(f"class {name}: {attainment_pct(a)} of its {n} request{'s' if n != 1 else ''} within its "
+                         "own SLO")
+    return "; ".join(parts)
+
+
 def meets_slo(row: dict) -> bool | None:
-    """The row's SLO attainment is at least ``SLO_TARGET`` and it kept up (None: the row has no
-    attainment). A run whose backlog grew (``fell_behind``) does not meet it, whatever share of
-    its requests were within it: that share only falls the longer the load lasts."""
+    """The row's SLO attainment is at least ``SLO_TARGET``, so is each request class's
+    (``class_fails``), and it kept up (None: the row has no attainment). A run whose backlog grew
+    (``fell_behind``) does not meet it, whatever share of its requests were within it: that share
+    only falls the longer the load lasts. ``row``: a results.csv row or a run's summary.json."""
     a = row.get("slo_attainment")
-    return None if a is None else a >= SLO_TARGET and not fell_behind(row)
+    return None if a is None else a >= SLO_TARGET and not fell_behind(row) and not class_fails(row)
 
 
 def attainment_pct(a: float) -> str:
@@ -65,9 +136,13 @@ def attainment_pct(a: float) -> str:
     return f"{pct!r}%"
 
 
-def slo_phrase(row: dict) -> str:
-    """"meets the SLO (98.0% of requests within it)", "fails the SLO (0.5% ...)", or for a run that
-    fell behind "fails the SLO at this load: 100.0% of requests within it over this run, but ..."."""
+def slo_phrase(row: dict, under: list | None = None) -> str:
+    """"meets the SLO (98.0% of requests within it)", "fails the SLO (0.5% ...)", for a run that
+    fell behind "fails the SLO at this load: 100.0% of requests within it over this run, but ...",
+    and for one with a request class under ``SLO_TARGET`` of its own SLO "fails the SLO (94.7% of
+    requests within it, but class chat: 20.0% of its 38 requests within its own SLO, under 90%)".
+    ``under``: the row's ``classes_under_target`` (from its runs' summaries; a summary.json row
+    gives its own), which name the classes; without them, the lowest class's share is given."""
     a = row.get("slo_attainment")
     if a is None:
         return "has no SLO attainment"
@@ -80,6 +155,18 @@ def slo_phrase(row: dict) -> str:
     if a >= SLO_TARGET and fell_behind(row):
         return (f"fails the SLO at this load ({share} of requests within it over this run, but it did not keep up: "
                 "the backlog grew, so that share falls the longer the load lasts)")
+    if a >= SLO_TARGET and class_fails(row):
+        if under is None and isinstance(row.get("classes"), dict):
+            under = classes_under_target([row])
+        if under:
+            which = class_shortfall_text(under)
+        else:
+            low = lowest_class_attainment(row)
+            half = row.get(CLASS_MIN + CI_SUFFIX)
+            low_text = (format_interval(row_interval(row, CLASS_MIN), 100.0) + "%"
+                        if _is_number(half) and half > 0 and not math.isinf(half) else attainment_pct(low))
+            which = f"a request class: {low_text} of its requests within its own SLO ({CLASS_MIN})"
+        return f"fails the SLO ({share} of requests within it, but {which}, under {SLO_TARGET:.0%})"
     return f"{'meets' if a >= SLO_TARGET else 'fails'} the SLO ({share} of requests within it)"
 
 

@@ -25,6 +25,7 @@ from servesim.inputs.overrides import apply_overrides, check_overrides, override
 from servesim.outputs.metrics import RESULT_METRICS, summary_dist
 from servesim.outputs.rundir import num_gpus  # noqa: F401 - the studies' name for it
 from servesim.outputs.stats import DIST_STATS
+from servesim.outputs.verdicts import CLASS_ATTAINMENTS, CLASS_MIN, class_attainments
 
 MAX_POINTS = 100_000  # points of one sweep grid (each is a resolved scenario held in memory and a folder)
 
@@ -275,13 +276,19 @@ def grid_points(base: dict, grid: dict) -> list[Point]:
 
 def flatten_summary(s: dict) -> dict:
     """A run's summary (summary.json) as one flat results.csv row: counts, rates, each latency
-    distribution's statistics and the utilization figures."""
+    distribution's statistics and the utilization figures (plus, not a column, ``CLASS_ATTAINMENTS``:
+    {class: attainment}, from which ``replicates.aggregate_row`` takes the lowest class mean)."""
     row = {k: s.get(k) for k in ("num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s",
                                  "throughput_rps", "output_tokens_per_s", "total_tokens_per_s", "goodput_rps",
                                  "slo_attainment", "wall_time_s")}
     for d in RESULT_METRICS:
         for st in STATS:
             row[f"{d}_{st}_s"] = summary_dist(s, d)[st]
+    # each request class's attainment (its own SLO) and the lowest: a configuration meets the SLO only
+    # when every class does (verdicts.meets_slo); the overall share hid a small class with a tight SLO
+    att = class_attainments(s)
+    row[CLASS_MIN] = min(att.values()) if att else None
+    row[CLASS_ATTAINMENTS] = att
     row["offered_rps"] = s.get("workload", {}).get("offered_rps")
     keep = s.get("workload", {}).get("keep_up")  # (None: closed-loop, too few arrivals, or an older run)
     row["keep_up"] = keep.get("ratio") if isinstance(keep, dict) else None

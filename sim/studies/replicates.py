@@ -27,6 +27,7 @@ import copy
 import math
 
 from servesim.outputs.intervals import CI_SUFFIX, SEED_KEY, t_interval
+from servesim.outputs.verdicts import CLASS_ATTAINMENTS, CLASS_MIN
 from servesim.errors import InputError
 from servesim.studies.points import Point, scenario_hash
 
@@ -94,6 +95,18 @@ def aggregate_row(rows: list[dict], columns) -> dict:
         return out
     for c in columns:
         vals = [r.get(c) for r in rows]
+        if c == CLASS_MIN and all(isinstance(r.get(CLASS_ATTAINMENTS), dict) for r in rows):
+            # the lowest of the classes' means over the seeds on which each drew requests (as the
+            # overall share is judged by its mean), not the mean of each seed's lowest class
+            by: dict = {}
+            for r in rows:
+                for name, a in r[CLASS_ATTAINMENTS].items():
+                    by.setdefault(name, []).append(a)
+            ivs = [t_interval(v) for v in by.values()]
+            low = min(ivs, key=lambda iv: iv.mean, default=None)
+            out[c] = None if low is None else low.mean
+            out[c + CI_SUFFIX] = None if low is None or math.isnan(low.half) else low.half
+            continue
         if c in NOT_AVERAGED:
             out[c] = vals[0]
             continue

@@ -41,8 +41,8 @@ SWEEP_META = "sweep.json"
 # Summary fields flattened into results.csv, in this order (after the point's own columns).
 METRIC_COLUMNS = (
     ("num_requests", "completed", "rejected", "unfinished", "preemptions", "sim_time_s", "throughput_rps",
-     "output_tokens_per_s", "total_tokens_per_s", "goodput_rps", "slo_attainment", "offered_rps", "keep_up",
-     "keep_up_warmup", "window_output_tokens_per_s")
+     "output_tokens_per_s", "total_tokens_per_s", "goodput_rps", "slo_attainment", "class_slo_attainment_min",
+     "offered_rps", "keep_up", "keep_up_warmup", "window_output_tokens_per_s")
     + tuple(f"{d}_{s}_s" for d in RESULT_METRICS for s in _STATS)
     + ("busy_fraction", "mean_batch_size", "kv_usage_mean", "kv_usage_max", "mfu", "mbu", "num_gpus", "wall_time_s")
 )
