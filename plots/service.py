@@ -98,6 +98,7 @@ def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None, sl
         lim = slo_label((slo_by_label or {}).get(label))
         ax.errorbar(d["rate"], y * 100, yerr=err * 100, fmt="-o", markersize=4, capsize=3, color=colors[label],
                     label=str(label) + (f": SLO {lim}" if lim else ""))
+    _none_drawn(ax, data, "attainment")
     ax.axhline(ATTAINMENT_TARGET * 100, color="k", linestyle=":", linewidth=1,
                label=f"{ATTAINMENT_TARGET:.0%}: meets the SLO")
     if data:  # (what the bars are: the figure stands alone)
@@ -112,6 +113,18 @@ def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None, sl
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     return ax
+
+
+def _none_drawn(ax, data: dict, key: str) -> None:
+    """Say so in a class's panel when it has no value at any load (a rare class that drew no
+    request at any point): the panel was blank, its x axis around 0, with no word why."""
+    if any(v is not None and not math.isnan(v) for d in data.values() for v in d[key]):
+        return
+    rates = sorted({r for d in data.values() for r in d["rate"] if r is not None})
+    if rates:
+        ax.set_xlim(rates[0] - 0.05 * (rates[-1] - rates[0] or 1), rates[-1] + 0.05 * (rates[-1] - rates[0] or 1))
+    ax.text(0.5, 0.5, "no requests at any load tried", transform=ax.transAxes, ha="center", va="center",
+            color="#555555")
 
 
 def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, colors: dict | None = None,
@@ -137,6 +150,7 @@ def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, co
                            label=f"SLO {v * 1e3:g} ms ({wrap_label(label)})")
     elif slo_s is not None:
         ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
+    _none_drawn(ax, data, "ttft_p99")
     ax.set_yscale("log")
     _plain_log_ticks(ax.yaxis)
     ax.set_xlabel("offered load (req/s)")

@@ -406,6 +406,33 @@ def test_compare_table_fails_a_configuration_whose_class_misses_its_own_slo(tmp_
     assert (out / "report.md").read_text() == md and verdict in md
 
 
+def test_a_class_with_no_request_at_any_load_says_so_in_its_panels():
+    """A rare class that drew no request at any load tried: its two panels were blank, with an x
+    axis around 0 and no word why."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from servesim.plots.service import attainment_vs_load, class_ttft_vs_load
+
+    none = {"a": {"rate": [4.0, 8.0], "attainment": [math.nan, math.nan], "lo": [math.nan] * 2,
+                  "hi": [math.nan] * 2, "ttft_p99": [None, None]}}
+    fig, (a1, a2) = plt.subplots(1, 2)
+    attainment_vs_load(none, a1, "rare")
+    class_ttft_vs_load(none, a2, "rare", 2.0)
+    for ax in (a1, a2):
+        assert "no requests at any load tried" in [t.get_text() for t in ax.texts]
+        lo, hi = ax.get_xlim()
+        assert lo < 4.0 and hi > 8.0 and lo > 3.0
+    some = {"a": {**none["a"], "attainment": [math.nan, 1.0], "ttft_p99": [None, 0.1]}}
+    fig2, (b1, b2) = plt.subplots(1, 2)
+    attainment_vs_load(some, b1, "rare")
+    class_ttft_vs_load(some, b2, "rare", 2.0)
+    assert not b1.texts and not b2.texts
+    plt.close("all")
+
+
 def test_report_names_the_classes_common_slo_not_the_top_level_one(tmp_path):
     """Classes that all carry the same SLO of their own (TTFT <= 50 ms) beside a top-level
     slo.ttft_s of 2 s that judges no request: every title said "SLO TTFT <= 2 s" and the CDFs
