@@ -159,7 +159,8 @@ def test_cache_output_keeps_the_reply_blocks():
     assert kv.grow(first, 69)
     first.num_computed_tokens = 69  # 4 full blocks (64 tokens) and a partial one
     kv.free(first)
-    assert kv.num_free == 100 and len(kv.evictable) == 4
+    # the 4 full blocks cached, after the partial one (freed first, a run no lookup hits)
+    assert kv.num_free == 100 and kv.num_idle == 5 and [v for v in kv.evictable.values()] == [1] + [None] * 4
     nxt = Request(1, 0.0, 150, 10, prefix_group=7, prefix_tokens=150, cache_output=True)
     assert kv.cached_prefix_blocks(nxt) == (4, 4)
     other = Request(2, 0.0, 150, 10, prefix_group=8, prefix_tokens=150)
