@@ -573,7 +573,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     # is refused at once, not left to fail the shapes it reaches, each an "error" of the plan
     with folder_lock(out, "plan"):
         begin_study(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
-                         "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
+                          "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
         pl.write()  # (in progress: a plan.json an earlier plan left is not this one's answer)
         total = len(todo) + opts.verify_top + 1
         step = 0
