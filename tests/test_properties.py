@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.simulation import simulate
+from servesim.simulation import predict_rejections, simulate
 from tests.conftest import make_scenario, policy_mix_kw, specs
 
 request_rows = st.lists(
@@ -82,6 +82,10 @@ def check_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, rou
     assert s["num_requests"] == len(rows) == s["completed"] + s["rejected"] + s["unfinished"]
     assert s["completed"] == int((status == "completed").sum()) and s["rejected"] == int((status == "rejected").sum())
     assert s["unfinished"] == int((status == "unfinished").sum())
+    # what validate predicts without running (predict_rejections: the rules depend on a request's
+    # lengths and the deployment only) is the run's count, and the reasons are the run's
+    pred = predict_rejections(sc, specs=sp)
+    assert pred["rejected"] == s["rejected"], (pred, list(r["reason"][status == "rejected"]))
     # the window holds everything that happened, and rates are per it
     st0 = res.steps
     if len(st0["start_s"]):
