@@ -810,9 +810,14 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
     total = len(specs) if not isinstance(specs, Sessions) else (specs.num_requests or 0)
     env = simpy.Environment()
     cb = None
+    failed = []  # what the caller's progress function raised: raised as itself, not blamed on a plug-in
     if progress is not None:
         def cb(_req):
-            progress(rec.completed, total, env.now)
+            try:
+                progress(rec.completed, total, env.now)
+            except Exception as e:
+                failed.append(e)
+                raise
     rec = Recorder(cb)
     cluster = Cluster(env, setup, rec, scenario.seed)
     if built is not None:
@@ -911,6 +916,8 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         e = _simpy_original(e)
         raise e from e.__cause__
     except Exception as e:  # noqa: BLE001
+        if failed:
+            raise failed[0] from None
         plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)}
                          | ({plugin_name(cluster.route)} if is_plugin(cluster.route) else set()))
         if not plugins:

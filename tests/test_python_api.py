@@ -351,3 +351,22 @@ def test_scenario_data_with_a_sweep_block_builds_as_its_file_loads():
     data = {**sc.to_dict(), "sweep": {"grid": {"policy.max_num_seqs": [8, 16]}}}
     assert servesim.scenario_from_dict(data) == sc
     assert "sweep" in data  # (the caller's mapping is left as it was)
+
+
+def test_an_error_in_the_progress_callback_is_raised_as_itself(tmp_path, monkeypatch):
+    # (with a plug-in in use it was wrapped in a PluginError blaming the plug-in: "the run stopped on
+    # ValueError ... with plug-in shortest_prompt_first:ShortestPromptFirst in use. Policies and
+    # routers must only read ...")
+    import shutil
+    from pathlib import Path
+
+    shutil.copy(Path(__file__).parent.parent / "examples" / "shortest_prompt_first.py", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    sc = servesim.load_scenario(None, ["policy.name=shortest_prompt_first:ShortestPromptFirst",
+                                       "workload.num_requests=5"])
+
+    def progress(done, total, now_s):
+        raise ValueError("the progress bar broke")
+
+    with pytest.raises(ValueError, match="the progress bar broke"):
+        servesim.simulate(sc, progress=progress)
