@@ -200,6 +200,12 @@ BAD = [
     ("hardware: {gpu: h100-sxm}", "hardware: {gpu: h100-sxm, tp: 3}", "hardware.tp", "32"),
     ("name: cli-test", "name: cli-test\npolicyy: {}", "policyy", "policy"),
     ("dist: uniform, min: 4", "dist: unifrm, min: 4", "workload.output_tokens.dist", "uniform"),
+    # the tag's key misspelled: named as the unknown field it is (it said only 'dist is missing';
+    # found by fuzzing scenarios through the CLI)
+    ("dist: uniform, min: 4", "dst: uniform, min: 4", "workload.output_tokens.dst: unknown field (did you mean "
+     "'dist'?)", "valid dist: fixed, uniform"),
+    ("arrival: {process: poisson,", "arrival: {proces: poisson,", "workload.arrival.proces: unknown field",
+     "(did you mean 'process'?)"),
     ("model: meta-llama/Meta-Llama-3-8B", "model: meta-llama/Meta-Llama-3-70B", "does not fit", "GiB"),
     # a P/D pool that does not fit names its own fields to raise (it said hardware.tp, "a bigger GPU")
     ("policy: {name: continuous,", "memory: {gpu_memory_utilization: 0.3}\npolicy: {name: pd_split, "

@@ -17,6 +17,7 @@ readers all use this module.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 import re
@@ -488,6 +489,12 @@ def _build_tagged(options, value, path):
                          f"{shown(value)}{hint}")
     if tag_field not in value:
         _check_colon_keys(value, path)
+        # a key no option has that reads as the tag misspelled (dst: fixed) is named as such
+        known = {f.name for o in options for f in dataclasses.fields(o)}
+        typo = difflib.get_close_matches(tag_field, [k for k in value if isinstance(k, str) and k not in known], n=1)
+        if typo:
+            raise InputError(f"{path}.{typo[0]}: unknown field (did you mean {tag_field!r}?); valid {tag_field}: "
+                             f"{', '.join(by_tag)}")
         raise InputError(f"{path}.{tag_field} is missing; valid: {', '.join(by_tag)}")
     tag = value[tag_field]
     if not isinstance(tag, str) or tag not in by_tag:
