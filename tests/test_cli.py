@@ -223,6 +223,12 @@ BAD = [
     ("dist: uniform, min: 4", "dist: [uniform], min: 4", "workload.output_tokens.dist", "uniform"),
     ("arrival: {process: poisson,", "arrival: {process: {a: 1},", "workload.arrival.process", "poisson"),
     ("  num_requests: 60\n", "  num_requests: 60\n  preset: []\n", "workload.preset", "not a preset"),
+    # a lone scalar where a mapping goes is offered as its one required field only when it could be
+    # one (it said "write shared_prefix: {tokens: 'abc'}", itself an error; found by fuzzing)
+    ("  num_requests: 60\n", "  num_requests: 60\n  shared_prefix: abc\n", "workload.shared_prefix must be a mapping",
+     "its fields: tokens (required), fraction, groups"),
+    ("  num_requests: 60\n", "  num_requests: 60\n  shared_prefix: 100\n", "workload.shared_prefix must be a mapping",
+     "write shared_prefix: {tokens: 100}"),
     ("hardware: {gpu: h100-sxm}", "hardware: {gpu: h100-sxm}\ncluster: {replicas: 99999999999}",
      "cluster.replicas", "<= 100000"),
     ("max_num_seqs: 64", "max_num_seqs: .inf", "policy.max_num_seqs", "must be an integer"),

@@ -511,7 +511,11 @@ def _mapping_hint(cls, value, path: str) -> str:
     required = [f.name for f in fields
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if len(required) == 1 and path and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return f"; write {path.rsplit('.', 1)[-1]}: {{{required[0]}: {shown(value)}}}"
+        # (only a value of the field's kind: shared_prefix: abc is no prefix length)
+        tp = typing.get_type_hints(cls)[required[0]]
+        kinds = {str: (str,), int: (int,), float: (int, float)}.get(tp, (str, int, float))
+        if isinstance(value, kinds):
+            return f"; write {path.rsplit('.', 1)[-1]}: {{{required[0]}: {shown(value)}}}"
     names = required + [f.name for f in fields if f.name not in required]
     listed = ", ".join(f"{n} (required)" if n in required else n for n in names[:12])
     return f"; its fields: {listed}{', ...' if len(names) > 12 else ''}"
