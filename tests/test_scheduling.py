@@ -357,6 +357,12 @@ def test_class_aware_keeps_a_class_on_its_replicas():
      "not a replica"),
     ({"cluster.replicas": 2, "cluster.class_replicas": [{"name": "default", "replicas": [1]}]},
      "only the class_aware router reads it"),
+    # a class listed twice: the last entry held and the first was dropped without a word (found by
+    # fuzzing contradicting fields through the CLI)
+    ({"cluster.replicas": 2, "cluster.router": "class_aware",
+      "cluster.class_replicas": [{"name": "default", "replicas": [0]}, {"name": "default", "replicas": [1]}]},
+     r"^cluster.class_replicas\[1\].name: 'default' is listed twice \(cluster.class_replicas\[0\] lists it\); "
+     r"give each class one entry with all of its replicas"),
     ({"policy.admission": {"ttft_slo": True}}, "no TTFT SLO"),
     ({"policy.admission": {"ttft_slo_share": 0.6}}, "ttft_slo is off"),
     ({"policy.admission": {"classes": ["default"]}}, "no rule is set"),

@@ -912,6 +912,13 @@ class Scenario:
         for where, n in refs:
             if n not in names:
                 raise InputError(f"{where}: no request class {n!r};{did_you_mean(n, names)}")
+        first: dict = {}
+        for i, c in enumerate(self.cluster.class_replicas or ()):
+            if c.name in first:  # (the router's table would keep only the last entry)
+                raise InputError(f"cluster.class_replicas[{i}].name: {c.name!r} is listed twice "
+                                 f"(cluster.class_replicas[{first[c.name]}] lists it); give each class one entry "
+                                 "with all of its replicas")
+            first[c.name] = i
         routed = self.policy.prefill.replicas if self.policy.name == "pd_split" else self.cluster.replicas
         for i, c in enumerate(self.cluster.class_replicas or ()):
             if max(c.replicas) >= routed:
