@@ -146,7 +146,7 @@ def _cdf_legend(ax, curves) -> None:
                                                 (min(box.x1 + dx, frame.x1), min(box.y1 + dy, frame.y1))])
         if not any(_cdf_at(xs, ys, x1) >= y0 and _cdf_at(xs, ys, x0) <= y1 for xs, ys in curves):
             return
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small", frameon=False)
+    legend_below(ax, fontsize="small")
 
 
 def _cdf_at(xs, ys, x: float) -> float:
@@ -186,7 +186,40 @@ def _legend_off_the_lines(ax, **kw) -> None:
     else:
         return
     n = len(legend.get_texts())
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2 if n > 4 else 1, frameon=False, **kw)
+    legend = legend_below(ax, ncol=2 if n > 4 else 1, **kw)
+    # two columns only where they fit under the axes: a sweep's long names ("max_num_batched_tokens=8192
+    # (1 GPU) p99") ran past the axes, under the next panel's legend, text over text
+    if n > 4 and legend.get_window_extent().width > ax.get_window_extent().width:
+        legend_below(ax, ncol=1, **kw)
+
+
+def legend_below(ax, **kw):
+    """A frameless legend centred under the axes, a few points below its x tick labels and label.
+    The gap is in points, not a share of the axes' height: a tall legend makes the later tight
+    layout shrink the axes, and a legend placed 15% of the axes' height down then came up over
+    the x label."""
+    from matplotlib.transforms import offset_copy
+
+    below = ax.get_window_extent().y0 - ax.xaxis.get_tightbbox().y0  # (pixels: tick labels and x label)
+    gap = max(below, 0.0) * 72.0 / ax.figure.dpi + 4.0
+    legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False,
+                       bbox_transform=offset_copy(ax.transAxes, fig=ax.figure, y=-gap, units="points"), **kw)
+    legend._servesim_below = True  # (``save`` makes the figure taller by it)
+    return legend
+
+
+def _room_for_legends_below(fig) -> None:
+    """Make ``fig`` taller by the legends ``legend_below`` put under its axes (the tallest of each
+    row of axes), so the tight layout keeps the axes' height: a comparison of eight configurations
+    had its CDF panels squeezed to a sliver above their legends."""
+    rows: dict = {}
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None and getattr(legend, "_servesim_below", False):
+            row = round(ax.get_position().y0, 3)
+            rows[row] = max(rows.get(row, 0.0), legend.get_window_extent().height / fig.dpi)
+    if rows:
+        fig.set_figheight(fig.get_figheight() + sum(rows.values()))
 
 
 def wrap_label(label, width: int = 40) -> str:
@@ -642,10 +675,7 @@ def ttft_breakdown(data: dict, ax):
     ax.set_ylabel("share of mean time (%)" if shares else "mean time (ms)")
     ax.set_title("TTFT breakdown (+ KV transfer)" if pd else "TTFT breakdown")
     ax.grid(True, axis="y", alpha=0.3)
-    lines = max((t.count("\n") for t in ticks), default=0)  # (the legend goes below every line of them)
-    ax.legend(fontsize="small", loc="upper center",
-              bbox_to_anchor=(0.5, (-0.14 if len(labels) <= 3 else -0.2) - 0.07 * lines), ncol=len(comps),
-              frameon=False)
+    legend_below(ax, fontsize="small", ncol=len(comps))  # (below every line of the tick labels)
     return ax
 
 
@@ -798,7 +828,7 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
     if ax.get_legend() is not None:
         # (one column: two of these side by side were wider than the axes, and the layout
         # narrowed the axes to fit them)
-        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
+        legend_below(ax, fontsize="small")
     lo, hi = ax.get_xlim()
     placed = []
     for d, y, transform in named:
@@ -855,6 +885,7 @@ def save(fig, stem) -> list:
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     with glyphs_noted():
+        _room_for_legends_below(fig)
         fig.tight_layout()
         # "tight": legends and captions placed outside the axes are kept, not clipped
         fig.savefig(paths[0], dpi=110, bbox_inches="tight")

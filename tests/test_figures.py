@@ -178,6 +178,46 @@ def test_latency_vs_load_legend_lies_over_no_line(n_series):
     plt.close(fig)
 
 
+def test_latency_vs_load_legends_below_two_panels_stay_apart():
+    """A sweep over one field names each configuration at length ("max_num_batched_tokens=8192
+    (1 GPU) p99"): the legend below each panel took two columns however wide they were, and the
+    TTFT panel's ran under the TPOT panel's, text over text. Two columns only where they fit the
+    axes' width; both legends lie within their own axes' span, below the x label."""
+    data = {f"max_num_batched_tokens={b} (1 GPU)": {"rate": [6, 12], "p50": [0.04, 0.05], "p99": [0.2, 0.22],
+                                                   "ok": [True, b != 2048]} for b in (512, 2048, 8192)}
+    fig, axes = F.subplots(1, 2, figsize=(12, 4.8))
+    F.latency_vs_load(data, axes[0], "ttft", slo_s=1.0)
+    F.latency_vs_load({k: {**d, "p50": [0.008, 0.01], "p99": [0.01, 0.015]} for k, d in data.items()}, axes[1],
+                      "tpot", slo_s=0.05)
+    fig.tight_layout()
+    fig.canvas.draw()
+    boxes = [ax.get_legend().get_window_extent() for ax in axes]
+    assert not boxes[0].overlaps(boxes[1])
+    for ax, box in zip(axes, boxes):
+        frame = ax.get_window_extent()
+        assert box.x0 >= frame.x0 - 0.1 * frame.width and box.x1 <= frame.x1 + 0.1 * frame.width
+        # (placed a share of the axes' height below it, a taller legend, which the layout makes
+        # room for by shrinking the axes, came up over the x label)
+        assert not box.overlaps(ax.xaxis.label.get_window_extent())
+
+
+def test_legends_below_the_axes_leave_the_axes_their_height(tmp_path):
+    """A sweep of eight configurations at one rate: each CDF's legend went below its axes (no spot
+    inside was free), and the tight layout of the report's 4.4-inch figure squeezed the four panels
+    to a sliver above them. ``save`` makes the figure taller by such legends instead."""
+    rng = np.random.default_rng(0)
+    data = {f"max_num_seqs={2 ** i} (1 GPU)": rng.lognormal(np.log(0.05 * (i + 1) ** 2), 0.5, 300) for i in range(8)}
+    fig, axes = F.subplots(1, 4, figsize=(18.4, 4.4))
+    for ax, metric in zip(axes, ("ttft", "tpot", "e2e", "tbt")):
+        F.latency_cdfs(data, ax, metric, slo_s=1.0)
+    F.save(fig, tmp_path / "cdfs")
+    fig.canvas.draw()  # (measured on the figure, not the cropped canvas the save drew last)
+    for ax in axes:
+        frame = ax.get_window_extent()
+        assert frame.height >= 0.55 * 4.4 * fig.dpi  # (the axes keep most of the figure's 4.4 inches)
+        assert ax.get_legend().get_window_extent().y1 < ax.xaxis.label.get_window_extent().y0
+
+
 def test_goodput_vs_load(ax):
     data = {"continuous": {"rate": [1, 2, 4], "goodput": [1, 2, 3.5]},
             "small": {"rate": [1, 2, 4], "goodput": [1, 1.5, 0.2]}}
