@@ -792,6 +792,7 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
     with an unbounded p99 is drawn at the top edge as a triangle pointing up (it used to be left
     out, or drawn at the p99 of the requests that did complete, under the limit it broke).
     Each point's name sits on the side of it with room (they ran out of the axes on the right),
+    inside the axes and clear of the others (a name moved off its point has a leader line to it),
     and the legend below the axes, clear of the names."""
     from matplotlib.transforms import blended_transform_factory
 
@@ -830,21 +831,40 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # narrowed the axes to fit them)
         legend_below(ax, fontsize="small")
     lo, hi = ax.get_xlim()
+    frame = ax.get_window_extent()
+    # (the layout to come may take a few percent off the axes' height: kept that far inside)
+    inner = frame.padded(0, -0.03 * frame.height)
     placed = []
-    for d, y, transform in named:
+    # (top to bottom, each name first tried lower down: the names of a column of points stack
+    # mostly in the points' order)
+    for d, y, transform in sorted(named, key=lambda n: -n[2].transform((n[0]["usd_per_hour"], n[1]))[1]):
         right = (d["usd_per_hour"] - lo) > 0.5 * (hi - lo)
-        text = ax.annotate(wrap_label(d.get("label") or d["fleet"], 30), (d["usd_per_hour"], y), xycoords=transform,
-                           textcoords="offset points", xytext=(-6, -3) if right else (6, -3),
-                           ha="right" if right else "left", va="top", fontsize=7)
-        # (two names side by side, e.g. two off-scale P/D splits, ran into each other: moved down
-        # until clear of those already placed, with room for the axes to narrow in the layout)
-        for _ in range(6):
-            box = text.get_window_extent().padded(0.15 * text.get_window_extent().width, 2)
-            if not any(box.overlaps(b) for b in placed):
+        kw = dict(xycoords=transform, textcoords="offset points", ha="right" if right else "left", va="top",
+                  fontsize=7)
+        dx = -6 if right else 6
+        text = ax.annotate(wrap_label(d.get("label") or d["fleet"], 30), (d["usd_per_hour"], y), xytext=(dx, -3), **kw)
+        # a name that would lie over one already placed goes the nearest line down or up where there
+        # is room inside the axes, with a leader line to the point once it has left it: moved down
+        # alone, names of several shapes of one cost ran out of the axes (over the x label, into
+        # the legend) and each sat by another configuration's point
+        step = text.get_window_extent().height * 72 / ax.figure.dpi + 2
+        for k in (0, *(k * sign for k in range(1, 13) for sign in (1, -1)), None):
+            if k is None:  # (no room anywhere: at its point, as before)
+                text.xyann, k = (dx, -3), 0
+                box = text.get_window_extent()
                 break
-            x_off, y_off = text.xyann
-            text.xyann = (x_off, y_off - text.get_window_extent().height * 72 / ax.figure.dpi - 2)
-        placed.append(text.get_window_extent())
+            text.xyann = (dx, -3 - k * step)
+            box = text.get_window_extent()
+            if box.y0 < inner.y0 or box.y1 > inner.y1:
+                continue
+            if not any(box.padded(0.15 * box.width, 2).overlaps(b) for b in placed):
+                break
+        if k:
+            text.remove()
+            text = ax.annotate(text.get_text(), (d["usd_per_hour"], y), xytext=(dx, -3 - k * step), **kw,
+                               arrowprops={"arrowstyle": "-", "color": "0.5", "linewidth": 0.6, "shrinkA": 1,
+                                           "shrinkB": 4})
+        placed.append(box)  # (the name's own box: an annotation's extent takes its leader line in)
     return ax
 
 

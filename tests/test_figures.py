@@ -667,6 +667,42 @@ def test_cost_latency_draws_an_unbounded_p99_at_the_top_and_keeps_names_apart():
     plt.close(fig)
 
 
+def test_cost_latency_names_stay_in_the_axes_and_point_at_their_points(tmp_path):
+    """A plan's failing shapes share a cost ($3.18/h: five of them, p99 TTFT from 10 to 55 s):
+    each name that collided was moved down a line, so names ran out of the axes, over the x label
+    and into the legend, and a name sat by another configuration's point. Names stay inside the
+    axes, apart; one moved off its point has a leader line to it."""
+    from matplotlib.text import Text
+
+    rows = [(3.18, 55.0, "1 x a100-80g TP2, continuous"), (3.18, 54.0, "1 x a100-80g TP2, chunked prefill 2048"),
+            (3.18, 33.0, "2 x a100-80g TP1, chunked prefill 512"), (3.18, 12.0, "2 x a100-80g TP1, continuous"),
+            (3.18, 10.5, "2 x a100-80g TP1, chunked prefill 2048"),
+            (3.29, 1.2, "1 x h100-sxm TP1, chunked prefill 512"),
+            (3.29, 0.42, "1 x h100-sxm TP1, continuous"), (3.29, 0.37, "1 x h100-sxm TP1, chunked prefill 2048"),
+            (4.77, 0.85, "3 x a100-80g TP1, chunked prefill 512"), (4.77, 0.68, "3 x a100-80g TP1, continuous"),
+            (4.77, 0.65, "3 x a100-80g TP1, chunked prefill 2048"), (6.36, 0.36, "2 x a100-80g TP2, continuous"),
+            (6.36, 0.35, "2 x a100-80g TP2, chunked prefill 2048"),
+            (6.58, 0.22, "2 x h100-sxm TP1, chunked prefill 512")]
+    data = [{"fleet": lab.split(" TP")[0], "label": lab, "gpu": lab.split()[2], "kind": "colocated",
+             "usd_per_hour": usd, "p99": p99, "meets": p99 < 1.0} for usd, p99, lab in rows]
+    fig, axes = F.subplots(1, 2, figsize=(12, 4.8))
+    F.cost_latency(data, axes[0], "ttft", 1.0)
+    F.cost_latency([{**d, "p99": d["p99"] / 20} for d in data], axes[1], "tpot", 0.05)
+    F.save(fig, tmp_path / "cost")  # (as a plan report lays it out)
+    fig.canvas.draw()  # (measured on the figure, not the cropped canvas the save drew last)
+    for ax in axes:
+        frame, names = ax.get_window_extent(), list(ax.texts)
+        assert len(names) == len(rows)
+        boxes = [Text.get_window_extent(t) for t in names]  # (the names' own boxes, without their leader lines)
+        for i, (t, b) in enumerate(zip(names, boxes)):
+            assert frame.y0 <= b.y0 and b.y1 <= frame.y1 and frame.x0 <= b.x0 and b.x1 <= frame.x1, t.get_text()
+            assert not any(b.overlaps(o) for o in boxes[:i]), t.get_text()
+            point = ax.transData.transform(t.xy)
+            near = b.y0 - 8 <= point[1] <= b.y1 + 8  # (level with its point)
+            assert near or t.arrow_patch is not None, t.get_text()
+    plt.close(fig)
+
+
 @pytest.mark.parametrize("shape", [dict(kind="colocated", gpu="h100-sxm", tp=2, pp=2, policy="chunked_prefill",
                                         chunk=512),
                                    dict(kind="pd", gpu="h100-sxm", tp=4, decode_gpu="a100-80g", decode_tp=8,
