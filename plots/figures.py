@@ -507,14 +507,21 @@ def _band(ax, b, color, label, scale=1.0):
 
 
 def batch_size_timeline(data: dict, ax, width_s: float | None = None):
-    """Sequences in each step over simulated time (``RunData.timeline_data``); with ``width_s``,
-    per time bin: the mean and the min-max band."""
+    """Sequences in each step over simulated time (``RunData.timeline_data``; with its
+    ``duration_s``, 0 while no step runs); with ``width_s``, per time bin: the mean and the min-max
+    band."""
     if width_s:
         _band(ax, binned(data["t"], data["num_seqs"], width_s), "#1f77b4",
               f"sequences per step: mean per {_bin_label(width_s)}, band min-max")
     else:
-        ax.plot(data["t"], data["num_seqs"], drawstyle="steps-post", linewidth=0.8, color="#1f77b4",
-                label="sequences per step")
+        t, n = np.asarray(data["t"], dtype=float), np.asarray(data["num_seqs"], dtype=float)
+        if data.get("duration_s") is not None and len(t):
+            # 0 from a step's end to the next start: held until the next step, a replica idle for
+            # most of a light run read as running its last batch the whole time
+            end = t + np.asarray(data["duration_s"], dtype=float)
+            idle = np.flatnonzero(np.append(t[1:] > end[:-1] + 1e-9, True))
+            t, n = np.insert(t, idle + 1, end[idle]), np.insert(n, idle + 1, 0.0)
+        ax.plot(t, n, drawstyle="steps-post", linewidth=0.8, color="#1f77b4", label="sequences per step")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("batch size (sequences)")
     ax.set_ylim(bottom=0)  # (a count from zero: a prefill pool's batches of one sat on the axis)

@@ -294,7 +294,7 @@ def test_replica_timeline(runs):
     assert axes[-1].get_xlabel() == "simulated time (s)"
     assert legend(axes[1]) == ["prefill tokens", "decode tokens"] and legend(axes[3]) == ["waiting", "running"]
     n = len(r.steps["start_s"])
-    assert len(axes[0].lines[0].get_xdata()) == n and axes[0].lines[0].get_ydata().max() <= 2
+    assert len(axes[0].lines[0].get_xdata()) >= n and axes[0].lines[0].get_ydata().max() <= 2
     assert axes[1].lines[0].get_ydata().sum() == r.summary["phases"]["prefill_tokens"]
     assert axes[1].lines[1].get_ydata().sum() == r.summary["phases"]["decode_tokens"]
     kv = axes[2].lines[0].get_ydata()
@@ -303,6 +303,23 @@ def test_replica_timeline(runs):
     assert waiting.min() >= 0 and waiting.max() > 0  # two slots for 50 requests: a queue forms
     assert axes[3].lines[1].get_ydata().max() <= 2
     plt.close(fig)
+
+
+def test_batch_size_timeline_drops_to_zero_while_the_replica_is_idle():
+    """Drawn step by step, each step's batch was held until the next step started: a replica idle
+    for most of a light run (one-token replies, a step every second or so) read as running a batch
+    of 1 the whole time, while its requests panel said 0 running. Between a step's end and the next
+    start the line is at 0."""
+    fig, ax = F.subplots()
+    F.batch_size_timeline({"t": [0.0, 0.5, 3.0], "duration_s": [0.5, 0.25, 0.5], "num_seqs": [2, 3, 1]}, ax)
+    line = ax.lines[0]
+    assert line.get_drawstyle() == "steps-post"
+    x, y = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+
+    def drawn(t):
+        return y[np.searchsorted(x, t, side="right") - 1]
+
+    assert [drawn(t) for t in (0.25, 0.6, 1.0, 2.9, 3.2, 3.6)] == [2, 3, 0, 0, 1, 0]
 
 
 def test_queue_length_agrees_with_the_engine_sampler():

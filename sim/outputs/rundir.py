@@ -773,7 +773,8 @@ class RunData:
         n_sch = np.searchsorted(sch, grid, side="right")
         n_run = np.searchsorted(started, grid, side="right")
         n_fin = np.searchsorted(fin, grid, side="right")
-        return {"replica": replica, "pool": pool, "t": t, "num_seqs": st["num_seqs"][sel],
+        return {"replica": replica, "pool": pool, "t": t, "duration_s": st["duration_s"][sel],
+                "num_seqs": st["num_seqs"][sel],
                 "prefill_tokens": st["prefill_tokens"][sel],
                 "decode_tokens": st["decode_tokens"][sel], "kv_usage": kv,
                 "queue_t": grid, "waiting": n_arr - n_sch, "running": n_run - n_fin}
