@@ -727,6 +727,9 @@ def roofline(data: dict, ax):
     ax.set_title("steps on the roofline")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small", loc="lower right", markerscale=2)
+    if not len(ai):  # (every request rejected, say: the roof alone, with a word on why, above its slope)
+        ax.text(0.3, 0.75, "no steps ran", transform=ax.transAxes, ha="center", va="center", fontsize="small",
+                color="0.4")
     return ax
 
 

@@ -392,6 +392,15 @@ def test_roofline(runs, ax):
     assert (pts[:, 1] <= bound * (1 + 1e-9)).all()
 
 
+def test_roofline_of_a_replica_where_no_step_ran_says_so(ax):
+    """Every request rejected: the roofline was drawn bare, a line and no word (the timeline's
+    panel and the CDFs say why they are empty)."""
+    F.roofline({"flops": [], "bytes": [], "duration_s": [], "kind": [], "peak_flops": 989e12, "mem_bw": 3.35e12,
+                "hardware": "h100-sxm"}, ax)
+    assert [t.get_text() for t in ax.texts] == ["no steps ran"]
+    assert not ax.collections
+
+
 def test_save_writes_png_and_svg(tmp_path, ax):
     paths = F.save(ax.figure, tmp_path / "f" / "x")
     assert [p.name for p in paths] == ["x.png", "x.svg"] and all(p.stat().st_size > 0 for p in paths)
