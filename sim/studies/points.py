@@ -43,6 +43,14 @@ class Point:
     error: str = ""
     hash: str = ""
     row: dict = field(default_factory=dict)
+    # the study point this run repeats on another seed (``replicates.replicate``): the ``point`` its
+    # seeds.csv row and messages name, since ``index`` numbers the runs (None: the run is the point)
+    point: int | None = None
+
+    @property
+    def number(self) -> int:
+        """The point's number as results.csv, seeds.csv and messages give it."""
+        return self.index if self.point is None else self.point
 
 
 def parse_grid(texts) -> dict:

@@ -60,7 +60,7 @@ def seeds_for(base_seed: int | None, n: int) -> list[int]:
 
 def replicate(points: list[Point], n: int) -> list[list[Point]]:
     """For each point, one point per seed (its scenario's seed and the n - 1 after it; values gain
-    ``seed``; indices numbered across all)."""
+    ``seed``; indices numbered across all, ``point`` the point's own index)."""
     groups, k = [], 0
     for p in points:
         g = []
@@ -69,7 +69,7 @@ def replicate(points: list[Point], n: int) -> list[list[Point]]:
             if p.data is not None:
                 data = copy.deepcopy(p.data)
                 data["seed"] = s
-            q = Point(k, {**p.values, SEED_KEY: s}, data, p.error)
+            q = Point(k, {**p.values, SEED_KEY: s}, data, p.error, point=p.number)
             q.hash = scenario_hash(data) if data is not None else ""
             g.append(q)
             k += 1

@@ -180,7 +180,8 @@ def _execute(points, out_dir: Path, executor, workers, address, progress, desc, 
         if bar is not None:
             bar.update(1)
             if row.get("status") != "ok":
-                bar.write(f"point {key} failed: {one_line(row.get('error', ''), 200)}", file=sys.stderr)
+                bar.write(f"point {by_index[key].number} failed: {one_line(row.get('error', ''), 200)}",
+                          file=sys.stderr)
 
     try:
         run_tasks(unique, on_done, executor, workers, address, outputs)
@@ -264,7 +265,7 @@ def write_results(out_dir: Path, points: list[Point], name: str = RESULTS) -> Pa
             for p in points:
                 row = p.row or {"status": "pending", "error": ""}
                 d = f"{RUNS}/{p.hash}" if p.hash and row.get("status") == "ok" else ""
-                w.writerow([p.index, *(_cell(p.values.get(k)) for k in value_cols), row.get("status", ""),
+                w.writerow([p.number, *(_cell(p.values.get(k)) for k in value_cols), row.get("status", ""),
                             row.get("error", ""), *(_cell(row.get(c)) for c in (*METRIC_COLUMNS, *extra)), p.hash,
                             d])
         os.replace(tmp, path)
