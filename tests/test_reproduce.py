@@ -296,3 +296,16 @@ def test_capacity_seeds_searches_each_seed_and_leaves_out_one_with_no_answer(mon
     assert got == [1.5, None] and seen["seeds"] == 4 and seen["seed"] == 7
     assert R._mean_found(got) == 1.5 and R._mean_found([None]) == 0.0
     assert seen["sets"] == ['policy.name="continuous"'] and R.UNCONFIRMED
+
+
+def test_an_earlier_runs_figure_of_an_experiment_not_drawn_now_is_removed(tmp_path):
+    """reproduce distserve, then reproduce vllm into the same folder: distserve.png from the first run
+    sat beside a report that did not run it (as lessons' figures once did). Any file that is not an
+    experiment's is left alone."""
+    (tmp_path / "distserve.png").write_bytes(b"\x89PNG\r\n\x1a\nold")
+    (tmp_path / "mine.png").write_bytes(b"keep")
+    exp = R.Experiment("vllm", "T", "S", [R.Figure("g", 2.0, 2.1, "c", "text")])
+    R.write_reproduce([exp], tmp_path, R.Options(quick=True))
+    assert not (tmp_path / "distserve.png").exists()
+    assert (tmp_path / "mine.png").read_bytes() == b"keep"
+    assert "distserve.png" not in (tmp_path / "reproduce.md").read_text()

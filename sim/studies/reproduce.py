@@ -1036,7 +1036,9 @@ def reproduce_markdown(experiments, opts: Options, files: dict | None = None) ->
 
 
 def draw_plots(experiments, out: Path) -> dict:
-    """Render each experiment's plot panels side by side into ``out/<name>.png``; name -> file."""
+    """Render each experiment's plot panels side by side into ``out/<name>.png``; name -> file. An
+    experiment's PNG from an earlier run that this one does not draw is removed (it would sit beside
+    a report that does not show it)."""
     import servesim.plots.reproduce as pr
     from servesim.plots.figures import panels_png
 
@@ -1045,6 +1047,9 @@ def draw_plots(experiments, out: Path) -> dict:
         if e.plots:
             panels_png(pr, e.plots, out / f"{e.name}.png", (7, 4.5))
             files[e.name] = f"{e.name}.png"
+    for name in EXPERIMENTS:
+        if name not in files:
+            (out / f"{name}.png").unlink(missing_ok=True)
     return files
 
 
