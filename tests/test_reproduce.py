@@ -309,3 +309,24 @@ def test_an_earlier_runs_figure_of_an_experiment_not_drawn_now_is_removed(tmp_pa
     assert not (tmp_path / "distserve.png").exists()
     assert (tmp_path / "mine.png").read_bytes() == b"keep"
     assert "distserve.png" not in (tmp_path / "reproduce.md").read_text()
+
+
+def test_an_attainment_plots_title_is_drawn_whole_inside_its_figure():
+    """distserve.png's title's second line (the SLO, requests per point, seeds) ran past both edges
+    of the 7-inch figure: 'TFT 0.25 s ... the seeds' low' was what it said. Each line is now wrapped
+    to the panel."""
+    import servesim.plots.reproduce as pr
+    from servesim.plots.figures import subplots
+
+    title = ("OPT-13B chatbot on A100-80GB: DistServe (prefill TP2 + decode TP1, 3 GPUs) vs vLLM (TP1, 1 GPU)\n"
+             "SLO TTFT 0.25 s and TPOT 0.1 s; each point 100 requests per GPU, Poisson, mean of 3 seeds (shaded: "
+             "the seeds' lowest to highest)")
+    data = {"title": title, "target": 0.9,
+            "series": [{"label": "a", "rates": [0.25, 0.5, 1.0], "attainment": [0.99, 0.95, 0.8], "goodput": 0.67}]}
+    fig, ax = subplots(1, 1, figsize=(7, 4.5))
+    pr.attainment_curves(data, ax)
+    fig.tight_layout()
+    fig.canvas.draw()
+    box, whole = ax.title.get_window_extent(), fig.bbox
+    assert whole.x0 <= box.x0 and box.x1 <= whole.x1 and box.y1 <= whole.y1, (box, whole)
+    assert "the seeds' lowest to highest)" in ax.get_title().replace("\n", " ")
