@@ -330,3 +330,22 @@ def test_an_attainment_plots_title_is_drawn_whole_inside_its_figure():
     box, whole = ax.title.get_window_extent(), fig.bbox
     assert whole.x0 <= box.x0 and box.x1 <= whole.x1 and box.y1 <= whole.y1, (box, whole)
     assert "the seeds' lowest to highest)" in ax.get_title().replace("\n", " ")
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_a_quick_runs_verdicts_are_marked_rough_wherever_they_are_given(tmp_path, capsys, monkeypatch, quick):
+    """--quick's short probes can turn a verdict (distserve's gain read 'wrong direction' quick), yet
+    its table, its per-figure lines and reproduce.md said 'matches' / 'wrong direction' as the full
+    run does, the summary only adding 'quick run: short probes, coarse searches'."""
+    exp = R.Experiment("vllm", "T", "S", [R.Figure("g", 2.0, 2.1, "c", "text")])
+    monkeypatch.setitem(R.EXPERIMENTS, "vllm", lambda opts: exp)
+    out = tmp_path / "rep"
+    assert main(["reproduce", "vllm", "--out", str(out), "--quiet"] + (["--quick"] if quick else [])) == 0
+    printed = capsys.readouterr().out
+    md = (out / "reproduce.md").read_text()
+    js = json.loads((out / "reproduce.json").read_text())
+    mark = "rough"
+    assert (mark in printed.splitlines()[0]) == quick, printed  # (the experiment's line)
+    assert (mark in printed.splitlines()[-1]) == quick, printed  # (the summary)
+    assert ("| verdict (rough: --quick) |" in md) == quick and (mark in md.splitlines()[2]) == quick, md
+    assert (mark in js["summary"]) == quick

@@ -366,7 +366,8 @@ def cmd_reproduce(args) -> int:
     opts = Options(args.quick, args.seed, args.workers)
 
     def show(e):
-        print(f"{e.name}: {e.matched} of {len(e.figures)} figures matched ({e.wall_s:.1f} s)", flush=True)
+        rough = "; --quick: rough verdicts" if args.quick else ""
+        print(f"{e.name}: {e.matched} of {len(e.figures)} figures matched ({e.wall_s:.1f} s{rough})", flush=True)
         for f in e.figures:
             pub = "-" if f.published is None else (f"{f.published[0]:g}-{f.published[1]:g}"
                                                    if isinstance(f.published, tuple) else f"{f.published:.4g}")

@@ -990,11 +990,15 @@ def _md_table(header, rows) -> str:
 
 
 HEADER = ("experiment", "figure", "published", "simulated", "sim / published", "direction", "verdict")
+# --quick's short probes and coarse searches move capacities enough to turn verdicts (docs/fidelity.md)
+QUICK_NOTE = "quick run: short probes, coarse searches; its verdicts are rough, the full run's can differ"
+ROUGH = "verdict (rough: --quick)"
 
 
-def fidelity_table(experiments) -> str:
-    """The one-line-per-figure Markdown table (the fidelity guide and the top of reproduce.md)."""
-    return _md_table(HEADER, figure_rows(experiments))
+def fidelity_table(experiments, quick: bool = False) -> str:
+    """The one-line-per-figure Markdown table (the fidelity guide and the top of reproduce.md); a
+    quick run's verdict column says they are rough."""
+    return _md_table(HEADER[:-1] + ((ROUGH,) if quick else HEADER[-1:]), figure_rows(experiments))
 
 
 def summary_line(experiments, quick: bool) -> str:
@@ -1007,7 +1011,7 @@ def summary_line(experiments, quick: bool) -> str:
             f"+-{TOLERANCE:.0%}; direction right alone where no number is published); direction right for {right} of "
             f"{len(sim)} simulated, within +-{TOLERANCE:.0%} for "
             f"{within} of {rated} with a published number; {len(figs) - len(sim)} not simulated"
-            + (" (quick run: short probes, coarse searches)" if quick else ""))
+            + (f" ({QUICK_NOTE})" if quick else ""))
 
 
 def reproduce_markdown(experiments, opts: Options, files: dict | None = None) -> str:
@@ -1016,11 +1020,11 @@ def reproduce_markdown(experiments, opts: Options, files: dict | None = None) ->
              "Verdicts: direction right (a gain on the same side of 1 as published, or the paper's ordering of "
              f"absolute figures) and simulated / published within 1 +- {TOLERANCE:g} (a published range: within "
              f"[lo x {1 - TOLERANCE:g}, hi x {1 + TOLERANCE:g}]). One calibration for every experiment; each "
-             "paper's configuration as published.", "", fidelity_table(experiments), ""]
+             "paper's configuration as published.", "", fidelity_table(experiments, opts.quick), ""]
     for e in experiments:
         parts += [f"## `{e.name}`: {e.title}", "", f"**Setup.** {e.setup}", ""]
-        parts += [_md_table(("figure", "published", "simulated", "sim / published", "direction", "verdict",
-                             "citation"),
+        parts += [_md_table(("figure", "published", "simulated", "sim / published", "direction",
+                             ROUGH if opts.quick else "verdict", "citation"),
                             [(f.label, _cell(f.published, f.unit), _cell(f.simulated, f.unit),
                               f.ratio_text,
                               {True: "right", False: "wrong", None: "-"}[f.direction], f.verdict,
@@ -1079,5 +1083,5 @@ def write_readme(path: Path, experiments, opts: Options) -> None:
         raise InputError(f"--write-docs {path}: cannot read it: {e.strerror or e}") from None
     if BEGIN not in text or END not in text:
         raise InputError(f"--write-docs {path}: no {BEGIN} ... {END} block to replace")
-    block = f"{BEGIN}\n{summary_line(experiments, opts.quick)}.\n\n{fidelity_table(experiments)}\n{END}"
+    block = f"{BEGIN}\n{summary_line(experiments, opts.quick)}.\n\n{fidelity_table(experiments, opts.quick)}\n{END}"
     path.write_text(text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):])
