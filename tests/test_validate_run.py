@@ -561,3 +561,54 @@ def test_per_request_errors_need_the_requests_sent_when_they_were(tmp_path):
         else:
             assert v["paired_median_abs_error"] == {"ttft": None, "e2e": None}
             assert "per request: not compared (the arrivals are drawn from the stated rate" in report
+
+
+def _table(tmp_path, header, rows):
+    p = tmp_path / "t.csv"
+    p.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return p
+
+
+MS_ROWS = [f"{k * 0.5},{100 + k},{50 + k},{80 + k},{1500 + 30 * k}" for k in range(8)]  # ttft/e2e in ms
+
+
+def test_unitless_latencies_that_only_make_sense_as_milliseconds_are_refused_naming_them(tmp_path, capsys):
+    """A table's ttft and e2e columns with no unit in their names are read as seconds: millisecond
+    values were replayed against TTFTs of 80 s and 30 s per output token, a comparison 1000x off with
+    no word but 'no unit in its name' in the report. Now refused, naming the columns and how to say
+    the unit; --time-unit s (seconds stated) still reads them as seconds."""
+    p = _table(tmp_path, "timestamp,prompt_tokens,output_tokens,ttft,e2e", MS_ROWS)
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "ttft, e2e" in err and "no unit in" in err and "ttft_ms" in err and "--time-unit" in err, err
+    assert "per output token" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "v").exists()
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "w"), "--quiet", "--time-unit", "s"]) == 0
+
+
+def test_unitless_latencies_in_seconds_are_read_as_before(tmp_path):
+    rows = [f"{k * 0.5},{100 + k},{50 + k},{0.08 + k / 1e3},{1.5 + 0.03 * k}" for k in range(8)]
+    p = _table(tmp_path, "timestamp,prompt_tokens,output_tokens,ttft,e2e", rows)
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert v["metrics"]["ttft"]["mean"]["measured_s"] == pytest.approx(0.0835)
+
+
+def test_a_unitless_ttft_beside_a_millisecond_e2e_says_the_unit_is_the_cause(tmp_path, capsys):
+    p = _table(tmp_path, "sent_s,prompt_tokens,output_tokens,ttft,e2e_ms", ["0,10,5,80,900"])
+    assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "shorter than ttft" in err and "ttft has no unit in its name" in err, err
+
+
+def test_a_table_row_with_no_first_token_or_no_output_is_failed_as_in_a_vllm_result(tmp_path):
+    """A vLLM result marks a request of TTFT 0 (or no output) failed; a table's row of TTFT 0 was
+    replayed as a success (and one of 0 output tokens refused the whole table)."""
+    from servesim.inputs.request_log import read_request_log
+
+    p = _table(tmp_path, "sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s",
+               ["0,10,5,0.02,0.09", "0.5,12,4,0,0", "1,12,0,0.03,0.03", "1.5,12,4,0.025,0.08"])
+    res = read_request_log(str(p))
+    assert res.ok.tolist() == [True, False, False, True]
+    assert res.failures == ("line 3: no first token (TTFT 0)", "line 4: no output (output_tokens = 0)")
+

@@ -14,7 +14,11 @@ Columns are found by name (``ROLES``: the first of a role's names the header has
 ``_us``, ``_ns``; none: seconds) unless ``--time-unit`` gives one for all of them; send times may also be
 timestamps (``YYYY-MM-DD HH:MM:SS[.fff]``, ISO 8601). Only successful rows need their lengths and
 latencies; a failed one (its error column not empty, 0, false, no, none, nan or null, in any
-case) is counted and left out, as ``validate-run`` leaves out a vLLM result's failed requests.
+case; or, as in a vLLM result, a TTFT of 0 or no output tokens) is counted and left out, as
+``validate-run`` leaves out a vLLM result's failed requests. Latency columns read as seconds only
+for want of a unit in their names are refused when a median time per output token above
+``MAX_PLAUSIBLE_TPOT_S`` says they hold milliseconds (the error names the columns and how to say
+the unit).
 """
 
 from __future__ import annotations
@@ -126,17 +130,23 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
                 rows.append((kind, sent, False, 0, 0, math.nan, math.nan, pid))
                 continue
             p = _length(row[idx["prompt"]].strip(), where, names["prompt"])
-            o = _length(row[idx["output"]].strip(), where, names["output"])
+            raw_o = row[idx["output"]].strip()
+            o = 0 if _is_zero(raw_o) else _length(raw_o, where, names["output"])
             lat = []
             for r in ("ttft", "e2e"):
                 kind_r, v = _time_value(row[idx[r]], scale[r], where, names[r])
                 if kind_r != "num" or v < 0:
                     raise InputError(f"{where}: {names[r]} must be a duration >= 0, got {shown(row[idx[r]])}")
                 lat.append(v)
+            if not o or not lat[0]:  # (failed, as a vLLM result's request of no output or TTFT 0 is)
+                failures.append(f"line {line}: " + (f"no output ({names['output']} = 0)" if not o else
+                                                    "no first token (TTFT 0)"))
+                rows.append((kind, sent, False, 0, 0, math.nan, math.nan, pid))
+                continue
             if lat[1] < lat[0]:
                 raise InputError(f"{where}: {names['e2e']} ({shown(row[idx['e2e']])}) is shorter than "
                                  f"{names['ttft']} ({shown(row[idx['ttft']])}): E2E ends with the last token, after "
-                                 "the first")
+                                 "the first" + _unit_hint(names, unit, time_unit))
             rows.append((kind, sent, True, p, o, lat[0], lat[1], pid))
     if not rows:
         raise InputError(f"{path}: no requests (only a header)")
@@ -148,6 +158,7 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
     if t.max() > MAX_SECONDS:  # (the replay's arrivals: past this the simulated clock no longer resolves a step)
         raise InputError(f"{path}: the send times span {t.max():.3g} s, where a replay takes at most {MAX_SECONDS:g} s "
                          "(a unit mix-up? set --time-unit)")
+    _plausible(path, rows, names, unit, time_unit)
     n = len(rows)
     used = {}  # role -> the column read (with its unit), for the report
     for r, name in names.items():
@@ -163,6 +174,60 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
         ttft_s=np.array([r[5] for r in rows], dtype=np.float64), e2e_s=np.array([r[6] for r in rows], dtype=np.float64),
         itl_s=[np.zeros(0)] * n, sent_s=t, throughput={}, columns=used,
         prompt_id=_dense_ids([r[7] for r in rows]) if "prompt_id" in names else None, failures=tuple(failures))
+
+
+def _is_zero(raw: str) -> bool:
+    try:
+        return float(raw) == 0
+    except ValueError:
+        return False
+
+
+def _guessed(names: dict, time_unit: str | None) -> list:
+    """The latency columns read as seconds for want of a unit (none in the name, no --time-unit)."""
+    return [] if time_unit else [names[r] for r in ("ttft", "e2e") if unit_in_name(names[r]) is None]
+
+
+def _unit_hint(names: dict, unit: dict, time_unit: str | None) -> str:
+    """For E2E shorter than TTFT: when one of the two has its unit from its name and the other none
+    (read as seconds), the mix-up is the likely cause; say so."""
+    guessed = _guessed(names, time_unit)
+    if len(guessed) != 1:
+        return ""
+    other = names["e2e"] if guessed[0] == names["ttft"] else names["ttft"]
+    other_role = "e2e" if other == names["e2e"] else "ttft"
+    return (f" ({guessed[0]} has no unit in its name and is read as seconds, {other} in {unit[other_role]}: name "
+            f"its unit, e.g. {guessed[0]}_ms)")
+
+
+# a median time per output token above this, in seconds, is no LLM server's: a 7B model on one
+# old GPU decodes in tens of ms, a 405B across nodes under load in well under a second. Milliseconds
+# read as seconds put it 1000x above the real one (tens of seconds); seconds read as seconds, below.
+MAX_PLAUSIBLE_TPOT_S = 1.0
+
+
+def _plausible(path: str, rows: list, names: dict, unit: dict, time_unit: str | None) -> None:
+    """Latency columns read as seconds only because their names carry no unit (``ttft``, ``e2e``)
+    are refused when their values make sense only in a smaller unit: a median time per output
+    token ((E2E - TTFT) / (output tokens - 1), over the successful requests of 2+ tokens) above
+    ``MAX_PLAUSIBLE_TPOT_S``. A unit stated (a suffix, --time-unit) is taken as given."""
+    guessed = _guessed(names, time_unit)
+    if not guessed:
+        return
+    tpot = [(r[6] - r[5]) / (r[4] - 1) for r in rows if r[2] and r[4] > 1]
+    if not tpot:
+        return
+    med = float(np.median(tpot))
+    if med <= MAX_PLAUSIBLE_TPOT_S:
+        return
+    cols = ", ".join(guessed)
+    raise InputError(
+        f"{path}: {cols} {'has' if len(guessed) == 1 else 'have'} no unit in "
+        f"{'its name' if len(guessed) == 1 else 'their names'} and {'is' if len(guessed) == 1 else 'are'} read as "
+        f"seconds, which makes the requests' median time per output token {med:.3g} s (E2E - TTFT over output "
+        f"tokens - 1; no server decodes slower than {MAX_PLAUSIBLE_TPOT_S:g} s a token): if they hold "
+        f"milliseconds, name the unit in the header ({guessed[0]}_ms) or pass --time-unit ms (every time "
+        "column); if seconds is right, pass --time-unit s")
 
 
 def _dense_ids(texts: list) -> np.ndarray:
