@@ -612,3 +612,19 @@ def test_a_table_row_with_no_first_token_or_no_output_is_failed_as_in_a_vllm_res
     assert res.ok.tolist() == [True, False, False, True]
     assert res.failures == ("line 3: no first token (TTFT 0)", "line 4: no output (output_tokens = 0)")
 
+
+def test_an_earlier_runs_replay_file_of_the_other_kind_is_removed(tmp_path):
+    """A table with prompt_id replays through replay.jsonl, one without through replay.csv: validating
+    both into one --out left the first run's file beside the second's report, which names only its own."""
+    rows = [f"{i * 0.5},{100 + i},20,0.05,0.3,q{i % 2}" for i in range(6)]
+    with_ids = _table(tmp_path, "sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s,prompt_id", rows)
+    out = tmp_path / "v"
+    assert main(["validate-run", str(with_ids), "--out", str(out), "--quiet"]) == 0
+    assert (out / "replay.jsonl").is_file() and not (out / "replay.csv").exists()
+    plain = tmp_path / "p.csv"
+    plain.write_text("sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n"
+                     + "\n".join(r.rsplit(",", 1)[0] for r in rows) + "\n")
+    assert main(["validate-run", str(plain), "--out", str(out), "--quiet"]) == 0
+    assert (out / "replay.csv").is_file() and not (out / "replay.jsonl").exists()
+    assert main(["validate-run", str(with_ids), "--out", str(out), "--quiet"]) == 0
+    assert (out / "replay.jsonl").is_file() and not (out / "replay.csv").exists()

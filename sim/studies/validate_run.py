@@ -244,6 +244,9 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     sc = load_deployment(scenario_path, list(overrides), seed)
     ctx = get_model(sc.model).max_context_tokens
     work, how, order = replay_workload(res, out / "replay.csv", sc.memory.block_size, ctx)
+    for stale in ("replay.csv", "replay.jsonl"):  # (an earlier run's replay of the other kind, into this --out)
+        if stale != Path(work["trace"]["path"]).name:
+            (out / stale).unlink(missing_ok=True)
     replay = replay_scenario(sc, work)
     (out / "scenario.yaml").write_text(scenario_to_yaml(replay))
     results = simulate(replay, progress=progress)
