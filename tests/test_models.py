@@ -355,3 +355,32 @@ def test_an_unknown_model_far_from_any_gets_the_list_alone():
     with pytest.raises(InputError) as e:
         get_model("gpt-4")
     assert "did you mean" not in str(e.value) and "valid: 01-ai/Yi-34B" in str(e.value)
+
+
+def test_qwen3_dense_head_dim_and_kv_default():
+    """Qwen3Config's head_dim default is 128 and num_key_value_heads 32, not hidden / heads and MHA:
+    Qwen3-0.6B's shape (hidden 1024, 16 heads, 8 KV heads) without its head_dim key has heads of 128."""
+    base = dict(model_type="qwen3", hidden_size=1024, num_attention_heads=16, num_key_value_heads=8,
+                num_hidden_layers=28, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True)
+    m = load(**base)
+    assert (m.head_dim, m.q_dim, m.kv_dim) == (128, 2048, 1024)
+    assert abs(m.total_params() - 0.596e9) / 0.596e9 < 0.01  # the model card's 0.6B (0.44B non-embedding)
+    assert load(**base, head_dim=64).head_dim == 64
+    no_kv = {k: v for k, v in base.items() if k != "num_key_value_heads"}
+    assert load(**{**no_kv, "num_attention_heads": 32}).num_kv_heads == 32
+
+
+@pytest.mark.parametrize("keys", [{"num_hidden_layers": 32, "n_layer": 24}, {"hidden_size": 4096, "n_embd": 2048},
+                                  {"num_key_value_heads": 8, "num_kv_heads": 4},
+                                  {"intermediate_size": 11008, "ffn_dim": 8192}])
+def test_contradicting_aliases_are_an_error(keys):
+    """Two names of one concept with different values: which one the model uses depends on the
+    family (BloomConfig takes n_embed over hidden_size), so the loader names both, never picks one."""
+    cfg = dict(model_type="llama", hidden_size=4096, num_attention_heads=32, num_hidden_layers=32,
+               intermediate_size=11008, vocab_size=32000)
+    cfg.update(keys)
+    a, b = keys
+    with pytest.raises(InputError, match=f"test config.json: .*{a!r}.*{b!r}"):
+        load(**cfg)
+    same = {**cfg, b: cfg[a]}  # the same value under both names is no contradiction
+    load(**same)

@@ -3,8 +3,8 @@
 A key the file leaves out takes the default of the model's configuration class in transformers
 (4.57; ``configuration_<family>.py``), not a guess: OPT and Falcon tie the LM head to the
 embeddings (``PretrainedConfig``'s ``tie_word_embeddings=True``), Mistral's window is 4096 tokens
-unless the file says ``null``, Gemma's head is 256 wide, Mistral and Mixtral default to 8 KV heads,
-Qwen3-MoE to 4. The same concept goes by other names across families (``n_layer``, ``n_embd``,
+unless the file says ``null``, Gemma's head is 256 wide and Qwen3's 128, Mistral and Mixtral default
+to 8 KV heads, Qwen3-MoE to 4. The same concept goes by other names across families (``n_layer``, ``n_embd``,
 ``n_head_kv``, ``ffn_dim``, ...): ``_ALIASES``. Where a family's semantics differ from the plain
 reading they are spelled out in ``_kv_heads``, ``_mlp``, ``_window`` and ``_moe`` (Falcon's
 ``multi_query``, Qwen2's ``use_sliding_window``, Qwen-1's doubled ``intermediate_size``, DeepSeek's
@@ -51,7 +51,7 @@ _FAMILIES = {
     "mistral": {**_LLAMA, "context": 131072, "kv": 8, "window": 4096},
     "mixtral": {**_LLAMA, "context": 131072, "kv": 8, "experts": 8, "top_k": 2},
     "qwen2": {**_LLAMA, "context": 32768, "kv": 32, "vocab": 151936},
-    "qwen3": {**_LLAMA, "context": 32768, "vocab": 151936},
+    "qwen3": {**_LLAMA, "context": 32768, "kv": 32, "head_dim": 128, "vocab": 151936},
     "qwen2_moe": {**_LLAMA, "context": 32768, "vocab": 151936},
     "qwen3_moe": {**_LLAMA, "context": 32768, "kv": 4, "vocab": 151936, "experts": 128, "top_k": 8, "moe_mlp": 768},
     "gemma": {"tie": True, "gated": True, "context": 8192, "kv": 16, "head_dim": 256, "vocab": 256000},
@@ -117,7 +117,14 @@ class _Reader:
         return default if v is None else v
 
     def first(self, concept: str):
-        """(key, value) of the first of the concept's keys present (null included), or (None, None)."""
+        """(key, value) of the first of the concept's keys present (null included), or (None, None).
+        Two of them with different values are an error: which one the model uses differs by family
+        (BloomConfig takes ``n_embed`` over ``hidden_size``), so neither is picked silently."""
+        given = [k for k in _ALIASES[concept] if self.cfg.get(k) is not None]
+        for k in given[1:]:
+            if self.cfg[k] != self.cfg[given[0]]:
+                raise InputError(f"{self.where}: {given[0]!r} ({shown(self.cfg[given[0]])}) and {k!r} "
+                                 f"({shown(self.cfg[k])}) name the same thing with different values; keep one")
         for k in _ALIASES[concept]:
             if k in self.cfg:
                 return k, self.cfg[k]
