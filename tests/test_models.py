@@ -384,3 +384,16 @@ def test_contradicting_aliases_are_an_error(keys):
         load(**cfg)
     same = {**cfg, b: cfg[a]}  # the same value under both names is no contradiction
     load(**same)
+
+
+def test_phi_msft_legacy_format_is_untied():
+    """microsoft/phi-2 and phi-1_5 shipped first as remote code (model_type "phi-msft", GPT-2 key
+    names): its PhiConfig leaves the LM head untied (CausalLMHead has its own linear) and n_inner
+    null or absent means 4 x n_embd. Read as an unknown family it was tied: 2.65B, not phi-2's 2.78B."""
+    old = dict(model_type="phi-msft", architectures=["PhiForCausalLM"], n_embd=2560, n_layer=32, n_head=32,
+               n_inner=None, n_positions=2048, rotary_dim=32, vocab_size=51200, activation_function="gelu_new")
+    m = load(**old)
+    assert not m.tied_embeddings and not m.gated_mlp and m.intermediate_size == 10240
+    assert m.total_params() == get_model("microsoft/phi-2").total_params()
+    del old["n_inner"]
+    assert load(**old).intermediate_size == 10240

@@ -57,6 +57,8 @@ _FAMILIES = {
     "gemma": {"tie": True, "gated": True, "context": 8192, "kv": 16, "head_dim": 256, "vocab": 256000},
     "gemma2": {"tie": True, "gated": True, "context": 8192, "kv": 4, "head_dim": 256, "vocab": 256000},
     "phi": {"tie": False, "gated": False, "context": 2048, "vocab": 51200},
+    # phi-2 / phi-1_5's first, remote-code format (GPT-2 key names): its own PhiConfig, LM head untied
+    "phi-msft": {"tie": False, "gated": False, "context": 2048, "vocab": 50304},
     "phi3": {**_LLAMA, "context": 4096, "vocab": 32064},
     "opt": {"tie": True, "gated": False, "rotary": False, "context": 2048, "vocab": 50272, "mlp": 3072},
     "falcon": {"tie": True, "gated": False, "context": 2048, "vocab": 65024},
@@ -224,8 +226,8 @@ def _mlp(r: _Reader, fam: dict, fam_name: str | None, hidden: int) -> int:
     """The dense MLP's width (per branch when gated)."""
     k, v = r.first("mlp")
     if k is None:
-        if fam_name in ("falcon", "refinedweb", "refinedwebmodel", "bloom", "gpt2", "gpt_bigcode"):
-            return 4 * hidden  # no key: 4 x hidden (FalconConfig, BloomMLP, GPT-2)
+        if fam_name in ("falcon", "refinedweb", "refinedwebmodel", "bloom", "gpt2", "gpt_bigcode", "phi-msft"):
+            return 4 * hidden  # no key: 4 x hidden (FalconConfig, BloomMLP, GPT-2, phi-msft's n_inner)
         if "mlp" in fam:
             return fam["mlp"]  # OPTConfig's ffn_dim=3072 (every real OPT file gives it)
         raise InputError(f"{r.where} lacks {' / '.join(map(repr, _ALIASES['mlp']))}")
