@@ -397,3 +397,25 @@ def test_phi_msft_legacy_format_is_untied():
     assert m.total_params() == get_model("microsoft/phi-2").total_params()
     del old["n_inner"]
     assert load(**old).intermediate_size == 10240
+
+
+def test_rope_scaling_extends_the_context_as_vllm_does():
+    """vLLM's max model length (ModelConfig): a rope_scaling other than llama3 / longrope / su multiplies
+    the context by its factor, yarn starting from original_max_position_embeddings. Qwen2.5's model card
+    adds yarn x4 over 32,768 positions for 128K; that file was still read as 32,768."""
+    base = dict(model_type="qwen2", hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
+                num_hidden_layers=28, intermediate_size=18944, vocab_size=152064, max_position_embeddings=32768)
+    yarn = {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}
+    assert load(**base, rope_scaling=yarn).max_context_tokens == 131072
+    assert load(**base, rope_scaling={"rope_type": "linear", "factor": 2.0}).max_context_tokens == 65536
+    assert load(**base, rope_scaling={"rope_type": "dynamic", "factor": 2}).max_context_tokens == 65536
+    for kept in ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+                 {"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}, {"rope_type": "default"}, None):
+        assert load(**base, rope_scaling=kept).max_context_tokens == 32768
+    assert get_model("deepseek-ai/DeepSeek-V3").max_context_tokens == 163840  # yarn 40 x 4096
+    assert get_model("meta-llama/Llama-3.1-8B").max_context_tokens == 131072  # llama3: as the file says
+    for bad, key in (({"type": "yarn", "factor": 4.0}, "original_max_position_embeddings"),
+                     ({"type": "linear", "factor": "4"}, "factor"), ({"factor": 2.0}, "rope_type"),
+                     ("yarn", "must be a mapping")):
+        with pytest.raises(InputError, match=f"test config.json: field 'rope_scaling.*{key}"):
+            load(**base, rope_scaling=bad)

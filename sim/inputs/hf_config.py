@@ -186,7 +186,7 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
         vocab_size=r.int("vocab_size") if "vocab_size" in cfg else fam["vocab"],
         gated_mlp=gated,
         tied_embeddings=r.bool("tie_word_embeddings", fam["tie"]),
-        max_context_tokens=min(contexts) if contexts else fam.get("context", 2048),
+        max_context_tokens=_rope_scaled(r, min(contexts) if contexts else fam.get("context", 2048)),
         num_experts=experts,
         experts_per_token=top_k if experts else 0,
         sliding_window_tokens=_window(r, fam, fam_name, layers),
@@ -199,6 +199,35 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
         qk_rope_head_dim=mla.get("qk_rope_head_dim", 0),
         v_head_dim=mla.get("v_head_dim", 0),
     )
+
+
+def _rope_scaled(r: _Reader, context: int) -> int:
+    """The context as vLLM derives its max model length from it (ModelConfig): a ``rope_scaling``
+    other than llama3 / longrope / su (whose files already give the extended length) multiplies it by
+    its ``factor``, yarn starting from its ``original_max_position_embeddings`` (Qwen2.5's 128K)."""
+    rs = r.cfg.get("rope_scaling")
+    if rs is None:
+        return context
+    key = r.key("rope_scaling")
+    if not isinstance(rs, dict):
+        raise InputError(f"{key} must be a mapping (rope_type, factor, ...) or null, got {shown(rs)}")
+    kind = rs.get("rope_type", rs.get("type"))
+    if not isinstance(kind, str):
+        raise InputError(f"{key} needs 'rope_type' (or 'type'): linear, dynamic, yarn, llama3, longrope, ...; "
+                         f"got {shown(kind)}")
+    if kind in ("su", "longrope", "llama3"):
+        return context
+    factor = rs.get("factor")
+    factor = 1.0 if factor is None else check_value(float, factor, r.key("rope_scaling.factor"), bounds(gt=0, le=1e6))
+    if kind == "yarn":
+        if "original_max_position_embeddings" not in rs:
+            raise InputError(f"{key}: a yarn scaling needs 'original_max_position_embeddings'")
+        context = check_value(int, rs["original_max_position_embeddings"],
+                              r.key("rope_scaling.original_max_position_embeddings"), _SIZE)
+    scaled = int(context * factor)
+    if not 2 <= scaled <= _INT32:
+        raise InputError(f"{key}: {context} positions x factor {factor:g} = {scaled}, outside 2 .. {_INT32}")
+    return scaled
 
 
 def _kv_heads(r: _Reader, fam: dict, fam_name: str | None, heads: int) -> int:
