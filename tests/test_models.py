@@ -419,3 +419,15 @@ def test_rope_scaling_extends_the_context_as_vllm_does():
                      ("yarn", "must be a mapping")):
         with pytest.raises(InputError, match=f"test config.json: field 'rope_scaling.*{key}"):
             load(**base, rope_scaling=bad)
+
+
+def test_opt_projected_embeddings_are_refused():
+    """OPT-350m embeds in 512 dimensions and projects to its 1024-wide layers (word_embed_proj_dim):
+    a shape ModelSpec has no field for. Read as 1024-wide embeddings it came out 354M, not 331M; the
+    key is named instead. A file whose word_embed_proj_dim equals hidden_size (every other OPT) loads."""
+    base = dict(model_type="opt", hidden_size=1024, ffn_dim=4096, num_hidden_layers=24, num_attention_heads=16,
+                max_position_embeddings=2048, vocab_size=50272)
+    with pytest.raises(InputError, match="test config.json: field 'word_embed_proj_dim'.*512.*1024"):
+        load(**base, word_embed_proj_dim=512)
+    assert load(**base, word_embed_proj_dim=1024).hidden_size == 1024
+    assert get_model("facebook/opt-13b").hidden_size == 5120

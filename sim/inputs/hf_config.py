@@ -163,6 +163,10 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
         if head_dim < 1:
             raise InputError(f"{where}: hidden_size ({hidden}) is smaller than num_attention_heads ({heads}); "
                              "give head_dim")
+    proj = cfg.get("word_embed_proj_dim")
+    if fam_name == "opt" and proj is not None and r.int("word_embed_proj_dim") != hidden:
+        raise InputError(f"{r.key('word_embed_proj_dim')}: embeddings of {proj} projected to the {hidden}-wide "
+                         "layers (OPT-350m) are not modelled; only word_embed_proj_dim = hidden_size is")
     experts, top_k, moe = _moe(r, fam, fam_name, layers)
     inter = moe["expert"] if experts else _mlp(r, fam, fam_name, hidden)
     act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function")
