@@ -153,12 +153,15 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     where = "hardware" if name == "colocated" else f"policy.{name}"
     cap = size_kv(cm, mem.gpu_memory_utilization, mem.block_size, reserve, mem.num_gpu_blocks, draft_bytes, where,
                   draft_kv_bytes)
-    block_bytes = model.kv_bytes_per_token(kv_dtype) * mem.block_size  # whole replica (all ranks)
-    host_blocks = int(mem.swap_space_gib * GIB * cm.num_gpus // block_bytes)
+    # vLLM gives each GPU swap_space of host memory, counted in that GPU's own blocks (the stage with
+    # the most layers); a block swaps what all the ranks hold: an MLA latent (or a KV head replicated
+    # over more ranks than heads) once per rank, not once per replica
+    host_blocks = int(mem.swap_space_gib * GIB // (cm.kv_bytes_per_token_per_gpu() * mem.block_size))
+    block_bytes = cm.kv_bytes_per_token_per_gpu() * mem.block_size * cm.num_gpus
     if spec is not None and spec[2] is not None:
         # a swapped block carries the draft's KV of its tokens too (vLLM V0 gives the draft's
         # cache engine as many host blocks as the target's, beside swap_space)
-        block_bytes += spec[2].model.kv_bytes_per_token(kv_dtype) * mem.block_size
+        block_bytes += spec[2].kv_bytes_per_token_per_gpu() * mem.block_size * cm.num_gpus
     host_bw = mem.swap_bandwidth_gb_per_s * 1e9 if mem.swap_bandwidth_gb_per_s else gpu.pcie_bw_bytes_per_s
     swap_bw = host_bw * cm.num_gpus
     return PoolSetup(name, 0, cm, cap, policy_name, max_num_seqs, max_num_batched_tokens, pol, spec,

@@ -431,3 +431,23 @@ def test_opt_projected_embeddings_are_refused():
         load(**base, word_embed_proj_dim=512)
     assert load(**base, word_embed_proj_dim=1024).hidden_size == 1024
     assert get_model("facebook/opt-13b").hidden_size == 5120
+
+
+@pytest.mark.parametrize("model, gpu, tp, dtype", [("deepseek-ai/DeepSeek-V3", "h200", 8, "fp8"),
+                                                   ("meta-llama/Meta-Llama-3-8B", "h100-sxm", 16, "bf16")])
+def test_host_swap_blocks_are_per_gpu_blocks(model, gpu, tp, dtype):
+    """vLLM gives each GPU swap_space of host memory and counts CPU blocks in that GPU's own KV
+    block size. An MLA latent is kept whole on every TP rank (and 8 KV heads on 16 ranks one head
+    each): the replica-wide KV of a token undercounts what the ranks hold and swap, so DeepSeek-V3
+    on 8 GPUs got 8x the host blocks, each swapped 8x faster than PCIe carries it."""
+    from tests.conftest import make_scenario
+
+    from servesim.simulation import prepare
+
+    setup = prepare(make_scenario(**{"model": model, "hardware.gpu": gpu, "hardware.tp": tp, "hardware.dtype": dtype,
+                                     "memory.swap_space_gib": 4.0}))
+    pool = setup.pools[0]
+    host_blocks, block_bytes, bw = pool.swap
+    per_gpu_block = pool.cost_model.kv_bytes_per_token_per_gpu() * 16
+    assert host_blocks == int(4 * GIB // per_gpu_block)
+    assert block_bytes / bw == pytest.approx(per_gpu_block / GPUS[gpu].pcie_bw_bytes_per_s)  # one block's swap
