@@ -94,7 +94,7 @@ def test_dataset_text_holding_a_unicode_line_separator_is_read(tmp_path, capsys,
 # ---------------------------------------------------------------- Hugging Face config.json
 QWEN_MOE = {"model_type": "qwen2_moe", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
             "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256, "num_experts": 8,
-            "num_experts_per_tok": 2, "moe_intermediate_size": 1024}
+            "num_experts_per_tok": 2, "moe_intermediate_size": 1024, "shared_expert_intermediate_size": 0}
 
 
 @pytest.mark.parametrize("only", [[0, "a"], [0, None], [0, True], ["0"], [[0]], 3])

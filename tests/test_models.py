@@ -176,8 +176,9 @@ def test_bloom_and_families_by_architecture():
 @pytest.mark.parametrize("cfg,msg", [
     ({"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
       "intermediate_size": 128, "moe_layer_freq": 2}, "moe_layer_freq"),
-    ({"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
-      "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [1]},
+    ({"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+      "num_hidden_layers": 4, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+      "mlp_only_layers": [1]},
      "mlp_only_layers"),
     ({"model_type": "qwen", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
       "intermediate_size": 129, "vocab_size": 10}, "must be even"),
@@ -451,3 +452,18 @@ def test_host_swap_blocks_are_per_gpu_blocks(model, gpu, tp, dtype):
     per_gpu_block = pool.cost_model.kv_bytes_per_token_per_gpu() * 16
     assert host_blocks == int(4 * GIB // per_gpu_block)
     assert block_bytes / bw == pytest.approx(per_gpu_block / GPUS[gpu].pcie_bw_bytes_per_s)  # one block's swap
+
+
+def test_qwen2_moe_class_defaults():
+    """Qwen2MoeConfig's defaults (Qwen1.5-MoE-A2.7B's shape): 60 experts of 1408, top-4, one shared MLP of
+    5632 (4 experts' width), 16 KV heads. A file leaving them out was read as a dense model."""
+    m = load(model_type="qwen2_moe", hidden_size=2048, num_attention_heads=16, num_hidden_layers=24,
+             intermediate_size=5632, vocab_size=151936)
+    assert (m.num_experts, m.experts_per_token, m.intermediate_size, m.num_shared_experts, m.num_kv_heads) == (
+        60, 4, 1408, 4, 16)
+    assert abs(m.total_params() - 14.3e9) / 14.3e9 < 0.01 and abs(m.active_params() - 2.7e9) / 2.7e9 < 0.01
+    assert load(model_type="qwen2_moe", hidden_size=2048, num_attention_heads=16, num_hidden_layers=24,
+                intermediate_size=5632, shared_expert_intermediate_size=0).num_shared_experts == 0
+    with pytest.raises(InputError, match="'shared_expert_intermediate_size': 5632 .the config class's default"):
+        load(model_type="qwen2_moe", hidden_size=2048, num_attention_heads=16, num_hidden_layers=24,
+             moe_intermediate_size=1024)

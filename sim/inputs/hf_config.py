@@ -52,7 +52,8 @@ _FAMILIES = {
     "mixtral": {**_LLAMA, "context": 131072, "kv": 8, "experts": 8, "top_k": 2},
     "qwen2": {**_LLAMA, "context": 32768, "kv": 32, "vocab": 151936},
     "qwen3": {**_LLAMA, "context": 32768, "kv": 32, "head_dim": 128, "vocab": 151936},
-    "qwen2_moe": {**_LLAMA, "context": 32768, "vocab": 151936},
+    "qwen2_moe": {**_LLAMA, "context": 32768, "kv": 16, "vocab": 151936, "experts": 60, "top_k": 4, "moe_mlp": 1408,
+                  "shared_mlp": 5632},
     "qwen3_moe": {**_LLAMA, "context": 32768, "kv": 4, "vocab": 151936, "experts": 128, "top_k": 8, "moe_mlp": 768},
     "gemma": {"tie": True, "gated": True, "context": 8192, "kv": 16, "head_dim": 256, "vocab": 256000},
     "gemma2": {"tie": True, "gated": True, "context": 8192, "kv": 4, "head_dim": 256, "vocab": 256000},
@@ -318,10 +319,13 @@ def _moe(r: _Reader, fam: dict, fam_name: str | None, layers: int):
         raise InputError(f"{r.where} lacks 'moe_intermediate_size' / 'intermediate_size' (the experts' width)")
     out = {"expert": expert}
     shared = r.opt_int("n_shared_experts", fam.get("n_shared_experts", 0), _COUNT)
-    if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared MLP of its own width
-        width = r.int("shared_expert_intermediate_size")
+    width = cfg.get("shared_expert_intermediate_size", fam.get("shared_mlp"))
+    if width:  # Qwen2-MoE: one shared MLP of its own width (absent: Qwen2MoeConfig's 5632; 0: none)
+        width = r.int("shared_expert_intermediate_size") if "shared_expert_intermediate_size" in cfg else width
         if width % expert:
-            raise InputError(f"{r.key('shared_expert_intermediate_size')}: {width} is not a multiple of the "
+            given = "" if "shared_expert_intermediate_size" in cfg else " (the config class's default: the file " \
+                "leaves it out; give it, 0 for none)"
+            raise InputError(f"{r.key('shared_expert_intermediate_size')}: {width}{given} is not a multiple of the "
                              f"experts' width {expert} (a shared MLP is modelled as whole experts)")
         shared = width // expert
     out["shared"] = shared
