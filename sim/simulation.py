@@ -38,7 +38,7 @@ from servesim.core.decisions import DecisionTracer, summarize_decisions
 from servesim.outputs.fairness import fairness_summary
 from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, checked, scenario_to_yaml
-from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
+from servesim.inputs.specs import activation_dtype, dtype_error, get_gpu, get_model, tp_error
 from servesim.inputs.sessions import Sessions
 from servesim.inputs.workload import (ClosedLoop, RequestSpecs, check_files, check_specs, expected_requests,
                                      generate, match_classes, mean_output_tokens)
@@ -111,6 +111,9 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
           policy_name: str, max_num_seqs: int, max_num_batched_tokens: int) -> PoolSetup:
     hw, mem, pol = scenario.hardware, scenario.memory, scenario.policy
     gpu = get_gpu(gpu_name, gpu_path)
+    bad_dtype = dtype_error(gpu, hw.dtype, "hardware.dtype")
+    if bad_dtype:
+        raise InputError(bad_dtype)
     if model.num_layers < hw.pp:
         raise InputError(f"hardware.pp={hw.pp} exceeds the model's {model.num_layers} layers")
     bad_tp = tp_error(model, tp, hw.expert_parallel)

@@ -220,3 +220,27 @@ def test_calibrated_tp_speeds_up_prefill_but_not_perfectly():
     t2 = CostModel(M["meta-llama/Meta-Llama-3-8B"], H100, tp=2, eff=eff).step_time(b)
     assert t1.time_s / 2 < t2.time_s < t1.time_s
     assert t2.comm_s > 0 and t1.comm_s == 0
+
+
+def test_fp8_on_a_gpu_file_without_fp8_flops_is_refused(tmp_path, capsys, scenario_factory):
+    """A GPU file without base that gives no fp8_flops says nothing about FP8 tensor cores: FP8
+    weights on it are refused (naming the field to give), not priced at its 16-bit peak as if it
+    had none; fp8_flops: 0 says so and runs; bf16 needs no FP8 figure."""
+    from servesim.simulation import prepare
+
+    p = tmp_path / "gpu.yaml"
+    p.write_text("name: x\npeak_flops: 1e15\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4e12\n")
+    args = ["cost", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", str(p), "--decode-batch", "8"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args + ["--dtype", "fp8"]) == 2
+    err = capsys.readouterr().err
+    assert "--dtype: fp8 on GPU" in err and "gives no fp8_flops" in err and "fp8_flops: 0" in err
+    assert "Traceback" not in err
+    with pytest.raises(InputError, match=r"hardware\.dtype: fp8 .*gives no fp8_flops"):
+        prepare(scenario_factory(**{"hardware.gpu": str(p), "hardware.dtype": "fp8"}))
+    p.write_text("name: x\npeak_flops: 1e15\nfp8_flops: 0\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4e12\n")
+    assert main(args + ["--dtype", "fp8"]) == 0
+    assert prepare(scenario_factory(**{"hardware.gpu": str(p), "hardware.dtype": "fp8"})).cost_model.dtype == "fp8"
+    p.write_text("base: a100-80g\n")  # (a base's FP8 figure is known: the A100 has none)
+    assert main(args + ["--dtype", "fp8"]) == 0

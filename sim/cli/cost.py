@@ -16,10 +16,13 @@ MAX_DECODE_BATCH = 1 << 20
 
 def cmd_cost(args) -> int:
     from servesim.core.batch import synthetic_batch
-    from servesim.inputs.specs import activation_dtype, get_gpu, get_model, tp_error
+    from servesim.inputs.specs import activation_dtype, dtype_error, get_gpu, get_model, tp_error
 
     model = get_model(args.model, "--model")
     gpu = get_gpu(args.gpu, "--gpu")
+    bad_dtype = dtype_error(gpu, args.dtype, "--dtype")
+    if bad_dtype:
+        raise InputError(bad_dtype)
     if args.device is not None and not args.profiles:
         raise InputError(f"--device {args.device!r} names a device folder of --profiles; give --profiles DIR too "
                          "(without it the cost is the roofline's, and --device would change nothing)")

@@ -385,8 +385,10 @@ class Hardware:
     expert_parallel: bool = _f(False, doc="MoE models: spread the experts over the TP ranks (EP = TP, each rank "
                                           "holds experts / TP whole experts; vLLM's --enable-expert-parallel) "
                                           "instead of splitting each expert TP ways")
-    dtype: Literal["bf16", "fp16", "fp8", "int4"] = _f("bf16", doc="weight dtype (fp8 at the GPU's FP8 peak; int4 "
-                                                                   "weight-only)")
+    dtype: Literal["bf16", "fp16", "fp8", "int4"] = _f("bf16", doc="weight dtype (fp8 at the GPU's FP8 peak, its "
+                                                                   "16-bit peak without FP8 tensor cores, e.g. A100; "
+                                                                   "a GPU file without base must give fp8_flops; "
+                                                                   "int4 weight-only)")
     kv_dtype: Optional[Literal["bf16", "fp16", "fp8", "int8", "int4"]] = _f(
         None, doc="null: the 16-bit dtype the model computes in (bf16; fp16 for fp16), as vLLM's kv_cache_dtype auto")
 

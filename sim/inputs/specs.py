@@ -199,6 +199,9 @@ class GpuSpec:
     # the DGX-A100's AMD EPYC 7742: scales the CPU-side figures of engine profiles measured on a
     # known host (``EngineProfile.cpu_host_speed``, sim/cost/engines.py)
     host_cpu_speed: float = 1.0
+    # False: a GPU file without ``base`` that gave no ``fp8_flops`` (its FP8 tensor cores are not
+    # known; FP8 weights on it are refused, ``dtype_error``, rather than priced at the 16-bit peak)
+    fp8_flops_known: bool = True
 
     @property
     def peer_link(self) -> bool:
@@ -355,6 +358,17 @@ MODEL_ALIASES: dict[str, str] = {
 }
 
 
+def dtype_error(gpu: GpuSpec, dtype: str, where: str) -> str | None:
+    """Why weights of ``dtype`` cannot be priced on ``gpu`` (``where`` names the setting), or None:
+    FP8 on a GPU file that gives no ``fp8_flops`` (it would run at the 16-bit peak as on a GPU
+    without FP8 tensor cores, whether or not this one has them)."""
+    if dtype == "fp8" and not gpu.fp8_flops_known:
+        return (f"{where}: fp8 on GPU {gpu.name!r}, whose file gives no fp8_flops; give fp8_flops (its dense FP8 "
+                "FLOP/s; fp8_flops: 0 if it has no FP8 tensor cores, FP8 weights then run at its 16-bit peak), "
+                "or base: a catalog GPU")
+    return None
+
+
 def _is(test, name: str, path: str) -> bool:
     """``test(Path(name))`` (is_file, is_dir, exists); a name no file system takes (too long, a
     NUL byte) is an input error naming ``path``."""
@@ -381,7 +395,7 @@ class GpuFile:
         name: my-gpu
         base: h100-sxm              # optional: start from a catalog GPU, override the rest
         peak_flops: 989e12          # dense BF16/FP16 FLOP/s
-        fp8_flops: 1979e12          # dense FP8 FLOP/s (0: none)
+        fp8_flops: 1979e12          # dense FP8 FLOP/s (0: none; needed for dtype fp8 without base)
         mem_bytes: 80e9
         mem_bw_bytes_per_s: 3.35e12
         link_bw_bytes_per_s: 450e9  # one direction
@@ -427,14 +441,14 @@ class GpuFile:
                              "mem_kind, nvlink_domain, host_cpu_speed)")
 
     def spec(self, default_name: str) -> GpuSpec:
-        """The GPU: the base's figures (or the defaults: no FP8, 32 GB/s links) with the file's over them."""
+        """The GPU: the base's figures (or the defaults: FP8 unknown, 32 GB/s links) with the file's over them."""
         if self.base is not None:
             kw = {f.name: getattr(GPUS[self.base], f.name) for f in fields(GpuSpec)}
             kw["name"] = f"{self.base}-custom"
         else:
             kw = {"name": default_name, "fp8_flops": 0.0, "link_bw_bytes_per_s": 32 * G, "pcie_bw_bytes_per_s": 32 * G,
-                  "nvlink_domain": 1}
-        kw.update({f.name: getattr(self, f.name) for f in fields(GpuSpec) if getattr(self, f.name) is not None})
+                  "nvlink_domain": 1, "fp8_flops_known": self.fp8_flops is not None}
+        kw.update({f.name: getattr(self, f.name) for f in fields(GpuSpec) if getattr(self, f.name, None) is not None})
         return GpuSpec(**kw)
 
 
