@@ -986,7 +986,11 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
                                 "bytes": rec.kv_transfer_bytes, "time_s": dist_stats(req_cols["kv_transfer_s"])}
     # how each pool's steps were priced: the efficiencies' provenance, and the profile that priced
     # its per-layer kernels (cost.profiles), if any
+    # and the GPU figures of its roofline (one GPU's peak FLOP/s at the weights' dtype, its memory
+    # bandwidth), which a report reads rather than the GPU file the scenario names
     extra["cost"] = {p.name: {"efficiencies": p.cost_model.eff.source,
+                              "gpu": {"name": p.cost_model.gpu.name, "peak_flops": p.cost_model.peak_flops,
+                                      "mem_bw_bytes_per_s": p.cost_model.gpu.mem_bw_bytes_per_s},
                               **p.engine.describe(),
                               "allreduce": p.cost_model.collectives(),
                               "measured_ops": (None if p.cost_model.measured is None else

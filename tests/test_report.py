@@ -971,3 +971,29 @@ def test_load_sentence_up_to_means_every_load_up_to_it():
     assert "a at every load tried (up to 24 req/s)" in _load_sentence(
         "ttft", {"a": {"rate": [8, 16, 24], "p99": [0.2, 0.5, 0.9]}}, 1.0)
     assert "a up to 16 req/s." in _load_sentence("ttft", {"a": {"rate": [8, 16, 24], "p99": [0.2, 0.5, 1.9]}}, 1.0)
+
+
+def test_report_on_a_run_with_a_gpu_file_needs_no_file(tmp_path, monkeypatch):
+    """A run on a GPU YAML named by a relative path (and a P/D pool's own GPU file) reports from
+    any folder and after the file is gone or changed: the roofline takes the figures the run was
+    priced with, which the run folder records, not the file's path read again."""
+    from servesim.outputs.rundir import RunData
+
+    g = tmp_path / "gpus"
+    g.mkdir()
+    (g / "slow.yaml").write_text("name: slow\nbase: h100-sxm\npeak_flops: 500e12\nmem_bw_bytes_per_s: 2e12\n")
+    monkeypatch.chdir(g)
+    out = tmp_path / "run"
+    kw = {"hardware.gpu": "slow.yaml", "hardware.dtype": "fp8", "workload.num_requests": 10}
+    simulate(make_scenario(**kw)).write(out)
+    pd = tmp_path / "pd"
+    simulate(make_scenario(**{"policy.name": "pd_split", "policy.decode": {"gpu": "slow.yaml"},
+                              "workload.num_requests": 10})).write(pd)
+    (g / "slow.yaml").write_text("name: slow\nbase: h100-sxm\n")  # (changed after the runs)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(out)]) == 0
+    rd = RunData.from_dir(out).roofline_data()
+    assert rd["peak_flops"] == 1979e12 and rd["mem_bw"] == 2e12 and rd["hardware"] == "slow"  # (fp8: its FP8 peak)
+    (g / "slow.yaml").unlink()
+    run = RunData.from_dir(pd)
+    assert run.roofline_data("decode")["peak_flops"] == 500e12 and run.roofline_data("prefill")["peak_flops"] == 989e12

@@ -731,12 +731,19 @@ class RunData:
         if len(set(hws.values())) > 1 or pool is not None:
             _, first, n, _ = chosen
             sel = (st["replica"] >= first) & (st["replica"] < first + n)
-        gpu = get_gpu(gpu_name)
         n = tp * pp
-        peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops > 0 else gpu.peak_flops
+        # the figures the run was priced with (its summary's cost.<pool>.gpu); a folder written
+        # before they were recorded: the GPU the scenario names, read again
+        rec = ((self.summary.get("cost") or {}).get(chosen[0]) or {}).get("gpu")
+        if rec:
+            name, peak, bw = rec["name"], rec["peak_flops"], rec["mem_bw_bytes_per_s"]
+        else:
+            gpu = get_gpu(gpu_name)
+            name, bw = gpu.name, gpu.mem_bw_bytes_per_s
+            peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops > 0 else gpu.peak_flops
         return {"flops": st["flops"][sel], "bytes": st["bytes"][sel], "duration_s": st["duration_s"][sel],
-                "kind": self.step_kind()[sel], "peak_flops": peak * n, "mem_bw": gpu.mem_bw_bytes_per_s * n,
-                "hardware": f"{n} x {gpu.name}" if n > 1 else gpu.name}
+                "kind": self.step_kind()[sel], "peak_flops": peak * n, "mem_bw": bw * n,
+                "hardware": f"{n} x {name}" if n > 1 else name}
 
     def timeline_data(self, replica: int = 0) -> dict:
         """Per-step series of one replica and its queue length (derived from requests)."""
