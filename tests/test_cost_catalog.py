@@ -244,3 +244,18 @@ def test_fp8_on_a_gpu_file_without_fp8_flops_is_refused(tmp_path, capsys, scenar
     assert prepare(scenario_factory(**{"hardware.gpu": str(p), "hardware.dtype": "fp8"})).cost_model.dtype == "fp8"
     p.write_text("base: a100-80g\n")  # (a base's FP8 figure is known: the A100 has none)
     assert main(args + ["--dtype", "fp8"]) == 0
+
+
+def test_gpu_file_named_as_a_catalog_gpu_must_match_it(tmp_path):
+    """Calibrations (and a run's GPU) are looked up by name: a GPU file that names itself as a
+    catalog GPU but has other figures would be priced with that GPU's fit (an L40S named h100-sxm
+    took the H100's NVLink all-reduce). It is refused; with the catalog GPU's figures (a price of
+    one's own) it is that GPU."""
+    p = tmp_path / "gpu.yaml"
+    p.write_text("name: h100-sxm\nbase: l40s\n")
+    with pytest.raises(InputError, match=r"gpu\.yaml: name: 'h100-sxm' is a catalog GPU's name, and this file's "
+                                         r"figures differ from it \(peak_flops"):
+        get_gpu(str(p))
+    p.write_text("name: h100-sxm\nbase: h100-sxm\nprice_per_gpu_hour_usd: 2.0\n")
+    g = get_gpu(str(p))
+    assert g.price_per_gpu_hour_usd == 2.0 and g.peak_flops == H100.peak_flops

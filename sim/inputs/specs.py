@@ -455,7 +455,16 @@ class GpuFile:
 def load_gpu_yaml(p: Path, path: str = "hardware.gpu") -> GpuSpec:
     """A GPU from a YAML file (``GpuFile``); errors name ``path``, the file and the field."""
     data = read_mapping(p, "GPU file", path)
-    return build_file(GpuFile, data, f"{path}: {p}", "a GPU file").spec(p.stem)
+    gpu = build_file(GpuFile, data, f"{path}: {p}", "a GPU file").spec(p.stem)
+    cat = GPUS.get(gpu.name)
+    if cat is not None:  # (calibrations and runs look a GPU up by name: an other GPU must not take one)
+        own = ("name", "price_per_gpu_hour_usd", "power_w")
+        differ = [f.name for f in fields(GpuSpec) if f.name not in own and getattr(gpu, f.name) != getattr(cat, f.name)]
+        if differ:
+            raise InputError(f"{path}: {p}: name: {gpu.name!r} is a catalog GPU's name, and this file's figures differ "
+                             f"from it ({', '.join(differ)}); give the file a name of its own (the catalog's "
+                             f"{gpu.name} calibration would price it), or base: {gpu.name} and only a price or power")
+    return gpu
 
 
 @functools.lru_cache(maxsize=1)
