@@ -843,3 +843,22 @@ def test_configurations_of_the_same_cost_are_ties_whatever_the_rounding():
     assert a.objective < b.objective  # (the rounding this is about)
     a.capacity, b.capacity = {"estimate": 20.0, "measured": False}, {"estimate": 15.0, "measured": True}
     assert [c.key for c in Planner.ranked(SimpleNamespace(candidates=[a, b]))] == ["three", "nine"]
+
+
+def test_plan_refuses_fp8_on_a_gpu_file_without_fp8_flops(tmp_path, capsys):
+    """Every shape of such a GPU would be refused: an input error up front (exit 2, no folder),
+    not 'pruned-memory: does not fit' shape by shape and a plan that finds nothing."""
+    from servesim.cli.main import main
+
+    g = tmp_path / "g.yaml"
+    g.write_text("name: g\npeak_flops: 5e14\nmem_bytes: 80e9\nmem_bw_bytes_per_s: 3e12\nprice_per_gpu_hour_usd: 1\n")
+    d = copy.deepcopy(SMALL)
+    d.setdefault("hardware", {})["dtype"] = "fp8"
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(d))
+    argv = ["plan", str(f), "--rate", "10", "--slo", SLO, "--gpus", f"h100-sxm,{g}", "--out", str(tmp_path / "p"),
+            "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--gpus {g}: hardware.dtype: fp8 on GPU 'g', whose file gives no fp8_flops" in err
+    assert not (tmp_path / "p").exists()

@@ -519,12 +519,18 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     if unknown:
         raise InputError(f"--price {unknown[0]}: not one of the GPUs searched ({', '.join(gpus)})")
     # (the scenario's cost mappings name catalog GPUs or those searched)
-    from servesim.inputs.specs import get_gpu
+    from servesim.inputs.specs import dtype_error, get_gpu
     from servesim.simulation import check_cost_gpus
 
     given = base.get("cost") or {}
     check_cost_gpus({k: given.get(k) for k in ("gpu_hour_usd", "gpu_power_w")},
                     {get_gpu(g, "--gpus").name for g in gpus}, f"--gpus ({', '.join(gpus)})", f"{where}: ")
+    # (a GPU whose every shape the dtype rules out: said once, not shape by shape as "does not fit")
+    dtype = str((base.get("hardware") or {}).get("dtype") or "bf16")
+    for g in gpus:
+        bad = dtype_error(get_gpu(g, "--gpus"), dtype, "hardware.dtype")
+        if bad:
+            raise InputError(f"--gpus {g}: {bad}")
     prices, powers = _gpu_tables(base, gpus, dict(opts.prices))
     if opts.objective == "cost" and any(v is None for v in prices.values()):
         lacking = [g for g, v in prices.items() if v is None]
