@@ -589,6 +589,9 @@ STUDY_GRIDS = ["workload.arrival.rate_rps=2,8", "workload.arrival.rate_rps=1,4,1
                "cluster.replicas=1,2", "policy.name=continuous,static", "policy.name=continuous,chunked_prefill",
                "hardware.gpu=a100-80g,h100-sxm", "seed=0,1"]
 STUDY_S = 90.0  # a study still going after this long hangs (its runs are a few dozen requests each)
+# ... plus PER_REPLICA_S x replicas for each of up to STUDY_RUNS runs: a deployment of 50,000
+# replicas costs ~3 s a run to set up, and a capacity search of 2 seeds runs up to 2 x (16 + 1)
+STUDY_RUNS = 40
 
 
 @st.composite
@@ -639,9 +642,17 @@ def check_study(scenario: bytes, argv: list[str], root: Path) -> Outcome:
         problems += [p for p in (_message_problem(r, rerr, "run"),) if p]
         if r != "0":
             return Outcome(v, "-", problems, tv, kind, rerr.strip()[:200])
-    k, _, err, t = run_main(argv, hang_s=STUDY_S)
+    k, _, err, t = run_main(argv, hang_s=STUDY_S + STUDY_RUNS * PER_REPLICA_S * _replicas(scen))
     problems += [p for p in (_message_problem(k, err, argv[0]),) if p]
     return Outcome(v, k, problems, tv + t, kind, err.strip()[:200])
+
+
+def _replicas(scen: Path) -> int:
+    """The replicas of the (valid) scenario file ``scen``, a P/D split's pools together."""
+    from servesim.inputs.scenario import load_scenario
+
+    pol = (sc := load_scenario(str(scen))).policy
+    return pol.prefill.replicas + pol.decode.replicas if pol.is_deployment else sc.cluster.replicas
 
 
 def fresh_dir(base: Path) -> Path:
