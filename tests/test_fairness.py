@@ -84,3 +84,17 @@ def test_a_class_that_sent_no_requests_has_no_attainment_in_summary_json(tmp_pat
     kw["workload.classes"] = [*kw["workload.classes"], rare2]
     f = simulate(make_scenario(**kw)).summary["fairness"]
     assert f["tenants"]["c"]["classes"] == ["rare", "rare2"] and f["tenants"]["c"]["slo_attainment"] is None
+
+
+def test_the_tenant_line_reads_100_percent_only_when_every_request_met_the_slo():
+    """The printed tenant line rounded 99.97% to "100.0%" (the class lines and the run's own use
+    attainment_pct, which never does)."""
+    from servesim.cli.main import _format_fairness
+
+    tenant = {"num_requests": 3000, "completed": 3000, "throughput_rps": 5.0}
+    s = {"classes": {"a": {}, "b": {}, "c": {}},
+         "fairness": {"tenants": {"x": {**tenant, "slo_attainment": 2999 / 3000},
+                                  "y": {**tenant, "slo_attainment": 1.0}},
+                      "jain": {"tenants": {"service_share": 1.0, "slo_attainment": 1.0}}}}
+    lines = _format_fairness(s)
+    assert lines[0].endswith("SLO 99.97%") and lines[1].endswith("SLO 100.0%")

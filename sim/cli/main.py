@@ -220,7 +220,7 @@ def _format_fairness(s: dict) -> list:
         for name, t in tenants.items():
             lines.append(f"tenant {name}: {t['num_requests']} requests ({t['completed']} completed), "
                          f"{t['throughput_rps']:.2f} req/s, SLO "
-                         + (f"{t['slo_attainment'] * 100:.1f}%" if t["num_requests"] else "-"))
+                         + (attainment_pct(t["slo_attainment"]) if t["num_requests"] else "-"))
     j = f["jain"]["tenants" if len(tenants) > 1 else "classes"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     lines.append(f"fairness      Jain index over {'tenants' if len(tenants) > 1 else 'classes'}: service share "
