@@ -671,3 +671,14 @@ def test_validate_cost_with_nothing_to_validate_says_so(synthetic_profiles, tmp_
         assert main(["validate-cost", "--profiles", str(net), "--gpu", "a100-80g", flag, "--quiet",
                      "--out", str(tmp_path / "v")]) == 2
         assert f"{flag} checks the per-layer kernels of compute profiles (mlp.csv)" in capsys.readouterr().err
+
+
+def test_validate_cost_on_network_timings_alone_names_no_token_limit(tmp_path, capsys):
+    """validate-cost on a network-only folder said 'num_tokens <= 4096' in its header and figure
+    title: collectives go by message size, so no token count was bounded."""
+    root = tmp_path / "prof"
+    write_allreduce_csv(root / "network/a100_dgx/all_reduce.csv")
+    assert main(["validate-cost", "--profiles", str(root), "--gpu", "a100-80g", "--quiet",
+                 "--out", str(tmp_path / "v")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("a100-80g: predicted vs measured; efficiencies") and "num_tokens" not in out

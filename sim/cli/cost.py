@@ -291,7 +291,12 @@ def cmd_validate_cost(args) -> int:
         raise InputError(f"--profiles: nothing to validate under {args.profiles} for {gpu.name} "
                          + ("(--measured needs at least 3 token counts of an operator at one TP size)"
                             if args.measured else "(no measurement the cost model prices)"))
-    print(f"{gpu.name}: predicted vs measured, num_tokens <= {args.max_tokens}; {what}\n")
+    # (--max-tokens bounds the kernels' token counts: collectives go by message size, and a
+    # network-only folder's figure has no token count to bound)
+    from servesim.cost.fitting import COMM_FIT_FAMILIES
+
+    within = f", num_tokens <= {args.max_tokens}" if set(v["points"]) - set(COMM_FIT_FAMILIES) else ""
+    print(f"{gpu.name}: predicted vs measured{within}; {what}\n")
     print(format_table(_summary_rows(v["rows"], args.detail)))
     mode = "measured" if args.measured else "held-out-models" if args.held_out_models else "calibration"
     from servesim.outputs.writer import name_part
@@ -306,7 +311,7 @@ def cmd_validate_cost(args) -> int:
                                                                                   f"calibration {args.calibration}")
     if not args.quiet:  # the plot takes seconds (matplotlib)
         print(f"validate-cost: drawing {out / (stem + '.png')} ...", file=sys.stderr, flush=True)
-    plot_predicted_vs_measured(v["points"], f"{gpu.name}, {title}, num_tokens <= {args.max_tokens}",
+    plot_predicted_vs_measured(v["points"], f"{gpu.name}, {title}{within}",
                                out / f"{stem}.png")
     print(f"\nwrote {out / (stem + '.json')}, {out / (stem + '.png')}")
     return 0
