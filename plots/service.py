@@ -310,8 +310,9 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, subpl
     # each drawn label's limits per class (a sweep over workload.classes[i].slo gives them apart:
     # the title and limit line of the first run's were drawn as every label's)
     slos: dict = {}
+    kept = set(keep(list(summaries)))
     for g, pts in summaries.items():
-        if g in set(keep(list(summaries))):
+        if g in kept:
             for _, s in pts[:1]:
                 for name, c in (s.get("classes") or {}).items():
                     slos.setdefault(name, {})[label_of(g)] = c.get("slo") or {}

@@ -159,8 +159,9 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     # vLLM gives each GPU swap_space of host memory, counted in that GPU's own blocks (the stage with
     # the most layers); a block swaps what all the ranks hold: an MLA latent (or a KV head replicated
     # over more ranks than heads) once per rank, not once per replica
-    host_blocks = int(mem.swap_space_gib * GIB // (cm.kv_bytes_per_token_per_gpu() * mem.block_size))
-    block_bytes = cm.kv_bytes_per_token_per_gpu() * mem.block_size * cm.num_gpus
+    gpu_block_bytes = cm.kv_bytes_per_token_per_gpu() * mem.block_size
+    host_blocks = int(mem.swap_space_gib * GIB // gpu_block_bytes)
+    block_bytes = gpu_block_bytes * cm.num_gpus
     if spec is not None and spec[2] is not None:
         # a swapped block carries the draft's KV of its tokens too (vLLM V0 gives the draft's
         # cache engine as many host blocks as the target's, beside swap_space)

@@ -190,17 +190,19 @@ def class_slos(data) -> list:
     return out
 
 
+def slo_limits_text(slo: dict) -> str:
+    """"TTFT <= 0.3 s, TPOT <= 0.05 s" of an ``slo`` mapping (a class's, of scenario data that need
+    not have been checked, or of summary.json), leaving out limits that are not numbers ("": none)."""
+    return ", ".join(f"{k[:-2].upper()} <= {v:g} s" for k in ("ttft_s", "tpot_s")
+                     if isinstance((v := slo.get(k)), (int, float)) and not isinstance(v, bool))
+
+
 def class_slo_note(data: dict, flag: str = "--slo") -> str | None:
     """What ``capacity`` / ``plan`` say of a scenario (its data, overrides applied) whose request
     classes set their own SLOs: they judge every request, of every class, by ``flag`` alone, so a
     class's tighter limit (chat TTFT 0.3 s beside ``--slo ttft_p99=1``) was silently not what
     the answer meets. None when no class sets a limit."""
-    own = []
-    for name, slo in class_slos(data):
-        lim = [f"{k[:-2].upper()} <= {v:g} s" for k in ("ttft_s", "tpot_s")
-               if isinstance((v := slo.get(k)), (int, float)) and not isinstance(v, bool)]
-        if lim:
-            own.append(f"{name}: {', '.join(lim)}")
+    own = [f"{name}: {lim}" for name, slo in class_slos(data) if (lim := slo_limits_text(slo))]
     if not own:
         return None
     return (f"the scenario's request classes have their own SLOs ({'; '.join(own)}); {flag} judges every "
@@ -318,8 +320,7 @@ def class_slo_warnings(summary: dict) -> list:
     parts = []
     for name, att, n, _ in under:
         slo = classes[name].get("slo") or {}
-        lim = ", ".join(f"{k[:-2].upper()} <= {v:g} s" for k in ("ttft_s", "tpot_s")
-                        if isinstance((v := slo.get(k)), (int, float)))
+        lim = slo_limits_text(slo)
         parts.append(f"class {name}: {attainment_pct(att)} of its {n} request{'s' if n != 1 else ''} within its own "
                      f"SLO" + (f" ({lim})" if lim else ""))
     return [{"code": "class_under_slo",
@@ -366,7 +367,7 @@ def kv_room_fix(scenario) -> str:
     return f"{more} or fewer requests at once ({seqs}) avoids it"
 
 
-def preemption_warnings(summary: dict, scenario=None) -> list:
+def preemption_warnings(summary: dict, scenario) -> list:
     """``preemptions`` (module docstring): how many, what they cost, and what gives the KV room
     (``kv_room_fix`` of ``scenario``)."""
     n, p = summary["num_requests"], summary.get("preemptions") or 0
