@@ -223,6 +223,18 @@ def test_compare_refuses_a_set_that_every_configuration_overrides(tmp_path, caps
     assert [c[0] for c in plan.configs] == ["continuous", "small"]
 
 
+def test_compare_refuses_one_invalid_configuration_before_running(tmp_path, capsys):
+    # a typo in one --variant ran the others and exited 0, the named configuration missing from
+    # the table but for a stderr note; each configuration is one the user named, so it is an error
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "c"
+    assert main(["compare", sc, "--variant", "a", "policy.max_num_seqs=4", "--variant", "b", "policy.max_num_seqs=-1",
+                 "--rates", "1,2", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "configuration 'b' (--policies/--variant) is invalid: policy.max_num_seqs must be > 0" in err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("arrival", [{"process": "closed_loop", "clients": 2}, {"process": "all_at_once"}])
 def test_compare_rates_on_an_arrival_process_without_one_says_so(tmp_path, capsys, arrival):
     # found by running the packaged scenarios through the studies: each point was refused as

@@ -184,6 +184,19 @@ def _check_overrides_matter(overrides, configs) -> None:
                              "--variant it is meant for")
 
 
+def _refuse_invalid_configs(points) -> None:
+    """An ``InputError`` naming the first configuration that is invalid at every rate (a value its
+    ``--variant`` or ``--policies`` gives that the schema refuses). Each configuration is one the user
+    named, so a typo in one is an error before anything runs, not a missing row and exit status 0.
+    (A sweep's grid may hold invalid combinations; there, such points are rows with their reason.)"""
+    by_label: dict = {}
+    for p in points:
+        by_label.setdefault(p.values["label"], []).append(p)
+    for label, ps in by_label.items():
+        if all(p.data is None for p in ps):
+            raise InputError(f"configuration {label!r} (--policies/--variant) is invalid: {ps[0].error}")
+
+
 def _python_configs(policies, variants) -> tuple:
     """``plan_compare``'s ``policies`` (``"a,b"``, or from Python a list of names) and ``variants``
     (a list of ``[label, "key=value", ...]`` lists) as ``configurations`` takes them; a
@@ -233,6 +246,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
                 o[RATE_KEY] = r
             runs.append((values, o))
     points = make_points(base, runs, "--policies/--variant/--rates", "configuration")
+    _refuse_invalid_configs(points)
     return ComparePlan(scenario_label(scenario, base), list(overrides or []), configs, rate_list, points, notes, seeds)
 
 
