@@ -374,6 +374,20 @@ def test_cost_says_why_a_step_is_bound_and_whether_the_weights_fit(capsys):
     assert "could not run" not in out and "memory-bound" in out and "compute time" in out
 
 
+def test_cost_says_when_the_steps_kv_cache_does_not_fit(capsys):
+    # 4,096 sequences at 4,000 tokens hold 4,096 x 4,001 x 0.5 MiB = 8 TiB of Llama-2-7B's KV: the
+    # step was priced without a word that no GPU could hold it
+    args = ["cost", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "h100-sxm", "--context", "4000"]
+    assert main([*args, "--decode-batch", "4096", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["weights_fit"] is True and d["memory_fit"] is False
+    assert d["kv_gib_per_gpu"] == pytest.approx(4096 * 4001 * 32 * 2 * 4096 * 2 / 2**30)
+    assert main([*args, "--decode-batch", "4096"]) == 0
+    assert "of this step's KV cache per GPU exceed the h100-sxm's" in capsys.readouterr().out
+    assert main([*args, "--decode-batch", "8", "--json"]) == 0  # 8 x 4,001 tokens: 15.6 GiB, with 12.6 of weights
+    assert json.loads(capsys.readouterr().out)["memory_fit"] is True
+
+
 def test_out_path_that_is_a_file_is_bad_input(tmp_path, capsys):
     f = tmp_path / "taken"
     f.write_text("x")

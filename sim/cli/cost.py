@@ -75,12 +75,20 @@ def cmd_cost(args) -> int:
     ridge = cm.peak_flops / gpu.mem_bw_bytes_per_s
     stage_gib = max(cm.stage_weight_bytes()) / args.tp / 2**30
     fits = stage_gib < gpu.mem_bytes / 2**30
+    # the KV this step reads and writes (each sequence's cached and new tokens, a sliding window's
+    # at most) on one GPU of the fullest stage: a decode step of 100,000 sequences was priced as if
+    # terabytes of KV sat next to the weights
+    window = model.sliding_window_tokens
+    per_seq = ([args.prefill + args.context] if args.prefill is not None else [args.context + 1] * args.decode_batch)
+    kv_tokens = sum(min(t, window) if window else t for t in per_seq)
+    kv_gib = kv_tokens * cm.kv_bytes_per_token_per_gpu() / 2**30
+    step_fits = stage_gib + kv_gib < gpu.mem_bytes / 2**30
     if args.json:
         print(json.dumps({
             "step_time_s": c.time_s, "flops": c.flops, "bytes": c.bytes, "arithmetic_intensity": ai,
             "ridge_flops_per_byte": ridge, "compute_s": c.compute_s, "memory_s": c.memory_s,
             "bound": c.bound, "mfu": cm.mfu(c), "mbu": cm.mbu(c), "weights_gib_per_gpu": stage_gib,
-            "weights_fit": fits,
+            "weights_fit": fits, "kv_gib_per_gpu": kv_gib, "memory_fit": step_fits,
             "num_layers": model.num_layers,
             "ops": {k: v._asdict() for k, v in ops.items()},
             "measured_ops": None if measured is None else {"source": measured.source, "ops": list(measured.ops)},
@@ -100,6 +108,10 @@ def cmd_cost(args) -> int:
     if not fits:
         print(f"note: {stage_gib:.1f} GiB of weights per GPU exceed the {gpu.name}'s {gpu.mem_bytes / 2**30:.0f} GiB: "
               "this step could not run there (raise --tp or --pp)")
+    elif not step_fits:
+        print(f"note: {stage_gib:.1f} GiB of weights and {kv_gib:.1f} GiB of this step's KV cache per GPU exceed the "
+              f"{gpu.name}'s {gpu.mem_bytes / 2**30:.0f} GiB: this step could not run there (fewer sequences or "
+              "tokens, or raise --tp or --pp)")
     if args.pp > 1:
         held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers)"
                          for i, (t, n) in enumerate(zip(stages, cm.stage_layers())))
