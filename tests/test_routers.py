@@ -98,3 +98,41 @@ def test_routing_settles_only_replicas_whose_steps_ended(monkeypatch):
     assert len(calls) < steps
     monkeypatch.setattr(Replica, "settle", settle)
     run_both(dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, num_requests=400)))
+
+
+def test_a_router_that_routes_as_least_outstanding_tokens_says_so(tmp_path, capsys):
+    """``prefix_aware`` without ``policy.prefix_caching`` never finds a cached prefix, and
+    ``class_aware`` without ``cluster.class_replicas`` lets every class use every replica: both
+    route exactly as ``least_outstanding_tokens`` (the same requests.csv), and the run and
+    ``validate`` say so (``no_effect``) instead of passing for the router asked for."""
+    import yaml
+
+    from servesim.cli.main import main
+    from tests.conftest import two_classes
+
+    def run(**kw):
+        res = simulate(make_scenario(**{"cluster.replicas": 3, "workload.num_requests": 60,
+                                        "workload.arrival": {"process": "poisson", "rate_rps": 30.0}, **kw}))
+        return res, [w["message"] for w in res.summary["warnings"] if w["code"] == "no_effect"]
+
+    sessions = {"workload.sessions": {"turns": {"dist": "uniform", "min": 2, "max": 5}, "think_time_s": 0.2}}
+    for kw, router in ((sessions, "prefix_aware"), (two_classes(), "class_aware")):
+        lot, none = run(**kw, **{"cluster.router": "least_outstanding_tokens"})
+        res, (msg,) = run(**kw, **{"cluster.router": router})
+        assert none == []
+        assert msg.startswith(f"cluster.router={router} routes as least_outstanding_tokens without ")
+        for k in lot.requests:
+            assert np.array_equal(lot.requests[k], res.requests[k], equal_nan=lot.requests[k].dtype.kind == "f"), k
+    # given what they read, they route otherwise, and say nothing
+    cached, msgs = run(**sessions, **{"cluster.router": "prefix_aware", "policy.prefix_caching": True})
+    assert msgs == [] and cached.summary["kv"]["prefix_cache_hit_tokens"] > 0
+    _, msgs = run(**two_classes(), **{"cluster.router": "class_aware",
+                                      "cluster.class_replicas": [{"name": "batch", "replicas": [2]}]})
+    assert msgs == []
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"model": "meta-llama/Llama-2-7b-hf", "hardware": {"gpu": "h100-sxm"},
+                                 "workload": {"num_requests": 20, "preset": "azure_conv"},
+                                 "cluster": {"replicas": 2, "router": "prefix_aware"}}))
+    assert main(["validate", str(p)]) == 0
+    assert "warning: cluster.router=prefix_aware routes as least_outstanding_tokens without policy.prefix_caching" \
+        in capsys.readouterr().out

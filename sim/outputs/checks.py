@@ -42,7 +42,9 @@ Each warning is ``{"code": ..., "message": ...}``:
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
   another packaged policy's, ``skip_unfit_prompts`` without whole-prompt admission beside decodes,
   a queue's predictor or ``preempt_running`` under an order that does not read it, pipeline overlap
-  without stages), a ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` entry for a GPU the deployment
+  without stages, a router whose rule reads what the scenario does not give: ``prefix_aware``
+  without ``policy.prefix_caching``, ``class_aware`` without ``cluster.class_replicas``), a
+  ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` entry for a GPU the deployment
   does not run (``cost_mapping_warnings``): the run is the one without it.
   Such settings are accepted, not refused, so that one scenario can carry every variant's fields
   through sweeps and comparisons.
@@ -96,6 +98,7 @@ def no_effect_warnings(scenario) -> list:
         out.append({"code": "no_effect", "message": "hardware.pp_overlap=false changes nothing with hardware.pp=1 (it "
                                                     "overlaps pipeline stages' micro-batches); the run is the one "
                                                     "without it"})
+    out += router_no_effect_warnings(scenario)
     if pol.runs_plugin():
         return out
     default = Policy()
@@ -139,6 +142,25 @@ def no_effect_warnings(scenario) -> list:
                                        "(it configures a P/D split, policy.name=pd_split); the run is the one "
                                        "without it"})
     return out
+
+
+def router_no_effect_warnings(scenario) -> list:
+    """A packaged router whose own rule reads something the scenario does not give, so that it
+    routes exactly as ``least_outstanding_tokens`` would: ``prefix_aware`` without
+    ``policy.prefix_caching`` (no replica caches a prefix: it never finds one), ``class_aware``
+    without ``cluster.class_replicas`` (every class may use every replica)."""
+    cl = scenario.cluster
+    why = None
+    if cl.router == "prefix_aware" and not scenario.policy.prefix_caching:
+        why = ("without policy.prefix_caching (no replica caches a prefix, so it never finds one; "
+               "set policy.prefix_caching: true)")
+    elif cl.router == "class_aware" and not cl.class_replicas:
+        why = ("without cluster.class_replicas (every class may use every replica; "
+               "cluster.class_replicas lists a class's replicas)")
+    if why is None:
+        return []
+    return [{"code": "no_effect", "message": f"cluster.router={cl.router} routes as least_outstanding_tokens {why}; "
+                                             "the run is the one with least_outstanding_tokens"}]
 
 
 BUDGET_POLICIES = ("continuous", "chunked_prefill")  # the packaged policies whose steps hold at most the budget
