@@ -862,3 +862,27 @@ def test_plan_refuses_fp8_on_a_gpu_file_without_fp8_flops(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--gpus {g}: hardware.dtype: fp8 on GPU 'g', whose file gives no fp8_flops" in err
     assert not (tmp_path / "p").exists()
+
+
+def test_plan_refuses_class_replicas_up_front(tmp_path, capsys):
+    """``cluster.class_replicas`` names replica positions, and plan searches the replica count
+    (each shape assessed on one unit): found by planning a scenario that keeps a class on replica
+    3 of 4, which printed every shape as 'pruned-memory: does not fit' and found nothing. Now an
+    input error up front (exit 2, no folder)."""
+    from servesim.cli.main import main
+
+    d = copy.deepcopy(SMALL)
+    d["workload"]["classes"] = [{"name": "chat", "share": 0.8, "prompt_tokens": d["workload"]["prompt_tokens"],
+                                 "output_tokens": d["workload"]["output_tokens"]},
+                                {"name": "batch", "share": 0.2, "prompt_tokens": d["workload"].pop("prompt_tokens"),
+                                 "output_tokens": d["workload"].pop("output_tokens")}]
+    d["cluster"] = {"replicas": 4, "router": "class_aware", "class_replicas": [{"name": "batch", "replicas": [3]}]}
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(d))
+    argv = ["plan", str(f), "--rate", "10", "--slo", SLO, "--tp", "1", "--policies", "continuous",
+            "--out", str(tmp_path / "p"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cluster.class_replicas: servesim plan searches the number of replicas" in err
+    assert "pruned-memory" not in err and "Traceback" not in err
+    assert not (tmp_path / "p").exists()

@@ -513,6 +513,13 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         written = scenario_from_dict(base)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
+    if written.cluster.class_replicas:
+        # (every shape is assessed on one unit: positions past its replicas made each one
+        # "pruned-memory: does not fit", and a plan that found nothing)
+        raise InputError(f"{where}: cluster.class_replicas: servesim plan searches the number of replicas (from one "
+                         "unit up), and the replica positions it gives a class cannot hold in every deployment "
+                         "tried; plan without it (the class_aware router then sends every class to every replica) "
+                         "and try the split on the deployment found with servesim run")
     out = Path(out)  # (made once the inputs are checked: a refused plan leaves no folder behind)
     gpus = list(dict.fromkeys(opts.gpus or [str((base.get("hardware") or {}).get("gpu"))]))
     unknown = [g for g, _ in opts.prices if g not in gpus]
