@@ -3,6 +3,7 @@ of running requests, the output-length predictor, admission control and the new 
 
 import dataclasses
 import math
+import re
 from collections import deque
 
 import numpy as np
@@ -282,6 +283,25 @@ def test_queue_caps_and_class_filter():
     assert all("policy.admission.max_queue=10" in r for r in rq["reason"][rejected])
     tok = simulate(make_scenario(**{**kw, "policy.admission": {"max_queued_tokens": 5000}})).requests
     assert (tok["status"] == "rejected").sum() > 0
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_queue_cap_rejection_names_the_replica_its_row_names(pp):
+    """The reason names the replica by the number requests.csv gives it: with pipeline virtual
+    engines (pp 2, overlapped) replica 1 is engines 2-3, and its rejections said 'replica 1' on
+    rows whose replica column read 2. Caps on the queued tokens say it the same way."""
+    for adm, rule in (({"max_queue": 3}, "requests already wait on"),
+                      ({"max_queued_tokens": 3000}, "prompt tokens already wait on")):
+        res = simulate(make_scenario(**{"hardware.pp": pp, "cluster.replicas": 2, "workload.num_requests": 80,
+                                        "cluster.router": "least_outstanding_tokens",
+                                        "workload.arrival": {"process": "all_at_once"}, "policy.admission": adm}))
+        rq = res.requests
+        rejected = np.flatnonzero(rq["status"] == "rejected")
+        assert pp in set(rq["replica"][rejected].tolist())  # (the second replica turned requests away)
+        for i in rejected:
+            r = int(rq["replica"][i])
+            name = f"replica {r}" if pp == 1 else f"replica {r}, virtual engines {r}-{r + 1}"
+            assert re.search(rf"{rule} {re.escape(name)}(?![\d-])", rq["reason"][i]), (r, rq["reason"][i])
 
 
 def test_predicted_ttft_of_an_idle_replica_is_its_prefill_step():

@@ -241,10 +241,13 @@ class Cluster:
             pos = self.route(self.entry, req) if not self._plugin_router else self._plugin_route(req)
             if adm.reads_state and self._fast:
                 self._settle_entry(pos)
-            reason = adm.at_replica(req, self.entry[pos], pos)
+            grp = self.entry[pos]
+            # (named as requests.csv and steps.csv number it: with pipeline virtual engines, by its
+            # first engine, not by its position among the routed replicas)
+            index = grp.index if isinstance(grp, Replica) else grp.engines[0].index
+            reason = adm.at_replica(req, grp, index)
             if reason is not None:
-                grp = self.entry[pos]
-                req.replica = grp.index if isinstance(grp, Replica) else grp.engines[0].index
+                req.replica = index
                 self._reject(req, reason)
                 return
             self.entry[pos].submit(req)

@@ -146,16 +146,21 @@ class Admission:
                 f"burst {self.burst:g})")
 
     def at_replica(self, req, replica, index: int) -> str | None:
+        """``index``: the replica's number in requests.csv (with pipeline virtual engines, its first
+        engine's)."""
         cfg = self.cfg
+        engines = getattr(replica, "engines", None)
+        name = f"replica {index}" if engines is None else \
+            f"replica {index}, virtual engines {index}-{index + len(engines) - 1}"
         if cfg.max_queue is not None:
             n = len(replica.waiting) + len(getattr(replica, "incoming", ()))  # (async scheduling's too)
             if n >= cfg.max_queue:
-                return (f"admission: {n} requests already wait on replica {index} "
+                return (f"admission: {n} requests already wait on {name} "
                         f"(policy.admission.max_queue={cfg.max_queue})")
         if cfg.max_queued_tokens is not None:
             queued = replica.waiting_tokens  # (async scheduling's arrivals too)
             if queued + req.prompt_tokens > cfg.max_queued_tokens:
-                return (f"admission: {queued} prompt tokens already wait on replica {index}, {req.prompt_tokens} "
+                return (f"admission: {queued} prompt tokens already wait on {name}, {req.prompt_tokens} "
                         f"more exceed policy.admission.max_queued_tokens={cfg.max_queued_tokens}")
         limit = self.ttft_s[req.cls] if cfg.ttft_slo else None
         if limit is not None:
