@@ -886,3 +886,45 @@ def test_plan_refuses_class_replicas_up_front(tmp_path, capsys):
     assert "cluster.class_replicas: servesim plan searches the number of replicas" in err
     assert "pruned-memory" not in err and "Traceback" not in err
     assert not (tmp_path / "p").exists()
+
+
+def test_a_plan_of_runs_too_short_to_judge_keeping_up_names_the_cause_and_the_fix(tmp_path, capsys):
+    """``servesim plan --requests 60`` called every shape infeasible ("fails at R with every unit
+    count up to 64") without saying that only the keep-up rule failed, on runs too short for it to
+    judge (its ratio over 10 arrivals is noise, however many units serve them), nor what to give."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    out = tmp_path / "p"
+    assert main(["plan", str(f), "--rate", "4", "--slo", SLO, "--tp", "1", "--policies", "continuous",
+                 "--seeds", "1", "--requests", "20", "--probe-requests", "20", "--max-gpus", "2", "--tol", "0.09",
+                 "--max-probes", "6", "--verify-top", "0", "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads((out / "plan.json").read_text())
+    (c,) = doc["candidates"]
+    assert c["status"] == "infeasible"
+    last = max(c["runs"], key=lambda r: r["units"])
+    assert last["units"] == 2 and {w["limit"] for s in last["seeds"] for w in s["why"]} == {"keep_up"}
+    # the reason names the check that failed, the note the cause and a valid fix
+    assert "falls behind" in c["reason"] and "only the keep-up rule" in c["reason"]
+    fix = "Give --requests 1200 or more"  # (the plan's own default at 4 req/s: 300 s of arrivals)
+    assert "too short to judge it" in printed and fix in printed and "--keep-up 0" in printed
+    assert fix in (out / "report.md").read_text()
+
+
+def test_the_short_run_note_is_only_for_keep_up_alone_in_short_runs():
+    from servesim.outputs.plandoc import short_run_note
+
+    def doc(limits, requests=60, keep_up=0.9, status="infeasible"):
+        why = [{"limit": k, "text": k, "excess": 2.0} for k in limits]
+        run = {"units": 64, "meets": False, "seeds": [{"seed": 0, "meets": False, "why": why}]}
+        ok = {"units": 1, "meets": False, "seeds": [{"seed": 0, "meets": False, "why": [why[0]] if why else []}]}
+        return {"rate_rps": 4.0, "requests_at_rate": requests, "keep_up": keep_up,
+                "candidates": [{"status": status, "runs": [ok, run]}]}
+
+    assert short_run_note(doc(["keep_up"])) is not None
+    assert short_run_note(doc(["keep_up", "ttft_p99"])) is None  # a latency limit broke: more requests won't help
+    assert short_run_note(doc(["keep_up"], requests=5000)) is None  # long enough to judge
+    assert short_run_note(doc(["keep_up"], keep_up=0.0)) is None
+    assert short_run_note(doc(["keep_up"], status="feasible")) is None

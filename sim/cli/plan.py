@@ -114,6 +114,9 @@ def cmd_plan(args) -> int:
             print(f"... and {more} more in {out / D.PLAN_JSON}")
     print()
     print(D.answer_sentence(doc))
+    note = D.short_run_note(doc)
+    if note:
+        print(note)
     for line in D.verification_lines(doc):
         print("  " + line)
     for line in D.failure_lines(doc):

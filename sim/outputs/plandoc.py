@@ -14,6 +14,7 @@ from servesim.outputs.metrics import PER_REQUEST, parse_slo
 from servesim.outputs.rundir import check_fields, damaged, read_json_dict
 
 PLAN_JSON = "plan.json"
+RUN_S = 300.0  # seconds of arrivals at R in every run at R (unless --requests): tails need many requests
 PRUNED = ("pruned-memory", "pruned-latency", "pruned-bound", "dominated")
 PRUNE_WHY = {"pruned-memory": "does not fit (weights leave no KV room, or TP does not divide the heads)",
              "pruned-latency": "the SLO fails even unloaded (latency floors, or requests too long for the KV cache)",
@@ -276,6 +277,40 @@ def failure_lines(doc: dict) -> list[str]:
         state = "also meets" if of["meets"] else f"fails at {doc['rate_rps']:g} req/s"
         out.append(f"one unit fewer: {of['label']} ({of['fleet']}) {state}: " + ("; ".join(of["why"]) or "-"))
     return out
+
+
+# fewer requests in a run at R, and the keep-up ratio over its second half is Poisson noise as large
+# as the rule's slack (docs/sizing.md, Keeping up)
+SHORT_RUN = 1000
+
+
+def short_runs_only(runs: list, requests: int | None, keep_up: float | None) -> bool:
+    """Whether a shape's runs at R (plan.json's ``runs``) failed, at their largest unit count,
+    the keep-up rule and nothing else, in runs of fewer than ``SHORT_RUN`` requests: more units
+    did not clear it, and the runs are too short for the rule to judge."""
+    if not runs or not keep_up or requests is None or requests >= SHORT_RUN:
+        return False
+    last = max(runs, key=lambda r: r["units"])
+    broke = {w.get("limit") for s in last.get("seeds", []) for w in s.get("why", [])}
+    return not last.get("meets") and broke == {"keep_up"}
+
+
+def short_run_note(doc: dict) -> str | None:
+    """The fix for shapes found infeasible only by the keep-up rule in runs too short to judge it
+    (``short_runs_only``): a run count that can (the plan's default for the rate), or the rule off.
+    ``servesim plan --requests 60`` called every shape infeasible and said only "fails at R with
+    every unit count up to 64"."""
+    n, keep = doc.get("requests_at_rate"), doc.get("keep_up")
+    bad = [c for c in doc["candidates"] if c["status"] == "infeasible"
+           and short_runs_only(c.get("runs") or [], n, keep)]
+    if not bad:
+        return None
+    suggest = max(SHORT_RUN, math.ceil(doc["rate_rps"] * RUN_S))
+    return (f"note: {len(bad)} shape(s) met every latency limit with the most units --max-gpus allows and failed "
+            f"only the keep-up rule (>= {keep:g} requests leave per arrival over a run's second half): runs of "
+            f"{n} requests are too short to judge it (under {SHORT_RUN:,} requests the arrivals' Poisson noise is "
+            f"as large as the rule's slack, however many units serve them). Give --requests {suggest} or more "
+            "(the default at this rate), or --keep-up 0 to judge the latency limits alone.")
 
 
 def pruned_lines(doc: dict, examples: int = 2) -> list[str]:

@@ -40,7 +40,7 @@ from pathlib import Path
 from servesim.errors import InputError, did_you_mean
 from servesim.inputs.overrides import with_values
 from servesim.outputs.metrics import KEEP_UP, PER_REQUEST, arrival_period_s, parse_slo
-from servesim.outputs.plandoc import PLAN_JSON, fmt_s, limit_text, objective_text
+from servesim.outputs.plandoc import RUN_S, PLAN_JSON, fmt_s, limit_text, objective_text, short_runs_only
 from servesim.outputs.rundir import read_summary
 from servesim.outputs.writer import json_text
 from servesim.inputs.scenario import MAX_REQUESTS, scenario_from_dict
@@ -54,7 +54,6 @@ from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RUNS, begin_study, execute, write_results
 
-RUN_S = 300.0  # seconds of arrivals at R in every run at R (unless --requests): tails need many requests
 OBJECTIVES = ("cost", "gpus", "power")
 
 
@@ -251,6 +250,16 @@ class Planner:
         write_results(self.out, self.points)
         return run
 
+    def infeasible_reason(self, c: Candidate, k: int, run: dict) -> str:
+        """Why no unit count up to ``k`` (the most --max-gpus allows) met: the limits the run at
+        ``k`` broke (``plandoc.short_run_note`` adds the fix when all it broke is the keep-up rule
+        in runs too short to judge it)."""
+        text = (f"fails at R with every unit count up to {k} ({c.shape.gpus(k)} GPUs, --max-gpus); at {k}: "
+                + "; ".join(_reasons(run)))
+        if short_runs_only(c.runs, self.n_rate, self.opts.keep_up):
+            text += f" (only the keep-up rule, in runs of {self.n_rate} requests: too short to judge it)"
+        return text
+
     def why_not(self, ev: dict) -> list:
         """The limits a run broke: [{"limit", "text", "excess"}], ``excess`` how many times over
         (or under, for a share that must be reached) the limit it was."""
@@ -312,7 +321,7 @@ class Planner:
             while not run["meets"]:
                 if k + 1 > max_units:
                     c.status = "infeasible"
-                    c.reason = f"fails at R with every unit count up to {k} ({c.shape.gpus(k)} GPUs, --max-gpus)"
+                    c.reason = self.infeasible_reason(c, k, run)
                     return
                 k += 1
                 run = self.verify(c, k)
