@@ -928,3 +928,30 @@ def test_the_short_run_note_is_only_for_keep_up_alone_in_short_runs():
     assert short_run_note(doc(["keep_up"], requests=5000)) is None  # long enough to judge
     assert short_run_note(doc(["keep_up"], keep_up=0.0)) is None
     assert short_run_note(doc(["keep_up"], status="feasible")) is None
+
+
+def test_two_gpu_files_of_one_name_are_refused(tmp_path, capsys):
+    """Two GPU files with base: h100-sxm and no name: are both 'h100-sxm-custom': the plan priced its
+    runs' GPUs by that name, so a P/D split of a $1/h and a $5/h file reported the all-$1 split's $/M
+    tokens, and both read the same in every output. Refused up front, naming both files."""
+    from servesim.cli.main import main
+
+    cheap, fast = tmp_path / "cheap.yaml", tmp_path / "fast.yaml"
+    cheap.write_text("base: h100-sxm\nprice_per_gpu_hour_usd: 1.0\n")
+    fast.write_text("base: h100-sxm\nmem_bw_bytes_per_s: 4.5e12\nprice_per_gpu_hour_usd: 5.0\n")
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    out = tmp_path / "p"
+    assert main(["plan", str(f), "--rate", "4", "--slo", SLO, "--gpus", f"{cheap},{fast}", "--tp", "1",
+                 "--seeds", "1", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(cheap) in err and str(fast) in err and "'h100-sxm-custom'" in err and "name:" in err
+    assert "mem_bw_bytes_per_s, price_per_gpu_hour_usd differ" in err
+    assert not out.exists()
+    # a file that takes a catalog GPU's name with a price of its own is the same clash
+    own = tmp_path / "own.yaml"
+    own.write_text("name: h100-sxm\nbase: h100-sxm\nprice_per_gpu_hour_usd: 1.0\n")
+    with pytest.raises(InputError, match=r"h100-sxm and .*own.yaml are different GPUs \(price_per_gpu_hour_usd "
+                                         r"differs\) of one name, 'h100-sxm'"):
+        run_plan(SMALL, PlanOptions(rate_rps=4, slo=SLO, gpus=("h100-sxm", str(own)), tps=(1,), seeds=1),
+                 tmp_path / "q", ex=QUIET)

@@ -491,6 +491,31 @@ def check_options(opts: PlanOptions) -> None:
         raise InputError(f"--verify-top must be >= 0, got {opts.verify_top}")
 
 
+def _check_gpu_names(gpus) -> None:
+    """Refuse two GPUs of ``--gpus`` that differ but go by one name (two GPU files with ``base:``
+    and no ``name:`` are both ``<base>-custom``; a file may also take a catalog GPU's name with a
+    price of its own): a run prices a GPU YAML's pools by name (``Planner.overrides``), so one
+    file's price and power went to the other's runs, and the two read the same in every output.
+    Two files of ``base: h100-sxm`` priced at $1 and $5/h made a P/D split of both report the
+    all-$1 split's $/M tokens."""
+    from dataclasses import fields
+
+    from servesim.inputs.specs import get_gpu
+
+    seen: dict = {}
+    for g in gpus:
+        spec = get_gpu(g, "--gpus")
+        other = seen.setdefault(spec.name, (g, spec))
+        if other[1] != spec:
+            differ = [f.name for f in fields(spec) if getattr(spec, f.name) != getattr(other[1], f.name)]
+            raise InputError(
+                f"--gpus: {other[0]} and {g} are different GPUs ({', '.join(differ)} "
+                f"{'differs' if len(differ) == 1 else 'differ'}) of one name, "
+                f"{spec.name!r} (a GPU file with base: and no name: is named <base>-custom): the plan's runs "
+                "price and label GPUs by name, so one would be taken for the other; give each file a name: of its "
+                "own")
+
+
 def _check_memory(base: dict, rate_rps: float, requests: int) -> None:
     """Refuse, once and before anything runs, a request count that one unit's run cannot hold in
     this machine's memory (``servesim.resources``): otherwise every configuration's runs are
@@ -538,6 +563,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     from servesim.inputs.specs import dtype_error, get_gpu
     from servesim.simulation import check_cost_gpus
 
+    _check_gpu_names(gpus)
     given = base.get("cost") or {}
     check_cost_gpus({k: given.get(k) for k in ("gpu_hour_usd", "gpu_power_w")},
                     {get_gpu(g, "--gpus").name for g in gpus}, f"--gpus ({', '.join(gpus)})", f"{where}: ")
