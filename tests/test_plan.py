@@ -300,6 +300,8 @@ def test_plan_options_are_checked(tmp_path):
         _plan(tmp_path, tps=(0, 2))  # (as the flag spells it, not the list [0, 2])
     with pytest.raises(InputError, match=r"--policies: unknown policy 'chunked'; \(did you mean 'chunked_prefill'\?\)"):
         _plan(tmp_path, policies=("chunked",))  # (as compare's --policies says it)
+    with pytest.raises(InputError, match="--pd-ratios: give at least one P:D ratio"):
+        _plan(tmp_path, policies=("pd_split",), pd_ratios=())  # (no shape at all: a plan.json of no candidates)
 
 
 @pytest.mark.parametrize("field, value, flag", [
@@ -438,6 +440,19 @@ def test_plan_prints_a_long_pruned_reason_cut_and_marked(tmp_path, capsys):
     (lambda d: d["candidates"].__setitem__(0, "x"), r"candidates\[0\] is 'x', where servesim writes a mapping"),
     (lambda d: (d["candidates"][0].update(status="feasible", runs=5), d.update(ranking=[d["candidates"][0]["key"]])),
      r"plan.json: damaged \(edited\): (KeyError|TypeError)"),
+    # (emptied or edited verdicts: the report said "No configuration serves ..." or credited a failed run)
+    (lambda d: d.update(candidates=[]), r"plan.json: candidates is empty, where servesim writes every shape"),
+    (lambda d: d.update(ranking=["nope"]), r"ranking\[0\] is 'nope', where servesim writes the key of one of its"),
+    (lambda d: d.update(ranking=[d["candidates"][0]["key"]]), r"ranking\[0\] is '[^']+', but its status is "
+     r"'pruned-memory': a plan ranks only configurations that met the SLO at R with every seed"),
+    (lambda d: (d["candidates"][0].update(status="feasible", units=1, runs=[
+        {"units": 1, "meets": True, "seeds": [{"seed": 0, "meets": False}]}]),
+        d.update(ranking=[d["candidates"][0]["key"]])),
+     r"but its run at R with 1 unit\(s\) did not meet the SLO with every seed"),
+    (lambda d: (d["candidates"][0].update(status="feasible", units=1, runs=[
+        {"units": 1, "meets": True, "seeds": [{"seed": 0, "meets": True}]}]),
+        d.update(ranking=[d["candidates"][0]["key"]], answer={"key": "other", "units": 1})),
+     r"answer is \{.*\}, where servesim writes the first ranked configuration"),
 ])
 def test_report_on_a_damaged_plan_folder_names_it(tmp_path, capsys, edit, message):
     """Found by fuzzing: an edited plan.json (seeds a number) stopped servesim report with a

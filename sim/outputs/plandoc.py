@@ -56,7 +56,44 @@ def read_plan(folder: str | Path) -> dict:
         if not (isinstance(c, dict) and isinstance(c.get("key"), str) and isinstance(c.get("status"), str)
                 and isinstance(c.get("shape"), dict)):
             raise damaged(p, f"candidates[{i}]", c, "a mapping with a key, a status and a shape", _PLAN_AGAIN)
+    _check_verdicts(p, doc)
     return doc
+
+
+def _check_verdicts(p: Path, doc: dict) -> None:
+    """What the report states as the answer must be what the plan found: at least one shape (a
+    plan records every shape of its space, pruned ones too), a ranking of feasible candidates
+    whose runs at R, at their unit count, met the SLO with every seed, and an answer that is the
+    ranking's first. An emptied or edited plan.json was reported as "No configuration in the
+    space serves ..." (or credited a configuration whose run failed) with exit 0."""
+    if not doc["candidates"]:
+        raise InputError(f"{p}: candidates is empty, where servesim writes every shape the plan searched (pruned "
+                         f"ones too; a plan's space is never empty): no plan to report; {_PLAN_AGAIN}")
+    cands = {}
+    for i, c in enumerate(doc["candidates"]):
+        if c["key"] in cands:
+            raise damaged(p, f"candidates[{i}].key", c["key"], "each shape's key once", _PLAN_AGAIN)
+        cands[c["key"]] = c
+    if len(set(doc["ranking"])) != len(doc["ranking"]):
+        raise damaged(p, "ranking", doc["ranking"], "each configuration's key once", _PLAN_AGAIN)
+    for i, key in enumerate(doc["ranking"]):
+        c = cands.get(key)
+        if c is None:
+            raise damaged(p, f"ranking[{i}]", key, "the key of one of its candidates", _PLAN_AGAIN)
+        # (runs that are not lists of mappings: a KeyError or TypeError, which servesim report names)
+        run = final_run(c) if c["status"] == "feasible" else None
+        failed = ([] if run is None else [s.get("seed") for s in run["seeds"] if s.get("meets") is not True]
+                  + ([] if run["meets"] is True and run["seeds"] else ["all"]))
+        if c["status"] != "feasible" or run is None or failed:
+            why = (f"its status is {c['status']!r}" if c["status"] != "feasible"
+                   else f"it has no run at R with its {c.get('units')} unit(s)" if run is None
+                   else f"its run at R with {c.get('units')} unit(s) did not meet the SLO with every seed")
+            raise InputError(f"{p}: ranking[{i}] is {key!r}, but {why}: a plan ranks only configurations that met "
+                             f"the SLO at R with every seed; {_PLAN_AGAIN}")
+    ans = doc.get("answer")
+    if ans is not None and (not isinstance(ans, dict) or not doc["ranking"] or ans.get("key") != doc["ranking"][0]
+                            or ans.get("units") != cands[doc["ranking"][0]].get("units")):
+        raise damaged(p, "answer", ans, "the first ranked configuration and its units", _PLAN_AGAIN)
 
 
 _PLAN_AGAIN = "the plan folder is damaged (edited): run servesim plan again"

@@ -484,6 +484,8 @@ def check_options(opts: PlanOptions) -> None:
         raise InputError(f"--policies: unknown policy {bad[0]!r};{did_you_mean(bad[0], POLICIES)}")
     if not opts.policies:
         raise InputError(f"--policies: give at least one of {', '.join(POLICIES)}")
+    if "pd_split" in opts.policies and not opts.pd_ratios:  # (no P/D shape: a plan of pd_split alone had none)
+        raise InputError("--pd-ratios: give at least one P:D ratio (e.g. 1:2) with --policies pd_split")
     for r in opts.pd_ratios:
         if len(r) != 2 or any(int(x) != x or x < 1 for x in r):
             raise InputError(f"--pd-ratios: expected P:D pairs of positive integers, got {':'.join(map(str, r))}")
