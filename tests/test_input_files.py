@@ -73,6 +73,45 @@ def test_a_jsonl_arrival_that_is_no_number_shows_what_the_file_holds(tmp_path, c
     assert f"arrival_s must be a number or a timestamp, {says}" in one_error(err)
 
 
+@pytest.mark.parametrize("third", [
+    '{"arrival_s": 1.0, "prompt_tokens": 300, "output_tokens": 30, "prompt_tokens": 5}',
+    '{"arrival_s": 1.0, "arrival_s": 9.0, "prompt_tokens": 300, "output_tokens": 30}',
+    '{"arrival_s": 1.0, "prompt_tokens": 300, "output_tokens": 30, "prompt\\u005ftokens": 5}',
+])
+def test_a_jsonl_key_the_trace_reads_given_twice_is_refused_naming_the_line(tmp_path, capsys, third):
+    """JSON keeps a key's last value: a line giving prompt_tokens twice replayed one of them
+    silently. A key the trace reads is now refused when given twice (any spelling); other keys
+    are not read, so a duplicate of one is let be (docs/workloads.md)."""
+    rows = [json.dumps({"arrival_s": i * 0.1, "prompt_tokens": 100, "output_tokens": 10}) for i in range(5)]
+    p = traced(tmp_path, "t.jsonl", "\n".join(rows + [third]) + "\n")
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2
+    assert re.search(r"t\.jsonl line 6: key '(prompt_tokens|arrival_s)' is given twice", one_error(err))
+    p = traced(tmp_path, "u.jsonl", "\n".join(rows + ['{"arrival_s": 1.0, "prompt_tokens": 3, "output_tokens": 3, '
+                                                     '"note": 1, "note": 2}']) + "\n")
+    assert run_cli(capsys, "validate", p)[0] == 0
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("d.jsonl", '{"prompt": "hello there", "output": 5}\n{"prompt": "hi", "output": 5, "prompt": "x"}\n',
+     "d.jsonl line 2: key 'prompt' is given twice"),
+    ("d.json", '[{"conversations": [{"from": "human", "value": "hello"}, '
+               '{"from": "gpt", "value": "a", "value": "a much longer reply"}]}]',
+     "d.json line 1: key 'value' is given twice in one object"),
+])
+def test_a_dataset_key_given_twice_is_refused_naming_the_line(tmp_path, capsys, name, text, says):
+    """A dataset row or ShareGPT message giving its prompt or reply twice was read by the last."""
+    (tmp_path / name).write_text(text)
+    p = tmp_path / "s.yaml"
+    data = with_values(BASE, {})
+    data["workload"] = {"num_requests": 1, "arrival": {"process": "poisson", "rate_rps": 1.0},
+                        "dataset": {"path": str(tmp_path / name)}}
+    p.write_text(yaml.safe_dump(data))
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2
+    assert says in one_error(err)
+
+
 @pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085", "\x1c"])
 def test_dataset_text_holding_a_unicode_line_separator_is_read(tmp_path, capsys, sep):
     """str.splitlines() also splits at U+2028, U+0085 and the like, which JSON strings may hold

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesim.errors import InputError, shown, shown_path
-from servesim.inputs.traces import MAX_TOKENS, TraceData, jsonl_objects, read_utf8, resolve_path
+from servesim.inputs.traces import (MAX_TOKENS, KeyTwice, TraceData, jsonl_objects, read_keys_once, read_utf8,
+                                    resolve_path)
 
 REPLY_ROLES = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing", "model"})
 _WS = re.compile(r"\s*")
@@ -114,6 +115,10 @@ class _Counter:
 
 
 # ---------------------------------------------------------------- readers
+# the keys a ShareGPT entry is read by: one given twice in an object is refused (JSON keeps the last)
+SHAREGPT_KEYS = ("conversations", "from", "role", "value", "content")
+
+
 def _json_error(path: str, e: json.JSONDecodeError) -> InputError:
     return InputError(f"{path} line {e.lineno} column {e.colno}: malformed JSON: {e.msg}")
 
@@ -121,7 +126,7 @@ def _json_error(path: str, e: json.JSONDecodeError) -> InputError:
 def _sharegpt_entries(path: str, text: str):
     """(line, entry) of each element of the top-level JSON array, parsed one at a time (so a
     malformed entry is named by its line)."""
-    dec = json.JSONDecoder()
+    dec = json.JSONDecoder(object_pairs_hook=read_keys_once(SHAREGPT_KEYS))
     i = _WS.match(text, 0).end()
     if i >= len(text) or text[i] != "[":
         # (an object first: most likely one a line, a JSONL file not named *.jsonl)
@@ -147,6 +152,9 @@ def _sharegpt_entries(path: str, text: str):
             obj, i = dec.raw_decode(text, i)
         except json.JSONDecodeError as e:
             raise _json_error(path, e) from None
+        except KeyTwice as e:
+            raise InputError(f"{path} line {line}: key {shown(e.key)} is given twice in one object; which value "
+                             "to read cannot be told: keep one") from None
         except (ValueError, RecursionError) as e:  # a number too long to read, nesting too deep
             raise InputError(f"{path} line {line}: cannot read the JSON: {shown(str(e), 120)}") from None
         yield line, obj
@@ -243,7 +251,7 @@ def _read_jsonl(path: str, count: _Counter, prompt_key: str, output_key: str):
     # (lines end at \n, \r\n or \r as a text file's do: splitlines would also split inside a string
     # holding U+2028, U+0085 and the like, which JSON allows unescaped)
     text = read_utf8(path, "dataset").replace("\r\n", "\n").replace("\r", "\n")
-    for _, where, obj in jsonl_objects(path, text.split("\n")):
+    for _, where, obj in jsonl_objects(path, text.split("\n"), (prompt_key, output_key)):
         rows.append((where, _jsonl_value(obj.get(prompt_key), prompt_key, where, True),
                      _jsonl_value(obj.get(output_key), output_key, where, False)))
     if not rows:

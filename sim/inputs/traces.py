@@ -23,7 +23,8 @@ Formats (``workload.trace.format``):
   when the first row has ``hash_ids`` and ``input_length``, else ``jsonl``; otherwise the CSV
   header decides (azure, splitwise, else csv).
 
-Files must be UTF-8; a byte that is not fails with its byte offset and line.
+Files must be UTF-8; a byte that is not fails with its byte offset and line. A JSONL line that gives a key
+the trace reads twice fails with its line (JSON keeps the last value; which was meant cannot be told).
 
 Arrival times are returned in seconds after the first row. Nothing here draws random numbers.
 """
@@ -97,15 +98,40 @@ def header_text(header) -> str:
     return f"the first line has {len(header)} field(s) that do not look like column names"
 
 
-def jsonl_objects(path: str, lines):
+def read_keys_once(keys):
+    """A ``json.loads`` object hook refusing an object that gives one of ``keys`` twice (JSON
+    parsers keep the last, so which value was meant cannot be told); other keys are not read."""
+    def hook(pairs):
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            names = [k for k, _ in pairs]
+            for k in keys:
+                if names.count(k) > 1:
+                    raise KeyTwice(k)
+        return obj
+    return hook
+
+
+class KeyTwice(ValueError):
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def jsonl_objects(path: str, lines, keys: tuple = ()):
     """(line number, ``"PATH line N"``, object) of each non-blank line of a JSONL text; InputError naming the
-    line (and column) of malformed JSON or of a line that is not an object."""
+    line (and column) of malformed JSON, of a line that is not an object, or of one that gives a key of
+    ``keys`` (those the caller reads) twice."""
+    hook = read_keys_once(keys) if keys else None
     for line, text in enumerate(lines, start=1):
         if not text.strip():
             continue
         where = f"{path} line {line}"
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, object_pairs_hook=hook)
+        except KeyTwice as e:
+            raise InputError(f"{where}: key {shown(e.key)} is given twice; which value to read cannot be told: "
+                             "keep one") from None
         except json.JSONDecodeError as e:
             raise InputError(f"{where} column {e.colno}: malformed JSON: {e.msg}") from None
         except (ValueError, RecursionError) as e:  # a number too long to read, nesting too deep
@@ -615,6 +641,7 @@ def _read_jsonl_columns(path: str, cols: dict, unit_s: float, need_arrival: bool
     decode, strip = json.JSONDecoder().raw_decode, methodcaller("strip", " \t\n\r")
     value, end = itemgetter(0), itemgetter(1)
     ka, kp, ko = cols["arrival"], cols["prompt"], cols["output"]
+    read = (ka, kp, ko, HASH_IDS_KEY)
     ts, prompts, outputs, hashes = [], [], [], []
     has_t = has_h = None
     with _open_text(path) as fh:  # (lines split as ``_read_jsonl_rows`` splits them)
@@ -634,6 +661,11 @@ def _read_jsonl_columns(path: str, cols: dict, unit_s: float, need_arrival: bool
             objs = list(map(value, parsed))
             if not objs:
                 continue
+            # a key read twice in a line (JSON keeps the last) is refused by the row reader: any
+            # line that may give one (the key's name twice, or an escape that could spell it) goes there
+            if (any(max(map(methodcaller("count", f'"{k}"'), texts)) > 1 for k in read)
+                    or any(map(methodcaller("__contains__", "\\"), texts))):
+                return None
             if _types(objs) != {dict}:
                 return None
             if has_t is None:
@@ -681,7 +713,8 @@ def _read_jsonl_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -
     hashes = []
     has_t = has_h = None
     with _open_text(path) as fh:
-        for line, where, obj in jsonl_objects(path, fh):
+        keys = (cols["arrival"], cols["prompt"], cols["output"], HASH_IDS_KEY)
+        for line, where, obj in jsonl_objects(path, fh, keys):
             if has_t is None:
                 has_h = HASH_IDS_KEY in obj
                 has_t = need_arrival and cols["arrival"] in obj
