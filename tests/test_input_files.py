@@ -20,6 +20,7 @@ from servesim.inputs.hf_config import model_from_hf_config
 from servesim.inputs.overrides import with_values
 from servesim.inputs.vllm_result import MAX_BURSTINESS, read_vllm_result
 from tests.conftest import BASE
+from servesim.cli.main import main
 from tests.test_input_safety import run_cli, scenario_file
 
 H200_MLP = Path(__file__).parent / "data" / "h200" / "compute" / "h200" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
@@ -110,6 +111,35 @@ def test_a_dataset_key_given_twice_is_refused_naming_the_line(tmp_path, capsys, 
     rc, err = run_cli(capsys, "validate", p)
     assert rc == 2
     assert says in one_error(err)
+
+
+@pytest.mark.parametrize("name, text, trace, warned", [
+    ("t.csv", "timestamp,prompt_tokens,output_tokens\n0,100,10\n4314.6,200,20\n", {"columns": {"arrival": "timestamp"}},
+     "timestamp"),
+    ("t.jsonl", '{"t": 0, "prompt_tokens": 100, "output_tokens": 10}\n{"t": 4314.6, "prompt_tokens": 9, '
+     '"output_tokens": 9}\n', {"columns": {"arrival": "t"}}, "t"),
+    ("t.csv", "timestamp,prompt_tokens,output_tokens\n0,100,10\n4314.6,200,20\n",
+     {"columns": {"arrival": "timestamp"}, "time_unit": "s"}, None),
+    ("t.csv", "arrival_s,prompt_tokens,output_tokens\n0,100,10\n4314.6,200,20\n", {}, None),
+    ("t.csv", "timestamp,prompt_tokens,output_tokens\n2023-11-16 18:00:00,100,10\n2023-11-16 18:00:04,200,20\n",
+     {"columns": {"arrival": "timestamp"}}, None),
+])
+def test_an_arrival_column_read_as_seconds_for_want_of_a_unit_is_warned(tmp_path, capsys, name, text, trace, warned):
+    """A trace in milliseconds under a column named 'timestamp' replayed 1000x slower, silently
+    (the Azure conversation trace so: 0.0047 req/s over 4.9 days, 'throughput 0.00 req/s'). The
+    numbers cannot tell seconds from ms, so a unit taken for want of one is warned, in run and
+    validate; a unit stated (time_unit, a suffix) or timestamps are not."""
+    (tmp_path / name).write_text(text)
+    p = scenario_file(tmp_path, workload={"num_requests": 2, "trace": {"path": str(tmp_path / name), **trace}})
+    rc = main(["validate", str(p)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert (f"the arrival column '{warned}' names no unit" in out) == bool(warned), out
+    assert main(["run", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    codes = [w["code"] for w in summary["warnings"]]
+    assert ("trace_unit" in codes) == bool(warned), summary["warnings"]
+    assert summary["workload"].get("trace_unit_guessed") == warned
 
 
 @pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085", "\x1c"])

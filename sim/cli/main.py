@@ -473,16 +473,20 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     deployment serves (``predict_overload``: a short probe), preemptions (that probe's, near or above
     what it serves) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
-    from servesim.inputs.workload import RequestSpecs
+    from servesim.inputs.workload import RequestSpecs, dataset_info
     from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, budget_warnings, clipped_text,
                                          cost_mapping_warnings, gpu_unit_warnings, kv_override_warnings, kv_room_fix,
-                                         no_effect_warnings, no_requests_text, scenario_slos, slo_unit_warnings)
+                                         no_effect_warnings, no_requests_text, scenario_slos, slo_unit_warnings,
+                                         trace_unit_text)
     from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
                                      predict_rejections, predict_slo_floors, prepare)
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
              + budget_warnings(setup.pools)]
+    guessed = (dataset_info(scenario.workload) or {}).get("trace_unit_guessed")
+    if guessed:
+        lines.append(f"warning: {trace_unit_text(guessed, None)}")
     if isinstance(specs, RequestSpecs) and not len(specs):
         lines.append(f"warning: {no_requests_text(scenario, predicted=True)}")
     pred = predict_rejections(scenario, setup, specs)

@@ -32,6 +32,7 @@ Arrival times are returned in seconds after the first row. Nothing here draws ra
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as _dt
 import functools
 import itertools
@@ -63,6 +64,10 @@ class TraceData:
     output_tokens: np.ndarray  # int64, each >= 1
     # per row, the prompt's block hash ids (a tuple of ints, maybe empty); None: the file has none
     hash_ids: tuple | None = None
+    arrival_timestamps: bool = False  # the arrival column held timestamps (not numbers in a unit)
+    # the arrival column's name when its numbers were read as seconds for want of a unit (a csv /
+    # jsonl trace, no unit at the end of the name, no time_unit): a likely ms-as-s mix-up, warned
+    unit_guessed: str | None = None
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -335,7 +340,8 @@ def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col, hash_ids=
     for c in cols:
         if c is not None:
             c.flags.writeable = False  # cached and shared between runs
-    return TraceData(str(path), *cols, tuple(hash_ids) if hash_ids is not None else None)
+    return TraceData(str(path), *cols, tuple(hash_ids) if hash_ids is not None else None,
+                     rows_t is not None and kinds[0] == "ts")
 
 
 def column_index(header: list, name: str, path=None) -> int | None:
@@ -536,7 +542,8 @@ def _read_csv_columns(path: str, cols: dict, unit_s: float, need_arrival: bool) 
         t = _seconds_in_range(ts, unit_s)
         if t is None:
             return None
-    return _finish(path, t, ("num",) if t is not None else None, p, o, None, cols.get("arrival"))
+    data = _finish(path, t, ("num",) if t is not None else None, p, o, None, cols.get("arrival"))
+    return dataclasses.replace(data, arrival_timestamps=True) if t is not None and stamps else data
 
 
 def _lengths_in_range(prompts: list, outputs: list):
@@ -765,8 +772,13 @@ def _read_trace_cached(path, _file, _mtime, _size, fmt, columns, time_unit, need
         unit_s = TIME_UNITS[time_unit or unit_in_name(cols["arrival"]) or ("ms" if fmt == "mooncake" else "s")]
         with collection_paused():  # (millions of rows, no cycles)
             if fmt in ("jsonl", "mooncake"):
-                return _read_jsonl(path, cols, unit_s, need_arrival)
-            return _read_csv(path, cols, unit_s, need_arrival)
+                data = _read_jsonl(path, cols, unit_s, need_arrival)
+            else:
+                data = _read_csv(path, cols, unit_s, need_arrival)
+        if (fmt in ("csv", "jsonl") and time_unit is None and unit_in_name(cols["arrival"]) is None
+                and data.arrival_s is not None and not data.arrival_timestamps):
+            data = dataclasses.replace(data, unit_guessed=cols["arrival"])
+        return data
     except UnicodeDecodeError:
         raise not_utf8(path, read_bytes(path)) from None
     except csv.Error as e:  # a field over csv's size limit, a stray quote

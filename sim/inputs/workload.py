@@ -528,8 +528,13 @@ def check_horizon(arrivals: np.ndarray, what: str = "requests") -> None:
 
 
 def dataset_info(workload: Workload) -> dict | None:
-    """summary.json ``workload.dataset``: the file, its conversations and how tokens were counted."""
+    """summary.json ``workload.dataset``: the file, its conversations and how tokens were counted;
+    for a trace replayed with its own times, ``workload.trace_unit_guessed``: the arrival column
+    whose numbers were read as seconds for want of a unit (``TraceData.unit_guessed``), if any."""
     if workload.dataset is None:
+        if workload.trace is not None and workload.arrival is None:
+            guessed = load_trace(workload).unit_guessed
+            return {"trace_unit_guessed": guessed} if guessed else None
         return None
     d = load_dataset(workload.dataset)
     return {"dataset": {"path": d.path, "conversations": d.num_conversations, "turns": len(d.new_tokens),

@@ -39,6 +39,10 @@ Each warning is ``{"code": ..., "message": ...}``:
 - ``class_under_slo``: at least ``SLO_TARGET`` of all requests were within their class's SLO, but a
   request class was not within its own (``class_slo_warnings``): a small class with a tight SLO
   hides under a large one with a loose SLO, and the studies judge the run as failing the SLO;
+- ``trace_unit``: a trace's arrival column names no unit (``timestamp``, not ``timestamp_ms``) and
+  ``workload.trace.time_unit`` is null, so its numbers were read as seconds
+  (``summary["workload"]["trace_unit_guessed"]``): milliseconds read so make a trace 1000x slower,
+  and nothing in the numbers tells which was meant; ``time_unit: s`` states it;
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
   another packaged policy's, ``skip_unfit_prompts`` without whole-prompt admission beside decodes,
   a queue's predictor or ``preempt_running`` under an order that does not read it, pipeline overlap
@@ -287,6 +291,9 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
                f"instead of settling; {rate} (lower the rate or add replicas; servesim capacity finds the highest "
                "rate it keeps up with)")
         out.append({"code": "not_keeping_up", "message": msg})
+    guessed = (summary.get("workload") or {}).get("trace_unit_guessed")
+    if guessed:
+        out.append({"code": "trace_unit", "message": trace_unit_text(guessed, summary["workload"].get("offered_rps"))})
     out += class_slo_warnings(summary)
     out += preemption_warnings(summary, scenario)
     out += head_of_line_warnings(summary, scenario)
@@ -296,6 +303,15 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += kv_override_warnings(pools)
     out += budget_warnings(pools)
     return out
+
+
+def trace_unit_text(column: str, offered_rps: float | None) -> str:
+    """``trace_unit`` (module docstring): the column, the rate the replay offers read so, and the fix."""
+    rate = f" (the replay offers {offered_rps:.3g} req/s)" if offered_rps else ""
+    return (f"workload.trace: the arrival column {column!r} names no unit and workload.trace.time_unit is null, so "
+            f"its numbers were read as seconds{rate}; if they are milliseconds (or us, ns), set "
+            f"workload.trace.time_unit: ms (or name the column {column}_ms); time_unit: s states seconds and drops "
+            "this warning")
 
 
 def no_requests_text(scenario, predicted: bool = False) -> str:
