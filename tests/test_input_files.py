@@ -142,6 +142,26 @@ def test_an_arrival_column_read_as_seconds_for_want_of_a_unit_is_warned(tmp_path
     assert summary["workload"].get("trace_unit_guessed") == warned
 
 
+@pytest.mark.parametrize("name, encoding, says", [
+    ("t.csv", "utf-16", "t.csv: a UTF-16 (little-endian) text file (it begins with the byte-order mark 0xfffe)"),
+    ("t.jsonl", "utf-16-be", "t.jsonl: a UTF-16 (big-endian) text file (it begins with the byte-order mark 0xfeff)"),
+    ("t.csv", "utf-16-le", "t.csv line 1: no column 'arrival_s' for the arrival"),
+    ("t.jsonl", "utf-16-le", "t.jsonl line 1: the line holds NUL bytes (0x00), as UTF-16 text does"),
+])
+def test_a_utf16_trace_is_named_as_utf16(tmp_path, capsys, name, encoding, says):
+    """A trace saved as UTF-16 (Windows' "Unicode") was 'byte offset 0 (0xff) is not valid UTF-8'
+    with its mark, and without one 'malformed JSON: Expecting property name' or a header of
+    fields 'that do not look like column names': true, but no hint of what to do."""
+    text = ("arrival_s,prompt_tokens,output_tokens\n0,100,10\n" if name.endswith(".csv") else
+            '{"arrival_s": 0, "prompt_tokens": 100, "output_tokens": 10}\n')
+    p = traced(tmp_path, name, "")
+    (tmp_path / name).write_bytes((("\ufeff" if encoding == "utf-16-be" else "") + text).encode(encoding))
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2
+    line = one_error(err)
+    assert says in line and "save the file as UTF-8" in line, line
+
+
 @pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085", "\x1c"])
 def test_dataset_text_holding_a_unicode_line_separator_is_read(tmp_path, capsys, sep):
     """str.splitlines() also splits at U+2028, U+0085 and the like, which JSON strings may hold

@@ -337,7 +337,8 @@ def test_a_table_that_is_no_utf8_text_is_an_input_error(tmp_path, capsys):
     p = tmp_path / "t.csv"
     p.write_text("arrival_ms,input_tokens,max_tokens,ttft_ms,e2e_ms\n0,10,5,20,90\n", encoding="utf-16")
     assert main(["validate-run", str(p), "--out", str(tmp_path / "v"), "--quiet"]) == 2
-    assert "t.csv line 1: not UTF-8 text: byte offset 0" in capsys.readouterr().err
+    assert "t.csv: a UTF-16 (little-endian) text file (it begins with the byte-order mark 0xfffe)" in (
+        capsys.readouterr().err)
 
 
 def test_table_options_with_a_vllm_result_are_refused(tmp_path, capsys):

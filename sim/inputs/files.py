@@ -4,7 +4,8 @@
 Paths in scenario fields may use ``~`` and ``$VARS`` (``resolve_path`` expands them); messages
 and outputs show the path as written (``${DATA}/t.csv``), never what it expanded to, so a value
 held in an environment variable is not printed. Text must be UTF-8: a file that is not fails
-with the first bad byte's offset and line (``not_utf8``). JSON is parsed with a depth limit and
+with the first bad byte's offset and line, or as UTF-16 or compressed when it begins as such a
+file does (``not_utf8``). JSON is parsed with a depth limit and
 refuses duplicate keys (``loads_json``).
 """
 
@@ -66,6 +67,10 @@ def not_utf8(path, data: bytes) -> InputError:
         if data.startswith(magic) and (kind != "bzip2" or (data[3:4].isdigit() and data[4:5] in (b"1", b"\x17"))):
             return InputError(f"{path}: a {kind}-compressed file, not text: decompress it first (e.g. {tool}) and "
                               "give the decompressed file")
+    for bom, kind in ((b"\xff\xfe", "UTF-16 (little-endian)"), (b"\xfe\xff", "UTF-16 (big-endian)")):
+        if data.startswith(bom):  # (what Windows tools call "Unicode")
+            return InputError(f"{path}: a {kind} text file (it begins with the byte-order mark 0x{bom.hex()}), not "
+                              "UTF-8: save the file as UTF-8")
     try:
         data.decode("utf-8")
         at = len(data)

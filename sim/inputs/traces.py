@@ -82,6 +82,9 @@ def _open_text(path: str):
         raise InputError(f"cannot read {shown_path(path)}: {e.strerror or e}") from None
 
 
+# a text file holding NUL bytes (valid UTF-8, but in no text): most likely UTF-16 saved without a byte-order mark
+NUL_TEXT = "the line holds NUL bytes (0x00), as UTF-16 text does: save the file as UTF-8"
+
 _NAME = re.compile(r"^[\w .()\[\]/#%+-]{1,40}$")
 
 
@@ -89,6 +92,8 @@ def header_text(header) -> str:
     """The columns of a header for a message: their names when they look like column names
     (at most 12 shown), else only how many there are (a file that is no table, e.g. a system
     file named by mistake, is not echoed)."""
+    if any("\x00" in h for h in header):
+        return NUL_TEXT
     if header and header[0].startswith(("{", "[")):  # (JSON lines read as a CSV: a format set to csv)
         return "the first line looks like JSON, not a CSV header"
     if header and all(_NAME.match(h) for h in header):
@@ -138,6 +143,8 @@ def jsonl_objects(path: str, lines, keys: tuple = ()):
             raise InputError(f"{where}: key {shown(e.key)} is given twice; which value to read cannot be told: "
                              "keep one") from None
         except json.JSONDecodeError as e:
+            if "\x00" in text:
+                raise InputError(f"{where}: {NUL_TEXT}") from None
             raise InputError(f"{where} column {e.colno}: malformed JSON: {e.msg}") from None
         except (ValueError, RecursionError) as e:  # a number too long to read, nesting too deep
             raise InputError(f"{where}: cannot read the JSON: {shown(str(e), 120)}") from None
