@@ -386,6 +386,9 @@ def test_class_aware_keeps_a_class_on_its_replicas():
     ({"policy.admission": {"ttft_slo": True}}, "no TTFT SLO"),
     ({"policy.admission": {"ttft_slo_share": 0.6}}, "ttft_slo is off"),
     ({"policy.admission": {"classes": ["default"]}}, "no rule is set"),
+    # (0 rejected every request, each one as it arrived, before any step could admit it: refused
+    # like max_queued_tokens: 0, and validate predicted only part of them)
+    ({"policy.admission": {"max_queue": 0}}, r"^policy.admission.max_queue must be >= 1"),
     ({"policy.queue": {"order": "sjf_predicted", "predictor": {"kind": "buckets", "edges": [10, 5]}}}, "rise"),
     ({"policy.preemption_victim": "oldest"}, "policy.preemption_victim"),
     # (1e308 was kept as a 309-digit integer)
@@ -395,6 +398,13 @@ def test_class_aware_keeps_a_class_on_its_replicas():
 def test_bad_scheduling_fields_name_the_field(kw, says):
     with pytest.raises(InputError, match=says):
         make_scenario(**kw)
+
+
+def test_a_queue_of_one_is_the_smallest_max_queue():
+    """max_queue: 1 keeps one request waiting (0, which rejected every request, is refused)."""
+    sc = make_scenario(**{"workload.num_requests": 6, "workload.arrival": {"process": "fixed", "rate_rps": 1.0},
+                          "policy.admission": {"max_queue": 1}})
+    assert simulate(sc).summary["rejected"] == 0
 
 
 def test_class_index_reaches_closed_loop_requests():

@@ -544,8 +544,10 @@ class Admission:
     in requests.csv with status rejected and the rule in ``reason``."""
 
     token_bucket: Optional[TokenBucket] = _f(None, doc="a token bucket at the cluster's door; null: none")
-    max_queue: Optional[int] = _f(None, ge=0, le=MAX_REQUESTS,
-                                  doc="reject when this many requests already wait on the replica")
+    max_queue: Optional[int] = _f(None, ge=1, le=MAX_REQUESTS,
+                                  doc="reject when this many requests already wait on the replica (at least 1: "
+                                      "every request waits in the queue until a step admits it, so 0 would "
+                                      "reject them all); null: no limit")
     max_queued_tokens: Optional[int] = _f(None, gt=0, le=MAX_REQUESTS * MAX_TOKENS,
                                           doc="reject when the prompts waiting on the replica plus this one would "
                                               "exceed this many tokens")
