@@ -28,7 +28,7 @@ from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
-from servesim.outputs.checks import run_warnings
+from servesim.outputs.checks import REJECTED_SHARE, run_warnings
 from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats
@@ -607,11 +607,19 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
     budgets bounding the steps.
     ``setup``, ``specs``: ``plan``'s, when the caller has them."""
     from servesim.inputs.scenario import AllAtOnceArrival
+
+    if isinstance(scenario.workload.arrival, AllAtOnceArrival) or scenario.policy.admission.active:
+        return None
+    return _overload_probe(scenario, setup, specs)
+
+
+def _overload_probe(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """``predict_overload``'s probe, with ``policy.admission`` left out of it (what the deployment
+    serves when nothing is shed: ``predict_shedding`` asks it of a scenario with admission)."""
+    from servesim.inputs.scenario import Admission
     from servesim.policies import DEPLOYMENTS
 
     w = scenario.workload
-    if isinstance(w.arrival, AllAtOnceArrival) or scenario.policy.admission.active:
-        return None
     # a P/D split is one deployment of two pools (cluster.replicas is 1): the probe runs all of it
     split = scenario.policy.name in DEPLOYMENTS
     setup, specs = _setup_and_specs(scenario, setup, specs)
@@ -636,7 +644,8 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
         if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))
         and f.name not in ("class_names",)})
     one = dataclasses.replace(scenario if split else _one_replica(scenario),
-                              workload=dataclasses.replace(w, num_requests=k, duration_s=None))
+                              workload=dataclasses.replace(w, num_requests=k, duration_s=None),
+                              policy=dataclasses.replace(scenario.policy, admission=Admission()))
     res = simulate(one, specs=probe)
     if res.summary["completed"] < 0.9 * k:  # (rejections: they leave at once; predict_rejections names them)
         return None
@@ -647,6 +656,104 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
     offered = len(specs) / span
     return {"offered_rps": offered, "served_rps": served, "probe_requests": k,
             "overloaded": bool(offered > OVERLOAD_MARGIN * served), "preemptions": int(res.summary["preemptions"])}
+
+
+SHEDDING_BUCKET_REPLAY = 2_000_000  # arrivals the token bucket is replayed on (more: its rate bounds it)
+
+
+def _bucket_rejections(arrival_s: np.ndarray, rate: float, burst: float) -> int:
+    """How many of the arrivals (sorted) ``policy.admission.token_bucket`` rejects: the gateway's
+    bucket replayed (it reads only the arrival times, so the count is the run's, but for the
+    requests a P/D split's decode pool refuses before the door); past
+    ``SHEDDING_BUCKET_REPLAY`` arrivals, the least its rate lets through refused."""
+    n = len(arrival_s)
+    if n > SHEDDING_BUCKET_REPLAY:
+        span = float(arrival_s[-1] - arrival_s[0]) if n else 0.0
+        return max(0, int(n - (span * rate + burst)))
+    tokens, last, rejected = burst, 0.0, 0
+    for t in arrival_s.tolist():
+        tokens = min(burst, tokens + (t - last) * rate)
+        last = t
+        if tokens >= 1.0:
+            tokens -= 1.0
+        else:
+            rejected += 1
+    return rejected
+
+
+def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The requests ``policy.admission`` will shed, without running it. The rule: the token bucket
+    is replayed on the arrival times of the requests it applies to (exact). What reaches the
+    replicas is then compared with what the deployment serves, S (``predict_overload``'s probe, run
+    without the admission rules: a lower bound). When it is over ``OVERLOAD_MARGIN`` x S and a rule
+    bounds the queue (``max_queue``, ``max_queued_tokens``, or ``ttft_slo`` with a TTFT limit on
+    every request it applies to), the queue fills and stays full, so the requests the deployment
+    cannot take are rejected: of those the rules apply to, over the arrivals' span T, about
+    S x T - (the others) are served, the queue holds its limit (``max_queue`` x replicas, or
+    ``max_queued_tokens`` x replicas / their mean prompt), and the rest are rejected (an
+    overestimate, as S is an underestimate). {"offered_rps", "served_rps" (None without the probe),
+    "probe_requests", "rules" (the fields that shed), "reaching_rps" (the rate past the bucket),
+    "bucket" (its rejections), "queue" (the queue rules' estimated rejections), "rejected_share"
+    (of all requests, both), "overloaded" (what reaches the replicas is over the margin),
+    "backlog" (why the queue grows through the run anyway, or None: "unbounded", no rule bounds it;
+    "others", the requests no rule applies to outgrow S; "room", the queue's limit holds so much of
+    this run's excess that fewer than ``REJECTED_SHARE`` of the requests are rejected)}; None without
+    admission control, for closed-loop, multi-turn and all_at_once workloads, and when nothing is
+    predicted (no bucket rejections and no overload, or a probe that cannot tell)."""
+    from servesim.inputs.scenario import AllAtOnceArrival
+
+    adm = scenario.policy.admission
+    if not adm.active or isinstance(scenario.workload.arrival, AllAtOnceArrival):
+        return None
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs) or len(specs) < 2:
+        return None
+    n = len(specs)
+    span = float(specs.arrival_s[-1] - specs.arrival_s[0])
+    if not span > 0:
+        return None
+    names, _, limits = _classes(scenario, specs, {"request_id": np.arange(n)})
+    index = specs.class_index if specs.class_index is not None else np.zeros(n, np.int64)
+    scope = (np.ones(n, bool) if adm.classes is None
+             else np.isin(np.asarray(names, dtype=object)[index], list(adm.classes)))
+    ttft = limits[0] if limits is not None else np.full(n, np.inf if scenario.slo.ttft_s is None
+                                                        else scenario.slo.ttft_s)
+    rules = [f"max_queue={adm.max_queue}" if adm.max_queue is not None else None,
+             f"max_queued_tokens={adm.max_queued_tokens}" if adm.max_queued_tokens is not None else None,
+             "ttft_slo" if adm.ttft_slo and np.isfinite(ttft[scope]).all() else None]
+    rules = [r for r in rules if r]
+    n_in = int(scope.sum())
+    n_out = n - n_in
+    tb = adm.token_bucket
+    bucket = _bucket_rejections(specs.arrival_s[scope], tb.rate_rps, tb.burst) if tb is not None else 0
+    admitted = n_in - bucket
+    reaching = (n_out + admitted) / span
+    over = _overload_probe(scenario, setup, specs)
+    served = over["served_rps"] if over is not None else None
+    overloaded = served is not None and reaching > OVERLOAD_MARGIN * served
+    if not overloaded and not bucket:
+        return None
+    queue, backlog = 0, None
+    if overloaded:
+        capacity = served * span  # requests the deployment serves while they arrive (at least)
+        backlog = ("unbounded" if not rules else "others" if n_out > OVERLOAD_MARGIN * capacity else None)
+        if rules:
+            entry = setup.pools[0].replicas  # (the replicas requests queue on: a P/D split's prefill pool)
+            room = 0.0
+            if adm.max_queue is not None:
+                room = adm.max_queue * entry
+            elif adm.max_queued_tokens is not None and n_in:
+                room = adm.max_queued_tokens * entry / float(specs.prompt_tokens[scope].mean())
+            excess = admitted - max(capacity - n_out, 0.0)
+            queue = int(max(excess - room, 0.0))
+            # the limit holds this run's excess (fewer rejected than the run's warning names): its queue grows
+            if backlog is None and excess > 0 and queue < REJECTED_SHARE * n:
+                backlog = "room"
+    return {"offered_rps": n / span, "served_rps": served,
+            "probe_requests": over["probe_requests"] if over is not None else None,
+            "rules": (["token_bucket"] if tb is not None else []) + rules, "reaching_rps": float(reaching),
+            "bucket": bucket, "queue": queue, "rejected_share": (bucket + queue) / n,
+            "overloaded": bool(overloaded), "backlog": backlog}
 
 
 def observed_time(workload, req: dict, steps: dict, cut: bool, ended: bool = False) -> float:

@@ -280,6 +280,81 @@ def test_validate_predicts_a_clear_overload(tmp_path, capsys):
     assert main(["validate", str(ROOT / "scenarios" / "default.yaml")]) == 0
     assert "well above" not in capsys.readouterr().out
 
+# 600 requests at about 56 req/s on one H100 serving about 15: four times what it serves
+SHED = {"workload.num_requests": 600, "workload.arrival": {"process": "poisson", "rate_rps": 60.0},
+        "workload.prompt_tokens": {"dist": "lognormal", "mean": 1024, "sigma": 0.8, "max": 6144},
+        "workload.output_tokens": {"dist": "uniform", "min": 32, "max": 512}, "policy.max_num_seqs": 64}
+
+
+def _validate_lines(tmp_path, capsys, sc) -> list:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("rule", [{"max_queue": 20}, {"max_queue": 200}, {"max_queued_tokens": 50_000}])
+def test_validate_predicts_the_requests_a_full_queue_sheds(tmp_path, capsys, rule):
+    """Admission control at four times what the deployment serves: the queue fills and
+    policy.admission rejects what it cannot hold (the run's rejections warning), and validate said
+    nothing (its overload probe skipped scenarios with admission). It now runs the probe without
+    the rules and predicts the shedding: a count at least the run's (the probe underrates what the
+    deployment serves), of the same order."""
+    from servesim.simulation import predict_shedding
+
+    sc = make_scenario(**SHED, **{"policy.admission": rule})
+    shed = predict_shedding(sc)
+    s = simulate(sc).summary
+    assert "rejections" in {w["code"] for w in s["warnings"]}
+    assert shed["overloaded"] and shed["backlog"] is None and shed["bucket"] == 0
+    assert s["rejected"] <= shed["queue"] < 1.5 * s["rejected"]
+    warning = [x for x in _validate_lines(tmp_path, capsys, sc) if x.startswith("warning: a run will reject")]
+    assert len(warning) == 1 and f"about {shed['queue']:,} requests" in warning[0]
+    assert f"policy.admission.{next(iter(rule))}=" in warning[0]
+
+
+def test_validate_predicts_no_shedding_where_the_deployment_keeps_up(tmp_path, capsys):
+    """The same queue limit at a rate the deployment serves: nothing predicted, nothing rejected."""
+    from servesim.simulation import predict_shedding
+
+    sc = make_scenario(**{**SHED, "workload.arrival": {"process": "poisson", "rate_rps": 8.0}},
+                       **{"policy.admission": {"max_queue": 20}})
+    assert predict_shedding(sc) is None
+    assert simulate(sc).summary["rejected"] == 0
+    assert not [x for x in _validate_lines(tmp_path, capsys, sc) if "reject" in x or "shedding" in x]
+
+
+def test_validate_replays_the_token_bucket_and_names_a_backlog_no_rule_bounds(tmp_path, capsys):
+    """A token bucket rejects by the arrival times alone: validate replays it, the run's count
+    exactly. Past a bucket that lets through more than the deployment serves, with no queue rule,
+    the backlog still grows: validate says so, and the run falls behind."""
+    from servesim.simulation import predict_shedding
+
+    for rate, backlog in ((10.0, None), (40.0, "unbounded")):
+        sc = make_scenario(**SHED, **{"policy.admission": {"token_bucket": {"rate_rps": rate}}})
+        shed = predict_shedding(sc)
+        s = simulate(sc).summary
+        assert shed["bucket"] == s["rejected"] > 0.1 * 600 and shed["backlog"] == backlog
+        line = [x for x in _validate_lines(tmp_path, capsys, sc) if "token_bucket" in x]
+        assert len(line) == 1 and line[0].startswith("warning: ") and f"rejects {s['rejected']:,} of" in line[0]
+        assert ("no rule bounds the queue" in line[0]) == (backlog is not None)
+        if backlog:
+            assert s["workload"]["keep_up"]["ratio"] < 0.9
+
+
+def test_validate_names_a_queue_limit_that_holds_the_whole_excess(tmp_path, capsys):
+    """A max_queue above the run's excess never fills: no request is shed, the queue grows as
+    without it, and validate says the backlog grows rather than predicting rejections."""
+    from servesim.simulation import predict_shedding
+
+    sc = make_scenario(**SHED, **{"policy.admission": {"max_queue": 2000}})
+    assert predict_shedding(sc)["backlog"] == "room"
+    s = simulate(sc).summary
+    assert s["rejected"] == 0 and "not_keeping_up" in {w["code"] for w in s["warnings"]}
+    lines = _validate_lines(tmp_path, capsys, sc)
+    assert any(x.startswith("warning: ") and "holds most of this run's excess" in x for x in lines)
+
+
 def test_validate_predicts_a_clear_overload_of_a_pd_split(capsys):
     """A P/D split at three times what it serves: the run falls behind (a third of the arrivals
     leave), and validate said nothing (the probe skipped P/D splits). The probe now runs the whole

@@ -470,8 +470,9 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     """Warnings ``validate`` can give before a run: the requests it will reject (predicted from the
     workload's own lengths and the deployment's limits), prompts that can wait at the head of the
     queue for the token budget (``predict_head_of_line``), an offered rate well above what the
-    deployment serves (``predict_overload``: a short probe), preemptions (that probe's, near or above
-    what it serves) and SLO limits in the wrong unit.
+    deployment serves (``predict_overload``: a short probe), the requests admission control sheds
+    (``predict_shedding``: its token bucket replayed, the same probe for a queue that fills),
+    preemptions (that probe's, near or above what it serves) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
     from servesim.inputs.workload import RequestSpecs, dataset_info
     from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, budget_warnings, clipped_text,
@@ -479,7 +480,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                          no_effect_warnings, no_requests_text, scenario_slos, slo_unit_warnings,
                                          trace_unit_text)
     from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
-                                     predict_rejections, predict_slo_floors, prepare)
+                                     predict_rejections, predict_shedding, predict_slo_floors, prepare)
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
@@ -538,17 +539,16 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     except (InputError, MemoryError):  # (a probe the machine cannot hold: no prediction, the run says)
         over = None
     if over is not None and over["overloaded"]:
-        n, pools = scenario.cluster.replicas, setup.pools_by_name
-        if "decode" in pools:  # a P/D split: the probe ran the whole split
-            ran = (f"all at once on the whole P/D split ({pools['prefill'].replicas} prefill + "
-                   f"{pools['decode'].replicas} decode replicas), completed {over['served_rps']:.3g} req/s")
-        else:
-            ran = (f"all at once on one replica, completed {over['served_rps'] / n:.3g} req/s"
-                   + (f" ({over['served_rps']:.3g} on {n} replicas)" if n > 1 else ""))
         lines.append(f"warning: the offered {over['offered_rps']:.3g} req/s is well above what the deployment serves: "
-                     f"{over['probe_requests']:,} of its requests, {ran}"
+                     f"{_probe_text(scenario, setup, over)}"
                      + "; the backlog will grow through the run and its latencies with workload.num_requests "
                      "(servesim capacity finds the highest rate it keeps up with)")
+    try:
+        shed = predict_shedding(scenario, setup, specs)
+    except (InputError, MemoryError):
+        shed = None
+    if shed is not None:
+        lines.append(_shedding_text(scenario, setup, shed))
     # The probe runs its batch as full as the load allows: when it outgrew the KV cache (as many
     # preemptions as the run's own warning names) and the offered rate is within the overload
     # margin of what the probe served (the batch then fills as the probe's did), a run preempts too
@@ -565,6 +565,56 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario) + cost_mapping_warnings(scenario,
                                                                                                        setup.pools)]
     return lines
+
+
+def _probe_text(scenario, setup, over: dict) -> str:
+    """What the overload probe ran and what it completed, for validate's lines."""
+    n, pools = scenario.cluster.replicas, setup.pools_by_name
+    if "decode" in pools:  # a P/D split: the probe ran the whole split
+        ran = (f"all at once on the whole P/D split ({pools['prefill'].replicas} prefill + "
+               f"{pools['decode'].replicas} decode replicas), completed {over['served_rps']:.3g} req/s")
+    else:
+        ran = (f"all at once on one replica, completed {over['served_rps'] / n:.3g} req/s"
+               + (f" ({over['served_rps']:.3g} on {n} replicas)" if n > 1 else ""))
+    return f"{over['probe_requests']:,} of its requests, {ran}"
+
+
+def _shedding_text(scenario, setup, shed: dict) -> str:
+    """validate's line on the requests ``policy.admission`` sheds (``simulation.predict_shedding``):
+    a warning when the share reaches the run's ``rejections`` threshold or the queue grows through
+    the run anyway, else an indented note."""
+    from servesim.outputs.checks import REJECTED_SHARE
+
+    adm = scenario.policy.admission
+    scope = "" if adm.classes is None else f" (policy.admission.classes: {', '.join(adm.classes)})"
+    parts = []
+    if shed["bucket"]:
+        tb = adm.token_bucket
+        parts.append(f"policy.admission.token_bucket ({tb.rate_rps:g} req/s, burst {tb.burst:g}) rejects "
+                     f"{shed['bucket']:,} of the {shed['offered_rps']:.3g} req/s offered{scope} (its replay on the "
+                     "workload's arrival times)")
+    if shed["overloaded"]:
+        past = " that pass the token bucket" if adm.token_bucket is not None else ""
+        over = (f"the {shed['reaching_rps']:.3g} req/s{past} are well above what the deployment serves "
+                f"({_probe_text(scenario, setup, shed)})")
+        queue_rules = [r for r in shed["rules"] if r != "token_bucket"]
+        if shed["queue"]:
+            parts.append(f"{over}: {', '.join('policy.admission.' + r for r in queue_rules)}{scope} sheds what "
+                         f"the queue cannot hold, about {shed['queue']:,} requests (at most: the probe underrates "
+                         "what the deployment serves)")
+        else:
+            parts.append(over)
+        if shed["backlog"]:
+            why = {"unbounded": "no rule bounds the queue",
+                   "others": "the requests policy.admission.classes leaves out outgrow it by themselves",
+                   "room": "the queue's limit holds most of this run's excess"}[shed["backlog"]]
+            parts.append(f"{why}: the backlog will grow through the run and its latencies with "
+                         "workload.num_requests")
+    share = shed["rejected_share"]
+    text = (f"a run will reject about {share:.0%} of the requests: " if share else "") + "; ".join(parts)
+    text += " (servesim capacity finds the highest rate the deployment keeps up with)" if shed["overloaded"] else ""
+    loud = share >= REJECTED_SHARE or shed["backlog"]
+    return f"warning: {text}" if loud else f"  shedding: {text}"
 
 
 # positional arguments, as the messages name them; every other string is an option --dest
