@@ -658,6 +658,30 @@ def _overload_probe(scenario: Scenario, setup=None, specs=None) -> dict | None:
             "overloaded": bool(offered > OVERLOAD_MARGIN * served), "preemptions": int(res.summary["preemptions"])}
 
 
+def preemptions_at_rate(scenario: Scenario, k: int, setup=None, specs=None) -> int:
+    """The preemptions of the workload's first ``k`` requests arriving at their own times (drawn
+    with the scenario's seed), on one replica (each replica takes 1 / replicas of the arrivals:
+    the arrival times stretched by the replicas) or the whole P/D split: what a run at the offered
+    rate preempts, where ``predict_overload``'s probe (all at once, its batch as full as the KV
+    cache lets it be) says only what a full batch does. With ``k`` all of a single replica's
+    requests, it is the run's count."""
+    from servesim.inputs.scenario import Admission
+    from servesim.policies import DEPLOYMENTS
+
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    split = scenario.policy.name in DEPLOYMENTS
+    stretch = 1 if split else scenario.cluster.replicas
+    k = min(k, len(specs))
+    probe = dataclasses.replace(specs, arrival_s=specs.arrival_s[:k] * stretch, **{
+        f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
+        if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))
+        and f.name not in ("class_names",)})
+    one = dataclasses.replace(scenario if split else _one_replica(scenario),
+                              workload=dataclasses.replace(scenario.workload, num_requests=k, duration_s=None),
+                              policy=dataclasses.replace(scenario.policy, admission=Admission()))
+    return int(simulate(one, specs=probe).summary["preemptions"])
+
+
 SHEDDING_BUCKET_REPLAY = 2_000_000  # arrivals the token bucket is replayed on (more: its rate bounds it)
 
 

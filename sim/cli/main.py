@@ -480,7 +480,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                          no_effect_warnings, no_requests_text, scenario_slos, slo_unit_warnings,
                                          trace_unit_text)
     from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
-                                     predict_rejections, predict_shedding, predict_slo_floors, prepare)
+                                     predict_rejections, predict_shedding, predict_slo_floors, preemptions_at_rate,
+                                     prepare)
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
@@ -550,17 +551,35 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     if shed is not None:
         lines.append(_shedding_text(scenario, setup, shed))
     # The probe runs its batch as full as the load allows: when it outgrew the KV cache (as many
-    # preemptions as the run's own warning names) and the offered rate is within the overload
-    # margin of what the probe served (the batch then fills as the probe's did), a run preempts too
+    # preemptions as the run's own warning names) and the offered rate is at least what the probe
+    # served (the queue grows: the batch fills as the probe's did), a run preempts too; within the
+    # overload margin below it, the batch may not fill, so the workload's first requests at the
+    # offered rate tell (the full-batch probe named preemptions a run at 80% of it never had)
     if (over is not None and over["preemptions"] >= PREEMPTED_SHARE * over["probe_requests"]
             and over["offered_rps"] * OVERLOAD_MARGIN >= over["served_rps"]):
         k, p = over["probe_requests"], over["preemptions"]
         seqs = "the pools' max_num_seqs" if scenario.policy.is_deployment else "policy.max_num_seqs"
-        lines.append(f"warning: the KV cache, not {seqs}, limits the batch under this load: {k:,} of the "
-                     f"workload's requests all at once preempted running requests {p:,} times ({p / k:.2f} per "
-                     f"request), and the offered {over['offered_rps']:.3g} req/s is near or above the "
-                     f"{over['served_rps']:.3g} req/s they completed, so a run will preempt too (each preemption "
-                     f"recomputes or swaps a request's KV); {kv_room_fix(scenario)}")
+        head = (f"warning: the KV cache, not {seqs}, limits the batch under this load: {k:,} of the "
+                f"workload's requests all at once preempted running requests {p:,} times ({p / k:.2f} per "
+                "request)")
+        fix = f"(each preemption recomputes or swaps a request's KV); {kv_room_fix(scenario)}"
+        if over["offered_rps"] >= over["served_rps"]:
+            lines.append(f"{head}, and the offered {over['offered_rps']:.3g} req/s is at or above the "
+                         f"{over['served_rps']:.3g} req/s they completed, so a run will preempt too {fix}")
+        else:
+            try:
+                q = preemptions_at_rate(scenario, k, setup, specs)
+            except (InputError, MemoryError):
+                q = None
+            if q is not None and q >= PREEMPTED_SHARE * k:
+                lines.append(f"{head}, and at the offered {over['offered_rps']:.3g} req/s (below the "
+                             f"{over['served_rps']:.3g} req/s they completed) the same requests at their own "
+                             f"arrival times preempted {q:,} times ({q / k:.2f} per request), so a run will "
+                             f"preempt too {fix}")
+            elif q is not None:
+                lines.append(f"  preemptions: few at this load: {k:,} of the workload's requests all at once "
+                             f"preempted {p:,} times, but at their own arrival times (the offered "
+                             f"{over['offered_rps']:.3g} req/s) {q:,} times ({q / k:.2f} per request)")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
     lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario) + cost_mapping_warnings(scenario,
                                                                                                        setup.pools)]
