@@ -609,6 +609,7 @@ def test_validate_names_a_gpu_figure_likely_in_another_unit(tmp_path, capsys):
     with the right unit, and every catalog GPU, says nothing."""
     from servesim.outputs.checks import RIDGE_FLOP_PER_BYTE
     from servesim.inputs.specs import GPUS
+    from servesim.outputs.rundir import read_summary
 
     gpu = tmp_path / "g.yaml"
     gpu.write_text("name: myh20\npeak_flops: 148e12\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4.0e9\n")
@@ -616,9 +617,15 @@ def test_validate_names_a_gpu_figure_likely_in_another_unit(tmp_path, capsys):
     assert main(["validate", sc]) == 0
     assert ("warning: GPU myh20: peak_flops / mem_bw_bytes_per_s is 3.7e+04 FLOP per byte, where real accelerators "
             "sit between about 37 (H20) and 420 (L40S): check the units") in capsys.readouterr().out
+    # the run says it too (it ran priced 1000x slow without a word)
+    assert main(["run", sc, "--quiet", "--out", str(tmp_path / "r")]) == 0
+    assert "gpu_units" in {w["code"] for w in read_summary(tmp_path / "r")["warnings"]}
+    assert "check the units" in capsys.readouterr().out
     gpu.write_text("name: myh20\npeak_flops: 148e12\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4.0e12\n")
     assert main(["validate", sc]) == 0
     assert "FLOP per byte" not in capsys.readouterr().out
+    assert main(["run", sc, "--quiet", "--out", str(tmp_path / "r2")]) == 0
+    assert "gpu_units" not in {w["code"] for w in read_summary(tmp_path / "r2")["warnings"]}
     lo, hi = RIDGE_FLOP_PER_BYTE
     assert all(lo <= g.peak_flops / g.mem_bw_bytes_per_s <= hi for g in GPUS.values())
 

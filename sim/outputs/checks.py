@@ -301,6 +301,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += no_effect_warnings(scenario)
     out += cost_mapping_warnings(scenario, pools)
     out += kv_override_warnings(pools)
+    out += gpu_unit_warnings(pools)
     out += budget_warnings(pools)
     return out
 
@@ -454,7 +455,7 @@ RIDGE_FLOP_PER_BYTE = (10.0, 5000.0)  # real accelerators: about 37 (H20) to 420
 
 
 def gpu_unit_warnings(pools) -> list:
-    """``validate``'s, beside ``kv_override_warnings``: a GPU (a GPU YAML's, as the catalog's are in
+    """``validate``'s and the run's, beside ``kv_override_warnings``: a GPU (a GPU YAML's, as the catalog's are in
     range) whose peak FLOP/s over its memory bandwidth lies far outside real accelerators': one
     figure was likely given in another unit (GB/s for bytes/s, TFLOP/s for FLOP/s), which the
     schema's deliberately wide bounds accept."""
