@@ -477,6 +477,28 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
 _LAST_REASONS: list = [None, None, None]
 
 
+def drawn_lengths(specs):
+    """The requests' lengths as a run draws them, without running: ``specs`` itself for an
+    open-loop workload; for a closed loop with ``workload.num_requests``, ``ClosedLoop.planned``
+    (its lengths drawn in one chunk, in send order, as the run draws them) with every arrival at 0
+    (not the run's times); None otherwise (multi-turn sessions, a closed loop bounded only by
+    duration_s: how many it sends depends on the run)."""
+    from servesim.inputs.workload import ClosedLoop
+
+    if isinstance(specs, RequestSpecs):
+        return specs
+    cols = specs.planned() if isinstance(specs, ClosedLoop) else None
+    if cols is None:
+        return None
+    return RequestSpecs(arrival_s=np.zeros(len(cols["prompt_tokens"])),
+                        prompt_tokens=cols["prompt_tokens"].astype(np.int64),
+                        output_tokens=cols["output_tokens"].astype(np.int64),
+                        prefix_group=cols["prefix_group"].astype(np.int64),
+                        prefix_tokens=cols["prefix_tokens"].astype(np.int64),
+                        class_index=cols["class_index"].astype(np.int64), class_names=tuple(specs.class_names),
+                        clipped=cols["clipped"].astype(bool))
+
+
 def _rejection_pairs(scenario: Scenario, setup, specs: RequestSpecs) -> tuple:
     """The reasons the deployment's replicas reject the requests of ``specs`` at arrival, per
     distinct (prompt, output) pair (the rules of one replica per pool, asked once per pair):

@@ -155,6 +155,22 @@ def test_rejections_warn_and_validate_predicts_them_exactly(tmp_path, capsys):
     assert f"a run will reject {s['rejected']:,} of 50 requests" in out
 
 
+def test_a_closed_loop_with_num_requests_gets_the_length_predictions_too(tmp_path, capsys):
+    """A closed loop draws its num_requests lengths in one chunk at its first send: validate said
+    "rejections: not predicted" (and nothing of clipped or head-of-line prompts) for what the run
+    then warned of. The lengths drawn as the run draws them give its rejections exactly; without
+    num_requests (a closed loop bounded by duration_s) it still cannot tell."""
+    closed = {"process": "closed_loop", "clients": 4, "think_time_s": 0.5}
+    sc = make_scenario(**{**CASES["rejections"], "workload.arrival": closed})
+    s = simulate(sc).summary
+    assert s["rejected"] > 0.1 * 50 and "rejections" in {w["code"] for w in s["warnings"]}
+    lines = _validate_lines(tmp_path, capsys, sc)
+    assert any(x.startswith(f"warning: a run will reject {s['rejected']:,} of 50 requests") for x in lines)
+    cut = make_scenario(**{**CASES["rejections"], "workload.arrival": closed, "workload.num_requests": None,
+                           "workload.duration_s": 10.0})
+    assert any(x.startswith("  rejections: not predicted") for x in _validate_lines(tmp_path, capsys, cut))
+
+
 def test_predicted_rejection_reasons_are_the_runs_in_count_and_order():
     """validate counts the reasons per distinct (prompt, output) pair: two reasons (the token
     budget, the KV cache) come out with the run's counts, most common first."""

@@ -482,6 +482,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
                                      predict_rejections, predict_shedding, predict_slo_floors, preemptions_at_rate,
                                      prepare)
+    from servesim.simulation import drawn_lengths
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
@@ -491,21 +492,25 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         lines.append(f"warning: {trace_unit_text(guessed, None)}")
     if isinstance(specs, RequestSpecs) and not len(specs):
         lines.append(f"warning: {no_requests_text(scenario, predicted=True)}")
-    pred = predict_rejections(scenario, setup, specs)
+    # (a closed loop with num_requests draws its lengths as an open-loop workload does: predicted too)
+    lengths = drawn_lengths(specs)
+    if lengths is None:
+        lengths = specs
+    pred = predict_rejections(scenario, setup, lengths)
     if pred and pred["rejected"]:
         n, k = pred["requests"], pred["rejected"]
         top = "; ".join(f"{c} x {r}" for r, c in pred["reasons"])
         lines.append(f"warning: a run will reject {k:,} of {n:,} requests ({k / n:.1%}) before they are served "
                      f"(checked on the workload's own requests): {top}")
     elif pred is None:
-        lines.append("  rejections: not predicted (closed-loop and multi-turn workloads draw their lengths as they "
-                     "run)")
-    clip = predict_clipped(scenario, setup, specs)
+        lines.append("  rejections: not predicted (multi-turn workloads, and closed-loop ones without "
+                     "workload.num_requests, draw their lengths as they run)")
+    clip = predict_clipped(scenario, setup, lengths)
     if clip and clip["clipped"]:
         k, n = clip["clipped"], clip["requests"]
         text = clipped_text(k, n, clip["context_tokens"], predicted=True)
         lines.append(f"warning: {text}" if k >= CLIPPED_SHARE * n else f"  clipped: {text}")
-    floors = predict_slo_floors(scenario, setup, specs)
+    floors = predict_slo_floors(scenario, setup, lengths)
     if floors and floors["missed"]:
         k, n = floors["missed"], floors["requests"]
         why = []
@@ -520,7 +525,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         lines.append(f"warning: {k:,} of the {n:,} requests served ({k / n:.1%}) cannot meet the SLO even on an idle "
                      f"deployment: {'; '.join(why)}; SLO attainment cannot exceed {1 - k / n:.1%} at any load (a "
                      "faster deployment or looser limits can)")
-    hol = predict_head_of_line(scenario, setup, specs)
+    hol = predict_head_of_line(scenario, setup, lengths)
     if hol and hol["tight"]:
         k, n, b = hol["tight"], hol["requests"], hol["budget"]
         behind = (", set aside while the requests behind it go ahead (policy.skip_unfit_prompts)"

@@ -625,6 +625,22 @@ class ClosedLoop:
         return (k, int(f["prompt_tokens"][k]), int(f["output_tokens"][k]), int(f["prefix_group"][k]),
                 int(f["prefix_tokens"][k]), float(f["think_s"][k]), tags)
 
+    def planned(self) -> dict | None:
+        """The columns of every request a run will send, drawn now on a copy (this one is left as
+        it is): with ``num_requests``, the lengths are drawn in one chunk at the first send, from
+        the Generator in the state it is in now, so they are the run's; None without
+        ``num_requests`` (how many are sent depends on the run) or once sending has begun."""
+        import copy
+
+        if self.num_requests is None or self.sent:
+            return None
+        loop = copy.deepcopy(self)
+        while loop._have < loop.num_requests and loop._grow():
+            pass
+        if not loop._have:
+            return None
+        return {k: np.concatenate(v) for k, v in loop._cols.items()}
+
     def class_of(self, k: int) -> int:
         """The class index of the ``k``-th request sent (once ``next`` has returned it)."""
         return int(self._flat["class_index"][k])
