@@ -576,6 +576,29 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
             "api_request_s": setup.pools[0].engine.api_request_s}
 
 
+def predict_unfinished(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The requests a run cut off at ``workload.duration_s`` leaves unfinished, at least, without
+    running: those the replicas take whose arrival plus their E2E on an idle deployment (their
+    prompt's prefill alone, then each decode step of theirs alone, with the API server's time as
+    the client sees it: ``plan_space.latency_floors``) is past the cut-off cannot have finished by
+    it, whatever the load. {"requests", "unfinished", "duration_s"} over the workload's own
+    requests; None without ``duration_s`` and for closed-loop and multi-turn workloads (their
+    arrival times depend on the run)."""
+    from servesim.studies.plan_space import NEVER, latency_floors, stats_from_specs
+
+    until = scenario.workload.duration_s
+    if until is None:
+        return None
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs) or not len(specs):
+        return None
+    floors = latency_floors("pd" if "decode" in setup.pools_by_name else "colocated", setup,
+                            stats_from_specs(scenario, specs))
+    served = (floors["e2e"] < NEVER / 10) & _served(scenario, setup, specs)
+    late = served & (specs.arrival_s + floors["e2e"] > until)
+    return {"requests": len(specs), "unfinished": int(late.sum()), "duration_s": float(until)}
+
+
 def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The workload's own prompts that can wait at the head of the queue for room in the token
     budget, without running: with whole-prompt admission beside running decodes (``continuous``

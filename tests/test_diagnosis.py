@@ -171,6 +171,26 @@ def test_a_closed_loop_with_num_requests_gets_the_length_predictions_too(tmp_pat
     assert any(x.startswith("  rejections: not predicted") for x in _validate_lines(tmp_path, capsys, cut))
 
 
+@pytest.mark.parametrize("cut, loud", [(4.0, True), (60.0, False)])
+def test_validate_predicts_the_requests_a_cut_off_leaves_unfinished(tmp_path, capsys, cut, loud):
+    """A workload.duration_s of 4 s with requests that take seconds to serve: the run left 44% of
+    them unfinished (its unfinished warning) and validate said nothing. Those arriving within
+    their idle-deployment E2E of the cut-off cannot finish: at least that many, at most the run's;
+    a warning from the run's share on, a note below it (a cut-off far from the arrivals)."""
+    from servesim.simulation import predict_unfinished
+
+    rate = 8.0 if loud else 1.0
+    sc = load_scenario(str(ROOT / "scenarios" / "default.yaml"),
+                       ["workload.num_requests=null", f"workload.duration_s={cut}", f"workload.arrival.rate_rps={rate}"])
+    s = simulate(sc).summary
+    pred = predict_unfinished(sc)
+    assert 0 < pred["unfinished"] <= s["unfinished"] and pred["requests"] == s["num_requests"]
+    assert ("unfinished" in {w["code"] for w in s["warnings"]}) == loud
+    lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "will still be queued or running" in x]
+    assert len(lines) == 1 and lines[0].startswith("warning: " if loud else "  unfinished: ")
+    assert f"at least {pred['unfinished']:,} of {s['num_requests']:,} requests" in lines[0]
+
+
 def test_predicted_rejection_reasons_are_the_runs_in_count_and_order():
     """validate counts the reasons per distinct (prompt, output) pair: two reasons (the token
     budget, the KV cache) come out with the run's counts, most common first."""

@@ -482,7 +482,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
                                      predict_rejections, predict_shedding, predict_slo_floors, preemptions_at_rate,
                                      prepare)
-    from servesim.simulation import drawn_lengths
+    from servesim.outputs.checks import UNFINISHED_SHARE
+    from servesim.simulation import drawn_lengths, predict_unfinished
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
@@ -525,6 +526,15 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         lines.append(f"warning: {k:,} of the {n:,} requests served ({k / n:.1%}) cannot meet the SLO even on an idle "
                      f"deployment: {'; '.join(why)}; SLO attainment cannot exceed {1 - k / n:.1%} at any load (a "
                      "faster deployment or looser limits can)")
+    late = predict_unfinished(scenario, setup, specs)
+    if late and late["unfinished"]:
+        k, n = late["unfinished"], late["requests"]
+        text = (f"at least {k:,} of {n:,} requests ({k / n:.1%}) will still be queued or running at "
+                f"workload.duration_s={late['duration_s']:g} s: they arrive too close to it to finish even on an "
+                "idle deployment (their prefill and decode steps alone take longer than what is left); the "
+                "latency figures cover only the completed ones (a longer duration_s, or num_requests without a "
+                "cut-off, lets them finish)")
+        lines.append(f"warning: {text}" if k >= UNFINISHED_SHARE * n else f"  unfinished: {text}")
     hol = predict_head_of_line(scenario, setup, lengths)
     if hol and hol["tight"]:
         k, n, b = hol["tight"], hol["requests"], hol["budget"]
