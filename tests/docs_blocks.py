@@ -17,7 +17,16 @@ Markers, HTML comments on the lines right above a fence (invisible on the page):
 - ``<!-- slow: REASON -->``: run only by ``pytest -m slow``;
 - ``<!-- quick: ARGS -->``: append ARGS to the block's servesim commands instead of ``QUICK``;
 - ``<!-- file: NAME -->``: write the block to NAME in the page's working folder instead of
-  running it (a scenario, GPU file or module a later block uses).
+  running it (a scenario, GPU file or module a later block uses);
+- ``<!-- output-of: ARGS -->`` on a ``text`` block: the block is what ``servesim ARGS`` prints
+  (stdout and stderr); tests/test_docs_outputs.py reruns it (the page's ``file`` blocks written
+  first, no quick settings) and checks that every line of the block is a line of the output, in
+  order (``...`` lines stand for lines left out, wall-clock times are not compared), so a quoted
+  output that the code no longer prints fails. ARGS may add flags that change nothing printed
+  (``--no-report``, ``--quiet``); with ``<!-- slow: REASON -->`` too, only ``pytest -m slow`` runs it;
+  with ``<!-- output-file: PATH -->`` too, the block is the start of the file PATH the command wrote
+  (a ``report.md``), not what it printed. A quoted line ending in `` ...`` stands for a printed line
+  that begins with what comes before the dots.
 
 Each page runs in a fresh folder holding links to the checkout's ``scenarios/``, ``sim/`` and
 ``tests/``, a copy of ``examples/``, and ``../shared`` when the checkout has one, so the paths a
@@ -40,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # docs/reference/ is generated
 LANGUAGES = ("bash", "python", "yaml", "toml", "text")
-MARKER = re.compile(r"^<!-- (not-run|slow|quick|file): ?(.*?) -->$")
+MARKER = re.compile(r"^<!-- (not-run|slow|quick|file|output-of|output-file): ?(.*?) -->$")
 FENCE = re.compile(r"^```(\S*)\s*$")
 
 # small sizes for each subcommand: a documented command runs in well under a second or two
@@ -213,3 +222,57 @@ def run_page(page: Path, tmp: Path, kinds=("run",)) -> dict:
             if str(getattr(mod, "__file__", "") or "").startswith(str(tmp)):
                 del sys.modules[name]
     return counts
+
+
+WALL = re.compile(r"\b[0-9][0-9.]* s wall\b")  # a run's wall-clock time: the one printed figure that varies
+
+
+def _masked(line: str) -> str:
+    return WALL.sub("? s wall", line.rstrip())
+
+
+def output_of(block: Block, tmp: Path) -> list[str]:
+    """What ``servesim ARGS`` of the block's ``output-of`` marker prints (stdout, then stderr), run
+    in a fresh page workspace holding the page's ``file`` blocks; returns its lines."""
+    from servesim.cli.main import main
+
+    work = workspace(tmp)
+    for b in blocks(block.page):
+        if "file" in b.markers:
+            (work / b.markers["file"]).write_text(b.body)
+    argv = shlex.split(block.markers["output-of"])
+    out, err = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(argv)
+    finally:
+        os.chdir(cwd)
+    assert rc == 0, f"{block.where}: servesim {shlex.join(argv)} exited {rc}:\n{err.getvalue()[-2000:]}"
+    if "output-file" in block.markers:
+        return (work / block.markers["output-file"]).read_text().split("\n")
+    return (out.getvalue() + err.getvalue()).split("\n")
+
+
+def stale_lines(block: Block, printed: list[str]) -> list[str]:
+    """The lines of a quoted output (``text`` block) that ``printed`` lacks, in order: each line of
+    the block must be a line of the output after the previous one's (blank and ``...`` lines are
+    skipped; wall-clock times masked; a line ending in `` ...`` matches a printed line that begins
+    with what comes before the dots). Each missing line is given with the printed line closest to it."""
+    import difflib
+
+    got = [_masked(x) for x in printed]
+    missing, at = [], 0
+    for line in block.body.split("\n"):
+        want = _masked(line)
+        if not want.strip() or want.strip() == "...":
+            continue
+        cut = want[:-4] if want.endswith(" ...") else None
+        found = next((k for k in range(at, len(got)) if (got[k].startswith(cut) if cut else got[k] == want)), None)
+        if found is not None:
+            at = found + 1
+        else:
+            close = difflib.get_close_matches(want, got, n=1, cutoff=0.0)
+            missing.append(f"docs:    {want}\nprinted: {close[0] if close else '(nothing)'}")
+    return missing
