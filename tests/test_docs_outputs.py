@@ -52,3 +52,27 @@ def test_a_changed_figure_in_a_quoted_output_is_found(tmp_path):
     bad = Block(ROOT / "README.md", 1, "text", "scenario x: 10 requests\nTTFT  55.2 ms\n")
     assert stale_lines(good, printed) == []
     assert stale_lines(bad, printed) == ["docs:    TTFT  55.2 ms\nprinted: TTFT  55.1 ms"]
+
+
+def test_the_session_prefix_cache_figures_workloads_md_quotes(tmp_path):
+    """docs/workloads.md: 400 session turns hit N% of their prompt tokens in the prefix cache and mean
+    (p99) TTFT falls from A to B ms (C to D ms) against prefix_caching: false. The scenario is the
+    page's sessions.yaml block; the runs are seeded, so the figures must be the quoted ones to the
+    digits quoted (whole percent, whole ms)."""
+    import re
+
+    from servesim import load_scenario, simulate
+
+    page = ROOT / "docs" / "workloads.md"
+    text = re.sub(r"\s+", " ", page.read_text())
+    m = re.search(r"hit (\d+)% of their prompt tokens in the cache, and mean TTFT falls from (\d+) to (\d+) ms "
+                  r"\(p99 (\d+) to (\d+) ms\)", text)
+    assert m, "docs/workloads.md no longer quotes the sessions' hit rate and TTFTs"
+    hit, mean_off, mean_on, p99_off, p99_on = map(int, m.groups())
+    body = next(b for b in blocks(page) if b.markers.get("file") == "sessions.yaml").body
+    (tmp_path / "sessions.yaml").write_text(body)
+    on = simulate(load_scenario(str(tmp_path / "sessions.yaml"))).summary
+    off = simulate(load_scenario(str(tmp_path / "sessions.yaml"), ["policy.prefix_caching=false"])).summary
+    got = (round(100 * on["kv"]["prefix_cache_hit_rate"]), round(1e3 * off["ttft_s"]["mean"]),
+           round(1e3 * on["ttft_s"]["mean"]), round(1e3 * off["ttft_s"]["p99"]), round(1e3 * on["ttft_s"]["p99"]))
+    assert got == (hit, mean_off, mean_on, p99_off, p99_on), f"docs/workloads.md quotes {m.group(0)!r}; runs give {got}"
