@@ -76,3 +76,44 @@ def test_the_session_prefix_cache_figures_workloads_md_quotes(tmp_path):
     got = (round(100 * on["kv"]["prefix_cache_hit_rate"]), round(1e3 * off["ttft_s"]["mean"]),
            round(1e3 * on["ttft_s"]["mean"]), round(1e3 * off["ttft_s"]["p99"]), round(1e3 * on["ttft_s"]["p99"]))
     assert got == (hit, mean_off, mean_on, p99_off, p99_on), f"docs/workloads.md quotes {m.group(0)!r}; runs give {got}"
+
+
+def test_the_kv_handoff_overlap_figures_how_it_works_quotes():
+    """docs/how-it-works.md: on scenarios/pd-split.yaml, policy.link.overlap cuts the mean hand-off
+    from A to B ms (p99 C to D ms); seeded runs, so exact to the 0.1 ms quoted."""
+    import re
+
+    from servesim import load_scenario, simulate
+
+    text = re.sub(r"\s+", " ", (ROOT / "docs" / "how-it-works.md").read_text())
+    m = re.search(r"On `scenarios/pd-split.yaml` it cuts the mean hand-off from ([\d.]+) ms to ([\d.]+) ms \(p99 "
+                  r"([\d.]+) to ([\d.]+) ms\)", text)
+    assert m, "docs/how-it-works.md no longer quotes the hand-off overlap's effect"
+    t = {o: simulate(load_scenario(str(ROOT / "scenarios" / "pd-split.yaml"), [f"policy.link.overlap={o}"]))
+         .summary["kv_transfer"]["time_s"] for o in ("false", "true")}
+    got = tuple(f"{1e3 * t[o][k]:.1f}" for k in ("mean", "p99") for o in ("false", "true"))
+    assert got == (m.group(1), m.group(2), m.group(3), m.group(4)), (m.group(0), got)
+
+
+@pytest.mark.slow
+def test_the_pipeline_table_how_it_works_quotes():
+    """docs/how-it-works.md's TP x PP table: each row rerun with the command the page gives (ten runs
+    of 1,000 requests of Llama-2-70B, about 8 s); seeded, so each cell is the run's figure to the
+    digits shown (SLO met to a whole percent, as the table rounds it)."""
+    import re
+
+    from servesim import load_scenario, simulate
+
+    text = (ROOT / "docs" / "how-it-works.md").read_text()
+    section = text[text.index("## Pipeline parallelism"):]
+    rows = re.findall(r"^\| ([\d.]+) \| (\d) x (\d) \| (-|true|false) \| ([\d.]+) req/s \| (\d+) ms \| ([\d.]+) ms \| "
+                      r"(\d+)% \| ([\d.]+)% \|$", section, re.M)
+    assert len(rows) == 10, rows
+    for rate, tp, pp, overlap, tput, ttft, tpot, met, mfu in rows:
+        sets = [f"hardware.tp={tp}", f"hardware.pp={pp}", "workload.num_requests=1000",
+                f"workload.arrival.rate_rps={rate}"] + ([f"hardware.pp_overlap={overlap}"] if overlap != "-" else [])
+        s = simulate(load_scenario(str(ROOT / "scenarios" / "llama2-70b-tp4.yaml"), sets)).summary
+        got = (f"{s['throughput_rps']:.{len(tput.split('.')[1])}f}", f"{1e3 * s['ttft_s']['p50']:.0f}",
+               f"{1e3 * s['tpot_s']['mean']:.1f}", f"{100 * s['slo_attainment']:.0f}",
+               f"{100 * s['utilization']['mfu']:.1f}")
+        assert got == (tput, ttft, tpot, met, mfu), (rate, tp, pp, overlap, got)
