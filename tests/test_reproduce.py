@@ -63,6 +63,21 @@ def test_the_stated_rule_is_the_rule_applied():
     assert "2 of 2 published figures matched" in md and "direction right alone where no number is published" in md
 
 
+def test_the_summary_counts_directions_only_of_figures_that_have_one():
+    """An absolute figure with no ordering (KV slots, a goodput, a measured latency: direction None)
+    has no direction to get right: the summary counted it as "direction right" (45 of 47 in the
+    fidelity table, where 24 of the 26 figures with a direction were)."""
+    figs = [R.Figure("gain", 2.0, 2.2, "p", "text", "x", True),
+            R.Figure("gain the wrong way", 2.0, 0.8, "p", "text", "x", False),
+            R.Figure("absolute", 100.0, 110.0, "p", "text", "ms"),
+            R.Figure("absolute, far off", 100.0, 300.0, "p", "text", "ms"),
+            R.Figure("not simulated", 100.0, None, "p", "text", "ms")]
+    line = R.summary_line([R.Experiment("e", "t", "s", figs)], quick=False)
+    assert "direction right for 1 of 2 with a direction" in line, line
+    assert "2 of 5 published figures matched" in line and "within +-25% for 2 of 4" in line, line
+    assert "1 not simulated" in line, line
+
+
 def test_engine_profile_is_named_and_applied_once_the_field_exists():
     from dataclasses import fields
 

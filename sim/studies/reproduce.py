@@ -1004,12 +1004,14 @@ def fidelity_table(experiments, quick: bool = False) -> str:
 def summary_line(experiments, quick: bool) -> str:
     figs = [f for e in experiments for f in e.figures]
     sim = [f for f in figs if f.simulated is not None]
-    right = sum(f.direction is not False for f in sim)
+    # (an absolute figure with no ordering to show has no direction: it is not counted as one right)
+    directed = [f for f in sim if f.direction is not None]
+    right = sum(bool(f.direction) for f in directed)
     within = sum(bool(f.within) for f in sim)
     rated = sum(f.within is not None for f in sim)
     return (f"{sum(f.matches for f in figs)} of {len(figs)} published figures matched (direction right and within "
             f"+-{TOLERANCE:.0%}; direction right alone where no number is published); direction right for {right} of "
-            f"{len(sim)} simulated, within +-{TOLERANCE:.0%} for "
+            f"{len(directed)} with a direction, within +-{TOLERANCE:.0%} for "
             f"{within} of {rated} with a published number; {len(figs) - len(sim)} not simulated"
             + (f" ({QUICK_NOTE})" if quick else ""))
 
