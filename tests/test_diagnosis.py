@@ -181,7 +181,8 @@ def test_validate_predicts_the_requests_a_cut_off_leaves_unfinished(tmp_path, ca
 
     rate = 8.0 if loud else 1.0
     sc = load_scenario(str(ROOT / "scenarios" / "default.yaml"),
-                       ["workload.num_requests=null", f"workload.duration_s={cut}", f"workload.arrival.rate_rps={rate}"])
+                       ["workload.num_requests=null", f"workload.duration_s={cut}",
+                        f"workload.arrival.rate_rps={rate}"])
     s = simulate(sc).summary
     pred = predict_unfinished(sc)
     assert 0 < pred["unfinished"] <= s["unfinished"] and pred["requests"] == s["num_requests"]
