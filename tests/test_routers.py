@@ -136,3 +136,26 @@ def test_a_router_that_routes_as_least_outstanding_tokens_says_so(tmp_path, caps
     assert main(["validate", str(p)]) == 0
     assert "warning: cluster.router=prefix_aware routes as least_outstanding_tokens without policy.prefix_caching" \
         in capsys.readouterr().out
+
+
+def test_prefix_aware_gives_up_a_shared_prefix_for_balance():
+    """One system prompt shared by every request: once a replica caches it, every request finds
+    it there. Preferring the cache whatever the load sent all of them to that replica, the others
+    idle (found by running 1,500 such requests at 40 req/s on 4 replicas: all on replica 0, TTFT
+    p50 9.8 s against 39 ms round robin). Past SGLang's balance thresholds (64 requests and 1.5x
+    the least loaded replica's in flight) the request goes to the least loaded replica, which then
+    caches the prompt too; the cache still serves most of the prompt tokens."""
+    kw = {"cluster.replicas": 4, "cluster.router": "prefix_aware", "policy.prefix_caching": True,
+          "policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 2048, "workload.num_requests": 500,
+          "workload.arrival": {"process": "poisson", "rate_rps": 60.0},
+          "workload.prompt_tokens": {"dist": "lognormal", "mean": 600, "sigma": 0.8, "max": 4000},
+          "workload.output_tokens": {"dist": "uniform", "min": 32, "max": 512},
+          "workload.shared_prefix": {"tokens": 1024, "groups": 1}}
+    res = simulate(make_scenario(**kw))
+    served = np.bincount(res.requests["replica"], minlength=4)
+    assert (served > 0).sum() >= 2 and served.max() < 0.75 * served.sum(), served
+    s = res.summary
+    assert s["kv"]["prefix_cache_hit_tokens"] > 0.5 * res.requests["prompt_tokens"].sum()
+    # (a prefix each replica holds: the least outstanding tokens among them, all replicas used)
+    lot = simulate(make_scenario(**{**kw, "cluster.router": "least_outstanding_tokens"})).summary
+    assert s["ttft_s"]["p50"] < 3 * lot["ttft_s"]["p50"]

@@ -130,9 +130,24 @@ def least_kv_usage(rng=None):
     return LeastLoaded(_kv_load)
 
 
+def _in_flight(grp) -> int:
+    """Requests a replica (or a replica's virtual engines) holds: running, waiting, swapped out."""
+    return sum(e.num_running + len(e.waiting) + len(e.incoming) + len(e.swapped) + len(e.landed)
+               for e in getattr(grp, "engines", (grp,)))
+
+
+BALANCE_ABS = 64  # requests: SGLang's cache-aware router's --balance-abs-threshold default
+BALANCE_REL = 1.5  # ... and its --balance-rel-threshold
+
+
 class PrefixAware(LeastLoaded):
     """Prefer replicas whose prefix cache holds the request's prefix (most cached blocks), then the
-    least outstanding tokens; requests without a prefix go to the least outstanding tokens.
+    least outstanding tokens; requests without a prefix, or none cached, go to the least
+    outstanding tokens. As SGLang's cache-aware router, the cache is given up for load when the
+    replica holding it is out of balance: more than ``BALANCE_ABS`` requests and ``BALANCE_REL``
+    times as many in flight as the least loaded replica (by outstanding tokens) holds, the
+    request goes to that one, which then caches the prefix too. (Without it every request sharing
+    one system prompt went to the first replica that cached it, the others idle.)
     ``holders`` (group -> positions of replicas caching its first block, kept by the cluster from
     the allocators) limits the search to replicas that can hold the prefix; None: all of them."""
 
@@ -141,6 +156,7 @@ class PrefixAware(LeastLoaded):
         self.holders: dict | None = None
 
     def __call__(self, replicas, request) -> int:
+        least = self.argmin(replicas)
         if request.prefix_group >= 0:
             cands = range(len(replicas)) if self.holders is None else sorted(self.holders.get(request.prefix_group, ()))
             best, best_at = 0, []
@@ -151,8 +167,13 @@ class PrefixAware(LeastLoaded):
                 elif c == best and c:
                     best_at.append(i)
             if best > 0:
-                return min(best_at, key=lambda i: (replicas[i].outstanding_tokens, i))
-        return self.argmin(replicas)
+                at = min(best_at, key=lambda i: (replicas[i].outstanding_tokens, i))
+                if at == least:
+                    return at
+                held, low = _in_flight(replicas[at]), _in_flight(replicas[least])
+                if not (held - low > BALANCE_ABS and held > BALANCE_REL * low):
+                    return at
+        return least
 
 
 def prefix_aware(rng=None):
