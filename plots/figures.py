@@ -803,7 +803,8 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
     out, or drawn at the p99 of the requests that did complete, under the limit it broke).
     Each point's name sits on the side of it with room (they ran out of the axes on the right),
     inside the axes and clear of the others (a name moved off its point has a leader line to it),
-    and the legend below the axes, clear of the names."""
+    and the legend below the axes, clear of the names; a name with no room clear of the others is
+    left out, and the title says how many are named."""
     from matplotlib.transforms import blended_transform_factory
 
     colors = colors or colors_for([d["gpu"] for d in data])
@@ -845,6 +846,7 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
     # (the layout to come may take a few percent off the axes' height: kept that far inside)
     inner = frame.padded(0, -0.03 * frame.height)
     placed = []
+    unnamed = 0
     # (top to bottom, each name first tried lower down: the names of a column of points stack
     # mostly in the points' order)
     for d, y, transform in sorted(named, key=lambda n: -n[2].transform((n[0]["usd_per_hour"], n[1]))[1]):
@@ -859,9 +861,8 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # the legend) and each sat by another configuration's point
         step = text.get_window_extent().height * 72 / ax.figure.dpi + 2
         for k in (0, *(k * sign for k in range(1, 13) for sign in (1, -1)), None):
-            if k is None:  # (no room anywhere: at its point, as before)
-                text.xyann, k = (dx, -3), 0
-                box = text.get_window_extent()
+            if k is None:  # (no room anywhere: left out, counted in the title; printed over the
+                # others, 63 unit counts of one shape smeared into an unreadable band)
                 break
             text.xyann = (dx, -3 - k * step)
             box = text.get_window_extent()
@@ -869,12 +870,18 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
                 continue
             if not any(box.padded(0.15 * box.width, 2).overlaps(b) for b in placed):
                 break
+        if k is None:
+            text.remove()
+            unnamed += 1
+            continue
         if k:
             text.remove()
             text = ax.annotate(text.get_text(), (d["usd_per_hour"], y), xytext=(dx, -3 - k * step), **kw,
                                arrowprops={"arrowstyle": "-", "color": "0.5", "linewidth": 0.6, "shrinkA": 1,
                                            "shrinkB": 4})
         placed.append(box)  # (the name's own box: an annotation's extent takes its leader line in)
+    if unnamed:
+        ax.set_title(f"{ax.get_title()} ({len(named) - unnamed} of {len(named)} named: no room for the rest)")
     return ax
 
 

@@ -812,3 +812,26 @@ def test_validate_cost_plot_title_clear_of_panels_and_plain_log_ticks(tmp_path, 
     assert labels and all("times" not in t.get_text() and "^" not in t.get_text() for t in labels)
     boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
     assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))  # (side by side, none over another)
+
+
+def test_cost_latency_leaves_out_names_with_no_room_and_says_how_many(tmp_path):
+    """A plan with runs too short to judge keeping up ran one shape at 63 unit counts, every p99
+    about the same: names with no room anywhere were printed at their points, over each other,
+    an unreadable band. Those are left out, the rest stay apart, and the title counts them (here 30
+    points on a small figure)."""
+    from matplotlib.text import Text
+
+    data = [{"fleet": f"{k} x h100-sxm", "label": f"{k} x h100-sxm TP1, continuous", "gpu": "h100-sxm",
+             "kind": "colocated", "usd_per_hour": 3.29 * k, "p99": 0.095 + 0.0001 * (k % 3), "meets": False}
+            for k in range(2, 32)]
+    fig, ax = F.subplots(figsize=(4, 3))
+    F.cost_latency(data, ax, "ttft", 1.0)
+    F.save(fig, tmp_path / "many")
+    fig.canvas.draw()
+    names = list(ax.texts)
+    assert 0 < len(names) < len(data)
+    assert ax.get_title().endswith(f"({len(names)} of {len(data)} named: no room for the rest)")
+    boxes = [Text.get_window_extent(t) for t in names]
+    for i, b in enumerate(boxes):
+        assert not any(b.overlaps(o) for o in boxes[:i]), names[i].get_text()
+    plt.close(fig)
