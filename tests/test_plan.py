@@ -61,6 +61,14 @@ def test_the_space_holds_every_combination_once():
     mixed = enumerate_shapes(["h100-sxm", "a100-80g"], (1,), (1,), ("pd_split",), (), ((1, 1),), mixed_pd=True)
     assert {(s.gpu, s.decode_gpu) for s in mixed} == {("h100-sxm", "h100-sxm"), ("h100-sxm", "a100-80g"),
                                                       ("a100-80g", "h100-sxm"), ("a100-80g", "a100-80g")}
+    # a value given twice (--tp 1,1 --pp 1,1 --chunks 512,512 --pd-ratios 1:1,1:1 --policies continuous,continuous)
+    # made each shape twice: both simulated, both ranked (two identical rows), plan.json's keys not unique
+    twice = enumerate_shapes(["h100-sxm", "a100-80g", "h100-sxm"], (1, 2, 1), (1, 1),
+                             ("continuous", "continuous", "chunked_prefill", "pd_split"), (512, 512),
+                             ((1, 1), (1, 1)), mixed_pd=False)
+    once = enumerate_shapes(["h100-sxm", "a100-80g"], (1, 2), (1,), ("continuous", "chunked_prefill", "pd_split"),
+                            (512,), ((1, 1),), mixed_pd=False)
+    assert [s.key for s in twice] == [s.key for s in once]
 
 
 def test_a_shape_makes_the_deployment_it_names():

@@ -130,7 +130,8 @@ CONTINUOUS_BUDGET = 8192  # Policy.max_num_batched_tokens' default
 
 
 def enumerate_shapes(gpus, tps, pps, policies, chunks, ratios, mixed_pd: bool) -> list[Shape]:
-    """Every shape of the search space, in a fixed order."""
+    """Every shape of the search space once, in a fixed order (a value given twice, ``--tp 1,1``,
+    made each shape twice: one key, both simulated and ranked, two identical rows)."""
     out = []
     for g in gpus:
         for tp in tps:
@@ -145,7 +146,10 @@ def enumerate_shapes(gpus, tps, pps, policies, chunks, ratios, mixed_pd: bool) -
                 for tpp in tps:
                     for tpd in tps:
                         out += [Shape("pd", gp, tpp, 1, decode_gpu=gd, decode_tp=tpd, ratio=tuple(r)) for r in ratios]
-    return out
+    first: dict = {}
+    for s in out:
+        first.setdefault(s.key, s)
+    return list(first.values())
 
 
 # ---------------------------------------------------------------- the workload as the bounds see it
