@@ -347,7 +347,8 @@ def short_run_note(doc: dict) -> str | None:
             f"only the keep-up rule (>= {keep:g} requests leave per arrival over a run's second half): runs of "
             f"{n} requests are too short to judge it (under {SHORT_RUN:,} requests the arrivals' Poisson noise is "
             f"as large as the rule's slack, however many units serve them). Give --requests {suggest} or more "
-            "(the default at this rate), or --keep-up 0 to judge the latency limits alone.")
+            f"({RUN_S:.0f} s of arrivals at {doc['rate_rps']:g} req/s, at least {SHORT_RUN:,}), or --keep-up 0 to "
+            "judge the latency limits alone.")
 
 
 def pruned_lines(doc: dict, examples: int = 2) -> list[str]:
