@@ -461,6 +461,14 @@ def test_plan_prints_a_long_pruned_reason_cut_and_marked(tmp_path, capsys):
         {"units": 1, "meets": True, "seeds": [{"seed": 0, "meets": True}]}]),
         d.update(ranking=[d["candidates"][0]["key"]], answer={"key": "other", "units": 1})),
      r"answer is \{.*\}, where servesim writes the first ranked configuration"),
+    (lambda d: (d["candidates"][0].update(status="feasible", units=1, objective=3.0, runs=[
+        {"units": 1, "meets": True, "seeds": [{"seed": 0, "meets": True}]}]),
+        d["candidates"].append({**d["candidates"][0], "key": "other", "objective": 2.0}),
+        d.update(ranking=[d["candidates"][0]["key"], d["candidates"][1]["key"]])),
+     r"ranking\[1\] \('[^']+'\) has a lower objective \(2\) than ranking\[0\]"),
+    (lambda d: (d["candidates"][0].update(status="feasible", units=1, objective=3.0, runs=[
+        {"units": 1, "meets": True, "seeds": [{"seed": 0, "meets": True}]}]), d.update(ranking=[])),
+     r"candidate '[^']+' is feasible but not in the ranking"),
 ])
 def test_report_on_a_damaged_plan_folder_names_it(tmp_path, capsys, edit, message):
     """Found by fuzzing: an edited plan.json (seeds a number) stopped servesim report with a

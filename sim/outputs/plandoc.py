@@ -90,6 +90,20 @@ def _check_verdicts(p: Path, doc: dict) -> None:
                    else f"its run at R with {c.get('units')} unit(s) did not meet the SLO with every seed")
             raise InputError(f"{p}: ranking[{i}] is {key!r}, but {why}: a plan ranks only configurations that met "
                              f"the SLO at R with every seed; {_PLAN_AGAIN}")
+    # (the answer is the ranking's first: a ranking out of the objective's order, or one that leaves
+    # out a configuration that met, would credit one that is not the cheapest)
+    objs = [cands[k].get("objective") for k in doc["ranking"]]
+    if all(_number(v) for v in objs):
+        for i in range(1, len(objs)):
+            if float(f"{objs[i]:.12g}") < float(f"{objs[i - 1]:.12g}"):
+                raise InputError(f"{p}: ranking[{i}] ({doc['ranking'][i]!r}) has a lower objective ({objs[i]:g}) than "
+                                 f"ranking[{i - 1}] ({objs[i - 1]:g}), where servesim ranks the best first; "
+                                 f"{_PLAN_AGAIN}")
+    left = [k for k, c in cands.items() if c["status"] == "feasible" and _number(c.get("objective"))
+            and k not in doc["ranking"]]
+    if left:
+        raise InputError(f"{p}: candidate {left[0]!r} is feasible but not in the ranking, where servesim ranks every "
+                         f"feasible configuration; {_PLAN_AGAIN}")
     ans = doc.get("answer")
     if ans is not None and (not isinstance(ans, dict) or not doc["ranking"] or ans.get("key") != doc["ranking"][0]
                             or ans.get("units") != cands[doc["ranking"][0]].get("units")):
