@@ -986,3 +986,17 @@ def test_two_gpu_files_of_one_name_are_refused(tmp_path, capsys):
                                          r"differs\) of one name, 'h100-sxm'"):
         run_plan(SMALL, PlanOptions(rate_rps=4, slo=SLO, gpus=("h100-sxm", str(own)), tps=(1,), seeds=1),
                  tmp_path / "q", ex=QUIET)
+
+
+@pytest.mark.parametrize("rate", ["1e-7", "2e9", "inf"])
+def test_a_rate_no_scenario_takes_is_named_as_the_flag(tmp_path, capsys, rate):
+    """--rate 1e-7 was refused as 'w/small.yaml: workload.arrival.rate_rps must be >= 1e-06 ...', a
+    field of a file the user never wrote."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    assert main(["plan", str(f), "--rate", rate, "--slo", SLO, "--out", str(tmp_path / "p"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--rate must be >= 1e-06 and <= 1e+09 req/s (the rates a scenario takes)" in err and "rate_rps" not in err
+    assert not (tmp_path / "p").exists()

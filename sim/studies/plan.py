@@ -465,8 +465,13 @@ class PlanResult:
 
 
 def check_options(opts: PlanOptions) -> None:
+    from servesim.inputs.scenario import MAX_RATE_RPS, MIN_RATE_RPS
+
     if not opts.rate_rps > 0:
         raise InputError(f"--rate must be > 0 req/s, got {opts.rate_rps}")
+    if not MIN_RATE_RPS <= opts.rate_rps <= MAX_RATE_RPS:  # (named as the scenario's rate_rps, not the flag)
+        raise InputError(f"--rate must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} req/s (the rates a scenario "
+                         f"takes), got {opts.rate_rps:g}")
     if opts.objective not in OBJECTIVES:
         raise InputError(f"--objective {opts.objective!r}: valid: {', '.join(OBJECTIVES)}")
     check_seed_count(opts.seeds)
