@@ -27,6 +27,7 @@ from servesim.plugins import construct
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
+from servesim.core.instant import end_of_instant
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
 from servesim.outputs.checks import REJECTED_SHARE, run_warnings
 from servesim.outputs.profile import profile_summary
@@ -1016,8 +1017,9 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         """Open-loop arrivals as a chain of timeouts, each calling the next (cheaper than a
         process resumed once per request).
 
-        Requests arriving at an instant join once nothing else is due then (``env.peek()``; a
-        zero-delay wait while something is): a step ending then has ended, and its replica has
+        Requests arriving at an instant join once nothing else is due then (``env.peek()``; the
+        end-of-instant queue's sends while something is, ``servesim.core.instant``, before any idle
+        replica woken then decides): a step ending then has ended, and its replica has
         decided its next step without them. SimPy takes the events of one instant in the order
         they were scheduled, and the arrival's timeout was scheduled at the previous arrival, so
         it would otherwise go before a step that started later and ends at this very instant;
@@ -1032,11 +1034,15 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         tags, per = specs.block_tags, specs.tag_tokens
         cls = specs.class_index.tolist() if getattr(specs, "class_index", None) is not None else None
         nxt = 0
+        instant = end_of_instant(env)
+
+        def later() -> None:
+            arrive(None)
 
         def arrive(_event) -> None:
             nonlocal nxt
             if env.peek() <= env.now:  # something else is due now: it goes first
-                env.timeout(0).callbacks.append(arrive)
+                instant.send(later)
                 return
             i = nxt
             while True:

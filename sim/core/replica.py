@@ -67,6 +67,7 @@ import numpy as np
 from simpy import Interrupt
 
 from servesim.core.batch import Batch, windowed
+from servesim.core.instant import end_of_instant
 from servesim.errors import InputError, PluginError, call_plugin, clip, is_plugin, plugin_name, shown
 from servesim.core.kv import BlockAllocator
 from servesim.core.runs import Cost, Run, delay_to
@@ -443,7 +444,12 @@ class Replica:
         ev = self._wakeup
         if ev is not None and not ev.triggered:
             self._wakeup = None
-            ev.succeed()
+            if arrival is not None:
+                # an idle replica decides once every request of this instant has arrived (the
+                # end-of-instant queue): not before those sent after this one at the same time
+                end_of_instant(self.env).decide(lambda: ev.triggered or ev.succeed())
+            else:
+                ev.succeed()
 
     def _sleep(self, until_s):
         """An event that fires on ``wake()`` (or at ``until_s``)."""
