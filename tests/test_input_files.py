@@ -436,3 +436,30 @@ def test_a_written_scenario_reads_back_as_written(tmp_path, capsys, name):
     back = tmp_path / "back.yaml"
     back.write_text(scenario_to_yaml(sc))
     assert load_scenario(str(back)).name == name
+
+
+# ---------------------------------------------------------------- sweeps
+@pytest.mark.parametrize("block, grid, says", [
+    ({"grid": {"seed": [1, 2, 1]}}, [], "s.yaml: sweep.grid.seed: 1 is given twice (items 1 and 3)"),
+    ({"grid": {"workload.arrival.rate_rps": [4, 8.0, 8]}}, [],
+     "sweep.grid.workload.arrival.rate_rps: 8 is given twice (items 2 and 3)"),
+    (None, ["--grid", "policy.max_num_seqs=8,16,08"], "--grid policy.max_num_seqs: 8 is given twice (values 1 and 3)"),
+])
+def test_a_sweep_value_given_twice_is_refused(tmp_path, capsys, block, grid, says):
+    """A grid value given twice (a typo: rates 4,8,8) ran the same point twice, as two rows of
+    results.csv and two marks of each figure that look like two measurements."""
+    data = json.loads(json.dumps(BASE))
+    if block:
+        data["sweep"] = block
+    s = scenario_file(tmp_path, data)
+    rc, err = run_cli(capsys, "sweep", s, *grid, "--out", tmp_path / "sw", "--quiet")
+    assert rc == 2 and says in one_error(err) and "give each value once" in err, err
+    assert not (tmp_path / "sw").exists()
+
+
+def test_sweep_values_that_differ_in_type_only_are_both_run(tmp_path, capsys):
+    """true is not 1: a boolean and a number are different values of a grid (checked on the parse)."""
+    from servesim.studies.points import pop_sweep_block
+
+    assert pop_sweep_block({"sweep": {"grid": {"x": [1, True]}}}) == {"x": [1, True]}
+

@@ -20,7 +20,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
 from servesim.inputs.overrides import apply_overrides, check_overrides, override_texts, parse_value, with_values
 from servesim.outputs.metrics import RESULT_METRICS, summary_dist
 from servesim.outputs.rundir import num_gpus  # noqa: F401 - the studies' name for it
@@ -53,6 +53,19 @@ class Point:
         return self.index if self.point is None else self.point
 
 
+def _twice(values: list):
+    """(first index, second index) of the first value given twice in a grid's list, or None. A
+    value twice makes two points of one run (the same seed: the same numbers); a boolean is not
+    its number here (true is no 1)."""
+    seen = []
+    for j, v in enumerate(values):
+        for i, w in seen:
+            if isinstance(v, bool) == isinstance(w, bool) and v == w:
+                return i, j
+        seen.append((j, v))
+    return None
+
+
 def parse_grid(texts) -> dict:
     """``["key=v1,v2", ...]`` -> {key: [v1, v2]} (values parsed as YAML scalars)."""
     grid = {}
@@ -74,6 +87,11 @@ def parse_grid(texts) -> dict:
             if not item:
                 raise InputError(f"--grid {text!r}: empty value in the list")
             values.append(parse_value(item))
+        twice = _twice(values)
+        if twice:
+            raise InputError(f"--grid {key}: {shown(values[twice[1]])} is given twice (values {twice[0] + 1} "
+                             f"and {twice[1] + 1}); give each value once (--seeds N repeats every point on "
+                             "N seeds)")
         grid[key] = values
     return grid
 
@@ -92,6 +110,10 @@ def pop_sweep_block(data: dict) -> dict:
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
             raise InputError(f"sweep.grid.{k}: expected a non-empty list of values, got {v!r}")
+        twice = _twice(v)
+        if twice:
+            raise InputError(f"sweep.grid.{k}: {shown(v[twice[1]])} is given twice (items {twice[0] + 1} and "
+                             f"{twice[1] + 1}); give each value once (--seeds N repeats every point on N seeds)")
         out[str(k)] = v
     return out
 
