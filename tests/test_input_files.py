@@ -74,6 +74,17 @@ def test_a_jsonl_arrival_that_is_no_number_shows_what_the_file_holds(tmp_path, c
     assert f"arrival_s must be a number or a timestamp, {says}" in one_error(err)
 
 
+@pytest.mark.parametrize("key", ["prompt_tokens", "output_tokens"])
+def test_a_jsonl_length_of_null_is_shown_as_the_file_writes_it(tmp_path, capsys, key):
+    """A JSON null length was shown as Python's 'None' (the arrival's as 'null' already)."""
+    row = {"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5}
+    row[key] = None
+    p = traced(tmp_path, "t.jsonl", json.dumps(row) + "\n")
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2
+    assert one_error(err).endswith(f"t.jsonl line 1: {key} must be a positive integer, got null")
+
+
 @pytest.mark.parametrize("third", [
     '{"arrival_s": 1.0, "prompt_tokens": 300, "output_tokens": 30, "prompt_tokens": 5}',
     '{"arrival_s": 1.0, "arrival_s": 9.0, "prompt_tokens": 300, "output_tokens": 30}',

@@ -251,8 +251,9 @@ def _length(raw, where: str, column: str) -> int:
         raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}")
     try:
         v = float(raw) if not isinstance(raw, (int, float)) else raw
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}") from None
+    except (TypeError, ValueError):  # (JSON's null shown as the file writes it, not as Python's None)
+        raise InputError(f"{where}: {column} must be a positive integer, got "
+                         f"{'null' if raw is None else shown(raw)}") from None
     if v != v or v == float("-inf") or (v != float("inf") and int(v) != v):
         raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}")
     if v < 1:
