@@ -104,6 +104,21 @@ def test_a_jsonl_key_the_trace_reads_given_twice_is_refused_naming_the_line(tmp_
     assert run_cli(capsys, "validate", p)[0] == 0
 
 
+def test_a_jsonl_key_given_twice_that_is_not_read_is_let_be(tmp_path, capsys):
+    """With workload.arrival set the trace gives lengths only: its arrival key is not read, so a
+    line giving it twice is no error (in the block reader and the row reader alike)."""
+    from servesim.inputs.traces import read_trace
+
+    rows = [json.dumps({"arrival_s": i * 0.1, "prompt_tokens": 100, "output_tokens": 10}) for i in range(5)]
+    rows.append('{"arrival_s": 1.0, "arrival_s": 0.0, "prompt_tokens": 7, "output_tokens": 3}')
+    for extra in ([], ['{"arrival_s": 2.0, "prompt_tokens": 8.0, "output_tokens": 3}']):  # (8.0: the row reader)
+        (tmp_path / "t.jsonl").write_text("\n".join(rows + extra) + "\n")
+        data = read_trace(str(tmp_path / "t.jsonl"), need_arrival=False)
+        assert data.prompt_tokens.tolist() == [100] * 5 + [7] + [8] * len(extra)
+        with pytest.raises(InputError, match="line 6: key 'arrival_s' is given twice"):
+            read_trace(str(tmp_path / "t.jsonl"))
+
+
 @pytest.mark.parametrize("name, text, says", [
     ("d.jsonl", '{"prompt": "hello there", "output": 5}\n{"prompt": "hi", "output": 5, "prompt": "x"}\n',
      "d.jsonl line 2: key 'prompt' is given twice"),

@@ -128,10 +128,10 @@ class KeyTwice(ValueError):
         self.key = key
 
 
-def jsonl_objects(path: str, lines, keys: tuple = ()):
+def jsonl_objects(path: str, lines, keys=()):
     """(line number, ``"PATH line N"``, object) of each non-blank line of a JSONL text; InputError naming the
     line (and column) of malformed JSON, of a line that is not an object, or of one that gives a key of
-    ``keys`` (those the caller reads) twice."""
+    ``keys`` (those the caller reads; a list it may change between lines) twice."""
     hook = read_keys_once(keys) if keys else None
     for line, text in enumerate(lines, start=1):
         if not text.strip():
@@ -656,7 +656,10 @@ def _read_jsonl_columns(path: str, cols: dict, unit_s: float, need_arrival: bool
     decode, strip = json.JSONDecoder().raw_decode, methodcaller("strip", " \t\n\r")
     value, end = itemgetter(0), itemgetter(1)
     ka, kp, ko = cols["arrival"], cols["prompt"], cols["output"]
-    read = (ka, kp, ko, HASH_IDS_KEY)
+
+    def read_keys(has_t, has_h) -> set:
+        return {kp, ko} | ({ka} if has_t else set()) | ({HASH_IDS_KEY} if has_h else set())
+
     ts, prompts, outputs, hashes = [], [], [], []
     has_t = has_h = None
     with _open_text(path) as fh:  # (lines split as ``_read_jsonl_rows`` splits them)
@@ -676,11 +679,6 @@ def _read_jsonl_columns(path: str, cols: dict, unit_s: float, need_arrival: bool
             objs = list(map(value, parsed))
             if not objs:
                 continue
-            # a key read twice in a line (JSON keeps the last) is refused by the row reader: any
-            # line that may give one (the key's name twice, or an escape that could spell it) goes there
-            if (any(max(map(methodcaller("count", f'"{k}"'), texts)) > 1 for k in read)
-                    or any(map(methodcaller("__contains__", "\\"), texts))):
-                return None
             if _types(objs) != {dict}:
                 return None
             if has_t is None:
@@ -688,6 +686,13 @@ def _read_jsonl_columns(path: str, cols: dict, unit_s: float, need_arrival: bool
                 has_t = need_arrival and ka in objs[0]
                 if not has_t and need_arrival:
                     return None
+            # a key read twice in a line (JSON keeps the last) is refused by the row reader: a block
+            # that may hold one goes there. Without an escape (one could spell a key otherwise), a
+            # key every line must give, found as often as there are lines, is in each line once
+            # (a line without it fails below)
+            joined = "\n".join(texts)
+            if "\\" in joined or any(joined.count(f'"{k}"') != len(texts) for k in read_keys(has_t, has_h)):
+                return None
             try:
                 p = list(map(itemgetter(kp), objs))
                 o = list(map(itemgetter(ko), objs))
@@ -728,10 +733,13 @@ def _read_jsonl_rows(path: str, cols: dict, unit_s: float, need_arrival: bool) -
     hashes = []
     has_t = has_h = None
     with _open_text(path) as fh:
-        keys = (cols["arrival"], cols["prompt"], cols["output"], HASH_IDS_KEY)
+        # the keys read, each refused when a line gives it twice: hash ids only when the first row has them
+        keys = [cols["prompt"], cols["output"], HASH_IDS_KEY] + ([cols["arrival"]] if need_arrival else [])
         for line, where, obj in jsonl_objects(path, fh, keys):
             if has_t is None:
                 has_h = HASH_IDS_KEY in obj
+                if not has_h:
+                    keys.remove(HASH_IDS_KEY)
                 has_t = need_arrival and cols["arrival"] in obj
                 if not has_t and need_arrival:
                     raise InputError(f"{where}: no key {shown(cols['arrival'])} for the arrival "
