@@ -104,8 +104,9 @@ def test_byte_order_mark_and_crlf_are_read(tmp_path):
 
 def test_csv_columns_are_found_in_any_case(tmp_path):
     """An Azure trace saved with lower-case headers is still detected and read as Azure; a
-    generic CSV's columns and named ``columns`` match in any case; two columns that differ only
-    in case are no match (the error names the header)."""
+    generic CSV's columns and named ``columns`` match in any case; two columns that match only
+    in case are refused naming both (they were 'no column', though the header showed them); a
+    column of the exact name wins over one that differs in case."""
     low = tmp_path / "azure_lower.csv"
     low.write_text(Path(write_azure(tmp_path / "plain.csv")).read_text().replace(
         "TIMESTAMP,ContextTokens,GeneratedTokens", "timestamp,contexttokens,generatedtokens"))
@@ -121,8 +122,12 @@ def test_csv_columns_are_found_in_any_case(tmp_path):
     assert named.prompt_tokens.tolist() == [10]
     twice = tmp_path / "twice.csv"
     twice.write_text("arrival_s,Prompt_Tokens,PROMPT_TOKENS,output_tokens\n0,10,11,2\n")
-    with pytest.raises(InputError, match=r"no column 'prompt_tokens' for the prompt.*the header has: "):
+    with pytest.raises(InputError, match=r"twice.csv line 1: columns 'Prompt_Tokens', 'PROMPT_TOKENS' \(columns 2, "
+                                         r"3\) each match 'prompt_tokens' but for case; which one to read cannot be"):
         gen({"path": str(twice)})
+    exact = tmp_path / "exact.csv"
+    exact.write_text("arrival_s,prompt_tokens,PROMPT_TOKENS,output_tokens\n0,10,11,2\n")
+    assert gen({"path": str(exact)}).prompt_tokens.tolist() == [10]
 
 
 def test_another_separator_is_named(tmp_path):

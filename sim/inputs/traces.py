@@ -355,8 +355,8 @@ def _finish(path, rows_t, kinds, prompts, outputs, lines, arrival_col, hash_ids=
 def column_index(header: list, name: str, path=None) -> int | None:
     """Where column ``name`` is in ``header``: the exact name, else the one column that differs
     from it only in case (an Azure trace saved with ``timestamp`` for ``TIMESTAMP``); None if
-    neither (or several columns match in case alone). A name the header has twice is an input
-    error naming ``path`` (which of them holds the figure cannot be told; the first was taken)."""
+    neither. A name the header has twice, or several that match it in case alone, are an input
+    error naming ``path`` (which of them holds the figure cannot be told)."""
     if name in header:
         at = [j + 1 for j, h in enumerate(header) if h == name]
         if len(at) > 1:
@@ -364,7 +364,11 @@ def column_index(header: list, name: str, path=None) -> int | None:
                              f"{', '.join(map(str, at))}); which one to read cannot be told: rename or drop the others")
         return header.index(name)
     folded = [j for j, h in enumerate(header) if h.casefold() == name.casefold()]
-    return folded[0] if len(folded) == 1 else None
+    if len(folded) > 1:  # (said as such: 'no column' would deny what the header shows)
+        raise InputError(f"{path} line 1: columns {', '.join(shown(header[j]) for j in folded)} (columns "
+                         f"{', '.join(str(j + 1) for j in folded)}) each match {shown(name)} but for case; which one "
+                         "to read cannot be told: name it exactly, in its case, or rename the others")
+    return folded[0] if folded else None
 
 
 # (a file of lengths alone, as Vidur's arxiv summarization trace, replays with arrivals drawn)
