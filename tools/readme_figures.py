@@ -53,9 +53,9 @@ def main(argv=None) -> int:
         # (two GPUs: one prefill, one decode replica). static batching is left out by default:
         # its minutes-long queues would flatten every other curve.
         configs = [("continuous", {"policy.name": "continuous"}),
-                   ("chunked_prefill", {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 512}),
+                   ("chunked_prefill-512", {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 512}),
                    ("pd_split", {"policy.name": "pd_split"})]
-        configs = [c for c in configs if c[0] in policy_names()]
+        configs = [c for c in configs if c[1]["policy.name"] in policy_names()]
     if len(configs) < 2:
         configs.append(("continuous-32seqs", {"policy.name": "continuous", "policy.max_num_seqs": 32}))
     rates = [float(r) for r in args.rates.split(",")]
