@@ -54,3 +54,18 @@ def test_reproduce_reports_each_runs_mean_and_p99_against_the_measurement():
     # the means are the calibration's targets: every one within +-25% (the reproduce rule)
     assert all(f.matches for f in exp.figures if " mean " in f.label)
 
+
+
+def test_docs_table_is_the_replay_of_the_shipped_profile(replayed):
+    """docs/cost-model.md's measured / simulated table ("Calibration against measured vLLM V1") is
+    what `python tools/calibrate_vllm_h100.py --check` prints, row for row (its `all` stage is the
+    page's `whole run`): the replay is seeded, so exact to the digits shown. The roleplay rows had
+    gone stale (27.5 ms, 2406.6 ms) once a preempted request kept its own prefix-cache blocks."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "cost-model.md").read_text()
+    doc = [line for line in text.split("\n") if line.startswith(tuple(f"| {w} | " for w in WORKLOADS))
+           and line.count("|") == 9]
+    made = [line.replace(" | all | ", " | whole run | ") for line in replayed[0].split("\n")
+            if line.startswith(tuple(f"| {w} | " for w in WORKLOADS))]
+    assert doc == made, [(d, m) for d, m in zip(doc, made) if d != m] or (len(doc), len(made))
