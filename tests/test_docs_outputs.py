@@ -117,3 +117,20 @@ def test_the_pipeline_table_how_it_works_quotes():
                f"{1e3 * s['tpot_s']['mean']:.1f}", f"{100 * s['slo_attainment']:.0f}",
                f"{100 * s['utilization']['mfu']:.1f}")
         assert got == (tput, ttft, tpot, met, mfu), (rate, tp, pp, overlap, got)
+
+
+@pytest.mark.slow
+def test_the_lessons_table_fidelity_md_quotes(tmp_path):
+    """docs/fidelity.md's table of the textbook lessons is the full `servesim lessons` run's table,
+    row for row (cost-model calls and seeded simulations: exact; about 8 s of CPU)."""
+    from servesim.cli.main import main
+
+    assert main(["lessons", "--out", str(tmp_path), "--no-figures", "--quiet"]) == 0
+
+    def rows(text):
+        return [line for line in text.split("\n") if line.startswith("| `")]
+
+    quoted = rows((ROOT / "docs" / "fidelity.md").read_text().split("## Textbook lessons")[1])
+    made = rows((tmp_path / "lessons.md").read_text())
+    assert len(quoted) == 13 and quoted == made[:len(quoted)], \
+        [(q, m) for q, m in zip(quoted, made) if q != m] or (len(quoted), len(made))
