@@ -134,3 +134,37 @@ def test_the_lessons_table_fidelity_md_quotes(tmp_path):
     made = rows((tmp_path / "lessons.md").read_text())
     assert len(quoted) == 13 and quoted == made[:len(quoted)], \
         [(q, m) for q, m in zip(quoted, made) if q != m] or (len(quoted), len(made))
+
+
+@pytest.mark.slow
+def test_the_preset_vs_trace_figures_workloads_md_quotes():
+    """docs/workloads.md: the azure_conv preset against the replayed conversation trace on
+    scenarios/chat.yaml (all 19,366 requests: TTFT p99 A vs B ms, mean E2E C vs D s) and azure_code
+    against the code trace on scenarios/coding.yaml (8,819: TTFT p99 E s replayed, F s preset),
+    rerun with the overrides the page gives; seeded, so exact to the digits quoted. Needs the traces
+    in ../shared/data/traces."""
+    import re
+
+    from servesim import load_scenario, simulate
+
+    traces = ROOT.parent / "shared" / "data" / "traces"
+    if not (traces / "AzureLLMInferenceTrace_code.csv").is_file():
+        pytest.skip("the Azure traces are not in ../shared/data/traces")
+    text = re.sub(r"\s+", " ", (ROOT / "docs" / "workloads.md").read_text())
+    m = re.search(r"TTFT p99 (\d+) vs (\d+) ms and mean E2E ([\d.]+) vs ([\d.]+) s", text)
+    c = re.search(r"the replay's TTFT p99 is ([\d.]+) s, the preset's ([\d.]+) s", text)
+    assert m and c
+    chat = ["workload.arrival=null", "workload.prompt_tokens=null", "workload.output_tokens=null",
+            "workload.num_requests=19366"]
+    runs = {
+        "conv-preset": ("chat.yaml", chat + ["workload.preset=azure_conv"]),
+        "conv-trace": ("chat.yaml", chat + [f"workload.trace.path={traces / 'AzureLLMInferenceTrace_conv.csv'}"]),
+        "code-trace": ("coding.yaml", ["workload.num_requests=8819", "workload.preset=null",
+                                       f"workload.trace.path={traces / 'AzureLLMInferenceTrace_code.csv'}"]),
+        "code-preset": ("coding.yaml", ["workload.num_requests=8819"]),
+    }
+    s = {k: simulate(load_scenario(str(ROOT / "scenarios" / f), sets)).summary for k, (f, sets) in runs.items()}
+    got = (f"{1e3 * s['conv-preset']['ttft_s']['p99']:.0f}", f"{1e3 * s['conv-trace']['ttft_s']['p99']:.0f}",
+           f"{s['conv-preset']['e2e_s']['mean']:.2f}", f"{s['conv-trace']['e2e_s']['mean']:.2f}",
+           f"{s['code-trace']['ttft_s']['p99']:.1f}", f"{s['code-preset']['ttft_s']['p99']:.2f}")
+    assert got == m.groups() + c.groups(), (m.group(0), c.group(0), got)
