@@ -78,6 +78,19 @@ def test_the_summary_counts_directions_only_of_figures_that_have_one():
     assert "1 not simulated" in line, line
 
 
+def test_a_figures_confidence_is_a_label_the_fidelity_guide_explains():
+    """The confidence shown beside a published figure ('3rd-party', 'figure', ...) was free text,
+    explained only in notes outside the project; the guide listed 'inferred', which no figure
+    carries, and not 'figure', 'measured' or 'text + artifact', which three do."""
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "fidelity.md").read_text()
+    for label, meaning in R.CONFIDENCE.items():
+        assert f"- `{label}`: {meaning}" in guide, label
+    with pytest.raises(ValueError, match="confidence 'inferred' is none of"):
+        R.Figure("gain", 2.0, 2.2, "p", "inferred", "x", True)
+
+
 def test_engine_profile_is_named_and_applied_once_the_field_exists():
     from dataclasses import fields
 

@@ -43,6 +43,18 @@ from servesim.studies.replicates import seeds_for
 
 TOLERANCE = 0.25  # a simulated figure within +-25% of the published one matches
 
+# How each published figure is known (``Figure.confidence``, shown beside it), so that a reader can
+# weigh a miss by it: the labels a figure may carry and what each means (docs/fidelity.md lists them)
+CONFIDENCE = {
+    "text": "a number the paper's text states",
+    "text + artifact": "a number the text states, and the paper's artifact prints",
+    "artifact": "a number the paper's artifact prints (its notebook's output), not the text",
+    "figure label": "a value printed on one of the paper's figures",
+    "figure": "a figure whose bars cannot be read as numbers: only its direction is taken",
+    "3rd-party": "read off one of the paper's plots, approximately: a number the paper does not state",
+    "measured": "a measurement, not a paper (the `vllm-h100` runs)",
+}
+
 
 # ---------------------------------------------------------------- figures and experiments
 @dataclass
@@ -58,10 +70,15 @@ class Figure:
     published: float | tuple | None
     simulated: float | None
     citation: str
-    confidence: str  # text | figure label | inferred | 3rd-party (see /work/notes/published.md)
+    confidence: str  # how the published figure is known: a label of ``CONFIDENCE``
     unit: str = "x"
     direction: bool | None = None
     missing: str = ""  # the mechanism that would close the gap, when the figure does not match
+
+    def __post_init__(self):
+        if self.confidence not in CONFIDENCE:
+            raise ValueError(f"Figure {self.label!r}: confidence {self.confidence!r} is none of "
+                             f"{', '.join(map(repr, CONFIDENCE))}")
 
     @property
     def ratio(self) -> float | None:
