@@ -41,8 +41,15 @@ SHARE = 0.5
 
 def reason_key(reason: str) -> str:
     """A rejection reason with the request's own token and block counts replaced by N, so the
-    reasons of one rule group together."""
-    return re.sub(r"(= |needs |prompt of |output of )\d+", r"\1N", str(reason))
+    reasons of one rule group together; admission control's, also the queue it found, the replica
+    and the predicted TTFT (each shed request's own: the rule and its limit are kept)."""
+    key = re.sub(r"(= |needs |prompt of |output of )\d+", r"\1N", str(reason))
+    if key.startswith("admission: "):
+        key = re.sub(r"\d+ (requests|prompt tokens) already wait on replica \d+", r"N \1 already wait on a replica",
+                     key)
+        key = re.sub(r", \d+ more exceed ", ", N more exceed ", key)
+        key = re.sub(r"predicted TTFT \S+ s", "predicted TTFT N s", key)
+    return key
 
 
 def top_reasons(reasons, k: int = 3, counted: bool = False) -> list:
