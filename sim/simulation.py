@@ -547,7 +547,10 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
     decode step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with),
     each with the API server's time as the client measures it.
     {"requests" (not rejected), "missed", "ttft", "tpot" (over each limit), "ttft_max_s",
-    "tpot_min_s", "api_request_s" (the API server's part of each TTFT)} over the workload's own
+    "tpot_min_s", "api_request_s" (the API server's part of each TTFT), "classes_capped": [(class, the
+    most of its requests that can be within its SLO, its requests), ...] for the request classes
+    (two or more) that cannot reach ``verdicts.SLO_TARGET`` of their own}
+    over the workload's own
     requests; None without an SLO, for closed-loop and multi-turn workloads. Rejected requests
     are ``predict_rejections``'."""
     from servesim.studies.plan_space import NEVER, latency_floors, stats_from_specs
@@ -556,7 +559,7 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
     if not isinstance(specs, RequestSpecs) or not len(specs):
         return None
     n = len(specs)
-    _, _, limits = _classes(scenario, specs, {"request_id": np.arange(n)})
+    names, _, limits = _classes(scenario, specs, {"request_id": np.arange(n)})
     if limits is None:
         slo = scenario.slo
         if slo.ttft_s is None and slo.tpot_s is None:
@@ -571,7 +574,21 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
     with np.errstate(invalid="ignore"):
         tpot = served & (floors["tpot"] > limits[1])  # (NaN: one output token, no TPOT)
     missed = ttft | tpot
-    return {"requests": int(served.sum()), "missed": int(missed.sum()), "ttft": int(ttft.sum()),
+    # per request class (two or more): the most of its requests that can be within its SLO (its
+    # rejected ones and those over a floor cannot: each class's attainment is over all of its requests)
+    from servesim.outputs.verdicts import SLO_TARGET
+
+    caps = []
+    if len(names) > 1:
+        index = specs.class_index if specs.class_index is not None else np.zeros(n, np.int64)
+        kept = _served(scenario, setup, specs) & ~missed
+        for i, name in enumerate(names):
+            sel = index == i
+            k = int(sel.sum())
+            if k and kept[sel].sum() < SLO_TARGET * k:
+                caps.append((name, float(kept[sel].sum() / k), k))
+    return {"classes_capped": caps,
+            "requests": int(served.sum()), "missed": int(missed.sum()), "ttft": int(ttft.sum()),
             "tpot": int(tpot.sum()), "ttft_max_s": float(floors["ttft"][ttft].max()) if ttft.any() else None,
             "tpot_min_s": float(np.nanmin(floors["tpot"][tpot])) if tpot.any() else None,
             "api_request_s": setup.pools[0].engine.api_request_s}

@@ -192,6 +192,32 @@ def test_validate_predicts_the_requests_a_cut_off_leaves_unfinished(tmp_path, ca
     assert f"at least {pred['unfinished']:,} of {s['num_requests']:,} requests" in lines[0]
 
 
+def test_validate_names_a_request_class_no_load_lets_reach_its_slo(tmp_path, capsys):
+    """A small class of long prompts with a TTFT limit below their prefill, beside a large class
+    with a loose SLO: 94% of all requests meet theirs, so the run warns class_under_slo (and
+    studies count it failing), while validate said only that attainment cannot exceed 94%. It
+    names the class and the most of it that can be within its SLO; without the small class's tight
+    limit it names none."""
+    from servesim.simulation import predict_slo_floors
+
+    out = {"dist": "uniform", "min": 1, "max": 64}
+    classes = [{"name": "long", "share": 0.06, "slo": {"ttft_s": 0.05}, "output_tokens": out,
+                "prompt_tokens": {"dist": "uniform", "min": 4000, "max": 6000}},
+               {"name": "chat", "share": 0.94, "slo": {"ttft_s": 10.0}, "output_tokens": out,
+                "prompt_tokens": {"dist": "uniform", "min": 16, "max": 512}}]
+    none = {"workload.prompt_tokens": None, "workload.output_tokens": None, "workload.num_requests": 200}
+    sc = make_scenario(**none, **{"workload.classes": classes})
+    s = simulate(sc).summary
+    assert s["slo_attainment"] >= 0.9 and "class_under_slo" in {w["code"] for w in s["warnings"]}
+    caps = predict_slo_floors(sc)["classes_capped"]
+    assert [c for c, _, _ in caps] == ["long"] and caps[0][1] >= s["classes"]["long"]["slo_attainment"]
+    assert caps[0][2] == s["classes"]["long"]["num_requests"]
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "cannot meet the SLO" in x]
+    assert len(line) == 1 and f"class long: at most {caps[0][1]:.1%} of its {caps[0][2]:,} requests" in line[0]
+    loose = make_scenario(**none, **{"workload.classes": [{**classes[0], "slo": {"ttft_s": 5.0}}, classes[1]]})
+    assert predict_slo_floors(loose)["classes_capped"] == []
+
+
 def test_predicted_rejection_reasons_are_the_runs_in_count_and_order():
     """validate counts the reasons per distinct (prompt, output) pair: two reasons (the token
     budget, the KV cache) come out with the run's counts, most common first."""

@@ -483,6 +483,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                      predict_rejections, predict_shedding, predict_slo_floors, preemptions_at_rate,
                                      prepare)
     from servesim.outputs.checks import UNFINISHED_SHARE
+    from servesim.outputs.verdicts import SLO_TARGET
     from servesim.simulation import drawn_lengths, predict_unfinished
 
     setup = setup or prepare(scenario)
@@ -525,7 +526,11 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                        f"(from {floors['tpot_min_s'] * 1e3:.3g} ms)")
         lines.append(f"warning: {k:,} of the {n:,} requests served ({k / n:.1%}) cannot meet the SLO even on an idle "
                      f"deployment: {'; '.join(why)}; SLO attainment cannot exceed {1 - k / n:.1%} at any load (a "
-                     "faster deployment or looser limits can)")
+                     "faster deployment or looser limits can)"
+                     + "".join(f"; class {c}: at most {cap:.1%} of its {k:,} requests, under the {SLO_TARGET:.0%} "
+                               "each request class must reach (sweeps, comparisons and reports count the run as "
+                               "failing the SLO; the run's class_under_slo says it when all requests reach it)"
+                               for c, cap, k in floors["classes_capped"]))
     late = predict_unfinished(scenario, setup, specs)
     if late and late["unfinished"]:
         k, n = late["unfinished"], late["requests"]
