@@ -768,6 +768,27 @@ def _bucket_rejections(arrival_s: np.ndarray, rate: float, burst: float) -> int:
     return rejected
 
 
+def _shed_at_once(scenario: Scenario, specs) -> dict | None:
+    """``predict_shedding`` of ``all_at_once`` arrivals: every request arrives at 0, before any step
+    admits one, so the rules decide on the queue the arrivals themselves make: the run cut off
+    just after that instant rejects what the run rejects (up to ``SHEDDING_BUCKET_REPLAY``
+    requests: more, None). {"at_once": the requests the rules reject, "reasons" (top three),
+    "rejected_share", ...} (the rest of the keys empty)."""
+    from servesim.outputs.diagnosis import top_reasons
+
+    if not isinstance(specs, RequestSpecs) or not len(specs) or len(specs) > SHEDDING_BUCKET_REPLAY:
+        return None
+    cut = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, duration_s=1e-9))
+    reasons = [r for r in simulate(cut, specs=specs).requests["reason"].tolist()
+               if isinstance(r, str) and r.startswith("admission: ")]
+    if not reasons:
+        return None
+    return {"offered_rps": None, "served_rps": None, "probe_requests": None, "rules": [], "reaching_rps": None,
+            "bucket": 0, "queue": 0, "at_once": len(reasons), "reasons": top_reasons(reasons),
+            "requests": len(specs), "rejected_share": len(reasons) / len(specs), "overloaded": False,
+            "backlog": None}
+
+
 def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The requests ``policy.admission`` will shed, without running it. The rule: the token bucket
     is replayed on the arrival times of the requests it applies to (exact). What reaches the
@@ -785,14 +806,17 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     "backlog" (why the queue grows through the run anyway, or None: "unbounded", no rule bounds it;
     "others", the requests no rule applies to outgrow S; "room", the queue's limit holds so much of
     this run's excess that fewer than ``REJECTED_SHARE`` of the requests are rejected)}; None without
-    admission control, for closed-loop, multi-turn and all_at_once workloads, and when nothing is
-    predicted (no bucket rejections and no overload, or a probe that cannot tell)."""
+    admission control, for closed-loop and multi-turn workloads, and when nothing is predicted (no
+    bucket rejections and no overload, or a probe that cannot tell); ``all_at_once`` arrivals:
+    ``_shed_at_once``, "at_once" the count (0 otherwise)."""
     from servesim.inputs.scenario import AllAtOnceArrival
 
     adm = scenario.policy.admission
-    if not adm.active or isinstance(scenario.workload.arrival, AllAtOnceArrival):
+    if not adm.active:
         return None
     setup, specs = _setup_and_specs(scenario, setup, specs)
+    if isinstance(scenario.workload.arrival, AllAtOnceArrival):
+        return _shed_at_once(scenario, specs)
     if not isinstance(specs, RequestSpecs) or len(specs) < 2:
         return None
     n = len(specs)
@@ -836,7 +860,7 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
             # the limit holds this run's excess (fewer rejected than the run's warning names): its queue grows
             if backlog is None and excess > 0 and queue < REJECTED_SHARE * n:
                 backlog = "room"
-    return {"offered_rps": n / span, "served_rps": served,
+    return {"at_once": 0, "offered_rps": n / span, "served_rps": served,
             "probe_requests": over["probe_requests"] if over is not None else None,
             "rules": (["token_bucket"] if tb is not None else []) + rules, "reaching_rps": float(reaching),
             "bucket": bucket, "queue": queue, "rejected_share": (bucket + queue) / n,

@@ -377,6 +377,24 @@ def test_validate_predicts_the_requests_a_full_queue_sheds(tmp_path, capsys, rul
     assert f"policy.admission.{next(iter(rule))}=" in warning[0]
 
 
+@pytest.mark.parametrize("rule", [{"max_queue": 20}, {"max_queued_tokens": 50_000},
+                                  {"token_bucket": {"rate_rps": 5.0, "burst": 30}}])
+def test_validate_predicts_what_admission_sheds_of_requests_arriving_at_once(tmp_path, capsys, rule):
+    """all_at_once arrivals and a queue limit: the run rejected 580 of 600 requests and validate
+    said nothing (no rate to compare). They all arrive before a step admits any, so the run's first
+    instant, replayed, gives the run's count; with a limit above the requests, nothing."""
+    from servesim.simulation import predict_shedding
+
+    at_once = {**SHED, "workload.arrival": {"process": "all_at_once"}}
+    sc = make_scenario(**at_once, **{"policy.admission": rule})
+    s = simulate(sc).summary
+    assert s["rejected"] > 0.5 * 600 and predict_shedding(sc)["at_once"] == s["rejected"]
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "policy.admission decides" in x]
+    assert len(line) == 1 and line[0].startswith(f"warning: a run will reject {s['rejected']:,} of 600 requests")
+    roomy = make_scenario(**at_once, **{"policy.admission": {"max_queue": 600}})
+    assert predict_shedding(roomy) is None and simulate(roomy).summary["rejected"] == 0
+
+
 def test_validate_predicts_no_shedding_where_the_deployment_keeps_up(tmp_path, capsys):
     """The same queue limit at a rate the deployment serves: nothing predicted, nothing rejected."""
     from servesim.simulation import predict_shedding

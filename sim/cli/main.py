@@ -625,6 +625,14 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
     from servesim.outputs.checks import REJECTED_SHARE
 
     adm = scenario.policy.admission
+    if shed["at_once"]:
+        k, share = shed["at_once"], shed["rejected_share"]
+        top = "; ".join(f"{c} x {r}" for r, c in shed["reasons"])
+        text = (f"a run will reject {k:,} of {shed['requests']:,} requests ({share:.1%}) at once: they all arrive "
+                "before a step "
+                f"admits any, so policy.admission decides on the queue they make themselves (the run's first "
+                f"instant, replayed): {top}")
+        return f"warning: {text}" if share >= REJECTED_SHARE else f"  shedding: {text}"
     scope = "" if adm.classes is None else f" (policy.admission.classes: {', '.join(adm.classes)})"
     parts = []
     if shed["bucket"]:
