@@ -159,3 +159,22 @@ def test_prefix_aware_gives_up_a_shared_prefix_for_balance():
     # (a prefix each replica holds: the least outstanding tokens among them, all replicas used)
     lot = simulate(make_scenario(**{**kw, "cluster.router": "least_outstanding_tokens"})).summary
     assert s["ttft_s"]["p50"] < 3 * lot["ttft_s"]["p50"]
+
+
+def test_class_replicas_that_leave_a_replica_to_no_class_say_so():
+    """Every class listed in ``cluster.class_replicas`` and replica 1 in none of the lists: it
+    serves nothing (no request, no step) while its GPU is paid for; the run says so. With a class
+    left unlisted (it may use every replica) nothing is said."""
+    from tests.conftest import two_classes
+
+    def run(lists):
+        res = simulate(make_scenario(**{**two_classes(), "cluster.replicas": 3, "cluster.router": "class_aware",
+                                        "workload.num_requests": 60, "cluster.class_replicas": lists}))
+        return res, [w["message"] for w in res.summary["warnings"] if w["code"] == "no_effect"]
+
+    res, (msg,) = run([{"name": "chat", "replicas": [0]}, {"name": "batch", "replicas": [2, 0]}])
+    assert msg.startswith("cluster.class_replicas lists every request class and none of replica position(s) 1 of "
+                          "the 3 routed")
+    assert 1 not in set(res.requests["replica"].tolist()) and 1 not in set(res.steps["replica"].tolist())
+    assert run([{"name": "batch", "replicas": [2]}])[1] == []
+    assert run([{"name": "chat", "replicas": [0, 1]}, {"name": "batch", "replicas": [2]}])[1] == []

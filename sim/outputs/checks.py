@@ -152,7 +152,8 @@ def router_no_effect_warnings(scenario) -> list:
     """A packaged router whose own rule reads something the scenario does not give, so that it
     routes exactly as ``least_outstanding_tokens`` would: ``prefix_aware`` without
     ``policy.prefix_caching`` (no replica caches a prefix: it never finds one), ``class_aware``
-    without ``cluster.class_replicas`` (every class may use every replica)."""
+    without ``cluster.class_replicas`` (every class may use every replica); and ``class_aware``
+    whose ``cluster.class_replicas`` lists every class but leaves replicas out: they serve nothing."""
     cl = scenario.cluster
     why = None
     if cl.router == "prefix_aware" and not scenario.policy.prefix_caching:
@@ -161,10 +162,23 @@ def router_no_effect_warnings(scenario) -> list:
     elif cl.router == "class_aware" and not cl.class_replicas:
         why = ("without cluster.class_replicas (every class may use every replica; "
                "cluster.class_replicas lists a class's replicas)")
-    if why is None:
-        return []
-    return [{"code": "no_effect", "message": f"cluster.router={cl.router} routes as least_outstanding_tokens {why}; "
-                                             "the run is the one with least_outstanding_tokens"}]
+    out = []
+    if why is not None:
+        out.append({"code": "no_effect", "message": f"cluster.router={cl.router} routes as least_outstanding_tokens "
+                                                    f"{why}; the run is the one with least_outstanding_tokens"})
+    if cl.router == "class_aware" and cl.class_replicas:
+        names = [c.name for c in scenario.workload.classes or ()] or ["default"]
+        listed = {c.name for c in cl.class_replicas}
+        pol = scenario.policy
+        routed = pol.prefill.replicas if pol.name == "pd_split" else cl.replicas
+        unused = sorted(set(range(routed)) - {i for c in cl.class_replicas for i in c.replicas})
+        if listed >= set(names) and unused:
+            shown = ", ".join(map(str, unused[:8])) + (", ..." if len(unused) > 8 else "")
+            out.append({"code": "no_effect",
+                        "message": "cluster.class_replicas lists every request class and none of replica "
+                                   f"position(s) {shown} of the {routed} routed: those replicas serve nothing "
+                                   "(their GPUs are counted, idle, in the run's cost and utilization)"})
+    return out
 
 
 BUDGET_POLICIES = ("continuous", "chunked_prefill")  # the packaged policies whose steps hold at most the budget
