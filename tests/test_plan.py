@@ -1000,3 +1000,19 @@ def test_a_rate_no_scenario_takes_is_named_as_the_flag(tmp_path, capsys, rate):
     err = capsys.readouterr().err
     assert "--rate must be >= 1e-06 and <= 1e+09 req/s (the rates a scenario takes)" in err and "rate_rps" not in err
     assert not (tmp_path / "p").exists()
+
+
+def test_a_plan_that_simulates_nothing_leaves_no_earlier_plans_results(tmp_path, capsys):
+    """A plan whose every shape was pruned, run into the folder of an earlier plan, kept that plan's
+    results.csv (its runs, not this plan's) and said it wrote it."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / "results.csv").write_text("point,candidate,units\n0,h100-sxm-tp1-cont,1\n")  # (an earlier plan's)
+    assert main(["plan", str(f), "--rate", "5", "--slo", SLO, "--tp", "3", "--policies", "continuous",
+                 "--seeds", "1", "--quiet", "--no-report", "--out", str(out)]) == 0
+    assert not (out / "results.csv").exists()
+    assert capsys.readouterr().out.rstrip().endswith(f"wrote {out / 'plan.json'}")

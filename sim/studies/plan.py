@@ -52,7 +52,7 @@ from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, 
 from servesim.studies.points import load_base, make_points, require_rate
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
-from servesim.studies.sweep import RUNS, begin_study, execute, write_results
+from servesim.studies.sweep import RESULTS, RUNS, begin_study, execute, write_results
 
 OBJECTIVES = ("cost", "gpus", "power")
 
@@ -630,6 +630,9 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         begin_study(out, {"kind": "plan", "scenario": base.get("name"), "slo": opts.slo, "rate_rps": opts.rate_rps,
                           "attainment": opts.attainment, "keep_up": opts.keep_up, "set": list(overrides or [])})
         pl.write()  # (in progress: a plan.json an earlier plan left is not this one's answer)
+        # (nor its results.csv: rewritten from this plan's runs after each, it stayed, and was said
+        # to be written, when this plan simulated nothing: every shape pruned)
+        (out / RESULTS).unlink(missing_ok=True)
         total = len(todo) + opts.verify_top + 1
         step = 0
 
