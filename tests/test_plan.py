@@ -1016,3 +1016,20 @@ def test_a_plan_that_simulates_nothing_leaves_no_earlier_plans_results(tmp_path,
                  "--seeds", "1", "--quiet", "--no-report", "--out", str(out)]) == 0
     assert not (out / "results.csv").exists()
     assert capsys.readouterr().out.rstrip().endswith(f"wrote {out / 'plan.json'}")
+
+
+def test_an_estimated_one_seed_capacity_names_no_search_bracket():
+    """--verify-top 0 with one seed: the answer's capacity is units x one unit's, with no search of
+    the deployment, yet the sentence gave 'its search bracket 27.4-27.4'."""
+    from servesim.outputs.plandoc import answer_sentence
+
+    run = {"units": 1, "meets": True, "seeds": [{"seed": 0, "meets": True}]}
+    cand = {"key": "k", "status": "feasible", "units": 1, "label": "1 x h100-sxm TP1, continuous",
+            "fleet": "1 x h100-sxm", "usd_per_hour": 3.29, "runs": [run], "shape": {},
+            "capacity": {"estimate": 27.4, "low": 27.4, "high": 27.4, "samples": [27.4], "measured": False}}
+    doc = {"model": "m", "rate_rps": 4.0, "slo": "ttft_p99=1", "attainment": None, "candidates": [cand],
+           "ranking": ["k"]}
+    text = answer_sentence(doc)
+    assert "(estimated from one unit's) (one seed: no interval)" in text and "bracket" not in text
+    cand["capacity"] = {**cand["capacity"], "high": 28.9, "measured": True}  # (a search's bracket: said so)
+    assert "one seed: no interval; its search bracket 27.4-28.9" in answer_sentence(doc)

@@ -281,8 +281,10 @@ def answer_sentence(doc: dict) -> str:
         est, lo, hi = capacity_numbers(cap)
         kind = "" if cap.get("measured") else " (estimated from one unit's)"
         k = len(cap.get("samples") or [])
+        # (an estimate had no search of its own: "its search bracket 27.4-27.4" named none)
         spread = (f"{conf:.0%} interval {lo}-{hi} over {k} seeds" if k != 1
-                  else f"one seed: no interval; its search bracket {lo}-{hi}")
+                  else f"one seed: no interval; its search bracket {lo}-{hi}" if cap.get("measured")
+                  else "one seed: no interval")
         cap_txt = f"; its capacity is {est} req/s{kind} ({spread}), {cap['estimate'] / R - 1:+.0%} headroom"
     cost = f"${c['usd_per_hour']:.2f}/h" if c.get("usd_per_hour") is not None else "price unknown"
     objective = doc.get("objective", "cost")
