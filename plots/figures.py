@@ -755,8 +755,8 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
     ``data``: [{"fleet": "8 x h100-sxm", "label": "8 x h100-sxm TP1, continuous" (optional: the
     configuration's own, naming its policy; else the fleet), "gpu": colour key, "kind": "colocated" |
     "pd", "usd_per_hour", "capacity", "low", "high", "chosen": bool}]; each point is labelled with
-    its configuration (grey off the front: two on one GPU type differ by policy alone). The axis
-    reaches the top of every interval."""
+    its configuration (grey off the front: two on one GPU type differ by policy alone), placed as
+    ``cost_latency`` places its names. The axis reaches the top of every interval."""
     colors = colors or colors_for([d["gpu"] for d in data])
     seen = set()
     for d in data:
@@ -774,9 +774,6 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
         ax.step(xs, ys, where="post", color="k", linewidth=1, alpha=0.6, label="Pareto front")
     on_front = [id(p[2]) for p in front]
     for d in data:
-        ax.annotate(d.get("label") or d["fleet"], (d["usd_per_hour"], d["capacity"]), textcoords="offset points",
-                    xytext=(6, -10), fontsize=7, color="k" if id(d) in on_front else "0.45")
-    for d in data:
         if d.get("chosen"):
             ax.plot([d["usd_per_hour"]], [d["capacity"]], "*", color="gold", markeredgecolor="k", markersize=16,
                     label=f"chosen: {d.get('label') or d['fleet']}")
@@ -787,7 +784,14 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
     # by the top read as one running the axes' full height)
     ax.set_ylim(0, max([1.6 * d["capacity"] for d in data] + [1.05 * d["high"] for d in data] + [1.3 * rate_rps]))
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left")
+    legend = ax.legend(fontsize="small", loc="upper left")
+    # each name beside its point, inside the axes, clear of the others and of the legend (at a
+    # fixed offset, two configurations of one cost and close capacities printed over each other,
+    # and a name near the right edge ran out of the axes)
+    unnamed = _place_names(ax, [(d, d["capacity"], ax.transData) for d in data],
+                           lambda d: "k" if id(d) in on_front else "0.45", [legend.get_window_extent()])
+    if unnamed:
+        ax.set_title(f"{ax.get_title()} ({len(data) - unnamed} of {len(data)} named: no room for the rest)")
     return ax
 
 
@@ -841,18 +845,30 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # (one column: two of these side by side were wider than the axes, and the layout
         # narrowed the axes to fit them)
         legend_below(ax, fontsize="small")
+    unnamed = _place_names(ax, named)
+    if unnamed:
+        ax.set_title(f"{ax.get_title()} ({len(named) - unnamed} of {len(named)} named: no room for the rest)")
+    return ax
+
+
+def _place_names(ax, named: list, color_of=None, avoid=()) -> int:
+    """Name each point of ``named`` ([(d, y, transform)], x ``d["usd_per_hour"]``, the name
+    ``d["label"]`` or ``d["fleet"]``) on the side of it with room, inside the axes and clear of the
+    names placed before it and of ``avoid`` (display boxes, e.g. a legend inside the axes); a name
+    moved off its point has a leader line to it, one with no room anywhere is left out. Returns
+    how many were left out. ``color_of(d)``: the name's colour (default black)."""
     lo, hi = ax.get_xlim()
     frame = ax.get_window_extent()
     # (the layout to come may take a few percent off the axes' height: kept that far inside)
     inner = frame.padded(0, -0.03 * frame.height)
-    placed = []
+    placed = list(avoid)
     unnamed = 0
     # (top to bottom, each name first tried lower down: the names of a column of points stack
     # mostly in the points' order)
     for d, y, transform in sorted(named, key=lambda n: -n[2].transform((n[0]["usd_per_hour"], n[1]))[1]):
         right = (d["usd_per_hour"] - lo) > 0.5 * (hi - lo)
         kw = dict(xycoords=transform, textcoords="offset points", ha="right" if right else "left", va="top",
-                  fontsize=7)
+                  fontsize=7, color=color_of(d) if color_of else "k")
         dx = -6 if right else 6
         text = ax.annotate(wrap_label(d.get("label") or d["fleet"], 30), (d["usd_per_hour"], y), xytext=(dx, -3), **kw)
         # a name that would lie over one already placed goes the nearest line down or up where there
@@ -861,7 +877,7 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # the legend) and each sat by another configuration's point
         step = text.get_window_extent().height * 72 / ax.figure.dpi + 2
         for k in (0, *(k * sign for k in range(1, 13) for sign in (1, -1)), None):
-            if k is None:  # (no room anywhere: left out, counted in the title; printed over the
+            if k is None:  # (no room anywhere: left out, counted by the caller; printed over the
                 # others, 63 unit counts of one shape smeared into an unreadable band)
                 break
             text.xyann = (dx, -3 - k * step)
@@ -880,9 +896,7 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
                                arrowprops={"arrowstyle": "-", "color": "0.5", "linewidth": 0.6, "shrinkA": 1,
                                            "shrinkB": 4})
         placed.append(box)  # (the name's own box: an annotation's extent takes its leader line in)
-    if unnamed:
-        ax.set_title(f"{ax.get_title()} ({len(named) - unnamed} of {len(named)} named: no room for the rest)")
-    return ax
+    return unnamed
 
 
 _GLYPH = re.compile(r"Glyph (\d+) \(.*\) missing from font\(s\) (.+?)\.?$")

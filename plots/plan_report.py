@@ -106,8 +106,10 @@ def build_plan_report(folder: str | Path) -> Path:
                         "high": cap["high"], "chosen": c is best[0]})
     if pts:
         fig, ax = F.subplots(figsize=(8, 5.5))
-        F.cost_capacity(pts, ax, doc["rate_rps"], colors)
+        # (the title first: the names are placed in the axes the title leaves, and a count of those
+        # with no room is added to it)
         ax.set_title(_title(doc, "cost vs capacity (Pareto front)"), fontsize=10)
+        F.cost_capacity(pts, ax, doc["rate_rps"], colors)
         front = F.pareto_front([(p["usd_per_hour"], p["capacity"], p) for p in pts])
         add("cost_vs_capacity", "Cost vs capacity", fig,
             f"{len(pts)} feasible configurations; the Pareto front (no other is both cheaper and higher in capacity): "

@@ -643,9 +643,38 @@ def test_cost_capacity_names_each_configuration_and_keeps_its_interval_in_view(a
     an interval wider than the axis ran its full height, cut off at the top."""
     F.cost_capacity(plan_points(), ax, 12.0)
     assert legend(ax)[1] == "chosen: 1 x h100-sxm TP1, continuous"
-    assert sorted(t.get_text() for t in ax.texts) == ["1 x h100-sxm TP1, chunked prefill 512",
-                                                      "1 x h100-sxm TP1, continuous"]
+    assert sorted(t.get_text().replace("\n", " ") for t in ax.texts) == ["1 x h100-sxm TP1, chunked prefill 512",
+                                                                        "1 x h100-sxm TP1, continuous"]
     assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 60.0
+
+
+def test_cost_capacity_names_stay_apart_inside_the_axes_and_clear_of_the_legend(tmp_path):
+    """A plan's P/D splits of one cost ($6/h) and close capacities (48.1 and 46.7 req/s) had their
+    names printed over each other at a fixed offset, and the name of the point at the right edge
+    ran out of the axes."""
+    from matplotlib.text import Text
+
+    pd = {"gpu": "x", "kind": "pd", "chosen": False}
+    data = [{**pd, "fleet": "2 x cheap", "label": "P/D 1 x w/cheap.yaml TP1 : 1 x w/cheap.yaml TP1",
+             "usd_per_hour": 2.0, "capacity": 46.7, "low": 46.7, "high": 46.7, "chosen": True},
+            {**pd, "fleet": "2 x mixed", "label": "P/D 1 x w/fast.yaml TP1 : 1 x w/cheap.yaml TP1",
+             "usd_per_hour": 6.0, "capacity": 48.1, "low": 48.1, "high": 48.1},
+            {**pd, "fleet": "2 x mixed", "label": "P/D 1 x w/cheap.yaml TP1 : 1 x w/fast.yaml TP1",
+             "usd_per_hour": 6.0, "capacity": 46.7, "low": 46.7, "high": 46.7},
+            {**pd, "fleet": "2 x fast", "label": "P/D 1 x w/fast.yaml TP1 : 1 x w/fast.yaml TP1",
+             "usd_per_hour": 10.0, "capacity": 49.6, "low": 49.6, "high": 49.6}]
+    fig, ax = F.subplots(figsize=(8, 5.5))
+    ax.set_title("model at 4 req/s: cost vs capacity\nSLO", fontsize=10)
+    F.cost_capacity(data, ax, 4.0)
+    F.save(fig, tmp_path / "cap")
+    fig.canvas.draw()
+    frame, names = ax.get_window_extent(), list(ax.texts)
+    assert len(names) == len(data)
+    boxes = [Text.get_window_extent(t) for t in names] + [ax.get_legend().get_window_extent()]
+    for i, (t, b) in enumerate(zip(names, boxes)):
+        assert frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1, t.get_text()
+        assert not any(b.overlaps(o) for o in boxes[:i] + boxes[-1:]), t.get_text()
+    plt.close(fig)
 
 
 def test_cost_latency_names_each_configuration(ax):
