@@ -748,7 +748,8 @@ def pareto_front(points) -> list:
     return front
 
 
-def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
+def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None,
+                  prices: str = "on-demand list prices"):
     """Deployments by $/hour (x) and capacity (y, req/s, with its interval as an error bar), the
     Pareto front (cheapest for its capacity) as a step line, the target rate as a dotted line.
 
@@ -756,7 +757,8 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
     configuration's own, naming its policy; else the fleet), "gpu": colour key, "kind": "colocated" |
     "pd", "usd_per_hour", "capacity", "low", "high", "chosen": bool}]; each point is labelled with
     its configuration (grey off the front: two on one GPU type differ by policy alone), placed as
-    ``cost_latency`` places its names. The axis reaches the top of every interval."""
+    ``cost_latency`` places its names. The axis reaches the top of every interval. ``prices``: where
+    the prices came from, for the x label."""
     colors = colors or colors_for([d["gpu"] for d in data])
     seen = set()
     for d in data:
@@ -778,7 +780,7 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None):
             ax.plot([d["usd_per_hour"]], [d["capacity"]], "*", color="gold", markeredgecolor="k", markersize=16,
                     label=f"chosen: {d.get('label') or d['fleet']}")
     ax.axhline(rate_rps, color="k", linestyle=":", linewidth=1.2, label=f"target {rate_rps:g} req/s")
-    ax.set_xlabel("cost ($/hour, on-demand list prices)")
+    ax.set_xlabel(f"cost ($/hour, {prices})")
     ax.set_ylabel("capacity within the SLO (req/s; bars: interval over seeds)")
     # room above the estimates for the labels; the whole of every interval in view (a bar cut off
     # by the top read as one running the axes' full height)

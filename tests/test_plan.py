@@ -1033,3 +1033,15 @@ def test_an_estimated_one_seed_capacity_names_no_search_bracket():
     assert "(estimated from one unit's) (one seed: no interval)" in text and "bracket" not in text
     cand["capacity"] = {**cand["capacity"], "high": 28.9, "measured": True}  # (a search's bracket: said so)
     assert "one seed: no interval; its search bracket 27.4-28.9" in answer_sentence(doc)
+
+
+def test_the_cost_axis_says_whose_prices_it_draws():
+    """The cost vs capacity axis said 'on-demand list prices' of prices given with --price (or a GPU
+    YAML, or the scenario's cost.gpu_hour_usd)."""
+    from servesim.inputs.specs import GPUS
+    from servesim.plots.plan_report import _price_source
+
+    listed = GPUS["h100-sxm"].price_per_gpu_hour_usd
+    assert _price_source({"prices_usd_per_gpu_hour": {"h100-sxm": listed}}) == "on-demand list prices"
+    for given in ({"h100-sxm": listed + 1.0}, {"h100-sxm": listed, "my-gpu.yaml": 1.0}):
+        assert _price_source({"prices_usd_per_gpu_hour": given}) == "prices given to the plan"
