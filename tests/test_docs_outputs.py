@@ -168,3 +168,23 @@ def test_the_preset_vs_trace_figures_workloads_md_quotes():
            f"{s['conv-preset']['e2e_s']['mean']:.2f}", f"{s['conv-trace']['e2e_s']['mean']:.2f}",
            f"{s['code-trace']['ttft_s']['p99']:.1f}", f"{s['code-preset']['ttft_s']['p99']:.2f}")
     assert got == m.groups() + c.groups(), (m.group(0), c.group(0), got)
+
+
+@pytest.mark.slow
+def test_the_head_of_line_lines_scheduling_md_quotes(tmp_path, capsys):
+    """docs/scheduling.md quotes two lines its decision-trace command prints (head-of-line waits and
+    priority inversions on scenarios/interactive-batch.yaml without chunking): rerun, both are printed
+    as quoted (seeded: exact)."""
+    import re
+
+    from servesim.cli.main import main
+
+    text = re.sub(r"\s+", " ", (ROOT / "docs" / "scheduling.md").read_text())
+    quoted = re.search(r"prints `(head-of-line: [^`]+)` \(and the priority inversions: `([^`]+)`", text)
+    assert quoted, "docs/scheduling.md no longer quotes the head-of-line line"
+    assert main(["run", str(ROOT / "scenarios" / "interactive-batch.yaml"), "--set", "policy.name=continuous",
+                 "--set", "policy.max_num_batched_tokens=8192", "--set", "workload.arrival.rate_rps=8",
+                 "--decision-trace", str(tmp_path / "d.csv"), "--out", str(tmp_path / "out")]) == 0
+    printed = re.sub(r"\s+", " ", capsys.readouterr().out)
+    for q in quoted.groups():
+        assert q in printed, (q, [line for line in printed.split("; ") if "waited" in line])
