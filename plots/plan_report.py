@@ -63,19 +63,6 @@ def _title(doc: dict, what: str) -> str:
     return f"{model} at {doc['rate_rps']:g} req/s: {what}\nSLO {D.slo_text(doc)}"
 
 
-def _price_source(doc: dict) -> str:
-    """Where the plan's prices per GPU-hour came from, for the cost axis: the catalog's on-demand
-    list prices, or (--price, the scenario's cost.gpu_hour_usd, a GPU YAML) prices of one's own.
-    The axis said "on-demand list prices" of prices the user gave."""
-    from servesim.inputs.specs import GPUS
-
-    prices = doc.get("prices_usd_per_gpu_hour")
-    if not isinstance(prices, dict):
-        return "prices per GPU-hour"
-    listed = all(g in GPUS and GPUS[g].price_per_gpu_hour_usd == v for g, v in prices.items())
-    return "on-demand list prices" if listed else "prices given to the plan"
-
-
 def build_plan_report(folder: str | Path) -> Path:
     """Write ``folder/figures/*.png|svg`` and ``folder/report.md`` for the plan in ``folder``."""
     folder = Path(folder)
@@ -122,7 +109,7 @@ def build_plan_report(folder: str | Path) -> Path:
         # (the title first: the names are placed in the axes the title leaves, and a count of those
         # with no room is added to it)
         ax.set_title(_title(doc, "cost vs capacity (Pareto front)"), fontsize=10)
-        F.cost_capacity(pts, ax, doc["rate_rps"], colors, _price_source(doc))
+        F.cost_capacity(pts, ax, doc["rate_rps"], colors, D.price_source(doc))
         front = F.pareto_front([(p["usd_per_hour"], p["capacity"], p) for p in pts])
         add("cost_vs_capacity", "Cost vs capacity", fig,
             f"{len(pts)} feasible configurations; the Pareto front (no other is both cheaper and higher in capacity): "

@@ -1039,7 +1039,7 @@ def test_the_cost_axis_says_whose_prices_it_draws():
     """The cost vs capacity axis said 'on-demand list prices' of prices given with --price (or a GPU
     YAML, or the scenario's cost.gpu_hour_usd)."""
     from servesim.inputs.specs import GPUS
-    from servesim.plots.plan_report import _price_source
+    from servesim.outputs.plandoc import price_source as _price_source
 
     listed = GPUS["h100-sxm"].price_per_gpu_hour_usd
     assert _price_source({"prices_usd_per_gpu_hour": {"h100-sxm": listed}}) == "on-demand list prices"

@@ -387,3 +387,16 @@ def counts(doc: dict) -> dict:
     for c in doc["candidates"]:
         out[c["status"]] = out.get(c["status"], 0) + 1
     return out
+
+
+def price_source(doc: dict) -> str:
+    """Where the plan's prices per GPU-hour came from, for the cost axis: the catalog's on-demand
+    list prices, or (--price, the scenario's cost.gpu_hour_usd, a GPU YAML) prices of one's own.
+    The axis said "on-demand list prices" of prices the user gave."""
+    from servesim.inputs.specs import GPUS
+
+    prices = doc.get("prices_usd_per_gpu_hour")
+    if not isinstance(prices, dict):
+        return "prices per GPU-hour"
+    listed = all(g in GPUS and GPUS[g].price_per_gpu_hour_usd == v for g, v in prices.items())
+    return "on-demand list prices" if listed else "prices given to the plan"
