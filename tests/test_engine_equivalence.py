@@ -867,6 +867,8 @@ def _random_heavy_case(rnd, kind: str) -> dict:
         return _random_instant(rnd, kw)
     if kind == "held":
         return _random_held(rnd, kw)
+    if kind == "closed":
+        return _random_closed(rnd, kw)
     if rnd.random() < 0.3:
         kw["cost.engine"] = "vllm-v0"
     if rnd.random() < 0.2:
@@ -1113,8 +1115,58 @@ def _random_instant(rnd, kw: dict) -> dict:
     return kw
 
 
+def _random_closed(rnd, kw: dict) -> dict:
+    """Closed-loop clients (think time 0 often) over 2 or 3 replicas, with two classes (queue
+    orders, admission, a class-aware router) or a prefix cache (sessions, fixed think times, or
+    shared prefixes), steps of one fixed length (HF eager, or ``GRID_STEPS``' 2**-6 s): requests
+    sent at one instant by different clients meet idle replicas and step ends (2 of 400 such
+    scenarios differed before idle replicas decided at the end of the instant)."""
+    kw.update({"cost.engine": rnd.choice(["hf-eager", "hf-eager", "trt-llm", "vllm-v0", "vllm-v1"]),
+               "workload.num_requests": rnd.choice([80, 150]), "memory.block_size": rnd.choice([8, 16]),
+               "memory.num_gpu_blocks": rnd.choice([None, None, 150, 400]),
+               "policy.name": rnd.choice(["continuous", "chunked_prefill"]),
+               "policy.max_num_seqs": rnd.choice([2, 4, 16, 64]),
+               "policy.max_num_batched_tokens": rnd.choice([512, 8192]),
+               "policy.prefix_caching": rnd.random() < 0.7, "cluster.replicas": rnd.choice([2, 3, 3]),
+               "workload.prompt_tokens": {"dist": "lognormal", "mean": rnd.choice([7, 30, 200]), "sigma": 0.8},
+               "workload.output_tokens": rnd.choice([{"dist": "fixed", "value": 8},
+                                                     {"dist": "lognormal", "mean": rnd.choice([3, 20]), "sigma": 0.8}]),
+               "workload.arrival": {"process": "closed_loop", "clients": rnd.choice([3, 5, 8, 16]),
+                                    "think_time_s": rnd.choice([0.0, 0.0, 0.125, 0.5]), "think": "fixed"}})
+    routers = ["round_robin", "least_outstanding_tokens", "least_kv_usage", "power_of_two", "prefix_aware"]
+    if rnd.random() < 0.4:
+        kw.update(two_classes(rnd.choice([0.5, 0.8])))
+        for c in kw["workload.classes"]:
+            c["prompt_tokens"] = {"dist": "lognormal", "mean": rnd.choice([20, 300]), "sigma": 0.6, "max": 2000}
+            c["output_tokens"] = {"dist": "fixed", "value": rnd.choice([4, 16])}
+        routers.append("class_aware")
+        if rnd.random() < 0.5:
+            kw["policy.queue"] = {"order": rnd.choice(["priority", "sjf", "sjf_predicted", "edf", "fcfs"])}
+            if kw["policy.queue"]["order"] == "edf":
+                kw["slo.ttft_s"] = 2.0
+        if rnd.random() < 0.3:
+            kw["policy.admission"] = rnd.choice([{"ttft_slo": True}, {"max_queue": 3, "classes": ["batch"]}])
+        if kw["policy.prefix_caching"]:
+            kw["workload.shared_prefix"] = {"tokens": rnd.choice([16, 128]), "fraction": rnd.choice([0.5, 1.0]),
+                                            "groups": rnd.choice([2, 8])}
+    elif kw["policy.prefix_caching"]:
+        if rnd.random() < 0.7:
+            kw["workload.sessions"] = {"turns": {"dist": "uniform", "min": 1, "max": 4},
+                                       "think_time_s": rnd.choice([0.0, 0.2, 0.25]), "think": "fixed"}
+        else:
+            kw["workload.shared_prefix"] = {"tokens": rnd.choice([16, 128]), "fraction": 1.0,
+                                            "groups": rnd.choice([2, 8])}
+    kw["cluster.router"] = rnd.choice(routers)
+    if kw["cluster.router"] == "class_aware" and rnd.random() < 0.5:
+        kw["cluster.class_replicas"] = [{"name": "batch", "replicas": [kw["cluster.replicas"] - 1]}]
+    if rnd.random() < 0.4:
+        kw.update({k: v for k, v in GRID_STEPS.items() if k.startswith("cost.")})
+        kw["cost.engine"] = rnd.choice(["vllm-v0", "vllm-v1", "trt-llm"])
+    return {k: v for k, v in kw.items() if v is not None or k.startswith(("workload.prompt", "workload.output"))}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["pd", "prefix", "window", "static", "mix", "held", "instant"])
+@pytest.mark.parametrize("kind", ["pd", "prefix", "window", "static", "mix", "held", "instant", "closed"])
 def test_fast_engine_matches_reference_under_pressure(kind):
     """40 random scenarios of 300 requests each (a new seed each run, printed): P/D splits whose
     decode pool fills, prefix caches that fill the free blocks, where runs of decode steps are
@@ -1123,7 +1175,9 @@ def test_fast_engine_matches_reference_under_pressure(kind):
     above had missed, static batching's queue under async scheduling (arrivals during a batch's
     last step; 2 of 40 window scenarios, 1 of 60 static ones), and reservations dropped under
     priority order (1 of 320 random mixes); ``instant`` sweeps events that meet at the very same
-    instant (see ``_random_instant``), where the engines once ordered them differently."""
+    instant (see ``_random_instant``), where the engines once ordered them differently;
+    ``closed`` closed loops with classes or prefix caches over several replicas
+    (``_random_closed``), where idle replicas once decided between two sends of one instant."""
     import random
     import time
 
