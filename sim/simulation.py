@@ -896,9 +896,11 @@ def keep_up(workload, req_cols) -> dict | None:
     ``metrics.keep_up_ratio``: servesim capacity's keep-up rule), that window's length and the
     median E2E. Once the run is past its warm-up, the requests in flight at the window's end stand
     for those in flight at its start, so the ratio is about 1 when the deployment keeps up and
-    about capacity / offered rate when the backlog grows; a window shorter than the requests'
-    service may not be past the warm-up, which also leaves a backlog: ``warmup`` is how far the
-    ratio falls short for that alone (``metrics.keep_up_warmup``); ``output_tokens_per_s``, the
+    about capacity / offered rate when the backlog grows; but the requests being served at the
+    two ends differ too (a window shorter than the requests' service is not past the warm-up; on a
+    short run the arrivals bunch by chance): ``warmup`` is how far the ratio falls short for those
+    alone, with no queue at all, each request leaving a service time after it arrived
+    (``metrics.keep_up_warmup``); ``output_tokens_per_s``, the
     output tokens emitted in that window per second (``metrics.window_output_tokens``: the
     throughput at the run's load, without the drain). None for arrivals that are not
     open-loop (closed-loop clients wait for their replies; all_at_once is one batch) or too few."""
@@ -916,7 +918,9 @@ def keep_up(workload, req_cols) -> dict | None:
     done = is_completed(req_cols)
     t0, t1 = w  # (a ratio was found: there are enough arrivals)
     window = t1 - t0
-    warm = keep_up_warmup(window, (req_cols["finish_s"] - req_cols["scheduled_s"])[done])
+    served = np.where(done, req_cols["finish_s"] - req_cols["scheduled_s"],
+                      np.where(req_cols["status"] == "rejected", 0.0, np.nan))  # (rejected: leaves at once)
+    warm = keep_up_warmup(arrival, served, w)
     tokens = window_output_tokens(req_cols["first_token_s"][done], req_cols["finish_s"][done],
                                   req_cols["output_tokens"][done], t0, t1)
     return {"ratio": float(ratio), "window_s": window,

@@ -344,14 +344,36 @@ def test_a_probe_that_completes_nothing_meets_nothing(tmp_path):
     assert ev["keeps_up"] and not ev["meets"]
 
 
-def test_keep_up_warmup_is_the_mean_overhang_of_service_past_the_window():
-    from servesim.outputs.metrics import keep_up_warmup, keep_up_window
+def test_keep_up_warmup_is_the_shortfall_of_the_runs_own_arrivals_served_with_no_queue():
+    from servesim.outputs.metrics import keep_up_ratio, keep_up_warmup, keep_up_window
 
-    # served in 0.5 s: counted in full; 1.5 s: half its arrivals leave after the window; 3 s: none
-    # of those arriving in the window leave within it (clipped at 1); NaN (not completed): left out
-    assert keep_up_warmup(1.0, np.array([0.5, 1.5, 3.0, np.nan])) == pytest.approx(0.5)
-    assert keep_up_warmup(1.0, np.array([0.2, 1.0])) == 0.0
-    assert np.isnan(keep_up_warmup(0.0, np.array([1.0])))
+    # arrivals spread evenly over two windows, every request served in S: those served in S > W
+    # cannot leave within the window, the shortfall (S - W) / W (clipped at 1); S <= W: none
+    a = np.arange(0.0, 2000.0) / 1000  # 2 s of arrivals, the window (1, 1.999]
+    w = keep_up_window(a)
+    span = w[1] - w[0]
+    for s, short in ((0.5, 0.0), (1.0, 0.0), (1.5, (1.5 - span) / span), (3.0, 1.0)):
+        assert keep_up_warmup(a, np.full(len(a), s), w) == pytest.approx(short, abs=0.005)
+    # served quickly, but the arrivals bunch at the window's end: half of the window's arrivals
+    # come in its last 0.1 s and are still being served at its end; a deployment with no queue at
+    # all reads that ratio, so all of the shortfall is excused
+    b = np.sort(np.concatenate([np.linspace(0.0, 1.0, 101), np.linspace(1.01, 1.89, 50), np.linspace(1.9, 2.0, 50)]))
+    wb = keep_up_window(b)
+    service = np.full(len(b), 0.205)  # (off the grid of arrivals: no ties at the edges)
+    ratio = keep_up_ratio(b, b + service, wb)
+    assert ratio < 0.9 and keep_up_warmup(b, service, wb) == pytest.approx(1 - ratio)
+    # service times that lengthen through the run (the batch growing with a backlog) are what the
+    # ratio is to catch: each request's service is drawn from the run's, not taken as its own
+    grow = 0.1 + 0.4 * a
+    assert keep_up_ratio(a, a + grow, w) < 0.75 and keep_up_warmup(a, grow, w) < 0.01
+    # not completed (NaN): left out of the service times; none served: unknown
+    assert keep_up_warmup(b, np.where(b > 1.5, np.nan, 0.205), wb) == pytest.approx(1 - ratio)
+    assert np.isnan(keep_up_warmup(b, np.full(len(b), np.nan), wb))
+    # more leave than arrive with no queue (arrivals thinning toward the end): 0, never negative
+    c = np.concatenate([np.linspace(0.0, 1.0, 101), np.linspace(1.01, 1.1, 50), np.linspace(1.11, 2.0, 50)])
+    assert keep_up_ratio(c, c + service, keep_up_window(c)) > 1
+    assert keep_up_warmup(c, service, keep_up_window(c)) == 0.0
+    assert np.isnan(keep_up_warmup(np.arange(3.0), np.ones(3), None))
     assert keep_up_window(np.array([3.0, 0.0, 1.0, 2.0, 5.0])) == (2.0, 5.0)  # middle arrival 2 s, last 5 s
 
 

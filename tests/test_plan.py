@@ -919,10 +919,13 @@ def test_plan_refuses_class_replicas_up_front(tmp_path, capsys):
     assert not (tmp_path / "p").exists()
 
 
-def test_a_plan_of_runs_too_short_to_judge_keeping_up_names_the_cause_and_the_fix(tmp_path, capsys):
-    """``servesim plan --requests 60`` called every shape infeasible ("fails at R with every unit
-    count up to 64") without saying that only the keep-up rule failed, on runs too short for it to
-    judge (its ratio over 10 arrivals is noise, however many units serve them), nor what to give."""
+def test_a_plan_of_short_runs_short_of_keeping_up_by_their_own_arrivals_runs_them_longer(tmp_path, capsys):
+    """``servesim plan --requests 20`` at 4 req/s called the shape infeasible ("fails at R with
+    every unit count up to 2 ... only the keep-up rule, in runs of 20 requests: too short to judge
+    it"), where one H100 serves about 14 req/s: over 10 arrivals the ratio is the arrivals' own
+    noise. The rule allows for what the run's own arrivals and service times make with no queue
+    (``metrics.keep_up_warmup``), so such a run is too short to tell and is run again longer, as
+    capacity's probes are, and one unit meets."""
     from servesim.cli.main import main
 
     f = tmp_path / "s.yaml"
@@ -931,17 +934,13 @@ def test_a_plan_of_runs_too_short_to_judge_keeping_up_names_the_cause_and_the_fi
     assert main(["plan", str(f), "--rate", "4", "--slo", SLO, "--tp", "1", "--policies", "continuous",
                  "--seeds", "1", "--requests", "20", "--probe-requests", "20", "--max-gpus", "2", "--tol", "0.09",
                  "--max-probes", "6", "--verify-top", "0", "--workers", "1", "--quiet", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    capsys.readouterr()
     doc = json.loads((out / "plan.json").read_text())
     (c,) = doc["candidates"]
-    assert c["status"] == "infeasible"
-    last = max(c["runs"], key=lambda r: r["units"])
-    assert last["units"] == 2 and {w["limit"] for s in last["seeds"] for w in s["why"]} == {"keep_up"}
-    # the reason names the check that failed, the note the cause and a valid fix
-    assert "falls behind" in c["reason"] and "only the keep-up rule" in c["reason"]
-    fix = "Give --requests 1200 or more"  # (the plan's own default at 4 req/s: 300 s of arrivals)
-    assert "too short to judge it" in printed and fix in printed and "--keep-up 0" in printed
-    assert fix in (out / "report.md").read_text()
+    assert c["status"] == "feasible"
+    (run,) = [r for r in c["runs"] if r["units"] == 1]
+    (seed,) = run["seeds"]
+    assert run["meets"] and seed["requests"] > 20 and seed["keep_up"] >= 0.9  # run again, longer
 
 
 def test_the_short_run_note_is_only_for_keep_up_alone_in_short_runs():

@@ -17,9 +17,10 @@ Each warning is ``{"code": ..., "message": ...}``:
   per request that arrived (``summary["workload"]["keep_up"]``; open-loop arrivals, at least
   ``KEEP_UP_MIN_REQUESTS`` requests): the backlog grew through the run, so its latencies depend
   on its length instead of settling. The offered rate is above what the deployment serves, or,
-  when requests served in longer than that half of the arrivals lasts could make the whole
-  shortfall by themselves (``keep_up["warmup"]``), the run may instead be too short to tell (the
-  message says which). Not shown with ``unfinished``, which says it already;
+  when the run's own arrivals and service times with no queueing could make the whole shortfall
+  by themselves (``keep_up["warmup"]``: requests served in longer than that half of the arrivals
+  lasts, or arrivals that bunch by chance), the run may instead be too short to tell (the message
+  says which). Not shown with ``unfinished``, which says it already;
 - ``head_of_line``: with whole-prompt admission, prompts at the head of the queue that fit the token
   budget only alone (not next to the running decodes) waited at least ``HEAD_OF_LINE_SHARE`` of the
   run's replica time (``summary["head_of_line"]``); the queue behind them waited too, or with
@@ -292,14 +293,16 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
         offered = summary["workload"].get("offered_rps") or 0.0
         e2e = keep["median_e2e_s"]
         warm = keep.get("warmup")
-        # the shortfall the run's length alone explains (requests served in longer than the window
-        # lasts): all of it -> too short to tell; not all of it even so -> the backlog grew
+        # the shortfall the run's own arrivals and service times explain with no queueing (requests
+        # served in longer than the window lasts, arrivals bunched by chance): all of it -> too short
+        # to tell; not all of it even so -> the backlog grew
         short = too_short_to_tell(keep["ratio"], warm)
         rate = f"the offered {offered:.3g} req/s is above what the deployment serves"
         left = f"over the second half of the arrivals, requests left at {keep['ratio']:.0%} of the rate they arrived"
         msg = (f"{left}: either the backlog grew through the run ({rate}) or the run is too short to tell: that "
-               f"half lasts {keep['window_s']:.3g} s, and requests that take longer to serve (the median E2E is "
-               f"{e2e:.3g} s) make a shortfall of up to {warm:.0%} by themselves; run more requests to tell"
+               f"half lasts {keep['window_s']:.3g} s (the median E2E is {e2e:.3g} s), and with no queue at all, each "
+               f"request leaving a service time after it arrived, the run's arrivals and service times make a "
+               f"shortfall of up to {warm:.0%} by themselves; run more requests to tell"
                if short else
                f"the backlog grew through the run: {left}, so its latencies depend on workload.num_requests "
                f"instead of settling; {rate} (lower the rate or add replicas; servesim capacity finds the highest "

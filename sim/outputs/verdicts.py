@@ -301,7 +301,7 @@ def study_warnings(rows: list, key: str = "label") -> list:
             out.append({"code": "failed", "message": f"{_row_name(r, key)} did not run: {not_run_text(r)}"})
     behind = [r for r in rows if r.get("status") == "ok" and r.get("keep_up") is not None
               and r["keep_up"] < KEEP_UP]
-    # (a shortfall that requests served in longer than the window make by themselves, keep_up_warmup,
+    # (the shortfall the runs' own arrivals and service times make with no queueing, keep_up_warmup,
     # could be all of it: those runs are too short to tell, see servesim.outputs.checks)
     grew = [r for r in behind if fell_behind(r)]
     unsure = [r for r in behind if r not in grew]
@@ -314,8 +314,8 @@ def study_warnings(rows: list, key: str = "label") -> list:
                        "through the run, so those latencies depend on the run's length rather than settling")
         if unsure:
             msg.append(f"{', '.join(_row_name(r, key) for r in unsure)} fell as short ({what}), but their runs are too "
-                       "short to tell whether they keep up: requests served in longer than that half lasts make the "
-                       "shortfall by themselves (keep_up_warmup); more requests tell")
+                       "short to tell whether they keep up: with no queue at all, their own arrivals and service "
+                       "times make that shortfall by themselves (keep_up_warmup); more requests tell")
         out.append({"code": "not_keeping_up", "message": "; ".join(msg)})
     if rows and not any(r.get("seeds") for r in rows) and len({r.get(key) for r in rows}) > 1:
         out.append({"code": "one_seed",

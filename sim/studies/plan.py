@@ -188,9 +188,10 @@ class Planner:
     def verify(self, c: Candidate, units: int) -> dict:
         """Run ``units`` units of ``c`` at R with every seed (reusing finished runs); the verdict.
         A seed's run too short to tell whether it keeps up (``evaluate``'s too_short: it meets
-        every other limit, and requests served in longer than its keep-up window lasts could make
-        its shortfall by themselves) runs again longer, as ``servesim capacity``'s probes do, up to
-        ``MAX_LONGER`` x the requests at R; results.csv keeps the shorter run with ``rerun``."""
+        every other limit, and with no queue at all its own arrivals and service times could make
+        its shortfall by themselves, ``metrics.keep_up_warmup``) runs again longer, as ``servesim
+        capacity``'s probes do, up to ``MAX_LONGER`` x the requests at R; results.csv keeps the
+        shorter run with ``rerun``."""
         done = c.verified(units)
         if done is not None:
             return done
