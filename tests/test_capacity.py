@@ -792,3 +792,23 @@ def test_capacity_report_peak_goodput_is_at_a_probe_the_search_judged_to_meet(tm
     at = float(line.split("(at ")[1].split(" req/s")[0])
     met = {p["rate_rps"] for p in cap["probes"] if p["meets"]}
     assert any(abs(at - r) <= 0.0005 * r for r in met), (line, sorted(met))
+
+
+def test_the_lower_bound_note_names_what_made_the_probes_too_short():
+    """A probe still too short to tell at MAX_LONGER x --probe-requests makes the answer a lower
+    bound. The note said "a request takes up to X s to serve (p99), longer than the W s over which
+    keeping up is counted" even where X < W (the shortfall the arrivals themselves make with no
+    queue, keep_up_warmup, is what excused it): it now says which."""
+    from types import SimpleNamespace
+
+    from servesim.studies.capacity import _too_short_note
+
+    def note(p99, window):
+        ev = {"requests": 6400, "service_p99_s": p99, "keep_up_window_s": window, "keep_up_warmup": 0.12}
+        return _too_short_note(SimpleNamespace(short={20.0}, results={20.0: ev}), 10.0)
+
+    long = note(30.0, 10.0)
+    assert "takes up to 30 s to serve (p99), longer than the 10 s" in long and "lower bound" in long
+    short = note(2.0, 10.0)
+    assert "longer than" not in short and "no queueing, leave a shortfall of 12%" in short
+    assert "lower bound" in short
