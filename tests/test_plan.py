@@ -1044,3 +1044,113 @@ def test_the_cost_axis_says_whose_prices_it_draws():
     assert _price_source({"prices_usd_per_gpu_hour": {"h100-sxm": listed}}) == "on-demand list prices"
     for given in ({"h100-sxm": listed + 1.0}, {"h100-sxm": listed, "my-gpu.yaml": 1.0}):
         assert _price_source({"prices_usd_per_gpu_hour": given}) == "prices given to the plan"
+
+
+# ---------------------------------------------------------------- the unit search
+def _walk(meets, k: int, floor: int, max_units: int):
+    """The one-count-at-a-time walk ``fewest_units`` replaced: down while the count below meets,
+    up until one meets; None when ``max_units`` fails."""
+    if meets(k):
+        while k - 1 >= floor and meets(k - 1):
+            k -= 1
+        return k
+    while not meets(k):
+        if k + 1 > max_units:
+            return None
+        k += 1
+    return k
+
+
+def _search(meets, k: int, min_units: int, max_units: int):
+    """``Planner.fewest_units`` on verdicts ``meets(units)``: (its answer, the counts it ran)."""
+    from types import SimpleNamespace
+
+    from servesim.studies.plan import Candidate, Planner
+
+    c = Candidate("x", Shape("colocated", "h100-sxm", 1), "ok", min_units=min_units)
+    ran = []
+
+    def verify(c, units):
+        done = c.verified(units)
+        if done is None:
+            ran.append(units)
+            done = {"units": units, "meets": meets(units), "seeds": []}
+            c.runs.append(done)
+        return done
+
+    pl = SimpleNamespace(verify=verify, infeasible_reason=lambda c, k, run: f"fails at {k}")
+    return Planner.fewest_units(pl, c, k, max_units), ran, c
+
+
+@pytest.mark.parametrize("max_units", [1, 2, 7, 16, 64])
+def test_the_unit_search_finds_what_the_walk_found_in_fewer_runs(max_units):
+    """Where more units never turn a meeting deployment into a failing one, the doubling and
+    bisection search answers the count the one-at-a-time walk answered, from every start, floor
+    and first meeting count (none: infeasible), with the count below the answer run and failing
+    (the plan's "one unit fewer"), and never more than ~2 log2(max_units) runs past the walk's
+    one-step cases."""
+    for first in list(range(1, max_units + 1)) + [None]:  # the fewest units that meet; None: no count does
+        def meets(u):
+            return first is not None and u >= first
+
+        for min_units in sorted({1, 2, max_units // 3, max_units} & set(range(1, max_units + 1))):
+            for k in range(min_units, max_units + 1):
+                got, ran, c = _search(meets, k, min_units, max_units)
+                want = _walk(meets, k, min_units, max_units)
+                assert got == want, (first, min_units, k)
+                assert len(ran) == len(set(ran)) and all(min_units <= u <= max_units for u in ran)
+                assert len(ran) <= 2 * math.ceil(math.log2(max_units + 1)) + 2, (first, min_units, k, ran)
+                if got is None:
+                    assert c.status == "infeasible" and max_units in ran
+                elif got - 1 >= min_units:
+                    assert got - 1 in ran and not meets(got - 1)
+
+
+def test_an_infeasible_shape_costs_log_runs_not_one_per_unit_count(tmp_path):
+    """A shape no count meets (here runs too short to judge keeping up, which more replicas do not
+    cure) walked up one unit at a time to --max-gpus: 15 unit counts x the seeds at --max-gpus 16
+    (63 x seeds, ~40 s, at the default 64). It now doubles its way up."""
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    opts = PlanOptions(rate_rps=4.0, slo=SLO, gpus=("h100-sxm",), tps=(1,), policies=("continuous",), pd_ratios=(),
+                       max_gpus=16, seeds=1, probe_requests=20, requests=20, max_probes=6, tol=0.09, verify_top=0)
+    doc = run_plan(f, opts, tmp_path / "plan", ex=QUIET).doc
+    (c,) = doc["candidates"]
+    assert c["status"] == "infeasible"
+    counts = [r["units"] for r in c["runs"]]
+    assert max(counts) == 16 and not any(r["meets"] for r in c["runs"])
+    assert len(counts) <= 2 + math.ceil(math.log2(16)), counts
+    assert f"ran {', '.join(map(str, counts))}" in c["reason"] and "falls behind" in c["reason"]
+
+
+def test_a_feasible_shapes_answer_is_the_walks(tmp_path, monkeypatch):
+    """A limit just above one decode step alone (TPOT 6.64 ms on an idle H100): one unit's capacity
+    is near 0, so the estimate is far from the answer (one unit; the most --max-gpus allows with a
+    longer capacity search). The plan with the search and with the one-at-a-time walk answers the
+    same units, objective and ranking."""
+    from servesim.studies.plan import Planner
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    opts = PlanOptions(rate_rps=2.0, slo="ttft_p99=0.5,tpot_p99=6.7ms", gpus=("h100-sxm",), tps=(1,),
+                       policies=("continuous",), pd_ratios=(), max_gpus=8, seeds=1, probe_requests=100,
+                       requests=100, verify_top=0, max_probes=6, tol=0.09)
+    new = run_plan(f, opts, tmp_path / "plan", ex=QUIET).doc
+
+    def walk(self, c, k, max_units):
+        def meets(u):
+            return self.verify(c, u)["meets"]
+        got = _walk(meets, k, max(1, c.min_units), max_units)
+        if got is None:
+            c.status = "infeasible"
+        return got
+
+    monkeypatch.setattr(Planner, "fewest_units", walk)
+    # (into the same folder: the runs are content-hashed, so the walk reuses the capacity search and
+    # the runs at R the search made, and simulates only the counts it adds)
+    old = run_plan(f, opts, tmp_path / "plan", ex=QUIET).doc
+    (a,), (b,) = new["candidates"], old["candidates"]
+    assert b["status"] == "feasible" and b["units"] >= 3
+    assert (a["status"], a["units"], a["objective"]) == (b["status"], b["units"], b["objective"])
+    assert new["answer"] == old["answer"] and new["ranking"] == old["ranking"]
+    assert [r["units"] for r in a["runs"]] != [r["units"] for r in b["runs"]]  # (by different paths)

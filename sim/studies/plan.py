@@ -13,10 +13,12 @@ The search (``run_plan``):
 3. A shape is evaluated by a capacity search of one unit per seed (``intervals.capacity_interval``:
    the mean and a t-interval across seeds), which estimates the units R needs
    (``ceil(R / capacity)``, at least ``min_units``); that many units are then run at R with every
-   seed, and units are added until every seed meets the SLO or removed while every seed still
-   does, so the answer is the fewest units that met with every seed, and the run with one unit
-   fewer (when simulated) is the failure that shows it. A run too short to tell whether it keeps
-   up is run again longer (``Planner.verify``, as capacity's probes).
+   seed, and ``Planner.fewest_units`` steps away from it in doubling steps (up while every seed
+   does not meet, down while every seed does) until the verdict changes, then bisects, so the
+   answer is the fewest units that met with every seed, and the run with one unit fewer (when
+   simulated) is the failure that shows it. A shape no count meets costs ~log2(--max-gpus) runs,
+   not one per count. A run too short to tell whether it keeps up is run again longer
+   (``Planner.verify``, as capacity's probes).
 4. The best ``verify_top`` configurations get a capacity search of the whole deployment with
    every seed (their capacity interval and headroom at R); the others' capacity is units x the
    unit's capacity (marked as an estimate).
@@ -253,10 +255,12 @@ class Planner:
 
     def infeasible_reason(self, c: Candidate, k: int, run: dict) -> str:
         """Why no unit count up to ``k`` (the most --max-gpus allows) met: the limits the run at
-        ``k`` broke (``plandoc.short_run_note`` adds the fix when all it broke is the keep-up rule
-        in runs too short to judge it)."""
-        text = (f"fails at R with every unit count up to {k} ({c.shape.gpus(k)} GPUs, --max-gpus); at {k}: "
-                + "; ".join(_reasons(run)))
+        ``k`` broke, and the counts run on the way (``fewest_units``: fewer units than one that
+        fails carry more load each); ``plandoc.short_run_note`` adds the fix when all it broke is
+        the keep-up rule in runs too short to judge it."""
+        tried = ", ".join(str(r["units"]) for r in c.runs)
+        text = (f"fails at R with {k} unit(s) ({c.shape.gpus(k)} GPUs), the most --max-gpus allows, and so with "
+                f"fewer (ran {tried}); at {k}: " + "; ".join(_reasons(run)))
         if short_runs_only(c.runs, self.n_rate, self.opts.keep_up):
             text += f" (only the keep-up rule, in runs of {self.n_rate} requests: too short to judge it)"
         return text
@@ -313,25 +317,58 @@ class Planner:
         cap = min(ci.interval.samples)  # every seed must meet: size for the seed with the least capacity
         k = max(c.min_units, math.ceil(R / cap * (1 - 1e-9)) if cap > 0 else c.min_units)
         k = min(k, max_units)
-        run = self.verify(c, k)
-        if run["meets"]:
-            # below the bound's minimum no count can meet: the next-cheaper check simulates one anyway
-            while k - 1 >= max(1, c.min_units) and self.verify(c, k - 1)["meets"]:
-                k -= 1
-        else:
-            while not run["meets"]:
-                if k + 1 > max_units:
-                    c.status = "infeasible"
-                    c.reason = self.infeasible_reason(c, k, run)
-                    return
-                k += 1
-                run = self.verify(c, k)
+        k = self.fewest_units(c, k, max_units)
+        if k is None:
+            return
         c.status, c.units = "feasible", k
         c.objective = self.objective_of(c, k, c.verified(k))
         # estimated: k units x one unit's capacity, per seed; k units met at R with every seed, so
         # no seed's capacity is below R, nor is their mean
         iv = t_interval([max(x * k, R) for x in ci.interval.samples])
         c.capacity = {**_interval_dict(replace(iv, low=max(iv.low, R)), False)}
+
+    def fewest_units(self, c: Candidate, k: int, max_units: int) -> int | None:
+        """The fewest units of ``c`` that meet at R with every seed, searched from the estimate
+        ``k``: doubling steps away from it (k+1, k+2, k+4, ... while the runs fail, k-1, k-2,
+        k-4, ... while they meet, never below ``min_units``, never above ``max_units``) until the
+        verdict changes, then bisection between the last count that failed and the first that
+        met. The answer meets and the count one below it failed (or is below the bound's
+        minimum), as the one-at-a-time walk it replaces found; it is the same count as that walk's
+        where more units never turn a meeting deployment into a failing one (the same requests
+        spread over more replicas of the same shape: each carries less load). What changes is the
+        cost of a shape no count meets: ~log2(max_units) runs at R instead of every count up to
+        --max-gpus (up to 64 runs x seeds for one infeasible shape at --max-gpus 64). ``None``: not even
+        ``max_units`` met; the shape is marked ``infeasible``."""
+        floor = max(1, c.min_units)  # below the bound's minimum no count can meet (not run)
+        if self.verify(c, k)["meets"]:
+            lo, hi, step = floor - 1, k, 1
+            while hi > floor:
+                x = max(k - step, floor)
+                if not self.verify(c, x)["meets"]:
+                    lo = x
+                    break
+                hi, step = x, step * 2
+        else:
+            lo, hi, step = k, None, 1
+            while hi is None:
+                x = min(k + step, max_units)
+                if x <= lo:  # (k is already the most --max-gpus allows)
+                    break
+                if self.verify(c, x)["meets"]:
+                    hi = x
+                else:
+                    lo, step = x, step * 2
+            if hi is None:
+                c.status = "infeasible"
+                c.reason = self.infeasible_reason(c, lo, c.verified(lo))
+                return None
+        while hi - lo > 1:  # bisection: lo failed (or is below the bound), hi met
+            mid = (lo + hi) // 2
+            if self.verify(c, mid)["meets"]:
+                hi = mid
+            else:
+                lo = mid
+        return hi
 
     # ------------------------------------------------------------ plan.json
     def candidate_dict(self, c: Candidate) -> dict:
