@@ -168,6 +168,37 @@ def test_an_arrival_column_read_as_seconds_for_want_of_a_unit_is_warned(tmp_path
     assert summary["workload"].get("trace_unit_guessed") == warned
 
 
+@pytest.mark.parametrize("text, extra, why", [
+    ("timestamp,prompt_tokens,output_tokens\n2024-05-10T00:00:00,100,10\n2024-05-10T00:00:00.5,200,20\n", {},
+     "holds timestamps"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,100,10\n2023-11-16 18:00:04,200,20\n", {},
+     "holds timestamps"),
+    ("timestamp,prompt_tokens,output_tokens\n0,100,10\n4,200,20\n",
+     {"arrival": {"process": "poisson", "rate_rps": 1.0}}, "arrivals come from workload.arrival"),
+    ("timestamp,prompt_tokens,output_tokens\n0,100,10\n4,200,20\n", {}, None),
+])
+def test_a_trace_time_unit_never_read_is_a_no_effect(tmp_path, capsys, text, extra, why):
+    """workload.trace.time_unit on a trace of ISO / Azure timestamps (or with arrivals drawn from
+    workload.arrival) changed nothing and said nothing: the user's 'ms' looked applied. It is a
+    no_effect warning in run and validate, as other settings the run never reads; numbers read
+    in the unit are not warned."""
+    (tmp_path / "t.csv").write_text(text)
+    trace = {"path": str(tmp_path / "t.csv"), "time_unit": "ms"}
+    if text.startswith("timestamp"):
+        trace["columns"] = {"arrival": "timestamp"}
+    p = scenario_file(tmp_path, workload={"num_requests": 2, "trace": trace, **extra})
+    rc = main(["validate", str(p)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    said = [line for line in out.splitlines() if "workload.trace.time_unit=ms changes nothing" in line]
+    assert len(said) == (1 if why else 0), out
+    assert not why or why in said[0]
+    assert main(["run", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    hits = [w for w in summary["warnings"] if w["code"] == "no_effect" and "workload.trace.time_unit" in w["message"]]
+    assert len(hits) == (1 if why else 0), summary["warnings"]
+
+
 @pytest.mark.parametrize("name, encoding, says", [
     ("t.csv", "utf-16", "t.csv: a UTF-16 (little-endian) text file (it begins with the byte-order mark 0xfffe)"),
     ("t.jsonl", "utf-16-be", "t.jsonl: a UTF-16 (big-endian) text file (it begins with the byte-order mark 0xfeff)"),

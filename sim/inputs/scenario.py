@@ -283,7 +283,7 @@ class Trace:
     columns: Optional[TraceColumns] = _f(None, doc="column names for csv/jsonl (or to override a format's)")
     time_unit: Optional[Literal["s", "ms", "us", "ns"]] = _f(
         None, doc="null: the arrival column's name's suffix (arrival_ms: ms), else the format's "
-                  "(ms for mooncake, else s)")
+                  "(ms for mooncake, else s); numbers only (timestamps carry their own unit)")
     hash_block_tokens: int = _f(512, gt=0, le=1 << 20, doc="tokens per block hash id (mooncake: 512)")
     speedup: float = _f(1.0, ge=1e-6, le=1e6, doc="divide the trace's times by this")
     start_s: Optional[float] = _f(None, ge=0, le=MAX_TRACE_S, doc="window start, seconds after the trace's first row")

@@ -47,7 +47,8 @@ Each warning is ``{"code": ..., "message": ...}``:
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
   another packaged policy's, ``skip_unfit_prompts`` without whole-prompt admission beside decodes,
   a queue's predictor or ``preempt_running`` under an order that does not read it, pipeline overlap
-  without stages, a router whose rule reads what the scenario does not give: ``prefix_aware``
+  without stages, a trace's ``time_unit`` with no number read in it (timestamps, drawn arrivals),
+  a router whose rule reads what the scenario does not give: ``prefix_aware``
   without ``policy.prefix_caching``, ``class_aware`` without ``cluster.class_replicas``), a
   ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` entry for a GPU the deployment
   does not run (``cost_mapping_warnings``): the run is the one without it.
@@ -104,6 +105,7 @@ def no_effect_warnings(scenario) -> list:
                                                     "overlaps pipeline stages' micro-batches); the run is the one "
                                                     "without it"})
     out += router_no_effect_warnings(scenario)
+    out += trace_unit_no_effect_warnings(scenario)
     if pol.runs_plugin():
         return out
     default = Policy()
@@ -147,6 +149,28 @@ def no_effect_warnings(scenario) -> list:
                                        "(it configures a P/D split, policy.name=pd_split); the run is the one "
                                        "without it"})
     return out
+
+
+def trace_unit_no_effect_warnings(scenario) -> list:
+    """``no_effect`` for ``workload.trace.time_unit`` where no number of the arrival column is read
+    in it: arrivals drawn from ``workload.arrival`` (the trace gives lengths only), or an arrival
+    column of timestamps (ISO / Azure date-times, which carry their own unit)."""
+    w = scenario.workload
+    t = getattr(w, "trace", None)
+    if t is None or t.time_unit is None:
+        return []
+    if w.arrival is not None:
+        why = ("arrivals come from workload.arrival, so the trace's arrival column is not read (the trace "
+               "gives lengths only)")
+    else:
+        from servesim.inputs.workload import load_trace
+
+        if not load_trace(w).arrival_timestamps:
+            return []
+        why = ("the trace's arrival column holds timestamps (date-times), which carry their own unit; "
+               "time_unit applies to numbers only")
+    return [{"code": "no_effect", "message": f"workload.trace.time_unit={t.time_unit} changes nothing: {why}; "
+                                             "the run is the one without it"}]
 
 
 def router_no_effect_warnings(scenario) -> list:
