@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -546,9 +547,20 @@ def num_gpus(data: dict) -> int:
 
 
 def gpu_label(gpu) -> str:
-    """A GPU as titles name it: its catalog name, or a GPU YAML's file name without the folder and
-    the ``.yaml``."""
-    return str(gpu).split("/")[-1].replace(".yaml", "")
+    """A GPU as titles name it: the name the run gives it (summary.json's, the economics line's):
+    its catalog name, or a GPU YAML's ``name:`` (else what the loader names it, ``<base>-custom``
+    or the file's name); a file no longer readable (a run folder read elsewhere) by its file name
+    without the folder and the ``.yaml``."""
+    from servesim.errors import InputError
+    from servesim.inputs.specs import GPUS, get_gpu
+
+    g = str(gpu)
+    if g in GPUS:
+        return g
+    try:
+        return get_gpu(g).name
+    except (InputError, OSError, ValueError):
+        return re.sub(r"\.ya?ml$", "", g.replace("\\", "/").split("/")[-1])
 
 
 def _pd_pools(data: dict) -> list[tuple[int, int, str]] | None:

@@ -1,0 +1,64 @@
+"""A GPU YAML file goes by one name everywhere: the name its loader gives it (``name:``, else
+``<base>-custom``, else the file's name), in validate's line, summary.json, the economics line,
+report and figure titles."""
+
+import json
+
+import yaml
+
+from servesim.cli.main import main
+from servesim.inputs.overrides import with_values
+from servesim.outputs.rundir import deployment_gpus, deployment_shape, gpu_label
+from tests.conftest import BASE
+
+WORKLOAD = {"num_requests": 12, "arrival": {"process": "poisson", "rate_rps": 4.0},
+            "prompt_tokens": {"dist": "fixed", "value": 200}, "output_tokens": {"dist": "fixed", "value": 8}}
+
+
+def scenario(tmp_path, **over):
+    data = with_values(BASE, over)
+    data["workload"] = WORKLOAD
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_a_gpu_file_is_named_by_its_name_field_in_validate_summary_and_report(tmp_path, capsys):
+    """A GPU file ok.yaml with name: g1 read '1 x ok' in validate's line and every figure title,
+    while summary.json and the economics line said 'g1': one GPU under two names."""
+    gpu = tmp_path / "ok.yaml"
+    gpu.write_text("name: g1\nbase: h100-sxm\npeak_flops: 900e12\n")
+    p = scenario(tmp_path, **{"hardware.gpu": str(gpu)})
+    assert main(["validate", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "on 1 x g1," in out and "x ok" not in out, out
+    run = tmp_path / "o"
+    assert main(["run", str(p), "--out", str(run), "--quiet"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert {u["gpu"] for u in summary["economics"]["pools"].values()} == {"g1"}
+    capsys.readouterr()
+    assert main(["report", str(run), "--quiet"]) == 0
+    md = (run / "report.md").read_text()
+    titles = [line for line in md.splitlines() if line.startswith("![")]
+    assert titles and all("on 1 x g1 |" in t for t in titles), titles
+    assert "on 1 x g1," in md and "x ok" not in md
+
+
+def test_gpu_label_is_the_loaders_name(tmp_path):
+    """No name: a file with base: is '<base>-custom' (as summary.json says), one without is its
+    file name; a catalog GPU its own; a file no longer there its file name."""
+    based, bare = tmp_path / "mine.yaml", tmp_path / "h20.yml"
+    based.write_text("base: a100-80g\nprice_per_gpu_hour_usd: 1.5\n")
+    bare.write_text("peak_flops: 148e12\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4.0e12\n")
+    assert gpu_label(str(based)) == "a100-80g-custom"
+    assert gpu_label(str(bare)) == "h20"
+    assert gpu_label("h100-sxm") == "h100-sxm"
+    assert gpu_label(str(tmp_path / "gone.yaml")) == "gone"
+    fast = tmp_path / "fast.yaml"
+    fast.write_text("name: fastone\nbase: h100-sxm\nmem_bw_bytes_per_s: 4.5e12\n")
+    pd = {"hardware": {"gpu": str(based)},
+          "policy": {"name": "pd_split", "prefill": {"replicas": 1}, "decode": {"replicas": 2, "gpu": str(fast)}}}
+    assert deployment_gpus(pd) == "3 GPUs"
+    assert deployment_shape(pd) == "P/D: 1 x a100-80g-custom TP1 prefill + 2 x fastone TP1 decode"
+    assert deployment_gpus({"hardware": {"gpu": str(based)}, "cluster": {"replicas": 2}}) == "2 x a100-80g-custom"
+
