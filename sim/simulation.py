@@ -22,7 +22,7 @@ from servesim.cost.engines import EngineSetup, cost_model_for
 from servesim.cost.economics import PoolUse, economics, gpu_price, gpu_tdp, phase_cost_shares
 from servesim.cost.measured import load_measured
 from servesim.core.router import make_router
-from servesim.errors import InputError, PluginError, clip, did_you_mean, is_plugin, plugin_name
+from servesim.errors import InputError, PluginError, clip, did_you_mean, is_plugin, plugin_name, shown_path
 from servesim.plugins import construct
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
@@ -39,7 +39,7 @@ from servesim.core.decisions import DecisionTracer, summarize_decisions
 from servesim.outputs.fairness import fairness_summary
 from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, checked, scenario_to_yaml
-from servesim.inputs.specs import activation_dtype, dtype_error, get_gpu, get_model, tp_error
+from servesim.inputs.specs import activation_dtype, check_gpu_names, dtype_error, get_gpu, get_model, tp_error
 from servesim.inputs.sessions import Sessions
 from servesim.inputs.workload import (ClosedLoop, RequestSpecs, check_files, check_specs, expected_requests,
                                      generate, match_classes, mean_output_tokens)
@@ -247,6 +247,14 @@ def _prepare(scenario: Scenario, model, hw, pol) -> Setup:
                      p.tp or hw.tp, f"policy.{name}.tp" if p.tp else "hardware.tp", p.policy, seqs, budget)
         pools.append(dataclasses.replace(pool, replicas=p.replicas))
     pf, dc = pools
+    # (a run labels each pool's GPU by its name, and cost.gpu_hour_usd / gpu_power_w map GPUs by
+    # name: two files of one name would read as one GPU, as servesim plan refuses them in --gpus)
+    named = [(k, getattr(pol, k).gpu) for k in ("prefill", "decode")]
+    check_gpu_names([(f"policy.{k}.gpu={shown_path(g)}" if g else f"hardware.gpu={shown_path(hw.gpu)}", g or hw.gpu,
+                      f"policy.{k}.gpu" if g else "hardware.gpu") for k, g in named],
+                    "policy.name=pd_split",
+                    "a run names each pool's GPU by its name (summary.json, figures, the economics line) and "
+                    "cost.gpu_hour_usd / gpu_power_w map GPUs by name")
     # every GPU sends (or receives) its share of each token's KV in parallel, so the side whose GPUs
     # hold the most of it sets the pace: min(TP) ranks on each of the PP stages, unless TP ranks
     # keep copies (an MLA latent is whole on every rank, as is a KV head with fewer heads than ranks):

@@ -1,6 +1,6 @@
 """A GPU YAML file goes by one name everywhere: the name its loader gives it (``name:``, else
 ``<base>-custom``, else the file's name), in validate's line, summary.json, the economics line,
-report and figure titles."""
+report and figure titles; and a P/D split's two pools may not be two GPUs of one name."""
 
 import json
 
@@ -62,3 +62,30 @@ def test_gpu_label_is_the_loaders_name(tmp_path):
     assert deployment_shape(pd) == "P/D: 1 x a100-80g-custom TP1 prefill + 2 x fastone TP1 decode"
     assert deployment_gpus({"hardware": {"gpu": str(based)}, "cluster": {"replicas": 2}}) == "2 x a100-80g-custom"
 
+
+def test_a_pd_split_of_two_gpu_files_of_one_name_is_refused(tmp_path, capsys):
+    """Two GPU files with base: h100-sxm and no name: are both 'h100-sxm-custom': a run priced each
+    pool right but named both pools so (economics line, summary.json, titles): which was which
+    could not be told. Refused as servesim plan refuses them in --gpus, naming both files."""
+    cheap, fast = tmp_path / "cheap.yaml", tmp_path / "fast.yaml"
+    cheap.write_text("base: h100-sxm\nprice_per_gpu_hour_usd: 1.0\n")
+    fast.write_text("base: h100-sxm\nmem_bw_bytes_per_s: 4.5e12\nprice_per_gpu_hour_usd: 5.0\n")
+    p = scenario(tmp_path, **{"policy": {"name": "pd_split", "prefill": {"gpu": str(cheap)},
+                                         "decode": {"gpu": str(fast)}}})
+    for argv in (["validate", str(p)], ["run", str(p), "--out", str(tmp_path / "o"), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("servesim: error: "), err
+        assert "cheap.yaml" in err[0] and "fast.yaml" in err[0] and "'h100-sxm-custom'" in err[0], err
+        assert "give each file a name: of its own" in err[0]
+    assert not (tmp_path / "o" / "summary.json").exists()
+    # named apart, the split runs and names each pool's GPU
+    fast.write_text("name: fast\nbase: h100-sxm\nmem_bw_bytes_per_s: 4.5e12\nprice_per_gpu_hour_usd: 5.0\n")
+    assert main(["run", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    pools = json.loads((tmp_path / "o" / "summary.json").read_text())["economics"]["pools"]
+    assert {k: u["gpu"] for k, u in pools.items()} == {"prefill": "h100-sxm-custom", "decode": "fast"}
+    # the same file for both pools is one GPU: not refused
+    capsys.readouterr()
+    p = scenario(tmp_path, **{"hardware.gpu": str(cheap),
+                              "policy": {"name": "pd_split", "decode": {"gpu": str(cheap)}}})
+    assert main(["validate", str(p)]) == 0

@@ -388,6 +388,26 @@ def get_gpu(name: str, path: str = "hardware.gpu") -> GpuSpec:
                      f"file;{did_you_mean(name, GPUS)}")
 
 
+def check_gpu_names(gpus, where: str, why: str) -> None:
+    """Refuse two GPUs that differ but go by one name: two GPU files with ``base:`` and no
+    ``name:`` are both ``<base>-custom``, and a file may take a catalog GPU's name with a price of
+    its own. ``gpus``: (shown, value, field) triples, ``shown`` naming it in the message, ``value``
+    the catalog name or file, ``field`` the setting it came from (for ``get_gpu``'s errors);
+    ``where`` begins the message and ``why`` says what the one name would confuse (``servesim plan``
+    refuses ``--gpus`` so, a run a P/D split's two pools)."""
+    seen: dict = {}
+    for shown, g, path in gpus:
+        spec = get_gpu(g, path)
+        other = seen.setdefault(spec.name, (shown, spec))
+        if other[1] != spec:
+            differ = [f.name for f in fields(spec) if getattr(spec, f.name) != getattr(other[1], f.name)]
+            raise InputError(
+                f"{where}: {other[0]} and {shown} are different GPUs ({', '.join(differ)} "
+                f"{'differs' if len(differ) == 1 else 'differ'}) of one name, "
+                f"{spec.name!r} (a GPU file with base: and no name: is named <base>-custom): {why}, so one would "
+                "be taken for the other; give each file a name: of its own")
+
+
 @dataclass(frozen=True)
 class GpuFile:
     """A GPU YAML file (``hardware.gpu: my-gpu.yaml``): ``GpuSpec`` fields, SI units as named, e.g.::

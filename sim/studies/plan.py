@@ -543,22 +543,9 @@ def _check_gpu_names(gpus) -> None:
     file's price and power went to the other's runs, and the two read the same in every output.
     Two files of ``base: h100-sxm`` priced at $1 and $5/h made a P/D split of both report the
     all-$1 split's $/M tokens."""
-    from dataclasses import fields
+    from servesim.inputs.specs import check_gpu_names
 
-    from servesim.inputs.specs import get_gpu
-
-    seen: dict = {}
-    for g in gpus:
-        spec = get_gpu(g, "--gpus")
-        other = seen.setdefault(spec.name, (g, spec))
-        if other[1] != spec:
-            differ = [f.name for f in fields(spec) if getattr(spec, f.name) != getattr(other[1], f.name)]
-            raise InputError(
-                f"--gpus: {other[0]} and {g} are different GPUs ({', '.join(differ)} "
-                f"{'differs' if len(differ) == 1 else 'differ'}) of one name, "
-                f"{spec.name!r} (a GPU file with base: and no name: is named <base>-custom): the plan's runs "
-                "price and label GPUs by name, so one would be taken for the other; give each file a name: of its "
-                "own")
+    check_gpu_names([(g, g, "--gpus") for g in gpus], "--gpus", "the plan's runs price and label GPUs by name")
 
 
 def _check_memory(base: dict, rate_rps: float, requests: int) -> None:
