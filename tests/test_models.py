@@ -467,3 +467,45 @@ def test_qwen2_moe_class_defaults():
     with pytest.raises(InputError, match="'shared_expert_intermediate_size': 5632 .the config class's default"):
         load(model_type="qwen2_moe", hidden_size=2048, num_attention_heads=16, num_hidden_layers=24,
              moe_intermediate_size=1024)
+
+
+NEOX = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_act": "gelu", "hidden_size": 512,
+        "intermediate_size": 2048, "max_position_embeddings": 2048, "num_attention_heads": 8,
+        "num_hidden_layers": 4, "rotary_pct": 0.25, "tie_word_embeddings": False, "vocab_size": 50432}
+
+
+@pytest.mark.parametrize("cfg, note", [
+    (NEOX, ["'gpt_neox' is no family servesim knows", "an ungated MLP (one up projection, from the activation "
+            "'gelu')", "rotary positions", "as many KV heads as attention heads"]),
+    ({**NEOX, "hidden_act": "silu", "num_key_value_heads": 8, "tie_word_embeddings": None},
+     ["a gated MLP (gate + up, from the activation 'silu')", "tied to the embeddings"]),
+    ({**NEOX, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}, None),  # a family servesim knows
+    ({k: v for k, v in NEOX.items() if k not in ("model_type", "architectures")}, None),  # no model_type: Llama-style
+])
+def test_a_config_of_an_unknown_family_says_what_was_guessed(tmp_path, capsys, cfg, note):
+    """A config.json whose model_type servesim does not know (gpt_neox) was read generically, its
+    MLP's gating guessed from the activation, with no word of it. run and validate say so in one
+    note line naming the guesses and how to state them; the model read is the same."""
+    from servesim.cli.main import main
+
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    p = tmp_path / "s.yaml"
+    p.write_text(f"model: {tmp_path / 'config.json'}\nhardware: {{gpu: h100-sxm}}\n"
+                 "workload: {num_requests: 4, arrival: {process: poisson, rate_rps: 2}, "
+                 "prompt_tokens: {dist: fixed, value: 64}, output_tokens: {dist: fixed, value: 4}}\n")
+    before = model_from_hf_config(cfg, "c", "c")
+    assert main(["validate", str(p)]) == 0
+    out, err = capsys.readouterr()
+    said = [line for line in out.splitlines() if line.startswith("  note: model:")]
+    assert main(["run", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    ran, err2 = capsys.readouterr()
+    said_run = [line for line in ran.splitlines() if line.startswith("note: model:")]
+    assert "Traceback" not in err + err2
+    assert model_from_hf_config(cfg, "c", "c") == before
+    if note is None:
+        assert said == [] and said_run == [], out
+        return
+    assert len(said) == 1 and len(said_run) == 1, out
+    for part in note:
+        assert part in said[0] and part in said_run[0], said[0]
+    assert "num_key_value_heads" in said[0] and "set model_type to a known family" in said[0]

@@ -356,6 +356,11 @@ def cmd_run(args) -> int:
     except OSError as e:  # e.g. a full disk: the folder is left as it was (writer.write_run)
         raise InputError(f"--out {args.out}: cannot write {e.filename or 'the results'}: {e.strerror or e}; "
                          "the folder was left as it was") from None
+    from servesim.inputs.specs import model_note
+
+    note = model_note(scenario.model)
+    if note:  # (a config.json read generically: what was guessed, before the figures that stand on it)
+        print(f"note: {note}")
     print(format_summary(results.summary))
     files = file_names(outputs, args.format)
     print(f"\nwrote {out}/{files[0]}" + "".join(f", {f}" for f in files[1:]))
@@ -436,6 +441,11 @@ def cmd_validate(args) -> int:
               + f"; step budget {pool.max_num_batched_tokens:,} tokens, {pool.max_num_seqs:,} sequences; "
               f"activation reserve {pool.capacity.activation_reserve_bytes / 2**30:.2f} GiB per GPU; "
               f"KV {pool.capacity.num_blocks:,} blocks")
+    from servesim.inputs.specs import model_note
+
+    note = model_note(scenario.model)
+    if note:
+        print(f"  note: {note}")
     line = workload_line(specs)
     if line:
         print(line)

@@ -9,7 +9,9 @@ to 8 KV heads, Qwen3-MoE to 4. The same concept goes by other names across famil
 reading they are spelled out in ``_kv_heads``, ``_mlp``, ``_window`` and ``_moe`` (Falcon's
 ``multi_query``, Qwen2's ``use_sliding_window``, Qwen-1's doubled ``intermediate_size``, DeepSeek's
 latent attention and leading dense layers). A file without ``model_type`` (nor a known
-``architectures`` entry) is read Llama-style, untied unless it says otherwise.
+``architectures`` entry) is read Llama-style, untied unless it says otherwise. A ``model_type`` of
+no family here is read generically (``PretrainedConfig``'s defaults, the MLP's gating from the
+activation), and ``generic_reading_note`` names what was guessed, for run and validate to say.
 
 Every value read is checked with ``check_value`` (``sim/inputs/schema.py``): an error names the
 file and the key. Researched values and sources: /work/notes/model_configs.md.
@@ -369,6 +371,36 @@ def _mla(r: _Reader, fam: dict) -> dict:
     return out
 
 
+def generic_reading_note(cfg: dict, where: str) -> str | None:
+    """For a config whose ``model_type`` names no family servesim knows (gpt_neox, ...), which it
+    reads generically (``model_from_hf_config``: ``PretrainedConfig``'s defaults): one line naming
+    what was guessed rather than read, and how to state it; None for a known family or a file
+    without ``model_type`` (read Llama-style, as documented). Changes nothing in the reading."""
+    fam_name = family_of(cfg)
+    if not isinstance(cfg.get("model_type"), str) or fam_name is None or fam_name in _FAMILIES:
+        return None
+    guessed = []
+    act = next((cfg[k] for k in ("hidden_act", "hidden_activation", "activation_function", "activation")
+                if cfg.get(k)), None)
+    # (as model_from_hf_config reads it)
+    gated = str(act or "silu") in ("silu", "swiglu", "swish")
+    guessed.append(("a gated MLP (gate + up" if gated else "an ungated MLP (one up projection")
+                   + (f", from the activation {shown(act)})" if act else ", no activation given: silu assumed)"))
+    if cfg.get("tie_word_embeddings") is None:
+        guessed.append("an LM head tied to the embeddings (no tie_word_embeddings)")
+    if not (cfg.get("alibi") or cfg.get("position_embedding_type") == "alibi"):
+        guessed.append("rotary positions")
+    if all(cfg.get(k) is None for k in _ALIASES["kv_heads"]):
+        guessed.append("as many KV heads as attention heads (no num_key_value_heads)")
+    if all(cfg.get(k) is None for k in _ALIASES["context"]):
+        guessed.append("a 2,048-token context (no max_position_embeddings)")
+    return (f"{where}: model_type {shown(cfg['model_type'])} is no family servesim knows; read generically, "
+            f"guessing {', '.join(guessed)}: state them in the file (num_key_value_heads, tie_word_embeddings, "
+            "max_position_embeddings; alibi: true; the MLP reads as gated for hidden_act silu / swiglu / swish), "
+            "or set model_type to a known family of that layout (llama: gated, rotary, untied; gpt2: ungated, "
+            "learned positions, tied)")
+
+
 def load_hf_config(p: Path, path: str = "model"):
     """The ``ModelSpec`` of a Hugging Face ``config.json`` file; errors name ``path``, the file and
     the key."""
@@ -376,4 +408,4 @@ def load_hf_config(p: Path, path: str = "model"):
     return model_from_hf_config(cfg, f"{path}: {p}", str(p))
 
 
-__all__ = ["family_of", "load_hf_config", "model_from_hf_config"]
+__all__ = ["family_of", "generic_reading_note", "load_hf_config", "model_from_hf_config"]

@@ -534,6 +534,28 @@ def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
     )
 
 
+def model_note(name_or_path: str, path: str = "model") -> str | None:
+    """A note on how a model given as a ``config.json`` was read, where it was read generically
+    (``hf_config.generic_reading_note``: a ``model_type`` of no family servesim knows), for
+    ``run`` and ``validate`` to print; None for a catalog model or a family servesim knows. Call
+    after ``get_model`` accepted it."""
+    from servesim.inputs.hf_config import generic_reading_note
+
+    if not isinstance(name_or_path, str):
+        return None
+    name_or_path = MODEL_ALIASES.get(name_or_path, name_or_path)
+    if name_or_path in MODELS or name_or_path in packaged_configs():
+        return None
+    p = Path(name_or_path)
+    try:
+        if p.is_dir():
+            p = p / "config.json"
+        cfg = read_mapping(p, "config file", path, fmt="json")
+    except (InputError, OSError, ValueError):
+        return None
+    return generic_reading_note(cfg, f"{path}: {p}")
+
+
 def _model_hint(value: str, names) -> str:
     """``did_you_mean`` over catalog ids, also matching the name without its organisation and in
     any case (llama-2-7b -> meta-llama/Llama-2-7b-hf), which spelling alone does not find."""
