@@ -89,3 +89,18 @@ def test_a_pd_split_of_two_gpu_files_of_one_name_is_refused(tmp_path, capsys):
     p = scenario(tmp_path, **{"hardware.gpu": str(cheap),
                               "policy": {"name": "pd_split", "decode": {"gpu": str(cheap)}}})
     assert main(["validate", str(p)]) == 0
+
+
+def test_validate_run_names_a_gpu_file_by_its_name(tmp_path, capsys):
+    """validate-run's report and line named a GPU file by its path ('/tmp/.../ok.yaml x 1')."""
+    from tests.test_validate_run import DETAILED
+
+    gpu = tmp_path / "ok.yaml"
+    gpu.write_text("name: g1\nbase: h100-sxm\n")
+    dep = tmp_path / "deployment.yaml"
+    dep.write_text(f"model: meta-llama/Meta-Llama-3-8B\nhardware: {{gpu: {gpu}}}\n")
+    out = tmp_path / "v"
+    assert main(["validate-run", str(DETAILED), str(dep), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads((out / "validation.json").read_text())["gpu"] == "g1"
+    assert "on g1 x 1" in printed and "ok.yaml" not in printed, printed

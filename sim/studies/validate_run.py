@@ -31,6 +31,7 @@ import numpy as np
 
 from servesim.errors import InputError
 from servesim.inputs.files import regular_file
+from servesim.outputs.rundir import gpu_label
 from servesim.outputs.writer import json_text
 from servesim.inputs.scenario import Scenario, load_scenario, read_yaml, scenario_from_dict, scenario_to_yaml
 from servesim.inputs.specs import get_model
@@ -266,7 +267,7 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     same_arrivals = res.sent_s is not None or (math.isinf(res.request_rate) and res.max_concurrency is None)
     report = {
         "result": str(result_path), "scenario": str(scenario_path) if scenario_path else "default",
-        "model": sc.model, "result_model_id": res.model_id, "gpu": sc.hardware.gpu, "gpus": gpus(sc),
+        "model": sc.model, "result_model_id": res.model_id, "gpu": gpu_label(sc.hardware.gpu), "gpus": gpus(sc),
         "policy": policy, "rate": rate, "arrivals": how,
         "requests": {"in_file": len(res), "failed": int((~res.ok).sum()),
                      "failed_requests": list(res.failures[:FAILURES_SHOWN]), "replayed": int(len(order)),
