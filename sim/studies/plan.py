@@ -13,12 +13,12 @@ The search (``run_plan``):
 3. A shape is evaluated by a capacity search of one unit per seed (``intervals.capacity_interval``:
    the mean and a t-interval across seeds), which estimates the units R needs
    (``ceil(R / capacity)``, at least ``min_units``); that many units are then run at R with every
-   seed, and ``Planner.fewest_units`` steps away from it in doubling steps (up while every seed
-   does not meet, down while every seed does) until the verdict changes, then bisects, so the
-   answer is the fewest units that met with every seed, and the run with one unit fewer (when
-   simulated) is the failure that shows it. A shape no count meets costs ~log2(--max-gpus) runs,
-   not one per count. A run too short to tell whether it keeps up is run again longer
-   (``Planner.verify``, as capacity's probes).
+   seed, and units are removed while every seed still meets, or added until every seed meets
+   (``Planner.fewest_units``: in doubling steps until one count meets, then the counts skipped
+   below it, lowest first), so the answer is the fewest units that met with every seed, and the
+   run with one unit fewer (when simulated) is the failure that shows it. A shape no count meets
+   costs ~log2(--max-gpus) runs, not one per count. A run too short to tell whether it keeps up
+   is run again longer (``Planner.verify``, as capacity's probes).
 4. The best ``verify_top`` configurations get a capacity search of the whole deployment with
    every seed (their capacity interval and headroom at R); the others' capacity is units x the
    unit's capacity (marked as an estimate).
@@ -329,46 +329,35 @@ class Planner:
 
     def fewest_units(self, c: Candidate, k: int, max_units: int) -> int | None:
         """The fewest units of ``c`` that meet at R with every seed, searched from the estimate
-        ``k``: doubling steps away from it (k+1, k+2, k+4, ... while the runs fail, k-1, k-2,
-        k-4, ... while they meet, never below ``min_units``, never above ``max_units``) until the
-        verdict changes, then bisection between the last count that failed and the first that
-        met. The answer meets and the count one below it failed (or is below the bound's
-        minimum), as the one-at-a-time walk it replaces found; it is the same count as that walk's
-        where more units never turn a meeting deployment into a failing one (the same requests
-        spread over more replicas of the same shape: each carries less load). What changes is the
-        cost of a shape no count meets: ~log2(max_units) runs at R instead of every count up to
-        --max-gpus (up to 64 runs x seeds for one infeasible shape at --max-gpus 64). ``None``: not even
-        ``max_units`` met; the shape is marked ``infeasible``."""
+        ``k`` as the one-unit-at-a-time walk did (down while the count below meets, never below
+        ``min_units``; up to the first count that meets), with one change: a climb first runs
+        counts in doubling steps (k+1, k+2, k+4, ..., the last ``max_units``) until one meets,
+        and only then the counts it skipped below that one, lowest first. So the answer is the
+        walk's whenever any count it ran meets (at most one run more than the walk: the doubling
+        step that met), and a shape that meets with no count costs ~log2(max_units) runs at R, not
+        every count up to --max-gpus (up to 64 runs x seeds for one shape at --max-gpus 64).
+        Calling it infeasible when the doubling counts all fail assumes that more units do not
+        turn a failing deployment into a meeting one and back (the same requests, spread over
+        more replicas of one shape: each carries less load); near the knee, in runs too short to
+        judge keeping up, a count between them could have met by chance. ``None``: the shape is
+        marked ``infeasible``."""
         floor = max(1, c.min_units)  # below the bound's minimum no count can meet (not run)
         if self.verify(c, k)["meets"]:
-            lo, hi, step = floor - 1, k, 1
-            while hi > floor:
-                x = max(k - step, floor)
-                if not self.verify(c, x)["meets"]:
-                    lo = x
-                    break
-                hi, step = x, step * 2
-        else:
-            lo, hi, step = k, None, 1
-            while hi is None:
-                x = min(k + step, max_units)
-                if x <= lo:  # (k is already the most --max-gpus allows)
-                    break
-                if self.verify(c, x)["meets"]:
-                    hi = x
-                else:
-                    lo, step = x, step * 2
-            if hi is None:
-                c.status = "infeasible"
-                c.reason = self.infeasible_reason(c, lo, c.verified(lo))
-                return None
-        while hi - lo > 1:  # bisection: lo failed (or is below the bound), hi met
-            mid = (lo + hi) // 2
-            if self.verify(c, mid)["meets"]:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+            while k - 1 >= floor and self.verify(c, k - 1)["meets"]:
+                k -= 1
+            return k
+        hi, step = None, 1
+        while hi is None and k + step // 2 < max_units:
+            x = min(k + step, max_units)
+            if self.verify(c, x)["meets"]:
+                hi = x
+            step *= 2
+        if hi is None:
+            c.status = "infeasible"
+            c.reason = self.infeasible_reason(c, max_units, c.verified(max_units))
+            return None
+        # the counts the doubling skipped below the one that met, lowest first: the walk's answer
+        return next((u for u in range(k + 1, hi) if self.verify(c, u)["meets"]), hi)
 
     # ------------------------------------------------------------ plan.json
     def candidate_dict(self, c: Candidate) -> dict:
