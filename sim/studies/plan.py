@@ -259,8 +259,8 @@ class Planner:
         fails carry more load each); ``plandoc.short_run_note`` adds the fix when all it broke is
         the keep-up rule in runs too short to judge it."""
         tried = ", ".join(str(r["units"]) for r in c.runs)
-        text = (f"fails at R with {k} unit(s) ({c.shape.gpus(k)} GPUs), the most --max-gpus allows, and so with "
-                f"fewer (ran {tried}); at {k}: " + "; ".join(_reasons(run)))
+        text = (f"fails at R up to {k} unit(s) ({c.shape.gpus(k)} GPUs, --max-gpus; ran {tried}); at {k}: "
+                + "; ".join(_reasons(run)))
         if short_runs_only(c.runs, self.n_rate, self.opts.keep_up):
             text += f" (only the keep-up rule, in runs of {self.n_rate} requests: too short to judge it)"
         return text
