@@ -104,3 +104,22 @@ def test_validate_run_names_a_gpu_file_by_its_name(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert json.loads((out / "validation.json").read_text())["gpu"] == "g1"
     assert "on g1 x 1" in printed and "ok.yaml" not in printed, printed
+
+
+def test_a_run_folder_read_where_its_gpu_file_is_not_names_the_gpu_as_the_run_did(tmp_path, capsys):
+    """A run folder reported where its GPU file no longer is (moved, another directory for a
+    relative path) fell back to the file's name ('1 x ok') beside the roofline's 'g1': the name
+    the run recorded (summary.json cost) is taken."""
+    from servesim.outputs.rundir import RunData
+
+    gpu = tmp_path / "ok.yaml"
+    gpu.write_text("name: g1\nbase: h100-sxm\n")
+    p = scenario(tmp_path, **{"hardware.gpu": str(gpu)})
+    run = tmp_path / "o"
+    assert main(["run", str(p), "--out", str(run), "--quiet"]) == 0
+    gpu.unlink()
+    assert deployment_gpus(RunData.from_dir(run).scenario) == "1 x g1"
+    capsys.readouterr()
+    assert main(["report", str(run), "--quiet"]) == 0
+    md = (run / "report.md").read_text()
+    assert "on 1 x g1," in md and "x ok" not in md

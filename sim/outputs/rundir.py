@@ -613,6 +613,42 @@ def deployment_shape(data: dict) -> str:
     return par(tp) if tp * pp > 1 else ""
 
 
+def _gpus_named(scenario: dict, summary: dict) -> dict:
+    """A run folder's scenario with each GPU file that can no longer be read (the folder read
+    where the file is not) replaced by the name the run gave it (summary.json
+    ``cost.<pool>.gpu.name``), so that titles name the GPU as the run did, not by the file's name."""
+    from servesim.errors import InputError
+    from servesim.inputs.specs import GPUS, get_gpu
+
+    names = {k: (v.get("gpu") or {}).get("name") for k, v in (summary.get("cost") or {}).items()
+             if isinstance(v, dict) and isinstance(v.get("gpu"), dict)}
+
+    def gone(g) -> bool:
+        if not isinstance(g, str) or g in GPUS:
+            return False
+        try:
+            get_gpu(g)
+        except (InputError, OSError, ValueError):
+            return True
+        return False
+
+    hw, pol = scenario.get("hardware") or {}, scenario.get("policy") or {}
+    # (where each pool's GPU is written: a P/D pool's own, else the top-level one)
+    where = ([(pol[k], k) if isinstance(pol.get(k), dict) and pol[k].get("gpu") else (hw, k)
+              for k in ("prefill", "decode")] if pol.get("name") == "pd_split" else [(hw, "colocated")])
+    out = None
+    for holder, pool in where:
+        name = names.get(pool)
+        if isinstance(name, str) and name and gone(holder.get("gpu")):
+            if out is None:
+                import copy
+
+                out = copy.deepcopy(scenario)
+                hw, pol = out.get("hardware") or {}, out.get("policy") or {}
+            (hw if holder is scenario.get("hardware") else pol[pool])["gpu"] = name
+    return scenario if out is None else out
+
+
 @dataclass
 class RunData:
     label: str
@@ -639,8 +675,8 @@ class RunData:
     def from_dir(cls, path: str | Path, label: str | None = None) -> "RunData":
         summary = read_summary(path)
         verify_run(path, summary)
-        return cls(label or str(summary["scenario"]), read_scenario(path), summary, read_table(path, "requests"),
-                   read_table(path, "steps"), read_tbt(path))
+        return cls(label or str(summary["scenario"]), _gpus_named(read_scenario(path), summary), summary,
+                   read_table(path, "requests"), read_table(path, "steps"), read_tbt(path))
 
     # ------------------------------------------------------------ per-request latencies
     @property
