@@ -687,10 +687,8 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
 def _overload_probe(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """``predict_overload``'s probe, with ``policy.admission`` left out of it (what the deployment
     serves when nothing is shed: ``predict_shedding`` asks it of a scenario with admission)."""
-    from servesim.inputs.scenario import Admission
     from servesim.policies import DEPLOYMENTS
 
-    w = scenario.workload
     # a P/D split is one deployment of two pools (cluster.replicas is 1): the probe runs all of it
     split = scenario.policy.name in DEPLOYMENTS
     setup, specs = _setup_and_specs(scenario, setup, specs)
@@ -710,14 +708,7 @@ def _overload_probe(scenario: Scenario, setup=None, specs=None) -> dict | None:
         k = int(np.searchsorted(steps, OVERLOAD_PROBE_STEPS, side="right"))
         if k < OVERLOAD_PROBE_MIN:
             return None
-    probe = dataclasses.replace(specs, arrival_s=np.zeros(k), **{
-        f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
-        if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))
-        and f.name not in ("class_names",)})
-    one = dataclasses.replace(scenario if split else _one_replica(scenario),
-                              workload=dataclasses.replace(w, num_requests=k, duration_s=None),
-                              policy=dataclasses.replace(scenario.policy, admission=Admission()))
-    res = simulate(one, specs=probe)
+    res = _probe(scenario, specs, np.zeros(k), split)
     if res.summary["completed"] < 0.9 * k:  # (rejections: they leave at once; predict_rejections names them)
         return None
     # (its throughput counts the drain, when the last requests run in a shrinking batch: a lower
@@ -736,21 +727,30 @@ def preemptions_at_rate(scenario: Scenario, k: int, setup=None, specs=None) -> i
     rate preempts, where ``predict_overload``'s probe (all at once, its batch as full as the KV
     cache lets it be) says only what a full batch does. With ``k`` all of a single replica's
     requests, it is the run's count."""
-    from servesim.inputs.scenario import Admission
     from servesim.policies import DEPLOYMENTS
 
     setup, specs = _setup_and_specs(scenario, setup, specs)
     split = scenario.policy.name in DEPLOYMENTS
     stretch = 1 if split else scenario.cluster.replicas
     k = min(k, len(specs))
-    probe = dataclasses.replace(specs, arrival_s=specs.arrival_s[:k] * stretch, **{
+    return int(_probe(scenario, specs, specs.arrival_s[:k] * stretch, split).summary["preemptions"])
+
+
+def _probe(scenario: Scenario, specs: RequestSpecs, arrival_s: np.ndarray, split: bool):
+    """Run the workload's first ``len(arrival_s)`` requests, arriving at ``arrival_s``, on one
+    replica (the whole deployment for a P/D ``split``), with ``policy.admission`` left out and no
+    ``duration_s``: the probes of ``_overload_probe`` and ``preemptions_at_rate``."""
+    from servesim.inputs.scenario import Admission
+
+    k = len(arrival_s)
+    probe = dataclasses.replace(specs, arrival_s=arrival_s, **{
         f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
         if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))
         and f.name not in ("class_names",)})
     one = dataclasses.replace(scenario if split else _one_replica(scenario),
                               workload=dataclasses.replace(scenario.workload, num_requests=k, duration_s=None),
                               policy=dataclasses.replace(scenario.policy, admission=Admission()))
-    return int(simulate(one, specs=probe).summary["preemptions"])
+    return simulate(one, specs=probe)
 
 
 SHEDDING_BUCKET_REPLAY = 2_000_000  # arrivals the token bucket is replayed on (more: its rate bounds it)
