@@ -551,16 +551,23 @@ def gpu_label(gpu) -> str:
     its catalog name, or a GPU YAML's ``name:`` (else what the loader names it, ``<base>-custom``
     or the file's name); a file no longer readable (a run folder read elsewhere) by its file name
     without the folder and the ``.yaml``."""
+    g = str(gpu)
+    name = _loaded_gpu_name(g)
+    return name if name is not None else re.sub(r"\.ya?ml$", "", g.replace("\\", "/").split("/")[-1])
+
+
+def _loaded_gpu_name(gpu) -> str | None:
+    """The name a run gives ``gpu`` (a catalog name, or a GPU YAML as the loader names it); None
+    when it is a file that can no longer be read (a run folder read where the file is not)."""
     from servesim.errors import InputError
     from servesim.inputs.specs import GPUS, get_gpu
 
-    g = str(gpu)
-    if g in GPUS:
-        return g
+    if gpu in GPUS:
+        return gpu
     try:
-        return get_gpu(g).name
+        return get_gpu(gpu).name
     except (InputError, OSError, ValueError):
-        return re.sub(r"\.ya?ml$", "", g.replace("\\", "/").split("/")[-1])
+        return None
 
 
 def _pd_pools(data: dict) -> list[tuple[int, int, str]] | None:
@@ -617,20 +624,11 @@ def _gpus_named(scenario: dict, summary: dict) -> dict:
     """A run folder's scenario with each GPU file that can no longer be read (the folder read
     where the file is not) replaced by the name the run gave it (summary.json
     ``cost.<pool>.gpu.name``), so that titles name the GPU as the run did, not by the file's name."""
-    from servesim.errors import InputError
-    from servesim.inputs.specs import GPUS, get_gpu
-
     names = {k: (v.get("gpu") or {}).get("name") for k, v in (summary.get("cost") or {}).items()
              if isinstance(v, dict) and isinstance(v.get("gpu"), dict)}
 
     def gone(g) -> bool:
-        if not isinstance(g, str) or g in GPUS:
-            return False
-        try:
-            get_gpu(g)
-        except (InputError, OSError, ValueError):
-            return True
-        return False
+        return isinstance(g, str) and _loaded_gpu_name(g) is None
 
     hw, pol = scenario.get("hardware") or {}, scenario.get("policy") or {}
     # (where each pool's GPU is written: a P/D pool's own, else the top-level one)
