@@ -337,34 +337,49 @@ def failure_lines(doc: dict) -> list[str]:
 SHORT_RUN = 1000
 
 
-def short_runs_only(runs: list, requests: int | None, keep_up: float | None) -> bool:
+def short_runs_only(runs: list, keep_up: float | None) -> bool:
     """Whether a shape's runs at R (plan.json's ``runs``) failed, at their largest unit count,
-    the keep-up rule and nothing else, in runs of fewer than ``SHORT_RUN`` requests: more units
-    did not clear it, and the runs are too short for the rule to judge."""
-    if not runs or not keep_up or requests is None or requests >= SHORT_RUN:
+    the keep-up rule and nothing else, with every seed that broke it still too short to tell
+    (``too_short``: its own arrivals and service times, with no queue, could make its shortfall,
+    even run again longer): more units did not clear it, and the runs cannot judge it. A seed the
+    rule judged (``too_short`` false: it fell further behind than that) fell behind however long
+    the run."""
+    if not runs or not keep_up:
         return False
     last = max(runs, key=lambda r: r["units"])
-    broke = {w.get("limit") for s in last.get("seeds", []) for w in s.get("why", [])}
-    return not last.get("meets") and broke == {"keep_up"}
+    seeds = last.get("seeds", [])
+    broke = {w.get("limit") for s in seeds for w in s.get("why", [])}
+    behind = [s for s in seeds if any(w.get("limit") == "keep_up" for w in s.get("why", []))]
+    return not last.get("meets") and broke == {"keep_up"} and all(s.get("too_short") is True for s in behind)
+
+
+def _requests_to_tell(seed: dict) -> int | None:
+    """Requests for a seed's run at R whose keep-up window lasts its p99 service time (10% over,
+    as ``capacity.longer_requests``); None when the seed does not say."""
+    n, w, p99 = seed.get("requests"), seed.get("keep_up_window_s"), seed.get("service_p99_s")
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (n, w, p99)) or w <= 0:
+        return None
+    return math.ceil(n * max(1.0, 1.1 * p99 / w))
 
 
 def short_run_note(doc: dict) -> str | None:
     """The fix for shapes found infeasible only by the keep-up rule in runs too short to judge it
-    (``short_runs_only``): a run count that can (the plan's default for the rate), or the rule off.
-    ``servesim plan --requests 60`` called every shape infeasible and said only "fails at R with
-    every unit count up to 64"."""
-    n, keep = doc.get("requests_at_rate"), doc.get("keep_up")
+    (``short_runs_only``): a run count that can (enough for the window to last the p99 service
+    time, at least the plan's default for the rate), or the rule off. ``servesim plan --requests
+    60`` called every shape infeasible and said only "fails at R with every unit count up to 64"."""
+    keep = doc.get("keep_up")
     bad = [c for c in doc["candidates"] if c["status"] == "infeasible"
-           and short_runs_only(c.get("runs") or [], n, keep)]
+           and short_runs_only(c.get("runs") or [], keep)]
     if not bad:
         return None
-    suggest = max(SHORT_RUN, math.ceil(doc["rate_rps"] * RUN_S))
+    need = [_requests_to_tell(s) for c in bad for s in max(c["runs"], key=lambda r: r["units"]).get("seeds", [])]
+    suggest = max([SHORT_RUN, math.ceil(doc["rate_rps"] * RUN_S)] + [k for k in need if k is not None])
     return (f"note: {len(bad)} shape(s) met every latency limit with the most units --max-gpus allows and failed "
-            f"only the keep-up rule (>= {keep:g} requests leave per arrival over a run's second half): runs of "
-            f"{n} requests are too short to judge it (under {SHORT_RUN:,} requests the arrivals' Poisson noise is "
-            f"as large as the rule's slack, however many units serve them). Give --requests {suggest} or more "
-            f"({RUN_S:.0f} s of arrivals at {doc['rate_rps']:g} req/s, at least {SHORT_RUN:,}), or --keep-up 0 to "
-            "judge the latency limits alone.")
+            f"only the keep-up rule (>= {keep:g} requests leave per arrival over a run's second half), in runs too "
+            f"short to judge it even run again longer: a request takes longer to serve (p99) than that half of the "
+            f"arrivals lasts, so it cannot leave within it, queue or not. Give --requests {suggest} or more "
+            f"(enough for that half to last the p99 service time, and at least {RUN_S:.0f} s of arrivals at "
+            f"{doc['rate_rps']:g} req/s and {SHORT_RUN:,} requests), or --keep-up 0 to judge the latency limits alone.")
 
 
 def pruned_lines(doc: dict, examples: int = 2) -> list[str]:

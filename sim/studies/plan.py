@@ -261,8 +261,8 @@ class Planner:
         tried = ", ".join(str(r["units"]) for r in c.runs)
         text = (f"fails at R up to {k} unit(s) ({c.shape.gpus(k)} GPUs, --max-gpus; ran {tried}); at {k}: "
                 + "; ".join(_reasons(run)))
-        if short_runs_only(c.runs, self.n_rate, self.opts.keep_up):
-            text += f" (only the keep-up rule, in runs of {self.n_rate} requests: too short to judge it)"
+        if short_runs_only(c.runs, self.opts.keep_up):
+            text += " (only the keep-up rule, in runs too short to judge it)"
         return text
 
     def why_not(self, ev: dict) -> list:
