@@ -895,28 +895,79 @@ def test_plan_refuses_fp8_on_a_gpu_file_without_fp8_flops(tmp_path, capsys):
     assert not (tmp_path / "p").exists()
 
 
-def test_plan_refuses_class_replicas_up_front(tmp_path, capsys):
-    """``cluster.class_replicas`` names replica positions, and plan searches the replica count
-    (each shape assessed on one unit): found by planning a scenario that keeps a class on replica
-    3 of 4, which printed every shape as 'pruned-memory: does not fit' and found nothing. Now an
-    input error up front (exit 2, no folder)."""
-    from servesim.cli.main import main
-
+def _class_scenario(replicas: int, batch: list) -> dict:
     d = copy.deepcopy(SMALL)
     d["workload"]["classes"] = [{"name": "chat", "share": 0.8, "prompt_tokens": d["workload"]["prompt_tokens"],
                                  "output_tokens": d["workload"]["output_tokens"]},
                                 {"name": "batch", "share": 0.2, "prompt_tokens": d["workload"].pop("prompt_tokens"),
                                  "output_tokens": d["workload"].pop("output_tokens")}]
-    d["cluster"] = {"replicas": 4, "router": "class_aware", "class_replicas": [{"name": "batch", "replicas": [3]}]}
+    d["cluster"] = {"replicas": replicas, "router": "class_aware",
+                    "class_replicas": [{"name": "batch", "replicas": batch}]}
+    return d
+
+
+@pytest.mark.parametrize("replicas, classes, block, one_block", [
+    (4, {"batch": [3]}, 4, {"batch": (3,)}),
+    (4, {"batch": [2, 3]}, 2, {"batch": (1,)}),  # two replicas batch may use, two it may not
+    (4, {"batch": [1, 3]}, 2, {"batch": (1,)}),
+    (6, {"batch": [0, 1, 2], "chat": [2, 3, 4, 5]}, 6, {"batch": (0, 1, 2), "chat": (2, 3, 4, 5)}),
+    (6, {"batch": [0, 3], "chat": [1, 2, 4, 5]}, 3, {"batch": (0,), "chat": (1, 2)}),
+    (1, {"batch": [0]}, 1, {"batch": (0,)}),
+])
+def test_a_class_layout_is_its_smallest_block(replicas, classes, block, one_block):
+    from types import SimpleNamespace
+
+    from servesim.studies.plan_space import class_layout
+
+    given = [SimpleNamespace(name=n, replicas=r) for n, r in classes.items()]
+    assert class_layout(given, replicas) == (block, tuple(one_block.items()))
+
+
+@pytest.mark.parametrize("shape", [Shape("colocated", "h100-sxm", 1), Shape("colocated", "h100-sxm", 2, pp=2),
+                                   Shape("pd", "h100-sxm", 1, decode_gpu="h100-sxm", decode_tp=2, ratio=(2, 1))])
+def test_k_units_of_a_class_layout_give_each_class_its_share(shape):
+    """Every unit count of a shape with a class layout makes a scenario the router takes, with each
+    class on the same share of the replicas it chooses among (a P/D split's prefill replicas)."""
+    base = _class_scenario(4, [2, 3])
+    shape = Shape(**{**vars(shape), "block": 2, "classes": (("batch", (1,)),)})
+    for k in (1, 2, 3):
+        sc = scenario_from_dict(with_values(base, shape.overrides(k, base["policy"]), "test"))
+        routed = sc.policy.prefill.replicas if shape.kind == "pd" else sc.cluster.replicas
+        assert routed == k * 2 * shape.ratio[0]
+        (batch,) = sc.cluster.class_replicas
+        assert sorted(batch.replicas) == list(range(1, routed, 2))
+        assert shape.gpus(k) == k * Shape(**{**vars(shape), "block": 1, "classes": ()}).gpus(2)
+        assert shape.describe(k).startswith("P/D " if shape.kind == "pd" else f"{2 * k} x ")
+        prepare(sc)
+
+
+def test_plan_searches_a_class_replicas_scenario_in_blocks_of_its_layout(tmp_path, capsys):
+    """``cluster.class_replicas`` names replica positions, and plan searches the replica count:
+    it was refused ('servesim plan searches the number of replicas ...', exit 2), and before that
+    every shape was 'pruned-memory' (assessed on one unit, whose replicas the positions
+    exceeded). Now a unit is the layout's smallest block (batch on 2 of 4 replicas: 2 replicas,
+    batch on one), repeated at every size: every run keeps the class on half the replicas."""
+    from servesim.cli.main import main
+
     f = tmp_path / "s.yaml"
-    f.write_text(json.dumps(d))
-    argv = ["plan", str(f), "--rate", "10", "--slo", SLO, "--tp", "1", "--policies", "continuous",
+    f.write_text(json.dumps(_class_scenario(4, [2, 3])))
+    argv = ["plan", str(f), "--rate", "30", "--slo", "ttft_p99=0.5", "--tp", "1", "--policies", "continuous",
+            "--seeds", "1", "--probe-requests", "100", "--requests", "100", "--verify-top", "0", "--workers", "1",
+            "--no-report",
             "--out", str(tmp_path / "p"), "--quiet"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "cluster.class_replicas: servesim plan searches the number of replicas" in err
-    assert "pruned-memory" not in err and "Traceback" not in err
-    assert not (tmp_path / "p").exists()
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads((tmp_path / "p" / "plan.json").read_text())
+    (c,) = doc["candidates"]
+    assert c["status"] == "feasible" and c["shape"]["block"] == 2
+    assert c["label"] == f"{2 * c['units']} x h100-sxm TP1, continuous" and c["gpus"] == 2 * c["units"]
+    assert "units of 2 replicas" in printed
+    assert c["runs"]
+    for r in c["runs"]:
+        sc = scenario_from_dict(__import__("yaml").safe_load((tmp_path / "p" / r["seeds"][0]["dir"] /
+                                                               "scenario.yaml").read_text()))
+        assert sc.cluster.replicas == 2 * r["units"]
+        assert sorted(sc.cluster.class_replicas[0].replicas) == list(range(1, 2 * r["units"], 2))
 
 
 def test_a_plan_of_short_runs_short_of_keeping_up_by_their_own_arrivals_runs_them_longer(tmp_path, capsys):

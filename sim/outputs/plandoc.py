@@ -25,17 +25,19 @@ PRUNE_WHY = {"pruned-memory": "does not fit (weights leave no KV room, or TP doe
 def describe_shape(shape: dict, units: int | None = None) -> str:
     """A deployment shape (``plan_space.Shape``'s fields, as plan.json's ``shape`` holds them) at
     ``units`` units, e.g. ``2 x h100-sxm TP4, continuous`` or ``P/D 1 x h100-sxm TP4 : 2 x
-    a100-80g TP8`` (``units`` None: the shape alone, no count)."""
+    a100-80g TP8`` (``units`` None: the shape alone, no count). The counts are replicas: a unit
+    of a class layout's ``block`` is that many (``plan_space.class_layout``)."""
     s = shape
+    block = s.get("block") or 1
     if s["kind"] == "pd":
         p, d = s["ratio"]
-        k = units or 1
+        k = (units or 1) * block
         return (f"P/D {p * k} x {s['gpu']} TP{s['tp']} : {d * k} x {s['decode_gpu']} TP{s['decode_tp']}"
                 + ("" if units else " per unit"))
     pol = "continuous" if s["policy"] == "continuous" else f"chunked prefill {s['chunk']}"
     pp = s.get("pp", 1)
     par = f"TP{s['tp']}" + (f" PP{pp}" if pp > 1 else "")
-    return (f"{units} x " if units else "") + f"{s['gpu']} {par}, {pol}"
+    return (f"{units * block} x " if units else f"{block} x " if block > 1 else "") + f"{s['gpu']} {par}, {pol}"
 
 
 def read_plan(folder: str | Path) -> dict:
@@ -380,6 +382,18 @@ def short_run_note(doc: dict) -> str | None:
             f"arrivals lasts, so it cannot leave within it, queue or not. Give --requests {suggest} or more "
             f"(enough for that half to last the p99 service time, and at least {RUN_S:.0f} s of arrivals at "
             f"{doc['rate_rps']:g} req/s and {SHORT_RUN:,} requests), or --keep-up 0 to judge the latency limits alone.")
+
+
+def layout_note(doc: dict) -> str | None:
+    """With ``cluster.class_replicas``: the replicas a unit is, and each class's positions in it
+    (``plan_space.class_layout``); None without a class layout."""
+    shape = next((c["shape"] for c in doc.get("candidates", [])), None) or {}
+    block, classes = shape.get("block") or 1, shape.get("classes") or ()
+    if not classes:
+        return None
+    where = "; ".join(f"{n} on {', '.join(map(str, pos))}" for n, pos in classes)
+    return (f"cluster.class_replicas: units of {block} replicas (a P/D split: {block} x its prefill:decode "
+            f"ratio), the scenario's layout repeated at every size ({where} of each {block}; other classes on all)")
 
 
 def pruned_lines(doc: dict, examples: int = 2) -> list[str]:

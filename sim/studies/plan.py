@@ -50,7 +50,8 @@ from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, ch
                                        check_search_options, evaluate, longer_requests)
 from servesim.studies.executors import ExecutorOptions, check_numbers, study_session
 from servesim.studies.intervals import Interval, capacity_interval, t_interval
-from servesim.studies.plan_space import POLICIES, Shape, WorkloadStats, assess, enumerate_shapes, workload_stats
+from servesim.studies.plan_space import (POLICIES, Shape, WorkloadStats, assess, class_layout, enumerate_shapes,
+                                         workload_stats)
 from servesim.studies.points import load_base, make_points, require_rate
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
@@ -568,13 +569,14 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         written = scenario_from_dict(base)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
+    # cluster.class_replicas names replica positions: each unit is the layout's repeating block
+    # (plan_space.class_layout), so every deployment tried gives each class its share of replicas
+    # (it was refused: the positions past one unit's replicas made every shape "pruned-memory")
+    layout = {}
     if written.cluster.class_replicas:
-        # (every shape is assessed on one unit: positions past its replicas made each one
-        # "pruned-memory: does not fit", and a plan that found nothing)
-        raise InputError(f"{where}: cluster.class_replicas: servesim plan searches the number of replicas (from one "
-                         "unit up), and the replica positions it gives a class cannot hold in every deployment "
-                         "tried; plan without it (the class_aware router then sends every class to every replica) "
-                         "and try the split on the deployment found with servesim run")
+        routed = written.policy.prefill.replicas if written.policy.name == "pd_split" else written.cluster.replicas
+        block, classes = class_layout(written.cluster.class_replicas, routed)
+        layout = {"block": block, "classes": classes}
     out = Path(out)  # (made once the inputs are checked: a refused plan leaves no folder behind)
     gpus = list(dict.fromkeys(opts.gpus or [str((base.get("hardware") or {}).get("gpu"))]))
     unknown = [g for g, _ in opts.prices if g not in gpus]
@@ -626,7 +628,8 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     seeds = seeds_for(sc.seed, opts.seeds)
     n_rate = opts.requests if opts.requests is not None else max(n, math.ceil(opts.rate_rps * RUN_S))
     pl = Planner(base, opts, out, ex, stats, seeds, prices, powers, n, n_rate)
-    shapes = enumerate_shapes(gpus, opts.tps, opts.pps, opts.policies, opts.chunks, opts.pd_ratios, opts.mixed_pd)
+    shapes = [replace(s, **layout) for s in
+              enumerate_shapes(gpus, opts.tps, opts.pps, opts.policies, opts.chunks, opts.pd_ratios, opts.mixed_pd)]
     for s in shapes:
         a = assess(s, base, opts.rate_rps, pl.slo, opts.attainment, stats, opts.max_gpus, prices, powers)
         c = Candidate(s.key, s, a.status, a.reason, a.unit_rate_bound, a.min_units, a.bound, a.unit_usd_per_hour,

@@ -4,7 +4,12 @@ before anything is simulated.
 A *shape* is a deployment without its size: GPU type, TP, PP and a colocated policy
 (continuous batching, or chunked prefill at a chunk size), or a P/D split (prefill GPU and TP,
 decode GPU and TP, and a prefill:decode replica ratio). A *unit* is one replica of a colocated
-shape, or ``p`` prefill + ``d`` decode replicas of a P/D shape; a deployment is ``k`` units.
+shape, or ``p`` prefill + ``d`` decode replicas of a P/D shape; a deployment is ``k`` units. With
+``cluster.class_replicas`` (the class_aware router's replica positions per request class) a unit
+is ``block`` times that: the scenario's layout of the replicas the router chooses among, reduced to
+its smallest repeating block (``class_layout``), which a deployment of ``k`` units repeats ``k``
+times (``p k`` times over a P/D split's prefill replicas), so every class keeps its share of the
+replicas at every size.
 
 Before simulating, each shape is checked three ways (``assess``):
 
@@ -64,6 +69,8 @@ class Shape:
     decode_gpu: str | None = None  # P/D
     decode_tp: int | None = None
     ratio: tuple = (1, 1)  # P/D: prefill and decode replicas per unit
+    block: int = 1  # replicas (P/D: of each pool's ratio) per unit: the class layout's block
+    classes: tuple = ()  # ((class, positions in one block), ...): cluster.class_replicas of one block
 
     @property
     def key(self) -> str:
@@ -83,6 +90,7 @@ class Shape:
 
     def gpu_counts(self, units: int = 1) -> dict:
         """{GPU name: GPUs} of ``units`` units."""
+        units *= self.block
         if self.kind == "pd":
             p, d = self.ratio
             out = {self.gpu: p * units * self.tp}
@@ -103,12 +111,18 @@ class Shape:
         token budget unless it was a chunk size)."""
         # the scenario's budget was a chunk size: whole-prompt admission gets the schema's default
         chunk_budget = base_policy.get("name") == "chunked_prefill" or base_policy.get("preset")
+        # the class layout repeated once per block of the replicas the router chooses among
+        blocks = units * (self.ratio[0] if self.kind == "pd" else 1)
+        layout = ({"cluster.class_replicas": [{"name": n, "replicas": [u * self.block + i for u in range(blocks)
+                                                                        for i in pos]} for n, pos in self.classes]}
+                  if self.classes else {})
+        units *= self.block
         if self.kind == "pd":
             p, d = self.ratio
             out = {"policy.name": "pd_split", "hardware.gpu": self.gpu, "hardware.tp": self.tp, "hardware.pp": 1,
                    "cluster.replicas": 1, "policy.prefill.replicas": p * units, "policy.prefill.gpu": self.gpu,
                    "policy.prefill.tp": self.tp, "policy.decode.replicas": d * units,
-                   "policy.decode.gpu": self.decode_gpu, "policy.decode.tp": self.decode_tp}
+                   "policy.decode.gpu": self.decode_gpu, "policy.decode.tp": self.decode_tp, **layout}
             # the prefill pool takes policy's budget where it sets none of its own; a whole-prompt
             # one (its default policy) rejects every prompt over a chunk size. (The decode pool's
             # steps are sized by max_num_seqs whatever its budget: simulation._prepare.)
@@ -118,7 +132,7 @@ class Shape:
                 out["policy.prefill.max_num_batched_tokens"] = CONTINUOUS_BUDGET
             return out
         out = {"policy.name": self.policy, "hardware.gpu": self.gpu, "hardware.tp": self.tp, "hardware.pp": self.pp,
-               "cluster.replicas": units}
+               "cluster.replicas": units, **layout}
         if self.policy == "chunked_prefill":
             out["policy.max_num_batched_tokens"] = self.chunk
         elif chunk_budget:
@@ -127,6 +141,29 @@ class Shape:
 
 
 CONTINUOUS_BUDGET = 8192  # Policy.max_num_batched_tokens' default
+
+
+def class_layout(class_replicas, routed: int) -> tuple[int, tuple]:
+    """(block, ((class, positions), ...)): the scenario's ``cluster.class_replicas`` over its
+    ``routed`` replicas (those the router chooses among) as its smallest block: replicas differ
+    only in which classes may use them, so the layout is how many replicas each class set has,
+    and ``b`` is ``routed`` over those counts' greatest common divisor (batch on [2, 3] of 4: two
+    replicas batch may use and two it may not, a block of 2 with batch on [1]; batch on [3] of 4:
+    a block of all 4). In a block, a class set's replicas keep their order in the scenario. A
+    deployment of k blocks gives each class the same share of its replicas as the scenario
+    (``Shape.overrides``)."""
+    sig = [frozenset(c.name for c in class_replicas if i in c.replicas) for i in range(routed)]
+    count: dict = {}
+    for x in sig:
+        count[x] = count.get(x, 0) + 1
+    g = math.gcd(*count.values())
+    kept: dict = {}
+    order = []  # one block: the first count / g replicas of each class set, in the scenario's order
+    for x in sig:
+        if kept.get(x, 0) < count[x] // g:
+            kept[x] = kept.get(x, 0) + 1
+            order.append(x)
+    return routed // g, tuple((c.name, tuple(i for i, x in enumerate(order) if c.name in x)) for c in class_replicas)
 
 
 def enumerate_shapes(gpus, tps, pps, policies, chunks, ratios, mixed_pd: bool) -> list[Shape]:
@@ -241,12 +278,14 @@ def unit_rate_bound(shape: Shape, setup, stats: WorkloadStats) -> tuple[float, d
         # (a bound over O undercounts it: 2x at O = 2, and plan then asks for units it does not need)
         decoded = output - 1
         rate = min(p * bp.token_tps / prompt, d * bd.decode_tps / decoded if decoded > 0 else math.inf)
-        return rate, {"prefill_token_tps": bp.token_tps, "decode_tps": bd.decode_tps, "decode_batch": bd.decode_batch}
+        return rate * shape.block, {"prefill_token_tps": bp.token_tps, "decode_tps": bd.decode_tps,
+                                    "decode_batch": bd.decode_batch}
     b = pool_bound(pools["colocated"], prompt, spec, overlap)
     # tokens computed: the prompt and every output token but the last (sampled, never fed back);
     # steps holding the request: O (its prefill step samples the first token)
     per_request_s = max((prompt + output - 1) / b.token_tps, output / b.decode_tps)
-    return 1.0 / per_request_s, {"token_tps": b.token_tps, "decode_tps": b.decode_tps, "decode_batch": b.decode_batch}
+    return shape.block / per_request_s, {"token_tps": b.token_tps, "decode_tps": b.decode_tps,
+                                         "decode_batch": b.decode_batch}
 
 
 def _prefill_floor_s(cm, budget: int, prompt: int, cache: dict) -> float:
