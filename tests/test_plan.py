@@ -853,11 +853,38 @@ def test_the_next_cheaper_configuration_costs_strictly_less_than_the_answer():
         why = [{"limit": "x", "text": "x", "excess": 2}]
         return {"units": units, "meets": False, "seeds": [{"seed": 0, "why": why}]}
 
-    pl = SimpleNamespace(candidates=[answer], opts=SimpleNamespace(objective="cost"), verify=verify)
+    pl = SimpleNamespace(candidates=[answer], opts=SimpleNamespace(objective="cost", max_gpus=64), verify=verify)
     pl.unit_objective = lambda c: Planner.unit_objective(pl, c)
     nc = Planner.next_cheaper(pl, answer)
     assert (nc["key"], nc["units"]) == ("h100-tp1", 2) and nc["objective"] < answer.objective
     assert seen == [("h100-tp1", 2)]
+
+
+def test_the_next_cheaper_configuration_is_within_max_gpus():
+    """At --max-gpus 4 the answer 3 x h100-sxm ($9.87/h) had 6 x a100-80g ($9.54/h) run and shown as
+    its next cheaper: a deployment the plan never searched (one that met would have read "the plan
+    missed it"). Now the most units of a shape that --max-gpus allows: 4 x a100-80g ($6.36/h), so
+    2 x h100-sxm ($6.58/h) is the next cheaper."""
+    from types import SimpleNamespace
+
+    from servesim.studies.plan import Candidate, Planner
+
+    answer = Candidate("h100", Shape("colocated", "h100-sxm", 1), "feasible", unit_usd_per_hour=3.29, units=3,
+                       objective=3.29 * 3)
+    a100 = Candidate("a100", Shape("colocated", "a100-80g", 1), "pruned-bound", unit_usd_per_hour=1.59, min_units=5)
+    seen = []
+
+    def verify(c, units):
+        seen.append((c.key, units))
+        return {"units": units, "meets": False, "seeds": [{"seed": 0, "why": []}]}
+
+    for max_gpus, want in ((4, ("h100", 2)), (64, ("a100", 6))):
+        seen.clear()
+        pl = SimpleNamespace(candidates=[answer, a100], opts=SimpleNamespace(objective="cost", max_gpus=max_gpus),
+                             verify=verify)
+        pl.unit_objective = lambda c: Planner.unit_objective(pl, c)
+        nc = Planner.next_cheaper(pl, answer)
+        assert (nc["key"], nc["units"]) == want and seen == [want]
 
 
 def test_configurations_of_the_same_cost_are_ties_whatever_the_rounding():

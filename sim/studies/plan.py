@@ -22,9 +22,9 @@ The search (``run_plan``):
 4. The best ``verify_top`` configurations get a capacity search of the whole deployment with
    every seed (their capacity interval and headroom at R); the others' capacity is units x the
    unit's capacity (marked as an estimate).
-5. The next-cheaper configuration than the answer (any fitting shape at any unit count) is shown
-   failing: its runs at R and the limits they broke; one that was only ruled out by the bound is
-   simulated now to show it.
+5. The next-cheaper configuration than the answer (any fitting shape at any unit count up to
+   ``--max-gpus``; with ``--objective power``, among the runs at R) is shown failing: its runs at R
+   and the limits they broke; one that was only ruled out by the bound is simulated now to show it.
 
 Every simulation goes through the sweep machinery (content-hashed run folders), so a rerun of
 the same plan reuses every finished run and resumes where it stopped; ``plan.json`` holds every
@@ -412,7 +412,9 @@ class Planner:
     def next_cheaper(self, best: Candidate) -> dict | None:
         """The configuration just below the answer's objective, and why it does not do: its runs
         at R (simulated now if a bound or a latency floor ruled it out before) and the limits they
-        broke."""
+        broke. Only configurations of the space (up to --max-gpus); with ``--objective power``
+        only those run at R (a configuration's power at R is known only from its run: unit counts
+        the unit search skipped, and shapes never simulated, are not offered)."""
         target = best.objective
         pool = []  # (objective, candidate, units)
         for c in self.candidates:
@@ -428,6 +430,10 @@ class Planner:
             # the most units strictly below the target ((1 - 1e-9): 3.29 * 3 / 3.29 is 3.0000000000000004,
             # and 3 units of the answer's own shape are not cheaper than it)
             u = math.ceil(target / per * (1 - 1e-9)) - 1
+            # within the space searched: more GPUs than --max-gpus were never the answer's rivals (6 x
+            # a100-80g was run as the next cheaper of 3 x h100-sxm at --max-gpus 4, and one that met
+            # would have been called a miss of the plan)
+            u = min(u, self.opts.max_gpus // c.shape.gpus(1))
             if u >= 1:
                 pool.append((per * u, c, u))
         if not pool:
