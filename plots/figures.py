@@ -790,10 +790,8 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None,
     # each name beside its point, inside the axes, clear of the others and of the legend (at a
     # fixed offset, two configurations of one cost and close capacities printed over each other,
     # and a name near the right edge ran out of the axes)
-    unnamed = _place_names(ax, [(d, d["capacity"], ax.transData) for d in data],
-                           lambda d: "k" if id(d) in on_front else "0.45", [legend.get_window_extent()])
-    if unnamed:
-        ax.set_title(f"{ax.get_title()} ({len(data) - unnamed} of {len(data)} named: no room for the rest)")
+    _place_names(ax, [(d, d["capacity"], ax.transData) for d in data],
+                 lambda d: "k" if id(d) in on_front else "0.45", [legend.get_window_extent()])
     return ax
 
 
@@ -847,9 +845,7 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # (one column: two of these side by side were wider than the axes, and the layout
         # narrowed the axes to fit them)
         legend_below(ax, fontsize="small")
-    unnamed = _place_names(ax, named)
-    if unnamed:
-        ax.set_title(f"{ax.get_title()} ({len(named) - unnamed} of {len(named)} named: no room for the rest)")
+    _place_names(ax, named)
     return ax
 
 
@@ -857,8 +853,10 @@ def _place_names(ax, named: list, color_of=None, avoid=()) -> int:
     """Name each point of ``named`` ([(d, y, transform)], x ``d["usd_per_hour"]``, the name
     ``d["label"]`` or ``d["fleet"]``) on the side of it with room, inside the axes and clear of the
     names placed before it and of ``avoid`` (display boxes, e.g. a legend inside the axes); a name
-    moved off its point has a leader line to it, one with no room anywhere is left out. Returns
-    how many were left out. ``color_of(d)``: the name's colour (default black)."""
+    moved off its point has a leader line to it, one with no room anywhere is left out, and the
+    axes' title then says how many are named ("(N of M named: no room for the rest)", added here
+    once for both figures that place names). Returns how many were left out. ``color_of(d)``: the
+    name's colour (default black)."""
     lo, hi = ax.get_xlim()
     frame = ax.get_window_extent()
     # (the layout to come may take a few percent off the axes' height: kept that far inside)
@@ -898,6 +896,8 @@ def _place_names(ax, named: list, color_of=None, avoid=()) -> int:
                                arrowprops={"arrowstyle": "-", "color": "0.5", "linewidth": 0.6, "shrinkA": 1,
                                            "shrinkB": 4})
         placed.append(box)  # (the name's own box: an annotation's extent takes its leader line in)
+    if unnamed:
+        ax.set_title(f"{ax.get_title()} ({len(named) - unnamed} of {len(named)} named: no room for the rest)")
     return unnamed
 
 

@@ -863,4 +863,12 @@ def test_cost_latency_leaves_out_names_with_no_room_and_says_how_many(tmp_path):
     boxes = [Text.get_window_extent(t) for t in names]
     for i, b in enumerate(boxes):
         assert not any(b.overlaps(o) for o in boxes[:i]), names[i].get_text()
+    # the cost vs capacity figure places its names the same way, and says it once in its title
+    caps = [{**d, "capacity": 10.0 + (k % 3), "low": 9.0, "high": 12.0, "chosen": k == 0} for k, d in enumerate(data)]
+    fig, ax = F.subplots(figsize=(4, 3))
+    ax.set_title("plan\nSLO")
+    F.cost_capacity(caps, ax, 8.0)
+    placed = [t for t in ax.texts if t.get_text()]
+    assert 0 < len(placed) < len(caps)
+    assert ax.get_title() == f"plan\nSLO ({len(placed)} of {len(caps)} named: no room for the rest)"
     plt.close(fig)
