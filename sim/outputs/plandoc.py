@@ -391,9 +391,10 @@ def layout_note(doc: dict) -> str | None:
     block, classes = shape.get("block") or 1, shape.get("classes") or ()
     if not classes:
         return None
-    where = "; ".join(f"{n} on {', '.join(map(str, pos))}" for n, pos in classes)
+    where = "; ".join(f"{n} on replica{'s' if len(pos) > 1 else ''} {', '.join(map(str, pos))}" for n, pos in classes)
     return (f"cluster.class_replicas: units of {block} replicas (a P/D split: {block} x its prefill:decode "
-            f"ratio), the scenario's layout repeated at every size ({where} of each {block}; other classes on all)")
+            f"ratio), the scenario's layout repeated at every size ({where} of each {block}, from 0; a class not "
+            "listed: every replica)")
 
 
 def pruned_lines(doc: dict, examples: int = 2) -> list[str]:
