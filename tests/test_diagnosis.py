@@ -16,7 +16,8 @@ from servesim.policies import ContinuousPolicy
 from servesim.outputs.checks import preemption_warnings
 from servesim.outputs.diagnosis import reason_key, slo_misses
 from servesim.outputs.rundir import read_scenario, read_summary, read_table
-from servesim.simulation import predict_rejections, simulate
+from servesim.predictions import predict_rejections
+from servesim.simulation import simulate
 from servesim.inputs.overrides import with_values
 from tests.conftest import BASE, make_scenario
 from tools.update_golden import scenario_files
@@ -177,7 +178,7 @@ def test_validate_predicts_the_requests_a_cut_off_leaves_unfinished(tmp_path, ca
     them unfinished (its unfinished warning) and validate said nothing. Those arriving within
     their idle-deployment E2E of the cut-off cannot finish: at least that many, at most the run's;
     a warning from the run's share on, a note below it (a cut-off far from the arrivals)."""
-    from servesim.simulation import predict_unfinished
+    from servesim.predictions import predict_unfinished
 
     rate = 8.0 if loud else 1.0
     sc = load_scenario(str(ROOT / "scenarios" / "default.yaml"),
@@ -198,7 +199,7 @@ def test_validate_names_a_request_class_no_load_lets_reach_its_slo(tmp_path, cap
     studies count it failing), while validate said only that attainment cannot exceed 94%. It
     names the class and the most of it that can be within its SLO; without the small class's tight
     limit it names none."""
-    from servesim.simulation import predict_slo_floors
+    from servesim.predictions import predict_slo_floors
 
     out = {"dist": "uniform", "min": 1, "max": 64}
     classes = [{"name": "long", "share": 0.06, "slo": {"ttft_s": 0.05}, "output_tokens": out,
@@ -328,7 +329,7 @@ def test_validate_predicts_a_clear_overload(tmp_path, capsys):
     """validate names an offered rate well above what the deployment serves (a probe of the
     workload's own requests all at once on one replica: a lower bound of its throughput); it stays
     quiet at the scenario's own rate, where the run keeps up, and where it cannot tell."""
-    from servesim.simulation import predict_overload
+    from servesim.predictions import predict_overload
 
     over = predict_overload(load_scenario(None, ["workload.arrival.rate_rps=80"]))
     assert over["overloaded"] and over["probe_requests"] == 1000 and 60 < over["offered_rps"] < 100
@@ -364,7 +365,7 @@ def test_validate_predicts_the_requests_a_full_queue_sheds(tmp_path, capsys, rul
     nothing (its overload probe skipped scenarios with admission). It now runs the probe without
     the rules and predicts the shedding: a count at least the run's (the probe underrates what the
     deployment serves), of the same order."""
-    from servesim.simulation import predict_shedding
+    from servesim.predictions import predict_shedding
 
     sc = make_scenario(**SHED, **{"policy.admission": rule})
     shed = predict_shedding(sc)
@@ -383,7 +384,7 @@ def test_validate_predicts_what_admission_sheds_of_requests_arriving_at_once(tmp
     """all_at_once arrivals and a queue limit: the run rejected 580 of 600 requests and validate
     said nothing (no rate to compare). They all arrive before a step admits any, so the run's first
     instant, replayed, gives the run's count; with a limit above the requests, nothing."""
-    from servesim.simulation import predict_shedding
+    from servesim.predictions import predict_shedding
 
     at_once = {**SHED, "workload.arrival": {"process": "all_at_once"}}
     sc = make_scenario(**at_once, **{"policy.admission": rule})
@@ -397,7 +398,7 @@ def test_validate_predicts_what_admission_sheds_of_requests_arriving_at_once(tmp
 
 def test_validate_predicts_no_shedding_where_the_deployment_keeps_up(tmp_path, capsys):
     """The same queue limit at a rate the deployment serves: nothing predicted, nothing rejected."""
-    from servesim.simulation import predict_shedding
+    from servesim.predictions import predict_shedding
 
     sc = make_scenario(**{**SHED, "workload.arrival": {"process": "poisson", "rate_rps": 8.0}},
                        **{"policy.admission": {"max_queue": 20}})
@@ -410,7 +411,7 @@ def test_validate_replays_the_token_bucket_and_names_a_backlog_no_rule_bounds(tm
     """A token bucket rejects by the arrival times alone: validate replays it, the run's count
     exactly. Past a bucket that lets through more than the deployment serves, with no queue rule,
     the backlog still grows: validate says so, and the run falls behind."""
-    from servesim.simulation import predict_shedding
+    from servesim.predictions import predict_shedding
 
     for rate, backlog in ((10.0, None), (40.0, "unbounded")):
         sc = make_scenario(**SHED, **{"policy.admission": {"token_bucket": {"rate_rps": rate}}})
@@ -427,7 +428,7 @@ def test_validate_replays_the_token_bucket_and_names_a_backlog_no_rule_bounds(tm
 def test_validate_names_a_queue_limit_that_holds_the_whole_excess(tmp_path, capsys):
     """A max_queue above the run's excess never fills: no request is shed, the queue grows as
     without it, and validate says the backlog grows rather than predicting rejections."""
-    from servesim.simulation import predict_shedding
+    from servesim.predictions import predict_shedding
 
     sc = make_scenario(**SHED, **{"policy.admission": {"max_queue": 2000}})
     assert predict_shedding(sc)["backlog"] == "room"
@@ -441,7 +442,7 @@ def test_validate_predicts_a_clear_overload_of_a_pd_split(capsys):
     """A P/D split at three times what it serves: the run falls behind (a third of the arrivals
     leave), and validate said nothing (the probe skipped P/D splits). The probe now runs the whole
     split; at the packaged scenario's own rate it stays quiet, and the run keeps up."""
-    from servesim.simulation import predict_overload
+    from servesim.predictions import predict_overload
 
     pd = str(ROOT / "scenarios" / "pd-split.yaml")
     fast = load_scenario(pd, ["workload.arrival.rate_rps=100"])
@@ -461,7 +462,8 @@ def test_the_overload_probe_stays_quick_with_a_tiny_token_budget(monkeypatch):
     alone take hundreds of thousands of steps (a fuzzed scenario made validate take 32 s): the
     probe keeps the requests whose prompts fit OVERLOAD_PROBE_STEPS budget-sized steps, and says
     nothing when fewer than OVERLOAD_PROBE_MIN do, without simulating."""
-    import servesim.simulation as S
+    import servesim.predictions as S
+    from servesim.simulation import plan
 
     calls = []
     real = S.simulate
@@ -471,7 +473,7 @@ def test_the_overload_probe_stays_quick_with_a_tiny_token_budget(monkeypatch):
     assert calls == []
     sc = load_scenario(None, base + ["policy.max_num_batched_tokens=16"])
     over = S.predict_overload(sc)
-    specs = S.plan(sc)[1]
+    specs = plan(sc)[1]
     k = over["probe_requests"]
     # the most requests whose prompts fit the step bound: one more would not
     assert S.OVERLOAD_PROBE_MIN <= k < 1000 and calls == [k]
@@ -488,7 +490,7 @@ def test_validate_predicts_prompts_that_can_wait_at_the_head_of_the_queue(tmp_pa
     """validate counts the workload's own prompts within max_num_seqs tokens of the budget (whole
     prompts beside decodes: each fits only while few decodes run); the run then shows their
     waits. Quiet with chunked prefill, prefill_first, or prompts well under the budget."""
-    from servesim.simulation import predict_head_of_line
+    from servesim.predictions import predict_head_of_line
 
     kw = {"policy.max_num_batched_tokens": 2048, "workload.num_requests": 300,
           "workload.arrival": {"process": "poisson", "rate_rps": 8.0},
@@ -520,7 +522,7 @@ def test_head_of_line_prediction_counts_speculative_decodes_as_k_plus_1_tokens(t
     tokens under a 4,096-token budget with 256 sequences of k = 4 waited at the head of the queue
     (the run: dozens, a fifth of its time) while validate, counting one token a decode, said
     nothing. It now counts prompts within max_num_seqs x (k + 1) tokens, and says so."""
-    from servesim.simulation import predict_head_of_line
+    from servesim.predictions import predict_head_of_line
 
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump({
@@ -687,7 +689,7 @@ def test_requests_shortened_to_the_context_are_a_warning_validate_predicts(tmp_p
     """Lengths beyond the model's context are shortened (workload.clip_to_context): at 10% of the
     requests the run warns that the lengths run are not the ones described, and validate predicts
     the count exactly from the workload's own requests (below 10%: an indented line)."""
-    from servesim.simulation import predict_clipped
+    from servesim.predictions import predict_clipped
 
     long = {"model": "meta-llama/Llama-2-7b-hf", "workload.num_requests": 200,
             "workload.prompt_tokens": {"dist": "lognormal", "mean": 3000, "sigma": 0.8},
@@ -719,7 +721,7 @@ def test_validate_predicts_requests_no_load_lets_meet_the_slo(tmp_path, capsys):
     """An SLO some requests cannot meet even alone (their prompt's prefill, or one decode step,
     is over the limit): validate names how many and the attainment ceiling; the run's attainment
     stays under it, also per class; an SLO every request can meet alone is no warning."""
-    from servesim.simulation import predict_slo_floors
+    from servesim.predictions import predict_slo_floors
 
     kw = {"workload.num_requests": 100, "workload.prompt_tokens": {"dist": "uniform", "min": 16, "max": 8000},
           "workload.arrival": {"process": "poisson", "rate_rps": 0.5}, "slo": {"ttft_s": 0.1, "tpot_s": 0.05}}

@@ -406,7 +406,7 @@ def test_pd_one_token_requests_are_not_rejected_for_decode_room():
     # a request wanting one output token gets it from the prefill step and finishes there: it
     # never reaches the decode pool, so the decode replica's KV size cannot turn it away (it was
     # rejected as "needs 100 KV blocks on a decode replica", and validate predicted that too)
-    from servesim.simulation import predict_rejections
+    from servesim.predictions import predict_rejections
 
     sc = make_scenario(**{"policy.name": "pd_split", "memory.num_gpu_blocks": 100, "policy.watermark": 0.0})
     rows = [(0.0, 1585, 1), (0.0, 1585, 2), (0.0, 100, 3)]  # 1585 tokens: all 100 blocks

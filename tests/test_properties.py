@@ -7,7 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.simulation import predict_rejections, simulate
+from servesim.predictions import predict_rejections
+from servesim.simulation import simulate
 from tests.conftest import make_scenario, policy_mix_kw, specs
 
 request_rows = st.lists(

@@ -489,12 +489,12 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                          cost_mapping_warnings, gpu_unit_warnings, kv_override_warnings, kv_room_fix,
                                          no_effect_warnings, no_requests_text, scenario_slos, slo_unit_warnings,
                                          trace_unit_text)
-    from servesim.simulation import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
-                                     predict_rejections, predict_shedding, predict_slo_floors, preemptions_at_rate,
-                                     prepare)
+    from servesim.predictions import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
+                                      predict_rejections, predict_shedding, predict_slo_floors, preemptions_at_rate)
+    from servesim.simulation import prepare
     from servesim.outputs.checks import UNFINISHED_SHARE
     from servesim.outputs.verdicts import SLO_TARGET
-    from servesim.simulation import drawn_lengths, predict_unfinished
+    from servesim.predictions import drawn_lengths, predict_unfinished
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
@@ -629,7 +629,7 @@ def _probe_text(scenario, setup, over: dict) -> str:
 
 
 def _shedding_text(scenario, setup, shed: dict) -> str:
-    """validate's line on the requests ``policy.admission`` sheds (``simulation.predict_shedding``):
+    """validate's line on the requests ``policy.admission`` sheds (``predictions.predict_shedding``):
     a warning when the share reaches the run's ``rejections`` threshold or the queue grows through
     the run anyway, else an indented note."""
     from servesim.outputs.checks import REJECTED_SHARE

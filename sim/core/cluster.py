@@ -285,7 +285,7 @@ class Cluster:
 
     def rejection_reason(self, req) -> str | None:
         """Why ``req`` would be rejected on arrival (None: it would not): rejection depends only on
-        its lengths and the deployment, never on the load (``simulation.predict_rejections``)."""
+        its lengths and the deployment, never on the load (``predictions.predict_rejections``)."""
         if self.decode:
             reason = self._decode_rejection(req)
             if reason is not None:

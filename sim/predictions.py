@@ -1,0 +1,455 @@
+"""What ``servesim validate`` predicts of a run without running it (``simulate`` runs it): the
+requests the replicas reject (``predict_rejections``), those clipped to the context
+(``predict_clipped``), those no load lets meet the SLO (``predict_slo_floors``), those a
+``duration_s`` cut-off leaves unfinished (``predict_unfinished``), prompts that can wait at the head
+of the queue (``predict_head_of_line``), an offered rate well above what the deployment serves
+(``predict_overload``: a short probe), and what admission control sheds (``predict_shedding``).
+Each reads the workload drawn with the scenario's seed (``plan``'s, when the caller has it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+
+import numpy as np
+import simpy
+
+from servesim.core.cluster import Cluster
+from servesim.core.request import Request
+from servesim.inputs.scenario import Scenario
+from servesim.inputs.workload import RequestSpecs, generate
+from servesim.outputs.checks import REJECTED_SHARE
+from servesim.outputs.recorder import Recorder
+from servesim.simulation import _classes, prepare, simulate
+
+
+def _one_replica(scenario: Scenario) -> Scenario:
+    """``scenario`` on one replica per pool, routed round robin (what a probe of one replica's
+    behaviour runs on: every replica of a pool is the same)."""
+    return dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster, replicas=1,
+                                                                     router="round_robin", class_replicas=None))
+
+
+def _setup_and_specs(scenario: Scenario, setup, specs):
+    """``setup`` and ``specs`` as ``plan`` makes them (the workload drawn with the scenario's seed),
+    unless given (``validate`` has them from ``plan`` already)."""
+    if setup is None:
+        setup = prepare(scenario)
+    if specs is None:
+        specs = generate(scenario.workload, np.random.default_rng(scenario.seed),
+                         setup.cost_model.model.max_context_tokens, min(p.capacity.block_size for p in setup.pools))
+    return setup, specs
+
+
+def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The rejections a run of ``scenario`` will have, without running it: every rejection rule
+    depends only on a request's lengths and the deployment, never on the load, so the workload's
+    own requests (drawn with the scenario's seed) checked against the replicas' rules give the
+    run's count exactly. {"requests", "rejected", "reasons": [[reason, count], ...]}; None for
+    closed-loop and multi-turn workloads (their lengths are drawn as the run goes). ``setup``,
+    ``specs``: ``plan``'s, when the caller has them."""
+    from servesim.outputs.diagnosis import top_reasons
+
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs):
+        return None
+    by_pair, inverse, first = _rejection_pairs(scenario, setup, specs)
+    counts = np.bincount(inverse, minlength=len(by_pair)).tolist()
+    # each distinct pair's reason as many times as it occurs, in the order the requests first
+    # show it (top_reasons breaks ties by that order)
+    rejected = [(by_pair[i], counts[i]) for i in np.argsort(first, kind="stable").tolist() if by_pair[i] is not None]
+    return {"requests": len(specs), "rejected": sum(c for _, c in rejected),
+            "reasons": top_reasons(rejected, counted=True)}
+
+
+# (setup, specs) as weak references, and their reasons per pair: validate asks more than once for the same workload
+_LAST_REASONS: list = [None, None, None]
+
+
+def drawn_lengths(specs):
+    """The requests' lengths as a run draws them, without running: ``specs`` itself for an
+    open-loop workload; for a closed loop with ``workload.num_requests``, ``ClosedLoop.planned``
+    (its lengths drawn in one chunk, in send order, as the run draws them) with every arrival at 0
+    (not the run's times); None otherwise (multi-turn sessions, a closed loop bounded only by
+    duration_s: how many it sends depends on the run)."""
+    from servesim.inputs.workload import ClosedLoop
+
+    if isinstance(specs, RequestSpecs):
+        return specs
+    cols = specs.planned() if isinstance(specs, ClosedLoop) else None
+    if cols is None:
+        return None
+    return RequestSpecs(arrival_s=np.zeros(len(cols["prompt_tokens"])),
+                        prompt_tokens=cols["prompt_tokens"].astype(np.int64),
+                        output_tokens=cols["output_tokens"].astype(np.int64),
+                        prefix_group=cols["prefix_group"].astype(np.int64),
+                        prefix_tokens=cols["prefix_tokens"].astype(np.int64),
+                        class_index=cols["class_index"].astype(np.int64), class_names=tuple(specs.class_names),
+                        clipped=cols["clipped"].astype(bool))
+
+
+def _rejection_pairs(scenario: Scenario, setup, specs: RequestSpecs) -> tuple:
+    """The reasons the deployment's replicas reject the requests of ``specs`` at arrival, per
+    distinct (prompt, output) pair (the rules of one replica per pool, asked once per pair):
+    ``(by_pair, inverse, first)``, ``by_pair[inverse[i]]`` request i's reason or None,
+    ``first[j]`` the first request with pair j. Per pair, not per request: 10 million requests
+    made a list per request cost validate seconds."""
+    last = _LAST_REASONS
+    if last[0] is not None and last[0]() is setup and last[1]() is specs:
+        return last[2]
+    # every replica of a pool has the same rules: one of each is enough (a cluster of 100,000
+    # replicas took seconds to build here)
+    one = dataclasses.replace(setup, pools=tuple(dataclasses.replace(p, replicas=1) for p in setup.pools),
+                              scenario=_one_replica(setup.scenario))
+    cluster = Cluster(simpy.Environment(), one, Recorder(None), scenario.seed)
+    # (token counts are below 2**31: one int64 key per pair, 30x faster than np.unique(axis=1))
+    key = (specs.prompt_tokens.astype(np.int64) << 32) | specs.output_tokens.astype(np.int64)
+    pairs, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_pair = [cluster.rejection_reason(Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)) for k in pairs.tolist()]
+    result = (by_pair, np.ravel(inverse), first)
+    last[:] = [weakref.ref(setup), weakref.ref(specs), result]
+    return result
+
+
+def _served(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:
+    """Per request of ``specs``, whether the replicas take it (no rejection reason)."""
+    by_pair, inverse, _ = _rejection_pairs(scenario, setup, specs)
+    return np.array([r is None for r in by_pair], dtype=bool)[inverse]
+
+
+def predict_clipped(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The requests a run will shorten to the model's context (``workload.clip_to_context``),
+    without running: the workload's own requests (drawn with the scenario's seed) are clipped as
+    they are drawn, so their count is the run's. {"requests", "clipped", "context_tokens"}; None for
+    closed-loop and multi-turn workloads (their lengths are drawn as the run goes)."""
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs):
+        return None
+    k = int(specs.clipped.sum()) if specs.clipped is not None else 0
+    return {"requests": len(specs), "clipped": k, "context_tokens": setup.cost_model.model.max_context_tokens}
+
+
+def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The requests that cannot meet their SLO at any load, without running: on an idle
+    deployment a request's TTFT is at least its prompt's prefill alone and its TPOT at least one
+    decode step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with),
+    each with the API server's time as the client measures it.
+    {"requests" (not rejected), "missed", "ttft", "tpot" (over each limit), "ttft_max_s",
+    "tpot_min_s", "api_request_s" (the API server's part of each TTFT), "classes_capped": [(class, the
+    most of its requests that can be within its SLO, its requests), ...] for the request classes
+    (two or more) that cannot reach ``verdicts.SLO_TARGET`` of their own}
+    over the workload's own
+    requests; None without an SLO, for closed-loop and multi-turn workloads. Rejected requests
+    are ``predict_rejections``'."""
+    from servesim.studies.plan_space import NEVER, latency_floors, stats_from_specs
+
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs) or not len(specs):
+        return None
+    n = len(specs)
+    names, _, limits = _classes(scenario, specs, {"request_id": np.arange(n)})
+    if limits is None:
+        slo = scenario.slo
+        if slo.ttft_s is None and slo.tpot_s is None:
+            return None
+        limits = (np.full(n, np.inf if slo.ttft_s is None else slo.ttft_s),
+                  np.full(n, np.inf if slo.tpot_s is None else slo.tpot_s))
+    floors = latency_floors("pd" if "decode" in setup.pools_by_name else "colocated", setup,
+                            stats_from_specs(scenario, specs))
+    # (what the replicas reject is predict_rejections'; the floors mark only what needs more KV)
+    served = (floors["ttft"] < NEVER / 10) & _served(scenario, setup, specs)
+    ttft = served & (floors["ttft"] > limits[0])
+    with np.errstate(invalid="ignore"):
+        tpot = served & (floors["tpot"] > limits[1])  # (NaN: one output token, no TPOT)
+    missed = ttft | tpot
+    # per request class (two or more): the most of its requests that can be within its SLO (its
+    # rejected ones and those over a floor cannot: each class's attainment is over all of its requests)
+    from servesim.outputs.verdicts import SLO_TARGET
+
+    caps = []
+    if len(names) > 1:
+        index = specs.class_index if specs.class_index is not None else np.zeros(n, np.int64)
+        kept = _served(scenario, setup, specs) & ~missed
+        for i, name in enumerate(names):
+            sel = index == i
+            k = int(sel.sum())
+            if k and kept[sel].sum() < SLO_TARGET * k:
+                caps.append((name, float(kept[sel].sum() / k), k))
+    return {"classes_capped": caps,
+            "requests": int(served.sum()), "missed": int(missed.sum()), "ttft": int(ttft.sum()),
+            "tpot": int(tpot.sum()), "ttft_max_s": float(floors["ttft"][ttft].max()) if ttft.any() else None,
+            "tpot_min_s": float(np.nanmin(floors["tpot"][tpot])) if tpot.any() else None,
+            "api_request_s": setup.pools[0].engine.api_request_s}
+
+
+def predict_unfinished(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The requests a run cut off at ``workload.duration_s`` leaves unfinished, at least, without
+    running: those the replicas take whose arrival plus their E2E on an idle deployment (their
+    prompt's prefill alone, then each decode step of theirs alone, with the API server's time as
+    the client sees it: ``plan_space.latency_floors``) is past the cut-off cannot have finished by
+    it, whatever the load. {"requests", "unfinished", "duration_s"} over the workload's own
+    requests; None without ``duration_s`` and for closed-loop and multi-turn workloads (their
+    arrival times depend on the run)."""
+    from servesim.studies.plan_space import NEVER, latency_floors, stats_from_specs
+
+    until = scenario.workload.duration_s
+    if until is None:
+        return None
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs) or not len(specs):
+        return None
+    floors = latency_floors("pd" if "decode" in setup.pools_by_name else "colocated", setup,
+                            stats_from_specs(scenario, specs))
+    served = (floors["e2e"] < NEVER / 10) & _served(scenario, setup, specs)
+    late = served & (specs.arrival_s + floors["e2e"] > until)
+    return {"requests": len(specs), "unfinished": int(late.sum()), "duration_s": float(until)}
+
+
+def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The workload's own prompts that can wait at the head of the queue for room in the token
+    budget, without running: with whole-prompt admission beside running decodes (``continuous``
+    without ``prefill_first``), a prompt of p tokens fits the budget B only while fewer than B - p
+    decodes run beside it, so one within ``max_num_seqs`` tokens of B can wait there (how long
+    depends on the load; the run's ``head_of_line`` says); with speculative decoding a decode takes
+    k + 1 tokens, so within ``max_num_seqs`` x (k + 1). {"requests", "tight", "budget",
+    "max_num_seqs", "decode_tokens" (per decode: 1, or k + 1), "longest"} over the requests the
+    budget does not reject; None when it does not apply (another policy, a P/D split, closed-loop
+    or multi-turn workloads)."""
+    pol = scenario.policy
+    if pol.name != "continuous" or pol.prefill_first:
+        return None
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs):
+        return None
+    pool = setup.pools[0]
+    budget, seqs = pool.max_num_batched_tokens, pool.max_num_seqs
+    # a decode takes k + 1 tokens of the budget with speculative decoding (the k it verifies)
+    per_decode = 1 + (pool.spec[0] if pool.spec else 0)
+    p = specs.prompt_tokens
+    # (what the replicas reject never waits: predict_rejections names it)
+    fits = _served(scenario, setup, specs)
+    tight = fits & (p > budget - seqs * per_decode)
+    return {"requests": int(fits.sum()), "tight": int(tight.sum()), "budget": budget, "max_num_seqs": seqs,
+            "decode_tokens": per_decode, "longest": int(p[tight].max()) if tight.any() else 0}
+
+
+OVERLOAD_PROBE_REQUESTS = 1000  # of the workload's own requests, all at once on one replica
+OVERLOAD_MARGIN = 1.5  # the probe underrates what it serves (its drain): only a clear excess is named
+OVERLOAD_PROBE_MIN = 200  # fewer requests: the probe is mostly its drain, and says nothing
+# the most prefill steps the probe may need at the token budget (~1 s of simulating mixed steps)
+OVERLOAD_PROBE_STEPS = 50_000
+
+
+def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """Whether the offered rate looks above what the deployment serves, without running it: the
+    first ``OVERLOAD_PROBE_REQUESTS`` requests of the workload (drawn with the scenario's seed) all
+    arriving at once on one replica, completed per second, times the replicas, is what it serves
+    when never short of work (an underestimate: the probe ends draining, so only an offered rate
+    ``OVERLOAD_MARGIN`` times above it is called an overload). {"offered_rps",
+    "served_rps", "probe_requests", "overloaded": offered > OVERLOAD_MARGIN x served, "preemptions":
+    the probe's, its batch as full as the KV cache lets it be}; None when
+    it cannot tell: closed-loop, multi-turn or all_at_once arrivals, admission
+    control (it sheds load by design), fewer than ``OVERLOAD_PROBE_MIN`` requests (a probe that
+    short is mostly drain), or a probe that rejects more than a tenth of its requests. With
+    continuous batching or chunked prefill the probe keeps the requests whose prompts fit
+    ``OVERLOAD_PROBE_STEPS`` steps of the token budget (a step holds at most the budget), so a tiny
+    budget keeps ``validate`` quick: fewer than ``OVERLOAD_PROBE_MIN`` of them, and it cannot tell.
+    A P/D split (one deployment of two pools) runs the probe on all of it, its prefill pool's
+    budgets bounding the steps.
+    ``setup``, ``specs``: ``plan``'s, when the caller has them."""
+    from servesim.inputs.scenario import AllAtOnceArrival
+
+    if isinstance(scenario.workload.arrival, AllAtOnceArrival) or scenario.policy.admission.active:
+        return None
+    return _overload_probe(scenario, setup, specs)
+
+
+def _overload_probe(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """``predict_overload``'s probe, with ``policy.admission`` left out of it (what the deployment
+    serves when nothing is shed: ``predict_shedding`` asks it of a scenario with admission)."""
+    from servesim.policies import DEPLOYMENTS
+
+    # a P/D split is one deployment of two pools (cluster.replicas is 1): the probe runs all of it
+    split = scenario.policy.name in DEPLOYMENTS
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs) or len(specs) < OVERLOAD_PROBE_MIN:
+        return None
+    span = float(specs.arrival_s[-1] - specs.arrival_s[0])
+    if not span > 0:
+        return None
+    k = min(len(specs), OVERLOAD_PROBE_REQUESTS)
+    first = setup.pools[0]  # (a P/D split's prefill pool: the one that runs the prompts)
+    if first.policy_name in ("continuous", "chunked_prefill"):
+        # a step holds at most the token budget, so the probe's prompts alone take sum(p) / budget
+        # steps: a tiny budget (1 token: a step per prompt token) would make this quick check as
+        # slow as a long run, so the probe keeps the requests that fit OVERLOAD_PROBE_STEPS
+        budget = first.max_num_batched_tokens * (first.replicas if split else 1)
+        steps = np.cumsum(specs.prompt_tokens[:k], dtype=np.float64) / budget
+        k = int(np.searchsorted(steps, OVERLOAD_PROBE_STEPS, side="right"))
+        if k < OVERLOAD_PROBE_MIN:
+            return None
+    res = _probe(scenario, specs, np.zeros(k), split)
+    if res.summary["completed"] < 0.9 * k:  # (rejections: they leave at once; predict_rejections names them)
+        return None
+    # (its throughput counts the drain, when the last requests run in a shrinking batch: a lower
+    # bound of what it serves with work always waiting; completions between two percentiles
+    # would overstate it, as the short requests finish first)
+    served = res.summary["throughput_rps"] * (1 if split else scenario.cluster.replicas)
+    offered = len(specs) / span
+    return {"offered_rps": offered, "served_rps": served, "probe_requests": k,
+            "overloaded": bool(offered > OVERLOAD_MARGIN * served), "preemptions": int(res.summary["preemptions"])}
+
+
+def preemptions_at_rate(scenario: Scenario, k: int, setup=None, specs=None) -> int:
+    """The preemptions of the workload's first ``k`` requests arriving at their own times (drawn
+    with the scenario's seed), on one replica (each replica takes 1 / replicas of the arrivals:
+    the arrival times stretched by the replicas) or the whole P/D split: what a run at the offered
+    rate preempts, where ``predict_overload``'s probe (all at once, its batch as full as the KV
+    cache lets it be) says only what a full batch does. With ``k`` all of a single replica's
+    requests, it is the run's count."""
+    from servesim.policies import DEPLOYMENTS
+
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    split = scenario.policy.name in DEPLOYMENTS
+    stretch = 1 if split else scenario.cluster.replicas
+    k = min(k, len(specs))
+    return int(_probe(scenario, specs, specs.arrival_s[:k] * stretch, split).summary["preemptions"])
+
+
+def _probe(scenario: Scenario, specs: RequestSpecs, arrival_s: np.ndarray, split: bool):
+    """Run the workload's first ``len(arrival_s)`` requests, arriving at ``arrival_s``, on one
+    replica (the whole deployment for a P/D ``split``), with ``policy.admission`` left out and no
+    ``duration_s``: the probes of ``_overload_probe`` and ``preemptions_at_rate``."""
+    from servesim.inputs.scenario import Admission
+
+    k = len(arrival_s)
+    probe = dataclasses.replace(specs, arrival_s=arrival_s, **{
+        f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
+        if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))
+        and f.name not in ("class_names",)})
+    one = dataclasses.replace(scenario if split else _one_replica(scenario),
+                              workload=dataclasses.replace(scenario.workload, num_requests=k, duration_s=None),
+                              policy=dataclasses.replace(scenario.policy, admission=Admission()))
+    return simulate(one, specs=probe)
+
+
+SHEDDING_BUCKET_REPLAY = 2_000_000  # arrivals the token bucket is replayed on (more: its rate bounds it)
+
+
+def _bucket_rejections(arrival_s: np.ndarray, rate: float, burst: float) -> int:
+    """How many of the arrivals (sorted) ``policy.admission.token_bucket`` rejects: the gateway's
+    bucket replayed (it reads only the arrival times, so the count is the run's, but for the
+    requests a P/D split's decode pool refuses before the door); past
+    ``SHEDDING_BUCKET_REPLAY`` arrivals, the least its rate lets through refused."""
+    n = len(arrival_s)
+    if n > SHEDDING_BUCKET_REPLAY:
+        span = float(arrival_s[-1] - arrival_s[0]) if n else 0.0
+        return max(0, int(n - (span * rate + burst)))
+    tokens, last, rejected = burst, 0.0, 0
+    for t in arrival_s.tolist():
+        tokens = min(burst, tokens + (t - last) * rate)
+        last = t
+        if tokens >= 1.0:
+            tokens -= 1.0
+        else:
+            rejected += 1
+    return rejected
+
+
+def _shed_at_once(scenario: Scenario, specs) -> dict | None:
+    """``predict_shedding`` of ``all_at_once`` arrivals: every request arrives at 0, before any step
+    admits one, so the rules decide on the queue the arrivals themselves make: the run cut off
+    just after that instant rejects what the run rejects (up to ``SHEDDING_BUCKET_REPLAY``
+    requests: more, None). {"at_once": the requests the rules reject, "reasons" (top three),
+    "rejected_share", ...} (the rest of the keys empty)."""
+    from servesim.outputs.diagnosis import top_reasons
+
+    if not isinstance(specs, RequestSpecs) or not len(specs) or len(specs) > SHEDDING_BUCKET_REPLAY:
+        return None
+    cut = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, duration_s=1e-9))
+    reasons = [r for r in simulate(cut, specs=specs).requests["reason"].tolist()
+               if isinstance(r, str) and r.startswith("admission: ")]
+    if not reasons:
+        return None
+    return {"offered_rps": None, "served_rps": None, "probe_requests": None, "rules": [], "reaching_rps": None,
+            "bucket": 0, "queue": 0, "at_once": len(reasons), "reasons": top_reasons(reasons),
+            "requests": len(specs), "rejected_share": len(reasons) / len(specs), "overloaded": False,
+            "backlog": None}
+
+
+def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The requests ``policy.admission`` will shed, without running it. The rule: the token bucket
+    is replayed on the arrival times of the requests it applies to (exact). What reaches the
+    replicas is then compared with what the deployment serves, S (``predict_overload``'s probe, run
+    without the admission rules: a lower bound). When it is over ``OVERLOAD_MARGIN`` x S and a rule
+    bounds the queue (``max_queue``, ``max_queued_tokens``, or ``ttft_slo`` with a TTFT limit on
+    every request it applies to), the queue fills and stays full, so the requests the deployment
+    cannot take are rejected: of those the rules apply to, over the arrivals' span T, about
+    S x T - (the others) are served, the queue holds its limit (``max_queue`` x replicas, or
+    ``max_queued_tokens`` x replicas / their mean prompt), and the rest are rejected (an
+    overestimate, as S is an underestimate). {"offered_rps", "served_rps" (None without the probe),
+    "probe_requests", "rules" (the fields that shed), "reaching_rps" (the rate past the bucket),
+    "bucket" (its rejections), "queue" (the queue rules' estimated rejections), "rejected_share"
+    (of all requests, both), "overloaded" (what reaches the replicas is over the margin),
+    "backlog" (why the queue grows through the run anyway, or None: "unbounded", no rule bounds it;
+    "others", the requests no rule applies to outgrow S; "room", the queue's limit holds so much of
+    this run's excess that fewer than ``REJECTED_SHARE`` of the requests are rejected)}; None without
+    admission control, for closed-loop and multi-turn workloads, and when nothing is predicted (no
+    bucket rejections and no overload, or a probe that cannot tell); ``all_at_once`` arrivals:
+    ``_shed_at_once``, "at_once" the count (0 otherwise)."""
+    from servesim.inputs.scenario import AllAtOnceArrival
+
+    adm = scenario.policy.admission
+    if not adm.active:
+        return None
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if isinstance(scenario.workload.arrival, AllAtOnceArrival):
+        return _shed_at_once(scenario, specs)
+    if not isinstance(specs, RequestSpecs) or len(specs) < 2:
+        return None
+    n = len(specs)
+    span = float(specs.arrival_s[-1] - specs.arrival_s[0])
+    if not span > 0:
+        return None
+    names, _, limits = _classes(scenario, specs, {"request_id": np.arange(n)})
+    index = specs.class_index if specs.class_index is not None else np.zeros(n, np.int64)
+    scope = (np.ones(n, bool) if adm.classes is None
+             else np.isin(np.asarray(names, dtype=object)[index], list(adm.classes)))
+    ttft = limits[0] if limits is not None else np.full(n, np.inf if scenario.slo.ttft_s is None
+                                                        else scenario.slo.ttft_s)
+    rules = [f"max_queue={adm.max_queue}" if adm.max_queue is not None else None,
+             f"max_queued_tokens={adm.max_queued_tokens}" if adm.max_queued_tokens is not None else None,
+             "ttft_slo" if adm.ttft_slo and np.isfinite(ttft[scope]).all() else None]
+    rules = [r for r in rules if r]
+    n_in = int(scope.sum())
+    n_out = n - n_in
+    tb = adm.token_bucket
+    bucket = _bucket_rejections(specs.arrival_s[scope], tb.rate_rps, tb.burst) if tb is not None else 0
+    admitted = n_in - bucket
+    reaching = (n_out + admitted) / span
+    over = _overload_probe(scenario, setup, specs)
+    served = over["served_rps"] if over is not None else None
+    overloaded = served is not None and reaching > OVERLOAD_MARGIN * served
+    if not overloaded and not bucket:
+        return None
+    queue, backlog = 0, None
+    if overloaded:
+        capacity = served * span  # requests the deployment serves while they arrive (at least)
+        backlog = ("unbounded" if not rules else "others" if n_out > OVERLOAD_MARGIN * capacity else None)
+        if rules:
+            entry = setup.pools[0].replicas  # (the replicas requests queue on: a P/D split's prefill pool)
+            room = 0.0
+            if adm.max_queue is not None:
+                room = adm.max_queue * entry
+            elif adm.max_queued_tokens is not None and n_in:
+                room = adm.max_queued_tokens * entry / float(specs.prompt_tokens[scope].mean())
+            excess = admitted - max(capacity - n_out, 0.0)
+            queue = int(max(excess - room, 0.0))
+            # the limit holds this run's excess (fewer rejected than the run's warning names): its queue grows
+            if backlog is None and excess > 0 and queue < REJECTED_SHARE * n:
+                backlog = "room"
+    return {"at_once": 0, "offered_rps": n / span, "served_rps": served,
+            "probe_requests": over["probe_requests"] if over is not None else None,
+            "rules": (["token_bucket"] if tb is not None else []) + rules, "reaching_rps": float(reaching),
+            "bucket": bucket, "queue": queue, "rejected_share": (bucket + queue) / n,
+            "overloaded": bool(overloaded), "backlog": backlog}
