@@ -16,10 +16,13 @@ import simpy
 
 from servesim.core.cluster import Cluster
 from servesim.core.request import Request
-from servesim.inputs.scenario import Scenario
-from servesim.inputs.workload import RequestSpecs, generate
+from servesim.inputs.scenario import Admission, AllAtOnceArrival, Scenario
+from servesim.inputs.workload import ClosedLoop, RequestSpecs, generate
 from servesim.outputs.checks import REJECTED_SHARE
+from servesim.outputs.diagnosis import top_reasons
 from servesim.outputs.recorder import Recorder
+from servesim.outputs.verdicts import SLO_TARGET
+from servesim.policies import DEPLOYMENTS
 from servesim.simulation import _classes, prepare, simulate
 
 
@@ -48,8 +51,6 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
     run's count exactly. {"requests", "rejected", "reasons": [[reason, count], ...]}; None for
     closed-loop and multi-turn workloads (their lengths are drawn as the run goes). ``setup``,
     ``specs``: ``plan``'s, when the caller has them."""
-    from servesim.outputs.diagnosis import top_reasons
-
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs):
         return None
@@ -72,8 +73,6 @@ def drawn_lengths(specs):
     (its lengths drawn in one chunk, in send order, as the run draws them) with every arrival at 0
     (not the run's times); None otherwise (multi-turn sessions, a closed loop bounded only by
     duration_s: how many it sends depends on the run)."""
-    from servesim.inputs.workload import ClosedLoop
-
     if isinstance(specs, RequestSpecs):
         return specs
     cols = specs.planned() if isinstance(specs, ClosedLoop) else None
@@ -164,8 +163,6 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
     missed = ttft | tpot
     # per request class (two or more): the most of its requests that can be within its SLO (its
     # rejected ones and those over a floor cannot: each class's attainment is over all of its requests)
-    from servesim.outputs.verdicts import SLO_TARGET
-
     caps = []
     if len(names) > 1:
         index = specs.class_index if specs.class_index is not None else np.zeros(n, np.int64)
@@ -257,8 +254,6 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
     A P/D split (one deployment of two pools) runs the probe on all of it, its prefill pool's
     budgets bounding the steps.
     ``setup``, ``specs``: ``plan``'s, when the caller has them."""
-    from servesim.inputs.scenario import AllAtOnceArrival
-
     if isinstance(scenario.workload.arrival, AllAtOnceArrival) or scenario.policy.admission.active:
         return None
     return _overload_probe(scenario, setup, specs)
@@ -267,8 +262,6 @@ def predict_overload(scenario: Scenario, setup=None, specs=None) -> dict | None:
 def _overload_probe(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """``predict_overload``'s probe, with ``policy.admission`` left out of it (what the deployment
     serves when nothing is shed: ``predict_shedding`` asks it of a scenario with admission)."""
-    from servesim.policies import DEPLOYMENTS
-
     # a P/D split is one deployment of two pools (cluster.replicas is 1): the probe runs all of it
     split = scenario.policy.name in DEPLOYMENTS
     setup, specs = _setup_and_specs(scenario, setup, specs)
@@ -307,8 +300,6 @@ def preemptions_at_rate(scenario: Scenario, k: int, setup=None, specs=None) -> i
     rate preempts, where ``predict_overload``'s probe (all at once, its batch as full as the KV
     cache lets it be) says only what a full batch does. With ``k`` all of a single replica's
     requests, it is the run's count."""
-    from servesim.policies import DEPLOYMENTS
-
     setup, specs = _setup_and_specs(scenario, setup, specs)
     split = scenario.policy.name in DEPLOYMENTS
     stretch = 1 if split else scenario.cluster.replicas
@@ -320,8 +311,6 @@ def _probe(scenario: Scenario, specs: RequestSpecs, arrival_s: np.ndarray, split
     """Run the workload's first ``len(arrival_s)`` requests, arriving at ``arrival_s``, on one
     replica (the whole deployment for a P/D ``split``), with ``policy.admission`` left out and no
     ``duration_s``: the probes of ``_overload_probe`` and ``preemptions_at_rate``."""
-    from servesim.inputs.scenario import Admission
-
     k = len(arrival_s)
     probe = dataclasses.replace(specs, arrival_s=arrival_s, **{
         f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
@@ -362,8 +351,6 @@ def _shed_at_once(scenario: Scenario, specs) -> dict | None:
     just after that instant rejects what the run rejects (up to ``SHEDDING_BUCKET_REPLAY``
     requests: more, None). {"at_once": the requests the rules reject, "reasons" (top three),
     "rejected_share", ...} (the rest of the keys empty)."""
-    from servesim.outputs.diagnosis import top_reasons
-
     if not isinstance(specs, RequestSpecs) or not len(specs) or len(specs) > SHEDDING_BUCKET_REPLAY:
         return None
     cut = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, duration_s=1e-9))
@@ -397,8 +384,6 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     admission control, for closed-loop and multi-turn workloads, and when nothing is predicted (no
     bucket rejections and no overload, or a probe that cannot tell); ``all_at_once`` arrivals:
     ``_shed_at_once``, "at_once" the count (0 otherwise)."""
-    from servesim.inputs.scenario import AllAtOnceArrival
-
     adm = scenario.policy.admission
     if not adm.active:
         return None

@@ -399,7 +399,8 @@ def _other_seeds(scenario, summary: dict, args) -> dict:
 
 def cmd_validate(args) -> int:
     from servesim.inputs.scenario import load_scenario
-    from servesim.inputs.specs import MODEL_ALIASES
+    from servesim.inputs.specs import MODEL_ALIASES, model_note
+    from servesim.outputs.rundir import deployment_gpus, deployment_shape
     from servesim.simulation import plan
 
     scenario = load_scenario(args.scenario, args.set or [])
@@ -410,8 +411,6 @@ def cmd_validate(args) -> int:
         # (before the 'ok' line: the rejection prediction asks a plug-in policy's admission_error,
         # and one that raises is an error, which followed 'ok' without naming the scenario)
         warnings = validate_warnings(scenario, setup, specs)
-    from servesim.outputs.rundir import deployment_gpus, deployment_shape
-
     alias_of = MODEL_ALIASES.get(scenario.model)
     model = scenario.model if alias_of is None else f"{scenario.model} (priced as {alias_of}: the same architecture)"
     # the GPUs in all and how they are split (replicas, TP, PP, a P/D split's pools), as report titles say
@@ -441,8 +440,6 @@ def cmd_validate(args) -> int:
               + f"; step budget {pool.max_num_batched_tokens:,} tokens, {pool.max_num_seqs:,} sequences; "
               f"activation reserve {pool.capacity.activation_reserve_bytes / 2**30:.2f} GiB per GPU; "
               f"KV {pool.capacity.num_blocks:,} blocks")
-    from servesim.inputs.specs import model_note
-
     note = model_note(scenario.model)
     if note:
         print(f"  note: {note}")
@@ -485,16 +482,15 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     preemptions (that probe's, near or above what it serves) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
     from servesim.inputs.workload import RequestSpecs, dataset_info
-    from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, budget_warnings, clipped_text,
-                                         cost_mapping_warnings, gpu_unit_warnings, kv_override_warnings, kv_room_fix,
-                                         no_effect_warnings, no_requests_text, scenario_slos, slo_unit_warnings,
-                                         trace_unit_text)
-    from servesim.predictions import (OVERLOAD_MARGIN, predict_clipped, predict_head_of_line, predict_overload,
-                                      predict_rejections, predict_shedding, predict_slo_floors, preemptions_at_rate)
-    from servesim.simulation import prepare
-    from servesim.outputs.checks import UNFINISHED_SHARE
+    from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, UNFINISHED_SHARE, budget_warnings,
+                                         clipped_text, cost_mapping_warnings, gpu_unit_warnings, kv_override_warnings,
+                                         kv_room_fix, no_effect_warnings, no_requests_text, scenario_slos,
+                                         slo_unit_warnings, trace_unit_text)
     from servesim.outputs.verdicts import SLO_TARGET
-    from servesim.predictions import drawn_lengths, predict_unfinished
+    from servesim.predictions import (OVERLOAD_MARGIN, drawn_lengths, predict_clipped, predict_head_of_line,
+                                      predict_overload, predict_rejections, predict_shedding, predict_slo_floors,
+                                      predict_unfinished, preemptions_at_rate)
+    from servesim.simulation import prepare
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
