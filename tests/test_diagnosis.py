@@ -156,6 +156,23 @@ def test_rejections_warn_and_validate_predicts_them_exactly(tmp_path, capsys):
     assert f"a run will reject {s['rejected']:,} of 50 requests" in out
 
 
+@pytest.mark.parametrize("budget", [256, 520])
+def test_validate_warns_of_rejections_from_the_share_the_run_warns_at(tmp_path, capsys, budget):
+    """validate said "warning:" for any predicted rejection (3 of 1,000 on a packaged scenario),
+    while the run warns only from REJECTED_SHARE of its requests on: the prediction is a warning
+    where the run's rejections warning will be, a note (its count all the same) below it."""
+    from servesim.outputs.checks import REJECTED_SHARE
+
+    sc = make_scenario(**{**CASES["rejections"], "policy.max_num_batched_tokens": budget})
+    s = simulate(sc).summary
+    assert s["rejected"] > 0
+    loud = "rejections" in {w["code"] for w in s["warnings"]}
+    assert loud == (s["rejected"] >= REJECTED_SHARE * 50)
+    lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "a run will reject" in x]
+    assert len(lines) == 1 and f"a run will reject {s['rejected']:,} of 50 requests" in lines[0]
+    assert lines[0].startswith("warning: " if loud else "  rejections: ")
+
+
 def test_a_closed_loop_with_num_requests_gets_the_length_predictions_too(tmp_path, capsys):
     """A closed loop draws its num_requests lengths in one chunk at its first send: validate said
     "rejections: not predicted" (and nothing of clipped or head-of-line prompts) for what the run

@@ -482,10 +482,10 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     preemptions (that probe's, near or above what it serves) and SLO limits in the wrong unit.
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
     from servesim.inputs.workload import RequestSpecs, dataset_info
-    from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, UNFINISHED_SHARE, budget_warnings,
-                                         clipped_text, cost_mapping_warnings, gpu_unit_warnings, kv_override_warnings,
-                                         kv_room_fix, no_effect_warnings, no_requests_text, scenario_slos,
-                                         slo_unit_warnings, trace_unit_text)
+    from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, REJECTED_SHARE, UNFINISHED_SHARE,
+                                         budget_warnings, clipped_text, cost_mapping_warnings, gpu_unit_warnings,
+                                         kv_override_warnings, kv_room_fix, no_effect_warnings, no_requests_text,
+                                         scenario_slos, slo_unit_warnings, trace_unit_text)
     from servesim.outputs.verdicts import SLO_TARGET
     from servesim.predictions import (OVERLOAD_MARGIN, drawn_lengths, predict_clipped, predict_head_of_line,
                                       predict_overload, predict_rejections, predict_shedding, predict_slo_floors,
@@ -508,8 +508,10 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     if pred and pred["rejected"]:
         n, k = pred["requests"], pred["rejected"]
         top = "; ".join(f"{c} x {r}" for r, c in pred["reasons"])
-        lines.append(f"warning: a run will reject {k:,} of {n:,} requests ({k / n:.1%}) before they are served "
-                     f"(checked on the workload's own requests): {top}")
+        text = (f"a run will reject {k:,} of {n:,} requests ({k / n:.1%}) before they are served (checked on the "
+                f"workload's own requests): {top}")
+        # (a warning from the share the run's own rejections warning names on, a note below it)
+        lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")
     elif pred is None:
         lines.append("  rejections: not predicted (multi-turn workloads, and closed-loop ones without "
                      "workload.num_requests, draw their lengths as they run)")
