@@ -142,6 +142,20 @@ def test_a_run_that_no_request_reaches_says_so(tmp_path, capsys):
     assert "no request arrived: none arrives within workload.duration_s=0.001 s" in capsys.readouterr().out
 
 
+def test_a_run_that_no_request_reaches_has_no_slo_attainment(tmp_path, capsys):
+    """0 of 0 requests is no share: summary.json's slo_attainment read 0.0 (and the run printed
+    'SLO attainment 0.0%', the seeds' line 'n/a%'), as if every request had missed."""
+    sc = write(tmp_path, GOOD.replace("num_requests: 60", "duration_s: 0.001"))
+    assert main(["run", sc, "--out", str(tmp_path / "o"), "--seeds", "2"]) == 0
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["num_requests"] == 0 and s["slo_attainment"] is None
+    assert s["seeds"]["figures"]["slo_attainment"]["mean"] is None
+    out = capsys.readouterr().out
+    assert "SLO attainment n/a (no request arrived)" in out
+    assert "SLO attainment 0.0%" not in out and "n/a%" not in out
+    assert main(["report", str(tmp_path / "o")]) == 0
+
+
 def test_a_price_mapping_that_names_no_gpu_of_the_deployment_is_named(tmp_path, capsys):
     """A cost.gpu_hour_usd mapping for another catalog GPU was accepted and silently left the run
     at the catalog's price; one that names the deployment's GPU too (as plan's tables do) is not."""

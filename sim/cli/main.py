@@ -52,8 +52,9 @@ def format_summary(s: dict) -> str:
     lines += ["",
               f"throughput    {s['throughput_rps']:.2f} req/s, {s['output_tokens_per_s']:.0f} output tok/s, "
               f"{s['total_tokens_per_s']:.0f} total tok/s (input + output)",
-              f"goodput       {s['goodput_rps']:.2f} req/s; SLO attainment {attainment_pct(s['slo_attainment'])} "
-              f"({slo_note})"]
+              f"goodput       {s['goodput_rps']:.2f} req/s; SLO attainment "
+              + ("n/a (no request arrived)" if s["slo_attainment"] is None else
+                 f"{attainment_pct(s['slo_attainment'])} ({slo_note})")]
     p, u = s["phases"], s["utilization"]
     busy = p["prefill_time_s"] + p["decode_time_s"] + p["mixed_time_s"]
     share = (lambda x: 100 * x / busy) if busy else (lambda x: 0.0)
@@ -99,7 +100,8 @@ def format_seeds(sec: dict | None) -> list:
                  "interval over the seeds; the figures above are seed " + f"{seeds[0]}'s):"]
     lines.append(f"  throughput  {iv('throughput_rps', unit='req/s')}, "
                  f"{iv('output_tokens_per_s', unit='output tok/s')}")
-    lines.append(f"  goodput     {iv('goodput_rps', unit='req/s')}; SLO attainment {iv('slo_attainment', 100)}%")
+    att = "n/a (no request arrived)" if f["slo_attainment"]["mean"] is None else f"{iv('slo_attainment', 100)}%"
+    lines.append(f"  goodput     {iv('goodput_rps', unit='req/s')}; SLO attainment {att}")
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
         if f[f"{key}.p50"]["mean"] is None or math.isnan(f[f"{key}.p50"]["mean"]):
             continue

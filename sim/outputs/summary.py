@@ -103,7 +103,8 @@ def summarize(scenario, req: dict, steps: dict, tbt, sim_time_s: float, replicas
         "e2e_s": dist_stats(e2e[done]),
         "queue_s": dist_stats(queue[done]),
         "slo": {"ttft_s": scenario.slo.ttft_s, "tpot_s": scenario.slo.tpot_s},
-        "slo_attainment": float(met.sum() / n) if n else 0.0,
+        # (no request arrived: 0 of 0 is no share, neither met nor missed; it read 0.0)
+        "slo_attainment": float(met.sum() / n) if n else None,
         "goodput_rps": per(int(met.sum())),
         "phases": {
             "prefill_tokens": int(pf.sum()),
