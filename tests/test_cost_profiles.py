@@ -191,3 +191,21 @@ def test_measured_cost_models_compare_by_their_profile(exact_profiles):
     ms = load_measured(exact_profiles, LLAMA3, 1, A100)
     assert _cm(ms) == _cm(load_measured(exact_profiles, LLAMA3, 1, A100)) != _cm()
     assert dataclasses.replace(_cm(ms), measured=None) == _cm()
+
+
+def test_a100_40g_is_not_priced_from_the_a100_80g_profiles(exact_profiles, capsys):
+    """Vidur's ``compute/a100`` is the A100-80GB (2,039 GB/s); the 40 GB card (1,555 GB/s) took its
+    timings by default, so its memory-bound kernels were priced about 24% fast. Now refused, naming
+    the folder and both bandwidths; naming the device (or the folder) still uses them."""
+    a40g = GPUS["a100-40g"]
+    with pytest.raises(InputError, match=r"cost.profiles: no measurements for GPU 'a100-40g': compute/a100 .* "
+                                         r"a100-80g timings.*2,039 GB/s against 1,555 GB/s.*point cost.profiles at "
+                                         r".*compute/a100 to use them anyway"):
+        load_measured(exact_profiles, LLAMA3, 1, a40g)
+    assert load_measured(exact_profiles, LLAMA3, 1, a40g, device="a100").tp == 1
+    assert load_measured(exact_profiles / "compute/a100", LLAMA3, 1, a40g).tp == 1
+    args = ["cost", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "a100-40g", "--decode-batch", "8",
+            "--profiles", str(exact_profiles)]
+    assert main(args) == 2
+    assert "name --device a100 to use them anyway" in capsys.readouterr().err
+    assert main(args + ["--device", "a100"]) == 0

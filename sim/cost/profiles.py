@@ -34,7 +34,11 @@ SHAPE_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_
                  "num_tensor_parallel_workers")
 
 # device folder names in the profiles for our catalog GPUs (others: --device)
-DEVICE_DIRS = {"a100-80g": "a100", "a100-40g": "a100", "a40": "a40", "h100-sxm": "h100"}
+DEVICE_DIRS = {"a100-80g": "a100", "a40": "a40", "h100-sxm": "h100"}
+# catalog GPUs whose chip a device folder names, but measured on a sibling with other memory: its
+# kernel times are not this GPU's (Vidur's a100 is the A100-80GB: 2,039 GB/s of HBM, the 40 GB card
+# 1,555, so its memory-bound kernels would be priced about 24% fast); used only when named (--device)
+SIBLING_DIRS = {"a100-40g": ("a100", "a100-80g")}
 
 
 # ---------------------------------------------------------------- reading profiles
@@ -363,6 +367,14 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
                     and _network_nodes(root, dev, node))
     if network_only:  # collectives alone (H100: Vidur's network timings, no compute ones here)
         return dataclasses.replace(_network(root, dev, node), where=str(root))
+    if not device and gpu in SIBLING_DIRS and (root / "compute" / SIBLING_DIRS[gpu][0]).is_dir():
+        sib, measured = SIBLING_DIRS[gpu]
+        raise InputError(f"{where}: no measurements for GPU {gpu!r}: compute/{sib} under {root} holds {measured} "
+                         f"timings, whose HBM bandwidth differs ({_bw(measured)} against {_bw(gpu)}), so they "
+                         f"would price its memory-bound kernels wrong (without profiles, cost.calibration auto "
+                         f"prices {gpu} with the {measured} fit at its own bandwidth); "
+                         + (f"name --device {sib} to use them anyway" if where == "--profiles"
+                            else f"point {where} at {root / 'compute' / sib} to use them anyway"))
     if not cdir.is_dir():
         have = sorted(p.name for p in (root / "compute").iterdir() if p.is_dir())
         raise InputError(f"{where}: no measurements for GPU {gpu!r} (looked for {cdir}); "
@@ -387,6 +399,11 @@ def find_profiles(root: str | Path, gpu: str, device: str | None = None, node: s
     fp8 = [read_fp8_profile(f) for f in sorted(cdir.glob("**/fp8_gemm.csv"))]
     net = _network(root, dev, node)
     return Profiles(compute, net.allreduce, net.send_recv, str(root), attention, cpu, net.allreduce_pcie, fp8)
+
+
+def _bw(gpu: str) -> str:
+    from servesim.inputs.specs import GPUS
+    return f"{GPUS[gpu].mem_bw_bytes_per_s / 1e9:,.0f} GB/s"
 
 
 def _network_nodes(root: Path, dev: str, node: str | None) -> list:
