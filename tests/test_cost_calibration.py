@@ -682,3 +682,20 @@ def test_validate_cost_on_network_timings_alone_names_no_token_limit(tmp_path, c
                  "--out", str(tmp_path / "v")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("a100-80g: predicted vs measured; efficiencies") and "num_tokens" not in out
+
+
+def test_a_shipped_file_named_by_path_says_which_families_it_prices_at_v0():
+    """A calibration file given by path keeps the v0 figures for the families it lacks, where ``auto``
+    fills them from a calibrated GPU: the shipped H100 file by path priced its norms, rotary, ...
+    at v0 (no kernel latency) while its source read as the H100 fit. Its source names them now."""
+    h100 = GPUS["h100-sxm"]
+    path = shipped_calibrations()["h100-sxm"]
+    by_path, auto = efficiencies_for(h100, str(path)), efficiencies_for(h100, "auto")
+    assert by_path.norm != auto.norm and by_path.norm == Efficiencies().norm
+    assert by_path.gemm == auto.gemm
+    note = by_path.source.split(" [v0 figures: ")[1]
+    assert note.startswith("norm, activation, rotary, residual, embedding (not in h100-sxm.yaml")
+    # a family the file's own source already calls v0 (calibrate's note) is not named twice; one
+    # the GPU cannot use (FP8 GEMMs on an A100) not at all
+    a100 = efficiencies_for(GPUS["a100-80g"], str(shipped_calibrations()["a100-80g"]))
+    assert "[v0 figures" not in a100.source and "attention not measured (v0 values)" in a100.source

@@ -102,7 +102,7 @@ def efficiencies_for(gpu: GpuSpec, calibration: str = "auto", where: str = "cost
     if calibration == "none":
         return DEFAULT_EFFICIENCIES
     if calibration != "auto":
-        return load_calibration(calibration, where)
+        return _from_path(gpu, Path(calibration), where)
     shipped = shipped_calibrations()
     if not shipped:
         return DEFAULT_EFFICIENCIES
@@ -134,6 +134,31 @@ def efficiencies_for(gpu: GpuSpec, calibration: str = "auto", where: str = "cost
     if notes:
         eff = dataclasses.replace(eff, source=f"{eff.source} [{'; '.join(notes)}]")
     return eff
+
+
+def _from_path(gpu: GpuSpec, p: Path, where: str) -> Efficiencies:
+    """A calibration file given by path: the families it lacks keep the v0 figures, not what ``auto``
+    gives ``gpu`` (a shipped file named by path prices unlike ``auto``: the H100's lacks the
+    bandwidth-bound kernels, which ``auto`` takes from the A100), so its ``source`` names them."""
+    raw = _raw(p, where)
+    eff = from_dict(dict(raw), f"{where}: {p}")
+    lacking = [f for f in FAMILIES if f not in raw and f != "overhead" and f not in _v0_named(eff.source)
+               and (f != "gemm_fp8" or gpu.fp8_flops > 0) and (f != "allreduce_custom" or gpu.peer_link)]
+    if not lacking:
+        return eff
+    return dataclasses.replace(eff, source=f"{eff.source} [v0 figures: {', '.join(lacking)} (not in {p.name}; "
+                                           "cost.calibration auto would fill them from a calibrated GPU)]")
+
+
+def _v0_named(source: str) -> set:
+    """Families a calibration's ``source`` already says are at the v0 figures (``servesim calibrate``
+    writes 'not measured, v0 figures: a, b' or 'attention not measured (v0 values)')."""
+    named = set()
+    if "v0 figures: " in source:
+        named |= {f.strip(" ;]") for f in source.split("v0 figures: ", 1)[1].split(";", 1)[0].split(",")}
+    if "attention not measured (v0 values)" in source:
+        named.add("attention")
+    return named
 
 
 def today() -> str:
