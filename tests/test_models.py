@@ -48,13 +48,35 @@ def test_mistral_window_default_and_null():
     assert get_model("mistralai/Mistral-7B-Instruct-v0.2").sliding_window_tokens is None
 
 
+def test_a_window_no_request_can_fill_is_no_window(tmp_path, scenario_factory):
+    """Phi-3-mini-128k's config.json gives sliding_window 262,144 for a 131,072-token context: every
+    layer attends to everything a request can hold, so it is full attention. It was read as a
+    window, and a scenario with prefix caching was refused ('attends within 262144 tokens')."""
+    from servesim.simulation import prepare
+
+    phi3 = json.loads(packaged_configs()["microsoft/Phi-3-mini-4k-instruct"].read_text())
+    long = {**phi3, "max_position_embeddings": 131072, "sliding_window": 262144,
+            "rope_scaling": {"type": "longrope", "long_factor": [1.0] * 48, "short_factor": [1.0] * 48}}
+    m = load(**long)
+    assert m.max_context_tokens == 131072 and m.sliding_window_tokens is None
+    assert load(**{**long, "sliding_window": 131072}).sliding_window_tokens is None  # equal: none cut either
+    assert load(**{**long, "sliding_window": 131071}).sliding_window_tokens == 131071
+    assert load(**phi3).sliding_window_tokens == 2047  # the 4k model's real window is kept
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(long))
+    assert prepare(scenario_factory(**{"model": str(path), "policy.prefix_caching": True})).pools
+
+
 def test_qwen_window_only_with_use_sliding_window_and_qwen1_mlp():
     base = dict(model_type="qwen2", hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
                 num_hidden_layers=28, intermediate_size=18944, vocab_size=152064, sliding_window=131072,
                 max_window_layers=28)
     assert load(**base).sliding_window_tokens is None  # use_sliding_window absent: Qwen2Config drops the window
     assert load(**base, use_sliding_window=True).sliding_window_tokens is None  # only layers >= 28: none
-    assert load(**{**base, "max_window_layers": 0}, use_sliding_window=True).sliding_window_tokens == 131072
+    assert load(**{**base, "max_window_layers": 0, "sliding_window": 4096},
+                use_sliding_window=True).sliding_window_tokens == 4096
+    # (131,072 is past Qwen2Config's 32,768-position context: no window, as below)
+    assert load(**{**base, "max_window_layers": 0}, use_sliding_window=True).sliding_window_tokens is None
     # Qwen-1 (QWenMLP): intermediate_size counts gate and up together
     q1 = load(model_type="qwen", hidden_size=8192, num_attention_heads=64, num_hidden_layers=80,
               intermediate_size=49152, vocab_size=152064, seq_length=32768)

@@ -182,6 +182,10 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
             raise InputError(f"{r.key(k)} must be >= 2 (a prompt token and an output token), got {r.int(k)}")
     if "vocab_size" not in cfg and "vocab" not in fam:
         raise InputError(f"{where} lacks 'vocab_size'")
+    context = _rope_scaled(r, min(contexts) if contexts else fam.get("context", 2048))
+    window = _window(r, fam, fam_name, layers)
+    if window is not None and window >= context:
+        window = None  # a window no request can fill cuts nothing (Phi-3-mini-128k: 262,144 of 131,072)
     return ModelSpec(
         name=cfg.get("_name_or_path") or name,
         num_layers=layers,
@@ -193,10 +197,10 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
         vocab_size=r.int("vocab_size") if "vocab_size" in cfg else fam["vocab"],
         gated_mlp=gated,
         tied_embeddings=r.bool("tie_word_embeddings", fam["tie"]),
-        max_context_tokens=_rope_scaled(r, min(contexts) if contexts else fam.get("context", 2048)),
+        max_context_tokens=context,
         num_experts=experts,
         experts_per_token=top_k if experts else 0,
-        sliding_window_tokens=_window(r, fam, fam_name, layers),
+        sliding_window_tokens=window,
         rotary=fam.get("rotary", True) and not alibi,
         num_shared_experts=moe.get("shared", 0),
         first_dense_layers=moe.get("dense_layers", 0),
