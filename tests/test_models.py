@@ -67,6 +67,34 @@ def test_a_window_no_request_can_fill_is_no_window(tmp_path, scenario_factory):
     assert prepare(scenario_factory(**{"model": str(path), "policy.prefix_caching": True})).pools
 
 
+def test_windows_on_some_layers_named_by_layer_types_or_a_pattern_are_read_as_full_attention():
+    """gpt-oss gives ``layer_types`` (every other layer sliding, 128 tokens), Gemma-3 and Cohere2 a
+    ``sliding_window_pattern`` (every 6th / 4th layer global). Read generically, their window
+    applied to every layer: Gemma-3-1B held at most 512 tokens of KV per sequence and attended no
+    further, though its global layers attend to all 32,768. Like Gemma-2's, such windows are read as
+    full attention (more KV, never less)."""
+    gemma3 = dict(model_type="gemma3_text", hidden_size=1152, num_attention_heads=4, num_key_value_heads=1,
+                  head_dim=256, num_hidden_layers=26, intermediate_size=6912, vocab_size=262144,
+                  max_position_embeddings=32768, sliding_window=512, sliding_window_pattern=6,
+                  hidden_activation="gelu_pytorch_tanh")
+    assert load(**gemma3).sliding_window_tokens is None
+    assert load(**gemma3 | {"sliding_window_pattern": 27}).sliding_window_tokens == 512  # no global layer among 26
+    oss = dict(model_type="gpt_oss", hidden_size=2880, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+               num_hidden_layers=24, intermediate_size=2880, num_local_experts=32, num_experts_per_tok=4,
+               vocab_size=201088, max_position_embeddings=131072, sliding_window=128,
+               layer_types=["sliding_attention", "full_attention"] * 12)
+    assert load(**oss).sliding_window_tokens is None
+    assert load(**{**oss, "layer_types": ["sliding_attention"] * 24}).sliding_window_tokens == 128
+    # Qwen3 files written by transformers >= 4.53 list every layer as full_attention
+    assert load(model_type="qwen3", hidden_size=1024, num_attention_heads=16, num_key_value_heads=8,
+                num_hidden_layers=2, intermediate_size=3072, sliding_window=None, use_sliding_window=False,
+                layer_types=["full_attention"] * 2).sliding_window_tokens is None
+    with pytest.raises(InputError, match=r"field 'layer_types' must be a list of strings"):
+        load(**{**oss, "layer_types": "sliding_attention"})
+    with pytest.raises(InputError, match=r"field 'sliding_window_pattern'"):
+        load(**gemma3 | {"sliding_window_pattern": "6"})
+
+
 def test_qwen_window_only_with_use_sliding_window_and_qwen1_mlp():
     base = dict(model_type="qwen2", hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
                 num_hidden_layers=28, intermediate_size=18944, vocab_size=152064, sliding_window=131072,

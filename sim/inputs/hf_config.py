@@ -284,10 +284,21 @@ def _mlp(r: _Reader, fam: dict, fam_name: str | None, hidden: int) -> int:
 
 def _window(r: _Reader, fam: dict, fam_name: str | None, layers: int) -> int | None:
     """The attention window every layer uses, or None (full attention). Windows on only some
-    layers (Gemma-2's alternate layers, Qwen2's layers from max_window_layers on) are not
-    modelled: those models are read with full attention (more KV, never less)."""
+    layers (Gemma-2's alternate layers, Qwen2's layers from max_window_layers on, a ``layer_types``
+    with other layers than sliding_attention ones: gpt-oss; a ``sliding_window_pattern``: Gemma-3,
+    Cohere2) are not modelled: those models are read with full attention (more KV, never less)."""
     cfg = r.cfg
     if fam_name in ("gemma2",):
+        return None
+    types = cfg.get("layer_types")  # (transformers >= 4.53 writes one per layer)
+    if types is not None:
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            raise InputError(f"{r.key('layer_types')} must be a list of strings (sliding_attention, "
+                             f"full_attention, ...), one per layer, got {shown(types)}")
+        if any(t != "sliding_attention" for t in types):
+            return None  # some layers attend to everything (gpt-oss: every other one): read as full
+    pattern = cfg.get("sliding_window_pattern")  # Gemma-3, Cohere2: every pattern-th layer is global
+    if pattern is not None and r.int("sliding_window_pattern") <= layers:
         return None
     if fam_name in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         # Qwen2Config: the window applies only with use_sliding_window, and only from layer
