@@ -95,6 +95,20 @@ def test_windows_on_some_layers_named_by_layer_types_or_a_pattern_are_read_as_fu
         load(**gemma3 | {"sliding_window_pattern": "6"})
 
 
+def test_a_multimodal_config_names_its_text_config():
+    """Gemma-3, Llama-4, Mistral-3 and LLaVA files nest the language model under text_config: the
+    error said the file lacks hidden_size, which it has, one level down."""
+    text = dict(model_type="gemma3_text", hidden_size=5376, num_attention_heads=32, num_key_value_heads=16,
+                head_dim=128, num_hidden_layers=62, intermediate_size=21504, vocab_size=262208)
+    with pytest.raises(InputError, match=r"lacks 'hidden_size' / .* \(its text_config has it: a multimodal model, "
+                                         r"of which servesim prices the language model alone: give the contents of "
+                                         r"text_config as the config file\)"):
+        load(model_type="gemma3", text_config=text, vision_config={"hidden_size": 1152})
+    assert load(**text).num_layers == 62
+    with pytest.raises(InputError, match=r"lacks 'hidden_size' / 'n_embd' / 'n_embed' / 'd_model'$"):
+        load(model_type="llama", num_attention_heads=4, num_hidden_layers=2)  # (no nested config: as before)
+
+
 def test_qwen_window_only_with_use_sliding_window_and_qwen1_mlp():
     base = dict(model_type="qwen2", hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
                 num_hidden_layers=28, intermediate_size=18944, vocab_size=152064, sliding_window=131072,

@@ -138,7 +138,12 @@ class _Reader:
     def need(self, concept: str) -> int:
         k, v = self.first(concept)
         if k is None:
-            raise InputError(f"{self.where} lacks {' / '.join(map(repr, _ALIASES[concept]))}")
+            nested = next((n for n in ("text_config", "llm_config", "language_config")
+                           if isinstance(self.cfg.get(n), dict) and any(a in self.cfg[n] for a in _ALIASES[concept])),
+                          None)
+            hint = (f" (its {nested} has it: a multimodal model, of which servesim prices the language model "
+                    f"alone: give the contents of {nested} as the config file)" if nested else "")
+            raise InputError(f"{self.where} lacks {' / '.join(map(repr, _ALIASES[concept]))}{hint}")
         return self.int(k)
 
 
