@@ -573,3 +573,32 @@ def test_a_config_of_an_unknown_family_says_what_was_guessed(tmp_path, capsys, c
     for part in note:
         assert part in said[0] and part in said_run[0], said[0]
     assert "num_key_value_heads" in said[0] and "set model_type to a known family" in said[0]
+
+
+def test_windows_on_some_layers_are_said_in_run_and_validate(tmp_path, capsys):
+    """Gemma-2-9B's window covers every other layer; servesim reads all 42 as full attention
+    (docs/how-it-works.md) but run and validate did not say so. One note line now says how many
+    layers use which window and what reading them as full attention overstates."""
+    from servesim.cli.main import main
+    from servesim.inputs.specs import model_note
+
+    note = model_note("google/gemma-2-9b")
+    assert note.startswith("model: google/gemma-2-9b: 21 of its 42 layers attend within a 4,096-token window "
+                           "(Gemma-2: every other layer)") and "overstated, never understated" in note
+    for full in ("meta-llama/Llama-3.1-8B", "mistralai/Mistral-7B-v0.1", "microsoft/Phi-3-mini-4k-instruct"):
+        assert model_note(full) is None  # no window, or one on every layer (modelled)
+    oss = dict(model_type="mistral", hidden_size=256, num_attention_heads=4, num_key_value_heads=4,
+               num_hidden_layers=4, intermediate_size=512, vocab_size=1000, max_position_embeddings=8192,
+               sliding_window=128, layer_types=["sliding_attention", "full_attention"] * 2)
+    (tmp_path / "config.json").write_text(json.dumps(oss))
+    p = tmp_path / "s.yaml"
+    p.write_text(f"model: {tmp_path / 'config.json'}\nhardware: {{gpu: h100-sxm}}\n"
+                 "workload: {num_requests: 4, arrival: {process: poisson, rate_rps: 2}, "
+                 "prompt_tokens: {dist: fixed, value: 64}, output_tokens: {dist: fixed, value: 4}}\n")
+    assert main(["validate", str(p)]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  note: model:")]
+    assert len(said) == 1 and "2 of its 4 layers attend within a 128-token window (its layer_types)" in said[0]
+    assert main(["run", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: model:")]
+    assert len(said) == 1 and "2 of its 4 layers" in said[0]
+    assert model_note(str(tmp_path / "config.json")) == said[0][len("note: "):]

@@ -391,6 +391,37 @@ def _mla(r: _Reader, fam: dict) -> dict:
     return out
 
 
+def partial_window_note(cfg: dict, where: str) -> str | None:
+    """For a config whose sliding window covers only some layers (``_window`` reads them all as full
+    attention): one line saying how many layers use which window and what reading them as full
+    attention overstates, for run and validate to print; None otherwise (or when the window is at
+    least the context: it cuts nothing). Call after ``model_from_hf_config`` accepted ``cfg``."""
+    fam_name = family_of(cfg)
+    layers = next(cfg[k] for k in _ALIASES["layers"] if cfg.get(k) is not None)
+    window, windowed, how = cfg.get("sliding_window"), 0, ""
+    if fam_name == "gemma2":
+        window = 4096 if window is None and "sliding_window" not in cfg else window  # Gemma2Config's default
+        windowed, how = (layers + 1) // 2, "Gemma-2: every other layer"
+    elif isinstance(cfg.get("layer_types"), list):
+        windowed, how = sum(t == "sliding_attention" for t in cfg["layer_types"]), "its layer_types"
+    elif cfg.get("sliding_window_pattern") is not None:
+        p = cfg["sliding_window_pattern"]
+        windowed, how = layers - layers // p, f"sliding_window_pattern {p}: every {p}th layer global"
+    elif fam_name in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("use_sliding_window"):
+        first = cfg.get("max_window_layers")
+        first = 28 if first is None else first  # Qwen2Config's default
+        if type(first) is int:
+            windowed, how = max(0, layers - first), f"the layers from max_window_layers {first} on"
+    if type(window) is not int or window < 1 or type(windowed) is not int or not 0 < windowed < layers:
+        return None  # (no window, or one the reading never looked at: nothing to say)
+    if window >= model_from_hf_config(cfg, where, where).max_context_tokens:
+        return None
+    return (f"{where}: {windowed} of its {layers} layers attend within a {window:,}-token window ({how}); servesim "
+            f"gives every layer full attention and keeps every layer's KV for the whole sequence (as vLLM V0 "
+            f"does; V1 frees the window layers' blocks), so past {window:,} tokens attention and KV are "
+            "overstated, never understated")
+
+
 def generic_reading_note(cfg: dict, where: str) -> str | None:
     """For a config whose ``model_type`` names no family servesim knows (gpt_neox, ...), which it
     reads generically (``model_from_hf_config``: ``PretrainedConfig``'s defaults): one line naming
@@ -428,4 +459,4 @@ def load_hf_config(p: Path, path: str = "model"):
     return model_from_hf_config(cfg, f"{path}: {p}", str(p))
 
 
-__all__ = ["family_of", "generic_reading_note", "load_hf_config", "model_from_hf_config"]
+__all__ = ["family_of", "generic_reading_note", "load_hf_config", "model_from_hf_config", "partial_window_note"]

@@ -536,24 +536,29 @@ def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
 
 def model_note(name_or_path: str, path: str = "model") -> str | None:
     """A note on how a model given as a ``config.json`` was read, where it was read generically
-    (``hf_config.generic_reading_note``: a ``model_type`` of no family servesim knows), for
-    ``run`` and ``validate`` to print; None for a catalog model or a family servesim knows. Call
+    (``hf_config.generic_reading_note``: a ``model_type`` of no family servesim knows) or its
+    sliding window covers only some layers, read as full attention (``partial_window_note``, also
+    for a packaged catalog config), for ``run`` and ``validate`` to print; None otherwise. Call
     after ``get_model`` accepted it."""
-    from servesim.inputs.hf_config import generic_reading_note
+    from servesim.inputs.hf_config import generic_reading_note, partial_window_note
 
     if not isinstance(name_or_path, str):
         return None
     name_or_path = MODEL_ALIASES.get(name_or_path, name_or_path)
-    if name_or_path in MODELS or name_or_path in packaged_configs():
+    if name_or_path in MODELS:
         return None
+    if name_or_path in packaged_configs():  # (Gemma-2-9B: its windows on every other layer)
+        cfg = read_mapping(packaged_configs()[name_or_path], "config file", fmt="json")
+        return partial_window_note(cfg, f"{path}: {name_or_path}")
     p = Path(name_or_path)
     try:
         if p.is_dir():
             p = p / "config.json"
         cfg = read_mapping(p, "config file", path, fmt="json")
+        notes = [n for n in (generic_reading_note(cfg, f"{path}: {p}"), partial_window_note(cfg, f"{path}: {p}")) if n]
     except (InputError, OSError, ValueError):
         return None
-    return generic_reading_note(cfg, f"{path}: {p}")
+    return "; ".join(notes) or None
 
 
 def _model_hint(value: str, names) -> str:
