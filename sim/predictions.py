@@ -16,6 +16,7 @@ import simpy
 
 from servesim.core.cluster import Cluster
 from servesim.core.request import Request
+from servesim.errors import InputError, PluginError
 from servesim.inputs.scenario import Admission, AllAtOnceArrival, Scenario
 from servesim.inputs.workload import ClosedLoop, RequestSpecs, generate
 from servesim.outputs.checks import REJECTED_SHARE
@@ -305,6 +306,49 @@ def preemptions_at_rate(scenario: Scenario, k: int, setup=None, specs=None) -> i
     stretch = 1 if split else scenario.cluster.replicas
     k = min(k, len(specs))
     return int(_probe(scenario, specs, specs.arrival_s[:k] * stretch, split).summary["preemptions"])
+
+
+PLUGIN_DRY_REQUESTS = 8  # requests of validate's dry run of a plug-in (a few steps: next_batch asked)
+
+
+def uses_plugins(scenario: Scenario) -> bool:
+    """Whether a policy or router servesim does not ship decides in a run of ``scenario``."""
+    from servesim.core.router import ROUTERS
+
+    return scenario.policy.runs_plugin() or scenario.cluster.router not in ROUTERS
+
+
+def dry_run_plugins(scenario: Scenario, setup=None, specs=None) -> int | None:
+    """``validate``'s dry run of a scenario's plug-in policy or router: the workload's first
+    ``PLUGIN_DRY_REQUESTS`` requests (drawn with the scenario's seed, at their own arrival times)
+    run on the whole deployment, so that a ``next_batch`` (a router's call) that raises or returns
+    no valid decision is the ``PluginError`` a run would stop on, naming the plug-in, before the
+    scenario is called ok. The requests it ran; None where no plug-in runs (or no request is drawn).
+    Only what these few requests reach is exercised: a decision that breaks under load shows in
+    the run."""
+    if not uses_plugins(scenario):
+        return None
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    lengths = drawn_lengths(specs)
+    workload = dataclasses.replace(scenario.workload, duration_s=None)
+    if lengths is not None:
+        k = min(len(lengths), PLUGIN_DRY_REQUESTS)
+        if not k:
+            return None
+        first = dataclasses.replace(lengths, **{
+            f.name: getattr(lengths, f.name)[:k] for f in dataclasses.fields(lengths)
+            if isinstance(getattr(lengths, f.name), (np.ndarray, tuple)) and f.name != "class_names"})
+        run, given = dataclasses.replace(scenario, workload=dataclasses.replace(workload, num_requests=k)), first
+    else:  # (multi-turn sessions, a closed loop bounded by duration_s: as many requests as the run sends first)
+        k = PLUGIN_DRY_REQUESTS
+        run, given = dataclasses.replace(scenario, workload=dataclasses.replace(workload, num_requests=k)), None
+    try:
+        simulate(run, specs=given)
+    except PluginError as e:
+        raise PluginError(f"{e} (validate's dry run of the workload's first {k} requests)") from e.__cause__
+    except InputError:  # (the few requests cut from the workload, not the plug-in: the run itself was checked)
+        return None
+    return k
 
 
 def _probe(scenario: Scenario, specs: RequestSpecs, arrival_s: np.ndarray, split: bool):

@@ -845,3 +845,73 @@ def test_a_hand_made_batch_without_its_counts_is_named_not_run_as_free_steps(tmp
         packaged.pop("policy.decode.policy", None)
         ref = simulate(make_scenario(**{**fast, **packaged}))
         assert res.summary["ttft_s"] == ref.summary["ttft_s"] and res.summary["tpot_s"] == ref.summary["tpot_s"], kw
+
+
+UNDER_LOAD = '''
+from servesim.policies.continuous import ContinuousPolicy
+
+
+class BreaksUnderLoad(ContinuousPolicy):
+    """fine with a few requests waiting; raises past 50 (a run that never queues so many never sees it)"""
+    def next_batch(self, state):
+        if len(state.waiting) > 50:
+            raise ValueError("too many")
+        return ContinuousPolicy.next_batch(self, state)
+'''
+
+
+SPF = "policy.name=shortest_prompt_first:ShortestPromptFirst"
+
+
+@pytest.mark.parametrize("sets, good, says", [
+    (["policy.name=badplugins:Raises"], [SPF], r"policy badplugins:Raises: next_batch raised ValueError: my bug \(.*"
+     r"badplugins.py, line \d+\) \(validate's dry run of the workload's first 8"),
+    (["policy.name=badplugins:ReturnsNone"], [SPF], "policy badplugins:ReturnsNone: next_batch returned None"),
+    (["policy.name=badplugins:PastThePrompt"], [SPF], "policy badplugins:PastThePrompt: schedules"),
+    (["cluster.replicas=2", "cluster.router=badplugins:RouterRaises"],
+     ["cluster.replicas=2", "cluster.router=long_prompts_apart:LongPromptsApart"],
+     "router badplugins:RouterRaises: its call raised KeyError"),
+    # (a closed loop: its lengths drawn as the run draws them)
+    (["policy.name=badplugins:Raises", "workload.arrival={process: closed_loop, clients: 4, think_time_s: 0.1}"],
+     [SPF, "workload.arrival={process: closed_loop, clients: 4, think_time_s: 0.1}"],
+     "policy badplugins:Raises: next_batch raised ValueError"),
+])
+def test_validate_runs_a_plugin_policy_or_router_on_a_few_requests(tmp_path, monkeypatch, capsys, sets, good, says):
+    """validate built a plug-in policy and asked its admission_error, but never its next_batch: a
+    policy whose next_batch raised or returned no batch (a router that raised) was 'ok', exit 0,
+    and the run then failed on its first step. A plug-in that keeps its contract is still ok."""
+    from servesim.cli.main import main
+
+    (tmp_path / "badplugins.py").write_text(PLUGINS)
+    (tmp_path / "long_prompts_apart.py").write_text(
+        "class LongPromptsApart:\n    reads_state = False\n\n    def __init__(self, rng):\n        pass\n\n"
+        "    def __call__(self, replicas, request):\n        return 0 if request.prompt_tokens > 2048 else 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(EXAMPLE.parent))
+    scenario = str(ROOT / "scenarios" / "default.yaml")
+    for given, rc in ((sets, 2), (good, 0)):
+        args = [x for s in given for x in ("--set", s)]
+        assert main(["validate", *args, "--set", "workload.num_requests=200", scenario]) == rc
+        out, err = capsys.readouterr()
+        if rc == 0:
+            assert ": ok (" in out and not err, err
+            continue
+        assert ": ok (" not in out, out
+        assert re.match(f"servesim: error: {re.escape(scenario)}: {says}", err), err
+        assert "Traceback" not in err
+
+
+def test_validate_warns_of_a_plugin_that_breaks_only_in_its_load_probe(tmp_path, monkeypatch, capsys):
+    """A plug-in that broke only when many requests waited (validate's overload probe runs the
+    workload's first requests at once) was silent: the probe's PluginError was taken as 'cannot
+    tell'. The dry run passes (a few requests), the probe's failure is a warning naming it."""
+    from servesim.cli.main import main
+
+    (tmp_path / "loadplugins.py").write_text(UNDER_LOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scenario = str(ROOT / "scenarios" / "default.yaml")
+    assert main(["validate", "--set", "policy.name=loadplugins:BreaksUnderLoad", scenario]) == 0
+    out = capsys.readouterr().out
+    assert ": ok (" in out
+    assert re.search(r"warning: policy loadplugins:BreaksUnderLoad: next_batch raised ValueError: too many .*"
+                     r"\(in validate's load probe", out), out

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from servesim.cli.parser import parse
 from servesim.core.decisions import format_decisions
-from servesim.errors import InputError, Terminated, one_line, shown_path
+from servesim.errors import InputError, PluginError, Terminated, one_line, shown_path
+from servesim.errors import clip as clip_text
 from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute_share
 from servesim.outputs.intervals import PM, Interval, format_interval, seeds_text
 from servesim.outputs.profile import format_profile
@@ -403,6 +404,7 @@ def cmd_validate(args) -> int:
     from servesim.inputs.scenario import load_scenario
     from servesim.inputs.specs import MODEL_ALIASES, model_note
     from servesim.outputs.rundir import deployment_gpus, deployment_shape
+    from servesim.predictions import dry_run_plugins
     from servesim.simulation import plan
 
     scenario = load_scenario(args.scenario, args.set or [])
@@ -410,6 +412,9 @@ def cmd_validate(args) -> int:
         # what run does before its event loop: the setup, the memory check, the workload drawn
         # (every file it names read), so that validate accepts exactly what run can run
         setup, specs, _ = plan(scenario)
+        # a plug-in policy or router decides a few steps: one whose next_batch raises or returns no
+        # valid batch is the error a run would stop on (it was called ok, and the run failed)
+        dry_run_plugins(scenario, setup, specs)
         # (before the 'ok' line: the rejection prediction asks a plug-in policy's admission_error,
         # and one that raises is an error, which followed 'ok' without naming the scenario)
         warnings = validate_warnings(scenario, setup, specs)
@@ -565,8 +570,13 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      f"whole-prompt admission such a prompt fits only while {leaves}, so under load it can wait "
                      f"at the head of the queue{behind}: "
                      f"{head_of_line_fix(scenario.policy.prefill_first)}")
+    probe_broke = []  # a plug-in's PluginError in a probe: said as a warning (a run may never load it so)
+
     try:
         over = predict_overload(scenario, setup, specs)
+    except PluginError as e:
+        over = None
+        probe_broke.append(e)
     except (InputError, MemoryError):  # (a probe the machine cannot hold: no prediction, the run says)
         over = None
     if over is not None and over["overloaded"]:
@@ -576,6 +586,9 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      "(servesim capacity finds the highest rate it keeps up with)")
     try:
         shed = predict_shedding(scenario, setup, specs)
+    except PluginError as e:
+        shed = None
+        probe_broke.append(e)
     except (InputError, MemoryError):
         shed = None
     if shed is not None:
@@ -599,6 +612,9 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         else:
             try:
                 q = preemptions_at_rate(scenario, k, setup, specs)
+            except PluginError as e:
+                q = None
+                probe_broke.append(e)
             except (InputError, MemoryError):
                 q = None
             if q is not None and q >= PREEMPTED_SHARE * k:
@@ -610,6 +626,9 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                 lines.append(f"  preemptions: few at this load: {k:,} of the workload's requests all at once "
                              f"preempted {p:,} times, but at their own arrival times (the offered "
                              f"{over['offered_rps']:.3g} req/s) {q:,} times ({q / k:.2f} per request)")
+    if probe_broke:  # (once: the probes run the same first requests)
+        lines.append(f"warning: {clip_text(probe_broke[0], 400)} (in validate's load probe: the workload's first "
+                     "requests at once on one replica; a run that loads it so stops there)")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
     lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario) + cost_mapping_warnings(scenario,
                                                                                                        setup.pools)]
