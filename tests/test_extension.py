@@ -915,3 +915,75 @@ def test_validate_warns_of_a_plugin_that_breaks_only_in_its_load_probe(tmp_path,
     assert ": ok (" in out
     assert re.search(r"warning: policy loadplugins:BreaksUnderLoad: next_batch raised ValueError: too many .*"
                      r"\(in validate's load probe", out), out
+
+
+OVER_BUDGET = '''
+from servesim import make_batch
+from servesim.policies.static import StaticPolicy
+
+
+class EveryoneAtOnce:
+    """Admits every waiting prompt whole and decodes every running request, whatever the budgets."""
+
+    def __init__(self, cfg, model):
+        pass
+
+    def admission_error(self, prompt_tokens, max_tokens, kv=None):
+        return None
+
+    def next_batch(self, state):
+        waiting, landed = list(state.waiting), list(state.landed)  # (landed: on a P/D decode replica)
+        items = [(r, 1) for r in state.running + landed] + [(r, r.prompt_tokens) for r in waiting]
+        return make_batch(items, admitted=landed + waiting)
+
+
+class MyStatic(StaticPolicy):
+    """static batching as a plug-in: its prefill runs a whole batch past the token budget"""
+'''
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("sets, says", [
+    ({"policy.max_num_batched_tokens": 600, "workload.arrival.rate_rps": 1000.0},
+     r"policy overbudget:EveryoneAtOnce: schedules [\d,]+ tokens in one step, over "
+     r"policy.max_num_batched_tokens=600; a step holds at most that many"),
+    ({"policy.max_num_seqs": 4, "workload.arrival.rate_rps": 1000.0},
+     r"policy overbudget:EveryoneAtOnce: schedules \d+ sequences in one step, over policy.max_num_seqs=4"),
+    ({"policy.name": "pd_split", "policy.decode.policy": "overbudget:EveryoneAtOnce", "policy.decode.max_num_seqs": 3,
+      "workload.arrival.rate_rps": 1000.0},
+     r"policy overbudget:EveryoneAtOnce: schedules \d+ sequences in one step, over the decode pool's max_num_seqs=3"),
+])
+def test_a_plugin_step_over_the_budget_is_refused_on_both_engines(tmp_path, monkeypatch, capsys, engine, sets, says):
+    """A plug-in that scheduled more tokens than max_num_batched_tokens (more sequences than
+    max_num_seqs) in a step ran, exit 0, priced as a step the deployment cannot run (its KV cache
+    sized with an activation reserve for the budget): the engine refuses it, naming the budget,
+    on the fast and the reference engine alike."""
+    from servesim.cli.main import main
+    from servesim.errors import PluginError
+
+    (tmp_path / "overbudget.py").write_text(OVER_BUDGET)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kw = {"policy.name": "overbudget:EveryoneAtOnce", "workload.num_requests": 20, "engine": engine, **sets}
+    with pytest.raises(PluginError, match=says):
+        simulate(make_scenario(**kw))
+    args = [x for k, v in kw.items() for x in ("--set", f"{k}={v}")]
+    assert main(["run", *args, "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert re.match(f"servesim: error: .*: {says}", err) and "Traceback" not in err, err
+
+
+def test_a_plugin_within_its_budget_and_static_batching_as_a_plugin_run(tmp_path, monkeypatch):
+    """The budget check refuses only steps over it: the same plug-in under budgets its steps keep
+    runs, and a StaticPolicy subclass (whose prefill runs its whole batch past the token budget, as
+    static batching does) is held to max_num_seqs only."""
+    (tmp_path / "overbudget.py").write_text(OVER_BUDGET)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    res = simulate(make_scenario(**{"policy.name": "overbudget:EveryoneAtOnce", "workload.num_requests": 20,
+                                    "workload.arrival.rate_rps": 0.5}))
+    assert res.summary["completed"] == 20
+    kw = {"workload.num_requests": 20, "workload.arrival.rate_rps": 1000.0, "policy.max_num_batched_tokens": 600,
+          "policy.max_num_seqs": 8}
+    mine = simulate(make_scenario(**{"policy.name": "overbudget:MyStatic", **kw}))
+    packaged = simulate(make_scenario(**{"policy.name": "static", **kw}))
+    assert mine.summary["completed"] == packaged.summary["completed"] == 20
+    assert mine.steps["prefill_tokens"].max() > 600  # (past the token budget, as static's)

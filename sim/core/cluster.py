@@ -64,7 +64,8 @@ class Cluster:
                                                cm.model.sliding_window_tokens),
                                 recorder, cm.model.max_context_tokens, fast=fast, role=pool.name, pool=pool.name,
                                 handoff=self.handoff, spec=spec, swap=swap, pipeline=pipe,
-                                async_scheduling=pool.engine is not None and pool.engine.async_scheduling)
+                                async_scheduling=pool.engine is not None and pool.engine.async_scheduling,
+                                budget=(pool.max_num_seqs, pool.max_num_batched_tokens))
                     r.on_run = self._on_run
                     # a virtual engine's share of the replica's GPUs (its steps use each stage in turn)
                     self.infos.append(ReplicaInfo(i, pool.name, cm.peak_flops * cm.num_gpus / ve,

@@ -72,6 +72,7 @@ from servesim.errors import InputError, PluginError, call_plugin, clip, is_plugi
 from servesim.core.kv import BlockAllocator
 from servesim.core.runs import Cost, Run, delay_to
 from servesim.policies.base import NO_DECODE_SET, DecodeSet, PriorityCount, ReplicaState
+from servesim.policies.static import StaticPolicy
 
 
 class DecisionError(RuntimeError):
@@ -195,7 +196,7 @@ class Replica:
 
     def __init__(self, env, index: int, policy, cost_model, kv: BlockAllocator, recorder, max_context_tokens: int,
                  *, fast: bool = True, role: str = "colocated", pool: str = "", handoff=None, spec=None,
-                 swap=(0, 0.0, 1.0), pipeline=None, async_scheduling=False):
+                 swap=(0, 0.0, 1.0), pipeline=None, async_scheduling=False, budget=None):
         self.env = env
         self.index = index
         self.policy = policy
@@ -214,6 +215,10 @@ class Replica:
         self.host_free_blocks = self.host_blocks
         self.fast = fast
         self._plugin = is_plugin(policy)  # (a plug-in's decisions are checked: _plugin_decision)
+        # (max_num_seqs, max_num_batched_tokens) of the pool: a plug-in's step over them is refused
+        # (_plugin_budget); static batching's, and a subclass's, prefills a whole batch past the tokens
+        self.budget = budget
+        self._token_budget = budget is not None and not isinstance(policy, StaticPolicy)
         self.async_scheduling = async_scheduling
         self.incoming: deque = deque()  # async scheduling: arrived requests the next decision cannot see yet
         self._prev_step = (-math.inf, -math.inf)  # (start, end) of the last step
@@ -487,6 +492,8 @@ class Replica:
                                         self._ncap, self._natt, self._sum_c) if n else NO_DECODE_SET)
             if plugin:  # (a plug-in's decision is checked: it raises or returns no Batch -> PluginError)
                 batch = self._plugin_decision(state)
+                if self.budget is not None:
+                    self._plugin_budget(batch)
                 if not batch.empty:
                     idle_wakes = 0
             else:
@@ -579,6 +586,32 @@ class Replica:
             raise PluginError(f"policy {plugin_name(policy)}: wake_at_s is {shown(w)}; the simulated time (seconds) "
                               "at which to decide again when nothing else happens first, or None")
         return batch
+
+    def _plugin_budget(self, batch: Batch) -> None:
+        """A plug-in's step over the pool's ``max_num_seqs`` sequences or ``max_num_batched_tokens``
+        tokens (items and the decode set, one token per member) is a ``PluginError`` naming the
+        budget, on either engine, before it runs: the KV cache was sized with an activation reserve
+        for the budget, and the step would be priced as one the deployment cannot run. (Static
+        batching, and a plug-in built on it, prefills a whole batch past the token budget: only its
+        sequences are checked.)"""
+        seqs_max, tokens_max = self.budget
+        items = batch.items
+        seqs = len(items) + batch.set_seqs
+        where = "policy." if self.role == "colocated" else f"the {self.role} pool's "
+        if seqs > seqs_max:
+            raise PluginError(f"policy {plugin_name(self.policy)}: schedules {seqs:,} sequences in one step, over "
+                              f"{where}max_num_seqs={seqs_max:,}; a step holds at most that many (state.running "
+                              "and state.waiting may hold more: the policy picks which run)")
+        if not self._token_budget:
+            return
+        tokens = batch.set_seqs + sum(q for _, q in items if isinstance(q, numbers.Integral))
+        if tokens > tokens_max:
+            raise PluginError(f"policy {plugin_name(self.policy)}: schedules {tokens:,} tokens in one step, over "
+                              f"{where}max_num_batched_tokens={tokens_max:,}"
+                              + (" (a decode pool's, at most its max_num_seqs)" if self.role == "decode" else "")
+                              + "; a step holds at most "
+                              "that many (a prompt over it is computed in chunks over several steps, or rejected "
+                              "by admission_error)")
 
     def _plugin_apply(self, batch: Batch, now: float) -> float:
         """``_apply`` for a plug-in policy's decision: one the engine cannot apply (a request
