@@ -16,7 +16,7 @@ import numpy as np
 
 from servesim.outputs.rundir import read_summary
 from servesim.outputs.verdicts import attainment_pct, loads_up_to
-from servesim.plots.figures import _error_bars, _ms, _plain_log_ticks, colors_for, slo_text, wrap_label
+from servesim.plots.figures import _error_bars, _ms, _plain_log_ticks, colors_for, legend_below, slo_text, wrap_label
 
 ATTAINMENT_TARGET = 0.9  # the share the report's sentence counts loads against
 
@@ -203,7 +203,14 @@ def attainment_bars(data: dict, ax, colors: dict | None = None, slos: dict | Non
     ax.set_ylim(0, 105)
     ax.set_title("SLO attainment per class")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
+    # under the axes, beside each other: bars that meet the SLO reach the top, so a legend inside
+    # the axes (matplotlib's "best" spot) lay over a class's bar and its error bar
+    # (side by side only where they fit under the axes: a wider legend made the tight layout
+    # narrow the axes until the classes' names ran into each other)
+    n = len(ax.get_legend_handles_labels()[0])
+    legend = legend_below(ax, fontsize="small", ncol=min(n, 3))
+    if n > 1 and legend.get_window_extent().width > ax.get_window_extent().width:
+        legend_below(ax, fontsize="small", ncol=1)
     return ax
 
 

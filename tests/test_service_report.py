@@ -452,3 +452,24 @@ def test_report_names_the_classes_common_slo_not_the_top_level_one(tmp_path):
         {"name": "a", "slo": {"ttft_s": 0.5}}, {"name": "b", "slo": {"ttft_s": 0.5}}]}}) == (0.5, 0.1)
     assert scenario_slo({"slo": {"ttft_s": 2.0}, "workload": {"classes": [
         {"name": "a", "slo": {"ttft_s": 0.5}}, {"name": "b"}]}}) == (None, None)
+
+
+@pytest.mark.parametrize("labels", [1, 3])
+def test_class_bars_legend_lies_over_no_bar(tmp_path, labels):
+    """Bars that meet the SLO reach 100%: the legend, placed inside the axes, lay over a class's
+    bar and its error bar. It sits under the axes, clear of every bar and of the tick labels."""
+    from servesim.plots.figures import save, subplots
+    from servesim.plots.service import attainment_bars
+
+    full = {"attainment": [1.0], "lo": [0.93], "hi": [1.0]}
+    data = {c: {f"config-{j}": full for j in range(labels)} for c in ("chat", "summarize")}
+    fig, ax = subplots(figsize=(6.4, 4.2))  # (the report's size for two classes)
+    attainment_bars(data, ax, slos={c: {"ttft_s": 1.0, "tpot_s": 0.05} for c in data})
+    save(fig, tmp_path / "classes")
+    legend = ax.get_legend().get_window_extent()
+    bars = [p.get_window_extent() for p in ax.patches]
+    assert bars and not any(legend.overlaps(b) for b in bars)
+    ticks = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()]
+    assert not any(legend.overlaps(t) for t in ticks)
+    assert not any(a.overlaps(b) for a, b in zip(ticks, ticks[1:]))  # (the axes kept their width)
+    assert legend.y1 <= ax.get_window_extent().y0  # (under the axes, not over its data)
