@@ -7,9 +7,9 @@ decode GPU and TP, and a prefill:decode replica ratio). A *unit* is one replica 
 shape, or ``p`` prefill + ``d`` decode replicas of a P/D shape; a deployment is ``k`` units. With
 ``cluster.class_replicas`` (the class_aware router's replica positions per request class) a unit
 is ``block`` times that: the scenario's layout of the replicas the router chooses among, reduced to
-its smallest repeating block (``class_layout``), which a deployment of ``k`` units repeats ``k``
-times (``p k`` times over a P/D split's prefill replicas), so every class keeps its share of the
-replicas at every size.
+its smallest block with the same share of replicas per set of classes (``class_layout``), which a
+deployment of ``k`` units repeats ``k`` times (``p k`` times over a P/D split's prefill
+replicas), so every class keeps its share of the replicas at every size.
 
 Before simulating, each shape is checked three ways (``assess``):
 
