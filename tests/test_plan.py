@@ -639,6 +639,30 @@ def test_an_answer_whose_capacity_is_a_lower_bound_says_so():
                                            "req/s ... the capacity is a lower bound")
 
 
+def test_runs_at_r_of_a_periodic_rate_span_two_periods(tmp_path):
+    """A sinusoid of a 20 s period planned with --requests 40 at 4 req/s: every run at R saw the
+    first 6 s of the cycle (its peak never), where the plan's capacity probes span two periods.
+    Runs at R now span two periods too (at least 160 requests), whatever --requests says."""
+    import csv
+
+    d = copy.deepcopy(SMALL)
+    d["workload"]["arrival"] = {"process": "sinusoidal", "rate_rps": 4.0, "period_s": 20.0, "amplitude": 0.9}
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(d))
+    opts = PlanOptions(rate_rps=4.0, slo="ttft_p99=0.5", gpus=("h100-sxm",), tps=(1,), policies=("continuous",),
+                       pd_ratios=(), max_gpus=2, seeds=1, probe_requests=100, requests=40, verify_top=0)
+    doc = run_plan(f, opts, tmp_path / "plan", ex=QUIET).doc
+    assert doc["requests_at_rate"] >= 4.0 * 2 * 20.0
+    (c,) = doc["candidates"]
+    assert c["runs"]
+    for r in c["runs"]:
+        for s in r["seeds"]:
+            assert s["requests"] >= doc["requests_at_rate"]
+            with open(tmp_path / "plan" / s["dir"] / "requests.csv") as fh:
+                arrivals = [float(x["arrival_s"]) for x in csv.DictReader(fh)]
+            assert max(arrivals) > 1.5 * 20.0
+
+
 def test_a_run_too_short_to_tell_is_run_longer(tmp_path):
     # found by hand: --requests 50 at 20 req/s on the default scenario (one H100 serves 22.5 req/s
     # within this SLO) made every run at R too short for its requests to leave within the keep-up

@@ -79,7 +79,8 @@ class PlanOptions:
     seeds: int = 3
     prices: tuple = ()  # ((gpu, USD per GPU-hour), ...): over the catalog's and the scenario's
     probe_requests: int | None = None  # requests per unit in a capacity probe; None: max(scenario's, 1000)
-    requests: int | None = None  # requests in every run at R; None: max(probe requests, RUN_S of arrivals)
+    requests: int | None = None  # requests in every run at R; None: max(probe requests, RUN_S of arrivals);
+    # with a periodic arrival rate, at least two periods of arrivals either way
     tol: float = 0.05  # capacity bracket (the seeds' spread is usually wider)
     keep_up: float = KEEP_UP
     max_probes: int = 30
@@ -633,6 +634,11 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
                                                                  "workload.duration_s": None}, "plan")))
     seeds = seeds_for(sc.seed, opts.seeds)
     n_rate = opts.requests if opts.requests is not None else max(n, math.ceil(opts.rate_rps * RUN_S))
+    period = arrival_period_s(sc.workload.arrival)
+    if period:
+        # a rate that repeats on a cycle: every run at R spans two of its periods, as the capacity
+        # probes do (40 requests at 4 req/s saw 6 s of a 20 s sinusoid, its peak never)
+        n_rate = max(n_rate, math.ceil(opts.rate_rps * 2 * period))
     pl = Planner(base, opts, out, ex, stats, seeds, prices, powers, n, n_rate)
     shapes = [replace(s, **layout) for s in
               enumerate_shapes(gpus, opts.tps, opts.pps, opts.policies, opts.chunks, opts.pd_ratios, opts.mixed_pd)]
