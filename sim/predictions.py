@@ -418,7 +418,9 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     cannot take are rejected: of those the rules apply to, over the arrivals' span T, about
     S x T - (the others) are served, the queue holds its limit (``max_queue`` x replicas, or
     ``max_queued_tokens`` x replicas / their mean prompt), and the rest are rejected (an
-    overestimate, as S is an underestimate). {"offered_rps", "served_rps" (None without the probe),
+    overestimate, as S is an underestimate); the limit counts the waiting requests of every class,
+    so when the requests no rule applies to outgrow S by themselves, they hold the queue once it is
+    full and the others got in only while it filled. {"offered_rps", "served_rps" (None without the probe),
     "probe_requests", "rules" (the fields that shed), "reaching_rps" (the rate past the bucket),
     "bucket" (its rejections), "queue" (the queue rules' estimated rejections), "rejected_share"
     (of all requests, both), "overloaded" (what reaches the replicas is over the margin),
@@ -471,9 +473,18 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
             if adm.max_queue is not None:
                 room = adm.max_queue * entry
             elif adm.max_queued_tokens is not None and n_in:
-                room = adm.max_queued_tokens * entry / float(specs.prompt_tokens[scope].mean())
+                # (the prompts of every class waiting count against it, as in the gateway)
+                mean = float(specs.prompt_tokens[scope].mean() if not n_out else specs.prompt_tokens.mean())
+                room = adm.max_queued_tokens * entry / mean
             excess = admitted - max(capacity - n_out, 0.0)
-            queue = int(max(excess - room, 0.0))
+            # those the rules apply to that get in: what the others leave of what is served while they
+            # arrive, plus the queue's limit at the end (drained after it: whatever its mix, everything
+            # in it was admitted). The limit counts every request waiting, those of the classes
+            # policy.admission.classes leaves out too (never rejected), so when those alone outgrow
+            # what the deployment serves, they hold the queue once it is full: the rules' requests got
+            # in only while it filled, as their share of the arrivals
+            kept = max(capacity - n_out + room, room * admitted / (admitted + n_out) if admitted + n_out else 0.0)
+            queue = int(max(admitted - kept, 0.0))
             # the limit holds this run's excess (fewer rejected than the run's warning names): its queue grows
             if backlog is None and excess > 0 and queue < REJECTED_SHARE * n:
                 backlog = "room"

@@ -395,6 +395,27 @@ def test_validate_predicts_the_requests_a_full_queue_sheds(tmp_path, capsys, rul
     assert f"policy.admission.{next(iter(rule))}=" in warning[0]
 
 
+def test_a_class_scoped_queue_limit_counts_the_other_classes_waiting(tmp_path, capsys):
+    """policy.admission.classes: [b] with max_queue 100, the other class (70% of the requests)
+    alone above what the deployment serves: the limit counts every request waiting, and the
+    others' (never rejected) hold the queue once it is full, so b's requests get in only while it
+    fills. validate counted the whole limit as b's room: about 86 shed, "at most", where the run
+    shed 123. Now at least the run's count, of the same order."""
+    from servesim.predictions import predict_shedding
+
+    lengths = {k: SHED[k] for k in ("workload.prompt_tokens", "workload.output_tokens")}
+    sc = make_scenario(**{**SHED, "workload.prompt_tokens": None, "workload.output_tokens": None},
+                       **{"policy.admission": {"max_queue": 100, "classes": ["b"]},
+                          "workload.classes": [{"name": "a", "share": 0.7, **{k[9:]: v for k, v in lengths.items()}},
+                                               {"name": "b", "share": 0.3, **{k[9:]: v for k, v in lengths.items()}}]})
+    shed = predict_shedding(sc)
+    s = simulate(sc).summary
+    assert shed["overloaded"] and shed["backlog"] == "others"
+    assert 0 < s["rejected"] <= shed["queue"] < 1.5 * s["rejected"]
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "policy.admission.max_queue=100" in x]
+    assert len(line) == 1 and line[0].startswith("warning: ") and f"about {shed['queue']:,} requests" in line[0]
+
+
 @pytest.mark.parametrize("rule", [{"max_queue": 20}, {"max_queued_tokens": 50_000},
                                   {"token_bucket": {"rate_rps": 5.0, "burst": 30}}])
 def test_validate_predicts_what_admission_sheds_of_requests_arriving_at_once(tmp_path, capsys, rule):
