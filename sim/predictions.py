@@ -408,6 +408,49 @@ def _shed_at_once(scenario: Scenario, specs) -> dict | None:
             "backlog": None}
 
 
+SHEDDING_REPLAY_REQUESTS = OVERLOAD_PROBE_REQUESTS  # the most requests a replay of the run itself runs
+
+
+def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
+    """``predict_shedding`` where no offered rate tells what reaches the replicas: closed-loop and
+    multi-turn workloads (each client or session sends its next request after the last one ends,
+    or is rejected) and open-loop workloads of fewer than ``OVERLOAD_PROBE_MIN`` requests (too few
+    for the rate probe). The run itself is replayed, with its admission rules: all of it when it
+    has at most ``SHEDDING_REPLAY_REQUESTS`` requests (``workload.num_requests``, or the short
+    open-loop workload drawn), the run's count ("whole"); else its first
+    ``SHEDDING_REPLAY_REQUESTS`` requests (their lengths drawn anew), the share of those shed. A
+    replay whose prompts alone take more than ``OVERLOAD_PROBE_STEPS`` budget-sized steps is not
+    run (None), where the lengths are known before it: the workload drawn, a closed loop's
+    ``num_requests``. {"replayed": the requests replayed, "whole", "short" (an open-loop workload),
+    "shed" (of them), "reasons"
+    (top three), "rejected_share", "at_once": 0, ...} (the rate keys empty); None when nothing is shed."""
+    wl = scenario.workload
+    first = setup.pools[0]
+    budget = (first.max_num_batched_tokens * first.replicas
+              if first.policy_name in ("continuous", "chunked_prefill") else None)
+    if isinstance(specs, RequestSpecs):  # (a short open-loop workload: the run, on the requests drawn)
+        replay, kw, whole, prompts = scenario, {"specs": specs}, True, specs.prompt_tokens
+    else:
+        whole = wl.num_requests is not None and wl.num_requests <= SHEDDING_REPLAY_REQUESTS
+        replay = scenario if whole else dataclasses.replace(
+            scenario, workload=dataclasses.replace(wl, num_requests=SHEDDING_REPLAY_REQUESTS))
+        kw = {}
+        lengths = drawn_lengths(specs)
+        prompts = lengths.prompt_tokens[:SHEDDING_REPLAY_REQUESTS] if lengths is not None else None
+    if budget is not None and prompts is not None and prompts.sum() / budget > OVERLOAD_PROBE_STEPS:
+        return None
+    res = simulate(replay, **kw)
+    n = res.summary["num_requests"]
+    reasons = [r for r in res.requests["reason"].tolist() if isinstance(r, str) and r.startswith("admission: ")]
+    if not n or not reasons:
+        return None
+    return {"offered_rps": None, "served_rps": None, "probe_requests": None, "rules": [], "reaching_rps": None,
+            "bucket": 0, "queue": 0, "at_once": 0, "replayed": n, "whole": whole,
+            "short": isinstance(specs, RequestSpecs), "shed": len(reasons),
+            "reasons": top_reasons(reasons), "requests": n, "rejected_share": len(reasons) / n,
+            "overloaded": False, "backlog": None}
+
+
 def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The requests ``policy.admission`` will shed, without running it. The rule: the token bucket
     is replayed on the arrival times of the requests it applies to (exact). What reaches the
@@ -427,17 +470,20 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     "backlog" (why the queue grows through the run anyway, or None: "unbounded", no rule bounds it;
     "others", the requests no rule applies to outgrow S; "room", the queue's limit holds so much of
     this run's excess that fewer than ``REJECTED_SHARE`` of the requests are rejected)}; None without
-    admission control, for closed-loop and multi-turn workloads, and when nothing is predicted (no
-    bucket rejections and no overload, or a probe that cannot tell); ``all_at_once`` arrivals:
-    ``_shed_at_once``, "at_once" the count (0 otherwise)."""
+    admission control and when nothing is predicted (no bucket rejections and no overload, or a
+    probe that cannot tell); ``all_at_once`` arrivals: ``_shed_at_once``, "at_once" the count (0
+    otherwise); closed-loop and multi-turn workloads, and open-loop ones of fewer than
+    ``OVERLOAD_PROBE_MIN`` requests: ``_shed_replayed``, "replayed" the requests it ran."""
     adm = scenario.policy.admission
     if not adm.active:
         return None
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if isinstance(scenario.workload.arrival, AllAtOnceArrival):
         return _shed_at_once(scenario, specs)
-    if not isinstance(specs, RequestSpecs) or len(specs) < 2:
+    if isinstance(specs, RequestSpecs) and not len(specs):
         return None
+    if not isinstance(specs, RequestSpecs) or len(specs) < OVERLOAD_PROBE_MIN:
+        return _shed_replayed(scenario, setup, specs)
     n = len(specs)
     span = float(specs.arrival_s[-1] - specs.arrival_s[0])
     if not span > 0:

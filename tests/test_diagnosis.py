@@ -434,6 +434,40 @@ def test_validate_predicts_what_admission_sheds_of_requests_arriving_at_once(tmp
     assert predict_shedding(roomy) is None and simulate(roomy).summary["rejected"] == 0
 
 
+@pytest.mark.parametrize("kind", ["short", "closed", "closed_by_duration", "sessions"])
+def test_validate_replays_what_admission_sheds_where_no_rate_tells(tmp_path, capsys, kind):
+    """Fewer than 200 open-loop requests (too few for the rate probe), closed loops and sessions
+    (their requests follow the replies): validate said nothing of what admission sheds, where
+    the runs shed a quarter to nearly all of their requests. The run itself is replayed, its
+    first 1,000 requests at most: the run's count when that is all of it, else the share."""
+    from servesim.predictions import predict_shedding
+
+    kw = {"policy.admission": {"max_queue": 2}, "policy.max_num_seqs": 16}
+    if kind == "short":
+        kw.update({"workload.num_requests": 150, "workload.arrival": {"process": "poisson", "rate_rps": 100.0}})
+    else:
+        kw.update({"workload.arrival": {"process": "closed_loop", "clients": 64, "think_time_s": 0.0}})
+        if kind == "closed":
+            kw["workload.num_requests"] = 300
+        elif kind == "closed_by_duration":
+            kw.update({"workload.num_requests": None, "workload.duration_s": 1.0})
+        else:
+            kw.update({"workload.num_requests": None, "workload.duration_s": 1.0,
+                       "workload.sessions": {"turns": {"dist": "uniform", "min": 2, "max": 4}}})
+    sc = make_scenario(**kw)
+    shed = predict_shedding(sc)
+    s = simulate(sc).summary
+    assert s["rejected"] >= 0.1 * s["num_requests"] and "rejections" in {w["code"] for w in s["warnings"]}
+    if kind in ("short", "closed"):  # the whole run replayed: its count
+        assert shed["whole"] and shed["shed"] == s["rejected"] and shed["replayed"] == s["num_requests"]
+    else:  # the first 1,000 requests: the share, of the same order
+        assert not shed["whole"] and shed["replayed"] == 1000
+        assert 0.5 < shed["rejected_share"] / (s["rejected"] / s["num_requests"]) < 2
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
+    assert len(line) == 1 and line[0].startswith("warning: a run will reject ")
+    assert ("fewer than 200 requests" in line[0]) == (kind == "short")
+
+
 def test_validate_predicts_no_shedding_where_the_deployment_keeps_up(tmp_path, capsys):
     """The same queue limit at a rate the deployment serves: nothing predicted, nothing rejected."""
     from servesim.predictions import predict_shedding

@@ -652,6 +652,7 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
     a warning when the share reaches the run's ``rejections`` threshold or the queue grows through
     the run anyway, else an indented note."""
     from servesim.outputs.checks import REJECTED_SHARE
+    from servesim.predictions import OVERLOAD_PROBE_MIN
 
     adm = scenario.policy.admission
     if shed["at_once"]:
@@ -661,6 +662,16 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
                 "before a step "
                 f"admits any, so policy.admission decides on the queue they make themselves (the run's first "
                 f"instant, replayed): {top}")
+        return f"warning: {text}" if share >= REJECTED_SHARE else f"  shedding: {text}"
+    if shed.get("replayed"):
+        k, n, share = shed["shed"], shed["replayed"], shed["rejected_share"]
+        top = "; ".join(f"{c} x {r}" for r, c in shed["reasons"])
+        why = (f"fewer than {OVERLOAD_PROBE_MIN} requests, too few to compare rates" if shed["short"] else
+               "its requests follow the replies, each sent after the last one ended or was rejected")
+        text = (f"a run will reject {k:,} of {n:,} requests ({share:.1%}) in policy.admission (the run replayed: "
+                f"{why}): {top}" if shed["whole"] else
+                f"a run will reject about {share:.0%} of its requests in policy.admission ({k:,} of its first "
+                f"{n:,}, replayed: {why}): {top}")
         return f"warning: {text}" if share >= REJECTED_SHARE else f"  shedding: {text}"
     scope = "" if adm.classes is None else f" (policy.admission.classes: {', '.join(adm.classes)})"
     parts = []
