@@ -128,6 +128,19 @@ def test_validate_describes_the_requests_drawn(tmp_path, capsys):
             "p99 297; output tokens mean 18, p50 15, p99 30") in capsys.readouterr().out
 
 
+def test_a_run_stopped_by_bad_input_leaves_no_empty_out_folder(tmp_path, capsys):
+    """An unknown model is found once the run starts, after --out was created: the run stopped
+    with exit 2 and left the empty folder (and its new parents) behind. A folder already there stays."""
+    sc = write(tmp_path, GOOD.replace("meta-llama/Meta-Llama-3-8B", "no-such/model"))
+    out = tmp_path / "new" / "o"
+    assert main(["run", sc, "--out", str(out)]) == 2
+    assert "unknown model 'no-such/model'" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "there").mkdir()
+    assert main(["run", sc, "--out", str(tmp_path / "there")]) == 2
+    assert (tmp_path / "there").is_dir()
+
+
 def test_a_run_that_no_request_reaches_says_so(tmp_path, capsys):
     """A duration_s shorter than the first arrival left a run with no request: it printed zeros
     (and 'SLO attainment 0.0%') with no warning, and validate said 'ok' without a word."""

@@ -290,6 +290,26 @@ def _writable_dir(path: str, flag: str) -> Path:
     return p
 
 
+def _new_folders(path: str) -> list[Path]:
+    """The folders ``_writable_dir(path)`` would create: ``path`` and its ancestors that are not
+    there yet, deepest first."""
+    out, p = [], Path(path).absolute()
+    while not os.path.lexists(p) and p != p.parent:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Remove the folders a command created (``_new_folders``), deepest first, while empty: a run
+    that stopped (bad input found once it started, an interrupt) leaves no empty --out behind."""
+    for f in folders:
+        try:
+            f.rmdir()
+        except OSError:
+            return
+
+
 def _writable_file(path: str, flag: str, taken: dict | None = None) -> None:
     """Fail now, not after a long run, if ``path`` cannot be written (its folder is created; a
     file created by the check is removed again): a folder, device or pipe there is refused (it would
@@ -329,36 +349,41 @@ def cmd_run(args) -> int:
     outputs = parse_outputs(args.outputs)
     check_format(args.format)
     scenario = load_scenario(args.scenario, args.set or [], args.seed)
+    made = _new_folders(args.out)
     out_dir = _writable_dir(args.out, "--out")  # fail before a long run, not after
-    # (the run folder's files, then each trace, must not land on one another)
-    taken = {(out_dir / name).resolve(): f"--out {args.out}" for name in RUN_ENTRIES}
-    if args.trace_events:
-        _writable_file(args.trace_events, "--trace-events", taken)
-        taken[Path(args.trace_events).resolve()] = "--trace-events"
-    tracing = getattr(args, "decision_trace", None)
-    if tracing:
-        _writable_file(tracing, "--decision-trace", taken)
-    from servesim.studies.replicates import check_seed_count
-
-    check_seed_count(args.seeds)
-    if args.workers is not None:  # (the studies' own rule, before anything runs)
-        from servesim.studies.executors import ExecutorOptions
-
-        ExecutorOptions(workers=args.workers)
-    update, close = _progress_bar(args.quiet)
     try:
-        with _naming(args.scenario):
-            results = simulate(scenario, progress=update, engine=getattr(args, "engine", None),
-                               decision_trace=bool(tracing))
-    finally:
-        close()
-    if args.seeds > 1:
-        results.summary["seeds"] = _other_seeds(scenario, results.summary, args)
-    try:
-        out = results.write(out_dir, outputs, args.format)
-    except OSError as e:  # e.g. a full disk: the folder is left as it was (writer.write_run)
-        raise InputError(f"--out {args.out}: cannot write {e.filename or 'the results'}: {e.strerror or e}; "
-                         "the folder was left as it was") from None
+        # (the run folder's files, then each trace, must not land on one another)
+        taken = {(out_dir / name).resolve(): f"--out {args.out}" for name in RUN_ENTRIES}
+        if args.trace_events:
+            _writable_file(args.trace_events, "--trace-events", taken)
+            taken[Path(args.trace_events).resolve()] = "--trace-events"
+        tracing = getattr(args, "decision_trace", None)
+        if tracing:
+            _writable_file(tracing, "--decision-trace", taken)
+        from servesim.studies.replicates import check_seed_count
+
+        check_seed_count(args.seeds)
+        if args.workers is not None:  # (the studies' own rule, before anything runs)
+            from servesim.studies.executors import ExecutorOptions
+
+            ExecutorOptions(workers=args.workers)
+        update, close = _progress_bar(args.quiet)
+        try:
+            with _naming(args.scenario):
+                results = simulate(scenario, progress=update, engine=getattr(args, "engine", None),
+                                   decision_trace=bool(tracing))
+        finally:
+            close()
+        if args.seeds > 1:
+            results.summary["seeds"] = _other_seeds(scenario, results.summary, args)
+        try:
+            out = results.write(out_dir, outputs, args.format)
+        except OSError as e:  # e.g. a full disk: the folder is left as it was (writer.write_run)
+            raise InputError(f"--out {args.out}: cannot write {e.filename or 'the results'}: {e.strerror or e}; "
+                             "the folder was left as it was") from None
+    except BaseException:  # (bad input found by the run, a kill: no empty --out folder left behind)
+        _remove_if_empty(made)
+        raise
     from servesim.inputs.specs import model_note
 
     note = model_note(scenario.model)
