@@ -563,7 +563,11 @@ def test_a_config_of_an_unknown_family_says_what_was_guessed(tmp_path, capsys, c
     said = [line for line in out.splitlines() if line.startswith("  note: model:")]
     assert main(["run", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 0
     ran, err2 = capsys.readouterr()
-    said_run = [line for line in ran.splitlines() if line.startswith("note: model:")]
+    said_run = [line for line in ran.splitlines() if line.startswith("warning       model:")]
+    # (summary.json's warnings too, which a report of the folder and every study's runs read)
+    kept = [w["message"] for w in json.loads((tmp_path / "o" / "summary.json").read_text())["warnings"]
+            if w["code"] == "model_generic"]
+    assert kept == [line.removeprefix("warning       ") for line in said_run]
     assert "Traceback" not in err + err2
     assert model_from_hf_config(cfg, "c", "c") == before
     if note is None:

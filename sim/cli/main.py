@@ -384,11 +384,7 @@ def cmd_run(args) -> int:
     except BaseException:  # (bad input found by the run, a kill: no empty --out folder left behind)
         _remove_if_empty(made)
         raise
-    from servesim.inputs.specs import model_note
-
-    note = model_note(scenario.model)
-    if note:  # (a config.json read generically: what was guessed, before the figures that stand on it)
-        print(f"note: {note}")
+    # (a config.json read generically is summary.json's model_generic warning, printed with the others)
     print(format_summary(results.summary))
     files = file_names(outputs, args.format)
     print(f"\nwrote {out}/{files[0]}" + "".join(f", {f}" for f in files[1:]))

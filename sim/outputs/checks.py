@@ -53,7 +53,9 @@ Each warning is ``{"code": ..., "message": ...}``:
   ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` entry for a GPU the deployment
   does not run (``cost_mapping_warnings``): the run is the one without it.
   Such settings are accepted, not refused, so that one scenario can carry every variant's fields
-  through sweeps and comparisons.
+  through sweeps and comparisons;
+- ``model_generic``: the model is a ``config.json`` whose ``model_type`` names no family servesim
+  knows, read generically (``servesim.inputs.specs.model_note``: what was guessed, and how to state it).
 """
 
 from __future__ import annotations
@@ -344,7 +346,18 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += kv_override_warnings(pools)
     out += gpu_unit_warnings(pools)
     out += budget_warnings(pools)
+    out += model_warnings(scenario)
     return out
+
+
+def model_warnings(scenario) -> list:
+    """``model_generic`` (module docstring): the run's model read generically, with what was
+    guessed. (It was printed as a note by ``servesim run`` alone, so summary.json, a report of the
+    run folder and every study's run said nothing of it.)"""
+    from servesim.inputs.specs import model_note
+
+    note = model_note(scenario.model)
+    return [{"code": "model_generic", "message": note}] if note else []
 
 
 def trace_unit_text(column: str, offered_rps: float | None) -> str:
