@@ -26,6 +26,9 @@ def test_a_detailed_result_is_replayed_at_its_send_times(tmp_path, capsys):
     assert main(["validate-run", str(DETAILED), "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "replayed 23 requests" in printed and "(1 failed there)" in printed
+    # the GPUs as every other title and line gives them ("1 x h100-sxm"; it read "h100-sxm x 1")
+    assert "meta-llama/Meta-Llama-3-8B on 1 x h100-sxm, " in printed
+    assert "meta-llama/Meta-Llama-3-8B on 1 x h100-sxm, " in (out / "report.md").read_text().splitlines()[0]
     for f in ("report.md", "validation.json", "qq.png", "cdf.png", "scenario.yaml", "replay.csv", "run/summary.json"):
         assert (out / f).exists(), f
     v = json.loads((out / "validation.json").read_text())

@@ -29,7 +29,7 @@ def cmd_validate_run(args) -> int:
     finally:
         close()
     q = r["requests"]
-    print(f"{r['model']} on {r['gpu']} x {r['gpus']}, {r['policy']}: replayed {q['replayed']} requests of "
+    print(f"{r['model']} on {r['gpus']} x {r['gpu']}, {r['policy']}: replayed {q['replayed']} requests of "
           f"{args.result} ({q['failed']} failed there); arrivals: {r['arrivals']}")
     if q["failed_requests"]:  # (the first few, with why they failed)
         print(f"failed there (left out): {failed_text(q)}")

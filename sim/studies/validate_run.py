@@ -295,7 +295,7 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     }
     report["warnings"] = replay_warnings(res, order, sc, ctx) + rejected_warnings(results, len(order))
     (out / "validation.json").write_text(json_text(report, indent=2))
-    title = (f"{_source(report)} vs servesim: {sc.model} on {sc.hardware.gpu} x {gpus(sc)}\n"
+    title = (f"{_source(report)} vs servesim: {sc.model} on {gpus(sc)} x {gpu_label(sc.hardware.gpu)}\n"
              f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests; "
              f"engine profile {report['calibration']['engine']}, cost.calibration {sc.cost.calibration}")
     data = {k: {"metric": METRICS[k], "measured": meas[k], "simulated": sim[k] if k in ("tpot", "itl")
@@ -413,7 +413,7 @@ def report_md(r: dict, figures: list) -> str:
            f"- measured requests: `{r['result']}`, columns "
            + ", ".join(f"{k} = `{v}`" for k, v in r["columns"].items())
            + f" (no gaps between streamed tokens in a table: no ITL samples); scenario: `{r['scenario']}`")
-    lines = [f"# {_source(r)} vs servesim: {r['model']} on {r['gpu']} x {r['gpus']}, {r['policy']}, {r['rate']}", "",
+    lines = [f"# {_source(r)} vs servesim: {r['model']} on {r['gpus']} x {r['gpu']}, {r['policy']}, {r['rate']}", "",
              src,
              f"- requests: {q['in_file']} in the file, {q['failed']} failed there (left out{failed}), "
              f"{q['replayed']} replayed; simulated: {q['simulated_completed']} completed, "
