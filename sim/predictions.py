@@ -22,6 +22,7 @@ from servesim.inputs.workload import ClosedLoop, RequestSpecs, generate
 from servesim.outputs.checks import REJECTED_SHARE
 from servesim.outputs.diagnosis import top_reasons
 from servesim.outputs.recorder import Recorder
+from servesim.outputs.stats import offered_rate
 from servesim.outputs.verdicts import SLO_TARGET
 from servesim.policies import DEPLOYMENTS
 from servesim.simulation import _classes, prepare, simulate
@@ -289,7 +290,7 @@ def _overload_probe(scenario: Scenario, setup=None, specs=None) -> dict | None:
     # bound of what it serves with work always waiting; completions between two percentiles
     # would overstate it, as the short requests finish first)
     served = res.summary["throughput_rps"] * (1 if split else scenario.cluster.replicas)
-    offered = len(specs) / span
+    offered = offered_rate(specs.arrival_s)
     return {"offered_rps": offered, "served_rps": served, "probe_requests": k,
             "overloaded": bool(offered > OVERLOAD_MARGIN * served), "preemptions": int(res.summary["preemptions"])}
 
@@ -534,7 +535,7 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
             # the limit holds this run's excess (fewer rejected than the run's warning names): its queue grows
             if backlog is None and excess > 0 and queue < REJECTED_SHARE * n:
                 backlog = "room"
-    return {"at_once": 0, "offered_rps": n / span, "served_rps": served,
+    return {"at_once": 0, "offered_rps": offered_rate(specs.arrival_s), "served_rps": served,
             "probe_requests": over["probe_requests"] if over is not None else None,
             "rules": (["token_bucket"] if tb is not None else []) + rules, "reaching_rps": float(reaching),
             "bucket": bucket, "queue": queue, "rejected_share": (bucket + queue) / n,

@@ -31,7 +31,7 @@ from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
 from servesim.outputs.checks import run_warnings
 from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
-from servesim.outputs.stats import WeightedSample, dist_stats
+from servesim.outputs.stats import WeightedSample, dist_stats, offered_rate
 from servesim.outputs.summary import summarize, summarize_classes
 from servesim.outputs.writer import OUTPUTS, Labels, check_format, parse_outputs, write_run
 from servesim.core.decisions import DecisionTracer, summarize_decisions
@@ -801,13 +801,10 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
                                                 "ops": list(p.cost_model.measured.ops)})} for p in setup.pools}
     clipped = getattr(specs, "clipped", None)
     arrivals = req_cols["arrival_s"]
-    last = float(arrivals.max()) if len(arrivals) else 0.0
-    # (all at one instant, which need not be 0: all_at_once at time_s, one request)
-    one_instant = not len(arrivals) or last == float(arrivals.min())
     extra["workload"] = {"clipped_requests": int(clipped[req_cols["request_id"]].sum()) if clipped is not None else 0,
-                         # what arrived, per second until the last arrival (on_off's rate_rps is its burst rate);
+                         # what arrived per second, first to last arrival (on_off's rate_rps is its burst rate);
                          # every request at one instant (all_at_once, one request) has no rate: null, not 0
-                         "offered_rps": len(arrivals) / last if not one_instant else None,
+                         "offered_rps": offered_rate(arrivals),
                          "keep_up": keep_up(scenario.workload, req_cols)}
     extra["workload"].update(getattr(specs, "info", None) or {})  # the dataset, the sessions
     extra["api_server_s"] = dist_stats(req_cols["api_s"][req_cols["status"] == "completed"])

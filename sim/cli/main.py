@@ -489,9 +489,12 @@ def workload_line(specs) -> str | None:
 
     if not isinstance(specs, RequestSpecs) or not len(specs):
         return None
+    from servesim.outputs.stats import offered_rate
+
     a = specs.arrival_s
     span = float(a[-1] - a[0])
-    rate = f", {(len(a) - 1) / span:.3g} req/s on average" if span > 0 else ", all at once"
+    offered = offered_rate(a)
+    rate = f", {offered:.3g} req/s on average" if offered else ", all at once"
 
     def lengths(x) -> str:
         p50, p99 = np.percentile(x, [50, 99])

@@ -13,6 +13,20 @@ import numpy as np
 DIST_STATS = ("mean", "p50", "p90", "p99", "max")  # the keys of ``dist_stats``
 
 
+def offered_rate(arrival_s) -> float | None:
+    """Requests per second that arrived: ``(n - 1) / (last - first arrival)``, the n - 1 gaps
+    between the first and the last arrival over the time they took (None when every arrival is
+    at one instant: no rate). The one definition of an offered load: summary.json
+    ``workload.offered_rps``, validate's "req/s on average" and its overload probe, validate-run's
+    replay. (It does not depend on where the clock's zero is: n / last read a trace of two
+    requests 1 s apart as 2 req/s, where validate said 1.)"""
+    a = np.asarray(arrival_s, dtype=np.float64)
+    if len(a) < 2:
+        return None
+    span = float(a.max() - a.min())
+    return (len(a) - 1) / span if span > 0 else None
+
+
 def _kth_smallest(v: np.ndarray, c: np.ndarray):
     """``kth(k)``: the k-th smallest (from 0) of the sample where ``v[i]`` appears ``c[i]`` times,
     without sorting it all: the values are bucketed by the leading bits of an order-preserving

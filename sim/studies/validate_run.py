@@ -32,6 +32,7 @@ import numpy as np
 from servesim.errors import InputError
 from servesim.inputs.files import regular_file
 from servesim.outputs.rundir import gpu_label
+from servesim.outputs.stats import offered_rate
 from servesim.outputs.writer import json_text
 from servesim.inputs.scenario import Scenario, load_scenario, read_yaml, scenario_from_dict, scenario_to_yaml
 from servesim.inputs.specs import get_model
@@ -58,8 +59,8 @@ def replay_workload(res: BenchResult, csv_path: Path, block_size: int = 16,
     if res.sent_s is not None:
         order = idx[np.argsort(res.sent_s[idx], kind="stable")]
         t = res.sent_s[order]
-        span = t[-1] - t[0]
-        how = "the recorded send times" + (f" ({(n - 1) / span:.3g} req/s)" if span > 0 else "")
+        offered = offered_rate(t)
+        how = "the recorded send times" + (f" ({offered:.3g} req/s)" if offered else "")
         if res.prompt_id is not None:
             ids = res.prompt_id[order]
             path = write_prompt_trace(res, order, csv_path.with_suffix(".jsonl"), block_size, max_context_tokens)
