@@ -606,3 +606,36 @@ def test_windows_on_some_layers_are_said_in_run_and_validate(tmp_path, capsys):
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: model:")]
     assert len(said) == 1 and "2 of its 4 layers" in said[0]
     assert model_note(str(tmp_path / "config.json")) == said[0][len("note: "):]
+
+
+def test_a_checkpoint_published_quantized_is_said_when_priced_in_another_dtype(tmp_path, capsys):
+    """DeepSeek-V3's config.json says its weights are FP8 (quantization_config), which vLLM loads
+    as they are; servesim priced bf16 weights (twice the bytes) by default without a word. cost,
+    validate and run now say so and name the flag or field that prices the checkpoint."""
+    from servesim.cli.main import main
+
+    args = ["cost", "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "h200", "--tp", "8", "--decode-batch", "1"]
+    assert main(args) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "published weights" in line]
+    assert notes == ["note: --model: deepseek-ai/DeepSeek-V3: its published weights are fp8 (quantization_config: "
+                     "quant_method 'fp8'), as vLLM loads them; priced with bf16 weights here (--dtype bf16): set "
+                     "--dtype fp8 to price the checkpoint as published"]
+    assert main(args + ["--dtype", "fp8"]) == 0
+    assert "published weights" not in capsys.readouterr().out
+    awq = dict(model_type="llama", hidden_size=256, num_attention_heads=4, num_hidden_layers=2, intermediate_size=512,
+               vocab_size=1000, quantization_config={"quant_method": "awq", "bits": 4, "group_size": 128})
+    (tmp_path / "config.json").write_text(json.dumps(awq))
+    p = tmp_path / "s.yaml"
+    p.write_text(f"model: {tmp_path / 'config.json'}\nhardware: {{gpu: h100-sxm}}\n"
+                 "workload: {num_requests: 4, arrival: {process: poisson, rate_rps: 2}, "
+                 "prompt_tokens: {dist: fixed, value: 64}, output_tokens: {dist: fixed, value: 4}}\n")
+    assert main(["validate", str(p)]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  note: model:")]
+    assert len(said) == 1 and "published weights are int4 (quantization_config: quant_method 'awq')" in said[0]
+    assert "set hardware.dtype int4" in said[0]
+    p.write_text(p.read_text().replace("gpu: h100-sxm", "gpu: h100-sxm, dtype: int4"))
+    assert main(["validate", str(p)]) == 0
+    assert "note: model:" not in capsys.readouterr().out
+    for other in ({"quant_method": "awq", "bits": 8}, {"quant_method": "bitsandbytes"}, "fp8"):
+        (tmp_path / "config.json").write_text(json.dumps({**awq, "quantization_config": other}))
+        assert main(["validate", str(p)]) == 0 and "published weights" not in capsys.readouterr().out

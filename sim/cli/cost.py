@@ -112,6 +112,11 @@ def cmd_cost(args) -> int:
         print(f"note: {stage_gib:.1f} GiB of weights and {kv_gib:.1f} GiB of this step's KV cache per GPU exceed the "
               f"{gpu.name}'s {gpu.mem_bytes / 2**30:.0f} GiB: this step could not run there (fewer sequences or "
               "tokens, or raise --tp or --pp)")
+    from servesim.inputs.specs import model_note
+
+    note = model_note(args.model, "--model", args.dtype, "--dtype")
+    if note:
+        print(f"note: {note}")
     if args.pp > 1:
         held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers)"
                          for i, (t, n) in enumerate(zip(stages, cm.stage_layers())))

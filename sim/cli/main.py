@@ -384,7 +384,7 @@ def cmd_run(args) -> int:
     except BaseException:  # (bad input found by the run, a kill: no empty --out folder left behind)
         _remove_if_empty(made)
         raise
-    # (a config.json read generically is summary.json's model_generic warning, printed with the others)
+    # (how a config.json was read is summary.json's model_generic warning, printed with the others)
     print(format_summary(results.summary))
     files = file_names(outputs, args.format)
     print(f"\nwrote {out}/{files[0]}" + "".join(f", {f}" for f in files[1:]))
@@ -468,7 +468,7 @@ def cmd_validate(args) -> int:
               + f"; step budget {pool.max_num_batched_tokens:,} tokens, {pool.max_num_seqs:,} sequences; "
               f"activation reserve {pool.capacity.activation_reserve_bytes / 2**30:.2f} GiB per GPU; "
               f"KV {pool.capacity.num_blocks:,} blocks")
-    note = model_note(scenario.model)
+    note = model_note(scenario.model, dtype=scenario.hardware.dtype)
     if note:
         print(f"  note: {note}")
     line = workload_line(specs)

@@ -391,6 +391,27 @@ def _mla(r: _Reader, fam: dict) -> dict:
     return out
 
 
+def checkpoint_dtype_note(cfg: dict, where: str, dtype: str, field: str) -> str | None:
+    """For a config whose ``quantization_config`` says its published weights are FP8 (DeepSeek-V3)
+    or 4-bit AWQ / GPTQ, which vLLM serves as they are, while the weight dtype priced (``dtype``,
+    set by ``field``) is another: one line saying so and how to price the checkpoint; else None."""
+    qc = cfg.get("quantization_config")
+    if not isinstance(qc, dict):
+        return None
+    method = qc.get("quant_method")
+    if method in ("fp8", "fbgemm_fp8"):
+        ck = "fp8"
+    elif method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and qc.get("bits") == 4:
+        ck = "int4"
+    else:
+        return None
+    if ck == dtype:
+        return None
+    return (f"{where}: its published weights are {ck} (quantization_config: quant_method {shown(method)}), as vLLM "
+            f"loads them; priced with {dtype} weights here ({field} {dtype}): set {field} {ck} to price the "
+            "checkpoint as published")
+
+
 def partial_window_note(cfg: dict, where: str) -> str | None:
     """For a config whose sliding window covers only some layers (``_window`` reads them all as full
     attention): one line saying how many layers use which window and what reading them as full
@@ -459,4 +480,5 @@ def load_hf_config(p: Path, path: str = "model"):
     return model_from_hf_config(cfg, f"{path}: {p}", str(p))
 
 
-__all__ = ["family_of", "generic_reading_note", "load_hf_config", "model_from_hf_config", "partial_window_note"]
+__all__ = ["checkpoint_dtype_note", "family_of", "generic_reading_note", "load_hf_config", "model_from_hf_config",
+           "partial_window_note"]

@@ -534,13 +534,15 @@ def get_model(name_or_path: str, path: str = "model") -> ModelSpec:
     )
 
 
-def model_note(name_or_path: str, path: str = "model") -> str | None:
+def model_note(name_or_path: str, path: str = "model", dtype: str | None = None,
+               dtype_field: str = "hardware.dtype") -> str | None:
     """A note on how a model given as a ``config.json`` was read, where it was read generically
     (``hf_config.generic_reading_note``: a ``model_type`` of no family servesim knows) or its
     sliding window covers only some layers, read as full attention (``partial_window_note``, also
-    for a packaged catalog config), for ``run`` and ``validate`` to print; None otherwise. Call
-    after ``get_model`` accepted it."""
-    from servesim.inputs.hf_config import generic_reading_note, partial_window_note
+    for a packaged catalog config), or, given the weight ``dtype`` priced (set by ``dtype_field``),
+    its checkpoint is published in another (``checkpoint_dtype_note``), for ``run``, ``validate``
+    and ``cost`` to print; None otherwise. Call after ``get_model`` accepted it."""
+    from servesim.inputs.hf_config import checkpoint_dtype_note, generic_reading_note, partial_window_note
 
     if not isinstance(name_or_path, str):
         return None
@@ -549,16 +551,21 @@ def model_note(name_or_path: str, path: str = "model") -> str | None:
         return None
     if name_or_path in packaged_configs():  # (Gemma-2-9B: its windows on every other layer)
         cfg = read_mapping(packaged_configs()[name_or_path], "config file", fmt="json")
-        return partial_window_note(cfg, f"{path}: {name_or_path}")
-    p = Path(name_or_path)
-    try:
-        if p.is_dir():
-            p = p / "config.json"
-        cfg = read_mapping(p, "config file", path, fmt="json")
-        notes = [n for n in (generic_reading_note(cfg, f"{path}: {p}"), partial_window_note(cfg, f"{path}: {p}")) if n]
-    except (InputError, OSError, ValueError):
-        return None
-    return "; ".join(notes) or None
+        where = f"{path}: {name_or_path}"
+        notes = [partial_window_note(cfg, where)]
+    else:
+        p = Path(name_or_path)
+        try:
+            if p.is_dir():
+                p = p / "config.json"
+            cfg = read_mapping(p, "config file", path, fmt="json")
+            where = f"{path}: {p}"
+            notes = [generic_reading_note(cfg, where), partial_window_note(cfg, where)]
+        except (InputError, OSError, ValueError):
+            return None
+    if dtype is not None:  # (DeepSeek-V3's checkpoint is FP8)
+        notes.append(checkpoint_dtype_note(cfg, where, dtype, dtype_field))
+    return "; ".join(n for n in notes if n) or None
 
 
 def _model_hint(value: str, names) -> str:

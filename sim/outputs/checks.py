@@ -54,8 +54,10 @@ Each warning is ``{"code": ..., "message": ...}``:
   does not run (``cost_mapping_warnings``): the run is the one without it.
   Such settings are accepted, not refused, so that one scenario can carry every variant's fields
   through sweeps and comparisons;
-- ``model_generic``: the model is a ``config.json`` whose ``model_type`` names no family servesim
-  knows, read generically (``servesim.inputs.specs.model_note``: what was guessed, and how to state it).
+- ``model_generic``: how the model's ``config.json`` was read where it matters
+  (``servesim.inputs.specs.model_note``): a ``model_type`` of no family servesim knows, read
+  generically (what was guessed, and how to state it); a sliding window on only some layers, read
+  as full attention; a checkpoint published in another weight dtype than the one priced.
 """
 
 from __future__ import annotations
@@ -351,12 +353,12 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
 
 
 def model_warnings(scenario) -> list:
-    """``model_generic`` (module docstring): the run's model read generically, with what was
-    guessed. (It was printed as a note by ``servesim run`` alone, so summary.json, a report of the
-    run folder and every study's run said nothing of it.)"""
+    """``model_generic`` (module docstring): the notes on how the run's model was read. (They were
+    printed by ``servesim run`` alone, so summary.json, a report of the run folder and every
+    study's run said nothing of them.)"""
     from servesim.inputs.specs import model_note
 
-    note = model_note(scenario.model)
+    note = model_note(scenario.model, dtype=scenario.hardware.dtype)
     return [{"code": "model_generic", "message": note}] if note else []
 
 
