@@ -987,3 +987,37 @@ def test_a_plugin_within_its_budget_and_static_batching_as_a_plugin_run(tmp_path
     packaged = simulate(make_scenario(**{"policy.name": "static", **kw}))
     assert mine.summary["completed"] == packaged.summary["completed"] == 20
     assert mine.steps["prefill_tokens"].max() > 600  # (past the token budget, as static's)
+
+
+@pytest.mark.parametrize("sets, says", [
+    # a ContinuousPolicy subclass with its own queue_key: the scenario's order was silently not the run's
+    ({"policy.name": "shortest_prompt_first:ShortestPromptFirst", "policy.queue.order": "edf"},
+     r"policy.queue.order=edf changes nothing with policy.name=shortest_prompt_first:ShortestPromptFirst: the "
+     r"plug-in orders its waiting queue itself, with its own queue_key \(ShortestPromptFirst.queue_key\)"),
+    # one written from scratch, no queue_key (first come, first served); on a P/D pool
+    ({"policy.name": "pd_split", "policy.prefill.policy": "badplugins:WaitingOnly", "policy.queue.order": "sjf",
+      "policy.queue.aging_s": 2.0},
+     r"policy.queue.order=sjf and policy.queue.aging_s=2 change nothing with "
+     r"policy.prefill.policy=badplugins:WaitingOnly: .* with no queue_key: first come, first served"),
+])
+def test_a_queue_order_a_plugin_does_not_follow_is_a_no_effect_warning(tmp_path, monkeypatch, capsys, sets, says):
+    """The policy owns its queue order (its queue_key), but a scenario's policy.queue.order given
+    beside a plug-in that orders its queue otherwise was silently not the order the run used (no
+    no_effect: nothing was said of a plug-in): run and validate say it. A subclass that keeps
+    ContinuousPolicy's queue_key follows the order: nothing is said."""
+    from servesim.cli.main import main
+
+    (tmp_path / "badplugins.py").write_text(PLUGINS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(EXAMPLE.parent))
+    res = simulate(make_scenario(**{"workload.num_requests": 5, **sets}))
+    noted = [w["message"] for w in res.summary["warnings"] if w["code"] == "no_effect"]
+    assert any(re.match(says, m) for m in noted), noted
+    args = [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
+    assert main(["validate", *args, str(ROOT / "scenarios" / "default.yaml")]) == 0
+    assert re.search("warning: " + says, capsys.readouterr().out)
+    (tmp_path / "keeps.py").write_text("from servesim import ContinuousPolicy\n\n\n"
+                                       "class KeepsTheOrder(ContinuousPolicy):\n    pass\n")
+    follows = simulate(make_scenario(**{"workload.num_requests": 5, "policy.name": "keeps:KeepsTheOrder",
+                                        "policy.queue.order": "sjf", "policy.queue.aging_s": 2.0}))
+    assert not [w for w in follows.summary["warnings"] if "queue" in w["message"]], follows.summary["warnings"]

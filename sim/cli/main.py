@@ -516,7 +516,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, REJECTED_SHARE, UNFINISHED_SHARE,
                                          budget_warnings, clipped_text, cost_mapping_warnings, gpu_unit_warnings,
                                          kv_override_warnings, kv_room_fix, no_effect_warnings, no_requests_text,
-                                         scenario_slos, slo_unit_warnings, trace_unit_text)
+                                         plugin_queue_warnings, scenario_slos, slo_unit_warnings, trace_unit_text)
     from servesim.outputs.verdicts import SLO_TARGET
     from servesim.predictions import (OVERLOAD_MARGIN, drawn_lengths, predict_clipped, predict_head_of_line,
                                       predict_overload, predict_rejections, predict_shedding, predict_slo_floors,
@@ -655,7 +655,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      "requests at once on one replica; a run that loads it so stops there)")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
     lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario) + cost_mapping_warnings(scenario,
-                                                                                                       setup.pools)]
+                                                                                                       setup.pools)
+              + plugin_queue_warnings(scenario, setup.pools)]
     return lines
 
 

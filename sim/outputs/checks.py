@@ -51,7 +51,9 @@ Each warning is ``{"code": ..., "message": ...}``:
   a router whose rule reads what the scenario does not give: ``prefix_aware``
   without ``policy.prefix_caching``, ``class_aware`` without ``cluster.class_replicas``), a
   ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` entry for a GPU the deployment
-  does not run (``cost_mapping_warnings``): the run is the one without it.
+  does not run (``cost_mapping_warnings``), ``policy.queue.order`` (``aging_s``) beside a plug-in
+  policy whose own ``queue_key`` orders its queue otherwise (``plugin_queue_warnings``): the run is
+  the one without it.
   Such settings are accepted, not refused, so that one scenario can carry every variant's fields
   through sweeps and comparisons;
 - ``model_generic``: how the model's ``config.json`` was read where it matters
@@ -345,6 +347,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
     out += cost_mapping_warnings(scenario, pools)
+    out += plugin_queue_warnings(scenario, pools)
     out += kv_override_warnings(pools)
     out += gpu_unit_warnings(pools)
     out += budget_warnings(pools)
@@ -380,6 +383,44 @@ def no_requests_text(scenario, predicted: bool = False) -> str:
            "without it, gives the run requests)" if cut is not None else
            ": the workload drew none (a trace window with no rows in it?)")
     return f"{what}{why}; every latency, throughput and utilisation figure of it is empty"
+
+
+def plugin_queue_warnings(scenario, pools) -> list:
+    """``no_effect`` for ``policy.queue.order`` (``aging_s``) given with a plug-in policy that orders
+    its waiting queue itself: the policy owns its queue order (its ``queue_key``; none is first
+    come, first served), so an order the scenario sets that its ``queue_key`` is not (a
+    ``ContinuousPolicy`` subclass that overrides ``queue_key``, a policy written from scratch that
+    never reads ``cfg.queue``) is not the one the run used. ``pools``: the setup's (each plug-in
+    pool's policy is made once to read its ``queue_key``)."""
+    from servesim.errors import is_plugin, plugin_name
+    from servesim.policies.queues import queue_key
+
+    q = scenario.policy.queue
+    given = ([f"policy.queue.order={q.order}"] if q.order != "fcfs" else []) + \
+        ([f"policy.queue.aging_s={q.aging_s:g}"] if q.aging_s is not None else [])
+    if not given:
+        return []
+    out, seen = [], set()
+    for pool in pools:
+        policy = pool.make_policy()
+        if not is_plugin(policy) or plugin_name(policy) in seen:
+            continue
+        seen.add(plugin_name(policy))
+        key = getattr(policy, "queue_key", None)
+        try:
+            same = key == queue_key(q.order, q.aging_s)
+        except Exception:  # noqa: BLE001 - a plug-in's own key compared: not the scenario's
+            same = False
+        if not same:
+            own = (f"its own queue_key ({getattr(key, '__qualname__', type(key).__name__)})" if key is not None
+                   else "no queue_key: first come, first served")
+            where = "policy.name" if pool.name == "colocated" else f"policy.{pool.name}.policy"
+            out.append({"code": "no_effect",
+                        "message": f"{' and '.join(given)} change{'s' if len(given) == 1 else ''} nothing with "
+                                   f"{where}={plugin_name(policy)}: the "
+                                   f"plug-in orders its waiting queue itself, with {own}; the run is the one without "
+                                   "it (leave it out, or have the plug-in read cfg.queue.order)"})
+    return out
 
 
 def cost_mapping_warnings(scenario, pools) -> list:
