@@ -48,6 +48,24 @@ def names(kind: str) -> list[str]:
     return list(_packaged(kind)) + [n for n in _entry_points(kind) if n not in _packaged(kind)]
 
 
+def shadowed(kind: str, name: str) -> str | None:
+    """When an installed distribution registers ``name`` under ``kind``'s entry-point group while
+    servesim ships a ``kind`` of that name (``pd_split`` among the policies too): what the name
+    runs and how to name the plug-in, for the ``plugin_shadowed`` warning. The packaged one runs
+    (a plain name means what servesim's documentation says, whatever is installed); None when
+    no plug-in takes the name."""
+    from servesim.policies import DEPLOYMENTS
+
+    ep = _entry_points(kind).get(name)
+    if ep is None or (name not in _packaged(kind) and not (kind == "policy" and name in DEPLOYMENTS)):
+        return None
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    by = f"the distribution {dist!r}" if dist else "an installed distribution"
+    return (f"{name!r} is servesim's own {kind}, and {by} also registers a plug-in of that name ({ep.value}, "
+            f"entry-point group {KINDS[kind]}): the run uses servesim's {name}; to run the plug-in, name it as "
+            f"{ep.value}, and to run servesim's without this warning, register the plug-in under another name")
+
+
 def _load(spec: str, what: str):
     module, _, attr = spec.partition(":")
     # (an empty or relative module reached importlib, whose error named its own source file)

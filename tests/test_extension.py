@@ -1021,3 +1021,48 @@ def test_a_queue_order_a_plugin_does_not_follow_is_a_no_effect_warning(tmp_path,
     follows = simulate(make_scenario(**{"workload.num_requests": 5, "policy.name": "keeps:KeepsTheOrder",
                                         "policy.queue.order": "sjf", "policy.queue.aging_s": 2.0}))
     assert not [w for w in follows.summary["warnings"] if "queue" in w["message"]], follows.summary["warnings"]
+
+
+@pytest.fixture
+def installed_plugins(tmp_path, monkeypatch):
+    """A distribution on the path registering policies (one under a packaged name) and a router
+    under a packaged name, as `pip install` of a plug-in package would."""
+    from servesim import plugins
+
+    dist = tmp_path / "myplug-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[servesim.policies]\ncontinuous = shortest_prompt_first:ShortestPromptFirst\n"
+        "spf = shortest_prompt_first:ShortestPromptFirst\n\n"
+        "[servesim.routers]\nround_robin = badplugins:MinusOne\n")
+    (tmp_path / "badplugins.py").write_text(PLUGINS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(EXAMPLE.parent))
+    plugins._entry_points.cache_clear()
+    yield
+    plugins._entry_points.cache_clear()
+
+
+def test_an_entry_point_under_a_packaged_name_is_named_not_silently_passed_over(installed_plugins, capsys):
+    """A distribution registering 'continuous' (or the router 'round_robin'): the name ran
+    servesim's own and nothing said that the plug-in installed under it never ran. It still runs
+    servesim's (a plain name means what the docs say), with a plugin_shadowed warning in run
+    and validate naming the plug-in's module:Class; a plug-in under a name of its own runs, and
+    says nothing."""
+    from servesim.cli.main import main
+
+    res = simulate(make_scenario(**{"workload.num_requests": 5}))
+    shadow = [w["message"] for w in res.summary["warnings"] if w["code"] == "plugin_shadowed"]
+    assert len(shadow) == 2, res.summary["warnings"]
+    assert shadow[0].startswith("policy.name: 'continuous' is servesim's own policy, and the distribution 'myplug' "
+                                "also registers a plug-in of that name (shortest_prompt_first:ShortestPromptFirst")
+    assert "the run uses servesim's continuous; to run the plug-in, name it as shortest_prompt_first:" in shadow[0]
+    assert shadow[1].startswith("cluster.router: 'round_robin' is servesim's own router") and "badplugins:MinusOne" \
+        in shadow[1]
+    assert res.summary["completed"] == 5  # (servesim's round robin: the plug-in's -1 would have been an error)
+    assert main(["validate", "--set", "policy.name=continuous", str(ROOT / "scenarios" / "default.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "warning: policy.name: 'continuous' is servesim's own policy" in out
+    own = simulate(make_scenario(**{"workload.num_requests": 5, "policy.name": "spf"}))
+    assert not [w for w in own.summary["warnings"] if w["code"] == "plugin_shadowed" and "policy" in w["message"]]

@@ -44,6 +44,10 @@ Each warning is ``{"code": ..., "message": ...}``:
   ``workload.trace.time_unit`` is null, so its numbers were read as seconds
   (``summary["workload"]["trace_unit_guessed"]``): milliseconds read so make a trace 1000x slower,
   and nothing in the numbers tells which was meant; ``time_unit: s`` states it;
+- ``plugin_shadowed``: a policy or router name the scenario uses that servesim ships and an
+  installed distribution registers too, under the entry-point group ``servesim.policies`` /
+  ``servesim.routers`` (``plugin_shadow_warnings``): servesim's own runs, and the warning names the
+  plug-in's ``module:Class`` to run it by;
 - ``no_effect``: a setting given (not its default) that this run never reads (``no_effect_warnings``:
   another packaged policy's, ``skip_unfit_prompts`` without whole-prompt admission beside decodes,
   a queue's predictor or ``preempt_running`` under an order that does not read it, pipeline overlap
@@ -348,6 +352,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += no_effect_warnings(scenario)
     out += cost_mapping_warnings(scenario, pools)
     out += plugin_queue_warnings(scenario, pools)
+    out += plugin_shadow_warnings(scenario)
     out += kv_override_warnings(pools)
     out += gpu_unit_warnings(pools)
     out += budget_warnings(pools)
@@ -383,6 +388,24 @@ def no_requests_text(scenario, predicted: bool = False) -> str:
            "without it, gives the run requests)" if cut is not None else
            ": the workload drew none (a trace window with no rows in it?)")
     return f"{what}{why}; every latency, throughput and utilisation figure of it is empty"
+
+
+def plugin_shadow_warnings(scenario) -> list:
+    """``plugin_shadowed``: a policy or router name of the scenario that servesim ships and an
+    installed distribution registers too (``servesim.plugins.shadowed``): servesim's runs."""
+    from servesim.plugins import shadowed
+
+    pol = scenario.policy
+    used = [("policy", "policy.name", pol.name)]
+    if pol.is_deployment:
+        used += [("policy", f"policy.{side}.policy", getattr(pol, side).policy) for side in ("prefill", "decode")]
+    used.append(("router", "cluster.router", scenario.cluster.router))
+    out = []
+    for kind, field, name in used:
+        note = shadowed(kind, name)
+        if note:
+            out.append({"code": "plugin_shadowed", "message": f"{field}: {note}"})
+    return out
 
 
 def plugin_queue_warnings(scenario, pools) -> list:
