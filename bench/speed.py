@@ -105,15 +105,20 @@ def run_cli(case, n, rate, engine, outputs=None, fmt="csv", tmp_root=None) -> di
         scenario.write_text(yaml.safe_dump(scenario_dict(case, n, rate, engine)))
         cmd = [sys.executable, str(ROOT / "bench" / "timed_cli.py"), "run", str(scenario), "--out", str(tmp / "out"),
                "--quiet", "--format", fmt] + (["--outputs", outputs] if outputs else [])
+        env = dict(os.environ, SERVESIM_BENCH_SPAWN=repr(time.time()))
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         err = proc.stderr.read().decode()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
+        exited = time.time()
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             raise SystemExit(f"case {case}: servesim run exited {proc.returncode}:\n{err[-2000:]}")
         seen = json.loads(err.strip().splitlines()[-1])
+        # the exit, after main returned: the interpreter's teardown (freeing, modules' finalization)
+        seen["phases"]["teardown"] = [exited - seen["end_time"],
+                                      usage.ru_utime + usage.ru_stime - seen["end_cpu_s"]]
         written = sum(f.stat().st_size for f in (tmp / "out").iterdir())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -132,6 +137,8 @@ def run_cli(case, n, rate, engine, outputs=None, fmt="csv", tmp_root=None) -> di
         # files' page cache), which costs ~2-3 s a GiB on a virtual machine whose host backs
         # guest memory on first touch
         "sys_s": usage.ru_stime,
+        # the process phase by phase, [wall s, CPU s] each (``timed_cli``; ``teardown`` from here)
+        "phases": seen["phases"], "sha256": seen.get("sha256"), "os_write": seen.get("os_write"),
     }
 
 
@@ -225,6 +232,19 @@ def python_reference_s(repeat: int = 3) -> float:
 TARGETS = {"a": (2.8, 1.4, None), "c": (60.0, None, 2048.0)}
 
 
+def phases_line(r: dict) -> str | None:
+    """The process of one case phase by phase (``timed_cli``'s phases and the teardown), CPU
+    seconds with the wall seconds in brackets, in the order they ran; None for a row without them."""
+    phases = r.get("phases")
+    if not phases:
+        return None
+    cell = lambda w, c: f"{c:.3f}" + (f" [{w:.3f}]" if w is not None else "")  # noqa: E731
+    parts = [f"{k} {cell(*v)}" for k, v in phases.items()]
+    inside = [f"{k} {cell(*r[k])}" for k in ("sha256", "os_write") if r.get(k)]
+    return ("    phases, CPU s [wall s]: " + ", ".join(parts)
+            + (f" (of the CSV files' writing: {', '.join(inside)})" if inside else ""))
+
+
 def verdict(case: str, r: dict, reference_s: float) -> str | None:
     """The line saying whether a case's figures meet issue 16's targets on this machine (None for
     a case without targets, or a run of another engine or format than the targets name)."""
@@ -308,6 +328,9 @@ def main() -> None:
               f"{r['busy_fraction'] * 100:.0f}%, mean batch {r['mean_batch_size']:.1f}"
               + (f"; fastest of {args.repeat}: " + ", ".join(f"{w:.2f}" for w in r["walls_s"]) + " s"
                  if args.repeat > 1 else ""), flush=True)
+        line = phases_line(r)
+        if line is not None:
+            print(line, flush=True)
         line = verdict(case, r, machine["python_reference_s"])
         if line is not None:
             print(line, flush=True)
