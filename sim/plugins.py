@@ -124,6 +124,11 @@ def resolve(kind: str, name: str, where: str | None = None):
     return obj
 
 
+def construct_class(factory):
+    """The class a ``resolve``d policy factory builds (its ``from_config``'s class), else the factory."""
+    return getattr(factory, "__self__", factory)
+
+
 def _user_frame(e: BaseException):
     """The innermost frame of ``e``'s traceback in a file outside servesim's own (None when it was
     raised by the call itself or in the standard library: a callable of the wrong signature, such as

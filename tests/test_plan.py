@@ -1310,3 +1310,64 @@ def test_a_feasible_shapes_answer_is_the_walks(tmp_path, monkeypatch):
     assert (a["status"], a["units"], a["objective"]) == (b["status"], b["units"], b["objective"])
     assert new["answer"] == old["answer"] and new["ranking"] == old["ranking"]
     assert [r["units"] for r in a["runs"]] != [r["units"] for r in b["runs"]]  # (by different paths)
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_plan_policies_take_a_plugin_policy_as_a_scenario_does(tmp_path, monkeypatch, capsys):
+    """--policies took only continuous, chunked_prefill and pd_split ('unknown policy' for
+    module:Class, which policy.name and compare --policies take): a plug-in policy is a colocated
+    shape run with the scenario's budgets; one that cannot be imported, static batching (packaged
+    or a StaticPolicy plug-in: plan's bound assumes steps within the token budget) and a
+    misspelling are refused naming --policies."""
+    from servesim.cli.main import main
+    from servesim.studies.plan import check_options
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    (tmp_path / "mystatic.py").write_text("from servesim.policies import StaticPolicy\n\n\n"
+                                          "class MyStatic(StaticPolicy):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spf = "shortest_prompt_first:ShortestPromptFirst"
+    check_options(PlanOptions(rate_rps=5, slo=SLO, policies=("continuous", spf)))
+    shapes = enumerate_shapes(["h100-sxm"], (1, 2), (1,), ("continuous", spf), (512,), (), False)
+    mine = [s for s in shapes if s.policy == spf]
+    assert [s.tp for s in mine] == [1, 2] and len({s.key for s in shapes}) == len(shapes) == 4
+    assert mine[0].key == "h100-sxm-tp1-shortest_prompt_first_ShortestPromptFirst"
+    assert mine[0].describe(2) == f"2 x h100-sxm TP1, {spf}"
+    budgets = {**SMALL["policy"], "max_num_batched_tokens": 4096}
+    sc = scenario_from_dict(with_values({**SMALL, "policy": budgets}, mine[0].overrides(3, budgets), "test"))
+    assert (sc.policy.name, sc.cluster.replicas, sc.policy.max_num_batched_tokens) == (spf, 3, 4096)
+    # (the bounds and floors of the shape, as plan assesses it before simulating)
+    a = assess(mine[0], SMALL, 5.0, parse_slo(SLO), None, workload_stats(scenario_from_dict(SMALL)), 64,
+               {"h100-sxm": 1.0}, {"h100-sxm": 700.0})
+    assert a.status == "ok" and a.unit_rate_bound > 0, a
+    for name, says in (("nope:Policy", "--policies: cannot import module 'nope'"),
+                       ("static", "--policies: unknown policy 'static'"),
+                       ("mystatic:MyStatic", "--policies: mystatic:MyStatic is static batching"),
+                       ("contnuous", "--policies: unknown policy 'contnuous'; \\(did you mean 'continuous'\\?\\)")):
+        with pytest.raises(InputError, match=says):
+            check_options(PlanOptions(rate_rps=5, slo=SLO, policies=(name,)))
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    assert main(["plan", str(f), "--rate", "5", "--slo", SLO, "--policies", "nope:Policy", "--out",
+                 str(tmp_path / "p"), "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith("servesim: error: --policies: cannot import module 'nope'")
+
+
+@pytest.mark.slow
+def test_plan_ranks_a_plugin_policy_beside_the_packaged_ones(tmp_path, monkeypatch, capsys):
+    """The whole plan with a plug-in shape: simulated, ranked and named by its module:Class."""
+    from servesim.cli.main import main
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    spf = "shortest_prompt_first:ShortestPromptFirst"
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    out = tmp_path / "p"
+    assert main(["plan", str(f), "--rate", "5", "--slo", SLO, "--tp", "1", "--gpus", "h100-sxm", "--policies",
+                 f"continuous,{spf}", "--seeds", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    doc = json.loads((out / "plan.json").read_text())
+    mine = [c for c in doc["candidates"] if c["shape"]["policy"] == spf]
+    assert len(mine) == 1 and mine[0]["status"] == "feasible", mine
+    assert f"1 x h100-sxm TP1, {spf}" in capsys.readouterr().out

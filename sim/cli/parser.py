@@ -295,7 +295,8 @@ def _plan(sub) -> None:
     p.add_argument("--tp", default="1,2,4,8", metavar="LIST", help="tensor-parallel sizes (default 1,2,4,8)")
     p.add_argument("--pp", default="1", metavar="LIST", help="pipeline stages, colocated shapes (default 1)")
     p.add_argument("--policies", default=",".join(POLICIES), metavar="LIST",
-                   help=f"deployment kinds to try (default {','.join(POLICIES)})")
+                   help=f"deployment kinds to try (default {','.join(POLICIES)}); a plug-in policy as "
+                        "policy.name takes it (module:Class) is a colocated shape with the scenario's budgets")
     p.add_argument("--chunks", default="512,2048", metavar="LIST",
                    help="chunked prefill token budgets to try (default 512,2048)")
     p.add_argument("--pd-ratios", default="1:1,1:2,2:1,1:3", metavar="P:D,...",

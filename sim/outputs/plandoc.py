@@ -34,7 +34,8 @@ def describe_shape(shape: dict, units: int | None = None) -> str:
         k = (units or 1) * block
         return (f"P/D {p * k} x {s['gpu']} TP{s['tp']} : {d * k} x {s['decode_gpu']} TP{s['decode_tp']}"
                 + ("" if units else " per unit"))
-    pol = "continuous" if s["policy"] == "continuous" else f"chunked prefill {s['chunk']}"
+    pol = ("continuous" if s["policy"] == "continuous" else f"chunked prefill {s['chunk']}"
+           if s["policy"] == "chunked_prefill" else s["policy"])  # (a plug-in policy: its name)
     pp = s.get("pp", 1)
     par = f"TP{s['tp']}" + (f" PP{pp}" if pp > 1 else "")
     return (f"{units * block} x " if units else f"{block} x " if block > 1 else "") + f"{s['gpu']} {par}, {pol}"

@@ -519,11 +519,10 @@ def check_options(opts: PlanOptions) -> None:
     for name, vals in (("--tp", opts.tps), ("--pp", opts.pps), ("--chunks", opts.chunks)):
         if not vals or any(int(v) != v or v < 1 for v in vals):
             raise InputError(f"{name}: expected positive integers, got {','.join(map(str, vals)) or 'none'}")
-    bad = [p for p in opts.policies if p not in POLICIES]
-    if bad:
-        raise InputError(f"--policies: unknown policy {bad[0]!r};{did_you_mean(bad[0], POLICIES)}")
+    for p in opts.policies:
+        _check_plan_policy(p)
     if not opts.policies:
-        raise InputError(f"--policies: give at least one of {', '.join(POLICIES)}")
+        raise InputError(f"--policies: give at least one of {', '.join(POLICIES)} (or a plug-in policy, module:Class)")
     if "pd_split" in opts.policies and not opts.pd_ratios:  # (no P/D shape: a plan of pd_split alone had none)
         raise InputError("--pd-ratios: give at least one P:D ratio (e.g. 1:2) with --policies pd_split")
     for r in opts.pd_ratios:
@@ -531,6 +530,26 @@ def check_options(opts: PlanOptions) -> None:
             raise InputError(f"--pd-ratios: expected P:D pairs of positive integers, got {':'.join(map(str, r))}")
     if opts.verify_top < 0:
         raise InputError(f"--verify-top must be >= 0, got {opts.verify_top}")
+
+
+def _check_plan_policy(name: str) -> None:
+    """A ``--policies`` entry: one of ``POLICIES``, or a plug-in policy as a scenario names it
+    (``module:Class``, or a name an installed package registers), colocated with the scenario's
+    budgets. Static batching is no shape: plan's throughput bound takes a step of the token budget
+    as the most tokens a step holds, and static batching prefills past it."""
+    from servesim.plugins import construct_class, names, resolve
+    from servesim.policies import POLICIES as PACKAGED, StaticPolicy
+
+    if name in POLICIES:
+        return
+    valid = list(POLICIES) + [n for n in names("policy") if n not in PACKAGED]
+    if name in PACKAGED or (":" not in name and name not in valid):
+        raise InputError(f"--policies: unknown policy {name!r};{did_you_mean(name, valid)} (or a plug-in policy, "
+                         "module:Class)" + (" (static batching is no shape plan searches)" if name == "static" else ""))
+    cls = construct_class(resolve("policy", name, "--policies"))
+    if isinstance(cls, type) and issubclass(cls, StaticPolicy):
+        raise InputError(f"--policies: {name} is static batching (a StaticPolicy), which plan does not search: its "
+                         "prefill runs a whole batch past the token budget that plan's throughput bound assumes")
 
 
 def _check_gpu_names(gpus) -> None:

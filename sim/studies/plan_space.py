@@ -2,7 +2,8 @@
 before anything is simulated.
 
 A *shape* is a deployment without its size: GPU type, TP, PP and a colocated policy
-(continuous batching, or chunked prefill at a chunk size), or a P/D split (prefill GPU and TP,
+(continuous batching, chunked prefill at a chunk size, or a plug-in policy named as
+``module:Class`` or by its registered name, run with the scenario's budgets), or a P/D split (prefill GPU and TP,
 decode GPU and TP, and a prefill:decode replica ratio). A *unit* is one replica of a colocated
 shape, or ``p`` prefill + ``d`` decode replicas of a P/D shape; a deployment is ``k`` units. With
 ``cluster.class_replicas`` (the class_aware router's replica positions per request class) a unit
@@ -64,7 +65,7 @@ class Shape:
     gpu: str  # colocated: the GPU; P/D: the prefill pool's
     tp: int
     pp: int = 1
-    policy: str = "continuous"  # colocated: continuous | chunked_prefill
+    policy: str = "continuous"  # colocated: continuous | chunked_prefill | a plug-in policy's name
     chunk: int | None = None  # chunked_prefill: the token budget per step
     decode_gpu: str | None = None  # P/D
     decode_tp: int | None = None
@@ -80,7 +81,8 @@ class Shape:
         if self.kind == "pd":
             p, d = self.ratio
             return f"pd-{gpu}-tp{self.tp}-x{p}-{decode_gpu}-tp{self.decode_tp}-x{d}"
-        pol = "cont" if self.policy == "continuous" else f"chunk{self.chunk}"
+        pol = ("cont" if self.policy == "continuous" else f"chunk{self.chunk}" if self.policy == "chunked_prefill"
+               else name_part(self.policy))
         return f"{gpu}-tp{self.tp}" + (f"-pp{self.pp}" if self.pp > 1 else "") + f"-{pol}"
 
     def describe(self, units: int | None = None) -> str:
@@ -135,6 +137,8 @@ class Shape:
                "cluster.replicas": units, **layout}
         if self.policy == "chunked_prefill":
             out["policy.max_num_batched_tokens"] = self.chunk
+        elif self.policy != "continuous":  # (a plug-in: the scenario's budgets, whatever they are)
+            pass
         elif chunk_budget:
             out["policy.max_num_batched_tokens"] = CONTINUOUS_BUDGET
         return out
@@ -177,6 +181,7 @@ def enumerate_shapes(gpus, tps, pps, policies, chunks, ratios, mixed_pd: bool) -
                     out.append(Shape("colocated", g, tp, pp, "continuous"))
                 if "chunked_prefill" in policies:
                     out += [Shape("colocated", g, tp, pp, "chunked_prefill", c) for c in chunks]
+                out += [Shape("colocated", g, tp, pp, p) for p in policies if p not in POLICIES]  # plug-ins
     if "pd_split" in policies:
         for gp in gpus:
             for gd in (gpus if mixed_pd else [gp]):
