@@ -939,7 +939,8 @@ def save(fig, stem) -> list:
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     with glyphs_noted():
         _room_for_legends_below(fig)
-        fig.tight_layout()
+        if fig.get_layout_engine() is None:  # (a figure laid out by constrained layout keeps it)
+            fig.tight_layout()
         # "tight": legends and captions placed outside the axes are kept, not clipped
         fig.savefig(paths[0], dpi=110, bbox_inches="tight")
         fig.savefig(paths[1], bbox_inches="tight")
@@ -957,6 +958,49 @@ def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, **kw):
     fig = Figure(figsize=figsize)
     FigureCanvasAgg(fig)
     return fig, fig.subplots(nrows, ncols, **kw)
+
+
+MAX_PANEL_COLUMNS = 4  # side-by-side panels per row of a figure: more wrap onto further rows
+
+
+def panel_grid(n: int, rows: int = 1, size: tuple = (6.0, 5.0), max_cols: int = MAX_PANEL_COLUMNS,
+               sharex: bool = False, sharey: bool = False):
+    """A figure of ``n`` panels, each a column of ``rows`` Axes ``size`` inches (width, height of
+    the column), at most ``max_cols`` side by side: more wrap onto further rows of panels, as even
+    as they go (5 panels: 3 and 2). Returns (fig, [each panel's ``rows`` Axes, top to bottom]).
+    One row of panels per configuration made a comparison of eight 44 inches wide, its text
+    unreadable at any page width. ``sharex``: every Axes shares one x axis (tick labels under each
+    panel's bottom Axes only); ``sharey``: each Axes shares its y axis with the same Axes of every
+    other panel (tick labels in the first column only). Wrapped panels are laid out with
+    matplotlib's constrained layout (``save`` keeps it): the tight layout spaces every row of
+    Axes alike, so the room between two rows of panels (tick labels, axis label, the next
+    panel's title) also opened between the Axes within each panel."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    n = max(int(n), 1)
+    blocks = -(-n // max_cols)
+    cols = -(-n // blocks)
+    fig = Figure(figsize=(size[0] * cols, size[1] * blocks), layout="constrained" if blocks > 1 else None)
+    FigureCanvasAgg(fig)
+    outer = fig.add_gridspec(blocks, 1)
+    panels: list = []
+    for b in range(blocks):
+        inner = outer[b].subgridspec(rows, cols)
+        for c in range(min(cols, n - b * cols)):
+            panels.append([fig.add_subplot(inner[k, c]) for k in range(rows)])
+    first = panels[0]
+    for j, axes in enumerate(panels):
+        for k, ax in enumerate(axes):
+            if sharex and ax is not first[0]:
+                ax.sharex(first[0])
+            if sharey and j:
+                ax.sharey(first[k])
+            if sharex and k < rows - 1:
+                ax.xaxis.set_tick_params(labelbottom=False)
+            if sharey and j % cols:
+                ax.yaxis.set_tick_params(labelleft=False)
+    return fig, panels
 
 
 def panels_png(draw, panels, path, panel_size: tuple = (5.5, 4), title: str | None = None, dpi: int = 90) -> None:

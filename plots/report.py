@@ -965,8 +965,7 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     # TPOT is made, as well as its prefill pool); rows share their y axis, so panels compare
     panels = [(g, r, first, pool) for g, r in shown
               for pool, first, _, _ in (r.pools() or [("colocated", 0, 1, None)])]
-    fig, axes = F.subplots(4, len(panels), figsize=(5.5 * len(panels), 9.5), sharex=True, sharey="row",
-                             squeeze=False)
+    fig, columns = F.panel_grid(len(panels), 4, (5.5, 9.5), sharex=True, sharey=True)
     parts = []
     tds = [r.timeline_data(first) for _, r, first, _ in panels]
     # one drawing for every panel (shared axes must mean the same units): time bins as soon as
@@ -975,9 +974,9 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     if any(len(td["t"]) > F.MAX_STEP_POINTS for td in tds):
         width = F.bin_width_s(max(float(td["t"].max()) for td in tds if len(td["t"])))
     for j, ((g, r, first, pool), td) in enumerate(zip(panels, tds)):
-        F.replica_timeline(td, axes[:, j], width_s=width)
+        F.replica_timeline(td, columns[j], width_s=width)
         name = f"replica {first}" + ("" if pool == "colocated" else f" ({pool} pool)")
-        axes[0, j].set_title(F.wrap_label(f"{ctx.label(g)}: {name}", 56), fontsize=10)
+        columns[j][0].set_title(F.wrap_label(f"{ctx.label(g)}: {name}", 56), fontsize=10)
         kv = td["kv_usage"]
         qmax = int(td["waiting"].max()) if len(td["waiting"]) else 0
         tq = float(td["queue_t"][td["waiting"].argmax()]) if len(td["waiting"]) else 0.0
@@ -985,8 +984,6 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
                      f"sequences, KV peaks at {(kv.max() if len(kv) else 0) * 100:.0f}%, "
                      + (f"up to {qmax} request{'' if qmax == 1 else 's'} waiting (at {tq:.0f} s)" if qmax
                         else "no request waiting"))
-    for ax in axes[:, 0]:
-        ax.yaxis.set_tick_params(labelleft=True)
     bins = (f" Steps are drawn in {width:g} s time bins (a panel has more than {F.MAX_STEP_POINTS} steps): the "
             "mean per bin as a line, its min-max as a band, tokens as tokens per second." if width else "")
     add("timeline", ctx.title("Per-replica timeline"), fig,
@@ -995,13 +992,13 @@ def _run_figures(runs: dict, ctx: Context, dcolors: dict, where: str, add, chose
     # roofline: one panel per configuration, or per pool where a P/D split's pools differ in GPU
     # or TP (each under its own roofline: drawn as one, the decode pool's steps were left out)
     roofs = [(g, r, pool) for g, r in shown for pool in r.roofline_pools()]
-    fig, axes = F.subplots(1, len(roofs), figsize=(6 * len(roofs), 5.0), squeeze=False, sharex=True, sharey=True)
+    fig, columns = F.panel_grid(len(roofs), 1, (6.0, 5.0), sharex=True, sharey=True)
     parts = []
     for j, (g, r, pool) in enumerate(roofs):
         rd = r.roofline_data(pool)
-        F.roofline(rd, axes[0, j])
+        F.roofline(rd, columns[j][0])
         what = "steps on the roofline" if pool is None else f"{pool} pool's steps on its roofline"
-        axes[0, j].set_title(F.wrap_label(f"{ctx.label(g)}: {what}", 60), fontsize=10)
+        columns[j][0].set_title(F.wrap_label(f"{ctx.label(g)}: {what}", 60), fontsize=10)
         parts.append(_roofline_sentence(g if pool is None else f"{g} {pool} pool", rd, brief=j > 0))
     add("roofline", ctx.title("Roofline"), fig, " ".join(parts), omit)
 

@@ -511,7 +511,8 @@ def _captured_figures(monkeypatch):
         texts = [t.get_text() for t in fig.texts]
         legends = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
         seen[str(stem).rsplit("/", 1)[-1]] = {"title": fig._suptitle.get_text() if fig._suptitle else "",
-                                               "texts": texts, "legends": legends, "axes": len(fig.axes)}
+                                               "texts": texts, "legends": legends, "axes": len(fig.axes),
+                                               "size": tuple(fig.get_size_inches())}
         return real(fig, stem)
 
     monkeypatch.setattr(F, "save", save)
@@ -605,6 +606,8 @@ def test_a_five_point_sweep_draws_all_five(tmp_path, monkeypatch):
     (tmp_path / "sweep.json").write_text(json.dumps({"kind": "sweep", "scenario": "test"}))
     assert main(["report", str(tmp_path), "--quiet"]) == 0
     assert seen["timeline"]["axes"] == 4 * 5 and seen["roofline"]["axes"] == 5
+    # side by side in rows of at most 4 (here 3 and 2): one row of eight timelines was 44 inches wide
+    assert seen["timeline"]["size"][0] <= 24 and seen["roofline"]["size"][0] <= 24
     md = (tmp_path / "report.md").read_text()
     assert md.count("max_num_seqs=") >= 5 and "not drawn" not in md
 
