@@ -16,7 +16,8 @@ import numpy as np
 
 from servesim.outputs.rundir import read_summary
 from servesim.outputs.verdicts import attainment_pct, loads_up_to
-from servesim.plots.figures import _error_bars, _ms, _plain_log_ticks, colors_for, legend_below, slo_text, wrap_label
+from servesim.plots.figures import (_error_bars, _ms, _plain_log_ticks, colors_for, legend_below, panel_grid,
+                                     slo_text, wrap_label)
 
 ATTAINMENT_TARGET = 0.9  # the share the report's sentence counts loads against
 
@@ -199,6 +200,10 @@ def attainment_bars(data: dict, ax, colors: dict | None = None, slos: dict | Non
         return v if isinstance(v, str) else slo_label(v)
 
     ax.set_xticklabels([c + (f"\n{limits(c)}" if limits(c) else "") for c in classes], fontsize="small")
+    ticks = [t.get_window_extent() for t in ax.get_xticklabels()]
+    if any(a.overlaps(b) for a, b in zip(ticks, ticks[1:])):  # (many classes: each limit on a line of its own)
+        ax.set_xticklabels([wrap_label(c, 16) + (f"\n{limits(c)}".replace(", ", ",\n") if limits(c) else "")
+                            for c in classes], fontsize="small")
     ax.set_ylabel("SLO attainment (%)")
     ax.set_ylim(0, 105)
     ax.set_title("SLO attainment per class")
@@ -327,17 +332,19 @@ def service_section(path: Path, data: dict, runs: dict, colors: dict, add, subpl
                for name, by in slos.items()}
     if data["rate"]:
         names = list(series)
-        fig, axes = subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)
+        # (a class's two panels one above the other, at most 4 classes side by side: more wrap)
+        fig, columns = panel_grid(len(names), 2, (5.5, 8.5))
         for j, name in enumerate(names):
             by = differs.get(name)
-            attainment_vs_load(drawn[name], axes[0, j], name, colors, firsts[0]["classes"][name].get("slo"), by)
+            attainment_vs_load(drawn[name], columns[j][0], name, colors, firsts[0]["classes"][name].get("slo"), by)
             slo = firsts[0]["classes"][name]["slo"]["ttft_s"]
-            class_ttft_vs_load(drawn[name], axes[1, j], name, slo, colors,
+            class_ttft_vs_load(drawn[name], columns[j][1], name, slo, colors,
                                {k: v.get("ttft_s") for k, v in by.items()} if by else None)
         add("classes_vs_load", title("Service per class vs load", False), fig,
             class_sentence(series, True) + " " + jain_sentence(summaries, len(seeded) and _seeds(data)))
     else:
-        fig, ax = subplots(figsize=(max(5.0, 2.2 * len(series) + 2), 4.2))
+        # (wider with each class up to 16 inches: ten classes made a figure 24 inches wide)
+        fig, ax = subplots(figsize=(min(16.0, max(5.0, 2.2 * len(series) + 2)), 4.2))
         attainment_bars(drawn, ax, colors, {c: "SLO differs by configuration" if differs.get(c)
                                             else (firsts[0]["classes"].get(c) or {}).get("slo") for c in series})
         add("classes", title("Service per class"), fig,

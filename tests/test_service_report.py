@@ -466,6 +466,7 @@ def test_class_bars_legend_lies_over_no_bar(tmp_path, labels):
     fig, ax = subplots(figsize=(6.4, 4.2))  # (the report's size for two classes)
     attainment_bars(data, ax, slos={c: {"ttft_s": 1.0, "tpot_s": 0.05} for c in data})
     save(fig, tmp_path / "classes")
+    fig.canvas.draw()  # (the extents at the figure's own dpi: the last save drew the SVG at 72)
     legend = ax.get_legend().get_window_extent()
     bars = [p.get_window_extent() for p in ax.patches]
     assert bars and not any(legend.overlaps(b) for b in bars)
@@ -473,3 +474,65 @@ def test_class_bars_legend_lies_over_no_bar(tmp_path, labels):
     assert not any(legend.overlaps(t) for t in ticks)
     assert not any(a.overlaps(b) for a, b in zip(ticks, ticks[1:]))  # (the axes kept their width)
     assert legend.y1 <= ax.get_window_extent().y0  # (under the axes, not over its data)
+
+
+def _classes(n: int, name: str = "class-{}") -> list:
+    return [{"name": name.format(i), "share": 1.0, "slo": {"ttft_s": 10.0 + i, "tpot_s": 0.25},
+             "prompt_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"dist": "fixed", "value": 8}}
+            for i in range(n)]
+
+
+def test_many_classes_figures_wrap_instead_of_growing_ever_wider(tmp_path, monkeypatch):
+    """A class's two panels were placed side by side with every other class's (5.5 inches each):
+    five classes made a figure 27.5 inches wide, ten 55. At most four classes sit side by side, more
+    wrap onto a second row, and every class still has its two panels."""
+    import yaml
+
+    from servesim.inputs.overrides import with_values
+    from servesim.plots import figures as F
+    from tests.conftest import BASE
+
+    seen, save = {}, F.save
+
+    def keep(fig, stem):
+        seen[stem.name] = (tuple(fig.get_size_inches()), [ax.get_title() for ax in fig.axes])
+        return save(fig, stem)
+
+    monkeypatch.setattr(F, "save", keep)
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(with_values(BASE, {"workload.prompt_tokens": None, "workload.output_tokens": None,
+                                                      "workload.classes": _classes(5),
+                                                      "workload.num_requests": 20})))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(scen), "--grid", "workload.arrival.rate_rps=2,4", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    assert main(["report", str(out), "--quiet"]) == 0
+    (width, height), titles = seen["classes_vs_load"]
+    assert width <= 4 * 5.5 and height >= 2 * 8.5
+    for i in range(5):
+        assert f"class class-{i}: p99 TTFT vs load" in titles
+
+
+def test_ten_classes_bars_stay_a_page_wide_and_their_names_apart(tmp_path, monkeypatch):
+    """The per-class bars grew 2.2 inches a class (ten: 24 inches wide). The figure stops at 16
+    inches; where the names and limits then run into each other, each limit takes its own line."""
+    from servesim.plots import figures as F
+
+    seen, save = {}, F.save
+
+    def keep(fig, stem):
+        out = save(fig, stem)
+        fig.canvas.draw()  # (the extents at the figure's own dpi: the last save drew the SVG at 72)
+        ax = fig.axes[0]
+        seen[stem.name] = (tuple(fig.get_size_inches()), [t.get_window_extent() for t in ax.get_xticklabels()])
+        return out
+
+    monkeypatch.setattr(F, "save", keep)
+    kw = {"workload.prompt_tokens": None, "workload.output_tokens": None, "workload.num_requests": 40,
+          "workload.classes": _classes(10, "interactive-chat-session-{}")}
+    out = tmp_path / "run"
+    simulate(make_scenario(**kw)).write(out)
+    assert main(["report", str(out), "--quiet"]) == 0
+    (width, _), ticks = seen["classes"]
+    assert width <= 16 and len(ticks) == 10
+    assert not any(a.overlaps(b) for a, b in zip(ticks, ticks[1:]))
