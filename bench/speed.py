@@ -34,7 +34,9 @@ table comes from), ``--write-docs`` records into it and rewrites the table.
 servesim's modules are compiled to bytecode first (``warm_bytecode``), as an installed package has
 them. Figures per case: ``wall_s`` the whole process (interpreter start, imports, simulating, printing
 the summary, writing the files); ``simulate_s`` the summary's ``wall_time_s`` (``simulate()``:
-the run, its columns and the summary); ``write_s`` ``Results.write``; ``other_s`` the rest. Rows
+the run, its columns and the summary); ``write_s`` ``Results.write``; ``other_s`` the rest;
+``phases`` the process phase by phase ([wall s, CPU s] each: ``bench/timed_cli.py``'s list, and
+``teardown``, the exit after ``main`` returned), printed under the case's line. Rows
 without ``simulate_s`` in results.json were measured before this, as ``simulate()`` alone in a
 child process (no CLI, no files written).
 """
