@@ -27,9 +27,10 @@ It first prints the machine: its CPU, Python and the time of a fixed pure-Python
 (1.8x between two of this project's sandboxes), so figures of two machines compare only after
 scaling by their loops' times.
 
-Figures are printed (``--repeat N``: the fastest of N runs of each case, every wall time
-listed); ``--json FILE`` merges them into FILE (``bench/results.json``: the record the docs'
-table comes from), ``--write-docs`` records into it and rewrites the table.
+Figures are printed (``--repeat N``: the fastest of N runs of each case, every wall and CPU
+time listed, and each phase's least CPU time of the N runs); ``--json FILE`` merges them into
+FILE (``bench/results.json``: the record the docs' table comes from), ``--write-docs`` records
+into it and rewrites the table.
 
 servesim's modules are compiled to bytecode first (``warm_bytecode``), as an installed package has
 them. Figures per case: ``wall_s`` the whole process (interpreter start, imports, simulating, printing
@@ -247,6 +248,14 @@ def phases_line(r: dict) -> str | None:
             + (f" (of the CSV files' writing: {', '.join(inside)})" if inside else ""))
 
 
+def fastest_phases(runs: list) -> dict | None:
+    """Per phase, the least CPU seconds any of ``runs`` (``run_cli`` rows of one case) spent in it
+    (on a shared machine each phase's noise is its own); None when a run lacks the phases."""
+    if not runs or not all(x.get("phases") for x in runs):
+        return None
+    return {k: min(x["phases"][k][1] for x in runs) for k in runs[0]["phases"]}
+
+
 def verdict(case: str, r: dict, reference_s: float) -> str | None:
     """The line saying whether a case's figures meet issue 16's targets on this machine (None for
     a case without targets, or a run of another engine or format than the targets name)."""
@@ -317,6 +326,9 @@ def main() -> None:
         r = min(runs, key=lambda x: x["wall_s"])
         if args.repeat > 1:
             r["walls_s"] = [x["wall_s"] for x in runs]
+            # (CPU time: what the machine's other work changes least)
+            r["cpus_s"] = [x["cpu_s"] for x in runs]
+            r["phases_fastest_cpu_s"] = fastest_phases(runs)
         r["machine"] = machine
         suffix = "".join(f"_{x}" for x in (args.engine if args.engine != "fast" else None,
                                            args.format if args.format != "csv" else None,
@@ -328,11 +340,14 @@ def main() -> None:
               f"{r['other_s']:.2f} s), {r['sim_requests_per_wall_s']:,.0f} sim req/s, "
               f"{r['steps_per_wall_s']:,.0f} steps/s, peak RSS {r['peak_rss_mib']:.0f} MiB, busy "
               f"{r['busy_fraction'] * 100:.0f}%, mean batch {r['mean_batch_size']:.1f}"
-              + (f"; fastest of {args.repeat}: " + ", ".join(f"{w:.2f}" for w in r["walls_s"]) + " s"
-                 if args.repeat > 1 else ""), flush=True)
+              + (f"; fastest of {args.repeat}: " + ", ".join(f"{w:.2f}" for w in r["walls_s"]) + " s (CPU "
+                 + ", ".join(f"{c:.2f}" for c in r["cpus_s"]) + " s)" if args.repeat > 1 else ""), flush=True)
         line = phases_line(r)
         if line is not None:
             print(line, flush=True)
+        if r.get("phases_fastest_cpu_s"):
+            print(f"    each phase's least CPU s of the {args.repeat} runs: "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in r["phases_fastest_cpu_s"].items()), flush=True)
         line = verdict(case, r, machine["python_reference_s"])
         if line is not None:
             print(line, flush=True)

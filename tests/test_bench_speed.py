@@ -29,3 +29,10 @@ def test_phases_cover_the_process_once(tmp_path):
     line = speed.phases_line(r)
     assert all(f"{name} " in line for name in PHASES)
     assert speed.phases_line({"wall_s": 1.0}) is None  # (rows recorded before the breakdown)
+
+
+def test_fastest_phases_takes_each_phase_least_cpu_of_the_runs():
+    runs = [{"phases": {"engine": [9.0, 3.1], "write steps": [1.0, 0.20]}},
+            {"phases": {"engine": [5.0, 3.3], "write steps": [0.5, 0.25]}}]
+    assert speed.fastest_phases(runs) == {"engine": 3.1, "write steps": 0.20}
+    assert speed.fastest_phases(runs + [{"wall_s": 1.0}]) is None
