@@ -65,3 +65,43 @@ def test_an_unfinished_request_is_infinitely_slowed():
     res.requests["status"][3] = "unfinished"
     base = Uncontended(np.ones(10), np.ones(10), np.full(10, 2.0))
     assert math.isinf(evaluate(res, base, {("e2e", "p99"): 1e9}, keep_up=0)["e2e_p99"])
+
+
+def _slow(rate, n=40, knee=10.0, serve_s=20.0):
+    """``_fake`` whose every request takes ``serve_s`` from first scheduled to finish, at any
+    rate: it keeps up whenever its first half of arrivals lasts ``serve_s`` (a long enough run)."""
+    res = _fake(rate, n, knee)
+    q = res.requests
+    q["scheduled_s"] = q["arrival_s"].copy()
+    q["finish_s"] = q["first_token_s"] + serve_s
+    return res
+
+
+def test_a_probe_too_short_to_tell_whether_it_keeps_up_runs_again_longer():
+    """As servesim capacity's probes: a probe that meets every slowdown limit but whose requests
+    take longer to serve than its keep-up window lasts is too short to tell, not behind. With the
+    raw ratio the search answered 1.03 req/s (40 requests at 10 req/s: none leaves within the 2 s
+    window; at 1 req/s 18 of the window's 20 arrivals do) where the slowdown knee is 10."""
+    base = lambda res: Uncontended(*(np.ones(len(res.requests["arrival_s"])),) * 2,  # noqa: E731
+                                   np.full(len(res.requests["arrival_s"]), 2.0))
+    cap, done, s = slowdown_capacity(_slow, base, {("ttft", "p50"): 2.0}, start_rps=1.0, tol=0.02, max_probes=40)
+    assert done and 10 / 1.02 <= cap <= 10
+    ev = s.results[cap]
+    assert ev["meets"] and ev["requests"] > 40 and ev["keep_up"] >= 0.9 and not ev["too_short"]
+    # too short to tell does not meet by itself (the search runs it again longer; still too short: fails)
+    res = _slow(10.0)
+    ev = evaluate(res, base(res), {("ttft", "p50"): 2.0})
+    assert ev["too_short"] and not ev["meets"] and ev["keep_up"] < 0.9
+
+
+def test_a_probe_that_falls_behind_is_not_too_short():
+    """Above what it serves a run's backlog grows: one H100 (the test scenario) at twice its rate
+    for 2,000 requests falls short of 0.9 by more than its own arrivals and service times explain,
+    and is not run again."""
+    saturated = {"workload.num_requests": 2000, "workload.arrival": {"process": "all_at_once"}}
+    q = simulate(make_scenario(**saturated)).requests
+    rate = 2 * 2000 / float(np.nanmax(q["finish_s"]))  # twice what it serves saturated
+    res = simulate(make_scenario(**{"workload.num_requests": 2000, "workload.arrival.rate_rps": rate}))
+    base = Uncontended(np.full(2000, 1e-9), np.full(2000, 1e-9), np.full(2000, 1e-9))
+    ev = evaluate(res, base, {("ttft", "p50"): 1e30})
+    assert not ev["meets"] and not ev["too_short"] and ev["keep_up"] + ev["keep_up_warmup"] < 0.9

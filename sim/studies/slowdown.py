@@ -7,7 +7,10 @@ alone on the reference deployment (``uncontended``: a simulation of those reques
 each arriving after the one before has finished). Percentiles are taken over every arrived request;
 one that did not complete is infinitely slowed (as in ``servesim capacity``); a request with one
 output token has no TBT. A probe meets the SLO when every limit holds and it keeps up with its rate
-(``servesim.outputs.metrics.keep_up_ratio``, the capacity search's rule). The search is the
+by the capacity search's rule (``servesim.outputs.metrics.keep_up_ratio``, with its allowance for
+the shortfall a run's own arrivals and service times make with no queue, ``keep_up_warmup``: a
+probe that meets every limit and falls short by no more than that is too short to tell and runs
+again longer, up to ``capacity.MAX_LONGER`` x its requests, as capacity's probes do). The search is the
 capacity search's own (``search_capacity``: bracket, bisect to ``tol``, probe 10% above),
 with probes simulated in this process: every probe at one seed and request count sees the same
 requests, so the uncontended run is done once and reused.
@@ -21,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesim.outputs import metrics
-from servesim.outputs.metrics import KEEP_UP, keep_up_ratio
-from servesim.studies.capacity import Search as _CapacitySearch, search_capacity
+from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_ratio, keep_up_warmup, keep_up_window,
+                                      too_short_to_tell)
+from servesim.studies.capacity import MAX_LONGER, Search as _CapacitySearch, longer_requests, search_capacity
 
 SLOWDOWN_METRICS = ("ttft", "tbt", "e2e")
 _BIG = 1e18  # a request that did not complete: infinitely slowed
@@ -79,9 +83,14 @@ def slowdowns(req: dict, base: Uncontended) -> dict:
 
 
 def evaluate(res, base: Uncontended, limits: dict, keep_up: float = KEEP_UP) -> dict:
-    """{"meets": bool, "<metric>_<pXX>": slowdown percentile, ..., "keep_up": ratio}: ``limits``
-    maps (metric, "pXX") to the highest slowdown allowed at that percentile; ``keep_up`` the share
-    of arrivals that must leave (0: not checked)."""
+    """{"meets": bool, "<metric>_<pXX>": slowdown percentile, ..., "keep_up": ratio,
+    "keep_up_warmup", "keep_up_window_s", "service_p99_s", "too_short"}: ``limits`` maps (metric,
+    "pXX") to the highest slowdown allowed at that percentile; ``keep_up`` the share of arrivals
+    that must leave (0: not checked), by ``servesim capacity``'s rule: the ratio over the keep-up
+    window (whole periods of a periodic rate, ``metrics.keep_up_window``), and ``too_short`` when
+    the probe meets every limit and the ratio falls short by no more than the run's own arrivals
+    and service times make with no queue (``metrics.keep_up_warmup``: a longer probe tells; it
+    still does not meet)."""
     sd = slowdowns(res.requests, base)
     ev, ok = {}, True
     for (m, stat), limit in limits.items():
@@ -91,9 +100,23 @@ def evaluate(res, base: Uncontended, limits: dict, keep_up: float = KEEP_UP) -> 
         ok &= v <= limit
     if keep_up > 0:  # 0: not checked
         req = res.requests
-        ratio = keep_up_ratio(req["arrival_s"], metrics.leave_s(req))
+        scenario = getattr(res, "scenario", None)
+        period = arrival_period_s(scenario.workload.arrival) if scenario is not None else None
+        w = keep_up_window(req["arrival_s"], period)
+        ratio = keep_up_ratio(req["arrival_s"], metrics.leave_s(req), w)
+        done = metrics.is_completed(req)
+        start = req.get("scheduled_s")
+        served = np.where(done, req["finish_s"] - (start if start is not None else np.nan),
+                          np.where(req["status"] == "rejected", 0.0, np.nan))  # (rejected: leaves at once)
+        warm = keep_up_warmup(req["arrival_s"], served, w)
         ev["keep_up"] = None if math.isnan(ratio) else ratio
-        ok &= bool(not math.isnan(ratio) and ratio >= keep_up)
+        keeps = bool(not math.isnan(ratio) and ratio >= keep_up)
+        ev["keep_up_warmup"] = warm
+        ev["keep_up_window_s"] = math.nan if w is None else w[1] - w[0]
+        ok_s = served[~np.isnan(served)]
+        ev["service_p99_s"] = float(np.percentile(ok_s, 99)) if len(ok_s) else math.nan
+        ev["too_short"] = bool(ok and not keeps and not math.isnan(ratio) and too_short_to_tell(ratio, warm, keep_up))
+        ok &= keeps
     ev["meets"] = bool(ok)
     return ev
 
@@ -101,13 +124,16 @@ def evaluate(res, base: Uncontended, limits: dict, keep_up: float = KEEP_UP) -> 
 class SlowdownSearch:
     """The capacity search's probing contract (``probe(rates)``, ``results``, ``bracket()``,
     ``floor_violation()`` and ``floor``) with probes simulated here: ``run(rate)`` returns a probe's
-    ``Results``; ``base(results)`` the uncontended latencies of its requests."""
+    ``Results``, ``run(rate, requests)`` one of that many requests (a probe too short to tell
+    whether it keeps up runs again longer: ``evaluate``'s too_short, up to ``MAX_LONGER`` x the
+    first probe's requests, as ``servesim capacity``'s probes do; a probe still too short there
+    does not meet); ``base(results)`` the uncontended latencies of its requests."""
 
     bracket = _CapacitySearch.bracket
 
     def __init__(self, run, base, limits: dict, keep_up: float = KEEP_UP):
         self.run, self.base, self.limits, self.keep_up = run, base, limits, keep_up
-        self.results = {}  # rate -> evaluation
+        self.results = {}  # rate -> evaluation (with "requests": the probe's, after any run longer)
         self.floor = None
 
     def floor_violation(self) -> None:
@@ -120,7 +146,13 @@ class SlowdownSearch:
             r = float(f"{r:.6g}")
             if r not in self.results:
                 res = self.run(r)
-                self.results[r] = evaluate(res, self.base(res), self.limits, self.keep_up)
+                n = first = len(res.requests["arrival_s"])
+                ev = evaluate(res, self.base(res), self.limits, self.keep_up)
+                while ev.get("too_short") and n < first * MAX_LONGER:
+                    n = longer_requests(ev, n, first * MAX_LONGER)
+                    res = self.run(r, n)
+                    ev = evaluate(res, self.base(res), self.limits, self.keep_up)
+                self.results[r] = {**ev, "requests": n}
 
 
 def slowdown_capacity(run, base, limits: dict, start_rps: float, tol: float, max_probes: int,
