@@ -73,7 +73,7 @@ def build_plan_report(folder: str | Path) -> Path:
     colors = F.colors_for(sorted({_gpu_key(c) for c in doc["candidates"] if c["status"] in ("feasible",
                                                                                               "infeasible")}))
     md = [f"# servesim plan: {doc.get('scenario')}", "", f"**{D.answer_sentence(doc)}**", ""]
-    for note in (D.short_run_note(doc), D.layout_note(doc)):
+    for note in (D.short_run_note(doc), D.burst_note(doc), D.layout_note(doc)):
         if note:
             md += [note, ""]
     md += [f"Searched {len(doc['candidates'])} shapes ({', '.join(f'{v} {k}' for k, v in D.counts(doc).items())}) "

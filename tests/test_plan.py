@@ -639,6 +639,30 @@ def test_an_answer_whose_capacity_is_a_lower_bound_says_so():
                                            "req/s ... the capacity is a lower bound")
 
 
+def test_a_plan_of_bursts_says_the_mean_offered_rate(tmp_path, capsys):
+    """--rate sets an on_off process's burst rate: the plan said 'Serve ... at 24 req/s' of a
+    scenario offering 6 req/s on average, where servesim capacity states the mean rate."""
+    from servesim.cli.main import main
+
+    d = copy.deepcopy(SMALL)
+    d["workload"]["arrival"] = {"process": "on_off", "rate_rps": 4.0, "on_s": 5.0, "off_s": 15.0}
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(d))
+    argv = ["plan", str(f), "--rate", "24", "--slo", "ttft_p99=1", "--tp", "1", "--policies", "continuous",
+            "--seeds", "1", "--probe-requests", "100", "--requests", "100", "--verify-top", "0", "--workers", "1",
+            "--no-report", "--out", str(tmp_path / "p"), "--quiet"]
+    assert main(argv) == 0
+    note = ("--rate 24 req/s is the on_off process's burst rate (workload.arrival.rate_rps): the mean offered "
+            "rate is 6 req/s")
+    assert note in capsys.readouterr().out
+    doc = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert doc["mean_rate_rps"] == pytest.approx(6.0)
+    from servesim.outputs.plandoc import burst_note
+
+    assert burst_note(doc) == note  # (report.md's line too)
+    assert burst_note({**doc, "mean_rate_rps": 24.0}) is None and burst_note({"rate_rps": 24.0}) is None
+
+
 def test_runs_at_r_of_a_periodic_rate_span_two_periods(tmp_path):
     """A sinusoid of a 20 s period planned with --requests 40 at 4 req/s: every run at R saw the
     first 6 s of the cycle (its peak never), where the plan's capacity probes span two periods.

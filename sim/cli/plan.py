@@ -103,9 +103,9 @@ def cmd_plan(args) -> int:
     print(f"plan: {doc.get('model')} at {doc['rate_rps']:g} req/s, {D.slo_text(doc)}, {len(doc['seeds'])} seed(s); "
           f"{len(doc['candidates'])} shapes: " + ", ".join(f"{v} {k}" for k, v in c.items())
           + f"; {doc['wall_s']:.0f} s")
-    layout = D.layout_note(doc)
-    if layout:
-        print("  " + layout)
+    for note in (D.burst_note(doc), D.layout_note(doc)):
+        if note:
+            print("  " + note)
     for line in D.pruned_lines(doc, examples=1):
         print("  " + clip(line, 240))  # (the whole reason is in report.md and plan.json)
     rows = D.table_rows(doc, args.top)

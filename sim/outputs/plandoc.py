@@ -385,13 +385,25 @@ def short_run_note(doc: dict) -> str | None:
             f"{doc['rate_rps']:g} req/s and {SHORT_RUN:,} requests), or --keep-up 0 to judge the latency limits alone.")
 
 
+def burst_note(doc: dict) -> str | None:
+    """With an arrival process whose rate_rps is a burst rate (on_off), what --rate means and the
+    mean offered rate at it (``servesim capacity`` says the same); None otherwise."""
+    mean, rate = doc.get("mean_rate_rps"), doc["rate_rps"]
+    if not _number(mean) or not abs(mean - rate) > 1e-9 * rate:
+        return None
+    return (f"--rate {rate:g} req/s is the on_off process's burst rate (workload.arrival.rate_rps): the mean offered "
+            f"rate is {mean:.4g} req/s")
+
+
 def layout_note(doc: dict) -> str | None:
     """With ``cluster.class_replicas``: the replicas a unit is, and each class's positions in it
     (``plan_space.class_layout``); None without a class layout."""
-    shape = next((c["shape"] for c in doc.get("candidates", [])), None) or {}
-    block, classes = shape.get("block") or 1, shape.get("classes") or ()
-    if not classes:
+    first = next(iter(doc.get("candidates") or []), None)
+    shape = first.get("shape") if isinstance(first, dict) else None
+    classes = shape.get("classes") if isinstance(shape, dict) else None
+    if not classes or not all(isinstance(x, (list, tuple)) and len(x) == 2 for x in classes):
         return None
+    block = shape.get("block") or 1
     where = "; ".join(f"{n} on replica{'s' if len(pos) > 1 else ''} {', '.join(map(str, pos))}" for n, pos in classes)
     return (f"cluster.class_replicas: units of {block} replicas (a P/D split: {block} x its prefill:decode "
             f"ratio), the scenario's layout repeated at every size ({where} of each {block}, from 0; a class not "

@@ -139,7 +139,10 @@ class Planner:
         self.n_rate = requests_at_rate  # every configuration sees the same requests at R (per seed)
         self.slo = parse_slo(opts.slo)
         # the arrival rate's period, which a run's keep-up window spans whole (the same at any rate)
-        self.period_s = arrival_period_s(scenario_from_dict(base).workload.arrival)
+        arrival = scenario_from_dict(base).workload.arrival
+        self.period_s = arrival_period_s(arrival)
+        # --rate sets the arrival's rate_rps: an on_off process's burst rate, not its mean
+        self.mean_rate_rps = getattr(replace(arrival, rate_rps=opts.rate_rps), "mean_rate_rps", opts.rate_rps)
         self.candidates: list[Candidate] = []
         self.points: list = []  # every verification run (results.csv)
         # runs keep what the plan reads: requests (latencies) and summary (economics); TBT only for a tbt limit
@@ -379,7 +382,8 @@ class Planner:
         feasible = self.ranked()
         doc = {
             "kind": "plan", "scenario": self.base.get("name"), "model": self.base.get("model"),
-            "rate_rps": self.opts.rate_rps, "slo": self.opts.slo, "attainment": self.opts.attainment,
+            "rate_rps": self.opts.rate_rps, "mean_rate_rps": self.mean_rate_rps, "slo": self.opts.slo,
+            "attainment": self.opts.attainment,
             "keep_up": self.opts.keep_up, "objective": self.opts.objective, "seeds": self.seeds,
             "probe_requests_per_unit": self.n, "requests_at_rate": self.n_rate, "max_gpus": self.opts.max_gpus,
             "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.opts).items()},
