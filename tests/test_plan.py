@@ -1395,3 +1395,19 @@ def test_plan_ranks_a_plugin_policy_beside_the_packaged_ones(tmp_path, monkeypat
     mine = [c for c in doc["candidates"] if c["shape"]["policy"] == spf]
     assert len(mine) == 1 and mine[0]["status"] == "feasible", mine
     assert f"1 x h100-sxm TP1, {spf}" in capsys.readouterr().out
+
+
+def test_an_edited_class_layout_in_plan_json_is_read_as_none():
+    """plan.json's shape.classes and shape.block (written by plan for a class layout) edited to
+    other types: report's layout line died ('damaged: TypeError: int object is not iterable') or
+    named 'xx x h100-sxm'. Read as no layout (a unit of one)."""
+    from servesim.outputs.plandoc import describe_shape, layout_note
+
+    shape = {"kind": "colocated", "gpu": "h100-sxm", "tp": 1, "policy": "continuous", "block": 2,
+             "classes": [["batch", [1]]]}
+    assert "units of 2 replicas" in layout_note({"candidates": [{"shape": shape}]})
+    assert describe_shape(shape, 3) == "6 x h100-sxm TP1, continuous"
+    for bad in ({"classes": 5}, {"classes": [5]}, {"block": "x"}, {"block": None}):
+        assert layout_note({"candidates": [{"shape": {**shape, **bad}}]}) is None
+    assert describe_shape({**shape, "block": "x"}, 3) == "3 x h100-sxm TP1, continuous"
+    assert layout_note({"candidates": [{"shape": 5}]}) is None and layout_note({"candidates": 5}) is None

@@ -28,7 +28,7 @@ def describe_shape(shape: dict, units: int | None = None) -> str:
     a100-80g TP8`` (``units`` None: the shape alone, no count). The counts are replicas: a unit
     of a class layout's ``block`` is that many (``plan_space.class_layout``)."""
     s = shape
-    block = s.get("block") or 1
+    block = s.get("block") if isinstance(s.get("block"), int) and s.get("block") > 0 else 1
     if s["kind"] == "pd":
         p, d = s["ratio"]
         k = (units or 1) * block
@@ -398,12 +398,14 @@ def burst_note(doc: dict) -> str | None:
 def layout_note(doc: dict) -> str | None:
     """With ``cluster.class_replicas``: the replicas a unit is, and each class's positions in it
     (``plan_space.class_layout``); None without a class layout."""
-    first = next(iter(doc.get("candidates") or []), None)
+    cands = doc.get("candidates")
+    first = cands[0] if isinstance(cands, list) and cands else None
     shape = first.get("shape") if isinstance(first, dict) else None
     classes = shape.get("classes") if isinstance(shape, dict) else None
-    if not classes or not all(isinstance(x, (list, tuple)) and len(x) == 2 for x in classes):
+    block = shape.get("block") if isinstance(shape, dict) else None
+    if (not isinstance(classes, (list, tuple)) or not classes or not isinstance(block, int)
+            or not all(isinstance(x, (list, tuple)) and len(x) == 2 for x in classes)):
         return None
-    block = shape.get("block") or 1
     where = "; ".join(f"{n} on replica{'s' if len(pos) > 1 else ''} {', '.join(map(str, pos))}" for n, pos in classes)
     return (f"cluster.class_replicas: units of {block} replicas (a P/D split: {block} x its prefill:decode "
             f"ratio), the scenario's layout repeated at every size ({where} of each {block}, from 0; a class not "
