@@ -40,7 +40,7 @@ def cmd_cost(args) -> int:
         if args.prefill + args.context > model.max_context_tokens:
             raise InputError(f"--prefill + --context = {args.prefill + args.context} tokens exceeds {model.name}'s "
                              f"context length {model.max_context_tokens}")
-        batch = synthetic_batch(prefill=[(args.prefill, args.context)], window=model.sliding_window_tokens)
+        step = {"prefill": [(args.prefill, args.context)]}
         what = f"prefill of {args.prefill} tokens"
         if args.context:
             what += f" after {args.context} cached"
@@ -50,8 +50,11 @@ def cmd_cost(args) -> int:
         if args.context + 1 > model.max_context_tokens:
             raise InputError(f"--context {args.context} + the decoded token exceeds {model.name}'s context length "
                              f"{model.max_context_tokens}")
-        batch = synthetic_batch(decode_contexts=[args.context] * args.decode_batch, window=model.sliding_window_tokens)
+        step = {"decode_contexts": [args.context] * args.decode_batch}
         what = f"decode step of {args.decode_batch} sequences at context {args.context}"
+    batch = synthetic_batch(**step, window=model.sliding_window_tokens)
+    if model.partial_window_layers:  # (the window's layers attend as this twin says)
+        batch = batch._replace(windowed=synthetic_batch(**step, window=model.partial_window_tokens))
     from servesim.cost.calibration import efficiencies_for
 
     measured = None

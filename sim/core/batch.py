@@ -73,6 +73,10 @@ class Batch(NamedTuple):
     # with ``until_completion``: an arrival ranked behind the head of the waiting queue changes
     # nothing either (admission stops at the head; a keyed queue may rank an arrival ahead of it)
     arrivals_behind: bool = False
+    # a model with a window on only some layers (``ModelSpec.partial_window_tokens``): this batch
+    # as those layers attend (``windowed``), priced for them while this one is for the others;
+    # set by the engine before pricing, None otherwise
+    windowed: object = None
 
     @property
     def empty(self) -> bool:

@@ -213,6 +213,11 @@ class Replica:
         self._accepted = _accepted_draws(spec[3], 1.0 - spec[1], spec[0]) if spec and spec[1] < 1.0 else None
         self.host_blocks, self.swap_block_bytes, self.swap_bytes_per_s = swap
         self.host_free_blocks = self.host_blocks
+        # a window on only some layers (Gemma-2): each step's batch carries its windowed twin
+        # (``Batch.windowed``) for those layers' attention. Its members' contexts are needed one by
+        # one, so such a replica keeps no decode set and plans no runs (the reference engine's steps)
+        self.partial_window = cost_model.model.partial_window_tokens if cost_model.model.partial_window_layers else None
+        fast = fast and self.partial_window is None
         self.fast = fast
         self._plugin = is_plugin(policy)  # (a plug-in's decisions are checked: _plugin_decision)
         # (max_num_seqs, max_num_batched_tokens) of the pool: a plug-in's step over them is refused
@@ -543,6 +548,8 @@ class Replica:
                             self._idle_plugin(idle_wakes)
                     yield self._sleep(batch.wake_at_s)
                 continue
+            if self.partial_window is not None:
+                batch = batch._replace(windowed=windowed(batch, self.partial_window))
             cost = step_time(batch)
             if (batch.steady and fast and not swap_s and not batch.prefix_hits and batch.set_seqs == n
                     and not incoming and self._foldable(batch.items)):

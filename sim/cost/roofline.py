@@ -506,7 +506,20 @@ class CostModel:
     def _attention(self, batch: Batch, T: int):
         """The attention row of ``_ops``: (time_s, flops, bytes, compute_s, memory_s) over all layers
         (the plain roofline ``max(flops / (peak x compute), bytes / (bw x memory))`` plus kernel
-        latency, with the attention efficiencies; its constants computed once)."""
+        latency, with the attention efficiencies; its constants computed once). With a window on
+        only some layers (``Batch.windowed``), those layers are priced on the windowed batch."""
+        wb = batch.windowed
+        if wb is not None and self.model.partial_window_layers:
+            Lw = self.model.partial_window_layers
+            Lf = self.model.num_layers - Lw
+            full, win = self._attention_layer(batch, T), self._attention_layer(wb, T)
+            return tuple(x * Lf + y * Lw for x, y in zip(full, win))
+        L = self._att[7]
+        tt, ff, bb, cc, mmm = self._attention_layer(batch, T)
+        return tt * L, ff * L, bb * L, cc * L, mmm * L
+
+    def _attention_layer(self, batch: Batch, T: int):
+        """``_attention`` of one layer attending as ``batch`` says."""
         fq_p, fq_d, qio, kv_tok, pc, bm, lat, L, up = self._att
         dctx = batch.decode_context_tokens
         dpairs = batch.decode_attn_pairs
@@ -525,7 +538,7 @@ class CostModel:
             b = kv_tok * dctx + ACT_BYTES * nd * qio
             c, mm = f / pc, b / bm
             tt, ff, bb, cc, mmm = tt + (lat + (c if c > mm else mm)), ff + f, bb + b, cc + c, mmm + mm
-        return tt * L, ff * L, bb * L, cc * L, mmm * L
+        return tt, ff, bb, cc, mmm
 
     def step_time(self, batch: Batch) -> StepCost:
         """Time, FLOPs, bytes and bound of one step (the engine's hot path). Bit for bit
@@ -544,30 +557,38 @@ class CostModel:
         t, tc, tm, flops, nbytes, comm = self._memo_T.get(Tg) or self._by_tokens(Tg)
         S = batch.num_sampled
         ht, hf, hb, hc, hm = self._memo_S.get(S) or self._lm_head(S)
-        # (_attention)
-        fq_p, fq_d, qio, kv_tok, pc, bm, lat, L, up = self._att
-        dctx = batch.decode_context_tokens
-        nd = batch.decode_tokens
-        pf_tok = T - nd
-        tt = ff = bb = cc = mmm = 0.0
-        if pf_tok > 0:
-            ff = fq_p * (batch.attn_pairs - batch.decode_attn_pairs)
-            if up:
-                ff += up * (batch.context_tokens - dctx - pf_tok)
-            bb = kv_tok * (batch.context_tokens - dctx) + ACT_BYTES * pf_tok * qio
-            cc, mmm = ff / pc, bb / bm
-            tt = lat + (cc if cc > mmm else mmm)
-        if nd > 0:
-            f = fq_d * batch.decode_attn_pairs
-            b = kv_tok * dctx + ACT_BYTES * nd * qio
-            c, mm = f / pc, b / bm
-            tt, ff, bb, cc, mmm = tt + (lat + (c if c > mm else mm)), ff + f, bb + b, cc + c, mmm + mm
-        # (as _fixed, then _add_ops with the attention row)
-        t = t + ht + tt * L
-        tc = tc + hc + cc * L
-        tm = tm + hm + mmm * L
-        flops = flops + hf + ff * L
-        nbytes = nbytes + hb + bb * L
+        if batch.windowed is None:
+            # (_attention)
+            fq_p, fq_d, qio, kv_tok, pc, bm, lat, L, up = self._att
+            dctx = batch.decode_context_tokens
+            nd = batch.decode_tokens
+            pf_tok = T - nd
+            tt = ff = bb = cc = mmm = 0.0
+            if pf_tok > 0:
+                ff = fq_p * (batch.attn_pairs - batch.decode_attn_pairs)
+                if up:
+                    ff += up * (batch.context_tokens - dctx - pf_tok)
+                bb = kv_tok * (batch.context_tokens - dctx) + ACT_BYTES * pf_tok * qio
+                cc, mmm = ff / pc, bb / bm
+                tt = lat + (cc if cc > mmm else mmm)
+            if nd > 0:
+                f = fq_d * batch.decode_attn_pairs
+                b = kv_tok * dctx + ACT_BYTES * nd * qio
+                c, mm = f / pc, b / bm
+                tt, ff, bb, cc, mmm = tt + (lat + (c if c > mm else mm)), ff + f, bb + b, cc + c, mmm + mm
+            # (as _fixed, then _add_ops with the attention row)
+            t = t + ht + tt * L
+            tc = tc + hc + cc * L
+            tm = tm + hm + mmm * L
+            flops = flops + hf + ff * L
+            nbytes = nbytes + hb + bb * L
+        else:  # (a window on some layers: _attention's blend of the two batches)
+            at, af, ab, ac, am = self._attention(batch, T)
+            t = t + ht + at
+            tc = tc + hc + ac
+            tm = tm + hm + am
+            flops = flops + hf + af
+            nbytes = nbytes + hb + ab
         # (_finish of the GPU's time and the CPU's work, _overhead_s)
         gpu = t + comm
         cpu = step_s + seq_s * batch.num_seqs + tok_s * batch.num_tokens

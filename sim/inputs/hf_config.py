@@ -191,6 +191,9 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
     window = _window(r, fam, fam_name, layers)
     if window is not None and window >= context:
         window = None  # a window no request can fill cuts nothing (Phi-3-mini-128k: 262,144 of 131,072)
+    partial = _partial_window(r, fam_name, layers) if window is None else None
+    if partial is not None and partial[0] >= context:
+        partial = None
     return ModelSpec(
         name=cfg.get("_name_or_path") or name,
         num_layers=layers,
@@ -206,6 +209,8 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
         num_experts=experts,
         experts_per_token=top_k if experts else 0,
         sliding_window_tokens=window,
+        partial_window_tokens=partial[0] if partial else None,
+        partial_window_layers=partial[1] if partial else 0,
         rotary=fam.get("rotary", True) and not alibi,
         num_shared_experts=moe.get("shared", 0),
         first_dense_layers=moe.get("dense_layers", 0),
@@ -288,10 +293,10 @@ def _mlp(r: _Reader, fam: dict, fam_name: str | None, hidden: int) -> int:
 
 
 def _window(r: _Reader, fam: dict, fam_name: str | None, layers: int) -> int | None:
-    """The attention window every layer uses, or None (full attention). Windows on only some
-    layers (Gemma-2's alternate layers, Qwen2's layers from max_window_layers on, a ``layer_types``
+    """The attention window every layer uses, or None (full attention, or a window on only some
+    layers: Gemma-2's alternate layers, Qwen2's layers from max_window_layers on, a ``layer_types``
     with other layers than sliding_attention ones: gpt-oss; a ``sliding_window_pattern``: Gemma-3,
-    Cohere2) are not modelled: those models are read with full attention (more KV, never less)."""
+    Cohere2; ``_partial_window`` reads those)."""
     cfg = r.cfg
     if fam_name in ("gemma2",):
         return None
@@ -316,6 +321,35 @@ def _window(r: _Reader, fam: dict, fam_name: str | None, layers: int) -> int | N
     if "sliding_window" not in cfg:
         return fam.get("window")  # MistralConfig: 4096 when absent; an explicit null: none
     return r.opt_int("sliding_window", None)
+
+
+def _partial_window(r: _Reader, fam_name: str | None, layers: int):
+    """(window tokens, layers using it, how the file says so) of a window on only some layers
+    (``_window``: None for such a model, which it has checked the keys of), or None."""
+    cfg = r.cfg
+    if fam_name == "gemma2":  # Gemma2Config: layers 0, 2, 4, ... slide (default window 4096; null: none)
+        if "sliding_window" in cfg and cfg["sliding_window"] is None:
+            return None
+        window, windowed, how = r.opt_int("sliding_window", 4096), (layers + 1) // 2, "Gemma-2: every other layer"
+    elif cfg.get("sliding_window") is None:
+        return None
+    elif isinstance(cfg.get("layer_types"), list):
+        windowed, how = sum(t == "sliding_attention" for t in cfg["layer_types"]), "its layer_types"
+        window = r.int("sliding_window")
+        if len(cfg["layer_types"]) != layers:
+            raise InputError(f"{r.key('layer_types')}: {len(cfg['layer_types'])} entries for {layers} layers; "
+                             "give one per layer")
+    elif cfg.get("sliding_window_pattern") is not None:
+        p = r.int("sliding_window_pattern")
+        window, windowed, how = r.int("sliding_window"), layers - layers // p, \
+            f"sliding_window_pattern {p}: every {p}th layer global"
+    elif fam_name in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and r.bool("use_sliding_window", False):
+        first = r.opt_int("max_window_layers", 28, _COUNT)  # Qwen2Config: layers from this one on slide
+        window, windowed, how = r.int("sliding_window"), max(0, layers - first), \
+            f"the layers from max_window_layers {first} on"
+    else:
+        return None
+    return (window, windowed, how) if 0 < windowed < layers else None
 
 
 def _moe(r: _Reader, fam: dict, fam_name: str | None, layers: int):
@@ -413,34 +447,17 @@ def checkpoint_dtype_note(cfg: dict, where: str, dtype: str, field: str) -> str 
 
 
 def partial_window_note(cfg: dict, where: str) -> str | None:
-    """For a config whose sliding window covers only some layers (``_window`` reads them all as full
-    attention): one line saying how many layers use which window and what reading them as full
-    attention overstates, for run and validate to print; None otherwise (or when the window is at
-    least the context: it cuts nothing). Call after ``model_from_hf_config`` accepted ``cfg``."""
-    fam_name = family_of(cfg)
-    layers = next(cfg[k] for k in _ALIASES["layers"] if cfg.get(k) is not None)
-    window, windowed, how = cfg.get("sliding_window"), 0, ""
-    if fam_name == "gemma2":
-        window = 4096 if window is None and "sliding_window" not in cfg else window  # Gemma2Config's default
-        windowed, how = (layers + 1) // 2, "Gemma-2: every other layer"
-    elif isinstance(cfg.get("layer_types"), list):
-        windowed, how = sum(t == "sliding_attention" for t in cfg["layer_types"]), "its layer_types"
-    elif cfg.get("sliding_window_pattern") is not None:
-        p = cfg["sliding_window_pattern"]
-        windowed, how = layers - layers // p, f"sliding_window_pattern {p}: every {p}th layer global"
-    elif fam_name in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("use_sliding_window"):
-        first = cfg.get("max_window_layers")
-        first = 28 if first is None else first  # Qwen2Config's default
-        if type(first) is int:
-            windowed, how = max(0, layers - first), f"the layers from max_window_layers {first} on"
-    if type(window) is not int or window < 1 or type(windowed) is not int or not 0 < windowed < layers:
-        return None  # (no window, or one the reading never looked at: nothing to say)
-    if window >= model_from_hf_config(cfg, where, where).max_context_tokens:
+    """For a config whose sliding window covers only some layers (``ModelSpec.partial_window_*``):
+    one line saying how many layers use which window and how servesim prices that, for run,
+    validate and cost to print; None otherwise (or when the window is at least the context: it
+    cuts nothing). Call after ``model_from_hf_config`` accepted ``cfg``."""
+    m = model_from_hf_config(cfg, where, where)
+    if not m.partial_window_tokens:
         return None
-    return (f"{where}: {windowed} of its {layers} layers attend within a {window:,}-token window ({how}); servesim "
-            f"gives every layer full attention and keeps every layer's KV for the whole sequence (as vLLM V0 "
-            f"does; V1 frees the window layers' blocks), so past {window:,} tokens attention and KV are "
-            "overstated, never understated")
+    window, windowed, how = _partial_window(_Reader(cfg, where), family_of(cfg), m.num_layers)
+    return (f"{where}: {windowed} of its {m.num_layers} layers attend within a {window:,}-token window ({how}); "
+            "their attention follows it, but every layer's KV is kept for the whole sequence (as vLLM V0 does; "
+            f"V1 frees the window layers' blocks), so past {window:,} tokens KV is overstated, never understated")
 
 
 def generic_reading_note(cfg: dict, where: str) -> str | None:

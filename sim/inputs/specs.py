@@ -87,6 +87,13 @@ class ModelSpec:
     q_lora_rank: int = 0  # MLA: the compressed query (0: queries projected directly)
     qk_rope_head_dim: int = 0  # MLA: the rotary key part shared by all heads (cached with the latent)
     v_head_dim: int = 0  # value head size where it differs from head_dim (MLA); 0: head_dim
+    # a window on only some layers (Gemma-2: every other one): ``partial_window_layers`` of the
+    # layers attend to the last ``partial_window_tokens`` tokens, the others to all of them. Their
+    # attention follows it (``Batch.windowed``); the KV cache keeps every layer's KV for the whole
+    # sequence, as vLLM V0 does (V1's hybrid KV cache frees the window layers' blocks): more KV,
+    # never less. ``sliding_window_tokens`` stays None for such a model.
+    partial_window_tokens: int | None = None
+    partial_window_layers: int = 0
 
     @property
     def is_moe(self) -> bool:
