@@ -31,12 +31,16 @@ allocator, whose rounding is most of the external fragmentation its Fig. 2 shows
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from servesim.policies.base import ReplicaState
 from servesim.policies.queues import queue_key, victim_picker
 from servesim.core.batch import Batch, make_batch
 
+# fields ``from_config`` always takes from the scenario, whatever a subclass declares: the
+# deployment's budgets (its KV cache is sized for them), the model's context, and speculative
+# decoding (the engine's draft runs as the scenario's policy.spec says)
+SCENARIO_OWNED = ("max_num_seqs", "max_num_batched_tokens", "max_context_tokens", "spec_tokens")
 _ROOM = ("max_num_seqs", "kv", "watermark")  # admission stops that preempting running requests can lift
 _HELD = (*_ROOM, "budget")  # admission stops that only a completion lifts (``_held``)
 
@@ -87,18 +91,35 @@ class ContinuousPolicy:
     @classmethod
     def from_config(cls, cfg, model, **kw):
         """From the scenario's ``policy`` section (``servesim.inputs.scenario.Policy``, budgets
-        resolved for the pool); ``kw`` overrides fields (``chunked``)."""
+        resolved for the pool); ``kw`` overrides fields (``chunked``). A field a subclass gives a
+        default of its own (``queue_order: str = "sjf"``, ``prefill_first = True``) is the
+        policy's: it keeps it, whatever the scenario says (``declared_fields``; the scenario's
+        value, when given, is a ``no_effect`` warning), but for the deployment's budgets, the
+        model's context and speculative decoding, which are the scenario's."""
         q = cfg.queue
-        return cls(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                   preemption=cfg.preemption, watermark=cfg.watermark,
-                   spec_tokens=cfg.spec.num_speculative_tokens if cfg.spec is not None else 0,
-                   queue_order=q.order, aging_s=q.aging_s, victim=cfg.preemption_victim,
-                   preempt_running=q.preempt_running,
-                   reserve=getattr(cfg, "reserve", "none"), max_output_tokens=cfg.max_output_tokens,
-                   max_context_tokens=model.max_context_tokens,
-                   buddy=getattr(cfg, "reserve_allocator", "paged") == "buddy",
-                   prefill_first=getattr(cfg, "prefill_first", False),
-                   skip_unfit_prompts=getattr(cfg, "skip_unfit_prompts", False), **kw)
+        values = dict(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                      preemption=cfg.preemption, watermark=cfg.watermark,
+                      spec_tokens=cfg.spec.num_speculative_tokens if cfg.spec is not None else 0,
+                      queue_order=q.order, aging_s=q.aging_s, victim=cfg.preemption_victim,
+                      preempt_running=q.preempt_running,
+                      reserve=getattr(cfg, "reserve", "none"), max_output_tokens=cfg.max_output_tokens,
+                      max_context_tokens=model.max_context_tokens,
+                      buddy=getattr(cfg, "reserve_allocator", "paged") == "buddy",
+                      prefill_first=getattr(cfg, "prefill_first", False),
+                      skip_unfit_prompts=getattr(cfg, "skip_unfit_prompts", False))
+        # (silently replaced by the scenario's, its schema default included: a subclass declaring
+        # queue_order = "sjf" ran FCFS)
+        values.update({name: getattr(cls, name) for name in cls.declared_fields()})
+        return cls(**{**values, **kw})
+
+    @classmethod
+    def declared_fields(cls) -> tuple:
+        """The fields a subclass gives a default other than ``ContinuousPolicy``'s (as a dataclass
+        field or a plain class attribute), except those the scenario owns (``SCENARIO_OWNED``)."""
+        if cls is ContinuousPolicy:
+            return ()
+        return tuple(f.name for f in fields(ContinuousPolicy) if f.name not in SCENARIO_OWNED
+                     and getattr(cls, f.name, f.default) != f.default)
 
     def reserved_tokens(self, prompt_tokens: int, output_tokens: int) -> int:
         """KV tokens reserved at admission for a request (``reserve``; 0 when none).

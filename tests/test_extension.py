@@ -1066,3 +1066,57 @@ def test_an_entry_point_under_a_packaged_name_is_named_not_silently_passed_over(
     assert "warning: policy.name: 'continuous' is servesim's own policy" in out
     own = simulate(make_scenario(**{"workload.num_requests": 5, "policy.name": "spf"}))
     assert not [w for w in own.summary["warnings"] if w["code"] == "plugin_shadowed" and "policy" in w["message"]]
+
+
+DECLARES = '''
+from dataclasses import dataclass
+
+from servesim import ContinuousPolicy
+
+
+@dataclass(frozen=True)
+class SjfByDefault(ContinuousPolicy):
+    queue_order: str = "sjf"
+
+
+class SjfAsAttribute(ContinuousPolicy):  # (no @dataclass: a plain class attribute)
+    queue_order = "sjf"
+
+
+@dataclass(frozen=True)
+class KeepsRoom(ContinuousPolicy):
+    watermark: float = 0.01
+    max_num_seqs: int = 1  # (the deployment's: the scenario's budgets win)
+'''
+
+
+@pytest.mark.parametrize("name", ["declares:SjfByDefault", "declares:SjfAsAttribute"])
+def test_a_subclass_keeps_the_queue_order_it_declares(tmp_path, monkeypatch, name):
+    """A ContinuousPolicy subclass declaring queue_order = "sjf" ran FCFS, silently: from_config
+    passed the scenario's policy.queue.order (its default, fcfs) over it. The policy owns its
+    queue order: it runs as the packaged sjf order does, request for request."""
+    (tmp_path / "declares.py").write_text(DECLARES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kw = {"workload.num_requests": 60, "workload.arrival.rate_rps": 200.0, "policy.max_num_seqs": 4}
+    mine = simulate(make_scenario(**{"policy.name": name, **kw}))
+    sjf = simulate(make_scenario(**{"policy.queue.order": "sjf", **kw}))
+    fcfs = simulate(make_scenario(**kw))
+    assert np.array_equal(mine.requests["first_token_s"], sjf.requests["first_token_s"])
+    # (the order changes the run)
+    assert not np.array_equal(mine.requests["first_token_s"], fcfs.requests["first_token_s"])
+
+
+def test_a_policy_field_a_subclass_declares_is_kept_and_a_given_one_named(tmp_path, monkeypatch):
+    """A subclass's own watermark is kept; the scenario's budgets are the deployment's (its KV cache
+    is sized for them) and win; a policy.watermark given beside it is a no_effect warning."""
+    from servesim.simulation import prepare
+
+    (tmp_path / "declares.py").write_text(DECLARES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sc = make_scenario(**{"policy.name": "declares:KeepsRoom", "workload.num_requests": 5,
+                          "policy.watermark": 0.05})
+    policy = prepare(sc).pools[0].make_policy()
+    assert (policy.watermark, policy.max_num_seqs) == (0.01, 256)
+    noted = [w["message"] for w in simulate(sc).summary["warnings"] if w["code"] == "no_effect"]
+    assert noted == ["policy.watermark=0.05 changes nothing with policy.name=declares:KeepsRoom: the plug-in "
+                     "declares its own watermark = 0.01, which it keeps; the run is the one without it"], noted
