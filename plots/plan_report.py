@@ -154,8 +154,9 @@ def build_plan_report(folder: str | Path) -> Path:
             sentences = []
             for ax, m in zip(axes, ms):
                 data = {k: metrics.latency_samples(req, m) for k, req in samples.items()}
+                # (its legend where latency_cdfs puts it, clear of every curve: a legend redrawn here at
+                # matplotlib's "best" replaced that, a placer of its own for one figure)
                 F.latency_cdfs(data, ax, m, lim.get(m), cdf_colors)
-                ax.legend(fontsize="x-small", loc="best")
                 p99 = {k.split(":")[0]: (float(np.percentile(v, 99)) if len(v) else None)
                        for k, v in data.items()}
                 sentences.append(f"p99 {F.METRIC_NAMES[m]} " + ", ".join(f"{k} {D.fmt_s(v)}" for k, v in p99.items()))

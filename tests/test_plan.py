@@ -284,11 +284,22 @@ def test_plan_is_the_cheapest_over_a_wider_space(tmp_path):
     assert brute_force(doc, tmp_path / "brute") == []
 
 
-def test_plan_report_figures_and_answer(tmp_path):
+def test_plan_report_figures_and_answer(tmp_path, monkeypatch):
+    from servesim.plots import figures as F
     from servesim.plots.plan_report import build_plan_report
 
+    placed, save = {}, F.save
+
+    def keep(fig, stem):
+        placed[stem.name] = [ax.get_legend()._get_loc() for ax in fig.axes if ax.get_legend()]
+        return save(fig, stem)
+
+    monkeypatch.setattr(F, "save", keep)
     doc = _plan(tmp_path, seeds=1, pd_ratios=(), policies=("continuous", "chunked_prefill"))
     md = build_plan_report(tmp_path / "plan").read_text()
+    # the chosen and runner-up CDFs keep latency_cdfs' legend, placed clear of the curves (or under
+    # the axes): the plan report redrew each at matplotlib's "best" (code 0), over curves and SLO
+    assert len(placed["latency_cdfs"]) == 3 and 0 not in placed["latency_cdfs"]
     assert doc["answer"]["label"] in md and "meets ttft_p99 <= 500 ms, tpot_p99 <= 40 ms" in md
     # one seed: no "95%" interval claimed, no "1 seeds" (the header, the text and the table said both)
     assert "with one seed (workload seed" in md and "on one seed (no interval)" in md
