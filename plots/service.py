@@ -16,8 +16,8 @@ import numpy as np
 
 from servesim.outputs.rundir import read_summary
 from servesim.outputs.verdicts import attainment_pct, loads_up_to
-from servesim.plots.figures import (_error_bars, _ms, _plain_log_ticks, colors_for, legend_below, panel_grid,
-                                     slo_text, wrap_label)
+from servesim.plots.figures import (_error_bars, _legend_off_the_lines, _ms, _plain_log_ticks, colors_for,
+                                     legend_below, panel_grid, slo_text, wrap_label)
 
 ATTAINMENT_TARGET = 0.9  # the share the report's sentence counts loads against
 
@@ -112,7 +112,7 @@ def attainment_vs_load(data: dict, ax, name: str, colors: dict | None = None, sl
     ax.set_title(f"class {name}: SLO attainment vs load" + (f"\n(SLO {limits})" if limits else "")
                  + ("\n(each against its own SLO, in the legend)" if slo_by_label else ""))
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    _legend_off_the_lines(ax, fontsize="small")  # (as latency_vs_load's: under the axes where none is clear)
     return ax
 
 
@@ -158,7 +158,7 @@ def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, co
     ax.set_ylabel("p99 TTFT (ms)")
     ax.set_title(f"class {name}: p99 TTFT vs load")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    _legend_off_the_lines(ax, fontsize="small")  # (as latency_vs_load's: under the axes where none is clear)
     return ax
 
 

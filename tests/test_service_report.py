@@ -536,3 +536,30 @@ def test_ten_classes_bars_stay_a_page_wide_and_their_names_apart(tmp_path, monke
     (width, _), ticks = seen["classes"]
     assert width <= 16 and len(ticks) == 10
     assert not any(a.overlaps(b) for a, b in zip(ticks, ticks[1:]))
+
+
+def test_class_vs_load_legends_lie_over_no_line(tmp_path):
+    """The per-class panels placed their legends at matplotlib's "best", the least-bad spot: with
+    several configurations across the panel it lay over their lines. They are placed as
+    latency_vs_load's are: inside where they cover no line, else under the axes."""
+    import numpy as np
+
+    from servesim.plots.figures import save, subplots
+    from servesim.plots.service import attainment_vs_load, class_ttft_vs_load
+    from tests.test_figures import _line_points_in
+
+    rng = np.random.default_rng(3)
+    rates = [2, 4, 6, 8]
+    att = {}
+    for i in range(5):
+        a = list(rng.uniform(0.05, 1.0, 4))
+        att[f"configuration-{i} (1 GPU)"] = {"rate": rates, "attainment": a, "lo": [max(v - 0.05, 0.0) for v in a],
+                                             "hi": [min(v + 0.05, 1.0) for v in a]}
+    ttft = {k: {"rate": rates, "ttft_p99": list(rng.uniform(0.05, 20.0, 4))} for k in att}
+    fig, axes = subplots(1, 2, figsize=(11, 4.5))
+    attainment_vs_load(att, axes[0], "chat", slo={"ttft_s": 1.0})
+    class_ttft_vs_load(ttft, axes[1], "chat", slo_s=1.0)
+    save(fig, tmp_path / "classes_vs_load")  # (laid out as the report lays it out)
+    fig.canvas.draw()  # (the extents at the figure's own dpi: the last save drew the SVG at 72)
+    for ax in axes:
+        assert _line_points_in(ax, ax.get_legend().get_window_extent()) == [], ax.get_title()
