@@ -392,3 +392,22 @@ def test_a_quick_runs_verdicts_are_marked_rough_wherever_they_are_given(tmp_path
     assert (mark in printed.splitlines()[-1]) == quick, printed  # (the summary)
     assert ("| verdict (rough: --quick) |" in md) == quick and (mark in md.splitlines()[2]) == quick, md
     assert (mark in js["summary"]) == quick
+
+
+def test_splitwise_notes_count_the_probes_run_again_longer(monkeypatch):
+    """A slowdown probe too short to tell whether it keeps up runs again longer (as capacity's);
+    the notes say which clusters' searches did, and how long they went. (The note's list was once
+    named as another local of splitwise_clusters, and the experiment failed at its end.)"""
+    from types import SimpleNamespace
+
+    import servesim.studies.slowdown as SD
+
+    def fake(run, base, limits, start, tol, max_probes, keep_up=0.9):
+        n = 1500
+        results = {start: {"meets": True, "requests": n}, 2 * start: {"meets": False, "requests": 4 * n}}
+        return start, True, SimpleNamespace(results=results)
+
+    monkeypatch.setattr(SD, "slowdown_capacity", fake)
+    c = R.splitwise_clusters(R.Options(quick=True))
+    (note,) = [n for n in c.notes if n.startswith("probes too short to tell")]
+    assert "Baseline-A100 1 (up to 6,000 requests)" in note and note.count("up to 6,000 requests") == 4

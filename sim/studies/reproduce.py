@@ -738,7 +738,7 @@ def splitwise_clusters(opts: Options) -> SplitwiseClusters:
     }
     for budget, (p, t) in SPLITWISE_AA.items():
         deployments[f"Splitwise-AA {budget} ({p}P + {t}T DGX-A100)"] = (splitwise_pd(p, t), p + t)
-    cap, batch, unconfirmed, longer = {}, {}, [], {}
+    cap, batch, unconfirmed, ran_longer = {}, {}, [], {}
     for label, (ov, machines) in deployments.items():
         seen = {}  # rate -> mean requests in a decode-only step (what bounds TBT)
 
@@ -753,7 +753,7 @@ def splitwise_clusters(opts: Options) -> SplitwiseClusters:
         cap[label], done, search = slowdown_capacity(probe, base, TABLE_VI, float(machines), tol, max_probes)
         ran = [e["requests"] for e in search.results.values() if e.get("requests", n) > n]
         if ran:
-            longer[label] = ran
+            ran_longer[label] = ran
         batch[label] = seen.get(cap[label], 0.0)
         if not done:
             unconfirmed.append(label)
@@ -812,9 +812,10 @@ def splitwise_clusters(opts: Options) -> SplitwiseClusters:
     ]
     notes += [f"slowdown capacity not confirmed within the probes (the bracket's floor is used): {u}"
               for u in unconfirmed]
-    if longer:
+    if ran_longer:
         notes.append("probes too short to tell whether they keep up (servesim capacity's rule), run again longer: "
-                     + ", ".join(f"{k.split(' (')[0]} {len(v)} (up to {max(v):,} requests)" for k, v in longer.items()))
+                     + ", ".join(f"{k.split(' (')[0]} {len(v)} (up to {max(v):,} requests)"
+                                 for k, v in ran_longer.items()))
     return SplitwiseClusters(figs, notes, cap)
 
 
