@@ -190,6 +190,87 @@ def test_report_on_a_damaged_run_folder_names_the_file(tmp_path, capsys, name, b
     assert name in err and message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("edit,message", [
+    (lambda s: s.pop("files"), "summary.json: no 'files'"),
+    # (the rows, bytes and digest edited to match a cut requests.csv: its rows still are not num_requests)
+    (lambda s: s["files"]["requests.csv"].update(rows=7), "files.requests.csv.rows is 7 where its num_requests is 20"),
+])
+def test_a_summary_edited_to_vouch_for_cut_tables_is_not_trusted(tmp_path, capsys, edit, message):
+    """A summary.json without 'files' passed unchecked (taken for a folder written before runs listed
+    their files): with requests.csv cut to 7 of its 20 rows, the report said 'all 20 requests within
+    the SLO' over figures of 7, exit 0, and a sweep's resume kept the point."""
+    out = tmp_path / "run"
+    simulate(make_scenario(**{"workload.num_requests": 20})).write(out)
+    lines = (out / "requests.csv").read_text().splitlines(keepends=True)
+    (out / "requests.csv").write_text("".join(lines[:8]))
+    summary = json.loads((out / "summary.json").read_text())
+    edit(summary)
+    if "files" in summary:  # (the size and digest of the cut file, as a careful edit would write them)
+        from servesim.outputs.writer import file_digest
+
+        summary["files"]["requests.csv"].update(bytes=(out / "requests.csv").stat().st_size,
+                                                sha256=file_digest(out / "requests.csv"))
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "run it again" in err and "Traceback" not in err
+    assert not (out / "report.md").exists()
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda s: s.pop("files"), "summary.json: no 'files'"),
+    # (the rows, bytes and digest edited to match a cut requests.csv: its rows still are not num_requests)
+    (lambda s: s["files"]["requests.csv"].update(rows=7), "files.requests.csv.rows is 7 where its num_requests is 20"),
+])
+def test_a_summary_edited_to_vouch_for_cut_tables_is_not_trusted(tmp_path, capsys, edit, message):
+    """A summary.json without 'files' passed unchecked (taken for a folder written before runs listed
+    their files): with requests.csv cut to 7 of its 20 rows, the report said 'all 20 requests within
+    the SLO' over figures of 7, exit 0, and a sweep's resume kept the point."""
+    out = tmp_path / "run"
+    simulate(make_scenario(**{"workload.num_requests": 20})).write(out)
+    lines = (out / "requests.csv").read_text().splitlines(keepends=True)
+    (out / "requests.csv").write_text("".join(lines[:8]))
+    summary = json.loads((out / "summary.json").read_text())
+    edit(summary)
+    if "files" in summary:  # (the size and digest of the cut file, as a careful edit would write them)
+        from servesim.outputs.writer import file_digest
+
+        summary["files"]["requests.csv"].update(bytes=(out / "requests.csv").stat().st_size,
+                                                sha256=file_digest(out / "requests.csv"))
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "run it again" in err and "Traceback" not in err
+    assert not (out / "report.md").exists()
+
+
+def test_a_report_killed_while_written_leaves_the_last_one_whole(tmp_path, monkeypatch):
+    """report.md was written in place: a kill mid-write left it cut (its heading and half its
+    figures), read as a whole report until the next study removed it. It is written whole or not
+    at all; the earlier one stays."""
+    from pathlib import Path
+
+    from servesim.plots.report import build_report
+
+    out = tmp_path / "run"
+    simulate(make_scenario(**{"workload.num_requests": 10})).write(out)
+    before = build_report(out).read_text()
+    real = Path.write_text
+
+    def killed(self, text, *a, **k):  # half the report reaches the disk, then the process is stopped
+        if "report.md" in self.name:
+            real(self, text[: len(text) // 2], *a, **k)
+            raise KeyboardInterrupt
+        return real(self, text, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_report(out)
+    monkeypatch.undo()
+    assert (out / "report.md").read_text() == before
+    assert sorted(f.name for f in out.iterdir() if "report" in f.name) == ["report.md"]
+
+
 def test_a_run_summary_with_null_figures_still_reports(tmp_path, capsys):
     """Figures read_summary allows to be null (goodput_rps, as a NaN is written) are shown as '-'
     (found by fuzzing: the verdict formatted None and stopped with a TypeError)."""

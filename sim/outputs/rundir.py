@@ -437,15 +437,27 @@ _DIST_KEYS = tuple(k for k, v in _FIGURES_IN.items() if v is _DIST)  # the laten
 def verify_run(run_dir: str | Path, summary: dict | None = None) -> None:
     """An ``InputError`` naming the folder and the file when a run folder is damaged: a file its
     summary.json lists (``files``: rows, bytes, SHA-256, written by ``writer.write_run``) is
-    missing, of another size, or has other content. Folders written before summaries listed
-    their files pass unchecked."""
+    missing, of another size, or has other content; a summary.json without ``files`` (servesim
+    writes it into every run's summary.json: one without it was edited, and its tables were then
+    taken as they were, a requests.csv cut to 7 of 20 rows reported as a run of 20), or whose
+    ``files`` count other rows than its ``num_requests`` (requests) or ``phases.steps`` (steps)."""
     p = Path(run_dir)
     summary = read_summary(p) if summary is None else summary
     files = summary.get("files")
     if files is None:
-        return
+        raise InputError(f"{p}/summary.json: no 'files' (each file of the run folder with its rows, bytes and "
+                         f"SHA-256, which servesim writes into every run's summary.json): it was edited or not "
+                         f"written by servesim: {_RUN_AGAIN}")
     if not isinstance(files, dict):
         raise InputError(f"{p}/summary.json: 'files' must map file names to their rows and digest")
+    counts = {"requests": ("num_requests", summary.get("num_requests")),
+              "steps": ("phases.steps", (summary.get("phases") or {}).get("steps"))}
+    for name, info in files.items():
+        rows, (key, want) = (info.get("rows") if isinstance(info, dict) else None), counts.get(
+            str(name).rsplit(".", 1)[0], (None, None))
+        if key is not None and want is not None and rows != want:
+            raise InputError(f"{p}/summary.json: files.{name}.rows is {shown(rows)} where its {key} is {want}: "
+                             f"{_RUN_AGAIN}")
     for name, info in files.items():
         f = p / str(name)
         if not isinstance(info, dict) or "/" in str(name) or str(name).startswith("."):
