@@ -35,6 +35,7 @@ from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
 from servesim.outputs.progress import Phases
 from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,
                                      read_capacity, read_results, read_scenario, read_study_meta)
+from servesim.outputs.writer import write_text_whole
 from servesim.outputs.verdicts import (CLASS_MIN, caveats, class_means, difference_sentences, differences,
                                        fell_behind, gpu_counts, identical_labels, loads_up_to, meets_slo,
                                        not_run_text, rank_key, ranked, rate_order, rate_text, slo_phrase, value_text,
@@ -690,8 +691,7 @@ def _build(path: Path, bar: Phases) -> Path:
     if md[-2:] == ["## Figures", ""]:
         md += ["None: no finished run here holds the requests and steps tables the figures are drawn from "
                "(see the caveats).", ""]
-    out = path / "report.md"
-    out.write_text("\n".join(md).rstrip() + "\n")
+    out = write_text_whole(path / "report.md", "\n".join(md).rstrip() + "\n")  # (a kill leaves the old one whole)
     bar.step("report.md")
     return out
 

@@ -229,6 +229,21 @@ REPORT_HEADS = ("# servesim report:", "# servesim plan:")
 FIGURE_SUFFIXES = (".png", ".svg")  # what a report draws into figures/
 
 
+def write_text_whole(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all: into ``.<name>.tmp`` beside it, which then
+    replaces it, so that a kill or a full disk while writing leaves the file as it was (a report.md
+    cut mid-write began with its heading, was left for a study's ``remove_report`` to recognise
+    only when its first line survived, and read as a whole report)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def remove_report(folder: Path) -> bool:
     """Remove the report an earlier study left in ``folder``: report.md when servesim wrote it (its
     first line is one of ``REPORT_HEADS``) and figures/'s PNG and SVG files (figures/ itself when
@@ -237,6 +252,7 @@ def remove_report(folder: Path) -> bool:
     stopped with points still to run), not the ones the folder now holds."""
     removed = False
     md = folder / "report.md"
+    (folder / ".report.md.tmp").unlink(missing_ok=True)  # (write_text_whole's, left by a kill -9)
     try:
         with md.open(encoding="utf-8", errors="replace") as fh:
             head = fh.readline()
