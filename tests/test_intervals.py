@@ -81,6 +81,34 @@ def test_row_interval_reads_results_columns():
     assert math.isnan(row_interval({"goodput_rps": 7.7}, "goodput_rps").half)
 
 
+def test_a_share_interval_stays_between_0_and_1():
+    """Two seeds at 10% and 14% SLO attainment: the t-interval 12 +- 25% reaches -13%, a share no
+    run can have; compare printed "12 +- 21%" for such a run (and "30 +- 100%" over 0-100%). The
+    ends are cut at 0 and 1 (and at -1 and 1 for the paired difference of two shares)."""
+    from servesim.outputs.intervals import paired_rows, t_interval
+    from servesim.outputs.verdicts import slo_phrase
+
+    raw = t_interval([0.10, 0.14])
+    row = {"slo_attainment": raw.mean, "slo_attainment_ci95": raw.half, "seeds": 2}
+    iv = row_interval(row, "slo_attainment")
+    assert raw.mean - raw.half < 0 and (iv.low, iv.high) == (0.0, pytest.approx(raw.mean + raw.half))
+    text = format_interval(iv, 100.0)
+    assert text == f"12 (0 to {round((raw.mean + raw.half) * 100)})" and PM not in text
+    assert "-" not in slo_phrase(row) and "(0 to " in slo_phrase(row)
+    top = row_interval({"class_slo_attainment_min": 0.97, "class_slo_attainment_min_ci95": 0.2, "seeds": 2},
+                       "class_slo_attainment_min")
+    assert top.high == 1.0 and format_interval(top, 100.0) == "97 (77 to 100)"
+    # a figure that is no share keeps its symmetric interval, and a share well inside keeps +-
+    assert format_interval(row_interval({"goodput_rps": 0.2, "goodput_rps_ci95": 0.7, "seeds": 2}, "goodput_rps")) \
+        == f"0.2 {PM} 0.7"
+    assert format_interval(row_interval({"slo_attainment": 0.5, "slo_attainment_ci95": 0.1, "seeds": 3},
+                                        "slo_attainment"), 100.0) == f"50 {PM} 10"
+    a = [{"seed": s, "status": "ok", "slo_attainment": x} for s, x in ((0, 1.0), (1, 1.0))]
+    b = [{"seed": s, "status": "ok", "slo_attainment": x} for s, x in ((0, 0.10), (1, 0.14))]
+    d = paired_rows(a, b, "slo_attainment")
+    assert d.mean - d.half < -1 and d.low == -1.0 and format_difference(d, 100.0).startswith("-88 (-100 to ")
+
+
 def test_a_configuration_that_fails_the_slo_is_never_called_better():
     from servesim.outputs.verdicts import difference_sentences, differences
 

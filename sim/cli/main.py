@@ -14,7 +14,7 @@ from servesim.core.decisions import format_decisions
 from servesim.errors import InputError, PluginError, Terminated, one_line, shown_path
 from servesim.errors import clip as clip_text
 from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute_share
-from servesim.outputs.intervals import PM, Interval, format_interval, seeds_text
+from servesim.outputs.intervals import BOUNDED, PM, Interval, format_interval, seeds_text
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
 from servesim.outputs.verdicts import attainment_pct
@@ -94,7 +94,8 @@ def format_seeds(sec: dict | None) -> list:
         x = f[name]
         n = x.get("n", len(x["values"]))
         return format_interval(Interval(math.nan if x["mean"] is None else x["mean"],
-                                        math.nan if x["ci95"] is None else x["ci95"], n), scale, unit)
+                                        math.nan if x["ci95"] is None else x["ci95"], n,
+                                        bounds=BOUNDED.get(name)), scale, unit)
 
     seeds = sec["seeds"]
     lines = ["", f"over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}; mean {PM} half-width of the 95% Student-t "

@@ -14,6 +14,12 @@ a run's means, percentiles and capacities are. Differences between two configura
 by seed (the same requests go through both: ``paired_difference``), which removes the workload's
 share of the noise.
 
+A share (SLO attainment, ``BOUNDED``) lies in [0, 1], and a difference of two shares in [-1, 1]:
+its t-interval is cut at those ends (``Interval.bounds``). With few seeds the t-interval of a share
+can reach past them (two seeds at 10% and 14%: 12 +- 25%, down to -13%), a share no run can have;
+such an interval prints as its mean and its cut ends, "12 (0 to 37)" (``format_interval``), while
+results.csv ``<figure>_ci95`` keeps the half-width of the t-interval itself.
+
 Printed precision follows the interval: the half-width keeps the Particle Data Group's number of
 significant digits (two when its leading three digits are 100-354, one for 355-949; 950-999 is
 rounded up to two digits of the next power), and the mean is rounded to the same decimal place
@@ -23,7 +29,7 @@ rounded up to two digits of the next power), and the mean is rounded to the same
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 CONFIDENCE = 0.95
@@ -54,22 +60,34 @@ def t_quantile(p: float, df: int) -> float:
     return z + sum(gi / df ** (i + 1) for i, gi in enumerate(g))
 
 
+SHARE = (0.0, 1.0)  # the values a share can take
+BOUNDED = {"slo_attainment": SHARE, "class_slo_attainment_min": SHARE}  # results.csv / summary figures that are shares
+
+
 @dataclass(frozen=True)
 class Interval:
-    """A mean over ``n`` seeds and its half-width (NaN when n < 2: no spread to estimate)."""
+    """A mean over ``n`` seeds and its half-width (NaN when n < 2: no spread to estimate);
+    ``bounds``: (low, high) the figure cannot pass (a share's [0, 1]), where its ends are cut."""
 
     mean: float
     half: float
     n: int
     confidence: float = CONFIDENCE
+    bounds: tuple | None = None
 
     @property
     def low(self) -> float:
-        return self.mean - self.half
+        return self.mean - self.half if self.bounds is None else max(self.mean - self.half, self.bounds[0])
 
     @property
     def high(self) -> float:
-        return self.mean + self.half
+        return self.mean + self.half if self.bounds is None else min(self.mean + self.half, self.bounds[1])
+
+    @property
+    def cut(self) -> bool:
+        """The t-interval reaches past a bound, so its ends are not mean +- half."""
+        return (self.bounds is not None and math.isfinite(self.half)
+                and (self.mean - self.half < self.bounds[0] or self.mean + self.half > self.bounds[1]))
 
     @property
     def rel(self) -> float:
@@ -85,7 +103,8 @@ class Interval:
         return not math.isnan(self.half) and (self.low > value or self.high < value)
 
     def scaled(self, k: float) -> "Interval":
-        return Interval(self.mean * k, self.half * abs(k), self.n, self.confidence)
+        b = None if self.bounds is None else tuple(sorted(x * k for x in self.bounds))
+        return Interval(self.mean * k, self.half * abs(k), self.n, self.confidence, b)
 
     def to_dict(self) -> dict:
         return {"mean": self.mean, "ci95": None if math.isnan(self.half) else self.half, "n": self.n}
@@ -115,11 +134,12 @@ def paired_difference(a, b, confidence: float = CONFIDENCE) -> Interval:
 
 
 def row_interval(row: dict, column: str) -> Interval:
-    """A results.csv row's figure as an ``Interval`` (half-width NaN when the row has none: one seed)."""
+    """A results.csv row's figure as an ``Interval`` (half-width NaN when the row has none: one
+    seed; a share's ends cut at 0 and 1: ``BOUNDED``)."""
     half = row.get(column + CI_SUFFIX)
     v = row.get(column)
     return Interval(math.nan if v is None else float(v), math.nan if half is None else float(half),
-                    int(row.get("seeds") or 1))
+                    int(row.get("seeds") or 1), bounds=BOUNDED.get(column))
 
 
 def paired_rows(rows_a: list, rows_b: list, column: str) -> Interval:
@@ -128,7 +148,9 @@ def paired_rows(rows_a: list, rows_b: list, column: str) -> Interval:
     a = {r[SEED_KEY]: r.get(column) for r in rows_a if r.get("status") == "ok"}
     b = {r[SEED_KEY]: r.get(column) for r in rows_b if r.get("status") == "ok"}
     common = sorted(set(a) & set(b))
-    return paired_difference([a[s] for s in common], [b[s] for s in common])
+    iv = paired_difference([a[s] for s in common], [b[s] for s in common])
+    lo, hi = BOUNDED.get(column, (None, None))
+    return iv if lo is None else replace(iv, bounds=(lo - hi, hi - lo))  # (two shares differ by -1 to 1)
 
 
 # ---------------------------------------------------------------- printing
@@ -181,6 +203,9 @@ def format_interval(iv: Interval, scale: float = 1.0, unit: str = "", sig: int =
     if half == 0:
         return f"{format_value(mean, sig)} {PM} 0{tail}"
     d = _decimals_for(half)
+    if iv.cut:  # (a share's t-interval past 0 or 1: the mean and the cut ends, "12 (0 to 37)")
+        low, high = sorted((iv.low * scale, iv.high * scale))
+        return f"{_round(mean, d)} ({_round(low, d)} to {_round(high, d)}){tail}"
     return f"{_round(mean, d)} {PM} {_round(half, d)}{tail}"
 
 
