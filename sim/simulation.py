@@ -22,7 +22,7 @@ from servesim.cost.economics import PoolUse, economics, gpu_price, gpu_tdp, phas
 from servesim.cost.measured import load_measured
 from servesim.core.router import make_router
 from servesim.errors import InputError, PluginError, clip, did_you_mean, is_plugin, plugin_name, shown_path
-from servesim.plugins import construct
+from servesim.plugins import construct, plugin_warnings
 from servesim.core.kv import GIB, KvCapacity, activation_reserve_bytes, size_kv
 from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
@@ -818,7 +818,7 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
                                          [pools[i.pool].cost_model for i in cluster.infos],
                                          pools.get("decode", setup.pools[0]).max_num_seqs, req_cols,
                                          limits or (scenario.slo.ttft_s, scenario.slo.tpot_s))
-    summary["warnings"] = run_warnings(summary, scenario, setup.pools)
+    summary["warnings"] = run_warnings(summary, scenario, setup.pools) + plugin_warnings(scenario, setup.pools)
     decisions = None
     if tracer is not None:
         tracer.finish(sim_time)

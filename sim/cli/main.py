@@ -517,9 +517,9 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, REJECTED_SHARE, UNFINISHED_SHARE,
                                          budget_warnings, clipped_text, cost_mapping_warnings, gpu_unit_warnings,
                                          kv_override_warnings, kv_room_fix, no_effect_warnings, no_requests_text,
-                                         plugin_field_warnings, plugin_queue_warnings, plugin_shadow_warnings,
-                                         scenario_slos, slo_unit_warnings, trace_unit_text)
+                                         plugin_shadow_warnings, scenario_slos, slo_unit_warnings, trace_unit_text)
     from servesim.outputs.verdicts import SLO_TARGET
+    from servesim.plugins import plugin_warnings
     from servesim.predictions import (OVERLOAD_MARGIN, drawn_lengths, predict_clipped, predict_head_of_line,
                                       predict_overload, predict_rejections, predict_shedding, predict_slo_floors,
                                       predict_unfinished, preemptions_at_rate)
@@ -658,8 +658,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
     lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario) + cost_mapping_warnings(scenario,
                                                                                                        setup.pools)
-              + plugin_queue_warnings(scenario, setup.pools) + plugin_field_warnings(scenario, setup.pools)
-              + plugin_shadow_warnings(scenario)]
+              + plugin_warnings(scenario, setup.pools) + plugin_shadow_warnings(scenario)]
     return lines
 
 

@@ -56,9 +56,10 @@ Each warning is ``{"code": ..., "message": ...}``:
   without ``policy.prefix_caching``, ``class_aware`` without ``cluster.class_replicas``), a
   ``cost.gpu_hour_usd`` / ``cost.gpu_power_w`` entry for a GPU the deployment
   does not run (``cost_mapping_warnings``), ``policy.queue.order`` (``aging_s``) beside a plug-in
-  policy whose own ``queue_key`` orders its queue otherwise (``plugin_queue_warnings``), a policy
-  field beside a ``ContinuousPolicy`` plug-in that declares its own default for it
-  (``plugin_field_warnings``): the run is the one without it.
+  policy whose own ``queue_key`` orders its queue otherwise, a policy field beside a
+  ``ContinuousPolicy`` plug-in that declares its own default for it (``servesim.plugins.
+  plugin_queue_warnings`` / ``plugin_field_warnings``, which make the policy: added by
+  ``simulate``): the run is the one without it.
   Such settings are accepted, not refused, so that one scenario can carry every variant's fields
   through sweeps and comparisons;
 - ``model_generic``: how the model's ``config.json`` was read where it matters
@@ -352,7 +353,6 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
     out += cost_mapping_warnings(scenario, pools)
-    out += plugin_queue_warnings(scenario, pools) + plugin_field_warnings(scenario, pools)
     out += plugin_shadow_warnings(scenario)
     out += kv_override_warnings(pools)
     out += gpu_unit_warnings(pools)
@@ -406,88 +406,6 @@ def plugin_shadow_warnings(scenario) -> list:
         note = shadowed(kind, name)
         if note:
             out.append({"code": "plugin_shadowed", "message": f"{field}: {note}"})
-    return out
-
-
-def plugin_queue_warnings(scenario, pools) -> list:
-    """``no_effect`` for ``policy.queue.order`` (``aging_s``) given with a plug-in policy that orders
-    its waiting queue itself: the policy owns its queue order (its ``queue_key``; none is first
-    come, first served), so an order the scenario sets that its ``queue_key`` is not (a
-    ``ContinuousPolicy`` subclass that overrides ``queue_key``, a policy written from scratch that
-    never reads ``cfg.queue``) is not the one the run used. ``pools``: the setup's (each plug-in
-    pool's policy is made once to read its ``queue_key``)."""
-    from servesim.errors import is_plugin, plugin_name
-    from servesim.policies.queues import QueueKey, queue_key
-
-    q = scenario.policy.queue
-    given = ([f"policy.queue.order={q.order}"] if q.order != "fcfs" else []) + \
-        ([f"policy.queue.aging_s={q.aging_s:g}"] if q.aging_s is not None else [])
-    if not given:
-        return []
-    out, seen = [], set()
-    for pool in pools:
-        policy = pool.make_policy()
-        if not is_plugin(policy) or plugin_name(policy) in seen:
-            continue
-        seen.add(plugin_name(policy))
-        key = getattr(policy, "queue_key", None)
-        try:
-            same = key == queue_key(q.order, q.aging_s)
-        except Exception:  # noqa: BLE001 - a plug-in's own key compared: not the scenario's
-            same = False
-        if not same:
-            own = (f"its own order, {key.order}" + (f" aged by {key.aging_s:g} s" if key.aging_s is not None else "")
-                   + " (its declared queue_order)" if isinstance(key, QueueKey) else
-                   f"its own queue_key ({getattr(key, '__qualname__', type(key).__name__)})" if key is not None
-                   else "no queue_key: first come, first served")
-            where = "policy.name" if pool.name == "colocated" else f"policy.{pool.name}.policy"
-            out.append({"code": "no_effect",
-                        "message": f"{' and '.join(given)} change{'s' if len(given) == 1 else ''} nothing with "
-                                   f"{where}={plugin_name(policy)}: the "
-                                   f"plug-in orders its waiting queue itself, with {own}; the run is the one without "
-                                   "it (leave it out, or have the plug-in read cfg.queue.order)"})
-    return out
-
-
-# a ContinuousPolicy field -> the scenario's policy field it is made from (``from_config``), for
-# the fields a subclass may declare (the queue's order and aging: ``plugin_queue_warnings``)
-_DECLARABLE = {"preemption": "preemption", "watermark": "watermark", "victim": "preemption_victim",
-               "preempt_running": "queue.preempt_running", "reserve": "reserve",
-               "max_output_tokens": "max_output_tokens", "prefill_first": "prefill_first",
-               "skip_unfit_prompts": "skip_unfit_prompts"}
-
-
-def plugin_field_warnings(scenario, pools) -> list:
-    """``no_effect`` for a ``policy`` field given (not its default) beside a ``ContinuousPolicy``
-    plug-in that declares its own default for it (``ContinuousPolicy.declared_fields``: the
-    policy's code keeps it, whatever the scenario says)."""
-    from servesim.errors import is_plugin, plugin_name
-    from servesim.inputs.scenario import Policy
-    from servesim.policies.continuous import ContinuousPolicy
-
-    def value(cfg, path):
-        for part in path.split("."):
-            cfg = getattr(cfg, part)
-        return cfg
-
-    pol, base = scenario.policy, Policy()
-    out, seen = [], set()
-    for pool in pools:
-        policy = pool.make_policy()
-        if not isinstance(policy, ContinuousPolicy) or not is_plugin(policy) or plugin_name(policy) in seen:
-            continue
-        seen.add(plugin_name(policy))
-        where = "policy.name" if pool.name == "colocated" else f"policy.{pool.name}.policy"
-        for name in type(policy).declared_fields():
-            path = _DECLARABLE.get(name)
-            if path is None:
-                continue
-            given = value(pol, path)
-            if given != value(base, path) and given != getattr(policy, name):
-                out.append({"code": "no_effect",
-                            "message": f"policy.{path}={given} changes nothing with {where}={plugin_name(policy)}: "
-                                       f"the plug-in declares its own {name} = {getattr(policy, name)!r}, which it "
-                                       "keeps; the run is the one without it"})
     return out
 
 
