@@ -120,21 +120,24 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
         ax.text(0.5, 0.5, "no samples: no request completed with this metric", transform=ax.transAxes,
                 ha="center", va="center", fontsize="small", color="0.4")
     if ax.get_legend_handles_labels()[0]:
-        _cdf_legend(ax, curves)
+        _cdf_legend(ax, curves, [slo_s * 1e3] if slo_s is not None else [])
     return ax
 
 
-_CDF_LEGEND_SPOTS = ("lower right", "upper left", "center right", "center left")
+_CDF_LEGEND_SPOTS = ("lower right", "upper left", "center right", "center left", "lower center", "center")
 
 
-def _cdf_legend(ax, curves) -> None:
+def _cdf_legend(ax, curves, vlines=()) -> None:
     """The legend where no CDF runs under it: lower right (below every curve but a slow one's
     start), else upper left (above every curve but a fast one's rise), else the middle of either
-    side; where every spot covers a curve (several far apart, a long label), below the axes. A
-    CDF rises, so a curve crosses the box [x0, x1] x [y0, y1] when F(x1) >= y0 and F(x0) <= y1.
+    side, else the middle of the bottom or of the axes; where every spot covers a curve (several
+    far apart, a long label), below the axes. A CDF rises, so a curve crosses the box [x0, x1] x
+    [y0, y1] when F(x1) >= y0 and F(x0) <= y1.
     The box is measured now and taken a third taller (and a little wider): laying the figure out
     later, notes under it, shrinks the axes but not the legend (the lower-right legend used to hide
-    an overloaded run's curve, and the slowest of a comparison's)."""
+    an overloaded run's curve, and the slowest of a comparison's). Nor may it cover a vertical
+    line at one of ``vlines`` (the SLO limit, ms): the lower-right spot hid the foot of an SLO
+    drawn near the right edge."""
     ax.get_xlim(), ax.get_ylim()  # (the limits as drawn: autoscaling is otherwise applied later)
     to_data = ax.transData.inverted()
     for loc in _CDF_LEGEND_SPOTS:
@@ -144,7 +147,8 @@ def _cdf_legend(ax, curves) -> None:
         dx, dy = 0.05 * box.width, 0.35 * box.height
         (x0, y0), (x1, y1) = to_data.transform([(max(box.x0 - dx, frame.x0), max(box.y0 - dy, frame.y0)),
                                                 (min(box.x1 + dx, frame.x1), min(box.y1 + dy, frame.y1))])
-        if not any(_cdf_at(xs, ys, x1) >= y0 and _cdf_at(xs, ys, x0) <= y1 for xs, ys in curves):
+        if not any(_cdf_at(xs, ys, x1) >= y0 and _cdf_at(xs, ys, x0) <= y1 for xs, ys in curves) \
+                and not any(x0 <= v <= x1 for v in vlines):
             return
     legend_below(ax, fontsize="small")
 

@@ -94,6 +94,20 @@ def test_cdf_legend_covers_no_curve(slow_ms):
     plt.close(fig)
 
 
+def test_cdf_legend_leaves_the_slo_line_in_view():
+    """One run well within its SLO: the lower-right legend clears the curve but sat over the
+    foot of the dashed SLO line near the axes' right edge. It goes where it covers neither."""
+    rng = np.random.default_rng(0)
+    fig, ax = plt.subplots(figsize=(4.6, 4.4))
+    F.latency_cdfs({"default-llama3-8b-h100 (1 GPU)": rng.lognormal(np.log(0.045), 0.4, 200)}, ax, "ttft",
+                   slo_s=1.0)
+    fig.tight_layout()
+    fig.canvas.draw()
+    box = ax.get_legend().get_window_extent().transformed(ax.transData.inverted())
+    assert not box.x0 <= 1000.0 <= box.x1 or not (0.0 < box.y1 and box.y0 < 1.0), box
+    plt.close(fig)
+
+
 def test_long_labels_are_wrapped_inside_their_axes():
     """A long scenario or variant name ran its legend past the axes, over the next panel, and
     its bar labels into each other: legend entries, tick labels and panel titles break lines."""
