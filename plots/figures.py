@@ -631,9 +631,11 @@ def replica_timeline(data: dict, axes, max_points: int = MAX_STEP_POINTS, width_
         ax.grid(True, alpha=0.3)
         if ax is not axes[-1]:
             ax.set_xlabel("")
-    if not len(t):  # (say so rather than show empty panels)
-        axes[0].text(0.5, 0.5, "no steps ran on this replica", transform=axes[0].transAxes, ha="center",
-                     va="center", fontsize="small", color="0.4")
+    if not len(t):  # (say so rather than show empty panels: each one drawn from the steps, not the
+        # first alone, which left the token and KV panels blank under legends of nothing)
+        for ax in axes[:3]:
+            ax.text(0.5, 0.5, "no steps ran on this replica", transform=ax.transAxes, ha="center",
+                    va="center", fontsize="small", color="0.4")
     return axes
 
 
