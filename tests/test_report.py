@@ -721,9 +721,9 @@ def test_the_streamed_trace_file_is_the_trace_dict_written_whole(tmp_path, monke
 
 
 def test_goodput_vs_load_counts_arrivals_within_the_slo(compare_dir):
-    # the summaries' goodput_rps counts completions within the SLO over the whole run, from 0 to
-    # the drain after the last arrival; the figure and its sentence use arrival rate (n - 1 over
-    # the first to the last arrival) x attainment, which counts neither
+    # the summaries' goodput_rps counts completions within the SLO over the whole run, the drain
+    # after the last arrival included (a few requests' run reads below its arrival rate at full
+    # attainment); the figure and its sentence use arrival rate x attainment, which does not
     from servesim.plots.report import _with_arrived_goodput
 
     out, points = compare_dir
@@ -732,7 +732,7 @@ def test_goodput_vs_load_counts_arrivals_within_the_slo(compare_dir):
     assert "Goodput here is the arrival rate x the share of requests within the SLO" in md
     rows = [p.row for p in points]
     full = [r for r in rows if r["slo_attainment"] == 1.0]
-    assert full and all(r["goodput_rps"] == pytest.approx(r["completed"] / r["sim_time_s"]) for r in full)
+    assert full and all(r["goodput_rps"] < r["offered_rps"] for r in full)  # the drain
     for r in rows:
         g = _with_arrived_goodput({**r, "status": "ok"})["goodput_arrived_rps"]
         assert g == pytest.approx(r["offered_rps"] * r["slo_attainment"])
