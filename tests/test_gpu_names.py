@@ -103,7 +103,7 @@ def test_validate_run_names_a_gpu_file_by_its_name(tmp_path, capsys):
     assert main(["validate-run", str(DETAILED), str(dep), "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert json.loads((out / "validation.json").read_text())["gpu"] == "g1"
-    assert "on g1 x 1" in printed and "ok.yaml" not in printed, printed
+    assert "on 1 x g1" in printed and "ok.yaml" not in printed, printed
 
 
 def test_a_run_folder_read_where_its_gpu_file_is_not_names_the_gpu_as_the_run_did(tmp_path, capsys):
