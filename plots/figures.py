@@ -605,10 +605,42 @@ def kv_timeline(data: dict, ax, width_s: float | None = None):
     return ax
 
 
-def queue_timeline(data: dict, ax):
-    """Requests waiting and running on the replica over time."""
-    ax.plot(data["queue_t"], data["waiting"], drawstyle="steps-post", color="#d62728", label="waiting")
-    ax.plot(data["queue_t"], data["running"], drawstyle="steps-post", color="#2ca02c", label="running")
+def binned_steps(t, y, width_s: float) -> dict:
+    """``binned`` for a level that holds from each time in ``t`` (ascending) to the next (a queue
+    length): per bin of ``width_s``, its time-weighted mean and the min and max it took, the level
+    carried into the bin included."""
+    t = np.asarray(t, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if not len(t):
+        return binned(t, y, width_s)
+    end = float(t[-1])
+    n = int(math.floor(end / width_s)) + 1
+    edges = np.arange(n) * width_s
+    starts = np.union1d(t, edges[edges <= end])  # (each piece of the level within one bin)
+    at = np.searchsorted(t, starts, side="right") - 1
+    level = np.where(at >= 0, y[np.maximum(at, 0)], 0.0)
+    dur = np.diff(np.append(starts, end))
+    idx = np.minimum((starts / width_s + 1e-9).astype(np.int64), n - 1)
+    span = np.bincount(idx, weights=dur, minlength=n)
+    total = np.bincount(idx, weights=level * dur, minlength=n)
+    lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
+    np.minimum.at(lo, idx, level)
+    np.maximum.at(hi, idx, level)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(span > 0, total / np.where(span > 0, span, 1), hi)
+    return {"t": (np.arange(n) + 0.5) * width_s, "mean": mean, "min": lo, "max": hi, "sum": total}
+
+
+def queue_timeline(data: dict, ax, width_s: float | None = None):
+    """Requests waiting and running on the replica over time; with ``width_s``, per time bin as the
+    step panels: the time-weighted mean and the min-max band (drawn change by change, a long run's
+    queue lengths were a solid block beside the binned panels above)."""
+    for key, color in (("waiting", "#d62728"), ("running", "#2ca02c")):
+        if width_s:
+            _band(ax, binned_steps(data["queue_t"], data[key], width_s), color,
+                  f"{key}: mean per {_bin_label(width_s)}, band min-max")
+        else:
+            ax.plot(data["queue_t"], data[key], drawstyle="steps-post", color=color, label=key)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("requests")
     _whole_ticks(ax)
@@ -626,7 +658,7 @@ def replica_timeline(data: dict, axes, max_points: int = MAX_STEP_POINTS, width_
         width_s = bin_width_s(float(t.max()) if len(t) else 0.0)
     for fn, ax in zip((batch_size_timeline, tokens_timeline, kv_timeline), axes):
         fn(data, ax, width_s)
-    queue_timeline(data, axes[3])
+    queue_timeline(data, axes[3], width_s)
     for ax in axes:
         ax.grid(True, alpha=0.3)
         if ax is not axes[-1]:

@@ -435,7 +435,19 @@ def test_long_timelines_are_drawn_in_time_bins(runs):
     assert len(mean) == int(np.floor(td["t"].max() / width)) + 1
     assert np.nanmax(mean) <= td["num_seqs"].max() and np.nanmin(mean) >= td["num_seqs"].min()
     assert "mean per" in legend(axes[0])[0]
+    # the queue panel in the same bins (it was drawn change by change: a solid block on a long run)
+    waiting = axes[3].lines[0].get_ydata()
+    assert len(waiting) <= F.MAX_BINS and "mean per" in legend(axes[3])[0]
+    assert np.nanmax(waiting) <= td["waiting"].max() and np.nanmin(waiting) >= 0
     plt.close(fig)
+
+
+def test_binned_steps_weighs_a_level_by_the_time_it_held():
+    """A queue of 4 for the first quarter of a bin, then 0: its mean is 1, its band 0 to 4, and
+    the level carried into the next bin counts there."""
+    b = F.binned_steps([0.0, 0.25, 1.5, 2.0], [4, 0, 2, 0], 1.0)
+    assert list(b["mean"]) == pytest.approx([1.0, 1.0, 0.0])
+    assert list(b["min"]) == [0, 0, 0] and list(b["max"]) == [4, 2, 0]
 
 
 @pytest.mark.parametrize("max_points", [10**9, 10])
