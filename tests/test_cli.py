@@ -188,6 +188,17 @@ def test_a_run_that_no_request_reaches_has_no_slo_attainment(tmp_path, capsys):
     assert main(["report", str(tmp_path / "o")]) == 0
 
 
+def test_a_comparison_of_runs_no_request_reached_calls_none_failing(tmp_path, capsys):
+    """A configuration whose run had no request has no SLO attainment (null, not 0.0): compare's
+    table said FAILS beside '-' for it."""
+    sc = write(tmp_path, GOOD.replace("num_requests: 60", "duration_s: 0.001"))
+    assert main(["compare", sc, "--policies", "continuous,chunked_prefill", "--out", str(tmp_path / "c"),
+                 "--workers", "1", "--quiet", "--no-report"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if line.strip().startswith(("continuous ", "chunked_prefill "))]
+    assert len(rows) == 2 and all("FAILS" not in r and "meets" not in r for r in rows), rows
+
+
 def test_a_price_mapping_that_names_no_gpu_of_the_deployment_is_named(tmp_path, capsys):
     """A cost.gpu_hour_usd mapping for another catalog GPU was accepted and silently left the run
     at the catalog's price; one that names the deployment's GPU too (as plan's tables do) is not."""

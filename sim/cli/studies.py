@@ -286,7 +286,8 @@ def cmd_compare(args) -> int:
     per_gpu = len(set(gpu_counts(rows).values())) > 1
     shown = ranked(with_per_gpu(rows) if per_gpu else rows)
     for r in shown:
-        r["slo"] = "-" if r.get("status") != "ok" else "meets" if meets_slo(r) else "FAILS"
+        verdict = meets_slo(r) if r.get("status") == "ok" else None  # (None: no request arrived, no share)
+        r["slo"] = "-" if verdict is None else "meets" if verdict else "FAILS"
     cols = ["label", *([RATE_KEY] if plan.rates else []), "status", "goodput_rps",
             *(["goodput_per_gpu"] if per_gpu else []), "slo_attainment", "slo", "throughput_rps", "ttft_p50_s",
             "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "itl_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
