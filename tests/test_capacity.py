@@ -812,3 +812,19 @@ def test_the_lower_bound_note_names_what_made_the_probes_too_short():
     short = note(2.0, 10.0)
     assert "longer than" not in short and "no queueing, leave a shortfall of 12%" in short
     assert "lower bound" in short
+
+
+@pytest.mark.parametrize("arrival, period", [
+    ({"process": "sinusoidal", "rate_rps": 4.0, "period_s": 30.0, "amplitude": 0.5}, 30.0),
+    ({"process": "on_off", "rate_rps": 4.0, "on_s": 5.0, "off_s": 15.0}, 20.0),
+    ({"process": "on_off", "rate_rps": 4.0, "on_s": 5.0, "off_s": 15.0, "durations": "exponential"}, None),
+])
+def test_probes_span_two_periods_of_any_rate_that_repeats_on_a_cycle(arrival, period):
+    # on/off cycles of fixed durations repeat as a sinusoid does (metrics.arrival_period_s, the
+    # keep-up window's whole periods), but only a sinusoid's probes spanned two periods
+    from servesim.studies.capacity import prepare_search
+
+    data = scenario_data()
+    data["workload"]["arrival"] = arrival
+    plan = prepare_search(data, "ttft_p99=1")
+    assert plan.probe_duration_s == (None if period is None else 2 * period)

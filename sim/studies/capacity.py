@@ -450,9 +450,9 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     duration = opts.probe_duration_s
     if duration is not None and not 0 < duration <= MAX_SECONDS:
         raise InputError(f"--probe-duration must be > 0 and <= {MAX_SECONDS:g} seconds, got {duration}")
-    period = getattr(arrival, "period_s", None)
+    period = arrival_period_s(arrival)  # (a sinusoid's period_s; on/off of fixed durations: on_s + off_s)
     if duration is None and period:
-        duration = 2 * period  # a time-varying rate: each probe spans two of its periods
+        duration = 2 * period  # a rate that repeats on a cycle: each probe spans two of its periods
     start = arrival.rate_rps if opts.start_rps is None else opts.start_rps  # (0 is refused, not the default)
     if not MIN_RATE_RPS <= start <= MAX_RATE_RPS:
         raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} req/s, got {start}")
