@@ -632,3 +632,40 @@ def test_an_earlier_runs_replay_file_of_the_other_kind_is_removed(tmp_path):
     assert (out / "replay.csv").is_file() and not (out / "replay.jsonl").exists()
     assert main(["validate-run", str(with_ids), "--out", str(out), "--quiet"]) == 0
     assert (out / "replay.jsonl").is_file() and not (out / "replay.csv").exists()
+
+
+def _flood(tmp_path, n, rate, prompt, output):
+    rng = np.random.default_rng(0)
+    sent = np.cumsum(rng.exponential(1 / rate, n))
+    return _table(tmp_path, "sent_s,prompt_tokens,output_tokens,ttft_s,e2e_s",
+                  [f"{t:.4f},{prompt(k)},{output(k)},0.1,1.0" for k, t in enumerate(sent)])
+
+
+def test_a_replay_the_simulated_deployment_falls_behind_is_said_so_worded_by_the_keep_up_rule(tmp_path, capsys):
+    # a benchmark at 20 req/s replayed on a deployment that serves 8 at a time: the simulated
+    # queue grows through the replay (TTFT errors of +10,000%) and validate-run said nothing of it
+    table = _flood(tmp_path, 300, 20.0, lambda k: 1000, lambda k: 100)
+    out = tmp_path / "v"
+    assert main(["validate-run", str(table), "--out", str(out), "--quiet", "--set", "policy.max_num_seqs=8"]) == 0
+    text = capsys.readouterr().out
+    keep = json.loads((out / "run" / "summary.json").read_text())["workload"]["keep_up"]
+    assert keep["ratio"] + keep["warmup"] < 0.9  # (the rule's own verdict: long enough to tell)
+    said = f"the simulated deployment fell behind the benchmark's rate: over the second half of the benchmark's " \
+           f"arrivals the simulated requests left at {keep['ratio']:.0%}"
+    assert "warning: " + said in text
+    assert said in (out / "report.md").read_text()
+    assert any(w.startswith(said) for w in json.loads((out / "validation.json").read_text())["warnings"])
+    assert "lower the rate" not in text and "too short to tell" not in text
+
+
+def test_a_replay_too_short_to_tell_whether_it_keeps_up_says_only_that(tmp_path, capsys):
+    # 300 requests arriving over 5 s, each served in longer than the second half of them lasts:
+    # the rule's too_short (ratio + warm-up shortfall >= 0.9), so no verdict of a growing queue
+    table = _flood(tmp_path, 300, 60.0, lambda k: 500 + 7 * k, lambda k: 200 + 2 * k)
+    out = tmp_path / "v"
+    assert main(["validate-run", str(table), "--out", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    keep = json.loads((out / "run" / "summary.json").read_text())["workload"]["keep_up"]
+    assert keep["ratio"] < 0.9 <= keep["ratio"] + keep["warmup"]
+    assert "the replay is too short to tell whether the simulated deployment keeps up" in text
+    assert "fell behind" not in text

@@ -294,7 +294,8 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
         "columns": res.columns,
         "replay": Path(work["trace"]["path"]).name,  # replay.csv, or replay.jsonl with the prompts' blocks
     }
-    report["warnings"] = replay_warnings(res, order, sc, ctx) + rejected_warnings(results, len(order))
+    report["warnings"] = (replay_warnings(res, order, sc, ctx) + rejected_warnings(results, len(order))
+                          + behind_warnings(results.summary))
     (out / "validation.json").write_text(json_text(report, indent=2))
     title = (f"{_source(report)} vs servesim: {sc.model} on {gpus(sc)} x {gpu_label(sc.hardware.gpu)}\n"
              f"policy {policy}; rate: {rate}; {report['requests']['replayed']} requests; "
@@ -322,6 +323,29 @@ def replay_warnings(res: BenchResult, order: np.ndarray, sc: Scenario, ctx: int)
     return [f"{over} of {len(order)} replayed requests need more than {sc.model}'s context of {ctx:,} tokens "
             f"(prompt + output, up to {int(need.max()):,}): {fate}; the benchmark served them, so it did not run "
             "this model as the scenario describes it: check the scenario's model"]
+
+
+def behind_warnings(summary: dict) -> list:
+    """The simulated replay fell behind the benchmark's arrivals: the run's own keep-up warning
+    (``checks.run_warnings``' not_keeping_up, ``summary["workload"]["keep_up"]``), worded for a
+    replay, whose rate is the benchmark's to keep, not to lower. Its latencies then grow with the
+    benchmark's length, and their errors say more about that backlog than about the engine's
+    speed. Too short to tell (the rule's own ``too_short_to_tell``: the shortfall the replay's
+    arrivals and service times make with no queue) it says so and no more."""
+    from servesim.outputs.metrics import too_short_to_tell
+
+    if not any(w.get("code") == "not_keeping_up" for w in summary.get("warnings") or ()):
+        return []
+    keep = summary["workload"]["keep_up"]
+    left = (f"over the second half of the benchmark's arrivals the simulated requests left at {keep['ratio']:.0%} "
+            "of the rate they arrived")
+    if too_short_to_tell(keep["ratio"], keep.get("warmup")):
+        return [f"{left}, but the replay is too short to tell whether the simulated deployment keeps up with the "
+                f"benchmark's rate: that half lasts {keep['window_s']:.3g} s, and with no queue at all its arrivals "
+                f"and service times make a shortfall of up to {keep['warmup']:.0%} by themselves"]
+    return [f"the simulated deployment fell behind the benchmark's rate: {left}, so its queue grew through the "
+            "replay and its latencies with the benchmark's length; if the benchmarked server kept up, check that "
+            "the scenario describes it (GPU, replicas, parallelism, the policy's batch limits)"]
 
 
 def rejected_warnings(results, n: int) -> list:
