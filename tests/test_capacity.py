@@ -828,3 +828,24 @@ def test_probes_span_two_periods_of_any_rate_that_repeats_on_a_cycle(arrival, pe
     data["workload"]["arrival"] = arrival
     plan = prepare_search(data, "ttft_p99=1")
     assert plan.probe_duration_s == (None if period is None else 2 * period)
+
+
+def test_a_probe_of_probe_duration_too_short_to_tell_is_still_run_longer(tmp_path):
+    # --probe-duration (by default two periods of a sinusoid or fixed on/off cycle) can make a
+    # probe hold more than MAX_LONGER x --probe-requests: its limit was that product, so a probe
+    # too short to tell was never run longer, and counted as failing at once
+    from servesim.studies.capacity import MAX_LONGER, Search
+    from servesim.studies.executors import ExecutorOptions
+
+    s = Search({}, tmp_path, {("ttft", "p99"): 1.0}, None, 20, ExecutorOptions(), 600.0, 0.9)
+    rate = 8.0
+    first = s.requests_at(rate)
+    assert first == 4800 > 20 * MAX_LONGER
+    s.results[rate] = {"meets": False, "too_short": True, "requests": first,
+                       "keep_up_window_s": 300.0, "service_p99_s": 400.0}
+    assert s._lengthen(rate)
+    assert s.requests_at(rate) > first and rate not in s.short
+    # and at MAX_LONGER x that first probe, it stops there, a lower bound
+    s.results[rate] = {"meets": False, "too_short": True, "requests": first * MAX_LONGER,
+                       "keep_up_window_s": 300.0, "service_p99_s": 400.0}
+    assert not s._lengthen(rate) and rate in s.short

@@ -21,7 +21,7 @@ rate) would be met at every rate, and the search would climb without end. The fi
 out as warm-up; a probe needs requests that finish within it. One whose shortfall its own arrivals
 and service times could explain with no queueing (``keep_up_warmup``: requests served in longer than
 the window, or arrivals that bunch by chance on a short probe) is run again longer
-(``Search._lengthen``, up to ``MAX_LONGER`` x --probe-requests), so that many replicas at a high
+(``Search._lengthen``, up to ``MAX_LONGER`` x its first probe's requests), so that many replicas at a high
 rate are not read as saturated; still too short there, it fails and the answer says it is a lower
 bound (``too_short``).
 
@@ -252,7 +252,9 @@ class Search:
         if not ev.get("too_short"):
             return False
         n = ev["requests"]
-        limit = min(self.n * MAX_LONGER, MAX_REQUESTS)
+        # (MAX_LONGER x the rate's own first probe: one of --probe-duration's arrivals may hold more
+        # than MAX_LONGER x --probe-requests, and was then never run longer)
+        limit = min(self.first_requests(rate) * MAX_LONGER, MAX_REQUESTS)
         if n >= limit:
             self.short.add(rate)
             return False
@@ -260,10 +262,14 @@ class Search:
         del self.results[rate]
         return True
 
+    def first_requests(self, rate: float) -> int:
+        """Requests in the first probe at ``rate``: ``--probe-requests``, or more to span
+        ``--probe-duration`` of arrivals."""
+        return self.n if self.duration is None else max(self.n, math.ceil(rate * self.duration))
+
     def requests_at(self, rate: float) -> int:
-        """Requests in a probe: ``--probe-requests``, or more to span ``--probe-duration`` of arrivals."""
-        n = self.n if self.duration is None else max(self.n, math.ceil(rate * self.duration))
-        return max(n, self.longer.get(rate, 0))
+        """Requests in a probe at ``rate``: its first's (``first_requests``), or more when run longer."""
+        return max(self.first_requests(rate), self.longer.get(rate, 0))
 
     def bracket(self):
         """(lo, hi): the largest meeting rate below the smallest failing rate above it."""
@@ -536,7 +542,7 @@ def _too_short_note(s: Search, cap: float) -> str | None:
            f"the requests' own arrivals and service times, with no queueing, leave a shortfall of "
            f"{ev['keep_up_warmup']:.0%} over the {ev['keep_up_window_s']:.3g} s over which keeping up is counted")
     return (f"at {', '.join(f'{r:.4g}' for r in rates)} req/s the probes could not tell whether the deployment keeps "
-            f"up: even with {ev['requests']} requests ({MAX_LONGER}x --probe-requests) {why}; the capacity is a "
+            f"up: even with {ev['requests']} requests ({MAX_LONGER}x its first probe's) {why}; the capacity is a "
             "lower bound (raise --probe-requests or --probe-duration)")
 
 
