@@ -27,7 +27,7 @@ import math
 import textwrap
 from pathlib import Path
 
-from servesim.errors import InputError
+from servesim.errors import InputError, clip_distinct
 from servesim.outputs.checks import class_slos
 from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval,
                                         seeds_text)
@@ -447,6 +447,9 @@ def _is_latency(c: str) -> bool:
 
 
 def _md_table(rows, cols) -> str:
+    # text cells cut visibly and never into another's text (clip_distinct)
+    texts = {c: clip_distinct((str(r[c]).replace("|", "/") for r in rows if r.get(c) is not None), 60) for c in cols}
+
     def cell(c, r):
         v = r.get(c)
         if v is None:
@@ -457,7 +460,7 @@ def _md_table(rows, cols) -> str:
             return format_value(v * 1e3, 4)
         if isinstance(v, float):
             return f"{v:.3g}"
-        return str(v).replace("|", "/")[:60]
+        return texts[c][str(v).replace("|", "/")]
 
     head = [c[:-2] + " (ms)" if _is_latency(c) else c for c in cols]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(cols)]

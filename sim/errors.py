@@ -72,6 +72,21 @@ def clip(text, limit: int = MAX_SHOWN) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def clip_distinct(texts, limit: int = 40) -> dict:
+    """{text: text as a table cell shows it}: one longer than ``limit`` keeps its start and its end
+    around a visible "..." (labels often differ only at the end: "...-seqs8" and "...-seqs16"),
+    and one whose cut would read as another's is shown whole: two cells never read the same
+    unless their texts are the same (cut at 40 characters with no mark, two labels that differed
+    after the 40th were one in the table)."""
+    texts = list(dict.fromkeys(str(t) for t in texts))
+    tail = max(1, limit // 4)
+    cut = {t: t if len(t) <= limit else t[:limit - 3 - tail] + "..." + t[-tail:] for t in texts}
+    seen: dict = {}
+    for t, c in cut.items():
+        seen.setdefault(c, []).append(t)
+    return {t: t if len(seen[c]) > 1 else c for t, c in cut.items()}
+
+
 def one_line(message: str, limit: int = MAX_MESSAGE) -> str:
     """``message`` on one line (line breaks and other control characters escaped) of at most
     ``limit`` characters: how every error is printed."""

@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from servesim.errors import InputError
+from servesim.errors import InputError, clip_distinct
 from servesim.outputs.intervals import CI_SUFFIX, format_interval, format_value, row_interval
 from servesim.studies.executors import ExecutorOptions
 from servesim.outputs.metrics import RESULT_METRICS
@@ -36,6 +36,8 @@ def format_table(rows: list[dict], cols: list[str]) -> str:
         label = c[:-2] + " ms" if c.endswith("_s") and c.split("_")[0] in RESULT_METRICS else c
         shown.append((c, label))
     cells = [[label for _, label in shown]]
+    # text cells (labels, grid values) cut visibly and never into another's text
+    texts = {c: clip_distinct(str(r[c]) for r in rows if r.get(c) is not None) for c, _ in shown}
     for r in rows:
         line = []
         for c, label in shown:
@@ -49,7 +51,7 @@ def format_table(rows: list[dict], cols: list[str]) -> str:
                 # an interval prints everywhere; "22604.0" ms claimed a precision one run lacks
                 line.append(format_value(v * 1e3 if label.endswith(" ms") else v))
             else:
-                line.append(str(v)[:40])
+                line.append(texts[c][str(v)])
         cells.append(line)
     return _aligned(cells)
 
