@@ -756,16 +756,20 @@ def test_a_studys_caveats_carry_the_warnings_its_runs_raised(tmp_path, capsys):
     assert main(["compare", str(sc), "--policies", "continuous,chunked_prefill", "--out", str(out), "--workers", "1",
                  "--quiet"]) == 0
     notes = [x for x in capsys.readouterr().out.splitlines() if "preemptions over 120 requests" in x]
-    assert len(notes) == 1 and notes[0].startswith("note: continuous, chunked_prefill: ")
-    assert "(the first of 2 runs that say so; each run's summary.json has its own)" in notes[0]
+    # how many runs warned and which, before the one run's figures the message quotes (the names
+    # were followed by the first run's "N preemptions", as if every named run had had N)
+    assert len(notes) == 1 and notes[0].startswith("note: 2 runs warn of preemptions")
+    assert "(continuous, chunked_prefill" in notes[0]
     caveats = (out / "report.md").read_text().split("## Caveats")[1].split("## Summary")[0]
-    assert "- continuous, chunked_prefill: " in caveats and "the running requests outgrew the KV cache" in caveats
+    assert "- 2 runs warn of preemptions" in caveats and "(continuous, chunked_prefill" in caveats
+    assert "the running requests outgrew the KV cache" in caveats
     # several seeds: the runs of every seed are read (seeds.csv), not only the one results.csv names
     out2 = tmp_path / "cmp2"
     assert main(["compare", str(sc), "--policies", "continuous", "--variant", "more-kv", "memory.num_gpu_blocks=5000",
                  "--seeds", "2", "--out", str(out2), "--workers", "1", "--quiet", "--no-report"]) == 0
     notes = [x for x in capsys.readouterr().out.splitlines() if "preemptions over 120 requests" in x]
-    assert len(notes) == 1 and notes[0].startswith("note: continuous: ") and "the first of 2 runs" in notes[0]
+    assert len(notes) == 1 and notes[0].startswith("note: 2 runs warn of preemptions")
+    assert "(continuous (seeds " in notes[0]
 
 
 def test_report_on_a_file_or_nothing_says_what_to_give(tmp_path, capsys):

@@ -3,6 +3,8 @@ than a column allows are cut visibly, and two different labels never read the sa
 
 from __future__ import annotations
 
+import json
+
 from servesim.cli.studies import format_table
 from servesim.plots.report import _md_table
 
@@ -36,3 +38,34 @@ def test_labels_whose_cuts_would_read_the_same_are_shown_whole():
     for t in texts[:2]:  # (the same start and end: cut, they would read alike)
         assert out[t] == t
     assert clip_distinct(["a" * 41], 40)["a" * 41].count("...") == 1
+
+
+def _run(tmp_path, name: str, warnings: list) -> str:
+    d = tmp_path / "runs" / name
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps({"warnings": warnings}))
+    return f"runs/{name}"
+
+
+def test_a_caveat_says_how_many_runs_warned_and_whose_figures_it_quotes(tmp_path):
+    """Several runs raising one warning, each with its own figures: the caveat counts them, names
+    them (their seeds too) and says whose figures it quotes (the names were followed by the first
+    run's "16 preemptions", read as every named run's)."""
+    from servesim.outputs.verdicts import run_warning_caveats
+
+    def pre(n):
+        return [{"code": "preemptions", "message": f"{n} preemptions over 200 requests"}]
+
+    rate = "workload.arrival.rate_rps"
+    rows = [{"status": "ok", "label": "a", rate: 4.0, "seed": 0, "dir": _run(tmp_path, "1", pre(16))},
+            {"status": "ok", "label": "a", rate: 4.0, "seed": 1, "dir": _run(tmp_path, "2", pre(40))},
+            {"status": "ok", "label": "b", rate: 8.0, "seed": 0, "dir": _run(tmp_path, "3", pre(90))},
+            {"status": "ok", "label": "c", rate: 8.0, "seed": 0, "dir": _run(tmp_path, "4", [])}]
+    [text] = run_warning_caveats(rows, tmp_path)
+    assert text.startswith("3 runs warn of preemptions")
+    assert "a at 4 req/s (seeds 0, 1)" in text and "b at 8 req/s (seed 0)" in text and "c at" not in text
+    assert "the first, a at 4 req/s (seed 0): 16 preemptions" in text
+    assert "40 preemptions" not in text and "90 preemptions" not in text
+    # one run: its name and its message, nothing to count
+    [one] = run_warning_caveats(rows[2:], tmp_path)
+    assert one == "b at 8 req/s (seed 0): 90 preemptions over 200 requests"

@@ -341,11 +341,25 @@ def caveats(rows: list, meta: dict | None = None, key: str = "label", out_dir=No
 STUDY_SAYS = ("not_keeping_up",)
 
 
+def _run_names(runs: list) -> str:
+    """"continuous at 4 req/s (seeds 1, 2), static at 8 req/s": the (name, seed) of runs, each
+    name once, its seeds said when the runs carry them; past 5 names, "and N more"."""
+    by: dict = {}
+    for name, seed in runs:
+        by.setdefault(name, [])
+        if seed is not None and seed not in by[name]:
+            by[name].append(seed)
+    names = [n + (f" (seed{'s' if len(sd) > 1 else ''} {', '.join(map(str, sd))})" if sd else "")
+             for n, sd in by.items()]
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def run_warning_caveats(rows: list, out_dir, key: str = "label") -> list:
     """Per warning code that the study's runs raised (each run folder's summary.json ``warnings``:
-    preemptions, requests shortened or rejected, head-of-line waits, ...), one sentence: which
-    configurations (and rates), and the first one's message. A folder that cannot be read is left
-    out (``servesim report`` names it)."""
+    preemptions, requests shortened or rejected, head-of-line waits, ...), one sentence: how many
+    runs and which configurations (rates, seeds), then the message; when the runs' messages differ
+    (their own figures), the first run's, named as such (the first run's figures read as every
+    named run's). A folder that cannot be read is left out (``servesim report`` names it)."""
     from pathlib import Path
 
     from servesim.errors import InputError
@@ -362,14 +376,17 @@ def run_warning_caveats(rows: list, out_dir, key: str = "label") -> list:
         warns = s.get("warnings")
         for w in warns if isinstance(warns, list) else ():
             if isinstance(w, dict) and isinstance(w.get("code"), str) and w["code"] not in STUDY_SAYS:
-                by.setdefault(w["code"], []).append((_row_name(r, key), str(w.get("message", ""))))
+                by.setdefault(w["code"], []).append((_row_name(r, key), r.get("seed"), str(w.get("message", ""))))
     out = []
-    for hits in by.values():
-        names = list(dict.fromkeys(n for n, _ in hits))
-        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-        out.append(f"{', '.join(names[:5])}{more}: " + hits[0][1]
-                   + (f" (the first of {len(hits)} runs that say so; each run's summary.json has its own)"
-                      if len(hits) > 1 else ""))
+    for code, hits in by.items():
+        names = _run_names([(n, sd) for n, sd, _ in hits])
+        if len(hits) == 1:
+            out.append(f"{names}: {hits[0][2]}")
+        elif len({m for _, _, m in hits}) == 1:
+            out.append(f"{len(hits)} runs warn of {code}, all alike ({names}): {hits[0][2]}")
+        else:
+            out.append(f"{len(hits)} runs warn of {code} ({names}; each run's summary.json has its own figures); "
+                       f"the first, {_run_names([hits[0][:2]])}: {hits[0][2]}")
     return out
 
 
