@@ -69,3 +69,27 @@ def test_a_caveat_says_how_many_runs_warned_and_whose_figures_it_quotes(tmp_path
     # one run: its name and its message, nothing to count
     [one] = run_warning_caveats(rows[2:], tmp_path)
     assert one == "b at 8 req/s (seed 0): 90 preemptions over 200 requests"
+
+
+def test_a_cdf_sentence_over_seeds_claims_no_cut_from_one_seeds_runs():
+    """With --seeds, the CDFs draw each configuration's first seed: their sentence said "pd_split
+    cuts p99 TPOT from 9.1 ms (continuous) to 7.8 ms" next to the verdict's paired differences
+    finding no significant difference over the seeds. One seed's runs are said to be that; with one
+    seed, the sentence is as before."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from servesim.plots.report import _cdf_sentence
+
+    samples = {"continuous": np.full(50, 0.0091), "pd_split": np.full(50, 0.0078)}
+    rows = {g: {"status": "ok", "slo_attainment": 1.0} for g in samples}
+
+    def ctx(seeds, kind="compare"):
+        return SimpleNamespace(seeds=seeds, status={g: True for g in samples}, under={}, kind=kind)
+
+    over = _cdf_sentence("tpot", samples, "", ctx(3), rows)
+    assert "cuts" not in over and over.startswith("In the first seed's runs, pd_split has the lowest p99")
+    assert "3 seeds" in over and "paired differences" in over
+    assert "paired" not in _cdf_sentence("tpot", samples, "", ctx(3, "sweep"), rows)  # (a sweep has none)
+    assert " cuts p99 " in _cdf_sentence("tpot", samples, "", ctx(1), rows)
