@@ -486,7 +486,12 @@ def _run_table(runs: dict, chosen: dict) -> str:
                         for m in ("ttft", "tpot", "itl", "e2e") for st in ("p50", "p99")},
                      "mean_batch_size": s["utilization"]["mean_batch_size"], "mfu": s["utilization"]["mfu"],
                      "mbu": s["utilization"]["mbu"]})
-    rows.sort(key=lambda r: rank_key({"status": "ok", **r}))
+    # ranked as the verdict ranks: the SLO judged with the run's keep-up and its request classes too
+    # (without them, a run that fell behind, or whose tight-SLO class failed, ranked above one that
+    # meets the SLO whenever its share of requests within it and its goodput were higher)
+    judged = {r["run"]: {"status": "ok", **r, "workload": runs[r["run"]].summary.get("workload"),
+                         "classes": runs[r["run"]].summary.get("classes")} for r in rows}
+    rows.sort(key=lambda r: rank_key(judged[r["run"]]))
     return _md_table(rows, list(rows[0]))
 
 

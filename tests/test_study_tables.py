@@ -93,3 +93,25 @@ def test_a_cdf_sentence_over_seeds_claims_no_cut_from_one_seeds_runs():
     assert "3 seeds" in over and "paired differences" in over
     assert "paired" not in _cdf_sentence("tpot", samples, "", ctx(3, "sweep"), rows)  # (a sweep has none)
     assert " cuts p99 " in _cdf_sentence("tpot", samples, "", ctx(1), rows)
+
+
+def _summary(goodput: float, attainment: float, keep_up: float) -> dict:
+    dist = {"p50": 0.01, "p99": 0.02}
+    return {"completed": 100, "throughput_rps": goodput, "goodput_rps": goodput, "slo_attainment": attainment,
+            **{f"{m}_s": dist for m in ("ttft", "tpot", "itl", "e2e")},
+            "utilization": {"mean_batch_size": 4.0, "mfu": 0.1, "mbu": 0.5},
+            "workload": {"keep_up": {"ratio": keep_up, "warmup": 0.0}}}
+
+
+def test_the_per_run_table_ranks_a_run_that_fell_behind_below_one_that_meets_the_slo():
+    """The report's per-run table is sorted as the verdict ranks; it judged the SLO without the
+    run's keep-up, so a run whose backlog grew (95% within the SLO so far, more goodput) was its
+    first row, above the run that meets the SLO."""
+    from types import SimpleNamespace
+
+    from servesim.plots.report import _run_table
+
+    runs = {"behind": SimpleNamespace(summary=_summary(9.0, 0.95, 0.5)),
+            "keeps-up": SimpleNamespace(summary=_summary(6.0, 0.99, 1.0))}
+    body = _run_table(runs, {}).splitlines()[2:]
+    assert [line.split("|")[1].strip() for line in body] == ["keeps-up", "behind"]
