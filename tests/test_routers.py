@@ -178,3 +178,129 @@ def test_class_replicas_that_leave_a_replica_to_no_class_say_so():
     assert 1 not in set(res.requests["replica"].tolist()) and 1 not in set(res.steps["replica"].tolist())
     assert run([{"name": "batch", "replicas": [2]}])[1] == []
     assert run([{"name": "chat", "replicas": [0, 1]}, {"name": "batch", "replicas": [2]}])[1] == []
+
+
+# ---------------------------------------------------------------- class_aware in O(log replicas)
+def scan_class_aware(allowed, replicas, request) -> int:
+    """The test oracle: the straightforward ``class_aware`` (before its heaps), scanning every
+    replica the request's class may use for the fewest outstanding tokens, ties to the lowest
+    position."""
+    cands = allowed[request.cls] if allowed is not None else None
+    if cands is None:
+        cands = range(len(replicas))
+    best, best_load = -1, None
+    for i in cands:
+        load = replicas[i].outstanding_tokens
+        if best_load is None or load < best_load:
+            best, best_load = i, load
+    return best
+
+
+class _Counted:
+    """A replica's outstanding tokens, counting how often a router reads them."""
+
+    reads = 0
+
+    def __init__(self, load):
+        self.load = load
+
+    @property
+    def outstanding_tokens(self):
+        _Counted.reads += 1
+        return self.load
+
+
+def _class_aware_over(allowed, replicas):
+    ca = R.ClassAware()
+    ca.allowed = allowed
+    changed: set = set()
+    if hasattr(ca, "watch"):  # (the cluster watches the replicas for a router that has it)
+        ca.watch(replicas, changed)
+    return ca, changed
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_class_aware_heaps_pick_what_a_scan_picks(seed):
+    """Random replica lists per class (overlapping, repeated, a class unlisted), random loads with
+    many ties, random changes between routings (the cluster marks a replica changed when its
+    counters move): every routing picks what the scan of the class's replicas picks."""
+    from types import SimpleNamespace
+
+    rnd = np.random.default_rng(seed)
+    n = int(rnd.integers(1, 40))
+    classes = int(rnd.integers(1, 5))
+    allowed = []
+    for _ in range(classes):
+        if rnd.random() < 0.3:
+            allowed.append(None)  # unlisted: every replica
+        elif allowed and rnd.random() < 0.2:
+            allowed.append(allowed[-1])  # the same list as another class
+        else:
+            allowed.append(sorted(set(rnd.integers(0, n, int(rnd.integers(1, n + 1))).tolist())))
+    if rnd.random() < 0.2:
+        allowed = None  # not configured: every class uses every replica
+    replicas = [_Counted(int(rnd.integers(0, 5)) * 100) for _ in range(n)]
+    ca, changed = _class_aware_over(allowed, replicas)
+    for _ in range(300):
+        for i in rnd.integers(0, n, int(rnd.integers(0, 4))).tolist():
+            replicas[i].load = max(0, replicas[i].load + int(rnd.integers(-2, 3)) * 100)
+            changed.add(i)
+        req = SimpleNamespace(cls=int(rnd.integers(0, classes)))
+        want = scan_class_aware(allowed, replicas, req)
+        assert ca(replicas, req) == want
+        replicas[want].load += int(rnd.integers(0, 3)) * 100  # the routed request adds to its load
+        changed.add(want)
+    # (stale entries do not pile up in the heap of a class that is seldom routed)
+    assert all(len(h) <= 4 * s + 64 for h, s in zip(ca._heaps, ca._size))
+
+
+def test_class_aware_reads_only_the_changed_replicas():
+    """A routing re-reads the replicas that changed since the last one, not every replica its
+    class may use: 5,000 replicas, 200 routings, each changing one replica, read ~2 loads per
+    routing after the heaps are built (the scan read 5,000 or 3,750 per routing)."""
+    from types import SimpleNamespace
+
+    n = 5000
+    replicas = [_Counted(i % 7) for i in range(n)]
+    allowed = [None, list(range(n // 4, n))]
+    ca, changed = _class_aware_over(allowed, replicas)
+    reads = 0
+    for k in range(200):
+        req = SimpleNamespace(cls=k % 2)
+        before = _Counted.reads
+        i = ca(replicas, req)
+        reads += _Counted.reads - before
+        assert i == scan_class_aware(allowed, replicas, req)
+        replicas[i].load += 10
+        changed.add(i)
+    assert reads <= 2 * 200
+
+
+@pytest.fixture
+def checked_class_aware(monkeypatch):
+    """Every ClassAware routing in a run also scans its class's replicas and must agree."""
+    call = R.ClassAware.__call__
+    seen = []
+
+    def checked(self, replicas, request):
+        got = call(self, replicas, request)
+        assert got == scan_class_aware(self.allowed, replicas, request)
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(R.ClassAware, "__call__", checked)
+    return seen
+
+
+@pytest.mark.parametrize("lists", [[{"name": "batch", "replicas": [2]}],
+                                   [{"name": "chat", "replicas": [0, 1]}, {"name": "batch", "replicas": [1, 2]}]])
+def test_class_aware_in_a_run_picks_what_a_scan_picks(lists, checked_class_aware):
+    """In runs on both engines (the fast one settles the due replicas before each routing, as
+    for the other least-loaded routers): the heaps' choice is the scan's at every routing."""
+    from tests.conftest import two_classes
+
+    kw = {**SMALL, **two_classes(0.6), "cluster.replicas": 3, "cluster.router": "class_aware",
+          "cluster.class_replicas": lists, "workload.num_requests": 120,
+          "workload.arrival": {"process": "poisson", "rate_rps": 40.0}}
+    run_both(make_scenario(**{k: v for k, v in kw.items() if v is not None or k.startswith("workload.")}))
+    assert len(checked_class_aware) >= 200

@@ -12,9 +12,10 @@ asking it). A router with a ``settle`` attribute brings up to date only the repl
 before each routing; one with ``configure(scenario)`` reads its settings from the scenario
 (``class_aware``: ``cluster.class_replicas``).
 
-One that picks the least loaded replica keeps the loads in a heap (``LeastLoaded``): the cluster
-marks a replica *changed* whenever its counters, queue or KV move, and a routing re-reads only the
-changed replicas, so it costs O(changed x log replicas), not O(replicas).
+One that picks the least loaded replica keeps the loads in a heap (``LeastLoaded``; ``ClassAware``
+one per distinct replica list of its classes): the cluster marks a replica *changed* whenever its
+counters, queue or KV move, and a routing re-reads only the changed replicas, so it costs
+O(changed x log replicas), not O(replicas).
 """
 
 from __future__ import annotations
@@ -211,33 +212,79 @@ def power_of_two(rng):
 class ClassAware:
     """Routes each request class to its own replicas (``cluster.class_replicas``, e.g. batch
     traffic kept off the replicas serving tight-SLO chat); among them (every replica for a class
-    not listed), the one with the fewest outstanding tokens (ties: the lowest position). Reads,
-    and brings up to date, only those replicas: O(its replicas) a routing."""
+    not listed), the one with the fewest outstanding tokens (ties: the lowest position).
+
+    As ``LeastLoaded``, but with one heap of (outstanding tokens, position, version) per distinct
+    replica list (classes listing the same replicas share one; classes not listed share the heap
+    of all replicas): a routing pushes the changed replicas' loads into the heaps of the lists
+    holding them and drops stale entries from its class's top, O(changed x classes x log
+    replicas), not O(its replicas) (before, every routing scanned all of a class's replicas).
+    ``changed`` is ``None`` until the cluster calls ``watch``: then a call scans."""
 
     reads_state = True
 
     def __init__(self):
         self.allowed: list | None = None  # per class index: positions, or None for all
-        self.settle = None
+        self.changed: set | None = None
+        self._heaps: list = []  # per distinct replica list, its heap
+        self._heap_of: list = []  # per class index, its heap's number (-1: the scan, no watch yet)
+        self._member: list = []  # per position, the numbers of the heaps holding it
+        self._size: list = []  # per heap, how many positions it holds
+        self._version: list = []
 
     def configure(self, scenario) -> None:
         names = [c.name for c in scenario.workload.classes or ()] or ["default"]
         table = {c.name: sorted(set(c.replicas)) for c in scenario.cluster.class_replicas or ()}
         self.allowed = [table.get(n) for n in names]
 
-    def __call__(self, replicas, request) -> int:
+    def watch(self, replicas, changed: set) -> None:
+        """Start keeping the heaps for ``replicas`` (positions in ``changed`` move)."""
+        n = len(replicas)
+        self.changed = changed
+        self._version = [0] * n
+        lists: dict = {}  # replica list -> its heap's number
+        classes = self.allowed if self.allowed is not None else [None]
+        self._heap_of = [lists.setdefault(None if a is None else tuple(a), len(lists)) for a in classes]
+        self._member = [[] for _ in range(n)]
+        self._heaps, self._size = [], []
+        for members, h in lists.items():
+            positions = range(n) if members is None else members
+            heap = [(replicas[i].outstanding_tokens, i, 0) for i in positions]
+            heapq.heapify(heap)
+            self._heaps.append(heap)
+            self._size.append(len(heap))
+            for i in positions:
+                self._member[i].append(h)
+        changed.clear()
+
+    def _scan(self, replicas, request) -> int:
         cands = self.allowed[request.cls] if self.allowed is not None else None
         if cands is None:
             cands = range(len(replicas))
-        best, best_load = -1, None
-        settle = self.settle
-        for i in cands:
-            if settle is not None:
-                settle(i)
-            load = replicas[i].outstanding_tokens
-            if best_load is None or load < best_load:
-                best, best_load = i, load
-        return best
+        return min(cands, key=lambda i: (replicas[i].outstanding_tokens, i))
+
+    def __call__(self, replicas, request) -> int:
+        changed = self.changed
+        if changed is None:
+            return self._scan(replicas, request)
+        heaps, version, member = self._heaps, self._version, self._member
+        push = heapq.heappush
+        for i in changed:
+            v = version[i] + 1
+            version[i] = v
+            entry = (replicas[i].outstanding_tokens, i, v)
+            for h in member[i]:
+                push(heaps[h], entry)
+        if changed:
+            changed.clear()
+            for h, heap in enumerate(heaps):  # (a class seldom routed: its heap grows all the same)
+                if len(heap) > 4 * self._size[h] + 64:  # mostly stale entries: rebuild
+                    heaps[h] = [e for e in heap if e[2] == version[e[1]]]
+                    heapq.heapify(heaps[h])
+        heap = heaps[self._heap_of[request.cls if self.allowed is not None else 0]]
+        while heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)
+        return heap[0][1]
 
 
 def class_aware(rng=None):
