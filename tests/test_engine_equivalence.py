@@ -18,6 +18,7 @@ summary's floats are compared to 1e-12 relative.
 import dataclasses
 import math
 import random
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -748,6 +749,51 @@ def test_the_property_tests_exercise_the_fast_path():
     assert used and sum(used) >= 0.6 * len(used), used
     used = [_matches_reference_scheduling(**d) for d in fixed_draws(SCHEDULING, 20, seed=2)]
     assert sum(used) >= 0.5 * len(used), used
+
+
+def _router_names():
+    from servesim.plugins import names
+
+    return list(names("router"))
+
+
+@pytest.mark.parametrize("router", _router_names())
+def test_every_router_matches_reference_on_random_replicas(router, monkeypatch):
+    """Each router of the registry (a new one is picked up here), on random cases over 2-3
+    replicas drawn from both property tests' spaces (the first: P/D, PP, speculative decoding,
+    a cut-off; the second: two classes, queue orders, admission), with and without a prefix
+    cache, and random prefix-cache cases (sessions, shared prefixes): both engines give the same
+    outputs, and every request that arrived is completed,
+    rejected with a reason, or unfinished. (The property tests draw their routers from lists of
+    their own, each missing some.)"""
+    from servesim.simulation import simulate as simulate_
+
+    seen = []
+
+    def accounted(*args, **kw):
+        res = simulate_(*args, **kw)
+        rq = res.requests
+        assert set(rq["status"].tolist()) <= {"completed", "rejected", "unfinished"}
+        assert all(r for r, st_ in zip(rq["reason"].tolist(), rq["status"].tolist()) if st_ == "rejected")
+        s = res.summary
+        assert s["completed"] + s["rejected"] + s["unfinished"] == len(rq["request_id"])
+        seen.append(len(set(rq["replica"][rq["replica"] >= 0].tolist())))
+        return res
+
+    monkeypatch.setattr(sys.modules[__name__], "simulate", accounted)
+    seed = 50 + _router_names().index(router)
+    for i, d in enumerate(fixed_draws(ANYWHERE, 4, seed=seed)):
+        d.update(router=router, replicas=max(2, d["replicas"]), prefix_caching=d["prefix_caching"] or i % 2 == 0)
+        _matches_reference_anywhere(**d, expect_fast_path=False)
+    for i, d in enumerate(fixed_draws(SCHEDULING, 4, seed=seed)):
+        d.update(router=router, replicas=max(2, d["replicas"]), prefix_caching=i % 2 == 0)
+        _matches_reference_scheduling(**d)
+    rnd = random.Random(seed)  # and prefix caches shared by sessions or system prompts (a prefix_aware router's)
+    for _ in range(2):
+        kw = _random_heavy_case(rnd, "prefix")
+        kw.update({"cluster.replicas": 3, "cluster.router": router, "workload.num_requests": 80})
+        run_both(make_scenario(**kw), expect_fast_path=False)
+    assert max(seen) >= 2  # (requests went to more than one replica)
 
 
 @settings(max_examples=200, deadline=None)
