@@ -97,6 +97,41 @@ def one_line(message: str, limit: int = MAX_MESSAGE) -> str:
     return text
 
 
+# One rule for a number written as text, in every input (scenario YAML and ``--set`` values, CLI
+# flags, trace, lengths and request-log files): ASCII digits 0-9, which '_' may group (1_000), as
+# YAML and Python read them. Python's int() and float() also take other scripts' digits (full-width
+# １０, Arabic-Indic ٣): refused everywhere, so that a value reads the same wherever it is given
+# (a scenario field read them as text while a flag or a trace cell read them as numbers).
+DIGITS_RULE = "ASCII digits 0-9 ('_' may group them, as in 1_000)"
+
+
+def non_ascii_number(text) -> bool:
+    """Whether ``text`` is a string that Python's ``float`` reads as a number only through
+    characters outside ASCII (digits of another script, Unicode spaces): not a number under
+    ``DIGITS_RULE``."""
+    if not isinstance(text, str) or text.isascii():
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def ascii_int(text: str) -> int:
+    """``int(text)`` under ``DIGITS_RULE``: a ValueError for a number in other digits."""
+    if non_ascii_number(text):
+        raise ValueError(f"{text!r} is not written in {DIGITS_RULE}")
+    return int(text)
+
+
+def ascii_float(text: str) -> float:
+    """``float(text)`` under ``DIGITS_RULE``: a ValueError for a number in other digits."""
+    if non_ascii_number(text):
+        raise ValueError(f"{text!r} is not written in {DIGITS_RULE}")
+    return float(text)
+
+
 class PluginError(InputError):
     """A policy or router loaded by name (a plug-in, ``module:Class``) broke its contract: it
     raised, returned something that is no decision, or left requests waiting with nothing left

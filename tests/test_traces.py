@@ -189,7 +189,7 @@ def test_trace_rows_in_other_forms_read_as_the_plain_ones(tmp_path):
                      "2023-11-16 18:00:01.0,7,40\n2023-11-16 18:00:02.25,100,1\n")
     other = tmp_path / "other.csv"
     other.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n 2023-11-16T18:00:00.5 , 12 ,003\n"
-                     "2023-11-16 19:00:01+01:00,7.0,40\n2023-11-16 18:00:02.250000000,１００,1\n")
+                     "2023-11-16 19:00:01+01:00,7.0,40\n2023-11-16 18:00:02.250000000,0100,1\n")
     a, b = gen({"path": str(plain)}), gen({"path": str(other)})
     assert a.arrival_s.tolist() == b.arrival_s.tolist() == [0.0, 0.5, 1.75]
     assert a.prompt_tokens.tolist() == b.prompt_tokens.tolist() == [12, 7, 100]

@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from servesim import __version__
-from servesim.errors import InputError
+from servesim.errors import DIGITS_RULE, InputError, non_ascii_number
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,6 +39,25 @@ class _Parser(argparse.ArgumentParser):
         return ""
 
 
+def _number(convert, text: str):
+    """``convert(text)`` for a flag's value, refusing a number in other digits than ASCII's
+    (DIGITS_RULE: Python's int() reads １０ as 10; a scenario field and a trace cell do not)."""
+    if non_ascii_number(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not written in {DIGITS_RULE}")
+    return convert(text)
+
+
+def _int(text: str) -> int:
+    return _number(int, text)
+
+
+def _float(text: str) -> float:
+    return _number(float, text)
+
+
+_int.__name__, _float.__name__ = "int", "float"  # (argparse's message for other text: "invalid int value")
+
+
 MAX_SEED = 2**63 - 1  # the scenario's seed field's range
 
 
@@ -46,7 +65,7 @@ def _seed(text: str) -> int:
     """``--seed``'s value, checked where it is given (the lessons that simulate nothing, and the
     robustness runs, took -5 in silence or named the scenario's field for it)."""
     try:
-        seed = int(text)
+        seed = _int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if not 0 <= seed <= MAX_SEED:
@@ -113,7 +132,7 @@ def _run_and_validate(sub) -> None:
     r.add_argument("--engine", choices=["fast", "reference"],
                    help="simulation engine (default: the scenario's engine, fast); same results either way")
     _seeds(r, "also run the N - 1 seeds after the scenario's and add their 95%% intervals (summary.json seeds)")
-    r.add_argument("--workers", type=int, help="with --seeds: parallel worker processes (default: all cores)")
+    r.add_argument("--workers", type=_int, help="with --seeds: parallel worker processes (default: all cores)")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario and print what is wrong")
@@ -129,8 +148,8 @@ def _cost(sub) -> None:
     c = sub.add_parser("cost", help="one step's cost with a per-operator breakdown")
     c.add_argument("--model", required=True, help="catalog model id or a Hugging Face config.json path")
     c.add_argument("--gpu", required=True, help="catalog GPU or a GPU YAML path")
-    c.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
-    c.add_argument("--pp", type=int, default=1, help="pipeline stages (the step crosses all of them)")
+    c.add_argument("--tp", type=_int, default=1, help="tensor-parallel GPUs")
+    c.add_argument("--pp", type=_int, default=1, help="pipeline stages (the step crosses all of them)")
     c.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "int4"], help="weight dtype")
     c.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"],
                    help="KV cache dtype (default: the 16-bit dtype the model computes in)")
@@ -140,9 +159,9 @@ def _cost(sub) -> None:
     c.add_argument("--expert-parallel", action="store_true",
                    help="MoE: experts spread over the TP ranks (as hardware.expert_parallel)")
     g = c.add_mutually_exclusive_group(required=True)
-    g.add_argument("--prefill", type=int, metavar="TOKENS", help="a prefill step of this many prompt tokens")
-    g.add_argument("--decode-batch", type=int, metavar="B", help="a decode step of B sequences, one token each")
-    c.add_argument("--context", type=int, default=0, help="KV tokens already computed per sequence")
+    g.add_argument("--prefill", type=_int, metavar="TOKENS", help="a prefill step of this many prompt tokens")
+    g.add_argument("--decode-batch", type=_int, metavar="B", help="a decode step of B sequences, one token each")
+    c.add_argument("--context", type=_int, default=0, help="KV tokens already computed per sequence")
     c.add_argument("--json", action="store_true", help="print the cost as JSON")
     c.add_argument("--calibration", default="auto", help="auto (shipped fit) | none (v0 figures) | FILE")
     c.add_argument("--engine", default="vllm-v1", help="engine profile (as the scenario's cost.engine): per-step "
@@ -181,7 +200,7 @@ def _profile_args(p) -> None:
     p.add_argument("--gpu", required=True, help="catalog GPU (or GPU YAML) the measurements were taken on")
     p.add_argument("--device", help="device folder under compute/ (default: from the GPU name, e.g. a100)")
     p.add_argument("--node", help="network folder for collectives (default: <device>_*, a DGX one first)")
-    p.add_argument("--max-tokens", type=int, default=4096, help="validate over num_tokens <= this (default 4096)")
+    p.add_argument("--max-tokens", type=_int, default=4096, help="validate over num_tokens <= this (default 4096)")
 
 
 def _overrides(p, set_help: str) -> None:
@@ -191,7 +210,7 @@ def _overrides(p, set_help: str) -> None:
 
 
 def _seeds(p, help_text: str, default=1) -> None:
-    p.add_argument("--seeds", type=int, default=default, metavar="N", help=help_text)
+    p.add_argument("--seeds", type=_int, default=default, metavar="N", help=help_text)
 
 
 def _study_outputs(p) -> None:
@@ -203,7 +222,7 @@ def _study_outputs(p) -> None:
 
 def _executor_args(p) -> None:
     """Shared by ``sweep``, ``capacity`` and ``compare``: where the points run."""
-    p.add_argument("--workers", type=int, help="parallel worker processes (default: all cores)")
+    p.add_argument("--workers", type=_int, help="parallel worker processes (default: all cores)")
     p.add_argument("--executor", default="local", choices=["local", "ray"],
                    help="local processes (default) or Ray (pip install 'servesim[ray]')")
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
@@ -232,17 +251,17 @@ def _studies(sub) -> None:
     p.add_argument("--slo", required=True, metavar="METRIC_STAT=S,...",
                    help="limits in seconds (or with ms), e.g. ttft_p99=0.5,tpot_p99=0.05; metrics "
                         f"{', '.join(METRICS)}; stats {', '.join(STATS)}")
-    p.add_argument("--attainment", type=float, help="instead: this share of requests within every limit (e.g. 0.9)")
+    p.add_argument("--attainment", type=_float, help="instead: this share of requests within every limit (e.g. 0.9)")
     p.add_argument("--per-gpu", action="store_true", help="also report capacity divided by the GPUs used")
-    p.add_argument("--probe-requests", type=int, help="requests per probe (default: max(scenario's, 1000))")
-    p.add_argument("--probe-duration", type=float, metavar="S",
+    p.add_argument("--probe-requests", type=_int, help="requests per probe (default: max(scenario's, 1000))")
+    p.add_argument("--probe-duration", type=_float, metavar="S",
                    help="make each probe at least S seconds of arrivals (default: two periods of a periodic "
                         "arrival process, else off)")
-    p.add_argument("--start", type=float, help="first rate to probe (default: the scenario's rate)")
-    p.add_argument("--tol", type=float, default=0.02, help="stop when the bracket is this narrow (default 0.02)")
-    p.add_argument("--max-probes", type=int, default=40,
+    p.add_argument("--start", type=_float, help="first rate to probe (default: the scenario's rate)")
+    p.add_argument("--tol", type=_float, default=0.02, help="stop when the bracket is this narrow (default 0.02)")
+    p.add_argument("--max-probes", type=_int, default=40,
                    help="give up after this many probes, with exit 2 and no answer (default 40)")
-    p.add_argument("--keep-up", type=float, default=0.9, metavar="SHARE",
+    p.add_argument("--keep-up", type=_float, default=0.9, metavar="SHARE",
                    help="a probe must also keep up: over the second half of its arrivals, requests that "
                         "leave >= SHARE x requests that arrive (default 0.9; 0: off)")
     p.add_argument("--out", help="keep the probes here (results.csv, runs/, capacity.json)")
@@ -250,8 +269,8 @@ def _studies(sub) -> None:
     _seeds(p, "search on exactly N seeds (1: one search, no interval); default: 3 seeds, then more until the "
               "95%% interval's half-width is <= --ci-target of the capacity or --max-seeds ran", default=None)
     # (defaults None: given with --seeds they would change nothing, and are refused; cmd_capacity)
-    p.add_argument("--max-seeds", type=int, default=None, help="without --seeds: stop adding seeds here (default 10)")
-    p.add_argument("--ci-target", type=float, default=None, metavar="SHARE",
+    p.add_argument("--max-seeds", type=_int, default=None, help="without --seeds: stop adding seeds here (default 10)")
+    p.add_argument("--ci-target", type=_float, default=None, metavar="SHARE",
                    help="without --seeds: the half-width to reach, as a share of the capacity (default 0.05)")
     _executor_args(p)
     p.add_argument("--outputs", metavar="NAME[,NAME]",
@@ -286,11 +305,11 @@ def _plan(sub) -> None:
     p = sub.add_parser("plan", help="the cheapest deployment (GPU, TP/PP, replicas, policy or P/D split) that "
                        "serves a rate within the SLO, verified by simulation")
     p.add_argument("scenario", help="scenario YAML file (model, workload; its hardware and policy are searched)")
-    p.add_argument("--rate", type=float, required=True, metavar="R", help="the arrival rate to serve (req/s)")
+    p.add_argument("--rate", type=_float, required=True, metavar="R", help="the arrival rate to serve (req/s)")
     p.add_argument("--slo", required=True, metavar="METRIC_STAT=S,...",
                    help="limits as servesim capacity takes them, e.g. ttft_p99=2,tpot_p99=100ms; metrics "
                         f"{', '.join(METRICS)}; stats {', '.join(STATS)}")
-    p.add_argument("--attainment", type=float, help="instead: this share of requests within every limit")
+    p.add_argument("--attainment", type=_float, help="instead: this share of requests within every limit")
     p.add_argument("--gpus", metavar="LIST", help="GPU types to try, e.g. h100-sxm,a100-80g (default: the scenario's)")
     p.add_argument("--tp", default="1,2,4,8", metavar="LIST", help="tensor-parallel sizes (default 1,2,4,8)")
     p.add_argument("--pp", default="1", metavar="LIST", help="pipeline stages, colocated shapes (default 1)")
@@ -303,25 +322,25 @@ def _plan(sub) -> None:
                    help="P/D split: prefill:decode replicas per unit (default 1:1,1:2,2:1,1:3)")
     p.add_argument("--mixed-pd", action="store_true",
                    help="also P/D splits whose prefill and decode pools use different GPU types of --gpus")
-    p.add_argument("--max-gpus", type=int, default=64, help="the largest deployment to consider (default 64)")
+    p.add_argument("--max-gpus", type=_int, default=64, help="the largest deployment to consider (default 64)")
     p.add_argument("--objective", default="cost", choices=OBJECTIVES,
                    help="minimize $/hour (default), GPUs, or modeled mean power at the rate")
-    p.add_argument("--seeds", type=int, default=3, help="workload seeds every answer is verified with (default 3)")
+    p.add_argument("--seeds", type=_int, default=3, help="workload seeds every answer is verified with (default 3)")
     p.add_argument("--price", action="append", metavar="GPU=USD",
                    help="USD per GPU-hour, over the catalog's list price (repeatable)")
-    p.add_argument("--probe-requests", type=int, help="requests per unit in a capacity probe (default: max(the "
+    p.add_argument("--probe-requests", type=_int, help="requests per unit in a capacity probe (default: max(the "
                    "scenario's, 1000))")
-    p.add_argument("--requests", type=int, help="requests in every run at the rate (default: max(probe requests, "
+    p.add_argument("--requests", type=_int, help="requests in every run at the rate (default: max(probe requests, "
                    "300 s of arrivals))")
-    p.add_argument("--tol", type=float, default=0.05, help="capacity search bracket (default 0.05)")
-    p.add_argument("--keep-up", type=float, default=0.9, metavar="SHARE",
+    p.add_argument("--tol", type=_float, default=0.05, help="capacity search bracket (default 0.05)")
+    p.add_argument("--keep-up", type=_float, default=0.9, metavar="SHARE",
                    help="every run must keep up, as servesim capacity (default 0.9; 0: off)")
-    p.add_argument("--max-probes", type=int, default=30, help="capacity probes per search (default 30)")
-    p.add_argument("--verify-top", type=int, default=3,
+    p.add_argument("--max-probes", type=_int, default=30, help="capacity probes per search (default 30)")
+    p.add_argument("--verify-top", type=_int, default=3,
                    help="configurations whose whole deployment gets a capacity search (default 3)")
     p.add_argument("--exhaustive", action="store_true",
                    help="simulate every shape, also those whose bound cannot beat the best verified")
-    p.add_argument("--top", type=int, default=10, help="rows of the ranked table printed (default 10)")
+    p.add_argument("--top", type=_int, default=10, help="rows of the ranked table printed (default 10)")
     p.add_argument("--out", default="plan-out", help="output folder (default: ./plan-out)")
     p.add_argument("--no-report", action="store_true", help="skip figures and report.md")
     _overrides(p, "override a field of the scenario")
@@ -387,7 +406,7 @@ def _reproduce(sub) -> None:
     p.add_argument("--quick", action="store_true", help="short probes and coarse searches (seconds per experiment)")
     p.add_argument("--out", default="out/reproduce", help="output folder (default: ./out/reproduce)")
     p.add_argument("--seed", type=_seed, help="replace every scenario's seed (robustness checks)")
-    p.add_argument("--workers", type=int, default=None, help="capacity probes in parallel (default: all cores)")
+    p.add_argument("--workers", type=_int, default=None, help="capacity probes in parallel (default: all cores)")
     p.add_argument("--write-docs", "--write-readme", dest="write_readme", metavar="FILE", nargs="?",
                    const="docs/fidelity.md",
                    help="also write the fidelity table into FILE (default ./docs/fidelity.md, the fidelity guide) "

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from servesim.cli.studies import _class_slo_note, _executor
 from servesim.cost.economics import OVERRIDE_MAX, OVERRIDE_MIN
-from servesim.errors import InputError, clip
+from servesim.errors import InputError, ascii_float, ascii_int, clip
 from servesim.outputs.progress import interactive
 
 
 def _ints(text: str, flag: str) -> tuple:
     try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
+        vals = tuple(ascii_int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise InputError(f"{flag} {text!r}: expected comma-separated integers") from None
     if not vals:
@@ -27,7 +27,7 @@ def _ratios(text: str) -> tuple:
     for item in text.split(","):
         parts = item.strip().split(":")
         try:
-            p, d = (int(x) for x in parts)
+            p, d = (ascii_int(x) for x in parts)
         except ValueError:
             raise InputError(f"--pd-ratios {item!r}: expected P:D, e.g. 1:2") from None
         out.append((p, d))
@@ -42,7 +42,7 @@ def _prices(items) -> tuple:
                 raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h100-sxm=2.5")
             g, v = item.split("=", 1)
             try:
-                usd = float(v)
+                usd = ascii_float(v)
             except ValueError:
                 raise InputError(f"--price {item!r}: {v!r} is not a number") from None
             if not (usd == 0 or OVERRIDE_MIN <= usd <= OVERRIDE_MAX):

@@ -177,6 +177,8 @@ def _read(path: str, columns: dict | None, time_unit: str | None) -> BenchResult
 
 
 def _is_zero(raw: str) -> bool:
+    if not raw.isascii():  # (０ is no number here: DIGITS_RULE; _length names it)
+        return False
     try:
         return float(raw) == 0
     except ValueError:

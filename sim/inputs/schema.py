@@ -30,7 +30,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from servesim.errors import InputError, clip, did_you_mean, shown, shown_path
+from servesim.errors import DIGITS_RULE, InputError, clip, did_you_mean, non_ascii_number, shown, shown_path
 from servesim.inputs.files import decode_utf8, loads_json, resolve_path
 
 
@@ -363,9 +363,11 @@ def _text_number(value: str, path: str, meta: dict, what: str) -> None:
         f = float(value)
     except ValueError:
         return
+    plain = "a number" if what == "a finite number" else what
+    if non_ascii_number(value):  # (１０: float() reads it; YAML, and so servesim, does not)
+        raise InputError(f"{path} must be {plain} written in {DIGITS_RULE}, got the text {shown(value)}")
     if not math.isfinite(f):
         raise _bad(path, meta, what + _range_text(meta), value)
-    plain = "a number" if what == "a finite number" else what
     raise InputError(f"{path} must be {plain}, got the text {shown(value)} (write it without quotes)")
 
 

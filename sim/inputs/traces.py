@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.errors import InputError, shown, shown_path
+from servesim.errors import DIGITS_RULE, InputError, non_ascii_number, shown, shown_path
 from servesim.inputs.files import (not_utf8, read_bytes, read_utf8, regular_file,  # noqa: F401 (re-exported)
                                    resolve_path)
 
@@ -218,6 +218,9 @@ def _time_value(raw, unit_s: float, where: str, column: str):
             raise _too_late(raw, where, column) from None
     else:
         text = str(raw).strip()
+        if non_ascii_number(text):
+            raise InputError(f"{where}: {column} must be a number written in {DIGITS_RULE} or a timestamp, got "
+                             f"{shown(text)}")
         try:
             v = float(text)
         except ValueError:
@@ -249,6 +252,8 @@ def _too_late(raw, where: str, column: str) -> InputError:
 def _length(raw, where: str, column: str) -> int:
     if isinstance(raw, bool):
         raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}")
+    if non_ascii_number(raw):
+        raise InputError(f"{where}: {column} must be a positive integer written in {DIGITS_RULE}, got {shown(raw)}")
     try:
         v = float(raw) if not isinstance(raw, (int, float)) else raw
     except (TypeError, ValueError):  # (JSON's null shown as the file writes it, not as Python's None)
@@ -520,19 +525,23 @@ def _read_csv_columns(path: str, cols: dict, unit_s: float, need_arrival: bool) 
             if set(map(len, rows)) != {width}:
                 return None
             n = len(rows)
+            cp, co = list(map(itemgetter(ip), rows)), list(map(itemgetter(io), rows))
+            ca = list(map(itemgetter(ia), rows)) if ia is not None else []
+            if not all("".join(c).isascii() for c in (cp, co, ca)):
+                return None  # (int() and float() take other scripts' digits, １０: DIGITS_RULE refuses them)
             try:
-                prompts.append(np.fromiter(map(int, map(itemgetter(ip), rows)), np.int64, n))
-                outputs.append(np.fromiter(map(int, map(itemgetter(io), rows)), np.int64, n))
+                prompts.append(np.fromiter(map(int, cp), np.int64, n))
+                outputs.append(np.fromiter(map(int, co), np.int64, n))
                 if ia is not None:
                     if stamps is None:
                         stamps = _is_plain_timestamp(rows[0][ia])
                     if stamps:
-                        parsed = _plain_timestamps(list(map(itemgetter(ia), rows)))
+                        parsed = _plain_timestamps(ca)
                         if parsed is None:
                             return None
                         ts.append(parsed)
                     else:
-                        ts.append(np.fromiter(map(float, map(itemgetter(ia), rows)), np.float64, n))
+                        ts.append(np.fromiter(map(float, ca), np.float64, n))
             except (ValueError, OverflowError):
                 return None
     lengths = _lengths_in_range(prompts, outputs)

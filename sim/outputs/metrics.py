@@ -102,7 +102,7 @@ def parse_slo(text: str) -> dict:
     out = {}
     for item in text.split(","):
         item = item.strip()
-        m = re.fullmatch(r"([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*(ms|s)?", item)
+        m = re.fullmatch(r"([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9._eE+-]+)\s*(ms|s)?", item)
         if not m:
             raise InputError(f"--slo {item!r}: expected METRIC_STAT=SECONDS (METRIC: {', '.join(LATENCY_METRICS)}; "
                              f"STAT: {', '.join(SLO_STATS)}), e.g. ttft_p99=0.5 or tpot_p99=50ms")

@@ -14,7 +14,7 @@ import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
-from servesim.errors import InputError, did_you_mean
+from servesim.errors import InputError, ascii_float, did_you_mean
 from servesim.inputs.overrides import override_texts, parse_override
 from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
@@ -39,7 +39,7 @@ def parse_rates(text) -> list[float]:
     out = []
     for item in text.split(","):
         try:
-            r = float(item)
+            r = ascii_float(item)
         except ValueError:
             raise InputError(f"--rates {item!r} is not a number; expected e.g. --rates 2,4,8") from None
         if not r > 0:
