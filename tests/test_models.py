@@ -36,6 +36,18 @@ def test_llama_defaults_and_aliases():
                 num_hidden_layers=2, intermediate_size=128).num_kv_heads == 4
 
 
+@pytest.mark.parametrize("model_type,key", [("llama", "intermediate_size"), ("opt", "ffn_dim")])
+def test_a_null_mlp_width_is_named_not_read_as_4x_hidden(model_type, key):
+    """intermediate_size: null (transformers keeps None: no MLP is built from it) was read as 4 x
+    hidden, GPT-2's rule for n_inner: a Llama's MLP silently 20,480 wide instead of an error."""
+    with pytest.raises(InputError, match=f"test config.json: field '{key}' is null: give the MLP's width"):
+        load(model_type=model_type, hidden_size=64, num_attention_heads=4, num_hidden_layers=2, **{key: None})
+    # GPT-2's n_inner and Falcon's ffn_hidden_size do mean 4 x hidden by null
+    assert load(model_type="gpt2", n_embd=64, n_head=4, n_layer=2, n_inner=None).intermediate_size == 256
+    assert load(model_type="falcon", hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                ffn_hidden_size=None).intermediate_size == 256
+
+
 def test_mistral_window_default_and_null():
     base = dict(model_type="mistral", hidden_size=4096, num_attention_heads=32, num_hidden_layers=32,
                 intermediate_size=14336, vocab_size=32000)

@@ -282,7 +282,12 @@ def _mlp(r: _Reader, fam: dict, fam_name: str | None, hidden: int) -> int:
             return fam["mlp"]  # OPTConfig's ffn_dim=3072 (every real OPT file gives it)
         raise InputError(f"{r.where} lacks {' / '.join(map(repr, _ALIASES['mlp']))}")
     if v is None:
-        return 4 * hidden  # n_inner / ffn_hidden_size null: 4 x hidden (GPT-2, Falcon)
+        if k in ("n_inner", "ffn_hidden_size"):
+            return 4 * hidden  # n_inner / ffn_hidden_size null: 4 x hidden (GPT-2, Falcon)
+        # (intermediate_size / ffn_dim null: transformers keeps None and builds no MLP from it; 4 x hidden,
+        # GPT-2's rule, was taken in silence: 20,480 for Llama-2-13B's 13,824)
+        raise InputError(f"{r.key(k)} is null: give the MLP's width (a positive integer; only GPT-2's n_inner and "
+                         "Falcon's ffn_hidden_size mean 4 x hidden_size by null)")
     width = r.int(k)
     if fam_name == "qwen" and k == "intermediate_size":
         if width % 2:
