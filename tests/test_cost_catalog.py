@@ -127,6 +127,9 @@ def test_gpu_yaml_errors_name_the_field_and_say_what_is_valid(tmp_path, capsys):
         ("base: h100-sxm\nfp8_flops: -1\n", r"gpu\.yaml: fp8_flops must be >= 0 and <= 1e\+21, got -1"),
         ("base: h100-sm\n", r"base: unknown GPU 'h100-sm'; \(did you mean 'h100-sxm'\?\)"),
         ("- h100-sxm\n", r"gpu\.yaml: a GPU file must be a YAML mapping, got list"),
+        # an empty file (or comments alone) read "got NoneType"
+        ("", r"gpu\.yaml: a GPU file must be a YAML mapping, got an empty document \(no fields\)"),
+        ("# base: h100-sxm\n", r"gpu\.yaml: a GPU file must be a YAML mapping, got an empty document"),
     ):
         p.write_text(body)
         with pytest.raises(InputError, match=msg):

@@ -286,7 +286,10 @@ def read_mapping(path: str | Path, what: str, where: str = "", fmt: str | None =
             raise InputError(f"{lead}{path}:{at} malformed YAML: {clip(problem, 200)}") from None
         kind = "YAML mapping"
     if not isinstance(data, dict):
-        raise InputError(f"{lead}{path}: a {what} must be a {kind}, got {type(data).__name__}")
+        got = type(data).__name__
+        if data is None:  # (an empty file, or one of comments only, reads as YAML's null: "got NoneType")
+            got = "an empty document (no fields)" if kind == "YAML mapping" else "null"
+        raise InputError(f"{lead}{path}: a {what} must be a {kind}, got {got}")
     return data
 
 
