@@ -55,6 +55,12 @@ def shown(value, limit: int = MAX_SHOWN) -> str:
     return text
 
 
+def shown_data(value, limit: int = MAX_SHOWN) -> str:
+    """``shown``, with null, true and false as YAML and JSON write them (not Python's None, True,
+    False): for a value read from a file or a ``--set``."""
+    return "null" if value is None else "true" if value is True else "false" if value is False else shown(value, limit)
+
+
 def shown_path(path) -> str:
     """A file or folder path for a message, quoted as ``shown`` quotes a value but whole up to
     ``MAX_PATH_SHOWN`` characters instead of 80; a longer one keeps its start and its end (the

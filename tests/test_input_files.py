@@ -65,7 +65,7 @@ def test_an_unreadable_first_jsonl_line_is_named_when_the_format_is_sniffed(tmp_
     assert "t.jsonl line 1: cannot read the JSON" in one_error(err)
 
 
-@pytest.mark.parametrize("value, says", [("null", "got null"), ("[1]", "got [1]"), ("true", "got True")])
+@pytest.mark.parametrize("value, says", [("null", "got null"), ("[1]", "got [1]"), ("true", "got true")])
 def test_a_jsonl_arrival_that_is_no_number_shows_what_the_file_holds(tmp_path, capsys, value, says):
     """A JSON null was shown as the text 'None' (str() of it, quoted)."""
     p = traced(tmp_path, "t.jsonl", f'{{"arrival_s": {value}, "prompt_tokens": 10, "output_tokens": 5}}\n')
@@ -520,3 +520,21 @@ def test_sweep_values_that_differ_in_type_only_are_both_run(tmp_path, capsys):
 
     assert pop_sweep_block({"sweep": {"grid": {"x": [1, True]}}}) == {"x": [1, True]}
 
+
+
+@pytest.mark.parametrize("override, says", [
+    ("seed=true", "seed must be an integer, got true"),
+    ("name=", "name must be a string, got null"),
+    ("workload.num_requests=false", "workload.num_requests must be an integer, got false"),
+])
+def test_a_scenario_field_shows_null_and_booleans_as_yaml_writes_them(capsys, override, says):
+    """A field's error showed YAML's null, true and false as Python's None, True and False."""
+    assert main(["validate", "default", "--set", override]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_config_json_null_is_shown_as_the_file_writes_it():
+    with pytest.raises(InputError, match="field 'vocab_size' must be a positive integer .*, got null$"):
+        model_from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                              "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": None},
+                             "config.json", "m")

@@ -30,7 +30,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from servesim.errors import DIGITS_RULE, InputError, clip, did_you_mean, non_ascii_number, shown, shown_path
+from servesim.errors import (DIGITS_RULE, InputError, clip, did_you_mean, non_ascii_number, shown, shown_data,
+                             shown_path)
 from servesim.inputs.files import decode_utf8, loads_json, resolve_path
 
 
@@ -328,7 +329,7 @@ def _range_text(meta: dict) -> str:
 def _bad(path: str, meta: dict, what: str, value) -> InputError:
     """``path must be <what>, got value``, or the field's own ``valid`` text when it has one (the
     value cut short: ``shown``)."""
-    return InputError(f"{path} must be {meta.get('valid') or what}, got {shown(value)}")
+    return InputError(f"{path} must be {meta.get('valid') or what}, got {shown_data(value)}")
 
 
 MAX_TEXT = 4096  # characters of any text field (names, paths): enough for a path, not a document

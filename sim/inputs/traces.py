@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.errors import DIGITS_RULE, InputError, non_ascii_number, shown, shown_path
+from servesim.errors import DIGITS_RULE, InputError, non_ascii_number, shown, shown_data, shown_path
 from servesim.inputs.files import (not_utf8, read_bytes, read_utf8, regular_file,  # noqa: F401 (re-exported)
                                    resolve_path)
 
@@ -209,7 +209,7 @@ def unit_in_name(column: str) -> str | None:
 def _time_value(raw, unit_s: float, where: str, column: str):
     """A number (seconds after scaling) or a timestamp (integer ns). Returns (kind, value)."""
     if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):  # (JSON true, null, a list, ...)
-        got = "null" if raw is None else shown(raw)
+        got = shown_data(raw)
         raise InputError(f"{where}: {column} must be a number or a timestamp, got {got}")
     if isinstance(raw, (int, float)):
         try:
@@ -251,14 +251,14 @@ def _too_late(raw, where: str, column: str) -> InputError:
 
 def _length(raw, where: str, column: str) -> int:
     if isinstance(raw, bool):
-        raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}")
+        raise InputError(f"{where}: {column} must be a positive integer, got {shown_data(raw)}")
     if non_ascii_number(raw):
         raise InputError(f"{where}: {column} must be a positive integer written in {DIGITS_RULE}, got {shown(raw)}")
     try:
         v = float(raw) if not isinstance(raw, (int, float)) else raw
     except (TypeError, ValueError):  # (JSON's null shown as the file writes it, not as Python's None)
         raise InputError(f"{where}: {column} must be a positive integer, got "
-                         f"{'null' if raw is None else shown(raw)}") from None
+                         f"{shown_data(raw)}") from None
     if v != v or v == float("-inf") or (v != float("inf") and int(v) != v):
         raise InputError(f"{where}: {column} must be a positive integer, got {shown(raw)}")
     if v < 1:
