@@ -3,6 +3,7 @@
 import copy
 import json
 import os
+import re
 
 import pytest
 import yaml
@@ -661,3 +662,19 @@ def test_report_refuses_a_folder_a_study_is_still_writing(tmp_path, capsys):
     # a lock file still naming a holder killed with kill -9 (no lock held): no study is writing
     (out / LOCK_FILE).write_text('{"pid": 1, "host": "h", "what": "sweep", "started": "then"}\n')
     assert holder(out) is None
+
+
+@pytest.mark.parametrize("rates, says", [
+    ("1,2,1", r"--rates: '1' is given twice \(rates 1 and 3\)"),
+    ("2,2.0", r"--rates: '2.0' is given twice \(rates 1 and 2\)"),
+    ("inf", "--rates: each rate must be finite, got 'inf'"),
+    ("1,1e400", "--rates: each rate must be finite, got '1e400'"),
+])
+def test_compare_rates_given_twice_or_infinite_are_refused_at_the_flag(tmp_path, capsys, rates, says):
+    """--rates 1,1 ran every configuration twice at 1 req/s (--grid refuses a value given twice);
+    inf was refused only as 'every configuration is invalid'."""
+    out = tmp_path / "c"
+    assert main(["compare", scenario_file(tmp_path), "--policies", "continuous,static", "--rates", rates,
+                 "--out", str(out), "--quiet", "--no-report"]) == 2
+    assert re.search(says, capsys.readouterr().err)
+    assert not out.exists()

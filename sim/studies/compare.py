@@ -10,6 +10,7 @@ then ``servesim report DIR`` is built unless ``--no-report``.
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,11 @@ def parse_rates(text) -> list[float]:
             raise InputError(f"--rates {item!r} is not a number; expected e.g. --rates 2,4,8") from None
         if not r > 0:
             raise InputError(f"--rates: each rate must be > 0, got {item!r}")
+        if r == math.inf:  # (inf, 1e400: refused here, as 0 and nan are, not as every configuration invalid)
+            raise InputError(f"--rates: each rate must be finite, got {item!r}")
+        if r in out:  # (each configuration ran twice at it, as --grid refuses a value given twice)
+            raise InputError(f"--rates: {item.strip()!r} is given twice (rates {out.index(r) + 1} and {len(out) + 1}); "
+                             "give each rate once (--seeds N repeats every point on N seeds)")
         out.append(r)
     return out
 
