@@ -9,9 +9,11 @@ nothing else left:
 
 1. ``send``: requests that join at the end of the instant (open-loop arrivals that come while
    something else is due then), first in, first out;
-2. ``decide``: an idle replica woken by an arrival decides its step once every request of the
-   instant has arrived (vLLM's engine, idle, blocks on its input queue and, woken, takes every
-   request queued before it calls the scheduler), in the order the replicas were woken.
+2. ``decide``: a replica whose step ended now, or an idle one woken by an arrival, decides its
+   next step once every request of the instant has arrived (vLLM's engine core, between two
+   steps, adds every request waiting in its input queue before it calls the scheduler; idle, it
+   blocks on that queue and, woken, does the same), in the order the steps ended or the replicas
+   were woken.
 
 Each item may schedule more events at this instant (a request rejected at once tells its client,
 which sends its next one): the queue waits for those again before its next item, and a send

@@ -289,6 +289,7 @@ class Replica:
         self._mac = None  # a run of decode-only steps in flight (see _macro)
         self._interruptible = False
         self._wake_lag = 0  # the lag of the wake that interrupted the run in flight
+        self._wake_cut = False  # that wake may end the run at a step's end that is now (``_interrupt``)
         self._lagged = False  # the run was cut to the step after the one in flight (a lagged wake)
         self._decode_step_s = 0.0  # the last decode-only step's duration (to size plans)
         self._wakeup = None
@@ -440,16 +441,24 @@ class Replica:
                 return  # ranked behind the waiting head (ties: first in, first out): it changes nothing
             now = self.env.now
             j = bisect.bisect_right(run.ends, now, 0, run.K)  # the step in flight
+            if not lag and j and run.ends[j - 1] == now:
+                # it came as a step ended: the decision at that end, once every request of the
+                # instant has arrived, sees it (the step after it has not begun: ``settle``)
+                if j < run.K:
+                    self._interrupt(0)
+                return
+            cut = True
             if lag and (run.ends[j - 1] if j else run.t0) == now:
                 # it came as that step began: the decision at the step's end sees what came by its
                 # start (``_release``), so it is seen there, with no lag
                 lag = 0
+                cut = False
             if j + 1 + lag >= run.K:
                 run.stop = True  # the run ends there anyway
                 return
             if self._lagged and lag:
                 return  # (cut already to the step after the one in flight)
-            self._interrupt(lag)
+            self._interrupt(lag, cut)
             return
         ev = self._wakeup
         if ev is not None and not ev.triggered:
@@ -483,7 +492,18 @@ class Replica:
         window, fast = self.window, self.fast and self.pipeline is None
         plugin = self._plugin
         idle_wakes = 0  # (a plug-in's decisions in a row that scheduled nothing and set a timer)
+        ended = False  # a step (or a run of them) ended now: the next decision waits for the instant's end
         while True:
+            if ended:
+                ended = False
+                if env.peek() <= env.now:
+                    # something else is due at this instant (a client told of a completion, an
+                    # arrival, another replica's step): the decision comes once every request of
+                    # the instant has arrived (vLLM's engine core adds the requests in its input
+                    # queue before it schedules the next step); nothing due: the same at once
+                    ev = env.event()
+                    end_of_instant(env).decide(ev.succeed)
+                    yield ev
             if incoming:
                 self._release(env.now)
             if not members and not running and not waiting and not swapped and not landed:
@@ -529,6 +549,7 @@ class Replica:
                 K = self._macro_len(n, kv.num_free, self._bulk and not batch.until_completion)
                 if K >= 2:
                     yield from self._macro(n, K, shape=batch)
+                    ended = True
                     continue
             swap_s = self._apply(batch, start) if not plugin else self._plugin_apply(batch, start)
             if batch.empty:
@@ -537,6 +558,7 @@ class Replica:
                         yield env.timeout(swap_s)
                     else:
                         yield from self.pipeline.swap(swap_s)
+                    ended = True
                 elif not batch.preempted:
                     # Nothing can run now (waiting for KV held by transfers, or for the policy's
                     # timer): sleep until an arrival, a KV release or the timer. A colocated replica
@@ -554,6 +576,7 @@ class Replica:
             if (batch.steady and fast and not swap_s and not batch.prefix_hits and batch.set_seqs == n
                     and not incoming and self._foldable(batch.items)):
                 yield from self._macro(n, self.MAX_RUN, (batch, cost, batch.items))
+                ended = True
                 continue
             draft_s = self._draft_time_s(batch) if self.spec else 0.0
             extra = swap_s + draft_s
@@ -568,6 +591,7 @@ class Replica:
             self._commit(batch, cost, start, extra)
             if self.aggregate:
                 self._absorb()
+            ended = True
 
     # A plug-in policy that decides nothing this many times in a row, each time setting a timer
     # (wake_at_s), while requests wait: a timer policy that never schedules (a run that would
@@ -1314,7 +1338,11 @@ class Replica:
                 self.settle(env.now)
                 j = run.done  # the step in flight
                 lag = self._wake_lag
-                if j + 1 + lag < run.K:
+                if not lag and j and run.ends[j - 1] == env.now and self._wake_cut:
+                    # woken as step j - 1 ended: the run ends there, and the replica decides once
+                    # the instant has nothing else left (step j had not begun)
+                    self._truncate(run, j)
+                elif j + 1 + lag < run.K:
                     self._truncate(run, j + 1 + lag)
                 if lag and self.role != "colocated":
                     # the step after the one in flight is decided without what arrived; anything
@@ -1474,11 +1502,13 @@ class Replica:
         run.K, run.pn, run.psum, run.pcap, run.pcx = i, n, sumc, ncap, capx
         return i - P
 
-    def _interrupt(self, lag: int = 0) -> None:
+    def _interrupt(self, lag: int = 0, cut: bool = True) -> None:
         """End the wait of the run of decode steps in flight (``_interruptible``): it ends after
-        the step in flight and ``lag`` more (``_macro``'s interrupt path)."""
+        the step in flight and ``lag`` more (``_macro``'s interrupt path); woken at the very end
+        of a step, with no lag and ``cut``, at that end (the step after it had not begun)."""
         self._interruptible = False
         self._wake_lag = lag
+        self._wake_cut = cut and not lag
         self.process.interrupt()
 
     def kv_changed(self) -> None:
@@ -1518,8 +1548,10 @@ class Replica:
         find = bisect.bisect_left if strict else bisect.bisect_right
         ends, cum = run.ends, run.cum
         kv = self.kv
-        # steps started by now: step 0 at t0, step i when step i - 1 ends
-        g = ((run.t0 < now) if strict else (run.t0 <= now)) + find(ends, now, 0, K - 1) if K else 0
+        # steps started by now: step 0 at t0, step i when step i - 1 ends; one that would begin
+        # at a step end that is now has not: the replica decides it once every request of the
+        # instant has arrived (an arrival then may end the run there, ``wake``)
+        g = ((run.t0 < now) if strict else (run.t0 <= now)) + bisect.bisect_left(ends, now, 0, K - 1) if K else 0
         evict = False  # the growth needs cached blocks evicted: taken step by step below
         if g > grown:
             need = cum[g - 1] - (cum[grown - 1] if grown else 0)
