@@ -106,3 +106,83 @@ def test_clients_beyond_the_requests_are_not_started_and_change_nothing(monkeypa
         a, b = few.requests[col], every.requests[col]
         assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), col  # (unfinished: NaN times)
     assert np.array_equal(few.steps["start_s"], every.steps["start_s"])
+
+
+# 8 clients that never think, with no API-server time between a rejection and the next request,
+# under a queue bound of 1 request per replica: most requests are rejected
+HAMMER = {"cost.api_server": False, "policy.admission": {"max_queue": 1}, "policy.max_num_seqs": 2}
+
+
+def test_a_rejected_client_waits_reject_wait_s():
+    """``workload.arrival.reject_wait_s``: a client whose request was rejected waits that long
+    before its next (a backoff), instead of its think time; a served one still thinks (0 here)."""
+    res = simulate(closed(8, n=120, arrival_extra={"reject_wait_s": 0.25}, **HAMMER))
+    r = res.requests
+    assert res.summary["rejected"] > 10
+    assert res.summary["num_requests"] == 120 == res.summary["completed"] + res.summary["rejected"]
+    # requests ended at t (completed at finish_s, rejected at arrival_s), and the arrival times
+    ended = np.where(r["status"] == "rejected", r["arrival_s"] + 0.25, r["finish_s"])
+    arrivals = np.sort(r["arrival_s"])
+    # every request but the first 8 was sent by a client whose previous request ended
+    # (completed: at once; rejected: 0.25 s after it); so every arrival after time 0 is one of those times
+    later = arrivals[arrivals > 0]
+    assert len(later) == 112
+    assert np.isin(later, ended).all()
+    # and a rejected client sent nothing at the instant of its rejection: its next request came
+    # 0.25 s later (all but the last few, whose clients found the 120 requests sent)
+    rejected_at = r["arrival_s"][r["status"] == "rejected"]
+    assert np.isin(rejected_at + 0.25, arrivals).sum() >= len(rejected_at) - 8
+
+
+def test_a_closed_loop_stuck_on_rejections_is_an_error_not_a_hang(monkeypatch):
+    """Clients that resend at once after a rejection, at one instant, while nothing there changes:
+    simulated time never advanced (a run with duration_s alone never ended). Now the run stops
+    with an error naming what lets time move (after fewer such rejections here, to be quick)."""
+    import servesim.core.clients as clients
+    from servesim.errors import InputError
+
+    monkeypatch.setattr(clients, "MAX_STUCK_REJECTIONS", 2_000)
+    sc = closed(8, n=None, **{**HAMMER, "workload.duration_s": 5.0})
+    with pytest.raises(InputError, match="reject_wait_s.*think_time_s"):
+        simulate(sc)
+    # the same with sessions: a rejected turn ends its session, and its client begins the next at once
+    with pytest.raises(InputError, match="think_time_s > 0"):
+        simulate(closed(8, n=None, **{**HAMMER, "workload.duration_s": 5.0,
+                                      "workload.sessions": {"turns": {"dist": "fixed", "value": 2}}}))
+    # with a backoff the same run ends, every request accounted for
+    res = simulate(closed(8, n=None, arrival_extra={"reject_wait_s": 0.05}, **{**HAMMER, "workload.duration_s": 5.0}))
+    s = res.summary
+    assert s["rejected"] > 0 and s["num_requests"] == s["completed"] + s["rejected"] + s["unfinished"]
+
+
+def test_resending_at_once_after_rejections_is_a_warning(tmp_path, capsys):
+    """A closed loop with think time 0 under admission rules, no reject_wait_s: validate says the
+    clients will resend at once, and a run where most requests were rejected says they did; with
+    a backoff neither does (and the rejections drop)."""
+    import yaml
+
+    from servesim.cli.main import main
+
+    sc = closed(8, n=120, **{**HAMMER, "cost.api_server": True})
+    w = {x["code"]: x["message"] for x in simulate(sc).summary["warnings"]}
+    assert "resend_at_once" in w and "reject_wait_s" in w["resend_at_once"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    assert "no reject_wait_s" in capsys.readouterr().out
+    backoff = closed(8, n=120, arrival_extra={"reject_wait_s": 0.5}, **{**HAMMER, "cost.api_server": True})
+    s2 = simulate(backoff).summary
+    assert "resend_at_once" not in {x["code"] for x in s2["warnings"]}
+    assert s2["rejected"] < simulate(sc).summary["rejected"]
+    path.write_text(yaml.safe_dump(backoff.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    assert "reject_wait_s" not in capsys.readouterr().out
+
+
+def test_reject_wait_s_with_sessions_is_refused():
+    from servesim.errors import InputError
+
+    with pytest.raises(InputError, match=r"workload.arrival.reject_wait_s: plain closed loops only"):
+        make_scenario(**{"workload.arrival": {"process": "closed_loop", "clients": 2, "reject_wait_s": 1.0},
+                         "workload.num_requests": 20,
+                         "workload.sessions": {"turns": {"dist": "fixed", "value": 2}}})

@@ -517,7 +517,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, REJECTED_SHARE, UNFINISHED_SHARE,
                                          budget_warnings, clipped_text, cost_mapping_warnings, gpu_unit_warnings,
                                          kv_override_warnings, kv_room_fix, no_effect_warnings, no_requests_text,
-                                         plugin_shadow_warnings, scenario_slos, slo_unit_warnings, trace_unit_text)
+                                         plugin_shadow_warnings, resend_at_once_warnings, scenario_slos,
+                                         slo_unit_warnings, trace_unit_text)
     from servesim.outputs.verdicts import SLO_TARGET
     from servesim.plugins import plugin_warnings
     from servesim.predictions import (OVERLOAD_MARGIN, drawn_lengths, predict_clipped, predict_head_of_line,
@@ -527,7 +528,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
 
     setup = setup or prepare(scenario)
     lines = [f"warning: {w['message']}" for w in kv_override_warnings(setup.pools) + gpu_unit_warnings(setup.pools)
-             + budget_warnings(setup.pools)]
+             + budget_warnings(setup.pools) + resend_at_once_warnings(scenario)]
     guessed = (dataset_info(scenario.workload) or {}).get("trace_unit_guessed")
     if guessed:
         lines.append(f"warning: {trace_unit_text(guessed, None)}")

@@ -2,7 +2,8 @@
 
 This is how ``max-concurrency`` serving benchmarks drive a server: at most ``clients`` requests
 are ever outstanding. A request ends when it completes or is rejected (a rejected request ends
-at once, so a client never stalls on it); the recorder's end hooks tell the waiting client.
+at once, so a client never stalls on it; the client then waits its think time, or
+``reject_wait_s``); the recorder's end hooks tell the waiting client.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.core.request import Request
+from servesim.errors import InputError
 
 
 def _after_this_instant(env):
@@ -60,6 +62,10 @@ def drive_closed_loop(env, source, submit, recorder, api_delay_s=None) -> None:
     request; ``api_delay_s(request)``: how long after the engine ends a request the client hears
     of it (the API server; None: at once)."""
     ends = _end_events(env, recorder, api_delay_s)
+    reject_wait = source.arrival.reject_wait_s
+    # requests rejected at once, each sent at once after its predecessor's rejection (no think
+    # time, backoff or API-server time between them): (the instant, how many) since time last moved
+    stuck = [-1.0, 0]
 
     def client(c: int):
         think = float(source.first_think_s[c])
@@ -82,9 +88,38 @@ def drive_closed_loop(env, source, submit, recorder, api_delay_s=None) -> None:
             waited = delay > 0
             if waited:
                 yield env.timeout(delay)
+            if req.status == "rejected":
+                if reject_wait is not None:
+                    think = reject_wait  # (the drawn think time is not used: the draws stay as they were)
+                if think == 0 and not waited:
+                    _check_not_stuck(stuck, env.now, source)
 
     for c in _clients_that_can_send(source):
         env.process(client(c))
+
+
+# A closed loop whose clients resend at once after a rejection (no think time, backoff or API-server
+# time) sends its next request at the instant of the rejection; while the replicas' state does not
+# move, every one of them is rejected too and simulated time never advances (with duration_s alone,
+# a run that never ends). This many such requests at one instant end the run with an error.
+MAX_STUCK_REJECTIONS = 100_000
+
+
+def _check_not_stuck(stuck: list, now: float, source, sessions: bool = False) -> None:
+    """Count a request rejected at ``now`` whose client sends again at once; past
+    ``MAX_STUCK_REJECTIONS`` at one instant, an ``InputError`` naming what lets time move."""
+    if stuck[0] != now:
+        stuck[0], stuck[1] = now, 0
+    stuck[1] += 1
+    if stuck[1] > MAX_STUCK_REJECTIONS:
+        what = ("a session's rejected turn ends it and its client begins the next at once" if sessions else
+                "each sent at once after the one before it was rejected")
+        fix = ("workload.arrival.think_time_s > 0 (a client's lead before each session)" if sessions else
+               "workload.arrival.reject_wait_s (a rejected client's backoff) or think_time_s > 0")
+        raise InputError(
+            f"workload.arrival: {stuck[1]:,} requests were rejected at t={now:g} s, {what} (think_time_s "
+            f"{source.arrival.think_time_s:g}, no API-server time): simulated time cannot advance. Give {fix}, "
+            "or relax the policy.admission rule that rejects them")
 
 
 def _clients_that_can_send(source):
@@ -122,6 +157,7 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
     runs it to its end and begins the next, thinking ``Session.lead_s`` before each.
     ``api_delay_s`` as for ``drive_closed_loop``."""
     ends = _end_events(env, recorder, api_delay_s)
+    stuck = [-1.0, 0]  # (as drive_closed_loop's: a closed loop's client begins its next session at once)
 
     def run(i: int, waited: bool):
         """``waited``: the session starts at the end of a wait (its start time or lead, or the
@@ -147,6 +183,8 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
                 yield env.timeout(delay)
             if req.status == "rejected":
                 source.abandoned += 1
+                if source.closed and not waited:
+                    _check_not_stuck(stuck, env.now, source, sessions=True)
                 return waited
         return waited
 

@@ -4,6 +4,9 @@ whose numbers look fine but answer another question than the one asked.
 Each warning is ``{"code": ..., "message": ...}``:
 - ``rejections``: at least ``REJECTED_SHARE`` of the requests were rejected (with the top reasons):
   the latencies describe the few that were served;
+- ``resend_at_once``: a closed loop with think time 0 and no ``reject_wait_s`` had at least
+  ``REJECTED_SHARE`` of its requests rejected, each client sending again at once
+  (``resend_at_once_warnings``; ``validate``: with admission rules);
 - ``clipped``: at least ``CLIPPED_SHARE`` of the requests were longer than the model's context and
   were shortened to fit it (``workload.clip_to_context``): the lengths run are not the ones
   described (``validate`` predicts it from the workload's own requests);
@@ -295,6 +298,33 @@ def scenario_slos(scenario) -> list:
     return out
 
 
+def resend_at_once_warnings(scenario, rejected: int | None = None) -> list:
+    """A closed loop (not sessions) whose clients send again at once after a rejection: think
+    time 0 and no ``workload.arrival.reject_wait_s``. ``rejected``: the run's rejections (None:
+    before a run, said when admission rules can reject)."""
+    from servesim.inputs.scenario import ClosedLoopArrival
+
+    w = scenario.workload
+    a = w.arrival
+    if (not isinstance(a, ClosedLoopArrival) or w.sessions is not None or a.think_time_s > 0
+            or a.reject_wait_s is not None):
+        return []
+    if rejected is None:
+        if not scenario.policy.admission.active:
+            return []
+        what = "a request that policy.admission rejects is followed at once by its client's next"
+    elif rejected:
+        what = f"{rejected:,} requests were rejected, each followed at once by its client's next"
+    else:
+        return []
+    return [{"code": "resend_at_once",
+             "message": f"{what} (workload.arrival.think_time_s=0, no reject_wait_s): against a server that "
+                        "keeps rejecting, the clients send a request per API-server round trip (none without an "
+                        "API server), so most requests are rejections; serving benchmarks send a fixed number "
+                        "of prompts, and a load generator backs off: set workload.arrival.reject_wait_s (or a "
+                        "think time) for that"}]
+
+
 def run_warnings(summary: dict, scenario, pools=()) -> list:
     """The run's warnings (module docstring); ``scenario``: the ``Scenario`` that ran; ``pools``:
     its setup's pools (``servesim.simulation.PoolSetup``: the model's context, the KV sizing)."""
@@ -319,6 +349,8 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
                                f"workload.duration_s={cut if cut is None else f'{cut:g}'} s: the latency figures cover "
                                f"the {done} completed ones and hide that backlog (a longer duration_s, or "
                                f"num_requests without a cut-off, shows it)"})
+    if n and rej >= REJECTED_SHARE * n:  # (a few rejections, followed at once, are a benchmark's too)
+        out += resend_at_once_warnings(scenario, rej)
     if n and not done:
         out.append({"code": "nothing_completed", "message": f"none of the {n} requests completed"})
     if not n:
