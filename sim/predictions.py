@@ -130,7 +130,7 @@ def predict_clipped(scenario: Scenario, setup=None, specs=None) -> dict | None:
     return {"requests": len(specs), "clipped": k, "context_tokens": setup.cost_model.model.max_context_tokens}
 
 
-def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | None:
+def predict_slo_floors(scenario: Scenario, setup=None, specs=None, only=None) -> dict | None:
     """The requests that cannot meet their SLO at any load, without running: on an idle
     deployment a request's TTFT is at least its prompt's prefill alone and its TPOT at least one
     decode step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with),
@@ -141,8 +141,10 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
     (two or more) that cannot reach ``verdicts.SLO_TARGET`` of their own}
     over the workload's own
     requests; None without an SLO, for closed-loop and multi-turn workloads. Rejected requests
-    are ``predict_rejections``'."""
-    from servesim.studies.plan_space import NEVER, latency_floors, stats_from_specs
+    are ``predict_rejections``'. ``only``: a mask of the requests whose floors to price (a run's
+    checks those that missed the SLO: one within it cannot be over a floor, which is a lower bound
+    on its latency), the others taken as within it."""
+    from servesim.studies.plan_space import NEVER, WorkloadStats, latency_floors, stats_from_specs
 
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs) or not len(specs):
@@ -155,8 +157,15 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None) -> dict | Non
             return None
         limits = (np.full(n, np.inf if slo.ttft_s is None else slo.ttft_s),
                   np.full(n, np.inf if slo.tpot_s is None else slo.tpot_s))
-    floors = latency_floors("pd" if "decode" in setup.pools_by_name else "colocated", setup,
-                            stats_from_specs(scenario, specs))
+    kind = "pd" if "decode" in setup.pools_by_name else "colocated"
+    stats = stats_from_specs(scenario, specs)
+    if only is None:
+        floors = latency_floors(kind, setup, stats)
+    else:  # (each request's floors are its own: pricing some of them gives those exactly)
+        part = latency_floors(kind, setup, WorkloadStats(stats.prompt[only], stats.output[only],
+                                                         stats.prompt_total[only]))
+        floors = {"ttft": np.zeros(n), "tpot": np.full(n, np.nan)}
+        floors["ttft"][only], floors["tpot"][only] = part["ttft"], part["tpot"]
     # (what the replicas reject is predict_rejections'; the floors mark only what needs more KV)
     served = (floors["ttft"] < NEVER / 10) & _served(scenario, setup, specs)
     ttft = served & (floors["ttft"] > limits[0])

@@ -28,7 +28,7 @@ from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
 from servesim.core.instant import end_of_instant
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
-from servesim.outputs.checks import run_warnings
+from servesim.outputs.checks import run_warnings, slo_floor_warnings
 from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats, offered_rate
@@ -609,6 +609,31 @@ def _failed_with_plugins(plugins: list, e: Exception) -> str:
             "bug: please report it with the scenario")
 
 
+def _slo_floor(scenario: Scenario, setup: Setup, specs, req: dict, limits) -> list:
+    """``checks.slo_floor_warnings`` of the run: ``validate``'s finding of requests no load lets meet
+    the SLO, priced only for the requests the run saw miss it (``limits``: per-request limits of
+    request classes, else the scenario's SLO)."""
+    from servesim.outputs.metrics import is_completed, slo_met, tpot_s, ttft_s
+
+    if not isinstance(specs, RequestSpecs):
+        return []
+    if limits is None:
+        if scenario.slo.ttft_s is None and scenario.slo.tpot_s is None:
+            return []
+        limits = tuple(np.inf if v is None else v for v in (scenario.slo.ttft_s, scenario.slo.tpot_s))
+    tpot = tpot_s(req)
+    met = is_completed(req) & slo_met(ttft_s(req), tpot, *limits)
+    # a floor is a lower bound on what the run took: on TTFT of the request's own prefill, no more
+    # than its first token after it was scheduled (the queueing before left out), with the API
+    # server's time; on TPOT of its TPOT. Only a request over a limit by those can be over a floor
+    # (pricing every request that missed cost a quarter of an overloaded run's time)
+    api = setup.pools[0].engine.api_request_s
+    with np.errstate(invalid="ignore"):
+        own = req["first_token_s"] - req["scheduled_s"]
+        maybe = ~(own + api <= limits[0]) | (tpot > limits[1])  # (no first token: maybe)
+    return slo_floor_warnings(scenario, setup, specs, req["request_id"][~met & maybe])
+
+
 def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s, wall0,
               decision_trace=False, built=None) -> Results:
     total = len(specs) if not isinstance(specs, Sessions) else (specs.num_requests or 0)
@@ -818,7 +843,9 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
                                          [pools[i.pool].cost_model for i in cluster.infos],
                                          pools.get("decode", setup.pools[0]).max_num_seqs, req_cols,
                                          limits or (scenario.slo.ttft_s, scenario.slo.tpot_s))
-    summary["warnings"] = run_warnings(summary, scenario, setup.pools) + plugin_warnings(scenario, setup.pools)
+    summary["warnings"] = (run_warnings(summary, scenario, setup.pools) + _slo_floor(scenario, setup, specs, req_cols,
+                                                                                    limits)
+                           + plugin_warnings(scenario, setup.pools))
     decisions = None
     if tracer is not None:
         tracer.finish(sim_time)

@@ -828,6 +828,25 @@ def test_validate_predicts_requests_no_load_lets_meet_the_slo(tmp_path, capsys):
     assert res.summary["classes"]["chat"]["slo_attainment"] <= 1 - p["missed"] / chat.sum() + 1e-12
 
 
+def test_a_run_says_what_validate_says_of_requests_no_load_lets_meet_the_slo(tmp_path, capsys):
+    """validate warned "N of the requests served cannot meet the SLO even on an idle deployment"
+    and the run of the same scenario said nothing of it: its low attainment read as a verdict on
+    the load. The run warns (slo_floor) with validate's own sentence; an SLO every request can
+    meet alone is no warning in either."""
+    kw = {"workload.num_requests": 100, "workload.prompt_tokens": {"dist": "uniform", "min": 16, "max": 8000},
+          "workload.arrival": {"process": "poisson", "rate_rps": 0.5}, "slo": {"ttft_s": 0.1, "tpot_s": 0.05}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_scenario(**kw).to_dict()))
+    assert main(["validate", str(path)]) == 0
+    said = [x.removeprefix("warning: ") for x in capsys.readouterr().out.splitlines()
+            if "cannot meet the SLO even on an idle deployment" in x]
+    assert len(said) == 1
+    w = {x["code"]: x["message"] for x in simulate(make_scenario(**kw)).summary["warnings"]}
+    assert w.get("slo_floor") == said[0]
+    loose = simulate(make_scenario(**{**kw, "slo": {"ttft_s": 10, "tpot_s": 1}})).summary["warnings"]
+    assert not any(x["code"] == "slo_floor" for x in loose)
+
+
 def test_a_token_budget_below_max_num_seqs_is_said(tmp_path, capsys):
     """vLLM refuses max_num_batched_tokens < max_num_seqs; servesim runs it (a sweep's variants
     share one scenario) and says so, in the run and in validate: no step holds more sequences

@@ -518,8 +518,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                          budget_warnings, clipped_text, cost_mapping_warnings, gpu_unit_warnings,
                                          kv_override_warnings, kv_room_fix, no_effect_warnings, no_requests_text,
                                          plugin_shadow_warnings, resend_at_once_warnings, scenario_slos,
-                                         slo_unit_warnings, trace_unit_text)
-    from servesim.outputs.verdicts import SLO_TARGET
+                                         slo_floor_text, slo_unit_warnings, trace_unit_text)
     from servesim.plugins import plugin_warnings
     from servesim.predictions import (OVERLOAD_MARGIN, drawn_lengths, predict_clipped, predict_head_of_line,
                                       predict_overload, predict_rejections, predict_shedding, predict_slo_floors,
@@ -555,24 +554,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         text = clipped_text(k, n, clip["context_tokens"], predicted=True)
         lines.append(f"warning: {text}" if k >= CLIPPED_SHARE * n else f"  clipped: {text}")
     floors = predict_slo_floors(scenario, setup, lengths)
-    if floors and floors["missed"]:
-        k, n = floors["missed"], floors["requests"]
-        why = []
-        if floors["ttft"]:
-            api = (f", the API server's {floors['api_request_s'] * 1e3:.3g} ms included" if floors["api_request_s"]
-                   else "")
-            why.append(f"{floors['ttft']:,} prompts take longer than their TTFT limit to prefill alone (up to "
-                       f"{floors['ttft_max_s']:.3g} s{api})")
-        if floors["tpot"]:
-            why.append(f"{floors['tpot']:,} requests take longer than their TPOT limit for one decode step alone "
-                       f"(from {floors['tpot_min_s'] * 1e3:.3g} ms)")
-        lines.append(f"warning: {k:,} of the {n:,} requests served ({k / n:.1%}) cannot meet the SLO even on an idle "
-                     f"deployment: {'; '.join(why)}; SLO attainment cannot exceed {1 - k / n:.1%} at any load (a "
-                     "faster deployment or looser limits can)"
-                     + "".join(f"; class {c}: at most {cap:.1%} of its {k:,} requests, under the {SLO_TARGET:.0%} "
-                               "each request class must reach (sweeps, comparisons and reports count the run as "
-                               "failing the SLO; the run's class_under_slo says it when all requests reach it)"
-                               for c, cap, k in floors["classes_capped"]))
+    if floors and floors["missed"]:  # (the run says the same: its slo_floor warning)
+        lines.append(f"warning: {slo_floor_text(floors)}")
     late = predict_unfinished(scenario, setup, specs)
     if late and late["unfinished"]:
         k, n = late["unfinished"], late["requests"]

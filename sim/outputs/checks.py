@@ -40,6 +40,10 @@ Each warning is ``{"code": ..., "message": ...}``:
   ``budget_warnings``);
 - ``slo_units``: an SLO limit that reads like milliseconds typed as seconds (``slo.ttft_s`` over
   ``TTFT_S_MAX``, ``slo.tpot_s`` over ``TPOT_S_MAX``), top-level or a class's;
+- ``slo_floor``: requests that cannot meet the SLO at any load: on an idle deployment their prompt's
+  prefill alone takes longer than the TTFT limit, or one decode step of them alone longer than the
+  TPOT limit (``predictions.predict_slo_floors``; ``slo_floor_text``, which ``validate`` prints
+  before the run); SLO attainment cannot exceed the share of the others, whatever the load;
 - ``class_under_slo``: at least ``SLO_TARGET`` of all requests were within their class's SLO, but a
   request class was not within its own (``class_slo_warnings``): a small class with a tight SLO
   hides under a large one with a loose SLO, and the studies judge the run as failing the SLO;
@@ -626,3 +630,46 @@ def head_of_line_fix(prefill_first: bool = False) -> str:
 def format_warnings(warnings: list) -> list:
     """Lines for the printed summary, one per warning."""
     return [f"warning       {w['message']}" for w in warnings or ()]
+
+
+def slo_floor_text(floors: dict) -> str:
+    """What ``predictions.predict_slo_floors`` found (it found requests over a floor): how many of
+    the requests served cannot meet the SLO even on an idle deployment, why, and the attainment no
+    load exceeds; ``validate`` warns of it before a run, and the run (``slo_floor``) after it."""
+    k, n = floors["missed"], floors["requests"]
+    why = []
+    if floors["ttft"]:
+        api = (f", the API server's {floors['api_request_s'] * 1e3:.3g} ms included" if floors["api_request_s"]
+               else "")
+        why.append(f"{floors['ttft']:,} prompts take longer than their TTFT limit to prefill alone (up to "
+                   f"{floors['ttft_max_s']:.3g} s{api})")
+    if floors["tpot"]:
+        why.append(f"{floors['tpot']:,} requests take longer than their TPOT limit for one decode step alone "
+                   f"(from {floors['tpot_min_s'] * 1e3:.3g} ms)")
+    return (f"{k:,} of the {n:,} requests served ({k / n:.1%}) cannot meet the SLO even on an idle deployment: "
+            f"{'; '.join(why)}; SLO attainment cannot exceed {1 - k / n:.1%} at any load (a faster deployment or "
+            "looser limits can)"
+            + "".join(f"; class {c}: at most {cap:.1%} of its {m:,} requests, under the {SLO_TARGET:.0%} each request "
+                      "class must reach (sweeps, comparisons and reports count the run as failing the SLO; the run's "
+                      "class_under_slo says it when all requests reach it)"
+                      for c, cap, m in floors["classes_capped"]))
+
+
+def slo_floor_warnings(scenario, setup, specs, missed=None) -> list:
+    """``slo_floor`` (module docstring) of a run: the same finding, from the same requests, as
+    ``validate``'s warning before it (the run said nothing of it: its attainment read as a verdict
+    on the load). ``missed``: the ids of the run's requests not within the SLO, the only ones whose
+    floors are priced (none: nothing to say)."""
+    import numpy as np
+
+    from servesim.predictions import predict_slo_floors
+
+    if missed is not None:
+        if not len(missed):
+            return []
+        only = np.zeros(len(specs), dtype=bool)
+        only[np.asarray(missed, dtype=np.int64)] = True
+    floors = predict_slo_floors(scenario, setup, specs, None if missed is None else only)
+    if not floors or not floors["missed"]:
+        return []
+    return [{"code": "slo_floor", "message": slo_floor_text(floors)}]
