@@ -440,6 +440,15 @@ CASES.update({
                                       "workload.num_requests": 60,
                                       "workload.arrival": {"process": "fixed", "rate_rps": 32.0},
                                       "workload.output_tokens": {"dist": "uniform", "min": 1, "max": 8}},
+    # arrivals twice per step (128 req/s, steps of 2**-6 s) on two replicas read by their KV use:
+    # every other arrival comes as steps end, is routed to one replica, and the other's run goes
+    # on; the next arrival, mid-step, must see that replica's KV as of the step begun at that end
+    # (it was taken only once the step ended, in the fast engine: another replica chosen)
+    "open_loop_half_steps_kv_router": {**GRID_STEPS, "cost.engine": "vllm-v0", "seed": 2, "cluster.replicas": 2,
+                                       "cluster.router": "least_kv_usage", "policy.max_num_seqs": 4,
+                                       "memory.num_gpu_blocks": 400, "workload.num_requests": 60,
+                                       "workload.arrival": {"process": "fixed", "rate_rps": 128.0},
+                                       "workload.output_tokens": {"dist": "uniform", "min": 1, "max": 200}},
     # admission by predicted TTFT with a keyed queue: requests ranked equal to a new one came
     # first and are ahead of it, and a run of decode steps leaves arrivals ranked behind the
     # waiting head among those that came during the step in flight (async scheduling) longer than

@@ -1526,12 +1526,17 @@ class Replica:
 
     def next_settle_s(self) -> float:
         """When ``settle`` next has something to do: the end of the first step of the run not
-        settled yet (its KV growth and records move then, and not before); inf when none is
-        (no run, every planned step settled, or only the last one left, committed at its end)."""
+        settled yet (its KV growth and records move then, and not before), or just after the
+        instant a step began at when its KV growth waits for that instant's end; inf when none
+        is (no run, every planned step settled, or only the last one left, committed at its end)."""
         run = self._mac
         if run is None:
             return math.inf
         d = run.done
+        if run.grown <= d < run.K:
+            # settled at the very end of step d - 1: step d's KV growth comes once that instant
+            # is over (``settle``), before anything later reads the replica
+            return math.nextafter(run.ends[d - 1], math.inf)
         if d < run.K - 1 or (d == run.K - 1 and not run.fin):
             return run.ends[d]
         return math.inf
