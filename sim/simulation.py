@@ -28,7 +28,7 @@ from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
 from servesim.core.instant import end_of_instant
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
-from servesim.outputs.checks import run_warnings, slo_floor_warnings
+from servesim.outputs.checks import run_warnings
 from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats, offered_rate
@@ -610,7 +610,7 @@ def _failed_with_plugins(plugins: list, e: Exception) -> str:
 
 
 def _slo_floor(scenario: Scenario, setup: Setup, specs, req: dict, limits) -> list:
-    """``checks.slo_floor_warnings`` of the run: ``validate``'s finding of requests no load lets meet
+    """``predictions.slo_floor_warnings`` of the run: ``validate``'s finding of requests no load lets meet
     the SLO, priced only for the requests the run saw miss it (``limits``: per-request limits of
     request classes, else the scenario's SLO)."""
     from servesim.outputs.metrics import is_completed, slo_met, tpot_s, ttft_s
@@ -631,6 +631,8 @@ def _slo_floor(scenario: Scenario, setup: Setup, specs, req: dict, limits) -> li
     with np.errstate(invalid="ignore"):
         own = req["first_token_s"] - req["scheduled_s"]
         maybe = ~(own + api <= limits[0]) | (tpot > limits[1])  # (no first token: maybe)
+    from servesim.predictions import slo_floor_warnings  # (it runs what validate predicts with)
+
     return slo_floor_warnings(scenario, setup, specs, req["request_id"][~met & maybe])
 
 

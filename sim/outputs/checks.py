@@ -653,23 +653,3 @@ def slo_floor_text(floors: dict) -> str:
                       "class must reach (sweeps, comparisons and reports count the run as failing the SLO; the run's "
                       "class_under_slo says it when all requests reach it)"
                       for c, cap, m in floors["classes_capped"]))
-
-
-def slo_floor_warnings(scenario, setup, specs, missed=None) -> list:
-    """``slo_floor`` (module docstring) of a run: the same finding, from the same requests, as
-    ``validate``'s warning before it (the run said nothing of it: its attainment read as a verdict
-    on the load). ``missed``: the ids of the run's requests not within the SLO, the only ones whose
-    floors are priced (none: nothing to say)."""
-    import numpy as np
-
-    from servesim.predictions import predict_slo_floors
-
-    if missed is not None:
-        if not len(missed):
-            return []
-        only = np.zeros(len(specs), dtype=bool)
-        only[np.asarray(missed, dtype=np.int64)] = True
-    floors = predict_slo_floors(scenario, setup, specs, None if missed is None else only)
-    if not floors or not floors["missed"]:
-        return []
-    return [{"code": "slo_floor", "message": slo_floor_text(floors)}]
