@@ -304,3 +304,127 @@ def test_class_aware_in_a_run_picks_what_a_scan_picks(lists, checked_class_aware
           "workload.arrival": {"process": "poisson", "rate_rps": 40.0}}
     run_both(make_scenario(**{k: v for k, v in kw.items() if v is not None or k.startswith("workload.")}))
     assert len(checked_class_aware) >= 200
+
+
+# ---------------------------------------------------------------- prefix_aware over many holders
+def scan_prefix_aware(holders, replicas, request) -> int:
+    """The test oracle: the straightforward ``prefix_aware`` (before its heaps of holders), reading
+    every holder's cache: the most cached blocks, then the fewest outstanding tokens, unless out
+    of balance with the least loaded replica."""
+    least = min(range(len(replicas)), key=lambda i: (replicas[i].outstanding_tokens, i))
+    if request.prefix_group >= 0:
+        cands = range(len(replicas)) if holders is None else sorted(holders.get(request.prefix_group, ()))
+        best, best_at = 0, []
+        for i in cands:
+            c = replicas[i].kv.cached_prefix_blocks(request)[0]
+            if c > best:
+                best, best_at = c, [i]
+            elif c == best and c:
+                best_at.append(i)
+        if best > 0:
+            at = min(best_at, key=lambda i: (replicas[i].outstanding_tokens, i))
+            if at == least:
+                return at
+            held, low = R._in_flight(replicas[at]), R._in_flight(replicas[least])
+            if not (held - low > R.BALANCE_ABS and held > R.BALANCE_REL * low):
+                return at
+    return least
+
+
+@pytest.fixture
+def checked_prefix_aware(monkeypatch):
+    """Every PrefixAware routing in a run must pick what the oracle's scan picks; counts the
+    routings, and those a heap of holders decided (no scan of the holders)."""
+    call, whole = R.PrefixAware.__call__, R.PrefixAware._whole
+    seen = {"routings": 0, "by_heap": 0}
+
+    def checked(self, replicas, request):
+        got = call(self, replicas, request)
+        assert got == scan_prefix_aware(self.holders, replicas, request)
+        seen["routings"] += 1
+        return got
+
+    def counted(self, *a):
+        at = whole(self, *a)
+        seen["by_heap"] += at >= 0
+        return at
+
+    monkeypatch.setattr(R.PrefixAware, "__call__", checked)
+    monkeypatch.setattr(R.PrefixAware, "_whole", counted)
+    return seen
+
+
+@pytest.mark.parametrize("blocks, groups, pp", [(None, 1, 1), (900, 3, 1), (500, 2, 1), (None, 2, 2)])
+def test_prefix_aware_with_many_holders_picks_what_a_scan_picks(blocks, groups, pp, checked_prefix_aware,
+                                                                monkeypatch):
+    """Shared prompts cached on several of 12 replicas (from ``PrefixAware.BIG`` holders on, here
+    2 so that a fast test reaches it, the holders are read in load order from a heap): at every
+    routing of runs on both engines, the choice is the scan's, with the KV ample or tight (cached
+    prefixes evicted, holders leaving and joining again) and with pipeline virtual engines; many
+    routings are decided by the heap."""
+    monkeypatch.setattr(R.PrefixAware, "BIG", 2)
+    kw = {**SMALL, "cluster.replicas": 12, "cluster.router": "prefix_aware", "policy.prefix_caching": True,
+          "memory.num_gpu_blocks": blocks, "hardware.pp": pp, "workload.num_requests": 400,
+          "workload.arrival": {"process": "poisson", "rate_rps": 150.0},
+          "workload.shared_prefix": {"tokens": 512, "fraction": 0.9, "groups": groups}}
+    fast, _ = run_both(make_scenario(**{k: v for k, v in kw.items() if v is not None}), expect_fast_path=False)
+    assert checked_prefix_aware["routings"] == 800
+    assert checked_prefix_aware["by_heap"] > 0.05 * 800, checked_prefix_aware
+    assert len(set(fast.requests["replica"].tolist())) >= 8
+
+
+def test_prefix_aware_reads_few_caches_when_every_replica_holds_the_prefix(monkeypatch):
+    """One prefix cached on each of 400 replicas (a system prompt in a long run): a routing reads
+    the caches of the least loaded holders until one holds the whole prefix, not all 400 (the
+    scan read 400 a routing); the choice is the oracle's. (Holders caching only part of the
+    prefix and less loaded than the choice are read each time: the heap orders by load alone.)"""
+    import functools
+    from types import SimpleNamespace
+
+    from servesim.core.cluster import Cluster
+    from servesim.core.kv import BlockAllocator
+    from servesim.core.request import Request
+
+    class Held:
+        def __init__(self, i):
+            self.kv = BlockAllocator(40, 16, True)
+            self.outstanding_tokens = 1000 + (i * 37) % 101
+            self.num_running, self.waiting, self.incoming, self.swapped, self.landed = 1, (), (), (), ()
+
+    n = 400
+    replicas = [Held(i) for i in range(n)]
+    router, changed, holders = R.prefix_aware(), set(), {}
+    cluster = SimpleNamespace(_holder_moved=getattr(router, "holder_moved", None))
+    for pos, r in enumerate(replicas):
+        r.kv.on_prefix = functools.partial(Cluster._prefix_moved, cluster, holders, pos)
+    router.watch(replicas, changed)
+    router.holders = holders
+    for i, r in enumerate(replicas):  # every replica caches the prefix; some only its first blocks
+        whole = i % 3 != 0
+        r.kv.grow(Request(i, 0.0, 520, 10, prefix_group=0, prefix_tokens=512 if whole else 64), 520)
+    reads = []
+    count = BlockAllocator.cached_prefix_blocks
+
+    def counted(self, req, *a):
+        reads.append(1)
+        return count(self, req, *a)
+
+    monkeypatch.setattr(BlockAllocator, "cached_prefix_blocks", counted)
+    rng = np.random.default_rng(3)
+    total = 0
+    for k in range(100):
+        req = Request(1000 + k, 0.0, 600, 10, prefix_group=0, prefix_tokens=512)
+        before = len(reads)
+        got = router(replicas, req)
+        used = len(reads) - before
+        assert got == scan_prefix_aware(holders, replicas, req)
+        # it read the chosen holder's cache, and those of the holders less loaded than it, which
+        # cache only part of the prefix (a third of the replicas here): never all of them
+        lighter = sum(1 for i in range(0, n, 3)
+                      if (replicas[i].outstanding_tokens, i) < (replicas[got].outstanding_tokens, got))
+        assert used <= 1 + lighter, (used, lighter)
+        total += used
+        for i in rng.integers(0, n, 3).tolist() + [got]:
+            replicas[i].outstanding_tokens += int(rng.integers(-50, 200))
+            changed.add(i)
+    assert total < 100 * n / 10

@@ -146,15 +146,20 @@ class Cluster:
         self.route.watch(self.entry, changed)
         if hasattr(self.route, "holders"):
             self.route.holders = holders
+            self._holder_moved = getattr(self.route, "holder_moved", None)
 
-    @staticmethod
-    def _prefix_moved(holders: dict, pos: int, group: int, delta: int) -> None:
+    _holder_moved = None  # the router's holder_moved(group, position, joined), told who joins or leaves
+
+    def _prefix_moved(self, holders: dict, pos: int, group: int, delta: int) -> None:
         at = holders.setdefault(group, {})
-        n = at.get(pos, 0) + delta
+        had = at.get(pos, 0)
+        n = had + delta
         if n:
             at[pos] = n
         else:
             del at[pos]
+        if (not had or not n) and self._holder_moved is not None:
+            self._holder_moved(group, pos, bool(n))
 
     def _next_arrival_s(self, i: int) -> float:
         """When the next request routed to ``self.entry[i]`` arrives (inf if none is known)."""

@@ -171,6 +171,11 @@ class BlockAllocator:
             return 0
         return req.prefix_tokens // self.block_size
 
+    def prefix_blocks(self, req) -> int:
+        """The most leading blocks ``cached_prefix_blocks(req)`` can find (its shared prefix's full
+        blocks; 0 without prefix caching)."""
+        return self._prefix_blocks(req)
+
     def key(self, group: int, tags, j: int) -> tuple:
         """The cache key of block ``j`` of a request with ``prefix_group`` ``group`` and
         ``block_tags`` ``tags``: ``(group, j)``; with hash ids (each naming ``per`` tokens and,

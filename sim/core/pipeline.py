@@ -120,5 +120,8 @@ class _KvView:
     def blocks_for(self, tokens: int) -> int:
         return self.kvs[0].blocks_for(tokens)
 
+    def prefix_blocks(self, request) -> int:
+        return self.kvs[0].prefix_blocks(request)
+
     def cached_prefix_blocks(self, request):
         return max((k.cached_prefix_blocks(request) for k in self.kvs), key=lambda c: c[0])

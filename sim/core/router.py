@@ -150,25 +150,109 @@ class PrefixAware(LeastLoaded):
     request goes to that one, which then caches the prefix too. (Without it every request sharing
     one system prompt went to the first replica that cached it, the others idle.)
     ``holders`` (group -> positions of replicas caching its first block, kept by the cluster from
-    the allocators) limits the search to replicas that can hold the prefix; None: all of them."""
+    the allocators) limits the search to replicas that can hold the prefix; None: all of them.
+
+    A prefix held by ``BIG`` replicas or more (a system prompt shared by every request, cached
+    everywhere in a long run) also has a heap of its holders by (outstanding tokens, position),
+    kept as ``LeastLoaded``'s (the cluster tells ``holder_moved`` who joins or leaves): holders
+    are read in that order, and the first caching the whole prefix is the choice the scan of all
+    of them makes (no holder caches more, and none of those caching it all is less loaded). Only
+    when no holder caches the whole prefix are they all read."""
+
+    BIG = 8
 
     def __init__(self):
         super().__init__(_outstanding)
         self.holders: dict | None = None
+        self._big: dict = {}  # group -> heap of (outstanding tokens, position, version) of its holders
+        self._big_of: dict = {}  # position -> the big groups it holds
+        self._replicas = None
+
+    def watch(self, replicas, changed: set) -> None:
+        super().watch(replicas, changed)
+        self._replicas = replicas
+
+    def holder_moved(self, group, pos: int, joined: bool) -> None:
+        """Replica ``pos`` began (``joined``) or ceased to cache ``group``'s first block."""
+        if self.changed is None:
+            return
+        heap = self._big.get(group)
+        if not joined:
+            if heap is not None:
+                self._big_of[pos].discard(group)
+            return
+        if heap is not None:
+            self._big_of.setdefault(pos, set()).add(group)
+            self.changed.add(pos)  # (the next routing pushes its load into the group's heap)
+        elif len(self.holders[group]) >= self.BIG:
+            version, replicas = self._version, self._replicas
+            heap = self._big[group] = [(replicas[i].outstanding_tokens, i, version[i]) for i in self.holders[group]]
+            heapq.heapify(heap)  # (a replica whose load moved since is in ``changed``: re-pushed then)
+            for i in self.holders[group]:
+                self._big_of.setdefault(i, set()).add(group)
+
+    def _refresh(self, replicas) -> None:
+        if not self._big:
+            return super()._refresh(replicas)
+        big, big_of, version, load, holders = self._big, self._big_of, self._version, self.load, self.holders
+        push = heapq.heappush
+        grown = set()
+        for i in self.changed:  # (LeastLoaded's refresh below takes them into the heap of all)
+            groups = big_of.get(i)
+            if groups:
+                entry = (load(replicas[i]), i, version[i] + 1)
+                for g in groups:
+                    push(big[g], entry)
+                    grown.add(g)
+        super()._refresh(replicas)
+        for g in grown:
+            heap = big[g]
+            if len(heap) > 4 * len(holders[g]) + 64:  # mostly stale entries: rebuild
+                heap[:] = [e for e in heap if e[2] == version[e[1]] and e[1] in holders[g]]
+                heapq.heapify(heap)
+
+    def _whole(self, replicas, request, heap, hs) -> int:
+        """The least loaded holder caching the request's whole prefix (-1: none does)."""
+        pb = replicas[next(iter(hs))].kv.prefix_blocks(request)
+        if pb == 0:
+            return -1
+        version, pop = self._version, heapq.heappop
+        taken, found = [], -1
+        while heap:
+            e = heap[0]
+            if e[2] != version[e[1]] or e[1] not in hs:
+                pop(heap)  # stale, or no longer a holder (one that joins again is pushed again)
+                continue
+            taken.append(pop(heap))
+            if replicas[e[1]].kv.cached_prefix_blocks(request)[0] == pb:
+                found = e[1]
+                break
+        for e in taken:
+            heapq.heappush(heap, e)
+        return found
 
     def __call__(self, replicas, request) -> int:
         least = self.argmin(replicas)
         if request.prefix_group >= 0:
-            cands = range(len(replicas)) if self.holders is None else sorted(self.holders.get(request.prefix_group, ()))
-            best, best_at = 0, []
-            for i in cands:
-                c = replicas[i].kv.cached_prefix_blocks(request)[0]
-                if c > best:
-                    best, best_at = c, [i]
-                elif c == best and c:
-                    best_at.append(i)
-            if best > 0:
-                at = min(best_at, key=lambda i: (replicas[i].outstanding_tokens, i))
+            at = -1
+            if self.holders is None:
+                cands = range(len(replicas))
+            else:
+                cands = self.holders.get(request.prefix_group, ())
+                heap = self._big.get(request.prefix_group)
+                if heap is not None and cands:
+                    at = self._whole(replicas, request, heap, cands)
+            if at < 0:
+                best, best_at = 0, []
+                for i in cands:
+                    c = replicas[i].kv.cached_prefix_blocks(request)[0]
+                    if c > best:
+                        best, best_at = c, [i]
+                    elif c == best and c:
+                        best_at.append(i)
+                if best > 0:
+                    at = min(best_at, key=lambda i: (replicas[i].outstanding_tokens, i))
+            if at >= 0:
                 if at == least:
                     return at
                 held, low = _in_flight(replicas[at]), _in_flight(replicas[least])
