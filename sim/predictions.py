@@ -190,24 +190,6 @@ def predict_slo_floors(scenario: Scenario, setup=None, specs=None, only=None) ->
             "api_request_s": setup.pools[0].engine.api_request_s}
 
 
-def slo_floor_warnings(scenario, setup, specs, missed=None) -> list:
-    """``slo_floor`` (module docstring) of a run: the same finding, from the same requests, as
-    ``validate``'s warning before it (the run said nothing of it: its attainment read as a verdict
-    on the load). ``missed``: the ids of the run's requests not within the SLO, the only ones whose
-    floors are priced (none: nothing to say)."""
-    from servesim.outputs.checks import slo_floor_text
-
-    if missed is not None:
-        if not len(missed):
-            return []
-        only = np.zeros(len(specs), dtype=bool)
-        only[np.asarray(missed, dtype=np.int64)] = True
-    floors = predict_slo_floors(scenario, setup, specs, None if missed is None else only)
-    if not floors or not floors["missed"]:
-        return []
-    return [{"code": "slo_floor", "message": slo_floor_text(floors)}]
-
-
 def predict_unfinished(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The requests a run cut off at ``workload.duration_s`` leaves unfinished, at least, without
     running: those the replicas take whose arrival plus their E2E on an idle deployment (their

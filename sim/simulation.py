@@ -28,7 +28,7 @@ from servesim.core.clients import drive_closed_loop, drive_sessions
 from servesim.core.cluster import Cluster
 from servesim.core.instant import end_of_instant
 from servesim.outputs.columns import REQUEST_COLUMNS, STEP_COLUMNS
-from servesim.outputs.checks import run_warnings
+from servesim.outputs.checks import run_warnings, slo_floor_text
 from servesim.outputs.profile import profile_summary
 from servesim.outputs.recorder import Recorder
 from servesim.outputs.stats import WeightedSample, dist_stats, offered_rate
@@ -610,9 +610,10 @@ def _failed_with_plugins(plugins: list, e: Exception) -> str:
 
 
 def _slo_floor(scenario: Scenario, setup: Setup, specs, req: dict, limits) -> list:
-    """``predictions.slo_floor_warnings`` of the run: ``validate``'s finding of requests no load lets meet
-    the SLO, priced only for the requests the run saw miss it (``limits``: per-request limits of
-    request classes, else the scenario's SLO)."""
+    """The run's ``slo_floor`` warning (``outputs.checks``): ``validate``'s finding of requests no
+    load lets meet the SLO (``predictions.predict_slo_floors``, the same sentence), priced only for
+    the requests the run saw miss it (``limits``: per-request limits of request classes, else the
+    scenario's SLO)."""
     from servesim.outputs.metrics import is_completed, slo_met, tpot_s, ttft_s
 
     if not isinstance(specs, RequestSpecs):
@@ -631,9 +632,17 @@ def _slo_floor(scenario: Scenario, setup: Setup, specs, req: dict, limits) -> li
     with np.errstate(invalid="ignore"):
         own = req["first_token_s"] - req["scheduled_s"]
         maybe = ~(own + api <= limits[0]) | (tpot > limits[1])  # (no first token: maybe)
-    from servesim.predictions import slo_floor_warnings  # (it runs what validate predicts with)
+    from servesim.predictions import predict_slo_floors
 
-    return slo_floor_warnings(scenario, setup, specs, req["request_id"][~met & maybe])
+    missed = req["request_id"][~met & maybe]
+    if not len(missed):
+        return []
+    only = np.zeros(len(specs), dtype=bool)
+    only[np.asarray(missed, dtype=np.int64)] = True
+    floors = predict_slo_floors(scenario, setup, specs, only)
+    if not floors or not floors["missed"]:
+        return []
+    return [{"code": "slo_floor", "message": slo_floor_text(floors)}]
 
 
 def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s, wall0,
