@@ -29,7 +29,7 @@ from pathlib import Path
 
 from servesim.errors import InputError, clip_distinct
 from servesim.outputs.checks import class_slos
-from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, row_interval,
+from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, given_text, row_interval,
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
 from servesim.outputs.progress import Phases
@@ -454,14 +454,18 @@ def _is_latency(c: str) -> bool:
     return c.endswith("_s") and c.split("_")[0] in RESULT_METRICS
 
 
-def _md_table(rows, cols) -> str:
+def _md_table(rows, cols, given=()) -> str:
+    """``given``: columns of values the user gave (a sweep's grid, the rates), printed as given."""
     # text cells cut visibly and never into another's text (clip_distinct)
-    texts = {c: clip_distinct((str(r[c]).replace("|", "/") for r in rows if r.get(c) is not None), 60) for c in cols}
+    texts = {c: clip_distinct(((given_text(r[c]) if c in given else str(r[c])).replace("|", "/") for r in rows
+                               if r.get(c) is not None), 60) for c in cols}
 
     def cell(c, r):
         v = r.get(c)
         if v is None:
             return "-"
+        if c in given:
+            return texts[c][given_text(v).replace("|", "/")]
         if r.get(c + CI_SUFFIX) is not None:
             return format_interval(row_interval(r, c), 1e3 if _is_latency(c) else 1.0)
         if _is_latency(c) and isinstance(v, float):  # (one run: 4 significant digits, as the run's summary)
@@ -677,7 +681,7 @@ def _build(path: Path, bar: Phases) -> Path:
                 "ttft_p99_s", "tpot_p99_s", "itl_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
         for r in rows:  # (results.csv written before the itl columns: ITL is TBT)
             r.setdefault("itl_p99_s", r.get("tbt_p99_s"))
-        md += [_md_table(rows, cols), ""]
+        md += [_md_table(rows, cols, given=data["cols"]), ""]
         if ctx.seeds > 1 and data["kind"] == "capacity":  # (no mean, no seeds.csv: one probe a row)
             md += ["Each row is one probe on one seed (its seed column).", ""]
         elif ctx.seeds > 1:

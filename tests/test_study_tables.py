@@ -115,3 +115,32 @@ def test_the_per_run_table_ranks_a_run_that_fell_behind_below_one_that_meets_the
             "keeps-up": SimpleNamespace(summary=_summary(6.0, 0.99, 1.0))}
     body = _run_table(runs, {}).splitlines()[2:]
     assert [line.split("|")[1].strip() for line in body] == ["keeps-up", "behind"]
+
+
+def test_grid_values_print_as_given():
+    """A sweep's grid values (and compare's rates) are what the user asked for, not measurements:
+    12.25 req/s printed "12.2", so 12.25 and 12.24 read as one. The figures beside them keep their
+    three digits."""
+    rate = "workload.arrival.rate_rps"
+    rows = [{"point": 0, rate: 12.25, "goodput_rps": 1.23456}, {"point": 1, rate: 12.24, "goodput_rps": 2.0},
+            {"point": 2, rate: 2.0, "goodput_rps": 2.0}]
+    lines = format_table(rows, ["point", rate, "goodput_rps"], given=[rate]).splitlines()[1:]
+    assert [line.split()[1] for line in lines] == ["12.25", "12.24", "2"]
+    assert lines[0].split()[2] == "1.23"
+    md = _md_table(rows, ["point", rate, "goodput_rps"], given=[rate]).splitlines()[2:]
+    assert [line.split("|")[2].strip() for line in md] == ["12.25", "12.24", "2"]
+
+
+def test_a_sweeps_table_quotes_its_grid_values_whole(tmp_path, capsys):
+    import yaml
+
+    from servesim.cli.main import main
+    from tests.conftest import BASE
+
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 10}}))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=12.25,12.24", "--out", str(out),
+                 "--workers", "1", "--quiet"]) == 0
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]
+    assert [line.split()[1] for line in table] == ["12.25", "12.24"]

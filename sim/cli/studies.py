@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from servesim.errors import InputError, clip_distinct
-from servesim.outputs.intervals import CI_SUFFIX, format_interval, format_value, row_interval
+from servesim.outputs.intervals import CI_SUFFIX, format_interval, format_value, given_text, row_interval
 from servesim.studies.executors import ExecutorOptions
 from servesim.outputs.metrics import RESULT_METRICS
 from servesim.studies.sweep import RESULTS, failed_while_running, refused_points
@@ -27,23 +27,27 @@ def _executor(args, always: tuple = ("summary", "scenario")) -> ExecutorOptions:
     return ExecutorOptions(args.executor, args.workers, args.address, not args.quiet, outputs)
 
 
-def format_table(rows: list[dict], cols: list[str]) -> str:
+def format_table(rows: list[dict], cols: list[str], given=()) -> str:
     """A plain-text table of chosen results columns (latencies in ms); a figure with an interval
     (``<column>_ci95``, runs on several seeds) prints as mean +- half-width, to its precision, one
-    without to three significant digits (``format_value``)."""
+    without to three significant digits (``format_value``). ``given``: columns of values the user
+    gave (a sweep's grid, compare's rates), printed as given (12.25 req/s read "12.2")."""
     shown = []
     for c in cols:
         label = c[:-2] + " ms" if c.endswith("_s") and c.split("_")[0] in RESULT_METRICS else c
         shown.append((c, label))
     cells = [[label for _, label in shown]]
     # text cells (labels, grid values) cut visibly and never into another's text
-    texts = {c: clip_distinct(str(r[c]) for r in rows if r.get(c) is not None) for c, _ in shown}
+    texts = {c: clip_distinct((given_text(r[c]) if c in given else str(r[c])) for r in rows if r.get(c) is not None)
+             for c, _ in shown}
     for r in rows:
         line = []
         for c, label in shown:
             v = r.get(c)
             if v is None:
                 line.append("-")
+            elif c in given:
+                line.append(texts[c][given_text(v)])
             elif r.get(c + CI_SUFFIX) is not None:
                 line.append(format_interval(row_interval(r, c), 1e3 if label.endswith(" ms") else 1.0))
             elif isinstance(v, float):
@@ -72,7 +76,7 @@ def cmd_sweep(args) -> int:
     ex = _executor(args)
     res = run_sweep(args.scenario, args.grid, args.out, args.set or [], args.seed, ex, args.seeds)
     rows = res.rows
-    print(format_table(rows, ["point", *res.grid, *SUMMARY_COLS]))
+    print(format_table(rows, ["point", *res.grid, *SUMMARY_COLS], given=res.grid))
     failed = sum(1 for r in rows if r["status"] != "ok")
     runs = f" (runs: {args.seeds} seeds per point)" if args.seeds > 1 else ""
     print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
@@ -301,7 +305,7 @@ def cmd_compare(args) -> int:
           "first; slo: meets when >= 90% of requests are within it"
           + (", >= 90% of each request class's within its own SLO," if classes else "")
           + " and the run kept up (its backlog did not grow)")
-    print(format_table(shown, cols))
+    print(format_table(shown, cols, given=[RATE_KEY]))
     meta = read_study_meta(out / "sweep.json")
     seed_rows = read_results(out / SEEDS) if plan.seeds > 1 else None
     for note in caveats(rows, meta, out_dir=out, run_rows=seed_rows):

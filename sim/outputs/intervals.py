@@ -213,3 +213,11 @@ def format_difference(iv: Interval, scale: float = 1.0, unit: str = "") -> str:
     """A paired difference with an explicit sign: "+3.1 +- 1.2 ms"."""
     text = format_interval(iv, scale, unit)
     return text if text.startswith("-") or text.startswith("n/a") else "+" + text
+
+
+def given_text(v) -> str:
+    """A value the user gave (a grid value, a rate) as a table prints it: a number to all its digits
+    (12.25, not 12.2; 2.0 as 2), anything else as its text."""
+    if isinstance(v, float) and not math.isnan(v) and not math.isinf(v):
+        return f"{v:.15g}"
+    return str(v)
