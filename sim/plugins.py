@@ -173,14 +173,28 @@ def construct(kind: str, name: str, where: str, *args):
     return obj
 
 
-def plugin_queue_warnings(scenario, pools) -> list:
+def _plugin_policies(pools) -> list:
+    """``(policy, where)`` of each distinct plug-in policy of the setup's ``pools`` (each pool's
+    policy made once; ``where``, the scenario field naming it), for the ``no_effect`` warnings below."""
+    from servesim.errors import is_plugin, plugin_name
+
+    out, seen = [], set()
+    for pool in pools:
+        policy = pool.make_policy()
+        if not is_plugin(policy) or plugin_name(policy) in seen:
+            continue
+        seen.add(plugin_name(policy))
+        out.append((policy, "policy.name" if pool.name == "colocated" else f"policy.{pool.name}.policy"))
+    return out
+
+
+def plugin_queue_warnings(scenario, plugins) -> list:
     """``no_effect`` for ``policy.queue.order`` (``aging_s``) given with a plug-in policy that orders
     its waiting queue itself: the policy owns its queue order (its ``queue_key``; none is first
     come, first served), so an order the scenario sets that its ``queue_key`` is not (a
     ``ContinuousPolicy`` subclass that overrides ``queue_key``, a policy written from scratch that
-    never reads ``cfg.queue``) is not the one the run used. ``pools``: the setup's (each plug-in
-    pool's policy is made once to read its ``queue_key``)."""
-    from servesim.errors import is_plugin, plugin_name
+    never reads ``cfg.queue``) is not the one the run used. ``plugins``: ``_plugin_policies``'."""
+    from servesim.errors import plugin_name
     from servesim.policies.queues import QueueKey, queue_key
 
     q = scenario.policy.queue
@@ -188,12 +202,8 @@ def plugin_queue_warnings(scenario, pools) -> list:
         ([f"policy.queue.aging_s={q.aging_s:g}"] if q.aging_s is not None else [])
     if not given:
         return []
-    out, seen = [], set()
-    for pool in pools:
-        policy = pool.make_policy()
-        if not is_plugin(policy) or plugin_name(policy) in seen:
-            continue
-        seen.add(plugin_name(policy))
+    out = []
+    for policy, where in plugins:
         key = getattr(policy, "queue_key", None)
         try:
             same = key == queue_key(q.order, q.aging_s)
@@ -204,7 +214,6 @@ def plugin_queue_warnings(scenario, pools) -> list:
                    + " (its declared queue_order)" if isinstance(key, QueueKey) else
                    f"its own queue_key ({getattr(key, '__qualname__', type(key).__name__)})" if key is not None
                    else "no queue_key: first come, first served")
-            where = "policy.name" if pool.name == "colocated" else f"policy.{pool.name}.policy"
             out.append({"code": "no_effect",
                         "message": f"{' and '.join(given)} change{'s' if len(given) == 1 else ''} nothing with "
                                    f"{where}={plugin_name(policy)}: the "
@@ -221,11 +230,11 @@ _DECLARABLE = {"preemption": "preemption", "watermark": "watermark", "victim": "
                "skip_unfit_prompts": "skip_unfit_prompts"}
 
 
-def plugin_field_warnings(scenario, pools) -> list:
+def plugin_field_warnings(scenario, plugins) -> list:
     """``no_effect`` for a ``policy`` field given (not its default) beside a ``ContinuousPolicy``
     plug-in that declares its own default for it (``ContinuousPolicy.declared_fields``: the
-    policy's code keeps it, whatever the scenario says)."""
-    from servesim.errors import is_plugin, plugin_name
+    policy's code keeps it, whatever the scenario says). ``plugins``: ``_plugin_policies``'."""
+    from servesim.errors import plugin_name
     from servesim.inputs.scenario import Policy
     from servesim.policies.continuous import ContinuousPolicy
 
@@ -235,13 +244,10 @@ def plugin_field_warnings(scenario, pools) -> list:
         return cfg
 
     pol, base = scenario.policy, Policy()
-    out, seen = [], set()
-    for pool in pools:
-        policy = pool.make_policy()
-        if not isinstance(policy, ContinuousPolicy) or not is_plugin(policy) or plugin_name(policy) in seen:
+    out = []
+    for policy, where in plugins:
+        if not isinstance(policy, ContinuousPolicy):
             continue
-        seen.add(plugin_name(policy))
-        where = "policy.name" if pool.name == "colocated" else f"policy.{pool.name}.policy"
         for name in type(policy).declared_fields():
             path = _DECLARABLE.get(name)
             if path is None:
@@ -257,5 +263,7 @@ def plugin_field_warnings(scenario, pools) -> list:
 
 def plugin_warnings(scenario, pools) -> list:
     """The ``no_effect`` warnings of a scenario's plug-in policies (``plugin_queue_warnings``,
-    ``plugin_field_warnings``): ``simulate`` adds them to the run's, ``validate`` prints them."""
-    return plugin_queue_warnings(scenario, pools) + plugin_field_warnings(scenario, pools)
+    ``plugin_field_warnings``, each plug-in pool's policy made once): ``simulate`` adds them to the
+    run's, ``validate`` prints them."""
+    plugins = _plugin_policies(pools)
+    return plugin_queue_warnings(scenario, plugins) + plugin_field_warnings(scenario, plugins)
