@@ -345,10 +345,8 @@ def dry_run_plugins(scenario: Scenario, setup=None, specs=None) -> int | None:
         k = min(len(lengths), PLUGIN_DRY_REQUESTS)
         if not k:
             return None
-        first = dataclasses.replace(lengths, **{
-            f.name: getattr(lengths, f.name)[:k] for f in dataclasses.fields(lengths)
-            if isinstance(getattr(lengths, f.name), (np.ndarray, tuple)) and f.name != "class_names"})
-        run, given = dataclasses.replace(scenario, workload=dataclasses.replace(workload, num_requests=k)), first
+        run, given = dataclasses.replace(scenario, workload=dataclasses.replace(workload, num_requests=k)), \
+            _first(lengths, k)
     else:  # (multi-turn sessions, a closed loop bounded by duration_s: as many requests as the run sends first)
         k = PLUGIN_DRY_REQUESTS
         run, given = dataclasses.replace(scenario, workload=dataclasses.replace(workload, num_requests=k)), None
@@ -361,15 +359,19 @@ def dry_run_plugins(scenario: Scenario, setup=None, specs=None) -> int | None:
     return k
 
 
+def _first(specs: RequestSpecs, k: int) -> RequestSpecs:
+    """``specs`` cut to its first ``k`` requests (every per-request column; ``class_names`` kept)."""
+    return dataclasses.replace(specs, **{
+        f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
+        if isinstance(getattr(specs, f.name), (np.ndarray, tuple)) and f.name != "class_names"})
+
+
 def _probe(scenario: Scenario, specs: RequestSpecs, arrival_s: np.ndarray, split: bool):
     """Run the workload's first ``len(arrival_s)`` requests, arriving at ``arrival_s``, on one
     replica (the whole deployment for a P/D ``split``), with ``policy.admission`` left out and no
     ``duration_s``: the probes of ``_overload_probe`` and ``preemptions_at_rate``."""
     k = len(arrival_s)
-    probe = dataclasses.replace(specs, arrival_s=arrival_s, **{
-        f.name: getattr(specs, f.name)[:k] for f in dataclasses.fields(specs)
-        if f.name != "arrival_s" and isinstance(getattr(specs, f.name), (np.ndarray, tuple))
-        and f.name not in ("class_names",)})
+    probe = dataclasses.replace(_first(specs, k), arrival_s=arrival_s)
     one = dataclasses.replace(scenario if split else _one_replica(scenario),
                               workload=dataclasses.replace(scenario.workload, num_requests=k, duration_s=None),
                               policy=dataclasses.replace(scenario.policy, admission=Admission()))
