@@ -28,6 +28,8 @@ _API = {
     "ReplicaState": ("servesim.policies.base", "ReplicaState"),
     "DecodeSet": ("servesim.policies.base", "DecodeSet"),
     "ContinuousPolicy": ("servesim.policies.continuous", "ContinuousPolicy"),
+    # (the other built-in a plug-in subclasses: docs/extending.md names StaticPolicy plug-ins)
+    "StaticPolicy": ("servesim.policies.static", "StaticPolicy"),
     "Batch": ("servesim.core.batch", "Batch"),
     "make_batch": ("servesim.core.batch", "make_batch"),
     "Request": ("servesim.core.request", "Request"),

@@ -370,3 +370,12 @@ def test_an_error_in_the_progress_callback_is_raised_as_itself(tmp_path, monkeyp
 
     with pytest.raises(ValueError, match="the progress bar broke"):
         servesim.simulate(sc, progress=progress)
+
+
+def test_both_built_in_policies_a_plug_in_subclasses_are_exported():
+    # (docs/extending.md names StaticPolicy plug-ins, but only ContinuousPolicy was importable from
+    # servesim; a user had to know the servesim.policies.static path)
+    from servesim.policies.static import StaticPolicy
+
+    assert servesim.StaticPolicy is StaticPolicy
+    assert "StaticPolicy" in servesim.__all__ and "StaticPolicy" in dir(servesim)
