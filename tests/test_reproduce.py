@@ -155,6 +155,8 @@ def _stub_clusters(opts):
 def test_quick_splitwise_writes_report_json_and_readme(tmp_path, capsys, monkeypatch):
     # the cluster searches (about 20 s) run in test_quick_splitwise_clusters (slow)
     monkeypatch.setattr(R, "splitwise_clusters", _stub_clusters)
+    # (--write-docs needs every experiment: the registry is cut to this one)
+    monkeypatch.setattr(R, "EXPERIMENTS", {"splitwise": R.exp_splitwise})
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{R.BEGIN}\nold table\n{R.END}\nafter\n")
     out = tmp_path / "rep"
@@ -174,6 +176,18 @@ def test_quick_splitwise_writes_report_json_and_readme(tmp_path, capsys, monkeyp
     assert "old table" not in text and text.startswith("intro\n") and text.endswith("after\n")
     assert "| `splitwise` |" in text and "published figures matched" in text
     assert "published figures matched" in capsys.readouterr().out
+
+
+def test_write_docs_refuses_a_run_of_some_experiments(tmp_path, capsys):
+    # (the table and its summary line were replaced by the run's alone: `reproduce splitwise
+    # --write-docs` dropped every other experiment's rows from docs/fidelity.md)
+    readme = tmp_path / "fidelity.md"
+    readme.write_text(f"{R.BEGIN}\nold table\n{R.END}\n")
+    out = tmp_path / "rep"
+    assert main(["reproduce", "splitwise", "--quick", "--out", str(out), "--write-docs", str(readme)]) == 2
+    err = capsys.readouterr().err
+    assert "needs every experiment" in err and "leaves out distserve, sarathi, vllm, vllm-h100" in err
+    assert "old table" in readme.read_text() and not out.exists()  # refused before anything ran or was made
 
 
 def test_unknown_experiment_and_missing_markers_are_input_errors(tmp_path, capsys):

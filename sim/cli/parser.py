@@ -410,7 +410,8 @@ def _reproduce(sub) -> None:
     p.add_argument("--write-docs", "--write-readme", dest="write_readme", metavar="FILE", nargs="?",
                    const="docs/fidelity.md",
                    help="also write the fidelity table into FILE (default ./docs/fidelity.md, the fidelity guide) "
-                        "between its <!-- reproduce-table:begin/end --> markers")
+                        "between its <!-- reproduce-table:begin/end --> markers (the whole table: a run of "
+                        "every experiment, so no experiment names)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_reproduce)
 

@@ -366,10 +366,17 @@ def cmd_reproduce(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers must be >= 1, got {args.workers}")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)  # a folder we cannot write fails now, not after the runs
     readme = Path(args.write_readme) if args.write_readme else None
     if readme is not None and not readme.is_file():
         raise InputError(f"--write-docs {readme}: no such file")
+    left = [n for n in EXPERIMENTS if n not in args.names] if args.names else []
+    if readme is not None and left:
+        # (the table and its summary line were replaced by this run's alone: `reproduce splitwise
+        # --write-docs` dropped every other experiment's rows from docs/fidelity.md)
+        raise InputError(f"--write-docs {readme}: rewrites the whole fidelity table, so it needs every experiment; "
+                         f"this run leaves out {', '.join(left)}: run it without experiment names, or read this "
+                         f"run's table in {out / 'reproduce.md'} (without --write-docs)")
+    out.mkdir(parents=True, exist_ok=True)  # a folder we cannot write fails now, not after the runs
     opts = Options(args.quick, args.seed, args.workers)
 
     def show(e):
