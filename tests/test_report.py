@@ -392,7 +392,7 @@ def test_a_sweep_point_that_failed_on_a_rate_that_is_no_number_is_reported(tmp_p
     text = (out / "report.md").read_text()
     assert (text.index("At 1 req/s") < text.index("At 2 req/s") < text.index("At inf req/s")
             < text.index("At rate 'abc'"))
-    assert "point 0 at rate 'abc' did not run: workload.arrival.rate_rps must be a number" in text
+    assert "rate_rps=abc did not run: workload.arrival.rate_rps must be a number" in text
 
 
 def test_a_results_row_cut_short_is_named_by_its_line(tmp_path, capsys):

@@ -99,8 +99,9 @@ def test_failing_point_is_recorded_and_the_rest_go_on(tmp_path, capsys):
     # (exit 0: a grid may span what fits and what does not; stderr names the refused, which only
     # the table's "error" cells showed before)
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["note: 3 point(s) refused as invalid and not run (each reason is in results.csv); point 0: "
-                   + rows[(1, 0)]["error"]]
+    # (the first refused named by its values, not "point 0" to look up in the table)
+    assert err == ["note: 3 point(s) refused as invalid and not run (each reason is in results.csv); "
+                   "tp=1, max_num_seqs=0: " + rows[(1, 0)]["error"]]
 
 
 @pytest.mark.parametrize("seeds", ["1", "2"])
@@ -546,7 +547,35 @@ def test_sweep_prints_the_points_that_fell_behind(tmp_path, capsys):
     rows = {r["workload.arrival.rate_rps"]: r for r in read_results(out / "results.csv")}
     assert rows[200]["keep_up"] < 0.9 <= rows[1]["keep_up"]
     printed = capsys.readouterr().out
-    assert "note: point 1 at 200 req/s did not keep up" in printed and "point 0 at 1 req/s" not in printed
+    # (named by the swept value: "point 1 at 200 req/s" sent the reader to the table to find point 1)
+    assert "note: rate_rps=200 did not keep up" in printed and "rate_rps=1 " not in printed
+    assert "point 1" not in printed
+
+
+def test_sweep_table_judges_each_point_by_the_slo(tmp_path, capsys):
+    """compare's table has an slo column (meets / FAILS / -); sweep's had none, so a point whose
+    backlog grew (a high share within the SLO over a short run, yet failing it) read like the others."""
+    data = copy.deepcopy(BASE)
+    data["policy"]["max_num_seqs"] = 4
+    data["workload"]["num_requests"] = 300
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=1,200", "--grid", "policy.max_num_seqs=0,4",
+                 "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    from servesim.outputs.verdicts import meets_slo
+
+    rows = {(r["workload.arrival.rate_rps"], r["policy.max_num_seqs"]): r for r in read_results(out / "results.csv")}
+    lines = capsys.readouterr().out.splitlines()
+    head = lines[0].split()
+    assert "slo" in head and head.index("slo") == head.index("slo_attainment") + 1
+    cells = {(float(c[head.index("workload.arrival.rate_rps")]), int(c[head.index("policy.max_num_seqs")])):
+             c[head.index("slo")] for c in (line.split() for line in lines[1:5])}
+    for k, r in rows.items():
+        want = "-" if r["status"] != "ok" else "meets" if meets_slo(r) else "FAILS"
+        assert cells[k] == want
+    assert cells[(1, 4)] == "meets" and cells[(200, 4)] == "FAILS" and cells[(1, 0)] == "-"
+    assert any(line.startswith("slo: meets when >= 90% of requests are within it") for line in lines)
 
 
 def test_compare_policies_help_names_every_kind_it_takes():

@@ -66,8 +66,36 @@ def _aligned(cells: list[list[str]]) -> str:
     return "\n".join("  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in cells)
 
 
-SUMMARY_COLS = ["status", "throughput_rps", "goodput_rps", "slo_attainment", "ttft_p50_s", "ttft_p99_s",
+SUMMARY_COLS = ["status", "throughput_rps", "goodput_rps", "slo_attainment", "slo", "ttft_p50_s", "ttft_p99_s",
                 "tpot_p99_s", "itl_p99_s", "e2e_p99_s"]
+
+
+def with_slo_verdicts(rows: list) -> list:
+    """The rows (copies) with an ``slo`` cell: "meets" or "FAILS" (``verdicts.meets_slo``: the
+    share within the SLO, each request class's, keeping up), "-" for a row that did not run or has
+    no share (no request arrived). The table a study prints judges by the SLO first."""
+    from servesim.outputs.verdicts import meets_slo
+
+    out = []
+    for r in rows:
+        verdict = meets_slo(r) if r.get("status") == "ok" else None  # (None: no request arrived, no share)
+        out.append({**r, "slo": "-" if verdict is None else "meets" if verdict else "FAILS"})
+    return out
+
+
+def slo_rule(classes: bool) -> str:
+    """What the ``slo`` column says (``with_slo_verdicts``)."""
+    return ("slo: meets when >= 90% of requests are within it"
+            + (", >= 90% of each request class's within its own SLO," if classes else "")
+            + " and the run kept up (its backlog did not grow)")
+
+
+def _has_classes(points) -> bool:
+    """Some point's scenario has request classes with SLOs of their own (each must reach 90% too:
+    a class under it was hidden by "meets")."""
+    from servesim.outputs.checks import class_slos
+
+    return any(len(class_slos(p.data)) > 1 for p in points if p.data is not None)
 
 
 def cmd_sweep(args) -> int:
@@ -76,7 +104,8 @@ def cmd_sweep(args) -> int:
     ex = _executor(args)
     res = run_sweep(args.scenario, args.grid, args.out, args.set or [], args.seed, ex, args.seeds)
     rows = res.rows
-    print(format_table(rows, ["point", *res.grid, *SUMMARY_COLS], given=res.grid))
+    print(format_table(with_slo_verdicts(rows), ["point", *res.grid, *SUMMARY_COLS], given=res.grid))
+    print(slo_rule(_has_classes(res.points)))
     failed = sum(1 for r in rows if r["status"] != "ok")
     runs = f" (runs: {args.seeds} seeds per point)" if args.seeds > 1 else ""
     print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
@@ -100,12 +129,12 @@ EXIT_POINTS_FAILED = 3  # a study finished, but some points failed while running
 
 def _status(failed_run: int, refused=()) -> int:
     """0, or ``EXIT_POINTS_FAILED`` (said on stderr) when points failed while running. Points
-    ``refused`` as invalid ((index, reason)) do not change it; stderr names them and the first
+    ``refused`` as invalid ((name, reason)) do not change it; stderr names them and the first
     reason."""
     if refused:
-        i, why = refused[0]
+        name, why = refused[0]
         print(f"note: {len(refused)} point(s) refused as invalid and not run (each reason is in {RESULTS}); "
-              f"point {i}: {why}", file=sys.stderr)
+              f"{name}: {why}", file=sys.stderr)
     if not failed_run:
         return 0
     print(f"servesim: error: {failed_run} point(s) failed while running (their error is in {RESULTS}); exit "
@@ -276,8 +305,7 @@ def _capacity_one_seed(res, args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts, meets_slo,
-                                           ranked, with_per_gpu)
+    from servesim.outputs.verdicts import caveats, difference_sentences, differences, gpu_counts, ranked, with_per_gpu
     from servesim.studies.compare import RATE_KEY, plan_compare, run_compare
     from servesim.studies.replicates import SEEDS
     from servesim.outputs.rundir import read_results, read_study_meta
@@ -290,21 +318,12 @@ def cmd_compare(args) -> int:
     rows = run_compare(plan, args.out, ex)
     out = Path(args.out)
     per_gpu = len(set(gpu_counts(rows).values())) > 1
-    shown = ranked(with_per_gpu(rows) if per_gpu else rows)
-    for r in shown:
-        verdict = meets_slo(r) if r.get("status") == "ok" else None  # (None: no request arrived, no share)
-        r["slo"] = "-" if verdict is None else "meets" if verdict else "FAILS"
+    shown = with_slo_verdicts(ranked(with_per_gpu(rows) if per_gpu else rows))
     cols = ["label", *([RATE_KEY] if plan.rates else []), "status", "goodput_rps",
             *(["goodput_per_gpu"] if per_gpu else []), "slo_attainment", "slo", "throughput_rps", "ttft_p50_s",
             "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "itl_p99_s", "e2e_p99_s", "mean_batch_size", "num_gpus"]
-    from servesim.outputs.checks import class_slos
-
-    # (with request classes, each must reach 90% of its own SLO too: a class under it was hidden by "meets")
-    classes = any(len(class_slos(p.data)) > 1 for p in plan.points if p.data is not None)
     print(f"ranked by goodput{' per GPU' if per_gpu else ''} (requests/s within the SLO), those that meet the SLO "
-          "first; slo: meets when >= 90% of requests are within it"
-          + (", >= 90% of each request class's within its own SLO," if classes else "")
-          + " and the run kept up (its backlog did not grow)")
+          f"first; {slo_rule(_has_classes(plan.points))}")
     print(format_table(shown, cols, given=[RATE_KEY]))
     meta = read_study_meta(out / "sweep.json")
     seed_rows = read_results(out / SEEDS) if plan.seeds > 1 else None

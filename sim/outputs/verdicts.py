@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 
 from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
-from servesim.outputs.intervals import (CI_SUFFIX, format_difference, format_interval, format_value, paired_rows,
-                                        row_interval)
+from servesim.outputs.intervals import (CI_SUFFIX, format_difference, format_interval, format_value, given_text,
+                                        paired_rows, row_interval)
 
 SLO_TARGET = 0.9
 RATE_KEY = "workload.arrival.rate_rps"
@@ -262,12 +262,35 @@ def with_per_gpu(rows: list) -> list:
     return out
 
 
+def swept_values(r: dict) -> dict:
+    """{column: value} a study's row was run with: results.csv's columns between ``point`` and
+    ``status`` (a sweep's grid; compare's label and rate; a seed)."""
+    keys = list(r)
+    if "point" not in keys or "status" not in keys:
+        return {}
+    return {k: r[k] for k in keys[keys.index("point") + 1:keys.index("status")]}
+
+
+def values_name(values: dict, key: str = "label") -> str:
+    """A study point named by what it was run with: its label and rate, "continuous at 4 req/s"
+    (compare), or its swept values, "max_num_seqs=32, rate_rps=4" (a sweep: each key's last part,
+    the whole key where two share it; each value as given); its seed left out. "" for none."""
+    values = {k: v for k, v in values.items() if k != "seed"}
+    if values.get(key) is not None:
+        rate = values.get(RATE_KEY)
+        return f"{values[key]}" if rate is None else f"{values[key]} at {rate_text(rate)}"
+    short = [k.split(".")[-1] for k in values]
+    return ", ".join(f"{s if short.count(s) == 1 else k}={given_text(v)}" for (k, v), s in zip(values.items(), short))
+
+
 def _row_name(r: dict, key: str) -> str:
-    """A results row as a warning names it: its label (or point number) and rate (as written when
-    it is no number: a sweep point that failed on it)."""
-    name = r.get(key) if r.get(key) is not None else f"point {r.get('point')}"
-    rate = r.get(RATE_KEY)
-    return f"{name}" if rate is None else f"{name} at {rate_text(rate)}"
+    """A results row as a warning names it: its label and rate (as written when it is no number: a
+    sweep point that failed on it), or a sweep's row its swept values (``values_name``; it said
+    "point 2", which the reader had to look up in the table); "point N" when it has neither."""
+    if r.get(key) is not None:
+        rate = r.get(RATE_KEY)
+        return f"{r[key]}" if rate is None else f"{r[key]} at {rate_text(rate)}"
+    return values_name(swept_values(r), key) or f"point {r.get('point')}"
 
 
 def not_run_text(r: dict) -> str:

@@ -29,6 +29,7 @@ from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
 from servesim.studies.lock import folder_lock
 from servesim.outputs.metrics import RESULT_METRICS
 from servesim.outputs.progress import interactive
+from servesim.outputs.verdicts import values_name
 from servesim.studies.points import STATS as _STATS
 from servesim.studies.points import (Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid,
                                      scenario_label)
@@ -180,8 +181,9 @@ def _execute(points, out_dir: Path, executor, workers, address, progress, desc, 
         if bar is not None:
             bar.update(1)
             if row.get("status") != "ok":
-                bar.write(f"point {by_index[key].number} failed: {one_line(row.get('error', ''), 200)}",
-                          file=sys.stderr)
+                p = by_index[key]
+                name = values_name(p.values) or f"point {p.number}"  # (its values, not a number to look up)
+                bar.write(f"{name} failed: {one_line(row.get('error', ''), 200)}", file=sys.stderr)
 
     try:
         run_tasks(unique, on_done, executor, workers, address, outputs)
@@ -304,7 +306,8 @@ class SweepResult:
     ran: int  # points simulated now
     skipped: int  # points finished in an earlier run of the same folder
     failed_run: int = 0  # points that failed while running (not refused as invalid): exit status 3
-    refused: list = field(default_factory=list)  # (point index, reason) of the points refused as invalid
+    refused: list = field(default_factory=list)  # (point's name, reason) of the points refused as invalid
+    points: list = field(default_factory=list)  # the points (Point: values, resolved scenario)
 
 
 def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | None = None,
@@ -335,14 +338,14 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
                          **({"seeds": seeds} if seeds > 1 else {})})
         ran, skipped = execute_seeds(points, out, ex, seeds)
     return SweepResult(grid, read_results(out / RESULTS), ran, skipped, failed_while_running(points),
-                       refused_points(points))
+                       refused_points(points), points)
 
 
 def refused_points(points: list[Point]) -> list:
-    """(index, reason) of the points refused as invalid (a value the schema refuses, a model that
+    """(name, reason) of the points refused as invalid (a value the schema refuses, a model that
     does not fit): not run, and no exit status of their own, since a grid may span what fits and
     what does not; the command names them on stderr."""
-    return [(p.index, p.error or (p.row or {}).get("error", "")) for p in points
+    return [(values_name(p.values) or f"point {p.number}", p.error or (p.row or {}).get("error", "")) for p in points
             if (p.row or {}).get("status") == "error" and (p.row or {}).get("failed") != "run"]
 
 
