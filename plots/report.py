@@ -234,6 +234,9 @@ class Context:
         # the mean arrival rate when it is far from rate_rps (on_off: rate_rps is the burst rate)
         offered = (first.summary.get("workload") or {}).get("offered_rps") if first is not None else None
         self.offered = offered if offered and rate and abs(offered / rate - 1) > 0.2 else None
+        # every run shown had no request (a duration_s no arrival fell in): the rate named was offered
+        # to nothing, and the title said "0.01 req/s" alone, as of a run that served that load
+        self.none_arrived = bool(runs) and all(r.summary.get("num_requests") == 0 for r in runs.values())
         # the policy in the title when every run shown has the same one (else their labels name them)
         names = {(r.scenario.get("policy") or {}).get("name") for r in runs.values()}
         names |= data.get("bare_policies") or set()  # (runs shown by their results.csv rows only)
@@ -299,7 +302,8 @@ class Context:
         if self.policy:
             parts.append(f"policy {self.policy}")
         if rate and self.rate is not None:
-            parts.append(f"{self.rate:.4g} req/s" + (f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
+            parts.append(f"{self.rate:.4g} req/s" + (" (none arrived)" if self.none_arrived else
+                                                      f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
         slo = F.slo_text(*(slo or (self.ttft_slo, self.tpot_slo)))
         if runs_slo and self.class_slos:  # (the top-level limits judge only a class without its own)
             parts.append("SLO per class")

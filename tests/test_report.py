@@ -1059,3 +1059,21 @@ def test_report_on_a_run_with_a_gpu_file_needs_no_file(tmp_path, monkeypatch):
     (g / "slow.yaml").unlink()
     run = RunData.from_dir(pd)
     assert run.roofline_data("decode")["peak_flops"] == 500e12 and run.roofline_data("prefill")["peak_flops"] == 989e12
+
+
+def test_a_compare_whose_runs_had_no_request_says_so_in_its_titles(tmp_path, capsys):
+    """duration_s=1 at 0.01 req/s: no request arrives. The figures' titles named the scenario's rate
+    ("0.01 req/s") as the load the runs served; nothing was offered to them."""
+    data = copy.deepcopy(BASE)
+    data["workload"].pop("num_requests")
+    data["workload"]["duration_s"] = 1.0
+    data["workload"]["arrival"]["rate_rps"] = 0.01
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(sc), "--policies", "continuous,chunked_prefill", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert all(r["num_requests"] == 0 for r in read_results(out / "results.csv"))
+    titles = re.findall(r"^!\[(.*)\]", (out / "report.md").read_text(), re.M)
+    assert titles and all("0.01 req/s (none arrived)" in t for t in titles)
