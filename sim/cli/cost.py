@@ -15,7 +15,7 @@ MAX_DECODE_BATCH = 1 << 20
 
 
 def cmd_cost(args) -> int:
-    from servesim.core.batch import synthetic_batch
+    from servesim.core.batch import model_batch
     from servesim.inputs.specs import activation_dtype, dtype_error, get_gpu, get_model, tp_error
 
     model = get_model(args.model, "--model")
@@ -52,9 +52,7 @@ def cmd_cost(args) -> int:
                              f"{model.max_context_tokens}")
         step = {"decode_contexts": [args.context] * args.decode_batch}
         what = f"decode step of {args.decode_batch} sequences at context {args.context}"
-    batch = synthetic_batch(**step, window=model.sliding_window_tokens)
-    if model.partial_window_layers:  # (the window's layers attend as this twin says)
-        batch = batch._replace(windowed=synthetic_batch(**step, window=model.partial_window_tokens))
+    batch = model_batch(model, **step)
     from servesim.cost.calibration import efficiencies_for
 
     measured = None

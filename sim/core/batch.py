@@ -173,6 +173,22 @@ def windowed(batch: Batch, window: int) -> Batch:
                           decode_context_tokens=batch.decode_context_tokens - dctx)
 
 
+def model_batch(model, prefill=(), decode_contexts=(), spec_tokens: int = 0, *,
+                decode_set: tuple[int, int] = (0, 0)) -> Batch:
+    """``synthetic_batch`` as ``model`` (a ``ModelSpec``) attends, the rule the engine prices its
+    steps by: within its sliding window on every layer (``ModelSpec.sliding_window_tokens``), or,
+    with a window on only some layers (``partial_window_tokens``, Gemma-2), carrying the windowed
+    twin (``Batch.windowed``) the cost model prices those layers' attention with (the engine's
+    ``windowed`` of each step). Every estimate that prices a step without requests (``servesim
+    cost``, ``plan``'s bounds and floors, ``validate``'s, the gateway's TTFT prediction, the
+    lessons) builds it here, so none prices a window as full attention."""
+    batch = synthetic_batch(prefill, decode_contexts, spec_tokens, model.sliding_window_tokens, decode_set=decode_set)
+    if model.partial_window_layers:
+        batch = batch._replace(windowed=synthetic_batch(prefill, decode_contexts, spec_tokens,
+                                                        model.partial_window_tokens, decode_set=decode_set))
+    return batch
+
+
 def synthetic_batch(prefill=(), decode_contexts=(), spec_tokens: int = 0, window: int | None = None, *,
                     decode_set: tuple[int, int] = (0, 0)) -> Batch:
     """A batch without requests, for the cost CLI and tests.

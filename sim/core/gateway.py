@@ -35,7 +35,7 @@ from collections import deque
 
 import numpy as np
 
-from servesim.core.batch import synthetic_batch
+from servesim.core.batch import model_batch
 
 
 class OutputPredictor:
@@ -225,11 +225,12 @@ def predicted_ttft_s(req, replica, now: float = 0.0) -> float:
     chunk = max(budget - n, 1)
     mean_ctx = ctx // n if n else 0
     priced: dict = {}
+    model = e.cost_model.model
 
     def step_s(c: int) -> float:
         t = priced.get(c)
         if t is None:
-            t = priced[c] = e.cost_model.step_time(synthetic_batch([(c, 0)], decode_set=(n, mean_ctx))).time_s
+            t = priced[c] = e.cost_model.step_time(model_batch(model, [(c, 0)], decode_set=(n, mean_ctx))).time_s
         return t
 
     def prefill_s(tokens: int) -> float:

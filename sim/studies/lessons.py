@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servesim.core.batch import synthetic_batch
+from servesim.core.batch import model_batch
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
 from servesim.outputs.writer import json_text
@@ -36,7 +36,9 @@ from servesim.inputs.specs import get_gpu, get_model
 from servesim.outputs import metrics
 
 LLAMA3_8B = "meta-llama/Meta-Llama-3-8B"
-MISTRAL_7B = "mistralai/Mistral-7B-v0.1"
+# (v0.2: full attention over its 32k context; v0.1 attends within a 4,096-token window, which the
+# lessons on context length would not show)
+MISTRAL_7B = "mistralai/Mistral-7B-Instruct-v0.2"
 LLAMA32_1B = "meta-llama/Llama-3.2-1B"
 GPUS3 = ("a100-80g", "h100-sxm", "h200")
 QUICK = 0.3  # share of each simulation's requests in a quick run
@@ -132,8 +134,8 @@ def lesson_bound(quick: bool, seed: int | None = None) -> Lesson:
     for gpu in GPUS3:
         cm = cost_model(LLAMA3_8B, gpu)
         ridge = cm.gpu.ridge_flops_per_byte
-        pre = cm.step_time(synthetic_batch(prefill=[(4096, 0)]))
-        dec = cm.step_time(synthetic_batch(decode_contexts=[4096]))
+        pre = cm.step_time(model_batch(cm.model, prefill=[(4096, 0)]))
+        dec = cm.step_time(model_batch(cm.model, decode_contexts=[4096]))
         ok = pre.arithmetic_intensity > ridge and dec.arithmetic_intensity < ridge / 10 \
             and pre.bound == "compute" and dec.bound == "memory"
         holds &= ok
@@ -165,7 +167,7 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 def crossover_batch(cm: CostModel, context: int, hi: int = 1 << 16) -> int | None:
     """Smallest decode batch whose step the cost model calls compute-bound (compute-roof time >=
     memory-roof time), by bisection; None if not reached by ``hi``."""
-    bound = lambda b: cm.step_time(synthetic_batch(decode_contexts=[context] * b)).bound  # noqa: E731
+    bound = lambda b: cm.step_time(model_batch(cm.model, decode_contexts=[context] * b)).bound  # noqa: E731
     if bound(hi) != "compute":
         return None
     lo = 1
@@ -184,13 +186,13 @@ def lesson_batching(quick: bool, seed: int | None = None) -> Lesson:
     crossovers = {}
     for gpu in GPUS3:
         cm = cost_model(LLAMA3_8B, gpu)
-        costs = {b: cm.step_time(synthetic_batch(decode_contexts=[ctx] * b)) for b in BATCHES}
+        costs = {b: cm.step_time(model_batch(cm.model, decode_contexts=[ctx] * b)) for b in BATCHES}
         ai = {b: c.arithmetic_intensity for b, c in costs.items()}
         t = {b: c.time_s for b, c in costs.items()}
         bx = crossover_batch(cm, ctx)
         crossovers[gpu] = bx
         fold16 = ai[16] / ai[1]
-        tq = lambda b: cm.step_time(synthetic_batch(decode_contexts=[ctx] * max(1, b))).time_s  # noqa: E731
+        tq = lambda b: cm.step_time(model_batch(cm.model, decode_contexts=[ctx] * max(1, b))).time_s  # noqa: E731
         # log-log slopes of step time vs batch: ~0 while memory-bound (flat), ~1 once compute-bound (linear)
         flat = math.log(tq(bx // 4) / t[1]) / math.log(bx // 4) if bx and bx >= 8 else math.inf
         growth = math.log(tq(8 * bx) / tq(4 * bx)) / math.log(2) if bx else 0.0
@@ -198,7 +200,7 @@ def lesson_batching(quick: bool, seed: int | None = None) -> Lesson:
         holds &= ok
         rows.append((gpu, f"{cm.gpu.ridge_flops_per_byte:.0f}", f"{fold16:.1f}x", str(bx), f"{flat:.3f}",
                      f"{growth:.2f}", f"{t[1] * 1e3:.2f}", f"{tq(bx) * 1e3:.2f}" if bx else "-",
-                     f"{cm.step_time(synthetic_batch(decode_contexts=[ctx] * bx)).arithmetic_intensity:.0f}"
+                     f"{cm.step_time(model_batch(cm.model, decode_contexts=[ctx] * bx)).arithmetic_intensity:.0f}"
                      if bx else "-"))
         curves.append({"gpu": gpu, "batch": list(BATCHES), "time_s": [t[b] for b in BATCHES],
                        "ai": [ai[b] for b in BATCHES], "crossover": bx, "ridge": cm.gpu.ridge_flops_per_byte})
@@ -243,7 +245,7 @@ def lesson_ttft_prompt(quick: bool, seed: int | None = None) -> Lesson:
     cm = cost_model(LLAMA32_1B, "h100-sxm")
     att = []
     for p in prompts:
-        ops = cm.breakdown(synthetic_batch(prefill=[(p, 0)]))
+        ops = cm.breakdown(model_batch(cm.model, prefill=[(p, 0)]))
         att.append(ops["attention"].time_s / sum(o.time_s for o in ops.values()))
     # marginal TTFT per added prompt token over each doubling: constant while linear (TTFT = a + b L)
     marg = [None] + [(t1 - t0) / (p1 - p0) for t0, t1, p0, p1 in zip(ttft, ttft[1:], prompts, prompts[1:])]
@@ -284,7 +286,7 @@ def lesson_ttft_prompt(quick: bool, seed: int | None = None) -> Lesson:
 def lesson_tpot(quick: bool, seed: int | None = None) -> Lesson:
     batches, contexts = (1, 8, 32, 128), (512, 2048, 8192, 32768)
     cm = cost_model(MISTRAL_7B, "h100-sxm")
-    grid = [[cm.step_time(synthetic_batch(decode_contexts=[c] * b)).time_s for c in contexts] for b in batches]
+    grid = [[cm.step_time(model_batch(cm.model, decode_contexts=[c] * b)).time_s for c in contexts] for b in batches]
     mono_c = all(row[j] < row[j + 1] for row in grid for j in range(len(contexts) - 1))
     mono_b = all(grid[i][j] < grid[i + 1][j] for i in range(len(batches) - 1) for j in range(len(contexts)))
     # cross-check one cell against a simulation: B requests at once, decode-only steps' durations
@@ -319,7 +321,7 @@ def lesson_long_context(quick: bool, seed: int | None = None) -> Lesson:
         for p in lens:
             if p > cm.model.max_context_tokens:
                 continue
-            ops = cm.breakdown(synthetic_batch(prefill=[(p, 0)]))
+            ops = cm.breakdown(model_batch(cm.model, prefill=[(p, 0)]))
             share[model, p] = (ops["attention"].time_s / sum(o.time_s for o in ops.values()),
                                ops["attention"].flops / sum(o.flops for o in ops.values()))
     one_b = [share[LLAMA32_1B, p][0] for p in lens]
@@ -330,7 +332,7 @@ def lesson_long_context(quick: bool, seed: int | None = None) -> Lesson:
     for c in chunks:
         ab = tb = tt = 0.0
         for k in range(L // c):
-            b = synthetic_batch(prefill=[(c, k * c)])
+            b = model_batch(cm.model, prefill=[(c, k * c)])
             ops = cm.breakdown(b)
             ab += ops["attention"].bytes
             st = cm.step_time(b)

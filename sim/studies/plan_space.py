@@ -48,7 +48,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.core.batch import synthetic_batch
+from servesim.core.batch import model_batch
+from servesim.core.kv import window_blocks
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
 from servesim.outputs.plandoc import describe_shape, limit_text
@@ -257,15 +258,19 @@ def pool_bound(pool, mean_prompt: float, spec: bool, overlap: bool) -> PoolBound
     budget = pool.max_num_batched_tokens
     q = max(1, min(budget, int(round(mean_prompt))))  # sequences of the mean prompt, no context yet
     seqs = [(q, 0)] * (budget // q) + ([(budget % q, 0)] if budget % q else [])
-    token_tps = budget / step(cm, synthetic_batch(prefill=seqs))
+    model = cm.model
+    token_tps = budget / step(cm, model_batch(model, prefill=seqs))
     if spec:
         return PoolBound(token_tps, math.inf, 0)
     ctx = max(0, int(mean_prompt))
     engines = cm.pp if overlap else 1  # PP virtual engines each schedule up to max_num_seqs
     # (a decode takes one token of its step's budget: a budget below max_num_seqs caps the batch)
     seqs_per_step = min(pool.max_num_seqs, budget)
-    b = int(max(1, min(seqs_per_step * engines, pool.capacity.num_tokens // (ctx + 1))))
-    return PoolBound(token_tps, b / step(cm, synthetic_batch(decode_contexts=[ctx] * b)), b)
+    # the KV a sequence holds: under a sliding window on every layer no more than the window's
+    # (blocks wholly out of it are freed, ``kv.window_blocks``; the window's tokens, at least)
+    held = ctx + 1 if model.sliding_window_tokens is None else min(ctx + 1, model.sliding_window_tokens)
+    b = int(max(1, min(seqs_per_step * engines, pool.capacity.num_tokens // held)))
+    return PoolBound(token_tps, b / step(cm, model_batch(model, decode_contexts=[ctx] * b)), b)
 
 
 def unit_rate_bound(shape: Shape, setup, stats: WorkloadStats) -> tuple[float, dict]:
@@ -304,15 +309,18 @@ def _prefill_floor_s(cm, budget: int, prompt: int, cache: dict) -> float:
         m = (prompt - 1) // budget  # full chunks before the last one (which samples the first token)
         while len(full) <= m:
             k = len(full) - 1
-            b = synthetic_batch(prefill=[(budget, k * budget)])._replace(num_sampled=0)
+            b = model_batch(cm.model, prefill=[(budget, k * budget)])._replace(num_sampled=0)
             full.append(full[-1] + cm.step_time(b).time_s)
-        last = synthetic_batch(prefill=[(prompt - m * budget, m * budget)])
+        last = model_batch(cm.model, prefill=[(prompt - m * budget, m * budget)])
         hit = cache[prompt] = full[m] + cm.step_time(last).time_s
     return hit
 
 
-def _blocks(tokens: np.ndarray, block_size: int) -> np.ndarray:
-    return np.ceil(tokens / block_size)
+def _blocks(tokens: np.ndarray, block_size: int, window: int | None = None) -> np.ndarray:
+    """KV blocks requests of ``tokens`` tokens hold (``BlockAllocator.blocks_for``: under a sliding
+    ``window`` on every layer, at most ``kv.window_blocks``)."""
+    n = np.ceil(tokens / block_size)
+    return n if window is None else np.minimum(n, window_blocks(window, block_size))
 
 
 def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
@@ -328,21 +336,27 @@ def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
     prompts, inverse = np.unique(np.asarray(stats.prompt, dtype=np.int64), return_inverse=True)
     ttft = np.array([_prefill_floor_s(pf.cost_model, pf.max_num_batched_tokens, p, cache) for p in prompts.tolist()],
                     dtype=np.float64)[np.ravel(inverse)]
-    # a request's decode steps are each at least one step of it alone, at its shortest context (its prompt)
+    # a request's decode steps are each at least one step of it alone, at its shortest context (its
+    # prompt), priced as the model attends (``model_batch``: its window); per distinct prompt length
     n = len(stats.prompt_total)
-    tpot = dc.cost_model.decode_rows(np.ones(n, dtype=np.int64), stats.prompt_total.astype(np.int64) + 1)[0]
+    totals, inverse = np.unique(np.asarray(stats.prompt_total, dtype=np.int64), return_inverse=True)
+    cm = dc.cost_model
+    tpot = np.array([cm.step_time(model_batch(cm.model, decode_contexts=[c])).time_s for c in totals.tolist()],
+                    dtype=np.float64)[np.ravel(inverse)]
     step = float(tpot.min()) if n else 0.0
     if setup.scenario.policy.spec is not None:
         tpot, step = np.zeros(n), 0.0  # several tokens a step: no floor from one step
     k = setup.scenario.policy.spec.num_speculative_tokens if setup.scenario.policy.spec is not None else 0
     whole = stats.prompt_total + stats.output - 1 + k
-    rejected = _blocks(whole, dc.capacity.block_size) > dc.capacity.num_blocks
+    window = dc.cost_model.model.sliding_window_tokens
+    rejected = _blocks(whole, dc.capacity.block_size, window) > dc.capacity.num_blocks
     if kind == "pd":
         # as the cluster rejects (``Cluster._decode_rejection``): only a request handed off (more
         # than one output token) needs decode-side KV, and its prompt's leaves a block spare there
         bs, blocks = dc.capacity.block_size, dc.capacity.num_blocks
-        rejected = (stats.output > 1) & ((_blocks(whole, bs) > blocks) | (_blocks(stats.prompt_total, bs) > blocks - 1))
-        rejected |= _blocks(stats.prompt_total, pf.capacity.block_size) > pf.capacity.num_blocks
+        rejected = (stats.output > 1) & ((_blocks(whole, bs, window) > blocks)
+                                         | (_blocks(stats.prompt_total, bs, window) > blocks - 1))
+        rejected |= _blocks(stats.prompt_total, pf.capacity.block_size, window) > pf.capacity.num_blocks
     # TTFT and TPOT are the client's: the API server (the entry pool's engine, as ``add_api_server``)
     # delays the first token by api_request_s and each later one by api_per_token_s more, so the
     # E2E below carries its api_s
