@@ -38,7 +38,8 @@ from servesim.core.decisions import DecisionTracer, summarize_decisions
 from servesim.outputs.fairness import fairness_summary
 from servesim.core.request import Request
 from servesim.inputs.scenario import Scenario, checked, scenario_to_yaml
-from servesim.inputs.specs import activation_dtype, check_gpu_names, dtype_error, get_gpu, get_model, tp_error
+from servesim.inputs.specs import (activation_dtype, check_gpu_names, checkpoint_note, dtype_error, get_gpu, get_model,
+                                   tp_error)
 from servesim.inputs.sessions import Sessions
 from servesim.inputs.workload import (ClosedLoop, RequestSpecs, check_files, check_specs, expected_requests,
                                      generate, match_classes, mean_output_tokens)
@@ -154,8 +155,18 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     else:
         reserve = activation_reserve_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     where = "hardware" if name == "colocated" else f"policy.{name}"
-    cap = size_kv(cm, mem.gpu_memory_utilization, mem.block_size, reserve, mem.num_gpu_blocks, draft_bytes, where,
-                  draft_kv_bytes)
+    try:
+        cap = size_kv(cm, mem.gpu_memory_utilization, mem.block_size, reserve, mem.num_gpu_blocks, draft_bytes,
+                      where, draft_kv_bytes)
+    except InputError as e:
+        # a checkpoint published in another dtype than the one priced (DeepSeek-V3's FP8, priced
+        # bf16) may fit as vLLM loads it: say so, as run and validate do of a model that fits, and
+        # whether it does
+        note = checkpoint_note(scenario.model, hw.dtype)
+        if note is None:
+            raise
+        raise InputError(f"{e} Note: {note[1]}{_published_fit(cm, gpu, note[0], mem, reserve, draft_bytes)}.") \
+            from None
     # vLLM gives each GPU swap_space of host memory, counted in that GPU's own blocks (the stage with
     # the most layers); a block swaps what all the ranks hold: an MLA latent (or a KV head replicated
     # over more ranks than heads) once per rank, not once per replica
@@ -170,6 +181,21 @@ def _pool(scenario: Scenario, name: str, model, gpu_name: str, gpu_path: str, tp
     swap_bw = host_bw * cm.num_gpus
     return PoolSetup(name, 0, cm, cap, policy_name, max_num_seqs, max_num_batched_tokens, pol, spec,
                      (host_blocks, block_bytes, swap_bw), engine)
+
+
+def _published_fit(cm, gpu, dtype: str, mem, reserve: float, draft_bytes: float) -> str:
+    """Whether ``cm``'s model fits its GPUs with its weights in ``dtype`` (its published
+    checkpoint's), for the does-not-fit error: ", which fits: ..." or "; in fp8 it does not fit
+    either: ..."; "" where ``dtype`` does not run on the GPU (``dtype_error`` says why on its own)."""
+    if dtype_error(gpu, dtype, "hardware.dtype"):
+        return ""
+    pub = dataclasses.replace(cm, dtype=dtype)
+    per_gpu = max(pub.stage_weight_bytes()) / pub.tp / GIB
+    try:
+        size_kv(pub, mem.gpu_memory_utilization, mem.block_size, reserve, None, draft_bytes)
+    except InputError:
+        return f"; with {dtype} weights ({per_gpu:.1f} GiB per GPU) it does not fit either"
+    return f", with which it fits ({per_gpu:.1f} GiB of weights per GPU)"
 
 
 def pd_split_replicas(replicas: int) -> tuple[int, int]:

@@ -654,3 +654,29 @@ def test_a_checkpoint_published_quantized_is_said_when_priced_in_another_dtype(t
     for other in ({"quant_method": "awq", "bits": 8}, {"quant_method": "bitsandbytes"}, "fp8"):
         (tmp_path / "config.json").write_text(json.dumps({**awq, "quantization_config": other}))
         assert main(["validate", str(p)]) == 0 and "published weights" not in capsys.readouterr().out
+
+
+def test_a_bf16_checkpoint_that_does_not_fit_names_its_published_fp8(tmp_path, capsys):
+    """DeepSeek-V3 priced in bf16 on 8 GPUs gave the does-not-fit error alone, though its checkpoint
+    is FP8 (the note run and validate print when it fits): the error names it, and whether the
+    FP8 weights fit (on 8 H200s they do, on 8 H100s not either)."""
+    from servesim.cli.main import main
+
+    p = tmp_path / "s.yaml"
+    p.write_text("model: deepseek-ai/DeepSeek-V3\nhardware: {gpu: h200, tp: 8}\n"
+                 "workload: {num_requests: 4, arrival: {process: poisson, rate_rps: 2}, "
+                 "prompt_tokens: {dist: fixed, value: 64}, output_tokens: {dist: fixed, value: 4}}\n")
+    for cmd in ("validate", "run"):
+        assert main([cmd, str(p), "--out", str(tmp_path / "o")] if cmd == "run" else [cmd, str(p)]) == 2
+        err = capsys.readouterr().err
+        assert "does not fit on h200 with tp=8" in err and "Traceback" not in err
+        assert "its published weights are fp8" in err and "set hardware.dtype fp8" in err
+        assert "with which it fits" in err
+    assert main(["validate", str(p), "--set", "hardware.gpu=h100-sxm"]) == 2
+    assert "does not fit either" in capsys.readouterr().err
+    assert main(["validate", str(p), "--set", "hardware.dtype=fp8"]) == 0  # (as the note says)
+    capsys.readouterr()
+    # a model published in the dtype priced: the error as it was
+    assert main(["validate", str(p), "--set", "model=meta-llama/Llama-3.1-405B", "--set", "hardware.tp=1"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit" in err and "Note:" not in err

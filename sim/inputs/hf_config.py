@@ -430,22 +430,28 @@ def _mla(r: _Reader, fam: dict) -> dict:
     return out
 
 
-def checkpoint_dtype_note(cfg: dict, where: str, dtype: str, field: str) -> str | None:
-    """For a config whose ``quantization_config`` says its published weights are FP8 (DeepSeek-V3)
-    or 4-bit AWQ / GPTQ, which vLLM serves as they are, while the weight dtype priced (``dtype``,
-    set by ``field``) is another: one line saying so and how to price the checkpoint; else None."""
+def published_dtype(cfg: dict) -> str | None:
+    """The weight dtype a config's ``quantization_config`` says its checkpoint is published in, as
+    vLLM serves it: ``fp8`` (DeepSeek-V3), ``int4`` (4-bit AWQ / GPTQ); None: none of those."""
     qc = cfg.get("quantization_config")
     if not isinstance(qc, dict):
         return None
     method = qc.get("quant_method")
     if method in ("fp8", "fbgemm_fp8"):
-        ck = "fp8"
-    elif method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and qc.get("bits") == 4:
-        ck = "int4"
-    else:
+        return "fp8"
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and qc.get("bits") == 4:
+        return "int4"
+    return None
+
+
+def checkpoint_dtype_note(cfg: dict, where: str, dtype: str, field: str) -> str | None:
+    """For a config whose ``quantization_config`` says its published weights are FP8 (DeepSeek-V3)
+    or 4-bit AWQ / GPTQ, which vLLM serves as they are, while the weight dtype priced (``dtype``,
+    set by ``field``) is another: one line saying so and how to price the checkpoint; else None."""
+    ck = published_dtype(cfg)
+    if ck is None or ck == dtype:
         return None
-    if ck == dtype:
-        return None
+    method = cfg["quantization_config"].get("quant_method")
     return (f"{where}: its published weights are {ck} (quantization_config: quant_method {shown(method)}), as vLLM "
             f"loads them; priced with {dtype} weights here ({field} {dtype}): set {field} {ck} to price the "
             "checkpoint as published")
@@ -503,4 +509,4 @@ def load_hf_config(p: Path, path: str = "model"):
 
 
 __all__ = ["checkpoint_dtype_note", "family_of", "generic_reading_note", "load_hf_config", "model_from_hf_config",
-           "partial_window_note"]
+           "partial_window_note", "published_dtype"]

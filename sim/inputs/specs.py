@@ -551,28 +551,50 @@ def model_note(name_or_path: str, path: str = "model", dtype: str | None = None,
     and ``cost`` to print; None otherwise. Call after ``get_model`` accepted it."""
     from servesim.inputs.hf_config import checkpoint_dtype_note, generic_reading_note, partial_window_note
 
+    read = _model_config(name_or_path, path)
+    if read is None:
+        return None
+    cfg, where, packaged = read
+    # (a packaged config, Gemma-2-9B: its windows on every other layer; its reading is no guess)
+    notes = [partial_window_note(cfg, where)] if packaged else [generic_reading_note(cfg, where),
+                                                                 partial_window_note(cfg, where)]
+    if dtype is not None:  # (DeepSeek-V3's checkpoint is FP8)
+        notes.append(checkpoint_dtype_note(cfg, where, dtype, dtype_field))
+    return "; ".join(n for n in notes if n) or None
+
+
+def checkpoint_note(name_or_path, dtype: str, dtype_field: str = "hardware.dtype",
+                    path: str = "model") -> tuple[str, str] | None:
+    """(the published weight dtype, ``model_note``'s line on it) of a checkpoint published in
+    another weight dtype than the ``dtype`` priced (``hf_config.checkpoint_dtype_note``:
+    DeepSeek-V3's FP8), for the error of a model that does not fit in ``dtype``, where the
+    published one may; None otherwise."""
+    from servesim.inputs.hf_config import checkpoint_dtype_note, published_dtype
+
+    read = _model_config(name_or_path, path)
+    note = None if read is None else checkpoint_dtype_note(read[0], read[1], dtype, dtype_field)
+    return None if note is None else (published_dtype(read[0]), note)
+
+
+def _model_config(name_or_path, path: str):
+    """(config mapping, where, packaged) of a model given as a packaged catalog config or a
+    ``config.json`` (a file or its folder), or None (a built-in spec, or a file that cannot be read:
+    ``get_model`` says why)."""
     if not isinstance(name_or_path, str):
         return None
     name_or_path = MODEL_ALIASES.get(name_or_path, name_or_path)
     if name_or_path in MODELS:
         return None
-    if name_or_path in packaged_configs():  # (Gemma-2-9B: its windows on every other layer)
-        cfg = read_mapping(packaged_configs()[name_or_path], "config file", fmt="json")
-        where = f"{path}: {name_or_path}"
-        notes = [partial_window_note(cfg, where)]
-    else:
-        p = Path(name_or_path)
-        try:
-            if p.is_dir():
-                p = p / "config.json"
-            cfg = read_mapping(p, "config file", path, fmt="json")
-            where = f"{path}: {p}"
-            notes = [generic_reading_note(cfg, where), partial_window_note(cfg, where)]
-        except (InputError, OSError, ValueError):
-            return None
-    if dtype is not None:  # (DeepSeek-V3's checkpoint is FP8)
-        notes.append(checkpoint_dtype_note(cfg, where, dtype, dtype_field))
-    return "; ".join(n for n in notes if n) or None
+    if name_or_path in packaged_configs():
+        return read_mapping(packaged_configs()[name_or_path], "config file", fmt="json"), \
+            f"{path}: {name_or_path}", True
+    p = Path(name_or_path)
+    try:
+        if p.is_dir():
+            p = p / "config.json"
+        return read_mapping(p, "config file", path, fmt="json"), f"{path}: {p}", False
+    except (InputError, OSError, ValueError):
+        return None
 
 
 def _model_hint(value: str, names) -> str:
