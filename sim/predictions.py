@@ -8,6 +8,7 @@ Each reads the workload drawn with the scenario's seed (``plan``'s, when the cal
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import weakref
 
@@ -430,7 +431,12 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
     for the rate probe). The run itself is replayed, with its admission rules: all of it when it
     has at most ``SHEDDING_REPLAY_REQUESTS`` requests (``workload.num_requests``, or the short
     open-loop workload drawn), the run's count ("whole"); else its first
-    ``SHEDDING_REPLAY_REQUESTS`` requests (their lengths drawn anew), the share of those shed. A
+    ``SHEDDING_REPLAY_REQUESTS`` requests, the share of those shed ("about": a burst of rejections
+    among them, such as a long prompt holding the head of the queue, weighs more in them than in
+    the whole run). A closed loop's are the run's own ("own"; its lengths and think times drawn as
+    the run draws them), so their count is exactly that of the run's first requests, at least the
+    run's (of "run_requests": ``num_requests``, None with only ``duration_s``); multi-turn sessions
+    draw theirs anew. A
     replay whose prompts alone take more than ``OVERLOAD_PROBE_STEPS`` budget-sized steps is not
     run (None), where the lengths are known before it: the workload drawn, a closed loop's
     ``num_requests``. {"replayed": the requests replayed, "whole", "short" (an open-loop workload),
@@ -440,15 +446,24 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
     first = setup.pools[0]
     budget = (first.max_num_batched_tokens * first.replicas
               if first.policy_name in ("continuous", "chunked_prefill") else None)
+    kw, loop = {}, None
     if isinstance(specs, RequestSpecs):  # (a short open-loop workload: the run, on the requests drawn)
         replay, kw, whole, prompts = scenario, {"specs": specs}, True, specs.prompt_tokens
     else:
         whole = wl.num_requests is not None and wl.num_requests <= SHEDDING_REPLAY_REQUESTS
         replay = scenario if whole else dataclasses.replace(
             scenario, workload=dataclasses.replace(wl, num_requests=SHEDDING_REPLAY_REQUESTS))
-        kw = {}
         lengths = drawn_lengths(specs)
         prompts = lengths.prompt_tokens[:SHEDDING_REPLAY_REQUESTS] if lengths is not None else None
+        if not whole and isinstance(specs, ClosedLoop) and not specs.sent:
+            # the run's own loop, its first chunk of lengths and think times drawn as the run draws
+            # it (num_requests', or 4,096), then told to stop sending after the replay's requests: the
+            # clients send them as in the run (none knows of the cap before it is reached), so each
+            # is admitted or rejected as there
+            loop = copy.deepcopy(specs)
+            loop._grow()
+            loop.num_requests = SHEDDING_REPLAY_REQUESTS
+            kw = {"specs": loop}
     if budget is not None and prompts is not None and prompts.sum() / budget > OVERLOAD_PROBE_STEPS:
         return None
     res = simulate(replay, **kw)
@@ -456,11 +471,17 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
     reasons = [r for r in res.requests["reason"].tolist() if isinstance(r, str) and r.startswith("admission: ")]
     if not n or not reasons:
         return None
-    return {"offered_rps": None, "served_rps": None, "probe_requests": None, "rules": [], "reaching_rps": None,
-            "bucket": 0, "queue": 0, "at_once": 0, "replayed": n, "whole": whole,
-            "short": isinstance(specs, RequestSpecs), "shed": len(reasons),
-            "reasons": top_reasons(reasons), "requests": n, "rejected_share": len(reasons) / n,
-            "overloaded": False, "backlog": None}
+    out = {"offered_rps": None, "served_rps": None, "probe_requests": None, "rules": [], "reaching_rps": None,
+           "bucket": 0, "queue": 0, "at_once": 0, "replayed": n, "whole": whole,
+           "short": isinstance(specs, RequestSpecs), "shed": len(reasons),
+           "reasons": top_reasons(reasons), "requests": n, "rejected_share": len(reasons) / n,
+           "overloaded": False, "backlog": None}
+    if loop is not None:
+        # (duration_s cut the run before it sent them: the replay is the run itself, its count)
+        out["whole"] = n < SHEDDING_REPLAY_REQUESTS
+        out["own"] = True
+        out["run_requests"] = wl.num_requests
+    return out
 
 
 def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:

@@ -468,6 +468,34 @@ def test_validate_replays_what_admission_sheds_where_no_rate_tells(tmp_path, cap
     assert ("fewer than 200 requests" in line[0]) == (kind == "short")
 
 
+@pytest.mark.parametrize("bound", ["num_requests", "duration_s"])
+def test_validate_replays_a_closed_loops_own_first_requests(tmp_path, capsys, bound):
+    """A closed loop longer than the replay: validate replayed its first 1,000 requests with lengths
+    drawn anew (a loop of 1,000 draws other lengths than one of 1,300), so its count was not the
+    run's: closed-loop.yaml with max_queue=4 read 71 shed of the first 1,000 (7%), where the run
+    shed 61 there and no more (3% of 2,000). The replay is the run's own loop stopped after 1,000
+    sends: its count is exactly the run's over its first 1,000 requests, and the line says it is
+    at least that share of the run."""
+    from servesim.predictions import predict_shedding
+
+    kw = {"policy.admission": {"max_queue": 1}, "policy.max_num_seqs": 4,
+          "workload.arrival": {"process": "closed_loop", "clients": 12, "think_time_s": 0.05},
+          "workload.prompt_tokens": {"dist": "lognormal", "mean": 256, "sigma": 1.0, "max": 4096},
+          "workload.output_tokens": {"dist": "uniform", "min": 1, "max": 24}}
+    kw.update({"workload.num_requests": 1300} if bound == "num_requests" else
+              {"workload.num_requests": None, "workload.duration_s": 60.0})
+    sc = make_scenario(**kw)
+    shed = predict_shedding(sc)
+    r = simulate(sc).requests
+    first = np.asarray(r["request_id"]) < 1000
+    ran = sum(isinstance(x, str) and x.startswith("admission: ") for x in np.asarray(r["reason"], dtype=object)[first])
+    assert len(r["request_id"]) > 1000 and ran > 0
+    assert shed["shed"] == ran and shed["replayed"] == 1000 and not shed["whole"] and shed["own"]
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
+    assert len(line) == 1 and f"({ran:,} of its first 1,000, the run's own, replayed" in line[0]
+    assert ("at least" in line[0]) == (bound == "num_requests")
+
+
 def test_validate_predicts_no_shedding_where_the_deployment_keeps_up(tmp_path, capsys):
     """The same queue limit at a rate the deployment serves: nothing predicted, nothing rejected."""
     from servesim.predictions import predict_shedding

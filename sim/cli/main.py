@@ -679,10 +679,19 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         top = "; ".join(f"{c} x {r}" for r, c in shed["reasons"])
         why = (f"fewer than {OVERLOAD_PROBE_MIN} requests, too few to compare rates" if shed["short"] else
                "its requests follow the replies, each sent after the last one ended or was rejected")
-        text = (f"a run will reject {k:,} of {n:,} requests ({share:.1%}) in policy.admission (the run replayed: "
-                f"{why}): {top}" if shed["whole"] else
-                f"a run will reject about {share:.0%} of its requests in policy.admission ({k:,} of its first "
-                f"{n:,}, replayed: {why}): {top}")
+        if shed["whole"]:
+            text = (f"a run will reject {k:,} of {n:,} requests ({share:.1%}) in policy.admission (the run replayed: "
+                    f"{why}): {top}")
+        elif shed.get("own"):  # (a closed loop's own first requests: their count is the run's, at least)
+            total = shed["run_requests"]
+            least = f", at least {k / total:.1%} of its {total:,}" if total else ""
+            text = (f"a run will reject about {share:.0%} of its requests in policy.admission ({k:,} of its first "
+                    f"{n:,}, the run's own, replayed: {why}{least}; the rest shed as these did gives the "
+                    f"{share:.0%}, which a burst among them, such as a long prompt holding the head of the queue, "
+                    f"can overstate): {top}")
+        else:
+            text = (f"a run will reject about {share:.0%} of its requests in policy.admission ({k:,} of its first "
+                    f"{n:,}, replayed: {why}): {top}")
         return f"warning: {text}" if share >= REJECTED_SHARE else f"  shedding: {text}"
     scope = "" if adm.classes is None else f" (policy.admission.classes: {', '.join(adm.classes)})"
     parts = []
