@@ -319,7 +319,9 @@ def preemptions_at_rate(scenario: Scenario, k: int, setup=None, specs=None) -> i
     return int(_probe(scenario, specs, specs.arrival_s[:k] * stretch, split).summary["preemptions"])
 
 
-PLUGIN_DRY_REQUESTS = 8  # requests of validate's dry run of a plug-in (a few steps: next_batch asked)
+# requests of validate's dry run of a plug-in: enough for a router's 200th call and a policy's
+# hundreds of steps with a queue (8 let one that broke on its 50th call pass, the run then failing)
+PLUGIN_DRY_REQUESTS = 200
 
 
 def uses_plugins(scenario: Scenario) -> bool:
@@ -331,8 +333,9 @@ def uses_plugins(scenario: Scenario) -> bool:
 
 def dry_run_plugins(scenario: Scenario, setup=None, specs=None) -> int | None:
     """``validate``'s dry run of a scenario's plug-in policy or router: the workload's first
-    ``PLUGIN_DRY_REQUESTS`` requests (drawn with the scenario's seed, at their own arrival times)
-    run on the whole deployment, so that a ``next_batch`` (a router's call) that raises or returns
+    ``PLUGIN_DRY_REQUESTS`` requests (drawn with the scenario's seed, at their own arrival times;
+    those whose prompts fit ``OVERLOAD_PROBE_STEPS`` steps of the token budget) run on the whole
+    deployment, so that a ``next_batch`` (a router's call) that raises or returns
     no valid decision is the ``PluginError`` a run would stop on, naming the plug-in, before the
     scenario is called ok. The requests it ran; None where no plug-in runs (or no request is drawn).
     Only what these few requests reach is exercised: a decision that breaks under load shows in
@@ -346,6 +349,13 @@ def dry_run_plugins(scenario: Scenario, setup=None, specs=None) -> int | None:
         k = min(len(lengths), PLUGIN_DRY_REQUESTS)
         if not k:
             return None
+        # a step holds at most the token budget, so the dry run keeps the requests whose prompts fit
+        # OVERLOAD_PROBE_STEPS steps of it (a tiny budget would make it as slow as a long run), and at
+        # least the first request
+        first = setup.pools[0]
+        budget = first.max_num_batched_tokens * first.replicas
+        steps = np.cumsum(lengths.prompt_tokens[:k], dtype=np.float64) / budget
+        k = max(1, int(np.searchsorted(steps, OVERLOAD_PROBE_STEPS, side="right")))
         run, given = dataclasses.replace(scenario, workload=dataclasses.replace(workload, num_requests=k)), \
             _first(lengths, k)
     else:  # (multi-turn sessions, a closed loop bounded by duration_s: as many requests as the run sends first)
