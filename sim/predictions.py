@@ -494,6 +494,30 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
     return out
 
 
+def _shed_at_rate(scenario: Scenario, setup, specs: RequestSpecs, k: int, served: float) -> dict | None:
+    """``predict_shedding`` where what reaches the replicas is within ``OVERLOAD_MARGIN`` of what
+    the overload probe served (below or above it: the probe underrates the deployment, so the
+    queue may or may not fill): the workload's first ``k`` requests at their own arrival times,
+    ``policy.admission`` kept, on one replica (each takes 1 / replicas of the arrivals: the times
+    stretched by the replicas) or the whole P/D split, as ``preemptions_at_rate``; the share of
+    them shed ("about"; the run's count when they are the whole run on one replica, "whole"), in
+    ``_shed_replayed``'s keys, "at_rate" the probe's served rate; None when it sheds nothing."""
+    split = scenario.policy.name in DEPLOYMENTS
+    stretch = 1 if split else scenario.cluster.replicas
+    k = min(k, len(specs))
+    one = dataclasses.replace(scenario if split else _one_replica(scenario),
+                              workload=dataclasses.replace(scenario.workload, num_requests=k, duration_s=None))
+    res = simulate(one, specs=dataclasses.replace(_first(specs, k), arrival_s=specs.arrival_s[:k] * stretch))
+    reasons = [r for r in res.requests["reason"].tolist() if isinstance(r, str) and r.startswith("admission: ")]
+    if not reasons:
+        return None
+    whole = k == len(specs) and stretch == 1 and scenario.workload.duration_s is None
+    return {"offered_rps": offered_rate(specs.arrival_s), "served_rps": served, "probe_requests": k, "rules": [],
+            "reaching_rps": None, "bucket": 0, "queue": 0, "at_once": 0, "replayed": k, "whole": whole,
+            "short": False, "at_rate": served, "shed": len(reasons), "reasons": top_reasons(reasons),
+            "requests": k, "rejected_share": len(reasons) / k, "overloaded": False, "backlog": None}
+
+
 def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The requests ``policy.admission`` will shed, without running it. The rule: the token bucket
     is replayed on the arrival times of the requests it applies to (exact). What reaches the
@@ -514,9 +538,12 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     "others", the requests no rule applies to outgrow S; "room", the queue's limit holds so much of
     this run's excess that fewer than ``REJECTED_SHARE`` of the requests are rejected)}; None without
     admission control and when nothing is predicted (no bucket rejections and no overload, or a
-    probe that cannot tell); ``all_at_once`` arrivals: ``_shed_at_once``, "at_once" the count (0
-    otherwise); closed-loop and multi-turn workloads, and open-loop ones of fewer than
-    ``OVERLOAD_PROBE_MIN`` requests: ``_shed_replayed``, "replayed" the requests it ran."""
+    probe that cannot tell); what reaches the replicas within a factor ``OVERLOAD_MARGIN`` of S,
+    where rates cannot tell, and no bucket rejections: ``_shed_at_rate``, the workload's first
+    requests replayed at their own times with the rules, "at_rate" S; ``all_at_once`` arrivals:
+    ``_shed_at_once``, "at_once" the count (0 otherwise); closed-loop and multi-turn workloads,
+    and open-loop ones of fewer than ``OVERLOAD_PROBE_MIN`` requests: ``_shed_replayed``, "replayed"
+    the requests it ran."""
     adm = scenario.policy.admission
     if not adm.active:
         return None
@@ -551,6 +578,10 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     served = over["served_rps"] if over is not None else None
     overloaded = served is not None and reaching > OVERLOAD_MARGIN * served
     if not overloaded and not bucket:
+        if served is not None and reaching * OVERLOAD_MARGIN >= served:
+            # within the margin of what the probe served (an underestimate), the queue may or may not
+            # fill: the workload's first requests at their own times, with the rules, tell
+            return _shed_at_rate(scenario, setup, specs, over["probe_requests"], served)
         return None
     queue, backlog = 0, None
     if overloaded:

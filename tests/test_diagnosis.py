@@ -393,6 +393,8 @@ def test_validate_predicts_the_requests_a_full_queue_sheds(tmp_path, capsys, rul
     warning = [x for x in _validate_lines(tmp_path, capsys, sc) if x.startswith("warning: a run will reject")]
     assert len(warning) == 1 and f"about {shed['queue']:,} requests" in warning[0]
     assert f"policy.admission.{next(iter(rule))}=" in warning[0]
+    # (an upper bound, said so: bursts of arrivals can shed more than it)
+    assert warning[0].startswith("warning: a run will reject up to about ") and "an upper bound" in warning[0]
 
 
 def test_a_class_scoped_queue_limit_counts_the_other_classes_waiting(tmp_path, capsys):
@@ -494,6 +496,25 @@ def test_validate_replays_a_closed_loops_own_first_requests(tmp_path, capsys, bo
     line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
     assert len(line) == 1 and f"({ran:,} of its first 1,000, the run's own, replayed" in line[0]
     assert ("at least" in line[0]) == (bound == "num_requests")
+
+
+def test_validate_replays_shedding_at_a_rate_near_what_the_deployment_serves(tmp_path, capsys):
+    """20 req/s against a probe that completed 14.6 req/s: within the overload margin (1.5x), so
+    validate said nothing of admission, and the run shed 101 of its 600 requests (17%, its
+    rejections warning); chat.yaml at 60 req/s (probe 39.8) shed 22% the same way. Within the
+    margin the workload's first requests at their own times, with the rules, are replayed: here
+    that is the whole run on its one replica, so the count is the run's."""
+    from servesim.predictions import predict_shedding
+
+    sc = make_scenario(**{**SHED, "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+                       **{"policy.admission": {"max_queue": 5}})
+    s = simulate(sc).summary
+    assert s["rejected"] >= 0.1 * 600 and "rejections" in {w["code"] for w in s["warnings"]}
+    shed = predict_shedding(sc)
+    assert shed is not None and shed["at_rate"] and shed["whole"] and shed["shed"] == s["rejected"]
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
+    assert len(line) == 1 and line[0].startswith(f"warning: a run will reject {s['rejected']:,} of 600 requests")
+    assert "at their own arrival times on one replica" in line[0]
 
 
 def test_validate_predicts_no_shedding_where_the_deployment_keeps_up(tmp_path, capsys):

@@ -663,7 +663,7 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
     a warning when the share reaches the run's ``rejections`` threshold or the queue grows through
     the run anyway, else an indented note."""
     from servesim.outputs.checks import REJECTED_SHARE
-    from servesim.predictions import OVERLOAD_PROBE_MIN
+    from servesim.predictions import OVERLOAD_MARGIN, OVERLOAD_PROBE_MIN
 
     adm = scenario.policy.admission
     if shed["at_once"]:
@@ -678,6 +678,11 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         k, n, share = shed["shed"], shed["replayed"], shed["rejected_share"]
         top = "; ".join(f"{c} x {r}" for r, c in shed["reasons"])
         why = (f"fewer than {OVERLOAD_PROBE_MIN} requests, too few to compare rates" if shed["short"] else
+               f"at their own arrival times on "
+               f"{'the whole P/D split' if 'decode' in setup.pools_by_name else 'one replica'}"
+               f", the offered {shed['offered_rps']:.3g} req/s within a factor {OVERLOAD_MARGIN:g} of the "
+               f"{shed['at_rate']:.3g} req/s validate's load probe completed, too near to tell by rates"
+               if shed.get("at_rate") else
                "its requests follow the replies, each sent after the last one ended or was rejected")
         if shed["whole"]:
             text = (f"a run will reject {k:,} of {n:,} requests ({share:.1%}) in policy.admission (the run replayed: "
@@ -707,8 +712,10 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         queue_rules = [r for r in shed["rules"] if r != "token_bucket"]
         if shed["queue"]:
             parts.append(f"{over}: {', '.join('policy.admission.' + r for r in queue_rules)}{scope} sheds what "
-                         f"the queue cannot hold, about {shed['queue']:,} requests (at most: the probe underrates "
-                         "what the deployment serves)")
+                         f"the queue cannot hold, about {shed['queue']:,} requests (an upper bound for steady "
+                         "arrivals: the probe underrates what the deployment serves, and the bound ran 1.2 to "
+                         "1.9 times the runs' counts in docs/how-it-works.md's checks; arrivals in bursts can shed "
+                         "more)")
         else:
             parts.append(over)
         if shed["backlog"]:
@@ -718,7 +725,8 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
             parts.append(f"{why}: the backlog will grow through the run and its latencies with "
                          "workload.num_requests")
     share = shed["rejected_share"]
-    text = (f"a run will reject about {share:.0%} of the requests: " if share else "") + "; ".join(parts)
+    text = (f"a run will reject {'up to ' if shed['queue'] else ''}about {share:.0%} of the requests: "
+            if share else "") + "; ".join(parts)
     text += " (servesim capacity finds the highest rate the deployment keeps up with)" if shed["overloaded"] else ""
     loud = share >= REJECTED_SHARE or shed["backlog"]
     return f"warning: {text}" if loud else f"  shedding: {text}"
