@@ -849,3 +849,86 @@ def test_a_probe_of_probe_duration_too_short_to_tell_is_still_run_longer(tmp_pat
     s.results[rate] = {"meets": False, "too_short": True, "requests": first * MAX_LONGER,
                        "keep_up_window_s": 300.0, "service_p99_s": 400.0}
     assert not s._lengthen(rate) and rate in s.short
+
+
+def test_an_answer_the_keep_up_rule_set_on_probes_too_short_for_the_batch_to_fill_is_warned(tmp_path, capsys):
+    """With probes whose first half (the warm-up) brings fewer requests than the deployment holds
+    at once when full, the batch can still be filling when keeping up is counted, and the rule
+    reads that as a backlog: chat on 4 replicas (1,024 requests at once) answered 53 req/s with
+    600-request probes and 79 with 3,000. Such an answer, set by the keep-up rule and not the SLO,
+    is warned of, naming a --probe-requests whose warm-up spans the full batch; probes long enough
+    say nothing (and an answer the SLO set: the unit test below)."""
+    def search(max_num_seqs, folder):
+        data = copy.deepcopy(BASE)  # small requests: the KV cache holds max_num_seqs of them
+        data["policy"]["max_num_seqs"] = max_num_seqs
+        sc = tmp_path / f"{folder}.yaml"
+        sc.write_text(yaml.safe_dump(data))
+        assert main(["capacity", str(sc), "--seeds", "1", "--probe-requests", "40", "--workers", "1", "--quiet",
+                     "--tol", "0.09", "--start", "32", "--slo", "e2e_p99=30", "--out", str(tmp_path / folder)]) == 0
+        return json.loads((tmp_path / folder / "capacity.json").read_text()), capsys.readouterr().out
+
+    cap, printed = search(64, "short")
+    note = cap["filling"]
+    assert note and f"warning: {note}" in printed
+    assert "brought 20 requests, fewer than the 64 the deployment holds at once" in note
+    rerun = int(note.split("--probe-requests ")[1].split()[0])
+    assert rerun // 2 >= 2 * 64  # its warm-up spans the full batch twice
+    # the lowest failing probe above the answer met the SLO and failed only the keep-up rule
+    fails = [p for p in cap["probes"] if not p["meets"] and p["rate_rps"] > cap["capacity_rps"]]
+    ev = min(fails, key=lambda p: p["rate_rps"])
+    assert ev["keeps_up"] is False and ev["e2e_p99"] <= 30
+    # the same search where a probe's warm-up holds more than the 4 requests the batch takes: the
+    # keep-up rule sets the answer, but the batch is full long before it is counted
+    cap, printed = search(4, "full")
+    assert cap["filling"] is None and "warning" not in printed
+    fails = [p for p in cap["probes"] if not p["meets"] and p["rate_rps"] > cap["capacity_rps"]]
+    assert min(fails, key=lambda p: p["rate_rps"])["keeps_up"] is False
+
+
+def test_the_filling_warning_needs_a_keep_up_failure_on_a_probe_shorter_than_the_full_batch():
+    from types import SimpleNamespace
+
+    from servesim.studies.capacity import _filling_note
+
+    slo = {("ttft", "p99"): 1.0}
+
+    def note(requests, held, ttft=0.5, keeps_up=False, attainment=None, share=1.0):
+        ev = {"meets": False, "keeps_up": keeps_up, "ttft_p99": ttft, "throughput_rps": 9.0,
+              "requests": requests, "attainment": share}
+        s = SimpleNamespace(results={10.0: {"meets": True}, 11.0: ev}, slo=slo, attainment=attainment,
+                            keep_up=0.9, held_requests=lambda: (held, "1 replica x 256 (max_num_seqs 256)"))
+        return _filling_note(s, 10.0)
+
+    # a warm-up of 300 requests, under the 400 held: rerun with a warm-up of twice 400
+    assert note(600, 400).endswith("--probe-requests 1600") and "brought 300 requests" in note(600, 400)
+    assert note(600, 301) and note(600, 300) is None  # a warm-up of 300 spans the full batch
+    assert note(600, 400, ttft=2.0) is None  # the SLO failed: it set the answer
+    assert note(600, 400, keeps_up=True) is None
+    # with --attainment, a percentile of a per-request limit above it is no SLO failure
+    assert note(600, 400, ttft=2.0, attainment=0.9, share=0.95)
+    assert note(600, 400, attainment=0.9, share=0.5) is None
+    assert note(5000, 10_000).endswith("--probe-requests 40000")
+
+
+def test_the_requests_a_deployment_holds_at_once_come_from_its_batch_cap_or_its_kv_cache():
+    from types import SimpleNamespace
+
+    from servesim.studies.capacity import Search
+
+    def held(**kw):
+        data = copy.deepcopy(BASE)
+        for k, v in kw.items():
+            d = data
+            *path, last = k.split(".")
+            for p in path:
+                d = d.setdefault(p, {})
+            d[last] = v
+        return Search.held_requests(SimpleNamespace(points=[SimpleNamespace(data=data)]))
+
+    assert held()[0] == 256 and held(**{"cluster.replicas": 3})[0] == 768
+    # a KV cache of 100 blocks of 16 tokens holds fewer than max_num_seqs whole requests (mean ~300 tokens)
+    n, what = held(**{"memory.num_gpu_blocks": 100})
+    assert 3 <= n <= 10 and "KV cache" in what
+    # a P/D split's requests stay longest on its decode replicas
+    n, what = held(**{"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 2}})
+    assert n == 512 and "2 decode replicas" in what

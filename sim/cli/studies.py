@@ -250,6 +250,8 @@ def cmd_capacity(args) -> int:
                 print(f"stopped short: {ci.stopped_short}")
             if ci.result.get("too_short"):
                 print(f"warning: {ci.result['too_short']}")
+            if ci.result.get("filling"):
+                print(f"warning: {ci.result['filling']}")
             _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus, iv)
     return _capacity_end(args, ci.error)
 
@@ -300,6 +302,8 @@ def _capacity_one_seed(res, args) -> int:
         print("one seed: no interval (without --seeds 1, capacity searches several seeds and gives a 95% interval)")
         if res.too_short:
             print(f"warning: {res.too_short}")
+        if res.filling:
+            print(f"warning: {res.filling}")
         _burst_note(res.mean_capacity_rps, cap, res.arrival, gpus)
     return _capacity_end(args, res.error)
 

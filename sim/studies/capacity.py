@@ -206,6 +206,31 @@ class Search:
         kind = "pd" if "decode" in setup.pools_by_name else "colocated"
         return floor_violation(latency_floors(kind, setup, stats), self.slo, self.attainment)
 
+    def held_requests(self) -> tuple[int, str] | None:
+        """How many requests the deployment holds at once when its batch is full, and how that
+        is made up: the pool requests spend longest in (decode with a P/D split), its replicas x
+        the fewer of ``max_num_seqs`` and the whole requests (prompt + output, mean of the first
+        probe's) its KV cache holds. None where it cannot tell (not an open-loop workload)."""
+        from servesim.inputs.scenario import scenario_from_dict
+        from servesim.simulation import prepare
+        from servesim.studies.plan_space import workload_stats
+
+        sc = scenario_from_dict(self.points[0].data)
+        try:
+            stats = workload_stats(sc)
+        except InputError:  # (closed-loop or multi-turn: no requests drawn ahead of the run)
+            return None
+        setup = prepare(sc)
+        pool = setup.pools_by_name.get("decode", setup.pools[0])
+        whole = float(np.mean(stats.prompt_total + stats.output)) if len(stats.output) else 0.0
+        fit = pool.capacity.num_blocks * pool.capacity.block_size / whole if whole > 0 else math.inf
+        seqs = max(1, math.floor(min(pool.max_num_seqs, fit)))
+        what = f"max_num_seqs {pool.max_num_seqs}" if pool.max_num_seqs <= fit else \
+            f"the requests of {whole:.0f} tokens on average its KV cache holds"
+        where = f"{pool.replicas} {pool.name} replica{'s' if pool.replicas != 1 else ''}" if pool.name != "colocated" \
+            else f"{pool.replicas} replica{'s' if pool.replicas != 1 else ''}"
+        return pool.replicas * seqs, f"{where} x {seqs} ({what})"
+
     def probe(self, rates) -> None:
         rates = [float(f"{r:.6g}") for r in rates if float(f"{r:.6g}") not in self.results]
         if not rates:
@@ -385,6 +410,7 @@ class CapacityResult:
     none_served: str  # a note when no probe completed a request ("" otherwise)
     error: str | None  # why there is no answer (the command says it and exits 2), else None
     too_short: str | None = None  # failing probes above the answer too short to tell (a lower bound), else None
+    filling: str | None = None  # the keep-up rule set the answer on probes too short for the batch to fill, else None
 
 
 @dataclass
@@ -498,6 +524,8 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
               "probes": [{"rate_rps": p.values[RATE_KEY], **s.evals.get(p.index, {})} for p in s.points]}
     result["too_short"] = too_short = _too_short_note(s, cap)
     result["floor"] = s.floor or None  # why no rate can meet the limits, when the floors say so
+    # the keep-up rule set the answer on probes too short for the batch to fill (a warning)
+    result["filling"] = filling = _filling_note(s, cap) if done else None
     none_served = "" if any(e.get("throughput_rps") for e in s.results.values()) else \
         "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"
     error = None
@@ -515,7 +543,7 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
                     "queue)" + ("" if opts.keep_up else " or keep --keep-up on") if unbounded else "Raise --max-probes"
                     + _narrow_hint(cap, above, opts.tol)))
     return CapacityResult(s, plan.slo, cap, above, done, gpus, plan.probe_requests, plan.probe_duration_s,
-                          plan.arrival, mean_cap, result, none_served, error, too_short)
+                          plan.arrival, mean_cap, result, none_served, error, too_short, filling)
 
 
 def _narrow_hint(cap: float, above: float | None, tol: float) -> str:
@@ -527,6 +555,49 @@ def _narrow_hint(cap: float, above: float | None, tol: float) -> str:
     if above / cap - 1 > tol:
         return " or --tol"
     return f" (the bracket is within --tol {tol:g}: the check 10% above it, {cap * 1.1:.4g} req/s, did not run)"
+
+
+# A probe's first half is its warm-up; with fewer arrivals in it than the deployment holds at
+# once when full, its batch can still be filling when keeping up is counted (docs/sizing.md,
+# Keeping up). The rerun advised gives the warm-up FILL_SPAN times that many.
+FILL_SPAN = 2
+
+
+def _only_keep_up_failed(ev: dict, slo: dict, attainment) -> bool:
+    """Whether a failing probe's evaluation (``evaluate``) met every SLO limit and failed only the
+    keep-up rule."""
+    if ev.get("meets") or ev.get("keeps_up") is not False or not ev.get("throughput_rps"):
+        return False
+    for (metric, stat), limit in slo.items():
+        if (attainment is None or metric not in PER_REQUEST) and not ev[f"{metric}_{stat}"] <= limit:
+            return False
+    return attainment is None or ev["attainment"] >= attainment
+
+
+def _filling_note(s: Search, cap: float) -> str | None:
+    """A warning when the keep-up rule, not the SLO, decided the answer (the lowest failing probe
+    above it met every limit but did not keep up) on a probe whose warm-up half brought fewer
+    requests than the deployment holds at once when full (``Search.held_requests``): near
+    capacity its batch can still be filling at the keep-up window's start, and the rule reads
+    that climb as a backlog, so the answer can be well below the capacity (chat on 4 replicas:
+    53 req/s with 600-request probes, 79 with 3,000). It names the --probe-requests to rerun with."""
+    fails = sorted(r for r, e in s.results.items() if not e["meets"] and not e.get("superseded") and r > cap)
+    if not cap or not fails:
+        return None
+    rate = fails[0]
+    ev = s.results[rate]
+    if not _only_keep_up_failed(ev, s.slo, s.attainment):
+        return None
+    held = s.held_requests()
+    n = ev["requests"]
+    if held is None or n // 2 >= held[0]:
+        return None
+    want = max(2 * n, math.ceil(2 * FILL_SPAN * held[0] / 100) * 100)
+    return (f"the keep-up rule, not the SLO, set this answer (at {rate:.4g} req/s the probe met the SLO but fewer than "
+            f"{s.keep_up:g} left per arrival) on probes too short to tell: a probe's first half, its warm-up, brought "
+            f"{n // 2} requests, fewer than the {held[0]} the deployment holds at once when full ({held[1]}), so near "
+            "capacity its batch can still be filling when keeping up is counted, which reads as a backlog; the "
+            f"capacity may be well above this answer: rerun with --probe-requests {want}")
 
 
 def _too_short_note(s: Search, cap: float) -> str | None:
@@ -701,13 +772,25 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, s
                      "target": None if fixed is not None else seeds.target, "stopped_short": stopped},
         "seeds": [{"seed": k, "capacity_rps": r.result["capacity_rps"],
                    "check_above_rps": r.result["check_above_rps"], "bracket_rps": r.result["bracket_rps"],
-                   "probes": len(r.search.points), "too_short": r.too_short, "floor": r.result["floor"]}
+                   "probes": len(r.search.points), "too_short": r.too_short, "floor": r.result["floor"],
+                   "filling": r.filling}
                   for k, r in zip(searched, done)],
         "too_short": next((f"seed {k}: {r.too_short}" for k, r in zip(searched, done) if r.too_short), None),
+        # the keep-up rule set a seed's answer on probes too short for the batch to fill
+        "filling": _seeds_filling(searched, done),
         # why no rate can meet the limits, when the latency floors say so on a seed's requests
         "floor": next((f"seed {k}: {r.result['floor']}" for k, r in zip(searched, done) if r.result["floor"]), None),
         "probes": [{"seed": k, **p} for k, r in zip(searched, done) for p in r.result["probes"]],
     }
+
+
+def _seeds_filling(searched: list, done: list) -> str | None:
+    """The first seed's ``_filling_note``, saying on how many seeds it held, or None."""
+    hit = [(k, r.filling) for k, r in zip(searched, done) if r.filling]
+    if not hit:
+        return None
+    k, note = hit[0]
+    return f"on {len(hit)} of {len(done)} seeds (seed {k}): {note}"
 
 
 def _write_seed_rows(out: Path, done: list) -> None:
