@@ -179,10 +179,32 @@ def test_resending_at_once_after_rejections_is_a_warning(tmp_path, capsys):
     assert "reject_wait_s" not in capsys.readouterr().out
 
 
-def test_reject_wait_s_with_sessions_is_refused():
-    from servesim.errors import InputError
-
-    with pytest.raises(InputError, match=r"workload.arrival.reject_wait_s: plain closed loops only"):
-        make_scenario(**{"workload.arrival": {"process": "closed_loop", "clients": 2, "reject_wait_s": 1.0},
-                         "workload.num_requests": 20,
-                         "workload.sessions": {"turns": {"dist": "fixed", "value": 2}}})
+def test_a_rejected_session_client_waits_reject_wait_s():
+    """Sessions in a closed loop: a rejected turn ends its session, and its client waits
+    ``reject_wait_s`` (instead of the next session's lead, 0 here) before beginning the next one,
+    as a plain closed loop's client waits it before its next request. Before, the field was
+    refused with sessions and such a client began its next session at the instant of the rejection."""
+    sess = {"workload.sessions": {"turns": {"dist": "fixed", "value": 2}}}
+    res = simulate(closed(8, n=120, arrival_extra={"reject_wait_s": 0.25}, **{**HAMMER, **sess}))
+    r, s = res.requests, res.summary
+    assert s["rejected"] > 10
+    assert s["num_requests"] == 120 == s["completed"] + s["rejected"]
+    assert s["workload"]["sessions"]["abandoned"] == s["rejected"]
+    # every turn after time 0 was sent when the client's previous turn ended: completed (the
+    # session's next turn, or the next session, at once) or rejected (the next session 0.25 s after)
+    ended = np.where(r["status"] == "rejected", r["arrival_s"] + 0.25, r["finish_s"])
+    later = np.sort(r["arrival_s"])[8:]
+    assert (later > 0).all() and np.isin(later, ended).all()
+    # and none at the instant of a rejection (a rejected turn's client sent nothing then) but
+    # where another request ended at that instant too
+    rejected_at = np.unique(r["arrival_s"][r["status"] == "rejected"])
+    others = np.concatenate([r["finish_s"][r["status"] == "completed"],
+                             r["arrival_s"][r["status"] == "rejected"] + 0.25])
+    assert not np.isin(np.setdiff1d(rejected_at, others), later).any()
+    assert "resend_at_once" not in {x["code"] for x in s["warnings"]}
+    # without the backoff the clients begin their next session at once: more rejections, and the
+    # run says why (as for a plain closed loop)
+    at_once = simulate(closed(8, n=120, **{**HAMMER, **sess})).summary
+    assert at_once["rejected"] > s["rejected"]
+    warned = {x["code"]: x["message"] for x in at_once["warnings"]}
+    assert "begins the next session at once" in warned["resend_at_once"]

@@ -114,7 +114,8 @@ def _check_not_stuck(stuck: list, now: float, source, sessions: bool = False) ->
     if stuck[1] > MAX_STUCK_REJECTIONS:
         what = ("a session's rejected turn ends it and its client begins the next at once" if sessions else
                 "each sent at once after the one before it was rejected")
-        fix = ("workload.arrival.think_time_s > 0 (a client's lead before each session)" if sessions else
+        fix = ("workload.arrival.reject_wait_s (a rejected client's backoff before its next session) or "
+               "think_time_s > 0 (a client's lead before each session)" if sessions else
                "workload.arrival.reject_wait_s (a rejected client's backoff) or think_time_s > 0")
         raise InputError(
             f"workload.arrival: {stuck[1]:,} requests were rejected at t={now:g} s, {what} (think_time_s "
@@ -158,11 +159,15 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
     ``api_delay_s`` as for ``drive_closed_loop``."""
     ends = _end_events(env, recorder, api_delay_s)
     stuck = [-1.0, 0]  # (as drive_closed_loop's: a closed loop's client begins its next session at once)
+    # closed loop: a client whose session a rejected turn ended waits this long (its backoff)
+    # instead of its next session's lead (None: the lead, as after any session)
+    reject_wait = source.arrival.reject_wait_s if source.closed else None
 
     def run(i: int, waited: bool):
         """``waited``: the session starts at the end of a wait (its start time or lead, or the
         API server's delay after the client's previous session's last turn). Returns whether it
-        ends at the end of a wait (the API server's delay after its last turn)."""
+        ends at the end of a wait (the API server's delay after its last turn), and whether a
+        rejected turn ended it."""
         s = source.session(i)
         for k, prompt in enumerate(s.prompts):
             if k and s.think_s[k] > 0:
@@ -170,7 +175,7 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
                 waited = True
             rid = source.send(s.clipped[k], k == 0)
             if rid is None:
-                return waited
+                return waited, False
             if waited:
                 yield _after_this_instant(env)
             # the whole prompt is the session's (prefix group i); its reply's blocks stay cached
@@ -183,26 +188,29 @@ def drive_sessions(env, source, submit, recorder, api_delay_s=None) -> None:
                 yield env.timeout(delay)
             if req.status == "rejected":
                 source.abandoned += 1
-                if source.closed and not waited:
+                if source.closed and not waited and not reject_wait:
                     _check_not_stuck(stuck, env.now, source, sessions=True)
-                return waited
-        return waited
+                return waited, True
+        return waited, False
 
     if source.closed:
         def client(i):
             waited = False  # the previous session ended at the end of a wait (the API server's delay)
+            rejected = False  # a rejected turn ended the previous session
             while True:
                 if i is None:
                     i = source.next_session()
                     if i is None:
                         return
-                lead = source.session(i).lead_s
+                # (after a rejection the backoff replaces the lead; the lead drawn is not used, so
+                # the draws stay as they were)
+                lead = reject_wait if rejected and reject_wait is not None else source.session(i).lead_s
                 if lead > 0:
                     yield env.timeout(lead)
                     waited = True
                 # (a session begun at once after the previous one's last turn, lead 0, still comes
                 # at the end of that turn's API-server delay: sent after every step ending then)
-                waited = yield from run(i, waited)
+                waited, rejected = yield from run(i, waited)
                 i = None
 
         for i in _sessions_that_can_send(source):

@@ -241,8 +241,10 @@ class SinusoidalArrival:
 class ClosedLoopArrival:
     """``clients`` users; each sends its first request at a think time after 0, and each next
     request a think time after its previous one ends (completed or rejected; after a rejection
-    ``reject_wait_s`` instead, when given): at most ``clients`` requests are ever outstanding (the
-    ``max-concurrency`` of serving benchmarks)."""
+    ``reject_wait_s`` instead, when given; with ``workload.sessions`` each client runs one session
+    after another, a think time before each, or ``reject_wait_s`` after a session a rejected turn
+    ended): at most ``clients`` requests are ever outstanding (the ``max-concurrency`` of serving
+    benchmarks)."""
 
     process: Literal["closed_loop"]
     clients: int = _f(gt=0, le=MAX_CLIENTS, doc="concurrent users: at most this many requests outstanding")
@@ -251,7 +253,8 @@ class ClosedLoopArrival:
                                                                    "fixed ones")
     reject_wait_s: Optional[float] = _f(None, ge=0, le=MAX_SECONDS,
                                         doc="a client whose request was rejected (HTTP 429/503) waits this long, "
-                                            "instead of its think time, before its next request (a backoff); null: "
+                                            "instead of its think time, before its next request (a backoff; with "
+                                            "sessions, before its next session: a rejected turn ends one); null: "
                                             "its think time, as serving benchmarks do (vLLM's benchmark_serving "
                                             "counts the failure and sends its next prompt)")
 
@@ -745,11 +748,6 @@ class Workload:
                 yield f"{path}.classes[{i}].arrival", c.arrival
 
     def _check_fields(self, path):
-        if (self.sessions is not None and isinstance(self.arrival, ClosedLoopArrival)
-                and self.arrival.reject_wait_s is not None):
-            raise InputError(f"{path}.arrival.reject_wait_s: plain closed loops only; with {path}.sessions a "
-                             "rejected turn ends its session, and its client begins the next one after that "
-                             f"session's lead ({path}.arrival.think_time_s): remove reject_wait_s")
         if self.dataset is not None or self.sessions is not None:
             self._check_dataset_sessions(path)
             if isinstance(self.arrival, AllAtOnceArrival) and self.num_requests is None:

@@ -303,22 +303,24 @@ def scenario_slos(scenario) -> list:
 
 
 def resend_at_once_warnings(scenario, rejected: int | None = None) -> list:
-    """A closed loop (not sessions) whose clients send again at once after a rejection: think
-    time 0 and no ``workload.arrival.reject_wait_s``. ``rejected``: the run's rejections (None:
+    """A closed loop whose clients send again at once after a rejection (with sessions: begin
+    their next session at once after a rejected turn ended one): think time 0 and no
+    ``workload.arrival.reject_wait_s``. ``rejected``: the run's rejections (None:
     before a run, said when admission rules can reject)."""
     from servesim.inputs.scenario import ClosedLoopArrival
 
     w = scenario.workload
     a = w.arrival
-    if (not isinstance(a, ClosedLoopArrival) or w.sessions is not None or a.think_time_s > 0
-            or a.reject_wait_s is not None):
+    if not isinstance(a, ClosedLoopArrival) or a.think_time_s > 0 or a.reject_wait_s is not None:
         return []
+    then = ("ends its session and its client begins the next session at once" if w.sessions is not None else
+            "is followed at once by its client's next")
     if rejected is None:
         if not scenario.policy.admission.active:
             return []
-        what = "a request that policy.admission rejects is followed at once by its client's next"
+        what = f"a request that policy.admission rejects {then}"
     elif rejected:
-        what = f"{rejected:,} requests were rejected, each followed at once by its client's next"
+        what = f"{rejected:,} requests were rejected; each {then}"
     else:
         return []
     return [{"code": "resend_at_once",
