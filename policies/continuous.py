@@ -87,6 +87,12 @@ class ContinuousPolicy:
     # replicas run the prompt alone (and, preempted, recompute just that), and the fix for a
     # prompt over the budget is that pool's chunked prefill, not policy.name (which undoes the split)
     prefill_budget_path: str = ""
+    # vLLM v0.2's padded prompt batches (``prefill_first`` steps, whole prompts): each prompt of a
+    # prompt-only step is padded to the step's longest, the budget counts sequences x the longest,
+    # and admission stops at the first prompt that would take the padding past ``max_paddings``
+    # tokens. Set from the engine profile (``EngineProfile.max_paddings``, cost.engine vllm-v0.2),
+    # not the scenario; None: no padding
+    max_paddings: int | None = None
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -316,8 +322,45 @@ class ContinuousPolicy:
                                                       self.max_num_batched_tokens, items, reserved)
         if not admitted:
             return None
+        padding = (0, 0, 0)
+        if self.max_paddings is not None:
+            keep, padding, cut = self._padded(items)
+            if cut is not None:  # (admission stopped at items[keep]: nothing after it is admitted)
+                kept = {id(r) for r in admitted[:keep]}
+                free = state.kv.num_free - sum(state.kv.blocks_for(self._admission_tokens(r, 0, q))
+                                               for r, q in items[:keep])
+                admitted, items = admitted[:keep], items[:keep]
+                hits = [h for h in hits if id(h[0]) in kept]
+                reserved = [x for x in reserved if id(x[0]) in kept]
+                stop = ("budget", cut, self.max_num_batched_tokens - keep * max(q for _, q in items), free,
+                        self.max_num_seqs - dec.num_seqs - len(state.tail) - keep)
+                blocked = None
         return make_batch(items, (), admitted, prefix_hits=hits, budget_blocked=blocked, stop=stop,
-                          reserve=reserved, steady=self._steady(state, admitted, (), blocked))
+                          reserve=reserved, padding=padding, steady=self._steady(state, admitted, (), blocked))
+
+    def _padded(self, items):
+        """vLLM v0.2's prompt batch over the prompts ``admit`` took, in order (``max_paddings``):
+        (how many it keeps, their padding as ``make_batch`` takes it, the request admission stops
+        at or None). vLLM v0.2.3 ``Scheduler._schedule`` (vllm/core/scheduler.py L170-186): the
+        prompts taken so far plus the next are ``len x longest`` tokens against the budget, and
+        ``len x longest - sum`` padded tokens against ``max_paddings``; the first to break either
+        stops admission. The model runner pads every prompt to the longest
+        (vllm/worker/model_runner.py L94-106), and attention is causal over the padded length
+        (``BlockDiagonalCausalMask.from_seqlens([seq_len] * batch_size)``,
+        vllm/model_executor/layers/attention.py L133-136): each padded slot is a token of every
+        layer, ``P(P+1)/2 - q(q+1)/2`` more query-key pairs per prompt, and a KV token touched."""
+        longest = total = 0
+        for k, (r, q) in enumerate(items):
+            top = max(longest, q)
+            if (k + 1) * top > self.max_num_batched_tokens or (k + 1) * top - total - q > self.max_paddings:
+                cut, n = r, k
+                break
+            longest, total = top, total + q
+        else:
+            cut, n = None, len(items)
+        pad = n * longest - total
+        pairs = sum(longest * (longest + 1) // 2 - q * (q + 1) // 2 for _, q in items[:n])
+        return n, (pad, pairs, pad), cut
 
     def _may_preempt_for(self, stop) -> bool:
         """Whether admission stopped where preempting lower-priority running requests may help."""

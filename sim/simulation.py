@@ -79,6 +79,10 @@ class PoolSetup:
             own = getattr(self.policy_cfg.prefill, "max_num_batched_tokens", None) is not None
             policy = dataclasses.replace(policy, prefill_budget_path="policy.prefill.max_num_batched_tokens" if own
                                          else "policy.max_num_batched_tokens")
+        pad = self.engine.profile.max_paddings if self.engine is not None else None
+        if pad is not None and isinstance(policy, ContinuousPolicy):
+            # the engine pads the prompts of a prompt-only step to the longest (cost.engine vllm-v0.2)
+            policy = dataclasses.replace(policy, max_paddings=pad)
         return policy
 
     @functools.cached_property

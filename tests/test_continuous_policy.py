@@ -1,5 +1,6 @@
 """Continuous batching without SimPy: exact tokens per request for hand-worked states."""
 
+import dataclasses
 from collections import deque
 
 from servesim.policies.base import ReplicaState
@@ -203,6 +204,61 @@ def test_prefill_first_admits_prompts_in_a_step_of_their_own():
     b = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=600).next_batch(
         ReplicaState(running, deque([Request(2, 0.0, 300, 10)]), kv))
     assert scheduled(b) == {0: 1, 1: 1, 2: 300}
+
+
+def test_padded_prompt_batch_counts_len_times_longest_and_stops_past_max_paddings():
+    """vLLM v0.2 (``max_paddings``, cost.engine vllm-v0.2): a prompt-only step pads every prompt to
+    the longest, counts ``len x longest`` against the budget and stops at the first prompt that
+    takes the padding past max_paddings (vllm/core/scheduler.py L170-186 at v0.2.3)."""
+    kv = BlockAllocator(num_blocks=1000, block_size=16)
+    running = [running_req(0, 100, 5, kv)]
+    prompts = [300, 200, 350, 100, 300]
+    waiting = lambda: deque(Request(10 + i, 0.0, p, 10) for i, p in enumerate(prompts))  # noqa: E731
+    pol = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=2000, prefill_first=True, max_paddings=256)
+    b = pol.next_batch(ReplicaState(running, waiting(), kv))
+    # 300; + 200: 2 x 300 = 600, padding 100; + 350: 3 x 350 = 1050, padding 1050 - 850 = 200;
+    # + 100: 4 x 350 = 1400, padding 450 > 256: stop there (the 300 behind it waits too)
+    assert scheduled(b) == {10: 300, 11: 200, 12: 350} and [r.request_id for r in b.admitted] == [10, 11, 12]
+    assert b.stop[0] == "budget" and b.stop[1].request_id == 13 and b.stop[2] == 2000 - 1050 and b.stop[4] == 8 - 1 - 3
+    assert b.prefill_tokens == 850 and b.padding_tokens == 200 and b.num_sampled == 3
+    # attention causal over 350 tokens in each of the three slots; 200 padded KV slots touched
+    assert b.attn_pairs == 3 * (350 * 351 // 2)
+    assert b.context_tokens == 850 + 200
+    # the budget counts the padded tokens: 3 x 350 = 1050 > 1000 stops at the third prompt
+    b = dataclasses.replace(pol, max_num_batched_tokens=1000).next_batch(ReplicaState(running, waiting(), kv))
+    assert scheduled(b) == {10: 300, 11: 200} and b.padding_tokens == 100 and b.stop[1].request_id == 12
+    # without padding (every other engine): 300 + 200 + 350 + 100 + 300 = 1250 tokens fit 2000
+    b = dataclasses.replace(pol, max_paddings=None).next_batch(ReplicaState(running, waiting(), kv))
+    assert scheduled(b) == dict(zip(range(10, 15), prompts)) and b.padding_tokens == 0
+    assert b.attn_pairs == sum(p * (p + 1) // 2 for p in prompts)
+
+
+def test_vllm_v023_pads_prompt_batches_and_prices_the_padding():
+    """cost.engine vllm-v0.2.3 (DistServe's baseline) turns the padding on for a pool's continuous
+    policy (max_paddings 256, vLLM v0.2.3's default); the padded tokens are priced like real ones.
+    vllm-v0.2 (v0.1-v0.2.1, the vLLM paper's) and the other engines pack the prompts."""
+    from servesim.cost.engines import PROFILES
+    from servesim.simulation import prepare
+    from tests.conftest import make_scenario
+
+    assert PROFILES["vllm-v0.2.3"].max_paddings == 256
+    assert all(p.max_paddings is None for n, p in PROFILES.items() if n != "vllm-v0.2.3")
+    pools = {e: prepare(make_scenario(**{"cost.engine": e, "policy.prefill_first": True})).pools[0]
+             for e in ("vllm-v0.2.3", "vllm-v0.2")}
+    assert pools["vllm-v0.2.3"].make_policy().max_paddings == 256
+    assert pools["vllm-v0.2"].make_policy().max_paddings is None
+    prompts = lambda: deque([Request(1, 0.0, 900, 10), Request(2, 0.0, 700, 10)])  # noqa: E731
+    kv = BlockAllocator(num_blocks=1000, block_size=16)
+    pol = pools["vllm-v0.2.3"].make_policy()
+    b = pol.next_batch(ReplicaState([], prompts(), kv))
+    assert b.padding_tokens == 200 and b.prefill_tokens == 1600
+    packed = pools["vllm-v0.2"].make_policy().next_batch(ReplicaState([], prompts(), kv))
+    assert packed.padding_tokens == 0 and packed.prefill_tokens == 1600
+    cm = pools["vllm-v0.2.3"].cost_model
+    assert cm.step_time(b).time_s > cm.step_time(packed).time_s
+    assert cm.step_time(b).time_s == cm.step_time(packed._replace(num_tokens=1800, padding_tokens=0,
+                                                                  attn_pairs=b.attn_pairs,
+                                                                  context_tokens=b.context_tokens)).time_s
 
 
 def test_prefill_first_admits_no_prompt_beside_a_swap_in():

@@ -109,6 +109,12 @@ class EngineProfile:
     # eager_collective_s) were measured on, on GpuSpec.host_cpu_speed's scale; None: used as they
     # are on every host
     cpu_host_speed: float | None = None
+    # vLLM v0.2's padded prompt batches: a prompt-only step (``policy.prefill_first``, whole prompts)
+    # pads every prompt to the batch's longest; the padded tokens run through every layer (attention
+    # causal over the padded length), the token budget counts sequences x the longest, and admission
+    # stops where the padding would pass this many tokens (vLLM's ``--max-paddings``; vllm-v0.2.3).
+    # None: no padding (the prompts packed end to end)
+    max_paddings: int | None = None
 
 
 # Launch-bound time per layer of a step run without a CUDA graph (vLLM's PyTorch model code,
@@ -208,7 +214,7 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
     EngineProfile(
         name="vllm-v0.2",
         summary="vLLM v0.2 (late 2023): Ray workers, eager PyTorch (no CUDA graphs), NCCL all-reduce, synchronous "
-                "Python scheduler",
+                "Python scheduler, prompts packed end to end (v0.2.0-v0.2.1)",
         # CPU figures fitted to DistServe's profile of vLLM v0.2.3 on A100 hosts (tools/fit_vllm_v02.py)
         step_s=_V02["step_s"], per_seq_s=_V02["per_seq_s"], per_token_s=0.0, overlap=0.0,
         graphs="none", capture_sizes=None, eager_layer_s=_V02["eager_layer_s"],
@@ -247,6 +253,25 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # runs PyTorch SDPA (flash kernels), so the compute efficiency stays
         attention_scale=(1.0, 1.0 / 3.0)),
 )}
+
+# --- vLLM v0.2.2-v0.3.x (DistServe's baseline is v0.2.3): vllm-v0.2's figures (fitted to that very
+# v0.2.3) with its prompt batches padded to the longest prompt. v0.1.x-v0.2.1 (the vLLM paper's)
+# packed a prompt batch end to end (sum of the prompts against max_num_batched_tokens,
+# vllm/core/scheduler.py L160 at v0.2.1.post1; the tokens padded only to a multiple of 8,
+# vllm/worker/worker.py L246): vllm-v0.2. From v0.2.2 (the sdists on PyPI, read at v0.2.3): the
+# scheduler counts len(seq_lens) * max(seq_lens) against max_num_batched_tokens and stops at the
+# first prompt that takes the padding past max_paddings (vllm/core/scheduler.py L170-186; default
+# 256, vllm/engine/arg_utils.py L31); the model runner pads input tokens, positions and slots to
+# the longest prompt (vllm/worker/model_runner.py L94-106), and xformers attends causally over
+# [longest] x batch (BlockDiagonalCausalMask.from_seqlens([seq_len] * batch_size),
+# vllm/model_executor/layers/attention.py L133-136). Still so at v0.3.3 (scheduler.py L233-244).
+# Sarathi-Serve's vLLM baseline packs (microsoft/sarathi-serve sarathi/core/scheduler/vllm_scheduler.py:
+# num_batched_tokens + num_prompt_tokens against the budget), as DistServe's engine does (both vllm-v0).
+PROFILES["vllm-v0.2.3"] = replace(
+    PROFILES["vllm-v0.2"], name="vllm-v0.2.3",
+    summary="vLLM v0.2.2-v0.3 (DistServe's baseline v0.2.3): vllm-v0.2, with a prompt-only step's prompts padded "
+            "to the longest (max_paddings 256)",
+    max_paddings=256)
 
 
 def get_profile(name: str, where: str = "cost.engine") -> EngineProfile:
