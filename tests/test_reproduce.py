@@ -425,3 +425,19 @@ def test_splitwise_notes_count_the_probes_run_again_longer(monkeypatch):
     c = R.splitwise_clusters(R.Options(quick=True))
     (note,) = [n for n in c.notes if n.startswith("probes too short to tell")]
     assert "Baseline-A100 1 (up to 6,000 requests)" in note and note.count("up to 6,000 requests") == 4
+
+
+def test_distserves_vllm_baseline_pads_its_prompt_batches_as_v023_does():
+    """DistServe's baseline is vLLM v0.2.3, whose prompt-only steps pad every prompt to the longest
+    (cost.engine vllm-v0.2.3); the vLLM paper's vLLM 0.1 packed them (vllm-v0.2). A loaded run of
+    the baseline computes padded tokens, and fewer prompts share a step than packed."""
+    from servesim.cost.engines import PROFILES
+
+    assert R.ENGINES["vllm-v0.2.3"] == "vllm-v0.2.3" and PROFILES[R.ENGINES["vllm-2023"]].max_paddings is None
+    runs = {}
+    for eng in ("vllm-v0.2.3", "vllm-v0.2"):
+        ov = {**R.VLLM_V0_SCHEDULER, **R.engine_overrides(eng), "workload.arrival.rate_rps": 3.0}
+        runs[eng] = R.run("distserve-opt13b", ov, num_requests=150).summary["phases"]
+    padded, packed = runs["vllm-v0.2.3"], runs["vllm-v0.2"]
+    assert padded["padding_tokens"] > 0 and packed["padding_tokens"] == 0
+    assert padded["prefill_steps"] > packed["prefill_steps"]

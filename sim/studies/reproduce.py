@@ -171,7 +171,10 @@ class Options:
 # vllm-v0: DistServe's profile of it (sim/cost/published_profiles.py) is within 8% of vllm-v0's
 # OPT-13B decode steps at TP1 and 12-33% slower on its TP2 prefills of 256-2000 tokens.
 # FasterTransformer is NVIDIA's C++ engine, TensorRT-LLM's predecessor.
-ENGINES = {"vllm-2023": "vllm-v0.2", "fastertransformer": "trt-llm", "distserve": "vllm-v0", "sarathi": "vllm-v0"}
+# DistServe's baseline, v0.2.3, is vllm-v0.2 with its prompt batches padded to the longest prompt
+# (vllm-v0.2.3: from v0.2.2; the vLLM paper's vLLM 0.1 packed them).
+ENGINES = {"vllm-2023": "vllm-v0.2", "vllm-v0.2.3": "vllm-v0.2.3", "fastertransformer": "trt-llm",
+           "distserve": "vllm-v0", "sarathi": "vllm-v0"}
 ENGINE_FIELD = "engine"  # the Cost field the profiles branch adds (cost.engine)
 
 # vLLM's scheduler before chunked prefill (V0, and vLLM 0.1 in the vLLM paper): a step that admits
@@ -401,7 +404,7 @@ def _spread(g: Goodput) -> str:
 def exp_distserve(opts: Options) -> Experiment:
     from servesim.cost.published_profiles import DISTSERVE
 
-    eng = ENGINES["vllm-2023"]
+    eng = ENGINES["vllm-v0.2.3"]
     colo_ov = {**VLLM_V0_SCHEDULER, **engine_overrides(eng)}
     pd_ov = {**PD_DISTSERVE, **engine_overrides(ENGINES["distserve"])}
     colo = ae_goodput("distserve-opt13b", colo_ov, 1, opts)
@@ -489,9 +492,9 @@ def exp_distserve(opts: Options) -> Experiment:
         notes + ["the workload: see scenarios/reproduce/distserve-opt13b.yaml for how it is rebuilt (means 652 / "
                  "262 tokens, 9.7% of prompts above 1440 tokens)",
                  "the paper's A100s are SXM; the per-request TPOT excludes the first token, as in the paper",
-                 "not modelled either: vLLM 0.2's padded prompt batches (a batch of prompts costs their count x the "
-                 "longest, as Vidur's vLLM scheduler prices it); they matter only when prompts queue, not at the low "
-                 "loads where the artifact's vLLM already misses 10%",
+                 "vLLM v0.2.3 pads a batch of prompts to the longest (cost.engine vllm-v0.2.3: count x longest "
+                 "against the budget, at most 256 padded tokens, the padding computed); it matters only when prompts "
+                 "queue, not at the low loads where the artifact's vLLM already misses 10%",
                  engine_note(eng) + "; DistServe: " + engine_note(ENGINES["distserve"])], eng,
         plots=[("attainment_curves", plot)])
 
