@@ -259,6 +259,9 @@ CASES = {
                       "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
     # vLLM of 2023: no CUDA graphs, NCCL all-reduce, launch-bound eager steps at TP 2 (and the host's speed)
     "eager_v02_tp2": {"cost.engine": "vllm-v0.2", "hardware.tp": 2, "policy.prefill_first": True},
+    # vLLM v0.2.3: prompt-only steps padded to their longest prompt, cut at 256 padded tokens
+    "padded_v023": {"cost.engine": "vllm-v0.2.3", "policy.prefill_first": True,
+                    "workload.arrival": {"process": "poisson", "rate_rps": 30.0}},
     "pd_stream": {"policy.name": "pd_split", "policy.prefill": {"replicas": 2}, "policy.decode": {"replicas": 1},
                   "policy.link": {"bandwidth_gbps": 25.0, "overlap": True},
                   "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
