@@ -239,13 +239,16 @@ def wrap_label(label, width: int = 40) -> str:
 # ---------------------------------------------------------------- versus load
 _BARS_LABEL = "bars: 95% interval over seeds"
 _OPEN_NOTE = " (open below: low end <= 0)"
+_CUT_NOTE = " (cut at arrivals)"
 
 
-def _error_bars(ax, x, y, half, color, scale=1.0):
+def _error_bars(ax, x, y, half, color, scale=1.0, top=None):
     """Vertical 95% interval bars where ``half`` (half-widths) has values. A bar whose low end is
     at or below 0 (a wide interval from few seeds) has no end a log axis can draw: it runs open,
     without a cap, off the bottom of the axes, and takes no part in the axis limits below its
-    point (the data and the ends that can be drawn set them); the legend entry says so."""
+    point (the data and the ends that can be drawn set them); the legend entry says so. ``top``:
+    per point, the value the figure cannot pass (a goodput's arrivals per second), where the upper
+    end is cut (as ``intervals.Interval.bounds`` cuts the printed interval)."""
     if not half or all(h is None for h in half):
         return
     from matplotlib.lines import Line2D
@@ -253,16 +256,21 @@ def _error_bars(ax, x, y, half, color, scale=1.0):
     x = np.asarray(x, dtype=float)
     y = np.asarray([np.nan if v is None else v for v in y], dtype=float) * scale
     h = np.asarray([0.0 if v is None else v for v in half], dtype=float) * scale
+    up = h.copy()
+    if top is not None:
+        cap = np.asarray([np.nan if v is None else v for v in top], dtype=float) * scale
+        up = np.where(np.isfinite(cap), np.clip(cap - y, 0.0, None), np.inf)
+        up = np.minimum(h, up)
     closed = y - h > 0
     opened = ~closed & (y > 0)
     labelled = getattr(ax, "_servesim_bars", None)
     first = labelled is None
     if closed.any() or not opened.any():
-        bars = ax.errorbar(x[closed], y[closed], yerr=h[closed], fmt="none", ecolor=color, elinewidth=1, capsize=3,
-                           alpha=0.8, label=_BARS_LABEL if first else None)
+        bars = ax.errorbar(x[closed], y[closed], yerr=[h[closed], up[closed]], fmt="none", ecolor=color, elinewidth=1,
+                           capsize=3, alpha=0.8, label=_BARS_LABEL if first else None)
         if first:
             labelled = bars
-    for xi, yi, hi in zip(x[opened], y[opened], h[opened]):
+    for xi, yi, hi in zip(x[opened], y[opened], up[opened]):
         # down to a millionth of its point, far below any axis the data set, so the axes clip it;
         # add_artist, unlike plot, leaves the limits alone (the top end is added to them by hand)
         line = Line2D([xi, xi], [yi + hi, yi * 1e-6], color=color, linewidth=1, alpha=0.8, marker="_",
@@ -271,8 +279,11 @@ def _error_bars(ax, x, y, half, color, scale=1.0):
         ax.update_datalim([(xi, yi + hi)])
         if labelled is None:
             labelled = line
-    if opened.any():
-        labelled.set_label(_BARS_LABEL + _OPEN_NOTE)
+    cut = bool((up < h)[closed | opened].any())
+    ax._servesim_cut = getattr(ax, "_servesim_cut", False) or cut
+    if opened.any() or ax._servesim_cut:
+        labelled.set_label(_BARS_LABEL + (_OPEN_NOTE if opened.any() or _OPEN_NOTE in (labelled.get_label() or "")
+                                          else "") + (_CUT_NOTE if ax._servesim_cut else ""))
     ax._servesim_bars = labelled
 
 
@@ -386,7 +397,8 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | No
         # (a label whose every point failed to run has nothing drawn: no legend entry either)
         ax.plot(d["rate"], d["goodput"], "-o", markersize=4, color=colors[label],
                 label=wrap_label(label) if len(d["rate"]) else None)
-        _error_bars(ax, d["rate"], d["goodput"], d.get("goodput_ci"), colors[label])
+        # (cut at the arrivals per second: no run's goodput exceeds them, two seeds' t-interval did)
+        _error_bars(ax, d["rate"], d["goodput"], d.get("goodput_ci"), colors[label], top=d.get("offered"))
         top = max(top, max(d["rate"], default=0.0))
         for r, o in zip(d["rate"], d.get("offered") or ()):
             if o is not None and o == o:  # (NaN: a results file from before the column)

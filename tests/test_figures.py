@@ -899,3 +899,16 @@ def test_cost_latency_leaves_out_names_with_no_room_and_says_how_many(tmp_path):
     assert 0 < len(placed) < len(caps)
     assert ax.get_title() == f"plan\nSLO ({len(placed)} of {len(caps)} named: no room for the rest)"
     plt.close(fig)
+
+
+def test_goodput_bars_stop_at_the_arrivals(ax):
+    """Two seeds' goodput bars reached above the 'arrived (ideal goodput)' line: no run's goodput
+    exceeds its arrivals per second, so the upper end is cut there (the legend says so); the
+    lower end and a bar well inside are left whole."""
+    data = {"a": {"rate": [4, 8], "goodput": [3.9, 6.0], "offered": [4.0, 8.0], "goodput_ci": [1.5, 1.0]}}
+    F.goodput_vs_load(data, ax)
+    segs = [s for c in ax.collections for s in c.get_segments()]
+    assert len(segs) == 2
+    ends = sorted((float(s[:, 1].min()), float(s[:, 1].max())) for s in segs)
+    assert ends[0] == pytest.approx((2.4, 4.0)) and ends[1] == pytest.approx((5.0, 7.0))
+    assert any("cut at arrivals" in t for t in legend(ax))

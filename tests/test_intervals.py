@@ -174,3 +174,28 @@ def test_study_tables_print_one_seed_figures_to_three_significant_digits():
     assert cells[1] == ["a", "1158", "22604", "8.12", "7.56", "1"]
     assert cells[2][:2] == ["b", "195"] and cells[2][-3:] == ["-", "12346", "0.943"]
     assert " ".join(cells[2][2:5]) == f"2500 {PM} 100"  # the interval keeps the half-width's precision
+
+
+def test_a_goodput_interval_stays_within_the_arrivals():
+    """Two seeds' t-interval of a goodput reached above the row's arrivals per second (offered_rps),
+    which no run's goodput or throughput can exceed (stats.offered_rate): cut there and at 0, as a
+    share's is at 0 and 1; the per-GPU figure at the arrivals per GPU."""
+    from servesim.outputs.intervals import t_interval
+    from servesim.outputs.verdicts import with_per_gpu
+
+    raw = t_interval([16.2, 17.0])  # every arrival within the SLO on both seeds
+    row = {"goodput_rps": raw.mean, "goodput_rps_ci95": raw.half, "throughput_rps": raw.mean,
+           "throughput_rps_ci95": raw.half, "offered_rps": 16.6, "num_gpus": 2, "seeds": 2}
+    for col in ("goodput_rps", "throughput_rps"):
+        iv = row_interval(row, col)
+        assert raw.mean + raw.half > 16.6 and iv.high == pytest.approx(16.6) and iv.low == pytest.approx(
+            raw.mean - raw.half)
+        assert format_interval(iv, unit="req/s") == "17 (12 to 17) req/s" and PM not in format_interval(iv)
+    per = row_interval(with_per_gpu([row])[0], "goodput_per_gpu")
+    assert per.high == pytest.approx(8.3)
+    low = row_interval({"goodput_rps": 0.3, "goodput_rps_ci95": 2.0, "offered_rps": 5.0, "seeds": 2}, "goodput_rps")
+    assert (low.low, low.high) == (0.0, pytest.approx(2.3))
+    # well inside, it keeps its +-; without offered_rps (an older results.csv) nothing to cut at
+    assert format_interval(row_interval({**row, "goodput_rps": 12.0, "goodput_rps_ci95": 0.2}, "goodput_rps")) \
+        == f"12.00 {PM} 0.20"
+    assert row_interval({"goodput_rps": 16.6, "goodput_rps_ci95": 5.0, "seeds": 2}, "goodput_rps").high == 21.6

@@ -18,7 +18,9 @@ A share (SLO attainment, ``BOUNDED``) lies in [0, 1], and a difference of two sh
 its t-interval is cut at those ends (``Interval.bounds``). With few seeds the t-interval of a share
 can reach past them (two seeds at 10% and 14%: 12 +- 25%, down to -13%), a share no run can have;
 such an interval prints as its mean and its cut ends, "12 (0 to 37)" (``format_interval``), while
-results.csv ``<figure>_ci95`` keeps the half-width of the t-interval itself.
+results.csv ``<figure>_ci95`` keeps the half-width of the t-interval itself. So is a rate of
+completed requests (goodput, throughput: ``rate_bounds``) cut at 0 and at the row's arrivals per
+second (``offered_rps``), which no run's can exceed: "17 (13 to 17) req/s" at 17 req/s arrived.
 
 Printed precision follows the interval: the half-width keeps the Particle Data Group's number of
 significant digits (two when its leading three digits are 100-354, one for 355-949; 950-999 is
@@ -133,13 +135,33 @@ def paired_difference(a, b, confidence: float = CONFIDENCE) -> Interval:
     return t_interval([None if x is None or y is None else y - x for x, y in zip(a, b)], confidence)
 
 
+# figures in completed requests per second: no run's exceeds its arrivals per second (``offered_rps``,
+# n / the last arrival: ``stats.offered_rate``), so neither does their mean over seeds exceed the mean
+# arrival rate; "_per_gpu": the same divided by the row's GPUs (``verdicts.with_per_gpu``)
+UP_TO_ARRIVALS = ("goodput_rps", "throughput_rps", "goodput_arrived_rps")
+
+
+def rate_bounds(row: dict, column: str) -> tuple | None:
+    """(0, the row's arrivals per second) for a column of ``UP_TO_ARRIVALS`` (its per-GPU figure:
+    divided by ``num_gpus``); None for other columns, or a row without ``offered_rps``."""
+    per_gpu = column.endswith("_per_gpu")
+    base = column.replace("_per_gpu", "_rps") if per_gpu else column
+    o, n = row.get("offered_rps"), (row.get("num_gpus") if per_gpu else 1)
+    if base not in UP_TO_ARRIVALS or not isinstance(o, (int, float)) or isinstance(o, bool) or not o >= 0 \
+            or not isinstance(n, (int, float)) or not n > 0:
+        return None
+    return (0.0, float(o) / n)
+
+
 def row_interval(row: dict, column: str) -> Interval:
     """A results.csv row's figure as an ``Interval`` (half-width NaN when the row has none: one
-    seed; a share's ends cut at 0 and 1: ``BOUNDED``)."""
+    seed; a share's ends cut at 0 and 1: ``BOUNDED``; a rate of completions at 0 and the row's
+    arrivals per second: ``rate_bounds``; two seeds' t-interval of a goodput reached above the
+    load offered, a rate no run can have)."""
     half = row.get(column + CI_SUFFIX)
     v = row.get(column)
     return Interval(math.nan if v is None else float(v), math.nan if half is None else float(half),
-                    int(row.get("seeds") or 1), bounds=BOUNDED.get(column))
+                    int(row.get("seeds") or 1), bounds=BOUNDED.get(column) or rate_bounds(row, column))
 
 
 def paired_rows(rows_a: list, rows_b: list, column: str) -> Interval:
