@@ -346,6 +346,19 @@ def test_a_request_count_no_run_can_hold_is_refused_once(tmp_path):
     assert not (tmp_path / "plan" / "results.csv").exists()
 
 
+def test_the_memory_check_sizes_a_shape_that_fits_not_the_scenarios_own_hardware(tmp_path):
+    """A 70B model written on one H100 (plan searches the hardware: --tp 4 fits it) was refused with
+    'does not fit on h100-sxm with tp=1' by the memory check, which sized the scenario as written
+    after the shapes that fit were found; it sizes one of those now (here its refusal of the
+    request count is the one that fits's)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps({**SMALL, "model": "meta-llama/Llama-3.1-70B"}))
+    opts = PlanOptions(rate_rps=1.0, slo="ttft_p99=5", gpus=("h100-sxm",), tps=(4,), policies=("continuous",),
+                       seeds=1, requests=999_999_999)
+    with pytest.raises(InputError, match=r"plan: a run of 999,999,999 requests .*GiB of memory"):
+        run_plan(f, opts, tmp_path / "plan", ex=QUIET)
+
+
 # ---------------------------------------------------------------- the command
 def test_plan_command_prints_the_table_answer_and_failure(tmp_path, capsys):
     from servesim.cli.main import main

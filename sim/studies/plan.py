@@ -568,17 +568,20 @@ def _check_gpu_names(gpus) -> None:
     check_gpu_names([(g, g, "--gpus") for g in gpus], "--gpus", "the plan's runs price and label GPUs by name")
 
 
-def _check_memory(base: dict, rate_rps: float, requests: int) -> None:
+def _check_memory(base: dict, rate_rps: float, requests: int, shape) -> None:
     """Refuse, once and before anything runs, a request count that one unit's run cannot hold in
     this machine's memory (``servesim.resources``): otherwise every configuration's runs are
-    refused one by one and the plan would read as if nothing served the rate."""
+    refused one by one and the plan would read as if nothing served the rate. ``shape``: a shape
+    that fits (one unit of it is sized; the scenario's own hardware may not fit the model: plan
+    searches it, and a 70B model written on one GPU was refused as not fitting there)."""
     from servesim import resources
     from servesim.inputs.scenario import scenario_from_dict
     from servesim.inputs.workload import mean_output_tokens
     from servesim.simulation import prepare
 
-    sc = scenario_from_dict(with_values(base, {RATE_KEY: rate_rps, "workload.num_requests": requests,
-                                               "workload.duration_s": None}, "plan"))
+    sc = scenario_from_dict(with_values(base, {**shape.overrides(1, base.get("policy") or {}), RATE_KEY: rate_rps,
+                                               "workload.num_requests": requests, "workload.duration_s": None},
+                                        "plan"))
     setup = prepare(sc)
     resources.check(setup, float(requests), mean_output_tokens(sc.workload, setup.cost_model.model.max_context_tokens),
                     f"plan: a run of {requests:,} requests (--requests, --probe-requests)")
@@ -674,7 +677,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         pl.candidates.append(c)
     todo = sorted((c for c in pl.candidates if c.status == "ok"), key=lambda c: (c.lower_bound, c.key))
     if todo:  # (with none to run, a rate no unit can reach is answered without running anything)
-        _check_memory(base, opts.rate_rps, max(n, n_rate))
+        _check_memory(base, opts.rate_rps, max(n, n_rate), todo[0].shape)
     out.mkdir(parents=True, exist_ok=True)
     # held through every shape's runs (their batches take it too): a second study into the folder
     # is refused at once, not left to fail the shapes it reaches, each an "error" of the plan
