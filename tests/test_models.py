@@ -680,3 +680,24 @@ def test_a_bf16_checkpoint_that_does_not_fit_names_its_published_fp8(tmp_path, c
     assert main(["validate", str(p), "--set", "model=meta-llama/Llama-3.1-405B", "--set", "hardware.tp=1"]) == 2
     err = capsys.readouterr().err
     assert "does not fit" in err and "Note:" not in err
+
+
+def test_plan_says_how_the_model_was_read(tmp_path, capsys):
+    """plan priced DeepSeek-V3 in bf16 (twice the weights vLLM loads from its FP8 checkpoint) and
+    pruned every shape for memory without a word of it: it prints the model's note, as run and
+    validate do."""
+    from servesim.cli.main import main
+
+    p = tmp_path / "s.yaml"
+    p.write_text("model: deepseek-ai/DeepSeek-V3\nhardware: {gpu: h100-sxm}\n"
+                 "workload: {num_requests: 4, arrival: {process: poisson, rate_rps: 2}, "
+                 "prompt_tokens: {dist: fixed, value: 64}, output_tokens: {dist: fixed, value: 4}}\n")
+    args = ["plan", str(p), "--rate", "1", "--slo", "ttft_p99=5", "--tp", "8", "--policies", "continuous",
+            "--seeds", "1", "--out", str(tmp_path / "plan"), "--quiet", "--no-report"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 shapes" not in out and "pruned-memory" in out
+    notes = [line for line in out.splitlines() if line.startswith("  note: model:")]
+    assert len(notes) == 1 and "published weights are fp8" in notes[0] and "set hardware.dtype fp8" in notes[0]
+    assert main(args + ["--set", "hardware.dtype=fp8"]) == 0  # (as published: no note; 8 H100s hold it not either)
+    assert "note: model:" not in capsys.readouterr().out

@@ -62,6 +62,22 @@ def _names(text: str | None, flag: str, what: str) -> tuple:
     return names
 
 
+def _model_note(args) -> str | None:
+    """``note: ...`` on how the scenario's model was read, as run and validate print it: a window
+    on only some layers (Gemma-2), a generic reading, or a checkpoint published in another weight
+    dtype than the one priced (DeepSeek-V3's FP8 in bf16: every shape then holds twice the weights
+    vLLM loads, and may be pruned for it). None otherwise."""
+    from servesim.inputs.scenario import load_scenario
+    from servesim.inputs.specs import model_note
+
+    try:
+        sc = load_scenario(args.scenario, args.set or [], args.seed)
+    except InputError:
+        return None
+    note = model_note(sc.model, dtype=sc.hardware.dtype)
+    return f"note: {note}" if note else None
+
+
 def cmd_plan(args) -> int:
     from servesim.outputs import plandoc as D
     from servesim.studies.plan import PlanOptions, check_options, run_plan
@@ -103,7 +119,7 @@ def cmd_plan(args) -> int:
     print(f"plan: {doc.get('model')} at {doc['rate_rps']:g} req/s, {D.slo_text(doc)}, {len(doc['seeds'])} seed(s); "
           f"{len(doc['candidates'])} shapes: " + ", ".join(f"{v} {k}" for k, v in c.items())
           + f"; {doc['wall_s']:.0f} s")
-    for note in (D.burst_note(doc), D.layout_note(doc)):
+    for note in (D.burst_note(doc), D.layout_note(doc), _model_note(args)):
         if note:
             print("  " + note)
     for line in D.pruned_lines(doc, examples=1):
