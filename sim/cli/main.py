@@ -680,8 +680,9 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         why = (f"fewer than {OVERLOAD_PROBE_MIN} requests, too few to compare rates" if shed["short"] else
                f"at their own arrival times on "
                f"{'the whole P/D split' if 'decode' in setup.pools_by_name else 'one replica'}"
-               f", the offered {shed['offered_rps']:.3g} req/s within a factor {OVERLOAD_MARGIN:g} of the "
-               f"{shed['at_rate']:.3g} req/s validate's load probe completed, too near to tell by rates"
+               f", the offered {shed['offered_rps']:.3g} req/s on average not clearly above ({OVERLOAD_MARGIN:g}x) the "
+               f"{shed['at_rate']:.3g} req/s validate's load probe completed: rates cannot tell, and bursts fill "
+               "the queue at their peak rate"
                if shed.get("at_rate") else
                "its requests follow the replies, each sent after the last one ended or was rejected")
         if shed["whole"]:
