@@ -932,3 +932,27 @@ def test_the_requests_a_deployment_holds_at_once_come_from_its_batch_cap_or_its_
     # a P/D split's requests stay longest on its decode replicas
     n, what = held(**{"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 2}})
     assert n == 512 and "2 decode replicas" in what
+
+
+def test_probes_of_on_off_bursts_span_two_periods_not_eight(tmp_path):
+    """--probe-duration (by default two periods of on/off arrivals of fixed durations) was made
+    rate_rps x the duration requests, and an on/off process's rate_rps is its burst rate: with
+    5 s on and 15 s off, a probe held four times the arrivals of two periods, eight periods. Its
+    requests come at the mean rate, so a probe spans the two periods asked for."""
+    import math
+
+    from servesim.outputs.rundir import read_table
+    from servesim.studies.capacity import CapacityOptions, find_capacity
+    from servesim.studies.executors import ExecutorOptions
+
+    data = scenario_data()
+    data["workload"]["arrival"] = {"process": "on_off", "rate_rps": 8.0, "on_s": 5.0, "off_s": 15.0}
+    res = find_capacity(data, "ttft_p99=300ms", CapacityOptions(probe_requests=20, max_probes=2, keep_up=0),
+                        out=tmp_path / "cap", ex=ExecutorOptions(workers=1, progress=False))
+    assert res.probe_duration_s == 40.0
+    for p in res.search.points:
+        rate = p.values["workload.arrival.rate_rps"]
+        arrivals = read_table(tmp_path / "cap" / "runs" / p.hash, "requests", ("arrival_s",))["arrival_s"]
+        assert len(arrivals) == max(20, math.ceil(rate / 4 * 40))  # the mean rate: a quarter of the burst's
+        # the last arrival in the second period (or the third, the bursts' counts being Poisson), not the eighth
+        assert 20.0 < arrivals.max() <= 60.0

@@ -179,6 +179,9 @@ class Search:
         self.short = set()  # rates whose longest probe was still too short to tell (counted as failing)
         self.floor = None  # why no rate can meet the limits (the latency floors), once a probe failed
         self.period_s = False  # the arrival rate's period (keep-up window), found at the first probe
+        # the mean offered rate at a searched rate_rps (on_off: that is the burst rate), which
+        # --probe-duration's arrivals come at (``SearchPlan.mean_rps``; run_search sets it)
+        self.mean_rps = lambda rate: rate
 
     def _period_s(self, data: dict) -> float | None:
         """``metrics.arrival_period_s`` of the probes' arrival process (the same at every rate)."""
@@ -289,8 +292,9 @@ class Search:
 
     def first_requests(self, rate: float) -> int:
         """Requests in the first probe at ``rate``: ``--probe-requests``, or more to span
-        ``--probe-duration`` of arrivals."""
-        return self.n if self.duration is None else max(self.n, math.ceil(rate * self.duration))
+        ``--probe-duration`` of arrivals, at the mean rate (an on/off process's burst rate x the
+        duration spanned on_s + off_s / on_s times the periods asked for: 4x for 5 s on, 15 s off)."""
+        return self.n if self.duration is None else max(self.n, math.ceil(self.mean_rps(rate) * self.duration))
 
     def requests_at(self, rate: float) -> int:
         """Requests in a probe at ``rate``: its first's (``first_requests``), or more when run longer."""
@@ -512,6 +516,7 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
     workers = ex.workers or (os.cpu_count() or 1)
     s = Search(base, out, plan.slo, opts.attainment, plan.probe_requests, ex, plan.probe_duration_s, opts.keep_up,
                results, desc)
+    s.mean_rps = plan.mean_rps
     cap, above, done = search_capacity(s, start_rps or plan.start_rps, opts.tol, opts.max_probes,
                                        workers if ex.executor == "local" else (ex.workers or 2), step)
     gpus = plan.num_gpus
