@@ -55,10 +55,29 @@ def shown(value, limit: int = MAX_SHOWN) -> str:
     return text
 
 
+class _DataRepr(reprlib.Repr):
+    """``_bounded_repr``'s, with null, true and false as YAML and JSON write them, inside lists and
+    mappings too ("interval is {'seeds': None}" of a JSON file that says null)."""
+
+    def repr_NoneType(self, x, level):  # noqa: N802 - reprlib's name for the type's method
+        return "null"
+
+    def repr_bool(self, x, level):
+        return "true" if x else "false"
+
+
 def shown_data(value, limit: int = MAX_SHOWN) -> str:
     """``shown``, with null, true and false as YAML and JSON write them (not Python's None, True,
-    False): for a value read from a file or a ``--set``."""
-    return "null" if value is None else "true" if value is True else "false" if value is False else shown(value, limit)
+    False), at any depth: for a value read from a file or a ``--set``."""
+    r = _DataRepr()
+    r.maxstring = r.maxother = limit
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = 8
+    r.maxlevel = 3
+    try:
+        text = r.repr(value)
+    except Exception:  # noqa: BLE001 - e.g. an int too long for str()
+        text = f"<{type(value).__name__}>"
+    return text[:limit - 3] + "..." if len(text) > limit else text
 
 
 def shown_path(path) -> str:

@@ -200,6 +200,7 @@ def searched(tmp_path_factory):
 @pytest.mark.parametrize("edit, says", [
     ({"interval": "x"}, "interval is 'x', where servesim writes a mapping with the count of seeds"),
     ({"interval": {"seeds": "x"}}, "interval is {'seeds': 'x'}"),
+    ({"interval": {"seeds": None}}, "interval is {'seeds': null}"),  # (JSON's null at any depth, not None)
     ({"seeds": [1]}, "seeds is [1], where servesim writes a list of mappings"),
     ({"seeds": -1}, "seeds is -1"),
     ({"attainment": "x"}, "attainment is 'x', where servesim writes a share in (0, 1]"),
@@ -209,7 +210,7 @@ def searched(tmp_path_factory):
     ({"slo": 5}, "slo is 5"),
     # (a capacity without its per-GPU figure: the one-seed sentence formatted None)
     ({"capacity_rps_per_gpu": None, "interval": None, "capacity_ci95_rps": None},
-     "capacity_rps_per_gpu is None, where servesim writes a rate when capacity_rps is one")])
+     "capacity_rps_per_gpu is null, where servesim writes a rate when capacity_rps is one")])
 def test_report_on_an_edited_capacity_json_names_the_field(searched, tmp_path, capsys, edit, says):
     """Each of these was a traceback (AttributeError, TypeError, ValueError) before capacity.json
     was read through a checked reader (found by mutating every field of a search's capacity.json)."""

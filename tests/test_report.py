@@ -262,8 +262,8 @@ def test_a_run_summary_with_null_figures_still_reports(tmp_path, capsys):
     ("throughput_rps", "fast", "a number (or null)"), ("ttft_s", [1, 2], "where servesim writes a mapping;"),
     ("scenario", 7, "a name"),
     # (fuzzing: a sweep's report read a run's utilization = null as a mapping, a TypeError)
-    ("utilization", None, "utilization is None, where servesim writes a mapping;"),
-    ("phases", None, "phases is None, where servesim writes a mapping;"),
+    ("utilization", None, "utilization is null, where servesim writes a mapping;"),
+    ("phases", None, "phases is null, where servesim writes a mapping;"),
     # (fuzzing: a statistic missing from a latency mapping was a KeyError in a sweep's report)
     ("ttft_s", {}, "ttft_s.mean is missing, where servesim writes a number (or null)"),
     ("tpot_s", {"mean": 1.0, "p50": "x", "p90": 1.0, "p99": 1.0}, "tpot_s.p50 is 'x'"),
@@ -279,17 +279,17 @@ def test_a_run_summary_with_null_figures_still_reports(tmp_path, capsys):
     ("profile", {"diagnosis": "x"}, "profile.diagnosis is 'x', where servesim writes a mapping (or null)"),
     ("warnings", [1], "warnings[0] is 1, where servesim writes a mapping with its message"),
     # (three levels deep; null where servesim always writes a mapping or a number)
-    ("ttft_s", None, "ttft_s is None, where servesim writes a mapping;"),
-    ("sim_time_s", None, "sim_time_s is None, where servesim writes a number of seconds"),
+    ("ttft_s", None, "ttft_s is null, where servesim writes a mapping;"),
+    ("sim_time_s", None, "sim_time_s is null, where servesim writes a number of seconds"),
     ("kv_capacity", {"colocated": {"replicas": "x"}}, "kv_capacity.colocated.replicas is 'x', where servesim writes a "
      "count"),
     ("pools", {"colocated": {"mfu": [1]}}, "pools.colocated.mfu is [1], where servesim writes a number (or null)"),
     # (request classes and fairness, found by editing a multi-class run's summary four levels deep)
-    ("classes", {"chat": None}, "classes.chat is None, where servesim writes a mapping (one class's figures)"),
-    ("classes", {"chat": {"num_requests": None}}, "classes.chat.num_requests is None, where servesim writes a count"),
-    ("classes", {"chat": {"slo_attainment": None}}, "classes.chat.slo_attainment is None, where servesim writes a "
+    ("classes", {"chat": None}, "classes.chat is null, where servesim writes a mapping (one class's figures)"),
+    ("classes", {"chat": {"num_requests": None}}, "classes.chat.num_requests is null, where servesim writes a count"),
+    ("classes", {"chat": {"slo_attainment": None}}, "classes.chat.slo_attainment is null, where servesim writes a "
      "number"),
-    ("classes", {"chat": {"ttft_s": None}}, "classes.chat.ttft_s is None, where servesim writes a mapping"),
+    ("classes", {"chat": {"ttft_s": None}}, "classes.chat.ttft_s is null, where servesim writes a mapping"),
     ("classes", {"chat": {"ttft_s": {"p99": "x"}}}, "classes.chat.ttft_s.p99 is 'x'"),
     ("classes", {"chat": {"slo": {"ttft_s": "1s"}}}, "classes.chat.slo.ttft_s is '1s', where servesim writes a limit"),
     ("fairness", {"jain": {"classes": {"slo_attainment": "x"}}}, "fairness.jain.classes.slo_attainment is 'x'"),
@@ -332,7 +332,7 @@ def test_report_on_a_damaged_sweep_folder_names_the_file(tmp_path, capsys):
     ("goodput_rps", "abc", "line 2: column goodput_rps is 'abc', where servesim writes a number (or an empty cell)"),
     ("ttft_p99_s", "True", "line 2: column ttft_p99_s is 'True', where servesim writes a number"),
     ("slo_attainment", "x", "line 2: column slo_attainment is 'x', where servesim writes a number"),
-    ("workload.arrival.rate_rps", "", "line 2: column workload.arrival.rate_rps is None, where servesim writes a "
+    ("workload.arrival.rate_rps", "", "line 2: column workload.arrival.rate_rps is empty, where servesim writes a "
                                       "number where the run is ok;"),
     ("dir", "-1", "line 2: column dir is -1, where servesim writes text"),
 ])

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from servesim.errors import InputError, shown
+from servesim.errors import InputError, shown, shown_data
 from servesim.inputs.files import loads_json, read_utf8
 from servesim.inputs.schema import is_finite, read_mapping
 from servesim.outputs import metrics
@@ -60,10 +60,12 @@ def read_json_dict(path: Path, what: str) -> dict:
     return data
 
 
-def damaged(path, field: str, value, want: str, again: str) -> InputError:
+def damaged(path, field: str, value, want: str, again: str, text: str | None = None) -> InputError:
     """The error for a field of a file servesim wrote that holds something else (an edited or
-    damaged file): the field, its value, what servesim writes there, and ``again``, what to do."""
-    return InputError(f"{path}: {field} is {shown(value)}, where servesim writes {want}; {again}")
+    damaged file): the field, its value (null, true, false as JSON writes them: it said "is None"),
+    what servesim writes there, and ``again``, what to do. ``text``: the value in words instead
+    (a CSV's empty cell is "empty", neither None nor null)."""
+    return InputError(f"{path}: {field} is {text or shown_data(value)}, where servesim writes {want}; {again}")
 
 
 def check_fields(path, doc: dict, table, again: str) -> None:
@@ -311,8 +313,9 @@ def read_summary(run_dir: str | Path) -> dict:
         if isinstance(v, dict):
             bad = next((f for f in figures if not (f in v and _number_or_null(v[f]))), None)
             if bad is not None:
-                raise InputError(f"{p}: {k}.{bad} is {shown(v.get(bad)) if bad in v else 'missing'}, where servesim "
-                                 "writes a number (or null); the run folder is damaged (edited): run it again")
+                what = shown_data(v.get(bad)) if bad in v else "missing"
+                raise InputError(f"{p}: {k}.{bad} is {what}, where servesim writes a number (or null); the run "
+                                 "folder is damaged (edited): run it again")
     for k, v in summary.items():  # the other sections its readers take apart, when present
         want = dict if k in _SECTION_KEYS else list if k in _LIST_KEYS else None
         if want is not None and v is not None and not isinstance(v, want):
@@ -456,7 +459,7 @@ def verify_run(run_dir: str | Path, summary: dict | None = None) -> None:
         rows, (key, want) = (info.get("rows") if isinstance(info, dict) else None), counts.get(
             str(name).rsplit(".", 1)[0], (None, None))
         if key is not None and want is not None and rows != want:
-            raise InputError(f"{p}/summary.json: files.{name}.rows is {shown(rows)} where its {key} is {want}: "
+            raise InputError(f"{p}/summary.json: files.{name}.rows is {shown_data(rows)} where its {key} is {want}: "
                              f"{_RUN_AGAIN}")
     for name, info in files.items():
         f = p / str(name)
@@ -537,7 +540,8 @@ def read_results(path: str | Path) -> list[dict]:
             if (k in figures or k == "point") and isinstance(v, str):
                 raise damaged(f"{path} line {line}", f"column {k}", v, "a number (or an empty cell)", _STUDY_AGAIN)
             if k == RATE_KEY and d.get("status") == "ok" and (v is None or isinstance(v, str)):
-                raise damaged(f"{path} line {line}", f"column {k}", v, "a number where the run is ok", _STUDY_AGAIN)
+                raise damaged(f"{path} line {line}", f"column {k}", v, "a number where the run is ok", _STUDY_AGAIN,
+                              "empty" if v is None else None)
             if k in ("status", "dir") and not (v is None or isinstance(v, str)):  # (a hash may read as a number)
                 raise damaged(f"{path} line {line}", f"column {k}", v, "text", _STUDY_AGAIN)
         out.append(d)
