@@ -142,11 +142,14 @@ def build_plan_report(folder: str | Path) -> Path:
     if best:
         chosen = [("chosen", best[0])] + ([("runner-up", best[1])] if len(best) > 1 else [])
         samples = {}
+        # the fleet (GPU type x count) once, in the title, when both have the same: each entry said it
+        # again after its label, which names the GPUs already ("2 x a100-80g TP1, continuous (2 x a100-80g)")
+        fleets = {c["fleet"] for _, c in chosen}
         for role, c in chosen:
             run = D.final_run(c)
             if run and run["seeds"] and run["seeds"][0].get("dir"):
                 req = read_table(folder / run["seeds"][0]["dir"], "requests")
-                samples[f"{role}: {c['label']} ({c['fleet']})"] = req
+                samples[f"{role}: {c['label']}" + (f" ({c['fleet']})" if len(fleets) > 1 else "")] = req
         if samples:
             ms = ("ttft", "tpot", "e2e")
             fig, axes = F.subplots(1, 3, figsize=(15, 4.6))
@@ -160,7 +163,8 @@ def build_plan_report(folder: str | Path) -> Path:
                 p99 = {k.split(":")[0]: (float(np.percentile(v, 99)) if len(v) else None)
                        for k, v in data.items()}
                 sentences.append(f"p99 {F.METRIC_NAMES[m]} " + ", ".join(f"{k} {D.fmt_s(v)}" for k, v in p99.items()))
-            fig.suptitle(_title(doc, f"latency CDFs at the target rate (seed {doc['seeds'][0]})"), fontsize=10)
+            each = (f", {'each ' if len(chosen) > 1 else ''}on {next(iter(fleets))}" if len(fleets) == 1 else "")
+            fig.suptitle(_title(doc, f"latency CDFs at the target rate (seed {doc['seeds'][0]}){each}"), fontsize=10)
             add("latency_cdfs", "Chosen vs runner-up: latency CDFs", fig, "; ".join(sentences) + ".")
 
     if md[-1] == "## Figures" or md[-2:] == ["## Figures", ""]:

@@ -292,6 +292,9 @@ def test_plan_report_figures_and_answer(tmp_path, monkeypatch):
 
     def keep(fig, stem):
         placed[stem.name] = [ax.get_legend()._get_loc() for ax in fig.axes if ax.get_legend()]
+        placed[stem.name + " texts"] = [t.get_text() for ax in fig.axes if ax.get_legend()
+                                        for t in ax.get_legend().get_texts()]
+        placed[stem.name + " title"] = fig._suptitle.get_text() if fig._suptitle else ""
         return save(fig, stem)
 
     monkeypatch.setattr(F, "save", keep)
@@ -300,6 +303,20 @@ def test_plan_report_figures_and_answer(tmp_path, monkeypatch):
     # the chosen and runner-up CDFs keep latency_cdfs' legend, placed clear of the curves (or under
     # the axes): the plan report redrew each at matplotlib's "best" (code 0), over curves and SLO
     assert len(placed["latency_cdfs"]) == 3 and 0 not in placed["latency_cdfs"]
+    # each entry names its configuration once: the fleet both share is in the title, not after
+    # every entry's label (which names the GPUs already): "2 x a100-80g TP1, continuous (2 x a100-80g)"
+    from servesim.outputs import plandoc as D
+
+    shown = D.ranked(doc)[:2]
+    fleets = {c["fleet"] for c in shown}
+    def bare(t):  # (wrap_label breaks long entries into lines)
+        return "".join(t.split())
+
+    entries = [bare(t) for t in placed["latency_cdfs texts"] if not t.startswith("SLO")]
+    assert len(shown) == 2 and entries and all(bare(f"({f})") not in e for e in entries for f in fleets)
+    assert sorted(set(entries)) == sorted(bare(f"{role}: {c['label']}")
+                                          for role, c in zip(("chosen", "runner-up"), shown))
+    assert len(fleets) != 1 or f"each on {next(iter(fleets))}" in placed["latency_cdfs title"]
     assert doc["answer"]["label"] in md and "meets ttft_p99 <= 500 ms, tpot_p99 <= 40 ms" in md
     # one seed: no "95%" interval claimed, no "1 seeds" (the header, the text and the table said both)
     assert "with one seed (workload seed" in md and "on one seed (no interval)" in md
