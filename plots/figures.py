@@ -159,36 +159,74 @@ def _cdf_at(xs, ys, x: float) -> float:
     return float(ys[i - 1]) if i else 0.0
 
 
-def _legend_off_the_lines(ax, **kw) -> None:
-    """A legend where matplotlib finds room ("best"), unless it still lies over a drawn line
-    (several configurations, long names: "best" then takes the least-bad spot, over curves or
-    the SLO line); then below the axes. Lines are checked along their drawn path (points every
-    few pixels), against the legend's box taken a third taller, a little wider: laying the
-    figure out later, notes under it, shrinks the axes but not the legend."""
-    ax.get_xlim(), ax.get_ylim()  # (the limits as drawn: autoscaling is otherwise applied later)
-    legend = ax.legend(loc="best", **kw)
-    box = legend.get_window_extent()
-    box = box.padded(0.05 * box.width / 2, 0.35 * box.height / 2)
-    for line in ax.get_lines():
+# where ``_legend_off_the_lines`` tries the legend, in turn (fixed spots: matplotlib's "best" is
+# worked out again at every draw, so a spot found clear now moved, once the figure was laid out
+# with its caption, to wherever "best" then chose, over a curve or error bar)
+_LEGEND_SPOTS = ("upper left", "upper right", "lower right", "lower left", "center left", "center right",
+                 "upper center", "lower center")
+
+
+def _covers(ax, box) -> bool:
+    """The box (display coordinates) covers something drawn in ``ax``: a line (along its drawn
+    path, or a marker of a line of markers), an error bar or other collection (its segments and
+    paths, a scatter's points), or a line added as an artist (an open error bar)."""
+    from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.lines import Line2D
+
+    lines = [a for a in (*ax.get_lines(), *ax.artists) if isinstance(a, Line2D) and a.get_visible()]
+    for line in lines:
         xy = np.asarray(line.get_xydata(), dtype=float)
-        if len(xy) == 0 or not line.get_visible():
+        if len(xy) == 0:
             continue
         pts = line.get_transform().transform(xy)
-        pts = pts[np.isfinite(pts).all(axis=1)]
-        if any(box.contains(*p) for p in pts):
-            break
+        ok = np.isfinite(pts).all(axis=1)
+        if any(box.contains(*p) for p in pts[ok]):
+            return True
         if line.get_linestyle() in ("None", "none", "", " "):  # (markers alone: nothing between them)
             continue
-        for a, b in zip(pts[:-1], pts[1:]):
-            n = int(min(200, max(2, np.hypot(*(b - a)) / 3)))
-            seg = a + np.linspace(0, 1, n)[:, None] * (b - a)
-            if ((seg[:, 0] >= box.x0) & (seg[:, 0] <= box.x1) & (seg[:, 1] >= box.y0) & (seg[:, 1] <= box.y1)).any():
-                break
-        else:
+        for a, b, fine in zip(pts[:-1], pts[1:], ok[:-1] & ok[1:]):
+            if fine and _segment_in(a, b, box):
+                return True
+    for c in ax.collections:
+        if not c.get_visible():
             continue
-        break
-    else:
-        return
+        if isinstance(c, LineCollection):
+            for seg in c.get_segments():
+                pts = c.get_transform().transform(np.asarray(seg, dtype=float))
+                if any(_segment_in(a, b, box) for a, b in zip(pts[:-1], pts[1:])):
+                    return True
+        elif isinstance(c, PathCollection):
+            pts = c.get_offset_transform().transform(np.asarray(c.get_offsets(), dtype=float))
+            if any(box.contains(*p) for p in pts if np.isfinite(p).all()):
+                return True
+        else:  # (a shaded band: its outline, or the box inside it)
+            if any(c.get_transform().transform_path(path).intersects_bbox(box, filled=True)
+                   for path in c.get_paths()):
+                return True
+    return False
+
+
+def _segment_in(a, b, box) -> bool:
+    """The segment from ``a`` to ``b`` (display points) passes through the box: checked at points a
+    few pixels apart."""
+    n = int(min(200, max(2, np.hypot(*(b - a)) / 3)))
+    seg = a + np.linspace(0, 1, n)[:, None] * (b - a)
+    return bool(((seg[:, 0] >= box.x0) & (seg[:, 0] <= box.x1) & (seg[:, 1] >= box.y0) & (seg[:, 1] <= box.y1)).any())
+
+
+def _legend_off_the_lines(ax, **kw) -> None:
+    """A legend at the first of ``_LEGEND_SPOTS`` where it covers nothing drawn (``_covers``:
+    lines, error bars, points), else below the axes. The box is measured now and taken a third
+    taller, a little wider: laying the figure out later, notes under it, shrinks the axes but not
+    the legend. (It took matplotlib's "best" when that covered no line: "best" is placed again at
+    every draw, and after the layout it could land on the lines; nor were error bars checked.)"""
+    ax.get_xlim(), ax.get_ylim()  # (the limits as drawn: autoscaling is otherwise applied later)
+    for loc in _LEGEND_SPOTS:
+        legend = ax.legend(loc=loc, **kw)
+        box = legend.get_window_extent()
+        box = box.padded(0.05 * box.width / 2, 0.35 * box.height / 2)
+        if not _covers(ax, box):
+            return
     n = len(legend.get_texts())
     legend = legend_below(ax, ncol=2 if n > 4 else 1, **kw)
     # two columns only where they fit under the axes: a sweep's long names ("max_num_batched_tokens=8192

@@ -912,3 +912,25 @@ def test_goodput_bars_stop_at_the_arrivals(ax):
     ends = sorted((float(s[:, 1].min()), float(s[:, 1].max())) for s in segs)
     assert ends[0] == pytest.approx((2.4, 4.0)) and ends[1] == pytest.approx((5.0, 7.0))
     assert any("cut at arrivals" in t for t in legend(ax))
+
+
+def test_a_legend_lies_over_no_error_bar_and_stays_where_it_was_checked(tmp_path):
+    """_legend_off_the_lines took matplotlib's "best" when no line ran under it: "best" ignores
+    error bars (collections), and is worked out again at every draw, so after the figure's layout it
+    could move onto the lines it was checked against. Here the corners free of the line hold error
+    bars: the legend must cover none of them in the saved figure, and sit at a fixed spot."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    ax.plot([0, 10], [0, 10], label="a curve from corner to corner")
+    ax.vlines([0.5, 1, 1.5, 2, 2.5, 3], 6.5, 10, color="C1", label="bars: 95% interval")
+    ax.vlines([7, 7.5, 8, 8.5, 9, 9.5], 0, 3.5, color="C1")
+    F._legend_off_the_lines(ax, fontsize="small")
+    leg = ax.get_legend()
+    assert leg._loc not in (0, "best")
+    F.save(fig, tmp_path / "legend")
+    box = leg.get_window_extent()
+    for c in ax.collections:
+        for seg in c.get_segments():
+            a, b = c.get_transform().transform(seg)
+            ys = np.linspace(a[1], b[1], 50)
+            assert not ((box.x0 <= a[0] <= box.x1) and ((ys >= box.y0) & (ys <= box.y1)).any())
+    plt.close(fig)
