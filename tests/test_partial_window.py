@@ -92,3 +92,42 @@ def test_runs_price_the_window_layers_and_keep_every_layers_kv(tmp_path, scenari
     assert kv["partial"] == kv["full"] == kv["window"]  # (the pool: the same layers' KV per token)
     peak = {k: float(np.max(v[0].steps["kv_blocks_used"])) for k, v in runs.items()}
     assert peak["partial"] == peak["full"] > peak["window"]  # held: every layer's, for the whole sequence
+
+
+def test_pipeline_stages_carry_their_own_layers_windows():
+    """Which layers slide places the window's cheaper attention on pipeline stages: Qwen2's from
+    max_window_layers on all sit on the last stage. stage_times shared the layers' work by layer
+    counts alone, so a Qwen2 (window from layer 14 of 28) decode of 32 at 16,000 tokens over two
+    stages read 6.0 ms each where the full-attention stage takes 7.8 and the windowed one 4.2."""
+    from servesim.core.batch import model_batch
+
+    qwen = dict(model_type="qwen2", hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
+                num_hidden_layers=28, intermediate_size=18944, vocab_size=152064, max_position_embeddings=32768,
+                sliding_window=4096, use_sliding_window=True, max_window_layers=14)
+    m = load(**qwen)
+    assert m.partial_window_at == tuple(range(14, 28))
+    assert get_model("google/gemma-2-9b").partial_window_at == tuple(range(0, 42, 2))
+    assert load(**SMALL).partial_window_at == (0, 2)  # (its layer_types)
+    gemma3 = dict(model_type="gemma3_text", hidden_size=1152, num_attention_heads=4, num_key_value_heads=1,
+                  head_dim=256, num_hidden_layers=12, intermediate_size=6912, vocab_size=262144,
+                  max_position_embeddings=32768, sliding_window=512, sliding_window_pattern=6)
+    assert load(**gemma3).partial_window_at == (0, 1, 2, 3, 4, 6, 7, 8, 9, 10)  # (layers 5 and 11 global)
+    cm = CostModel(m, H100, pp=2)
+    full = CostModel(dataclasses.replace(m, partial_window_tokens=None, partial_window_layers=0,
+                                         partial_window_at=()), H100, pp=2)
+    assert cm.stage_window_layers() == [0, 14]
+    step = {"decode_contexts": [16000] * 32}
+    b = model_batch(m, **step)
+    c = cm.step_time(b)
+    st = cm.stage_times(c, b)
+    assert sum(st) == pytest.approx(c.time_s - c.overhead_s, rel=1e-12)
+    # the first stage attends as the full-attention model's does: its time is that model's first stage's
+    bf = synthetic_batch(**step)
+    assert st[0] == pytest.approx(full.stage_times(full.step_time(bf), bf)[0], rel=1e-9)
+    assert st[0] > 1.5 * st[1]
+    # Gemma-2's alternate layers: the two stages of 21 hold 11 and 10 window layers
+    g2 = CostModel(get_model("google/gemma-2-9b"), H100, pp=2)
+    assert g2.stage_window_layers() == [11, 10]
+    b = model_batch(g2.model, **{"decode_contexts": [8000] * 32})
+    st = g2.stage_times(g2.step_time(b), b)
+    assert st[0] < st[1]  # (one window layer more on the first; the LM head on the last)

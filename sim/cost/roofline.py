@@ -781,9 +781,34 @@ class CostModel:
                                self.stage_layers(), self.model.num_layers)
         sends, send, emb, head, stages, L = hit
         layers = cost.time_s - cost.overhead_s - sends - emb - head
-        out = [layers * n / L + send for n in stages]
+        wb = batch.windowed
+        if wb is not None and self.model.partial_window_at:
+            # a window on some layers: a stage's attention is its full layers' and its window
+            # layers' (Gemma-2's alternate evenly; Qwen2's, from max_window_layers on, all sit on
+            # the last stages), the rest of the layers' work shared by layer counts
+            T_real = batch.num_tokens + batch.padding_tokens
+            a_full, a_win = self._attention_layer(batch, T_real)[0], self._attention_layer(wb, T_real)[0]
+            windowed = memo.get("window_layers")
+            if windowed is None:
+                windowed = memo["window_layers"] = self.stage_window_layers()
+            rest = layers - a_full * (L - self.model.partial_window_layers) - a_win * self.model.partial_window_layers
+            out = [rest * n / L + a_full * (n - w) + a_win * w + send for n, w in zip(stages, windowed)]
+        else:
+            out = [layers * n / L + send for n in stages]
         out[0] += emb
         out[-1] += head - send
+        return out
+
+    def stage_window_layers(self) -> list:
+        """Layers of each stage (``stage_layers``) that attend within a window on only some
+        layers (``ModelSpec.partial_window_at``); [] without one."""
+        at = self.model.partial_window_at
+        if not at:
+            return []
+        out, first = [], 0
+        for n in self.stage_layers():
+            out.append(sum(1 for i in at if first <= i < first + n))
+            first += n
         return out
 
     def breakdown(self, batch: Batch) -> dict[str, OpCost]:

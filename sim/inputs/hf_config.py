@@ -210,7 +210,8 @@ def model_from_hf_config(cfg: dict, where: str, name: str):
         experts_per_token=top_k if experts else 0,
         sliding_window_tokens=window,
         partial_window_tokens=partial[0] if partial else None,
-        partial_window_layers=partial[1] if partial else 0,
+        partial_window_layers=len(partial[1]) if partial else 0,
+        partial_window_at=partial[1] if partial else (),
         rotary=fam.get("rotary", True) and not alibi,
         num_shared_experts=moe.get("shared", 0),
         first_dense_layers=moe.get("dense_layers", 0),
@@ -329,32 +330,34 @@ def _window(r: _Reader, fam: dict, fam_name: str | None, layers: int) -> int | N
 
 
 def _partial_window(r: _Reader, fam_name: str | None, layers: int):
-    """(window tokens, layers using it, how the file says so) of a window on only some layers
-    (``_window``: None for such a model, which it has checked the keys of), or None."""
+    """(window tokens, the indices of the layers using it, how the file says so) of a window on
+    only some layers (``_window``: None for such a model, which it has checked the keys of), or
+    None. The layers are transformers' (and vLLM's): which ones slide places them on pipeline
+    stages (``CostModel.stage_times``)."""
     cfg = r.cfg
     if fam_name == "gemma2":  # Gemma2Config: layers 0, 2, 4, ... slide (default window 4096; null: none)
         if "sliding_window" in cfg and cfg["sliding_window"] is None:
             return None
-        window, windowed, how = r.opt_int("sliding_window", 4096), (layers + 1) // 2, "Gemma-2: every other layer"
+        window, at, how = r.opt_int("sliding_window", 4096), range(0, layers, 2), "Gemma-2: every other layer"
     elif cfg.get("sliding_window") is None:
         return None
     elif isinstance(cfg.get("layer_types"), list):
-        windowed, how = sum(t == "sliding_attention" for t in cfg["layer_types"]), "its layer_types"
+        at, how = [i for i, t in enumerate(cfg["layer_types"]) if t == "sliding_attention"], "its layer_types"
         window = r.int("sliding_window")
         if len(cfg["layer_types"]) != layers:
             raise InputError(f"{r.key('layer_types')}: {len(cfg['layer_types'])} entries for {layers} layers; "
                              "give one per layer")
     elif cfg.get("sliding_window_pattern") is not None:
-        p = r.int("sliding_window_pattern")
-        window, windowed, how = r.int("sliding_window"), layers - layers // p, \
+        p = r.int("sliding_window_pattern")  # (Gemma3: layer i slides unless (i + 1) % pattern == 0)
+        window, at, how = r.int("sliding_window"), [i for i in range(layers) if (i + 1) % p], \
             f"sliding_window_pattern {p}: every {p}th layer global"
     elif fam_name in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and r.bool("use_sliding_window", False):
         first = r.opt_int("max_window_layers", 28, _COUNT)  # Qwen2Config: layers from this one on slide
-        window, windowed, how = r.int("sliding_window"), max(0, layers - first), \
+        window, at, how = r.int("sliding_window"), range(min(first, layers), layers), \
             f"the layers from max_window_layers {first} on"
     else:
         return None
-    return (window, windowed, how) if 0 < windowed < layers else None
+    return (window, tuple(at), how) if 0 < len(at) < layers else None
 
 
 def _moe(r: _Reader, fam: dict, fam_name: str | None, layers: int):
@@ -465,8 +468,8 @@ def partial_window_note(cfg: dict, where: str) -> str | None:
     m = model_from_hf_config(cfg, where, where)
     if not m.partial_window_tokens:
         return None
-    window, windowed, how = _partial_window(_Reader(cfg, where), family_of(cfg), m.num_layers)
-    return (f"{where}: {windowed} of its {m.num_layers} layers attend within a {window:,}-token window ({how}); "
+    window, at, how = _partial_window(_Reader(cfg, where), family_of(cfg), m.num_layers)
+    return (f"{where}: {len(at)} of its {m.num_layers} layers attend within a {window:,}-token window ({how}); "
             "their attention follows it, but every layer's KV is kept for the whole sequence (as vLLM V0 does; "
             f"V1 frees the window layers' blocks), so past {window:,} tokens KV is overstated, never understated")
 

@@ -94,6 +94,10 @@ class ModelSpec:
     # never less. ``sliding_window_tokens`` stays None for such a model.
     partial_window_tokens: int | None = None
     partial_window_layers: int = 0
+    # which layers those are (indices, ascending; their count is ``partial_window_layers``): they
+    # place the window's cheaper attention on pipeline stages (``CostModel.stage_times``); ():
+    # not known (a spec built by hand), the stages share it by their layer counts
+    partial_window_at: tuple = ()
 
     @property
     def is_moe(self) -> bool:
