@@ -131,3 +131,18 @@ def test_pipeline_stages_carry_their_own_layers_windows():
     b = model_batch(g2.model, **{"decode_contexts": [8000] * 32})
     st = g2.stage_times(g2.step_time(b), b)
     assert st[0] < st[1]  # (one window layer more on the first; the LM head on the last)
+
+
+def test_servesim_cost_says_how_many_window_layers_each_stage_holds(tmp_path, capsys):
+    from servesim.cli.main import main
+
+    qwen = dict(model_type="qwen2", hidden_size=1024, num_attention_heads=8, num_key_value_heads=8,
+                num_hidden_layers=8, intermediate_size=2048, vocab_size=32000, max_position_embeddings=32768,
+                sliding_window=1024, use_sliding_window=True, max_window_layers=4)
+    (tmp_path / "config.json").write_text(json.dumps(qwen))
+    args = ["cost", "--model", str(tmp_path / "config.json"), "--gpu", "h100-sxm", "--pp", "2", "--decode-batch", "8",
+            "--context", "8000"]
+    assert main(args) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("pipeline:"))
+    assert "(4 layers, 0 of them windowed)" in line and "(4 layers, 4 of them windowed)" in line
+    assert "Stage 1 is the slowest" in line  # (its full-attention layers read 8,000 keys, the others 1,024)

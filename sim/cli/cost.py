@@ -119,8 +119,9 @@ def cmd_cost(args) -> int:
     if note:
         print(f"note: {note}")
     if args.pp > 1:
-        held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers)"
-                         for i, (t, n) in enumerate(zip(stages, cm.stage_layers())))
+        win = cm.stage_window_layers() or [None] * args.pp  # (a window on some layers: how many each holds)
+        held = ", ".join(f"{i + 1}: {t * 1e3:.3f} ms ({n} layers" + (")" if w is None else f", {w} of them windowed)")
+                         for i, (t, n, w) in enumerate(zip(stages, cm.stage_layers(), win)))
         slow = max(range(args.pp), key=lambda i: stages[i])
         print(f"pipeline: the step holds stage {held}; stage 1 also embeds, the last runs the LM head, each but "
               f"the last sends to the next. Stage {slow + 1} is the slowest: with overlapping micro-batches "
