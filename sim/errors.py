@@ -3,6 +3,7 @@ how a message shows what it quotes: ``shown`` (a value the input gave, cut short
 ``one_line`` (the whole message, on one line of bounded length)."""
 
 import os
+import re
 import reprlib
 import sys
 import types
@@ -127,7 +128,17 @@ def one_line(message: str, limit: int = MAX_MESSAGE) -> str:
 # YAML and Python read them. Python's int() and float() also take other scripts' digits (full-width
 # １０, Arabic-Indic ٣): refused everywhere, so that a value reads the same wherever it is given
 # (a scenario field read them as text while a flag or a trace cell read them as numbers).
-DIGITS_RULE = "ASCII digits 0-9 ('_' may group them, as in 1_000)"
+# Base 10 only: YAML 1.2 reads 0x10 as 16 and 0o17 as 15, which Python's int() and float() (a flag,
+# a trace cell) refuse; a scenario field read them while a trace refused them. Now none reads them.
+DIGITS_RULE = "ASCII digits 0-9 in base 10 ('_' may group them, as in 1_000; no 0x, 0o or 0b prefix)"
+
+_PREFIXED = re.compile(r"[-+]?0[xXoObB][0-9a-fA-F_]*")
+
+
+def prefixed_number(text) -> bool:
+    """Whether ``text`` is a string written as an integer in another base (``0x10``, ``-0o17``,
+    ``0b1``): not a number under ``DIGITS_RULE``, for an error that says so."""
+    return isinstance(text, str) and _PREFIXED.fullmatch(text.strip()) is not None
 
 
 def non_ascii_number(text) -> bool:

@@ -90,3 +90,61 @@ def test_plan_lists_and_compare_rates_refuse_other_digits(capsys):
         parse_rates("２")
     assert main(["plan", "default", "--rate", "4", "--slo", "ttft_p99=1", "--tp", "１"]) == 2
     assert "--tp" in _err(capsys)
+
+
+# ---------------------------------------------------------------- base 10 only
+# YAML 1.2 read 0x10 as 16 and 0o17 as 15 in a scenario field, while a trace cell and a flag
+# refused them (Python's int() and float() do not read a base prefix): one rule now, base 10.
+PREFIXED = ["0x10", "0o17", "0b1", "-0x1", "0X1F"]
+
+
+@pytest.mark.parametrize("text", PREFIXED)
+@pytest.mark.parametrize("field", ["workload.num_requests", "workload.arrival.rate_rps", "seed"])
+def test_a_scenario_field_refuses_a_base_prefix(tmp_path, capsys, text, field):
+    from servesim.inputs.overrides import with_values
+    from servesim.inputs.schema import dump_yaml
+    from tests.conftest import BASE
+
+    p = tmp_path / "s.yaml"
+    p.write_text(dump_yaml(with_values(BASE, {})).replace(f"{field.split('.')[-1]}: ", f"{field.split('.')[-1]}: {text} #", 1))
+    assert main(["validate", str(p)]) == 2
+    err = _err(capsys)
+    assert f"{field} must be " in err and "base 10" in err and "0x" in err and repr(text) in err
+    assert main(["validate", "default", "--set", f"{field}={text}"]) == 2  # (a --set value alike)
+    assert f"{field} must be " in _err(capsys)
+
+
+@pytest.mark.parametrize("text", PREFIXED)
+@pytest.mark.parametrize("column", ["prompt", "output", "arrival"])
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_a_trace_cell_refuses_a_base_prefix_naming_the_rule(tmp_path, text, column, suffix):
+    name = {"arrival": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens"}[column]
+    row = {"arrival_s": "1", "prompt_tokens": "7", "output_tokens": "3", name: text}
+    f = tmp_path / f"t.{suffix}"
+    if suffix == "csv":
+        f.write_text("arrival_s,prompt_tokens,output_tokens\n0,5,5\n" + ",".join(row.values()) + "\n")
+        line = 3
+    else:
+        import json
+        f.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5}\n' + json.dumps(row) + "\n")
+        line = 2
+    with pytest.raises(InputError, match=f"t.{suffix} line {line}: {name} must be .*base 10"):
+        read_trace(str(f))
+
+
+def test_a_number_reads_the_same_in_a_scenario_and_a_trace(tmp_path):
+    """The rule's other side: what one reads as a number, the other reads as the same number."""
+    from servesim.inputs.schema import load_yaml
+
+    for text, value in [("16", 16), ("016", 16), ("1_6", 16)]:
+        f = tmp_path / "t.csv"
+        f.write_text(f"arrival_s,prompt_tokens,output_tokens\n0,{text},5\n")
+        assert read_trace(str(f)).prompt_tokens.tolist() == [value] == [load_yaml(f"a: {text}")["a"]]
+
+
+@pytest.mark.parametrize("argv", [["run", "default", "--seed", "0x10"],
+                                  ["capacity", "default", "--slo", "ttft_p99=1", "--max-probes", "0o3"]])
+def test_a_flag_names_the_base_10_rule(argv, capsys):
+    assert main(argv) == 2
+    err = _err(capsys)
+    assert f"argument {argv[-2]}:" in err and "base 10" in err

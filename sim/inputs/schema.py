@@ -30,8 +30,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from servesim.errors import (DIGITS_RULE, InputError, clip, did_you_mean, non_ascii_number, shown, shown_data,
-                             shown_path)
+from servesim.errors import (DIGITS_RULE, InputError, clip, did_you_mean, non_ascii_number, prefixed_number, shown,
+                             shown_data, shown_path)
 from servesim.inputs.files import decode_utf8, loads_json, resolve_path
 
 
@@ -170,29 +170,36 @@ def _expanded_size(root) -> int:
 # copy the resolver lists: add_implicit_resolver appends to lists shared with SafeLoader
 _Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 _FLOAT_E = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")  # 1e15 (YAML 1.1 wants 1.0e+15)
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_E, list("-+0123456789"))
 
 
-# Integers as YAML 1.2 reads them: YAML 1.1 (PyYAML's default) reads 0144 as octal 100 and 1:40 as
-# base 60 (100), values no one writing a scenario means; here 0144 is 144 and 1:40 is text (an error
-# naming the field where a number belongs). 0x / 0o / 0b prefixes and '_' separators still read.
-_INT = re.compile(r"^[-+]?(?:0b[01_]*[01][01_]*|0o[0-7_]*[0-7][0-7_]*"
-                  r"|0x[0-9a-fA-F_]*[0-9a-fA-F][0-9a-fA-F_]*|[0-9][0-9_]*)$")
-_INT_BASES = {"0b": 2, "0o": 8, "0x": 16}
+# Integers in base 10 only, as every other input reads a number (DIGITS_RULE: a trace cell, a flag):
+# YAML 1.1 (PyYAML's default) reads 0144 as octal 100 and 1:40 (and 1:40.5) as base 60, and YAML
+# 1.2 0x10 as 16 and 0o17 as 15, which a trace cell or a flag refused; here 0144 is 144, and 1:40,
+# 0x10, 0o17, 0b1 are text (an error naming the field where a number belongs). '_' groups digits
+# as Python's int() takes it (1_000; not 1__0 or 10_).
+_INT = re.compile(r"^[-+]?[0-9]+(?:_[0-9]+)*$")
+# What either YAML 1.1 or 1.2 reads as an integer: the writer quotes such a string (0x1F, 1:40), for
+# any reader of the file to take it as text.
+_ANY_INT = re.compile(r"^[-+]?(?:0b[01_]*[01][01_]*|0o[0-7_]*[0-7][0-7_]*"
+                      r"|0x[0-9a-fA-F_]*[0-9a-fA-F][0-9a-fA-F_]*|[0-9][0-9_]*)$")
+# YAML 1.1's floats less its base-60 form (1:40.5 read as 100.5)
+_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X)
 
 
 def _construct_int(loader, node) -> int:
-    text = loader.construct_scalar(node).replace("_", "")
-    sign = -1 if text[0] == "-" else 1
-    digits = text.lstrip("+-")
-    base = _INT_BASES.get(digits[:2])
-    return sign * (int(digits[2:], base) if base else int(digits, 10))
+    return int(loader.construct_scalar(node), 10)
 
 
 def _yaml12_ints(loader) -> None:
     for first, resolvers in loader.yaml_implicit_resolvers.items():
-        loader.yaml_implicit_resolvers[first] = [(t, r) for t, r in resolvers if t != "tag:yaml.org,2002:int"]
+        loader.yaml_implicit_resolvers[first] = [(t, r) for t, r in resolvers
+                                                 if t not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
     loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
+    loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_E, list("-+0123456789"))
     loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
@@ -208,7 +215,7 @@ class _Dumper(yaml.SafeDumper):
 # loader's own on top of them, 1e15 floats and 1.2 integers)
 _Dumper.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeDumper.yaml_implicit_resolvers.items()}
 _Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_E, list("-+0123456789"))
-_Dumper.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:int", _ANY_INT, list("-+0123456789"))
 
 
 def dump_yaml(data, **kw) -> str:
@@ -361,8 +368,11 @@ def is_finite(value) -> bool:
 
 def _text_number(value: str, path: str, meta: dict, what: str) -> None:
     """Text where a number belongs that reads as one: the error says so (``--set x=inf`` gives
-    the text 'inf', as YAML spells infinity .inf; a quoted '5' is text). Other text is left to
-    the caller's error."""
+    the text 'inf', as YAML spells infinity .inf; a quoted '5' is text; 0x10 is text, as in a
+    trace cell: DIGITS_RULE). Other text is left to the caller's error."""
+    if prefixed_number(value):
+        plain = "a number" if what == "a finite number" else what
+        raise InputError(f"{path} must be {plain} written in {DIGITS_RULE}, got {shown(value)}")
     try:
         f = float(value)
     except ValueError:
