@@ -379,3 +379,19 @@ def test_both_built_in_policies_a_plug_in_subclasses_are_exported():
 
     assert servesim.StaticPolicy is StaticPolicy
     assert "StaticPolicy" in servesim.__all__ and "StaticPolicy" in dir(servesim)
+
+
+def test_scenario_from_none_says_empty_as_the_cli_does(tmp_path, capsys):
+    """``scenario_from_dict(yaml.safe_load(empty_file))`` said "got NoneType"; the CLI says of the
+    same empty file that it is an empty document with no fields. Both say so now."""
+    from servesim.cli.main import main
+
+    with pytest.raises(servesim.InputError) as e:
+        servesim.scenario_from_dict(None)
+    assert "NoneType" not in str(e.value) and "an empty document (no fields)" in str(e.value)
+    p = tmp_path / "empty.yaml"
+    p.write_text("# nothing yet\n")
+    assert main(["validate", str(p)]) == 2
+    assert "an empty document (no fields)" in capsys.readouterr().err
+    with pytest.raises(servesim.InputError, match="a scenario must be a mapping, got list"):
+        servesim.scenario_from_dict([{"name": "x"}])

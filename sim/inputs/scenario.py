@@ -1086,7 +1086,9 @@ def scenario_from_dict(data: dict) -> Scenario:
     field otherwise). A ``sweep`` block (``servesim sweep``'s grid) is left out, as ``load_scenario``
     leaves it out of a file."""
     if not isinstance(data, dict):
-        raise InputError(f"a scenario must be a mapping, got {type(data).__name__}")
+        # (None is what an empty YAML file reads as: "got NoneType", as the CLI once said of one)
+        got = "None: an empty document (no fields)" if data is None else type(data).__name__
+        raise InputError(f"a scenario must be a mapping, got {got}")
     if "sweep" in data:
         data = {k: v for k, v in data.items() if k != "sweep"}
     scenario = build(Scenario, data, "")
