@@ -1452,3 +1452,43 @@ def test_an_edited_class_layout_in_plan_json_is_read_as_none():
         assert layout_note({"candidates": [{"shape": {**shape, **bad}}]}) is None
     assert describe_shape({**shape, "block": "x"}, 3) == "3 x h100-sxm TP1, continuous"
     assert layout_note({"candidates": [{"shape": 5}]}) is None and layout_note({"candidates": 5}) is None
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--gpus", "h100-sxm,a100-80g,h100-sxm"], "--gpus: 'h100-sxm' is given twice (values 1 and 3)"),
+    (["--gpus", "h100-sxm, h100-sxm"], "--gpus: 'h100-sxm' is given twice (values 1 and 2)"),
+    (["--tp", "1,2,01"], "--tp: '1' is given twice (values 1 and 3)"),
+    (["--pp", "2,2"], "--pp: '2' is given twice"),
+    (["--chunks", "512,2048,512"], "--chunks: '512' is given twice"),
+    (["--policies", "continuous,chunked_prefill,continuous"], "--policies: 'continuous' is given twice"),
+    (["--pd-ratios", "1:2,2:1,1:2"], "--pd-ratios: '1:2' is given twice"),
+    (["--price", "h100-sxm=2", "--price", "h100-sxm=3"], "--price: 'h100-sxm' is given twice (2 and 3 USD"),
+    (["--price", "h100-sxm=2,h100-sxm=2"], "--price: 'h100-sxm' is given twice"),
+    (["--gpus", "h100-sxm", "--gpus", "h100-sxm"], "argument --gpus: 'h100-sxm' is given twice"),
+    (["--gpus", "h100-sxm", "--gpus", "a100-80g"], "argument --gpus: given twice ('h100-sxm', then 'a100-80g'); "
+                                                   "give one comma-separated list: --gpus h100-sxm,a100-80g"),
+    (["--tp", "1", "--tp", "2"], "argument --tp: given twice"),
+    (["--chunks", "512", "--chunks", "512"], "argument --chunks: '512' is given twice"),
+])
+def test_a_value_given_twice_to_plan_is_refused_naming_it(tmp_path, capsys, flags, says):
+    """plan searched a repeated value once in silence (--gpus h100-sxm,h100-sxm), and of a list flag
+    given twice kept only the last (--gpus h100-sxm --gpus a100-80g searched the A100 alone), where
+    compare --rates and sweep --grid refuse a value given twice: refused, naming the flag and value."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    out = tmp_path / "p"
+    # (--verify-top -1, checked after the lists: a repeated value let through stops there, not in a plan's runs)
+    rc = main(["plan", str(f), "--rate", "4", "--slo", SLO, "--seeds", "1", "--quiet", "--out", str(out),
+               "--verify-top", "-1", *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("servesim: error: ") and says in err[-1], err
+    assert "Traceback" not in "\n".join(err) and not out.exists()
+
+
+def test_plan_options_from_python_refuse_a_value_given_twice(tmp_path):
+    with pytest.raises(InputError, match=r"--tp: '1' is given twice \(values 1 and 2\)"):
+        run_plan(SMALL, PlanOptions(rate_rps=4, slo=SLO, gpus=("h100-sxm",), tps=(1, 1), seeds=1), tmp_path / "q",
+                 ex=QUIET)
+    assert not (tmp_path / "q").exists()

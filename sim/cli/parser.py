@@ -73,6 +73,22 @@ def _seed(text: str) -> int:
     return seed
 
 
+class _Once(argparse.Action):
+    """A list flag (``--gpus a,b``) given once: given again, refused naming both (argparse kept the
+    last in silence: ``--gpus h100-sxm --gpus a100-80g`` searched only the A100)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in given:
+            flag, first = option_string or self.option_strings[0], given[self.dest]
+            if first == values:
+                raise argparse.ArgumentError(self, f"{values!r} is given twice; give it once")
+            raise argparse.ArgumentError(self, f"given twice ({first!r}, then {values!r}); give one comma-separated "
+                                               f"list: {flag} {first},{values}")
+        given[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
 def build_parser(argv=None) -> argparse.ArgumentParser:
     """The whole parser; given ``argv`` whose first word is a subcommand, only that subcommand's
     group (the others' arguments import the study modules for their choices: ~50 ms that
@@ -310,15 +326,18 @@ def _plan(sub) -> None:
                    help="limits as servesim capacity takes them, e.g. ttft_p99=2,tpot_p99=100ms; metrics "
                         f"{', '.join(METRICS)}; stats {', '.join(STATS)}")
     p.add_argument("--attainment", type=_float, help="instead: this share of requests within every limit")
-    p.add_argument("--gpus", metavar="LIST", help="GPU types to try, e.g. h100-sxm,a100-80g (default: the scenario's)")
-    p.add_argument("--tp", default="1,2,4,8", metavar="LIST", help="tensor-parallel sizes (default 1,2,4,8)")
-    p.add_argument("--pp", default="1", metavar="LIST", help="pipeline stages, colocated shapes (default 1)")
-    p.add_argument("--policies", default=",".join(POLICIES), metavar="LIST",
+    p.add_argument("--gpus", metavar="LIST", action=_Once,
+                   help="GPU types to try, e.g. h100-sxm,a100-80g (default: the scenario's)")
+    p.add_argument("--tp", default="1,2,4,8", action=_Once, metavar="LIST",
+                   help="tensor-parallel sizes (default 1,2,4,8)")
+    p.add_argument("--pp", default="1", action=_Once, metavar="LIST",
+                   help="pipeline stages, colocated shapes (default 1)")
+    p.add_argument("--policies", default=",".join(POLICIES), action=_Once, metavar="LIST",
                    help=f"deployment kinds to try (default {','.join(POLICIES)}); a plug-in policy as "
                         "policy.name takes it (module:Class) is a colocated shape with the scenario's budgets")
-    p.add_argument("--chunks", default="512,2048", metavar="LIST",
+    p.add_argument("--chunks", default="512,2048", action=_Once, metavar="LIST",
                    help="chunked prefill token budgets to try (default 512,2048)")
-    p.add_argument("--pd-ratios", default="1:1,1:2,2:1,1:3", metavar="P:D,...",
+    p.add_argument("--pd-ratios", default="1:1,1:2,2:1,1:3", action=_Once, metavar="P:D,...",
                    help="P/D split: prefill:decode replicas per unit (default 1:1,1:2,2:1,1:3)")
     p.add_argument("--mixed-pd", action="store_true",
                    help="also P/D splits whose prefill and decode pools use different GPU types of --gpus")

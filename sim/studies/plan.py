@@ -523,6 +523,7 @@ def check_options(opts: PlanOptions) -> None:
     for name, vals in (("--tp", opts.tps), ("--pp", opts.pps), ("--chunks", opts.chunks)):
         if not vals or any(int(v) != v or v < 1 for v in vals):
             raise InputError(f"{name}: expected positive integers, got {','.join(map(str, vals)) or 'none'}")
+    _check_once(opts)
     for p in opts.policies:
         _check_plan_policy(p)
     if not opts.policies:
@@ -534,6 +535,30 @@ def check_options(opts: PlanOptions) -> None:
             raise InputError(f"--pd-ratios: expected P:D pairs of positive integers, got {':'.join(map(str, r))}")
     if opts.verify_top < 0:
         raise InputError(f"--verify-top must be >= 0, got {opts.verify_top}")
+
+
+def _check_once(opts: PlanOptions) -> None:
+    """A value given twice in a list option (``--gpus h100-sxm,h100-sxm``, ``--tp 1,1``) is
+    refused, as ``compare --rates`` and ``sweep --grid`` refuse one: plan searched each once in
+    silence. Two prices for one GPU (``--price h100-sxm=2 --price h100-sxm=3``) are refused too:
+    the last was taken in silence."""
+    from servesim.studies.points import _twice
+
+    for flag, vals in (("--gpus", opts.gpus), ("--tp", opts.tps), ("--pp", opts.pps), ("--policies", opts.policies),
+                       ("--chunks", opts.chunks), ("--pd-ratios", opts.pd_ratios)):
+        vals = list(vals or ())
+        twice = _twice(vals)
+        if twice:
+            v = vals[twice[1]]
+            shown = ":".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+            raise InputError(f"{flag}: {shown!r} is given twice (values {twice[0] + 1} and {twice[1] + 1}); give each "
+                             "value once")
+    gpus = [g for g, _ in opts.prices or ()]
+    twice = _twice(gpus)
+    if twice:
+        usd = [u for _, u in opts.prices]
+        raise InputError(f"--price: {gpus[twice[1]]!r} is given twice ({usd[twice[0]]:g} and {usd[twice[1]]:g} USD per "
+                         "GPU-hour); give one price per GPU")
 
 
 def _check_plan_policy(name: str) -> None:
