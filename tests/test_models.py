@@ -701,3 +701,19 @@ def test_plan_says_how_the_model_was_read(tmp_path, capsys):
     assert len(notes) == 1 and "published weights are fp8" in notes[0] and "set hardware.dtype fp8" in notes[0]
     assert main(args + ["--set", "hardware.dtype=fp8"]) == 0  # (as published: no note; 8 H100s hold it not either)
     assert "note: model:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("types", [[], ["sliding_attention"] * 3, ["sliding_attention"] * 25,
+                                   ["sliding_attention", "full_attention"] * 3, ["full_attention"] * 23])
+def test_a_layer_types_list_of_other_length_than_the_layers_is_refused(types):
+    """A ``layer_types`` of every layer sliding but of another length than num_hidden_layers ([],
+    one cut short) was read as a window on every layer (KV held to the window, in silence); one
+    with a full-attention entry was refused, naming the counts, only when the window was read."""
+    oss = dict(model_type="gpt_oss", hidden_size=2880, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+               num_hidden_layers=24, intermediate_size=2880, num_local_experts=32, num_experts_per_tok=4,
+               vocab_size=201088, max_position_embeddings=131072, sliding_window=128, layer_types=types)
+    with pytest.raises(InputError, match=rf"field 'layer_types': {len(types)} entries for 24 layers; give one per "
+                                         "layer"):
+        load(**oss)
+    with pytest.raises(InputError, match=rf"field 'layer_types': {len(types)} entries for 24 layers"):
+        load(**{**oss, "sliding_window": None})  # (no window given: still a file that contradicts itself)

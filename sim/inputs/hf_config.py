@@ -311,6 +311,8 @@ def _window(r: _Reader, fam: dict, fam_name: str | None, layers: int) -> int | N
         if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
             raise InputError(f"{r.key('layer_types')} must be a list of strings (sliding_attention, "
                              f"full_attention, ...), one per layer, got {shown(types)}")
+        if len(types) != layers:  # ([] or a list cut short, all sliding, read as a window on every layer)
+            raise InputError(f"{r.key('layer_types')}: {len(types)} entries for {layers} layers; give one per layer")
         if any(t != "sliding_attention" for t in types):
             return None  # some layers attend to everything (gpt-oss: every other one): read as full
     pattern = cfg.get("sliding_window_pattern")  # Gemma-3, Cohere2: every pattern-th layer is global
