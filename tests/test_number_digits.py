@@ -106,7 +106,8 @@ def test_a_scenario_field_refuses_a_base_prefix(tmp_path, capsys, text, field):
     from tests.conftest import BASE
 
     p = tmp_path / "s.yaml"
-    p.write_text(dump_yaml(with_values(BASE, {})).replace(f"{field.split('.')[-1]}: ", f"{field.split('.')[-1]}: {text} #", 1))
+    last = field.split(".")[-1]
+    p.write_text(dump_yaml(with_values(BASE, {})).replace(f"{last}: ", f"{last}: {text} #", 1))
     assert main(["validate", str(p)]) == 2
     err = _err(capsys)
     assert f"{field} must be " in err and "base 10" in err and "0x" in err and repr(text) in err
