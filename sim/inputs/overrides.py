@@ -64,7 +64,7 @@ def parse_value(raw: str) -> Any:
         return raw
 
 
-_SEGMENT = re.compile(r"^([^.\[\]]+)((?:\[\d+\])*)$")
+_SEGMENT = re.compile(r"^([^.\[\]]+)((?:\[[0-9]+\])*)$")  # (ASCII digits: DIGITS_RULE; \d takes ١ as 1)
 
 
 def _steps(key: str, flag: str) -> list:
@@ -77,7 +77,7 @@ def _steps(key: str, flag: str) -> list:
             raise InputError(f"{flag} {key!r}: " + ("empty key segment" if not seg else
                              f"{seg!r} is not a field name, optionally with list indexes (classes[0])"))
         steps.append(m.group(1))
-        steps += [int(i) for i in re.findall(r"\d+", m.group(2))]
+        steps += [int(i) for i in re.findall(r"[0-9]+", m.group(2))]
     return steps
 
 

@@ -452,6 +452,10 @@ class Cluster:
                 raise InputError(f"{path}.class_replicas[{i}].replicas must list at least one replica")
             if any(x < 0 for x in c.replicas):
                 raise InputError(f"{path}.class_replicas[{i}].replicas must be >= 0, got {list(c.replicas)}")
+            twice = next((x for j, x in enumerate(c.replicas) if x in c.replicas[:j]), None)
+            if twice is not None:  # (taken once in silence, as plan's --tp 1,1 was)
+                raise InputError(f"{path}.class_replicas[{i}].replicas: {twice} is listed twice, got "
+                                 f"{list(c.replicas)}; list each replica once")
 
 
 @dataclass(frozen=True)
@@ -1062,7 +1066,9 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = (), see
 
 def _set_by(message: str, overrides) -> str:
     """" (given by --set KEY=VALUE)" when the field an error names (its first words, a dotted path)
-    is one an override set, or lies inside one: the file alone would not have the value."""
+    is one an override set, lies inside one, or is refused for a value one set inside it (``--set
+    workload.arrival.think_time_s.x=1`` made think_time_s a mapping: it was blamed on an earlier
+    ``--set workload.arrival=...``): the file alone would not have the value."""
     import re
 
     m = re.match(r"[A-Za-z_][\w.\[\]]*", message)
@@ -1071,7 +1077,10 @@ def _set_by(message: str, overrides) -> str:
     field = m.group(0)
     for text in reversed(overrides):  # (the last --set of a key is the one that holds)
         key = text.split("=", 1)[0].strip()
-        if key and (field == key or field.startswith((key + ".", key + "["))):
+        # (one inside the field: only for the field's value refused, "think_time_s must be a number,
+        # got {'x': 1}"; "workload: ..." is not about every --set workload.* given)
+        inside = key.startswith((field + ".", field + "[")) and message.startswith(field + " must be ")
+        if key and (field == key or field.startswith((key + ".", key + "[")) or inside):
             return f" (given by --set {clip(text, 80)})"
     return ""
 

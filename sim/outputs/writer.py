@@ -201,9 +201,11 @@ def parse_outputs(text: str | None, flag: str = "--outputs", valid: tuple = OUTP
     names = [x.strip() for x in text.split(",") if x.strip()]
     if not names:
         raise InputError(f"{flag}: give at least one of {', '.join(valid)}")
-    for name in names:
+    for i, name in enumerate(names):
         if name not in valid:
             raise InputError(f"{flag} {name!r}: unknown output;{did_you_mean(name, valid)}")
+        if name in names[:i]:  # (taken once in silence, where compare --rates refuses a value given twice)
+            raise InputError(f"{flag}: {name!r} is given twice; give each output once")
     return tuple(o for o in valid if o in names)
 
 
