@@ -133,3 +133,39 @@ def test_outputs_refuses_what_names_no_file_once(tmp_path, capsys, command, valu
     assert main([command, "default", "--set", "workload.num_requests=5", "--quiet", "--out", str(tmp_path / "o"),
                  "--outputs", value, *extra]) == 2
     assert says in _one_error(capsys) and not (tmp_path / "o").exists()
+
+
+_S, _F = "sliding_attention", "full_attention"
+
+
+@pytest.mark.parametrize("extra, says", [
+    ({"layer_types": [], "sliding_window": 4096}, "field 'layer_types': 0 entries for 32 layers; give one per layer"),
+    ({"layer_types": [_S] * 3, "sliding_window": 4096}, "field 'layer_types': 3 entries for 32 layers"),
+    ({"layer_types": [_S, _F] * 3, "sliding_window": 4096}, "field 'layer_types': 6 entries for 32 layers"),
+    ({"layer_types": [1] * 32, "sliding_window": 4096}, "field 'layer_types' must be a list of strings"),
+    ({"layer_types": [None] * 32}, "field 'layer_types' must be a list of strings"),
+    ({"layer_types": _S, "sliding_window": 4096}, "field 'layer_types' must be a list of strings"),
+    ({"sliding_window_pattern": 0, "sliding_window": 4096}, "field 'sliding_window_pattern' must be a positive"),
+    ({"sliding_window_pattern": -2, "sliding_window": 4096}, "field 'sliding_window_pattern' must be a positive"),
+    ({"sliding_window_pattern": float("nan"), "sliding_window": 4096}, "field 'sliding_window_pattern' must be"),
+    ({"sliding_window_pattern": 2.5, "sliding_window": 4096}, "field 'sliding_window_pattern' must be"),
+    ({"sliding_window_pattern": 10**30, "sliding_window": 4096}, "field 'sliding_window_pattern' must be"),
+    ({"sliding_window_pattern": "6", "sliding_window": 4096}, "field 'sliding_window_pattern' must be an integer"),
+    ({"sliding_window_pattern": [6], "sliding_window": 4096}, "field 'sliding_window_pattern' must be"),
+    ({"sliding_window_pattern": True, "sliding_window": 4096}, "field 'sliding_window_pattern' must be"),
+    ({"sliding_window": -5}, "field 'sliding_window' must be a positive integer"),
+    ({"sliding_window": float("inf")}, "field 'sliding_window' must be a positive integer"),
+])
+def test_a_config_json_window_field_that_is_none_is_named(tmp_path, capsys, extra, says):
+    """A model's config.json (model: path) with a layer_types / sliding_window_pattern / sliding_window
+    of the wrong type, sign, length or size: refused naming the file and key."""
+    import json
+
+    from servesim.inputs.specs import packaged_configs
+
+    cfg = json.loads(packaged_configs()["meta-llama/Llama-3.1-8B"].read_text()) | extra
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert main(["validate", "default", "--set", f"model={p}"]) == 2
+    err = _one_error(capsys)
+    assert str(p) in err and says in err
