@@ -432,6 +432,7 @@ def _shed_at_once(scenario: Scenario, specs) -> dict | None:
 
 
 SHEDDING_REPLAY_REQUESTS = OVERLOAD_PROBE_REQUESTS  # the most requests a replay of the run itself runs
+SHEDDING_EXTEND = 3  # replays of a closed loop's first requests extended past its rejections, at most
 
 
 def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
@@ -445,8 +446,10 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
     among them, such as a long prompt holding the head of the queue, weighs more in them than in
     the whole run). A closed loop's are the run's own ("own"; its lengths and think times drawn as
     the run draws them), so their count is exactly that of the run's first requests, at least the
-    run's (of "run_requests": ``num_requests``, None with only ``duration_s``); multi-turn sessions
-    draw theirs anew. A
+    run's (of "run_requests": ``num_requests``, None with only ``duration_s``), and it is extended
+    past its rejections (which cost it next to nothing) until ``SHEDDING_REPLAY_REQUESTS`` were
+    admitted, so that a burst of them at the start (every client sending at once, each rejected one
+    sending again) does not stand for the whole run; multi-turn sessions draw theirs anew. A
     replay whose prompts alone take more than ``OVERLOAD_PROBE_STEPS`` budget-sized steps is not
     run (None), where the lengths are known before it: the workload drawn, a closed loop's
     ``num_requests``. {"replayed": the requests replayed, "whole", "short" (an open-loop workload),
@@ -479,6 +482,25 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
     res = simulate(replay, **kw)
     n = res.summary["num_requests"]
     reasons = [r for r in res.requests["reason"].tolist() if isinstance(r, str) and r.startswith("admission: ")]
+    if loop is not None:
+        # a rejected request costs the replay next to nothing (no step runs it), and a closed loop's
+        # first requests can be mostly rejections (its clients all sending at once, each rejected one
+        # sending again: closed-loop.yaml with think time 0 and max_queue=4 rejected 976 of its first
+        # 1,000 and 168 of the next 1,000), so the replay is the same run's first requests extended
+        # until SHEDDING_REPLAY_REQUESTS of them were admitted, within the loop's first chunk of
+        # lengths (the run's whole num_requests, or 4,096) and SHEDDING_EXTEND replays
+        for _ in range(SHEDDING_EXTEND):
+            cap = min(SHEDDING_REPLAY_REQUESTS + len(reasons), loop._have)
+            if n < loop.num_requests or cap <= n:  # (duration_s cut it, or enough admitted)
+                break
+            loop = copy.deepcopy(specs)
+            loop._grow()
+            loop.num_requests = cap
+            res = simulate(dataclasses.replace(scenario, workload=dataclasses.replace(wl, num_requests=cap)),
+                           specs=loop)
+            n = res.summary["num_requests"]
+            reasons = [r for r in res.requests["reason"].tolist()
+                       if isinstance(r, str) and r.startswith("admission: ")]
     if not n or not reasons:
         return None
     out = {"offered_rps": None, "served_rps": None, "probe_requests": None, "rules": [], "reaching_rps": None,
@@ -487,8 +509,8 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
            "reasons": top_reasons(reasons), "requests": n, "rejected_share": len(reasons) / n,
            "overloaded": False, "backlog": None}
     if loop is not None:
-        # (duration_s cut the run before it sent them: the replay is the run itself, its count)
-        out["whole"] = n < SHEDDING_REPLAY_REQUESTS
+        # (duration_s cut the run before it sent them, or they are all the run's: its count)
+        out["whole"] = n < loop.num_requests or n == wl.num_requests
         out["own"] = True
         out["run_requests"] = wl.num_requests
     return out

@@ -462,40 +462,53 @@ def test_validate_replays_what_admission_sheds_where_no_rate_tells(tmp_path, cap
     assert s["rejected"] >= 0.1 * s["num_requests"] and "rejections" in {w["code"] for w in s["warnings"]}
     if kind in ("short", "closed"):  # the whole run replayed: its count
         assert shed["whole"] and shed["shed"] == s["rejected"] and shed["replayed"] == s["num_requests"]
-    else:  # the first 1,000 requests: the share, of the same order
-        assert not shed["whole"] and shed["replayed"] == 1000
+    else:  # the first 1,000 requests (a closed loop's: until 1,000 were admitted): the share, of the same order
+        assert not shed["whole"] and (shed["replayed"] == 1000 if kind == "sessions" else shed["replayed"] > 1000)
         assert 0.5 < shed["rejected_share"] / (s["rejected"] / s["num_requests"]) < 2
     line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
     assert len(line) == 1 and line[0].startswith("warning: a run will reject ")
     assert ("fewer than 200 requests" in line[0]) == (kind == "short")
 
 
-@pytest.mark.parametrize("bound", ["num_requests", "duration_s"])
+@pytest.mark.parametrize("bound", ["num_requests", "duration_s", "storm"])
 def test_validate_replays_a_closed_loops_own_first_requests(tmp_path, capsys, bound):
     """A closed loop longer than the replay: validate replayed its first 1,000 requests with lengths
-    drawn anew (a loop of 1,000 draws other lengths than one of 1,300), so its count was not the
+    drawn anew (a loop of 1,000 draws other lengths than one of 3,000), so its count was not the
     run's: closed-loop.yaml with max_queue=4 read 71 shed of the first 1,000 (7%), where the run
-    shed 61 there and no more (3% of 2,000). The replay is the run's own loop stopped after 1,000
-    sends: its count is exactly the run's over its first 1,000 requests, and the line says it is
-    at least that share of the run."""
+    shed 61 there and no more (3% of 2,000). And its clients' first requests can be mostly
+    rejections, each rejected client sending again (with think time 0 and max_queue=4, 976 of the
+    first 1,000, 168 of the next 1,000): 98% read where the run shed 57%. The replay is the run's
+    own loop, stopped once 1,000 of its requests were admitted (a rejection costs it next to
+    nothing): its count is exactly the run's over as many requests, the whole run's when that is
+    all of it, and the line says what share of the run it is at least."""
     from servesim.predictions import predict_shedding
 
     kw = {"policy.admission": {"max_queue": 1}, "policy.max_num_seqs": 4,
           "workload.arrival": {"process": "closed_loop", "clients": 12, "think_time_s": 0.05},
           "workload.prompt_tokens": {"dist": "lognormal", "mean": 256, "sigma": 1.0, "max": 4096},
-          "workload.output_tokens": {"dist": "uniform", "min": 1, "max": 24}}
-    kw.update({"workload.num_requests": 1300} if bound == "num_requests" else
-              {"workload.num_requests": None, "workload.duration_s": 60.0})
+          "workload.output_tokens": {"dist": "uniform", "min": 1, "max": 24}, "workload.num_requests": 3000}
+    if bound == "duration_s":
+        kw.update({"workload.num_requests": None, "workload.duration_s": 60.0})
+    elif bound == "storm":  # (every client at once, no think time: its first requests mostly rejected)
+        kw.update({"policy.admission": {"max_queue": 2}, "policy.max_num_seqs": 64, "workload.num_requests": 1500,
+                   "workload.arrival": {"process": "closed_loop", "clients": 32, "think_time_s": 0.0}})
     sc = make_scenario(**kw)
     shed = predict_shedding(sc)
     r = simulate(sc).requests
-    first = np.asarray(r["request_id"]) < 1000
-    ran = sum(isinstance(x, str) and x.startswith("admission: ") for x in np.asarray(r["reason"], dtype=object)[first])
-    assert len(r["request_id"]) > 1000 and ran > 0
-    assert shed["shed"] == ran and shed["replayed"] == 1000 and not shed["whole"] and shed["own"]
+    k, ids = shed["replayed"], np.asarray(r["request_id"])
+    rejected = np.array([isinstance(x, str) and x.startswith("admission: ")
+                         for x in np.asarray(r["reason"], dtype=object)])
+    ran = int(rejected[ids < k].sum())
+    assert ran > 0 and shed["shed"] == ran and shed["own"]
+    assert shed["whole"] == (bound == "storm") == (k == len(ids))
+    # (extended past 1,000 by its rejections, up to 1,000 admitted, or the whole run)
+    assert k == len(ids) or (k > 1000 and k - ran <= 1000)
     line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
-    assert len(line) == 1 and f"({ran:,} of its first 1,000, the run's own, replayed" in line[0]
-    assert ("at least" in line[0]) == (bound == "num_requests")
+    if bound == "storm":
+        assert len(line) == 1 and line[0].startswith(f"warning: a run will reject {ran:,} of 1,500 requests")
+    else:
+        assert len(line) == 1 and f"({ran:,} of its first {k:,}, the run's own, replayed" in line[0]
+        assert ("at least" in line[0]) == (bound == "num_requests")
 
 
 @pytest.mark.parametrize("arrival", [{"process": "poisson", "rate_rps": 20.0},
