@@ -897,7 +897,7 @@ def test_the_filling_warning_needs_a_keep_up_failure_on_a_probe_shorter_than_the
         ev = {"meets": False, "keeps_up": keeps_up, "ttft_p99": ttft, "throughput_rps": 9.0,
               "requests": requests, "attainment": share}
         s = SimpleNamespace(results={10.0: {"meets": True}, 11.0: ev}, slo=slo, attainment=attainment,
-                            keep_up=0.9, held_requests=lambda: (held, "1 replica x 256 (max_num_seqs 256)"))
+                            keep_up=0.9, held_requests=lambda: (held, "1 replica x max_num_seqs 400"))
         return _filling_note(s, 10.0)
 
     # a warm-up of 300 requests, under the 400 held: rerun with a warm-up of twice 400
@@ -926,13 +926,13 @@ def test_the_requests_a_deployment_holds_at_once_come_from_its_batch_cap_or_its_
             d[last] = v
         return Search.held_requests(SimpleNamespace(points=[SimpleNamespace(data=data)]))
 
-    assert held()[0] == 256 and held(**{"cluster.replicas": 3})[0] == 768
+    assert held() == (256, "1 replica x max_num_seqs 256") and held(**{"cluster.replicas": 3})[0] == 768
     # a KV cache of 100 blocks of 16 tokens holds fewer than max_num_seqs whole requests (mean ~300 tokens)
     n, what = held(**{"memory.num_gpu_blocks": 100})
     assert 3 <= n <= 10 and "KV cache" in what
     # a P/D split's requests stay longest on its decode replicas
     n, what = held(**{"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 2}})
-    assert n == 512 and "2 decode replicas" in what
+    assert (n, what) == (512, "2 decode replicas x max_num_seqs 256")
 
 
 def test_probes_of_on_off_bursts_span_two_periods_not_eight(tmp_path):

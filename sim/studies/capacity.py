@@ -228,11 +228,11 @@ class Search:
         whole = float(np.mean(stats.prompt_total + stats.output)) if len(stats.output) else 0.0
         fit = pool.capacity.num_blocks * pool.capacity.block_size / whole if whole > 0 else math.inf
         seqs = max(1, math.floor(min(pool.max_num_seqs, fit)))
-        what = f"max_num_seqs {pool.max_num_seqs}" if pool.max_num_seqs <= fit else \
-            f"the requests of {whole:.0f} tokens on average its KV cache holds"
         where = f"{pool.replicas} {pool.name} replica{'s' if pool.replicas != 1 else ''}" if pool.name != "colocated" \
             else f"{pool.replicas} replica{'s' if pool.replicas != 1 else ''}"
-        return pool.replicas * seqs, f"{where} x {seqs} ({what})"
+        what = f"max_num_seqs {seqs}" if pool.max_num_seqs <= fit else \
+            f"{seqs}, the whole requests ({whole:.0f} tokens on average) its KV cache holds"
+        return pool.replicas * seqs, f"{where} x {what}"
 
     def probe(self, rates) -> None:
         rates = [float(f"{r:.6g}") for r in rates if float(f"{r:.6g}") not in self.results]
@@ -599,10 +599,10 @@ def _filling_note(s: Search, cap: float) -> str | None:
         return None
     want = max(2 * n, math.ceil(2 * FILL_SPAN * held[0] / 100) * 100)
     return (f"the keep-up rule, not the SLO, set this answer (at {rate:.4g} req/s the probe met the SLO but fewer than "
-            f"{s.keep_up:g} left per arrival) on probes too short to tell: a probe's first half, its warm-up, brought "
-            f"{n // 2} requests, fewer than the {held[0]} the deployment holds at once when full ({held[1]}), so near "
-            "capacity its batch can still be filling when keeping up is counted, which reads as a backlog; the "
-            f"capacity may be well above this answer: rerun with --probe-requests {want}")
+            f"{s.keep_up:g} left per arrival) on probes too short for the batch to fill: a probe's first half, its "
+            f"warm-up, brought {n // 2} requests, fewer than the {held[0]} the deployment holds at once when full "
+            f"({held[1]}), so near capacity its batch can still be filling when keeping up is counted, which reads as "
+            f"a backlog; the capacity may be well above this answer: rerun with --probe-requests {want}")
 
 
 def _too_short_note(s: Search, cap: float) -> str | None:
