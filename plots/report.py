@@ -773,11 +773,18 @@ def _capacity_lines(path: Path) -> list:
                 + " req/s).")
         if iv.get("stopped_short"):
             text += f" Stopped short: {iv['stopped_short']}."
-        return [text, ""]
+        return [text + _filling_text(cap), ""]
     return [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per "
             f"GPU, {gpus}) for `{cap['slo']}`{keep}{att}"
             + (f"; the check at {cap['check_above_rps']:.4g} req/s fails." if cap.get("check_above_rps") else ".")
-            + " One seed: no interval.", ""]
+            + " One seed: no interval." + _filling_text(cap), ""]
+
+
+def _filling_text(cap: dict) -> str:
+    """The search's warning that the keep-up rule set its answer on probes too short for the
+    batch to fill (capacity.json ``filling``), as a sentence after the capacity, or ""."""
+    note = cap.get("filling")
+    return f" **Warning:** {note[0].upper()}{note[1:]}." if isinstance(note, str) and note else ""
 
 
 def _capacity_figure(path: Path, data: dict, ctx: Context, add) -> None:

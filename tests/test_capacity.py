@@ -957,3 +957,21 @@ def test_probes_of_on_off_bursts_span_two_periods_not_eight(tmp_path):
         assert len(arrivals) == max(20, math.ceil(rate / 4 * 40))  # the mean rate: a quarter of the burst's
         # the last arrival in the second period (or the third, the bursts' counts being Poisson), not the eighth
         assert 20.0 < arrivals.max() <= 60.0
+
+
+def test_the_report_on_a_capacity_search_carries_its_filling_warning(searched, tmp_path):
+    """report.md's capacity sentence says what capacity printed: the keep-up rule set the answer
+    on probes too short for the batch to fill (capacity.json ``filling``)."""
+    from servesim.plots.report import _capacity_lines
+
+    out = tmp_path / "cap"
+    out.mkdir()
+    cap = json.loads((searched / "capacity.json").read_text())
+    assert cap["filling"] is None and "Warning" not in _capacity_lines(searched)[0]
+    note = "on 1 of 2 seeds (seed 0): the keep-up rule ... rerun with --probe-requests 1100"
+    for edit in ({}, {"interval": None, "capacity_ci95_rps": None}):  # over seeds, and one search
+        (out / "capacity.json").write_text(json.dumps({**cap, **edit, "filling": note}))
+        line = _capacity_lines(out)[0]
+        assert line.startswith("**Capacity:")
+        assert line.endswith("**Warning:** On 1 of 2 seeds (seed 0): the keep-up rule ... rerun with "
+                             "--probe-requests 1100.")
