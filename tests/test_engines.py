@@ -182,3 +182,21 @@ def test_async_scheduling_sees_an_arrival_one_step_later(scenario_factory):
         assert sched[2] == 30.0  # idle: at once
     assert out["vllm-v0"][0] == out["vllm-v0"][1]
     assert out["vllm-v1"][0] == out["vllm-v1"][2]
+
+
+def test_sarathi_serve_is_vllm_v0s_cpu_work_without_graphs_and_with_nccl(scenario_factory):
+    """Sarathi-Serve's artifact runtime (both sides of its comparison): vllm-v0's per-step CPU figures
+    (Vidur's profile of that runtime), but every step eager (no CUDA graph captured anywhere) and its
+    TP all-reduce torch.distributed's NCCL, launched from Python."""
+    v0, ss = PROFILES["vllm-v0"], PROFILES["sarathi-serve"]
+    assert (ss.step_s, ss.per_seq_s, ss.overlap) == (v0.step_s, v0.per_seq_s, v0.overlap)
+    pools = {e: prepare(scenario_factory(**{"cost.engine": e, "hardware.tp": 2})).pools[0]
+             for e in ("vllm-v0", "sarathi-serve")}
+    assert pools["vllm-v0"].engine.graph_sizes and pools["sarathi-serve"].engine.graph_sizes == ()
+    assert (pools["vllm-v0"].engine.allreduce, pools["sarathi-serve"].engine.allreduce) == ("custom", "nccl")
+    cm = pools["sarathi-serve"].cost_model
+    step = cm.step_time(synthetic_batch(decode_contexts=[100] * 4))
+    # an eager decode step is at least the launches of every layer and its two all-reduces
+    layers = cm.model.num_layers
+    assert step.time_s >= layers * (ss.eager_layer_s + 2 * ss.eager_collective_s)
+    assert step.time_s > pools["vllm-v0"].cost_model.step_time(synthetic_batch(decode_contexts=[100] * 4)).time_s

@@ -171,7 +171,7 @@ def _cost(sub) -> None:
                    help="KV cache dtype (default: the 16-bit dtype the model computes in)")
     c.add_argument("--allreduce", choices=["custom", "nccl"],
                    help="TP all-reduce inside the NVLink domain (as the scenario's cost.allreduce; default: the engine "
-                        "profile's: nccl for hf-eager, vllm-v0.2 and vllm-v0.2.3, else custom)")
+                        "profile's: nccl for hf-eager, sarathi-serve, vllm-v0.2 and vllm-v0.2.3, else custom)")
     c.add_argument("--expert-parallel", action="store_true",
                    help="MoE: experts spread over the TP ranks (as hardware.expert_parallel)")
     g = c.add_mutually_exclusive_group(required=True)

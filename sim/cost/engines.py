@@ -273,6 +273,21 @@ PROFILES["vllm-v0.2.3"] = replace(
             "to the longest (max_paddings 256)",
     max_paddings=256)
 
+# --- Sarathi-Serve's runtime (microsoft/sarathi-serve, the OSDI'24 artifact), which runs both sides
+# of the paper's comparison (its vLLM scheduler, sarathi/core/scheduler/vllm_scheduler.py, and its
+# own): vllm-v0's CPU figures, which are Vidur's profile of this very runtime (V0-6:
+# vidur/profiling/cpu_overhead/benchmark_runner.py drives sarathi's LLMEngine with
+# scheduler_type "vllm"), but no CUDA graphs (sarathi/model_executor/model_runner.py, ModelRunner.run
+# calls the model eagerly every step; nothing in the repository captures a graph) and NCCL
+# all-reduce launched from Python (parallel_utils/tensor_parallel/mappings.py, _reduce:
+# torch.distributed.all_reduce). The launches: vLLM's eager layer (0.26 ms, its PyTorch model code,
+# from which sarathi's models are adapted) and vllm-v0.2's fitted 47 us per eager NCCL all-reduce.
+PROFILES["sarathi-serve"] = replace(
+    PROFILES["vllm-v0"], name="sarathi-serve",
+    summary="Sarathi-Serve's runtime (OSDI'24 artifact, vLLM-derived): vllm-v0's CPU figures, eager PyTorch (no "
+            "CUDA graphs), NCCL all-reduce launched from Python",
+    graphs="none", capture_sizes=None, eager_collective_s=_V02["eager_collective_s"], allreduce="nccl")
+
 
 def get_profile(name: str, where: str = "cost.engine") -> EngineProfile:
     """The profile called ``name``; an ``InputError`` naming ``where``, the valid names and the

@@ -850,9 +850,10 @@ class Slo:
 
 @dataclass(frozen=True)
 class Cost:
-    engine: str = _f("vllm-v1", doc="engine profile (hf-eager sglang trt-llm vllm-v0 vllm-v0.2 vllm-v0.2.3 vllm-v1: "
-                                    "sim/cost/engines.py): per-step CPU overhead and its overlap with the GPU, CUDA "
-                                    "graphs, the API server's time per request, prompt padding (vllm-v0.2.3)")
+    engine: str = _f("vllm-v1", doc="engine profile (hf-eager sarathi-serve sglang trt-llm vllm-v0 vllm-v0.2 "
+                                    "vllm-v0.2.3 vllm-v1: sim/cost/engines.py): per-step CPU overhead and its "
+                                    "overlap with the GPU, CUDA graphs, the API server's time per request, prompt "
+                                    "padding (vllm-v0.2.3)")
     step_overhead_s: Optional[float] = _f(None, ge=0, le=60,
                                           doc="fixed per-step CPU time: scheduling, input preparation, sampling; "
                                               "None: the calibration's fit if it has one, else the engine profile's")
@@ -868,7 +869,8 @@ class Cost:
     allreduce: Optional[Literal["custom", "nccl"]] = _f(
         None, doc="TP all-reduce inside the GPU's NVLink domain: custom (the engine's one-/two-shot kernels up to "
                   "8 MiB where faster, as vLLM, SGLang and TensorRT-LLM run them) or nccl (NCCL alone, e.g. HF eager); "
-                  "null: the engine profile's (nccl for hf-eager, vllm-v0.2 and vllm-v0.2.3, else custom)")
+                  "null: the engine profile's (nccl for hf-eager, sarathi-serve, vllm-v0.2 and vllm-v0.2.3, else "
+                  "custom)")
     calibration: str = _f("auto", doc="auto: shipped fit of the GPU (or the closest calibrated GPU's); "
                                       "none: v0 round figures; or a path to a calibration YAML")
     profiles: Optional[str] = _f(None, doc="a Vidur-format profiling folder (compute/<device>/<org>/<model>/mlp.csv, "
