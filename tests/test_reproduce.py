@@ -441,3 +441,15 @@ def test_distserves_vllm_baseline_pads_its_prompt_batches_as_v023_does():
     padded, packed = runs["vllm-v0.2.3"], runs["vllm-v0.2"]
     assert padded["padding_tokens"] > 0 and packed["padding_tokens"] == 0
     assert padded["prefill_steps"] > packed["prefill_steps"]
+
+
+def test_sarathi_serves_comparison_runs_on_the_artifacts_runtime():
+    """Sarathi-Serve's artifact runs its vLLM scheduler and its own on one eager runtime (no CUDA
+    graphs, NCCL all-reduce): both sides of the sarathi experiment are priced as sarathi-serve, so
+    Yi-34B's TP2 decode steps launch eagerly (vllm-v0 replayed them in graphs, custom all-reduce)."""
+    assert R.ENGINES["sarathi"] == "sarathi-serve"
+    model = {"model": R.packaged("yi-34b-max-model-len-8192.json")}
+    for variant in (R.VLLM_V0_SCHEDULER, R.sarathi_variant(512)):
+        ov = {**model, **variant, **R.engine_overrides(R.ENGINES["sarathi"])}
+        eng = prepare(scenario_from_dict(R.scenario_data("sarathi-yi34b", ov))).pools[0].engine
+        assert eng.profile.name == "sarathi-serve" and eng.graph_sizes == () and eng.allreduce == "nccl"

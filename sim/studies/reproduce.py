@@ -166,7 +166,9 @@ class Options:
 # ---------------------------------------------------------------- engine profiles
 # The engine each paper measured, as a profile name of ``cost.engine``. The 2023 papers ran vLLM
 # 0.1-0.2 (the vLLM paper, Splitwise, DistServe's baseline v0.2.3): Ray workers, no CUDA graphs, NCCL
-# all-reduce (vllm-v0.2). Sarathi-Serve (2024) compares engines of the vLLM 0.3-0.4 kind (vllm-v0);
+# all-reduce (vllm-v0.2). Sarathi-Serve (2024) runs both of its sides, its vLLM scheduler and its
+# own, on its artifact's vLLM-derived runtime (sarathi-serve: vllm-v0's CPU figures, which are
+# Vidur's profile of that runtime, with no CUDA graphs and NCCL all-reduce);
 # DistServe's own engine (SwiftTransformer's C++ kernels under a Python scheduler) is priced as
 # vllm-v0: DistServe's profile of it (sim/cost/published_profiles.py) is within 8% of vllm-v0's
 # OPT-13B decode steps at TP1 and 12-33% slower on its TP2 prefills of 256-2000 tokens.
@@ -174,7 +176,7 @@ class Options:
 # DistServe's baseline, v0.2.3, is vllm-v0.2 with its prompt batches padded to the longest prompt
 # (vllm-v0.2.3: from v0.2.2; the vLLM paper's vLLM 0.1 packed them).
 ENGINES = {"vllm-2023": "vllm-v0.2", "vllm-v0.2.3": "vllm-v0.2.3", "fastertransformer": "trt-llm",
-           "distserve": "vllm-v0", "sarathi": "vllm-v0"}
+           "distserve": "vllm-v0", "sarathi": "sarathi-serve"}
 ENGINE_FIELD = "engine"  # the Cost field the profiles branch adds (cost.engine)
 
 # vLLM's scheduler before chunked prefill (V0, and vLLM 0.1 in the vLLM paper): a step that admits
@@ -531,7 +533,7 @@ def exp_sarathi(opts: Options) -> Experiment:
     # by about +-5% (Yi-34B strict: 2.62-2.93x over seeds 0-3), enough to flip a verdict near +-25%
     seeds = 1 if opts.quick else 4
     # (vLLM V0's prefill-only steps are modelled: the baseline runs with policy.prefill_first, and
-    # the 2024 engines with cost.engine vllm-v0; what is left is the paper's GPU)
+    # both sides with cost.engine sarathi-serve, the artifact's runtime; what is left is the paper's GPU)
     missing = ("the paper's A100-80GB PCIe (lower memory bandwidth and power limit than the catalog's a100-80g, "
                "the SXM part, which these runs use)")
     for model, (name, strict, relaxed, mov) in SARATHI.items():
