@@ -862,3 +862,18 @@ def test_a_summary_json_not_servesims_does_not_refuse_a_study(tmp_path, capsys):
     scenario = write(tmp_path, GOOD.replace("num_requests: 60", "num_requests: 5"))
     assert main(["sweep", scenario, "--grid", "seed=1", "--out", str(tmp_path), "--quiet", "--workers", "1"]) == 0
     assert (tmp_path / "results.csv").is_file()
+
+
+def test_validate_says_whether_an_engines_prompt_batches_are_padded(tmp_path, capsys):
+    """cost.engine vllm-v0.2.3 pads only policy.prefill_first's prompt-only steps: validate says
+    which, so a scenario without prefill_first does not silently run without the padding."""
+    padded = GOOD.replace("slo:", "cost: {engine: vllm-v0.2.3}\nslo:")
+    assert main(["validate", write(tmp_path, padded), "--set", "policy.prefill_first=true"]) == 0
+    assert "no CUDA graphs; prompt-only steps padded to their longest prompt (at most 256 padded tokens);" in \
+        capsys.readouterr().out
+    assert main(["validate", write(tmp_path, padded)]) == 0
+    assert ("no prompt padding (vllm-v0.2.3 pads the prompt-only steps of policy.prefill_first with continuous "
+            "batching)") in capsys.readouterr().out
+    assert main(["validate", write(tmp_path, GOOD), "--set", "policy.prefill_first=true"]) == 0
+    out = capsys.readouterr().out  # (vllm-v1 packs its prompts)
+    assert "prompt padding" not in out and "padded to their longest prompt" not in out

@@ -422,6 +422,21 @@ def _other_seeds(scenario, summary: dict, args) -> dict:
     return seeds_section(seeds, [summary, *others])
 
 
+def _padding_text(pool) -> str:
+    """validate's word on an engine that pads prompt batches (``EngineProfile.max_paddings``):
+    whether this pool's steps do (only a continuous policy's ``prefill_first`` prompt-only steps)."""
+    from servesim.policies.continuous import ContinuousPolicy
+
+    limit = pool.engine.profile.max_paddings if pool.engine is not None else None
+    if limit is None:
+        return ""
+    policy = pool.make_policy()
+    if isinstance(policy, ContinuousPolicy) and policy.prefill_first and not policy.chunked:
+        return f"; prompt-only steps padded to their longest prompt (at most {limit} padded tokens)"
+    return (f"; no prompt padding ({pool.engine.profile.name} pads the prompt-only steps of policy.prefill_first "
+            "with continuous batching)")
+
+
 def cmd_validate(args) -> int:
     from servesim.inputs.scenario import load_scenario
     from servesim.inputs.specs import MODEL_ALIASES, model_note
@@ -456,6 +471,7 @@ def cmd_validate(args) -> int:
         cm, eng = pool.cost_model, pool.engine
         graphs = (f"CUDA graphs up to {eng.graph_sizes[-1]} tokens ({'all' if eng.graph_mixed else 'decode-only'}"
                   " steps, padded)" if eng.graph_sizes else "no CUDA graphs")
+        pad = _padding_text(pool)
         api = (f"API server {eng.api_request_s * 1e3:.1f} ms per request + {eng.api_per_token_s * 1e6:.0f} us per "
                "output token (TTFT and E2E are client-side)" if eng.api_request_s or eng.api_per_token_s
                else "no API-server time (TTFT and E2E are the engine's)")
@@ -464,7 +480,7 @@ def cmd_validate(args) -> int:
               + (f" + {cm.per_token_overhead_s * 1e6:.2f} us per token" if cm.per_token_overhead_s else "")
               + f" ({eng.overhead_source}), overlap {cm.overlap:g} with the GPU step"
               + (" (async scheduling: arrivals join the step after next)" if eng.async_scheduling else "")
-              + f"; {graphs}; {api}"
+              + f"; {graphs}{pad}; {api}"
               # (a P/D decode pool's budget is its max_num_seqs at most, whatever it was given)
               + f"; step budget {pool.max_num_batched_tokens:,} tokens, {pool.max_num_seqs:,} sequences; "
               f"activation reserve {pool.capacity.activation_reserve_bytes / 2**30:.2f} GiB per GPU; "
