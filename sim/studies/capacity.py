@@ -292,8 +292,8 @@ class Search:
 
     def first_requests(self, rate: float) -> int:
         """Requests in the first probe at ``rate``: ``--probe-requests``, or more to span
-        ``--probe-duration`` of arrivals, at the mean rate (an on/off process's burst rate x the
-        duration spanned on_s + off_s / on_s times the periods asked for: 4x for 5 s on, 15 s off)."""
+        ``--probe-duration`` of arrivals at the mean rate (not ``rate``, an on/off process's burst
+        rate: that many spanned (on_s + off_s) / on_s times the duration, 4x with 5 s on, 15 s off)."""
         return self.n if self.duration is None else max(self.n, math.ceil(self.mean_rps(rate) * self.duration))
 
     def requests_at(self, rate: float) -> int:
