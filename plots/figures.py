@@ -475,7 +475,7 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
     ys = [y for d in data.values() for y in _ms(d["latency"]) if y == y] + ([slo_s * 1e3] if slo_s else [])
     span_x = (max(xs) - min(xs)) or 1.0 if xs else 1.0
     span_y = (max(ys) - min(ys)) or 1.0 if ys else 1.0
-    hollow = bars = False
+    hollow = bars = cut = False
     shown = []
     for label, d in data.items():
         c = colors[label]
@@ -491,9 +491,16 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
         if len(x) and any(v is not None and v == v for v in (h_y or []) + (h_x or [])):
             half = [np.asarray([0.0 if v is None or v != v else v for v in h], dtype=float) if h else None
                     for h in (h_x, h_y)]
-            ax.errorbar(x, y, xerr=half[0], yerr=None if half[1] is None else half[1] * 1e3, fmt="none", ecolor=c,
-                        elinewidth=1, capsize=3, alpha=0.8, label=None if bars else _BARS_LABEL)
-            bars = True
+            if half[1] is not None:
+                half[1] = half[1] * 1e3
+            # (the low ends cut at 0: a throughput or a latency below it, two seeds' t-interval
+            # drew bars to -4000 tokens/s and -15 ms, as goodput's above the arrivals)
+            err = [None if h is None else np.array([np.minimum(h, np.clip(v, 0.0, None)), h])
+                   for h, v in zip(half, (x, y))]
+            cut |= any(e is not None and bool((e[0] < e[1]).any()) for e in err)
+            made = ax.errorbar(x, y, xerr=err[0], yerr=err[1], fmt="none", ecolor=c,
+                               elinewidth=1, capsize=3, alpha=0.8, label=None if bars else _BARS_LABEL)
+            bars = bars or made
         # (a rate label within 4% of the axes from one already drawn, of any series, would
         # overlap it: left out; two series' labels at one load printed one over the other)
         for r, xi, yi in zip(d["rate"], x, y):
@@ -501,6 +508,8 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
                 continue
             shown.append((xi, yi))
             ax.annotate(f"{r:.4g}", (xi, yi), textcoords="offset points", xytext=(3, 3), fontsize=7, color=c)
+    if cut and bars:
+        bars.set_label(_BARS_LABEL + " (cut at 0)")
     if hollow:  # (an entry of its own: the series' colours stay theirs)
         ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
     if slo_s is not None:

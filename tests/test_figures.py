@@ -934,3 +934,18 @@ def test_a_legend_lies_over_no_error_bar_and_stays_where_it_was_checked(tmp_path
             ys = np.linspace(a[1], b[1], 50)
             assert not ((box.x0 <= a[0] <= box.x1) and ((ys >= box.y0) & (ys <= box.y1)).any())
     plt.close(fig)
+
+
+def test_throughput_latency_bars_stop_at_zero(ax):
+    """Two seeds' t-intervals reached below 0 (bars to -4000 tokens/s and -15 ms): a throughput or
+    a latency cannot, so the low ends stop at 0 (the legend says so); the high ends stay whole."""
+    data = {"a": {"rate": [4, 24], "throughput": [700, 4000], "latency": [0.009, 0.022],
+                  "latency_ci": [0.003, 0.038], "throughput_ci": [300, 4700], "ok": [True, False]}}
+    F.throughput_latency(data, ax, "tpot", "p99", slo_s=0.05)
+    segs = [seg for coll in ax.containers[0].lines[2] for seg in coll.get_segments()]
+    assert min(float(np.min(s)) for s in segs) == 0.0
+    ends = sorted((float(s[:, 0].min()), float(s[:, 0].max())) for s in segs if s[0][1] == s[1][1])
+    assert ends == [pytest.approx((0, 8700)), pytest.approx((400, 1000))]
+    ends = sorted((float(s[:, 1].min()), float(s[:, 1].max())) for s in segs if s[0][0] == s[1][0])
+    assert ends == [pytest.approx((0, 60)), pytest.approx((6, 12))]
+    assert legend(ax)[-1] == "bars: 95% interval over seeds (cut at 0)"
