@@ -350,7 +350,20 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
         _error_bars(ax, d["rate"], d["p99"], d.get("p99_ci"), c, 1e3)
     if hollow:  # (an entry of its own: the series' colours stay theirs)
         ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
+    rates = [float(r) for d in data.values() for r in d["rate"]]
+    if not any(v == v for d in data.values() for v in _ms([*d["p99"], *d["p50"]])):
+        # (every request rejected, or none completed with the metric: nothing drawn, and an axis
+        # of -0.04 to 0.04 req/s for loads of 4 and 8)
+        _no_samples(ax, f"no {name} sample at any load: no request completed with one")
+        if rates:
+            ax.set_xlim(0, max(rates) * 1.1 or 1.0)
     return _log_latency_axes(ax, slo_s, "offered load (req/s)", f"{name} (ms)", f"{name} vs load")
+
+
+def _no_samples(ax, text: str) -> None:
+    """Say on the axes that there is nothing to draw (as the latency CDFs do), not bare axes."""
+    ax.text(0.5, 0.3, text, transform=ax.transAxes, ha="center", va="center", fontsize="small", color="0.4",
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})  # (clear of a limit line under it)
 
 
 def _log_latency_axes(ax, slo_s, xlabel: str, ylabel: str, title: str):
@@ -504,12 +517,17 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
         # (a rate label within 4% of the axes from one already drawn, of any series, would
         # overlap it: left out; two series' labels at one load printed one over the other)
         for r, xi, yi in zip(d["rate"], x, y):
+            if not (np.isfinite(xi) and np.isfinite(yi)):  # (no point there to label: no request completed)
+                continue
             if any(abs(xi - a) / span_x < 0.04 and abs(yi - b) / span_y < 0.04 for a, b in shown):
                 continue
             shown.append((xi, yi))
             ax.annotate(f"{r:.4g}", (xi, yi), textcoords="offset points", xytext=(3, 3), fontsize=7, color=c)
     if cut and bars:
         bars.set_label(_BARS_LABEL + " (cut at 0)")
+    if not any(a == a and b == b for d in data.values() for a, b in zip(d["throughput"], _ms(d["latency"]))):
+        _no_samples(ax, f"no {stat} {METRIC_NAMES.get(metric, metric)} at any load: no request completed with one")
+        ax.set_xlim(0, max([x for x in xs if x > 0], default=1.0) * 1.1)  # (not -0.04 to 0.04 tokens/s)
     if hollow:  # (an entry of its own: the series' colours stay theirs)
         ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
     if slo_s is not None:

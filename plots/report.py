@@ -445,6 +445,13 @@ def _load_sentence(metric: str, series: dict, slo_s) -> str:
                               f"{', '.join(_rate(r) for r in unsure)})")
             if behind:
                 parts[-1] += f" (it fell behind at {', '.join(_rate(r) for r in behind)}: the backlog grew)"
+            # (a load where no request completed has no p99: "at none of the loads" read as latencies
+            # over the limit, where every request was rejected)
+            empty = [r for r, v in zip(d["rate"], d["p99"]) if v is None or v != v]
+            if empty and len(empty) == len(d["rate"]):
+                parts[-1] += f" (no {name} sample at any of them: no request completed with one)"
+            elif empty:
+                parts[-1] += f" (no {name} sample at {', '.join(_rate(r) for r in empty)})"
         else:
             parts.append(f"{g}: {_ms(d['p99'][0])} at {_rate(d['rate'][0])}, {_ms(d['p99'][-1])} at "
                          f"{_rate(d['rate'][-1])}")

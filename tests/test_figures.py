@@ -949,3 +949,23 @@ def test_throughput_latency_bars_stop_at_zero(ax):
     ends = sorted((float(s[:, 1].min()), float(s[:, 1].max())) for s in segs if s[0][0] == s[1][0])
     assert ends == [pytest.approx((0, 60)), pytest.approx((6, 12))]
     assert legend(ax)[-1] == "bars: 95% interval over seeds (cut at 0)"
+
+
+def test_load_figures_with_no_latency_sample_say_so(ax):
+    """Every request rejected at 4 and 8 req/s: nothing drawn, on an axis of -0.04 to 0.04 req/s
+    (and -0.04 to 0.04 tokens/s), bare. The axes now span the loads and say there is no sample."""
+    data = {"a": {"rate": [4, 8], "p50": [None, None], "p99": [None, None], "ok": [False, False]}}
+    F.latency_vs_load(data, ax, "ttft", slo_s=1.0)
+    assert ax.get_xlim()[0] == 0 and ax.get_xlim()[1] >= 8
+    assert [t.get_text() for t in ax.texts] == ["no TTFT sample at any load: no request completed with one"]
+    fig, ax2 = plt.subplots()
+    F.throughput_latency({"a": {"rate": [4, 8], "throughput": [0.0, 0.0], "latency": [None, None],
+                                "ok": [False, False]}}, ax2, "tpot", "p99", slo_s=0.05)
+    assert ax2.get_xlim()[0] == 0 and ax2.get_xlim()[1] > 0
+    assert [t.get_text() for t in ax2.texts] == ["no p99 TPOT at any load: no request completed with one"]
+    plt.close(fig)
+    # one load with samples: no such note
+    fig, ax3 = plt.subplots()
+    F.latency_vs_load({"a": {"rate": [4, 8], "p50": [0.1, None], "p99": [0.2, None]}}, ax3, "ttft", slo_s=1.0)
+    assert not ax3.texts
+    plt.close(fig)

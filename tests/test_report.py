@@ -1035,6 +1035,18 @@ def test_load_sentence_up_to_means_every_load_up_to_it():
     assert "a up to 16 req/s." in _load_sentence("ttft", {"a": {"rate": [8, 16, 24], "p99": [0.2, 0.5, 1.9]}}, 1.0)
 
 
+def test_load_sentence_says_when_a_load_has_no_sample():
+    """Every request rejected: "p99 TTFT stays within the 1 ms SLO for a at none of the loads" read
+    as latencies over the limit; there were none. A load without a sample is named as such."""
+    from servesim.plots.report import _load_sentence
+
+    text = _load_sentence("ttft", {"a": {"rate": [4, 8], "p99": [None, None]}}, 0.001)
+    assert "a at none of the loads (no TTFT sample at any of them: no request completed with one)" in text
+    text = _load_sentence("tpot", {"a": {"rate": [4, 8], "p99": [0.02, None]}}, 0.05)
+    assert "a up to 4 req/s (no TPOT sample at 8 req/s)" in text
+    assert "sample" not in _load_sentence("ttft", {"a": {"rate": [4, 8], "p99": [0.2, 0.3]}}, 1.0)
+
+
 def test_report_on_a_run_with_a_gpu_file_needs_no_file(tmp_path, monkeypatch):
     """A run on a GPU YAML named by a relative path (and a P/D pool's own GPU file) reports from
     any folder and after the file is gone or changed: the roofline takes the figures the run was
