@@ -47,6 +47,9 @@ def test_reject_wait_s_refuses_what_is_no_wait(capsys, value, says):
     # a replica listed twice was taken once in silence
     ("[{name: chat, replicas: [0, 1, 0]}]", "class_replicas[0].replicas: 0 is listed twice, got [0, 1, 0]"),
     ("{name: chat, replicas: [0]}", "cluster.class_replicas must be a list"),
+    # a null entry read as an empty mapping: "class_replicas[1].name is missing"
+    ("[{name: chat, replicas: [0]}, null]", "cluster.class_replicas[1] must be a mapping, got null; its fields: name "
+                                            "(required), replicas (required)"),
 ])
 def test_class_replicas_refuses_what_names_no_replica_once(capsys, value, says):
     assert main(["validate", "multi-class", *CLASSES, "--set", f"cluster.class_replicas={value}"]) == 2
@@ -61,6 +64,7 @@ def test_class_replicas_refuses_what_names_no_replica_once(capsys, value, says):
     (["workload.classes[0][0]=1"], "workload.classes[0] is not a list"),
     (["workload.classes[0].shar=1"], "workload.classes[0].shar: unknown field; (did you mean 'share'"),
     (["workload.classes=[]"], "workload.classes must list at least one class"),
+    (["workload.classes[1]=null"], "workload.classes[1] must be a mapping, got null; its fields: name (required)"),
     (["workload.classes[0].share=.nan"], "workload.classes[0].share must be"),
     # an index in other digits than ASCII's (\d took ١ for 1: the second class changed in silence)
     (["workload.classes[١].share=1"], "'classes[١]' is not a field name"),

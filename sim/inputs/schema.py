@@ -430,6 +430,9 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
             raise InputError(f"{path} must be a list, got {shown(value)}")
         if len(value) > MAX_ITEMS:
             raise InputError(f"{path} must have at most {MAX_ITEMS} entries, got {len(value)}")
+        if dataclasses.is_dataclass(args[0]) and None in value:  # (an entry of null read as {}: "name is missing")
+            at = f"{path}[{value.index(None)}]"
+            raise InputError(f"{at} must be a mapping, got null{_mapping_hint(args[0], None, at)}")
         # a list field's bounds apply to each number in it
         return tuple(check_value(args[0], v, f"{path}[{i}]", meta) for i, v in enumerate(value))
     if tp is bool:
