@@ -173,3 +173,21 @@ def test_a_config_json_window_field_that_is_none_is_named(tmp_path, capsys, extr
     assert main(["validate", "default", "--set", f"model={p}"]) == 2
     err = _one_error(capsys)
     assert str(p) in err and says in err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["compare", "default", "--policies", "continuous", "--rates", "1", "--rates", "2"],
+     "argument --rates: given twice ('1', then '2'); give one comma-separated list: --rates 1,2"),
+    (["compare", "default", "--policies", "continuous", "--policies", "static"], "argument --policies: given twice"),
+    (["run", "default", "--outputs", "summary", "--outputs", "steps"], "argument --outputs: given twice"),
+    (["sweep", "default", "--grid", "seed=1,2", "--outputs", "steps", "--outputs", "steps"],
+     "argument --outputs: 'steps' is given twice"),
+    (["capacity", "default", "--slo", "ttft_p99=1", "--outputs", "steps", "--outputs", "tbt"],
+     "argument --outputs: given twice"),
+])
+def test_a_list_flag_given_twice_is_refused(tmp_path, capsys, argv, says):
+    """argparse kept a list flag's last value in silence (compare --rates 1 --rates 2 ran rate 2
+    alone; run --outputs summary --outputs steps wrote steps alone). (workload.num_requests=0: were
+    the flag let through, the command stops at that error, not in a study's runs.)"""
+    assert main([*argv, "--out", str(tmp_path / "o"), "--quiet", "--set", "workload.num_requests=0"]) == 2
+    assert says in _one_error(capsys) and not (tmp_path / "o").exists()

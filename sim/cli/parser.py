@@ -137,7 +137,7 @@ def _run_and_validate(sub) -> None:
     r.add_argument("--out", default="out", help="output folder (default: ./out)")
     _overrides(r, "override a field, e.g. policy.max_num_seqs=64 (a list entry: workload.classes[0].share=2)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.add_argument("--outputs", metavar="NAME[,NAME]",
+    r.add_argument("--outputs", metavar="NAME[,NAME]", action=_Once,
                    help="which files to write: summary, requests, steps, scenario (default: all)")
     r.add_argument("--format", default="csv", help="requests and steps as csv (default) or parquet (needs pyarrow)")
     r.add_argument("--trace-events", metavar="FILE",
@@ -231,7 +231,7 @@ def _seeds(p, help_text: str, default=1) -> None:
 
 def _study_outputs(p) -> None:
     """``--outputs`` of ``sweep`` and ``compare``: which files each run folder gets."""
-    p.add_argument("--outputs", metavar="NAME[,NAME]",
+    p.add_argument("--outputs", metavar="NAME[,NAME]", action=_Once,
                    help="files in each run folder: requests, steps, tbt (tbt_s.npy), besides summary and scenario "
                         "(always) (default: all); the report's per-run figures need requests and steps")
 
@@ -289,19 +289,19 @@ def _studies(sub) -> None:
     p.add_argument("--ci-target", type=_float, default=None, metavar="SHARE",
                    help="without --seeds: the half-width to reach, as a share of the capacity (default 0.05)")
     _executor_args(p)
-    p.add_argument("--outputs", metavar="NAME[,NAME]",
+    p.add_argument("--outputs", metavar="NAME[,NAME]", action=_Once,
                    help="files in each probe's run folder: steps, besides summary, scenario, requests and tbt "
                         "(always: each probe's verdict is read from them) (default: all)")
     p.set_defaults(func=cmd_capacity)
 
     p = sub.add_parser("compare", help="the same workload through each policy: a table and figures")
     p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--policies", metavar="A,B,...",
+    p.add_argument("--policies", metavar="A,B,...", action=_Once,
                    help="policies to compare: registered names (continuous, chunked_prefill, static, pd_split, "
                         "installed plug-ins) or module:Class")
     p.add_argument("--variant", nargs="+", action="append", metavar=("LABEL", "KEY=VALUE"),
                    help="a labelled configuration: LABEL KEY=VALUE [KEY=VALUE ...] (repeatable)")
-    p.add_argument("--rates", metavar="R1,R2,...", help="also sweep workload.arrival.rate_rps (req/s)")
+    p.add_argument("--rates", metavar="R1,R2,...", action=_Once, help="also sweep workload.arrival.rate_rps (req/s)")
     p.add_argument("--out", default="compare-out", help="output folder (default: ./compare-out)")
     _overrides(p, "override a field for every run (not one every configuration sets, e.g. policy.name with --policies)")
     _seeds(p, "run each configuration on N seeds (the same N for all): 95%% intervals, and differences paired "
