@@ -191,3 +191,16 @@ def test_a_list_flag_given_twice_is_refused(tmp_path, capsys, argv, says):
     the flag let through, the command stops at that error, not in a study's runs.)"""
     assert main([*argv, "--out", str(tmp_path / "o"), "--quiet", "--set", "workload.num_requests=0"]) == 2
     assert says in _one_error(capsys) and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("policy.name", "fz_plug:", "write module:Class for a plug-in"),
+    ("cluster.router", "my_router:", "write module:Class for a plug-in"),
+    ("name", "run:", "quote it if it is text"),
+])
+def test_text_ending_in_a_colon_is_named_as_yaml_reads_it(capsys, field, value, says):
+    """policy.name: my_module: (the class left out) read "must be a string, got {'my_module': None}"."""
+    assert main(["validate", "default", "--set", f"{field}={value}"]) == 2
+    err = _one_error(capsys)
+    assert f"{field} must be a string" in err and f"YAML reads the text {value!r} ending in a colon" in err
+    assert says in err

@@ -461,6 +461,11 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
                 name = getattr(value, "__qualname__", "Name")
                 e = InputError(f"{e}: a class or function is named as 'module:{name}' (one defined in a notebook or "
                                f"the script run: '__main__:{name}')")
+            elif isinstance(value, dict) and len(value) == 1 and None in value.values():
+                key = next(iter(value))  # (policy.name: my_module: -- the class left out, or a trailing colon)
+                plugin = path.endswith("router") or (path.startswith("policy") and path.endswith(".name"))
+                e = InputError(f"{e}: YAML reads the text {shown(str(key) + ':')} ending in a colon as a mapping; "
+                               + ("write module:Class for a plug-in" if plugin else "quote it if it is text"))
             raise e
         if len(value) > MAX_TEXT or not value.isprintable():
             raise _bad(path, meta, f"text of at most {MAX_TEXT} characters, without line breaks or other control "
