@@ -1492,3 +1492,25 @@ def test_plan_options_from_python_refuse_a_value_given_twice(tmp_path):
         run_plan(SMALL, PlanOptions(rate_rps=4, slo=SLO, gpus=("h100-sxm",), tps=(1, 1), seeds=1), tmp_path / "q",
                  ex=QUIET)
     assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize("second", ["./a.yaml", "ABS", "b.yaml", "h100-sxm"])
+def test_one_gpu_by_two_spellings_is_refused(tmp_path, capsys, monkeypatch, second):
+    """--gpus a.yaml,./a.yaml (or two copies of one file, or a file the same as the catalog GPU
+    whose name it takes) searched each shape twice: two rows of one configuration in the ranking.
+    (cost.gpu_hour_usd naming no GPU: were the pair let through, the plan stops at that error.)"""
+    from servesim.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    gpu = "name: h100-sxm\nbase: h100-sxm\n" if second == "h100-sxm" else "name: mygpu\nbase: a100-80g\n"
+    (tmp_path / "a.yaml").write_text(gpu)
+    (tmp_path / "b.yaml").write_text(gpu)
+    second = str(tmp_path / "a.yaml") if second == "ABS" else second
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    rc = main(["plan", str(f), "--rate", "4", "--slo", SLO, "--seeds", "1", "--quiet", "--out", "p",
+               "--gpus", f"a.yaml,{second}", "--set", "cost.gpu_hour_usd={zzz: 1}"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    name = "h100-sxm" if second == "h100-sxm" else "mygpu"
+    assert rc == 2 and f"--gpus: 'a.yaml' and {second!r} are one GPU, {name!r}, given twice (values 1 and 2)" in err
+    assert not (tmp_path / "p").exists()

@@ -588,9 +588,19 @@ def _check_gpu_names(gpus) -> None:
     file's price and power went to the other's runs, and the two read the same in every output.
     Two files of ``base: h100-sxm`` priced at $1 and $5/h made a P/D split of both report the
     all-$1 split's $/M tokens."""
-    from servesim.inputs.specs import check_gpu_names
+    from servesim.inputs.specs import check_gpu_names, get_gpu
 
     check_gpu_names([(g, g, "--gpus") for g in gpus], "--gpus", "the plan's runs price and label GPUs by name")
+    # one GPU by two spellings (g.yaml and ./g.yaml, or a file the same as a catalog GPU of its
+    # name): each shape was searched twice, as two rows of one configuration
+    first: dict = {}
+    for i, g in enumerate(gpus):
+        name = get_gpu(g, "--gpus").name
+        if name in first:
+            j = first[name]
+            raise InputError(f"--gpus: {gpus[j]!r} and {g!r} are one GPU, {name!r}, given twice (values {j + 1} and "
+                             f"{i + 1}); give each GPU once")
+        first[name] = i
 
 
 def _check_memory(base: dict, rate_rps: float, requests: int, shape) -> None:
