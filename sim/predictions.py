@@ -604,7 +604,7 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
         if served is not None:
             # no clear overload by the average rate: within the margin of what the probe served (an
             # underestimate) the queue may or may not fill, and arrivals in bursts fill it at their
-            # peak rate (bursty.yaml with max_queue=2 shed 19% at 6 req/s on average, against a
+            # peak rate (bursty.yaml with max_queue=2 shed 19% at 3.9 req/s on average, against a
             # probe's 21): the workload's first requests at their own times, with the rules, tell
             return _shed_at_rate(scenario, setup, specs, over["probe_requests"], served)
         return None
