@@ -19,6 +19,7 @@ from servesim.core.cluster import Cluster
 from servesim.core.request import Request
 from servesim.errors import InputError, PluginError
 from servesim.inputs.scenario import Admission, AllAtOnceArrival, Scenario
+from servesim.inputs.sessions import Sessions
 from servesim.inputs.workload import ClosedLoop, RequestSpecs, generate
 from servesim.outputs.checks import REJECTED_SHARE
 from servesim.outputs.diagnosis import top_reasons
@@ -444,12 +445,12 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
     open-loop workload drawn), the run's count ("whole"); else its first
     ``SHEDDING_REPLAY_REQUESTS`` requests, the share of those shed ("about": a burst of rejections
     among them, such as a long prompt holding the head of the queue, weighs more in them than in
-    the whole run). A closed loop's are the run's own ("own"; its lengths and think times drawn as
-    the run draws them), so their count is exactly that of the run's first requests, at least the
+    the whole run). They are the run's own ("own"; its lengths and think times drawn as the run
+    draws them), so their count is exactly that of the run's first requests, at least the
     run's (of "run_requests": ``num_requests``, None with only ``duration_s``), and it is extended
     past its rejections (which cost it next to nothing) until ``SHEDDING_REPLAY_REQUESTS`` were
     admitted, so that a burst of them at the start (every client sending at once, each rejected one
-    sending again) does not stand for the whole run; multi-turn sessions draw theirs anew. A
+    sending again) does not stand for the whole run; multi-turn sessions' too (``_own_first``). A
     replay whose prompts alone take more than ``OVERLOAD_PROBE_STEPS`` budget-sized steps is not
     run (None), where the lengths are known before it: the workload drawn, a closed loop's
     ``num_requests``. {"replayed": the requests replayed, "whole", "short" (an open-loop workload),
@@ -468,14 +469,8 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
             scenario, workload=dataclasses.replace(wl, num_requests=SHEDDING_REPLAY_REQUESTS))
         lengths = drawn_lengths(specs)
         prompts = lengths.prompt_tokens[:SHEDDING_REPLAY_REQUESTS] if lengths is not None else None
-        if not whole and isinstance(specs, ClosedLoop) and not specs.sent:
-            # the run's own loop, its first chunk of lengths and think times drawn as the run draws
-            # it (num_requests', or 4,096), then told to stop sending after the replay's requests: the
-            # clients send them as in the run (none knows of the cap before it is reached), so each
-            # is admitted or rejected as there
-            loop = copy.deepcopy(specs)
-            loop._grow()
-            loop.num_requests = SHEDDING_REPLAY_REQUESTS
+        if not whole and isinstance(specs, (ClosedLoop, Sessions)) and not specs.sent:
+            loop = _own_first(specs, SHEDDING_REPLAY_REQUESTS)
             kw = {"specs": loop}
     if budget is not None and prompts is not None and prompts.sum() / budget > OVERLOAD_PROBE_STEPS:
         return None
@@ -489,13 +484,12 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
         # 1,000 and 168 of the next 1,000), so the replay is the same run's first requests extended
         # until SHEDDING_REPLAY_REQUESTS of them were admitted, within the loop's first chunk of
         # lengths (the run's whole num_requests, or 4,096) and SHEDDING_EXTEND replays
+        drawn = loop._have if isinstance(loop, ClosedLoop) else wl.num_requests or np.inf
         for _ in range(SHEDDING_EXTEND):
-            cap = min(SHEDDING_REPLAY_REQUESTS + len(reasons), loop._have)
+            cap = int(min(SHEDDING_REPLAY_REQUESTS + len(reasons), drawn))
             if n < loop.num_requests or cap <= n:  # (duration_s cut it, or enough admitted)
                 break
-            loop = copy.deepcopy(specs)
-            loop._grow()
-            loop.num_requests = cap
+            loop = _own_first(specs, cap)
             res = simulate(dataclasses.replace(scenario, workload=dataclasses.replace(wl, num_requests=cap)),
                            specs=loop)
             n = res.summary["num_requests"]
@@ -514,6 +508,20 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
         out["own"] = True
         out["run_requests"] = wl.num_requests
     return out
+
+
+def _own_first(source, k: int):
+    """A copy of the run's own closed loop or sessions ``source`` (none sent yet) that stops after
+    its first ``k`` requests: the clients (sessions) send them as in the run, none knowing of the
+    cap before it is reached, so each is admitted or rejected as there. A closed loop's first chunk
+    of lengths and think times is drawn first, as the run draws it (``num_requests``, or 4,096:
+    the chunk follows the count); sessions draw theirs in chunks of their own, and their start
+    times (open loop) were drawn with the run's count already."""
+    own = copy.deepcopy(source)
+    if isinstance(own, ClosedLoop):
+        own._grow()
+    own.num_requests = k
+    return own
 
 
 def _shed_at_rate(scenario: Scenario, setup, specs: RequestSpecs, k: int, served: float) -> dict | None:
