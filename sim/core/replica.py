@@ -1303,8 +1303,11 @@ class Replica:
             if self._xheap and self._xheap[0][0] == S + 1:
                 run.pcap += self._plan_cross(run, S + 1)
         chunk = 8
+        # (the steps to t_stop at the last run's step time, the step in flight, one to spare, and
+        # with async scheduling the one after the step in flight)
+        margin = 3 if self.async_scheduling else 2
         if t_stop < math.inf and self._decode_step_s > 0:
-            chunk = max(2, min(int((t_stop - t0) / self._decode_step_s) + 2, 1024))
+            chunk = max(2, min(int((t_stop - t0) / self._decode_step_s) + margin, 1024))
         if fold is None:
             self._plan(run, min(K, chunk), start, self.kv.num_free, t_stop)
             self.kv.take(run.cum[0])  # the first step's KV (as settle(start) takes it)
@@ -1363,7 +1366,7 @@ class Replica:
                 break
             if t_stop < math.inf:
                 d = run.last_step_s() if run.K > 1 or fold is None else self._decode_step_s
-                chunk = max(2, min(int((t_stop - last) / d) + 2, 1024)) if d > 0 else 8
+                chunk = max(2, min(int((t_stop - last) / d) + margin, 1024)) if d > 0 else 8
             else:
                 chunk = min(2 * chunk, 1024)
             # every planned step has started (its KV is mapped): the next ones must fit what is
@@ -1437,6 +1440,7 @@ class Replica:
         cum = run.cum
         c_last = cum[-1] if P else 0
         need = 0
+        more = False  # (async) one more step, past the end of the piece in flight at t_stop
         step_times = self.cost_model.decode_step_times
         while i < end and n:
             seg = end
@@ -1478,6 +1482,11 @@ class Replica:
                 if cut < m:
                     m = cut
                     del ends[m + 1:]
+                elif cut > m and m == len(grow) and end > i + m:
+                    # (async) the step in flight is this piece's last (members complete at its
+                    # end): the one more is the next piece's first, planned in the next round
+                    end = i + m + 1
+                    more = True
             if run.priced is not None:
                 run.priced.extend(priced[:m])
             t0 = ends[-1]
@@ -1497,8 +1506,9 @@ class Replica:
                 break
             if i == x:  # members complete at the end of step x - 1
                 n, sumc, ncap, capx = self._leave(run, x, n, sumc, ncap, capx)
-            if run.stop:
+            if run.stop and not more:
                 break
+            more = False
         run.K, run.pn, run.psum, run.pcap, run.pcx = i, n, sumc, ncap, capx
         return i - P
 
