@@ -100,18 +100,25 @@ def _rejection_pairs(scenario: Scenario, setup, specs: RequestSpecs) -> tuple:
     last = _LAST_REASONS
     if last[0] is not None and last[0]() is setup and last[1]() is specs:
         return last[2]
+    result = rejection_reasons(setup, specs.prompt_tokens, specs.output_tokens)
+    last[:] = [weakref.ref(setup), weakref.ref(specs), result]
+    return result
+
+
+def rejection_reasons(setup, prompt_tokens, output_tokens) -> tuple:
+    """``_rejection_pairs`` of requests given by their lengths (arrays): the replicas' rules (one
+    replica per pool, asked once per distinct pair), as ``(by_pair, inverse, first)``. ``servesim
+    plan``'s latency floors count a request rejected by these (``plan_space.latency_floors``)."""
     # every replica of a pool has the same rules: one of each is enough (a cluster of 100,000
     # replicas took seconds to build here)
     one = dataclasses.replace(setup, pools=tuple(dataclasses.replace(p, replicas=1) for p in setup.pools),
                               scenario=_one_replica(setup.scenario))
-    cluster = Cluster(simpy.Environment(), one, Recorder(None), scenario.seed)
+    cluster = Cluster(simpy.Environment(), one, Recorder(None), setup.scenario.seed)
     # (token counts are below 2**31: one int64 key per pair, 30x faster than np.unique(axis=1))
-    key = (specs.prompt_tokens.astype(np.int64) << 32) | specs.output_tokens.astype(np.int64)
+    key = (np.asarray(prompt_tokens).astype(np.int64) << 32) | np.asarray(output_tokens).astype(np.int64)
     pairs, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     by_pair = [cluster.rejection_reason(Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)) for k in pairs.tolist()]
-    result = (by_pair, np.ravel(inverse), first)
-    last[:] = [weakref.ref(setup), weakref.ref(specs), result]
-    return result
+    return by_pair, np.ravel(inverse), first
 
 
 def _served(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:

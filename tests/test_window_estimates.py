@@ -81,3 +81,25 @@ def test_the_lessons_price_their_models_as_they_attend():
     for p, share in zip(lens, shares):
         ops = cm.breakdown(model_batch(cm.model, prefill=[(p, 0)]))
         assert share == pytest.approx(ops["attention"].time_s / sum(o.time_s for o in ops.values()), rel=1e-12)
+
+
+def test_plan_prunes_a_shape_whose_replicas_reject_the_prompts_with_their_reason():
+    # whole-prompt admission (continuous) with a budget below the prompts: every request is
+    # rejected at arrival. The floors counted only KV, so plan ran eight probes up to 64 units of
+    # the shape to find 'too many requests never completed'
+    from servesim.inputs.overrides import with_values
+    from servesim.studies.plan_space import Shape, assess
+    from conftest import BASE
+
+    base = with_values(BASE, {"workload.prompt_tokens": {"dist": "fixed", "value": 12000},
+                              "model": "mistralai/Mistral-7B-v0.1", "policy.max_num_batched_tokens": 8192})
+    sc = make_scenario(**{"workload.prompt_tokens": {"dist": "fixed", "value": 12000},
+                          "model": "mistralai/Mistral-7B-v0.1"})
+    a = assess(Shape("colocated", "h100-sxm", 1), base, 1.0, {("ttft", "p99"): 5.0}, None, workload_stats(sc), 8,
+               {"h100-sxm": 3.0}, {"h100-sxm": 700.0})
+    assert a.status == "pruned-latency"
+    assert "100.0% of requests are rejected (e.g. prompt + output - 1 = " in a.reason
+    assert "exceeds policy.max_num_batched_tokens=8192" in a.reason
+    a = assess(Shape("colocated", "h100-sxm", 1, policy="chunked_prefill", chunk=2048), base, 1.0,
+               {("ttft", "p99"): 5.0}, None, workload_stats(sc), 8, {"h100-sxm": 3.0}, {"h100-sxm": 700.0})
+    assert a.status == "ok"

@@ -49,7 +49,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesim.core.batch import model_batch
-from servesim.core.kv import window_blocks
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
 from servesim.outputs.plandoc import describe_shape, limit_text
@@ -316,18 +315,12 @@ def _prefill_floor_s(cm, budget: int, prompt: int, cache: dict) -> float:
     return hit
 
 
-def _blocks(tokens: np.ndarray, block_size: int, window: int | None = None) -> np.ndarray:
-    """KV blocks requests of ``tokens`` tokens hold (``BlockAllocator.blocks_for``: under a sliding
-    ``window`` on every layer, at most ``kv.window_blocks``)."""
-    n = np.ceil(tokens / block_size)
-    return n if window is None else np.minimum(n, window_blocks(window, block_size))
-
-
 def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
     """Per-request floors (seconds) on an idle deployment of ``kind`` ("colocated" | "pd", as
     ``Shape.kind``): {"ttft", "tpot", "e2e"} arrays over the workload draw, inf for a request no
-    replica can take (its KV needs more blocks than a replica has: it is rejected,
-    ``Replica.rejection_reason``), and the share of such requests."""
+    replica can take (rejected at arrival, ``Cluster.rejection_reason``: its KV needs more blocks
+    than a replica has, its prompt exceeds a whole-prompt token budget, ...), the share of such
+    requests and the commonest reason ("rejected_reason", None without any)."""
     pools = setup.pools_by_name
     pf = pools["prefill" if kind == "pd" else "colocated"]
     dc = pools["decode" if kind == "pd" else "colocated"]
@@ -346,17 +339,15 @@ def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
     step = float(tpot.min()) if n else 0.0
     if setup.scenario.policy.spec is not None:
         tpot, step = np.zeros(n), 0.0  # several tokens a step: no floor from one step
-    k = setup.scenario.policy.spec.num_speculative_tokens if setup.scenario.policy.spec is not None else 0
-    whole = stats.prompt_total + stats.output - 1 + k
-    window = dc.cost_model.model.sliding_window_tokens
-    rejected = _blocks(whole, dc.capacity.block_size, window) > dc.capacity.num_blocks
-    if kind == "pd":
-        # as the cluster rejects (``Cluster._decode_rejection``): only a request handed off (more
-        # than one output token) needs decode-side KV, and its prompt's leaves a block spare there
-        bs, blocks = dc.capacity.block_size, dc.capacity.num_blocks
-        rejected = (stats.output > 1) & ((_blocks(whole, bs, window) > blocks)
-                                         | (_blocks(stats.prompt_total, bs, window) > blocks - 1))
-        rejected |= _blocks(stats.prompt_total, pf.capacity.block_size, window) > pf.capacity.num_blocks
+    # rejected at arrival: by the replicas' own rules (``Cluster.rejection_reason``: the KV blocks its
+    # lengths need, a sliding window's at most, a P/D decode pool's; a whole-prompt budget below
+    # the prompt; the context), asked once per distinct (prompt, output) pair
+    from servesim.predictions import rejection_reasons
+
+    by_pair, which, _ = rejection_reasons(setup, stats.prompt_total, stats.output)
+    rejected = np.array([r is not None for r in by_pair], dtype=bool)[which] if n else np.zeros(0, dtype=bool)
+    counts = np.bincount(which, minlength=len(by_pair)) if n else np.zeros(0, dtype=np.int64)
+    top = max((i for i, r in enumerate(by_pair) if r is not None), key=lambda i: counts[i], default=None)
     # TTFT and TPOT are the client's: the API server (the entry pool's engine, as ``add_api_server``)
     # delays the first token by api_request_s and each later one by api_per_token_s more, so the
     # E2E below carries its api_s
@@ -368,7 +359,7 @@ def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
     inf = NEVER  # a large number, not inf: percentiles interpolate between neighbours
     return {"ttft": np.where(rejected, inf, ttft), "tpot": np.where(rejected & (stats.output > 1), inf, tpot_arr),
             "e2e": np.where(rejected, inf, e2e), "rejected_share": float(rejected.mean()) if len(rejected) else 0.0,
-            "decode_step_s": step}
+            "rejected_reason": None if top is None else by_pair[top], "decode_step_s": step}
 
 
 def floor_violation(floors: dict, slo: dict, attainment: float | None) -> str | None:
@@ -377,7 +368,9 @@ def floor_violation(floors: dict, slo: dict, attainment: float | None) -> str | 
 
     per = {m: floors[m] for m in ("ttft", "tpot", "e2e")}
     rej = floors.get("rejected_share", 0.0)
-    note = (f" ({rej:.1%} of requests need more KV than a replica has and are rejected)" if rej else "")
+    why = floors.get("rejected_reason")
+    rejected = f"{rej:.1%} of requests are rejected" + (f" (e.g. {why})" if why else "")
+    note = f" ({rejected})" if rej else ""
     if attainment is not None:
         within = np.ones(len(per["ttft"]), dtype=bool)
         for (metric, _), limit in slo.items():
@@ -392,8 +385,7 @@ def floor_violation(floors: dict, slo: dict, attainment: float | None) -> str | 
         if metric in per:
             v = _stat(per[metric], stat)
             if v >= NEVER / 10:
-                return (f"{rej:.1%} of requests need more KV than a replica has and are rejected, so "
-                        f"{metric}_{stat} <= {limit_text(limit)} cannot hold")
+                return f"{rejected}, so {metric}_{stat} <= {limit_text(limit)} cannot hold"
             if v > limit:
                 return (f"{metric}_{stat} is at least {_s(v)} unloaded (prefill alone, one decode step per token) "
                         f"> {limit_text(limit)}{note}")
