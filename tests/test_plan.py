@@ -728,6 +728,20 @@ def test_runs_at_r_of_a_periodic_rate_span_two_periods(tmp_path):
             assert max(arrivals) > 1.5 * 20.0
 
 
+def test_runs_at_r_of_an_on_off_rate_span_two_periods_at_the_mean_rate(tmp_path):
+    """--rate is an on_off process's burst rate: two periods at it held four times the arrivals of
+    two 5 s on / 15 s off periods at 8 req/s (320, eight periods), as capacity's --probe-duration
+    did. Two periods are 2 x 20 s at the mean 2 req/s: 80 requests."""
+    d = copy.deepcopy(SMALL)
+    d["workload"]["arrival"] = {"process": "on_off", "rate_rps": 8.0, "on_s": 5.0, "off_s": 15.0}
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(d))
+    opts = PlanOptions(rate_rps=8.0, slo="ttft_p99=0.5", gpus=("h100-sxm",), tps=(1,), policies=("continuous",),
+                       pd_ratios=(), max_gpus=2, seeds=1, probe_requests=100, requests=40, verify_top=0)
+    doc = run_plan(f, opts, tmp_path / "plan", ex=QUIET).doc
+    assert doc["mean_rate_rps"] == pytest.approx(2.0) and doc["requests_at_rate"] == 80
+
+
 def test_a_run_too_short_to_tell_is_run_longer(tmp_path):
     # found by hand: --requests 50 at 20 req/s on the default scenario (one H100 serves 22.5 req/s
     # within this SLO) made every run at R too short for its requests to leave within the keep-up

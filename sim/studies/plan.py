@@ -694,12 +694,16 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     stats = workload_stats(scenario_from_dict(with_values(base, {RATE_KEY: opts.rate_rps, "workload.num_requests": n,
                                                                  "workload.duration_s": None}, "plan")))
     seeds = seeds_for(sc.seed, opts.seeds)
-    n_rate = opts.requests if opts.requests is not None else max(n, math.ceil(opts.rate_rps * RUN_S))
+    # lengths in time come at the mean rate: --rate is an on_off process's burst rate, so RUN_S or
+    # two periods at it held 1 / (on share) times the arrivals (4x with 5 s on / 15 s off), as
+    # capacity's --probe-duration did
+    mean_rps = getattr(replace(sc.workload.arrival, rate_rps=opts.rate_rps), "mean_rate_rps", opts.rate_rps)
+    n_rate = opts.requests if opts.requests is not None else max(n, math.ceil(mean_rps * RUN_S))
     period = arrival_period_s(sc.workload.arrival)
     if period:
         # a rate that repeats on a cycle: every run at R spans two of its periods, as the capacity
         # probes do (40 requests at 4 req/s saw 6 s of a 20 s sinusoid, its peak never)
-        n_rate = max(n_rate, math.ceil(opts.rate_rps * 2 * period))
+        n_rate = max(n_rate, math.ceil(mean_rps * 2 * period))
     pl = Planner(base, opts, out, ex, stats, seeds, prices, powers, n, n_rate)
     shapes = [replace(s, **layout) for s in
               enumerate_shapes(gpus, opts.tps, opts.pps, opts.policies, opts.chunks, opts.pd_ratios, opts.mixed_pd)]
