@@ -439,21 +439,32 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | No
     that arrived, from the runs' ``offered`` (req/s that arrived) where given, else y = x.
 
     ``data``: {label: {"rate": [req/s], "goodput": [req/s], "offered": [req/s] (optional),
-    "goodput_ci": [req/s] (optional: 95% half-widths, error bars)}}.
+    "goodput_ci": [req/s] (optional: 95% half-widths, error bars), "ok": [bool | None] (optional:
+    the run meets the SLO; False: hollow)}}.
     """
     colors = colors or colors_for(data)
     top = 0.0
     offered = {}
+    hollow = False
     for label, d in data.items():
         # (a label whose every point failed to run has nothing drawn: no legend entry either)
-        ax.plot(d["rate"], d["goodput"], "-o", markersize=4, color=colors[label],
+        # a load that fails the SLO is hollow, as latency_vs_load draws it: a run that fell behind
+        # had its goodput drawn on the ideal line, filled like one that serves that load
+        x, y = np.asarray(d["rate"], dtype=float), np.asarray(d["goodput"], dtype=float)
+        fails = np.array([v is not None and not v for v in d.get("ok") or [None] * len(x)], dtype=bool)
+        ax.plot(x, y, "-o", markersize=4, color=colors[label], markevery=[int(i) for i in np.flatnonzero(~fails)],
                 label=wrap_label(label) if len(d["rate"]) else None)
+        if fails.any():
+            ax.plot(x[fails], y[fails], "o", color=colors[label], markersize=4, markerfacecolor="none")
+            hollow = True
         # (cut at the arrivals per second: no run's goodput exceeds them, two seeds' t-interval did)
         _error_bars(ax, d["rate"], d["goodput"], d.get("goodput_ci"), colors[label], top=d.get("offered"))
         top = max(top, max(d["rate"], default=0.0))
         for r, o in zip(d["rate"], d.get("offered") or ()):
             if o is not None and o == o:  # (NaN: a results file from before the column)
                 offered.setdefault(r, o)
+    if hollow:  # (an entry of its own: the series' colours stay theirs)
+        ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
     if offered:
         xs = sorted(offered)
         ax.plot([0, *xs], [0, *(offered[x] for x in xs)], ":", color="k", linewidth=1,

@@ -845,14 +845,6 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     key = "goodput_arrived_rps" if arrived else "goodput_rps"
     if arrived:
         groups = {g: [_with_arrived_goodput(r) for r in rs] for g, rs in groups.items()}
-    gp = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
-              "goodput": [r[key] for r in rs if r["status"] == "ok"],
-              "offered": [r.get("offered_rps") for r in rs if r["status"] == "ok"],
-              "goodput_ci": [r.get(key + CI_SUFFIX) for r in rs if r["status"] == "ok"]}
-          for g, rs in groups.items()}
-    fig, ax = F.subplots(figsize=(6.5, 4.8))
-    F.goodput_vs_load({ctx.label(g): d for g, d in gp.items()}, ax, dcolors,
-                      ylabel="goodput: arrivals within SLO (req/s)" if arrived else None)
     search = ctx.kind == "capacity"
 
     def verdict(r: dict) -> bool | None:
@@ -862,6 +854,16 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
         if search and r.get("meets") is not None:
             return r["meets"] in (True, "True")
         return meets_slo(r)
+
+    gp = {g: {"rate": [r[RATE_KEY] for r in rs if r["status"] == "ok"],
+              "goodput": [r[key] for r in rs if r["status"] == "ok"],
+              "offered": [r.get("offered_rps") for r in rs if r["status"] == "ok"],
+              "goodput_ci": [r.get(key + CI_SUFFIX) for r in rs if r["status"] == "ok"],
+              "ok": [verdict(r) for r in rs if r["status"] == "ok"]}
+          for g, rs in groups.items()}
+    fig, ax = F.subplots(figsize=(6.5, 4.8))
+    F.goodput_vs_load({ctx.label(g): d for g, d in gp.items()}, ax, dcolors,
+                      ylabel="goodput: arrivals within SLO (req/s)" if arrived else None)
 
     # the peak over the loads where the SLO is met: a load that fails it (most often one that fell
     # behind, its attainment high only because the run ended) was credited as a group's peak, above

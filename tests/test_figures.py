@@ -969,3 +969,16 @@ def test_load_figures_with_no_latency_sample_say_so(ax):
     F.latency_vs_load({"a": {"rate": [4, 8], "p50": [0.1, None], "p99": [0.2, None]}}, ax3, "ttft", slo_s=1.0)
     assert not ax3.texts
     plt.close(fig)
+
+
+def test_goodput_vs_load_draws_failing_loads_hollow(ax):
+    """A load whose run fell behind (its goodput the arrival rate x a share that only looks high
+    because the run ended) was drawn filled on the ideal line, like a load that is served: loads
+    that fail the SLO are hollow there too, as in latency_vs_load, and the legend says so."""
+    data = {"a": {"rate": [4, 30], "goodput": [3.7, 27.0], "offered": [3.7, 27.1], "ok": [True, False]}}
+    F.goodput_vs_load(data, ax)
+    assert "hollow: fails the SLO" in legend(ax)
+    curve = ax.lines[0]
+    assert list(curve.get_markevery()) == [0]
+    hollow = [ln for ln in ax.lines if ln.get_markerfacecolor() == "none" and len(ln.get_xdata())]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [30] and hollow[0].get_color() == curve.get_color()
