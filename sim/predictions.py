@@ -16,6 +16,7 @@ import numpy as np
 import simpy
 
 from servesim.core.cluster import Cluster
+from servesim.core.replica import OUTGREW
 from servesim.core.request import Request
 from servesim.errors import InputError, PluginError
 from servesim.inputs.scenario import Admission, AllAtOnceArrival, Scenario
@@ -50,9 +51,12 @@ def _setup_and_specs(scenario: Scenario, setup, specs):
 
 def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The rejections a run of ``scenario`` will have, without running it: every rejection rule
+    (on arrival, or a sequence outgrowing the KV cache while decoding, rejected when it does)
     depends only on a request's lengths and the deployment, never on the load, so the workload's
     own requests (drawn with the scenario's seed) checked against the replicas' rules give the
-    run's count exactly. {"requests", "rejected", "reasons": [[reason, count], ...]}; None for
+    run's count exactly (those rejected while decoding: unless a ``workload.duration_s`` cut-off
+    ends the run before they outgrow it). {"requests", "rejected", "while_decoding" (of them, those
+    rejected while decoding), "reasons": [[reason, count], ...]}; None for
     closed-loop and multi-turn workloads (their lengths are drawn as the run goes). ``setup``,
     ``specs``: ``plan``'s, when the caller has them."""
     setup, specs = _setup_and_specs(scenario, setup, specs)
@@ -64,6 +68,7 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
     # show it (top_reasons breaks ties by that order)
     rejected = [(by_pair[i], counts[i]) for i in np.argsort(first, kind="stable").tolist() if by_pair[i] is not None]
     return {"requests": len(specs), "rejected": sum(c for _, c in rejected),
+            "while_decoding": sum(c for r, c in rejected if OUTGREW in r),
             "reasons": top_reasons(rejected, counted=True)}
 
 

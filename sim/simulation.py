@@ -413,9 +413,10 @@ def add_api_server(req_cols: dict, engine: EngineSetup, until_s: float | None = 
     delays a request's first token by ``api_request_s`` and its last by ``api_s`` (``api_request_s``
     + ``api_per_token_s`` x each later token), as the client measures TTFT and E2E. Adds the
     ``api_s`` column: the time added to ``finish_s`` (completed), to ``first_token_s`` (unfinished
-    after their first token), else empty. With a cut-off ``until_s`` (``workload.duration_s``), a
-    request the engine finished whose response reaches the client after it is unfinished (the
-    client has not heard of its end by then)."""
+    after their first token; to ``finish_s`` too for those rejected while decoding, their
+    sequence outgrowing the KV cache: the client hears of the error then), else empty. With a
+    cut-off ``until_s`` (``workload.duration_s``), a request the engine finished whose response
+    reaches the client after it is unfinished (the client has not heard of its end by then)."""
     status = req_cols["status"]
     first, fin = req_cols["first_token_s"], req_cols["finish_s"]
     api = np.full(len(status), np.nan)
@@ -431,7 +432,7 @@ def add_api_server(req_cols: dict, engine: EngineSetup, until_s: float | None = 
     api[started] = engine.api_request_s
     if engine.api_request_s or engine.api_per_token_s:
         req_cols["first_token_s"] = first + engine.api_request_s  # NaN stays NaN
-        req_cols["finish_s"] = np.where(done, fin + api, fin)
+        req_cols["finish_s"] = np.where(done | started, fin + api, fin)  # (started: NaN but those ended rejected)
     req_cols["api_s"] = api
 
 
@@ -803,6 +804,8 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
     for r in rec.requests:
         if r is not None and r.status == "pending":
             r.status = "unfinished"
+            if r.outgrown:  # (its output cut where its sequence would outgrow the KV: the true length)
+                r.output_tokens, r.reason = r.outgrown, ""
             stalled += 1
     if until is None and (stalled or len(rec.requests) != len(specs)):
         plugins = sorted({plugin_name(r.policy) for r in replicas if is_plugin(r.policy)})

@@ -66,7 +66,13 @@ def test_request_that_can_never_fit_is_rejected_with_reason():
     r = res.requests
     assert list(r["status"]) == ["completed", "rejected", "completed"]
     assert "KV blocks" in r["reason"][1] and "170" in r["reason"][1]
-    assert math.isnan(r["first_token_s"][1])
+    # its prompt fits (150 of 160 tokens): it is served until its sequence outgrows the KV
+    # (the engine cannot know its output length), after 160 - 150 + 1 = 11 of its 20 tokens
+    assert "outgrew the KV cache while decoding, after 11 of its 20 output tokens" in r["reason"][1]
+    assert not math.isnan(r["first_token_s"][1])
+    # a prompt that cannot fit is rejected on arrival, never scheduled
+    res = simulate(sc, specs=specs([(0.0, 161, 1)]))
+    assert res.requests["status"][0] == "rejected" and math.isnan(res.requests["first_token_s"][0])
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked_prefill", "pd_split"])

@@ -274,7 +274,8 @@ def test_a_request_too_big_for_a_virtual_engines_kv_says_the_engine_has_a_share(
     in all' of a replica given 20 (memory.num_gpu_blocks), which reads as a wrong count."""
     sc = make_scenario(**{"hardware.pp": 2, "memory.num_gpu_blocks": 20})
     reason = simulate(sc, specs=specs([(0.0, 100, 100)])).requests["reason"][0]
-    assert reason.startswith("prompt + output = 200 tokens needs 13 KV blocks")
+    # (its prompt fits an engine: it is served until its sequence outgrows the engine's share)
+    assert "outgrew the KV cache" in reason and "prompt + output = 200 tokens needs 13 KV blocks" in reason
     assert "each of the replica's 2 virtual engines (hardware.pp with pp_overlap) has 10 of its blocks" in reason
     no_overlap = make_scenario(**{"hardware.pp": 2, "hardware.pp_overlap": False, "memory.num_gpu_blocks": 20})
     assert simulate(no_overlap, specs=specs([(0.0, 100, 100)])).requests["status"][0] == "completed"

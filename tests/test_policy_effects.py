@@ -345,10 +345,11 @@ def test_speculative_rejection_for_kv_counts_the_verified_tokens_it_names():
     sc = make_scenario(**{"memory.num_gpu_blocks": 2,
                           "policy.spec": {"draft": "ngram", "num_speculative_tokens": 4, "acceptance_rate": 0.5}})
     reason = simulate(sc, specs=specs([(0.0, 20, 12)])).requests["reason"][0]
-    assert reason.startswith("prompt + output - 1 + k = 35 tokens") and "needs 3 KV blocks" in reason
-    assert "the replica has 2 in all" in reason
+    # (its prompt fits: it is served until the step verifying k tokens past it needs a third block)
+    assert "prompt + output - 1 + k = 35 tokens" in reason and "needs 3 KV blocks" in reason
+    assert "after 9 of its 12 output tokens" in reason and "the replica has 2 in all" in reason
     plain = simulate(make_scenario(**{"memory.num_gpu_blocks": 1}), specs=specs([(0.0, 20, 12)]))
-    assert plain.requests["reason"][0].startswith("prompt + output = 32 tokens needs 2 KV blocks")
+    assert plain.requests["reason"][0].startswith("its prompt of 20 tokens needs 2 KV blocks")
 
 
 def test_pd_decode_side_recomputes_in_chunks_of_its_budget():

@@ -86,7 +86,11 @@ def check_invariants(rows, max_num_seqs, budget, blocks, replicas, duration, rou
     # what validate predicts without running (predict_rejections: the rules depend on a request's
     # lengths and the deployment only) is the run's count, and the reasons are the run's
     pred = predict_rejections(sc, specs=sp)
-    assert pred["rejected"] == s["rejected"], (pred, list(r["reason"][status == "rejected"]))
+    if duration is None:
+        assert pred["rejected"] == s["rejected"], (pred, list(r["reason"][status == "rejected"]))
+    else:  # (a cut-off may end the run before a sequence outgrows the KV cache: it is unfinished then)
+        late = pred["while_decoding"]
+        assert pred["rejected"] - late <= s["rejected"] <= pred["rejected"], (pred, s["rejected"])
     # the window holds everything that happened, and rates are per it
     st0 = res.steps
     if len(st0["start_s"]):

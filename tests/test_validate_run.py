@@ -474,7 +474,8 @@ def test_requests_the_simulation_rejected_are_named_and_left_out_of_both_sides(t
     rows += [f"{i * 0.5},{100 + 40 * i},20,{0.010 + 0.001 * i},{0.2 + 0.01 * i}" for i in range(12)]
     table = tmp_path / "t.csv"
     table.write_text("\n".join(rows) + "\n")
-    # 20 blocks of 16 tokens: prompt + output up to 320 tokens fit (requests 0-5), the rest are rejected
+    # 20 blocks of 16 tokens: prompt + output up to 320 tokens fit (requests 0-5); the rest's prompts
+    # do not (340 tokens and up), so they are rejected on arrival
     assert main(["validate-run", str(table), "--out", str(tmp_path / "v"), "--quiet",
                  "--set", "memory.num_gpu_blocks=20"]) == 0
     out = capsys.readouterr().out
@@ -487,7 +488,8 @@ def test_requests_the_simulation_rejected_are_named_and_left_out_of_both_sides(t
     assert v["metrics"]["e2e"]["p99"]["measured_s"] == pytest.approx(np.percentile(e2e, 99))
     warn = next(w for w in v["warnings"] if "rejected by the simulation" in w)
     assert warn.startswith("6 of 12 replayed requests were rejected by the simulation")
-    assert "needs 23 KV blocks; the replica has 20 in all" in warn and "run/requests.csv" in warn
+    assert "its prompt of 340 tokens needs 22 KV blocks; the replica has 20 in all" in warn
+    assert "run/requests.csv" in warn
     assert "warning: 6 of 12 replayed requests were rejected by the simulation" in out
     assert "**Warning:** 6 of 12 replayed requests were rejected" in (tmp_path / "v" / "report.md").read_text()
 

@@ -237,6 +237,9 @@ class Cluster:
                 req.replica = -1
                 self.rec.reject(req, reason)
                 return
+            emits, why = self.decode[0].outgrow(req)
+            if why is not None:  # its decode outgrows a decode replica's KV: it ends there when it does
+                req.cap_output(emits, f"decode pool: {why}")
         adm = self.admission
         if adm is not None and adm.applies_to(req):
             reason = adm.at_door(req, self.env.now)
@@ -275,7 +278,7 @@ class Cluster:
             return None  # its one token comes from the prefill step: it finishes there, never handed off
         total = req.prompt_tokens + req.output_tokens
         need = self.decode[0].kv.blocks_for(total - 1)
-        if need > self._decode_blocks:
+        if need > self._decode_blocks and not self.decode[0].grows_kv:  # (else it ends when it outgrows it)
             return f"prompt + output = {total} tokens needs {need} KV blocks; a decode replica has " \
                    f"{self._decode_blocks} in all"
         # the hand-off leaves one block spare on the decode replica (pd_split.decode_room): a
@@ -293,9 +296,11 @@ class Cluster:
         """Why ``req`` would be rejected on arrival (None: it would not): rejection depends only on
         its lengths and the deployment, never on the load (``predictions.predict_rejections``)."""
         if self.decode:
-            reason = self._decode_rejection(req)
-            if reason is not None:
-                return reason
+            reason = self._decode_rejection(req) or self.entry[0].arrival_reason(req)
+            if reason is None:
+                why = self.decode[0].outgrow(req)[1]
+                reason = None if why is None else f"decode pool: {why}"
+            return reason
         return self.entry[0].rejection_reason(req)
 
     # ---------------------------------------------------------------- P/D hand-off

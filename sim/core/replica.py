@@ -72,8 +72,13 @@ from servesim.errors import InputError, PluginError, call_plugin, clip, is_plugi
 from servesim.core.kv import BlockAllocator
 from servesim.core.runs import Cost, Run, delay_to
 from servesim.policies.base import NO_DECODE_SET, DecodeSet, PriorityCount, ReplicaState
+from servesim.policies.continuous import ContinuousPolicy
 from servesim.policies.static import StaticPolicy
 
+
+# how the reason of a request rejected while decoding, its sequence outgrowing the KV cache, begins
+# (``Replica.outgrow``; after "decode pool: " on a P/D split's decode side)
+OUTGREW = "its sequence outgrew the KV cache while decoding"
 
 class DecisionError(RuntimeError):
     """A step's decision the engine cannot apply (more KV than is free, a preempted request
@@ -335,28 +340,80 @@ class Replica:
 
     # ---------------------------------------------------------------- arrivals
     def rejection_reason(self, req) -> str | None:
+        """Why ``req`` is not served here (None: it is), by its lengths alone: rejected at arrival
+        (``arrival_reason``), or, its decode outgrowing the KV cache, ended when it does
+        (``outgrow``). ``predictions.predict_rejections`` counts both."""
+        reason = self.arrival_reason(req)
+        if reason is None:
+            reason = self.outgrow(req)[1]
+        return reason
+
+    def _kv_blocks_has(self) -> str:
+        # (a virtual engine has 1/pp of the replica's blocks: say so, or 'the replica has N'
+        # reads as a fraction of what memory gave it)
+        return (f"each of the replica's {len(self.pipeline.free_at)} virtual engines (hardware.pp with "
+                f"pp_overlap) has {self.kv.num_blocks} of its blocks" if self.pipeline is not None else
+                f"the replica has {self.kv.num_blocks} in all")
+
+    @property
+    def grows_kv(self) -> bool:
+        """Whether a request's KV grows as it decodes here, so that only its prompt is checked
+        against the KV cache at arrival (as vLLM, which cannot know the output length, checks it)
+        and a sequence that outgrows the cache ends when it does (``outgrow``): continuous
+        batching and chunked prefill without a reservation (their subclasses too). Static batching,
+        reservations and other plug-ins are checked on the whole sequence at arrival."""
+        return (isinstance(self.policy, ContinuousPolicy) and self.policy.reserve == "none"
+                and self.role != "prefill")
+
+    def arrival_reason(self, req) -> str | None:
+        """Why ``req`` is rejected on arrival (None: it is not): what the engine knows then."""
         total = req.prompt_tokens + req.output_tokens
         if total > self.max_context_tokens:
             return f"prompt + output = {total} tokens exceeds the model's context length {self.max_context_tokens}"
         # The last output token is sampled, not stored: the KV never holds more than total - 1
         # (plus k speculative tokens being verified).
         k = self.spec[0] if self.spec else 0
-        # a prefill replica holds the prompt only; others the whole sequence
-        blocks = self.kv.blocks_for(req.prompt_tokens if self.role == "prefill" else total - 1 + k)
-        if blocks > self.kv.num_blocks:
-            # (say what was counted: the prompt alone, or the k verified tokens on top of the sequence)
-            what = (f"its prompt of {req.prompt_tokens} tokens" if self.role == "prefill" else
-                    f"prompt + output - 1 + k = {total - 1 + k} tokens (the KV of all but its last token, plus the "
-                    f"k={k} speculative tokens a step verifies)" if k else f"prompt + output = {total} tokens")
-            # (a virtual engine has 1/pp of the replica's blocks: say so, or 'the replica has N'
-            # reads as a fraction of what memory gave it)
-            has = (f"each of the replica's {len(self.pipeline.free_at)} virtual engines (hardware.pp with "
-                   f"pp_overlap) has {self.kv.num_blocks} of its blocks" if self.pipeline is not None else
-                   f"the replica has {self.kv.num_blocks} in all")
-            return f"{what} needs {blocks} KV blocks; {has}"
+        if self.role == "prefill" or self.grows_kv:
+            # a prefill replica holds the prompt only; where KV grows while decoding, the prompt
+            # is what is known to fit or not at arrival (a longer sequence ends when it outgrows it)
+            blocks = self.kv.blocks_for(req.prompt_tokens)
+            if blocks > self.kv.num_blocks:
+                return f"its prompt of {req.prompt_tokens} tokens needs {blocks} KV blocks; {self._kv_blocks_has()}"
+        else:
+            blocks = self.kv.blocks_for(total - 1 + k)
+            if blocks > self.kv.num_blocks:
+                # (say what was counted: the k verified tokens on top of the sequence, or not)
+                what = (f"prompt + output - 1 + k = {total - 1 + k} tokens (the KV of all but its last token, plus "
+                        f"the k={k} speculative tokens a step verifies)" if k else f"prompt + output = {total} tokens")
+                return f"{what} needs {blocks} KV blocks; {self._kv_blocks_has()}"
         # a prefill replica only ever computes the prompt (and, preempted, recomputes just that)
         max_tokens = 1 if self.role == "prefill" else req.output_tokens
         return self.admission_error(req.prompt_tokens, max_tokens)
+
+    def outgrow(self, req) -> tuple[int, str | None]:
+        """(the output tokens ``req`` emits here before its KV outgrows the cache, its reason) for
+        a request whose sequence the KV cache cannot hold whole (``grows_kv``); (its output length,
+        None) otherwise. The step that emits output token j + 1 computes prompt + j + k tokens (k
+        speculative), which must fit the replica's blocks; the first token comes from the prefill.
+        vLLM learns that only then: V0 preempts the request (its last) and, finding it can never
+        be scheduled again, ends it with an error; V1 refuses to start a server whose KV cache
+        cannot hold one sequence of max_model_len."""
+        out = req.output_tokens
+        if not self.grows_kv:
+            return out, None
+        kv = self.kv
+        k = self.spec[0] if self.spec else 0
+        seq = req.prompt_tokens + out - 1 + k
+        blocks = kv.blocks_for(seq)
+        if blocks <= kv.num_blocks:
+            return out, None
+        room = kv.num_blocks * kv.block_size  # (blocks_for caps at a window: then it never outgrows)
+        emits = max(1, room - req.prompt_tokens - k + 1)
+        what = (f"prompt + output - 1 + k = {seq} tokens (the KV of all but its last token, plus the k={k} "
+                "speculative tokens a step verifies)" if k else f"prompt + output = {seq + 1} tokens")
+        return emits, (f"{OUTGREW}, after {emits} of its {out} output tokens: "
+                       f"{what} needs {blocks} KV blocks; {self._kv_blocks_has()} (the engine cannot know the output "
+                       "length at arrival; give the replica more KV memory)")
 
     def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
         """The policy's ``admission_error`` on this replica's KV; a plug-in's is checked (what it
@@ -373,10 +430,14 @@ class Replica:
 
     def submit(self, req) -> None:
         req.replica = self.index
-        reason = self.rejection_reason(req)
+        reason = self.arrival_reason(req)
         if reason is not None:
             self.recorder.reject(req, reason)
             return
+        if not req.outgrown:  # (a P/D split's cluster caps it for the decode side)
+            emits, why = self.outgrow(req)
+            if why is not None:
+                req.cap_output(emits, why)
         (self.incoming if self.async_scheduling else self.waiting).append(req)
         self.waiting_blocks += self.kv.blocks_for(req.num_tokens)
         self.waiting_tokens += req.num_tokens
@@ -919,7 +980,8 @@ class Replica:
                 self._sample_one(r, done, now, tbt)
             items_finished |= self._finish_or_hand_off(r, now, handed)
         if items_finished:
-            self.running[:] = [r for r in self.running if r.status != "completed"]
+            # (gone: completed, or ended rejected, its sequence outgrowing the KV: ``Request.cap_output``)
+            self.running[:] = [r for r in self.running if r.status == "pending"]
         if (finished or items_finished) and self.after_free is not None:
             self.after_free()
         if handed:

@@ -32,7 +32,7 @@ class Request:
         "num_output_done", "scheduled_s", "first_token_s", "last_token_s", "finish_s", "replica",
         "status", "reason", "preemptions", "kv_blocks", "prefix_group", "prefix_tokens", "swapped_blocks",
         "decode_replica", "kv_transfer_s", "prefix_hit_tokens", "row", "block_tags", "cache_output", "cls",
-        "priority", "deadline_s", "predicted_output_tokens", "dropped_tokens",
+        "priority", "deadline_s", "predicted_output_tokens", "dropped_tokens", "outgrown",
     )
 
     def __init__(self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -81,6 +81,17 @@ class Request:
         self.priority = 0
         self.deadline_s = INF
         self.predicted_output_tokens = 0
+        # its true output length when its sequence outgrows the KV cache before it (``cap_output``;
+        # 0: it does not): the engine ends it as rejected, ``reason`` saying why, when it gets there
+        self.outgrown = 0
+
+    def cap_output(self, emits: int, reason: str) -> None:
+        """End it after ``emits`` output tokens, rejected for ``reason`` (its sequence outgrows the
+        KV cache then; the engines stop it as they stop a request at its last token, and the
+        recorder records it rejected, with its true output length)."""
+        self.outgrown = self.output_tokens
+        self.output_tokens = emits
+        self.reason = reason
 
     @property
     def num_tokens(self) -> int:

@@ -130,10 +130,12 @@ KEEP_UP = 0.9  # the keep-up share of capacity, plan and slowdown searches by de
 
 
 def leave_s(req: dict) -> np.ndarray:
-    """When each request left the deployment: its finish time if it completed, its arrival time
-    if it was rejected (at once), inf if it never left (still in flight at a cut-off)."""
-    done = is_completed(req) & ~np.isnan(req["finish_s"])
-    return np.where(done, req["finish_s"], np.where(req["status"] == "rejected", req["arrival_s"], math.inf))
+    """When each request left the deployment: its finish time if it completed, or was rejected
+    while decoding (its sequence outgrew the KV cache), its arrival time if it was rejected at
+    once, inf if it never left (still in flight at a cut-off)."""
+    rejected = req["status"] == "rejected"
+    done = (is_completed(req) | rejected) & ~np.isnan(req["finish_s"])
+    return np.where(done, req["finish_s"], np.where(rejected, req["arrival_s"], math.inf))
 
 
 def keep_up_window(arrival_s: np.ndarray, period_s: float | None = None) -> tuple[float, float] | None:

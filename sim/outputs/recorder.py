@@ -135,6 +135,10 @@ class Recorder:
         self._retire(req)
 
     def complete(self, req) -> None:
+        if req.outgrown:  # its last token before its sequence outgrew the KV cache: ended, not completed
+            req.output_tokens = req.outgrown
+            self.reject(req, req.reason)
+            return
         req.status = "completed"
         self.completed += 1
         if self._progress is not None:

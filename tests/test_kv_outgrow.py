@@ -1,0 +1,99 @@
+"""A request is checked against the KV cache at arrival by what the engine knows there, its
+prompt (as vLLM, which cannot know the output length): a sequence that later outgrows the cache
+is served until it does, preempting others as it grows, and then ends rejected with the reason,
+at that time (vLLM V0 preempts it and, finding it can never be scheduled again, ends it)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from servesim.predictions import predict_rejections
+from servesim.simulation import simulate
+from tests.conftest import SYNC, make_scenario, specs
+
+BLOCKS = 20  # of 16 tokens: 320 tokens of KV
+
+
+def tiny(engine, **kw):
+    return make_scenario(**{**SYNC, "engine": engine, "memory.num_gpu_blocks": BLOCKS, "policy.watermark": 0.0,
+                            "workload.num_requests": 2, **kw})
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("policy", ["continuous", "chunked_prefill"])
+def test_a_sequence_that_outgrows_the_kv_is_served_until_it_does(engine, policy):
+    # prompt 177 fits (12 blocks); prompt + output - 1 = 391 tokens would need 25 of the 20 blocks.
+    # The step that emits output token j + 1 computes 177 + j tokens: j + 1 <= 320 - 177 + 1 = 144
+    res = simulate(tiny(engine, **{"policy.name": policy, "workload.num_requests": 1}), specs=specs([(0.0, 177, 215)]))
+    r, s = res.requests, res.summary
+    assert (s["completed"], s["rejected"], s["unfinished"]) == (0, 1, 0)
+    assert r["status"][0] == "rejected" and r["output_tokens"][0] == 215
+    assert "outgrew the KV cache while decoding, after 144 of its 215 output tokens" in r["reason"][0]
+    # served until then: its first token came, and 144 steps (a prefill and 143 decodes) ran
+    assert not math.isnan(r["first_token_s"][0]) and r["finish_s"][0] > r["first_token_s"][0]
+    assert len(res.steps["start_s"]) == 144
+    # before, it was rejected at arrival, never scheduled; a prompt that cannot fit still is
+    res2 = simulate(tiny(engine, **{"policy.name": policy, "workload.num_requests": 1}), specs=specs([(0.0, 321, 5)]))
+    assert res2.summary["rejected"] == 1 and "its prompt of 321 tokens needs 21 KV blocks" in res2.requests["reason"][0]
+    assert math.isnan(res2.requests["first_token_s"][0]) and len(res2.steps["start_s"]) == 0
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_it_preempts_others_as_it_grows_and_every_request_is_accounted_for(engine):
+    # A (100 + 250: 22 blocks whole) emits 221 tokens at most; B (100 + 200: 19 blocks) fits alone.
+    # Together they outgrow the 20 blocks: B, the newest, is preempted, A runs to its 221st token
+    # and ends rejected, and B comes back, is recomputed and completes.
+    rows = [(0.0, 100, 250), (0.0, 100, 200)]
+    res = simulate(tiny(engine), specs=specs(rows))
+    r, s = res.requests, res.summary
+    assert list(r["status"]) == ["rejected", "completed"]
+    assert "after 221 of its 250 output tokens" in r["reason"][0]
+    assert s["preemptions"] == 1 and list(r["preemptions"]) == [0, 1]
+    assert r["finish_s"][1] > r["finish_s"][0]
+    # validate predicts the rejection from the lengths (its count is the run's)
+    pred = predict_rejections(tiny(engine), specs=specs(rows))
+    assert pred["rejected"] == 1 and "outgrew the KV cache" in pred["reasons"][0][0]
+
+
+def test_both_engines_agree_on_a_load_that_outgrows_the_kv():
+    kw = {"memory.num_gpu_blocks": 20, "workload.num_requests": 30,
+          "workload.prompt_tokens": {"dist": "uniform", "min": 16, "max": 200},
+          "workload.output_tokens": {"dist": "uniform", "min": 1, "max": 300}}
+    fast, ref = (simulate(make_scenario(**{**kw, "engine": e})) for e in ("fast", "reference"))
+    s = fast.summary
+    assert s["rejected"] > 0 and s["completed"] + s["rejected"] == 30 and s["preemptions"] > 0
+    for col in ("status", "finish_s", "first_token_s", "preemptions", "reason"):
+        assert np.array_equal(fast.requests[col], ref.requests[col], equal_nan=col.endswith("_s")), col
+    # client-side times (the API server's, on by default): one that ended rejected while decoding
+    # heard of its end after the API server's time too, never before its first token
+    r = fast.requests
+    mid = (r["status"] == "rejected") & ~np.isnan(r["first_token_s"])
+    assert mid.any() and (r["finish_s"][mid] >= r["first_token_s"][mid]).all() and (r["api_s"][mid] > 0).all()
+
+
+def test_validate_says_which_rejections_come_while_decoding(tmp_path, capsys):
+    import yaml
+
+    from servesim.cli.main import main
+
+    sc = make_scenario(**{"memory.num_gpu_blocks": 20, "workload.num_requests": 30,
+                          "workload.prompt_tokens": {"dist": "uniform", "min": 16, "max": 400},
+                          "workload.output_tokens": {"dist": "uniform", "min": 1, "max": 300}})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    pred = predict_rejections(sc)
+    k, g = pred["rejected"], pred["while_decoding"]
+    assert 0 < g < k  # some prompts do not fit at all (over 320 tokens), others outgrow it later
+    assert (f"a run will reject {k} of 30 requests ({k / 30:.1%}) {g} of them while decoding, when their sequence "
+            f"outgrows the KV cache, the other {k - g} before they are served") in out
+    assert simulate(sc).summary["rejected"] == k
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_one_cut_off_before_it_outgrows_the_kv_is_unfinished_with_its_true_length(engine):
+    sc = tiny(engine, **{"workload.num_requests": 1, "workload.duration_s": 0.2})
+    r = simulate(sc, specs=specs([(0.0, 177, 215)])).requests
+    assert r["status"][0] == "unfinished" and r["output_tokens"][0] == 215 and r["reason"][0] == ""
