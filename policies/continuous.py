@@ -563,15 +563,16 @@ class ContinuousPolicy:
             free_at += freed
         return None
 
-    def _waiting_tokens(self, kv, r, budget: int, dropped=None):
+    def _waiting_tokens(self, kv, r, budget: int, dropped=None, pending=None):
         """(computed tokens after prefix-cache hits, cached blocks held, of which idle, tokens to
         schedule) for waiting request ``r`` with ``budget`` tokens left (``dropped``: mappings
-        released by this step's preemptions, ``BlockAllocator.cached_prefix_blocks``)."""
+        released by this step's preemptions; ``pending``: shared blocks the requests scheduled
+        before it in this step map, ``BlockAllocator.cached_prefix_blocks``)."""
         c = r.num_computed_tokens  # 0: waiting requests hold no KV
         held = idle = 0
         if c == 0 and kv.caching and (r.prefix_group >= 0 or r.dropped_tokens):
             # keep at least one token to compute (the step must produce logits)
-            held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // kv.block_size, dropped)
+            held, idle = kv.cached_prefix_blocks(r, (r.num_tokens - 1) // kv.block_size, dropped, pending)
             c = held * kv.block_size
         remaining = r.num_tokens - c
         return c, held, idle, (min(remaining, budget) if self.chunked else remaining)
@@ -661,6 +662,18 @@ class ContinuousPolicy:
                 stop = ("swapped_first", None, budget, free, self.max_num_seqs - n_seqs)
         if all_back:
             kept = int(self.watermark * kv.num_blocks)
+            # (prefix caching) the shared blocks the step's requests map, as vLLM V1 caches a block
+            # when it allocates it, so a request admitted after them in this step hits them: the
+            # full blocks the step fills for prompts being computed (a chunk of a running one, an
+            # admitted one's hits and tokens), and those hit
+            pending = None
+            if kv.caching:
+                pending = set()
+                bs = kv.block_size
+                for r, q in items:
+                    c = r.num_computed_tokens
+                    if r.prefix_group >= 0 and c < r.prefix_tokens:
+                        pending.update(kv.shared_keys(r, c // bs, (c + q) // bs))
             skip = self.skips_unfit
             skipped = None  # (skip: the first prompt set aside for the budget, with what was left then)
             # (once one is set aside, a later one whose whole prompt exceeds the tokens left is set aside
@@ -674,7 +687,7 @@ class ContinuousPolicy:
                 if n_seqs >= self.max_num_seqs:
                     stop = ("max_num_seqs", r, budget, free, 0)
                     break
-                c, held, idle, q = self._waiting_tokens(kv, r, budget, dropped)
+                c, held, idle, q = self._waiting_tokens(kv, r, budget, dropped, pending)
                 if q > budget or q == 0:
                     if not self.chunked and q <= self.max_num_batched_tokens and not admitted and not swap_in \
                             and skipped is None:
@@ -701,6 +714,8 @@ class ContinuousPolicy:
                 admitted.append(r)
                 if c:  # a prefix-cache hit
                     hits.append((r, c))
+                if pending is not None and r.prefix_group >= 0:
+                    pending.update(kv.shared_keys(r, 0, (c + q) // kv.block_size))
             if stop is None and skipped is not None:  # (only prompts set aside are left: they wait for tokens)
                 stop = skipped
         return swap_in, admitted, hits, blocked, stop

@@ -185,10 +185,14 @@ class BlockAllocator:
         per, ids = tags
         return (ids[((j + 1) * self.block_size - 1) // per], j)
 
-    def cached_prefix_blocks(self, req, max_blocks: int | None = None, dropped=None) -> tuple[int, int]:
+    def cached_prefix_blocks(self, req, max_blocks: int | None = None, dropped=None,
+                             pending=None) -> tuple[int, int]:
         """(leading prefix blocks of ``req`` found in the cache, up to ``max_blocks``; how many of
         those nobody maps now, or nobody would once the mappings counted in ``dropped`` (cache
-        key -> mappings, of requests to be preempted first: ``mappings``) were released)."""
+        key -> mappings, of requests to be preempted first: ``mappings``) were released).
+        ``pending``: the keys of shared blocks that requests scheduled earlier in the same step
+        map (hit, or fill and so cache, as vLLM V1 caches a block when it allocates it for tokens
+        the step computes): found too, mapped by them (never idle)."""
         pb = self._prefix_blocks(req)
         if max_blocks is not None:
             pb = min(pb, max_blocks)
@@ -196,6 +200,9 @@ class BlockAllocator:
         g, tags, key = req.prefix_group, req.block_tags, self.key
         while hits < pb:
             k = (g, hits) if tags is None else key(g, tags, hits)
+            if pending and k in pending:
+                hits += 1
+                continue
             rc = self.cache.get(k)
             if rc is None:
                 break
@@ -219,6 +226,12 @@ class BlockAllocator:
         ``dropped``: mappings released before it, as ``cached_prefix_blocks``)."""
         cache, dropped = self.cache, dropped or {}
         return req.kv_blocks - sum(1 for k in self.mappings(req) if cache[k] - dropped.get(k, 0) > 1)
+
+    def shared_keys(self, req, lo: int, hi: int) -> list:
+        """The cache keys of ``req``'s shared (prefix) blocks ``lo`` to ``hi`` - 1 (``hi`` capped at
+        its shared prefix's full blocks; none without prefix caching)."""
+        hi = min(hi, self._prefix_blocks(req))
+        return self._keys(req.prefix_group, req.block_tags, range(lo, hi)) if hi > lo else []
 
     def mappings(self, req) -> list:
         """The cache keys of the shared (prefix) blocks ``req`` maps: what freeing it releases."""
