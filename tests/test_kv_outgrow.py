@@ -87,8 +87,13 @@ def test_validate_says_which_rejections_come_while_decoding(tmp_path, capsys):
     pred = predict_rejections(sc)
     k, g = pred["rejected"], pred["while_decoding"]
     assert 0 < g < k  # some prompts do not fit at all (over 320 tokens), others outgrow it later
-    assert (f"a run will reject {k} of 30 requests ({k / 30:.1%}) {g} of them while decoding, when their sequence "
+    assert (f"a run will reject {k} of 30 requests ({k / 30:.1%}), {g} of them while decoding, when their sequence "
             f"outgrows the KV cache, the other {k - g} before they are served") in out
+    # their reasons group as one (the request's own counts read N), as the run's summary groups them
+    grown = [(r, c) for r, c in pred["reasons"] if "outgrew" in r]
+    assert grown == [("its sequence outgrew the KV cache while decoding, after N of its N output tokens: prompt + "
+                      "output = N tokens needs N KV blocks; the replica has 20 in all (the engine cannot know the "
+                      "output length at arrival; give the replica more KV memory)", g)]
     assert simulate(sc).summary["rejected"] == k
 
 

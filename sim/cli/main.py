@@ -558,10 +558,10 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         n, k, g = pred["requests"], pred["rejected"], pred["while_decoding"]
         top = "; ".join(f"{c} x {r}" for r, c in pred["reasons"])
         when = "before they are served" if not g else (
-            f"{g:,} of them while decoding, when their sequence outgrows the KV cache"
+            f", {g:,} of them while decoding, when their sequence outgrows the KV cache"
             + (" (fewer if workload.duration_s ends the run first)" if scenario.workload.duration_s else "")
             + (f", the other {k - g:,} before they are served" if k > g else ""))
-        text = (f"a run will reject {k:,} of {n:,} requests ({k / n:.1%}) {when} (checked on the "
+        text = (f"a run will reject {k:,} of {n:,} requests ({k / n:.1%}){'' if g else ' '}{when} (checked on the "
                 f"workload's own requests): {top}")
         # (a warning from the share the run's own rejections warning names on, a note below it)
         lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")

@@ -43,7 +43,7 @@ def reason_key(reason: str) -> str:
     """A rejection reason with the request's own token and block counts replaced by N, so the
     reasons of one rule group together; admission control's, also the queue it found, the replica
     and the predicted TTFT (each shed request's own: the rule and its limit are kept)."""
-    key = re.sub(r"(= |needs |prompt of |output of )\d+", r"\1N", str(reason))
+    key = re.sub(r"(= |needs |prompt of |output of |after |of its )\d+", r"\1N", str(reason))
     if key.startswith("admission: "):
         key = re.sub(r"\d+ (requests|prompt tokens) already wait on replica \d+", r"N \1 already wait on a replica",
                      key)
