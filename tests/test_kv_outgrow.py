@@ -102,3 +102,17 @@ def test_one_cut_off_before_it_outgrows_the_kv_is_unfinished_with_its_true_lengt
     sc = tiny(engine, **{"workload.num_requests": 1, "workload.duration_s": 0.2})
     r = simulate(sc, specs=specs([(0.0, 177, 215)])).requests
     assert r["status"][0] == "unfinished" and r["output_tokens"][0] == 215 and r["reason"][0] == ""
+
+
+def test_a_p_d_request_rejected_at_the_door_keeps_its_true_output_length():
+    # A P/D split caps a request whose decode outgrows a decode replica's KV (221 of 250 tokens)
+    # before its admission rules; one they then reject never ran: requests.csv has its true length
+    kw = {**SYNC, "policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
+          "policy.link": {"type": "inter_node", "bandwidth_gbps": 400}, "memory.num_gpu_blocks": BLOCKS,
+          "policy.watermark": 0.0, "workload.num_requests": 3, "policy.admission": {"max_queue": 1}}
+    res = simulate(make_scenario(**kw), specs=specs([(0.0, 100, 250)] * 3))
+    r = res.requests
+    assert list(r["status"]) == ["rejected"] * 3
+    assert "outgrew the KV cache while decoding, after 221 of its 250" in r["reason"][0]
+    assert all("admission" in x for x in r["reason"][1:])
+    assert list(r["output_tokens"]) == [250, 250, 250]

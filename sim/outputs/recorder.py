@@ -127,6 +127,8 @@ class Recorder:
         self.requests.append(req)
 
     def reject(self, req, reason: str) -> None:
+        if req.outgrown:  # (capped for a decode that outgrows the KV, rejected before: its true length)
+            req.output_tokens = req.outgrown
         req.status = "rejected"
         req.reason = reason
         self.rejected += 1
@@ -136,7 +138,6 @@ class Recorder:
 
     def complete(self, req) -> None:
         if req.outgrown:  # its last token before its sequence outgrew the KV cache: ended, not completed
-            req.output_tokens = req.outgrown
             self.reject(req, req.reason)
             return
         req.status = "completed"
