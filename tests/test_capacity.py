@@ -933,6 +933,12 @@ def test_the_requests_a_deployment_holds_at_once_come_from_its_batch_cap_or_its_
     # a P/D split's requests stay longest on its decode replicas
     n, what = held(**{"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 2}})
     assert (n, what) == (512, "2 decode replicas x max_num_seqs 256")
+    # hardware.pp with pp_overlap: each replica's pp virtual engines take max_num_seqs each, in 1/pp of its KV
+    n, what = held(**{"hardware.pp": 2})
+    assert n == 512 and "2 virtual engines" in what
+    assert held(**{"hardware.pp": 2, "hardware.pp_overlap": False})[0] == 256
+    one, two = held(**{"memory.num_gpu_blocks": 100})[0], held(**{"hardware.pp": 2, "memory.num_gpu_blocks": 100})[0]
+    assert two <= one + 1  # (the same blocks, shared: no more whole requests than one engine holds, but for rounding)
 
 
 def test_probes_of_on_off_bursts_span_two_periods_not_eight(tmp_path):

@@ -226,13 +226,18 @@ class Search:
         setup = prepare(sc)
         pool = setup.pools_by_name.get("decode", setup.pools[0])
         whole = float(np.mean(stats.prompt_total + stats.output)) if len(stats.output) else 0.0
-        fit = pool.capacity.num_blocks * pool.capacity.block_size / whole if whole > 0 else math.inf
+        # (hardware.pp with pp_overlap: each replica's pp virtual engines schedule up to max_num_seqs
+        # each, in 1/pp of its KV blocks, as the cluster builds them)
+        ve = pool.cost_model.pp if pool.cost_model.pp > 1 and sc.hardware.pp_overlap else 1
+        fit = (pool.capacity.num_blocks // ve) * pool.capacity.block_size / whole if whole > 0 else math.inf
         seqs = max(1, math.floor(min(pool.max_num_seqs, fit)))
         where = f"{pool.replicas} {pool.name} replica{'s' if pool.replicas != 1 else ''}" if pool.name != "colocated" \
             else f"{pool.replicas} replica{'s' if pool.replicas != 1 else ''}"
+        if ve > 1:
+            where += f" x {ve} virtual engines (hardware.pp with pp_overlap)"
         what = f"max_num_seqs {seqs}" if pool.max_num_seqs <= fit else \
             f"{seqs}, the whole requests ({whole:.0f} tokens on average) its KV cache holds"
-        return pool.replicas * seqs, f"{where} x {what}"
+        return pool.replicas * ve * seqs, f"{where} x {what}"
 
     def probe(self, rates) -> None:
         rates = [float(f"{r:.6g}") for r in rates if float(f"{r:.6g}") not in self.results]
