@@ -149,3 +149,24 @@ def test_a_flag_names_the_base_10_rule(argv, capsys):
     assert main(argv) == 2
     err = _err(capsys)
     assert f"argument {argv[-2]}:" in err and "base 10" in err
+
+
+@pytest.mark.parametrize("text, value", [("-.5", -0.5), ("+.5", 0.5), ("+.25e+1", 2.5)])
+def test_a_signed_number_with_a_leading_dot_reads_as_in_a_trace(tmp_path, text, value):
+    """-.5 and +.5 were text in a scenario (YAML 1.1's float has no sign before a leading dot), the
+    error saying 'write it without quotes' of a value written without them, while a trace cell and
+    a flag read the number; written back, such a text stays text."""
+    from servesim.inputs.overrides import with_values
+    from servesim.inputs.scenario import load_scenario, scenario_from_dict
+    from servesim.inputs.schema import dump_yaml, load_yaml
+    from tests.conftest import BASE
+
+    assert load_yaml(f"a: {text}")["a"] == value == float(text)
+    assert load_yaml(dump_yaml({"a": text}))["a"] == text
+    sc = scenario_from_dict(with_values(BASE, {"workload.arrival": {"process": "sinusoidal", "rate_rps": 4,
+                                                                    "period_s": 60}}))
+    p = tmp_path / "s.yaml"
+    p.write_text(dump_yaml(with_values(BASE, {"workload.arrival": {"process": "sinusoidal", "rate_rps": 4,
+                                                                   "period_s": 60, "phase_s": 7}}))
+                 .replace("phase_s: 7", f"phase_s: {text}"))
+    assert load_scenario(str(p)).workload.arrival.phase_s == value != sc.workload.arrival.phase_s

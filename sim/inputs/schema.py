@@ -182,9 +182,10 @@ _INT = re.compile(r"^[-+]?[0-9]+(?:_[0-9]+)*$")
 # any reader of the file to take it as text.
 _ANY_INT = re.compile(r"^[-+]?(?:0b[01_]*[01][01_]*|0o[0-7_]*[0-7][0-7_]*"
                       r"|0x[0-9a-fA-F_]*[0-9a-fA-F][0-9a-fA-F_]*|[0-9][0-9_]*)$")
-# YAML 1.1's floats less its base-60 form (1:40.5 read as 100.5)
+# YAML 1.1's floats less its base-60 form (1:40.5 read as 100.5), and a sign before a leading dot
+# (-.5, +.5: YAML 1.2 reads them, as a trace cell and a flag do; 1.1 read text, "write it without quotes")
 _FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
                     |[-+]?\.(?:inf|Inf|INF)
                     |\.(?:nan|NaN|NAN))$""", re.X)
 
@@ -216,6 +217,7 @@ class _Dumper(yaml.SafeDumper):
 _Dumper.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeDumper.yaml_implicit_resolvers.items()}
 _Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_E, list("-+0123456789"))
 _Dumper.add_implicit_resolver("tag:yaml.org,2002:int", _ANY_INT, list("-+0123456789"))
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))  # (text -.5 quoted)
 
 
 def dump_yaml(data, **kw) -> str:
