@@ -144,3 +144,22 @@ def test_a_sweeps_table_quotes_its_grid_values_whole(tmp_path, capsys):
                  "--workers", "1", "--quiet"]) == 0
     table = capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]
     assert [line.split()[1] for line in table] == ["12.25", "12.24"]
+
+
+def test_sweep_points_of_two_swept_values_are_told_apart_in_a_caveat(tmp_path):
+    """A sweep over two fields names each point by both values ("rate_rps=40, replicas=1"): two
+    such points joined by ", " read as four ("rate_rps=40, replicas=1, rate_rps=40, replicas=2
+    did not keep up"). Points whose names hold a comma are joined by "; "; one-value names keep ", "."""
+    from servesim.outputs.verdicts import run_warning_caveats, study_warnings
+
+    rate, reps = "workload.arrival.rate_rps", "cluster.replicas"
+    hol = [{"code": "head_of_line", "message": "a prompt waited"}]
+    rows = [{"point": i, rate: 40.0, reps: n, "status": "ok", "keep_up": 0.5, "seed": 0,
+             "dir": _run(tmp_path, str(i), hol)} for i, n in enumerate((1, 2))]
+    (w,) = [w for w in study_warnings(rows) if w["code"] == "not_keeping_up"]
+    assert w["message"].startswith("rate_rps=40, replicas=1; rate_rps=40, replicas=2 did not keep up")
+    [text] = run_warning_caveats(rows, tmp_path)
+    assert "(rate_rps=40, replicas=1 (seed 0); rate_rps=40, replicas=2 (seed 0))" in text
+    one = [{"point": i, rate: r, "status": "ok", "keep_up": 0.5} for i, r in enumerate((30.0, 40.0))]
+    (w,) = [w for w in study_warnings(one) if w["code"] == "not_keeping_up"]
+    assert w["message"].startswith("rate_rps=30, rate_rps=40 did not keep up")

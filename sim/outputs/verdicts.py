@@ -283,6 +283,13 @@ def values_name(values: dict, key: str = "label") -> str:
     return ", ".join(f"{s if short.count(s) == 1 else k}={given_text(v)}" for (k, v), s in zip(values.items(), short))
 
 
+def names_text(names: list) -> str:
+    """Names of study points in a list: ", " between them, or "; " when a name holds ", " itself
+    (a sweep point of two swept values, "rate_rps=40, replicas=1"), else two points of two values
+    read as four ("rate_rps=40, replicas=1, rate_rps=40, replicas=2")."""
+    return ("; " if any(", " in n for n in names) else ", ").join(names)
+
+
 def _row_name(r: dict, key: str) -> str:
     """A results row as a warning names it: its label and rate (as written when it is no number: a
     sweep point that failed on it), or a sweep's row its swept values (``values_name``; it said
@@ -333,10 +340,10 @@ def study_warnings(rows: list, key: str = "label") -> list:
                "results.csv keep_up"
         msg = []
         if grew:
-            msg.append(f"{', '.join(_row_name(r, key) for r in grew)} did not keep up ({what}): the backlog grew "
+            msg.append(f"{names_text([_row_name(r, key) for r in grew])} did not keep up ({what}): the backlog grew "
                        "through the run, so those latencies depend on the run's length rather than settling")
         if unsure:
-            msg.append(f"{', '.join(_row_name(r, key) for r in unsure)} fell as short ({what}), but their runs are too "
+            msg.append(f"{names_text([_row_name(r, key) for r in unsure])} fell as short ({what}), but their runs are too "
                        "short to tell whether they keep up: with no queue at all, their own arrivals and service "
                        "times make that shortfall by themselves (keep_up_warmup); more requests tell")
         out.append({"code": "not_keeping_up", "message": "; ".join(msg)})
@@ -372,9 +379,10 @@ def _run_names(runs: list) -> str:
         by.setdefault(name, [])
         if seed is not None and seed not in by[name]:
             by[name].append(seed)
+    sep = "; " if any(", " in n for n in by) else ", "  # (names_text: a name of two swept values holds ", ")
     names = [n + (f" (seed{'s' if len(sd) > 1 else ''} {', '.join(map(str, sd))})" if sd else "")
              for n, sd in by.items()]
-    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return sep.join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def run_warning_caveats(rows: list, out_dir, key: str = "label") -> list:
