@@ -343,9 +343,9 @@ def study_warnings(rows: list, key: str = "label") -> list:
             msg.append(f"{names_text([_row_name(r, key) for r in grew])} did not keep up ({what}): the backlog grew "
                        "through the run, so those latencies depend on the run's length rather than settling")
         if unsure:
-            msg.append(f"{names_text([_row_name(r, key) for r in unsure])} fell as short ({what}), but their runs are too "
-                       "short to tell whether they keep up: with no queue at all, their own arrivals and service "
-                       "times make that shortfall by themselves (keep_up_warmup); more requests tell")
+            msg.append(f"{names_text([_row_name(r, key) for r in unsure])} fell as short ({what}), but their runs "
+                       "are too short to tell whether they keep up: with no queue at all, their own arrivals and "
+                       "service times make that shortfall by themselves (keep_up_warmup); more requests tell")
         out.append({"code": "not_keeping_up", "message": "; ".join(msg)})
     if rows and not any(r.get("seeds") for r in rows) and len({r.get(key) for r in rows}) > 1:
         out.append({"code": "one_seed",
