@@ -865,7 +865,7 @@ SPF = "policy.name=shortest_prompt_first:ShortestPromptFirst"
 
 @pytest.mark.parametrize("sets, good, says", [
     (["policy.name=badplugins:Raises"], [SPF], r"policy badplugins:Raises: next_batch raised ValueError: my bug \(.*"
-     r"badplugins.py, line \d+\) \(validate's dry run of the workload's first 8"),
+     r"badplugins.py, line \d+\) \(validate's dry run of the workload's first 200"),
     (["policy.name=badplugins:ReturnsNone"], [SPF], "policy badplugins:ReturnsNone: next_batch returned None"),
     (["policy.name=badplugins:PastThePrompt"], [SPF], "policy badplugins:PastThePrompt: schedules"),
     (["cluster.replicas=2", "cluster.router=badplugins:RouterRaises"],
@@ -899,6 +899,55 @@ def test_validate_runs_a_plugin_policy_or_router_on_a_few_requests(tmp_path, mon
         assert ": ok (" not in out, out
         assert re.match(f"servesim: error: {re.escape(scenario)}: {says}", err), err
         assert "Traceback" not in err
+
+
+AT_50TH = '''
+from servesim.policies.continuous import ContinuousPolicy
+
+
+class Router50:
+    """routes round robin; its 50th call raises"""
+    reads_state = False
+
+    def __init__(self, rng):
+        self.calls = 0
+
+    def __call__(self, replicas, request):
+        self.calls += 1
+        if self.calls == 50:
+            raise ValueError("my 50th call")
+        return self.calls % len(replicas)
+
+
+class Policy50(ContinuousPolicy):
+    """continuous batching; the 50th next_batch of a replica raises"""
+    def next_batch(self, state):
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls == 50:
+            raise ValueError("my 50th call")
+        return ContinuousPolicy.next_batch(self, state)
+'''
+
+
+@pytest.mark.parametrize("sets, says", [
+    (["cluster.replicas=2", "cluster.router=at50:Router50"], "router at50:Router50: its call raised ValueError"),
+    (["policy.name=at50:Policy50"], "policy at50:Policy50: next_batch raised ValueError"),
+])
+def test_validate_dry_run_reaches_a_plugins_50th_call(tmp_path, monkeypatch, capsys, sets, says):
+    """validate's dry run ran the workload's first 8 requests: a router that broke on its 50th
+    call (a policy on its 50th step, which the few steps of 8 requests never reach) was 'ok',
+    exit 0, and the run stopped on it. The dry run now runs the first 200: the error, exit 2."""
+    from servesim.cli.main import main
+
+    (tmp_path / "at50.py").write_text(AT_50TH)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scenario = str(ROOT / "scenarios" / "default.yaml")
+    args = [x for s in sets for x in ("--set", s)]
+    assert main(["validate", *args, "--set", "workload.num_requests=300", scenario]) == 2
+    out, err = capsys.readouterr()
+    assert ": ok (" not in out and "Traceback" not in err
+    assert re.match(f"servesim: error: {re.escape(scenario)}: {says}: my 50th call .*\\(validate's dry run of the "
+                    "workload's first 200 requests\\)", err), err
 
 
 def test_validate_warns_of_a_plugin_that_breaks_only_in_its_load_probe(tmp_path, monkeypatch, capsys):
