@@ -415,8 +415,9 @@ def add_api_server(req_cols: dict, engine: EngineSetup, until_s: float | None = 
     ``api_s`` column: the time added to ``finish_s`` (completed), to ``first_token_s`` (unfinished
     after their first token; to ``finish_s`` too for those rejected while decoding, their
     sequence outgrowing the KV cache: the client hears of the error then), else empty. With a
-    cut-off ``until_s`` (``workload.duration_s``), a request the engine finished whose response
-    reaches the client after it is unfinished (the client has not heard of its end by then)."""
+    cut-off ``until_s`` (``workload.duration_s``), a request the engine finished (or ended rejected
+    while decoding) whose response reaches the client after it is unfinished (the client has not
+    heard of its end by then)."""
     status = req_cols["status"]
     first, fin = req_cols["first_token_s"], req_cols["finish_s"]
     api = np.full(len(status), np.nan)
@@ -427,6 +428,13 @@ def add_api_server(req_cols: dict, engine: EngineSetup, until_s: float | None = 
             status[late] = "unfinished"
             fin[late] = np.nan
             done &= ~late
+        # (rejected while decoding, its sequence outgrowing the KV: the client hears of the error
+        # api_request_s after the engine ended it, and not by the cut-off either)
+        late = (status == "rejected") & ~np.isnan(first) & (fin + engine.api_request_s > until_s)
+        if late.any():
+            status[late] = "unfinished"
+            fin[late] = np.nan
+            req_cols["reason"][late] = ""
     started = ~done & ~np.isnan(first)
     api[done] = engine.api_s(req_cols["output_tokens"][done].astype(float))
     api[started] = engine.api_request_s

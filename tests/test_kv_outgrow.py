@@ -116,3 +116,20 @@ def test_a_p_d_request_rejected_at_the_door_keeps_its_true_output_length():
     assert "outgrew the KV cache while decoding, after 221 of its 250" in r["reason"][0]
     assert all("admission" in x for x in r["reason"][1:])
     assert list(r["output_tokens"]) == [250, 250, 250]
+
+
+def test_one_whose_error_reaches_the_client_after_the_cut_off_is_unfinished():
+    # as a completed request whose response reaches the client after workload.duration_s: the
+    # engine ends it rejected, but the client hears of it api_request_s later, past the cut-off
+    one = specs([(0.0, 177, 215)])
+    engine_end = simulate(tiny("fast", **{"workload.num_requests": 1}), specs=one).requests["finish_s"][0]
+    kw = {"workload.num_requests": 1, "cost.api_server": True}
+    api = simulate(tiny("fast", **kw), specs=one).requests["api_s"][0]
+    assert api > 0
+    res = simulate(tiny("fast", **kw, **{"workload.duration_s": engine_end + api / 2}), specs=one)
+    r = res.requests
+    assert (r["status"][0], r["reason"][0], r["output_tokens"][0]) == ("unfinished", "", 215)
+    assert math.isnan(r["finish_s"][0]) and (res.summary["rejected"], res.summary["unfinished"]) == (0, 1)
+    # heard by the cut-off: rejected, at the client's time
+    r = simulate(tiny("fast", **kw, **{"workload.duration_s": engine_end + 2 * api}), specs=one).requests
+    assert r["status"][0] == "rejected" and r["finish_s"][0] == pytest.approx(engine_end + api)
