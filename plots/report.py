@@ -668,7 +668,9 @@ def _build(path: Path, bar: Phases) -> Path:
         md += _run_verdict(s)
     else:
         ran = sum(1 for r in data["rows"] if r["status"] == "ok")
-        md += [f"A {data['kind']} of `{meta.get('scenario', '?')}` ({ctx.model} on {ctx.gpu}"
+        # (sweep.json's scenario may be null, as its reader allows: the header read "A sweep of `None`")
+        of = f"`{meta['scenario']}`" if meta.get("scenario") else "a scenario sweep.json does not name"
+        md += [f"A {data['kind']} of {of} ({ctx.model} on {ctx.gpu}"
                # (a capacity search's points are its probes, each on one seed)
                + ((f", one search on each of {ctx.seeds} seeds" if data["kind"] == "capacity" else
                    f", {ctx.seeds} seeds per point") if ctx.seeds > 1 else "") + f"): {len(data['rows'])} points, "

@@ -372,6 +372,11 @@ def test_report_on_an_edited_sweep_json_names_the_field(tmp_path, capsys, field,
     # as servesim writes it (a capacity search without fixed seeds writes null), it is read
     (out / "sweep.json").write_text(json.dumps({"kind": "compare", "scenario": "test", "seeds": None, "notes": []}))
     assert main(["report", str(out), "--quiet"]) == 0
+    # a null scenario (its reader takes it) headed the report "A compare of `None`"
+    (out / "sweep.json").write_text(json.dumps({"kind": "compare", "scenario": None, "notes": []}))
+    assert main(["report", str(out), "--quiet"]) == 0
+    head = (out / "report.md").read_text().splitlines()[2]
+    assert head.startswith("A compare of a scenario sweep.json does not name (") and "None" not in head
 
 
 def test_a_sweep_point_that_failed_on_a_rate_that_is_no_number_is_reported(tmp_path, capsys):
