@@ -105,7 +105,7 @@ def cmd_sweep(args) -> int:
     res = run_sweep(args.scenario, args.grid, args.out, args.set or [], args.seed, ex, args.seeds)
     rows = res.rows
     print(format_table(with_slo_verdicts(rows), ["point", *res.grid, *SUMMARY_COLS], given=res.grid))
-    print(slo_rule(_has_classes(res.points)))
+    print(f"\n{slo_rule(_has_classes(res.points))}")  # (the table alone above its blank line)
     failed = sum(1 for r in rows if r["status"] != "ok")
     runs = f" (runs: {args.seeds} seeds per point)" if args.seeds > 1 else ""
     print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
