@@ -1083,3 +1083,24 @@ def test_sessions_whose_turns_arrive_faster_through_a_short_run_are_not_read_as_
                                         "workload.num_requests=600"], seed=1)).summary
     keep = s["workload"]["keep_up"]
     assert keep["ratio"] < 0.9 and keep["warmup"] > 0 and not fell_behind(s)
+
+
+def test_validate_does_not_say_rejections_are_not_predicted_beside_a_shedding_prediction(tmp_path, capsys):
+    """Sessions in a closed loop behind max_queue=2: validate printed "rejections: not predicted
+    (...)" and on the next line "warning: a run will reject 37 of 60 requests ... in
+    policy.admission", two lines that read as contradicting each other. What it cannot predict is
+    the rejections by the requests' lengths (their lengths are drawn as the run goes); the line
+    says so, and the shedding line gives the run's own count."""
+    sc = make_scenario(**{"workload.num_requests": 60,
+                          "workload.arrival": {"process": "closed_loop", "clients": 32, "think_time_s": 0.0,
+                                               "reject_wait_s": 0.2},
+                          "workload.sessions": {"turns": {"dist": "uniform", "min": 2, "max": 4},
+                                                "think_time_s": 0.5},
+                          "policy.admission": {"max_queue": 2}})
+    s = simulate(sc).summary
+    assert s["rejected"] > 0
+    lines = _validate_lines(tmp_path, capsys, sc)
+    shed = [x for x in lines if "a run will reject" in x]
+    assert len(shed) == 1 and f"reject {s['rejected']:,} of 60 requests" in shed[0] and "policy.admission" in shed[0]
+    (none,) = [x for x in lines if "not predicted" in x]
+    assert none.startswith("  rejections: not predicted from the requests' lengths")

@@ -566,8 +566,10 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         # (a warning from the share the run's own rejections warning names on, a note below it)
         lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")
     elif pred is None:
-        lines.append("  rejections: not predicted (multi-turn workloads, and closed-loop ones without "
-                     "workload.num_requests, draw their lengths as they run)")
+        # (by the lengths alone: admission's shedding is replayed below, and said apart)
+        lines.append("  rejections: not predicted from the requests' lengths (the KV cache's, the context's and the "
+                     "token budget's rules: multi-turn workloads, and closed-loop ones without workload.num_requests, "
+                     "draw their lengths as they run)")
     clip = predict_clipped(scenario, setup, lengths)
     if clip and clip["clipped"]:
         k, n = clip["clipped"], clip["requests"]
