@@ -981,3 +981,20 @@ def test_the_report_on_a_capacity_search_carries_its_filling_warning(searched, t
         assert line.startswith("**Capacity:")
         assert line.endswith("**Warning:** On 1 of 2 seeds (seed 0): the keep-up rule ... rerun with "
                              "--probe-requests 1100.")
+
+
+def test_a_percentile_or_mean_that_takes_in_a_request_never_completed_reads_never():
+    """Rejected or unfinished requests count as never served (``_BIG``): a p99 over 300 probe
+    requests with 3 rejected fell between the last finite sample and ``_BIG`` (np.percentile
+    interpolates), 1e16 s, under the "never" cut, so capacity printed ttft_p99 as 1e+19 ms beside
+    probes that read inf; the mean of any never-served request likewise. Both now read never (inf
+    in results.csv and the table); a percentile the late requests do not reach is unchanged."""
+    from servesim.studies.capacity import _BIG, _stat
+
+    served = np.linspace(0.1, 0.5, 297)
+    x = np.concatenate([served, np.full(3, _BIG)])
+    assert _stat(x, "p99") >= _BIG / 10 and _stat(x, "mean") >= _BIG / 10
+    assert _stat(x, "p90") == pytest.approx(float(np.percentile(x, 90))) and _stat(x, "p90") < 1
+    assert _stat(served, "p99") == pytest.approx(float(np.percentile(served, 99)))
+    assert _stat(served, "mean") == pytest.approx(float(served.mean()))
+    assert _stat(np.full(3, _BIG), "p50") >= _BIG / 10
