@@ -15,7 +15,8 @@ Markers, HTML comments on the lines right above a fence (invisible on the page):
 
 - ``<!-- not-run: REASON -->``: not run (installs, the test suite itself, long studies);
 - ``<!-- slow: REASON -->``: run only by ``pytest -m slow``;
-- ``<!-- quick: ARGS -->``: append ARGS to the block's servesim commands instead of ``QUICK``;
+- ``<!-- quick: ARGS -->``: append ARGS to the block's servesim commands instead of ``QUICK``
+  (an option both give, but ``--set``, takes ARGS' value: the command's own is dropped);
 - ``<!-- file: NAME -->``: write the block to NAME in the page's working folder instead of
   running it (a scenario, GPU file or module a later block uses);
 - ``<!-- output-of: ARGS -->`` on a ``text`` block: the block is what ``servesim ARGS`` prints
@@ -147,6 +148,24 @@ def run_servesim(argv: list[str], where: str) -> None:
     assert rc == 0, f"{where}: servesim {shlex.join(argv)} exited {rc}:\n{err.getvalue()[-2000:]}"
 
 
+def _without(words: list[str], extra: list[str]) -> list[str]:
+    """``words`` less the options ``extra`` gives again (each with its value): the quick setting
+    replaces the page's (plan refuses a list flag given twice: --gpus a,b --gpus a)."""
+    # (an option followed in ``extra`` by a value takes one; a switch such as --quiet none, so the
+    # scenario after a page's own --quiet stays)
+    takes = {w.split("=", 1)[0]: "=" in w or (k + 1 < len(extra) and not extra[k + 1].startswith("--"))
+             for k, w in enumerate(extra) if w.startswith("--") and w.split("=", 1)[0] != "--set"}  # (--set adds)
+    out, i = [], 0
+    while i < len(words):
+        name = words[i].split("=", 1)[0]
+        if words[i].startswith("--") and name in takes:
+            i += 2 if takes[name] and "=" not in words[i] else 1
+            continue
+        out.append(words[i])
+        i += 1
+    return out
+
+
 def run_bash(block: Block, work: Path) -> int:
     """Run a bash block's servesim commands; returns how many ran."""
     quick = shlex.split(block.markers["quick"]) if "quick" in block.markers else None
@@ -161,7 +180,7 @@ def run_bash(block: Block, work: Path) -> int:
                 assert words[0] == "servesim", (f"{block.where}: only servesim commands (and cd) run in a bash "
                                                 f"block; mark it <!-- not-run: why --> ({shlex.join(words)})")
                 extra = quick if quick is not None else QUICK.get(words[1], [])
-                run_servesim(words[1:] + extra, block.where)
+                run_servesim(_without(words[1:], extra) + extra, block.where)
                 ran += 1
         finally:
             os.chdir(cwd)
