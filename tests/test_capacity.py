@@ -998,3 +998,22 @@ def test_a_percentile_or_mean_that_takes_in_a_request_never_completed_reads_neve
     assert _stat(served, "p99") == pytest.approx(float(np.percentile(served, 99)))
     assert _stat(served, "mean") == pytest.approx(float(served.mean()))
     assert _stat(np.full(3, _BIG), "p50") >= _BIG / 10
+
+
+def test_capacity_of_sessions_says_its_rate_starts_sessions(tmp_path, capsys):
+    """With workload.sessions the rate searched starts sessions: capacity printed "capacity 7.361
+    req/s" where the deployment served about 15 requests (turns) a second, with no word that the
+    rate was not one of requests. A note before the search says it."""
+    data = {**BASE, "workload": {**BASE["workload"], "num_requests": 40,
+                                 "sessions": {"turns": {"dist": "uniform", "min": 2, "max": 4}, "think_time_s": 0.5}}}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40",
+                 "--max-probes", "2", "--start", "1", "--quiet"]) in (0, 2)
+    err = capsys.readouterr().err
+    assert "workload.arrival.rate_rps starts sessions" in err and "sessions started per second" in err
+    plain = tmp_path / "p.yaml"
+    plain.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 40}}))
+    main(["capacity", str(plain), "--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40",
+          "--max-probes", "2", "--start", "1", "--quiet"])
+    assert "starts sessions" not in capsys.readouterr().err
