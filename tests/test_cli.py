@@ -877,3 +877,24 @@ def test_validate_says_whether_an_engines_prompt_batches_are_padded(tmp_path, ca
     assert main(["validate", write(tmp_path, GOOD), "--set", "policy.prefill_first=true"]) == 0
     out = capsys.readouterr().out  # (vllm-v1 packs its prompts)
     assert "prompt padding" not in out and "padded to their longest prompt" not in out
+
+
+def test_run_prints_the_padded_tokens_it_priced(tmp_path, capsys):
+    """validate says vllm-v0.2.3 pads policy.prefill_first's prompt batches, and the run prices the
+    padding as real tokens (summary.json phases.padding_tokens), but the printed phases line gave
+    prefill and decode tokens alone (docs/outputs.md: prefill / decode / padding tokens), so the
+    padding validate promised was nowhere in what the run printed. It is now, when there is any."""
+    import json
+    import re
+
+    padded = GOOD.replace("slo:", "cost: {engine: vllm-v0.2.3}\nslo:").replace("rate_rps: 5.0", "rate_rps: 40.0")
+    out = tmp_path / "o"
+    assert main(["run", write(tmp_path, padded), "--set", "policy.prefill_first=true", "--out", str(out),
+                 "--outputs", "summary"]) == 0
+    pad = json.loads((out / "summary.json").read_text())["phases"]["padding_tokens"]
+    assert pad > 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("phases")]
+    assert re.search(rf"tokens: prefill \d+, decode \d+, padding {pad};", line)
+    assert main(["run", write(tmp_path, GOOD), "--out", str(tmp_path / "p"), "--outputs", "summary"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("phases")]
+    assert "padding" not in line

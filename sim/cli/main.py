@@ -60,7 +60,10 @@ def format_summary(s: dict) -> str:
     busy = p["prefill_time_s"] + p["decode_time_s"] + p["mixed_time_s"]
     share = (lambda x: 100 * x / busy) if busy else (lambda x: 0.0)
     # tokens count every step; steps are split by kind (mixed steps hold both kinds of tokens)
-    lines += [f"phases        tokens: prefill {p['prefill_tokens']}, decode {p['decode_tokens']}; steps: prefill-only "
+    # (padded tokens, static batching's or vllm-v0.2.3's prompt batches, are priced as real ones: said when any)
+    pad = f", padding {p['padding_tokens']}" if p.get("padding_tokens") else ""
+    lines += [f"phases        tokens: prefill {p['prefill_tokens']}, decode {p['decode_tokens']}{pad}; steps: "
+              f"prefill-only "
               f"{p['prefill_steps']} ({p['prefill_time_s']:.1f} s, {share(p['prefill_time_s']):.0f}% of busy), "
               f"decode-only {p['decode_steps']} ({p['decode_time_s']:.1f} s, {share(p['decode_time_s']):.0f}%), "
               f"mixed {p['mixed_steps']} ({p['mixed_time_s']:.1f} s, {share(p['mixed_time_s']):.0f}%)",
