@@ -534,7 +534,27 @@ def test_validate_replays_shedding_where_rates_show_no_overload(tmp_path, capsys
     assert shed is not None and shed["at_rate"] and shed["whole"] and shed["shed"] == s["rejected"]
     line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
     assert len(line) == 1 and line[0].startswith(f"warning: a run will reject {s['rejected']:,} of 600 requests")
-    assert "at their own arrival times on one replica" in line[0]
+    assert "at their own arrival times on the whole deployment" in line[0]
+
+
+@pytest.mark.parametrize("replicas, arrival", [(2, {"process": "on_off", "rate_rps": 120.0, "on_s": 1.0, "off_s": 9.0}),
+                                               (3, {"process": "poisson", "rate_rps": 55.0})])
+def test_validate_replays_shedding_on_every_replica_with_its_router(tmp_path, capsys, replicas, arrival):
+    """Several replicas behind a per-replica queue limit: the replay ran one replica with the
+    arrival times stretched by the replicas, but the router sends each arrival to the least loaded
+    replica, so the replicas' queues fill together far less often than one replica's (bursty.yaml
+    on two replicas with max_queue=2: 21 of 600 predicted, 3 shed by the run). The replay now runs
+    the whole deployment: the whole run's count is the run's."""
+    from servesim.predictions import predict_shedding
+
+    sc = make_scenario(**{**SHED, "workload.arrival": arrival, "cluster.replicas": replicas},
+                       **{"policy.admission": {"max_queue": 3}})
+    s = simulate(sc).summary
+    assert s["rejected"] > 0
+    shed = predict_shedding(sc)
+    assert shed is not None and shed["at_rate"] and shed["whole"] and shed["shed"] == s["rejected"]
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
+    assert len(line) == 1 and f"a run will reject {s['rejected']:,} of 600 requests" in line[0]
 
 
 def test_validate_predicts_no_shedding_where_the_deployment_keeps_up(tmp_path, capsys):

@@ -704,7 +704,7 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         top = "; ".join(f"{c} x {r}" for r, c in shed["reasons"])
         why = (f"fewer than {OVERLOAD_PROBE_MIN} requests, too few to compare rates" if shed["short"] else
                f"at their own arrival times on "
-               f"{'the whole P/D split' if 'decode' in setup.pools_by_name else 'one replica'}"
+               f"{'the whole P/D split' if 'decode' in setup.pools_by_name else 'the whole deployment'}"
                f", the offered {shed['offered_rps']:.3g} req/s on average not clearly above ({OVERLOAD_MARGIN:g}x) the "
                f"{shed['at_rate']:.3g} req/s validate's load probe completed: rates cannot tell, and bursts fill "
                "the queue at their peak rate"
