@@ -231,6 +231,12 @@ class Context:
         if rate is None and first is not None:
             rate = ((first.scenario.get("workload") or {}).get("arrival") or {}).get("rate_rps")
         self.rate = rate
+        # a closed loop has no rate: its load is its clients (the title said nothing of the load)
+        arrival = ((sc or {}).get("workload") or {}).get("arrival") if isinstance(sc, dict) else None
+        clients = arrival.get("clients") if isinstance(arrival, dict) and arrival.get("process") == "closed_loop" \
+            else None
+        self.loop = (f"closed loop of {clients} clients" if clients is not None
+                     and not any(str(c).endswith("arrival.clients") for c in data["cols"]) else None)
         # the mean arrival rate when it is far from rate_rps (on_off: rate_rps is the burst rate)
         offered = (first.summary.get("workload") or {}).get("offered_rps") if first is not None else None
         self.offered = offered if offered and rate and abs(offered / rate - 1) > 0.2 else None
@@ -304,6 +310,8 @@ class Context:
         if rate and self.rate is not None:
             parts.append(f"{self.rate:.4g} req/s" + (" (none arrived)" if self.none_arrived else
                                                       f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
+        elif rate and self.loop:
+            parts.append(self.loop)
         slo = F.slo_text(*(slo or (self.ttft_slo, self.tpot_slo)))
         if runs_slo and self.class_slos:  # (the top-level limits judge only a class without its own)
             parts.append("SLO per class")

@@ -1094,3 +1094,18 @@ def test_a_compare_whose_runs_had_no_request_says_so_in_its_titles(tmp_path, cap
     assert all(r["num_requests"] == 0 for r in read_results(out / "results.csv"))
     titles = re.findall(r"^!\[(.*)\]", (out / "report.md").read_text(), re.M)
     assert titles and all("0.01 req/s (none arrived)" in t for t in titles)
+
+
+def test_a_closed_loop_runs_figures_state_its_load(tmp_path):
+    """A figure states its load: an open-loop run's titles name its rate, but a closed loop has
+    none, and its titles named the model, GPUs, policy and SLO with no load at all. They name its
+    clients."""
+    import re
+
+    closed = {"process": "closed_loop", "clients": 6, "think_time_s": 0.2}
+    out = tmp_path / "run"
+    simulate(make_scenario(**{"workload.num_requests": 30, "workload.arrival": closed})).write(out)
+    assert main(["report", str(out)]) == 0
+    titles = re.findall(r"!\[([^]]*)\]", (out / "report.md").read_text())
+    assert titles and all("closed loop of 6 clients" in t for t in titles if "timeline" in t.lower())
+    assert any("closed loop of 6 clients" in t for t in titles)
