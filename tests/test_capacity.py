@@ -1017,3 +1017,7 @@ def test_capacity_of_sessions_says_its_rate_starts_sessions(tmp_path, capsys):
     main(["capacity", str(plain), "--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40",
           "--max-probes", "2", "--start", "1", "--quiet"])
     assert "starts sessions" not in capsys.readouterr().err
+    # plan refuses sessions: no note of a rate it will not search, only its refusal
+    assert main(["plan", str(sc), "--rate", "1", "--slo", "ttft_p99=5", "--gpus", "h100-sxm", "--tp", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "starts sessions" not in err and "not closed_loop or sessions" in err

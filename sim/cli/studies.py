@@ -180,7 +180,7 @@ def _limits_text(slo: dict, args) -> str:
 
 def _class_slo_note(args) -> None:
     """``checks.class_slo_note`` on the scenario (with --set / --seed), printed before the search,
-    and, for multi-turn sessions, that the rate searched starts sessions."""
+    and, for capacity over multi-turn sessions, that the rate searched starts sessions."""
     from servesim.outputs.checks import class_slo_note
     from servesim.studies.points import load_base
 
@@ -188,11 +188,12 @@ def _class_slo_note(args) -> None:
     note = class_slo_note(base)
     if note:
         print(f"note: {note}", file=sys.stderr)
-    if isinstance(base.get("workload"), dict) and base["workload"].get("sessions") is not None:
+    if args.command == "capacity" and isinstance(base.get("workload"), dict) \
+            and base["workload"].get("sessions") is not None:  # (plan refuses sessions)
         # (the rate searched starts sessions: "capacity 7.4 req/s" read as requests, where the
         # deployment served 15 turns a second there)
         print("note: with workload.sessions, workload.arrival.rate_rps starts sessions, each sending its turns one "
-              "after another: a rate here (capacity's, plan's --rate) is sessions started per second, not requests "
+              "after another: the rates searched and the capacity are sessions started per second, not requests "
               "(each probe's requests arrive faster: results.csv offered_rps)", file=sys.stderr)
 
 
