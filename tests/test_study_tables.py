@@ -142,9 +142,10 @@ def test_a_sweeps_table_quotes_its_grid_values_whole(tmp_path, capsys):
     out = tmp_path / "sw"
     assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=12.25,12.24", "--out", str(out),
                  "--workers", "1", "--quiet"]) == 0
-    table = capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]
-    assert table[-1].startswith("slo: meets when")  # (the slo column's rule, under the table)
-    assert [line.split()[1] for line in table[:-1]] == ["12.25", "12.24"]
+    blocks = capsys.readouterr().out.split("\n\n")
+    table = blocks[0].splitlines()[1:]
+    assert blocks[1].startswith("slo: meets when")  # (the slo column's rule, after a blank line under the table)
+    assert [line.split()[1] for line in table] == ["12.25", "12.24"]
 
 
 def test_sweep_points_of_two_swept_values_are_told_apart_in_a_caveat(tmp_path):
