@@ -357,6 +357,9 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
         _no_samples(ax, f"no {name} sample at any load: no request completed with one")
         if rates:
             ax.set_xlim(0, max(rates) * 1.1 or 1.0)
+        # (the SLO line alone gave the log axis equal limits: matplotlib warned and widened them)
+        mid_ms = slo_s * 1e3 if slo_s else 100.0
+        ax.set_ylim(mid_ms / 10, mid_ms * 10)
     return _log_latency_axes(ax, slo_s, "offered load (req/s)", f"{name} (ms)", f"{name} vs load")
 
 

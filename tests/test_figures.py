@@ -951,13 +951,17 @@ def test_throughput_latency_bars_stop_at_zero(ax):
     assert legend(ax)[-1] == "bars: 95% interval over seeds (cut at 0)"
 
 
+@pytest.mark.filterwarnings("error::UserWarning")
 def test_load_figures_with_no_latency_sample_say_so(ax):
     """Every request rejected at 4 and 8 req/s: nothing drawn, on an axis of -0.04 to 0.04 req/s
-    (and -0.04 to 0.04 tokens/s), bare. The axes now span the loads and say there is no sample."""
+    (and -0.04 to 0.04 tokens/s), bare. The axes now span the loads and say there is no sample, on
+    a latency axis a decade either side of the SLO (the SLO line alone gave equal limits, which
+    matplotlib warned of)."""
     data = {"a": {"rate": [4, 8], "p50": [None, None], "p99": [None, None], "ok": [False, False]}}
     F.latency_vs_load(data, ax, "ttft", slo_s=1.0)
     assert ax.get_xlim()[0] == 0 and ax.get_xlim()[1] >= 8
     assert [t.get_text() for t in ax.texts] == ["no TTFT sample at any load: no request completed with one"]
+    assert ax.get_ylim() == pytest.approx((100.0, 10000.0))
     fig, ax2 = plt.subplots()
     F.throughput_latency({"a": {"rate": [4, 8], "throughput": [0.0, 0.0], "latency": [None, None],
                                 "ok": [False, False]}}, ax2, "tpot", "p99", slo_s=0.05)
