@@ -165,6 +165,22 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
     return res
 
 
+def _first_probe(data: dict):
+    """A probe's scenario (``data``), its requests' length statistics and its deployment
+    (``prepare``), or None where the requests are not drawn ahead of the run (closed-loop or
+    multi-turn workloads)."""
+    from servesim.inputs.scenario import scenario_from_dict
+    from servesim.simulation import prepare
+    from servesim.studies.plan_space import workload_stats
+
+    sc = scenario_from_dict(data)
+    try:
+        stats = workload_stats(sc)
+    except InputError:
+        return None
+    return sc, stats, prepare(sc)
+
+
 class Search:
     """Probes rates through the sweep executor; remembers every probe."""
 
@@ -201,16 +217,12 @@ class Search:
         request's TTFT is at least its prompt's prefill alone and its TPOT at least one decode
         step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with); None
         when they can, or when it cannot tell (not an open-loop workload)."""
-        from servesim.inputs.scenario import scenario_from_dict
-        from servesim.simulation import prepare
-        from servesim.studies.plan_space import floor_violation, latency_floors, workload_stats
+        from servesim.studies.plan_space import floor_violation, latency_floors
 
-        sc = scenario_from_dict(self.points[0].data)
-        try:
-            stats = workload_stats(sc)
-        except InputError:  # (closed-loop or multi-turn: no requests drawn ahead of the run)
+        first = _first_probe(self.points[0].data)
+        if first is None:
             return None
-        setup = prepare(sc)
+        _, stats, setup = first
         kind = "pd" if "decode" in setup.pools_by_name else "colocated"
         return floor_violation(latency_floors(kind, setup, stats), self.slo, self.attainment)
 
@@ -219,16 +231,10 @@ class Search:
         is made up: the pool requests spend longest in (decode with a P/D split), its replicas x
         the fewer of ``max_num_seqs`` and the whole requests (prompt + output, mean of the first
         probe's) its KV cache holds. None where it cannot tell (not an open-loop workload)."""
-        from servesim.inputs.scenario import scenario_from_dict
-        from servesim.simulation import prepare
-        from servesim.studies.plan_space import workload_stats
-
-        sc = scenario_from_dict(self.points[0].data)
-        try:
-            stats = workload_stats(sc)
-        except InputError:  # (closed-loop or multi-turn: no requests drawn ahead of the run)
+        first = _first_probe(self.points[0].data)
+        if first is None:
             return None
-        setup = prepare(sc)
+        sc, stats, setup = first
         pool = setup.pools_by_name.get("decode", setup.pools[0])
         whole = float(np.mean(stats.prompt_total + stats.output)) if len(stats.output) else 0.0
         # (hardware.pp with pp_overlap: each replica's pp virtual engines schedule up to max_num_seqs
