@@ -146,3 +146,20 @@ def test_servesim_cost_says_how_many_window_layers_each_stage_holds(tmp_path, ca
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("pipeline:"))
     assert "(4 layers, 0 of them windowed)" in line and "(4 layers, 4 of them windowed)" in line
     assert "Stage 1 is the slowest" in line  # (its full-attention layers read 8,000 keys, the others 1,024)
+
+
+def test_a_layer_type_it_does_not_model_is_named_in_the_model_note(tmp_path, capsys):
+    # (a typo, sliding_attn, or a real kind, linear_attention, is priced as full attention: the note says so)
+    from servesim.cli.main import main
+    from servesim.inputs.specs import model_note
+
+    cfg = {**SMALL, "layer_types": ["sliding_attention", "linear_attention", "sliding_attn", "linear_attention"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    note = model_note(str(tmp_path / "config.json"))
+    assert "'linear_attention' at layers 1, 3" in note and "'sliding_attn' at layer 2" in note
+    assert "priced as full attention" in note
+    assert load(**cfg).partial_window_at == (0,)  # (the reading is kept: only sliding_attention slides)
+    assert main(["cost", "--model", str(tmp_path / "config.json"), "--gpu", "h100-sxm", "--decode-batch", "8"]) == 0
+    assert "'sliding_attn' at layer 2" in capsys.readouterr().out
+    (tmp_path / "config.json").write_text(json.dumps(SMALL))  # (the two types it reads: no such note)
+    assert "priced as full attention" not in (model_note(str(tmp_path / "config.json")) or "")

@@ -476,6 +476,36 @@ def partial_window_note(cfg: dict, where: str) -> str | None:
             f"V1 frees the window layers' blocks), so past {window:,} tokens KV is overstated, never understated")
 
 
+_LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def layer_types_note(cfg: dict, where: str) -> str | None:
+    """For a config whose ``layer_types`` names a type other than sliding_attention and
+    full_attention (a typo such as ``sliding_attn``, or a kind servesim does not model:
+    ``linear_attention``, ...): one line naming each such value, the layers that give it and that
+    they were priced as full attention; None otherwise. Real checkpoints use other types, so the
+    reading is kept (``_window``: any layer not sliding_attention attends to everything). Call after
+    ``model_from_hf_config`` accepted ``cfg``."""
+    types = cfg.get("layer_types")
+    if not isinstance(types, list):
+        return None
+    other: dict[str, list[int]] = {}
+    for i, t in enumerate(types):
+        if t not in _LAYER_TYPES:
+            other.setdefault(t, []).append(i)
+    if not other:
+        return None
+
+    def layers(at: list[int]) -> str:
+        shown_at = ", ".join(map(str, at[:8])) + (f", ... ({len(at)} layers)" if len(at) > 8 else "")
+        return f"layer{'s' if len(at) > 1 else ''} {shown_at}"
+    given = " and ".join(f"{shown(t)} at {layers(at)}" for t, at in other.items())
+    n = sum(map(len, other.values()))
+    return (f"{where}: layer_types gives {given} of its {len(types)}, no type servesim models: "
+            f"{'those layers were' if n > 1 else 'that layer was'} priced as full attention (the types it reads "
+            "are sliding_attention and full_attention; correct a misspelt one)")
+
+
 def generic_reading_note(cfg: dict, where: str) -> str | None:
     """For a config whose ``model_type`` names no family servesim knows (gpt_neox, ...), which it
     reads generically (``model_from_hf_config``: ``PretrainedConfig``'s defaults): one line naming
@@ -513,5 +543,5 @@ def load_hf_config(p: Path, path: str = "model"):
     return model_from_hf_config(cfg, f"{path}: {p}", str(p))
 
 
-__all__ = ["checkpoint_dtype_note", "family_of", "generic_reading_note", "load_hf_config", "model_from_hf_config",
-           "partial_window_note", "published_dtype"]
+__all__ = ["checkpoint_dtype_note", "family_of", "generic_reading_note", "layer_types_note", "load_hf_config",
+           "model_from_hf_config", "partial_window_note", "published_dtype"]

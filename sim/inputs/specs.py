@@ -550,10 +550,13 @@ def model_note(name_or_path: str, path: str = "model", dtype: str | None = None,
     """A note on how a model given as a ``config.json`` was read, where it was read generically
     (``hf_config.generic_reading_note``: a ``model_type`` of no family servesim knows) or its
     sliding window covers only some layers, read as full attention (``partial_window_note``, also
-    for a packaged catalog config), or, given the weight ``dtype`` priced (set by ``dtype_field``),
-    its checkpoint is published in another (``checkpoint_dtype_note``), for ``run``, ``validate``
+    for a packaged catalog config), or its ``layer_types`` names a type other than sliding_attention /
+    full_attention, priced as full attention (``layer_types_note``), or, given the weight ``dtype``
+    priced (set by ``dtype_field``), its checkpoint is published in another
+    (``checkpoint_dtype_note``), for ``run``, ``validate``
     and ``cost`` to print; None otherwise. Call after ``get_model`` accepted it."""
-    from servesim.inputs.hf_config import checkpoint_dtype_note, generic_reading_note, partial_window_note
+    from servesim.inputs.hf_config import (checkpoint_dtype_note, generic_reading_note, layer_types_note,
+                                           partial_window_note)
 
     read = _model_config(name_or_path, path)
     if read is None:
@@ -562,6 +565,7 @@ def model_note(name_or_path: str, path: str = "model", dtype: str | None = None,
     # (a packaged config, Gemma-2-9B: its windows on every other layer; its reading is no guess)
     notes = [partial_window_note(cfg, where)] if packaged else [generic_reading_note(cfg, where),
                                                                  partial_window_note(cfg, where)]
+    notes.append(layer_types_note(cfg, where))  # (a layer_types value it does not model: priced as full)
     if dtype is not None:  # (DeepSeek-V3's checkpoint is FP8)
         notes.append(checkpoint_dtype_note(cfg, where, dtype, dtype_field))
     return "; ".join(n for n in notes if n) or None
