@@ -1475,6 +1475,9 @@ def test_an_edited_class_layout_in_plan_json_is_read_as_none():
     (["--pp", "2,2"], "--pp: '2' is given twice"),
     (["--chunks", "512,2048,512"], "--chunks: '512' is given twice"),
     (["--policies", "continuous,chunked_prefill,continuous"], "--policies: 'continuous' is given twice"),
+    (["--policies", "continuous,servesim.policies.continuous:ContinuousPolicy"],
+     "--policies: 'servesim.policies.continuous:ContinuousPolicy' is 'continuous' given again (values 1 and 2, both "
+     "ContinuousPolicy without chunked prefill)"),
     (["--pd-ratios", "1:2,2:1,1:2"], "--pd-ratios: '1:2' is given twice"),
     (["--price", "h100-sxm=2", "--price", "h100-sxm=3"], "--price: 'h100-sxm' is given twice (2 and 3 USD"),
     (["--price", "h100-sxm=2,h100-sxm=2"], "--price: 'h100-sxm' is given twice"),
@@ -1528,3 +1531,14 @@ def test_one_gpu_by_two_spellings_is_refused(tmp_path, capsys, monkeypatch, seco
     name = "h100-sxm" if second == "h100-sxm" else "mygpu"
     assert rc == 2 and f"--gpus: 'a.yaml' and {second!r} are one GPU, {name!r}, given twice (values 1 and 2)" in err
     assert not (tmp_path / "p").exists()
+
+
+def test_plan_tells_one_policy_under_two_names_from_two_policies():
+    from servesim.studies.plan import check_options
+
+    def opts(*policies):
+        return PlanOptions(rate_rps=4, slo=SLO, gpus=("h100-sxm",), policies=policies, seeds=1)
+    check_options(opts("chunked_prefill", "servesim.policies.continuous:ContinuousPolicy"))  # (two policies)
+    with pytest.raises(InputError, match=r"--policies: 'continuous' is 'servesim.policies.continuous:ContinuousPoli"
+                                         r"cy' given again \(values 1 and 3"):
+        check_options(opts("servesim.policies.continuous:ContinuousPolicy", "chunked_prefill", "continuous"))
