@@ -115,6 +115,24 @@ def test_a_scenario_field_refuses_a_base_prefix(tmp_path, capsys, text, field):
     assert f"{field} must be " in _err(capsys)
 
 
+@pytest.mark.parametrize("text", ["1__0", "10_", "_10", "-1__0"])
+@pytest.mark.parametrize("field", ["workload.num_requests", "workload.arrival.rate_rps"])
+def test_a_scenario_field_of_digits_grouped_amiss_names_the_rule(tmp_path, capsys, text, field):
+    """1__0 got a plain 'must be an integer' where 0x10 gets the digits rule (where '_' may go)."""
+    from servesim.inputs.overrides import with_values
+    from servesim.inputs.schema import dump_yaml
+    from tests.conftest import BASE
+
+    p = tmp_path / "s.yaml"
+    last = field.split(".")[-1]
+    p.write_text(dump_yaml(with_values(BASE, {})).replace(f"{last}: ", f"{last}: {text} #", 1))
+    assert main(["validate", str(p)]) == 2
+    err = _err(capsys)
+    assert f"{field} must be " in err and "'_' may group them, as in 1_000" in err and repr(text) in err
+    assert main(["validate", "default", "--set", f"{field}='1_0'"]) == 2  # (well grouped, quoted: as before)
+    assert "(write it without quotes)" in _err(capsys)
+
+
 @pytest.mark.parametrize("text", PREFIXED)
 @pytest.mark.parametrize("column", ["prompt", "output", "arrival"])
 @pytest.mark.parametrize("suffix", ["csv", "jsonl"])
