@@ -179,6 +179,22 @@ def test_resending_at_once_after_rejections_is_a_warning(tmp_path, capsys):
     assert "reject_wait_s" not in capsys.readouterr().out
 
 
+def test_a_reject_wait_of_0_still_warns_of_resending_at_once(tmp_path, capsys):
+    """reject_wait_s: 0 is no backoff (each rejected client sends again at once, as with none given),
+    yet it silenced the resend_at_once warning of run and validate."""
+    import yaml
+
+    from servesim.cli.main import main
+
+    sc = closed(8, n=120, arrival_extra={"reject_wait_s": 0}, **{**HAMMER, "cost.api_server": True})
+    w = {x["code"]: x["message"] for x in simulate(sc).summary["warnings"]}
+    assert "reject_wait_s=0" in w["resend_at_once"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    assert "reject_wait_s=0" in capsys.readouterr().out
+
+
 def test_a_rejected_session_client_waits_reject_wait_s():
     """Sessions in a closed loop: a rejected turn ends its session, and its client waits
     ``reject_wait_s`` (instead of the next session's lead, 0 here) before beginning the next one,

@@ -4,7 +4,7 @@ whose numbers look fine but answer another question than the one asked.
 Each warning is ``{"code": ..., "message": ...}``:
 - ``rejections``: at least ``REJECTED_SHARE`` of the requests were rejected (with the top reasons):
   the latencies describe the few that were served;
-- ``resend_at_once``: a closed loop with think time 0 and no ``reject_wait_s`` had at least
+- ``resend_at_once``: a closed loop with think time 0 and no ``reject_wait_s`` above 0 had at least
   ``REJECTED_SHARE`` of its requests rejected, each client sending again at once
   (``resend_at_once_warnings``; ``validate``: with admission rules);
 - ``clipped``: at least ``CLIPPED_SHARE`` of the requests were longer than the model's context and
@@ -305,13 +305,14 @@ def scenario_slos(scenario) -> list:
 def resend_at_once_warnings(scenario, rejected: int | None = None) -> list:
     """A closed loop whose clients send again at once after a rejection (with sessions: begin
     their next session at once after a rejected turn ended one): think time 0 and no
-    ``workload.arrival.reject_wait_s``. ``rejected``: the run's rejections (None:
+    ``workload.arrival.reject_wait_s`` above 0 (0 is no backoff). ``rejected``: the run's rejections (None:
     before a run, said when admission rules can reject)."""
     from servesim.inputs.scenario import ClosedLoopArrival
 
     w = scenario.workload
     a = w.arrival
-    if not isinstance(a, ClosedLoopArrival) or a.think_time_s > 0 or a.reject_wait_s is not None:
+    # (reject_wait_s: 0 is no backoff: the clients still send again at once)
+    if not isinstance(a, ClosedLoopArrival) or a.think_time_s > 0 or (a.reject_wait_s or 0) > 0:
         return []
     then = ("ends its session and its client begins the next session at once" if w.sessions is not None else
             "is followed at once by its client's next")
@@ -324,11 +325,12 @@ def resend_at_once_warnings(scenario, rejected: int | None = None) -> list:
     else:
         return []
     return [{"code": "resend_at_once",
-             "message": f"{what} (workload.arrival.think_time_s=0, no reject_wait_s): against a server that "
-                        "keeps rejecting, the clients send a request per API-server round trip (none without an "
+             "message": f"{what} (workload.arrival.think_time_s=0, "
+                        f"{'no reject_wait_s' if a.reject_wait_s is None else 'reject_wait_s=0'}): against a server "
+                        "that keeps rejecting, the clients send a request per API-server round trip (none without an "
                         "API server), so most requests are rejections; serving benchmarks send a fixed number "
-                        "of prompts, and a load generator backs off: set workload.arrival.reject_wait_s (or a "
-                        "think time) for that"}]
+                        "of prompts, and a load generator backs off: set workload.arrival.reject_wait_s above 0 (or "
+                        "a think time) for that"}]
 
 
 def run_warnings(summary: dict, scenario, pools=()) -> list:
