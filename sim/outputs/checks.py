@@ -72,6 +72,7 @@ Each warning is ``{"code": ..., "message": ...}``:
 - ``model_generic``: how the model's ``config.json`` was read where it matters
   (``servesim.inputs.specs.model_note``): a ``model_type`` of no family servesim knows, read
   generically (what was guessed, and how to state it); a sliding window on only some layers, read
+  as full attention; a ``layer_types`` value other than sliding_attention / full_attention, priced
   as full attention; a checkpoint published in another weight dtype than the one priced.
 """
 
