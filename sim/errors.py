@@ -141,6 +141,20 @@ def prefixed_number(text) -> bool:
     return isinstance(text, str) and _PREFIXED.fullmatch(text.strip()) is not None
 
 
+_DIGITS_UNDERSCORES = re.compile(r"[-+]?[0-9_]*[0-9][0-9_]*")
+_GROUPED = re.compile(r"[-+]?[0-9]+(?:_[0-9]+)*")
+
+
+def misgrouped_number(text) -> bool:
+    """Whether ``text`` is a string of digits that '_' groups otherwise than ``DIGITS_RULE`` lets
+    it (``1__0``, ``10_``, ``_10``): not a number, for an error that names the rule, as ``0x10``'s
+    does."""
+    if not isinstance(text, str):
+        return False
+    text = text.strip()
+    return _DIGITS_UNDERSCORES.fullmatch(text) is not None and _GROUPED.fullmatch(text) is None
+
+
 def non_ascii_number(text) -> bool:
     """Whether ``text`` is a string that Python's ``float`` reads as a number only through
     characters outside ASCII (digits of another script, Unicode spaces): not a number under

@@ -151,6 +151,16 @@ def test_a_trace_cell_refuses_a_base_prefix_naming_the_rule(tmp_path, text, colu
         read_trace(str(f))
 
 
+@pytest.mark.parametrize("column", ["prompt_tokens", "arrival_s"])
+def test_a_trace_cell_of_digits_grouped_amiss_names_the_rule(tmp_path, column):
+    """1__0 in a trace cell got a plain 'must be a positive integer', where 0x10 names the rule."""
+    row = {"arrival_s": "1", "prompt_tokens": "7", "output_tokens": "3", column: "1__0"}
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,prompt_tokens,output_tokens\n" + ",".join(row.values()) + "\n")
+    with pytest.raises(InputError, match=f"t.csv line 2: {column} must be .*'_' may group them"):
+        read_trace(str(f))
+
+
 def test_a_number_reads_the_same_in_a_scenario_and_a_trace(tmp_path):
     """The rule's other side: what one reads as a number, the other reads as the same number."""
     from servesim.inputs.schema import load_yaml
@@ -162,7 +172,8 @@ def test_a_number_reads_the_same_in_a_scenario_and_a_trace(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["run", "default", "--seed", "0x10"],
-                                  ["capacity", "default", "--slo", "ttft_p99=1", "--max-probes", "0o3"]])
+                                  ["capacity", "default", "--slo", "ttft_p99=1", "--max-probes", "0o3"],
+                                  ["run", "default", "--seed", "1__0"], ["run", "default", "--seed", "10_"]])
 def test_a_flag_names_the_base_10_rule(argv, capsys):
     assert main(argv) == 2
     err = _err(capsys)

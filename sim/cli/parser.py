@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from servesim import __version__
-from servesim.errors import DIGITS_RULE, InputError, non_ascii_number, prefixed_number
+from servesim.errors import DIGITS_RULE, InputError, misgrouped_number, non_ascii_number, prefixed_number
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
 def _number(convert, text: str):
     """``convert(text)`` for a flag's value, refusing a number in other digits than ASCII's
     (DIGITS_RULE: Python's int() reads １０ as 10; a scenario field and a trace cell do not)."""
-    if non_ascii_number(text) or prefixed_number(text):
+    if non_ascii_number(text) or prefixed_number(text) or misgrouped_number(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not written in {DIGITS_RULE}")
     return convert(text)
 

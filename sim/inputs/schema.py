@@ -30,8 +30,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from servesim.errors import (DIGITS_RULE, InputError, clip, did_you_mean, non_ascii_number, prefixed_number, shown,
-                             shown_data, shown_path)
+from servesim.errors import (DIGITS_RULE, InputError, clip, did_you_mean, misgrouped_number, non_ascii_number,
+                             prefixed_number, shown, shown_data, shown_path)
 from servesim.inputs.files import decode_utf8, loads_json, resolve_path
 
 
@@ -178,8 +178,6 @@ _FLOAT_E = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")  
 # 0x10, 0o17, 0b1 are text (an error naming the field where a number belongs). '_' groups digits
 # as Python's int() takes it (1_000; not 1__0 or 10_).
 _INT = re.compile(r"^[-+]?[0-9]+(?:_[0-9]+)*$")
-# Digits and '_' that _INT refuses (1__0, 10_, _10): an error naming DIGITS_RULE, as 0x10's does
-_MISGROUPED = re.compile(r"[-+]?[0-9_]*[0-9][0-9_]*")
 # What either YAML 1.1 or 1.2 reads as an integer: the writer quotes such a string (0x1F, 1:40), for
 # any reader of the file to take it as text.
 _ANY_INT = re.compile(r"^[-+]?(?:0b[01_]*[01][01_]*|0o[0-7_]*[0-7][0-7_]*"
@@ -375,7 +373,7 @@ def _text_number(value: str, path: str, meta: dict, what: str) -> None:
     the text 'inf', as YAML spells infinity .inf; a quoted '5' is text; 0x10 is text, as in a
     trace cell: DIGITS_RULE; so are digits that '_' groups otherwise than Python's int() takes:
     1__0, 10_, _10). Other text is left to the caller's error."""
-    if prefixed_number(value) or (_MISGROUPED.fullmatch(value.strip()) and not _INT.match(value.strip())):
+    if prefixed_number(value) or misgrouped_number(value):
         plain = "a number" if what == "a finite number" else what
         raise InputError(f"{path} must be {plain} written in {DIGITS_RULE}, got {shown(value)}")
     try:

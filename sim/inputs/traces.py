@@ -42,7 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.errors import DIGITS_RULE, InputError, non_ascii_number, prefixed_number, shown, shown_data, shown_path
+from servesim.errors import (DIGITS_RULE, InputError, misgrouped_number, non_ascii_number, prefixed_number, shown,
+                             shown_data, shown_path)
 from servesim.inputs.files import (not_utf8, read_bytes, read_utf8, regular_file,  # noqa: F401 (re-exported)
                                    resolve_path)
 
@@ -218,7 +219,7 @@ def _time_value(raw, unit_s: float, where: str, column: str):
             raise _too_late(raw, where, column) from None
     else:
         text = str(raw).strip()
-        if non_ascii_number(text) or prefixed_number(text):
+        if non_ascii_number(text) or prefixed_number(text) or misgrouped_number(text):
             raise InputError(f"{where}: {column} must be a number written in {DIGITS_RULE} or a timestamp, got "
                              f"{shown(text)}")
         try:
@@ -252,7 +253,7 @@ def _too_late(raw, where: str, column: str) -> InputError:
 def _length(raw, where: str, column: str) -> int:
     if isinstance(raw, bool):
         raise InputError(f"{where}: {column} must be a positive integer, got {shown_data(raw)}")
-    if non_ascii_number(raw) or prefixed_number(raw):
+    if non_ascii_number(raw) or prefixed_number(raw) or misgrouped_number(raw):
         raise InputError(f"{where}: {column} must be a positive integer written in {DIGITS_RULE}, got {shown(raw)}")
     try:
         v = float(raw) if not isinstance(raw, (int, float)) else raw
