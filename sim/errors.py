@@ -141,18 +141,20 @@ def prefixed_number(text) -> bool:
     return isinstance(text, str) and _PREFIXED.fullmatch(text.strip()) is not None
 
 
-_DIGITS_UNDERSCORES = re.compile(r"[-+]?[0-9_]*[0-9][0-9_]*")
-_GROUPED = re.compile(r"[-+]?[0-9]+(?:_[0-9]+)*")
+_DIGITS_UNDERSCORES = re.compile(r"[-+]?[0-9_.]*[0-9][0-9_.]*(?:[eE][-+]?[0-9_]+)?")
 
 
 def misgrouped_number(text) -> bool:
-    """Whether ``text`` is a string of digits that '_' groups otherwise than ``DIGITS_RULE`` lets
-    it (``1__0``, ``10_``, ``_10``): not a number, for an error that names the rule, as ``0x10``'s
-    does."""
-    if not isinstance(text, str):
+    """Whether ``text`` is a number's digits that '_' groups otherwise than ``DIGITS_RULE`` lets
+    it (``1__0``, ``10_``, ``_10``, ``1__0.5``), which Python's ``float`` refuses: not a number,
+    for an error that names the rule, as ``0x10``'s does."""
+    if not isinstance(text, str) or "_" not in text or _DIGITS_UNDERSCORES.fullmatch(text.strip()) is None:
         return False
-    text = text.strip()
-    return _DIGITS_UNDERSCORES.fullmatch(text) is not None and _GROUPED.fullmatch(text) is None
+    try:
+        float(text)
+    except ValueError:
+        return True
+    return False
 
 
 def non_ascii_number(text) -> bool:

@@ -459,7 +459,8 @@ def test_a_lengths_files_first_line_is_a_header_only_when_it_is_no_number(tmp_pa
 
 @pytest.mark.parametrize("text, value", [("0144", 144), ("08", 8), ("1_000", 1000), ("0x10", "0x10"), ("0o17", "0o17"),
                                          ("-0b1", "-0b1"), ("-0", 0), ("1:40", "1:40"), ("1:40.5", "1:40.5"),
-                                         ("0b_", "0b_"), ("1__0", "1__0"), ("10_", "10_"), ("1e3", 1000.0)])
+                                         ("0b_", "0b_"), ("1__0", "1__0"), ("10_", "10_"), ("1e3", 1000.0),
+                                         ("1_000.5", 1000.5), ("1__0.5", "1__0.5"), ("1.0_", "1.0_")])
 def test_yaml_integers_read_in_base_10_only(text, value):
     """YAML 1.1 read 0144 as octal 100 and 1:40 (1:40.5) as base 60 (100), silently; YAML 1.2's 0x10
     and 0o17 read as numbers where a trace cell or a flag refused them (DIGITS_RULE): text now. '_'

@@ -115,10 +115,11 @@ def test_a_scenario_field_refuses_a_base_prefix(tmp_path, capsys, text, field):
     assert f"{field} must be " in _err(capsys)
 
 
-@pytest.mark.parametrize("text", ["1__0", "10_", "_10", "-1__0"])
+@pytest.mark.parametrize("text", ["1__0", "10_", "_10", "-1__0", "1__0.5", "10_.5"])
 @pytest.mark.parametrize("field", ["workload.num_requests", "workload.arrival.rate_rps"])
 def test_a_scenario_field_of_digits_grouped_amiss_names_the_rule(tmp_path, capsys, text, field):
-    """1__0 got a plain 'must be an integer' where 0x10 gets the digits rule (where '_' may go)."""
+    """1__0 got a plain 'must be an integer' where 0x10 gets the digits rule (where '_' may go);
+    1__0.5 was read as 10.5 (YAML 1.1's float), where a trace cell and a flag refuse it."""
     from servesim.inputs.overrides import with_values
     from servesim.inputs.schema import dump_yaml
     from tests.conftest import BASE
@@ -154,7 +155,8 @@ def test_a_trace_cell_refuses_a_base_prefix_naming_the_rule(tmp_path, text, colu
 @pytest.mark.parametrize("column", ["prompt_tokens", "arrival_s"])
 def test_a_trace_cell_of_digits_grouped_amiss_names_the_rule(tmp_path, column):
     """1__0 in a trace cell got a plain 'must be a positive integer', where 0x10 names the rule."""
-    row = {"arrival_s": "1", "prompt_tokens": "7", "output_tokens": "3", column: "1__0"}
+    row = {"arrival_s": "1", "prompt_tokens": "7", "output_tokens": "3",
+           column: "1__0" if column == "prompt_tokens" else "1__0.5"}
     f = tmp_path / "t.csv"
     f.write_text("arrival_s,prompt_tokens,output_tokens\n" + ",".join(row.values()) + "\n")
     with pytest.raises(InputError, match=f"t.csv line 2: {column} must be .*'_' may group them"):

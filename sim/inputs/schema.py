@@ -190,6 +190,18 @@ _FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
                     |\.(?:nan|NaN|NAN))$""", re.X)
 
 
+# What the loader reads as a float: the forms above with '_' grouping digits as Python's float()
+# takes it (1_000.5), as a trace cell and a flag read a number; 1__0.5 and 10_.5, which YAML 1.1
+# reads as 10.5, are text (an error naming DIGITS_RULE where a number belongs). The writer quotes
+# by the wider forms above, for any YAML reader of the file.
+_DIGITS = r"[0-9]+(?:_[0-9]+)*"
+_FLOAT_READ = re.compile(rf"""^(?:[-+]?{_DIGITS}\.(?:{_DIGITS})?(?:[eE][-+][0-9]+)?
+                         |[-+]?\.{_DIGITS}(?:[eE][-+][0-9]+)?
+                         |[-+]?\.(?:inf|Inf|INF)
+                         |\.(?:nan|NaN|NAN))$""", re.X)
+_FLOAT_E_READ = re.compile(rf"^[-+]?{_DIGITS}(?:\.(?:{_DIGITS})?)?[eE][-+]?[0-9]+$")
+
+
 def _construct_int(loader, node) -> int:
     return int(loader.construct_scalar(node), 10)
 
@@ -199,8 +211,8 @@ def _yaml12_ints(loader) -> None:
         loader.yaml_implicit_resolvers[first] = [(t, r) for t, r in resolvers
                                                  if t not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
     loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
-    loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
-    loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_E, list("-+0123456789"))
+    loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_READ, list("-+0123456789."))
+    loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_E_READ, list("-+0123456789"))
     loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
