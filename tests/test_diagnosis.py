@@ -936,6 +936,29 @@ def test_a_run_says_what_validate_says_of_requests_no_load_lets_meet_the_slo(tmp
     assert not any(x["code"] == "slo_floor" for x in loose)
 
 
+@pytest.mark.parametrize("ttft_s", [0.01, 0.15])
+def test_warnings_of_a_run_admission_rejected_all_or_most_of_say_what_was_served(ttft_s):
+    """Every request rejected by the TTFT rule: the rejections warning said "the latencies describe
+    only the requests that were served" (there were none) and slo_floor "100 of the 100 requests
+    served" (none was). Both now count what the run served: none, or the few it did."""
+    kw = {"workload.num_requests": 60, "workload.prompt_tokens": {"dist": "uniform", "min": 3000, "max": 7000},
+          "workload.arrival": {"process": "poisson", "rate_rps": 16}, "slo": {"ttft_s": ttft_s, "tpot_s": 0.05},
+          "policy.admission": {"ttft_slo": True}}
+    s = simulate(make_scenario(**kw)).summary
+    w = {x["code"]: x["message"] for x in s["warnings"]}
+    n, rej = s["num_requests"], s["rejected"]
+    served = n - rej
+    assert rej >= 0.1 * n and served < n and (served == 0) == (ttft_s == 0.01)
+    assert "requests that were served" not in w["rejections"]
+    assert "requests served" not in w["slo_floor"]
+    if served:
+        assert f"the latencies describe only the {served} served" in w["rejections"]
+        assert f"the run served {served:,} of them" in w["slo_floor"]
+    else:
+        assert "none was served" in w["rejections"]
+        assert "the run rejected them all" in w["slo_floor"]
+
+
 def test_a_token_budget_below_max_num_seqs_is_said(tmp_path, capsys):
     """vLLM refuses max_num_batched_tokens < max_num_seqs; servesim runs it (a sweep's variants
     share one scenario) and says so, in the run and in validate: no step holds more sequences

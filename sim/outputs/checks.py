@@ -3,7 +3,7 @@ whose numbers look fine but answer another question than the one asked.
 
 Each warning is ``{"code": ..., "message": ...}``:
 - ``rejections``: at least ``REJECTED_SHARE`` of the requests were rejected (with the top reasons):
-  the latencies describe the few that were served;
+  the latencies describe the few that were served (none: no latencies);
 - ``resend_at_once``: a closed loop with think time 0 and no ``reject_wait_s`` above 0 had at least
   ``REJECTED_SHARE`` of its requests rejected, each client sending again at once
   (``resend_at_once_warnings``; ``validate``: with admission rules);
@@ -347,7 +347,8 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
         out.append({"code": "rejections",
                     "message": f"{rej} of {n} requests ({rej / n:.0%}) were rejected"
                                + (f"; top reasons: {top}" if top else "")
-                               + ": the latencies describe only the requests that were served"})
+                               + (f": the latencies describe only the {n - rej} served" if rej < n else
+                                  ": none was served, so there are no latencies to describe")})
     k = (summary.get("workload") or {}).get("clipped_requests") or 0
     if pools and n and k >= CLIPPED_SHARE * n:
         out.append({"code": "clipped", "message": clipped_text(k, n, pools[0].cost_model.model.max_context_tokens)})
@@ -637,11 +638,18 @@ def format_warnings(warnings: list) -> list:
     return [f"warning       {w['message']}" for w in warnings or ()]
 
 
-def slo_floor_text(floors: dict) -> str:
+def slo_floor_text(floors: dict, run_served: int | None = None) -> str:
     """What ``predictions.predict_slo_floors`` found (it found requests over a floor): how many of
     the requests served cannot meet the SLO even on an idle deployment, why, and the attainment no
-    load exceeds; ``validate`` warns of it before a run, and the run (``slo_floor``) after it."""
+    load exceeds; ``validate`` warns of it before a run, and the run (``slo_floor``) after it.
+    ``run_served``: the run's requests not rejected; below the floors' count (admission rejected
+    some whose lengths fit), the requests are those whose lengths fit, of which the run served so many."""
     k, n = floors["missed"], floors["requests"]
+    of, ran = "requests served", ""
+    if run_served is not None and run_served < n:
+        of = "requests whose lengths fit the deployment"
+        ran = (f"; the run served {run_served:,} of them, rejecting the rest" if run_served else
+               "; the run rejected them all")
     why = []
     if floors["ttft"]:
         api = (f", the API server's {floors['api_request_s'] * 1e3:.3g} ms included" if floors["api_request_s"]
@@ -651,7 +659,7 @@ def slo_floor_text(floors: dict) -> str:
     if floors["tpot"]:
         why.append(f"{floors['tpot']:,} requests take longer than their TPOT limit for one decode step alone "
                    f"(from {floors['tpot_min_s'] * 1e3:.3g} ms)")
-    return (f"{k:,} of the {n:,} requests served ({k / n:.1%}) cannot meet the SLO even on an idle deployment: "
+    return (f"{k:,} of the {n:,} {of} ({k / n:.1%}{ran}) cannot meet the SLO even on an idle deployment: "
             f"{'; '.join(why)}; SLO attainment cannot exceed {1 - k / n:.1%} at any load (a faster deployment or "
             "looser limits can)"
             + "".join(f"; class {c}: at most {cap:.1%} of its {m:,} requests, under the {SLO_TARGET:.0%} each request "
