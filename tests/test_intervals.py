@@ -158,6 +158,25 @@ def test_study_caveats_tell_a_backlog_from_a_run_too_short_to_tell():
     assert short.startswith("b at 30 req/s fell as short") and "too short to tell" in short
 
 
+def test_study_caveats_word_one_point_too_short_to_tell_for_one():
+    """A single-point sweep's note read "rate_rps=80 fell as short ..., but their runs are too short
+    to tell whether they keep up" (plural, and "as short" as what: no point before it grew). One
+    point: its run, it keeps; several: their runs, they keep; "as short" only after points that grew."""
+    from servesim.outputs.verdicts import study_warnings
+
+    one = {"label": "b", "status": "ok", "keep_up": 0.70, "keep_up_warmup": 0.25, "workload.arrival.rate_rps": 80.0}
+    (w,) = [w for w in study_warnings([one]) if w["code"] == "not_keeping_up"]
+    assert w["message"].startswith("b at 80 req/s fell short (")
+    assert "but its run is too short to tell whether it keeps up" in w["message"]
+    assert "their" not in w["message"] and " they " not in w["message"]
+    two = [one, {**one, "label": "c"}]
+    (w,) = [w for w in study_warnings(two) if w["code"] == "not_keeping_up"]
+    assert "but their runs are too short to tell whether they keep up" in w["message"]
+    grew = {"label": "a", "status": "ok", "keep_up": 0.64, "keep_up_warmup": 0.10, "workload.arrival.rate_rps": 30.0}
+    (w,) = [w for w in study_warnings([grew]) if w["code"] == "not_keeping_up"]
+    assert "so its latencies depend" in w["message"]
+
+
 def test_study_tables_print_one_seed_figures_to_three_significant_digits():
     """A compare or sweep table of one-seed runs printed latencies as "22604.0" ms and "1158.4" ms:
     six digits no single run supports. They print as every figure without an interval does

@@ -341,11 +341,15 @@ def study_warnings(rows: list, key: str = "label") -> list:
         msg = []
         if grew:
             msg.append(f"{names_text([_row_name(r, key) for r in grew])} did not keep up ({what}): the backlog grew "
-                       "through the run, so those latencies depend on the run's length rather than settling")
+                       f"through the run, so {'those' if len(grew) > 1 else 'its'} latencies depend on the run's "
+                       "length rather than settling")
         if unsure:
-            msg.append(f"{names_text([_row_name(r, key) for r in unsure])} fell as short ({what}), but their runs "
-                       "are too short to tell whether they keep up: with no queue at all, their own arrivals and "
-                       "service times make that shortfall by themselves (keep_up_warmup); more requests tell")
+            # (one point: its run, it; several: their runs, they; "as short" only after points that grew)
+            they, their, runs = ("they", "their", "runs are") if len(unsure) > 1 else ("it", "its", "run is")
+            msg.append(f"{names_text([_row_name(r, key) for r in unsure])} fell {'as ' if grew else ''}short "
+                       f"({what}), but {their} {runs} too short to tell whether {they} "
+                       f"{'keep' if len(unsure) > 1 else 'keeps'} up: with no queue at all, {their} own arrivals "
+                       "and service times make that shortfall by themselves (keep_up_warmup); more requests tell")
         out.append({"code": "not_keeping_up", "message": "; ".join(msg)})
     if rows and not any(r.get("seeds") for r in rows) and len({r.get(key) for r in rows}) > 1:
         out.append({"code": "one_seed",
