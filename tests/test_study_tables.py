@@ -165,3 +165,35 @@ def test_sweep_points_of_two_swept_values_are_told_apart_in_a_caveat(tmp_path):
     one = [{"point": i, rate: r, "status": "ok", "keep_up": 0.5} for i, r in enumerate((30.0, 40.0))]
     (w,) = [w for w in study_warnings(one) if w["code"] == "not_keeping_up"]
     assert w["message"].startswith("rate_rps=30, rate_rps=40 did not keep up")
+
+
+def test_compare_and_sweep_of_sessions_say_their_rate_starts_sessions(tmp_path, capsys):
+    """With workload.sessions the rate starts sessions: compare and sweep printed their rate column
+    and 'at 2 req/s' with no word that it was not one of requests (capacity says so since 5c05a81).
+    A note after the table (sweep.json notes: report.md's caveats and figure notes too) says it;
+    a scenario without sessions gets none."""
+    import yaml
+
+    from servesim.cli.main import main
+    from tests.conftest import BASE
+
+    data = {**BASE, "workload": {**BASE["workload"], "num_requests": 12,
+                                 "sessions": {"turns": {"dist": "uniform", "min": 2, "max": 3}, "think_time_s": 0.5}}}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    plain = tmp_path / "p.yaml"
+    plain.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 12}}))
+    said = "workload.arrival.rate_rps starts sessions"
+    for path, has in ((sc, True), (plain, False)):
+        out = tmp_path / f"sweep-{path.stem}"
+        assert main(["sweep", str(path), "--grid", "workload.arrival.rate_rps=2", "--out", str(out), "--workers", "1",
+                     "--quiet"]) == 0
+        text = capsys.readouterr().out
+        assert (said in text.split("\nslo: ")[1]) is has  # (a note below the table)
+        assert any(said in n for n in json.loads((out / "sweep.json").read_text()).get("notes", [])) is has
+        out = tmp_path / f"compare-{path.stem}"
+        assert main(["compare", str(path), "--policies", "continuous,chunked_prefill", "--rates", "2", "--out",
+                     str(out), "--workers", "1", "--quiet", "--no-report"]) == 0
+        text = capsys.readouterr().out
+        assert (f"note: with workload.sessions, {said}" in text) is has
+        assert "sessions started per second, not requests" in text or not has

@@ -295,6 +295,23 @@ def class_slo_note(data: dict, flag: str = "--slo") -> str | None:
             f"SLO: check it in summary.json classes of a run at the rate found)")
 
 
+def sessions_rate_note(data: dict) -> str | None:
+    """What ``compare`` and ``sweep`` say of a scenario (its data, overrides applied) whose
+    ``workload.sessions`` an arrival rate starts: the rate (the table's rate column, "at 2 req/s" in
+    the notes and figures) is sessions started per second, not requests, as ``capacity`` says of
+    the rate it searches. None without sessions or for a closed loop (no rate)."""
+    w = data.get("workload") if isinstance(data, dict) else None
+    if not isinstance(w, dict) or w.get("sessions") is None:
+        return None
+    a = w.get("arrival")
+    if isinstance(a, dict) and a.get("process") == "closed_loop":
+        return None
+    return ("with workload.sessions, workload.arrival.rate_rps starts sessions, each sending its turns one after "
+            "another: the rates here (the workload.arrival.rate_rps column, 'at N req/s') are sessions started per "
+            "second, not requests; throughput_rps and goodput_rps count requests (turns), and each run's requests "
+            "arrive faster than its rate (results.csv offered_rps)")
+
+
 def scenario_slos(scenario) -> list:
     """(field path, ttft_s, tpot_s) of the scenario's SLO and each request class's."""
     out = [("slo", scenario.slo.ttft_s, scenario.slo.tpot_s)]

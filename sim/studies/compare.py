@@ -17,6 +17,7 @@ from pathlib import Path
 
 from servesim.errors import InputError, ascii_float, did_you_mean
 from servesim.inputs.overrides import override_texts, parse_override
+from servesim.outputs.checks import sessions_rate_note
 from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import load_base, make_points, require_rate, scenario_label
@@ -241,7 +242,8 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
         _check_has_rate(base)
     note = chunk_budget_note(configs, base)
     configs, notes = split_colocated_replicas(configs, base)
-    notes = ([note] if note else []) + notes
+    sessions = sessions_rate_note(base)  # (the rate starts sessions: "at 2 req/s" read as requests)
+    notes = ([note] if note else []) + notes + ([sessions] if sessions else [])
     runs = []
     for label, ov in configs:
         for r in rate_list or [None]:

@@ -29,6 +29,7 @@ from servesim.studies.executors import EXECUTORS, ExecutorOptions, run_tasks
 from servesim.studies.lock import folder_lock
 from servesim.outputs.metrics import RESULT_METRICS
 from servesim.outputs.progress import interactive
+from servesim.outputs.checks import sessions_rate_note
 from servesim.outputs.verdicts import values_name
 from servesim.studies.points import STATS as _STATS
 from servesim.studies.points import (Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid,
@@ -330,11 +331,13 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
             raise InputError(f"--set {text}: {key} is also swept (--grid or the scenario's sweep block), which sets "
                              "it at every point, so the --set would change nothing; drop one of them")
     points = grid_points(base, grid)
+    sessions = sessions_rate_note(base)  # (the rate starts sessions: "rate_rps=2" read as requests)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, "sweep"):
         begin_study(out, {"kind": "sweep", "scenario": scenario_label(scenario, base), "grid": grid,
                          "set": list(overrides or []), "points": len(points),
+                         **({"notes": [sessions]} if sessions else {}),
                          **({"seeds": seeds} if seeds > 1 else {})})
         ran, skipped = execute_seeds(points, out, ex, seeds)
     return SweepResult(grid, read_results(out / RESULTS), ran, skipped, failed_while_running(points),
