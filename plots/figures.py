@@ -276,8 +276,8 @@ def wrap_label(label, width: int = 40) -> str:
 
 # ---------------------------------------------------------------- versus load
 _BARS_LABEL = "bars: 95% interval over seeds"
-_OPEN_NOTE = " (open below: low end <= 0)"
-_CUT_NOTE = " (cut at arrivals)"
+_OPEN_NOTE = "open below: low end <= 0"
+_CUT_NOTE = "cut at arrivals"
 
 
 def _error_bars(ax, x, y, half, color, scale=1.0, top=None):
@@ -320,8 +320,10 @@ def _error_bars(ax, x, y, half, color, scale=1.0, top=None):
     cut = bool((up < h)[closed | opened].any())
     ax._servesim_cut = getattr(ax, "_servesim_cut", False) or cut
     if opened.any() or ax._servesim_cut:
-        labelled.set_label(_BARS_LABEL + (_OPEN_NOTE if opened.any() or _OPEN_NOTE in (labelled.get_label() or "")
-                                          else "") + (_CUT_NOTE if ax._servesim_cut else ""))
+        # one parenthesis for both ("(open below: ...; cut at arrivals)"), not two side by side
+        said = [n for n, on in ((_OPEN_NOTE, opened.any() or _OPEN_NOTE in (labelled.get_label() or "")),
+                                (_CUT_NOTE, ax._servesim_cut)) if on]
+        labelled.set_label(f"{_BARS_LABEL} ({'; '.join(said)})")
     ax._servesim_bars = labelled
 
 

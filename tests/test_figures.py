@@ -914,6 +914,16 @@ def test_goodput_bars_stop_at_the_arrivals(ax):
     assert any("cut at arrivals" in t for t in legend(ax))
 
 
+def test_a_bar_open_below_and_cut_at_the_arrivals_is_said_in_one_phrase(ax):
+    """A goodput bar whose low end is at or below 0 and whose upper end passes the arrivals read
+    "bars: 95% interval over seeds (open below: low end <= 0) (cut at arrivals)", two parentheses
+    side by side; one parenthesis holds both."""
+    data = {"a": {"rate": [4, 8], "goodput": [0.5, 6.0], "offered": [1.0, 8.0], "goodput_ci": [1.5, 1.0]}}
+    F.goodput_vs_load(data, ax)
+    bars = [t for t in legend(ax) if t.startswith("bars:")]
+    assert bars == ["bars: 95% interval over seeds (open below: low end <= 0; cut at arrivals)"]
+
+
 def test_a_legend_lies_over_no_error_bar_and_stays_where_it_was_checked(tmp_path):
     """_legend_off_the_lines took matplotlib's "best" when no line ran under it: "best" ignores
     error bars (collections), and is worked out again at every draw, so after the figure's layout it
