@@ -279,3 +279,17 @@ def test_a_request_too_big_for_a_virtual_engines_kv_says_the_engine_has_a_share(
     assert "each of the replica's 2 virtual engines (hardware.pp with pp_overlap) has 10 of its blocks" in reason
     no_overlap = make_scenario(**{"hardware.pp": 2, "hardware.pp_overlap": False, "memory.num_gpu_blocks": 20})
     assert simulate(no_overlap, specs=specs([(0.0, 100, 100)])).requests["status"][0] == "completed"
+
+
+def test_a_pd_split_with_pipelined_replicas_serves_and_predicts():
+    """A P/D split with hardware.pp: its prefill pool's entry replica is a replica's virtual engines,
+    which had no ``arrival_reason``: the run and validate's rejection count stopped with an
+    AttributeError (found by tests/test_properties.py::test_invariants_long)."""
+    sc = make_scenario(**{"policy.name": "pd_split", "policy.prefill": {"replicas": 1},
+                          "policy.decode": {"replicas": 1}, "hardware.pp": 2})
+    res = simulate(sc, specs=specs([(0.0, 1, 1), (0.0, 100, 20)]))
+    assert list(res.requests["status"]) == ["completed", "completed"]
+    from servesim.predictions import predict_rejections
+
+    pred = predict_rejections(sc, specs=specs([(0.0, 1, 1), (0.0, 100, 20)]))
+    assert pred is None or pred["rejected"] == 0

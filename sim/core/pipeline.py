@@ -85,6 +85,11 @@ class VirtualEngines:
         """Why ``req`` would be rejected on arrival (the engines are alike: the first one's rules)."""
         return self.engines[0].rejection_reason(req)
 
+    def arrival_reason(self, req) -> str | None:
+        """Why ``req`` is rejected on arrival, by the first engine's rules (``Replica.arrival_reason``;
+        a P/D split's prefill pool with ``hardware.pp`` asks it of its entry replica)."""
+        return self.engines[0].arrival_reason(req)
+
     @property
     def outstanding_tokens(self) -> int:
         return sum(e.outstanding_tokens for e in self.engines)
