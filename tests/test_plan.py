@@ -704,19 +704,26 @@ def test_a_plan_of_bursts_says_the_mean_offered_rate(tmp_path, capsys):
     assert burst_note({**doc, "mean_rate_rps": 24.0}) is None and burst_note({"rate_rps": 24.0}) is None
 
 
+def _plan_one_shape_with_40_requests(tmp_path, arrival: dict) -> dict:
+    """plan.json of SMALL with ``arrival``, planned at its rate_rps on one H100 shape, --requests 40."""
+    d = copy.deepcopy(SMALL)
+    d["workload"]["arrival"] = arrival
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(d))
+    opts = PlanOptions(rate_rps=arrival["rate_rps"], slo="ttft_p99=0.5", gpus=("h100-sxm",), tps=(1,),
+                       policies=("continuous",), pd_ratios=(), max_gpus=2, seeds=1, probe_requests=100, requests=40,
+                       verify_top=0)
+    return run_plan(f, opts, tmp_path / "plan", ex=QUIET).doc
+
+
 def test_runs_at_r_of_a_periodic_rate_span_two_periods(tmp_path):
     """A sinusoid of a 20 s period planned with --requests 40 at 4 req/s: every run at R saw the
     first 6 s of the cycle (its peak never), where the plan's capacity probes span two periods.
     Runs at R now span two periods too (at least 160 requests), whatever --requests says."""
     import csv
 
-    d = copy.deepcopy(SMALL)
-    d["workload"]["arrival"] = {"process": "sinusoidal", "rate_rps": 4.0, "period_s": 20.0, "amplitude": 0.9}
-    f = tmp_path / "s.yaml"
-    f.write_text(json.dumps(d))
-    opts = PlanOptions(rate_rps=4.0, slo="ttft_p99=0.5", gpus=("h100-sxm",), tps=(1,), policies=("continuous",),
-                       pd_ratios=(), max_gpus=2, seeds=1, probe_requests=100, requests=40, verify_top=0)
-    doc = run_plan(f, opts, tmp_path / "plan", ex=QUIET).doc
+    doc = _plan_one_shape_with_40_requests(
+        tmp_path, {"process": "sinusoidal", "rate_rps": 4.0, "period_s": 20.0, "amplitude": 0.9})
     assert doc["requests_at_rate"] >= 4.0 * 2 * 20.0
     (c,) = doc["candidates"]
     assert c["runs"]
@@ -732,13 +739,8 @@ def test_runs_at_r_of_an_on_off_rate_span_two_periods_at_the_mean_rate(tmp_path)
     """--rate is an on_off process's burst rate: two periods at it held four times the arrivals of
     two 5 s on / 15 s off periods at 8 req/s (320, eight periods), as capacity's --probe-duration
     did. Two periods are 2 x 20 s at the mean 2 req/s: 80 requests."""
-    d = copy.deepcopy(SMALL)
-    d["workload"]["arrival"] = {"process": "on_off", "rate_rps": 8.0, "on_s": 5.0, "off_s": 15.0}
-    f = tmp_path / "s.yaml"
-    f.write_text(json.dumps(d))
-    opts = PlanOptions(rate_rps=8.0, slo="ttft_p99=0.5", gpus=("h100-sxm",), tps=(1,), policies=("continuous",),
-                       pd_ratios=(), max_gpus=2, seeds=1, probe_requests=100, requests=40, verify_top=0)
-    doc = run_plan(f, opts, tmp_path / "plan", ex=QUIET).doc
+    doc = _plan_one_shape_with_40_requests(tmp_path, {"process": "on_off", "rate_rps": 8.0, "on_s": 5.0,
+                                                       "off_s": 15.0})
     assert doc["mean_rate_rps"] == pytest.approx(2.0) and doc["requests_at_rate"] == 80
 
 
