@@ -434,14 +434,23 @@ def _shed_at_once(scenario: Scenario, specs) -> dict | None:
     if not isinstance(specs, RequestSpecs) or not len(specs) or len(specs) > SHEDDING_BUCKET_REPLAY:
         return None
     cut = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, duration_s=1e-9))
-    reasons = [r for r in simulate(cut, specs=specs).requests["reason"].tolist()
-               if isinstance(r, str) and r.startswith("admission: ")]
+    reasons = _admission_reasons(simulate(cut, specs=specs))
     if not reasons:
         return None
+    return _replay_result(reasons, len(specs), at_once=len(reasons))
+
+
+def _admission_reasons(res) -> list:
+    """The reasons of a run's requests that ``policy.admission`` rejected."""
+    return [r for r in res.requests["reason"].tolist() if isinstance(r, str) and r.startswith("admission: ")]
+
+
+def _replay_result(reasons: list, n: int, **given) -> dict:
+    """``predict_shedding``'s answer from a replay of ``n`` requests that shed ``reasons``: the
+    keys a rate probe would fill left empty (None, 0, []), and ``given`` on top."""
     return {"offered_rps": None, "served_rps": None, "probe_requests": None, "rules": [], "reaching_rps": None,
-            "bucket": 0, "queue": 0, "at_once": len(reasons), "reasons": top_reasons(reasons),
-            "requests": len(specs), "rejected_share": len(reasons) / len(specs), "overloaded": False,
-            "backlog": None}
+            "bucket": 0, "queue": 0, "at_once": 0, "shed": len(reasons), "reasons": top_reasons(reasons),
+            "requests": n, "rejected_share": len(reasons) / n, "overloaded": False, "backlog": None, **given}
 
 
 SHEDDING_REPLAY_REQUESTS = OVERLOAD_PROBE_REQUESTS  # the most requests a replay of the run itself runs
@@ -488,7 +497,7 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
         return None
     res = simulate(replay, **kw)
     n = res.summary["num_requests"]
-    reasons = [r for r in res.requests["reason"].tolist() if isinstance(r, str) and r.startswith("admission: ")]
+    reasons = _admission_reasons(res)
     if loop is not None:
         # a rejected request costs the replay next to nothing (no step runs it), and a closed loop's
         # first requests can be mostly rejections (its clients all sending at once, each rejected one
@@ -505,15 +514,10 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
             res = simulate(dataclasses.replace(scenario, workload=dataclasses.replace(wl, num_requests=cap)),
                            specs=loop)
             n = res.summary["num_requests"]
-            reasons = [r for r in res.requests["reason"].tolist()
-                       if isinstance(r, str) and r.startswith("admission: ")]
+            reasons = _admission_reasons(res)
     if not n or not reasons:
         return None
-    out = {"offered_rps": None, "served_rps": None, "probe_requests": None, "rules": [], "reaching_rps": None,
-           "bucket": 0, "queue": 0, "at_once": 0, "replayed": n, "whole": whole,
-           "short": isinstance(specs, RequestSpecs), "shed": len(reasons),
-           "reasons": top_reasons(reasons), "requests": n, "rejected_share": len(reasons) / n,
-           "overloaded": False, "backlog": None}
+    out = _replay_result(reasons, n, replayed=n, whole=whole, short=isinstance(specs, RequestSpecs))
     if loop is not None:
         # (duration_s cut the run before it sent them, or they are all the run's: its count)
         out["whole"] = n < loop.num_requests or n == wl.num_requests
@@ -550,15 +554,12 @@ def _shed_at_rate(scenario: Scenario, setup, specs: RequestSpecs, k: int, served
     k = min(k, len(specs))
     one = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, num_requests=k,
                                                                      duration_s=None))
-    res = simulate(one, specs=_first(specs, k))
-    reasons = [r for r in res.requests["reason"].tolist() if isinstance(r, str) and r.startswith("admission: ")]
+    reasons = _admission_reasons(simulate(one, specs=_first(specs, k)))
     if not reasons:
         return None
     whole = k == len(specs) and scenario.workload.duration_s is None
-    return {"offered_rps": offered_rate(specs.arrival_s), "served_rps": served, "probe_requests": k, "rules": [],
-            "reaching_rps": None, "bucket": 0, "queue": 0, "at_once": 0, "replayed": k, "whole": whole,
-            "short": False, "at_rate": served, "shed": len(reasons), "reasons": top_reasons(reasons),
-            "requests": k, "rejected_share": len(reasons) / k, "overloaded": False, "backlog": None}
+    return _replay_result(reasons, k, offered_rps=offered_rate(specs.arrival_s), served_rps=served, probe_requests=k,
+                          replayed=k, whole=whole, short=False, at_rate=served)
 
 
 def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
