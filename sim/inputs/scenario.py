@@ -271,6 +271,13 @@ Arrival = Union[PoissonArrival, FixedArrival, GammaArrival, OnOffArrival, Piecew
                 ClosedLoopArrival, AllAtOnceArrival]
 
 
+def mean_rate_at(arrival, rate_rps: float) -> float:
+    """The long-run mean rate of ``arrival`` with its ``rate_rps`` set to ``rate_rps``: that rate,
+    but for an on_off process, where ``rate_rps`` is the burst rate (``OnOffArrival.mean_rate_rps``).
+    What capacity and plan size lengths in time by (S seconds of arrivals)."""
+    return getattr(dataclasses.replace(arrival, rate_rps=rate_rps), "mean_rate_rps", rate_rps)
+
+
 # ---------------------------------------------------------------- traces and request classes
 @dataclass(frozen=True)
 class TraceColumns:

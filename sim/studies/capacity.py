@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import InputError
-from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS
+from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS, mean_rate_at
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
 from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_ratio, keep_up_warmup, keep_up_window,
@@ -452,8 +452,7 @@ class SearchPlan:
 
     def mean_rps(self, rate: float) -> float:
         """The mean offered rate when the search sets ``rate_rps`` to ``rate`` (on_off: the burst rate)."""
-        scaled = dataclasses.replace(self.arrival, rate_rps=rate)
-        return getattr(scaled, "mean_rate_rps", rate)
+        return mean_rate_at(self.arrival, rate)
 
 
 def check_search_options(attainment, tol: float, keep_up: float, max_probes: int) -> None:

@@ -45,7 +45,7 @@ from servesim.outputs.metrics import KEEP_UP, PER_REQUEST, arrival_period_s, par
 from servesim.outputs.plandoc import RUN_S, PLAN_JSON, fmt_s, limit_text, objective_text, short_runs_only
 from servesim.outputs.rundir import read_summary
 from servesim.outputs.writer import json_text
-from servesim.inputs.scenario import MAX_REQUESTS, scenario_from_dict
+from servesim.inputs.scenario import MAX_REQUESTS, mean_rate_at, scenario_from_dict
 from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, check_run_requests,
                                        check_search_options, evaluate, longer_requests)
 from servesim.studies.executors import ExecutorOptions, check_numbers, study_session
@@ -142,7 +142,7 @@ class Planner:
         arrival = scenario_from_dict(base).workload.arrival
         self.period_s = arrival_period_s(arrival)
         # --rate sets the arrival's rate_rps: an on_off process's burst rate, not its mean
-        self.mean_rate_rps = getattr(replace(arrival, rate_rps=opts.rate_rps), "mean_rate_rps", opts.rate_rps)
+        self.mean_rate_rps = mean_rate_at(arrival, opts.rate_rps)
         self.candidates: list[Candidate] = []
         self.points: list = []  # every verification run (results.csv)
         # runs keep what the plan reads: requests (latencies) and summary (economics); TBT only for a tbt limit
@@ -729,7 +729,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     # lengths in time come at the mean rate: --rate is an on_off process's burst rate, so RUN_S or
     # two periods at it held 1 / (on share) times the arrivals (4x with 5 s on / 15 s off), as
     # capacity's --probe-duration did
-    mean_rps = getattr(replace(sc.workload.arrival, rate_rps=opts.rate_rps), "mean_rate_rps", opts.rate_rps)
+    mean_rps = mean_rate_at(sc.workload.arrival, opts.rate_rps)
     n_rate = opts.requests if opts.requests is not None else max(n, math.ceil(mean_rps * RUN_S))
     period = arrival_period_s(sc.workload.arrival)
     if period:
