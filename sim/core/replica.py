@@ -80,6 +80,14 @@ from servesim.policies.static import StaticPolicy
 # (``Replica.outgrow``; after "decode pool: " on a P/D split's decode side)
 OUTGREW = "its sequence outgrew the KV cache while decoding"
 
+
+def _sequence_counted(total: int, k: int) -> str:
+    """What a KV check of a whole sequence of ``total`` tokens (prompt + output) counted: the KV of
+    all but its last token plus the ``k`` speculative tokens a step verifies, or, without them,
+    the sequence."""
+    return (f"prompt + output - 1 + k = {total - 1 + k} tokens (the KV of all but its last token, plus the k={k} "
+            "speculative tokens a step verifies)" if k else f"prompt + output = {total} tokens")
+
 class DecisionError(RuntimeError):
     """A step's decision the engine cannot apply (more KV than is free, a preempted request
     that is not running). Raised with ``if``, not ``assert``: ``python -O`` (PYTHONOPTIMIZE)
@@ -382,10 +390,7 @@ class Replica:
         else:
             blocks = self.kv.blocks_for(total - 1 + k)
             if blocks > self.kv.num_blocks:
-                # (say what was counted: the k verified tokens on top of the sequence, or not)
-                what = (f"prompt + output - 1 + k = {total - 1 + k} tokens (the KV of all but its last token, plus "
-                        f"the k={k} speculative tokens a step verifies)" if k else f"prompt + output = {total} tokens")
-                return f"{what} needs {blocks} KV blocks; {self._kv_blocks_has()}"
+                return f"{_sequence_counted(total, k)} needs {blocks} KV blocks; {self._kv_blocks_has()}"
         # a prefill replica only ever computes the prompt (and, preempted, recomputes just that)
         max_tokens = 1 if self.role == "prefill" else req.output_tokens
         return self.admission_error(req.prompt_tokens, max_tokens)
@@ -409,11 +414,10 @@ class Replica:
             return out, None
         room = kv.num_blocks * kv.block_size  # (blocks_for caps at a window: then it never outgrows)
         emits = max(1, room - req.prompt_tokens - k + 1)
-        what = (f"prompt + output - 1 + k = {seq} tokens (the KV of all but its last token, plus the k={k} "
-                "speculative tokens a step verifies)" if k else f"prompt + output = {seq + 1} tokens")
         return emits, (f"{OUTGREW}, after {emits} of its {out} output tokens: "
-                       f"{what} needs {blocks} KV blocks; {self._kv_blocks_has()} (the engine cannot know the output "
-                       "length at arrival; give the replica more KV memory)")
+                       f"{_sequence_counted(req.prompt_tokens + out, k)} needs {blocks} KV blocks; "
+                       f"{self._kv_blocks_has()} (the engine cannot know the output length at arrival; give the "
+                       "replica more KV memory)")
 
     def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
         """The policy's ``admission_error`` on this replica's KV; a plug-in's is checked (what it
