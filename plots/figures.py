@@ -342,16 +342,11 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
         x, y = np.asarray(d["rate"], dtype=float), _ms(d["p99"])
         # a run that fails the SLO (by either limit, or falling behind) is hollow: a configuration
         # whose TTFT fails looked the best of all on the TPOT panel, filled like the rest
-        fails = np.array([v is not None and not v for v in d.get("ok") or [None] * len(x)], dtype=bool)
-        ax.plot(x, y, "-o", color=c, markersize=4, markevery=[int(i) for i in np.flatnonzero(~fails)],
-                label=f"{wrap_label(label)} p99")
-        if fails.any():
-            ax.plot(x[fails], y[fails], "o", color=c, markersize=4, markerfacecolor="none")
-            hollow = True
+        hollow |= _line_hollow_where_failing(ax, x, y, d.get("ok"), c, f"{wrap_label(label)} p99")
         ax.plot(d["rate"], _ms(d["p50"]), "--", color=c, alpha=0.8, label=f"{wrap_label(label)} p50")
         _error_bars(ax, d["rate"], d["p99"], d.get("p99_ci"), c, 1e3)
-    if hollow:  # (an entry of its own: the series' colours stay theirs)
-        ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
+    if hollow:
+        _hollow_entry(ax)
     rates = [float(r) for d in data.values() for r in d["rate"]]
     if not any(v == v for d in data.values() for v in _ms([*d["p99"], *d["p50"]])):
         # (every request rejected, or none completed with the metric: nothing drawn, and an axis
@@ -363,6 +358,27 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
         mid_ms = slo_s * 1e3 if slo_s else 100.0
         ax.set_ylim(mid_ms / 10, mid_ms * 10)
     return _log_latency_axes(ax, slo_s, "offered load (req/s)", f"{name} (ms)", f"{name} vs load")
+
+
+def _failing(ok, n: int) -> np.ndarray:
+    """Which of ``n`` points' runs fail the SLO: ``ok`` False (None, or no ``ok``: not known, drawn
+    as meeting it)."""
+    return np.array([v is not None and not v for v in ok or [None] * n], dtype=bool)
+
+
+def _line_hollow_where_failing(ax, x, y, ok, color, label) -> bool:
+    """``x``, ``y`` drawn as a line with markers, filled where the run meets the SLO and hollow where
+    it fails (``_failing``); whether any point was hollow (``_hollow_entry`` then says so)."""
+    fails = _failing(ok, len(x))
+    ax.plot(x, y, "-o", color=color, markersize=4, markevery=[int(i) for i in np.flatnonzero(~fails)], label=label)
+    if fails.any():
+        ax.plot(x[fails], y[fails], "o", color=color, markersize=4, markerfacecolor="none")
+    return bool(fails.any())
+
+
+def _hollow_entry(ax) -> None:
+    """The legend's entry for hollow markers (one of its own: the series' colours stay theirs)."""
+    ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
 
 
 def _no_samples(ax, text: str) -> None:
@@ -456,20 +472,16 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | No
         # a load that fails the SLO is hollow, as latency_vs_load draws it: a run that fell behind
         # had its goodput drawn on the ideal line, filled like one that serves that load
         x, y = np.asarray(d["rate"], dtype=float), np.asarray(d["goodput"], dtype=float)
-        fails = np.array([v is not None and not v for v in d.get("ok") or [None] * len(x)], dtype=bool)
-        ax.plot(x, y, "-o", markersize=4, color=colors[label], markevery=[int(i) for i in np.flatnonzero(~fails)],
-                label=wrap_label(label) if len(d["rate"]) else None)
-        if fails.any():
-            ax.plot(x[fails], y[fails], "o", color=colors[label], markersize=4, markerfacecolor="none")
-            hollow = True
+        hollow |= _line_hollow_where_failing(ax, x, y, d.get("ok"), colors[label],
+                                             wrap_label(label) if len(d["rate"]) else None)
         # (cut at the arrivals per second: no run's goodput exceeds them, two seeds' t-interval did)
         _error_bars(ax, d["rate"], d["goodput"], d.get("goodput_ci"), colors[label], top=d.get("offered"))
         top = max(top, max(d["rate"], default=0.0))
         for r, o in zip(d["rate"], d.get("offered") or ()):
             if o is not None and o == o:  # (NaN: a results file from before the column)
                 offered.setdefault(r, o)
-    if hollow:  # (an entry of its own: the series' colours stay theirs)
-        ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
+    if hollow:
+        _hollow_entry(ax)
     if offered:
         xs = sorted(offered)
         ax.plot([0, *xs], [0, *(offered[x] for x in xs)], ":", color="k", linewidth=1,
@@ -509,7 +521,7 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
     for label, d in data.items():
         c = colors[label]
         x, y = np.asarray(d["throughput"], dtype=float), _ms(d["latency"])
-        fails = np.array([v is not None and not v for v in d.get("ok") or [None] * len(x)], dtype=bool)
+        fails = _failing(d.get("ok"), len(x))
         ax.plot(x, y, "-", color=c, label=wrap_label(label) if len(x) else None)
         ax.plot(x[~fails], y[~fails], "o", markersize=4, color=c)
         ax.plot(x[fails], y[fails], "o", markersize=4, color=c, markerfacecolor="none")
@@ -544,8 +556,8 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
     if not any(a == a and b == b for d in data.values() for a, b in zip(d["throughput"], _ms(d["latency"]))):
         _no_samples(ax, f"no {stat} {METRIC_NAMES.get(metric, metric)} at any load: no request completed with one")
         ax.set_xlim(0, max([x for x in xs if x > 0], default=1.0) * 1.1)  # (not -0.04 to 0.04 tokens/s)
-    if hollow:  # (an entry of its own: the series' colours stay theirs)
-        ax.plot([], [], "o", markersize=4, color="0.3", markerfacecolor="none", label="hollow: fails the SLO")
+    if hollow:
+        _hollow_entry(ax)
     if slo_s is not None:
         ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
     name = METRIC_NAMES.get(metric, metric)
