@@ -159,25 +159,24 @@ class ContinuousPolicy:
             f"chunked = True in {type(self).__name__} (servesim's chunked prefill)"
 
     def admission_error(self, prompt_tokens: int, max_tokens: int, kv=None) -> str | None:
-        # After a preemption the request is recomputed in one prefill of prompt + emitted output
-        # (at most max_tokens - 1), which must fit the per-step token budget (chunked: its first
-        # chunk is admitted alone).
-        worst = prompt_tokens + max_tokens - 1
-        # whole-prompt admission: the packaged policy's fix is chunked prefill by its field (a P/D
-        # prefill pool's own, which keeps the split), a plug-in subclass's its own class attribute
-        # (policy.name=chunked_prefill would replace it with the packaged policy)
-        if not self.chunked and self.prefill_budget_path:
-            if prompt_tokens > self.max_num_batched_tokens:
+        # Whole-prompt admission runs the prompt in one prefill within the per-step token budget:
+        # what the engine knows on arrival is the prompt (vLLM v0.2.3 vllm/core/scheduler.py L66-67
+        # and L145-154: a waiting sequence longer than min(max_model_len, max_num_batched_tokens)
+        # is ignored; the output length is unknown). A request preempted for recompute later comes
+        # back with prompt + output so far in one prefill: one over the budget then ends, rejected
+        # (``Replica.recompute_limit``). Chunked prefill: its first chunk is admitted alone.
+        if not self.chunked and prompt_tokens > self.max_num_batched_tokens:
+            if self.prefill_budget_path:
+                # (a P/D prefill pool's fix is its own chunked prefill, which keeps the split)
                 return (f"prompt of {prompt_tokens} tokens exceeds {self.prefill_budget_path}="
                         f"{self.max_num_batched_tokens} (a prefill replica with whole-prompt admission runs the prompt "
                         f"in one prefill within the budget; use {self._chunked_fix('policy.prefill.policy')} or a "
                         "larger budget)")
-        elif not self.chunked and worst > self.max_num_batched_tokens:
-            # (one text whether the prompt alone fits or not: the summary groups rejections by it)
-            return (f"prompt + output - 1 = {worst} tokens exceeds policy.max_num_batched_tokens="
-                    f"{self.max_num_batched_tokens} (whole-prompt admission runs the prompt, and after a preemption "
-                    "its recompute with the output so far, in one prefill within the budget, and when it arrives "
-                    f"no preemption can be ruled out; use {self._chunked_fix('policy.name')} or a larger budget)")
+            # the packaged policy's fix is chunked prefill by its field, a plug-in subclass's its own
+            # class attribute (policy.name=chunked_prefill would replace it with the packaged policy)
+            return (f"prompt of {prompt_tokens} tokens exceeds policy.max_num_batched_tokens="
+                    f"{self.max_num_batched_tokens} (whole-prompt admission runs the prompt in one prefill within "
+                    f"the budget; use {self._chunked_fix('policy.name')} or a larger budget)")
         if self.reserve == "max" and self.max_output_tokens is not None and max_tokens > self.max_output_tokens:
             return (f"output of {max_tokens} tokens exceeds policy.max_output_tokens={self.max_output_tokens} "
                     f"(what policy.reserve=max reserves per request)")

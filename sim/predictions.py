@@ -114,16 +114,50 @@ def rejection_reasons(setup, prompt_tokens, output_tokens) -> tuple:
     """``_rejection_pairs`` of requests given by their lengths (arrays): the replicas' rules (one
     replica per pool, asked once per distinct pair), as ``(by_pair, inverse, first)``. ``servesim
     plan``'s latency floors count a request rejected by these (``plan_space.latency_floors``)."""
-    # every replica of a pool has the same rules: one of each is enough (a cluster of 100,000
-    # replicas took seconds to build here)
-    one = dataclasses.replace(setup, pools=tuple(dataclasses.replace(p, replicas=1) for p in setup.pools),
-                              scenario=_one_replica(setup.scenario))
-    cluster = Cluster(simpy.Environment(), one, Recorder(None), setup.scenario.seed)
+    cluster = _rules(setup)
     # (token counts are below 2**31: one int64 key per pair, 30x faster than np.unique(axis=1))
     key = (np.asarray(prompt_tokens).astype(np.int64) << 32) | np.asarray(output_tokens).astype(np.int64)
     pairs, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     by_pair = [cluster.rejection_reason(Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)) for k in pairs.tolist()]
     return by_pair, np.ravel(inverse), first
+
+
+def _rules(setup) -> Cluster:
+    """A cluster of one replica per pool of ``setup``, whose replicas' rules a prediction asks."""
+    # every replica of a pool has the same rules: one of each is enough (a cluster of 100,000
+    # replicas took seconds to build here)
+    one = dataclasses.replace(setup, pools=tuple(dataclasses.replace(p, replicas=1) for p in setup.pools),
+                              scenario=_one_replica(setup.scenario))
+    return Cluster(simpy.Environment(), one, Recorder(None), setup.scenario.seed)
+
+
+def predict_over_budget(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The workload's own requests that whole-prompt admission serves but can end while decoding,
+    without running: their prompt fits the token budget, but a preemption for recompute after
+    their sequence passes it ends them, rejected (``Replica.recompute_limit``: the recompute is
+    one prefill within the budget), which depends on the load. A request whose sequence reaches
+    prompt + output - 1 tokens (its last KV, or as far as it gets before it outgrows the KV cache)
+    over the budget can. {"requests" (admitted on arrival), "at_risk", "budget"}; None where no
+    pool has such a limit (chunked prefill, static batching, a P/D split) and for closed-loop and
+    multi-turn workloads."""
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs):
+        return None
+    entry = _rules(setup).entry[0]
+    limit = entry.recompute_limit
+    if limit is None:
+        return None
+    key = (np.asarray(specs.prompt_tokens).astype(np.int64) << 32) | np.asarray(specs.output_tokens).astype(np.int64)
+    pairs, inverse = np.unique(key, return_inverse=True)
+    admitted, risk = [], []
+    for k in pairs.tolist():
+        req = Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)
+        ok = entry.arrival_reason(req) is None
+        admitted.append(ok)
+        risk.append(ok and req.prompt_tokens + entry.outgrow(req)[0] - 1 > limit)
+    inverse = np.ravel(inverse)
+    return {"requests": int(np.array(admitted, dtype=bool)[inverse].sum()),
+            "at_risk": int(np.array(risk, dtype=bool)[inverse].sum()), "budget": limit}
 
 
 def _served(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:

@@ -102,9 +102,13 @@ def test_recompute_after_preemption_prefills_prompt_plus_emitted_output():
 
 
 def test_admission_error_for_prompts_over_budget():
+    # whole-prompt admission checks what the engine knows on arrival, the prompt (vLLM's
+    # prompt_limit), not prompt + output: a longer sequence ends only if a preemption makes it
+    # recompute past the budget (tests/test_kv_outgrow.py)
     pol = ContinuousPolicy(max_num_batched_tokens=512)
-    assert pol.admission_error(500, 13) is None  # 500 + 13 - 1 = 512
-    assert "max_num_batched_tokens" in pol.admission_error(500, 14)
+    assert pol.admission_error(512, 400) is None
+    assert "prompt of 513 tokens exceeds policy.max_num_batched_tokens=512" in pol.admission_error(513, 1)
+    assert ContinuousPolicy(max_num_batched_tokens=512, chunked=True).admission_error(513, 1) is None
 
 
 def test_admission_error_when_the_watermark_leaves_too_few_blocks():

@@ -156,7 +156,7 @@ def test_rejections_warn_and_validate_predicts_them_exactly(tmp_path, capsys):
     assert f"a run will reject {s['rejected']:,} of 50 requests" in out
 
 
-@pytest.mark.parametrize("budget", [256, 520])
+@pytest.mark.parametrize("budget", [256, 480])
 def test_validate_warns_of_rejections_from_the_share_the_run_warns_at(tmp_path, capsys, budget):
     """validate said "warning:" for any predicted rejection (3 of 1,000 on a packaged scenario),
     while the run warns only from REJECTED_SHARE of its requests on: the prediction is a warning

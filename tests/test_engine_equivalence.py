@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servesim.core.replica import OVER_BUDGET
 from servesim.outputs.recorder import WeightedSample, dist_stats
 from servesim.simulation import simulate
 from tests.conftest import make_scenario, policy_mix_kw, specs, two_classes
@@ -467,6 +468,11 @@ CASES.update({
     # request had left the running list for the decode set, so the TTFT prediction missed its
     # chunk and its context (the same rejections, with another predicted TTFT in their reason:
     # found by a random feature mix)
+    # whole-prompt admission checks the prompt on arrival; a request preempted for recompute whose
+    # prompt + output so far is over the budget by then ends, rejected, at its preemption
+    "recompute_over_budget": {"policy.max_num_batched_tokens": 768, "memory.num_gpu_blocks": 150,
+                              "workload.prompt_tokens": {"dist": "uniform", "min": 100, "max": 700},
+                              "workload.output_tokens": {"dist": "uniform", "min": 50, "max": 500}},
     "admission_ttft_chunked": {"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 256,
                                "policy.max_num_seqs": 4, "policy.admission": {"ttft_slo": True}, "slo.ttft_s": 0.1,
                                "workload.num_requests": 100,
@@ -500,6 +506,9 @@ def test_fast_engine_matches_reference(case):
         assert ref.summary["preemptions"] > 0  # the case exercises what it says
     if case.startswith("admission"):
         assert ref.summary["rejected"] > 0
+    if case == "recompute_over_budget":  # (ended at a preemption, after their first token)
+        over = np.char.startswith(ref.requests["reason"].astype(str), OVER_BUDGET)
+        assert over.any() and not np.isnan(ref.requests["first_token_s"][over]).any()
     if case == "skip_unfit":  # the case exercises what it says: prompts set aside, later ones admitted first
         order = np.argsort(ref.requests["scheduled_s"], kind="stable")
         assert (np.diff(ref.requests["request_id"][order]) < 0).any()

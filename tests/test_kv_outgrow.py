@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from servesim.core.replica import OVER_BUDGET
 from servesim.predictions import predict_rejections
 from servesim.simulation import simulate
 from tests.conftest import SYNC, make_scenario, specs
@@ -133,3 +134,70 @@ def test_one_whose_error_reaches_the_client_after_the_cut_off_is_unfinished():
     # heard by the cut-off: rejected, at the client's time
     r = simulate(tiny("fast", **kw, **{"workload.duration_s": engine_end + 2 * api}), specs=one).requests
     assert r["status"][0] == "rejected" and r["finish_s"][0] == pytest.approx(engine_end + api)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_whole_prompt_admission_checks_the_prompt_and_ends_a_recompute_over_the_budget(engine):
+    # Two 200-token prompts with 150 output tokens each under a 256-token budget, whole prompts
+    # (continuous): prompt + output - 1 = 349 > 256, but the engine knows only the prompt on
+    # arrival (vLLM's prompt_limit), so both are served (before: both rejected on arrival). 40
+    # blocks hold 640 tokens: at 320 tokens each they fill the cache, B (the newest) is preempted,
+    # and its recompute of prompt + 120 output tokens = 320 tokens in one prefill exceeds the
+    # budget: it ends rejected then, holding no KV; A completes.
+    kw = {"policy.max_num_batched_tokens": 256, "policy.max_num_seqs": 8}
+    res = simulate(tiny(engine, **kw, **{"memory.num_gpu_blocks": 40}), specs=specs([(0.0, 200, 150), (0.0, 200, 150)]))
+    r, s = res.requests, res.summary
+    assert list(r["status"]) == ["completed", "rejected"] and (s["preemptions"], s["unfinished"]) == (1, 0)
+    assert r["reason"][1].startswith(OVER_BUDGET + ", after 120 of its 150 output tokens: its recompute of "
+                                     "prompt + output so far = 320 tokens exceeds policy.max_num_batched_tokens=256")
+    assert r["output_tokens"][1] == 150 and r["first_token_s"][1] < r["finish_s"][1] < r["finish_s"][0]
+    assert res.kv_blocks_in_use == [0]  # (every block back at the end: the ended request's too)
+    # the decision trace does not keep it waiting, 'preempted', to the end of the run
+    d = simulate(tiny(engine, **kw, **{"memory.num_gpu_blocks": 40}), specs=specs([(0.0, 200, 150)] * 2),
+                 decision_trace=True).decisions
+    assert not (d["end_s"][d["request_id"] == 1] > r["finish_s"][1]).any()
+    # swap preemption keeps the KV (no recompute) and chunked prefill recomputes in chunks: served
+    for more in ({"policy.preemption": "swap", "memory.swap_space_gib": 1.0}, {"policy.name": "chunked_prefill"}):
+        res = simulate(tiny(engine, **kw, **more, **{"memory.num_gpu_blocks": 40}),
+                       specs=specs([(0.0, 200, 150), (0.0, 200, 150)]))
+        assert res.summary["completed"] == 2 and res.summary["preemptions"] >= 1, more
+    # a prompt over the budget is still rejected on arrival
+    res = simulate(tiny(engine, **kw), specs=specs([(0.0, 257, 1)]))
+    assert "prompt of 257 tokens exceeds policy.max_num_batched_tokens=256" in res.requests["reason"][0]
+
+
+def test_validate_says_which_requests_a_preemption_past_the_budget_can_end(tmp_path, capsys):
+    """A request whose prompt fits the whole-prompt budget but whose prompt + output - 1 does not
+    is served, and ends rejected only if a preemption makes it recompute past the budget: how
+    many do depends on the load, so validate names those that can (every one the run ends so is
+    among them) and leaves them out of the rejections it counts."""
+    import yaml
+
+    from servesim.cli.main import main
+    from servesim.predictions import predict_over_budget
+
+    kw = {"policy.max_num_batched_tokens": 512, "memory.num_gpu_blocks": 120, "workload.num_requests": 80,
+          "workload.arrival": {"process": "poisson", "rate_rps": 20.0},
+          "workload.prompt_tokens": {"dist": "uniform", "min": 100, "max": 600},
+          "workload.output_tokens": {"dist": "uniform", "min": 50, "max": 300}}
+    sc = make_scenario(**kw)
+    res = simulate(sc)
+    r = res.requests
+    fits = r["prompt_tokens"] <= 512
+    risky = fits & (r["prompt_tokens"] + r["output_tokens"] - 1 > 512)
+    ended = np.char.startswith(r["reason"].astype(str), OVER_BUDGET)
+    assert ended.any() and not (ended & ~risky).any()  # (the run ends some of them, and only them)
+    ob = predict_over_budget(sc)
+    assert (ob["at_risk"], ob["requests"], ob["budget"]) == (int(risky.sum()), int(fits.sum()), 512)
+    # the rejections validate counts are those on arrival: the prompts over the budget
+    assert predict_rejections(sc)["rejected"] == int((~fits).sum()) == res.summary["rejected"] - int(ended.sum())
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    k = int(risky.sum())
+    assert (f"warning: {k} of 80 requests ({k / 80:.1%}) are served with prompt + output - 1 over "
+            "policy.max_num_batched_tokens=512: whole-prompt admission recomputes a preempted request") in out
+    # chunked prefill recomputes in chunks: nothing to say
+    assert predict_over_budget(make_scenario(**{**kw, "policy.name": "chunked_prefill"})) is None
+

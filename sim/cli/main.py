@@ -540,8 +540,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                          slo_floor_text, slo_unit_warnings, trace_unit_text)
     from servesim.plugins import plugin_warnings
     from servesim.predictions import (OVERLOAD_MARGIN, drawn_lengths, predict_clipped, predict_head_of_line,
-                                      predict_overload, predict_rejections, predict_shedding, predict_slo_floors,
-                                      predict_unfinished, preemptions_at_rate)
+                                      predict_over_budget, predict_overload, predict_rejections, predict_shedding,
+                                      predict_slo_floors, predict_unfinished, preemptions_at_rate)
     from servesim.simulation import prepare
 
     setup = setup or prepare(scenario)
@@ -573,6 +573,16 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         lines.append("  rejections: not predicted from the requests' lengths (the KV cache's, the context's and the "
                      "token budget's rules: multi-turn workloads, and closed-loop ones without workload.num_requests, "
                      "draw their lengths as they run)")
+    ob = predict_over_budget(scenario, setup, lengths)
+    if ob and ob["at_risk"]:
+        k, n, b = ob["at_risk"], len(lengths.prompt_tokens), ob["budget"]
+        text = (f"{k:,} of {n:,} requests ({k / n:.1%}) are served with prompt + output - 1 over "
+                f"policy.max_num_batched_tokens={b:,}: whole-prompt admission recomputes a preempted request in "
+                "one prefill within the budget, so one preempted after its sequence passes it ends rejected then; "
+                "how many do depends on the preemptions under load, so the rejections above leave them out "
+                "(chunked prefill recomputes in chunks; swap preemption with host room, or a budget of at least "
+                "the longest prompt + output, keeps them all)")
+        lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")
     clip = predict_clipped(scenario, setup, lengths)
     if clip and clip["clipped"]:
         k, n = clip["clipped"], clip["requests"]

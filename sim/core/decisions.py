@@ -60,6 +60,11 @@ class DecisionTracer:
         self._rows.append((req.request_id, req.replica, req.cls, req.arrival_s, req.arrival_s, "admission", 0, -1,
                            0, reason))
 
+    def ended(self, req, now: float) -> None:
+        """``req`` left the queue at ``now`` without being served further (ended rejected at its
+        preemption, ``Replica._over_budget``): its span closes there."""
+        self._close(req, now)
+
     def decide(self, replica, now: float, batch) -> None:
         admitted = {id(r) for r in batch.admitted}
         for r in batch.swap_in:

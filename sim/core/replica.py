@@ -81,6 +81,11 @@ from servesim.policies.static import StaticPolicy
 OUTGREW = "its sequence outgrew the KV cache while decoding"
 
 
+# how the reason of a request ended when a preemption for recompute finds its sequence over the
+# whole-prompt token budget begins (``Replica.recompute_limit``)
+OVER_BUDGET = "preempted with a sequence longer than the token budget"
+
+
 def _sequence_counted(total: int, k: int) -> str:
     """What a KV check of a whole sequence of ``total`` tokens (prompt + output) counted: the KV of
     all but its last token plus the ``k`` speculative tokens a step verifies, or, without them,
@@ -237,6 +242,14 @@ class Replica:
         # (_plugin_budget); static batching's, and a subclass's, prefills a whole batch past the tokens
         self.budget = budget
         self._token_budget = budget is not None and not isinstance(policy, StaticPolicy)
+        # whole-prompt admission (continuous batching without chunking, colocated): a request
+        # preempted for recompute comes back with prompt + output so far in one prefill, which must
+        # fit the token budget; one longer than it then ends, rejected (``_over_budget``), as vLLM
+        # v0.2.3 ignores a waiting sequence over min(max_model_len, max_num_batched_tokens)
+        # (vllm/core/scheduler.py L66-67, L145-154). None: no such limit (chunked prefill recomputes
+        # in chunks; a prefill replica recomputes just the prompt, checked on arrival)
+        self.recompute_limit = policy.max_num_batched_tokens if (
+            isinstance(policy, ContinuousPolicy) and not policy.chunked and role == "colocated") else None
         self.async_scheduling = async_scheduling
         self.incoming: deque = deque()  # async scheduling: arrived requests the next decision cannot see yet
         self._prev_step = (-math.inf, -math.inf)  # (start, end) of the last step
@@ -830,6 +843,8 @@ class Replica:
                     self.recorder.swap_out_bytes += r.kv_blocks * self.swap_block_bytes
                     kv.free(r)
                     self.swapped.appendleft(r)
+                elif self.recompute_limit is not None and r.num_tokens > self.recompute_limit:
+                    self._over_budget(r, now)
                 else:
                     kv.free(r, recompute=True)
                     self.recorder.recompute_tokens += r.num_computed_tokens
@@ -894,6 +909,22 @@ class Replica:
             # only now: the policy planned the step's growth on them
             self.after_free()
         return swap_bytes / self.swap_bytes_per_s if swap_bytes else 0.0
+
+    def _over_budget(self, r, now: float) -> None:
+        """End ``r``, preempted for recompute at ``now``, rejected: its recompute (prompt + output
+        so far, in one prefill with whole-prompt admission) exceeds the token budget
+        (``recompute_limit``)."""
+        self.kv.free(r)
+        r.finish_s = now
+        self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
+        if self.tracer is not None:  # (its 'preempted' span: it waits for nothing more)
+            self.tracer.ended(r, now)
+        fix = self.policy._chunked_fix("policy.name")
+        self.recorder.reject(r, (
+            f"{OVER_BUDGET}, after {r.num_output_done} of its {r.outgrown or r.output_tokens} output tokens: "
+            f"its recompute of prompt + output so far = {r.num_tokens} tokens exceeds policy.max_num_batched_tokens="
+            f"{self.recompute_limit} (whole-prompt admission recomputes a preempted request in one prefill within "
+            f"the budget; vLLM v0 ends such a request, FINISHED_IGNORED; use {fix} or a larger budget)"))
 
     def _draft_time_s(self, batch: Batch) -> float:
         """Speculative decoding: the draft proposes k tokens per decoding sequence (k draft decode
