@@ -131,6 +131,14 @@ def _rules(setup) -> Cluster:
     return Cluster(simpy.Environment(), one, Recorder(None), setup.scenario.seed)
 
 
+def _admitted(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:
+    """Per request of ``specs``, whether the replicas admit it on arrival: no rejection reason, or
+    one it meets only while decoding (its sequence outgrowing the KV cache): it queues and its
+    prompt is prefilled as any other's."""
+    by_pair, inverse, _ = _rejection_pairs(scenario, setup, specs)
+    return np.array([r is None or OUTGREW in r for r in by_pair], dtype=bool)[inverse]
+
+
 def predict_over_budget(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The workload's own requests that whole-prompt admission serves but can end while decoding,
     without running: their prompt fits the token budget, but a preemption for recompute after
@@ -269,8 +277,8 @@ def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | N
     depends on the load; the run's ``head_of_line`` says); with speculative decoding a decode takes
     k + 1 tokens, so within ``max_num_seqs`` x (k + 1). {"requests", "tight", "budget",
     "max_num_seqs", "decode_tokens" (per decode: 1, or k + 1), "longest"} over the requests the
-    budget does not reject; None when it does not apply (another policy, a P/D split, closed-loop
-    or multi-turn workloads)."""
+    replicas admit on arrival (those whose sequence outgrows the KV cache later too); None when it
+    does not apply (another policy, a P/D split, closed-loop or multi-turn workloads)."""
     pol = scenario.policy
     if pol.name != "continuous" or pol.prefill_first:
         return None
@@ -282,8 +290,9 @@ def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | N
     # a decode takes k + 1 tokens of the budget with speculative decoding (the k it verifies)
     per_decode = 1 + (pool.spec[0] if pool.spec else 0)
     p = specs.prompt_tokens
-    # (what the replicas reject never waits: predict_rejections names it)
-    fits = _served(scenario, setup, specs)
+    # (what the replicas reject on arrival never waits: predict_rejections names it; a request
+    # whose sequence outgrows the KV cache later is admitted, and its prompt waits as any other's)
+    fits = _admitted(scenario, setup, specs)
     tight = fits & (p > budget - seqs * per_decode)
     return {"requests": int(fits.sum()), "tight": int(tight.sum()), "budget": budget, "max_num_seqs": seqs,
             "decode_tokens": per_decode, "longest": int(p[tight].max()) if tight.any() else 0}

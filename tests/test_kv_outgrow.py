@@ -201,3 +201,22 @@ def test_validate_says_which_requests_a_preemption_past_the_budget_can_end(tmp_p
     # chunked prefill recomputes in chunks: nothing to say
     assert predict_over_budget(make_scenario(**{**kw, "policy.name": "chunked_prefill"})) is None
 
+
+def test_head_of_line_prediction_counts_prompts_whose_sequence_outgrows_the_kv_later():
+    """A request whose sequence outgrows the KV cache while decoding is admitted on arrival: its
+    prompt waits at the head of the queue for room in the budget as any other's. validate's
+    head-of-line prediction left them out (it counted only requests that complete)."""
+    from servesim.predictions import predict_head_of_line
+
+    kw = {"policy.max_num_batched_tokens": 2048, "memory.num_gpu_blocks": 200, "workload.num_requests": 100,
+          "workload.prompt_tokens": None, "workload.output_tokens": None,
+          "workload.classes": [
+              {"name": "chat", "share": 0.8, "prompt_tokens": {"dist": "uniform", "min": 50, "max": 300},
+               "output_tokens": {"dist": "uniform", "min": 10, "max": 100}},
+              # 2,030 to 2,046 tokens of prompt (128 blocks of the 200) + 1,500 of output: 221 blocks
+              {"name": "long", "share": 0.2, "prompt_tokens": {"dist": "uniform", "min": 2030, "max": 2046},
+               "output_tokens": {"dist": "fixed", "value": 1500}}]}
+    sc = make_scenario(**kw)
+    grown = predict_rejections(sc)["while_decoding"]
+    assert grown > 0
+    assert predict_head_of_line(sc)["tight"] == grown
