@@ -93,6 +93,13 @@ class ContinuousPolicy:
     # tokens. Set from the engine profile (``EngineProfile.max_paddings``, cost.engine vllm-v0.2),
     # not the scenario; None: no padding
     max_paddings: int | None = None
+    # vLLM v0.2's and Sarathi-Serve's ``can_append_slot``: before a decode step each decoding
+    # request, in the running list's order, needs a free KV block at its turn, whether or not its
+    # next token opens a new block (a ``Batch`` preempts the newest running request until one is
+    # free); so a decode step starting with no block free preempts. Set from the engine profile
+    # (``EngineProfile.decode_needs_free_block``), not the scenario. False: a request needs a free
+    # block only when its next token opens one
+    decode_needs_free_block: bool = False
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -209,6 +216,17 @@ class ContinuousPolicy:
             return self.spec_tokens + 1
         return min(remaining, budget) if self.chunked else remaining
 
+    def _slot_need(self, r, need: int) -> int:
+        """The free KV blocks running request ``r`` needs at its turn to take ``need`` new ones:
+        ``need``, or at least one for a decoding request under ``decode_needs_free_block`` (vLLM
+        v0.2.3 ``BlockSpaceManager.can_append_slot``, vllm/core/block_manager.py L143-148: "at
+        least one free block for each sequence", checked for each running group in turn before
+        the decode step, vllm/core/scheduler.py L217-234)."""
+        if need < 1 and self.decode_needs_free_block and r.num_output_done > 0 \
+                and r.prompt_tokens + r.num_output_done - r.num_computed_tokens == 1:
+            return 1
+        return need
+
     @property
     def skips_unfit(self) -> bool:
         """Whether admission sets aside a whole prompt without room in the budget left beside the
@@ -261,6 +279,10 @@ class ContinuousPolicy:
         dropped = {} if kv.caching else None
         newest = self._pick_victim is None
         need = dec.blocks_needed
+        if self.decode_needs_free_block and free - need < 1:
+            # (each member needs a free block at its turn: decided member by member on the
+            # running list; with a block left after the set's growth, every member had one)
+            return None
         while need > free:
             if not newest or not end:  # another victim order, or a member of the set is next
                 return None
@@ -277,10 +299,10 @@ class ContinuousPolicy:
             if q > budget or q == 0:
                 continue
             need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks
-            if need > free:
+            if self._slot_need(r, need) > free:
                 if not newest:
                     return None  # a preemption in another victim order: decided on the running list
-                while need > free:  # the newest go first; the last may be r itself
+                while self._slot_need(r, need) > free:  # the newest go first; the last may be r itself
                     end -= 1
                     victim = tail[end]
                     free, host_free = self._preempt(victim, kv, free, host_free, preempted, swap_out, dropped)
@@ -440,7 +462,7 @@ class ContinuousPolicy:
                 i += 1
                 continue
             need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks
-            while need > free:
+            while self._slot_need(r, need) > free:
                 if pick is None:
                     victim = running[end - 1]  # the newest; may be r itself
                     end -= 1

@@ -318,3 +318,47 @@ def test_a_reservation_larger_than_the_kv_cache_is_named_as_such():
                            watermark=0.01).admission_error(100, 50, kv)
     assert why.startswith("its reservation (policy.reserve=max) = 7950 tokens needs 497 free KV blocks") \
         and "policy.watermark=0.01" in why
+
+
+def test_decode_needs_a_free_block_at_its_turn_under_vllm_v02():
+    """vLLM v0.1-v0.2.x ``can_append_slot`` (``decode_needs_free_block``): each decoding request,
+    in the running order, needs a free block at its turn whether or not its next token opens one
+    (vllm/core/block_manager.py L143-148, scheduler.py L217-230 at v0.2.3); else the newest
+    running request is preempted. Without it a request needs a block only when it opens one."""
+    kv = BlockAllocator(num_blocks=6, block_size=16)
+    # r0's next token (the 17th) opens a block; r1's and r2's (the 21st) do not; 1 block free
+    running = [running_req(0, 16, 1, kv), running_req(1, 20, 1, kv), running_req(2, 20, 1, kv)]
+    assert kv.num_free == 1
+    pol = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=100, prefill_first=True)
+    b = pol.next_batch(ReplicaState(running, deque(), kv))
+    assert scheduled(b) == {0: 1, 1: 1, 2: 1} and not b.preempted
+    # r0 takes the free block; at r1's turn none is free: the newest (r2) is preempted for it
+    v02 = dataclasses.replace(pol, decode_needs_free_block=True)
+    b = v02.next_batch(ReplicaState(running, deque(), kv))
+    assert scheduled(b) == {0: 1, 1: 1} and [r.request_id for r in b.preempted] == [2]
+    # no block free and nobody opening one: the newest is preempted all the same (then one is)
+    kv = BlockAllocator(num_blocks=4, block_size=16)
+    running = [running_req(0, 20, 1, kv), running_req(1, 20, 1, kv)]
+    assert kv.num_free == 0
+    assert not pol.next_batch(ReplicaState(running, deque(), kv)).preempted
+    b = v02.next_batch(ReplicaState(running, deque(), kv))
+    assert scheduled(b) == {0: 1} and [r.request_id for r in b.preempted] == [1]
+    # the last one left preempts itself (vLLM: "Preempt the current sequence group")
+    kv = BlockAllocator(num_blocks=2, block_size=16)
+    b = v02.next_batch(ReplicaState([running_req(0, 20, 1, kv)], deque(), kv))
+    assert scheduled(b) == {} and [r.request_id for r in b.preempted] == [0]
+
+
+def test_vllm_v02_profiles_carry_can_append_slot():
+    """vllm-v0.2, vllm-v0.2.3 and sarathi-serve (whose block manager keeps the check:
+    ``num_free_gpu_blocks > 0``) turn ``decode_needs_free_block`` on for a pool's continuous
+    policy; no other engine does."""
+    from servesim.cost.engines import PROFILES
+    from servesim.simulation import prepare
+    from tests.conftest import make_scenario
+
+    have = {n for n, p in PROFILES.items() if p.decode_needs_free_block}
+    assert have == {"vllm-v0.2", "vllm-v0.2.3", "sarathi-serve"}
+    for e in PROFILES:
+        pol = prepare(make_scenario(**{"cost.engine": e})).pools[0].make_policy()
+        assert pol.decode_needs_free_block is (e in have), e

@@ -124,6 +124,9 @@ SMALL = {"workload.num_requests": 300, "workload.arrival": {"process": "poisson"
          "workload.prompt_tokens": {"dist": "lognormal", "mean": 600, "sigma": 0.8, "max": 3000},
          "workload.output_tokens": {"dist": "lognormal", "mean": 120, "sigma": 0.7, "max": 600}}
 TIGHT = {"memory.num_gpu_blocks": 400}  # 6,400 tokens of KV: preemptions
+# decodes long enough to fill 6,400 tokens of KV at 2023 vLLM's step times (many preemptions)
+APPEND = {**TIGHT, "workload.arrival": {"process": "poisson", "rate_rps": 8.0},
+          "workload.output_tokens": {"dist": "uniform", "min": 50, "max": 400}}
 # most requests cross Mistral-7B-v0.1's 4,096-token window while decoding (prompts below it, prompt +
 # output past it): their attention stops growing, then their blocks, at counters inside runs
 CROSSING = {"model": "mistralai/Mistral-7B-v0.1",
@@ -263,6 +266,14 @@ CASES = {
     # vLLM v0.2.3: prompt-only steps padded to their longest prompt, cut at 256 padded tokens
     "padded_v023": {"cost.engine": "vllm-v0.2.3", "policy.prefill_first": True,
                     "workload.arrival": {"process": "poisson", "rate_rps": 30.0}},
+    # vLLM v0.2's can_append_slot near a full cache: a decode needs a free block at its turn (runs of
+    # decode steps keep one free after each step; the step that could start without one is decided
+    # request by request), recompute and swap; Sarathi-Serve's runtime keeps the rule under chunked prefill
+    "append_slot_v02": {**APPEND, "cost.engine": "vllm-v0.2", "policy.prefill_first": True, "policy.watermark": 0.0},
+    "append_slot_v023_swap": {**APPEND, "cost.engine": "vllm-v0.2.3", "policy.prefill_first": True,
+                              "policy.preemption": "swap", "memory.swap_space_gib": 0.2},
+    "append_slot_sarathi_chunked": {**APPEND, "cost.engine": "sarathi-serve", "policy.name": "chunked_prefill",
+                                    "policy.max_num_batched_tokens": 512},
     "pd_stream": {"policy.name": "pd_split", "policy.prefill": {"replicas": 2}, "policy.decode": {"replicas": 1},
                   "policy.link": {"bandwidth_gbps": 25.0, "overlap": True},
                   "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},

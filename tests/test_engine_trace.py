@@ -153,3 +153,27 @@ def test_a_preempted_request_may_come_back_into_the_watermark(engine):
     # only a first admission must fit what the watermark leaves: a 3100-token prompt (194 blocks) cannot
     res = simulate(make_scenario(**kw), specs=specs([(0.0, 3100, 2)]))
     assert res.requests["status"][0] == "rejected" and "its prompt = 3100 tokens" in res.requests["reason"][0]
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_vllm_v02_preempts_a_decode_when_no_block_is_free_at_its_turn(engine):
+    """vLLM v0.2's can_append_slot near a full cache, step by step. 5 blocks of 16 tokens; A
+    (prompt 32, 4 tokens) and B (prompt 20, 3 tokens) arrive together and prefill in one
+    prompt-only step (2 + 2 blocks, 1 free). Step 2: A's 33rd token takes the free block; at B's
+    turn none is free, and B, the newest (and last) running request, preempts itself; A decodes
+    alone. Step 3: B (20 + 1 tokens) is recomputed in a prompt step of its own, taking the 2 free
+    blocks. Step 4: none is free at A's turn (its 34th token opens no block): B is preempted again.
+    Step 5: B recomputed (22 tokens): its third token, it completes. Step 6: A's fourth. Without the
+    rule (vllm-v0) nothing is preempted: both decode in steps 2 and 3, A alone in step 4."""
+    kw = {"memory.num_gpu_blocks": 5, "memory.block_size": 16, "policy.watermark": 0.0,
+          "policy.prefill_first": True, "cost.api_server": False}
+    rows = [(0.0, 32, 4), (0.0, 20, 3)]
+    res = simulate(make_scenario(**kw, **{"cost.engine": "vllm-v0.2"}), specs=specs(rows), engine=engine)
+    st, r = res.steps, res.requests
+    assert st["prefill_tokens"].tolist() == [52, 0, 21, 0, 22, 0]
+    assert st["decode_tokens"].tolist() == [0, 1, 0, 1, 0, 1]
+    assert r["preemptions"].tolist() == [0, 2] and list(r["status"]) == ["completed", "completed"]
+    old = simulate(make_scenario(**kw, **{"cost.engine": "vllm-v0"}), specs=specs(rows), engine=engine)
+    assert old.steps["prefill_tokens"].tolist() == [52, 0, 0, 0]
+    assert old.steps["decode_tokens"].tolist() == [0, 2, 2, 1]
+    assert old.requests["preemptions"].tolist() == [0, 0]

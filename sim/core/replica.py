@@ -220,6 +220,10 @@ class Replica:
         self.policy = policy
         self.cost_model = cost_model
         self.kv = kv
+        # blocks a run of decode steps leaves free after each step: 1 where a decoding request
+        # needs a free block at its turn (``ContinuousPolicy.decode_needs_free_block``, vLLM v0.2's
+        # can_append_slot): a step that could start short of one is decided by the policy
+        self._kv_slack = 1 if getattr(policy, "decode_needs_free_block", False) is True else 0
         self.recorder = recorder
         self.max_context_tokens = max_context_tokens
         self.role = role
@@ -624,7 +628,7 @@ class Replica:
                     # (held until a completion: decisions untraced, as the trace records every
                     # decision of a waiting request; on the P/D decode side a landing ends it)
                     and (not batch.until_completion or (self.role != "prefill" and self.tracer is None))):
-                K = self._macro_len(n, kv.num_free, self._bulk and not batch.until_completion)
+                K = self._macro_len(n, kv.num_free - self._kv_slack, self._bulk and not batch.until_completion)
                 if K >= 2:
                     yield from self._macro(n, K, shape=batch)
                     ended = True
@@ -1406,7 +1410,7 @@ class Replica:
         if t_stop < math.inf and self._decode_step_s > 0:
             chunk = max(2, min(int((t_stop - t0) / self._decode_step_s) + margin, 1024))
         if fold is None:
-            self._plan(run, min(K, chunk), start, self.kv.num_free, t_stop)
+            self._plan(run, min(K, chunk), start, self.kv.num_free - self._kv_slack, t_stop)
             self.kv.take(run.cum[0])  # the first step's KV (as settle(start) takes it)
             run.grown = 1
             if self.watch is not None:
@@ -1416,9 +1420,9 @@ class Replica:
             if self.async_scheduling and run.pn and K > 1:
                 # the next request arrives during step 0, and the step after it is decided without
                 # it: that step is the decode set's, so it is part of the run
-                self._plan(run, 1, t0, self.kv.num_free)
+                self._plan(run, 1, t0, self.kv.num_free - self._kv_slack)
         elif run.pn:
-            self._plan(run, min(K - 1, chunk), t0, self.kv.num_free, t_stop)
+            self._plan(run, min(K - 1, chunk), t0, self.kv.num_free - self._kv_slack, t_stop)
         while True:
             run.fin = run.K == run.fin_at
             if self.on_due is not None:
@@ -1469,7 +1473,7 @@ class Replica:
             # every planned step has started (its KV is mapped): the next ones must fit what is
             # empty now (blocks mapped from outside since the run began count)
             self.settle(env.now)
-            if not self._plan(run, min(K - run.K, chunk), last, self.kv.num_free, t_stop):
+            if not self._plan(run, min(K - run.K, chunk), last, self.kv.num_free - self._kv_slack, t_stop):
                 break
         settled = run.dp
         self.settle(env.now)
@@ -1627,7 +1631,7 @@ class Replica:
         if self._interruptible:
             cum, grown = run.cum, run.grown
             rest = cum[run.K - 1] - (cum[grown - 1] if grown else 0)
-            if rest <= self.kv.num_free:
+            if rest <= self.kv.num_free - self._kv_slack:
                 return
             self._interrupt()
 

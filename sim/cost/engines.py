@@ -115,6 +115,10 @@ class EngineProfile:
     # stops where the padding would pass this many tokens (vLLM's ``--max-paddings``; vllm-v0.2.3).
     # None: no padding (the prompts packed end to end)
     max_paddings: int | None = None
+    # vLLM v0.2's (and Sarathi-Serve's) ``can_append_slot``: a decoding request needs a free KV
+    # block at its turn before a decode step, whether or not its next token opens one, else the
+    # newest running request is preempted (``ContinuousPolicy.decode_needs_free_block``)
+    decode_needs_free_block: bool = False
 
 
 # Launch-bound time per layer of a step run without a CUDA graph (vLLM's PyTorch model code,
@@ -221,7 +225,12 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         eager_collective_s=_V02["eager_collective_s"], allreduce="nccl",
         cpu_host_speed=1.0,  # measured on A100 hosts (DistServe's A100-80GB SXM servers)
         # the same FastAPI front end (no 2023 figure): vLLM V1's fit
-        **_V1_API),
+        **_V1_API,
+        # before a decode step, each running group in turn needs one free block per sequence
+        # ("Simple heuristic", BlockSpaceManager.can_append_slot, vllm/core/block_manager.py
+        # L143-148 at v0.2.3, L105-110 at v0.1.0), else the newest running one is preempted
+        # (vllm/core/scheduler.py L217-230 at v0.2.3, L199-212 at v0.2.0)
+        decode_needs_free_block=True),
     EngineProfile(
         name="trt-llm",
         summary="TensorRT-LLM (PyTorch backend): overlap scheduler, CUDA graphs for generation batches up to 128, "
@@ -286,7 +295,12 @@ PROFILES["sarathi-serve"] = replace(
     PROFILES["vllm-v0"], name="sarathi-serve",
     summary="Sarathi-Serve's runtime (OSDI'24 artifact, vLLM-derived): vllm-v0's CPU figures, eager PyTorch (no "
             "CUDA graphs), NCCL all-reduce launched from Python",
-    graphs="none", capture_sizes=None, eager_collective_s=_V02["eager_collective_s"], allreduce="nccl")
+    graphs="none", capture_sizes=None, eager_collective_s=_V02["eager_collective_s"], allreduce="nccl",
+    # vLLM v0.2's can_append_slot, kept: a decoding sequence needs a free block at its turn
+    # (BaseBlockSpaceManager.can_append_slot: num_free_gpu_blocks > 0,
+    # sarathi/core/block_space_manager/base_block_space_manager.py; checked for each decode in both
+    # schedulers, sarathi/core/scheduler/vllm_scheduler.py and sarathi_scheduler.py)
+    decode_needs_free_block=True)
 
 
 def get_profile(name: str, where: str = "cost.engine") -> EngineProfile:
