@@ -100,6 +100,10 @@ class ContinuousPolicy:
     # (``EngineProfile.decode_needs_free_block``), not the scenario. False: a request needs a free
     # block only when its next token opens one
     decode_needs_free_block: bool = False
+    # vLLM v0.2's (and Sarathi-Serve's) ``can_allocate``: a request preempted for recompute comes back
+    # only above the watermark, as a new one does (False: it may use the watermark's blocks). Set
+    # from the engine profile (``EngineProfile.watermark_on_recompute``)
+    watermark_on_recompute: bool = False
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -555,7 +559,7 @@ class ContinuousPolicy:
         if not cands:
             return None
         sched = {id(r): q for r, q in base}
-        kept = 0 if head.preemptions else int(self.watermark * kv.num_blocks)
+        kept = self._kept(kv, head, int(self.watermark * kv.num_blocks))
         chosen = []
         if dropped is not None:
             dropped = dict(dropped)
@@ -583,6 +587,20 @@ class ContinuousPolicy:
             free += freed
             free_at += freed
         return None
+
+    def _kept(self, kv, r, kept: int) -> int:
+        """The free blocks admitting waiting request ``r`` must leave (the watermark's ``kept``): all
+        of them for a new request; none for one coming back from a preemption (else a recompute
+        larger than what the watermark leaves would never return), but under
+        ``watermark_on_recompute`` (vLLM v0.2.3 ``BlockSpaceManager.can_allocate``,
+        vllm/core/block_manager.py L103-120: the watermark for every prompt run, a recompute's
+        included) all of them too, unless its whole sequence could never fit above them (vLLM then
+        drops the request, ``AllocStatus.NEVER``; servesim lets it use the watermark's blocks)."""
+        if not r.preemptions:
+            return kept
+        if self.watermark_on_recompute and kv.blocks_for(r.num_tokens) <= kv.num_blocks - kept:
+            return kept
+        return 0
 
     def _waiting_tokens(self, kv, r, budget: int, dropped=None, pending=None):
         """(computed tokens after prefix-cache hits, cached blocks held, of which idle, tokens to
@@ -622,7 +640,8 @@ class ContinuousPolicy:
         need = kv.blocks_for(self._admission_tokens(r, c, q)) - held + idle
         if need > free:
             return "kv"
-        if not r.preemptions and free - need < int(self.watermark * kv.num_blocks):
+        kept = self._kept(kv, r, int(self.watermark * kv.num_blocks))
+        if kept and free - need < kept:
             return "watermark"
         return None
 
@@ -723,7 +742,7 @@ class ContinuousPolicy:
                 need = kv.blocks_for(tokens) - held + idle
                 # the watermark holds back new requests; one coming back from a preemption may
                 # use it (else a recompute larger than what the watermark leaves would never return)
-                if free - need < (0 if r.preemptions else kept):
+                if free - need < self._kept(kv, r, kept):
                     stop = ("kv" if need > free else "watermark", r, budget, free, self.max_num_seqs - n_seqs)
                     break
                 if tokens > c + q:

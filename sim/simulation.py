@@ -83,10 +83,14 @@ class PoolSetup:
         if pad is not None and isinstance(policy, ContinuousPolicy):
             # the engine pads the prompts of a prompt-only step to the longest (cost.engine vllm-v0.2)
             policy = dataclasses.replace(policy, max_paddings=pad)
-        if self.engine is not None and self.engine.profile.decode_needs_free_block \
-                and isinstance(policy, ContinuousPolicy):
-            # a decoding request needs a free KV block at its turn (vLLM v0.2's can_append_slot)
-            policy = dataclasses.replace(policy, decode_needs_free_block=True)
+        prof = self.engine.profile if self.engine is not None else None
+        if prof is not None and isinstance(policy, ContinuousPolicy):
+            # vLLM v0.2's block manager: a decoding request needs a free KV block at its turn
+            # (can_append_slot); a recompute is admitted above the watermark (can_allocate)
+            if prof.decode_needs_free_block:
+                policy = dataclasses.replace(policy, decode_needs_free_block=True)
+            if prof.watermark_on_recompute:
+                policy = dataclasses.replace(policy, watermark_on_recompute=True)
         return policy
 
     @functools.cached_property

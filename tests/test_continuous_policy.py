@@ -359,6 +359,34 @@ def test_vllm_v02_profiles_carry_can_append_slot():
 
     have = {n for n, p in PROFILES.items() if p.decode_needs_free_block}
     assert have == {"vllm-v0.2", "vllm-v0.2.3", "sarathi-serve"}
+    assert have == {n for n, p in PROFILES.items() if p.watermark_on_recompute}
     for e in PROFILES:
         pol = prepare(make_scenario(**{"cost.engine": e})).pools[0].make_policy()
-        assert pol.decode_needs_free_block is (e in have), e
+        assert pol.decode_needs_free_block is pol.watermark_on_recompute is (e in have), e
+
+
+def test_vllm_v02_holds_a_recompute_back_at_the_watermark():
+    """vLLM v0.2.3 ``can_allocate`` (vllm/core/block_manager.py L103-120) keeps the watermark's blocks
+    free for every prompt run, a recompute's too (``watermark_on_recompute``); otherwise a request
+    coming back from a preemption may use them. One whose whole sequence could never fit above the
+    watermark (vLLM drops it: ``AllocStatus.NEVER``) may use them either way, so it is not stuck."""
+    kv = BlockAllocator(num_blocks=100, block_size=16)
+    assert kv.grow(running_req(0, 16 * 85 - 1, 1, kv), 16 * 85) and kv.num_free == 15
+    back = Request(1, 0.0, 160, 50)
+    back.num_output_done, back.preemptions = 1, 1  # 161 tokens to recompute: 11 blocks
+    pol = ContinuousPolicy(watermark=0.1, prefill_first=True)  # keeps 10 blocks free
+    v02 = dataclasses.replace(pol, watermark_on_recompute=True)
+    # 15 free - 11 = 4: above the watermark only for the old rule
+    assert [r.request_id for r in pol.next_batch(ReplicaState([], deque([back]), kv)).admitted] == [1]
+    b = v02.next_batch(ReplicaState([], deque([back]), kv))
+    assert not b.admitted and b.stop[:2] == ("watermark", back)
+    assert v02.lacks(kv, back, 8192, kv.num_free, 8) == "watermark" and pol.lacks(kv, back, 8192, 15, 8) is None
+    # a new request of the same size is held back by both
+    new = Request(2, 0.0, 161, 50)
+    assert pol.lacks(kv, new, 8192, 15, 8) == v02.lacks(kv, new, 8192, 15, 8) == "watermark"
+    # a recompute of 91 blocks (> 100 - 10) could never come back above the watermark: it uses it
+    empty = BlockAllocator(num_blocks=100, block_size=16)
+    assert empty.grow(running_req(3, 16 * 5, 1, empty), 16 * 5) and empty.num_free == 95
+    big = Request(4, 0.0, 16 * 91 - 1, 50)
+    big.num_output_done, big.preemptions = 1, 1
+    assert [r.request_id for r in v02.next_batch(ReplicaState([], deque([big]), empty)).admitted] == [4]

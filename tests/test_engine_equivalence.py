@@ -270,6 +270,9 @@ CASES = {
     # decode steps keep one free after each step; the step that could start without one is decided
     # request by request), recompute and swap; Sarathi-Serve's runtime keeps the rule under chunked prefill
     "append_slot_v02": {**APPEND, "cost.engine": "vllm-v0.2", "policy.prefill_first": True, "policy.watermark": 0.0},
+    # ... and its watermark holding back recomputes as new requests (can_allocate)
+    "append_slot_v02_watermark": {**APPEND, "cost.engine": "vllm-v0.2", "policy.prefill_first": True,
+                                  "policy.watermark": 0.05},
     "append_slot_v023_swap": {**APPEND, "cost.engine": "vllm-v0.2.3", "policy.prefill_first": True,
                               "policy.preemption": "swap", "memory.swap_space_gib": 0.2},
     "append_slot_sarathi_chunked": {**APPEND, "cost.engine": "sarathi-serve", "policy.name": "chunked_prefill",

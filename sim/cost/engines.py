@@ -119,6 +119,9 @@ class EngineProfile:
     # block at its turn before a decode step, whether or not its next token opens one, else the
     # newest running request is preempted (``ContinuousPolicy.decode_needs_free_block``)
     decode_needs_free_block: bool = False
+    # vLLM v0.2's (and Sarathi-Serve's) ``can_allocate``: the admission watermark holds back a request
+    # preempted for recompute as it does a new one (``ContinuousPolicy.watermark_on_recompute``)
+    watermark_on_recompute: bool = False
 
 
 # Launch-bound time per layer of a step run without a CUDA graph (vLLM's PyTorch model code,
@@ -230,7 +233,10 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # ("Simple heuristic", BlockSpaceManager.can_append_slot, vllm/core/block_manager.py
         # L143-148 at v0.2.3, L105-110 at v0.1.0), else the newest running one is preempted
         # (vllm/core/scheduler.py L217-230 at v0.2.3, L199-212 at v0.2.0)
-        decode_needs_free_block=True),
+        decode_needs_free_block=True,
+        # a recompute's prompt run is admitted as any prompt is, above the watermark
+        # (BlockSpaceManager.can_allocate, vllm/core/block_manager.py L103-120 at v0.2.3, L80-87 at v0.1.0)
+        watermark_on_recompute=True),
     EngineProfile(
         name="trt-llm",
         summary="TensorRT-LLM (PyTorch backend): overlap scheduler, CUDA graphs for generation batches up to 128, "
@@ -300,7 +306,10 @@ PROFILES["sarathi-serve"] = replace(
     # (BaseBlockSpaceManager.can_append_slot: num_free_gpu_blocks > 0,
     # sarathi/core/block_space_manager/base_block_space_manager.py; checked for each decode in both
     # schedulers, sarathi/core/scheduler/vllm_scheduler.py and sarathi_scheduler.py)
-    decode_needs_free_block=True)
+    decode_needs_free_block=True,
+    # and its can_allocate: the watermark for every admission, a recompute's included
+    # (BaseBlockSpaceManager.can_allocate: num_free_gpu_blocks - num_required_blocks >= watermark_blocks)
+    watermark_on_recompute=True)
 
 
 def get_profile(name: str, where: str = "cost.engine") -> EngineProfile:
