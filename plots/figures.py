@@ -437,12 +437,12 @@ def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
         ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
     if capacity is not None:
         mean, half = capacity
-        if half and half == half:
-            ax.axvspan(mean - half, mean + half, color="#2ca02c", alpha=0.2, linewidth=0)
-        from servesim.outputs.intervals import Interval, format_interval
+        if half and half == half:  # (cut at 0, as the label's interval: no rate below it)
+            ax.axvspan(max(mean - half, 0.0), mean + half, color="#2ca02c", alpha=0.2, linewidth=0)
+        from servesim.outputs.intervals import NONNEGATIVE, Interval, format_interval
 
-        ax.axvline(mean, color="#2ca02c", linewidth=1.5,
-                   label=f"capacity {format_interval(Interval(mean, half if half else math.nan, 2), unit='req/s')}"
+        iv = Interval(mean, half if half else math.nan, 2, bounds=NONNEGATIVE)
+        ax.axvline(mean, color="#2ca02c", linewidth=1.5, label=f"capacity {format_interval(iv, unit='req/s')}"
                    + (" (band: 95% interval)" if half else ""))
     ax.set_yscale("log")
     _plain_log_ticks(ax.yaxis)

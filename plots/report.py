@@ -826,11 +826,11 @@ def _capacity_figure(path: Path, data: dict, ctx: Context, add) -> None:
 
 
 def _cap_interval(cap: dict):
-    from servesim.outputs.intervals import Interval
+    from servesim.outputs.intervals import NONNEGATIVE, Interval
 
     half = cap.get("capacity_ci95_rps")
     return Interval(cap["capacity_rps"], math.nan if half is None else half,
-                    int((cap.get("interval") or {}).get("seeds") or 1))
+                    int((cap.get("interval") or {}).get("seeds") or 1), bounds=NONNEGATIVE)
 
 
 def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:

@@ -98,15 +98,52 @@ def test_a_share_interval_stays_between_0_and_1():
     top = row_interval({"class_slo_attainment_min": 0.97, "class_slo_attainment_min_ci95": 0.2, "seeds": 2},
                        "class_slo_attainment_min")
     assert top.high == 1.0 and format_interval(top, 100.0) == "97 (77 to 100)"
-    # a figure that is no share keeps its symmetric interval, and a share well inside keeps +-
+    # a rate is cut at 0 too (no offered_rps: no upper end), and a share well inside keeps +-
     assert format_interval(row_interval({"goodput_rps": 0.2, "goodput_rps_ci95": 0.7, "seeds": 2}, "goodput_rps")) \
-        == f"0.2 {PM} 0.7"
+        == "0.2 (0.0 to 0.9)"
     assert format_interval(row_interval({"slo_attainment": 0.5, "slo_attainment_ci95": 0.1, "seeds": 3},
                                         "slo_attainment"), 100.0) == f"50 {PM} 10"
     a = [{"seed": s, "status": "ok", "slo_attainment": x} for s, x in ((0, 1.0), (1, 1.0))]
     b = [{"seed": s, "status": "ok", "slo_attainment": x} for s, x in ((0, 0.10), (1, 0.14))]
     d = paired_rows(a, b, "slo_attainment")
     assert d.mean - d.half < -1 and d.low == -1.0 and format_difference(d, 100.0).startswith("-88 (-100 to ")
+
+
+def test_a_latency_or_count_interval_never_reaches_below_0():
+    """Two seeds' p50 TTFT at 40 and 160 ms: the t-interval 100 +- 760 ms reaches -660 ms, a latency
+    no run can have; run --seeds, compare and sweep printed "100 +- 800 ms". Every figure that is
+    not a share or a difference (a latency, a count, a rate, a capacity) is cut at 0: its mean and
+    ends; one whose interval stays above 0 keeps +-, and a paired difference may still be negative."""
+    from servesim.cli.main import format_seeds
+    from servesim.cli.studies import format_table
+    from servesim.outputs.intervals import NONNEGATIVE, paired_difference, t_interval
+
+    raw = t_interval([0.04, 0.16])
+    row = {"ttft_p50_s": raw.mean, "ttft_p50_s_ci95": raw.half, "tpot_p99_s": 0.01, "tpot_p99_s_ci95": 0.002,
+           "seeds": 2}
+    iv = row_interval(row, "ttft_p50_s")
+    assert raw.mean - raw.half < 0 and iv.low == 0.0 and iv.high == pytest.approx(raw.mean + raw.half)
+    text = format_interval(iv, 1e3, "ms")
+    assert PM not in text and text.startswith("100 (0 to ") and text.endswith(" ms")
+    assert format_interval(row_interval(row, "tpot_p99_s"), 1e3) == f"10.0 {PM} 2.0"
+    table = format_table([row], ["ttft_p50_s", "tpot_p99_s"])
+    assert "(0 to " in table and "-" not in table.splitlines()[1]
+    # run --seeds: the summary's lines
+    fig = {"mean": raw.mean, "ci95": raw.half, "n": 2, "values": [0.04, 0.16]}
+    figures = {k: dict(fig) for k in ("throughput_rps", "output_tokens_per_s", "goodput_rps", "completed",
+                                      "rejected", "unfinished")}
+    figures["slo_attainment"] = {"mean": 1.0, "ci95": 0.0, "n": 2, "values": [1.0, 1.0]}
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        figures[key + ".p50"] = dict(fig)
+        figures[key + ".p99"] = dict(fig)
+    lines = format_seeds({"seeds": [0, 1], "figures": figures})
+    assert not any(f"{PM} 800" in x or f"{PM} 0.8" in x for x in lines), lines
+    assert "TTFT        p50 100 (0 to " in "\n".join(lines)
+    # a capacity over seeds, and a paired difference that may be negative
+    cap = t_interval([4.0, 6.0], bounds=NONNEGATIVE)
+    assert cap.low == 0.0 and format_interval(cap, unit="req/s") == "5 (0 to 18) req/s"
+    d = paired_difference([0.1, 0.2], [0.05, 0.3])
+    assert d.low < 0 and format_difference(d, 1e3, "ms").startswith("+")
 
 
 def test_a_configuration_that_fails_the_slo_is_never_called_better():

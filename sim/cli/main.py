@@ -14,7 +14,7 @@ from servesim.core.decisions import format_decisions
 from servesim.errors import InputError, PluginError, Terminated, one_line, shown_path
 from servesim.errors import clip as clip_text
 from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute_share
-from servesim.outputs.intervals import BOUNDED, PM, Interval, format_interval, seeds_text
+from servesim.outputs.intervals import BOUNDED, NONNEGATIVE, PM, Interval, format_interval, seeds_text
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
 from servesim.outputs.verdicts import attainment_pct
@@ -98,11 +98,12 @@ def format_seeds(sec: dict | None) -> list:
         n = x.get("n", len(x["values"]))
         return format_interval(Interval(math.nan if x["mean"] is None else x["mean"],
                                         math.nan if x["ci95"] is None else x["ci95"], n,
-                                        bounds=BOUNDED.get(name)), scale, unit)
+                                        bounds=BOUNDED.get(name, NONNEGATIVE)), scale, unit)
 
     seeds = sec["seeds"]
     lines = ["", f"over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}; mean {PM} half-width of the 95% Student-t "
-                 "interval over the seeds; the figures above are seed " + f"{seeds[0]}'s):"]
+                 "interval over the seeds, or the mean (low to high) where that is cut at 0 or 100%; the figures "
+                 f"above are seed {seeds[0]}'s):"]
     lines.append(f"  throughput  {iv('throughput_rps', unit='req/s')}, "
                  f"{iv('output_tokens_per_s', unit='output tok/s')}")
     att = "n/a (no request arrived)" if f["slo_attainment"]["mean"] is None else f"{iv('slo_attainment', 100)}%"

@@ -274,9 +274,9 @@ def _burst_note(mean_cap, cap, arrival, gpus: int, iv=None) -> None:
     if iv is None or math.isnan(iv.half):
         text, per = f"{mean_cap:.4g} req/s", f"{mean_cap / gpus:.3g}"
     else:
-        from servesim.outputs.intervals import Interval
+        from servesim.outputs.intervals import NONNEGATIVE, Interval
 
-        mean = Interval(mean_cap, iv.half * arrival.on_s / (arrival.on_s + arrival.off_s), iv.n)
+        mean = Interval(mean_cap, iv.half * arrival.on_s / (arrival.on_s + arrival.off_s), iv.n, bounds=NONNEGATIVE)
         text, per = format_interval(mean, unit="req/s"), format_interval(mean.scaled(1 / gpus))
     print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the "
           f"mean offered rate is {text} ({per} per GPU)")

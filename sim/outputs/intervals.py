@@ -15,9 +15,10 @@ by seed (the same requests go through both: ``paired_difference``), which remove
 share of the noise.
 
 A share (SLO attainment, ``BOUNDED``) lies in [0, 1], and a difference of two shares in [-1, 1]:
-its t-interval is cut at those ends (``Interval.bounds``). With few seeds the t-interval of a share
-can reach past them (two seeds at 10% and 14%: 12 +- 25%, down to -13%), a share no run can have;
-such an interval prints as its mean and its cut ends, "12 (0 to 37)" (``format_interval``), while
+its t-interval is cut at those ends (``Interval.bounds``); every other figure's (a latency, a count,
+a capacity: ``NONNEGATIVE``) at 0: only a paired difference can be negative. With few seeds the
+t-interval of a share can reach past them (two seeds at 10% and 14%: 12 +- 25%, down to -13%), a
+share no run can have; such an interval prints as its mean and its cut ends, "12 (0 to 37)" (``format_interval``), while
 results.csv ``<figure>_ci95`` keeps the half-width of the t-interval itself. So is a rate of
 completed requests (goodput, throughput: ``rate_bounds``) cut at 0 and at the row's arrivals per
 second (``offered_rps``), which no run's can exceed: "17 (13 to 17) req/s" at 17 req/s arrived.
@@ -63,6 +64,9 @@ def t_quantile(p: float, df: int) -> float:
 
 
 SHARE = (0.0, 1.0)  # the values a share can take
+# the values a count, a rate, a latency or a capacity can take: its t-interval is cut at 0 too (two
+# seeds' p50 TTFT printed "100 +- 500 ms", a latency down to -400 ms; now "100 (0 to 600) ms")
+NONNEGATIVE = (0.0, math.inf)
 BOUNDED = {"slo_attainment": SHARE, "class_slo_attainment_min": SHARE}  # results.csv / summary figures that are shares
 
 
@@ -112,20 +116,21 @@ class Interval:
         return {"mean": self.mean, "ci95": None if math.isnan(self.half) else self.half, "n": self.n}
 
 
-def t_interval(values, confidence: float = CONFIDENCE) -> Interval:
+def t_interval(values, confidence: float = CONFIDENCE, bounds: tuple | None = None) -> Interval:
     """Student's t interval of the mean of ``values`` (None and NaN left out). An infinite value
-    gives an infinite mean and half-width (a seed that never met: no finite interval)."""
+    gives an infinite mean and half-width (a seed that never met: no finite interval). ``bounds``:
+    the values the figure can take (``Interval.bounds``)."""
     xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     n = len(xs)
     if n == 0:
-        return Interval(math.nan, math.nan, 0, confidence)
+        return Interval(math.nan, math.nan, 0, confidence, bounds)
     if any(math.isinf(x) for x in xs):
-        return Interval(math.fsum(xs) / n, math.inf if n > 1 else math.nan, n, confidence)
+        return Interval(math.fsum(xs) / n, math.inf if n > 1 else math.nan, n, confidence, bounds)
     mean = math.fsum(xs) / n
     if n < 2:
-        return Interval(mean, math.nan, n, confidence)
+        return Interval(mean, math.nan, n, confidence, bounds)
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
-    return Interval(mean, t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n), n, confidence)
+    return Interval(mean, t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n), n, confidence, bounds)
 
 
 def paired_difference(a, b, confidence: float = CONFIDENCE) -> Interval:
@@ -157,11 +162,13 @@ def row_interval(row: dict, column: str) -> Interval:
     """A results.csv row's figure as an ``Interval`` (half-width NaN when the row has none: one
     seed; a share's ends cut at 0 and 1: ``BOUNDED``; a rate of completions at 0 and the row's
     arrivals per second: ``rate_bounds``; two seeds' t-interval of a goodput reached above the
-    load offered, a rate no run can have)."""
+    load offered, a rate no run can have; every other figure, a count, a rate or a latency, at 0:
+    ``NONNEGATIVE``)."""
     half = row.get(column + CI_SUFFIX)
     v = row.get(column)
     return Interval(math.nan if v is None else float(v), math.nan if half is None else float(half),
-                    int(row.get("seeds") or 1), bounds=BOUNDED.get(column) or rate_bounds(row, column))
+                    int(row.get("seeds") or 1),
+                    bounds=BOUNDED.get(column) or rate_bounds(row, column) or NONNEGATIVE)
 
 
 def paired_rows(rows_a: list, rows_b: list, column: str) -> Interval:

@@ -67,7 +67,7 @@ from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
 from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_ratio, keep_up_warmup, keep_up_window,
                                       too_short_to_tell)
-from servesim.outputs.intervals import SEED_KEY, Interval, t_interval
+from servesim.outputs.intervals import NONNEGATIVE, SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.outputs.writer import json_text
 from servesim.studies.executors import ExecutorOptions, check_numbers
@@ -753,7 +753,7 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
             if res.error:
                 error = res.error
                 break
-            iv = t_interval([r.capacity_rps for r in done])
+            iv = t_interval([r.capacity_rps for r in done], bounds=NONNEGATIVE)
             if on_seed is not None:
                 on_seed(k, res, iv)
             if len(done) >= want and (fixed is not None or iv.rel <= seeds.target):
