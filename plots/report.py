@@ -36,6 +36,7 @@ from servesim.outputs.progress import Phases
 from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,
                                      read_capacity, read_results, read_scenario, read_study_meta)
 from servesim.outputs.writer import write_text_whole
+from servesim.outputs.wording import plural
 from servesim.outputs.verdicts import (CLASS_MIN, caveats, class_means, difference_sentences, differences,
                                        fell_behind, gpu_counts, identical_labels, loads_up_to, meets_slo,
                                        not_run_text, rank_key, ranked, rate_order, rate_text, slo_phrase, value_text,
@@ -285,7 +286,7 @@ class Context:
         """A legend entry: the group, the groups identical to it, and its GPU count."""
         same = [d for d, s in self.identical.items() if s == g]
         n = self.gpus.get(g)
-        gpu = f" ({n} GPU{'s' if n != 1 else ''})" if n else ""
+        gpu = f" ({plural(n, 'GPU')})" if n else ""
         return " = ".join([str(g), *same]) + gpu
 
     def keep(self, groups) -> list:
@@ -602,7 +603,7 @@ def _verdict(data: dict, ctx: Context) -> list:
             n = r.get("num_gpus")
             tied = same[i] or (i + 1 < len(same) and same[i + 1])
             name = f"**{g}**" if k == 1 and meets_slo(r) else g
-            out.append(f"{k}. {name}" + (f" ({n} GPU{'s' if n != 1 else ''})" if n else "")
+            out.append(f"{k}. {name}" + (f" ({plural(n, 'GPU')})" if n else "")
                        + f": goodput {gp}, {verdict}" + (" (tied)" if tied else ""))
             out += twins.pop(g, [])
         out += [line for lines in twins.values() for line in lines] + failed
@@ -670,7 +671,7 @@ def _build(path: Path, bar: Phases) -> Path:
         md += [f"One run of scenario `{s['scenario']}`: {_model_name(first.scenario)} on "
                f"{deployment_gpus(first.scenario)}" + (f" ({ctx.shape})" if ctx.shape else "")
                + f", policy `{first.scenario.get('policy', {}).get('name')}`, "
-               f"{s['num_requests']} requests"
+               f"{plural(s['num_requests'], 'request')}"
                + (f" at {ctx.rate:.3g} req/s" if ctx.rate is not None else "")
                + (f" ({ctx.offered:.3g} arrived per second)" if ctx.offered else "") + ".", ""]
         md += _run_verdict(s)
@@ -681,7 +682,8 @@ def _build(path: Path, bar: Phases) -> Path:
         md += [f"A {data['kind']} of {of} ({ctx.model} on {ctx.gpu}"
                # (a capacity search's points are its probes, each on one seed)
                + ((f", one search on each of {ctx.seeds} seeds" if data["kind"] == "capacity" else
-                   f", {ctx.seeds} seeds per point") if ctx.seeds > 1 else "") + f"): {len(data['rows'])} points, "
+                   f", {ctx.seeds} seeds per point") if ctx.seeds > 1 else "")
+               + f"): {plural(len(data['rows']), 'point')}, "
                f"{ran} ran.", ""]
         if data["kind"] == "capacity":
             md += _capacity_lines(path)
@@ -772,7 +774,7 @@ def _capacity_lines(path: Path) -> list:
                 + (f"between {lo:.4g} (meets) and {hi:.4g} req/s (fails)." if lo and hi else
                    f"with every rate up to {lo:.4g} req/s meeting." if lo else
                    f"with no rate meeting, down to {hi:.4g} req/s." if hi else "before any probe."), ""]
-    gpus = f"{cap['num_gpus']} GPU{'s' if cap['num_gpus'] != 1 else ''}"
+    gpus = f"{plural(cap['num_gpus'], 'GPU')}"
     att = f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else ""
     if cap["capacity_rps"] == 0:  # no rate met, on every seed
         floor = cap.get("floor")

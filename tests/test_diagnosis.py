@@ -951,8 +951,8 @@ def test_warnings_of_a_run_admission_rejected_all_or_most_of_say_what_was_served
     assert rej >= 0.1 * n and served < n and (served == 0) == (ttft_s == 0.01)
     assert "requests that were served" not in w["rejections"]
     assert "requests served" not in w["slo_floor"]
-    if served:
-        assert f"the latencies describe only the {served} served" in w["rejections"]
+    if served:  # (no cut-off: every request not rejected completed)
+        assert f"the latencies describe only the {s['completed']} completed" in w["rejections"]
         assert f"the run served {served:,} of them" in w["slo_floor"]
     else:
         assert "none was served" in w["rejections"]
@@ -1147,3 +1147,24 @@ def test_validate_does_not_say_rejections_are_not_predicted_beside_a_shedding_pr
     assert len(shed) == 1 and f"reject {s['rejected']:,} of 60 requests" in shed[0] and "policy.admission" in shed[0]
     (none,) = [x for x in lines if "not predicted" in x]
     assert none.startswith("  rejections: not predicted from the requests' lengths")
+
+
+def test_the_rejections_warning_counts_completed_requests_not_unfinished_ones():
+    """A queue bound rejects half the requests and the cut-off leaves the rest unfinished: the
+    rejections warning said "the latencies describe only the 166 served" on a run that completed
+    none (its "served" was every request not rejected, the unfinished too). It names the completed
+    ones, and the unfinished apart."""
+    kw = {"workload.num_requests": 400, "workload.arrival": {"process": "poisson", "rate_rps": 100},
+          "workload.output_tokens": {"dist": "uniform", "min": 200, "max": 300}, "policy.max_num_seqs": 8,
+          "policy.admission": {"max_queue": 8}}
+    for cut in (0.5, 3.0):
+        s = simulate(make_scenario(**{**kw, "workload.duration_s": cut})).summary
+        w = {x["code"]: x["message"] for x in s["warnings"]}
+        n, rej, unf, done = s["num_requests"], s["rejected"], s["unfinished"], s["completed"]
+        assert rej >= 0.1 * n and unf > 0 and rej + unf + done == n
+        assert "served" not in w["rejections"]
+        if done:
+            assert f"the latencies describe only the {done:,} completed, not the {unf:,} still unfinished" \
+                in w["rejections"]
+        else:
+            assert f"none completed (the other {unf:,} were still unfinished" in w["rejections"]

@@ -18,6 +18,7 @@ from servesim.outputs.intervals import BOUNDED, NONNEGATIVE, PM, Interval, forma
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
 from servesim.outputs.verdicts import attainment_pct
+from servesim.outputs.wording import plural
 
 
 def _slo_text(slo: dict) -> str:
@@ -34,8 +35,8 @@ def _fmt_s(v) -> str:
 
 
 def format_summary(s: dict) -> str:
-    lines = [f"scenario {s['scenario']}: {s['num_requests']} requests, {s['completed']} completed, "
-             f"{s['rejected']} rejected, {s['unfinished']} unfinished, {s['preemptions']} preemptions",
+    lines = [f"scenario {s['scenario']}: {plural(s['num_requests'], 'request')}, {s['completed']} completed, "
+             f"{s['rejected']} rejected, {s['unfinished']} unfinished, {plural(s['preemptions'], 'preemption')}",
              f"simulated {s['sim_time_s']:.1f} s in {s['wall_time_s']:.2f} s wall", "",
              f"{'latency':<8}{'mean':>13}{'p50':>13}{'p90':>13}{'p99':>13}"]
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "ITL"), ("e2e_s", "E2E"),
@@ -74,7 +75,7 @@ def format_summary(s: dict) -> str:
     if hol.get("budget_blocked_requests") and not any(w.get("code") == "head_of_line" for w in s.get("warnings") or ()):
         # (waits too short for the head_of_line warning, which says more, are still shown)
         n = hol["budget_blocked_requests"]
-        lines.append(f"head-of-line  {n} prompt{'s' if n != 1 else ''} waited at the head of the queue, "
+        lines.append(f"head-of-line  {plural(n, 'prompt')} waited at the head of the queue, "
                      f"{hol['budget_blocked_s']:.1f} s in all, for room in the token budget next to running decodes "
                      f"(their whole prompt fits policy.max_num_batched_tokens only alone): {head_of_line_fix()}")
     lines += _format_memory(s)
@@ -192,10 +193,10 @@ def _format_workload(s: dict) -> list:
     w = s.get("workload", {})
     clipped = w.get("clipped_requests", 0)
     if clipped:
-        lines.append(f"workload      {clipped} requests shortened to the model's context length")
+        lines.append(f"workload      {plural(clipped, 'request')} shortened to the model's context length")
     if "sessions" in w:
         ss = w["sessions"]
-        lines.append(f"sessions      {ss['started']} sessions sent {ss['turns_sent']} turns"
+        lines.append(f"sessions      {plural(ss['started'], 'session')} sent {plural(ss['turns_sent'], 'turn')}"
                      + (f"; {ss['abandoned']} ended at a rejected turn" if ss["abandoned"] else ""))
     ds = w.get("dataset")
     if ds:
@@ -207,7 +208,7 @@ def _format_workload(s: dict) -> list:
     if len(classes) > 1:
         for name, c in classes.items():
             t, p = c["ttft_s"], c["tpot_s"]
-            lines.append(f"class {name}: {c['num_requests']} requests ({c['completed']} completed), "
+            lines.append(f"class {name}: {plural(c['num_requests'], 'request')} ({c['completed']} completed), "
                          f"TTFT p50/p99 {_fmt_s(t['p50']).strip()} / {_fmt_s(t['p99']).strip()}, "
                          f"TPOT p50/p99 {_fmt_s(p['p50']).strip()} / {_fmt_s(p['p99']).strip()}, "
                          # (a class that drew no request has no attainment: 0 of 0 is not "0.0%")
@@ -226,7 +227,7 @@ def _format_fairness(s: dict) -> list:
     tenants = f.get("tenants", {})
     if len(tenants) > 1 and len(tenants) < len(s["classes"]):
         for name, t in tenants.items():
-            lines.append(f"tenant {name}: {t['num_requests']} requests ({t['completed']} completed), "
+            lines.append(f"tenant {name}: {plural(t['num_requests'], 'request')} ({t['completed']} completed), "
                          f"{t['throughput_rps']:.2f} req/s, SLO "
                          + (attainment_pct(t["slo_attainment"]) if t["num_requests"] else "-"))
     j = f["jain"]["tenants" if len(tenants) > 1 else "classes"]
@@ -521,7 +522,7 @@ def workload_line(specs) -> str | None:
         p50, p99 = np.percentile(x, [50, 99])
         return f"mean {x.mean():,.0f}, p50 {p50:,.0f}, p99 {p99:,.0f}"
 
-    return (f"  workload: {len(a):,} requests arriving over {span:,.4g} s{rate}; prompt tokens "
+    return (f"  workload: {plural(len(a), 'request', fmt=',')} arriving over {span:,.4g} s{rate}; prompt tokens "
             f"{lengths(specs.prompt_tokens)}; output tokens {lengths(specs.output_tokens)}")
 
 
@@ -565,8 +566,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
             f", {g:,} of them while decoding, when their sequence outgrows the KV cache"
             + (" (fewer if workload.duration_s ends the run first)" if scenario.workload.duration_s else "")
             + (f", the other {k - g:,} before they are served" if k > g else ""))
-        text = (f"a run will reject {k:,} of {n:,} requests ({k / n:.1%}){'' if g else ' '}{when} (checked on the "
-                f"workload's own requests): {top}")
+        text = (f"a run will reject {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}){'' if g else ' '}{when} "
+                f"(checked on the workload's own requests): {top}")
         # (a warning from the share the run's own rejections warning names on, a note below it)
         lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")
     elif pred is None:
@@ -595,7 +596,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     late = predict_unfinished(scenario, setup, specs)
     if late and late["unfinished"]:
         k, n = late["unfinished"], late["requests"]
-        text = (f"at least {k:,} of {n:,} requests ({k / n:.1%}) will still be queued or running at "
+        text = (f"at least {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) will still be queued or running at "
                 f"workload.duration_s={late['duration_s']:g} s: they arrive too close to it to finish even on an "
                 "idle deployment (their prefill and decode steps alone take longer than what is left); the "
                 "latency figures cover only the completed ones (a longer duration_s, or num_requests without a "
@@ -611,7 +612,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                   f"policy.max_num_seqs x (k + 1) = {seqs} x {d} = {seqs * d:,}")
         leaves = ("fewer decodes than the tokens it leaves run beside it" if d == 1 else
                   f"the decodes beside it, k + 1 = {d} tokens each, take fewer than the tokens it leaves")
-        lines.append(f"warning: {k:,} of {n:,} prompts ({k / n:.1%}; the longest {hol['longest']:,} tokens) "
+        lines.append(f"warning: {k:,} of {plural(n, 'prompt', fmt=',')} ({k / n:.1%}; the longest "
+                     f"{hol['longest']:,} tokens) "
                      f"{'is' if k == 1 else 'are'} within {within} tokens of the {b:,}-token budget: with "
                      f"whole-prompt admission such a prompt fits only while {leaves}, so under load it can wait "
                      f"at the head of the queue{behind}: "
@@ -705,8 +707,8 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
     if shed["at_once"]:
         k, share = shed["at_once"], shed["rejected_share"]
         top = "; ".join(f"{c} x {r}" for r, c in shed["reasons"])
-        text = (f"a run will reject {k:,} of {shed['requests']:,} requests ({share:.1%}) at once: they all arrive "
-                "before a step "
+        text = (f"a run will reject {k:,} of {plural(shed['requests'], 'request', fmt=',')} ({share:.1%}) at once: "
+                "they all arrive before a step "
                 f"admits any, so policy.admission decides on the queue they make themselves (the run's first "
                 f"instant, replayed): {top}")
         return f"warning: {text}" if share >= REJECTED_SHARE else f"  shedding: {text}"
@@ -722,7 +724,8 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
                if shed.get("at_rate") else
                "its requests follow the replies, each sent after the last one ended or was rejected")
         if shed["whole"]:
-            text = (f"a run will reject {k:,} of {n:,} requests ({share:.1%}) in policy.admission (the run replayed: "
+            text = (f"a run will reject {k:,} of {plural(n, 'request', fmt=',')} ({share:.1%}) in policy.admission "
+                    "(the run replayed: "
                     f"{why}): {top}")
         elif shed.get("own"):  # (a closed loop's own first requests: their count is the run's, at least)
             total = shed["run_requests"]

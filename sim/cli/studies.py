@@ -9,6 +9,7 @@ from pathlib import Path
 
 from servesim.errors import InputError, clip_distinct
 from servesim.outputs.intervals import CI_SUFFIX, format_interval, format_value, given_text, row_interval
+from servesim.outputs.wording import plural
 from servesim.studies.executors import ExecutorOptions
 from servesim.outputs.metrics import RESULT_METRICS
 from servesim.studies.sweep import RESULTS, failed_while_running, refused_points
@@ -108,7 +109,7 @@ def cmd_sweep(args) -> int:
     print(f"\n{slo_rule(_has_classes(res.points))}")  # (the table alone above its blank line)
     failed = sum(1 for r in rows if r["status"] != "ok")
     runs = f" (runs: {args.seeds} seeds per point)" if args.seeds > 1 else ""
-    print(f"\n{len(rows)} points: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
+    print(f"\n{plural(len(rows), 'point')}: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
           f"wrote {Path(args.out) / RESULTS}" + (f" (means and 95% intervals over {args.seeds} seeds; every run in "
                                                 f"{Path(args.out) / 'seeds.csv'})" if args.seeds > 1 else ""))
     # what compare prints after its table: points whose backlog grew, and what the runs warned of
@@ -224,15 +225,16 @@ def cmd_capacity(args) -> int:
 
     def on_seed(k, res, iv):
         if not args.quiet:
-            print(f"seed {k}: capacity {res.capacity_rps:.4g} req/s ({len(res.search.points)} probes); so far "
-                  f"{format_interval(iv, unit='req/s')} over {iv.n} seed{'s' if iv.n != 1 else ''}",
+            print(f"seed {k}: capacity {res.capacity_rps:.4g} req/s ({plural(len(res.search.points), 'probe')}); "
+                  "so far "
+                  f"{format_interval(iv, unit='req/s')} over {plural(iv.n, 'seed')}",
                   file=sys.stderr, flush=True)
 
     ci = capacity_interval(args.scenario, args.slo, opts, seeds, args.out, args.set or [], args.seed, ex, on_seed)
     plan, iv = ci.plan, ci.interval
     n = plan.probe_requests
-    size = f"{n} requests each" if plan.probe_duration_s is None else \
-        f"max({n} requests, {plan.probe_duration_s:g} s of arrivals) each"
+    size = f"{plural(n, 'request')} each" if plan.probe_duration_s is None else \
+        f"max({plural(n, 'request')}, {plan.probe_duration_s:g} s of arrivals) each"
     how = f"share within limits >= {args.attainment}" if args.attainment else "percentiles over all requests"
     print(f"one search per seed (probes of {size}; {how}; every probe in results.csv):")
     lines = [["seed", "capacity req/s", "fails at req/s", "probes"]]
@@ -248,11 +250,11 @@ def cmd_capacity(args) -> int:
             print(f"\nthe SLO ({limits}) is not met on any seed" + (
                 f": it cannot be at any rate ({floor})" if floor else ""))
         else:
-            per = (f" = {format_interval(ci.per_gpu, unit='req/s')} per GPU ({gpus} GPU{'s' if gpus != 1 else ''})"
+            per = (f" = {format_interval(ci.per_gpu, unit='req/s')} per GPU ({plural(gpus, 'GPU')})"
                    if args.per_gpu else "")
             print(f"\ncapacity {format_interval(iv, unit='req/s')}{per} for {limits}")
             rel = f"; half-width {iv.rel:.1%} of the mean" if not math.isnan(iv.rel) else ""
-            print(f"95% Student-t interval over {iv.n} seed{'s' if iv.n != 1 else ''} (each seed's capacity "
+            print(f"95% Student-t interval over {plural(iv.n, 'seed')} (each seed's capacity "
                   f"confirmed by a failing probe 10% above it){rel}"
                   + (f" (target {ci.target:.0%})" if ci.target is not None and not ci.stopped_short else ""))
             if ci.stopped_short:
@@ -294,7 +296,8 @@ def _capacity_one_seed(res, args) -> int:
     s, n, duration = res.search, res.probe_requests, res.probe_duration_s
     cap, above, gpus = res.capacity_rps, res.above_rps, res.num_gpus
     keys = [f"{m}_{st}" for (m, st) in res.slo]
-    size = f"{n} requests each" if duration is None else f"max({n} requests, {duration:g} s of arrivals) each"
+    size = (f"{plural(n, 'request')} each" if duration is None else
+            f"max({plural(n, 'request')}, {duration:g} s of arrivals) each")
     how = f"share within limits >= {args.attainment}" if args.attainment else "percentiles over all requests"
     print(f"probes ({size}; {how}):")
     print(_probe_table(s, keys, args.keep_up > 0))
@@ -304,7 +307,7 @@ def _capacity_one_seed(res, args) -> int:
     elif cap == 0:
         print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s{res.none_served}")
     else:
-        per = f" = {cap / gpus:.3g} req/s per GPU ({gpus} GPU{'s' if gpus != 1 else ''})" if args.per_gpu else ""
+        per = f" = {cap / gpus:.3g} req/s per GPU ({plural(gpus, 'GPU')})" if args.per_gpu else ""
         print(f"\ncapacity {cap:.4g} req/s{per} for {limits}")
         if above is not None:
             print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")

@@ -80,6 +80,7 @@ from __future__ import annotations
 
 from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
 from servesim.outputs.verdicts import SLO_TARGET, attainment_pct, classes_under_target
+from servesim.outputs.wording import noun, plural
 
 REJECTED_SHARE = 0.1
 UNFINISHED_SHARE = 0.1
@@ -339,7 +340,7 @@ def resend_at_once_warnings(scenario, rejected: int | None = None) -> list:
             return []
         what = f"a request that policy.admission rejects {then}"
     elif rejected:
-        what = f"{rejected:,} requests were rejected; each {then}"
+        what = f"{plural(rejected, 'request', fmt=',')} {'was' if rejected == 1 else 'were'} rejected; each {then}"
     else:
         return []
     return [{"code": "resend_at_once",
@@ -361,25 +362,36 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
         misses = ((summary.get("profile") or {}).get("diagnosis") or {}).get("slo_misses") or {}
         reasons = misses.get("rejection_reasons") or []
         top = "; ".join(f"{k} x {r}" for r, k in reasons)
+        # (the latencies are over completed requests: "the 166 served" counted the unfinished ones too,
+        # on a run that completed none)
+        if done:
+            tail = f": the latencies describe only the {done:,} completed" + (
+                f", not the {unf:,} still unfinished at workload.duration_s" if unf else "")
+        elif unf:
+            tail = (f": none completed (the other {unf:,} {'was' if unf == 1 else 'were'} still unfinished at "
+                    "workload.duration_s), so there are no latencies to describe")
+        else:
+            tail = ": none was served, so there are no latencies to describe"
         out.append({"code": "rejections",
-                    "message": f"{rej} of {n} requests ({rej / n:.0%}) were rejected"
-                               + (f"; top reasons: {top}" if top else "")
-                               + (f": the latencies describe only the {n - rej} served" if rej < n else
-                                  ": none was served, so there are no latencies to describe")})
+                    "message": f"{rej} of {plural(n, 'request')} ({rej / n:.0%}) {'was' if rej == 1 else 'were'} "
+                               "rejected" + (f"; top reasons: {top}" if top else "") + tail})
     k = (summary.get("workload") or {}).get("clipped_requests") or 0
     if pools and n and k >= CLIPPED_SHARE * n:
         out.append({"code": "clipped", "message": clipped_text(k, n, pools[0].cost_model.model.max_context_tokens)})
     if n and unf >= UNFINISHED_SHARE * n:
         cut = scenario.workload.duration_s
         out.append({"code": "unfinished",
-                    "message": f"{unf} of {n} requests ({unf / n:.0%}) were still queued or running at "
+                    "message": f"{unf} of {plural(n, 'request')} ({unf / n:.0%}) were still queued or running at "
                                f"workload.duration_s={cut if cut is None else f'{cut:g}'} s: the latency figures cover "
-                               f"the {done} completed ones and hide that backlog (a longer duration_s, or "
+                               f"the {done} completed {noun(done, 'one')} and hide that backlog (a longer "
+                               "duration_s, or "
                                f"num_requests without a cut-off, shows it)"})
     if n and rej >= REJECTED_SHARE * n:  # (a few rejections, followed at once, are a benchmark's too)
         out += resend_at_once_warnings(scenario, rej)
     if n and not done:
-        out.append({"code": "nothing_completed", "message": f"none of the {n} requests completed"})
+        out.append({"code": "nothing_completed",
+                    "message": "the only request did not complete" if n == 1 else
+                    f"none of the {n} requests completed"})
     if not n:
         out.append({"code": "no_requests", "message": no_requests_text(scenario)})
     keep = (summary.get("workload") or {}).get("keep_up")
@@ -502,7 +514,7 @@ def class_slo_warnings(summary: dict) -> list:
     for name, att, n, _ in under:
         slo = classes[name].get("slo") or {}
         lim = slo_limits_text(slo)
-        parts.append(f"class {name}: {attainment_pct(att)} of its {n} request{'s' if n != 1 else ''} within its own "
+        parts.append(f"class {name}: {attainment_pct(att)} of its {plural(n, 'request')} within its own "
                      f"SLO" + (f" ({lim})" if lim else ""))
     return [{"code": "class_under_slo",
              "message": f"{'; '.join(parts)}: under the {SLO_TARGET:.0%} each request class must reach, while "
@@ -514,8 +526,8 @@ def clipped_text(k: int, n: int, context_tokens: int, predicted: bool = False) -
     """``clipped`` (module docstring): ``k`` of ``n`` requests longer than the context; ``predicted``:
     as ``validate`` says it of the run to come."""
     share = f"{k / n:.0%}" if k >= CLIPPED_SHARE * n else f"{k / n:.1%}"
-    what = (f"a run will shorten {k:,} of {n:,} requests ({share})" if predicted else
-            f"{k:,} of {n:,} requests ({share}) were shortened")
+    what = (f"a run will shorten {k:,} of {plural(n, 'request', fmt=',')} ({share})" if predicted else
+            f"{k:,} of {plural(n, 'request', fmt=',')} ({share}) {'was' if k == 1 else 'were'} shortened")
     return (f"{what} to fit the model's {context_tokens:,}-token context (prompt + output, workload.clip_to_context; "
             "prompt first, then output): the lengths run are not the ones described. A model with a longer context, "
             "or shorter lengths, runs them as described; clip_to_context: false rejects them instead")
@@ -563,7 +575,8 @@ def preemption_warnings(summary: dict, scenario) -> list:
     if kv.get("swap_out_bytes"):
         cost.append(f"{kv['swap_out_bytes'] / 1e9:.3g} GB of KV was copied to host memory and back")
     return [{"code": "preemptions",
-             "message": f"{p:,} preemptions over {n:,} requests: the running requests outgrew the KV cache; "
+             "message": f"{plural(p, 'preemption', fmt=',')} over {plural(n, 'request', fmt=',')}: the running "
+                        "requests outgrew the KV cache; "
                         + "".join(f"{c}; " for c in cost) + "each preempted request waited to run again. "
                         + fix[0].upper() + fix[1:] + ", as vLLM's own preemption warning advises"}]
 
@@ -671,15 +684,18 @@ def slo_floor_text(floors: dict, run_served: int | None = None) -> str:
     if floors["ttft"]:
         api = (f", the API server's {floors['api_request_s'] * 1e3:.3g} ms included" if floors["api_request_s"]
                else "")
-        why.append(f"{floors['ttft']:,} prompts take longer than their TTFT limit to prefill alone (up to "
+        why.append(f"{plural(floors['ttft'], 'prompt', fmt=',')} take{'s' if floors['ttft'] == 1 else ''} longer "
+                   "than their TTFT limit to prefill alone (up to "
                    f"{floors['ttft_max_s']:.3g} s{api})")
     if floors["tpot"]:
-        why.append(f"{floors['tpot']:,} requests take longer than their TPOT limit for one decode step alone "
+        why.append(f"{plural(floors['tpot'], 'request', fmt=',')} take{'s' if floors['tpot'] == 1 else ''} longer "
+                   "than their TPOT limit for one decode step alone "
                    f"(from {floors['tpot_min_s'] * 1e3:.3g} ms)")
     return (f"{k:,} of the {n:,} {of} ({k / n:.1%}{ran}) cannot meet the SLO even on an idle deployment: "
             f"{'; '.join(why)}; SLO attainment cannot exceed {1 - k / n:.1%} at any load (a faster deployment or "
             "looser limits can)"
-            + "".join(f"; class {c}: at most {cap:.1%} of its {m:,} requests, under the {SLO_TARGET:.0%} each request "
+            + "".join(f"; class {c}: at most {cap:.1%} of its {plural(m, 'request', fmt=',')}, "
+                      f"under the {SLO_TARGET:.0%} each request "
                       "class must reach (sweeps, comparisons and reports count the run as failing the SLO; the run's "
                       "class_under_slo says it when all requests reach it)"
                       for c, cap, m in floors["classes_capped"]))

@@ -34,6 +34,7 @@ import re
 import numpy as np
 
 from servesim.outputs import metrics
+from servesim.outputs.wording import plural
 
 KV_FULL = 0.95
 SHARE = 0.5
@@ -298,5 +299,6 @@ def miss_line(m: dict, decode: dict | None = None) -> tuple[str, str]:
     if m["ttft"]["missed"]:
         groups.append((m["ttft"]["missed"], m["ttft"]["cause"], _ttft_text(m["ttft"])))
     groups.sort(key=lambda g: -g[0])
-    line = f"SLO missed by {_n(m['missed'])} of {_n(m['requests'])} requests: " + "; ".join(g[2] for g in groups)
+    line = (f"SLO missed by {_n(m['missed'])} of {plural(m['requests'], 'request', fmt=',')}: "
+            + "; ".join(g[2] for g in groups))
     return groups[0][1], line

@@ -38,6 +38,7 @@ import numpy as np
 
 from servesim.outputs.diagnosis import miss_line, slo_misses
 from servesim.outputs.summary import per_step
+from servesim.outputs.wording import noun
 
 PHASES = ("prefill", "decode", "mixed")
 QUEUE_SHARE = 0.5  # rule 2
@@ -125,7 +126,8 @@ def diagnose(summary: dict, profile: dict, max_num_seqs: int, misses: dict | Non
     d = _utilization_rules(summary, profile, max_num_seqs)
     if misses is not None:
         if misses.get("has_limits"):
-            d["line"] = f"all {misses['requests']:,} requests within the SLO; {d['line']}"
+            n = misses["requests"]
+            d["line"] = ("the one request" if n == 1 else f"all {n:,} requests") + f" within the SLO; {d['line']}"
         d["slo_misses"] = misses
     return d
 
@@ -193,7 +195,7 @@ def format_profile(s: dict) -> list:
         x = prof[name]
         if not x["steps"]:
             continue
-        lines.append(f"{'profile' if not lines else '':<14}{name:<8}{x['steps']:>7} steps "
+        lines.append(f"{'profile' if not lines else '':<14}{name:<8}{x['steps']:>7} {noun(x['steps'], 'step'):<5} "
                      f"({x['share_of_steps'] * 100:.0f}%), "
                      f"{x['busy_s']:.1f} s ({x['share_of_busy'] * 100:.0f}% of busy), "
                      f"batch {x['mean_batch_size']:.1f}, "

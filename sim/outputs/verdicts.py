@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
+from servesim.outputs.wording import plural
 from servesim.outputs.intervals import (CI_SUFFIX, format_difference, format_interval, format_value, given_text,
                                         paired_rows, row_interval)
 
@@ -111,7 +112,7 @@ def class_shortfall_text(under: list) -> str:
             parts.append(f"class {name}: {attainment_pct(a)} of its requests within its own SLO (mean over {runs} "
                          "seeds)")
         else:
-            parts.append(f"class {name}: {attainment_pct(a)} of its {n} request{'s' if n != 1 else ''} within its "
+            parts.append(f"class {name}: {attainment_pct(a)} of its {plural(n, 'request')} within its "
                          "own SLO")
     return "; ".join(parts)
 

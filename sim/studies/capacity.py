@@ -75,6 +75,7 @@ from servesim.studies.points import load_base, make_points, num_gpus, require_ra
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, RUNS, begin_study, execute, write_results
+from servesim.outputs.wording import plural
 
 RATE_KEY = "workload.arrival.rate_rps"
 MIN_KEEP_UP_REQUESTS = 20
@@ -243,7 +244,7 @@ class Search:
         fit = (pool.capacity.num_blocks // ve) * pool.capacity.block_size / whole if whole > 0 else math.inf
         seqs = max(1, math.floor(min(pool.max_num_seqs, fit)))
         where = f"{pool.replicas} {pool.name} replica{'s' if pool.replicas != 1 else ''}" if pool.name != "colocated" \
-            else f"{pool.replicas} replica{'s' if pool.replicas != 1 else ''}"
+            else f"{plural(pool.replicas, 'replica')}"
         if ve > 1:
             where += f" x {ve} virtual engines (hardware.pp with pp_overlap)"
         what = f"max_num_seqs {seqs}" if pool.max_num_seqs <= fit else \

@@ -31,6 +31,7 @@ from servesim.outputs.metrics import RESULT_METRICS
 from servesim.outputs.progress import interactive
 from servesim.outputs.checks import sessions_rate_note
 from servesim.outputs.verdicts import values_name
+from servesim.outputs.wording import plural
 from servesim.studies.points import STATS as _STATS
 from servesim.studies.points import (Point, flatten_summary, grid_points, load_base, num_gpus, parse_grid,
                                      scenario_label)
@@ -169,7 +170,7 @@ def _execute(points, out_dir: Path, executor, workers, address, progress, desc, 
         from tqdm import tqdm
 
         if skipped:
-            print(f"{desc}: {skipped} of {len(points)} points already finished, skipped", file=sys.stderr)
+            print(f"{desc}: {skipped} of {plural(len(points), 'point')} already finished, skipped", file=sys.stderr)
         if interactive():
             bar = tqdm(total=len(unique), unit="run", desc=desc, file=sys.stderr, dynamic_ncols=True)
 
