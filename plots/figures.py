@@ -101,6 +101,18 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
         pos = x[x > 0]
         if len(pos):
             lo, hi = min(lo, pos.min()), max(hi, x.max())
+    name = METRIC_NAMES.get(metric, metric)
+    if not drawn:  # (no request completed, or none has the metric: say so on a bare panel; the SLO
+        # line alone set an x range of its own, with stray ticks (48, 49.5, 51, 52.5 ms) around it)
+        why = {"tpot": "no completed request has two or more output tokens",
+               "tbt": "no request streamed two outputs"}.get(metric, "no request completed")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_title(f"{name} CDF")
+        ax.text(0.5, 0.5, f"no {name} sample\n({why})", transform=ax.transAxes, ha="center", va="center",
+                fontsize="small", color="0.4")
+        return ax
     if slo_s is not None:
         ax.axvline(slo_s * 1e3, color="k", linestyle="--", linewidth=1, label=f"SLO {slo_s * 1e3:g} ms")
     if hi > 0 and hi / lo > 100:
@@ -110,15 +122,11 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
 
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"))
-    name = METRIC_NAMES.get(metric, metric)
     ax.set_xlabel(f"{name} (ms)")
     ax.set_ylabel("fraction of token gaps" if metric == "tbt" else "fraction of requests")
     ax.set_ylim(0, 1.0)
     ax.set_title(f"{name} CDF")
     ax.grid(True, alpha=0.3)
-    if not drawn:  # (no request completed, or none has the metric: say so rather than show bare axes)
-        ax.text(0.5, 0.5, "no samples: no request completed with this metric", transform=ax.transAxes,
-                ha="center", va="center", fontsize="small", color="0.4")
     if ax.get_legend_handles_labels()[0]:
         _cdf_legend(ax, curves, [slo_s * 1e3] if slo_s is not None else [])
     return ax

@@ -215,6 +215,17 @@ def test_latency_vs_load_legends_below_two_panels_stay_apart():
         assert not box.overlaps(ax.xaxis.label.get_window_extent())
 
 
+def test_a_cdf_panel_without_samples_says_so_without_stray_ticks(ax):
+    """Every output one token: no request has a TPOT. The panel drew the SLO line alone, which set
+    an x range of its own around it (ticks 48, 49.5, 51, 52.5 ms), and said "no samples: no request
+    completed with this metric" though every request completed. It says "no TPOT sample" and why,
+    with no ticks, no SLO line and no legend."""
+    F.latency_cdfs({"run (1 GPU)": [], "other (1 GPU)": [float("nan")]}, ax, "tpot", slo_s=0.05)
+    assert [t.get_text() for t in ax.texts] == ["no TPOT sample\n(no completed request has two or more output tokens)"]
+    assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == [] and not ax.lines
+    assert ax.get_legend() is None and ax.get_xlabel() == "TPOT (ms)"
+
+
 def test_legends_below_the_axes_leave_the_axes_their_height(tmp_path):
     """A sweep of eight configurations at one rate: each CDF's legend went below its axes (no spot
     inside was free), and the tight layout of the report's 4.4-inch figure squeezed the four panels

@@ -602,7 +602,7 @@ def test_a_run_where_no_request_completed_reports_that_without_warnings(tmp_path
     assert "Mean TTFT: " in (md := (out / "report.md").read_text()) and "no request completed." in md
     assert ": no steps ran." in md and "left of the ridge" not in md  # (it said 0% left of the ridge)
     texts = [t.get_text() for ax in drawn for t in ax.texts]
-    assert "no samples: no request completed with this metric" in texts
+    assert "no TTFT sample\n(no request completed)" in texts
     assert "no request\ncompleted" in texts and not any(t.startswith("TTFT ") for t in texts)
     assert any("none of the 5 requests completed" in t for t in seen["ttft_breakdown"]["texts"])
 
