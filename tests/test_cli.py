@@ -898,3 +898,60 @@ def test_run_prints_the_padded_tokens_it_priced(tmp_path, capsys):
     assert main(["run", write(tmp_path, GOOD), "--out", str(tmp_path / "p"), "--outputs", "summary"]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("phases")]
     assert "padding" not in line
+
+
+def _one_value_options():
+    """(subcommand, action) for every option of every subcommand that takes one value: all but
+    the flags (store_true) and the repeatable ones (append: --set, --grid, --price, --variant)."""
+    import argparse
+
+    from servesim.cli.parser import build_parser
+
+    sub = next(a for a in build_parser([])._actions if isinstance(a, argparse._SubParsersAction))
+    return [(name, a) for name, sp in sub.choices.items() for a in sp._actions
+            if a.option_strings and a.nargs != 0 and not isinstance(a, argparse._AppendAction)]
+
+
+def _two_values(action):
+    if action.choices:
+        return str(action.choices[0]), str(action.choices[-1])
+    if getattr(action.type, "__name__", "") in ("int", "float", "_seed"):
+        return "1", "2"
+    return "a", "b"
+
+
+def test_every_one_value_option_given_twice_is_refused(tmp_path, monkeypatch, capsys):
+    """argparse kept the last of a one-value option given twice, in silence (run --seed 1 --seed 2
+    ran seed 2; capacity --slo A --slo B searched against B alone). Each subcommand's every such
+    option, the second time spelt --flag=value or by its last alias, is refused naming the flag
+    and both values; nothing runs."""
+    monkeypatch.chdir(tmp_path)
+    options = _one_value_options()
+    assert {name for name, _ in options} >= {"run", "validate-run", "cost", "calibrate", "validate-cost",
+                                             "sweep", "capacity", "compare", "plan", "lessons", "reproduce"}
+    assert len(options) > 60
+    for name, action in options:
+        first, second = _two_values(action)
+        flag = action.option_strings[0]
+        again = action.option_strings[-1]
+        assert main([name, f"{flag}={first}", again, second]) == 2, (name, flag)
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert last.startswith(f"servesim: error: servesim {name}: argument {'/'.join(action.option_strings)}: "
+                               "given twice ("), (name, flag, last)
+        assert first in last and second in last, (name, flag, last)
+        assert main([name, flag, second, flag, second]) == 2  # (the same value twice: said so)
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert re.search(rf": argument \S+: '?{second}(\.0)?'? is given twice; give it once$", last), (name, flag, last)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_abbreviated_option_given_twice_is_refused_and_repeatable_ones_stay_repeatable(capsys):
+    from servesim.cli.parser import parse
+
+    assert main(["run", "--trace-events", "a", "--trace=b"]) == 2
+    assert "argument --trace-events: given twice ('a', then 'b')" in capsys.readouterr().err
+    args = parse(["sweep", "s.yaml", "--out", "o", "--set", "seed=1", "--set", "policy.max_num_seqs=8",
+                  "--grid", "seed=1,2", "--grid", "policy.max_num_seqs=8,16"])
+    assert args.set == ["seed=1", "policy.max_num_seqs=8"] and len(args.grid) == 2
+    args = parse(["run", "--quiet", "--quiet", "--seed", "3"])  # (a flag twice: the same thing)
+    assert args.quiet and args.seed == 3

@@ -245,7 +245,9 @@ def cli_reference() -> str:
                "current folder write `.`. A run's `--out` and a study's (sweep, capacity, compare, plan) are "
                "different folders: either refuses a folder holding the other (`servesim report` could show only "
                "one), and `validate-run` refuses both. Progress bars go to stderr, only when it is a terminal "
-               "(`--quiet` silences them there too). `servesim --version` prints the version.", "",
+               "(`--quiet` silences them there too). An option that takes one value, given twice (`--seed 1 --seed "
+               "2`, by any spelling: `--seed=2`, an abbreviation, an alias), is bad input naming both values; "
+               "the options marked repeatable add up. `servesim --version` prints the version.", "",
                "| command | what it does |", "|---|---|"]
         out += [f"| [`servesim {name}`](#servesim-{name}) | {_cell(helps.get(name, ''))} |" for name in sub.choices]
         out.append("")

@@ -12,6 +12,11 @@ from servesim.errors import DIGITS_RULE, InputError, misgrouped_number, non_asci
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.register("action", None, _StoreOnce)  # (every one-value option: given twice, refused)
+        self.register("action", "store", _StoreOnce)
+
     def error(self, message):  # argparse's own exit 2, with our one-paragraph style
         self.print_usage(sys.stderr)
         where = "" if self.prog == "servesim" else f"{self.prog}: "  # (main prints "servesim: error: ")
@@ -73,20 +78,36 @@ def _seed(text: str) -> int:
     return seed
 
 
-class _Once(argparse.Action):
-    """A list flag (``--gpus a,b``) given once: given again, refused naming both (argparse kept the
-    last in silence: ``--gpus h100-sxm --gpus a100-80g`` searched only the A100)."""
+class _StoreOnce(argparse._StoreAction):
+    """Every option that takes one value (``--seed 1``, ``--out DIR``, ``--write-docs [FILE]``):
+    given again, by any spelling (``--seed=2``, an abbreviation ``--se 2``, an alias), refused
+    naming both values. argparse kept the last in silence (``run --seed 1 --seed 2`` ran seed 2,
+    ``capacity --slo A --slo B`` searched against B alone). Registered as every ``_Parser``'s
+    ``store`` action; the repeatable options are ``append`` ones (``--set``, ``--grid``)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        given = namespace.__dict__.setdefault("_given_once", {})
-        if self.dest in given:
-            flag, first = option_string or self.option_strings[0], given[self.dest]
-            if first == values:
-                raise argparse.ArgumentError(self, f"{values!r} is given twice; give it once")
-            raise argparse.ArgumentError(self, f"given twice ({first!r}, then {values!r}); give one comma-separated "
-                                               f"list: {flag} {first},{values}")
-        given[self.dest] = values
+        if self.option_strings:  # (a positional is consumed once by argparse itself)
+            given = namespace.__dict__.setdefault("_given_once", {})
+            if self.dest in given:
+                raise argparse.ArgumentError(self, self._twice(option_string or self.option_strings[0],
+                                                               given[self.dest], values))
+            given[self.dest] = values
         setattr(namespace, self.dest, values)
+
+    def _twice(self, flag, first, values) -> str:
+        if first == values:
+            return f"{values!r} is given twice; give it once"
+        return f"given twice ({first!r}, then {values!r}); give it once"
+
+
+class _Once(_StoreOnce):
+    """A list flag (``--gpus a,b``) given once: given again, refused naming both and the one list
+    that holds both (``--gpus h100-sxm --gpus a100-80g`` searched only the A100)."""
+
+    def _twice(self, flag, first, values) -> str:
+        if first == values:
+            return f"{values!r} is given twice; give it once"
+        return f"given twice ({first!r}, then {values!r}); give one comma-separated list: {flag} {first},{values}"
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
