@@ -129,6 +129,33 @@ def construct_class(factory):
     return getattr(factory, "__self__", factory)
 
 
+def policy_identity(name: str, where: str) -> tuple:
+    """What a ``policy.name`` runs, so that one policy under two names (``continuous`` and
+    ``servesim.policies.continuous:ContinuousPolicy``, or a plug-in by its registered name and its
+    ``module:Class``) reads as one: (class, chunked) for a ``ContinuousPolicy`` (the packaged
+    names set ``chunked``; a class of its own keeps its own default), (class,) for another class,
+    (the name,) for a deployment (``pd_split``). Errors as ``resolve``'s, naming ``where``."""
+    import functools
+
+    from servesim.policies import DEPLOYMENTS, ContinuousPolicy
+
+    if name in DEPLOYMENTS:
+        return (name,)
+    factory, chunked = resolve("policy", name, where), None
+    if isinstance(factory, functools.partial) and not factory.args and set(factory.keywords) <= {"chunked"}:
+        factory, chunked = factory.func, factory.keywords.get("chunked")
+    cls = construct_class(factory)
+    if isinstance(cls, type) and issubclass(cls, ContinuousPolicy):
+        return (cls, bool(getattr(cls, "chunked", False) if chunked is None else chunked))
+    return (cls,)
+
+
+def policy_identity_text(key: tuple) -> str:
+    """``policy_identity``'s answer in words: "ContinuousPolicy with chunked prefill"."""
+    what = getattr(key[0], "__name__", str(key[0]))
+    return what + ("" if len(key) == 1 else " with chunked prefill" if key[1] else " without chunked prefill")
+
+
 def _user_frame(e: BaseException):
     """The innermost frame of ``e``'s traceback in a file outside servesim's own (None when it was
     raised by the call itself or in the standard library: a callable of the wrong signature, such as

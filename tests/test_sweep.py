@@ -269,7 +269,9 @@ def test_compare_takes_names_from_the_registry(tmp_path, monkeypatch):
 
     from servesim.studies.compare import policy_names
 
-    monkeypatch.setitem(POLICIES, "toy", POLICIES["continuous"])
+    # (another policy than continuous: one policy by two names is refused,
+    # test_compare_refuses_one_configuration_by_two_names)
+    monkeypatch.setitem(POLICIES, "toy", POLICIES["chunked_prefill"])
     assert configurations("continuous,toy", None) == [("continuous", {"policy.name": "continuous"}),
                                                        ("toy", {"policy.name": "toy"})]
     assert set(POLICIES) <= set(policy_names())
@@ -707,3 +709,34 @@ def test_compare_rates_given_twice_or_infinite_are_refused_at_the_flag(tmp_path,
                  "--out", str(out), "--quiet", "--no-report"]) == 2
     assert re.search(says, capsys.readouterr().err)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--policies", "continuous,servesim.policies.continuous:ContinuousPolicy"],
+     "'servesim.policies.continuous:ContinuousPolicy' (--policies value 2) runs what 'continuous' (--policies value "
+     "1) runs (both ContinuousPolicy without chunked prefill)"),
+    (["--policies", "static,servesim.policies.static:StaticPolicy"], "(both StaticPolicy)"),
+    (["--policies", "chunked_prefill", "--variant", "c", "policy.name=servesim.policies.continuous:ContinuousPolicy",
+      "--variant", "d", "policy.name=chunked_prefill"],
+     "'d' (--variant d) runs what 'chunked_prefill' (--policies value 1) runs (both ContinuousPolicy with chunked"),
+    (["--variant", "a", "policy.max_num_seqs=8", "--variant", "b", "policy.max_num_seqs=8"],
+     "'b' (--variant b) runs what 'a' (--variant a) runs (the same changes)"),
+])
+def test_compare_refuses_one_configuration_by_two_names(tmp_path, capsys, flags, says):
+    """compare --policies continuous,servesim.policies.continuous:ContinuousPolicy ran the one
+    policy twice, as two rows (plan refuses one policy by two spellings): refused naming both."""
+    out = tmp_path / "c"
+    assert main(["compare", scenario_file(tmp_path), *flags, "--out", str(out), "--quiet", "--no-report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("servesim: error: servesim compare: ") and says in err[-1], err
+    assert "give each once" in err[-1] and not out.exists()
+
+
+def test_compare_keeps_one_class_with_and_without_chunks_and_variants_that_differ():
+    from servesim.studies.compare import configurations
+
+    configs = configurations("continuous,chunked_prefill,servesim.policies.static:StaticPolicy",
+                             [["a", "policy.max_num_seqs=8"], ["b", "policy.max_num_seqs=16"],
+                              ["c", "policy.name=continuous", "policy.max_num_seqs=8"]])
+    assert [label for label, _ in configs] == ["continuous", "chunked_prefill", "servesim.policies.static:StaticPolicy",
+                                               "a", "b", "c"]

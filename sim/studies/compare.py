@@ -104,7 +104,41 @@ def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
     if dup:
         raise InputError(f"servesim compare: each configuration needs its own label; repeated: "
                          f"{', '.join(sorted(dup))}")
+    _check_each_configuration_once(configs, len([x for x in (policies or "").split(",") if x.strip()]))
     return configs
+
+
+def _check_each_configuration_once(configs, from_policies: int) -> None:
+    """Two configurations that run the same (``--policies continuous,servesim.policies.continuous:
+    ContinuousPolicy``, one policy by two names; or two variants of the same changes) are refused,
+    as plan refuses one policy by two spellings: the comparison ran it twice, as two rows and two
+    lines that differed only by noise-free labels. Policies are told apart by what they run
+    (``servesim.plugins.policy_identity``; one that does not load, by its name), the other changes
+    by their values."""
+    import json
+
+    from servesim.plugins import policy_identity, policy_identity_text
+
+    def where(i):
+        return f"--policies value {i + 1}" if i < from_policies else f"--variant {configs[i][0]}"
+
+    first: dict = {}
+    for i, (label, ov) in enumerate(configs):
+        rest = {k: v for k, v in ov.items() if k != "policy.name"}
+        name = ov.get("policy.name")
+        try:
+            ident = policy_identity(str(name), where(i)) if name is not None else None
+        except InputError:  # (a name that does not load: refused with the configuration, _refuse_invalid_configs)
+            ident = (str(name),)
+        key = (ident, json.dumps(rest, sort_keys=True, default=repr))
+        if key in first:
+            j = first[key]
+            same = f"both {policy_identity_text(ident)}" if ident is not None else "the same changes"
+            extra = f", with the same changes ({', '.join(f'{k}={v}' for k, v in rest.items())})" if rest and \
+                ident is not None else ""
+            raise InputError(f"servesim compare: {label!r} ({where(i)}) runs what {configs[j][0]!r} ({where(j)}) runs "
+                             f"({same}{extra}): the comparison would run one configuration twice; give each once")
+        first[key] = i
 
 
 CHUNK_NOTE_ABOVE = 2048  # vLLM's default token budget with chunked prefill; Sarathi-Serve uses 512-2048

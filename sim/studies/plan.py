@@ -562,32 +562,18 @@ def _check_once(opts: PlanOptions) -> None:
                          "GPU-hour); give one price per GPU")
 
 
-def _policy_key(name: str):
-    """What a ``--policies`` entry (checked by ``_check_plan_policy``) runs: the policy class and
-    whether it prefills in chunks, so that one policy under two names (``continuous`` and
-    ``servesim.policies.continuous:ContinuousPolicy``) reads as one."""
-    from servesim.plugins import construct_class, resolve
-    from servesim.policies import ContinuousPolicy
-
-    if name in POLICIES:
-        return (ContinuousPolicy, name == "chunked_prefill") if name != "pd_split" else (name,)
-    cls = construct_class(resolve("policy", name, "--policies"))
-    if isinstance(cls, type) and issubclass(cls, ContinuousPolicy):
-        return (cls, bool(getattr(cls, "chunked", False)))  # (from_config: the class's own chunked default)
-    return (cls,)
-
-
 def _check_policy_spellings(policies) -> None:
     """Two ``--policies`` entries naming one policy (``continuous`` and its ``module:Class``, or a
     plug-in by its registered name and its ``module:Class``) are refused, as a name given twice is
     (``_check_once``): plan searched the one policy twice, as two rows of one configuration."""
+    from servesim.plugins import policy_identity, policy_identity_text
+
     first: dict = {}
     for i, name in enumerate(policies):
-        key = _policy_key(name)
+        key = policy_identity(name, "--policies")
         if key in first:
             j = first[key]
-            what = getattr(key[0], "__name__", str(key[0])) + \
-                ("" if len(key) == 1 else " with chunked prefill" if key[1] else " without chunked prefill")
+            what = policy_identity_text(key)
             raise InputError(f"--policies: {name!r} is {policies[j]!r} given again (values {j + 1} and {i + 1}, both "
                              f"{what}); give each policy once")
         first[key] = i
