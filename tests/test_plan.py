@@ -1544,3 +1544,16 @@ def test_plan_tells_one_policy_under_two_names_from_two_policies():
     with pytest.raises(InputError, match=r"--policies: 'continuous' is 'servesim.policies.continuous:ContinuousPoli"
                                          r"cy' given again \(values 1 and 3"):
         check_options(opts("servesim.policies.continuous:ContinuousPolicy", "chunked_prefill", "continuous"))
+
+
+def test_one_public_helper_finds_a_value_given_twice():
+    """plan's three "given twice" checks (values, GPU spellings, policy names) and sweep's grids go
+    through one public helper (plan imported points' private ``_twice`` and kept two loops of its
+    own): the first repeat's two positions, compared by ``key`` when given, a boolean not its number."""
+    from servesim.studies.points import given_twice
+
+    assert given_twice([1, 2, 3]) is None and given_twice([]) is None
+    assert given_twice([4, 2, 4, 2]) == (0, 2)
+    assert given_twice([True, 1, 0, True]) == (0, 3)
+    assert given_twice(["a.yaml", "B", "./a.yaml"], key=lambda g: g.removeprefix("./")) == (0, 2)
+    assert given_twice(["x", "y"], key=lambda g: 1) == (0, 1)

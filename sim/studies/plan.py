@@ -52,7 +52,7 @@ from servesim.studies.executors import ExecutorOptions, check_numbers, study_ses
 from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import (POLICIES, Shape, WorkloadStats, assess, class_layout, enumerate_shapes,
                                          workload_stats)
-from servesim.studies.points import load_base, make_points, require_rate
+from servesim.studies.points import given_twice, load_base, make_points, require_rate
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, RUNS, begin_study, execute, write_results
@@ -543,19 +543,17 @@ def _check_once(opts: PlanOptions) -> None:
     refused, as ``compare --rates`` and ``sweep --grid`` refuse one: plan searched each once in
     silence. Two prices for one GPU (``--price h100-sxm=2 --price h100-sxm=3``) are refused too:
     the last was taken in silence."""
-    from servesim.studies.points import _twice
-
     for flag, vals in (("--gpus", opts.gpus), ("--tp", opts.tps), ("--pp", opts.pps), ("--policies", opts.policies),
                        ("--chunks", opts.chunks), ("--pd-ratios", opts.pd_ratios)):
         vals = list(vals or ())
-        twice = _twice(vals)
+        twice = given_twice(vals)
         if twice:
             v = vals[twice[1]]
             shown = ":".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
             raise InputError(f"{flag}: {shown!r} is given twice (values {twice[0] + 1} and {twice[1] + 1}); give each "
                              "value once")
     gpus = [g for g, _ in opts.prices or ()]
-    twice = _twice(gpus)
+    twice = given_twice(gpus)
     if twice:
         usd = [u for _, u in opts.prices]
         raise InputError(f"--price: {gpus[twice[1]]!r} is given twice ({usd[twice[0]]:g} and {usd[twice[1]]:g} USD per "
@@ -568,15 +566,12 @@ def _check_policy_spellings(policies) -> None:
     (``_check_once``): plan searched the one policy twice, as two rows of one configuration."""
     from servesim.plugins import policy_identity, policy_identity_text
 
-    first: dict = {}
-    for i, name in enumerate(policies):
-        key = policy_identity(name, "--policies")
-        if key in first:
-            j = first[key]
-            what = policy_identity_text(key)
-            raise InputError(f"--policies: {name!r} is {policies[j]!r} given again (values {j + 1} and {i + 1}, both "
-                             f"{what}); give each policy once")
-        first[key] = i
+    twice = given_twice(list(policies), key=lambda name: policy_identity(name, "--policies"))
+    if twice:
+        j, i = twice
+        what = policy_identity_text(policy_identity(policies[i], "--policies"))
+        raise InputError(f"--policies: {policies[i]!r} is {policies[j]!r} given again (values {j + 1} and {i + 1}, "
+                         f"both {what}); give each policy once")
 
 
 def _check_plan_policy(name: str) -> None:
@@ -611,14 +606,11 @@ def _check_gpu_names(gpus) -> None:
     check_gpu_names([(g, g, "--gpus") for g in gpus], "--gpus", "the plan's runs price and label GPUs by name")
     # one GPU by two spellings (g.yaml and ./g.yaml, or a file the same as a catalog GPU of its
     # name): each shape was searched twice, as two rows of one configuration
-    first: dict = {}
-    for i, g in enumerate(gpus):
-        name = get_gpu(g, "--gpus").name
-        if name in first:
-            j = first[name]
-            raise InputError(f"--gpus: {gpus[j]!r} and {g!r} are one GPU, {name!r}, given twice (values {j + 1} and "
-                             f"{i + 1}); give each GPU once")
-        first[name] = i
+    twice = given_twice(list(gpus), key=lambda g: get_gpu(g, "--gpus").name)
+    if twice:
+        j, i = twice
+        raise InputError(f"--gpus: {gpus[j]!r} and {gpus[i]!r} are one GPU, {get_gpu(gpus[i], '--gpus').name!r}, given "
+                         f"twice (values {j + 1} and {i + 1}); give each GPU once")
 
 
 def _check_memory(base: dict, rate_rps: float, requests: int, shape) -> None:

@@ -53,16 +53,18 @@ class Point:
         return self.index if self.point is None else self.point
 
 
-def _twice(values: list):
-    """(first index, second index) of the first value given twice in a grid's list, or None. A
-    value twice makes two points of one run (the same seed: the same numbers); a boolean is not
-    its number here (true is no 1)."""
+def given_twice(values, key=None) -> tuple[int, int] | None:
+    """(first index, second index) of the first value given twice in a list option, or None;
+    ``key(value)``, when given, is what is compared (one GPU by two spellings, one policy by two
+    names). A value twice makes two points of one run (the same seed: the same numbers); a
+    boolean is not its number here (true is no 1)."""
     seen = []
     for j, v in enumerate(values):
+        k = v if key is None else key(v)
         for i, w in seen:
-            if isinstance(v, bool) == isinstance(w, bool) and v == w:
+            if isinstance(k, bool) == isinstance(w, bool) and k == w:
                 return i, j
-        seen.append((j, v))
+        seen.append((j, k))
     return None
 
 
@@ -87,7 +89,7 @@ def parse_grid(texts) -> dict:
             if not item:
                 raise InputError(f"--grid {text!r}: empty value in the list")
             values.append(parse_value(item))
-        twice = _twice(values)
+        twice = given_twice(values)
         if twice:
             raise InputError(f"--grid {key}: {shown(values[twice[1]])} is given twice (values {twice[0] + 1} "
                              f"and {twice[1] + 1}); give each value once (--seeds N repeats every point on "
@@ -110,7 +112,7 @@ def pop_sweep_block(data: dict) -> dict:
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
             raise InputError(f"sweep.grid.{k}: expected a non-empty list of values, got {v!r}")
-        twice = _twice(v)
+        twice = given_twice(v)
         if twice:
             raise InputError(f"sweep.grid.{k}: {shown(v[twice[1]])} is given twice (items {twice[0] + 1} and "
                              f"{twice[1] + 1}); give each value once (--seeds N repeats every point on N seeds)")
