@@ -165,6 +165,39 @@ def test_pd_latency_floors_reject_what_the_split_rejects():
     assert (floors["ttft"] >= NEVER / 10).tolist() == [False, True, True, False]
 
 
+def test_floors_count_a_request_that_outgrows_the_kv_as_the_run_does(tmp_path):
+    """With 70 KV blocks some sequences outgrow the cache while decoding: the run serves their first
+    tokens and rejects them then, with the reason (docs/outputs.md: a rejected request is a miss of
+    every SLO, in attainment and goodput, and in a probe's percentiles). The floors mark exactly
+    those requests, and their verdict is the run's for limits the floors price no time for: a
+    queue limit (0 s alone; a rejected request never leaves the queue for good) and, under
+    --attainment, a tbt-only SLO (the floors counted rejected requests within it)."""
+    from servesim.studies.plan_space import NEVER, floor_violation
+
+    shape = SHAPES[0]
+    sc, setup = _setup(shape, **{"memory.num_gpu_blocks": 70, RATE_KEY: 0.2, "workload.num_requests": 200,
+                                 "workload.output_tokens": {"dist": "uniform", "min": 16, "max": 256}})
+    floors = latency_floors(shape.kind, setup, workload_stats(sc))
+    res = simulate(sc)
+    r = res.requests
+    rejected = (np.asarray(r["status"]) == "rejected")[np.argsort(r["request_id"])]
+    assert 0 < rejected.sum() < 0.1 * len(rejected)  # (some, not most: attainment 0.9 can hold)
+    assert all("outgrew the KV cache while decoding" in x for x in r["reason"][r["status"] == "rejected"])
+    assert (floors["ttft"] >= NEVER / 10).tolist() == rejected.tolist()
+    res.write(tmp_path / "run", tbt=True)
+    served = 1 - rejected.mean()
+    # (limits a light load meets: only the rejected requests can break them)
+    for text, att in (("queue_p99=60", None), ("tbt_p99=1", 0.95), ("tpot_p99=1", 0.95), ("ttft_p99=60", None),
+                      ("ttft_p90=60", None), ("queue_p90=60", None), ("tbt_p99=1", 0.9), ("e2e_p99=600", 0.9)):
+        slo = parse_slo(text)
+        why = floor_violation(floors, slo, att)
+        run = evaluate(tmp_path / "run", slo, att)
+        assert (why is None) == run["meets"], (text, att, why, run)
+        assert (why is None) == (att <= served if att is not None else "_p90" in text), (text, att, why)
+        if why is not None:
+            assert "rejected" in why and "outgrew the KV cache while decoding" in why
+
+
 def test_latency_floors_carry_the_api_servers_time():
     """TTFT and E2E are the client's: the floors add the API server's time (the engine profile's
     api_request_s to TTFT, api_s to E2E), and ``cost.api_server: false`` takes it out again."""

@@ -357,22 +357,29 @@ def latency_floors(kind: str, setup, stats: WorkloadStats) -> dict:
     e2e = ttft + np.maximum(stats.output - 1, 0) * tpot
     tpot_arr = np.where(stats.output > 1, tpot, np.nan)
     inf = NEVER  # a large number, not inf: percentiles interpolate between neighbours
+    # a rejected request never completes: every per-request limit misses it, as a run's verdict
+    # (``capacity.evaluate``) and its SLO attainment count it, the queue's too (0 s alone otherwise)
     return {"ttft": np.where(rejected, inf, ttft), "tpot": np.where(rejected & (stats.output > 1), inf, tpot_arr),
-            "e2e": np.where(rejected, inf, e2e), "rejected_share": float(rejected.mean()) if len(rejected) else 0.0,
+            "e2e": np.where(rejected, inf, e2e), "queue": np.where(rejected, inf, 0.0), "rejected": rejected,
+            "rejected_share": float(rejected.mean()) if len(rejected) else 0.0,
             "rejected_reason": None if top is None else by_pair[top], "decode_step_s": step}
 
 
 def floor_violation(floors: dict, slo: dict, attainment: float | None) -> str | None:
     """Why the SLO cannot hold at any load (the floors alone break it), or None."""
+    from servesim.outputs.metrics import PER_REQUEST
     from servesim.studies.capacity import _stat
 
-    per = {m: floors[m] for m in ("ttft", "tpot", "e2e")}
+    per = {m: floors[m] for m in PER_REQUEST if m in floors}
     rej = floors.get("rejected_share", 0.0)
     why = floors.get("rejected_reason")
     rejected = f"{rej:.1%} of requests are rejected" + (f" (e.g. {why})" if why else "")
     note = f" ({rejected})" if rej else ""
     if attainment is not None:
-        within = np.ones(len(per["ttft"]), dtype=bool)
+        # a rejected request is within no SLO, whatever its limits (a run's attainment counts only
+        # completed requests within them): with only a tbt limit, or a TPOT one and one output
+        # token, the floors counted it within
+        within = ~floors["rejected"] if "rejected" in floors else np.ones(len(per["ttft"]), dtype=bool)
         for (metric, _), limit in slo.items():
             if metric in per:
                 within &= ~(per[metric] > limit)
