@@ -237,9 +237,14 @@ def prepare(scenario: Scenario) -> Setup:
     if pol.prefix_caching and model.sliding_window_tokens is not None:
         # (a preset turns it on where the policy does not say: the scenario may not name it at all)
         by = f" (policy.preset={pol.preset} turns it on where the policy does not give it)" if pol.preset else ""
+        # vLLM V0 refused the pair (CacheConfig._verify_prefix_caching: "Prefix caching is not
+        # supported with sliding window"); V1 caches it (vllm/v1/core/single_type_kv_cache_manager.py,
+        # SlidingWindowManager.find_longest_cache_hit: a hit needs the cached blocks of the window's
+        # tokens before it, the blocks out of the window freed), which the KV model here does not do
         raise InputError(f"policy.prefix_caching: not modelled with sliding-window attention (model {model.name} "
-                         f"attends within {model.sliding_window_tokens} tokens; vLLM V0 disables it too); set it "
-                         f"to false{by}")
+                         f"attends within {model.sliding_window_tokens} tokens): vLLM V1 caches prefixes under a "
+                         "sliding window (a hit keeps only the window's blocks before it; V0 refused the pair), "
+                         f"servesim does not; set it to false{by}")
     setup = _prepare(scenario, model, hw, pol)
     gpus = [p.cost_model.gpu.name for p in setup.pools]
     check_cost_gpus({k: getattr(scenario.cost, k) for k in ("gpu_hour_usd", "gpu_power_w")}, gpus,

@@ -245,3 +245,23 @@ def test_a_request_crossing_the_window_in_the_decode_set_step_by_step(monkeypatc
     for k in ref.steps:
         assert (fast.steps[k] == ref.steps[k]).all(), k
     assert fast.steps["context_tokens"][1:].tolist() == [min(c, 4095) + 1 for c in range(4090, 4101)]
+
+
+def test_prefix_caching_under_a_sliding_window_is_refused_saying_what_vllm_does():
+    """The refusal said "vLLM V0 disables it too": V0 refused the pair (CacheConfig's "Prefix caching
+    is not supported with sliding window"), and V1 caches prefixes under a sliding window
+    (SlidingWindowManager.find_longest_cache_hit), so the pair is a servesim limit, said as one."""
+    from servesim.inputs.scenario import scenario_from_dict
+    from servesim.simulation import prepare
+
+    sc = scenario_from_dict({"model": "mistralai/Mistral-7B-v0.1", "hardware": {"gpu": "h100-sxm"},
+                             "policy": {"name": "continuous", "prefix_caching": True},
+                             "workload": {"num_requests": 10, "arrival": {"process": "poisson", "rate_rps": 1.0},
+                                          "prompt_tokens": {"dist": "fixed", "value": 100},
+                                          "output_tokens": {"dist": "fixed", "value": 10}}})
+    with pytest.raises(InputError) as e:
+        prepare(sc)
+    text = str(e.value)
+    assert text.startswith("policy.prefix_caching: not modelled with sliding-window attention")
+    assert "within 4096 tokens" in text and "vLLM V1 caches prefixes under a sliding window" in text
+    assert "V0 refused" in text and "disables" not in text and text.endswith("set it to false")
