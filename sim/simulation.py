@@ -234,6 +234,18 @@ def check_cost_gpus(mappings: dict, gpus, whose: str, where: str = "") -> None:
 def prepare(scenario: Scenario) -> Setup:
     model = get_model(scenario.model)
     hw, pol = scenario.hardware, scenario.policy
+    check_prefix_caching(scenario, model)
+    setup = _prepare(scenario, model, hw, pol)
+    gpus = [p.cost_model.gpu.name for p in setup.pools]
+    check_cost_gpus({k: getattr(scenario.cost, k) for k in ("gpu_hour_usd", "gpu_power_w")}, gpus,
+                    f"this deployment ({', '.join(sorted(set(gpus)))})")
+    return setup
+
+
+def check_prefix_caching(scenario: Scenario, model) -> None:
+    """Refuse ``policy.prefix_caching`` with a model that attends within a sliding window on every
+    layer, whatever the deployment (``servesim plan`` asks once, not shape by shape)."""
+    pol = scenario.policy
     if pol.prefix_caching and model.sliding_window_tokens is not None:
         # (a preset turns it on where the policy does not say: the scenario may not name it at all)
         by = f" (policy.preset={pol.preset} turns it on where the policy does not give it)" if pol.preset else ""
@@ -245,11 +257,6 @@ def prepare(scenario: Scenario) -> Setup:
                          f"attends within {model.sliding_window_tokens} tokens): vLLM V1 caches prefixes under a "
                          "sliding window (a hit keeps only the window's blocks before it; V0 refused the pair), "
                          f"servesim does not; set it to false{by}")
-    setup = _prepare(scenario, model, hw, pol)
-    gpus = [p.cost_model.gpu.name for p in setup.pools]
-    check_cost_gpus({k: getattr(scenario.cost, k) for k in ("gpu_hour_usd", "gpu_power_w")}, gpus,
-                    f"this deployment ({', '.join(sorted(set(gpus)))})")
-    return setup
 
 
 def _stalled_where(replicas) -> str:

@@ -1590,3 +1590,19 @@ def test_one_public_helper_finds_a_value_given_twice():
     assert given_twice([True, 1, 0, True]) == (0, 3)
     assert given_twice(["a.yaml", "B", "./a.yaml"], key=lambda g: g.removeprefix("./")) == (0, 2)
     assert given_twice(["x", "y"], key=lambda g: 1) == (0, 1)
+
+
+def test_a_setting_no_shape_can_run_is_refused_once(tmp_path, capsys):
+    """Prefix caching with Mistral-7B-v0.1 (a sliding window on every layer) runs on no deployment:
+    plan pruned every shape as "pruned-memory" ("does not fit: weights leave no KV room ...") and
+    answered "no configuration serves" with exit 0; it is refused before anything runs."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps({**SMALL, "model": "mistralai/Mistral-7B-v0.1",
+                             "policy": {**SMALL["policy"], "prefix_caching": True}}))
+    out = tmp_path / "p"
+    rc = main(["plan", str(f), "--rate", "4", "--slo", SLO, "--seeds", "1", "--quiet", "--out", str(out), "--tp", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith(f"servesim: error: {f}: policy.prefix_caching: not modelled"), err
+    assert "Traceback" not in "\n".join(err) and not out.exists()

@@ -645,6 +645,12 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     where = scenario if not isinstance(scenario, dict) else base.get("name")
     try:  # the scenario as written, first: what follows reads its sections
         written = scenario_from_dict(base)
+        # a setting no shape can run (prefix caching under a sliding window): said once, not as
+        # every shape "pruned-memory" ("does not fit") and "no configuration serves" (exit 0)
+        from servesim.inputs.specs import get_model
+        from servesim.simulation import check_prefix_caching
+
+        check_prefix_caching(written, get_model(written.model))
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
     # cluster.class_replicas names replica positions: each unit is the layout's repeating block
