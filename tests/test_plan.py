@@ -1606,3 +1606,53 @@ def test_a_setting_no_shape_can_run_is_refused_once(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith(f"servesim: error: {f}: policy.prefix_caching: not modelled"), err
     assert "Traceback" not in "\n".join(err) and not out.exists()
+
+
+GEMMA2 = {**SMALL, "name": "plan-gemma2", "model": "google/gemma-2-9b",
+          "workload": {"num_requests": 20, "arrival": {"process": "poisson", "rate_rps": 2.0},
+                       "prompt_tokens": {"dist": "uniform", "min": 3000, "max": 6000},
+                       "output_tokens": {"dist": "uniform", "min": 8, "max": 32}}}
+
+
+def test_plan_searches_a_partial_window_model_over_two_gpus_tp_and_pp(tmp_path):
+    """Gemma-2-9B (a 4,096-token window on 21 of its 42 layers) over H100 and A100 x TP 1, 2 x PP 2
+    (the window layers placed on the pipeline stages), every shape simulated (--exhaustive): each
+    run's deployment is its shape's, every request of every run is no faster than its floors
+    (prompts of 3,000 to 6,000 tokens: past the window), and the ranking is the objective's order.
+    Small on purpose (20 requests, one seed, three probes): the default search took over ten minutes."""
+    from servesim.inputs.scenario import load_scenario
+    from servesim.outputs.rundir import read_table
+    from servesim.studies.plan_space import NEVER, stats_from_specs
+    from servesim.inputs.workload import RequestSpecs
+
+    opts = PlanOptions(rate_rps=2.0, slo="ttft_p99=2,tpot_p99=100ms", gpus=("h100-sxm", "a100-80g"), tps=(1, 2),
+                       pps=(2,), policies=("continuous",), seeds=1, probe_requests=20, requests=20, max_probes=3,
+                       verify_top=1, keep_up=0.0, max_gpus=4, exhaustive=True)
+    doc = run_plan(GEMMA2, opts, tmp_path / "p", ex=QUIET).doc
+    cands = {c["key"]: c for c in doc["candidates"]}
+    assert set(cands) == {f"{g}-tp{t}-pp2-cont" for g in ("h100-sxm", "a100-80g") for t in (1, 2)}
+    assert all(c["status"] == "feasible" and c["runs"] for c in cands.values()), {k: c["reason"] for k, c in
+                                                                                cands.items()}
+    objectives = [cands[k]["objective"] for k in doc["ranking"]]
+    assert objectives == sorted(objectives) and doc["answer"]["key"] == doc["ranking"][0]
+    checked = 0
+    for key, c in cands.items():
+        for run in c["runs"]:
+            d = tmp_path / "p" / run["seeds"][0]["dir"]
+            sc = load_scenario(d / "scenario.yaml")
+            assert (sc.hardware.gpu, sc.hardware.tp, sc.hardware.pp) == (c["shape"]["gpu"], c["shape"]["tp"], 2)
+            assert sc.cluster.replicas == run["units"]
+            r = read_table(d, "requests", ("request_id", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+                                           "output_tokens", "status"))
+            order = np.argsort(r["request_id"])
+            specs = RequestSpecs(np.asarray(r["arrival_s"], float)[order],
+                                 np.asarray(r["prompt_tokens"], np.int64)[order],
+                                 np.asarray(r["output_tokens"], np.int64)[order])
+            floors = latency_floors("colocated", prepare(sc), stats_from_specs(sc, specs))
+            done = (np.asarray(r["status"]) == "completed")[order]
+            assert done.all() and (floors["ttft"] < NEVER / 10).all()
+            ttft = (r["first_token_s"] - r["arrival_s"])[order]
+            tpot = ((r["finish_s"] - r["first_token_s"]) / np.maximum(r["output_tokens"] - 1, 1))[order]
+            assert np.all(ttft >= floors["ttft"] * (1 - 1e-9)) and np.all(tpot >= floors["tpot"] * 0.999), key
+            checked += 1
+    assert checked >= 4
