@@ -44,3 +44,33 @@ def test_a_chunk_shares_the_full_blocks_it_fills(engine):
     assert list(st["prefill_tokens"][:3]) == [84 + 16, 4 + 20, 0]
     assert list(r["prefix_hit_tokens"]) == [0, 64, 64]
     assert st["kv_blocks_used"][0] == 6 + 1  # the second's fifth block is its own
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_shared_block_a_chunk_ended_in_is_not_cached_when_its_request_is_preempted(engine):
+    """vLLM V1 caches a block only once it is full (``SingleTypeKVCacheManager.cache_blocks``:
+    num_full_blocks = num_tokens // block_size). servesim keyed a shared prefix block when it
+    mapped it, so a request preempted after a chunk that ended inside its prefix left the partly
+    computed block cached, and its return (or anyone of the prefix) hit up to 15 tokens nobody had
+    computed. The exact trace: C (16-token prompt, 10 output tokens) and A (44 tokens, a 32-token
+    shared prefix: 2 blocks) arrive at once under a 40-token budget with 4 KV blocks."""
+    sc = make_scenario(**{**SYNC, "engine": engine, "policy.name": "chunked_prefill",
+                          "policy.max_num_batched_tokens": 40, "policy.prefix_caching": True,
+                          "memory.num_gpu_blocks": 4, "policy.watermark": 0.0, "workload.num_requests": 3})
+    sp = specs([(0.0, 16, 10), (0.0, 44, 3), (1.0, 44, 3)])  # (B, the third, comes once A is done)
+    sp = dataclasses.replace(sp, prefix_group=np.array([-1, 0, 0]), prefix_tokens=np.array([0, 32, 32]))
+    res = simulate(sc, specs=sp)
+    st, r = res.steps, res.requests
+    # step 0: C's prompt and A's first chunk, 24 tokens: block 0 of the prefix full, block 1 holds 8
+    assert (st["prefill_tokens"][0], st["kv_blocks_used"][0]) == (16 + 24, 3)
+    # step 1: C's first decode needs its second block, A's next chunk a third: A, the newest, is
+    # preempted; its full block 0 stays cached, its block 1 (8 of 16 tokens computed) does not
+    assert list(r["preemptions"]) == [0, 1, 0]
+    # once C is done A comes back: it hits block 0 only and computes 44 - 16 = 28 tokens (before:
+    # a hit on both blocks, 12 tokens, 8 of the 32 it skipped never computed by anyone)
+    back = np.flatnonzero(st["prefill_tokens"][1:] > 0)[0] + 1
+    assert st["prefill_tokens"][back] == 28
+    assert res.summary["kv"]["recompute_tokens"] == 24 - 16  # of its 24 dropped tokens, 16 were cached
+    # B, after A completed its prompt (both blocks full and cached), hits the whole prefix
+    assert list(r["prefix_hit_tokens"]) == [0, 0, 32] and res.summary["completed"] == 3
+

@@ -362,15 +362,18 @@ class BlockAllocator:
         ``release`` the returned token to free them. ``recompute``: as ``free``."""
         shared = min(self._prefix_blocks(req), req.kv_blocks)
         own = ()
+        computed = req.num_computed_tokens // self.block_size  # its full blocks
         if self.caching and (recompute or (req.cache_output and req.prefix_group >= 0)):
-            full = max(shared, min(req.num_computed_tokens // self.block_size, req.kv_blocks))
+            full = max(shared, min(computed, req.kv_blocks))
             own = self._own_keys(req, range(full - 1, shared - 1, -1))  # later blocks evictable first
-        token = (req.prefix_group, req.block_tags, shared, own, req.kv_blocks)
+        # its shared blocks from ``computed`` on hold tokens it has not computed (a chunk ended in
+        # one, or a reservation mapped them ahead): ``release`` keeps none of them cached
+        token = (req.prefix_group, req.block_tags, shared, own, req.kv_blocks, min(computed, shared))
         req.kv_blocks = 0
         return token
 
     def release(self, token) -> None:
-        g, tags, shared, own, n = token
+        g, tags, shared, own, n, filled = token
         if not self.caching:
             self.num_empty += n
             assert self.num_empty <= self.num_blocks, "KV blocks freed twice"
@@ -384,6 +387,20 @@ class BlockAllocator:
         # cached blocks, later ones first, then its shared ones nobody maps any more
         own = [key for key in own if key not in cache]
         spent = n - shared - len(own)
+        # a shared block it has not filled that nobody else maps leaves the cache: vLLM V1 caches a
+        # block only once it is full (``SingleTypeKVCacheManager.cache_blocks``: num_full_blocks =
+        # num_tokens // block_size), so no later lookup may hit tokens nobody computed
+        gone = 0
+        for key in self._keys(g, tags, range(shared - 1, filled - 1, -1)):
+            rc = cache[key] - 1
+            if rc:
+                cache[key] = rc
+            else:
+                del cache[key]
+                gone += 1
+                if key[1] == 0 and on_prefix is not None:
+                    on_prefix(key[0], -1)
+        spent += gone
         if spent:
             last = next(reversed(evictable), None)
             if last is not None and evictable[last] is not None:  # (the newest run grows)
@@ -395,8 +412,8 @@ class BlockAllocator:
             evictable[key] = None
             if key[1] == 0 and on_prefix is not None:
                 on_prefix(key[0], 1)
-        idle = n - shared
-        for key in self._keys(g, tags, range(shared - 1, -1, -1)):
+        idle = n - shared + gone
+        for key in self._keys(g, tags, range(filled - 1, -1, -1)):
             rc = cache[key] - 1
             cache[key] = rc
             if rc == 0:
