@@ -130,7 +130,8 @@ def one_line(message: str, limit: int = MAX_MESSAGE) -> str:
 # (a scenario field read them as text while a flag or a trace cell read them as numbers).
 # Base 10 only: YAML 1.2 reads 0x10 as 16 and 0o17 as 15, which Python's int() and float() (a flag,
 # a trace cell) refuse; a scenario field read them while a trace refused them. Now none reads them.
-DIGITS_RULE = "ASCII digits 0-9 in base 10 ('_' may group them, as in 1_000; no 0x, 0o or 0b prefix)"
+DIGITS_RULE = ("ASCII digits 0-9 in base 10 ('_' may group them, as in 1_000, but not an exponent's digits; no 0x, "
+               "0o or 0b prefix)")
 
 _PREFIXED = re.compile(r"[-+]?0[xXoObB][0-9a-fA-F_]*")
 
@@ -146,10 +147,15 @@ _DIGITS_UNDERSCORES = re.compile(r"[-+]?[0-9_.]*[0-9][0-9_.]*(?:[eE][-+]?[0-9_]+
 
 def misgrouped_number(text) -> bool:
     """Whether ``text`` is a number's digits that '_' groups otherwise than ``DIGITS_RULE`` lets
-    it (``1__0``, ``10_``, ``_10``, ``1__0.5``), which Python's ``float`` refuses: not a number,
-    for an error that names the rule, as ``0x10``'s does."""
+    it (``1__0``, ``10_``, ``_10``, ``1__0.5``), which Python's ``float`` refuses, or in an
+    exponent (``1e1_0``), which Python's ``float`` reads (1e10) and a scenario reads as text
+    (``servesim.inputs.schema``'s floats): not a number, for an error that names the rule, as
+    ``0x10``'s does."""
     if not isinstance(text, str) or "_" not in text or _DIGITS_UNDERSCORES.fullmatch(text.strip()) is None:
         return False
+    _, e, exponent = text.strip().lower().partition("e")
+    if e and "_" in exponent:
+        return True
     try:
         float(text)
     except ValueError:
@@ -172,14 +178,15 @@ def non_ascii_number(text) -> bool:
 
 def ascii_int(text: str) -> int:
     """``int(text)`` under ``DIGITS_RULE``: a ValueError for a number in other digits."""
-    if non_ascii_number(text):
+    if non_ascii_number(text) or misgrouped_number(text):
         raise ValueError(f"{text!r} is not written in {DIGITS_RULE}")
     return int(text)
 
 
 def ascii_float(text: str) -> float:
-    """``float(text)`` under ``DIGITS_RULE``: a ValueError for a number in other digits."""
-    if non_ascii_number(text):
+    """``float(text)`` under ``DIGITS_RULE``: a ValueError for a number in other digits (``1e1_0``
+    too, which ``float`` reads as 1e10)."""
+    if non_ascii_number(text) or misgrouped_number(text):
         raise ValueError(f"{text!r} is not written in {DIGITS_RULE}")
     return float(text)
 

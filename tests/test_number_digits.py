@@ -201,3 +201,60 @@ def test_a_signed_number_with_a_leading_dot_reads_as_in_a_trace(tmp_path, text, 
                                                                    "period_s": 60, "phase_s": 7}}))
                  .replace("phase_s: 7", f"phase_s: {text}"))
     assert load_scenario(str(p)).workload.arrival.phase_s == value != sc.workload.arrival.phase_s
+
+
+# ---------------------------------------------------------------- '_' in an exponent
+# Python's float() reads 1e1_0 as 1e10, as a trace cell and a flag did, while a scenario reads it
+# as text (its floats group the digits before the exponent only) and said "write it without
+# quotes" of a value written without them: refused everywhere, naming the rule.
+EXPONENT_UNDERSCORES = ["1e1_0", "1.5e+1_0", "2E-0_1", "1_0e1_0"]
+
+
+@pytest.mark.parametrize("text", EXPONENT_UNDERSCORES)
+@pytest.mark.parametrize("column", ["arrival_s", "prompt_tokens", "output_tokens"])
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_a_trace_cell_with_an_underscore_in_its_exponent_is_refused(tmp_path, text, column, suffix):
+    import json
+
+    rows = [{"arrival_s": "0", "prompt_tokens": "5", "output_tokens": "5"},
+            {"arrival_s": "1", "prompt_tokens": "7", "output_tokens": "3", column: text}]
+    f = tmp_path / f"t.{suffix}"
+    if suffix == "csv":
+        f.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(",".join(r.values()) + "\n" for r in rows))
+    else:
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match=rf"t\.{suffix} line {2 + (suffix == 'csv')}: {column} must be .*"
+                                         r"not an exponent's digits.*got '" + text.replace("+", r"\+")):
+        read_trace(str(f))
+
+
+@pytest.mark.parametrize("text", EXPONENT_UNDERSCORES)
+def test_a_scenario_field_with_an_underscore_in_its_exponent_names_the_rule(tmp_path, capsys, text):
+    from servesim.inputs.schema import load_yaml
+
+    assert load_yaml(f"a: {text}")["a"] == text  # (text, as YAML 1.2 has it)
+    assert main(["validate", "default", "--set", f"workload.arrival.rate_rps={text}"]) == 2
+    err = _err(capsys)
+    assert "workload.arrival.rate_rps must be a number written in ASCII digits" in err
+    assert "not an exponent's digits" in err and "without quotes" not in err
+
+
+@pytest.mark.parametrize("argv", [["capacity", "default", "--slo", "ttft_p99=1", "--tol", "1e-0_2"],
+                                  ["compare", "default", "--policies", "continuous", "--rates", "1e0_1"],
+                                  ["plan", "default", "--rate", "1", "--slo", "ttft_p99=1", "--price",
+                                   "h100-sxm=1e0_1"]])
+def test_a_flag_with_an_underscore_in_its_exponent_is_refused(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = _err(capsys)
+    assert argv[-2] in err and argv[-1] in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_number_with_grouped_digits_before_its_exponent_reads_the_same_everywhere(tmp_path):
+    from servesim.errors import ascii_float
+    from servesim.inputs.schema import load_yaml
+
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,prompt_tokens,output_tokens\n0,5,5\n1_0e-1,7,3\n")
+    assert read_trace(str(f)).arrival_s.tolist()[-1] == 1.0 == load_yaml("a: 1_0e-1")["a"] == ascii_float("1_0e-1")

@@ -528,8 +528,10 @@ def _read_csv_columns(path: str, cols: dict, unit_s: float, need_arrival: bool) 
             n = len(rows)
             cp, co = list(map(itemgetter(ip), rows)), list(map(itemgetter(io), rows))
             ca = list(map(itemgetter(ia), rows)) if ia is not None else []
-            if not all("".join(c).isascii() for c in (cp, co, ca)):
-                return None  # (int() and float() take other scripts' digits, １０: DIGITS_RULE refuses them)
+            if not all((j := "".join(c)).isascii() and "_" not in j for c in (cp, co, ca)):
+                # (int() and float() take other scripts' digits, １０, and '_' in an exponent, 1e1_0 read
+                # as 1e10: DIGITS_RULE refuses them; the row reader names the cell)
+                return None
             try:
                 prompts.append(np.fromiter(map(int, cp), np.int64, n))
                 outputs.append(np.fromiter(map(int, co), np.int64, n))
