@@ -1656,3 +1656,31 @@ def test_plan_searches_a_partial_window_model_over_two_gpus_tp_and_pp(tmp_path):
             assert np.all(ttft >= floors["ttft"] * (1 - 1e-9)) and np.all(tpot >= floors["tpot"] * 0.999), key
             checked += 1
     assert checked >= 4
+
+
+def test_a_measured_capacity_interval_starts_at_the_rate(tmp_path, monkeypatch):
+    """Every seed's capacity search of a verified configuration met at R (its probe at R is the
+    verified run), so its interval starts at R, as an estimated one does: two seeds of 16 and 12
+    req/s at R = 12 gave -11.4 to 39.4 in plan.json, printed "14 (0-39)" beside "~17 (12-40)"."""
+    from dataclasses import replace
+
+    from servesim.outputs.plandoc import capacity_text
+    from servesim.studies import plan as P
+
+    R = 4.0
+    real = P.Planner.capacity
+
+    def capacity(self, shape, units, start, folder, requests):
+        ci = real(self, shape, units, start, folder, requests)
+        if "deploy" in Path(folder).parts:  # (a second seed's search 1/3 above the first's, which is R)
+            return replace(ci, interval=t_interval([R * 4 / 3, R]))
+        return ci
+
+    monkeypatch.setattr(P.Planner, "capacity", capacity)
+    opts = PlanOptions(rate_rps=R, slo=SLO, gpus=("h100-sxm",), tps=(1,), policies=("continuous",), seeds=2,
+                       probe_requests=40, requests=40, keep_up=0.0, max_probes=4, verify_top=1)
+    doc = run_plan(SMALL, opts, tmp_path / "p", ex=QUIET).doc
+    cap = next(c for c in doc["candidates"] if c["key"] == doc["answer"]["key"])["capacity"]
+    assert cap["measured"] and cap["samples"] == [R * 4 / 3, R] and cap["estimate"] == pytest.approx(R * 7 / 6)
+    assert cap["low"] == R and cap["high"] > R * 4 / 3
+    assert capacity_text(cap) == "5 (4-13)"  # (to the interval's precision; its low end R, not 0)
