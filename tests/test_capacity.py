@@ -1021,3 +1021,64 @@ def test_capacity_of_sessions_says_its_rate_starts_sessions(tmp_path, capsys):
     assert main(["plan", str(sc), "--rate", "1", "--slo", "ttft_p99=5", "--gpus", "h100-sxm", "--tp", "1"]) == 2
     err = capsys.readouterr().err
     assert "starts sessions" not in err and "not closed_loop or sessions" in err
+
+
+def test_the_default_probe_length_is_four_times_the_batch_the_deployment_holds():
+    """--probe-requests auto (the default) is max(the scenario's num_requests, 1,000, 4 x the
+    requests the deployment holds at once when full, rounded up to 100): a probe's warm-up half
+    then holds the full batch twice, the length the filling warning advises. The former default,
+    max(the scenario's, 1,000), gave chat on 4 replicas (1,024 held) 2,000-request probes whose
+    answers the keep-up rule set low (docs/sizing.md). An explicit count is honoured as given."""
+    from servesim.studies.capacity import AUTO_MAX_REQUESTS, CapacityOptions, filling_span, prepare_search
+
+    def plan(probe_requests=None, **kw):
+        data = copy.deepcopy(BASE)
+        for k, v in kw.items():
+            d = data
+            *path, last = k.split(".")
+            for p in path:
+                d = d.setdefault(p, {})
+            d[last] = v
+        p = prepare_search(data, "ttft_p99=1", CapacityOptions(probe_requests=probe_requests))
+        return p.probe_requests, p.probe_requests_why
+
+    # one replica of max_num_seqs 256 (BASE's requests are small: the KV cache holds more)
+    n, why = plan()
+    assert n == filling_span(256) == 1100 and why.startswith("auto: 4 x the 256 requests")
+    n, why = plan(**{"cluster.replicas": 3})
+    assert n == 3100 and "3 replicas x max_num_seqs 256" in why
+    n, why = plan(**{"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 2}})
+    assert n == 2100 and "2 decode replicas" in why
+    # a small batch: the scenario's count, at least 1,000
+    assert plan(**{"policy.max_num_seqs": 4})[0] == 1000
+    n, why = plan(**{"policy.max_num_seqs": 4, "workload.num_requests": 5000})
+    assert n == 5000 and "the scenario's num_requests, 5000" in why
+    # a deployment that holds more than auto would ever run: capped, saying how to go longer
+    n, why = plan(**{"cluster.replicas": 100})
+    assert n == AUTO_MAX_REQUESTS < filling_span(25_600) and "--probe-requests to go longer" in why
+    # given: as given (shorter or longer than auto), and said so
+    assert plan(600) == (600, "given (--probe-requests)") and plan(50_000, **{"cluster.replicas": 3})[0] == 50_000
+
+
+def test_capacity_says_the_probe_length_it_used_and_why(tmp_path, capsys):
+    """The printed summary and capacity.json (one seed and over seeds) name the probe length and
+    how it was chosen; ``--probe-requests auto`` is the default spelled out, anything else is
+    refused naming the flag."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(BASE))  # 256 held at once: auto is 1,100
+
+    def search(seeds, *given):  # (two probes, no answer: exit 2, but the length is said and written before)
+        out = tmp_path / f"cap{seeds}"
+        assert main(["capacity", str(sc), "--slo", "ttft_p99=1", "--seeds", seeds, "--max-probes", "2", "--keep-up",
+                     "0", "--quiet", "--workers", "1", "--start", "1", "--out", str(out), *given]) == 2
+        return capsys.readouterr().out, json.loads((out / "capacity.json").read_text())
+
+    printed, cap = search("1", "--probe-requests", "AUTO")
+    assert ("probe length: 1100 requests (--probe-requests auto: 4 x the 256 requests the deployment holds at "
+            "once when full (1 replica x max_num_seqs 256)") in printed
+    assert cap["probe_requests"] == 1100 and cap["probe_requests_why"].startswith("auto: 4 x the 256")
+    printed, cap = search("2", "--probe-requests", "30")
+    assert "probe length: 30 requests (as given)" in printed
+    assert (cap["probe_requests"], cap["probe_requests_why"]) == (30, "given (--probe-requests)")
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=1", "--probe-requests", "most"]) == 2
+    assert "--probe-requests: invalid 'auto' or int value: 'most'" in capsys.readouterr().err

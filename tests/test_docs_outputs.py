@@ -193,7 +193,7 @@ def test_the_head_of_line_lines_scheduling_md_quotes(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_capacity_figures_sizing_md_quotes(tmp_path):
     """docs/sizing.md's single-search answers on the default scenario (ttft_p99=1, tpot_p99=0.05,
-    --seeds 1): the P/D split's 37.53 req/s (18.8 per GPU), 23.25 with --workers 1, 21.14 with
+    --seeds 1): the P/D split's 37.93 req/s (19.0 per GPU), 23.25 with --workers 1, 21.14 with
     5,000-request probes (the page's outputs ran with 2 workers), rerun; seeded searches, so exact to
     the digits quoted (about 14 s of CPU)."""
     import json

@@ -63,6 +63,14 @@ def _float(text: str) -> float:
 _int.__name__, _float.__name__ = "int", "float"  # (argparse's message for other text: "invalid int value")
 
 
+def _int_or_auto(text: str) -> int | None:
+    """``auto`` (None: the command chooses) or an integer."""
+    return None if text.strip().lower() == "auto" else _number(int, text)
+
+
+_int_or_auto.__name__ = "'auto' or int"  # ("invalid 'auto' or int value: 'x'")
+
+
 MAX_SEED = 2**63 - 1  # the scenario's seed field's range
 
 
@@ -290,7 +298,9 @@ def _studies(sub) -> None:
                         f"{', '.join(METRICS)}; stats {', '.join(STATS)}")
     p.add_argument("--attainment", type=_float, help="instead: this share of requests within every limit (e.g. 0.9)")
     p.add_argument("--per-gpu", action="store_true", help="also report capacity divided by the GPUs used")
-    p.add_argument("--probe-requests", type=_int, help="requests per probe (default: max(scenario's, 1000))")
+    p.add_argument("--probe-requests", type=_int_or_auto, default=None, metavar="N|auto",
+                   help="requests per probe (default auto: max(the scenario's num_requests, 1000, 4 x the requests "
+                        "the deployment holds at once when full), rounded up to 100)")
     p.add_argument("--probe-duration", type=_float, metavar="S",
                    help="make each probe at least S seconds of arrivals (default: two periods of a periodic "
                         "arrival process, else off)")

@@ -236,6 +236,7 @@ def cmd_capacity(args) -> int:
     size = f"{plural(n, 'request')} each" if plan.probe_duration_s is None else \
         f"max({plural(n, 'request')}, {plan.probe_duration_s:g} s of arrivals) each"
     how = f"share within limits >= {args.attainment}" if args.attainment else "percentiles over all requests"
+    print(_probe_length_line(n, plan.probe_requests_why))
     print(f"one search per seed (probes of {size}; {how}; every probe in results.csv):")
     lines = [["seed", "capacity req/s", "fails at req/s", "probes"]]
     for k, res in zip(ci.seeds, ci.per_seed):
@@ -265,6 +266,11 @@ def cmd_capacity(args) -> int:
                 print(f"warning: {ci.result['filling']}")
             _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus, iv)
     return _capacity_end(args, ci.error)
+
+
+def _probe_length_line(n: int, why: str) -> str:
+    """The probe length a capacity search used, and why (``capacity.auto_probe_requests``)."""
+    return f"probe length: {n} requests ({'--probe-requests ' + why if why.startswith('auto') else 'as given'})"
 
 
 def _burst_note(mean_cap, cap, arrival, gpus: int, iv=None) -> None:
@@ -299,6 +305,7 @@ def _capacity_one_seed(res, args) -> int:
     size = (f"{plural(n, 'request')} each" if duration is None else
             f"max({plural(n, 'request')}, {duration:g} s of arrivals) each")
     how = f"share within limits >= {args.attainment}" if args.attainment else "percentiles over all requests"
+    print(_probe_length_line(n, res.result["probe_requests_why"]))
     print(f"probes ({size}; {how}):")
     print(_probe_table(s, keys, args.keep_up > 0))
     limits = _limits_text(res.slo, args)

@@ -1,8 +1,9 @@
 """``servesim capacity``: the highest arrival rate at which the SLOs hold.
 
 Each probe is a simulation of the scenario at one ``workload.arrival.rate_rps`` with a fixed
-number of requests (``--probe-requests``, default max(scenario's, 1000)) and the scenario's seed,
-so every probe sees the same requests, only closer together or further apart. Above capacity the
+number of requests (``--probe-requests``; by default ``auto``: max(the scenario's num_requests, 1000,
+4 x the requests the deployment holds at once when full), ``auto_probe_requests``) and the scenario's
+seed, so every probe sees the same requests, only closer together or further apart. Above capacity the
 queue grows through the run and the tail latencies blow up; below it they stay flat.
 
 A probe *meets* the SLO when each ``METRIC_STAT <= limit`` holds, percentiles taken over every
@@ -83,6 +84,22 @@ MIN_TOL = 1e-4  # --tol: probed rates have 6 significant digits (a narrower brac
 # a probe too short to tell whether it keeps up is run again longer, up to this many times the
 # requests of --probe-requests (then it counts as failing, and the answer says so)
 MAX_LONGER = 64
+# A probe's first half is its warm-up; with fewer arrivals in it than the deployment holds at
+# once when full, its batch can still be filling when keeping up is counted (docs/sizing.md,
+# Keeping up). The rerun the filling warning advises gives the warm-up FILL_SPAN times that many.
+FILL_SPAN = 2
+# --probe-requests auto (the default): max(the scenario's num_requests, PROBE_FLOOR, PROBE_SPAN x the
+# requests the deployment holds at once), rounded up to 100: a warm-up half that holds the full batch
+# FILL_SPAN times, the length the filling warning advises. In docs/sizing.md's table the answers
+# of probes under 2x the held count came out low and warned (chat on 4 replicas: 53 and 75 req/s at
+# 0.6x and 1.5x), those of about 3x or more agreed with the longest probes (chat 79 at 2.9x,
+# pd-split 37 at 2.9x, default 27.6 at 4x against 26.1 at 8x).
+PROBE_FLOOR = 1000
+PROBE_SPAN = 2 * FILL_SPAN
+# auto never asks for more than this, the most a probe of the former default (1,000 requests) was
+# run again to (MAX_LONGER x): 1,000 replicas of the default scenario hold 377,000 requests at once,
+# and 4x that in every probe is hours; an explicit --probe-requests may go longer
+AUTO_MAX_REQUESTS = MAX_LONGER * PROBE_FLOOR
 _BIG = 1e18  # stands in for "never": a request that did not complete
 
 
@@ -182,6 +199,63 @@ def _first_probe(data: dict):
     return sc, stats, prepare(sc)
 
 
+def held_requests(data: dict) -> tuple[int, str] | None:
+    """How many requests the deployment of scenario ``data`` holds at once when its batch is
+    full, and how that is made up: the pool requests spend longest in (decode with a P/D split),
+    its replicas x the fewer of ``max_num_seqs`` and the whole requests (prompt + output, mean of
+    its requests) its KV cache holds. None where it cannot tell (not an open-loop workload)."""
+    first = _first_probe(data)
+    if first is None:
+        return None
+    sc, stats, setup = first
+    pool = setup.pools_by_name.get("decode", setup.pools[0])
+    whole = float(np.mean(stats.prompt_total + stats.output)) if len(stats.output) else 0.0
+    # (hardware.pp with pp_overlap: each replica's pp virtual engines schedule up to max_num_seqs
+    # each, in 1/pp of its KV blocks, as the cluster builds them)
+    ve = pool.cost_model.pp if pool.cost_model.pp > 1 and sc.hardware.pp_overlap else 1
+    fit = (pool.capacity.num_blocks // ve) * pool.capacity.block_size / whole if whole > 0 else math.inf
+    seqs = max(1, math.floor(min(pool.max_num_seqs, fit)))
+    where = f"{pool.replicas} {pool.name} replica{'s' if pool.replicas != 1 else ''}" if pool.name != "colocated" \
+        else f"{plural(pool.replicas, 'replica')}"
+    if ve > 1:
+        where += f" x {ve} virtual engines (hardware.pp with pp_overlap)"
+    what = f"max_num_seqs {seqs}" if pool.max_num_seqs <= fit else \
+        f"{seqs}, the whole requests ({whole:.0f} tokens on average) its KV cache holds"
+    return pool.replicas * ve * seqs, f"{where} x {what}"
+
+
+def filling_span(held: int) -> int:
+    """Requests in a probe whose warm-up half holds ``held`` requests ``FILL_SPAN`` times
+    (``PROBE_SPAN`` x ``held``), rounded up to 100: what the filling warning advises and
+    ``--probe-requests auto`` takes."""
+    return math.ceil(PROBE_SPAN * held / 100) * 100
+
+
+def auto_probe_requests(base: dict, scenario_requests: int | None) -> tuple[int, str]:
+    """``--probe-requests auto``: (requests per probe, why) for the scenario ``base`` (its
+    ``workload.num_requests`` is ``scenario_requests``): max(those, ``PROBE_FLOOR``,
+    ``filling_span`` of ``held_requests``), at most ``AUTO_MAX_REQUESTS``."""
+    from servesim.inputs.overrides import with_values
+
+    floor = max(scenario_requests or 0, PROBE_FLOOR)
+    base_n = (f"the scenario's num_requests, {floor}" if scenario_requests and scenario_requests >= PROBE_FLOOR
+              else f"the least auto takes, {PROBE_FLOOR}")
+    held = held_requests(with_values(base, {"workload.num_requests": floor, "workload.duration_s": None},
+                                     "--probe-requests"))
+    if held is None:
+        return floor, (f"auto: {base_n}; the requests are not drawn ahead of the run, so the batch the deployment "
+                       "holds at once is not counted")
+    want = filling_span(held[0])
+    batch = f"{PROBE_SPAN} x the {held[0]} requests the deployment holds at once when full ({held[1]})"
+    if want <= floor:
+        return floor, f"auto: {base_n}, at least {batch}"
+    if want > AUTO_MAX_REQUESTS:
+        return AUTO_MAX_REQUESTS, (f"auto: {batch} would be {want}, capped at {AUTO_MAX_REQUESTS}: give "
+                                   "--probe-requests to go longer")
+    return want, (f"auto: {batch}, rounded up to 100, so that a probe's warm-up half holds the full batch twice; "
+                  f"more than {base_n}")
+
+
 class Search:
     """Probes rates through the sweep executor; remembers every probe."""
 
@@ -228,28 +302,8 @@ class Search:
         return floor_violation(latency_floors(kind, setup, stats), self.slo, self.attainment)
 
     def held_requests(self) -> tuple[int, str] | None:
-        """How many requests the deployment holds at once when its batch is full, and how that
-        is made up: the pool requests spend longest in (decode with a P/D split), its replicas x
-        the fewer of ``max_num_seqs`` and the whole requests (prompt + output, mean of the first
-        probe's) its KV cache holds. None where it cannot tell (not an open-loop workload)."""
-        first = _first_probe(self.points[0].data)
-        if first is None:
-            return None
-        sc, stats, setup = first
-        pool = setup.pools_by_name.get("decode", setup.pools[0])
-        whole = float(np.mean(stats.prompt_total + stats.output)) if len(stats.output) else 0.0
-        # (hardware.pp with pp_overlap: each replica's pp virtual engines schedule up to max_num_seqs
-        # each, in 1/pp of its KV blocks, as the cluster builds them)
-        ve = pool.cost_model.pp if pool.cost_model.pp > 1 and sc.hardware.pp_overlap else 1
-        fit = (pool.capacity.num_blocks // ve) * pool.capacity.block_size / whole if whole > 0 else math.inf
-        seqs = max(1, math.floor(min(pool.max_num_seqs, fit)))
-        where = f"{pool.replicas} {pool.name} replica{'s' if pool.replicas != 1 else ''}" if pool.name != "colocated" \
-            else f"{plural(pool.replicas, 'replica')}"
-        if ve > 1:
-            where += f" x {ve} virtual engines (hardware.pp with pp_overlap)"
-        what = f"max_num_seqs {seqs}" if pool.max_num_seqs <= fit else \
-            f"{seqs}, the whole requests ({whole:.0f} tokens on average) its KV cache holds"
-        return pool.replicas * ve * seqs, f"{where} x {what}"
+        """``held_requests`` of the first probe's scenario."""
+        return held_requests(self.points[0].data)
 
     def probe(self, rates) -> None:
         rates = [float(f"{r:.6g}") for r in rates if float(f"{r:.6g}") not in self.results]
@@ -401,7 +455,7 @@ class CapacityOptions:
     """The search's knobs (the ``servesim capacity`` flags of the same names)."""
 
     attainment: float | None = None  # None: percentile limits; else the share of requests within them all
-    probe_requests: int | None = None  # None: max(the scenario's num_requests, 1000)
+    probe_requests: int | None = None  # None: auto (auto_probe_requests)
     probe_duration_s: float | None = None  # None: two periods of a periodic arrival process, else off
     start_rps: float | None = None  # None: the scenario's rate
     tol: float = 0.02
@@ -450,6 +504,7 @@ class SearchPlan:
     start_rps: float
     num_gpus: int
     overrides: list
+    probe_requests_why: str = "given (--probe-requests)"  # how probe_requests was chosen (auto_probe_requests)
 
     def mean_rps(self, rate: float) -> float:
         """The mean offered rate when the search sets ``rate_rps`` to ``rate`` (on_off: the burst rate)."""
@@ -497,8 +552,11 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     base["seed"] = sc.seed
     arrival = sc.workload.arrival
     require_rate(arrival, "servesim capacity searches")
-    n = opts.probe_requests if opts.probe_requests is not None else max(sc.workload.num_requests or 0, 1000)
-    check_run_requests(n, opts.keep_up)
+    if opts.probe_requests is not None:
+        n, why = opts.probe_requests, "given (--probe-requests)"
+        check_run_requests(n, opts.keep_up)
+    else:
+        n, why = auto_probe_requests(base, sc.workload.num_requests)
     duration = opts.probe_duration_s
     if duration is not None and not 0 < duration <= MAX_SECONDS:
         raise InputError(f"--probe-duration must be > 0 and <= {MAX_SECONDS:g} seconds, got {duration}")
@@ -509,13 +567,14 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     if not MIN_RATE_RPS <= start <= MAX_RATE_RPS:
         raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} req/s, got {start}")
     return SearchPlan(scenario_label(scenario, base), slo_text, slo, opts, base, arrival, n, duration, start,
-                      num_gpus(sc.to_dict()), list(overrides or []))
+                      num_gpus(sc.to_dict()), list(overrides or []), why)
 
 
 def _meta(plan: SearchPlan, **extra) -> dict:
     o = plan.opts
     return {"kind": "capacity", "scenario": plan.scenario, "slo": plan.slo_text, "attainment": o.attainment,
-            "probe_requests": plan.probe_requests, "probe_duration_s": plan.probe_duration_s,
+            "probe_requests": plan.probe_requests, "probe_requests_why": plan.probe_requests_why,
+            "probe_duration_s": plan.probe_duration_s,
             "keep_up": o.keep_up, "set": plan.overrides, **extra}
 
 
@@ -541,6 +600,7 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
               "num_gpus": gpus, "slo": plan.slo_text, "attainment": opts.attainment,
               "capacity_mean_rps": mean_cap if done else None,
               "keep_up": opts.keep_up, "check_above_rps": above if done else None,
+              "probe_requests": plan.probe_requests, "probe_requests_why": plan.probe_requests_why,
               "bracket_rps": None if done else [cap or None, above],
               "probes": [{"rate_rps": p.values[RATE_KEY], **s.evals.get(p.index, {})} for p in s.points]}
     result["too_short"] = too_short = _too_short_note(s, cap)
@@ -578,12 +638,6 @@ def _narrow_hint(cap: float, above: float | None, tol: float) -> str:
     return f" (the bracket is within --tol {tol:g}: the check 10% above it, {cap * 1.1:.4g} req/s, did not run)"
 
 
-# A probe's first half is its warm-up; with fewer arrivals in it than the deployment holds at
-# once when full, its batch can still be filling when keeping up is counted (docs/sizing.md,
-# Keeping up). The rerun advised gives the warm-up FILL_SPAN times that many.
-FILL_SPAN = 2
-
-
 def _only_keep_up_failed(ev: dict, slo: dict, attainment) -> bool:
     """Whether a failing probe's evaluation (``evaluate``) met every SLO limit and failed only the
     keep-up rule."""
@@ -613,7 +667,7 @@ def _filling_note(s: Search, cap: float) -> str | None:
     n = ev["requests"]
     if held is None or n // 2 >= held[0]:
         return None
-    want = max(2 * n, math.ceil(2 * FILL_SPAN * held[0] / 100) * 100)
+    want = max(2 * n, filling_span(held[0]))
     return (f"the keep-up rule, not the SLO, set this answer (at {rate:.4g} req/s the probe met the SLO but fewer than "
             f"{s.keep_up:g} left per arrival) on probes too short for the batch to fill: a probe's first half, its "
             f"warm-up, brought {n // 2} requests, fewer than the {held[0]} the deployment holds at once when full "
@@ -788,6 +842,7 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, s
         "num_gpus": gpus, "slo": plan.slo_text, "attainment": plan.opts.attainment,
         "capacity_mean_rps": (sum(r.mean_capacity_rps for r in done) / len(done)) if ok else None,
         "keep_up": plan.opts.keep_up,
+        "probe_requests": plan.probe_requests, "probe_requests_why": plan.probe_requests_why,
         "interval": {"method": "student-t over seeds", "confidence": iv.confidence, "seeds": len(done),
                      "rel_half_width": None if math.isnan(iv.rel) else iv.rel,
                      "target": None if fixed is not None else seeds.target, "stopped_short": stopped},
