@@ -108,6 +108,7 @@ def test_prefix_blocks_are_shared_and_evicted_lru_only_when_unreferenced():
     b = Request(1, 0.0, 64, 10, prefix_group=0, prefix_tokens=48)
     assert kv.grow(a, 64) and kv.num_used == 4
     assert kv.grow(b, 64) and kv.num_used == 5  # shares 3, adds 1
+    a.num_computed_tokens = b.num_computed_tokens = 64  # (computed: their full prefix blocks stay cached)
     assert kv.freeable_blocks(a) == 1
     kv.free(a)
     assert kv.num_used == 4
