@@ -529,7 +529,7 @@ class ContinuousPolicy:
         # again: it counts against the free blocks as any idle cached block does)
         dropped = {} if kv.caching else None
         while True:
-            room = self._make_room(kv, stop, running, victims, base, n_run, free, budget, dropped)
+            room = self._make_room(kv, stop, running, victims, base, n_run, free, budget, dropped, items, hits)
             if room is None:
                 break
             chosen, n_run, free, budget, dropped = room
@@ -544,14 +544,17 @@ class ContinuousPolicy:
         return make_batch(items, victims, admitted, prefix_hits=hits, swap_in=swap_in, budget_blocked=blocked,
                           stop=stop, reserve=reserved)
 
-    def _make_room(self, kv, stop, running, victims, base, n_run, free, budget, dropped=None):
+    def _make_room(self, kv, stop, running, victims, base, n_run, free, budget, dropped=None, ahead=(), hits=()):
         """The running requests of strictly lower priority than the request admission stopped at
         (``stop``'s, not yet ``victims``) whose preemption lets it in, lowest priority and latest
         arrival first: (them, and the sequences, free blocks and tokens after, and ``dropped``
         with their mappings of shared blocks added), or None when preempting all of them would
         not. ``n_run``, ``free`` and ``budget`` are the running requests' (before admission);
         whether it fits is judged on what ``stop`` says was left when admission reached it, after
-        the requests ranked ahead of it took theirs (they are admitted again first)."""
+        the requests ranked ahead of it took theirs (they are admitted again first): ``ahead``, the
+        step's (request, tokens) before it, and ``hits``, their prefix-cache hits, whose shared
+        blocks it hits in the same step, as ``admit`` counts them (``step_pending``; a victim's
+        are left out)."""
         head = stop[1]
         taken = {id(v) for v in victims}
         cands = sorted((r for r in running if r.priority > head.priority and id(r) not in taken),
@@ -565,7 +568,11 @@ class ContinuousPolicy:
             dropped = dict(dropped)
         _, _, budget_at, free_at, seats_at = stop
         for v in cands + [None]:
-            c, held, idle, q = self._waiting_tokens(kv, head, budget_at, dropped)
+            pending = None
+            if kv.caching and ahead:
+                out = taken.union(id(x) for x in chosen)
+                pending = step_pending(kv, [x for x in ahead if id(x[0]) not in out], hits)
+            c, held, idle, q = self._waiting_tokens(kv, head, budget_at, dropped, pending)
             need = kv.blocks_for(self._admission_tokens(head, c, q)) - held + idle
             if seats_at > 0 and 0 < q <= budget_at and free_at - need >= kept:
                 return (chosen, n_run, free, budget, dropped) if chosen else None
@@ -627,14 +634,15 @@ class ContinuousPolicy:
             return r.num_tokens
         return c + q
 
-    def lacks(self, kv, r, budget: int, free: int, seats: int) -> str | None:
+    def lacks(self, kv, r, budget: int, free: int, seats: int, pending=None) -> str | None:
         """What waiting request ``r`` lacks, of ``budget`` tokens, ``free`` KV blocks and ``seats``
         sequence slots, to be admitted as ``admit`` admits (its prefix-cache hits, reservation and
         the watermark counted), or None when it would be: the decision trace's reason for a request
-        queued behind the one admission stopped at (``servesim.core.decisions``)."""
+        queued behind the one admission stopped at (``servesim.core.decisions``). ``pending``: the
+        shared blocks the step's requests map (``step_pending``), hits as ``admit`` counts them."""
         if seats <= 0:
             return "max_num_seqs"
-        c, held, idle, q = self._waiting_tokens(kv, r, budget)
+        c, held, idle, q = self._waiting_tokens(kv, r, budget, pending=pending)
         if q > budget or q == 0:
             return "budget"
         need = kv.blocks_for(self._admission_tokens(r, c, q)) - held + idle
@@ -759,6 +767,23 @@ class ContinuousPolicy:
             if stop is None and skipped is not None:  # (only prompts set aside are left: they wait for tokens)
                 stop = skipped
         return swap_in, admitted, hits, blocked, stop
+
+
+def step_pending(kv, items, prefix_hits=()) -> set | None:
+    """The keys of the shared prefix blocks a step's requests map once it is applied: the full
+    blocks their tokens fill (a running request's chunk, an admitted one's hits and tokens,
+    ``prefix_hits`` giving their hits), which a request admitted after them in the same step
+    hits (``ContinuousPolicy.admit``'s ``pending``); None without prefix caching."""
+    if not kv.caching:
+        return None
+    hits = {id(r): c for r, c in prefix_hits}
+    pending = set()
+    bs = kv.block_size
+    for r, q in items:
+        if r.prefix_group >= 0:
+            c = hits.get(id(r), r.num_computed_tokens)
+            pending.update(kv.shared_keys(r, 0, (c + q) // bs))
+    return pending
 
 
 def _pow2(n: int) -> int:

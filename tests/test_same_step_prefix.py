@@ -74,3 +74,46 @@ def test_a_shared_block_a_chunk_ended_in_is_not_cached_when_its_request_is_preem
     # B, after A completed its prompt (both blocks full and cached), hits the whole prefix
     assert list(r["prefix_hit_tokens"]) == [0, 0, 32] and res.summary["completed"] == 3
 
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_the_decision_trace_counts_the_same_step_hits_admission_counts(engine):
+    """X (84 tokens, a 64-token shared prefix), H (100 tokens, no prefix) and R (X's prefix)
+    arrive at once on 9 KV blocks, whole prompts: X takes 6, H needs 7 of the 3 left and stops
+    admission. R, behind it, would have fit: X fills the 4 prefix blocks in this step, so R needs
+    6 - 4 = 2 (admission counts those hits). The trace said R lacked KV ('kv') at that first
+    decision, counting only what the cache held before the step; it is 'head_of_line' behind H."""
+    sc = make_scenario(**{**SYNC, "engine": engine, "policy.prefix_caching": True, "memory.num_gpu_blocks": 9,
+                          "policy.watermark": 0.0, "workload.num_requests": 3})
+    sp = specs([(0.0, 84, 3), (0.0, 100, 3), (0.0, 84, 3)])
+    sp = dataclasses.replace(sp, prefix_group=np.array([0, -1, 0]), prefix_tokens=np.array([64, 0, 64]))
+    res = simulate(sc, specs=sp, decision_trace=True)
+    d, r = res.decisions, res.requests
+    first = np.flatnonzero(d["request_id"] == 2)[0]
+    assert (d["start_s"][first], d["reason"][first], d["blocker"][first]) == (0.0, "head_of_line", 1)
+    # it waits behind H until H is admitted (X done), then for KV of its own
+    assert d["end_s"][first] == r["scheduled_s"][1] and res.summary["completed"] == 3
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_priority_preemption_counts_the_same_step_hits_admission_counts(engine):
+    """L (priority 1, 16 + 100 tokens) runs on 8 KV blocks when X and H (priority 0, 84 tokens, a
+    64-token shared prefix) arrive: X takes 6 blocks, leaving none; H, with X's 4 prefix blocks
+    hit in this step, needs 2, which preempting L (2 blocks) gives. Priority preemption counted
+    H's need without those hits (6 blocks), found that preempting L would not do, and preempted
+    nobody: H waited a step, and L was preempted for it then."""
+    cls = {"workload.prompt_tokens": None, "workload.output_tokens": None, "workload.classes": [
+        {"name": "hi", "share": 0.5, "priority": 0, "prompt_tokens": {"dist": "fixed", "value": 84},
+         "output_tokens": {"dist": "fixed", "value": 3}},
+        {"name": "lo", "share": 0.5, "priority": 1, "prompt_tokens": {"dist": "fixed", "value": 16},
+         "output_tokens": {"dist": "fixed", "value": 100}}]}
+    sc = make_scenario(**{**SYNC, **cls, "engine": engine, "policy.prefix_caching": True,
+                          "memory.num_gpu_blocks": 8, "policy.watermark": 0.0, "workload.num_requests": 3,
+                          "policy.queue": {"order": "priority"}})
+    sp = specs([(0.0, 16, 100), (0.1, 84, 3), (0.1, 84, 3)])
+    sp = dataclasses.replace(sp, prefix_group=np.array([-1, 0, 0]), prefix_tokens=np.array([0, 64, 64]),
+                             class_index=np.array([1, 0, 0]), class_names=("hi", "lo"))
+    res = simulate(sc, specs=sp)
+    r = res.requests
+    assert r["scheduled_s"][2] == r["scheduled_s"][1] > 0.1  # admitted in X's step, on X's prefix blocks
+    assert list(r["preemptions"]) == [1, 0, 0] and list(r["prefix_hit_tokens"]) == [0, 0, 64]
+    assert res.summary["completed"] == 3

@@ -41,6 +41,7 @@ import math
 import numpy as np
 
 from servesim.outputs.columns import DECISION_COLUMNS as COLUMNS
+from servesim.policies.continuous import ContinuousPolicy, step_pending
 
 _ROOM = ("budget", "kv", "watermark", "max_num_seqs")
 
@@ -77,6 +78,12 @@ class DecisionTracer:
         # (the policy's own test when it has one: ContinuousPolicy's counts prefix-cache hits, its
         # reservation and the watermark, as its admission does)
         lacks = getattr(replica.policy, "lacks", None)
+        # (ContinuousPolicy's lacks counts the hits on shared blocks the step's requests map, as its
+        # admission does: a request behind the head whose prefix one of them fills fits on fewer
+        # blocks; computed once per decision, when a request behind the head is classified)
+        same_step = kv.caching and type(replica.policy).lacks is ContinuousPolicy.lacks if lacks is not None \
+            else False
+        pending = None
         # (skip_unfit_prompts: prompts set aside for the budget are not the queue's head-of-line)
         skipping = getattr(replica.policy, "skips_unfit", False)
         head = stop[1] if stop is not None else None
@@ -98,7 +105,14 @@ class DecisionTracer:
                 elif not behind:  # ahead of the head yet not admitted: a holder queue's order, or set aside
                     reason = "budget" if skipping and queue is replica.waiting else "swapped_first"
                 else:
-                    lack = _lacks(r, stop, kv, chunked) if lacks is None else lacks(kv, r, *stop[2:])
+                    if lacks is None:
+                        lack = _lacks(r, stop, kv, chunked)
+                    elif same_step:
+                        if pending is None:
+                            pending = step_pending(kv, batch.items, batch.prefix_hits)
+                        lack = lacks(kv, r, *stop[2:], pending=pending)
+                    else:
+                        lack = lacks(kv, r, *stop[2:])
                     if lack is None and skipping and stop[0] == "budget":
                         reason = "budget"  # (set aside too, once those admitted after the head took the tokens)
                     elif lack is None:
