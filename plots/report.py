@@ -856,7 +856,10 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
                   for rs in groups.values() for r in rs if r["status"] == "ok")
     key = "goodput_arrived_rps" if arrived else "goodput_rps"
     if arrived:
-        groups = {g: [_with_arrived_goodput(r) for r in rs] for g, rs in groups.items()}
+        by_point: dict = {}  # (runs on several seeds: each point's seeds.csv rows)
+        for q in data.get("seed_rows") or []:
+            by_point.setdefault(q.get("point"), []).append(q)
+        groups = {g: [_with_arrived_goodput(r, by_point.get(r.get("point"))) for r in rs] for g, rs in groups.items()}
     search = ctx.kind == "capacity"
 
     def verdict(r: dict) -> bool | None:
@@ -949,15 +952,26 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
             for g, d in tl.items() if d["rate"]) + ".")
 
 
-def _with_arrived_goodput(r: dict) -> dict:
+def _with_arrived_goodput(r: dict, seed_rows: list | None = None) -> dict:
     """``r`` with ``goodput_arrived_rps``: its arrival rate (``offered_rps``) x its SLO attainment,
-    and its 95% half-width where they have one (runs on several seeds): both vary by seed, so the
-    two intervals combine, to first order, as sqrt((rate x h_attainment)^2 + (attainment x
-    h_rate)^2) (the rate's own was left out: "22.1 +- 0 req/s" over seeds that drew 21.3 and 22.9
-    req/s of arrivals)."""
+    and its 95% half-width where they have one (runs on several seeds). With the point's seeds.csv
+    rows (``seed_rows``), the mean over the seeds of each seed's own rate x its own attainment, with
+    the t-interval of those products: the product of the two means was drawn (seeds that drew 10 and
+    20 req/s of arrivals, with every request and half of them within the SLO, 10 req/s each: drawn
+    at 15 x 0.75 = 11.25). Without them, the two intervals combine, to first order, as
+    sqrt((rate x h_attainment)^2 + (attainment x h_rate)^2) (the rate's own was left out: "22.1 +- 0
+    req/s" over seeds that drew 21.3 and 22.9 req/s of arrivals)."""
     if r.get("status") != "ok":
         return r
     o, a = r["offered_rps"], r["slo_attainment"]
+    per_seed = [q["offered_rps"] * q["slo_attainment"] for q in seed_rows or ()
+                if q.get("status") == "ok" and isinstance(q.get("offered_rps"), (int, float))
+                and isinstance(q.get("slo_attainment"), (int, float))]
+    if len(per_seed) > 1:
+        from servesim.outputs.intervals import t_interval
+
+        iv = t_interval(per_seed)
+        return {**r, "goodput_arrived_rps": iv.mean, "goodput_arrived_rps" + CI_SUFFIX: iv.half}
     out = {**r, "goodput_arrived_rps": o * a}
     h_a, h_o = r.get("slo_attainment" + CI_SUFFIX), r.get("offered_rps" + CI_SUFFIX)
     if (h_a is not None and h_a == h_a) or (h_o is not None and h_o == h_o):

@@ -17,6 +17,7 @@ from servesim.studies.points import make_points
 from servesim.studies.sweep import execute
 from servesim.outputs.rundir import read_results
 from servesim.outputs.trace_export import chrome_trace
+from servesim.inputs.overrides import with_values
 from tests.conftest import BASE, make_scenario
 
 FIGS = ("latency_vs_load", "goodput_vs_load", "throughput_latency", "latency_cdfs", "ttft_breakdown", "timeline",
@@ -861,6 +862,41 @@ def test_arrived_goodput_interval_carries_the_arrival_rates_spread():
     assert both["goodput_arrived_rps_ci95"] == pytest.approx(((22.06 * 0.05) ** 2 + (0.9 * 10.3) ** 2) ** 0.5)
     assert "goodput_arrived_rps_ci95" not in _with_arrived_goodput({"status": "ok", "offered_rps": 5.0,
                                                                      "slo_attainment": 1.0})  # one seed
+
+
+def test_arrived_goodput_over_seeds_is_the_mean_of_each_seeds_own(tmp_path, monkeypatch):
+    """Over seeds the goodput figure drew mean(arrival rate) x mean(attainment): seeds that drew 10
+    and 20 req/s of arrivals, with every request and half of them within the SLO, serve 10 req/s
+    each, drawn at 15 x 0.75 = 11.25. Each seed's own rate x its own attainment, then their mean and
+    t-interval (still at most the mean arrivals, where the bars are cut)."""
+    from servesim.outputs.intervals import t_interval
+    from servesim.plots.report import _with_arrived_goodput
+
+    r = {"status": "ok", "offered_rps": 15.0, "slo_attainment": 0.75, "slo_attainment_ci95": 3.2,
+         "offered_rps_ci95": 64.0}
+    seeds = [{"status": "ok", "seed": 0, "offered_rps": 10.0, "slo_attainment": 1.0},
+             {"status": "ok", "seed": 1, "offered_rps": 20.0, "slo_attainment": 0.5}]
+    out = _with_arrived_goodput(r, seeds)
+    assert out["goodput_arrived_rps"] == pytest.approx(10.0) and out["goodput_arrived_rps_ci95"] == 0.0
+    # through the report: a sweep on three seeds of few requests (their arrival rates differ)
+    import servesim.plots.figures as F
+
+    drawn = {}
+    real = F.goodput_vs_load
+    monkeypatch.setattr(F, "goodput_vs_load", lambda data, *a, **k: drawn.update(data) or real(data, *a, **k))
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(with_values(BASE, {"workload.num_requests": 12, "slo": {"ttft_s": 0.025}})))
+    out_dir = tmp_path / "sw"
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=30", "--seeds", "3", "--out", str(out_dir),
+                 "--workers", "1", "--quiet", "--outputs", "summary"]) == 0
+    assert main(["report", str(out_dir), "--quiet"]) == 0
+    rows = [q for q in read_results(out_dir / "seeds.csv") if q["status"] == "ok"]
+    assert len({q["offered_rps"] for q in rows}) == 3
+    want = t_interval([q["offered_rps"] * q["slo_attainment"] for q in rows])
+    [mean] = [q for q in read_results(out_dir / "results.csv") if q["status"] == "ok"]
+    assert abs(mean["offered_rps"] * mean["slo_attainment"] - want.mean) > 0.05 * want.mean  # (the seeds differ)
+    [d] = drawn.values()
+    assert d["goodput"] == [pytest.approx(want.mean)] and d["goodput_ci"] == [pytest.approx(want.half)]
 
 
 def test_a_replica_where_nothing_waited_says_so(tmp_path):
