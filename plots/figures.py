@@ -335,7 +335,8 @@ def _error_bars(ax, x, y, half, color, scale=1.0, top=None):
     ax._servesim_bars = labelled
 
 
-def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = None, colors: dict | None = None):
+def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = None, colors: dict | None = None,
+                    rate_unit: str = "req/s"):
     """p99 (solid) and p50 (dashed) latency against offered load.
 
     ``data``: {label: {"rate": [req/s], "p50": [s], "p99": [s], "p99_ci": [s] (optional: the 95%
@@ -365,7 +366,13 @@ def latency_vs_load(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
         # (the SLO line alone gave the log axis equal limits: matplotlib warned and widened them)
         mid_ms = slo_s * 1e3 if slo_s else 100.0
         ax.set_ylim(mid_ms / 10, mid_ms * 10)
-    return _log_latency_axes(ax, slo_s, "offered load (req/s)", f"{name} (ms)", f"{name} vs load")
+    return _log_latency_axes(ax, slo_s, _load_label("offered load", rate_unit), f"{name} (ms)", f"{name} vs load")
+
+
+def _load_label(what: str, rate_unit: str) -> str:
+    """The load axis: ``rate_unit`` "sessions/s" where the rate starts multi-turn sessions
+    (``workload.sessions``), each sending several requests: "req/s" read as requests."""
+    return f"{what} ({rate_unit})" if rate_unit == "req/s" else f"{what}, sessions started per second ({rate_unit})"
 
 
 def _failing(ok, n: int) -> np.ndarray:
@@ -463,7 +470,7 @@ def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
     return ax
 
 
-def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | None = None):
+def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | None = None, rate_unit: str = "req/s"):
     """Goodput (completed within every SLO, req/s) against the scenario's rate, with the ideal: all
     that arrived, from the runs' ``offered`` (req/s that arrived) where given, else y = x.
 
@@ -496,7 +503,7 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | No
                 label="arrived (ideal goodput)")
     else:
         ax.plot([0, top], [0, top], ":", color="k", linewidth=1, label="offered load (ideal)")
-    ax.set_xlabel("offered load: workload.arrival.rate_rps (req/s)")
+    ax.set_xlabel(_load_label("offered load: workload.arrival.rate_rps", rate_unit))
     ax.set_ylabel(ylabel or "goodput (req/s within SLO)")
     ax.set_title("goodput vs load")
     ax.set_xlim(left=0)
@@ -507,7 +514,7 @@ def goodput_vs_load(data: dict, ax, colors: dict | None = None, ylabel: str | No
 
 
 def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", colors: dict | None = None,
-                       xlabel: str | None = None, slo_s: float | None = None):
+                       xlabel: str | None = None, slo_s: float | None = None, rate_unit: str = "req/s"):
     """Throughput-latency trade-off: one point per load, each annotated with its rate; a point
     whose run fails the SLO is hollow (a report never credits it), and the ``metric`` limit
     ``slo_s`` is dotted (the axis reaches it).
@@ -571,7 +578,7 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
     name = METRIC_NAMES.get(metric, metric)
     ax.set_xlabel(xlabel or "throughput (output tokens/s)")
     ax.set_ylabel(f"{stat} {name} (ms)")
-    ax.set_title(f"throughput vs {stat} {name} (labels: req/s)")
+    ax.set_title(f"throughput vs {stat} {name} (labels: {rate_unit})")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         _legend_off_the_lines(ax, fontsize="small")

@@ -28,7 +28,7 @@ import textwrap
 from pathlib import Path
 
 from servesim.errors import InputError, clip_distinct
-from servesim.outputs.checks import class_slos
+from servesim.outputs.checks import class_slos, sessions_rate_note
 from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, given_text, row_interval,
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
@@ -232,6 +232,8 @@ class Context:
         if rate is None and first is not None:
             rate = ((first.scenario.get("workload") or {}).get("arrival") or {}).get("rate_rps")
         self.rate = rate
+        # the rate's unit: with workload.sessions the rate starts sessions, each of several requests
+        self.rate_unit = "sessions/s" if sc and sessions_rate_note(sc) else "req/s"
         # a closed loop has no rate: its load is its clients (the title said nothing of the load)
         arrival = ((sc or {}).get("workload") or {}).get("arrival") if isinstance(sc, dict) else None
         clients = arrival.get("clients") if isinstance(arrival, dict) and arrival.get("process") == "closed_loop" \
@@ -309,7 +311,7 @@ class Context:
         if self.policy:
             parts.append(f"policy {self.policy}")
         if rate and self.rate is not None:
-            parts.append(f"{self.rate:.4g} req/s" + (" (none arrived)" if self.none_arrived else
+            parts.append(f"{self.rate:.4g} {self.rate_unit}" + (" (none arrived)" if self.none_arrived else
                                                       f" ({self.offered:.3g} arrived per s)" if self.offered else ""))
         elif rate and self.loop:
             parts.append(self.loop)
@@ -672,7 +674,7 @@ def _build(path: Path, bar: Phases) -> Path:
                f"{deployment_gpus(first.scenario)}" + (f" ({ctx.shape})" if ctx.shape else "")
                + f", policy `{first.scenario.get('policy', {}).get('name')}`, "
                f"{plural(s['num_requests'], 'request')}"
-               + (f" at {ctx.rate:.3g} req/s" if ctx.rate is not None else "")
+               + (f" at {ctx.rate:.3g} {ctx.rate_unit}" if ctx.rate is not None else "")
                + (f" ({ctx.offered:.3g} arrived per second)" if ctx.offered else "") + ".", ""]
         md += _run_verdict(s)
     else:
@@ -842,8 +844,8 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     fig, axes = F.subplots(1, 2, figsize=(12, 4.8))
     s_ttft = _series(shown, "ttft_p50_s", "ttft_p99_s")
     s_tpot = _series(shown, "tpot_p50_s", "tpot_p99_s")
-    F.latency_vs_load(s_ttft, axes[0], "ttft", ctx.ttft_slo, dcolors)
-    F.latency_vs_load(s_tpot, axes[1], "tpot", ctx.tpot_slo, dcolors)
+    F.latency_vs_load(s_ttft, axes[0], "ttft", ctx.ttft_slo, dcolors, ctx.rate_unit)
+    F.latency_vs_load(s_tpot, axes[1], "tpot", ctx.tpot_slo, dcolors, ctx.rate_unit)
     add("latency_vs_load", ctx.title("Latency vs offered load", rate=False), fig,
         _load_sentence("ttft", _series(groups, "ttft_p50_s", "ttft_p99_s"), ctx.ttft_slo) + " "
         + _load_sentence("tpot", _series(groups, "tpot_p50_s", "tpot_p99_s"), ctx.tpot_slo))
@@ -878,7 +880,7 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
           for g, rs in groups.items()}
     fig, ax = F.subplots(figsize=(6.5, 4.8))
     F.goodput_vs_load({ctx.label(g): d for g, d in gp.items()}, ax, dcolors,
-                      ylabel="goodput: arrivals within SLO (req/s)" if arrived else None)
+                      ylabel="goodput: arrivals within SLO (req/s)" if arrived else None, rate_unit=ctx.rate_unit)
 
     # the peak over the loads where the SLO is met: a load that fails it (most often one that fell
     # behind, its attainment high only because the run ended) was credited as a group's peak, above
@@ -935,7 +937,7 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     fig, ax = F.subplots(figsize=(6.5, 4.8))
     xlabel = "throughput over the second half of the arrivals (output tokens/s)" if windowed else None
     F.throughput_latency({ctx.label(g): d for g, d in tl.items()}, ax, "tpot", "p99", dcolors, xlabel=xlabel,
-                         slo_s=ctx.tpot_slo)
+                         slo_s=ctx.tpot_slo, rate_unit=ctx.rate_unit)
     # (with seeds, each figure with its interval and to the digits that supports: "4866 output
     # tok/s at p99 TPOT 61.3 ms" was printed for 4900 +- 1000 and 60 +- 70 ms)
     last = {g: {tput: d["throughput"][-1], tput + CI_SUFFIX: d["throughput_ci"][-1],

@@ -899,6 +899,35 @@ def test_arrived_goodput_over_seeds_is_the_mean_of_each_seeds_own(tmp_path, monk
     assert d["goodput"] == [pytest.approx(want.mean)] and d["goodput_ci"] == [pytest.approx(want.half)]
 
 
+def test_a_sessions_sweep_labels_its_load_axis_in_sessions_per_second(tmp_path, monkeypatch):
+    """With workload.sessions the rate starts sessions, each of several requests: the goodput
+    figure's x axis read "offered load: workload.arrival.rate_rps (req/s)" (and latency's "offered
+    load (req/s)", the titles "2 req/s"), read as requests. They say sessions/s."""
+    import servesim.plots.figures as F
+
+    axes = {}
+    real = F.save
+
+    def save(fig, stem):
+        axes[str(stem).rsplit("/", 1)[-1]] = ([ax.get_xlabel() for ax in fig.axes], [ax.get_title() for ax in fig.axes],
+                                              fig._suptitle.get_text() if fig._suptitle else "")
+        return real(fig, stem)
+
+    monkeypatch.setattr(F, "save", save)
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(with_values(BASE, {"workload.num_requests": 12, "workload.sessions": {
+        "turns": {"dist": "uniform", "min": 2, "max": 3}, "think_time_s": 0.5}})))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=1,2", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    assert main(["report", str(out), "--quiet"]) == 0
+    for name in ("goodput_vs_load", "latency_vs_load"):
+        labels = axes[name][0]
+        assert labels and all("sessions started per second (sessions/s)" in x and "req/s" not in x for x in labels)
+    assert "(labels: sessions/s)" in axes["throughput_latency"][1][0]
+    assert "2 sessions/s" in axes["latency_cdfs"][2] and "2 req/s" not in axes["latency_cdfs"][2]
+
+
 def test_a_replica_where_nothing_waited_says_so(tmp_path):
     """The timeline caption read "up to 0 requests waiting (at 0 s)"."""
     out = tmp_path / "run"
