@@ -39,3 +39,15 @@ def test_a_run_of_one_request_says_1_request(tmp_path, capsys):
     assert main(["report", str(tmp_path / "sw")]) == 0
     md = (tmp_path / "sw" / "report.md").read_text()
     assert "1 point, 1 ran" in md and not ONE_PLURAL.search(md)
+
+
+def test_the_decision_summary_says_1_request():
+    """run --decision-trace printed "head-of-line: 1 requests would have fit" and "priority
+    inversions: 1 requests waited"."""
+    from servesim.core.decisions import format_decisions
+
+    d = {"rows": 3, "wait_s": {"kv_blocks": 1.5}, "head_of_line": {"requests": 1, "request_s": 0.5},
+         "priority_inversions": {"requests": 1, "request_s": 0.25}}
+    text = "\n".join(format_decisions(d))
+    assert "head-of-line: 1 request would have fit" in text and "priority inversions: 1 request waited" in text
+    assert not ONE_PLURAL.search(text)

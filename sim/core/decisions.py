@@ -41,6 +41,7 @@ import math
 import numpy as np
 
 from servesim.outputs.columns import DECISION_COLUMNS as COLUMNS
+from servesim.outputs.wording import plural
 from servesim.policies.continuous import ContinuousPolicy, step_pending
 
 _ROOM = ("budget", "kv", "watermark", "max_num_seqs")
@@ -216,6 +217,6 @@ def format_decisions(d: dict) -> list:
     waits = ", ".join(f"{r} {s:.1f} s" for s, r in top if s > 0 and not math.isnan(s))
     h, p = d["head_of_line"], d["priority_inversions"]
     return [f"decisions     request-seconds waited by reason: {waits or 'none'}",
-            f"              head-of-line: {h['requests']} requests would have fit but waited behind one that did not, "
-            f"{h['request_s']:.1f} s in all; priority inversions: {p['requests']} requests waited "
+            f"              head-of-line: {plural(h['requests'], 'request')} would have fit but waited behind one that "
+            f"did not, {h['request_s']:.1f} s in all; priority inversions: {plural(p['requests'], 'request')} waited "
             f"{p['request_s']:.1f} s while a lower-priority request ran"]
