@@ -580,8 +580,9 @@ def test_capacity_options_past_their_range_exit_2(tmp_path, capsys, opt, value):
         return  # argparse takes only integers there
     if value == "0" and opt == "--keep-up":
         return  # (0: off)
+    workers = [] if opt == "--workers" else ["--workers", "1"]  # (given twice is refused before its value is read)
     rc, err = run_cli(capsys, "capacity", scenario_file(tmp_path), "--slo", "ttft_p99=1", "--quiet", "--max-probes",
-                      "3", "--probe-requests", "30", "--workers", "1", f"{opt}={value}", "--out", tmp_path / "cap")
+                      "3", "--probe-requests", "30", *workers, f"{opt}={value}", "--out", tmp_path / "cap")
     assert rc == 2 and opt in err and one_bounded_line(err), err
 
 
