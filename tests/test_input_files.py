@@ -541,3 +541,41 @@ def test_a_config_json_null_is_shown_as_the_file_writes_it():
         model_from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
                               "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": None},
                              "config.json", "m")
+
+
+@pytest.mark.parametrize("text, value", [("yes", "yes"), ("No", "No"), ("ON", "ON"), ("off", "off"), ("y", "y"),
+                                         ("true", True), ("True", True), ("FALSE", False), ("false", False)])
+def test_yaml_booleans_are_true_and_false_only(text, value):
+    """YAML 1.1 (PyYAML's default) read yes, no, on and off as booleans: YAML 1.2's rule now, as
+    its integers already were. A string that 1.1 reads as a boolean is written quoted."""
+    from servesim.inputs.schema import dump_yaml, load_packaged_yaml, load_yaml
+
+    assert load_yaml(f"a: {text}") == {"a": value} == load_packaged_yaml(f"a: {text}")
+    assert load_yaml(f"{text}: 1") == {value: 1}
+    assert load_yaml(dump_yaml({"a": text})) == {"a": text} == yaml.safe_load(dump_yaml({"a": text}))
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("prefix_caching: false", "prefix_caching: yes", "policy.prefix_caching must be true or false, got the text "
+                                                     "'yes' (YAML 1.2, as servesim reads YAML, takes only true and "
+                                                     "false as booleans: write true)"),
+    ("prefix_caching: false", "prefix_caching: Off", "write false)"),
+    ("prefix_caching: false", "prefix_caching: false\n  on: 1", "policy.on: unknown field"),
+])
+def test_a_yaml_1_1_boolean_in_a_scenario_is_named(tmp_path, capsys, old, new, says):
+    """policy.prefix_caching: yes was taken as true in silence, and a key on: was True ('policy.True:
+    unknown field'); a field that wants true or false now says to write it."""
+    p = tmp_path / "s.yaml"
+    text = yaml.safe_dump(with_values(BASE, {"policy.prefix_caching": False}), sort_keys=False)
+    assert old in text
+    p.write_text(text.replace(old, new))
+    rc, err = run_cli(capsys, "validate", p)
+    assert rc == 2 and says in one_error(err)
+
+
+def test_a_name_written_no_is_the_name_no(tmp_path, capsys):
+    """name: no was refused as 'name must be a string, got false' (YAML 1.1's boolean)."""
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(with_values(BASE, {"workload.num_requests": 5})).replace("name: ", "name: no #", 1))
+    rc, _ = run_cli(capsys, "run", p, "--out", tmp_path / "o", "--quiet")
+    assert rc == 0 and json.loads((tmp_path / "o" / "summary.json").read_text())["scenario"] == "no"

@@ -206,10 +206,20 @@ def _construct_int(loader, node) -> int:
     return int(loader.construct_scalar(node), 10)
 
 
+# Booleans as YAML 1.2 has them: true and false (True, TRUE, False, FALSE) only. YAML 1.1 (PyYAML's
+# default) also reads yes, no, on and off (any of three casings) as booleans: a name or a GPU
+# written no was refused as "must be a string, got false", a key on: became True, and a field that
+# takes a boolean took yes; now they are text, and a field that wants true or false says so
+# (``_YAML11_BOOLS``).
+_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_YAML11_BOOLS = ("yes", "no", "on", "off")
+
+
 def _yaml12_ints(loader) -> None:
     for first, resolvers in loader.yaml_implicit_resolvers.items():
-        loader.yaml_implicit_resolvers[first] = [(t, r) for t, r in resolvers
-                                                 if t not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        loader.yaml_implicit_resolvers[first] = [(t, r) for t, r in resolvers if t not in (
+            "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")]
+    loader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF"))
     loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
     loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_READ, list("-+0123456789."))
     loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_E_READ, list("-+0123456789"))
@@ -451,6 +461,10 @@ def _convert(tp, value, path, meta=_NO_BOUNDS):
         # a list field's bounds apply to each number in it
         return tuple(check_value(args[0], v, f"{path}[{i}]", meta) for i, v in enumerate(value))
     if tp is bool:
+        if isinstance(value, str) and value.lower() in _YAML11_BOOLS:
+            raise InputError(f"{path} must be true or false, got the text {shown(value)} (YAML 1.2, as servesim reads "
+                             f"YAML, takes only true and false as booleans: write "
+                             f"{'true' if value.lower() in ('yes', 'on') else 'false'})")
         if not isinstance(value, bool):
             raise _bad(path, meta, "true or false", value)
         return value
