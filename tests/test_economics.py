@@ -116,6 +116,20 @@ def test_free_gpus_cost_nothing():
     assert e["usd"] == 0 and e["tokens_per_usd"] is None  # (no tokens per dollar when nothing is paid)
 
 
+@pytest.mark.parametrize("value", [-0.0, {"h100-sxm": -0.0}])
+def test_a_free_gpu_written_minus_zero_is_free_not_minus_zero(value):
+    """cost.gpu_hour_usd: -0 was printed "1 x h100-sxm at $-0.00/GPU-h" and kept as -0.0 in
+    summary.json (the range check lets 0 through, and -0.0 == 0)."""
+    import math
+
+    from servesim.cli.main import format_summary
+
+    s = simulate(make_scenario(**{"cost.gpu_hour_usd": value})).summary
+    (pool,) = s["economics"]["pools"].values()
+    assert pool["usd_per_gpu_hour"] == 0 and math.copysign(1, pool["usd_per_gpu_hour"]) == 1
+    assert "$-0" not in format_summary(s) and "at $0.00/GPU-h" in format_summary(s)
+
+
 def test_printed_summary_has_an_economics_line():
     from servesim.cli.main import format_summary
 

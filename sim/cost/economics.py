@@ -48,8 +48,8 @@ def _override(value, gpu_name: str, catalog):
     if value is None:
         return catalog
     if isinstance(value, dict):
-        return float(value[gpu_name]) if gpu_name in value else catalog
-    return float(value)
+        return float(value[gpu_name]) + 0.0 if gpu_name in value else catalog
+    return float(value) + 0.0  # (-0.0, a free GPU written -0, becomes 0.0: it was shown as "$-0.00/GPU-h")
 
 
 def gpu_price(gpu, cost) -> float | None:
