@@ -579,3 +579,15 @@ def test_a_name_written_no_is_the_name_no(tmp_path, capsys):
     p.write_text(yaml.safe_dump(with_values(BASE, {"workload.num_requests": 5})).replace("name: ", "name: no #", 1))
     rc, _ = run_cli(capsys, "run", p, "--out", tmp_path / "o", "--quiet")
     assert rc == 0 and json.loads((tmp_path / "o" / "summary.json").read_text())["scenario"] == "no"
+
+
+@pytest.mark.parametrize("field, text, shown", [("hardware.tp", "1e300", "got 1e+300"),
+                                                ("workload.num_requests", "1e20", "got 1e+20"),
+                                                ("hardware.tp", "5e3", "got 5000 "),
+                                                ("workload.num_requests", "-0.0", "got 0 ")])
+def test_an_integer_field_out_of_range_shows_the_number_written(capsys, field, text, shown):
+    """hardware.tp: 1e300 was refused as 'got 100000000000000005...6386865459400540160' (the
+    integer it converts to, 301 digits cut short), not as the number written."""
+    rc, err = run_cli(capsys, "validate", "default", "--set", f"{field}={text}")
+    last = err.strip().splitlines()[-1]
+    assert rc == 2 and f"{field} must be > 0 and <= " in last and shown in last + " "

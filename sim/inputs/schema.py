@@ -370,13 +370,18 @@ MAX_ITEMS = 100_000  # entries of any list field
 def check_value(tp, value, path: str, meta: dict = _NO_BOUNDS):
     """``value`` converted to type ``tp`` and checked against the bounds in ``meta``; an
     ``InputError`` naming ``path`` otherwise."""
+    given = value
     value = _convert(tp, value, path, meta)
     if value is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         for key, ok, op in (("gt", lambda v, b: v > b, ">"), ("ge", lambda v, b: v >= b, ">="),
                             ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
             b = meta.get(key)
             if b is not None and not ok(value, b):
-                raise _bad(path, meta, _range_text(meta).strip(), value)  # the whole range, lower bound first
+                # the whole range, lower bound first; the value as written (an integer field given
+                # 1e300 showed int(1e300), 301 digits cut short, not 1e+300)
+                shown_value = given if isinstance(given, float) and isinstance(value, int) and \
+                    len(repr(given)) < len(str(value)) else value
+                raise _bad(path, meta, _range_text(meta).strip(), shown_value)
     return value
 
 
