@@ -792,13 +792,25 @@ def _capacity_lines(path: Path) -> list:
                 + ", ".join(f"{x['capacity_rps']:.4g}" for x in cap.get("seeds") or []
                             if isinstance(x.get("capacity_rps"), (int, float)))
                 + " req/s).")
+        text += _probe_length_text(cap)
         if iv.get("stopped_short"):
             text += f" Stopped short: {iv['stopped_short']}."
         return [text + _filling_text(cap), ""]
     return [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per "
             f"GPU, {gpus}) for `{cap['slo']}`{keep}{att}"
             + (f"; the check at {cap['check_above_rps']:.4g} req/s fails." if cap.get("check_above_rps") else ".")
-            + " One seed: no interval." + _filling_text(cap), ""]
+            + " One seed: no interval." + _probe_length_text(cap) + _filling_text(cap), ""]
+
+
+def _probe_length_text(cap: dict) -> str:
+    """The requests per probe and how they were chosen (capacity.json ``probe_requests`` and
+    ``probe_requests_why``: ``auto: ...`` or given), as a sentence, or "" (a capacity.json from
+    before they were written)."""
+    n, why = cap.get("probe_requests"), cap.get("probe_requests_why")
+    if not isinstance(n, int) or isinstance(n, bool):
+        return ""
+    how = f"--probe-requests {why}" if isinstance(why, str) and why.startswith("auto") else "as given"
+    return f" Probes of {n:,} requests ({how})."
 
 
 def _filling_text(cap: dict) -> str:

@@ -1082,3 +1082,23 @@ def test_capacity_says_the_probe_length_it_used_and_why(tmp_path, capsys):
     assert (cap["probe_requests"], cap["probe_requests_why"]) == (30, "given (--probe-requests)")
     assert main(["capacity", str(sc), "--slo", "ttft_p99=1", "--probe-requests", "most"]) == 2
     assert "--probe-requests: invalid 'auto' or int value: 'most'" in capsys.readouterr().err
+
+
+def test_the_report_on_a_capacity_search_says_its_probe_length(searched, tmp_path):
+    """report.md's capacity sentence says how long the probes were and why, as capacity prints it
+    (capacity.json ``probe_requests``, ``probe_requests_why``); a capacity.json from before those
+    keys reads as it did."""
+    from servesim.plots.report import _capacity_lines
+
+    out = tmp_path / "cap"
+    out.mkdir()
+    cap = json.loads((searched / "capacity.json").read_text())
+    assert f"Probes of {cap['probe_requests']:,} requests (as given)." in _capacity_lines(searched)[0]
+    why = "auto: 4 x the 377 requests the deployment holds at once when full (1 replica x 377)"
+    for edit in ({}, {"interval": None, "capacity_ci95_rps": None}):  # over seeds, and one search
+        (out / "capacity.json").write_text(json.dumps({**cap, **edit, "probe_requests": 1600,
+                                                       "probe_requests_why": why}))
+        assert f"Probes of 1,600 requests (--probe-requests {why})." in _capacity_lines(out)[0]
+        old = {k: v for k, v in {**cap, **edit}.items() if not k.startswith("probe_requests")}
+        (out / "capacity.json").write_text(json.dumps(old))
+        assert "Probes of" not in _capacity_lines(out)[0]
