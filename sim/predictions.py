@@ -264,9 +264,36 @@ def predict_unfinished(scenario: Scenario, setup=None, specs=None) -> dict | Non
         return None
     floors = latency_floors("pd" if "decode" in setup.pools_by_name else "colocated", setup,
                             stats_from_specs(scenario, specs))
-    served = (floors["e2e"] < NEVER / 10) & _served(scenario, setup, specs)
+    served = (floors["e2e"] < NEVER / 10) & _served(scenario, setup, specs) & ~_may_shed(scenario, setup, specs)
     late = served & (specs.arrival_s + floors["e2e"] > until)
     return {"requests": len(specs), "unfinished": int(late.sum()), "duration_s": float(until)}
+
+
+def _may_shed(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:
+    """Per request of ``specs``, whether ``policy.admission`` may reject it on arrival (then it is
+    not left unfinished): those a token bucket rejects (replayed on the arrival times of the requests
+    it applies to, as ``_bucket_rejections``; in a P/D split, whose decode pool refuses some before
+    the door, every request it applies to), and every request a queue rule (``max_queue``,
+    ``max_queued_tokens``, ``ttft_slo``: the load decides) applies to."""
+    adm = scenario.policy.admission
+    n = len(specs)
+    if not adm.active:
+        return np.zeros(n, dtype=bool)
+    if adm.classes is None:
+        scope = np.ones(n, dtype=bool)
+    else:
+        names, _, _ = _classes(scenario, specs, {"request_id": np.arange(n)})
+        index = specs.class_index if specs.class_index is not None else np.zeros(n, np.int64)
+        scope = np.isin(np.asarray(names, dtype=object)[index], list(adm.classes))
+    tb = adm.token_bucket
+    if (adm.max_queue is not None or adm.max_queued_tokens is not None or adm.ttft_slo
+            or "decode" in setup.pools_by_name or int(scope.sum()) > SHEDDING_BUCKET_REPLAY):
+        return scope
+    if tb is None:
+        return np.zeros(n, dtype=bool)
+    shed = np.zeros(n, dtype=bool)
+    shed[np.flatnonzero(scope)] = _bucket_mask(specs.arrival_s[scope], tb.rate_rps, tb.burst)
+    return shed
 
 
 def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | None:
@@ -457,14 +484,21 @@ def _bucket_rejections(arrival_s: np.ndarray, rate: float, burst: float) -> int:
     if n > SHEDDING_BUCKET_REPLAY:
         span = float(arrival_s[-1] - arrival_s[0]) if n else 0.0
         return max(0, int(n - (span * rate + burst)))
-    tokens, last, rejected = burst, 0.0, 0
-    for t in arrival_s.tolist():
+    return int(_bucket_mask(arrival_s, rate, burst).sum())
+
+
+def _bucket_mask(arrival_s: np.ndarray, rate: float, burst: float) -> np.ndarray:
+    """Per arrival (sorted), whether the token bucket rejects it: the gateway's bucket
+    (``gateway.Admission.at_door``) replayed."""
+    tokens, last = burst, 0.0
+    rejected = np.zeros(len(arrival_s), dtype=bool)
+    for i, t in enumerate(arrival_s.tolist()):
         tokens = min(burst, tokens + (t - last) * rate)
         last = t
         if tokens >= 1.0:
             tokens -= 1.0
         else:
-            rejected += 1
+            rejected[i] = True
     return rejected
 
 

@@ -210,6 +210,35 @@ def test_validate_predicts_the_requests_a_cut_off_leaves_unfinished(tmp_path, ca
     assert f"at least {pred['unfinished']:,} of {s['num_requests']:,} requests" in lines[0]
 
 
+@pytest.mark.parametrize("admission, scoped", [
+    ({"token_bucket": {"rate_rps": 0.1, "burst": 1}}, False), ({"max_queue": 1}, False),
+    ({"token_bucket": {"rate_rps": 2, "burst": 1}}, True), ({"max_queue": 1}, True),
+    ({"token_bucket": {"rate_rps": 2, "burst": 1}}, False)])
+def test_validate_unfinished_counts_no_request_admission_sheds(admission, scoped):
+    """20 req/s of 200-token replies cut off at 3 s behind policy.admission: validate said "at
+    least 57 of 60 requests will still be queued or running" at the cut-off, and the run had 0
+    unfinished (the token bucket, or the full queue, had rejected them on arrival). Requests a rule
+    may shed are not counted: a token bucket's are replayed (its rejections are exact), a
+    queue rule's, which the load decides, are all left out; requests of a class no rule applies
+    to still count. Always at most the run's count."""
+    from servesim.predictions import predict_unfinished
+
+    kw = {"workload.num_requests": None, "workload.duration_s": 3.0, "policy.max_num_seqs": 1,
+          "workload.arrival": {"process": "fixed", "rate_rps": 20.0},
+          "workload.output_tokens": {"dist": "fixed", "value": 200}, "policy.admission": admission}
+    if scoped:  # the rule applies to class a only
+        fixed = {"dist": "fixed", "value": 100}
+        kw.update({"workload.prompt_tokens": None, "workload.output_tokens": None, "policy.admission.classes": ["a"],
+                   "workload.classes": [{"name": n, "share": 1, "prompt_tokens": fixed,
+                                         "output_tokens": {"dist": "fixed", "value": 200}} for n in "ab"]})
+    sc = make_scenario(**kw)
+    s = simulate(sc).summary
+    pred = predict_unfinished(sc)
+    assert pred["requests"] == s["num_requests"] and pred["unfinished"] <= s["unfinished"]
+    if scoped or "token_bucket" in admission and admission["token_bucket"]["rate_rps"] > 1:
+        assert pred["unfinished"] > 0  # (class b's late requests, or those the bucket lets in late)
+
+
 def test_validate_names_a_request_class_no_load_lets_reach_its_slo(tmp_path, capsys):
     """A small class of long prompts with a TTFT limit below their prefill, beside a large class
     with a loose SLO: 94% of all requests meet theirs, so the run warns class_under_slo (and
