@@ -503,14 +503,19 @@ def _bucket_mask(arrival_s: np.ndarray, rate: float, burst: float) -> np.ndarray
 
 
 def _shed_at_once(scenario: Scenario, specs) -> dict | None:
-    """``predict_shedding`` of ``all_at_once`` arrivals: every request arrives at 0, before any step
-    admits one, so the rules decide on the queue the arrivals themselves make: the run cut off
-    just after that instant rejects what the run rejects (up to ``SHEDDING_BUCKET_REPLAY``
-    requests: more, None). {"at_once": the requests the rules reject, "reasons" (top three),
-    "rejected_share", ...} (the rest of the keys empty)."""
+    """``predict_shedding`` of ``all_at_once`` arrivals: every request arrives at one instant
+    (``time_s``), before any step admits one, so the rules decide on the queue the arrivals
+    themselves make: the run cut off just after that instant rejects what the run rejects (up to
+    ``SHEDDING_BUCKET_REPLAY`` requests: more, None). Replayed at 0 (nothing happens before the
+    arrivals: the same decisions), so that the cut-off is just after them whatever ``time_s``: cut
+    at 1e-9 s, a replay of arrivals at ``time_s`` > 0 saw none of them and predicted nothing.
+    {"at_once": the requests the rules reject, "reasons" (top three), "rejected_share", ...} (the
+    rest of the keys empty)."""
     if not isinstance(specs, RequestSpecs) or not len(specs) or len(specs) > SHEDDING_BUCKET_REPLAY:
         return None
-    cut = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, duration_s=1e-9))
+    specs = dataclasses.replace(specs, arrival_s=np.zeros_like(specs.arrival_s))
+    cut = dataclasses.replace(scenario, workload=dataclasses.replace(
+        scenario.workload, duration_s=1e-9, arrival=dataclasses.replace(scenario.workload.arrival, time_s=0.0)))
     reasons = _admission_reasons(simulate(cut, specs=specs))
     if not reasons:
         return None

@@ -449,13 +449,16 @@ def test_a_class_scoped_queue_limit_counts_the_other_classes_waiting(tmp_path, c
 
 @pytest.mark.parametrize("rule", [{"max_queue": 20}, {"max_queued_tokens": 50_000},
                                   {"token_bucket": {"rate_rps": 5.0, "burst": 30}}])
-def test_validate_predicts_what_admission_sheds_of_requests_arriving_at_once(tmp_path, capsys, rule):
+@pytest.mark.parametrize("time_s", [0.0, 2.5])
+def test_validate_predicts_what_admission_sheds_of_requests_arriving_at_once(tmp_path, capsys, rule, time_s):
     """all_at_once arrivals and a queue limit: the run rejected 580 of 600 requests and validate
     said nothing (no rate to compare). They all arrive before a step admits any, so the run's first
-    instant, replayed, gives the run's count; with a limit above the requests, nothing."""
+    instant, replayed, gives the run's count; with a limit above the requests, nothing. The
+    same when they arrive later than 0 (all_at_once's time_s: the replay, cut off just after 0,
+    saw none of them, and validate said nothing)."""
     from servesim.predictions import predict_shedding
 
-    at_once = {**SHED, "workload.arrival": {"process": "all_at_once"}}
+    at_once = {**SHED, "workload.arrival": {"process": "all_at_once", "time_s": time_s}}
     sc = make_scenario(**at_once, **{"policy.admission": rule})
     s = simulate(sc).summary
     assert s["rejected"] > 0.5 * 600 and predict_shedding(sc)["at_once"] == s["rejected"]
