@@ -418,7 +418,7 @@ def _log_latency_axes(ax, slo_s, xlabel: str, ylabel: str, title: str):
 
 
 def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = None,
-                    capacity: tuple | None = None):
+                    capacity: tuple | None = None, rate_unit: str = "req/s"):
     """A capacity search over seeds: each seed's probes (p99 ``metric`` against the probed rate;
     filled: met every limit and kept up; a cross: fell behind (the keep-up rule: the backlog grew),
     whatever its latencies, which the height and the SLO line show; hollow: kept up, or was not
@@ -457,11 +457,11 @@ def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
         from servesim.outputs.intervals import NONNEGATIVE, Interval, format_interval
 
         iv = Interval(mean, half if half else math.nan, 2, bounds=NONNEGATIVE)
-        ax.axvline(mean, color="#2ca02c", linewidth=1.5, label=f"capacity {format_interval(iv, unit='req/s')}"
+        ax.axvline(mean, color="#2ca02c", linewidth=1.5, label=f"capacity {format_interval(iv, unit=rate_unit)}"
                    + (" (band: 95% interval)" if half else ""))
     ax.set_yscale("log")
     _plain_log_ticks(ax.yaxis)
-    ax.set_xlabel("probed rate: workload.arrival.rate_rps (req/s)")
+    ax.set_xlabel(_load_label("probed rate: workload.arrival.rate_rps", rate_unit))
     ax.set_ylabel(f"p99 {name} (ms)")
     ax.set_title(f"capacity probes: p99 {name}")
     ax.grid(True, which="both", alpha=0.3)

@@ -833,7 +833,7 @@ def _capacity_figure(path: Path, data: dict, ctx: Context, add) -> None:
                       "keeps_up": [{True: True, "True": True, False: False, "False": False}.get(r.get("probe_keeps_up"))
                                    for r in rs if r["status"] == "ok"]}
                   for g, rs in data["groups"].items()}
-        F.capacity_probes(series, ax, m, {"ttft": ctx.ttft_slo, "tpot": ctx.tpot_slo}[m], band)
+        F.capacity_probes(series, ax, m, {"ttft": ctx.ttft_slo, "tpot": ctx.tpot_slo}[m], band, ctx.rate_unit)
     n = len(data["groups"])
     add("capacity_probes", ctx.title(f"Capacity search over {n} seeds", rate=False), fig,
         f"Every probe of the {n} seeds' searches (a probe meets when every limit of `{cap.get('slo', '?')}` holds "

@@ -226,6 +226,21 @@ def test_a_cdf_panel_without_samples_says_so_without_stray_ticks(ax):
     assert ax.get_legend() is None and ax.get_xlabel() == "TPOT (ms)"
 
 
+def test_a_load_axis_of_sessions_says_sessions_per_second(ax):
+    """With workload.sessions the rate starts sessions: the load axes said req/s (the report passes
+    its Context.rate_unit; a capacity search's probes and its capacity line too)."""
+    import matplotlib.pyplot as plt
+
+    F.capacity_probes({"seed 0": {"rate": [1.0, 2.0], "p99": [0.1, 0.3], "meets": [True, False],
+                                  "keeps_up": [True, True]}}, ax, "ttft", 0.2, (1.5, 0.2), rate_unit="sessions/s")
+    assert ax.get_xlabel() == "probed rate: workload.arrival.rate_rps, sessions started per second (sessions/s)"
+    assert any(t.startswith("capacity 1.5") and "sessions/s" in t for t in legend(ax))
+    _, ax2 = plt.subplots()
+    F.goodput_vs_load({"a": {"rate": [1, 2], "goodput": [2, 3.5]}}, ax2, rate_unit="sessions/s")
+    assert ax2.get_xlabel().endswith("sessions started per second (sessions/s)") and "req/s" not in ax2.get_xlabel()
+    plt.close(ax2.figure)
+
+
 def test_legends_below_the_axes_leave_the_axes_their_height(tmp_path):
     """A sweep of eight configurations at one rate: each CDF's legend went below its axes (no spot
     inside was free), and the tight layout of the report's 4.4-inch figure squeezed the four panels
