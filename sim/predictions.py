@@ -522,6 +522,9 @@ def _shed_at_once(scenario: Scenario, specs) -> dict | None:
     return _replay_result(reasons, len(specs), at_once=len(reasons))
 
 
+BUCKET_REASON = "admission: token bucket"  # (the gateway's reason for the bucket's rejections)
+
+
 def _admission_reasons(res) -> list:
     """The reasons of a run's requests that ``policy.admission`` rejected."""
     return [r for r in res.requests["reason"].tolist() if isinstance(r, str) and r.startswith("admission: ")]
@@ -629,19 +632,61 @@ def _shed_at_rate(scenario: Scenario, setup, specs: RequestSpecs, k: int, served
     rate): the workload's first ``k`` requests at their own arrival times,
     ``policy.admission`` kept, on the whole deployment (its replicas and router, or the whole P/D
     split); the share of them shed ("about"; the run's count when they are the whole run, "whole"), in
-    ``_shed_replayed``'s keys, "at_rate" the probe's served rate; None when it sheds nothing."""
+    ``_shed_replayed``'s keys, "at_rate" the probe's served rate, "run_requests" the run's, "replay_bucket"
+    the replay's token-bucket rejections, "growing" (``_backlog_growing``; None for the whole run);
+    None when it sheds nothing."""
     # (on the whole deployment, its router included: on one replica with the times stretched by the
     # replicas, two replicas behind max_queue=2 read bursty.yaml's 600 requests shedding 21 where
     # the run, its router sending each arrival to the less loaded replica, shed 3)
     k = min(k, len(specs))
     one = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, num_requests=k,
                                                                      duration_s=None))
-    reasons = _admission_reasons(simulate(one, specs=_first(specs, k)))
+    res = simulate(one, specs=_first(specs, k))
+    reasons = _admission_reasons(res)
     if not reasons:
         return None
     whole = k == len(specs) and scenario.workload.duration_s is None
     return _replay_result(reasons, k, offered_rps=offered_rate(specs.arrival_s), served_rps=served, probe_requests=k,
-                          replayed=k, whole=whole, short=False, at_rate=served)
+                          replayed=k, whole=whole, short=False, at_rate=served, run_requests=len(specs),
+                          replay_bucket=sum(r.startswith(BUCKET_REASON) for r in reasons),
+                          growing=None if whole else _backlog_growing(res))
+
+
+BACKLOG_GROWTH = 2.0  # the queue over a replay's last quarter this many times that over its second: still growing
+BACKLOG_MIN = 2.0  # ... and at least this many requests waiting on average over the last quarter
+
+
+def _backlog_growing(res) -> dict | None:
+    """Whether a replay of the run's first requests ended with its backlog still growing: the
+    requests waiting (admitted, no step yet), averaged over the arrival instants of the replay's
+    last quarter, at least ``BACKLOG_GROWTH`` times those over its second quarter (and at least
+    ``BACKLOG_MIN``). A queue the rules keep full sheds a steady share, but one still filling at
+    the replay's end is likely to shed more of the requests after them than of these (chat.yaml at
+    60 req/s with max_queue=20: none of its first 500 shed, 117 of the next 500 (23%), 22% of the
+    run's 2,000); a queue that fills and empties near the deployment's rate can shed the replay's
+    share all the same (tests' SHED workload at 16 req/s, 2,400 requests, max_queue=20: 6.5% of the
+    first 1,000 and of the run, 13% of the replay's later 500). {"middle", "end": the mean waiting,
+    "late": requests of the replay's later half, "late_shed": of them shed by the queue rules (not
+    a token bucket)}; None when it is not growing (or the replay is too short to tell)."""
+    r = res.requests
+    k = len(r["arrival_s"])
+    if k < 8:
+        return None
+    arrival = np.asarray(r["arrival_s"], dtype=np.float64)
+    order = np.argsort(arrival, kind="stable")
+    arrival = arrival[order]
+    ok = np.asarray(r["status"], dtype=object)[order] == "completed"
+    came = np.sort(arrival[ok])
+    began = np.sort(np.asarray(r["scheduled_s"], dtype=np.float64)[order][ok])
+    waiting = np.searchsorted(came, arrival, side="right") - np.searchsorted(began, arrival, side="right")
+    q = k // 4
+    middle, end = float(waiting[q:2 * q].mean()), float(waiting[3 * q:].mean())
+    if not (end >= BACKLOG_MIN and end >= BACKLOG_GROWTH * middle):
+        return None
+    # (the queue rules' rejections: a token bucket's count is replayed on the whole run apart)
+    shed = np.array([isinstance(x, str) and x.startswith("admission: ") and not x.startswith(BUCKET_REASON)
+                     for x in np.asarray(r["reason"], dtype=object)[order]])
+    return {"middle": middle, "end": end, "late": k - k // 2, "late_shed": int(shed[k // 2:].sum())}
 
 
 def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
@@ -665,8 +710,10 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     this run's excess that fewer than ``REJECTED_SHARE`` of the requests are rejected)}; None without
     admission control and when nothing is predicted (no bucket rejections and no overload, or a
     probe that cannot tell); what reaches the replicas not over ``OVERLOAD_MARGIN`` x S (rates
-    cannot tell) and no bucket rejections: ``_shed_at_rate``, the workload's first
-    requests replayed at their own times with the rules, "at_rate" S; ``all_at_once`` arrivals:
+    cannot tell) and no bucket rejections, or a queue rule beside them: ``_shed_at_rate``, the
+    workload's first requests replayed at their own times with the rules, "at_rate" S, "growing"
+    (``_backlog_growing``: their queue still filling at their end), and with a bucket "bucket" its
+    whole-run count and "rejected_share" its share plus the queue rules' share of the replay; ``all_at_once`` arrivals:
     ``_shed_at_once``, "at_once" the count (0 otherwise); closed-loop and multi-turn workloads,
     and open-loop ones of fewer than ``OVERLOAD_PROBE_MIN`` requests: ``_shed_replayed``, "replayed"
     the requests it ran."""
@@ -703,14 +750,23 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     over = _overload_probe(scenario, setup, specs)
     served = over["served_rps"] if over is not None else None
     overloaded = served is not None and reaching > OVERLOAD_MARGIN * served
-    if not overloaded and not bucket:
-        if served is not None:
-            # no clear overload by the average rate: within the margin of what the probe served (an
-            # underestimate) the queue may or may not fill, and arrivals in bursts fill it at their
-            # peak rate (bursty.yaml with max_queue=2 shed 19% at 3.9 req/s on average, against a
-            # probe's 21): the workload's first requests at their own times, with the rules, tell
-            return _shed_at_rate(scenario, setup, specs, over["probe_requests"], served)
-        return None
+    if not overloaded and (not bucket or rules):
+        # no clear overload by the average rate: within the margin of what the probe served (an
+        # underestimate) the queue may or may not fill, and arrivals in bursts fill it at their
+        # peak rate (bursty.yaml with max_queue=2 shed 19% at 3.9 req/s on average, against a
+        # probe's 21): the workload's first requests at their own times, with the rules, tell;
+        # with a token bucket beside a queue rule, both (the bucket alone counted only its own
+        # rejections: chat.yaml at 60 req/s, bucket 50 req/s burst 20, max_queue=20 said 300
+        # where the run rejected 465, 165 of them by max_queue), its whole-run count kept beside
+        replay = (_shed_at_rate(scenario, setup, specs, over["probe_requests"], served)
+                  if served is not None else None)
+        if replay is not None and bucket:
+            # the bucket's count is exact for the whole run; the queue rules' share is the replay's
+            others = replay["shed"] - replay["replay_bucket"]
+            replay["bucket"] = bucket
+            replay["rejected_share"] = bucket / n + others / replay["replayed"]
+        if replay is not None or not bucket:
+            return replay
     queue, backlog = 0, None
     if overloaded:
         capacity = served * span  # requests the deployment serves while they arrive (at least)

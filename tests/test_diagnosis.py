@@ -589,6 +589,61 @@ def test_validate_replays_shedding_on_every_replica_with_its_router(tmp_path, ca
     assert len(line) == 1 and f"a run will reject {s['rejected']:,} of 600 requests" in line[0]
 
 
+def test_validate_counts_a_token_bucket_and_a_queue_rule_both_below_overload(tmp_path, capsys):
+    """A token bucket beside max_queue, the rate within the overload margin: the prediction
+    counted only the bucket's rejections (chat.yaml at 60 req/s, bucket 50 req/s burst 20,
+    max_queue=20: 300 said, the run rejected 465, 165 of them by max_queue). The first requests
+    are now replayed with every rule (here the whole run: its count), the bucket's whole-run count
+    beside them."""
+    from servesim.predictions import predict_shedding
+
+    sc = make_scenario(**{**SHED, "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+                       **{"policy.admission": {"max_queue": 5, "token_bucket": {"rate_rps": 18.0, "burst": 5}}})
+    r = simulate(sc).requests
+    reasons = [x for x in np.asarray(r["reason"], dtype=object) if isinstance(x, str) and x.startswith("admission: ")]
+    bucket = sum("token bucket" in x for x in reasons)
+    assert 0 < bucket < len(reasons)  # (both rules reject in the run)
+    shed = predict_shedding(sc)
+    assert shed is not None and shed["whole"] and shed["bucket"] == bucket
+    assert round(shed["rejected_share"] * 600) == len(reasons)
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
+    assert len(line) == 1 and line[0].startswith(f"warning: a run will reject {len(reasons):,} of 600 requests")
+    assert "token bucket" in line[0] and "policy.admission.max_queue=5" in line[0]
+
+
+@pytest.mark.parametrize("rate, max_queue, growing", [(17.0, 40, True), (20.0, 20, False)])
+def test_validate_says_what_a_replay_of_the_first_requests_covers_and_a_queue_still_filling(
+        tmp_path, capsys, rate, max_queue, growing):
+    """Within the overload margin the first 1,000 requests are replayed with the rules; their
+    count is exact for them, but where their queue is still filling at their end the run sheds
+    more (chat.yaml at 60 req/s with max_queue=20: 12% said, 22% shed as its backlog grew). The
+    line says the requests it covers, and a queue still filling (here 2,000 requests at 17 req/s
+    against a probe of 14.6: the first 1,000 shed half the run's share) is a warning that the
+    share will likely rise, with the later half's share; a queue already full by the replay's
+    middle sheds a steady share and gets no such warning."""
+    from servesim.predictions import predict_shedding
+
+    n = 2000 if growing else 1600
+    sc = make_scenario(**{**SHED, "workload.num_requests": n,
+                          "workload.arrival": {"process": "poisson", "rate_rps": rate}},
+                       **{"policy.admission": {"max_queue": max_queue}})
+    shed = predict_shedding(sc)
+    assert shed is not None and shed["at_rate"] and not shed["whole"]
+    k = shed["replayed"]
+    assert k < n and (shed["growing"] is not None) == growing
+    run = simulate(sc).summary["rejected"] / n
+    if growing:  # (the premise: the first requests shed clearly less than the run)
+        assert run > 1.5 * shed["rejected_share"]
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
+    assert len(line) == 1 and f"the prediction covers those first {k:,}" in line[0]
+    assert f"of its {n:,}" in line[0]
+    assert ("likely to rise over a longer run" in line[0]) == growing
+    if growing:
+        g = shed["growing"]
+        assert line[0].startswith("warning: ") and f"toward the {g['late_shed'] / g['late']:.0%}" in line[0]
+        assert g["late_shed"] / g["late"] > shed["rejected_share"]
+
+
 def test_validate_predicts_no_shedding_where_the_deployment_keeps_up(tmp_path, capsys):
     """The same queue limit at a rate the deployment serves: nothing predicted, nothing rejected."""
     from servesim.predictions import predict_shedding

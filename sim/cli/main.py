@@ -735,9 +735,34 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
                     f"{share:.0%}, which a burst among them, such as a long prompt holding the head of the queue, "
                     f"can overstate): {top}")
         else:
-            text = (f"a run will reject about {share:.0%} of its requests in policy.admission ({k:,} of its first "
-                    f"{n:,}, replayed: {why}): {top}")
-        return f"warning: {text}" if share >= REJECTED_SHARE else f"  shedding: {text}"
+            total = shed.get("run_requests")
+            of = f" of its {total:,}" if total else ""
+            grow = shed.get("growing")
+            rising = ""
+            if grow:
+                rising = (f" only, and their queue was still filling at their end: {grow['end']:.3g} requests "
+                          f"waiting on average over their last quarter, {grow['middle']:.3g} over their second, so "
+                          "the share is likely to rise over a longer run"
+                          + (f", toward the {grow['late_shed'] / grow['late']:.0%} their later {grow['late']:,} shed"
+                             if grow["late_shed"] else
+                             f" (the queue rules shed none of their later {grow['late']:,} yet)"))
+            if shed.get("bucket"):  # (the bucket's count is the whole run's; the queue rules', the replay's)
+                tb, b, q = adm.token_bucket, shed["bucket"], k - shed["replay_bucket"]
+                text = (f"a run will reject {'' if grow else 'about '}{share:.0%}{' or more' if grow else ''} of its "
+                        "requests in policy.admission: "
+                        f"policy.admission.token_bucket ({tb.rate_rps:g} req/s, burst {tb.burst:g}) {b:,} of "
+                        f"{total:,} ({b / total:.0%}; its replay on every arrival time, exact), and the queue rules "
+                        f"about {q / n:.0%} more ({q:,} of its first {n:,}, replayed with every rule: {why}; that "
+                        f"share covers those first {n:,}{rising}): {top}")
+            elif grow:
+                text = (f"a run will reject {share:.0%} or more of its requests in policy.admission (its first "
+                        f"{n:,}{of}, replayed, shed {k:,}: {why}; the prediction covers those first {n:,}{rising}): "
+                        f"{top}")
+            else:
+                text = (f"a run will reject about {share:.0%} of its requests in policy.admission ({k:,} of its "
+                        f"first {n:,}{of}, replayed: {why}; the prediction covers those first {n:,}): {top}")
+        loud = share >= REJECTED_SHARE or shed.get("growing")
+        return f"warning: {text}" if loud else f"  shedding: {text}"
     scope = "" if adm.classes is None else f" (policy.admission.classes: {', '.join(adm.classes)})"
     parts = []
     if shed["bucket"]:
