@@ -707,7 +707,8 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     (of all requests, both), "overloaded" (what reaches the replicas is over the margin),
     "backlog" (why the queue grows through the run anyway, or None: "unbounded", no rule bounds it;
     "others", the requests no rule applies to outgrow S; "room", the queue's limit holds so much of
-    this run's excess that fewer than ``REJECTED_SHARE`` of the requests are rejected)}; None without
+    this run's excess that fewer than ``REJECTED_SHARE`` of the requests are rejected), "uncounted" (why
+    the queue rules beside a token bucket are not counted, below overload, or None)}; None without
     admission control and when nothing is predicted (no bucket rejections and no overload, or a
     probe that cannot tell); what reaches the replicas not over ``OVERLOAD_MARGIN`` x S (rates
     cannot tell) and no bucket rejections, or a queue rule beside them: ``_shed_at_rate``, the
@@ -767,6 +768,12 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
             replay["rejected_share"] = bucket / n + others / replay["replayed"]
         if replay is not None or not bucket:
             return replay
+    # (a queue rule beside the bucket that nothing here counts: said, not taken as none)
+    uncounted = None
+    if not overloaded and rules:
+        uncounted = ("validate's load probe could not tell what the deployment serves" if served is None else
+                     f"the workload's first {min(over['probe_requests'], n):,} requests replayed with every rule "
+                     "shed none")
     queue, backlog = 0, None
     if overloaded:
         capacity = served * span  # requests the deployment serves while they arrive (at least)
@@ -796,4 +803,4 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
             "probe_requests": over["probe_requests"] if over is not None else None,
             "rules": (["token_bucket"] if tb is not None else []) + rules, "reaching_rps": float(reaching),
             "bucket": bucket, "queue": queue, "rejected_share": (bucket + queue) / n,
-            "overloaded": bool(overloaded), "backlog": backlog}
+            "overloaded": bool(overloaded), "backlog": backlog, "uncounted": uncounted}

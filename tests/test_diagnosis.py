@@ -611,6 +611,23 @@ def test_validate_counts_a_token_bucket_and_a_queue_rule_both_below_overload(tmp
     assert "token bucket" in line[0] and "policy.admission.max_queue=5" in line[0]
 
 
+def test_validate_says_a_queue_rule_beside_a_token_bucket_is_not_counted_where_no_replay_tells(
+        tmp_path, capsys, monkeypatch):
+    """Where the replay of the first requests sheds none (the bucket rejecting only later; stubbed
+    here), the bucket's exact count is all that is predicted: the line says the queue rule's
+    rejections are not counted and the share is a floor, not "about" all of it."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "_shed_at_rate", lambda *a, **k: None)
+    sc = make_scenario(**{**SHED, "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+                       **{"policy.admission": {"max_queue": 5, "token_bucket": {"rate_rps": 18.0, "burst": 5}}})
+    shed = predictions.predict_shedding(sc)
+    assert shed is not None and shed["bucket"] > 0 and not shed["queue"] and shed["uncounted"]
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "token_bucket" in x]
+    assert len(line) == 1 and "a run will reject at least " in line[0]
+    assert "policy.admission.max_queue=5 rejections are not counted" in line[0]
+
+
 @pytest.mark.parametrize("rate, max_queue, growing", [(17.0, 40, True), (20.0, 20, False)])
 def test_validate_says_what_a_replay_of_the_first_requests_covers_and_a_queue_still_filling(
         tmp_path, capsys, rate, max_queue, growing):

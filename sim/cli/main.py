@@ -770,6 +770,10 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         parts.append(f"policy.admission.token_bucket ({tb.rate_rps:g} req/s, burst {tb.burst:g}) rejects "
                      f"{shed['bucket']:,} of the {shed['offered_rps']:.3g} req/s offered{scope} (its replay on the "
                      "workload's arrival times)")
+    if shed.get("uncounted"):
+        queue_rules = [r for r in shed["rules"] if r != "token_bucket"]
+        parts.append(f"{', '.join('policy.admission.' + r for r in queue_rules)}{scope} rejections are not "
+                     f"counted ({shed['uncounted']}; a run's can come on top, as its queue fills)")
     if shed["overloaded"]:
         past = " that pass the token bucket" if adm.token_bucket is not None else ""
         over = (f"the {shed['reaching_rps']:.3g} req/s{past} are well above what the deployment serves "
@@ -790,7 +794,8 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
             parts.append(f"{why}: the backlog will grow through the run and its latencies with "
                          "workload.num_requests")
     share = shed["rejected_share"]
-    text = (f"a run will reject {'up to ' if shed['queue'] else ''}about {share:.0%} of the requests: "
+    bound = "up to about" if shed["queue"] else "at least" if shed.get("uncounted") else "about"
+    text = (f"a run will reject {bound} {share:.0%} of the requests: "
             if share else "") + "; ".join(parts)
     text += " (servesim capacity finds the highest rate the deployment keeps up with)" if shed["overloaded"] else ""
     loud = share >= REJECTED_SHARE or shed["backlog"]
