@@ -915,7 +915,7 @@ def _one_value_options():
 def _two_values(action):
     if action.choices:
         return str(action.choices[0]), str(action.choices[-1])
-    if getattr(action.type, "__name__", "") in ("int", "float", "_seed"):
+    if getattr(action.type, "__name__", "") in ("int", "float", "_seed", "'auto' or int"):
         return "1", "2"
     return "a", "b"
 
