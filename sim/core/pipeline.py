@@ -91,6 +91,15 @@ class VirtualEngines:
         return self.engines[0].arrival_reason(req)
 
     @property
+    def recompute_limit(self) -> int | None:
+        """The first engine's ``Replica.recompute_limit`` (the engines are alike)."""
+        return self.engines[0].recompute_limit
+
+    def outgrow(self, req) -> tuple[int, str | None]:
+        """``Replica.outgrow`` in the engine ``req`` would run in (each holds its own share of the KV)."""
+        return self.engines[0].outgrow(req)
+
+    @property
     def outstanding_tokens(self) -> int:
         return sum(e.outstanding_tokens for e in self.engines)
 
