@@ -89,7 +89,10 @@ def test_single_seed_results_keep_their_columns(tmp_path):
 def test_compare_with_seeds_pairs_differences_and_flags_identical_variants(tmp_path, capsys):
     sc = scenario_file(tmp_path, n=60)
     out = tmp_path / "cmp"
-    assert main(["compare", sc, "--policies", "continuous", "--variant", "same", "policy.name=continuous",
+    # (a variant whose change cannot matter, another router for one replica: the same results by
+    # another configuration; the same configuration under two names is refused, test_sweep)
+    assert main(["compare", sc, "--policies", "continuous",
+                 "--variant", "same", "cluster.router=least_outstanding_tokens",
                  "--variant", "small", "policy.max_num_seqs=2", "--seeds", "3", "--out", str(out),
                  "--workers", "1", "--quiet", "--no-report"]) == 0
     printed = capsys.readouterr().out
