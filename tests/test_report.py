@@ -1039,12 +1039,14 @@ def test_peak_goodput_is_at_a_load_that_meets_the_slo(tmp_path):
 
 def test_throughput_sentence_prints_the_digits_its_interval_supports(tmp_path):
     """With seeds, "one-gpu delivers 4866 output tok/s at p99 TPOT 61.3 ms" was printed for
-    4866 +- 1500 tok/s and 61 +- 70 ms."""
+    4866 +- 1500 tok/s and 61 +- 70 ms; the latency's interval, which reaches below 0, prints as its
+    mean and its ends cut at 0 (not "60 +- 70 ms")."""
     out = _two_gpu_counts_study(tmp_path / "c")
     assert main(["report", str(out), "--quiet"]) == 0
     md = (out / "report.md").read_text()
     sentence = next(x for x in md.splitlines() if x.startswith("At the highest load each ran"))
-    assert "one-gpu delivers 4900 \u00b1 1500 output tok/s" in sentence and "p99 TPOT 60 \u00b1 70 ms" in sentence
+    assert "one-gpu delivers 4900 \u00b1 1500 output tok/s" in sentence and "p99 TPOT 60 (0 to " in sentence
+    assert "60 \u00b1 70 ms" not in sentence
     assert "4866" not in sentence and "61.3" not in sentence
 
 
