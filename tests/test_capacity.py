@@ -9,6 +9,7 @@ import yaml
 
 from servesim.studies.capacity import parse_slo
 from servesim.cli.main import main
+from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import scenario_from_dict
 from servesim.simulation import simulate
 from tests.conftest import BASE
@@ -917,13 +918,7 @@ def test_the_requests_a_deployment_holds_at_once_come_from_its_batch_cap_or_its_
     from servesim.studies.capacity import Search
 
     def held(**kw):
-        data = copy.deepcopy(BASE)
-        for k, v in kw.items():
-            d = data
-            *path, last = k.split(".")
-            for p in path:
-                d = d.setdefault(p, {})
-            d[last] = v
+        data = with_values(BASE, kw)
         return Search.held_requests(SimpleNamespace(points=[SimpleNamespace(data=data)]))
 
     assert held() == (256, "1 replica x max_num_seqs 256") and held(**{"cluster.replicas": 3})[0] == 768
@@ -1032,13 +1027,7 @@ def test_the_default_probe_length_is_four_times_the_batch_the_deployment_holds()
     from servesim.studies.capacity import AUTO_MAX_REQUESTS, CapacityOptions, filling_span, prepare_search
 
     def plan(probe_requests=None, **kw):
-        data = copy.deepcopy(BASE)
-        for k, v in kw.items():
-            d = data
-            *path, last = k.split(".")
-            for p in path:
-                d = d.setdefault(p, {})
-            d[last] = v
+        data = with_values(BASE, kw)
         p = prepare_search(data, "ttft_p99=1", CapacityOptions(probe_requests=probe_requests))
         return p.probe_requests, p.probe_requests_why
 
