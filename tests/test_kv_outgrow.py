@@ -200,6 +200,10 @@ def test_validate_says_which_requests_a_preemption_past_the_budget_can_end(tmp_p
             "policy.max_num_batched_tokens=512: whole-prompt admission recomputes a preempted request") in out
     # chunked prefill recomputes in chunks: nothing to say
     assert predict_over_budget(make_scenario(**{**kw, "policy.name": "chunked_prefill"})) is None
+    # a PP replica with pp_overlap (virtual engines, each of 1/pp of the KV): the same budget, asked
+    # of its engines (it was an AttributeError)
+    pp = predict_over_budget(make_scenario(**{**kw, "hardware.pp": 2, "hardware.pp_overlap": True}))
+    assert (pp["requests"], pp["budget"]) == (int(fits.sum()), 512) and 0 < pp["at_risk"] <= int(risky.sum())
 
 
 def test_head_of_line_prediction_counts_prompts_whose_sequence_outgrows_the_kv_later():
