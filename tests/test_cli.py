@@ -955,3 +955,14 @@ def test_an_abbreviated_option_given_twice_is_refused_and_repeatable_ones_stay_r
     assert args.set == ["seed=1", "policy.max_num_seqs=8"] and len(args.grid) == 2
     args = parse(["run", "--quiet", "--quiet", "--seed", "3"])  # (a flag twice: the same thing)
     assert args.quiet and args.seed == 3
+
+
+def test_probe_requests_auto_given_twice_is_named_as_written(capsys):
+    """--probe-requests auto is read as None (the command chooses): given twice, the refusal named
+    it as None ('given twice (None, then 100)', 'None is given twice'), a value nobody wrote."""
+    assert main(["capacity", "chat", "--probe-requests", "auto", "--probe-requests", "100"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "given twice ('auto', then 100)" in last and "None" not in last, last
+    assert main(["capacity", "chat", "--probe-requests", "AUTO", "--probe-requests=auto"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith("'auto' is given twice; give it once") and "None" not in last, last

@@ -96,10 +96,12 @@ class _StoreOnce(argparse._StoreAction):
     def __call__(self, parser, namespace, values, option_string=None):
         if self.option_strings:  # (a positional is consumed once by argparse itself)
             given = namespace.__dict__.setdefault("_given_once", {})
+            # (named as written: ``auto`` is read as None, the command's choice)
+            shown = "auto" if values is None and self.type is _int_or_auto else values
             if self.dest in given:
                 raise argparse.ArgumentError(self, self._twice(option_string or self.option_strings[0],
-                                                               given[self.dest], values))
-            given[self.dest] = values
+                                                               given[self.dest], shown))
+            given[self.dest] = shown
         setattr(namespace, self.dest, values)
 
     def _twice(self, flag, first, values) -> str:
