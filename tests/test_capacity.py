@@ -1091,3 +1091,19 @@ def test_the_report_on_a_capacity_search_says_its_probe_length(searched, tmp_pat
         old = {k: v for k, v in {**cap, **edit}.items() if not k.startswith("probe_requests")}
         (out / "capacity.json").write_text(json.dumps(old))
         assert "Probes of" not in _capacity_lines(out)[0]
+
+
+def test_auto_probe_length_is_never_below_the_scenarios_own_count():
+    """--probe-requests auto is max(the scenario's num_requests, 1,000, 4 x the held batch), the
+    last capped at AUTO_MAX_REQUESTS: a scenario of more requests than the cap whose deployment
+    holds more than a quarter of them was probed with AUTO_MAX_REQUESTS, fewer than its own
+    count (and than the former default, max(the scenario's, 1,000))."""
+    from servesim.studies.capacity import AUTO_MAX_REQUESTS, auto_probe_requests, filling_span
+
+    base = copy.deepcopy(BASE)
+    base.setdefault("cluster", {})["replicas"] = 100  # holds 25,600 at once: 4x is over the cap
+    own = AUTO_MAX_REQUESTS + 36_000
+    assert filling_span(25_600) > own
+    n, why = auto_probe_requests(base, own)
+    assert n >= own, (n, why)
+    assert "--probe-requests to go longer" in why and str(own) in why

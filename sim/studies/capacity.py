@@ -250,6 +250,9 @@ def auto_probe_requests(base: dict, scenario_requests: int | None) -> tuple[int,
     if want <= floor:
         return floor, f"auto: {base_n}, at least {batch}"
     if want > AUTO_MAX_REQUESTS:
+        if floor >= AUTO_MAX_REQUESTS:  # (the cap bounds the batch's term, never the scenario's own count)
+            return floor, (f"auto: {base_n}; {batch} would be {want}, capped at the scenario's count: give "
+                           "--probe-requests to go longer")
         return AUTO_MAX_REQUESTS, (f"auto: {batch} would be {want}, capped at {AUTO_MAX_REQUESTS}: give "
                                    "--probe-requests to go longer")
     return want, (f"auto: {batch}, rounded up to 100, so that a probe's warm-up half holds the full batch twice; "
