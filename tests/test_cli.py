@@ -966,3 +966,13 @@ def test_probe_requests_auto_given_twice_is_named_as_written(capsys):
     assert main(["capacity", "chat", "--probe-requests", "AUTO", "--probe-requests=auto"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.endswith("'auto' is given twice; give it once") and "None" not in last, last
+
+
+def test_probe_requests_out_of_range_names_auto(tmp_path, monkeypatch, capsys):
+    """Out of range, --probe-requests' refusal named the numbers alone, not auto (the default)."""
+    monkeypatch.chdir(tmp_path)
+    base = ["capacity", str(Path(__file__).resolve().parents[1] / "scenarios" / "default.yaml"), "--slo", "ttft_p99=1"]
+    assert main(base + ["--probe-requests", "0"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith("--probe-requests must be >= 1 and <= 1e+12, or auto (the default), got 0"), last
+    assert not list(tmp_path.iterdir())

@@ -529,12 +529,13 @@ def check_search_options(attainment, tol: float, keep_up: float, max_probes: int
         raise InputError(f"--max-probes must be >= 2 (a rate that meets and one that fails), got {max_probes}")
 
 
-def check_run_requests(n: int, keep_up: float, flag: str = "--probe-requests") -> None:
+def check_run_requests(n: int, keep_up: float, flag: str = "--probe-requests", auto: bool = False) -> None:
     """Requests in a probe or a verifying run (``flag``): at least 1, at most a scenario's
     ``workload.num_requests`` allows, and enough to tell whether a run keeps up when that rule
-    is on."""
+    is on. ``auto``: the flag also takes ``auto``, which the message names."""
     if not 1 <= n <= MAX_REQUESTS:
-        raise InputError(f"{flag} must be >= 1 and <= {MAX_REQUESTS:g}, got {n}")
+        raise InputError(f"{flag} must be >= 1 and <= {MAX_REQUESTS:g}{', or auto (the default)' if auto else ''}, "
+                         f"got {n}")
     if keep_up and n < MIN_KEEP_UP_REQUESTS:
         raise InputError(f"{flag} {n}: a run needs at least {MIN_KEEP_UP_REQUESTS} requests to tell "
                          "whether it keeps up with its rate (or turn the rule off with --keep-up 0)")
@@ -557,7 +558,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     require_rate(arrival, "servesim capacity searches")
     if opts.probe_requests is not None:
         n, why = opts.probe_requests, "given (--probe-requests)"
-        check_run_requests(n, opts.keep_up)
+        check_run_requests(n, opts.keep_up, auto=True)
     else:
         n, why = auto_probe_requests(base, sc.workload.num_requests)
     duration = opts.probe_duration_s
