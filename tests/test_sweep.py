@@ -721,6 +721,11 @@ def test_compare_rates_given_twice_or_infinite_are_refused_at_the_flag(tmp_path,
      "'d' (--variant d) runs what 'chunked_prefill' (--policies value 1) runs (both ContinuousPolicy with chunked"),
     (["--variant", "a", "policy.max_num_seqs=8", "--variant", "b", "policy.max_num_seqs=8"],
      "'b' (--variant b) runs what 'a' (--variant a) runs (the same changes)"),
+    # the same once the values are read (8.0 is the integer 8): both rows shared one run folder
+    (["--variant", "a", "policy.max_num_seqs=8", "--variant", "b", "policy.max_num_seqs=8.0"],
+     "'b' (--variant b) runs what 'a' (--variant a) runs (the same scenario once their values are read)"),
+    (["--policies", "continuous", "--variant", "v", "policy.name=continuous", "seed=0"],
+     "'v' (--variant v) runs what 'continuous' (--policies value 1) runs (the same scenario once their values"),
 ])
 def test_compare_refuses_one_configuration_by_two_names(tmp_path, capsys, flags, says):
     """compare --policies continuous,servesim.policies.continuous:ContinuousPolicy ran the one

@@ -120,7 +120,7 @@ def _check_each_configuration_once(configs, from_policies: int) -> None:
     from servesim.plugins import policy_identity, policy_identity_text
 
     def where(i):
-        return f"--policies value {i + 1}" if i < from_policies else f"--variant {configs[i][0]}"
+        return _where(configs, from_policies, i)
 
     first: dict = {}
     for i, (label, ov) in enumerate(configs):
@@ -139,6 +139,30 @@ def _check_each_configuration_once(configs, from_policies: int) -> None:
             raise InputError(f"servesim compare: {label!r} ({where(i)}) runs what {configs[j][0]!r} ({where(j)}) runs "
                              f"({same}{extra}): the comparison would run one configuration twice; give each once")
         first[key] = i
+
+
+def _where(configs, from_policies: int, i: int) -> str:
+    """What named configuration ``i``: its ``--policies`` value or its ``--variant``."""
+    return f"--policies value {i + 1}" if i < from_policies else f"--variant {configs[i][0]}"
+
+
+def _check_each_scenario_once(points, configs, from_policies: int) -> None:
+    """Two configurations whose changes, once read, make the same scenario (the same hash: one run
+    folder), refused as ``_check_each_configuration_once`` refuses the same changes:
+    ``--variant a policy.max_num_seqs=8 --variant b policy.max_num_seqs=8.0`` ran one
+    configuration as two rows sharing one run."""
+    labels = [label for label, _ in configs]
+    first: dict = {}
+    for p in points:
+        if p.data is None:
+            continue
+        label = p.values["label"]
+        j = first.setdefault(p.hash, label)
+        if j != label:
+            a, b = labels.index(j), labels.index(label)
+            raise InputError(f"servesim compare: {label!r} ({_where(configs, from_policies, b)}) runs what {j!r} "
+                             f"({_where(configs, from_policies, a)}) runs (the same scenario once their values are "
+                             "read): the comparison would run one configuration twice; give each once")
 
 
 CHUNK_NOTE_ABOVE = 2048  # vLLM's default token budget with chunked prefill; Sarathi-Serve uses 512-2048
@@ -289,6 +313,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
             runs.append((values, o))
     points = make_points(base, runs, "--policies/--variant/--rates", "configuration")
     _refuse_invalid_configs(points)
+    _check_each_scenario_once(points, configs, len([x for x in (policies or "").split(",") if x.strip()]))
     return ComparePlan(scenario_label(scenario, base), list(overrides or []), configs, rate_list, points, notes, seeds)
 
 
