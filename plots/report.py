@@ -58,8 +58,9 @@ def _ms(v) -> str:
     return f"{v:.0f} ms" if v >= 100 else f"{v:.1f} ms" if v >= 1 else f"{v:.2f} ms"
 
 
-def _rate(r) -> str:
-    return rate_text(r, ".4g")
+def _rate(r, unit: str = "req/s") -> str:
+    """A load as the report writes it; ``unit``: ``Context.rate_unit`` (sessions/s with workload.sessions)."""
+    return rate_text(r, ".4g", unit)
 
 
 # ---------------------------------------------------------------- reading a folder
@@ -429,8 +430,12 @@ def _pct(x, q):
     return float(np.percentile(x, q)) if len(x) else None
 
 
-def _load_sentence(metric: str, series: dict, slo_s) -> str:
+def _load_sentence(metric: str, series: dict, slo_s, unit: str = "req/s") -> str:
     name = F.METRIC_NAMES[metric]
+
+    def _rate(r):  # (the load's unit: sessions/s with workload.sessions)
+        return rate_text(r, ".4g", unit)
+
     parts = []
     for g, d in series.items():
         if slo_s is not None:
@@ -577,7 +582,7 @@ def _verdict(data: dict, ctx: Context) -> list:
               + (": see the paired differences below." if key else ".") if ctx.seeds > 1 else ""), ""]
     for rate, rs in sorted(by_rate.items(), key=lambda x: rate_order(x[0])):
         if rate is not None:
-            out += [f"At {_rate(rate)}:", ""]
+            out += [f"At {_rate(rate, ctx.rate_unit)}:", ""]
         ranked_ok = []  # (row, group, goodput text, verdict text) of the rows that ran, in rank order
         twins: dict = {}  # group -> the lines of the groups identical to it, said right below its rank
         failed = []  # the rows that did not run, after the ranking
@@ -665,7 +670,7 @@ def _build(path: Path, bar: Phases) -> Path:
     labels = list(data["groups"]) or list(runs)
     colors = F.colors_for(labels)
     dcolors = {ctx.label(g): colors[g] for g in labels}
-    where = f" at {_rate(data['rep_rate'])}" if data.get("rep_rate") is not None else ""
+    where = f" at {_rate(data['rep_rate'], ctx.rate_unit)}" if data.get("rep_rate") is not None else ""
     md = [f"# servesim report: {path.name}", ""]
     meta = data["meta"]
     if data["kind"] == "run":
@@ -688,7 +693,7 @@ def _build(path: Path, bar: Phases) -> Path:
                + f"): {plural(len(data['rows']), 'point')}, "
                f"{ran} ran.", ""]
         if data["kind"] == "capacity":
-            md += _capacity_lines(path)
+            md += _capacity_lines(path, ctx.rate_unit)
         else:
             md += _verdict(data, ctx)
         if ctx.notes:
@@ -764,7 +769,9 @@ def _run_verdict(s: dict) -> list:
     return out + [""]
 
 
-def _capacity_lines(path: Path) -> list:
+def _capacity_lines(path: Path, unit: str = "req/s") -> list:
+    """The capacity search's answer in words; ``unit``: the rate searched (``Context.rate_unit``:
+    sessions/s with workload.sessions, whose rate starts sessions)."""
     if not (path / "capacity.json").is_file():
         return []
     cap = read_capacity(path / "capacity.json")
@@ -773,9 +780,9 @@ def _capacity_lines(path: Path) -> list:
         br = cap.get("bracket_rps") if isinstance(cap.get("bracket_rps"), list) else []
         lo, hi = [v if isinstance(v, (int, float)) else None for v in (br + [None, None])[:2]]
         return [f"**No capacity found** for `{cap['slo']}`{keep}: the probes ran out "
-                + (f"between {lo:.4g} (meets) and {hi:.4g} req/s (fails)." if lo and hi else
-                   f"with every rate up to {lo:.4g} req/s meeting." if lo else
-                   f"with no rate meeting, down to {hi:.4g} req/s." if hi else "before any probe."), ""]
+                + (f"between {lo:.4g} (meets) and {hi:.4g} {unit} (fails)." if lo and hi else
+                   f"with every rate up to {lo:.4g} {unit} meeting." if lo else
+                   f"with no rate meeting, down to {hi:.4g} {unit}." if hi else "before any probe."), ""]
     gpus = f"{plural(cap['num_gpus'], 'GPU')}"
     att = f" with {cap['attainment']:.0%} attainment" if cap.get("attainment") else ""
     if cap["capacity_rps"] == 0:  # no rate met, on every seed
@@ -786,19 +793,19 @@ def _capacity_lines(path: Path) -> list:
     iv = cap.get("interval")
     if isinstance(iv, dict) and cap.get("capacity_ci95_rps") is not None:
         ci = _cap_interval(cap)
-        text = (f"**Capacity: {format_interval(ci, unit='req/s')}** ({format_interval(ci.scaled(1 / cap['num_gpus']))}"
-                f" req/s per GPU, {gpus}) for `{cap['slo']}`{keep}{att}: the mean of {iv.get('seeds')} seeds' searches "
-                f"with its 95% Student-t interval (per seed: "
+        text = (f"**Capacity: {format_interval(ci, unit=unit)}** ({format_interval(ci.scaled(1 / cap['num_gpus']))}"
+                f" {unit} per GPU, {gpus}) for `{cap['slo']}`{keep}{att}: the mean of {iv.get('seeds')} seeds' "
+                f"searches with its 95% Student-t interval (per seed: "
                 + ", ".join(f"{x['capacity_rps']:.4g}" for x in cap.get("seeds") or []
                             if isinstance(x.get("capacity_rps"), (int, float)))
-                + " req/s).")
+                + f" {unit}).")
         text += _probe_length_text(cap)
         if iv.get("stopped_short"):
             text += f" Stopped short: {iv['stopped_short']}."
         return [text + _filling_text(cap), ""]
-    return [f"**Capacity: {cap['capacity_rps']:.4g} req/s** ({cap['capacity_rps_per_gpu']:.3g} req/s per "
+    return [f"**Capacity: {cap['capacity_rps']:.4g} {unit}** ({cap['capacity_rps_per_gpu']:.3g} {unit} per "
             f"GPU, {gpus}) for `{cap['slo']}`{keep}{att}"
-            + (f"; the check at {cap['check_above_rps']:.4g} req/s fails." if cap.get("check_above_rps") else ".")
+            + (f"; the check at {cap['check_above_rps']:.4g} {unit} fails." if cap.get("check_above_rps") else ".")
             + " One seed: no interval." + _probe_length_text(cap) + _filling_text(cap), ""]
 
 
@@ -838,7 +845,7 @@ def _capacity_figure(path: Path, data: dict, ctx: Context, add) -> None:
     add("capacity_probes", ctx.title(f"Capacity search over {n} seeds", rate=False), fig,
         f"Every probe of the {n} seeds' searches (a probe meets when every limit of `{cap.get('slo', '?')}` holds "
         "and it keeps up); the capacity is the mean of the seeds' answers"
-        + (f", {format_interval(_cap_interval(cap), unit='req/s')} (95% interval)." if band else "."))
+        + (f", {format_interval(_cap_interval(cap), unit=ctx.rate_unit)} (95% interval)." if band else "."))
 
 
 def _cap_interval(cap: dict):
@@ -859,8 +866,8 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     F.latency_vs_load(s_ttft, axes[0], "ttft", ctx.ttft_slo, dcolors, ctx.rate_unit)
     F.latency_vs_load(s_tpot, axes[1], "tpot", ctx.tpot_slo, dcolors, ctx.rate_unit)
     add("latency_vs_load", ctx.title("Latency vs offered load", rate=False), fig,
-        _load_sentence("ttft", _series(groups, "ttft_p50_s", "ttft_p99_s"), ctx.ttft_slo) + " "
-        + _load_sentence("tpot", _series(groups, "tpot_p50_s", "tpot_p99_s"), ctx.tpot_slo))
+        _load_sentence("ttft", _series(groups, "ttft_p50_s", "ttft_p99_s"), ctx.ttft_slo, ctx.rate_unit) + " "
+        + _load_sentence("tpot", _series(groups, "tpot_p50_s", "tpot_p99_s"), ctx.tpot_slo, ctx.rate_unit))
     # Goodput at a load: the arrivals per second that end within the SLO (arrival rate x SLO
     # attainment). The summary's goodput_rps (vLLM's: within-SLO completions over the run's whole
     # length) also counts the drain after the last arrival, so runs of few requests read below
@@ -927,7 +934,7 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
     add("goodput_vs_load", ctx.title("Goodput vs offered load", rate=False, runs_slo=run_slo is not None), fig,
         f"Peak goodput ({within}) at a load that meets "
         + ("the search's limits" if search else "the SLO") + ", highest first: " + "; ".join(
-            f"{g} {value_text(peak[g], 'goodput_rps', unit='req/s')} (at {_rate(peak[g][RATE_KEY])}"
+            f"{g} {value_text(peak[g], 'goodput_rps', unit='req/s')} (at {_rate(peak[g][RATE_KEY], ctx.rate_unit)}"
             + (f"; {value_text(with_per_gpu([peak[g]])[0], 'goodput_per_gpu')} per GPU of {gpus[g]}"
                if per_gpu and gpus.get(g) else "")
             + ("" if meets[g] else "; it fails the SLO at every load tried, this one included") + ")"

@@ -1176,3 +1176,31 @@ def test_a_closed_loop_runs_figures_state_its_load(tmp_path):
     titles = re.findall(r"!\[([^]]*)\]", (out / "report.md").read_text())
     assert titles and all("closed loop of 6 clients" in t for t in titles if "timeline" in t.lower())
     assert any("closed loop of 6 clients" in t for t in titles)
+
+
+def test_a_sessions_study_says_its_rates_in_sessions_per_second_in_the_text_too(tmp_path):
+    """With workload.sessions the rate starts sessions: the figures' titles said '2 sessions/s'
+    while report.md's sentences said the same rate in req/s ('Per-run figures below at 2 req/s',
+    'At 2 req/s:', the latency-vs-load sentence, the peak goodput's load), and a capacity search's
+    answer '**Capacity: 1.75 req/s**' beside its figure's sessions/s. Goodput stays req/s (it
+    counts requests)."""
+    from servesim.plots.report import _capacity_lines
+
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(with_values(BASE, {"workload.num_requests": 12, "workload.sessions": {
+        "turns": {"dist": "uniform", "min": 2, "max": 3}, "think_time_s": 0.5}})))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=1,2", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    assert main(["report", str(out), "--quiet"]) == 0
+    text = (out / "report.md").read_text()
+    assert "at 2 sessions/s" in text.replace("At 2", "at 2")
+    assert not re.search(r"\b[12] req/s", text), re.findall(r".{60}\b[12] req/s.{20}", text)
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    (cap / "capacity.json").write_text(json.dumps({
+        "capacity_rps": 1.75, "capacity_rps_per_gpu": 1.75, "num_gpus": 1, "slo": "ttft_p99=2", "keep_up": 0.9,
+        "check_above_rps": 1.925}))
+    [line, _] = _capacity_lines(cap, "sessions/s")
+    assert "**Capacity: 1.75 sessions/s** (1.75 sessions/s per GPU" in line and "req/s" not in line, line
+    assert "req/s" in _capacity_lines(cap)[0]  # (a workload of single requests: as before)

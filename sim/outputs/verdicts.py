@@ -205,11 +205,12 @@ def loads_up_to(rates, within) -> list:
     return upto
 
 
-def rate_text(v, spec: str = "g") -> str:
+def rate_text(v, spec: str = "g", unit: str = "req/s") -> str:
     """A results row's rate as the reports write it: ``12.5 req/s`` (``spec``: the number's
-    format), or ``rate 'abc'`` for a value that is no number (a sweep point that failed on it)."""
+    format; ``unit``: "sessions/s" where the rate starts multi-turn sessions), or ``rate 'abc'``
+    for a value that is no number (a sweep point that failed on it)."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return f"{v:{spec}} req/s"
+        return f"{v:{spec}} {unit}"
     return f"rate {v!r}"
 
 
