@@ -928,6 +928,42 @@ def test_a_sessions_sweep_labels_its_load_axis_in_sessions_per_second(tmp_path, 
     assert "2 sessions/s" in axes["latency_cdfs"][2] and "2 req/s" not in axes["latency_cdfs"][2]
 
 
+def test_a_sessions_sweep_report_writes_its_loads_in_sessions_per_second(tmp_path):
+    """The figures of a sessions sweep said "2 sessions/s", and report.md's text under them said the
+    same loads in req/s ("At 2 req/s:", "Per-run figures below at 2 req/s", "p99 TTFT ... at 1
+    req/s", "TTFT: p50 ... at 2 req/s"), read as requests. Every load it names is in sessions/s;
+    goodput, which counts requests, stays req/s."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(with_values(BASE, {"workload.num_requests": 12, "workload.sessions": {
+        "turns": {"dist": "uniform", "min": 2, "max": 3}, "think_time_s": 0.5}})))
+    out = tmp_path / "sw"
+    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=1,2", "--out", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    assert main(["report", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    assert "At 1 sessions/s:" in md and "At 2 sessions/s:" in md and "Per-run figures below at 2 sessions/s" in md
+    assert not re.findall(r"(?i)\bat [12] req/s", md), re.findall(r"(?i).{60}\bat [12] req/s", md)
+    assert re.search(r"goodput [\d.]+ req/s", md)
+
+
+def test_a_sessions_capacity_report_says_its_capacity_in_sessions_per_second(tmp_path):
+    """capacity of a sessions workload searches sessions started per second (it says so), and its
+    report's figure drew the capacity in sessions/s, but report.md's sentence read "**Capacity: 21.45
+    req/s**", "the check at 23.59 req/s fails", as requests."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(with_values(BASE, {"workload.num_requests": 12, "workload.sessions": {
+        "turns": {"dist": "uniform", "min": 2, "max": 3}, "think_time_s": 0.5}})))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=40ms", "--seeds", "1", "--probe-requests", "30", "--keep-up",
+                 "0", "--tol", "0.05", "--max-probes", "12", "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    cap = json.loads((out / "capacity.json").read_text())
+    assert main(["report", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    head = next(line for line in md.splitlines() if line.startswith("**"))
+    assert "sessions/s" in head and "req/s" not in head, head
+    assert f"**Capacity: {cap['capacity_rps']:.4g} sessions/s**" in head and "the check at " in head, head
+
+
 def test_a_replica_where_nothing_waited_says_so(tmp_path):
     """The timeline caption read "up to 0 requests waiting (at 0 s)"."""
     out = tmp_path / "run"
