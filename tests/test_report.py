@@ -946,10 +946,22 @@ def test_a_sessions_sweep_report_writes_its_loads_in_sessions_per_second(tmp_pat
     assert re.search(r"goodput [\d.]+ req/s", md)
 
 
-def test_a_sessions_capacity_report_says_its_capacity_in_sessions_per_second(tmp_path):
+def test_a_sessions_capacity_report_says_its_capacity_in_sessions_per_second(tmp_path, monkeypatch):
     """capacity of a sessions workload searches sessions started per second (it says so), and its
     report's figure drew the capacity in sessions/s, but report.md's sentence read "**Capacity: 21.45
-    req/s**", "the check at 23.59 req/s fails", as requests."""
+    req/s**", "the check at 23.59 req/s fails", as requests. Latency vs load drew the probes over
+    the search's limit (its dotted line) filled, as meeting, beside "hollow: fails the SLO": it judged
+    them by the scenario's SLO (none here), where goodput vs load takes the search's verdict."""
+    import servesim.plots.figures as F
+
+    drawn = {}
+    real = F.latency_vs_load
+
+    def latency_vs_load(data, ax, metric, slo_s, *a, **k):
+        drawn[metric] = (copy.deepcopy(data), slo_s)
+        return real(data, ax, metric, slo_s, *a, **k)
+
+    monkeypatch.setattr(F, "latency_vs_load", latency_vs_load)
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(with_values(BASE, {"workload.num_requests": 12, "workload.sessions": {
         "turns": {"dist": "uniform", "min": 2, "max": 3}, "think_time_s": 0.5}})))
@@ -962,6 +974,12 @@ def test_a_sessions_capacity_report_says_its_capacity_in_sessions_per_second(tmp
     head = next(line for line in md.splitlines() if line.startswith("**"))
     assert "sessions/s" in head and "req/s" not in head, head
     assert f"**Capacity: {cap['capacity_rps']:.4g} sessions/s**" in head and "the check at " in head, head
+    (series, limit), rows = drawn["ttft"], list(csv.DictReader((out / "results.csv").open()))
+    assert limit == pytest.approx(0.04) and len(series) == 1
+    d = next(iter(series.values()))
+    over = [ok for p99, ok in zip(d["p99"], d["ok"]) if p99 > limit]
+    assert over and not any(over), d  # (every probe over the limit failed the search)
+    assert sorted(d["ok"]) == sorted(r["meets"] == "True" for r in rows if r["status"] == "ok")
 
 
 def test_a_replica_where_nothing_waited_says_so(tmp_path):
