@@ -1272,3 +1272,19 @@ def test_the_rejections_warning_counts_completed_requests_not_unfinished_ones():
                 in w["rejections"]
         else:
             assert f"none completed (the other {unf:,} were still unfinished" in w["rejections"]
+
+
+@pytest.mark.parametrize("recompute, says", [(5693, "(1.6% of the tokens computed)"),
+                                             (40, "(0.0% of the tokens computed)"),
+                                             (1200, "(0.3% of the tokens computed)")])
+def test_preemption_warning_gives_the_recompute_share_as_the_run_line_does(recompute, says):
+    """The run printed 'recompute 5693 KV tokens ... (1.6% of the tokens computed)' and its
+    preemptions warning, of the same tokens, '(2% of the tokens computed)'; a share under 0.5%
+    read '(0% ...)' beside thousands of tokens dropped. Both give it to 0.1%."""
+    from servesim.outputs.checks import recompute_share
+
+    summary = {"num_requests": 300, "preemptions": 44, "kv": {"recompute_tokens": recompute},
+               "phases": {"prefill_tokens": 300_000, "decode_tokens": 55_000}}
+    assert f"({recompute_share(summary):.1%} of the tokens computed)" == says  # (the run line's form)
+    (w,) = preemption_warnings(summary, make_scenario())
+    assert says in w["message"], w["message"]

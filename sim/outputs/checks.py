@@ -571,7 +571,7 @@ def preemption_warnings(summary: dict, scenario) -> list:
     cost = []
     if kv.get("recompute_tokens"):
         cost.append(f"{kv['recompute_tokens']:,} KV tokens were dropped, to be computed again "
-                    f"({recompute_share(summary):.0%} of the tokens computed)")
+                    f"({recompute_share(summary):.1%} of the tokens computed)")
     if kv.get("swap_out_bytes"):
         cost.append(f"{kv['swap_out_bytes'] / 1e9:.3g} GB of KV was copied to host memory and back")
     return [{"code": "preemptions",
