@@ -926,6 +926,12 @@ def test_a_sessions_sweep_labels_its_load_axis_in_sessions_per_second(tmp_path, 
         assert labels and all("sessions started per second (sessions/s)" in x and "req/s" not in x for x in labels)
     assert "(labels: sessions/s)" in axes["throughput_latency"][1][0]
     assert "2 sessions/s" in axes["latency_cdfs"][2] and "2 req/s" not in axes["latency_cdfs"][2]
+    # report.md's text says the same loads in sessions/s ('At 2 req/s:', 'Per-run figures below at 2
+    # req/s', the latency-vs-load sentence, the peak goodput's load); goodput stays req/s (it counts requests)
+    text = (out / "report.md").read_text()
+    assert "At 1 sessions/s:" in text and "At 2 sessions/s:" in text and "Per-run figures below at 2 sessions/s" in text
+    assert not re.search(r"\b[12] req/s", text), re.findall(r".{60}\b[12] req/s.{20}", text)
+    assert re.search(r"goodput [\d.]+ req/s", text)
 
 
 def test_a_sessions_capacity_report_says_its_capacity_in_sessions_per_second(tmp_path, monkeypatch):
@@ -1214,25 +1220,11 @@ def test_a_closed_loop_runs_figures_state_its_load(tmp_path):
     assert any("closed loop of 6 clients" in t for t in titles)
 
 
-def test_a_sessions_study_says_its_rates_in_sessions_per_second_in_the_text_too(tmp_path):
-    """With workload.sessions the rate starts sessions: the figures' titles said '2 sessions/s'
-    while report.md's sentences said the same rate in req/s ('Per-run figures below at 2 req/s',
-    'At 2 req/s:', the latency-vs-load sentence, the peak goodput's load), and a capacity search's
-    answer '**Capacity: 1.75 req/s**' beside its figure's sessions/s. Goodput stays req/s (it
-    counts requests)."""
+def test_a_sessions_capacity_sentence_says_its_rates_in_sessions_per_second(tmp_path):
+    """A capacity search's answer of a sessions workload read '**Capacity: 1.75 req/s**' beside its
+    figure's sessions/s (a sweep's text: test_a_sessions_sweep_labels_its_load_axis_in_sessions_per_second)."""
     from servesim.plots.report import _capacity_lines
 
-    sc = tmp_path / "s.yaml"
-    sc.write_text(yaml.safe_dump(with_values(BASE, {"workload.num_requests": 12, "workload.sessions": {
-        "turns": {"dist": "uniform", "min": 2, "max": 3}, "think_time_s": 0.5}})))
-    out = tmp_path / "sw"
-    assert main(["sweep", str(sc), "--grid", "workload.arrival.rate_rps=1,2", "--out", str(out), "--workers", "1",
-                 "--quiet"]) == 0
-    assert main(["report", str(out), "--quiet"]) == 0
-    text = (out / "report.md").read_text()
-    assert "At 1 sessions/s:" in text and "At 2 sessions/s:" in text and "Per-run figures below at 2 sessions/s" in text
-    assert not re.search(r"\b[12] req/s", text), re.findall(r".{60}\b[12] req/s.{20}", text)
-    assert re.search(r"goodput [\d.]+ req/s", text)
     cap = tmp_path / "cap"
     cap.mkdir()
     (cap / "capacity.json").write_text(json.dumps({
