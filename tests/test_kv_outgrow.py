@@ -198,6 +198,7 @@ def test_validate_says_which_requests_a_preemption_past_the_budget_can_end(tmp_p
     k = int(risky.sum())
     assert (f"warning: {k} of 80 requests ({k / 80:.1%}) are served with prompt + output - 1 over "
             "policy.max_num_batched_tokens=512: whole-prompt admission recomputes a preempted request") in out
+    assert "a budget of at least the longest prompt + output - 1, keeps them all" in out
     # chunked prefill recomputes in chunks: nothing to say
     assert predict_over_budget(make_scenario(**{**kw, "policy.name": "chunked_prefill"})) is None
     # a PP replica with pp_overlap (virtual engines, each of 1/pp of the KV): the same budget, asked

@@ -583,7 +583,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                 "one prefill within the budget, so one preempted after its sequence passes it ends rejected then; "
                 "how many do depends on the preemptions under load, so the rejections above leave them out "
                 "(chunked prefill recomputes in chunks; swap preemption with host room, or a budget of at least "
-                "the longest prompt + output, keeps them all)")
+                "the longest prompt + output - 1, keeps them all)")
         lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")
     clip = predict_clipped(scenario, setup, lengths)
     if clip and clip["clipped"]:
