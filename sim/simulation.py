@@ -79,18 +79,16 @@ class PoolSetup:
             own = getattr(self.policy_cfg.prefill, "max_num_batched_tokens", None) is not None
             policy = dataclasses.replace(policy, prefill_budget_path="policy.prefill.max_num_batched_tokens" if own
                                          else "policy.max_num_batched_tokens")
-        pad = self.engine.profile.max_paddings if self.engine is not None else None
-        if pad is not None and isinstance(policy, ContinuousPolicy):
-            # the engine pads the prompts of a prompt-only step to the longest (cost.engine vllm-v0.2)
-            policy = dataclasses.replace(policy, max_paddings=pad)
         prof = self.engine.profile if self.engine is not None else None
         if prof is not None and isinstance(policy, ContinuousPolicy):
-            # vLLM v0.2's block manager: a decoding request needs a free KV block at its turn
-            # (can_append_slot); a recompute is admitted above the watermark (can_allocate)
-            if prof.decode_needs_free_block:
-                policy = dataclasses.replace(policy, decode_needs_free_block=True)
-            if prof.watermark_on_recompute:
-                policy = dataclasses.replace(policy, watermark_on_recompute=True)
+            # the engine profile's scheduler rules, those it sets: prompt-only steps padded to the
+            # longest (max_paddings, cost.engine vllm-v0.2.3); vLLM v0.2's block manager, where a
+            # decoding request needs a free KV block at its turn (can_append_slot) and a recompute is
+            # admitted above the watermark (can_allocate)
+            rules = {f: getattr(prof, f) for f in ("max_paddings", "decode_needs_free_block", "watermark_on_recompute")}
+            rules = {f: v for f, v in rules.items() if v is not None and v is not False}
+            if rules:
+                policy = dataclasses.replace(policy, **rules)
         return policy
 
     @functools.cached_property
