@@ -20,7 +20,7 @@ from servesim.inputs.overrides import override_texts, parse_override
 from servesim.outputs.checks import sessions_rate_note
 from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
-from servesim.studies.points import load_base, make_points, require_rate, scenario_label
+from servesim.studies.points import given_twice, load_base, make_points, require_rate, scenario_label
 from servesim.studies.replicates import check_seed_count
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, begin_study, execute_seeds, read_results, write_meta
@@ -104,7 +104,7 @@ def configurations(policies: str | None, variants) -> list[tuple[str, dict]]:
     if dup:
         raise InputError(f"servesim compare: each configuration needs its own label; repeated: "
                          f"{', '.join(sorted(dup))}")
-    _check_each_configuration_once(configs, len([x for x in (policies or "").split(",") if x.strip()]))
+    _check_each_configuration_once(configs, _policies_given(policies))
     return configs
 
 
@@ -122,23 +122,31 @@ def _check_each_configuration_once(configs, from_policies: int) -> None:
     def where(i):
         return _where(configs, from_policies, i)
 
-    first: dict = {}
-    for i, (label, ov) in enumerate(configs):
+    idents, rests, keys = [], [], []
+    for i, (_, ov) in enumerate(configs):
         rest = {k: v for k, v in ov.items() if k != "policy.name"}
         name = ov.get("policy.name")
         try:
             ident = policy_identity(str(name), where(i)) if name is not None else None
         except InputError:  # (a name that does not load: refused with the configuration, _refuse_invalid_configs)
             ident = (str(name),)
-        key = (ident, json.dumps(rest, sort_keys=True, default=repr))
-        if key in first:
-            j = first[key]
-            same = f"both {policy_identity_text(ident)}" if ident is not None else "the same changes"
-            extra = f", with the same changes ({', '.join(f'{k}={v}' for k, v in rest.items())})" if rest and \
-                ident is not None else ""
-            raise InputError(f"servesim compare: {label!r} ({where(i)}) runs what {configs[j][0]!r} ({where(j)}) runs "
-                             f"({same}{extra}): the comparison would run one configuration twice; give each once")
-        first[key] = i
+        idents.append(ident)
+        rests.append(rest)
+        keys.append((ident, json.dumps(rest, sort_keys=True, default=repr)))
+    twice = given_twice(keys)
+    if twice:
+        j, i = twice
+        label, ident, rest = configs[i][0], idents[i], rests[i]
+        same = f"both {policy_identity_text(ident)}" if ident is not None else "the same changes"
+        extra = f", with the same changes ({', '.join(f'{k}={v}' for k, v in rest.items())})" if rest and \
+            ident is not None else ""
+        raise InputError(f"servesim compare: {label!r} ({where(i)}) runs what {configs[j][0]!r} ({where(j)}) runs "
+                         f"({same}{extra}): the comparison would run one configuration twice; give each once")
+
+
+def _policies_given(policies) -> int:
+    """How many of the configurations came from ``--policies`` (``configurations`` puts them first)."""
+    return len([x for x in (policies or "").split(",") if x.strip()])
 
 
 def _where(configs, from_policies: int, i: int) -> str:
@@ -313,7 +321,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
             runs.append((values, o))
     points = make_points(base, runs, "--policies/--variant/--rates", "configuration")
     _refuse_invalid_configs(points)
-    _check_each_scenario_once(points, configs, len([x for x in (policies or "").split(",") if x.strip()]))
+    _check_each_scenario_once(points, configs, _policies_given(policies))
     return ComparePlan(scenario_label(scenario, base), list(overrides or []), configs, rate_list, points, notes, seeds)
 
 
