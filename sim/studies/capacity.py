@@ -215,8 +215,7 @@ def held_requests(data: dict) -> tuple[int, str] | None:
     ve = pool.cost_model.pp if pool.cost_model.pp > 1 and sc.hardware.pp_overlap else 1
     fit = (pool.capacity.num_blocks // ve) * pool.capacity.block_size / whole if whole > 0 else math.inf
     seqs = max(1, math.floor(min(pool.max_num_seqs, fit)))
-    where = f"{pool.replicas} {pool.name} replica{'s' if pool.replicas != 1 else ''}" if pool.name != "colocated" \
-        else f"{plural(pool.replicas, 'replica')}"
+    where = plural(pool.replicas, "replica" if pool.name == "colocated" else f"{pool.name} replica")
     if ve > 1:
         where += f" x {ve} virtual engines (hardware.pp with pp_overlap)"
     what = f"max_num_seqs {seqs}" if pool.max_num_seqs <= fit else \
