@@ -116,7 +116,7 @@ class _Once(_StoreOnce):
 
     def _twice(self, flag, first, values) -> str:
         if first == values:
-            return f"{values!r} is given twice; give it once"
+            return super()._twice(flag, first, values)
         return f"given twice ({first!r}, then {values!r}); give one comma-separated list: {flag} {first},{values}"
 
 
