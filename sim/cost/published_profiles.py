@@ -12,6 +12,9 @@ coefficients, medians): what the ``vllm-v0.2`` engine profile is fitted to
 * ``SPLITWISE_DECODE_MS``: Splitwise's profiling of its vLLM (Mutinifni/splitwise-sim@8f99e7d, MIT,
   ``data/perf_model.csv``): ``token_time``, the mean time per output token of a batch of 512-token
   prompts and 128 output tokens, median over the file's repeats, by (model, GPU, TP) and batch.
+* ``SPLITWISE_BLOOM_A100_TOKEN_CURVE_MS``: the same file's ``token_time`` for BLOOM-176B on DGX-A100
+  keyed as Splitwise's simulator keys it (what ``servesim reproduce splitwise`` explains its
+  Fig. 18 with).
 """
 
 from __future__ import annotations
@@ -86,4 +89,13 @@ SPLITWISE_PREFILL_MS = {
     "h100-sxm": {512: 53.9, 1024: 77.9, 2048: 136.8},
 }
 
-__all__ = ["DISTSERVE", "SPLITWISE_CONTEXT", "SPLITWISE_DECODE_MS", "SPLITWISE_PREFILL_MS", "StepModel"]
+# the same file's token_time curve for BLOOM-176B at TP 8 on DGX-A100 as splitwise-sim builds it
+# (performance_model.py, DatabasePerformanceModel.init_predictor; notebooks/perf_model.py): the
+# median over the rows of each prompt_size x batch_size (ms). Batch-1 rows of long prompts and
+# batches of 512-token prompts share a key (8192: batch 1 x 8192 at 51.3, 16 x 512 at 57.3); from
+# 16,384 on the rows are 32 and 64 sequences of 512-token prompts
+SPLITWISE_BLOOM_A100_TOKEN_CURVE_MS = {128: 47.61, 256: 47.71, 512: 49.31, 1024: 49.44, 2048: 50.19, 4096: 51.63,
+                                       8192: 54.27, 16384: 65.38, 32768: 96.58}
+
+__all__ = ["DISTSERVE", "SPLITWISE_BLOOM_A100_TOKEN_CURVE_MS", "SPLITWISE_CONTEXT", "SPLITWISE_DECODE_MS",
+           "SPLITWISE_PREFILL_MS", "StepModel"]

@@ -24,6 +24,7 @@ experiment follows that protocol (``ae_goodput``).
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import tempfile
@@ -675,6 +676,22 @@ def catalog(gpu: str, per: str) -> float:
     return getattr(get_gpu(gpu), per)
 
 
+def splitwise_sim_token_ms(x: float) -> float:
+    """Splitwise's simulator's token time (ms) at ``x`` on its BLOOM-176B DGX-A100 curve
+    (``SPLITWISE_BLOOM_A100_TOKEN_CURVE_MS``, keyed by sequences x prompt tokens): linear between
+    the keys and extended along the end segments beyond them, as its ``interp1d(...,
+    fill_value="extrapolate")``. Its notebook looks a lone request's TBT up at its prompt
+    (``notebooks/perf_model.py``, ``add_baseline_perf``); its simulator looks a decode-only step
+    up at its number of sequences, one token each (``performance_model.py``,
+    ``get_iteration_duration``)."""
+    from servesim.cost.published_profiles import SPLITWISE_BLOOM_A100_TOKEN_CURVE_MS as curve
+
+    xs = sorted(curve)
+    i = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)
+    x0, x1 = xs[i - 1], xs[i]
+    return curve[x0] + (curve[x1] - curve[x0]) * (x - x0) / (x1 - x0)
+
+
 def iso_machines(n: int, gpu: str, per: str, other: str) -> float:
     """DGX machines of ``other`` with the budget of ``n`` of ``gpu`` (``per``: ``power_w`` for
     provisioned power, ``price_per_gpu_hour_usd`` for price), from the catalog."""
@@ -766,16 +783,16 @@ def splitwise_clusters(opts: Options) -> SplitwiseClusters:
     ratio = lambda a, b: cap[a] / cap[b] if cap[b] else math.inf  # noqa: E731
     iso_power = ratio(labels[2], labels[0])
     iso_cost = ratio(labels[3], labels[1])
-    missing = ("Splitwise's simulator prices a decode iteration by its batch size alone (splitwise-sim "
-               "performance_model.py: token_time interpolated on the batch's token count, no context term), so its "
-               "token machines batch up to memory within the 1.25x P50 TBT limit; servesim charges each step its KV "
-               "reads (BLOOM-176B's MHA: 4 MB a context token), so DGX-A100 token machines reach that limit at small "
-               "batches (the notes give the batch at each capacity) while DGX-H100's faster steps leave it headroom "
-               "against the A100-relative limits. Also missing: Splitwise's mixed pool (prompt and token machines "
-               "taking each other's work when their pool is overloaded: its CLS mixed_pool scheduler), JSQ routing of "
-               "hand-offs onto token machines (servesim picks the decode replica with the most free KV), whole prompts "
-               "up to 2048 tokens a batch with a longer one alone (servesim chunks prompts at 2048 tokens), at most 4 "
-               "preemptions per request")
+    missing = ("Splitwise's simulator prices a decode-only iteration by its number of sequences alone: it looks the "
+               "step up on its profile's token-time curve, keyed by sequences x prompt tokens, at one token a sequence "
+               "(splitwise-sim performance_model.py: get_iteration_duration; the notes give the figures), so its token "
+               "machines batch up to memory within the 1.25x P50 TBT limit; servesim charges each step its KV reads "
+               "(BLOOM-176B's MHA: 4 MB a context token), as that profile's own rows of 32 and 64 sequences grow with "
+               "them, so DGX-A100 token machines reach that limit at small batches (the notes give the batch at each "
+               "capacity) while DGX-H100's faster steps leave it headroom against the A100-relative limits. Also "
+               "missing: Splitwise's mixed pool (prompt and token machines taking each other's work when their pool is "
+               "overloaded: its CLS mixed_pool scheduler), whole prompts up to 2048 tokens a batch with a longer one "
+               "alone (servesim chunks prompts at 2048 tokens), at most 4 preemptions per request")
     figs = [Figure("iso-power throughput, Splitwise-AA / Baseline-A100 (BLOOM-176B, conversation)", 2.15, iso_power,
                    "Splitwise §6.2, Fig. 18a", "text", "x", iso_power > 1, missing),
             Figure("iso-cost throughput, Splitwise-AA / Baseline-H100 (BLOOM-176B, conversation)", 1.4, iso_cost,
@@ -815,6 +832,25 @@ def splitwise_clusters(opts: Options) -> SplitwiseClusters:
         "chunked at 2048 tokens on prompt and baseline machines (the artifact batches whole prompts up to 2048 "
         "tokens, a longer one alone); KV hand-offs over 200 Gbit/s InfiniBand per GPU, layer by layer",
     ]
+    from servesim.core.batch import model_batch
+    from servesim.cost.published_profiles import SPLITWISE_CONTEXT
+    from servesim.simulation import prepare
+
+    cm = prepare(alone_sc).cost_model
+    ours = {k: cm.step_time(model_batch(cm.model, decode_contexts=[SPLITWISE_CONTEXT] * k)).time_s * 1e3
+            for k in (32, 64)}
+    b, ref = batch[labels[3]], splitwise_sim_token_ms(1020)
+    notes.append(
+        "Splitwise's simulator on DGX-A100 (splitwise-sim data/perf_model.csv: BLOOM-176B's token_time, keyed by "
+        f"sequences x prompt tokens): a decode-only step of {b:.1f} sequences (Splitwise-AA iso-cost's at its capacity "
+        f"here) costs {splitwise_sim_token_ms(b):.1f} ms whatever their context (at most "
+        f"{splitwise_sim_token_ms(SPLITWISE_MAX_BATCH):.1f} ms up to the {SPLITWISE_MAX_BATCH} sequences a token "
+        f"machine takes), against the {ref:.1f} ms its notebook takes as the TBT of a lone 1,020-token request (the "
+        "conversation trace's median prompt); the same curve puts 32 and 64 sequences of 512-token prompts "
+        f"at {splitwise_sim_token_ms(32 * 512):.1f} and {splitwise_sim_token_ms(64 * 512):.1f} ms, servesim's "
+        f"DGX-A100 step at {ours[32]:.1f} and {ours[64]:.1f} ms ({SPLITWISE_CONTEXT} context tokens a sequence, the "
+        "rows' mean). Hand-offs go to the token machine with the least KV in use in both (the artifact's mixed_pool "
+        "scheduler, find_best_token_instance: the least scheduled memory; servesim: the most free KV blocks)")
     notes += [f"slowdown capacity not confirmed within the probes (the bracket's floor is used): {u}"
               for u in unconfirmed]
     if ran_longer:
