@@ -1288,3 +1288,45 @@ def test_preemption_warning_gives_the_recompute_share_as_the_run_line_does(recom
     assert f"({recompute_share(summary):.1%} of the tokens computed)" == says  # (the run line's form)
     (w,) = preemption_warnings(summary, make_scenario())
     assert says in w["message"], w["message"]
+
+
+# a P/D split whose decode GPU (an A100-40GB at 39% of its memory: 309 blocks) cannot take the
+# longest prompts' KV: its decode pool refuses them on arrival, before policy.admission's door
+PD_REFUSING = {"memory.gpu_memory_utilization": 0.39, "policy.name": "pd_split", "policy.max_num_seqs": 64,
+               "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1, "gpu": "a100-40g"},
+               "workload.num_requests": 300, "workload.arrival": {"process": "poisson", "rate_rps": 1.0},
+               "workload.prompt_tokens": {"dist": "lognormal", "mean": 3000, "sigma": 0.8, "max": 7000},
+               "workload.output_tokens": {"dist": "uniform", "min": 32, "max": 256}}
+
+
+def test_validate_replays_a_p_d_splits_token_bucket_on_the_requests_that_reach_its_door():
+    """A P/D split's decode pool refuses a request whose KV it cannot take before the token bucket
+    sees it, so it takes no token: the bucket replayed on every arrival said 188 of 600 where the
+    run's bucket rejected 135 (the 78 the decode pool refused had spent tokens in the replay).
+    The replay now leaves them out: the run's count exactly."""
+    from servesim.predictions import predict_rejections, predict_shedding
+
+    sc = make_scenario(**PD_REFUSING, **{"policy.admission": {"token_bucket": {"rate_rps": 0.8, "burst": 2}}})
+    reasons = [x for x in np.asarray(simulate(sc).requests["reason"], dtype=object) if isinstance(x, str)]
+    bucket = sum(x.startswith("admission: token bucket") for x in reasons)
+    refused = sum("on a decode replica" in x for x in reasons)
+    assert bucket > 0 and refused > 0.05 * 300  # (the premise: both reject)
+    assert predict_rejections(sc)["rejected"] >= refused
+    assert predict_shedding(sc)["bucket"] == bucket
+
+
+def test_validate_unfinished_in_a_p_d_split_counts_what_its_token_bucket_lets_in():
+    """In a P/D split every request a token bucket applies to was taken as one it may shed, so a
+    bucket that rejects nothing hid every unfinished one: pd-split.yaml cut off at 20 s said 14
+    unfinished (the run: 15) without a bucket, and nothing with a bucket of 50 req/s (the run: 0
+    rejected, 15 unfinished). The bucket is replayed there as elsewhere."""
+    from servesim.predictions import predict_unfinished
+
+    cut = ["workload.num_requests=null", "workload.duration_s=20"]
+    plain = load_scenario(str(ROOT / "scenarios" / "pd-split.yaml"), cut)
+    sc = load_scenario(str(ROOT / "scenarios" / "pd-split.yaml"),
+                       cut + ["policy.admission.token_bucket={rate_rps: 50, burst: 50}"])
+    s = simulate(sc).summary
+    assert s["rejected"] == 0 and s["unfinished"] > 0
+    pred = predict_unfinished(sc)
+    assert 0 < pred["unfinished"] == predict_unfinished(plain)["unfinished"] <= s["unfinished"]
