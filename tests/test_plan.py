@@ -1312,8 +1312,9 @@ def _walk(meets, k: int, floor: int, max_units: int):
     return k
 
 
-def _search(meets, k: int, min_units: int, max_units: int):
-    """``Planner.fewest_units`` on verdicts ``meets(units)``: (its answer, the counts it ran)."""
+def _search(meets, k: int, min_units: int, max_units: int, seeds=None):
+    """``Planner.fewest_units`` on verdicts ``meets(units)``: (its answer, the counts it ran).
+    ``seeds(units)``: each seed's verdict (a count meets when every seed does); None: no seeds."""
     from types import SimpleNamespace
 
     from servesim.studies.plan import Candidate, Planner
@@ -1325,7 +1326,9 @@ def _search(meets, k: int, min_units: int, max_units: int):
         done = c.verified(units)
         if done is None:
             ran.append(units)
-            done = {"units": units, "meets": meets(units), "seeds": []}
+            per = list(seeds(units)) if seeds is not None else []
+            done = {"units": units, "meets": all(per) if seeds is not None else meets(units),
+                    "seeds": [{"seed": i, "meets": m} for i, m in enumerate(per)]}
             c.runs.append(done)
         return done
 
@@ -1364,6 +1367,46 @@ def test_the_unit_search_finds_what_the_walk_found(max_units):
                     assert len(ran) <= walk_runs + extra, (min_units, k, ran, walk_runs)
                     if got - 1 >= min_units:
                         assert got - 1 in ran and not meets(got - 1)
+
+
+def test_a_count_met_by_some_seeds_does_not_let_a_larger_failing_count_call_the_shape_infeasible():
+    """Noise at the knee: 10 and 11 units meet with every seed, 12 with one seed of three, and every
+    other count with none. From an estimate of 4 the doubling ran 5, 6, 8, 12, 20, 36, 64, all
+    failing, and called the shape infeasible: a larger count's failure stood for the 10 and 11 it
+    skipped. A count where some seed met is at the knee, so the counts skipped below it are run:
+    the answer is 10, the walk's, and the one unit fewer it shows (9) was run and failed. Where
+    every seed failed at every count run, the shape is still infeasible at ~log2 runs."""
+    def seeds(u):
+        return (True, True, True) if u in (10, 11) else (u == 12, False, False)
+
+    got, ran, c = _search(None, 4, 1, 64, seeds)
+    assert got == _walk(lambda u: all(seeds(u)), 4, 1, 64) == 10
+    assert 9 in ran and 12 in ran and c.status == "ok"
+    got, ran, c = _search(None, 4, 1, 64, lambda u: (False, False, False))
+    assert got is None and c.status == "infeasible" and len(ran) <= 2 + math.ceil(math.log2(64))
+
+
+@pytest.mark.parametrize("p", [0.3, 0.6, 0.85])
+def test_the_unit_search_with_noisy_seeds_answers_the_walks_count_up_to_the_last_seed_that_met(p):
+    """Random per-seed verdicts (3 seeds, each meeting with probability p at each count): the search
+    answers the walk's count, or, where it calls the shape infeasible, the walk's first meeting
+    count (if any) lies above every count at which a seed met among those it ran, and every count
+    between the estimate and the highest such count was run."""
+    import random
+
+    rng = random.Random(int(p * 100))
+    for _ in range(40):
+        v = {u: tuple(rng.random() < p for _ in range(3)) for u in range(1, 65)}
+        for k in (1, 3, 9, 30):
+            got, ran, c = _search(None, k, 1, 64, v.__getitem__)
+            want = _walk(lambda u: all(v[u]), k, 1, 64)
+            if got is not None:
+                assert got == want, (k, ran)
+                continue
+            split = [u for u in ran if u > k and any(v[u])]
+            if split:
+                assert set(range(k + 1, max(split))) <= set(ran)
+                assert want is None or want > max(split), (k, ran, want)
 
 
 def test_an_infeasible_shape_costs_log_runs_not_one_per_unit_count(tmp_path, monkeypatch):

@@ -15,9 +15,10 @@ The search (``run_plan``):
    (``ceil(R / capacity)``, at least ``min_units``); that many units are then run at R with every
    seed, and units are removed while every seed still meets, or added until every seed meets
    (``Planner.fewest_units``: in doubling steps until one count meets, then the counts skipped
-   below it, lowest first), so the answer is the fewest units that met with every seed, and the
-   run with one unit fewer (when simulated) is the failure that shows it. A shape no count meets
-   costs ~log2(--max-gpus) runs, not one per count. A run too short to tell whether it keeps up
+   below it, lowest first; with none meeting, those skipped below the highest count at which
+   some seed met), so the answer is the fewest units that met with every seed, and the run with
+   one unit fewer (when simulated) is the failure that shows it. A shape whose every seed fails
+   at every count costs ~log2(--max-gpus) runs, not one per count. A run too short to tell whether it keeps up
    is run again longer (``Planner.verify``, as capacity's probes).
 4. The best ``verify_top`` configurations get a capacity search of the whole deployment with
    every seed (their capacity interval and headroom at R); the others' capacity is units x the
@@ -341,11 +342,15 @@ class Planner:
         walk's whenever any count it ran meets (at most one run more than the walk: the doubling
         step that met), and a shape that meets with no count costs ~log2(max_units) runs at R, not
         every count up to --max-gpus (up to 64 runs x seeds for one shape at --max-gpus 64).
-        Calling it infeasible when the doubling counts all fail assumes that more units do not
-        turn a failing deployment into a meeting one and back (the same requests, spread over
-        more replicas of one shape: each carries less load); near the knee, in runs too short to
-        judge keeping up, a count between them could have met by chance. ``None``: the shape is
-        marked ``infeasible``."""
+        When no doubling count meets with every seed, the counts it skipped are not taken to fail
+        on the word of a larger count that failed: a count where some seed met is at the knee
+        (its verdict is the seeds' noise: 10 and 11 units met, 12 failed), so the counts skipped
+        below the highest such count are run too, lowest first, and the first that meets is the
+        walk's answer. Only where every seed failed at every count run is the shape called
+        infeasible without the counts between them (more units, the same requests spread over
+        more replicas of one shape, each carrying less load, are taken not to turn a deployment
+        whose every seed fails into one whose every seed meets). ``None``: the shape is marked
+        ``infeasible``."""
         floor = max(1, c.min_units)  # below the bound's minimum no count can meet (not run)
         if self.verify(c, k)["meets"]:
             while k - 1 >= floor and self.verify(c, k - 1)["meets"]:
@@ -358,9 +363,16 @@ class Planner:
                 hi = x
             step *= 2
         if hi is None:
-            c.status = "infeasible"
-            c.reason = self.infeasible_reason(c, max_units, c.verified(max_units))
-            return None
+            # no count met with every seed: the highest one where some seed met bounds the counts
+            # the doubling skipped that may meet (None: every seed failed at every count run)
+            hi = max((r["units"] for r in c.runs if r["units"] > k and any(x["meets"] for x in r["seeds"])),
+                     default=None)
+            found = (next((u for u in range(k + 1, hi) if self.verify(c, u)["meets"]), None)
+                     if hi is not None else None)
+            if found is None:
+                c.status = "infeasible"
+                c.reason = self.infeasible_reason(c, max_units, c.verified(max_units))
+            return found
         # the counts the doubling skipped below the one that met, lowest first: the walk's answer
         return next((u for u in range(k + 1, hi) if self.verify(c, u)["meets"]), hi)
 
