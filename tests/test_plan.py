@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
@@ -1412,15 +1413,15 @@ def test_the_unit_search_with_noisy_seeds_answers_the_walks_count_up_to_the_last
 def test_an_infeasible_shape_costs_log_runs_not_one_per_unit_count(tmp_path, monkeypatch):
     """A shape no count meets walked up one unit at a time to --max-gpus: 15 unit counts x the
     seeds at --max-gpus 16 (63 x seeds, ~40 s, at the default 64). It now doubles its way up.
-    Every run is judged as falling behind (evaluate's verdict forced: the short runs this test
-    once relied on are now 'too short to tell', run longer and met), so no count meets."""
+    Every run is judged as falling behind (evaluate's verdict forced, failing: the short runs this
+    test once relied on are now 'too short to tell', run longer and met), so no count meets."""
     import servesim.studies.plan as plan_mod
 
     real = plan_mod.evaluate
 
     def falls_behind(*args, **kwargs):
         ev = real(*args, **kwargs)
-        return {**ev, "keeps_up": False, "keep_up": 0.5, "too_short": False}
+        return {**ev, "meets": False, "keeps_up": False, "keep_up": 0.5, "too_short": False}
 
     monkeypatch.setattr(plan_mod, "evaluate", falls_behind)
     f = tmp_path / "s.yaml"
@@ -1727,3 +1728,24 @@ def test_a_measured_capacity_interval_starts_at_the_rate(tmp_path, monkeypatch):
     assert cap["measured"] and cap["samples"] == [R * 4 / 3, R] and cap["estimate"] == pytest.approx(R * 7 / 6)
     assert cap["low"] == R and cap["high"] > R * 4 / 3
     assert capacity_text(cap) == "5 (4-13)"  # (to the interval's precision; its low end R, not 0)
+
+
+def test_a_run_at_r_that_falls_behind_while_its_batch_fills_is_run_longer(tmp_path):
+    """--requests 300 at 30 req/s on 2 chat replicas (~39 req/s is what they serve; they hold 512
+    requests at once when full): the run met the SLO but read 0.86 requests leaving per arrival,
+    its 150-request warm-up too short for the batch to fill, and the plan took 2 units to fail
+    (an answer one unit too large, 'one unit fewer' shown failing for it). Such a run is run again
+    with a warm-up that holds the full batch twice (capacity's filling span), and meets."""
+    from servesim.studies.capacity import filling_span
+    from servesim.studies.plan import Candidate, Planner
+
+    base = yaml.safe_load((Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml").read_text())
+    opts = PlanOptions(rate_rps=30.0, slo="ttft_p99=10", gpus=("h100-sxm",), tps=(1,), policies=("continuous",),
+                       pd_ratios=(), seeds=1)
+    pl = Planner(base, opts, tmp_path, ExecutorOptions(workers=1, progress=False), None, [3], {}, {}, 300, 300)
+    c = Candidate("x", Shape("colocated", "h100-sxm", 1), "ok", min_units=1)
+    run = pl.verify(c, 2)
+    (seed,) = run["seeds"]
+    assert run["meets"] and seed["requests"] == filling_span(2 * 256) and seed["keeps_up"]
+    first = [p for p in pl.points if p.values.get("rerun")]
+    assert len(first) == 1 and first[0].values["requests"] == 300

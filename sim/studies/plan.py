@@ -48,7 +48,8 @@ from servesim.outputs.rundir import read_summary
 from servesim.outputs.writer import json_text
 from servesim.inputs.scenario import MAX_REQUESTS, mean_rate_at, scenario_from_dict
 from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, check_run_requests,
-                                       check_search_options, evaluate, longer_requests)
+                                       check_search_options, evaluate, filling_span, held_requests,
+                                       longer_requests)
 from servesim.studies.executors import ExecutorOptions, check_numbers, study_session
 from servesim.studies.intervals import Interval, capacity_interval, t_interval
 from servesim.studies.plan_space import (POLICIES, Shape, WorkloadStats, assess, class_layout, enumerate_shapes,
@@ -199,7 +200,12 @@ class Planner:
         every other limit, and with no queue at all its own arrivals and service times could make
         its shortfall by themselves, ``metrics.keep_up_warmup``) runs again longer, as ``servesim
         capacity``'s probes do, up to ``MAX_LONGER`` x the requests at R; results.csv keeps the
-        shorter run with ``rerun``."""
+        shorter run with ``rerun``. So does a run that met every limit but fell behind while its
+        warm-up half brought fewer requests than the deployment holds at once when full
+        (``capacity.held_requests``): its batch can still be filling when keeping up is counted,
+        which reads as a backlog (capacity's ``filling`` warning); it runs again with a warm-up
+        that holds the full batch twice (``capacity.filling_span``), as ``--probe-requests auto``
+        sizes capacity's probes."""
         done = c.verified(units)
         if done is not None:
             return done
@@ -224,6 +230,12 @@ class Planner:
                                   self.period_s)
                     if ev.get("too_short") and n_of[s] < limit:
                         n_of[s] = longer_requests(ev, n_of[s], limit)
+                        p.values["rerun"] = True
+                        again.append(s)
+                        continue
+                    fill = self.filling(p.data, ev, n_of[s])
+                    if fill is not None and n_of[s] < limit:
+                        n_of[s] = min(limit, fill)
                         p.values["rerun"] = True
                         again.append(s)
                         continue
@@ -258,6 +270,23 @@ class Planner:
         c.runs.sort(key=lambda r: r["units"])
         write_results(self.out, self.points)
         return run
+
+    def filling(self, data: dict, ev: dict, n: int) -> int | None:
+        """The requests to run again with a run at R of ``n`` requests (scenario ``data``) whose
+        verdict rests on a batch still filling: it met every limit but fell behind, and its warm-up
+        half brought fewer requests than the deployment holds at once when full; None otherwise.
+        (Runs at R last 300 s of arrivals, so by default this is a deployment whose full batch
+        takes over ~75 s to turn over, or a short --requests.)"""
+        # (evaluate's verdict: the SLO met, the keep-up rule alone broken; a run that completed none
+        # meets no limit)
+        if ev.get("meets") or ev.get("keeps_up") is not False or not math.isfinite(ev.get("keep_up") or math.nan):
+            return None
+        if any(w["limit"] != "keep_up" for w in self.why_not(ev)):
+            return None
+        held = held_requests(data)
+        if held is None or n // 2 >= held[0]:
+            return None
+        return max(2 * n, filling_span(held[0]))
 
     def infeasible_reason(self, c: Candidate, k: int, run: dict) -> str:
         """Why no unit count up to ``k`` (the most --max-gpus allows) met: the limits the run at
