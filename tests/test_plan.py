@@ -576,6 +576,10 @@ def test_report_on_a_damaged_plan_folder_names_it(tmp_path, capsys, edit, messag
     (["--price", "h100-sxm=1e308"], "must be 0 or from 1e-06 to 1e+06"),  # (its $ per M tokens overflowed)
     (["--gpus", ","], "--gpus ',': names no GPU"),  # (read as the default: every GPU)
     (["--policies", " , "], "--policies ' , ': names no policy"),
+    # (capacity's auto, named as capacity's: it read "invalid int value: 'auto'")
+    (["--probe-requests", "auto"], "--probe-requests: plan takes a count of requests here (default: max(the "
+                                   "scenario's num_requests, 1000)); auto is servesim capacity's"),
+    (["--probe-requests", "many"], "--probe-requests: invalid int value: 'many'"),
 ])
 def test_plan_bad_input_is_exit_2(tmp_path, capsys, args, message):
     from servesim.cli.main import main

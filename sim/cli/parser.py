@@ -71,6 +71,22 @@ def _int_or_auto(text: str) -> int | None:
 _int_or_auto.__name__ = "'auto' or int"  # ("invalid 'auto' or int value: 'x'")
 
 
+def _plan_probe_requests(text: str) -> int:
+    """``plan --probe-requests``: a count. ``auto`` is capacity's (4 x the requests the deployment
+    holds at once) and is named as such: plan's per-unit probes only seed its unit search, and
+    argparse's "invalid int value: 'auto'" read as if the flag took no such word anywhere."""
+    if text.strip().lower() == "auto":
+        raise argparse.ArgumentTypeError(
+            "plan takes a count of requests here (default: max(the scenario's num_requests, 1000)); auto is "
+            "servesim capacity's: plan's per-unit probes only pick the unit count its search starts from, and every "
+            "answer is judged on runs at the rate (--requests), run longer where too short to judge keeping up "
+            "(docs/sizing.md)")
+    return _number(int, text)
+
+
+_plan_probe_requests.__name__ = "int"
+
+
 MAX_SEED = 2**63 - 1  # the scenario's seed field's range
 
 
@@ -380,7 +396,8 @@ def _plan(sub) -> None:
     p.add_argument("--seeds", type=_int, default=3, help="workload seeds every answer is verified with (default 3)")
     p.add_argument("--price", action="append", metavar="GPU=USD",
                    help="USD per GPU-hour, over the catalog's list price (repeatable)")
-    p.add_argument("--probe-requests", type=_int, help="requests per unit in a capacity probe (default: max(the "
+    p.add_argument("--probe-requests", type=_plan_probe_requests, help="requests per unit in a capacity probe "
+                   "(default: max(the "
                    "scenario's, 1000))")
     p.add_argument("--requests", type=_int, help="requests in every run at the rate (default: max(probe requests, "
                    "300 s of arrivals))")
