@@ -90,6 +90,11 @@ def test_a_run_of_another_model_is_replayed_at_its_tp_and_reported(tmp_path, mon
     exp = exp_vllm_h100(Options())
     labels = [f.label for f in exp.figures]
     assert "llama-2-70b TP4 tiny: mean TPOT" in labels and "nosuch-9b TP1 general: replay" in labels
+    # the p99 TTFT figure says how many requests were late on their own, measured and simulated
+    p99 = next(f for f in exp.figures if f.label == "llama-2-70b TP4 tiny: p99 TTFT")
+    assert "requests late on their own" in p99.missing and "0.0% measured" in p99.missing
+    mean = next(f for f in exp.figures if f.label == "llama-2-70b TP4 tiny: mean TTFT")
+    assert "late on their own" not in mean.missing
     assert any("held out (no constant fitted to them): llama-2-70b TP4 tiny" in n for n in exp.notes)
 
 
@@ -136,3 +141,27 @@ def test_one_token_outputs_have_no_tpot(tmp_path, monkeypatch):
     tpot = [f for f in exp_vllm_h100(Options()).figures if "TPOT" in f.label]
     assert len(tpot) == 2 and all(f.published is None and f.simulated is None for f in tpot)
     assert all("no request of more than one output token" in f.missing for f in tpot)
+
+
+def test_requests_late_on_their_own_are_counted_apart_from_load():
+    """A request held alone (its neighbours on time) is late on its own; a slow stretch of load
+    (every neighbour as slow) is not; the p99 without the measured late rows is reported for
+    both sides."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    base = 28.0 + rng.normal(0.0, 2.0, n)
+    base[1000:1300] += 20.0  # a busy stretch: every request in it slower
+    meas = base.copy()
+    held = rng.choice(np.r_[100:900, 1400:1900], 40, replace=False)
+    meas[held] += 40.0  # 2% held alone by 40 ms (half the median is 14 ms)
+    late = mv.late_rows(meas)
+    assert set(np.flatnonzero(late)) == set(held)  # the busy stretch is not, the held rows are
+    assert not mv.late_rows(base).any()
+    r = mv.late_requests(meas, base)
+    assert r["share"] == (pytest.approx(0.02), 0.0)
+    assert r["threshold_ms"] == pytest.approx(0.5 * np.median(meas))
+    # without the held rows the two sides are the same requests: the same p99
+    assert r["p99_without"][0] == pytest.approx(r["p99_without"][1])
+    assert r["p99_without"][0] < np.percentile(meas, 99)
+    # a table of one row, or none, does not fail
+    assert not mv.late_rows(np.array([30.0])).any() and len(mv.late_rows(np.array([]))) == 0

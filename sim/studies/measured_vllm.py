@@ -314,11 +314,41 @@ def table(meas: dict, sim: dict, runs: dict, workloads=WORKLOADS) -> tuple:
     return TABLE_HEAD + "\n" + "\n".join(rows), errs
 
 
+# ---------------------------------------------------------------- late requests
+NEIGHBOURS = 50  # a request's TTFT is set against the median of the 50 sent around it
+
+
+def late_rows(ttft_ms: np.ndarray) -> np.ndarray:
+    """The requests late on their own: TTFT more than half the run's median TTFT above the median
+    of the ``NEIGHBOURS`` requests sent around it (in send order; at the ends, the nearest ones).
+    Neighbours share the load, the queue and the engine's state, so a simulated request is late
+    this way only when its own arrival is (a burst); a measured one also when something outside
+    the engine held it alone (the client, the network, the host)."""
+    x = np.asarray(ttft_ms, dtype=float)
+    if not len(x):
+        return np.zeros(0, dtype=bool)
+    half = NEIGHBOURS // 2
+    padded = np.pad(x, half, mode="edge")
+    local = np.median(np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1), axis=1)
+    return x - local > 0.5 * np.median(x)
+
+
+def late_requests(meas_ttft: np.ndarray, sim_ttft: np.ndarray) -> dict:
+    """Measured against simulated, for one run's rows (send order): the share of requests late on
+    their own (``late_rows``), and the p99 TTFT of both without the rows late in the measurement."""
+    late = late_rows(meas_ttft)
+    keep = ~late if (~late).any() else np.ones(len(late), dtype=bool)
+    return {"share": (float(late.mean()), float(late_rows(sim_ttft).mean())),
+            "p99_without": (stats(meas_ttft[keep])["p99"], stats(sim_ttft[keep])["p99"]),
+            "threshold_ms": 0.5 * float(np.median(meas_ttft))}
+
+
 def errors(data: Path) -> tuple:
     """The shipped default (``vllm-v1`` profile, the H100 calibration) replayed on every run in
     the folder (``discover``), client-side: (table text, {(run, stage): {metric: {stat: relative
-    error}}}, per run {metric: {stat: (measured, simulated)}} over the whole run, per run its
-    notes: a model not found, failed rows). A run is keyed by ``RunFile.label``; its figures
+    error}}}, per run {metric: {stat: (measured, simulated)}} over the whole run and its requests
+    late on their own ("late": ``late_requests``), per run its notes: a model not found, failed
+    rows). A run is keyed by ``RunFile.label``; its figures
     cover the rows that did not fail at the client."""
     whole, notes, rows_text, errs = {}, {}, [], {}
     for run in discover(data):
@@ -358,4 +388,5 @@ def errors(data: Path) -> tuple:
             rows_text.append(row)
             if hi - lo == n:  # (the last unit)
                 whole[run.label] = {k: {q: (m[k][q], p[k][q]) for q in ("mean", "p99")} for k in METRICS}
+                whole[run.label]["late"] = late_requests(meas[0][s], sim[0][s])
     return TABLE_HEAD + "\n" + "\n".join(rows_text), errs, whole, notes

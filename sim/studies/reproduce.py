@@ -959,6 +959,8 @@ def exp_vllm_h100(opts: Options) -> Experiment:
                 measured, simulated = per[k][q]
                 why = tails if k == "ttft" else ("nothing named: the replay is the run's own configuration "
                                                  "(tools/calibrate_vllm_h100.py prints every load stage)")
+                if k == "ttft" and q == "p99":
+                    why = f"{why}; {late_note(per['late'])}"
                 if not (math.isfinite(measured) and math.isfinite(simulated)):  # (TPOT of one-token outputs)
                     measured = simulated = None
                     why = "no request of more than one output token: no time per output token"
@@ -979,6 +981,15 @@ def exp_vllm_h100(opts: Options) -> Experiment:
           "Llama-2-70B TP4 from the same study, held out, are checked by tools/check_vllm_public.py "
           "(docs/cost-model.md, engine profiles)")],
         "vllm-v1")
+
+
+def late_note(late: dict) -> str:
+    """What a p99 TTFT figure says of the requests late on their own (``measured_vllm.late_rows``)."""
+    (m, s), (pm, ps) = late["share"], late["p99_without"]
+    err = f" ({ps / pm - 1:+.0%})" if pm and math.isfinite(pm) and math.isfinite(ps) else ""
+    return (f"requests late on their own (TTFT over {late['threshold_ms']:.0f} ms, half the median, above the "
+            f"median of the 50 sent around them): {m:.1%} measured, {s:.1%} simulated; without the measured ones, "
+            f"p99 TTFT {pm:.1f} ms measured, {ps:.1f} simulated{err}")
 
 
 def h100_attention_memory() -> float:
