@@ -8,7 +8,10 @@ an FCFS queue; in its place in a keyed one); swap copies its KV to host memory (
 lasts, else recompute). If nobody was preempted, swapped requests come back first (FCFS), then
 waiting requests are admitted in the queue's order (``queue_order``: FCFS by default) while
 ``max_num_seqs``, the token budget and free KV blocks (minus the watermark) allow: with their
-whole prompt (continuous) or a chunk (chunked prefill, Sarathi-Serve). With prefix caching, a
+whole prompt (continuous) or a chunk (chunked prefill, Sarathi-Serve), taking the KV blocks of
+the tokens scheduled (vLLM V1), or of its whole prompt at once (``whole_prompt_blocks``: the vLLM V0
+and Sarathi-Serve engine profiles, whose block manager allocates a prompt when it admits it,
+chunked or not). With prefix caching, a
 prompt's leading blocks found in the cache are not recomputed (a request preempted for recompute
 finds its own full blocks there too, those not evicted since).
 
@@ -104,6 +107,13 @@ class ContinuousPolicy:
     # only above the watermark, as a new one does (False: it may use the watermark's blocks). Set
     # from the engine profile (``EngineProfile.watermark_on_recompute``)
     watermark_on_recompute: bool = False
+    # vLLM V0's and Sarathi-Serve's ``BlockSpaceManager.allocate``: a waiting request is admitted
+    # only when the KV blocks of its whole sequence so far (its prompt; prompt + output so far for
+    # a recompute) are free, the watermark kept, and takes them all at once, even with chunked
+    # prefill (its later chunks grow nothing, so a request half-way through its prompt is never
+    # what runs out of KV). Set from the engine profile (``EngineProfile.whole_prompt_blocks``).
+    # False: vLLM V1's ``allocate_slots``, the blocks of the tokens scheduled, chunk by chunk
+    whole_prompt_blocks: bool = False
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -175,7 +185,8 @@ class ContinuousPolicy:
         # and L145-154: a waiting sequence longer than min(max_model_len, max_num_batched_tokens)
         # is ignored; the output length is unknown). A request preempted for recompute later comes
         # back with prompt + output so far in one prefill: one over the budget then ends, rejected
-        # (``Replica.recompute_limit``). Chunked prefill: its first chunk is admitted alone.
+        # (``Replica.recompute_limit``). Chunked prefill: its first chunk is admitted alone (its
+        # blocks: those of its first chunk, or of its whole prompt under ``whole_prompt_blocks``).
         if not self.chunked and prompt_tokens > self.max_num_batched_tokens:
             if self.prefill_budget_path:
                 # (a P/D prefill pool's fix is its own chunked prefill, which keeps the split)
@@ -196,13 +207,14 @@ class ContinuousPolicy:
             # otherwise empty replica: a larger prompt (chunked: first chunk) would wait forever,
             # and every request queued behind it (FCFS) with it. (A re-admission after a
             # preemption may use the reserve, so a recompute can always come back.)
-            first = min(prompt_tokens, self.max_num_batched_tokens) if self.chunked else prompt_tokens
+            first = min(prompt_tokens, self.max_num_batched_tokens) if self.chunked and not self.whole_prompt_blocks \
+                else prompt_tokens
             tokens = max(first, self.reserved_tokens(prompt_tokens, max_tokens))
             need = kv.blocks_for(tokens)
             room = kv.num_blocks - int(self.watermark * kv.num_blocks)
             if need > room:
                 what = f"its reservation (policy.reserve={self.reserve})" if self.reserve != "none" else \
-                    "its first chunk" if self.chunked else "its prompt"
+                    "its first chunk" if self.chunked and not self.whole_prompt_blocks else "its prompt"
                 if need > kv.num_blocks:  # (a reservation past the sequence, which the replica checked fits)
                     less = "set policy.max_output_tokens to reserve less, or " if self.reserve == "max" else \
                         "use policy.reserve_allocator: paged, or " if self.buddy else ""
@@ -626,11 +638,11 @@ class ContinuousPolicy:
     def _admission_tokens(self, r, c: int, q: int) -> int:
         """The KV tokens ``admit`` maps for waiting request ``r`` taking ``q`` tokens after ``c``
         computed ones (a prefix-cache hit): c + q, its whole reservation (``reserve``: never
-        preempted, so c is 0 or a hit), or its whole sequence coming back from a preemption
-        (``recompute_whole``)."""
+        preempted, so c is 0 or a hit), or its whole sequence so far: coming back from a preemption
+        (``recompute_whole``), or always (``whole_prompt_blocks``, vLLM V0's block manager)."""
         if self.reserve != "none":
             return max(c + q, self.reserved_tokens(r.prompt_tokens, r.output_tokens))
-        if self.recompute_whole and r.preemptions:
+        if (self.recompute_whole and r.preemptions) or self.whole_prompt_blocks:
             return r.num_tokens
         return c + q
 

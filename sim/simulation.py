@@ -84,8 +84,10 @@ class PoolSetup:
             # the engine profile's scheduler rules, those it sets: prompt-only steps padded to the
             # longest (max_paddings, cost.engine vllm-v0.2.3); vLLM v0.2's block manager, where a
             # decoding request needs a free KV block at its turn (can_append_slot) and a recompute is
-            # admitted above the watermark (can_allocate)
-            rules = {f: getattr(prof, f) for f in ("max_paddings", "decode_needs_free_block", "watermark_on_recompute")}
+            # admitted above the watermark (can_allocate); vLLM V0's, where an admitted prompt takes
+            # the blocks of its whole sequence at once, chunked or not (allocate)
+            rules = {f: getattr(prof, f) for f in ("max_paddings", "decode_needs_free_block", "watermark_on_recompute",
+                                                   "whole_prompt_blocks")}
             rules = {f: v for f, v in rules.items() if v is not None and v is not False}
             if rules:
                 policy = dataclasses.replace(policy, **rules)

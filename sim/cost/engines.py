@@ -122,6 +122,11 @@ class EngineProfile:
     # vLLM v0.2's (and Sarathi-Serve's) ``can_allocate``: the admission watermark holds back a request
     # preempted for recompute as it does a new one (``ContinuousPolicy.watermark_on_recompute``)
     watermark_on_recompute: bool = False
+    # vLLM V0's (and Sarathi-Serve's) ``BlockSpaceManager.allocate``: a request is admitted only when
+    # the blocks of its whole prompt (prompt + output so far, recomputed) are free above the
+    # watermark, and takes them at admission, chunked prefill or not; vLLM V1 allocates a chunk's
+    # blocks as it schedules the chunk (``ContinuousPolicy.whole_prompt_blocks``)
+    whole_prompt_blocks: bool = False
 
 
 # Launch-bound time per layer of a step run without a CUDA graph (vLLM's PyTorch model code,
@@ -217,7 +222,11 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         graphs="decode", capture_sizes=_vllm_v0_sizes, eager_layer_s=_VLLM_EAGER_LAYER_S,
         # the same OpenAI-compatible FastAPI front end; its per-step share sits in step_s (in the
         # engine's process before v0.6, V0-1); per request: vLLM V1's fit (no V0 figure)
-        **_V1_API),
+        **_V1_API,
+        # with chunked prefill too, a prompt's blocks are all allocated when it is admitted
+        # (Scheduler._schedule_prefills: block_manager.can_allocate, then _allocate_and_set_running:
+        # block_manager.allocate of the whole sequence, vllm/core/scheduler.py, v0.4-v0.6)
+        whole_prompt_blocks=True),
     EngineProfile(
         name="vllm-v0.2",
         summary="vLLM v0.2 (late 2023): Ray workers, eager PyTorch (no CUDA graphs), NCCL all-reduce, synchronous "
@@ -236,7 +245,9 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         decode_needs_free_block=True,
         # a recompute's prompt run is admitted as any prompt is, above the watermark
         # (BlockSpaceManager.can_allocate, vllm/core/block_manager.py L103-120 at v0.2.3, L80-87 at v0.1.0)
-        watermark_on_recompute=True),
+        watermark_on_recompute=True,
+        # (no chunked prefill in v0.2; its block manager allocates a prompt's blocks at admission)
+        whole_prompt_blocks=True),
     EngineProfile(
         name="trt-llm",
         summary="TensorRT-LLM (PyTorch backend): overlap scheduler, CUDA graphs for generation batches up to 128, "
@@ -309,7 +320,11 @@ PROFILES["sarathi-serve"] = replace(
     decode_needs_free_block=True,
     # and its can_allocate: the watermark for every admission, a recompute's included
     # (BaseBlockSpaceManager.can_allocate: num_free_gpu_blocks - num_required_blocks >= watermark_blocks)
-    watermark_on_recompute=True)
+    watermark_on_recompute=True,
+    # and its allocate: the blocks of a sequence's whole prompt at admission, its chunks computed
+    # into them (get_num_initial_blocks: len(seq.logical_token_blocks), vllm_block_space_manager.py;
+    # sarathi_scheduler.py: "the memory for all these prefills has already been allocated")
+    whole_prompt_blocks=True)
 
 
 def get_profile(name: str, where: str = "cost.engine") -> EngineProfile:
