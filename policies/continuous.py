@@ -613,8 +613,9 @@ class ContinuousPolicy:
         larger than what the watermark leaves would never return), but under
         ``watermark_on_recompute`` (vLLM v0.2.3 ``BlockSpaceManager.can_allocate``,
         vllm/core/block_manager.py L103-120: the watermark for every prompt run, a recompute's
-        included) all of them too, unless its whole sequence could never fit above them (vLLM then
-        drops the request, ``AllocStatus.NEVER``; servesim lets it use the watermark's blocks)."""
+        included) all of them too (a recompute whose whole sequence could never fit above them ends
+        rejected at its preemption, ``Replica.recompute_blocks``, as vLLM drops it,
+        ``AllocStatus.NEVER``; were one to wait here, it may use the watermark's blocks)."""
         if not r.preemptions:
             return kept
         if self.watermark_on_recompute and kv.blocks_for(r.num_tokens) <= kv.num_blocks - kept:

@@ -369,7 +369,8 @@ def test_vllm_v02_holds_a_recompute_back_at_the_watermark():
     """vLLM v0.2.3 ``can_allocate`` (vllm/core/block_manager.py L103-120) keeps the watermark's blocks
     free for every prompt run, a recompute's too (``watermark_on_recompute``); otherwise a request
     coming back from a preemption may use them. One whose whole sequence could never fit above the
-    watermark (vLLM drops it: ``AllocStatus.NEVER``) may use them either way, so it is not stuck."""
+    watermark (vLLM drops it: ``AllocStatus.NEVER``; the replica ends it at its preemption,
+    test_kv_outgrow) may use them either way, so it is not stuck."""
     kv = BlockAllocator(num_blocks=100, block_size=16)
     assert kv.grow(running_req(0, 16 * 85 - 1, 1, kv), 16 * 85) and kv.num_free == 15
     back = Request(1, 0.0, 160, 50)

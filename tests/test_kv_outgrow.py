@@ -225,3 +225,30 @@ def test_head_of_line_prediction_counts_prompts_whose_sequence_outgrows_the_kv_l
     grown = predict_rejections(sc)["while_decoding"]
     assert grown > 0
     assert predict_head_of_line(sc)["tight"] == grown
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("profile", ["vllm-v0.2.3", "sarathi-serve", "vllm-v1"])
+def test_a_recompute_that_can_never_come_back_above_the_watermark_ends_rejected(engine, profile):
+    # 20 blocks, a 15% watermark keeps 3 free: 17 blocks (272 tokens) for an admission. A (256: 16
+    # blocks) and B (1 token) fit; A, the largest, is preempted once the two fill the cache, after
+    # its 17th token: 273 tokens to recompute, 18 blocks. vLLM v0.2's can_allocate holds a recompute
+    # above the watermark too, so it could never come back (vLLM v0.2.3 ignores it: NEVER); it ends
+    # then, rejected, with its reason. Profiles that let a recompute use the watermark run it.
+    kw = {"cost.engine": profile, "policy.watermark": 0.15, "policy.preemption_victim": "largest_kv",
+          "policy.max_num_batched_tokens": 512}
+    res = simulate(tiny(engine, **kw), specs=specs([(0.0, 256, 40), (0.0, 1, 100)]))
+    r, s = res.requests, res.summary
+    assert s["preemptions"] == 1 and list(r["preemptions"]) == [1, 0]
+    if profile == "vllm-v1":
+        assert list(r["status"]) == ["completed", "completed"]
+        return
+    assert list(r["status"]) == ["rejected", "completed"] and (s["rejected"], s["unfinished"]) == (1, 0)
+    assert r["reason"][0].startswith(
+        "preempted with a sequence that can never be admitted again, after 17 of its 40 output tokens: its "
+        "recompute of prompt + output so far = 273 tokens needs 18 free KV blocks to be admitted, but admission "
+        "keeps policy.watermark=0.15 of the 20 blocks free")
+    assert "leaving 17" in r["reason"][0]
+    # it ends at its preemption, before B (which then runs alone)
+    assert r["finish_s"][0] < r["finish_s"][1] and r["output_tokens"][0] == 40
+    # (before, it came back into the watermark's blocks and was preempted again, over and over)

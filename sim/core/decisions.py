@@ -64,7 +64,7 @@ class DecisionTracer:
 
     def ended(self, req, now: float) -> None:
         """``req`` left the queue at ``now`` without being served further (ended rejected at its
-        preemption, ``Replica._over_budget``): its span closes there."""
+        preemption, ``Replica._end_preempted``): its span closes there."""
         self._close(req, now)
 
     def decide(self, replica, now: float, batch) -> None:

@@ -85,6 +85,10 @@ OUTGREW = "its sequence outgrew the KV cache while decoding"
 # whole-prompt token budget begins (``Replica.recompute_limit``)
 OVER_BUDGET = "preempted with a sequence longer than the token budget"
 
+# how the reason of a request ended when a preemption for recompute finds its sequence needing more
+# KV blocks than the admission watermark ever leaves free (``Replica.recompute_blocks``)
+NEVER_FITS = "preempted with a sequence that can never be admitted again"
+
 
 def _sequence_counted(total: int, k: int) -> str:
     """What a KV check of a whole sequence of ``total`` tokens (prompt + output) counted: the KV of
@@ -254,6 +258,16 @@ class Replica:
         # in chunks; a prefill replica recomputes just the prompt, checked on arrival)
         self.recompute_limit = policy.max_num_batched_tokens if (
             isinstance(policy, ContinuousPolicy) and not policy.chunked and role == "colocated") else None
+        # the admission watermark held against a recompute (``watermark_on_recompute``: vLLM v0.2's
+        # and Sarathi-Serve's can_allocate): the most KV blocks a request preempted for recompute may
+        # need to be admitted again; one whose sequence needs more then ends, rejected
+        # (``_never_fits``), as vLLM v0.2.3 ignores a waiting sequence that can never be allocated
+        # (BlockSpaceManager.can_allocate: AllocStatus.NEVER, vllm/core/block_manager.py L103-120;
+        # vllm/core/scheduler.py L157-166; Sarathi-Serve's would wait for it forever). None: no
+        # such limit (a recompute may use the watermark's blocks)
+        self.recompute_blocks = kv.num_blocks - int(policy.watermark * kv.num_blocks) if (
+            isinstance(policy, ContinuousPolicy) and policy.watermark_on_recompute and policy.reserve == "none") \
+            else None
         self.async_scheduling = async_scheduling
         self.incoming: deque = deque()  # async scheduling: arrived requests the next decision cannot see yet
         self._prev_step = (-math.inf, -math.inf)  # (start, end) of the last step
@@ -849,6 +863,8 @@ class Replica:
                     self.swapped.appendleft(r)
                 elif self.recompute_limit is not None and r.num_tokens > self.recompute_limit:
                     self._over_budget(r, now)
+                elif self.recompute_blocks is not None and kv.blocks_for(r.num_tokens) > self.recompute_blocks:
+                    self._never_fits(r, now)
                 else:
                     kv.free(r, recompute=True)
                     self.recorder.recompute_tokens += r.num_computed_tokens
@@ -918,17 +934,34 @@ class Replica:
         """End ``r``, preempted for recompute at ``now``, rejected: its recompute (prompt + output
         so far, in one prefill with whole-prompt admission) exceeds the token budget
         (``recompute_limit``)."""
+        fix = self.policy._chunked_fix("policy.name")
+        self._end_preempted(r, now, (
+            f"{OVER_BUDGET}, after {r.num_output_done} of its {r.outgrown or r.output_tokens} output tokens: "
+            f"its recompute of prompt + output so far = {r.num_tokens} tokens exceeds policy.max_num_batched_tokens="
+            f"{self.recompute_limit} (whole-prompt admission recomputes a preempted request in one prefill within "
+            f"the budget; vLLM v0 ends such a request, FINISHED_IGNORED; use {fix} or a larger budget)"))
+
+    def _never_fits(self, r, now: float) -> None:
+        """End ``r``, preempted for recompute at ``now``, rejected: its recompute (prompt + output
+        so far) needs more KV blocks than the admission watermark ever leaves free
+        (``recompute_blocks``)."""
+        kv = self.kv
+        self._end_preempted(r, now, (
+            f"{NEVER_FITS}, after {r.num_output_done} of its {r.outgrown or r.output_tokens} output tokens: "
+            f"its recompute of prompt + output so far = {r.num_tokens} tokens needs {kv.blocks_for(r.num_tokens)} "
+            f"free KV blocks to be admitted, but admission keeps policy.watermark={self.policy.watermark:g} of the "
+            f"{kv.num_blocks} blocks free for a recompute too (vLLM v0.2's can_allocate), leaving "
+            f"{self.recompute_blocks} (vLLM v0.2 ends such a request, FINISHED_IGNORED; lower policy.watermark or "
+            "give the replica more KV memory)"))
+
+    def _end_preempted(self, r, now: float, reason: str) -> None:
+        """End ``r``, preempted at ``now`` with no way back, rejected for ``reason``."""
         self.kv.free(r)
         r.finish_s = now
         self.outstanding_tokens -= r.prompt_tokens + r.num_output_done
         if self.tracer is not None:  # (its 'preempted' span: it waits for nothing more)
             self.tracer.ended(r, now)
-        fix = self.policy._chunked_fix("policy.name")
-        self.recorder.reject(r, (
-            f"{OVER_BUDGET}, after {r.num_output_done} of its {r.outgrown or r.output_tokens} output tokens: "
-            f"its recompute of prompt + output so far = {r.num_tokens} tokens exceeds policy.max_num_batched_tokens="
-            f"{self.recompute_limit} (whole-prompt admission recomputes a preempted request in one prefill within "
-            f"the budget; vLLM v0 ends such a request, FINISHED_IGNORED; use {fix} or a larger budget)"))
+        self.recorder.reject(r, reason)
 
     def _draft_time_s(self, batch: Batch) -> float:
         """Speculative decoding: the draft proposes k tokens per decoding sequence (k draft decode
