@@ -181,6 +181,35 @@ def _refused_before_door(setup, specs: RequestSpecs) -> np.ndarray:
     return np.array(refused, dtype=bool)[np.ravel(inverse)]
 
 
+def predict_never_back(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """The workload's own requests that can end while decoding under an engine profile whose
+    admission holds a recompute back at the watermark too (``watermark_on_recompute``: vllm-v0.2,
+    vllm-v0.2.3, sarathi-serve), without running: a preemption for recompute after their sequence
+    needs more KV blocks than the watermark leaves ends them, rejected
+    (``Replica.recompute_blocks``), which depends on the load. {"requests" (admitted on arrival),
+    "at_risk", "blocks" (what the watermark leaves), "num_blocks"}; None where the first pool has
+    no such limit, and for closed-loop and multi-turn workloads."""
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, RequestSpecs):
+        return None
+    entry = _rules(setup).entry[0]
+    one = entry.engines[0] if hasattr(entry, "engines") else entry
+    if getattr(one, "recompute_blocks", None) is None:
+        return None
+    key = (np.asarray(specs.prompt_tokens).astype(np.int64) << 32) | np.asarray(specs.output_tokens).astype(np.int64)
+    pairs, inverse = np.unique(key, return_inverse=True)
+    admitted, risk = [], []
+    for k in pairs.tolist():
+        req = Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)
+        ok = entry.arrival_reason(req) is None
+        admitted.append(ok)
+        risk.append(ok and entry.can_outlive_watermark(req))
+    inverse = np.ravel(inverse)
+    return {"requests": int(np.array(admitted, dtype=bool)[inverse].sum()),
+            "at_risk": int(np.array(risk, dtype=bool)[inverse].sum()), "blocks": one.recompute_blocks,
+            "num_blocks": one.kv.num_blocks}
+
+
 def _served(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:
     """Per request of ``specs``, whether the replicas take it (no rejection reason)."""
     by_pair, inverse, _ = _rejection_pairs(scenario, setup, specs)

@@ -252,3 +252,16 @@ def test_a_recompute_that_can_never_come_back_above_the_watermark_ends_rejected(
     # it ends at its preemption, before B (which then runs alone)
     assert r["finish_s"][0] < r["finish_s"][1] and r["output_tokens"][0] == 40
     # (before, it came back into the watermark's blocks and was preempted again, over and over)
+
+
+def test_validate_predicts_who_can_end_at_a_recompute_the_watermark_never_lets_back():
+    from servesim.predictions import predict_never_back
+    kw = {**SYNC, "memory.num_gpu_blocks": BLOCKS, "policy.watermark": 0.15, "workload.num_requests": 3}
+    # 17 blocks above the watermark (272 tokens): 256 + 40 - 1 = 295 tokens (19 blocks) can end so;
+    # 1 + 100 - 1 (7 blocks) cannot; 300 + 5 (its prompt alone 19 blocks) is rejected on arrival
+    rows = [(0.0, 256, 40), (0.0, 1, 100), (0.0, 300, 5)]
+    for profile in ("vllm-v0.2.3", "sarathi-serve"):
+        got = predict_never_back(make_scenario(**{**kw, "cost.engine": profile}), specs=specs(rows))
+        assert got == {"requests": 2, "at_risk": 1, "blocks": 17, "num_blocks": 20}, profile
+    # the profiles that let a recompute use the watermark have no such limit
+    assert predict_never_back(make_scenario(**{**kw, "cost.engine": "vllm-v1"}), specs=specs(rows)) is None

@@ -542,8 +542,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                          slo_floor_text, slo_unit_warnings, trace_unit_text)
     from servesim.plugins import plugin_warnings
     from servesim.predictions import (OVERLOAD_MARGIN, drawn_lengths, predict_clipped, predict_head_of_line,
-                                      predict_over_budget, predict_overload, predict_rejections, predict_shedding,
-                                      predict_slo_floors, predict_unfinished, preemptions_at_rate)
+                                      predict_never_back, predict_over_budget, predict_overload, predict_rejections,
+                                      predict_shedding, predict_slo_floors, predict_unfinished, preemptions_at_rate)
     from servesim.simulation import prepare
 
     setup = setup or prepare(scenario)
@@ -584,6 +584,17 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                 "how many do depends on the preemptions under load, so the rejections above leave them out "
                 "(chunked prefill recomputes in chunks; swap preemption with host room, or a budget of at least "
                 "the longest prompt + output - 1, keeps them all)")
+        lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")
+    nb = predict_never_back(scenario, setup, lengths)
+    if nb and nb["at_risk"]:
+        k, n = nb["at_risk"], len(lengths.prompt_tokens)
+        wm = scenario.policy.watermark
+        text = (f"{k:,} of {n:,} requests ({k / n:.1%}) are served with prompt + output - 1 needing more KV blocks "
+                f"than the {nb['blocks']:,} of {nb['num_blocks']:,} that policy.watermark={wm:g} leaves: the engine "
+                "profile (cost.engine) admits a recompute above the watermark too, so one "
+                "preempted after its sequence passes them ends rejected then, as vLLM v0.2 ignores it; how many do "
+                "depends on the preemptions under load, so the rejections above leave them out (a lower "
+                "policy.watermark, more KV memory, or swap preemption with host room keeps them)")
         lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")
     clip = predict_clipped(scenario, setup, lengths)
     if clip and clip["clipped"]:

@@ -95,6 +95,10 @@ class VirtualEngines:
         """The first engine's ``Replica.recompute_limit`` (the engines are alike)."""
         return self.engines[0].recompute_limit
 
+    def can_outlive_watermark(self, req) -> bool:
+        """``Replica.can_outlive_watermark`` in the engine ``req`` would run in (the engines are alike)."""
+        return self.engines[0].can_outlive_watermark(req)
+
     def outgrow(self, req) -> tuple[int, str | None]:
         """``Replica.outgrow`` in the engine ``req`` would run in (each holds its own share of the KV)."""
         return self.engines[0].outgrow(req)

@@ -450,6 +450,15 @@ class Replica:
                        f"{self._kv_blocks_has()} (the engine cannot know the output length at arrival; give the "
                        "replica more KV memory)")
 
+    def can_outlive_watermark(self, req) -> bool:
+        """Whether ``req``, served here, can end rejected at a preemption for recompute because its
+        sequence by then could never be admitted again above the watermark (``recompute_blocks``):
+        the longest it gets, prompt + output - 1 (or as far as it goes before it outgrows the KV
+        cache), needs more blocks than the watermark leaves. Whether it does depends on the load."""
+        if self.recompute_blocks is None:
+            return False
+        return self.kv.blocks_for(req.prompt_tokens + self.outgrow(req)[0] - 1) > self.recompute_blocks
+
     def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
         """The policy's ``admission_error`` on this replica's KV; a plug-in's is checked (what it
         raises, or a reason that is no string, is a ``PluginError`` naming it)."""
