@@ -66,12 +66,17 @@ def fast_path_expected(sc, ref) -> dict:
         {"colocated": pol.name}
     st = ref.steps
     decode_only = (st["decode_tokens"] > 0) & (st["prefill_tokens"] == 0)
+    # a P/D split's decode pool: a request joins its decode set after its first step there (its KV
+    # and first token come from the prefill pool; no prefill step there forms the set), so the set
+    # is used only where some request decoded there twice (3 or more output tokens, completed)
+    rq = ref.requests
+    twice = bool(((np.asarray(rq["output_tokens"]) >= 3) & (np.asarray(rq["status"]) == "completed")).any())
     out = {}
     for pool, name in inner.items():
         agg = aggregating and name in ("continuous", "chunked_prefill", "static") and pool != "prefill"
         # a decode-only step in the reference: every running request decoded, so they were all in
         # the decode set (it forms after every step)
-        out[pool] = {"set_steps": agg and bool(decode_only.any()),
+        out[pool] = {"set_steps": agg and bool(decode_only.any()) and (pool != "decode" or twice),
                      # steady decode-only stretches run as runs, except on pipelined virtual engines
                      "runs": (agg and sc.hardware.pp == 1 and int(decode_only.sum()) >= 50) or None}
     return out
@@ -733,6 +738,15 @@ def test_fast_engine_matches_reference_scheduling(**draw):
     """Queue orders, aging, waiting requests preempting lower-priority ones, preemption victims,
     the new routers and admission control, on two classes of alternating requests."""
     _matches_reference_scheduling(**draw)
+
+
+def test_a_decode_pool_of_first_decodes_only_expects_no_decode_set():
+    """A P/D split whose requests each decode once in the decode pool (output 1 or 2 tokens: the
+    first comes from the prefill pool) never forms a decode set there, and the fast-path check does
+    not ask for one (Hypothesis drew this in some processes)."""
+    rows = [(0.0, 1, 1)] * 3 + [(0.0, 1, 2)]
+    _matches_reference_scheduling(rows, 2, 256, None, 1, "pd_split", "round_robin", "recompute", False, "fcfs",
+                                  None, False, "auto", None)
 
 
 def _matches_reference_scheduling(rows, max_num_seqs, budget, blocks, replicas, policy, router, preemption,
