@@ -419,6 +419,29 @@ def test_a_short_probe_is_lengthened_rather_than_read_as_falling_behind(tmp_path
     assert "lower bound" in short["too_short"]
 
 
+def test_a_probe_whose_window_came_slower_than_its_rate_does_not_pass_an_overload(tmp_path):
+    # 16 replicas of 4 sequences each serve ~290 req/s (16 x one saturated replica); at 350 req/s,
+    # 20% over that, a 294-request probe's keep-up window (seed 0) brought its arrivals 16% slower
+    # than 350 req/s, and the replicas kept up with that lull: 0.93 left per arrival, a pass. The
+    # ratio shows only that they kept up with the rate that arrived; counted against the arrivals
+    # 350 req/s brings over the window it is under 0.9, so the probe is too short to tell, is run
+    # longer (its window then nearer the rate), and fails.
+    from servesim.studies.capacity import Search
+    from servesim.studies.executors import ExecutorOptions
+
+    data = scenario_data()
+    data["cluster"] = {"replicas": 16, "router": "round_robin"}
+    s = Search(data, tmp_path, parse_slo("tpot_p99=1"), None, 294, ExecutorOptions(workers=1, progress=False),
+               keep_up=0.9)
+    s.probe([350.0])
+    first = s.evals[0]
+    assert first["keep_up"] >= 0.9 and first["keep_up_arrived"] < 0.9  # kept up with a lull
+    assert first["too_short"] and not first["meets"]
+    last = s.results[350.0]
+    assert last["requests"] > 294 and not last["meets"] and not last["too_short"]
+    assert last["keep_up_arrived"] > first["keep_up_arrived"]
+
+
 def test_limits_that_hold_at_the_highest_rate_say_so_and_leave_no_stale_files(tmp_path, capsys):
     # found by hand: the search doubled past 1e9 req/s (the highest rate a scenario takes), the
     # probe there was refused as an invalid sweep point, and results-seed0.csv was left behind
@@ -814,6 +837,12 @@ def test_the_lower_bound_note_names_what_made_the_probes_too_short():
     short = note(2.0, 10.0)
     assert "longer than" not in short and "no queueing, leave a shortfall of 12%" in short
     assert "lower bound" in short
+    # kept up with arrivals that came slower than the rate (metrics.keeps_up): that is what it says
+    ev = {"requests": 6400, "service_p99_s": 2.0, "keep_up_window_s": 10.0, "keep_up_warmup": 0.0,
+          "keep_up": 0.95, "keep_up_arrived": 0.9}
+    slow = _too_short_note(SimpleNamespace(short={20.0}, results={20.0: ev}, keep_up=0.9), 10.0)
+    assert "0.95 requests left per arrival" in slow and "came at 90% of the rate" in slow
+    assert "shortfall" not in slow and "lower bound" in slow
 
 
 @pytest.mark.parametrize("arrival, period", [

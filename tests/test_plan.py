@@ -1753,3 +1753,23 @@ def test_a_run_at_r_that_falls_behind_while_its_batch_fills_is_run_longer(tmp_pa
     assert run["meets"] and seed["requests"] == filling_span(2 * 256) and seed["keeps_up"]
     first = [p for p in pl.points if p.values.get("rerun")]
     assert len(first) == 1 and first[0].values["requests"] == 300
+
+
+def test_a_run_at_r_that_kept_up_with_a_lull_says_so():
+    # a run at R whose keep-up window's arrivals came slower than R (metrics.keeps_up) keeps up
+    # with what arrived, 0.95 per arrival: the reason said "0.95 requests leave per arrival < 0.9"
+    from types import SimpleNamespace
+
+    from servesim.outputs.metrics import parse_slo
+    from servesim.studies.plan import Planner, PlanOptions
+
+    me = SimpleNamespace(opts=PlanOptions(rate_rps=10.0, slo="ttft_p99=1"), slo=parse_slo("ttft_p99=1"))
+    ev = {"ttft_p99": 0.5, "keeps_up": False, "keep_up": 0.95, "keep_up_arrived": 0.9, "too_short": True,
+          "service_p99_s": 2.0, "keep_up_window_s": 10.0}
+    [why] = Planner.why_not(me, ev)
+    assert why["limit"] == "keep_up" and "< 0.9" not in why["text"]
+    assert "0.95 requests leave per arrival" in why["text"] and "came at 90% of R" in why["text"]
+    assert why["excess"] == pytest.approx(0.9 / (0.95 * 0.9))
+    # a probe that does fall behind still says so
+    [why] = Planner.why_not(me, {**ev, "keep_up": 0.7, "keep_up_arrived": 1.1, "too_short": False})
+    assert "0.70 requests leave per arrival < 0.9" in why["text"]

@@ -242,6 +242,45 @@ def keep_up_warmup(arrival_s: np.ndarray, service_s: np.ndarray, window) -> floa
     return max(even, float(min(1.0, max(0.0, 1.0 - left / arrived))))
 
 
+def keep_up_arrived(arrival_s: np.ndarray, window, rate_rps: float | None, period_s: float | None = None) -> float:
+    """The arrivals in the keep-up window (``window``: ``(t0, t1)``, ``keep_up_window``) per arrival
+    the nominal mean rate ``rate_rps`` brings over it: the rate that actually arrived, as a share
+    of the one the run stands for. NaN where that is not known: no rate (None), no window, or a
+    periodic rate (``period_s``) whose window is not whole periods (part of a cycle has its own
+    mean).
+
+    A run whose ratio is read keeps up with the requests that arrived in its window; when they
+    came slower than the nominal rate (by chance: a short run's window holds few arrivals, 50 of a
+    Poisson process come 14% slower or faster at one standard deviation), it has shown nothing
+    about the nominal rate: an overloaded deployment keeps up with a lull. ``keeps_up`` holds the
+    ratio to the requests the nominal rate brings where fewer arrived."""
+    if window is None or rate_rps is None or not rate_rps > 0 or not math.isfinite(rate_rps):
+        return math.nan
+    t0, t1 = window
+    w = t1 - t0
+    if not w > 0:
+        return math.nan
+    if period_s is not None and period_s > 0:
+        k = w / period_s
+        if round(k) < 1 or abs(k - round(k)) > 1e-6 * max(1.0, k):
+            return math.nan
+    a = np.asarray(arrival_s, dtype=float)
+    return int(np.count_nonzero((a > t0) & (a <= t1))) / (rate_rps * w)
+
+
+def keeps_up(ratio: float, arrived: float | None, share: float = KEEP_UP) -> bool:
+    """Whether a run keeps up: its keep-up ``ratio`` (``keep_up_ratio``) is at least ``share``,
+    and, where its window's arrivals came slower than the nominal rate (``arrived`` < 1,
+    ``keep_up_arrived``; None or NaN: not known), so is the ratio counted against the arrivals
+    that rate brings, ``ratio x arrived``: the requests that left are then as many as the rate
+    would have to leave, not only as many as a lull brought. Failing only that, the run is too
+    short to tell (``too_short_to_tell``: the ratio itself is at least the share): a longer run's
+    window holds more arrivals, and they come nearer the nominal rate."""
+    if ratio is None or math.isnan(ratio) or not ratio >= share:
+        return False
+    return arrived is None or math.isnan(arrived) or ratio * min(1.0, arrived) >= share
+
+
 def too_short_to_tell(ratio: float, warmup: float | None, share: float = KEEP_UP) -> bool:
     """Whether a keep-up ``ratio`` under ``share`` could be all shortfall that the run's own
     arrivals and service times make by themselves, without queueing (``warmup``,

@@ -66,8 +66,8 @@ from servesim.errors import InputError
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS, mean_rate_at
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
-from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_ratio, keep_up_warmup, keep_up_window,
-                                      too_short_to_tell)
+from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_arrived, keep_up_ratio, keep_up_warmup,
+                                      keep_up_window, keeps_up, too_short_to_tell)
 from servesim.outputs.intervals import NONNEGATIVE, SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.outputs.writer import json_text
@@ -135,7 +135,7 @@ def _stat(x: np.ndarray, stat: str) -> float:
 
 
 def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float = 0.0,
-             period_s: float | None = None) -> dict:
+             period_s: float | None = None, rate_rps: float | None = None) -> dict:
     """{"meets": bool, "<metric>_<stat>": value, ..., "attainment": share within per-request limits,
     "keep_up": ``keep_up_ratio`` of the probe (None: too few arrivals to tell), "keeps_up": it is
     >= the given share (given 0: not checked), "keep_up_window_s" and "keep_up_warmup" (the
@@ -143,7 +143,11 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
     other check but does not keep up, by no more than that shortfall (a longer probe tells),
     "service_p99_s": the p99 of the completed requests' time from first scheduled to finish}; a
     probe meets only if it keeps up and completes at least one request. ``period_s``: the arrival
-    rate's period, which the keep-up window spans whole (``metrics.arrival_period_s``)."""
+    rate's period, which the keep-up window spans whole (``metrics.arrival_period_s``).
+    ``rate_rps``: the probe's nominal mean rate (None: not known); "keep_up_arrived" is its
+    window's arrivals per arrival that rate brings (``metrics.keep_up_arrived``), and a probe whose
+    window came slower keeps up only if as many left as that rate would bring (``metrics.keeps_up``):
+    else a lull passes an overload."""
     m = request_metrics(run_dir)
     n = len(m["done"])
     res, ok = {}, True
@@ -167,7 +171,9 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
         # too few arrivals, or all at one instant, to tell: not kept up with (a probe that could
         # show it is longer, --probe-duration)
         res["keep_up"] = None if math.isnan(ratio) else ratio
-        res["keeps_up"] = bool(not math.isnan(ratio) and ratio >= keep_up)
+        arrived = keep_up_arrived(m["arrival"], w, rate_rps, period_s)
+        res["keep_up_arrived"] = None if math.isnan(arrived) else arrived
+        res["keeps_up"] = keeps_up(ratio, arrived, keep_up)
         window = math.nan if w is None else w[1] - w[0]
         rejected = ~m["done"] & (m["leave"] == m["arrival"])  # (leaves at once: ``metrics.leave_s``)
         warm = keep_up_warmup(m["arrival"], np.where(rejected, 0.0, m["service"]), w)
@@ -326,7 +332,8 @@ class Search:
         for p in new:
             if p.row.get("status") != "ok":
                 raise InputError(f"probe at {p.values[RATE_KEY]} req/s failed: {p.row.get('error')}")
-            ev = evaluate(self.out / RUNS / p.hash, self.slo, self.attainment, self.keep_up, self._period_s(p.data))
+            ev = evaluate(self.out / RUNS / p.hash, self.slo, self.attainment, self.keep_up, self._period_s(p.data),
+                          self.mean_rps(p.values[RATE_KEY]))
             ev["throughput_rps"] = p.row.get("throughput_rps")
             ev["goodput_rps"] = p.row.get("goodput_rps")
             ev["requests"] = self.requests_at(p.values[RATE_KEY])
@@ -685,7 +692,10 @@ def _too_short_note(s: Search, cap: float) -> str | None:
     if not rates:
         return None
     ev = s.results[rates[0]]
-    why = (f"a request takes up to {ev['service_p99_s']:.3g} s to serve (p99), longer than the "
+    why = (f"{ev['keep_up']:.2f} requests left per arrival, but the arrivals over which keeping up is counted came "
+           f"at {ev['keep_up_arrived']:.0%} of the rate, and at the rate fewer than {s.keep_up:g} would have left"
+           if ev.get("keep_up_arrived") is not None and (ev.get("keep_up") or 0.0) >= s.keep_up else
+           f"a request takes up to {ev['service_p99_s']:.3g} s to serve (p99), longer than the "
            f"{ev['keep_up_window_s']:.3g} s over which keeping up is counted"
            if ev["service_p99_s"] > ev["keep_up_window_s"] else
            f"the requests' own arrivals and service times, with no queueing, leave a shortfall of "

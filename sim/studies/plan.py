@@ -227,7 +227,7 @@ class Planner:
                 ev = None
                 if p.row.get("status") == "ok":
                     ev = evaluate(self.out / RUNS / p.hash, self.slo, self.opts.attainment, self.opts.keep_up,
-                                  self.period_s)
+                                  self.period_s, self.mean_rate_rps)
                     if ev.get("too_short") and n_of[s] < limit:
                         n_of[s] = longer_requests(ev, n_of[s], limit)
                         p.values["rerun"] = True
@@ -324,12 +324,19 @@ class Planner:
             k = ev.get("keep_up")
             text = "falls behind: " + (f"{k:.2f} requests leave per arrival < {self.opts.keep_up:g}"
                                        if k is not None else "too few arrivals to tell")
-            if ev.get("too_short"):  # (still, at MAX_LONGER x the requests at R: verify)
+            slow = k is not None and k >= self.opts.keep_up and ev.get("keep_up_arrived") is not None
+            if slow:  # (metrics.keeps_up: the window's arrivals came slower than R)
+                text = (f"{'too short to tell whether it keeps up' if ev.get('too_short') else 'falls behind'}: "
+                        f"{k:.2f} requests leave per arrival, but its arrivals came at {ev['keep_up_arrived']:.0%} of "
+                        f"R, and at R fewer than {self.opts.keep_up:g} would have left"
+                        + (" (raise --requests)" if ev.get("too_short") else ""))
+            elif ev.get("too_short"):  # (still, at MAX_LONGER x the requests at R: verify)
                 text = (f"too short to tell whether it keeps up ({k:.2f} requests leave per arrival): even with "
                         f"{MAX_LONGER}x the requests at R a request takes up to {fmt_s(ev['service_p99_s'])} to "
                         f"serve (p99), longer than the {fmt_s(ev['keep_up_window_s'])} over which keeping up is "
                         "counted (raise --requests)")
-            out.append({"limit": "keep_up", "excess": self.opts.keep_up / k if k else math.inf, "text": text})
+            eff = k * min(1.0, ev["keep_up_arrived"]) if slow else k  # (what keeps_up held to the share)
+            out.append({"limit": "keep_up", "excess": self.opts.keep_up / eff if eff else math.inf, "text": text})
         return out or [{"limit": "completed", "text": "no request completed", "excess": math.inf}]
 
     def capacity_opts(self, start: float) -> CapacityOptions:

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesim.outputs import metrics
-from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_ratio, keep_up_warmup, keep_up_window,
-                                      too_short_to_tell)
+from servesim.inputs.scenario import mean_rate_at
+from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_arrived, keep_up_ratio, keep_up_warmup,
+                                      keep_up_window, keeps_up, too_short_to_tell)
 from servesim.studies.capacity import MAX_LONGER, Search as _CapacitySearch, longer_requests, search_capacity
 
 SLOWDOWN_METRICS = ("ttft", "tbt", "e2e")
@@ -101,7 +102,10 @@ def evaluate(res, base: Uncontended, limits: dict, keep_up: float = KEEP_UP) -> 
     if keep_up > 0:  # 0: not checked
         req = res.requests
         scenario = getattr(res, "scenario", None)
-        period = arrival_period_s(scenario.workload.arrival) if scenario is not None else None
+        arrival = scenario.workload.arrival if scenario is not None else None
+        period = arrival_period_s(arrival) if arrival is not None else None
+        # (the nominal mean rate: a window whose arrivals came slower shows nothing about it, metrics.keeps_up)
+        rate = mean_rate_at(arrival, arrival.rate_rps) if hasattr(arrival, "rate_rps") else None
         w = keep_up_window(req["arrival_s"], period)
         ratio = keep_up_ratio(req["arrival_s"], metrics.leave_s(req), w)
         done = metrics.is_completed(req)
@@ -110,7 +114,9 @@ def evaluate(res, base: Uncontended, limits: dict, keep_up: float = KEEP_UP) -> 
                           np.where(req["status"] == "rejected", 0.0, np.nan))  # (rejected: leaves at once)
         warm = keep_up_warmup(req["arrival_s"], served, w)
         ev["keep_up"] = None if math.isnan(ratio) else ratio
-        keeps = bool(not math.isnan(ratio) and ratio >= keep_up)
+        arrived = keep_up_arrived(req["arrival_s"], w, rate, period)
+        ev["keep_up_arrived"] = None if math.isnan(arrived) else arrived
+        keeps = keeps_up(ratio, arrived, keep_up)
         ev["keep_up_warmup"] = warm
         ev["keep_up_window_s"] = math.nan if w is None else w[1] - w[0]
         ok_s = served[~np.isnan(served)]
