@@ -124,10 +124,14 @@ def test_probe_duration_scales_requests_with_rate(tmp_path):
     assert main(["capacity", str(sc), "--seeds", "1",
                  "--slo", "ttft_p99=0.3", "--probe-requests", "50", "--probe-duration", "20",
                  "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    seen = set()
     for row in read_results(out / "results.csv"):
         rate = row["workload.arrival.rate_rps"]
         resolved = yaml.safe_load((out / row["dir"] / "scenario.yaml").read_text())
-        assert resolved["workload"]["num_requests"] == max(50, int(np.ceil(rate * 20)))
+        n = resolved["workload"]["num_requests"]
+        # a rate's first probe; one too short to tell is run again longer (probe_rerun marks it)
+        assert n == max(50, int(np.ceil(rate * 20))) if rate not in seen else n > max(50, int(np.ceil(rate * 20)))
+        seen.add(rate)
 
 
 def test_keep_up_ratio_counts_leavers_per_arrival_over_the_second_half():
