@@ -127,6 +127,7 @@ def parse_slo(text: str) -> dict:
 
 
 KEEP_UP = 0.9  # the keep-up share of capacity, plan and slowdown searches by default, and of the run warning
+KEEP_UP_SD = 2.0  # standard deviations of a no-queue run's leaving count that keep_up_warmup allows for
 
 
 def leave_s(req: dict) -> np.ndarray:
@@ -196,7 +197,7 @@ def keep_up_ratio(arrival_s: np.ndarray, leave_s: np.ndarray, window=False) -> f
 
 
 def keep_up_warmup(arrival_s: np.ndarray, service_s: np.ndarray, window) -> float:
-    """The shortfall of ``keep_up_ratio`` that a run makes with no queue at all, each request
+    """The shortfall of ``keep_up_ratio`` that a run can make with no queue at all, each request
     leaving a service time after it arrived (``service_s``: first scheduled to finish of each
     request, 0 for one rejected at once, NaN for one that did not complete, left out): the larger
     of two counterfactuals over the window (``window``: ``(t0, t1)``, ``keep_up_window``), each
@@ -215,8 +216,9 @@ def keep_up_warmup(arrival_s: np.ndarray, service_s: np.ndarray, window) -> floa
       under 40% of what they keep up with, read 0.86, 0.97 and 1.13 on seeds 0-2), and a rate that
       rises through the run (multi-turn sessions: the turns of the sessions started so far) leaves
       more in flight at its end. The counterfactual takes the run's own arrivals, each leaving a
-      service time drawn from the run's own service times (in expectation: independent of when
-      it arrived), which covers long service too.
+      service time drawn from the run's own service times (independent of when it arrived),
+      which covers long service too. The run's ratio is one draw of the count that leaves, not
+      its mean: the shortfall is that of the mean less ``KEEP_UP_SD`` standard deviations.
 
     Each request's service is drawn from the run's rather than taken as its own because service
     times that lengthen through the window, as the batch (or its preemptions) grows with the
@@ -237,8 +239,13 @@ def keep_up_warmup(arrival_s: np.ndarray, service_s: np.ndarray, window) -> floa
     w = t1 - t0
     even = float(np.clip((s - w) / w, 0.0, 1.0).mean())
     a = a[a <= t1]  # (one arriving later leaves later)
-    # per arrival, the share of the service times that would have it leave within (t0, t1]
-    left = (np.searchsorted(s, t1 - a, side="right") - np.searchsorted(s, t0 - a, side="right")).sum() / len(s)
+    # per arrival, the share of the service times that would have it leave within (t0, t1]: the
+    # chance p it leaves there; the count that leaves is a sum of such draws, mean sum(p) and
+    # variance sum(p (1 - p)), and the run's ratio is one draw of it, so the shortfall allowed is
+    # that of the mean less KEEP_UP_SD standard deviations (the mean alone: a no-queue run of 60
+    # requests fell short of it about half the time)
+    p = (np.searchsorted(s, t1 - a, side="right") - np.searchsorted(s, t0 - a, side="right")) / len(s)
+    left = float(p.sum()) - KEEP_UP_SD * math.sqrt(float((p * (1.0 - p)).sum()))
     return max(even, float(min(1.0, max(0.0, 1.0 - left / arrived))))
 
 
