@@ -1208,3 +1208,48 @@ def test_auto_probe_length_is_never_below_the_scenarios_own_count():
     n, why = auto_probe_requests(base, own)
     assert n >= own, (n, why)
     assert "--probe-requests to go longer" in why and str(own) in why
+
+
+def test_capacity_of_sessions_writes_its_rates_in_sessions_per_second(tmp_path, capsys):
+    """With workload.sessions the rate searched starts sessions: the note said so, but the probe
+    table's header read "rate req/s" and the answer and the error "8 req/s" beside it. Every rate
+    searched now reads sessions/s; the throughput column, which counts requests, keeps req/s."""
+    data = {**BASE, "workload": {**BASE["workload"], "num_requests": 40,
+                                 "sessions": {"turns": {"dist": "uniform", "min": 2, "max": 4}, "think_time_s": 0.5}}}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    code = main(["capacity", str(sc), "--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40",
+                 "--max-probes", "3", "--start", "1", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "rate sessions/s" in out and "tput req/s" in out and "rate req/s" not in out
+    assert "sessions/s" in err and " req/s" not in err.split("no capacity found", 1)[1]
+    plain = tmp_path / "p.yaml"
+    plain.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 40}}))
+    main(["capacity", str(plain), "--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40",
+          "--max-probes", "3", "--start", "1", "--quiet"])
+    out, err = capsys.readouterr()
+    assert "rate req/s" in out and "sessions/s" not in out + err
+
+
+def test_no_capacity_for_the_ttft_admission_rule_says_what_helps_not_more_probes(tmp_path, capsys):
+    """policy.admission.ttft_slo at ttft_slo_share 0.5 rejects every prompt whose prefill alone
+    takes over half the TTFT SLO, at any rate; the latency floors do not know the rule, so the
+    search went down and ended "no rate met, down to 0.125 req/s. Raise --max-probes", which would
+    only probe lower rates. It now names the rule, the rejections at the lowest rates, and what
+    helps; a run whose rejections a lower rate cures keeps the old advice."""
+    data = with_values(BASE, {"workload.num_requests": 100, "workload.prompt_tokens.min": 4000,
+                              "workload.prompt_tokens.max": 8000, "slo": {"ttft_s": 0.25},
+                              "policy.admission": {"ttft_slo": True, "ttft_slo_share": 0.5}})
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=0.25", "--seeds", "1", "--probe-requests", "100",
+                 "--max-probes", "3", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "policy.admission.ttft_slo rejected" in err and "at any rate" in err and "Raise --max-probes" not in err
+    assert "ttft_slo_share" in err
+    # without the rule the same requests are served late, not rejected: the old advice stands
+    del data["policy"]["admission"]
+    sc.write_text(yaml.safe_dump(data))
+    main(["capacity", str(sc), "--slo", "ttft_p99=0.01", "--seeds", "1", "--probe-requests", "100",
+          "--max-probes", "3", "--quiet"])
+    assert "admission" not in capsys.readouterr().err

@@ -157,7 +157,8 @@ RATE_KEY_CAP = "workload.arrival.rate_rps"
 
 
 def _probe_table(s, keys, keep_up: bool) -> str:
-    lines = [["rate req/s", "requests", "meets", *(k + " ms" for k in keys), "attain",
+    unit = s.rate_unit  # (sessions/s where the rate starts sessions; throughput counts requests)
+    lines = [[f"rate {unit}", "requests", "meets", *(k + " ms" for k in keys), "attain",
               *(["keep up"] if keep_up else []), "tput req/s"]]
     for p in s.points:
         r = p.values[RATE_KEY_CAP]
@@ -225,9 +226,10 @@ def cmd_capacity(args) -> int:
 
     def on_seed(k, res, iv):
         if not args.quiet:
-            print(f"seed {k}: capacity {res.capacity_rps:.4g} req/s ({plural(len(res.search.points), 'probe')}); "
+            unit = res.search.rate_unit
+            print(f"seed {k}: capacity {res.capacity_rps:.4g} {unit} ({plural(len(res.search.points), 'probe')}); "
                   "so far "
-                  f"{format_interval(iv, unit='req/s')} over {plural(iv.n, 'seed')}",
+                  f"{format_interval(iv, unit=unit)} over {plural(iv.n, 'seed')}",
                   file=sys.stderr, flush=True)
 
     ci = capacity_interval(args.scenario, args.slo, opts, seeds, args.out, args.set or [], args.seed, ex, on_seed)
@@ -238,7 +240,8 @@ def cmd_capacity(args) -> int:
     how = f"share within limits >= {args.attainment}" if args.attainment else "percentiles over all requests"
     print(_probe_length_line(n, plan.probe_requests_why))
     print(f"one search per seed (probes of {size}; {how}; every probe in results.csv):")
-    lines = [["seed", "capacity req/s", "fails at req/s", "probes"]]
+    unit = ci.per_seed[0].search.rate_unit if ci.per_seed else "req/s"
+    lines = [["seed", f"capacity {unit}", f"fails at {unit}", "probes"]]
     for k, res in zip(ci.seeds, ci.per_seed):
         lines.append([str(k), _fmt(res.result["capacity_rps"]), _fmt(res.result["check_above_rps"]),
                       str(len(res.search.points))])
@@ -251,9 +254,9 @@ def cmd_capacity(args) -> int:
             print(f"\nthe SLO ({limits}) is not met on any seed" + (
                 f": it cannot be at any rate ({floor})" if floor else ""))
         else:
-            per = (f" = {format_interval(ci.per_gpu, unit='req/s')} per GPU ({plural(gpus, 'GPU')})"
+            per = (f" = {format_interval(ci.per_gpu, unit=unit)} per GPU ({plural(gpus, 'GPU')})"
                    if args.per_gpu else "")
-            print(f"\ncapacity {format_interval(iv, unit='req/s')}{per} for {limits}")
+            print(f"\ncapacity {format_interval(iv, unit=unit)}{per} for {limits}")
             rel = f"; half-width {iv.rel:.1%} of the mean" if not math.isnan(iv.rel) else ""
             print(f"95% Student-t interval over {plural(iv.n, 'seed')} (each seed's capacity "
                   f"confirmed by a failing probe 10% above it){rel}"
@@ -264,7 +267,7 @@ def cmd_capacity(args) -> int:
                 print(f"warning: {ci.result['too_short']}")
             if ci.result.get("filling"):
                 print(f"warning: {ci.result['filling']}")
-            _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus, iv)
+            _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus, iv, unit)
     return _capacity_end(args, ci.error)
 
 
@@ -273,19 +276,19 @@ def _probe_length_line(n: int, why: str) -> str:
     return f"probe length: {n} requests ({'--probe-requests ' + why if why.startswith('auto') else 'as given'})"
 
 
-def _burst_note(mean_cap, cap, arrival, gpus: int, iv=None) -> None:
+def _burst_note(mean_cap, cap, arrival, gpus: int, iv=None, unit: str = "req/s") -> None:
     """The mean offered rate at the capacity found (``arrival``'s rate_rps is a burst rate).
     ``iv``: the capacity's interval over seeds, which the mean rate carries with it (it grows
     with the burst rate by the on period's share): printed to that precision, not 4 digits."""
     if mean_cap is None or not abs(mean_cap - cap) > 1e-9 * cap:
         return
     if iv is None or math.isnan(iv.half):
-        text, per = f"{mean_cap:.4g} req/s", f"{mean_cap / gpus:.3g}"
+        text, per = f"{mean_cap:.4g} {unit}", f"{mean_cap / gpus:.3g}"
     else:
         from servesim.outputs.intervals import NONNEGATIVE, Interval
 
         mean = Interval(mean_cap, iv.half * arrival.on_s / (arrival.on_s + arrival.off_s), iv.n, bounds=NONNEGATIVE)
-        text, per = format_interval(mean, unit="req/s"), format_interval(mean.scaled(1 / gpus))
+        text, per = format_interval(mean, unit=unit), format_interval(mean.scaled(1 / gpus))
     print(f"workload.arrival.rate_rps is the {arrival.process} process's burst rate: at capacity the "
           f"mean offered rate is {text} ({per} per GPU)")
 
@@ -301,6 +304,7 @@ def _capacity_end(args, error) -> int:
 def _capacity_one_seed(res, args) -> int:
     s, n, duration = res.search, res.probe_requests, res.probe_duration_s
     cap, above, gpus = res.capacity_rps, res.above_rps, res.num_gpus
+    unit = s.rate_unit
     keys = [f"{m}_{st}" for (m, st) in res.slo]
     size = (f"{plural(n, 'request')} each" if duration is None else
             f"max({plural(n, 'request')}, {duration:g} s of arrivals) each")
@@ -312,18 +316,18 @@ def _capacity_one_seed(res, args) -> int:
     if not res.done:
         pass  # the error below says what was bracketed
     elif cap == 0:
-        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} req/s{res.none_served}")
+        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} {unit}{res.none_served}")
     else:
-        per = f" = {cap / gpus:.3g} req/s per GPU ({plural(gpus, 'GPU')})" if args.per_gpu else ""
-        print(f"\ncapacity {cap:.4g} req/s{per} for {limits}")
+        per = f" = {cap / gpus:.3g} {unit} per GPU ({plural(gpus, 'GPU')})" if args.per_gpu else ""
+        print(f"\ncapacity {cap:.4g} {unit}{per} for {limits}")
         if above is not None:
-            print(f"confirmed: meets at {cap:.4g} req/s, fails at {above:.4g} req/s (+{above / cap - 1:.0%})")
+            print(f"confirmed: meets at {cap:.4g} {unit}, fails at {above:.4g} {unit} (+{above / cap - 1:.0%})")
         print("one seed: no interval (without --seeds 1, capacity searches several seeds and gives a 95% interval)")
         if res.too_short:
             print(f"warning: {res.too_short}")
         if res.filling:
             print(f"warning: {res.filling}")
-        _burst_note(res.mean_capacity_rps, cap, res.arrival, gpus)
+        _burst_note(res.mean_capacity_rps, cap, res.arrival, gpus, unit=unit)
     return _capacity_end(args, res.error)
 
 

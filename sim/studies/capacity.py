@@ -287,6 +287,14 @@ class Search:
         # --probe-duration's arrivals come at (``SearchPlan.mean_rps``; run_search sets it)
         self.mean_rps = lambda rate: rate
 
+    @property
+    def rate_unit(self) -> str:
+        """The unit of the rate searched: "sessions/s" where ``workload.sessions`` makes the
+        arrival rate start sessions (``checks.sessions_rate_note``), else "req/s"."""
+        from servesim.outputs.checks import sessions_rate_note
+
+        return "sessions/s" if sessions_rate_note(self.base) else "req/s"
+
     def _period_s(self, data: dict) -> float | None:
         """``metrics.arrival_period_s`` of the probes' arrival process (the same at every rate)."""
         if self.period_s is False:
@@ -331,7 +339,7 @@ class Search:
                 results=self.results_name, outputs=ex.outputs)
         for p in new:
             if p.row.get("status") != "ok":
-                raise InputError(f"probe at {p.values[RATE_KEY]} req/s failed: {p.row.get('error')}")
+                raise InputError(f"probe at {p.values[RATE_KEY]} {self.rate_unit} failed: {p.row.get('error')}")
             ev = evaluate(self.out / RUNS / p.hash, self.slo, self.attainment, self.keep_up, self._period_s(p.data),
                           self.mean_rps(p.values[RATE_KEY]))
             ev["throughput_rps"] = p.row.get("throughput_rps")
@@ -617,27 +625,68 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
     result["floor"] = s.floor or None  # why no rate can meet the limits, when the floors say so
     # the keep-up rule set the answer on probes too short for the batch to fill (a warning)
     result["filling"] = filling = _filling_note(s, cap) if done else None
+    unit = s.rate_unit
     none_served = "" if any(e.get("throughput_rps") for e in s.results.values()) else \
         "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"
+    # no rate met because the TTFT admission rule rejects requests at any rate: said, with what helps
+    # (more probes only went lower; "Raise --max-probes" was the advice)
+    admission = _admission_floor(s, plan.opts.attainment) if not cap else None
+    if admission:
+        none_served += f"; {admission}"
+        result["floor"] = result["floor"] or admission
     error = None
     if not done:
-        got = (f"the last rate that met was {cap:.4g} req/s" if cap else "no rate met") + (
-            f", the first that failed above it {above:.4g} req/s" if above is not None and cap else
-            f", down to {min(s.results):.4g} req/s" if not cap else ", and no rate above it failed")
+        got = (f"the last rate that met was {cap:.4g} {unit}" if cap else "no rate met") + (
+            f", the first that failed above it {above:.4g} {unit}" if above is not None and cap else
+            f", down to {min(s.results):.4g} {unit}" if not cap else ", and no rate above it failed")
         unbounded = cap and above is None and (not opts.keep_up or cap >= MAX_RATE_RPS)
-        error = (f"no capacity found: the limits still hold at {MAX_RATE_RPS:g} req/s, the highest rate a scenario "
+        error = (f"no capacity found: the limits still hold at {MAX_RATE_RPS:g} {unit}, the highest rate a scenario "
                  "takes" if cap and cap >= MAX_RATE_RPS else f"no capacity found within --max-probes {opts.max_probes}")
         error = (error
                  + (f" (seed {seed})" if seed is not None and seed != plan.base.get("seed") else "")
-                 + f": {got}{none_served}. "
-                 + ("The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
-                    "queue)" + ("" if opts.keep_up else " or keep --keep-up on") if unbounded else "Raise --max-probes"
-                    + _narrow_hint(cap, above, opts.tol)))
+                 + f": {got}{none_served}" + ("" if admission else ". " + (
+                     "The limits may not bound the rate: give a limit that queueing moves (ttft, e2e, "
+                     "queue)" + ("" if opts.keep_up else " or keep --keep-up on") if unbounded else "Raise --max-probes"
+                     + _narrow_hint(cap, above, opts.tol, unit))))
     return CapacityResult(s, plan.slo, cap, above, done, gpus, plan.probe_requests, plan.probe_duration_s,
                           plan.arrival, mean_cap, result, none_served, error, too_short, filling)
 
 
-def _narrow_hint(cap: float, above: float | None, tol: float) -> str:
+ADMISSION_TTFT = "admission: predicted TTFT"  # (``gateway.Admission.at_replica``'s reason for the TTFT rule)
+
+
+def _admission_floor(s: Search, attainment: float | None) -> str | None:
+    """Why no rate met, where policy.admission.ttft_slo rejects requests at any rate: at the two
+    lowest rates probed it rejected requests, and no fewer at the lower one, so those are requests
+    whose predicted TTFT is over the rule's limit with nothing ahead of them (a long prompt's
+    prefill alone), and a rejected request is never served. What helps is then a looser rule, not
+    lower rates. None where that is not so (or it cannot tell: fewer than two rates probed)."""
+    rates = sorted(s.results)[:2]
+    if len(rates) < 2:
+        return None
+    last = {p.values[RATE_KEY]: p for p in s.points}  # (a rate's longest probe: its last)
+    counts = []
+    for r in rates:
+        try:
+            req = read_table(s.out / RUNS / last[r].hash, "requests", ("status", "reason"))
+        except (InputError, OSError, KeyError):
+            return None
+        n = len(req["status"])
+        counts.append((sum(1 for st, why in zip(req["status"], req["reason"])
+                           if st == "rejected" and str(why).startswith(ADMISSION_TTFT)), n))
+    (k, n), (k2, n2) = counts
+    if not k or k / n < 0.9 * k2 / n2:  # (fewer at the lower rate: the queue's doing, which a lower rate cures)
+        return None
+    share = f"; or --attainment at most {1 - k / n:.3g}" if attainment is None or attainment > 1 - k / n else ""
+    return (f"policy.admission.ttft_slo rejected {k} of the {n} requests even at {rates[0]:.4g} {s.rate_unit}, the "
+            f"lowest rate probed (and {k2} of {n2} at {rates[1]:.4g}): their predicted TTFT exceeds the rule's limit "
+            "with nothing ahead of them (their prompts' prefill alone), so they are rejected at any rate, and a "
+            "rejected request is never served; lower rates or more probes do not help: loosen the rule (the TTFT SLO "
+            "it holds, slo.ttft_s or a class's, or policy.admission.ttft_slo_share), turn policy.admission.ttft_slo "
+            f"off, shorten the prompts or use a faster deployment{share}")
+
+
+def _narrow_hint(cap: float, above: float | None, tol: float, unit: str = "req/s") -> str:
     """How the end of the advice to raise --max-probes goes for a search that ran out of probes:
     a wider --tol helps only while the bracket is wider than it; once it is within, only the check
     10% above the answer is left, and that needs a probe."""
@@ -645,7 +694,7 @@ def _narrow_hint(cap: float, above: float | None, tol: float) -> str:
         return ""
     if above / cap - 1 > tol:
         return " or --tol"
-    return f" (the bracket is within --tol {tol:g}: the check 10% above it, {cap * 1.1:.4g} req/s, did not run)"
+    return f" (the bracket is within --tol {tol:g}: the check 10% above it, {cap * 1.1:.4g} {unit}, did not run)"
 
 
 def _only_keep_up_failed(ev: dict, slo: dict, attainment) -> bool:
@@ -678,11 +727,11 @@ def _filling_note(s: Search, cap: float) -> str | None:
     if held is None or n // 2 >= held[0]:
         return None
     want = max(2 * n, filling_span(held[0]))
-    return (f"the keep-up rule, not the SLO, set this answer (at {rate:.4g} req/s the probe met the SLO but fewer than "
-            f"{s.keep_up:g} left per arrival) on probes too short for the batch to fill: a probe's first half, its "
-            f"warm-up, brought {n // 2} requests, fewer than the {held[0]} the deployment holds at once when full "
-            f"({held[1]}), so near capacity its batch can still be filling when keeping up is counted, which reads as "
-            f"a backlog; the capacity may be well above this answer: rerun with --probe-requests {want}")
+    return (f"the keep-up rule, not the SLO, set this answer (at {rate:.4g} {s.rate_unit} the probe met the SLO "
+            f"but fewer than {s.keep_up:g} left per arrival) on probes too short for the batch to fill: a probe's "
+            f"first half, its warm-up, brought {n // 2} requests, fewer than the {held[0]} the deployment holds at "
+            f"once when full ({held[1]}), so near capacity its batch can still be filling when keeping up is counted, "
+            f"which reads as a backlog; the capacity may be well above this answer: rerun with --probe-requests {want}")
 
 
 def _too_short_note(s: Search, cap: float) -> str | None:
@@ -700,8 +749,8 @@ def _too_short_note(s: Search, cap: float) -> str | None:
            if ev["service_p99_s"] > ev["keep_up_window_s"] else
            f"the requests' own arrivals and service times, with no queueing, leave a shortfall of "
            f"{ev['keep_up_warmup']:.0%} over the {ev['keep_up_window_s']:.3g} s over which keeping up is counted")
-    return (f"at {', '.join(f'{r:.4g}' for r in rates)} req/s the probes could not tell whether the deployment keeps "
-            f"up: even with {ev['requests']} requests ({MAX_LONGER}x its first probe's) {why}; the capacity is a "
+    return (f"at {', '.join(f'{r:.4g}' for r in rates)} {s.rate_unit} the probes could not tell whether the deployment "
+            f"keeps up: even with {ev['requests']} requests ({MAX_LONGER}x its first probe's) {why}; the capacity is a "
             "lower bound (raise --probe-requests or --probe-duration)")
 
 
