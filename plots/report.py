@@ -279,7 +279,8 @@ class Context:
                 if g not in self.status:
                     self.status[g] = meets_slo(r.summary)
         if rows:  # (a study: its notes, what results.csv shows, and what its runs warned of)
-            self.notes = caveats(rows, data["meta"], out_dir=data.get("path"), run_rows=data.get("seed_rows"))
+            self.notes = caveats(rows, data["meta"], out_dir=data.get("path"), run_rows=data.get("seed_rows"),
+                                 unit=self.rate_unit)
         else:
             self.notes = [w["message"] for r in runs.values() for w in r.summary.get("warnings") or ()]
         self.notes += data.get("unread") or []
@@ -618,7 +619,8 @@ def _verdict(data: dict, ctx: Context) -> list:
     seed_rows = data["seed_rows"]
     if seed_rows and key:
         labels = list(dict.fromkeys(str(r["label"]) for r in rows))
-        sents = difference_sentences(differences(seed_rows, labels[0]), labels[0], ctx.gpus, rows)
+        sents = difference_sentences(differences(seed_rows, labels[0]), labels[0], ctx.gpus, rows,
+                                     unit=ctx.rate_unit)
         if sents:
             out += ["Differences from the first configuration, paired by seed (called better or worse only when the "
                     "95% interval of the difference excludes zero):", ""] + [f"- {s}" for s in sents] + [""]

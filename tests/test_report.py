@@ -1233,3 +1233,29 @@ def test_a_sessions_capacity_sentence_says_its_rates_in_sessions_per_second(tmp_
     [line, _] = _capacity_lines(cap, "sessions/s")
     assert "**Capacity: 1.75 sessions/s** (1.75 sessions/s per GPU" in line and "req/s" not in line, line
     assert "req/s" in _capacity_lines(cap)[0]  # (a workload of single requests: as before)
+
+
+def test_a_sessions_comparison_names_its_runs_at_sessions_per_second(tmp_path, capsys):
+    """A comparison of a sessions workload named its runs "static at 1 req/s" (the keep-up and
+    failed notes, the run warnings, the paired differences), in its printout and in report.md's
+    caveats beside "At 1 sessions/s:", and the sessions note said the rates read "at N req/s".
+    The rate is of sessions: every name and the note say sessions/s; goodput stays req/s."""
+    from servesim.outputs.checks import sessions_rate_note
+    from servesim.outputs.verdicts import study_warnings
+
+    sc = tmp_path / "s.yaml"
+    data = with_values(BASE, {"workload.num_requests": 12, "workload.sessions": {
+        "turns": {"dist": "uniform", "min": 2, "max": 3}, "think_time_s": 0.5}})
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(sc), "--policies", "continuous,static", "--rates", "1", "--seeds", "2",
+                 "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    printed = capsys.readouterr()
+    assert "static vs continuous at 1 sessions/s" in printed.out
+    text = (out / "report.md").read_text()
+    for t in (printed.out + printed.err, text):
+        assert not re.search(r"\bat 1 req/s", t), re.findall(r".{60}\bat 1 req/s.{20}", t)
+    assert "'at N sessions/s'" in sessions_rate_note(data) and "req/s'" not in sessions_rate_note(data)
+    row = {"point": 0, "label": "static", "workload.arrival.rate_rps": 2.0, "status": "failed", "error": "boom"}
+    assert study_warnings([row], unit="sessions/s")[0]["message"].startswith("static at 2 sessions/s did not run")
+    assert study_warnings([row])[0]["message"].startswith("static at 2 req/s did not run")

@@ -354,11 +354,12 @@ def cmd_compare(args) -> int:
     print(format_table(shown, cols, given=[RATE_KEY]))
     meta = read_study_meta(out / "sweep.json")
     seed_rows = read_results(out / SEEDS) if plan.seeds > 1 else None
-    for note in caveats(rows, meta, out_dir=out, run_rows=seed_rows):
+    for note in caveats(rows, meta, out_dir=out, run_rows=seed_rows, unit=plan.rate_unit):
         print(f"note: {note}")
     if plan.seeds > 1:
         base = plan.configs[0][0]
-        for line in difference_sentences(differences(seed_rows, base), base, gpu_counts(rows), rows):
+        for line in difference_sentences(differences(seed_rows, base), base, gpu_counts(rows), rows,
+                                         unit=plan.rate_unit):
             print(line)
     print(f"\nwrote {out / RESULTS}" + (f", {out / SEEDS}" if plan.seeds > 1 else ""))
     if not args.no_report:

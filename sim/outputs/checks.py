@@ -298,9 +298,9 @@ def class_slo_note(data: dict, flag: str = "--slo") -> str | None:
 
 def sessions_rate_note(data: dict) -> str | None:
     """What ``compare`` and ``sweep`` say of a scenario (its data, overrides applied) whose
-    ``workload.sessions`` an arrival rate starts: the rate (the table's rate column, "at 2 req/s" in
-    the notes and figures) is sessions started per second, not requests, as ``capacity`` says of
-    the rate it searches. None without sessions or for a closed loop (no rate)."""
+    ``workload.sessions`` an arrival rate starts: the rate (the table's rate column, "at 2
+    sessions/s" in the notes, the report and its figures) is sessions started per second, not
+    requests, as ``capacity`` says of the rate it searches. None without sessions or for a closed loop (no rate)."""
     w = data.get("workload") if isinstance(data, dict) else None
     if not isinstance(w, dict) or w.get("sessions") is None:
         return None
@@ -308,8 +308,8 @@ def sessions_rate_note(data: dict) -> str | None:
     if isinstance(a, dict) and a.get("process") == "closed_loop":
         return None
     return ("with workload.sessions, workload.arrival.rate_rps starts sessions, each sending its turns one after "
-            "another: the rates here (the workload.arrival.rate_rps column, 'at N req/s') are sessions started per "
-            "second, not requests; throughput_rps and goodput_rps count requests (turns), and each run's requests "
+            "another: the rates here (the workload.arrival.rate_rps column, 'at N sessions/s') are sessions started "
+            "per second, not requests; throughput_rps and goodput_rps count requests (turns), and each run's requests "
             "arrive faster than its rate (results.csv offered_rps)")
 
 

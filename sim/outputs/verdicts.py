@@ -273,14 +273,15 @@ def swept_values(r: dict) -> dict:
     return {k: r[k] for k in keys[keys.index("point") + 1:keys.index("status")]}
 
 
-def values_name(values: dict, key: str = "label") -> str:
+def values_name(values: dict, key: str = "label", unit: str = "req/s") -> str:
     """A study point named by what it was run with: its label and rate, "continuous at 4 req/s"
     (compare), or its swept values, "max_num_seqs=32, rate_rps=4" (a sweep: each key's last part,
-    the whole key where two share it; each value as given); its seed left out. "" for none."""
+    the whole key where two share it; each value as given); its seed left out. "" for none.
+    ``unit``: the rate's ("sessions/s" where it starts multi-turn sessions, ``rate_text``)."""
     values = {k: v for k, v in values.items() if k != "seed"}
     if values.get(key) is not None:
         rate = values.get(RATE_KEY)
-        return f"{values[key]}" if rate is None else f"{values[key]} at {rate_text(rate)}"
+        return f"{values[key]}" if rate is None else f"{values[key]} at {rate_text(rate, unit=unit)}"
     short = [k.split(".")[-1] for k in values]
     return ", ".join(f"{s if short.count(s) == 1 else k}={given_text(v)}" for (k, v), s in zip(values.items(), short))
 
@@ -292,14 +293,14 @@ def names_text(names: list) -> str:
     return ("; " if any(", " in n for n in names) else ", ").join(names)
 
 
-def _row_name(r: dict, key: str) -> str:
+def _row_name(r: dict, key: str, unit: str = "req/s") -> str:
     """A results row as a warning names it: its label and rate (as written when it is no number: a
     sweep point that failed on it), or a sweep's row its swept values (``values_name``; it said
     "point 2", which the reader had to look up in the table); "point N" when it has neither."""
     if r.get(key) is not None:
         rate = r.get(RATE_KEY)
-        return f"{r[key]}" if rate is None else f"{r[key]} at {rate_text(rate)}"
-    return values_name(swept_values(r), key) or f"point {r.get('point')}"
+        return f"{r[key]}" if rate is None else f"{r[key]} at {rate_text(rate, unit=unit)}"
+    return values_name(swept_values(r), key, unit) or f"point {r.get('point')}"
 
 
 def not_run_text(r: dict) -> str:
@@ -311,11 +312,11 @@ def not_run_text(r: dict) -> str:
     return str(r.get("error") or "no reason recorded")
 
 
-def study_warnings(rows: list, key: str = "label") -> list:
+def study_warnings(rows: list, key: str = "label", unit: str = "req/s") -> list:
     """``{code, message}`` for what the rows themselves show: ``identical_variants``,
     ``unequal_gpus``, ``failed`` (a configuration that did not run), ``not_keeping_up`` (runs
     whose backlog grew: ``keep_up`` below ``metrics.KEEP_UP``; those whose runs are too short to
-    tell, by ``keep_up_warmup``, named apart), ``one_seed``."""
+    tell, by ``keep_up_warmup``, named apart), ``one_seed``. ``unit``: the rows' rate's (``rate_text``)."""
     out = []
     for lbl, same in identical_labels(rows, key).items():
         out.append({"code": "identical_variants",
@@ -330,7 +331,7 @@ def study_warnings(rows: list, key: str = "label") -> list:
                         "has more capacity; goodput and throughput are also given per GPU"})
     for r in rows:
         if r.get("status") != "ok":
-            out.append({"code": "failed", "message": f"{_row_name(r, key)} did not run: {not_run_text(r)}"})
+            out.append({"code": "failed", "message": f"{_row_name(r, key, unit)} did not run: {not_run_text(r)}"})
     behind = [r for r in rows if r.get("status") == "ok" and r.get("keep_up") is not None
               and r["keep_up"] < KEEP_UP]
     # (the shortfall the runs' own arrivals and service times make with no queueing, keep_up_warmup,
@@ -342,13 +343,13 @@ def study_warnings(rows: list, key: str = "label") -> list:
                "results.csv keep_up"
         msg = []
         if grew:
-            msg.append(f"{names_text([_row_name(r, key) for r in grew])} did not keep up ({what}): the backlog grew "
-                       f"through the run, so {'those' if len(grew) > 1 else 'its'} latencies depend on the run's "
-                       "length rather than settling")
+            msg.append(f"{names_text([_row_name(r, key, unit) for r in grew])} did not keep up ({what}): the "
+                       f"backlog grew through the run, so {'those' if len(grew) > 1 else 'its'} latencies depend on "
+                       "the run's length rather than settling")
         if unsure:
             # (one point: its run, it; several: their runs, they; "as short" only after points that grew)
             they, their, runs = ("they", "their", "runs are") if len(unsure) > 1 else ("it", "its", "run is")
-            msg.append(f"{names_text([_row_name(r, key) for r in unsure])} fell {'as ' if grew else ''}short "
+            msg.append(f"{names_text([_row_name(r, key, unit) for r in unsure])} fell {'as ' if grew else ''}short "
                        f"({what}), but {their} {runs} too short to tell whether {they} "
                        f"{'keep' if len(unsure) > 1 else 'keeps'} up: with no queue at all, {their} own arrivals "
                        "and service times make that shortfall by themselves (keep_up_warmup); more requests tell")
@@ -360,17 +361,19 @@ def study_warnings(rows: list, key: str = "label") -> list:
     return out
 
 
-def caveats(rows: list, meta: dict | None = None, key: str = "label", out_dir=None, run_rows=None) -> list:
+def caveats(rows: list, meta: dict | None = None, key: str = "label", out_dir=None, run_rows=None,
+            unit: str = "req/s") -> list:
     """Sentences a reader must see next to the table: the study's own notes (``sweep.json``
     ``notes``), ``study_warnings`` and, given the study's folder ``out_dir``, the warnings its runs
     raised (``run_warning_caveats``; ``run_rows``: the rows naming every run, seeds.csv's when the
-    study ran several seeds, else ``rows``)."""
+    study ran several seeds, else ``rows``). ``unit``: the rows' rate's ("sessions/s" where it
+    starts multi-turn sessions: a comparison's runs are named "static at 2 sessions/s")."""
     # (a capacity or plan search probes rates above what keeps up on purpose: its own keep-up rule
     # judges them, and its probes above capacity warn of the overload by design)
     search = (meta or {}).get("kind") in ("capacity", "plan")
     return [str(n) for n in (meta or {}).get("notes") or []] + [
-        w["message"] for w in study_warnings(rows, key) if not (search and w["code"] == "not_keeping_up")] + (
-        run_warning_caveats(run_rows or rows, out_dir, key) if out_dir is not None and not search else [])
+        w["message"] for w in study_warnings(rows, key, unit) if not (search and w["code"] == "not_keeping_up")] + (
+        run_warning_caveats(run_rows or rows, out_dir, key, unit) if out_dir is not None and not search else [])
 
 
 # run warnings a study's own caveats say from results.csv already
@@ -391,7 +394,7 @@ def _run_names(runs: list) -> str:
     return sep.join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def run_warning_caveats(rows: list, out_dir, key: str = "label") -> list:
+def run_warning_caveats(rows: list, out_dir, key: str = "label", unit: str = "req/s") -> list:
     """Per warning code that the study's runs raised (each run folder's summary.json ``warnings``:
     preemptions, requests shortened or rejected, head-of-line waits, ...), one sentence: how many
     runs and which configurations (rates, seeds), then the message; when the runs' messages differ
@@ -413,7 +416,7 @@ def run_warning_caveats(rows: list, out_dir, key: str = "label") -> list:
         warns = s.get("warnings")
         for w in warns if isinstance(warns, list) else ():
             if isinstance(w, dict) and isinstance(w.get("code"), str) and w["code"] not in STUDY_SAYS:
-                by.setdefault(w["code"], []).append((_row_name(r, key), r.get("seed"), str(w.get("message", ""))))
+                by.setdefault(w["code"], []).append((_row_name(r, key, unit), r.get("seed"), str(w.get("message", ""))))
     out = []
     for code, hits in by.items():
         names = _run_names([(n, sd) for n, sd, _ in hits])
@@ -450,11 +453,12 @@ def differences(seed_rows: list, baseline: str, key: str = "label") -> list:
 
 
 def difference_sentences(diffs: list, baseline: str, gpus: dict | None = None, rows: list | None = None,
-                         key: str = "label") -> list:
+                         key: str = "label", unit: str = "req/s") -> list:
     """One sentence per configuration and rate: the significant differences from the baseline with
     their intervals, and the figures where none was found; ``gpus`` ({label: GPUs}): a note when
     the two use different numbers of GPUs. ``rows`` (results.csv): a configuration that fails the
-    SLO at that rate is said to, first, and no figure of it is called better (SLO first)."""
+    SLO at that rate is said to, first, and no figure of it is called better (SLO first). ``unit``:
+    the rate's (``rate_text``)."""
     gpus = gpus or {}
     fails = {(str(r.get(key)), r.get(RATE_KEY)): meets_slo(r) is False for r in rows or () if r.get("status") == "ok"}
     by: dict = {}
@@ -462,7 +466,7 @@ def difference_sentences(diffs: list, baseline: str, gpus: dict | None = None, r
         by.setdefault((d["label"], d["rate"]), []).append(d)
     out = []
     for (lbl, rate), ds in by.items():
-        at = f" at {rate:g} req/s" if rate is not None else ""
+        at = f" at {rate_text(rate, unit=unit)}" if rate is not None else ""
         sig = [d for d in ds if d["significant"]]
         none = [d["name"] for d in ds if not d["significant"]]
         failing = fails.get((lbl, rate), False)

@@ -230,6 +230,7 @@ class ComparePlan:
     points: list  # Point, one per configuration and rate
     notes: list  # what the reader must know before trusting the table (chunk_budget_note, translations)
     seeds: int = 1  # independent seeds per point (replicates.py); > 1 adds intervals
+    rate_unit: str = "req/s"  # the rates' unit: "sessions/s" where the rate starts multi-turn sessions
 
 
 def _check_has_rate(base: dict) -> None:
@@ -322,7 +323,8 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
     points = make_points(base, runs, "--policies/--variant/--rates", "configuration")
     _refuse_invalid_configs(points)
     _check_each_scenario_once(points, configs, _policies_given(policies))
-    return ComparePlan(scenario_label(scenario, base), list(overrides or []), configs, rate_list, points, notes, seeds)
+    return ComparePlan(scenario_label(scenario, base), list(overrides or []), configs, rate_list, points, notes, seeds,
+                       "sessions/s" if sessions else "req/s")
 
 
 def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = ExecutorOptions()) -> list[dict]:
@@ -338,5 +340,6 @@ def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = Execut
         begin_study(out, meta)
         execute_seeds(plan.points, out, ex, plan.seeds, desc="compare")
         rows = read_results(out / RESULTS)
-        write_meta(out, {**meta, "warnings": study_warnings(rows)})  # what the results show: identical, failed, ...
+        # what the results show: identical, failed, ...
+        write_meta(out, {**meta, "warnings": study_warnings(rows, unit=plan.rate_unit)})
     return rows
