@@ -895,7 +895,7 @@ def test_the_lower_bound_note_names_what_made_the_probes_too_short():
 
     def note(p99, window):
         ev = {"requests": 6400, "service_p99_s": p99, "keep_up_window_s": window, "keep_up_warmup": 0.12}
-        return _too_short_note(SimpleNamespace(short={20.0}, results={20.0: ev}), 10.0)
+        return _too_short_note(SimpleNamespace(short={20.0}, results={20.0: ev}, rate_unit="req/s"), 10.0)
 
     long = note(30.0, 10.0)
     assert "takes up to 30 s to serve (p99), longer than the 10 s" in long and "lower bound" in long
@@ -998,8 +998,8 @@ def test_the_filling_warning_needs_a_keep_up_failure_on_a_probe_shorter_than_the
     def note(requests, held, ttft=0.5, keeps_up=False, attainment=None, share=1.0):
         ev = {"meets": False, "keeps_up": keeps_up, "ttft_p99": ttft, "throughput_rps": 9.0,
               "requests": requests, "attainment": share}
-        s = SimpleNamespace(results={10.0: {"meets": True}, 11.0: ev}, slo=slo, attainment=attainment,
-                            keep_up=0.9, held_requests=lambda: (held, "1 replica x max_num_seqs 400"))
+        s = SimpleNamespace(results={10.0: {"meets": True}, 11.0: ev}, slo=slo, attainment=attainment, keep_up=0.9,
+                            rate_unit="req/s", held_requests=lambda: (held, "1 replica x max_num_seqs 400"))
         return _filling_note(s, 10.0)
 
     # a warm-up of 300 requests, under the 400 held: rerun with a warm-up of twice 400
