@@ -464,7 +464,8 @@ def test_summary_prints_pools_transfer_swap_and_prefix_lines(tmp_path, capsys):
     assert main(["run", p, "--quiet", "--out", str(tmp_path / "a"), "--set", "policy.name=pd_split",
                  "--set", "policy.decode.replicas=2"]) == 0
     out = capsys.readouterr().out
-    assert "pool prefill" in out and "pool decode   2 replica(s)" in out and "KV hand-off   60 transfers" in out
+    assert "pool prefill  1 replica:" in out and "pool decode   2 replicas" in out
+    assert "KV hand-off   60 transfers" in out
     assert main(["run", p, "--quiet", "--out", str(tmp_path / "b"), "--set", "policy.prefix_caching=true",
                  "--set", "workload.shared_prefix.tokens=512", "--set", "memory.num_gpu_blocks=100",
                  "--set", "workload.arrival.rate_rps=20",

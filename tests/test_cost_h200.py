@@ -178,7 +178,7 @@ def test_calibrate_fits_fp8_instead_of_carrying_it(tmp_path):
                         "--device", "h200", "--out", str(out)], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     text = out.read_text()
-    assert "FP8 GEMMs: 1 fp8_gemm.csv file(s)" in text and "gemm_fp8, " not in text
+    assert "FP8 GEMMs: 1 fp8_gemm.csv file" in text and "gemm_fp8, " not in text
     assert "| gemm_fp8 | all | all |" in r.stdout
     fit = load_calibration(out)
     assert math.isclose(fit.gemm_fp8.compute_scale, efficiencies_for(H200).gemm_fp8.compute_scale, rel_tol=2e-3)
@@ -195,7 +195,7 @@ def test_calibrate_says_when_fp8_timings_cannot_be_used(tmp_path):
     r = subprocess.run([sys.executable, "-m", "servesim", "calibrate", "--profiles", str(prof), "--gpu", "nofp8.yaml",
                         "--out", str(tmp_path / "nofp8-cal.yaml")], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "1 fp8_gemm.csv file(s) not used: nofp8 has no FP8 tensor cores" in r.stdout
+    assert "1 fp8_gemm.csv file not used: nofp8 has no FP8 tensor cores" in r.stdout
     import yaml
 
     assert "gemm_fp8" not in yaml.safe_load((tmp_path / "nofp8-cal.yaml").read_text())

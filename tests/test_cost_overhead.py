@@ -109,7 +109,7 @@ def test_calibrate_writes_the_fit_and_validate_cost_reports_it(profiles_with_cpu
     assert body["overhead"]["tp"] == [1, 2, 4]
     eff = load_calibration(out)
     assert eff.overhead.at(2)[0] == pytest.approx(5.0e-3, rel=1e-3)
-    assert "per-step CPU overhead from 1 cpu_overheads profile(s)" in eff.source
+    assert "per-step CPU overhead from 1 cpu_overheads profile" in eff.source
     capsys.readouterr()
     assert main(["validate-cost", "--profiles", str(profiles_with_cpu), "--gpu", "a100-80g", "--calibration",
                  str(out), "--out", str(tmp_path / "v")]) == 0

@@ -173,8 +173,8 @@ def test_class_replicas_that_leave_a_replica_to_no_class_say_so():
         return res, [w["message"] for w in res.summary["warnings"] if w["code"] == "no_effect"]
 
     res, (msg,) = run([{"name": "chat", "replicas": [0]}, {"name": "batch", "replicas": [2, 0]}])
-    assert msg.startswith("cluster.class_replicas lists every request class and none of replica position(s) 1 of "
-                          "the 3 routed")
+    assert msg.startswith("cluster.class_replicas lists every request class and none of replica position 1 of "
+                          "the 3 routed: that replica serves nothing (its GPUs are counted")
     assert 1 not in set(res.requests["replica"].tolist()) and 1 not in set(res.steps["replica"].tolist())
     assert run([{"name": "batch", "replicas": [2]}])[1] == []
     assert run([{"name": "chat", "replicas": [0, 1]}, {"name": "batch", "replicas": [2]}])[1] == []

@@ -100,8 +100,25 @@ def test_failing_point_is_recorded_and_the_rest_go_on(tmp_path, capsys):
     # the table's "error" cells showed before)
     err = capsys.readouterr().err.strip().splitlines()
     # (the first refused named by its values, not "point 0" to look up in the table)
-    assert err == ["note: 3 point(s) refused as invalid and not run (each reason is in results.csv); "
+    assert err == ["note: 3 points refused as invalid and not run (each reason is in results.csv); "
                    "tp=1, max_num_seqs=0: " + rows[(1, 0)]["error"]]
+
+
+def test_one_point_refused_or_failed_is_said_in_the_singular(tmp_path, capsys):
+    """"1 point(s) refused as invalid ... (each reason is in results.csv)" and "1 point(s) failed
+    while running (their error ...)": the counts are said in the number they take."""
+    from servesim.cli.studies import EXIT_POINTS_FAILED, _status
+
+    sc = scenario_file(tmp_path)
+    assert main(["sweep", sc, "--grid", "policy.max_num_seqs=0,8", "--out", str(tmp_path / "sw"), "--workers", "1",
+                 "--quiet"]) == 0
+    [err] = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("note: 1 point refused as invalid and not run (its reason is in results.csv); "
+                          "max_num_seqs=0: ")
+    assert _status(1) == EXIT_POINTS_FAILED
+    assert "error: 1 point failed while running (its error is in results.csv)" in capsys.readouterr().err
+    assert _status(2) == EXIT_POINTS_FAILED
+    assert "error: 2 points failed while running (their error is in results.csv)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("seeds", ["1", "2"])

@@ -142,7 +142,7 @@ def test_another_separator_is_named(tmp_path):
             gen({"path": str(f)})
     junk = tmp_path / "junk.csv"
     junk.write_bytes(b"\x01\x02;\x03\n0\n")
-    with pytest.raises(InputError, match=r"1 field\(s\) that do not look like column names"):
+    with pytest.raises(InputError, match=r"1 field that does not look like column names"):
         gen({"path": str(junk)})
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from servesim.errors import InputError
+from servesim.outputs.wording import plural
 
 # sequences in one step: far beyond any max_num_seqs (each is priced one by one)
 MAX_DECODE_BATCH = 1 << 20
@@ -231,16 +232,16 @@ def cmd_calibrate(args) -> int:
     files = [str(p.path.relative_to(Path(args.profiles))) if Path(args.profiles) in p.path.parents else str(p.path)
              for p in prof.compute]
     prov = (f"servesim {__version__} calibration for {gpu.name}, fitted by `servesim calibrate` on {today()}\n"
-            + (f"from {len(files)} compute profile(s) under {args.profiles}: {', '.join(files)}\n" if files
+            + (f"from {plural(len(files), 'compute profile')} under {args.profiles}: {', '.join(files)}\n" if files
                else f"from the network timings under {args.profiles} (no compute profiles for this GPU)\n")
             + (f"all-reduce: network/{prof.allreduce[0]}/all_reduce.csv (intra-node rows on the peer link)\n"
                if prof.allreduce else "")
             + (f"all-reduce over PCIe: network/{prof.allreduce_pcie[0]}/all_reduce.csv (rows beyond its NVLink pairs)\n"
                if prof.allreduce_pcie else "")
             + (f"send/recv: network/{prof.send_recv[0]}/send_recv.csv (intra-node rows)\n" if prof.send_recv else "")
-            + (f"attention: {len(prof.attention)} attention.csv file(s)\n" if prof.attention else "")
+            + (f"attention: {plural(len(prof.attention), 'attention.csv file')}\n" if prof.attention else "")
             + (f"per-step CPU overhead: {', '.join(str(c.path) for c in prof.cpu)}\n" if prof.cpu else "")
-            + (f"FP8 GEMMs: {len(prof.fp8)} fp8_gemm.csv file(s)\n" if fp8_fitted else "")
+            + (f"FP8 GEMMs: {plural(len(prof.fp8), 'fp8_gemm.csv file')}\n" if fp8_fitted else "")
             + (f"{', '.join(keep)}: not measured by these profiles; carried over from this GPU's current "
                f"efficiencies ({carried.source})\n" if keep else "")
             + "Fit: scipy least_squares on log(predicted) - log(measured); models in sim/cost/efficiency.py.\n"
@@ -252,7 +253,7 @@ def cmd_calibrate(args) -> int:
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
     _write_if_it_loads(calibration_yaml(eff, gpu, prov, quality), out)
-    print(f"calibrated {gpu.name} from {len(prof.compute)} compute profile(s); wrote {out}")
+    print(f"calibrated {gpu.name} from {plural(len(prof.compute), 'compute profile')}; wrote {out}")
     if unfitted:
         differ = [f for f in unfitted if getattr(carried, f) != getattr(v0, f)]
         print(f"note: not measured by these profiles: {', '.join(unfitted)}. A run naming this file prices them "
@@ -260,7 +261,7 @@ def cmd_calibrate(args) -> int:
               + (f"; with cost.calibration: auto the {gpu.name} takes other figures for "
                  + ("all of them" if differ == unfitted else ", ".join(differ)) if differ else ""))
     if prof.fp8 and not fp8_fitted:
-        print(f"note: {len(prof.fp8)} fp8_gemm.csv file(s) not used: {gpu.name} has no FP8 tensor cores "
+        print(f"note: {plural(len(prof.fp8), 'fp8_gemm.csv file')} not used: {gpu.name} has no FP8 tensor cores "
               "(fp8_flops 0), so FP8 weights run at its 16-bit peak")
     for fam in FAMILIES:
         if getattr(eff, fam) is not None and getattr(eff, fam) != getattr(Efficiencies(), fam):  # the fitted ones

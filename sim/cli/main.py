@@ -130,18 +130,19 @@ def _format_memory(s: dict) -> list:
     pools = s.get("pools", {})
     if len(pools) > 1:
         for name, u in pools.items():
-            lines.append(f"pool {name:<8} {u['replicas']} replica(s): busy {u['busy_fraction'] * 100:.0f}%, "
+            lines.append(f"pool {name:<8} {plural(u['replicas'], 'replica')}: busy {u['busy_fraction'] * 100:.0f}%, "
                          f"mean batch {u['mean_batch_size']:.1f}, KV mean {u['kv_usage_mean'] * 100:.0f}%, "
                          f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%")
     tr = s.get("kv_transfer")
     if tr and tr["count"]:
         t = tr["time_s"]
-        lines.append(f"KV hand-off   {tr['count']} transfers, {tr['bytes'] / 1e9:.1f} GB, mean "
+        lines.append(f"KV hand-off   {plural(tr['count'], 'transfer')}, {tr['bytes'] / 1e9:.1f} GB, mean "
                      f"{_fmt_s(t['mean']).strip()}, p99 {_fmt_s(t['p99']).strip()} (first token until KV landed)")
     for name, pl in s.get("pipeline", {}).items():
         busy = " / ".join(f"{b * 100:.0f}%" for b in pl["stage_busy_fraction"])
-        lines.append(f"pipeline      {name}: stages busy {busy} of the run (mean of {pl['replicas']} replica(s); "
-                     "idle: no work, or a bubble while the engines' steps are on other stages)")
+        lines.append(f"pipeline      {name}: stages busy {busy} of the run "
+                     f"(mean of {plural(pl['replicas'], 'replica')}; idle: no work, or a bubble while the engines' "
+                     "steps are on other stages)")
     kv = s.get("kv", {})
     if kv.get("swap_out_bytes"):
         lines.append(f"swap          {kv['swap_out_bytes'] / 1e9:.2f} GB to host, "

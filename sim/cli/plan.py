@@ -10,6 +10,7 @@ from servesim.cli.studies import _class_slo_note, _executor
 from servesim.cost.economics import OVERRIDE_MAX, OVERRIDE_MIN
 from servesim.errors import InputError, ascii_float, ascii_int, clip
 from servesim.outputs.progress import interactive
+from servesim.outputs.wording import plural
 
 
 def _ints(text: str, flag: str) -> tuple:
@@ -116,7 +117,8 @@ def cmd_plan(args) -> int:
             bar.close()
     doc = res.doc
     c = D.counts(doc)
-    print(f"plan: {doc.get('model')} at {doc['rate_rps']:g} req/s, {D.slo_text(doc)}, {len(doc['seeds'])} seed(s); "
+    print(f"plan: {doc.get('model')} at {doc['rate_rps']:g} req/s, {D.slo_text(doc)}, "
+          f"{plural(len(doc['seeds']), 'seed')}; "
           f"{len(doc['candidates'])} shapes: " + ", ".join(f"{v} {k}" for k, v in c.items())
           + f"; {doc['wall_s']:.0f} s")
     for note in (D.burst_note(doc), D.layout_note(doc), _model_note(args)):

@@ -134,11 +134,13 @@ def _status(failed_run: int, refused=()) -> int:
     reason."""
     if refused:
         name, why = refused[0]
-        print(f"note: {len(refused)} point(s) refused as invalid and not run (each reason is in {RESULTS}); "
+        print(f"note: {plural(len(refused), 'point')} refused as invalid and not run "
+              f"({'its reason' if len(refused) == 1 else 'each reason'} is in {RESULTS}); "
               f"{name}: {why}", file=sys.stderr)
     if not failed_run:
         return 0
-    print(f"servesim: error: {failed_run} point(s) failed while running (their error is in {RESULTS}); exit "
+    print(f"servesim: error: {plural(failed_run, 'point')} failed while running "
+          f"({'its' if failed_run == 1 else 'their'} error is in {RESULTS}); exit "
           f"status {EXIT_POINTS_FAILED}", file=sys.stderr)
     return EXIT_POINTS_FAILED
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from servesim.core.request import Request
 from servesim.errors import InputError
+from servesim.outputs.wording import plural
 
 
 def _after_this_instant(env):
@@ -118,7 +119,8 @@ def _check_not_stuck(stuck: list, now: float, source, sessions: bool = False) ->
                "think_time_s > 0 (a client's lead before each session)" if sessions else
                "workload.arrival.reject_wait_s (a rejected client's backoff) or think_time_s > 0")
         raise InputError(
-            f"workload.arrival: {stuck[1]:,} requests were rejected at t={now:g} s, {what} (think_time_s "
+            f"workload.arrival: {plural(stuck[1], 'request', fmt=',')} {'was' if stuck[1] == 1 else 'were'} "
+            f"rejected at t={now:g} s, {what} (think_time_s "
             f"{source.arrival.think_time_s:g}, no API-server time): simulated time cannot advance. Give {fix}, "
             "or relax the policy.admission rule that rejects them")
 

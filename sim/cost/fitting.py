@@ -20,6 +20,7 @@ from servesim.cost.efficiency import (LOWBIT_TILE_M, CommEfficiency, Efficiencie
 from servesim.cost.profiles import GEMM_OPS, MEM_OPS, PROFILE_DTYPE_BYTES, Profiles
 from servesim.cost.smoothmax import smooth_max_np
 from servesim.errors import InputError
+from servesim.outputs.wording import plural
 from servesim.inputs.specs import GpuSpec
 
 ACT = 2.0  # bytes per activation element: the profiles ran in fp16
@@ -224,9 +225,9 @@ def _finite_start(residual, x0) -> None:
     with np.errstate(all="ignore"):
         r = np.asarray(residual(np.asarray(x0, float)))
     if not np.all(np.isfinite(r)):
-        raise InputError(f"the profiles hold {int(np.sum(~np.isfinite(r)))} measurement(s) the cost model gives no "
-                         "finite time for (a shape with no work on a GPU, or a time of 0): check the model columns "
-                         "(n_head, n_kv_head, n_embd, n_expanded_embd) and the TP sizes of the profiles")
+        raise InputError(f"the profiles hold {plural(int(np.sum(~np.isfinite(r))), 'measurement')} the cost model "
+                         "gives no finite time for (a shape with no work on a GPU, or a time of 0): check the model "
+                         "columns (n_head, n_kv_head, n_embd, n_expanded_embd) and the TP sizes of the profiles")
 
 
 def _lsq(residual, x0, lo, hi, scale):
@@ -524,9 +525,9 @@ def fit_profiles(profiles: Profiles, gpu: GpuSpec) -> Efficiencies:
     kw["source"] = ((f"fitted to {len(profiles.compute)} compute profiles for {gpu.name}" if profiles.compute
                      else f"fitted to network timings for {gpu.name}")
                     + (f"; {nodes}" if nodes else "")
-                    + (f"; attention from {len(profiles.attention)} attention profiles" if att is not None
+                    + (f"; attention from {plural(len(profiles.attention), 'attention profile')}" if att is not None
                        else "; attention not measured (v0 values)" if profiles.compute else "")
-                    + (f"; per-step CPU overhead from {len(profiles.cpu)} cpu_overheads profile(s)"
+                    + (f"; per-step CPU overhead from {plural(len(profiles.cpu), 'cpu_overheads profile')}"
                        if over is not None else "")
-                    + (f"; FP8 GEMMs from {len(profiles.fp8)} fp8_gemm profile(s)" if f8 is not None else ""))
+                    + (f"; FP8 GEMMs from {plural(len(profiles.fp8), 'fp8_gemm profile')}" if f8 is not None else ""))
     return Efficiencies(**kw)

@@ -44,6 +44,7 @@ import numpy as np
 
 from servesim.errors import (DIGITS_RULE, InputError, misgrouped_number, non_ascii_number, prefixed_number, shown,
                              shown_data, shown_path)
+from servesim.outputs.wording import plural
 from servesim.inputs.files import (not_utf8, read_bytes, read_utf8, regular_file,  # noqa: F401 (re-exported)
                                    resolve_path)
 
@@ -106,7 +107,8 @@ def header_text(header) -> str:
             if len(names) > 1 and all(_NAME.match(h.strip()) for h in names):
                 return (f"the first line looks separated by {name} ({', '.join(h.strip() for h in names[:12])}); "
                         "the file must be comma-separated")
-    return f"the first line has {len(header)} field(s) that do not look like column names"
+    return (f"the first line has {plural(len(header), 'field')} that {'does' if len(header) == 1 else 'do'} not "
+            "look like column names")
 
 
 def read_keys_once(keys):

@@ -222,8 +222,10 @@ def router_no_effect_warnings(scenario) -> list:
             shown = ", ".join(map(str, unused[:8])) + (", ..." if len(unused) > 8 else "")
             out.append({"code": "no_effect",
                         "message": "cluster.class_replicas lists every request class and none of replica "
-                                   f"position(s) {shown} of the {routed} routed: those replicas serve nothing "
-                                   "(their GPUs are counted, idle, in the run's cost and utilization)"})
+                                   f"{noun(len(unused), 'position')} {shown} of the {routed} routed: "
+                                   + ("those replicas serve nothing (their GPUs are counted" if len(unused) > 1 else
+                                      "that replica serves nothing (its GPUs are counted")
+                                   + ", idle, in the run's cost and utilization)"})
     return out
 
 

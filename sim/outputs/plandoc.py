@@ -12,6 +12,7 @@ from servesim.errors import InputError
 from servesim.outputs.intervals import _decimals_for, _round
 from servesim.outputs.metrics import PER_REQUEST, parse_slo
 from servesim.outputs.rundir import check_fields, damaged, read_json_dict
+from servesim.outputs.wording import plural
 
 PLAN_JSON = "plan.json"
 RUN_S = 300.0  # seconds of arrivals at R in every run at R (unless --requests): tails need many requests
@@ -89,8 +90,8 @@ def _check_verdicts(p: Path, doc: dict) -> None:
                   + ([] if run["meets"] is True and run["seeds"] else ["all"]))
         if c["status"] != "feasible" or run is None or failed:
             why = (f"its status is {c['status']!r}" if c["status"] != "feasible"
-                   else f"it has no run at R with its {c.get('units')} unit(s)" if run is None
-                   else f"its run at R with {c.get('units')} unit(s) did not meet the SLO with every seed")
+                   else f"it has no run at R with its {plural(c.get('units'), 'unit')}" if run is None
+                   else f"its run at R with {plural(c.get('units'), 'unit')} did not meet the SLO with every seed")
             raise InputError(f"{p}: ranking[{i}] is {key!r}, but {why}: a plan ranks only configurations that met "
                              f"the SLO at R with every seed; {_PLAN_AGAIN}")
     # (the answer is the ranking's first: a ranking out of the objective's order, or one that leaves
@@ -377,9 +378,9 @@ def short_run_note(doc: dict) -> str | None:
         return None
     need = [_requests_to_tell(s) for c in bad for s in max(c["runs"], key=lambda r: r["units"]).get("seeds", [])]
     suggest = max([SHORT_RUN, math.ceil(doc["rate_rps"] * RUN_S)] + [k for k in need if k is not None])
-    return (f"note: {len(bad)} shape(s) met every latency limit with the most units --max-gpus allows and failed "
-            f"only the keep-up rule (>= {keep:g} requests leave per arrival over a run's second half), in runs too "
-            f"short to judge it even run again longer: a request takes longer to serve (p99) than that half of the "
+    return (f"note: {plural(len(bad), 'shape')} met every latency limit with the most units --max-gpus allows and "
+            f"failed only the keep-up rule (>= {keep:g} requests leave per arrival over a run's second half), in runs "
+            f"too short to judge it even run again longer: a request takes longer to serve (p99) than that half of the "
             f"arrivals lasts, so it cannot leave within it, queue or not. Give --requests {suggest} or more "
             f"(enough for that half to last the p99 service time, and at least {RUN_S:.0f} s of arrivals at "
             f"{doc['rate_rps']:g} req/s and {SHORT_RUN:,} requests), or --keep-up 0 to judge the latency limits alone.")
@@ -420,7 +421,7 @@ def pruned_lines(doc: dict, examples: int = 2) -> list[str]:
         if not cs:
             continue
         ex = "; ".join(f"{c['label']}: {c['reason']}" for c in cs[:examples])
-        out.append(f"{status}: {len(cs)} shape(s), {PRUNE_WHY[status]}. E.g. {ex}")
+        out.append(f"{status}: {plural(len(cs), 'shape')}, {PRUNE_WHY[status]}. E.g. {ex}")
     bad = [c for c in doc["candidates"] if c["status"] in ("infeasible", "error")]
     for c in bad:
         out.append(f"{c['status']}: {c['label']}: {c['reason']}")

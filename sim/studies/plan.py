@@ -58,6 +58,7 @@ from servesim.studies.points import given_twice, load_base, make_points, require
 from servesim.studies.replicates import check_seed_count, seeds_for
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, RUNS, begin_study, execute, write_results
+from servesim.outputs.wording import plural
 
 OBJECTIVES = ("cost", "gpus", "power")
 
@@ -294,7 +295,7 @@ class Planner:
         fails carry more load each); ``plandoc.short_run_note`` adds the fix when all it broke is
         the keep-up rule in runs too short to judge it."""
         tried = ", ".join(str(r["units"]) for r in c.runs)
-        text = (f"fails at R up to {k} unit(s) ({c.shape.gpus(k)} GPUs, --max-gpus; ran {tried}); at {k}: "
+        text = (f"fails at R up to {plural(k, 'unit')} ({c.shape.gpus(k)} GPUs, --max-gpus; ran {tried}); at {k}: "
                 + "; ".join(_reasons(run)))
         if short_runs_only(c.runs, self.opts.keep_up):
             text += " (only the keep-up rule, in runs too short to judge it)"
@@ -807,7 +808,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
                     c.status = "dominated"
                     lb = objective_text(opts.objective, c.lower_bound)
                     top = objective_text(opts.objective, best.objective)
-                    c.reason = (f"needs >= {c.min_units} unit(s) by the bound: {lb} > {top}, the best verified "
+                    c.reason = (f"needs >= {plural(c.min_units, 'unit')} by the bound: {lb} > {top}, the best verified "
                                 f"({best.key})")
                 else:
                     try:
