@@ -701,8 +701,8 @@ def _slo_floor(scenario: Scenario, setup: Setup, specs, req: dict, limits) -> li
     floors = predict_slo_floors(scenario, setup, specs, only)
     if not floors or not floors["missed"]:
         return []
-    served = int(np.count_nonzero(req["status"] != "rejected"))
-    return [{"code": "slo_floor", "message": slo_floor_text(floors, served)}]
+    admitted = int(np.count_nonzero(req["status"] != "rejected"))  # (completed or unfinished)
+    return [{"code": "slo_floor", "message": slo_floor_text(floors, admitted)}]
 
 
 def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s, wall0,

@@ -1057,7 +1057,7 @@ def test_warnings_of_a_run_admission_rejected_all_or_most_of_say_what_was_served
     assert "requests served" not in w["slo_floor"]
     if served:  # (no cut-off: every request not rejected completed)
         assert f"the latencies describe only the {s['completed']} completed" in w["rejections"]
-        assert f"the run served {served:,} of them" in w["slo_floor"]
+        assert f"the run admitted {served:,} of them" in w["slo_floor"]
     else:
         assert "none was served" in w["rejections"]
         assert "the run rejected them all" in w["slo_floor"]
@@ -1330,3 +1330,18 @@ def test_validate_unfinished_in_a_p_d_split_counts_what_its_token_bucket_lets_in
     assert s["rejected"] == 0 and s["unfinished"] > 0
     pred = predict_unfinished(sc)
     assert 0 < pred["unfinished"] == predict_unfinished(plain)["unfinished"] <= s["unfinished"]
+
+
+def test_slo_floor_counts_the_requests_a_cut_off_run_admitted_as_admitted():
+    """The slo_floor warning of a run whose TTFT rule rejected some requests said "the run served
+    N of them, rejecting the rest", N counting every request not rejected: with workload.duration_s
+    cutting the run off, some of those were unfinished, never served. N is what the run admitted."""
+    kw = {"workload.num_requests": 60, "workload.prompt_tokens": {"dist": "uniform", "min": 3000, "max": 7000},
+          "workload.arrival": {"process": "poisson", "rate_rps": 16}, "slo": {"ttft_s": 0.15, "tpot_s": 0.05},
+          "policy.admission": {"ttft_slo": True}, "workload.duration_s": 2.0}
+    s = simulate(make_scenario(**kw)).summary
+    w = {x["code"]: x["message"] for x in s["warnings"]}
+    admitted = s["num_requests"] - s["rejected"]
+    assert s["unfinished"] > 0 and s["rejected"] > 0 and s["completed"] < admitted
+    assert f"the run admitted {admitted:,} of them, rejecting the rest" in w["slo_floor"]
+    assert "the run served" not in w["slo_floor"]

@@ -670,17 +670,19 @@ def format_warnings(warnings: list) -> list:
     return [f"warning       {w['message']}" for w in warnings or ()]
 
 
-def slo_floor_text(floors: dict, run_served: int | None = None) -> str:
+def slo_floor_text(floors: dict, run_admitted: int | None = None) -> str:
     """What ``predictions.predict_slo_floors`` found (it found requests over a floor): how many of
     the requests served cannot meet the SLO even on an idle deployment, why, and the attainment no
     load exceeds; ``validate`` warns of it before a run, and the run (``slo_floor``) after it.
-    ``run_served``: the run's requests not rejected; below the floors' count (admission rejected
-    some whose lengths fit), the requests are those whose lengths fit, of which the run served so many."""
+    ``run_admitted``: the run's requests not rejected (completed or not: a cut-off leaves some
+    unfinished); below the floors' count (admission rejected some whose lengths fit), the requests
+    are those whose lengths fit, of which the run admitted so many (it said "served", of requests
+    a cut-off left unfinished too)."""
     k, n = floors["missed"], floors["requests"]
     of, ran = "requests served", ""
-    if run_served is not None and run_served < n:
+    if run_admitted is not None and run_admitted < n:
         of = "requests whose lengths fit the deployment"
-        ran = (f"; the run served {run_served:,} of them, rejecting the rest" if run_served else
+        ran = (f"; the run admitted {run_admitted:,} of them, rejecting the rest" if run_admitted else
                "; the run rejected them all")
     why = []
     if floors["ttft"]:
