@@ -255,3 +255,20 @@ def test_a_goodput_interval_stays_within_the_arrivals():
     assert format_interval(row_interval({**row, "goodput_rps": 12.0, "goodput_rps_ci95": 0.2}, "goodput_rps")) \
         == f"12.00 {PM} 0.20"
     assert row_interval({"goodput_rps": 16.6, "goodput_rps_ci95": 5.0, "seeds": 2}, "goodput_rps").high == 21.6
+
+
+def test_a_mean_keeps_a_significant_digit_of_its_own_beside_a_wide_interval():
+    """The mean is rounded to the half-width's place: two seeds' goodput 0.1 and 0.9 req/s (t
+    half-width 5.1) printed "0 (0 to 6) req/s", a mean that reads as nothing beside an upper end
+    well above it. The mean, and a cut end, keep their first significant digit; an interval whose
+    place already keeps it prints as before."""
+    from servesim.outputs.intervals import NONNEGATIVE
+
+    iv = t_interval([0.1, 0.9], bounds=NONNEGATIVE)
+    assert format_interval(iv, unit="req/s") == "0.5 (0 to 6) req/s"
+    assert format_interval(Interval(0.3, 40.0, 2), unit="ms") == f"0.3 {PM} 40 ms"
+    # a cut end just above the mean keeps its own digit too: not "0.3 (0 to 0)"
+    assert format_interval(Interval(0.34, 22.0, 2, bounds=(0.0, 0.36))) == "0.3 (0 to 0.4)"
+    assert format_interval(Interval(19.8, 0.9, 2)) == f"19.8 {PM} 0.9"
+    assert format_interval(t_interval([0.10, 0.14], bounds=(0.0, 1.0)), 100) == "12 (0 to 37)"
+

@@ -26,7 +26,9 @@ second (``offered_rps``), which no run's can exceed: "17 (13 to 17) req/s" at 17
 Printed precision follows the interval: the half-width keeps the Particle Data Group's number of
 significant digits (two when its leading three digits are 100-354, one for 355-949; 950-999 is
 rounded up to two digits of the next power), and the mean is rounded to the same decimal place
-(``format_interval``: "19.8 +- 0.9", written with a real plus-minus sign).
+(``format_interval``: "19.8 +- 0.9", written with a real plus-minus sign), or, where that place
+would leave it no significant digit of its own, to its first one ("0.3 +- 40", not "0 +- 40"; so
+too a cut end: "0.3 (0 to 0.4)").
 """
 
 from __future__ import annotations
@@ -193,6 +195,14 @@ def _decimals_for(half: float) -> int:
     return -e + digits - 1
 
 
+def _own_digit(x: float, decimals: int) -> int:
+    """``decimals``, or more where ``x`` rounded to them would keep no significant digit of its own:
+    a mean of 0.3 beside a half-width of 40 printed "0 (0 to 40)", read as nothing at all."""
+    if x == 0 or not math.isfinite(x):
+        return decimals
+    return max(decimals, -math.floor(math.log10(abs(x))))
+
+
 def _round(x: float, decimals: int) -> str:
     if decimals > 0:
         return f"{x:.{decimals}f}"
@@ -232,10 +242,13 @@ def format_interval(iv: Interval, scale: float = 1.0, unit: str = "", sig: int =
     if half == 0:
         return f"{format_value(mean, sig)} {PM} 0{tail}"
     d = _decimals_for(half)
+    # (the mean, and a cut end, keep at least one significant digit of their own: "0.3 (0 to 40)",
+    # not "0 (0 to 40)"; "0.3 (0 to 0.4)" where the cut end is close above it, not "0.3 (0 to 0)")
     if iv.cut:  # (a share's t-interval past 0 or 1: the mean and the cut ends, "12 (0 to 37)")
         low, high = sorted((iv.low * scale, iv.high * scale))
-        return f"{_round(mean, d)} ({_round(low, d)} to {_round(high, d)}){tail}"
-    return f"{_round(mean, d)} {PM} {_round(half, d)}{tail}"
+        return (f"{_round(mean, _own_digit(mean, d))} ({_round(low, _own_digit(low, d))} to "
+                f"{_round(high, _own_digit(high, d))}){tail}")
+    return f"{_round(mean, _own_digit(mean, d))} {PM} {_round(half, d)}{tail}"
 
 
 def format_difference(iv: Interval, scale: float = 1.0, unit: str = "") -> str:
