@@ -272,3 +272,31 @@ def test_a_mean_keeps_a_significant_digit_of_its_own_beside_a_wide_interval():
     assert format_interval(Interval(19.8, 0.9, 2)) == f"19.8 {PM} 0.9"
     assert format_interval(t_interval([0.10, 0.14], bounds=(0.0, 1.0)), 100) == "12 (0 to 37)"
 
+
+def test_run_seeds_cuts_throughput_and_goodput_at_the_arrivals_per_second(tmp_path, capsys):
+    """A seed's throughput and goodput count completions over the run's window from 0, which its
+    last arrival ends within, so neither exceeds its arrivals per second (workload.offered_rps)
+    and their mean over the seeds cannot exceed the seeds' mean offered rate. run --seeds cut their
+    intervals at 0 only: six requests on two seeds printed "4 (0 to 27) req/s" at about 4.4 req/s
+    arrived. They are cut there, as results.csv's rows are (``rate_bounds``); the token rates,
+    which have no such bound, are not."""
+    import json
+
+    import yaml
+
+    from servesim.cli.main import main
+    from tests.conftest import BASE
+
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 6}}))
+    assert main(["run", str(sc), "--seeds", "2", "--quiet", "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    f = json.loads((tmp_path / "r" / "summary.json").read_text())["seeds"]["figures"]
+    offered = f["offered_rps"]["mean"]
+    assert all(t <= o for t, o in zip(f["throughput_rps"]["values"], f["offered_rps"]["values"]))
+    tput = Interval(f["throughput_rps"]["mean"], f["throughput_rps"]["ci95"], 2)
+    assert tput.mean + tput.half > offered  # (the t-interval reaches past it: what is cut)
+    line = next(x for x in out.splitlines() if x.startswith("  throughput"))
+    high = float(line.split(" to ", 1)[1].split(")", 1)[0])
+    assert high <= float(format_value(offered, 1)) + 1e-9, line
+    assert "output tok/s" in line

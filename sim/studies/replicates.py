@@ -177,6 +177,10 @@ def seeds_section(seeds: list, summaries: list) -> dict:
 
     for k in RUN_FIGURES:
         add(k, [s[k] for s in summaries])
+    # the arrivals per second (``workload.offered_rps``): what no seed's throughput or goodput
+    # exceeds (both count completions over the run's window from 0, which the last arrival ends
+    # within), so the printed interval of their mean is cut there too (``intervals.rate_bounds``)
+    add("offered_rps", [(s.get("workload") or {}).get("offered_rps") for s in summaries])
     for d in RUN_DISTS:
         for st in RUN_STATS:
             add(f"{d}.{st}", [(s.get(d) or {}).get(st) for s in summaries])
