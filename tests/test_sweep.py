@@ -762,3 +762,16 @@ def test_compare_keeps_one_class_with_and_without_chunks_and_variants_that_diffe
                               ["c", "policy.name=continuous", "policy.max_num_seqs=8"]])
     assert [label for label, _ in configs] == ["continuous", "chunked_prefill", "servesim.policies.static:StaticPolicy",
                                                "a", "b", "c"]
+
+
+def test_a_refused_comparison_point_names_its_rate_in_the_rates_unit():
+    """compare names a refused point by its label and rate: with workload.sessions the rate starts
+    sessions, and "static at 2 req/s" read as requests (the note and the table say sessions/s)."""
+    from types import SimpleNamespace
+
+    from servesim.studies.sweep import refused_points
+
+    p = SimpleNamespace(values={"label": "static", "workload.arrival.rate_rps": 2.0}, number=0, error="too big",
+                        row={"status": "error"})
+    assert refused_points([p], "sessions/s") == [("static at 2 sessions/s", "too big")]
+    assert refused_points([p]) == [("static at 2 req/s", "too big")]

@@ -371,7 +371,7 @@ def cmd_compare(args) -> int:
         from servesim.cli.report import drew_figures
 
         print(f"wrote {path}" + (" and its figures" if drew_figures(out) else " (no figures: nothing to draw)"))
-    return _status(failed_while_running(plan.points), refused_points(plan.points))
+    return _status(failed_while_running(plan.points), refused_points(plan.points, plan.rate_unit))
 
 
 def _starting(command: str):

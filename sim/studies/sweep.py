@@ -345,12 +345,13 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
                        refused_points(points), points)
 
 
-def refused_points(points: list[Point]) -> list:
+def refused_points(points: list[Point], unit: str = "req/s") -> list:
     """(name, reason) of the points refused as invalid (a value the schema refuses, a model that
     does not fit): not run, and no exit status of their own, since a grid may span what fits and
-    what does not; the command names them on stderr."""
-    return [(values_name(p.values) or f"point {p.number}", p.error or (p.row or {}).get("error", "")) for p in points
-            if (p.row or {}).get("status") == "error" and (p.row or {}).get("failed") != "run"]
+    what does not; the command names them on stderr. ``unit``: the rate's, where a point is named
+    by its label and rate (compare: "static at 2 sessions/s" with workload.sessions)."""
+    return [(values_name(p.values, unit=unit) or f"point {p.number}", p.error or (p.row or {}).get("error", ""))
+            for p in points if (p.row or {}).get("status") == "error" and (p.row or {}).get("failed") != "run"]
 
 
 def failed_while_running(points: list[Point]) -> int:
