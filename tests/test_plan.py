@@ -531,7 +531,7 @@ def test_plan_prints_a_long_pruned_reason_cut_and_marked(tmp_path, capsys):
     (lambda d: (d["candidates"][0].update(status="feasible", units=1, runs=[
         {"units": 1, "meets": True, "seeds": [{"seed": 0, "meets": False}]}]),
         d.update(ranking=[d["candidates"][0]["key"]])),
-     r"but its run at R with 1 unit\(s\) did not meet the SLO with every seed"),
+     r"but its run at R with 1 unit did not meet the SLO with every seed"),
     (lambda d: (d["candidates"][0].update(status="feasible", units=1, runs=[
         {"units": 1, "meets": True, "seeds": [{"seed": 0, "meets": True}]}]),
         d.update(ranking=[d["candidates"][0]["key"]], answer={"key": "other", "units": 1})),
