@@ -743,6 +743,10 @@ def test_compare_rates_given_twice_or_infinite_are_refused_at_the_flag(tmp_path,
      "'b' (--variant b) runs what 'a' (--variant a) runs (the same scenario once their values are read)"),
     (["--policies", "continuous", "--variant", "v", "policy.name=continuous", "seed=0"],
      "'v' (--variant v) runs what 'continuous' (--policies value 1) runs (the same scenario once their values"),
+    # the scenario's name is only a label: both rows ran one configuration, with equal results
+    (["--variant", "a", "name=x", "--variant", "b", "name=y"],
+     "'b' (--variant b) runs what 'a' (--variant a) runs (the same scenario once their values are read, differing "
+     "only in name, a label)"),
 ])
 def test_compare_refuses_one_configuration_by_two_names(tmp_path, capsys, flags, says):
     """compare --policies continuous,servesim.policies.continuous:ContinuousPolicy ran the one

@@ -20,7 +20,8 @@ from servesim.inputs.overrides import override_texts, parse_override
 from servesim.outputs.checks import sessions_rate_note
 from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
-from servesim.studies.points import given_twice, load_base, make_points, require_rate, scenario_label
+from servesim.studies.points import (given_twice, load_base, make_points, require_rate, scenario_hash,
+                                    scenario_label)
 from servesim.studies.replicates import check_seed_count
 from servesim.studies.lock import folder_lock
 from servesim.studies.sweep import RESULTS, begin_study, execute_seeds, read_results, write_meta
@@ -165,12 +166,16 @@ def _check_each_scenario_once(points, configs, from_policies: int) -> None:
         if p.data is None:
             continue
         label = p.values["label"]
-        j = first.setdefault(p.hash, label)
+        # the scenario's name is a label (summary.json's scenario), not part of the configuration:
+        # --variant a name=x --variant b name=y ran one configuration as two rows, with equal results
+        j = first.setdefault(scenario_hash({k: v for k, v in p.data.items() if k != "name"}), label)
         if j != label:
             a, b = labels.index(j), labels.index(label)
+            names = {q.data.get("name") for q in points if q.data is not None and q.values["label"] in (j, label)}
+            only = ", differing only in name, a label" if len(names) > 1 else ""
             raise InputError(f"servesim compare: {label!r} ({_where(configs, from_policies, b)}) runs what {j!r} "
                              f"({_where(configs, from_policies, a)}) runs (the same scenario once their values are "
-                             "read): the comparison would run one configuration twice; give each once")
+                             f"read{only}): the comparison would run one configuration twice; give each once")
 
 
 CHUNK_NOTE_ABOVE = 2048  # vLLM's default token budget with chunked prefill; Sarathi-Serve uses 512-2048
