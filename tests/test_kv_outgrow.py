@@ -265,3 +265,44 @@ def test_validate_predicts_who_can_end_at_a_recompute_the_watermark_never_lets_b
         assert got == {"requests": 2, "at_risk": 1, "blocks": 17, "num_blocks": 20}, profile
     # the profiles that let a recompute use the watermark have no such limit
     assert predict_never_back(make_scenario(**{**kw, "cost.engine": "vllm-v1"}), specs=specs(rows)) is None
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("policy", ["chunked_prefill", "pd_split"])
+def test_a_chunked_recompute_under_the_free_block_rule_ends_the_sequence_one_block_early(engine, policy):
+    """Under cost.engine vllm-v0.2's rule (a decoding request needs a free KV block at its turn), a
+    sequence holding every block was preempted, recomputed in chunks whose last, of one token, is
+    a decode needing that block, preempted again, forever: the run never ended (chunked prefill,
+    and a P/D decode pool, which recomputes in chunks). Now one block less holds such a sequence."""
+    import signal
+
+    # prompt 177 + output 144 - 1 = 320 tokens: all 20 blocks; the step emitting token j + 1 computes
+    # 177 + j tokens, which must leave a block free: 177 + j <= 19 x 16 = 304, so 128 tokens come
+    # (P/D: the prefill pool runs the prompt whole; the decode pool recomputes in chunks of its budget)
+    # (a budget of 8, half a block: a recompute whose last chunk is one token while its last block
+    # has room needs no new block, only the rule's free one: 312 computed tokens of 313, 20 blocks held)
+    budget = {"policy.prefill.max_num_batched_tokens": 512, "policy.decode.max_num_batched_tokens": 8} \
+        if policy == "pd_split" else {"policy.max_num_batched_tokens": 8}
+    sc = tiny(engine, **{"policy.name": policy, "cost.engine": "vllm-v0.2", "policy.max_num_seqs": 8,
+                         "workload.num_requests": 1, **budget})
+
+    def hung(*_):
+        raise TimeoutError("the run did not end")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        res = simulate(sc, specs=specs([(0.0, 177, 144)]))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    r, s = res.requests, res.summary
+    assert (s["completed"], s["rejected"], s["unfinished"]) == (0, 1, 0)
+    assert "outgrew the KV cache while decoding, after 128 of its 144 output tokens" in r["reason"][0]
+    assert "needs a free block at its turn" in r["reason"][0] and "19 hold one" in r["reason"][0]
+    # validate's prediction reads the same rule
+    pred = predict_rejections(sc, specs=specs([(0.0, 177, 144)]))
+    assert (pred["rejected"], pred["while_decoding"]) == (1, 1)
+    # a sequence one block shorter is served whole
+    res = simulate(sc, specs=specs([(0.0, 177, 128)]))
+    assert res.summary["completed"] == 1

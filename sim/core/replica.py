@@ -441,14 +441,21 @@ class Replica:
         k = self.spec[0] if self.spec else 0
         seq = req.prompt_tokens + out - 1 + k
         blocks = kv.blocks_for(seq)
-        if blocks <= kv.num_blocks:
+        # a chunked recompute (chunked prefill, a P/D decode pool) of a sequence holding every block
+        # ends in a one-token chunk, a decode, which under vLLM v0.2's rule needs a free block
+        # (``_kv_slack``): preempted again, it recomputed the same chunks forever (a run that never
+        # ended); so there one block less holds a decoding sequence
+        slack = self._kv_slack if getattr(self.policy, "chunked", False) else 0
+        if blocks <= kv.num_blocks - slack:
             return out, None
-        room = kv.num_blocks * kv.block_size  # (blocks_for caps at a window: then it never outgrows)
+        room = (kv.num_blocks - slack) * kv.block_size  # (blocks_for caps at a window: then it never outgrows)
         emits = max(1, room - req.prompt_tokens - k + 1)
+        rule = (f", and a decoding sequence needs a free block at its turn (cost.engine's vLLM v0.2 rule), which a "
+                f"recompute in chunks ends in: {kv.num_blocks - slack} hold one" if slack else "")
         return emits, (f"{OUTGREW}, after {emits} of its {out} output tokens: "
                        f"{_sequence_counted(req.prompt_tokens + out, k)} needs {blocks} KV blocks; "
-                       f"{self._kv_blocks_has()} (the engine cannot know the output length at arrival; give the "
-                       "replica more KV memory)")
+                       f"{self._kv_blocks_has()}{rule} (the engine cannot know the output length at arrival; give "
+                       "the replica more KV memory)")
 
     def can_outlive_watermark(self, req) -> bool:
         """Whether ``req``, served here, can end rejected at a preemption for recompute because its
