@@ -671,3 +671,24 @@ def test_a_replay_too_short_to_tell_whether_it_keeps_up_says_only_that(tmp_path,
     assert keep["ratio"] < 0.9 <= keep["ratio"] + keep["warmup"]
     assert "the replay is too short to tell whether the simulated deployment keeps up" in text
     assert "fell behind" not in text
+
+
+def test_a_result_of_another_model_is_said_on_the_terminal(tmp_path, capsys):
+    """A 70B benchmark replayed on the default scenario (Llama-3-8B) printed its errors with no word
+    of the other model: only report.md noted it. The terminal says it too. A catalog alias (the
+    Instruct variant, priced as its base) is the same model: report.md noted it as another."""
+    from servesim.studies.validate_run import other_model
+
+    raw = json.loads(CONCURRENCY.read_text())
+    raw["model_id"] = "meta-llama/Llama-2-70b-hf"
+    res = tmp_path / "r.json"
+    res.write_text(json.dumps(raw))
+    out = tmp_path / "v"
+    assert main(["validate-run", str(res), "--out", str(out), "--quiet"]) == 0
+    assert ("note: the benchmark ran meta-llama/Llama-2-70b-hf (its model_id), the scenario simulates "
+            "meta-llama/Meta-Llama-3-8B: check the scenario's model") in capsys.readouterr().out
+    assert "**Note:** the benchmark ran `meta-llama/Llama-2-70b-hf`" in (out / "report.md").read_text()
+    model = "meta-llama/Meta-Llama-3-8B"
+    for mid, other in [("meta-llama/Meta-Llama-3-8B-Instruct", False), (model, False), (None, False), ("", False),
+                       ("/models/Meta-Llama-3-8B/", False), ("mistralai/Mixtral-8x7B-v0.1", True)]:
+        assert other_model({"result_model_id": mid, "model": model}) == other, mid

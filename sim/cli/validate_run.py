@@ -12,7 +12,7 @@ from servesim.errors import InputError
 
 def cmd_validate_run(args) -> int:
     from servesim.inputs.request_log import parse_columns
-    from servesim.studies.validate_run import METRICS, calibration_text, failed_text, validate_run
+    from servesim.studies.validate_run import METRICS, calibration_text, failed_text, other_model, validate_run
 
     columns = parse_columns(args.columns)
     made = not Path(args.out).exists()
@@ -36,6 +36,9 @@ def cmd_validate_run(args) -> int:
     if r["columns"]:
         print("columns: " + ", ".join(f"{k} = {v}" for k, v in r["columns"].items()))
     print(f"calibration: {calibration_text(r['calibration'])}")
+    if other_model(r):  # (report.md's note; a vllm-h100 result replayed on the default scenario said nothing here)
+        print(f"note: the benchmark ran {r['result_model_id']} (its model_id), the scenario simulates {r['model']}: "
+              "check the scenario's model (a served model name may differ from the checkpoint's)")
     for w in r.get("warnings") or ():
         print(f"warning: {w}")
     print(f"\n{'metric':<8}{'':>10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms; error = sim / measured - 1)")

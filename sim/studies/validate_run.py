@@ -307,6 +307,21 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
     return report
 
 
+def other_model(r: dict) -> bool:
+    """Whether the benchmark's ``model_id`` names another model than the scenario's (its last path
+    part not in the scenario's model, a catalog alias read as its entry): report.md notes it, and
+    the terminal, where the errors are read, says it too."""
+    from servesim.inputs.specs import MODEL_ALIASES
+
+    mid = r.get("result_model_id")
+    if not isinstance(mid, str) or not mid.strip():
+        return False
+    model = str(r["model"])
+    names = {model.lower(), MODEL_ALIASES.get(model, model).lower()}
+    ran = {mid, MODEL_ALIASES.get(mid, mid)}
+    return not any(x.rstrip("/").split("/")[-1].lower() in name for x in ran for name in names)
+
+
 def replay_warnings(res: BenchResult, order: np.ndarray, sc: Scenario, ctx: int) -> list:
     """What makes the comparison unsound, said loudly (stdout, report.md, validation.json):
     requests that succeeded in the benchmark but need more than the simulated model's context
@@ -461,7 +476,7 @@ def report_md(r: dict, figures: list) -> str:
                 "above; a table can name them in a prompt_id column)."), ""]
     for w in r.get("warnings") or ():
         lines += [f"**Warning:** {w}.", ""]
-    if r["result_model_id"] and str(r["result_model_id"]).split("/")[-1].lower() not in r["model"].lower():
+    if other_model(r):
         lines += [f"**Note:** the benchmark ran `{r['result_model_id']}`, the scenario simulates `{r['model']}`.", ""]
     for k, name in METRICS.items():
         m = r["metrics"][k]
