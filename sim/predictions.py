@@ -578,11 +578,61 @@ def _replay_result(reasons: list, n: int, **given) -> dict:
     """``predict_shedding``'s answer from a replay of ``n`` requests that shed ``reasons``: the
     keys a rate probe would fill left empty (None, 0, []), and ``given`` on top."""
     return {"offered_rps": None, "served_rps": None, "probe_requests": None, "rules": [], "reaching_rps": None,
-            "bucket": 0, "queue": 0, "at_once": 0, "shed": len(reasons), "reasons": top_reasons(reasons),
-            "requests": n, "rejected_share": len(reasons) / n, "overloaded": False, "backlog": None, **given}
+            "bucket": 0, "queue": 0, "at_once": 0, "halves": None, "shed": len(reasons),
+            "reasons": top_reasons(reasons), "requests": n, "rejected_share": len(reasons) / n, "overloaded": False,
+            "backlog": None, **given}
 
 
-SHEDDING_REPLAY_REQUESTS = OVERLOAD_PROBE_REQUESTS  # the most requests a replay of the run itself runs
+SHEDDING_REPLAY_REQUESTS = 10_000  # the most requests a replay of the run itself runs (more: its first ones)
+_LAST_RUN: list = [None, None, None]
+
+
+def _affordable(setup, prompts: np.ndarray) -> int:
+    """How many of ``prompts`` (in arrival order) a replay runs: those whose prompts alone take at
+    most ``OVERLOAD_PROBE_STEPS`` budget-sized steps (with continuous batching or chunked prefill),
+    at most ``SHEDDING_REPLAY_REQUESTS``."""
+    first = setup.pools[0]
+    k = min(len(prompts), SHEDDING_REPLAY_REQUESTS)
+    if first.policy_name in ("continuous", "chunked_prefill"):
+        budget = first.max_num_batched_tokens * first.replicas
+        k = min(k, int(np.searchsorted(np.cumsum(prompts, dtype=np.float64) / budget, OVERLOAD_PROBE_STEPS,
+                                       side="right")))
+    return k
+
+
+def _run_replayed(scenario: Scenario, specs: RequestSpecs):
+    """The run itself, its admission rules and ``duration_s`` kept: ``scenario`` on the workload it
+    draws (``specs``), what ``servesim run`` simulates; kept for the last (scenario, specs), as
+    ``predict_unfinished`` and ``predict_shedding`` both read it."""
+    last = _LAST_RUN
+    if last[0] is not None and last[0]() is scenario and last[1]() is specs:
+        return last[2]
+    res = simulate(scenario, specs=specs)
+    last[:] = [weakref.ref(scenario), weakref.ref(specs), res]
+    return res
+
+
+def _halves(res, skip_bucket: bool) -> dict:
+    """A partial replay's rejections by ``policy.admission`` in the first and the later half of its
+    requests (by arrival), and whether the later half's share is clearly above the first's (a
+    two-proportion z of at least 2): the replay covers only the run's first requests, and a share
+    that rises through them says the run's later ones are likely to shed more. ``skip_bucket``:
+    the token bucket's rejections left out (its whole-run count is said apart). {"first",
+    "later": requests, "first_shed", "later_shed", "rising"}."""
+    r = res.requests
+    order = np.argsort(np.asarray(r["arrival_s"], dtype=np.float64), kind="stable")
+    reason = np.asarray(r["reason"], dtype=object)[order]
+    shed = np.array([isinstance(x, str) and x.startswith("admission: ")
+                     and not (skip_bucket and x.startswith(BUCKET_REASON)) for x in reason], dtype=bool)
+    k = len(shed)
+    h = k // 2
+    a, b = int(shed[:h].sum()), int(shed[h:].sum())
+    rising = False
+    if h and k - h:
+        p = (a + b) / k
+        se = np.sqrt(p * (1 - p) * (1 / h + 1 / (k - h)))
+        rising = bool(se > 0 and (b / (k - h) - a / h) >= 2 * se)
+    return {"first": h, "later": k - h, "first_shed": a, "later_shed": b, "rising": rising}
 SHEDDING_EXTEND = 3  # replays of a closed loop's first requests extended past its rejections, at most
 
 
@@ -624,7 +674,7 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
             kw = {"specs": loop}
     if budget is not None and prompts is not None and prompts.sum() / budget > OVERLOAD_PROBE_STEPS:
         return None
-    res = simulate(replay, **kw)
+    res = _run_replayed(scenario, specs) if isinstance(specs, RequestSpecs) else simulate(replay, **kw)
     n = res.summary["num_requests"]
     reasons = _admission_reasons(res)
     if loop is not None:
@@ -652,6 +702,8 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
         out["whole"] = n < loop.num_requests or n == wl.num_requests
         out["own"] = True
         out["run_requests"] = wl.num_requests
+    if not out["whole"]:  # (the run's first requests only: how the share moved through them)
+        out["halves"] = _halves(res, False)
     return out
 
 
@@ -673,64 +725,38 @@ def _shed_at_rate(scenario: Scenario, setup, specs: RequestSpecs, k: int, served
     """``predict_shedding`` where what reaches the replicas is not over ``OVERLOAD_MARGIN`` x what
     the overload probe served (within that margin the queue may or may not fill, as the probe
     underrates the deployment; below it, bursts of arrivals can still fill it at their peak
-    rate): the workload's first ``k`` requests at their own arrival times,
-    ``policy.admission`` kept, on the whole deployment (its replicas and router, or the whole P/D
-    split); the share of them shed ("about"; the run's count when they are the whole run, "whole"), in
-    ``_shed_replayed``'s keys, "at_rate" the probe's served rate, "run_requests" the run's, "replay_bucket"
-    the replay's token-bucket rejections, "growing" (``_backlog_growing``; None for the whole run);
-    None when it sheds nothing."""
+    rate): the run replayed with ``policy.admission`` on the whole deployment (its replicas and
+    router, or the whole P/D split). The whole run (its ``duration_s`` too) when ``_affordable``
+    takes all of it: its count, exactly ("whole"), and its "unfinished"; else its first
+    ``_affordable`` requests (at least ``k``, the probe's) at their own arrival times, the share
+    of them shed ("about": a queue still filling at their end sheds more after them), and
+    "halves" (``_halves``: the first and later half's shares, so that the line says how the share
+    moved through them). In ``_shed_replayed``'s keys, "at_rate" the probe's served rate,
+    "run_requests" the run's, "replay_bucket" the replay's token-bucket rejections; None when it
+    sheds nothing."""
     # (on the whole deployment, its router included: on one replica with the times stretched by the
     # replicas, two replicas behind max_queue=2 read bursty.yaml's 600 requests shedding 21 where
-    # the run, its router sending each arrival to the less loaded replica, shed 3)
-    k = min(k, len(specs))
-    one = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, num_requests=k,
-                                                                     duration_s=None))
-    res = simulate(one, specs=_first(specs, k))
+    # the run, its router sending each arrival to the less loaded replica, shed 3; and the whole run
+    # where it is affordable: its first 1,000 alone read 8% where the run of 2,000 at 18 req/s with
+    # max_queue=40 shed 13.6%, and bursty.yaml's first 1,000 at 60 req/s with max_queued_tokens=50000
+    # 13% where its 3,000 shed 28%)
+    n = len(specs)
+    k = min(n, max(k, _affordable(setup, specs.prompt_tokens)))
+    whole = k == n
+    if whole:
+        res = _run_replayed(scenario, specs)
+    else:
+        one = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, num_requests=k,
+                                                                         duration_s=None))
+        res = simulate(one, specs=_first(specs, k))
     reasons = _admission_reasons(res)
     if not reasons:
         return None
-    whole = k == len(specs) and scenario.workload.duration_s is None
     return _replay_result(reasons, k, offered_rps=offered_rate(specs.arrival_s), served_rps=served, probe_requests=k,
-                          replayed=k, whole=whole, short=False, at_rate=served, run_requests=len(specs),
+                          replayed=k, whole=whole, short=False, at_rate=served, run_requests=n,
                           replay_bucket=sum(r.startswith(BUCKET_REASON) for r in reasons),
-                          growing=None if whole else _backlog_growing(res))
-
-
-BACKLOG_GROWTH = 2.0  # the queue over a replay's last quarter this many times that over its second: still growing
-BACKLOG_MIN = 2.0  # ... and at least this many requests waiting on average over the last quarter
-
-
-def _backlog_growing(res) -> dict | None:
-    """Whether a replay of the run's first requests ended with its backlog still growing: the
-    requests waiting (admitted, no step yet), averaged over the arrival instants of the replay's
-    last quarter, at least ``BACKLOG_GROWTH`` times those over its second quarter (and at least
-    ``BACKLOG_MIN``). A queue the rules keep full sheds a steady share, but one still filling at
-    the replay's end is likely to shed more of the requests after them than of these (chat.yaml at
-    60 req/s with max_queue=20: none of its first 500 shed, 117 of the next 500 (23%), 22% of the
-    run's 2,000); a queue that fills and empties near the deployment's rate can shed the replay's
-    share all the same (tests' SHED workload at 16 req/s, 2,400 requests, max_queue=20: 6.5% of the
-    first 1,000 and of the run, 13% of the replay's later 500). {"middle", "end": the mean waiting,
-    "late": requests of the replay's later half, "late_shed": of them shed by the queue rules (not
-    a token bucket)}; None when it is not growing (or the replay is too short to tell)."""
-    r = res.requests
-    k = len(r["arrival_s"])
-    if k < 8:
-        return None
-    arrival = np.asarray(r["arrival_s"], dtype=np.float64)
-    order = np.argsort(arrival, kind="stable")
-    arrival = arrival[order]
-    ok = np.asarray(r["status"], dtype=object)[order] == "completed"
-    came = np.sort(arrival[ok])
-    began = np.sort(np.asarray(r["scheduled_s"], dtype=np.float64)[order][ok])
-    waiting = np.searchsorted(came, arrival, side="right") - np.searchsorted(began, arrival, side="right")
-    q = k // 4
-    middle, end = float(waiting[q:2 * q].mean()), float(waiting[3 * q:].mean())
-    if not (end >= BACKLOG_MIN and end >= BACKLOG_GROWTH * middle):
-        return None
-    # (the queue rules' rejections: a token bucket's count is replayed on the whole run apart)
-    shed = np.array([isinstance(x, str) and x.startswith("admission: ") and not x.startswith(BUCKET_REASON)
-                     for x in np.asarray(r["reason"], dtype=object)[order]])
-    return {"middle": middle, "end": end, "late": k - k // 2, "late_shed": int(shed[k // 2:].sum())}
+                          unfinished=res.summary["unfinished"] if whole else None,
+                          halves=None if whole else _halves(res, scenario.policy.admission.token_bucket is not None))
 
 
 def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
@@ -756,9 +782,10 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     admission control and when nothing is predicted (no bucket rejections and no overload, or a
     probe that cannot tell); what reaches the replicas not over ``OVERLOAD_MARGIN`` x S (rates
     cannot tell) and no bucket rejections, or a queue rule beside them: ``_shed_at_rate``, the
-    workload's first requests replayed at their own times with the rules, "at_rate" S, "growing"
-    (``_backlog_growing``: their queue still filling at their end), and with a bucket "bucket" its
-    whole-run count and "rejected_share" its share plus the queue rules' share of the replay; ``all_at_once`` arrivals:
+    run replayed at its own times with the rules (the whole run where affordable, else its first
+    requests), "at_rate" S, "halves" (``_halves``: a partial replay's first and later half), and
+    with a bucket "bucket" its whole-run count and "rejected_share" its share plus the queue
+    rules' share of the replay; ``all_at_once`` arrivals:
     ``_shed_at_once``, "at_once" the count (0 otherwise); closed-loop and multi-turn workloads,
     and open-loop ones of fewer than ``OVERLOAD_PROBE_MIN`` requests: ``_shed_replayed``, "replayed"
     the requests it ran."""

@@ -469,13 +469,17 @@ def test_validate_predicts_what_admission_sheds_of_requests_arriving_at_once(tmp
 
 
 @pytest.mark.parametrize("kind", ["short", "closed", "closed_by_duration", "sessions"])
-def test_validate_replays_what_admission_sheds_where_no_rate_tells(tmp_path, capsys, kind):
+def test_validate_replays_what_admission_sheds_where_no_rate_tells(tmp_path, capsys, monkeypatch, kind):
     """Fewer than 200 open-loop requests (too few for the rate probe), closed loops and sessions
     (their requests follow the replies): validate said nothing of what admission sheds, where
     the runs shed a quarter to nearly all of their requests. The run itself is replayed, its
-    first 1,000 requests at most: the run's count when that is all of it, else the share."""
+    first SHEDDING_REPLAY_REQUESTS requests at most (1,000 here, so that the runs cut by
+    duration_s outgrow it): the run's count when that is all of it, else the share, with how it
+    moved from the first half of the replay to the later."""
+    from servesim import predictions
     from servesim.predictions import predict_shedding
 
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
     kw = {"policy.admission": {"max_queue": 2}, "policy.max_num_seqs": 16}
     if kind == "short":
         kw.update({"workload.num_requests": 150, "workload.arrival": {"process": "poisson", "rate_rps": 100.0}})
@@ -497,13 +501,16 @@ def test_validate_replays_what_admission_sheds_where_no_rate_tells(tmp_path, cap
     else:  # the run's first requests, until 1,000 were admitted: the share, of the same order
         assert not shed["whole"] and shed["replayed"] > 1000
         assert 0.5 < shed["rejected_share"] / (s["rejected"] / s["num_requests"]) < 2
+        h = shed["halves"]
+        assert h["first"] + h["later"] == shed["replayed"] and h["first_shed"] + h["later_shed"] == shed["shed"]
     line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
     assert len(line) == 1 and line[0].startswith("warning: a run will reject ")
     assert ("fewer than 200 requests" in line[0]) == (kind == "short")
+    assert (f"the later {shed['replayed'] - shed['replayed'] // 2:,}" in line[0]) == (not shed["whole"])
 
 
 @pytest.mark.parametrize("bound", ["num_requests", "duration_s", "storm", "sessions"])
-def test_validate_replays_a_closed_loops_own_first_requests(tmp_path, capsys, bound):
+def test_validate_replays_a_closed_loops_own_first_requests(tmp_path, capsys, monkeypatch, bound):
     """A closed loop longer than the replay: validate replayed its first 1,000 requests with lengths
     drawn anew (a loop of 1,000 draws other lengths than one of 3,000), so its count was not the
     run's: closed-loop.yaml with max_queue=4 read 71 shed of the first 1,000 (7%), where the run
@@ -512,9 +519,12 @@ def test_validate_replays_a_closed_loops_own_first_requests(tmp_path, capsys, bo
     first 1,000, 168 of the next 1,000): 98% read where the run shed 57%. The replay is the run's
     own loop, stopped once 1,000 of its requests were admitted (a rejection costs it next to
     nothing): its count is exactly the run's over as many requests, the whole run's when that is
-    all of it, and the line says what share of the run it is at least."""
+    all of it, and the line says what share of the run it is at least (with SHEDDING_REPLAY_REQUESTS
+    at 1,000, so that these runs outgrow it)."""
+    from servesim import predictions
     from servesim.predictions import predict_shedding
 
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
     kw = {"policy.admission": {"max_queue": 1}, "policy.max_num_seqs": 4,
           "workload.arrival": {"process": "closed_loop", "clients": 12, "think_time_s": 0.05},
           "workload.prompt_tokens": {"dist": "lognormal", "mean": 256, "sigma": 1.0, "max": 4096},
@@ -628,37 +638,89 @@ def test_validate_says_a_queue_rule_beside_a_token_bucket_is_not_counted_where_n
     assert "policy.admission.max_queue=5 rejections are not counted" in line[0]
 
 
-@pytest.mark.parametrize("rate, max_queue, growing", [(17.0, 40, True), (20.0, 20, False)])
-def test_validate_says_what_a_replay_of_the_first_requests_covers_and_a_queue_still_filling(
-        tmp_path, capsys, rate, max_queue, growing):
-    """Within the overload margin the first 1,000 requests are replayed with the rules; their
-    count is exact for them, but where their queue is still filling at their end the run sheds
-    more (chat.yaml at 60 req/s with max_queue=20: 12% said, 22% shed as its backlog grew). The
-    line says the requests it covers, and a queue still filling (here 2,000 requests at 17 req/s
-    against a probe of 14.6: the first 1,000 shed half the run's share) is a warning that the
-    share will likely rise, with the later half's share; a queue already full by the replay's
-    middle sheds a steady share and gets no such warning."""
+@pytest.mark.parametrize("arrival, rule", [
+    ({"process": "poisson", "rate_rps": 18.0}, {"max_queue": 40}),
+    ({"process": "on_off", "rate_rps": 60.0, "on_s": 5.0, "off_s": 15.0}, {"max_queued_tokens": 50_000})])
+def test_validate_replays_the_whole_run_where_rates_show_no_overload(tmp_path, capsys, arrival, rule):
+    """Within the overload margin validate replayed only the run's first 1,000 requests, and said
+    their share: 8% at 18 req/s with max_queue=40 where the run of 2,000 shed 13.6% (its queue full
+    from early on, so no still-filling warning either), 13% on bursty.yaml at 60 req/s with
+    max_queued_tokens=50000 where the run shed 28% (its bursts). A run of up to
+    SHEDDING_REPLAY_REQUESTS requests is now replayed whole, its rules and router kept: the count
+    is the run's."""
     from servesim.predictions import predict_shedding
 
-    n = 2000 if growing else 1600
-    sc = make_scenario(**{**SHED, "workload.num_requests": n,
-                          "workload.arrival": {"process": "poisson", "rate_rps": rate}},
-                       **{"policy.admission": {"max_queue": max_queue}})
+    sc = make_scenario(**{**SHED, "workload.num_requests": 2000, "workload.arrival": arrival},
+                       **{"policy.admission": rule})
+    s = simulate(sc).summary
+    assert s["rejected"] > 0
     shed = predict_shedding(sc)
-    assert shed is not None and shed["at_rate"] and not shed["whole"]
-    k = shed["replayed"]
-    assert k < n and (shed["growing"] is not None) == growing
-    run = simulate(sc).summary["rejected"] / n
-    if growing:  # (the premise: the first requests shed clearly less than the run)
-        assert run > 1.5 * shed["rejected_share"]
+    assert shed["at_rate"] and shed["whole"] and shed["replayed"] == 2000 and shed["shed"] == s["rejected"]
     line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
-    assert len(line) == 1 and f"the prediction covers those first {k:,}" in line[0]
-    assert f"of its {n:,}" in line[0]
-    assert ("likely to rise over a longer run" in line[0]) == growing
-    if growing:
-        g = shed["growing"]
-        assert line[0].startswith("warning: ") and f"toward the {g['late_shed'] / g['late']:.0%}" in line[0]
-        assert g["late_shed"] / g["late"] > shed["rejected_share"]
+    assert len(line) == 1 and f"a run will reject {s['rejected']:,} of 2,000 requests" in line[0]
+
+
+def _first_shed(r, k: int, bucket: bool) -> tuple:
+    """The run's rejections by policy.admission among its first k requests (by arrival), in their
+    first and later half (``bucket``: the token bucket's too)."""
+    order = np.argsort(np.asarray(r["arrival_s"], dtype=np.float64), kind="stable")[:k]
+    shed = np.array([isinstance(x, str) and x.startswith("admission: ") and (bucket or "token bucket" not in x)
+                     for x in np.asarray(r["reason"], dtype=object)[order]])
+    return int(shed[:k // 2].sum()), int(shed[k // 2:].sum())
+
+
+def test_validate_says_what_a_replay_of_the_run_s_first_requests_covers_and_how_its_share_moved(
+        tmp_path, capsys, monkeypatch):
+    """A run longer than SHEDDING_REPLAY_REQUESTS (1,000 here) is replayed over its first requests
+    only. Their queue still filling, the share read low (4.5% of the first 1,000 at 17 req/s with
+    max_queue=40, the run 9.7%), and the warning that it would rise came from a queue-length
+    ratio that also fired where the share held (a queue filling and emptying near capacity) and
+    missed queues full early. The line now says the requests it covers and what their first and
+    later halves shed (the run's own first requests: their counts are the run's), a warning
+    when either share reaches the run's rejections threshold."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    sc = make_scenario(**{**SHED, "workload.num_requests": 2000,
+                          "workload.arrival": {"process": "poisson", "rate_rps": 17.0}},
+                       **{"policy.admission": {"max_queue": 40}})
+    shed = predictions.predict_shedding(sc)
+    assert shed is not None and shed["at_rate"] and not shed["whole"] and shed["replayed"] == 1000
+    a, b = _first_shed(simulate(sc).requests, 1000, True)
+    h = shed["halves"]
+    assert (h["first"], h["later"], h["first_shed"], h["later_shed"]) == (500, 500, a, b)
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
+    assert len(line) == 1 and "the prediction covers those first 1,000 only" in line[0] and "of its 2,000" in line[0]
+    assert f"the first 500 of them shed {a / 500:.1%}, the later 500 {b / 500:.1%}" in line[0]
+    assert ("rising through them" in line[0]) == h["rising"]
+    assert line[0].startswith("warning: ") == (max(a + b, 2 * b) >= 100)  # (10% of 1,000, or of the later 500)
+
+
+def test_validate_says_a_partial_replay_s_reasons_cover_its_requests_beside_a_whole_run_bucket(
+        tmp_path, capsys, monkeypatch):
+    """A token bucket beside max_queue, the run longer than the replay: the line's headline gave
+    the bucket's whole-run count and its reason list the replay's (the bucket's count among the
+    first 1,000 only) without saying so. The reasons are now said to be those of the replayed
+    requests, and the queue rules' share is said apart from the bucket's."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    sc = make_scenario(**{**SHED, "workload.num_requests": 2000,
+                          "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
+                       **{"policy.admission": {"max_queue": 5, "token_bucket": {"rate_rps": 18.0, "burst": 5}}})
+    r = simulate(sc).requests
+    bucket = sum(isinstance(x, str) and "token bucket" in x for x in np.asarray(r["reason"], dtype=object))
+    shed = predictions.predict_shedding(sc)
+    assert shed is not None and not shed["whole"] and shed["bucket"] == bucket > shed["replay_bucket"] > 0
+    a, b = _first_shed(r, 1000, False)
+    assert (shed["halves"]["first_shed"], shed["halves"]["later_shed"]) == (a, b)
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "in policy.admission" in x]
+    assert len(line) == 1 and f"{bucket:,} of 2,000" in line[0]
+    reasons = line[0].split("reasons among those first 1,000: ")
+    assert len(reasons) == 2
+    counts = [int(c.replace(",", "")) for c in re.findall(r"(?:^|; )([\d,]+) x ", reasons[1])]
+    assert sum(counts) == shed["shed"]  # (the replay's: the bucket's among them too)
+    assert f"{shed['replay_bucket']:,} x admission: token bucket" in reasons[1]
 
 
 def test_validate_predicts_no_shedding_where_the_deployment_keeps_up(tmp_path, capsys):

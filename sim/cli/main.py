@@ -745,41 +745,36 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
             text = (f"a run will reject {k:,} of {plural(n, 'request', fmt=',')} ({share:.1%}) in policy.admission "
                     "(the run replayed: "
                     f"{why}): {top}")
-        elif shed.get("own"):  # (a closed loop's own first requests: their count is the run's, at least)
-            total = shed["run_requests"]
-            least = f", at least {k / total:.1%} of its {total:,}" if total else ""
-            text = (f"a run will reject about {share:.0%} of its requests in policy.admission ({k:,} of its first "
-                    f"{n:,}, the run's own, replayed: {why}{least}; the rest shed as these did gives the "
-                    f"{share:.0%}, which a burst among them, such as a long prompt holding the head of the queue, "
-                    f"can overstate): {top}")
         else:
+            # (the run's first requests only: how the share moved through them, and what the reasons cover)
+            h = shed["halves"]
+            first, later = h["first_shed"] / h["first"], h["later_shed"] / h["later"]
+            moved = (f"; the first {h['first']:,} of them shed {first:.1%}, the later {h['later']:,} {later:.1%}"
+                     + (", a share rising through them, so the run's later requests may shed more" if h["rising"]
+                        else ", and the run's later requests can shed another share"))
+            top = f"reasons among those first {n:,}: {top}"
             total = shed.get("run_requests")
             of = f" of its {total:,}" if total else ""
-            grow = shed.get("growing")
-            rising = ""
-            if grow:
-                rising = (f" only, and their queue was still filling at their end: {grow['end']:.3g} requests "
-                          f"waiting on average over their last quarter, {grow['middle']:.3g} over their second, so "
-                          "the share is likely to rise over a longer run"
-                          + (f", toward the {grow['late_shed'] / grow['late']:.0%} their later {grow['late']:,} shed"
-                             if grow["late_shed"] else
-                             f" (the queue rules shed none of their later {grow['late']:,} yet)"))
-            if shed.get("bucket"):  # (the bucket's count is the whole run's; the queue rules', the replay's)
+            if shed.get("own"):  # (a closed loop's own first requests: their count is the run's, at least)
+                least = f", at least {k / total:.1%} of its {total:,}" if total else ""
+                text = (f"a run will reject about {share:.0%} of its requests in policy.admission ({k:,} of its "
+                        f"first {n:,}, the run's own, replayed: {why}{least}; the prediction covers those first "
+                        f"{n:,} only{moved}, and a burst among them, such as a long prompt holding the head of the "
+                        f"queue, can overstate it): {top}")
+            elif shed.get("bucket"):  # (the bucket's count is the whole run's; the queue rules', the replay's)
                 tb, b, q = adm.token_bucket, shed["bucket"], k - shed["replay_bucket"]
-                text = (f"a run will reject {'' if grow else 'about '}{share:.0%}{' or more' if grow else ''} of its "
-                        "requests in policy.admission: "
+                text = (f"a run will reject about {share:.0%} of its requests in policy.admission: "
                         f"policy.admission.token_bucket ({tb.rate_rps:g} req/s, burst {tb.burst:g}) {b:,} of "
                         f"{total:,} ({b / total:.0%}; its replay on every arrival time, exact), and the queue rules "
                         f"about {q / n:.0%} more ({q:,} of its first {n:,}, replayed with every rule: {why}; that "
-                        f"share covers those first {n:,}{rising}): {top}")
-            elif grow:
-                text = (f"a run will reject {share:.0%} or more of its requests in policy.admission (its first "
-                        f"{n:,}{of}, replayed, shed {k:,}: {why}; the prediction covers those first {n:,}{rising}): "
-                        f"{top}")
+                        f"share covers those first {n:,} only{moved}): {top}")
             else:
                 text = (f"a run will reject about {share:.0%} of its requests in policy.admission ({k:,} of its "
-                        f"first {n:,}{of}, replayed: {why}; the prediction covers those first {n:,}): {top}")
-        loud = share >= REJECTED_SHARE or shed.get("growing")
+                        f"first {n:,}{of}, replayed: {why}; the prediction covers those first {n:,} only{moved}): "
+                        f"{top}")
+        h = shed.get("halves")
+        # (loud too where the later half of a partial replay reaches the run's rejections threshold)
+        loud = share >= REJECTED_SHARE or (h is not None and h["later_shed"] >= REJECTED_SHARE * h["later"])
         return f"warning: {text}" if loud else f"  shedding: {text}"
     scope = "" if adm.classes is None else f" (policy.admission.classes: {', '.join(adm.classes)})"
     parts = []
