@@ -293,9 +293,13 @@ def predict_unfinished(scenario: Scenario, setup=None, specs=None) -> dict | Non
     running: those the replicas take whose arrival plus their E2E on an idle deployment (their
     prompt's prefill alone, then each decode step of theirs alone, with the API server's time as
     the client sees it: ``plan_space.latency_floors``) is past the cut-off cannot have finished by
-    it, whatever the load. {"requests", "unfinished", "duration_s"} over the workload's own
-    requests; None without ``duration_s`` and for closed-loop and multi-turn workloads (their
-    arrival times depend on the run)."""
+    it, whatever the load. {"requests", "unfinished", "duration_s", "exact" (False), "not_completed"
+    (with a queue rule, those late requests, counting those it may reject on arrival: each is
+    rejected or unfinished; else "unfinished")} over the workload's own requests. With a queue rule (``max_queue``,
+    ``max_queued_tokens``, ``ttft_slo``: the load decides what it rejects) the run itself is
+    replayed with its rules where ``_affordable`` takes all of it: "unfinished" its count, "exact"
+    True. None without ``duration_s`` and for closed-loop and multi-turn workloads (their arrival
+    times depend on the run)."""
     from servesim.studies.plan_space import NEVER, latency_floors, stats_from_specs
 
     until = scenario.workload.duration_s
@@ -306,9 +310,20 @@ def predict_unfinished(scenario: Scenario, setup=None, specs=None) -> dict | Non
         return None
     floors = latency_floors("pd" if "decode" in setup.pools_by_name else "colocated", setup,
                             stats_from_specs(scenario, specs))
-    served = (floors["e2e"] < NEVER / 10) & _served(scenario, setup, specs) & ~_may_shed(scenario, setup, specs)
+    served = (floors["e2e"] < NEVER / 10) & _served(scenario, setup, specs)
     late = served & (specs.arrival_s + floors["e2e"] > until)
-    return {"requests": len(specs), "unfinished": int(late.sum()), "duration_s": float(until)}
+    k = int((late & ~_may_shed(scenario, setup, specs)).sum())
+    out = {"requests": len(specs), "unfinished": k, "duration_s": float(until), "exact": False, "not_completed": k}
+    adm = scenario.policy.admission
+    if adm.max_queue is not None or adm.max_queued_tokens is not None or adm.ttft_slo:
+        out["not_completed"] = int(late.sum())
+        # a queue rule may reject any request on arrival (the load decides), so the bound above
+        # leaves them all out and can say nothing (a run of 159 left 138 unfinished): the run
+        # itself, replayed with its rules where affordable, gives the count; else the late
+        # requests are said as not completed, rejected or still unfinished
+        if _affordable(setup, specs.prompt_tokens) == len(specs):
+            out.update(unfinished=int(_run_replayed(scenario, specs).summary["unfinished"]), exact=True)
+    return out
 
 
 def _may_shed(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:

@@ -239,6 +239,40 @@ def test_validate_unfinished_counts_no_request_admission_sheds(admission, scoped
         assert pred["unfinished"] > 0  # (class b's late requests, or those the bucket lets in late)
 
 
+@pytest.mark.parametrize("replayed", [True, False])
+def test_validate_counts_the_requests_a_cut_off_leaves_unfinished_behind_a_queue_rule(
+        tmp_path, capsys, monkeypatch, replayed):
+    """default.yaml at 30 req/s cut off at 20 s behind max_queue=20: the run left 327 of its 558
+    requests unfinished, and validate said nothing (a queue rule may reject any request on
+    arrival, so the bound left every one out). The run is now replayed with its rules where
+    affordable: its count, exactly; where not (SHEDDING_REPLAY_REQUESTS below the run's requests
+    here), the requests arriving too late to finish on an idle deployment are said as not
+    completed (rejected on arrival or unfinished: at most the run's two counts together)."""
+    from servesim import predictions
+
+    if not replayed:
+        monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 100)
+    sc = load_scenario(str(ROOT / "scenarios" / "default.yaml"),
+                       ["workload.num_requests=null", "workload.duration_s=20", "workload.arrival.rate_rps=30",
+                        "policy.admission.max_queue=20"])
+    s = simulate(sc).summary
+    n = s["num_requests"]
+    assert s["unfinished"] >= 0.1 * n
+    pred = predictions.predict_unfinished(sc)
+    lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "at workload.duration_s=20 s" in x]
+    assert len(lines) == 1
+    if replayed:
+        assert lines[0].startswith("warning: ")
+        assert pred["exact"] and pred["unfinished"] == s["unfinished"]
+        assert f"a run will leave {s['unfinished']:,} of {n:,} requests" in lines[0]
+    else:
+        assert not pred["exact"] and pred["unfinished"] == 0
+        assert 0 < pred["not_completed"] <= s["unfinished"] + s["rejected"]
+        assert lines[0].startswith("warning: " if pred["not_completed"] >= 0.1 * n else "  unfinished: ")
+        assert f"at least {pred['not_completed']:,} of {n:,} requests" in lines[0]
+        assert "will not have completed" in lines[0]
+
+
 def test_validate_names_a_request_class_no_load_lets_reach_its_slo(tmp_path, capsys):
     """A small class of long prompts with a TTFT limit below their prefill, beside a large class
     with a loose SLO: 94% of all requests meet theirs, so the run warns class_under_slo (and

@@ -612,13 +612,24 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     if floors and floors["missed"]:  # (the run says the same: its slo_floor warning)
         lines.append(f"warning: {slo_floor_text(floors)}")
     late = predict_unfinished(scenario, setup, specs)
-    if late and late["unfinished"]:
-        k, n = late["unfinished"], late["requests"]
-        text = (f"at least {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) will still be queued or running at "
-                f"workload.duration_s={late['duration_s']:g} s: they arrive too close to it to finish even on an "
-                "idle deployment (their prefill and decode steps alone take longer than what is left); the "
-                "latency figures cover only the completed ones (a longer duration_s, or num_requests without a "
-                "cut-off, lets them finish)")
+    if late and (late["unfinished"] or not late["exact"] and late["not_completed"]):
+        k, n, cut = late["unfinished"], late["requests"], f"workload.duration_s={late['duration_s']:g} s"
+        fix = ("the latency figures cover only the completed ones (a longer duration_s, or num_requests without a "
+               "cut-off, lets them finish)")
+        if late["exact"]:  # (a queue rule decides on the load: the run replayed with its rules counted them)
+            text = (f"a run will leave {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still queued or "
+                    f"running at {cut} (the run replayed with policy.admission's rules, which decide by the load "
+                    f"what they reject); {fix}")
+        elif k:
+            text = (f"at least {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) will still be queued or "
+                    f"running at {cut}: they arrive too close to it to finish even on an idle deployment (their "
+                    f"prefill and decode steps alone take longer than what is left); {fix}")
+        else:  # (every late request is one policy.admission's queue rules may reject: both said)
+            k = late["not_completed"]
+            text = (f"at least {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) will not have completed at "
+                    f"{cut}: they arrive too close to it to finish even on an idle deployment; each is rejected "
+                    "on arrival by policy.admission (its queue rules decide by the load, which validate did not "
+                    f"replay for a run this long) or still queued or running; {fix}")
         lines.append(f"warning: {text}" if k >= UNFINISHED_SHARE * n else f"  unfinished: {text}")
     hol = predict_head_of_line(scenario, setup, lengths)
     if hol and hol["tight"]:
