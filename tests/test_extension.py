@@ -966,6 +966,25 @@ def test_validate_warns_of_a_plugin_that_breaks_only_in_its_load_probe(tmp_path,
                      r"\(in validate's load probe", out), out
 
 
+def test_validate_warns_of_a_plugin_that_breaks_in_the_replay_of_a_cut_off_run(tmp_path, monkeypatch, capsys):
+    """A workload.duration_s cut-off beside a queue rule: validate replays the run with its rules
+    to count the requests left unfinished, and a plug-in that broke there (many requests
+    waiting) ended validate with its error where the other probes' breaking is a warning."""
+    from servesim.cli.main import main
+
+    (tmp_path / "loadplugins.py").write_text(UNDER_LOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scenario = str(ROOT / "scenarios" / "default.yaml")
+    sets = ["policy.name=loadplugins:BreaksUnderLoad", "workload.num_requests=null", "workload.duration_s=60",
+            "workload.arrival.rate_rps=16", "policy.max_num_seqs=32",
+            "policy.admission.max_queue=80"]
+    assert main(["validate", *[x for v in sets for x in ("--set", v)], scenario]) == 0
+    out = capsys.readouterr().out
+    assert ": ok (" in out
+    assert len(re.findall(r"warning: policy loadplugins:BreaksUnderLoad: next_batch raised ValueError: too many",
+                          out)) == 1
+
+
 OVER_BUDGET = '''
 from servesim import make_batch
 from servesim.policies.static import StaticPolicy

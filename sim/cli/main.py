@@ -611,7 +611,14 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     floors = predict_slo_floors(scenario, setup, lengths)
     if floors and floors["missed"]:  # (the run says the same: its slo_floor warning)
         lines.append(f"warning: {slo_floor_text(floors)}")
-    late = predict_unfinished(scenario, setup, specs)
+    probe_broke = []  # a plug-in's PluginError in a probe: said as a warning (a run may never load it so)
+    try:  # (with a queue rule it replays the run: a plug-in can break there, as in the probes below)
+        late = predict_unfinished(scenario, setup, specs)
+    except PluginError as e:
+        late = None
+        probe_broke.append(e)
+    except (InputError, MemoryError):
+        late = None
     if late and (late["unfinished"] or not late["exact"] and late["not_completed"]):
         k, n, cut = late["unfinished"], late["requests"], f"workload.duration_s={late['duration_s']:g} s"
         fix = ("the latency figures cover only the completed ones (a longer duration_s, or num_requests without a "
@@ -647,8 +654,6 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      f"whole-prompt admission such a prompt fits only while {leaves}, so under load it can wait "
                      f"at the head of the queue{behind}: "
                      f"{head_of_line_fix(scenario.policy.prefill_first)}")
-    probe_broke = []  # a plug-in's PluginError in a probe: said as a warning (a run may never load it so)
-
     try:
         over = predict_overload(scenario, setup, specs)
     except PluginError as e:
