@@ -686,6 +686,11 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
         prompts = lengths.prompt_tokens[:SHEDDING_REPLAY_REQUESTS] if lengths is not None else None
         if not whole and isinstance(specs, (ClosedLoop, Sessions)) and not specs.sent:
             loop = _own_first(specs, SHEDDING_REPLAY_REQUESTS)
+            if isinstance(loop, ClosedLoop) and loop._have < loop.num_requests:
+                # (within its first chunk of lengths, drawn as the run draws it: a later chunk cut
+                # short draws its columns otherwise than the run's)
+                loop.num_requests = loop._have
+                replay = dataclasses.replace(scenario, workload=dataclasses.replace(wl, num_requests=loop._have))
             kw = {"specs": loop}
     if budget is not None and prompts is not None and prompts.sum() / budget > OVERLOAD_PROBE_STEPS:
         return None
@@ -696,13 +701,16 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
         # a rejected request costs the replay next to nothing (no step runs it), and a closed loop's
         # first requests can be mostly rejections (its clients all sending at once, each rejected one
         # sending again: closed-loop.yaml with think time 0 and max_queue=4 rejected 976 of its first
-        # 1,000 and 168 of the next 1,000), so the replay is the same run's first requests extended
-        # until SHEDDING_REPLAY_REQUESTS of them were admitted, within the loop's first chunk of
-        # lengths (the run's whole num_requests, or 4,096) and SHEDDING_EXTEND replays
+        # 1,000 and 168 of the next 1,000), so where most of the replay was rejections it is the
+        # same run's first requests extended until SHEDDING_REPLAY_REQUESTS of them were admitted,
+        # within the loop's first chunk of lengths (the run's whole num_requests, or 4,096) and
+        # SHEDDING_EXTEND replays (each from the start: a replay mostly admitted is not extended,
+        # as that would run its admitted requests again and again)
         drawn = loop._have if isinstance(loop, ClosedLoop) else wl.num_requests or np.inf
         for _ in range(SHEDDING_EXTEND):
             cap = int(min(SHEDDING_REPLAY_REQUESTS + len(reasons), drawn))
-            if n < loop.num_requests or cap <= n:  # (duration_s cut it, or enough admitted)
+            # (duration_s cut it, enough admitted, or too few rejected to be a storm)
+            if n < loop.num_requests or cap <= n or 2 * len(reasons) < n:
                 break
             loop = _own_first(specs, cap)
             res = simulate(dataclasses.replace(scenario, workload=dataclasses.replace(wl, num_requests=cap)),
