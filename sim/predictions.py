@@ -631,7 +631,7 @@ def _halves(res, skip_bucket: bool) -> dict:
     """A partial replay's rejections by ``policy.admission`` in the first and the later half of its
     requests (by arrival), and whether the later half's share is clearly above the first's (a
     two-proportion z of at least 2): the replay covers only the run's first requests, and a share
-    that rises through them says the run's later ones are likely to shed more. ``skip_bucket``:
+    that rises through them says the run's later ones may shed more. ``skip_bucket``:
     the token bucket's rejections left out (its whole-run count is said apart). {"first",
     "later": requests, "first_shed", "later_shed", "rising"}."""
     r = res.requests
@@ -648,6 +648,8 @@ def _halves(res, skip_bucket: bool) -> dict:
         se = np.sqrt(p * (1 - p) * (1 / h + 1 / (k - h)))
         rising = bool(se > 0 and (b / (k - h) - a / h) >= 2 * se)
     return {"first": h, "later": k - h, "first_shed": a, "later_shed": b, "rising": rising}
+
+
 SHEDDING_EXTEND = 3  # replays of a closed loop's first requests extended past its rejections, at most
 
 
