@@ -901,5 +901,5 @@ def predict_shedding(scenario: Scenario, setup=None, specs=None) -> dict | None:
     return {"at_once": 0, "offered_rps": offered_rate(specs.arrival_s), "served_rps": served,
             "probe_requests": over["probe_requests"] if over is not None else None,
             "rules": (["token_bucket"] if tb is not None else []) + rules, "reaching_rps": float(reaching),
-            "bucket": bucket, "queue": queue, "rejected_share": (bucket + queue) / n,
+            "bucket": bucket, "bucket_of": n_in, "queue": queue, "rejected_share": (bucket + queue) / n,
             "overloaded": bool(overloaded), "backlog": backlog, "uncounted": uncounted}
