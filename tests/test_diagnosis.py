@@ -827,7 +827,7 @@ def test_validate_replays_the_token_bucket_and_names_a_backlog_no_rule_bounds(tm
         line = [x for x in _validate_lines(tmp_path, capsys, sc) if "token_bucket" in x]
         assert len(line) == 1 and line[0].startswith("warning: ")
         # a count of requests out of requests (it read "rejects 532 of the 31.2 req/s offered")
-        assert f"rejects {s['rejected']:,} of 600 requests (" in line[0] and "req/s offered on average" in line[0]
+        assert f"rejects {s['rejected']:,} of 600 requests (" in line[0] and "req/s on average" in line[0]
         assert ("no rule bounds the queue" in line[0]) == (backlog is not None)
         if backlog:
             assert s["workload"]["keep_up"]["ratio"] < 0.9

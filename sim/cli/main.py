@@ -799,9 +799,9 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         # (a count of requests, of the requests it covers: "532 of the 31.2 req/s offered" mixed the two)
         covered = shed.get("bucket_of")
         of = (f"of {plural(covered, 'request', fmt=',')}" if adm.classes is None else
-              f"of the {covered:,} of policy.admission.classes ({', '.join(adm.classes)})") if covered else "requests"
+              f"of the {covered:,} requests of policy.admission.classes ({', '.join(adm.classes)})") if covered else "requests"
         parts.append(f"policy.admission.token_bucket ({tb.rate_rps:g} req/s, burst {tb.burst:g}) rejects "
-                     f"{shed['bucket']:,} {of} ({shed['offered_rps']:.3g} req/s offered on average; its replay on "
+                     f"{shed['bucket']:,} {of} (the workload offers {shed['offered_rps']:.3g} req/s on average; its replay on "
                      "the workload's arrival times, exact)")
     if shed.get("uncounted"):
         queue_rules = [r for r in shed["rules"] if r != "token_bucket"]
