@@ -1773,3 +1773,32 @@ def test_a_run_at_r_that_kept_up_with_a_lull_says_so():
     # a probe that does fall behind still says so
     [why] = Planner.why_not(me, {**ev, "keep_up": 0.7, "keep_up_arrived": 1.1, "too_short": False})
     assert "0.70 requests leave per arrival < 0.9" in why["text"]
+
+
+def test_a_verified_capacity_probes_with_the_longest_run_at_r(tmp_path, monkeypatch):
+    """A seed's run at R that was run again longer (its batch still filling, or too short to
+    tell) met only at that length; the deployment's capacity search probed at the first length,
+    failed at R with that seed and searched below it (chat at 30 req/s with --requests 300: a seed
+    whose 2,100-request run met came out at 19.7, printed "30 (0-110), -13% headroom"). Its probes
+    now take the longest run at R of any seed (a rerun stubbed here: one seed's run at R recorded
+    at 3 x the requests)."""
+    from servesim.studies import plan as P
+
+    real_verify, real_capacity, asked = P.Planner.verify, P.Planner.capacity, []
+
+    def verify(self, c, units):
+        run = real_verify(self, c, units)
+        run["seeds"][-1]["requests"] = 3 * self.n_rate
+        return run
+
+    def capacity(self, shape, units, start, folder, requests):
+        if "deploy" in Path(folder).parts:
+            asked.append(requests)
+        return real_capacity(self, shape, units, start, folder, requests)
+
+    monkeypatch.setattr(P.Planner, "verify", verify)
+    monkeypatch.setattr(P.Planner, "capacity", capacity)
+    opts = PlanOptions(rate_rps=4.0, slo=SLO, gpus=("h100-sxm",), tps=(1,), policies=("continuous",), seeds=2,
+                       probe_requests=40, requests=40, keep_up=0.0, max_probes=4, verify_top=1)
+    doc = run_plan(SMALL, opts, tmp_path / "p", ex=QUIET).doc
+    assert doc["requests_at_rate"] == 40 and asked == [120]

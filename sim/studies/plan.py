@@ -822,8 +822,14 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
             ranked = pl.ranked()
             extra = {}
             for c in ranked[:opts.verify_top]:
-                # probes of the runs' size: the probe at R is the verified run, so the capacity is >= R
-                ci = pl.capacity(c.shape, c.units, opts.rate_rps, out / "deploy" / f"{c.key}-x{c.units}", n_rate)
+                # probes of the runs' size: the probe at R is the verified run, so the capacity is >= R.
+                # A seed's run at R that was run again longer (too short to tell, or its batch still
+                # filling) met only at that length: probes of the first length failed at R with it
+                # (chat at 30 req/s, --requests 300: a seed whose 2,100-request run met searched down
+                # to 19.7, printed "30 (0-110), -13% headroom"), so the probes take the longest
+                ran = c.verified(c.units) or {}
+                n_cap = max([n_rate] + [x.get("requests") or 0 for x in ran.get("seeds", [])])
+                ci = pl.capacity(c.shape, c.units, opts.rate_rps, out / "deploy" / f"{c.key}-x{c.units}", n_cap)
                 iv = ci.interval
                 # every seed's search met at R (its probe at R is the verified run): no seed's capacity
                 # is below R, nor is their mean, as for the estimates (two seeds of 16 and 12 at R =
