@@ -798,11 +798,11 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         tb = adm.token_bucket
         # (a count of requests, of the requests it covers: "532 of the 31.2 req/s offered" mixed the two)
         covered = shed.get("bucket_of")
-        of = (f"of {plural(covered, 'request', fmt=',')}" if adm.classes is None else
-              f"of the {covered:,} requests of policy.admission.classes ({', '.join(adm.classes)})") if covered else "requests"
+        of = ("requests" if not covered else f"of {plural(covered, 'request', fmt=',')}" if adm.classes is None
+              else f"of the {covered:,} requests of policy.admission.classes ({', '.join(adm.classes)})")
         parts.append(f"policy.admission.token_bucket ({tb.rate_rps:g} req/s, burst {tb.burst:g}) rejects "
-                     f"{shed['bucket']:,} {of} (the workload offers {shed['offered_rps']:.3g} req/s on average; its replay on "
-                     "the workload's arrival times, exact)")
+                     f"{shed['bucket']:,} {of} (the workload offers {shed['offered_rps']:.3g} req/s on average; "
+                     "its replay on the workload's arrival times, exact)")
     if shed.get("uncounted"):
         queue_rules = [r for r in shed["rules"] if r != "token_bucket"]
         parts.append(f"{', '.join('policy.admission.' + r for r in queue_rules)}{scope} rejections are not "
