@@ -1802,3 +1802,25 @@ def test_a_verified_capacity_probes_with_the_longest_run_at_r(tmp_path, monkeypa
                        probe_requests=40, requests=40, keep_up=0.0, max_probes=4, verify_top=1)
     doc = run_plan(SMALL, opts, tmp_path / "p", ex=QUIET).doc
     assert doc["requests_at_rate"] == 40 and asked == [120]
+
+
+@pytest.mark.parametrize("bucket, warned", [(2.0, True), (6.0, False)])
+def test_plan_warns_of_a_token_bucket_below_the_rate(tmp_path, capsys, bucket, warned):
+    """The scenario's token bucket sits at the cluster's door: below --rate it rejects the excess in
+    every configuration of every size, and a rejected request misses every limit (chat at 16 req/s
+    behind a 10 req/s bucket: every shape "infeasible" for "too many requests never completed",
+    the bucket never named). plan warns before searching and names the fix. (--tp 3 prunes the
+    space: nothing is simulated.)"""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps({**SMALL, "policy": {**SMALL["policy"],
+                                                 "admission": {"token_bucket": {"rate_rps": bucket, "burst": 3}}}}))
+    assert main(["plan", str(f), "--rate", "5", "--slo", SLO, "--tp", "3", "--policies", "continuous",
+                 "--seeds", "1", "--workers", "1", "--quiet", "--no-report", "--out", str(tmp_path / "p")]) == 0
+    err = capsys.readouterr().err
+    line = [x for x in err.splitlines() if "token_bucket" in x]
+    assert bool(line) == warned
+    if warned:
+        assert line[0].startswith("warning: ") and "admits 2 req/s (burst 3), below the 5 req/s" in line[0]
+        assert "rejects about 60%" in line[0] and "--set policy.admission.token_bucket=null" in line[0]

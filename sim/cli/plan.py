@@ -79,6 +79,32 @@ def _model_note(args) -> str | None:
     return f"note: {note}" if note else None
 
 
+def _bucket_warning(args) -> str | None:
+    """``warning: ...`` where the scenario's ``policy.admission.token_bucket`` admits less than the
+    rate planned for: it sits at the cluster's door, so every configuration of every size rejects
+    the excess, and a rejected request misses every limit (chat at 16 req/s behind a 10 req/s bucket:
+    every shape "infeasible" for "too many requests never completed", the bucket never named).
+    None otherwise."""
+    from servesim.inputs.scenario import load_scenario, mean_rate_at
+
+    try:
+        sc = load_scenario(args.scenario, args.set or [], args.seed)
+    except InputError:
+        return None
+    tb, arrival = sc.policy.admission.token_bucket, getattr(sc.workload, "arrival", None)
+    if tb is None or arrival is None or getattr(arrival, "rate_rps", None) is None:
+        return None
+    mean = mean_rate_at(arrival, args.rate)
+    if not tb.rate_rps < mean:
+        return None
+    scope = "" if sc.policy.admission.classes is None else " (of policy.admission.classes)"
+    return (f"warning: the scenario's policy.admission.token_bucket admits {tb.rate_rps:g} req/s (burst "
+            f"{tb.burst:g}), below the {mean:.3g} req/s planned for: it rejects about "
+            f"{1 - tb.rate_rps / mean:.0%} of the requests{scope} at the cluster's door in every configuration, "
+            "whatever its size, and a rejected request misses every limit. Plan without it (--set "
+            "policy.admission.token_bucket=null) or with its rate_rps at or above --rate")
+
+
 def cmd_plan(args) -> int:
     from servesim.outputs import plandoc as D
     from servesim.studies.plan import PlanOptions, check_options, run_plan
@@ -95,6 +121,9 @@ def cmd_plan(args) -> int:
         max_probes=args.max_probes, verify_top=args.verify_top, exhaustive=args.exhaustive)
     check_options(opts)  # (before the progress bar: a bad option is the one line on stderr)
     _class_slo_note(args)
+    warning = _bucket_warning(args)
+    if warning:
+        print(warning, file=sys.stderr)
     ex = _executor(args)
     out = Path(args.out)
     bar = None
