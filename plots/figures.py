@@ -994,6 +994,11 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
     if off_scale:
         ax.plot([], [], "^", color="0.3", markerfacecolor="none", markersize=7,
                 label="top edge: p99 unbounded (over 1% never completed)")
+    if not any(t is ax.transData for _, _, t in named):
+        # (every run unbounded: the SLO line alone gave the log axis equal limits, and matplotlib
+        # printed a UserWarning into plan's output as it widened them)
+        mid_ms = slo_s * 1e3 if slo_s else 100.0
+        ax.set_ylim(mid_ms / 10, mid_ms * 10)
     _log_latency_axes(ax, slo_s, "cost ($/hour)", f"p99 {name} at the target rate (ms, worst seed)",
                       f"cost vs p99 {name}")
     if off_scale:  # (a band at the top for them, above every drawn point and the SLO line)

@@ -1022,3 +1022,22 @@ def test_goodput_vs_load_draws_failing_loads_hollow(ax):
     assert list(curve.get_markevery()) == [0]
     hollow = [ln for ln in ax.lines if ln.get_markerfacecolor() == "none" and len(ln.get_xdata())]
     assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [30] and hollow[0].get_color() == curve.get_color()
+
+
+def test_cost_latency_with_every_run_unbounded_draws_without_a_warning():
+    """Every configuration run at R lost over 1% of its requests (a token bucket below the rate):
+    only the SLO line had a height, the log axis got equal limits, and matplotlib printed
+    "Attempting to set identical low and high ylims" into plan's output. The axis now spans a
+    decade either side of the limit, the triangles above it."""
+    import warnings
+
+    data = [{"fleet": f"{k} x h100-sxm", "label": f"{k} x h100-sxm TP1, continuous", "gpu": "h100-sxm",
+             "kind": "colocated", "usd_per_hour": 3.29 * k, "p99": math.inf, "meets": False} for k in (3, 4)]
+    fig, ax = plt.subplots(figsize=(6, 4.8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        F.cost_latency(data, ax, "ttft", 1.0)
+        fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    assert lo < 1000.0 < hi and hi / lo > 10
+    plt.close(fig)
