@@ -92,6 +92,11 @@ def test_the_summary_counts_the_measured_runs_the_calibration_was_fitted_to_apar
                          "to 1 of 2"), line
     only_papers = R.summary_line([R.Experiment("e", "t", "s", figs[:2])], quick=False)
     assert "matched apart" not in only_papers, only_papers
+    # reproduce vllm-h100 alone: no figure has a direction ("direction right for 0 of 0 with a
+    # direction") and none is a paper's
+    only_fitted = R.summary_line([R.Experiment("e", "t", "s", figs[2:])], quick=False)
+    assert "direction right for" not in only_fitted and "within +-25% for 1 of 2" in only_fitted, only_fitted
+    assert only_fitted.endswith("all of them the measured vLLM runs the calibration was fitted to, not papers")
 
 
 def test_a_figures_confidence_is_a_label_the_fidelity_guide_explains():

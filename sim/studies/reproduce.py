@@ -1092,9 +1092,13 @@ def summary_line(experiments, quick: bool) -> str:
     split = (f"; matched apart: the papers' {sum(f.matches for f in papers)} of {len(papers)}, the measured vLLM "
              f"runs the calibration was fitted to {sum(f.matches for f in fitted)} of {len(fitted)}"
              if fitted and papers else "")
+    if fitted and not papers:  # (vllm-h100 alone: no paper among them)
+        split = "; all of them the measured vLLM runs the calibration was fitted to, not papers"
+    # (no figure with a direction, as vllm-h100's measured latencies: "direction right for 0 of 0")
+    dirs = f"direction right for {right} of {len(directed)} with a direction, " if directed else ""
     return (f"{sum(f.matches for f in figs)} of {len(figs)} published figures matched (direction right and "
-            f"within +-{TOLERANCE:.0%}; direction right alone where no number is published); direction right for "
-            f"{right} of {len(directed)} with a direction, within +-{TOLERANCE:.0%} for "
+            f"within +-{TOLERANCE:.0%}; direction right alone where no number is published); {dirs}"
+            f"within +-{TOLERANCE:.0%} for "
             f"{within} of {rated} with a published number; {len(figs) - len(sim)} not simulated{split}"
             + (f" ({QUICK_NOTE})" if quick else ""))
 
