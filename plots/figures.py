@@ -948,8 +948,15 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None,
     # each name beside its point, inside the axes, clear of the others and of the legend (at a
     # fixed offset, two configurations of one cost and close capacities printed over each other,
     # and a name near the right edge ran out of the axes)
+    # (and of the target line: a point just above it, as an answer with little headroom is, had its
+    # name struck through by the dotted line)
+    from matplotlib.transforms import Bbox
+
+    frame = ax.get_window_extent()
+    y_target = ax.transData.transform((0, rate_rps))[1]
+    target = Bbox.from_extents(frame.x0, y_target - 1, frame.x1, y_target + 1)
     _place_names(ax, [(d, d["capacity"], ax.transData) for d in data],
-                 lambda d: "k" if id(d) in on_front else "0.45", [legend.get_window_extent()])
+                 lambda d: "k" if id(d) in on_front else "0.45", [legend.get_window_extent(), target])
     return ax
 
 

@@ -1041,3 +1041,26 @@ def test_cost_latency_with_every_run_unbounded_draws_without_a_warning():
     lo, hi = ax.get_ylim()
     assert lo < 1000.0 < hi and hi / lo > 10
     plt.close(fig)
+
+
+def test_cost_capacity_names_stay_clear_of_the_target_line():
+    """An answer with little headroom sits just above the target rate: its name, placed below and
+    beside the point, was struck through by the target's dotted line (plan chat at 120 req/s,
+    6 replicas, capacity 124). Names now keep clear of it as they do of the legend."""
+    from matplotlib.text import Text
+
+    data = [{"fleet": "6 x h100-sxm", "label": "6 x h100-sxm TP1, continuous", "gpu": "h100-sxm",
+             "kind": "colocated", "usd_per_hour": 19.74, "capacity": 124.0, "low": 120.0, "high": 181.0,
+             "chosen": True},
+            {"fleet": "6 x h100-sxm", "label": "P/D 3 x h100-sxm TP1 : 3 x h100-sxm TP1", "gpu": "h100-sxm",
+             "kind": "pd", "usd_per_hour": 19.74, "capacity": 112.0, "low": 110.0, "high": 115.0, "chosen": False}]
+    fig, ax = F.subplots(figsize=(8, 5.5))
+    F.cost_capacity(data, ax, 120.0)
+    fig.canvas.draw()
+    y = ax.transData.transform((0, 120.0))[1]
+    names = list(ax.texts)
+    assert len(names) == 2
+    for t in names:
+        b = Text.get_window_extent(t)
+        assert not b.y0 <= y <= b.y1, t.get_text()
+    plt.close(fig)
