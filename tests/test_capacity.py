@@ -1260,3 +1260,23 @@ def test_no_capacity_for_the_ttft_admission_rule_says_what_helps_not_more_probes
     main(["capacity", str(sc), "--slo", "ttft_p99=0.01", "--seeds", "1", "--probe-requests", "100",
           "--max-probes", "3", "--quiet"])
     assert "admission" not in capsys.readouterr().err
+
+
+def test_capacity_behind_a_token_bucket_says_the_bucket_bounds_it(tmp_path, capsys):
+    """A token bucket rejects at the cluster's door and a rejected request misses every limit: a
+    P/D split behind a 20 req/s bucket (burst 10) answered 14.3 req/s where its pools serve ~36,
+    every failing probe "inf" in the table, the bucket never named. A note before the search
+    says it bounds the answer and how to search without it; without a bucket, no note."""
+    data = {**BASE, "workload": {**BASE["workload"], "num_requests": 40},
+            "policy": {**BASE["policy"],
+                       "admission": {"token_bucket": {"rate_rps": 2.0, "burst": 3}}}}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    args = ["--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40", "--max-probes", "2", "--start", "1",
+            "--quiet", "--out", str(tmp_path / "o")]
+    assert main(["capacity", str(sc), *args]) in (0, 2)
+    err = capsys.readouterr().err
+    assert "note: the scenario's policy.admission.token_bucket (2 req/s, burst 3)" in err
+    assert "--set policy.admission.token_bucket=null" in err
+    main(["capacity", str(sc), *args, "--set", "policy.admission.token_bucket=null"])
+    assert "token_bucket" not in capsys.readouterr().err

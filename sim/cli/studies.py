@@ -192,6 +192,16 @@ def _class_slo_note(args) -> None:
     note = class_slo_note(base)
     if note:
         print(f"note: {note}", file=sys.stderr)
+    adm = (base.get("policy") or {}).get("admission") if isinstance(base.get("policy"), dict) else None
+    tb = adm.get("token_bucket") if isinstance(adm, dict) else None
+    if args.command == "capacity" and isinstance(tb, dict) and tb.get("rate_rps") is not None:
+        # (a P/D split behind a 20 req/s bucket, burst 10, answered 14.3 req/s where its pools serve
+        # ~36: every failing probe lost requests at the door, "inf" in the table, the bucket unnamed)
+        print(f"note: the scenario's policy.admission.token_bucket ({tb['rate_rps']:g} req/s, burst "
+              f"{tb.get('burst', 1.0):g}) rejects requests at the cluster's door, and a rejected request misses "
+              "every limit: the capacity is at most about what the bucket lets through (less with bursty "
+              "arrivals), whatever the deployment serves; for the deployment's own, --set "
+              "policy.admission.token_bucket=null", file=sys.stderr)
     if args.command == "capacity" and isinstance(base.get("workload"), dict) \
             and base["workload"].get("sessions") is not None:  # (plan refuses sessions)
         # (the rate searched starts sessions: "capacity 7.4 req/s" read as requests, where the
