@@ -195,8 +195,8 @@ def _class_slo_note(args) -> None:
     adm = (base.get("policy") or {}).get("admission") if isinstance(base.get("policy"), dict) else None
     tb = adm.get("token_bucket") if isinstance(adm, dict) else None
     if args.command == "capacity" and isinstance(tb, dict) and tb.get("rate_rps") is not None:
-        # (a P/D split behind a 20 req/s bucket, burst 10, answered 14.3 req/s where its pools serve
-        # ~36: every failing probe lost requests at the door, "inf" in the table, the bucket unnamed)
+        # (a P/D split behind a 20 req/s bucket, burst 10, answered 14.3 req/s, 28.6 without it:
+        # every failing probe lost requests at the door, "inf" in the table, the bucket unnamed)
         print(f"note: the scenario's policy.admission.token_bucket ({tb['rate_rps']:g} req/s, burst "
               f"{tb.get('burst', 1.0):g}) rejects requests at the cluster's door, and a rejected request misses "
               "every limit: the capacity is at most about what the bucket lets through (less with bursty "
