@@ -12,11 +12,16 @@ import pytest
 from servesim.simulation import simulate
 from tests.conftest import SYNC, make_scenario, specs
 
+# vLLM V1's block allocation (a chunk takes its blocks as it is scheduled); the V0 profiles take a
+# whole prompt's blocks at admission (EngineProfile.whole_prompt_blocks)
+V1 = {"cost.engine": "vllm-v1"}
+
 
 def three_of_one_prefix(engine, policy, budget):
     # three requests arriving at once: a 64-token shared prefix (4 blocks of 16) and 20 tokens of their own
-    sc = make_scenario(**{**SYNC, "engine": engine, "policy.name": policy, "policy.max_num_batched_tokens": budget,
-                          "policy.prefix_caching": True, "workload.num_requests": 3})
+    sc = make_scenario(**{**SYNC, **V1, "engine": engine, "policy.name": policy,
+                          "policy.max_num_batched_tokens": budget, "policy.prefix_caching": True,
+                          "workload.num_requests": 3})
     sp = specs([(0.0, 84, 5)] * 3)
     sp = dataclasses.replace(sp, prefix_group=np.zeros(3, np.int64), prefix_tokens=np.full(3, 64, np.int64))
     return simulate(sc, specs=sp)
@@ -54,7 +59,7 @@ def test_a_shared_block_a_chunk_ended_in_is_not_cached_when_its_request_is_preem
     computed block cached, and its return (or anyone of the prefix) hit up to 15 tokens nobody had
     computed. The exact trace: C (16-token prompt, 10 output tokens) and A (44 tokens, a 32-token
     shared prefix: 2 blocks) arrive at once under a 40-token budget with 4 KV blocks."""
-    sc = make_scenario(**{**SYNC, "engine": engine, "policy.name": "chunked_prefill",
+    sc = make_scenario(**{**SYNC, **V1, "engine": engine, "policy.name": "chunked_prefill",
                           "policy.max_num_batched_tokens": 40, "policy.prefix_caching": True,
                           "memory.num_gpu_blocks": 4, "policy.watermark": 0.0, "workload.num_requests": 3})
     sp = specs([(0.0, 16, 10), (0.0, 44, 3), (1.0, 44, 3)])  # (B, the third, comes once A is done)
