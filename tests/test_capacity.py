@@ -905,7 +905,7 @@ def test_the_lower_bound_note_names_what_made_the_probes_too_short():
     # kept up with arrivals that came slower than the rate (metrics.keeps_up): that is what it says
     ev = {"requests": 6400, "service_p99_s": 2.0, "keep_up_window_s": 10.0, "keep_up_warmup": 0.0,
           "keep_up": 0.95, "keep_up_arrived": 0.9}
-    slow = _too_short_note(SimpleNamespace(short={20.0}, results={20.0: ev}, keep_up=0.9), 10.0)
+    slow = _too_short_note(SimpleNamespace(short={20.0}, results={20.0: ev}, keep_up=0.9, rate_unit="req/s"), 10.0)
     assert "0.95 requests left per arrival" in slow and "came at 90% of the rate" in slow
     assert "shortfall" not in slow and "lower bound" in slow
 

@@ -515,7 +515,7 @@ def test_a_fit_that_cannot_start_is_an_input_error():
     from servesim.cost.fitting import _lsq, _lsq_result
 
     for fit in (lambda r: _lsq(r, [0.5], [0.0], [1.0], [0.1]), lambda r: _lsq_result(r, [0.5], [0.0], [1.0])):
-        with pytest.raises(InputError, match=r"1 measurement\(s\) the cost model gives no finite time"):
+        with pytest.raises(InputError, match=r"the profiles hold 1 measurement the cost model gives no finite time"):
             fit(lambda x: np.array([np.log(0.0), 1.0]))
 
 
