@@ -155,6 +155,13 @@ def predict_over_budget(scenario: Scenario, setup=None, specs=None) -> dict | No
     limit = entry.recompute_limit
     if limit is None:
         return None
+    return {**_admitted_at_risk(entry, specs, lambda req: req.prompt_tokens + entry.outgrow(req)[0] - 1 > limit),
+            "budget": limit}
+
+
+def _admitted_at_risk(entry, specs: RequestSpecs, at_risk) -> dict:
+    """{"requests": how many of ``specs`` the first pool's ``entry`` admits on arrival, "at_risk":
+    how many of those ``at_risk(request)`` holds for}, each (prompt, output) pair judged once."""
     key = (np.asarray(specs.prompt_tokens).astype(np.int64) << 32) | np.asarray(specs.output_tokens).astype(np.int64)
     pairs, inverse = np.unique(key, return_inverse=True)
     admitted, risk = [], []
@@ -162,10 +169,10 @@ def predict_over_budget(scenario: Scenario, setup=None, specs=None) -> dict | No
         req = Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)
         ok = entry.arrival_reason(req) is None
         admitted.append(ok)
-        risk.append(ok and req.prompt_tokens + entry.outgrow(req)[0] - 1 > limit)
+        risk.append(ok and at_risk(req))
     inverse = np.ravel(inverse)
     return {"requests": int(np.array(admitted, dtype=bool)[inverse].sum()),
-            "at_risk": int(np.array(risk, dtype=bool)[inverse].sum()), "budget": limit}
+            "at_risk": int(np.array(risk, dtype=bool)[inverse].sum())}
 
 
 def _refused_before_door(setup, specs: RequestSpecs) -> np.ndarray:
@@ -196,17 +203,7 @@ def predict_never_back(scenario: Scenario, setup=None, specs=None) -> dict | Non
     one = entry.engines[0] if hasattr(entry, "engines") else entry
     if getattr(one, "recompute_blocks", None) is None:
         return None
-    key = (np.asarray(specs.prompt_tokens).astype(np.int64) << 32) | np.asarray(specs.output_tokens).astype(np.int64)
-    pairs, inverse = np.unique(key, return_inverse=True)
-    admitted, risk = [], []
-    for k in pairs.tolist():
-        req = Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)
-        ok = entry.arrival_reason(req) is None
-        admitted.append(ok)
-        risk.append(ok and entry.can_outlive_watermark(req))
-    inverse = np.ravel(inverse)
-    return {"requests": int(np.array(admitted, dtype=bool)[inverse].sum()),
-            "at_risk": int(np.array(risk, dtype=bool)[inverse].sum()), "blocks": one.recompute_blocks,
+    return {**_admitted_at_risk(entry, specs, entry.can_outlive_watermark), "blocks": one.recompute_blocks,
             "num_blocks": one.kv.num_blocks}
 
 
