@@ -127,6 +127,13 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
                          "(results.csv has the probes of the seeds it finished); run the same servesim capacity "
                          "command again to resume it")
     rows = read_results(path / "results.csv")
+    if not rows:  # (every point a study runs writes its row, a failed one too: none is a damaged file)
+        listed = meta.get("points")
+        of = f" while {path / 'sweep.json'} lists {listed} point(s)" if isinstance(listed, int) and listed else ""
+        what = "capacity search" if kind == "capacity" else kind
+        raise InputError(f"servesim report: {path / 'results.csv'} has its header but no row{of}: no point of "
+                         f"this {what} is recorded (the file was cut or emptied); run the same servesim {kind} "
+                         "command again to write it (its finished runs are reused)")
     if kind == "capacity":  # a probe run again longer (too short to tell): the longer one decided
         rows = [r for r in rows if r.get("probe_rerun") not in (True, "True")]
     seed_rows = read_results(path / "seeds.csv") if (path / "seeds.csv").is_file() else []

@@ -114,6 +114,18 @@ def test_report_bad_folder_exits_2(tmp_path, capsys):
     assert "holds a capacity search that stopped before its answer (results-seed0.csv" in capsys.readouterr().err
 
 
+def test_report_on_a_results_csv_with_only_its_header_names_the_file(tmp_path, capsys):
+    """A sweep's results.csv cut to its header (sweep.json lists its points) was reported as
+    '0 points, 0 ran' with exit 0: it is an error naming the file, the points listed and the fix."""
+    (tmp_path / "sweep.json").write_text(json.dumps({"kind": "sweep", "scenario": "s.yaml", "points": 2}))
+    (tmp_path / "results.csv").write_text("point,workload.arrival.rate_rps,status,error,hash,dir\n")
+    assert main(["report", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'results.csv'} has its header but no row while {tmp_path / 'sweep.json'} lists 2 " in err
+    assert "run the same servesim sweep command again" in err and "Traceback" not in err
+    assert not (tmp_path / "report.md").exists()
+
+
 @pytest.mark.parametrize("marker,report,command", [("lessons.json", "lessons.md", "lessons"),
                                                     ("reproduce.json", "reproduce.md", "reproduce"),
                                                     ("validation.json", "report.md", "validate-run")])
