@@ -692,3 +692,25 @@ def test_a_result_of_another_model_is_said_on_the_terminal(tmp_path, capsys):
     for mid, other in [("meta-llama/Meta-Llama-3-8B-Instruct", False), (model, False), (None, False), ("", False),
                        ("/models/Meta-Llama-3-8B/", False), ("mistralai/Mixtral-8x7B-v0.1", True)]:
         assert other_model({"result_model_id": mid, "model": model}) == other, mid
+
+
+def test_a_request_with_more_itls_than_output_tokens_minus_one_is_warned_of(tmp_path, capsys):
+    """n output tokens have at most n - 1 gaps: a request whose itls list is longer was replayed
+    without a word, its extra gaps counted as ITL samples. The warning names the request's index
+    in the file and both counts; a file whose lists agree has none."""
+    raw = json.loads(DETAILED.read_text())
+    ok = [i for i, e in enumerate(raw["errors"]) if not e and raw["output_lens"][i] > 1]
+    i, j = ok[3], ok[7]
+    for k, extra in ((i, 2), (j, 5)):
+        raw["itls"][k] = raw["itls"][k] + [0.001] * (raw["output_lens"][k] - 1 - len(raw["itls"][k]) + extra)
+    res = tmp_path / "r.json"
+    res.write_text(json.dumps(raw))
+    assert main(["validate-run", str(res), "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    n = raw["output_lens"][i]
+    said = (f"warning: 2 of 23 replayed requests have more itls entries than output tokens minus one: request {i} "
+            f"has {n + 1} (itls[{i}]) but {n} output tokens (output_lens[{i}]), which have at most {n - 1} gaps")
+    assert said in capsys.readouterr().out
+    warned = json.loads((tmp_path / "v" / "validation.json").read_text())["warnings"]
+    assert any(w.startswith(said[len("warning: "):]) for w in warned)
+    assert main(["validate-run", str(DETAILED), "--out", str(tmp_path / "w"), "--quiet"]) == 0
+    assert "itls entries" not in capsys.readouterr().out

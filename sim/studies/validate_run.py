@@ -294,7 +294,8 @@ def validate_run(result_path: str, scenario_path: str | None, out_dir: str | Pat
         "columns": res.columns,
         "replay": Path(work["trace"]["path"]).name,  # replay.csv, or replay.jsonl with the prompts' blocks
     }
-    report["warnings"] = (replay_warnings(res, order, sc, ctx) + rejected_warnings(results, len(order))
+    report["warnings"] = (itl_warnings(res, order) + replay_warnings(res, order, sc, ctx)
+                          + rejected_warnings(results, len(order))
                           + behind_warnings(results.summary))
     (out / "validation.json").write_text(json_text(report, indent=2))
     title = (f"{_source(report)} vs servesim: {sc.model} on {gpus(sc)} x {gpu_label(sc.hardware.gpu)}\n"
@@ -320,6 +321,21 @@ def other_model(r: dict) -> bool:
     names = {model.lower(), MODEL_ALIASES.get(model, model).lower()}
     ran = {mid, MODEL_ALIASES.get(mid, mid)}
     return not any(x.rstrip("/").split("/")[-1].lower() in name for x in ran for name in names)
+
+
+def itl_warnings(res: BenchResult, order: np.ndarray) -> list:
+    """Replayed requests with more gaps between streamed chunks (``itls``) than their output tokens
+    minus one: n tokens have at most n - 1 gaps, so the file's output_lens or itls is off (an
+    output recounted by another tokenizer, a chunk split), and the measured ITL samples are not
+    one per token gap. The first such request is named by its index in the file."""
+    idx = sorted(int(i) for i in order if len(res.itl_s[i]) > max(int(res.output_tokens[i]) - 1, 0))
+    if not idx:
+        return []
+    i, n = idx[0], int(res.output_tokens[idx[0]])
+    return [f"{len(idx)} of {len(order)} replayed requests have more itls entries than output tokens minus one: "
+            f"request {i} has {len(res.itl_s[i])} (itls[{i}]) but {n} output tokens (output_lens[{i}]), which "
+            f"have at most {max(n - 1, 0)} gaps between them; the file's output_lens and itls disagree, so its "
+            "ITL samples are not one per token gap: check how the benchmark counted output tokens"]
 
 
 def replay_warnings(res: BenchResult, order: np.ndarray, sc: Scenario, ctx: int) -> list:
