@@ -1238,6 +1238,22 @@ def test_capacity_of_sessions_writes_its_rates_in_sessions_per_second(tmp_path, 
     assert "rate req/s" in out and "sessions/s" not in out + err
 
 
+def test_a_start_out_of_range_is_refused_in_the_unit_of_the_rate_searched(tmp_path, capsys):
+    """With workload.sessions --start is a rate of sessions started per second: the note before the
+    search said so, and the refusal of --start 0 beside it read "<= 1e+09 req/s, got 0.0"."""
+    data = {**BASE, "workload": {**BASE["workload"], "num_requests": 40,
+                                 "sessions": {"turns": {"dist": "uniform", "min": 2, "max": 4}, "think_time_s": 0.5}}}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=5", "--start", "0", "--quiet"]) == 2
+    err = capsys.readouterr().err.split("error:", 1)[1]
+    assert "--start must be >= 1e-06 and <= 1e+09 sessions/s, got 0" in err and "req/s" not in err
+    plain = tmp_path / "p.yaml"
+    plain.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 40}}))
+    assert main(["capacity", str(plain), "--slo", "ttft_p99=5", "--start", "0", "--quiet"]) == 2
+    assert "--start must be >= 1e-06 and <= 1e+09 req/s, got 0" in capsys.readouterr().err
+
+
 def test_no_capacity_for_the_ttft_admission_rule_says_what_helps_not_more_probes(tmp_path, capsys):
     """policy.admission.ttft_slo at ttft_slo_share 0.5 rejects every prompt whose prefill alone
     takes over half the TTFT SLO, at any rate; the latency floors do not know the rule, so the

@@ -583,7 +583,10 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
         duration = 2 * period  # a rate that repeats on a cycle: each probe spans two of its periods
     start = arrival.rate_rps if opts.start_rps is None else opts.start_rps  # (0 is refused, not the default)
     if not MIN_RATE_RPS <= start <= MAX_RATE_RPS:
-        raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} req/s, got {start}")
+        from servesim.outputs.checks import sessions_rate_note
+
+        unit = "sessions/s" if sessions_rate_note(base) else "req/s"  # (``Search.rate_unit``: the rate searched)
+        raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} {unit}, got {start:g}")
     return SearchPlan(scenario_label(scenario, base), slo_text, slo, opts, base, arrival, n, duration, start,
                       num_gpus(sc.to_dict()), list(overrides or []), why)
 
