@@ -987,9 +987,10 @@ def late_note(late: dict) -> str:
     """What a p99 TTFT figure says of the requests late on their own (``measured_vllm.late_rows``)."""
     (m, s), (pm, ps) = late["share"], late["p99_without"]
     err = f" ({ps / pm - 1:+.0%})" if pm and math.isfinite(pm) and math.isfinite(ps) else ""
-    return (f"requests late on their own (TTFT over {late['threshold_ms']:.0f} ms, half the median, above the "
-            f"median of the 50 sent around them): {m:.1%} measured, {s:.1%} simulated; without the measured ones, "
-            f"p99 TTFT {pm:.1f} ms measured, {ps:.1f} simulated{err}")
+    tm, ts = late["threshold_ms"]
+    return (f"requests late on their own (TTFT above the median of the 50 sent around them by more than half the "
+            f"run's own median: {tm:.0f} ms measured, {ts:.0f} ms simulated): {m:.1%} measured, {s:.1%} simulated; "
+            f"without the measured ones, p99 TTFT {pm:.1f} ms measured, {ps:.1f} simulated{err}")
 
 
 def h100_attention_memory() -> float:
