@@ -432,7 +432,8 @@ def _overload_probe(scenario: Scenario, setup=None, specs=None) -> dict | None:
         k = int(np.searchsorted(steps, OVERLOAD_PROBE_STEPS, side="right"))
         if k < OVERLOAD_PROBE_MIN:
             return None
-    res = _probe(scenario, specs, np.zeros(k), split)
+    res = _probe(scenario, specs, np.zeros(k), split,
+                 f"validate's load probe: the workload's first {k:,} requests at once on {_on(split)}; {LOADED_SO}")
     if res.summary["completed"] < 0.9 * k:  # (rejections: they leave at once; predict_rejections names them)
         return None
     # (its throughput counts the drain, when the last requests run in a shrinking batch: a lower
@@ -455,7 +456,9 @@ def preemptions_at_rate(scenario: Scenario, k: int, setup=None, specs=None) -> i
     split = scenario.policy.name in DEPLOYMENTS
     stretch = 1 if split else scenario.cluster.replicas
     k = min(k, len(specs))
-    return int(_probe(scenario, specs, specs.arrival_s[:k] * stretch, split).summary["preemptions"])
+    where = (f"validate's preemption probe: the workload's first {k:,} requests at their own arrival times on "
+             f"{_on(split)}; {LOADED_SO}")
+    return int(_probe(scenario, specs, specs.arrival_s[:k] * stretch, split, where).summary["preemptions"])
 
 
 # requests of validate's dry run of a plug-in: enough for a router's 200th call and a policy's
@@ -516,16 +519,35 @@ def _first(specs: RequestSpecs, k: int) -> RequestSpecs:
         if isinstance(getattr(specs, f.name), (np.ndarray, tuple)) and f.name != "class_names"})
 
 
-def _probe(scenario: Scenario, specs: RequestSpecs, arrival_s: np.ndarray, split: bool):
+LOADED_SO = "a run that loads it so stops there"
+
+
+def _simulate(where: str, scenario: Scenario, **kw):
+    """``simulate`` for one of validate's probes or replays: a plug-in's ``PluginError`` raised in
+    it carries ``where`` (what ran it: validate's warning names it), unless an inner one set it."""
+    try:
+        return simulate(scenario, **kw)
+    except PluginError as e:
+        if getattr(e, "where", None) is None:
+            e.where = where
+        raise
+
+
+def _on(split: bool) -> str:
+    return "the whole P/D deployment" if split else "one replica"
+
+
+def _probe(scenario: Scenario, specs: RequestSpecs, arrival_s: np.ndarray, split: bool, where: str):
     """Run the workload's first ``len(arrival_s)`` requests, arriving at ``arrival_s``, on one
     replica (the whole deployment for a P/D ``split``), with ``policy.admission`` left out and no
-    ``duration_s``: the probes of ``_overload_probe`` and ``preemptions_at_rate``."""
+    ``duration_s``: the probes of ``_overload_probe`` and ``preemptions_at_rate``; ``where``: what
+    it is, for a plug-in's error (``_simulate``)."""
     k = len(arrival_s)
     probe = dataclasses.replace(_first(specs, k), arrival_s=arrival_s)
     one = dataclasses.replace(scenario if split else _one_replica(scenario),
                               workload=dataclasses.replace(scenario.workload, num_requests=k, duration_s=None),
                               policy=dataclasses.replace(scenario.policy, admission=Admission()))
-    return simulate(one, specs=probe)
+    return _simulate(where, one, specs=probe)
 
 
 SHEDDING_BUCKET_REPLAY = 2_000_000  # arrivals the token bucket is replayed on (more: its rate bounds it)
@@ -572,7 +594,9 @@ def _shed_at_once(scenario: Scenario, specs) -> dict | None:
     specs = dataclasses.replace(specs, arrival_s=np.zeros_like(specs.arrival_s))
     cut = dataclasses.replace(scenario, workload=dataclasses.replace(
         scenario.workload, duration_s=1e-9, arrival=dataclasses.replace(scenario.workload.arrival, time_s=0.0)))
-    reasons = _admission_reasons(simulate(cut, specs=specs))
+    reasons = _admission_reasons(_simulate(
+        f"validate's replay of the {len(specs):,} requests arriving at once with policy.admission's rules; "
+        f"{LOADED_SO}", cut, specs=specs))
     if not reasons:
         return None
     return _replay_result(reasons, len(specs), at_once=len(reasons))
@@ -619,7 +643,8 @@ def _run_replayed(scenario: Scenario, specs: RequestSpecs):
     last = _LAST_RUN
     if last[0] is not None and last[0]() is scenario and last[1]() is specs:
         return last[2]
-    res = simulate(scenario, specs=specs)
+    res = _simulate("validate's replay of the run itself (the workload as drawn, with policy.admission's rules and "
+                    "workload.duration_s): the run stops there too", scenario, specs=specs)
     last[:] = [weakref.ref(scenario), weakref.ref(specs), res]
     return res
 
@@ -693,7 +718,9 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
             kw = {"specs": loop}
     if budget is not None and prompts is not None and prompts.sum() / budget > OVERLOAD_PROBE_STEPS:
         return None
-    res = _run_replayed(scenario, specs) if isinstance(specs, RequestSpecs) else simulate(replay, **kw)
+    where = (f"validate's replay of the run{'' if whole else f's first {replay.workload.num_requests:,} requests'} "
+             f"with policy.admission's rules; {LOADED_SO}")
+    res = _run_replayed(scenario, specs) if isinstance(specs, RequestSpecs) else _simulate(where, replay, **kw)
     n = res.summary["num_requests"]
     reasons = _admission_reasons(res)
     if loop is not None:
@@ -712,8 +739,8 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
             if n < loop.num_requests or cap <= n or 2 * len(reasons) < n:
                 break
             loop = _own_first(specs, cap)
-            res = simulate(dataclasses.replace(scenario, workload=dataclasses.replace(wl, num_requests=cap)),
-                           specs=loop)
+            res = _simulate(where, dataclasses.replace(scenario, workload=dataclasses.replace(wl, num_requests=cap)),
+                            specs=loop)
             n = res.summary["num_requests"]
             reasons = _admission_reasons(res)
     if not n or not reasons:
@@ -770,7 +797,8 @@ def _shed_at_rate(scenario: Scenario, setup, specs: RequestSpecs, k: int, served
     else:
         one = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, num_requests=k,
                                                                          duration_s=None))
-        res = simulate(one, specs=_first(specs, k))
+        res = _simulate(f"validate's replay of the workload's first {k:,} requests at their own arrival times with "
+                        f"policy.admission's rules; {LOADED_SO}", one, specs=_first(specs, k))
     reasons = _admission_reasons(res)
     if not reasons:
         return None

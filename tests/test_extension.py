@@ -963,7 +963,8 @@ def test_validate_warns_of_a_plugin_that_breaks_only_in_its_load_probe(tmp_path,
     out = capsys.readouterr().out
     assert ": ok (" in out
     assert re.search(r"warning: policy loadplugins:BreaksUnderLoad: next_batch raised ValueError: too many .*"
-                     r"\(in validate's load probe", out), out
+                     r"\(in validate's load probe: the workload's first 1,000 requests at once on one replica; a run "
+                     r"that loads it so stops there\)", out), out
 
 
 def test_validate_warns_of_a_plugin_that_breaks_in_the_replay_of_a_cut_off_run(tmp_path, monkeypatch, capsys):
@@ -983,6 +984,10 @@ def test_validate_warns_of_a_plugin_that_breaks_in_the_replay_of_a_cut_off_run(t
     assert ": ok (" in out
     assert len(re.findall(r"warning: policy loadplugins:BreaksUnderLoad: next_batch raised ValueError: too many",
                           out)) == 1
+    # the warning names what raised it: the replay of the run itself, not "validate's load probe" (the
+    # overload probe, which it said whichever probe or replay had raised)
+    assert ("(in validate's replay of the run itself (the workload as drawn, with policy.admission's rules and "
+            "workload.duration_s): the run stops there too)") in out and "load probe" not in out
 
 
 OVER_BUDGET = '''

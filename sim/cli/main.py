@@ -708,9 +708,10 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                 lines.append(f"  preemptions: few at this load: {k:,} of the workload's requests all at once "
                              f"preempted {p:,} times, but at their own arrival times (the offered "
                              f"{over['offered_rps']:.3g} req/s) {q:,} times ({q / k:.2f} per request)")
-    if probe_broke:  # (once: the probes run the same first requests)
-        lines.append(f"warning: {clip_text(probe_broke[0], 400)} (in validate's load probe: the workload's first "
-                     "requests at once on one replica; a run that loads it so stops there)")
+    if probe_broke:  # (once: the probes run the same first requests; the first names what ran it)
+        where = getattr(probe_broke[0], "where", None) or "validate's probes of the load; a run that loads it so " \
+            "stops there"
+        lines.append(f"warning: {clip_text(probe_broke[0], 400)} (in {where})")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
     lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario) + cost_mapping_warnings(scenario,
                                                                                                        setup.pools)
