@@ -612,13 +612,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     if floors and floors["missed"]:  # (the run says the same: its slo_floor warning)
         lines.append(f"warning: {slo_floor_text(floors)}")
     probe_broke = []  # a plug-in's PluginError in a probe: said as a warning (a run may never load it so)
-    try:  # (with a queue rule it replays the run: a plug-in can break there, as in the probes below)
-        late = predict_unfinished(scenario, setup, specs)
-    except PluginError as e:
-        late = None
-        probe_broke.append(e)
-    except (InputError, MemoryError):
-        late = None
+    # (with a queue rule it replays the run: a plug-in can break there, as in the probes below)
+    late = _probe(probe_broke, predict_unfinished, scenario, setup, specs)
     if late and (late["unfinished"] or not late["exact"] and late["not_completed"]):
         k, n, cut = late["unfinished"], late["requests"], f"workload.duration_s={late['duration_s']:g} s"
         fix = ("the latency figures cover only the completed ones (a longer duration_s, or num_requests without a "
@@ -654,25 +649,13 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      f"whole-prompt admission such a prompt fits only while {leaves}, so under load it can wait "
                      f"at the head of the queue{behind}: "
                      f"{head_of_line_fix(scenario.policy.prefill_first)}")
-    try:
-        over = predict_overload(scenario, setup, specs)
-    except PluginError as e:
-        over = None
-        probe_broke.append(e)
-    except (InputError, MemoryError):  # (a probe the machine cannot hold: no prediction, the run says)
-        over = None
+    over = _probe(probe_broke, predict_overload, scenario, setup, specs)
     if over is not None and over["overloaded"]:
         lines.append(f"warning: the offered {over['offered_rps']:.3g} req/s is well above what the deployment serves: "
                      f"{_probe_text(scenario, setup, over)}"
                      + "; the backlog will grow through the run and its latencies with workload.num_requests "
                      "(servesim capacity finds the highest rate it keeps up with)")
-    try:
-        shed = predict_shedding(scenario, setup, specs)
-    except PluginError as e:
-        shed = None
-        probe_broke.append(e)
-    except (InputError, MemoryError):
-        shed = None
+    shed = _probe(probe_broke, predict_shedding, scenario, setup, specs)
     if shed is not None:
         lines.append(_shedding_text(scenario, setup, shed))
     # The probe runs its batch as full as the load allows: when it outgrew the KV cache (as many
@@ -692,13 +675,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
             lines.append(f"{head}, and the offered {over['offered_rps']:.3g} req/s is at or above the "
                          f"{over['served_rps']:.3g} req/s they completed, so a run will preempt too {fix}")
         else:
-            try:
-                q = preemptions_at_rate(scenario, k, setup, specs)
-            except PluginError as e:
-                q = None
-                probe_broke.append(e)
-            except (InputError, MemoryError):
-                q = None
+            q = _probe(probe_broke, preemptions_at_rate, scenario, k, setup, specs)
             if q is not None and q >= PREEMPTED_SHARE * k:
                 lines.append(f"{head}, and at the offered {over['offered_rps']:.3g} req/s (below the "
                              f"{over['served_rps']:.3g} req/s they completed) the same requests at their own "
@@ -729,6 +706,19 @@ def _probe_text(scenario, setup, over: dict) -> str:
         ran = (f"all at once on one replica, completed {over['served_rps'] / n:.3g} req/s"
                + (f" ({over['served_rps']:.3g} on {n} replicas)" if n > 1 else ""))
     return f"{over['probe_requests']:,} of its requests, {ran}"
+
+
+def _probe(broke: list, predict, *args):
+    """``predict(*args)``, or None where it cannot answer: a plug-in's PluginError is kept in
+    ``broke`` (validate says it as a warning: a run may never load the plug-in so), and a probe the
+    machine cannot hold (InputError, MemoryError) gives no prediction (the run says)."""
+    try:
+        return predict(*args)
+    except PluginError as e:
+        broke.append(e)
+    except (InputError, MemoryError):
+        pass
+    return None
 
 
 def _shedding_text(scenario, setup, shed: dict) -> str:
