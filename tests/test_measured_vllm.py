@@ -165,6 +165,14 @@ def test_requests_late_on_their_own_are_counted_apart_from_load():
     assert r["p99_without"][0] < np.percentile(meas, 99)
     # a table of one row, or none, does not fail
     assert not mv.late_rows(np.array([30.0])).any() and len(mv.late_rows(np.array([]))) == 0
+    # at the ends too, a request held alone is set against the requests nearest it: a cold first
+    # request (and a held last one) was its own neighbours' median with the ends padded by its value
+    ends = base[:600].copy()
+    ends[[0, 3, 599]] += 40.0
+    assert set(np.flatnonzero(mv.late_rows(ends))) == {0, 3, 599}
+    short = np.full(30, 28.0)
+    short[0] += 40.0  # (fewer rows than a window: set against the whole run's median)
+    assert set(np.flatnonzero(mv.late_rows(short))) == {0}
 
 
 def test_the_late_note_says_what_each_share_is_counted_against():

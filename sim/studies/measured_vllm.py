@@ -328,8 +328,15 @@ def late_rows(ttft_ms: np.ndarray) -> np.ndarray:
     if not len(x):
         return np.zeros(0, dtype=bool)
     half = NEIGHBOURS // 2
-    padded = np.pad(x, half, mode="edge")
-    local = np.median(np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1), axis=1)
+    span = 2 * half + 1
+    if len(x) <= span:  # (fewer rows than a window: every row's neighbours are the whole run)
+        local = np.full(len(x), np.median(x))
+    else:
+        # the window of the span rows nearest each one: centred on it, shifted inside the run at its
+        # ends (the ends padded with their own value made a first request its own neighbours' median,
+        # so a cold first request, late on its own, was never counted)
+        medians = np.median(np.lib.stride_tricks.sliding_window_view(x, span), axis=1)
+        local = medians[np.clip(np.arange(len(x)) - half, 0, len(x) - span)]
     return x - local > 0.5 * np.median(x)
 
 
