@@ -437,8 +437,6 @@ def test_a_short_probe_is_lengthened_rather_than_read_as_falling_behind(tmp_path
     assert "lower bound" in short["too_short"]
 
 
-
-
 @pytest.mark.parametrize("n, rate", [(60, 6.0), (60, 1.0), (200, 15.0)])
 def test_keep_up_warmup_allows_for_the_spread_of_one_no_queue_run(n, rate):
     # synthetic runs with no queue at all: Poisson arrivals, each request leaving a service time
