@@ -905,6 +905,7 @@ def test_the_lower_bound_note_names_what_made_the_probes_too_short():
           "keep_up": 0.95, "keep_up_arrived": 0.9}
     slow = _too_short_note(SimpleNamespace(short={20.0}, results={20.0: ev}, keep_up=0.9, rate_unit="req/s"), 10.0)
     assert "0.95 requests left per arrival" in slow and "came at 90% of the rate" in slow
+    assert slow.startswith("at 20 req/s the probes could not tell")
     assert "shortfall" not in slow and "lower bound" in slow
 
 

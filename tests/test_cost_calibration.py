@@ -517,6 +517,8 @@ def test_a_fit_that_cannot_start_is_an_input_error():
     for fit in (lambda r: _lsq(r, [0.5], [0.0], [1.0], [0.1]), lambda r: _lsq_result(r, [0.5], [0.0], [1.0])):
         with pytest.raises(InputError, match=r"the profiles hold 1 measurement the cost model gives no finite time"):
             fit(lambda x: np.array([np.log(0.0), 1.0]))
+        with pytest.raises(InputError, match=r"hold 2 measurements the cost model gives no finite time"):
+            fit(lambda x: np.array([np.log(0.0), np.nan, 1.0]))
 
 
 def test_calibrate_writes_only_a_file_that_loads(synthetic_profiles, tmp_path, monkeypatch, capsys):
