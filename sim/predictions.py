@@ -159,15 +159,16 @@ def predict_over_budget(scenario: Scenario, setup=None, specs=None) -> dict | No
             "budget": limit}
 
 
-def _admitted_at_risk(entry, specs: RequestSpecs, at_risk) -> dict:
-    """{"requests": how many of ``specs`` the first pool's ``entry`` admits on arrival, "at_risk":
-    how many of those ``at_risk(request)`` holds for}, each (prompt, output) pair judged once."""
+def _admitted_at_risk(entry, specs: RequestSpecs, at_risk, admits=None) -> dict:
+    """{"requests": how many of ``specs`` the first pool's ``entry`` admits on arrival (or
+    ``admits(request)`` holds for), "at_risk": how many of those ``at_risk(request)`` holds for},
+    each (prompt, output) pair judged once."""
     key = (np.asarray(specs.prompt_tokens).astype(np.int64) << 32) | np.asarray(specs.output_tokens).astype(np.int64)
     pairs, inverse = np.unique(key, return_inverse=True)
     admitted, risk = [], []
     for k in pairs.tolist():
         req = Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)
-        ok = entry.arrival_reason(req) is None
+        ok = entry.arrival_reason(req) is None if admits is None else admits(req)
         admitted.append(ok)
         risk.append(ok and at_risk(req))
     inverse = np.ravel(inverse)
@@ -194,16 +195,25 @@ def predict_never_back(scenario: Scenario, setup=None, specs=None) -> dict | Non
     vllm-v0.2.3, sarathi-serve), without running: a preemption for recompute after their sequence
     needs more KV blocks than the watermark leaves ends them, rejected
     (``Replica.recompute_blocks``), which depends on the load. {"requests" (admitted on arrival),
-    "at_risk", "blocks" (what the watermark leaves), "num_blocks"}; None where the first pool has
-    no such limit, and for closed-loop and multi-turn workloads."""
+    "at_risk", "blocks" (what the watermark leaves), "num_blocks"}, of the pool
+    where a recompute happens: a P/D split's decode pool (its prefill pool holds a prompt alone,
+    checked on arrival); None where that pool has no such limit, and for closed-loop and
+    multi-turn workloads."""
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs):
         return None
-    entry = _rules(setup).entry[0]
-    one = entry.engines[0] if hasattr(entry, "engines") else entry
+    cluster = _rules(setup)
+    entry = cluster.entry[0]
+    if cluster.decode:
+        one = cluster.decode[0]
+
+        def admits(req):  # as ``Cluster.submit``: the decode pool's hand-off rules, then the prefill pool's
+            return cluster._decode_rejection(req) is None and entry.arrival_reason(req) is None
+    else:
+        one, admits = entry.engines[0] if hasattr(entry, "engines") else entry, None
     if getattr(one, "recompute_blocks", None) is None:
         return None
-    return {**_admitted_at_risk(entry, specs, entry.can_outlive_watermark), "blocks": one.recompute_blocks,
+    return {**_admitted_at_risk(entry, specs, one.can_outlive_watermark, admits), "blocks": one.recompute_blocks,
             "num_blocks": one.kv.num_blocks}
 
 

@@ -267,6 +267,45 @@ def test_validate_predicts_who_can_end_at_a_recompute_the_watermark_never_lets_b
     assert predict_never_back(make_scenario(**{**kw, "cost.engine": "vllm-v1"}), specs=specs(rows)) is None
 
 
+def test_validate_predicts_a_p_d_splits_never_back_from_the_decode_pool(tmp_path, capsys):
+    # a P/D split recomputes a preempted request in its decode pool: the prediction read the prefill
+    # pool's KV (an H100's 28,000 blocks, none at risk) while the run ended requests at the decode
+    # pool's watermark (a GPU of 19.5 GB: a few hundred blocks)
+    import yaml
+
+    from servesim.cli.main import main
+    from servesim.predictions import predict_never_back
+    gpu = tmp_path / "small.yaml"
+    gpu.write_text("name: small-gpu\nbase: h100-sxm\nmem_bytes: 19.5e9\n")
+    kw = {**SYNC, "cost.engine": "vllm-v0.2.3", "policy.name": "pd_split", "policy.watermark": 0.5,
+          "policy.preemption_victim": "largest_kv", "policy.max_num_seqs": 64, "policy.prefill": {"replicas": 1},
+          "policy.decode": {"replicas": 1, "gpu": str(gpu)}, "workload.num_requests": 60,
+          "workload.arrival": {"process": "poisson", "rate_rps": 50.0},
+          "workload.prompt_tokens": {"dist": "uniform", "min": 1000, "max": 4000},
+          "workload.output_tokens": {"dist": "uniform", "min": 100, "max": 3000}}
+    sc = make_scenario(**kw)
+    res = simulate(sc)
+    r = res.requests
+    never = np.array(["can never be admitted again" in x for x in r["reason"]])
+    assert never.any()  # the run ends some so, in the decode pool
+    got = predict_never_back(sc)
+    assert got is not None and got["num_blocks"] < 1000  # the decode replica's KV
+    assert got["blocks"] == got["num_blocks"] - int(0.5 * got["num_blocks"])
+    # every one the run ended so is among those at risk: prompt + output - 1 over the blocks left
+    seq = r["prompt_tokens"] + r["output_tokens"] - 1
+    at_risk = -(-seq // 16) > got["blocks"]
+    assert at_risk[never].all() and got["at_risk"] == int(at_risk.sum()) >= int(never.sum())
+    assert got["requests"] == 60
+    # validate says so, naming the decode replica's KV
+    path = tmp_path / "pd.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (f"{got['at_risk']} of 60 requests ({got['at_risk'] / 60:.1%}) are served with prompt + output - 1 needing "
+            f"more KV blocks than the {got['blocks']} of a decode replica's {got['num_blocks']} that "
+            "policy.watermark=0.5 leaves") in out
+
+
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 @pytest.mark.parametrize("policy", ["chunked_prefill", "pd_split"])
 def test_a_chunked_recompute_under_the_free_block_rule_ends_the_sequence_one_block_early(engine, policy):

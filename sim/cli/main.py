@@ -596,9 +596,10 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     if nb and nb["at_risk"]:
         k, n = nb["at_risk"], len(lengths.prompt_tokens)
         wm = scenario.policy.watermark
+        pool = " a decode replica's" if "decode" in setup.pools_by_name else ""
         text = (f"{k:,} of {n:,} requests ({k / n:.1%}) are served with prompt + output - 1 needing more KV blocks "
-                f"than the {nb['blocks']:,} of {nb['num_blocks']:,} that policy.watermark={wm:g} leaves: the engine "
-                "profile (cost.engine) admits a recompute above the watermark too, so one "
+                f"than the {nb['blocks']:,} of{pool} {nb['num_blocks']:,} that policy.watermark={wm:g} leaves: "
+                "the engine profile (cost.engine) admits a recompute above the watermark too, so one "
                 "preempted after its sequence passes them ends rejected then, as vLLM v0.2 ignores it; how many do "
                 "depends on the preemptions under load, so the rejections above leave them out (a lower "
                 "policy.watermark, more KV memory, or swap preemption with host room keeps them)")
