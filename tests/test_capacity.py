@@ -1295,3 +1295,33 @@ def test_capacity_behind_a_token_bucket_says_the_bucket_bounds_it(tmp_path, caps
     assert "--set policy.admission.token_bucket=null" in err
     main(["capacity", str(sc), *args, "--set", "policy.admission.token_bucket=null"])
     assert "token_bucket" not in capsys.readouterr().err
+
+
+def test_limits_no_rate_can_meet_end_a_search_over_sessions_too(tmp_path, capsys):
+    """With workload.sessions the requests are drawn as the run goes, so the latency floors were never
+    judged: a TTFT limit under any turn's prefill alone probed down until --max-probes ran out ("no
+    rate met ... Raise --max-probes"). The floors are now judged on the first probe's own requests;
+    with prefix caching a turn's conversation so far may be cached, so its prefill counts one token."""
+    sess = {"turns": {"dist": "uniform", "min": 2, "max": 4}, "think_time_s": 0.5}
+    floors = []
+    for caching in (False, True):
+        data = {**BASE, "policy": {**BASE["policy"], "prefix_caching": caching},
+                "workload": {**BASE["workload"], "num_requests": 40, "sessions": sess}}
+        sc = tmp_path / f"s{caching}.yaml"
+        sc.write_text(yaml.safe_dump(data))
+        out = tmp_path / f"cap{caching}"
+        assert main(["capacity", str(sc), "--slo", "ttft_p99=1ms", "--seeds", "1", "--probe-requests", "40",
+                     "--max-probes", "4", "--start", "4", "--out", str(out), "--workers", "1", "--quiet"]) == 0
+        assert "Raise --max-probes" not in capsys.readouterr().err
+        cap = json.loads((out / "capacity.json").read_text())
+        assert cap["capacity_rps"] == 0 and len(cap["probes"]) == 1
+        assert cap["floor"].startswith("ttft_p99 is at least ") and cap["floor"].endswith("> 1 ms")
+        floors.append(cap["floor"].split()[4:6])
+    # (a cached conversation leaves a shorter prefill)
+    assert floors[0][1] == floors[1][1] and float(floors[1][0]) < float(floors[0][0])
+    # a limit some rate meets is still searched
+    out = tmp_path / "feasible"
+    main(["capacity", str(tmp_path / "sFalse.yaml"), "--slo", "ttft_p99=300ms", "--seeds", "1", "--probe-requests",
+          "40", "--max-probes", "3", "--start", "4", "--out", str(out), "--workers", "1", "--quiet"])
+    cap = json.loads((out / "capacity.json").read_text())
+    assert cap["floor"] is None and len(cap["probes"]) > 1

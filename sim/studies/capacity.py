@@ -307,13 +307,30 @@ class Search:
         """Why the limits cannot hold at any rate, judged on the first probe's requests: each
         request's TTFT is at least its prompt's prefill alone and its TPOT at least one decode
         step of it alone (``plan_space.latency_floors``, what ``servesim plan`` prunes with); None
-        when they can, or when it cannot tell (not an open-loop workload)."""
-        from servesim.studies.plan_space import floor_violation, latency_floors
+        when they can. Multi-turn sessions draw their requests as the run goes: they are the first
+        probe's own (its requests.csv), and with prefix caching a turn's conversation so far may be
+        cached on an idle deployment, so only its decode steps give it a floor (its prefill is taken
+        as one token)."""
+        from servesim.studies.plan_space import WorkloadStats, floor_violation, latency_floors
 
         first = _first_probe(self.points[0].data)
-        if first is None:
-            return None
-        _, stats, setup = first
+        if first is not None:
+            _, stats, setup = first
+        else:
+            from servesim.inputs.scenario import scenario_from_dict
+            from servesim.simulation import prepare
+
+            try:
+                req = read_table(self.out / RUNS / self.points[0].hash, "requests", ("prompt_tokens", "output_tokens"))
+            except (InputError, OSError):
+                return None
+            total = np.asarray(req["prompt_tokens"], dtype=float)
+            if not len(total):
+                return None
+            sc = scenario_from_dict(self.points[0].data)
+            setup = prepare(sc)
+            prompt = np.ones_like(total) if sc.policy.prefix_caching else total
+            stats = WorkloadStats(prompt, np.asarray(req["output_tokens"], dtype=float), total)
         kind = "pd" if "decode" in setup.pools_by_name else "colocated"
         return floor_violation(latency_floors(kind, setup, stats), self.slo, self.attainment)
 
