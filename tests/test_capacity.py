@@ -1312,10 +1312,13 @@ def test_limits_no_rate_can_meet_end_a_search_over_sessions_too(tmp_path, capsys
         out = tmp_path / f"cap{caching}"
         assert main(["capacity", str(sc), "--slo", "ttft_p99=1ms", "--seeds", "1", "--probe-requests", "40",
                      "--max-probes", "4", "--start", "4", "--out", str(out), "--workers", "1", "--quiet"]) == 0
-        assert "Raise --max-probes" not in capsys.readouterr().err
+        printed = capsys.readouterr()
+        assert "Raise --max-probes" not in printed.err
         cap = json.loads((out / "capacity.json").read_text())
         assert cap["capacity_rps"] == 0 and len(cap["probes"]) == 1
         assert cap["floor"].startswith("ttft_p99 is at least ") and cap["floor"].endswith("> 1 ms")
+        # one seed says why too, as several do
+        assert f"is not met even at 4 sessions/s: it cannot be at any rate ({cap['floor']})" in printed.out
         floors.append(cap["floor"].split()[4:6])
     # (a cached conversation leaves a shorter prefill)
     assert floors[0][1] == floors[1][1] and float(floors[1][0]) < float(floors[0][0])

@@ -328,7 +328,9 @@ def _capacity_one_seed(res, args) -> int:
     if not res.done:
         pass  # the error below says what was bracketed
     elif cap == 0:
-        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} {unit}{res.none_served}")
+        # (where the latency floors say no rate can meet the limits, why: as over several seeds)
+        why = f": it cannot be at any rate ({s.floor})" if s.floor else ""
+        print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} {unit}{why}{res.none_served}")
     else:
         per = f" = {cap / gpus:.3g} {unit} per GPU ({plural(gpus, 'GPU')})" if args.per_gpu else ""
         print(f"\ncapacity {cap:.4g} {unit}{per} for {limits}")
