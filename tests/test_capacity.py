@@ -508,15 +508,15 @@ def test_a_probe_whose_window_came_slower_than_its_rate_does_not_pass_an_overloa
 
 def test_an_on_off_probe_whose_window_came_slow_is_not_passed_at_150_percent_of_capacity(tmp_path):
     # The bursty scenario (on/off, exponential durations: 5 s bursts, 15 s off) keeps up to a burst
-    # rate of 80-95 req/s (30,000-request runs, seeds 0-1: 0.99-1.07 left per arrival at 80, 0.69-0.84
-    # at 128). Its windows' arrivals read 0.4-1.4 of the mean rate, the on time drawn, and the
-    # nominal-rate check makes such probes rerun longer. Not checking a process whose own rate is
-    # random would save those reruns but pass an overload (and so would setting the window against
-    # what its on/off states bring, the burst rate times the on time drawn: its arrivals are that,
-    # give or take a Poisson count's few percent): at 128 req/s, about 150% of what it keeps up with, seed 3's
-    # 3000-request probe left 1.1 per arrival over a window whose arrivals came at 68% of the mean
-    # rate (the backlog of the bursts before it draining in a lull). Counted against the mean
-    # rate it is too short to tell, and run longer it fails.
+    # rate of 80-95 req/s (30,000-request runs, seeds 0-1: 0.99-1.07 left per arrival at 80,
+    # 0.69-0.84 at 128). Its windows' arrivals read 0.4-4 times the mean rate on 3000 requests (the
+    # on time drawn), and the nominal-rate check makes such probes rerun longer. Not checking a
+    # process whose own rate is random would save those reruns but pass an overload (and so would
+    # setting the window against what its on/off states bring, the burst rate times the on time
+    # drawn: its arrivals are that, give or take a Poisson count's few percent): at 128 req/s, about
+    # 150% of what it keeps up with, seed 3's 3000-request probe left 1.1 per arrival over a window
+    # whose arrivals came at 68% of the mean rate (the backlog of the bursts before it draining in a
+    # lull). Counted against the mean rate it is too short to tell, and run longer it fails.
     from servesim.inputs.scenario import mean_rate_at
     from servesim.studies.capacity import Search
     from servesim.studies.executors import ExecutorOptions
