@@ -1458,6 +1458,23 @@ def test_validate_replays_a_p_d_splits_token_bucket_on_the_requests_that_reach_i
     assert predict_shedding(sc)["bucket"] == bucket
 
 
+def test_the_miss_line_names_its_top_rejection_reason_as_a_share_where_others_rejected_too():
+    """The diagnosis line named the most common rejection reason as every rejection's: a P/D split
+    behind a token bucket read "217 rejected: admission: token bucket empty", 135 of them the
+    bucket's and the rest its decode pool's. It says how many the reason covers; a reason that
+    covers them all is still said alone."""
+    sc = make_scenario(**PD_REFUSING, **{"policy.admission": {"token_bucket": {"rate_rps": 0.8, "burst": 2}}})
+    s = simulate(sc).summary
+    d = s["profile"]["diagnosis"]
+    (top, k), *others = d["slo_misses"]["rejection_reasons"]
+    assert others and k < s["rejected"]  # (the premise: two reasons)
+    assert f"{s['rejected']:,} rejected ({k:,} of them: {top})" in d["line"]
+    from servesim.outputs.diagnosis import miss_line
+
+    one = {**d["slo_misses"], "rejection_reasons": [[top, s["rejected"]]]}
+    assert f"{s['rejected']:,} rejected: {top}" in miss_line(one)[1]
+
+
 def test_validate_unfinished_in_a_p_d_split_counts_what_its_token_bucket_lets_in():
     """In a P/D split every request a token bucket applies to was taken as one it may shed, so a
     bucket that rejects nothing hid every unfinished one: pd-split.yaml cut off at 20 s said 14

@@ -290,7 +290,11 @@ def miss_line(m: dict, decode: dict | None = None) -> tuple[str, str]:
     groups = []
     if m["rejected"]:
         top = m.get("rejection_reasons") or []
-        why = f": {top[0][0]}" if top else ""
+        # (the most common reason names them all only where it is every rejection's: a P/D split
+        # behind a token bucket read "217 rejected: admission: token bucket empty", 135 of them the
+        # bucket's, 82 its decode pool's)
+        why = "" if not top else f": {top[0][0]}" if top[0][1] >= m["rejected"] else \
+            f" ({_n(top[0][1])} of them: {top[0][0]})"
         groups.append((m["rejected"], "rejections", f"{_n(m['rejected'])} rejected{why}"))
     if m["unfinished"]:
         groups.append((m["unfinished"], "unfinished", f"{_n(m['unfinished'])} unfinished at the cut-off"))
