@@ -472,7 +472,7 @@ def _reproduce(sub) -> None:
                                          "each paper's configuration: published vs simulated figures and verdicts")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}")
-    p.add_argument("--quick", action="store_true", help="short probes and coarse searches (seconds per experiment)")
+    p.add_argument("--quick", action="store_true", help="short probes and coarse searches (rough figures, marked so)")
     p.add_argument("--out", default="out/reproduce", help="output folder (default: ./out/reproduce)")
     p.add_argument("--seed", type=_seed, help="replace every scenario's seed (robustness checks)")
     p.add_argument("--workers", type=_int, default=None, help="capacity probes in parallel (default: all cores)")
