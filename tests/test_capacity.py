@@ -1154,6 +1154,12 @@ def test_capacity_of_sessions_says_its_rate_starts_sessions(tmp_path, capsys):
     assert main(["plan", str(sc), "--rate", "1", "--slo", "ttft_p99=5", "--gpus", "h100-sxm", "--tp", "1"]) == 2
     err = capsys.readouterr().err
     assert "starts sessions" not in err and "not closed_loop or sessions" in err
+    # a closed loop of sessions has no rate to search: only capacity's refusal, no note of one
+    closed = tmp_path / "c.yaml"
+    closed.write_text(yaml.safe_dump({**data, "workload": {**data["workload"],
+                                                           "arrival": {"process": "closed_loop", "clients": 2}}}))
+    assert main(["capacity", str(closed), "--slo", "ttft_p99=5", "--seeds", "1", "--quiet"]) == 2
+    assert "starts sessions" not in capsys.readouterr().err
 
 
 def test_the_default_probe_length_is_four_times_the_batch_the_deployment_holds():

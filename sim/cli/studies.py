@@ -185,7 +185,7 @@ def _limits_text(slo: dict, args) -> str:
 def _class_slo_note(args) -> None:
     """``checks.class_slo_note`` on the scenario (with --set / --seed), printed before the search,
     and, for capacity over multi-turn sessions, that the rate searched starts sessions."""
-    from servesim.outputs.checks import class_slo_note
+    from servesim.outputs.checks import class_slo_note, sessions_rate_note
     from servesim.studies.points import load_base
 
     base = load_base(args.scenario, args.set or [], args.seed)[0]
@@ -202,8 +202,8 @@ def _class_slo_note(args) -> None:
               "every limit: the capacity is at most about what the bucket lets through (less with bursty "
               "arrivals), whatever the deployment serves; for the deployment's own, --set "
               "policy.admission.token_bucket=null", file=sys.stderr)
-    if args.command == "capacity" and isinstance(base.get("workload"), dict) \
-            and base["workload"].get("sessions") is not None:  # (plan refuses sessions)
+    # (plan refuses sessions; a closed loop has no rate to search, refused next: no note)
+    if args.command == "capacity" and sessions_rate_note(base):
         # (the rate searched starts sessions: "capacity 7.4 req/s" read as requests, where the
         # deployment served 15 turns a second there)
         print("note: with workload.sessions, workload.arrival.rate_rps starts sessions, each sending its turns one "
