@@ -114,12 +114,17 @@ def rejection_reasons(setup, prompt_tokens, output_tokens) -> tuple:
     """``_rejection_pairs`` of requests given by their lengths (arrays): the replicas' rules (one
     replica per pool, asked once per distinct pair), as ``(by_pair, inverse, first)``. ``servesim
     plan``'s latency floors count a request rejected by these (``plan_space.latency_floors``)."""
-    cluster = _rules(setup)
+    return _by_pair(prompt_tokens, output_tokens, _rules(setup).rejection_reason)
+
+
+def _by_pair(prompt_tokens, output_tokens, ask) -> tuple:
+    """``ask(request)`` once per distinct (prompt, output) pair of the requests given by their
+    lengths (arrays): ``(by_pair, inverse, first)``, ``by_pair[inverse[i]]`` request i's answer,
+    ``first[j]`` the first request with pair j."""
     # (token counts are below 2**31: one int64 key per pair, 30x faster than np.unique(axis=1))
     key = (np.asarray(prompt_tokens).astype(np.int64) << 32) | np.asarray(output_tokens).astype(np.int64)
     pairs, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    by_pair = [cluster.rejection_reason(Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)) for k in pairs.tolist()]
-    return by_pair, np.ravel(inverse), first
+    return [ask(Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)) for k in pairs.tolist()], np.ravel(inverse), first
 
 
 def _rules(setup) -> Cluster:
@@ -163,17 +168,13 @@ def _admitted_at_risk(entry, specs: RequestSpecs, at_risk, admits=None) -> dict:
     """{"requests": how many of ``specs`` the first pool's ``entry`` admits on arrival (or
     ``admits(request)`` holds for), "at_risk": how many of those ``at_risk(request)`` holds for},
     each (prompt, output) pair judged once."""
-    key = (np.asarray(specs.prompt_tokens).astype(np.int64) << 32) | np.asarray(specs.output_tokens).astype(np.int64)
-    pairs, inverse = np.unique(key, return_inverse=True)
-    admitted, risk = [], []
-    for k in pairs.tolist():
-        req = Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)
+    def judged(req) -> tuple:
         ok = entry.arrival_reason(req) is None if admits is None else admits(req)
-        admitted.append(ok)
-        risk.append(ok and at_risk(req))
-    inverse = np.ravel(inverse)
-    return {"requests": int(np.array(admitted, dtype=bool)[inverse].sum()),
-            "at_risk": int(np.array(risk, dtype=bool)[inverse].sum())}
+        return ok, ok and at_risk(req)
+
+    by_pair, inverse, _ = _by_pair(specs.prompt_tokens, specs.output_tokens, judged)
+    both = np.array(by_pair, dtype=bool).reshape(-1, 2)[inverse]
+    return {"requests": int(both[:, 0].sum()), "at_risk": int(both[:, 1].sum())}
 
 
 def _refused_before_door(setup, specs: RequestSpecs) -> np.ndarray:
@@ -183,10 +184,9 @@ def _refused_before_door(setup, specs: RequestSpecs) -> np.ndarray:
     if "decode" not in setup.pools_by_name or not len(specs):
         return np.zeros(len(specs), dtype=bool)
     cluster = _rules(setup)
-    key = (np.asarray(specs.prompt_tokens).astype(np.int64) << 32) | np.asarray(specs.output_tokens).astype(np.int64)
-    pairs, inverse = np.unique(key, return_inverse=True)
-    refused = [cluster._decode_rejection(Request(0, 0.0, k >> 32, k & 0xFFFFFFFF)) is not None for k in pairs.tolist()]
-    return np.array(refused, dtype=bool)[np.ravel(inverse)]
+    refused, inverse, _ = _by_pair(specs.prompt_tokens, specs.output_tokens,
+                                   lambda req: cluster._decode_rejection(req) is not None)
+    return np.array(refused, dtype=bool)[inverse]
 
 
 def predict_never_back(scenario: Scenario, setup=None, specs=None) -> dict | None:
