@@ -28,7 +28,7 @@ import textwrap
 from pathlib import Path
 
 from servesim.errors import InputError, clip_distinct
-from servesim.outputs.checks import class_slos, sessions_rate_note
+from servesim.outputs.checks import class_slos, rate_unit
 from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, given_text, row_interval,
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
@@ -241,7 +241,7 @@ class Context:
             rate = ((first.scenario.get("workload") or {}).get("arrival") or {}).get("rate_rps")
         self.rate = rate
         # the rate's unit: with workload.sessions the rate starts sessions, each of several requests
-        self.rate_unit = "sessions/s" if sc and sessions_rate_note(sc) else "req/s"
+        self.rate_unit = rate_unit(sc)
         # a closed loop has no rate: its load is its clients (the title said nothing of the load)
         arrival = ((sc or {}).get("workload") or {}).get("arrival") if isinstance(sc, dict) else None
         clients = arrival.get("clients") if isinstance(arrival, dict) and arrival.get("process") == "closed_loop" \

@@ -298,6 +298,12 @@ def class_slo_note(data: dict, flag: str = "--slo") -> str | None:
             f"SLO: check it in summary.json classes of a run at the rate found)")
 
 
+def rate_unit(data) -> str:
+    """The unit of a scenario's arrival rate (its data, overrides applied): "sessions/s" where it
+    starts ``workload.sessions`` (``sessions_rate_note``), else "req/s"."""
+    return "sessions/s" if isinstance(data, dict) and sessions_rate_note(data) else "req/s"
+
+
 def sessions_rate_note(data: dict) -> str | None:
     """What ``compare`` and ``sweep`` say of a scenario (its data, overrides applied) whose
     ``workload.sessions`` an arrival rate starts: the rate (the table's rate column, "at 2

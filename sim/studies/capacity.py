@@ -291,9 +291,9 @@ class Search:
     def rate_unit(self) -> str:
         """The unit of the rate searched: "sessions/s" where ``workload.sessions`` makes the
         arrival rate start sessions (``checks.sessions_rate_note``), else "req/s"."""
-        from servesim.outputs.checks import sessions_rate_note
+        from servesim.outputs.checks import rate_unit
 
-        return "sessions/s" if sessions_rate_note(self.base) else "req/s"
+        return rate_unit(self.base)
 
     def _period_s(self, data: dict) -> float | None:
         """``metrics.arrival_period_s`` of the probes' arrival process (the same at every rate)."""
@@ -600,10 +600,10 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
         duration = 2 * period  # a rate that repeats on a cycle: each probe spans two of its periods
     start = arrival.rate_rps if opts.start_rps is None else opts.start_rps  # (0 is refused, not the default)
     if not MIN_RATE_RPS <= start <= MAX_RATE_RPS:
-        from servesim.outputs.checks import sessions_rate_note
+        from servesim.outputs.checks import rate_unit
 
-        unit = "sessions/s" if sessions_rate_note(base) else "req/s"  # (``Search.rate_unit``: the rate searched)
-        raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} {unit}, got {start:g}")
+        raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} {rate_unit(base)}, "
+                         f"got {start:g}")
     return SearchPlan(scenario_label(scenario, base), slo_text, slo, opts, base, arrival, n, duration, start,
                       num_gpus(sc.to_dict()), list(overrides or []), why)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from servesim.errors import InputError, ascii_float, did_you_mean
 from servesim.inputs.overrides import override_texts, parse_override
-from servesim.outputs.checks import sessions_rate_note
+from servesim.outputs.checks import rate_unit, sessions_rate_note
 from servesim.outputs.verdicts import study_warnings
 from servesim.studies.executors import ExecutorOptions
 from servesim.studies.points import (given_twice, load_base, make_points, require_rate, scenario_hash,
@@ -329,7 +329,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
     _refuse_invalid_configs(points)
     _check_each_scenario_once(points, configs, _policies_given(policies))
     return ComparePlan(scenario_label(scenario, base), list(overrides or []), configs, rate_list, points, notes, seeds,
-                       "sessions/s" if sessions else "req/s")
+                       rate_unit(base))
 
 
 def run_compare(plan: ComparePlan, out: str | Path, ex: ExecutorOptions = ExecutorOptions()) -> list[dict]:
