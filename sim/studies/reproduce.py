@@ -985,12 +985,14 @@ def exp_vllm_h100(opts: Options) -> Experiment:
 
 def late_note(late: dict) -> str:
     """What a p99 TTFT figure says of the requests late on their own (``measured_vllm.late_rows``)."""
+    from servesim.studies.measured_vllm import NEIGHBOURS
+
     (m, s), (pm, ps) = late["share"], late["p99_without"]
     err = f" ({ps / pm - 1:+.0%})" if pm and math.isfinite(pm) and math.isfinite(ps) else ""
     tm, ts = late["threshold_ms"]
-    return (f"requests late on their own (TTFT above the median of the 50 sent around them by more than half the "
-            f"run's own median: {tm:.0f} ms measured, {ts:.0f} ms simulated): {m:.1%} measured, {s:.1%} simulated; "
-            f"without the measured ones, p99 TTFT {pm:.1f} ms measured, {ps:.1f} simulated{err}")
+    return (f"requests late on their own (TTFT above the median of the {NEIGHBOURS} sent around them by more than "
+            f"half the run's own median: {tm:.0f} ms measured, {ts:.0f} ms simulated): {m:.1%} measured, "
+            f"{s:.1%} simulated; without the measured ones, p99 TTFT {pm:.1f} ms measured, {ps:.1f} simulated{err}")
 
 
 def h100_attention_memory() -> float:
