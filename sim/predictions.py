@@ -532,14 +532,16 @@ def _first(specs: RequestSpecs, k: int) -> RequestSpecs:
 LOADED_SO = "a run that loads it so stops there"
 
 
-def _simulate(where: str, scenario: Scenario, **kw):
+def _simulate(where: str, scenario: Scenario, exact: bool = False, **kw):
     """``simulate`` for one of validate's probes or replays: a plug-in's ``PluginError`` raised in
-    it carries ``where`` (what ran it: validate's warning names it), unless an inner one set it."""
+    it carries ``where`` (what ran it: validate's warning names it) and ``exact`` (it ran the run
+    itself, as ``servesim run`` does: the run fails with that error, so validate does too; a probe
+    or a partial replay loads the plug-in otherwise than the run may), unless an inner one set them."""
     try:
         return simulate(scenario, **kw)
     except PluginError as e:
         if getattr(e, "where", None) is None:
-            e.where = where
+            e.where, e.exact = where, exact
         raise
 
 
@@ -654,7 +656,7 @@ def _run_replayed(scenario: Scenario, specs: RequestSpecs):
     if last[0] is not None and last[0]() is scenario and last[1]() is specs:
         return last[2]
     res = _simulate("validate's replay of the run itself (the workload as drawn, with policy.admission's rules and "
-                    "workload.duration_s): the run stops there too", scenario, specs=specs)
+                    "workload.duration_s): the run stops there too", scenario, exact=True, specs=specs)
     last[:] = [weakref.ref(scenario), weakref.ref(specs), res]
     return res
 
@@ -730,7 +732,9 @@ def _shed_replayed(scenario: Scenario, setup, specs) -> dict | None:
         return None
     where = (f"validate's replay of the run{'' if whole else f's first {replay.workload.num_requests:,} requests'} "
              f"with policy.admission's rules; {LOADED_SO}")
-    res = _run_replayed(scenario, specs) if isinstance(specs, RequestSpecs) else _simulate(where, replay, **kw)
+    # (the run itself where whole and no closed loop's first requests are cut from it: its plug-in errors are the run's)
+    res = (_run_replayed(scenario, specs) if isinstance(specs, RequestSpecs)
+           else _simulate(where, replay, exact=whole and loop is None, **kw))
     n = res.summary["num_requests"]
     reasons = _admission_reasons(res)
     if loop is not None:

@@ -967,27 +967,32 @@ def test_validate_warns_of_a_plugin_that_breaks_only_in_its_load_probe(tmp_path,
                      r"that loads it so stops there\)", out), out
 
 
-def test_validate_warns_of_a_plugin_that_breaks_in_the_replay_of_a_cut_off_run(tmp_path, monkeypatch, capsys):
-    """A workload.duration_s cut-off beside a queue rule: validate replays the run with its rules
-    to count the requests left unfinished, and a plug-in that broke there (many requests
-    waiting) ended validate with its error where the other probes' breaking is a warning."""
+def test_validate_fails_as_the_run_on_a_plugin_that_breaks_in_the_replay_of_the_run(tmp_path, monkeypatch,
+                                                                                     capsys):
+    """A workload.duration_s cut-off beside a queue rule: validate replays the run itself with its
+    rules to count the requests left unfinished, and a plug-in that broke there (many requests
+    waiting, past its dry run's 200) was a warning, exit 0, while servesim run failed on it, exit
+    2. The replay is the run: validate fails as the run does, with the same error, naming the
+    replay."""
     from servesim.cli.main import main
 
     (tmp_path / "loadplugins.py").write_text(UNDER_LOAD)
     monkeypatch.syspath_prepend(str(tmp_path))
     scenario = str(ROOT / "scenarios" / "default.yaml")
-    sets = ["policy.name=loadplugins:BreaksUnderLoad", "workload.num_requests=null", "workload.duration_s=60",
-            "workload.arrival.rate_rps=16", "policy.max_num_seqs=32",
-            "policy.admission.max_queue=80"]
-    assert main(["validate", *[x for v in sets for x in ("--set", v)], scenario]) == 0
-    out = capsys.readouterr().out
-    assert ": ok (" in out
-    assert len(re.findall(r"warning: policy loadplugins:BreaksUnderLoad: next_batch raised ValueError: too many",
-                          out)) == 1
-    # the warning names what raised it: the replay of the run itself, not "validate's load probe" (the
-    # overload probe, which it said whichever probe or replay had raised)
+    sets = [x for v in ["policy.name=loadplugins:BreaksUnderLoad", "workload.num_requests=null",
+                        "workload.duration_s=60", "workload.arrival.rate_rps=16", "policy.max_num_seqs=32",
+                        "policy.admission.max_queue=80"] for x in ("--set", v)]
+    assert main(["run", *sets, "--quiet", "--out", str(tmp_path / "run"), scenario]) == 2
+    run_err = capsys.readouterr().err
+    says = "policy loadplugins:BreaksUnderLoad: next_batch raised ValueError: too many"
+    assert f"{scenario}: {says}" in run_err, run_err
+    assert main(["validate", *sets, scenario]) == 2
+    out, err = capsys.readouterr()
+    assert ": ok (" not in out and "Traceback" not in err
+    assert err.startswith(run_err.rstrip("\n")), (err, run_err)
+    # the error names what raised it: the replay of the run itself, not "validate's load probe"
     assert ("(in validate's replay of the run itself (the workload as drawn, with policy.admission's rules and "
-            "workload.duration_s): the run stops there too)") in out and "load probe" not in out
+            "workload.duration_s): the run stops there too)") in err and "load probe" not in err, err
 
 
 OVER_BUDGET = '''

@@ -711,11 +711,16 @@ def _probe_text(scenario, setup, over: dict) -> str:
 
 def _probe(broke: list, predict, *args):
     """``predict(*args)``, or None where it cannot answer: a plug-in's PluginError is kept in
-    ``broke`` (validate says it as a warning: a run may never load the plug-in so), and a probe the
+    ``broke`` (validate says it as a warning: a run may never load the plug-in so), but one raised
+    in a replay of the run itself (its ``exact``: the whole workload as drawn, its rules and
+    cut-off kept) is the error the run stops on, so validate stops on it too, naming the replay
+    (it was a warning, exit 0, where ``servesim run`` then failed with exit 2); a probe the
     machine cannot hold (InputError, MemoryError) gives no prediction (the run says)."""
     try:
         return predict(*args)
     except PluginError as e:
+        if getattr(e, "exact", False):
+            raise PluginError(f"{e} (in {e.where})") from e.__cause__
         broke.append(e)
     except (InputError, MemoryError):
         pass
