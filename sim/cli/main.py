@@ -809,8 +809,23 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         over = (f"the {shed['reaching_rps']:.3g} req/s{past} are well above what the deployment serves "
                 f"({_probe_text(scenario, setup, shed)})")
         queue_rules = [r for r in shed["rules"] if r != "token_bucket"]
-        if shed["queue"]:
-            parts.append(f"{over}: {', '.join('policy.admission.' + r for r in queue_rules)}{scope} sheds what "
+        rep = shed.get("queue_replayed")
+        names = f"{', '.join('policy.admission.' + r for r in queue_rules)}{scope}"
+        if shed["queue"] and rep is not None and rep["whole"]:
+            parts.append(f"{over}: {names} sheds what the queue cannot hold, {shed['queue']:,} requests (the run "
+                         "replayed with its rules: its count)")
+        elif shed["queue"] and rep is not None:
+            h, k = rep["halves"], rep["replayed"]
+            rest = shed["requests"] - k
+            parts.append(f"{over}: {names} sheds what the queue cannot hold, about {shed['queue']:,} requests "
+                         f"({rep['first_count']:,} of its first {k:,}, the run's own replayed with its rules: "
+                         f"exact; the other {rest:,} at the {h['later_shed'] / h['later']:.1%} the later "
+                         f"{h['later']:,} of them shed, {rep['other_count']:,} in all at the first "
+                         f"{h['first']:,}'s {h['first_shed'] / h['first']:.1%}: within 1.5% of the runs of 20,000 "
+                         "to 30,000 requests in docs/how-it-works.md's checks, for arrivals that go on as they "
+                         "began)")
+        elif shed["queue"]:
+            parts.append(f"{over}: {names} sheds what "
                          f"the queue cannot hold, about {shed['queue']:,} requests (an upper bound for steady "
                          "arrivals: the probe underrates what the deployment serves, and the bound ran 1.2 to "
                          "1.9 times the runs' counts in docs/how-it-works.md's checks; arrivals in bursts can shed "
@@ -824,8 +839,12 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
             parts.append(f"{why}: the backlog will grow through the run and its latencies with "
                          "workload.num_requests")
     share = shed["rejected_share"]
-    bound = "up to about" if shed["queue"] else "at least" if shed.get("uncounted") else "about"
-    text = (f"a run will reject {bound} {share:.0%} of the requests: "
+    rep = shed.get("queue_replayed")
+    # (the whole run replayed: exact, as the bucket's replay on every arrival time)
+    bound = ("" if shed["queue"] and rep is not None and rep["whole"] else
+             "about " if shed["queue"] and rep is not None else "up to about " if shed["queue"] else
+             "at least " if shed.get("uncounted") else "about ")
+    text = (f"a run will reject {bound}{share:.0%} of the requests: "
             if share else "") + "; ".join(parts)
     text += " (servesim capacity finds the highest rate the deployment keeps up with)" if shed["overloaded"] else ""
     loud = share >= REJECTED_SHARE or shed["backlog"]
