@@ -302,10 +302,13 @@ def predict_unfinished(scenario: Scenario, setup=None, specs=None) -> dict | Non
     the client sees it: ``plan_space.latency_floors``) is past the cut-off cannot have finished by
     it, whatever the load. {"requests", "unfinished", "duration_s", "exact" (False), "not_completed"
     (with a queue rule, those late requests, counting those it may reject on arrival: each is
-    rejected or unfinished; else "unfinished")} over the workload's own requests. With a queue rule (``max_queue``,
-    ``max_queued_tokens``, ``ttft_slo``: the load decides what it rejects) the run itself is
-    replayed with its rules where ``_affordable`` takes all of it: "unfinished" its count, "exact"
-    True. None without ``duration_s`` and for closed-loop and multi-turn workloads (their arrival
+    rejected or unfinished; else "unfinished")} over the workload's own requests: a floor, as a
+    loaded run leaves more. The run itself is replayed with its rules where ``_affordable`` takes
+    all of it (with a queue rule, ``max_queue``, ``max_queued_tokens``, ``ttft_slo``, the load
+    decides what it rejects): "unfinished" its count, "exact" True; else, where at least
+    ``OVERLOAD_REPLAY_MIN`` can be, its first requests extrapolated (``_unfinished_extrapolated``:
+    "estimate", "low", "high", "growing", "replayed", "replayed_until"; "estimate" None where not).
+    None without ``duration_s`` and for closed-loop and multi-turn workloads (their arrival
     times depend on the run)."""
     from servesim.studies.plan_space import NEVER, latency_floors, stats_from_specs
 
@@ -320,7 +323,8 @@ def predict_unfinished(scenario: Scenario, setup=None, specs=None) -> dict | Non
     served = (floors["e2e"] < NEVER / 10) & _served(scenario, setup, specs)
     late = served & (specs.arrival_s + floors["e2e"] > until)
     k = int((late & ~_may_shed(scenario, setup, specs)).sum())
-    out = {"requests": len(specs), "unfinished": k, "duration_s": float(until), "exact": False, "not_completed": k}
+    out = {"requests": len(specs), "unfinished": k, "duration_s": float(until), "exact": False, "not_completed": k,
+           "estimate": None}
     adm = scenario.policy.admission
     if adm.max_queue is not None or adm.max_queued_tokens is not None or adm.ttft_slo:
         out["not_completed"] = int(late.sum())
@@ -328,9 +332,61 @@ def predict_unfinished(scenario: Scenario, setup=None, specs=None) -> dict | Non
         # leaves them all out and can say nothing (a run of 159 left 138 unfinished): the run
         # itself, replayed with its rules where affordable, gives the count; else the late
         # requests are said as not completed, rejected or still unfinished
-        if _affordable(setup, specs.prompt_tokens) == len(specs):
-            out.update(unfinished=int(_run_replayed(scenario, specs).summary["unfinished"]), exact=True)
+    # the bound above counts only what an idle deployment could not finish: a loaded run leaves
+    # more (164 said where a run at twice what the deployment serves left 7,776), so the run itself
+    # is replayed with its rules where affordable, its count exactly; else its first requests,
+    # extrapolated (``_unfinished_extrapolated``)
+    n, k_replay = len(specs), _affordable(setup, specs.prompt_tokens)
+    if k_replay == n:
+        out.update(unfinished=int(_run_replayed(scenario, specs).summary["unfinished"]), exact=True)
+    elif k_replay >= min(n, OVERLOAD_REPLAY_MIN):
+        out.update(_unfinished_extrapolated(scenario, setup, specs, k))
     return out
+
+
+def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, floor: int) -> dict:
+    """``predict_unfinished``'s estimate of a run too long to replay whole: its first requests
+    replayed with its rules (``_replay_first``), which are exactly the run up to the last of their
+    arrivals, T (nothing after it reaches back), and the requests in flight (admitted, not yet
+    finished) from there to the cut-off D: where they grow through the later half of the replay
+    (its least-squares trend carried to D past their swing about it), the backlog of the run at T
+    plus the other requests, less the later half's share rejected, against the completion rate the
+    later half kept ("growing"); else the trend at D, "low" and "high" the swing about it over the
+    later half (a queue bounded by a rule, or a deployment that keeps up: the count at D depends on
+    where in that swing the cut-off falls). Each at least ``floor`` (what an idle deployment could
+    not finish). {"estimate", "low", "high", "growing", "replayed", "replayed_until": T}."""
+    n, until = len(specs), float(scenario.workload.duration_s)
+    res, k = _replay_first(scenario, setup, specs, 1)
+    r = res.requests
+    arrival = np.asarray(r["arrival_s"], dtype=np.float64)
+    finish = np.asarray(r["finish_s"], dtype=np.float64)
+    rejected = np.asarray(r["status"], dtype=object) == "rejected"
+    t_end, t_half = float(specs.arrival_s[k - 1]), float(specs.arrival_s[k // 2])
+    admitted_at = np.sort(arrival[~rejected])
+    done_at = np.sort(np.where(np.isnan(finish), np.inf, finish)[~rejected])
+
+    def in_flight(t):
+        return np.searchsorted(admitted_at, t, side="right") - np.searchsorted(done_at, t, side="right")
+
+    grid = np.linspace(t_half, t_end, 201)
+    counts = in_flight(grid).astype(np.float64)
+    slope, icept = np.polyfit(grid, counts, 1) if t_end > t_half else (0.0, float(counts.mean()))
+    swing = counts - (slope * grid + icept)
+    growing = bool(slope * (until - t_end) > swing.max() - swing.min())
+    if growing:
+        completed = np.searchsorted(done_at, t_end, side="right") - np.searchsorted(done_at, t_half, side="right")
+        rate = completed / (t_end - t_half)
+        share = float(rejected[np.argsort(arrival, kind="stable")][k // 2:].mean())
+        est = float(in_flight(t_end)) + (n - k) * (1 - share) - rate * (until - t_end)
+        low = high = est
+    else:
+        est = slope * until + icept
+        low, high = est + swing.min(), est + swing.max()
+    def clip(x) -> int:
+        return int(round(min(max(x, floor), n)))
+
+    return {"estimate": clip(est), "low": clip(low), "high": clip(high), "growing": growing, "replayed": k,
+            "replayed_until": t_end}
 
 
 def _may_shed(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:

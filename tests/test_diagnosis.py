@@ -193,8 +193,10 @@ def test_a_closed_loop_with_num_requests_gets_the_length_predictions_too(tmp_pat
 def test_validate_predicts_the_requests_a_cut_off_leaves_unfinished(tmp_path, capsys, cut, loud):
     """A workload.duration_s of 4 s with requests that take seconds to serve: the run left 44% of
     them unfinished (its unfinished warning) and validate said nothing. Those arriving within
-    their idle-deployment E2E of the cut-off cannot finish: at least that many, at most the run's;
-    a warning from the run's share on, a note below it (a cut-off far from the arrivals)."""
+    their idle-deployment E2E of the cut-off cannot finish: at least that many, at most the run's,
+    a floor, said so; the run replayed where affordable gives its count; a warning from the run's
+    share on, a note below it (a cut-off far from the arrivals)."""
+    from servesim import predictions
     from servesim.predictions import predict_unfinished
 
     rate = 8.0 if loud else 1.0
@@ -203,11 +205,51 @@ def test_validate_predicts_the_requests_a_cut_off_leaves_unfinished(tmp_path, ca
                         f"workload.arrival.rate_rps={rate}"])
     s = simulate(sc).summary
     pred = predict_unfinished(sc)
-    assert 0 < pred["unfinished"] <= s["unfinished"] and pred["requests"] == s["num_requests"]
+    assert pred["exact"] and pred["unfinished"] == s["unfinished"] > 0 and pred["requests"] == s["num_requests"]
     assert ("unfinished" in {w["code"] for w in s["warnings"]}) == loud
-    lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "will still be queued or running" in x]
+    lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "still queued or running" in x]
     assert len(lines) == 1 and lines[0].startswith("warning: " if loud else "  unfinished: ")
-    assert f"at least {pred['unfinished']:,} of {s['num_requests']:,} requests" in lines[0]
+    assert f"a run will leave {s['unfinished']:,} of {s['num_requests']:,} requests" in lines[0]
+    assert "(the run replayed: its count)" in lines[0]
+    # too long to replay (and too short to extrapolate): the idle deployment's floor, said as one
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1)
+        floor = predict_unfinished(sc)
+        assert not floor["exact"] and floor["estimate"] is None and 0 < floor["unfinished"] <= s["unfinished"]
+        lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "will still be queued or running" in x]
+    assert len(lines) == 1 and f"at least {floor['unfinished']:,} of {s['num_requests']:,} requests" in lines[0]
+    assert "(a floor: " in lines[0] and "a loaded run leaves more, never fewer" in lines[0]
+
+
+@pytest.mark.parametrize("rule", [None, {"max_queue": 20}])
+def test_validate_extrapolates_the_unfinished_requests_of_a_long_cut_off_run(tmp_path, capsys, monkeypatch, rule):
+    """A cut-off run too long to replay whole (SHEDDING_REPLAY_REQUESTS, 1,000 here): validate
+    said at least the requests an idle deployment could not finish (a floor: 164 where an
+    overloaded run left 7,776), or with a queue rule only what may not complete. Its first
+    requests, replayed with its rules, are the run up to their last arrival; from there, a
+    backlog that grows is carried to the cut-off at the completion rate of the later half (about
+    the run's count), and a queue a rule holds level is said with the swing of its later half (a
+    range holding the run's count)."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
+    sc = make_scenario(**{**SHED, "workload.num_requests": None, "workload.duration_s": 50.0},
+                       **({"policy.admission": rule} if rule else {}))
+    s = simulate(sc).summary
+    pred = predictions.predict_unfinished(sc)
+    n, run = s["num_requests"], s["unfinished"]
+    assert n > 2000 and pred["replayed"] == 1000 and not pred["exact"] and pred["growing"] == (rule is None)
+    if rule is None:
+        assert run > 0.3 * n and abs(pred["estimate"] - run) <= 0.05 * run, (pred, run)
+        assert pred["unfinished"] < 0.5 * run  # (the floor alone: far below)
+    else:
+        assert pred["low"] <= run <= pred["high"] and pred["high"] - pred["low"] < max(0.5 * run, 20), (pred, run)
+    lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "still queued or running" in x]
+    assert len(lines) == 1, lines
+    assert f"a run will leave about {pred['estimate']:,} of {n:,} requests" in lines[0]
+    assert "the run's own first 1,000 requests, replayed with its rules, are the run up to " in lines[0]
+    assert (f"between {pred['low']:,} and {pred['high']:,}" in lines[0]) == (rule is not None)
 
 
 @pytest.mark.parametrize("admission, scoped", [
@@ -270,7 +312,7 @@ def test_validate_counts_the_requests_a_cut_off_leaves_unfinished_behind_a_queue
         assert 0 < pred["not_completed"] <= s["unfinished"] + s["rejected"]
         assert lines[0].startswith("warning: " if pred["not_completed"] >= 0.1 * n else "  unfinished: ")
         assert f"at least {pred['not_completed']:,} of {n:,} requests" in lines[0]
-        assert "will not have completed" in lines[0]
+        assert "will not have completed" in lines[0] and "(a floor: " in lines[0]
 
 
 def test_validate_names_a_request_class_no_load_lets_reach_its_slo(tmp_path, capsys):

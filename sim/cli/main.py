@@ -615,22 +615,44 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     probe_broke = []  # a plug-in's PluginError in a probe: said as a warning (a run may never load it so)
     # (with a queue rule it replays the run: a plug-in can break there, as in the probes below)
     late = _probe(probe_broke, predict_unfinished, scenario, setup, specs)
-    if late and (late["unfinished"] or not late["exact"] and late["not_completed"]):
+    est = late and late["estimate"] is not None and late["high"]
+    if late and (est or late["unfinished"] or not late["exact"] and late["not_completed"]):
         k, n, cut = late["unfinished"], late["requests"], f"workload.duration_s={late['duration_s']:g} s"
         fix = ("the latency figures cover only the completed ones (a longer duration_s, or num_requests without a "
                "cut-off, lets them finish)")
-        if late["exact"]:  # (a queue rule decides on the load: the run replayed with its rules counted them)
+        # (an idle deployment's bound can only undercount: a loaded run leaves more, never fewer)
+        floor = ("a floor: each arrives too close to it to finish even on an idle deployment (its prefill and decode "
+                 "steps alone take longer than what is left), so a loaded run leaves more, never fewer")
+        if late["exact"]:  # (the run replayed with its rules, which with a queue rule decide by the load)
+            rules = (" with policy.admission's rules, which decide by the load what they reject"
+                     if scenario.policy.admission.active else "")
             text = (f"a run will leave {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still queued or "
-                    f"running at {cut} (the run replayed with policy.admission's rules, which decide by the load "
-                    f"what they reject); {fix}")
+                    f"running at {cut} (the run replayed{rules}: its count); {fix}")
+        elif est:
+            k, r = late["estimate"], late["replayed"]
+            first = (f"the run's own first {r:,} requests, replayed with its rules, are the run up to "
+                     f"{late['replayed_until']:,.4g} s (exact)")
+            least = (f"; at least {late['unfinished']:,} in any case (they arrive too close to it to finish even on "
+                     "an idle deployment)" if late["unfinished"] else "")
+            if late["growing"]:
+                text = (f"a run will leave about {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still "
+                        f"queued or running at {cut}: {first}, and the requests in flight grew through the later "
+                        f"half of them, so the other {n - r:,} are counted arriving against the completion rate "
+                        "that half kept (an extrapolation, for arrivals that go on as they began: within 0.4% of "
+                        f"the runs in docs/how-it-works.md's checks){least}; {fix}")
+            else:
+                text = (f"a run will leave about {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still "
+                        f"queued or running at {cut}, between {late['low']:,} and {late['high']:,}: {first}, and "
+                        "the requests in flight held level through the later half of them, swinging between those "
+                        "counts about their trend (where in that swing the cut-off falls decides; for arrivals that "
+                        f"go on as they began){least}; {fix}")
         elif k:
             text = (f"at least {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) will still be queued or "
-                    f"running at {cut}: they arrive too close to it to finish even on an idle deployment (their "
-                    f"prefill and decode steps alone take longer than what is left); {fix}")
+                    f"running at {cut} ({floor}); {fix}")
         else:  # (every late request is one policy.admission's queue rules may reject: both said)
             k = late["not_completed"]
             text = (f"at least {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) will not have completed at "
-                    f"{cut}: they arrive too close to it to finish even on an idle deployment; each is rejected "
+                    f"{cut} ({floor}); each is rejected "
                     "on arrival by policy.admission (its queue rules decide by the load, which validate did not "
                     f"replay for a run this long) or still queued or running; {fix}")
         lines.append(f"warning: {text}" if k >= UNFINISHED_SHARE * n else f"  unfinished: {text}")
