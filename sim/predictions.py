@@ -873,26 +873,76 @@ def _queue_replayed(scenario: Scenario, setup, specs: RequestSpecs, k: int) -> d
     """``predict_shedding``'s count of the queue rules' rejections (the token bucket's left out: its
     own replay counts them) of an overloaded run, from the run replayed with its rules
     (``_replay_first``): the whole run's count, exactly ("whole"); else the exact count of its first
-    requests ("first_count" of "replayed") plus the other requests at the share the later half of
-    those shed ("count": the queue full by then, it sheds that share of what keeps arriving at the
-    same rate), and the same at the first half's share ("other_count"), so that the line gives the
-    range the two halves span; None where fewer than ``OVERLOAD_REPLAY_MIN`` can be replayed.
-    Checked against runs of 20,000 to 30,000 requests (docs/how-it-works.md): within 1.5%, where
-    the formula it replaces (what the probe serves over the arrivals' span) ran 0.88 to 1.23
-    times their counts, and 0.61 to 1.88 times on runs of 600 to 7,000."""
+    requests ("first_count" of "replayed": a request's admission is decided on its arrival by what
+    came before it) plus the other requests' (``_fluid_rejections``: at their own arrival times,
+    against the completion rate and the most requests in flight the later half of the replay kept;
+    with ``policy.admission.classes``, which leaves some requests to the queue whatever it holds, at
+    the share the later half shed: "by_share"), "count"; None where fewer than
+    ``OVERLOAD_REPLAY_MIN`` can be replayed. Checked against runs of 20,000 to 50,000 requests
+    (docs/how-it-works.md): within 3%, a sinusoidal rate included (the later half's share alone read
+    1.19 times that run's count), where the formula it replaces (what the probe serves over the
+    arrivals' span) ran 0.88 to 1.23 times their counts, and 0.61 to 1.88 times on runs of 600 to
+    7,000."""
     n = len(specs)
     if min(n, max(k, _affordable(setup, specs.prompt_tokens))) < min(n, OVERLOAD_REPLAY_MIN):
         return None
     res, k = _replay_first(scenario, setup, specs, k)
-    bucket = scenario.policy.admission.token_bucket is not None
-    h = _halves(res, bucket)
+    adm = scenario.policy.admission
+    h = _halves(res, adm.token_bucket is not None)
     x = h["first_shed"] + h["later_shed"]
     if k == n:
         return {"whole": True, "count": x, "replayed": k}
-    rest = n - k
-    return {"whole": False, "replayed": k, "first_count": x, "halves": h,
-            "count": int(round(x + h["later_shed"] / h["later"] * rest)),
-            "other_count": int(round(x + h["first_shed"] / h["first"] * rest))}
+    by_share = adm.classes is not None or n > SHEDDING_BUCKET_REPLAY
+    rest = (h["later_shed"] / h["later"] * (n - k) if by_share
+            else _fluid_rejections(scenario, setup, specs, res, k))
+    return {"whole": False, "replayed": k, "first_count": x, "halves": h, "count": int(round(x + rest)),
+            "by_share": by_share}
+
+
+def _fluid_rejections(scenario: Scenario, setup, specs: RequestSpecs, res, k: int) -> float:
+    """The queue rules' rejections of the requests after the first ``k`` of ``specs``, whose replay
+    is ``res``: from the run's requests in flight at the last of those ``k`` arrivals (exact), the
+    later arrivals that reach the queue (those the replicas' length rules and the token bucket let
+    through) fill it at their own times, in steps of 1/200 of the later half of the replay, the
+    requests in flight drain at the completion rate that half kept, and what would take them past
+    the most that half held is rejected (a fluid queue: a rate that changes after the replay is
+    followed, where a share of it is not)."""
+    r = res.requests
+    arrival = np.asarray(r["arrival_s"], dtype=np.float64)
+    finish = np.asarray(r["finish_s"], dtype=np.float64)
+    rejected = np.asarray(r["status"], dtype=object) == "rejected"
+    admitted_at = np.sort(arrival[~rejected])
+    done_at = np.sort(np.where(np.isnan(finish), np.inf, finish)[~rejected])
+    t_end, t_half = float(specs.arrival_s[k - 1]), float(specs.arrival_s[k // 2])
+    if not t_end > t_half:
+        return 0.0
+
+    def in_flight(t):
+        return np.searchsorted(admitted_at, t, side="right") - np.searchsorted(done_at, t, side="right")
+
+    most = float(in_flight(np.linspace(t_half, t_end, 201)).max())
+    rate = (np.searchsorted(done_at, t_end, side="right") - np.searchsorted(done_at, t_half, side="right")) / (
+        t_end - t_half)
+    reach = _served(scenario, setup, specs)
+    tb = scenario.policy.admission.token_bucket
+    if tb is not None:  # (the bucket's rejections never reach the queue: its replay, exact)
+        door = ~_refused_before_door(setup, specs)
+        shed = np.zeros(len(specs), dtype=bool)
+        shed[np.flatnonzero(door)] = _bucket_mask(specs.arrival_s[door], tb.rate_rps, tb.burst)
+        reach &= ~shed
+    later = specs.arrival_s[k:][reach[k:]]
+    if not len(later):
+        return 0.0
+    step = (t_end - t_half) / 200
+    bins = np.bincount(((later - t_end) // step).astype(np.int64))
+    held, out = float(in_flight(t_end)), 0.0
+    for a in bins.tolist():
+        held += a - rate * step
+        if held > most:
+            out += held - most
+            held = most
+        held = max(held, 0.0)
+    return out
 
 
 def _shed_at_rate(scenario: Scenario, setup, specs: RequestSpecs, k: int, served: float) -> dict | None:

@@ -839,13 +839,14 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         elif shed["queue"] and rep is not None:
             h, k = rep["halves"], rep["replayed"]
             rest = shed["requests"] - k
+            how = (f"at the {h['later_shed'] / h['later']:.1%} the later {h['later']:,} of them shed, for arrivals "
+                   "that go on as they began" if rep["by_share"] else
+                   f"at their own arrival times, against the completion rate and the most requests in flight the "
+                   f"later {h['later']:,} of them kept: within 3% of the runs of 20,000 to 50,000 requests in "
+                   "docs/how-it-works.md's checks")
             parts.append(f"{over}: {names} sheds what the queue cannot hold, about {shed['queue']:,} requests "
                          f"({rep['first_count']:,} of its first {k:,}, the run's own replayed with its rules: "
-                         f"exact; the other {rest:,} at the {h['later_shed'] / h['later']:.1%} the later "
-                         f"{h['later']:,} of them shed, {rep['other_count']:,} in all at the first "
-                         f"{h['first']:,}'s {h['first_shed'] / h['first']:.1%}: within 1.5% of the runs of 20,000 "
-                         "to 30,000 requests in docs/how-it-works.md's checks, for arrivals that go on as they "
-                         "began)")
+                         f"exact; the other {rest:,} {how})")
         elif shed["queue"]:
             parts.append(f"{over}: {names} sheds what "
                          f"the queue cannot hold, about {shed['queue']:,} requests (an upper bound for steady "
