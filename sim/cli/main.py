@@ -638,7 +638,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                 text = (f"a run will leave about {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still "
                         f"queued or running at {cut}: {first}, and the requests in flight grew through the later "
                         f"half of them, so the other {n - r:,} are counted arriving against the completion rate "
-                        "that half kept (an extrapolation, for arrivals that go on as they began: within 0.4% of "
+                        "that half kept (an extrapolation, for arrivals that go on as they began: within 5% of "
                         f"the runs in docs/how-it-works.md's checks){least}; {fix}")
             else:
                 text = (f"a run will leave about {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still "
