@@ -492,3 +492,57 @@ def test_splitwise_explains_its_decode_pricing_with_the_artifacts_own_curve(monk
     assert f"against the {ref:.1f} ms" in note and f"at {curve[16384]:.1f} and {curve[32768]:.1f} ms" in note
     ours = [float(x) for x in re.search(r"servesim's DGX-A100 step at ([\d.]+) and ([\d.]+) ms", note).groups()]
     assert 0 < ours[0] < ours[1]  # servesim's steps grow with the sequences' KV reads
+
+
+def test_distserves_vllm_prefill_gap_splits_into_host_work_and_gpu_time():
+    """DistServe's profile of vLLM v0.2.3 times a whole engine step, its own engine's a model forward;
+    vLLM's step also detokenizes the whole prompt, after the first token's timestamp. On OPT-13B the
+    prefill gap per prompt token fits ``host + gpu / tp`` at TP 1/2/4 (three points, two unknowns:
+    the fit could fail): a few us of host work the same at every TP, the rest shared by the GPUs."""
+    from servesim.cost.published_profiles import DISTSERVE, StepModel
+
+    host, gpu, resid = R.prefill_gap_split(DISTSERVE)
+    whole = (DISTSERVE["vllm"][("facebook/opt-13b", 1)].prefill[1]
+             - DISTSERVE["distserve"][("facebook/opt-13b", 1)].prefill[1]) * 1e3
+    assert 2 < host < 10 and resid < 1.0 and host + gpu == pytest.approx(whole, abs=resid)
+
+    def profiles(gaps):  # DistServe's engine at 0.1 ms a token over TP; vLLM's slope adds gaps[tp] us
+        prof = {"vllm": {}, "distserve": {}}
+        for tp, g in gaps.items():
+            prof["distserve"][("m", tp)] = StepModel((10.0, 0.1 / tp, 0.0), (0, 0, 0), (0, 0, 0), 1)
+            prof["vllm"][("m", tp)] = StepModel((10.0, 0.1 / tp + g * 1e-3, 0.0), (0, 0, 0), (0, 0, 0), 1)
+        return prof
+
+    assert R.prefill_gap_split(profiles({1: 27.0, 2: 17.0, 4: 12.0}), "m") == pytest.approx((7.0, 20.0, 0.0), abs=1e-9)
+    assert R.prefill_gap_split(profiles({1: 20.0, 2: 20.0, 8: 20.0}), "m")[:2] == pytest.approx((20.0, 0.0), abs=1e-9)
+    with pytest.raises(ValueError, match="TP \\[1, 2\\]"):
+        R.prefill_gap_split(profiles({1: 27.0, 2: 17.0}), "m")
+
+
+def test_distserves_slowed_vllm_evidence_takes_only_the_gpu_part(monkeypatch):
+    """The note's vLLM "slowed as DistServe measured it" added the whole profiled gap per prompt token
+    (38.6 us at TP 1), host work after the first token's timestamp included; a request's TTFT waits
+    for the GPU part alone, and the missing-mechanism text names both parts."""
+    from types import SimpleNamespace
+
+    from servesim.cost.published_profiles import DISTSERVE
+
+    seen = []
+
+    def fake_goodput(name, overrides, gpus, opts, target=0.9):
+        seen.append(overrides)
+        return R.Goodput(2.0 if gpus == 3 else 1.0, R.DISTSERVE_AE_RATES, [0.95] * 8, [1.0] * 8, [(0.9, 1.0)] * 8)
+
+    monkeypatch.setattr(R, "ae_goodput", fake_goodput)
+    monkeypatch.setattr(R, "capacity", lambda *a, **k: (3.0, 1.0))
+    monkeypatch.setattr(R, "attainment_at", lambda *a, **k: (0.5, SimpleNamespace(summary={"preemptions": 0})))
+    monkeypatch.setattr(R, "decode_rates", lambda res, measured: (1.0, 1.0, 1.0, 1.0, 1.0))
+    exp = R.exp_distserve(R.Options())
+    host, gpu, _ = R.prefill_gap_split(DISTSERVE)
+    slowed = [o["cost.per_token_overhead_s"] for o in seen if "cost.per_token_overhead_s" in o]
+    assert slowed == [pytest.approx(gpu * 1e-6, abs=1e-8)]
+    whole = (DISTSERVE["vllm"][("facebook/opt-13b", 1)].prefill[1]
+             - DISTSERVE["distserve"][("facebook/opt-13b", 1)].prefill[1]) * 1e-3
+    assert slowed[0] < whole - 2e-6
+    missing = exp.figures[2].missing
+    assert f"{host:.1f} us at every TP" in missing and f"{gpu:.1f} us at TP 1" in missing
