@@ -531,6 +531,8 @@ def test_distserves_slowed_vllm_evidence_takes_only_the_gpu_part(monkeypatch):
 
     def fake_goodput(name, overrides, gpus, opts, target=0.9):
         seen.append(overrides)
+        if "cost.per_token_overhead_s" in overrides:  # the slowed vLLM: under 90% from the first rate
+            return R.Goodput(None, R.DISTSERVE_AE_RATES, [0.88] * 8, [None] * 8, [(0.8, 0.9)] * 8)
         return R.Goodput(2.0 if gpus == 3 else 1.0, R.DISTSERVE_AE_RATES, [0.95] * 8, [1.0] * 8, [(0.9, 1.0)] * 8)
 
     monkeypatch.setattr(R, "ae_goodput", fake_goodput)
@@ -546,3 +548,50 @@ def test_distserves_slowed_vllm_evidence_takes_only_the_gpu_part(monkeypatch):
     assert slowed[0] < whole - 2e-6
     missing = exp.figures[2].missing
     assert f"{host:.1f} us at every TP" in missing and f"{gpu:.1f} us at TP 1" in missing
+    note = next(n for n in exp.notes if n.startswith("vLLM with its prefill slowed"))
+    assert "gain against it: over 8x (a bound from the grid's ends, so above 1)" in note  # DistServe 2.0 / 0.25
+
+
+def test_a_gain_whose_goodput_never_crosses_reads_as_a_bound():
+    """The AE's grid answers a curve that never crosses 90% only with its ends: below from the first
+    rate, the goodput is under that rate; above to the last, over it. DistServe's gain over such a
+    vLLM is then a bound with a side of 1, not "undefined" (the slowed-vLLM note once said so)."""
+    rates = R.DISTSERVE_AE_RATES
+
+    def g(per_gpu, first=0.95):
+        return R.Goodput(per_gpu, rates, [first] + [0.5] * (len(rates) - 1), [], [])
+
+    assert R.gain_text(g(2.27), g(3.06)) == "0.742x"
+    assert R.gain_text(g(2.27), g(None, first=0.88)).startswith("over 9.08x") and "so above 1" in R.gain_text(
+        g(2.27), g(None, first=0.88))
+    above = R.Goodput(None, rates, [0.95] * len(rates), [], [])  # never falls: over the last rate, 3
+    assert R.gain_text(g(2.27), above).startswith("under 0.757x") and "so below 1" in R.gain_text(g(2.27), above)
+    assert R.gain_text(above, g(2.0)).startswith("over 1.5x")
+    assert "not settled" in R.gain_text(g(None, first=0.5), g(0.2))  # under 0.25 / 0.2 = 1.25: either side
+    assert R.gain_text(g(None, first=0.5), g(None, first=0.5)).startswith("undefined")
+
+
+def test_distserves_gain_is_bounded_when_vllm_never_reaches_90_percent(monkeypatch):
+    """Were vLLM's curve below 90% from the grid's first rate (its prompts priced slower), its
+    goodput would be under 0.25 req/s and DistServe's gain over 2.0 / 0.25: the headline figure
+    says so, direction right, where it read "not simulated"; the table and the summary count it."""
+    from types import SimpleNamespace
+
+    def fake_goodput(name, overrides, gpus, opts, target=0.9):
+        if gpus == 3:
+            return R.Goodput(2.0, R.DISTSERVE_AE_RATES, [0.95] * 8, [2.0] * 8, [(0.9, 1.0)] * 8)
+        return R.Goodput(None, R.DISTSERVE_AE_RATES, [0.88] * 8, [None] * 8, [(0.8, 0.9)] * 8)
+
+    monkeypatch.setattr(R, "ae_goodput", fake_goodput)
+    monkeypatch.setattr(R, "capacity", lambda *a, **k: (3.0, 1.0))
+    monkeypatch.setattr(R, "attainment_at", lambda *a, **k: (0.5, SimpleNamespace(summary={"preemptions": 0})))
+    monkeypatch.setattr(R, "decode_rates", lambda res, measured: (1.0, 1.0, 1.0, 1.0, 1.0))
+    exp = R.exp_distserve(R.Options())
+    gain = exp.figures[0]
+    assert gain.simulated is None and gain.direction is True and not gain.matches
+    assert gain.verdict == "direction right (over 8x (a bound from the grid's ends, so above 1))"
+    assert R.figure_rows([exp])[0][3] == "over 8x" and gain.to_dict()["bound"].startswith("over 8x")
+    line = R.summary_line([exp], quick=False)
+    assert "direction right for 1 of 1 with a direction" in line and "1 not simulated" in line  # vLLM's goodput
+    unbounded = R.Figure("g", 2.0, None, "p", "text", "x", True)  # a direction with nothing behind it
+    assert unbounded.verdict == "not simulated"
