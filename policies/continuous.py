@@ -103,7 +103,7 @@ class ContinuousPolicy:
     # (``EngineProfile.decode_needs_free_block``), not the scenario. False: a request needs a free
     # block only when its next token opens one
     decode_needs_free_block: bool = False
-    # vLLM v0.2's (and Sarathi-Serve's) ``can_allocate``: a request preempted for recompute comes back
+    # vLLM V0's (and Sarathi-Serve's) ``can_allocate``: a request preempted for recompute comes back
     # only above the watermark, as a new one does (False: it may use the watermark's blocks). Set
     # from the engine profile (``EngineProfile.watermark_on_recompute``)
     watermark_on_recompute: bool = False

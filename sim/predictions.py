@@ -191,8 +191,8 @@ def _refused_before_door(setup, specs: RequestSpecs) -> np.ndarray:
 
 def predict_never_back(scenario: Scenario, setup=None, specs=None) -> dict | None:
     """The workload's own requests that can end while decoding under an engine profile whose
-    admission holds a recompute back at the watermark too (``watermark_on_recompute``: vllm-v0.2,
-    vllm-v0.2.3, sarathi-serve), without running: a preemption for recompute after their sequence
+    admission holds a recompute back at the watermark too (``watermark_on_recompute``: vllm-v0,
+    vllm-v0.2, vllm-v0.2.3, sarathi-serve), without running: a preemption for recompute after their sequence
     needs more KV blocks than the watermark leaves ends them, rejected
     (``Replica.recompute_blocks``), which depends on the load. {"requests" (admitted on arrival),
     "at_risk", "blocks" (what the watermark leaves), "num_blocks"}, of the pool

@@ -83,8 +83,8 @@ class PoolSetup:
         if prof is not None and isinstance(policy, ContinuousPolicy):
             # the engine profile's scheduler rules, those it sets: prompt-only steps padded to the
             # longest (max_paddings, cost.engine vllm-v0.2.3); vLLM v0.2's block manager, where a
-            # decoding request needs a free KV block at its turn (can_append_slot) and a recompute is
-            # admitted above the watermark (can_allocate); vLLM V0's, where an admitted prompt takes
+            # decoding request needs a free KV block at its turn (can_append_slot); vLLM V0's, where a
+            # recompute is admitted above the watermark (can_allocate) and an admitted prompt takes
             # the blocks of its whole sequence at once, chunked or not (allocate)
             rules = {f: getattr(prof, f) for f in ("max_paddings", "decode_needs_free_block", "watermark_on_recompute",
                                                    "whole_prompt_blocks")}

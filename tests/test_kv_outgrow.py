@@ -228,13 +228,15 @@ def test_head_of_line_prediction_counts_prompts_whose_sequence_outgrows_the_kv_l
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
-@pytest.mark.parametrize("profile", ["vllm-v0.2.3", "sarathi-serve", "vllm-v1"])
+@pytest.mark.parametrize("profile", ["vllm-v0", "vllm-v0.2.3", "sarathi-serve", "vllm-v1"])
 def test_a_recompute_that_can_never_come_back_above_the_watermark_ends_rejected(engine, profile):
     # 20 blocks, a 15% watermark keeps 3 free: 17 blocks (272 tokens) for an admission. A (256: 16
     # blocks) and B (1 token) fit; A, the largest, is preempted once the two fill the cache, after
-    # its 17th token: 273 tokens to recompute, 18 blocks. vLLM v0.2's can_allocate holds a recompute
-    # above the watermark too, so it could never come back (vLLM v0.2.3 ignores it: NEVER); it ends
-    # then, rejected, with its reason. Profiles that let a recompute use the watermark run it.
+    # its 17th token under vLLM v0.2's rule that a decode needs a free block (273 tokens to
+    # recompute, 18 blocks), after its 32nd under vllm-v0 (B's 3rd block: 288 tokens, 18 blocks).
+    # vLLM V0's can_allocate holds a recompute above the watermark too, so it could never come back
+    # (vLLM V0 ignores it: NEVER); it ends then, rejected, with its reason. Profiles that let a
+    # recompute use the watermark run it.
     kw = {"cost.engine": profile, "policy.watermark": 0.15, "policy.preemption_victim": "largest_kv",
           "policy.max_num_batched_tokens": 512}
     res = simulate(tiny(engine, **kw), specs=specs([(0.0, 256, 40), (0.0, 1, 100)]))
@@ -244,14 +246,48 @@ def test_a_recompute_that_can_never_come_back_above_the_watermark_ends_rejected(
         assert list(r["status"]) == ["completed", "completed"]
         return
     assert list(r["status"]) == ["rejected", "completed"] and (s["rejected"], s["unfinished"]) == (1, 0)
+    after = 32 if profile == "vllm-v0" else 17
     assert r["reason"][0].startswith(
-        "preempted with a sequence that can never be admitted again, after 17 of its 40 output tokens: its "
-        "recompute of prompt + output so far = 273 tokens needs 18 free KV blocks to be admitted, but admission "
-        "keeps policy.watermark=0.15 of the 20 blocks free")
+        f"preempted with a sequence that can never be admitted again, after {after} of its 40 output tokens: its "
+        f"recompute of prompt + output so far = {256 + after} tokens needs 18 free KV blocks to be admitted, but "
+        "admission keeps policy.watermark=0.15 of the 20 blocks free")
     assert "leaving 17" in r["reason"][0]
     # it ends at its preemption, before B (which then runs alone)
     assert r["finish_s"][0] < r["finish_s"][1] and r["output_tokens"][0] == 40
     # (before, it came back into the watermark's blocks and was preempted again, over and over)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_vllm_v0_holds_a_recompute_that_fits_only_into_the_watermark(engine):
+    # vLLM V0 (v0.3-v0.6) sends a request preempted for recompute back to the waiting queue, which
+    # admits it through BlockSpaceManager.can_allocate: free - its blocks >= the watermark's. 20
+    # blocks, a 15% watermark keeps 3. A (128 + 60 out), C (32 + 40) and B (64 + 100) take 8 + 2 + 4
+    # blocks in step 0; after k decodes each holds ceil((prompt + k) / 16): at k = 33 they would need
+    # 11 + 5 + 7 = 23, so B, the newest, is preempted (after 33 output tokens: 97 to recompute, 7
+    # blocks). C completes at k = 39: from step 40, 20 - A's 11 = 9 blocks are free (8 from A's 12th
+    # at k = 49). vLLM V1's rule lets B into them at once; V0's holds it until 7 fit with 3 left:
+    # once A completes (after its 59th decode), step 60.
+    rows = [(0.0, 128, 60), (0.0, 32, 40), (0.0, 64, 100)]
+    runs = {p: simulate(tiny(engine, **{"cost.engine": p, "policy.watermark": 0.15, "workload.num_requests": 3}),
+                        specs=specs(rows)) for p in ("vllm-v1", "vllm-v0")}
+    for p, res in runs.items():
+        st, r = res.steps, res.requests
+        assert list(r["status"]) == ["completed"] * 3 and list(r["preemptions"]) == [0, 0, 1], p
+        assert res.summary["kv"]["recompute_tokens"] == 96, p  # (its 97th token was never computed)
+        assert (st["prefill_tokens"][0], st["kv_blocks_used"][0]) == (224, 14), p
+        assert (st["num_seqs"][33], st["kv_blocks_used"][32], st["kv_blocks_used"][33]) == (2, 20, 16), p
+        back = [i for i, x in enumerate(st["prefill_tokens"]) if x][1:]
+        assert [st["prefill_tokens"][i] for i in back] == [97], p
+    v1, v0 = (runs[p].steps for p in ("vllm-v1", "vllm-v0"))
+    # V1: B comes back in step 40 beside A's decode, into 7 of the 9 free blocks (2 left)
+    assert v1["prefill_tokens"][40] == 97 and (v1["num_seqs"][40], v1["kv_blocks_used"][40]) == (2, 18)
+    # V0: A decodes alone in steps 40-59 (9, then 8 blocks free: under 7 + 3); B is back in step 60
+    assert set(v0["num_seqs"][34:40]) == {2} and set(v0["num_seqs"][40:60]) == {1}
+    assert sum(v0["prefill_tokens"][1:60]) == 0 and (v0["prefill_tokens"][60], v0["kv_blocks_used"][60]) == (97, 7)
+    assert min(20 - v0["kv_blocks_used"][i] for i in range(40, 60)) == 8
+    # B's 67 outputs left: one from its recompute, 66 decodes after it (the profiles' step times differ:
+    # counted in steps)
+    assert (len(v1["start_s"]), len(v0["start_s"])) == (40 + 67, 60 + 67)
 
 
 def test_validate_predicts_who_can_end_at_a_recompute_the_watermark_never_lets_back():
@@ -260,7 +296,7 @@ def test_validate_predicts_who_can_end_at_a_recompute_the_watermark_never_lets_b
     # 17 blocks above the watermark (272 tokens): 256 + 40 - 1 = 295 tokens (19 blocks) can end so;
     # 1 + 100 - 1 (7 blocks) cannot; 300 + 5 (its prompt alone 19 blocks) is rejected on arrival
     rows = [(0.0, 256, 40), (0.0, 1, 100), (0.0, 300, 5)]
-    for profile in ("vllm-v0.2.3", "sarathi-serve"):
+    for profile in ("vllm-v0", "vllm-v0.2.3", "sarathi-serve"):
         got = predict_never_back(make_scenario(**{**kw, "cost.engine": profile}), specs=specs(rows))
         assert got == {"requests": 2, "at_risk": 1, "blocks": 17, "num_blocks": 20}, profile
     # the profiles that let a recompute use the watermark have no such limit

@@ -600,7 +600,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         text = (f"{k:,} of {n:,} requests ({k / n:.1%}) are served with prompt + output - 1 needing more KV blocks "
                 f"than the {nb['blocks']:,} of{pool} {nb['num_blocks']:,} that policy.watermark={wm:g} leaves: "
                 "the engine profile (cost.engine) admits a recompute above the watermark too, so one "
-                "preempted after its sequence passes them ends rejected then, as vLLM v0.2 ignores it; how many do "
+                "preempted after its sequence passes them ends rejected then, as vLLM V0 ignores it; how many do "
                 "depends on the preemptions under load, so the rejections above leave them out (a lower "
                 "policy.watermark, more KV memory, or swap preemption with host room keeps them)")
         lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")

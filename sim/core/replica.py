@@ -258,13 +258,14 @@ class Replica:
         # in chunks; a prefill replica recomputes just the prompt, checked on arrival)
         self.recompute_limit = policy.max_num_batched_tokens if (
             isinstance(policy, ContinuousPolicy) and not policy.chunked and role == "colocated") else None
-        # the admission watermark held against a recompute (``watermark_on_recompute``: vLLM v0.2's
+        # the admission watermark held against a recompute (``watermark_on_recompute``: vLLM V0's
         # and Sarathi-Serve's can_allocate): the most KV blocks a request preempted for recompute may
         # need to be admitted again; one whose sequence needs more then ends, rejected
-        # (``_never_fits``), as vLLM v0.2.3 ignores a waiting sequence that can never be allocated
-        # (BlockSpaceManager.can_allocate: AllocStatus.NEVER, vllm/core/block_manager.py L103-120;
-        # vllm/core/scheduler.py L157-166; Sarathi-Serve's would wait for it forever). None: no
-        # such limit (a recompute may use the watermark's blocks)
+        # (``_never_fits``), as vLLM V0 ignores a waiting sequence that can never be allocated
+        # (BlockSpaceManager.can_allocate: AllocStatus.NEVER, vllm/core/block_manager.py L103-120 and
+        # vllm/core/scheduler.py L157-166 at v0.2.3; _schedule_prefills and block_manager_v1.py at
+        # v0.4-v0.5; Sarathi-Serve's would wait for it forever). None: no such limit (a recompute may
+        # use the watermark's blocks)
         self.recompute_blocks = kv.num_blocks - int(policy.watermark * kv.num_blocks) if (
             isinstance(policy, ContinuousPolicy) and policy.watermark_on_recompute and policy.reserve == "none") \
             else None
@@ -966,8 +967,8 @@ class Replica:
             f"{NEVER_FITS}, after {r.num_output_done} of its {r.outgrown or r.output_tokens} output tokens: "
             f"its recompute of prompt + output so far = {r.num_tokens} tokens needs {kv.blocks_for(r.num_tokens)} "
             f"free KV blocks to be admitted, but admission keeps policy.watermark={self.policy.watermark:g} of the "
-            f"{kv.num_blocks} blocks free for a recompute too (vLLM v0.2's can_allocate), leaving "
-            f"{self.recompute_blocks} (vLLM v0.2 ends such a request, FINISHED_IGNORED; lower policy.watermark or "
+            f"{kv.num_blocks} blocks free for a recompute too (vLLM V0's can_allocate), leaving "
+            f"{self.recompute_blocks} (vLLM V0 ends such a request, FINISHED_IGNORED; lower policy.watermark or "
             "give the replica more KV memory)"))
 
     def _end_preempted(self, r, now: float, reason: str) -> None:

@@ -119,8 +119,9 @@ class EngineProfile:
     # block at its turn before a decode step, whether or not its next token opens one, else the
     # newest running request is preempted (``ContinuousPolicy.decode_needs_free_block``)
     decode_needs_free_block: bool = False
-    # vLLM v0.2's (and Sarathi-Serve's) ``can_allocate``: the admission watermark holds back a request
-    # preempted for recompute as it does a new one (``ContinuousPolicy.watermark_on_recompute``)
+    # vLLM V0's (v0.1-v0.6, and Sarathi-Serve's) ``can_allocate``: the admission watermark holds back a
+    # request preempted for recompute as it does a new one (``ContinuousPolicy.watermark_on_recompute``);
+    # vLLM V1 lets it use the watermark's blocks
     watermark_on_recompute: bool = False
     # vLLM V0's (and Sarathi-Serve's) ``BlockSpaceManager.allocate``: a request is admitted only when
     # the blocks of its whole prompt (prompt + output so far, recomputed) are free above the
@@ -223,6 +224,15 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # the same OpenAI-compatible FastAPI front end; its per-step share sits in step_s (in the
         # engine's process before v0.6, V0-1); per request: vLLM V1's fit (no V0 figure)
         **_V1_API,
+        # a request preempted for recompute goes back to the front of the waiting queue
+        # (_schedule_default: self.waiting.extendleft(running_scheduled.preempted); v0.3:
+        # _preempt_by_recompute, self.waiting.insert(0, seq_group)) and is admitted as a new prompt
+        # is, through BlockSpaceManager.can_allocate: num_free_gpu_blocks - num_required_blocks >=
+        # watermark_blocks, its whole sequence so far (len(seq.logical_token_blocks)), and NEVER
+        # (ignored, FINISHED_IGNORED) when even an empty cache would leave less than the watermark
+        # (vllm/core/scheduler.py _schedule_prefills, vllm/core/block_manager_v1.py can_allocate,
+        # v0.4-v0.5; block_manager.py at v0.3, SelfAttnBlockSpaceManager.can_allocate from v0.6)
+        watermark_on_recompute=True,
         # with chunked prefill too, a prompt's blocks are all allocated when it is admitted
         # (Scheduler._schedule_prefills: block_manager.can_allocate, then _allocate_and_set_running:
         # block_manager.allocate of the whole sequence, vllm/core/scheduler.py, v0.4-v0.6)
