@@ -11,7 +11,9 @@ waiting requests are admitted in the queue's order (``queue_order``: FCFS by def
 whole prompt (continuous) or a chunk (chunked prefill, Sarathi-Serve), taking the KV blocks of
 the tokens scheduled (vLLM V1), or of its whole prompt at once (``whole_prompt_blocks``: the vLLM V0
 and Sarathi-Serve engine profiles, whose block manager allocates a prompt when it admits it,
-chunked or not). With prefix caching, a
+chunked or not); with ``full_prompt_admission`` (vLLM V1's ``--scheduler-reserve-full-isl``) a
+chunked prompt is admitted only when the blocks of the whole of it are free, though it takes its
+first chunk's. With prefix caching, a
 prompt's leading blocks found in the cache are not recomputed (a request preempted for recompute
 finds its own full blocks there too, those not evicted since).
 
@@ -114,6 +116,14 @@ class ContinuousPolicy:
     # what runs out of KV). Set from the engine profile (``EngineProfile.whole_prompt_blocks``).
     # False: vLLM V1's ``allocate_slots``, the blocks of the tokens scheduled, chunk by chunk
     whole_prompt_blocks: bool = False
+    # vLLM V1's ``--scheduler-reserve-full-isl`` (``SchedulerConfig.scheduler_reserve_full_isl``,
+    # vllm-project/vllm#37307): a waiting request (new, or preempted for recompute) is admitted only
+    # when the KV blocks of its whole sequence so far (its prompt; prompt + output so far for a
+    # recompute; prefix-cache hits counted) are free, the watermark kept, though it still takes only
+    # its first chunk's (``KVCacheManager.allocate_slots(full_sequence_must_fit=True)``). Only
+    # chunked prefill is affected (a whole prompt takes its blocks at once either way). From the
+    # scenario's ``policy.full_prompt_admission``
+    full_prompt_admission: bool = False
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -133,7 +143,8 @@ class ContinuousPolicy:
                       max_context_tokens=model.max_context_tokens,
                       buddy=getattr(cfg, "reserve_allocator", "paged") == "buddy",
                       prefill_first=getattr(cfg, "prefill_first", False),
-                      skip_unfit_prompts=getattr(cfg, "skip_unfit_prompts", False))
+                      skip_unfit_prompts=getattr(cfg, "skip_unfit_prompts", False),
+                      full_prompt_admission=getattr(cfg, "full_prompt_admission", False))
         # (silently replaced by the scenario's, its schema default included: a subclass declaring
         # queue_order = "sjf" ran FCFS)
         values.update({name: getattr(cls, name) for name in cls.declared_fields()})
@@ -207,14 +218,14 @@ class ContinuousPolicy:
             # otherwise empty replica: a larger prompt (chunked: first chunk) would wait forever,
             # and every request queued behind it (FCFS) with it. (A re-admission after a
             # preemption may use the reserve, so a recompute can always come back.)
-            first = min(prompt_tokens, self.max_num_batched_tokens) if self.chunked and not self.whole_prompt_blocks \
-                else prompt_tokens
+            by_chunk = self.chunked and not self.whole_prompt_blocks and not self.full_prompt_admission
+            first = min(prompt_tokens, self.max_num_batched_tokens) if by_chunk else prompt_tokens
             tokens = max(first, self.reserved_tokens(prompt_tokens, max_tokens))
             need = kv.blocks_for(tokens)
             room = kv.num_blocks - int(self.watermark * kv.num_blocks)
             if need > room:
                 what = f"its reservation (policy.reserve={self.reserve})" if self.reserve != "none" else \
-                    "its first chunk" if self.chunked and not self.whole_prompt_blocks else "its prompt"
+                    "its first chunk" if by_chunk else "its prompt"
                 if need > kv.num_blocks:  # (a reservation past the sequence, which the replica checked fits)
                     less = "set policy.max_output_tokens to reserve less, or " if self.reserve == "max" else \
                         "use policy.reserve_allocator: paged, or " if self.buddy else ""
@@ -585,7 +596,7 @@ class ContinuousPolicy:
                 out = taken.union(id(x) for x in chosen)
                 pending = step_pending(kv, [x for x in ahead if id(x[0]) not in out], hits)
             c, held, idle, q = self._waiting_tokens(kv, head, budget_at, dropped, pending)
-            need = kv.blocks_for(self._admission_tokens(head, c, q)) - held + idle
+            need = kv.blocks_for(self._gate_tokens(head, self._admission_tokens(head, c, q))) - held + idle
             if seats_at > 0 and 0 < q <= budget_at and free_at - need >= kept:
                 return (chosen, n_run, free, budget, dropped) if chosen else None
             if v is None:
@@ -647,6 +658,12 @@ class ContinuousPolicy:
             return r.num_tokens
         return c + q
 
+    def _gate_tokens(self, r, tokens: int) -> int:
+        """The KV tokens that must fit (above the watermark) for waiting request ``r`` to be admitted
+        taking ``tokens`` (``_admission_tokens``): those, or its whole sequence so far under
+        ``full_prompt_admission`` (vLLM V1's ``full_sequence_must_fit``: checked, not allocated)."""
+        return max(tokens, r.num_tokens) if self.full_prompt_admission else tokens
+
     def lacks(self, kv, r, budget: int, free: int, seats: int, pending=None) -> str | None:
         """What waiting request ``r`` lacks, of ``budget`` tokens, ``free`` KV blocks and ``seats``
         sequence slots, to be admitted as ``admit`` admits (its prefix-cache hits, reservation and
@@ -658,7 +675,7 @@ class ContinuousPolicy:
         c, held, idle, q = self._waiting_tokens(kv, r, budget, pending=pending)
         if q > budget or q == 0:
             return "budget"
-        need = kv.blocks_for(self._admission_tokens(r, c, q)) - held + idle
+        need = kv.blocks_for(self._gate_tokens(r, self._admission_tokens(r, c, q))) - held + idle
         if need > free:
             return "kv"
         kept = self._kept(kv, r, int(self.watermark * kv.num_blocks))
@@ -761,10 +778,11 @@ class ContinuousPolicy:
                     break
                 tokens = self._admission_tokens(r, c, q)
                 need = kv.blocks_for(tokens) - held + idle
+                gate = kv.blocks_for(self._gate_tokens(r, tokens)) - held + idle  # (full_prompt_admission)
                 # the watermark holds back new requests; one coming back from a preemption may
                 # use it (else a recompute larger than what the watermark leaves would never return)
-                if free - need < self._kept(kv, r, kept):
-                    stop = ("kv" if need > free else "watermark", r, budget, free, self.max_num_seqs - n_seqs)
+                if free - gate < self._kept(kv, r, kept):
+                    stop = ("kv" if gate > free else "watermark", r, budget, free, self.max_num_seqs - n_seqs)
                     break
                 if tokens > c + q:
                     reserved.append((r, tokens))

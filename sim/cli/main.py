@@ -543,7 +543,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     ``setup``, ``specs``: ``plan``'s (the workload drawn once)."""
     from servesim.inputs.workload import RequestSpecs, dataset_info
     from servesim.outputs.checks import (CLIPPED_SHARE, PREEMPTED_SHARE, REJECTED_SHARE, UNFINISHED_SHARE,
-                                         budget_warnings, clipped_text, cost_mapping_warnings, gpu_unit_warnings,
+                                         budget_warnings, clipped_text, cost_mapping_warnings, full_prompt_warnings,
+                                         gpu_unit_warnings,
                                          kv_override_warnings, kv_room_fix, no_effect_warnings, no_requests_text,
                                          plugin_shadow_warnings, resend_at_once_warnings, scenario_slos,
                                          slo_floor_text, slo_unit_warnings, trace_unit_text)
@@ -713,8 +714,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
             "stops there"
         lines.append(f"warning: {clip_text(probe_broke[0], 400)} (in {where})")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
-    lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario) + cost_mapping_warnings(scenario,
-                                                                                                       setup.pools)
+    lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario)
+              + full_prompt_warnings(scenario, setup.pools) + cost_mapping_warnings(scenario, setup.pools)
               + plugin_warnings(scenario, setup.pools) + plugin_shadow_warnings(scenario)]
     return lines
 

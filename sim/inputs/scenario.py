@@ -624,6 +624,16 @@ class Policy:
                                              "are tried (vLLM V1 with chunked prefill off until vllm-project/vllm"
                                              "#28911, late 2025); false: it waits at the head of the queue, and "
                                              "the queue behind it too (vLLM V1 since)")
+    full_prompt_admission: bool = _f(False, doc="chunked prefill: a waiting request is admitted only when the KV "
+                                                "blocks of its whole prompt (prompt + output so far for a "
+                                                "recompute; prefix-cache hits counted) are free above the "
+                                                "watermark, though it takes only its first chunk's (vLLM V1's "
+                                                "--scheduler-reserve-full-isl, vllm-project/vllm#37307, on by "
+                                                "default in vLLM since, after the v0.15.1 servesim's vllm-v1 "
+                                                "profile is fitted to); false: its first "
+                                                "chunk's blocks suffice, and a later chunk that does not fit "
+                                                "preempts. The vLLM V0 engine profiles take the whole prompt's "
+                                                "blocks at admission anyway")
     spec: Optional[Spec] = _f(None, doc="speculative decoding (continuous, chunked_prefill); null: off")
     preset: Optional[str] = _f(None, doc="vllm_v1_serve | vllm_v1_offline: vLLM V1's scheduler defaults for the "
                                          "GPU and entry point (sim/inputs/presets.py), filling fields not given")

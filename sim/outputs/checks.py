@@ -232,6 +232,30 @@ def router_no_effect_warnings(scenario) -> list:
 BUDGET_POLICIES = ("continuous", "chunked_prefill")  # the packaged policies whose steps hold at most the budget
 
 
+def full_prompt_warnings(scenario, pools) -> list:
+    """``no_effect`` for ``policy.full_prompt_admission`` where no pool's policy (``PoolSetup``) admits
+    a prompt by its first chunk: no chunked prefill (a whole prompt takes its blocks at once), an
+    engine profile whose block manager takes a prompt's whole sequence at admission
+    (``whole_prompt_blocks``), or a P/D decode pool (it recomputes a whole sequence at once)."""
+    if not scenario.policy.full_prompt_admission or not pools or scenario.policy.runs_plugin():
+        return []  # (a plug-in policy may read any field)
+    why = []
+    for p in pools:
+        pol = p.make_policy()
+        if not getattr(pol, "chunked", False) or getattr(pol, "recompute_whole", False):
+            why.append(f"the {p.name} pool runs whole prompts" if p.name != "colocated" else
+                       "it runs whole prompts")
+        elif getattr(pol, "whole_prompt_blocks", False):
+            engine = f"cost.engine={p.engine.profile.name}" if p.engine is not None else "the engine profile"
+            why.append(f"{engine} takes the blocks of a prompt's whole sequence at admission anyway")
+        else:
+            return []
+    return [{"code": "no_effect", "message": f"policy.full_prompt_admission=true changes nothing with "
+                                             f"policy.name={scenario.policy.name} ({'; '.join(dict.fromkeys(why))}: "
+                                             "only chunked prefill admits a prompt by its first chunk); the run is "
+                                             "the one without it"}]
+
+
 def budget_warnings(pools) -> list:
     """``budget_below_seqs`` (module docstring) for each pool (``PoolSetup``) whose token budget is
     below its sequence cap: it runs fewer sequences at a time than the scenario says, and vLLM
@@ -431,6 +455,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += head_of_line_warnings(summary, scenario)
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
+    out += full_prompt_warnings(scenario, pools)
     out += cost_mapping_warnings(scenario, pools)
     out += plugin_shadow_warnings(scenario)
     out += kv_override_warnings(pools)
