@@ -137,7 +137,7 @@ def test_probe_duration_scales_requests_with_rate(tmp_path):
 
 
 def test_keep_up_ratio_counts_leavers_per_arrival_over_the_second_half():
-    from servesim.studies.capacity import keep_up_ratio
+    from servesim.outputs.metrics import keep_up_ratio
 
     arrival = np.arange(8.0)  # the middle request arrives at 4 s, the last at 7 s: 3 arrive in (4, 7]
     leave = np.array([0.5, 4.5, 6.0, 9.0, 9.5, np.inf, 10.0, 11.0])  # 4.5 and 6.0 leave in (4, 7]

@@ -105,3 +105,37 @@ def test_a_probe_that_falls_behind_is_not_too_short():
     base = Uncontended(np.full(2000, 1e-9), np.full(2000, 1e-9), np.full(2000, 1e-9))
     ev = evaluate(res, base, {("ttft", "p50"): 1e30})
     assert not ev["meets"] and not ev["too_short"] and ev["keep_up"] + ev["keep_up_warmup"] < 0.9
+
+
+def test_keeping_up_is_judged_as_the_capacity_search_judges_it(tmp_path):
+    """The slowdown search keeps capacity's keep-up rule (``metrics.keep_up_check``, one helper for
+    both). Its own copy gave a request rejected while decoding (its sequence outgrew the KV cache)
+    a service time of 0, as if it had left on arrival, and counted the rejected ones' zeros in the
+    p99 service time that sizes a longer probe; capacity leaves both out (``keep_up_warmup``: 0
+    only for one rejected at once)."""
+    from servesim.studies.capacity import evaluate as capacity_evaluate
+
+    n = 40
+    arrival = np.arange(n) * 0.5
+    status = np.array(["completed"] * n, dtype=object)
+    status[[4, 9, 14, 19, 24, 29, 34]] = "rejected"
+    scheduled = arrival + 0.1
+    finish = scheduled + np.where(np.arange(n) % 3 == 0, 30.0, 2.0)
+    first = scheduled + 0.05
+    at_once = np.isin(np.arange(n), [4, 9, 14, 24, 29, 34])  # rejected on arrival; 19: while decoding
+    for col in (scheduled, first, finish):
+        col[at_once] = np.nan
+    req = {"request_id": np.arange(n), "arrival_s": arrival, "scheduled_s": scheduled, "first_token_s": first,
+           "finish_s": finish, "prompt_tokens": np.full(n, 10), "output_tokens": np.full(n, 5), "status": status}
+    d = tmp_path / "run"
+    d.mkdir()
+    cols = list(req)
+    lines = [",".join(cols)] + [",".join("" if isinstance(req[c][i], float) and np.isnan(req[c][i])
+                                         else str(req[c][i]) for c in cols) for i in range(n)]
+    (d / "requests.csv").write_text("\n".join(lines) + "\n")
+    cap = capacity_evaluate(d, {("e2e", "p50"): 1e9}, None, keep_up=0.9)
+    base = Uncontended(np.ones(n), np.ones(n), np.ones(n))
+    sd = evaluate(SimpleNamespace(requests=req), base, {}, keep_up=0.9)
+    keys = ("keep_up", "keep_up_arrived", "keep_up_warmup", "keep_up_window_s", "service_p99_s", "too_short")
+    assert {k: sd[k] for k in keys} == pytest.approx({k: cap[k] for k in keys})
+    assert sd["service_p99_s"] == pytest.approx(np.percentile((finish - scheduled)[status == "completed"], 99))

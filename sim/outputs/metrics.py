@@ -296,6 +296,48 @@ def too_short_to_tell(ratio: float, warmup: float | None, share: float = KEEP_UP
     return warmup is not None and ratio + warmup >= share
 
 
+def served_s(req: dict) -> np.ndarray:
+    """Per request, the service time ``keep_up_warmup`` draws from: first scheduled to finish for
+    a completed one, 0 for one rejected at once (it left on arrival, ``leave_s``), NaN for any
+    other (rejected while decoding, unfinished; no ``scheduled_s`` column: NaN for all but those)."""
+    done = is_completed(req)
+    start = req.get("scheduled_s")
+    service = req["finish_s"] - start if start is not None else np.full(len(done), np.nan)
+    at_once = ~done & (leave_s(req) == req["arrival_s"])
+    return np.where(done, service, np.where(at_once, 0.0, np.nan))
+
+
+def keep_up_check(req: dict, share: float, period_s: float | None = None, rate_rps: float | None = None,
+                  meets_otherwise: bool = True) -> dict:
+    """The keep-up rule of the capacity, plan and slowdown searches, applied to a run's request
+    columns ``req`` (``arrival_s``, ``finish_s``, ``status``, ``scheduled_s``): {"keep_up": the
+    ``keep_up_ratio`` over ``keep_up_window`` (None: too few arrivals to tell), "keep_up_arrived":
+    the window's arrivals per arrival the nominal mean rate ``rate_rps`` brings
+    (``keep_up_arrived``; None: not known), "keeps_up": ``keeps_up`` at ``share``,
+    "keep_up_window_s", "keep_up_warmup": the shortfall the run's own arrivals and service times
+    make with no queue (``keep_up_warmup``, over ``served_s``), "too_short": the run meets every
+    other check (``meets_otherwise``) and falls short by no more than that (a longer run tells),
+    "service_p99_s": the p99 of the completed requests' service times}. ``period_s``: the arrival
+    rate's period, which the window spans whole (``arrival_period_s``)."""
+    arrival = req["arrival_s"]
+    w = keep_up_window(arrival, period_s)
+    ratio = keep_up_ratio(arrival, leave_s(req), w)
+    arrived = keep_up_arrived(arrival, w, rate_rps, period_s)
+    keeps = keeps_up(ratio, arrived, share)
+    service = served_s(req)
+    warm = keep_up_warmup(arrival, service, w)
+    served = service[is_completed(req) & ~np.isnan(service)]
+    return {"keep_up": None if math.isnan(ratio) else ratio,
+            "keep_up_arrived": None if math.isnan(arrived) else arrived,
+            "keeps_up": keeps,
+            "keep_up_window_s": math.nan if w is None else w[1] - w[0],
+            "keep_up_warmup": warm,
+            # (only a run that meets every other check: one that fails another is no closer for length)
+            "too_short": bool(meets_otherwise and not keeps and not math.isnan(ratio)
+                              and too_short_to_tell(ratio, warm, share)),
+            "service_p99_s": float(np.percentile(served, 99)) if len(served) else math.nan}
+
+
 def window_output_tokens(first_s: np.ndarray, finish_s: np.ndarray, output_tokens: np.ndarray, t0: float,
                          t1: float) -> float:
     """Output tokens emitted in ``(t0, t1]`` by completed requests (``first_s``, ``finish_s``,

@@ -66,8 +66,7 @@ from servesim.errors import InputError
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS, mean_rate_at
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
-from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_arrived, keep_up_ratio, keep_up_warmup,
-                                      keep_up_window, keeps_up, too_short_to_tell)
+from servesim.outputs.metrics import KEEP_UP, arrival_period_s, keep_up_check
 from servesim.outputs.intervals import NONNEGATIVE, SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.outputs.writer import json_text
@@ -104,7 +103,8 @@ _BIG = 1e18  # stands in for "never": a request that did not complete
 
 
 def request_metrics(run_dir: Path) -> dict:
-    """Per-request ttft, tpot, e2e, queue (seconds; non-completed = _BIG, tpot NaN for 1 token) and tbt."""
+    """Per-request ttft, tpot, e2e, queue (seconds; non-completed = _BIG, tpot NaN for 1 token), tbt,
+    done (completed) and the request columns they come from (requests)."""
     req = read_table(run_dir, "requests", ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "output_tokens",
                                            "status"))
     done = metrics.is_completed(req)
@@ -114,8 +114,7 @@ def request_metrics(run_dir: Path) -> dict:
     tbt = read_tbt(run_dir)
     return {"ttft": big(metrics.ttft_s(req)), "tpot": tpot, "e2e": big(metrics.e2e_s(req)),
             "queue": big(metrics.queue_s(req)), "tbt": tbt if tbt is not None else np.zeros(0),
-            "done": done, "arrival": req["arrival_s"], "leave": metrics.leave_s(req),
-            "service": np.where(done, req["finish_s"] - req["scheduled_s"], np.nan)}
+            "done": done, "requests": req}
 
 
 def _stat(x: np.ndarray, stat: str) -> float:
@@ -141,7 +140,8 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
     >= the given share (given 0: not checked), "keep_up_window_s" and "keep_up_warmup" (the
     shortfall the probe's length alone explains, ``keep_up_warmup``), "too_short": it meets every
     other check but does not keep up, by no more than that shortfall (a longer probe tells),
-    "service_p99_s": the p99 of the completed requests' time from first scheduled to finish}; a
+    "service_p99_s": the p99 of the completed requests' time from first scheduled to finish}
+    (the keep-up fields: ``metrics.keep_up_check``, the slowdown search's rule too); a
     probe meets only if it keeps up and completes at least one request. ``period_s``: the arrival
     rate's period, which the keep-up window spans whole (``metrics.arrival_period_s``).
     ``rate_rps``: the probe's nominal mean rate (None: not known); "keep_up_arrived" is its
@@ -166,24 +166,9 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
         ok &= res["attainment"] >= attainment
     ok &= bool(m["done"].any())  # a probe that completes nothing meets no SLO (its TBT sample is empty)
     if keep_up > 0:
-        w = keep_up_window(m["arrival"], period_s)
-        ratio = keep_up_ratio(m["arrival"], m["leave"], w)
-        # too few arrivals, or all at one instant, to tell: not kept up with (a probe that could
+        # (too few arrivals, or all at one instant, to tell: not kept up with; a probe that could
         # show it is longer, --probe-duration)
-        res["keep_up"] = None if math.isnan(ratio) else ratio
-        arrived = keep_up_arrived(m["arrival"], w, rate_rps, period_s)
-        res["keep_up_arrived"] = None if math.isnan(arrived) else arrived
-        res["keeps_up"] = keeps_up(ratio, arrived, keep_up)
-        window = math.nan if w is None else w[1] - w[0]
-        rejected = ~m["done"] & (m["leave"] == m["arrival"])  # (leaves at once: ``metrics.leave_s``)
-        warm = keep_up_warmup(m["arrival"], np.where(rejected, 0.0, m["service"]), w)
-        res["keep_up_window_s"] = window
-        res["keep_up_warmup"] = warm
-        # (only a probe that meets every other check: one that fails another is no closer for length)
-        res["too_short"] = bool(ok and not res["keeps_up"] and not math.isnan(ratio)
-                                and too_short_to_tell(ratio, warm, keep_up))
-        served = m["service"][~np.isnan(m["service"])]
-        res["service_p99_s"] = float(np.percentile(served, 99)) if len(served) else math.nan
+        res.update(keep_up_check(m["requests"], keep_up, period_s, rate_rps, meets_otherwise=bool(ok)))
         ok &= res["keeps_up"]
     res["meets"] = bool(ok)
     return res

@@ -25,8 +25,7 @@ import numpy as np
 
 from servesim.outputs import metrics
 from servesim.inputs.scenario import mean_rate_at
-from servesim.outputs.metrics import (KEEP_UP, arrival_period_s, keep_up_arrived, keep_up_ratio, keep_up_warmup,
-                                      keep_up_window, keeps_up, too_short_to_tell)
+from servesim.outputs.metrics import KEEP_UP, arrival_period_s, keep_up_check
 from servesim.studies.capacity import MAX_LONGER, Search as _CapacitySearch, longer_requests, search_capacity
 
 SLOWDOWN_METRICS = ("ttft", "tbt", "e2e")
@@ -84,8 +83,8 @@ def slowdowns(req: dict, base: Uncontended) -> dict:
 
 
 def evaluate(res, base: Uncontended, limits: dict, keep_up: float = KEEP_UP) -> dict:
-    """{"meets": bool, "<metric>_<pXX>": slowdown percentile, ..., "keep_up": ratio,
-    "keep_up_warmup", "keep_up_window_s", "service_p99_s", "too_short"}: ``limits`` maps (metric,
+    """{"meets": bool, "<metric>_<pXX>": slowdown percentile, ..., and the keep-up fields of
+    ``metrics.keep_up_check`` ("keep_up": ratio, "keeps_up", "keep_up_warmup", ...)}: ``limits`` maps (metric,
     "pXX") to the highest slowdown allowed at that percentile; ``keep_up`` the share of arrivals
     that must leave (0: not checked), by ``servesim capacity``'s rule: the ratio over the keep-up
     window (whole periods of a periodic rate, ``metrics.keep_up_window``), and ``too_short`` when
@@ -100,29 +99,13 @@ def evaluate(res, base: Uncontended, limits: dict, keep_up: float = KEEP_UP) -> 
         ev[f"{m}_{stat}"] = v if v < _BIG / 10 else math.inf
         ok &= v <= limit
     if keep_up > 0:  # 0: not checked
-        req = res.requests
         scenario = getattr(res, "scenario", None)
         arrival = scenario.workload.arrival if scenario is not None else None
         period = arrival_period_s(arrival) if arrival is not None else None
         # (the nominal mean rate: a window whose arrivals came slower shows nothing about it, metrics.keeps_up)
         rate = mean_rate_at(arrival, arrival.rate_rps) if hasattr(arrival, "rate_rps") else None
-        w = keep_up_window(req["arrival_s"], period)
-        ratio = keep_up_ratio(req["arrival_s"], metrics.leave_s(req), w)
-        done = metrics.is_completed(req)
-        start = req.get("scheduled_s")
-        served = np.where(done, req["finish_s"] - (start if start is not None else np.nan),
-                          np.where(req["status"] == "rejected", 0.0, np.nan))  # (rejected: leaves at once)
-        warm = keep_up_warmup(req["arrival_s"], served, w)
-        ev["keep_up"] = None if math.isnan(ratio) else ratio
-        arrived = keep_up_arrived(req["arrival_s"], w, rate, period)
-        ev["keep_up_arrived"] = None if math.isnan(arrived) else arrived
-        keeps = keeps_up(ratio, arrived, keep_up)
-        ev["keep_up_warmup"] = warm
-        ev["keep_up_window_s"] = math.nan if w is None else w[1] - w[0]
-        ok_s = served[~np.isnan(served)]
-        ev["service_p99_s"] = float(np.percentile(ok_s, 99)) if len(ok_s) else math.nan
-        ev["too_short"] = bool(ok and not keeps and not math.isnan(ratio) and too_short_to_tell(ratio, warm, keep_up))
-        ok &= keeps
+        ev.update(keep_up_check(res.requests, keep_up, period, rate, meets_otherwise=bool(ok)))
+        ok &= ev["keeps_up"]
     ev["meets"] = bool(ok)
     return ev
 
