@@ -615,7 +615,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         lines.append(f"warning: {slo_floor_text(floors)}")
     probe_broke = []  # a plug-in's PluginError in a probe: said as a warning (a run may never load it so)
     # (with a queue rule it replays the run: a plug-in can break there, as in the probes below)
-    late = _probe(probe_broke, predict_unfinished, scenario, setup, specs)
+    late = _predict_or_none(probe_broke, predict_unfinished, scenario, setup, specs)
     est = late and late["estimate"] is not None and late["high"]
     if late and (est or late["unfinished"] or not late["exact"] and late["not_completed"]):
         k, n, cut = late["unfinished"], late["requests"], f"workload.duration_s={late['duration_s']:g} s"
@@ -673,13 +673,13 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      f"whole-prompt admission such a prompt fits only while {leaves}, so under load it can wait "
                      f"at the head of the queue{behind}: "
                      f"{head_of_line_fix(scenario.policy.prefill_first)}")
-    over = _probe(probe_broke, predict_overload, scenario, setup, specs)
+    over = _predict_or_none(probe_broke, predict_overload, scenario, setup, specs)
     if over is not None and over["overloaded"]:
         lines.append(f"warning: the offered {over['offered_rps']:.3g} req/s is well above what the deployment serves: "
                      f"{_probe_text(scenario, setup, over)}"
                      + "; the backlog will grow through the run and its latencies with workload.num_requests "
                      "(servesim capacity finds the highest rate it keeps up with)")
-    shed = _probe(probe_broke, predict_shedding, scenario, setup, specs)
+    shed = _predict_or_none(probe_broke, predict_shedding, scenario, setup, specs)
     if shed is not None:
         lines.append(_shedding_text(scenario, setup, shed))
     # The probe runs its batch as full as the load allows: when it outgrew the KV cache (as many
@@ -699,7 +699,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
             lines.append(f"{head}, and the offered {over['offered_rps']:.3g} req/s is at or above the "
                          f"{over['served_rps']:.3g} req/s they completed, so a run will preempt too {fix}")
         else:
-            q = _probe(probe_broke, preemptions_at_rate, scenario, k, setup, specs)
+            q = _predict_or_none(probe_broke, preemptions_at_rate, scenario, k, setup, specs)
             if q is not None and q >= PREEMPTED_SHARE * k:
                 lines.append(f"{head}, and at the offered {over['offered_rps']:.3g} req/s (below the "
                              f"{over['served_rps']:.3g} req/s they completed) the same requests at their own "
@@ -732,8 +732,9 @@ def _probe_text(scenario, setup, over: dict) -> str:
     return f"{over['probe_requests']:,} of its requests, {ran}"
 
 
-def _probe(broke: list, predict, *args):
-    """``predict(*args)``, or None where it cannot answer: a plug-in's PluginError is kept in
+def _predict_or_none(broke: list, predict, *args):
+    """One of validate's load predictions (``servesim.predictions``; some simulate a probe,
+    ``predictions._probe``): ``predict(*args)``, or None where it cannot answer: a plug-in's PluginError is kept in
     ``broke`` (validate says it as a warning: a run may never load the plug-in so), but one raised
     in a replay of the run itself (its ``exact``: the whole workload as drawn, its rules and
     cut-off kept) is the error the run stops on, so validate stops on it too, naming the replay
