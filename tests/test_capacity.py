@@ -1129,7 +1129,9 @@ def test_a_percentile_or_mean_that_takes_in_a_request_never_completed_reads_neve
 def test_capacity_of_sessions_says_its_rate_starts_sessions(tmp_path, capsys):
     """With workload.sessions the rate searched starts sessions: capacity printed "capacity 7.361
     req/s" where the deployment served about 15 requests (turns) a second, with no word that the
-    rate was not one of requests. A note before the search says it."""
+    rate was not one of requests. A note before the search says it, and every rate searched reads
+    sessions/s (the probe table's header read "rate req/s", the answer and the no-answer error "8
+    req/s" beside the note); the throughput column, which counts requests, keeps req/s."""
     data = {**BASE, "workload": {**BASE["workload"], "num_requests": 40,
                                  "sessions": {"turns": {"dist": "uniform", "min": 2, "max": 4}, "think_time_s": 0.5}}}
     sc = tmp_path / "s.yaml"
@@ -1145,11 +1147,18 @@ def test_capacity_of_sessions_says_its_rate_starts_sessions(tmp_path, capsys):
     assert any(line.split()[:2] == ["rate", "sessions/s"] and line.rstrip().endswith("tput req/s") for line in lines)
     answer = [line for line in lines if line.startswith(("capacity ", "the SLO "))]
     assert answer and all("sessions/s" in line and "req/s" not in line for line in answer), cap.out
+    # a search that ends with no answer says what it bracketed in sessions/s too ("8 req/s")
+    code = main(["capacity", str(sc), "--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40",
+                 "--max-probes", "3", "--start", "1", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "rate sessions/s" in out and "tput req/s" in out and "rate req/s" not in out
+    assert "sessions/s" in err and " req/s" not in err.split("no capacity found", 1)[1]
     plain = tmp_path / "p.yaml"
     plain.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 40}}))
     main(["capacity", str(plain), "--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40",
           "--max-probes", "2", "--start", "1", "--quiet"])
-    assert "starts sessions" not in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "starts sessions" not in err and "rate req/s" in out and "sessions/s" not in out + err
     # plan refuses sessions: no note of a rate it will not search, only its refusal
     assert main(["plan", str(sc), "--rate", "1", "--slo", "ttft_p99=5", "--gpus", "h100-sxm", "--tp", "1"]) == 2
     err = capsys.readouterr().err
@@ -1251,27 +1260,6 @@ def test_auto_probe_length_is_never_below_the_scenarios_own_count():
     n, why = auto_probe_requests(base, own)
     assert n >= own, (n, why)
     assert "--probe-requests to go longer" in why and str(own) in why
-
-
-def test_capacity_of_sessions_writes_its_rates_in_sessions_per_second(tmp_path, capsys):
-    """With workload.sessions the rate searched starts sessions: the note said so, but the probe
-    table's header read "rate req/s" and the answer and the error "8 req/s" beside it. Every rate
-    searched now reads sessions/s; the throughput column, which counts requests, keeps req/s."""
-    data = {**BASE, "workload": {**BASE["workload"], "num_requests": 40,
-                                 "sessions": {"turns": {"dist": "uniform", "min": 2, "max": 4}, "think_time_s": 0.5}}}
-    sc = tmp_path / "s.yaml"
-    sc.write_text(yaml.safe_dump(data))
-    code = main(["capacity", str(sc), "--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40",
-                 "--max-probes", "3", "--start", "1", "--quiet"])
-    out, err = capsys.readouterr()
-    assert code == 2 and "rate sessions/s" in out and "tput req/s" in out and "rate req/s" not in out
-    assert "sessions/s" in err and " req/s" not in err.split("no capacity found", 1)[1]
-    plain = tmp_path / "p.yaml"
-    plain.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 40}}))
-    main(["capacity", str(plain), "--slo", "ttft_p99=5", "--seeds", "1", "--probe-requests", "40",
-          "--max-probes", "3", "--start", "1", "--quiet"])
-    out, err = capsys.readouterr()
-    assert "rate req/s" in out and "sessions/s" not in out + err
 
 
 def test_a_start_out_of_range_is_refused_in_the_unit_of_the_rate_searched(tmp_path, capsys):
