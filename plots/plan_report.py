@@ -21,6 +21,7 @@ from servesim.outputs import metrics
 from servesim.outputs.metrics import parse_slo
 from servesim.outputs import plandoc as D
 from servesim.outputs.rundir import read_table
+from servesim.outputs.wording import plural
 from servesim.plots import figures as F
 
 
@@ -76,7 +77,8 @@ def build_plan_report(folder: str | Path) -> Path:
     for note in (D.short_run_note(doc), D.burst_note(doc), D.layout_note(doc)):
         if note:
             md += [note, ""]
-    md += [f"Searched {len(doc['candidates'])} shapes ({', '.join(f'{v} {k}' for k, v in D.counts(doc).items())}) "
+    statuses = ", ".join(f"{v} {k}" for k, v in D.counts(doc).items())
+    md += [f"Searched {plural(len(doc['candidates']), 'shape')} ({statuses}) "
            + (f"with {len(doc['seeds'])} seeds (workload seeds {', '.join(map(str, doc['seeds']))})"
               if len(doc['seeds']) != 1 else f"with one seed (workload seed {doc['seeds'][0]})") + "; every run at "
            f"{doc['rate_rps']:g} req/s has {doc.get('requests_at_rate')} requests; objective: {doc.get('objective')}; "
@@ -90,7 +92,8 @@ def build_plan_report(folder: str | Path) -> Path:
            D.markdown(D.table_rows(doc)) if best else "None: no shape was simulated as serving the rate.", ""]
     checks = [f"- {x}" for x in D.verification_lines(doc) + D.failure_lines(doc)]
     md += ["## Verification", ""] + (checks or ["Nothing to verify: no configuration was ranked."]) + [""]
-    md += ["## Pruned before simulating", ""] + [f"- {x}" for x in D.pruned_lines(doc)] + [""]
+    pruned = [f"- {x}" for x in D.pruned_lines(doc)]
+    md += ["## Pruned before simulating", ""] + (pruned or ["None: every shape was simulated."]) + [""]
     md += ["## Figures", ""]
 
     def add(name, title, fig, sentence):
@@ -112,7 +115,8 @@ def build_plan_report(folder: str | Path) -> Path:
         F.cost_capacity(pts, ax, doc["rate_rps"], colors, D.price_source(doc))
         front = F.pareto_front([(p["usd_per_hour"], p["capacity"], p) for p in pts])
         add("cost_vs_capacity", "Cost vs capacity", fig,
-            f"{len(pts)} feasible configurations; the Pareto front (no other is both cheaper and higher in capacity): "
+            f"{plural(len(pts), 'feasible configuration')}; the Pareto front (no other is both cheaper and higher in "
+            "capacity): "
             + "; ".join(f"{p[2]['fleet']} ${p[0]:.2f}/h, {p[1]:.3g} req/s" for p in front) + ".")
 
     runs = []
@@ -134,8 +138,8 @@ def build_plan_report(folder: str | Path) -> Path:
         failed = [x for x in runs if not x["meets"] and x["metric"] == "ttft"]
         cheapest_fail = max(failed, key=lambda x: x["usd_per_hour"]) if failed else None
         add("cost_vs_latency", "Cost vs p99 latency at the target rate", fig,
-            f"{len(met)} runs met the SLO with every seed (filled), {len(failed)} did not (hollow: they broke this "
-            f"limit or another one)"
+            f"{plural(len(met), 'run')} met the SLO with every seed (filled), {len(failed)} did not (hollow: they "
+            "broke this limit or another one)"
             + (f"; the most expensive that failed is {cheapest_fail['fleet']} at ${cheapest_fail['usd_per_hour']:.2f}/h"
                if cheapest_fail else "") + ".")
 

@@ -435,6 +435,54 @@ def test_plan_command_prints_the_table_answer_and_failure(tmp_path, capsys):
 
 
 
+
+def _one_shape_plan(folder: Path) -> dict:
+    """plan.json of a plan that searched one shape and found it feasible on one seed (no run
+    folders: the report draws no CDFs), as ``run_plan`` writes it."""
+    seed = {"seed": 0, "meets": True, "requests": 300, "why": [], "attainment": 1.0, "ttft_p99": 0.08,
+            "tpot_p99": 0.012, "keep_up": 0.98, "keeps_up": True, "ttft_p99_s": 0.08, "tpot_p99_s": 0.012}
+    shape = {"kind": "colocated", "gpu": "h100-sxm", "tp": 1, "pp": 1, "policy": "continuous", "chunk": None,
+             "decode_gpu": None, "decode_tp": None, "ratio": [1, 1], "block": 1, "classes": []}
+    c = {"key": "h100-sxm-tp1-cont", "status": "feasible", "reason": "", "unit_usd_per_hour": 3.29, "units": 1,
+         "runs": [{"units": 1, "gpus": 1, "fleet": "1 x h100-sxm", "meets": True, "seeds": [seed]}],
+         "capacity": {"estimate": 47.0, "low": 44.0, "high": 50.0, "samples": [47.0], "confidence": 0.95,
+                      "measured": True, "confirmed": True, "too_short": None},
+         "objective": 3.29, "shape": shape, "label": "1 x h100-sxm TP1, continuous", "gpus": 1,
+         "fleet": "1 x h100-sxm", "usd_per_hour": 3.29, "headroom": 1.35}
+    doc = {"kind": "plan", "scenario": "plan-small", "model": SMALL["model"], "rate_rps": 20.0,
+           "slo": "ttft_p99=0.5,tpot_p99=0.04", "objective": "cost", "seeds": [0], "requests_at_rate": 300,
+           "prices_usd_per_gpu_hour": {"h100-sxm": 3.29}, "candidates": [c], "wall_s": 10.0,
+           "ranking": [c["key"]], "runner_up": None, "next_cheaper": None,
+           "answer": {"key": c["key"], "units": 1, "label": c["label"], "fleet": c["fleet"], "objective": 3.29}}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "plan.json").write_text(json.dumps(doc))
+    return doc
+
+
+def test_a_plan_of_one_shape_counts_it_in_the_singular(tmp_path, capsys, monkeypatch):
+    """A plan that searched one shape printed "1 shapes: 1 feasible", and its report "Searched 1
+    shapes", "1 feasible configurations" and "1 runs met the SLO"; with nothing pruned, its "Pruned
+    before simulating" heading stood over nothing."""
+    from types import SimpleNamespace
+
+    from servesim.cli.main import main
+
+    out = tmp_path / "p"
+    monkeypatch.setattr("servesim.studies.plan.run_plan",
+                        lambda *a, **k: SimpleNamespace(doc=_one_shape_plan(out)))
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    assert main(["plan", str(f), "--rate", "20", "--slo", SLO, "--gpus", "h100-sxm", "--tp", "1", "--policies",
+                 "continuous", "--seeds", "1", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "; 1 shape: 1 feasible;" in printed, printed
+    md = (out / "report.md").read_text()
+    assert "Searched 1 shape (1 feasible)" in md and "1 feasible configuration;" in md
+    assert "1 run met the SLO with every seed" in md
+    assert re.search(r"\b1 (shapes|runs|feasible configurations)\b", printed + md) is None
+    pruned = md.split("## Pruned before simulating", 1)[1].split("##", 1)[0]
+    assert pruned.strip() == "None: every shape was simulated."
+
 @pytest.mark.filterwarnings("ignore:Tight layout not applied")  # (the figures' labels hold the whole path)
 def test_a_gpu_given_by_path_keeps_the_plans_folders_inside_out(tmp_path, capsys):
     """--gpus with a GPU YAML's absolute path named the capacity and deploy folders after it:

@@ -148,7 +148,7 @@ def cmd_plan(args) -> int:
     c = D.counts(doc)
     print(f"plan: {doc.get('model')} at {doc['rate_rps']:g} req/s, {D.slo_text(doc)}, "
           f"{plural(len(doc['seeds']), 'seed')}; "
-          f"{len(doc['candidates'])} shapes: " + ", ".join(f"{v} {k}" for k, v in c.items())
+          f"{plural(len(doc['candidates']), 'shape')}: " + ", ".join(f"{v} {k}" for k, v in c.items())
           + f"; {doc['wall_s']:.0f} s")
     for note in (D.burst_note(doc), D.layout_note(doc), _model_note(args)):
         if note:
