@@ -300,3 +300,36 @@ def test_run_seeds_cuts_throughput_and_goodput_at_the_arrivals_per_second(tmp_pa
     high = float(line.split(" to ", 1)[1].split(")", 1)[0])
     assert high <= float(format_value(offered, 1)) + 1e-9, line
     assert "output tok/s" in line
+
+
+def test_counts_of_requests_are_cut_at_the_requests_that_arrived(tmp_path, capsys):
+    """No seed completes, rejects or leaves unfinished more requests than arrived in its run
+    (completed + rejected + unfinished), so their mean over the seeds cannot pass the mean
+    arrivals: run --seeds cut their intervals at 0 only, and six requests cut off at 1.5 s on three
+    seeds printed "completed 4 (0 to 9), unfinished 2 (0 to 7)" (the default scenario), 5 (0 to 10)
+    here. results.csv's rows are cut at
+    their num_requests likewise (``count_bounds``); a count with no such bound (preemptions) is not."""
+    import json
+
+    import yaml
+
+    from servesim.cli.main import main
+    from servesim.outputs.intervals import row_interval
+    from tests.conftest import BASE
+
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 6, "duration_s": 1.5}}))
+    assert main(["run", str(sc), "--seeds", "3", "--quiet", "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    f = json.loads((tmp_path / "r" / "summary.json").read_text())["seeds"]["figures"]
+    arrived = [sum(v) for v in zip(*(f[k]["values"] for k in ("completed", "rejected", "unfinished")))]
+    line = next(x for x in out.splitlines() if x.startswith("  requests"))
+    spread = [k for k in ("completed", "unfinished") if f[k]["mean"] + f[k]["ci95"] > max(arrived)]
+    assert spread, f  # (the seeds differ enough that the t-interval reaches past the arrivals: what is cut)
+    for k in spread:
+        text = line.split(f"{k} ", 1)[1].split(",", 1)[0]
+        high = float(text.split(" to ", 1)[1].split(")", 1)[0])
+        assert high <= float(format_value(sum(arrived) / len(arrived), 1)) + 1e-9, line
+    row = {"num_requests": 6.0, "completed": 4.0, "completed_ci95": 5.0, "preemptions": 4.0,
+           "preemptions_ci95": 5.0, "seeds": 3}
+    assert row_interval(row, "completed").high == 6.0 and row_interval(row, "preemptions").high == 9.0

@@ -14,7 +14,8 @@ from servesim.core.decisions import format_decisions
 from servesim.errors import InputError, PluginError, Terminated, one_line, shown_path
 from servesim.errors import clip as clip_text
 from servesim.outputs.checks import format_warnings, head_of_line_fix, recompute_share
-from servesim.outputs.intervals import BOUNDED, NONNEGATIVE, PM, Interval, format_interval, rate_bounds, seeds_text
+from servesim.outputs.intervals import (BOUNDED, NONNEGATIVE, PM, UP_TO_REQUESTS, Interval, count_bounds,
+                                        format_interval, rate_bounds, seeds_text)
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
 from servesim.outputs.verdicts import attainment_pct
@@ -97,19 +98,26 @@ def format_seeds(sec: dict | None) -> list:
     # a rate of completions is cut at the seeds' mean arrivals per second too (no seed's exceeds
     # its own: "4 (0 to 27) req/s" was printed at 4.5 req/s arrived), as results.csv rows are
     offered = {"offered_rps": (f.get("offered_rps") or {}).get("mean")}
+    # and a count of requests at the seeds' mean arrivals (completed + rejected + unfinished of each:
+    # "completed 4 (0 to 9)" was printed of 6 requests)
+    each = [f[k].get("values") or [] for k in UP_TO_REQUESTS if k in f]
+    if len(each) == len(UP_TO_REQUESTS) and len({len(v) for v in each}) == 1 and each[0] \
+            and all(isinstance(x, (int, float)) for v in each for x in v):
+        offered["num_requests"] = sum(map(sum, each)) / len(each[0])
 
     def iv(name, scale=1.0, unit=""):
         x = f[name]
         n = x.get("n", len(x["values"]))
         return format_interval(Interval(math.nan if x["mean"] is None else x["mean"],
                                         math.nan if x["ci95"] is None else x["ci95"], n,
-                                        bounds=BOUNDED.get(name) or rate_bounds(offered, name) or NONNEGATIVE),
+                                        bounds=BOUNDED.get(name) or rate_bounds(offered, name)
+                                        or count_bounds(offered, name) or NONNEGATIVE),
                                scale, unit)
 
     seeds = sec["seeds"]
     lines = ["", f"over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}; mean {PM} half-width of the 95% Student-t "
-                 "interval over the seeds, or the mean (low to high) where that is cut at 0, 100% or the arrivals per "
-                 "second; the figures "
+                 "interval over the seeds, or the mean (low to high) where that is cut at 0, 100%, the arrivals per "
+                 "second or the requests; the figures "
                  f"above are seed {seeds[0]}'s):"]
     lines.append(f"  throughput  {iv('throughput_rps', unit='req/s')}, "
                  f"{iv('output_tokens_per_s', unit='output tok/s')}")

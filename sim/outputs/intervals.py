@@ -21,7 +21,9 @@ t-interval of a share can reach past them (two seeds at 10% and 14%: 12 +- 25%, 
 share no run can have; such an interval prints as its mean and its cut ends, "12 (0 to 37)" (``format_interval``), while
 results.csv ``<figure>_ci95`` keeps the half-width of the t-interval itself. So is a rate of
 completed requests (goodput, throughput: ``rate_bounds``) cut at 0 and at the row's arrivals per
-second (``offered_rps``), which no run's can exceed: "17 (13 to 17) req/s" at 17 req/s arrived.
+second (``offered_rps``), which no run's can exceed: "17 (13 to 17) req/s" at 17 req/s arrived;
+and a count of requests (completed, rejected, unfinished: ``count_bounds``) at 0 and the requests
+that arrived (``num_requests``).
 
 Printed precision follows the interval: the half-width keeps the Particle Data Group's number of
 significant digits (two when its leading three digits are 100-354, one for 355-949; 950-999 is
@@ -160,17 +162,31 @@ def rate_bounds(row: dict, column: str) -> tuple | None:
     return (0.0, float(o) / n)
 
 
+# counts of requests: no run's exceeds the requests that arrived in it (``num_requests``: completed +
+# rejected + unfinished), so neither does their mean over seeds exceed the mean arrivals
+UP_TO_REQUESTS = ("completed", "rejected", "unfinished")
+
+
+def count_bounds(row: dict, column: str) -> tuple | None:
+    """(0, the row's requests, ``num_requests``) for a column of ``UP_TO_REQUESTS``; None for other
+    columns, or a row without ``num_requests``."""
+    n = row.get("num_requests")
+    if column not in UP_TO_REQUESTS or not isinstance(n, (int, float)) or isinstance(n, bool) or not n >= 0:
+        return None
+    return (0.0, float(n))
+
+
 def row_interval(row: dict, column: str) -> Interval:
     """A results.csv row's figure as an ``Interval`` (half-width NaN when the row has none: one
     seed; a share's ends cut at 0 and 1: ``BOUNDED``; a rate of completions at 0 and the row's
     arrivals per second: ``rate_bounds``; two seeds' t-interval of a goodput reached above the
-    load offered, a rate no run can have; every other figure, a count, a rate or a latency, at 0:
-    ``NONNEGATIVE``)."""
+    load offered, a rate no run can have; a count of requests at 0 and the row's requests:
+    ``count_bounds``; every other figure, a count, a rate or a latency, at 0: ``NONNEGATIVE``)."""
     half = row.get(column + CI_SUFFIX)
     v = row.get(column)
     return Interval(math.nan if v is None else float(v), math.nan if half is None else float(half),
                     int(row.get("seeds") or 1),
-                    bounds=BOUNDED.get(column) or rate_bounds(row, column) or NONNEGATIVE)
+                    bounds=BOUNDED.get(column) or rate_bounds(row, column) or count_bounds(row, column) or NONNEGATIVE)
 
 
 def paired_rows(rows_a: list, rows_b: list, column: str) -> Interval:
