@@ -268,7 +268,7 @@ def test_a_mean_keeps_a_significant_digit_of_its_own_beside_a_wide_interval():
     assert format_interval(iv, unit="req/s") == "0.5 (0 to 6) req/s"
     assert format_interval(Interval(0.3, 40.0, 2), unit="ms") == f"0.3 {PM} 40 ms"
     # a cut end just above the mean keeps its own digit too: not "0.3 (0 to 0)"
-    assert format_interval(Interval(0.34, 22.0, 2, bounds=(0.0, 0.36))) == "0.3 (0 to 0.4)"
+    assert format_interval(Interval(0.34, 22.0, 2, bounds=(0.0, 0.36))) == "0.3 (anywhere from 0 to 0.4)"
     assert format_interval(Interval(19.8, 0.9, 2)) == f"19.8 {PM} 0.9"
     assert format_interval(t_interval([0.10, 0.14], bounds=(0.0, 1.0)), 100) == "12 (0 to 37)"
 
@@ -333,3 +333,21 @@ def test_counts_of_requests_are_cut_at_the_requests_that_arrived(tmp_path, capsy
     row = {"num_requests": 6.0, "completed": 4.0, "completed_ci95": 5.0, "preemptions": 4.0,
            "preemptions_ci95": 5.0, "seeds": 3}
     assert row_interval(row, "completed").high == 6.0 and row_interval(row, "preemptions").high == 9.0
+
+
+def test_an_interval_cut_at_both_ends_says_it_is_anywhere_in_the_range():
+    """An interval cut at both ends spans every value the figure can take: compare on six requests
+    and two seeds printed goodput "3 (0 to 4) req/s" at 4 req/s arrived, and run --seeds
+    "completed 5 (0 to 5)" of 5 requests, which read as intervals that narrowed the figure. They
+    say it plainly; an interval cut at one end keeps "mean (low to high)"."""
+    from servesim.outputs.intervals import SHARE
+
+    assert format_interval(Interval(3.0, 30.0, 2, bounds=(0.0, 4.0)), unit="req/s") == \
+        "3 (anywhere from 0 to 4) req/s"
+    assert format_interval(t_interval([0.1, 0.9], bounds=SHARE), 100.0) == "50 (anywhere from 0 to 100)"
+    row = {"num_requests": 5.0, "completed": 4.0, "completed_ci95": 9.0, "seeds": 2}
+    assert format_interval(row_interval(row, "completed")) == "4 (anywhere from 0 to 5)"
+    # cut at one end only: not every value, so the interval as before
+    assert format_interval(t_interval([0.10, 0.14], bounds=SHARE), 100) == "12 (0 to 37)"
+    assert format_interval(Interval(3.0, 30.0, 2, bounds=(0.0, math.inf))) == "3 (0 to 33)"
+    assert "anywhere" not in format_interval(Interval(3.9, 0.3, 3, bounds=(0.0, 4.0)))

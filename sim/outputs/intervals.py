@@ -18,7 +18,8 @@ A share (SLO attainment, ``BOUNDED``) lies in [0, 1], and a difference of two sh
 its t-interval is cut at those ends (``Interval.bounds``); every other figure's (a latency, a count,
 a capacity: ``NONNEGATIVE``) at 0: only a paired difference can be negative. With few seeds the
 t-interval of a share can reach past them (two seeds at 10% and 14%: 12 +- 25%, down to -13%), a
-share no run can have; such an interval prints as its mean and its cut ends, "12 (0 to 37)" (``format_interval``), while
+share no run can have; such an interval prints as its mean and its cut ends, "12 (0 to 37)" (``format_interval``;
+cut at both ends, it is every value the figure can take, and says so: "50 (anywhere from 0 to 100)"), while
 results.csv ``<figure>_ci95`` keeps the half-width of the t-interval itself. So is a rate of
 completed requests (goodput, throughput: ``rate_bounds``) cut at 0 and at the row's arrivals per
 second (``offered_rps``), which no run's can exceed: "17 (13 to 17) req/s" at 17 req/s arrived;
@@ -30,7 +31,7 @@ significant digits (two when its leading three digits are 100-354, one for 355-9
 rounded up to two digits of the next power), and the mean is rounded to the same decimal place
 (``format_interval``: "19.8 +- 0.9", written with a real plus-minus sign), or, where that place
 would leave it no significant digit of its own, to its first one ("0.3 +- 40", not "0 +- 40"; so
-too a cut end: "0.3 (0 to 0.4)").
+too a cut end: "0.3 (anywhere from 0 to 0.4)" cut at 0 and 0.36).
 """
 
 from __future__ import annotations
@@ -259,10 +260,13 @@ def format_interval(iv: Interval, scale: float = 1.0, unit: str = "", sig: int =
         return f"{format_value(mean, sig)} {PM} 0{tail}"
     d = _decimals_for(half)
     # (the mean, and a cut end, keep at least one significant digit of their own: "0.3 (0 to 40)",
-    # not "0 (0 to 40)"; "0.3 (0 to 0.4)" where the cut end is close above it, not "0.3 (0 to 0)")
+    # not "0 (0 to 40)"; "0.3 (... 0 to 0.4)" where the cut end is close above it, not "0.3 (... 0 to 0)")
     if iv.cut:  # (a share's t-interval past 0 or 1: the mean and the cut ends, "12 (0 to 37)")
         low, high = sorted((iv.low * scale, iv.high * scale))
-        return (f"{_round(mean, _own_digit(mean, d))} ({_round(low, _own_digit(low, d))} to "
+        # cut at both ends, it is every value the figure can take (a share's 0 to 100%, a count of
+        # 4 requests' 0 to 4): "4 (0 to 4)" read as an interval that narrowed it; said plainly
+        whole = "anywhere from " if iv.mean - iv.half < iv.bounds[0] and iv.mean + iv.half > iv.bounds[1] else ""
+        return (f"{_round(mean, _own_digit(mean, d))} ({whole}{_round(low, _own_digit(low, d))} to "
                 f"{_round(high, _own_digit(high, d))}){tail}")
     return f"{_round(mean, _own_digit(mean, d))} {PM} {_round(half, d)}{tail}"
 
