@@ -96,7 +96,8 @@ class WeightedSample:
         # whether a gap was recorded once with its count or count times (the fast engine keeps
         # a step's members as one (gap, count) pair): each product v c is summed exactly, as
         # its rounded value and its rounding error (``_exact_products``)
-        mean = math.fsum(_exact_products(v, c)) / n
+        total = _weighted_sum_by_exponent(v, c)
+        mean = (math.fsum(_exact_products(v, c)) if total is None else total) / n
         return {"mean": mean, "p50": out[0], "p90": out[1], "p99": out[2], "max": float(v.max())}
 
 
@@ -109,6 +110,54 @@ def exact_sum(x) -> float:
     token gaps in a long run, took ~30 bytes a value and doubled the run's peak memory)."""
     return math.fsum(itertools.chain.from_iterable(x[i:i + _SUM_CHUNK].tolist()
                                                    for i in range(0, len(x), _SUM_CHUNK)))
+
+
+_SIGNIFICAND = np.int64((1 << 52) - 1)  # a float64's fraction bits
+_PIECE_BITS = 21
+_PIECE = np.int64((1 << _PIECE_BITS) - 1)
+_COUNT_LIMIT = 1 << 10  # a 53-bit significand times a count below it stays within int64
+
+
+def _weighted_sum_by_exponent(v, c) -> float | None:
+    """The exactly rounded sum of ``v * c`` (the value ``math.fsum(_exact_products(v, c))``
+    gives: the exact sum, rounded once), worked out in integers, ~4x faster: each product is its
+    value's 53-bit significand times the count (an integer below 2^63) times a power of two set
+    by the value's exponent. Per exponent, the products' three 21-bit pieces are summed by
+    ``np.bincount``, in doubles but exactly (fewer than 2^32 pieces below 2^21: every partial sum
+    is an integer below 2^53), a chunk at a time; the sums are then put together as one Python
+    integer, whose quotient by a power of two Python rounds correctly. None where this does not
+    apply (a count of 2^10 or more, 2^31 values or more, an infinite or NaN value, an exact sum of
+    zero, whose sign fsum sets, or one beyond a double's range): ``math.fsum`` then."""
+    v = np.ascontiguousarray(v, dtype=np.float64)
+    c = np.asarray(c, dtype=np.int64)
+    if not len(v) or len(v) >= 1 << 31 or int(c.min()) < 0 or int(c.max()) >= _COUNT_LIMIT:
+        return None
+    sums = [np.zeros(2048) for _ in range(3)]
+    for i in range(0, len(v), _SUM_CHUNK):
+        bits = v[i:i + _SUM_CHUNK].view(np.int64)
+        ex = (bits >> 52) & 0x7FF
+        if (ex == 0x7FF).any():  # inf, NaN
+            return None
+        p = ((bits & _SIGNIFICAND) | ((ex != 0).astype(np.int64) << 52)) * c[i:i + _SUM_CHUNK]
+        if (bits < 0).any():
+            p = np.where(bits < 0, -p, p)
+        ex = np.maximum(ex, 1)  # (subnormals: the exponent of the smallest normals, no implicit bit)
+        for k, piece in enumerate((p & _PIECE, (p >> _PIECE_BITS) & _PIECE, p >> 2 * _PIECE_BITS)):
+            sums[k] += np.bincount(ex, weights=piece, minlength=2048)
+    used = np.flatnonzero((sums[0] != 0) | (sums[1] != 0) | (sums[2] != 0)).tolist()
+    if not used:
+        return None
+    total = 0
+    for e in used:
+        at_e = int(sums[0][e]) + (int(sums[1][e]) << _PIECE_BITS) + (int(sums[2][e]) << 2 * _PIECE_BITS)
+        total += at_e << (e - used[0])
+    if total == 0:
+        return None
+    shift = used[0] - 1075  # the exponent of a significand's unit at the smallest exponent used
+    try:
+        return float(total << shift) if shift >= 0 else total / (1 << -shift)
+    except OverflowError:
+        return None
 
 
 def _exact_products(v, c):
