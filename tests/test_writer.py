@@ -275,3 +275,24 @@ def test_capacity_outputs_keeps_what_each_verdict_reads_and_finds_the_same_answe
     assert set(map(tuple, _run_files(tmp_path / "lean"))) == {
         ("requests.csv", "scenario.yaml", "summary.json", "tbt_s.npy")}
     assert main(["report", str(tmp_path / "lean")]) == 0
+
+
+def test_cells_taken_as_strings_and_placed_whole_are_csv_writers():
+    """The writer's ``take`` of small-range integers and of labels, and its pieces copied a row
+    at a time (``_place``), over widths 0 to 20: a block whose labels are all empty, negative
+    and 3- and 5-character integers, one-character columns."""
+    rng = np.random.default_rng(11)
+    n = 2000
+    reason = np.array(REASONS, dtype=object)[rng.integers(0, len(REASONS), n)]
+    reason[:700] = ""  # (the first block: no text at all)
+    cols = {"small": rng.integers(-5, 9, n), "three": rng.integers(100, 300, n), "five": rng.integers(-9999, 99, n),
+            "reason": np.array([r.replace("\r", "") for r in reason], dtype=object),
+            "digit": rng.integers(0, 10, n), "t": np.cumsum(rng.exponential(0.01, n)),
+            "whole": np.round(rng.random(n) * 1e9),
+            "bound": Labels(rng.integers(0, 2, n).astype(np.int8), ("memory", "compute"))}
+    text = csv_writer_text({k: (np.array(v.labels, dtype=object)[v.codes] if isinstance(v, Labels) else v)
+                            for k, v in cols.items()})
+    for chunk in (700, 1 << 14):
+        buf = io.BytesIO()
+        write_csv(buf, cols, chunk_rows=chunk)
+        assert buf.getvalue() == text.encode()
