@@ -94,8 +94,9 @@ class WeightedSample:
         # exactly rounded: the same whatever order the values were recorded in (the fast engine
         # records gaps in another order than the reference) and whatever BLAS would sum with, and
         # whether a gap was recorded once with its count or count times (the fast engine keeps
-        # a step's members as one (gap, count) pair): each product v c is summed exactly, as
-        # its rounded value and its rounding error (``_exact_products``)
+        # a step's members as one (gap, count) pair): the products v c summed exactly, in
+        # integers (``_weighted_sum_by_exponent``) or else by fsum of each one's rounded value
+        # and rounding error (``_exact_products``), and rounded once
         total = _weighted_sum_by_exponent(v, c)
         mean = (math.fsum(_exact_products(v, c)) if total is None else total) / n
         return {"mean": mean, "p50": out[0], "p90": out[1], "p99": out[2], "max": float(v.max())}
