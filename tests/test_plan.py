@@ -1905,3 +1905,47 @@ def test_plan_warns_of_a_token_bucket_below_the_rate(tmp_path, capsys, bucket, w
     if warned:
         assert line[0].startswith("warning: ") and "admits 2 req/s (burst 3), below the 5 req/s" in line[0]
         assert "rejects about 60%" in line[0] and "--set policy.admission.token_bucket=null" in line[0]
+
+
+def test_an_answer_whose_capacity_rests_on_probes_still_filling_says_so(tmp_path, capsys):
+    """2 chat replicas at 30 req/s, one unit's probes of 100 requests: the keep-up rule set each
+    seed's unit capacity on probes whose warm-up half (~115 requests) was too short for the batch
+    (256 held at once) to fill, where ``servesim capacity`` warns that the capacity may be well
+    above its answer; the answer's capacity (2 x that, ~39 req/s) rests on it, and the plan said
+    nothing. plan.json and the summary now carry the warning, with plan's own flag (report.md's
+    Verification section prints the same ``verification_lines``)."""
+    from servesim.cli.main import main
+
+    chat = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"
+    out = tmp_path / "p"
+    assert main(["plan", str(chat), "--rate", "30", "--slo", "ttft_p99=10", "--gpus", "h100-sxm", "--tp", "1",
+                 "--policies", "continuous", "--seeds", "1", "--probe-requests", "100", "--requests", "300",
+                 "--verify-top", "0", "--workers", "1", "--quiet", "--no-report", "--out", str(out)]) == 0
+    doc = json.loads((out / "plan.json").read_text())
+    c = next(c for c in doc["candidates"] if c["key"] == doc["answer"]["key"])
+    assert c["unit_capacity"]["filling"] and c["capacity"]["filling"] == c["unit_capacity"]["filling"]
+    assert "rerun the plan with --probe-requests 1100" in c["capacity"]["filling"]
+    said = [x for x in capsys.readouterr().out.splitlines() if "batch to fill" in x]
+    assert len(said) == 1 and said[0].strip().startswith("warning: its estimated capacity rests on one unit's")
+
+
+def test_a_measured_capacity_on_probes_still_filling_names_the_flag_that_lengthens_them():
+    """A deployment's capacity search probes as many requests as the runs at R (--requests), one
+    unit's --probe-requests: the filling warning's rerun names the plan's flag; verification_lines
+    says it for the answer's capacity, measured or estimated, and nothing without it."""
+    from types import SimpleNamespace
+
+    from servesim.outputs.plandoc import verification_lines
+    from servesim.studies.plan import _filling
+
+    note = "on 1 of 2 seeds (seed 0): ... may be well above this answer: rerun with --probe-requests 2200"
+    assert _filling(SimpleNamespace(filling=note), "--requests").endswith("rerun the plan with --requests 2200")
+    assert _filling(SimpleNamespace(filling=None), "--requests") is None
+    run = {"units": 2, "seeds": [{"seed": 0, "meets": True, "ttft_p99_s": 0.1, "tpot_p99_s": 0.01,
+                                  "attainment": 1.0, "keep_up": 0.99}]}
+    cand = {"key": "a", "units": 2, "runs": [run], "capacity": {"measured": True, "filling": None}}
+    doc = {"candidates": [cand], "ranking": ["a"]}
+    assert not any(x.startswith("warning") for x in verification_lines(doc))
+    cand["capacity"]["filling"] = "on 1 of 1 seeds (seed 0): the keep-up rule ..."
+    assert verification_lines(doc)[-1] == ("warning: its capacity search may have answered low: on 1 of 1 seeds "
+                                           "(seed 0): the keep-up rule ...")

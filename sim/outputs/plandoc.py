@@ -310,9 +310,15 @@ def verification_lines(doc: dict) -> list[str]:
         if s.get("keep_up") is not None:
             bits.append(f"keeps up {s['keep_up']:.2f}")
         out.append(f"seed {s['seed']}: {'meets' if s['meets'] else 'FAILS'}: " + ", ".join(bits))
-    short = (best[0].get("capacity") or {}).get("too_short")
+    cap = best[0].get("capacity") or {}
+    short = cap.get("too_short")
     if short:  # (its capacity search: the headroom is then a lower bound)
         out.append(f"warning: its capacity is a lower bound: {short}")
+    fill = cap.get("filling")
+    if isinstance(fill, str) and fill:  # (the search its capacity rests on: a unit's, for an estimate)
+        whose = ("its capacity search" if cap.get("measured")
+                 else "its estimated capacity rests on one unit's capacity search, which")
+        out.append(f"warning: {whose} may have answered low: {fill}")
     return out
 
 

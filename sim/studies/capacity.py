@@ -920,14 +920,14 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, s
                   for k, r in zip(searched, done)],
         "too_short": next((f"seed {k}: {r.too_short}" for k, r in zip(searched, done) if r.too_short), None),
         # the keep-up rule set a seed's answer on probes too short for the batch to fill
-        "filling": _seeds_filling(searched, done),
+        "filling": seeds_filling(searched, done),
         # why no rate can meet the limits, when the latency floors say so on a seed's requests
         "floor": next((f"seed {k}: {r.result['floor']}" for k, r in zip(searched, done) if r.result["floor"]), None),
         "probes": [{"seed": k, **p} for k, r in zip(searched, done) for p in r.result["probes"]],
     }
 
 
-def _seeds_filling(searched: list, done: list) -> str | None:
+def seeds_filling(searched: list, done: list) -> str | None:
     """The first seed's ``_filling_note``, saying on how many seeds it held, or None."""
     hit = [(k, r.filling) for k, r in zip(searched, done) if r.filling]
     if not hit:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from servesim.studies.capacity import CapacityOptions, find_capacity
+from servesim.studies.capacity import CapacityOptions, find_capacity, seeds_filling
 from servesim.studies.executors import ExecutorOptions
 
 
@@ -67,6 +67,13 @@ class CapacityInterval:
         """The first seed's note that its answer is a lower bound (probes above it too short to
         tell whether the deployment keeps up: ``CapacityResult.too_short``), else None."""
         return next((f"seed {k}: {r.too_short}" for k, r in zip(self.seeds, self.per_seed) if r.too_short), None)
+
+    @property
+    def filling(self) -> str | None:
+        """The first seed's warning that the keep-up rule set its answer on probes too short for the
+        batch to fill (``CapacityResult.filling``: the capacity may be well above it), saying on how
+        many seeds it held, as ``servesim capacity`` prints it; else None."""
+        return seeds_filling(self.seeds, self.per_seed)
 
 
 def capacity_interval(scenario, slo_text: str, seeds, opts: CapacityOptions = CapacityOptions(),

@@ -356,7 +356,9 @@ class Planner:
         """Capacity of one unit, then the fewest units that meet at R with every seed."""
         R, max_units = self.opts.rate_rps, self.opts.max_gpus // c.shape.gpus(1)
         ci = self.capacity(c.shape, 1, max(c.unit_rate_bound * 0.5, 1e-3), self.out / "capacity" / c.key, self.n)
-        c.unit_capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done, "too_short": ci.too_short}
+        fill = _filling(ci, "--probe-requests")
+        c.unit_capacity = {**_interval_dict(ci.interval, True), "confirmed": ci.done, "too_short": ci.too_short,
+                           "filling": fill}
         cap = min(ci.interval.samples)  # every seed must meet: size for the seed with the least capacity
         k = max(c.min_units, math.ceil(R / cap * (1 - 1e-9)) if cap > 0 else c.min_units)
         k = min(k, max_units)
@@ -368,7 +370,8 @@ class Planner:
         # estimated: k units x one unit's capacity, per seed; k units met at R with every seed, so
         # no seed's capacity is below R, nor is their mean
         iv = t_interval([max(x * k, R) for x in ci.interval.samples])
-        c.capacity = {**_interval_dict(replace(iv, low=max(iv.low, R)), False)}
+        # (an estimate from one unit's capacity rests on its probes: their filling warning is its own)
+        c.capacity = {**_interval_dict(replace(iv, low=max(iv.low, R)), False), "filling": fill}
 
     def fewest_units(self, c: Candidate, k: int, max_units: int) -> int | None:
         """The fewest units of ``c`` that meet at R with every seed, searched from the estimate
@@ -502,6 +505,15 @@ class Planner:
             why = ["MEETS the SLO with every seed: the plan missed it"]
         return {**out, "simulated": True, "meets": run["meets"], "run": run, "why": why,
                 "bound_units": c.min_units, "status": c.status}
+
+
+def _filling(ci, flag: str) -> str | None:
+    """A capacity search's warning that the keep-up rule set a seed's answer on probes too short
+    for the batch to fill (``intervals.CapacityInterval.filling``, capacity's ``filling``), with
+    the rerun it advises given as the plan's flag that sets those probes' length (``flag``:
+    ``--probe-requests`` for one unit's, ``--requests`` for a deployment's); None without one."""
+    note = ci.filling
+    return None if note is None else note.replace("rerun with --probe-requests", f"rerun the plan with {flag}")
 
 
 def _tie(v: float) -> float:
@@ -836,7 +848,9 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
                 # 12 gave -11.4 to 39.4, printed "14 (0-39)", beside estimates that start at R)
                 if iv.samples and min(iv.samples) >= opts.rate_rps:
                     iv = replace(iv, low=max(iv.low, opts.rate_rps))
-                c.capacity = {**_interval_dict(iv, True), "confirmed": ci.done, "too_short": ci.too_short}
+                # (its probes are as long as the runs at R, which --requests sets)
+                c.capacity = {**_interval_dict(iv, True), "confirmed": ci.done, "too_short": ci.too_short,
+                              "filling": _filling(ci, "--requests")}
                 pl.write()
                 tick()
             # ranked again: the measured capacities replace the estimates that broke ties, and the
