@@ -87,8 +87,10 @@ def build_plan_report(folder: str | Path) -> Path:
            "Capacity: the highest rate meeting the SLO, "
            + ("mean and 95% t-interval over the seeds" if len(doc["seeds"]) != 1 else "on one seed (no interval)")
            + "; measured for the top configurations, otherwise units x one unit's capacity (marked ~). Power: "
-           "the modeled mean board power at the target rate (idle + (TDP - idle) x busy share). $/M tokens: the "
-           "GPU time of prefill and decode work attributed to input and output tokens.", "",
+           "the modeled mean board power at the target rate (idle + (TDP - idle) x busy share). $/M in, $/M out: "
+           "what serving the target rate without end costs per million input and output tokens, the fleet's $/h "
+           "over the span its requests arrived in (not the drain after the last arrival) per token served, split "
+           "by the GPU time of prefill and decode work (mean over the seeds).", "",
            D.markdown(D.table_rows(doc)) if best else "None: no shape was simulated as serving the rate.", ""]
     checks = [f"- {x}" for x in D.verification_lines(doc) + D.failure_lines(doc)]
     md += ["## Verification", ""] + (checks or ["Nothing to verify: no configuration was ranked."]) + [""]

@@ -1949,3 +1949,32 @@ def test_a_measured_capacity_on_probes_still_filling_names_the_flag_that_lengthe
     cand["capacity"]["filling"] = "on 1 of 1 seeds (seed 0): the keep-up rule ..."
     assert verification_lines(doc)[-1] == ("warning: its capacity search may have answered low: on 1 of 1 seeds "
                                            "(seed 0): the keep-up rule ...")
+
+
+def test_dollars_per_million_tokens_are_at_r_sustained_not_over_the_drain(tmp_path):
+    """plan's $/M in and out are what serving R without end costs per token: the fleet's $/h over
+    the span the run's requests arrived in, per token served. They were the run's whole cost,
+    its drain after the last arrival included (+5 to +11% on 2 chat replicas at 20 req/s in
+    600 to 1,200-request runs). Each seed's figures make up the fleet's cost over that span, and it is shorter
+    than the run."""
+    from servesim.outputs.rundir import read_summary, read_table
+
+    opts = PlanOptions(rate_rps=8.0, slo=SLO, gpus=("h100-sxm",), tps=(1,), policies=("continuous",), seeds=2,
+                       probe_requests=60, requests=200, keep_up=0.0, max_probes=6, verify_top=0)
+    out = tmp_path / "p"
+    doc = run_plan(SMALL, opts, out, ex=QUIET).doc
+    runs = [r for c in doc["candidates"] for r in c["runs"]]
+    assert runs
+    for r in runs:
+        for s in r["seeds"]:
+            req = read_table(out / s["dir"], "requests", ("arrival_s", "prompt_tokens", "output_tokens", "status"))
+            summary = read_summary(out / s["dir"])
+            econ, sim_s = summary["economics"], summary["sim_time_s"]
+            done = np.asarray(req["status"]) == "completed"
+            span = float(np.max(req["arrival_s"]))
+            assert span < sim_s
+            usd = (s["usd_per_million_input_tokens"] * req["prompt_tokens"][done].sum()
+                   + s["usd_per_million_output_tokens"] * req["output_tokens"][done].sum()) / 1e6
+            assert usd == pytest.approx(econ["usd_per_hour"] * span / 3600)
+            assert s["tokens_per_usd"] == pytest.approx(econ["tokens_per_usd"] * sim_s / span)
+            assert s["arrival_span_s"] == pytest.approx(span) and s["sim_time_s"] == sim_s
