@@ -1353,3 +1353,29 @@ def test_limits_no_rate_can_meet_end_a_search_over_sessions_too(tmp_path, capsys
           "40", "--max-probes", "3", "--start", "4", "--out", str(out), "--workers", "1", "--quiet"])
     cap = json.loads((out / "capacity.json").read_text())
     assert cap["floor"] is None and len(cap["probes"]) > 1
+
+
+def test_each_seeds_capacity_is_its_own_search_whatever_seeds_ran_before(tmp_path):
+    """Seeds are exchangeable only if each is searched the same way: later seeds bracketed from the
+    mean so far, 15% apart (``servesim capacity --seeds``), or from the previous seed's answer
+    (plan's intervals), and stopped elsewhere in their bracket than a search of that seed alone
+    (seed 1 of this scenario: 11.98 and 12.06 req/s, where its own search answers 12; chat on
+    one replica, 300-request probes: 15.79 and 15.25). Each seed's answer is now the one its
+    search from the start rate finds."""
+    from servesim.studies import capacity as C
+    from servesim.studies.executors import ExecutorOptions
+    from servesim.studies.intervals import capacity_interval as plans_interval
+
+    data, n = scenario_data(), 40
+    data["workload"]["num_requests"] = n
+    quiet = ExecutorOptions(workers=1, progress=False)
+    opts = C.CapacityOptions(probe_requests=n)
+    # (in shared folders, so that a probe run once is reused by every search that asks for it)
+    plans = plans_interval(data, "ttft_p99=300ms", [0, 1], opts, tmp_path, (), quiet)
+    alone = [C.find_capacity(data, "ttft_p99=300ms", opts, tmp_path / f"seed-{k}", (), k, quiet).capacity_rps
+             for k in (0, 1)]
+    assert alone[0] != alone[1]
+    assert [r.capacity_rps for r in plans.per_seed] == alone
+    ci = C.capacity_interval(data, "ttft_p99=300ms", opts, C.SeedOptions(seeds=2), tmp_path / "seed-0", (), None,
+                             quiet)
+    assert [r.capacity_rps for r in ci.per_seed] == alone

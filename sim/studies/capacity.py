@@ -39,7 +39,9 @@ one search per seed, each with its own requests (the scenario's seed, then the n
 capacity is the mean of the per-seed answers with a 95% Student-t interval over them
 (``servesim.outputs.intervals``). By default it takes 3 seeds, then adds one at a time until the
 half-width is at most 5% of the mean or 10 seeds ran (``SeedOptions``); it then says it stopped
-short. Later seeds bracket from the mean so far, 15% apart, so each needs a handful of probes.
+short. Every seed's search starts the same way, from the start rate: one that started from the
+answers so far landed elsewhere in its bracket (up to --tol), or past a rate whose verdict a
+rerun longer turned (3.5% on chat), so a seed's answer hung on the seeds before it.
 The per-seed answers are bracket floors (each within ``--tol`` below its seed's knee); their
 spread is the workload's sampling noise, which longer probes shrink too.
 
@@ -420,8 +422,8 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int,
     a ``Search``, or anything with its probing contract (``probe``, ``results``, ``bracket``,
     ``floor_violation`` and ``floor``: ``servesim.studies.slowdown.SlowdownSearch``); when the
     first probe fails and ``floor_violation()`` says no rate can meet the limits, the answer is 0.
-    ``step``: the bracketing factor (2: double or halve); a smaller one (a start near the answer,
-    e.g. another seed's) is squared after each bracketing round, so a far answer is still reached."""
+    ``step``: the bracketing factor (2: double or halve); a smaller one (for a start known to be near the
+    answer) is squared after each bracketing round, so a far answer is still reached."""
     w = max(1, workers)
     s.probe([start])
     seen = None
@@ -836,18 +838,16 @@ class CapacityInterval:
         return self.interval.scaled(1 / self.plan.num_gpus)
 
 
-NARROW_STEP = 1.15  # later seeds bracket around the mean so far, 15% apart
-
-
 def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityOptions(),
                       seeds: SeedOptions = SeedOptions(), out: str | Path | None = None, overrides=(),
                       seed: int | None = None, ex: ExecutorOptions = ExecutorOptions(),
                       on_seed=None) -> CapacityInterval:
     """The capacity of the scenario file for ``slo_text`` with a 95% interval over seeds: one search
-    per seed (the scenario's seed, then the ones after it); the first brackets from the start rate,
-    the others from the mean so far (``NARROW_STEP``). All probes share ``out`` (runs/<hash>/;
-    results.csv lists every probe with its ``seed``); capacity.json has the interval, each seed's
-    answer and every probe. ``on_seed(k, result, interval so far)`` is called after each seed
+    per seed (the scenario's seed, then the ones after it), each bracketing from the start rate, so
+    that a seed's answer is its own, whatever seeds ran before it (a start from the mean so far,
+    15% apart, moved answers by up to 3.5%). All probes share ``out`` (runs/<hash>/; results.csv
+    lists every probe with its ``seed``); capacity.json has the interval, each seed's answer and
+    every probe. ``on_seed(k, result, interval so far)`` is called after each seed
     (progress). Re-running reuses finished probes."""
     plan = prepare_search(scenario, slo_text, opts, overrides, seed)
     folder = _Folder(out)
@@ -863,10 +863,9 @@ def capacity_interval(scenario, slo_text: str, opts: CapacityOptions = CapacityO
         iv = Interval(math.nan, math.nan, 0)
         while len(done) < limit:
             k = order[len(done)]
-            start, step = (None, 2.0) if not done or iv.mean <= 0 else (iv.mean, NARROW_STEP)
             try:
-                res = run_search(plan, folder.path, ex, seed=k, start_rps=start, step=step,
-                                 results=f"results-seed{k}.csv", desc=f"capacity probes, seed {k}")
+                res = run_search(plan, folder.path, ex, seed=k, results=f"results-seed{k}.csv",
+                                 desc=f"capacity probes, seed {k}")
             except BaseException:  # (a probe refused or failed: results.csv has the seeds done, no stale file)
                 _write_seed_rows(folder.path, done)
                 (folder.path / f"results-seed{k}.csv").unlink(missing_ok=True)

@@ -82,14 +82,13 @@ def capacity_interval(scenario, slo_text: str, seeds, opts: CapacityOptions = Ca
     """``find_capacity`` of ``scenario`` (a file or scenario data) once per seed of ``seeds``
     (each seed's probes in ``out/seed-<s>/`` when ``out`` is given), and the t-interval of the
     capacities across seeds. A seed whose search ran out of probes contributes its bracket's
-    floor (``done`` is then False). Each seed's search starts from the previous seed's answer
-    (the first from ``opts.start_rps``)."""
+    floor (``done`` is then False). Every seed's search starts from ``opts.start_rps``: one that
+    started from the previous seed's answer stopped elsewhere in its bracket, so a seed's answer
+    hung on the seed before it (seeds are exchangeable only if each is searched the same way)."""
     results = []
     for s in seeds:
         where = None if out is None else Path(out) / f"seed-{s}"
         results.append(find_capacity(scenario, slo_text, opts, where, overrides, s, ex))
-        if results[-1].done and results[-1].capacity_rps > 0:  # the next seed's answer is likely near
-            opts = replace(opts, start_rps=results[-1].capacity_rps)
     caps = [r.capacity_rps for r in results]
     iv = t_interval(caps, confidence)
     # a search resolves its seed's capacity only to its bracket [met, failed): keep every bracket inside
