@@ -779,3 +779,22 @@ def test_a_refused_comparison_point_names_its_rate_in_the_rates_unit():
                         row={"status": "error"})
     assert refused_points([p], "sessions/s") == [("static at 2 sessions/s", "too big")]
     assert refused_points([p]) == [("static at 2 req/s", "too big")]
+
+
+def test_compare_refuses_a_configuration_the_setup_refuses_before_running(tmp_path, capsys):
+    # userpass41: a P/D variant with --set cluster.replicas=2 (pd_split sizes its pools itself)
+    # passed the schema, then was refused by the simulation's setup at every rate: the comparison
+    # ran the other configuration, printed a row of errors for it and exited 0
+    sc = scenario_file(tmp_path)
+    out = tmp_path / "c"
+    assert main(["compare", sc, "--set", "cluster.replicas=2", "--variant", "colocated", "policy.name=continuous",
+                 "--variant", "pd", "policy.name=pd_split", "policy.prefill.replicas=1", "policy.decode.replicas=1",
+                 "--rates", "1,2", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "configuration 'pd' (--policies/--variant) is invalid: cluster.replicas: with policy.name=pd_split" in err
+    assert not out.exists()
+    # the same split sized where the setup takes it is a valid comparison
+    from servesim.studies.compare import plan_compare
+    plan = plan_compare(sc, None, [["colocated", "policy.name=continuous", "cluster.replicas=2"],
+                                   ["pd", "policy.name=pd_split", "policy.prefill.replicas=1"]], "1", [])
+    assert [c[0] for c in plan.configs] == ["colocated", "pd"]

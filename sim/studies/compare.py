@@ -265,15 +265,35 @@ def _check_overrides_matter(overrides, configs) -> None:
 
 def _refuse_invalid_configs(points) -> None:
     """An ``InputError`` naming the first configuration that is invalid at every rate (a value its
-    ``--variant`` or ``--policies`` gives that the schema refuses). Each configuration is one the user
-    named, so a typo in one is an error before anything runs, not a missing row and exit status 0.
+    ``--variant`` or ``--policies`` gives that the schema, or the simulation's setup, refuses).
+    Each configuration is one the user named, so a typo in one is an error before anything runs,
+    not a missing row and exit status 0.
     (A sweep's grid may hold invalid combinations; there, such points are rows with their reason.)"""
     by_label: dict = {}
     for p in points:
         by_label.setdefault(p.values["label"], []).append(p)
     for label, ps in by_label.items():
-        if all(p.data is None for p in ps):
-            raise InputError(f"configuration {label!r} (--policies/--variant) is invalid: {ps[0].error}")
+        error = ""
+        for p in ps:
+            error = (p.error or "refused by the schema") if p.data is None else _setup_error(p.data)
+            if not error:
+                break
+        if error:
+            raise InputError(f"configuration {label!r} (--policies/--variant) is invalid: {error}")
+
+
+def _setup_error(data: dict) -> str:
+    """What the simulation's own setup refuses in a point the schema read (a P/D split with
+    cluster.replicas > 1, a model that does not fit its GPUs, ...), or "". Such a configuration
+    was run at every rate, each point an error row, and the comparison exited 0 without it."""
+    from servesim.inputs.scenario import scenario_from_dict
+    from servesim.simulation import prepare
+
+    try:
+        prepare(scenario_from_dict(data))
+    except InputError as e:
+        return str(e)
+    return ""
 
 
 def _python_configs(policies, variants) -> tuple:
