@@ -292,6 +292,10 @@ class Context:
             self.notes = [w["message"] for r in runs.values() for w in r.summary.get("warnings") or ()]
         self.notes += data.get("unread") or []
         self.seeds = int(data["meta"].get("seeds") or 1)
+        if self.kind == "capacity" and not data["meta"].get("seeds"):
+            # (a search without --seeds adds seeds until its interval is narrow: sweep.json has no
+            # count, and the report said nothing of the seeds its probes ran on)
+            self.seeds = max(1, len({r.get("seed") for r in rows if r.get("seed") is not None}))
 
     def label(self, g) -> str:
         """A legend entry: the group, the groups identical to it, and its GPU count."""

@@ -1379,3 +1379,23 @@ def test_each_seeds_capacity_is_its_own_search_whatever_seeds_ran_before(tmp_pat
     ci = C.capacity_interval(data, "ttft_p99=300ms", opts, C.SeedOptions(seeds=2), tmp_path / "seed-0", (), None,
                              quiet)
     assert [r.capacity_rps for r in ci.per_seed] == alone
+
+
+def test_report_on_a_search_with_seeds_added_until_the_interval_is_narrow_names_its_seeds(searched, tmp_path):
+    """userpass41: without --seeds (the default: seeds are added until the interval is narrow)
+    sweep.json has no seed count ("seeds": null), and the report of a search over 7 seeds read "A
+    capacity of `chat8b.yaml` (...): 60 points, 60 ran." with no "one search on each of 7 seeds",
+    no "Each row is one probe on one seed" under its table of every seed's probes, and per-run
+    figures whose titles did not say whose seed they show."""
+    import shutil
+
+    out = tmp_path / "cap"
+    shutil.copytree(searched, out, ignore=shutil.ignore_patterns("figures", "report.md"))
+    meta = json.loads((out / "sweep.json").read_text())
+    meta["seeds"] = None  # (what a search without --seeds writes)
+    (out / "sweep.json").write_text(json.dumps(meta))
+    assert main(["report", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    assert "one search on each of 2 seeds" in md and "Each row is one probe on one seed" in md
+    title = next(x for x in md.splitlines() if x.startswith("![Latency CDFs"))
+    assert "first of 2 seeds" in title
