@@ -1271,3 +1271,13 @@ def test_a_sessions_comparison_names_its_runs_at_sessions_per_second(tmp_path, c
     row = {"point": 0, "label": "static", "workload.arrival.rate_rps": 2.0, "status": "failed", "error": "boom"}
     assert study_warnings([row], unit="sessions/s")[0]["message"].startswith("static at 2 sessions/s did not run")
     assert study_warnings([row])[0]["message"].startswith("static at 2 req/s did not run")
+
+
+def test_report_seconds_keep_three_digits_as_its_milliseconds_do():
+    """userpass41: a run's report read "E2E: p50 3145 ms and p99 19 s" where `servesim run` printed
+    the p99 as 18.55 s: from 10 s the report's latencies kept two digits (an SLO of 12.5 s read
+    "12 s"), below it four."""
+    from servesim.plots.report import _ms
+
+    assert _ms(18.55) == "18.6 s" and _ms(12.5) == "12.5 s" and _ms(38.215) == "38.2 s"
+    assert _ms(10.0) == "10 s" and _ms(164.2) == "164 s" and _ms(3.1447) == "3145 ms"
