@@ -293,6 +293,8 @@ def _setup_error(data: dict) -> str:
         prepare(scenario_from_dict(data))
     except InputError as e:
         return str(e)
+    except Exception:  # noqa: BLE001 (anything else is the run's to report, as a point that failed while running)
+        return ""
     return ""
 
 
