@@ -695,16 +695,23 @@ def test_run_report_has_the_diagnosis_and_warnings(tmp_path, monkeypatch):
     assert any("were rejected" in t for t in seen["ttft_breakdown"]["texts"])
 
 
-def test_a_configuration_that_fails_at_every_rate_leaves_the_report_whole(tmp_path, capsys):
-    """A variant that cannot run at any rate (TP 3 does not divide the heads): the comparison exits 0
-    with its error in results.csv, and the report shows the others (it once raised StopIteration)."""
+def test_a_configuration_that_fails_at_every_rate_leaves_the_report_whole(tmp_path, capsys, monkeypatch):
+    """A variant that cannot run at any rate (TP 3 does not divide the heads): the comparison refuses
+    it before running (exit 2); one whose points all fail as they run (here: the setup check left to
+    the runs, as it was) has its error in results.csv, and the report shows the others (it once
+    raised StopIteration)."""
+    import servesim.studies.compare as compare_mod
+
     data = copy.deepcopy(BASE)
     data["workload"].update(num_requests=40)
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(data))
     out = tmp_path / "cmp"
-    assert main(["compare", str(sc), "--policies", "continuous", "--variant", "tp3", "hardware.tp=3",
-                 "--rates", "2,4", "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    argv = ["compare", str(sc), "--policies", "continuous", "--variant", "tp3", "hardware.tp=3",
+            "--rates", "2,4", "--out", str(out), "--workers", "1", "--quiet"]
+    assert main(argv) == 2 and "configuration 'tp3' (--policies/--variant) is invalid" in capsys.readouterr().err
+    monkeypatch.setattr(compare_mod, "_setup_error", lambda data: "")
+    assert main(argv) == 0
     rows = read_results(out / "results.csv")
     assert {r["status"] for r in rows if r["label"] == "tp3"} == {"error"}
     assert "continuous" in (out / "report.md").read_text()
