@@ -354,8 +354,15 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
     later half kept ("growing"); else the trend at D, "low" and "high" the swing about it over the
     later half (a queue bounded by a rule, or a deployment that keeps up: the count at D depends on
     where in that swing the cut-off falls). Each at least ``floor`` (what an idle deployment could
-    not finish). {"estimate", "low", "high", "growing", "replayed", "replayed_until": T}."""
+    not finish). {"estimate", "low", "high", "growing", "replayed", "replayed_until": T}; {"estimate":
+    None} where the later half of those requests arrives at one instant (``all_at_once``): no
+    stretch of the run to read a trend from (20,000 requests at once cut off at 60 s read "about
+    10,000, between 10,000 and 10,000", the first 10,000 all in flight at 0 s, where the run left
+    17,858), so the floor alone is said."""
     n, until = len(specs), float(scenario.workload.duration_s)
+    k = min(n, max(1, _affordable(setup, specs.prompt_tokens)))
+    if not specs.arrival_s[k - 1] > specs.arrival_s[k // 2]:
+        return {"estimate": None}
     res, k = _replay_first(scenario, setup, specs, 1)
     r = res.requests
     arrival = np.asarray(r["arrival_s"], dtype=np.float64)

@@ -1583,3 +1583,23 @@ def test_slo_floor_counts_the_requests_a_cut_off_run_admitted_as_admitted():
     assert s["unfinished"] > 0 and s["rejected"] > 0 and s["completed"] < admitted
     assert f"the run admitted {admitted:,} of them, rejecting the rest" in w["slo_floor"]
     assert "the run served" not in w["slo_floor"]
+
+
+def test_validate_does_not_extrapolate_unfinished_requests_that_all_arrive_at_once(tmp_path, capsys, monkeypatch):
+    """all_at_once arrivals cut off by duration_s, too many to replay whole: the replayed first
+    requests all arrive at 0 s, so there is no stretch of the run to read a trend from; validate
+    read their requests in flight at 0 s as a level count and said "about 10,000, between 10,000
+    and 10,000" of 20,000 where the run left 17,858 (chat.yaml, 60 s). It says the floor alone,
+    at most the run's count, and no estimate."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 300)
+    monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 300)
+    sc = make_scenario(**{**SHED, "workload.num_requests": 900, "workload.duration_s": 5.0,
+                          "workload.arrival": {"process": "all_at_once"}})
+    s = simulate(sc).summary
+    pred = predictions.predict_unfinished(sc)
+    assert s["unfinished"] > 0.5 * s["num_requests"]  # (most are left: what a level of 300 would miss)
+    assert not pred["exact"] and pred["estimate"] is None and pred["unfinished"] <= s["unfinished"]
+    lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "queued or running" in x]
+    assert not any("a run will leave about" in x for x in lines), lines
