@@ -595,3 +595,21 @@ def test_distserves_gain_is_bounded_when_vllm_never_reaches_90_percent(monkeypat
     assert "direction right for 1 of 1 with a direction" in line and "1 not simulated" in line  # vLLM's goodput
     unbounded = R.Figure("g", 2.0, None, "p", "text", "x", True)  # a direction with nothing behind it
     assert unbounded.verdict == "not simulated"
+
+
+def test_a_bound_that_settles_no_side_is_counted_not_simulated():
+    """A gain whose bound settles neither side of 1 ("over 0.8x", or "undefined": both goodputs off
+    the grid on the same side) has no direction, and its verdict reads "not simulated"; the
+    summary line left it out of its "not simulated" count (it counted only figures with no bound
+    text), so the table's verdicts and the summary disagreed."""
+    settled = R.Figure("a", 4.6, None, "p", "text", "x", True,
+                       bound="over 8x (a bound from the grid's ends, so above 1)")
+    unsettled = R.Figure("b", 4.6, None, "p", "text", "x", None,
+                         bound="over 0.8x (a bound from the grid's ends, its side of 1 not settled)")
+    undefined = R.Figure("c", 4.6, None, "p", "text", "x", None,
+                         bound="undefined (both goodputs off the grid on the same side)")
+    figs = [settled, unsettled, undefined]
+    assert [f.verdict.split(" (")[0] for f in figs] == ["direction right", "not simulated", "not simulated"]
+    line = R.summary_line([R.Experiment("e", "t", "s", figs)], quick=False)
+    assert "direction right for 1 of 1 with a direction" in line
+    assert f"{sum(f.verdict == 'not simulated' for f in figs)} not simulated" in line, line

@@ -1176,7 +1176,8 @@ def summary_line(experiments, quick: bool) -> str:
     # (a figure not simulated but bounded, as a gain whose goodput never crosses the target on the grid,
     # has the direction its bound settles)
     directed = [f for f in figs if f.direction is not None and (f.simulated is not None or f.bound)]
-    unsimulated = sum(f.simulated is None and not f.bound for f in figs)
+    # (as the verdict says it: a bound that settles no side of 1, or "undefined", is not simulated)
+    unsimulated = sum(f.simulated is None and not (f.bound and f.direction is not None) for f in figs)
     right = sum(bool(f.direction) for f in directed)
     within = sum(bool(f.within) for f in sim)
     rated = sum(f.within is not None for f in sim)
