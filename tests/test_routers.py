@@ -428,3 +428,16 @@ def test_prefix_aware_reads_few_caches_when_every_replica_holds_the_prefix(monke
             replicas[i].outstanding_tokens += int(rng.integers(-50, 200))
             changed.add(i)
     assert total < 100 * n / 10
+
+
+@pytest.mark.parametrize("router", ["least_kv_usage", "least_outstanding_tokens", "power_of_two", "prefix_aware"])
+def test_load_routers_with_virtual_engines_of_no_kv_blocks(router):
+    """memory.num_gpu_blocks split over more pp virtual engines than it has blocks leaves each
+    none: every request is rejected with that reason, whatever the router (least_kv_usage divided
+    by the replica's 0 blocks: a ZeroDivisionError before the first request)."""
+    sc = make_scenario(**{"hardware.pp": 3, "memory.num_gpu_blocks": 2, "cluster.replicas": 2,
+                          "cluster.router": router, "workload.num_requests": 5})
+    res = simulate(sc)
+    s = res.summary
+    assert s["rejected"] == s["num_requests"] == 5 and s["completed"] == s["unfinished"] == 0
+    assert all("virtual engines" in r and "0 of its blocks" in r for r in res.requests["reason"])

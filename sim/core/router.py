@@ -21,6 +21,7 @@ O(changed x log replicas), not O(replicas).
 from __future__ import annotations
 
 import heapq
+import math
 
 
 class _RoundRobin:
@@ -122,8 +123,11 @@ def least_outstanding_tokens(rng=None):
 
 
 def _kv_load(r) -> float:
-    # blocks in use plus what its waiting requests will need: a replica with a long queue is busy
-    return (r.kv.num_used + r.waiting_blocks) / r.kv.num_blocks
+    # blocks in use plus what its waiting requests will need: a replica with a long queue is busy;
+    # one with no blocks at all (memory.num_gpu_blocks split over more pp virtual engines than it
+    # has blocks) is full: it rejects what it is sent
+    blocks = r.kv.num_blocks
+    return (r.kv.num_used + r.waiting_blocks) / blocks if blocks else math.inf
 
 
 def least_kv_usage(rng=None):
