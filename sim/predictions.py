@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import weakref
 
 import numpy as np
@@ -74,6 +75,46 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
 
 # (setup, specs) as weak references, and their reasons per pair: validate asks more than once for the same workload
 _LAST_REASONS: list = [None, None, None]
+
+
+def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
+    """The ``InputError`` a run of ``scenario`` stops on when its closed loop is stuck on
+    rejections (``sim/core/clients.py``: more than ``MAX_STUCK_REJECTIONS`` requests rejected at
+    one instant, each client sending again at once), raised before the run where that is certain:
+    a colocated deployment whose clients resend at once after a rejection (no think time, no
+    ``reject_wait_s`` above 0, no API-server time for a rejection) and whose first
+    ``MAX_STUCK_REJECTIONS + 1`` requests (their lengths drawn as the run draws them) are all
+    rejected on arrival by the replicas' rules, which depend only on the lengths (a KV cache too
+    small for any of the prompts): nothing then moves simulated time. Else nothing (the load
+    decides; ``resend_at_once`` warns)."""
+    from servesim.core.clients import MAX_STUCK_REJECTIONS, _check_not_stuck
+    from servesim.core.replica import OUTGREW
+
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    a = scenario.workload.arrival
+    if not isinstance(specs, ClosedLoop) or specs.sent or len(setup.pools) != 1:
+        return
+    wait = a.reject_wait_s if a.reject_wait_s is not None else a.think_time_s
+    if wait > 0 or setup.pools[0].engine.api_request_s > 0:
+        return
+    need = MAX_STUCK_REJECTIONS + 1
+    if specs.num_requests is not None and not need <= specs.num_requests <= 10 * need:
+        return  # (fewer: the run ends first; many more: the run draws them all in one chunk, too many to draw here)
+    first = specs.first_think_s
+    until = scenario.workload.duration_s
+    t0 = float(first.min()) if len(first) else math.inf
+    if until is not None and t0 >= until:
+        return
+    loop = copy.deepcopy(specs)  # (its lengths drawn in the run's chunks, as the run draws them)
+    while loop._have < need and loop._grow():
+        pass
+    if loop._have < need:
+        return
+    prompt = np.concatenate(loop._cols["prompt_tokens"])[:need]
+    output = np.concatenate(loop._cols["output_tokens"])[:need]
+    by_pair, inverse, _ = rejection_reasons(setup, prompt, output)
+    if all(by_pair[i] is not None and OUTGREW not in by_pair[i] for i in np.unique(inverse).tolist()):
+        _check_not_stuck([t0, MAX_STUCK_REJECTIONS], t0, specs)
 
 
 def drawn_lengths(specs):

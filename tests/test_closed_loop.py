@@ -224,3 +224,34 @@ def test_a_rejected_session_client_waits_reject_wait_s():
     assert at_once["rejected"] > s["rejected"]
     warned = {x["code"]: x["message"] for x in at_once["warnings"]}
     assert "begins the next session at once" in warned["resend_at_once"]
+
+
+def test_validate_fails_as_a_run_on_a_closed_loop_certain_to_be_stuck(monkeypatch, tmp_path, capsys):
+    """A closed loop resending at once (think time 0, no backoff, no API-server time) on a KV
+    cache too small for every prompt it draws: the run stops on the stuck-loop error (exit 2),
+    and validate said ok (exit 0). Now validate gives the run's error; where the run ends first
+    (num_requests under the limit) or time moves (reject_wait_s) both still pass."""
+    import yaml
+
+    import servesim.core.clients as clients
+    from servesim.cli.main import main
+    from servesim.errors import InputError
+
+    monkeypatch.setattr(clients, "MAX_STUCK_REJECTIONS", 2_000)
+    kw = {"memory.num_gpu_blocks": 2, "cost.api_server": False, "workload.duration_s": 5.0,
+          "workload.prompt_tokens": {"dist": "uniform", "min": 40, "max": 100}}
+    sc = closed(3, n=None, **kw)
+    with pytest.raises(InputError) as run_error:
+        simulate(sc)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    capsys.readouterr()
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "simulated time cannot advance" in err and str(run_error.value) in err
+    for ok in (closed(3, n=1_500, **{**kw, "workload.duration_s": None}),
+               closed(3, n=None, arrival_extra={"reject_wait_s": 0.5}, **kw)):
+        s = simulate(ok).summary
+        assert s["rejected"] == s["num_requests"] > 0
+        path.write_text(yaml.safe_dump(ok.to_dict()))
+        assert main(["validate", str(path)]) == 0

@@ -461,7 +461,7 @@ def cmd_validate(args) -> int:
     from servesim.inputs.scenario import load_scenario
     from servesim.inputs.specs import MODEL_ALIASES, model_note
     from servesim.outputs.rundir import deployment_gpus, deployment_shape
-    from servesim.predictions import dry_run_plugins
+    from servesim.predictions import check_resend_not_stuck, dry_run_plugins
     from servesim.simulation import plan
 
     scenario = load_scenario(args.scenario, args.set or [])
@@ -472,6 +472,8 @@ def cmd_validate(args) -> int:
         # a plug-in policy or router decides a few steps: one whose next_batch raises or returns no
         # valid batch is the error a run would stop on (it was called ok, and the run failed)
         dry_run_plugins(scenario, setup, specs)
+        # a closed loop certain to be stuck on rejections is the error the run stops on
+        check_resend_not_stuck(scenario, setup, specs)
         # (before the 'ok' line: the rejection prediction asks a plug-in policy's admission_error,
         # and one that raises is an error, which followed 'ok' without naming the scenario)
         warnings = validate_warnings(scenario, setup, specs)
