@@ -181,6 +181,32 @@ def test_resample_arrivals_keeping_lengths(tmp_path):
     assert pairs == {(350, 40), (410, 120), (1000, 7), (20, 300)}  # each row's lengths stay together
 
 
+def test_all_at_once_over_a_traces_lengths_needs_num_requests(tmp_path, capsys):
+    """A trace's lengths with arrival all_at_once and duration_s alone: duration_s does not say how
+    many arrive at once, as without a trace (num_requests is needed), yet it passed the checks and
+    read as an endless batch: "the run needs at least inf GiB of memory (inf requests ...)"
+    (sampled, looped or in order); now the field's own error, in run and validate; with
+    num_requests it runs."""
+    import yaml
+
+    p = write_azure(tmp_path / "t.csv")
+    for trace in ({"path": str(p)}, {"path": str(p), "sample": True}, {"path": str(p), "loop": True}):
+        sc = {"model": "meta-llama/Meta-Llama-3-8B", "hardware": {"gpu": "h100-sxm"},
+              "workload": {"trace": trace, "arrival": {"process": "all_at_once"}, "duration_s": 5.0}}
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump(sc))
+        for cmd in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+            capsys.readouterr()
+            assert main(cmd) == 2
+            err = capsys.readouterr().err
+            assert "workload.num_requests is needed with arrival process all_at_once" in err and "inf" not in err
+    sc["workload"]["num_requests"] = 3
+    path.write_text(yaml.safe_dump(sc))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert s["num_requests"] == 3 == s["completed"] + s["rejected"] + s["unfinished"]
+
+
 def test_trace_rows_in_other_forms_read_as_the_plain_ones(tmp_path):
     """The fast paths (plain digits, ``YYYY-MM-DD HH:MM:SS``) and the full parse agree: the same
     requests from padded lengths, a T separator, a UTC offset, a timestamp without fraction."""

@@ -786,6 +786,11 @@ class Workload:
             if self.trace.sample and self.arrival is None:
                 raise InputError(f"{path}.trace.sample needs {path}.arrival (sampled rows have no arrival times)")
             # (options that would change nothing: refused rather than ignored)
+            if isinstance(self.arrival, AllAtOnceArrival) and self.num_requests is None:
+                # (as without a trace: duration_s does not say how many arrive at once; it read as
+                # an endless batch, "the run needs at least inf GiB of memory")
+                raise InputError(f"{path}.num_requests is needed with arrival process all_at_once (the trace gives "
+                                 "only the lengths)")
             if self.trace.sample and self.trace.loop:
                 raise InputError(f"{path}.trace.loop: sampled rows are drawn with replacement and never run out, so "
                                  "loop changes nothing; remove it")
