@@ -106,15 +106,16 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
     if until is not None and t0 >= until:
         return
     loop = copy.deepcopy(specs)  # (its lengths drawn in the run's chunks, as the run draws them)
-    while loop._have < need and loop._grow():
-        pass
-    if loop._have < need:
-        return
-    prompt = np.concatenate(loop._cols["prompt_tokens"])[:need]
-    output = np.concatenate(loop._cols["output_tokens"])[:need]
-    by_pair, inverse, _ = rejection_reasons(setup, prompt, output)
-    if all(by_pair[i] is not None and OUTGREW not in by_pair[i] for i in np.unique(inverse).tolist()):
-        _check_not_stuck([t0, MAX_STUCK_REJECTIONS], t0, specs)
+    while loop._have < need:
+        if not loop._grow():
+            return
+        # (chunk by chunk: the first request served ends it, most often in the first chunk)
+        prompt = loop._cols["prompt_tokens"][-1][: need - (loop._have - len(loop._cols["prompt_tokens"][-1]))]
+        output = loop._cols["output_tokens"][-1][: len(prompt)]
+        by_pair, inverse, _ = rejection_reasons(setup, prompt, output)
+        if not all(by_pair[i] is not None and OUTGREW not in by_pair[i] for i in np.unique(inverse).tolist()):
+            return
+    _check_not_stuck([t0, MAX_STUCK_REJECTIONS], t0, specs)
 
 
 def drawn_lengths(specs):
