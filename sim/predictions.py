@@ -118,6 +118,25 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
     _check_not_stuck([t0, MAX_STUCK_REJECTIONS], t0, specs)
 
 
+def closed_loop_first_rejections(scenario: Scenario, setup=None, specs=None) -> dict | None:
+    """A closed loop bounded by ``duration_s`` alone draws its lengths as it runs, in chunks: its
+    first chunk (4,096 requests, drawn on a copy, as the run draws them) checked against the
+    replicas' rules, which reject on arrival by the lengths alone. {"requests", "rejected"
+    (of them, on arrival)}; None for other workloads (``predict_rejections`` counts theirs)."""
+    from servesim.core.replica import OUTGREW
+
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    if not isinstance(specs, ClosedLoop) or specs.sent or specs.num_requests is not None:
+        return None
+    loop = copy.deepcopy(specs)
+    if not loop._grow():
+        return None
+    prompt, output = loop._cols["prompt_tokens"][0], loop._cols["output_tokens"][0]
+    by_pair, inverse, _ = rejection_reasons(setup, prompt, output)
+    at_arrival = np.array([r is not None and OUTGREW not in r for r in by_pair], bool)
+    return {"requests": len(prompt), "rejected": int(at_arrival[inverse].sum())}
+
+
 def drawn_lengths(specs):
     """The requests' lengths as a run draws them, without running: ``specs`` itself for an
     open-loop workload; for a closed loop with ``workload.num_requests``, ``ClosedLoop.planned``

@@ -255,3 +255,34 @@ def test_validate_fails_as_a_run_on_a_closed_loop_certain_to_be_stuck(monkeypatc
         assert s["rejected"] == s["num_requests"] > 0
         path.write_text(yaml.safe_dump(ok.to_dict()))
         assert main(["validate", str(path)]) == 0
+
+
+def test_validate_warns_of_a_duration_bound_closed_loop_its_rules_reject(tmp_path, capsys):
+    """A closed loop bounded by duration_s alone draws its lengths as it runs, so validate said
+    only "rejections: not predicted" of one whose KV cache turns most prompts away (a run of it
+    rejects most of its requests, or stops stuck on them). Now it checks the first chunk the run
+    draws and warns, with the resend-at-once advice where the clients resend at once."""
+    import yaml
+
+    from servesim.cli.main import main
+
+    kw = {"memory.num_gpu_blocks": 4, "cost.api_server": True, "workload.duration_s": 2.0,
+          "workload.prompt_tokens": {"dist": "uniform", "min": 1, "max": 200}}
+    path = tmp_path / "s.yaml"
+    for think, resend in ((0.0, True), (0.2, False)):
+        sc = closed(3, think=think, n=None, **kw)
+        s = simulate(sc).summary
+        assert s["rejected"] >= 0.5 * s["num_requests"]
+        path.write_text(yaml.safe_dump(sc.to_dict()))
+        capsys.readouterr()
+        assert main(["validate", str(path)]) == 0
+        out = capsys.readouterr().out
+        line = next(x for x in out.splitlines() if "requests the clients send" in x)
+        k, n = (int(v.replace(",", "")) for v in line.split("warning: ")[1].split(" requests")[0].split(" of the first "))
+        assert n == 4096 and 0.5 * n < k < n  # prompts up to 64 tokens fit
+        assert ("each is followed at once" in line) == resend
+    # enough KV: nothing said
+    sc = closed(3, n=None, **{**kw, "memory.num_gpu_blocks": None})
+    path.write_text(yaml.safe_dump(sc.to_dict()))
+    assert main(["validate", str(path)]) == 0
+    assert "requests the clients send" not in capsys.readouterr().out

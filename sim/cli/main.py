@@ -559,9 +559,10 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                          plugin_shadow_warnings, resend_at_once_warnings, scenario_slos,
                                          slo_floor_text, slo_unit_warnings, trace_unit_text)
     from servesim.plugins import plugin_warnings
-    from servesim.predictions import (OVERLOAD_MARGIN, drawn_lengths, predict_clipped, predict_head_of_line,
-                                      predict_never_back, predict_over_budget, predict_overload, predict_rejections,
-                                      predict_shedding, predict_slo_floors, predict_unfinished, preemptions_at_rate)
+    from servesim.predictions import (OVERLOAD_MARGIN, closed_loop_first_rejections, drawn_lengths, predict_clipped,
+                                      predict_head_of_line, predict_never_back, predict_over_budget,
+                                      predict_overload, predict_rejections, predict_shedding, predict_slo_floors,
+                                      predict_unfinished, preemptions_at_rate)
     from servesim.simulation import prepare
 
     setup = setup or prepare(scenario)
@@ -593,6 +594,15 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         lines.append("  rejections: not predicted from the requests' lengths (the KV cache's, the context's and the "
                      "token budget's rules: multi-turn workloads, and closed-loop ones without workload.num_requests, "
                      "draw their lengths as they run)")
+        first = closed_loop_first_rejections(scenario, setup, specs)
+        if first and first["rejected"] >= REJECTED_SHARE * first["requests"]:
+            k, n = first["rejected"], first["requests"]
+            lines.append(f"warning: {k:,} of the first {n:,} requests the clients send ({k / n:.1%}, their lengths "
+                         "drawn as the run draws them) are rejected on arrival by the replicas' rules (run "
+                         "validate with workload.num_requests for the reasons)"
+                         # (the run's resend_at_once warning, its "N requests were rejected" said above)
+                         + "".join(f"; {w['message'].split('; ', 1)[-1]}"
+                                   for w in resend_at_once_warnings(scenario, k)))
     ob = predict_over_budget(scenario, setup, lengths)
     if ob and ob["at_risk"]:
         k, n, b = ob["at_risk"], len(lengths.prompt_tokens), ob["budget"]
