@@ -278,7 +278,8 @@ def test_validate_warns_of_a_duration_bound_closed_loop_its_rules_reject(tmp_pat
         assert main(["validate", str(path)]) == 0
         out = capsys.readouterr().out
         line = next(x for x in out.splitlines() if "requests the clients send" in x)
-        k, n = (int(v.replace(",", "")) for v in line.split("warning: ")[1].split(" requests")[0].split(" of the first "))
+        head = line.split("warning: ")[1].split(" requests")[0]
+        k, n = (int(v.replace(",", "")) for v in head.split(" of the first "))
         assert n == 4096 and 0.5 * n < k < n  # prompts up to 64 tokens fit
         assert ("each is followed at once" in line) == resend
     # enough KV: nothing said
