@@ -1399,3 +1399,22 @@ def test_report_on_a_search_with_seeds_added_until_the_interval_is_narrow_names_
     assert "one search on each of 2 seeds" in md and "Each row is one probe on one seed" in md
     title = next(x for x in md.splitlines() if x.startswith("![Latency CDFs"))
     assert "first of 2 seeds" in title
+
+
+@pytest.mark.parametrize("extra", [[], ["--probe-requests", "200"], ["--seeds", "2"]])
+def test_a_deployment_the_setup_refuses_is_named_by_its_scenario_file(tmp_path, capsys, extra):
+    """small41: --set cluster.replicas=2 --set policy.name=pd_split (pd_split sizes its pools
+    itself) passed the schema and was refused by the simulation's setup: servesim run named the
+    scenario file, capacity did not (with --probe-requests it even read "probe at 16 req/s
+    failed", a refusal that holds at every rate); it is refused before any probe, naming the file."""
+    sc = tmp_path / "mine.yaml"
+    sc.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 40}}))
+    sets = ["--set", "cluster.replicas=2", "--set", "policy.name=pd_split"]
+    out = tmp_path / "cap"
+    assert main(["run", str(sc), *sets]) == 2
+    run_err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert main(["capacity", str(sc), "--slo", "ttft_p99=5", *sets, *extra, "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == run_err
+    assert err.startswith(f"servesim: error: {sc}: cluster.replicas: with policy.name=pd_split")
+    assert not (out / "runs").exists()  # (nothing probed)

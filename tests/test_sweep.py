@@ -132,7 +132,9 @@ def test_a_sweep_whose_every_point_is_refused_exits_2(tmp_path, capsys, seeds):
     assert main(["sweep", sc, "--grid", "workload.arrival.rate_rps=1,2", "--set", "workload.num_requests=999999999",
                  "--seeds", seeds, "--out", str(out), "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("servesim: error: every sweep point was refused; the first: workload: the run needs")
+    # (named by its scenario file first, as servesim run names a refused deployment)
+    assert err[-1].startswith(f"servesim: error: {sc}: every sweep point was refused; the first: "
+                              "workload: the run needs")
     assert "GiB of memory" in err[-1] and ("results.csv" if seeds == "1" else "seeds.csv") in err[-1]
     rows = read_results(out / "results.csv")
     assert len(rows) == 2 and all(r["status"] == "error" for r in rows)
@@ -791,7 +793,8 @@ def test_compare_refuses_a_configuration_the_setup_refuses_before_running(tmp_pa
                  "--variant", "pd", "policy.name=pd_split", "policy.prefill.replicas=1", "policy.decode.replicas=1",
                  "--rates", "1,2", "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "configuration 'pd' (--policies/--variant) is invalid: cluster.replicas: with policy.name=pd_split" in err
+    assert (f"error: {sc}: configuration 'pd' (--policies/--variant) is invalid: cluster.replicas: "
+            "with policy.name=pd_split") in err
     assert not out.exists()
     # the same split sized where the setup takes it is a valid comparison
     from servesim.studies.compare import plan_compare

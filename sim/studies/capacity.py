@@ -567,10 +567,16 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
     base, _ = load_base(scenario, overrides, seed)
     from servesim.inputs.scenario import scenario_from_dict
 
+    label = scenario_label(scenario, base)
     try:
         sc = scenario_from_dict(base)
+        # the deployment's own checks (a policy's setup refusing the cluster, TP that does not divide
+        # the heads) named the scenario file with servesim run and not here (before every probe)
+        from servesim.simulation import prepare
+
+        prepare(sc)
     except InputError as e:
-        raise InputError(f"{scenario_label(scenario, base)}: {e}") from None
+        raise InputError(e if label in str(e) else f"{label}: {e}") from None
     base["seed"] = sc.seed
     arrival = sc.workload.arrival
     require_rate(arrival, "servesim capacity searches")
@@ -591,7 +597,7 @@ def prepare_search(scenario, slo_text: str, opts: CapacityOptions = CapacityOpti
 
         raise InputError(f"--start must be >= {MIN_RATE_RPS:g} and <= {MAX_RATE_RPS:g} {rate_unit(base)}, "
                          f"got {start:g}")
-    return SearchPlan(scenario_label(scenario, base), slo_text, slo, opts, base, arrival, n, duration, start,
+    return SearchPlan(label, slo_text, slo, opts, base, arrival, n, duration, start,
                       num_gpus(sc.to_dict()), list(overrides or []), why)
 
 

@@ -263,12 +263,13 @@ def _check_overrides_matter(overrides, configs) -> None:
                              "--variant it is meant for")
 
 
-def _refuse_invalid_configs(points) -> None:
+def _refuse_invalid_configs(points, scenario: str = "") -> None:
     """An ``InputError`` naming the first configuration that is invalid at every rate (a value its
     ``--variant`` or ``--policies`` gives that the schema, or the simulation's setup, refuses).
     Each configuration is one the user named, so a typo in one is an error before anything runs,
     not a missing row and exit status 0.
-    (A sweep's grid may hold invalid combinations; there, such points are rows with their reason.)"""
+    (A sweep's grid may hold invalid combinations; there, such points are rows with their reason.)
+    ``scenario``: the file the configurations change, named first (as ``servesim run`` names it)."""
     by_label: dict = {}
     for p in points:
         by_label.setdefault(p.values["label"], []).append(p)
@@ -279,7 +280,8 @@ def _refuse_invalid_configs(points) -> None:
             if not error:
                 break
         if error:
-            raise InputError(f"configuration {label!r} (--policies/--variant) is invalid: {error}")
+            where = f"{scenario}: " if scenario and scenario not in error else ""
+            raise InputError(f"{where}configuration {label!r} (--policies/--variant) is invalid: {error}")
 
 
 def _setup_error(data: dict) -> str:
@@ -348,7 +350,7 @@ def plan_compare(scenario, policies: str | None, variants, rates: str | None, ov
                 o[RATE_KEY] = r
             runs.append((values, o))
     points = make_points(base, runs, "--policies/--variant/--rates", "configuration")
-    _refuse_invalid_configs(points)
+    _refuse_invalid_configs(points, scenario_label(scenario, base))
     _check_each_scenario_once(points, configs, _policies_given(policies))
     return ComparePlan(scenario_label(scenario, base), list(overrides or []), configs, rate_list, points, notes, seeds,
                        rate_unit(base))

@@ -197,10 +197,11 @@ def _execute(points, out_dir: Path, executor, workers, address, progress, desc, 
 
 
 def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds: int = 1,
-                  desc: str = "sweep") -> tuple[int, int]:
+                  desc: str = "sweep", scenario: str | None = None) -> tuple[int, int]:
     """``execute`` with each point run on ``seeds`` seeds (``replicates``): seeds.csv gets a row
     per run, results.csv a row per point with the mean and ``_ci95`` of each figure. One seed:
-    exactly ``execute``. Returns (ran, skipped) counted in runs."""
+    exactly ``execute``. Returns (ran, skipped) counted in runs. ``scenario``: the file every run
+    was refused from, named first in that error (as ``servesim run`` names it)."""
     check_seed_count(seeds)
     if seeds == 1:
         # (a seeds.csv an earlier run over seeds left in the folder is not this study's runs: the
@@ -208,7 +209,7 @@ def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds
         (out_dir / SEEDS).unlink(missing_ok=True)
         ran, skipped = execute(points, out_dir, ex.executor, ex.workers, ex.address, ex.progress, desc,
                                outputs=ex.outputs)
-        _refuse_if_all_refused(points, desc, out_dir / RESULTS)
+        _refuse_if_all_refused(points, desc, out_dir / RESULTS, scenario)
         return ran, skipped
     groups = replicate(points, seeds)
     runs = [q for g in groups for q in g]
@@ -222,11 +223,11 @@ def execute_seeds(points: list[Point], out_dir: Path, ex: ExecutorOptions, seeds
         if any((q.row or {}).get("failed") == "run" for q in g):  # (a seed's run failed: exit status 3)
             p.row["failed"] = "run"
     write_results(out_dir, points)
-    _refuse_if_all_refused(runs, desc, out_dir / SEEDS)
+    _refuse_if_all_refused(runs, desc, out_dir / SEEDS, scenario)
     return ran, skipped
 
 
-def _refuse_if_all_refused(runs: list[Point], desc: str, where: Path) -> None:
+def _refuse_if_all_refused(runs: list[Point], desc: str, where: Path, scenario: str | None = None) -> None:
     """An ``InputError`` when every run was refused by its own checks (the memory it needs, a model
     that does not fit its GPUs): the study has nothing to show, as when every point is invalid
     before running (``make_points``), so it is an input error, not a table of errors with exit 0.
@@ -235,7 +236,9 @@ def _refuse_if_all_refused(runs: list[Point], desc: str, where: Path) -> None:
     # (a point invalid before running has no ``failed``: it is refused as an input too)
     if rows and all(r is not None and r.get("status") == "error" and r.get("failed", "input") == "input"
                     for r in rows):
-        raise InputError(f"every {desc} point was refused; the first: {rows[0].get('error')} (each reason in {where})")
+        named = f"{scenario}: " if scenario else ""
+        raise InputError(f"{named}every {desc} point was refused; the first: {rows[0].get('error')} "
+                         f"(each reason in {where})")
 
 
 # ---------------------------------------------------------------- results.csv
@@ -340,7 +343,7 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
                          "set": list(overrides or []), "points": len(points),
                          **({"notes": [sessions]} if sessions else {}),
                          **({"seeds": seeds} if seeds > 1 else {})})
-        ran, skipped = execute_seeds(points, out, ex, seeds)
+        ran, skipped = execute_seeds(points, out, ex, seeds, scenario=scenario_label(scenario, base))
     return SweepResult(grid, read_results(out / RESULTS), ran, skipped, failed_while_running(points),
                        refused_points(points), points)
 
