@@ -112,6 +112,25 @@ def test_validate_prints_each_pools_budget_reserve_and_blocks(tmp_path, capsys):
                 f"{cap.activation_reserve_bytes / 2**30:.2f} GiB per GPU; KV {cap.num_blocks:,} blocks") in line
 
 
+def test_validate_writes_each_pools_kv_in_one_style(tmp_path, capsys):
+    """small41: the 'ok' line read "KV 29027 blocks = 464432 tokens" and the pool's line below it
+    "KV 29,027 blocks": the same count in two styles. Counts carry thousands separators."""
+    from servesim.inputs.scenario import load_scenario
+    from servesim.simulation import prepare
+
+    for text in (GOOD, GOOD.replace("policy: {name: continuous,", "policy: {name: pd_split,")):
+        path = write(tmp_path, text)
+        assert main(["validate", path]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        for pool in prepare(load_scenario(path, [])).pools:
+            cap = pool.capacity
+            assert cap.num_blocks >= 1000 and cap.num_tokens >= 1000  # (where a separator shows)
+            assert f"{cap.num_blocks:,} blocks = {cap.num_tokens:,} tokens per replica" in lines[0]
+            assert f"KV {cap.num_blocks:,} blocks" in next(x for x in lines if x.startswith(f"  {pool.name}: "))
+        # no count of four digits or more without its separators on either line
+        assert not re.search(r"KV \S* ?\d{4}|\d{4,} (blocks|tokens)", "\n".join(lines[:3]))
+
+
 def test_validate_describes_the_requests_drawn(tmp_path, capsys):
     """validate prints what the workload drew (count, span, mean rate, lengths), so a trace read in
     the wrong time unit (ms as s: 1000x fewer requests per second) shows before a run."""

@@ -483,7 +483,7 @@ def cmd_validate(args) -> int:
     resolved = scenario.to_dict()
     shape = deployment_shape(resolved)
     kv = "; ".join(("KV " if len(setup.pools) == 1 else f"KV {pool.name} ")
-                   + f"{pool.capacity.num_blocks} blocks = {pool.capacity.num_tokens} tokens per replica"
+                   + f"{pool.capacity.num_blocks:,} blocks = {pool.capacity.num_tokens:,} tokens per replica"
                    for pool in setup.pools)
     print(f"{args.scenario}: ok ({scenario.name}: {model} on {deployment_gpus(resolved)}"
           + (f" ({shape})" if shape else "") + f", policy {scenario.policy.name}; {kv}"
