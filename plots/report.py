@@ -134,6 +134,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
         raise InputError(f"servesim report: {path / 'results.csv'} has its header but no row{of}: no point of "
                          f"this {what} is recorded (the file was cut or emptied); run the same servesim {kind} "
                          "command again to write it (its finished runs are reused)")
+    probes = len(rows)  # (a capacity search's, the short ones rerun longer among them)
     if kind == "capacity":  # a probe run again longer (too short to tell): the longer one decided
         rows = [r for r in rows if r.get("probe_rerun") not in (True, "True")]
     seed_rows = read_results(path / "seeds.csv") if (path / "seeds.csv").is_file() else []
@@ -209,7 +210,7 @@ def load_folder(path: Path, bar: Phases | None = None) -> dict:
                 r[CLASS_MIN] = min((a for _, a, _, _ in means), default=None)
     return {"kind": kind, "rows": rows, "groups": groups, "rate": has_rate, "runs": runs, "meta": meta,
             "path": path, "cols": cols, "rep_rate": rep_rate, "chosen": chosen, "seed_rows": seed_rows,
-            "seed_groups": seed_groups, "unread": unread, "bare_policies": bare_policies}
+            "seed_groups": seed_groups, "unread": unread, "bare_policies": bare_policies, "probes": probes}
 
 
 # ---------------------------------------------------------------- what each figure is about
@@ -664,6 +665,18 @@ def build_report(path: str | Path, progress: bool = False) -> Path:
         bar.close()
 
 
+def _points_text(data: dict, ran: int) -> str:
+    """How many points a study has and how many ran; a capacity search's probes as its command
+    counted them, the short ones rerun longer among them (each drawn once: the longer decided),
+    where "60 points, 60 ran" hid the 3 of 63 probes its table printed."""
+    n = len(data["rows"])
+    reruns = data.get("probes", n) - n
+    if data["kind"] != "capacity" or not reruns:
+        return f"{plural(n, 'point')}, {ran} ran"
+    return (f"{plural(data['probes'], 'probe')}, {reruns} of them short ones rerun longer (the longer run decided "
+            f"its rate): {plural(n, 'point')} drawn, {ran} ran")
+
+
 def _build(path: Path, bar: Phases) -> Path:
     data = load_folder(path, bar)
     if data["kind"] == "run":
@@ -706,8 +719,7 @@ def _build(path: Path, bar: Phases) -> Path:
                # (a capacity search's points are its probes, each on one seed)
                + ((f", one search on each of {ctx.seeds} seeds" if data["kind"] == "capacity" else
                    f", {ctx.seeds} seeds per point") if ctx.seeds > 1 else "")
-               + f"): {plural(len(data['rows']), 'point')}, "
-               f"{ran} ran.", ""]
+               + f"): {_points_text(data, ran)}.", ""]
         if data["kind"] == "capacity":
             md += _capacity_lines(path, ctx.rate_unit)
         else:

@@ -1288,3 +1288,31 @@ def test_report_seconds_keep_three_digits_as_its_milliseconds_do():
 
     assert _ms(18.55) == "18.6 s" and _ms(12.5) == "12.5 s" and _ms(38.215) == "38.2 s"
     assert _ms(10.0) == "10 s" and _ms(164.2) == "164 s" and _ms(3.1447) == "3145 ms"
+
+
+def test_a_capacity_report_counts_the_probes_its_search_ran(tmp_path, capsys):
+    """small41: capacity printed 63 probes and its report said "60 points, 60 ran": the 3 short
+    probes run again longer (probe_rerun in results.csv; the longer one decides, and is drawn)
+    were dropped from the count without a word. The report counts them and says what they are."""
+    from servesim.studies.sweep import read_results
+
+    data = copy.deepcopy(BASE)
+    # 16 replicas of 4 sequences, probes of 100 requests: near capacity a probe is too short to
+    # tell whether it keeps up, and is run again longer
+    data["policy"]["max_num_seqs"] = 4
+    data["cluster"] = {"replicas": 16, "router": "round_robin"}
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(data))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(sc), "--seeds", "1", "--slo", "tpot_p99=1", "--probe-requests", "100",
+                 "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    rows = read_results(out / "results.csv")
+    reruns = sum(r["probe_rerun"] in (True, "True") for r in rows)
+    assert reruns > 0
+    table = printed.split("probes (", 1)[1].split("\n\n", 1)[0].splitlines()[2:]  # (one line per probe)
+    assert len(table) == len(rows)
+    assert main(["report", str(out)]) == 0
+    line = (out / "report.md").read_text().splitlines()[2]
+    assert (f": {len(rows)} probes, {reruns} of them short ones rerun longer (the longer run decided its rate): "
+            f"{len(rows) - reruns} points drawn, ") in line
