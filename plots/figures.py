@@ -1173,11 +1173,14 @@ def panel_grid(n: int, rows: int = 1, size: tuple = (6.0, 5.0), max_cols: int = 
     return fig, panels
 
 
-def panels_png(draw, panels, path, panel_size: tuple = (5.5, 4), title: str | None = None, dpi: int = 90) -> None:
+def panels_png(draw, panels, path, panel_size: tuple = (5.5, 4), title: str | None = None, dpi: int = 120) -> None:
     """Draw ``panels`` ((name of a function of the module ``draw``, its data), ...) side by side,
-    ``panel_size`` inches each, into the PNG ``path``, with ``title`` above them if given."""
+    ``panel_size`` inches each, into the PNG ``path``, with ``title`` above them if given: the
+    figure is that much taller for each of its lines, so the panels keep their size (a six-line
+    title squeezed them to half their height, at 90 dpi hard to read)."""
     w, h = panel_size
-    fig, axes = subplots(1, len(panels), figsize=(w * len(panels), h), squeeze=False)
+    lines = len(title.splitlines()) if title else 0
+    fig, axes = subplots(1, len(panels), figsize=(w * len(panels), h + 0.17 * lines), squeeze=False)
     for ax, (fn, data) in zip(axes[0], panels):
         getattr(draw, fn)(data, ax)
     if title:

@@ -334,3 +334,40 @@ def test_continuous_static_criterion_states_what_it_checks():
     nothing)."""
     x = run_lessons(["continuous_static"], quick=True)[0]
     assert x.criterion.startswith("both policies complete every request")
+
+
+def test_lesson_figure_titles_are_whole_and_clear_of_the_panels(tmp_path, monkeypatch):
+    """small41: the titles were cut with "..." (the setup's first clause shortened to fit six lines)
+    and the figures small (495 px wide), a long title squeezing the panels. The title is whole,
+    wrapped; the figure grows to hold it, inside the image and above every panel."""
+    import re
+
+    import servesim.plots.figures as F
+    from servesim.studies.lessons import draw_figures, figure_title
+
+    figs = []
+    subplots = F.subplots
+
+    def recording(*a, **kw):
+        fig, axes = subplots(*a, **kw)
+        figs.append(fig)
+        return fig, axes
+
+    monkeypatch.setattr(F, "subplots", recording)
+    lessons = run_lessons(["pd_split", "tpot", "apart"], quick=True)
+    draw_figures(lessons, tmp_path)
+    assert len(figs) == len(lessons)
+    for x, fig in zip(lessons, figs):
+        title = figure_title(x)
+        assert "..." not in title
+        first = re.split(r"(?<=[a-z0-9)])[.;] ", x.setup, maxsplit=1)[0]
+        assert " ".join(first.split()) in " ".join(title.split())  # (whole, as wrapped)
+        r = fig.canvas.get_renderer()
+        box, whole = fig._suptitle.get_window_extent(r), fig.bbox
+        assert fig._suptitle.get_text() == title
+        assert whole.x0 <= box.x0 and box.x1 <= whole.x1 and whole.y0 <= box.y0 and box.y1 <= whole.y1
+        for ax in fig.axes:
+            assert ax.get_tightbbox(r).y1 <= box.y0 + 1  # (the panel, its own title, below it)
+            assert ax.get_window_extent(r).height >= 0.55 * fig.bbox.height  # (not squeezed)
+        png = (tmp_path / f"{x.name}.png").read_bytes()
+        assert int.from_bytes(png[16:20], "big") >= 600 * len(fig.axes)  # (pixels wide a panel: 495 was small)

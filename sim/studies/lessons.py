@@ -868,12 +868,11 @@ def draw_figures(lessons, out: Path) -> dict:
 def figure_title(x: Lesson) -> str:
     """A lesson figure's title, so that the figure stands alone: the verdict; what its simulations
     ran (model on N x GPU, policy, load: ``Lesson.runs``); the setup's first clause (the cost-model
-    lessons' model and GPUs, the experiment)."""
+    lessons' model and GPUs, the experiment), whole: wrapped, never cut with "..." (the figure
+    grows to hold its lines, ``panels_png``)."""
     width = 64 * max(1, len(x.figures))  # characters a line across the panels (5.5 in each)
     first = re.split(r"(?<=[a-z0-9)])[.;] ", x.setup, maxsplit=1)[0]
-    lines = [f"{x.name}: {x.verdict}"] + textwrap.wrap(x.runs, width)
-    return "\n".join(lines + textwrap.wrap(textwrap.shorten(first, (6 - len(lines)) * width, placeholder=" ..."),
-                                            width))
+    return "\n".join([f"{x.name}: {x.verdict}"] + textwrap.wrap(x.runs, width) + textwrap.wrap(first, width))
 
 
 def write_lessons(lessons, out: Path, quick: bool, seed: int | None = None, figures: bool = True) -> dict:
