@@ -960,7 +960,8 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None,
     return ax
 
 
-def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors: dict | None = None):
+def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors: dict | None = None,
+                 deferred: list | None = None):
     """p99 latency at the target rate (worst seed) against $/hour: filled markers met the whole
     SLO with every seed, hollow ones did not (by this limit or another); the SLO limit dotted.
     Each point is labelled with its configuration (two on one GPU type differ by policy alone).
@@ -973,7 +974,10 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
     Each point's name sits on the side of it with room (they ran out of the axes on the right),
     inside the axes and clear of the others (a name moved off its point has a leader line to it),
     and the legend below the axes, clear of the names; a name with no room clear of the others is
-    left out, and the title says how many are named."""
+    left out, and the title says how many are named. ``deferred``: a list the names are added to,
+    ``(ax, named)``, to be placed with ``place_names`` once the figure is laid out (``lay_out``),
+    rather than here: the layout moves the points under names placed before it, onto each other
+    and over the titles (a suptitle and legends below take room the axes had)."""
     from matplotlib.transforms import blended_transform_factory
 
     colors = colors or colors_for([d["gpu"] for d in data])
@@ -1015,8 +1019,27 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # (one column: two of these side by side were wider than the axes, and the layout
         # narrowed the axes to fit them)
         legend_below(ax, fontsize="small")
-    _place_names(ax, named)
+    if deferred is not None:
+        deferred.append((ax, named))
+    else:
+        _place_names(ax, named)
     return ax
+
+
+def lay_out(fig) -> None:
+    """Lay ``fig`` out as ``save`` does (room for the legends below its axes, the tight layout),
+    so that what is placed in display space after it (``place_names``) stays where it is put;
+    ``save`` then does not make room for the legends again."""
+    _room_for_legends_below(fig)
+    fig._servesim_room_made = True
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+
+
+def place_names(deferred: list) -> None:
+    """Place the names ``cost_latency(..., deferred=...)`` kept, on a figure laid out (``lay_out``)."""
+    for ax, named in deferred:
+        _place_names(ax, named)
 
 
 def _place_names(ax, named: list, color_of=None, avoid=()) -> int:
@@ -1108,7 +1131,8 @@ def save(fig, stem) -> list:
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     with glyphs_noted():
-        _room_for_legends_below(fig)
+        if not getattr(fig, "_servesim_room_made", False):  # (lay_out made it already)
+            _room_for_legends_below(fig)
         if fig.get_layout_engine() is None:  # (a figure laid out by constrained layout keeps it)
             fig.tight_layout()
         # "tight": legends and captions placed outside the axes are kept, not clipped

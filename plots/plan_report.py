@@ -64,6 +64,21 @@ def _title(doc: dict, what: str) -> str:
     return f"{model} at {doc['rate_rps']:g} req/s: {what}\nSLO {D.slo_text(doc)}"
 
 
+def cost_latency_figure(runs: list, title: str, lim: dict, colors: dict):
+    """The cost_vs_latency figure: p99 TTFT and TPOT (``runs``: ``F.cost_latency``'s data with a
+    "metric") against $/hour, ``title`` above. Larger than the other figures, as it names each of
+    dozens of runs; the names are placed once the figure is laid out, where they stay (placed
+    before, the layout slid them onto each other and over the titles, and 18 of 32 were named)."""
+    fig, axes = F.subplots(1, 2, figsize=(15, 7))
+    deferred: list = []
+    for ax, m in zip(axes, ("ttft", "tpot")):
+        F.cost_latency([x for x in runs if x["metric"] == m], ax, m, lim.get(m), colors, deferred)
+    fig.suptitle(title, fontsize=10)
+    F.lay_out(fig)
+    F.place_names(deferred)
+    return fig
+
+
 def build_plan_report(folder: str | Path) -> Path:
     """Write ``folder/figures/*.png|svg`` and ``folder/report.md`` for the plan in ``folder``."""
     folder = Path(folder)
@@ -132,10 +147,8 @@ def build_plan_report(folder: str | Path) -> Path:
                              "gpu": _gpu_key(c), "kind": c["shape"]["kind"],
                              "usd_per_hour": usd, "p99": _judged_p99(r, m), "meets": r["meets"]})
     if runs:
-        fig, axes = F.subplots(1, 2, figsize=(12, 4.8))
-        for ax, m in zip(axes, ("ttft", "tpot")):
-            F.cost_latency([x for x in runs if x["metric"] == m], ax, m, lim.get(m), colors)
-        fig.suptitle(_title(doc, "cost vs p99 latency of every configuration run at the target rate"), fontsize=10)
+        fig = cost_latency_figure(runs, _title(doc, "cost vs p99 latency of every configuration run at the target "
+                                                    "rate"), lim, colors)
         met = [x for x in runs if x["meets"] and x["metric"] == "ttft"]
         failed = [x for x in runs if not x["meets"] and x["metric"] == "ttft"]
         cheapest_fail = max(failed, key=lambda x: x["usd_per_hour"]) if failed else None

@@ -1978,3 +1978,41 @@ def test_dollars_per_million_tokens_are_at_r_sustained_not_over_the_drain(tmp_pa
             assert usd == pytest.approx(econ["usd_per_hour"] * span / 3600)
             assert s["tokens_per_usd"] == pytest.approx(econ["tokens_per_usd"] * sim_s / span)
             assert s["arrival_span_s"] == pytest.approx(span) and s["sim_time_s"] == sim_s
+
+
+def test_the_cost_vs_latency_names_stay_clear_of_each_other_and_the_titles(tmp_path):
+    """small41: plan's cost_vs_latency.png named 18 of 32 runs, and names sat over the titles: they
+    were placed before the suptitle and the legends below took their room, and the layout then
+    moved the points under them. Placed after the layout, each name is inside its axes, clear of
+    the other names and of every title, in the saved figure."""
+    import random
+
+    from matplotlib.text import Text
+
+    from servesim.plots import figures as F
+    from servesim.plots.plan_report import cost_latency_figure
+
+    rnd = random.Random(1)
+    runs = []
+    for i in range(32):  # (32 shapes over two GPU types, up to 8 units of TP1-8)
+        gpu, units, tp = ("h100-sxm", "a100-80g")[i % 2], 1 + i // 4, (1, 2, 4, 8)[i % 4]
+        for m, hi in (("ttft", 3.0), ("tpot", 0.1)):
+            runs.append({"metric": m, "fleet": f"{units} x {gpu} TP{tp}", "label": f"{units} x {gpu} TP{tp} continuous",
+                         "gpu": gpu, "kind": "colocated", "usd_per_hour": units * tp * (2.5 if i % 2 else 3.3),
+                         "p99": rnd.uniform(hi / 60, hi), "meets": rnd.random() < 0.6})
+    title = "Meta-Llama-3-8B at 8 req/s: cost vs p99 latency\nSLO ttft_p99 <= 1 s, tpot_p99 <= 50 ms"
+    fig = cost_latency_figure(runs, title, {"ttft": 1.0, "tpot": 0.05}, F.colors_for(["h100-sxm", "a100-80g"]))
+    fig.tight_layout()  # (laid out again, as F.save does before writing it)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    titles = [fig._suptitle.get_window_extent(r)] + [ax.title.get_window_extent(r) for ax in fig.axes]
+    named = 0
+    for ax in fig.axes:
+        frame = ax.get_window_extent(r)
+        boxes = [Text.get_window_extent(t, r) for t in ax.texts]  # (the text alone, not its leader line)
+        named += len(boxes)
+        for k, b in enumerate(boxes):
+            assert frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1
+            assert not any(b.overlaps(t) for t in titles)
+            assert not any(b.overlaps(o) for o in boxes[k + 1:])
+    assert named >= 0.75 * len(runs)  # (of 64 names, two panels; 18 + 23 before)
