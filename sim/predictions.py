@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import math
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -88,7 +89,6 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
     small for any of the prompts): nothing then moves simulated time. Else nothing (the load
     decides; ``resend_at_once`` warns)."""
     from servesim.core.clients import MAX_STUCK_REJECTIONS, _check_not_stuck
-    from servesim.core.replica import OUTGREW
 
     setup, specs = _setup_and_specs(scenario, setup, specs)
     a = scenario.workload.arrival
@@ -112,8 +112,7 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
         # (chunk by chunk: the first request served ends it, most often in the first chunk)
         prompt = loop._cols["prompt_tokens"][-1][: need - (loop._have - len(loop._cols["prompt_tokens"][-1]))]
         output = loop._cols["output_tokens"][-1][: len(prompt)]
-        by_pair, inverse, _ = rejection_reasons(setup, prompt, output)
-        if not all(by_pair[i] is not None and OUTGREW not in by_pair[i] for i in np.unique(inverse).tolist()):
+        if not _rejected_on_arrival(setup, prompt, output).all():
             return
     _check_not_stuck([t0, MAX_STUCK_REJECTIONS], t0, specs)
 
@@ -123,8 +122,6 @@ def closed_loop_first_rejections(scenario: Scenario, setup=None, specs=None) -> 
     first chunk (4,096 requests, drawn on a copy, as the run draws them) checked against the
     replicas' rules, which reject on arrival by the lengths alone. {"requests", "rejected"
     (of them, on arrival)}; None for other workloads (``predict_rejections`` counts theirs)."""
-    from servesim.core.replica import OUTGREW
-
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, ClosedLoop) or specs.sent or specs.num_requests is not None:
         return None
@@ -132,9 +129,14 @@ def closed_loop_first_rejections(scenario: Scenario, setup=None, specs=None) -> 
     if not loop._grow():
         return None
     prompt, output = loop._cols["prompt_tokens"][0], loop._cols["output_tokens"][0]
-    by_pair, inverse, _ = rejection_reasons(setup, prompt, output)
-    at_arrival = np.array([r is not None and OUTGREW not in r for r in by_pair], bool)
-    return {"requests": len(prompt), "rejected": int(at_arrival[inverse].sum())}
+    return {"requests": len(prompt), "rejected": int(_rejected_on_arrival(setup, prompt, output).sum())}
+
+
+def _rejected_on_arrival(setup, prompt_tokens, output_tokens) -> np.ndarray:
+    """Per request given by its lengths (arrays), whether the replicas' rules reject it on arrival
+    (``rejection_reasons``; not one that outgrows the KV cache while decoding, ``OUTGREW``)."""
+    by_pair, inverse, _ = rejection_reasons(setup, prompt_tokens, output_tokens)
+    return np.array([r is not None and OUTGREW not in r for r in by_pair], dtype=bool)[inverse]
 
 
 def drawn_lengths(specs):
@@ -425,27 +427,15 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
     if not specs.arrival_s[k - 1] > specs.arrival_s[k // 2]:
         return {"estimate": None}
     res, k = _replay_first(scenario, setup, specs, 1)
-    r = res.requests
-    arrival = np.asarray(r["arrival_s"], dtype=np.float64)
-    finish = np.asarray(r["finish_s"], dtype=np.float64)
-    rejected = np.asarray(r["status"], dtype=object) == "rejected"
-    t_end, t_half = float(specs.arrival_s[k - 1]), float(specs.arrival_s[k // 2])
-    admitted_at = np.sort(arrival[~rejected])
-    done_at = np.sort(np.where(np.isnan(finish), np.inf, finish)[~rejected])
-
-    def in_flight(t):
-        return np.searchsorted(admitted_at, t, side="right") - np.searchsorted(done_at, t, side="right")
-
-    grid = np.linspace(t_half, t_end, 201)
-    counts = in_flight(grid).astype(np.float64)
-    slope, icept = np.polyfit(grid, counts, 1) if t_end > t_half else (0.0, float(counts.mean()))
+    h = _later_half(res, specs, k)  # (not None: the same k, checked above)
+    t_end, grid = h.t_end, h.grid
+    counts = h.counts.astype(np.float64)
+    slope, icept = np.polyfit(grid, counts, 1)
     swing = counts - (slope * grid + icept)
     growing = bool(slope * (until - t_end) > swing.max() - swing.min())
     if growing:
-        completed = np.searchsorted(done_at, t_end, side="right") - np.searchsorted(done_at, t_half, side="right")
-        rate = completed / (t_end - t_half)
-        share = float(rejected[np.argsort(arrival, kind="stable")][k // 2:].mean())
-        est = float(in_flight(t_end)) + (n - k) * (1 - share) - rate * (until - t_end)
+        share = float(h.rejected[np.argsort(h.arrival, kind="stable")][k // 2:].mean())
+        est = float(h.in_flight(t_end)) + (n - k) * (1 - share) - h.rate * (until - t_end)
         low = high = est
     else:
         est = slope * until + icept
@@ -455,6 +445,43 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
 
     return {"estimate": clip(est), "low": clip(low), "high": clip(high), "growing": growing, "replayed": k,
             "replayed_until": t_end}
+
+
+class _LaterHalf(NamedTuple):
+    """A replay of the run's first ``k`` requests read over the later half of their arrivals, from
+    ``t_half`` (the arrival of request ``k // 2``) to ``t_end`` (of request ``k - 1``): the
+    requests in flight (admitted, not yet finished) at any time (``in_flight``) and on a grid of
+    201 instants across that half (``grid``, ``counts``), and the completion rate it kept."""
+    arrival: np.ndarray  # (the replay's requests, in its row order)
+    rejected: np.ndarray
+    t_half: float
+    t_end: float
+    in_flight: object  # t -> requests in flight at t
+    grid: np.ndarray
+    counts: np.ndarray
+    rate: float
+
+
+def _later_half(res, specs: RequestSpecs, k: int) -> _LaterHalf | None:
+    """``_LaterHalf`` of ``res``, the replay of the first ``k`` of ``specs``; None where that half
+    arrives at one instant (``all_at_once``: no stretch of the run to read)."""
+    t_end, t_half = float(specs.arrival_s[k - 1]), float(specs.arrival_s[k // 2])
+    if not t_end > t_half:
+        return None
+    r = res.requests
+    arrival = np.asarray(r["arrival_s"], dtype=np.float64)
+    finish = np.asarray(r["finish_s"], dtype=np.float64)
+    rejected = np.asarray(r["status"], dtype=object) == "rejected"
+    admitted_at = np.sort(arrival[~rejected])
+    done_at = np.sort(np.where(np.isnan(finish), np.inf, finish)[~rejected])
+
+    def in_flight(t):
+        return np.searchsorted(admitted_at, t, side="right") - np.searchsorted(done_at, t, side="right")
+
+    grid = np.linspace(t_half, t_end, 201)
+    rate = (np.searchsorted(done_at, t_end, side="right") - np.searchsorted(done_at, t_half, side="right")) / (
+        t_end - t_half)
+    return _LaterHalf(arrival, rejected, t_half, t_end, in_flight, grid, in_flight(grid), rate)
 
 
 def _may_shed(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:
@@ -975,22 +1002,11 @@ def _fluid_rejections(scenario: Scenario, setup, specs: RequestSpecs, res, k: in
     requests in flight drain at the completion rate that half kept, and what would take them past
     the most that half held is rejected (a fluid queue: a rate that changes after the replay is
     followed, where a share of it is not)."""
-    r = res.requests
-    arrival = np.asarray(r["arrival_s"], dtype=np.float64)
-    finish = np.asarray(r["finish_s"], dtype=np.float64)
-    rejected = np.asarray(r["status"], dtype=object) == "rejected"
-    admitted_at = np.sort(arrival[~rejected])
-    done_at = np.sort(np.where(np.isnan(finish), np.inf, finish)[~rejected])
-    t_end, t_half = float(specs.arrival_s[k - 1]), float(specs.arrival_s[k // 2])
-    if not t_end > t_half:
+    h = _later_half(res, specs, k)
+    if h is None:
         return 0.0
-
-    def in_flight(t):
-        return np.searchsorted(admitted_at, t, side="right") - np.searchsorted(done_at, t, side="right")
-
-    most = float(in_flight(np.linspace(t_half, t_end, 201)).max())
-    rate = (np.searchsorted(done_at, t_end, side="right") - np.searchsorted(done_at, t_half, side="right")) / (
-        t_end - t_half)
+    t_end, t_half, rate = h.t_end, h.t_half, h.rate
+    most = float(h.counts.max())
     reach = _served(scenario, setup, specs)
     tb = scenario.policy.admission.token_bucket
     if tb is not None:  # (the bucket's rejections never reach the queue: its replay, exact)
@@ -1003,7 +1019,7 @@ def _fluid_rejections(scenario: Scenario, setup, specs: RequestSpecs, res, k: in
         return 0.0
     step = (t_end - t_half) / 200
     bins = np.bincount(((later - t_end) // step).astype(np.int64))
-    held, out = float(in_flight(t_end)), 0.0
+    held, out = float(h.in_flight(t_end)), 0.0
     for a in bins.tolist():
         held += a - rate * step
         if held > most:
