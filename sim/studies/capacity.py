@@ -416,14 +416,13 @@ def longer_requests(ev: dict, n: int, limit: int) -> int:
 
 
 def search_capacity(s: Search, start: float, tol: float, max_probes: int,
-                    workers: int, step: float = 2.0) -> tuple[float, float | None, bool]:
+                    workers: int) -> tuple[float, float | None, bool]:
     """Returns (capacity rate, rate of the failing check above it or None, done): ``done`` is
     false when ``max_probes`` ran out first, and the pair is then only the bracket so far. ``s``:
     a ``Search``, or anything with its probing contract (``probe``, ``results``, ``bracket``,
     ``floor_violation`` and ``floor``: ``servesim.studies.slowdown.SlowdownSearch``); when the
     first probe fails and ``floor_violation()`` says no rate can meet the limits, the answer is 0.
-    ``step``: the bracketing factor (2: double or halve); a smaller one (for a start known to be near the
-    answer) is squared after each bracketing round, so a far answer is still reached."""
+    It brackets by doubling or halving from ``start``."""
     w = max(1, workers)
     s.probe([start])
     seen = None
@@ -443,15 +442,13 @@ def search_capacity(s: Search, start: float, tol: float, max_probes: int,
             # (2^20 below it) answered 0 from --start 1e9 at 238 req/s, where 30 meets.
             if base <= MIN_RATE_RPS:
                 return 0.0, base, True
-            s.probe(sorted({max(base / step ** (k + 1), MIN_RATE_RPS)
+            s.probe(sorted({max(base / 2.0 ** (k + 1), MIN_RATE_RPS)
                             for k in range(min(w, 20))}, reverse=True))
-            step = step if step >= 2 else step * step
             continue
         if hi is None:  # nothing fails above lo: go up
             if lo >= MAX_RATE_RPS:  # (the highest rate a scenario takes: no answer, run_search says why)
                 break
-            s.probe(sorted({min(lo * step ** (k + 1), MAX_RATE_RPS) for k in range(min(w, 60))}))
-            step = step if step >= 2 else step * step
+            s.probe(sorted({min(lo * 2.0 ** (k + 1), MAX_RATE_RPS) for k in range(min(w, 60))}))
             continue
         if hi / lo - 1 > tol:
             before = len(s.results)
@@ -610,11 +607,10 @@ def _meta(plan: SearchPlan, **extra) -> dict:
 
 
 def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOptions(), seed: int | None = None,
-               start_rps: float | None = None, step: float = 2.0, results: str = RESULTS,
-               desc: str = "capacity probes") -> CapacityResult:
+               results: str = RESULTS, desc: str = "capacity probes") -> CapacityResult:
     """One search on one seed (default: the scenario's), its probes in ``out`` (``results``: one row
-    per probe; runs/<hash>/); capacity.json is the caller's. ``start_rps`` and ``step``: where and
-    how wide to bracket (default: the plan's start, doubling or halving)."""
+    per probe; runs/<hash>/); capacity.json is the caller's. It brackets from the plan's start
+    rate, every seed alike."""
     base = dict(plan.base)
     if seed is not None:
         base["seed"] = seed
@@ -623,8 +619,8 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
     s = Search(base, out, plan.slo, opts.attainment, plan.probe_requests, ex, plan.probe_duration_s, opts.keep_up,
                results, desc)
     s.mean_rps = plan.mean_rps
-    cap, above, done = search_capacity(s, start_rps or plan.start_rps, opts.tol, opts.max_probes,
-                                       workers if ex.executor == "local" else (ex.workers or 2), step)
+    cap, above, done = search_capacity(s, plan.start_rps, opts.tol, opts.max_probes,
+                                       workers if ex.executor == "local" else (ex.workers or 2))
     gpus = plan.num_gpus
     mean_cap = plan.mean_rps(cap) if cap else 0.0
     result = {"capacity_rps": cap if done else None, "capacity_rps_per_gpu": cap / gpus if done else None,
