@@ -735,6 +735,33 @@ TABLE_IV = {  # Llama-70B, no batching, P50 (ms): (TTFT, TBT, E2E) per (trace, m
 }
 PRESETS = {"coding": "azure_code", "conversation": "azure_conv"}
 MACHINE = {"a100-80g": "DGX-A100", "h100-sxm": "DGX-H100"}
+# Llama-2-70B's config with 8,192 positions: Splitwise's vLLM ran prompts up to 8,192 tokens on it
+# (its profile, splitwise-sim data/perf_model.csv, has Llama-2-70B rows of 4,096- and 8,192-token
+# prompts at TP 2, 4 and 8), where config.json's 4,096 would shorten the coding trace's longer
+# prompts to 4,095 tokens and one output token (Table IV's P50 E2E over TTFT and TBT gives 12.9
+# decode steps on both machines: the trace's median output of 13 tokens, unshortened)
+SPLITWISE_LLAMA = "llama-2-70b-max-model-len-8192.json"
+SPLITWISE_LLAMA_OWN_CONTEXT = 4096  # meta-llama/Llama-2-70b-hf config.json max_position_embeddings
+
+
+def table_iv_overrides(trace: str, gpu: str) -> dict:
+    """The overrides of ``splitwise-llama70b`` for one of Table IV's (trace, machine) runs."""
+    return {"hardware.gpu": gpu, "workload.preset": PRESETS[trace], "model": packaged(SPLITWISE_LLAMA),
+            **engine_overrides(ENGINES["vllm-2023"])}
+
+
+def shortened_share(trace: str, context: int, n: int = 20000) -> tuple[float, float, float]:
+    """Of ``n`` draws of ``trace``'s preset lengths, the share a ``context``-token model shortens
+    (``workload.clip_to_context``), and the median output length before and after."""
+    import numpy as np
+
+    from servesim.inputs.workload import clip_to_context, sample_lengths
+
+    w = scenario_from_dict(scenario_data("splitwise-llama70b", table_iv_overrides(trace, "a100-80g"))).workload
+    rng = np.random.default_rng(0)
+    p, o = sample_lengths(w.prompt_tokens, n, rng), sample_lengths(w.output_tokens, n, rng)
+    _, o_cut, cut = clip_to_context(p, o, context)
+    return float(cut.mean()), float(np.median(o)), float(np.median(o_cut))
 
 
 # Splitwise's cluster results (§6.2-6.3, Fig. 18a/b): BLOOM-176B, one instance per DGX (TP8), the
@@ -948,6 +975,24 @@ def splitwise_clusters(opts: Options) -> SplitwiseClusters:
     return SplitwiseClusters(figs, notes, cap)
 
 
+def context_note() -> str:
+    """What Llama-2-70B's own 4,096 positions would do to Table IV's lengths (the experiment runs 8,192)."""
+    own = SPLITWISE_LLAMA_OWN_CONTEXT
+    cut = {t: shortened_share(t, own) for t in PRESETS}
+    code = cut["coding"]
+    # decode steps in Table IV's coding P50s: (E2E - TTFT) / TBT, per machine
+    steps = " and ".join(f"{(e - t) / b:.1f}" for (tr, _), (t, b, e) in TABLE_IV.items() if tr == "coding")
+    return (f"Llama-2-70B runs with 8,192 positions ({SPLITWISE_LLAMA}), as Splitwise's vLLM ran it: its profile "
+            "(splitwise-sim data/perf_model.csv) prefills Llama-2-70B prompts of 4,096 and 8,192 tokens, and "
+            f"Table IV's coding P50s hold {steps} decode steps (E2E less TTFT, over TBT; DGX-A100 and DGX-H100), "
+            f"the coding trace's median output of {code[1]:.0f} tokens unshortened. With config.json's {own:,} "
+            "positions, servesim would shorten "
+            + " and ".join(f"{v[0]:.1%} of the {t} requests" for t, v in cut.items())
+            + f" to fit (the prompt to at most {own - 1:,} tokens, the output to what is left: one token after a "
+            f"{own - 1:,}-token prompt), the coding median output from {code[1]:.0f} to {code[2]:.0f} tokens and "
+            "its P50 E2E with it")
+
+
 def exp_splitwise(opts: Options) -> Experiment:
     import numpy as np
 
@@ -957,8 +1002,7 @@ def exp_splitwise(opts: Options) -> Experiment:
     n = 400 if opts.quick else 4000
     sim, med_prompt = {}, {}
     for (trace, gpu) in TABLE_IV:
-        res = run("splitwise-llama70b", {"hardware.gpu": gpu, "workload.preset": PRESETS[trace],
-                                         **engine_overrides(eng)}, opts, n)
+        res = run("splitwise-llama70b", table_iv_overrides(trace, gpu), opts, n)
         s = res.summary
         sim[trace, gpu] = (s["ttft_s"]["p50"] * 1e3, s["tpot_s"]["p50"] * 1e3, s["e2e_s"]["p50"] * 1e3)
         med_prompt[trace] = float(np.median(res.requests["prompt_tokens"]))
@@ -989,18 +1033,21 @@ def exp_splitwise(opts: Options) -> Experiment:
     return Experiment(
         "splitwise", "Splitwise: Llama-70B request latencies on DGX-A100 vs DGX-H100 (Table IV); BLOOM-176B cluster "
         "throughput at iso-power and iso-cost (Fig. 18)",
-        "Llama-2-70B at TP8 on 8 x A100-80GB and 8 x H100 SXM, vLLM, no batching (one request at a time: a closed "
-        "loop of one client, max batch 1); lengths of the Azure LLM inference traces 2023 (the presets fitted to "
-        "them: azure_code, azure_conv); P50 over requests of TTFT, TBT (a request's mean time between tokens) and "
-        "E2E. Direction: H100 faster than A100 for each metric, as in the paper. Cluster results (Fig. 18, "
-        "conversation trace): BLOOM-176B, one instance per DGX (TP8); Baseline-A100 = 70 DGX-A100 (the power of 40 "
-        "DGX-H100 by the GPU catalog's board power), Baseline-H100 = 40 DGX-H100, Splitwise-AA = 45 prompt + 25 token "
-        "DGX-A100 machines (iso-power) or 51 + 35 (iso-cost: 86 DGX-A100, the paper's price ratio); baselines batch "
-        "prompts (2048 tokens a step) with the decodes, Splitwise prompt machines batch 2048 prompt tokens, token "
-        "machines up to 512 requests; JSQ by outstanding tokens; Poisson arrivals with azure_conv lengths. "
-        "Throughput = the highest rate meeting Table VI's nine limits on per-request slowdown (P50 / P90 / P99 of "
-        "TTFT 2 / 3 / 6x, TBT and E2E 1.25 / 1.5 / 5x) against the same request alone on one DGX-A100.",
+        "Llama-2-70B at TP8 on 8 x A100-80GB and 8 x H100 SXM, vLLM, no batching (one request at a time: a closed loop "
+        "of one client, max batch 1), with 8,192 positions as Splitwise's vLLM ran it (its profile prefills prompts of "
+        "up to 8,192 tokens), not its config.json's 4,096, which would cut the coding trace's longer prompts to 4,095 "
+        "tokens and one output token; lengths of the Azure LLM inference traces 2023 (the presets fitted to them: "
+        "azure_code, azure_conv); P50 over requests of TTFT, TBT (a request's mean time between tokens) and E2E. "
+        "Direction: H100 faster than A100 for each metric, as in the paper. Cluster results (Fig. 18, conversation "
+        "trace): BLOOM-176B, one instance per DGX (TP8); Baseline-A100 = 70 DGX-A100 (the power of 40 DGX-H100 by the "
+        "GPU catalog's board power), Baseline-H100 = 40 DGX-H100, Splitwise-AA = 45 prompt + 25 token DGX-A100 "
+        "machines (iso-power) or 51 + 35 (iso-cost: 86 DGX-A100, the paper's price ratio); baselines batch prompts "
+        "(2048 tokens a step) with the decodes, Splitwise prompt machines batch 2048 prompt tokens, token machines up "
+        "to 512 requests; JSQ by outstanding tokens; Poisson arrivals with azure_conv lengths. Throughput = the "
+        "highest rate meeting Table VI's nine limits on per-request slowdown (P50 / P90 / P99 of TTFT 2 / 3 / 6x, TBT "
+        "and E2E 1.25 / 1.5 / 5x) against the same request alone on one DGX-A100.",
         figs, ["the Azure traces are the paper's; the presets match their means and quantiles, not row by row",
+               context_note(),
                f"P50s over {n:,} requests per trace and machine; their median prompts: coding "
                f"{med_prompt['coding']:,.0f} tokens, conversation {med_prompt['conversation']:,.0f} (the traces': "
                "1,469 and 1,020)",
