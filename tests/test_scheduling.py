@@ -389,7 +389,8 @@ def test_class_aware_keeps_a_class_on_its_replicas():
     # (0 rejected every request, each one as it arrived, before any step could admit it: refused
     # like max_queued_tokens: 0, and validate predicted only part of them)
     ({"policy.admission": {"max_queue": 0}}, r"^policy.admission.max_queue must be >= 1"),
-    ({"policy.queue": {"order": "sjf_predicted", "predictor": {"kind": "buckets", "edges": [10, 5]}}}, "rise"),
+    ({"policy.queue": {"order": "sjf_predicted", "predictor": {"kind": "buckets", "edges": [10, 5]}}},
+     "rising strictly"),
     ({"policy.preemption_victim": "oldest"}, "policy.preemption_victim"),
     # (1e308 was kept as a 309-digit integer)
     ({"workload.classes": [{"name": "a", "share": 1, "priority": 1e308}]},
@@ -398,6 +399,21 @@ def test_class_aware_keeps_a_class_on_its_replicas():
 def test_bad_scheduling_fields_name_the_field(kw, says):
     with pytest.raises(InputError, match=says):
         make_scenario(**kw)
+
+
+@pytest.mark.parametrize("order", ["fcfs", "sjf_predicted"])
+@pytest.mark.parametrize("kind", ["lognormal", "buckets"])
+def test_empty_predictor_edges_are_refused_under_every_order_and_kind(order, kind, capsys):
+    """policy.queue.predictor.edges: [] is refused whatever the order and the kind, naming the field
+    and what is valid: under fcfs (and kind lognormal) it was accepted, and sjf_predicted with kind
+    lognormal stopped validate and run on an IndexError traceback building the predictor."""
+    from servesim.cli.main import main
+
+    rc = main(["validate", "default", "--set", f"policy.queue.order={order}", "--set",
+               f"policy.queue.predictor.kind={kind}", "--set", "policy.queue.predictor.edges=[]"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert "policy.queue.predictor.edges must list at least one edge, each >= 1, rising strictly" in err
 
 
 def test_a_queue_of_one_is_the_smallest_max_queue():

@@ -516,13 +516,16 @@ class Predictor:
     kind: Literal["lognormal", "buckets"] = _f("lognormal", doc="lognormal error or a bucket classifier")
     sigma: float = _f(0.5, ge=0, le=MAX_SIGMA, doc="lognormal: spread of the multiplicative error (log space)")
     edges: tuple[int, ...] = _f((64, 256, 1024), ge=1, le=MAX_TOKENS, doc="buckets: the length ranges' "
-                                                                                  "edges, rising")
+                                                                                  "edges: at least one, rising "
+                                                                                  "strictly (whatever the kind)")
     accuracy: float = _f(0.8, ge=0, le=1, doc="buckets: probability the true range is named")
 
     def check(self, path):
-        if self.kind == "buckets" and (not self.edges or any(b <= a for a, b in zip(self.edges, self.edges[1:]))
-                                       or self.edges[0] < 1):
-            raise InputError(f"{path}.edges must be >= 1 and rise strictly, got {list(self.edges)}")
+        # (whatever the kind and the queue's order: edges=[] passed under fcfs and with kind lognormal,
+        # and was an IndexError traceback once sjf_predicted built the predictor)
+        if not self.edges or any(b <= a for a, b in zip(self.edges, self.edges[1:])) or self.edges[0] < 1:
+            raise InputError(f"{path}.edges must list at least one edge, each >= 1, rising strictly (e.g. "
+                             f"[64, 256, 1024]), got {list(self.edges)}")
 
 
 QUEUE_ORDERS = ("fcfs", "priority", "sjf", "sjf_predicted", "edf")
