@@ -2,6 +2,7 @@
 with requests.csv and steps.csv; crafted runs get each cause; run warnings and validate's
 predicted rejections."""
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -535,6 +536,37 @@ def test_validate_extrapolates_the_replay_of_a_long_overloaded_run(tmp_path, cap
     assert (f"about {shed['queue']:,} requests ({rep['first_count']:,} of its first 1,000, the run's own replayed "
             "with its rules: exact; the other 3,000 at their own arrival times, against the completion rate and the "
             "most requests in flight the later 500 of them kept: within 3% of the runs") in line[0], line[0]
+
+
+@pytest.mark.parametrize("burst_from", [500, 0])
+def test_validate_extrapolates_a_replay_whose_later_half_arrives_at_one_instant(monkeypatch, burst_from):
+    """A trace whose replayed first requests end in a burst at one instant (the later half of the
+    1,000 replayed, or all of them), then 60 req/s: the fluid queue read the completion rate over
+    the later half, a stretch of no length, and counted 0 rejections after the replay (808 said
+    where the run rejected 3,001; 980 where it rejected 3,178). The later half of their span is
+    read instead; where they all arrive at once there is none, and the formula's bound is said."""
+    from servesim import predictions
+    from servesim.cli.main import _shedding_text
+    from servesim.simulation import plan
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
+    sc = make_scenario(**{**SHED, "workload.num_requests": 4000}, **{"policy.admission": {"max_queue": 20}})
+    setup, specs, _ = plan(sc)
+    a = specs.arrival_s.copy()
+    a[burst_from:1000] = a[999]
+    specs = dataclasses.replace(specs, arrival_s=a)
+    shed = predictions.predict_shedding(sc, setup, specs)
+    run = simulate(sc, specs=specs).summary["rejected"]
+    rep = shed["queue_replayed"]
+    assert shed["overloaded"] and (rep is None) == (burst_from == 0)
+    assert shed["queue"] > 0.5 * run  # (the first 1,000's own count alone is under a third of it)
+    if rep is not None:
+        assert rep["by_span"] and rep["first_count"] < 0.3 * run and abs(shed["queue"] - run) <= 0.1 * run, (shed["queue"], run)
+        assert "the later half of their arrivals' span kept (the later 500 arrive at one instant)" in \
+            _shedding_text(sc, setup, shed)
+    else:
+        assert "up to about" in _shedding_text(sc, setup, shed)
 
 
 def test_a_class_scoped_queue_limit_counts_the_other_classes_waiting(tmp_path, capsys):

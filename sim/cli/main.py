@@ -863,9 +863,11 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
             rest = shed["requests"] - k
             how = (f"at the {h['later_shed'] / h['later']:.1%} the later {h['later']:,} of them shed, for arrivals "
                    "that go on as they began" if rep["by_share"] else
-                   f"at their own arrival times, against the completion rate and the most requests in flight the "
-                   f"later {h['later']:,} of them kept: within 3% of the runs of 20,000 to 50,000 requests in "
-                   "docs/how-it-works.md's checks")
+                   "at their own arrival times, against the completion rate and the most requests in flight the "
+                   + ("later half of their arrivals' span kept (the later "
+                      f"{h['later']:,} arrive at one instant)" if rep.get("by_span") else
+                      f"later {h['later']:,} of them kept: within 3% of the runs of 20,000 to 50,000 requests in "
+                      "docs/how-it-works.md's checks"))
             parts.append(f"{over}: {names} sheds what the queue cannot hold, about {shed['queue']:,} requests "
                          f"({rep['first_count']:,} of its first {k:,}, the run's own replayed with its rules: "
                          f"exact; the other {rest:,} {how})")
