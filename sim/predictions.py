@@ -51,7 +51,7 @@ def _setup_and_specs(scenario: Scenario, setup, specs):
     return setup, specs
 
 
-def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | None:
+def predict_rejections(scenario: Scenario, setup=None, specs=None, first=None) -> dict | None:
     """The rejections a run of ``scenario`` will have, without running it: every rejection rule
     (on arrival, or a sequence outgrowing the KV cache while decoding, rejected when it does)
     depends only on a request's lengths and the deployment, never on the load, so the workload's
@@ -60,18 +60,49 @@ def predict_rejections(scenario: Scenario, setup=None, specs=None) -> dict | Non
     ends the run before they outgrow it). {"requests", "rejected", "while_decoding" (of them, those
     rejected while decoding), "reasons": [[reason, count], ...]}; None for
     closed-loop and multi-turn workloads (their lengths are drawn as the run goes). ``setup``,
-    ``specs``: ``plan``'s, when the caller has them."""
+    ``specs``: ``plan``'s, when the caller has them. ``first``: per request, whether
+    ``policy.admission`` rejects it before the replicas' rules see it (``admission_first``): those
+    are left out (a request is counted once, with the reason the run gives it), and "shed_first"
+    counts those of them the rules would have rejected."""
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs):
         return None
-    by_pair, inverse, first = _rejection_pairs(scenario, setup, specs)
-    counts = np.bincount(inverse, minlength=len(by_pair)).tolist()
+    by_pair, inverse, order = _rejection_pairs(scenario, setup, specs)
+    kept = inverse if first is None else inverse[~first]
+    counts = np.bincount(kept, minlength=len(by_pair)).tolist()
     # each distinct pair's reason as many times as it occurs, in the order the requests first
     # show it (top_reasons breaks ties by that order)
-    rejected = [(by_pair[i], counts[i]) for i in np.argsort(first, kind="stable").tolist() if by_pair[i] is not None]
+    rejected = [(by_pair[i], counts[i]) for i in np.argsort(order, kind="stable").tolist()
+                if by_pair[i] is not None and counts[i]]
+    shed = 0 if first is None else int(np.array([r is not None for r in by_pair], dtype=bool)[inverse[first]].sum())
     return {"requests": len(specs), "rejected": sum(c for _, c in rejected),
             "while_decoding": sum(c for r, c in rejected if OUTGREW in r),
-            "reasons": top_reasons(rejected, counted=True)}
+            "reasons": top_reasons(rejected, counted=True), "shed_first": shed}
+
+
+def admission_first(scenario: Scenario, setup=None, specs=None) -> tuple | None:
+    """Per request of the workload drawn, whether ``policy.admission`` rejects it before the
+    replicas' length rules see it (``Cluster.submit``: the token bucket, then the queue rules, then
+    the replica), as ``(mask, exact)``: a token bucket alone, replayed on the arrival times (exact);
+    with a queue rule (the load decides), the run replayed with its rules where ``_affordable``
+    takes all of it (exact), else every request a rule applies to (``_may_shed``: those it may
+    reject, exact False). None without admission control and for closed-loop and multi-turn
+    workloads."""
+    setup, specs = _setup_and_specs(scenario, setup, specs)
+    adm = scenario.policy.admission
+    if not adm.active or not isinstance(specs, RequestSpecs) or not len(specs):
+        return None
+    n = len(specs)
+    may = _may_shed(scenario, setup, specs) & ~_refused_before_door(setup, specs)  # (refused before the door)
+    if not (adm.max_queue is not None or adm.max_queued_tokens is not None or adm.ttft_slo):
+        return may, bool(may.sum() <= SHEDDING_BUCKET_REPLAY)  # (the bucket's replay, past which all it covers)
+    if _affordable(setup, specs.prompt_tokens) < n:
+        return may, False
+    r = _run_replayed(scenario, specs).requests
+    mask = np.zeros(n, dtype=bool)
+    ids = np.asarray(r["request_id"], dtype=np.int64)
+    mask[ids] = [isinstance(x, str) and x.startswith("admission: ") for x in r["reason"].tolist()]
+    return mask, True
 
 
 # (setup, specs) as weak references, and their reasons per pair: validate asks more than once for the same workload

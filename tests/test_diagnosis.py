@@ -570,6 +570,27 @@ def test_validate_extrapolates_a_replay_whose_later_half_arrives_at_one_instant(
         assert "up to about" in _shedding_text(sc, setup, shed)
 
 
+@pytest.mark.parametrize("rule", [{"max_queue": 20}, {"token_bucket": {"rate_rps": 20, "burst": 5}}])
+def test_validate_counts_a_request_admission_sheds_once_not_also_by_its_lengths(tmp_path, capsys, rule):
+    """policy.admission decides before the replicas' length rules (Cluster.submit): a prompt too
+    long for the KV cache that the full queue or the token bucket sheds is the run's admission
+    rejection, once. validate counted it in both lines: 10 rejected by their lengths and 562 shed
+    where the run rejected 563 (562 shed, 1 by its length). Both lines now add up to the run's."""
+    from servesim.predictions import predict_shedding
+
+    sc = make_scenario(**{**SHED, "memory.num_gpu_blocks": 250}, **{"policy.admission": rule})
+    res = simulate(sc)
+    reasons = [r for r in res.requests["reason"].tolist() if isinstance(r, str) and r]
+    assert len(reasons) == res.summary["rejected"]
+    by_length = sum(not r.startswith("admission: ") for r in reasons)
+    shed = predict_shedding(sc)
+    assert shed["bucket"] + shed["queue"] == len(reasons) - by_length  # (the shedding line: exact here)
+    assert len(predict_rejections(sc)["reasons"]) and by_length < predict_rejections(sc)["rejected"]
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "(checked on the workload's own requests" in x]
+    assert len(line) == 1 and f"a run will reject {by_length:,} of 600 requests" in line[0], line
+    assert "others these rules would reject are rejected first by policy.admission, counted there" in line[0]
+
+
 def test_a_class_scoped_queue_limit_counts_the_other_classes_waiting(tmp_path, capsys):
     """policy.admission.classes: [b] with max_queue 100, the other class (70% of the requests)
     alone above what the deployment serves: the limit counts every request waiting, and the

@@ -559,7 +559,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                          plugin_shadow_warnings, resend_at_once_warnings, scenario_slos,
                                          slo_floor_text, slo_unit_warnings, trace_unit_text)
     from servesim.plugins import plugin_warnings
-    from servesim.predictions import (OVERLOAD_MARGIN, closed_loop_first_rejections, drawn_lengths, predict_clipped,
+    from servesim.predictions import (OVERLOAD_MARGIN, admission_first, closed_loop_first_rejections, drawn_lengths,
+                                      predict_clipped,
                                       predict_head_of_line, predict_never_back, predict_over_budget,
                                       predict_overload, predict_rejections, predict_shedding, predict_slo_floors,
                                       predict_unfinished, preemptions_at_rate)
@@ -577,7 +578,14 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     lengths = drawn_lengths(specs)
     if lengths is None:
         lengths = specs
-    pred = predict_rejections(scenario, setup, lengths)
+    probe_broke = []  # a plug-in's PluginError in a probe: said as a warning (a run may never load it so)
+    # policy.admission rejects before the replicas' length rules see a request: one it sheds is
+    # counted there, once (validate counted it in both lines: 10 + 562 where the run rejected 563)
+    first = _predict_or_none(probe_broke, admission_first, scenario, setup, specs) if lengths is specs else None
+    exact = first is None or first[1]
+    pred = predict_rejections(scenario, setup, lengths, first[0] if first is not None and exact else None)
+    if pred and not exact:  # (those a queue rule may shed first, the load deciding: said, not left out)
+        pred["shed_first"] = predict_rejections(scenario, setup, lengths, first[0])["shed_first"]
     if pred and pred["rejected"]:
         n, k, g = pred["requests"], pred["rejected"], pred["while_decoding"]
         top = "; ".join(f"{c} x {r}" for r, c in pred["reasons"])
@@ -585,8 +593,16 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
             f", {g:,} of them while decoding, when their sequence outgrows the KV cache"
             + (" (fewer if workload.duration_s ends the run first)" if scenario.workload.duration_s else "")
             + (f", the other {k - g:,} before they are served" if k > g else ""))
-        text = (f"a run will reject {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}){'' if g else ' '}{when} "
-                f"(checked on the workload's own requests): {top}")
+        s = pred["shed_first"]
+        # (exact: the token bucket's replay, or the run's; else those a queue rule may shed first)
+        shed = ("" if not s else f"; {s:,} others these rules would reject are rejected first by policy.admission, "
+                "counted there" if exact else
+                f"; {s:,} of them may be rejected first by policy.admission's queue rules, as the load decides, "
+                "and counted there instead")
+        upto = "" if exact or not s else "up to "
+        text = (f"a run will reject {upto}{k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%})"
+                f"{'' if g else ' '}{when} "
+                f"(checked on the workload's own requests{shed}): {top}")
         # (a warning from the share the run's own rejections warning names on, a note below it)
         lines.append(f"warning: {text}" if k >= REJECTED_SHARE * n else f"  rejections: {text}")
     elif pred is None:
@@ -633,7 +649,6 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     floors = predict_slo_floors(scenario, setup, lengths)
     if floors and floors["missed"]:  # (the run says the same: its slo_floor warning)
         lines.append(f"warning: {slo_floor_text(floors)}")
-    probe_broke = []  # a plug-in's PluginError in a probe: said as a warning (a run may never load it so)
     # (with a queue rule it replays the run: a plug-in can break there, as in the probes below)
     late = _predict_or_none(probe_broke, predict_unfinished, scenario, setup, specs)
     est = late and late["estimate"] is not None and late["high"]
