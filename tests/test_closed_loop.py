@@ -257,6 +257,50 @@ def test_validate_fails_as_a_run_on_a_closed_loop_certain_to_be_stuck(monkeypatc
         assert main(["validate", str(path)]) == 0
 
 
+@pytest.mark.parametrize("admission, replicas, held", [({"max_queue": 2}, 1, 2), ({"max_queue": 1}, 2, 2),
+                                                     ({"token_bucket": {"rate_rps": 5, "burst": 4.5}}, 1, 4),
+                                                     ({"max_queued_tokens": 30}, 1, 0)])
+def test_validate_fails_a_closed_loop_its_admission_rules_stick(monkeypatch, tmp_path, capsys, admission, replicas,
+                                                                held):
+    """Clients resending at once (think time 0, no backoff, no API-server time) behind
+    policy.admission: at the first instant the deployment is idle and decides nothing until every
+    request of it has arrived, so its queues (max_queue each) or the token bucket's burst hold all
+    it takes; one client more, rejected, sends again at once, and the run stopped stuck (exit 2)
+    where validate said ok with a warning; likewise a max_queued_tokens below every prompt. Now
+    validate gives the run's error; as many clients as that holds, or too few requests for the
+    run to reach the limit, still pass, as their runs do."""
+    import yaml
+
+    import servesim.core.clients as clients
+    from servesim.cli.main import main
+    from servesim.errors import InputError
+
+    monkeypatch.setattr(clients, "MAX_STUCK_REJECTIONS", 2_000)
+    kw = {"cost.api_server": False, "workload.duration_s": 2.0, "cluster.replicas": replicas,
+          "policy.admission": admission, "workload.prompt_tokens": {"dist": "uniform", "min": 40, "max": 100}}
+    path = tmp_path / "s.yaml"
+
+    def validate(sc) -> int:
+        path.write_text(yaml.safe_dump(sc.to_dict()))
+        capsys.readouterr()
+        return main(["validate", str(path)])
+
+    stuck = closed(held + 1, n=None, **kw)
+    with pytest.raises(InputError) as run_error:
+        simulate(stuck)
+    assert validate(stuck) == 2
+    err = capsys.readouterr().err
+    assert "simulated time cannot advance" in err and str(run_error.value) in err
+    ok = [closed(held + 1, n=1_500, **{**kw, "workload.duration_s": None})]  # (the run ends first)
+    if held:
+        ok.append(closed(held, n=None, **{**kw, "workload.duration_s": 0.5}) if "max_queue" in admission else
+                  closed(held + 1, n=None, arrival_extra={"reject_wait_s": 0.05}, **kw))
+    for sc in ok:
+        s = simulate(sc).summary
+        assert s["num_requests"] == s["completed"] + s["rejected"] + s["unfinished"] > 0
+        assert validate(sc) == 0
+
+
 def test_validate_warns_of_a_duration_bound_closed_loop_its_rules_reject(tmp_path, capsys):
     """A closed loop bounded by duration_s alone draws its lengths as it runs, so validate said
     only "rejections: not predicted" of one whose KV cache turns most prompts away (a run of it
