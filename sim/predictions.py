@@ -489,7 +489,11 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
     later half kept ("growing"); else the trend at D, "low" and "high" the swing about it over the
     later half (a queue bounded by a rule, or a deployment that keeps up: the count at D depends on
     where in that swing the cut-off falls). Each at least ``floor`` (what an idle deployment could
-    not finish). {"estimate", "low", "high", "growing", "replayed", "replayed_until": T}; {"estimate":
+    not finish). Where the requests after them arrive at another rate than that half's
+    (``_rate_changed``: a schedule changing after the replay) and it held level, no trend is carried:
+    "estimate" None, "low" the floor, "high" the most of its swing and the count carried at its
+    completion rate, "rate_changed" (that half's rate, the other, the stretch read).
+    {"estimate", "low", "high", "growing", "replayed", "replayed_until": T}; {"estimate":
     None} where the later half of those requests arrives at one instant (``all_at_once``): no
     stretch of the run to read a trend from (20,000 requests at once cut off at 60 s read "about
     10,000, between 10,000 and 10,000", the first 10,000 all in flight at 0 s, where the run left
@@ -505,18 +509,52 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
     slope, icept = np.polyfit(grid, counts, 1)
     swing = counts - (slope * grid + icept)
     growing = bool(slope * (until - t_end) > swing.max() - swing.min())
+    share = float(h.rejected[np.argsort(h.arrival, kind="stable")][k // 2:].mean())
+    # (the requests in flight carried from T at the completion rate the later half kept: the
+    # other requests' count against it, however they arrive)
+    carried = float(h.in_flight(t_end)) + (n - k) * (1 - share) - h.rate * (until - t_end)
     if growing:
-        share = float(h.rejected[np.argsort(h.arrival, kind="stable")][k // 2:].mean())
-        est = float(h.in_flight(t_end)) + (n - k) * (1 - share) - h.rate * (until - t_end)
-        low = high = est
+        est = low = high = carried
     else:
         est = slope * until + icept
         low, high = est + swing.min(), est + swing.max()
     def clip(x) -> int:
         return int(round(min(max(x, floor), n)))
 
-    return {"estimate": clip(est), "low": clip(low), "high": clip(high), "growing": growing, "replayed": k,
-            "replayed_until": t_end}
+    out = {"estimate": clip(est), "low": clip(low), "high": clip(high), "growing": growing, "replayed": k,
+           "replayed_until": t_end}
+    changed = _rate_changed(specs.arrival_s, k, h.t_half, t_end, until)
+    if changed is not None and not growing:
+        # a level count holds for arrivals that go on as the later half's: a schedule that changes
+        # after it (a piecewise or on/off rate, a sinusoid) does otherwise (chat-like requests at
+        # 60 req/s with max_queue=20, then 2 req/s: "about 84, between 82 and 85" where the run
+        # left 3; 2 req/s, then 60 with no rule: 131 where it left 2,244). Only a range is said:
+        # from the floor to the most of the level's swing and the count carried at the later
+        # half's completion rate (at most what it could take, when it kept up with its arrivals;
+        # max_queue + max_num_seqs per replica is no bound: a request the engine finished still
+        # counts while the API server streams it, 85 left where that room was 84)
+        out.update(estimate=None, low=clip(floor), high=clip(max(high, carried)), rate_changed=changed)
+    return out
+
+
+def _rate_changed(arrival_s: np.ndarray, k: int, t_half: float, t_end: float, until: float) -> tuple | None:
+    """Whether the requests after the first ``k`` (arriving by ``until``) come at another rate than
+    the later half of those ``k`` did (from ``t_half`` to ``t_end``): over all of the rest of the
+    run, or over the stretch as long as that half just before ``until``, the count at least 25% and
+    3 standard deviations (Poisson) off the later half's rate. (that half's rate, the other one,
+    the stretch it covers in s), or None."""
+    w = t_end - t_half
+    if not w > 0 or not until > t_end:
+        return None
+    rate = (k - k // 2) / w
+    later = arrival_s[k:]
+    for start in (t_end, max(t_end, until - w)):
+        span = until - start
+        got = int(np.count_nonzero(later > start))
+        want = rate * span
+        if abs(got - want) > max(0.25 * want, 3 * math.sqrt(max(want, 1.0))):
+            return (rate, got / span, span)
+    return None
 
 
 class _LaterHalf(NamedTuple):

@@ -253,6 +253,33 @@ def test_validate_extrapolates_the_unfinished_requests_of_a_long_cut_off_run(tmp
     assert (f"between {pred['low']:,} and {pred['high']:,}" in lines[0]) == (rule is not None)
 
 
+@pytest.mark.parametrize("segments, cut, rule", [([(20, 60), (1000, 2)], 60.0, {"max_queue": 20}),
+                                                 ([(600, 2), (1000, 60)], 615.0, {"max_queue": 20}),
+                                                 ([(600, 2), (1000, 60)], 615.0, None)])
+def test_validate_unfinished_range_holds_a_rate_schedule_changing_after_the_replay(tmp_path, capsys, monkeypatch,
+                                                                                   segments, cut, rule):
+    """A piecewise rate that changes after the replayed first requests: their later half held level,
+    and its swing was said as the range (60 req/s behind max_queue=20, then 2 req/s: "about 84,
+    between 82 and 85" where the run left 3; 2 req/s, then 60: 0 to 10 where it left 84, and with
+    no rule 131 where it left 2,244). The arrivals after the replay are compared with its later
+    half's rate; where they change, a range from the floor to what the requests in flight can
+    reach is said, holding the run's count, and no "about"."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
+    arrival = {"process": "piecewise", "segments": [{"duration_s": d, "rate_rps": r} for d, r in segments]}
+    sc = make_scenario(**{**SHED, "workload.num_requests": None, "workload.duration_s": cut,
+                          "workload.arrival": arrival}, **({"policy.admission": rule} if rule else {}))
+    pred = predictions.predict_unfinished(sc)
+    s = simulate(sc).summary
+    assert pred["replayed"] == 1000 < s["num_requests"] and pred["rate_changed"] and pred["estimate"] is None
+    assert pred["low"] <= s["unfinished"] <= pred["high"], (pred, s["unfinished"])
+    lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "still queued or running" in x]
+    assert len(lines) == 1 and f"between {pred['low']:,} and {pred['high']:,} of " in lines[0]
+    assert "the arrival schedule changes" in lines[0] and "about" not in lines[0]
+
+
 @pytest.mark.parametrize("admission, scoped", [
     ({"token_bucket": {"rate_rps": 0.1, "burst": 1}}, False), ({"max_queue": 1}, False),
     ({"token_bucket": {"rate_rps": 2, "burst": 1}}, True), ({"max_queue": 1}, True),

@@ -652,7 +652,9 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     # (with a queue rule it replays the run: a plug-in can break there, as in the probes below)
     late = _predict_or_none(probe_broke, predict_unfinished, scenario, setup, specs)
     est = late and late["estimate"] is not None and late["high"]
-    if late and (est or late["unfinished"] or not late["exact"] and late["not_completed"]):
+    changed = late and late.get("rate_changed")
+    if late and (est or changed and late["high"] or late["unfinished"] or not late["exact"]
+                 and late["not_completed"]):
         k, n, cut = late["unfinished"], late["requests"], f"workload.duration_s={late['duration_s']:g} s"
         fix = ("the latency figures cover only the completed ones (a longer duration_s, or num_requests without a "
                "cut-off, lets them finish)")
@@ -664,6 +666,16 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      if scenario.policy.admission.active else "")
             text = (f"a run will leave {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still queued or "
                     f"running at {cut} (the run replayed{rules}: its count); {fix}")
+        elif changed and late["high"]:
+            k, r, (then, after, span) = late["high"], late["replayed"], changed
+            text = (f"a run will leave between {late['low']:,} and {k:,} of {plural(n, 'request', fmt=',')} (up to "
+                    f"{k / n:.1%}) still queued or running at {cut}: the run's own first {r:,} requests, replayed "
+                    f"with its rules, are the run up to {late['replayed_until']:,.4g} s (exact), but the requests "
+                    f"after them arrive at another rate ({after:.3g} req/s over the {span:,.4g} s before the "
+                    f"cut-off, {then:.3g} in the later half of those replayed: the arrival schedule changes), so "
+                    "the count there is not carried from the replay: at least those too close to it to finish even "
+                    "on an idle deployment, at most the most the requests in flight reached in that half or the "
+                    f"other requests' count against the completion rate it kept; {fix}")
         elif est:
             k, r = late["estimate"], late["replayed"]
             first = (f"the run's own first {r:,} requests, replayed with its rules, are the run up to "
