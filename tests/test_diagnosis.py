@@ -280,6 +280,29 @@ def test_validate_unfinished_range_holds_a_rate_schedule_changing_after_the_repl
     assert "the arrival schedule changes" in lines[0] and "about" not in lines[0]
 
 
+def test_validate_unfinished_backlog_behind_max_queue_stops_at_the_queue_room(tmp_path, capsys, monkeypatch):
+    """A cut-off run too long to replay whose requests in flight grow through the later half of the
+    replay behind max_queue=300: carried at that half's share shed, they read about 564 where the
+    run left 360, as the queue, still filling there, sheds more once full. Past its room
+    (max_queue + max_num_seqs per replica) the count is that room; with no rule it is unchanged."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
+    kw = {**SHED, "workload.num_requests": None, "workload.duration_s": 100.0,
+          "workload.arrival": {"process": "poisson", "rate_rps": 20.0}}
+    sc = make_scenario(**kw, **{"policy.admission": {"max_queue": 300}})
+    pred = predictions.predict_unfinished(sc)
+    run = simulate(sc).summary["unfinished"]
+    assert pred["growing"] and abs(pred["estimate"] - run) <= 0.05 * run, (pred, run)
+    assert pred.get("full") == 64 + 300 == pred["estimate"]
+    free = predictions.predict_unfinished(make_scenario(**kw))
+    assert free["growing"] and free.get("full") is None and free["estimate"] > 1.3 * run
+    lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "still queued or running" in x]
+    assert len(lines) == 1 and f"a run will leave about {pred['estimate']:,} of " in lines[0]
+    assert "so the queue fills before the cut-off, holding its room" in lines[0]
+
+
 @pytest.mark.parametrize("admission, scoped", [
     ({"token_bucket": {"rate_rps": 0.1, "burst": 1}}, False), ({"max_queue": 1}, False),
     ({"token_bucket": {"rate_rps": 2, "burst": 1}}, True), ({"max_queue": 1}, True),

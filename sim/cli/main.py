@@ -682,7 +682,13 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      f"{late['replayed_until']:,.4g} s (exact)")
             least = (f"; at least {late['unfinished']:,} in any case (they arrive too close to it to finish even on "
                      "an idle deployment)" if late["unfinished"] else "")
-            if late["growing"]:
+            if late["growing"] and late.get("full"):
+                text = (f"a run will leave about {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still "
+                        f"queued or running at {cut}: {first}, and the requests in flight grew through the later "
+                        "half of them, so the queue fills before the cut-off, holding its room: "
+                        "policy.admission.max_queue waiting and policy.max_num_seqs running per replica (those the "
+                        f"API server still streams to their clients come on top){least}; {fix}")
+            elif late["growing"]:
                 text = (f"a run will leave about {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still "
                         f"queued or running at {cut}: {first}, and the requests in flight grew through the later "
                         f"half of them, so the other {n - r:,} are counted arriving against the completion rate "
