@@ -100,9 +100,10 @@ def _load(spec: str, what: str):
     return obj
 
 
-def resolve(kind: str, name: str, where: str | None = None):
+def resolve(kind: str, name: str, where: str | None = None, also: tuple = ()):
     """The factory ``name`` stands for (see the module docstring); ``where`` names the field for
-    errors (default ``policy.name`` / ``cluster.router``)."""
+    errors (default ``policy.name`` / ``cluster.router``); ``also``: other names the field takes
+    (``pd_split`` for ``policy.name``), listed among the valid ones and suggested for a misspelling."""
     where = where or ("policy.name" if kind == "policy" else "cluster.router")
     packaged = _packaged(kind)
     if name in packaged:
@@ -117,7 +118,7 @@ def resolve(kind: str, name: str, where: str | None = None):
     elif ":" in name:
         obj = _load(name, where)
     else:
-        raise InputError(f"{where}: {name!r} is not valid;{did_you_mean(name, names(kind))} "
+        raise InputError(f"{where}: {name!r} is not valid;{did_you_mean(name, [*names(kind), *also])} "
                          "(or module:Class)")
     if kind == "policy" and hasattr(obj, "from_config"):
         return obj.from_config

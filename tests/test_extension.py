@@ -1198,3 +1198,21 @@ def test_a_policy_field_a_subclass_declares_is_kept_and_a_given_one_named(tmp_pa
     noted = [w["message"] for w in simulate(sc).summary["warnings"] if w["code"] == "no_effect"]
     assert noted == ["policy.watermark=0.05 changes nothing with policy.name=declares:KeepsRoom: the plug-in "
                      "declares its own watermark = 0.01, which it keeps; the run is the one without it"], noted
+
+
+@pytest.mark.parametrize("typo", ["pd_splt", "pd-split"])
+def test_a_misspelled_policy_name_suggests_and_lists_pd_split(typo):
+    """policy.name takes pd_split, yet its error listed only chunked_prefill, continuous and static,
+    so a misspelling of pd_split got no 'did you mean' and the valid names left it out."""
+    with pytest.raises(InputError) as e:
+        make_scenario(**{"policy.name": typo})
+    msg = str(e.value)
+    assert "policy.name:" in msg and "(did you mean 'pd_split'?)" in msg
+    assert "valid: chunked_prefill, continuous, pd_split, static" in msg
+
+
+def test_a_pool_policy_is_not_offered_pd_split():
+    """A P/D pool's replicas cannot run a deployment: its misspelled policy is not offered one."""
+    with pytest.raises(InputError) as e:
+        make_scenario(**{"policy.name": "pd_split", "policy.prefill.policy": "pd_splt"})
+    assert "policy.prefill.policy:" in str(e.value) and "pd_split" not in str(e.value).split("valid:")[1]

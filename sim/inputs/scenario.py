@@ -669,7 +669,7 @@ class Policy:
         from servesim.policies import DEPLOYMENTS
 
         if self.name not in DEPLOYMENTS:
-            resolve("policy", self.name, f"{path}.name")
+            resolve("policy", self.name, f"{path}.name", also=DEPLOYMENTS)
         else:
             for side in ("prefill", "decode"):
                 inner = getattr(self, side).policy
