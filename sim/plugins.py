@@ -100,10 +100,11 @@ def _load(spec: str, what: str):
     return obj
 
 
-def resolve(kind: str, name: str, where: str | None = None, also: tuple = ()):
+def resolve(kind: str, name: str, where: str | None = None, also: tuple = (), without: tuple = ()):
     """The factory ``name`` stands for (see the module docstring); ``where`` names the field for
     errors (default ``policy.name`` / ``cluster.router``); ``also``: other names the field takes
-    (``pd_split`` for ``policy.name``), listed among the valid ones and suggested for a misspelling."""
+    (``pd_split`` for ``policy.name``), and ``without``: registered names it does not take
+    (``static`` for a P/D pool's policy), for the valid names an error lists and suggests."""
     where = where or ("policy.name" if kind == "policy" else "cluster.router")
     packaged = _packaged(kind)
     if name in packaged:
@@ -118,8 +119,8 @@ def resolve(kind: str, name: str, where: str | None = None, also: tuple = ()):
     elif ":" in name:
         obj = _load(name, where)
     else:
-        raise InputError(f"{where}: {name!r} is not valid;{did_you_mean(name, [*names(kind), *also])} "
-                         "(or module:Class)")
+        valid = [n for n in [*names(kind), *also] if n not in without]
+        raise InputError(f"{where}: {name!r} is not valid;{did_you_mean(name, valid)} (or module:Class)")
     if kind == "policy" and hasattr(obj, "from_config"):
         return obj.from_config
     return obj

@@ -1211,8 +1211,13 @@ def test_a_misspelled_policy_name_suggests_and_lists_pd_split(typo):
     assert "valid: chunked_prefill, continuous, pd_split, static" in msg
 
 
-def test_a_pool_policy_is_not_offered_pd_split():
-    """A P/D pool's replicas cannot run a deployment: its misspelled policy is not offered one."""
+@pytest.mark.parametrize("typo", ["pd_splt", "statc"])
+def test_a_pool_policy_is_offered_only_what_a_pool_runs(typo):
+    """A P/D pool's replicas take requests one step at a time: a misspelled pool policy is offered
+    neither pd_split nor static ('statc' was answered "did you mean 'static'?", which the pool
+    then refuses)."""
     with pytest.raises(InputError) as e:
-        make_scenario(**{"policy.name": "pd_split", "policy.prefill.policy": "pd_splt"})
-    assert "policy.prefill.policy:" in str(e.value) and "pd_split" not in str(e.value).split("valid:")[1]
+        make_scenario(**{"policy.name": "pd_split", "policy.prefill.policy": typo})
+    msg = str(e.value)
+    assert "policy.prefill.policy:" in msg and "valid: chunked_prefill, continuous (or module:Class)" in msg
+    assert "did you mean" not in msg

@@ -677,7 +677,7 @@ class Policy:
                 if inner in DEPLOYMENTS or inner == "static":
                     raise InputError(f"{where}: {inner!r} cannot run inside a P/D pool (a pool's replicas take "
                                      "requests one step at a time: continuous, chunked_prefill or a plug-in)")
-                resolve("policy", inner, where)
+                resolve("policy", inner, where, without=("static",))
         if self.reserve != "none" and (self.name not in ("continuous", "chunked_prefill") or self.spec is not None):
             raise InputError(f"{path}.reserve: KV reservation at admission (Orca) works with continuous or "
                              f"chunked_prefill without speculative decoding, not {self.name}"
