@@ -92,6 +92,8 @@ def test_parse_slo_takes_every_metric_and_statistic_it_lists():
     ("ttft_p99", "expected METRIC_STAT=SECONDS"),
     ("lat_p99=1", "unknown metric 'lat'"),
     ("ttft_p42=1", "unknown statistic 'p42'"),
+    ("ttft_p999=1", "unknown statistic 'p999'; (did you mean 'p99'?) valid: "),  # (no suggestion was given)
+    ("ttf_p99=1", "unknown metric 'ttf'; (did you mean 'ttft'?) valid: "),
     ("ttft_p99=0", "must be > 0"),
     ("ttft_p99=1ms,tpot_p99=1,ttft_p99=2", "ttft_p99 is given twice"),  # the last one silently won
     ("ttft_p99=1e400", "must be at most 1e+09 seconds"),  # (read as inf: no limit at all, and ran)

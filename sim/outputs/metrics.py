@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from servesim.errors import InputError
+from servesim.errors import InputError, did_you_mean
 from servesim.outputs.stats import DIST_STATS
 
 LATENCY_METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")  # summary.json: <metric>_s
@@ -109,9 +109,9 @@ def parse_slo(text: str) -> dict:
         metric, stat, value, unit = m.groups()
         if metric not in LATENCY_METRICS:
             hint = " (the summary's ITL, the gap between tokens, is tbt here)" if metric == "itl" else ""
-            raise InputError(f"--slo {item!r}: unknown metric {metric!r}; valid: {', '.join(LATENCY_METRICS)}{hint}")
+            raise InputError(f"--slo {item!r}: unknown metric {metric!r};{did_you_mean(metric, LATENCY_METRICS)}{hint}")
         if stat not in SLO_STATS:
-            raise InputError(f"--slo {item!r}: unknown statistic {stat!r}; valid: {', '.join(SLO_STATS)}")
+            raise InputError(f"--slo {item!r}: unknown statistic {stat!r};{did_you_mean(stat, SLO_STATS)}")
         try:
             v = float(value) * (1e-3 if unit == "ms" else 1.0)
         except ValueError:
