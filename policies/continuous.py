@@ -98,7 +98,7 @@ class ContinuousPolicy:
     # tokens. Set from the engine profile (``EngineProfile.max_paddings``, cost.engine vllm-v0.2),
     # not the scenario; None: no padding
     max_paddings: int | None = None
-    # vLLM v0.2's and Sarathi-Serve's ``can_append_slot``: before a decode step each decoding
+    # vLLM V0's (v0.1-v0.6.1) and Sarathi-Serve's ``can_append_slot``: before a decode step each decoding
     # request, in the running list's order, needs a free KV block at its turn, whether or not its
     # next token opens a new block (a ``Batch`` preempts the newest running request until one is
     # free); so a decode step starting with no block free preempts. Set from the engine profile

@@ -82,7 +82,7 @@ class PoolSetup:
         prof = self.engine.profile if self.engine is not None else None
         if prof is not None and isinstance(policy, ContinuousPolicy):
             # the engine profile's scheduler rules, those it sets: prompt-only steps padded to the
-            # longest (max_paddings, cost.engine vllm-v0.2.3); vLLM v0.2's block manager, where a
+            # longest (max_paddings, cost.engine vllm-v0.2.3); vLLM V0's block manager, where a
             # decoding request needs a free KV block at its turn (can_append_slot); vLLM V0's, where a
             # recompute is admitted above the watermark (can_allocate) and an admitted prompt takes
             # the blocks of its whole sequence at once, chunked or not (allocate)

@@ -349,22 +349,52 @@ def test_decode_needs_a_free_block_at_its_turn_under_vllm_v02():
     assert scheduled(b) == {} and [r.request_id for r in b.preempted] == [0]
 
 
-def test_vllm_v02_profiles_carry_can_append_slot():
-    """vllm-v0.2, vllm-v0.2.3 and sarathi-serve (whose block manager keeps the check:
-    ``num_free_gpu_blocks > 0``) turn ``decode_needs_free_block`` on for a pool's continuous
-    policy; no other engine does."""
+def test_vllm_v0_profiles_carry_can_append_slot():
+    """The vLLM V0 profiles (vllm-v0, vllm-v0.2, vllm-v0.2.3) and sarathi-serve (whose block
+    manager keeps the check: ``num_free_gpu_blocks > 0``) turn ``decode_needs_free_block`` on for
+    a pool's continuous policy; no other engine does."""
     from servesim.cost.engines import PROFILES
     from servesim.simulation import prepare
     from tests.conftest import make_scenario
 
     have = {n for n, p in PROFILES.items() if p.decode_needs_free_block}
-    assert have == {"vllm-v0.2", "vllm-v0.2.3", "sarathi-serve"}
+    assert have == {"vllm-v0", "vllm-v0.2", "vllm-v0.2.3", "sarathi-serve"}
     # vLLM V0 (v0.1-v0.6) and Sarathi-Serve admit a recompute through can_allocate, above the watermark
     held = {n for n, p in PROFILES.items() if p.watermark_on_recompute}
     assert held == {"vllm-v0", "vllm-v0.2", "vllm-v0.2.3", "sarathi-serve"}
     for e in PROFILES:
         pol = prepare(make_scenario(**{"cost.engine": e})).pools[0].make_policy()
         assert pol.decode_needs_free_block is (e in have) and pol.watermark_on_recompute is (e in held), e
+
+
+def test_vllm_v0_decode_step_needs_a_free_block_per_running_group():
+    """vLLM v0.3-v0.5 (``vllm-v0``) keep v0.2's "simple heuristic": before a decode, each running
+    group in turn needs a free block per sequence (``BlockSpaceManagerV1.can_append_slots``:
+    ``num_seqs <= num_free_gpu_blocks``, vllm/core/block_manager_v1.py at v0.4.1 and v0.5.3;
+    ``can_append_slot`` at v0.3.3), else the newest running group is preempted
+    (``Scheduler._schedule_running``). The vllm-v0 profile's policy preempted only for a block a
+    token opens, so a decode step starting with no block free ran every request."""
+    from servesim.simulation import prepare
+    from tests.conftest import make_scenario
+
+    pols = {e: prepare(make_scenario(**{"cost.engine": e, "policy.prefill_first": True})).pools[0].make_policy()
+            for e in ("vllm-v0", "vllm-v1")}
+    # no block free; nobody's next token (the 21st) opens one
+    kv = BlockAllocator(num_blocks=6, block_size=16)
+    running = [running_req(i, 20, 1, kv) for i in range(3)]
+    assert kv.num_free == 0
+    v1 = pols["vllm-v1"].next_batch(ReplicaState(running, deque(), kv))
+    assert scheduled(v1) == {0: 1, 1: 1, 2: 1} and not v1.preempted
+    # vLLM V0: r0 finds none free, the newest (r2) goes and frees 2; r0 and r1 then find one each
+    v0 = pols["vllm-v0"].next_batch(ReplicaState(running, deque(), kv))
+    assert scheduled(v0) == {0: 1, 1: 1} and [r.request_id for r in v0.preempted] == [2]
+    # one block free: r0 takes it for its 17th token (a new block), r1 finds none, r2 goes
+    kv = BlockAllocator(num_blocks=6, block_size=16)
+    running = [running_req(0, 16, 1, kv), running_req(1, 20, 1, kv), running_req(2, 20, 1, kv)]
+    assert kv.num_free == 1
+    assert not pols["vllm-v1"].next_batch(ReplicaState(running, deque(), kv)).preempted
+    v0 = pols["vllm-v0"].next_batch(ReplicaState(running, deque(), kv))
+    assert scheduled(v0) == {0: 1, 1: 1} and [r.request_id for r in v0.preempted] == [2]
 
 
 def test_vllm_v02_holds_a_recompute_back_at_the_watermark():

@@ -115,7 +115,7 @@ class EngineProfile:
     # stops where the padding would pass this many tokens (vLLM's ``--max-paddings``; vllm-v0.2.3).
     # None: no padding (the prompts packed end to end)
     max_paddings: int | None = None
-    # vLLM v0.2's (and Sarathi-Serve's) ``can_append_slot``: a decoding request needs a free KV
+    # vLLM V0's (v0.1-v0.6.1, and Sarathi-Serve's) ``can_append_slot``: a decoding request needs a free KV
     # block at its turn before a decode step, whether or not its next token opens one, else the
     # newest running request is preempted (``ContinuousPolicy.decode_needs_free_block``)
     decode_needs_free_block: bool = False
@@ -233,6 +233,14 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # (vllm/core/scheduler.py _schedule_prefills, vllm/core/block_manager_v1.py can_allocate,
         # v0.4-v0.5; block_manager.py at v0.3, SelfAttnBlockSpaceManager.can_allocate from v0.6)
         watermark_on_recompute=True,
+        # before a decode, each running group in turn needs one free block per sequence, whether or
+        # not its next token opens one (the "simple heuristic": num_seqs <= num_free_gpu_blocks,
+        # BlockSpaceManager.can_append_slot, vllm/core/block_manager.py at v0.3.3;
+        # BlockSpaceManagerV1.can_append_slots, vllm/core/block_manager_v1.py at v0.4.1 and
+        # v0.5.3, the default block manager up to v0.6.1: use_v2_block_manager = False), else the
+        # newest running group is preempted (Scheduler._schedule_running: while not
+        # self._can_append_slots(seq_group), running_queue.pop(), v0.4-v0.5; _schedule at v0.3)
+        decode_needs_free_block=True,
         # with chunked prefill too, a prompt's blocks are all allocated when it is admitted
         # (Scheduler._schedule_prefills: block_manager.can_allocate, then _allocate_and_set_running:
         # block_manager.allocate of the whole sequence, vllm/core/scheduler.py, v0.4-v0.6)
@@ -323,7 +331,7 @@ PROFILES["sarathi-serve"] = replace(
     summary="Sarathi-Serve's runtime (OSDI'24 artifact, vLLM-derived): vllm-v0's CPU figures, eager PyTorch (no "
             "CUDA graphs), NCCL all-reduce launched from Python",
     graphs="none", capture_sizes=None, eager_collective_s=_V02["eager_collective_s"], allreduce="nccl",
-    # vLLM v0.2's can_append_slot, kept: a decoding sequence needs a free block at its turn
+    # vLLM V0's can_append_slot, kept: a decoding sequence needs a free block at its turn
     # (BaseBlockSpaceManager.can_append_slot: num_free_gpu_blocks > 0,
     # sarathi/core/block_space_manager/base_block_space_manager.py; checked for each decode in both
     # schedulers, sarathi/core/scheduler/vllm_scheduler.py and sarathi_scheduler.py)
