@@ -17,7 +17,7 @@ from servesim.policies.continuous import ContinuousPolicy
 from servesim.policies.pd_split import link_figures
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
-from servesim.cost.engines import EngineSetup, cost_model_for
+from servesim.cost.engines import DEFAULT_WATERMARK, EngineSetup, cost_model_for
 from servesim.cost.economics import PoolUse, economics, gpu_price, gpu_tdp, phase_cost_shares
 from servesim.cost.measured import load_measured
 from servesim.core.router import make_router
@@ -93,10 +93,19 @@ class PoolSetup:
                 policy = dataclasses.replace(policy, **rules)
         return policy
 
+    @property
+    def watermark(self) -> float:
+        """The admission watermark the pool's policy keeps: the scenario's ``policy.watermark``, else
+        (null) the engine profile's (``EngineProfile.watermark``: none for vllm-v1)."""
+        given = self.policy_cfg.watermark
+        if given is not None:
+            return given
+        return self.engine.profile.watermark if self.engine is not None else DEFAULT_WATERMARK
+
     @functools.cached_property
     def _policy_cfg(self):
         return dataclasses.replace(self.policy_cfg, max_num_seqs=self.max_num_seqs,
-                                   max_num_batched_tokens=self.max_num_batched_tokens)
+                                   max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark)
 
 
 @dataclass(frozen=True)

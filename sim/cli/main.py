@@ -632,8 +632,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
     nb = predict_never_back(scenario, setup, lengths)
     if nb and nb["at_risk"]:
         k, n = nb["at_risk"], len(lengths.prompt_tokens)
-        wm = scenario.policy.watermark
         pool = " a decode replica's" if "decode" in setup.pools_by_name else ""
+        wm = setup.pools_by_name.get("decode", setup.pools[0]).watermark
         text = (f"{k:,} of {n:,} requests ({k / n:.1%}) are served with prompt + output - 1 needing more KV blocks "
                 f"than the {nb['blocks']:,} of{pool} {nb['num_blocks']:,} that policy.watermark={wm:g} leaves: "
                 "the engine profile (cost.engine) admits a recompute above the watermark too, so one "

@@ -47,6 +47,8 @@ from typing import Callable
 from servesim.errors import InputError, did_you_mean
 
 DEFAULT_ENGINE = "vllm-v1"
+# the admission watermark of an engine without one of its own to cite (EngineProfile.watermark)
+DEFAULT_WATERMARK = 0.01
 
 
 # ---------------------------------------------------------------- CUDA-graph capture sizes
@@ -128,6 +130,11 @@ class EngineProfile:
     # watermark, and takes them at admission, chunked prefill or not; vLLM V1 allocates a chunk's
     # blocks as it schedules the chunk (``ContinuousPolicy.whole_prompt_blocks``)
     whole_prompt_blocks: bool = False
+    # the share of all KV blocks the engine keeps free when it admits a request, where the scenario's
+    # policy.watermark is null: vLLM V0's BlockSpaceManager (watermark: float = 0.01, v0.1-v0.6);
+    # vLLM V1 at v0.15.1 has none (``KVCacheManager.allocate_slots`` checks the blocks it allocates
+    # against all the free ones). The other engines: servesim's 0.01 (no source)
+    watermark: float = DEFAULT_WATERMARK
 
 
 # Launch-bound time per layer of a step run without a CUDA graph (vLLM's PyTorch model code,
@@ -209,7 +216,15 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # the API server's time per request and per output token: fitted (not published, V1-17)
         api_request_s=_V1_API_REQUEST_S, api_per_token_s=_V1_API_PER_TOKEN_S,
         # PR #19970: the scheduler runs one step ahead; default-on since PR #27614 (V1-11)
-        async_scheduling=True),
+        async_scheduling=True,
+        # no admission watermark: v0.15.1's KVCacheManager.allocate_slots (vllm/v1/core/kv_cache_manager.py,
+        # read at v0.14.1 and v0.16.0, which bracket it) admits a request when the blocks it allocates
+        # are free (num_blocks_to_allocate > block_pool.get_num_free_blocks(): None), new or resumed alike;
+        # nothing in vllm/v1 or its config keeps blocks back. (vLLM 0.34.0 has
+        # SchedulerConfig.watermark, default 0.0, held against waiting and preempted requests alike
+        # when another request is already scheduled in the step: policy.watermark with this profile
+        # holds it against new requests only)
+        watermark=0.0),
     EngineProfile(
         name="vllm-v0",
         summary="vLLM V0 (v0.2-v0.5): synchronous Python scheduler and output processing, CUDA graphs for "
@@ -476,5 +491,5 @@ def padded_tokens(sizes: tuple, tokens: int) -> int | None:
     return sizes[bisect.bisect_left(sizes, tokens)]
 
 
-__all__ = ["DEFAULT_ENGINE", "EngineProfile", "EngineSetup", "PROFILES", "cost_model_for", "get_profile",
-           "host_cpu_scale", "padded_tokens", "resolve"]
+__all__ = ["DEFAULT_ENGINE", "DEFAULT_WATERMARK", "EngineProfile", "EngineSetup", "PROFILES", "cost_model_for",
+           "get_profile", "host_cpu_scale", "padded_tokens", "resolve"]

@@ -604,7 +604,11 @@ class Policy:
     preemption: Literal["recompute", "swap"] = _f("recompute", doc="what a preempted request loses: recompute (its "
                                                                    "KV, re-prefilled later) or swap (KV copied to "
                                                                    "host memory while swap space lasts)")
-    watermark: float = _f(0.01, ge=0, lt=1, doc="share of KV blocks kept free when admitting (vLLM's)")
+    watermark: Optional[float] = _f(None, ge=0, lt=1, doc="share of KV blocks kept free when admitting (vLLM's); "
+                                                          "null: the engine profile's (cost.engine): none for "
+                                                          "vllm-v1 (vLLM V1 v0.15.1 keeps no watermark), 0.01 "
+                                                          "for the vLLM V0 profiles (their block manager's) and "
+                                                          "the others")
     prefix_caching: bool = _f(False, doc="block-hash prefix cache with LRU eviction (not with static)")
     batch_timeout_s: float = _f(0.1, ge=0, le=MAX_SECONDS,
                                 doc="static: start a partial batch this long after its first request waited")
