@@ -101,18 +101,20 @@ def test_the_decision_trace_counts_the_same_step_hits_admission_counts(engine):
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_priority_preemption_counts_the_same_step_hits_admission_counts(engine):
-    """L (priority 1, 16 + 100 tokens) runs on 8 KV blocks when X and H (priority 0, 84 tokens, a
-    64-token shared prefix) arrive: X takes 6 blocks, leaving none; H, with X's 4 prefix blocks
+    """L (priority 1, 16 + 100 tokens) runs on 9 KV blocks when X and H (priority 0, 84 tokens, a
+    64-token shared prefix) arrive: X takes 6 blocks, leaving one; H, with X's 4 prefix blocks
     hit in this step, needs 2, which preempting L (2 blocks) gives. Priority preemption counted
     H's need without those hits (6 blocks), found that preempting L would not do, and preempted
-    nobody: H waited a step, and L was preempted for it then."""
+    nobody: H waited a step, and L was preempted for it then. (The block left free lets X's and
+    H's decodes pass vllm-v0's can_append_slot, a free block each at its turn: on 8 blocks they
+    found none and preempted each other and L again.)"""
     cls = {"workload.prompt_tokens": None, "workload.output_tokens": None, "workload.classes": [
         {"name": "hi", "share": 0.5, "priority": 0, "prompt_tokens": {"dist": "fixed", "value": 84},
          "output_tokens": {"dist": "fixed", "value": 3}},
         {"name": "lo", "share": 0.5, "priority": 1, "prompt_tokens": {"dist": "fixed", "value": 16},
          "output_tokens": {"dist": "fixed", "value": 100}}]}
     sc = make_scenario(**{**SYNC, **cls, "engine": engine, "policy.prefix_caching": True,
-                          "memory.num_gpu_blocks": 8, "policy.watermark": 0.0, "workload.num_requests": 3,
+                          "memory.num_gpu_blocks": 9, "policy.watermark": 0.0, "workload.num_requests": 3,
                           "policy.queue": {"order": "priority"}})
     sp = specs([(0.0, 16, 100), (0.1, 84, 3), (0.1, 84, 3)])
     sp = dataclasses.replace(sp, prefix_group=np.array([-1, 0, 0]), prefix_tokens=np.array([0, 64, 64]),
