@@ -80,7 +80,7 @@ def test_request_the_watermark_keeps_out_is_rejected_not_stalled(policy):
     # 200 blocks of 16 tokens, watermark 0.01: admission keeps 2 free, so 198 are usable. A
     # 3180-token prompt (+ 2 - 1 = 3181 tokens, 199 blocks) fits the KV but could never be admitted;
     # it used to wait forever, and the request behind it (FCFS) with it: the run stalled.
-    sc = make_scenario(**{"memory.num_gpu_blocks": 200, "policy.name": policy})
+    sc = make_scenario(**{"memory.num_gpu_blocks": 200, "policy.name": policy, "policy.watermark": 0.01})
     res = simulate(sc, specs=specs([(0.0, 3180, 2), (0.1, 100, 10)]))
     r = res.requests
     assert list(r["status"]) == ["rejected", "completed"]
@@ -164,7 +164,8 @@ def test_vllm_v02_preempts_a_decode_when_no_block_is_free_at_its_turn(engine):
     alone. Step 3: B (20 + 1 tokens) is recomputed in a prompt step of its own, taking the 2 free
     blocks. Step 4: none is free at A's turn (its 34th token opens no block): B is preempted again.
     Step 5: B recomputed (22 tokens): its third token, it completes. Step 6: A's fourth. Without the
-    rule (vllm-v0) nothing is preempted: both decode in steps 2 and 3, A alone in step 4."""
+    rule (vllm-v1; vllm-v0 keeps it too) nothing is preempted: both decode in steps 2 and 3, A alone
+    in step 4."""
     kw = {"memory.num_gpu_blocks": 5, "memory.block_size": 16, "policy.watermark": 0.0,
           "policy.prefill_first": True, "cost.api_server": False}
     rows = [(0.0, 32, 4), (0.0, 20, 3)]
@@ -173,7 +174,9 @@ def test_vllm_v02_preempts_a_decode_when_no_block_is_free_at_its_turn(engine):
     assert st["prefill_tokens"].tolist() == [52, 0, 21, 0, 22, 0]
     assert st["decode_tokens"].tolist() == [0, 1, 0, 1, 0, 1]
     assert r["preemptions"].tolist() == [0, 2] and list(r["status"]) == ["completed", "completed"]
-    old = simulate(make_scenario(**kw, **{"cost.engine": "vllm-v0"}), specs=specs(rows), engine=engine)
+    old = simulate(make_scenario(**kw, **{"cost.engine": "vllm-v1"}), specs=specs(rows), engine=engine)
+    v0 = simulate(make_scenario(**kw, **{"cost.engine": "vllm-v0"}), specs=specs(rows), engine=engine)
+    assert v0.steps["prefill_tokens"].tolist() == [52, 0, 21, 0, 22, 0] and v0.requests["preemptions"].tolist() == [0, 2]
     assert old.steps["prefill_tokens"].tolist() == [52, 0, 0, 0]
     assert old.steps["decode_tokens"].tolist() == [0, 2, 2, 1]
     assert old.requests["preemptions"].tolist() == [0, 0]

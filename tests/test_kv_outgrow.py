@@ -14,10 +14,13 @@ from servesim.simulation import simulate
 from tests.conftest import SYNC, make_scenario, specs
 
 BLOCKS = 20  # of 16 tokens: 320 tokens of KV
+# a decoding request needs a free block only when its next token opens one: vllm-v1's rule (the V0
+# profiles ask a free block of every decode, can_append_slot: the tests that name one say so)
+PLAIN = {"cost.engine": "vllm-v1", "cost.api_server": False}
 
 
 def tiny(engine, **kw):
-    return make_scenario(**{**SYNC, "engine": engine, "memory.num_gpu_blocks": BLOCKS, "policy.watermark": 0.0,
+    return make_scenario(**{**PLAIN, "engine": engine, "memory.num_gpu_blocks": BLOCKS, "policy.watermark": 0.0,
                             "workload.num_requests": 2, **kw})
 
 
@@ -108,7 +111,7 @@ def test_one_cut_off_before_it_outgrows_the_kv_is_unfinished_with_its_true_lengt
 def test_a_p_d_request_rejected_at_the_door_keeps_its_true_output_length():
     # A P/D split caps a request whose decode outgrows a decode replica's KV (221 of 250 tokens)
     # before its admission rules; one they then reject never ran: requests.csv has its true length
-    kw = {**SYNC, "policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
+    kw = {**PLAIN, "policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
           "policy.link": {"type": "inter_node", "bandwidth_gbps": 400}, "memory.num_gpu_blocks": BLOCKS,
           "policy.watermark": 0.0, "workload.num_requests": 3, "policy.admission": {"max_queue": 1}}
     res = simulate(make_scenario(**kw), specs=specs([(0.0, 100, 250)] * 3))
@@ -232,8 +235,8 @@ def test_head_of_line_prediction_counts_prompts_whose_sequence_outgrows_the_kv_l
 def test_a_recompute_that_can_never_come_back_above_the_watermark_ends_rejected(engine, profile):
     # 20 blocks, a 15% watermark keeps 3 free: 17 blocks (272 tokens) for an admission. A (256: 16
     # blocks) and B (1 token) fit; A, the largest, is preempted once the two fill the cache, after
-    # its 17th token under vLLM v0.2's rule that a decode needs a free block (273 tokens to
-    # recompute, 18 blocks), after its 32nd under vllm-v0 (B's 3rd block: 288 tokens, 18 blocks).
+    # its 17th token under vLLM V0's rule that a decode needs a free block (273 tokens to
+    # recompute, 18 blocks); vllm-v1 preempts it after its 32nd (B's 3rd block), and runs it again.
     # vLLM V0's can_allocate holds a recompute above the watermark too, so it could never come back
     # (vLLM V0 ignores it: NEVER); it ends then, rejected, with its reason. Profiles that let a
     # recompute use the watermark run it.
@@ -246,7 +249,7 @@ def test_a_recompute_that_can_never_come_back_above_the_watermark_ends_rejected(
         assert list(r["status"]) == ["completed", "completed"]
         return
     assert list(r["status"]) == ["rejected", "completed"] and (s["rejected"], s["unfinished"]) == (1, 0)
-    after = 32 if profile == "vllm-v0" else 17
+    after = 17
     assert r["reason"][0].startswith(
         f"preempted with a sequence that can never be admitted again, after {after} of its 40 output tokens: its "
         f"recompute of prompt + output so far = {256 + after} tokens needs 18 free KV blocks to be admitted, but "
@@ -261,33 +264,36 @@ def test_a_recompute_that_can_never_come_back_above_the_watermark_ends_rejected(
 def test_vllm_v0_holds_a_recompute_that_fits_only_into_the_watermark(engine):
     # vLLM V0 (v0.3-v0.6) sends a request preempted for recompute back to the waiting queue, which
     # admits it through BlockSpaceManager.can_allocate: free - its blocks >= the watermark's. 20
-    # blocks, a 15% watermark keeps 3. A (128 + 60 out), C (32 + 40) and B (64 + 100) take 8 + 2 + 4
-    # blocks in step 0; after k decodes each holds ceil((prompt + k) / 16): at k = 33 they would need
-    # 11 + 5 + 7 = 23, so B, the newest, is preempted (after 33 output tokens: 97 to recompute, 7
-    # blocks). C completes at k = 39: from step 40, 20 - A's 11 = 9 blocks are free (8 from A's 12th
-    # at k = 49). vLLM V1's rule lets B into them at once; V0's holds it until 7 fit with 3 left:
-    # once A completes (after its 59th decode), step 60.
+    # blocks, a 20% watermark keeps 4. A (128 + 60 out), C (32 + 40) and B (64 + 100) take 8 + 2 + 4
+    # blocks in step 0; after k decodes each holds ceil((prompt + k) / 16). vLLM V1 preempts B, the
+    # newest, when a token opens a block none is free for: at k = 33 they would need 11 + 5 + 7 = 23
+    # (97 to recompute, 7 blocks). vLLM V0 asks a free block of each decode (can_append_slot): the
+    # cache is full after k = 17 (10 + 4 + 6 = 20 blocks), so B goes in step 18 (81 computed
+    # tokens to recompute, 82 with its next: 6 blocks). C completes at k = 39: from step 40, 20 - A's
+    # 11 = 9 blocks are free (8 from A's 12th at k = 49). V1's rule lets B into them at once; V0's
+    # holds it until 6 fit with 4 left: once A completes (after its 59th decode), step 60.
     rows = [(0.0, 128, 60), (0.0, 32, 40), (0.0, 64, 100)]
-    runs = {p: simulate(tiny(engine, **{"cost.engine": p, "policy.watermark": 0.15, "workload.num_requests": 3}),
+    runs = {p: simulate(tiny(engine, **{"cost.engine": p, "policy.watermark": 0.2, "workload.num_requests": 3}),
                         specs=specs(rows)) for p in ("vllm-v1", "vllm-v0")}
     for p, res in runs.items():
         st, r = res.steps, res.requests
         assert list(r["status"]) == ["completed"] * 3 and list(r["preemptions"]) == [0, 0, 1], p
-        assert res.summary["kv"]["recompute_tokens"] == 96, p  # (its 97th token was never computed)
         assert (st["prefill_tokens"][0], st["kv_blocks_used"][0]) == (224, 14), p
-        assert (st["num_seqs"][33], st["kv_blocks_used"][32], st["kv_blocks_used"][33]) == (2, 20, 16), p
-        back = [i for i, x in enumerate(st["prefill_tokens"]) if x][1:]
-        assert [st["prefill_tokens"][i] for i in back] == [97], p
     v1, v0 = (runs[p].steps for p in ("vllm-v1", "vllm-v0"))
+    # (the last token of a recompute is never computed before it: 96 and 81)
+    assert [runs[p].summary["kv"]["recompute_tokens"] for p in ("vllm-v1", "vllm-v0")] == [96, 81]
+    assert (v1["num_seqs"][33], v1["kv_blocks_used"][32], v1["kv_blocks_used"][33]) == (2, 20, 16)
+    assert (v0["num_seqs"][18], v0["kv_blocks_used"][17], v0["kv_blocks_used"][18]) == (2, 20, 14)
+    assert [x for x in v1["prefill_tokens"][1:] if x] == [97] and [x for x in v0["prefill_tokens"][1:] if x] == [82]
     # V1: B comes back in step 40 beside A's decode, into 7 of the 9 free blocks (2 left)
     assert v1["prefill_tokens"][40] == 97 and (v1["num_seqs"][40], v1["kv_blocks_used"][40]) == (2, 18)
-    # V0: A decodes alone in steps 40-59 (9, then 8 blocks free: under 7 + 3); B is back in step 60
-    assert set(v0["num_seqs"][34:40]) == {2} and set(v0["num_seqs"][40:60]) == {1}
-    assert sum(v0["prefill_tokens"][1:60]) == 0 and (v0["prefill_tokens"][60], v0["kv_blocks_used"][60]) == (97, 7)
+    # V0: A decodes alone in steps 40-59 (9, then 8 blocks free: under 6 + 4); B is back in step 60
+    assert set(v0["num_seqs"][18:40]) == {2} and set(v0["num_seqs"][40:60]) == {1}
+    assert sum(v0["prefill_tokens"][1:60]) == 0 and (v0["prefill_tokens"][60], v0["kv_blocks_used"][60]) == (82, 6)
     assert min(20 - v0["kv_blocks_used"][i] for i in range(40, 60)) == 8
-    # B's 67 outputs left: one from its recompute, 66 decodes after it (the profiles' step times differ:
-    # counted in steps)
-    assert (len(v1["start_s"]), len(v0["start_s"])) == (40 + 67, 60 + 67)
+    # B's outputs left, one from its recompute and the decodes after it: V1 67, V0 83 (the profiles'
+    # step times differ: counted in steps)
+    assert (len(v1["start_s"]), len(v0["start_s"])) == (40 + 67, 60 + 82)
 
 
 def test_validate_predicts_who_can_end_at_a_recompute_the_watermark_never_lets_back():
