@@ -42,6 +42,28 @@ def test_gpu_yaml_carries_price_and_power(tmp_path):
         get_gpu(str(f))
 
 
+@pytest.mark.parametrize("line, match", [
+    # (each ran: a price of 1e-300 printed 2.29e+300M tokens per $, a power of 1e-300 6.49e+302
+    # tokens per J, fp8_flops: 3 an FP8 run of 3.8e13 simulated seconds, a blank name '1 x  at $...')
+    ("price_per_gpu_hour_usd: 1e-300", r"price_per_gpu_hour_usd must be 0 \(free\) or from 1e-06 to 1e\+06"),
+    ("power_w: 1e-300", r"power_w must be >= 1e-06"),
+    ("fp8_flops: 3", r"fp8_flops must be 0 \(no FP8 tensor cores\) or dense FP8 FLOP/s from 1e\+09"),
+    ("name: ''", r"name must be a GPU's name \(text that is not blank\), got ''"),
+    ("name: '  '", r"name must be a GPU's name"),
+])
+def test_a_gpu_yaml_out_of_range_figure_or_blank_name_is_refused_naming_the_file_and_field(tmp_path, line, match):
+    f = tmp_path / "h20.yaml"
+    body = "name: h20\npeak_flops: 148e12\nmem_bytes: 96e9\nmem_bw_bytes_per_s: 4.0e12\n"
+    f.write_text(body.replace("name: h20\n", "") + line + "\n")
+    with pytest.raises(InputError, match=rf"h20.yaml: {match}"):
+        get_gpu(str(f))
+    # the edges stay valid: free, a microdollar, a microwatt, no FP8
+    f.write_text(body + "price_per_gpu_hour_usd: 0\npower_w: 1e-6\nfp8_flops: 0\n")
+    assert get_gpu(str(f)).price_per_gpu_hour_usd == 0
+    f.write_text(body + "price_per_gpu_hour_usd: 1e-6\nfp8_flops: 1e9\n")
+    assert get_gpu(str(f)).fp8_flops == 1e9
+
+
 def test_phase_cost_shares_split_mixed_steps_by_prefill_tokens():
     steps = {"duration_s": np.array([1.0, 1.0, 2.0, 3.0]), "prefill_tokens": np.array([100, 0, 50, 0]),
              "decode_tokens": np.array([0, 8, 50, 4]), "replica": np.array([0, 0, 0, 1])}

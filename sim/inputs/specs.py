@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from servesim.errors import InputError, did_you_mean, shown_path
+from servesim.errors import InputError, did_you_mean, shown, shown_path
 from servesim.inputs.schema import build_file, field_, read_mapping
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -455,14 +455,29 @@ class GpuFile:
     mem_kind: Optional[Literal["hbm", "gddr"]] = None
     nvlink_domain: Optional[int] = field_(None, ge=1, le=1 << 20,
                                            doc="GPUs all connected by the peer link (TP beyond: PCIe)")
+    # price and power: the range of the scenario's cost.gpu_hour_usd / cost.gpu_power_w (OVERRIDE_MIN to
+    # OVERRIDE_MAX, a price also 0: free); a price of 1e-300 made tokens per $ 1e300 (check)
     price_per_gpu_hour_usd: Optional[float] = field_(None, ge=0, le=1e6, doc="on-demand USD per GPU-hour")
-    power_w: Optional[float] = field_(None, gt=0, le=1e6, doc="board power (TDP), watts")
+    power_w: Optional[float] = field_(None, ge=1e-6, le=1e6, doc="board power (TDP), watts")
     host_cpu_speed: Optional[float] = field_(None, gt=0, le=100,
                                              doc="single-thread speed of the host CPU, DGX-A100's = 1")
 
     REQUIRED = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
 
     def check(self, path):
+        from servesim.cost.economics import OVERRIDE_MIN
+
+        # (a name is what summaries, prices and calibrations look the GPU up by: an empty one printed
+        # '1 x  at $...'; fp8_flops: 0 is none, else FLOP/s in peak_flops' range: fp8_flops: 3 ran FP8
+        # steps for 1e13 s; a price below a millionth of a dollar an hour made tokens per $ 1e300)
+        if self.name is not None and not self.name.strip():
+            raise InputError(f"name must be a GPU's name (text that is not blank), got {shown(self.name)}")
+        if self.fp8_flops is not None and 0 < self.fp8_flops < 1e9:
+            raise InputError(f"fp8_flops must be 0 (no FP8 tensor cores) or dense FP8 FLOP/s from 1e+09 to 1e+21, got "
+                             f"{self.fp8_flops:g}")
+        if self.price_per_gpu_hour_usd is not None and 0 < self.price_per_gpu_hour_usd < OVERRIDE_MIN:
+            raise InputError(f"price_per_gpu_hour_usd must be 0 (free) or from {OVERRIDE_MIN:g} to 1e+06 USD per "
+                             f"GPU-hour, got {self.price_per_gpu_hour_usd:g}")
         if self.base is not None and (not isinstance(self.base, str) or self.base not in GPUS):
             raise InputError(f"base: unknown GPU {self.base!r};{did_you_mean(str(self.base), GPUS)}")
         missing = [k for k in self.REQUIRED if getattr(self, k) is None] if self.base is None else []
