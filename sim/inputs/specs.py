@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from servesim.errors import InputError, did_you_mean, shown, shown_path
+from servesim.errors import InputError, did_you_mean, shown_path
 from servesim.inputs.schema import build_file, field_, read_mapping
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -466,6 +466,7 @@ class GpuFile:
 
     def check(self, path):
         from servesim.cost.economics import OVERRIDE_MIN
+        from servesim.errors import shown
 
         # (a name is what summaries, prices and calibrations look the GPU up by: an empty one printed
         # '1 x  at $...'; fp8_flops: 0 is none, else FLOP/s in peak_flops' range: fp8_flops: 3 ran FP8
