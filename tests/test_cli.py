@@ -639,6 +639,20 @@ def test_ctrl_c_in_a_sweep_keeps_the_finished_runs_and_says_how_to_resume(tmp_pa
     assert capsys.readouterr().err.strip() == "servesim: interrupted"
 
 
+def test_ctrl_c_before_a_study_wrote_its_folder_does_not_say_runs_are_kept_there(tmp_path, capsys, monkeypatch):
+    """Ctrl-C before a study's first run (a plan predicting for its first seconds) said 'the runs
+    that finished are kept in OUT' of a folder that did not exist."""
+    def ctrl_c(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("servesim.cli.main._packaged_scenario", ctrl_c)  # (at once, before anything is written)
+    sc, out = write(tmp_path, GOOD), tmp_path / "sw"
+    assert main(["sweep", sc, "--grid", "workload.arrival.rate_rps=2,4", "--out", str(out), "--quiet"]) == 130
+    assert capsys.readouterr().err.strip() == \
+        f"servesim: interrupted before any run finished; nothing was written to {str(out)!r}"
+    assert not out.exists()
+
+
 def _terminated(argv, wait_for, tmp_path, delay_s=0.3):
     """``servesim ARGV`` in a child process, sent SIGTERM ``delay_s`` after ``wait_for`` exists and
     ``main`` is being called (the process is then past its imports, where the signal still has its

@@ -1043,6 +1043,10 @@ def _interrupted_text(args, what: str = "interrupted") -> str:
     the rest)."""
     out = getattr(args, "out", None)
     if getattr(args, "command", None) in RESUMABLE and out:
+        if not os.path.isdir(out):
+            # (stopped before its first run wrote anything, e.g. a plan still predicting: the line
+            # named a folder that did not exist as keeping the finished runs)
+            return f"{what} before any run finished; nothing was written to {shown_path(out)}"
         return (f"{what}; the runs that finished are kept in {shown_path(out)}: the same command reuses them "
                 "and runs the rest")
     return what
