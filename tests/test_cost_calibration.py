@@ -435,6 +435,25 @@ def test_bad_profiles_and_calibration_files_are_input_errors(tmp_path, synthetic
                  "--calibration", str(tmp_path / "missing.yaml")]) == 2
 
 
+@pytest.mark.parametrize("smooth", [1e-4, 1e-300, 0.3])
+def test_a_gemm_smooth_below_one_half_is_refused_not_an_overflow(tmp_path, smooth, capsys):
+    """gemm.smooth p in (0, 0.5) blends compute and memory time into up to 2^(1/p) times their
+    larger: 1e-4 overflowed the first step's time (an OverflowError traceback in servesim run)."""
+    f = tmp_path / "c.yaml"
+    f.write_text(f"gemm: {{compute: 0.7, memory: 0.9, smooth: {smooth}}}\n")
+    with pytest.raises(InputError, match=r"c\.yaml: gemm\.smooth must be 0 \(a hard max\) or from 0\.5 to 100, got "):
+        load_calibration(f)
+    sc = tmp_path / "s.yaml"
+    sc.write_text("model: meta-llama/Meta-Llama-3-8B\nhardware: {gpu: h100-sxm}\nworkload: {num_requests: 2, "
+                  "arrival: {process: poisson, rate_rps: 1}, prompt_tokens: {dist: fixed, value: 64}, "
+                  f"output_tokens: {{dist: fixed, value: 4}}}}\ncost: {{calibration: {f}}}\n")
+    assert main(["run", str(sc), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "gemm.smooth must be 0" in capsys.readouterr().err
+    for ok in (0, 0.5, 100):  # the hard max and the range's ends still load
+        f.write_text(f"gemm: {{compute: 0.7, memory: 0.9, smooth: {ok}}}\n")
+        assert load_calibration(f).gemm.smooth == ok
+
+
 def test_scenario_chooses_calibration(tmp_path, scenario_factory):
     from servesim.simulation import prepare
 

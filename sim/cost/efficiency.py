@@ -82,7 +82,7 @@ class GemmEfficiency:
     compute: float = _f(**_SHARE, doc="fraction of peak FLOP/s reached at large K")
     memory: float = _f(**_SHARE, doc="fraction of HBM bandwidth when weight-read bound")
     latency_s: float = _f(0.0, **_LATENCY, doc="fixed per-kernel time")
-    smooth: float = _f(0.0, ge=0, le=100, doc="p of the smooth max (0: hard max)")
+    smooth: float = _f(0.0, ge=0, le=100, doc="p of the smooth max (0: hard max; else at least 0.5)")
     tile_quant: float = _f(0.0, ge=0, le=1, valid="in [0, 1]", doc="share of the FLOPs of M padded up to tile_m")
     tile_m: int = _f(128, ge=1, le=65536)
     k_half: float = _f(0.0, ge=0, le=1e9, doc="inner dimension at which the compute efficiency is halved (0: none)")
@@ -91,6 +91,13 @@ class GemmEfficiency:
                               "price GEMMs at compute x sustained; fits and per-kernel validation, timed in short "
                               "bursts, at compute (1: not measured)")
     expand = staticmethod(_coefficients)
+
+    def check(self, path: str) -> None:
+        # (p below 1 blends compute and memory time into more than their sum, by up to 2^(1/p): a
+        # calibration file's smooth: 1e-4 overflowed the first step's time, a traceback; the fits
+        # give p >= 1, and a collective's smooth is at least 0.5, as here)
+        if 0 < self.smooth < 0.5:
+            raise InputError(f"{path}.smooth must be 0 (a hard max) or from 0.5 to 100, got {self.smooth:g}")
 
 
 @dataclass(frozen=True, slots=True)
