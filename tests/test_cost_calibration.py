@@ -454,6 +454,21 @@ def test_a_gemm_smooth_below_one_half_is_refused_not_an_overflow(tmp_path, smoot
         assert load_calibration(f).gemm.smooth == ok
 
 
+@pytest.mark.parametrize("body, match", [
+    # (each loaded: sustained 1e-300 ran 5 requests for 2.7e302 simulated seconds, a compute_scale of
+    # 1e-300 would run FP8 GEMMs as slowly)
+    ("gemm: {compute: 0.7, memory: 0.9, sustained: 1.0e-300}", r"gemm\.sustained must be in \[1e-4, 1\]"),
+    ("gemm_fp8: {compute_scale: 1.0e-300}", r"gemm_fp8\.compute_scale must be >= 0\.0001"),
+])
+def test_a_rate_share_of_a_calibration_file_is_at_least_1e_4_as_every_other(tmp_path, body, match):
+    f = tmp_path / "c.yaml"
+    f.write_text(body + "\n")
+    with pytest.raises(InputError, match=rf"c\.yaml: {match}"):
+        load_calibration(f)
+    f.write_text(body.replace("1.0e-300", "1.0e-4") + "\n")  # the bound itself loads
+    load_calibration(f)
+
+
 def test_scenario_chooses_calibration(tmp_path, scenario_factory):
     from servesim.simulation import prepare
 

@@ -86,7 +86,8 @@ class GemmEfficiency:
     tile_quant: float = _f(0.0, ge=0, le=1, valid="in [0, 1]", doc="share of the FLOPs of M padded up to tile_m")
     tile_m: int = _f(128, ge=1, le=65536)
     k_half: float = _f(0.0, ge=0, le=1e9, doc="inner dimension at which the compute efficiency is halved (0: none)")
-    sustained: float = _f(1.0, gt=0, le=1, valid="in (0, 1]",
+    # (a share of a rate, as _SHARE: sustained 1e-300 ran a 5-request run for 2.7e302 simulated s)
+    sustained: float = _f(1.0, **_SHARE,
                           doc="share of the compute rate kept under sustained load (the GPU at its power cap): runs "
                               "price GEMMs at compute x sustained; fits and per-kernel validation, timed in short "
                               "bursts, at compute (1: not measured)")
@@ -107,7 +108,7 @@ class Fp8GemmEfficiency:
     share of the FP8 peak the best FP8 GEMMs reach over the share of the 16-bit peak the best 16-bit
     ones reach on the same GPU (the memory side, latency and tiles stay the 16-bit fit's)."""
 
-    compute_scale: float = _f(1.0, gt=0, le=1.5, doc="FP8 GEMM share of the FP8 peak / 16-bit share of the "
+    compute_scale: float = _f(1.0, ge=1e-4, le=1.5, doc="FP8 GEMM share of the FP8 peak / 16-bit share of the "
                                                     "16-bit peak (1: the same share)")
     expand = staticmethod(_coefficients)
 
