@@ -50,6 +50,8 @@ def test_gpu_yaml_carries_price_and_power(tmp_path):
     ("fp8_flops: 3", r"fp8_flops must be 0 \(no FP8 tensor cores\) or dense FP8 FLOP/s from 1e\+09"),
     ("name: ''", r"name must be a GPU's name \(text that is not blank\), got ''"),
     ("name: '  '", r"name must be a GPU's name"),
+    # (an engine profile's CPU figures are scaled by its host's speed over this: vllm-v0.2 ran 6.9e300 s)
+    ("host_cpu_speed: 1e-300", r"host_cpu_speed must be >= 0\.01 and <= 100, got 1e-300"),
 ])
 def test_a_gpu_yaml_out_of_range_figure_or_blank_name_is_refused_naming_the_file_and_field(tmp_path, line, match):
     f = tmp_path / "h20.yaml"

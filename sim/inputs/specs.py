@@ -459,7 +459,9 @@ class GpuFile:
     # OVERRIDE_MAX, a price also 0: free); a price of 1e-300 made tokens per $ 1e300 (check)
     price_per_gpu_hour_usd: Optional[float] = field_(None, ge=0, le=1e6, doc="on-demand USD per GPU-hour")
     power_w: Optional[float] = field_(None, ge=1e-6, le=1e6, doc="board power (TDP), watts")
-    host_cpu_speed: Optional[float] = field_(None, gt=0, le=100,
+    # (0.01 to 100 times DGX-A100's: 1e-300 scaled an engine's CPU figures by 1e300, a run of 6.9e300
+    # simulated seconds with cost.engine vllm-v0.2)
+    host_cpu_speed: Optional[float] = field_(None, ge=0.01, le=100,
                                              doc="single-thread speed of the host CPU, DGX-A100's = 1")
 
     REQUIRED = ("peak_flops", "mem_bytes", "mem_bw_bytes_per_s")
