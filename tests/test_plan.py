@@ -2016,3 +2016,37 @@ def test_the_cost_vs_latency_names_stay_clear_of_each_other_and_the_titles(tmp_p
             assert not any(b.overlaps(t) for t in titles)
             assert not any(b.overlaps(o) for o in boxes[k + 1:])
     assert named >= 0.75 * len(runs)  # (of 64 names, two panels; 18 + 23 before)
+
+
+@pytest.mark.parametrize("text, flag", [
+    ("cluster.replicas=7", "the unit count"), ("hardware.tp=2", "give --tp 2"),
+    ("policy.name=chunked_prefill", "give --policies chunked_prefill"),
+    ("workload.arrival.rate_rps=3", "give --rate 3"),
+    ("workload.num_requests=50", "give --requests 50"), ("hardware.pp=2", "give --pp 2"),
+])
+def test_a_set_of_a_field_the_plan_searches_is_refused(tmp_path, capsys, text, flag):
+    """``--set cluster.replicas=7`` (or the TP, the policy, the rate the plan varies) was silently
+    overridden by the search: a plan of 1 replica at TP1 answered, exit 0."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    assert main(["plan", str(f), "--rate", "5", "--slo", SLO, "--tp", "1", "--policies", "continuous", "--seeds", "1",
+                 "--out", str(tmp_path / "p"), "--quiet", "--set", text]) == 2
+    err = capsys.readouterr().err
+    assert f"--set {text}: servesim plan sets {text.split('=')[0]} itself" in err and flag in err
+    assert "Traceback" not in err and not (tmp_path / "p").exists()
+
+
+def test_a_set_no_shape_of_the_plan_sets_is_honoured(tmp_path):
+    """Without --gpus the scenario's GPU is the one searched, so ``--set hardware.gpu`` picks it; a
+    continuous-only plan keeps the scenario's token budget, so ``--set`` of it holds too."""
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    opts = PlanOptions(rate_rps=2.0, slo=SLO, tps=(1,), policies=("continuous",), seeds=1, probe_requests=40,
+                       requests=40, max_gpus=1, verify_top=0)
+    doc = run_plan(f, opts, tmp_path / "p", ["hardware.gpu=a100-80g", "policy.max_num_batched_tokens=4096"],
+                   ex=QUIET).doc
+    assert [c["shape"]["gpu"] for c in doc["candidates"]] == ["a100-80g"]
+    run = next(iter((tmp_path / "p" / RUNS).glob("*/scenario.yaml")))
+    assert yaml.safe_load(run.read_text())["policy"]["max_num_batched_tokens"] == 4096

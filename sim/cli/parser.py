@@ -412,7 +412,8 @@ def _plan(sub) -> None:
     p.add_argument("--top", type=_int, default=10, help="rows of the ranked table printed (default 10)")
     p.add_argument("--out", default="plan-out", help="output folder (default: ./plan-out)")
     p.add_argument("--no-report", action="store_true", help="skip figures and report.md")
-    _overrides(p, "override a field of the scenario")
+    _overrides(p, "override a field of the scenario (not one the plan sets in its runs: --set hardware.tp=2 is "
+                  "refused, --tp 2 pins it)")
     _executor_args(p)
     p.set_defaults(func=cmd_plan)
 

@@ -726,6 +726,58 @@ def _check_memory(base: dict, rate_rps: float, requests: int, shape) -> None:
                     f"plan: a run of {requests:,} requests (--requests, --probe-requests)")
 
 
+# what each field the plan sets in every run is searched by (or set from), and how to pin it
+_SEARCHED = {
+    "policy.name": ("--policies", "--policies {v}"),
+    "hardware.gpu": ("--gpus", "--gpus {v}"),
+    "hardware.tp": ("--tp", "--tp {v}"),
+    "hardware.pp": ("--pp (colocated shapes; a P/D split runs PP 1)", "--pp {v}"),
+    "cluster.replicas": ("the unit count, from the fewest that meet the SLO up to --max-gpus", None),
+    "policy.max_num_batched_tokens": ("--chunks for chunked prefill shapes; continuous ones keep the scenario's "
+                                      "budget, 8192 where it is a chunk size", "--chunks {v}"),
+    "policy.prefill.replicas": ("--pd-ratios P:D, times the unit count", None),
+    "policy.decode.replicas": ("--pd-ratios P:D, times the unit count", None),
+    "policy.prefill.gpu": ("--gpus (and --mixed-pd)", "--gpus {v}"),
+    "policy.decode.gpu": ("--gpus (and --mixed-pd)", "--gpus {v}"),
+    "policy.prefill.tp": ("--tp", "--tp {v}"),
+    "policy.decode.tp": ("--tp", "--tp {v}"),
+    "policy.prefill.max_num_batched_tokens": ("8192 where the scenario's budget is a chunk size and the prefill "
+                                              "pool sets none", None),
+    RATE_KEY: ("--rate", "--rate {v}"),
+    "workload.num_requests": ("--requests for the runs at the rate, --probe-requests for the capacity probes",
+                              "--requests {v}"),
+    "workload.duration_s": ("--requests: every run is a count of requests", None),
+}
+
+
+def check_searched_overrides(overrides, base: dict, opts: PlanOptions, gpus) -> None:
+    """A ``--set KEY=VALUE`` of a field the plan sets itself in some run (the replica count, TP, the
+    policy, the rate, ...) was silently overridden by the search: an ``InputError`` naming the field,
+    what sets it, and the flag that pins it, before anything runs. Fields no shape of this space
+    sets (a continuous-only plan keeps ``policy.max_num_batched_tokens`` as given; without
+    ``--gpus`` the scenario's ``hardware.gpu`` is the GPU searched) are honoured, as any other."""
+    from servesim.inputs.overrides import parse_override
+
+    sets = {RATE_KEY, "workload.num_requests", "workload.duration_s"}
+    for s in enumerate_shapes(gpus, opts.tps, opts.pps, opts.policies, opts.chunks, opts.pd_ratios, opts.mixed_pd):
+        sets.update(k for k in s.overrides(1, base.get("policy") or {}) if k != "cluster.class_replicas")
+    for text in overrides or ():
+        parts, value = parse_override(text)
+        key = ".".join(parts)
+        if key == "hardware.gpu" and not opts.gpus:
+            continue  # (--gpus defaults to the scenario's GPU: this one)
+        hit = sorted(k for k in sets if k == key or k.startswith(key + "."))
+        if not hit:
+            continue
+        what, pin = _SEARCHED.get(hit[0], ("the search", None))
+        field_ = hit[0] if hit[0] == key else f"{key} ({', '.join(hit)})"
+        if key == "policy.max_num_batched_tokens" and "chunked_prefill" not in opts.policies:
+            pin = None  # (a continuous shape's budget: 8192 in place of the scenario's chunk size)
+        how = f"; to pin it, give {pin.format(v=value)}" if pin and hit[0] == key else ""
+        raise InputError(f"--set {text}: servesim plan sets {field_} itself in the runs it makes ({what}), so the "
+                         f"--set would be overridden, not honoured; drop it{how}")
+
+
 def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: int | None = None,
              ex: ExecutorOptions = ExecutorOptions(), on_progress=None) -> PlanResult:
     """Plan the deployment of ``scenario`` (a file or scenario data) for ``opts`` (see the module
@@ -757,6 +809,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
         layout = {"block": block, "classes": classes}
     out = Path(out)  # (made once the inputs are checked: a refused plan leaves no folder behind)
     gpus = list(dict.fromkeys(opts.gpus or [str((base.get("hardware") or {}).get("gpu"))]))
+    check_searched_overrides(overrides, base, opts, gpus)
     unknown = [g for g, _ in opts.prices if g not in gpus]
     if unknown:
         raise InputError(f"--price {unknown[0]}: not one of the GPUs searched ({', '.join(gpus)})")
