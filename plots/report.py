@@ -36,7 +36,7 @@ from servesim.outputs.progress import Phases
 from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,
                                      read_capacity, read_results, read_scenario, read_study_meta)
 from servesim.outputs.writer import write_text_whole
-from servesim.outputs.wording import plural
+from servesim.outputs.wording import noun, plural
 from servesim.outputs.verdicts import (CLASS_MIN, caveats, class_means, difference_sentences, differences,
                                        fell_behind, gpu_counts, identical_labels, loads_up_to, meets_slo,
                                        not_run_text, rank_key, ranked, rate_order, rate_text, slo_phrase, value_text,
@@ -79,11 +79,20 @@ def _whole_name(meta: dict) -> str:
     return name or "the scenario"
 
 
+PROBES = "probes"  # (the group of a one-seed capacity search: a plural subject, "probes deliver")
+
+
+def _many(g) -> int:
+    """How many a group's label names, for the verb after it (``noun``): "probes deliver", "seed 0
+    delivers"."""
+    return 2 if g == PROBES else 1
+
+
 def _group_label(row, cols, kind: str = "sweep", whole: str = "the scenario") -> str:
     if "label" in cols:
         return str(row["label"])
     if kind == "capacity":
-        return f"seed {row[SEED_KEY]}" if SEED_KEY in cols else "probes"
+        return f"seed {row[SEED_KEY]}" if SEED_KEY in cols else PROBES
     others = [c for c in cols if c != RATE_KEY]
     if not others:
         return whole
@@ -993,12 +1002,12 @@ def _load_figures(data: dict, ctx: Context, dcolors: dict, add) -> None:
             for g, d in tl.items() if d["rate"]}
     add("throughput_latency", ctx.title("Throughput vs latency", rate=False), fig,
         "At the highest load each ran, " + "; ".join(
-            f"{g} delivers "
+            f"{g} {noun(_many(g), 'delivers', 'deliver')} "
             + (f"{d['throughput'][-1]:.0f}" if last[g][tput + CI_SUFFIX] is None else value_text(last[g], tput))
             + " output tok/s" + (" (over the second half of the arrivals)" if windowed else "")
             + " at p99 TPOT " + (_ms(d["latency"][-1]) if last[g]["tpot_p99_s" + CI_SUFFIX] is None
                                  else value_text(last[g], "tpot_p99_s", 1e3, "ms"))
-            + (" but fails the SLO there" if d["ok"][-1] is False else "")
+            + (f" but {noun(_many(g), 'fails', 'fail')} the SLO there" if d["ok"][-1] is False else "")
             for g, d in tl.items() if d["rate"]) + ".")
 
 

@@ -1420,3 +1420,16 @@ def test_a_deployment_the_setup_refuses_is_named_by_its_scenario_file(tmp_path, 
     assert err == run_err
     assert err.startswith(f"servesim: error: {sc}: cluster.replicas: with policy.name=pd_split")
     assert not (out / "runs").exists()  # (nothing probed)
+
+
+def test_a_one_seed_capacity_report_writes_its_probes_as_a_plural_subject(tmp_path):
+    """A one-seed search's probes are one group, "probes": the report read "At the highest load
+    each ran, probes delivers ... but fails the SLO there"."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario_data()))
+    out = tmp_path / "cap"
+    assert main(["capacity", str(sc), "--seeds", "1", "--slo", "ttft_p99=300ms", "--probe-requests", "40",
+                 "--tol", "0.09", "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    assert main(["report", str(out), "--quiet"]) == 0
+    line = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("At the highest load"))
+    assert "probes deliver " in line and "probes delivers" not in line and " but fails " not in line
