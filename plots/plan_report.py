@@ -107,6 +107,8 @@ def build_plan_report(folder: str | Path) -> Path:
            "over the span its requests arrived in (not the drain after the last arrival) per token served, split "
            "by the GPU time of prefill and decode work (mean over the seeds).", "",
            D.markdown(D.table_rows(doc)) if best else "None: no shape was simulated as serving the rate.", ""]
+    if best and D.table_notes(doc):
+        md += [f"- `{x[0]}`{x[1:]}" for x in D.table_notes(doc)] + [""]  # (a mark opening a line: a bullet)
     checks = [f"- {x}" for x in D.verification_lines(doc) + D.failure_lines(doc)]
     md += ["## Verification", ""] + (checks or ["Nothing to verify: no configuration was ranked."]) + [""]
     pruned = [f"- {x}" for x in D.pruned_lines(doc)]

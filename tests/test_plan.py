@@ -2050,3 +2050,28 @@ def test_a_set_no_shape_of_the_plan_sets_is_honoured(tmp_path):
     assert [c["shape"]["gpu"] for c in doc["candidates"]] == ["a100-80g"]
     run = next(iter((tmp_path / "p" / RUNS).glob("*/scenario.yaml")))
     assert yaml.safe_load(run.read_text())["policy"]["max_num_batched_tokens"] == 4096
+
+
+def test_every_ranked_capacity_on_probes_still_filling_is_marked_in_the_table():
+    """Only the answer's capacity carried the filling (and too-short) warning, on its own line
+    after its seeds'; another ranked configuration whose capacity rests on such probes showed
+    nothing in the table (plan.json had it). Its capacity cell is marked, and a line under the
+    table says what the mark means and which ranks carry it."""
+    from servesim.outputs.plandoc import PLAN_JSON, markdown, table_notes, table_rows
+
+    def cand(key, filling=None, too_short=None):
+        run = {"units": 1, "seeds": [{"seed": 0, "meets": True, "ttft_p99_s": 0.1, "tpot_p99_s": 0.01}]}
+        return {"key": key, "label": key, "gpus": 1, "usd_per_hour": 3.29, "units": 1, "runs": [run],
+                "capacity": {"estimate": 12.0, "low": 11.0, "high": 13.0, "measured": True, "samples": [11, 12, 13],
+                             "filling": filling, "too_short": too_short}}
+
+    doc = {"rate_rps": 10.0, "seeds": [0, 1, 2], "ranking": ["a", "b", "c", "d"],
+           "candidates": [cand("a"), cand("b", filling="on 1 of 3 seeds ... rerun the plan with --probe-requests 1100"),
+                          cand("c", too_short="seed 0: still too short at 64,000 requests"), cand("d")]}
+    rows = table_rows(doc)
+    cells = [r["capacity req/s (95% CI)"] for r in rows]
+    assert [c[-1] for c in cells] == [")", "*", "+", ")"]
+    notes = table_notes(doc)
+    assert len(notes) == 2 and notes[0].startswith("* capacity may be low") and "(rank 2;" in notes[0]
+    assert notes[1].startswith("+ capacity a lower bound") and "(rank 3;" in notes[1] and PLAN_JSON in notes[1]
+    assert table_notes(doc, top=1) == [] and "\\*" in markdown(rows)

@@ -159,6 +159,8 @@ def cmd_plan(args) -> int:
     if rows:
         print()
         print(D.aligned(rows))
+        for line in D.table_notes(doc, args.top):
+            print(line)
         more = len(doc["ranking"]) - len(rows)
         if more > 0:
             print(f"... and {more} more in {out / D.PLAN_JSON}")

@@ -231,12 +231,37 @@ def table_rows(doc: dict, top: int | None = None) -> list[dict]:
             "$/M out": _money(run.get("usd_per_million_output_tokens") if run else None, 3),
             "power kW": "-" if power is None else f"{power / 1e3:.2f}",
             # (one seed: no interval, the cell shows the estimate alone)
-            ("capacity req/s (95% CI)" if len(doc.get("seeds") or ()) != 1 else "capacity req/s"): capacity_text(cap),
+            ("capacity req/s (95% CI)" if len(doc.get("seeds") or ()) != 1 else "capacity req/s"):
+                capacity_text(cap) + "".join(m for m, _, _ in _CAP_MARKS if _marked(cap, m)),
             "headroom": head,
             "p99 TTFT": fmt_s(worst(run, "ttft_p99_s")), "p99 TPOT": fmt_s(worst(run, "tpot_p99_s")),
             "seeds met": f"{sum(s['meets'] for s in run['seeds'])}/{len(run['seeds'])}" if run else "-",
         })
     return rows
+
+
+# a capacity cell's marks: (mark, the capacity's field, what it says), each explained under the table
+_CAP_MARKS = (("*", "filling", "may be low: the keep-up rule set it on probes whose batch was still filling"),
+              ("+", "too_short", "a lower bound: its probes were still too short to tell whether they keep up"))
+
+
+def _marked(cap: dict | None, mark: str) -> bool:
+    key = next(k for m, k, _ in _CAP_MARKS if m == mark)
+    return bool(cap) and isinstance(cap.get(key), str) and bool(cap[key])
+
+
+def table_notes(doc: dict, top: int | None = None) -> list[str]:
+    """What a capacity cell's mark (``*``, ``+``) says, for the rows of ``table_rows(doc, top)`` that
+    carry one: every configuration whose capacity (its own search's, or one unit's for an estimate)
+    rests on probes still filling or too short, where only the answer's said so (after its seeds'
+    lines) and the other rows showed nothing."""
+    out = []
+    for mark, key, says in _CAP_MARKS:
+        ranks = [str(i) for i, c in enumerate(ranked(doc)[:top], 1) if _marked(c.get("capacity"), mark)]
+        if ranks:
+            out.append(f"{mark} capacity {says} (rank {', '.join(ranks)}; each configuration's {key} in "
+                       f"{PLAN_JSON} names its seeds and the rerun)")
+    return out
 
 
 def aligned(rows: list[dict]) -> str:
@@ -255,7 +280,8 @@ def markdown(rows: list[dict]) -> str:
         return ""
     cols = list(rows[0])
     return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-                     + ["| " + " | ".join(r[c].replace("|", "/") for c in cols) + " |" for r in rows])
+                     + ["| " + " | ".join(r[c].replace("|", "/").replace("*", "\\*") for c in cols) + " |"
+                        for r in rows])
 
 
 def objective_text(objective: str, v) -> str:
