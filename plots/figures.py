@@ -907,7 +907,7 @@ def pareto_front(points) -> list:
 
 
 def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None,
-                  prices: str = "on-demand list prices"):
+                  prices: str = "on-demand list prices", deferred: list | None = None):
     """Deployments by $/hour (x) and capacity (y, req/s, with its interval as an error bar), the
     Pareto front (cheapest for its capacity) as a step line, the target rate as a dotted line.
 
@@ -916,7 +916,9 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None,
     "pd", "usd_per_hour", "capacity", "low", "high", "chosen": bool}]; each point is labelled with
     its configuration (grey off the front: two on one GPU type differ by policy alone), placed as
     ``cost_latency`` places its names. The axis reaches the top of every interval. ``prices``: where
-    the prices came from, for the x label."""
+    the prices came from, for the x label. ``deferred``: as ``cost_latency``'s, the names placed by
+    ``place_names`` once the figure is laid out (placed here, the layout moved the points and the
+    legend under them)."""
     colors = colors or colors_for([d["gpu"] for d in data])
     seen = set()
     for d in data:
@@ -952,11 +954,17 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None,
     # name struck through by the dotted line)
     from matplotlib.transforms import Bbox
 
-    frame = ax.get_window_extent()
-    y_target = ax.transData.transform((0, rate_rps))[1]
-    target = Bbox.from_extents(frame.x0, y_target - 1, frame.x1, y_target + 1)
-    _place_names(ax, [(d, d["capacity"], ax.transData) for d in data],
-                 lambda d: "k" if id(d) in on_front else "0.45", [legend.get_window_extent(), target])
+    def place():  # (the legend and the target line where they are when the names are placed)
+        frame = ax.get_window_extent()
+        y_target = ax.transData.transform((0, rate_rps))[1]
+        target = Bbox.from_extents(frame.x0, y_target - 1, frame.x1, y_target + 1)
+        _place_names(ax, [(d, d["capacity"], ax.transData) for d in data],
+                     lambda d: "k" if id(d) in on_front else "0.45", [legend.get_window_extent(), target])
+
+    if deferred is not None:
+        deferred.append(place)
+    else:
+        place()
     return ax
 
 
@@ -975,7 +983,7 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
     inside the axes and clear of the others (a name moved off its point has a leader line to it),
     and the legend below the axes, clear of the names; a name with no room clear of the others is
     left out, and the title says how many are named. ``deferred``: a list the names are added to,
-    ``(ax, named)``, to be placed with ``place_names`` once the figure is laid out (``lay_out``),
+    a callable each, to be placed with ``place_names`` once the figure is laid out (``lay_out``),
     rather than here: the layout moves the points under names placed before it, onto each other
     and over the titles (a suptitle and legends below take room the axes had)."""
     from matplotlib.transforms import blended_transform_factory
@@ -1020,7 +1028,7 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # narrowed the axes to fit them)
         legend_below(ax, fontsize="small")
     if deferred is not None:
-        deferred.append((ax, named))
+        deferred.append(lambda: _place_names(ax, named))
     else:
         _place_names(ax, named)
     return ax
@@ -1037,9 +1045,10 @@ def lay_out(fig) -> None:
 
 
 def place_names(deferred: list) -> None:
-    """Place the names ``cost_latency(..., deferred=...)`` kept, on a figure laid out (``lay_out``)."""
-    for ax, named in deferred:
-        _place_names(ax, named)
+    """Place the names ``cost_latency`` and ``cost_capacity`` kept (``deferred=``), on a figure laid
+    out (``lay_out``)."""
+    for place in deferred:
+        place()
 
 
 def _place_names(ax, named: list, color_of=None, avoid=()) -> int:
@@ -1055,43 +1064,96 @@ def _place_names(ax, named: list, color_of=None, avoid=()) -> int:
     # (the layout to come may take a few percent off the axes' height: kept that far inside)
     inner = frame.padded(0, -0.03 * frame.height)
     placed = list(avoid)
+    leaders: list = []  # (point, the name's centre) in display space, of the names moved off their points
+    # (every point: a name over another's marker read as naming it)
+    points = [n[2].transform((n[0]["usd_per_hour"], n[1])) for n in named]
     unnamed = 0
     # (top to bottom, each name first tried lower down: the names of a column of points stack
     # mostly in the points' order)
     for d, y, transform in sorted(named, key=lambda n: -n[2].transform((n[0]["usd_per_hour"], n[1]))[1]):
+        at = transform.transform((d["usd_per_hour"], y))
         right = (d["usd_per_hour"] - lo) > 0.5 * (hi - lo)
-        kw = dict(xycoords=transform, textcoords="offset points", ha="right" if right else "left", va="top",
-                  fontsize=7, color=color_of(d) if color_of else "k")
-        dx = -6 if right else 6
-        text = ax.annotate(wrap_label(d.get("label") or d["fleet"], 30), (d["usd_per_hour"], y), xytext=(dx, -3), **kw)
-        # a name that would lie over one already placed goes the nearest line down or up where there
-        # is room inside the axes, with a leader line to the point once it has left it: moved down
-        # alone, names of several shapes of one cost ran out of the axes (over the x label, into
-        # the legend) and each sat by another configuration's point
+        kw = dict(xycoords=transform, textcoords="offset points", va="top", fontsize=7,
+                  color=color_of(d) if color_of else "k")
+        text = ax.annotate(wrap_label(d.get("label") or d["fleet"], 30), (d["usd_per_hour"], y), xytext=(6, -3),
+                           ha="left", **kw)
+        # a name that would lie over one already placed goes the nearest line down or up, on the side
+        # of its point with room first, then the other, where there is room inside the axes, with a
+        # leader line to the point once it has left it: moved down alone, names of several shapes of
+        # one cost ran out of the axes (over the x label, into the legend) and each sat by another
+        # configuration's point. A leader crosses no other name, and a name lies across no leader
+        # (they ran through the names of the points between, the line read as another's)
         step = text.get_window_extent().height * 72 / ax.figure.dpi + 2
-        for k in (0, *(k * sign for k in range(1, 13) for sign in (1, -1)), None):
-            if k is None:  # (no room anywhere: left out, counted by the caller; printed over the
-                # others, 63 unit counts of one shape smeared into an unreadable band)
+        sides = ("right", "left") if right else ("left", "right")
+        found = None
+        for k in (0, *(k * sign for k in range(1, LINES + 1) for sign in (1, -1))):
+            for ha in sides:
+                dx = -6 if ha == "right" else 6
+                text.set_horizontalalignment(ha)
+                text.xyann = (dx, -3 - k * step)
+                box = text.get_window_extent()
+                if (box.y0 < inner.y0 or box.y1 > inner.y1 or box.x0 < frame.x0 or box.x1 > frame.x1
+                        or any(box.padded(0.15 * box.width, 2).overlaps(b) for b in placed)
+                        or any(_segment_hits(p, q, box.padded(2)) for p, q in leaders)
+                        or any(_segment_hits(pt, pt, box.padded(3)) for pt in points if not _same(pt, at))):
+                    continue
+                # (the leader ends at the name's corner nearest its point, not its middle: down a
+                # column of points it then runs beside the names stacked there, not through them)
+                rel = (0.0 if ha == "left" else 1.0, 1.0 if k > 0 else 0.0)
+                corner = (box.x0 + rel[0] * box.width, box.y0 + rel[1] * box.height)
+                # (it may cross a line to avoid, as the target rate's, which is no box: names run
+                # out of room between the points' band and it)
+                if k and any(_segment_hits(at, corner, b.padded(1)) for b in placed if b.height > 4):
+                    continue
+                found = (k, ha, dx, box, corner, rel)
                 break
-            text.xyann = (dx, -3 - k * step)
-            box = text.get_window_extent()
-            if box.y0 < inner.y0 or box.y1 > inner.y1:
-                continue
-            if not any(box.padded(0.15 * box.width, 2).overlaps(b) for b in placed):
+            if found:
                 break
-        if k is None:
+        if found is None:  # (no room anywhere: left out, counted by the caller; printed over the
+            # others, 63 unit counts of one shape smeared into an unreadable band)
             text.remove()
             unnamed += 1
             continue
+        k, ha, dx, box, corner, rel = found
         if k:
             text.remove()
-            text = ax.annotate(text.get_text(), (d["usd_per_hour"], y), xytext=(dx, -3 - k * step), **kw,
-                               arrowprops={"arrowstyle": "-", "color": "0.5", "linewidth": 0.6, "shrinkA": 1,
-                                           "shrinkB": 4})
+            text = ax.annotate(text.get_text(), (d["usd_per_hour"], y), xytext=(dx, -3 - k * step), ha=ha, **kw,
+                               arrowprops={"arrowstyle": "-", "color": "0.5", "linewidth": 0.6, "shrinkA": 0,
+                                           "shrinkB": 4, "relpos": rel})
+            leaders.append((at, corner))
         placed.append(box)  # (the name's own box: an annotation's extent takes its leader line in)
     if unnamed:
         ax.set_title(f"{ax.get_title()} ({len(named) - unnamed} of {len(named)} named: no room for the rest)")
     return unnamed
+
+
+LINES = 12  # (lines a name may move up or down from its point)
+
+
+def _same(p, q) -> bool:
+    return abs(p[0] - q[0]) < 0.5 and abs(p[1] - q[1]) < 0.5
+
+
+def _segment_hits(p, q, box) -> bool:
+    """Whether the segment from ``p`` to ``q`` (display points) meets ``box`` (Liang-Barsky)."""
+    x0, y0 = p
+    dx, dy = q[0] - x0, q[1] - y0
+    t0, t1 = 0.0, 1.0
+    for pk, qk in ((-dx, x0 - box.x0), (dx, box.x1 - x0), (-dy, y0 - box.y0), (dy, box.y1 - y0)):
+        if pk == 0:
+            if qk < 0:
+                return False
+            continue
+        r = qk / pk
+        if pk < 0:
+            if r > t1:
+                return False
+            t0 = max(t0, r)
+        else:
+            if r < t0:
+                return False
+            t1 = min(t1, r)
+    return True
 
 
 _GLYPH = re.compile(r"Glyph (\d+) \(.*\) missing from font\(s\) (.+?)\.?$")

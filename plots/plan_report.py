@@ -79,6 +79,21 @@ def cost_latency_figure(runs: list, title: str, lim: dict, colors: dict):
     return fig
 
 
+def cost_capacity_figure(pts: list, title: str, rate_rps: float, colors: dict, prices: str):
+    """The cost_vs_capacity figure (``pts``: ``F.cost_capacity``'s data), ``title`` above; the names
+    are placed once the figure is laid out, as cost_vs_latency's are (placed before, the layout
+    moved the points and the legend under them)."""
+    fig, ax = F.subplots(figsize=(8, 5.5))
+    # (the title first: the names are placed in the axes the title leaves, and a count of those
+    # with no room is added to it)
+    ax.set_title(title, fontsize=10)
+    deferred: list = []
+    F.cost_capacity(pts, ax, rate_rps, colors, prices, deferred)
+    F.lay_out(fig)
+    F.place_names(deferred)
+    return fig
+
+
 def build_plan_report(folder: str | Path) -> Path:
     """Write ``folder/figures/*.png|svg`` and ``folder/report.md`` for the plan in ``folder``."""
     folder = Path(folder)
@@ -127,11 +142,8 @@ def build_plan_report(folder: str | Path) -> Path:
                         "usd_per_hour": c["usd_per_hour"], "capacity": cap["estimate"], "low": max(cap["low"], 0.0),
                         "high": cap["high"], "chosen": c is best[0]})
     if pts:
-        fig, ax = F.subplots(figsize=(8, 5.5))
-        # (the title first: the names are placed in the axes the title leaves, and a count of those
-        # with no room is added to it)
-        ax.set_title(_title(doc, "cost vs capacity (Pareto front)"), fontsize=10)
-        F.cost_capacity(pts, ax, doc["rate_rps"], colors, D.price_source(doc))
+        fig = cost_capacity_figure(pts, _title(doc, "cost vs capacity (Pareto front)"), doc["rate_rps"], colors,
+                                   D.price_source(doc))
         front = F.pareto_front([(p["usd_per_hour"], p["capacity"], p) for p in pts])
         add("cost_vs_capacity", "Cost vs capacity", fig,
             f"{plural(len(pts), 'feasible configuration')}; the Pareto front (no other is both cheaper and higher in "

@@ -2075,3 +2075,78 @@ def test_every_ranked_capacity_on_probes_still_filling_is_marked_in_the_table():
     assert len(notes) == 2 and notes[0].startswith("* capacity may be low") and "(rank 2;" in notes[0]
     assert notes[1].startswith("+ capacity a lower bound") and "(rank 3;" in notes[1] and PLAN_JSON in notes[1]
     assert table_notes(doc, top=1) == [] and "\\*" in markdown(rows)
+
+
+def _dense_plan_figures():
+    """A dense synthetic plan: 24 configurations' capacities, 40 runs at R over two GPU types."""
+    import random
+
+    rnd = random.Random(3)
+    gpus = ("h100-sxm", "a100-80g")
+    pts, runs = [], []
+    for i in range(24):
+        gpu, tp, units = gpus[i % 2], (2, 4, 8)[i % 3], 1 + i // 6
+        pol = ("continuous", "chunked prefill 512", "chunked prefill 2048", "P/D 1:1")[i % 4]
+        cap = 10 * rnd.uniform(1.0, 1.6) * (1 + 0.1 * units)
+        pts.append({"fleet": f"{units * tp} x {gpu}", "label": f"{units} x {gpu} TP{tp}, {pol}", "gpu": gpu,
+                    "kind": "pd" if pol.startswith("P/D") else "colocated",
+                    "usd_per_hour": units * tp * (2.5, 3.29)[i % 2],
+                    "capacity": cap, "low": 0.9 * cap, "high": 1.1 * cap, "chosen": i == 0})
+    for i in range(40):
+        gpu, tp, units = gpus[i % 2], (2, 4, 8)[i % 3], 1 + i // 5
+        for m, hi in (("ttft", 4.0), ("tpot", 0.2)):
+            runs.append({"metric": m, "fleet": f"{units * tp} x {gpu}",
+                         "label": f"{units} x {gpu} TP{tp}, chunked 2048", "gpu": gpu, "kind": "colocated",
+                         "usd_per_hour": units * tp * (3.29, 2.5)[i % 2],
+                         "p99": rnd.uniform(hi / 40, hi), "meets": rnd.random() < 0.6})
+    return pts, runs
+
+
+def _names_and_leaders(fig):
+    """Per axes: its frame, its names' own boxes and its leader lines' ends, in the figure as saved."""
+    from matplotlib.text import Text
+
+    fig.tight_layout()  # (laid out again, as F.save does before writing it)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    out = []
+    for ax in fig.axes:
+        texts = list(ax.texts)
+        boxes = [Text.get_window_extent(t, r) for t in texts]
+        leaders = [(k, t.arrow_patch.get_path().transformed(t.arrow_patch.get_transform()).vertices)
+                   for k, t in enumerate(texts) if t.arrow_patch is not None]
+        out.append((ax, ax.get_window_extent(r), boxes, [(k, v[0], v[-1]) for k, v in leaders]))
+    return out
+
+
+def test_dense_plan_figures_draw_no_leader_line_across_another_name(tmp_path):
+    """Dense plan figures: a name moved off its point had its leader line drawn from the middle of
+    the name across the names stacked between (cost_vs_latency), and cost_vs_capacity placed its
+    names before the figure was laid out (cost_vs_latency's were moved after it: 27dcff3). In both,
+    once laid out, every name is inside its axes, clear of the other names, the titles and the
+    legend, and no leader line runs through another name."""
+    from servesim.plots import figures as F
+    from servesim.plots.figures import _segment_hits
+    from servesim.plots.plan_report import cost_capacity_figure, cost_latency_figure
+
+    pts, runs = _dense_plan_figures()
+    colors = F.colors_for(["h100-sxm", "a100-80g"])
+    title = "Meta-Llama-3-70B at 10 req/s: {}\nSLO ttft_p99 <= 2 s, tpot_p99 <= 100 ms"
+    figs = [cost_capacity_figure(pts, title.format("cost vs capacity"), 10.0, colors, "list prices"),
+            cost_latency_figure(runs, title.format("cost vs p99 latency"), {"ttft": 2.0, "tpot": 0.1}, colors)]
+    crossed = named = leaders = 0
+    for fig in figs:
+        r = fig.canvas.get_renderer()
+        for ax, frame, boxes, lines in _names_and_leaders(fig):
+            titles = [ax.title.get_window_extent(r)] + ([fig._suptitle.get_window_extent(r)] if fig._suptitle else [])
+            legend = ax.get_legend().get_window_extent(r) if ax.get_legend() else None
+            named += len(boxes)
+            leaders += len(lines)
+            for k, b in enumerate(boxes):
+                assert frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1
+                assert not any(b.overlaps(t) for t in titles) and not (legend and b.overlaps(legend))
+                assert not any(b.overlaps(o) for o in boxes[k + 1:])
+            crossed += sum(_segment_hits(p, q, b.padded(-1)) for k, p, q in lines
+                           for j, b in enumerate(boxes) if j != k)
+    assert leaders and crossed == 0
+    assert named >= 0.4 * (len(pts) + len(runs))  # (of 104 names over three panels, in the space they have)
