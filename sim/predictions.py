@@ -805,7 +805,7 @@ def dry_run_plugins(scenario: Scenario, setup=None, specs=None) -> int | None:
     try:
         simulate(run, specs=given)
     except PluginError as e:
-        raise PluginError(f"{e} (validate's dry run of the workload's first {k} requests)") from e.__cause__
+        raise PluginError(f"{e} (validate's dry run of the workload's first {k:,} requests)") from e.__cause__
     except InputError:  # (the few requests cut from the workload, not the plug-in: the run itself was checked)
         return None
     return k

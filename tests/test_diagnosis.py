@@ -1707,3 +1707,17 @@ def test_validate_does_not_extrapolate_unfinished_requests_that_all_arrive_at_on
     assert not pred["exact"] and pred["estimate"] is None and pred["unfinished"] <= s["unfinished"]
     lines = [x for x in _validate_lines(tmp_path, capsys, sc) if "queued or running" in x]
     assert not any("a run will leave about" in x for x in lines), lines
+
+
+def test_validate_counts_its_reasons_with_thousands_separators(tmp_path, capsys):
+    """validate's counts take thousands separators ("2,980 of 3,000 requests"), but the top reasons
+    after them did not ("2980 x admission: ..."): the same count, written two ways in one line."""
+    import re
+
+    at_once = {**SHED, "workload.num_requests": 1500, "workload.arrival": {"process": "all_at_once"}}
+    sc = make_scenario(**at_once, **{"policy.admission": {"max_queue": 20}})
+    line = [x for x in _validate_lines(tmp_path, capsys, sc) if "policy.admission decides" in x]
+    assert len(line) == 1
+    k = int(re.search(r"a run will reject ([\d,]+) of", line[0]).group(1).replace(",", ""))
+    assert k >= 1000 and f": {k:,} x admission: " in line[0], line[0]
+    assert not re.search(r"\d{4} x ", line[0]), line[0]

@@ -588,7 +588,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
         pred["shed_first"] = predict_rejections(scenario, setup, lengths, first[0])["shed_first"]
     if pred and pred["rejected"]:
         n, k, g = pred["requests"], pred["rejected"], pred["while_decoding"]
-        top = "; ".join(f"{c} x {r}" for r, c in pred["reasons"])
+        top = "; ".join(f"{c:,} x {r}" for r, c in pred["reasons"])
         when = "before they are served" if not g else (
             f", {g:,} of them while decoding, when their sequence outgrows the KV cache"
             + (" (fewer if workload.duration_s ends the run first)" if scenario.workload.duration_s else "")
@@ -814,7 +814,7 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
     adm = scenario.policy.admission
     if shed["at_once"]:
         k, share = shed["at_once"], shed["rejected_share"]
-        top = "; ".join(f"{c} x {r}" for r, c in shed["reasons"])
+        top = "; ".join(f"{c:,} x {r}" for r, c in shed["reasons"])
         text = (f"a run will reject {k:,} of {plural(shed['requests'], 'request', fmt=',')} ({share:.1%}) at once: "
                 "they all arrive before a step "
                 f"admits any, so policy.admission decides on the queue they make themselves (the run's first "
@@ -822,7 +822,7 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         return f"warning: {text}" if share >= REJECTED_SHARE else f"  shedding: {text}"
     if shed.get("replayed"):
         k, n, share = shed["shed"], shed["replayed"], shed["rejected_share"]
-        top = "; ".join(f"{c} x {r}" for r, c in shed["reasons"])
+        top = "; ".join(f"{c:,} x {r}" for r, c in shed["reasons"])
         why = (f"fewer than {OVERLOAD_PROBE_MIN} requests, too few to compare rates" if shed["short"] else
                f"at their own arrival times on "
                f"{'the whole P/D split' if 'decode' in setup.pools_by_name else 'the whole deployment'}"

@@ -269,8 +269,8 @@ def budget_warnings(pools) -> list:
                     f"the {p.name} pool's max_num_batched_tokens={b} is below its max_num_seqs={s} (policy.{p.name}, "
                     "or policy's where it sets none)")
             out.append({"code": "budget_below_seqs",
-                        "message": f"{what}: a step holds at most "
-                                   f"{b} tokens, one per decoding sequence, so at most {b} sequences run in a step and "
+                        "message": f"{what}: a step holds at most {b:,} tokens, one per decoding sequence, "
+                                   f"so at most {b:,} sequences run in a step and "
                                    "max_num_seqs is never reached (vLLM refuses to start with this setting: "
                                    "max_num_batched_tokens must be at least max_num_seqs); raise the budget or lower "
                                    "max_num_seqs"})
