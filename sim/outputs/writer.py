@@ -263,6 +263,15 @@ def write_text_whole(path: Path, text: str) -> Path:
     return path
 
 
+def _listed_files(summary_path: Path) -> set:
+    """The run files a servesim summary.json lists (its ``files``; only names a run writes), or none."""
+    try:
+        files = json.loads(summary_path.read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {n for n in files if isinstance(n, str) and n in RUN_ENTRIES} if isinstance(files, dict) else set()
+
+
 def remove_report(folder: Path) -> bool:
     """Remove the report an earlier study left in ``folder``: report.md when servesim wrote it (its
     first line is one of ``REPORT_HEADS``) and figures/'s PNG and SVG files (figures/ itself when
@@ -385,7 +394,8 @@ def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_ya
     other file's rows, bytes and SHA-256 (``files``), which readers check
     (``rundir.verify_run``). A folder that holds anything a run folder does not (``--out .``)
     is not replaced: the files are written in place, each through a temporary file renamed
-    over the old one, summary.json removed first and written last. An ``OSError`` (a full
+    over the old one, summary.json removed first and written last; the earlier run's report and
+    the files its summary.json listed that this run does not write are removed. An ``OSError`` (a full
     disk) names the file it was writing; nothing half-written is left behind."""
     out = Path(out)
     extra = extra or {}
@@ -401,8 +411,16 @@ def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_ya
         written = _write_files(tmp, summary, requests, steps, scenario_yaml, outputs, fmt, extra, out)
         if in_place:
             summary_path = real / "summary.json"
+            old_files = _listed_files(summary_path)
             if summary_path.exists():
                 summary_path.unlink()  # the old files are going: the folder is no run until the new summary lands
+            # (the earlier run's report and its own files the new run does not write described that run:
+            # a report of the new summary.json read the old requests.csv, and report.md stayed the old one's)
+            remove_report(real)
+            new_names = {f.name for f in tmp.iterdir()}
+            for name in old_files - new_names:
+                with contextlib.suppress(OSError):
+                    (real / name).unlink()
             for f in sorted(tmp.iterdir(), key=lambda f: f.name == "summary.json"):
                 os.replace(f, real / f.name)
         elif not real.exists():
