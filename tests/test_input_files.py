@@ -168,6 +168,31 @@ def test_an_arrival_column_read_as_seconds_for_want_of_a_unit_is_warned(tmp_path
     assert summary["workload"].get("trace_unit_guessed") == warned
 
 
+@pytest.mark.parametrize("column, unit, warned", [("arrival_s", "ms", True), ("arrival_ms", "s", True),
+                                                  ("arrival_ms", "ms", False), ("arrival_s", "s", False)])
+def test_a_time_unit_against_the_unit_named_by_the_column_is_warned(tmp_path, capsys, column, unit, warned):
+    """time_unit: ms on a column named arrival_s was read as milliseconds (the replay 1000x faster
+    than the name says) with no word. The stated unit is read, as documented (the name's unit
+    applies where time_unit is null), but the contradiction is warned in run and validate,
+    naming the field and the column; a time_unit that agrees with the name is not."""
+    (tmp_path / "t.csv").write_text(f"{column},prompt_tokens,output_tokens\n0,100,10\n2000,200,20\n")
+    trace = {"path": str(tmp_path / "t.csv"), "time_unit": unit, "columns": {"arrival": column}}
+    p = scenario_file(tmp_path, workload={"num_requests": 2, "trace": trace})
+    assert main(["validate", str(p)]) == 0
+    out = capsys.readouterr().out
+    said = f"workload.trace.time_unit={unit} contradicts the arrival column '{column}'"
+    assert (said in out) == warned, out
+    assert main(["run", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    msgs = [w["message"] for w in summary["warnings"] if w["code"] == "trace_unit"]
+    assert any(said in m for m in msgs) == warned, summary["warnings"]
+    # (read in the stated unit all the same: the second row 2,000 of it after the first)
+    from servesim.outputs.rundir import read_columns
+
+    arrivals = read_columns(tmp_path / "o" / "requests.csv", ["arrival_s"])["arrival_s"]
+    assert arrivals[1] == pytest.approx(2000 * {"s": 1.0, "ms": 1e-3}[unit])
+
+
 @pytest.mark.parametrize("text, extra, why", [
     ("timestamp,prompt_tokens,output_tokens\n2024-05-10T00:00:00,100,10\n2024-05-10T00:00:00.5,200,20\n", {},
      "holds timestamps"),

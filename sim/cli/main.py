@@ -557,7 +557,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                                          gpu_unit_warnings,
                                          kv_override_warnings, kv_room_fix, no_effect_warnings, no_requests_text,
                                          plugin_shadow_warnings, resend_at_once_warnings, scenario_slos,
-                                         slo_floor_text, slo_unit_warnings, trace_unit_text)
+                                         slo_floor_text, slo_unit_warnings, trace_unit_conflict_warnings,
+                                         trace_unit_text)
     from servesim.plugins import plugin_warnings
     from servesim.predictions import (OVERLOAD_MARGIN, admission_first, closed_loop_first_rejections, drawn_lengths,
                                       predict_clipped,
@@ -767,7 +768,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
             "stops there"
         lines.append(f"warning: {clip_text(probe_broke[0], 400)} (in {where})")
     lines += [f"warning: {w['message']}" for w in slo_unit_warnings(scenario_slos(scenario))]
-    lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario)
+    lines += [f"warning: {w['message']}" for w in no_effect_warnings(scenario) + trace_unit_conflict_warnings(scenario)
               + full_prompt_warnings(scenario, setup.pools) + cost_mapping_warnings(scenario, setup.pools)
               + plugin_warnings(scenario, setup.pools) + plugin_shadow_warnings(scenario)]
     return lines

@@ -70,6 +70,9 @@ class TraceData:
     # the arrival column's name when its numbers were read as seconds for want of a unit (a csv /
     # jsonl trace, no unit at the end of the name, no time_unit): a likely ms-as-s mix-up, warned
     unit_guessed: str | None = None
+    # the arrival column's name when its numbers were read in a stated time_unit other than the one
+    # its name ends with (time_unit: ms on arrival_s): the stated unit is read, and warned
+    unit_conflict: str | None = None
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -812,6 +815,10 @@ def _read_trace_cached(path, _file, _mtime, _size, fmt, columns, time_unit, need
         if (fmt in ("csv", "jsonl") and time_unit is None and unit_in_name(cols["arrival"]) is None
                 and data.arrival_s is not None and not data.arrival_timestamps):
             data = dataclasses.replace(data, unit_guessed=cols["arrival"])
+        named = unit_in_name(cols["arrival"])
+        if (time_unit is not None and named is not None and named != time_unit
+                and data.arrival_s is not None and not data.arrival_timestamps):
+            data = dataclasses.replace(data, unit_conflict=cols["arrival"])
         return data
     except UnicodeDecodeError:
         raise not_utf8(path, read_bytes(path)) from None

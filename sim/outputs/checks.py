@@ -50,7 +50,9 @@ Each warning is ``{"code": ..., "message": ...}``:
 - ``trace_unit``: a trace's arrival column names no unit (``timestamp``, not ``timestamp_ms``) and
   ``workload.trace.time_unit`` is null, so its numbers were read as seconds
   (``summary["workload"]["trace_unit_guessed"]``): milliseconds read so make a trace 1000x slower,
-  and nothing in the numbers tells which was meant; ``time_unit: s`` states it;
+  and nothing in the numbers tells which was meant; ``time_unit: s`` states it; or a stated
+  ``time_unit`` other than the unit the column's name ends with (``time_unit: ms`` on
+  ``arrival_s``, ``trace_unit_conflict_warnings``): the stated unit is read, and one of the two is wrong;
 - ``plugin_shadowed``: a policy or router name the scenario uses that servesim ships and an
   installed distribution registers too, under the entry-point group ``servesim.policies`` /
   ``servesim.routers`` (``plugin_shadow_warnings``): servesim's own runs, and the warning names the
@@ -192,6 +194,34 @@ def trace_unit_no_effect_warnings(scenario) -> list:
                "time_unit applies to numbers only")
     return [{"code": "no_effect", "message": f"workload.trace.time_unit={t.time_unit} changes nothing: {why}; "
                                              "the run is the one without it"}]
+
+
+def trace_unit_conflict_warnings(scenario) -> list:
+    """``trace_unit`` (module docstring) for a ``workload.trace.time_unit`` stated against the unit
+    the arrival column's name ends with (``time_unit: ms`` on ``arrival_s``): the stated unit is
+    read, as documented (the name's unit applies where time_unit is null), but one of the two is
+    wrong, and reading seconds as milliseconds makes the trace 1000x faster."""
+    from servesim.inputs.traces import TIME_UNITS, unit_in_name
+
+    w = scenario.workload
+    t = getattr(w, "trace", None)
+    if t is None or t.time_unit is None or w.arrival is not None:
+        return []
+    from servesim.inputs.workload import load_trace
+
+    column = load_trace(w).unit_conflict
+    if column is None:
+        return []
+    named = unit_in_name(column)
+    f = TIME_UNITS[t.time_unit] / TIME_UNITS[named]
+    speed = f"{1 / f:g}x faster" if f < 1 else f"{f:g}x slower"
+    return [{"code": "trace_unit",
+             "message": f"workload.trace.time_unit={t.time_unit} contradicts the arrival column {column!r}, whose "
+                        f"name says {named}: its numbers were read in {t.time_unit}, as time_unit states (if the "
+                        f"name is right, the replay runs {speed} than the trace); if they are in {named}, remove "
+                        "time_unit (a null one reads the unit the name ends with); if they are in "
+                        f"{t.time_unit}, name the column for it (ending in _{t.time_unit}; "
+                        "workload.trace.columns.arrival names the column read)"}]
 
 
 def router_no_effect_warnings(scenario) -> list:
@@ -455,6 +485,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     out += head_of_line_warnings(summary, scenario)
     out += slo_unit_warnings(scenario_slos(scenario))
     out += no_effect_warnings(scenario)
+    out += trace_unit_conflict_warnings(scenario)
     out += full_prompt_warnings(scenario, pools)
     out += cost_mapping_warnings(scenario, pools)
     out += plugin_shadow_warnings(scenario)
