@@ -1721,3 +1721,18 @@ def test_validate_counts_its_reasons_with_thousands_separators(tmp_path, capsys)
     k = int(re.search(r"a run will reject ([\d,]+) of", line[0]).group(1).replace(",", ""))
     assert k >= 1000 and f": {k:,} x admission: " in line[0], line[0]
     assert not re.search(r"\d{4} x ", line[0]), line[0]
+
+
+def test_the_runs_rejection_warning_counts_with_thousands_separators():
+    """The run's own warning ("1480 of 1500 requests ...; top reasons: 1480 x admission") wrote its
+    counts bare where validate's line on the same run writes "1,480 of 1,500" and "1,480 x": one
+    figure, two spellings between the two commands."""
+    import re
+
+    at_once = {**SHED, "workload.num_requests": 1500, "workload.arrival": {"process": "all_at_once"}}
+    sc = make_scenario(**at_once, **{"policy.admission": {"max_queue": 20}})
+    s = simulate(sc).summary
+    w = [x["message"] for x in s["warnings"] if x["code"] == "rejections"]
+    assert s["rejected"] >= 1000 and len(w) == 1
+    assert w[0].startswith(f"{s['rejected']:,} of 1,500 requests"), w[0]
+    assert not re.search(r"\d{4}", w[0]), w[0]

@@ -423,7 +423,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     if n and rej >= REJECTED_SHARE * n:
         misses = ((summary.get("profile") or {}).get("diagnosis") or {}).get("slo_misses") or {}
         reasons = misses.get("rejection_reasons") or []
-        top = "; ".join(f"{k} x {r}" for r, k in reasons)
+        top = "; ".join(f"{k:,} x {r}" for r, k in reasons)
         # (the latencies are over completed requests: "the 166 served" counted the unfinished ones too,
         # on a run that completed none)
         if done:
@@ -435,17 +435,19 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
         else:
             tail = ": none was served, so there are no latencies to describe"
         out.append({"code": "rejections",
-                    "message": f"{rej} of {plural(n, 'request')} ({rej / n:.0%}) {'was' if rej == 1 else 'were'} "
-                               "rejected" + (f"; top reasons: {top}" if top else "") + tail})
+                    "message": f"{rej:,} of {plural(n, 'request', fmt=',')} ({rej / n:.0%}) "
+                               f"{'was' if rej == 1 else 'were'} rejected"
+                               + (f"; top reasons: {top}" if top else "") + tail})
     k = (summary.get("workload") or {}).get("clipped_requests") or 0
     if pools and n and k >= CLIPPED_SHARE * n:
         out.append({"code": "clipped", "message": clipped_text(k, n, pools[0].cost_model.model.max_context_tokens)})
     if n and unf >= UNFINISHED_SHARE * n:
         cut = scenario.workload.duration_s
         out.append({"code": "unfinished",
-                    "message": f"{unf} of {plural(n, 'request')} ({unf / n:.0%}) were still queued or running at "
+                    "message": f"{unf:,} of {plural(n, 'request', fmt=',')} ({unf / n:.0%}) were still queued or "
+                               "running at "
                                f"workload.duration_s={cut if cut is None else f'{cut:g}'} s: the latency figures cover "
-                               f"the {done} completed {noun(done, 'one')} and hide that backlog (a longer "
+                               f"the {done:,} completed {noun(done, 'one')} and hide that backlog (a longer "
                                "duration_s, or "
                                f"num_requests without a cut-off, shows it)"})
     if n and rej >= REJECTED_SHARE * n:  # (a few rejections, followed at once, are a benchmark's too)
@@ -453,7 +455,7 @@ def run_warnings(summary: dict, scenario, pools=()) -> list:
     if n and not done:
         out.append({"code": "nothing_completed",
                     "message": "the only request did not complete" if n == 1 else
-                    f"none of the {n} requests completed"})
+                    f"none of the {n:,} requests completed"})
     if not n:
         out.append({"code": "no_requests", "message": no_requests_text(scenario)})
     keep = (summary.get("workload") or {}).get("keep_up")
