@@ -554,6 +554,59 @@ def test_ctrl_c_while_the_pool_forks_its_workers_stops_the_study(tmp_path, monke
 os.register_at_fork(after_in_parent=_sigint_after_fork)  # (inert until a test arms it)
 
 
+def _second_worker_starts_late(parent_pid):
+    """worker_init, the second worker's late (a loaded machine): the parent's Ctrl-C stops the pool
+    before that worker runs (the first fork disarmed _SIGINT_AT_FORK, so only the second sees it
+    empty); each worker leaves its pid in the study's folder."""
+    import time
+    from pathlib import Path
+
+    if not _SIGINT_AT_FORK:
+        time.sleep(0.5)
+    with open(Path(os.environ["SERVESIM_TEST_PIDS"]), "a") as f:
+        f.write(f"{os.getpid()}\n")
+    _WORKER_INIT(parent_pid)
+
+
+_WORKER_INIT = executors_mod.worker_init
+
+
+def test_ctrl_c_while_the_pool_forks_ends_a_worker_that_starts_late(tmp_path, monkeypatch):
+    """The workers forked while Ctrl-C was held inherited the holding handler: one that had not yet
+    run its initializer when the stopped pool terminated it swallowed SIGTERM, and the pool, broken by
+    the other worker's end, waited for it forever (servesim hung after Ctrl-C; under load the test
+    above hung now and then). A worker's inherited handler now ends it on SIGTERM."""
+    import signal
+    import threading
+    import time
+
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("SERVESIM_TEST_PIDS", str(pids))
+    monkeypatch.setattr(executors_mod, "run_point", _slow_point)
+    monkeypatch.setattr(executors_mod, "worker_init", _second_worker_starts_late)
+    tasks = [(i, {}, str(tmp_path / f"p{i}")) for i in range(4)]
+    done, killed = threading.Event(), []
+
+    def watchdog():  # (without the fix the study never ends: its workers are killed after 10 s)
+        if not done.wait(10.0):
+            for pid in pids.read_text().split() if pids.exists() else []:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(pid)
+                except OSError:
+                    pass
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    _SIGINT_AT_FORK.append(1)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            executors_mod.run_tasks(tasks, lambda key, row: None, "local", 2)
+    finally:
+        done.set()
+    assert not killed and time.monotonic() - t0 < 10.0
+
+
 def test_sweep_prints_the_points_that_fell_behind(tmp_path, capsys):
     """compare prints its caveats after the table; sweep printed none, so a point whose backlog grew
     through the run (its latencies only a function of the run's length) was shown like any other."""

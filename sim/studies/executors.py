@@ -206,8 +206,22 @@ def _ctrl_c_held():
         yield
         return
     held: list = []
-    old = signal.signal(signal.SIGINT, lambda signum, frame: held.append((signum, frame)))
-    old_term = signal.signal(signal.SIGTERM, lambda signum, frame: held.append((signum, frame)))  # (servesim's)
+    parent = os.getpid()
+
+    def hold(signum, frame):
+        if os.getpid() != parent:
+            # a worker forked in the block has this handler until its initializer runs: SIGTERM from
+            # the pool stopping it (``_stop``), held back, left the worker alive, and the pool waited
+            # for it forever (servesim hung after Ctrl-C); it ends the worker as worker_init's default
+            # would. (Ctrl-C is the parent's to act on: it stops the workers.)
+            if signum == signal.SIGTERM:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+            return
+        held.append((signum, frame))
+
+    old = signal.signal(signal.SIGINT, hold)
+    old_term = signal.signal(signal.SIGTERM, hold)  # (servesim's)
     try:
         yield
     finally:
