@@ -100,7 +100,7 @@ def test_a_share_interval_stays_between_0_and_1():
     assert top.high == 1.0 and format_interval(top, 100.0) == "97 (77 to 100)"
     # a rate is cut at 0 too (no offered_rps: no upper end), and a share well inside keeps +-
     assert format_interval(row_interval({"goodput_rps": 0.2, "goodput_rps_ci95": 0.7, "seeds": 2}, "goodput_rps")) \
-        == "0.2 (0.0 to 0.9)"
+        == "0.2 (0 to 0.9)"
     assert format_interval(row_interval({"slo_attainment": 0.5, "slo_attainment_ci95": 0.1, "seeds": 3},
                                         "slo_attainment"), 100.0) == f"50 {PM} 10"
     a = [{"seed": s, "status": "ok", "slo_attainment": x} for s, x in ((0, 1.0), (1, 1.0))]
@@ -351,3 +351,23 @@ def test_an_interval_cut_at_both_ends_says_it_is_anywhere_in_the_range():
     assert format_interval(t_interval([0.10, 0.14], bounds=SHARE), 100) == "12 (0 to 37)"
     assert format_interval(Interval(3.0, 30.0, 2, bounds=(0.0, math.inf))) == "3 (0 to 33)"
     assert "anywhere" not in format_interval(Interval(3.9, 0.3, 3, bounds=(0.0, 4.0)))
+
+
+def test_an_end_cut_at_a_whole_bound_prints_as_that_bound_not_at_the_means_digits():
+    """run --seeds printed a TTFT or goodput "1.3 (0.0 to 3.1)": the t-interval went below 0 and was
+    cut there, but the end, rounded to the mean's tenths, read as a low end measured at zero to a
+    tenth. An end cut at 0, 100% or the requests that arrived is that number; an end inside the
+    bounds keeps the mean's digits; the half-width's rule is unchanged."""
+    from servesim.outputs.intervals import NONNEGATIVE, SHARE
+
+    assert format_interval(Interval(1.3, 1.8, 3, bounds=NONNEGATIVE)) == "1.3 (0 to 3.1)"
+    assert format_interval(Interval(0.0013, 0.0018, 3, bounds=NONNEGATIVE), 1e3, "ms") == "1.3 (0 to 3.1) ms"
+    assert format_interval(Interval(0.013, 0.018, 3, bounds=NONNEGATIVE)) == "0.013 (0 to 0.031)"
+    # a share cut at 100%: "99.5 (98.7 to 100)", not "100.0"
+    assert format_interval(Interval(0.995, 0.008, 3, bounds=SHARE), 100.0) == "99.5 (98.7 to 100)"
+    # a count cut at the 6 requests that arrived, its other end inside: "4.1 (1.1 to 6)"
+    assert format_interval(Interval(4.1, 3.0, 3, bounds=(0.0, 6.0))) == "4.1 (1.1 to 6)"
+    # a bound that is no whole number (a mean arrival rate) is rounded as the mean is
+    assert format_interval(Interval(1.3, 1.8, 3, bounds=(0.0, 3.14))) == "1.3 (0 to 3.1)"
+    # a paired difference of shares cut at -100 percentage points
+    assert format_interval(Interval(-0.95, 0.1, 3, bounds=(-1.0, 1.0)), 100.0) == "-95 (-100 to -85)"

@@ -227,6 +227,16 @@ def _round(x: float, decimals: int) -> str:
     return f"{round(x / q) * q:.0f}"
 
 
+def _end(x: float, decimals: int, cut: bool) -> str:
+    """An interval's end as printed: rounded as the mean is (keeping a significant digit of its own),
+    or, cut at a bound that is a whole number (0, 100%, the requests that arrived), that number as
+    it is: the end is the bound, not an estimate, and "1.3 (0.0 to 3.1)" read as a low end measured
+    at zero to a tenth (the t-interval went below 0; "1.3 (0 to 3.1)")."""
+    if cut and math.isfinite(x) and float(x).is_integer():
+        return f"{abs(x) if x == 0 else x:.0f}"
+    return _round(x, _own_digit(x, decimals))
+
+
 def format_value(x: float | None, sig: int = 3) -> str:
     """A number with no interval: ``sig`` significant digits (integers above that as integers)."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -266,8 +276,11 @@ def format_interval(iv: Interval, scale: float = 1.0, unit: str = "", sig: int =
         # cut at both ends, it is every value the figure can take (a share's 0 to 100%, a count of
         # 4 requests' 0 to 4): "4 (0 to 4)" read as an interval that narrowed it; said plainly
         whole = "anywhere from " if iv.mean - iv.half < iv.bounds[0] and iv.mean + iv.half > iv.bounds[1] else ""
-        return (f"{_round(mean, _own_digit(mean, d))} ({whole}{_round(low, _own_digit(low, d))} to "
-                f"{_round(high, _own_digit(high, d))}){tail}")
+        cut_low, cut_high = iv.mean - iv.half < iv.bounds[0], iv.mean + iv.half > iv.bounds[1]
+        if scale < 0:
+            cut_low, cut_high = cut_high, cut_low
+        return (f"{_round(mean, _own_digit(mean, d))} ({whole}{_end(low, d, cut_low)} to "
+                f"{_end(high, d, cut_high)}){tail}")
     return f"{_round(mean, _own_digit(mean, d))} {PM} {_round(half, d)}{tail}"
 
 
