@@ -972,6 +972,10 @@ def test_plan_capacity_prints_the_digits_its_interval_supports():
     # a positive floor rounded to the interval's tens read 0 ("~10 (0-80)"): one digit of it instead
     assert capacity_text({"estimate": 12.0, "low": 5.0, "high": 80.0, "measured": False}) == "~10 (5-80)"
     assert capacity_text({"estimate": 7.123, "low": 7.123, "high": 7.123, "measured": True}) == "7.12"
+    # as format_interval prints an interval: a low end cut at 0 is "0", not "0.0" at the tenths; an
+    # estimate keeps a significant digit of its own ("~0 (0-80)" of 0.3 req/s)
+    assert capacity_text({"estimate": 1.3, "low": -0.5, "high": 3.1, "measured": False}) == "~1.3 (0-3.1)"
+    assert capacity_text({"estimate": 0.3, "low": 0.0, "high": 80.0, "measured": False}) == "~0.3 (0-80)"
 
 
 def test_a_colocated_bound_counts_the_tokens_computed():
