@@ -1086,6 +1086,30 @@ def test_a_configuration_that_fails_the_slo_ranks_below_one_that_meets_it(tmp_pa
     assert "1. **two-gpus** (2 GPUs)" in verdict and "2. one-gpu (1 GPU)" in verdict
 
 
+def test_one_seeds_goodputs_equal_to_the_digits_printed_tie_in_the_order_given():
+    """compare on one seed ranked b (6.5988 req/s) above a (6.5953), both printed 6.6 with the same
+    SLO attainment: the order fell to digits the table does not show. Equal to the digits printed,
+    they keep the order given and ``tied`` names them (compare prints it under the table); a
+    difference the table shows still ranks, and over seeds the means rank as before."""
+    from servesim.outputs.verdicts import ranked, tied
+
+    def row(label, goodput, attainment=1.0, **kw):
+        return {"label": label, RATE: 8.0, "status": "ok", "goodput_rps": goodput, "slo_attainment": attainment,
+                "keep_up": 1.0, "num_gpus": 2, **kw}
+
+    rows = [row("a", 6.5953), row("b", 6.5988), row("c", 6.575, 0.9967)]
+    assert [r["label"] for r in ranked(rows)] == ["a", "b", "c"]
+    assert [[r["label"] for r in g] for g in tied(rows)] == [["a", "b"]]
+    assert [r["label"] for r in ranked(rows[::-1])] == ["b", "a", "c"]  # (the order given)
+    # a goodput the table shows apart ranks; so does an attainment printed apart (0.998 vs 0.997)
+    assert [r["label"] for r in ranked([row("a", 6.59), row("b", 6.61)])] == ["b", "a"]
+    assert [r["label"] for r in ranked([row("a", 6.6, 0.9966), row("b", 6.6, 0.9978)])] == ["b", "a"]
+    assert tied([row("a", 6.59), row("b", 6.61)]) == []
+    # over seeds the intervals and paired differences say it: ranked by the means, no tie named
+    seeded = [row("a", 6.5953, seeds=3), row("b", 6.5988, seeds=3)]
+    assert [r["label"] for r in ranked(seeded)] == ["b", "a"] and tied(seeded) == []
+
+
 def test_peak_goodput_is_at_a_load_that_meets_the_slo(tmp_path):
     """The goodput figure's sentence gave each configuration's peak over every load, so one that fell
     behind was credited "24 +- 9 req/s ... 24 +- 9 per GPU" first-in-line with no word that it fails

@@ -181,7 +181,29 @@ def rank_key(row: dict, per_gpu: bool = False):
     if per_gpu and row.get("num_gpus"):
         g /= row["num_gpus"]
     a = row.get("slo_attainment") or 0.0
+    if not row.get("seeds"):  # one seed: by the digits printed (format_value's three), a tie in the order given
+        g, a = _as_printed(g), _as_printed(a)
     return (not ok, ok and meets_slo(row) is False, -g, -a)
+
+
+def _as_printed(x: float) -> float:
+    """``x`` to the digits a figure without an interval is printed with (``format_value``): two
+    configurations' goodputs 6.5988 and 6.5953 req/s, both printed 6.6, were ranked by the digits
+    the reader never saw."""
+    return float(f"{x:.3g}") if isinstance(x, (int, float)) and math.isfinite(x) and abs(x) < 1e3 else \
+        (float(round(x)) if isinstance(x, (int, float)) and math.isfinite(x) else x)
+
+
+def tied(rows: list) -> list:
+    """Groups (lists, two or more) of the rows that ran on one seed and rank equal (``rank_key``:
+    the same SLO verdict, goodput and SLO attainment to the digits printed) at one rate, in the
+    order ``ranked`` lists them (the order given, ``sorted`` being stable)."""
+    per_gpu = len({r.get("num_gpus") for r in rows if r.get("num_gpus")}) > 1
+    groups: dict = {}
+    for r in ranked(rows):
+        if r.get("status") == "ok" and not r.get("seeds"):
+            groups.setdefault((rate_order(r.get(RATE_KEY)), rank_key(r, per_gpu)), []).append(r)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def rate_order(v) -> tuple:
