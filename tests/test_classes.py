@@ -129,6 +129,6 @@ def test_summary_text_states_the_limits_that_apply():
     text = format_summary(res.summary)
     assert "None" not in text
     assert "SLO attainment" in text and "(each request against its class's SLO)" in text
-    assert "% (TTFT <= 1.0 s)" in text  # the chat class's line: its one limit, no "TPOT <= None"
+    assert "% (TTFT <= 1 s)" in text  # the chat class's line: its one limit, no "TPOT <= None"
     plain = format_summary(simulate(make_scenario(**{"workload.num_requests": 5})).summary)
     assert "(no limits set: every completed request counts)" in plain

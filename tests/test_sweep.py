@@ -854,3 +854,36 @@ def test_compare_refuses_a_configuration_the_setup_refuses_before_running(tmp_pa
     plan = plan_compare(sc, None, [["colocated", "policy.name=continuous", "cluster.replicas=2"],
                                    ["pd", "policy.name=pd_split", "policy.prefill.replicas=1"]], "1", [])
     assert [c[0] for c in plan.configs] == ["colocated", "pd"]
+
+
+def test_the_slo_rule_names_the_limits_each_request_is_judged_against():
+    """compare's and sweep's "meets" (90% of requests within the SLO, each request against its
+    limits) and servesim plan's (p99s within them) can disagree on one deployment; the line that
+    explains the slo column named neither the limits nor that they hold per request. It names them
+    where the points share one SLO; with request classes (each its own SLO) it says so instead."""
+    from servesim.cli.studies import _points_rule
+    from servesim.studies.points import Point
+
+    def point(i, slo, classes=None):
+        data = {"slo": slo, "workload": {"classes": classes}} if classes else {"slo": slo}
+        return Point(i, {}, data)
+
+    line = _points_rule([point(0, {"ttft_s": 1.0, "tpot_s": 0.05}), point(1, {"ttft_s": 1.0, "tpot_s": 0.05})])
+    assert line.startswith("slo: meets when >= 90% of requests are within it (each request's TTFT <= 1 s, "
+                           "TPOT <= 50 ms: a share of the requests, not p99s)")
+    # points with different SLOs (a variant's --set slo.ttft_s), or none: no limits named
+    assert "TTFT" not in _points_rule([point(0, {"ttft_s": 1.0}), point(1, {"ttft_s": 2.0})])
+    assert "TTFT" not in _points_rule([point(0, {"ttft_s": None, "tpot_s": None})])
+
+
+def test_run_writes_the_slo_in_the_units_compare_and_the_report_write_it():
+    """run printed "SLO attainment 100.0% (TTFT <= 1.0 s, TPOT <= 0.05 s)" of the SLO that compare's
+    rule line, report.md and plan write "TTFT <= 1 s, TPOT <= 50 ms"."""
+    from servesim.cli.main import _slo_text
+    from servesim.cli.studies import _slo_limits
+    from servesim.studies.points import Point
+
+    slo = {"ttft_s": 1.0, "tpot_s": 0.05}
+    assert _slo_text(slo) == "TTFT <= 1 s, TPOT <= 50 ms" == _slo_limits([Point(0, {}, {"slo": slo})])
+    assert _slo_text({"ttft_s": 2.5, "tpot_s": None}) == "TTFT <= 2.5 s"
+    assert _slo_text({}) == "no limits set: every completed request counts"

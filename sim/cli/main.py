@@ -19,14 +19,13 @@ from servesim.outputs.intervals import (BOUNDED, NONNEGATIVE, PM, UP_TO_REQUESTS
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
 from servesim.outputs.verdicts import attainment_pct
-from servesim.outputs.wording import plural
+from servesim.outputs.wording import plural, slo_limits
 
 
 def _slo_text(slo: dict) -> str:
-    """"TTFT <= 1.0 s, TPOT <= 0.05 s", leaving out limits that are not set (null)."""
-    parts = [f"{label} <= {slo[key]} s" for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"))
-             if slo.get(key) is not None]
-    return ", ".join(parts) or "no limits set: every completed request counts"
+    """"TTFT <= 1 s, TPOT <= 50 ms" (``wording.slo_limits``, as compare and report.md write it),
+    leaving out limits that are not set (null)."""
+    return slo_limits(slo) or "no limits set: every completed request counts"
 
 
 def _fmt_s(v) -> str:

@@ -12,3 +12,12 @@ def plural(n, noun: str, nouns: str | None = None, fmt: str = "") -> str:
 def noun(n, singular: str, nouns: str | None = None) -> str:
     """The noun alone, in the number ``n`` takes (where the count is written apart from it)."""
     return singular if n == 1 else nouns or singular + "s"
+
+
+def slo_limits(slo: dict) -> str:
+    """"TTFT <= 1 s, TPOT <= 50 ms": an ``slo`` mapping's limits (``ttft_s``, ``tpot_s``; those not
+    numbers left out, "" for none) as report.md, compare, sweep and plan write them: seconds from
+    1 s, milliseconds under it (run printed "TPOT <= 0.05 s" of the limit the others call 50 ms)."""
+    return ", ".join(f"{name} <= {v:g} s" if v >= 1 else f"{name} <= {v * 1e3:g} ms"
+                     for name, v in (("TTFT", slo.get("ttft_s")), ("TPOT", slo.get("tpot_s")))
+                     if isinstance(v, (int, float)) and not isinstance(v, bool))
