@@ -517,10 +517,10 @@ def _md_table(rows, cols, given=()) -> str:
             return texts[c][given_text(v).replace("|", "/")]
         if r.get(c + CI_SUFFIX) is not None:
             return format_interval(row_interval(r, c), 1e3 if _is_latency(c) else 1.0)
-        if _is_latency(c) and isinstance(v, float):  # (one run: 4 significant digits, as the run's summary)
-            return format_value(v * 1e3, 4)
         if isinstance(v, float):
-            return f"{v:.3g}"
+            # (one run: three significant digits, as compare's and sweep's tables print the same cell;
+            # "117.3" ms here was "117" there, and a goodput "6.6" beside "6.58")
+            return format_value(v * 1e3 if _is_latency(c) else v)
         return texts[c][str(v).replace("|", "/")]
 
     head = [c[:-2] + " (ms)" if _is_latency(c) else c for c in cols]

@@ -371,3 +371,12 @@ def test_an_end_cut_at_a_whole_bound_prints_as_that_bound_not_at_the_means_digit
     assert format_interval(Interval(1.3, 1.8, 3, bounds=(0.0, 3.14))) == "1.3 (0 to 3.1)"
     # a paired difference of shares cut at -100 percentage points
     assert format_interval(Interval(-0.95, 0.1, 3, bounds=(-1.0, 1.0)), 100.0) == "-95 (-100 to -85)"
+
+
+def test_a_value_without_an_interval_keeps_its_three_significant_digits():
+    """format_value dropped trailing zeros (Python's g format): a goodput of 6.598 req/s printed "6.6"
+    beside "6.58" in one compare column (run prints it "6.60"), a p99 TPOT of 14.96 ms "15" beside
+    "10.6". Three significant digits are kept; a whole number prints as it is."""
+    assert [format_value(x) for x in (6.598, 6.58, 14.96, 0.4996, 99.96, 1.5e-5)] == \
+        ["6.60", "6.58", "15.0", "0.500", "100", "1.50e-05"]
+    assert [format_value(x) for x in (1.0, 33.0, 195.0, 5, 1234.5)] == ["1", "33", "195", "5", "1234"]

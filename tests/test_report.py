@@ -1340,3 +1340,22 @@ def test_a_capacity_report_counts_the_probes_its_search_ran(tmp_path, capsys):
     line = (out / "report.md").read_text().splitlines()[2]
     assert (f": {len(rows)} probes, {reruns} of them short ones rerun longer (the longer run decided its rate): "
             f"{len(rows) - reruns} points drawn, ") in line
+
+
+def test_report_tables_print_a_runs_figures_with_the_digits_compare_prints():
+    """One run's p99 TTFT of 117.3 ms read "117.3" in report.md's table and "117" in compare's, and a
+    goodput of 6.598 req/s "6.6" in both beside "6.58" (Python's g format drops the trailing zero):
+    every figure without an interval has three significant digits, alike in both tables."""
+    from servesim.cli.studies import format_table
+    from servesim.plots.report import _md_table
+
+    cols = ["label", "goodput_rps", "slo_attainment", "ttft_p99_s", "e2e_p99_s", "mean_batch_size"]
+    rows = [{"label": "a", "goodput_rps": 6.598834, "slo_attainment": 1.0, "ttft_p99_s": 0.11734, "e2e_p99_s": 3.9667,
+             "mean_batch_size": 7.1049},
+            {"label": "b", "goodput_rps": 6.5751, "slo_attainment": 0.99667, "ttft_p99_s": 0.0112, "e2e_p99_s": 22.6043,
+             "mean_batch_size": 33.01}]
+    md = [[c.strip() for c in line.strip("|").split("|")] for line in _md_table(rows, cols).splitlines()[2:]]
+    text = [line.split() for line in format_table(rows, cols).splitlines()[1:]]
+    assert md == text
+    assert md[0] == ["a", "6.60", "1", "117", "3967", "7.10"]
+    assert md[1] == ["b", "6.58", "0.997", "11.2", "22604", "33.0"]
