@@ -1433,3 +1433,19 @@ def test_a_one_seed_capacity_report_writes_its_probes_as_a_plural_subject(tmp_pa
     assert main(["report", str(out), "--quiet"]) == 0
     line = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("At the highest load"))
     assert "probes deliver " in line and "probes delivers" not in line and " but fails " not in line
+
+
+def test_capacity_writes_its_limits_as_plan_writes_them():
+    """capacity printed "for ttft_p99 <= 1000 ms, tpot_p99 <= 50 ms" of the --slo ttft_p99=1 that
+    plan writes "ttft_p99 <= 1 s, tpot_p99 <= 50 ms" (seconds from 1 s, as report.md too)."""
+    from argparse import Namespace
+
+    from servesim.cli.studies import _limits_text
+    from servesim.outputs.metrics import parse_slo
+    from servesim.outputs.plandoc import slo_text
+
+    slo = parse_slo("ttft_p99=1,tpot_p99=0.05")
+    args = Namespace(keep_up=0.0, attainment=None)
+    plans = slo_text({"slo": "ttft_p99=1,tpot_p99=0.05"})
+    assert _limits_text(slo, args) == "ttft_p99 <= 1 s, tpot_p99 <= 50 ms" == plans
+    assert _limits_text(parse_slo("ttft_p99=2.5"), args) == "ttft_p99 <= 2.5 s"

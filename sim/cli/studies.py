@@ -196,7 +196,11 @@ def _probe_table(s, keys, keep_up: bool) -> str:
 
 
 def _limits_text(slo: dict, args) -> str:
-    limits = ", ".join(f"{m}_{st} <= {v * 1e3:g} ms" for (m, st), v in slo.items())
+    """The search's limits as plan writes them ("ttft_p99 <= 1 s, tpot_p99 <= 50 ms": seconds from
+    1 s; capacity wrote "ttft_p99 <= 1000 ms" of the same --slo ttft_p99=1), and its other rules."""
+    from servesim.outputs.plandoc import limit_text
+
+    limits = ", ".join(f"{m}_{st} <= {limit_text(v)}" for (m, st), v in slo.items())
     if args.keep_up > 0:
         limits += f", keeping up (>= {args.keep_up:g} left per arrival)"
     if args.attainment is not None:
