@@ -29,6 +29,7 @@ from pathlib import Path
 
 from servesim.errors import InputError, clip_distinct
 from servesim.outputs.checks import class_slos, rate_unit
+from servesim.outputs.plandoc import limit_text
 from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, given_text, row_interval,
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
@@ -53,9 +54,9 @@ def _ms(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
     if v >= 10:  # (3 digits, as the milliseconds below: "p50 3145 ms and p99 19 s" was a p99 of 18.55 s)
-        return f"{v:.3g} s" if v < 100 else f"{v:.0f} s"
-    v = v * 1e3
-    return f"{v:.0f} ms" if v >= 100 else f"{v:.1f} ms" if v >= 1 else f"{v:.2f} ms"
+        return f"{format_value(v)} s"
+    # (three significant digits, as the tables print the same figure: ITL p50 "8.2 ms" here, "8.15" there)
+    return f"{format_value(v * 1e3)} ms"
 
 
 def _rate(r, unit: str = "req/s") -> str:
@@ -494,7 +495,8 @@ def _load_sentence(metric: str, series: dict, slo_s, unit: str = "req/s") -> str
             parts.append(f"{g}: {_ms(d['p99'][0])} at {_rate(d['rate'][0])}, {_ms(d['p99'][-1])} at "
                          f"{_rate(d['rate'][-1])}")
     if slo_s is not None:
-        return f"p99 {name} stays within the {_ms(slo_s)} SLO for " + "; ".join(parts) + "."
+        # (a limit as given, as the figures' titles write it: "the 1 s SLO", not "the 1000 ms SLO", nor "50.0 ms")
+        return f"p99 {name} stays within the {limit_text(slo_s)} SLO for " + "; ".join(parts) + "."
     return f"p99 {name} at the lowest and highest load: " + "; ".join(parts) + "."
 
 

@@ -1359,3 +1359,18 @@ def test_report_tables_print_a_runs_figures_with_the_digits_compare_prints():
     assert md == text
     assert md[0] == ["a", "6.60", "1", "117", "3967", "7.10"]
     assert md[1] == ["b", "6.58", "0.997", "11.2", "22604", "33.0"]
+
+
+def test_report_sentences_write_limits_as_given_and_figures_as_the_tables_do():
+    """report.md said "p99 TTFT stays within the 1000 ms SLO" and "... the 50.0 ms SLO" under figures
+    titled "SLO TTFT <= 1 s, TPOT <= 50 ms", and an ITL p50 of 8.15 ms "8.2 ms" beside the table's
+    "8.15": a limit reads as given, a figure with three significant digits as in the tables."""
+    from servesim.outputs.intervals import format_value
+    from servesim.plots.report import _load_sentence, _ms
+
+    series = {"a": {"rate": [4.0, 8.0], "p99": [0.2, 0.4], "p99_ci": [None, None], "behind": [False, False]}}
+    assert "stays within the 1 s SLO for a at every load" in _load_sentence("ttft", series, 1.0)
+    assert "stays within the 50 ms SLO" in _load_sentence("tpot", {"a": {**series["a"], "p99": [0.01, 0.02]}}, 0.05)
+    for v in (0.00815, 0.0005123, 0.0459, 0.171, 2.7034, 20.04):
+        assert _ms(v) == (f"{format_value(v * 1e3)} ms" if v < 10 else f"{format_value(v)} s")
+    assert _ms(0.00815) == "8.15 ms" and _ms(20.04) == "20.0 s"
