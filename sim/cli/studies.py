@@ -358,7 +358,8 @@ def _capacity_one_seed(res, args) -> int:
         why = f": it cannot be at any rate ({s.floor})" if s.floor else ""
         print(f"\nthe SLO ({limits}) is not met even at {min(s.results):.4g} {unit}{why}{res.none_served}")
     else:
-        per = f" = {cap / gpus:.3g} {unit} per GPU ({plural(gpus, 'GPU')})" if args.per_gpu else ""
+        # (per GPU to the capacity's digits: "23.11 req/s = 23.1 req/s per GPU (1 GPU)" read as two figures)
+        per = f" = {cap / gpus:.4g} {unit} per GPU ({plural(gpus, 'GPU')})" if args.per_gpu else ""
         print(f"\ncapacity {cap:.4g} {unit}{per} for {limits}")
         if above is not None:
             print(f"confirmed: meets at {cap:.4g} {unit}, fails at {above:.4g} {unit} (+{above / cap - 1:.0%})")
