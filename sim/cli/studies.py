@@ -373,8 +373,8 @@ def _capacity_one_seed(res, args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from servesim.outputs.verdicts import (_row_name, caveats, difference_sentences, differences, gpu_counts,
-                                           names_text, ranked, tied, with_per_gpu)
+    from servesim.outputs.verdicts import (caveats, difference_sentences, differences, gpu_counts, names_text,
+                                           ranked, row_name, tied, with_per_gpu)
     from servesim.studies.compare import RATE_KEY, plan_compare, run_compare
     from servesim.studies.replicates import SEEDS
     from servesim.outputs.rundir import read_results, read_study_meta
@@ -395,7 +395,7 @@ def cmd_compare(args) -> int:
           f"first; {_points_rule(plan.points)}")
     print(format_table(shown, cols, given=[RATE_KEY]))
     for group in tied(rows):  # (one seed: equal to the digits shown, no ranking between them)
-        names = names_text([_row_name(r, "label", plan.rate_unit) for r in group])
+        names = names_text([row_name(r, "label", plan.rate_unit) for r in group])
         gp = "goodput per GPU" if per_gpu else "goodput"
         print(f"note: {names} tie (the same SLO verdict, {gp} and SLO attainment to the digits shown): listed in "
               "the order given, not ranked")

@@ -315,7 +315,7 @@ def names_text(names: list) -> str:
     return ("; " if any(", " in n for n in names) else ", ").join(names)
 
 
-def _row_name(r: dict, key: str, unit: str = "req/s") -> str:
+def row_name(r: dict, key: str, unit: str = "req/s") -> str:
     """A results row as a warning names it: its label and rate (as written when it is no number: a
     sweep point that failed on it), or a sweep's row its swept values (``values_name``; it said
     "point 2", which the reader had to look up in the table); "point N" when it has neither."""
@@ -353,7 +353,7 @@ def study_warnings(rows: list, key: str = "label", unit: str = "req/s") -> list:
                         "has more capacity; goodput and throughput are also given per GPU"})
     for r in rows:
         if r.get("status") != "ok":
-            out.append({"code": "failed", "message": f"{_row_name(r, key, unit)} did not run: {not_run_text(r)}"})
+            out.append({"code": "failed", "message": f"{row_name(r, key, unit)} did not run: {not_run_text(r)}"})
     behind = [r for r in rows if r.get("status") == "ok" and r.get("keep_up") is not None
               and r["keep_up"] < KEEP_UP]
     # (the shortfall the runs' own arrivals and service times make with no queueing, keep_up_warmup,
@@ -365,13 +365,13 @@ def study_warnings(rows: list, key: str = "label", unit: str = "req/s") -> list:
                "results.csv keep_up"
         msg = []
         if grew:
-            msg.append(f"{names_text([_row_name(r, key, unit) for r in grew])} did not keep up ({what}): the "
+            msg.append(f"{names_text([row_name(r, key, unit) for r in grew])} did not keep up ({what}): the "
                        f"backlog grew through the run, so {'those' if len(grew) > 1 else 'its'} latencies depend on "
                        "the run's length rather than settling")
         if unsure:
             # (one point: its run, it; several: their runs, they; "as short" only after points that grew)
             they, their, runs = ("they", "their", "runs are") if len(unsure) > 1 else ("it", "its", "run is")
-            msg.append(f"{names_text([_row_name(r, key, unit) for r in unsure])} fell {'as ' if grew else ''}short "
+            msg.append(f"{names_text([row_name(r, key, unit) for r in unsure])} fell {'as ' if grew else ''}short "
                        f"({what}), but {their} {runs} too short to tell whether {they} "
                        f"{'keep' if len(unsure) > 1 else 'keeps'} up: with no queue at all, {their} own arrivals "
                        "and service times make that shortfall by themselves (keep_up_warmup); more requests tell")
@@ -438,7 +438,7 @@ def run_warning_caveats(rows: list, out_dir, key: str = "label", unit: str = "re
         warns = s.get("warnings")
         for w in warns if isinstance(warns, list) else ():
             if isinstance(w, dict) and isinstance(w.get("code"), str) and w["code"] not in STUDY_SAYS:
-                by.setdefault(w["code"], []).append((_row_name(r, key, unit), r.get("seed"), str(w.get("message", ""))))
+                by.setdefault(w["code"], []).append((row_name(r, key, unit), r.get("seed"), str(w.get("message", ""))))
     out = []
     for code, hits in by.items():
         names = _run_names([(n, sd) for n, sd, _ in hits])
