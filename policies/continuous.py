@@ -683,7 +683,7 @@ class ContinuousPolicy:
             return "watermark"
         return None
 
-    def _take_holders(self, kv, queue, taken, items, n_seqs, free, budget, stop):
+    def _take_holders(self, kv, queue, taken, items, n_seqs, free, budget, stop, swapped: bool = False):
         """``admit``'s first part: take requests whose KV is kept (swapped out to host, or landed
         here from a P/D prefill replica) from the front of ``queue`` into ``taken`` (and their
         tokens into ``items``); returns (True when all of them fit, and the sequences, free blocks,
@@ -691,7 +691,14 @@ class ContinuousPolicy:
         for r in queue:
             q = self._tokens(r, budget)
             need = kv.blocks_for(r.num_computed_tokens + q) - r.kv_blocks  # swapped: kv_blocks is 0
-            if n_seqs >= self.max_num_seqs or q > budget or need > free:
+            gate = need
+            if self.decode_needs_free_block and swapped:
+                # vLLM V0's can_swap_in asks its blocks plus one free block per sequence, "to match
+                # can_append_slot" (vllm/core/block_manager.py at v0.2-v0.3, block_manager_v1.py
+                # at v0.4-v0.5): a swap-in that left no block free was swapped out again at the
+                # next decode, a ping-pong vLLM V0 does not have
+                gate = max(need, kv.blocks_for(r.num_computed_tokens) + 1)
+            if n_seqs >= self.max_num_seqs or q > budget or gate > free:
                 if stop is None:
                     stop = ("swapped_first", r, budget, free, self.max_num_seqs - n_seqs)
                 return False, n_seqs, free, budget, stop
@@ -727,7 +734,7 @@ class ContinuousPolicy:
         swapped_back = all_back = True
         if state.swapped:
             swapped_back, n_seqs, free, budget, stop = self._take_holders(kv, state.swapped, swap_in, items, n_seqs,
-                                                                          free, budget, stop)
+                                                                          free, budget, stop, swapped=True)
         if state.landed:
             all_back, n_seqs, free, budget, stop = self._take_holders(kv, state.landed, admitted, items, n_seqs, free,
                                                                       budget, stop)
