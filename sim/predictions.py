@@ -491,8 +491,8 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
     where in that swing the cut-off falls). Each at least ``floor`` (what an idle deployment could
     not finish). Where the requests after them arrive at another rate than that half's
     (``_rate_changed``: a schedule changing after the replay) and it held level, no trend is carried:
-    "estimate" None, "low" the floor, "high" the most of its swing and the count carried at its
-    completion rate, "rate_changed" (that half's rate, the other, the stretch read).
+    "estimate" None, "low" the floor, "high" the most requests in flight it reached and the count
+    carried at its completion rate, "rate_changed" (that half's rate, the other, the stretch read).
     {"estimate", "low", "high", "growing", "replayed", "replayed_until": T}; {"estimate":
     None} where the later half of those requests arrives at one instant (``all_at_once``): no
     stretch of the run to read a trend from (20,000 requests at once cut off at 60 s read "about
@@ -540,7 +540,9 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
         # half's completion rate (at most what it could take, when it kept up with its arrivals;
         # max_queue + max_num_seqs per replica is no bound: a request the engine finished still
         # counts while the API server streams it, 85 left where that room was 84)
-        out.update(estimate=None, low=clip(floor), high=clip(max(high, carried)), rate_changed=changed)
+        # (the most the half reached too, not only the trend carried to D plus its swing: a level
+        # falling through the half read 270 where it reached 307 and the run left 306, a sinusoid)
+        out.update(estimate=None, low=clip(floor), high=clip(max(high, counts.max(), carried)), rate_changed=changed)
     return out
 
 

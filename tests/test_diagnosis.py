@@ -280,6 +280,24 @@ def test_validate_unfinished_range_holds_a_rate_schedule_changing_after_the_repl
     assert "the arrival schedule changes" in lines[0] and "about" not in lines[0]
 
 
+def test_validate_unfinished_range_after_a_rate_change_reaches_the_most_the_replay_held(monkeypatch):
+    """A sinusoidal rate (40 req/s, amplitude 0.75, period 30 s) behind max_queue=20, cut at 60 s:
+    the requests in flight fell through the replay's later half, so its trend carried to the
+    cut-off plus the swing about it read a range of 0 to 77 where the run left 84, below the most
+    those requests reached, which the range's top is said to be."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
+    arrival = {"process": "sinusoidal", "rate_rps": 40.0, "amplitude": 0.75, "period_s": 30.0}
+    sc = make_scenario(**{**SHED, "workload.num_requests": None, "workload.duration_s": 60.0,
+                          "workload.arrival": arrival, "policy.admission": {"max_queue": 20}})
+    pred = predictions.predict_unfinished(sc)
+    s = simulate(sc).summary
+    assert pred["replayed"] == 1000 < s["num_requests"] and pred["rate_changed"] and pred["estimate"] is None
+    assert pred["low"] <= s["unfinished"] <= pred["high"], (pred, s["unfinished"])
+
+
 def test_validate_unfinished_backlog_behind_max_queue_stops_at_the_queue_room(tmp_path, capsys, monkeypatch):
     """A cut-off run too long to replay whose requests in flight grow through the later half of the
     replay behind max_queue=300: carried at that half's share shed, they read about 564 where the
