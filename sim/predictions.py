@@ -548,14 +548,19 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
 
 def _queue_room(scenario: Scenario, setup, specs) -> float:
     """The requests a colocated deployment holds behind ``policy.admission.max_queue`` applying to
-    every request: on each replica ``max_num_seqs`` running and ``max_queue`` waiting (a request is
+    every request: on each replica ``max_num_seqs`` running (on each of its virtual engines, with
+    ``hardware.pp`` and ``pp_overlap``) and ``max_queue`` waiting (a request is
     let in only while fewer wait; a preempted one moves from one to the other); those the API
     server still streams to their clients come on top. Infinite where no such rule bounds it."""
     adm = scenario.policy.admission
     if adm.max_queue is None or not _rules_cover_all(scenario, specs) or len(setup.pools) != 1:
         return math.inf
     pool = setup.pools[0]
-    return float(pool.replicas * (pool.max_num_seqs + adm.max_queue))
+    # (hardware.pp with pp_overlap: each of a replica's virtual engines runs max_num_seqs of its own,
+    # Cluster; max_queue holds for the replica: 364 said where a pp=2 run left 427, its room 428)
+    cm = pool.cost_model
+    ve = cm.pp if cm.pp > 1 and scenario.hardware.pp_overlap else 1
+    return float(pool.replicas * (ve * pool.max_num_seqs + adm.max_queue))
 
 
 def _rate_changed(arrival_s: np.ndarray, k: int, t_half: float, t_end: float, until: float) -> tuple | None:

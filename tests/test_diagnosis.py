@@ -321,6 +321,23 @@ def test_validate_unfinished_backlog_behind_max_queue_stops_at_the_queue_room(tm
     assert "so the queue fills before the cut-off, holding its room" in lines[0]
 
 
+def test_validate_unfinished_queue_room_counts_each_virtual_engines_sequences(monkeypatch):
+    """With hardware.pp=2 (pp_overlap: two virtual engines a replica, each running max_num_seqs of
+    its own, beside the replica's max_queue) a backlog behind max_queue=300 was capped at 64 + 300
+    = 364 where the run left 427; the room is 2 x 64 + 300."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
+    sc = make_scenario(**{**SHED, "workload.num_requests": None, "workload.duration_s": 100.0, "hardware.pp": 2,
+                          "workload.arrival": {"process": "poisson", "rate_rps": 35.0},
+                          "policy.admission": {"max_queue": 300}})
+    pred = predictions.predict_unfinished(sc)
+    run = simulate(sc).summary["unfinished"]
+    assert pred["growing"] and pred.get("full") == 2 * 64 + 300 == pred["estimate"]
+    assert abs(pred["estimate"] - run) <= 0.05 * run, (pred, run)
+
+
 @pytest.mark.parametrize("admission, scoped", [
     ({"token_bucket": {"rate_rps": 0.1, "burst": 1}}, False), ({"max_queue": 1}, False),
     ({"token_bucket": {"rate_rps": 2, "burst": 1}}, True), ({"max_queue": 1}, True),

@@ -686,7 +686,8 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                 text = (f"a run will leave about {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still "
                         f"queued or running at {cut}: {first}, and the requests in flight grew through the later "
                         "half of them, so the queue fills before the cut-off, holding its room: "
-                        "policy.admission.max_queue waiting and policy.max_num_seqs running per replica (those the "
+                        "policy.admission.max_queue waiting and policy.max_num_seqs running per replica (per virtual "
+                        "engine with hardware.pp; those the "
                         f"API server still streams to their clients come on top){least}; {fix}")
             elif late["growing"]:
                 text = (f"a run will leave about {k:,} of {plural(n, 'request', fmt=',')} ({k / n:.1%}) still "
