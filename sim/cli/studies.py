@@ -198,9 +198,9 @@ def _probe_table(s, keys, keep_up: bool) -> str:
 def _limits_text(slo: dict, args) -> str:
     """The search's limits as plan writes them ("ttft_p99 <= 1 s, tpot_p99 <= 50 ms": seconds from
     1 s; capacity wrote "ttft_p99 <= 1000 ms" of the same --slo ttft_p99=1), and its other rules."""
-    from servesim.outputs.plandoc import limit_text
+    from servesim.outputs.plandoc import limits_text
 
-    limits = ", ".join(f"{m}_{st} <= {limit_text(v)}" for (m, st), v in slo.items())
+    limits = limits_text(slo)
     if args.keep_up > 0:
         limits += f", keeping up (>= {args.keep_up:g} left per arrival)"
     if args.attainment is not None:

@@ -12,7 +12,7 @@ from servesim.errors import InputError
 from servesim.outputs.intervals import _decimals_for, _end, _own_digit, _round
 from servesim.outputs.metrics import PER_REQUEST, parse_slo
 from servesim.outputs.rundir import check_fields, damaged, read_json_dict
-from servesim.outputs.wording import plural
+from servesim.outputs.wording import limit_text, plural
 
 PLAN_JSON = "plan.json"
 RUN_S = 300.0  # seconds of arrivals at R in every run at R (unless --requests): tails need many requests
@@ -143,16 +143,16 @@ def fmt_s(v) -> str:
     return f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.2f} s" if v < 100 else f"{v:.0f} s"
 
 
-def limit_text(v: float) -> str:
-    """A limit as given: 2 s, 100 ms."""
-    return f"{v * 1e3:g} ms" if v < 1 else f"{v:g} s"
+def limits_text(limits: dict) -> str:
+    """Parsed SLO limits (``parse_slo``) as a phrase: "ttft_p99 <= 2 s, tpot_p99 <= 100 ms"."""
+    return ", ".join(f"{m}_{st} <= {limit_text(v)}" for (m, st), v in limits.items())
 
 
 def slo_text(doc: dict) -> str:
     """The SLO as a phrase: "ttft_p99 <= 2 s, tpot_p99 <= 100 ms" (with the attainment share)."""
     limits = parse_slo(str(doc["slo"]))
     if doc.get("attainment") is None:
-        return ", ".join(f"{m}_{st} <= {limit_text(v)}" for (m, st), v in limits.items())
+        return limits_text(limits)
     # with an attainment share the per-request limits hold per request (tbt stays a percentile)
     per = ", ".join(f"{m} <= {limit_text(v)}" for (m, st), v in limits.items() if m in PER_REQUEST)
     rest = [f"{m}_{st} <= {limit_text(v)}" for (m, st), v in limits.items() if m not in PER_REQUEST]
@@ -232,7 +232,7 @@ def table_rows(doc: dict, top: int | None = None) -> list[dict]:
             "power kW": "-" if power is None else f"{power / 1e3:.2f}",
             # (one seed: no interval, the cell shows the estimate alone)
             ("capacity req/s (95% CI)" if len(doc.get("seeds") or ()) != 1 else "capacity req/s"):
-                capacity_text(cap) + "".join(m for m, _, _ in _CAP_MARKS if _marked(cap, m)),
+                capacity_text(cap) + "".join(m for m, key, _ in _CAP_MARKS if _marked(cap, key)),
             "headroom": head,
             "p99 TTFT": fmt_s(worst(run, "ttft_p99_s")), "p99 TPOT": fmt_s(worst(run, "tpot_p99_s")),
             "seeds met": f"{sum(s['meets'] for s in run['seeds'])}/{len(run['seeds'])}" if run else "-",
@@ -245,8 +245,8 @@ _CAP_MARKS = (("*", "filling", "may be low: the keep-up rule set it on probes wh
               ("+", "too_short", "a lower bound: its probes were still too short to tell whether they keep up"))
 
 
-def _marked(cap: dict | None, mark: str) -> bool:
-    key = next(k for m, k, _ in _CAP_MARKS if m == mark)
+def _marked(cap: dict | None, key: str) -> bool:
+    """Whether the capacity ``cap`` carries the mark of its field ``key`` (a text saying why)."""
     return bool(cap) and isinstance(cap.get(key), str) and bool(cap[key])
 
 
@@ -257,7 +257,7 @@ def table_notes(doc: dict, top: int | None = None) -> list[str]:
     lines) and the other rows showed nothing."""
     out = []
     for mark, key, says in _CAP_MARKS:
-        ranks = [str(i) for i, c in enumerate(ranked(doc)[:top], 1) if _marked(c.get("capacity"), mark)]
+        ranks = [str(i) for i, c in enumerate(ranked(doc)[:top], 1) if _marked(c.get("capacity"), key)]
         if ranks:
             out.append(f"{mark} capacity {says} (rank {', '.join(ranks)}; each configuration's {key} in "
                        f"{PLAN_JSON} names its seeds and the rerun)")

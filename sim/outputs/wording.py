@@ -14,10 +14,15 @@ def noun(n, singular: str, nouns: str | None = None) -> str:
     return singular if n == 1 else nouns or singular + "s"
 
 
+def limit_text(v: float) -> str:
+    """A limit in seconds as given: 2 s, 100 ms (seconds from 1 s, milliseconds under it)."""
+    return f"{v * 1e3:g} ms" if v < 1 else f"{v:g} s"
+
+
 def slo_limits(slo: dict) -> str:
     """"TTFT <= 1 s, TPOT <= 50 ms": an ``slo`` mapping's limits (``ttft_s``, ``tpot_s``; those not
-    numbers left out, "" for none) as report.md, compare, sweep and plan write them: seconds from
-    1 s, milliseconds under it (run printed "TPOT <= 0.05 s" of the limit the others call 50 ms)."""
-    return ", ".join(f"{name} <= {v:g} s" if v >= 1 else f"{name} <= {v * 1e3:g} ms"
+    numbers left out, "" for none) as report.md, compare, sweep and plan write them (``limit_text``;
+    run printed "TPOT <= 0.05 s" of the limit the others call 50 ms)."""
+    return ", ".join(f"{name} <= {limit_text(v)}"
                      for name, v in (("TTFT", slo.get("ttft_s")), ("TPOT", slo.get("tpot_s")))
                      if isinstance(v, (int, float)) and not isinstance(v, bool))
