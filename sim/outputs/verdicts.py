@@ -190,8 +190,7 @@ def _as_printed(x: float) -> float:
     """``x`` to the digits a figure without an interval is printed with (``format_value``): two
     configurations' goodputs 6.5988 and 6.5953 req/s, both printed 6.6, were ranked by the digits
     the reader never saw."""
-    return float(f"{x:.3g}") if isinstance(x, (int, float)) and math.isfinite(x) and abs(x) < 1e3 else \
-        (float(round(x)) if isinstance(x, (int, float)) and math.isfinite(x) else x)
+    return float(format_value(x)) if isinstance(x, (int, float)) and math.isfinite(x) else x
 
 
 def tied(rows: list) -> list:
