@@ -362,7 +362,8 @@ def test_plan_report_figures_and_answer(tmp_path, monkeypatch):
 def test_plan_options_are_checked(tmp_path):
     with pytest.raises(InputError, match="--objective"):
         _plan(tmp_path, objective="speed")
-    with pytest.raises(InputError, match="--price h100: not one of the GPUs searched"):
+    with pytest.raises(InputError, match=r"--price h100=2: 'h100' is not one of the GPUs searched .*expected GPU=USD "
+                                         r"naming one of them, e\.g\. h100-sxm=2"):
         _plan(tmp_path, prices=(("h100", 2.0),))
     with pytest.raises(InputError, match="--pd-ratios: expected P:D pairs of positive integers, got 0:1$"):
         _plan(tmp_path, pd_ratios=((0, 1),))  # (as the flag spells it, not the tuple (0, 1))
@@ -618,6 +619,10 @@ def test_report_on_a_damaged_plan_folder_names_it(tmp_path, capsys, edit, messag
     (["--objective", "speed"], "invalid choice"),
     (["--pd-ratios", "1-2"], "--pd-ratios '1-2': expected P:D"),
     (["--price", "h100-sxm"], "expected GPU=USD"),
+    # (an empty side: "--price : not one of the GPUs searched" named neither what was given nor the form)
+    (["--price", "=3"], "--price '=3': no GPU before '='; expected GPU=USD"),
+    (["--price", "h100-sxm=2,=3"], "--price '=3': no GPU before '='"),
+    (["--price", "h100-sxm="], "--price 'h100-sxm=': no price after '='; expected GPU=USD"),
     (["--tp", "one"], "--tp 'one': expected comma-separated integers"),
     (["--slo", "ttft=1"], "ttft"),
     (["--gpus", "h100"], "unknown GPU 'h100'"),

@@ -42,6 +42,13 @@ def _prices(items) -> tuple:
             if "=" not in item:
                 raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h100-sxm=2.5")
             g, v = item.split("=", 1)
+            # (an empty side read "--price : not one of the GPUs searched", or "'' is not a number")
+            if not g.strip():
+                raise InputError(f"--price {item!r}: no GPU before '='; expected GPU=USD, e.g. h100-sxm=2.5 (a GPU "
+                                 "that --gpus searches, or the scenario's hardware.gpu)")
+            if not v.strip():
+                raise InputError(f"--price {item!r}: no price after '='; expected GPU=USD, e.g. {g.strip()}=2.5 "
+                                 "(USD per GPU-hour)")
             try:
                 usd = ascii_float(v)
             except ValueError:

@@ -810,9 +810,14 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
     out = Path(out)  # (made once the inputs are checked: a refused plan leaves no folder behind)
     gpus = list(dict.fromkeys(opts.gpus or [str((base.get("hardware") or {}).get("gpu"))]))
     check_searched_overrides(overrides, base, opts, gpus)
-    unknown = [g for g, _ in opts.prices if g not in gpus]
+    unknown = [(g, usd) for g, usd in opts.prices if g not in gpus]
     if unknown:
-        raise InputError(f"--price {unknown[0]}: not one of the GPUs searched ({', '.join(gpus)})")
+        from servesim.errors import did_you_mean
+
+        g, usd = unknown[0]
+        raise InputError(f"--price {g}={usd:g}: {g!r} is not one of the GPUs searched (--gpus, else the scenario's "
+                         f"hardware.gpu); expected GPU=USD naming one of them, e.g. {gpus[0]}={usd:g};"
+                         f"{did_you_mean(g, gpus)}")
     # (the scenario's cost mappings name catalog GPUs or those searched)
     from servesim.inputs.specs import dtype_error, get_gpu
     from servesim.simulation import check_cost_gpus
