@@ -361,6 +361,22 @@ def test_a_set_with_a_space_for_the_equals_sign_is_named_as_such(tmp_path, capsy
         "(e.g. --set workload.num_requests=VALUE)")
 
 
+@pytest.mark.parametrize("command", ["validate", "run", "sweep"])
+@pytest.mark.parametrize("text", ["workload.num_requests=", "slo.ttft_s=", "policy.max_num_seqs= ", "seed="])
+def test_an_empty_set_value_is_named(tmp_path, capsys, command, text):
+    # (an empty value read as null: "--set workload.num_requests=" said "workload: give num_requests or
+    # duration_s" without naming the --set, and "--set slo.ttft_s=" silently dropped the TTFT limit)
+    key = text.split("=")[0]
+    argv = [command, write(tmp_path, GOOD), "--set", text]
+    if command != "validate":
+        argv += ["--out", str(tmp_path / "o"), "--quiet"]
+    assert main(argv + (["--grid", "cluster.replicas=1,2"] if command == "sweep" else [])) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"servesim: error: --set {text!r}: no value after '=' for {key}; give its value, null to unset the field, "
+        "or '' for an empty text")
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_run_too_big_for_memory_is_a_clear_error(tmp_path, capsys, monkeypatch):
     import servesim.cli.main
 

@@ -50,12 +50,18 @@ def _split_override(text: str) -> tuple[list[str], str]:
     parts = key.strip().split(".")
     if not all(parts):
         raise InputError(f"--set {text!r}: empty key segment")
+    if not raw.strip():
+        # (it read as null: "--set workload.num_requests=" said "give num_requests or duration_s", not
+        # what was given, and "--set slo.ttft_s=" silently dropped the TTFT limit)
+        raise InputError(f"--set {text!r}: no value after '=' for {key.strip()}; give its value, null to unset "
+                         "the field, or '' for an empty text")
     return parts, raw
 
 
 def parse_value(raw: str) -> Any:
     """A command-line value as YAML reads it (``8`` -> 8, ``null`` -> None, ``[1, 2]`` -> a
-    list); text that is not valid YAML stays text; empty -> None."""
+    list); text that is not valid YAML stays text; empty -> None (``--set`` and ``--grid`` refuse an
+    empty value before it gets here)."""
     if not raw.strip():
         return None
     try:
