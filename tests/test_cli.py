@@ -377,6 +377,24 @@ def test_an_empty_set_value_is_named(tmp_path, capsys, command, text):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("command", [["lessons", "--only", "bound", "--quick", "--no-figures"],
+                                     ["reproduce", "no-such-experiment", "--quick"]])
+def test_lessons_and_reproduce_do_not_write_into_a_run_folder(tmp_path, capsys, command):
+    """As sweep and compare refuse: lessons.md (reproduce.md) written beside a run's summary.json
+    was hidden by it (servesim report reads the folder as that run). Refused before anything runs
+    (the experiment name is checked after), the run's folder unchanged."""
+    run_dir = tmp_path / "run"
+    assert main(["run", write(tmp_path, GOOD.replace("num_requests: 60", "num_requests: 5")), "--out", str(run_dir),
+                 "--quiet"]) == 0
+    before = sorted(p.name for p in run_dir.iterdir())
+    capsys.readouterr()
+    assert main([*command, "--out", str(run_dir), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {run_dir}: holds a servesim run (summary.json); a {command[0]} report written there" in err, err
+    assert "another --out" in err and "Traceback" not in err
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
 def test_a_run_too_big_for_memory_is_a_clear_error(tmp_path, capsys, monkeypatch):
     import servesim.cli.main
 

@@ -1009,8 +1009,10 @@ def _not_another_kind(out: str, command: str) -> None:
         # digest its summary.json keeps, and the run read as damaged)
         raise InputError(f"--out {out}: holds a servesim run or study; validate-run writes its scenario.yaml and "
                          "report.md there, over theirs: give validate-run another --out")
-    if command in RESUMABLE and _servesim_run(folder):
-        what = {"capacity": "capacity search", "compare": "comparison"}.get(command, command)
+    # (lessons and reproduce wrote their report beside a run's files, which report then read as the run)
+    if (command in RESUMABLE or command in ("lessons", "reproduce")) and _servesim_run(folder):
+        what = {"capacity": "capacity search", "compare": "comparison", "lessons": "lessons report",
+                "reproduce": "reproduce report"}.get(command, command)
         raise InputError(f"--out {out}: holds a servesim run (summary.json); a {what} written there would be "
                          "hidden by it (servesim report reads a folder with summary.json as that run): give the "
                          f"{what} another --out")
