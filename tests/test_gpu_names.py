@@ -123,3 +123,36 @@ def test_a_run_folder_read_where_its_gpu_file_is_not_names_the_gpu_as_the_run_di
     assert main(["report", str(run), "--quiet"]) == 0
     md = (run / "report.md").read_text()
     assert "on 1 x g1," in md and "x ok" not in md
+
+
+def test_a_gpu_file_named_as_a_catalog_gpu_in_other_letter_case_is_refused(tmp_path, capsys):
+    """Names are matched exactly (hardware.gpu: H100-SXM is refused, "did you mean 'h100-sxm'"), yet
+    a GPU file named H100-SXM with its own figures ran, printed '1 x H100-SXM' as if the catalog's H100,
+    while one named h100-sxm is refused: both are, exit 2, naming the file and the catalog GPU."""
+    gpu = tmp_path / "mine.yaml"
+    for text in ("name: H100-SXM\npeak_flops: 500e12\nmem_bytes: 80e9\nmem_bw_bytes_per_s: 2e12\n",
+                 "name: H100-Sxm\nbase: h100-sxm\nprice_per_gpu_hour_usd: 2\n"):
+        gpu.write_text(text)
+        p = scenario(tmp_path, **{"hardware.gpu": str(gpu)})
+        for argv in (["validate", str(p)], ["run", str(p), "--out", str(tmp_path / "o"), "--quiet"]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "mine.yaml" in err[0] and "is the catalog GPU 'h100-sxm' in other letter case" \
+                in err[0] and "write name: h100-sxm" in err[0], err
+        assert not (tmp_path / "o").exists()
+    # the catalog's own name in its own case, with only a price of its own, runs
+    gpu.write_text("name: h100-sxm\nbase: h100-sxm\nprice_per_gpu_hour_usd: 2\n")
+    assert main(["validate", str(scenario(tmp_path, **{"hardware.gpu": str(gpu)}))]) == 0
+
+
+def test_two_gpu_files_whose_names_differ_only_in_letter_case_are_refused(tmp_path, capsys):
+    """A P/D split's pools on two different GPUs named 'my-gpu' and 'MY-GPU' read as one GPU in the
+    economics line and titles: refused as two files of one name are."""
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("name: my-gpu\nbase: h100-sxm\n")
+    b.write_text("name: MY-GPU\nbase: h100-sxm\nmem_bw_bytes_per_s: 4.5e12\n")
+    p = scenario(tmp_path, **{"policy": {"name": "pd_split", "prefill": {"gpu": str(a)}, "decode": {"gpu": str(b)}}})
+    assert main(["validate", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "a.yaml" in err and "b.yaml" in err and "are different GPUs (mem_bw_bytes_per_s differs)" in err, err
+    assert "'my-gpu' and 'MY-GPU' differing only in letter case" in err and "Traceback" not in err

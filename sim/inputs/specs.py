@@ -409,13 +409,17 @@ def check_gpu_names(gpus, where: str, why: str) -> None:
     seen: dict = {}
     for shown, g, path in gpus:
         spec = get_gpu(g, path)
-        other = seen.setdefault(spec.name, (shown, spec))
-        if other[1] != spec:
-            differ = [f.name for f in fields(spec) if getattr(spec, f.name) != getattr(other[1], f.name)]
+        # (in any letter case: 'my-gpu' and 'MY-GPU' read as one GPU in a table)
+        other = seen.setdefault(spec.name.casefold(), (shown, spec))
+        differ = [f.name for f in fields(spec)
+                  if f.name != "name" and getattr(spec, f.name) != getattr(other[1], f.name)]
+        if differ:
+            named = (repr(spec.name) if spec.name == other[1].name
+                     else f"{other[1].name!r} and {spec.name!r} differing only in letter case")
             raise InputError(
                 f"{where}: {other[0]} and {shown} are different GPUs ({', '.join(differ)} "
                 f"{'differs' if len(differ) == 1 else 'differ'}) of one name, "
-                f"{spec.name!r} (a GPU file with base: and no name: is named <base>-custom): {why}, so one would "
+                f"{named} (a GPU file with base: and no name: is named <base>-custom): {why}, so one would "
                 "be taken for the other; give each file a name: of its own")
 
 
@@ -505,6 +509,14 @@ def load_gpu_yaml(p: Path, path: str = "hardware.gpu") -> GpuSpec:
     """A GPU from a YAML file (``GpuFile``); errors name ``path``, the file and the field."""
     data = read_mapping(p, "GPU file", path)
     gpu = build_file(GpuFile, data, f"{path}: {p}", "a GPU file").spec(p.stem)
+    # (names compare case-sensitively everywhere, a catalog name in another case refused with "did you
+    # mean": a file named H100-SXM printed as the H100 did, whatever its figures)
+    near = next((k for k in GPUS if k.casefold() == gpu.name.casefold() and k != gpu.name), None)
+    if near is not None:
+        raise InputError(f"{path}: {p}: name: {gpu.name!r} is the catalog GPU {near!r} in other letter case (GPU "
+                         f"names are matched exactly, so it would be a GPU of its own printed as that one); write "
+                         f"name: {near} (with base: {near}, and only a price or power of its own) or a name of "
+                         "its own")
     cat = GPUS.get(gpu.name)
     if cat is not None:  # (calibrations and runs look a GPU up by name: an other GPU must not take one)
         own = ("name", "price_per_gpu_hour_usd", "power_w")
