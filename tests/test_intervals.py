@@ -380,3 +380,40 @@ def test_a_value_without_an_interval_keeps_its_three_significant_digits():
     assert [format_value(x) for x in (6.598, 6.58, 14.96, 0.4996, 99.96, 1.5e-5)] == \
         ["6.60", "6.58", "15.0", "0.500", "100", "1.50e-05"]
     assert [format_value(x) for x in (1.0, 33.0, 195.0, 5, 1234.5)] == ["1", "33", "195", "5", "1234"]
+
+
+@pytest.mark.parametrize("cap, text", [
+    ({"estimate": 35.0, "low": 4.0, "high": 66.0, "samples": [1, 2]}, "~35 (4-66)"),  # (was "34.9 (3.53-66.3)")
+    ({"estimate": 0.3, "low": -2.0, "high": 80.0, "samples": [1, 2]}, "~0.3 (0-80)"),  # (its own digit; cut at 0)
+    ({"estimate": 1.3, "low": -0.5, "high": 3.1, "samples": [1, 2]}, "~1.3 (0-3.1)"),  # (not "0.0")
+    ({"estimate": 19.84, "low": 18.93, "high": 20.71, "samples": [1, 2, 3]}, "~19.8 (18.9-20.7)"),
+    ({"estimate": 1234.5, "low": 1100.0, "high": 1400.0, "samples": [1, 2]}, "~1230 (1100-1400)"),
+    ({"estimate": 12.345, "low": 12.345, "high": 12.345, "samples": [1, 2]}, "~12.3"),  # (no spread)
+    ({"estimate": 12.345, "low": 10.0, "high": 14.0, "samples": [1]}, "~12.35"),  # (one seed: no interval)
+    ({"estimate": 12.345, "low": 10.0, "high": 14.0, "measured": True, "samples": [1, 2]}, "12.3 (10.0-14.0)"),
+])
+def test_a_capacity_prints_as_before(cap, text):
+    """plandoc prints a capacity through intervals' public interval_texts (it imported four private
+    helpers); the printed forms are pinned."""
+    from servesim.outputs.plandoc import capacity_text
+
+    assert capacity_text(cap) == text
+
+
+def test_interval_texts_and_no_private_helper_imported_across_modules():
+    import ast
+    from pathlib import Path
+
+    from servesim.outputs.intervals import interval_texts
+
+    assert interval_texts(35.0, 4.0, 66.0) == ("35", "4", "66")
+    assert interval_texts(0.3, -2.0, 80.0) == ("0.3", "0", "80")
+    assert interval_texts(5.0, 5.0, 5.0) == ("5", "5", "5")
+    assert interval_texts(5.0, -1.0, math.inf) == ("5", "0", "inf")
+    root = Path(__file__).resolve().parent.parent
+    private = []
+    for f in [*root.joinpath("sim").rglob("*.py"), *root.joinpath("plots").rglob("*.py")]:
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "servesim.outputs.intervals":
+                private += [f"{f.name}: {a.name}" for a in node.names if a.name.startswith("_")]
+    assert not private, private

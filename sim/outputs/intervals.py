@@ -237,6 +237,20 @@ def _end(x: float, decimals: int, cut: bool) -> str:
     return _round(x, _own_digit(x, decimals))
 
 
+def interval_texts(estimate: float, low: float, high: float) -> tuple[str, str, str]:
+    """An estimate and its interval's ends as printed (a capacity's "~35 (4-66)", ``plandoc``): to
+    the precision of the half-width, (high - low) / 2, as ``format_interval`` rounds them, each keeping a
+    significant digit of its own ("~0.3 (0-80)", not "~0 (0-80)"), the low end cut at 0 ("0", not
+    "0.0": a bound, not a measurement to a tenth); three significant digits without a half-width
+    (none, or an infinite one)."""
+    half = (high - low) / 2
+    if not half > 1e-9 or math.isinf(half):
+        return f"{estimate:.3g}", f"{max(low, 0.0):.3g}", f"{high:.3g}"
+    d = _decimals_for(half)
+    return (_round(estimate, _own_digit(estimate, d)), _end(max(low, 0.0), d, low <= 0),
+            _round(high, _own_digit(high, d)))
+
+
 def format_value(x: float | None, sig: int = 3) -> str:
     """A number with no interval: ``sig`` significant digits, trailing zeros kept ("6.60": a goodput of
     6.598 req/s read "6.6" beside "6.58" in compare's column, and run printed it "6.60"), integers

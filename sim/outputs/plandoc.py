@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from servesim.errors import InputError
-from servesim.outputs.intervals import _decimals_for, _end, _own_digit, _round
+from servesim.outputs.intervals import interval_texts
 from servesim.outputs.metrics import PER_REQUEST, parse_slo
 from servesim.outputs.rundir import check_fields, damaged, read_json_dict
 from servesim.outputs.wording import limit_text, plural
@@ -186,15 +186,10 @@ def capacity_numbers(cap: dict) -> tuple[str, str, str]:
     """A capacity's estimate and interval bounds (the low one at least 0) as printed: to the
     interval's precision (``intervals.format_interval``'s rule), three significant digits without
     one. ("34.9 (3.53-66.3)" was printed for 35 +- 31 req/s.)"""
-    est, lo, hi = cap["estimate"], cap["low"], cap["high"]
-    half = (hi - lo) / 2
-    if not half > 1e-9 or math.isinf(half):
-        return f"{est:.3g}", f"{max(lo, 0.0):.3g}", f"{hi:.3g}"
-    d = _decimals_for(half)
-    # as ``format_interval`` prints them: each keeps a significant digit of its own ("~10 (0-80)" read
+    # (as ``format_interval`` prints them: each keeps a significant digit of its own ("~10 (0-80)" read
     # as if it could serve nothing, "~0 (0-80)" of 0.3 req/s), and a low end cut at 0 is "0", not
-    # "0.0" ("~1.3 (0.0-3.1)" read as a floor measured at zero to a tenth)
-    return _round(est, _own_digit(est, d)), _end(max(lo, 0.0), d, lo <= 0), _round(hi, _own_digit(hi, d))
+    # "0.0" ("~1.3 (0.0-3.1)" read as a floor measured at zero to a tenth))
+    return interval_texts(cap["estimate"], cap["low"], cap["high"])
 
 
 def capacity_text(cap: dict | None) -> str:
