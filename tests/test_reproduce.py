@@ -46,6 +46,26 @@ def test_a_ratio_at_the_tolerances_edge_reads_on_its_own_side():
     assert [r[4] for r in rows] == ["0.747", "0.752"]
 
 
+def test_a_simulated_figure_prints_as_format_value_does():
+    """The table printed Yi-34B's simulated gain "2.9x" where format_value, every other table's rule,
+    keeps its trailing zero ("2.90x"): one rule for a simulated figure (in reproduce.md, the fidelity
+    table and the progress lines); a published figure keeps the paper's own digits ("3.7x")."""
+    from servesim.outputs.intervals import format_value
+
+    figs = [R.Figure("gain", 3.7, 2.9001, "p", "text", "x", True),
+            R.Figure("batch", 30.42, 29.004, "p", "figure", "requests", True),
+            R.Figure("ttft", 44.8, 42.0, "p", "measured", "ms"),
+            R.Figure("kv", 15_700, 15_376.0, "p", "text", "tokens"),
+            R.Figure("range", (2.7, 8.0), 3.3, "p", "text", "x", True)]
+    rows = R.figure_rows([R.Experiment("e", "t", "s", figs)])
+    assert [r[3] for r in rows] == ["2.90x", "29.0 requests", "42 ms", "15,376 tokens", "3.30x"]
+    assert [r[2].split(" (")[0] for r in rows] == ["3.7x", "30.4 requests", "44.8 ms", "15,700 tokens", "2.7-8x"]
+    md = R.reproduce_markdown([R.Experiment("e", "t", "s", figs)], R.Options())
+    assert "| gain | 3.7x | 2.90x |" in md and "| batch | 30.4 requests | 29.0 requests |" in md
+    for x in (2.9001, 0.7471, 13.95, 0.000123456, 999.4):
+        assert R.simulated_text(x) == format_value(x)
+
+
 def test_the_stated_rule_is_the_rule_applied():
     """reproduce.md states the tolerance for a published range as the verdicts apply it (it said
     [lo / 1.25, hi x 1.25] while 0.76 x lo matched), and counts direction-only figures as such."""
@@ -566,7 +586,7 @@ def test_a_gain_whose_goodput_never_crosses_reads_as_a_bound():
         g(2.27), g(None, first=0.88))
     above = R.Goodput(None, rates, [0.95] * len(rates), [], [])  # never falls: over the last rate, 3
     assert R.gain_text(g(2.27), above).startswith("under 0.757x") and "so below 1" in R.gain_text(g(2.27), above)
-    assert R.gain_text(above, g(2.0)).startswith("over 1.5x")
+    assert R.gain_text(above, g(2.0)).startswith("over 1.50x")  # (format_value's digits, as every table's)
     assert "not settled" in R.gain_text(g(None, first=0.5), g(0.2))  # under 0.25 / 0.2 = 1.25: either side
     assert R.gain_text(g(None, first=0.5), g(None, first=0.5)).startswith("undefined")
 

@@ -451,8 +451,8 @@ def cmd_lessons(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
-    from servesim.studies.reproduce import EXPERIMENTS, Options, run_reproduce, summary_line, write_readme, \
-        write_reproduce
+    from servesim.studies.reproduce import EXPERIMENTS, Options, run_reproduce, simulated_text, summary_line, \
+        write_readme, write_reproduce
 
     bad = [n for n in args.names if n not in EXPERIMENTS]
     if bad:
@@ -479,7 +479,7 @@ def cmd_reproduce(args) -> int:
         for f in e.figures:
             pub = "-" if f.published is None else (f"{f.published[0]:g}-{f.published[1]:g}"
                                                    if isinstance(f.published, tuple) else f"{f.published:.4g}")
-            sim = "-" if f.simulated is None else f"{f.simulated:.4g}"
+            sim = simulated_text(f.simulated)
             ratio = "" if f.ratio is None else f" ({f.ratio_text}x)"
             print(f"  {f.label}: published {pub}, simulated {sim}{ratio}: {f.verdict}", flush=True)
 

@@ -37,6 +37,7 @@ from servesim.cost.engines import PROFILES
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
 from servesim.inputs.scenario import Cost, read_yaml, scenario_from_dict
+from servesim.outputs.intervals import format_value
 from servesim.outputs.writer import json_text
 from servesim.studies.capacity import CapacityOptions, find_capacity
 from servesim.studies.executors import ExecutorOptions, check_numbers
@@ -465,12 +466,12 @@ def gain_text(num: Goodput, den: Goodput, target: float = 0.9) -> str:
     "undefined" only when no value or bound follows."""
     word, x = gain_bound(num, den, target)
     if word == "=":
-        return f"{x:.3g}x"
+        return f"{format_value(x)}x"
     if word is None:
         return "undefined (both goodputs off the grid on the same side)"
     side_of_1 = ("so above 1" if x >= 1 else "its side of 1 not settled") if word == "over" else (
         "so below 1" if x <= 1 else "its side of 1 not settled")
-    return f"{word} {x:.3g}x (a bound from the grid's ends, {side_of_1})"
+    return f"{word} {format_value(x)}x (a bound from the grid's ends, {side_of_1})"
 
 
 def _spread(g: Goodput) -> str:
@@ -1171,21 +1172,30 @@ def run_reproduce(names=None, opts: Options = Options(), progress=None, starting
 
 
 # ---------------------------------------------------------------- report
-def _num(x, unit: str = "") -> str:
+def _num(x, unit: str = "", simulated: bool = False) -> str:
+    """A figure as the tables print it: tokens and from 1,000 up whole, with thousands separators;
+    else a simulated figure as ``format_value`` prints every other number (three significant
+    digits, trailing zeros kept: "2.90x", where it read "2.9x"), a published one to at most three
+    (the paper's own digits: "3.7x" is what it states, not "3.70x")."""
     if x is None:
         return "-"
     if isinstance(x, tuple):
-        return f"{_num(x[0])}-{_num(x[1])}"
+        return f"{_num(x[0], '', simulated)}-{_num(x[1], '', simulated)}"
     if isinstance(x, float) and math.isinf(x):
         return "inf"
     if unit == "tokens" or abs(x) >= 1000:
         return f"{x:,.0f}"
-    return f"{x:.3g}"
+    return format_value(x) if simulated else f"{x:.3g}"
 
 
-def _cell(x, unit: str) -> str:
-    s = _num(x, unit)
+def _cell(x, unit: str, simulated: bool = False) -> str:
+    s = _num(x, unit, simulated)
     return s if s == "-" else f"{s} {unit}" if unit not in ("x", "") else f"{s}{unit}"
+
+
+def simulated_text(x) -> str:
+    """A simulated figure as the tables print it (``_num``), for the progress lines."""
+    return _num(x, simulated=True)
 
 
 def figure_rows(experiments) -> list[tuple]:
@@ -1193,7 +1203,7 @@ def figure_rows(experiments) -> list[tuple]:
     for e in experiments:
         for f in e.figures:
             rows.append((f"`{e.name}`", f.label, f"{_cell(f.published, f.unit)} ({f.confidence})",
-                         _cell(f.simulated, f.unit) if f.simulated is not None or not f.bound
+                         _cell(f.simulated, f.unit, True) if f.simulated is not None or not f.bound
                          else f.bound.split(" (")[0], f.ratio_text,
                          {True: "right", False: "wrong", None: "-"}[f.direction], f"**{f.verdict}**"))
     return rows
@@ -1257,7 +1267,7 @@ def reproduce_markdown(experiments, opts: Options, files: dict | None = None) ->
         parts += [f"## `{e.name}`: {e.title}", "", f"**Setup.** {e.setup}", ""]
         parts += [_md_table(("figure", "published", "simulated", "sim / published", "direction",
                              ROUGH if opts.quick else "verdict", "citation"),
-                            [(f.label, _cell(f.published, f.unit), _cell(f.simulated, f.unit),
+                            [(f.label, _cell(f.published, f.unit), _cell(f.simulated, f.unit, True),
                               f.ratio_text,
                               {True: "right", False: "wrong", None: "-"}[f.direction], f.verdict,
                               f"{f.citation} ({f.confidence})") for f in e.figures]), ""]
