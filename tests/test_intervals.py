@@ -166,6 +166,32 @@ def test_a_configuration_that_fails_the_slo_is_never_called_better():
     assert "(better)" not in line and "(lower)" in line and "(worse)" in line  # goodput still worse
 
 
+def test_paired_goodput_is_per_gpu_when_the_gpu_counts_differ():
+    """The verdict ranks configurations on different numbers of GPUs by goodput per GPU; the paired
+    differences compare the same figure: a split on 2 GPUs that serves a little more than 1 GPU
+    serves about half as much per GPU, and was called "goodput ... (better)"."""
+    from servesim.outputs.verdicts import difference_sentences, differences, gpu_counts
+
+    rate = "workload.arrival.rate_rps"
+    seeds = []
+    for s in range(3):
+        seeds.append({"label": "one", rate: 8.0, "seed": s, "status": "ok", "num_gpus": 1,
+                      "goodput_rps": 7.6 + 0.1 * s})
+        seeds.append({"label": "two", rate: 8.0, "seed": s, "status": "ok", "num_gpus": 2,
+                      "goodput_rps": 7.65 + 0.1 * s + 0.001 * s * s})
+    rows = [{"label": "one", rate: 8.0, "status": "ok", "slo_attainment": 1.0, "num_gpus": 1},
+            {"label": "two", rate: 8.0, "status": "ok", "slo_attainment": 1.0, "num_gpus": 2}]
+    [d] = [d for d in differences(seeds, "one") if d["column"].startswith("goodput")]
+    assert d["column"] == "goodput_per_gpu" and d["significant"] and not d["better"]
+    assert d["interval"].mean < -3.5
+    [line] = difference_sentences(differences(seeds, "one"), "one", gpu_counts(rows), rows)
+    assert "goodput per GPU -" in line and "req/s per GPU (worse)" in line and "(better)" not in line
+    # the same GPUs on both sides: goodput itself
+    same = [dict(r, num_gpus=1) for r in seeds]
+    [d] = [d for d in differences(same, "one") if d["column"].startswith("goodput")]
+    assert d["column"] == "goodput_rps" and d["better"]
+
+
 def test_study_caveats_name_the_runs_that_did_not_keep_up():
     """A sweep or comparison row whose keep_up ratio is under 0.9 is named in the caveats (its
     latencies depend on the run's length); a capacity or plan search, which probes such rates on

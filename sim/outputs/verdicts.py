@@ -454,16 +454,21 @@ def run_warning_caveats(rows: list, out_dir, key: str = "label", unit: str = "re
 def differences(seed_rows: list, baseline: str, key: str = "label") -> list:
     """Paired differences of each configuration from ``baseline`` at each rate: [{label, rate,
     column, name, interval (of label - baseline), significant, better}] for ``HEADLINE``
-    columns; ``seed_rows``: seeds.csv (rows with ``seed``)."""
+    columns; ``seed_rows``: seeds.csv (rows with ``seed``). Where the two use different numbers
+    of GPUs (``num_gpus``), goodput is compared per GPU, as the verdict ranks them: the larger
+    deployment's goodput is not a better one."""
     by: dict = {}
-    for r in seed_rows:
+    for r in with_per_gpu(seed_rows):
         by.setdefault((str(r.get(key)), r.get(RATE_KEY)), []).append(r)
     out = []
     for (lbl, rate), rs in by.items():
         base = by.get((baseline, rate))
         if lbl == baseline or not base:
             continue
+        unequal = len({r.get("num_gpus") for r in base + rs if r.get("num_gpus")}) > 1
         for col, name, scale, unit, larger in HEADLINE:
+            if unequal and col == "goodput_rps":
+                col, name, unit = "goodput_per_gpu", "goodput per GPU", "req/s per GPU"
             iv = paired_rows(base, rs, col)
             if iv.n < 2 or math.isnan(iv.mean):
                 continue
