@@ -134,7 +134,9 @@ def t_interval(values, confidence: float = CONFIDENCE, bounds: tuple | None = No
     mean = math.fsum(xs) / n
     if n < 2:
         return Interval(mean, math.nan, n, confidence, bounds)
-    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    # (every value the same: no spread at all, where the mean of three equal values can differ from
+    # them in its last bit, and that residue's half-width of 1e-14 printed the mean to 15 decimals)
+    sd = 0.0 if min(xs) == max(xs) else math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
     return Interval(mean, t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n), n, confidence, bounds)
 
 
