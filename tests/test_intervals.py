@@ -204,6 +204,45 @@ def test_paired_goodput_is_per_gpu_when_the_gpu_counts_differ():
     assert d["column"] == "goodput_rps" and d["better"]
 
 
+def test_seeds_that_repeat_one_workload_are_said_to_and_claim_no_interval():
+    """A trace replayed row by row draws nothing from the seed: every seed runs the same requests,
+    and `--seeds 3` printed "goodput 4.78 ± 0 req/s" and "goodput +0.448 ± 0 req/s (better)", a
+    certainty over samples that were never drawn. The study says so (``seeds_alike``), the paired
+    differences are one workload's without "± 0", and run --seeds prints no intervals."""
+    from servesim.cli.main import format_seeds
+    from servesim.outputs.verdicts import differences, difference_sentences, seeds_alike, study_warnings
+
+    rate = "workload.arrival.rate_rps"
+    seeds = []
+    for s in range(3):  # the same figures on every seed
+        seeds.append({"label": "a", rate: 4.0, "seed": s, "status": "ok", "goodput_rps": 4.33,
+                      "ttft_p99_s": 0.0694, "wall_time_s": 0.3 + s})
+        seeds.append({"label": "b", rate: 4.0, "seed": s, "status": "ok", "goodput_rps": 4.78,
+                      "ttft_p99_s": 0.132, "wall_time_s": 0.2 + s})
+    rows = [{"label": lbl, rate: 4.0, "status": "ok", "seeds": 3, "goodput_rps": g, "goodput_rps_ci95": 0.0,
+             "ttft_p99_s_ci95": 0.0, "wall_time_s_ci95": 0.12, "slo_attainment": 1.0}
+            for lbl, g in (("a", 4.33), ("b", 4.78))]
+    assert all(seeds_alike(r) for r in rows)
+    [w] = [w for w in study_warnings(rows) if w["code"] == "seeds_alike"]
+    assert "a at 4 req/s, b at 4 req/s gave the same figures on every seed" in w["message"]
+    assert "workload.trace" in w["message"]
+    [line] = difference_sentences(differences(seeds, "a"), "a", rows=rows)
+    assert PM not in line and "goodput +0.450 req/s (better)" in line and "one workload's, no interval" in line
+    # seeds that differ: neither
+    varied = [dict(r, goodput_rps_ci95=0.1) for r in rows]
+    assert not any(seeds_alike(r) for r in varied)
+    assert not [w for w in study_warnings(varied) if w["code"] == "seeds_alike"]
+    # run --seeds: the figures over the seeds, each with a 0-wide interval
+    figs = {k: {"mean": 1.0, "ci95": 0.0, "n": 3, "values": [1.0] * 3} for k in (
+        "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment", "completed", "rejected",
+        "unfinished", "offered_rps", "ttft_s.p50", "ttft_s.p99", "tpot_s.p50", "tpot_s.p99", "itl_s.p50",
+        "itl_s.p99", "e2e_s.p50", "e2e_s.p99")}
+    text = "\n".join(format_seeds({"seeds": [0, 1, 2], "figures": figs}))
+    assert PM not in text and "every seed gave the same figures" in text
+    figs["ttft_s.p99"] = dict(figs["ttft_s.p99"], ci95=0.01)
+    assert f"{PM} 0" in "\n".join(format_seeds({"seeds": [0, 1, 2], "figures": figs}))
+
+
 def test_study_caveats_name_the_runs_that_did_not_keep_up():
     """A sweep or comparison row whose keep_up ratio is under 0.9 is named in the caveats (its
     latencies depend on the run's length); a capacity or plan search, which probes such rates on

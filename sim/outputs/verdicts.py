@@ -18,6 +18,7 @@ and by report.md, so both say the same.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from servesim.outputs.metrics import KEEP_UP, too_short_to_tell
 from servesim.outputs.wording import plural
@@ -333,11 +334,21 @@ def not_run_text(r: dict) -> str:
     return str(r.get("error") or "no reason recorded")
 
 
+def seeds_alike(row: dict) -> bool:
+    """A results.csv row over several seeds whose every figure was the same on each seed (every
+    ``_ci95`` half-width 0, the simulator's own wall time apart): its runs drew nothing from the seed."""
+    halves = [v for k, v in row.items() if k.endswith(CI_SUFFIX) and not k.startswith("wall_time")
+              and isinstance(v, (int, float))
+              and not isinstance(v, bool) and not math.isnan(v)]
+    return row.get("status") == "ok" and (row.get("seeds") or 0) > 1 and bool(halves) and not any(halves)
+
+
 def study_warnings(rows: list, key: str = "label", unit: str = "req/s") -> list:
     """``{code, message}`` for what the rows themselves show: ``identical_variants``,
     ``unequal_gpus``, ``failed`` (a configuration that did not run), ``not_keeping_up`` (runs
     whose backlog grew: ``keep_up`` below ``metrics.KEEP_UP``; those whose runs are too short to
-    tell, by ``keep_up_warmup``, named apart), ``one_seed``. ``unit``: the rows' rate's (``rate_text``)."""
+    tell, by ``keep_up_warmup``, named apart), ``seeds_alike`` (points whose every seed gave the same
+    figures: ``seeds_alike``), ``one_seed``. ``unit``: the rows' rate's (``rate_text``)."""
     out = []
     for lbl, same in identical_labels(rows, key).items():
         out.append({"code": "identical_variants",
@@ -375,6 +386,15 @@ def study_warnings(rows: list, key: str = "label", unit: str = "req/s") -> list:
                        f"{'keep' if len(unsure) > 1 else 'keeps'} up: with no queue at all, {their} own arrivals "
                        "and service times make that shortfall by themselves (keep_up_warmup); more requests tell")
         out.append({"code": "not_keeping_up", "message": "; ".join(msg)})
+    alike = [r for r in rows if seeds_alike(r)]
+    if alike:
+        they = "their" if len(alike) > 1 else "its"
+        out.append({"code": "seeds_alike",
+                    "message": f"{names_text([row_name(r, key, unit) for r in alike])} gave the same figures on "
+                               f"every seed (each interval 0 wide): nothing in {they} runs is drawn from the seed "
+                               "(a trace replayed row by row: workload.trace without workload.arrival), so the "
+                               "seeds repeat one workload, and its figures and differences carry no interval over "
+                               "another sample of it (workload.trace.sample with workload.arrival draws one)"})
     if rows and not any(r.get("seeds") for r in rows) and len({r.get(key) for r in rows}) > 1:
         out.append({"code": "one_seed",
                     "message": "one seed per configuration: the figures carry no interval over seeds and small "
@@ -505,9 +525,15 @@ def difference_sentences(diffs: list, baseline: str, gpus: dict | None = None, r
         parts = [f"{d['name']} {format_difference(d['interval'], d['scale'], d['unit'])} ({word(d)})" for d in sig]
         hw = (f"; {lbl} uses {gpus[lbl]} GPUs, {baseline} {gpus[baseline]}" if gpus.get(lbl) and gpus.get(baseline)
               and gpus[lbl] != gpus[baseline] else "")
-        text = f"{lbl} vs {baseline}{at} (paired by seed, 95% interval of the difference over {ds[0]['interval'].n} " \
-               f"seeds{hw}): " + (f"{lbl} fails the SLO{at}, so none of its figures counts as better; " if failing
-                                  else "") + ("; ".join(parts) if parts else "no significant difference")
+        if all(d["interval"].half == 0 for d in ds):  # (every seed the same runs: seeds_alike says why)
+            parts = [f"{d['name']} {format_difference(replace(d['interval'], half=math.nan), d['scale'], d['unit'])}"
+                     f" ({word(d)})" for d in sig]
+            how = f"every one of the {ds[0]['interval'].n} seeds gave the same difference: one workload's, no interval"
+        else:
+            how = f"paired by seed, 95% interval of the difference over {ds[0]['interval'].n} seeds"
+        text = f"{lbl} vs {baseline}{at} ({how}{hw}): " + (
+            f"{lbl} fails the SLO{at}, so none of its figures counts as better; " if failing
+            else "") + ("; ".join(parts) if parts else "no significant difference")
         if parts and none:
             text += "; no significant difference in " + ", ".join(none)
         out.append(text + ".")
