@@ -946,7 +946,9 @@ def cost_capacity(data: list, ax, rate_rps: float, colors: dict | None = None,
     # by the top read as one running the axes' full height)
     ax.set_ylim(0, max([1.6 * d["capacity"] for d in data] + [1.05 * d["high"] for d in data] + [1.3 * rate_rps]))
     ax.grid(True, alpha=0.3)
-    legend = ax.legend(fontsize="small", loc="upper left")
+    # below the axes: inside (upper left) it covered the intervals of the cheapest configurations,
+    # which sit at the left, their bars reaching the top of the axis with few seeds
+    legend = legend_below(ax, fontsize="small", ncol=2)
     # each name beside its point, inside the axes, clear of the others and of the legend (at a
     # fixed offset, two configurations of one cost and close capacities printed over each other,
     # and a name near the right edge ran out of the axes)

@@ -730,6 +730,35 @@ def test_cost_capacity_names_stay_apart_inside_the_axes_and_clear_of_the_legend(
     plt.close(fig)
 
 
+def test_cost_capacity_legend_covers_no_interval(tmp_path):
+    """A plan of Llama-2-13B on H100 and A100 with 2 seeds: the cheapest configurations sit at the
+    left and an H100 estimate's interval (8 to 19 req/s) reached the top of the axis, where the
+    legend, placed in the upper left, was drawn over it."""
+    from servesim.plots.plan_report import cost_capacity_figure
+
+    def pt(label, gpu, kind, usd, cap, lo, hi, chosen=False):
+        return {"fleet": label, "label": label, "gpu": gpu, "kind": kind, "usd_per_hour": usd, "capacity": cap,
+                "low": lo, "high": hi, "chosen": chosen}
+
+    data = [pt("2 x a100-80g TP2, chunked prefill 512", "a100-80g", "colocated", 6.36, 10.4, 8.8, 12.0, True),
+            pt("2 x a100-80g TP2, continuous", "a100-80g", "colocated", 6.36, 9.75, 9.75, 10.0),
+            pt("P/D 1 x a100-80g TP2 : 1 x a100-80g TP2", "a100-80g", "pd", 6.36, 9.1, 8.0, 10.7),
+            pt("2 x h100-sxm TP1, chunked prefill 512", "h100-sxm", "colocated", 6.58, 10.0, 8.0, 19.0),
+            pt("2 x h100-sxm TP1, continuous", "h100-sxm", "colocated", 6.58, 10.0, 8.0, 20.0),
+            pt("5 x a100-80g TP1, continuous", "a100-80g", "colocated", 7.95, 8.5, 8.0, 10.9),
+            pt("P/D 3 x a100-80g TP1 : 3 x a100-80g TP1", "a100-80g", "pd", 9.54, 10.3, 8.0, 21.0)]
+    fig = cost_capacity_figure(data, "Llama-2-13b-hf at 8 req/s: cost vs capacity", 8.0,
+                               F.colors_for(["a100-80g", "h100-sxm"]), "list prices")
+    F.save(fig, tmp_path / "cap")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    box = ax.get_legend().get_window_extent()
+    for d in data:  # each interval as the vertical segment it is drawn as
+        (x, y0), (_, y1) = ax.transData.transform([(d["usd_per_hour"], d["low"]), (d["usd_per_hour"], d["high"])])
+        assert not (box.x0 <= x <= box.x1 and y0 <= box.y1 and box.y0 <= y1), d["label"]
+    plt.close(fig)
+
+
 def test_cost_latency_names_each_configuration(ax):
     data = [{**p, "p99": p99, "meets": True} for p, p99 in zip(plan_points(), (0.25, 0.27))]
     F.cost_latency(data, ax, "ttft", 1.0)
