@@ -44,6 +44,29 @@ def test_decode_bound_line_reports_small_batch_and_mbu():
         s["profile"]["diagnosis"]["line"]
 
 
+def test_each_profile_line_says_the_phase_bound():
+    """The printed profile gave MFU and MBU per phase but not which roof bound the phase's steps
+    (summary.json's compute_bound_share): a long-prompt run's prefill and a small decode batch
+    read alike but for two percentages. Each line now says the bound most of its steps hit, with
+    their share when not all."""
+    from servesim.outputs.profile import bound_text, format_profile
+
+    assert bound_text(1.0) == "compute-bound" and bound_text(0.0) == "memory-bound"
+    assert bound_text(0.85) == "compute-bound (85% of steps)" and bound_text(0.38) == "memory-bound (62% of steps)"
+    assert bound_text(0.999) == "compute-bound" and bound_text(None) == ""
+    said = {}
+    for name, over in (("prefill", PREFILL_BOUND), ("decode", DECODE_BOUND)):
+        s = simulate(make_scenario(**over)).summary
+        lines = {ln[14:22].strip(): ln for ln in format_profile(s)}
+        for k in PHASES:
+            if s["profile"][k]["steps"]:
+                share = s["profile"][k]["compute_bound_share"]
+                assert lines[k].endswith(", " + bound_text(share)), lines[k]
+        said[name] = lines[name]
+    assert said["prefill"].endswith("compute-bound")  # (7,000-token prompts)
+    assert said["decode"].endswith("memory-bound")  # (a decode batch of a few sequences)
+
+
 def test_phase_figures_add_up_to_the_run():
     res = simulate(make_scenario(**{"policy.name": "chunked_prefill", "policy.max_num_batched_tokens": 256}))
     s, st = res.summary, res.steps

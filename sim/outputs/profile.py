@@ -185,6 +185,18 @@ def profile_summary(summary: dict, steps: dict, replicas: list, cost_models: lis
     return prof
 
 
+def bound_text(share) -> str:
+    """A phase's bound as its profile line says it: the bound most of its steps hit ("compute-bound",
+    "memory-bound"), with the share of its steps that hit it when not all ("memory-bound (62% of
+    steps)"); "" without ``compute_bound_share`` (a summary written before it)."""
+    if share is None:
+        return ""
+    compute = share >= 0.5
+    most = share if compute else 1.0 - share
+    return f"{'compute' if compute else 'memory'}-bound" + ("" if round(most * 100) >= 100
+                                                            else f" ({most * 100:.0f}% of steps)")
+
+
 def format_profile(s: dict) -> list:
     """Lines for the printed summary (nothing when the summary has no ``profile``)."""
     prof = s.get("profile")
@@ -200,6 +212,7 @@ def format_profile(s: dict) -> list:
                      f"{x['busy_s']:.1f} s ({x['share_of_busy'] * 100:.0f}% of busy), "
                      f"batch {x['mean_batch_size']:.1f}, "
                      f"KV {x['kv_usage_mean'] * 100:.0f}%, comm {x['comm_s']:.2f} s, "
-                     f"MFU {x['mfu'] * 100:.1f}%, MBU {x['mbu'] * 100:.1f}%")
+                     f"MFU {x['mfu'] * 100:.1f}%, MBU {x['mbu'] * 100:.1f}%"
+                     + (f", {b}" if (b := bound_text(x.get("compute_bound_share"))) else ""))
     lines.append(f"diagnosis     {prof['diagnosis']['line']}")
     return lines
