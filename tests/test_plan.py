@@ -1347,6 +1347,21 @@ def test_an_estimated_one_seed_capacity_names_no_search_bracket():
     assert "one seed: no interval; its search bracket 27.4-28.9" in answer_sentence(doc)
 
 
+def test_the_answer_says_both_seeds_of_two():
+    """A plan with --seeds 2 answered "it meets ... with all 2 seeds"."""
+    from servesim.outputs.plandoc import answer_sentence
+
+    def doc(n):
+        run = {"units": 1, "meets": True, "seeds": [{"seed": s, "meets": True} for s in range(n)]}
+        cand = {"key": "k", "status": "feasible", "units": 1, "label": "1 x h100-sxm TP1, continuous",
+                "fleet": "1 x h100-sxm", "usd_per_hour": 3.29, "runs": [run], "shape": {}}
+        return {"model": "m", "rate_rps": 4.0, "slo": "ttft_p99=1", "attainment": None, "candidates": [cand],
+                "ranking": ["k"]}
+
+    assert "with both seeds." in answer_sentence(doc(2)) and "all 2" not in answer_sentence(doc(2))
+    assert "with all 3 seeds." in answer_sentence(doc(3)) and "with its one seed." in answer_sentence(doc(1))
+
+
 def test_the_cost_axis_says_whose_prices_it_draws():
     """The cost vs capacity axis said 'on-demand list prices' of prices given with --price (or a GPU
     YAML, or the scenario's cost.gpu_hour_usd)."""

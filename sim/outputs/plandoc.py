@@ -315,7 +315,8 @@ def answer_sentence(doc: dict) -> str:
     objective = doc.get("objective", "cost")
     obj = "" if objective == "cost" else f", {objective_text(objective, c.get('objective'))}"
     return (f"Serve {model} at {R:g} req/s on {c['label']} ({c['fleet']}, {cost}{obj}): it meets {slo_text(doc)} "
-            + (f"with all {n} seeds" if n != 1 else "with its one seed") + f"{cap_txt}.")
+            + ("with its one seed" if n == 1 else "with both seeds" if n == 2 else f"with all {n} seeds")
+            + f"{cap_txt}.")
 
 
 def verification_lines(doc: dict) -> list[str]:
