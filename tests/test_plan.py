@@ -2076,6 +2076,30 @@ def test_a_set_no_shape_of_the_plan_sets_is_honoured(tmp_path):
     assert yaml.safe_load(run.read_text())["policy"]["max_num_batched_tokens"] == 4096
 
 
+def test_a_set_that_agrees_with_the_flag_that_pins_it_is_honoured(tmp_path, capsys):
+    """``--set hardware.gpu=X`` with ``--gpus X`` (or ``hardware.tp=1`` with ``--tp 1``) changes
+    nothing, yet was refused as a field the search overrides; one that disagrees is still refused,
+    saying what the runs set it to."""
+    from servesim.cli.main import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps(SMALL))
+    opts = PlanOptions(rate_rps=2.0, slo=SLO, gpus=("a100-80g",), tps=(1,), policies=("continuous",), seeds=1,
+                       probe_requests=40, requests=40, max_gpus=1, verify_top=0)
+    doc = run_plan(f, opts, tmp_path / "p", ["hardware.gpu=a100-80g", "hardware.tp=1"], ex=QUIET).doc
+    assert [c["shape"]["gpu"] for c in doc["candidates"]] == ["a100-80g"]
+    args = ["plan", str(f), "--rate", "2", "--slo", SLO, "--tp", "1", "--policies", "continuous", "--seeds", "1",
+            "--out", str(tmp_path / "q"), "--quiet"]
+    assert main([*args, "--gpus", "h100-sxm", "--set", "hardware.gpu=a100-80g"]) == 2
+    err = capsys.readouterr().err
+    assert "--set hardware.gpu=a100-80g: servesim plan sets hardware.gpu itself" in err
+    assert "its runs set it to h100-sxm, not a100-80g" in err and "give --gpus a100-80g" in err
+    assert main([*args, "--gpus", "h100-sxm,a100-80g", "--set", "hardware.gpu=a100-80g"]) == 2
+    err = capsys.readouterr().err
+    assert "each of h100-sxm, a100-80g in turn" in err and "Traceback" not in err
+    assert not (tmp_path / "q").exists()
+
+
 def test_every_ranked_capacity_on_probes_still_filling_is_marked_in_the_table():
     """Only the answer's capacity carried the filling (and too-short) warning, on its own line
     after its seeds'; another ranked configuration whose capacity rests on such probes showed

@@ -759,8 +759,18 @@ def check_searched_overrides(overrides, base: dict, opts: PlanOptions, gpus) -> 
     from servesim.inputs.overrides import parse_override
 
     sets = {RATE_KEY, "workload.num_requests", "workload.duration_s"}
+    # each field the shapes set, with every value they set it to; None: it varies with the unit
+    # count (the replicas), as the rate and the request counts vary between runs
+    values: dict = {k: None for k in sets}
+    policy = base.get("policy") or {}
     for s in enumerate_shapes(gpus, opts.tps, opts.pps, opts.policies, opts.chunks, opts.pd_ratios, opts.mixed_pd):
-        sets.update(k for k in s.overrides(1, base.get("policy") or {}) if k != "cluster.class_replicas")
+        one, two = s.overrides(1, policy), s.overrides(2, policy)
+        for k, v in one.items():
+            if k == "cluster.class_replicas":
+                continue
+            sets.add(k)
+            if k not in values or values[k] is not None:
+                values[k] = None if two.get(k) != v else values.get(k, []) + [v]
     for text in overrides or ():
         parts, value = parse_override(text)
         key = ".".join(parts)
@@ -769,13 +779,35 @@ def check_searched_overrides(overrides, base: dict, opts: PlanOptions, gpus) -> 
         hit = sorted(k for k in sets if k == key or k.startswith(key + "."))
         if not hit:
             continue
+        if values.get(key) and all(_same_value(key, value, v) for v in values[key]):
+            continue  # (every run sets it to the value given: the --set changes nothing, as --gpus X with X)
         what, pin = _SEARCHED.get(hit[0], ("the search", None))
         field_ = hit[0] if hit[0] == key else f"{key} ({', '.join(hit)})"
         if key == "policy.max_num_batched_tokens" and "chunked_prefill" not in opts.policies:
             pin = None  # (a continuous shape's budget: 8192 in place of the scenario's chunk size)
         how = f"; to pin it, give {pin.format(v=value)}" if pin and hit[0] == key else ""
-        raise InputError(f"--set {text}: servesim plan sets {field_} itself in the runs it makes ({what}), so the "
-                         f"--set would be overridden, not honoured; drop it{how}")
+        runs = ""
+        if values.get(key):
+            given = list(dict.fromkeys(str(v) for v in values[key]))
+            runs = (f": its runs set it to {given[0]}, not {value}" if len(given) == 1 else
+                    f": its runs set it to each of {', '.join(given)} in turn")
+        raise InputError(f"--set {text}: servesim plan sets {field_} itself in the runs it makes ({what}){runs}, so "
+                         f"the --set would be overridden, not honoured; drop it{how}")
+
+
+def _same_value(key: str, given, searched) -> bool:
+    """Whether a ``--set`` value ``given`` of ``key`` is the value ``searched`` the plan's runs set
+    it to: equal, or (a GPU field) one GPU by two spellings (a catalog name and a file of it)."""
+    if given == searched:
+        return True
+    if key.endswith(".gpu") and given is not None:
+        from servesim.inputs.specs import get_gpu
+
+        try:
+            return get_gpu(str(given), key) == get_gpu(str(searched), key)
+        except InputError:
+            return False
+    return False
 
 
 def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: int | None = None,
