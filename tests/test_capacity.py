@@ -832,7 +832,7 @@ def test_capacity_says_the_scenarios_class_slos_are_not_what_it_judges(tmp_path,
     main(["capacity", str(sc), "--seeds", "1", "--slo", "ttft_p99=2", "--probe-requests", "40",
           "--max-probes", "1", "--workers", "1", "--quiet"])
     err = capsys.readouterr().err
-    assert "note: the scenario's request classes have their own SLOs (chat: TTFT <= 0.5 s; batch: TTFT <= 10 s); " \
+    assert "note: the scenario's request classes have their own SLOs (chat: TTFT <= 500 ms; batch: TTFT <= 10 s); " \
            "--slo judges every request, of every class, by its limits alone" in err
     assert class_slo_note(scenario_data()) is None  # (no classes: nothing to say)
     assert class_slo_note({"workload": {"classes": [{"name": "a", "share": 1}, {"name": "b", "slo": {}}]}}) is None
@@ -851,7 +851,7 @@ def test_plan_says_the_scenarios_class_slos_are_not_what_it_judges(tmp_path, cap
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(with_values(scenario_data(), two_classes())))
     assert main(["plan", str(sc), "--rate", "2", "--slo", "ttft_p99=2", "--quiet", "--out", str(tmp_path / "p")]) != 0
-    assert "note: the scenario's request classes have their own SLOs (chat: TTFT <= 0.5 s" in capsys.readouterr().err
+    assert "note: the scenario's request classes have their own SLOs (chat: TTFT <= 500 ms" in capsys.readouterr().err
 
 
 def test_capacity_report_names_the_classes_slos_not_the_top_level_one(tmp_path, monkeypatch):

@@ -388,7 +388,7 @@ def test_compare_table_fails_a_configuration_whose_class_misses_its_own_slo(tmp_
     assert " FAILS " in lines["continuous"] and " meets " in lines["loose"]
     assert "each request class's within its own SLO" in text
     assert f"note: continuous: class chat: 0.0% of its {chat['num_requests']} requests within its own SLO " \
-           "(TTFT <= 0.0001 s)" in text
+           "(TTFT <= 0.1 ms)" in text
     # (and slo_floor: no chat request can be this fast even alone, as validate warns)
     assert [w["code"] for w in s["warnings"]] == ["class_under_slo", "slo_floor"]
     # ranked below the one that meets it, though its goodput is no higher

@@ -887,3 +887,19 @@ def test_run_writes_the_slo_in_the_units_compare_and_the_report_write_it():
     assert _slo_text(slo) == "TTFT <= 1 s, TPOT <= 50 ms" == _slo_limits([Point(0, {}, {"slo": slo})])
     assert _slo_text({"ttft_s": 2.5, "tpot_s": None}) == "TTFT <= 2.5 s"
     assert _slo_text({}) == "no limits set: every completed request counts"
+
+
+def test_a_sweep_over_seeds_counts_runs_as_runs_and_points_as_points(tmp_path, capsys):
+    """With --seeds 2 a sweep of 2 points printed "2 points: 4 ran": it counted runs (one per seed
+    of each point) where the sentence reads as points."""
+    from pathlib import Path
+
+    out = tmp_path / "sw"
+    argv = ["sweep", str(Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml"),
+            "--grid", "workload.arrival.rate_rps=4,8", "--set",
+            "workload.num_requests=30", "--seeds", "2", "--workers", "1", "--quiet", "--out", str(out)]
+    assert main(argv) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "already finished" in ln)
+    assert line.startswith("2 points: 4 runs ran, 0 already finished (2 seeds per point), 0 points failed;"), line
+    assert main(argv) == 0
+    assert "2 points: 0 runs ran, 4 already finished (2 seeds per point)" in capsys.readouterr().out

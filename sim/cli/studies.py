@@ -130,8 +130,11 @@ def cmd_sweep(args) -> int:
     print(format_table(with_slo_verdicts(rows), ["point", *res.grid, *SUMMARY_COLS], given=res.grid))
     print(f"\n{_points_rule(res.points)}")  # (the table alone above its blank line)
     failed = sum(1 for r in rows if r["status"] != "ok")
-    runs = f" (runs: {args.seeds} seeds per point)" if args.seeds > 1 else ""
-    print(f"\n{plural(len(rows), 'point')}: {res.ran} ran, {res.skipped} already finished{runs}, {failed} failed; "
+    # (ran and already finished count runs, one per seed of each point; failed counts points)
+    done = (f"{res.ran} ran, {res.skipped} already finished, {failed} failed" if args.seeds == 1 else
+            f"{plural(res.ran, 'run')} ran, {res.skipped} already finished ({args.seeds} seeds per point), "
+            f"{plural(failed, 'point')} failed")
+    print(f"\n{plural(len(rows), 'point')}: {done}; "
           f"wrote {Path(args.out) / RESULTS}" + (f" (means and 95% intervals over {args.seeds} seeds; every run in "
                                                 f"{Path(args.out) / 'seeds.csv'})" if args.seeds > 1 else ""))
     # what compare prints after its table: points whose backlog grew, and what the runs warned of

@@ -333,10 +333,13 @@ def class_slos(data) -> list:
 
 
 def slo_limits_text(slo: dict) -> str:
-    """"TTFT <= 0.3 s, TPOT <= 0.05 s" of an ``slo`` mapping (a class's, of scenario data that need
-    not have been checked, or of summary.json), leaving out limits that are not numbers ("": none)."""
-    return ", ".join(f"{k[:-2].upper()} <= {v:g} s" for k in ("ttft_s", "tpot_s")
-                     if isinstance((v := slo.get(k)), (int, float)) and not isinstance(v, bool))
+    """"TTFT <= 300 ms, TPOT <= 50 ms" of an ``slo`` mapping (a class's, of scenario data that need
+    not have been checked, or of summary.json), leaving out limits that are not numbers ("": none):
+    ``wording.slo_limits``, the one rule for a limit's text (these notes wrote "TTFT <= 0.5 s" beside
+    capacity's "500 ms")."""
+    from servesim.outputs.wording import slo_limits
+
+    return slo_limits(slo)
 
 
 def class_slo_note(data: dict, flag: str = "--slo") -> str | None:

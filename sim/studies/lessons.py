@@ -28,6 +28,7 @@ from servesim.core.batch import model_batch
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
 from servesim.outputs.writer import json_text
+from servesim.outputs.wording import limit_text
 from servesim.cost.engines import cost_model_for
 from servesim.errors import InputError
 from servesim.inputs.overrides import with_values
@@ -482,7 +483,7 @@ def lesson_chunked(quick: bool, seed: int | None = None) -> Lesson:
 
 def _limit(v) -> str:
     """An SLO limit in a table's header: "500 ms", "1 s" ("-": none)."""
-    return "-" if v is None else f"{v:g} s" if v >= 1 else f"{v * 1e3:g} ms"
+    return "-" if v is None else limit_text(v)
 
 
 def lesson_pd_split(quick: bool, seed: int | None = None) -> Lesson:
