@@ -15,6 +15,8 @@ import warnings
 
 import numpy as np
 
+from servesim.outputs.wording import limit_text
+
 # One colour per policy wherever it appears; other labels take the remaining colours in order.
 POLICY_COLORS = {"static": "#7f7f7f", "continuous": "#1f77b4", "chunked_prefill": "#2ca02c", "pd_split": "#d62728"}
 _OTHER = ["#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#637939"]
@@ -76,8 +78,7 @@ def _ms(x):
 def slo_text(ttft_s, tpot_s) -> str:
     """An SLO as titles and labels name it: "TTFT <= 1 s, TPOT <= 50 ms" (a None limit left out;
     "" without any)."""
-    return ", ".join(f"{n} <= {v:g} s" if v >= 1 else f"{n} <= {v * 1e3:g} ms"
-                     for n, v in (("TTFT", ttft_s), ("TPOT", tpot_s)) if v is not None)
+    return ", ".join(f"{n} <= {limit_text(v)}" for n, v in (("TTFT", ttft_s), ("TPOT", tpot_s)) if v is not None)
 
 
 # ---------------------------------------------------------------- distributions
@@ -114,7 +115,7 @@ def latency_cdfs(data: dict, ax, metric: str = "ttft", slo_s: float | None = Non
                 fontsize="small", color="0.4")
         return ax
     if slo_s is not None:
-        ax.axvline(slo_s * 1e3, color="k", linestyle="--", linewidth=1, label=f"SLO {slo_s * 1e3:g} ms")
+        ax.axvline(slo_s * 1e3, color="k", linestyle="--", linewidth=1, label=f"SLO {limit_text(slo_s)}")
     if hi > 0 and hi / lo > 100:
         ax.set_xscale("log")
     else:  # (linear: tens of thousands of ms in default ticks ran into each other)
@@ -405,7 +406,7 @@ def _no_samples(ax, text: str) -> None:
 def _log_latency_axes(ax, slo_s, xlabel: str, ylabel: str, title: str):
     """A latency (ms) axis on a log scale, with the SLO limit dotted, labels, grid and legend."""
     if slo_s is not None:
-        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
+        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {limit_text(slo_s)}")
     ax.set_yscale("log")
     _plain_log_ticks(ax.yaxis)
     ax.set_xlabel(xlabel)
@@ -449,7 +450,7 @@ def capacity_probes(data: dict, ax, metric: str = "ttft", slo_s: float | None = 
                         label=None if label in named else label)
                 named.add(label)
     if slo_s is not None:
-        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
+        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {limit_text(slo_s)}")
     if capacity is not None:
         mean, half = capacity
         if half and half == half:  # (cut at 0, as the label's interval: no rate below it)
@@ -574,7 +575,7 @@ def throughput_latency(data: dict, ax, metric: str = "tpot", stat: str = "p99", 
     if hollow:
         _hollow_entry(ax)
     if slo_s is not None:
-        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
+        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {limit_text(slo_s)}")
     name = METRIC_NAMES.get(metric, metric)
     ax.set_xlabel(xlabel or "throughput (output tokens/s)")
     ax.set_ylabel(f"{stat} {name} (ms)")

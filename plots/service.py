@@ -16,6 +16,7 @@ import numpy as np
 
 from servesim.outputs.rundir import read_summary
 from servesim.outputs.verdicts import attainment_pct, loads_up_to
+from servesim.outputs.wording import limit_text
 from servesim.plots.figures import (_error_bars, _legend_off_the_lines, _ms, _plain_log_ticks, colors_for,
                                      legend_below, panel_grid, slo_text, wrap_label)
 
@@ -148,9 +149,9 @@ def class_ttft_vs_load(data: dict, ax, name: str, slo_s: float | None = None, co
             v = slo_by_label.get(label)
             if v is not None:
                 ax.axhline(v * 1e3, color=colors[label], linestyle=":", linewidth=1.2,
-                           label=f"SLO {v * 1e3:g} ms ({wrap_label(label)})")
+                           label=f"SLO {limit_text(v)} ({wrap_label(label)})")
     elif slo_s is not None:
-        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {slo_s * 1e3:g} ms")
+        ax.axhline(slo_s * 1e3, color="k", linestyle=":", linewidth=1.2, label=f"SLO {limit_text(slo_s)}")
     _none_drawn(ax, data, "ttft_p99")
     ax.set_yscale("log")
     _plain_log_ticks(ax.yaxis)

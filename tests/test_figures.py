@@ -155,6 +155,24 @@ def test_latency_vs_load(ax):
     assert ax.lines[0].get_color() == ax.lines[1].get_color()  # p50 and p99 of one policy share a colour
 
 
+def test_slo_lines_name_their_limit_as_the_text_does(ax):
+    """The SLO line's legend entry said "SLO 1000 ms" of the limit every title and printed line
+    writes "1 s" (``wording.limit_text``: seconds from 1 s, milliseconds under it)."""
+    from servesim.outputs.wording import limit_text
+
+    for slo_s in (1.0, 2.5, 0.05):
+        ax.clear()
+        F.latency_vs_load(load_series(), ax, "ttft", slo_s=slo_s)
+        assert legend(ax)[-1] == f"SLO {limit_text(slo_s)}"
+    assert legend(ax)[-1] == "SLO 50 ms"
+    ax.clear()
+    F.latency_cdfs({"a": np.array([0.2, 0.4, 1.5])}, ax, "ttft", slo_s=1.0)
+    assert "SLO 1 s" in legend(ax) and not any("1000 ms" in t for t in legend(ax))
+    ax.clear()
+    F.capacity_probes({0: {"rate": [1.0, 2.0], "p99": [0.5, 3.0], "meets": [True, False]}}, ax, "ttft", slo_s=2.0)
+    assert "SLO 2 s" in legend(ax)
+
+
 def _line_points_in(ax, box) -> list:
     """Labels of ``ax``'s lines with a drawn point (or a point along a drawn segment) in ``box``
     (display coordinates)."""
