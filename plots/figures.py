@@ -1067,6 +1067,9 @@ def _place_names(ax, named: list, color_of=None, avoid=()) -> int:
     # (the layout to come may take a few percent off the axes' height: kept that far inside)
     inner = frame.padded(0, -0.03 * frame.height)
     placed = list(avoid)
+    # (every line drawn in the axes, as display segments: an error bar, the Pareto step line, an SLO
+    # or target line; a name was placed clear of points and names only, and lay across them)
+    lines = drawn_segments(ax)
     leaders: list = []  # (point, the name's centre) in display space, of the names moved off their points
     # (every point: a name over another's marker read as naming it)
     points = [n[2].transform((n[0]["usd_per_hour"], n[1])) for n in named]
@@ -1098,6 +1101,7 @@ def _place_names(ax, named: list, color_of=None, avoid=()) -> int:
                 if (box.y0 < inner.y0 or box.y1 > inner.y1 or box.x0 < frame.x0 or box.x1 > frame.x1
                         or any(box.padded(0.15 * box.width, 2).overlaps(b) for b in placed)
                         or any(_segment_hits(p, q, box.padded(2)) for p, q in leaders)
+                        or any(_segment_hits(p, q, box.padded(2)) for p, q in lines)
                         or any(_segment_hits(pt, pt, box.padded(3)) for pt in points if not _same(pt, at))):
                     continue
                 # (the leader ends at the name's corner nearest its point, not its middle: down a
@@ -1131,6 +1135,39 @@ def _place_names(ax, named: list, color_of=None, avoid=()) -> int:
 
 
 LINES = 12  # (lines a name may move up or down from its point)
+
+
+def drawn_segments(ax) -> list:
+    """Every straight piece of the lines drawn in ``ax``, as ((x0, y0), (x1, y1)) in display space:
+    each ``Line2D`` with a line style (a step line as drawn, its steps; an axhline across the axes)
+    and each segment of a ``LineCollection`` (``errorbar``'s bars). Markers alone are not lines."""
+    from matplotlib.cbook import STEP_LOOKUP_MAP
+    from matplotlib.collections import LineCollection
+
+    out = []
+
+    def add(xy, transform):
+        xy = np.asarray(xy, dtype=float).reshape(-1, 2)
+        if len(xy) < 2:
+            return
+        pts = transform.transform(xy)
+        for a, b in zip(pts[:-1], pts[1:]):
+            if np.isfinite(a).all() and np.isfinite(b).all():
+                out.append((tuple(a), tuple(b)))
+
+    for line in ax.get_lines():
+        if not line.get_visible() or line.get_linestyle() in ("None", "none", "", " "):
+            continue
+        x, y = (np.asarray(v, dtype=float) for v in line.get_data())
+        step = STEP_LOOKUP_MAP.get(line.get_drawstyle() or "default")
+        if step is not None and len(x) > 1:
+            x, y = step(x, y)
+        add(np.column_stack([x, y]), line.get_transform())
+    for coll in ax.collections:
+        if isinstance(coll, LineCollection) and coll.get_visible():
+            for seg in coll.get_segments():
+                add(seg, coll.get_transform())
+    return out
 
 
 def _same(p, q) -> bool:

@@ -2150,6 +2150,49 @@ def _dense_plan_figures():
     return pts, runs
 
 
+def test_plan_figure_names_lie_over_no_error_bar_step_line_or_limit_line():
+    """cost_vs_capacity placed each name clear of the points and the other names only, so a name
+    could lie across another configuration's error bar or the Pareto front's step line, and in
+    cost_vs_latency across the SLO's dotted line. Checked against the lines' own geometry, drawn
+    from the data here (each interval's bar, the front's steps, the target rate and the limits)."""
+    from matplotlib.text import Text
+
+    from servesim.plots import figures as F
+    from servesim.plots.figures import _segment_hits, pareto_front
+    from servesim.plots.plan_report import cost_capacity_figure, cost_latency_figure
+
+    pts, runs = _dense_plan_figures()
+    colors = F.colors_for(["h100-sxm", "a100-80g"])
+    title = "Meta-Llama-3-70B at 10 req/s: {}\nSLO ttft_p99 <= 2 s, tpot_p99 <= 100 ms"
+    lim = {"ttft": 2.0, "tpot": 0.1}
+    cap = cost_capacity_figure(pts, title.format("cost vs capacity"), 10.0, colors, "list prices")
+    lat = cost_latency_figure(runs, title.format("cost vs p99 latency"), lim, colors)
+    named = 0
+    for fig in (cap, lat):
+        fig.tight_layout()  # (as F.save lays it out before writing it)
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            lo, hi = ax.get_xlim()
+            data = []  # segments in data coordinates
+            if fig is cap:
+                data += [((d["usd_per_hour"], d["low"]), (d["usd_per_hour"], d["high"])) for d in pts]
+                front = pareto_front([(d["usd_per_hour"], d["capacity"]) for d in pts])
+                for (x0, y0), (x1, _) in zip(front, front[1:]):
+                    data += [((x0, y0), (x1, y0))]
+                data += [((x1, y0), (x1, y1)) for (_, y0), (x1, y1) in zip(front, front[1:])]
+                data += [((lo, 10.0), (hi, 10.0))]
+            else:
+                metric = "ttft" if "TTFT" in ax.get_title() else "tpot"
+                data += [((lo, lim[metric] * 1e3), (hi, lim[metric] * 1e3))]
+            segs = [(ax.transData.transform(p), ax.transData.transform(q)) for p, q in data]
+            for text in ax.texts:
+                box = Text.get_window_extent(text, r)
+                named += 1
+                assert not any(_segment_hits(p, q, box) for p, q in segs), text.get_text()
+    assert named >= 0.3 * (len(pts) + len(runs))
+
+
 def _names_and_leaders(fig):
     """Per axes: its frame, its names' own boxes and its leader lines' ends, in the figure as saved."""
     from matplotlib.text import Text
