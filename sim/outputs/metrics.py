@@ -296,6 +296,42 @@ def too_short_to_tell(ratio: float, warmup: float | None, share: float = KEEP_UP
     return warmup is not None and ratio + warmup >= share
 
 
+def keep_up_queued(req: dict, window) -> float:
+    """``keep_up_ratio`` counted on the queue alone: 1 + (requests waiting at the window's start -
+    those waiting at its end) / the window's arrivals, where a request waits from its arrival until
+    it is first scheduled (``scheduled_s``; never, for one that was not) unless it left first
+    (rejected). NaN where the ratio is (no window, fewer than two arrivals in it) or the run has no
+    ``scheduled_s`` column.
+
+    A request being served can make a short window's ratio read low with no backlog (its service
+    outlasts the window, or the batch is still filling); one that waits is a backlog, whatever the
+    window's length: a queue that grew by more than the rule's slack is falling behind."""
+    start = req.get("scheduled_s")
+    if window is None or start is None:
+        return math.nan
+    t0, t1 = window
+    a = np.asarray(req["arrival_s"], dtype=float)
+    arrived = int(np.count_nonzero((a > t0) & (a <= t1)))
+    if arrived < 2 or not t1 > t0:
+        return math.nan
+    start = np.where(np.isnan(start), math.inf, start)
+    gone = leave_s(req)
+    waiting = lambda t: int(np.count_nonzero((a <= t) & (start > t) & (gone > t)))  # noqa: E731
+    return 1.0 + (waiting(t0) - waiting(t1)) / arrived
+
+
+def window_too_short(window_s: float, service_p99_s: float, queued: float, share: float = KEEP_UP) -> bool:
+    """Whether a keep-up window of ``window_s`` is too short to tell a backlog from requests
+    still being served: it is shorter than the run's own p99 service time (``service_p99_s``,
+    first scheduled to finish), so a request that arrived in it, or a batch filling through it,
+    need not have left by its end with no queue at all, and the queue alone
+    (``queued``, ``keep_up_queued``; NaN: not known) did not grow by more than the rule's slack
+    (``share``). The run is then too short to tell, whatever its ratio reads; a run whose window
+    lasts the p99 service time is judged on the ratio."""
+    return (window_s < service_p99_s and not (queued < share)
+            and math.isfinite(service_p99_s) and not math.isnan(window_s))
+
+
 def served_s(req: dict) -> np.ndarray:
     """Per request, the service time ``keep_up_warmup`` draws from: first scheduled to finish for
     a completed one, 0 for one rejected at once (it left on arrival, ``leave_s``), NaN for any
@@ -317,8 +353,12 @@ def keep_up_check(req: dict, share: float, period_s: float | None = None, rate_r
     "keep_up_window_s", "keep_up_warmup": the shortfall the run's own arrivals and service times
     make with no queue (``keep_up_warmup``, over ``served_s``), "too_short": the run meets every
     other check (``meets_otherwise``) and falls short by no more than that (a longer run tells),
-    "service_p99_s": the p99 of the completed requests' service times}. ``period_s``: the arrival
-    rate's period, which the window spans whole (``arrival_period_s``)."""
+    "service_p99_s": the p99 of the completed requests' service times, "keep_up_queued": the ratio
+    counted on the queue alone (``keep_up_queued``)}. A run is also too short to tell when its window
+    is shorter than its own p99 service time and the queue alone did not fall behind
+    (``window_too_short``): a batch can still be filling there with no backlog, and a probe just
+    below capacity read as falling behind. ``period_s``: the arrival rate's period, which the window
+    spans whole (``arrival_period_s``)."""
     arrival = req["arrival_s"]
     w = keep_up_window(arrival, period_s)
     ratio = keep_up_ratio(arrival, leave_s(req), w)
@@ -327,15 +367,20 @@ def keep_up_check(req: dict, share: float, period_s: float | None = None, rate_r
     service = served_s(req)
     warm = keep_up_warmup(arrival, service, w)
     served = service[is_completed(req) & ~np.isnan(service)]
+    p99 = float(np.percentile(served, 99)) if len(served) else math.nan
+    span = math.nan if w is None else w[1] - w[0]
+    queued = keep_up_queued(req, w)
     return {"keep_up": None if math.isnan(ratio) else ratio,
             "keep_up_arrived": None if math.isnan(arrived) else arrived,
             "keeps_up": keeps,
-            "keep_up_window_s": math.nan if w is None else w[1] - w[0],
+            "keep_up_window_s": span,
             "keep_up_warmup": warm,
+            "keep_up_queued": None if math.isnan(queued) else queued,
             # (only a run that meets every other check: one that fails another is no closer for length)
             "too_short": bool(meets_otherwise and not keeps and not math.isnan(ratio)
-                              and too_short_to_tell(ratio, warm, share)),
-            "service_p99_s": float(np.percentile(served, 99)) if len(served) else math.nan}
+                              and (too_short_to_tell(ratio, warm, share)
+                                   or window_too_short(span, p99, queued, share))),
+            "service_p99_s": p99}
 
 
 def window_output_tokens(first_s: np.ndarray, finish_s: np.ndarray, output_tokens: np.ndarray, t0: float,

@@ -141,7 +141,9 @@ def evaluate(run_dir: Path, slo: dict, attainment: float | None, keep_up: float 
     "keep_up": ``keep_up_ratio`` of the probe (None: too few arrivals to tell), "keeps_up": it is
     >= the given share (given 0: not checked), "keep_up_window_s" and "keep_up_warmup" (the
     shortfall the probe's length alone explains, ``keep_up_warmup``), "too_short": it meets every
-    other check but does not keep up, by no more than that shortfall (a longer probe tells),
+    other check but does not keep up, by no more than that shortfall or over a window shorter than
+    its own p99 service time while its queue alone kept up (``metrics.window_too_short``; a longer
+    probe tells),
     "service_p99_s": the p99 of the completed requests' time from first scheduled to finish}
     (the keep-up fields: ``metrics.keep_up_check``, the slowdown search's rule too); a
     probe meets only if it keeps up and completes at least one request. ``period_s``: the arrival
