@@ -13,7 +13,9 @@ the tokens scheduled (vLLM V1), or of its whole prompt at once (``whole_prompt_b
 and Sarathi-Serve engine profiles, whose block manager allocates a prompt when it admits it,
 chunked or not); with ``full_prompt_admission`` (vLLM V1's ``--scheduler-reserve-full-isl``) a
 chunked prompt is admitted only when the blocks of the whole of it are free, though it takes its
-first chunk's. With prefix caching, a
+first chunk's. (Under ``admit_past_preemption``, vLLM v0.4-v0.5's chunked-prefill scheduler, waiting
+requests are admitted in a step that preempted too, nobody swapped in then, and past swapped-out
+requests that do not come back.) With prefix caching, a
 prompt's leading blocks found in the cache are not recomputed (a request preempted for recompute
 finds its own full blocks there too, those not evicted since).
 
@@ -124,6 +126,18 @@ class ContinuousPolicy:
     # chunked prefill is affected (a whole prompt takes its blocks at once either way). From the
     # scenario's ``policy.full_prompt_admission``
     full_prompt_admission: bool = False
+    # vLLM V0's ``_schedule_running`` with chunked prefill (v0.4-v0.5): under
+    # ``decode_needs_free_block``, a running request mid-way through its prompt needs a free KV block
+    # at its turn too (``_can_append_slots`` for every running group), though its blocks were all
+    # taken at admission. Set from the engine profile (``EngineProfile.prefill_needs_free_block``)
+    prefill_needs_free_block: bool = False
+    # vLLM V0's ``_schedule_chunked_prefill`` (v0.4-v0.5): with chunked prefill, waiting requests are
+    # admitted in a step that preempted (after the running requests, on the blocks and tokens left;
+    # the step's victims rejoin the queue after it, so they are not among them), with no swap-in in
+    # such a step, and swapped-out requests that do not all come back do not hold them back. Set
+    # from the engine profile (``EngineProfile.admit_past_preemption``). False: nothing is admitted in
+    # a step that preempted, and swapped-out requests come back before any waiting one
+    admit_past_preemption: bool = False
 
     @classmethod
     def from_config(cls, cfg, model, **kw):
@@ -249,10 +263,17 @@ class ContinuousPolicy:
         v0.2.3 ``BlockSpaceManager.can_append_slot``, vllm/core/block_manager.py L143-148: "at
         least one free block for each sequence", checked for each running group in turn before
         the decode step, vllm/core/scheduler.py L217-234)."""
-        if need < 1 and self.decode_needs_free_block and r.num_output_done > 0 \
-                and r.prompt_tokens + r.num_output_done - r.num_computed_tokens == 1:
+        if need < 1 and self.decode_needs_free_block and (
+                self.prefill_needs_free_block
+                or (r.num_output_done > 0 and r.prompt_tokens + r.num_output_done - r.num_computed_tokens == 1)):
             return 1
         return need
+
+    @property
+    def _admits_past_preemption(self) -> bool:
+        """Whether waiting requests are admitted in a step that preempted, swapped-out ones left
+        behind (``admit_past_preemption``: chunked prefill only; not a P/D decode side)."""
+        return self.admit_past_preemption and self.chunked and not self.recompute_whole
 
     @property
     def skips_unfit(self) -> bool:
@@ -342,6 +363,12 @@ class ContinuousPolicy:
             budget -= q
             items.append((r, q))
         if preempted:  # (nothing is admitted in a step that preempts, as _one_by_one)
+            if self._admits_past_preemption:
+                reserved = []
+                _, admitted, hits, _, stop = self.admit(state, n + len(tail) - len(preempted), free, budget, items,
+                                                        reserved, dropped, swap_in=False)
+                return make_batch(items, preempted, admitted, prefix_hits=hits, swap_out=swap_out, decode_set=dec,
+                                  stop=stop, reserve=reserved)
             return make_batch(items, preempted, (), swap_out=swap_out, decode_set=dec,
                               stop=("preemption_step", None, budget, free,
                                     self.max_num_seqs - n - len(tail) + len(preempted)))
@@ -443,7 +470,8 @@ class ContinuousPolicy:
                 or state.landed):
             return False
         if stop[0] == "swapped_first":  # (its need is its KV so far: no prefix-cache hit to lose)
-            return bool(state.swapped) and stop[1] is state.swapped[0]
+            # (under admit_past_preemption an arrival is admitted past it: decided step by step)
+            return not self._admits_past_preemption and bool(state.swapped) and stop[1] is state.swapped[0]
         if stop[0] not in _HELD or state.swapped:
             return False
         return (not self.chunked or stop[0] not in ("kv", "watermark")
@@ -524,7 +552,10 @@ class ContinuousPolicy:
         blocked = None
         steady = False
         reserved = []
-        if preempted:
+        if preempted and self._admits_past_preemption:
+            swap_in, admitted, hits, _, stop = self.admit(state, len(running) - len(preempted), free, budget, items,
+                                                          reserved, dropped, swap_in=False)
+        elif preempted:
             stop = ("preemption_step", None, budget, free, self.max_num_seqs - len(running) + len(preempted))
         else:
             n_run = len(running)
@@ -710,7 +741,7 @@ class ContinuousPolicy:
         return True, n_seqs, free, budget, stop
 
     def admit(self, state: ReplicaState, n_seqs: int, free: int, budget: int, items: list, reserved=None,
-              dropped=None):
+              dropped=None, swap_in: bool = True):
         """After the running requests got their tokens (``n_seqs`` sequences scheduled or
         running, ``free`` blocks and ``budget`` tokens left, nobody preempted): swapped requests
         come back, then waiting ones are admitted. Appends their (request, tokens) to ``items``
@@ -719,8 +750,11 @@ class ContinuousPolicy:
         waiting request at the head whose whole prompt fits the budget alone but not next to the
         step's other tokens (it waits, and FCFS everything behind it), or None; ``stop`` why
         admission stopped with requests left (``Batch.stop``), or None. ``dropped``: the prefix
-        cache's mappings this step's preemptions release first (``_preempt_for_waiting``)."""
+        cache's mappings this step's preemptions release first (``_preempt_for_waiting``, and a step
+        that preempted under ``admit_past_preemption``); ``swap_in`` False: no swapped request comes
+        back (such a step: vLLM V0 swaps in only when nobody was preempted)."""
         kv = state.kv
+        swapping = swap_in
         swap_in = []
         admitted = []
         hits = []
@@ -732,9 +766,14 @@ class ContinuousPolicy:
         # (landed ones are tried even when a swapped one does not fit: they hold their KV, and
         # only running them frees any)
         swapped_back = all_back = True
-        if state.swapped:
+        if state.swapped and swapping:
             swapped_back, n_seqs, free, budget, stop = self._take_holders(kv, state.swapped, swap_in, items, n_seqs,
                                                                           free, budget, stop, swapped=True)
+        if self._admits_past_preemption:
+            # vLLM v0.4-v0.5's _schedule_chunked_prefill: the prompts are scheduled whatever the
+            # swapped-out requests did (_schedule_prefills after _schedule_swapped, which stops at the
+            # first that cannot come back)
+            swapped_back = True
         if state.landed:
             all_back, n_seqs, free, budget, stop = self._take_holders(kv, state.landed, admitted, items, n_seqs, free,
                                                                       budget, stop)

@@ -85,9 +85,12 @@ class PoolSetup:
             # longest (max_paddings, cost.engine vllm-v0.2.3); vLLM V0's block manager, where a
             # decoding request needs a free KV block at its turn (can_append_slot); vLLM V0's, where a
             # recompute is admitted above the watermark (can_allocate) and an admitted prompt takes
-            # the blocks of its whole sequence at once, chunked or not (allocate)
+            # the blocks of its whole sequence at once, chunked or not (allocate); vLLM v0.4-v0.5's
+            # chunked-prefill scheduler, where a running group mid-prompt needs a free block too and
+            # prompts are admitted in a step that preempted, swapped-out requests left behind
             rules = {f: getattr(prof, f) for f in ("max_paddings", "decode_needs_free_block", "watermark_on_recompute",
-                                                   "whole_prompt_blocks")}
+                                                   "whole_prompt_blocks", "prefill_needs_free_block",
+                                                   "admit_past_preemption")}
             rules = {f: v for f, v in rules.items() if v is not None and v is not False}
             if rules:
                 policy = dataclasses.replace(policy, **rules)

@@ -282,6 +282,13 @@ CASES = {
                               "policy.preemption": "swap", "memory.swap_space_gib": 0.2},
     "append_slot_sarathi_chunked": {**APPEND, "cost.engine": "sarathi-serve", "policy.name": "chunked_prefill",
                                     "policy.max_num_batched_tokens": 512},
+    # vLLM v0.4-v0.5's chunked-prefill scheduler: a running prompt chunk needs a free block too,
+    # prompts are admitted in a step that preempted, swapped-out requests do not hold them back
+    "append_slot_v0_chunked": {**APPEND, "cost.engine": "vllm-v0", "policy.name": "chunked_prefill",
+                               "policy.max_num_batched_tokens": 512},
+    "append_slot_v0_chunked_swap": {**APPEND, "cost.engine": "vllm-v0", "policy.name": "chunked_prefill",
+                                    "policy.max_num_batched_tokens": 512, "policy.preemption": "swap",
+                                    "memory.swap_space_gib": 0.2},
     "pd_stream": {"policy.name": "pd_split", "policy.prefill": {"replicas": 2}, "policy.decode": {"replicas": 1},
                   "policy.link": {"bandwidth_gbps": 25.0, "overlap": True},
                   "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},

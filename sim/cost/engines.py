@@ -130,6 +130,17 @@ class EngineProfile:
     # watermark, and takes them at admission, chunked prefill or not; vLLM V1 allocates a chunk's
     # blocks as it schedules the chunk (``ContinuousPolicy.whole_prompt_blocks``)
     whole_prompt_blocks: bool = False
+    # vLLM V0's ``_schedule_running`` with chunked prefill (v0.4-v0.5): every running group, one
+    # mid-way through its prompt too, needs a free KV block per sequence at its turn
+    # (``_can_append_slots``), not only a decoding one (``ContinuousPolicy.prefill_needs_free_block``;
+    # only with ``decode_needs_free_block``). Sarathi-Serve checks decodes only
+    prefill_needs_free_block: bool = False
+    # vLLM V0's ``_schedule_chunked_prefill`` (v0.4-v0.5): with chunked prefill, waiting prompts are
+    # admitted in a step that preempted (from the queue as it stood: the step's victims join its
+    # front after), and swapped-out requests that cannot come back do not hold them back
+    # (``ContinuousPolicy.admit_past_preemption``). False: nothing is admitted in a step that
+    # preempted, and swapped-out requests come back first
+    admit_past_preemption: bool = False
     # the share of all KV blocks the engine keeps free when it admits a request, where the scenario's
     # policy.watermark is null: vLLM V0's BlockSpaceManager (watermark: float = 0.01, v0.1-v0.6);
     # vLLM V1 at v0.15.1 has none (``KVCacheManager.allocate_slots`` checks the blocks it allocates
@@ -259,7 +270,21 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # with chunked prefill too, a prompt's blocks are all allocated when it is admitted
         # (Scheduler._schedule_prefills: block_manager.can_allocate, then _allocate_and_set_running:
         # block_manager.allocate of the whole sequence, vllm/core/scheduler.py, v0.4-v0.6)
-        whole_prompt_blocks=True),
+        whole_prompt_blocks=True,
+        # with chunked prefill (v0.4-v0.5, _schedule_chunked_prefill): _schedule_running asks
+        # _can_append_slots of every running group, one mid-way through its prompt too (its
+        # is_prefill forced False: "Appending slots only occurs in decoding"), so a prompt chunk
+        # also needs a free block at its turn (vllm/core/scheduler.py, read at v0.4-era 0054e1f and
+        # v0.5-era 0dce2b2; BlockSpaceManagerV1.can_append_slots: num_seqs <= num_free_gpu_blocks)
+        prefill_needs_free_block=True,
+        # and it schedules the running groups, then the swapped ones only "If preemption happens,
+        # it means we don't have space for swap-in" (none swapped in after a preemption), then new
+        # prompts in every case (_schedule_prefills on the blocks and tokens left, the waiting queue
+        # as it stood: the step's victims are put at its front after, waiting.extendleft(preempted));
+        # _schedule_swapped stops at the first swapped group that cannot come back, and the prompts
+        # are still scheduled. (Without chunked prefill, _schedule_default: prompts only while none
+        # are swapped out, in steps of their own: policy.prefill_first)
+        admit_past_preemption=True),
     EngineProfile(
         name="vllm-v0.2",
         summary="vLLM v0.2 (late 2023): Ray workers, eager PyTorch (no CUDA graphs), NCCL all-reduce, synchronous "
@@ -357,7 +382,16 @@ PROFILES["sarathi-serve"] = replace(
     # and its allocate: the blocks of a sequence's whole prompt at admission, its chunks computed
     # into them (get_num_initial_blocks: len(seq.logical_token_blocks), vllm_block_space_manager.py;
     # sarathi_scheduler.py: "the memory for all these prefills has already been allocated")
-    whole_prompt_blocks=True)
+    whole_prompt_blocks=True,
+    # but a running request mid-way through its prompt needs no free block: SarathiScheduler._schedule
+    # checks can_append_slot for the decodes only, then appends the running prefills' chunks
+    # unchecked (sarathi_scheduler.py, Phase 1)
+    prefill_needs_free_block=False,
+    # and a victim goes to the front of the waiting queue at once (BaseScheduler._preempt:
+    # waiting.insert(0, seq)), which Phase 2 tries first, against the blocks it has just freed (fewer
+    # than its whole sequence plus the watermark's whenever the watermark keeps a block, so admission
+    # stops there: nothing is admitted in a step that preempted, as servesim's default); no swapping
+    admit_past_preemption=False)
 
 
 def get_profile(name: str, where: str = "cost.engine") -> EngineProfile:
