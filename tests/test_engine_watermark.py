@@ -1,7 +1,8 @@
 """The admission watermark each engine profile keeps where ``policy.watermark`` is null
 (``EngineProfile.watermark``): vLLM V0's block manager keeps 0.01 of the KV blocks free when it
 admits a prompt (``BlockSpaceManager``'s ``watermark=0.01``); vLLM V1 at v0.15.1, which ``vllm-v1``
-is fitted to, keeps none (``KVCacheManager.allocate_slots`` admits a request whose blocks are free).
+is fitted to, keeps none (``KVCacheManager.allocate_slots`` admits a request whose blocks are free),
+nor do TensorRT-LLM, SGLang and HF generate().
 A watermark the scenario gives is kept under every profile."""
 
 import pytest
@@ -34,6 +35,17 @@ def test_vllm_v1_keeps_no_watermark_unless_the_scenario_sets_one(engine):
     assert r["first_token_s"][1] >= r["finish_s"][0] and held.summary["completed"] == 2
 
 
+@pytest.mark.parametrize("profile", ["trt-llm", "sglang", "hf-eager"])
+def test_engines_without_a_watermark_in_their_source_keep_none(profile):
+    """TensorRT-LLM's capacity scheduler (GUARANTEED_NO_EVICT), SGLang's PrefillAdder and HF
+    generate() keep no share of the KV blocks back (they kept servesim's 0.01, with no source): both
+    prompts are admitted in the first step, filling the 100 blocks."""
+    r = run("reference", profile)
+    st = r.steps
+    assert (st["num_seqs"][0], st["prefill_tokens"][0], st["kv_blocks_used"][0]) == (2, 1580, 100)
+    assert r.summary["completed"] == 2
+
+
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_vllm_v0_keeps_its_block_managers_watermark(engine):
     v0 = run(engine, "vllm-v0", **{"policy.prefill_first": True})
@@ -47,11 +59,13 @@ def test_vllm_v0_keeps_its_block_managers_watermark(engine):
 
 def test_each_pool_takes_its_engines_watermark():
     """The policy a pool makes carries the resolved watermark: the profile's where the scenario's is
-    null (vllm-v1: 0; the others 0.01), the scenario's where given."""
+    null (vllm-v1, trt-llm, sglang, hf-eager: 0; the vLLM V0 profiles and sarathi-serve 0.01), the
+    scenario's where given."""
     from servesim.cost.engines import PROFILES
 
     for name, prof in PROFILES.items():
         pol = prepare(make_scenario(**{"cost.engine": name})).pools[0].make_policy()
-        assert pol.watermark == prof.watermark == (0.0 if name == "vllm-v1" else 0.01), name
+        none = name in ("vllm-v1", "trt-llm", "sglang", "hf-eager")
+        assert pol.watermark == prof.watermark == (0.0 if none else 0.01), name
         pol = prepare(make_scenario(**{"cost.engine": name, "policy.watermark": 0.05})).pools[0].make_policy()
         assert pol.watermark == 0.05, name

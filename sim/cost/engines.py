@@ -144,7 +144,8 @@ class EngineProfile:
     # the share of all KV blocks the engine keeps free when it admits a request, where the scenario's
     # policy.watermark is null: vLLM V0's BlockSpaceManager (watermark: float = 0.01, v0.1-v0.6);
     # vLLM V1 at v0.15.1 has none (``KVCacheManager.allocate_slots`` checks the blocks it allocates
-    # against all the free ones). The other engines: servesim's 0.01 (no source)
+    # against all the free ones); nor have TensorRT-LLM, SGLang and HF generate() (each profile
+    # cites its source)
     watermark: float = DEFAULT_WATERMARK
 
 
@@ -311,13 +312,30 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         summary="TensorRT-LLM (PyTorch backend): overlap scheduler, CUDA graphs for generation batches up to 128, "
                 "padded",
         # overlap scheduler on by default: step n + 1 launched before step n's CPU work is done (T-1)
-        capture_sizes=_trt_llm_sizes, eager_layer_s=_VLLM_V1_COMPILED_LAYER_S, **_OVERLAP_SCHEDULER),
+        capture_sizes=_trt_llm_sizes, eager_layer_s=_VLLM_V1_COMPILED_LAYER_S, **_OVERLAP_SCHEDULER,
+        # no admission watermark: the capacity scheduler's default policy, GUARANTEED_NO_EVICT
+        # (PyCapacityScheduler / GuaranteedNoEvictPolicy, tensorrt_llm/_torch/pyexecutor/scheduler/
+        # scheduler.py, "C++ reference: capacityScheduler.cpp"), admits a context request when the blocks
+        # it needs to completion (prompt + max_new_tokens, get_remaining_blocks_to_completion) fit the
+        # free blocks left after every running request's remaining need (NoEvictScheduledBlocksManager);
+        # no share of the blocks is kept back. (kv_cache_free_gpu_mem_fraction, 0.9, sizes the cache:
+        # memory.gpu_memory_utilization's counterpart. Its reservation to completion is not modelled:
+        # policy.reserve: max with policy.max_output_tokens is the closest.)
+        watermark=0.0),
     EngineProfile(
         name="sglang",
         summary="SGLang: overlap (zero-overhead) scheduler, CUDA graphs for decode batches up to 256 (512 at TP 4+), "
                 "padded; eager prefill",
         # overlap scheduler: "the scheduler runs one batch ahead" (S-1)
-        capture_sizes=_sglang_sizes, eager_layer_s=_VLLM_EAGER_LAYER_S, **_OVERLAP_SCHEDULER),
+        capture_sizes=_sglang_sizes, eager_layer_s=_VLLM_EAGER_LAYER_S, **_OVERLAP_SCHEDULER,
+        # no admission watermark: PrefillAdder (python/sglang/srt/managers/schedule_policy.py) admits
+        # against the free + evictable tokens less an estimate of the running requests' future
+        # tokens, their remaining max_new_tokens (clipped, CLIP_MAX_NEW_TOKENS_ESTIMATION) x
+        # new_token_ratio (0.7 x --schedule-conservativeness, default 1, decaying to 0.14 of that
+        # while nothing is retracted: Scheduler.__init__, global_config), a new request its prompt plus
+        # its own clipped max_new_tokens; no fixed share of the blocks is kept back. That estimate of
+        # the outputs is not modelled (policy.reserve: max with policy.max_output_tokens is the closest)
+        watermark=0.0),
     EngineProfile(
         name="hf-eager",
         summary="Hugging Face transformers generate(), eager PyTorch: no CUDA graphs, a growing (torch.cat) KV "
@@ -335,7 +353,10 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # (transformers src/transformers/cache_utils.py, DynamicLayer.update): every step reads the
         # whole cache and writes it again besides attention's read, 3x the KV bytes; the prefill
         # runs PyTorch SDPA (flash kernels), so the compute efficiency stays
-        attention_scale=(1.0, 1.0 / 3.0)),
+        attention_scale=(1.0, 1.0 / 3.0),
+        # no admission watermark: generate() has no block pool to keep any of (the DynamicCache
+        # grows by torch.cat until memory runs out)
+        watermark=0.0),
 )}
 
 # --- vLLM v0.2.2-v0.3.x (DistServe's baseline is v0.2.3): vllm-v0.2's figures (fitted to that very

@@ -606,9 +606,9 @@ class Policy:
                                                                    "host memory while swap space lasts)")
     watermark: Optional[float] = _f(None, ge=0, lt=1, doc="share of KV blocks kept free when admitting (vLLM's); "
                                                           "null: the engine profile's (cost.engine): none for "
-                                                          "vllm-v1 (vLLM V1 v0.15.1 keeps no watermark), 0.01 "
-                                                          "for the vLLM V0 profiles (their block manager's) and "
-                                                          "the others")
+                                                          "vllm-v1, trt-llm, sglang and hf-eager (none in their "
+                                                          "sources), 0.01 for the vLLM V0 profiles and "
+                                                          "sarathi-serve (their block manager's)")
     prefix_caching: bool = _f(False, doc="block-hash prefix cache with LRU eviction (not with static)")
     batch_timeout_s: float = _f(0.1, ge=0, le=MAX_SECONDS,
                                 doc="static: start a partial batch this long after its first request waited")
