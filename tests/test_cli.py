@@ -395,6 +395,36 @@ def test_lessons_and_reproduce_do_not_write_into_a_run_folder(tmp_path, capsys, 
     assert sorted(p.name for p in run_dir.iterdir()) == before
 
 
+def test_a_run_written_in_place_removes_the_earlier_runs_traces_it_does_not_write(tmp_path, capsys):
+    """A folder rerun without --decision-trace / --trace-events kept the earlier run's dt.csv and
+    te.json beside the new run's files, read as this run's. A trace written into the folder is named
+    in summary.json (trace_files), so the next run there removes the ones it does not write again,
+    as it removes the files the earlier summary listed; a file of the user's, or a trace outside
+    the folder, stays."""
+    s = write(tmp_path, GOOD.replace("num_requests: 60", "num_requests: 8"))
+    out = tmp_path / "o"
+    assert main(["run", s, "--out", str(out), "--quiet", "--decision-trace", str(out / "dt.csv"),
+                 "--trace-events", str(out / "te.json")]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trace_files"] == {"decision_trace": "dt.csv", "trace_events": "te.json"}
+    assert "dt.csv" not in summary["files"] and "decisions" in summary
+    (out / "mine.txt").write_text("keep")
+    assert main(["run", s, "--out", str(out), "--quiet", "--trace-events", str(out / "te.json"),
+                 "--decision-trace", str(tmp_path / "elsewhere.csv")]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "requests.csv", "scenario.yaml", "steps.csv",
+                                                    "summary.json", "te.json"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trace_files"] == {"trace_events": "te.json"}  # (elsewhere.csv is not in the folder)
+    assert main(["run", s, "--out", str(out), "--quiet"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "requests.csv", "scenario.yaml", "steps.csv",
+                                                    "summary.json"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert "trace_files" not in summary and "decisions" not in summary  # (nothing claimed of a trace)
+    assert (tmp_path / "elsewhere.csv").is_file() and (out / "mine.txt").read_text() == "keep"
+    assert main(["report", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+
+
 def test_a_run_too_big_for_memory_is_a_clear_error(tmp_path, capsys, monkeypatch):
     import servesim.cli.main
 

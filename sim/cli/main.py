@@ -401,6 +401,13 @@ def cmd_run(args) -> int:
             close()
         if args.seeds > 1:
             results.summary["seeds"] = _other_seeds(scenario, results.summary, args)
+        # (a trace written into the run folder is named in its summary.json, so that the next run written
+        # there in place removes it where that run writes none: it kept the earlier run's, read as its own)
+        inside = {key: Path(path).name for key, path in (("decision_trace", tracing),
+                                                          ("trace_events", args.trace_events))
+                  if path and Path(path).resolve().parent == out_dir.resolve()}
+        if inside:
+            results.summary["trace_files"] = inside
         try:
             out = results.write(out_dir, outputs, args.format)
         except OSError as e:  # e.g. a full disk: the folder is left as it was (writer.write_run)

@@ -272,6 +272,20 @@ def _listed_files(summary_path: Path) -> set:
     return {n for n in files if isinstance(n, str) and n in RUN_ENTRIES} if isinstance(files, dict) else set()
 
 
+def _listed_traces(summary_path: Path) -> set:
+    """The trace files a servesim summary.json says its run wrote into its folder after it
+    (``trace_files``: ``--decision-trace`` / ``--trace-events`` paths inside the folder, by name);
+    only plain names of files a run folder does not otherwise hold."""
+    try:
+        traces = json.loads(summary_path.read_text()).get("trace_files")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if not isinstance(traces, dict):
+        return set()
+    return {n for n in traces.values() if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n
+            and "\\" not in n and n not in RUN_ENTRIES and not n.startswith(TMP_PREFIX)}
+
+
 def remove_report(folder: Path) -> bool:
     """Remove the report an earlier study left in ``folder``: report.md when servesim wrote it (its
     first line is one of ``REPORT_HEADS``) and figures/'s PNG and SVG files (figures/ itself when
@@ -412,13 +426,16 @@ def write_run(out: Path, summary: dict, requests: dict, steps: dict, scenario_ya
         if in_place:
             summary_path = real / "summary.json"
             old_files = _listed_files(summary_path)
+            # (an earlier run's --decision-trace / --trace-events file in the folder described that run;
+            # this run writes its own, where it is asked to, after the folder)
+            old_traces = _listed_traces(summary_path)
             if summary_path.exists():
                 summary_path.unlink()  # the old files are going: the folder is no run until the new summary lands
             # (the earlier run's report and its own files the new run does not write described that run:
             # a report of the new summary.json read the old requests.csv, and report.md stayed the old one's)
             remove_report(real)
             new_names = {f.name for f in tmp.iterdir()}
-            for name in old_files - new_names:
+            for name in (old_files - new_names) | (old_traces - new_names):
                 with contextlib.suppress(OSError):
                     (real / name).unlink()
             for f in sorted(tmp.iterdir(), key=lambda f: f.name == "summary.json"):
