@@ -3,7 +3,8 @@
 prefill:decode 1:1, 1:2, 2:1, 1:3) at one rate, with 3 seeds, from an empty output folder (no
 finished run to reuse), through the CLI, on the machine's cores (``--workers``, default 2).
 
-    python bench/plan.py [--rate 10] [--workers 2] [--keep DIR] [--json bench/results.json]
+    python bench/plan.py [--rate 10] [--workers 2] [--gpus h100-sxm,a100-80g] [--tp 1,2,4,8] [--seeds 3]
+                         [--keep DIR] [--json bench/results.json]
 
 Prints the wall time and the plan's answer; ``--json`` adds a ``plan`` entry to the results file.
 """
@@ -28,6 +29,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=2)
+    # (the figure recorded is the defaults'; these make a smaller plan, e.g. to check the script runs)
+    ap.add_argument("--gpus", default=GPUS, help=f"GPU types searched (default {GPUS})")
+    ap.add_argument("--tp", default="1,2,4,8", help="tensor-parallel sizes searched (default 1,2,4,8)")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
     ap.add_argument("--keep", help="write the plan here (default: a temporary folder, removed)")
     ap.add_argument("--json", help="add the figures to this results file")
     args = ap.parse_args()
@@ -37,8 +42,8 @@ def main() -> int:
             print(f"{out} holds a plan already: its finished runs would be reused; give an empty folder")
             return 2
         cmd = [sys.executable, "-m", "servesim", "plan", str(SCENARIO), "--rate", str(args.rate), "--slo", SLO,
-               "--gpus", GPUS, "--tp", "1,2,4,8", "--seeds", "3", "--workers", str(args.workers), "--quiet",
-               "--out", str(out)]
+               "--gpus", args.gpus, "--tp", args.tp, "--seeds", str(args.seeds), "--workers", str(args.workers),
+               "--quiet", "--out", str(out)]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -50,7 +55,8 @@ def main() -> int:
     counts: dict = {}
     for c in doc["candidates"]:
         counts[c["status"]] = counts.get(c["status"], 0) + 1
-    row = {"rate_rps": args.rate, "workers": args.workers, "seeds": len(doc["seeds"]), "wall_s": wall,
+    row = {"rate_rps": args.rate, "workers": args.workers, "seeds": len(doc["seeds"]), "gpus": args.gpus, "tp": args.tp,
+           "wall_s": wall,
            "shapes": len(doc["candidates"]), "statuses": counts, "answer": (doc.get("answer") or {}).get("label"),
            "answer_fleet": (doc.get("answer") or {}).get("fleet"), "usd_per_hour": (doc.get("answer") or {}).get(
                "objective")}

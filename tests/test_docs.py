@@ -272,3 +272,18 @@ def test_every_source_file_a_page_or_module_names_exists():
     missing = sorted({(str(p.relative_to(ROOT)), m) for p in sources for m in pattern.findall(p.read_text())
                       if not (ROOT / m).exists()})
     assert not missing, missing
+
+
+def test_every_bench_script_has_a_usage_line_with_its_flags():
+    """docs/performance.md named bench/routers.py, routing_cost.py and traces.py without a usage line
+    (and bench/plan.py not at all): each script with options has one, `python bench/<name>.py [...]`,
+    naming every option the script takes and none it does not."""
+    perf = (DOCS / "performance.md").read_text()
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        flags = set(re.findall(r"add_argument\(\s*\"(--[a-z-]+)\"", script.read_text()))
+        if not flags:
+            continue  # (a helper the others import: bench/timed_cli.py)
+        line = re.search(rf"python bench/{script.stem}\.py( \[[^\n`]*)`", perf)
+        assert line, f"docs/performance.md: no usage line `python bench/{script.name} [...]`"
+        shown = set(re.findall(r"\[(--[a-z-]+)", line.group(1)))
+        assert shown == flags, f"bench/{script.name}: its usage line names {sorted(shown)}, it takes {sorted(flags)}"
