@@ -1362,6 +1362,19 @@ def test_the_answer_says_both_seeds_of_two():
     assert "with all 3 seeds." in answer_sentence(doc(3)) and "with its one seed." in answer_sentence(doc(1))
 
 
+def test_a_dominated_shape_names_the_best_configuration_by_its_label(tmp_path):
+    """The reason a shape was not simulated named the best verified one by its internal key
+    ("the best verified (a100-80g-tp1-chunk512)"), which no table or figure shows."""
+    doc = _plan(tmp_path, rate_rps=2.0, gpus=("h100-sxm",), tps=(1, 2), policies=("continuous",), pd_ratios=(),
+                seeds=1, probe_requests=100, requests=100, max_gpus=2)
+    dominated = [c for c in doc["candidates"] if c["status"] == "dominated"]
+    assert dominated
+    labels = {c["label"] for c in doc["candidates"] if c.get("label")}
+    for c in dominated:
+        named = c["reason"].rsplit("the best verified (", 1)[1].rstrip(")")
+        assert named in labels and named not in {x["key"] for x in doc["candidates"]}, c["reason"]
+
+
 def test_the_cost_axis_says_whose_prices_it_draws():
     """The cost vs capacity axis said 'on-demand list prices' of prices given with --price (or a GPU
     YAML, or the scenario's cost.gpu_hour_usd)."""

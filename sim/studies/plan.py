@@ -944,7 +944,7 @@ def run_plan(scenario, opts: PlanOptions, out: str | Path, overrides=(), seed: i
                     lb = objective_text(opts.objective, c.lower_bound)
                     top = objective_text(opts.objective, best.objective)
                     c.reason = (f"needs >= {plural(c.min_units, 'unit')} by the bound: {lb} > {top}, the best verified "
-                                f"({best.key})")
+                                f"({best.shape.describe(best.units)})")  # (its label: it named the key)
                 else:
                     try:
                         pl.evaluate_shape(c)
