@@ -34,7 +34,7 @@ from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, fo
                                         seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
 from servesim.outputs.progress import Phases
-from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_types, has_table,
+from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_label, gpu_types, has_table,
                                      read_capacity, read_results, read_scenario, read_study_meta)
 from servesim.outputs.writer import write_text_whole
 from servesim.outputs.wording import noun, plural
@@ -241,6 +241,25 @@ class Context:
         # (a P/D split's pools on different GPU types: "GPUs", the shape names each pool's)
         self.mixed_gpus = len(types) > 1
         self.gpu = "GPUs" if self.mixed_gpus else types[0]
+        # the models and GPU types the runs shown ran, where they are not all the scenario's (a sweep
+        # of model or hardware.gpu, a compare whose variants set them): the titles named the
+        # scenario's alone ("Llama-2-7b-hf on 1 x h100-sxm each" over 13B and A100 runs too)
+        models, kinds = {}, {}
+        for r in runs.values():
+            if isinstance(r.scenario, dict) and r.scenario:
+                models[_model_name(r.scenario)] = None
+                kinds[" + ".join(gpu_types(r.scenario))] = None
+        for r in rows:
+            if r.get("model") not in (None, ""):
+                models[_model_name({"model": r["model"]})] = None
+            if r.get("hardware.gpu") not in (None, ""):
+                kinds[gpu_label(str(r["hardware.gpu"]))] = None
+        if len(models) > 1:
+            self.model = ", ".join(models)
+        # (across_gpus: the runs shown are on different GPU types, each named)
+        self.across_gpus = len(kinds) > 1
+        if self.across_gpus:
+            self.gpu = ", ".join(kinds)
         self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
         self.class_slos = _class_slos(sc)
         self.classes = len(class_slos(sc)) > 1  # (each class is judged by its own SLO too: verdicts.meets_slo)
@@ -330,8 +349,13 @@ class Context:
         counts = {n for n in self.gpus.values() if n}
         each = f"{next(iter(counts))}{'' if self.mixed_gpus else ' x'} " if len(counts) == 1 else ""
         # (" each": one deployment per configuration compared; a capacity search's groups are its seeds)
-        parts = [what, f"{self.model} on {each}{self.gpu}" + (f" ({self.shape})" if self.shape else "")
-                 + (" each" if each and len(self.gpus) > 1 and self.kind != "capacity" else "")]
+        if self.across_gpus:  # ("1 x h100-sxm, a100-80g" read as one GPU of two kinds)
+            n = next(iter(counts)) if len(counts) == 1 else None
+            parts = [what, f"{self.model} on " + (f"{plural(n, 'GPU')} each ({self.gpu})" if n else self.gpu)
+                     + (f" ({self.shape})" if self.shape else "")]
+        else:
+            parts = [what, f"{self.model} on {each}{self.gpu}" + (f" ({self.shape})" if self.shape else "")
+                     + (" each" if each and len(self.gpus) > 1 and self.kind != "capacity" else "")]
         if self.policy:
             parts.append(f"policy {self.policy}")
         if rate and self.rate is not None:

@@ -104,6 +104,25 @@ def test_titles_say_how_the_gpus_are_split(tmp_path, capsys, kw, shape):
     assert said.count("blocks = ") == (2 if "P/D" in shape else 1)
 
 
+def test_titles_name_every_model_and_gpu_a_sweep_ran(tmp_path, capsys):
+    """A sweep over model and hardware.gpu titled every figure and report.md's first line with the
+    scenario's own ("Llama-2-7b-hf on 1 x h100-sxm each") over runs of another model on A100s too."""
+    base = copy.deepcopy(BASE)
+    base["model"] = "meta-llama/Llama-2-7b-hf"
+    base["workload"]["num_requests"] = 20
+    grid = [({"model": m, "hardware.gpu": g}, {"model": m, "hardware.gpu": g})
+            for m, g in (("meta-llama/Llama-2-7b-hf", "h100-sxm"), ("meta-llama/Llama-2-13b-hf", "a100-80g"))]
+    out = tmp_path / "sw"
+    execute(make_points(base, grid), out, "local", 1, progress=False)
+    (out / "sweep.json").write_text(json.dumps({"kind": "sweep", "scenario": "s.yaml"}))
+    assert main(["report", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    titles = [line for line in md.splitlines() if line.startswith("![")]
+    assert titles and "(Llama-2-7b-hf, Llama-2-13b-hf on h100-sxm, a100-80g)" in md.splitlines()[2]
+    for t in titles:
+        assert "Llama-2-7b-hf, Llama-2-13b-hf on 1 GPU each (h100-sxm, a100-80g)" in t, t
+
+
 def test_report_bad_folder_exits_2(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "neither summary.json" in capsys.readouterr().err
