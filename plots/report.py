@@ -30,8 +30,8 @@ from pathlib import Path
 from servesim.errors import InputError, clip_distinct
 from servesim.outputs.checks import class_slos, rate_unit
 from servesim.outputs.plandoc import limit_text
-from servesim.outputs.intervals import (CI_SUFFIX, SEED_KEY, format_interval, format_value, given_text, row_interval,
-                                        seeds_text)
+from servesim.outputs.intervals import (BOUNDED, CI_SUFFIX, NONNEGATIVE, SEED_KEY, Interval, format_interval,
+                                        format_value, given_text, rate_bounds, row_interval, seeds_text)
 from servesim.outputs.metrics import RESULT_METRICS, parse_slo, summary_dist
 from servesim.outputs.progress import Phases
 from servesim.outputs.rundir import (RunData, deployment_gpus, deployment_shape, gpu_label, gpu_types, has_table,
@@ -809,10 +809,45 @@ def _build(path: Path, bar: Phases) -> Path:
     return out
 
 
+def _seeds_sentence(sec) -> str:
+    """A ``run --seeds N`` folder's headline figures over its seeds, with their 95% intervals (the
+    report gave the first seed's goodput alone, as the run's), and whose the figures after it are;
+    "" for a run of one seed. Seeds that all gave the same figures (nothing drawn from the seed)
+    are said to, with no interval."""
+    if not isinstance(sec, dict) or not isinstance(sec.get("figures"), dict) or len(sec.get("seeds") or []) < 2:
+        return ""
+    f, seeds = sec["figures"], sec["seeds"]
+    whose = f"the figures after this are seed {seeds[0]}'s"
+    if all(isinstance(x, dict) and x.get("ci95") == 0 for x in f.values()):
+        return (f"Every one of the {len(seeds)} seeds gave the same figures (nothing in the run is drawn from "
+                f"the seed): no interval over them; {whose}.")
+    offered = {"offered_rps": (f.get("offered_rps") or {}).get("mean")}
+
+    def iv(name, scale=1.0, unit=""):
+        x = f.get(name)
+        if not isinstance(x, dict) or x.get("mean") is None:
+            return None
+        return format_interval(Interval(float(x["mean"]), math.nan if x.get("ci95") is None else float(x["ci95"]),
+                                        int(x.get("n") or len(seeds)),
+                                        bounds=BOUNDED.get(name) or rate_bounds(offered, name) or NONNEGATIVE),
+                               scale, unit)
+
+    parts = [(t, v) for t, v in (("goodput", iv("goodput_rps", unit="req/s")),
+                                 ("SLO attainment", (iv("slo_attainment", 100.0) or "") + "%"
+                                  if iv("slo_attainment") else None),
+                                 ("p99 TTFT", iv("ttft_s.p99", 1e3, "ms")), ("p99 TPOT", iv("tpot_s.p99", 1e3, "ms")))
+             if v]
+    return (f"Over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}; mean and 95% Student-t interval): "
+            + ", ".join(f"{t} {v}" for t, v in parts) + f"; {whose}:")
+
+
 def _run_verdict(s: dict) -> list:
     """A run folder's verdict: SLO attainment, the diagnosis and the warnings."""
     g = s.get("goodput_rps")  # (a number or null: read_summary's rule)
     out = ["## Verdict", "", f"Goodput {'-' if g is None else f'{g:.3g}'} req/s; {slo_phrase(s)}."]
+    over = _seeds_sentence(s.get("seeds"))
+    if over:
+        out[-1] = over + " " + out[-1]
     d = ((s.get("profile") or {}).get("diagnosis") or {}).get("line")
     if d:
         out += ["", f"Diagnosis: {d}."]

@@ -123,6 +123,27 @@ def test_titles_name_every_model_and_gpu_a_sweep_ran(tmp_path, capsys):
         assert "Llama-2-7b-hf, Llama-2-13b-hf on 1 GPU each (h100-sxm, a100-80g)" in t, t
 
 
+def test_a_run_folder_over_seeds_reports_its_figures_with_their_intervals(tmp_path, capsys):
+    """`servesim run --seeds 3` then `servesim report`: the verdict gave the first seed's goodput
+    ("Goodput 7.09 req/s") as the run's, with no interval and no word of the other seeds, where
+    the printed summary and summary.json give the mean and 95% interval over them."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({**BASE, "workload": {**BASE["workload"], "num_requests": 20}}))
+    out = tmp_path / "r"
+    assert main(["run", str(sc), "--seeds", "3", "--quiet", "--out", str(out), "--workers", "1"]) == 0
+    assert main(["report", str(out), "--quiet"]) == 0
+    f = json.loads((out / "summary.json").read_text())["seeds"]["figures"]
+    verdict = (out / "report.md").read_text().split("## Verdict", 1)[1].split("##", 1)[0]
+    assert "Over 3 seeds (0..2; mean and 95% Student-t interval): goodput " in verdict
+    assert f"{f['ttft_s.p99']['mean'] * 1e3:.0f}"[:1] in verdict.split("p99 TTFT ", 1)[1][:1]
+    assert "the figures after this are seed 0's" in verdict
+    # one seed: as before
+    one = tmp_path / "one"
+    assert main(["run", str(sc), "--quiet", "--out", str(one)]) == 0
+    assert main(["report", str(one), "--quiet"]) == 0
+    assert "Over " not in (one / "report.md").read_text()
+
+
 def test_report_bad_folder_exits_2(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "neither summary.json" in capsys.readouterr().err
