@@ -439,7 +439,9 @@ def _cdf_sentence(metric: str, samples: dict, where: str, ctx: Context, rows: di
     if len(p99) == 1:
         g, v = next(iter(p99.items()))
         p50 = _pct(samples[g], 50)
-        return f"{name}: p50 {_ms(p50)} and p99 {_ms(v)}{where}{_slo_note(g, ctx, rows.get(g))}."
+        # (one unit for both: "p50 6522 ms and p99 16.4 s" read as two scales)
+        lo = f"{format_value(p50)} s" if v >= 10 and p50 == p50 else _ms(p50)
+        return f"{name}: p50 {lo} and p99 {_ms(v)}{where}{_slo_note(g, ctx, rows.get(g))}."
     base = next(iter(p99))
     order = sorted(p99, key=p99.get)
     best, worst = order[0], order[-1]

@@ -1354,6 +1354,20 @@ def test_report_seconds_keep_three_digits_as_its_milliseconds_do():
     assert _ms(10.0) == "10 s" and _ms(164.2) == "164 s" and _ms(3.1447) == "3145 ms"
 
 
+def test_a_cdf_sentence_gives_p50_and_p99_in_one_unit():
+    """A capacity report's CDF sentence read "E2E: p50 6522 ms and p99 16.4 s": two scales in one
+    breath. From a p99 of 10 s both are seconds; below it, both milliseconds as before."""
+    from types import SimpleNamespace
+
+    from servesim.plots.report import _cdf_sentence
+
+    ctx = SimpleNamespace(status={}, under={})
+    long = np.array([6.522] * 60 + [16.4] * 40)
+    assert _cdf_sentence("e2e", {"a": long}, "", ctx, {}) == "E2E: p50 6.52 s and p99 16.4 s."
+    short = np.array([0.0851] * 60 + [3.1447] * 40)
+    assert _cdf_sentence("e2e", {"a": short}, "", ctx, {}) == "E2E: p50 85.1 ms and p99 3145 ms."
+
+
 def test_a_capacity_report_counts_the_probes_its_search_ran(tmp_path, capsys):
     """small41: capacity printed 63 probes and its report said "60 points, 60 ran": the 3 short
     probes run again longer (probe_rerun in results.csv; the longer one decides, and is drawn)
