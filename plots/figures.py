@@ -1030,10 +1030,21 @@ def cost_latency(data: list, ax, metric: str, slo_s: float | None = None, colors
         # (one column: two of these side by side were wider than the axes, and the layout
         # narrowed the axes to fit them)
         legend_below(ax, fontsize="small")
+    def place():  # (clear of the SLO line too: a name placed across it was struck through, as
+        # cost_capacity's were by its target line)
+        avoid = []
+        if slo_s is not None:
+            from matplotlib.transforms import Bbox
+
+            frame = ax.get_window_extent()
+            y = ax.transData.transform((0, slo_s * 1e3))[1]
+            avoid.append(Bbox.from_extents(frame.x0, y - 1, frame.x1, y + 1))
+        _place_names(ax, named, avoid=avoid)
+
     if deferred is not None:
-        deferred.append(lambda: _place_names(ax, named))
+        deferred.append(place)
     else:
-        _place_names(ax, named)
+        place()
     return ax
 
 

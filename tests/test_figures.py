@@ -1090,6 +1090,37 @@ def test_cost_latency_with_every_run_unbounded_draws_without_a_warning():
     plt.close(fig)
 
 
+def test_cost_latency_names_stay_clear_of_the_slo_line():
+    """A plan of Llama-2-13B: '2 x a100-80g TP2, continuous', at 6.36 $/h just under the 1 s TTFT
+    limit, had its name placed across the SLO's dotted line, struck through, as cost_capacity's
+    names once were by its target line."""
+    from matplotlib.text import Text
+
+    def pt(label, usd, p99, meets):
+        return {"fleet": label, "label": label, "gpu": "a100-80g", "kind": "colocated", "usd_per_hour": usd,
+                "p99": p99, "meets": meets}
+
+    data = [pt("2 x a100-80g TP2, continuous", 6.36, 0.93, True),
+            pt("P/D 1 x a100-80g TP2 : 1 x a100-80g TP2", 6.36, 0.80, True),
+            pt("3 x a100-80g TP1, continuous", 4.77, 1.08, False),
+            pt("P/D 3 x a100-80g TP1 : 3 x a100-80g TP1", 9.54, 0.98, True),
+            pt("1 x a100-80g TP2, continuous", 3.18, 18.0, False),
+            pt("5 x a100-80g TP1, continuous", 7.95, 1.04, False)]
+    fig, ax = F.subplots(figsize=(7, 5))
+    deferred: list = []
+    F.cost_latency(data, ax, "ttft", 1.0, deferred=deferred)
+    F.lay_out(fig)
+    F.place_names(deferred)
+    fig.canvas.draw()
+    y = ax.transData.transform((0, 1000.0))[1]
+    names = list(ax.texts)
+    assert names
+    for t in names:
+        b = Text.get_window_extent(t)
+        assert not b.y0 <= y <= b.y1, t.get_text()
+    plt.close(fig)
+
+
 def test_cost_capacity_names_stay_clear_of_the_target_line():
     """An answer with little headroom sits just above the target rate: its name, placed below and
     beside the point, was struck through by the target's dotted line (plan chat at 120 req/s,
