@@ -1493,3 +1493,43 @@ def test_a_queue_that_grew_past_the_slack_fails_however_short_the_window():
     ev = keep_up_check(queued, 0.9)
     assert ev["keep_up_queued"] < 0.9 and ev["keep_up_window_s"] < ev["service_p99_s"]
     assert not ev["too_short"] and not ev["keeps_up"]
+
+
+def test_a_window_shorter_than_the_service_times_does_not_pass_a_probe_either():
+    """The reverse of the window too short to fail a probe: one whose ratio reads as keeping up
+    over a window shorter than its own p99 service time has not shown it either (most of the
+    requests that would show a backlog are still being served), so it is too short to tell."""
+    from servesim.outputs.metrics import keep_up_check
+
+    a = np.arange(200.0) * 0.1  # 10 req/s over 20 s; the window is the last 10 s
+    status = np.array(["completed"] * 200, dtype=object)
+    s = np.where(np.arange(200) % 25 == 0, 15.0, 0.5)  # one request in 25 served in 15 s, the rest in 0.5 s
+    req = {"arrival_s": a, "scheduled_s": a.copy(), "first_token_s": a + 0.1, "finish_s": a + s, "status": status}
+    ev = keep_up_check(req, 0.9)
+    assert ev["keep_up"] >= 0.9 and ev["keep_up_window_s"] < ev["service_p99_s"]
+    assert ev["too_short"] and not ev["keeps_up"]
+    assert keep_up_check(req, 0.9, meets_otherwise=False)["keeps_up"]  # (failing another limit: as it read)
+    longer = {k: np.concatenate([v, v + 20.0]) if k != "status" else np.concatenate([v, v])
+              for k, v in req.items()}  # twice as long: the window (20 s) lasts the service times
+    ev = keep_up_check(longer, 0.9)
+    assert ev["keep_up_window_s"] >= ev["service_p99_s"] and ev["keeps_up"] and not ev["too_short"]
+
+
+@pytest.mark.slow
+def test_a_probe_that_kept_up_over_a_window_shorter_than_its_service_is_run_longer(tmp_path):
+    # The default scenario, seed 1, 27.06 req/s (the 1,346-request probe of a search of 600-request
+    # probes): 0.94 left per arrival over a 25 s window with a 43 s p99 service time, a pass, where
+    # over 5,400 requests (a 99 s window, 60 s p99) 0.90 leave and it fails. Too short to tell.
+    from servesim.studies.capacity import Search
+    from servesim.studies.executors import ExecutorOptions
+
+    data = yaml.safe_load((Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml").read_text())
+    data["seed"] = 1
+    s = Search(data, tmp_path, parse_slo("ttft_p99=10"), None, 1346, ExecutorOptions(workers=1, progress=False),
+               keep_up=0.9)
+    s.probe([27.0618])
+    first = s.evals[0]
+    assert first["keep_up"] >= 0.9 and first["keep_up_window_s"] < first["service_p99_s"]
+    assert first["too_short"] and not first["meets"]
+    last = s.results[27.0618]
+    assert last["requests"] > 1346 and last["keep_up_window_s"] >= last["service_p99_s"] and not last["meets"]
