@@ -493,23 +493,23 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
     (``_rate_changed``: a schedule changing after the replay) and it held level, no trend is carried:
     "estimate" None, "low" the floor, "high" the most requests in flight it reached and the count
     carried at its completion rate, "rate_changed" (that half's rate, the other, the stretch read).
-    {"estimate", "low", "high", "growing", "replayed", "replayed_until": T}; {"estimate":
-    None} where the later half of those requests arrives at one instant (``all_at_once``): no
-    stretch of the run to read a trend from (20,000 requests at once cut off at 60 s read "about
-    10,000, between 10,000 and 10,000", the first 10,000 all in flight at 0 s, where the run left
-    17,858), so the floor alone is said."""
+    {"estimate", "low", "high", "growing", "replayed", "replayed_until": T}. The later half is read
+    as ``_later_half`` reads it for the fluid queue: by time span where it arrives at one instant (a
+    burst ending the replay: the later half of the span); {"estimate": None} where all of those
+    requests arrive at one instant (``all_at_once``): no stretch of the run to read a trend from
+    (20,000 requests at once cut off at 60 s read "about 10,000, between 10,000 and 10,000", the
+    first 10,000 all in flight at 0 s, where the run left 17,858), so the floor alone is said."""
     n, until = len(specs), float(scenario.workload.duration_s)
-    k = min(n, max(1, _affordable(setup, specs.prompt_tokens)))
-    if not specs.arrival_s[k - 1] > specs.arrival_s[k // 2]:
-        return {"estimate": None}
     res, k = _replay_first(scenario, setup, specs, 1)
-    h = _later_half(res, specs, k)  # (not None: the same k, checked above)
+    h = _later_half(res, specs, k)
+    if h is None:  # (all of them at one instant: no stretch of the run to read)
+        return {"estimate": None}
     t_end, grid = h.t_end, h.grid
     counts = h.counts.astype(np.float64)
     slope, icept = np.polyfit(grid, counts, 1)
     swing = counts - (slope * grid + icept)
     growing = bool(slope * (until - t_end) > swing.max() - swing.min())
-    share = float(h.rejected[np.argsort(h.arrival, kind="stable")][k // 2:].mean())
+    share = h.share
     # (the requests in flight carried from T at the completion rate the later half kept: the
     # other requests' count against it, however they arrive)
     carried = float(h.in_flight(t_end)) + (n - k) * (1 - share) - h.rate * (until - t_end)
@@ -530,20 +530,83 @@ def _unfinished_extrapolated(scenario: Scenario, setup, specs: RequestSpecs, flo
 
     out = {"estimate": clip(est), "low": clip(low), "high": clip(high), "growing": growing, "replayed": k,
            "replayed_until": t_end, "full": full}
-    changed = _rate_changed(specs.arrival_s, k, h.t_half, t_end, until)
-    if changed is not None and not growing:
-        # a level count holds for arrivals that go on as the later half's: a schedule that changes
-        # after it (a piecewise or on/off rate, a sinusoid) does otherwise (chat-like requests at
-        # 60 req/s with max_queue=20, then 2 req/s: "about 84, between 82 and 85" where the run
-        # left 3; 2 req/s, then 60 with no rule: 131 where it left 2,244). Only a range is said:
-        # from the floor to the most of the level's swing and the count carried at the later
-        # half's completion rate (at most what it could take, when it kept up with its arrivals;
-        # max_queue + max_num_seqs per replica is no bound: a request the engine finished still
-        # counts while the API server streams it, 85 left where that room was 84)
-        # (the most the half reached too, not only the trend carried to D plus its swing: a level
-        # falling through the half read 270 where it reached 307 and the run left 306, a sinusoid)
-        out.update(estimate=None, low=clip(floor), high=clip(max(high, counts.max(), carried)), rate_changed=changed)
+    changed = _rate_changed(specs.arrival_s, k, h, until, scenario.workload)
+    if changed is not None:
+        # a count carried from the later half holds for arrivals that go on as that half's: a
+        # schedule that changes after it (a piecewise or on/off rate, a sinusoid, a trace's burst)
+        # does otherwise (chat-like requests at 60 req/s with max_queue=20, then 2 req/s: "about
+        # 84, between 82 and 85" where the run left 3; 2 req/s, then 60 with no rule: 131 where it
+        # left 2,244; a sinusoid 20% lower at the cut-off than in that half: about 84 where the run
+        # left 45). The run's own last requests, replayed with its rules from an idle deployment
+        # (``_replay_last``), read the count at the cut-off from the arrivals before it: at least
+        # their count (a run loaded when they begin leaves more), at most that plus the run's
+        # requests in flight then (exact where the first requests' replay reaches it, else the most
+        # its later half held or the count carried at its completion rate), and never more than the
+        # queue's room holds (max_queue + max_num_seqs per replica, and those the API server still
+        # streams, which the replays' most in flight show: 85 left where that room was 84). Only a
+        # range is said (0-2,847 where the run left 84 behind max_queue=20 read the count carried at
+        # the 2 req/s half's completion rate to a cut-off after 60 req/s)
+        tail, start = _replay_last(scenario, specs, k, until)
+        u = float(tail.count_at_end)
+        if start <= t_end:
+            before = float(h.in_flight(start))
+        else:
+            ahead = int(np.count_nonzero((specs.arrival_s[k:] > t_end) & (specs.arrival_s[k:] <= start)))
+            before = max(float(counts.max()),
+                         float(h.in_flight(t_end)) + ahead * (1 - share) - h.rate * (start - t_end))
+        room = _queue_room(scenario, setup, specs)
+        if math.isfinite(room):
+            room = max(room, float(counts.max()), float(tail.most))
+        # (where in its swing about the cut-off the count falls decides: the swing the replay of the
+        # last requests kept over the later half of its stretch before the cut-off, both ways)
+        low = min(u, tail.low)
+        top = min(u + max(before, 0.0) + max(tail.high - u, 0), room, max(high, counts.max(), carried, tail.high))
+        out.update(estimate=None, low=clip(low), high=clip(max(top, u)), rate_changed=changed, growing=False,
+                   full=None, tail=tail.k)
     return out
+
+
+class _Tail(NamedTuple):
+    k: int  # the requests replayed
+    count_at_end: int  # unfinished at the cut-off (the run's count of them)
+    most: int  # the most in flight (admitted, not finished) at any time
+    low: int  # in flight at the cut-off by the trend over the later half of the stretch from its middle
+    high: int  # request to the cut-off, less and plus the swing about it there
+
+
+def _replay_last(scenario: Scenario, specs: RequestSpecs, k: int, until: float) -> tuple:
+    """The run's last ``k`` requests (arriving by ``until``) replayed with its rules at their own
+    times from an idle deployment, to ``until``: (``_Tail``, the first one's arrival). A run that
+    is loaded when they begin leaves at least as many in flight at ``until``."""
+    n = len(specs)
+    k = min(k, n)
+    rows = dataclasses.replace(specs, **{
+        f.name: getattr(specs, f.name)[n - k:] for f in dataclasses.fields(specs)
+        if isinstance(getattr(specs, f.name), (np.ndarray, tuple)) and f.name != "class_names"})
+    start = float(rows.arrival_s[0])
+    rows = dataclasses.replace(rows, arrival_s=rows.arrival_s - start)
+    one = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, num_requests=k,
+                                                                     duration_s=until - start))
+    res = _simulate(f"validate's replay of the workload's last {k:,} requests at their own arrival times with "
+                    f"policy.admission's rules; {LOADED_SO}", one, specs=rows)
+    r = res.requests
+    arrival = np.asarray(r["arrival_s"], dtype=np.float64)
+    finish = np.asarray(r["finish_s"], dtype=np.float64)
+    kept = np.asarray(r["status"], dtype=object) != "rejected"
+    admitted_at = np.sort(arrival[kept])
+    done_at = np.sort(np.where(np.isnan(finish), np.inf, finish)[kept])
+    def flight(t):
+        return np.searchsorted(admitted_at, t, side="right") - np.searchsorted(done_at, t, side="right")
+
+    end = until - start
+    grid = np.linspace(end - (end - float(rows.arrival_s[k // 2])) / 2, end, 201)
+    last = flight(grid).astype(np.float64)
+    # (its trend at the cut-off and the swing about it: a count growing to the end is no lower there)
+    slope, icept = np.polyfit(grid, last, 1)
+    swing = last - (slope * grid + icept)
+    at = slope * end + icept
+    return _Tail(k, int(res.summary["unfinished"]), int(flight(admitted_at).max(initial=0)),
+                 int(math.floor(at + swing.min())), int(math.ceil(at + swing.max()))), start
 
 
 def _queue_room(scenario: Scenario, setup, specs) -> float:
@@ -563,33 +626,80 @@ def _queue_room(scenario: Scenario, setup, specs) -> float:
     return float(pool.replicas * (ve * pool.max_num_seqs + adm.max_queue))
 
 
-def _rate_changed(arrival_s: np.ndarray, k: int, t_half: float, t_end: float, until: float) -> tuple | None:
+def _scheduled(workload, t0: float, t1: float) -> float | None:
+    """The arrivals the workload's arrival processes expect in [t0, t1) (``expected_count``: a
+    piecewise or fixed on/off schedule, a sinusoid, a renewal process's rate; each class's own
+    process or ``rate_rps`` summed); None where that is not known before the run (a trace's own
+    times, on/off periods of random length, a closed loop)."""
+    from servesim.inputs.arrivals import expected_count
+    from servesim.inputs.scenario import (FixedArrival, GammaArrival, OnOffArrival, PiecewiseArrival,
+                                          PoissonArrival, SinusoidalArrival)
+
+    known = (FixedArrival, GammaArrival, OnOffArrival, PiecewiseArrival, PoissonArrival, SinusoidalArrival)
+    procs = [] if workload.arrival is None else [workload.arrival]
+    for c in workload.classes or ():
+        if c.arrival is not None:
+            procs.append(c.arrival)
+        elif c.rate_rps is not None:
+            procs.append(PoissonArrival(process="poisson", rate_rps=c.rate_rps))
+    if not procs or (workload.trace is not None and workload.arrival is None):
+        return None
+    total = 0.0
+    for a in procs:
+        if not isinstance(a, known) or isinstance(a, OnOffArrival) and a.durations != "fixed":
+            return None
+        total += expected_count(a, t1) - expected_count(a, t0)
+    return total
+
+
+def _rate_changed(arrival_s: np.ndarray, k: int, h: _LaterHalf, until: float, workload=None) -> tuple | None:
     """Whether the requests after the first ``k`` (arriving by ``until``) come at another rate than
-    the later half of those ``k`` did (from ``t_half`` to ``t_end``): over all of the rest of the
-    run, or over the stretch as long as that half just before ``until``, the count at least 25% and
-    3 standard deviations (Poisson) off the later half's rate. (that half's rate, the other one,
-    the stretch it covers in s), or None."""
-    w = t_end - t_half
+    the later half of those ``k`` did (``h``, from ``h.t_half`` to ``h.t_end``, its ``arrived``):
+    over all of the rest of the run, or over the stretch as long as that half just before ``until``,
+    the count at least ``RATE_CHANGE`` and 3 standard deviations (Poisson, the later half's rate
+    read from its own arrivals) off that rate; or, where the arrival process's schedule is known
+    (``_scheduled``), its rate there at least ``RATE_CHANGE`` off its rate over that half (a
+    sinusoid 13% lower at the cut-off than in that half passed a 25% test: about 84 said where the
+    run left 45). (that half's rate, the other one, the stretch it covers in s), or None."""
+    t_end = h.t_end
+    w = t_end - h.t_half
     if not w > 0 or not until > t_end:
         return None
-    rate = (k - k // 2) / w
+    rate = h.arrived / w
     later = arrival_s[k:]
+    # (the rate the arrival process is scheduled to have, where it is known: a sinusoid 12% lower at
+    # the cut-off than in the later half is within the noise of 500 arrivals, and a run near what
+    # the deployment serves left 45 where validate said about 84)
+    plan = _scheduled(workload, h.t_half, t_end) if workload is not None else None
     for start in (t_end, max(t_end, until - w)):
         span = until - start
         got = int(np.count_nonzero(later > start))
         want = rate * span
-        if abs(got - want) > max(0.25 * want, 3 * math.sqrt(max(want, 1.0))):
+        then = plan / w if plan is not None and plan > 0 else None
+        if then is not None and abs(_scheduled(workload, start, until) / span - then) > RATE_CHANGE * then:
+            return (rate, got / span, span)
+        # (3 standard deviations of the difference: the count's, Poisson, and the later half's rate's,
+        # read from its own arrivals and carried over the stretch)
+        if abs(got - want) > max(RATE_CHANGE * want, 3 * math.sqrt(max(want, 1.0) * (1 + want / max(h.arrived, 1)))):
             return (rate, got / span, span)
     return None
+
+
+RATE_CHANGE = 0.05  # the least change in the arrival rate after a partial replay that _rate_changed reads as one
 
 
 class _LaterHalf(NamedTuple):
     """A replay of the run's first ``k`` requests read over the later half of their arrivals, from
     ``t_half`` (the arrival of request ``k // 2``) to ``t_end`` (of request ``k - 1``): the
     requests in flight (admitted, not yet finished) at any time (``in_flight``) and on a grid of
-    201 instants across that half (``grid``, ``counts``), and the completion rate it kept."""
+    201 instants across that half (``grid``, ``counts``), the completion rate it kept, the requests
+    arriving in it (from ``t_half`` on: ``arrived``) and the share of them rejected (``share``;
+    ``shed``: by ``policy.admission``, the token bucket's left out where ``_later_half`` is told)."""
     arrival: np.ndarray  # (the replay's requests, in its row order)
     rejected: np.ndarray
+    arrived: int
+    share: float
+    shed: float
     t_half: float
     t_end: float
     in_flight: object  # t -> requests in flight at t
@@ -598,11 +708,13 @@ class _LaterHalf(NamedTuple):
     rate: float
 
 
-def _later_half(res, specs: RequestSpecs, k: int) -> _LaterHalf | None:
+def _later_half(res, specs: RequestSpecs, k: int, skip_bucket: bool = False) -> _LaterHalf | None:
     """``_LaterHalf`` of ``res``, the replay of the first ``k`` of ``specs``; where that half
     arrives at one instant (a burst ending the replay), the later half of their span instead, from
     midway between the first arrival and the last (``t_half``); None where all ``k`` arrive at one
-    instant (``all_at_once``: no stretch of the run to read)."""
+    instant (``all_at_once``: no stretch of the run to read). The one reading of that half that
+    the unfinished, the fluid queue's and the by-share counts take (``skip_bucket``: the token
+    bucket's rejections left out of ``shed``, its own replay counting them)."""
     t_end, t_half = float(specs.arrival_s[k - 1]), float(specs.arrival_s[k // 2])
     if not t_end > t_half:
         # (a trace whose replayed requests end in a burst at one instant: the fluid queue read
@@ -617,6 +729,11 @@ def _later_half(res, specs: RequestSpecs, k: int) -> _LaterHalf | None:
     arrival = np.asarray(r["arrival_s"], dtype=np.float64)
     finish = np.asarray(r["finish_s"], dtype=np.float64)
     rejected = np.asarray(r["status"], dtype=object) == "rejected"
+    reason = np.asarray(r["reason"], dtype=object)
+    later = arrival >= t_half
+    arrived = int(later.sum())
+    shed = np.array([isinstance(x, str) and x.startswith("admission: ")
+                     and not (skip_bucket and x.startswith(BUCKET_REASON)) for x in reason[later]], dtype=bool)
     admitted_at = np.sort(arrival[~rejected])
     done_at = np.sort(np.where(np.isnan(finish), np.inf, finish)[~rejected])
 
@@ -626,7 +743,8 @@ def _later_half(res, specs: RequestSpecs, k: int) -> _LaterHalf | None:
     grid = np.linspace(t_half, t_end, 201)
     rate = (np.searchsorted(done_at, t_end, side="right") - np.searchsorted(done_at, t_half, side="right")) / (
         t_end - t_half)
-    return _LaterHalf(arrival, rejected, t_half, t_end, in_flight, grid, in_flight(grid), rate)
+    return _LaterHalf(arrival, rejected, arrived, float(rejected[later].mean()), float(shed.mean()), t_half, t_end,
+                      in_flight, grid, in_flight(grid), rate)
 
 
 def _may_shed(scenario: Scenario, setup, specs: RequestSpecs) -> np.ndarray:

@@ -685,9 +685,11 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                     f"with its rules, are the run up to {late['replayed_until']:,.4g} s (exact), but the requests "
                     f"after them arrive at another rate ({after:.3g} req/s over the {span:,.4g} s before the "
                     f"cut-off, {then:.3g} in the later half of those replayed: the arrival schedule changes), so "
-                    "the count there is not carried from the replay: at least those too close to it to finish even "
-                    "on an idle deployment, at most the most the requests in flight reached in that half or the "
-                    f"other requests' count against the completion rate it kept; {fix}")
+                    f"the count there is not carried from the replay: the run's own last {late['tail']:,} requests, "
+                    "replayed with its rules from an idle deployment, read it from the arrivals before the cut-off "
+                    "(at least their count there, less its swing: a run loaded when they begin leaves more; at most "
+                    "that plus the run's requests in flight when they begin, within what the queue's rules hold); "
+                    f"{fix}")
         elif est:
             k, r = late["estimate"], late["replayed"]
             first = (f"the run's own first {r:,} requests, replayed with its rules, are the run up to "
