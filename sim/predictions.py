@@ -117,20 +117,19 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
     ``reject_wait_s`` above 0, no API-server time for a rejection) and whose first
     ``MAX_STUCK_REJECTIONS + 1`` requests (their lengths drawn as the run draws them) are all
     rejected on arrival by the replicas' rules, which depend only on the lengths (a KV cache too
-    small for any of the prompts), or by a ``policy.admission.max_queued_tokens`` below each of
-    their prompts; or more clients sending at the first instant than ``policy.admission`` lets into
-    the idle deployment then (``_held_at_first_instant``: its queues, ``max_queue`` each, or the
-    token bucket's burst), where it lets them all through (the run's requests, ``num_requests``,
-    at least that many more than ``MAX_STUCK_REJECTIONS``): nothing then moves simulated time.
-    Else nothing (the load decides; ``resend_at_once`` warns)."""
+    small for any of the prompts). With ``policy.admission`` or a P/D split, whose rules decide by
+    what the instant's requests already hold, the run itself up to its first instant
+    (``_first_instant_replayed``: a ``max_queued_tokens`` only some prompts fit, ``ttft_slo``, a
+    router that does not spread them evenly; each left the run stuck where validate warned, and a
+    P/D split was not checked). Else nothing (the load decides; ``resend_at_once`` warns)."""
     from servesim.core.clients import MAX_STUCK_REJECTIONS, _check_not_stuck
 
     setup, specs = _setup_and_specs(scenario, setup, specs)
     a = scenario.workload.arrival
-    if not isinstance(specs, ClosedLoop) or specs.sent or len(setup.pools) != 1:
+    if not isinstance(specs, ClosedLoop) or specs.sent:
         return
     wait = a.reject_wait_s if a.reject_wait_s is not None else a.think_time_s
-    if wait > 0 or setup.pools[0].engine.api_request_s > 0:
+    if wait > 0 or any(p.engine.api_request_s > 0 for p in setup.pools):
         return
     need = MAX_STUCK_REJECTIONS + 1
     first = specs.first_think_s
@@ -138,21 +137,11 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
     t0 = float(first.min()) if len(first) else math.inf
     if until is not None and t0 >= until:
         return
-    # policy.admission's rules: at the first instant the deployment is idle and decides nothing
-    # until every request of the instant has arrived, so what its rules hold then is all it can
-    # take (its queues, max_queue each; the token bucket's burst, unrefilled while time stands
-    # still): more clients sending then, each rejected one sending again at once, and time cannot
-    # advance (the run stops on it; validate said ok with a warning)
-    held = _held_at_first_instant(scenario, setup, specs)
-    if (held is not None and int((first == t0).sum()) > held
-            and (specs.num_requests is None or specs.num_requests >= need + held)):
-        _check_not_stuck([t0, MAX_STUCK_REJECTIONS], t0, specs)
+    if len(setup.pools) != 1 or scenario.policy.admission.active:
+        _first_instant_replayed(scenario, specs, t0)
+        return
     if specs.num_requests is not None and not need <= specs.num_requests <= 10 * need:
         return  # (fewer: the run ends first; many more: the run draws them all in one chunk, too many to draw here)
-    # (a prompt over policy.admission.max_queued_tokens is rejected however empty the queue)
-    adm = scenario.policy.admission
-    too_long = (adm.max_queued_tokens if adm.max_queued_tokens is not None and _rules_cover_all(scenario, specs)
-                else math.inf)
     loop = copy.deepcopy(specs)  # (its lengths drawn in the run's chunks, as the run draws them)
     while loop._have < need:
         if not loop._grow():
@@ -160,9 +149,32 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
         # (chunk by chunk: the first request served ends it, most often in the first chunk)
         prompt = loop._cols["prompt_tokens"][-1][: need - (loop._have - len(loop._cols["prompt_tokens"][-1]))]
         output = loop._cols["output_tokens"][-1][: len(prompt)]
-        if not (_rejected_on_arrival(setup, prompt, output) | (prompt > too_long)).all():
+        if not _rejected_on_arrival(setup, prompt, output).all():
             return
     _check_not_stuck([t0, MAX_STUCK_REJECTIONS], t0, specs)
+
+
+def _first_instant_replayed(scenario: Scenario, specs: ClosedLoop, t0: float) -> None:
+    """The run itself up to its first instant ``t0`` (its own closed loop, a copy, sending as it
+    sends; ``duration_s`` just past ``t0``): the stuck-loop ``InputError`` it raises there is the
+    run's (its clients resending at once while nothing else moves), raised before the run; nothing
+    where time moves past ``t0``, or the run ends first (``num_requests`` under the limit). Exact
+    where the rules decide by the state at that instant: a ``max_queued_tokens`` only some prompts
+    fit (the queued prompts fill it, and each rejected client's next prompt is tried against what
+    is left), ``ttft_slo`` (each prompt's predicted TTFT behind those queued), a P/D split, a router
+    that does not spread the instant's requests evenly (least-loaded, session affinity)."""
+    from servesim.core.clients import MAX_STUCK_REJECTIONS
+
+    if specs.num_requests is not None and not specs.num_requests <= 10 * (MAX_STUCK_REJECTIONS + 1):
+        return  # (many more: the run draws them all in one chunk, too many to draw here)
+    wl = dataclasses.replace(scenario.workload, duration_s=math.nextafter(t0, math.inf))
+    try:
+        simulate(dataclasses.replace(scenario, workload=wl), specs=copy.deepcopy(specs))
+    except InputError as e:
+        if getattr(e, "stuck", False):
+            raise
+    except PluginError:
+        return  # (a plug-in's error is dry_run_plugins' and the run's to say)
 
 
 def _rules_cover_all(scenario: Scenario, specs) -> bool:
@@ -170,23 +182,6 @@ def _rules_cover_all(scenario: Scenario, specs) -> bool:
     ``policy.admission.classes``, or one listing each of its classes)."""
     adm = scenario.policy.admission
     return adm.active and (adm.classes is None or set(specs.class_names) <= set(adm.classes))
-
-
-def _held_at_first_instant(scenario: Scenario, setup, specs) -> int | None:
-    """The most requests ``policy.admission`` lets into an idle colocated deployment at one
-    instant before any of its replicas decides a step: ``max_queue`` on each replica (its
-    ``hardware.pp`` virtual engines share it), and the token bucket's ``burst`` (whole tokens);
-    None where neither is set or they do not apply to every request (``policy.admission.classes``
-    leaving a class of the workload's to no rule: its requests are let in whatever the queue holds)."""
-    adm = scenario.policy.admission
-    if not _rules_cover_all(scenario, specs):
-        return None
-    held = []
-    if adm.max_queue is not None:
-        held.append(adm.max_queue * setup.pools[0].replicas)
-    if adm.token_bucket is not None:
-        held.append(int(adm.token_bucket.burst))
-    return min(held) if held else None
 
 
 def closed_loop_first_rejections(scenario: Scenario, setup=None, specs=None) -> dict | None:

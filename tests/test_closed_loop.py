@@ -331,3 +331,47 @@ def test_validate_warns_of_a_duration_bound_closed_loop_its_rules_reject(tmp_pat
     path.write_text(yaml.safe_dump(sc.to_dict()))
     assert main(["validate", str(path)]) == 0
     assert "requests the clients send" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, stuck_clients, ok_clients", [
+    ({"policy.admission": {"max_queued_tokens": 250}}, 12, 2),  # (each prompt 40-100 tokens: 2 to 6 fit)
+    ({"policy.admission": {"ttft_slo": True}, "slo.ttft_s": 0.1}, 400, 40),
+    ({"policy.admission": {"max_queue": 2}, "policy.name": "pd_split", "policy.prefill": {"replicas": 1},
+      "policy.decode": {"replicas": 1}}, 3, 2),
+    ({"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
+      "memory.num_gpu_blocks": 2}, 3, None)])
+def test_validate_fails_a_closed_loop_stuck_by_the_state_at_its_first_instant(monkeypatch, tmp_path, capsys, extra,
+                                                                             stuck_clients, ok_clients):
+    """Clients resending at once (think time 0, no backoff, no API-server time) where what is
+    rejected at the first instant depends on what is already queued: a max_queued_tokens only
+    some prompts fit, ttft_slo (each prompt's predicted TTFT behind those queued), a P/D split
+    (left out of the check: validate said ok), each run stopped stuck (exit 2) where validate only
+    warned. The run itself replayed to just past its first instant gives its error; fewer clients,
+    whose runs progress, still pass."""
+    import yaml
+
+    import servesim.core.clients as clients
+    from servesim.cli.main import main
+    from servesim.errors import InputError
+
+    monkeypatch.setattr(clients, "MAX_STUCK_REJECTIONS", 2_000)
+    kw = {"cost.api_server": False, "workload.duration_s": 2.0,
+          "workload.prompt_tokens": {"dist": "uniform", "min": 40, "max": 100}, **extra}
+    path = tmp_path / "s.yaml"
+
+    def validate(sc) -> int:
+        path.write_text(yaml.safe_dump(sc.to_dict()))
+        capsys.readouterr()
+        return main(["validate", str(path)])
+
+    stuck = closed(stuck_clients, n=None, **kw)
+    with pytest.raises(InputError) as run_error:
+        simulate(stuck)
+    assert validate(stuck) == 2
+    err = capsys.readouterr().err
+    assert "simulated time cannot advance" in err and str(run_error.value) in err
+    if ok_clients is not None:  # (None: every prompt too long for the KV cache, no run progresses)
+        ok = closed(ok_clients, n=None, **kw)
+        s = simulate(ok).summary
+        assert s["completed"] > 0 and s["num_requests"] == s["completed"] + s["rejected"] + s["unfinished"]
+        assert validate(ok) == 0

@@ -118,11 +118,13 @@ def _check_not_stuck(stuck: list, now: float, source, sessions: bool = False) ->
         fix = ("workload.arrival.reject_wait_s (a rejected client's backoff before its next session) or "
                "think_time_s > 0 (a client's lead before each session)" if sessions else
                "workload.arrival.reject_wait_s (a rejected client's backoff) or think_time_s > 0")
-        raise InputError(
+        err = InputError(
             f"workload.arrival: {plural(stuck[1], 'request', fmt=',')} {'was' if stuck[1] == 1 else 'were'} "
             f"rejected at t={now:g} s, {what} (think_time_s "
             f"{source.arrival.think_time_s:g}, no API-server time): simulated time cannot advance. Give {fix}, "
             "or relax the policy.admission rule that rejects them")
+        err.stuck = True  # (validate's replay of the first instant raises this one, and only this one, as the run's)
+        raise err
 
 
 def _clients_that_can_send(source):
