@@ -339,13 +339,20 @@ def test_validate_warns_of_a_duration_bound_closed_loop_its_rules_reject(tmp_pat
     ({"policy.admission": {"max_queue": 2}, "policy.name": "pd_split", "policy.prefill": {"replicas": 1},
       "policy.decode": {"replicas": 1}}, 3, 2),
     ({"policy.name": "pd_split", "policy.prefill": {"replicas": 1}, "policy.decode": {"replicas": 1},
-      "memory.num_gpu_blocks": 2}, 3, None)])
+      "memory.num_gpu_blocks": 2}, 3, None),
+    # (a router that keeps the class on one of two replicas: max_queue x replicas said 4 held, ok)
+    ({"policy.admission": {"max_queue": 2}, "cluster.replicas": 2, "cluster.router": "class_aware",
+      "cluster.class_replicas": [{"name": "a", "replicas": [0]}], "workload.prompt_tokens": None,
+      "workload.output_tokens": None,
+      "workload.classes": [{"name": "a", "share": 1.0, "prompt_tokens": {"dist": "uniform", "min": 40, "max": 100},
+                            "output_tokens": {"dist": "uniform", "min": 1, "max": 64}}]}, 3, 2)])
 def test_validate_fails_a_closed_loop_stuck_by_the_state_at_its_first_instant(monkeypatch, tmp_path, capsys, extra,
                                                                              stuck_clients, ok_clients):
     """Clients resending at once (think time 0, no backoff, no API-server time) where what is
     rejected at the first instant depends on what is already queued: a max_queued_tokens only
     some prompts fit, ttft_slo (each prompt's predicted TTFT behind those queued), a P/D split
-    (left out of the check: validate said ok), each run stopped stuck (exit 2) where validate only
+    (left out of the check: validate said ok), a class_aware router keeping the only class on one
+    of two replicas (the check counted max_queue on both), each run stopped stuck (exit 2) where validate only
     warned. The run itself replayed to just past its first instant gives its error; fewer clients,
     whose runs progress, still pass."""
     import yaml
