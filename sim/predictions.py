@@ -1250,12 +1250,15 @@ def _queue_replayed(scenario: Scenario, setup, specs: RequestSpecs, k: int) -> d
     if k == n:
         return {"whole": True, "count": x, "replayed": k}
     by_share = adm.classes is not None or n > SHEDDING_BUCKET_REPLAY
-    rest = (h["later_shed"] / h["later"] * (n - k) if by_share
-            else _fluid_rejections(scenario, setup, specs, res, k))
-    if rest is None:  # (the replayed requests all arrive at one instant: the formula's bound is said)
+    later = _later_half(res, specs, k, adm.token_bucket is not None)
+    if later is None:  # (the replayed requests all arrive at one instant: the formula's bound is said)
         return None
+    # (the later half as the fluid queue reads it, by time span: by request count, a burst at one
+    # instant ending the replay stood for the whole rest of the run)
+    rest = later.shed * (n - k) if by_share else _fluid_rejections(scenario, setup, specs, res, k)
     return {"whole": False, "replayed": k, "first_count": x, "halves": h, "count": int(round(x + rest)),
-            "by_share": by_share, "by_span": bool(specs.arrival_s[k - 1] <= specs.arrival_s[k // 2])}
+            "by_share": by_share, "by_span": bool(specs.arrival_s[k - 1] <= specs.arrival_s[k // 2]),
+            "later_share": later.shed, "later_arrived": later.arrived}
 
 
 def _fluid_rejections(scenario: Scenario, setup, specs: RequestSpecs, res, k: int) -> float | None:

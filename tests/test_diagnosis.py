@@ -706,6 +706,34 @@ def test_validate_extrapolates_a_replay_whose_later_half_arrives_at_one_instant(
         assert "up to about" in _shedding_text(sc, setup, shed)
 
 
+def test_validate_by_share_count_reads_the_later_half_of_a_burst_ending_replay_by_its_span(monkeypatch):
+    """An overloaded run too long for the fluid queue (past SHEDDING_BUCKET_REPLAY, 1,000 here), its
+    replayed first 1,000 requests ending in a burst of 500 at one instant, then 60 req/s behind
+    max_queue=20: the other requests were counted at the share the later 500 by count shed, the
+    burst alone (3,697 said where the run rejected 2,936). The later half is read as the fluid
+    queue and the unfinished count read it, by time span (``_later_half``): within 10%."""
+    from servesim import predictions
+    from servesim.cli.main import _shedding_text
+    from servesim.simulation import plan
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
+    monkeypatch.setattr(predictions, "SHEDDING_BUCKET_REPLAY", 1000)
+    sc = make_scenario(**{**SHED, "workload.num_requests": 4000}, **{"policy.admission": {"max_queue": 20}})
+    setup, specs, _ = plan(sc)
+    a = specs.arrival_s.copy()
+    a[:500] *= a[999] / a[500]
+    a[500:1000] = a[999]
+    specs = dataclasses.replace(specs, arrival_s=a)
+    shed = predictions.predict_shedding(sc, setup, specs)
+    run = simulate(sc, specs=specs).summary["rejected"]
+    rep = shed["queue_replayed"]
+    assert rep["by_share"] and rep["by_span"]
+    assert abs(shed["queue"] - run) <= 0.1 * run, (shed["queue"], run)
+    assert (f"at the {rep['later_share']:.1%} the later half of their arrivals' span ({rep['later_arrived']:,} "
+            "requests; the later 500 arrive at one instant) shed") in _shedding_text(sc, setup, shed)
+
+
 @pytest.mark.parametrize("rule", [{"max_queue": 20}, {"token_bucket": {"rate_rps": 20, "burst": 5}}])
 def test_validate_counts_a_request_admission_sheds_once_not_also_by_its_lengths(tmp_path, capsys, rule):
     """policy.admission decides before the replicas' length rules (Cluster.submit): a prompt too

@@ -909,8 +909,10 @@ def _shedding_text(scenario, setup, shed: dict) -> str:
         elif shed["queue"] and rep is not None:
             h, k = rep["halves"], rep["replayed"]
             rest = shed["requests"] - k
-            how = (f"at the {h['later_shed'] / h['later']:.1%} the later {h['later']:,} of them shed, for arrivals "
-                   "that go on as they began" if rep["by_share"] else
+            span = (f"later half of their arrivals' span ({rep['later_arrived']:,} requests; the later "
+                    f"{h['later']:,} arrive at one instant)" if rep.get("by_span") else f"later {h['later']:,} of them")
+            how = (f"at the {rep['later_share']:.1%} the {span} shed, for arrivals that go on as they began"
+                   if rep["by_share"] else
                    "at their own arrival times, against the completion rate and the most requests in flight the "
                    + ("later half of their arrivals' span kept (the later "
                       f"{h['later']:,} arrive at one instant)" if rep.get("by_span") else
