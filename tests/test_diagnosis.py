@@ -305,6 +305,23 @@ def test_validate_unfinished_reads_a_sinusoid_lower_at_the_cut_off_as_a_rate_cha
     assert pred["low"] <= s["unfinished"] <= pred["high"], (pred, s["unfinished"])
 
 
+def test_validate_unfinished_reads_an_on_off_schedule_at_the_cut_off(monkeypatch):
+    """On/off arrivals (30 req/s for 5 s, then 5 s off) cut at 150 s, after an off period: the
+    replay's later half spans several cycles, as does each stretch compared with it, so no rate
+    change was read, and its level was said, "about 206, between 147 and 256", where the run left
+    101. The schedule just before the cut-off (off) tells the change; the range holds the run."""
+    from servesim import predictions
+
+    monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
+    monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
+    sc = make_scenario(**{**SHED, "workload.num_requests": None, "workload.duration_s": 150.0,
+                          "workload.arrival": {"process": "on_off", "rate_rps": 30.0, "on_s": 5, "off_s": 5}})
+    pred = predictions.predict_unfinished(sc)
+    s = simulate(sc).summary
+    assert pred["rate_changed"] and pred["estimate"] is None
+    assert pred["low"] <= s["unfinished"] <= pred["high"], (pred, s["unfinished"])
+
+
 @pytest.mark.parametrize("rule", [None, {"max_queue": 20}])
 def test_validate_unfinished_reads_a_replay_ending_in_a_burst_by_its_span(monkeypatch, rule):
     """A trace whose replayed first 1,000 requests end in a burst at one instant (the later 500),
