@@ -442,6 +442,79 @@ class WaitingOnly:
         return make_batch([])
 
 
+class HitOnARunningRequest(ContinuousPolicy):
+    """a prefix hit for a running request it does not admit: the hit set its computed tokens back to
+    what it says at every step (here: what it has, so the run went on as if nothing was said)"""
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        running = [r for r in state.running if r not in b.admitted]
+        if not running:
+            return b
+        r = running[0]
+        return make_batch(b.items, b.preempted, b.admitted, prefix_hits=[*b.prefix_hits, (r, r.num_computed_tokens)],
+                          swap_in=b.swap_in)
+
+
+class NegativeHit(ContinuousPolicy):
+    """a hit of -5 cached tokens: the request computed its prompt and 5 tokens more, exit 0"""
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        if not b.admitted:
+            return b
+        return make_batch(b.items, b.preempted, b.admitted, prefix_hits=[(r, -5) for r in b.admitted])
+
+
+class ReservesForAWaitingRequest(ContinuousPolicy):
+    """KV reserved for a request it leaves waiting: the blocks were taken, exit 0"""
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        if not b.admitted:
+            return b
+        last = b.admitted[-1]
+        return make_batch([(r, q) for r, q in b.items if r is not last], b.preempted, b.admitted[:-1],
+                          reserve=[(last, 100)])
+
+
+class SwapsOutWithoutPreempting(ContinuousPolicy):
+    """swap_out for a request it does not preempt: ignored, exit 0"""
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        running = [r for r in state.running if r not in b.admitted]
+        if not running:
+            return b
+        return make_batch(b.items, b.preempted, b.admitted, swap_out=[running[0]])
+
+
+class AdmitsTwice(ContinuousPolicy):
+    """the same request twice in admitted= (an IndexError from the queue, named as such)"""
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        return make_batch(b.items, b.preempted, [*b.admitted, b.admitted[0]]) if b.admitted else b
+
+
+class DecodeSetWithoutContext(ContinuousPolicy):
+    """the decode set passed as (n, 0): its attention priced as if it held no KV, exit 0"""
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        if not b.set_seqs:
+            return b
+        return make_batch(b.items, b.preempted, b.admitted, prefix_hits=b.prefix_hits, swap_in=b.swap_in,
+                          decode_set=(state.decoding.num_seqs, 0))
+
+
+class AdmittedNone(ContinuousPolicy):
+    """a Batch whose admitted is None ('the run stopped on TypeError ... must only read what they
+    are given', which it had)"""
+    def next_batch(self, state):
+        return ContinuousPolicy.next_batch(self, state)._replace(admitted=None)
+
+
+class ItemsNotPairs(ContinuousPolicy):
+    def next_batch(self, state):
+        b = ContinuousPolicy.next_batch(self, state)
+        return b._replace(items=tuple(r for r, _ in b.items))
+
+
 class MinusOne:
     reads_state = False
 
@@ -498,6 +571,19 @@ class RouterRaises(MinusOne):
     ({"policy.name": "badplugins:KeyNotCallable"}, "queue_key is 5; a function"),
     # (sys.exit in a plug-in ended the command with its status and no word)
     ({"policy.name": "badplugins:Exits"}, "next_batch raised SystemExit: 3"),
+    ({"policy.name": "badplugins:HitOnARunningRequest"},
+     "gives request 0 a prefix hit, but does not admit it in the same step"),
+    ({"policy.name": "badplugins:NegativeHit"},
+     r"gives request 0 a prefix hit of -5 cached tokens; a whole number from 0 to \d+"),
+    ({"policy.name": "badplugins:ReservesForAWaitingRequest", "workload.arrival.rate_rps": 1000.0},
+     r"reserves KV for request \d+, which is not running"),
+    ({"policy.name": "badplugins:SwapsOutWithoutPreempting"}, "swaps out request 0, which it does not preempt"),
+    ({"policy.name": "badplugins:AdmitsTwice"}, "lists request 0 twice in its Batch's admitted"),
+    ({"policy.name": "badplugins:DecodeSetWithoutContext", "workload.arrival.rate_rps": 1000.0},
+     r"its Batch's attn_pairs is [\d.]+ where its items, prefix hits and decode set give [\d.]+"),
+    ({"policy.name": "badplugins:AdmittedNone"}, r"its Batch's admitted is None \(NoneType\); a tuple of waiting"),
+    ({"policy.name": "badplugins:ItemsNotPairs"},
+     r"its Batch's items holds Request\(0.*; each one a pair \(request, tokens\) expected"),
     # (-1 picked the last replica, silently)
     ({"cluster.replicas": 2, "cluster.router": "badplugins:MinusOne"},
      "returned -1 for request 0; the index of a replica, 0 to 1"),

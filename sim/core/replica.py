@@ -66,7 +66,7 @@ from math import isnan
 import numpy as np
 from simpy import Interrupt
 
-from servesim.core.batch import Batch, windowed
+from servesim.core.batch import Batch, make_batch, windowed
 from servesim.core.instant import end_of_instant
 from servesim.errors import InputError, PluginError, call_plugin, clip, is_plugin, plugin_name, shown
 from servesim.core.kv import BlockAllocator
@@ -729,6 +729,7 @@ class Replica:
         if w is not None and (isinstance(w, bool) or not isinstance(w, numbers.Real) or math.isnan(w)):
             raise PluginError(f"policy {plugin_name(policy)}: wake_at_s is {shown(w)}; the simulated time (seconds) "
                               "at which to decide again when nothing else happens first, or None")
+        self._plugin_fields(batch, plugin_name(policy))
         return batch
 
     def _plugin_budget(self, batch: Batch) -> None:
@@ -817,6 +818,7 @@ class Replica:
                               f"{shown(batch.num_tokens)} tokens while its items (and decode set) hold {seqs} and "
                               f"{tokens}; build it with servesim.make_batch(items, ...), which derives the counts a "
                               "step is priced by")
+        self._plugin_counts(batch, name)
         try:
             return self._apply(batch, now)
         except InputError:
@@ -825,6 +827,98 @@ class Replica:
             raise PluginError(f"policy {plugin_name(self.policy)}: its decision could not be applied "
                               f"({type(e).__name__}: {clip(e, 200)}); a batch schedules waiting or running "
                               "requests only, preempts running ones, and fits the free KV blocks") from e
+
+    # a Batch's request fields, as make_batch fills them, and what each holds
+    _BATCH_FIELDS = (("items", "(request, tokens) pairs"), ("preempted", "running requests"),
+                     ("admitted", "waiting requests"), ("swap_out", "preempted requests"),
+                     ("swap_in", "swapped-out requests"), ("prefix_hits", "(admitted request, cached tokens) pairs"),
+                     ("reserve", "(request, tokens) pairs"))
+    # the counts make_batch derives from a step's items, prefix hits and decode set, which price it
+    _BATCH_COUNTS = ("prefill_tokens", "decode_tokens", "num_prefill_seqs", "num_sampled", "num_decode_seqs",
+                     "attn_pairs", "context_tokens", "decode_context_tokens", "decode_attn_pairs")
+
+    def _plugin_fields(self, batch: Batch, name: str) -> None:
+        """A plug-in's ``Batch`` whose request fields are not what ``make_batch`` builds (a tuple
+        of requests, or of pairs), that lists a request twice in one of them, swaps out a request
+        it does not preempt, or gives prefix hits or KV reservations the engine cannot apply (a
+        hit on a request it does not admit, a cached count that is no whole number from 0 to the
+        request's tokens less one; a reservation for a request that is not running) is a
+        ``PluginError`` naming it: such fields were applied as given, a hit on a running request
+        setting its computed tokens back at every step (a run that never ended), a negative one
+        making it compute its prompt and more, a reservation taking KV for a waiting request, a
+        swap_out outside preempted ignored, a request admitted twice an IndexError from the queue."""
+        for field, what in self._BATCH_FIELDS:
+            value = getattr(batch, field)
+            if not isinstance(value, (tuple, list)):
+                raise PluginError(f"policy {name}: its Batch's {field} is {shown(value)} ({type(value).__name__}); a "
+                                  f"tuple of {what} expected (servesim.make_batch(items, ...) builds one)")
+            if what.startswith("("):
+                for x in value:
+                    if not isinstance(x, (tuple, list)) or len(x) != 2:
+                        raise PluginError(f"policy {name}: its Batch's {field} holds {shown(x)}; each one a pair "
+                                          f"{what[:what.index(')') + 1]} expected")
+            else:
+                ids = set()
+                for r in value:
+                    if id(r) in ids:
+                        raise PluginError(f"policy {name}: lists request {getattr(r, 'request_id', shown(r))} twice "
+                                          f"in its Batch's {field}; list each request once")
+                    ids.add(id(r))
+        if batch.swap_out:
+            preempted = {id(r) for r in batch.preempted}
+            for r in batch.swap_out:
+                if id(r) not in preempted:
+                    raise PluginError(f"policy {name}: swaps out request {getattr(r, 'request_id', shown(r))}, which "
+                                      "it does not preempt; swap_out lists requests of preempted whose KV goes to host "
+                                      "memory")
+        if batch.prefix_hits:
+            admitted = {id(r) for r in batch.admitted}
+            for r, cached in batch.prefix_hits:
+                rid = getattr(r, "request_id", shown(r))
+                if id(r) not in admitted:
+                    raise PluginError(f"policy {name}: gives request {rid} a prefix hit, but does not admit it in "
+                                      "the same step; prefix_hits lists admitted requests (admitted=) whose prompt "
+                                      "starts with KV in the cache")
+                most = r.num_tokens - 1
+                if (isinstance(cached, bool) or not isinstance(cached, numbers.Integral)
+                        or not 0 <= cached <= most):
+                    raise PluginError(f"policy {name}: gives request {rid} a prefix hit of {shown(cached)} cached "
+                                      f"tokens; a whole number from 0 to {most} (its tokens less the one a step must "
+                                      "compute) expected")
+        if batch.reserve:
+            running = {id(r) for r in self.running} - {id(r) for r in batch.preempted}
+            running |= {id(r) for r in batch.admitted} | {id(r) for r in batch.swap_in}
+            for r, tokens in batch.reserve:
+                rid = getattr(r, "request_id", shown(r))
+                if id(r) not in running:
+                    raise PluginError(f"policy {name}: reserves KV for request {rid}, which is not running (nor "
+                                      "admitted or swapped in by the same step); reserve lists running requests")
+                if isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens < 0:
+                    raise PluginError(f"policy {name}: reserves KV for {shown(tokens)} tokens of request {rid}; a "
+                                      "whole number of tokens (at least 0) expected")
+
+    def _plugin_counts(self, batch: Batch, name: str) -> None:
+        """A plug-in's ``Batch`` whose counts are not those ``make_batch`` derives from its items,
+        prefix hits and decode set (the decode set's context as ``state.decoding`` gives it) is a
+        ``PluginError`` naming it: the step is priced by them, so a decode set passed as
+        ``decode_set=(n, 0)`` ran its attention as if its requests held no KV, and the run finished
+        faster than the deployment would, with exit 0. (Padding, static batching's, adds attention
+        pairs and context tokens: those may be more.)"""
+        if batch.set_seqs and batch.set_seqs != len(self._members):
+            return  # (the engine names it: a part of the decode set)
+        c_set = self._sum_c - self._capx if batch.set_seqs else 0
+        want = make_batch(batch.items, prefix_hits=batch.prefix_hits, decode_set=(batch.set_seqs, c_set))
+        if self.window is not None and want.items:
+            want = windowed(want, self.window)
+        for field in self._BATCH_COUNTS:
+            got, expected = getattr(batch, field), getattr(want, field)
+            # (padding, static batching's prompts padded to the longest, adds attention, never takes any)
+            if got == expected or (field in ("attn_pairs", "context_tokens") and got >= expected):
+                continue
+            raise PluginError(f"policy {name}: its Batch's {field} is {shown(got)} where its items, prefix hits and "
+                              f"decode set give {shown(expected)}; build it with servesim.make_batch(items, ..., "
+                              "decode_set=state.decoding), the decode set as state.decoding gives it: the counts "
+                              "price the step")
 
     def _through_stages(self, batch: Batch, cost, draft_s: float = 0.0, swap_s: float = 0.0):
         """A virtual engine's step (SimPy generator): the scheduler's overhead and the draft, then
