@@ -151,6 +151,22 @@ def test_sweep_block_in_the_yaml(tmp_path):
     assert [(r["workload.arrival.rate_rps"], r["seed"]) for r in rows] == [(1, 0), (1, 1), (4, 0), (4, 1)]
 
 
+def test_a_grid_key_in_the_sweep_block_and_on_the_command_line_is_refused(tmp_path, capsys):
+    """--grid rate_rps=32 beside a block sweeping rate_rps [1, 4] ran one rate, 32: the --grid
+    values replaced the block's without a word (a second --grid of one key, or a --set of a swept
+    one, is refused)."""
+    sc = scenario_file(tmp_path, sweep={"grid": {"workload.arrival.rate_rps": [1, 4]}})
+    out = tmp_path / "sw"
+    assert main(["sweep", sc, "--grid", "workload.arrival.rate_rps=32", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert ("--grid workload.arrival.rate_rps: workload.arrival.rate_rps is also swept by the scenario's sweep "
+            "block (sweep.grid: [1, 4])") in err and "Traceback" not in err
+    assert not out.exists()
+    # another key on the command line widens the block's grid, as before
+    assert main(["sweep", sc, "--grid", "seed=0,1", "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    assert len(read_results(out / "results.csv")) == 4
+
+
 @pytest.mark.parametrize("argv_tail, needle", [
     (["--grid", "policy.max_num_sqs=1,2"], "policy.max_num_sqs: unknown field"),
     (["--grid", "workload.arrival.rate_rps"], "expected dotted.key=v1,v2"),

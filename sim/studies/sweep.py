@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servesim.errors import InputError, one_line
+from servesim.errors import InputError, one_line, shown
 from servesim.inputs.overrides import parse_override
 from servesim.outputs.rundir import read_results, read_scenario, read_summary, verify_run
 from servesim.outputs.writer import STUDY_OUTPUTS, TMP_PREFIX, remove_report, study_file_names
@@ -325,7 +325,13 @@ def run_sweep(scenario, grid_texts, out: str | Path, overrides=(), seed: int | N
         raise TypeError(f"run_sweep(grid_texts=...): a list of 'dotted.key=v1,v2,...' strings, got {grid_texts!r:.80} "
                         "(one grid key: put it in a list)")
     base, grid = load_base(scenario, overrides, seed)
-    grid.update(parse_grid(grid_texts))
+    given = parse_grid(grid_texts)
+    for key in given:  # (the --grid values replaced the block's silently: a sweep of fewer points than either says)
+        if key in grid:
+            raise InputError(f"--grid {key}: {key} is also swept by the scenario's sweep block (sweep.grid: "
+                             f"{shown(grid[key])}); the --grid values would replace the block's: give its values "
+                             "in one of them")
+    grid.update(given)
     if not grid:
         raise InputError("servesim sweep: nothing to sweep; give --grid dotted.key=v1,v2,... "
                          "or a sweep: {grid: {...}} block in the scenario")
