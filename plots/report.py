@@ -249,7 +249,7 @@ class Context:
             if isinstance(r.scenario, dict) and r.scenario:
                 models[_model_name(r.scenario)] = None
                 kinds[" + ".join(gpu_types(r.scenario))] = None
-        for r in rows:
+        for r in rows if not runs else ():  # (the runs' own names first: a GPU file's row value is its path)
             if r.get("model") not in (None, ""):
                 models[_model_name({"model": r["model"]})] = None
             if r.get("hardware.gpu") not in (None, ""):
