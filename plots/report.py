@@ -40,8 +40,8 @@ from servesim.outputs.writer import write_text_whole
 from servesim.outputs.wording import noun, plural
 from servesim.outputs.verdicts import (CLASS_MIN, caveats, class_means, difference_sentences, differences,
                                        fell_behind, gpu_counts, identical_labels, loads_up_to, meets_slo,
-                                       not_run_text, rank_key, ranked, rate_order, rate_text, slo_phrase, value_text,
-                                       with_per_gpu)
+                                       not_run_text, rank_key, ranked, rate_order, rate_text, seeds_alike_figures,
+                                       slo_phrase, value_text, with_per_gpu)
 from servesim.plots import figures as F
 from servesim.plots.service import service_section
 
@@ -820,7 +820,7 @@ def _seeds_sentence(sec) -> str:
         return ""
     f, seeds = sec["figures"], sec["seeds"]
     whose = f"the figures after this are seed {seeds[0]}'s"
-    if all(isinstance(x, dict) and x.get("ci95") == 0 for x in f.values()):
+    if seeds_alike_figures(f):
         return (f"Every one of the {len(seeds)} seeds gave the same figures (nothing in the run is drawn from "
                 f"the seed): no interval over them; {whose}.")
     offered = {"offered_rps": (f.get("offered_rps") or {}).get("mean")}

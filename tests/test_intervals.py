@@ -239,6 +239,9 @@ def test_seeds_that_repeat_one_workload_are_said_to_and_claim_no_interval():
         "itl_s.p99", "e2e_s.p50", "e2e_s.p99")}
     text = "\n".join(format_seeds({"seeds": [0, 1, 2], "figures": figs}))
     assert PM not in text and "every seed gave the same figures" in text
+    # a figure with no interval at all (all_at_once arrivals have no offered rate) does not hide it
+    figs["offered_rps"] = {"mean": None, "ci95": None, "n": 0, "values": [None] * 3}
+    assert PM not in "\n".join(format_seeds({"seeds": [0, 1, 2], "figures": figs}))
     figs["ttft_s.p99"] = dict(figs["ttft_s.p99"], ci95=0.01)
     assert f"{PM} 0" in "\n".join(format_seeds({"seeds": [0, 1, 2], "figures": figs}))
 

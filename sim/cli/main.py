@@ -18,7 +18,7 @@ from servesim.outputs.intervals import (BOUNDED, NONNEGATIVE, PM, UP_TO_REQUESTS
                                         format_interval, rate_bounds, seeds_text)
 from servesim.outputs.profile import format_profile
 from servesim.outputs.progress import interactive
-from servesim.outputs.verdicts import attainment_pct
+from servesim.outputs.verdicts import DRAW_ONE, NOTHING_DRAWN, attainment_pct, seeds_alike_figures
 from servesim.outputs.wording import plural, slo_limits
 
 
@@ -114,11 +114,10 @@ def format_seeds(sec: dict | None) -> list:
                                scale, unit)
 
     seeds = sec["seeds"]
-    if all(x.get("ci95") == 0 for x in f.values()):  # (every seed the same run: "4.78 ± 0 req/s" claimed a certainty)
+    if seeds_alike_figures(f):  # (every seed the same run: "4.78 ± 0 req/s" claimed a certainty)
         return ["", f"over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}): every seed gave the same figures, seed "
-                    f"{seeds[0]}'s above: nothing in the run is drawn from the seed (a trace replayed row by row: "
-                    "workload.trace without workload.arrival), so the seeds repeat one workload and give no interval "
-                    "over another sample of it (workload.trace.sample with workload.arrival draws one)"]
+                    f"{seeds[0]}'s above: nothing in the run is drawn from the seed ({NOTHING_DRAWN}), so the seeds "
+                    f"repeat one workload and give no interval over another sample of it ({DRAW_ONE})"]
     lines = ["", f"over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}; mean {PM} half-width of the 95% Student-t "
                  "interval over the seeds, or the mean (low to high) where that is cut at 0, 100%, the arrivals per "
                  "second or the requests; the figures "

@@ -334,6 +334,20 @@ def not_run_text(r: dict) -> str:
     return str(r.get("error") or "no reason recorded")
 
 
+# what a workload that draws nothing from its seed is, and how to draw one (seeds_alike's messages)
+NOTHING_DRAWN = ("a trace replayed row by row, workload.trace without workload.arrival, or fixed lengths arriving "
+                 "all at once")
+DRAW_ONE = "a trace's rows: workload.trace.sample with workload.arrival draws them"
+
+
+def seeds_alike_figures(figures: dict) -> bool:
+    """``run --seeds`` figures (summary.json ``seeds.figures``: {name: {mean, ci95, ...}}) that every
+    seed gave alike: each interval that has a width has width 0 (the simulator's wall time apart)."""
+    halves = [x.get("ci95") for k, x in figures.items() if isinstance(x, dict) and not k.startswith("wall_time")
+              and isinstance(x.get("ci95"), (int, float)) and not isinstance(x.get("ci95"), bool)]
+    return bool(halves) and not any(halves)
+
+
 def seeds_alike(row: dict) -> bool:
     """A results.csv row over several seeds whose every figure was the same on each seed (every
     ``_ci95`` half-width 0, the simulator's own wall time apart): its runs drew nothing from the seed."""
@@ -392,9 +406,8 @@ def study_warnings(rows: list, key: str = "label", unit: str = "req/s") -> list:
         out.append({"code": "seeds_alike",
                     "message": f"{names_text([row_name(r, key, unit) for r in alike])} gave the same figures on "
                                f"every seed (each interval 0 wide): nothing in {they} runs is drawn from the seed "
-                               "(a trace replayed row by row: workload.trace without workload.arrival), so the "
-                               "seeds repeat one workload, and its figures and differences carry no interval over "
-                               "another sample of it (workload.trace.sample with workload.arrival draws one)"})
+                               f"({NOTHING_DRAWN}), so the seeds repeat one workload, and its figures and "
+                               f"differences carry no interval over another sample of it ({DRAW_ONE})"})
     if rows and not any(r.get("seeds") for r in rows) and len({r.get(key) for r in rows}) > 1:
         out.append({"code": "one_seed",
                     "message": "one seed per configuration: the figures carry no interval over seeds and small "
