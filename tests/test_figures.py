@@ -628,7 +628,7 @@ def test_an_interval_reaching_below_zero_runs_open_off_a_log_axis_without_settin
     ax.figure.canvas.draw()
     lo, hi = ax.get_ylim()
     assert lo > 30 and hi >= 850  # (the lowest p50 is 40 ms; the highest drawable end 850 ms)
-    assert legend(ax)[-2:] == ["SLO 1000 ms",
+    assert legend(ax)[-2:] == ["SLO 1 s",
                                "bars: 95% interval over seeds (open below: low end <= 0)"]
     # the two open bars still run from above their point down past the bottom of the axes
     open_bars = [ln for ln in ax.lines if ln.get_ydata()[0] in (450, 850)]
@@ -669,7 +669,7 @@ def test_capacity_probes_tell_a_probe_that_fell_behind_from_one_that_broke_a_lim
             1: {"rate": [20, 22], "p99": [0.25, 0.3], "meets": [True, False], "keeps_up": [True, False]}}
     F.capacity_probes(data, ax, "ttft", slo_s=1.0)
     assert legend(ax) == ["each seed's probes (p99)", "met every limit and kept up",
-                          "fell behind (keep-up: the backlog grew)", "did not meet a limit", "SLO 1000 ms"]
+                          "fell behind (keep-up: the backlog grew)", "did not meet a limit", "SLO 1 s"]
 
     def drawn(marker, hollow):
         return sorted(x for ln in ax.lines if ln.get_marker() == marker
