@@ -928,6 +928,25 @@ def test_a_study_whose_out_is_a_file_says_so(tmp_path, capsys, study):
     assert plain.read_text() == "x"
 
 
+@pytest.mark.parametrize("command", [["run"], ["sweep", "--grid", "workload.arrival.rate_rps=2"], ["report"]])
+def test_an_out_folder_that_is_a_symlink_loop_or_a_dangling_link_says_so(tmp_path, capsys, command):
+    """--out given a loop of symbolic links was "cannot create the output folder: File exists"
+    (run, the studies), and `report` of one said the folder does not exist: each names the link."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "gone").symlink_to(tmp_path / "missing")
+    scenario = write(tmp_path, GOOD)
+    for link, says in (("a", "is a symbolic link in a loop of links"),
+                       ("gone", f"is a symbolic link to {str(tmp_path / 'missing')!r}, which does not exist")):
+        path = str(tmp_path / link)
+        argv = ["report", path] if command == ["report"] else [command[0], scenario, *command[1:], "--out", path,
+                                                                 "--quiet"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{path!r} {says}" in err if command == ["report"] else f"--out {path}: {says}" in err, err
+        assert "File exists" not in err and f"{path!r} does not exist" not in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("study", [["sweep", "--grid", "workload.arrival.rate_rps=2"],
                                    ["capacity", "--slo", "ttft_p99=1"], ["compare", "--policies", "fcfs"],
                                    ["plan", "--rate", "1", "--slo", "ttft_p99=1"]])

@@ -296,8 +296,31 @@ def _naming(scenario_path, others=()):
         raise InputError(f"{where}: {e}") from None
 
 
+def dangling_link(path) -> str | None:
+    """What ``path`` is when it is a symbolic link that leads nowhere (a loop of links, or a link
+    to a missing target), for a message; None otherwise. (Such a path "does not exist", and its
+    ``mkdir`` said "File exists".)"""
+    if not os.path.islink(path) or os.path.exists(path):
+        return None
+    try:
+        os.stat(path)
+    except OSError as e:
+        import errno
+
+        if e.errno == errno.ELOOP:
+            return "a symbolic link in a loop of links (following it leads back to it)"
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return "a symbolic link that leads nowhere"
+    return f"a symbolic link to {shown_path(target)}, which does not exist"
+
+
 def _not_a_file(path: str, flag: str) -> None:
     """An output folder given as the path of something that is no folder is refused naming it."""
+    link = dangling_link(path)
+    if link is not None:
+        raise InputError(f"{flag} {path}: is {link}; give a folder to write into")
     if os.path.exists(path) and not os.path.isdir(path):
         raise InputError(f"{flag} {path}: exists and is not a folder; give a folder to write into")
 

@@ -16,8 +16,11 @@ def drew_figures(folder: Path) -> bool:
 def cmd_report(args) -> int:
     path = Path(args.dir)
     if not path.is_dir():
-        what = "does not exist" if not path.exists() else "is a file, not a folder" if path.is_file() else \
-            "is not a folder"
+        from servesim.cli.main import dangling_link
+
+        link = dangling_link(path)
+        what = f"is {link}" if link is not None else "does not exist" if not path.exists() else \
+            "is a file, not a folder" if path.is_file() else "is not a folder"
         raise InputError(f"servesim report: {args.dir!r} {what}; give the --out folder of servesim run, sweep, "
                          "capacity, compare or plan")
     from servesim.outputs.plandoc import PLAN_JSON
