@@ -600,7 +600,10 @@ def simulate(scenario: Scenario, progress=None, specs: RequestSpecs | None = Non
         # num_requests; a run cut at duration_s before they all arrived has that window)
         specs = dataclasses.replace(match_classes(check_specs(specs), scenario.workload.classes), source_ended=True)
     setup, specs, fit = plan(scenario, specs)
-    with resources.guard(fit.available), resources.CollectorPause(sum(p.replicas for p in setup.pools)) as gcp:
+    clients = specs.arrival.clients if isinstance(specs, ClosedLoop) or (
+        isinstance(specs, Sessions) and specs.closed) else 0
+    with resources.guard(fit.available), resources.CollectorPause(sum(p.replicas for p in setup.pools),
+                                                                  clients) as gcp:
         return _simulate(scenario, setup, specs, progress, sample_every_s, wall0, decision_trace, gcp.built)
 
 
@@ -732,8 +735,6 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
                 raise
     rec = Recorder(cb)
     cluster = Cluster(env, setup, rec, scenario.seed)
-    if built is not None:
-        built()  # (resources.CollectorPause: a large cluster's objects are frozen for the run)
     tracer = None
     if decision_trace:
         tracer = cluster.tracer = DecisionTracer(getattr(specs, "class_names", ("default",)))
@@ -804,6 +805,8 @@ def _simulate(scenario: Scenario, setup: Setup, specs, progress, sample_every_s,
         drive_sessions(env, specs, cluster.submit, rec, api_delay_s(setup.pools[0].engine))
     else:
         arrivals()
+    if built is not None:
+        built()  # (resources.CollectorPause: a large cluster's objects, and its clients, frozen for the run)
     samples = []
     if sample_every_s is not None:
         # the run lasts at least until the last arrival (until duration_s at most): a sampler too
