@@ -797,7 +797,7 @@ def predict_head_of_line(scenario: Scenario, setup=None, specs=None) -> dict | N
     replicas admit on arrival (those whose sequence outgrows the KV cache later too); None when it
     does not apply (another policy, a P/D split, closed-loop or multi-turn workloads)."""
     pol = scenario.policy
-    if pol.name != "continuous" or pol.prefill_first:
+    if pol.name != "continuous" or scenario.prefill_first_steps:
         return None
     setup, specs = _setup_and_specs(scenario, setup, specs)
     if not isinstance(specs, RequestSpecs):

@@ -17,7 +17,7 @@ from servesim.policies.continuous import ContinuousPolicy
 from servesim.policies.pd_split import link_figures
 from servesim.cost import CostModel
 from servesim.cost.calibration import efficiencies_for
-from servesim.cost.engines import DEFAULT_WATERMARK, EngineSetup, cost_model_for
+from servesim.cost.engines import DEFAULT_WATERMARK, EngineSetup, cost_model_for, prefill_first_for
 from servesim.cost.economics import PoolUse, economics, gpu_price, gpu_tdp, phase_cost_shares
 from servesim.cost.measured import load_measured
 from servesim.core.router import make_router
@@ -105,10 +105,22 @@ class PoolSetup:
             return given
         return self.engine.profile.watermark if self.engine is not None else DEFAULT_WATERMARK
 
+    @property
+    def prefill_first(self) -> bool:
+        """Whether the pool's continuous policy runs prompt-only steps: the scenario's
+        ``policy.prefill_first``, else (null) the engine profile's (``prefill_first_for``: vLLM V0's
+        and Sarathi-Serve's scheduler without chunked prefill) on a colocated pool."""
+        given = self.policy_cfg.prefill_first
+        if given is not None or self.name != "colocated":
+            return bool(given)
+        return prefill_first_for(None, self.policy_name,
+                                 self.engine.profile.name if self.engine is not None else None)
+
     @functools.cached_property
     def _policy_cfg(self):
         return dataclasses.replace(self.policy_cfg, max_num_seqs=self.max_num_seqs,
-                                   max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark)
+                                   max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark,
+                                   prefill_first=self.prefill_first)
 
 
 @dataclass(frozen=True)

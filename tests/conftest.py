@@ -21,8 +21,9 @@ BASE = {
 
 
 # a synchronous engine without an API server (vLLM V0's loop, the engine's own timestamps): for
-# tests that work the core loop's times out by hand or against queueing theory
-SYNC = {"cost.engine": "vllm-v0", "cost.api_server": False}
+# tests that work the core loop's times out by hand or against queueing theory, prompts batched with
+# the decodes (policy.prefill_first false: vllm-v0's own default, null, runs prompt-only steps)
+SYNC = {"cost.engine": "vllm-v0", "cost.api_server": False, "policy.prefill_first": False}
 
 
 def make_scenario(**overrides):

@@ -983,12 +983,14 @@ def test_a_summary_json_not_servesims_does_not_refuse_a_study(tmp_path, capsys):
 
 def test_validate_says_whether_an_engines_prompt_batches_are_padded(tmp_path, capsys):
     """cost.engine vllm-v0.2.3 pads only policy.prefill_first's prompt-only steps: validate says
-    which, so a scenario without prefill_first does not silently run without the padding."""
+    which, so a scenario with prefill_first false does not silently run without the padding (null
+    is the profile's: prompt-only steps, padded)."""
     padded = GOOD.replace("slo:", "cost: {engine: vllm-v0.2.3}\nslo:")
-    assert main(["validate", write(tmp_path, padded), "--set", "policy.prefill_first=true"]) == 0
-    assert "no CUDA graphs; prompt-only steps padded to their longest prompt (at most 256 padded tokens);" in \
-        capsys.readouterr().out
-    assert main(["validate", write(tmp_path, padded)]) == 0
+    for given in (["--set", "policy.prefill_first=true"], []):
+        assert main(["validate", write(tmp_path, padded), *given]) == 0
+        assert "no CUDA graphs; prompt-only steps padded to their longest prompt (at most 256 padded tokens);" in \
+            capsys.readouterr().out
+    assert main(["validate", write(tmp_path, padded), "--set", "policy.prefill_first=false"]) == 0
     assert ("no prompt padding (vllm-v0.2.3 pads the prompt-only steps of policy.prefill_first with continuous "
             "batching)") in capsys.readouterr().out
     assert main(["validate", write(tmp_path, GOOD), "--set", "policy.prefill_first=true"]) == 0

@@ -762,7 +762,7 @@ def validate_warnings(scenario, setup=None, specs=None) -> list:
                      f"{'is' if k == 1 else 'are'} within {within} tokens of the {b:,}-token budget: with "
                      f"whole-prompt admission such a prompt fits only while {leaves}, so under load it can wait "
                      f"at the head of the queue{behind}: "
-                     f"{head_of_line_fix(scenario.policy.prefill_first)}")
+                     f"{head_of_line_fix(scenario.prefill_first_steps)}")
     over = _predict_or_none(probe_broke, predict_overload, scenario, setup, specs)
     if over is not None and over["overloaded"]:
         lines.append(f"warning: the offered {over['offered_rps']:.3g} req/s is well above what the deployment serves: "

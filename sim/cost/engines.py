@@ -141,6 +141,12 @@ class EngineProfile:
     # (``ContinuousPolicy.admit_past_preemption``). False: nothing is admitted in a step that
     # preempted, and swapped-out requests come back first
     admit_past_preemption: bool = False
+    # vLLM V0's scheduler without chunked prefill (``_schedule_default`` at v0.4-v0.5: "Don't schedule
+    # decodes if prefills are scheduled"; ``_schedule`` at v0.1-v0.3: prompts first, returning as
+    # soon as one is scheduled), and Sarathi-Serve's copy of it: a step that schedules prompts carries
+    # no decodes. What ``policy.prefill_first`` left null is for a colocated continuous policy
+    # (``prefill_first_for``)
+    prompt_only_steps: bool = False
     # the share of all KV blocks the engine keeps free when it admits a request, where the scenario's
     # policy.watermark is null: vLLM V0's BlockSpaceManager (watermark: float = 0.01, v0.1-v0.6);
     # vLLM V1 at v0.15.1 has none (``KVCacheManager.allocate_slots`` checks the blocks it allocates
@@ -272,6 +278,10 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # (Scheduler._schedule_prefills: block_manager.can_allocate, then _allocate_and_set_running:
         # block_manager.allocate of the whole sequence, vllm/core/scheduler.py, v0.4-v0.6)
         whole_prompt_blocks=True,
+        # without chunked prefill, a step that schedules prompts runs no decodes (_schedule_default:
+        # "Don't schedule decodes if prefills are scheduled", vllm/core/scheduler.py at v0.4-v0.5;
+        # _schedule at v0.2-v0.3 returns as soon as it has scheduled prompts)
+        prompt_only_steps=True,
         # with chunked prefill (v0.4-v0.5, _schedule_chunked_prefill): _schedule_running asks
         # _can_append_slots of every running group, one mid-way through its prompt too (its
         # is_prefill forced False: "Appending slots only occurs in decoding"), so a prompt chunk
@@ -306,7 +316,11 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
         # (BlockSpaceManager.can_allocate, vllm/core/block_manager.py L103-120 at v0.2.3, L80-87 at v0.1.0)
         watermark_on_recompute=True,
         # (no chunked prefill in v0.2; its block manager allocates a prompt's blocks at admission)
-        whole_prompt_blocks=True),
+        whole_prompt_blocks=True,
+        # a step that schedules prompts runs no decodes: Scheduler._schedule schedules the waiting
+        # prompts first and returns with them alone when there are any (vllm/core/scheduler.py at
+        # v0.2.3: "if scheduled or ignored_seq_groups:", a SchedulerOutputs with prompt_run=True)
+        prompt_only_steps=True),
     EngineProfile(
         name="trt-llm",
         summary="TensorRT-LLM (PyTorch backend): overlap scheduler, CUDA graphs for generation batches up to 128, "
@@ -412,7 +426,20 @@ PROFILES["sarathi-serve"] = replace(
     # waiting.insert(0, seq)), which Phase 2 tries first, against the blocks it has just freed (fewer
     # than its whole sequence plus the watermark's whenever the watermark keeps a block, so admission
     # stops there: nothing is admitted in a step that preempted, as servesim's default); no swapping
-    admit_past_preemption=False)
+    admit_past_preemption=False,
+    # its vLLM scheduler (sarathi/core/scheduler/vllm_scheduler.py, the paper's vLLM baseline) returns
+    # the prompts it admits alone, as vLLM V0's does: prompt-only steps (kept from vllm-v0)
+    prompt_only_steps=True)
+
+
+def prefill_first_for(given: bool | None, policy_name: str, engine: str | None) -> bool:
+    """A colocated pool's ``policy.prefill_first``: ``given`` where the scenario sets it, else
+    (null) the engine profile's ``prompt_only_steps`` for a ``continuous`` policy (vLLM V0's
+    scheduler without chunked prefill), and false for any other (chunked prefill, static batching,
+    a P/D split, a plug-in: nothing to run prompts before)."""
+    if given is not None:
+        return bool(given)
+    return policy_name == "continuous" and engine in PROFILES and PROFILES[engine].prompt_only_steps
 
 
 def get_profile(name: str, where: str = "cost.engine") -> EngineProfile:
@@ -547,4 +574,4 @@ def padded_tokens(sizes: tuple, tokens: int) -> int | None:
 
 
 __all__ = ["DEFAULT_ENGINE", "DEFAULT_WATERMARK", "EngineProfile", "EngineSetup", "PROFILES", "cost_model_for",
-           "get_profile", "host_cpu_scale", "padded_tokens", "resolve"]
+           "get_profile", "host_cpu_scale", "padded_tokens", "prefill_first_for", "resolve"]

@@ -623,9 +623,11 @@ class Policy:
     reserve_allocator: Literal["paged", "buddy"] = _f(
         "paged", doc="with a reserve: paged (the reservation in block_size blocks) or buddy (rounded up to a "
                      "power of two tokens: the contiguous buddy allocator of the vLLM paper's Orca)")
-    prefill_first: bool = _f(False, doc="continuous: vLLM V0's scheduler without chunked prefill: a step that "
-                                        "admits prompts carries no decodes (running requests stall for it); "
-                                        "false: prompts join the running decodes' step (Orca, vLLM V1)")
+    prefill_first: Optional[bool] = _f(None, doc="continuous: vLLM V0's scheduler without chunked prefill: a step "
+                                                 "that admits prompts carries no decodes (running requests stall "
+                                                 "for it); false: prompts join the running decodes' step (Orca, "
+                                                 "vLLM V1); null: the engine profile's (cost.engine): true for the "
+                                                 "vLLM V0 profiles and sarathi-serve, false for the others")
     skip_unfit_prompts: bool = _f(False, doc="continuous: a waiting prompt that does not fit the token budget left "
                                              "next to the running decodes is skipped and the requests behind it "
                                              "are tried (vLLM V1 with chunked prefill off until vllm-project/vllm"
@@ -711,7 +713,7 @@ class Policy:
             # prefill pool runs no decodes while the decode pool recomputes in chunks)
             raise InputError(f"{path}.prefill_first: vLLM V0's prompt-only steps are a way to run continuous "
                              f"batching (whole prompts); {self.name} has no such steps, so it would change "
-                             "nothing; set policy.name: continuous, or leave prefill_first false")
+                             "nothing; set policy.name: continuous, or leave prefill_first null")
         if self.prefix_caching and self.name == "static":
             raise InputError(f"{path}.prefix_caching: static batching pads every prompt of a batch and reserves "
                              "its slots whole, so it never reuses cached blocks; use continuous, chunked_prefill or "
@@ -951,6 +953,13 @@ class Scenario:
 
     def to_dict(self) -> dict:
         return _plain(dataclasses.asdict(self))
+
+    @property
+    def prefill_first_steps(self) -> bool:
+        """``policy.prefill_first`` as the run takes it: the scenario's, else (null) the engine
+        profile's for a continuous policy (``servesim.cost.engines.prefill_first_for``)."""
+        from servesim.cost.engines import prefill_first_for
+        return prefill_first_for(self.policy.prefill_first, self.policy.name, self.cost.engine)
 
     def check(self, path):
         """Rules across sections: class names the policy and cluster refer to exist."""

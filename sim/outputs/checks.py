@@ -138,9 +138,13 @@ def no_effect_warnings(scenario) -> list:
         if pol.max_output_tokens is not None and pol.reserve != "max":
             add("max_output_tokens", pol.max_output_tokens,
                 "it caps what static batching, or policy.reserve=max, reserves per request")
-        if pol.skip_unfit_prompts and (pol.name == "chunked_prefill" or pol.prefill_first):
-            add("skip_unfit_prompts", "true", "policy.prefill_first admits prompts with the whole budget"
-                if pol.prefill_first else "chunked prefill fits any prompt in chunks")
+        first = scenario.prefill_first_steps
+        if pol.skip_unfit_prompts and (pol.name == "chunked_prefill" or first):
+            add("skip_unfit_prompts", "true", ("policy.prefill_first admits prompts with the whole budget"
+                                               if pol.prefill_first else
+                                               f"cost.engine={scenario.cost.engine} runs prompt-only steps "
+                                               "(policy.prefill_first null), with the whole budget")
+                if first else "chunked prefill fits any prompt in chunks")
     else:
         if pol.preemption != default.preemption:
             add("preemption", pol.preemption, "static batching reserves each batch's KV whole and never preempts")
@@ -712,7 +716,7 @@ def head_of_line_warnings(summary: dict, scenario) -> list:
     if not k or span <= 0 or waited < HEAD_OF_LINE_SHARE * span:
         return []
     pol = scenario.policy
-    fix = head_of_line_fix(pol.prefill_first)
+    fix = head_of_line_fix(scenario.prefill_first_steps)
     waits = (f"{k} prompt{'s' if k > 1 else ''} at the head of the queue waited {waited:.3g} s in all "
              f"({waited / span:.0%} of the run) for room in the token budget (policy.max_num_batched_tokens) next to "
              "the running decodes, a whole prompt a step")

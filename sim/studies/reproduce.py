@@ -655,10 +655,14 @@ def exp_sarathi(opts: Options) -> Experiment:
 
 
 # ---------------------------------------------------------------- vLLM / PagedAttention
-ORCA = {  # the vLLM paper's Orca reimplementation: KV reserved at admission, a buddy allocator
-    "Orca (Max)": {"policy.reserve": "max", "policy.reserve_allocator": "buddy"},
-    "Orca (Pow2)": {"policy.reserve": "pow2", "policy.reserve_allocator": "buddy"},
-    "Orca (Oracle)": {"policy.reserve": "oracle", "policy.reserve_allocator": "buddy"},
+# the vLLM paper's Orca reimplementation: KV reserved at admission, a buddy allocator; prompts batched
+# with the decodes (iteration-level scheduling: prefill_first false, which the vLLM V0 engine profile
+# it is priced with would otherwise turn on)
+_ORCA = {"policy.reserve_allocator": "buddy", "policy.prefill_first": False}
+ORCA = {
+    "Orca (Max)": {"policy.reserve": "max", **_ORCA},
+    "Orca (Pow2)": {"policy.reserve": "pow2", **_ORCA},
+    "Orca (Oracle)": {"policy.reserve": "oracle", **_ORCA},
 }
 FT = {  # FasterTransformer with a Triton-like dynamic batcher: up to B of the earliest requests, B as
     # large as KV reserved up to the context length allows, run to completion (§6.1)
