@@ -64,7 +64,10 @@ def test_vllm_v0_prompt_chunk_needs_a_free_block_at_its_turn():
 def test_vllm_v0_chunked_admits_in_a_step_that_preempted():
     """Three decodes on a full cache (none opening a block): the first finds no free block, the
     newest (r2) is preempted and frees 2. vLLM V0's chunked scheduler then schedules the waiting
-    prompt on what is left (one block); Sarathi-Serve's victim, at the queue's front, stops it."""
+    prompt on what is left (one block). Sarathi-Serve puts its victim at the queue's front at once
+    and tries it first: its whole sequence needs the blocks it freed (plus the watermark's, a block
+    from 100 blocks on), so the prompt behind it waits (servesim admits nothing in such a step;
+    Sarathi-Serve with no watermark block, as here, would re-admit the victim itself)."""
     def state():
         kv = BlockAllocator(num_blocks=6, block_size=16)
         running = [running_req(i, 20, 1, kv) for i in range(3)]
