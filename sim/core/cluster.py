@@ -11,6 +11,7 @@ from collections import deque
 import numpy as np
 import simpy
 
+from servesim.policies.continuous import ContinuousPolicy
 from servesim.policies.pd_split import pick_decode_replica, transfer_time_s
 from servesim.core.kv import BlockAllocator
 from servesim.outputs.recorder import ReplicaInfo
@@ -48,6 +49,11 @@ class Cluster:
             blocks = pool.capacity.num_blocks // ve  # vLLM V0: each virtual engine has 1/pp of the KV
             host_blocks, block_bytes, swap_bw = pool.swap
             swap = (host_blocks // ve, block_bytes, swap_bw)  # ... and of the host swap space
+            # the packaged ContinuousPolicy is a frozen dataclass that keeps no state between steps:
+            # one serves every replica of the pool (making it per replica, with its plug-in lookup,
+            # from_config and replaces, was a fifth of building 100,000 replicas); any other policy
+            # (static batching, a plug-in) may keep state, so each replica gets a fresh one
+            shared = None
             for _ in range(pool.replicas):
                 pipe = Pipeline(env, ve) if ve > 1 else None
                 if pipe is not None:
@@ -59,7 +65,10 @@ class Cluster:
                     if pool.spec is not None:
                         k, a, draft = pool.spec
                         spec = (k, a, draft, np.random.default_rng([seed, i, 1]))  # per replica, reproducible
-                    r = Replica(env, i, pool.make_policy(), cm,
+                    policy = shared or pool.make_policy()
+                    if type(policy) is ContinuousPolicy:
+                        shared = policy
+                    r = Replica(env, i, policy, cm,
                                 BlockAllocator(blocks, pool.capacity.block_size, sc.policy.prefix_caching,
                                                cm.model.sliding_window_tokens),
                                 recorder, cm.model.max_context_tokens, fast=fast, role=pool.name, pool=pool.name,
