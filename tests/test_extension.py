@@ -404,6 +404,12 @@ class AdmissionSaysFive(ContinuousPolicy):
         return 5
 
 
+class AdmissionSaysNothing(ContinuousPolicy):
+    """a blank reason: every request rejected, the summary's top reason ''"""
+    def admission_error(self, prompt_tokens, max_tokens, kv=None):
+        return " "
+
+
 class OnlyNextBatch:
     def __init__(self, *args):
         pass
@@ -566,6 +572,7 @@ class RouterRaises(MinusOne):
     ({"policy.name": "badplugins:AdmissionRaises"}, "admission_error raised RuntimeError: adm bug"),
     # (5 was taken as a rejection reason)
     ({"policy.name": "badplugins:AdmissionSaysFive"}, "admission_error returned 5; a reason"),
+    ({"policy.name": "badplugins:AdmissionSaysNothing"}, "admission_error returned ' ', a blank reason"),
     ({"policy.name": "badplugins:KeyOfMixedTypes", "workload.arrival.rate_rps": 1000.0},
      "queue_key gave sort keys that cannot be compared"),
     ({"policy.name": "badplugins:KeyNotCallable"}, "queue_key is 5; a function"),

@@ -478,6 +478,9 @@ class Replica:
         if why is not None and not isinstance(why, str):
             raise PluginError(f"policy {plugin_name(policy)}: admission_error returned {shown(why)}; a reason "
                               "(str) or None expected")
+        if why is not None and not why.strip():  # (a rejection whose reason read '' in the summary's top reasons)
+            raise PluginError(f"policy {plugin_name(policy)}: admission_error returned {shown(why)}, a blank "
+                              "reason; a rejection says why (a non-blank str), None admits")
         return why
 
     def submit(self, req) -> None:
