@@ -178,18 +178,20 @@ def test_a_folder_with_other_files_is_written_in_place(tmp_path):
 
 
 def test_a_run_written_in_place_leaves_none_of_the_earlier_runs_files(tmp_path):
-    """A folder with a file of the user's (here the run's own --trace-events file) is written in
-    place: the earlier run's report.md and figures, and its tables the new run does not write,
-    stayed beside the new summary.json (report.md described the old run; a report of the new
-    summary read the old requests.csv). The user's files stay."""
+    """A folder with a file of the user's (notes.txt) is written in place: the earlier run's
+    report.md and figures, and its tables the new run does not write, stayed beside the new
+    summary.json (report.md described the old run; a report of the new summary read the old
+    requests.csv). The earlier run's own --trace-events file goes too (summary.json's
+    trace_files named it, 12a5aba); the user's files stay."""
     out = tmp_path / "mine"
     assert main(["run", str(scenario(tmp_path)), "--out", str(out), "--quiet", "--trace-events",
                  str(out / "trace.json")]) == 0
     (out / "figures").mkdir()
     (out / "figures" / "latency_cdfs.png").write_bytes(b"old")
     (out / "report.md").write_text("# servesim report: the earlier run\n")
+    (out / "notes.txt").write_text("mine\n")
     assert main(["run", str(scenario(tmp_path, 7)), "--out", str(out), "--quiet", "--outputs", "summary,steps"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["steps.csv", "summary.json", "trace.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "steps.csv", "summary.json"]
     assert set(json.loads((out / "summary.json").read_text())["files"]) == {"steps.csv"}
     verify_run(out)
 
