@@ -26,6 +26,19 @@ from tools.update_golden import scenario_files
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _ending_in_a_burst(sc):
+    """``sc``'s plan with its first 1,000 arrivals rearranged: the first 500 squeezed into the span
+    of 1,000, the next 500 all at its end (a replay of 1,000 whose later half arrives at one
+    instant). Returns (setup, specs)."""
+    from servesim.simulation import plan
+
+    setup, specs, _ = plan(sc)
+    a = specs.arrival_s.copy()
+    a[:500] *= a[999] / a[500]
+    a[500:1000] = a[999]
+    return setup, dataclasses.replace(specs, arrival_s=a)
+
+
 def limits_from_files(out):
     """Per-request (ttft, tpot) limits from scenario.yaml: a class's own, else the top-level SLO."""
     sc, req = read_scenario(out), read_table(out, "requests")
@@ -330,18 +343,13 @@ def test_validate_unfinished_reads_a_replay_ending_in_a_burst_by_its_span(monkey
     the burst is a rate change after which the run's last requests, replayed, give a range that
     holds the run's count (84 behind max_queue=20, 805 without)."""
     from servesim import predictions
-    from servesim.simulation import plan
 
     monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
     monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
     sc = make_scenario(**{**SHED, "workload.num_requests": None, "workload.duration_s": 100.0,
                           "workload.arrival": {"process": "poisson", "rate_rps": 20.0}},
                        **({"policy.admission": rule} if rule else {}))
-    setup, specs, _ = plan(sc)
-    a = specs.arrival_s.copy()
-    a[:500] *= a[999] / a[500]
-    a[500:1000] = a[999]
-    specs = dataclasses.replace(specs, arrival_s=a)
+    setup, specs = _ending_in_a_burst(sc)
     pred = predictions.predict_unfinished(sc, setup, specs)
     run = simulate(sc, specs=specs).summary["unfinished"]
     assert pred["rate_changed"] and pred["low"] <= run <= pred["high"], (pred, run)
@@ -731,17 +739,12 @@ def test_validate_by_share_count_reads_the_later_half_of_a_burst_ending_replay_b
     queue and the unfinished count read it, by time span (``_later_half``): within 10%."""
     from servesim import predictions
     from servesim.cli.main import _shedding_text
-    from servesim.simulation import plan
 
     monkeypatch.setattr(predictions, "SHEDDING_REPLAY_REQUESTS", 1000)
     monkeypatch.setattr(predictions, "OVERLOAD_REPLAY_MIN", 1000)
     monkeypatch.setattr(predictions, "SHEDDING_BUCKET_REPLAY", 1000)
     sc = make_scenario(**{**SHED, "workload.num_requests": 4000}, **{"policy.admission": {"max_queue": 20}})
-    setup, specs, _ = plan(sc)
-    a = specs.arrival_s.copy()
-    a[:500] *= a[999] / a[500]
-    a[500:1000] = a[999]
-    specs = dataclasses.replace(specs, arrival_s=a)
+    setup, specs = _ending_in_a_burst(sc)
     shed = predictions.predict_shedding(sc, setup, specs)
     run = simulate(sc, specs=specs).summary["rejected"]
     rep = shed["queue_replayed"]
