@@ -942,6 +942,29 @@ def test_the_lower_bound_note_names_what_made_the_probes_too_short():
     assert "shortfall" not in slow and "lower bound" in slow
 
 
+def test_the_lower_bound_note_of_a_probe_too_short_by_the_window_rule_names_its_service_time():
+    """A probe whose ratio reads as keeping up over a window shorter than its own p99 service time
+    is too short to tell (metrics.window_too_short), its arrivals at the rate. Still so at
+    MAX_LONGER x --probe-requests, the note said its arrivals "came at 100% of the rate, and at
+    the rate fewer than 0.9 would have left", the lull's text (metrics.keeps_up), where 0.95 left
+    per arrival of the rate: it names the service time longer than the window."""
+    from types import SimpleNamespace
+
+    from servesim.outputs.metrics import keeps_up
+    from servesim.studies.capacity import _too_short_note
+
+    ev = {"requests": 6400, "service_p99_s": 43.0, "keep_up_window_s": 25.0, "keep_up_warmup": 0.0,
+          "keep_up": 0.95, "keep_up_arrived": 1.02}
+    assert keeps_up(ev["keep_up"], ev["keep_up_arrived"], 0.9)  # (the ratio alone passes)
+    note = _too_short_note(SimpleNamespace(short={20.0}, results={20.0: ev}, keep_up=0.9, rate_unit="req/s"), 10.0)
+    assert "takes up to 43 s to serve (p99), longer than the 25 s" in note
+    assert "came at" not in note and "fewer than" not in note and "lower bound" in note
+    # a window's arrivals slower than the rate, though 0.95 x 0.97 still reach 0.9: no lull either
+    ev["keep_up_arrived"] = 0.97
+    note = _too_short_note(SimpleNamespace(short={20.0}, results={20.0: ev}, keep_up=0.9, rate_unit="req/s"), 10.0)
+    assert "came at" not in note and "longer than the 25 s" in note
+
+
 @pytest.mark.parametrize("arrival, period", [
     ({"process": "sinusoidal", "rate_rps": 4.0, "period_s": 30.0, "amplitude": 0.5}, 30.0),
     ({"process": "on_off", "rate_rps": 4.0, "on_s": 5.0, "off_s": 15.0}, 20.0),

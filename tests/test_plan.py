@@ -1896,6 +1896,27 @@ def test_a_run_at_r_that_kept_up_with_a_lull_says_so():
     assert "0.70 requests leave per arrival < 0.9" in why["text"]
 
 
+def test_a_run_at_r_too_short_by_the_window_rule_says_why():
+    # a run at R whose ratio keeps up over a window shorter than its p99 service time is too short
+    # to tell (metrics.window_too_short), its arrivals at R: the reason said "its arrivals came at
+    # 100% of R, and at R fewer than 0.9 would have left" (a lull's text); and one too short by the
+    # shortfall its own arrivals make (keep_up_warmup) said its p99 service was longer than its window
+    from types import SimpleNamespace
+
+    from servesim.outputs.metrics import parse_slo
+    from servesim.studies.plan import Planner, PlanOptions
+
+    me = SimpleNamespace(opts=PlanOptions(rate_rps=10.0, slo="ttft_p99=1"), slo=parse_slo("ttft_p99=1"))
+    ev = {"ttft_p99": 0.5, "keeps_up": False, "keep_up": 0.95, "keep_up_arrived": 1.0, "too_short": True,
+          "service_p99_s": 43.0, "keep_up_window_s": 25.0, "keep_up_warmup": 0.0}
+    [why] = Planner.why_not(me, ev)
+    assert why["text"].startswith("too short to tell whether it keeps up (0.95 requests leave per arrival)")
+    assert "came at" not in why["text"] and "fewer than" not in why["text"]
+    assert "takes up to 43.00 s to serve (p99), longer than the 25.00 s" in why["text"]
+    [why] = Planner.why_not(me, {**ev, "keep_up": 0.85, "service_p99_s": 2.0, "keep_up_warmup": 0.08})
+    assert "longer than" not in why["text"] and "no queueing, leave a shortfall of 8% over the 25.00 s" in why["text"]
+
+
 def test_a_verified_capacity_probes_with_the_longest_run_at_r(tmp_path, monkeypatch):
     """A seed's run at R that was run again longer (its batch still filling, or too short to
     tell) met only at that length; the deployment's capacity search probed at the first length,

@@ -745,6 +745,15 @@ def _filling_note(s: Search, cap: float) -> str | None:
             f"which reads as a backlog; the capacity may be well above this answer: rerun with --probe-requests {want}")
 
 
+def lull_only(ev: dict, share: float) -> bool:
+    """Whether a probe's keep-up ratio reached ``share`` but fell short of it only counted against
+    the arrivals the nominal rate brings (``metrics.keeps_up``: its window's arrivals came slower,
+    ``keep_up_arrived`` < 1); not a probe whose ratio held against those too (too short to tell
+    by the window rule, ``metrics.window_too_short``: its window is shorter than its p99 service)."""
+    k, arrived = ev.get("keep_up"), ev.get("keep_up_arrived")
+    return k is not None and arrived is not None and k >= share and k * min(1.0, arrived) < share
+
+
 def _too_short_note(s: Search, cap: float) -> str | None:
     """What to say when probes above the answer failed only for want of length at ``MAX_LONGER``
     times --probe-requests (``Search.short``): the answer is then a lower bound."""
@@ -754,7 +763,7 @@ def _too_short_note(s: Search, cap: float) -> str | None:
     ev = s.results[rates[0]]
     why = (f"{ev['keep_up']:.2f} requests left per arrival, but the arrivals over which keeping up is counted came "
            f"at {ev['keep_up_arrived']:.0%} of the rate, and at the rate fewer than {s.keep_up:g} would have left"
-           if ev.get("keep_up_arrived") is not None and (ev.get("keep_up") or 0.0) >= s.keep_up else
+           if ev.get("keep_up_arrived") is not None and lull_only(ev, s.keep_up) else
            f"a request takes up to {ev['service_p99_s']:.3g} s to serve (p99), longer than the "
            f"{ev['keep_up_window_s']:.3g} s over which keeping up is counted"
            if ev["service_p99_s"] > ev["keep_up_window_s"] else

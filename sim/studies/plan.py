@@ -47,7 +47,7 @@ from servesim.outputs.plandoc import RUN_S, PLAN_JSON, fmt_s, limit_text, object
 from servesim.outputs.rundir import read_summary
 from servesim.outputs.writer import json_text
 from servesim.inputs.scenario import MAX_REQUESTS, mean_rate_at, scenario_from_dict
-from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, check_run_requests,
+from servesim.studies.capacity import (MAX_LONGER, RATE_KEY, CapacityOptions, lull_only, check_run_requests,
                                        check_search_options, evaluate, filling_span, held_requests,
                                        longer_requests)
 from servesim.studies.executors import ExecutorOptions, check_numbers, study_session
@@ -327,17 +327,22 @@ class Planner:
             k = ev.get("keep_up")
             text = "falls behind: " + (f"{k:.2f} requests leave per arrival < {self.opts.keep_up:g}"
                                        if k is not None else "too few arrivals to tell")
-            slow = k is not None and k >= self.opts.keep_up and ev.get("keep_up_arrived") is not None
+            # (a ratio at the share that held against R's arrivals too is no lull: too short to tell by the
+            # window rule, metrics.window_too_short, whose arrivals came at R)
+            slow = lull_only(ev, self.opts.keep_up)
             if slow:  # (metrics.keeps_up: the window's arrivals came slower than R)
                 text = (f"{'too short to tell whether it keeps up' if ev.get('too_short') else 'falls behind'}: "
                         f"{k:.2f} requests leave per arrival, but its arrivals came at {ev['keep_up_arrived']:.0%} of "
                         f"R, and at R fewer than {self.opts.keep_up:g} would have left"
                         + (" (raise --requests)" if ev.get("too_short") else ""))
             elif ev.get("too_short"):  # (still, at MAX_LONGER x the requests at R: verify)
+                p99, window = ev["service_p99_s"], ev["keep_up_window_s"]
+                why = (f"a request takes up to {fmt_s(p99)} to serve (p99), longer than the {fmt_s(window)} over "
+                       "which keeping up is counted" if p99 > window else
+                       f"the requests' own arrivals and service times, with no queueing, leave a shortfall of "
+                       f"{ev['keep_up_warmup']:.0%} over the {fmt_s(window)} over which keeping up is counted")
                 text = (f"too short to tell whether it keeps up ({k:.2f} requests leave per arrival): even with "
-                        f"{MAX_LONGER}x the requests at R a request takes up to {fmt_s(ev['service_p99_s'])} to "
-                        f"serve (p99), longer than the {fmt_s(ev['keep_up_window_s'])} over which keeping up is "
-                        "counted (raise --requests)")
+                        f"{MAX_LONGER}x the requests at R {why} (raise --requests)")
             eff = k * min(1.0, ev["keep_up_arrived"]) if slow else k  # (what keeps_up held to the share)
             out.append({"limit": "keep_up", "excess": self.opts.keep_up / eff if eff else math.inf, "text": text})
         return out or [{"limit": "completed", "text": "no request completed", "excess": math.inf}]
