@@ -121,7 +121,9 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
     what the instant's requests already hold, the run itself up to its first instant
     (``_first_instant_replayed``: a ``max_queued_tokens`` only some prompts fit, ``ttft_slo``, a
     router that does not spread them evenly; each left the run stuck where validate warned, and a
-    P/D split was not checked). Else nothing (the load decides; ``resend_at_once`` warns)."""
+    P/D split was not checked), but where counting the instant's clients is certain
+    (``_first_instant_counted``: the replay is as long as the run's first instant). Else nothing
+    (the load decides; ``resend_at_once`` warns)."""
     from servesim.core.clients import MAX_STUCK_REJECTIONS, _check_not_stuck
 
     setup, specs = _setup_and_specs(scenario, setup, specs)
@@ -138,8 +140,12 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
     if until is not None and t0 >= until:
         return
     if len(setup.pools) != 1 or scenario.policy.admission.active:
-        _first_instant_replayed(scenario, specs, t0)
-        return
+        by_count = _first_instant_counted(scenario, setup, specs, int((first == t0).sum()))
+        if by_count == "stuck":
+            _check_not_stuck([t0, MAX_STUCK_REJECTIONS], t0, specs)
+        if by_count is None:
+            _first_instant_replayed(scenario, specs, t0)
+            return
     if specs.num_requests is not None and not need <= specs.num_requests <= 10 * need:
         return  # (fewer: the run ends first; many more: the run draws them all in one chunk, too many to draw here)
     loop = copy.deepcopy(specs)  # (its lengths drawn in the run's chunks, as the run draws them)
@@ -152,6 +158,36 @@ def check_resend_not_stuck(scenario: Scenario, setup=None, specs=None) -> None:
         if not _rejected_on_arrival(setup, prompt, output).all():
             return
     _check_not_stuck([t0, MAX_STUCK_REJECTIONS], t0, specs)
+
+
+def _first_instant_counted(scenario: Scenario, setup, specs: ClosedLoop, sending: int) -> str | None:
+    """What counting alone tells of a colocated deployment's first instant, ``sending`` clients
+    sending then, without replaying it (``_first_instant_replayed``: as long as the run's own first
+    instant, 25 s for 200,000 clients behind max_queue, every one of them let in): "stuck" where
+    ``policy.admission``'s rules, applying to every request, hold fewer requests at that instant
+    however the router spreads them (``max_queue`` on every replica, the token bucket's ``burst``:
+    nothing leaves a queue, and no token comes back, while time stands still) and the run has the
+    requests to be stuck; "clear" where its only rule is a ``max_queue`` that the instant's requests
+    cannot reach even all on one replica (the length rules are then checked as without admission);
+    None where only the replay tells (a P/D split, ``max_queued_tokens``, ``ttft_slo``, a token
+    bucket the instant's requests fit, a ``max_queue`` an uneven router may fill)."""
+    from servesim.core.clients import MAX_STUCK_REJECTIONS
+
+    if len(setup.pools) != 1:
+        return None
+    adm = scenario.policy.admission
+    held = []
+    if adm.max_queue is not None:
+        held.append(adm.max_queue * setup.pools[0].replicas)
+    if adm.token_bucket is not None:
+        held.append(int(adm.token_bucket.burst))
+    if (held and sending > min(held) and _rules_cover_all(scenario, specs)
+            and (specs.num_requests is None or specs.num_requests >= MAX_STUCK_REJECTIONS + 1 + min(held))):
+        return "stuck"
+    if (adm.max_queued_tokens is None and not adm.ttft_slo and adm.token_bucket is None
+            and adm.max_queue is not None and sending <= adm.max_queue):
+        return "clear"
+    return None
 
 
 def _first_instant_replayed(scenario: Scenario, specs: ClosedLoop, t0: float) -> None:
