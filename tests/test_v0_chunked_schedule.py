@@ -121,3 +121,39 @@ def test_no_swap_in_in_a_step_that_preempted():
     b = _policy("vllm-v0", **{"policy.preemption": "swap", "memory.swap_space_gib": 0.05}).next_batch(s)
     assert [r.request_id for r in b.preempted] == [2] and b.swap_in == ()
     assert scheduled(b) == {0: 1, 1: 1, 9: 10}
+
+
+def test_a_prompt_holding_every_block_is_rejected_not_preempted_forever():
+    """Under vllm-v0's chunked-prefill rule a running prompt chunk needs a free block at its turn; a
+    prompt whose blocks are every block the replica has (a watermark of 0 blocks: 0.01 of fewer than
+    100) never has one, and was preempted and admitted again forever (the run never ended). It is
+    rejected on arrival, naming the rule; a prompt one block smaller is served, and one computed in
+    its admission step is not this rule's. (A SIGALRM turns the old endless run into a failure.)"""
+    import signal
+
+    from servesim.simulation import simulate
+
+    def run(prompt, budget=64):
+        sc = make_scenario(**{"cost.engine": "vllm-v0", "policy.name": "chunked_prefill",
+                              "policy.max_num_batched_tokens": budget, "memory.num_gpu_blocks": 10,
+                              "workload.num_requests": 1,
+                              "workload.prompt_tokens": {"dist": "fixed", "value": prompt},
+                              "workload.output_tokens": {"dist": "fixed", "value": 1}})
+        old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("run never ended")))
+        signal.alarm(20)
+        try:
+            return simulate(sc)
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+
+    res = run(150)  # (10 blocks of 16 tokens: every one)
+    s = res.summary
+    assert (s["completed"], s["rejected"], s["unfinished"]) == (0, 1, 0)
+    reason = str(res.requests["reason"][0])
+    assert "needs 10 KV blocks, every one" in reason and "free block at its turn" in reason
+    assert "max_num_batched_tokens=64" in reason
+    assert run(140).summary["completed"] == 1  # (9 blocks: one left free)
+    # (computed whole in its admission step: not this rule's; 150 + 1 tokens still outgrow the cache
+    # for a decode, the existing rule that keeps a block free for a chunked recompute)
+    assert "every one" not in str(run(150, budget=256).requests["reason"][0])

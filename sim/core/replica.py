@@ -419,6 +419,18 @@ class Replica:
             blocks = self.kv.blocks_for(req.prompt_tokens)
             if blocks > self.kv.num_blocks:
                 return f"its prompt of {req.prompt_tokens} tokens needs {blocks} KV blocks; {self._kv_blocks_has()}"
+            policy = self.policy
+            if (blocks == self.kv.num_blocks and isinstance(policy, ContinuousPolicy) and policy.chunked
+                    and policy.prefill_needs_free_block and policy.decode_needs_free_block
+                    and req.prompt_tokens > policy.max_num_batched_tokens):
+                # (vLLM v0.4-v0.5's chunked prefill: a running prompt chunk needs a free block at its
+                # turn; one whose prompt takes every block never has one, and was preempted and
+                # admitted again forever, a run that never ended)
+                return (f"its prompt of {req.prompt_tokens} tokens needs {blocks} KV blocks, every one: "
+                        f"{self._kv_blocks_has()}, and it is computed in chunks of "
+                        f"policy.max_num_batched_tokens={policy.max_num_batched_tokens}, each of which needs a free "
+                        "block at its turn (cost.engine vllm-v0's chunked-prefill rule), so it could never run "
+                        "past its first (give the replica more KV memory or a larger budget)")
         else:
             blocks = self.kv.blocks_for(total - 1 + k)
             if blocks > self.kv.num_blocks:
