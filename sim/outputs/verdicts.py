@@ -336,8 +336,9 @@ def not_run_text(r: dict) -> str:
 
 # what a workload that draws nothing from its seed is, and how to draw one (seeds_alike's messages)
 NOTHING_DRAWN = ("a trace replayed row by row, workload.trace without workload.arrival, or fixed lengths arriving "
-                 "all at once")
-DRAW_ONE = "a trace's rows: workload.trace.sample with workload.arrival draws them"
+                 "at set times: all at once, or evenly spaced by arrival process fixed")
+DRAW_ONE = ("a trace's rows: workload.trace.sample with workload.arrival draws them; fixed lengths: a length "
+            "distribution or a random arrival process such as poisson")
 
 
 def seeds_alike_figures(figures: dict) -> bool:
