@@ -1556,3 +1556,42 @@ def test_a_probe_that_kept_up_over_a_window_shorter_than_its_service_is_run_long
     assert first["too_short"] and not first["meets"]
     last = s.results[27.0618]
     assert last["requests"] > 1346 and last["keep_up_window_s"] >= last["service_p99_s"] and not last["meets"]
+
+
+def _served_at(rate_rps: float, n: int = 4000, arrive_rps: float = 10.0) -> dict:
+    """Request columns of one server taking a request every 1/rate_rps s, FCFS, each served in 1 s,
+    with arrivals every 1/arrive_rps s: a queue that grows at arrive_rps - rate_rps when positive."""
+    a = np.arange(float(n)) / arrive_rps
+    start = np.empty(n)
+    free = 0.0
+    for i, t in enumerate(a):
+        start[i] = max(t, free)
+        free = start[i] + 1.0 / rate_rps
+    return {"arrival_s": a, "scheduled_s": start, "first_token_s": start + 0.1, "finish_s": start + 1.0,
+            "status": np.array(["completed"] * n, dtype=object)}
+
+
+def test_a_queue_growing_past_chance_within_the_slack_is_told_from_a_stationary_one():
+    """Under a steady overload the keep-up ratio tends to served / offered at any length, so a
+    deployment serving 9.2 req/s of 10 passes the 0.9 rule however long the probe, while its queue
+    grows by ~0.8 requests a second (160 over the 200 s window, past the ~126 the window's 2,000
+    arrivals and departures allow by chance): queue_growth says so, and capacity's warning names
+    the rate served. A server faster than its arrivals keeps no queue: nothing said."""
+    from types import SimpleNamespace
+
+    from servesim.outputs.metrics import keep_up_check, queue_growth
+    from servesim.studies.capacity import _growing_note
+
+    ev = keep_up_check(_served_at(9.2), 0.9)
+    arrived = ev["keep_up_window_arrivals"]
+    assert ev["keeps_up"] and abs(arrived - 2000) <= 1
+    growth, allowance = queue_growth(ev)
+    assert growth == pytest.approx(160, abs=3) and allowance == pytest.approx(2 * math.sqrt(2 * arrived))
+    s = SimpleNamespace(results={10.0: ev}, rate_unit="req/s", keep_up=0.9)
+    note = _growing_note(s, 10.0)
+    assert "does not sustain the answer" in note and "served 9.2 req/s" in note, note
+    fast = keep_up_check(_served_at(11.0), 0.9)
+    assert fast["keeps_up"] and queue_growth(fast) is None
+    assert _growing_note(SimpleNamespace(results={10.0: fast}, rate_unit="req/s", keep_up=0.9), 10.0) is None
+    # (a queue growing by less than chance allows: 9.6 of 10, 80 over the window, is not named)
+    assert queue_growth(keep_up_check(_served_at(9.6), 0.9)) is None

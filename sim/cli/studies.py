@@ -308,6 +308,8 @@ def cmd_capacity(args) -> int:
                 print(f"warning: {ci.result['too_short']}")
             if ci.result.get("filling"):
                 print(f"warning: {ci.result['filling']}")
+            if ci.result.get("growing"):
+                print(f"warning: {ci.result['growing']}")
             _burst_note(ci.result["capacity_mean_rps"], iv.mean, plan.arrival, gpus, iv, unit)
     return _capacity_end(args, ci.error)
 
@@ -371,6 +373,8 @@ def _capacity_one_seed(res, args) -> int:
             print(f"warning: {res.too_short}")
         if res.filling:
             print(f"warning: {res.filling}")
+        if res.growing:
+            print(f"warning: {res.growing}")
         _burst_note(res.mean_capacity_rps, cap, res.arrival, gpus, unit=unit)
     return _capacity_end(args, res.error)
 

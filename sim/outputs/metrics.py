@@ -320,6 +320,34 @@ def keep_up_queued(req: dict, window) -> float:
     return 1.0 + (waiting(t0) - waiting(t1)) / arrived
 
 
+def window_arrivals(arrival_s: np.ndarray, window) -> int | None:
+    """The arrivals in the keep-up window (t0, t1] (None: no window)."""
+    if window is None:
+        return None
+    a = np.asarray(arrival_s, dtype=float)
+    return int(np.count_nonzero((a > window[0]) & (a <= window[1])))
+
+
+def queue_growth(ev: dict) -> tuple[float, float] | None:
+    """(growth, allowance) of a run's waiting queue over its keep-up window, from
+    ``keep_up_check``'s fields, where it grew by more than chance allows, else None. growth:
+    arrivals in the window x (1 - ``keep_up_queued``), the requests waiting to be first
+    scheduled at its end less those at its start; allowance: ``KEEP_UP_SD`` standard deviations
+    of the Poisson noise of the window's arrivals and departures, sqrt(2 x arrivals).
+
+    Why: under a steady overload (served mu < offered lambda) the keep-up ratio tends to mu/lambda
+    at any run length, so every rate up to mu / share passes the rule, while the queue grows
+    without bound (chat on 4 replicas serves ~82 req/s; 89 req/s read 0.91-0.93 left per arrival
+    over 5,000-40,000 requests, its queue growing by 1,400-1,700 and its p99 TTFT 3.4 / 20 / 37 s
+    at 5k / 20k / 40k). A queue that grew past the noise shows the rate is not sustained."""
+    q, arrived = ev.get("keep_up_queued"), ev.get("keep_up_window_arrivals")
+    if q is None or not arrived or math.isnan(q):
+        return None
+    growth = arrived * (1.0 - q)
+    allowance = KEEP_UP_SD * math.sqrt(2.0 * arrived)
+    return (growth, allowance) if growth > allowance else None
+
+
 def window_too_short(window_s: float, service_p99_s: float, queued: float, share: float = KEEP_UP) -> bool:
     """Whether a keep-up window of ``window_s`` is too short to tell a backlog from requests
     still being served: it is shorter than the run's own p99 service time (``service_p99_s``,
@@ -354,7 +382,8 @@ def keep_up_check(req: dict, share: float, period_s: float | None = None, rate_r
     make with no queue (``keep_up_warmup``, over ``served_s``), "too_short": the run meets every
     other check (``meets_otherwise``) and falls short by no more than that (a longer run tells),
     "service_p99_s": the p99 of the completed requests' service times, "keep_up_queued": the ratio
-    counted on the queue alone (``keep_up_queued``)}. A run is also too short to tell when its window
+    counted on the queue alone (``keep_up_queued``), "keep_up_window_arrivals": the window's
+    arrivals (``window_arrivals``; None: no window)}. A run is also too short to tell when its window
     is shorter than its own p99 service time and the queue alone did not fall behind
     (``window_too_short``), whichever way its ratio reads ("keeps_up" is then false): a batch can
     still be filling there with no backlog, and a probe just below capacity read as falling behind,
@@ -382,6 +411,7 @@ def keep_up_check(req: dict, share: float, period_s: float | None = None, rate_r
             "keep_up_window_s": span,
             "keep_up_warmup": warm,
             "keep_up_queued": None if math.isnan(queued) else queued,
+            "keep_up_window_arrivals": window_arrivals(arrival, w),
             # (only a run that meets every other check: one that fails another is no closer for length)
             "too_short": bool(unsure or (meets_otherwise and not keeps and not math.isnan(ratio)
                                          and (too_short_to_tell(ratio, warm, share)

@@ -68,7 +68,7 @@ from servesim.errors import InputError
 from servesim.inputs.scenario import MAX_RATE_RPS, MAX_REQUESTS, MAX_SECONDS, MIN_RATE_RPS, mean_rate_at
 from servesim.outputs import metrics
 from servesim.outputs.metrics import LATENCY_METRICS as METRICS, PER_REQUEST, SLO_STATS as STATS, parse_slo  # noqa: F401
-from servesim.outputs.metrics import KEEP_UP, arrival_period_s, keep_up_check
+from servesim.outputs.metrics import KEEP_UP, arrival_period_s, keep_up_check, queue_growth
 from servesim.outputs.intervals import NONNEGATIVE, SEED_KEY, Interval, t_interval
 from servesim.outputs.rundir import read_table, read_tbt
 from servesim.outputs.writer import json_text
@@ -506,6 +506,7 @@ class CapacityResult:
     error: str | None  # why there is no answer (the command says it and exits 2), else None
     too_short: str | None = None  # failing probes above the answer too short to tell (a lower bound), else None
     filling: str | None = None  # the keep-up rule set the answer on probes too short for the batch to fill, else None
+    growing: str | None = None  # the answer's probe kept up by the rule while its queue grew: not sustained, else None
 
 
 @dataclass
@@ -636,6 +637,8 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
     result["floor"] = s.floor or None  # why no rate can meet the limits, when the floors say so
     # the keep-up rule set the answer on probes too short for the batch to fill (a warning)
     result["filling"] = filling = _filling_note(s, cap) if done else None
+    # the answer's own probe: its queue grew past chance (a rate the deployment does not sustain)
+    result["growing"] = growing = _growing_note(s, cap) if done else None
     unit = s.rate_unit
     none_served = "" if any(e.get("throughput_rps") for e in s.results.values()) else \
         "; no probe completed a request (run the scenario, servesim run, to see why: e.g. rejections)"
@@ -660,7 +663,7 @@ def run_search(plan: SearchPlan, out: Path, ex: ExecutorOptions = ExecutorOption
                      "queue)" + ("" if opts.keep_up else " or keep --keep-up on") if unbounded else "Raise --max-probes"
                      + _narrow_hint(cap, above, opts.tol, unit))))
     return CapacityResult(s, plan.slo, cap, above, done, gpus, plan.probe_requests, plan.probe_duration_s,
-                          plan.arrival, mean_cap, result, none_served, error, too_short, filling)
+                          plan.arrival, mean_cap, result, none_served, error, too_short, filling, growing)
 
 
 ADMISSION_TTFT = "admission: predicted TTFT"  # (``gateway.Admission.at_replica``'s reason for the TTFT rule)
@@ -743,6 +746,36 @@ def _filling_note(s: Search, cap: float) -> str | None:
             f"first half, its warm-up, brought {n // 2} requests, fewer than the {held[0]} the deployment holds at "
             f"once when full ({held[1]}), so near capacity its batch can still be filling when keeping up is counted, "
             f"which reads as a backlog; the capacity may be well above this answer: rerun with --probe-requests {want}")
+
+
+def _growing_note(s: Search, cap: float) -> str | None:
+    """A warning when the answer's probe passed the keep-up rule while its waiting queue grew over
+    the keep-up window by more than chance allows (``metrics.queue_growth``): the rule's slack
+    (``--keep-up``, 0.9 by default) passes a steady overload of up to 1/share of what the
+    deployment serves at any probe length, so the answer is then above the rate the deployment
+    sustains, and at it the queue and the latencies grow with the run's length."""
+    ev = s.results.get(cap) if cap else None
+    grew = queue_growth(ev) if ev else None
+    if grew is None or not ev.get("keep_up_window_s"):
+        return None
+    growth, allowance = grew
+    window = ev["keep_up_window_s"]
+    served = ev["keep_up"] * ev["keep_up_window_arrivals"] / window
+    return (f"at the answer, {cap:.4g} {s.rate_unit}, the probe's waiting queue grew by {growth:.0f} requests over "
+            f"the {window:.3g} s over which keeping up is counted (chance allows about {allowance:.0f}), while "
+            f"{ev['keep_up']:.2f} requests left per arrival, within the keep-up rule's slack (--keep-up "
+            f"{s.keep_up:g}): the deployment served {served:.3g} req/s there and does not sustain the answer, "
+            "whose queue and latencies keep growing with the run's length; the rate it sustains is nearer "
+            f"{served:.3g} req/s")
+
+
+def seeds_growing(searched: list, done: list) -> str | None:
+    """The first seed's ``_growing_note``, saying on how many seeds it held, or None."""
+    hit = [(k, r.growing) for k, r in zip(searched, done) if r.growing]
+    if not hit:
+        return None
+    k, note = hit[0]
+    return f"on {len(hit)} of {len(done)} seeds (seed {k}): {note}"
 
 
 def lull_only(ev: dict, share: float) -> bool:
@@ -928,11 +961,13 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, s
         "seeds": [{"seed": k, "capacity_rps": r.result["capacity_rps"],
                    "check_above_rps": r.result["check_above_rps"], "bracket_rps": r.result["bracket_rps"],
                    "probes": len(r.search.points), "too_short": r.too_short, "floor": r.result["floor"],
-                   "filling": r.filling}
+                   "filling": r.filling, "growing": r.growing}
                   for k, r in zip(searched, done)],
         "too_short": next((f"seed {k}: {r.too_short}" for k, r in zip(searched, done) if r.too_short), None),
         # the keep-up rule set a seed's answer on probes too short for the batch to fill
         "filling": seeds_filling(searched, done),
+        # a seed's answer passed the keep-up rule while its probe's queue grew (not sustained)
+        "growing": seeds_growing(searched, done),
         # why no rate can meet the limits, when the latency floors say so on a seed's requests
         "floor": next((f"seed {k}: {r.result['floor']}" for k, r in zip(searched, done) if r.result["floor"]), None),
         "probes": [{"seed": k, **p} for k, r in zip(searched, done) for p in r.result["probes"]],
