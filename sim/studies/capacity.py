@@ -753,7 +753,8 @@ def _growing_note(s: Search, cap: float) -> str | None:
     the keep-up window by more than chance allows (``metrics.queue_growth``): the rule's slack
     (``--keep-up``, 0.9 by default) passes a steady overload of up to 1/share of what the
     deployment serves at any probe length, so the answer is then above the rate the deployment
-    sustains, and at it the queue and the latencies grow with the run's length."""
+    sustains, and at it the queue and the latencies grow with the run's length. (With --keep-up 0
+    no probe is counted: nothing said.)"""
     ev = s.results.get(cap) if cap else None
     grew = queue_growth(ev) if ev else None
     if grew is None or not ev.get("keep_up_window_s"):
