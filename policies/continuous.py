@@ -477,6 +477,15 @@ class ContinuousPolicy:
         return (not self.chunked or stop[0] not in ("kv", "watermark")
                 or self._waiting_tokens(state.kv, stop[1], 0)[1] == 0)  # (hits held: 0 without a cache)
 
+    def _swaps_back(self, kv, r) -> bool:
+        """Whether ``r``, swapped out now, could ever come back: under ``decode_needs_free_block``
+        (vLLM V0's ``can_swap_in``: its blocks plus one free) its blocks and one more must fit the
+        cache even with nothing else in it. A lone sequence holding every block could not: swapped
+        out, it waited for a block that never comes (the run stalled); it is preempted for
+        recompute instead (vLLM V0 preempts a single-sequence group for recompute by default), where
+        a sequence the cache cannot hold ends rejected (``Replica.outgrow``)."""
+        return not self.decode_needs_free_block or kv.blocks_for(r.num_computed_tokens) + 1 <= kv.num_blocks
+
     def _preempt(self, victim, kv, free: int, host_free: int, preempted: list, swap_out: list,
                  dropped=None) -> tuple[int, int]:
         """Preempt ``victim`` this step (to host memory when ``policy.preemption`` is swap and it
@@ -488,7 +497,7 @@ class ContinuousPolicy:
         if dropped is not None:
             for k in kv.mappings(victim):
                 dropped[k] = dropped.get(k, 0) + 1
-        if self.preemption == "swap" and victim.kv_blocks <= host_free:
+        if self.preemption == "swap" and victim.kv_blocks <= host_free and self._swaps_back(kv, victim):
             swap_out.append(victim)
             host_free -= victim.kv_blocks
         return free, host_free

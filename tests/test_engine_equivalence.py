@@ -724,6 +724,26 @@ def _matches_reference_anywhere(rows, max_num_seqs, budget, blocks, replicas, du
     return None
 
 
+def test_a_lone_sequence_holding_every_block_under_swap_ends_rejected_not_stalled():
+    """vllm-v0 asks a free block of a running decode and of a swap-in (its blocks plus one): a lone
+    request whose sequence fills all 8 blocks (1 + 114 tokens, 16 a block) was swapped out at its
+    next decode and could never come back (8 + 1 > 8): both engines stalled ("simulation stalled
+    with 1 requests in flight"), found by the property test above. It is preempted for recompute
+    instead, and ends as it does under recompute (rejected: here its recompute is over the token
+    budget)."""
+    _matches_reference_anywhere(rows=[(0.0, 1, 114)], max_num_seqs=1, budget=64, blocks=8, replicas=1,
+                                duration=None, router="round_robin", policy="continuous", preemption="swap",
+                                prefix_caching=False, spec=None, pp=(1, True), engine="vllm-v0",
+                                expect_fast_path=False)
+    ends = []
+    for preemption in ("swap", "recompute"):
+        kw = policy_mix_kw("continuous", 1, 64, preemption, False, 8, "round_robin", None, 1, None)
+        res = simulate(make_scenario(**{**kw, "cost.engine": "vllm-v0"}), specs=specs([(0.0, 1, 114)]))
+        assert res.summary["rejected"] == 1 and res.summary["completed"] == 0
+        ends.append(str(res.requests["reason"][0]))
+    assert ends[0] == ends[1]
+
+
 SCHEDULING = dict(
     rows=st.lists(st.tuples(st.floats(0, 3, allow_nan=False), st.integers(1, 1500), st.integers(1, 200)),
                   min_size=4, max_size=30),
