@@ -770,15 +770,6 @@ def _growing_note(s: Search, cap: float) -> str | None:
             f"{served:.3g} req/s")
 
 
-def seeds_growing(searched: list, done: list) -> str | None:
-    """The first seed's ``_growing_note``, saying on how many seeds it held, or None."""
-    hit = [(k, r.growing) for k, r in zip(searched, done) if r.growing]
-    if not hit:
-        return None
-    k, note = hit[0]
-    return f"on {len(hit)} of {len(done)} seeds (seed {k}): {note}"
-
-
 def lull_only(ev: dict, share: float) -> bool:
     """Whether a probe's keep-up ratio reached ``share`` but fell short of it only counted against
     the arrivals the nominal rate brings (``metrics.keeps_up``: its window's arrivals came slower,
@@ -968,20 +959,26 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, s
         # the keep-up rule set a seed's answer on probes too short for the batch to fill
         "filling": seeds_filling(searched, done),
         # a seed's answer passed the keep-up rule while its probe's queue grew (not sustained)
-        "growing": seeds_growing(searched, done),
+        "growing": seeds_note(searched, done, "growing"),
         # why no rate can meet the limits, when the latency floors say so on a seed's requests
         "floor": next((f"seed {k}: {r.result['floor']}" for k, r in zip(searched, done) if r.result["floor"]), None),
         "probes": [{"seed": k, **p} for k, r in zip(searched, done) for p in r.result["probes"]],
     }
 
 
-def seeds_filling(searched: list, done: list) -> str | None:
-    """The first seed's ``_filling_note``, saying on how many seeds it held, or None."""
-    hit = [(k, r.filling) for k, r in zip(searched, done) if r.filling]
+def seeds_note(searched: list, done: list, field: str = "filling") -> str | None:
+    """The first seed's note ``field`` of its ``CapacityResult`` (``filling``: ``_filling_note``;
+    ``growing``: ``_growing_note``), saying on how many seeds it held, or None."""
+    hit = [(k, getattr(r, field)) for k, r in zip(searched, done) if getattr(r, field)]
     if not hit:
         return None
     k, note = hit[0]
     return f"on {len(hit)} of {len(done)} seeds (seed {k}): {note}"
+
+
+def seeds_filling(searched: list, done: list) -> str | None:
+    """The first seed's ``_filling_note``, saying on how many seeds it held, or None."""
+    return seeds_note(searched, done, "filling")
 
 
 def _write_seed_rows(out: Path, done: list) -> None:
