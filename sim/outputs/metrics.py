@@ -311,7 +311,7 @@ def keep_up_queued(req: dict, window) -> float:
         return math.nan
     t0, t1 = window
     a = np.asarray(req["arrival_s"], dtype=float)
-    arrived = int(np.count_nonzero((a > t0) & (a <= t1)))
+    arrived = window_arrivals(a, window)
     if arrived < 2 or not t1 > t0:
         return math.nan
     start = np.where(np.isnan(start), math.inf, start)
@@ -413,9 +413,10 @@ def keep_up_check(req: dict, share: float, period_s: float | None = None, rate_r
             "keep_up_queued": None if math.isnan(queued) else queued,
             "keep_up_window_arrivals": window_arrivals(arrival, w),
             # (only a run that meets every other check: one that fails another is no closer for length)
-            "too_short": bool(unsure or (meets_otherwise and not keeps and not math.isnan(ratio)
-                                         and (too_short_to_tell(ratio, warm, share)
-                                              or window_too_short(span, p99, queued, share)))),
+            # (an unsure pass is among them: its keeps is now false, and its window too short)
+            "too_short": bool(meets_otherwise and not keeps and not math.isnan(ratio)
+                              and (too_short_to_tell(ratio, warm, share)
+                                   or window_too_short(span, p99, queued, share))),
             "service_p99_s": p99}
 
 

@@ -957,7 +957,7 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, s
                   for k, r in zip(searched, done)],
         "too_short": next((f"seed {k}: {r.too_short}" for k, r in zip(searched, done) if r.too_short), None),
         # the keep-up rule set a seed's answer on probes too short for the batch to fill
-        "filling": seeds_filling(searched, done),
+        "filling": seeds_note(searched, done, "filling"),
         # a seed's answer passed the keep-up rule while its probe's queue grew (not sustained)
         "growing": seeds_note(searched, done, "growing"),
         # why no rate can meet the limits, when the latency floors say so on a seed's requests
@@ -966,7 +966,7 @@ def _interval_json(plan: SearchPlan, iv: Interval, done: list, searched: list, s
     }
 
 
-def seeds_note(searched: list, done: list, field: str = "filling") -> str | None:
+def seeds_note(searched: list, done: list, field: str) -> str | None:
     """The first seed's note ``field`` of its ``CapacityResult`` (``filling``: ``_filling_note``;
     ``growing``: ``_growing_note``), saying on how many seeds it held, or None."""
     hit = [(k, getattr(r, field)) for k, r in zip(searched, done) if getattr(r, field)]
@@ -974,11 +974,6 @@ def seeds_note(searched: list, done: list, field: str = "filling") -> str | None
         return None
     k, note = hit[0]
     return f"on {len(hit)} of {len(done)} seeds (seed {k}): {note}"
-
-
-def seeds_filling(searched: list, done: list) -> str | None:
-    """The first seed's ``_filling_note``, saying on how many seeds it held, or None."""
-    return seeds_note(searched, done, "filling")
 
 
 def _write_seed_rows(out: Path, done: list) -> None:

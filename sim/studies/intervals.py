@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from servesim.studies.capacity import CapacityOptions, find_capacity, seeds_filling
+from servesim.studies.capacity import CapacityOptions, find_capacity, seeds_note
 from servesim.studies.executors import ExecutorOptions
 
 
@@ -73,7 +73,7 @@ class CapacityInterval:
         """The first seed's warning that the keep-up rule set its answer on probes too short for the
         batch to fill (``CapacityResult.filling``: the capacity may be well above it), saying on how
         many seeds it held, as ``servesim capacity`` prints it; else None."""
-        return seeds_filling(self.seeds, self.per_seed)
+        return seeds_note(self.seeds, self.per_seed, "filling")
 
 
 def capacity_interval(scenario, slo_text: str, seeds, opts: CapacityOptions = CapacityOptions(),
